@@ -1,0 +1,105 @@
+# kiln — one non-recursive GNU Makefile.
+#
+# Every folder contributes a build.mk that declares its libraries, programs and
+# tests with the helpers in mk/rules.mk (kiln_lib, kiln_bin, kiln_test ...).
+# All outputs land under $(B) (default build/): build/bin, build/lib,
+# build/tests, build/obj.  `make B=/tmp/x` builds out of tree (parallel work).
+#
+#   make              everything (CUDA code too whenever nvcc exists; CUDA=0 skips it)
+#   make test         every test that needs no GPU; ends with "N passed, N failed, N skipped"
+#   make test-full    test + long suites (fuzzers for 60 s, bigger clusters)
+#   make test-gpu     the GPU suites (run on a GPU machine)
+#   make bench        benchmarks (tables against a named baseline)
+#   make demo         bring up the example cluster and show kiln at work
+#   make install DESTDIR= PREFIX=
+#   make deps         install every build and test dependency (apt/pip; idempotent)
+#   make format lint clean
+
+.DEFAULT_GOAL := all
+SHELL := /bin/bash
+
+B        ?= build
+PREFIX   ?= /usr/local
+DESTDIR  ?=
+VERSION  := 0.1.0
+
+CC       ?= gcc
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+NVCC     ?= /usr/local/cuda/bin/nvcc
+CUDA_HOME ?= /usr/local/cuda
+CUDA     ?= $(if $(wildcard $(NVCC)),1,0)
+
+OPT      ?= -O2
+SAN      ?=
+KILN_CFLAGS := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter \
+	-Wshadow -Wformat=2 -Wstrict-prototypes -fPIC -D_GNU_SOURCE \
+	-DKILN_VERSION=\"$(VERSION)\" $(SAN) \
+	-Icommon/include -Iconfig/include -Ikernels/include -Islurm/launcher/include \
+	-Iservices/include
+KILN_LDFLAGS := $(SAN)
+
+ifeq ($(CUDA),1)
+KILN_CFLAGS += -DKILN_HAVE_CUDA=1
+endif
+
+# Filled in by the build.mk files.
+ALL_LIBS   :=
+ALL_BINS   :=
+ALL_TESTS  :=
+TEST_SCRIPTS :=
+TEST_FULL_SCRIPTS :=
+TEST_GPU_SCRIPTS :=
+BENCH_SCRIPTS :=
+INSTALL_BINS :=
+EXTRA_ALL  :=
+
+include mk/rules.mk
+-include $(sort $(wildcard */build.mk */*/build.mk tests/*/build.mk))
+
+all: $(ALL_LIBS) $(ALL_BINS) $(ALL_TESTS) $(EXTRA_ALL)
+
+# T= filters tests by substring: make test T=config
+test: all
+	@KILN_BUILD=$(B) tests/run-tests.sh --filter "$(T)" $(ALL_TESTS) $(TEST_SCRIPTS)
+
+test-full: all
+	@KILN_BUILD=$(B) KILN_TEST_FULL=1 tests/run-tests.sh --filter "$(T)" $(ALL_TESTS) $(TEST_SCRIPTS) $(TEST_FULL_SCRIPTS)
+
+test-gpu: all
+	@KILN_BUILD=$(B) KILN_TEST_GPU=1 tests/run-tests.sh --filter "$(T)" $(TEST_GPU_SCRIPTS)
+
+bench: all
+	@set -e; for s in $(BENCH_SCRIPTS); do KILN_BUILD=$(B) $$s; done
+
+demo: all
+	@KILN_BUILD=$(B) tests/demo.sh
+
+deps:
+	@bash mk/deps.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/kiln $(DESTDIR)/etc/kiln \
+		$(DESTDIR)$(PREFIX)/lib/systemd/system $(DESTDIR)$(PREFIX)/share/man/man1 \
+		$(DESTDIR)$(PREFIX)/share/kiln/examples $(DESTDIR)$(PREFIX)/libexec/kiln
+	$(if $(strip $(INSTALL_BINS)),install -m 755 $(INSTALL_BINS) $(DESTDIR)$(PREFIX)/bin/)
+	$(if $(wildcard services/units/*.service),install -m 644 $(wildcard services/units/*) $(DESTDIR)$(PREFIX)/lib/systemd/system/)
+	$(if $(wildcard docs/man/*.1),install -m 644 $(wildcard docs/man/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/)
+	$(if $(wildcard slurm/scripts/*),install -m 755 $(wildcard slurm/scripts/*) $(DESTDIR)$(PREFIX)/libexec/kiln/)
+	install -m 644 config/examples/*.cfg $(DESTDIR)$(PREFIX)/share/kiln/examples/
+
+FORMAT_SRCS = $(shell git ls-files '*.c' '*.h' '*.cu' 2>/dev/null)
+format:
+	clang-format -i $(FORMAT_SRCS)
+
+lint:
+	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --inline-suppr \
+		--suppress=missingIncludeSystem --std=c11 -D_GNU_SOURCE \
+		-Icommon/include -Iconfig/include -Ikernels/include \
+		$(filter %.c,$(FORMAT_SRCS))
+
+clean:
+	rm -rf $(B)
+
+.PHONY: all test test-full test-gpu bench demo deps install format lint clean
