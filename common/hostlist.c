@@ -49,8 +49,10 @@ static int parse_number(const char *s, size_t *i, uint32_t *ret, int *ret_width)
 	size_t start = *i;
 	uint32_t v = 0;
 	while (isdigit((unsigned char)s[*i])) {
-		if (*i - start >= RANGE_DIGITS_MAX)
+		if (*i - start >= RANGE_DIGITS_MAX) {
+			*i = start; /* report the start of the number */
 			return -EINVAL;
+		}
 		v = v * 10 + (uint32_t)(s[*i] - '0');
 		(*i)++;
 	}

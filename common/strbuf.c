@@ -93,8 +93,11 @@ char *kiln_strbuf_steal(kiln_strbuf *b)
 		kiln_strbuf_free(b);
 		return NULL;
 	}
-	if (!b->s && reserve(b, 0) < 0)
-		return NULL;
+	if (!b->s) {
+		if (reserve(b, 0) < 0)
+			return NULL;
+		b->s[0] = 0;
+	}
 	char *s = b->s;
 	kiln_strbuf_init(b);
 	return s;

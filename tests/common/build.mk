@@ -1,0 +1,1 @@
+$(eval $(call kiln_test,test-common,tests/common/test-common.c,common,))
