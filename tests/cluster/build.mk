@@ -1,0 +1,2 @@
+# The real-Slurm suites.  The harness (cluster.sh) is used by other suites too.
+TEST_SCRIPTS += tests/cluster/test-slurm-cluster.sh
