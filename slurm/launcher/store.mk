@@ -1,0 +1,33 @@
+# store.mk — kiln-run's rendezvous store: library, tools, tests, fuzzer, bench.
+#
+# Not picked up by the top Makefile's build.mk glob on its own (the store
+# lives in slurm/launcher next to kiln-run); slurm/launcher/build.mk includes
+# it.  Guarded so a second include is harmless.
+ifndef KILN_STORE_MK
+KILN_STORE_MK := 1
+
+KILN_STORE_SRCS := slurm/launcher/store-proto.c slurm/launcher/store-server.c slurm/launcher/store-client.c
+$(eval $(call kiln_lib,kilnstore,$(KILN_STORE_SRCS)))
+
+$(B)/obj/tests/launcher/%.o: EXTRA_CFLAGS += -Islurm/launcher
+$(eval $(call kiln_tool,kiln-store-server,tests/launcher/store-server-tool.c,kilnstore common,))
+$(eval $(call kiln_tool,kiln-store-bench,tests/launcher/store-bench.c,kilnstore common,))
+$(eval $(call kiln_test,test-store,tests/launcher/store-test.c,kilnstore common,))
+
+TEST_SCRIPTS += tests/launcher/store-torch.sh tests/launcher/store-hostile.sh
+TEST_FULL_SCRIPTS += tests/fuzz/fuzz-store.sh
+BENCH_SCRIPTS += tests/launcher/store-bench.sh
+
+# libFuzzer target: clang only, built by its own rule (not part of `all`);
+# tests/fuzz/fuzz-store.sh builds it on demand and skips when clang is missing.
+KILN_CLANG ?= $(shell command -v clang-14 || command -v clang)
+FUZZ_STORE := $(B)/tests/fuzz-store
+fuzz-store: $(FUZZ_STORE)
+$(FUZZ_STORE): tests/fuzz/fuzz-store.c slurm/launcher/store-proto.c slurm/launcher/store-proto.h
+	@mkdir -p $(@D)
+	@if [ -z "$(KILN_CLANG)" ]; then echo "fuzz-store: clang not found, skipping" >&2; exit 1; fi
+	$(KILN_CLANG) -g -O1 -std=gnu11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+		-Icommon/include -Islurm/launcher/include -Islurm/launcher \
+		tests/fuzz/fuzz-store.c slurm/launcher/store-proto.c -o $@
+.PHONY: fuzz-store
+endif
