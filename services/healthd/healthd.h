@@ -1,0 +1,233 @@
+/* healthd.h — the parts of kiln-healthd, the GPU health daemon.
+ *
+ * kiln-healthd polls every GPU through NVML (nvml.c), listens for XID events
+ * in its own thread, turns what it sees into a per-GPU and per-node state
+ * (healthy / degraded / unhealthy, with reasons: check.c), publishes
+ * dcgm-exporter compatible metrics and a table or JSON view (output.c), and
+ * drains or resumes the node in Slurm (slurm.c).  main.c is the program:
+ * arguments, config, the event loop, sd_notify.
+ *
+ * Everything here but main.c is library-style: it returns -errno and logs at
+ * debug only, except where a function says it logs. */
+#pragma once
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kiln/config.h"
+#include "kiln/hostlist.h"
+#include "kiln/nvml-api.h"
+#include "kiln/parse.h"
+#include "kiln/strbuf.h"
+
+/* dcgm-exporter and gres.conf stop at 16 GPUs per node; 64 leaves room for
+ * MIG-less oddities without unbounded arrays. */
+#define HD_GPUS_MAX 64
+/* Reasons are short sentences ("XID 79: GPU has fallen off the bus"). */
+#define HD_REASON_MAX 160
+/* More reasons than this on one GPU add nothing for an operator. */
+#define HD_REASONS_MAX 16
+/* Distinct XIDs counted per GPU; further ones are counted as xid="other". */
+#define HD_XIDS_MAX 32
+/* Processes looked at per GPU to find the Slurm job. */
+#define HD_PIDS_MAX 32
+/* Slurm's reason field is free text; keep ours readable in sinfo -R. */
+#define HD_SLURM_REASON_MAX 256
+
+typedef enum hd_state {
+	HD_HEALTHY = 0,
+	HD_DEGRADED = 1,
+	HD_UNHEALTHY = 2,
+} hd_state;
+const char *hd_state_to_string(hd_state s);
+
+/* ---- settings (from the cluster file's health section, or defaults) ---- */
+
+typedef struct hd_settings {
+	char node[KILN_HOSTNAME_MAX + 1];
+	int expected_gpus;           /* -1: unknown (no cluster file) */
+	uint64_t interval_usec;
+	uint64_t recover_after_usec;
+	uint64_t nvml_timeout_usec;
+	uint64_t watchdog_usec;
+	int metrics_port;            /* 0: no HTTP server */
+	char metrics_address[64];
+	char nvml_library[256];
+	bool drain;
+	kiln_cfg_thresholds th;
+	const kiln_cfg_xid *xids;    /* overrides, owned by the kiln_cfg */
+	size_t n_xids;
+	bool active_on_start;
+	uint64_t active_interval_usec;
+	int gemm_seconds;
+	double memtest_fraction;
+} hd_settings;
+
+/* Built-in defaults (the same as the config schema's). */
+void hd_settings_defaults(hd_settings *s);
+/* Copies the health section and this node's GPU count out of cfg.  node may
+ * be NULL when the node is not in the cluster file (expected_gpus stays -1).
+ * cfg must outlive s (XID overrides are borrowed). */
+void hd_settings_from_cfg(hd_settings *s, const kiln_cfg *cfg, const kiln_cfg_node *node);
+
+/* ---- XID table -------------------------------------------------------- */
+
+typedef struct hd_xid_info {
+	int xid;
+	kiln_cfg_action action;
+	const char *what; /* NVIDIA's catalog description, short */
+} hd_xid_info;
+
+/* The action for xid: an override from s if any, else the built-in table,
+ * else KILN_ACTION_APP (log and count, do not drain). */
+kiln_cfg_action hd_xid_action(const hd_settings *s, int xid);
+/* The catalog description, or "unknown XID". */
+const char *hd_xid_what(int xid);
+const hd_xid_info *hd_xid_table(size_t *ret_n);
+
+/* ---- one sample of one GPU -------------------------------------------- */
+
+typedef struct hd_sample {
+	bool present;    /* a handle was obtained */
+	bool lost;       /* NVML_ERROR_GPU_IS_LOST on any call */
+	char hung_call[64]; /* an NVML call that timed out (this or an earlier poll) */
+	char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+	char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+	char pci_bus_id[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
+	unsigned minor;
+	bool has_temp, has_slowdown, has_power, has_power_limit, has_clocks, has_ecc,
+		has_retired, has_retired_pending, has_remap, has_pcie_gen, has_pcie_width,
+		has_replay, has_nvlink, has_persistence, has_mem, has_pids;
+	unsigned temp_c, slowdown_c;
+	double power_w, power_limit_w;
+	uint64_t clock_reasons;
+	uint64_t sbe_vol, dbe_vol, sbe_agg, dbe_agg;
+	unsigned retired_sbe, retired_dbe;
+	bool retired_pending;
+	unsigned remap_corr, remap_unc;
+	bool remap_pending, remap_failure;
+	unsigned pcie_gen, pcie_gen_max, pcie_width, pcie_width_max, pcie_replay;
+	int nvlink_total, nvlink_down;
+	uint64_t nvlink_err[NVML_NVLINK_ERROR_COUNT]; /* replay, recovery, crc flit, crc data */
+	bool persistence;
+	uint64_t mem_total, mem_used;
+	unsigned n_pids;
+	unsigned pids[HD_PIDS_MAX];
+	uint64_t at_usec; /* monotonic time of the sample */
+} hd_sample;
+
+typedef struct hd_reason {
+	hd_state severity;
+	char text[HD_REASON_MAX];
+} hd_reason;
+
+typedef struct hd_reasons {
+	hd_reason v[HD_REASONS_MAX];
+	int n;
+} hd_reasons;
+
+void hd_reasons_add(hd_reasons *r, hd_state sev, const char *fmt, ...) _printf_(3, 4);
+hd_state hd_reasons_state(const hd_reasons *r);
+
+/* Evaluates one sample against the thresholds.  prev (may be NULL) is the
+ * previous sample of the same GPU, for rates (PCIe replays per minute,
+ * NVLink error deltas). */
+void hd_evaluate(const hd_settings *s, const hd_sample *prev, const hd_sample *cur, hd_reasons *out);
+
+/* ---- per-GPU and node state ------------------------------------------- */
+
+typedef struct hd_xid_count {
+	int xid;
+	uint64_t count;
+} hd_xid_count;
+
+typedef struct hd_gpu {
+	int index;
+	hd_sample cur, prev;
+	bool have_prev;
+	hd_reasons sticky;   /* from XIDs that need a reset/reboot: kept until restart */
+	hd_reasons reasons;  /* last evaluation, sticky ones included */
+	hd_state state;
+	hd_xid_count xids[HD_XIDS_MAX];
+	int n_xids;
+	uint64_t xid_other;
+	int last_xid;
+	char job_ids[64];    /* Slurm job ids on this GPU, "" when none known */
+} hd_gpu;
+
+typedef struct hd_node {
+	int n_gpus;          /* GPUs NVML reports */
+	hd_gpu gpus[HD_GPUS_MAX];
+	hd_reasons reasons;  /* node-level: GPU count, NVML missing */
+	hd_state state;      /* the worst of the node's and every GPU's */
+	uint64_t healthy_since_usec; /* 0 while not healthy */
+	uint64_t polls;
+} hd_node;
+
+/* Records an XID on gpu: counts it and, for drain/reset/reboot actions, adds
+ * a sticky unhealthy reason.  Returns the action. */
+kiln_cfg_action hd_gpu_add_xid(const hd_settings *s, hd_gpu *g, int xid);
+/* Re-evaluates every GPU and the node (after a poll, or an XID). */
+void hd_node_evaluate(const hd_settings *s, hd_node *n, uint64_t now_usec);
+/* The first unhealthy reason, as a Slurm drain reason: "kiln: gpu2 XID 79 ...". */
+int hd_node_drain_reason(const hd_node *n, char *buf, size_t len);
+/* One line for systemd STATUS=: "8 GPUs: 7 healthy, 1 unhealthy (gpu2 ...)". */
+void hd_node_summary(const hd_node *n, char *buf, size_t len);
+
+/* ---- output ------------------------------------------------------------ */
+
+/* Prometheus text exposition, dcgm-exporter names and labels + kiln_*. */
+int hd_metrics_render(const hd_node *n, const char *hostname, kiln_strbuf *b);
+/* --check output. */
+int hd_table_render(const hd_node *n, const char *hostname, kiln_strbuf *b);
+int hd_json_render(const hd_node *n, const char *hostname, kiln_strbuf *b);
+
+/* ---- NVML -------------------------------------------------------------- */
+
+typedef struct hd_nvml hd_nvml;
+/* Loads library (a path or soname) and calls nvmlInit.  Errors: -ENOENT the
+ * library is missing (no driver), -ENOTSUP a required symbol is missing,
+ * -EIO nvmlInit failed (the error string goes to err). Logs warnings for
+ * optional symbols that are missing (each disables one check). */
+int hd_nvml_open(const char *library, uint64_t timeout_usec, hd_nvml **ret, char *err, size_t errlen);
+void hd_nvml_close(hd_nvml *m);
+DEFINE_TRIVIAL_CLEANUP_FUNC(hd_nvml *, hd_nvml_close)
+/* GPU count, under the timeout. */
+int hd_nvml_count(hd_nvml *m, int *ret);
+/* Polls GPU i into out (keeps the identity of out if the call fails).  A
+ * call that times out is abandoned in its thread, recorded in
+ * out->hung_call, and the GPU is not polled again until it returns. */
+int hd_nvml_poll(hd_nvml *m, int i, hd_sample *out);
+/* XID events: starts a thread that calls cb(gpu, xid, data) for each one. */
+typedef void (*hd_xid_cb)(int gpu, int xid, void *data);
+int hd_nvml_start_events(hd_nvml *m, hd_xid_cb cb, void *data);
+/* Threads left behind by hung calls (for metrics). */
+int hd_nvml_abandoned(hd_nvml *m);
+
+/* ---- Slurm ------------------------------------------------------------- */
+
+typedef struct hd_slurm hd_slurm;
+/* Starts the thread that keeps the node's Slurm state in line with what
+ * hd_slurm_want() asks for, retrying with backoff while slurmctld is down. */
+int hd_slurm_start(const char *node, hd_slurm **ret);
+void hd_slurm_stop(hd_slurm *s);
+/* drain: the node should be drained with reason (starting "kiln:").
+ * !drain && resume_ok: kiln's own drain may be lifted. */
+void hd_slurm_want(hd_slurm *s, bool drain, const char *reason, bool resume_ok);
+/* 1 if the controller answered on the last attempt, 0 if not, -1 unknown. */
+int hd_slurm_reachable(hd_slurm *s);
+
+/* ---- active checks ----------------------------------------------------- */
+
+typedef struct hd_active_result {
+	const char *name;   /* "gemm", "bandwidth", "memtest" */
+	const char *status; /* "passed", "failed", "skipped" */
+	double value;       /* TFLOP/s, GB/s, GiB tested */
+	double expected;    /* what the model should reach; 0 unknown */
+	char detail[HD_REASON_MAX];
+} hd_active_result;
+#define HD_ACTIVE_CHECKS 3
+/* Runs the active checks on GPU gpu within budget; without a usable CUDA
+ * device every result is "skipped" with the reason in detail. */
+int hd_active_run(const hd_settings *s, int gpu, const char *model, hd_active_result out[HD_ACTIVE_CHECKS]);

@@ -1,0 +1,607 @@
+/* main.c — kiln-healthd: the GPU health daemon (and its one-shot check).
+ *
+ *   kiln-healthd [-c FILE] [--node NAME]            run as a systemd service
+ *   kiln-healthd --check [--json]                   one poll; exit 0 healthy, 1 unhealthy
+ *   kiln-healthd --active                           run the active GPU checks
+ *
+ * The daemon: load the cluster file, open NVML, start the XID thread, poll
+ * every GPU, publish /metrics, tell systemd READY=1 after the first full
+ * check, then loop: poll every health.interval, handle XIDs as they come,
+ * ping the watchdog, drain or resume the node in Slurm (slurm.c), stop
+ * cleanly on SIGTERM.  Exit codes: 0 ok, 1 failure or unhealthy, 2 usage or
+ * config error. */
+#include <dirent.h>
+#include <getopt.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <systemd/sd-daemon.h>
+#include <fcntl.h>
+
+#include "healthd.h"
+#include "kiln/log.h"
+#include "kiln/parse.h"
+
+#define EXIT_USAGE 2
+/* XIDs arriving between two wake-ups of the main loop; a storm beyond this
+ * is counted once it drains (the XID thread waits for room). */
+#define HD_XID_QUEUE 256
+
+static struct {
+	const char *config;
+	const char *node;
+	bool check, json, active;
+	int metrics_port; /* -1: from the cluster file */
+} arg = { .metrics_port = -1 };
+
+typedef struct manager {
+	hd_settings s;
+	kiln_cfg *cfg;
+	char host[KILN_HOSTNAME_MAX + 1];
+	hd_nvml *nvml;
+	char nvml_error[256];
+	pthread_mutex_t lock; /* node, metrics */
+	hd_node node;
+	char *metrics;
+	char last_reasons[HD_GPUS_MAX + 1][512];
+	hd_state last_state[HD_GPUS_MAX + 1];
+	struct MHD_Daemon *http;
+	hd_slurm *slurm;
+	int wake[2];
+	struct { int gpu, xid; } xq[HD_XID_QUEUE];
+	unsigned xh, xt;
+	uint64_t watchdog_usec, last_watchdog;
+} manager;
+
+static void help(void)
+{
+	printf("Usage: kiln-healthd [OPTIONS]\n\n"
+	       "The kiln GPU health daemon: checks every GPU through NVML, exports\n"
+	       "dcgm-exporter compatible metrics, and drains or resumes the node in Slurm.\n\n"
+	       "  -c, --config FILE     cluster file (default $KILN_CONFIG or %s)\n"
+	       "      --node NAME       which node of the cluster file this is (default: hostname)\n"
+	       "      --check           check once, print a table, exit 0 healthy / 1 unhealthy\n"
+	       "      --json            with --check: print JSON\n"
+	       "      --active          run the active checks (GEMM, bandwidth, memtest) and exit\n"
+	       "      --metrics-port N  override health.metrics_port (0: no HTTP server)\n"
+	       "  -v, --verbose         more log output (repeat for debug)\n"
+	       "  -q, --quiet           less log output\n"
+	       "  -h, --help            this help\n"
+	       "      --version         print the version\n",
+	       KILN_CFG_DEFAULT_PATH);
+}
+
+static int parse_args(int argc, char **argv)
+{
+	enum { OPT_NODE = 0x100, OPT_CHECK, OPT_JSON, OPT_ACTIVE, OPT_PORT, OPT_VERSION };
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },  { "node", required_argument, NULL, OPT_NODE },
+		{ "check", no_argument, NULL, OPT_CHECK },    { "json", no_argument, NULL, OPT_JSON },
+		{ "active", no_argument, NULL, OPT_ACTIVE },  { "metrics-port", required_argument, NULL, OPT_PORT },
+		{ "verbose", no_argument, NULL, 'v' },        { "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },           { "version", no_argument, NULL, OPT_VERSION },
+		{}
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "c:vqh", opts, NULL)) >= 0) {
+		switch (c) {
+		case 'c': arg.config = optarg; break;
+		case OPT_NODE: arg.node = optarg; break;
+		case OPT_CHECK: arg.check = true; break;
+		case OPT_JSON: arg.json = true; break;
+		case OPT_ACTIVE: arg.active = true; break;
+		case OPT_PORT:
+			if (kiln_parse_int(optarg, 0, 65535, &arg.metrics_port) < 0) {
+				log_error("Invalid --metrics-port '%s': expected a port number 0..65535", optarg);
+				return -EINVAL;
+			}
+			break;
+		case 'v': log_adjust_level(+1); break;
+		case 'q': log_adjust_level(-1); break;
+		case 'h': help(); return 0;
+		case OPT_VERSION: printf("kiln-healthd %s\n", KILN_VERSION); return 0;
+		default:
+			log_error("Try 'kiln-healthd --help'.");
+			return -EINVAL;
+		}
+	}
+	if (optind < argc) {
+		log_error("Unexpected argument '%s'. Try 'kiln-healthd --help'.", argv[optind]);
+		return -EINVAL;
+	}
+	if (arg.json && !arg.check) {
+		log_error("--json only goes with --check.");
+		return -EINVAL;
+	}
+	return 1;
+}
+
+/* Loads the cluster file: -c, $KILN_CONFIG, or the default path.  Without
+ * -c or $KILN_CONFIG a missing default file is fine (built-in defaults, no
+ * GPU count check, no Slurm); any other problem is a config error. */
+static int load_config(manager *m)
+{
+	hd_settings_defaults(&m->s);
+	if (arg.node)
+		snprintf(m->host, sizeof(m->host), "%s", arg.node);
+	else if (gethostname(m->host, sizeof(m->host)) < 0)
+		snprintf(m->host, sizeof(m->host), "localhost");
+	snprintf(m->s.node, sizeof(m->s.node), "%s", m->host);
+
+	bool explicit = arg.config || !streq(strempty(getenv(KILN_CFG_ENV)), "");
+	const char *path = arg.config ?: kiln_cfg_default_path();
+	if (!explicit && access(path, F_OK) < 0) {
+		log_info("No cluster file at %s: using built-in defaults, no GPU count check, no Slurm drain", path);
+		m->s.drain = false;
+		return 0;
+	}
+	_cleanup_(kiln_cfg_errors_freep) kiln_cfg_errors errs;
+	kiln_cfg_errors_init(&errs);
+	int r = kiln_cfg_load(path, &m->cfg, &errs);
+	if (r == -EINVAL) {
+		kiln_cfg_errors_print(&errs, stderr);
+		log_error("%s has errors (listed above); fix them and check with 'kiln check -c %s'.", path, path);
+		return r;
+	}
+	if (r < 0)
+		return log_error_errno(r, "Failed to read cluster file %s: %m", path);
+	const kiln_cfg_node *node = kiln_cfg_find_node(m->cfg, m->host);
+	if (!node && arg.node) {
+		log_error("Node '%s' is not in %s; pass a node name from the cluster file with --node.",
+			  m->host, path);
+		return -EINVAL;
+	}
+	if (!node)
+		log_warning("This host (%s) is not a node of %s: no GPU count check, no Slurm drain; "
+			    "use --node NAME if the hostname differs", m->host, path);
+	hd_settings_from_cfg(&m->s, m->cfg, node);
+	if (!node)
+		m->s.drain = false;
+	return 0;
+}
+
+/* Slurm job ids of the processes on a GPU, from their cgroup path
+ * (".../job_123/step_0/..."), comma separated. */
+static void job_ids(const hd_sample *s, char *buf, size_t len)
+{
+	buf[0] = 0;
+	for (unsigned i = 0; i < s->n_pids; i++) {
+		char p[64], line[512];
+		snprintf(p, sizeof(p), "/proc/%u/cgroup", s->pids[i]);
+		_cleanup_fclose_ FILE *f = fopen(p, "re");
+		if (!f)
+			continue;
+		while (fgets(line, sizeof(line), f)) {
+			char *j = strstr(line, "/job_");
+			if (!j)
+				continue;
+			j += 5;
+			size_t n = strspn(j, "0123456789");
+			if (n == 0 || n > 12)
+				continue;
+			j[n] = 0;
+			if (!strstr(buf, j) && strlen(buf) + n + 2 < len)
+				snprintf(buf + strlen(buf), len - strlen(buf), "%s%s", buf[0] ? "," : "", j);
+			break;
+		}
+	}
+}
+
+static void watchdog_maybe(manager *m)
+{
+	if (!m->watchdog_usec)
+		return;
+	uint64_t now = kiln_now_usec();
+	if (now - m->last_watchdog >= m->watchdog_usec / 2) {
+		sd_notify(0, "WATCHDOG=1");
+		m->last_watchdog = now;
+	}
+}
+
+/* Logs what changed since the last evaluation: state transitions and new
+ * reasons, at the journal priority that matches the state. */
+static void log_changes(manager *m)
+{
+	for (int i = -1; i < m->node.n_gpus; i++) {
+		const hd_reasons *r = i < 0 ? &m->node.reasons : &m->node.gpus[i].reasons;
+		hd_state st = i < 0 ? hd_reasons_state(r) : m->node.gpus[i].state;
+		char joined[512] = "";
+		for (int k = 0; k < r->n; k++)
+			snprintf(joined + strlen(joined), sizeof(joined) - strlen(joined), "%s%s", k ? "; " : "",
+				 r->v[k].text);
+		int slot = i + 1;
+		if (st == m->last_state[slot] && streq(joined, m->last_reasons[slot]))
+			continue;
+		char who[160];
+		if (i < 0)
+			snprintf(who, sizeof(who), "node %s", m->host);
+		else
+			snprintf(who, sizeof(who), "gpu%d (%s)", i, m->node.gpus[i].cur.uuid[0] ? m->node.gpus[i].cur.uuid : "?");
+		if (st == HD_UNHEALTHY)
+			log_error("%s unhealthy: %s", who, joined);
+		else if (st == HD_DEGRADED)
+			log_warning("%s degraded: %s", who, joined);
+		else if (m->node.polls > 1 || m->last_state[slot] != HD_HEALTHY)
+			log_notice("%s healthy again", who);
+		m->last_state[slot] = st;
+		snprintf(m->last_reasons[slot], sizeof(m->last_reasons[slot]), "%s", joined);
+	}
+}
+
+/* After any change: evaluate, log, re-render metrics, tell Slurm and
+ * systemd.  Called with m->lock held. */
+static void publish(manager *m)
+{
+	uint64_t now = kiln_now_usec();
+	hd_node_evaluate(&m->s, &m->node, now);
+	log_changes(m);
+	_cleanup_strbuf_ kiln_strbuf b;
+	kiln_strbuf_init(&b);
+	hd_metrics_render(&m->node, m->host, &b);
+	if (m->slurm)
+		kiln_strbuf_printf(&b, "# HELP kiln_slurm_reachable Whether slurmctld answered the last request.\n"
+				       "# TYPE kiln_slurm_reachable gauge\nkiln_slurm_reachable %d\n",
+				   hd_slurm_reachable(m->slurm) > 0);
+	if (m->nvml)
+		kiln_strbuf_printf(&b, "# HELP kiln_nvml_hung_calls NVML calls that timed out and have not returned.\n"
+				       "# TYPE kiln_nvml_hung_calls gauge\nkiln_nvml_hung_calls %d\n",
+				   hd_nvml_abandoned(m->nvml));
+	char *txt = kiln_strbuf_steal(&b);
+	if (txt) {
+		free(m->metrics);
+		m->metrics = txt;
+	}
+	char reason[HD_SLURM_REASON_MAX];
+	bool drain = hd_node_drain_reason(&m->node, reason, sizeof(reason));
+	bool resume_ok = m->node.state == HD_HEALTHY && m->node.healthy_since_usec &&
+			 now - m->node.healthy_since_usec >= m->s.recover_after_usec;
+	if (m->slurm)
+		hd_slurm_want(m->slurm, drain, reason, resume_ok);
+	char status[300];
+	hd_node_summary(&m->node, status, sizeof(status));
+	sd_notifyf(0, "STATUS=%s", status);
+}
+
+static int poll_all(manager *m)
+{
+	int n = 0;
+	if (!m->nvml)
+		return 0;
+	int r = hd_nvml_count(m->nvml, &n);
+	if (r < 0) {
+		/* keep the last count: a hung or failing count must not make every GPU vanish */
+		n = m->node.n_gpus;
+		log_debug("NVML device count failed: %s", strerror(-r));
+	}
+	n = MIN(n, HD_GPUS_MAX);
+	for (int i = 0; i < n; i++) {
+		hd_sample s;
+		pthread_mutex_lock(&m->lock);
+		s = m->node.gpus[i].cur; /* identity survives a failed poll */
+		pthread_mutex_unlock(&m->lock);
+		memset(s.hung_call, 0, sizeof(s.hung_call));
+		s.lost = false;
+		hd_nvml_poll(m->nvml, i, &s);
+		char jobs[64];
+		job_ids(&s, jobs, sizeof(jobs));
+		pthread_mutex_lock(&m->lock);
+		hd_gpu *g = &m->node.gpus[i];
+		g->index = i;
+		if (g->cur.at_usec) {
+			g->prev = g->cur;
+			g->have_prev = true;
+		}
+		g->cur = s;
+		snprintf(g->job_ids, sizeof(g->job_ids), "%s", jobs);
+		pthread_mutex_unlock(&m->lock);
+		watchdog_maybe(m); /* a hung call per GPU must not starve the watchdog */
+	}
+	pthread_mutex_lock(&m->lock);
+	m->node.n_gpus = n;
+	m->node.polls++;
+	publish(m);
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
+static void on_xid(int gpu, int xid, void *data)
+{
+	manager *m = data;
+	pthread_mutex_lock(&m->lock);
+	if (m->xt - m->xh < HD_XID_QUEUE) {
+		m->xq[m->xt % HD_XID_QUEUE].gpu = gpu;
+		m->xq[m->xt % HD_XID_QUEUE].xid = xid;
+		m->xt++;
+	}
+	pthread_mutex_unlock(&m->lock);
+	char c = 'x';
+	(void)!write(m->wake[1], &c, 1);
+}
+
+static void handle_xids(manager *m)
+{
+	char buf[64];
+	while (read(m->wake[0], buf, sizeof(buf)) > 0)
+		;
+	pthread_mutex_lock(&m->lock);
+	bool any = false;
+	while (m->xh != m->xt) {
+		int gpu = m->xq[m->xh % HD_XID_QUEUE].gpu, xid = m->xq[m->xh % HD_XID_QUEUE].xid;
+		m->xh++;
+		if (gpu < 0 || gpu >= m->node.n_gpus) {
+			log_warning("XID %d on an unknown GPU, ignoring", xid);
+			continue;
+		}
+		kiln_cfg_action a = hd_gpu_add_xid(&m->s, &m->node.gpus[gpu], xid);
+		int prio = a == KILN_ACTION_IGNORE ? LOG_INFO : a == KILN_ACTION_APP ? LOG_WARNING : LOG_ERR;
+		log_full(prio, "gpu%d: XID %d (%s): action %s", gpu, xid, hd_xid_what(xid), kiln_cfg_action_to_string(a));
+		any = true;
+	}
+	if (any)
+		publish(m);
+	pthread_mutex_unlock(&m->lock);
+}
+
+static enum MHD_Result http_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+				    const char *version, const char *upload, size_t *upload_size, void **state)
+{
+	manager *m = cls;
+	if (!streq(method, "GET") && !streq(method, "HEAD")) {
+		static const char msg[] = "only GET is supported\n";
+		struct MHD_Response *r = MHD_create_response_from_buffer(sizeof(msg) - 1, (void *)msg, MHD_RESPMEM_PERSISTENT);
+		enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_METHOD_NOT_ALLOWED, r);
+		MHD_destroy_response(r);
+		return ret;
+	}
+	char *body = NULL;
+	unsigned code = MHD_HTTP_OK;
+	const char *type = "text/plain; version=0.0.4; charset=utf-8";
+	pthread_mutex_lock(&m->lock);
+	if (streq(url, "/metrics"))
+		body = strdup(m->metrics ?: "");
+	else if (streq(url, "/health")) {
+		_cleanup_strbuf_ kiln_strbuf b;
+		kiln_strbuf_init(&b);
+		hd_json_render(&m->node, m->host, &b);
+		body = kiln_strbuf_steal(&b);
+		type = "application/json";
+	} else if (streq(url, "/")) {
+		body = strdup("kiln-healthd: see /metrics (Prometheus) and /health (JSON)\n");
+	} else {
+		code = MHD_HTTP_NOT_FOUND;
+		body = strdup("not found: try /metrics or /health\n");
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (!body)
+		return MHD_NO;
+	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+	MHD_add_response_header(r, "Content-Type", type);
+	enum MHD_Result ret = MHD_queue_response(c, code, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+static int start_http(manager *m)
+{
+	int port = arg.metrics_port >= 0 ? arg.metrics_port : m->s.metrics_port;
+	if (port == 0)
+		return 0;
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+	if (inet_pton(AF_INET, m->s.metrics_address, &sa.sin_addr) != 1) {
+		log_error("health.metrics_address '%s' is not an IPv4 address; fix the cluster file.", m->s.metrics_address);
+		return -EINVAL;
+	}
+	m->http = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, (uint16_t)port, NULL, NULL,
+				   http_handler, m, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_CONNECTION_TIMEOUT, 10u,
+				   MHD_OPTION_END);
+	if (!m->http) {
+		log_error("Failed to listen on %s:%d for /metrics (in use? set health.metrics_port)",
+			  m->s.metrics_address, port);
+		return -EADDRINUSE;
+	}
+	log_info("Serving /metrics on %s:%d", m->s.metrics_address, port);
+	return 0;
+}
+
+static int open_nvml(manager *m)
+{
+	int r = hd_nvml_open(m->s.nvml_library, m->s.nvml_timeout_usec, &m->nvml, m->nvml_error,
+			     sizeof(m->nvml_error));
+	if (r < 0) {
+		m->nvml = NULL;
+		return r;
+	}
+	return 0;
+}
+
+static void no_nvml_reason(manager *m, int r)
+{
+	if (m->s.expected_gpus == 0)
+		return;
+	hd_reasons_add(&m->node.reasons, m->s.expected_gpus > 0 ? HD_UNHEALTHY : HD_DEGRADED,
+		       "NVML unavailable (%s)", r == -ENOENT ? "no NVIDIA driver" : m->nvml_error);
+}
+
+static int run_check(manager *m)
+{
+	int r = open_nvml(m);
+	if (r < 0) {
+		log_full(m->s.expected_gpus > 0 ? LOG_ERR : LOG_NOTICE, "Cannot use NVML (%s): %s", m->s.nvml_library,
+			 m->nvml_error);
+		hd_node_evaluate(&m->s, &m->node, kiln_now_usec());
+		if (m->s.expected_gpus > 0) {
+			m->node.reasons.n = 0;
+			no_nvml_reason(m, r);
+			m->node.state = HD_UNHEALTHY;
+		}
+	} else {
+		poll_all(m);
+		pthread_mutex_lock(&m->lock);
+		hd_node_evaluate(&m->s, &m->node, kiln_now_usec());
+		pthread_mutex_unlock(&m->lock);
+	}
+	_cleanup_strbuf_ kiln_strbuf b;
+	kiln_strbuf_init(&b);
+	if (arg.json)
+		hd_json_render(&m->node, m->host, &b);
+	else
+		hd_table_render(&m->node, m->host, &b);
+	if (kiln_strbuf_error(&b) < 0)
+		return log_error_errno(-ENOMEM, "Out of memory");
+	fputs(b.s, stdout);
+	return m->node.state == HD_UNHEALTHY ? 1 : 0;
+}
+
+static int run_active(manager *m)
+{
+	int r = open_nvml(m), n = 0, failed = 0;
+	if (r == 0 && hd_nvml_count(m->nvml, &n) < 0)
+		n = 0;
+	printf("%-4s %-10s %-8s %12s %12s  %s\n", "GPU", "CHECK", "RESULT", "MEASURED", "EXPECTED", "DETAIL");
+	for (int i = 0; i < MAX(n, 1); i++) {
+		hd_sample s = {};
+		if (m->nvml && n > 0)
+			hd_nvml_poll(m->nvml, i, &s);
+		hd_active_result res[HD_ACTIVE_CHECKS];
+		hd_active_run(&m->s, n > 0 ? i : -1, s.name, res);
+		for (int k = 0; k < HD_ACTIVE_CHECKS; k++) {
+			const char *unit = streq(res[k].name, "gemm") ? "TFLOP/s" : streq(res[k].name, "memtest") ? "GiB" : "GB/s";
+			char meas[32] = "-", exp[32] = "-";
+			if (!streq(res[k].status, "skipped"))
+				snprintf(meas, sizeof(meas), "%.1f %s", res[k].value, unit);
+			if (res[k].expected > 0)
+				snprintf(exp, sizeof(exp), "%.0f %s", res[k].expected, unit);
+			printf("%-4s %-10s %-8s %12s %12s  %s\n", n > 0 ? (char[8]){ '0' + (i % 10), 0 } : "-",
+			       res[k].name, res[k].status, meas, exp, res[k].detail);
+			failed += streq(res[k].status, "failed");
+		}
+	}
+	return failed ? 1 : 0;
+}
+
+static int run_daemon(manager *m)
+{
+	int r;
+	if (pipe2(m->wake, O_CLOEXEC | O_NONBLOCK) < 0)
+		return log_error_errno(errno, "Failed to create a pipe: %m");
+	sigset_t mask;
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &mask, NULL); /* before any thread starts: they inherit it */
+	signal(SIGPIPE, SIG_IGN);
+	_cleanup_close_ int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sfd < 0)
+		return log_error_errno(errno, "Failed to create a signalfd: %m");
+
+	if (sd_watchdog_enabled(0, &m->watchdog_usec) <= 0)
+		m->watchdog_usec = 0;
+
+	r = open_nvml(m);
+	if (r < 0) {
+		log_full(m->s.expected_gpus > 0 ? LOG_ERR : LOG_WARNING, "Cannot use NVML (%s): %s; %s",
+			 m->s.nvml_library, m->nvml_error,
+			 r == -ENOENT ? "is the NVIDIA driver installed?" : "check the driver with nvidia-smi");
+		no_nvml_reason(m, r);
+	} else if (hd_nvml_start_events(m->nvml, on_xid, m) < 0)
+		log_warning("NVML event API unavailable: XIDs are not watched");
+
+	if (start_http(m) < 0)
+		return -EADDRINUSE;
+	if (m->s.drain) {
+		r = hd_slurm_start(m->host, &m->slurm);
+		if (r < 0)
+			return log_error_errno(r, "Failed to start the Slurm thread: %m");
+	} else
+		log_info("Slurm drain/resume disabled");
+
+	poll_all(m);
+	if (!m->nvml) {
+		pthread_mutex_lock(&m->lock);
+		publish(m);
+		pthread_mutex_unlock(&m->lock);
+	}
+	if (m->s.active_on_start && m->nvml && m->node.n_gpus > 0) {
+		for (int i = 0; i < m->node.n_gpus; i++) {
+			hd_active_result res[HD_ACTIVE_CHECKS];
+			hd_active_run(&m->s, i, m->node.gpus[i].cur.name, res);
+			for (int k = 0; k < HD_ACTIVE_CHECKS; k++)
+				log_full(streq(res[k].status, "failed") ? LOG_ERR : LOG_INFO, "gpu%d: active check %s %s: %s",
+					 i, res[k].name, res[k].status, res[k].detail);
+		}
+	}
+	sd_notify(0, "READY=1");
+	log_info("kiln-healthd %s on %s: %d GPU(s), polling every %.1fs", KILN_VERSION, m->host, m->node.n_gpus,
+		 m->s.interval_usec / 1e6);
+
+	uint64_t next_poll = kiln_now_usec() + m->s.interval_usec;
+	for (;;) {
+		watchdog_maybe(m);
+		uint64_t now = kiln_now_usec();
+		if (now >= next_poll) {
+			poll_all(m);
+			next_poll = MAX(next_poll + m->s.interval_usec, kiln_now_usec());
+			continue;
+		}
+		uint64_t wait = next_poll - now;
+		if (m->watchdog_usec)
+			wait = MIN(wait, m->watchdog_usec / 4);
+		struct pollfd p[2] = { { .fd = sfd, .events = POLLIN }, { .fd = m->wake[0], .events = POLLIN } };
+		int n = poll(p, 2, (int)DIV_ROUND_UP(wait, KILN_USEC_PER_MSEC));
+		if (n < 0 && errno != EINTR)
+			return log_error_errno(errno, "poll() failed: %m");
+		if (n > 0 && (p[0].revents & POLLIN)) {
+			struct signalfd_siginfo si;
+			if (read(sfd, &si, sizeof(si)) == sizeof(si)) {
+				if (si.ssi_signo == SIGHUP) {
+					log_info("SIGHUP: polling now");
+					next_poll = 0;
+					continue;
+				}
+				log_info("Received %s, shutting down", strsignal((int)si.ssi_signo));
+				break;
+			}
+		}
+		if (n > 0 && (p[1].revents & POLLIN))
+			handle_xids(m);
+	}
+	sd_notify(0, "STOPPING=1");
+	if (m->http)
+		MHD_stop_daemon(m->http);
+	m->http = NULL;
+	hd_slurm_stop(m->slurm);
+	hd_nvml_close(m->nvml);
+	m->nvml = NULL;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	log_set_program("kiln-healthd");
+	int r = parse_args(argc, argv);
+	if (r <= 0)
+		return r < 0 ? EXIT_USAGE : EXIT_SUCCESS;
+
+	static manager m; /* large (per-GPU samples); static keeps it off the stack */
+	pthread_mutex_init(&m.lock, NULL);
+	if (load_config(&m) < 0)
+		return EXIT_USAGE;
+	if (arg.check)
+		r = run_check(&m);
+	else if (arg.active)
+		r = run_active(&m);
+	else
+		r = run_daemon(&m) < 0 ? 1 : 0;
+	if (m.nvml && (arg.check || arg.active))
+		hd_nvml_close(m.nvml);
+	kiln_cfg_free(m.cfg);
+	free(m.metrics);
+	return r;
+}
