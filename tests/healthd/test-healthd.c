@@ -1,0 +1,460 @@
+/* test-healthd.c — unit tests of kiln-healthd's parts: the XID table, the
+ * threshold checks, the node state machine, the metrics / JSON output, and
+ * the NVML loader (symbol fallbacks, per-call timeouts, XID events) against
+ * the fake libnvidia-ml built in $KILN_BUILD/lib. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <jansson.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../services/healthd/healthd.h"
+
+static hd_settings S;
+
+static int setup(void **state)
+{
+	hd_settings_defaults(&S);
+	return 0;
+}
+
+static hd_sample healthy_sample(void)
+{
+	hd_sample s = { .present = true };
+	snprintf(s.name, sizeof(s.name), "NVIDIA H100 80GB HBM3");
+	snprintf(s.uuid, sizeof(s.uuid), "GPU-abc");
+	snprintf(s.pci_bus_id, sizeof(s.pci_bus_id), "00000000:18:00.0");
+	s.has_temp = s.has_slowdown = s.has_power = s.has_power_limit = s.has_clocks = s.has_ecc = true;
+	s.has_retired = s.has_retired_pending = s.has_remap = s.has_pcie_gen = s.has_pcie_width = true;
+	s.has_replay = s.has_nvlink = s.has_persistence = s.has_pids = true;
+	s.temp_c = 40, s.slowdown_c = 90, s.power_w = 300, s.power_limit_w = 700;
+	s.pcie_gen = s.pcie_gen_max = 5, s.pcie_width = s.pcie_width_max = 16;
+	s.nvlink_total = 18, s.persistence = true;
+	s.at_usec = 1000000;
+	return s;
+}
+
+static hd_state eval(const hd_sample *prev, const hd_sample *cur, hd_reasons *r)
+{
+	memset(r, 0, sizeof(*r));
+	hd_evaluate(&S, prev, cur, r);
+	return hd_reasons_state(r);
+}
+
+static bool has_reason(const hd_reasons *r, const char *needle)
+{
+	for (int i = 0; i < r->n; i++)
+		if (strstr(r->v[i].text, needle))
+			return true;
+	return false;
+}
+
+static void test_xid_table(void **state)
+{
+	int app[] = { 13, 31, 43, 45 }, drain[] = { 48, 64, 74, 79, 95, 119, 120 }, reset[] = { 63, 94 };
+	for (size_t i = 0; i < ARRAY_SIZE(app); i++)
+		assert_int_equal(hd_xid_action(&S, app[i]), KILN_ACTION_APP);
+	for (size_t i = 0; i < ARRAY_SIZE(drain); i++) {
+		kiln_cfg_action a = hd_xid_action(&S, drain[i]);
+		assert_true(a == KILN_ACTION_DRAIN || a == KILN_ACTION_RESET || a == KILN_ACTION_REBOOT);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(reset); i++)
+		assert_int_equal(hd_xid_action(&S, reset[i]), KILN_ACTION_RESET);
+	assert_int_equal(hd_xid_action(&S, 79), KILN_ACTION_REBOOT);
+	assert_int_equal(hd_xid_action(&S, 4242), KILN_ACTION_APP); /* unknown: log only */
+	assert_string_equal(hd_xid_what(79), "GPU has fallen off the bus");
+	/* overrides from the cluster file win */
+	kiln_cfg_xid ov[] = { { 13, KILN_ACTION_DRAIN, 1 }, { 79, KILN_ACTION_IGNORE, 2 } };
+	S.xids = ov;
+	S.n_xids = 2;
+	assert_int_equal(hd_xid_action(&S, 13), KILN_ACTION_DRAIN);
+	assert_int_equal(hd_xid_action(&S, 79), KILN_ACTION_IGNORE);
+	assert_int_equal(hd_xid_action(&S, 48), KILN_ACTION_RESET);
+	/* the table has no duplicates */
+	size_t n;
+	const hd_xid_info *t = hd_xid_table(&n);
+	for (size_t i = 0; i < n; i++)
+		for (size_t k = i + 1; k < n; k++)
+			assert_int_not_equal(t[i].xid, t[k].xid);
+}
+
+static void test_xid_counting(void **state)
+{
+	hd_gpu g = { .index = 2 };
+	g.cur = healthy_sample();
+	assert_int_equal(hd_gpu_add_xid(&S, &g, 13), KILN_ACTION_APP);
+	assert_int_equal(g.sticky.n, 0); /* application errors do not make the GPU unhealthy */
+	hd_gpu_add_xid(&S, &g, 79);
+	hd_gpu_add_xid(&S, &g, 79);
+	hd_gpu_add_xid(&S, &g, 13);
+	assert_int_equal(g.n_xids, 2);
+	assert_int_equal(g.xids[0].xid, 13);
+	assert_int_equal(g.xids[0].count, 2);
+	assert_int_equal(g.xids[1].count, 2);
+	assert_int_equal(g.last_xid, 13);
+	assert_int_equal(g.sticky.n, 1); /* one reason per XID number */
+	assert_non_null(strstr(g.sticky.v[0].text, "XID 79 GPU has fallen off the bus"));
+	/* more distinct XIDs than slots are still counted */
+	for (int x = 200; x < 200 + HD_XIDS_MAX + 5; x++)
+		hd_gpu_add_xid(&S, &g, x);
+	assert_int_equal(g.n_xids, HD_XIDS_MAX);
+	assert_int_equal(g.xid_other, 7);
+}
+
+static void test_thresholds(void **state)
+{
+	hd_reasons r;
+	hd_sample s = healthy_sample();
+	assert_int_equal(eval(NULL, &s, &r), HD_HEALTHY);
+	assert_int_equal(r.n, 0);
+
+	s.temp_c = 85; /* warning threshold */
+	assert_int_equal(eval(NULL, &s, &r), HD_DEGRADED);
+	s.temp_c = 90; /* the GPU's slowdown temperature */
+	assert_int_equal(eval(NULL, &s, &r), HD_UNHEALTHY);
+	assert_true(has_reason(&r, "slowdown limit 90 C"));
+	S.th.temp_max_c = 88;
+	s.temp_c = 88;
+	assert_int_equal(eval(NULL, &s, &r), HD_UNHEALTHY);
+	s.temp_c = 40;
+
+	s.power_w = 700 * 1.06;
+	assert_int_equal(eval(NULL, &s, &r), HD_DEGRADED);
+	s.power_w = 700;
+	assert_int_equal(eval(NULL, &s, &r), HD_HEALTHY);
+
+	s.clock_reasons = nvmlClocksThrottleReasonHwSlowdown;
+	assert_int_equal(eval(NULL, &s, &r), HD_UNHEALTHY);
+	s.clock_reasons = nvmlClocksThrottleReasonHwPowerBrakeSlowdown;
+	assert_int_equal(eval(NULL, &s, &r), HD_UNHEALTHY);
+	s.clock_reasons = nvmlClocksEventReasonSwThermalSlowdown;
+	assert_int_equal(eval(NULL, &s, &r), HD_DEGRADED);
+	s.clock_reasons = nvmlClocksEventReasonGpuIdle | nvmlClocksEventReasonSwPowerCap;
+	assert_int_equal(eval(NULL, &s, &r), HD_HEALTHY);
+	s.clock_reasons = 0;
+
+	s.dbe_vol = 1;
+	assert_int_equal(eval(NULL, &s, &r), HD_UNHEALTHY);
+	s.dbe_vol = 0, s.dbe_agg = 3;
+	assert_int_equal(eval(NULL, &s, &r), HD_DEGRADED);
+	s.dbe_agg = 0, s.sbe_vol = 999;
+	assert_int_equal(eval(NULL, &s, &r), HD_HEALTHY);
+	s.sbe_vol = 1000;
+	assert_int_equal(eval(NULL, &s, &r), HD_DEGRADED);
+	s.sbe_vol = 0;
+
+	s.retired_sbe = 30, s.retired_dbe = 29;
+	assert_int_equal(eval(NULL, &s, &r), HD_HEALTHY);
+	s.retired_dbe = 30;
+	assert_int_equal(eval(NULL, &s, &r), HD_UNHEALTHY);
+	s.retired_sbe = s.retired_dbe = 0;
+	s.retired_pending = true;
+	assert_int_equal(eval(NULL, &s, &r), HD_UNHEALTHY);
+	s.retired_pending = false;
+
+	s.remap_pending = true;
+	assert_int_equal(eval(NULL, &s, &r), HD_UNHEALTHY);
+	S.th.remap_pending = KILN_ACTION_APP; /* configurable */
+	assert_int_equal(eval(NULL, &s, &r), HD_DEGRADED);
+	s.remap_pending = false, s.remap_failure = true;
+	assert_int_equal(eval(NULL, &s, &r), HD_UNHEALTHY);
+	s.remap_failure = false;
+
+	s.pcie_width = 8;
+	assert_int_equal(eval(NULL, &s, &r), HD_DEGRADED);
+	assert_true(has_reason(&r, "x8 below its maximum x16"));
+	s.pcie_width = 16, s.pcie_gen = 1; /* idle GPUs downshift: fine */
+	assert_int_equal(eval(NULL, &s, &r), HD_HEALTHY);
+	s.n_pids = 1, s.pids[0] = 1234; /* under load: not fine */
+	assert_int_equal(eval(NULL, &s, &r), HD_DEGRADED);
+	s.pcie_gen = 5;
+
+	hd_sample p = s;
+	s.at_usec = p.at_usec + 30 * 1000000ULL;
+	s.pcie_replay = p.pcie_replay + 49; /* 98/min */
+	assert_int_equal(eval(&p, &s, &r), HD_HEALTHY);
+	s.pcie_replay = p.pcie_replay + 50; /* 100/min */
+	assert_int_equal(eval(&p, &s, &r), HD_DEGRADED);
+	s.pcie_replay = p.pcie_replay;
+
+	s.nvlink_down = 2;
+	assert_int_equal(eval(&p, &s, &r), HD_UNHEALTHY);
+	assert_true(has_reason(&r, "2 of 18 NVLink links down"));
+	s.nvlink_down = 0;
+	s.nvlink_err[NVML_NVLINK_ERROR_DL_CRC_FLIT] = p.nvlink_err[NVML_NVLINK_ERROR_DL_CRC_FLIT] + 3;
+	assert_int_equal(eval(&p, &s, &r), HD_DEGRADED);
+	assert_int_equal(eval(NULL, &s, &r), HD_HEALTHY); /* totals alone say nothing */
+	s.nvlink_err[NVML_NVLINK_ERROR_DL_CRC_FLIT] = 0;
+
+	s.persistence = false;
+	assert_int_equal(eval(NULL, &s, &r), HD_DEGRADED);
+	s.persistence = true;
+
+	s.lost = true;
+	assert_int_equal(eval(NULL, &s, &r), HD_UNHEALTHY);
+	assert_true(has_reason(&r, "GPU_IS_LOST"));
+	s.lost = false;
+	snprintf(s.hung_call, sizeof(s.hung_call), "nvmlDeviceGetPowerUsage");
+	assert_int_equal(eval(NULL, &s, &r), HD_UNHEALTHY);
+	assert_true(has_reason(&r, "nvmlDeviceGetPowerUsage hung"));
+	s.hung_call[0] = 0;
+	/* a value NVML could not read is not checked */
+	s.has_temp = false, s.temp_c = 200;
+	assert_int_equal(eval(NULL, &s, &r), HD_HEALTHY);
+}
+
+static void node_init(hd_node *n, int gpus)
+{
+	memset(n, 0, sizeof(*n));
+	n->n_gpus = gpus;
+	for (int i = 0; i < gpus; i++) {
+		n->gpus[i].index = i;
+		n->gpus[i].cur = healthy_sample();
+		snprintf(n->gpus[i].cur.uuid, sizeof(n->gpus[i].cur.uuid), "GPU-%d", i);
+		n->gpus[i].cur.minor = (unsigned)i;
+	}
+}
+
+static void test_node_state(void **state)
+{
+	static hd_node n;
+	char buf[HD_SLURM_REASON_MAX];
+	S.expected_gpus = 4;
+	node_init(&n, 4);
+	hd_node_evaluate(&S, &n, 100);
+	assert_int_equal(n.state, HD_HEALTHY);
+	assert_int_equal(n.healthy_since_usec, 100);
+	assert_int_equal(hd_node_drain_reason(&n, buf, sizeof(buf)), 0);
+
+	n.gpus[1].cur.pcie_width = 4; /* degraded: not drained, but not "healthy" for recovery */
+	hd_node_evaluate(&S, &n, 200);
+	assert_int_equal(n.state, HD_DEGRADED);
+	assert_int_equal(n.healthy_since_usec, 0);
+	assert_int_equal(hd_node_drain_reason(&n, buf, sizeof(buf)), 0);
+	n.gpus[1].cur.pcie_width = 16;
+
+	hd_gpu_add_xid(&S, &n.gpus[2], 79);
+	hd_node_evaluate(&S, &n, 300);
+	assert_int_equal(n.state, HD_UNHEALTHY);
+	assert_int_equal(n.gpus[2].state, HD_UNHEALTHY);
+	assert_int_equal(n.gpus[0].state, HD_HEALTHY);
+	assert_int_equal(hd_node_drain_reason(&n, buf, sizeof(buf)), 1);
+	assert_string_equal(buf, "kiln: gpu2 XID 79 GPU has fallen off the bus (reboot needed)");
+	hd_node_summary(&n, buf, sizeof(buf));
+	assert_string_equal(buf, "unhealthy: 4 GPUs, 3 healthy, 0 degraded, 1 unhealthy "
+				 "(gpu2 XID 79 GPU has fallen off the bus (reboot needed))");
+	/* XID reasons stay until the daemon restarts (after the reset/reboot) */
+	hd_node_evaluate(&S, &n, 400);
+	assert_int_equal(n.state, HD_UNHEALTHY);
+
+	node_init(&n, 3); /* a GPU fell off: the count no longer matches */
+	hd_node_evaluate(&S, &n, 500);
+	assert_int_equal(n.state, HD_UNHEALTHY);
+	hd_node_drain_reason(&n, buf, sizeof(buf));
+	assert_string_equal(buf, "kiln: 3 GPUs found, the cluster file says 4");
+	node_init(&n, 4);
+	hd_node_evaluate(&S, &n, 600);
+	assert_int_equal(n.healthy_since_usec, 600);
+	hd_node_evaluate(&S, &n, 700);
+	assert_int_equal(n.healthy_since_usec, 600); /* counts from the first healthy moment */
+}
+
+static void test_metrics(void **state)
+{
+	static hd_node n;
+	node_init(&n, 2);
+	snprintf(n.gpus[1].cur.name, sizeof(n.gpus[1].cur.name), "odd \"name\"\\x");
+	n.gpus[1].cur.temp_c = 71;
+	hd_gpu_add_xid(&S, &n.gpus[1], 79);
+	hd_gpu_add_xid(&S, &n.gpus[1], 79);
+	hd_gpu_add_xid(&S, &n.gpus[1], 31);
+	snprintf(n.gpus[0].job_ids, sizeof(n.gpus[0].job_ids), "17,18");
+	hd_node_evaluate(&S, &n, 1);
+	_cleanup_strbuf_ kiln_strbuf b;
+	kiln_strbuf_init(&b);
+	assert_int_equal(hd_metrics_render(&n, "node01", &b), 0);
+	const char *t = b.s;
+	assert_non_null(strstr(t, "DCGM_FI_DEV_GPU_TEMP{gpu=\"1\",UUID=\"GPU-1\",pci_bus_id=\"00000000:18:00.0\","
+				  "device=\"nvidia1\",modelName=\"odd \\\"name\\\"\\\\x\",Hostname=\"node01\"} 71\n"));
+	assert_non_null(strstr(t, "# TYPE DCGM_FI_DEV_POWER_USAGE gauge\n"));
+	assert_non_null(strstr(t, ",xid=\"79\"} 2\n"));
+	assert_non_null(strstr(t, ",xid=\"31\"} 1\n"));
+	assert_non_null(strstr(t, "DCGM_FI_DEV_XID_ERRORS{gpu=\"1\""));
+	assert_non_null(strstr(t, ",state=\"unhealthy\"} 1\n"));
+	assert_non_null(strstr(t, "kiln_node_health{Hostname=\"node01\",state=\"unhealthy\"} 1\n"));
+	assert_non_null(strstr(t, ",job=\"17\"} 1\n"));
+	assert_non_null(strstr(t, ",job=\"18\"} 1\n"));
+	/* every sample line is well formed: name{labels} value */
+	regex_t re;
+	assert_int_equal(regcomp(&re, "^[a-zA-Z_:][a-zA-Z0-9_:]*(\\{([a-zA-Z_][a-zA-Z0-9_]*=\"([^\"\\\\]|\\\\.)*\",?)*\\})? "
+				 "-?[0-9.e+-]+$", REG_EXTENDED | REG_NOSUB), 0);
+	char *copy = strdup(t), *save = NULL;
+	int samples = 0;
+	for (char *l = strtok_r(copy, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+		if (l[0] == '#')
+			continue;
+		if (regexec(&re, l, 0, NULL, 0) != 0)
+			fail_msg("malformed metrics line: %s", l);
+		samples++;
+	}
+	assert_true(samples > 50);
+	free(copy);
+	regfree(&re);
+}
+
+static void test_json_table(void **state)
+{
+	static hd_node n;
+	S.expected_gpus = 2;
+	node_init(&n, 2);
+	n.gpus[0].cur.dbe_vol = 5;
+	hd_node_evaluate(&S, &n, 1);
+	_cleanup_strbuf_ kiln_strbuf b;
+	kiln_strbuf_init(&b);
+	assert_int_equal(hd_json_render(&n, "node02", &b), 0);
+	json_error_t err;
+	json_t *j = json_loads(b.s, 0, &err);
+	assert_non_null(j);
+	assert_string_equal(json_string_value(json_object_get(j, "state")), "unhealthy");
+	assert_string_equal(json_string_value(json_object_get(j, "node")), "node02");
+	assert_string_equal(json_string_value(json_object_get(j, "drain_reason")),
+			    "kiln: gpu0 5 double-bit ECC errors since the last reset");
+	json_t *g = json_array_get(json_object_get(j, "gpus"), 1);
+	assert_string_equal(json_string_value(json_object_get(g, "state")), "healthy");
+	assert_int_equal(json_integer_value(json_object_get(g, "temperature_c")), 40);
+	json_decref(j);
+
+	kiln_strbuf b2;
+	kiln_strbuf_init(&b2);
+	assert_int_equal(hd_table_render(&n, "node02", &b2), 0);
+	assert_non_null(strstr(b2.s, "unhealthy  5 double-bit ECC errors"));
+	assert_non_null(strstr(b2.s, "node node02: unhealthy\n"));
+	kiln_strbuf_free(&b2);
+}
+
+/* ---- NVML loader against the fake ---- */
+
+static char fake_dir[512], old_dir[512], scenario[600];
+
+static int nvml_setup(void **state)
+{
+	hd_settings_defaults(&S);
+	const char *b = getenv("KILN_BUILD");
+	if (!b)
+		b = "build";
+	char *abs = realpath(b, NULL);
+	if (!abs)
+		return 0;
+	snprintf(fake_dir, sizeof(fake_dir), "%s/lib/fake-nvml/libnvidia-ml.so.1", abs);
+	snprintf(old_dir, sizeof(old_dir), "%s/lib/fake-nvml-old/libnvidia-ml.so.1", abs);
+	snprintf(scenario, sizeof(scenario), "/tmp/test-healthd-%d.cfg", (int)getpid());
+	free(abs);
+	FILE *f = fopen(scenario, "we");
+	fprintf(f, "gpus = ( { temperature = 51; power_w = 123.5; remap_pending = true; processes = [ 1 ]; },\n"
+		   "         { uuid = \"GPU-hang\"; } );\n"
+		   "events = ( { at = 0.0; gpu = 1; hang = \"nvmlDeviceGetPowerUsage\"; },\n"
+		   "           { at = 0.3; gpu = 0; xid = 48; } );\n");
+	fclose(f);
+	setenv("KILN_FAKE_NVML_SCENARIO", scenario, 1);
+	return 0;
+}
+
+static int nvml_teardown(void **state)
+{
+	unlink(scenario);
+	return 0;
+}
+
+static int xid_seen_gpu = -1, xid_seen = -1;
+static void xid_cb(int gpu, int xid, void *data)
+{
+	xid_seen_gpu = gpu;
+	xid_seen = xid;
+}
+
+static void test_nvml_fake(void **state)
+{
+	if (access(fake_dir, R_OK) < 0)
+		skip();
+	char err[256] = "";
+	hd_nvml *m = NULL;
+	assert_int_equal(hd_nvml_open("/nonexistent/libnvidia-ml.so.1", 200000, &m, err, sizeof(err)), -ENOENT);
+	assert_int_equal(hd_nvml_open(fake_dir, 300000, &m, err, sizeof(err)), 0);
+	int n = 0;
+	assert_int_equal(hd_nvml_count(m, &n), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(hd_nvml_start_events(m, xid_cb, NULL), 0);
+	hd_sample s = {};
+	assert_int_equal(hd_nvml_poll(m, 0, &s), 0);
+	assert_true(s.present);
+	assert_int_equal(s.temp_c, 51);
+	assert_true(s.power_w > 123.4 && s.power_w < 123.6);
+	assert_true(s.has_remap && s.remap_pending);
+	assert_int_equal(s.nvlink_total, 18);
+	assert_int_equal(s.n_pids, 1);
+	assert_string_equal(s.pci_bus_id, "00000000:18:00.0");
+
+	/* the hung call is abandoned after the timeout, named, and not retried */
+	hd_sample h = {};
+	uint64_t t0 = kiln_now_usec();
+	assert_int_equal(hd_nvml_poll(m, 1, &h), -ETIMEDOUT);
+	uint64_t dt = kiln_now_usec() - t0;
+	assert_true(dt >= 290000 && dt < 1500000);
+	assert_string_equal(h.hung_call, "nvmlDeviceGetPowerUsage");
+	assert_int_equal(hd_nvml_abandoned(m), 1);
+	t0 = kiln_now_usec();
+	assert_int_equal(hd_nvml_poll(m, 1, &h), -ETIMEDOUT);
+	assert_true(kiln_now_usec() - t0 < 100000);
+	assert_int_equal(hd_nvml_abandoned(m), 1);
+	/* the other GPU still polls fine on a fresh worker */
+	assert_int_equal(hd_nvml_poll(m, 0, &s), 0);
+	assert_int_equal(s.temp_c, 51);
+
+	for (int i = 0; i < 100 && xid_seen < 0; i++)
+		usleep(20000);
+	assert_int_equal(xid_seen, 48);
+	assert_int_equal(xid_seen_gpu, 0);
+	/* close must not wait for the hung thread */
+	hd_nvml_close(m);
+}
+
+static void test_nvml_old_driver(void **state)
+{
+	if (access(old_dir, R_OK) < 0)
+		skip();
+	char err[256] = "";
+	hd_nvml *m = NULL;
+	assert_int_equal(hd_nvml_open(old_dir, 300000, &m, err, sizeof(err)), 0);
+	hd_sample s = {};
+	assert_int_equal(hd_nvml_poll(m, 0, &s), 0);
+	assert_true(s.present);
+	assert_true(s.has_clocks);  /* via nvmlDeviceGetCurrentClocksThrottleReasons */
+	assert_true(s.has_pids);    /* via nvmlDeviceGetComputeRunningProcesses_v2 */
+	assert_false(s.has_remap);  /* no nvmlDeviceGetRemappedRows: only that check is off */
+	assert_true(s.has_temp);
+	hd_reasons r = {};
+	hd_evaluate(&S, NULL, &s, &r);
+	assert_false(has_reason(&r, "row remapping"));
+	hd_nvml_close(m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup(test_xid_table, setup),
+		cmocka_unit_test_setup(test_xid_counting, setup),
+		cmocka_unit_test_setup(test_thresholds, setup),
+		cmocka_unit_test_setup(test_node_state, setup),
+		cmocka_unit_test_setup(test_metrics, setup),
+		cmocka_unit_test_setup(test_json_table, setup),
+		cmocka_unit_test(test_nvml_fake),
+		cmocka_unit_test(test_nvml_old_driver),
+	};
+	return cmocka_run_group_tests(tests, nvml_setup, nvml_teardown);
+}
