@@ -1,0 +1,25 @@
+# slurm/launcher/: kiln-run, the elastic launcher (library kilnrun + the
+# kiln-run program), its tests, tools and benchmarks.  The rendezvous store
+# (library kilnstore) is declared in store.mk, included here.
+include slurm/launcher/store.mk
+
+KILN_RUN_SRCS := slurm/launcher/rdzv.c slurm/launcher/agent.c slurm/launcher/workers.c \
+	slurm/launcher/slurmenv.c
+$(eval $(call kiln_lib,kilnrun,$(KILN_RUN_SRCS)))
+
+# hwloc binds workers to CPUs/NUMA nodes when its headers are installed
+# (libhwloc-dev); without them workers run unbound.
+KILN_RUN_HWLOC := $(if $(wildcard /usr/include/hwloc.h),1,)
+ifeq ($(KILN_RUN_HWLOC),1)
+$(B)/obj/slurm/launcher/workers.o: EXTRA_CFLAGS += -DKILN_HAVE_HWLOC=1
+KILN_RUN_LDLIBS := -lslurm -lhwloc -lconfig
+else
+KILN_RUN_LDLIBS := -lslurm -lconfig
+endif
+
+$(eval $(call kiln_bin,kiln-run,slurm/launcher/kiln-run.c,kilnrun kilnstore config common,$(KILN_RUN_LDLIBS)))
+
+# Unit tests of the rendezvous state machine (no sockets).
+$(eval $(call kiln_test,test-launcher,tests/launcher/test-rdzv.c,kilnrun common,))
+# Rendezvous benchmark: N simulated agents on loopback.
+$(eval $(call kiln_tool,kiln-run-bench,tests/launcher/rdzv-bench.c,kilnrun kilnstore common,$(KILN_RUN_LDLIBS)))

@@ -1,0 +1,123 @@
+/* launcher.h — the parts of kiln-run (the elastic launcher) and how they fit.
+ *
+ *   kiln-run.c  command line, cluster-file defaults, main()
+ *   slurmenv.c  the job as Slurm describes it: node list (expanded with
+ *               libslurm), this node's id, node addresses, requeue
+ *   workers.c   one round's worker processes: environment, process groups,
+ *               "host:rank" output prefixing, signals, reaping
+ *   agent.c     the agent loop on every node, and the leader (the agent that
+ *               hosts the store): joins, heartbeats, liveness, rounds,
+ *               barriers, store failover
+ *   rdzv.c      the leader's decisions as a pure state machine
+ *
+ * Exit codes are part of the user interface (docs/kiln-run.md). */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "rdzv.h"
+
+/* Exit codes besides 0 and the workers' own codes. */
+#define KR_EXIT_FAILURE 1       /* kiln-run itself failed (store unreachable ...) */
+#define KR_EXIT_USAGE 2         /* bad command line or cluster file */
+#define KR_EXIT_JOIN_TIMEOUT 75 /* fewer than MIN nodes joined within the join timeout */
+#define KR_EXIT_CLOSED 76       /* the rendezvous closed before this node got a round */
+
+/* Environment variables. */
+#define KR_ENV_SECRET "KILN_RUN_SECRET"   /* per-job secret for the control keys */
+#define KR_ENV_SIM_NODES "KILN_RUN_SIM_NODES" /* tests: loopback "nodes" (hostlist) */
+#define KR_ENV_SIM_NODE_ID "KILN_RUN_SIM_NODE_ID"
+
+/* The worker key space entry that says "checkpoint now" (value: a counter). */
+#define KR_CHECKPOINT_KEY "kiln/checkpoint_now"
+/* How often the agent loop polls the store for a new round or the end. */
+#define KR_POLL_USEC (100 * 1000ULL)
+/* Stopping workers for a new round: at most this long before SIGKILL (the
+ * full --grace applies to job-ending signals). */
+#define KR_RESTART_STOP_USEC (10 * 1000 * 1000ULL)
+/* A secret is 32 random bytes, hex. */
+#define KR_SECRET_LEN 64
+
+typedef struct kr_opts {
+	rdzv_params rdzv;
+	unsigned nproc;           /* 0 = one per GPU */
+	uint16_t port;            /* store port; 0 = ephemeral (standalone) */
+	uint64_t heartbeat_usec;
+	uint64_t grace_usec;
+	bool prefix_output;
+	bool health_check;
+	bool requeue;
+	bool standalone;
+	const char *run_id;
+	const char *healthd;      /* path of kiln-healthd */
+	int node_gpus;            /* GPUs of this node from the cluster file, -1 unknown */
+	char **argv;              /* worker program and arguments */
+} kr_opts;
+
+typedef struct kr_job {
+	char *job_id;      /* NULL outside Slurm */
+	char **nodes;      /* node names, Slurm node order */
+	char **addrs;      /* IPv4 literal per node */
+	size_t n;
+	size_t self;       /* this node's index */
+	bool sim;          /* loopback simulation */
+} kr_job;
+
+/* slurmenv.c */
+int kr_job_from_slurm(kr_job *ret, char *err, size_t errlen);
+int kr_job_standalone(kr_job *ret);
+int kr_job_sim(const char *hostlist, const char *id, kr_job *ret, char *err, size_t errlen);
+void kr_job_done(kr_job *j);
+/* Asks Slurm to requeue job_id (after preemption warnings). */
+int kr_slurm_requeue(const char *job_id);
+int kr_count_gpus(void);
+
+/* workers.c */
+typedef struct kr_worker {
+	pid_t pid;
+	int out_fd, err_fd; /* pipes when prefixing, else -1 */
+	char *out_buf, *err_buf;
+	size_t out_len, err_len;
+	bool exited;
+	int code; /* exit code (128+sig for a signal) */
+	int rank;
+} kr_worker;
+
+typedef struct kr_group {
+	kr_worker *w;
+	size_t n;
+	uint64_t round;
+	const char *host;
+	bool prefix;
+} kr_group;
+
+typedef struct kr_worker_env {
+	uint32_t rank_base, local_world, world, group_rank;
+	uint64_t restart_count;
+	const char *master_addr;
+	uint16_t master_port;
+	const char *run_id;
+	const char *host;
+	uint64_t round;
+	int gpus; /* GPUs on this node, 0 = none, -1 unknown */
+} kr_worker_env;
+
+int kr_group_spawn(kr_group *g, char *const *argv, const kr_worker_env *e, bool prefix);
+/* Signals every worker's process group. */
+void kr_group_kill(kr_group *g, int sig);
+/* Reaps exited workers (non-blocking).  Returns how many are still running. */
+size_t kr_group_reap(kr_group *g);
+/* Adds the output pipes to a pollfd array; returns how many were added. */
+struct pollfd;
+size_t kr_group_pollfds(const kr_group *g, struct pollfd *p, size_t max);
+/* Moves whatever the pipes hold to stdout/stderr with "host:rank: " prefixes. */
+void kr_group_pump(kr_group *g, bool flush_partial);
+/* Exit code of the first failing worker, 0 if all exited 0, -1 if some still run. */
+int kr_group_result(const kr_group *g);
+void kr_group_free(kr_group *g);
+
+/* agent.c */
+int kr_agent_run(const kr_opts *o, kr_job *job);
