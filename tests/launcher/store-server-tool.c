@@ -3,10 +3,11 @@
  *
  *   kiln-store-server [--bind ADDR] [--port P] [--secret S] [--allow ADDR]...
  *                     [--allow-all] [--no-loopback] [--max-conns N]
- *                     [--port-file FILE]
+ *                     [--port-file FILE] [--dump-keys]
  *
  * Prints "port N" on stdout once listening (and writes N to --port-file),
- * serves until SIGTERM/SIGINT, then prints its counters on stderr.  The
+ * serves until SIGTERM/SIGINT, then prints its counters (and with
+ * --dump-keys every key, one "key NAME" line each) on stderr.  The
  * secret may also come from $KILN_STORE_SECRET.  Exit: 0, 1 on a runtime
  * failure, 2 on bad usage. */
 #include <getopt.h>
@@ -23,10 +24,17 @@
 
 #define ALLOW_MAX 4096
 
+static int dump_key(const char *key, const void *value, size_t len, void *userdata)
+{
+	fprintf(stderr, "key %s\n", key);
+	return 0;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "Usage: kiln-store-server [--bind ADDR] [--port P] [--secret S] [--allow ADDR]...\n"
-		   "                         [--allow-all] [--no-loopback] [--max-conns N] [--port-file FILE]\n");
+		   "                         [--allow-all] [--no-loopback] [--max-conns N] [--port-file FILE]\n"
+		   "                         [--dump-keys]\n");
 }
 
 int main(int argc, char **argv)
@@ -36,11 +44,13 @@ int main(int argc, char **argv)
 		{ "secret", required_argument, NULL, 's' }, { "allow", required_argument, NULL, 'a' },
 		{ "allow-all", no_argument, NULL, 'A' },    { "no-loopback", no_argument, NULL, 'L' },
 		{ "max-conns", required_argument, NULL, 'm' }, { "port-file", required_argument, NULL, 'f' },
-		{ "help", no_argument, NULL, 'h' },         {}
+		{ "dump-keys", no_argument, NULL, 'D' },    { "help", no_argument, NULL, 'h' },
+		{}
 	};
 	kiln_store_server_opts o;
 	static uint32_t allow[ALLOW_MAX];
 	const char *port_file = NULL;
+	bool dump_keys = false;
 	int c, r;
 
 	kiln_store_server_opts_init(&o);
@@ -48,7 +58,7 @@ int main(int argc, char **argv)
 	if (o.secret && !o.secret[0])
 		o.secret = NULL;
 	o.allow = allow;
-	while ((c = getopt_long(argc, argv, "b:p:s:a:ALm:f:h", longopts, NULL)) >= 0) {
+	while ((c = getopt_long(argc, argv, "b:p:s:a:ALm:f:Dh", longopts, NULL)) >= 0) {
 		switch (c) {
 		case 'b':
 			o.bind_address = optarg;
@@ -90,6 +100,9 @@ int main(int argc, char **argv)
 		}
 		case 'f':
 			port_file = optarg;
+			break;
+		case 'D':
+			dump_keys = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -148,6 +161,8 @@ int main(int argc, char **argv)
 		" buffered=%" PRIu64 " requests=%" PRIu64 "\n",
 		st.connections, st.accepted, st.refused_peers, st.dropped_protocol, st.dropped_auth, st.dropped_limits,
 		st.keys, st.store_bytes, st.buffered_bytes, st.requests);
+	if (dump_keys)
+		kiln_store_server_foreach(s, NULL, dump_key, NULL);
 	kiln_store_server_free(s);
 	return 0;
 }
