@@ -1,0 +1,312 @@
+/* kernels/cpu/attention.c — the cpu backend's attention: varlen causal/GQA
+ * prefill forward with online softmax, its backward, paged-KV decode and
+ * the KV-cache write.
+ *
+ * The forward walks keys once per (token, head) with a running max and sum
+ * (the same online softmax the GPU kernels use), so no T x T matrix exists
+ * here either; it saves the row log-sum-exp for the backward, which
+ * recomputes probabilities from it.  The backward runs one task per
+ * (sequence, kv head) so the dk/dv sums of a GQA group stay in one thread
+ * and need no locks.  Index tensors are validated here because only the
+ * backend can read them (-EINVAL for bad cu_seqlens/context lengths,
+ * -ERANGE for a block or slot outside the cache). */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "cpu.h"
+#include "kiln/macro.h"
+
+static int widen_all(const kk_buffer *b, size_t n, float **ret, float **owned)
+{
+	*owned = NULL;
+	if (b->dtype == KK_F32) {
+		*ret = b->ptr;
+		return 0;
+	}
+	*owned = malloc(n * sizeof(float));
+	if (!*owned)
+		return -ENOMEM;
+	kk__row_f32(*owned, b->ptr, b->dtype, 0, n);
+	*ret = *owned;
+	return 0;
+}
+
+static int check_cu_seqlens(const kk_attn_desc *d)
+{
+	const int32_t *cu = d->cu_seqlens->ptr;
+	if (cu[0] != 0 || cu[d->n_seqs] != d->total_tokens)
+		return -EINVAL;
+	for (int s = 0; s < d->n_seqs; s++)
+		if (cu[s + 1] < cu[s] || cu[s + 1] - cu[s] > d->max_seqlen)
+			return -EINVAL;
+	return 0;
+}
+
+/* Index of the sequence holding token t (binary search over cu_seqlens). */
+static int seq_of(const int32_t *cu, int n_seqs, int64_t t)
+{
+	int lo = 0, hi = n_seqs - 1;
+	while (lo < hi) {
+		int mid = (lo + hi + 1) / 2;
+		if (cu[mid] <= t)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	/* Skip empty sequences that start at the same offset. */
+	while (lo < n_seqs - 1 && cu[lo + 1] <= t)
+		lo++;
+	return lo;
+}
+
+static inline float dot(const float *a, const float *b, int n)
+{
+	float s = 0;
+	for (int i = 0; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+struct attn_ctx {
+	const kk_attn_desc *d;
+	float scale;
+	const float *q, *k, *v, *out, *dout;
+	kk_buffer *o, *lse, *dq, *dk, *dv;
+};
+
+static int fwd_range(void *p, int64_t b, int64_t e, int chunk)
+{
+	struct attn_ctx *c = p;
+	const kk_attn_desc *d = c->d;
+	const int32_t *cu = d->cu_seqlens->ptr;
+	int D = d->head_dim, H = d->n_heads, Hkv = d->n_kv_heads, grp = H / Hkv;
+	float acc[KK_ATTN_HEAD_DIM_LARGE];
+
+	for (int64_t it = b; it < e; it++) {
+		int64_t t = it / H;
+		int h = (int)(it % H), kvh = h / grp;
+		int s = seq_of(cu, d->n_seqs, t);
+		int64_t j0 = cu[s], j1 = d->causal ? t + 1 : cu[s + 1];
+		const float *qr = c->q + ((size_t)t * H + h) * D;
+		float m = -INFINITY, l = 0;
+
+		memset(acc, 0, sizeof(acc));
+		for (int64_t j = j0; j < j1; j++) {
+			size_t kv = ((size_t)j * Hkv + kvh) * D;
+			float sc = dot(qr, c->k + kv, D) * c->scale, pj;
+			if (sc > m) {
+				float corr = expf(m - sc);
+				l *= corr;
+				for (int i = 0; i < D; i++)
+					acc[i] *= corr;
+				m = sc;
+			}
+			pj = expf(sc - m);
+			l += pj;
+			for (int i = 0; i < D; i++)
+				acc[i] += pj * c->v[kv + i];
+		}
+		for (int i = 0; i < D; i++)
+			acc[i] /= l;
+		kk__row_store(c->o->ptr, c->o->dtype, ((size_t)t * H + h) * D, acc, D);
+		if (c->lse)
+			((float *)c->lse->ptr)[t * H + h] = m + logf(l);
+	}
+	return 0;
+}
+
+int kk__cpu_attention_fwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_buffer *out,
+			  kk_buffer *lse, const kk_buffer *q, const kk_buffer *k,
+			  const kk_buffer *v)
+{
+	_cleanup_free_ float *qo = NULL, *ko = NULL, *vo = NULL;
+	size_t T = (size_t)d->total_tokens;
+	struct attn_ctx c = { .d = d, .o = out, .lse = lse,
+			      .scale = d->scale > 0 ? d->scale : 1.0f / sqrtf((float)d->head_dim) };
+	int r = check_cu_seqlens(d);
+
+	if (r < 0)
+		return r;
+	if ((r = widen_all(q, T * d->n_heads * d->head_dim, (float **)&c.q, &qo)) < 0 ||
+	    (r = widen_all(k, T * d->n_kv_heads * d->head_dim, (float **)&c.k, &ko)) < 0 ||
+	    (r = widen_all(v, T * d->n_kv_heads * d->head_dim, (float **)&c.v, &vo)) < 0)
+		return r;
+	return kk__parallel_for((int64_t)T * d->n_heads,
+				(double)d->max_seqlen * d->head_dim * (d->causal ? 2 : 4), fwd_range,
+				&c);
+}
+
+static int bwd_range(void *p, int64_t b, int64_t e, int chunk)
+{
+	struct attn_ctx *c = p;
+	const kk_attn_desc *d = c->d;
+	const int32_t *cu = d->cu_seqlens->ptr;
+	int D = d->head_dim, H = d->n_heads, Hkv = d->n_kv_heads, grp = H / Hkv;
+	const float *lse = c->lse->ptr;
+	_cleanup_free_ float *dk = NULL, *dv = NULL;
+	float dqr[KK_ATTN_HEAD_DIM_LARGE];
+
+	dk = malloc((size_t)d->max_seqlen * D * sizeof(float));
+	dv = malloc((size_t)d->max_seqlen * D * sizeof(float));
+	if (!dk || !dv)
+		return -ENOMEM;
+
+	for (int64_t it = b; it < e; it++) {
+		int s = (int)(it / Hkv), kvh = (int)(it % Hkv);
+		int64_t s0 = cu[s], s1 = cu[s + 1], len = s1 - s0;
+
+		memset(dk, 0, (size_t)len * D * sizeof(float));
+		memset(dv, 0, (size_t)len * D * sizeof(float));
+		for (int h = kvh * grp; h < (kvh + 1) * grp; h++)
+			for (int64_t i = s0; i < s1; i++) {
+				size_t qi = ((size_t)i * H + h) * D;
+				const float *qr = c->q + qi, *dor = c->dout + qi;
+				float Di = dot(dor, c->out + qi, D), li = lse[i * H + h];
+				int64_t j1 = d->causal ? i + 1 : s1;
+
+				memset(dqr, 0, sizeof(float) * D);
+				for (int64_t j = s0; j < j1; j++) {
+					size_t kv = ((size_t)j * Hkv + kvh) * D;
+					float pj = expf(dot(qr, c->k + kv, D) * c->scale - li);
+					float dp = dot(dor, c->v + kv, D);
+					float ds = pj * (dp - Di) * c->scale;
+					float *dkj = dk + (j - s0) * D, *dvj = dv + (j - s0) * D;
+					for (int x = 0; x < D; x++) {
+						dqr[x] += ds * c->k[kv + x];
+						dkj[x] += ds * qr[x];
+						dvj[x] += pj * dor[x];
+					}
+				}
+				kk__row_store(c->dq->ptr, c->dq->dtype, qi, dqr, D);
+			}
+		for (int64_t j = s0; j < s1; j++) {
+			size_t kv = ((size_t)j * Hkv + kvh) * D;
+			kk__row_store(c->dk->ptr, c->dk->dtype, kv, dk + (j - s0) * D, D);
+			kk__row_store(c->dv->ptr, c->dv->dtype, kv, dv + (j - s0) * D, D);
+		}
+	}
+	return 0;
+}
+
+int kk__cpu_attention_bwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_buffer *dq,
+			  kk_buffer *dk, kk_buffer *dv, const kk_buffer *dout, const kk_buffer *q,
+			  const kk_buffer *k, const kk_buffer *v, const kk_buffer *out,
+			  const kk_buffer *lse)
+{
+	_cleanup_free_ float *qo = NULL, *ko = NULL, *vo = NULL, *oo = NULL, *doo = NULL;
+	size_t T = (size_t)d->total_tokens, nq = T * d->n_heads * d->head_dim,
+	       nk = T * d->n_kv_heads * d->head_dim;
+	struct attn_ctx c = { .d = d, .lse = (kk_buffer *)lse, .dq = dq, .dk = dk, .dv = dv,
+			      .scale = d->scale > 0 ? d->scale : 1.0f / sqrtf((float)d->head_dim) };
+	int r = check_cu_seqlens(d);
+
+	if (r < 0)
+		return r;
+	if ((r = widen_all(q, nq, (float **)&c.q, &qo)) < 0 ||
+	    (r = widen_all(k, nk, (float **)&c.k, &ko)) < 0 ||
+	    (r = widen_all(v, nk, (float **)&c.v, &vo)) < 0 ||
+	    (r = widen_all(out, nq, (float **)&c.out, &oo)) < 0 ||
+	    (r = widen_all(dout, nq, (float **)&c.dout, &doo)) < 0)
+		return r;
+	/* Sequences with no tokens leave nothing to write; dq/dk/dv cover all
+	 * T tokens because cu_seqlens partitions [0, T). */
+	return kk__parallel_for((int64_t)d->n_seqs * d->n_kv_heads,
+				(double)d->max_seqlen * d->max_seqlen * d->head_dim *
+					(d->n_heads / d->n_kv_heads) * 4,
+				bwd_range, &c);
+}
+
+/* ---- paged decode ------------------------------------------------------ */
+
+struct decode_ctx {
+	const kk_paged_desc *d;
+	float scale;
+	kk_buffer *out;
+	const kk_buffer *q, *kc, *vc;
+};
+
+static int decode_range(void *p, int64_t b, int64_t e, int chunk)
+{
+	struct decode_ctx *c = p;
+	const kk_paged_desc *d = c->d;
+	const int32_t *bt = d->block_tables->ptr, *cl = d->context_lens->ptr;
+	int D = d->head_dim, H = d->n_heads, Hkv = d->n_kv_heads, grp = H / Hkv;
+	float qr[KK_ATTN_HEAD_DIM_LARGE], kr[KK_ATTN_HEAD_DIM_LARGE], vr[KK_ATTN_HEAD_DIM_LARGE],
+		acc[KK_ATTN_HEAD_DIM_LARGE];
+
+	for (int64_t it = b; it < e; it++) {
+		int s = (int)(it / H), h = (int)(it % H), kvh = h / grp;
+		float m = -INFINITY, l = 0;
+
+		kk__row_f32(qr, c->q->ptr, c->q->dtype, ((size_t)s * H + h) * D, D);
+		memset(acc, 0, sizeof(float) * D);
+		for (int t = 0; t < cl[s]; t++) {
+			int blk = bt[(size_t)s * d->max_blocks_per_seq + t / KK_KV_BLOCK_SIZE];
+			size_t off = (((size_t)blk * KK_KV_BLOCK_SIZE + t % KK_KV_BLOCK_SIZE) * Hkv +
+				      kvh) * D;
+			float sc, pj;
+
+			kk__row_f32(kr, c->kc->ptr, c->kc->dtype, off, D);
+			kk__row_f32(vr, c->vc->ptr, c->vc->dtype, off, D);
+			sc = dot(qr, kr, D) * c->scale;
+			if (sc > m) {
+				float corr = expf(m - sc);
+				l *= corr;
+				for (int i = 0; i < D; i++)
+					acc[i] *= corr;
+				m = sc;
+			}
+			pj = expf(sc - m);
+			l += pj;
+			for (int i = 0; i < D; i++)
+				acc[i] += pj * vr[i];
+		}
+		for (int i = 0; i < D; i++)
+			acc[i] /= l;
+		kk__row_store(c->out->ptr, c->out->dtype, ((size_t)s * H + h) * D, acc, D);
+	}
+	return 0;
+}
+
+int kk__cpu_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d,
+			     kk_buffer *out, const kk_buffer *q, const kk_buffer *k_cache,
+			     const kk_buffer *v_cache)
+{
+	const int32_t *bt = d->block_tables->ptr, *cl = d->context_lens->ptr;
+	struct decode_ctx c = { .d = d, .out = out, .q = q, .kc = k_cache, .vc = v_cache,
+				.scale = d->scale > 0 ? d->scale
+						      : 1.0f / sqrtf((float)d->head_dim) };
+
+	for (int s = 0; s < d->n_seqs; s++) {
+		if (cl[s] < 1 || cl[s] > d->max_context_len)
+			return -EINVAL;
+		for (int b = 0; b < DIV_ROUND_UP(cl[s], KK_KV_BLOCK_SIZE); b++) {
+			int blk = bt[(size_t)s * d->max_blocks_per_seq + b];
+			if (blk < 0 || blk >= d->num_blocks)
+				return -ERANGE;
+		}
+	}
+	return kk__parallel_for((int64_t)d->n_seqs * d->n_heads,
+				(double)d->max_context_len * d->head_dim * 6, decode_range, &c);
+}
+
+int kk__cpu_kv_cache_write(kk_backend *be, kk_stream *st, kk_buffer *k_cache, kk_buffer *v_cache,
+			   const kk_buffer *k, const kk_buffer *v, const kk_buffer *slot_mapping,
+			   int64_t n_tokens, int n_kv_heads, int head_dim, int num_blocks)
+{
+	const int32_t *sm = slot_mapping->ptr;
+	size_t row = kk_dtype_size(k->dtype, (size_t)n_kv_heads * head_dim);
+
+	for (int64_t i = 0; i < n_tokens; i++)
+		if (sm[i] >= (int64_t)num_blocks * KK_KV_BLOCK_SIZE)
+			return -ERANGE;
+	for (int64_t i = 0; i < n_tokens; i++) {
+		if (sm[i] < 0)
+			continue;
+		memcpy((char *)k_cache->ptr + (size_t)sm[i] * row, (const char *)k->ptr + i * row,
+		       row);
+		memcpy((char *)v_cache->ptr + (size_t)sm[i] * row, (const char *)v->ptr + i * row,
+		       row);
+	}
+	return 0;
+}

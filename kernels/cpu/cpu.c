@@ -1,0 +1,232 @@
+/* kernels/cpu/cpu.c — the cpu backend's vtable, memory, streams and its
+ * fork-join thread helper.
+ *
+ * Buffers are 64-byte aligned host memory; streams exist only so code
+ * written for cuda runs unchanged (every op completes before it returns).
+ * KK_CPU_THREADS caps the helper threads (default: online cores). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cpu.h"
+#include "kiln/macro.h"
+
+/* Alignment of every cpu buffer (cache line; AVX-512 loads). */
+#define KK_CPU_ALIGN 64
+
+int kk__cpu_threads(void)
+{
+	static int n;
+	int v = __atomic_load_n(&n, __ATOMIC_RELAXED);
+	if (v > 0)
+		return v;
+	{
+		const char *e = getenv("KK_CPU_THREADS");
+		long c = e ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+		v = (int)CLAMP(c, 1L, (long)KK_CPU_THREADS_MAX);
+	}
+	__atomic_store_n(&n, v, __ATOMIC_RELAXED);
+	return v;
+}
+
+int kk__parallel_chunks(int64_t n, double cost_per_item)
+{
+	double work = (double)n * cost_per_item;
+	int t = kk__cpu_threads();
+	if (n <= 1 || work < KK_CPU_PAR_MIN_WORK)
+		return 1;
+	if (work < (double)KK_CPU_PAR_MIN_WORK * t)
+		t = (int)(work / KK_CPU_PAR_MIN_WORK) + 1;
+	return (int)MIN((int64_t)t, n);
+}
+
+struct par_job {
+	kk__range_fn fn;
+	void *ctx;
+	int64_t begin, end;
+	int chunk;
+	int r;
+};
+
+static void *par_main(void *p)
+{
+	struct par_job *j = p;
+	j->r = j->fn(j->ctx, j->begin, j->end, j->chunk);
+	return NULL;
+}
+
+int kk__parallel_for(int64_t n, double cost_per_item, kk__range_fn fn, void *ctx)
+{
+	struct par_job jobs[KK_CPU_THREADS_MAX];
+	pthread_t tids[KK_CPU_THREADS_MAX];
+	bool started[KK_CPU_THREADS_MAX] = { false };
+	int t = kk__parallel_chunks(n, cost_per_item), r = 0;
+
+	if (n <= 0)
+		return 0;
+	if (t == 1)
+		return fn(ctx, 0, n, 0);
+	for (int i = 0; i < t; i++) {
+		jobs[i] = (struct par_job){ fn, ctx, n * i / t, n * (i + 1) / t, i, 0 };
+		if (i > 0 && pthread_create(&tids[i], NULL, par_main, &jobs[i]) == 0)
+			started[i] = true;
+	}
+	par_main(&jobs[0]);
+	for (int i = 1; i < t; i++) {
+		if (started[i])
+			pthread_join(tids[i], NULL);
+		else
+			par_main(&jobs[i]); /* could not start a thread: run it here */
+	}
+	for (int i = 0; i < t; i++)
+		if (jobs[i].r < 0 && r == 0)
+			r = jobs[i].r;
+	return r;
+}
+
+/* ---- memory and streams ------------------------------------------------ */
+
+static int cpu_alloc(kk_backend *be, size_t bytes, void **ret)
+{
+	size_t rounded = DIV_ROUND_UP(bytes, KK_CPU_ALIGN) * KK_CPU_ALIGN;
+	void *p = aligned_alloc(KK_CPU_ALIGN, rounded);
+	if (!p)
+		return -ENOMEM;
+	*ret = p;
+	return 0;
+}
+
+static void cpu_free(kk_backend *be, void *ptr)
+{
+	free(ptr);
+}
+
+static int cpu_memcpy(kk_backend *be, kk_stream *st, void *dst, const void *src, size_t bytes)
+{
+	memcpy(dst, src, bytes);
+	return 0;
+}
+
+static int cpu_memset(kk_backend *be, kk_stream *st, void *dst, int byte, size_t bytes)
+{
+	memset(dst, byte, bytes);
+	return 0;
+}
+
+static int cpu_stream_create(kk_backend *be, kk_stream *st)
+{
+	st->handle = NULL;
+	return 0;
+}
+
+static int cpu_stream_sync(kk_backend *be, kk_stream *st)
+{
+	return 0;
+}
+
+static int cpu_available(void)
+{
+	return 1;
+}
+
+/* Ops of ops.c. */
+int kk__cpu_cast(kk_backend *be, kk_stream *st, kk_buffer *dst, const kk_buffer *src,
+		 size_t count);
+int kk__cpu_scale(kk_backend *be, kk_stream *st, kk_buffer *x, float scale, size_t count);
+int kk__cpu_rmsnorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
+			kk_buffer *rstd, const kk_buffer *x, const kk_buffer *residual,
+			const kk_buffer *weight, int64_t rows, int64_t dim, float eps);
+int kk__cpu_rmsnorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dweight,
+			const kk_buffer *dy, const kk_buffer *dresidual, const kk_buffer *h,
+			const kk_buffer *weight, const kk_buffer *rstd, int64_t rows, int64_t dim);
+int kk__cpu_layernorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
+			  kk_buffer *mean, kk_buffer *rstd, const kk_buffer *x,
+			  const kk_buffer *residual, const kk_buffer *weight,
+			  const kk_buffer *bias, int64_t rows, int64_t dim, float eps);
+int kk__cpu_layernorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dweight,
+			  kk_buffer *dbias, const kk_buffer *dy, const kk_buffer *dresidual,
+			  const kk_buffer *h, const kk_buffer *weight, const kk_buffer *mean,
+			  const kk_buffer *rstd, int64_t rows, int64_t dim);
+int kk__cpu_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *positions,
+		 int64_t tokens, int n_heads, int head_dim, int rotary_dim, float theta,
+		 kk_rope_mode mode, bool backward);
+int kk__cpu_act_fwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *y, const kk_buffer *x,
+		    size_t n);
+int kk__cpu_act_bwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *dx,
+		    const kk_buffer *dy, const kk_buffer *x, size_t n);
+int kk__cpu_swiglu_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *gate,
+		       const kk_buffer *up, size_t n);
+int kk__cpu_swiglu_bwd(kk_backend *be, kk_stream *st, kk_buffer *dgate, kk_buffer *dup,
+		       const kk_buffer *dy, const kk_buffer *gate, const kk_buffer *up, size_t n);
+int kk__cpu_softmax(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x,
+		    int64_t rows, int64_t cols);
+int kk__cpu_embedding_fwd(kk_backend *be, kk_stream *st, kk_buffer *out, const kk_buffer *table,
+			  const kk_buffer *ids, int64_t tokens, int64_t vocab, int64_t dim);
+int kk__cpu_embedding_bwd(kk_backend *be, kk_stream *st, kk_buffer *dtable,
+			  const kk_buffer *dout, const kk_buffer *ids, int64_t tokens,
+			  int64_t vocab, int64_t dim);
+int kk__cpu_cross_entropy_fwd(kk_backend *be, kk_stream *st, kk_buffer *losses,
+			      const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
+			      int64_t vocab);
+int kk__cpu_cross_entropy_bwd(kk_backend *be, kk_stream *st, kk_buffer *dlogits,
+			      const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
+			      int64_t vocab, float grad_scale);
+int kk__cpu_adamw(kk_backend *be, kk_stream *st, kk_buffer *master, kk_buffer *params,
+		  const kk_buffer *grads, kk_buffer *m, kk_buffer *v, size_t n,
+		  const kk_adamw_params *p);
+int kk__cpu_grad_norm(kk_backend *be, kk_stream *st, kk_buffer *out, kk_buffer *const *grads,
+		      size_t n_bufs);
+
+static const struct kk_backend_ops cpu_ops = {
+	.name = "cpu",
+	.available = cpu_available,
+	.alloc = cpu_alloc,
+	.free = cpu_free,
+	.upload = cpu_memcpy,
+	.download = cpu_memcpy,
+	.memset = cpu_memset,
+	.copy = cpu_memcpy,
+	.stream_create = cpu_stream_create,
+	.stream_sync = cpu_stream_sync,
+	.cast = kk__cpu_cast,
+	.scale = kk__cpu_scale,
+	.gemm = kk__cpu_gemm,
+	.quantize = kk__cpu_quantize,
+	.dequantize = kk__cpu_dequantize,
+	.qgemm = kk__cpu_qgemm,
+	.attention_fwd = kk__cpu_attention_fwd,
+	.attention_bwd = kk__cpu_attention_bwd,
+	.attention_decode = kk__cpu_attention_decode,
+	.kv_cache_write = kk__cpu_kv_cache_write,
+	.rmsnorm_fwd = kk__cpu_rmsnorm_fwd,
+	.rmsnorm_bwd = kk__cpu_rmsnorm_bwd,
+	.layernorm_fwd = kk__cpu_layernorm_fwd,
+	.layernorm_bwd = kk__cpu_layernorm_bwd,
+	.rope = kk__cpu_rope,
+	.act_fwd = kk__cpu_act_fwd,
+	.act_bwd = kk__cpu_act_bwd,
+	.swiglu_fwd = kk__cpu_swiglu_fwd,
+	.swiglu_bwd = kk__cpu_swiglu_bwd,
+	.softmax = kk__cpu_softmax,
+	.embedding_fwd = kk__cpu_embedding_fwd,
+	.embedding_bwd = kk__cpu_embedding_bwd,
+	.cross_entropy_fwd = kk__cpu_cross_entropy_fwd,
+	.cross_entropy_bwd = kk__cpu_cross_entropy_bwd,
+	.adamw = kk__cpu_adamw,
+	.grad_norm = kk__cpu_grad_norm,
+	.sample = kk__cpu_sample,
+	.comm_get_id = kk__cpu_comm_get_id,
+	.comm_init = kk__cpu_comm_init,
+	.comm_free = kk__cpu_comm_free,
+	.all_reduce = kk__cpu_all_reduce,
+	.reduce_scatter = kk__cpu_reduce_scatter,
+	.all_gather = kk__cpu_all_gather,
+	.broadcast = kk__cpu_broadcast,
+};
+
+const struct kk_backend_ops *kk_cpu_ops(void)
+{
+	return &cpu_ops;
+}

@@ -1,0 +1,153 @@
+/* kernels/cpu/cpu.h — shared helpers of the cpu backend: element load/store
+ * for every float dtype, row conversion to f32 scratch, and a tiny
+ * fork-join parallel-for over pthreads.
+ *
+ * The cpu backend is the reference and no-GPU path: buffers are host
+ * memory, streams are no-ops (everything runs synchronously on the calling
+ * thread plus helpers), and every op widens to f32 for arithmetic. */
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../kk_internal.h"
+
+/* Work items (roughly: inner-loop element operations) below which an op
+ * stays single-threaded; thread start-up costs ~20 us. */
+#define KK_CPU_PAR_MIN_WORK (1u << 16)
+/* Upper bound on helper threads, whatever KK_CPU_THREADS says. */
+#define KK_CPU_THREADS_MAX 64
+
+static inline float kk__ld(const void *p, kk_dtype dt, size_t i)
+{
+	switch (dt) {
+	case KK_F32:
+		return ((const float *)p)[i];
+	case KK_BF16:
+		return kk_bf16_to_f32(((const uint16_t *)p)[i]);
+	default:
+		return kk_f16_to_f32(((const uint16_t *)p)[i]);
+	}
+}
+
+static inline void kk__st(void *p, kk_dtype dt, size_t i, float v)
+{
+	switch (dt) {
+	case KK_F32:
+		((float *)p)[i] = v;
+		break;
+	case KK_BF16:
+		((uint16_t *)p)[i] = kk_f32_to_bf16(v);
+		break;
+	default:
+		((uint16_t *)p)[i] = kk_f32_to_f16(v);
+		break;
+	}
+}
+
+/* v rounded to dtype dt and widened back. */
+static inline float kk__round(kk_dtype dt, float v)
+{
+	switch (dt) {
+	case KK_BF16:
+		return kk_bf16_to_f32(kk_f32_to_bf16(v));
+	case KK_F16:
+		return kk_f16_to_f32(kk_f32_to_f16(v));
+	default:
+		return v;
+	}
+}
+
+/* Element i of buffer b as f32 / store f32 into it. */
+#define LD(b, i) kk__ld((b)->ptr, (b)->dtype, (i))
+#define ST(b, i, v) kk__st((b)->ptr, (b)->dtype, (i), (v))
+
+/* dst[0..n) = src (elements off..off+n of p) widened to f32. */
+static inline void kk__row_f32(float *dst, const void *p, kk_dtype dt, size_t off, size_t n)
+{
+	if (dt == KK_F32) {
+		memcpy(dst, (const float *)p + off, n * sizeof(float));
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		dst[i] = kk__ld(p, dt, off + i);
+}
+
+static inline void kk__row_store(void *p, kk_dtype dt, size_t off, const float *src, size_t n)
+{
+	if (dt == KK_F32) {
+		memcpy((float *)p + off, src, n * sizeof(float));
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		kk__st(p, dt, off + i, src[i]);
+}
+
+/* Calls fn(ctx, begin, end, chunk) over [0, n) split into contiguous
+ * chunks 0 .. kk__parallel_chunks(n, cost)-1, one thread each, when the work
+ * (n * cost_per_item) is large enough (else one chunk on the caller's
+ * thread).  Returns the first negative value fn returned, or 0 (or -ENOMEM /
+ * -EAGAIN when threads could not start: then it runs on the caller). */
+typedef int (*kk__range_fn)(void *ctx, int64_t begin, int64_t end, int chunk);
+int kk__parallel_chunks(int64_t n, double cost_per_item);
+int kk__parallel_for(int64_t n, double cost_per_item, kk__range_fn fn, void *ctx);
+int kk__cpu_threads(void);
+
+static inline float kk__gelu(float x)
+{
+	const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+	return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
+static inline float kk__gelu_grad(float x)
+{
+	const float c = 0.7978845608028654f;
+	float u = c * (x + 0.044715f * x * x * x);
+	float t = tanhf(u);
+	float du = c * (1.0f + 3.0f * 0.044715f * x * x);
+	return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
+static inline float kk__silu(float x)
+{
+	return x / (1.0f + expf(-x));
+}
+
+static inline float kk__silu_grad(float x)
+{
+	float s = 1.0f / (1.0f + expf(-x));
+	return s * (1.0f + x * (1.0f - s));
+}
+
+/* Ops implemented in the other cpu files. */
+int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d);
+int kk__cpu_quantize(kk_backend *be, kk_stream *st, kk_qmatrix *q, const kk_buffer *w);
+int kk__cpu_dequantize(kk_backend *be, kk_stream *st, kk_buffer *w, const kk_qmatrix *q);
+int kk__cpu_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x,
+		  const kk_qmatrix *w, const kk_buffer *bias, int64_t m);
+int kk__cpu_attention_fwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_buffer *out,
+			  kk_buffer *lse, const kk_buffer *q, const kk_buffer *k,
+			  const kk_buffer *v);
+int kk__cpu_attention_bwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_buffer *dq,
+			  kk_buffer *dk, kk_buffer *dv, const kk_buffer *dout, const kk_buffer *q,
+			  const kk_buffer *k, const kk_buffer *v, const kk_buffer *out,
+			  const kk_buffer *lse);
+int kk__cpu_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d,
+			     kk_buffer *out, const kk_buffer *q, const kk_buffer *k_cache,
+			     const kk_buffer *v_cache);
+int kk__cpu_kv_cache_write(kk_backend *be, kk_stream *st, kk_buffer *k_cache, kk_buffer *v_cache,
+			   const kk_buffer *k, const kk_buffer *v, const kk_buffer *slot_mapping,
+			   int64_t n_tokens, int n_kv_heads, int head_dim, int num_blocks);
+int kk__cpu_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *logits,
+		   int64_t rows, int64_t vocab, const kk_sampling *p);
+int kk__cpu_comm_get_id(kk_backend *be, void *id, size_t len);
+int kk__cpu_comm_init(kk_comm *c, const void *id, size_t id_len);
+void kk__cpu_comm_free(kk_comm *c);
+int kk__cpu_all_reduce(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
+		       size_t count, kk_reduce_op op);
+int kk__cpu_reduce_scatter(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
+			   size_t count, kk_reduce_op op);
+int kk__cpu_all_gather(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
+		       size_t count);
+int kk__cpu_broadcast(kk_comm *c, kk_stream *st, kk_buffer *buf, size_t count, int root);
