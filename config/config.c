@@ -79,6 +79,8 @@ typedef struct loader {
 	config_setting_t **part_set;  /* slurm.partitions[i] */
 	config_setting_t **xid_set;
 	config_t *lc;
+	bool nodes_incomplete; /* some group's hosts are unknown: skip "unknown node" errors */
+	int last_line;         /* where a missing top-level section is reported: the end, where it goes */
 } loader;
 
 static char *vformat(const char *fmt, va_list ap)
@@ -152,7 +154,7 @@ const char *kiln_cfg_type_to_string(kiln_cfg_type t)
 		[KILN_CFG_ENUM] = "enum",	   [KILN_CFG_STRV] = "strings",
 		[KILN_CFG_IPV4_LIST] = "addresses", [KILN_CFG_ADDRESSES] = "address-range",
 		[KILN_CFG_MACS] = "macs",	   [KILN_CFG_NNODES] = "min:max",
-		[KILN_CFG_NPROC] = "gpu|count",	   [KILN_CFG_GROUP] = "group",
+		[KILN_CFG_NPROC] = "gpu-or-count",	   [KILN_CFG_GROUP] = "group",
 		[KILN_CFG_LIST] = "list",
 	};
 	return t >= 0 && t < _KILN_CFG_TYPE_MAX ? names[t] : NULL;
@@ -367,18 +369,23 @@ static char *parse_from_string(const kiln_cfg_key *k, const char *s, void *dst, 
 		}
 		return NULL;
 	case KILN_CFG_CIDR: {
+		/* Parsed here rather than with kiln_parse_cidr() so that host bits
+		 * get their own message and hint. */
 		uint32_t net;
 		int prefix;
-		if (kiln_parse_cidr(s, &net, &prefix) < 0) {
-			(void)!asprintf(&m, "malformed subnet \"%s\"", s);
-			*hint = strdup("write it like \"10.0.0.0/24\"");
-			return m;
-		}
+		char addr[32];
+		const char *slash = strchr(s, '/');
+		if (!slash || (size_t)(slash - s) >= sizeof(addr))
+			goto bad_cidr;
+		memcpy(addr, s, (size_t)(slash - s));
+		addr[slash - s] = 0;
+		if (kiln_parse_ipv4(addr, &net) < 0 || kiln_parse_int(slash + 1, 0, 32, &prefix) < 0)
+			goto bad_cidr;
 		if (prefix < 8 || prefix > 30) {
 			(void)!asprintf(&m, "prefix /%d out of range 8..30", prefix);
 			return m;
 		}
-		uint32_t mask = prefix ? ~0u << (32 - prefix) : 0;
+		uint32_t mask = ~0u << (32 - prefix);
 		if (net & ~mask) {
 			char b[16];
 			(void)!asprintf(&m, "\"%s\" has host bits set", s);
@@ -390,6 +397,10 @@ static char *parse_from_string(const kiln_cfg_key *k, const char *s, void *dst, 
 		nw->prefix = prefix;
 		nw->netmask = mask;
 		return NULL;
+	bad_cidr:
+		(void)!asprintf(&m, "malformed subnet \"%s\"", s);
+		*hint = strdup("write it like \"10.0.0.0/24\"");
+		return m;
 	}
 	case KILN_CFG_ENUM:
 		for (size_t i = 0; k->choices[i]; i++)
@@ -809,7 +820,13 @@ static void walk(loader *L, config_setting_t *grp, const char *pattern, const ch
 		if (config_setting_get_member(grp, last))
 			continue;
 		_cleanup_free_ char *dsp = join_path(disp, last);
-		add_error(L, setting_line(grp), dsp, NULL, "missing required setting");
+		if (depth == 0) {
+			_cleanup_free_ char *h = NULL;
+			if (asprintf(&h, "add %s = %s", last, s[i].type == KILN_CFG_LIST ? "( { ... } );" : "{ ... };") < 0)
+				h = NULL;
+			add_error(L, L->last_line, dsp, h, "missing required section");
+		} else
+			add_error(L, setting_line(grp), dsp, NULL, "missing required setting");
 	}
 }
 
@@ -1028,6 +1045,9 @@ static void cross_check(loader *L)
 {
 	kiln_cfg *c = L->cfg;
 	char b1[16];
+	config_setting_t *ng = config_lookup(L->lc, "node_groups");
+	if (!ng || config_setting_type(ng) != CONFIG_TYPE_LIST)
+		L->nodes_incomplete = true;
 
 	if (c->cluster.name && !valid_name(c->cluster.name))
 		add_error(L, root_line(L, "cluster.name"), "cluster.name", "use lowercase letters, digits, '-' and '_'",
@@ -1066,16 +1086,20 @@ static void cross_check(loader *L)
 		kiln_cfg_group *g = &c->groups[gi];
 		char gpath[64];
 		snprintf(gpath, sizeof(gpath), "node_groups[%zu]", gi);
-		if (!L->group_set[gi])
+		if (!L->group_set[gi]) {
+			L->nodes_incomplete = true;
 			continue;
+		}
 		if (g->hosts) {
 			size_t nh = 0;
 			if (kiln_hostlist_expand(g->hosts, &g->hostnames, &nh, NULL) < 0)
 				g->hostnames = NULL; /* reported when parsed */
 			g->n_hosts = g->hostnames ? nh : 0;
 		}
-		if (!g->hostnames)
+		if (!g->hostnames) {
+			L->nodes_incomplete = true;
 			continue;
+		}
 		group_addresses(L, gi, gpath);
 		group_macs(L, gi, gpath);
 		if (g->gpu_count > 0 && !g->gpu_type && g->gpu_model) {
@@ -1244,6 +1268,8 @@ static void cross_check(loader *L)
 				continue; /* reported */
 			for (size_t i = 0; i < nv; i++) {
 				if (!kiln_cfg_find_node(c, v[i])) {
+					if (L->nodes_incomplete)
+						continue;
 					_cleanup_free_ char *h = hint_from(v[i], nnames);
 					add_error(L, member_line(L->part_set[pi], "nodes"), ap, h, "unknown node \"%s\"", v[i]);
 					continue;
@@ -1345,6 +1371,8 @@ static void cross_check(loader *L)
 				for (size_t i = 0; i < nv; i++) {
 					kiln_cfg_node *n = (kiln_cfg_node *)kiln_cfg_find_node(c, v[i]);
 					if (!n) {
+						if (L->nodes_incomplete)
+							continue;
 						_cleanup_free_ char *h = hint_from(v[i], nnames);
 						add_error(L, root_line(L, "inference.nodes"), "inference.nodes", h,
 							  "unknown node or partition \"%s\"", v[i]);
@@ -1438,6 +1466,21 @@ void kiln_cfg_free(kiln_cfg *c)
 	free(c);
 }
 
+/* Errors come from several passes; present them in file order (stable, so
+ * errors on one line keep the order they were found in). */
+static void sort_errors(kiln_cfg_errors *e, size_t from)
+{
+	for (size_t i = from + 1; i < e->n; i++) {
+		kiln_cfg_error x = e->v[i];
+		size_t j = i;
+		while (j > from && e->v[j - 1].line > x.line) {
+			e->v[j] = e->v[j - 1];
+			j--;
+		}
+		e->v[j] = x;
+	}
+}
+
 int kiln_cfg_load_string(const char *text, const char *name, kiln_cfg **ret, kiln_cfg_errors *errs)
 {
 	assert_return(text, -EINVAL);
@@ -1456,7 +1499,10 @@ int kiln_cfg_load_string(const char *text, const char *name, kiln_cfg **ret, kil
 	if (apply_defaults(BASE_ROOT, c) < 0)
 		return -ENOMEM;
 
-	loader L = { .cfg = c, .errs = e, .file = name };
+	loader L = { .cfg = c, .errs = e, .file = name, .last_line = 1 };
+	for (const char *p = text; *p; p++)
+		if (*p == '\n' && p[1])
+			L.last_line++;
 	int r = 0;
 	int inc = find_include(text);
 	config_t lc;
@@ -1466,13 +1512,18 @@ int kiln_cfg_load_string(const char *text, const char *name, kiln_cfg **ret, kil
 		add_error(&L, inc, "", "put everything in one file", "@include is not supported");
 	} else if (config_read_string(&lc, text) != CONFIG_TRUE) {
 		const char *et = config_error_text(&lc);
-		add_error(&L, config_error_line(&lc), "", NULL, "syntax error: %s", et ? et : "unknown");
+		if (!et || streq(et, "syntax error"))
+			add_error(&L, config_error_line(&lc), "", "look for a missing ';', quote or bracket here or just above",
+				  "syntax error");
+		else
+			add_error(&L, config_error_line(&lc), "", NULL, "syntax error: %s", et);
 	} else {
 		walk(&L, config_root_setting(&lc), "", "", BASE_ROOT, c, 0, 0);
 		if (!L.oom)
 			cross_check(&L);
 	}
 	config_destroy(&lc);
+	sort_errors(e, before);
 	free(L.group_set);
 	free(L.addr_set);
 	free(L.mac_set);

@@ -209,6 +209,24 @@ static int write_out(const char *path, const char *data)
 	return 0;
 }
 
+/* mkdir -p: render all -o DIR creates DIR and its parents. */
+static int mkdir_p(const char *path)
+{
+	_cleanup_free_ char *p = strdup(path);
+	if (!p)
+		return -ENOMEM;
+	for (char *s = p + 1; *s; s++)
+		if (*s == '/') {
+			*s = 0;
+			if (mkdir(p, 0755) < 0 && errno != EEXIST)
+				return -errno;
+			*s = '/';
+		}
+	if (mkdir(p, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
 static int render_all(const kiln_cfg *c)
 {
 	if (!arg_output) {
@@ -218,14 +236,15 @@ static int render_all(const kiln_cfg *c)
 	_cleanup_free_ char *envdir = NULL;
 	if (asprintf(&envdir, "%s/node-env", arg_output) < 0)
 		return log_error_errno(-ENOMEM, "Out of memory"), EXIT_FAIL;
-	if ((mkdir(arg_output, 0755) < 0 && errno != EEXIST) || (mkdir(envdir, 0755) < 0 && errno != EEXIST))
-		return log_error_errno(-errno, "Failed to create '%s': %m", envdir), EXIT_FAIL;
+	int r = mkdir_p(envdir);
+	if (r < 0)
+		return log_error_errno(r, "Failed to create '%s': %m", envdir), EXIT_FAIL;
 	for (size_t i = 0; kiln_cfg_render_targets[i]; i++) {
 		const char *t = kiln_cfg_render_targets[i];
 		if (streq(t, "node-env"))
 			continue;
 		_cleanup_free_ char *text = NULL, *path = NULL;
-		int r = kiln_cfg_render(c, t, NULL, &text);
+		r = kiln_cfg_render(c, t, NULL, &text);
 		if (r < 0)
 			return log_error_errno(r, "Failed to render %s: %m", t), EXIT_FAIL;
 		if (asprintf(&path, "%s/%s", arg_output, t) < 0)
@@ -236,7 +255,7 @@ static int render_all(const kiln_cfg *c)
 	for (size_t i = 0; i <= c->n_nodes; i++) {
 		const char *name = i < c->n_nodes ? c->nodes[i].name : c->head.hostname;
 		_cleanup_free_ char *text = NULL, *path = NULL;
-		int r = kiln_cfg_render(c, "node-env", name, &text);
+		r = kiln_cfg_render(c, "node-env", name, &text);
 		if (r < 0)
 			return log_error_errno(r, "Failed to render node-env for %s: %m", name), EXIT_FAIL;
 		if (asprintf(&path, "%s/%s", envdir, name) < 0)

@@ -1,0 +1,4 @@
+# tests/config/: libkiln-config unit tests (cmocka) and the `kiln` CLI suite
+# (bad files with exact expected errors, golden renders, dnsmasq --test).
+$(eval $(call kiln_test,test-config,tests/config/test-config.c,config common,-lconfig))
+TEST_SCRIPTS += tests/config/test-kiln-cli.sh

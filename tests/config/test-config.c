@@ -1,0 +1,600 @@
+/* test-config.c — unit tests for libkiln-config: the schema table and its
+ * defaults, the typed structs of both examples, each validator (message,
+ * path and line), the bad-file corpus, the renderers against the golden
+ * files, and robustness against mutated input.
+ *
+ * Runs from the repository root (as `make test` does) or from
+ * $KILN_SRCDIR. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kiln/config.h"
+#include "kiln/hostlist.h"
+#include "kiln/macro.h"
+#include "kiln/parse.h"
+#include "kiln/strbuf.h"
+
+static const char *const BASE =
+	"cluster = { name = \"demo\"; domain = \"demo.kiln\"; };\n"		       /* 1 */
+	"network = { subnet = \"10.77.0.0/24\"; };\n"				       /* 2 */
+	"head = { hostname = \"head\"; address = \"10.77.0.1\"; };\n"		       /* 3 */
+	"node_groups = (\n"							       /* 4 */
+	"  {\n"									       /* 5 */
+	"    name = \"gpu\";\n"							       /* 6 */
+	"    hosts = \"node[01-03]\";\n"					       /* 7 */
+	"    addresses = \"10.77.0.11-10.77.0.13\";\n"				       /* 8 */
+	"    macs = [ \"52:54:00:77:00:11\", \"52:54:00:77:00:12\", \"52:54:00:77:00:13\" ];\n" /* 9 */
+	"    gpus = { model = \"NVIDIA H100 80GB HBM3\"; count = 4; };\n"	       /* 10 */
+	"    cpus = 2; sockets = 1; cores_per_socket = 2; threads_per_core = 1;\n"     /* 11 */
+	"    memory_mb = 1000;\n"						       /* 12 */
+	"  }\n"									       /* 13 */
+	");\n"									       /* 14 */
+	"slurm = {\n"								       /* 15 */
+	"  partitions = ( { name = \"gpu\"; nodes = \"node[01-03]\"; default = true; } );\n" /* 16 */
+	"};\n";									       /* 17 */
+
+static char *srcpath(const char *rel)
+{
+	const char *d = getenv("KILN_SRCDIR");
+	char *p = NULL;
+	assert_true(asprintf(&p, "%s/%s", d && d[0] ? d : ".", rel) > 0);
+	return p;
+}
+
+/* BASE with the first occurrence of old replaced by new (old must occur). */
+static char *edit(const char *old, const char *new)
+{
+	const char *at = strstr(BASE, old);
+	assert_non_null(at);
+	char *s = NULL;
+	assert_true(asprintf(&s, "%.*s%s%s", (int)(at - BASE), BASE, new, at + strlen(old)) > 0);
+	return s;
+}
+
+static char *format_errors(const kiln_cfg_errors *e)
+{
+	kiln_strbuf b;
+	kiln_strbuf_init(&b);
+	for (size_t i = 0; i < e->n; i++)
+		assert_int_equal(kiln_cfg_error_format(&e->v[i], &b), 0);
+	if (e->n == 0)
+		kiln_strbuf_append(&b, "");
+	char *s = kiln_strbuf_steal(&b);
+	kiln_strbuf_free(&b);
+	return s;
+}
+
+/* ---- schema ---------------------------------------------------------- */
+
+static void test_schema_table(void **state)
+{
+	size_t n;
+	const kiln_cfg_key *s = kiln_cfg_schema(&n);
+	assert_true(n > 80);
+	for (size_t i = 0; i < n; i++) {
+		/* unique */
+		for (size_t j = 0; j < i; j++)
+			assert_string_not_equal(s[i].path, s[j].path);
+		assert_non_null(s[i].doc);
+		assert_true(strlen(s[i].doc) > 3);
+		/* every nested key has its container in the table, before it */
+		const char *dot = strrchr(s[i].path, '.');
+		if (dot) {
+			char parent[128];
+			size_t l = (size_t)(dot - s[i].path);
+			memcpy(parent, s[i].path, l);
+			parent[l] = 0;
+			bool list = l > 2 && streq(parent + l - 2, "[]");
+			if (list)
+				parent[l - 2] = 0;
+			bool found = false;
+			for (size_t j = 0; j < i; j++)
+				if (streq(s[j].path, parent)) {
+					assert_int_equal(s[j].type, list ? KILN_CFG_LIST : KILN_CFG_GROUP);
+					found = true;
+				}
+			if (!found)
+				fail_msg("key %s has no container %s before it", s[i].path, parent);
+		}
+		/* lowercase snake_case names */
+		for (const char *p = s[i].path; *p; p++)
+			assert_true((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || strchr("._[]", *p));
+		if (s[i].type == KILN_CFG_ENUM)
+			assert_non_null(s[i].choices);
+		assert_non_null(kiln_cfg_type_to_string(s[i].type));
+		/* required keys have no default */
+		if (s[i].required)
+			assert_null(s[i].def);
+	}
+}
+
+static void test_docs_cover_schema(void **state)
+{
+	_cleanup_free_ char *path = srcpath("docs/config.md");
+	_cleanup_free_ char *text = NULL;
+	size_t len;
+	assert_int_equal(kiln_read_file(path, 1 << 22, &text, &len), 0);
+	size_t n;
+	const kiln_cfg_key *s = kiln_cfg_schema(&n);
+	int missing = 0;
+	for (size_t i = 0; i < n; i++) {
+		char needle[160];
+		snprintf(needle, sizeof(needle), "`%s`", s[i].path);
+		if (!strstr(text, needle)) {
+			print_error("docs/config.md does not document %s\n", s[i].path);
+			missing++;
+		}
+	}
+	assert_int_equal(missing, 0);
+}
+
+static void test_defaults(void **state)
+{
+	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
+	kiln_cfg_errors e;
+	kiln_cfg_errors_init(&e);
+	assert_int_equal(kiln_cfg_load_string(BASE, "base.cfg", &c, &e), 0);
+	assert_int_equal(e.n, 0);
+	kiln_cfg_errors_free(&e);
+	/* spot checks against the values the brief and docs promise */
+	assert_int_equal(c->network.mtu, 1500);
+	assert_string_equal(c->network.boot_interface, "eth0");
+	assert_int_equal(c->network.gateway, c->head.address); /* derived */
+	assert_int_equal(c->network.n_dns, 1);
+	assert_int_equal(c->network.dns[0], c->head.address);
+	assert_string_equal(c->slurm.cluster_name, "demo");
+	assert_int_equal(c->slurm.control_port, 6817);
+	assert_int_equal(c->slurm.slurmd_port, 6818);
+	assert_true(c->slurm.slurmd_timeout_usec == 300 * KILN_USEC_PER_SEC);
+	assert_non_null(c->slurm.extra);
+	assert_null(c->slurm.extra[0]);
+	assert_true(c->health.enabled);
+	assert_true(c->health.interval_usec == 10 * KILN_USEC_PER_SEC);
+	assert_true(c->health.recover_after_usec == 300 * KILN_USEC_PER_SEC);
+	assert_int_equal(c->health.metrics_port, 9400);
+	assert_string_equal(c->health.metrics_address, "0.0.0.0");
+	assert_string_equal(c->health.nvml_library, "libnvidia-ml.so.1");
+	assert_true(c->health.nvml_timeout_usec == 5 * KILN_USEC_PER_SEC);
+	assert_true(c->health.drain);
+	assert_int_equal(c->health.thresholds.temp_warn_c, 85);
+	assert_int_equal(c->health.thresholds.remap_pending, KILN_ACTION_DRAIN);
+	assert_int_equal(c->health.n_xids, 0);
+	assert_true(c->health.active_interval_usec == 0);
+	assert_true(c->health.memtest_fraction > 0.049 && c->health.memtest_fraction < 0.051);
+	assert_string_equal(c->health.check_program, "/usr/local/libexec/kiln/health-check");
+	assert_int_equal(c->launcher.port, 29500);
+	assert_int_equal(c->launcher.nnodes_min, 1);
+	assert_int_equal(c->launcher.nnodes_max, 1);
+	assert_int_equal(c->launcher.nproc_per_node, 0);
+	assert_int_equal(c->launcher.max_restarts, 3);
+	assert_true(c->launcher.heartbeat_usec == KILN_USEC_PER_SEC);
+	assert_true(c->launcher.dead_after_usec == 5 * KILN_USEC_PER_SEC);
+	assert_true(c->launcher.last_call_usec == 10 * KILN_USEC_PER_SEC);
+	assert_true(c->launcher.join_timeout_usec == 300 * KILN_USEC_PER_SEC);
+	assert_true(c->launcher.grace_usec == 120 * KILN_USEC_PER_SEC);
+	assert_int_equal(c->launcher.exclude_after_failures, 2);
+	assert_true(c->launcher.prefix_output);
+	assert_false(c->inference.enabled);
+	assert_int_equal(c->inference.port, 8000);
+	assert_int_equal(c->inference.kv_block_size, 16);
+	assert_int_equal(c->inference.quant, KILN_QUANT_NONE);
+	assert_null(c->inference.model);
+	assert_string_equal(c->image.base, "bookworm");
+	assert_string_equal(c->image.http_url, "http://10.77.0.1/kiln");
+	assert_string_equal(c->image.kernel_cmdline, "");
+	assert_true(c->slurm.partitions[0].max_time_usec == KILN_USEC_INFINITY);
+	assert_int_equal(c->slurm.partitions[0].state, KILN_PART_UP);
+}
+
+/* ---- the examples ---------------------------------------------------- */
+
+static kiln_cfg *load_example(const char *name)
+{
+	_cleanup_free_ char *rel = NULL;
+	assert_true(asprintf(&rel, "config/examples/%s", name) > 0);
+	_cleanup_free_ char *path = srcpath(rel);
+	kiln_cfg *c = NULL;
+	kiln_cfg_errors e;
+	kiln_cfg_errors_init(&e);
+	int r = kiln_cfg_load(path, &c, &e);
+	if (r < 0)
+		kiln_cfg_errors_print(&e, stderr);
+	kiln_cfg_errors_free(&e);
+	assert_int_equal(r, 0);
+	/* golden headers name the file as given on the command line */
+	free(c->path);
+	c->path = strdup(rel);
+	return c;
+}
+
+static void test_demo(void **state)
+{
+	_cleanup_(kiln_cfg_freep) kiln_cfg *c = load_example("demo.cfg");
+	char b[18];
+	assert_string_equal(c->cluster.name, "demo");
+	assert_string_equal(c->cluster.domain, "demo.kiln");
+	assert_string_equal(kiln_format_ipv4(b, c->network.subnet), "10.77.0.0");
+	assert_int_equal(c->network.prefix, 24);
+	assert_int_equal(c->network.netmask, 0xffffff00u);
+	assert_string_equal(c->head.hostname, "head");
+	assert_string_equal(kiln_format_ipv4(b, c->head.address), "10.77.0.1");
+	assert_int_equal(c->n_groups, 1);
+	assert_int_equal(c->n_nodes, 3);
+	const kiln_cfg_group *g = &c->groups[0];
+	assert_string_equal(g->hosts, "node[01-03]");
+	assert_int_equal(g->n_hosts, 3);
+	assert_string_equal(g->gpu_model, "NVIDIA H100 80GB HBM3");
+	assert_string_equal(g->gpu_type, "h100");
+	assert_int_equal(g->gpu_count, 4);
+	assert_int_equal(g->cpus, 2);
+	assert_int_equal(g->sockets, 1);
+	assert_int_equal(g->cores_per_socket, 2);
+	assert_int_equal(g->threads_per_core, 1);
+	assert_int_equal(g->memory_mb, 1000);
+	for (size_t i = 0; i < 3; i++) {
+		const kiln_cfg_node *n = &c->nodes[i];
+		char name[16], addr[16], mac[18];
+		snprintf(name, sizeof(name), "node%02zu", i + 1);
+		snprintf(addr, sizeof(addr), "10.77.0.%zu", 11 + i);
+		snprintf(mac, sizeof(mac), "52:54:00:77:00:%02zu", 11 + i);
+		assert_string_equal(n->name, name);
+		assert_string_equal(kiln_format_ipv4(b, n->address), addr);
+		assert_string_equal(kiln_format_mac(b, n->mac), mac);
+		assert_ptr_equal(n->group, g);
+		assert_int_equal(n->index_in_group, i);
+		assert_string_equal(n->partitions[0], "gpu");
+		assert_null(n->partitions[1]);
+		assert_false(n->inference);
+		assert_ptr_equal(kiln_cfg_find_node(c, name), n);
+		assert_ptr_equal(kiln_cfg_find_node_by_mac(c, n->mac), n);
+	}
+	assert_null(kiln_cfg_find_node(c, "node04"));
+	assert_null(kiln_cfg_find_node(c, "head"));
+	assert_int_equal(c->slurm.n_partitions, 1);
+	const kiln_cfg_partition *p = kiln_cfg_find_partition(c, "gpu");
+	assert_non_null(p);
+	assert_true(p->is_default);
+	assert_int_equal(p->n_members, 3);
+	assert_null(kiln_cfg_find_partition(c, "train"));
+	assert_int_equal(c->health.metrics_port, 9400);
+}
+
+static void test_dgx_pod(void **state)
+{
+	_cleanup_(kiln_cfg_freep) kiln_cfg *c = load_example("dgx-pod.cfg");
+	char b[18];
+	assert_int_equal(c->n_nodes, 32);
+	assert_int_equal(c->groups[0].gpu_count, 8);
+	assert_int_equal(c->groups[0].cpus, 224);
+	assert_int_equal(c->groups[0].memory_mb, 2u * 1024 * 1024);
+	assert_string_equal(c->nodes[31].name, "dgx32");
+	assert_string_equal(kiln_format_ipv4(b, c->nodes[31].address), "10.40.1.32");
+	const kiln_cfg_partition *train = kiln_cfg_find_partition(c, "train");
+	const kiln_cfg_partition *infer = kiln_cfg_find_partition(c, "infer");
+	assert_non_null(train);
+	assert_non_null(infer);
+	assert_int_equal(train->n_members, 24);
+	assert_int_equal(infer->n_members, 8);
+	assert_true(train->max_time_usec == 7ULL * 24 * 3600 * KILN_USEC_PER_SEC);
+	assert_true(infer->max_time_usec == KILN_USEC_INFINITY);
+	assert_string_equal(infer->extra, "OverSubscribe=NO");
+	/* inference runs exactly on the infer partition */
+	for (size_t i = 0; i < c->n_nodes; i++)
+		assert_int_equal(c->nodes[i].inference, i >= 24);
+	assert_int_equal(kiln_cfg_xid_action(c, 79, KILN_ACTION_DRAIN), KILN_ACTION_REBOOT);
+	assert_int_equal(kiln_cfg_xid_action(c, 13, KILN_ACTION_DRAIN), KILN_ACTION_APP);
+	assert_int_equal(kiln_cfg_xid_action(c, 31, KILN_ACTION_IGNORE), KILN_ACTION_IGNORE);
+	assert_int_equal(c->launcher.nnodes_min, 2);
+	assert_int_equal(c->launcher.nnodes_max, 24);
+	assert_true(c->health.active_interval_usec == 24ULL * 3600 * KILN_USEC_PER_SEC);
+	assert_int_equal(c->network.mtu, 9000);
+	assert_string_equal(kiln_format_ipv4(b, c->network.gateway), "10.40.0.254");
+	assert_string_equal(c->image.packages[1], "rdma-core");
+	assert_null(c->image.packages[2]);
+	assert_string_equal(c->slurm.extra[0], "SchedulerParameters=bf_continue,bf_window=10080");
+	/* MACs are distinct and found again by MAC */
+	for (size_t i = 0; i < c->n_nodes; i++)
+		assert_ptr_equal(kiln_cfg_find_node_by_mac(c, c->nodes[i].mac), &c->nodes[i]);
+}
+
+/* ---- validators ------------------------------------------------------ */
+
+typedef struct vcase {
+	const char *old, *new;
+	const char *expect; /* the exact first error line, without "v.cfg:" */
+} vcase;
+
+static const vcase vcases[] = {
+	{ "memory_mb = 1000;", "memory_mb = 1000; memroy_mb = 1;",
+	  "12: node_groups[0].memroy_mb: unknown setting; did you mean 'memory_mb'?" },
+	{ "cpus = 2;", "cpus = \"2\";", "11: node_groups[0].cpus: expected an integer, got a string" },
+	{ "    hosts = \"node[01-03]\";\n", "", "5: node_groups[0].hosts: missing required setting" },
+	{ "count = 4;", "count = 17;", "10: node_groups[0].gpus.count: 17 is out of range 0..16" },
+	{ "count = 4;", "count = 16;", NULL },
+	{ "count = 4;", "count = 0;", NULL },
+	{ "\"52:54:00:77:00:12\"", "\"52:54:00:77:00\"",
+	  "9: node_groups[0].macs[1]: malformed MAC address \"52:54:00:77:00\"; write it like \"52:54:00:12:34:56\"" },
+	{ "\"52:54:00:77:00:13\"", "\"52:54:00:77:00:11\"",
+	  "9: node_groups[0].macs[2]: duplicate MAC 52:54:00:77:00:11 (also node01)" },
+	{ "\"52:54:00:77:00:13\"", "\"52-54-00-77-00-AB\"", NULL },
+	{ ", \"52:54:00:77:00:13\" ]", " ]",
+	  "9: node_groups[0].macs: 2 MACs for 3 hosts; give exactly one MAC per host, in host order" },
+	{ "10.77.0.11-10.77.0.13", "10.77.0.11-10.77.0.12",
+	  "8: node_groups[0].addresses: range \"10.77.0.11-10.77.0.12\" has 2 addresses for 3 hosts" },
+	{ "\"10.77.0.11-10.77.0.13\"", "[ \"10.77.0.11\", \"10.77.1.12\", \"10.77.0.13\" ]",
+	  "8: node_groups[0].addresses[1]: address 10.77.1.12 is outside the subnet 10.77.0.0/24" },
+	{ "\"10.77.0.11-10.77.0.13\"", "[ \"10.77.0.11\", \"10.77.0.11\", \"10.77.0.13\" ]",
+	  "8: node_groups[0].addresses: duplicate address 10.77.0.11 (node01 and node02)" },
+	{ "node[01-03]\"; default", "node[01-04]\"; default",
+	  "16: slurm.partitions[0].nodes: unknown node \"node04\"; did you mean 'node01'?" },
+	{ "hosts = \"node[01-03]\";", "hosts = \"node[01-03\";",
+	  "7: node_groups[0].hosts: malformed hostlist \"node[01-03\" at offset 10; write it like \"node[01-16,20]\"" },
+	{ "memory_mb = 1000;", "memory_mb = \"1.5x\";",
+	  "12: node_groups[0].memory_mb: malformed size \"1.5x\"; write it like \"512G\", \"2T\" or an integer number of MiB" },
+	{ "memory_mb = 1000;", "memory_mb = \"1G\";", NULL },
+	{ "default = true;", "default = true; max_time = \"1 week\";",
+	  "16: slurm.partitions[0].max_time: malformed duration \"1 week\"; write it like \"90s\", \"5m\", \"1h30m\" or "
+	  "\"infinite\"" },
+	{ "subnet = \"10.77.0.0/24\";", "subnet = \"10.77.0.0/24\"; mtu = 100;",
+	  "2: network.mtu: 100 is out of range 576..9216" },
+	{ "hostname = \"head\";", "hostname = \"node02\";", "7: node_groups[0].hosts: host name \"node02\" is also the head node's" },
+	{ "cpus = 2;", "", NULL }, /* derived: 1 x 2 x 1 */
+	{ "cpus = 2;", "cpus = 5;",
+	  "11: node_groups[0].cpus: 5 CPUs do not match 1 sockets x 2 cores x 1 threads; Slurm needs cpus = sockets x "
+	  "cores_per_socket x threads_per_core" },
+	{ "name = \"demo\";", "name = \"Demo\";",
+	  "1: cluster.name: invalid cluster name \"Demo\"; use lowercase letters, digits, '-' and '_'" },
+	{ "cluster = {", "cluster = { @include \"x\";", "1: syntax error; look for a missing ';', quote or bracket here or just above" },
+};
+
+static void test_validators(void **state)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(vcases); i++) {
+		_cleanup_free_ char *text = edit(vcases[i].old, vcases[i].new);
+		kiln_cfg *c = NULL;
+		kiln_cfg_errors e;
+		kiln_cfg_errors_init(&e);
+		int r = kiln_cfg_load_string(text, "v.cfg", &c, &e);
+		_cleanup_free_ char *got = format_errors(&e);
+		if (!vcases[i].expect) {
+			if (r != 0)
+				fail_msg("case %zu: expected success, got:\n%s", i, got);
+			assert_non_null(c);
+			kiln_cfg_free(c);
+		} else {
+			char want[512];
+			snprintf(want, sizeof(want), "v.cfg:%s\n", vcases[i].expect);
+			if (r != -EINVAL || e.n < 1 || strncmp(got, want, strlen(want)) != 0)
+				fail_msg("case %zu: r=%d\nwant: %sgot:  %s", i, r, want, got);
+			assert_null(c);
+		}
+		kiln_cfg_errors_free(&e);
+	}
+}
+
+/* Every error is collected, not just the first. */
+static void test_collects_all(void **state)
+{
+	_cleanup_free_ char *t1 = edit("count = 4;", "count = 99;");
+	_cleanup_free_ char *t2 = NULL;
+	{
+		const char *at = strstr(t1, "cpus = 2;");
+		assert_true(asprintf(&t2, "%.*scpus = true;%s\nbogus = 1;\nhealth = { intervall = \"1s\"; };\n",
+				     (int)(at - t1), t1, at + 9) > 0);
+	}
+	kiln_cfg *c = NULL;
+	kiln_cfg_errors e;
+	kiln_cfg_errors_init(&e);
+	assert_int_equal(kiln_cfg_load_string(t2, "m.cfg", &c, &e), -EINVAL);
+	assert_int_equal(e.n, 4);
+	/* in file order */
+	for (size_t i = 1; i < e.n; i++)
+		assert_true(e.v[i - 1].line <= e.v[i].line);
+	assert_string_equal(e.v[3].path, "health.intervall");
+	assert_string_equal(e.v[3].hint, "did you mean 'interval'?");
+	kiln_cfg_errors_free(&e);
+}
+
+static void test_error_cap(void **state)
+{
+	kiln_strbuf b;
+	kiln_strbuf_init(&b);
+	kiln_strbuf_append(&b, BASE);
+	for (int i = 0; i < 1000; i++)
+		kiln_strbuf_printf(&b, "junk%d = %d;\n", i, i);
+	_cleanup_free_ char *text = kiln_strbuf_steal(&b);
+	kiln_strbuf_free(&b);
+	kiln_cfg *c = NULL;
+	kiln_cfg_errors e;
+	kiln_cfg_errors_init(&e);
+	assert_int_equal(kiln_cfg_load_string(text, "cap.cfg", &c, &e), -EINVAL);
+	assert_int_equal(e.n, KILN_CFG_ERRORS_MAX);
+	assert_int_equal(e.dropped, 1000 - KILN_CFG_ERRORS_MAX);
+	kiln_cfg_errors_free(&e);
+	/* errs may be NULL: only the status */
+	assert_int_equal(kiln_cfg_load_string(text, "cap.cfg", &c, NULL), -EINVAL);
+	assert_int_equal(kiln_cfg_load_string(BASE, "ok.cfg", &c, NULL), 0);
+	kiln_cfg_free(c);
+	assert_int_equal(kiln_cfg_load("/nonexistent/kiln.cfg", &c, NULL), -ENOENT);
+}
+
+/* Every file in tests/config/bad/ gives exactly its .expected lines. */
+static void test_bad_corpus(void **state)
+{
+	_cleanup_free_ char *dir = srcpath("tests/config/bad");
+	DIR *d = opendir(dir);
+	assert_non_null(d);
+	struct dirent *de;
+	int count = 0;
+	while ((de = readdir(d))) {
+		size_t l = strlen(de->d_name);
+		if (l < 5 || !streq(de->d_name + l - 4, ".cfg"))
+			continue;
+		_cleanup_free_ char *rel = NULL, *path = NULL, *exp_path = NULL, *expected = NULL;
+		assert_true(asprintf(&rel, "tests/config/bad/%s", de->d_name) > 0);
+		path = srcpath(rel);
+		assert_true(asprintf(&exp_path, "%.*s.expected", (int)(strlen(path) - 4), path) > 0);
+		size_t len;
+		assert_int_equal(kiln_read_file(exp_path, 1 << 20, &expected, &len), 0);
+		/* the expected lines name the file as the CLI test runs it */
+		_cleanup_free_ char *text = NULL;
+		assert_int_equal(kiln_read_file(path, 1 << 20, &text, &len), 0);
+		kiln_cfg *c = NULL;
+		kiln_cfg_errors e;
+		kiln_cfg_errors_init(&e);
+		int r = kiln_cfg_load_string(text, rel, &c, &e);
+		_cleanup_free_ char *got = format_errors(&e);
+		if (r != -EINVAL || !streq(got, expected))
+			fail_msg("%s: r=%d\nexpected:\n%sgot:\n%s", rel, r, expected, got);
+		kiln_cfg_errors_free(&e);
+		count++;
+	}
+	closedir(d);
+	assert_true(count >= 30);
+}
+
+/* ---- renderers ------------------------------------------------------- */
+
+static void check_golden(const kiln_cfg *c, const char *ex, const char *target, const char *node)
+{
+	_cleanup_free_ char *out = NULL, *rel = NULL, *path = NULL, *want = NULL;
+	assert_int_equal(kiln_cfg_render(c, target, node, &out), 0);
+	if (node)
+		assert_true(asprintf(&rel, "tests/config/golden/%s/node-env/%s", ex, node) > 0);
+	else
+		assert_true(asprintf(&rel, "tests/config/golden/%s/%s", ex, target) > 0);
+	path = srcpath(rel);
+	size_t len;
+	assert_int_equal(kiln_read_file(path, 1 << 22, &want, &len), 0);
+	if (!streq(out, want))
+		fail_msg("%s differs from the render:\n%s", rel, out);
+	/* a pure function: a second render is byte-identical */
+	_cleanup_free_ char *again = NULL;
+	assert_int_equal(kiln_cfg_render(c, target, node, &again), 0);
+	assert_string_equal(out, again);
+}
+
+static void test_render_golden(void **state)
+{
+	const char *examples[] = { "demo", "dgx-pod" };
+	for (size_t x = 0; x < ARRAY_SIZE(examples); x++) {
+		_cleanup_free_ char *file = NULL;
+		assert_true(asprintf(&file, "%s.cfg", examples[x]) > 0);
+		_cleanup_(kiln_cfg_freep) kiln_cfg *c = load_example(file);
+		for (size_t t = 0; kiln_cfg_render_targets[t]; t++) {
+			if (streq(kiln_cfg_render_targets[t], "node-env"))
+				continue;
+			check_golden(c, examples[x], kiln_cfg_render_targets[t], NULL);
+		}
+		for (size_t i = 0; i < c->n_nodes; i++)
+			check_golden(c, examples[x], "node-env", c->nodes[i].name);
+		check_golden(c, examples[x], "node-env", c->head.hostname);
+	}
+}
+
+static void test_render_content(void **state)
+{
+	_cleanup_(kiln_cfg_freep) kiln_cfg *c = load_example("dgx-pod.cfg");
+	_cleanup_free_ char *slurm = NULL, *gres = NULL, *dns = NULL, *ipxe = NULL, *env = NULL;
+	assert_int_equal(kiln_cfg_render(c, "slurm.conf", NULL, &slurm), 0);
+	assert_non_null(strstr(slurm, "# generated by kiln from config/examples/dgx-pod.cfg"));
+	assert_non_null(strstr(slurm, "\nNodeName=dgx17 NodeAddr=10.40.1.17 CPUs=224 Sockets=2 CoresPerSocket=56 "
+				      "ThreadsPerCore=2 RealMemory=2097152 Gres=gpu:h100:8 Feature=h100,nvlink,ib "
+				      "State=UNKNOWN\n"));
+	assert_non_null(strstr(slurm, "\nPartitionName=train Nodes=dgx[01-24] Default=YES MaxTime=7-00:00:00 State=UP\n"));
+	assert_non_null(strstr(slurm, "\nPartitionName=infer Nodes=dgx[25-32] Default=NO MaxTime=UNLIMITED State=UP "
+				      "OverSubscribe=NO\n"));
+	assert_non_null(strstr(slurm, "\nHealthCheckProgram=/usr/local/libexec/kiln/health-check\n"));
+	assert_non_null(strstr(slurm, "\nSlurmdTimeout=300\n"));
+	assert_non_null(strstr(slurm, "\nSchedulerParameters=bf_continue,bf_window=10080\n"));
+	assert_null(strstr(slurm, "  "));
+	assert_int_equal(kiln_cfg_render(c, "gres.conf", NULL, &gres), 0);
+	assert_non_null(strstr(gres, "\nNodeName=dgx[01-32] Name=gpu Type=h100 File=/dev/nvidia[0-7]\n"));
+	assert_int_equal(kiln_cfg_render(c, "dnsmasq.conf", NULL, &dns), 0);
+	assert_non_null(strstr(dns, "\ndhcp-host=b8:3f:d2:4a:13:fc,10.40.1.32,dgx32,infinite\n"));
+	assert_non_null(strstr(dns, "\ndhcp-boot=tag:ipxe,http://10.40.0.1/kiln/boot.ipxe\n"));
+	assert_non_null(strstr(dns, "\ninterface=enp65s0f0\n"));
+	assert_int_equal(kiln_cfg_render(c, "boot.ipxe", NULL, &ipxe), 0);
+	assert_true(startswith(ipxe, "#!ipxe\n"));
+	assert_non_null(strstr(ipxe, "\n:mac-b8-3f-d2-4a-13-fc\nset node dgx32\nset addr 10.40.1.32\n"));
+	assert_non_null(strstr(ipxe, "console=ttyS0,115200n8"));
+	assert_int_equal(kiln_cfg_render(c, "node-env", "dgx30", &env), 0);
+	assert_non_null(strstr(env, "\nKILN_SERVICES=\"munge slurmd kiln-healthd kiln-inferd\"\n"));
+	assert_non_null(strstr(env, "\nKILN_PARTITIONS=infer\n"));
+	char *x = NULL;
+	assert_int_equal(kiln_cfg_render(c, "node-env", "dgx99", &x), -ENXIO);
+	assert_int_equal(kiln_cfg_render(c, "node-env", NULL, &x), -EINVAL);
+	assert_int_equal(kiln_cfg_render(c, "nope", NULL, &x), -EINVAL);
+	assert_null(x);
+}
+
+static void test_gpu_type(void **state)
+{
+	static const char *const cases[][2] = {
+		{ "NVIDIA H100 80GB HBM3", "h100" }, { "NVIDIA A100-SXM4-80GB", "a100" },
+		{ "Tesla V100-SXM2-32GB", "v100" },  { "NVIDIA L40S", "l40s" },
+		{ "NVIDIA GH200 480GB", "gh200" },   { "NVIDIA B200", "b200" },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		_cleanup_free_ char *t = kiln_cfg_gpu_type_from_model(cases[i][0]);
+		assert_string_equal(t, cases[i][1]);
+	}
+	assert_null(kiln_cfg_gpu_type_from_model(NULL));
+}
+
+/* Random mutations of a valid file: the loader must either succeed or
+ * report errors, never crash or succeed with errors. */
+static void test_mutations(void **state)
+{
+	size_t len = strlen(BASE);
+	_cleanup_free_ char *buf = malloc(len + 1);
+	static const char alphabet[] = "{}()[];=\",.-:0123456789abcxyz \n#@/";
+	srand(12345);
+	for (int round = 0; round < 3000; round++) {
+		memcpy(buf, BASE, len + 1);
+		int flips = 1 + rand() % 4;
+		for (int f = 0; f < flips; f++)
+			buf[rand() % len] = alphabet[rand() % (sizeof(alphabet) - 1)];
+		kiln_cfg *c = NULL;
+		kiln_cfg_errors e;
+		kiln_cfg_errors_init(&e);
+		int r = kiln_cfg_load_string(buf, "mut.cfg", &c, &e);
+		if (r == 0) {
+			assert_int_equal(e.n, 0);
+			for (size_t t = 0; kiln_cfg_render_targets[t]; t++) {
+				char *out = NULL;
+				const char *node = c->n_nodes ? c->nodes[0].name : c->head.hostname;
+				assert_int_equal(kiln_cfg_render(c, kiln_cfg_render_targets[t], node, &out), 0);
+				free(out);
+			}
+			kiln_cfg_free(c);
+		} else {
+			assert_int_equal(r, -EINVAL);
+			assert_true(e.n > 0);
+			assert_null(c);
+		}
+		kiln_cfg_errors_free(&e);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_schema_table),  cmocka_unit_test(test_docs_cover_schema),
+		cmocka_unit_test(test_defaults),      cmocka_unit_test(test_demo),
+		cmocka_unit_test(test_dgx_pod),	      cmocka_unit_test(test_validators),
+		cmocka_unit_test(test_collects_all),  cmocka_unit_test(test_error_cap),
+		cmocka_unit_test(test_bad_corpus),    cmocka_unit_test(test_render_golden),
+		cmocka_unit_test(test_render_content), cmocka_unit_test(test_gpu_type),
+		cmocka_unit_test(test_mutations),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
