@@ -18,10 +18,13 @@ TEST_SCRIPTS += tests/launcher/store-torch.sh tests/launcher/store-hostile.sh
 TEST_FULL_SCRIPTS += tests/fuzz/fuzz-store.sh
 BENCH_SCRIPTS += tests/launcher/store-bench.sh
 
-# libFuzzer target: clang only, built by its own rule (not part of `all`);
-# tests/fuzz/fuzz-store.sh builds it on demand and skips when clang is missing.
+# libFuzzer target for the protocol parser: clang only, by its own rule; part
+# of `all` when clang is installed, skipped (and its suite SKIPs) otherwise.
 KILN_CLANG ?= $(shell command -v clang-14 || command -v clang)
 FUZZ_STORE := $(B)/tests/fuzz-store
+ifneq ($(KILN_CLANG),)
+EXTRA_ALL += $(FUZZ_STORE)
+endif
 fuzz-store: $(FUZZ_STORE)
 $(FUZZ_STORE): tests/fuzz/fuzz-store.c slurm/launcher/store-proto.c slurm/launcher/store-proto.h
 	@mkdir -p $(@D)
