@@ -321,8 +321,10 @@ static void leader_read_conn(kr_agent *a, size_t i)
 		    !secret_eq(sp + 1, a->secret))
 			goto bad;
 		lc->id = id;
+		log_debug("Liveness connection from %s", a->job->nodes[id]);
 	}
 bad:
+	log_debug("Dropping a liveness connection with a bad hello");
 	close(lc->fd);
 	L->conns[i] = L->conns[--L->n_conns];
 }
@@ -428,7 +430,7 @@ static void leader_step(kr_agent *a)
 
 	unsigned restarts_before = L->st.restarts;
 	rdzv_action act = rdzv_leader_tick(&L->st, now);
-	if (L->st.restarts != restarts_before) {
+	if (L->st.restarts != restarts_before && act != RDZV_ACT_FAIL) {
 		char rs[32];
 		snprintf(rs, sizeof(rs), "%u", L->st.restarts);
 		kiln_store_server_set(L->srv, "/kiln/restarts", rs, strlen(rs));
@@ -482,6 +484,7 @@ static void agent_disconnect(kr_agent *a)
 	kiln_store_client_free(a->c);
 	a->c = NULL;
 	closep(&a->live_fd);
+	a->live_fd = -1;
 	if (a->L) {
 		leader_free(a->L);
 		a->L = NULL;
@@ -833,8 +836,8 @@ static int session(kr_agent *a)
 		uint64_t now = kiln_now_usec();
 		size_t k = 0;
 		p[k++] = (struct pollfd){ .fd = a->sfd, .events = POLLIN };
-		size_t live_at = k;
-		if (a->live_fd >= 0)
+		size_t live_at = SIZE_MAX;
+		if (a->live_fd >= 0 && (live_at = k) == k)
 			p[k++] = (struct pollfd){ .fd = a->live_fd, .events = POLLIN };
 		size_t lead_at = k;
 		if (a->L) {
@@ -857,7 +860,7 @@ static int session(kr_agent *a)
 				handle_signal(a, (int)si.ssi_signo);
 		}
 		kr_group_pump(&a->g, false);
-		if (a->live_fd >= 0 && p[live_at].revents) {
+		if (live_at != SIZE_MAX && p[live_at].revents) {
 			char tmp[64];
 			ssize_t r = read(a->live_fd, tmp, sizeof(tmp));
 			if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
@@ -912,7 +915,7 @@ static int session(kr_agent *a)
 			if (!a->L)
 				break;
 			/* Keep the store up until the others have read the result. */
-			if (a->L->n_conns == 0 || now - a->L->closed_usec > KR_LINGER_USEC)
+			if (a->L->n_conns == 0 || now > a->L->closed_usec + KR_LINGER_USEC)
 				break;
 		}
 	}

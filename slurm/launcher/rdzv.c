@@ -321,6 +321,18 @@ rdzv_action rdzv_leader_tick(rdzv_leader *l, uint64_t now)
 					 l->fail_code);
 				return RDZV_ACT_FAIL;
 			}
+			if (rdzv_leader_candidates(l) < l->p.min_nodes && l->fail_node >= 0 &&
+			    l->nodes[l->fail_node].excluded) {
+				/* Excluding the failing node leaves too few: waiting
+				 * for the join timeout would only delay the verdict. */
+				l->phase = RDZV_FINISHED;
+				l->exit_code = l->fail_code ? l->fail_code : 1;
+				snprintf(l->reason, sizeof(l->reason),
+					 "%s excluded after %u failures (last code %d); fewer than %u nodes left",
+					 l->nodes[l->fail_node].host, l->nodes[l->fail_node].failures,
+					 l->fail_code, l->p.min_nodes);
+				return RDZV_ACT_FAIL;
+			}
 			l->next_round_usec = now + backoff(l);
 			return RDZV_ACT_NONE;
 		}

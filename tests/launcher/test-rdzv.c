@@ -325,6 +325,18 @@ static void test_round_text(void **state)
 	rdzv_leader_done(&l);
 }
 
+static void test_exclusion_below_min_fails(void **state)
+{
+	rdzv_leader l;
+	uint64_t t = start_round(&l, 1, 1, 1);
+	l.p.exclude_after = 1;
+	rdzv_leader_worker_failed(&l, 0, 1, 9, t);
+	assert_int_equal(rdzv_leader_tick(&l, t + l.p.settle_usec), RDZV_ACT_FAIL);
+	assert_int_equal(l.exit_code, 9);
+	assert_non_null(strstr(l.reason, "excluded"));
+	rdzv_leader_done(&l);
+}
+
 static void test_bad_args(void **state)
 {
 	rdzv_params p;
@@ -353,6 +365,7 @@ int main(void)
 		cmocka_unit_test(test_join_timeout_names_missing),
 		cmocka_unit_test(test_below_min_after_loss),
 		cmocka_unit_test(test_round_text),
+		cmocka_unit_test(test_exclusion_below_min_fails),
 		cmocka_unit_test(test_bad_args),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
