@@ -1,0 +1,206 @@
+/* kernels/cuda/backend.cu — the "cuda" kk backend: device selection, memory,
+ * streams, and the vtable that kernels/kk.c dispatches to.
+ *
+ * init() picks the device (KILN_CUDA_DEVICE, else LOCAL_RANK modulo the
+ * device count as torchrun does, else 0), creates a non-blocking default
+ * stream and a cuBLASLt handle with its workspace.  Buffers are plain
+ * cudaMalloc allocations; upload/download are cudaMemcpyAsync on the stream
+ * followed by a stream sync (kk.h makes them blocking).  The op slots live in
+ * the kc_*.cu files (see kc.h).  Every CUDA status is mapped to -errno;
+ * nothing aborts or prints.
+ * UNVERIFIED on a GPU. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kc.h"
+
+static int kc_pick_device(int count)
+{
+	const char *e = getenv("KILN_CUDA_DEVICE");
+	if (!e || !*e)
+		e = getenv("LOCAL_RANK");
+	if (e && *e) {
+		char *end = NULL;
+		long v = strtol(e, &end, 10);
+		if (end && *end == '\0' && v >= 0)
+			return (int)(v % count);
+	}
+	return 0;
+}
+
+static int kc_available(void)
+{
+	return kc_device_count() > 0;
+}
+
+static void kc_fini(kk_backend *be)
+{
+	kc_ctx *ctx = (kc_ctx *)be->ctx;
+	if (!ctx)
+		return;
+	kc_blas_free(ctx->blas);
+	if (ctx->stream)
+		cudaStreamDestroy(ctx->stream);
+	free(ctx);
+	be->ctx = NULL;
+}
+
+static int kc_init(kk_backend *be)
+{
+	int n = kc_device_count();
+	if (n <= 0)
+		return -ENODEV;
+	kc_ctx *ctx = (kc_ctx *)calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return -ENOMEM;
+	be->ctx = ctx;
+	ctx->device = kc_pick_device(n);
+	int r = kc_errno_cuda(cudaSetDevice(ctx->device));
+	if (r >= 0)
+		r = kc_errno_cuda(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+	if (r >= 0)
+		r = kc_blas_new(&ctx->blas);
+	if (r < 0) {
+		kc_fini(be);
+		return r;
+	}
+	return 0;
+}
+
+static int kc_sync(kk_backend *be)
+{
+	return kc_errno_cuda(cudaDeviceSynchronize());
+}
+
+static int kc_alloc(kk_backend *be, size_t bytes, void **ret)
+{
+	void *p = NULL;
+	int r = kc_errno_cuda(cudaMalloc(&p, bytes));
+	if (r < 0)
+		return r;
+	*ret = p;
+	return 0;
+}
+
+static void kc_free(kk_backend *be, void *ptr)
+{
+	cudaFree(ptr);
+}
+
+static int kc_upload(kk_backend *be, kk_stream *st, void *dst, const void *host, size_t bytes)
+{
+	cudaStream_t s = kc_stream(be, st);
+	int r = kc_errno_cuda(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, s));
+	if (r < 0)
+		return r;
+	return kc_errno_cuda(cudaStreamSynchronize(s));
+}
+
+static int kc_download(kk_backend *be, kk_stream *st, void *host, const void *src, size_t bytes)
+{
+	cudaStream_t s = kc_stream(be, st);
+	int r = kc_errno_cuda(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, s));
+	if (r < 0)
+		return r;
+	return kc_errno_cuda(cudaStreamSynchronize(s));
+}
+
+static int kc_memset(kk_backend *be, kk_stream *st, void *dst, int byte, size_t bytes)
+{
+	return kc_errno_cuda(cudaMemsetAsync(dst, byte, bytes, kc_stream(be, st)));
+}
+
+static int kc_copy(kk_backend *be, kk_stream *st, void *dst, const void *src, size_t bytes)
+{
+	return kc_errno_cuda(
+		cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, kc_stream(be, st)));
+}
+
+static int kc_stream_create(kk_backend *be, kk_stream *st)
+{
+	cudaStream_t s = NULL;
+	int r = kc_errno_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	if (r < 0)
+		return r;
+	st->handle = s;
+	return 0;
+}
+
+static void kc_stream_free(kk_backend *be, kk_stream *st)
+{
+	if (!st->handle)
+		return;
+	cudaStreamSynchronize((cudaStream_t)st->handle);
+	cudaStreamDestroy((cudaStream_t)st->handle);
+	st->handle = NULL;
+}
+
+static int kc_stream_sync(kk_backend *be, kk_stream *st)
+{
+	return kc_errno_cuda(cudaStreamSynchronize(kc_stream(be, st)));
+}
+
+/* Filled once (pthread_once: no C++ runtime needed for a guarded static). */
+static struct kk_backend_ops kc_ops;
+static pthread_once_t kc_ops_once = PTHREAD_ONCE_INIT;
+
+static void kc_ops_fill(void)
+{
+	struct kk_backend_ops *o = &kc_ops;
+	o->name = "cuda";
+	o->available = kc_available;
+	o->init = kc_init;
+	o->fini = kc_fini;
+	o->sync = kc_sync;
+	o->alloc = kc_alloc;
+	o->free = kc_free;
+	o->upload = kc_upload;
+	o->download = kc_download;
+	o->memset = kc_memset;
+	o->copy = kc_copy;
+	o->stream_create = kc_stream_create;
+	o->stream_free = kc_stream_free;
+	o->stream_sync = kc_stream_sync;
+	o->cast = kc_op_cast;
+	o->scale = kc_op_scale;
+	o->gemm = kc_op_gemm;
+	o->quantize = kc_op_quantize;
+	o->dequantize = kc_op_dequantize;
+	o->qgemm = kc_op_qgemm;
+	o->attention_fwd = kc_op_attention_fwd;
+	o->attention_bwd = kc_op_attention_bwd;
+	o->attention_decode = kc_op_attention_decode;
+	o->kv_cache_write = kc_op_kv_cache_write;
+	o->rmsnorm_fwd = kc_op_rmsnorm_fwd;
+	o->rmsnorm_bwd = kc_op_rmsnorm_bwd;
+	o->layernorm_fwd = kc_op_layernorm_fwd;
+	o->layernorm_bwd = kc_op_layernorm_bwd;
+	o->rope = kc_op_rope;
+	o->act_fwd = kc_op_act_fwd;
+	o->act_bwd = kc_op_act_bwd;
+	o->swiglu_fwd = kc_op_swiglu_fwd;
+	o->swiglu_bwd = kc_op_swiglu_bwd;
+	o->softmax = kc_op_softmax;
+	o->embedding_fwd = kc_op_embedding_fwd;
+	o->embedding_bwd = kc_op_embedding_bwd;
+	o->cross_entropy_fwd = kc_op_cross_entropy_fwd;
+	o->cross_entropy_bwd = kc_op_cross_entropy_bwd;
+	o->adamw = kc_op_adamw;
+	o->grad_norm = kc_op_grad_norm;
+	o->sample = kc_op_sample;
+	o->comm_get_id = kc_op_comm_get_id;
+	o->comm_init = kc_op_comm_init;
+	o->comm_free = kc_op_comm_free;
+	o->all_reduce = kc_op_all_reduce;
+	o->reduce_scatter = kc_op_reduce_scatter;
+	o->all_gather = kc_op_all_gather;
+	o->broadcast = kc_op_broadcast;
+}
+
+extern "C" const struct kk_backend_ops *kk_cuda_ops(void)
+{
+	pthread_once(&kc_ops_once, kc_ops_fill);
+	return &kc_ops;
+}

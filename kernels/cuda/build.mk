@@ -1,0 +1,17 @@
+# kernels/cuda/: the "cuda" backend of libkk (cuBLASLt GEMM, custom kernels,
+# NCCL), its GPU test (tests/kernels/gpu/) and benchmark (kernels/bench/).
+# With CUDA=1 the .cu objects join libkk.a and KK_LDLIBS gains the CUDA
+# libraries (-u pulls backend.cu's kk_cuda_ops out of the archive, which
+# kernels/kk.c references only weakly).  With CUDA=0 nothing here is built
+# and the test/bench scripts report "no CUDA device".
+KK_CUDA_SRCS := kernels/cuda/backend.cu kernels/cuda/kc_core.cu kernels/cuda/kc_gemm.cu \
+	kernels/cuda/kc_norm.cu kernels/cuda/kc_ops.cu kernels/cuda/kc_optim.cu \
+	kernels/cuda/kc_quant.cu kernels/cuda/kc_attn.cu kernels/cuda/kc_sample.cu \
+	kernels/cuda/kc_nccl.cu
+
+ifeq ($(CUDA),1)
+$(B)/lib/libkk.a: $(call kiln_objs,$(KK_CUDA_SRCS))
+-include $(patsubst %.o,%.d,$(call kiln_objs,$(KK_CUDA_SRCS)))
+# nvcc's stubs for template kernels use C++ static guards: -lstdc++.
+KK_LDLIBS += -Wl,-u,kk_cuda_ops $(CUDA_LDLIBS) -lcublasLt -lnccl -lstdc++
+endif

@@ -1,0 +1,295 @@
+/* kernels/cuda/kc.h — internal interface of the CUDA backend.
+ *
+ * Each kernel family lives in its own file (kc_gemm.cu, kc_norm.cu,
+ * kc_ops.cu, kc_attn.cu, kc_quant.cu, kc_optim.cu, kc_sample.cu, kc_nccl.cu),
+ * llm.c style: a "kernels" section, then the vtable slots (kc_op_*) that
+ * launch them on the caller's stream, check the launch and return 0 or
+ * -errno (never abort, never log).  backend.cu assembles the slots into the
+ * kk_backend_ops table that kernels/kk.c dispatches to.
+ *
+ * Element types: F32, BF16, F16 activations; kernels load every element into
+ * f32, compute in f32 and round once on store.
+ *
+ * Everything here is UNVERIFIED on a GPU (written on a machine without one);
+ * see docs/kernels-cuda.md. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "../kk_internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kc_dtype {
+	KC_F32 = 0,
+	KC_BF16 = 1,
+	KC_F16 = 2,
+} kc_dtype;
+
+size_t kc_dtype_size(kc_dtype t);
+
+/* Error mapping: CUDA runtime / cuBLAS / NCCL status codes -> -errno.
+ * Out of memory -> -ENOMEM, bad argument -> -EINVAL, no device or driver ->
+ * -ENODEV, unsupported configuration -> -EOPNOTSUPP, anything else -> -EIO. */
+int kc_errno_cuda(cudaError_t e);
+int kc_errno_cublas(int status);
+int kc_errno_nccl(int result);
+/* Returns kc_errno_cuda(cudaGetLastError()) — call right after a launch. */
+int kc_check_launch(void);
+
+/* Number of usable CUDA devices, 0 when there is no device or driver (never
+ * an error: "no GPU" is a normal state for kiln). */
+int kc_device_count(void);
+
+/* ---- GEMM (kc_gemm.cu), cuBLASLt ---------------------------------------
+ * Row-major:  C[b] = act(alpha * op(A[b]) op(B[b]) + beta * C[b] + bias)
+ * op(A) is m x k, op(B) is k x n, C is m x n; lda/ldb/ldc are row strides of
+ * the STORED matrices in elements; stride_* are batch strides in elements
+ * (0 = shared operand).  A and B share ab_dt; C is c_dt (F32 or ab_dt);
+ * bias (length n, NULL allowed) is bias_dt (F32 or c_dt).  Accumulation and
+ * alpha/beta are f32.  act: KC_ACT_GELU (tanh approximation, cuBLASLt's
+ * epilogue) or KC_ACT_SILU (a small fused kernel after the GEMM; cuBLASLt
+ * has no SiLU epilogue). */
+enum { KC_ACT_NONE = 0, KC_ACT_GELU = 1, KC_ACT_SILU = 2 };
+
+typedef struct kc_blas kc_blas; /* a cuBLASLt handle plus its workspace */
+int kc_blas_new(kc_blas **ret);
+void kc_blas_free(kc_blas *b);
+
+int kc_gemm(kc_blas *h, cudaStream_t s, kc_dtype ab_dt, kc_dtype c_dt, int trans_a, int trans_b,
+            int64_t m, int64_t n, int64_t k, float alpha, const void *a, int64_t lda,
+            int64_t stride_a, const void *b, int64_t ldb, int64_t stride_b, float beta, void *c,
+            int64_t ldc, int64_t stride_c, int64_t batch, const void *bias, kc_dtype bias_dt,
+            int act);
+
+/* x[i] *= scale; dst[i] = src[i] across dtypes (kc_ops.cu). */
+int kc_scale(cudaStream_t s, kc_dtype dt, size_t n, void *x, float scale);
+int kc_cast(cudaStream_t s, kc_dtype dst_dt, void *dst, kc_dtype src_dt, const void *src,
+            size_t n);
+
+/* ---- the backend (backend.cu) -------------------------------------------
+ * be->ctx of an opened cuda backend. */
+typedef struct kc_ctx {
+	int device;
+	cudaStream_t stream; /* the default stream (st == NULL), non-blocking */
+	kc_blas *blas;
+} kc_ctx;
+
+static inline cudaStream_t kc_stream(kk_backend *be, kk_stream *st)
+{
+	return st ? (cudaStream_t)st->handle : ((kc_ctx *)be->ctx)->stream;
+}
+static inline kc_dtype kc_dt(kk_dtype t)
+{
+	return (kc_dtype)t; /* KK_F32/BF16/F16 == KC_F32/BF16/F16 */
+}
+
+/* Vtable slots, one per kk.h op, implemented across the kc_*.cu files.
+ * Arguments are already validated by kernels/kk.c (see kk_internal.h). */
+int kc_op_cast(kk_backend *be, kk_stream *st, kk_buffer *dst, const kk_buffer *src, size_t count);
+int kc_op_scale(kk_backend *be, kk_stream *st, kk_buffer *x, float scale, size_t count);
+int kc_op_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d);
+int kc_op_quantize(kk_backend *be, kk_stream *st, kk_qmatrix *q, const kk_buffer *w);
+int kc_op_dequantize(kk_backend *be, kk_stream *st, kk_buffer *w, const kk_qmatrix *q);
+int kc_op_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x,
+                const kk_qmatrix *w, const kk_buffer *bias, int64_t m);
+int kc_op_attention_fwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_buffer *out,
+                        kk_buffer *lse, const kk_buffer *q, const kk_buffer *k,
+                        const kk_buffer *v);
+int kc_op_attention_bwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_buffer *dq,
+                        kk_buffer *dk, kk_buffer *dv, const kk_buffer *dout, const kk_buffer *q,
+                        const kk_buffer *k, const kk_buffer *v, const kk_buffer *out,
+                        const kk_buffer *lse);
+int kc_op_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
+                           const kk_buffer *q, const kk_buffer *k_cache,
+                           const kk_buffer *v_cache);
+int kc_op_kv_cache_write(kk_backend *be, kk_stream *st, kk_buffer *k_cache, kk_buffer *v_cache,
+                         const kk_buffer *k, const kk_buffer *v, const kk_buffer *slot_mapping,
+                         int64_t n_tokens, int n_kv_heads, int head_dim, int num_blocks);
+int kc_op_rmsnorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
+                      kk_buffer *rstd, const kk_buffer *x, const kk_buffer *residual,
+                      const kk_buffer *weight, int64_t rows, int64_t dim, float eps);
+int kc_op_rmsnorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dweight,
+                      const kk_buffer *dy, const kk_buffer *dresidual, const kk_buffer *h,
+                      const kk_buffer *weight, const kk_buffer *rstd, int64_t rows, int64_t dim);
+int kc_op_layernorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
+                        kk_buffer *mean, kk_buffer *rstd, const kk_buffer *x,
+                        const kk_buffer *residual, const kk_buffer *weight, const kk_buffer *bias,
+                        int64_t rows, int64_t dim, float eps);
+int kc_op_layernorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dweight,
+                        kk_buffer *dbias, const kk_buffer *dy, const kk_buffer *dresidual,
+                        const kk_buffer *h, const kk_buffer *weight, const kk_buffer *mean,
+                        const kk_buffer *rstd, int64_t rows, int64_t dim);
+int kc_op_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *positions,
+               int64_t tokens, int n_heads, int head_dim, int rotary_dim, float theta,
+               kk_rope_mode mode, bool backward);
+int kc_op_act_fwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *y, const kk_buffer *x,
+                  size_t n);
+int kc_op_act_bwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *dx, const kk_buffer *dy,
+                  const kk_buffer *x, size_t n);
+int kc_op_swiglu_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *gate,
+                     const kk_buffer *up, size_t n);
+int kc_op_swiglu_bwd(kk_backend *be, kk_stream *st, kk_buffer *dgate, kk_buffer *dup,
+                     const kk_buffer *dy, const kk_buffer *gate, const kk_buffer *up, size_t n);
+int kc_op_softmax(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x, int64_t rows,
+                  int64_t cols);
+int kc_op_embedding_fwd(kk_backend *be, kk_stream *st, kk_buffer *out, const kk_buffer *table,
+                        const kk_buffer *ids, int64_t tokens, int64_t vocab, int64_t dim);
+int kc_op_embedding_bwd(kk_backend *be, kk_stream *st, kk_buffer *dtable, const kk_buffer *dout,
+                        const kk_buffer *ids, int64_t tokens, int64_t vocab, int64_t dim);
+int kc_op_cross_entropy_fwd(kk_backend *be, kk_stream *st, kk_buffer *losses,
+                            const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
+                            int64_t vocab);
+int kc_op_cross_entropy_bwd(kk_backend *be, kk_stream *st, kk_buffer *dlogits,
+                            const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
+                            int64_t vocab, float grad_scale);
+int kc_op_adamw(kk_backend *be, kk_stream *st, kk_buffer *master, kk_buffer *params,
+                const kk_buffer *grads, kk_buffer *m, kk_buffer *v, size_t n,
+                const kk_adamw_params *p);
+int kc_op_grad_norm(kk_backend *be, kk_stream *st, kk_buffer *out, kk_buffer *const *grads,
+                    size_t n_bufs);
+int kc_op_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *logits,
+                 int64_t rows, int64_t vocab, const kk_sampling *p);
+int kc_op_comm_get_id(kk_backend *be, void *id, size_t len);
+int kc_op_comm_init(kk_comm *c, const void *id, size_t id_len);
+void kc_op_comm_free(kk_comm *c);
+int kc_op_all_reduce(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
+                     size_t count, kk_reduce_op op);
+int kc_op_reduce_scatter(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
+                         size_t count, kk_reduce_op op);
+int kc_op_all_gather(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
+                     size_t count);
+int kc_op_broadcast(kk_comm *c, kk_stream *st, kk_buffer *buf, size_t count, int root);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* ---- device-side helpers shared by the .cu files (C++ only) ------------- */
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+static __device__ __forceinline__ float kc_ld(const float *p, size_t i)
+{
+	return p[i];
+}
+static __device__ __forceinline__ float kc_ld(const __nv_bfloat16 *p, size_t i)
+{
+	return __bfloat162float(p[i]);
+}
+static __device__ __forceinline__ float kc_ld(const __half *p, size_t i)
+{
+	return __half2float(p[i]);
+}
+static __device__ __forceinline__ void kc_st(float *p, size_t i, float v)
+{
+	p[i] = v;
+}
+static __device__ __forceinline__ void kc_st(__nv_bfloat16 *p, size_t i, float v)
+{
+	p[i] = __float2bfloat16(v);
+}
+static __device__ __forceinline__ void kc_st(__half *p, size_t i, float v)
+{
+	p[i] = __float2half(v);
+}
+
+static __device__ __forceinline__ float kc_warp_sum(float v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+static __device__ __forceinline__ float kc_warp_max(float v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+/* Block-wide sum/max; every thread gets the result.  `sh` holds 33 floats;
+ * blockDim.x is a multiple of 32.  Ends with a barrier so `sh` may be reused. */
+static __device__ __forceinline__ float kc_block_sum(float v, float *sh)
+{
+	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = kc_warp_sum(v);
+	if (lane == 0)
+		sh[wid] = v;
+	__syncthreads();
+	if (wid == 0) {
+		float t = lane < nw ? sh[lane] : 0.0f;
+		t = kc_warp_sum(t);
+		if (lane == 0)
+			sh[32] = t;
+	}
+	__syncthreads();
+	float r = sh[32];
+	__syncthreads();
+	return r;
+}
+static __device__ __forceinline__ float kc_block_max(float v, float *sh)
+{
+	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = kc_warp_max(v);
+	if (lane == 0)
+		sh[wid] = v;
+	__syncthreads();
+	if (wid == 0) {
+		float t = lane < nw ? sh[lane] : -INFINITY;
+		t = kc_warp_max(t);
+		if (lane == 0)
+			sh[32] = t;
+	}
+	__syncthreads();
+	float r = sh[32];
+	__syncthreads();
+	return r;
+}
+
+/* Calls FN<T>(args...) with T the element type of `dt`; -EOPNOTSUPP for
+ * any other dtype. */
+#define KC_DISPATCH(dt, FN, ...)                                   \
+	((dt) == KC_F32    ? FN<float>(__VA_ARGS__)                \
+	 : (dt) == KC_BF16 ? FN<__nv_bfloat16>(__VA_ARGS__)        \
+	 : (dt) == KC_F16  ? FN<__half>(__VA_ARGS__)               \
+	                   : -EOPNOTSUPP)
+
+/* The kc_dtype of an element type. */
+template <typename T> struct kc_dtype_of_s;
+template <> struct kc_dtype_of_s<float> {
+	static const kc_dtype v = KC_F32;
+};
+template <> struct kc_dtype_of_s<__nv_bfloat16> {
+	static const kc_dtype v = KC_BF16;
+};
+template <> struct kc_dtype_of_s<__half> {
+	static const kc_dtype v = KC_F16;
+};
+template <typename T> static inline kc_dtype kc_dtype_of(void)
+{
+	return kc_dtype_of_s<T>::v;
+}
+
+/* Grid size for a grid-stride loop over n elements. */
+static inline unsigned kc_grid(size_t n, int threads)
+{
+	size_t b = (n + threads - 1) / threads;
+	if (b > 132u * 32u)
+		b = 132u * 32u; /* enough blocks to fill every SM of an H100/H200 */
+	return b ? (unsigned)b : 1u;
+}
+
+/* Threads for a one-block-per-row kernel over n columns. */
+static inline int kc_row_threads(int n)
+{
+	int t = 32;
+	while (t < n && t < 1024)
+		t <<= 1;
+	return t < 128 ? 128 : t > 512 ? 512 : t;
+}
+#endif
