@@ -612,6 +612,7 @@ static void spawn_round(kr_agent *a)
 		.master_port = a->L ? kiln_store_server_port(a->L->srv) : a->o->port,
 		.run_id = a->o->run_id,
 		.host = a->job->nodes[a->job->self],
+		.node_addr = a->job->addrs[a->job->self],
 		.round = a->cur.round,
 		.gpus = a->o->node_gpus,
 	};

@@ -23,3 +23,5 @@ $(eval $(call kiln_bin,kiln-run,slurm/launcher/kiln-run.c,kilnrun kilnstore conf
 $(eval $(call kiln_test,test-launcher,tests/launcher/test-rdzv.c,kilnrun common,))
 # Rendezvous benchmark: N simulated agents on loopback.
 $(eval $(call kiln_tool,kiln-run-bench,tests/launcher/rdzv-bench.c,kilnrun kilnstore common,$(KILN_RUN_LDLIBS)))
+# The C test worker: env -> store -> kk CPU all-reduce, checkpointed steps.
+$(eval $(call kiln_tool,kiln-run-worker,tests/launcher/kr-worker.c,kk kilnstore common,$(KK_LDLIBS)))

@@ -101,6 +101,7 @@ typedef struct kr_worker_env {
 	uint16_t master_port;
 	const char *run_id;
 	const char *host;
+	const char *node_addr; /* this node's address (KILN_NODE_ADDR, KILN_COMM_ADDR) */
 	uint64_t round;
 	int gpus; /* GPUs on this node, 0 = none, -1 unknown */
 } kr_worker_env;

@@ -138,6 +138,11 @@ static _noreturn_ void child(char *const *argv, const kr_worker_env *e, int loca
 	setenv("KILN_COMM_ID_KEY", key, 1);
 	setenv("KILN_CHECKPOINT_KEY", KR_CHECKPOINT_KEY, 1);
 	setenv("KILN_HOST", e->host, 1);
+	if (e->node_addr) {
+		setenv("KILN_NODE_ADDR", e->node_addr, 1);
+		/* kk's CPU collectives listen on this address. */
+		setenv("KILN_COMM_ADDR", e->node_addr, 0);
+	}
 	/* Workers live in the worker key space; the control secret stays
 	 * with the agents. */
 	unsetenv(KR_ENV_SECRET);
