@@ -41,6 +41,12 @@
  * thousands of idle connections cost little. */
 #define BUF_MIN 4096u
 #define BUCKETS_MIN 1024u
+/* What an entry costs beyond its key and value bytes (struct, allocator
+ * headers, bucket slot), and what one WAIT registration costs (a pointer on
+ * each side).  Charged to max_total_bytes so that a flood of tiny keys or of
+ * waits on missing keys is bounded like a flood of big values. */
+#define ENTRY_OVERHEAD 96u
+#define WAITER_COST (2u * sizeof(void *))
 
 typedef struct conn conn;
 
@@ -154,19 +160,25 @@ static void map_grow(kiln_store_server *s)
 	s->n_buckets = nb;
 }
 
-static entry *map_insert(kiln_store_server *s, const uint8_t *key, size_t klen)
+/* Finds or creates (without a value) the entry for key.  -ENOSPC when a
+ * new entry would cross max_total_bytes, -ENOMEM. */
+static int map_insert(kiln_store_server *s, const uint8_t *key, size_t klen, entry **ret)
 {
 	uint64_t h;
 	entry *e = map_find(s, key, klen, &h);
-	if (e)
-		return e;
+	if (e) {
+		*ret = e;
+		return 0;
+	}
+	if (s->st.store_bytes + klen + ENTRY_OVERHEAD > s->o.max_total_bytes)
+		return -ENOSPC;
 	e = calloc(1, sizeof(*e));
 	if (!e)
-		return NULL;
+		return -ENOMEM;
 	e->key = malloc(klen + 1);
 	if (!e->key) {
 		free(e);
-		return NULL;
+		return -ENOMEM;
 	}
 	memcpy(e->key, key, klen);
 	e->key[klen] = 0;
@@ -175,9 +187,11 @@ static entry *map_insert(kiln_store_server *s, const uint8_t *key, size_t klen)
 	e->next = s->buckets[h & (s->n_buckets - 1)];
 	s->buckets[h & (s->n_buckets - 1)] = e;
 	s->n_entries++;
+	s->st.store_bytes += klen + ENTRY_OVERHEAD;
 	if (s->n_entries > s->n_buckets)
 		map_grow(s);
-	return e;
+	*ret = e;
+	return 0;
 }
 
 static void entry_free(entry *e)
@@ -198,6 +212,7 @@ static void map_gc(kiln_store_server *s, entry *e)
 		pp = &(*pp)->next;
 	*pp = e->next;
 	s->n_entries--;
+	s->st.store_bytes -= e->klen + ENTRY_OVERHEAD;
 	entry_free(e);
 }
 
@@ -205,7 +220,7 @@ static void entry_drop_value(kiln_store_server *s, entry *e)
 {
 	if (!e->present)
 		return;
-	s->st.store_bytes -= e->klen + e->vlen;
+	s->st.store_bytes -= e->vlen;
 	s->st.keys--;
 	free(e->val);
 	e->val = NULL;
@@ -219,7 +234,7 @@ static int entry_store(kiln_store_server *s, entry *e, const void *v, size_t n, 
 {
 	size_t old = e->present ? e->vlen : 0;
 	size_t newlen = append ? old + n : n;
-	uint64_t total = s->st.store_bytes - (e->present ? e->klen + old : 0) + e->klen + newlen;
+	uint64_t total = s->st.store_bytes - old + newlen;
 	if (total > s->o.max_total_bytes)
 		return -ENOSPC;
 	if (append && newlen > s->o.max_value)
@@ -359,6 +374,7 @@ static void wait_clear(kiln_store_server *s, conn *c)
 		for (size_t j = 0; j < e->n_waiters; j++)
 			if (e->waiters[j] == c) {
 				e->waiters[j] = e->waiters[--e->n_waiters];
+				s->st.store_bytes -= WAITER_COST;
 				break;
 			}
 		map_gc(s, e);
@@ -374,6 +390,7 @@ static void wake(kiln_store_server *s, entry *e)
 	conn **w = e->waiters;
 	e->waiters = NULL;
 	e->n_waiters = e->cap_waiters = 0;
+	s->st.store_bytes -= n * WAITER_COST;
 	for (size_t i = 0; i < n; i++) {
 		conn *c = w[i];
 		for (size_t j = 0; j < c->n_wait; j++)
@@ -387,8 +404,10 @@ static void wake(kiln_store_server *s, entry *e)
 	free(w);
 }
 
-static int add_waiter(entry *e, conn *c)
+static int add_waiter(kiln_store_server *s, entry *e, conn *c)
 {
+	if (s->st.store_bytes + WAITER_COST > s->o.max_total_bytes)
+		return -ENOSPC;
 	if (e->n_waiters == e->cap_waiters) {
 		size_t n = MAX((size_t)4, e->cap_waiters * 2);
 		conn **p = realloc(e->waiters, n * sizeof(*p));
@@ -407,6 +426,7 @@ static int add_waiter(entry *e, conn *c)
 	}
 	e->waiters[e->n_waiters++] = c;
 	c->wait[c->n_wait++] = e;
+	s->st.store_bytes += WAITER_COST;
 	return 0;
 }
 
@@ -565,11 +585,11 @@ static int parse_counter(const uint8_t *p, size_t n, int64_t *ret)
 
 static int do_add(kiln_store_server *s, const uint8_t *key, size_t klen, int64_t delta, int64_t *ret)
 {
-	entry *e = map_insert(s, key, klen);
-	if (!e)
-		return -ENOMEM;
+	entry *e;
+	int r = map_insert(s, key, klen, &e);
+	if (r < 0)
+		return r;
 	int64_t v = 0;
-	int r = 0;
 	if (e->present)
 		r = parse_counter(e->val, e->vlen, &v);
 	if (r == 0 && __builtin_add_overflow(v, delta, &v))
@@ -588,10 +608,11 @@ static int do_add(kiln_store_server *s, const uint8_t *key, size_t klen, int64_t
 
 static int do_set(kiln_store_server *s, const uint8_t *key, size_t klen, const void *v, size_t n, bool append)
 {
-	entry *e = map_insert(s, key, klen);
-	if (!e)
-		return -ENOMEM;
-	int r = entry_store(s, e, v, n, append);
+	entry *e;
+	int r = map_insert(s, key, klen, &e);
+	if (r < 0)
+		return r;
+	r = entry_store(s, e, v, n, append);
 	if (r < 0) {
 		map_gc(s, e);
 		return r;
@@ -729,18 +750,15 @@ static int handle(kiln_store_server *s, conn *c, const kiln_store_msg *m)
 		kiln_store_slice k, v;
 		kiln_store_items_init(&it, m);
 		while (kiln_store_items_next(&it, &k, &v)) {
-			e = map_insert(s, k.p, k.len);
-			if (!e) {
-				r = -ENOMEM;
+			if ((r = map_insert(s, k.p, k.len, &e)) < 0)
 				break;
-			}
 			if (e->present) {
 				continue;
 			}
 			bool dup = false;
 			for (size_t j = 0; j < c->n_wait; j++)
 				dup = dup || c->wait[j] == e;
-			if (!dup && (r = add_waiter(e, c)) < 0) {
+			if (!dup && (r = add_waiter(s, e, c)) < 0) {
 				map_gc(s, e);
 				break;
 			}

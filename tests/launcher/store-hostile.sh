@@ -23,17 +23,23 @@ for _ in $(seq 50); do [ -s "$tmp/port" ] && break; sleep 0.1; done
 port=$(cat "$tmp/port" 2>/dev/null)
 if [ -z "$port" ]; then echo "Bail out! kiln-store-server did not start: $(cat "$tmp/srv.err")"; exit 1; fi
 
-"$PY" - "$port" "$srv_pid" <<'PYEOF'
+# RSS bounds mean nothing under ASan (freed memory sits in its quarantine)
+asan=0
+grep -q __asan_init "$SRV" && asan=1
+"$PY" - "$port" "$srv_pid" "$asan" <<'PYEOF'
 import os, random, resource, socket, struct, sys, time
-port, pid = int(sys.argv[1]), int(sys.argv[2])
+port, pid, asan = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 20000), hard))
 RSS_LIMIT_MB = 160  # the store's own caps: 256 MiB of buffers in all; these tests stay far below
 MAGIC = struct.pack("<BI", 0, 0x3C85F7CE)
 n = 0
-def tap(ok, name, diag=""):
+def tap(ok, name, diag="", rss=False):
     global n
     n += 1
+    if rss and asan:
+        print("ok", n, "# SKIP", name, "(ASan build)", flush=True)
+        return
     print(("ok" if ok else "not ok"), n, "-", name, flush=True)
     if not ok and diag:
         print("# " + str(diag).replace("\n", "\n# "), flush=True)
@@ -159,12 +165,13 @@ tap(denied == 100 and good, "100 wrong secrets denied and closed; the right one 
 alive("wrong secrets")
 
 # 5. 1000 idle connections held open
+pre_idle = status("VmRSS")
 idle = [conn() for _ in range(1000)]
 time.sleep(0.2)
 ok, dt = ping()
 tap(ok, "1000 idle connections open: store answers in %.1f ms" % (dt * 1e3))
 rss_idle = status("VmRSS")
-tap(rss_idle - base < 32, "1000 idle connections cost %d MiB of RSS (< 32)" % (rss_idle - base))
+tap(rss_idle - pre_idle < 32, "1000 idle connections cost %d MiB of RSS (< 32)" % (rss_idle - pre_idle), rss=True)
 
 # 6. 4096 concurrent clients (on top of the 1000 idle): ADD a counter, WAIT
 t0 = time.time()
@@ -185,7 +192,7 @@ for s in cl + idle + [g]:
 alive("4096 clients")
 
 hwm = status("VmHWM")
-tap(hwm < RSS_LIMIT_MB, "peak RSS %d MiB < %d MiB (base %d, with 16 MiB half-sent %d)" % (hwm, RSS_LIMIT_MB, base, mid))
+tap(hwm < RSS_LIMIT_MB, "peak RSS %d MiB < %d MiB (base %d, with 16 MiB half-sent %d)" % (hwm, RSS_LIMIT_MB, base, mid), rss=True)
 PYEOF
 rc=$?
 kill "$srv_pid"; wait "$srv_pid" 2>/dev/null; srv_pid=

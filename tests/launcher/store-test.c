@@ -555,6 +555,108 @@ static void test_limits(void **state)
 	kiln_store_server_free(s);
 }
 
+/* Waits on many missing keys ("ghost" entries) count against the store
+ * limit; the connection that crosses it is dropped and everything it held
+ * is released. */
+static void test_wait_flood_bounded(void **state)
+{
+	kiln_store_server_opts o;
+	kiln_store_server_stats st;
+	kiln_store_server_opts_init(&o);
+	o.bind_address = "127.0.0.1";
+	o.max_total_bytes = 20000;
+	kiln_store_server *s = server_up(&o);
+
+	int fd = raw_connect(kiln_store_server_port(s));
+	static uint8_t b[64 * 1024];
+	uint8_t *p = b;
+	*p++ = 0;
+	uint32_t magic = KILN_STORE_VALIDATE_MAGIC;
+	memcpy(p, &magic, 4);
+	p += 4;
+	*p++ = KILN_STORE_OP_WAIT;
+	uint64_t cnt = 200;
+	memcpy(p, &cnt, 8);
+	p += 8;
+	char k[128];
+	for (int i = 0; i < 200; i++) {
+		snprintf(k, sizeof(k), "/worker/ghost/%0100d", i);
+		put_str(&p, k);
+	}
+	assert_int_equal(send(fd, b, (size_t)(p - b), MSG_NOSIGNAL), p - b);
+	assert_true(raw_closed(fd));
+	close(fd);
+	kiln_store_server_get_stats(s, &st);
+	assert_int_equal(st.dropped_limits, 1);
+	assert_int_equal(st.store_bytes, 0);
+
+	/* a wait that fits is served and released the same way */
+	kiln_store_client *c = client(s, NULL);
+	const char *keys[] = { "/worker/a", "/worker/b" };
+	assert_int_equal(kiln_store_client_wait(c, keys, 2, 50 * 1000), -ETIMEDOUT);
+	kiln_store_server_get_stats(s, &st);
+	assert_int_equal(st.store_bytes, 0);
+	kiln_store_client_free(c);
+	kiln_store_server_free(s);
+}
+
+/* A torch 1.13 session sent one byte at a time, then pipelined in one
+ * write: the replies are the same and in order. */
+static void test_partial_and_pipelined(void **state)
+{
+	kiln_store_server *s = default_server();
+	for (int mode = 0; mode < 2; mode++) {
+		int fd = raw_connect(kiln_store_server_port(s));
+		uint8_t b[512], *p = b;
+		char key[32];
+		snprintf(key, sizeof(key), "/ctr%d", mode);
+		*p++ = 3; /* 1.13 ADD */
+		put_str(&p, key);
+		int64_t d = 40;
+		memcpy(p, &d, 8);
+		p += 8;
+		*p++ = 0; /* 1.13 SET */
+		put_str(&p, "/k");
+		put_str(&p, "val");
+		*p++ = 5; /* 1.13 WAIT */
+		uint64_t one = 1;
+		memcpy(p, &one, 8);
+		p += 8;
+		put_str(&p, "/k");
+		*p++ = 2; /* 1.13 GET */
+		put_str(&p, "/k");
+		*p++ = 6; /* 1.13 GETNUMKEYS */
+		if (mode == 0) {
+			for (uint8_t *q = b; q < p; q++) {
+				assert_int_equal(send(fd, q, 1, MSG_NOSIGNAL), 1);
+				if ((q - b) % 7 == 0)
+					usleep(200);
+			}
+		} else {
+			assert_int_equal(send(fd, b, (size_t)(p - b), MSG_NOSIGNAL), p - b);
+		}
+		uint8_t r[8 + 1 + 8 + 3 + 8];
+		size_t got = 0;
+		while (got < sizeof(r)) {
+			ssize_t n = recv(fd, r + got, sizeof(r) - got, 0);
+			assert_true(n > 0);
+			got += (size_t)n;
+		}
+		int64_t v;
+		memcpy(&v, r, 8);
+		assert_int_equal(v, 40);
+		assert_int_equal(r[8], KILN_STORE_WAIT_STOP_WAITING);
+		uint64_t l;
+		memcpy(&l, r + 9, 8);
+		assert_int_equal(l, 3);
+		assert_memory_equal(r + 17, "val", 3);
+		memcpy(&v, r + 20, 8);
+		assert_int_equal(v, mode + 2);
+		close(fd);
+	}
+	kiln_store_server_free(s);
+}
+
 /* ---- in-process access ---------------------------------------------------- */
 
 static int count_cb(const char *key, const void *value, size_t len, void *userdata)
@@ -656,7 +758,8 @@ int main(void)
 		cmocka_unit_test(test_parse_multi),       cmocka_unit_test(test_ops),
 		cmocka_unit_test(test_wait_wakes_on_set), cmocka_unit_test(test_wait_timeout_cancels),
 		cmocka_unit_test(test_secret),            cmocka_unit_test(test_allow_list),
-		cmocka_unit_test(test_limits),            cmocka_unit_test(test_in_process),
+		cmocka_unit_test(test_limits),            cmocka_unit_test(test_wait_flood_bounded),
+		cmocka_unit_test(test_partial_and_pipelined), cmocka_unit_test(test_in_process),
 		cmocka_unit_test(test_process_loop),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

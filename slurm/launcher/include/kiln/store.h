@@ -50,9 +50,11 @@
  * plus its key and framing, with slack.  A request that cannot fit is a
  * protocol violation and closes the connection. */
 #define KILN_STORE_CONN_BUF_MAX (KILN_STORE_VALUE_MAX + 2u * KILN_STORE_KEY_MAX + 4096u)
-/* Most bytes of keys + values held by the store.  Bounded so that a client
- * in the open worker key space cannot exhaust the hosting agent's memory;
- * a write that would exceed it closes the writing connection. */
+/* Most bytes the map may hold: keys + values, plus a fixed overhead per
+ * entry and per pending WAIT registration (so that floods of tiny keys or of
+ * waits on missing keys count too).  Bounded so that a client in the open
+ * worker key space cannot exhaust the hosting agent's memory; a request that
+ * would exceed it closes the requesting connection. */
 #define KILN_STORE_TOTAL_MAX (512ull * 1024u * 1024u)
 /* Most bytes buffered across all connections (input + output).  With 8192
  * connections the per-connection cap alone would allow 128 GiB; this keeps
@@ -182,7 +184,7 @@ typedef struct kiln_store_server_stats {
 	uint64_t dropped_auth;      /* closed for a wrong secret or a control key without one */
 	uint64_t dropped_limits;    /* closed for a store or buffer limit */
 	uint64_t keys;
-	uint64_t store_bytes;       /* keys + values */
+	uint64_t store_bytes;       /* keys + values + overheads, see KILN_STORE_TOTAL_MAX */
 	uint64_t buffered_bytes;    /* all connection buffers */
 	uint64_t requests;          /* requests served */
 } kiln_store_server_stats;
