@@ -1,0 +1,822 @@
+/* tests/kernels/gpu/test-kk-cuda.c — every kk op on the cuda backend,
+ * checked against the cpu backend (parity) and, for the core ops, against a
+ * plain float64 reference.  Prints TAP.
+ *
+ * Inputs are fresh random data (uniform in [-1, 1], never zeros), uploaded
+ * identically to both backends; every output is poisoned (all bytes 0xFF, a
+ * NaN in every float dtype) before each run so unwritten elements fail.
+ * A check passes when |got - want| <= atol + rtol * |want| everywhere, with
+ * the tolerances of tol_of() per dtype (scaled per op where stated).
+ * Without a usable CUDA device (or in a CUDA=0 build) every test is
+ * reported as "ok N # SKIP no CUDA device" and the exit status is 0.
+ * KILN_TEST_SELF=1 puts the cpu backend on both sides (see main()). */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/macro.h"
+#include "kk.h"
+
+/* Number of TAP lines this program prints (for the skip path). */
+#define N_TESTS 41
+
+static kk_backend *be_side[2]; /* 0 cpu, 1 cuda */
+static int n_test, n_fail;
+
+static void tap(int ok, const char *fmt, ...)
+{
+	va_list ap;
+	n_test++;
+	if (!ok)
+		n_fail++;
+	printf("%s %d - ", ok ? "ok" : "not ok", n_test);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+}
+
+/* ---- random data --------------------------------------------------------- */
+
+static uint64_t rng_state = 0x243F6A8885A308D3ull;
+static float frand(void) /* uniform in [-1, 1), never exactly 0 */
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	float f = (float)((rng_state >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+	return f == 0.0f ? 0.5f : f;
+}
+static float *rand_vec(size_t n, float scale)
+{
+	float *v = malloc(n * sizeof(float));
+	for (size_t i = 0; v && i < n; i++)
+		v[i] = frand() * scale;
+	return v;
+}
+/* Rounds host data to dt in place, so f64 references see what the device sees. */
+static void round_to(kk_dtype dt, float *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (dt == KK_BF16)
+			v[i] = kk_bf16_to_f32(kk_f32_to_bf16(v[i]));
+		else if (dt == KK_F16)
+			v[i] = kk_f16_to_f32(kk_f32_to_f16(v[i]));
+	}
+}
+
+/* ---- buffer pairs: the same tensor on cpu (b[0]) and cuda (b[1]) ---------- */
+
+typedef struct pair {
+	kk_buffer *b[2];
+	kk_dtype dt;
+	size_t n;
+} pair;
+
+static int setup_failed;
+
+/* host: float data converted to dt (or int32 for KK_I32); NULL poisons. */
+static pair mk(kk_dtype dt, size_t n, const void *host)
+{
+	pair p = { { NULL, NULL }, dt, n };
+	size_t bytes = kk_dtype_size(dt, n);
+	void *tmp = malloc(bytes ? bytes : 1);
+	for (int s = 0; s < 2; s++) {
+		if (kk_buffer_alloc(be_side[s], dt, n, &p.b[s]) < 0) {
+			setup_failed = 1;
+			continue;
+		}
+		if (!host) {
+			kk_buffer_memset(be_side[s], NULL, p.b[s], 0xff, 0, bytes);
+		} else if (dt == KK_I32 || dt == KK_I8 || dt == KK_Q4) {
+			kk_buffer_upload(be_side[s], NULL, p.b[s], 0, host, bytes);
+		} else {
+			kk_convert_host(dt, tmp, KK_F32, host, n);
+			kk_buffer_upload(be_side[s], NULL, p.b[s], 0, tmp, bytes);
+		}
+	}
+	free(tmp);
+	return p;
+}
+static void poison(pair *p)
+{
+	for (int s = 0; s < 2; s++)
+		kk_buffer_memset(be_side[s], NULL, p->b[s], 0xff, 0, kk_buffer_bytes(p->b[s]));
+}
+static void unpair(pair *p)
+{
+	for (int s = 0; s < 2; s++)
+		p->b[s] = kk_buffer_free(p->b[s]);
+}
+/* Downloads side s as floats (malloc'ed). */
+static float *get(const pair *p, int s)
+{
+	float *out = calloc(p->n ? p->n : 1, sizeof(float));
+	void *tmp = malloc(kk_dtype_size(p->dt, p->n) + 1);
+	if (kk_backend_sync(be_side[s]) < 0 ||
+	    kk_buffer_download(be_side[s], NULL, p->b[s], 0, tmp, kk_dtype_size(p->dt, p->n)) < 0) {
+		for (size_t i = 0; i < p->n; i++)
+			out[i] = NAN;
+	} else if (p->dt == KK_I32) {
+		for (size_t i = 0; i < p->n; i++)
+			out[i] = (float)((int32_t *)tmp)[i];
+	} else {
+		kk_convert_host(KK_F32, out, p->dt, tmp, p->n);
+	}
+	free(tmp);
+	return out;
+}
+
+typedef struct tol {
+	double atol, rtol;
+} tol;
+static tol tol_of(kk_dtype dt)
+{
+	switch (dt) {
+	case KK_BF16:
+		return (tol){ 2e-2, 2e-2 }; /* ~2.5 ulp of an 8-bit mantissa */
+	case KK_F16:
+		return (tol){ 2e-3, 2e-3 }; /* ~2 ulp of an 11-bit mantissa */
+	default:
+		return (tol){ 1e-4, 1e-4 }; /* f32, differing summation order */
+	}
+}
+static tol tscale(tol t, double f)
+{
+	return (tol){ t.atol * f, t.rtol * f };
+}
+
+/* 1 when got matches want within t everywhere (NaN fails); prints the worst
+ * element as a TAP comment otherwise. */
+static int close_enough(const float *got, const double *want, size_t n, tol t, const char *what)
+{
+	size_t bad = 0, worst = 0;
+	double worst_ex = 0;
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)got[i] - want[i]);
+		double lim = t.atol + t.rtol * fabs(want[i]);
+		if (!(d <= lim)) {
+			double ex = isnan(d) ? INFINITY : d / lim;
+			if (!bad || ex > worst_ex) {
+				worst_ex = ex;
+				worst = i;
+			}
+			bad++;
+		}
+	}
+	if (bad)
+		printf("# %s: %zu of %zu elements off; worst [%zu] got %g want %g\n", what, bad, n,
+		       worst, got[worst], want[worst]);
+	return bad == 0;
+}
+/* cuda result vs cpu result of one pair. */
+static int parity(const pair *p, tol t, const char *what)
+{
+	float *c = get(p, 0), *g = get(p, 1);
+	double *w = malloc(p->n * sizeof(double) + 1);
+	for (size_t i = 0; i < p->n; i++)
+		w[i] = c[i];
+	int ok = close_enough(g, w, p->n, t, what);
+	free(c);
+	free(g);
+	free(w);
+	return ok;
+}
+static int vs_ref(const pair *p, const double *ref, tol t, const char *what)
+{
+	float *g = get(p, 1);
+	int ok = close_enough(g, ref, p->n, t, what);
+	free(g);
+	return ok;
+}
+
+#define BOTH(r, call)                                          \
+	do {                                                   \
+		for (int side = 0; side < 2; side++) {         \
+			kk_backend *be = be_side[side];        \
+			int _r = (call);                       \
+			(void)be;                              \
+			if (_r < 0) {                          \
+				printf("# side %d: %s\n", side, strerror(-_r)); \
+				r = _r;                        \
+			}                                      \
+		}                                              \
+	} while (0)
+#define S(p) ((p).b[side])
+
+static const kk_dtype FLOAT_DTS[] = { KK_F32, KK_BF16, KK_F16 };
+
+/* ---- GEMM ---------------------------------------------------------------- */
+
+static void test_gemm(kk_dtype dt, kk_dtype cdt, bool ta, bool tb, int64_t batch,
+                      kk_epilogue epi, bool with_bias)
+{
+	const int64_t m = 67, n = 96, k = 160;
+	int64_t nb = batch ? batch : 1;
+	size_t na = (size_t)(m * k * nb), nbb = (size_t)(k * n * nb), nc = (size_t)(m * n * nb);
+	float *ha = rand_vec(na, 1), *hb = rand_vec(nbb, 1), *hc = rand_vec(nc, 1),
+	      *hbias = rand_vec((size_t)n, 1);
+	round_to(dt, ha, na);
+	round_to(dt, hb, nbb);
+	round_to(cdt, hc, nc);
+	round_to(cdt, hbias, (size_t)n);
+	pair a = mk(dt, na, ha), b = mk(dt, nbb, hb), c = mk(cdt, nc, hc),
+	     bias = mk(cdt, (size_t)n, hbias);
+	float alpha = 0.75f, beta = 0.5f;
+	int r = 0;
+	BOTH(r, kk_gemm(be, NULL,
+	                &(kk_gemm_desc){ .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
+	                                 .batch = batch, .alpha = alpha, .beta = beta,
+	                                 .a = S(a), .lda = ta ? m : k, .stride_a = m * k,
+	                                 .b = S(b), .ldb = tb ? k : n, .stride_b = k * n,
+	                                 .c = S(c), .ldc = n, .stride_c = m * n,
+	                                 .bias = with_bias ? S(bias) : NULL, .epilogue = epi }));
+	double *ref = malloc(nc * sizeof(double));
+	for (int64_t bi = 0; bi < nb; bi++)
+		for (int64_t i = 0; i < m; i++)
+			for (int64_t j = 0; j < n; j++) {
+				double s = 0;
+				for (int64_t l = 0; l < k; l++) {
+					double av = ta ? ha[bi * m * k + l * m + i] : ha[bi * m * k + i * k + l];
+					double bv = tb ? hb[bi * k * n + j * k + l] : hb[bi * k * n + l * n + j];
+					s += av * bv;
+				}
+				size_t o = (size_t)(bi * m * n + i * n + j);
+				double v = alpha * s + beta * hc[o] + (with_bias ? hbias[j] : 0);
+				if (epi == KK_EPI_GELU)
+					v = 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+				else if (epi == KK_EPI_SILU)
+					v = v / (1 + exp(-v));
+				ref[o] = v;
+			}
+	/* Sums of k=160 products of [-1,1] values: |C| ~ 7, so scale atol. */
+	tol t = tscale(tol_of(cdt), cdt == KK_F32 ? 10 : 4);
+	int ok = r >= 0 && vs_ref(&c, ref, t, "gemm vs f64") && parity(&c, t, "gemm vs cpu");
+	tap(ok, "gemm %s->%s ta=%d tb=%d batch=%lld epi=%d bias=%d (vs f64 and cpu)",
+	    kk_dtype_name(dt), kk_dtype_name(cdt), ta, tb, (long long)batch, epi, with_bias);
+	free(ha), free(hb), free(hc), free(hbias), free(ref);
+	unpair(&a), unpair(&b), unpair(&c), unpair(&bias);
+}
+
+/* ---- norms --------------------------------------------------------------- */
+
+static void test_norm(kk_dtype dt, bool layer)
+{
+	const int64_t rows = 37, dim = 1000;
+	size_t n = (size_t)(rows * dim);
+	float *hx = rand_vec(n, 1), *hr = rand_vec(n, 1), *hw = rand_vec((size_t)dim, 1),
+	      *hb = rand_vec((size_t)dim, 1), *hdy = rand_vec(n, 1), *hdr = rand_vec(n, 1);
+	round_to(dt, hx, n);
+	round_to(dt, hr, n);
+	round_to(dt, hw, (size_t)dim);
+	round_to(dt, hb, (size_t)dim);
+	pair x = mk(dt, n, hx), res = mk(dt, n, hr), w = mk(dt, (size_t)dim, hw),
+	     b = mk(dt, (size_t)dim, hb), y = mk(dt, n, NULL), h = mk(dt, n, NULL),
+	     mean = mk(KK_F32, (size_t)rows, NULL), rstd = mk(KK_F32, (size_t)rows, NULL),
+	     dy = mk(dt, n, hdy), dres = mk(dt, n, hdr), dx = mk(dt, n, NULL);
+	float zeros[1000] = { 0 };
+	pair dw = mk(KK_F32, (size_t)dim, zeros), db = mk(KK_F32, (size_t)dim, zeros);
+	int r = 0;
+	if (layer)
+		BOTH(r, kk_layernorm_fwd(be, NULL, S(y), S(h), S(mean), S(rstd), S(x), S(res), S(w),
+		                         S(b), rows, dim, 1e-5f));
+	else
+		BOTH(r, kk_rmsnorm_fwd(be, NULL, S(y), S(h), S(rstd), S(x), S(res), S(w), rows, dim,
+		                       1e-5f));
+	/* f64 reference of the forward. */
+	double *ref = malloc(n * sizeof(double));
+	for (int64_t i = 0; i < rows; i++) {
+		double mu = 0, ss = 0;
+		for (int64_t j = 0; j < dim; j++)
+			mu += (double)hx[i * dim + j] + hr[i * dim + j];
+		mu = layer ? mu / dim : 0;
+		for (int64_t j = 0; j < dim; j++) {
+			double hv = (double)hx[i * dim + j] + hr[i * dim + j] - mu;
+			ss += hv * hv;
+		}
+		double rs = 1 / sqrt(ss / dim + 1e-5);
+		for (int64_t j = 0; j < dim; j++)
+			ref[i * dim + j] = ((double)hx[i * dim + j] + hr[i * dim + j] - mu) * rs * hw[j] +
+			                   (layer ? hb[j] : 0);
+	}
+	tol t = tscale(tol_of(dt), 2);
+	int ok = r >= 0 && vs_ref(&y, ref, t, "y vs f64") && parity(&y, t, "y") &&
+	         parity(&h, tol_of(dt), "residual_out") && parity(&rstd, tol_of(KK_F32), "rstd") &&
+	         (!layer || parity(&mean, tol_of(KK_F32), "mean"));
+	tap(ok, "%s forward %s with residual (vs f64 and cpu)", layer ? "layernorm" : "rmsnorm",
+	    kk_dtype_name(dt));
+
+	r = 0;
+	if (layer)
+		BOTH(r, kk_layernorm_bwd(be, NULL, S(dx), S(dw), S(db), S(dy), S(dres), S(h), S(w),
+		                         S(mean), S(rstd), rows, dim));
+	else
+		BOTH(r, kk_rmsnorm_bwd(be, NULL, S(dx), S(dw), S(dy), S(dres), S(h), S(w), S(rstd),
+		                       rows, dim));
+	ok = r >= 0 && parity(&dx, tscale(tol_of(dt), 2), "dx") &&
+	     parity(&dw, tscale(tol_of(dt), 10), "dweight") &&
+	     (!layer || parity(&db, tscale(tol_of(dt), 10), "dbias"));
+	tap(ok, "%s backward %s (dx, dweight%s vs cpu)", layer ? "layernorm" : "rmsnorm",
+	    kk_dtype_name(dt), layer ? ", dbias" : "");
+	free(hx), free(hr), free(hw), free(hb), free(hdy), free(hdr), free(ref);
+	unpair(&x), unpair(&res), unpair(&w), unpair(&b), unpair(&y), unpair(&h), unpair(&mean);
+	unpair(&rstd), unpair(&dy), unpair(&dres), unpair(&dx), unpair(&dw), unpair(&db);
+}
+
+/* ---- RoPE, activations, softmax, embedding, cross-entropy ---------------- */
+
+static void test_rope(kk_dtype dt, kk_rope_mode mode)
+{
+	const int64_t tokens = 50;
+	const int heads = 4, hd = 64, rot = 48;
+	size_t n = (size_t)tokens * heads * hd;
+	float *hx = rand_vec(n, 1);
+	int32_t pos[50];
+	for (int i = 0; i < 50; i++)
+		pos[i] = (i * 977) % 9000; /* large positions: angle precision matters */
+	pair x = mk(dt, n, hx), p = mk(KK_I32, 50, pos);
+	int r = 0;
+	BOTH(r, kk_rope(be, NULL, S(x), S(p), tokens, heads, hd, rot, 10000.0f, mode, false));
+	int ok = r >= 0 && parity(&x, tscale(tol_of(dt), 2), "rope fwd");
+	BOTH(r, kk_rope(be, NULL, S(x), S(p), tokens, heads, hd, rot, 10000.0f, mode, true));
+	/* backward(forward(x)) == x */
+	round_to(dt, hx, n);
+	double *ref = malloc(n * sizeof(double));
+	for (size_t i = 0; i < n; i++)
+		ref[i] = hx[i];
+	ok = ok && r >= 0 && vs_ref(&x, ref, tscale(tol_of(dt), 3), "rope round trip");
+	tap(ok, "rope %s %s: forward vs cpu, backward(forward(x)) == x",
+	    mode == KK_ROPE_HALF ? "half-split" : "interleaved", kk_dtype_name(dt));
+	free(hx), free(ref);
+	unpair(&x), unpair(&p);
+}
+
+static void test_act(kk_dtype dt)
+{
+	const size_t n = 10007;
+	float *hx = rand_vec(n, 4), *hu = rand_vec(n, 2), *hdy = rand_vec(n, 1);
+	pair x = mk(dt, n, hx), u = mk(dt, n, hu), dy = mk(dt, n, hdy), y = mk(dt, n, NULL),
+	     dx = mk(dt, n, NULL);
+	int ok = 1;
+	for (int a = 0; a < 2; a++) {
+		int r = 0;
+		poison(&y), poison(&dx);
+		BOTH(r, kk_act_fwd(be, NULL, (kk_act)a, S(y), S(x), n));
+		BOTH(r, kk_act_bwd(be, NULL, (kk_act)a, S(dx), S(dy), S(x), n));
+		ok = ok && r >= 0 && parity(&y, tol_of(dt), "act fwd") &&
+		     parity(&dx, tol_of(dt), "act bwd");
+	}
+	tap(ok, "silu and gelu forward/backward %s vs cpu", kk_dtype_name(dt));
+
+	int r = 0;
+	poison(&y), poison(&dx);
+	pair du = mk(dt, n, NULL);
+	BOTH(r, kk_swiglu_fwd(be, NULL, S(y), S(x), S(u), n));
+	BOTH(r, kk_swiglu_bwd(be, NULL, S(dx), S(du), S(dy), S(x), S(u), n));
+	tap(r >= 0 && parity(&y, tol_of(dt), "swiglu fwd") && parity(&dx, tol_of(dt), "dgate") &&
+	            parity(&du, tol_of(dt), "dup"),
+	    "swiglu forward/backward %s vs cpu", kk_dtype_name(dt));
+	free(hx), free(hu), free(hdy);
+	unpair(&x), unpair(&u), unpair(&dy), unpair(&y), unpair(&dx), unpair(&du);
+}
+
+static void test_softmax_xent(kk_dtype dt)
+{
+	const int64_t rows = 33, cols = 5003;
+	size_t n = (size_t)(rows * cols);
+	float *hx = rand_vec(n, 8);
+	round_to(dt, hx, n);
+	int32_t tg[33];
+	for (int i = 0; i < 33; i++)
+		tg[i] = i == 5 ? -1 : (i * 7919) % (int)cols; /* row 5 ignored */
+	pair x = mk(dt, n, hx), y = mk(dt, n, NULL), t = mk(KK_I32, 33, tg),
+	     loss = mk(KK_F32, 33, NULL);
+	int r = 0;
+	BOTH(r, kk_softmax(be, NULL, S(y), S(x), rows, cols));
+	double *ref = malloc(n * sizeof(double)), lref[33];
+	for (int64_t i = 0; i < rows; i++) {
+		double mx = -INFINITY, s = 0;
+		for (int64_t j = 0; j < cols; j++)
+			mx = fmax(mx, hx[i * cols + j]);
+		for (int64_t j = 0; j < cols; j++)
+			s += exp(hx[i * cols + j] - mx);
+		for (int64_t j = 0; j < cols; j++)
+			ref[i * cols + j] = exp(hx[i * cols + j] - mx) / s;
+		lref[i] = tg[i] < 0 ? 0 : mx + log(s) - hx[i * cols + tg[i]];
+	}
+	tol ts = { tol_of(dt).atol * 0.01, tol_of(dt).rtol }; /* probabilities ~1/cols */
+	tap(r >= 0 && vs_ref(&y, ref, ts, "softmax vs f64") && parity(&y, ts, "softmax"),
+	    "softmax %s (vs f64 and cpu)", kk_dtype_name(dt));
+	r = 0;
+	BOTH(r, kk_cross_entropy_fwd(be, NULL, S(loss), S(x), S(t), rows, cols));
+	int ok = r >= 0 && vs_ref(&loss, lref, tol_of(KK_F32), "xent vs f64") &&
+	         parity(&loss, tol_of(KK_F32), "xent");
+	r = 0;
+	poison(&y);
+	BOTH(r, kk_cross_entropy_bwd(be, NULL, S(y), S(x), S(t), rows, cols, 1.0f / 32));
+	ok = ok && r >= 0 && parity(&y, ts, "xent bwd");
+	tap(ok, "cross-entropy forward (vs f64) and backward %s vs cpu, ignored target",
+	    kk_dtype_name(dt));
+	free(hx), free(ref);
+	unpair(&x), unpair(&y), unpair(&t), unpair(&loss);
+}
+
+static void test_embedding(kk_dtype dt)
+{
+	const int64_t vocab = 300, dim = 96, tokens = 77;
+	float *ht = rand_vec((size_t)(vocab * dim), 1), *hd = rand_vec((size_t)(tokens * dim), 1);
+	int32_t ids[77];
+	for (int i = 0; i < 77; i++)
+		ids[i] = (i * 31) % 40; /* repeats: the backward must accumulate */
+	float *zeros = calloc((size_t)(vocab * dim), sizeof(float));
+	pair tab = mk(dt, (size_t)(vocab * dim), ht), id = mk(KK_I32, 77, ids),
+	     out = mk(dt, (size_t)(tokens * dim), NULL), dout = mk(dt, (size_t)(tokens * dim), hd),
+	     dtab = mk(KK_F32, (size_t)(vocab * dim), zeros);
+	int r = 0;
+	BOTH(r, kk_embedding_fwd(be, NULL, S(out), S(tab), S(id), tokens, vocab, dim));
+	BOTH(r, kk_embedding_bwd(be, NULL, S(dtab), S(dout), S(id), tokens, vocab, dim));
+	tap(r >= 0 && parity(&out, (tol){ 0, 0 }, "embedding fwd") &&
+	            parity(&dtab, tol_of(KK_F32), "embedding bwd"),
+	    "embedding forward (exact) and backward (accumulated) %s vs cpu", kk_dtype_name(dt));
+	free(ht), free(hd), free(zeros);
+	unpair(&tab), unpair(&id), unpair(&out), unpair(&dout), unpair(&dtab);
+}
+
+/* ---- optimizer ----------------------------------------------------------- */
+
+static void test_adamw(kk_dtype gdt)
+{
+	const size_t n = 5000;
+	float *hm = rand_vec(n, 1), *hg = rand_vec(n, 1), *hmm = rand_vec(n, 0.1f),
+	      *hv = rand_vec(n, 0.1f);
+	for (size_t i = 0; i < n; i++)
+		hv[i] = fabsf(hv[i]);
+	pair master = mk(KK_F32, n, hm), g = mk(gdt, n, hg), m = mk(KK_F32, n, hmm),
+	     v = mk(KK_F32, n, hv), p = mk(KK_BF16, n, NULL);
+	kk_adamw_params ap = { .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+		               .weight_decay = 0.1f, .step = 3, .grad_scale = 0.5f };
+	int r = 0;
+	BOTH(r, kk_adamw(be, NULL, S(master), S(p), S(g), S(m), S(v), n, &ap));
+	tap(r >= 0 && parity(&master, tol_of(KK_F32), "master") && parity(&m, tol_of(KK_F32), "m") &&
+	            parity(&v, tol_of(KK_F32), "v") && parity(&p, tol_of(KK_BF16), "bf16 copy"),
+	    "adamw step (grads %s, bf16 copy) vs cpu", kk_dtype_name(gdt));
+
+	/* grad norm over three buffers of mixed dtypes, then clipping. */
+	pair g2 = mk(KK_BF16, 777, hg), g3 = mk(KK_F16, 4096, hm), out = mk(KK_F32, 1, NULL);
+	r = 0;
+	BOTH(r, kk_grad_norm(be, NULL, S(out), (kk_buffer *[]){ S(g), S(g2), S(g3) }, 3));
+	int ok = r >= 0 && parity(&out, tol_of(KK_F32), "grad norm");
+	float norms[2] = { 0, 0 };
+	for (int side = 0; side < 2; side++) {
+		int rr = kk_grad_clip(be_side[side], NULL, (kk_buffer *[]){ g.b[side], g2.b[side] }, 2,
+		                      1.0f, &norms[side]);
+		if (rr < 0)
+			ok = 0;
+	}
+	ok = ok && fabsf(norms[0] - norms[1]) <= 1e-4f * norms[0] &&
+	     parity(&g, tol_of(gdt), "clipped") && parity(&g2, tol_of(KK_BF16), "clipped bf16");
+	tap(ok, "grad norm (mixed dtypes) and clip vs cpu");
+	free(hm), free(hg), free(hmm), free(hv);
+	unpair(&master), unpair(&g), unpair(&m), unpair(&v), unpair(&p), unpair(&g2), unpair(&g3);
+	unpair(&out);
+}
+
+/* ---- sampling ------------------------------------------------------------ */
+
+static void test_sample(kk_dtype dt)
+{
+	const int64_t rows = 64, vocab = 32003;
+	size_t n = (size_t)(rows * vocab);
+	float *hl = rand_vec(n, 6);
+	pair l = mk(dt, n, hl), ids = mk(KK_I32, (size_t)rows, NULL);
+	const kk_sampling cases[] = {
+		{ .temperature = 0, .seed = 1 },
+		{ .temperature = 0.8f, .top_k = 0, .top_p = 1.0f, .seed = 42 },
+		{ .temperature = 1.0f, .top_k = 50, .top_p = 1.0f, .seed = 7 },
+		{ .temperature = 0.7f, .top_k = 0, .top_p = 0.9f, .seed = 9 },
+		{ .temperature = 1.2f, .top_k = 1024, .top_p = 0.5f, .seed = 11 },
+	};
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		int r = 0;
+		poison(&ids);
+		BOTH(r, kk_sample(be, NULL, S(ids), S(l), rows, vocab, &cases[c]));
+		float *a = get(&ids, 0), *b = get(&ids, 1);
+		/* Repeat on cuda: the same seed must give the same tokens. */
+		int rr = kk_sample(be_side[1], NULL, ids.b[1], l.b[1], rows, vocab, &cases[c]);
+		float *b2 = get(&ids, 1);
+		int same = 0, repro = rr >= 0, valid = 1;
+		for (int64_t i = 0; i < rows; i++) {
+			same += a[i] == b[i];
+			repro = repro && b[i] == b2[i];
+			valid = valid && b[i] >= 0 && b[i] < vocab;
+		}
+		/* Rounding may move a draw that lands on a boundary; allow 2 rows. */
+		int need = cases[c].temperature == 0 ? (int)rows : (int)rows - 2;
+		if (same < need)
+			printf("# %d of %lld rows equal to cpu\n", same, (long long)rows);
+		tap(r >= 0 && valid && repro && same >= need,
+		    "sample %s T=%.1f top_k=%d top_p=%.2f: reproducible, matches cpu",
+		    kk_dtype_name(dt), cases[c].temperature, cases[c].top_k, cases[c].top_p);
+		free(a), free(b), free(b2);
+	}
+	free(hl);
+	unpair(&l), unpair(&ids);
+}
+
+/* ---- quantization -------------------------------------------------------- */
+
+static void test_quant(kk_dtype qt, int group, kk_dtype xdt)
+{
+	const int64_t n = 200, k = 512;
+	float *hw = rand_vec((size_t)(n * k), 1), *hb = rand_vec((size_t)n, 1);
+	pair w = mk(xdt, (size_t)(n * k), hw), wd = mk(xdt, (size_t)(n * k), NULL),
+	     bias = mk(KK_F32, (size_t)n, hb);
+	kk_qmatrix *q[2] = { NULL, NULL };
+	int r = 0;
+	for (int s = 0; s < 2; s++) {
+		int rr = kk_qmatrix_alloc(be_side[s], qt, n, k, group, KK_F32, &q[s]);
+		if (rr >= 0)
+			rr = kk_quantize(be_side[s], NULL, q[s], w.b[s]);
+		if (rr >= 0)
+			rr = kk_dequantize(be_side[s], NULL, wd.b[s], q[s]);
+		if (rr < 0)
+			r = rr;
+	}
+	/* Dequantized weights agree with cpu up to one quantization step on a
+	 * rounding tie; the scale step is max|w|/127 or /7. */
+	double step = qt == KK_I8 ? 1.0 / 127 : 1.0 / 7;
+	int ok = r >= 0 && parity(&wd, (tol){ step * 1.01 + tol_of(xdt).atol, tol_of(xdt).rtol },
+	                          "dequantized");
+	for (int64_t m = 1; ok && m <= 33; m += 31) {
+		float *hx = rand_vec((size_t)(m * k), 1);
+		pair x = mk(xdt, (size_t)(m * k), hx), y = mk(xdt, (size_t)(m * n), NULL);
+		for (int s = 0; s < 2; s++) {
+			int rr = kk_qgemm(be_side[s], NULL, y.b[s], x.b[s], q[s], bias.b[s], m);
+			if (rr < 0)
+				r = rr;
+		}
+		ok = r >= 0 && parity(&y, tscale(tol_of(xdt), 20), m == 1 ? "qgemv" : "qgemm");
+		free(hx);
+		unpair(&x), unpair(&y);
+	}
+	tap(ok, "%s%s quantize/dequantize/qgemm (m=1, m=32) x %s vs cpu", kk_dtype_name(qt),
+	    qt == KK_Q4 ? (group == 32 ? "/g32" : group == 64 ? "/g64" : "/g128") : "",
+	    kk_dtype_name(xdt));
+	for (int s = 0; s < 2; s++)
+		kk_qmatrix_free(q[s]);
+	free(hw), free(hb);
+	unpair(&w), unpair(&wd), unpair(&bias);
+}
+
+/* ---- attention ----------------------------------------------------------- */
+
+static void attn_ref(const float *q, const float *k, const float *v, const int32_t *cu, int ns,
+                     int hq, int hkv, int d, bool causal, double *o)
+{
+	double scale = 1 / sqrt((double)d);
+	for (int s = 0; s < ns; s++)
+		for (int i = cu[s]; i < cu[s + 1]; i++)
+			for (int h = 0; h < hq; h++) {
+				int hk = h / (hq / hkv), kend = causal ? i + 1 : cu[s + 1];
+				double mx = -INFINITY, z = 0;
+				double *acc = calloc((size_t)d, sizeof(double));
+				for (int j = cu[s]; j < kend; j++) {
+					double sc = 0;
+					for (int e = 0; e < d; e++)
+						sc += (double)q[((size_t)i * hq + h) * d + e] *
+						      k[((size_t)j * hkv + hk) * d + e];
+					mx = fmax(mx, sc * scale);
+				}
+				for (int j = cu[s]; j < kend; j++) {
+					double sc = 0;
+					for (int e = 0; e < d; e++)
+						sc += (double)q[((size_t)i * hq + h) * d + e] *
+						      k[((size_t)j * hkv + hk) * d + e];
+					double p = exp(sc * scale - mx);
+					z += p;
+					for (int e = 0; e < d; e++)
+						acc[e] += p * v[((size_t)j * hkv + hk) * d + e];
+				}
+				for (int e = 0; e < d; e++)
+					o[((size_t)i * hq + h) * d + e] = acc[e] / z;
+				free(acc);
+			}
+}
+
+static void test_attention(kk_dtype dt, int d, bool causal)
+{
+	const int hq = 8, hkv = 2;
+	const int32_t cu[] = { 0, 1, 70, 107, 200 }; /* lengths 1, 69, 37, 93 */
+	const int ns = 4, T = 200, maxlen = 93;
+	size_t nq = (size_t)T * hq * d, nk = (size_t)T * hkv * d;
+	float *hq_ = rand_vec(nq, 1), *hk = rand_vec(nk, 1), *hv = rand_vec(nk, 1),
+	      *hdo = rand_vec(nq, 1);
+	round_to(dt, hq_, nq), round_to(dt, hk, nk), round_to(dt, hv, nk);
+	pair q = mk(dt, nq, hq_), k = mk(dt, nk, hk), v = mk(dt, nk, hv), o = mk(dt, nq, NULL),
+	     lse = mk(KK_F32, (size_t)T * hq, NULL), cus = mk(KK_I32, 5, cu),
+	     dout = mk(dt, nq, hdo), dq = mk(dt, nq, NULL), dk = mk(dt, nk, NULL),
+	     dv = mk(dt, nk, NULL);
+	int r = 0;
+	for (int side = 0; side < 2; side++) {
+		kk_attn_desc ad = { .n_heads = hq, .n_kv_heads = hkv, .head_dim = d, .scale = 0,
+			            .causal = causal, .n_seqs = ns, .total_tokens = T,
+			            .max_seqlen = maxlen, .cu_seqlens = S(cus) };
+		int rr = kk_attention_fwd(be_side[side], NULL, &ad, S(o), S(lse), S(q), S(k), S(v));
+		if (rr < 0)
+			r = rr;
+	}
+	double *ref = malloc(nq * sizeof(double));
+	attn_ref(hq_, hk, hv, cu, ns, hq, hkv, d, causal, ref);
+	tol t = tscale(tol_of(dt), 2);
+	tap(r >= 0 && vs_ref(&o, ref, t, "attention vs f64") && parity(&o, t, "attention") &&
+	            parity(&lse, tol_of(KK_F32), "lse"),
+	    "attention forward %s d=%d %s varlen GQA 8/2 (vs f64 and cpu)", kk_dtype_name(dt), d,
+	    causal ? "causal" : "non-causal");
+	r = 0;
+	for (int side = 0; side < 2; side++) {
+		kk_attn_desc ad = { .n_heads = hq, .n_kv_heads = hkv, .head_dim = d, .scale = 0,
+			            .causal = causal, .n_seqs = ns, .total_tokens = T,
+			            .max_seqlen = maxlen, .cu_seqlens = S(cus) };
+		int rr = kk_attention_bwd(be_side[side], NULL, &ad, S(dq), S(dk), S(dv), S(dout),
+		                          S(q), S(k), S(v), S(o), S(lse));
+		if (rr < 0)
+			r = rr;
+	}
+	t = tscale(tol_of(dt), 5);
+	tap(r >= 0 && parity(&dq, t, "dq") && parity(&dk, t, "dk") && parity(&dv, t, "dv"),
+	    "attention backward %s d=%d %s (dq, dk, dv vs cpu)", kk_dtype_name(dt), d,
+	    causal ? "causal" : "non-causal");
+	free(hq_), free(hk), free(hv), free(hdo), free(ref);
+	unpair(&q), unpair(&k), unpair(&v), unpair(&o), unpair(&lse), unpair(&cus);
+	unpair(&dout), unpair(&dq), unpair(&dk), unpair(&dv);
+}
+
+static void test_decode(kk_dtype dt, int d)
+{
+	const int hq = 8, hkv = 2, ns = 3, nblocks = 40, maxb = 12;
+	const int32_t lens[] = { 1, 77, 190 };
+	size_t row = (size_t)hkv * d, ncache = (size_t)nblocks * KK_KV_BLOCK_SIZE * row;
+	float *hkc = rand_vec(ncache, 1), *hvc = rand_vec(ncache, 1),
+	      *hq_ = rand_vec((size_t)ns * hq * d, 1);
+	round_to(dt, hkc, ncache), round_to(dt, hvc, ncache), round_to(dt, hq_, (size_t)ns * hq * d);
+	int32_t bt[3 * 12];
+	for (int i = 0; i < 3 * 12; i++)
+		bt[i] = (i * 7 + 3) % nblocks; /* scattered, distinct blocks */
+	pair kc = mk(dt, ncache, hkc), vc = mk(dt, ncache, hvc), q = mk(dt, (size_t)ns * hq * d, hq_),
+	     o = mk(dt, (size_t)ns * hq * d, NULL), bts = mk(KK_I32, 36, bt), ls = mk(KK_I32, 3, lens);
+	int r = 0;
+	for (int side = 0; side < 2; side++) {
+		kk_paged_desc pd = { .n_heads = hq, .n_kv_heads = hkv, .head_dim = d, .n_seqs = ns,
+			             .num_blocks = nblocks, .max_blocks_per_seq = maxb,
+			             .max_context_len = 190, .block_tables = S(bts),
+			             .context_lens = S(ls) };
+		int rr = kk_attention_decode(be_side[side], NULL, &pd, S(o), S(q), S(kc), S(vc));
+		if (rr < 0)
+			r = rr;
+	}
+	/* f64 reference: gather each sequence's keys, then plain attention. */
+	double *ref = malloc((size_t)ns * hq * d * sizeof(double));
+	for (int s = 0; s < ns; s++) {
+		int L = lens[s];
+		float *kk_ = malloc((size_t)L * row * sizeof(float)),
+		      *vv = malloc((size_t)L * row * sizeof(float));
+		for (int t = 0; t < L; t++) {
+			size_t slot = (size_t)bt[s * maxb + t / KK_KV_BLOCK_SIZE] * KK_KV_BLOCK_SIZE +
+			              t % KK_KV_BLOCK_SIZE;
+			memcpy(kk_ + (size_t)t * row, hkc + slot * row, row * sizeof(float));
+			memcpy(vv + (size_t)t * row, hvc + slot * row, row * sizeof(float));
+		}
+		/* The query is the last token of a sequence of length L. */
+		float *qq = calloc((size_t)L * hq * d, sizeof(float));
+		memcpy(qq + (size_t)(L - 1) * hq * d, hq_ + (size_t)s * hq * d,
+		       (size_t)hq * d * sizeof(float));
+		int32_t cu1[2] = { 0, L };
+		double *full = malloc((size_t)L * hq * d * sizeof(double));
+		attn_ref(qq, kk_, vv, cu1, 1, hq, hkv, d, true, full);
+		memcpy(ref + (size_t)s * hq * d, full + (size_t)(L - 1) * hq * d,
+		       (size_t)hq * d * sizeof(double));
+		free(kk_), free(vv), free(qq), free(full);
+	}
+	tol t = tscale(tol_of(dt), 2);
+	tap(r >= 0 && vs_ref(&o, ref, t, "decode vs f64") && parity(&o, t, "decode"),
+	    "paged decode attention %s d=%d (vs f64 and cpu)", kk_dtype_name(dt), d);
+
+	/* kv_cache_write: 5 tokens into chosen slots, one skipped. */
+	int32_t slots[5] = { 17, -1, 3 * 16 + 5, 600, 2 };
+	float *hk5 = rand_vec(5 * row, 1), *hv5 = rand_vec(5 * row, 1);
+	pair k5 = mk(dt, 5 * row, hk5), v5 = mk(dt, 5 * row, hv5), sl = mk(KK_I32, 5, slots);
+	r = 0;
+	BOTH(r, kk_kv_cache_write(be, NULL, S(kc), S(vc), S(k5), S(v5), S(sl), 5, hkv, d, nblocks));
+	tap(r >= 0 && parity(&kc, (tol){ 0, 0 }, "k cache") && parity(&vc, (tol){ 0, 0 }, "v cache"),
+	    "kv cache write %s d=%d (exact, negative slot skipped)", kk_dtype_name(dt), d);
+	free(hkc), free(hvc), free(hq_), free(ref), free(hk5), free(hv5);
+	unpair(&kc), unpair(&vc), unpair(&q), unpair(&o), unpair(&bts), unpair(&ls);
+	unpair(&k5), unpair(&v5), unpair(&sl);
+}
+
+/* ---- cast/scale and collectives ------------------------------------------ */
+
+static void test_cast_scale(void)
+{
+	const size_t n = 3001;
+	float *h = rand_vec(n, 3);
+	pair a = mk(KK_F32, n, h), b = mk(KK_BF16, n, NULL), c = mk(KK_F16, n, NULL);
+	int r = 0;
+	BOTH(r, kk_cast(be, NULL, S(b), S(a), n));
+	BOTH(r, kk_cast(be, NULL, S(c), S(b), n));
+	BOTH(r, kk_scale(be, NULL, S(c), -0.37f, n));
+	tap(r >= 0 && parity(&b, (tol){ 0, 0 }, "cast") && parity(&c, tol_of(KK_F16), "scale"),
+	    "cast f32->bf16 (exact) ->f16, scale vs cpu");
+	free(h);
+	unpair(&a), unpair(&b), unpair(&c);
+}
+
+static void test_comm(void)
+{
+	char id[KK_COMM_ID_BYTES];
+	kk_comm *c = NULL;
+	const size_t n = 1000;
+	float *h = rand_vec(n, 1);
+	kk_buffer *send = NULL, *recv = NULL;
+	int r = kk_comm_get_id(be_side[1], id, sizeof(id));
+	if (r >= 0)
+		r = kk_comm_init(be_side[1], 0, 1, id, sizeof(id), &c);
+	if (r >= 0)
+		r = kk_buffer_alloc(be_side[1], KK_F32, n, &send);
+	if (r >= 0)
+		r = kk_buffer_alloc(be_side[1], KK_F32, n, &recv);
+	if (r >= 0)
+		r = kk_buffer_upload(be_side[1], NULL, send, 0, h, n * sizeof(float));
+	if (r >= 0)
+		r = kk_all_reduce(c, NULL, recv, send, n, KK_SUM);
+	if (r >= 0)
+		r = kk_broadcast(c, NULL, recv, n, 0);
+	float *back = calloc(n, sizeof(float));
+	if (r >= 0)
+		r = kk_buffer_download(be_side[1], NULL, recv, 0, back, n * sizeof(float));
+	int ok = r >= 0 && memcmp(back, h, n * sizeof(float)) == 0;
+	if (r < 0)
+		printf("# nccl: %s\n", strerror(-r));
+	tap(ok, "nccl single-rank all-reduce + broadcast round trip");
+	kk_buffer_free(send), kk_buffer_free(recv), kk_comm_free(c);
+	free(h), free(back);
+}
+
+int main(void)
+{
+	int r = kk_backend_open("cpu", &be_side[0]);
+	if (r < 0) {
+		printf("1..1\nnot ok 1 - cpu backend: %s\n", strerror(-r));
+		return 1;
+	}
+	unsetenv("KILN_BACKEND");
+	/* KILN_TEST_SELF=1 runs the whole suite with the cpu backend on both
+	 * sides: it checks the f64 references and tolerances of this file on
+	 * machines without a GPU (the parity half is then trivially true). */
+	const char *self = getenv("KILN_TEST_SELF");
+	r = kk_backend_open(self && streq(self, "1") ? "cpu" : "cuda", &be_side[1]);
+	if (r < 0) {
+		printf("1..%d\n", N_TESTS);
+		for (int i = 1; i <= N_TESTS; i++)
+			printf("ok %d # SKIP no CUDA device (%s)\n", i, strerror(-r));
+		kk_backend_free(be_side[0]);
+		return 0;
+	}
+	test_cast_scale();                                                  /* 1 */
+	test_gemm(KK_F32, KK_F32, false, false, 0, KK_EPI_NONE, false);     /* 2 */
+	test_gemm(KK_BF16, KK_BF16, false, true, 0, KK_EPI_NONE, true);     /* 3 */
+	test_gemm(KK_F16, KK_F16, true, false, 3, KK_EPI_NONE, false);      /* 4 */
+	test_gemm(KK_BF16, KK_F32, true, true, 2, KK_EPI_GELU, true);       /* 5 */
+	test_gemm(KK_BF16, KK_BF16, false, false, 0, KK_EPI_SILU, true);    /* 6 */
+	test_gemm(KK_F32, KK_F32, false, true, 0, KK_EPI_GELU, false);      /* 7 */
+	test_norm(KK_F32, false);                                           /* 8, 9 */
+	test_norm(KK_BF16, false);                                          /* 10, 11 */
+	test_norm(KK_BF16, true);                                           /* 12, 13 */
+	test_rope(KK_F32, KK_ROPE_INTERLEAVED);                             /* 14 */
+	test_rope(KK_BF16, KK_ROPE_HALF);                                   /* 15 */
+	for (size_t i = 0; i < 2; i++)
+		test_act(FLOAT_DTS[i]);                                     /* 16-19 */
+	test_softmax_xent(KK_F32);                                          /* 20, 21 */
+	test_softmax_xent(KK_BF16);                                         /* 22, 23 */
+	test_embedding(KK_BF16);                                            /* 24 */
+	test_adamw(KK_BF16);                                                /* 25, 26 */
+	test_quant(KK_I8, 0, KK_BF16);                                      /* 27 */
+	test_quant(KK_Q4, 32, KK_F16);                                      /* 28 */
+	test_quant(KK_Q4, 128, KK_BF16);                                    /* 29 */
+	test_attention(KK_BF16, 128, true);                                 /* 30, 31 */
+	test_attention(KK_F32, 64, false);                                  /* 32, 33 */
+	test_decode(KK_BF16, 128);                                          /* 34, 35 */
+	test_sample(KK_F32);                                                /* 36-40 */
+	test_comm();                                                        /* 41 */
+	if (setup_failed)
+		tap(0, "every test buffer could be allocated");
+	printf("1..%d\n", n_test);
+	kk_backend_free(be_side[1]);
+	kk_backend_free(be_side[0]);
+	return n_fail ? 1 : 0;
+}
