@@ -15,3 +15,9 @@ $(B)/lib/libkk.a: $(call kiln_objs,$(KK_CUDA_SRCS))
 # nvcc's stubs for template kernels use C++ static guards: -lstdc++.
 KK_LDLIBS += -Wl,-u,kk_cuda_ops $(CUDA_LDLIBS) -lcublasLt -lnccl -lstdc++
 endif
+
+# The GPU parity test (every op, cuda vs cpu and f64) and the benchmark.
+# Both are built with CUDA=0 too: they then report "no CUDA device".
+$(eval $(call kiln_tool,test-kk-cuda,tests/kernels/gpu/test-kk-cuda.c,kk common,$$(KK_LDLIBS)))
+TEST_GPU_SCRIPTS += tests/kernels/gpu/test-kk-cuda.sh
+TEST_SCRIPTS += tests/kernels/gpu/test-kk-cuda.sh
