@@ -297,6 +297,18 @@ static char *parse_from_string(const kiln_cfg_key *k, const char *s, void *dst, 
 	case KILN_CFG_STRING:
 	case KILN_CFG_PATH:
 	case KILN_CFG_HOSTLIST: {
+		/* Values end up in slurm.conf, dnsmasq.conf, iPXE scripts and
+		 * environment files, all line based: a newline would inject a line. */
+		for (const char *q = s; *q; q++)
+			if ((unsigned char)*q < 0x20 || *q == 0x7f) {
+				(void)!asprintf(&m, "control character (0x%02x) at offset %zu", (unsigned)(unsigned char)*q,
+						(size_t)(q - s));
+				return m;
+			}
+		if (k->type == KILN_CFG_PATH && strpbrk(s, " \t")) {
+			(void)!asprintf(&m, "\"%s\" contains a space", s);
+			return m;
+		}
 		if (k->type == KILN_CFG_PATH && s[0] != '/') {
 			(void)!asprintf(&m, "\"%s\" is not an absolute path", s);
 			return m;
@@ -535,7 +547,20 @@ static int read_strings(loader *L, config_setting_t *s, const char *disp, char *
 			bad = 1;
 			continue;
 		}
-		v[j] = strdup(config_setting_get_string(e));
+		const char *str = config_setting_get_string(e);
+		for (const char *q = str; *q; q++)
+			if ((unsigned char)*q < 0x20 || *q == 0x7f) {
+				char p[512];
+				snprintf(p, sizeof(p), "%s[%d]", disp, i);
+				add_error(L, setting_line(e) ?: setting_line(s), p, NULL,
+					  "control character (0x%02x) at offset %zu", (unsigned)(unsigned char)*q,
+					  (size_t)(q - str));
+				bad = 1;
+				break;
+			}
+		if (bad)
+			continue;
+		v[j] = strdup(str);
 		if (!v[j]) {
 			strv_free(v);
 			return -ENOMEM;
@@ -1035,6 +1060,21 @@ static bool valid_name(const char *s)
 	return true;
 }
 
+/* Words that land unquoted in slurm.conf or dnsmasq.conf: letters, digits
+ * and the few punctuation characters the format allows (extra). */
+static void check_word(loader *L, int line, const char *path, const char *v, const char *extra)
+{
+	if (!v)
+		return;
+	for (const char *p = v; *p; p++)
+		if (!isalnum((unsigned char)*p) && !strchr(extra, *p)) {
+			add_error(L, line, path, NULL, "invalid character '%c' in \"%s\"", *p, v);
+			return;
+		}
+	if (!v[0])
+		add_error(L, line, path, NULL, "must not be empty");
+}
+
 /* Node-name index: for duplicate detection and lookups, a sorted copy. */
 typedef struct name_ref {
 	const char *name;
@@ -1052,6 +1092,44 @@ static void cross_check(loader *L)
 	if (c->cluster.name && !valid_name(c->cluster.name))
 		add_error(L, root_line(L, "cluster.name"), "cluster.name", "use lowercase letters, digits, '-' and '_'",
 			  "invalid cluster name \"%s\"", c->cluster.name);
+
+	/* Values written unquoted into generated files. */
+	check_word(L, root_line(L, "cluster.domain"), "cluster.domain", c->cluster.domain, ".-");
+	check_word(L, root_line(L, "network.boot_interface"), "network.boot_interface", c->network.boot_interface,
+		   "._:-@");
+	check_word(L, root_line(L, "slurm.user"), "slurm.user", c->slurm.user, "._-");
+	check_word(L, root_line(L, "slurm.select_type"), "slurm.select_type", c->slurm.select_type, "_");
+	check_word(L, root_line(L, "slurm.proctrack_type"), "slurm.proctrack_type", c->slurm.proctrack_type, "_");
+	check_word(L, root_line(L, "slurm.task_plugin"), "slurm.task_plugin", c->slurm.task_plugin, "_,");
+	check_word(L, root_line(L, "slurm.cluster_name"), "slurm.cluster_name", c->slurm.cluster_name, "_-");
+	check_word(L, root_line(L, "health.metrics_address"), "health.metrics_address", c->health.metrics_address, ".:");
+	check_word(L, root_line(L, "inference.address"), "inference.address", c->inference.address, ".:");
+	if (c->image.http_url) {
+		if (!startswith(c->image.http_url, "http://") && !startswith(c->image.http_url, "https://"))
+			add_error(L, root_line(L, "image.http_url"), "image.http_url", "write it like \"http://10.0.0.1/kiln\"",
+				  "\"%s\" is not an http:// or https:// URL", c->image.http_url);
+		else if (strpbrk(c->image.http_url, " \t"))
+			add_error(L, root_line(L, "image.http_url"), "image.http_url", NULL, "URL contains a space");
+	}
+	for (size_t gi = 0; gi < c->n_groups; gi++) {
+		kiln_cfg_group *g = &c->groups[gi];
+		config_setting_t *gs = L->group_set[gi];
+		char p[96];
+		if (!gs)
+			continue;
+		if (g->name && !valid_name(g->name)) {
+			snprintf(p, sizeof(p), "node_groups[%zu].name", gi);
+			add_error(L, member_line(gs, "name"), p, "use lowercase letters, digits, '-' and '_'",
+				  "invalid group name \"%s\"", g->name);
+		}
+		snprintf(p, sizeof(p), "node_groups[%zu].gpus.type", gi);
+		config_setting_t *gp = config_setting_get_member(gs, "gpus");
+		check_word(L, member_line(gp ? gp : gs, "type"), p, g->gpu_type, "_.-");
+		for (size_t j = 0; g->features && g->features[j]; j++) {
+			snprintf(p, sizeof(p), "node_groups[%zu].features[%zu]", gi, j);
+			check_word(L, elem_line(config_setting_get_member(gs, "features"), j), p, g->features[j], "_.-");
+		}
+	}
 
 	/* Network and head. */
 	if (c->head.address && c->network.prefix)
