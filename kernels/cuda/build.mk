@@ -21,3 +21,5 @@ endif
 $(eval $(call kiln_tool,test-kk-cuda,tests/kernels/gpu/test-kk-cuda.c,kk common,$$(KK_LDLIBS)))
 TEST_GPU_SCRIPTS += tests/kernels/gpu/test-kk-cuda.sh
 TEST_SCRIPTS += tests/kernels/gpu/test-kk-cuda.sh
+$(eval $(call kiln_tool,cuda-bench,kernels/bench/cuda-bench.c,kk common,$$(KK_LDLIBS)))
+BENCH_SCRIPTS += kernels/bench/cuda-bench.sh
