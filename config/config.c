@@ -80,7 +80,7 @@ typedef struct loader {
 	config_setting_t **xid_set;
 	config_t *lc;
 	bool nodes_incomplete; /* some group's hosts are unknown: skip "unknown node" errors */
-	int last_line;         /* where a missing top-level section is reported: the end, where it goes */
+	int last_line; /* where a missing top-level section is reported: the end, where it goes */
 } loader;
 
 static char *vformat(const char *fmt, va_list ap)
@@ -91,7 +91,8 @@ static char *vformat(const char *fmt, va_list ap)
 	return s;
 }
 
-static void add_error(loader *L, int line, const char *path, const char *hint, const char *fmt, ...) _printf_(5, 6);
+static void add_error(loader *L, int line, const char *path, const char *hint, const char *fmt, ...)
+	_printf_(5, 6);
 static void add_error(loader *L, int line, const char *path, const char *hint, const char *fmt, ...)
 {
 	kiln_cfg_errors *e = L->errs;
@@ -114,7 +115,10 @@ static void add_error(loader *L, int line, const char *path, const char *hint, c
 	char *msg = vformat(fmt, ap);
 	va_end(ap);
 	kiln_cfg_error *x = &e->v[e->n];
-	*x = (kiln_cfg_error){ .file = strdup(L->file), .line = line, .path = strdup(path ? path : ""), .message = msg,
+	*x = (kiln_cfg_error){ .file = strdup(L->file),
+			       .line = line,
+			       .path = strdup(path ? path : ""),
+			       .message = msg,
 			       .hint = hint ? strdup(hint) : NULL };
 	if (!x->file || !x->path || !x->message || (hint && !x->hint)) {
 		free(x->file);
@@ -146,15 +150,15 @@ const char *kiln_cfg_part_state_to_string(kiln_cfg_part_state s)
 const char *kiln_cfg_type_to_string(kiln_cfg_type t)
 {
 	static const char *const names[] = {
-		[KILN_CFG_STRING] = "string",	   [KILN_CFG_INT] = "integer",
-		[KILN_CFG_BOOL] = "boolean",	   [KILN_CFG_DOUBLE] = "number",
-		[KILN_CFG_DURATION] = "duration",  [KILN_CFG_SIZE_MB] = "size",
-		[KILN_CFG_IPV4] = "address",	   [KILN_CFG_CIDR] = "cidr",
-		[KILN_CFG_HOSTLIST] = "hostlist",  [KILN_CFG_PATH] = "path",
-		[KILN_CFG_ENUM] = "enum",	   [KILN_CFG_STRV] = "strings",
+		[KILN_CFG_STRING] = "string",	    [KILN_CFG_INT] = "integer",
+		[KILN_CFG_BOOL] = "boolean",	    [KILN_CFG_DOUBLE] = "number",
+		[KILN_CFG_DURATION] = "duration",   [KILN_CFG_SIZE_MB] = "size",
+		[KILN_CFG_IPV4] = "address",	    [KILN_CFG_CIDR] = "cidr",
+		[KILN_CFG_HOSTLIST] = "hostlist",   [KILN_CFG_PATH] = "path",
+		[KILN_CFG_ENUM] = "enum",	    [KILN_CFG_STRV] = "strings",
 		[KILN_CFG_IPV4_LIST] = "addresses", [KILN_CFG_ADDRESSES] = "address-range",
-		[KILN_CFG_MACS] = "macs",	   [KILN_CFG_NNODES] = "min:max",
-		[KILN_CFG_NPROC] = "gpu-or-count",	   [KILN_CFG_GROUP] = "group",
+		[KILN_CFG_MACS] = "macs",	    [KILN_CFG_NNODES] = "min:max",
+		[KILN_CFG_NPROC] = "gpu-or-count",  [KILN_CFG_GROUP] = "group",
 		[KILN_CFG_LIST] = "list",
 	};
 	return t >= 0 && t < _KILN_CFG_TYPE_MAX ? names[t] : NULL;
@@ -233,7 +237,7 @@ static const kiln_cfg_key *find_key(const char *pattern)
 static size_t parent_len(const char *path)
 {
 	const char *dot = strrchr(path, '.');
-	return dot ? (size_t)(dot - path) : 0;
+	return dot ? (size_t) (dot - path) : 0;
 }
 static const char *last_component(const char *path)
 {
@@ -262,7 +266,7 @@ static char *unknown_hint(const char *pattern, const char *name)
 		}
 	}
 	char *h = NULL;
-	if (best && best_d <= MAX((size_t)2, strlen(name) / 3)) {
+	if (best && best_d <= MAX((size_t) 2, strlen(name) / 3)) {
 		if (asprintf(&h, "did you mean '%s'?", best) < 0)
 			return NULL;
 		return h;
@@ -270,7 +274,8 @@ static char *unknown_hint(const char *pattern, const char *name)
 	/* The right key in the wrong section. */
 	for (size_t i = 0; i < n; i++)
 		if (streq(last_component(s[i].path), name) && parent_len(s[i].path) > 0) {
-			if (asprintf(&h, "'%s' belongs in '%.*s'", name, (int)parent_len(s[i].path), s[i].path) < 0)
+			if (asprintf(&h, "'%s' belongs in '%.*s'", name,
+				     (int) parent_len(s[i].path), s[i].path) < 0)
 				return NULL;
 			return h;
 		}
@@ -300,17 +305,17 @@ static char *parse_from_string(const kiln_cfg_key *k, const char *s, void *dst, 
 		/* Values end up in slurm.conf, dnsmasq.conf, iPXE scripts and
 		 * environment files, all line based: a newline would inject a line. */
 		for (const char *q = s; *q; q++)
-			if ((unsigned char)*q < 0x20 || *q == 0x7f) {
-				(void)!asprintf(&m, "control character (0x%02x) at offset %zu", (unsigned)(unsigned char)*q,
-						(size_t)(q - s));
+			if ((unsigned char) *q < 0x20 || *q == 0x7f) {
+				(void) !asprintf(&m, "control character (0x%02x) at offset %zu",
+						 (unsigned) (unsigned char) *q, (size_t) (q - s));
 				return m;
 			}
 		if (k->type == KILN_CFG_PATH && strpbrk(s, " \t")) {
-			(void)!asprintf(&m, "\"%s\" contains a space", s);
+			(void) !asprintf(&m, "\"%s\" contains a space", s);
 			return m;
 		}
 		if (k->type == KILN_CFG_PATH && s[0] != '/') {
-			(void)!asprintf(&m, "\"%s\" is not an absolute path", s);
+			(void) !asprintf(&m, "\"%s\" is not an absolute path", s);
 			return m;
 		}
 		if (k->type == KILN_CFG_HOSTLIST) {
@@ -319,11 +324,14 @@ static char *parse_from_string(const kiln_cfg_key *k, const char *s, void *dst, 
 			r = kiln_hostlist_expand(s, &v, &nv, &pos);
 			strv_free(v);
 			if (r == -E2BIG) {
-				(void)!asprintf(&m, "hostlist \"%s\" expands to more than %d names", s, KILN_HOSTLIST_MAX);
+				(void) !asprintf(&m,
+						 "hostlist \"%s\" expands to more than %d names", s,
+						 KILN_HOSTLIST_MAX);
 				return m;
 			}
 			if (r < 0 || nv == 0) {
-				(void)!asprintf(&m, "malformed hostlist \"%s\" at offset %zu", s, pos);
+				(void) !asprintf(&m, "malformed hostlist \"%s\" at offset %zu", s,
+						 pos);
 				*hint = strdup("write it like \"node[01-16,20]\"");
 				return m;
 			}
@@ -331,35 +339,35 @@ static char *parse_from_string(const kiln_cfg_key *k, const char *s, void *dst, 
 		char *c = strdup(s);
 		if (!c)
 			return strdup("out of memory");
-		free(*(char **)dst);
-		*(char **)dst = c;
+		free(*(char **) dst);
+		*(char **) dst = c;
 		return NULL;
 	}
 	case KILN_CFG_INT: {
 		int v;
-		r = kiln_parse_int(s, (int)k->min, (int)k->max, &v);
+		r = kiln_parse_int(s, (int) k->min, (int) k->max, &v);
 		if (r < 0) {
-			(void)!asprintf(&m, "invalid integer \"%s\"", s);
+			(void) !asprintf(&m, "invalid integer \"%s\"", s);
 			return m;
 		}
-		*(int *)dst = v;
+		*(int *) dst = v;
 		return NULL;
 	}
 	case KILN_CFG_BOOL:
-		if (kiln_parse_bool(s, (bool *)dst) < 0) {
-			(void)!asprintf(&m, "invalid boolean \"%s\"", s);
+		if (kiln_parse_bool(s, (bool *) dst) < 0) {
+			(void) !asprintf(&m, "invalid boolean \"%s\"", s);
 			return m;
 		}
 		return NULL;
 	case KILN_CFG_DOUBLE:
-		if (kiln_parse_double(s, (double *)dst) < 0) {
-			(void)!asprintf(&m, "invalid number \"%s\"", s);
+		if (kiln_parse_double(s, (double *) dst) < 0) {
+			(void) !asprintf(&m, "invalid number \"%s\"", s);
 			return m;
 		}
 		return NULL;
 	case KILN_CFG_DURATION:
-		if (kiln_parse_duration(s, KILN_USEC_PER_SEC, (uint64_t *)dst) < 0) {
-			(void)!asprintf(&m, "malformed duration \"%s\"", s);
+		if (kiln_parse_duration(s, KILN_USEC_PER_SEC, (uint64_t *) dst) < 0) {
+			(void) !asprintf(&m, "malformed duration \"%s\"", s);
 			*hint = strdup("write it like \"90s\", \"5m\", \"1h30m\" or \"infinite\"");
 			return m;
 		}
@@ -367,16 +375,17 @@ static char *parse_from_string(const kiln_cfg_key *k, const char *s, void *dst, 
 	case KILN_CFG_SIZE_MB: {
 		uint64_t b;
 		if (kiln_parse_size(s, 1024 * 1024, &b) < 0) {
-			(void)!asprintf(&m, "malformed size \"%s\"", s);
-			*hint = strdup("write it like \"512G\", \"2T\" or an integer number of MiB");
+			(void) !asprintf(&m, "malformed size \"%s\"", s);
+			*hint = strdup(
+				"write it like \"512G\", \"2T\" or an integer number of MiB");
 			return m;
 		}
-		*(uint64_t *)dst = b / (1024 * 1024);
+		*(uint64_t *) dst = b / (1024 * 1024);
 		return NULL;
 	}
 	case KILN_CFG_IPV4:
-		if (kiln_parse_ipv4(s, (uint32_t *)dst) < 0) {
-			(void)!asprintf(&m, "malformed IPv4 address \"%s\"", s);
+		if (kiln_parse_ipv4(s, (uint32_t *) dst) < 0) {
+			(void) !asprintf(&m, "malformed IPv4 address \"%s\"", s);
 			return m;
 		}
 		return NULL;
@@ -387,21 +396,23 @@ static char *parse_from_string(const kiln_cfg_key *k, const char *s, void *dst, 
 		int prefix;
 		char addr[32];
 		const char *slash = strchr(s, '/');
-		if (!slash || (size_t)(slash - s) >= sizeof(addr))
+		if (!slash || (size_t) (slash - s) >= sizeof(addr))
 			goto bad_cidr;
-		memcpy(addr, s, (size_t)(slash - s));
+		memcpy(addr, s, (size_t) (slash - s));
 		addr[slash - s] = 0;
-		if (kiln_parse_ipv4(addr, &net) < 0 || kiln_parse_int(slash + 1, 0, 32, &prefix) < 0)
+		if (kiln_parse_ipv4(addr, &net) < 0 ||
+		    kiln_parse_int(slash + 1, 0, 32, &prefix) < 0)
 			goto bad_cidr;
 		if (prefix < 8 || prefix > 30) {
-			(void)!asprintf(&m, "prefix /%d out of range 8..30", prefix);
+			(void) !asprintf(&m, "prefix /%d out of range 8..30", prefix);
 			return m;
 		}
 		uint32_t mask = ~0u << (32 - prefix);
 		if (net & ~mask) {
 			char b[16];
-			(void)!asprintf(&m, "\"%s\" has host bits set", s);
-			(void)!asprintf(hint, "did you mean '%s/%d'?", kiln_format_ipv4(b, net & mask), prefix);
+			(void) !asprintf(&m, "\"%s\" has host bits set", s);
+			(void) !asprintf(hint, "did you mean '%s/%d'?",
+					 kiln_format_ipv4(b, net & mask), prefix);
 			return m;
 		}
 		kiln_cfg_network *nw = dst;
@@ -410,14 +421,14 @@ static char *parse_from_string(const kiln_cfg_key *k, const char *s, void *dst, 
 		nw->netmask = mask;
 		return NULL;
 	bad_cidr:
-		(void)!asprintf(&m, "malformed subnet \"%s\"", s);
+		(void) !asprintf(&m, "malformed subnet \"%s\"", s);
 		*hint = strdup("write it like \"10.0.0.0/24\"");
 		return m;
 	}
 	case KILN_CFG_ENUM:
 		for (size_t i = 0; k->choices[i]; i++)
 			if (streq(k->choices[i], s)) {
-				*(int *)dst = (int)i;
+				*(int *) dst = (int) i;
 				return NULL;
 			}
 		{
@@ -429,7 +440,7 @@ static char *parse_from_string(const kiln_cfg_key *k, const char *s, void *dst, 
 			*hint = kiln_strbuf_steal(&b);
 			kiln_strbuf_free(&b);
 		}
-		(void)!asprintf(&m, "invalid value \"%s\"", s);
+		(void) !asprintf(&m, "invalid value \"%s\"", s);
 		return m;
 	case KILN_CFG_NNODES: {
 		int lo, hi;
@@ -438,9 +449,10 @@ static char *parse_from_string(const kiln_cfg_key *k, const char *s, void *dst, 
 		if (strlen(s) >= sizeof(buf))
 			goto bad_nnodes;
 		if (colon) {
-			memcpy(buf, s, (size_t)(colon - s));
+			memcpy(buf, s, (size_t) (colon - s));
 			buf[colon - s] = 0;
-			if (kiln_parse_int(buf, 1, 100000, &lo) < 0 || kiln_parse_int(colon + 1, 1, 100000, &hi) < 0)
+			if (kiln_parse_int(buf, 1, 100000, &lo) < 0 ||
+			    kiln_parse_int(colon + 1, 1, 100000, &hi) < 0)
 				goto bad_nnodes;
 		} else {
 			if (kiln_parse_int(s, 1, 100000, &lo) < 0)
@@ -448,24 +460,24 @@ static char *parse_from_string(const kiln_cfg_key *k, const char *s, void *dst, 
 			hi = lo;
 		}
 		if (lo > hi) {
-			(void)!asprintf(&m, "minimum %d is larger than maximum %d", lo, hi);
+			(void) !asprintf(&m, "minimum %d is larger than maximum %d", lo, hi);
 			return m;
 		}
-		((int *)dst)[0] = lo;
-		((int *)dst)[1] = hi;
+		((int *) dst)[0] = lo;
+		((int *) dst)[1] = hi;
 		return NULL;
 	bad_nnodes:
-		(void)!asprintf(&m, "malformed node count \"%s\"", s);
+		(void) !asprintf(&m, "malformed node count \"%s\"", s);
 		*hint = strdup("write it like \"2:4\" (MIN:MAX) or \"4\"");
 		return m;
 	}
 	case KILN_CFG_NPROC:
 		if (streq(s, "gpu")) {
-			*(int *)dst = 0;
+			*(int *) dst = 0;
 			return NULL;
 		}
-		if (kiln_parse_int(s, 1, 1024, (int *)dst) < 0) {
-			(void)!asprintf(&m, "invalid value \"%s\"", s);
+		if (kiln_parse_int(s, 1, 1024, (int *) dst) < 0) {
+			(void) !asprintf(&m, "invalid value \"%s\"", s);
 			*hint = strdup("write \"gpu\" (one per GPU) or a number 1..1024");
 			return m;
 		}
@@ -481,8 +493,8 @@ static void *field(const kiln_cfg_key *k, void *obj)
 	if (k->base == BASE_NONE || !obj)
 		return NULL;
 	if (k->type == KILN_CFG_CIDR)
-		return &((kiln_cfg *)obj)->network;
-	return (char *)obj + k->offset;
+		return &((kiln_cfg *) obj)->network;
+	return (char *) obj + k->offset;
 }
 
 static int apply_defaults(int base, void *obj)
@@ -498,7 +510,7 @@ static int apply_defaults(int base, void *obj)
 			char **v = calloc(1, sizeof(char *));
 			if (!v)
 				return -ENOMEM;
-			*(char ***)dst = v;
+			*(char ***) dst = v;
 			continue;
 		}
 		if (!k->def || k->def[0] == '(')
@@ -521,7 +533,7 @@ static int apply_defaults(int base, void *obj)
 
 static int setting_line(const config_setting_t *s)
 {
-	return s ? (int)config_setting_source_line(s) : 0;
+	return s ? (int) config_setting_source_line(s) : 0;
 }
 
 static bool is_int(int t)
@@ -533,28 +545,29 @@ static bool is_int(int t)
 static int read_strings(loader *L, config_setting_t *s, const char *disp, char ***ret)
 {
 	int n = config_setting_length(s);
-	char **v = calloc((size_t)n + 1, sizeof(char *));
+	char **v = calloc((size_t) n + 1, sizeof(char *));
 	if (!v)
 		return -ENOMEM;
 	int bad = 0, j = 0;
 	for (int i = 0; i < n; i++) {
-		config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+		config_setting_t *e = config_setting_get_elem(s, (unsigned) i);
 		if (config_setting_type(e) != CONFIG_TYPE_STRING) {
 			char p[512];
 			snprintf(p, sizeof(p), "%s[%d]", disp, i);
-			add_error(L, setting_line(e) ?: setting_line(s), p, NULL, "expected a string, got %s",
+			add_error(L, setting_line(e) ?: setting_line(s), p, NULL,
+				  "expected a string, got %s",
 				  lc_type_text(config_setting_type(e)));
 			bad = 1;
 			continue;
 		}
 		const char *str = config_setting_get_string(e);
 		for (const char *q = str; *q; q++)
-			if ((unsigned char)*q < 0x20 || *q == 0x7f) {
+			if ((unsigned char) *q < 0x20 || *q == 0x7f) {
 				char p[512];
 				snprintf(p, sizeof(p), "%s[%d]", disp, i);
 				add_error(L, setting_line(e) ?: setting_line(s), p, NULL,
-					  "control character (0x%02x) at offset %zu", (unsigned)(unsigned char)*q,
-					  (size_t)(q - str));
+					  "control character (0x%02x) at offset %zu",
+					  (unsigned) (unsigned char) *q, (size_t) (q - str));
 				bad = 1;
 				break;
 			}
@@ -575,7 +588,8 @@ static int read_strings(loader *L, config_setting_t *s, const char *disp, char *
 	return 0;
 }
 
-static void parse_value(loader *L, const kiln_cfg_key *k, config_setting_t *s, const char *disp, void *obj)
+static void parse_value(loader *L, const kiln_cfg_key *k, config_setting_t *s, const char *disp,
+			void *obj)
 {
 	int t = config_setting_type(s);
 	int line = setting_line(s);
@@ -590,23 +604,23 @@ static void parse_value(loader *L, const kiln_cfg_key *k, config_setting_t *s, c
 		{
 			long long v = config_setting_get_int64(s);
 			if (k->min < k->max && (v < k->min || v > k->max)) {
-				add_error(L, line, disp, NULL, "%lld is out of range %lld..%lld", v, (long long)k->min,
-					  (long long)k->max);
+				add_error(L, line, disp, NULL, "%lld is out of range %lld..%lld", v,
+					  (long long) k->min, (long long) k->max);
 				return;
 			}
-			*(int *)dst = (int)v;
+			*(int *) dst = (int) v;
 		}
 		return;
 	case KILN_CFG_BOOL:
 		if (t != CONFIG_TYPE_BOOL)
 			goto wrong_type;
-		*(bool *)dst = config_setting_get_bool(s);
+		*(bool *) dst = config_setting_get_bool(s);
 		return;
 	case KILN_CFG_DOUBLE:
 		if (t == CONFIG_TYPE_FLOAT)
-			*(double *)dst = config_setting_get_float(s);
+			*(double *) dst = config_setting_get_float(s);
 		else if (is_int(t))
-			*(double *)dst = (double)config_setting_get_int64(s);
+			*(double *) dst = (double) config_setting_get_int64(s);
 		else
 			goto wrong_type;
 		return;
@@ -619,20 +633,21 @@ static void parse_value(loader *L, const kiln_cfg_key *k, config_setting_t *s, c
 				return;
 			}
 			if (k->type == KILN_CFG_DURATION) {
-				if ((unsigned long long)v > UINT64_MAX / KILN_USEC_PER_SEC) {
-					add_error(L, line, disp, NULL, "duration %lld s is too large", v);
+				if ((unsigned long long) v > UINT64_MAX / KILN_USEC_PER_SEC) {
+					add_error(L, line, disp, NULL,
+						  "duration %lld s is too large", v);
 					return;
 				}
-				*(uint64_t *)dst = (uint64_t)v * KILN_USEC_PER_SEC;
+				*(uint64_t *) dst = (uint64_t) v * KILN_USEC_PER_SEC;
 			} else
-				*(uint64_t *)dst = (uint64_t)v;
+				*(uint64_t *) dst = (uint64_t) v;
 			return;
 		}
 		break;
 	case KILN_CFG_NNODES:
 	case KILN_CFG_NPROC:
 		if (is_int(t)) {
-			snprintf(num, sizeof(num), "%lld", (long long)config_setting_get_int64(s));
+			snprintf(num, sizeof(num), "%lld", (long long) config_setting_get_int64(s));
 			msg = parse_from_string(k, num, dst, &hint);
 			if (msg)
 				add_error(L, line, disp, hint, "%s", msg);
@@ -648,8 +663,8 @@ static void parse_value(loader *L, const kiln_cfg_key *k, config_setting_t *s, c
 			L->oom = 1;
 		if (r < 0)
 			return;
-		strv_free(*(char ***)dst);
-		*(char ***)dst = v;
+		strv_free(*(char ***) dst);
+		*(char ***) dst = v;
 		return;
 	}
 	case KILN_CFG_IPV4_LIST: {
@@ -695,7 +710,8 @@ static void parse_value(loader *L, const kiln_cfg_key *k, config_setting_t *s, c
 	return;
 
 wrong_type:
-	add_error(L, line, disp, NULL, "expected %s, got %s", expected_text(k->type), lc_type_text(t));
+	add_error(L, line, disp, NULL, "expected %s, got %s", expected_text(k->type),
+		  lc_type_text(t));
 }
 
 /* ---- the walk -------------------------------------------------------- */
@@ -760,14 +776,14 @@ static int alloc_list(loader *L, const char *pattern, size_t n)
 	return -EINVAL;
 }
 
-static void walk(loader *L, config_setting_t *grp, const char *pattern, const char *disp, int base, void *obj,
-		 size_t elem, int depth)
+static void walk(loader *L, config_setting_t *grp, const char *pattern, const char *disp, int base,
+		 void *obj, size_t elem, int depth)
 {
 	if (L->oom || depth > KILN_CFG_DEPTH_MAX)
 		return;
 	int n = config_setting_length(grp);
 	for (int i = 0; i < n; i++) {
-		config_setting_t *ch = config_setting_get_elem(grp, (unsigned)i);
+		config_setting_t *ch = config_setting_get_elem(grp, (unsigned) i);
 		const char *name = config_setting_name(ch);
 		if (!name)
 			continue;
@@ -786,8 +802,8 @@ static void walk(loader *L, config_setting_t *grp, const char *pattern, const ch
 		}
 		if (k->type == KILN_CFG_GROUP) {
 			if (t != CONFIG_TYPE_GROUP) {
-				add_error(L, setting_line(ch), dsp, NULL, "expected %s, got %s", expected_text(k->type),
-					  lc_type_text(t));
+				add_error(L, setting_line(ch), dsp, NULL, "expected %s, got %s",
+					  expected_text(k->type), lc_type_text(t));
 				continue;
 			}
 			walk(L, ch, pat, dsp, base, obj, elem, depth + 1);
@@ -796,11 +812,11 @@ static void walk(loader *L, config_setting_t *grp, const char *pattern, const ch
 		if (k->type == KILN_CFG_LIST) {
 			int len = config_setting_length(ch);
 			if (t != CONFIG_TYPE_LIST && !(t == CONFIG_TYPE_ARRAY && len == 0)) {
-				add_error(L, setting_line(ch), dsp, NULL, "expected %s, got %s", expected_text(k->type),
-					  lc_type_text(t));
+				add_error(L, setting_line(ch), dsp, NULL, "expected %s, got %s",
+					  expected_text(k->type), lc_type_text(t));
 				continue;
 			}
-			if (alloc_list(L, pat, (size_t)len) < 0) {
+			if (alloc_list(L, pat, (size_t) len) < 0) {
 				L->oom = 1;
 				return;
 			}
@@ -810,17 +826,18 @@ static void walk(loader *L, config_setting_t *grp, const char *pattern, const ch
 				return;
 			}
 			for (int j = 0; j < len; j++) {
-				config_setting_t *e = config_setting_get_elem(ch, (unsigned)j);
+				config_setting_t *e = config_setting_get_elem(ch, (unsigned) j);
 				char edsp[512];
 				snprintf(edsp, sizeof(edsp), "%s[%d]", dsp, j);
 				if (config_setting_type(e) != CONFIG_TYPE_GROUP) {
-					add_error(L, setting_line(e) ?: setting_line(ch), edsp, NULL,
-						  "expected a group { ... }, got %s", lc_type_text(config_setting_type(e)));
+					add_error(L, setting_line(e) ?: setting_line(ch), edsp,
+						  NULL, "expected a group { ... }, got %s",
+						  lc_type_text(config_setting_type(e)));
 					continue;
 				}
 				int ebase = BASE_NONE;
-				void *eobj = new_element(L, pat, (size_t)j, e, &ebase);
-				walk(L, e, epat, edsp, ebase, eobj, (size_t)j, depth + 1);
+				void *eobj = new_element(L, pat, (size_t) j, e, &ebase);
+				walk(L, e, epat, edsp, ebase, eobj, (size_t) j, depth + 1);
 			}
 			continue;
 		}
@@ -847,7 +864,8 @@ static void walk(loader *L, config_setting_t *grp, const char *pattern, const ch
 		_cleanup_free_ char *dsp = join_path(disp, last);
 		if (depth == 0) {
 			_cleanup_free_ char *h = NULL;
-			if (asprintf(&h, "add %s = %s", last, s[i].type == KILN_CFG_LIST ? "( { ... } );" : "{ ... };") < 0)
+			if (asprintf(&h, "add %s = %s", last,
+				     s[i].type == KILN_CFG_LIST ? "( { ... } );" : "{ ... };") < 0)
 				h = NULL;
 			add_error(L, L->last_line, dsp, h, "missing required section");
 		} else
@@ -864,7 +882,7 @@ static int member_line(config_setting_t *parent, const char *name)
 }
 static int elem_line(config_setting_t *arr, size_t i)
 {
-	config_setting_t *e = arr ? config_setting_get_elem(arr, (unsigned)i) : NULL;
+	config_setting_t *e = arr ? config_setting_get_elem(arr, (unsigned) i) : NULL;
 	int l = setting_line(e);
 	return l ? l : setting_line(arr);
 }
@@ -880,7 +898,8 @@ static bool in_subnet(const kiln_cfg *c, uint32_t a)
 }
 static bool usable(const kiln_cfg *c, uint32_t a)
 {
-	return in_subnet(c, a) && a != c->network.subnet && a != (c->network.subnet | ~c->network.netmask);
+	return in_subnet(c, a) && a != c->network.subnet &&
+	       a != (c->network.subnet | ~c->network.netmask);
 }
 
 static void check_address(loader *L, uint32_t a, int line, const char *path)
@@ -890,11 +909,14 @@ static void check_address(loader *L, uint32_t a, int line, const char *path)
 	if (!c->network.prefix)
 		return; /* subnet itself was bad: already reported */
 	if (!in_subnet(c, a))
-		add_error(L, line, path, NULL, "address %s is outside the subnet %s/%d", kiln_format_ipv4(b, a),
-			  kiln_format_ipv4(n, c->network.subnet), c->network.prefix);
+		add_error(L, line, path, NULL, "address %s is outside the subnet %s/%d",
+			  kiln_format_ipv4(b, a), kiln_format_ipv4(n, c->network.subnet),
+			  c->network.prefix);
 	else if (!usable(c, a))
-		add_error(L, line, path, NULL, "address %s is the network or broadcast address of %s/%d",
-			  kiln_format_ipv4(b, a), kiln_format_ipv4(n, c->network.subnet), c->network.prefix);
+		add_error(L, line, path, NULL,
+			  "address %s is the network or broadcast address of %s/%d",
+			  kiln_format_ipv4(b, a), kiln_format_ipv4(n, c->network.subnet),
+			  c->network.prefix);
 }
 
 /* Reads node_groups[gi].addresses into g->addresses (n_hosts of them). */
@@ -915,9 +937,9 @@ static void group_addresses(loader *L, size_t gi, const char *gpath)
 		const char *dash = strchr(str, '-');
 		char first[64];
 		uint32_t lo, hi;
-		if (!dash || (size_t)(dash - str) >= sizeof(first))
+		if (!dash || (size_t) (dash - str) >= sizeof(first))
 			goto bad_range;
-		memcpy(first, str, (size_t)(dash - str));
+		memcpy(first, str, (size_t) (dash - str));
 		first[dash - str] = 0;
 		if (kiln_parse_ipv4(first, &lo) < 0 || kiln_parse_ipv4(dash + 1, &hi) < 0)
 			goto bad_range;
@@ -925,9 +947,11 @@ static void group_addresses(loader *L, size_t gi, const char *gpath)
 			add_error(L, line, path, NULL, "range \"%s\" ends before it starts", str);
 			return;
 		}
-		n = (size_t)(hi - lo) + 1;
+		n = (size_t) (hi - lo) + 1;
 		if (n != g->n_hosts) {
-			add_error(L, line, path, NULL, "range \"%s\" has %zu addresses for %zu hosts", str, n, g->n_hosts);
+			add_error(L, line, path, NULL,
+				  "range \"%s\" has %zu addresses for %zu hosts", str, n,
+				  g->n_hosts);
 			return;
 		}
 		a = calloc(n ? n : 1, sizeof(uint32_t));
@@ -936,7 +960,7 @@ static void group_addresses(loader *L, size_t gi, const char *gpath)
 			return;
 		}
 		for (size_t i = 0; i < n; i++)
-			a[i] = lo + (uint32_t)i;
+			a[i] = lo + (uint32_t) i;
 		for (size_t i = 0; i < n; i++)
 			if (!L->cfg->network.prefix || !usable(L->cfg, a[i])) {
 				check_address(L, a[i], line, path);
@@ -945,12 +969,14 @@ static void group_addresses(loader *L, size_t gi, const char *gpath)
 		g->addresses = a;
 		return;
 	bad_range:
-		add_error(L, line, path, "write a range \"10.0.0.11-10.0.0.42\" or a list [ \"10.0.0.11\", ... ]",
+		add_error(L, line, path,
+			  "write a range \"10.0.0.11-10.0.0.42\" or a list [ \"10.0.0.11\", ... ]",
 			  "malformed address range \"%s\"", str);
 		return;
 	}
 	if (t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_LIST) {
-		add_error(L, line, path, NULL, "expected %s, got %s", expected_text(KILN_CFG_ADDRESSES), lc_type_text(t));
+		add_error(L, line, path, NULL, "expected %s, got %s",
+			  expected_text(KILN_CFG_ADDRESSES), lc_type_text(t));
 		return;
 	}
 	_cleanup_strv_free_ char **v = NULL;
@@ -974,7 +1000,8 @@ static void group_addresses(loader *L, size_t gi, const char *gpath)
 		char p[640];
 		snprintf(p, sizeof(p), "%s[%zu]", path, i);
 		if (kiln_parse_ipv4(v[i], &a[i]) < 0) {
-			add_error(L, elem_line(s, i), p, NULL, "malformed IPv4 address \"%s\"", v[i]);
+			add_error(L, elem_line(s, i), p, NULL, "malformed IPv4 address \"%s\"",
+				  v[i]);
 			ok = false;
 			continue;
 		}
@@ -998,8 +1025,8 @@ static void group_macs(loader *L, size_t gi, const char *gpath)
 		return;
 	int t = config_setting_type(s);
 	if (t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_LIST) {
-		add_error(L, setting_line(s), path, NULL, "expected %s, got %s", expected_text(KILN_CFG_MACS),
-			  lc_type_text(t));
+		add_error(L, setting_line(s), path, NULL, "expected %s, got %s",
+			  expected_text(KILN_CFG_MACS), lc_type_text(t));
 		return;
 	}
 	_cleanup_strv_free_ char **v = NULL;
@@ -1019,8 +1046,8 @@ static void group_macs(loader *L, size_t gi, const char *gpath)
 		if (kiln_parse_mac(v[i], m[i]) < 0) {
 			char p[640];
 			snprintf(p, sizeof(p), "%s[%zu]", path, i);
-			add_error(L, elem_line(s, i), p, "write it like \"52:54:00:12:34:56\"", "malformed MAC address \"%s\"",
-				  v[i]);
+			add_error(L, elem_line(s, i), p, "write it like \"52:54:00:12:34:56\"",
+				  "malformed MAC address \"%s\"", v[i]);
 			ok = false;
 		}
 	if (ok && n != g->n_hosts)
@@ -1045,7 +1072,8 @@ static char *hint_from(const char *name, char *const *cands)
 		}
 	}
 	char *h = NULL;
-	if (best && bd <= MAX((size_t)2, strlen(name) / 3) && asprintf(&h, "did you mean '%s'?", best) < 0)
+	if (best && bd <= MAX((size_t) 2, strlen(name) / 3) &&
+	    asprintf(&h, "did you mean '%s'?", best) < 0)
 		return NULL;
 	return h;
 }
@@ -1055,7 +1083,8 @@ static bool valid_name(const char *s)
 	if (!s[0] || strlen(s) > 63)
 		return false;
 	for (const char *p = s; *p; p++)
-		if (!(islower((unsigned char)*p) || isdigit((unsigned char)*p) || *p == '-' || *p == '_'))
+		if (!(islower((unsigned char) *p) || isdigit((unsigned char) *p) || *p == '-' ||
+		      *p == '_'))
 			return false;
 	return true;
 }
@@ -1067,7 +1096,7 @@ static void check_word(loader *L, int line, const char *path, const char *v, con
 	if (!v)
 		return;
 	for (const char *p = v; *p; p++)
-		if (!isalnum((unsigned char)*p) && !strchr(extra, *p)) {
+		if (!isalnum((unsigned char) *p) && !strchr(extra, *p)) {
 			add_error(L, line, path, NULL, "invalid character '%c' in \"%s\"", *p, v);
 			return;
 		}
@@ -1090,26 +1119,36 @@ static void cross_check(loader *L)
 		L->nodes_incomplete = true;
 
 	if (c->cluster.name && !valid_name(c->cluster.name))
-		add_error(L, root_line(L, "cluster.name"), "cluster.name", "use lowercase letters, digits, '-' and '_'",
+		add_error(L, root_line(L, "cluster.name"), "cluster.name",
+			  "use lowercase letters, digits, '-' and '_'",
 			  "invalid cluster name \"%s\"", c->cluster.name);
 
 	/* Values written unquoted into generated files. */
 	check_word(L, root_line(L, "cluster.domain"), "cluster.domain", c->cluster.domain, ".-");
-	check_word(L, root_line(L, "network.boot_interface"), "network.boot_interface", c->network.boot_interface,
-		   "._:-@");
+	check_word(L, root_line(L, "network.boot_interface"), "network.boot_interface",
+		   c->network.boot_interface, "._:-@");
 	check_word(L, root_line(L, "slurm.user"), "slurm.user", c->slurm.user, "._-");
-	check_word(L, root_line(L, "slurm.select_type"), "slurm.select_type", c->slurm.select_type, "_");
-	check_word(L, root_line(L, "slurm.proctrack_type"), "slurm.proctrack_type", c->slurm.proctrack_type, "_");
-	check_word(L, root_line(L, "slurm.task_plugin"), "slurm.task_plugin", c->slurm.task_plugin, "_,");
-	check_word(L, root_line(L, "slurm.cluster_name"), "slurm.cluster_name", c->slurm.cluster_name, "_-");
-	check_word(L, root_line(L, "health.metrics_address"), "health.metrics_address", c->health.metrics_address, ".:");
-	check_word(L, root_line(L, "inference.address"), "inference.address", c->inference.address, ".:");
+	check_word(L, root_line(L, "slurm.select_type"), "slurm.select_type", c->slurm.select_type,
+		   "_");
+	check_word(L, root_line(L, "slurm.proctrack_type"), "slurm.proctrack_type",
+		   c->slurm.proctrack_type, "_");
+	check_word(L, root_line(L, "slurm.task_plugin"), "slurm.task_plugin", c->slurm.task_plugin,
+		   "_,");
+	check_word(L, root_line(L, "slurm.cluster_name"), "slurm.cluster_name",
+		   c->slurm.cluster_name, "_-");
+	check_word(L, root_line(L, "health.metrics_address"), "health.metrics_address",
+		   c->health.metrics_address, ".:");
+	check_word(L, root_line(L, "inference.address"), "inference.address", c->inference.address,
+		   ".:");
 	if (c->image.http_url) {
-		if (!startswith(c->image.http_url, "http://") && !startswith(c->image.http_url, "https://"))
-			add_error(L, root_line(L, "image.http_url"), "image.http_url", "write it like \"http://10.0.0.1/kiln\"",
+		if (!startswith(c->image.http_url, "http://") &&
+		    !startswith(c->image.http_url, "https://"))
+			add_error(L, root_line(L, "image.http_url"), "image.http_url",
+				  "write it like \"http://10.0.0.1/kiln\"",
 				  "\"%s\" is not an http:// or https:// URL", c->image.http_url);
 		else if (strpbrk(c->image.http_url, " \t"))
-			add_error(L, root_line(L, "image.http_url"), "image.http_url", NULL, "URL contains a space");
+			add_error(L, root_line(L, "image.http_url"), "image.http_url", NULL,
+				  "URL contains a space");
 	}
 	for (size_t gi = 0; gi < c->n_groups; gi++) {
 		kiln_cfg_group *g = &c->groups[gi];
@@ -1119,7 +1158,8 @@ static void cross_check(loader *L)
 			continue;
 		if (g->name && !valid_name(g->name)) {
 			snprintf(p, sizeof(p), "node_groups[%zu].name", gi);
-			add_error(L, member_line(gs, "name"), p, "use lowercase letters, digits, '-' and '_'",
+			add_error(L, member_line(gs, "name"), p,
+				  "use lowercase letters, digits, '-' and '_'",
 				  "invalid group name \"%s\"", g->name);
 		}
 		snprintf(p, sizeof(p), "node_groups[%zu].gpus.type", gi);
@@ -1127,7 +1167,8 @@ static void cross_check(loader *L)
 		check_word(L, member_line(gp ? gp : gs, "type"), p, g->gpu_type, "_.-");
 		for (size_t j = 0; g->features && g->features[j]; j++) {
 			snprintf(p, sizeof(p), "node_groups[%zu].features[%zu]", gi, j);
-			check_word(L, elem_line(config_setting_get_member(gs, "features"), j), p, g->features[j], "_.-");
+			check_word(L, elem_line(config_setting_get_member(gs, "features"), j), p,
+				   g->features[j], "_.-");
 		}
 	}
 
@@ -1137,7 +1178,8 @@ static void cross_check(loader *L)
 	if (!c->network.gateway)
 		c->network.gateway = c->head.address;
 	else if (c->network.prefix)
-		check_address(L, c->network.gateway, root_line(L, "network.gateway"), "network.gateway");
+		check_address(L, c->network.gateway, root_line(L, "network.gateway"),
+			      "network.gateway");
 	if (c->network.n_dns == 0 && c->head.address) {
 		free(c->network.dns);
 		c->network.dns = calloc(2, sizeof(uint32_t));
@@ -1153,8 +1195,8 @@ static void cross_check(loader *L)
 		size_t nv = 0;
 		if (kiln_hostlist_expand(c->head.hostname, &v, &nv, NULL) < 0 || nv != 1 ||
 		    !streq(v[0], c->head.hostname))
-			add_error(L, root_line(L, "head.hostname"), "head.hostname", NULL, "invalid host name \"%s\"",
-				  c->head.hostname);
+			add_error(L, root_line(L, "head.hostname"), "head.hostname", NULL,
+				  "invalid host name \"%s\"", c->head.hostname);
 		strv_free(v);
 	}
 
@@ -1193,22 +1235,25 @@ static void cross_check(loader *L)
 		else if (g->cpus != prod && g->cpus != g->sockets * g->cores_per_socket) {
 			char p[96];
 			snprintf(p, sizeof(p), "%s.cpus", gpath);
-			add_error(L, member_line(L->group_set[gi], "cpus"), p,
-				  "Slurm needs cpus = sockets x cores_per_socket x threads_per_core",
-				  "%d CPUs do not match %d sockets x %d cores x %d threads", g->cpus, g->sockets,
-				  g->cores_per_socket, g->threads_per_core);
+			add_error(
+				L, member_line(L->group_set[gi], "cpus"), p,
+				"Slurm needs cpus = sockets x cores_per_socket x threads_per_core",
+				"%d CPUs do not match %d sockets x %d cores x %d threads", g->cpus,
+				g->sockets, g->cores_per_socket, g->threads_per_core);
 		}
 		for (size_t j = 0; j < gi; j++)
 			if (c->groups[j].name && g->name && streq(c->groups[j].name, g->name)) {
 				char p[96];
 				snprintf(p, sizeof(p), "%s.name", gpath);
 				add_error(L, member_line(L->group_set[gi], "name"), p, NULL,
-					  "duplicate group name \"%s\" (first at line %d)", g->name, c->groups[j].line);
+					  "duplicate group name \"%s\" (first at line %d)", g->name,
+					  c->groups[j].line);
 			}
 		total += g->n_hosts;
 	}
 	if (total > KILN_HOSTLIST_MAX) {
-		add_error(L, root_line(L, "node_groups"), "node_groups", NULL, "more than %d nodes", KILN_HOSTLIST_MAX);
+		add_error(L, root_line(L, "node_groups"), "node_groups", NULL, "more than %d nodes",
+			  KILN_HOSTLIST_MAX);
 		return;
 	}
 
@@ -1239,7 +1284,7 @@ static void cross_check(loader *L)
 	for (size_t a = 0; a < c->n_nodes; a++) {
 		kiln_cfg_node *n = &c->nodes[a];
 		const kiln_cfg_group *g = n->group;
-		size_t gi = (size_t)(g - c->groups);
+		size_t gi = (size_t) (g - c->groups);
 		char gpath[64];
 		snprintf(gpath, sizeof(gpath), "node_groups[%zu]", gi);
 		if (c->head.hostname && streq(n->name, c->head.hostname)) {
@@ -1252,7 +1297,8 @@ static void cross_check(loader *L)
 			char p[128];
 			snprintf(p, sizeof(p), "%s.addresses", gpath);
 			add_error(L, member_line(L->group_set[gi], "addresses"), p, NULL,
-				  "address %s of %s is also the head node's", kiln_format_ipv4(b1, n->address), n->name);
+				  "address %s of %s is also the head node's",
+				  kiln_format_ipv4(b1, n->address), n->name);
 		}
 		for (size_t bi = 0; bi < a; bi++) {
 			kiln_cfg_node *o = &c->nodes[bi];
@@ -1269,9 +1315,11 @@ static void cross_check(loader *L)
 				kiln_cfg_node *o = &c->nodes[bi];
 				if (o->group->macs && memcmp(o->mac, n->mac, 6) == 0) {
 					char p[128], mb[18];
-					snprintf(p, sizeof(p), "%s.macs[%zu]", gpath, n->index_in_group);
-					add_error(L, elem_line(L->mac_set[gi], n->index_in_group), p, NULL,
-						  "duplicate MAC %s (also %s)", kiln_format_mac(mb, n->mac), o->name);
+					snprintf(p, sizeof(p), "%s.macs[%zu]", gpath,
+						 n->index_in_group);
+					add_error(L, elem_line(L->mac_set[gi], n->index_in_group),
+						  p, NULL, "duplicate MAC %s (also %s)",
+						  kiln_format_mac(mb, n->mac), o->name);
 					break;
 				}
 			}
@@ -1281,9 +1329,10 @@ static void cross_check(loader *L)
 				if (o->group->addresses && o->address == n->address) {
 					char p[128];
 					snprintf(p, sizeof(p), "%s.addresses", gpath);
-					add_error(L, member_line(L->group_set[gi], "addresses"), p, NULL,
-						  "duplicate address %s (%s and %s)", kiln_format_ipv4(b1, n->address),
-						  o->name, n->name);
+					add_error(L, member_line(L->group_set[gi], "addresses"), p,
+						  NULL, "duplicate address %s (%s and %s)",
+						  kiln_format_ipv4(b1, n->address), o->name,
+						  n->name);
 					break;
 				}
 			}
@@ -1312,12 +1361,14 @@ static void cross_check(loader *L)
 		char ap[96];
 		if (!valid_name(p->name)) {
 			snprintf(ap, sizeof(ap), "%s.name", ppath);
-			add_error(L, member_line(L->part_set[pi], "name"), ap, "use lowercase letters, digits, '-' and '_'",
+			add_error(L, member_line(L->part_set[pi], "name"), ap,
+				  "use lowercase letters, digits, '-' and '_'",
 				  "invalid partition name \"%s\"", p->name);
 		}
 		if (strv_contains(pnames, p->name)) {
 			snprintf(ap, sizeof(ap), "%s.name", ppath);
-			add_error(L, member_line(L->part_set[pi], "name"), ap, NULL, "duplicate partition \"%s\"", p->name);
+			add_error(L, member_line(L->part_set[pi], "name"), ap, NULL,
+				  "duplicate partition \"%s\"", p->name);
 		}
 		if (!(pnames[np++] = strdup(p->name))) {
 			L->oom = 1;
@@ -1327,7 +1378,8 @@ static void cross_check(loader *L)
 			if (default_line) {
 				snprintf(ap, sizeof(ap), "%s.default", ppath);
 				add_error(L, member_line(L->part_set[pi], "default"), ap, NULL,
-					  "a second default partition (the first is at line %d)", default_line);
+					  "a second default partition (the first is at line %d)",
+					  default_line);
 			} else
 				default_line = member_line(L->part_set[pi], "default");
 		}
@@ -1349,27 +1401,33 @@ static void cross_check(loader *L)
 					if (L->nodes_incomplete)
 						continue;
 					_cleanup_free_ char *h = hint_from(v[i], nnames);
-					add_error(L, member_line(L->part_set[pi], "nodes"), ap, h, "unknown node \"%s\"", v[i]);
+					add_error(L, member_line(L->part_set[pi], "nodes"), ap, h,
+						  "unknown node \"%s\"", v[i]);
 					continue;
 				}
-				if (!strv_contains(members, v[i]) && strv_extend(&members, v[i]) < 0) {
+				if (!strv_contains(members, v[i]) &&
+				    strv_extend(&members, v[i]) < 0) {
 					L->oom = 1;
 					return;
 				}
 			}
 		}
 		for (size_t gi = 0; gi < c->n_groups; gi++)
-			if (c->groups[gi].partitions && strv_contains(c->groups[gi].partitions, p->name))
+			if (c->groups[gi].partitions &&
+			    strv_contains(c->groups[gi].partitions, p->name))
 				for (size_t i = 0; i < c->groups[gi].n_hosts; i++) {
 					const char *h = c->groups[gi].hostnames[i];
-					if (!strv_contains(members, h) && strv_extend(&members, h) < 0) {
+					if (!strv_contains(members, h) &&
+					    strv_extend(&members, h) < 0) {
 						L->oom = 1;
 						return;
 					}
 				}
 		if (!members) {
 			if (!p->nodes)
-				add_error(L, p->line, ap, "set nodes, or name the partition in a node group's partitions",
+				add_error(L, p->line, ap,
+					  "set nodes, or name the partition in a node group's "
+					  "partitions",
 					  "partition \"%s\" has no nodes", p->name);
 			continue;
 		}
@@ -1385,8 +1443,10 @@ static void cross_check(loader *L)
 				char ap[96];
 				snprintf(ap, sizeof(ap), "node_groups[%zu].partitions[%zu]", gi, j);
 				_cleanup_free_ char *h = hint_from(g->partitions[j], pnames);
-				config_setting_t *ps = config_setting_get_member(L->group_set[gi], "partitions");
-				add_error(L, elem_line(ps, j), ap, h, "unknown partition \"%s\"", g->partitions[j]);
+				config_setting_t *ps =
+					config_setting_get_member(L->group_set[gi], "partitions");
+				add_error(L, elem_line(ps, j), ap, h, "unknown partition \"%s\"",
+					  g->partitions[j]);
 			}
 	}
 	/* Each node's partitions, in partition order. */
@@ -1399,7 +1459,8 @@ static void cross_check(loader *L)
 		}
 		for (size_t pi = 0; pi < c->slurm.n_partitions; pi++) {
 			kiln_cfg_partition *p = &c->slurm.partitions[pi];
-			if (p->members && strv_contains(p->members, n->name) && strv_extend(&n->partitions, p->name) < 0) {
+			if (p->members && strv_contains(p->members, n->name) &&
+			    strv_extend(&n->partitions, p->name) < 0) {
 				L->oom = 1;
 				return;
 			}
@@ -1409,20 +1470,23 @@ static void cross_check(loader *L)
 	/* Health. */
 	for (size_t i = 0; i < c->health.n_xids; i++)
 		for (size_t j = 0; j < i; j++)
-			if (c->health.xids[i].xid && c->health.xids[i].xid == c->health.xids[j].xid) {
+			if (c->health.xids[i].xid &&
+			    c->health.xids[i].xid == c->health.xids[j].xid) {
 				char ap[64];
 				snprintf(ap, sizeof(ap), "health.xid[%zu].xid", i);
 				add_error(L, member_line(L->xid_set[i], "xid"), ap, NULL,
-					  "XID %d is already set at line %d", c->health.xids[i].xid, c->health.xids[j].line);
+					  "XID %d is already set at line %d", c->health.xids[i].xid,
+					  c->health.xids[j].line);
 				break;
 			}
 	if (c->health.memtest_fraction < 0.0 || c->health.memtest_fraction > 1.0)
-		add_error(L, root_line(L, "health.memtest_fraction"), "health.memtest_fraction", NULL,
-			  "%g is out of range 0..1", c->health.memtest_fraction);
-	if (c->health.thresholds.temp_max_c && c->health.thresholds.temp_max_c < c->health.thresholds.temp_warn_c)
-		add_error(L, root_line(L, "health.thresholds.temp_max_c"), "health.thresholds.temp_max_c", NULL,
-			  "%d C is below temp_warn_c (%d C)", c->health.thresholds.temp_max_c,
-			  c->health.thresholds.temp_warn_c);
+		add_error(L, root_line(L, "health.memtest_fraction"), "health.memtest_fraction",
+			  NULL, "%g is out of range 0..1", c->health.memtest_fraction);
+	if (c->health.thresholds.temp_max_c &&
+	    c->health.thresholds.temp_max_c < c->health.thresholds.temp_warn_c)
+		add_error(L, root_line(L, "health.thresholds.temp_max_c"),
+			  "health.thresholds.temp_max_c", NULL, "%d C is below temp_warn_c (%d C)",
+			  c->health.thresholds.temp_max_c, c->health.thresholds.temp_warn_c);
 	if (c->launcher.dead_after_usec <= c->launcher.heartbeat_usec)
 		add_error(L, root_line(L, "launcher.dead_after"), "launcher.dead_after", NULL,
 			  "must be longer than launcher.heartbeat");
@@ -1435,7 +1499,8 @@ static void cross_check(loader *L)
 		const kiln_cfg_partition *p = kiln_cfg_find_partition(c, c->inference.nodes);
 		if (p) {
 			for (size_t i = 0; p->members && p->members[i]; i++) {
-				kiln_cfg_node *n = (kiln_cfg_node *)kiln_cfg_find_node(c, p->members[i]);
+				kiln_cfg_node *n =
+					(kiln_cfg_node *) kiln_cfg_find_node(c, p->members[i]);
 				if (n)
 					n->inference = c->inference.enabled;
 			}
@@ -1443,16 +1508,19 @@ static void cross_check(loader *L)
 			_cleanup_strv_free_ char **v = NULL;
 			size_t nv = 0;
 			if (kiln_hostlist_expand(c->inference.nodes, &v, &nv, NULL) < 0)
-				add_error(L, root_line(L, "inference.nodes"), "inference.nodes", NULL,
-					  "\"%s\" is neither a partition nor a hostlist", c->inference.nodes);
+				add_error(L, root_line(L, "inference.nodes"), "inference.nodes",
+					  NULL, "\"%s\" is neither a partition nor a hostlist",
+					  c->inference.nodes);
 			else
 				for (size_t i = 0; i < nv; i++) {
-					kiln_cfg_node *n = (kiln_cfg_node *)kiln_cfg_find_node(c, v[i]);
+					kiln_cfg_node *n =
+						(kiln_cfg_node *) kiln_cfg_find_node(c, v[i]);
 					if (!n) {
 						if (L->nodes_incomplete)
 							continue;
 						_cleanup_free_ char *h = hint_from(v[i], nnames);
-						add_error(L, root_line(L, "inference.nodes"), "inference.nodes", h,
+						add_error(L, root_line(L, "inference.nodes"),
+							  "inference.nodes", h,
 							  "unknown node or partition \"%s\"", v[i]);
 					} else
 						n->inference = c->inference.enabled;
@@ -1463,9 +1531,11 @@ static void cross_check(loader *L)
 			c->nodes[i].inference = c->inference.enabled;
 
 	/* Derived defaults. */
-	if (!c->slurm.cluster_name && c->cluster.name && !(c->slurm.cluster_name = strdup(c->cluster.name)))
+	if (!c->slurm.cluster_name && c->cluster.name &&
+	    !(c->slurm.cluster_name = strdup(c->cluster.name)))
 		L->oom = 1;
-	if (!c->image.http_url && asprintf(&c->image.http_url, "http://%s/kiln", kiln_format_ipv4(b1, c->head.address)) < 0) {
+	if (!c->image.http_url && asprintf(&c->image.http_url, "http://%s/kiln",
+					   kiln_format_ipv4(b1, c->head.address)) < 0) {
 		c->image.http_url = NULL;
 		L->oom = 1;
 	}
@@ -1506,10 +1576,10 @@ static void free_fields(int base, void *obj)
 		case KILN_CFG_STRING:
 		case KILN_CFG_PATH:
 		case KILN_CFG_HOSTLIST:
-			free(*(char **)field(k, obj));
+			free(*(char **) field(k, obj));
 			break;
 		case KILN_CFG_STRV:
-			strv_free(*(char ***)field(k, obj));
+			strv_free(*(char ***) field(k, obj));
 			break;
 		default:
 			break;
@@ -1591,7 +1661,8 @@ int kiln_cfg_load_string(const char *text, const char *name, kiln_cfg **ret, kil
 	} else if (config_read_string(&lc, text) != CONFIG_TRUE) {
 		const char *et = config_error_text(&lc);
 		if (!et || streq(et, "syntax error"))
-			add_error(&L, config_error_line(&lc), "", "look for a missing ';', quote or bracket here or just above",
+			add_error(&L, config_error_line(&lc), "",
+				  "look for a missing ';', quote or bracket here or just above",
 				  "syntax error");
 		else
 			add_error(&L, config_error_line(&lc), "", NULL, "syntax error: %s", et);
@@ -1693,15 +1764,15 @@ char *kiln_cfg_gpu_type_from_model(const char *model)
 	 * "NVIDIA H100 80GB HBM3" -> h100, "Tesla V100-SXM2-32GB" -> v100. */
 	const char *p = model;
 	while (*p) {
-		while (*p && !isalnum((unsigned char)*p))
+		while (*p && !isalnum((unsigned char) *p))
 			p++;
 		const char *w = p;
-		while (*p && isalnum((unsigned char)*p))
+		while (*p && isalnum((unsigned char) *p))
 			p++;
-		size_t l = (size_t)(p - w);
+		size_t l = (size_t) (p - w);
 		bool digit = false, alpha = false;
 		for (size_t i = 0; i < l; i++) {
-			if (isdigit((unsigned char)w[i]))
+			if (isdigit((unsigned char) w[i]))
 				digit = true;
 			else
 				alpha = true;
@@ -1711,7 +1782,7 @@ char *kiln_cfg_gpu_type_from_model(const char *model)
 			if (!s)
 				return NULL;
 			for (char *q = s; *q; q++)
-				*q = (char)tolower((unsigned char)*q);
+				*q = (char) tolower((unsigned char) *q);
 			return s;
 		}
 	}
@@ -1721,8 +1792,8 @@ char *kiln_cfg_gpu_type_from_model(const char *model)
 		return NULL;
 	size_t j = 0;
 	for (const char *q = model; *q; q++)
-		if (isalnum((unsigned char)*q))
-			s[j++] = (char)tolower((unsigned char)*q);
+		if (isalnum((unsigned char) *q))
+			s[j++] = (char) tolower((unsigned char) *q);
 	if (j == 0)
 		s[j++] = 'g', s[j++] = 'p', s[j++] = 'u';
 	s[j] = 0;

@@ -38,12 +38,14 @@ static void help(void)
 	       "  kiln [OPTIONS] show nodes                table of every node\n"
 	       "  kiln [OPTIONS] show node NAME            everything about one node\n"
 	       "  kiln show --defaults                     every key with its type and default\n"
-	       "  kiln [OPTIONS] render TARGET [-o PATH]   write a generated file (stdout without -o)\n"
+	       "  kiln [OPTIONS] render TARGET [-o PATH]   write a generated file (stdout without "
+	       "-o)\n"
 	       "  kiln [OPTIONS] render all -o DIR         write every target into DIR\n\n"
 	       "Targets: slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts node-env\n"
 	       "(node-env needs --node NAME; NAME may be the head node).\n\n"
 	       "Options:\n"
-	       "  -c, --config FILE   cluster file (default $" KILN_CFG_ENV " or " KILN_CFG_DEFAULT_PATH ")\n"
+	       "  -c, --config FILE   cluster file (default $" KILN_CFG_ENV
+	       " or " KILN_CFG_DEFAULT_PATH ")\n"
 	       "  -o, --output PATH   where render writes (atomically)\n"
 	       "  -n, --node NAME     node for render node-env\n"
 	       "      --defaults      with show: print the schema table\n"
@@ -66,7 +68,9 @@ static int load(kiln_cfg **ret)
 		return -EINVAL;
 	}
 	if (r == -ENOENT) {
-		log_error("Cluster file '%s' does not exist; pass -c FILE or set $" KILN_CFG_ENV ".", path);
+		log_error("Cluster file '%s' does not exist; pass -c FILE or set $" KILN_CFG_ENV
+			  ".",
+			  path);
 		return -EINVAL;
 	}
 	if (r < 0) {
@@ -90,7 +94,8 @@ static int cmd_check(void)
 	if (r < 0)
 		return exit_for(r);
 	if (!arg_quiet)
-		printf("%s: OK (%zu node%s in %zu group%s, %zu partition%s)\n", c->path, c->n_nodes, c->n_nodes == 1 ? "" : "s", c->n_groups, c->n_groups == 1 ? "" : "s",
+		printf("%s: OK (%zu node%s in %zu group%s, %zu partition%s)\n", c->path, c->n_nodes,
+		       c->n_nodes == 1 ? "" : "s", c->n_groups, c->n_groups == 1 ? "" : "s",
 		       c->slurm.n_partitions, c->slurm.n_partitions == 1 ? "" : "s");
 	return EXIT_OK;
 }
@@ -104,7 +109,9 @@ static void print_defaults(void)
 		if (s[i].type == KILN_CFG_GROUP || s[i].type == KILN_CFG_LIST)
 			continue;
 		printf("%-44s %-14s %s\n", s[i].path, kiln_cfg_type_to_string(s[i].type),
-		       s[i].required ? "(required)" : s[i].def ? s[i].def : "(unset)");
+		       s[i].required ? "(required)"
+		       : s[i].def    ? s[i].def
+				     : "(unset)");
 	}
 }
 
@@ -122,7 +129,7 @@ static void join(char *buf, size_t len, char **v)
 	buf[0] = 0;
 	size_t o = 0;
 	for (size_t i = 0; v && v[i] && o < len; i++)
-		o += (size_t)snprintf(buf + o, len - o, "%s%s", i ? "," : "", v[i]);
+		o += (size_t) snprintf(buf + o, len - o, "%s%s", i ? "," : "", v[i]);
 	if (!buf[0])
 		snprintf(buf, len, "-");
 }
@@ -143,11 +150,13 @@ static int cmd_show(int argc, char **argv)
 	}
 	bool all = streq(argv[0], "nodes");
 	if (!all && !streq(argv[0], "node")) {
-		log_error("Unknown show target '%s'; use nodes, node NAME, or --defaults.", argv[0]);
+		log_error("Unknown show target '%s'; use nodes, node NAME, or --defaults.",
+			  argv[0]);
 		return EXIT_USAGE;
 	}
 	if ((all && argc != 1) || (!all && argc != 2)) {
-		log_error(all ? "show nodes takes no arguments." : "show node needs exactly one NAME.");
+		log_error(all ? "show nodes takes no arguments."
+			      : "show node needs exactly one NAME.");
 		return EXIT_USAGE;
 	}
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
@@ -156,13 +165,15 @@ static int cmd_show(int argc, char **argv)
 		return exit_for(r);
 	char ab[16], mb[18], gb[64], pb[256];
 	if (all) {
-		printf("%-16s %-12s %-15s %-17s %-12s %s\n", "NAME", "GROUP", "ADDRESS", "MAC", "GPUS", "PARTITIONS");
+		printf("%-16s %-12s %-15s %-17s %-12s %s\n", "NAME", "GROUP", "ADDRESS", "MAC",
+		       "GPUS", "PARTITIONS");
 		for (size_t i = 0; i < c->n_nodes; i++) {
 			const kiln_cfg_node *n = &c->nodes[i];
 			node_gpus(n, gb, sizeof(gb));
 			join(pb, sizeof(pb), n->partitions);
-			printf("%-16s %-12s %-15s %-17s %-12s %s\n", n->name, n->group->name, kiln_format_ipv4(ab, n->address),
-			       kiln_format_mac(mb, n->mac), gb, pb);
+			printf("%-16s %-12s %-15s %-17s %-12s %s\n", n->name, n->group->name,
+			       kiln_format_ipv4(ab, n->address), kiln_format_mac(mb, n->mac), gb,
+			       pb);
 		}
 		return EXIT_OK;
 	}
@@ -178,12 +189,12 @@ static int cmd_show(int argc, char **argv)
 	printf("group:       %s\n", g->name);
 	printf("address:     %s/%d\n", kiln_format_ipv4(ab, n->address), c->network.prefix);
 	printf("mac:         %s\n", kiln_format_mac(mb, n->mac));
-	printf("gpus:        %d%s%s%s\n", g->gpu_count, g->gpu_model ? " x " : "", strempty(g->gpu_model),
-	       g->gpu_type ? "" : "");
+	printf("gpus:        %d%s%s%s\n", g->gpu_count, g->gpu_model ? " x " : "",
+	       strempty(g->gpu_model), g->gpu_type ? "" : "");
 	printf("gres type:   %s\n", g->gpu_type ? g->gpu_type : "-");
-	printf("cpus:        %d (%d sockets x %d cores x %d threads)\n", g->cpus, g->sockets, g->cores_per_socket,
-	       g->threads_per_core);
-	printf("memory:      %llu MiB\n", (unsigned long long)g->memory_mb);
+	printf("cpus:        %d (%d sockets x %d cores x %d threads)\n", g->cpus, g->sockets,
+	       g->cores_per_socket, g->threads_per_core);
+	printf("memory:      %llu MiB\n", (unsigned long long) g->memory_mb);
 	join(pb, sizeof(pb), n->partitions);
 	printf("partitions:  %s\n", pb);
 	join(pb, sizeof(pb), g->features);
@@ -257,14 +268,15 @@ static int render_all(const kiln_cfg *c)
 		_cleanup_free_ char *text = NULL, *path = NULL;
 		r = kiln_cfg_render(c, "node-env", name, &text);
 		if (r < 0)
-			return log_error_errno(r, "Failed to render node-env for %s: %m", name), EXIT_FAIL;
+			return log_error_errno(r, "Failed to render node-env for %s: %m", name),
+			       EXIT_FAIL;
 		if (asprintf(&path, "%s/%s", envdir, name) < 0)
 			return EXIT_FAIL;
 		if (write_out(path, text) < 0)
 			return EXIT_FAIL;
 	}
 	if (!arg_quiet)
-		printf("Wrote %zu files to %s\n", (size_t)6 + c->n_nodes + 1, arg_output);
+		printf("Wrote %zu files to %s\n", (size_t) 6 + c->n_nodes + 1, arg_output);
 	return EXIT_OK;
 }
 
@@ -276,7 +288,8 @@ static int cmd_render(int argc, char **argv)
 	}
 	const char *t = argv[0];
 	if (!streq(t, "all") && !is_target(t)) {
-		log_error("Unknown render target '%s'; one of slurm.conf gres.conf cgroup.conf dnsmasq.conf "
+		log_error("Unknown render target '%s'; one of slurm.conf gres.conf cgroup.conf "
+			  "dnsmasq.conf "
 			  "boot.ipxe hosts node-env all.",
 			  t);
 		return EXIT_USAGE;
@@ -312,10 +325,14 @@ int main(int argc, char **argv)
 {
 	enum { ARG_VERSION = 0x100, ARG_DEFAULTS };
 	static const struct option opts[] = {
-		{ "config", required_argument, NULL, 'c' }, { "output", required_argument, NULL, 'o' },
-		{ "node", required_argument, NULL, 'n' },   { "defaults", no_argument, NULL, ARG_DEFAULTS },
-		{ "verbose", no_argument, NULL, 'v' },	    { "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },	    { "version", no_argument, NULL, ARG_VERSION },
+		{ "config", required_argument, NULL, 'c' },
+		{ "output", required_argument, NULL, 'o' },
+		{ "node", required_argument, NULL, 'n' },
+		{ "defaults", no_argument, NULL, ARG_DEFAULTS },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, ARG_VERSION },
 		{},
 	};
 	log_set_program("kiln");

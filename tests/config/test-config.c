@@ -22,24 +22,27 @@
 #include "kiln/parse.h"
 #include "kiln/strbuf.h"
 
+/* clang-format off */
+/* Line numbers matter: the validator cases below expect them. */
 static const char *const BASE =
-	"cluster = { name = \"demo\"; domain = \"demo.kiln\"; };\n"		       /* 1 */
-	"network = { subnet = \"10.77.0.0/24\"; };\n"				       /* 2 */
-	"head = { hostname = \"head\"; address = \"10.77.0.1\"; };\n"		       /* 3 */
-	"node_groups = (\n"							       /* 4 */
-	"  {\n"									       /* 5 */
-	"    name = \"gpu\";\n"							       /* 6 */
-	"    hosts = \"node[01-03]\";\n"					       /* 7 */
-	"    addresses = \"10.77.0.11-10.77.0.13\";\n"				       /* 8 */
-	"    macs = [ \"52:54:00:77:00:11\", \"52:54:00:77:00:12\", \"52:54:00:77:00:13\" ];\n" /* 9 */
-	"    gpus = { model = \"NVIDIA H100 80GB HBM3\"; count = 4; };\n"	       /* 10 */
-	"    cpus = 2; sockets = 1; cores_per_socket = 2; threads_per_core = 1;\n"     /* 11 */
-	"    memory_mb = 1000;\n"						       /* 12 */
-	"  }\n"									       /* 13 */
-	");\n"									       /* 14 */
-	"slurm = {\n"								       /* 15 */
-	"  partitions = ( { name = \"gpu\"; nodes = \"node[01-03]\"; default = true; } );\n" /* 16 */
-	"};\n";									       /* 17 */
+	/*  1 */ "cluster = { name = \"demo\"; domain = \"demo.kiln\"; };\n"
+	/*  2 */ "network = { subnet = \"10.77.0.0/24\"; };\n"
+	/*  3 */ "head = { hostname = \"head\"; address = \"10.77.0.1\"; };\n"
+	/*  4 */ "node_groups = (\n"
+	/*  5 */ "  {\n"
+	/*  6 */ "    name = \"gpu\";\n"
+	/*  7 */ "    hosts = \"node[01-03]\";\n"
+	/*  8 */ "    addresses = \"10.77.0.11-10.77.0.13\";\n"
+	/*  9 */ "    macs = [ \"52:54:00:77:00:11\", \"52:54:00:77:00:12\", \"52:54:00:77:00:13\" ];\n"
+	/* 10 */ "    gpus = { model = \"NVIDIA H100 80GB HBM3\"; count = 4; };\n"
+	/* 11 */ "    cpus = 2; sockets = 1; cores_per_socket = 2; threads_per_core = 1;\n"
+	/* 12 */ "    memory_mb = 1000;\n"
+	/* 13 */ "  }\n"
+	/* 14 */ ");\n"
+	/* 15 */ "slurm = {\n"
+	/* 16 */ "  partitions = ( { name = \"gpu\"; nodes = \"node[01-03]\"; default = true; } );\n"
+	/* 17 */ "};\n";
+/* clang-format on */
 
 static char *srcpath(const char *rel)
 {
@@ -55,7 +58,7 @@ static char *edit(const char *old, const char *new)
 	const char *at = strstr(BASE, old);
 	assert_non_null(at);
 	char *s = NULL;
-	assert_true(asprintf(&s, "%.*s%s%s", (int)(at - BASE), BASE, new, at + strlen(old)) > 0);
+	assert_true(asprintf(&s, "%.*s%s%s", (int) (at - BASE), BASE, new, at + strlen(old)) > 0);
 	return s;
 }
 
@@ -89,7 +92,7 @@ static void test_schema_table(void **state)
 		const char *dot = strrchr(s[i].path, '.');
 		if (dot) {
 			char parent[128];
-			size_t l = (size_t)(dot - s[i].path);
+			size_t l = (size_t) (dot - s[i].path);
 			memcpy(parent, s[i].path, l);
 			parent[l] = 0;
 			bool list = l > 2 && streq(parent + l - 2, "[]");
@@ -98,7 +101,8 @@ static void test_schema_table(void **state)
 			bool found = false;
 			for (size_t j = 0; j < i; j++)
 				if (streq(s[j].path, parent)) {
-					assert_int_equal(s[j].type, list ? KILN_CFG_LIST : KILN_CFG_GROUP);
+					assert_int_equal(s[j].type,
+							 list ? KILN_CFG_LIST : KILN_CFG_GROUP);
 					found = true;
 				}
 			if (!found)
@@ -106,7 +110,8 @@ static void test_schema_table(void **state)
 		}
 		/* lowercase snake_case names */
 		for (const char *p = s[i].path; *p; p++)
-			assert_true((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || strchr("._[]", *p));
+			assert_true((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
+				    strchr("._[]", *p));
 		if (s[i].type == KILN_CFG_ENUM)
 			assert_non_null(s[i].choices);
 		assert_non_null(kiln_cfg_type_to_string(s[i].type));
@@ -315,20 +320,25 @@ typedef struct vcase {
 static const vcase vcases[] = {
 	{ "memory_mb = 1000;", "memory_mb = 1000; memroy_mb = 1;",
 	  "12: node_groups[0].memroy_mb: unknown setting; did you mean 'memory_mb'?" },
-	{ "cpus = 2;", "cpus = \"2\";", "11: node_groups[0].cpus: expected an integer, got a string" },
-	{ "    hosts = \"node[01-03]\";\n", "", "5: node_groups[0].hosts: missing required setting" },
+	{ "cpus = 2;", "cpus = \"2\";",
+	  "11: node_groups[0].cpus: expected an integer, got a string" },
+	{ "    hosts = \"node[01-03]\";\n", "",
+	  "5: node_groups[0].hosts: missing required setting" },
 	{ "count = 4;", "count = 17;", "10: node_groups[0].gpus.count: 17 is out of range 0..16" },
 	{ "count = 4;", "count = 16;", NULL },
 	{ "count = 4;", "count = 0;", NULL },
 	{ "\"52:54:00:77:00:12\"", "\"52:54:00:77:00\"",
-	  "9: node_groups[0].macs[1]: malformed MAC address \"52:54:00:77:00\"; write it like \"52:54:00:12:34:56\"" },
+	  "9: node_groups[0].macs[1]: malformed MAC address \"52:54:00:77:00\"; write it like "
+	  "\"52:54:00:12:34:56\"" },
 	{ "\"52:54:00:77:00:13\"", "\"52:54:00:77:00:11\"",
 	  "9: node_groups[0].macs[2]: duplicate MAC 52:54:00:77:00:11 (also node01)" },
 	{ "\"52:54:00:77:00:13\"", "\"52-54-00-77-00-AB\"", NULL },
 	{ ", \"52:54:00:77:00:13\" ]", " ]",
-	  "9: node_groups[0].macs: 2 MACs for 3 hosts; give exactly one MAC per host, in host order" },
+	  "9: node_groups[0].macs: 2 MACs for 3 hosts; give exactly one MAC per host, in host "
+	  "order" },
 	{ "10.77.0.11-10.77.0.13", "10.77.0.11-10.77.0.12",
-	  "8: node_groups[0].addresses: range \"10.77.0.11-10.77.0.12\" has 2 addresses for 3 hosts" },
+	  "8: node_groups[0].addresses: range \"10.77.0.11-10.77.0.12\" has 2 addresses for 3 "
+	  "hosts" },
 	{ "\"10.77.0.11-10.77.0.13\"", "[ \"10.77.0.11\", \"10.77.1.12\", \"10.77.0.13\" ]",
 	  "8: node_groups[0].addresses[1]: address 10.77.1.12 is outside the subnet 10.77.0.0/24" },
 	{ "\"10.77.0.11-10.77.0.13\"", "[ \"10.77.0.11\", \"10.77.0.11\", \"10.77.0.13\" ]",
@@ -336,23 +346,30 @@ static const vcase vcases[] = {
 	{ "node[01-03]\"; default", "node[01-04]\"; default",
 	  "16: slurm.partitions[0].nodes: unknown node \"node04\"; did you mean 'node01'?" },
 	{ "hosts = \"node[01-03]\";", "hosts = \"node[01-03\";",
-	  "7: node_groups[0].hosts: malformed hostlist \"node[01-03\" at offset 10; write it like \"node[01-16,20]\"" },
+	  "7: node_groups[0].hosts: malformed hostlist \"node[01-03\" at offset 10; write it like "
+	  "\"node[01-16,20]\"" },
 	{ "memory_mb = 1000;", "memory_mb = \"1.5x\";",
-	  "12: node_groups[0].memory_mb: malformed size \"1.5x\"; write it like \"512G\", \"2T\" or an integer number of MiB" },
+	  "12: node_groups[0].memory_mb: malformed size \"1.5x\"; write it like \"512G\", \"2T\" "
+	  "or an integer number of MiB" },
 	{ "memory_mb = 1000;", "memory_mb = \"1G\";", NULL },
 	{ "default = true;", "default = true; max_time = \"1 week\";",
-	  "16: slurm.partitions[0].max_time: malformed duration \"1 week\"; write it like \"90s\", \"5m\", \"1h30m\" or "
+	  "16: slurm.partitions[0].max_time: malformed duration \"1 week\"; write it like \"90s\", "
+	  "\"5m\", \"1h30m\" or "
 	  "\"infinite\"" },
 	{ "subnet = \"10.77.0.0/24\";", "subnet = \"10.77.0.0/24\"; mtu = 100;",
 	  "2: network.mtu: 100 is out of range 576..9216" },
-	{ "hostname = \"head\";", "hostname = \"node02\";", "7: node_groups[0].hosts: host name \"node02\" is also the head node's" },
+	{ "hostname = \"head\";", "hostname = \"node02\";",
+	  "7: node_groups[0].hosts: host name \"node02\" is also the head node's" },
 	{ "cpus = 2;", "", NULL }, /* derived: 1 x 2 x 1 */
 	{ "cpus = 2;", "cpus = 5;",
-	  "11: node_groups[0].cpus: 5 CPUs do not match 1 sockets x 2 cores x 1 threads; Slurm needs cpus = sockets x "
+	  "11: node_groups[0].cpus: 5 CPUs do not match 1 sockets x 2 cores x 1 threads; Slurm "
+	  "needs cpus = sockets x "
 	  "cores_per_socket x threads_per_core" },
 	{ "name = \"demo\";", "name = \"Demo\";",
-	  "1: cluster.name: invalid cluster name \"Demo\"; use lowercase letters, digits, '-' and '_'" },
-	{ "cluster = {", "cluster = { @include \"x\";", "1: syntax error; look for a missing ';', quote or bracket here or just above" },
+	  "1: cluster.name: invalid cluster name \"Demo\"; use lowercase letters, digits, '-' and "
+	  "'_'" },
+	{ "cluster = {", "cluster = { @include \"x\";",
+	  "1: syntax error; look for a missing ';', quote or bracket here or just above" },
 };
 
 static void test_validators(void **state)
@@ -387,8 +404,10 @@ static void test_collects_all(void **state)
 	_cleanup_free_ char *t2 = NULL;
 	{
 		const char *at = strstr(t1, "cpus = 2;");
-		assert_true(asprintf(&t2, "%.*scpus = true;%s\nbogus = 1;\nhealth = { intervall = \"1s\"; };\n",
-				     (int)(at - t1), t1, at + 9) > 0);
+		assert_true(asprintf(&t2,
+				     "%.*scpus = true;%s\nbogus = 1;\nhealth = { intervall = "
+				     "\"1s\"; };\n",
+				     (int) (at - t1), t1, at + 9) > 0);
 	}
 	kiln_cfg *c = NULL;
 	kiln_cfg_errors e;
@@ -441,7 +460,8 @@ static void test_bad_corpus(void **state)
 		_cleanup_free_ char *rel = NULL, *path = NULL, *exp_path = NULL, *expected = NULL;
 		assert_true(asprintf(&rel, "tests/config/bad/%s", de->d_name) > 0);
 		path = srcpath(rel);
-		assert_true(asprintf(&exp_path, "%.*s.expected", (int)(strlen(path) - 4), path) > 0);
+		assert_true(asprintf(&exp_path, "%.*s.expected", (int) (strlen(path) - 4), path) >
+			    0);
 		size_t len;
 		assert_int_equal(kiln_read_file(exp_path, 1 << 20, &expected, &len), 0);
 		/* the expected lines name the file as the CLI test runs it */
@@ -506,25 +526,32 @@ static void test_render_content(void **state)
 	_cleanup_free_ char *slurm = NULL, *gres = NULL, *dns = NULL, *ipxe = NULL, *env = NULL;
 	assert_int_equal(kiln_cfg_render(c, "slurm.conf", NULL, &slurm), 0);
 	assert_non_null(strstr(slurm, "# generated by kiln from config/examples/dgx-pod.cfg"));
-	assert_non_null(strstr(slurm, "\nNodeName=dgx17 NodeAddr=10.40.1.17 CPUs=224 Sockets=2 CoresPerSocket=56 "
-				      "ThreadsPerCore=2 RealMemory=2097152 Gres=gpu:h100:8 Feature=h100,nvlink,ib "
-				      "State=UNKNOWN\n"));
-	assert_non_null(strstr(slurm, "\nPartitionName=train Nodes=dgx[01-24] Default=YES MaxTime=7-00:00:00 State=UP\n"));
-	assert_non_null(strstr(slurm, "\nPartitionName=infer Nodes=dgx[25-32] Default=NO MaxTime=UNLIMITED State=UP "
-				      "OverSubscribe=NO\n"));
-	assert_non_null(strstr(slurm, "\nHealthCheckProgram=/usr/local/libexec/kiln/health-check\n"));
+	assert_non_null(strstr(
+		slurm, "\nNodeName=dgx17 NodeAddr=10.40.1.17 CPUs=224 Sockets=2 CoresPerSocket=56 "
+		       "ThreadsPerCore=2 RealMemory=2097152 Gres=gpu:h100:8 Feature=h100,nvlink,ib "
+		       "State=UNKNOWN\n"));
+	assert_non_null(strstr(slurm, "\nPartitionName=train Nodes=dgx[01-24] Default=YES "
+				      "MaxTime=7-00:00:00 State=UP\n"));
+	assert_non_null(strstr(
+		slurm,
+		"\nPartitionName=infer Nodes=dgx[25-32] Default=NO MaxTime=UNLIMITED State=UP "
+		"OverSubscribe=NO\n"));
+	assert_non_null(
+		strstr(slurm, "\nHealthCheckProgram=/usr/local/libexec/kiln/health-check\n"));
 	assert_non_null(strstr(slurm, "\nSlurmdTimeout=300\n"));
 	assert_non_null(strstr(slurm, "\nSchedulerParameters=bf_continue,bf_window=10080\n"));
 	assert_null(strstr(slurm, "  "));
 	assert_int_equal(kiln_cfg_render(c, "gres.conf", NULL, &gres), 0);
-	assert_non_null(strstr(gres, "\nNodeName=dgx[01-32] Name=gpu Type=h100 File=/dev/nvidia[0-7]\n"));
+	assert_non_null(
+		strstr(gres, "\nNodeName=dgx[01-32] Name=gpu Type=h100 File=/dev/nvidia[0-7]\n"));
 	assert_int_equal(kiln_cfg_render(c, "dnsmasq.conf", NULL, &dns), 0);
 	assert_non_null(strstr(dns, "\ndhcp-host=b8:3f:d2:4a:13:fc,10.40.1.32,dgx32,infinite\n"));
 	assert_non_null(strstr(dns, "\ndhcp-boot=tag:ipxe,http://10.40.0.1/kiln/boot.ipxe\n"));
 	assert_non_null(strstr(dns, "\ninterface=enp65s0f0\n"));
 	assert_int_equal(kiln_cfg_render(c, "boot.ipxe", NULL, &ipxe), 0);
 	assert_true(startswith(ipxe, "#!ipxe\n"));
-	assert_non_null(strstr(ipxe, "\n:mac-b8-3f-d2-4a-13-fc\nset node dgx32\nset addr 10.40.1.32\n"));
+	assert_non_null(
+		strstr(ipxe, "\n:mac-b8-3f-d2-4a-13-fc\nset node dgx32\nset addr 10.40.1.32\n"));
 	assert_non_null(strstr(ipxe, "console=ttyS0,115200n8"));
 	assert_int_equal(kiln_cfg_render(c, "node-env", "dgx30", &env), 0);
 	assert_non_null(strstr(env, "\nKILN_SERVICES=\"munge slurmd kiln-healthd kiln-inferd\"\n"));
@@ -572,7 +599,9 @@ static void test_mutations(void **state)
 			for (size_t t = 0; kiln_cfg_render_targets[t]; t++) {
 				char *out = NULL;
 				const char *node = c->n_nodes ? c->nodes[0].name : c->head.hostname;
-				assert_int_equal(kiln_cfg_render(c, kiln_cfg_render_targets[t], node, &out), 0);
+				assert_int_equal(
+					kiln_cfg_render(c, kiln_cfg_render_targets[t], node, &out),
+					0);
 				free(out);
 			}
 			kiln_cfg_free(c);
@@ -597,11 +626,11 @@ const char *__lsan_default_suppressions(void)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_schema_table),  cmocka_unit_test(test_docs_cover_schema),
-		cmocka_unit_test(test_defaults),      cmocka_unit_test(test_demo),
-		cmocka_unit_test(test_dgx_pod),	      cmocka_unit_test(test_validators),
-		cmocka_unit_test(test_collects_all),  cmocka_unit_test(test_error_cap),
-		cmocka_unit_test(test_bad_corpus),    cmocka_unit_test(test_render_golden),
+		cmocka_unit_test(test_schema_table),   cmocka_unit_test(test_docs_cover_schema),
+		cmocka_unit_test(test_defaults),       cmocka_unit_test(test_demo),
+		cmocka_unit_test(test_dgx_pod),	       cmocka_unit_test(test_validators),
+		cmocka_unit_test(test_collects_all),   cmocka_unit_test(test_error_cap),
+		cmocka_unit_test(test_bad_corpus),     cmocka_unit_test(test_render_golden),
 		cmocka_unit_test(test_render_content), cmocka_unit_test(test_gpu_type),
 		cmocka_unit_test(test_mutations),
 	};

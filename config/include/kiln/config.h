@@ -25,7 +25,7 @@
 #include "kiln/strbuf.h"
 
 #define KILN_CFG_DEFAULT_PATH "/etc/kiln/cluster.cfg"
-#define KILN_CFG_ENV "KILN_CONFIG"
+#define KILN_CFG_ENV	      "KILN_CONFIG"
 /* A cluster file is a few KB; 16 MiB bounds memory for any input. */
 #define KILN_CFG_FILE_MAX (16u * 1024u * 1024u)
 /* After this many errors the rest are dropped (a fuzzer or a binary file
@@ -40,9 +40,9 @@
 /* ---- errors ---------------------------------------------------------- */
 
 typedef struct kiln_cfg_error {
-	char *file;    /* as passed to kiln_cfg_load() (or the name for _from_string) */
-	int line;      /* 1-based; 0 when unknown */
-	char *path;    /* "health.thresholds.temp_warn_c", "node_groups[0].macs[2]"; "" for the file */
+	char *file; /* as passed to kiln_cfg_load() (or the name for _from_string) */
+	int line;   /* 1-based; 0 when unknown */
+	char *path; /* "health.thresholds.temp_warn_c", "node_groups[0].macs[2]"; "" for the file */
 	char *message; /* "unknown setting" */
 	char *hint;    /* "did you mean 'interval'?" or NULL */
 } kiln_cfg_error;
@@ -91,7 +91,8 @@ typedef enum kiln_cfg_part_state {
 	KILN_PART_INACTIVE,
 	_KILN_PART_STATE_MAX,
 } kiln_cfg_part_state;
-const char *kiln_cfg_part_state_to_string(kiln_cfg_part_state s); /* "UP" ... as slurm.conf spells it */
+const char *
+kiln_cfg_part_state_to_string(kiln_cfg_part_state s); /* "UP" ... as slurm.conf spells it */
 
 /* ---- sections -------------------------------------------------------- */
 
@@ -101,18 +102,18 @@ typedef struct kiln_cfg_cluster {
 } kiln_cfg_cluster;
 
 typedef struct kiln_cfg_network {
-	uint32_t subnet;   /* network address, host order */
-	int prefix;        /* 8..30 */
-	uint32_t netmask;  /* derived from prefix */
-	uint32_t gateway;  /* default: head.address */
-	uint32_t *dns;     /* n_dns servers; default: head.address */
+	uint32_t subnet;  /* network address, host order */
+	int prefix;	  /* 8..30 */
+	uint32_t netmask; /* derived from prefix */
+	uint32_t gateway; /* default: head.address */
+	uint32_t *dns;	  /* n_dns servers; default: head.address */
 	size_t n_dns;
-	int mtu;           /* 1500 */
+	int mtu;	      /* 1500 */
 	char *boot_interface; /* head-side interface dnsmasq serves: "eth0" */
 } kiln_cfg_network;
 
 typedef struct kiln_cfg_head {
-	char *hostname; /* required */
+	char *hostname;	  /* required */
 	uint32_t address; /* required, inside network.subnet */
 } kiln_cfg_head;
 
@@ -120,44 +121,46 @@ struct kiln_cfg_group;
 
 /* One compute node, flattened out of its group (cfg->nodes, in file order). */
 typedef struct kiln_cfg_node {
-	char *name;                        /* "node02" */
-	uint32_t address;                  /* host order */
+	char *name;	  /* "node02" */
+	uint32_t address; /* host order */
 	uint8_t mac[6];
-	size_t index_in_group;             /* 0-based */
+	size_t index_in_group;		    /* 0-based */
 	const struct kiln_cfg_group *group; /* GPUs, CPUs, memory, features */
-	char **partitions;                 /* names of every partition the node is in (NULL-terminated) */
-	bool inference;                    /* runs kiln-inferd (inference.enabled and in inference.nodes) */
+	char **partitions; /* names of every partition the node is in (NULL-terminated) */
+	bool inference;	   /* runs kiln-inferd (inference.enabled and in inference.nodes) */
 } kiln_cfg_node;
 
 typedef struct kiln_cfg_group {
-	char *name;       /* required, a label ("dgx", "compute") */
-	char *hosts;      /* required hostlist as written: "node[01-03]" */
+	char *name;	  /* required, a label ("dgx", "compute") */
+	char *hosts;	  /* required hostlist as written: "node[01-03]" */
 	char **hostnames; /* expanded, n_hosts (NULL-terminated) */
 	size_t n_hosts;
 	uint32_t *addresses; /* n_hosts: a range "10.0.0.11-10.0.0.42" or a list */
 	uint8_t (*macs)[6];  /* n_hosts, required, one per host */
 	char *gpu_model;     /* gpus.model: "NVIDIA H100 80GB HBM3"; NULL without GPUs */
-	char *gpu_type;      /* gpus.type: short Gres type "h100" (derived from the model unless set) */
-	int gpu_count;       /* gpus.count: 0..KILN_CFG_GPUS_MAX */
-	int cpus;            /* 1 */
-	int sockets;         /* 1 */
+	char *gpu_type; /* gpus.type: short Gres type "h100" (derived from the model unless set) */
+	int gpu_count;	/* gpus.count: 0..KILN_CFG_GPUS_MAX */
+	int cpus;	/* 1 */
+	int sockets;	/* 1 */
 	int cores_per_socket; /* 1 */
 	int threads_per_core; /* 1 */
-	uint64_t memory_mb;  /* RealMemory; 1024 */
-	char **partitions;   /* partition names this group joins (NULL-terminated, may be empty) */
-	char **features;     /* Slurm node features (NULL-terminated, may be empty) */
+	uint64_t memory_mb;   /* RealMemory; 1024 */
+	char **partitions;    /* partition names this group joins (NULL-terminated, may be empty) */
+	char **features;      /* Slurm node features (NULL-terminated, may be empty) */
 	int line;
 } kiln_cfg_group;
 
 typedef struct kiln_cfg_partition {
-	char *name;        /* required */
-	char *nodes;       /* hostlist as written, NULL when the members come from node_groups.partitions */
-	char **members;    /* every node in it (explicit + groups naming it), file order, NULL-terminated */
+	char *name;  /* required */
+	char *nodes; /* hostlist as written, NULL when the members come from node_groups.partitions
+		      */
+	char **members; /* every node in it (explicit + groups naming it), file order,
+			   NULL-terminated */
 	size_t n_members;
-	bool is_default;   /* "default" */
-	uint64_t max_time_usec; /* KILN_USEC_INFINITY by default */
+	bool is_default;	   /* "default" */
+	uint64_t max_time_usec;	   /* KILN_USEC_INFINITY by default */
 	kiln_cfg_part_state state; /* UP */
-	char *extra;       /* passthrough appended to the PartitionName line, NULL when unset */
+	char *extra; /* passthrough appended to the PartitionName line, NULL when unset */
 	int line;
 } kiln_cfg_partition;
 
@@ -167,101 +170,101 @@ typedef struct kiln_cfg_slurm {
 	int slurmd_port;    /* SlurmdPort, 6818 */
 	kiln_cfg_partition *partitions;
 	size_t n_partitions;
-	uint64_t slurmd_timeout_usec;  /* 300s */
-	uint64_t message_timeout_usec; /* 10s */
-	uint64_t resume_timeout_usec;  /* 600s */
-	uint64_t kill_wait_usec;       /* 30s */
+	uint64_t slurmd_timeout_usec;	  /* 300s */
+	uint64_t message_timeout_usec;	  /* 10s */
+	uint64_t resume_timeout_usec;	  /* 600s */
+	uint64_t kill_wait_usec;	  /* 30s */
 	uint64_t unkillable_timeout_usec; /* 120s */
-	int return_to_service;         /* 2 */
-	char *user;         /* SlurmUser, "slurm" */
-	char *state_dir;    /* StateSaveLocation */
-	char *spool_dir;    /* SlurmdSpoolDir */
-	char *log_dir;      /* slurmctld.log / slurmd.log */
-	char *run_dir;      /* pid files */
-	char *select_type;  /* "cons_tres" (select/ prefix added) */
-	char *proctrack_type; /* "cgroup" */
-	char *task_plugin;  /* "cgroup,affinity" */
-	char **extra;       /* passthrough lines appended to slurm.conf (NULL-terminated) */
+	int return_to_service;		  /* 2 */
+	char *user;			  /* SlurmUser, "slurm" */
+	char *state_dir;		  /* StateSaveLocation */
+	char *spool_dir;		  /* SlurmdSpoolDir */
+	char *log_dir;			  /* slurmctld.log / slurmd.log */
+	char *run_dir;			  /* pid files */
+	char *select_type;		  /* "cons_tres" (select/ prefix added) */
+	char *proctrack_type;		  /* "cgroup" */
+	char *task_plugin;		  /* "cgroup,affinity" */
+	char **extra; /* passthrough lines appended to slurm.conf (NULL-terminated) */
 } kiln_cfg_slurm;
 
 typedef struct kiln_cfg_xid {
-	int xid;               /* 1..999 */
+	int xid; /* 1..999 */
 	kiln_cfg_action action;
 	int line;
 } kiln_cfg_xid;
 
 typedef struct kiln_cfg_thresholds {
-	int temp_warn_c;        /* 85 */
-	int temp_max_c;         /* 0 = the GPU's own slowdown temperature */
-	int power_warn_pct;     /* % of the enforced power limit, 105 */
-	int ecc_sbe_warn;       /* volatile single-bit ECC errors, 1000 */
-	int pcie_replay_warn_per_min; /* 100 */
+	int temp_warn_c;	       /* 85 */
+	int temp_max_c;		       /* 0 = the GPU's own slowdown temperature */
+	int power_warn_pct;	       /* % of the enforced power limit, 105 */
+	int ecc_sbe_warn;	       /* volatile single-bit ECC errors, 1000 */
+	int pcie_replay_warn_per_min;  /* 100 */
 	kiln_cfg_action remap_pending; /* rows waiting for remap: DRAIN (needs a reset) */
 	kiln_cfg_action remap_failure; /* row remapping failed: DRAIN */
 } kiln_cfg_thresholds;
 
 typedef struct kiln_cfg_health {
-	bool enabled;                    /* true: kiln-healthd runs on every node */
-	uint64_t interval_usec;          /* 10s poll */
-	uint64_t recover_after_usec;     /* 300s healthy before resume */
-	int metrics_port;                /* 9400 */
-	char *metrics_address;           /* "0.0.0.0" */
-	char *nvml_library;              /* "libnvidia-ml.so.1" */
-	uint64_t nvml_timeout_usec;      /* 5s */
-	uint64_t watchdog_usec;          /* 30s, 0 = off */
-	bool drain;                      /* true: drain/resume nodes in Slurm */
+	bool enabled;		     /* true: kiln-healthd runs on every node */
+	uint64_t interval_usec;	     /* 10s poll */
+	uint64_t recover_after_usec; /* 300s healthy before resume */
+	int metrics_port;	     /* 9400 */
+	char *metrics_address;	     /* "0.0.0.0" */
+	char *nvml_library;	     /* "libnvidia-ml.so.1" */
+	uint64_t nvml_timeout_usec;  /* 5s */
+	uint64_t watchdog_usec;	     /* 30s, 0 = off */
+	bool drain;		     /* true: drain/resume nodes in Slurm */
 	kiln_cfg_thresholds thresholds;
-	kiln_cfg_xid *xids;              /* overrides of the built-in XID table */
+	kiln_cfg_xid *xids; /* overrides of the built-in XID table */
 	size_t n_xids;
-	bool active_on_start;            /* true */
-	uint64_t active_interval_usec;   /* 0 = off */
-	int gemm_seconds;                /* 10 */
-	double memtest_fraction;         /* 0.05 of GPU memory */
-	char *check_program;             /* HealthCheckProgram */
+	bool active_on_start;	       /* true */
+	uint64_t active_interval_usec; /* 0 = off */
+	int gemm_seconds;	       /* 10 */
+	double memtest_fraction;       /* 0.05 of GPU memory */
+	char *check_program;	       /* HealthCheckProgram */
 	char *prolog;
 	char *epilog;
 	uint64_t health_check_interval_usec; /* HealthCheckInterval, 300s */
 } kiln_cfg_health;
 
 typedef struct kiln_cfg_launcher {
-	int port;                     /* 29500 rendezvous */
-	int nnodes_min, nnodes_max;   /* "1:1"; "N" means N:N */
-	int nproc_per_node;           /* 0 = one per GPU ("gpu") */
-	int max_restarts;             /* 3 */
-	uint64_t heartbeat_usec;      /* 1s */
-	uint64_t dead_after_usec;     /* 5s */
-	uint64_t last_call_usec;      /* 10s */
-	uint64_t join_timeout_usec;   /* 300s */
-	uint64_t grace_usec;          /* 120s SIGTERM -> SIGKILL */
-	int exclude_after_failures;   /* 2 */
-	bool prefix_output;           /* true */
-	bool health_check;            /* true */
+	int port;		    /* 29500 rendezvous */
+	int nnodes_min, nnodes_max; /* "1:1"; "N" means N:N */
+	int nproc_per_node;	    /* 0 = one per GPU ("gpu") */
+	int max_restarts;	    /* 3 */
+	uint64_t heartbeat_usec;    /* 1s */
+	uint64_t dead_after_usec;   /* 5s */
+	uint64_t last_call_usec;    /* 10s */
+	uint64_t join_timeout_usec; /* 300s */
+	uint64_t grace_usec;	    /* 120s SIGTERM -> SIGKILL */
+	int exclude_after_failures; /* 2 */
+	bool prefix_output;	    /* true */
+	bool health_check;	    /* true */
 } kiln_cfg_launcher;
 
 typedef struct kiln_cfg_inference {
-	bool enabled;        /* false */
-	int port;            /* 8000 */
-	char *address;       /* "0.0.0.0" */
-	char *model;         /* model path, NULL when unset (required when enabled) */
-	char *nodes;         /* hostlist or a partition name, NULL = every node */
-	int max_batch;       /* 32 */
-	int kv_block_size;   /* 16 tokens */
+	bool enabled;	      /* false */
+	int port;	      /* 8000 */
+	char *address;	      /* "0.0.0.0" */
+	char *model;	      /* model path, NULL when unset (required when enabled) */
+	char *nodes;	      /* hostlist or a partition name, NULL = every node */
+	int max_batch;	      /* 32 */
+	int kv_block_size;    /* 16 tokens */
 	uint64_t kv_cache_mb; /* 0 = auto */
 	kiln_cfg_quant quant; /* none */
 } kiln_cfg_inference;
 
 typedef struct kiln_cfg_image {
-	char *base;          /* Debian suite, "bookworm" */
-	char *mirror;        /* "http://deb.debian.org/debian" */
-	char **packages;     /* extra packages (NULL-terminated) */
-	char *output_dir;    /* "/var/lib/kiln/image": where make image writes and HTTP serves */
-	char *tftp_dir;      /* "/srv/kiln/tftp": undionly.kpxe, ipxe.efi */
-	char *http_url;      /* default "http://HEAD_ADDRESS/kiln" */
+	char *base;	      /* Debian suite, "bookworm" */
+	char *mirror;	      /* "http://deb.debian.org/debian" */
+	char **packages;      /* extra packages (NULL-terminated) */
+	char *output_dir;     /* "/var/lib/kiln/image": where make image writes and HTTP serves */
+	char *tftp_dir;	      /* "/srv/kiln/tftp": undionly.kpxe, ipxe.efi */
+	char *http_url;	      /* default "http://HEAD_ADDRESS/kiln" */
 	char *kernel_cmdline; /* extra kernel arguments, "" */
 } kiln_cfg_image;
 
 typedef struct kiln_cfg {
-	char *path;          /* the file it came from */
+	char *path; /* the file it came from */
 	kiln_cfg_cluster cluster;
 	kiln_cfg_network network;
 	kiln_cfg_head head;
@@ -315,16 +318,16 @@ typedef enum kiln_cfg_type {
 	KILN_CFG_IPV4,
 	KILN_CFG_CIDR,
 	KILN_CFG_HOSTLIST,
-	KILN_CFG_PATH,     /* absolute path */
+	KILN_CFG_PATH, /* absolute path */
 	KILN_CFG_ENUM,
-	KILN_CFG_STRV,     /* an array of strings */
+	KILN_CFG_STRV, /* an array of strings */
 	KILN_CFG_IPV4_LIST,
 	KILN_CFG_ADDRESSES, /* "A-B" range or an array of addresses */
-	KILN_CFG_MACS,     /* an array of MACs */
-	KILN_CFG_NNODES,   /* "MIN:MAX" or N */
-	KILN_CFG_NPROC,    /* "gpu" or N */
-	KILN_CFG_GROUP,    /* a { } group */
-	KILN_CFG_LIST,     /* a ( {..}, {..} ) list of groups */
+	KILN_CFG_MACS,	    /* an array of MACs */
+	KILN_CFG_NNODES,    /* "MIN:MAX" or N */
+	KILN_CFG_NPROC,	    /* "gpu" or N */
+	KILN_CFG_GROUP,	    /* a { } group */
+	KILN_CFG_LIST,	    /* a ( {..}, {..} ) list of groups */
 	_KILN_CFG_TYPE_MAX,
 } kiln_cfg_type;
 const char *kiln_cfg_type_to_string(kiln_cfg_type t);
@@ -335,7 +338,7 @@ typedef struct kiln_cfg_key {
 	const char *path;
 	kiln_cfg_type type;
 	bool required;
-	const char *def;     /* default as the user would write it; NULL = none (derived or unset) */
+	const char *def; /* default as the user would write it; NULL = none (derived or unset) */
 	const char *example;
 	const char *doc;
 	/* Internal: where and how it is stored; callers do not use these. */
