@@ -22,15 +22,24 @@ BENCH_SCRIPTS += tests/launcher/store-bench.sh
 # of `all` when clang is installed, skipped (and its suite SKIPs) otherwise.
 KILN_CLANG ?= $(shell command -v clang-14 || command -v clang)
 FUZZ_STORE := $(B)/tests/fuzz-store
+FUZZ_STORE_SERVER := $(B)/tests/fuzz-store-server
 ifneq ($(KILN_CLANG),)
-EXTRA_ALL += $(FUZZ_STORE)
+EXTRA_ALL += $(FUZZ_STORE) $(FUZZ_STORE_SERVER)
 endif
-fuzz-store: $(FUZZ_STORE)
+fuzz-store: $(FUZZ_STORE) $(FUZZ_STORE_SERVER)
 $(FUZZ_STORE): tests/fuzz/fuzz-store.c slurm/launcher/store-proto.c slurm/launcher/store-proto.h
 	@mkdir -p $(@D)
 	@if [ -z "$(KILN_CLANG)" ]; then echo "fuzz-store: clang not found, skipping" >&2; exit 1; fi
 	$(KILN_CLANG) -g -O1 -std=gnu11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
 		-Icommon/include -Islurm/launcher/include -Islurm/launcher \
 		tests/fuzz/fuzz-store.c slurm/launcher/store-proto.c -o $@
+# The whole server (request handling, waiters, limits) over loopback sockets.
+$(FUZZ_STORE_SERVER): tests/fuzz/fuzz-store-server.c $(KILN_STORE_SRCS) slurm/launcher/store-proto.h \
+		slurm/launcher/include/kiln/store.h common/log.c common/parse.c
+	@mkdir -p $(@D)
+	@if [ -z "$(KILN_CLANG)" ]; then echo "fuzz-store-server: clang not found, skipping" >&2; exit 1; fi
+	$(KILN_CLANG) -g -O1 -std=gnu11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+		-Icommon/include -Islurm/launcher/include -Islurm/launcher \
+		tests/fuzz/fuzz-store-server.c $(KILN_STORE_SRCS) common/log.c common/parse.c -lpthread -o $@
 .PHONY: fuzz-store
 endif
