@@ -1,0 +1,339 @@
+/* tests/kernels/bench-kernels-cpu.c — the cpu backend's benchmark table.
+ *
+ * Prints, for each op and shape, the time per call and GFLOP/s or GB/s,
+ * against two ceilings measured in the same run on this machine: OpenBLAS's
+ * own sgemm on a large square problem (compute) and a large memcpy (memory
+ * bandwidth).  `make bench` runs it through bench-kernels-cpu.sh;
+ * --quick shrinks the shapes (used by the test suite to keep the tool
+ * from rotting).  Exit 0, or 1 when an op fails. */
+#include <cblas.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kiln/macro.h"
+#include "kk.h"
+
+/* Seconds each measurement runs (after one warm-up call). */
+#define BENCH_MIN_SEC 0.25
+#define BENCH_MIN_SEC_QUICK 0.01
+
+static kk_backend *be;
+static double min_sec = BENCH_MIN_SEC;
+static double peak_gflops, copy_gbs;
+static int failures;
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef int (*bench_fn)(void *ctx);
+
+/* Seconds per call: best of three rounds of at least min_sec/3 each. */
+static double time_it(bench_fn fn, void *ctx)
+{
+	double best = 1e30;
+	if (fn(ctx) < 0)
+		return -1;
+	for (int round = 0; round < 3; round++) {
+		double t0 = now(), t;
+		int n = 0;
+		do {
+			if (fn(ctx) < 0)
+				return -1;
+			n++;
+			t = now() - t0;
+		} while (t < min_sec / 3);
+		best = MIN(best, t / n);
+	}
+	return best;
+}
+
+static kk_buffer *rand_buf(kk_dtype dt, size_t n, float lo, float hi)
+{
+	kk_buffer *b = NULL;
+	float *f = malloc(n * sizeof(float));
+	void *raw = malloc(kk_dtype_size(dt, n));
+	if (!f || !raw || kk_buffer_alloc(be, dt, n, &b) < 0) {
+		fprintf(stderr, "out of memory\n");
+		exit(1);
+	}
+	for (size_t i = 0; i < n; i++)
+		f[i] = lo + (hi - lo) * (float)((i * 2654435761u) % 1000003) / 1000003.0f;
+	kk_convert_host(dt, raw, KK_F32, f, n);
+	kk_buffer_upload(be, NULL, b, 0, raw, kk_dtype_size(dt, n));
+	free(f);
+	free(raw);
+	return b;
+}
+
+static void row(const char *op, const char *shape, double sec, double amount, bool flops)
+{
+	if (sec < 0) {
+		printf("%-14s %-34s %10s\n", op, shape, "FAILED");
+		failures++;
+		return;
+	}
+	if (flops)
+		printf("%-14s %-34s %10.3f ms %9.1f GFLOP/s %6.1f%% of sgemm peak\n", op, shape,
+		       sec * 1e3, amount / sec * 1e-9, 100 * amount / sec * 1e-9 / peak_gflops);
+	else
+		printf("%-14s %-34s %10.3f ms %9.2f GB/s    %6.1f%% of memcpy\n", op, shape,
+		       sec * 1e3, amount / sec * 1e-9, 100 * amount / sec * 1e-9 / copy_gbs);
+	fflush(stdout);
+}
+
+/* ---- ceilings ---------------------------------------------------------- */
+
+struct sgemm_ctx {
+	int n;
+	float *a, *b, *c;
+};
+
+static int raw_sgemm(void *p)
+{
+	struct sgemm_ctx *c = p;
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c->n, c->n, c->n, 1.0f, c->a, c->n,
+		    c->b, c->n, 0.0f, c->c, c->n);
+	return 0;
+}
+
+struct copy_ctx {
+	size_t n;
+	char *a, *b;
+};
+
+static int raw_copy(void *p)
+{
+	struct copy_ctx *c = p;
+	memcpy(c->b, c->a, c->n);
+	return 0;
+}
+
+static void ceilings(int n, size_t copy_bytes)
+{
+	struct sgemm_ctx g = { n, calloc((size_t)n * n, 4), calloc((size_t)n * n, 4),
+			       calloc((size_t)n * n, 4) };
+	struct copy_ctx cp = { copy_bytes, malloc(copy_bytes), malloc(copy_bytes) };
+	double t;
+
+	for (size_t i = 0; i < (size_t)n * n; i++)
+		g.a[i] = g.b[i] = (float)(i % 17) * 0.01f;
+	memset(cp.a, 1, copy_bytes);
+	memset(cp.b, 2, copy_bytes);
+	t = time_it(raw_sgemm, &g);
+	peak_gflops = 2.0 * n * n * n / t * 1e-9;
+	t = time_it(raw_copy, &cp);
+	copy_gbs = 2.0 * copy_bytes / t * 1e-9; /* read + write */
+	printf("# ceilings: OpenBLAS sgemm %dx%dx%d = %.1f GFLOP/s; memcpy %zu MiB = %.2f GB/s "
+	       "(read+write)\n",
+	       n, n, n, peak_gflops, copy_bytes >> 20, copy_gbs);
+	free(g.a), free(g.b), free(g.c), free(cp.a), free(cp.b);
+}
+
+/* ---- ops --------------------------------------------------------------- */
+
+static int do_gemm(void *p)
+{
+	return kk_gemm(be, NULL, p);
+}
+
+static void bench_gemm(kk_dtype dt, int64_t m, int64_t n, int64_t k, int64_t batch, bool epi)
+{
+	int64_t bt = batch ? batch : 1;
+	kk_buffer *a = rand_buf(dt, bt * m * k, -1, 1), *b = rand_buf(dt, bt * k * n, -1, 1);
+	kk_buffer *c = rand_buf(KK_F32, bt * m * n, 0, 1), *bias = rand_buf(KK_F32, n, -1, 1);
+	kk_gemm_desc d = { .m = m, .n = n, .k = k, .batch = batch, .alpha = 1, .beta = 0,
+			   .a = a, .lda = k, .stride_a = m * k, .b = b, .ldb = n, .stride_b = k * n,
+			   .c = c, .ldc = n, .stride_c = m * n, .bias = epi ? bias : NULL,
+			   .epilogue = epi ? KK_EPI_GELU : KK_EPI_NONE };
+	char shape[64];
+	snprintf(shape, sizeof(shape), "%s %ldx%ldx%ld%s%s", kk_dtype_name(dt), (long)m, (long)n,
+		 (long)k, batch ? " batch" : "", epi ? " +bias+gelu" : "");
+	if (batch)
+		snprintf(shape + strlen(shape), sizeof(shape) - strlen(shape), " %ld", (long)batch);
+	row("gemm", shape, time_it(do_gemm, &d), 2.0 * bt * m * n * k, true);
+	kk_buffer_free(a), kk_buffer_free(b), kk_buffer_free(c), kk_buffer_free(bias);
+}
+
+struct qg_ctx {
+	kk_buffer *y, *x;
+	kk_qmatrix *w;
+	int64_t m;
+};
+
+static int do_qgemm(void *p)
+{
+	struct qg_ctx *c = p;
+	return kk_qgemm(be, NULL, c->y, c->x, c->w, NULL, c->m);
+}
+
+static void bench_qgemv(kk_dtype qt, int group, int64_t n, int64_t k)
+{
+	struct qg_ctx c = { rand_buf(KK_F32, n, 0, 1), rand_buf(KK_F32, k, -1, 1), NULL, 1 };
+	kk_buffer *w = rand_buf(KK_F32, n * k, -1, 1);
+	char shape[64];
+	if (kk_qmatrix_alloc(be, qt, n, k, group, KK_F16, &c.w) < 0 ||
+	    kk_quantize(be, NULL, c.w, w) < 0) {
+		row("qgemv", "alloc/quantize", -1, 0, false);
+		return;
+	}
+	snprintf(shape, sizeof(shape), "%s%s%d m=1 %ldx%ld", kk_dtype_name(qt),
+		 group ? " g" : "", group, (long)n, (long)k);
+	if (!group)
+		snprintf(shape, sizeof(shape), "%s m=1 %ldx%ld", kk_dtype_name(qt), (long)n, (long)k);
+	row("qgemv", shape, time_it(do_qgemm, &c),
+	    (double)kk_buffer_bytes(c.w->data) + kk_buffer_bytes(c.w->scales), false);
+	kk_qmatrix_free(c.w), kk_buffer_free(w), kk_buffer_free(c.x), kk_buffer_free(c.y);
+}
+
+struct attn_ctx {
+	kk_attn_desc d;
+	kk_buffer *o, *lse, *q, *k, *v;
+};
+
+static int do_attn(void *p)
+{
+	struct attn_ctx *c = p;
+	return kk_attention_fwd(be, NULL, &c->d, c->o, c->lse, c->q, c->k, c->v);
+}
+
+static void bench_attn(int T, int H, int Hkv, int D)
+{
+	int32_t cu[2] = { 0, T };
+	kk_buffer *cub = NULL;
+	struct attn_ctx c;
+	char shape[64];
+
+	kk_buffer_alloc(be, KK_I32, 2, &cub);
+	kk_buffer_upload(be, NULL, cub, 0, cu, sizeof(cu));
+	c = (struct attn_ctx){ { .n_heads = H, .n_kv_heads = Hkv, .head_dim = D, .causal = true,
+				 .n_seqs = 1, .total_tokens = T, .max_seqlen = T,
+				 .cu_seqlens = cub },
+			       rand_buf(KK_F32, (size_t)T * H * D, 0, 1),
+			       rand_buf(KK_F32, (size_t)T * H, 0, 1),
+			       rand_buf(KK_F32, (size_t)T * H * D, -1, 1),
+			       rand_buf(KK_F32, (size_t)T * Hkv * D, -1, 1),
+			       rand_buf(KK_F32, (size_t)T * Hkv * D, -1, 1) };
+	snprintf(shape, sizeof(shape), "f32 causal T=%d H=%d/%d D=%d", T, H, Hkv, D);
+	/* Causal: half of the 4*T*T*H*D flops of QK^T and PV. */
+	row("attn prefill", shape, time_it(do_attn, &c), 2.0 * T * (double)T * H * D, true);
+	kk_buffer_free(cub), kk_buffer_free(c.o), kk_buffer_free(c.lse), kk_buffer_free(c.q),
+		kk_buffer_free(c.k), kk_buffer_free(c.v);
+}
+
+struct dec_ctx {
+	kk_paged_desc d;
+	kk_buffer *o, *q, *kc, *vc;
+};
+
+static int do_decode(void *p)
+{
+	struct dec_ctx *c = p;
+	return kk_attention_decode(be, NULL, &c->d, c->o, c->q, c->kc, c->vc);
+}
+
+static void bench_decode(int S, int ctx, int H, int Hkv, int D)
+{
+	int mbps = DIV_ROUND_UP(ctx, KK_KV_BLOCK_SIZE), nb = S * mbps;
+	int32_t *bt = malloc(sizeof(int32_t) * nb), *cl = malloc(sizeof(int32_t) * S);
+	kk_buffer *btb = NULL, *clb = NULL;
+	size_t cache = (size_t)nb * KK_KV_BLOCK_SIZE * Hkv * D;
+	struct dec_ctx c;
+	char shape[64];
+
+	for (int i = 0; i < nb; i++)
+		bt[i] = (i * 7) % nb; /* scattered blocks */
+	for (int s = 0; s < S; s++)
+		cl[s] = ctx;
+	kk_buffer_alloc(be, KK_I32, nb, &btb);
+	kk_buffer_alloc(be, KK_I32, S, &clb);
+	kk_buffer_upload(be, NULL, btb, 0, bt, sizeof(int32_t) * nb);
+	kk_buffer_upload(be, NULL, clb, 0, cl, sizeof(int32_t) * S);
+	c = (struct dec_ctx){ { .n_heads = H, .n_kv_heads = Hkv, .head_dim = D, .n_seqs = S,
+				.num_blocks = nb, .max_blocks_per_seq = mbps,
+				.max_context_len = ctx, .block_tables = btb, .context_lens = clb },
+			      rand_buf(KK_BF16, (size_t)S * H * D, 0, 1),
+			      rand_buf(KK_BF16, (size_t)S * H * D, -1, 1),
+			      rand_buf(KK_BF16, cache, -1, 1), rand_buf(KK_BF16, cache, -1, 1) };
+	snprintf(shape, sizeof(shape), "bf16 seqs=%d ctx=%d H=%d/%d D=%d", S, ctx, H, Hkv, D);
+	row("attn decode", shape, time_it(do_decode, &c), 2.0 * cache * 2, false);
+	free(bt), free(cl);
+	kk_buffer_free(btb), kk_buffer_free(clb), kk_buffer_free(c.o), kk_buffer_free(c.q),
+		kk_buffer_free(c.kc), kk_buffer_free(c.vc);
+}
+
+struct norm_ctx {
+	kk_buffer *y, *rstd, *x, *w;
+	int64_t rows, dim;
+};
+
+static int do_rmsnorm(void *p)
+{
+	struct norm_ctx *c = p;
+	return kk_rmsnorm_fwd(be, NULL, c->y, NULL, c->rstd, c->x, NULL, c->w, c->rows, c->dim,
+			      1e-5f);
+}
+
+static void bench_rmsnorm(kk_dtype dt, int64_t rows, int64_t dim)
+{
+	struct norm_ctx c = { rand_buf(dt, rows * dim, 0, 1), rand_buf(KK_F32, rows, 0, 1),
+			      rand_buf(dt, rows * dim, -1, 1), rand_buf(dt, dim, 0.5f, 1.5f), rows,
+			      dim };
+	char shape[64];
+	snprintf(shape, sizeof(shape), "%s %ldx%ld", kk_dtype_name(dt), (long)rows, (long)dim);
+	row("rmsnorm fwd", shape, time_it(do_rmsnorm, &c),
+	    2.0 * kk_dtype_size(dt, (size_t)(rows * dim)), false);
+	kk_buffer_free(c.y), kk_buffer_free(c.rstd), kk_buffer_free(c.x), kk_buffer_free(c.w);
+}
+
+int main(int argc, char **argv)
+{
+	bool quick = argc > 1 && streq(argv[1], "--quick");
+	int r;
+
+	if (quick)
+		min_sec = BENCH_MIN_SEC_QUICK;
+	r = kk_backend_open("cpu", &be);
+	if (r < 0) {
+		fprintf(stderr, "Failed to open the cpu backend: %s\n", strerror(-r));
+		return 1;
+	}
+	printf("# kk cpu backend benchmark (%s shapes)\n", quick ? "quick" : "full");
+	ceilings(quick ? 256 : 1536, quick ? (8u << 20) : (256u << 20));
+	printf("%-14s %-34s %13s %17s\n", "op", "shape", "time", "rate");
+
+	if (quick) {
+		bench_gemm(KK_F32, 128, 128, 128, 0, false);
+		bench_gemm(KK_BF16, 64, 96, 128, 2, true);
+		bench_qgemv(KK_I8, 0, 256, 256);
+		bench_qgemv(KK_Q4, 64, 256, 256);
+		bench_attn(64, 2, 1, 64);
+		bench_decode(2, 64, 4, 2, 128);
+		bench_rmsnorm(KK_F32, 64, 256);
+	} else {
+		bench_gemm(KK_F32, 512, 512, 512, 0, false);
+		bench_gemm(KK_F32, 1024, 1024, 1024, 0, false);
+		bench_gemm(KK_F32, 2048, 2048, 2048, 0, false);
+		bench_gemm(KK_F32, 4096, 1024, 1024, 0, false);
+		bench_gemm(KK_F32, 1024, 1024, 1024, 0, true);
+		bench_gemm(KK_F32, 256, 256, 256, 8, false);
+		bench_gemm(KK_BF16, 1024, 1024, 1024, 0, false);
+		bench_gemm(KK_F16, 1024, 1024, 1024, 0, false);
+		bench_qgemv(KK_I8, 0, 4096, 4096);
+		bench_qgemv(KK_Q4, 32, 4096, 4096);
+		bench_qgemv(KK_Q4, 128, 4096, 4096);
+		bench_attn(512, 8, 8, 64);
+		bench_attn(1024, 8, 2, 128);
+		bench_decode(8, 1024, 32, 8, 128);
+		bench_rmsnorm(KK_F32, 4096, 4096);
+		bench_rmsnorm(KK_BF16, 4096, 4096);
+	}
+	kk_backend_free(be);
+	return failures ? 1 : 0;
+}
