@@ -85,7 +85,7 @@ def alive(name):
     ok, dt = ping()
     tap(ok, "%s: store still answers (ping %.1f ms)" % (name, dt * 1e3))
 
-print("1..12", flush=True)
+print("1..14", flush=True)
 base = status("VmRSS")
 random.seed(1)
 
@@ -164,7 +164,23 @@ s.close()
 tap(denied == 100 and good, "100 wrong secrets denied and closed; the right one unlocks control keys", (denied, good))
 alive("wrong secrets")
 
-# 5. 1000 idle connections held open
+# 5. a client that pipelines GETs of a 1 MiB value and never reads the replies
+s = conn()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+s.sendall(MAGIC + bytes([1]) + s_(b"/worker/mib") + s_(b"m" * (1 << 20)))
+req = bytes([3]) + s_(b"/worker/mib")
+try:
+    for _ in range(200):
+        s.sendall(req)
+except OSError:
+    pass
+time.sleep(0.5)
+ok = closed(s)
+s.close()
+tap(ok, "a client that never reads 200 MiB of replies is closed at its output cap")
+alive("non-reading client")
+
+# 6. 1000 idle connections held open
 pre_idle = status("VmRSS")
 idle = [conn() for _ in range(1000)]
 time.sleep(0.2)
@@ -173,7 +189,7 @@ tap(ok, "1000 idle connections open: store answers in %.1f ms" % (dt * 1e3))
 rss_idle = status("VmRSS")
 tap(rss_idle - pre_idle < 32, "1000 idle connections cost %d MiB of RSS (< 32)" % (rss_idle - pre_idle), rss=True)
 
-# 6. 4096 concurrent clients (on top of the 1000 idle): ADD a counter, WAIT
+# 7. 4096 concurrent clients (on top of the 1000 idle): ADD a counter, WAIT
 t0 = time.time()
 cl = [conn() for _ in range(4096)]
 for s in cl:
