@@ -71,9 +71,9 @@ __global__ void kc_quant_i8_kernel(int8_t *q, void *scales, int half, const T *w
 	if (threadIdx.x == 0)
 		s_scale = kc_st_scale(scales, half, blockIdx.x, mx / 127.0f);
 	__syncthreads();
-	float sc = s_scale;
+	float sc = s_scale, inv = sc > 0.0f ? 1.0f / sc : 0.0f;
 	for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
-		float v = sc > 0.0f ? rintf(kc_ld(w, base + j) / sc) : 0.0f;
+		float v = rintf(kc_ld(w, base + j) * inv); /* as the cpu backend */
 		q[base + j] = (int8_t)fminf(fmaxf(v, -127.0f), 127.0f);
 	}
 }
@@ -90,10 +90,11 @@ __global__ void kc_quant_q4_kernel(uint8_t *q, void *scales, int half, const T *
 		for (int j = 0; j < group; j++)
 			mx = fmaxf(mx, fabsf(kc_ld(w, base + j)));
 		float sc = kc_st_scale(scales, half, gi, mx / 7.0f);
+		float inv = sc > 0.0f ? 1.0f / sc : 0.0f;
 		for (int j = 0; j < group; j += 2) {
 			int qv[2];
 			for (int e = 0; e < 2; e++) {
-				float v = sc > 0.0f ? rintf(kc_ld(w, base + j + e) / sc) : 0.0f;
+				float v = rintf(kc_ld(w, base + j + e) * inv);
 				qv[e] = (int)fminf(fmaxf(v, -8.0f), 7.0f) + 8;
 			}
 			q[(base + j) >> 1] = (uint8_t)(qv[0] | (qv[1] << 4));
