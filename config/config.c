@@ -8,6 +8,7 @@
  * members).  It never stops at the first problem: every error is collected
  * with its file, line and setting path so an admin fixes a file in one go.
  * Library code: nothing is logged, errors are handed back. */
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <libconfig.h>
@@ -1089,6 +1090,57 @@ static bool valid_name(const char *s)
 	return true;
 }
 
+/* Durations whose range one key alone cannot express: Slurm keeps most of
+ * its timeouts in 16-bit fields, and a daemon polling every 0 s would spin. */
+#define SEC KILN_USEC_PER_SEC
+static const struct {
+	const char *path;
+	uint64_t min, max; /* usec, inclusive */
+} duration_limits[] = {
+	{ "slurm.slurmd_timeout", 1 * SEC, 65533 * SEC },
+	{ "slurm.message_timeout", 1 * SEC, 65533 * SEC },
+	{ "slurm.resume_timeout", 1 * SEC, 65533 * SEC },
+	{ "slurm.kill_wait", 1 * SEC, 65533 * SEC },
+	{ "slurm.unkillable_timeout", 1 * SEC, 65533 * SEC },
+	{ "health.health_check_interval", 1 * SEC, 65533 * SEC },
+	{ "health.interval", 100 * KILN_USEC_PER_MSEC, 86400 * SEC },
+	{ "health.recover_after", 0, 365 * 86400 * SEC },
+	{ "health.nvml_timeout", 1 * KILN_USEC_PER_MSEC, 3600 * SEC },
+	{ "health.watchdog", 0, 86400 * SEC },
+	{ "health.active_interval", 0, 365 * 86400 * SEC },
+	{ "launcher.heartbeat", 10 * KILN_USEC_PER_MSEC, 3600 * SEC },
+	{ "launcher.dead_after", 10 * KILN_USEC_PER_MSEC, 86400 * SEC },
+	{ "launcher.last_call", 0, 86400 * SEC },
+	{ "launcher.join_timeout", 1 * SEC, KILN_USEC_INFINITY },
+	{ "launcher.grace", 0, 86400 * SEC },
+};
+
+static void check_durations(loader *L)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(duration_limits); i++) {
+		const kiln_cfg_key *k = find_key(duration_limits[i].path);
+		assert(k && k->type == KILN_CFG_DURATION && k->base == BASE_ROOT);
+		uint64_t v = *(uint64_t *) field(k, L->cfg);
+		if (v >= duration_limits[i].min && v <= duration_limits[i].max)
+			continue;
+		char a[32], b[32], x[32];
+		kiln_format_duration(x, sizeof(x), v);
+		kiln_format_duration(a, sizeof(a), duration_limits[i].min);
+		kiln_format_duration(b, sizeof(b), duration_limits[i].max);
+		add_error(L, root_line(L, k->path), k->path, NULL, "%s is out of range %s..%s", x, a, b);
+	}
+	for (size_t i = 0; i < L->cfg->slurm.n_partitions; i++) {
+		uint64_t v = L->cfg->slurm.partitions[i].max_time_usec;
+		if (v != KILN_USEC_INFINITY && (v < 60 * SEC || v > 365ULL * 86400 * SEC)) {
+			char p[64], x[32];
+			snprintf(p, sizeof(p), "slurm.partitions[%zu].max_time", i);
+			add_error(L, member_line(L->part_set[i], "max_time"), p, "use 1m..365d or \"infinite\"",
+				  "%s is out of range", kiln_format_duration(x, sizeof(x), v));
+		}
+	}
+}
+#undef SEC
+
 /* Words that land unquoted in slurm.conf or dnsmasq.conf: letters, digits
  * and the few punctuation characters the format allows (extra). */
 static void check_word(loader *L, int line, const char *path, const char *v, const char *extra)
@@ -1122,6 +1174,8 @@ static void cross_check(loader *L)
 		add_error(L, root_line(L, "cluster.name"), "cluster.name",
 			  "use lowercase letters, digits, '-' and '_'",
 			  "invalid cluster name \"%s\"", c->cluster.name);
+
+	check_durations(L);
 
 	/* Values written unquoted into generated files. */
 	check_word(L, root_line(L, "cluster.domain"), "cluster.domain", c->cluster.domain, ".-");
@@ -1228,6 +1282,11 @@ static void cross_check(loader *L)
 				L->oom = 1;
 				return;
 			}
+		}
+		if (g->memory_mb < 1) {
+			char p[96];
+			snprintf(p, sizeof(p), "%s.memory_mb", gpath);
+			add_error(L, member_line(L->group_set[gi], "memory_mb"), p, NULL, "must be at least 1 MiB");
 		}
 		int prod = g->sockets * g->cores_per_socket * g->threads_per_core;
 		if (g->cpus == 0)

@@ -30,7 +30,8 @@ static void header(kiln_strbuf *b, const kiln_cfg *c, const char *comment, const
 /* Slurm wants whole seconds; round up so "1500ms" never becomes 1. */
 static unsigned long long secs(uint64_t usec)
 {
-	return (unsigned long long) DIV_ROUND_UP(usec, KILN_USEC_PER_SEC);
+	/* (no DIV_ROUND_UP: usec + 999999 could wrap) */
+	return (unsigned long long) (usec / KILN_USEC_PER_SEC + (usec % KILN_USEC_PER_SEC != 0));
 }
 
 static void slurm_time(kiln_strbuf *b, uint64_t usec)
@@ -40,7 +41,7 @@ static void slurm_time(kiln_strbuf *b, uint64_t usec)
 		return;
 	}
 	unsigned long long s = secs(usec);
-	unsigned long long m = DIV_ROUND_UP(s, 60ULL);
+	unsigned long long m = s / 60 + (s % 60 != 0);
 	/* days-hours:minutes:seconds, Slurm's own long form. */
 	kiln_strbuf_printf(b, "%llu-%02llu:%02llu:00", m / 1440, (m / 60) % 24, m % 60);
 }
