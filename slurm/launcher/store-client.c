@@ -41,7 +41,7 @@ static void put(kiln_store_client *c, const void *p, size_t n)
 	if (c->err)
 		return;
 	if (c->len + n > c->cap) {
-		size_t cap = MAX((size_t)256, c->cap);
+		size_t cap = MAX((size_t) 256, c->cap);
 		while (cap < c->len + n)
 			cap *= 2;
 		uint8_t *b = realloc(c->buf, cap);
@@ -84,7 +84,7 @@ static int wait_fd(int fd, short events, uint64_t deadline)
 			return -ETIMEDOUT;
 		uint64_t left = deadline - now;
 		struct pollfd p = { .fd = fd, .events = events };
-		int r = poll(&p, 1, (int)MIN(DIV_ROUND_UP(left, 1000), (uint64_t)INT32_MAX));
+		int r = poll(&p, 1, (int) MIN(DIV_ROUND_UP(left, 1000), (uint64_t) INT32_MAX));
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
@@ -112,7 +112,7 @@ static int send_all(int fd, const void *p, size_t n, uint64_t deadline)
 			return errno == EPIPE ? -ECONNRESET : -errno;
 		}
 		b += k;
-		n -= (size_t)k;
+		n -= (size_t) k;
 	}
 	return 0;
 }
@@ -136,7 +136,7 @@ static int recv_all(int fd, void *p, size_t n, uint64_t deadline)
 			return -errno;
 		}
 		b += k;
-		n -= (size_t)k;
+		n -= (size_t) k;
 	}
 	return 0;
 }
@@ -180,10 +180,10 @@ static int recv_vec(kiln_store_client *c, void **ret, size_t *ret_len, uint64_t 
 		return r;
 	if (n > KILN_STORE_VALUE_MAX)
 		return fail(c, -EPROTO);
-	uint8_t *p = malloc((size_t)n + 1);
+	uint8_t *p = malloc((size_t) n + 1);
 	if (!p)
 		return fail(c, -ENOMEM);
-	r = recv_val(c, p, (size_t)n, deadline);
+	r = recv_val(c, p, (size_t) n, deadline);
 	if (r < 0) {
 		free(p);
 		return r;
@@ -194,7 +194,7 @@ static int recv_vec(kiln_store_client *c, void **ret, size_t *ret_len, uint64_t 
 	else
 		free(p);
 	if (ret_len)
-		*ret_len = (size_t)n;
+		*ret_len = (size_t) n;
 	return 0;
 }
 
@@ -229,19 +229,19 @@ static int check_keys(const kiln_store_client *c, const char *const *keys, size_
 	return 0;
 }
 
-#define CHECK(expr)                     \
-	do {                            \
-		int _r_ = (expr);       \
-		if (_r_ < 0)            \
-			return _r_;     \
+#define CHECK(expr)                 \
+	do {                        \
+		int _r_ = (expr);   \
+		if (_r_ < 0)        \
+			return _r_; \
 	} while (0)
 
 /* ---- connect -------------------------------------------------------------- */
 
 static int connect_one(const struct addrinfo *ai, uint64_t deadline, int *ret_fd)
 {
-	_cleanup_close_ int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-					ai->ai_protocol);
+	_cleanup_close_ int fd = socket(
+		ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
 	if (fd < 0)
 		return -errno;
 	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
@@ -263,8 +263,8 @@ static int connect_one(const struct addrinfo *ai, uint64_t deadline, int *ret_fd
 	return 0;
 }
 
-int kiln_store_client_connect(const char *host, uint16_t port, const char *secret, uint64_t timeout_usec,
-			      kiln_store_client **ret)
+int kiln_store_client_connect(const char *host, uint16_t port, const char *secret,
+			      uint64_t timeout_usec, kiln_store_client **ret)
 {
 	assert_return(host && ret && port > 0 && timeout_usec > 0, -EINVAL);
 	assert_return(!secret || strlen(secret) <= KILN_STORE_SECRET_MAX, -EINVAL);
@@ -349,7 +349,7 @@ int kiln_store_client_auth(kiln_store_client *c, const char *secret)
 	CHECK(flush_req(c, deadline));
 	_cleanup_free_ char *reply = NULL;
 	size_t n;
-	int r = recv_vec(c, (void **)&reply, &n, deadline);
+	int r = recv_vec(c, (void **) &reply, &n, deadline);
 	if (r == -ECONNRESET)
 		return -EACCES;
 	if (r < 0)
@@ -418,7 +418,8 @@ static int do_wait(kiln_store_client *c, const char *const *keys, size_t n, uint
 	return v == KILN_STORE_WAIT_CANCELED ? 0 : fail(c, -EPROTO);
 }
 
-int kiln_store_client_wait(kiln_store_client *c, const char *const *keys, size_t n, uint64_t timeout_usec)
+int kiln_store_client_wait(kiln_store_client *c, const char *const *keys, size_t n,
+			   uint64_t timeout_usec)
 {
 	CHECK(check_conn(c));
 	CHECK(check_keys(c, keys, n));
@@ -489,8 +490,9 @@ int kiln_store_client_add(kiln_store_client *c, const char *key, int64_t delta, 
 	return 0;
 }
 
-int kiln_store_client_compare_set(kiln_store_client *c, const char *key, const void *expected, size_t elen,
-				  const void *desired, size_t dlen, void **ret, size_t *ret_len)
+int kiln_store_client_compare_set(kiln_store_client *c, const char *key, const void *expected,
+				  size_t elen, const void *desired, size_t dlen, void **ret,
+				  size_t *ret_len)
 {
 	CHECK(check_conn(c));
 	CHECK(check_key(c, key));
@@ -531,7 +533,8 @@ int kiln_store_client_num_keys(kiln_store_client *c, int64_t *ret)
 	return recv_val(c, ret, 8, deadline);
 }
 
-int kiln_store_client_multi_get(kiln_store_client *c, const char *const *keys, size_t n, kiln_store_value *ret)
+int kiln_store_client_multi_get(kiln_store_client *c, const char *const *keys, size_t n,
+				kiln_store_value *ret)
 {
 	CHECK(check_conn(c));
 	CHECK(check_keys(c, keys, n));
@@ -554,8 +557,8 @@ int kiln_store_client_multi_get(kiln_store_client *c, const char *const *keys, s
 	return 0;
 }
 
-int kiln_store_client_multi_set(kiln_store_client *c, const char *const *keys, const kiln_store_value *values,
-				size_t n)
+int kiln_store_client_multi_set(kiln_store_client *c, const char *const *keys,
+				const kiln_store_value *values, size_t n)
 {
 	CHECK(check_conn(c));
 	CHECK(check_keys(c, keys, n));
@@ -584,7 +587,7 @@ int kiln_store_client_ping(kiln_store_client *c, uint64_t *ret_usec)
 	CHECK(check_conn(c));
 	uint32_t nonce, echo;
 	if (getrandom(&nonce, sizeof(nonce), GRND_NONBLOCK) != sizeof(nonce))
-		nonce = (uint32_t)kiln_now_usec();
+		nonce = (uint32_t) kiln_now_usec();
 	uint64_t start = kiln_now_usec();
 	uint64_t deadline = deadline_in(c->timeout_usec);
 	put_u8(c, KILN_STORE_OP_PING);

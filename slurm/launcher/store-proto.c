@@ -55,12 +55,12 @@ static int rd_bytes(cursor *c, size_t max, kiln_store_slice *ret)
 		return r;
 	if (n > max)
 		return -E2BIG;
-	r = need(c, (size_t)n);
+	r = need(c, (size_t) n);
 	if (r <= 0)
 		return r;
 	ret->p = c->p + c->off;
-	ret->len = (size_t)n;
-	c->off += (size_t)n;
+	ret->len = (size_t) n;
+	c->off += (size_t) n;
 	return 1;
 }
 
@@ -90,13 +90,13 @@ static int rd_items(cursor *c, kiln_store_msg *msg, bool pairs)
 
 /* torch 1.13 query numbers -> ours; -1 = not served. */
 static const int v1_ops[] = {
-	KILN_STORE_OP_SET,        KILN_STORE_OP_COMPARE_SET, KILN_STORE_OP_GET,
-	KILN_STORE_OP_ADD,        KILN_STORE_OP_CHECK,       KILN_STORE_OP_WAIT,
-	KILN_STORE_OP_GETNUMKEYS, -1 /* WATCH_KEY */,       KILN_STORE_OP_DELETE_KEY,
+	KILN_STORE_OP_SET,	  KILN_STORE_OP_COMPARE_SET, KILN_STORE_OP_GET,
+	KILN_STORE_OP_ADD,	  KILN_STORE_OP_CHECK,	     KILN_STORE_OP_WAIT,
+	KILN_STORE_OP_GETNUMKEYS, -1 /* WATCH_KEY */,	     KILN_STORE_OP_DELETE_KEY,
 };
 
-int kiln_store_parse(const uint8_t *buf, size_t len, kiln_store_dialect *dialect, const kiln_store_limits *lim,
-		     kiln_store_msg *msg, size_t *consumed)
+int kiln_store_parse(const uint8_t *buf, size_t len, kiln_store_dialect *dialect,
+		     const kiln_store_limits *lim, kiln_store_msg *msg, size_t *consumed)
 {
 	cursor c = { .p = buf, .len = len, .off = 0, .lim = lim };
 	int r;
@@ -135,7 +135,7 @@ int kiln_store_parse(const uint8_t *buf, size_t len, kiln_store_dialect *dialect
 			return -EBADMSG;
 		op = type;
 	}
-	msg->op = (kiln_store_op)op;
+	msg->op = (kiln_store_op) op;
 	c.off = 1;
 
 	switch (msg->op) {
@@ -205,7 +205,7 @@ static void take(kiln_store_items *it, kiln_store_slice *s)
 	uint64_t n;
 	memcpy(&n, it->p, 8);
 	s->p = it->p + 8;
-	s->len = (size_t)n;
+	s->len = (size_t) n;
 	it->p += 8 + n;
 	it->left -= 8 + n;
 }
@@ -228,10 +228,11 @@ bool kiln_store_items_next(kiln_store_items *it, kiln_store_slice *key, kiln_sto
 const char *kiln_store_op_name(kiln_store_op op)
 {
 	static const char *const names[] = {
-		"VALIDATE",   "SET",        "COMPARE_SET", "GET",       "ADD",         "CHECK", "WAIT",
-		"GETNUMKEYS", "DELETE_KEY", "APPEND",      "MULTI_GET", "MULTI_SET", "CANCEL_WAIT", "PING",
+		"VALIDATE",  "SET",	  "COMPARE_SET", "GET",	       "ADD",
+		"CHECK",     "WAIT",	  "GETNUMKEYS",	 "DELETE_KEY", "APPEND",
+		"MULTI_GET", "MULTI_SET", "CANCEL_WAIT", "PING",
 	};
-	if ((unsigned)op >= ARRAY_SIZE(names))
+	if ((unsigned) op >= ARRAY_SIZE(names))
 		return "?";
 	return names[op];
 }

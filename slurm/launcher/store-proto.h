@@ -40,10 +40,10 @@ typedef enum kiln_store_op {
 } kiln_store_op;
 
 /* CheckResponseType and WaitResponseType, one byte each on the wire. */
-#define KILN_STORE_CHECK_READY 0
-#define KILN_STORE_CHECK_NOT_READY 1
+#define KILN_STORE_CHECK_READY	     0
+#define KILN_STORE_CHECK_NOT_READY   1
 #define KILN_STORE_WAIT_STOP_WAITING 0
-#define KILN_STORE_WAIT_CANCELED 1
+#define KILN_STORE_WAIT_CANCELED     1
 
 /* Which numbering a connection speaks.  torch 1.13 (no VALIDATE):
  * SET=0 COMPARE_SET=1 GET=2 ADD=3 CHECK=4 WAIT=5 GETNUMKEYS=6 WATCH_KEY=7
@@ -71,13 +71,13 @@ typedef struct kiln_store_slice {
 
 typedef struct kiln_store_msg {
 	kiln_store_op op;
-	kiln_store_slice key;    /* SET COMPARE_SET GET ADD DELETE_KEY APPEND */
-	kiln_store_slice value;  /* SET APPEND; COMPARE_SET: expected */
+	kiln_store_slice key;	 /* SET COMPARE_SET GET ADD DELETE_KEY APPEND */
+	kiln_store_slice value;	 /* SET APPEND; COMPARE_SET: expected */
 	kiln_store_slice value2; /* COMPARE_SET: desired */
-	int64_t delta;           /* ADD */
-	uint32_t nonce;          /* PING, VALIDATE (the magic) */
-	uint64_t n;              /* CHECK WAIT MULTI_GET MULTI_SET: item count */
-	const uint8_t *items;    /* first item, walk with kiln_store_items_next() */
+	int64_t delta;		 /* ADD */
+	uint32_t nonce;		 /* PING, VALIDATE (the magic) */
+	uint64_t n;		 /* CHECK WAIT MULTI_GET MULTI_SET: item count */
+	const uint8_t *items;	 /* first item, walk with kiln_store_items_next() */
 	size_t items_len;
 } kiln_store_msg;
 
@@ -88,8 +88,8 @@ typedef struct kiln_store_msg {
  *           VALIDATE;
  * -E2BIG    a key, value or count over the limits;
  * -EMSGSIZE the request would be larger than max_msg. */
-int kiln_store_parse(const uint8_t *buf, size_t len, kiln_store_dialect *dialect, const kiln_store_limits *lim,
-		     kiln_store_msg *msg, size_t *consumed);
+int kiln_store_parse(const uint8_t *buf, size_t len, kiln_store_dialect *dialect,
+		     const kiln_store_limits *lim, kiln_store_msg *msg, size_t *consumed);
 
 /* Walks the items of a parsed CHECK/WAIT/MULTI_GET (keys) or MULTI_SET (key,
  * value pairs; value may be NULL for the others).  Returns false after the

@@ -36,17 +36,17 @@
 #define EPOLL_BATCH 256
 /* Bytes read per readable event before moving on to other connections. */
 #define READ_QUANTUM (256u * 1024u)
-#define READ_CHUNK (64u * 1024u)
+#define READ_CHUNK   (64u * 1024u)
 /* A connection's buffers start this small and shrink back when drained, so
  * thousands of idle connections cost little. */
-#define BUF_MIN 4096u
+#define BUF_MIN	    4096u
 #define BUCKETS_MIN 1024u
 /* What an entry costs beyond its key and value bytes (struct, allocator
  * headers, bucket slot), and what one WAIT registration costs (a pointer on
  * each side).  Charged to max_total_bytes so that a flood of tiny keys or of
  * waits on missing keys is bounded like a flood of big values. */
 #define ENTRY_OVERHEAD 96u
-#define WAITER_COST (2u * sizeof(void *))
+#define WAITER_COST    (2u * sizeof(void *))
 
 typedef struct conn conn;
 
@@ -265,7 +265,7 @@ static int buf_reserve(kiln_store_server *s, uint8_t **buf, size_t *cap, size_t 
 		return 0;
 	if (need > s->o.max_conn_buf)
 		return -EMSGSIZE;
-	size_t n = MAX((size_t)BUF_MIN, *cap);
+	size_t n = MAX((size_t) BUF_MIN, *cap);
 	while (n < need)
 		n *= 2;
 	n = MIN(n, s->o.max_conn_buf);
@@ -292,7 +292,8 @@ static void conn_set_events(kiln_store_server *s, conn *c, bool out)
 {
 	if (c->want_out == out)
 		return;
-	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP | (out ? EPOLLOUT : 0), .data.ptr = c };
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP | (out ? EPOLLOUT : 0),
+				  .data.ptr = c };
 	if (epoll_ctl(s->epoll_fd, EPOLL_CTL_MOD, c->fd, &ev) == 0)
 		c->want_out = out;
 }
@@ -302,7 +303,8 @@ static void conn_close(kiln_store_server *s, conn *c, uint64_t *counter);
 static void conn_flush(kiln_store_server *s, conn *c)
 {
 	while (c->out_off < c->out_len) {
-		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -311,7 +313,7 @@ static void conn_flush(kiln_store_server *s, conn *c)
 			conn_close(s, c, NULL);
 			return;
 		}
-		c->out_off += (size_t)n;
+		c->out_off += (size_t) n;
 	}
 	if (c->out_off == c->out_len) {
 		c->out_off = c->out_len = 0;
@@ -409,7 +411,7 @@ static int add_waiter(kiln_store_server *s, entry *e, conn *c)
 	if (s->st.store_bytes + WAITER_COST > s->o.max_total_bytes)
 		return -ENOSPC;
 	if (e->n_waiters == e->cap_waiters) {
-		size_t n = MAX((size_t)4, e->cap_waiters * 2);
+		size_t n = MAX((size_t) 4, e->cap_waiters * 2);
 		conn **p = realloc(e->waiters, n * sizeof(*p));
 		if (!p)
 			return -ENOMEM;
@@ -417,7 +419,7 @@ static int add_waiter(kiln_store_server *s, entry *e, conn *c)
 		e->cap_waiters = n;
 	}
 	if (c->n_wait == c->cap_wait) {
-		size_t n = MAX((size_t)4, c->cap_wait * 2);
+		size_t n = MAX((size_t) 4, c->cap_wait * 2);
 		entry **p = realloc(c->wait, n * sizeof(*p));
 		if (!p)
 			return -ENOMEM;
@@ -487,7 +489,8 @@ static void on_accept(kiln_store_server *s)
 	for (int i = 0; i < 1024; i++) {
 		struct sockaddr_in sa;
 		socklen_t sl = sizeof(sa);
-		int fd = accept4(s->listen_fd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd = accept4(s->listen_fd, (struct sockaddr *) &sa, &sl,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
@@ -509,8 +512,10 @@ static void on_accept(kiln_store_server *s)
 		uint32_t addr = sa.sin_family == AF_INET ? ntohl(sa.sin_addr.s_addr) : 0;
 		if (!peer_allowed(s, addr) || s->st.connections >= s->o.max_conns) {
 			char b[INET_ADDRSTRLEN];
-			log_debug("store: refusing %s (%s)", inet_ntop(AF_INET, &sa.sin_addr, b, sizeof(b)),
-				  peer_allowed(s, addr) ? "too many connections" : "not in the allocation");
+			log_debug("store: refusing %s (%s)",
+				  inet_ntop(AF_INET, &sa.sin_addr, b, sizeof(b)),
+				  peer_allowed(s, addr) ? "too many connections"
+							: "not in the allocation");
 			close(fd);
 			s->st.refused_peers++;
 			continue;
@@ -555,7 +560,7 @@ static bool secret_eq(const kiln_store_server *s, const uint8_t *p, size_t n)
 		return false;
 	uint8_t d = 0;
 	for (size_t i = 0; i < n; i++)
-		d |= (uint8_t)(p[i] ^ (uint8_t)s->secret[i]);
+		d |= (uint8_t) (p[i] ^ (uint8_t) s->secret[i]);
 	return d == 0;
 }
 
@@ -573,17 +578,18 @@ static int parse_counter(const uint8_t *p, size_t n, int64_t *ret)
 		return -EBADMSG;
 	uint64_t v = 0;
 	for (; i < n && p[i] >= '0' && p[i] <= '9'; i++) {
-		v = v * 10 + (uint64_t)(p[i] - '0');
-		if (v > (uint64_t)INT64_MAX + 1)
+		v = v * 10 + (uint64_t) (p[i] - '0');
+		if (v > (uint64_t) INT64_MAX + 1)
 			return -ERANGE;
 	}
-	if (!neg && v > (uint64_t)INT64_MAX)
+	if (!neg && v > (uint64_t) INT64_MAX)
 		return -ERANGE;
-	*ret = neg ? (int64_t)(0 - v) : (int64_t)v;
+	*ret = neg ? (int64_t) (0 - v) : (int64_t) v;
 	return 0;
 }
 
-static int do_add(kiln_store_server *s, const uint8_t *key, size_t klen, int64_t delta, int64_t *ret)
+static int do_add(kiln_store_server *s, const uint8_t *key, size_t klen, int64_t delta,
+		  int64_t *ret)
 {
 	entry *e;
 	int r = map_insert(s, key, klen, &e);
@@ -596,7 +602,8 @@ static int do_add(kiln_store_server *s, const uint8_t *key, size_t klen, int64_t
 		r = -ERANGE;
 	char buf[32];
 	if (r == 0)
-		r = entry_store(s, e, buf, (size_t)snprintf(buf, sizeof(buf), "%" PRId64, v), false);
+		r = entry_store(s, e, buf, (size_t) snprintf(buf, sizeof(buf), "%" PRId64, v),
+				false);
 	if (r < 0) {
 		map_gc(s, e);
 		return r;
@@ -606,7 +613,8 @@ static int do_add(kiln_store_server *s, const uint8_t *key, size_t klen, int64_t
 	return 0;
 }
 
-static int do_set(kiln_store_server *s, const uint8_t *key, size_t klen, const void *v, size_t n, bool append)
+static int do_set(kiln_store_server *s, const uint8_t *key, size_t klen, const void *v, size_t n,
+		  bool append)
 {
 	entry *e;
 	int r = map_insert(s, key, klen, &e);
@@ -661,7 +669,8 @@ static int handle(kiln_store_server *s, conn *c, const kiln_store_msg *m)
 	case KILN_STORE_OP_ADD:
 	case KILN_STORE_OP_DELETE_KEY:
 	case KILN_STORE_OP_APPEND:
-		if (m->op == KILN_STORE_OP_COMPARE_SET && m->key.len == strlen(KILN_STORE_AUTH_KEY) &&
+		if (m->op == KILN_STORE_OP_COMPARE_SET &&
+		    m->key.len == strlen(KILN_STORE_AUTH_KEY) &&
 		    memcmp(m->key.p, KILN_STORE_AUTH_KEY, m->key.len) == 0)
 			break;
 		if (!c->auth && is_control(&m->key)) {
@@ -691,7 +700,8 @@ static int handle(kiln_store_server *s, conn *c, const kiln_store_msg *m)
 		return out_put(s, c, &m->nonce, 4);
 	case KILN_STORE_OP_SET:
 	case KILN_STORE_OP_APPEND:
-		r = do_set(s, m->key.p, m->key.len, m->value.p, m->value.len, m->op == KILN_STORE_OP_APPEND);
+		r = do_set(s, m->key.p, m->key.len, m->value.p, m->value.len,
+			   m->op == KILN_STORE_OP_APPEND);
 		break;
 	case KILN_STORE_OP_COMPARE_SET: {
 		if (m->key.len == strlen(KILN_STORE_AUTH_KEY) &&
@@ -738,7 +748,9 @@ static int handle(kiln_store_server *s, conn *c, const kiln_store_msg *m)
 		return out_i64(s, c, v);
 	}
 	case KILN_STORE_OP_CHECK:
-		return out_u8(s, c, keys_ready(s, m) ? KILN_STORE_CHECK_READY : KILN_STORE_CHECK_NOT_READY);
+		return out_u8(s, c,
+			      keys_ready(s, m) ? KILN_STORE_CHECK_READY
+					       : KILN_STORE_CHECK_NOT_READY);
 	case KILN_STORE_OP_WAIT: {
 		/* One WAIT at a time per connection: torch clients block on
 		 * it.  A new one (torch 1.13 after a client-side timeout)
@@ -766,7 +778,7 @@ static int handle(kiln_store_server *s, conn *c, const kiln_store_msg *m)
 		break;
 	}
 	case KILN_STORE_OP_GETNUMKEYS:
-		return out_i64(s, c, (int64_t)s->st.keys);
+		return out_i64(s, c, (int64_t) s->st.keys);
 	case KILN_STORE_OP_DELETE_KEY: {
 		e = map_find(s, m->key.p, m->key.len, NULL);
 		int64_t n = e && e->present;
@@ -782,7 +794,8 @@ static int handle(kiln_store_server *s, conn *c, const kiln_store_msg *m)
 		kiln_store_items_init(&it, m);
 		while (kiln_store_items_next(&it, &k, &v)) {
 			e = map_find(s, k.p, k.len, NULL);
-			r = e && e->present ? out_vec(s, c, e->val, e->vlen) : out_vec(s, c, NULL, 0);
+			r = e && e->present ? out_vec(s, c, e->val, e->vlen)
+					    : out_vec(s, c, NULL, 0);
 			if (r < 0)
 				return r;
 		}
@@ -815,7 +828,8 @@ static void on_readable(kiln_store_server *s, conn *c)
 {
 	size_t total = 0;
 	while (!c->dead && total < READ_QUANTUM) {
-		int r = buf_reserve(s, &c->in, &c->in_cap, MIN(c->in_len + READ_CHUNK, s->o.max_conn_buf));
+		int r = buf_reserve(s, &c->in, &c->in_cap,
+				    MIN(c->in_len + READ_CHUNK, s->o.max_conn_buf));
 		if (r < 0 || c->in_len >= c->in_cap) {
 			/* a request that cannot fit in the buffer */
 			log_debug("store: request over the connection buffer, closing");
@@ -834,14 +848,15 @@ static void on_readable(kiln_store_server *s, conn *c)
 			conn_close(s, c, NULL);
 			return;
 		}
-		c->in_len += (size_t)n;
-		total += (size_t)n;
+		c->in_len += (size_t) n;
+		total += (size_t) n;
 
 		size_t off = 0;
 		while (!c->dead && off < c->in_len) {
 			kiln_store_msg m;
 			size_t used = 0;
-			r = kiln_store_parse(c->in + off, c->in_len - off, &c->dialect, &s->lim, &m, &used);
+			r = kiln_store_parse(c->in + off, c->in_len - off, &c->dialect, &s->lim, &m,
+					     &used);
 			if (r == 0)
 				break;
 			if (r < 0) {
@@ -860,7 +875,7 @@ static void on_readable(kiln_store_server *s, conn *c)
 		}
 		if (c->out_len > c->out_off)
 			conn_flush(s, c);
-		if ((size_t)n < READ_CHUNK)
+		if ((size_t) n < READ_CHUNK)
 			break;
 	}
 	if (!c->dead && c->in_len == 0 && c->in_cap > BUF_MIN)
@@ -889,21 +904,25 @@ static void raise_nofile(size_t conns)
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
 		return;
-	rlim_t want = (rlim_t)conns + 256;
+	rlim_t want = (rlim_t) conns + 256;
 	if (rl.rlim_cur >= want)
 		return;
 	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : MIN(want, rl.rlim_max);
-	(void)setrlimit(RLIMIT_NOFILE, &rl);
+	(void) setrlimit(RLIMIT_NOFILE, &rl);
 }
 
 int kiln_store_server_new(const kiln_store_server_opts *opts, kiln_store_server **ret)
 {
 	assert_return(opts && ret, -EINVAL);
-	assert_return(opts->max_key > 0 && opts->max_value > 0 && opts->max_multi > 0 && opts->max_conns > 0,
+	assert_return(opts->max_key > 0 && opts->max_value > 0 && opts->max_multi > 0 &&
+			      opts->max_conns > 0,
 		      -EINVAL);
-	assert_return(opts->max_conn_buf >= opts->max_key + 64 && opts->max_total_bytes > 0 && opts->max_total_buf > 0,
+	assert_return(opts->max_conn_buf >= opts->max_key + 64 && opts->max_total_bytes > 0 &&
+			      opts->max_total_buf > 0,
 		      -EINVAL);
-	assert_return(!opts->secret || (opts->secret[0] && strlen(opts->secret) <= KILN_STORE_SECRET_MAX), -EINVAL);
+	assert_return(!opts->secret ||
+			      (opts->secret[0] && strlen(opts->secret) <= KILN_STORE_SECRET_MAX),
+		      -EINVAL);
 	assert_return(opts->n_allow == 0 || opts->allow, -EINVAL);
 
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(opts->port) };
@@ -953,7 +972,7 @@ int kiln_store_server_new(const kiln_store_server_opts *opts, kiln_store_server 
 		s->secret_len = strlen(s->secret);
 	}
 	if (getrandom(&s->seed, sizeof(s->seed), GRND_NONBLOCK) != sizeof(s->seed))
-		s->seed = (uint64_t)(uintptr_t)s ^ (uint64_t)getpid() << 32;
+		s->seed = (uint64_t) (uintptr_t) s ^ (uint64_t) getpid() << 32;
 
 	raise_nofile(opts->max_conns);
 
@@ -962,12 +981,12 @@ int kiln_store_server_new(const kiln_store_server_opts *opts, kiln_store_server 
 		goto fail_errno;
 	int one = 1;
 	setsockopt(s->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(s->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+	if (bind(s->listen_fd, (struct sockaddr *) &sa, sizeof(sa)) < 0)
 		goto fail_errno;
 	if (listen(s->listen_fd, opts->backlog > 0 ? opts->backlog : 4096) < 0)
 		goto fail_errno;
 	socklen_t sl = sizeof(sa);
-	if (getsockname(s->listen_fd, (struct sockaddr *)&sa, &sl) < 0)
+	if (getsockname(s->listen_fd, (struct sockaddr *) &sa, &sl) < 0)
 		goto fail_errno;
 	s->port = ntohs(sa.sin_port);
 
@@ -1055,7 +1074,7 @@ static int process(kiln_store_server *s, int timeout_ms)
 			on_accept(s);
 		} else if (p == &tag_event) {
 			uint64_t v;
-			(void)!read(s->event_fd, &v, sizeof(v));
+			(void) !read(s->event_fd, &v, sizeof(v));
 		} else {
 			conn *c = p;
 			if (c->dead)
@@ -1076,7 +1095,8 @@ int kiln_store_server_process(kiln_store_server *s, uint64_t timeout_usec)
 	assert_return(s, -EINVAL);
 	if (s->running)
 		return -EBUSY;
-	int ms = timeout_usec == UINT64_MAX ? -1 : (int)MIN(timeout_usec / 1000, (uint64_t)INT_MAX);
+	int ms = timeout_usec == UINT64_MAX ? -1
+					    : (int) MIN(timeout_usec / 1000, (uint64_t) INT_MAX);
 	return process(s, ms);
 }
 
@@ -1109,7 +1129,7 @@ int kiln_store_server_stop(kiln_store_server *s)
 		return 0;
 	atomic_store(&s->stop, true);
 	uint64_t one = 1;
-	(void)!write(s->event_fd, &one, sizeof(one));
+	(void) !write(s->event_fd, &one, sizeof(one));
 	pthread_join(s->thread, NULL);
 	s->running = false;
 	return 0;
@@ -1135,7 +1155,7 @@ int kiln_store_server_set(kiln_store_server *s, const char *key, const void *val
 	if (len > s->o.max_value)
 		return -E2BIG;
 	pthread_mutex_lock(&s->lock);
-	r = do_set(s, (const uint8_t *)key, strlen(key), value, len, false);
+	r = do_set(s, (const uint8_t *) key, strlen(key), value, len, false);
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }
@@ -1147,7 +1167,7 @@ int kiln_store_server_get(kiln_store_server *s, const char *key, void **ret, siz
 	if (r < 0)
 		return r == -E2BIG ? -ENOENT : r;
 	pthread_mutex_lock(&s->lock);
-	entry *e = map_find(s, (const uint8_t *)key, strlen(key), NULL);
+	entry *e = map_find(s, (const uint8_t *) key, strlen(key), NULL);
 	if (!e || !e->present) {
 		r = -ENOENT;
 	} else {
@@ -1173,7 +1193,7 @@ int kiln_store_server_add(kiln_store_server *s, const char *key, int64_t delta, 
 		return r;
 	int64_t v = 0;
 	pthread_mutex_lock(&s->lock);
-	r = do_add(s, (const uint8_t *)key, strlen(key), delta, &v);
+	r = do_add(s, (const uint8_t *) key, strlen(key), delta, &v);
 	pthread_mutex_unlock(&s->lock);
 	if (r >= 0 && ret)
 		*ret = v;
@@ -1187,7 +1207,7 @@ int kiln_store_server_delete(kiln_store_server *s, const char *key)
 	if (r < 0)
 		return r == -E2BIG ? 0 : r;
 	pthread_mutex_lock(&s->lock);
-	entry *e = map_find(s, (const uint8_t *)key, strlen(key), NULL);
+	entry *e = map_find(s, (const uint8_t *) key, strlen(key), NULL);
 	r = e && e->present;
 	if (e) {
 		entry_drop_value(s, e);
@@ -1201,12 +1221,13 @@ int64_t kiln_store_server_num_keys(kiln_store_server *s)
 {
 	assert_return(s, -EINVAL);
 	pthread_mutex_lock(&s->lock);
-	int64_t n = (int64_t)s->st.keys;
+	int64_t n = (int64_t) s->st.keys;
 	pthread_mutex_unlock(&s->lock);
 	return n;
 }
 
-int kiln_store_server_foreach(kiln_store_server *s, const char *prefix, kiln_store_foreach_fn fn, void *userdata)
+int kiln_store_server_foreach(kiln_store_server *s, const char *prefix, kiln_store_foreach_fn fn,
+			      void *userdata)
 {
 	assert_return(s && fn, -EINVAL);
 	size_t pl = prefix ? strlen(prefix) : 0;

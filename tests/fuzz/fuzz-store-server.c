@@ -30,7 +30,7 @@ static int open_conn(uint16_t port)
 		return -1;
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno != EINPROGRESS) {
+	if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 && errno != EINPROGRESS) {
 		close(fd);
 		return -1;
 	}
@@ -82,11 +82,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 					uint8_t val[5] = { 0 };
 					uint32_t magic = KILN_STORE_VALIDATE_MAGIC;
 					memcpy(val + 1, &magic, 4);
-					(void)!send(fds[ci], val, 5, MSG_NOSIGNAL);
+					(void) !send(fds[ci], val, 5, MSG_NOSIGNAL);
 				}
 			}
 			if (fds[ci] >= 0)
-				(void)!send(fds[ci], data + off, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+				(void) !send(fds[ci], data + off, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 			off += len;
 		}
 		/* let the server accept and handle everything sent so far */

@@ -25,8 +25,8 @@
 #include "kiln/store.h"
 
 #define THREAD_STACK (256u * 1024u)
-#define LAT_SAMPLES 4096
-#define CLIENTS_MAX 8192
+#define LAT_SAMPLES  4096
+#define CLIENTS_MAX  8192
 
 typedef struct bench {
 	const char *host;
@@ -91,7 +91,8 @@ static void *ops_thread(void *p)
 			break;
 		}
 		if (w->ops % 2 == 1 && w->n_lat < LAT_SAMPLES)
-			w->lat[w->n_lat++] = (uint32_t)MIN(kiln_now_usec() - t0, (uint64_t)UINT32_MAX);
+			w->lat[w->n_lat++] =
+				(uint32_t) MIN(kiln_now_usec() - t0, (uint64_t) UINT32_MAX);
 		w->ops++;
 	}
 	kiln_store_client_free(c);
@@ -124,7 +125,8 @@ static void *rdzv_thread(void *p)
 			if (r < 0)
 				fail(b, r, "rendezvous");
 			uint64_t now = kiln_now_usec(), prev = b->last_woke;
-			while (now > prev && !atomic_compare_exchange_weak(&b->last_woke, &prev, now))
+			while (now > prev &&
+			       !atomic_compare_exchange_weak(&b->last_woke, &prev, now))
 				;
 		}
 		pthread_barrier_wait(&b->round_end);
@@ -135,22 +137,26 @@ static void *rdzv_thread(void *p)
 
 static int cmp_u32(const void *a, const void *b)
 {
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	uint32_t x = *(const uint32_t *) a, y = *(const uint32_t *) b;
 	return x < y ? -1 : x > y;
 }
 
 int main(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{ "host", required_argument, NULL, 'H' },    { "port", required_argument, NULL, 'p' },
-		{ "clients", required_argument, NULL, 'n' }, { "seconds", required_argument, NULL, 's' },
-		{ "rounds", required_argument, NULL, 'r' },  { "value-size", required_argument, NULL, 'v' },
-		{}
+	static const struct option longopts[] = { { "host", required_argument, NULL, 'H' },
+						  { "port", required_argument, NULL, 'p' },
+						  { "clients", required_argument, NULL, 'n' },
+						  { "seconds", required_argument, NULL, 's' },
+						  { "rounds", required_argument, NULL, 'r' },
+						  { "value-size", required_argument, NULL, 'v' },
+						  {} };
+	bench b = {
+		.host = "127.0.0.1", .clients = 16, .seconds = 2, .rounds = 3, .value_size = 64
 	};
-	bench b = { .host = "127.0.0.1", .clients = 16, .seconds = 2, .rounds = 3, .value_size = 64 };
 	int c, port = 0, n;
 	if (argc < 2 || (!streq(argv[1], "ops") && !streq(argv[1], "rdzv"))) {
-		fprintf(stderr, "Usage: kiln-store-bench ops|rdzv --port P [--host H] [--clients N] [--seconds S]\n"
+		fprintf(stderr, "Usage: kiln-store-bench ops|rdzv --port P [--host H] [--clients "
+				"N] [--seconds S]\n"
 				"                        [--rounds R] [--value-size B]\n");
 		return 2;
 	}
@@ -164,7 +170,7 @@ int main(int argc, char **argv)
 		case 'p':
 			if (kiln_parse_int(optarg, 1, 65535, &port) < 0)
 				goto bad;
-			b.port = (uint16_t)port;
+			b.port = (uint16_t) port;
 			break;
 		case 'n':
 			if (kiln_parse_int(optarg, 1, CLIENTS_MAX, &b.clients) < 0)
@@ -179,9 +185,9 @@ int main(int argc, char **argv)
 				goto bad;
 			break;
 		case 'v':
-			if (kiln_parse_int(optarg, 0, (int)KILN_STORE_VALUE_MAX, &n) < 0)
+			if (kiln_parse_int(optarg, 0, (int) KILN_STORE_VALUE_MAX, &n) < 0)
 				goto bad;
-			b.value_size = (size_t)n;
+			b.value_size = (size_t) n;
 			break;
 		default:
 			return 2;
@@ -195,15 +201,15 @@ int main(int argc, char **argv)
 	}
 
 	struct rlimit rl;
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)b.clients + 64) {
-		rl.rlim_cur = MIN((rlim_t)b.clients + 64, rl.rlim_max);
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t) b.clients + 64) {
+		rl.rlim_cur = MIN((rlim_t) b.clients + 64, rl.rlim_max);
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
-	pthread_barrier_init(&b.start, NULL, (unsigned)b.clients + 1);
-	pthread_barrier_init(&b.round_start, NULL, (unsigned)b.clients + 1);
-	pthread_barrier_init(&b.round_end, NULL, (unsigned)b.clients + 1);
-	worker *ws = calloc((size_t)b.clients, sizeof(*ws));
-	pthread_t *ts = calloc((size_t)b.clients, sizeof(*ts));
+	pthread_barrier_init(&b.start, NULL, (unsigned) b.clients + 1);
+	pthread_barrier_init(&b.round_start, NULL, (unsigned) b.clients + 1);
+	pthread_barrier_init(&b.round_end, NULL, (unsigned) b.clients + 1);
+	worker *ws = calloc((size_t) b.clients, sizeof(*ws));
+	pthread_t *ts = calloc((size_t) b.clients, sizeof(*ts));
 	if (!ws || !ts)
 		return log_error_errno(ENOMEM, "Out of memory"), 1;
 	pthread_attr_t attr;
@@ -231,16 +237,17 @@ int main(int argc, char **argv)
 			pthread_barrier_wait(&b.round_end);
 			if (b.failed)
 				break;
-			printf("rdzv clients=%d round=%d ms=%.2f\n", b.clients, r, (double)(b.last_woke - start) / 1000.0);
+			printf("rdzv clients=%d round=%d ms=%.2f\n", b.clients, r,
+			       (double) (b.last_woke - start) / 1000.0);
 			fflush(stdout);
 		}
 	} else {
-		usleep((useconds_t)(b.seconds * 1e6));
+		usleep((useconds_t) (b.seconds * 1e6));
 		b.stop = true;
 	}
 	for (int i = 0; i < b.clients; i++)
 		pthread_join(ts[i], NULL);
-	double secs = (double)(kiln_now_usec() - t0) / 1e6 - (double)connect_ms / 1000.0;
+	double secs = (double) (kiln_now_usec() - t0) / 1e6 - (double) connect_ms / 1000.0;
 
 	if (!rdzv && !b.failed) {
 		uint64_t ops = 0;
@@ -249,14 +256,15 @@ int main(int argc, char **argv)
 			ops += ws[i].ops;
 			nl += ws[i].n_lat;
 		}
-		uint32_t *lat = malloc(MAX(nl, (size_t)1) * sizeof(*lat));
+		uint32_t *lat = malloc(MAX(nl, (size_t) 1) * sizeof(*lat));
 		size_t k = 0;
 		for (int i = 0; i < b.clients; i++)
 			for (size_t j = 0; j < ws[i].n_lat; j++)
 				lat[k++] = ws[i].lat[j];
 		qsort(lat, nl, sizeof(*lat), cmp_u32);
-		printf("ops clients=%d ops=%" PRIu64 " ops_per_sec=%.0f p50_us=%u p99_us=%u\n", b.clients, ops,
-		       (double)ops / secs, nl ? lat[nl / 2] : 0, nl ? lat[nl * 99 / 100] : 0);
+		printf("ops clients=%d ops=%" PRIu64 " ops_per_sec=%.0f p50_us=%u p99_us=%u\n",
+		       b.clients, ops, (double) ops / secs, nl ? lat[nl / 2] : 0,
+		       nl ? lat[nl * 99 / 100] : 0);
 		free(lat);
 	}
 	free(ws);

@@ -32,21 +32,26 @@ static int dump_key(const char *key, const void *value, size_t len, void *userda
 
 static void usage(FILE *f)
 {
-	fprintf(f, "Usage: kiln-store-server [--bind ADDR] [--port P] [--secret S] [--allow ADDR]...\n"
-		   "                         [--allow-all] [--no-loopback] [--max-conns N] [--port-file FILE]\n"
-		   "                         [--dump-keys]\n");
+	fprintf(f,
+		"Usage: kiln-store-server [--bind ADDR] [--port P] [--secret S] [--allow ADDR]...\n"
+		"                         [--allow-all] [--no-loopback] [--max-conns N] "
+		"[--port-file FILE]\n"
+		"                         [--dump-keys]\n");
 }
 
 int main(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{ "bind", required_argument, NULL, 'b' },   { "port", required_argument, NULL, 'p' },
-		{ "secret", required_argument, NULL, 's' }, { "allow", required_argument, NULL, 'a' },
-		{ "allow-all", no_argument, NULL, 'A' },    { "no-loopback", no_argument, NULL, 'L' },
-		{ "max-conns", required_argument, NULL, 'm' }, { "port-file", required_argument, NULL, 'f' },
-		{ "dump-keys", no_argument, NULL, 'D' },    { "help", no_argument, NULL, 'h' },
-		{}
-	};
+	static const struct option longopts[] = { { "bind", required_argument, NULL, 'b' },
+						  { "port", required_argument, NULL, 'p' },
+						  { "secret", required_argument, NULL, 's' },
+						  { "allow", required_argument, NULL, 'a' },
+						  { "allow-all", no_argument, NULL, 'A' },
+						  { "no-loopback", no_argument, NULL, 'L' },
+						  { "max-conns", required_argument, NULL, 'm' },
+						  { "port-file", required_argument, NULL, 'f' },
+						  { "dump-keys", no_argument, NULL, 'D' },
+						  { "help", no_argument, NULL, 'h' },
+						  {} };
 	kiln_store_server_opts o;
 	static uint32_t allow[ALLOW_MAX];
 	const char *port_file = NULL;
@@ -69,16 +74,18 @@ int main(int argc, char **argv)
 				log_error("--port: '%s' is not a port number (0-65535).", optarg);
 				return 2;
 			}
-			o.port = (uint16_t)p;
+			o.port = (uint16_t) p;
 			break;
 		}
 		case 's':
 			o.secret = optarg;
 			break;
 		case 'a':
-			if (o.n_allow >= ALLOW_MAX || kiln_parse_ipv4(optarg, &allow[o.n_allow]) < 0) {
-				log_error("--allow: '%s' is not an IPv4 address (or more than %d given).", optarg,
-					  ALLOW_MAX);
+			if (o.n_allow >= ALLOW_MAX ||
+			    kiln_parse_ipv4(optarg, &allow[o.n_allow]) < 0) {
+				log_error("--allow: '%s' is not an IPv4 address (or more than %d "
+					  "given).",
+					  optarg, ALLOW_MAX);
 				return 2;
 			}
 			o.n_allow++;
@@ -92,10 +99,12 @@ int main(int argc, char **argv)
 		case 'm': {
 			int m;
 			if (kiln_parse_int(optarg, 1, 1 << 20, &m) < 0) {
-				log_error("--max-conns: '%s' is not a number between 1 and 1048576.", optarg);
+				log_error(
+					"--max-conns: '%s' is not a number between 1 and 1048576.",
+					optarg);
 				return 2;
 			}
-			o.max_conns = (size_t)m;
+			o.max_conns = (size_t) m;
 			break;
 		}
 		case 'f':
@@ -127,8 +136,8 @@ int main(int argc, char **argv)
 	kiln_store_server *s = NULL;
 	r = kiln_store_server_new(&o, &s);
 	if (r < 0) {
-		log_error_errno(r, "Failed to start the store on %s:%u: %m", o.bind_address ? o.bind_address : "0.0.0.0",
-				o.port);
+		log_error_errno(r, "Failed to start the store on %s:%u: %m",
+				o.bind_address ? o.bind_address : "0.0.0.0", o.port);
 		return 1;
 	}
 	r = kiln_store_server_start(s);
@@ -140,7 +149,7 @@ int main(int argc, char **argv)
 	if (port_file) {
 		char buf[16];
 		int n = snprintf(buf, sizeof(buf), "%u\n", kiln_store_server_port(s));
-		r = kiln_write_file_atomic(port_file, buf, (size_t)n, 0644);
+		r = kiln_write_file_atomic(port_file, buf, (size_t) n, 0644);
 		if (r < 0) {
 			log_error_errno(r, "Failed to write '%s': %m", port_file);
 			kiln_store_server_free(s);
@@ -156,11 +165,12 @@ int main(int argc, char **argv)
 	kiln_store_server_stats st;
 	kiln_store_server_get_stats(s, &st);
 	fprintf(stderr,
-		"stats: connections=%" PRIu64 " accepted=%" PRIu64 " refused=%" PRIu64 " dropped_protocol=%" PRIu64
-		" dropped_auth=%" PRIu64 " dropped_limits=%" PRIu64 " keys=%" PRIu64 " store_bytes=%" PRIu64
-		" buffered=%" PRIu64 " requests=%" PRIu64 "\n",
-		st.connections, st.accepted, st.refused_peers, st.dropped_protocol, st.dropped_auth, st.dropped_limits,
-		st.keys, st.store_bytes, st.buffered_bytes, st.requests);
+		"stats: connections=%" PRIu64 " accepted=%" PRIu64 " refused=%" PRIu64
+		" dropped_protocol=%" PRIu64 " dropped_auth=%" PRIu64 " dropped_limits=%" PRIu64
+		" keys=%" PRIu64 " store_bytes=%" PRIu64 " buffered=%" PRIu64 " requests=%" PRIu64
+		"\n",
+		st.connections, st.accepted, st.refused_peers, st.dropped_protocol, st.dropped_auth,
+		st.dropped_limits, st.keys, st.store_bytes, st.buffered_bytes, st.requests);
 	if (dump_keys)
 		kiln_store_server_foreach(s, NULL, dump_key, NULL);
 	kiln_store_server_free(s);

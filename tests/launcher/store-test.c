@@ -17,7 +17,7 @@
 #include "kiln/store.h"
 #include "store-proto.h"
 
-#define SEC 1000000ull
+#define SEC    1000000ull
 #define SECRET "0123456789abcdef-job-secret"
 
 /* ---- helpers -------------------------------------------------------------- */
@@ -43,7 +43,9 @@ static kiln_store_server *default_server(void)
 static kiln_store_client *client(kiln_store_server *s, const char *secret)
 {
 	kiln_store_client *c = NULL;
-	assert_int_equal(kiln_store_client_connect("127.0.0.1", kiln_store_server_port(s), secret, 5 * SEC, &c), 0);
+	assert_int_equal(kiln_store_client_connect("127.0.0.1", kiln_store_server_port(s), secret,
+						   5 * SEC, &c),
+			 0);
 	return c;
 }
 
@@ -53,7 +55,7 @@ static int raw_connect(uint16_t port)
 	assert_true(fd >= 0);
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(connect(fd, (struct sockaddr *) &sa, sizeof(sa)), 0);
 	struct timeval tv = { .tv_sec = 5 };
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	return fd;
@@ -82,7 +84,9 @@ static void put_str(uint8_t **p, const char *s)
 
 /* ---- parser --------------------------------------------------------------- */
 
-static const kiln_store_limits lim = { .max_key = 64, .max_value = 1024, .max_multi = 4, .max_msg = 4096 };
+static const kiln_store_limits lim = {
+	.max_key = 64, .max_value = 1024, .max_multi = 4, .max_msg = 4096
+};
 
 static void test_parse_dialects(void **state)
 {
@@ -106,12 +110,12 @@ static void test_parse_dialects(void **state)
 	p = b;
 	*p++ = 3; /* GET in 2.x */
 	put_str(&p, "/k");
-	assert_int_equal(kiln_store_parse(b, (size_t)(p - b), &d, &lim, &m, &used), 1);
+	assert_int_equal(kiln_store_parse(b, (size_t) (p - b), &d, &lim, &m, &used), 1);
 	assert_int_equal(m.op, KILN_STORE_OP_GET);
 	assert_int_equal(m.key.len, 2);
 	assert_memory_equal(m.key.p, "/k", 2);
 	/* every truncation needs more bytes */
-	for (size_t i = 0; i < (size_t)(p - b); i++)
+	for (size_t i = 0; i < (size_t) (p - b); i++)
 		assert_int_equal(kiln_store_parse(b, i, &d, &lim, &m, &used), 0);
 
 	/* torch 1.13: no VALIDATE; SET=0 ... GET=2, WATCH_KEY=7 unsupported */
@@ -120,20 +124,20 @@ static void test_parse_dialects(void **state)
 	*p++ = 0;
 	put_str(&p, "/k");
 	put_str(&p, "v");
-	assert_int_equal(kiln_store_parse(b, (size_t)(p - b), &d, &lim, &m, &used), 1);
+	assert_int_equal(kiln_store_parse(b, (size_t) (p - b), &d, &lim, &m, &used), 1);
 	assert_int_equal(d, KILN_STORE_DIALECT_V1);
 	assert_int_equal(m.op, KILN_STORE_OP_SET);
-	assert_int_equal(used, (size_t)(p - b));
+	assert_int_equal(used, (size_t) (p - b));
 	assert_memory_equal(m.value.p, "v", 1);
 	b[0] = 2;
 	p = b + 1;
 	put_str(&p, "/k");
-	assert_int_equal(kiln_store_parse(b, (size_t)(p - b), &d, &lim, &m, &used), 1);
+	assert_int_equal(kiln_store_parse(b, (size_t) (p - b), &d, &lim, &m, &used), 1);
 	assert_int_equal(m.op, KILN_STORE_OP_GET);
 	b[0] = 7;
-	assert_int_equal(kiln_store_parse(b, (size_t)(p - b), &d, &lim, &m, &used), -EBADMSG);
+	assert_int_equal(kiln_store_parse(b, (size_t) (p - b), &d, &lim, &m, &used), -EBADMSG);
 	b[0] = 9; /* APPEND does not exist in 1.13 */
-	assert_int_equal(kiln_store_parse(b, (size_t)(p - b), &d, &lim, &m, &used), -EBADMSG);
+	assert_int_equal(kiln_store_parse(b, (size_t) (p - b), &d, &lim, &m, &used), -EBADMSG);
 }
 
 static void test_parse_limits(void **state)
@@ -153,7 +157,7 @@ static void test_parse_limits(void **state)
 	put_str(&p, "k");
 	uint64_t big = lim.max_value + 1;
 	memcpy(p, &big, 8);
-	assert_int_equal(kiln_store_parse(b, (size_t)(p - b) + 8, &d, &lim, &m, &used), -E2BIG);
+	assert_int_equal(kiln_store_parse(b, (size_t) (p - b) + 8, &d, &lim, &m, &used), -E2BIG);
 	/* too many keys */
 	b[0] = KILN_STORE_OP_WAIT;
 	uint64_t n = lim.max_multi + 1;
@@ -167,7 +171,8 @@ static void test_parse_limits(void **state)
 	put_str(&p, "key");
 	uint64_t vl = 100;
 	memcpy(p, &vl, 8);
-	assert_int_equal(kiln_store_parse(b, (size_t)(p - b) + 8, &d, &small, &m, &used), -EMSGSIZE);
+	assert_int_equal(kiln_store_parse(b, (size_t) (p - b) + 8, &d, &small, &m, &used),
+			 -EMSGSIZE);
 	/* unknown op */
 	b[0] = 200;
 	assert_int_equal(kiln_store_parse(b, 1, &d, &lim, &m, &used), -EBADMSG);
@@ -187,7 +192,7 @@ static void test_parse_multi(void **state)
 	put_str(&p, "1");
 	put_str(&p, "bb");
 	put_str(&p, "22");
-	assert_int_equal(kiln_store_parse(b, (size_t)(p - b), &d, &lim, &m, &used), 1);
+	assert_int_equal(kiln_store_parse(b, (size_t) (p - b), &d, &lim, &m, &used), 1);
 	assert_int_equal(m.n, 2);
 	kiln_store_items it;
 	kiln_store_slice k, v;
@@ -317,7 +322,7 @@ static void *wait_thread(void *p)
 	w->woke = kiln_now_usec();
 	if (w->r == 0) {
 		size_t n;
-		w->r = kiln_store_client_get(c, w->key, (void **)&w->value, &n);
+		w->r = kiln_store_client_get(c, w->key, (void **) &w->value, &n);
 	}
 	kiln_store_client_free(c);
 	return NULL;
@@ -327,7 +332,9 @@ static void test_wait_wakes_on_set(void **state)
 {
 	kiln_store_server *s = default_server();
 	kiln_store_client *c = client(s, NULL);
-	waiter w[3] = { { .s = s, .key = "go" }, { .s = s, .key = "go" }, { .s = s, .key = "go2" } };
+	waiter w[3] = { { .s = s, .key = "go" },
+			{ .s = s, .key = "go" },
+			{ .s = s, .key = "go2" } };
 	pthread_t t[3];
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(pthread_create(&t[i], NULL, wait_thread, &w[i]), 0);
@@ -338,7 +345,7 @@ static void test_wait_wakes_on_set(void **state)
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(w[i].woke, 0);
 	uint64_t t0 = kiln_now_usec();
-	assert_int_equal(kiln_store_client_set(c, "go", "now", 3), 0); /* remote SET */
+	assert_int_equal(kiln_store_client_set(c, "go", "now", 3), 0);	  /* remote SET */
 	assert_int_equal(kiln_store_server_set(s, "go2", "later", 5), 0); /* in-process SET */
 	for (int i = 0; i < 3; i++) {
 		pthread_join(t[i], NULL);
@@ -390,7 +397,8 @@ static void test_secret(void **state)
 	kiln_store_server_stats st;
 
 	/* wrong secret: refused and closed */
-	assert_int_equal(kiln_store_client_connect("127.0.0.1", kiln_store_server_port(s), "wrong", 5 * SEC, &c),
+	assert_int_equal(kiln_store_client_connect("127.0.0.1", kiln_store_server_port(s), "wrong",
+						   5 * SEC, &c),
 			 -EACCES);
 	/* right secret: control keys work */
 	kiln_store_client *a = client(s, SECRET);
@@ -418,7 +426,7 @@ static void test_secret(void **state)
 	uint8_t b[128], *p = b;
 	*p++ = 2; /* torch 1.13 GET */
 	put_str(&p, "/kiln/rdzv/round");
-	assert_int_equal(send(fd, b, (size_t)(p - b), MSG_NOSIGNAL), p - b);
+	assert_int_equal(send(fd, b, (size_t) (p - b), MSG_NOSIGNAL), p - b);
 	assert_true(raw_closed(fd));
 	close(fd);
 	/* and so is one that CHECKs/WAITs on one among others */
@@ -434,7 +442,7 @@ static void test_secret(void **state)
 	p += 8;
 	put_str(&p, "/worker/x");
 	put_str(&p, "/kiln/rdzv/round");
-	assert_int_equal(send(fd, b, (size_t)(p - b), MSG_NOSIGNAL), p - b);
+	assert_int_equal(send(fd, b, (size_t) (p - b), MSG_NOSIGNAL), p - b);
 	assert_true(raw_closed(fd));
 	close(fd);
 	kiln_store_server_get_stats(s, &st);
@@ -450,7 +458,8 @@ static void test_secret(void **state)
 	kiln_store_server_opts_init(&o);
 	o.bind_address = "127.0.0.1";
 	s = server_up(&o);
-	assert_int_equal(kiln_store_client_connect("127.0.0.1", kiln_store_server_port(s), SECRET, 5 * SEC, &c),
+	assert_int_equal(kiln_store_client_connect("127.0.0.1", kiln_store_server_port(s), SECRET,
+						   5 * SEC, &c),
 			 -EACCES);
 	/* but the hosting agent still reaches control keys in-process */
 	assert_int_equal(kiln_store_server_set(s, "/kiln/x", "1", 1), 0);
@@ -472,7 +481,8 @@ static void test_allow_list(void **state)
 	o.allow = other;
 	o.n_allow = 1;
 	kiln_store_server *s = server_up(&o);
-	int r = kiln_store_client_connect("127.0.0.1", kiln_store_server_port(s), NULL, 2 * SEC, &c);
+	int r = kiln_store_client_connect("127.0.0.1", kiln_store_server_port(s), NULL, 2 * SEC,
+					  &c);
 	assert_true(r == -ECONNRESET || r == -EPIPE);
 	kiln_store_server_get_stats(s, &st);
 	assert_int_equal(st.refused_peers, 1);
@@ -521,7 +531,7 @@ static void test_limits(void **state)
 	/* store total: the writer over the limit is dropped, the data stays */
 	assert_int_equal(kiln_store_client_set(c, "fits", big, 500), 0);
 	assert_int_equal(kiln_store_client_set(c, "toobig", big, 600), 0); /* no reply to SET ... */
-	assert_int_equal(kiln_store_client_ping(c, NULL), -ECONNRESET);     /* ... but the drop shows */
+	assert_int_equal(kiln_store_client_ping(c, NULL), -ECONNRESET); /* ... but the drop shows */
 	kiln_store_client_free(c);
 	assert_int_equal(kiln_store_server_set(s, "inproc", big, 600), -ENOSPC);
 	kiln_store_server_get_stats(s, &st);
@@ -534,7 +544,8 @@ static void test_limits(void **state)
 	for (int i = 0; i < 3; i++)
 		cs[i] = client(s, NULL);
 	kiln_store_client *extra = NULL;
-	int r = kiln_store_client_connect("127.0.0.1", kiln_store_server_port(s), NULL, 2 * SEC, &extra);
+	int r = kiln_store_client_connect("127.0.0.1", kiln_store_server_port(s), NULL, 2 * SEC,
+					  &extra);
 	assert_true(r == -ECONNRESET || r == -EPIPE);
 	for (int i = 0; i < 3; i++)
 		kiln_store_client_free(cs[i]);
@@ -583,7 +594,7 @@ static void test_wait_flood_bounded(void **state)
 		snprintf(k, sizeof(k), "/worker/ghost/%0100d", i);
 		put_str(&p, k);
 	}
-	assert_int_equal(send(fd, b, (size_t)(p - b), MSG_NOSIGNAL), p - b);
+	assert_int_equal(send(fd, b, (size_t) (p - b), MSG_NOSIGNAL), p - b);
 	assert_true(raw_closed(fd));
 	close(fd);
 	kiln_store_server_get_stats(s, &st);
@@ -633,14 +644,14 @@ static void test_partial_and_pipelined(void **state)
 					usleep(200);
 			}
 		} else {
-			assert_int_equal(send(fd, b, (size_t)(p - b), MSG_NOSIGNAL), p - b);
+			assert_int_equal(send(fd, b, (size_t) (p - b), MSG_NOSIGNAL), p - b);
 		}
 		uint8_t r[8 + 1 + 8 + 3 + 8];
 		size_t got = 0;
 		while (got < sizeof(r)) {
 			ssize_t n = recv(fd, r + got, sizeof(r) - got, 0);
 			assert_true(n > 0);
-			got += (size_t)n;
+			got += (size_t) n;
 		}
 		int64_t v;
 		memcpy(&v, r, 8);
@@ -661,7 +672,7 @@ static void test_partial_and_pipelined(void **state)
 
 static int count_cb(const char *key, const void *value, size_t len, void *userdata)
 {
-	(*(int *)userdata)++;
+	(*(int *) userdata)++;
 	assert_non_null(startswith(key, "/kiln/hb/"));
 	return 0;
 }
@@ -754,12 +765,18 @@ static void test_process_loop(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_parse_dialects),    cmocka_unit_test(test_parse_limits),
-		cmocka_unit_test(test_parse_multi),       cmocka_unit_test(test_ops),
-		cmocka_unit_test(test_wait_wakes_on_set), cmocka_unit_test(test_wait_timeout_cancels),
-		cmocka_unit_test(test_secret),            cmocka_unit_test(test_allow_list),
-		cmocka_unit_test(test_limits),            cmocka_unit_test(test_wait_flood_bounded),
-		cmocka_unit_test(test_partial_and_pipelined), cmocka_unit_test(test_in_process),
+		cmocka_unit_test(test_parse_dialects),
+		cmocka_unit_test(test_parse_limits),
+		cmocka_unit_test(test_parse_multi),
+		cmocka_unit_test(test_ops),
+		cmocka_unit_test(test_wait_wakes_on_set),
+		cmocka_unit_test(test_wait_timeout_cancels),
+		cmocka_unit_test(test_secret),
+		cmocka_unit_test(test_allow_list),
+		cmocka_unit_test(test_limits),
+		cmocka_unit_test(test_wait_flood_bounded),
+		cmocka_unit_test(test_partial_and_pipelined),
+		cmocka_unit_test(test_in_process),
 		cmocka_unit_test(test_process_loop),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

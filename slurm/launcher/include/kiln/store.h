@@ -172,21 +172,22 @@ int64_t kiln_store_server_num_keys(kiln_store_server *s);
  * particular order, with the server locked: fn must not call back into s.
  * fn returning < 0 stops the walk and that value is returned.
  * Returns the number of keys visited.  Errors: -EINVAL, fn's error. */
-typedef int (*kiln_store_foreach_fn)(const char *key, const void *value, size_t len, void *userdata);
+typedef int (*kiln_store_foreach_fn)(const char *key, const void *value, size_t len,
+				     void *userdata);
 int kiln_store_server_foreach(kiln_store_server *s, const char *prefix, kiln_store_foreach_fn fn,
 			      void *userdata);
 
 typedef struct kiln_store_server_stats {
-	uint64_t connections;       /* open now */
-	uint64_t accepted;          /* total accepted */
-	uint64_t refused_peers;     /* closed at accept: address not allowed, or max_conns */
-	uint64_t dropped_protocol;  /* closed for garbage, oversize lengths, unknown ops */
-	uint64_t dropped_auth;      /* closed for a wrong secret or a control key without one */
-	uint64_t dropped_limits;    /* closed for a store or buffer limit */
+	uint64_t connections;	   /* open now */
+	uint64_t accepted;	   /* total accepted */
+	uint64_t refused_peers;	   /* closed at accept: address not allowed, or max_conns */
+	uint64_t dropped_protocol; /* closed for garbage, oversize lengths, unknown ops */
+	uint64_t dropped_auth;	   /* closed for a wrong secret or a control key without one */
+	uint64_t dropped_limits;   /* closed for a store or buffer limit */
 	uint64_t keys;
-	uint64_t store_bytes;       /* keys + values + overheads, see KILN_STORE_TOTAL_MAX */
-	uint64_t buffered_bytes;    /* all connection buffers */
-	uint64_t requests;          /* requests served */
+	uint64_t store_bytes;	 /* keys + values + overheads, see KILN_STORE_TOTAL_MAX */
+	uint64_t buffered_bytes; /* all connection buffers */
+	uint64_t requests;	 /* requests served */
 } kiln_store_server_stats;
 /* Errors: -EINVAL. */
 int kiln_store_server_get_stats(kiln_store_server *s, kiln_store_server_stats *ret);
@@ -213,8 +214,8 @@ typedef struct kiln_store_value {
  * (name does not resolve), -ETIMEDOUT (nobody accepted in time),
  * -ECONNREFUSED/-ECONNRESET (refused, or closed by the server's allow-list),
  * -EACCES (the server rejected the secret), -ENOMEM. */
-int kiln_store_client_connect(const char *host, uint16_t port, const char *secret, uint64_t timeout_usec,
-			      kiln_store_client **ret);
+int kiln_store_client_connect(const char *host, uint16_t port, const char *secret,
+			      uint64_t timeout_usec, kiln_store_client **ret);
 /* Closes and frees; NULL is a no-op. */
 void kiln_store_client_free(kiln_store_client *c);
 /* Presents the job secret on an open connection (connect() does this when
@@ -249,23 +250,26 @@ int kiln_store_client_check(kiln_store_client *c, const char *const *keys, size_
 /* Waits until every key exists: 0, or -ETIMEDOUT after timeout_usec (the
  * wait is then cancelled with CANCEL_WAIT and the connection stays usable).
  * timeout_usec 0 = the client's timeout. */
-int kiln_store_client_wait(kiln_store_client *c, const char *const *keys, size_t n, uint64_t timeout_usec);
+int kiln_store_client_wait(kiln_store_client *c, const char *const *keys, size_t n,
+			   uint64_t timeout_usec);
 /* TCPStore compare_set: if key holds expected (or is missing and expected is
  * empty) it becomes desired.  *ret (may be NULL) receives the value after the
  * operation (for a missing key with non-empty expected, torch's server
  * returns expected, and so does this one). */
-int kiln_store_client_compare_set(kiln_store_client *c, const char *key, const void *expected, size_t elen,
-				  const void *desired, size_t dlen, void **ret, size_t *ret_len);
+int kiln_store_client_compare_set(kiln_store_client *c, const char *key, const void *expected,
+				  size_t elen, const void *desired, size_t dlen, void **ret,
+				  size_t *ret_len);
 /* Returns 1 if the key was deleted, 0 if it did not exist. */
 int kiln_store_client_delete(kiln_store_client *c, const char *key);
 /* Number of keys in the whole store. */
 int kiln_store_client_num_keys(kiln_store_client *c, int64_t *ret);
 /* Waits for every key (client timeout), then fetches them in one round
  * trip: ret[i] for keys[i]; free with kiln_store_values_free(). */
-int kiln_store_client_multi_get(kiln_store_client *c, const char *const *keys, size_t n, kiln_store_value *ret);
+int kiln_store_client_multi_get(kiln_store_client *c, const char *const *keys, size_t n,
+				kiln_store_value *ret);
 /* Sets n keys in one message. */
-int kiln_store_client_multi_set(kiln_store_client *c, const char *const *keys, const kiln_store_value *values,
-				size_t n);
+int kiln_store_client_multi_set(kiln_store_client *c, const char *const *keys,
+				const kiln_store_value *values, size_t n);
 /* Appends to the value of key (creating it). */
 int kiln_store_client_append(kiln_store_client *c, const char *key, const void *value, size_t len);
 /* Round trip with a nonce; *ret_usec (may be NULL) gets the latency. */
