@@ -60,6 +60,9 @@ typedef struct entry {
 	bool present;
 	conn **waiters;
 	size_t n_waiters, cap_waiters;
+	/* the WAIT request that last registered here, to skip duplicate keys
+	 * in one request in O(1) */
+	uint64_t wait_mark;
 } entry;
 
 struct conn {
@@ -102,6 +105,7 @@ struct kiln_store_server {
 	entry **buckets;
 	size_t n_buckets, n_entries;
 	uint64_t seed;
+	uint64_t wait_seq;
 
 	conn *conns;
 	conn *dead;
@@ -760,17 +764,15 @@ static int handle(kiln_store_server *s, conn *c, const kiln_store_msg *m)
 			return out_u8(s, c, KILN_STORE_WAIT_STOP_WAITING);
 		kiln_store_items it;
 		kiln_store_slice k, v;
+		uint64_t seq = ++s->wait_seq;
 		kiln_store_items_init(&it, m);
 		while (kiln_store_items_next(&it, &k, &v)) {
 			if ((r = map_insert(s, k.p, k.len, &e)) < 0)
 				break;
-			if (e->present) {
+			if (e->present || e->wait_mark == seq)
 				continue;
-			}
-			bool dup = false;
-			for (size_t j = 0; j < c->n_wait; j++)
-				dup = dup || c->wait[j] == e;
-			if (!dup && (r = add_waiter(s, e, c)) < 0) {
+			e->wait_mark = seq;
+			if ((r = add_waiter(s, e, c)) < 0) {
 				map_gc(s, e);
 				break;
 			}

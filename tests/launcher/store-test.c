@@ -611,6 +611,57 @@ static void test_wait_flood_bounded(void **state)
 	kiln_store_server_free(s);
 }
 
+/* A WAIT naming the same missing key twice is woken by one SET, and a
+ * large WAIT of distinct keys registers each once. */
+static void test_wait_duplicates(void **state)
+{
+	kiln_store_server *s = default_server();
+	int fd = raw_connect(kiln_store_server_port(s));
+	static uint8_t b[200000];
+	uint8_t *p = b;
+	*p++ = 0;
+	uint32_t magic = KILN_STORE_VALIDATE_MAGIC;
+	memcpy(p, &magic, 4);
+	p += 4;
+	*p++ = KILN_STORE_OP_WAIT;
+	uint64_t cnt = 3;
+	memcpy(p, &cnt, 8);
+	p += 8;
+	put_str(&p, "/dup");
+	put_str(&p, "/dup");
+	put_str(&p, "/dup");
+	assert_int_equal(send(fd, b, (size_t) (p - b), MSG_NOSIGNAL), p - b);
+	usleep(50 * 1000);
+	assert_int_equal(kiln_store_server_set(s, "/dup", "1", 1), 0);
+	uint8_t r;
+	assert_int_equal(recv(fd, &r, 1, 0), 1);
+	assert_int_equal(r, KILN_STORE_WAIT_STOP_WAITING);
+
+	/* 10000 distinct missing keys (a pathological WAIT) is handled
+	 * promptly and cancelled cleanly */
+	p = b;
+	*p++ = KILN_STORE_OP_WAIT;
+	cnt = 10000;
+	memcpy(p, &cnt, 8);
+	p += 8;
+	char k[32];
+	for (int i = 0; i < 10000; i++) {
+		snprintf(k, sizeof(k), "/w/%d", i);
+		put_str(&p, k);
+	}
+	*p++ = KILN_STORE_OP_CANCEL_WAIT;
+	uint64_t t0 = kiln_now_usec();
+	assert_int_equal(send(fd, b, (size_t) (p - b), MSG_NOSIGNAL), p - b);
+	assert_int_equal(recv(fd, &r, 1, MSG_WAITALL), 1);
+	assert_int_equal(r, KILN_STORE_WAIT_CANCELED);
+	assert_true(kiln_now_usec() - t0 < SEC);
+	kiln_store_server_stats st;
+	kiln_store_server_get_stats(s, &st);
+	assert_int_equal(st.keys, 1);
+	close(fd);
+	kiln_store_server_free(s);
+}
+
 /* A torch 1.13 session sent one byte at a time, then pipelined in one
  * write: the replies are the same and in order. */
 static void test_partial_and_pipelined(void **state)
@@ -776,6 +827,7 @@ int main(void)
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_wait_flood_bounded),
 		cmocka_unit_test(test_partial_and_pipelined),
+		cmocka_unit_test(test_wait_duplicates),
 		cmocka_unit_test(test_in_process),
 		cmocka_unit_test(test_process_loop),
 	};
