@@ -3,6 +3,9 @@
 # its libraries to KK_LDLIBS when CUDA=1 (see kernels/kk_internal.h).
 # Programs linking kk pass $(KK_LDLIBS) as their LDLIBS.
 KK_SRCS := kernels/kk.c kernels/kk_dtype.c kernels/cpu/cpu.c kernels/cpu/ops.c \
-	kernels/cpu/gemm.c kernels/cpu/attention.c kernels/cpu/sample.c kernels/cpu/comm.c
+	kernels/cpu/gemm.c kernels/cpu/attention.c kernels/cpu/sample.c kernels/cpu/comm.c \
+	kernels/cpu/simd.c
 KK_LDLIBS := -lopenblas
 $(eval $(call kiln_lib,kk,$(KK_SRCS)))
+# The inner loops: vector reductions (omp simd pragmas only, no runtime).
+$(B)/obj/kernels/cpu/simd.o: EXTRA_CFLAGS += -O3 -fopenmp-simd

@@ -10,6 +10,7 @@
  * and need no locks.  Index tensors are validated here because only the
  * backend can read them (-EINVAL for bad cu_seqlens/context lengths,
  * -ERANGE for a block or slot outside the cache). */
+#include <cblas.h>
 #include <errno.h>
 #include <stdlib.h>
 
@@ -42,29 +43,15 @@ static int check_cu_seqlens(const kk_attn_desc *d)
 	return 0;
 }
 
-/* Index of the sequence holding token t (binary search over cu_seqlens). */
-static int seq_of(const int32_t *cu, int n_seqs, int64_t t)
-{
-	int lo = 0, hi = n_seqs - 1;
-	while (lo < hi) {
-		int mid = (lo + hi + 1) / 2;
-		if (cu[mid] <= t)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	/* Skip empty sequences that start at the same offset. */
-	while (lo < n_seqs - 1 && cu[lo + 1] <= t)
-		lo++;
-	return lo;
-}
+/* Query and key tile sizes of the blocked forward: a 64 x 64 score tile
+ * and a 64 x head_dim accumulator stay in L1/L2 while sgemm does the
+ * products. */
+#define ATT_BQ 64
+#define ATT_BK 64
 
 static inline float dot(const float *a, const float *b, int n)
 {
-	float s = 0;
-	for (int i = 0; i < n; i++)
-		s += a[i] * b[i];
-	return s;
+	return kk__dot(a, b, (size_t)n);
 }
 
 struct attn_ctx {
@@ -72,45 +59,63 @@ struct attn_ctx {
 	float scale;
 	const float *q, *k, *v, *out, *dout;
 	kk_buffer *o, *lse, *dq, *dk, *dv;
+	const int64_t *tasks; /* forward: seq << 32 | query block, one per block */
 };
 
+/* One task = one (query block, head): flash-style online softmax over key
+ * tiles, S = Q K^T and O += P V through sgemm. */
 static int fwd_range(void *p, int64_t b, int64_t e, int chunk)
 {
 	struct attn_ctx *c = p;
 	const kk_attn_desc *d = c->d;
 	const int32_t *cu = d->cu_seqlens->ptr;
 	int D = d->head_dim, H = d->n_heads, Hkv = d->n_kv_heads, grp = H / Hkv;
-	float acc[KK_ATTN_HEAD_DIM_LARGE];
+	float S[ATT_BQ * ATT_BK], acc[ATT_BQ * KK_ATTN_HEAD_DIM_LARGE], m[ATT_BQ], l[ATT_BQ];
 
 	for (int64_t it = b; it < e; it++) {
-		int64_t t = it / H;
-		int h = (int)(it % H), kvh = h / grp;
-		int s = seq_of(cu, d->n_seqs, t);
-		int64_t j0 = cu[s], j1 = d->causal ? t + 1 : cu[s + 1];
-		const float *qr = c->q + ((size_t)t * H + h) * D;
-		float m = -INFINITY, l = 0;
+		int64_t task = c->tasks[it / H];
+		int h = (int)(it % H), kvh = h / grp, s = (int)(task >> 32);
+		int64_t i0 = cu[s] + (task & 0xffffffff) * ATT_BQ;
+		int nq = (int)MIN((int64_t)ATT_BQ, cu[s + 1] - i0);
+		int64_t kv_end = d->causal ? i0 + nq : cu[s + 1];
 
-		memset(acc, 0, sizeof(acc));
-		for (int64_t j = j0; j < j1; j++) {
-			size_t kv = ((size_t)j * Hkv + kvh) * D;
-			float sc = dot(qr, c->k + kv, D) * c->scale, pj;
-			if (sc > m) {
-				float corr = expf(m - sc);
-				l *= corr;
-				for (int i = 0; i < D; i++)
-					acc[i] *= corr;
-				m = sc;
+		for (int r = 0; r < nq; r++)
+			m[r] = -INFINITY, l[r] = 0;
+		memset(acc, 0, sizeof(float) * nq * D);
+		for (int64_t j0 = cu[s]; j0 < kv_end; j0 += ATT_BK) {
+			int nk = (int)MIN((int64_t)ATT_BK, kv_end - j0);
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, c->scale,
+				    c->q + ((size_t)i0 * H + h) * D, H * D,
+				    c->k + ((size_t)j0 * Hkv + kvh) * D, Hkv * D, 0.0f, S, ATT_BK);
+			for (int r = 0; r < nq; r++) {
+				float *sr = S + r * ATT_BK, mx = m[r], corr, sum = 0;
+				int jn = d->causal ? (int)MIN((int64_t)nk, i0 + r - j0 + 1) : nk;
+				for (int j = 0; j < jn; j++)
+					mx = fmaxf(mx, sr[j]);
+				if (jn <= 0) { /* the whole tile is in this row's future */
+					memset(sr, 0, sizeof(float) * nk);
+					continue;
+				}
+				corr = expf(m[r] - mx);
+				for (int j = 0; j < jn; j++)
+					sum += sr[j] = expf(sr[j] - mx);
+				for (int j = jn; j < nk; j++)
+					sr[j] = 0;
+				l[r] = l[r] * corr + sum;
+				m[r] = mx;
+				if (corr != 1.0f)
+					kk__scal(acc + r * D, corr, D);
 			}
-			pj = expf(sc - m);
-			l += pj;
-			for (int i = 0; i < D; i++)
-				acc[i] += pj * c->v[kv + i];
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, nk, 1.0f, S, ATT_BK,
+				    c->v + ((size_t)j0 * Hkv + kvh) * D, Hkv * D, 1.0f, acc, D);
 		}
-		for (int i = 0; i < D; i++)
-			acc[i] /= l;
-		kk__row_store(c->o->ptr, c->o->dtype, ((size_t)t * H + h) * D, acc, D);
-		if (c->lse)
-			((float *)c->lse->ptr)[t * H + h] = m + logf(l);
+		for (int r = 0; r < nq; r++) {
+			kk__scal(acc + r * D, 1.0f / l[r], D);
+			kk__row_store(c->o->ptr, c->o->dtype, ((size_t)(i0 + r) * H + h) * D,
+				      acc + r * D, D);
+			if (c->lse)
+				((float *)c->lse->ptr)[(i0 + r) * H + h] = m[r] + logf(l[r]);
+		}
 	}
 	return 0;
 }
@@ -120,20 +125,30 @@ int kk__cpu_attention_fwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, 
 			  const kk_buffer *v)
 {
 	_cleanup_free_ float *qo = NULL, *ko = NULL, *vo = NULL;
+	_cleanup_free_ int64_t *tasks = NULL;
+	const int32_t *cu = d->cu_seqlens->ptr;
 	size_t T = (size_t)d->total_tokens;
 	struct attn_ctx c = { .d = d, .o = out, .lse = lse,
 			      .scale = d->scale > 0 ? d->scale : 1.0f / sqrtf((float)d->head_dim) };
+	int64_t n = 0;
 	int r = check_cu_seqlens(d);
 
 	if (r < 0)
 		return r;
+	tasks = malloc(sizeof(int64_t) * (T / ATT_BQ + d->n_seqs + 1));
+	if (!tasks)
+		return -ENOMEM;
+	for (int s = 0; s < d->n_seqs; s++)
+		for (int64_t blk = 0; blk * ATT_BQ < cu[s + 1] - cu[s]; blk++)
+			tasks[n++] = (int64_t)s << 32 | blk;
+	c.tasks = tasks;
 	if ((r = widen_all(q, T * d->n_heads * d->head_dim, (float **)&c.q, &qo)) < 0 ||
 	    (r = widen_all(k, T * d->n_kv_heads * d->head_dim, (float **)&c.k, &ko)) < 0 ||
 	    (r = widen_all(v, T * d->n_kv_heads * d->head_dim, (float **)&c.v, &vo)) < 0)
 		return r;
-	return kk__parallel_for((int64_t)T * d->n_heads,
-				(double)d->max_seqlen * d->head_dim * (d->causal ? 2 : 4), fwd_range,
-				&c);
+	return kk__parallel_for(n * d->n_heads,
+				(double)ATT_BQ * d->max_seqlen * d->head_dim * (d->causal ? 2 : 4),
+				fwd_range, &c);
 }
 
 static int bwd_range(void *p, int64_t b, int64_t e, int chunk)

@@ -63,25 +63,48 @@ static inline float kk__round(kk_dtype dt, float v)
 #define LD(b, i) kk__ld((b)->ptr, (b)->dtype, (i))
 #define ST(b, i, v) kk__st((b)->ptr, (b)->dtype, (i), (v))
 
+/* Vectorized inner loops (simd.c, one clone per x86-64 level). */
+float kk__dot(const float *a, const float *b, size_t n);
+void kk__axpy(float *y, float a, const float *x, size_t n); /* y += a x */
+void kk__scal(float *y, float a, size_t n);
+double kk__sum(const float *x, size_t n);
+double kk__sumsq(const float *x, float mean, size_t n); /* sum (x - mean)^2 */
+float kk__dot_i8(const float *x, const int8_t *q, size_t n);
+float kk__dot_q4(const float *x, const uint8_t *q, size_t n);
+void kk__widen_bf16(float *dst, const uint16_t *src, size_t n);
+void kk__narrow_bf16(uint16_t *dst, const float *src, size_t n);
+void kk__widen_f16(float *dst, const uint16_t *src, size_t n);
+void kk__narrow_f16(uint16_t *dst, const float *src, size_t n);
+
 /* dst[0..n) = src (elements off..off+n of p) widened to f32. */
 static inline void kk__row_f32(float *dst, const void *p, kk_dtype dt, size_t off, size_t n)
 {
-	if (dt == KK_F32) {
+	switch (dt) {
+	case KK_F32:
 		memcpy(dst, (const float *)p + off, n * sizeof(float));
-		return;
+		break;
+	case KK_BF16:
+		kk__widen_bf16(dst, (const uint16_t *)p + off, n);
+		break;
+	default:
+		kk__widen_f16(dst, (const uint16_t *)p + off, n);
+		break;
 	}
-	for (size_t i = 0; i < n; i++)
-		dst[i] = kk__ld(p, dt, off + i);
 }
 
 static inline void kk__row_store(void *p, kk_dtype dt, size_t off, const float *src, size_t n)
 {
-	if (dt == KK_F32) {
+	switch (dt) {
+	case KK_F32:
 		memcpy((float *)p + off, src, n * sizeof(float));
-		return;
+		break;
+	case KK_BF16:
+		kk__narrow_bf16((uint16_t *)p + off, src, n);
+		break;
+	default:
+		kk__narrow_f16((uint16_t *)p + off, src, n);
+		break;
 	}
-	for (size_t i = 0; i < n; i++)
-		kk__st(p, dt, off + i, src[i]);
 }
 
 /* Calls fn(ctx, begin, end, chunk) over [0, n) split into contiguous

@@ -570,8 +570,11 @@ static void attn_case(kk_dtype dt, int H, int Hkv, int D, bool causal, const int
 
 static void test_attention_fwd(void **state)
 {
-	const int lens1[] = { 7, 1, 19 }, lens2[] = { 5, 0, 12 }, lens3[] = { 33 };
+	const int lens1[] = { 7, 1, 19 }, lens2[] = { 5, 0, 12 }, lens3[] = { 33 },
+		  lens4[] = { 150, 70 }; /* several 64-token tiles */
 	for (size_t di = 0; di < 3; di++) {
+		attn_case(FLOATS[di], 2, 1, 64, true, lens4, 2, false);
+		attn_case(FLOATS[di], 2, 2, 128, false, lens4, 2, false);
 		kk_dtype dt = FLOATS[di];
 		attn_case(dt, 4, 4, 64, true, lens1, 3, false);
 		attn_case(dt, 4, 2, 128, true, lens2, 3, false);

@@ -1,0 +1,130 @@
+/* kernels/cpu/simd.c — the cpu backend's inner loops: dot/axpy/sums, the
+ * int8/int4 dot products of the quantized GEMV, and bf16/f16 <-> f32 row
+ * conversion.
+ *
+ * Each is compiled several times (target_clones: x86-64-v4 = AVX-512,
+ * x86-64-v3 = AVX2+FMA+F16C, baseline) and the loader picks the best for
+ * the CPU it runs on, so one binary is both portable and fast.  The loops
+ * carry `omp simd` reductions (built with -fopenmp-simd; no OpenMP runtime)
+ * so the compiler may reorder the float sums into vector lanes: results
+ * differ from a sequential sum only by rounding. */
+#include "cpu.h"
+
+#if defined(__x86_64__)
+#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CLONES
+#endif
+
+CLONES float kk__dot(const float *a, const float *b, size_t n)
+{
+	float s = 0;
+#pragma omp simd reduction(+ : s)
+	for (size_t i = 0; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+CLONES void kk__axpy(float *y, float a, const float *x, size_t n)
+{
+#pragma omp simd
+	for (size_t i = 0; i < n; i++)
+		y[i] += a * x[i];
+}
+
+CLONES void kk__scal(float *y, float a, size_t n)
+{
+#pragma omp simd
+	for (size_t i = 0; i < n; i++)
+		y[i] *= a;
+}
+
+CLONES double kk__sum(const float *x, size_t n)
+{
+	double s = 0;
+#pragma omp simd reduction(+ : s)
+	for (size_t i = 0; i < n; i++)
+		s += x[i];
+	return s;
+}
+
+CLONES double kk__sumsq(const float *x, float mean, size_t n)
+{
+	double s = 0;
+#pragma omp simd reduction(+ : s)
+	for (size_t i = 0; i < n; i++)
+		s += (double)(x[i] - mean) * (x[i] - mean);
+	return s;
+}
+
+CLONES float kk__dot_i8(const float *x, const int8_t *q, size_t n)
+{
+	float s = 0;
+#pragma omp simd reduction(+ : s)
+	for (size_t i = 0; i < n; i++)
+		s += x[i] * (float)q[i];
+	return s;
+}
+
+/* n even; q holds n/2 bytes, element 2p in the low nibble of q[p]. */
+CLONES float kk__dot_q4(const float *x, const uint8_t *q, size_t n)
+{
+	float s = 0;
+#pragma omp simd reduction(+ : s)
+	for (size_t p = 0; p < n / 2; p++)
+		s += x[2 * p] * (float)((int)(q[p] & 15) - 8) + x[2 * p + 1] * (float)((int)(q[p] >> 4) - 8);
+	return s;
+}
+
+CLONES void kk__widen_bf16(float *dst, const uint16_t *src, size_t n)
+{
+#pragma omp simd
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u = (uint32_t)src[i] << 16;
+		memcpy(&dst[i], &u, 4);
+	}
+}
+
+CLONES void kk__narrow_bf16(uint16_t *dst, const float *src, size_t n)
+{
+#pragma omp simd
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, &src[i], 4);
+		/* NaN stays a quiet NaN; everything else rounds to nearest even. */
+		dst[i] = (u & 0x7fffffffu) > 0x7f800000u
+				 ? (uint16_t)((u >> 16) | 0x40)
+				 : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+	}
+}
+
+#if defined(__FLT16_MAX__) && defined(__x86_64__) && !defined(__clang__)
+/* _Float16 conversions compile to F16C instructions in the v3/v4 clones. */
+CLONES void kk__widen_f16(float *dst, const uint16_t *src, size_t n)
+{
+	const _Float16 *h = (const _Float16 *)src;
+#pragma omp simd
+	for (size_t i = 0; i < n; i++)
+		dst[i] = (float)h[i];
+}
+
+CLONES void kk__narrow_f16(uint16_t *dst, const float *src, size_t n)
+{
+	_Float16 *h = (_Float16 *)dst;
+#pragma omp simd
+	for (size_t i = 0; i < n; i++)
+		h[i] = (_Float16)src[i];
+}
+#else
+void kk__widen_f16(float *dst, const uint16_t *src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = kk_f16_to_f32(src[i]);
+}
+
+void kk__narrow_f16(uint16_t *dst, const float *src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = kk_f32_to_f16(src[i]);
+}
+#endif
