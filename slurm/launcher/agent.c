@@ -112,6 +112,7 @@ typedef struct kr_agent {
 	int sfd;
 	bool healthy;
 	int last_worker_code;
+	char ifname[64];
 } kr_agent;
 
 /* ---- helpers --------------------------------------------------------- */
@@ -613,6 +614,7 @@ static void spawn_round(kr_agent *a)
 		.run_id = a->o->run_id,
 		.host = a->job->nodes[a->job->self],
 		.node_addr = a->job->addrs[a->job->self],
+		.ifname = a->ifname[0] ? a->ifname : NULL,
 		.round = a->cur.round,
 		.gpus = a->o->node_gpus,
 	};
@@ -1008,6 +1010,9 @@ int kr_agent_run(const kr_opts *o, kr_job *job)
 		}
 	}
 
+	if (kr_ifname_for_addr(job->addrs[job->self], a.ifname, sizeof(a.ifname)) < 0)
+		a.ifname[0] = 0;
+
 	a.sfd = setup_signals();
 	if (a.sfd < 0)
 		return log_error_errno(a.sfd, "Failed to set up signal handling: %m");
@@ -1054,6 +1059,8 @@ int kr_agent_run(const kr_opts *o, kr_job *job)
 		code = a.exit_code;
 	if (code < 0)
 		code = KR_EXIT_FAILURE;
+	log_full(code == 0 ? LOG_INFO : LOG_NOTICE, "%s: exiting with status %d",
+		 job->nodes[job->self], code);
 	kr_group_pump(&a.g, true);
 	kr_group_free(&a.g);
 	rdzv_round_free(&a.pending);

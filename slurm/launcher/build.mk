@@ -28,3 +28,5 @@ $(eval $(call kiln_tool,kiln-run-worker,tests/launcher/kr-worker.c,kk kilnstore 
 
 # TAP suites: standalone mode (no Slurm), elasticity on loopback agents.
 TEST_SCRIPTS += tests/launcher/kiln-run-local.sh tests/launcher/kiln-run-elastic.sh
+# The real Slurm cluster (4 slurmd in network namespaces, tests/launcher/four.cfg).
+TEST_SCRIPTS += tests/launcher/kiln-run-slurm.sh

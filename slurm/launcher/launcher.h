@@ -74,6 +74,8 @@ void kr_job_done(kr_job *j);
 /* Asks Slurm to requeue job_id (after preemption warnings). */
 int kr_slurm_requeue(const char *job_id);
 int kr_count_gpus(void);
+/* Name of the interface holding IPv4 address addr, into buf. -ENOENT if none. */
+int kr_ifname_for_addr(const char *addr, char *buf, size_t len);
 
 /* workers.c */
 typedef struct kr_worker {
@@ -102,6 +104,7 @@ typedef struct kr_worker_env {
 	const char *run_id;
 	const char *host;
 	const char *node_addr; /* this node's address (KILN_NODE_ADDR, KILN_COMM_ADDR) */
+	const char *ifname;    /* its interface (GLOO_SOCKET_IFNAME), NULL unknown */
 	uint64_t round;
 	int gpus; /* GPUs on this node, 0 = none, -1 unknown */
 } kr_worker_env;

@@ -9,7 +9,9 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <slurm/slurm.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,4 +211,24 @@ int kr_count_gpus(void)
 	}
 	closedir(d);
 	return n;
+}
+
+int kr_ifname_for_addr(const char *addr, char *buf, size_t len)
+{
+	struct in_addr want;
+	if (inet_pton(AF_INET, addr, &want) != 1)
+		return -EINVAL;
+	struct ifaddrs *ifa = NULL;
+	if (getifaddrs(&ifa) < 0)
+		return -errno;
+	int r = -ENOENT;
+	for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
+		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+		    ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == want.s_addr) {
+			snprintf(buf, len, "%s", i->ifa_name);
+			r = 0;
+			break;
+		}
+	freeifaddrs(ifa);
+	return r;
 }

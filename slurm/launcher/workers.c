@@ -143,6 +143,11 @@ static _noreturn_ void child(char *const *argv, const kr_worker_env *e, int loca
 		/* kk's CPU collectives listen on this address. */
 		setenv("KILN_COMM_ADDR", e->node_addr, 0);
 	}
+	/* gloo binds to the address the host name resolves to, and falls
+	 * back to loopback when it does not resolve: point it at the
+	 * interface of the node's Slurm address instead. */
+	if (e->ifname)
+		setenv("GLOO_SOCKET_IFNAME", e->ifname, 0);
 	/* Workers live in the worker key space; the control secret stays
 	 * with the agents. */
 	unsetenv(KR_ENV_SECRET);
