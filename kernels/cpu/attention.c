@@ -10,7 +10,6 @@
  * and need no locks.  Index tensors are validated here because only the
  * backend can read them (-EINVAL for bad cu_seqlens/context lengths,
  * -ERANGE for a block or slot outside the cache). */
-#include <cblas.h>
 #include <errno.h>
 #include <stdlib.h>
 
@@ -44,8 +43,9 @@ static int check_cu_seqlens(const kk_attn_desc *d)
 }
 
 /* Query and key tile sizes of the blocked forward: a 64 x 64 score tile
- * and a 64 x head_dim accumulator stay in L1/L2 while sgemm does the
- * products. */
+ * and a 64 x head_dim accumulator stay in L1/L2.  The tile products use
+ * the vectorized dot/axpy loops, not sgemm: OpenBLAS called from several
+ * of our threads at once would start its own threads and oversubscribe. */
 #define ATT_BQ 64
 #define ATT_BK 64
 
@@ -63,7 +63,7 @@ struct attn_ctx {
 };
 
 /* One task = one (query block, head): flash-style online softmax over key
- * tiles, S = Q K^T and O += P V through sgemm. */
+ * tiles, S = Q K^T then O += P V, never more than one tile of scores. */
 static int fwd_range(void *p, int64_t b, int64_t e, int chunk)
 {
 	struct attn_ctx *c = p;
@@ -84,9 +84,14 @@ static int fwd_range(void *p, int64_t b, int64_t e, int chunk)
 		memset(acc, 0, sizeof(float) * nq * D);
 		for (int64_t j0 = cu[s]; j0 < kv_end; j0 += ATT_BK) {
 			int nk = (int)MIN((int64_t)ATT_BK, kv_end - j0);
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, c->scale,
-				    c->q + ((size_t)i0 * H + h) * D, H * D,
-				    c->k + ((size_t)j0 * Hkv + kvh) * D, Hkv * D, 0.0f, S, ATT_BK);
+			for (int r = 0; r < nq; r++) {
+				const float *qr = c->q + ((size_t)(i0 + r) * H + h) * D;
+				int jn = d->causal ? (int)MIN((int64_t)nk, i0 + r - j0 + 1) : nk;
+				for (int j = 0; j < jn; j++)
+					S[r * ATT_BK + j] =
+						dot(qr, c->k + ((size_t)(j0 + j) * Hkv + kvh) * D, D) *
+						c->scale;
+			}
 			for (int r = 0; r < nq; r++) {
 				float *sr = S + r * ATT_BK, mx = m[r], corr, sum = 0;
 				int jn = d->causal ? (int)MIN((int64_t)nk, i0 + r - j0 + 1) : nk;
@@ -106,8 +111,11 @@ static int fwd_range(void *p, int64_t b, int64_t e, int chunk)
 				if (corr != 1.0f)
 					kk__scal(acc + r * D, corr, D);
 			}
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, nk, 1.0f, S, ATT_BK,
-				    c->v + ((size_t)j0 * Hkv + kvh) * D, Hkv * D, 1.0f, acc, D);
+			for (int r = 0; r < nq; r++)
+				for (int j = 0; j < nk; j++)
+					if (S[r * ATT_BK + j] != 0)
+						kk__axpy(acc + r * D, S[r * ATT_BK + j],
+							 c->v + ((size_t)(j0 + j) * Hkv + kvh) * D, D);
 		}
 		for (int r = 0; r < nq; r++) {
 			kk__scal(acc + r * D, 1.0f / l[r], D);
@@ -240,45 +248,53 @@ struct decode_ctx {
 	const kk_buffer *q, *kc, *vc;
 };
 
+/* One task = one (sequence, kv head): every query head of the GQA group
+ * is processed together so each cached K/V row is widened and read once. */
 static int decode_range(void *p, int64_t b, int64_t e, int chunk)
 {
 	struct decode_ctx *c = p;
 	const kk_paged_desc *d = c->d;
 	const int32_t *bt = d->block_tables->ptr, *cl = d->context_lens->ptr;
 	int D = d->head_dim, H = d->n_heads, Hkv = d->n_kv_heads, grp = H / Hkv;
-	float qr[KK_ATTN_HEAD_DIM_LARGE], kr[KK_ATTN_HEAD_DIM_LARGE], vr[KK_ATTN_HEAD_DIM_LARGE],
-		acc[KK_ATTN_HEAD_DIM_LARGE];
+	_cleanup_free_ float *qr = malloc(sizeof(float) * grp * D),
+			     *acc = malloc(sizeof(float) * grp * D),
+			     *ml = malloc(sizeof(float) * grp * 2);
+	float kr[KK_ATTN_HEAD_DIM_LARGE], vr[KK_ATTN_HEAD_DIM_LARGE];
 
+	if (!qr || !acc || !ml)
+		return -ENOMEM;
 	for (int64_t it = b; it < e; it++) {
-		int s = (int)(it / H), h = (int)(it % H), kvh = h / grp;
-		float m = -INFINITY, l = 0;
+		int s = (int)(it / Hkv), kvh = (int)(it % Hkv);
 
-		kk__row_f32(qr, c->q->ptr, c->q->dtype, ((size_t)s * H + h) * D, D);
-		memset(acc, 0, sizeof(float) * D);
+		kk__row_f32(qr, c->q->ptr, c->q->dtype, ((size_t)s * H + kvh * grp) * D,
+			    (size_t)grp * D);
+		memset(acc, 0, sizeof(float) * grp * D);
+		for (int g = 0; g < grp; g++)
+			ml[2 * g] = -INFINITY, ml[2 * g + 1] = 0;
 		for (int t = 0; t < cl[s]; t++) {
 			int blk = bt[(size_t)s * d->max_blocks_per_seq + t / KK_KV_BLOCK_SIZE];
 			size_t off = (((size_t)blk * KK_KV_BLOCK_SIZE + t % KK_KV_BLOCK_SIZE) * Hkv +
 				      kvh) * D;
-			float sc, pj;
 
 			kk__row_f32(kr, c->kc->ptr, c->kc->dtype, off, D);
 			kk__row_f32(vr, c->vc->ptr, c->vc->dtype, off, D);
-			sc = dot(qr, kr, D) * c->scale;
-			if (sc > m) {
-				float corr = expf(m - sc);
-				l *= corr;
-				for (int i = 0; i < D; i++)
-					acc[i] *= corr;
-				m = sc;
+			for (int g = 0; g < grp; g++) {
+				float sc = dot(qr + g * D, kr, D) * c->scale, *m = &ml[2 * g], pj;
+				if (sc > *m) {
+					float corr = expf(*m - sc);
+					m[1] *= corr;
+					kk__scal(acc + g * D, corr, D);
+					*m = sc;
+				}
+				pj = expf(sc - *m);
+				m[1] += pj;
+				kk__axpy(acc + g * D, pj, vr, D);
 			}
-			pj = expf(sc - m);
-			l += pj;
-			for (int i = 0; i < D; i++)
-				acc[i] += pj * vr[i];
 		}
-		for (int i = 0; i < D; i++)
-			acc[i] /= l;
-		kk__row_store(c->out->ptr, c->out->dtype, ((size_t)s * H + h) * D, acc, D);
+		for (int g = 0; g < grp; g++)
+			kk__scal(acc + g * D, 1.0f / ml[2 * g + 1], D);
+		kk__row_store(c->out->ptr, c->out->dtype, ((size_t)s * H + kvh * grp) * D, acc,
+			      (size_t)grp * D);
 	}
 	return 0;
 }
@@ -301,8 +317,10 @@ int kk__cpu_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc 
 				return -ERANGE;
 		}
 	}
-	return kk__parallel_for((int64_t)d->n_seqs * d->n_heads,
-				(double)d->max_context_len * d->head_dim * 6, decode_range, &c);
+	return kk__parallel_for((int64_t)d->n_seqs * d->n_kv_heads,
+				(double)d->max_context_len * d->head_dim * 6 *
+					(d->n_heads / d->n_kv_heads),
+				decode_range, &c);
 }
 
 int kk__cpu_kv_cache_write(kk_backend *be, kk_stream *st, kk_buffer *k_cache, kk_buffer *v_cache,

@@ -42,6 +42,31 @@ static size_t gspan(int64_t batch, int64_t stride, int64_t rows, int64_t cols, i
 	return (size_t)((batch - 1) * stride + (rows - 1) * ld + cols);
 }
 
+struct epi_ctx {
+	float *c;
+	int64_t ldc, n;
+	const float *bias;
+	kk_epilogue epi;
+};
+
+/* Bias and activation on rows [b, e) of the f32 result. */
+static int epi_range(void *p, int64_t b, int64_t e, int chunk)
+{
+	struct epi_ctx *c = p;
+	for (int64_t row = b; row < e; row++) {
+		float *cr = c->c + row * c->ldc;
+		for (int64_t j = 0; j < c->n; j++) {
+			float v = cr[j] + (c->bias ? c->bias[j] : 0.0f);
+			if (c->epi == KK_EPI_GELU)
+				v = kk__gelu(v);
+			else if (c->epi == KK_EPI_SILU)
+				v = kk__silu(v);
+			cr[j] = v;
+		}
+	}
+	return 0;
+}
+
 int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 {
 	int64_t batch = d->batch ? d->batch : 1;
@@ -95,16 +120,12 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 			    d->alpha, a + i * d->stride_a, (int)d->lda, b + i * d->stride_b,
 			    (int)d->ldb, d->beta, ci, (int)ldc);
 
-		if (bias || d->epilogue != KK_EPI_NONE)
-			for (int64_t row = 0; row < d->m; row++)
-				for (int64_t j = 0; j < d->n; j++) {
-					float v = ci[row * ldc + j] + (bias ? bias[j] : 0.0f);
-					if (d->epilogue == KK_EPI_GELU)
-						v = kk__gelu(v);
-					else if (d->epilogue == KK_EPI_SILU)
-						v = kk__silu(v);
-					ci[row * ldc + j] = v;
-				}
+		if (bias || d->epilogue != KK_EPI_NONE) {
+			struct epi_ctx e = { ci, ldc, d->n, bias, d->epilogue };
+			r = kk__parallel_for(d->m, (double)d->n * 20, epi_range, &e);
+			if (r < 0)
+				return r;
+		}
 		if (!direct)
 			for (int64_t row = 0; row < d->m; row++)
 				kk__row_store(d->c->ptr, d->c->dtype, i * d->stride_c + row * d->ldc,
@@ -219,23 +240,30 @@ int kk__cpu_dequantize(kk_backend *be, kk_stream *st, kk_buffer *w, const kk_qma
 	return kk__parallel_for(q->n, (double)q->k * 3, dequant_range, &c);
 }
 
-/* GEMV path: threads over output channels; each dequantizes its weight
- * row once and dots it with every activation row. */
+/* GEMV path: threads over output channels; each weight row is read once,
+ * straight from its int8/int4 form, against every activation row. */
 static int qgemv_range(void *p, int64_t b, int64_t e, int chunk)
 {
 	struct q_ctx *c = p;
 	const kk_qmatrix *q = c->cq;
-	_cleanup_free_ float *row = malloc(q->k * sizeof(float));
-	if (!row)
-		return -ENOMEM;
+	int64_t groups = q->qtype == KK_Q4 ? q->k / q->group : 1;
+
 	for (int64_t j = b; j < e; j++) {
 		float bj = c->bias ? LD(c->bias, j) : 0.0f;
-		deq_row(q, j, row);
+		size_t base = (size_t)j * q->k;
 		for (int64_t i = 0; i < c->m; i++) {
 			const float *x = c->xf + (size_t)i * q->k;
 			float s = 0;
-			for (int64_t t = 0; t < q->k; t++)
-				s += x[t] * row[t];
+			if (q->qtype == KK_I8)
+				s = kk__dot_i8(x, (const int8_t *)q->data->ptr + base, q->k) *
+				    LD(q->scales, j);
+			else
+				for (int64_t g = 0; g < groups; g++)
+					s += kk__dot_q4(x + g * q->group,
+							(const uint8_t *)q->data->ptr +
+								(base + g * q->group) / 2,
+							q->group) *
+					     LD(q->scales, (size_t)j * groups + g);
 			ST(c->out, (size_t)i * q->n + j, s + bj);
 		}
 	}

@@ -145,20 +145,18 @@ static int norm_fwd_range(void *p, int64_t b, int64_t e, int chunk)
 			kk__row_store(c->residual_out->ptr, c->residual_out->dtype, off, h, dim);
 
 		if (c->layer) {
-			for (int64_t i = 0; i < dim; i++)
-				s += h[i];
+			s = kk__sum(h, dim);
 			mean = s / dim;
-			for (int64_t i = 0; i < dim; i++)
-				s2 += (h[i] - mean) * (h[i] - mean);
-		} else
-			for (int64_t i = 0; i < dim; i++)
-				s2 += (double)h[i] * h[i];
+		}
+		s2 = kk__sumsq(h, (float)mean, dim);
 		rstd = 1.0 / sqrt(s2 / dim + c->eps);
-		for (int64_t i = 0; i < dim; i++) {
-			float v = (float)((h[i] - mean) * rstd) * w[i];
+		{
+			float fm = (float)mean, fr = (float)rstd;
+			for (int64_t i = 0; i < dim; i++)
+				h[i] = (h[i] - fm) * fr * w[i];
 			if (c->layer && c->bias)
-				v += LD(c->bias, i);
-			h[i] = v;
+				for (int64_t i = 0; i < dim; i++)
+					h[i] += LD(c->bias, i);
 		}
 		kk__row_store(c->y->ptr, c->y->dtype, off, h, dim);
 		if (c->mean)
