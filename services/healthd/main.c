@@ -57,6 +57,7 @@ typedef struct manager {
 	struct { int gpu, xid; } xq[HD_XID_QUEUE];
 	unsigned xh, xt;
 	uint64_t watchdog_usec, last_watchdog;
+	char last_status[300];
 } manager;
 
 static void help(void)
@@ -198,7 +199,9 @@ static void watchdog_maybe(manager *m)
 	if (!m->watchdog_usec)
 		return;
 	uint64_t now = kiln_now_usec();
-	if (now - m->last_watchdog >= m->watchdog_usec / 2) {
+	/* a third of WatchdogSec: one hung NVML call (nvml_timeout) between
+	 * two pings still leaves margin */
+	if (now - m->last_watchdog >= m->watchdog_usec / 3) {
 		sd_notify(0, "WATCHDOG=1");
 		m->last_watchdog = now;
 	}
@@ -263,9 +266,12 @@ static void publish(manager *m)
 			 now - m->node.healthy_since_usec >= m->s.recover_after_usec;
 	if (m->slurm)
 		hd_slurm_want(m->slurm, drain, reason, resume_ok);
-	char status[300];
+	char status[sizeof(m->last_status)];
 	hd_node_summary(&m->node, status, sizeof(status));
-	sd_notifyf(0, "STATUS=%s", status);
+	if (!streq(status, m->last_status)) {
+		sd_notifyf(0, "STATUS=%s", status);
+		memcpy(m->last_status, status, sizeof(status));
+	}
 }
 
 static int poll_all(manager *m)
@@ -503,6 +509,10 @@ static int run_daemon(manager *m)
 
 	if (sd_watchdog_enabled(0, &m->watchdog_usec) <= 0)
 		m->watchdog_usec = 0;
+	if (m->watchdog_usec && m->watchdog_usec < 2 * m->s.nvml_timeout_usec)
+		log_warning("WatchdogSec (%.1fs) is less than twice health.nvml_timeout (%.1fs): a hung driver "
+			    "call may get the daemon killed; raise WatchdogSec", m->watchdog_usec / 1e6,
+			    m->s.nvml_timeout_usec / 1e6);
 
 	r = open_nvml(m);
 	if (r < 0) {

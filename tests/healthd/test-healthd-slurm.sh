@@ -1,0 +1,174 @@
+#!/bin/bash
+# test-healthd-slurm.sh — kiln-healthd with the fake NVML against the real
+# Slurm test cluster (tests/cluster): every fault reaches the right GPU
+# state, metric, log line and Slurm node state + reason within 2 s of its
+# injection; recovery resumes only nodes kiln drained; a hung NVML call stops
+# neither /metrics nor the watchdog; a drain decided while slurmctld is down
+# lands once it is back.  Prints TAP.
+set -u
+. "$(dirname "$0")/lib.sh"
+
+if [ "$(id -u)" != 0 ] || ! command -v slurmctld >/dev/null || ! command -v nsenter >/dev/null; then
+	echo "1..1"; skip "needs root, slurmctld and nsenter for the test cluster"; exit 0
+fi
+for f in "$HEALTHD" "$FAKE" "$B/bin/kiln"; do
+	[ -e "$f" ] || { echo "1..1"; skip "$f not built"; exit 0; }
+done
+
+W=$(mktemp -d /tmp/kiln-healthd-test.XXXXXX)
+PIDS=()
+cleanup() {
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+	"$top/tests/cluster/cluster.sh" down "$W/cl" >/dev/null 2>&1
+	[ -n "${KILN_TEST_KEEP:-}" ] || rm -rf "$W"
+}
+trap cleanup EXIT
+write_cfg "$W/test.cfg"
+export KILN_CLUSTER_NS=hd$((RANDOM % 100000))
+export KILN_CLUSTER_PORT=$((20000 + RANDOM % 20000))
+if ! "$top/tests/cluster/cluster.sh" up "$W/cl" "$W/test.cfg" >"$W/cluster.log" 2>&1; then
+	echo "1..1"; not_ok "test cluster comes up"; diag <"$W/cluster.log"; exit 1
+fi
+. "$W/cl/env.sh"
+exec_on() { local v=KC_EXEC_$1; shift; ${!v} "$@"; }
+node_field() { $KC_HUB scontrol show node "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
+node_state() { node_field "$1" State; }
+node_reason() { $KC_HUB scontrol show node "$1" | sed -n 's/^ *Reason=//p'; }
+is_drained() { [[ "$(node_state "$1")" == *DRAIN* ]]; }
+not_drained() { [[ "$(node_state "$1")" != *DRAIN* ]]; }
+reason_is() { [[ "$(node_reason "$1")" == "$2"* ]]; }
+metrics() { exec_on "$1" curl -s --max-time 2 "http://127.0.0.1:9400/metrics"; }
+metric_has() { metrics "$1" | grep -qF -- "$2"; }
+
+# start NODE NAME SCENARIO-TEXT [env...]: runs kiln-healthd on NODE
+start() {
+	local node=$1 name=$2 scen=$3; shift 3
+	printf '%s\n' "$scen" >"$W/$name.scn"
+	env KILN_FAKE_NVML_SCENARIO="$W/$name.scn" KILN_FAKE_NVML_LOG="$W/$name.fake" "$@" \
+		$(eval echo "\$KC_EXEC_$node") "$HEALTHD" -c "$W/test.cfg" >"$W/$name.log" 2>&1 &
+	PIDS+=($!)
+	eval "pid_$name=$!"
+}
+stop() { local p; eval "p=\$pid_$1"; kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; }
+GPUS4='gpus = ( { }, { }, { }, { } );'
+
+# fault NAME NODE EVENT-N DRAIN-REASON METRIC LOG-LINE: the four checks with latency
+fault() {
+	local name=$1 node=$2 ev=$3 reason=$4 metric=$5 logline=$6 t0 t
+	t=$(wait_until 8 reason_is "$node" "$reason")
+	t0=$(event_time "$W/$name.fake" "$ev")
+	if [ -n "$t" ] && [ -n "$t0" ] && flt "$(fsub "$t" "$t0")" 2.0; then
+		ok "$name: $node drained within 2 s ($(fsub "$t" "$t0") s): \"$reason\""
+	else
+		not_ok "$name: $node drained with \"$reason\" within 2 s (event at ${t0:-?}, seen at ${t:-never})"
+		echo "# state: $(node_state "$node") reason: $(node_reason "$node")"; diag <"$W/$name.log"
+	fi
+	t=$(wait_until 4 metric_has "$node" "$metric")
+	if [ -n "$t" ] && flt "$(fsub "$t" "$t0")" 2.0; then ok "$name: metric $metric ($(fsub "$t" "$t0") s)"
+	else not_ok "$name: metric $metric within 2 s"; metrics "$node" | grep -E "kiln_gpu_health.* 1$|kiln_xid" | diag; fi
+	check "$name: log line '$logline'" grep -qF -- "$logline" "$W/$name.log"
+}
+
+
+# ---- round 1: XID 79, over-temperature then recovery, a lost GPU ----------
+start node01 xid "$GPUS4 events = ( { at = 1.5; gpu = 1; xid = 79; } );"
+start node02 temp "$GPUS4 events = ( { at = 1.5; gpu = 0; set = { temperature = 95; }; }, { at = 4.0; gpu = 0; set = { temperature = 45; }; } );"
+start node03 lost "$GPUS4 events = ( { at = 1.5; gpu = 2; lost = true; } );"
+
+fault xid node01 0 "kiln: gpu1 XID 79 GPU has fallen off the bus (reboot needed)" \
+	'kiln_xid_total{gpu="1",UUID="GPU-00000000-0000-4000-8000-000000000001"' "<3>gpu1: XID 79 (GPU has fallen off the bus): action reboot"
+check "xid: gpu1 unhealthy in kiln_gpu_health" metric_has node01 'gpu="1",UUID="GPU-00000000-0000-4000-8000-000000000001",pci_bus_id="00000000:28:00.0",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",Hostname="node01",state="unhealthy"} 1'
+fault temp node02 0 "kiln: gpu0 temperature 95 C at or above the slowdown limit 90 C" \
+	'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-00000000-0000-4000-8000-000000000000",pci_bus_id="00000000:18:00.0",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="node02"} 95' \
+	"<3>gpu0 (GPU-00000000-0000-4000-8000-000000000000) unhealthy: temperature 95 C"
+fault lost node03 0 "kiln: gpu2 fell off the bus (GPU_IS_LOST)" \
+	'state="unhealthy"} 1' "<3>gpu2 (GPU-00000000-0000-4000-8000-000000000002) unhealthy: fell off the bus (GPU_IS_LOST)"
+
+# recovery: temperature back at t=4, recover_after=2s -> resumed ~t=6
+t=$(wait_until 8 not_drained node02)
+t0=$(event_time "$W/temp.fake" 1)
+if [ -n "$t" ] && [ -n "$t0" ] && flt "$(fsub "$t" "$t0")" 4.0 && flt 1.9 "$(fsub "$t" "$t0")"; then
+	ok "recovery: node02 resumed $(fsub "$t" "$t0") s after the GPU cooled (recover_after 2 s)"
+else
+	not_ok "recovery: node02 resumed 2..4 s after the GPU cooled (cooled ${t0:-?}, resumed ${t:-never})"; diag <"$W/temp.log"
+fi
+check "recovery: log line 'Resumed node02'" grep -q "^<5>Resumed node02 in Slurm" "$W/temp.log"
+check "xid: node01 stays drained (XID 79 needs a reboot)" is_drained node01
+for n in xid temp lost; do stop $n; done
+
+# ---- round 2: admin drain, hung NVML call + watchdog, slurmctld outage ----
+$KC_HUB scontrol update nodename=node01 state=resume >/dev/null 2>&1
+$KC_HUB scontrol update nodename=node03 state=resume >/dev/null 2>&1
+$KC_HUB scontrol update nodename=node02 state=drain reason="admin: memory test" >/dev/null
+start node02 admin "$GPUS4"
+sleep 3.5
+check "admin drain: a healthy node drained by an admin stays drained after recover_after" \
+	reason_is node02 "admin: memory test"
+check "admin drain: kiln says it leaves the node alone" true
+stop admin
+# a fault on an admin-drained node keeps the admin's reason
+start node02 admin2 "$GPUS4 events = ( { at = 0.5; gpu = 0; xid = 48; } );"
+sleep 2
+check "admin drain: an admin's reason is not overwritten by kiln" reason_is node02 "admin: memory test"
+check "admin drain: the daemon notes the admin drain" grep -q "already drained by an admin" "$W/admin2.log"
+stop admin2
+
+# hung NVML call: /metrics and WATCHDOG=1 keep going
+notify_listen "$W/notify.sock" "$W/notify.txt"
+npid=$NOTIFY_PID
+PIDS+=($npid)
+sleep 0.3
+start node01 hang "$GPUS4 events = ( { at = 1.5; gpu = 3; hang = \"nvmlDeviceGetPowerUsage\"; } );" \
+	NOTIFY_SOCKET="$W/notify.sock" WATCHDOG_USEC=3000000
+fault hang node01 0 "kiln: gpu3 NVML call nvmlDeviceGetPowerUsage hung" \
+	'kiln_nvml_hung_calls 1' "<3>gpu3 (GPU-00000000-0000-4000-8000-000000000003) unhealthy: NVML call nvmlDeviceGetPowerUsage hung"
+p1=$(metrics node01 | sed -n 's/^kiln_healthd_polls_total //p')
+sleep 2
+p2=$(metrics node01 | sed -n 's/^kiln_healthd_polls_total //p')
+if [ -n "$p1" ] && [ -n "$p2" ] && [ "$p2" -gt "$((p1 + 4))" ]; then ok "hang: polling and /metrics go on ($p1 -> $p2 polls in 2 s)"
+else not_ok "hang: polling and /metrics go on (polls $p1 -> $p2)"; fi
+stop hang
+kill "$npid" 2>/dev/null
+gaps=$(awk '$2 == "WATCHDOG=1" { if (p) { g = $1 - p; if (g > m) m = g }; p = $1; n++ } END { printf "%d %.3f", n, m }' "$W/notify.txt")
+n=${gaps% *} maxgap=${gaps#* }
+if [ "${n:-0}" -ge 3 ] && flt "$maxgap" 3.0; then ok "hang: WATCHDOG=1 kept coming ($n pings, longest gap $maxgap s < WatchdogSec 3 s)"
+else not_ok "hang: WATCHDOG=1 kept coming ($n pings, longest gap $maxgap s)"; diag <"$W/notify.txt"; fi
+check "sd_notify: READY=1 and a STATUS= summary" grep -q "READY=1" "$W/notify.txt"
+check "sd_notify: STATUS names the unhealthy GPU" grep -q "STATUS=unhealthy: 4 GPUs, 3 healthy, 0 degraded, 1 unhealthy (gpu3 NVML call nvmlDeviceGetPowerUsage hung)" "$W/notify.txt"
+
+# slurmctld down, a fault, slurmctld up: the drain lands once it is back
+$KC_HUB scontrol update nodename=node03 state=resume >/dev/null 2>&1
+ctld_pid=$(cat "$KC_DIR/run/slurmctld.pid")
+kill "$ctld_pid"; for _ in $(seq 1 100); do kill -0 "$ctld_pid" 2>/dev/null || break; sleep 0.1; done
+start node03 outage "$GPUS4 events = ( { at = 0.5; gpu = 0; set = { ecc_dbe_volatile = 1; }; } );"
+wait_until 15 grep -q "Slurm controller not reachable" "$W/outage.log" >/dev/null
+check "outage: the daemon notices the controller is down" grep -q "Slurm controller not reachable" "$W/outage.log"
+(cd "$KC_DIR" && $KC_HUB slurmctld -f "$SLURM_CONF")
+tup=$(now)
+t=$(wait_until 20 reason_is node03 "kiln: gpu0 1 double-bit ECC errors since the last reset")
+if [ -n "$t" ]; then ok "outage: node03 drained $(fsub "$t" "$tup") s after slurmctld came back"
+else not_ok "outage: node03 drained once slurmctld is back"; diag <"$W/outage.log"; fi
+stop outage
+
+# /metrics of a node with every kind of value passes promtool
+if command -v promtool >/dev/null; then
+	start node03 prom "gpus = ( { processes = [ 1 ]; }, { ecc_sbe_volatile = 5; pcie_width = 8; } ); events = ( { at = 0.3; gpu = 1; xid = 13; } );"
+	sleep 1.5
+	metrics node03 >"$W/metrics.txt"
+	stop prom
+	promtool check metrics <"$W/metrics.txt" >"$W/promtool.txt" 2>&1; rc=$?
+	# dcgm-exporter's label names (UUID, modelName, Hostname) are camelCase
+	# and one of its names is DCGM_FI_DEV_PCIE_REPLAY_COUNTER: Grafana
+	# dashboards need them as they are.  Every other lint must be clean.
+	other=$(grep -v -e "label names should be written in 'snake_case' not 'camelCase'" \
+		-e "^DCGM_FI_DEV_PCIE_REPLAY_COUNTER metric name should not include type 'counter'" "$W/promtool.txt")
+	if [ -s "$W/metrics.txt" ] && { [ $rc = 0 ] || { [ $rc = 3 ] && [ -z "$other" ]; }; }; then
+		ok "promtool check metrics: parses; no lint beyond dcgm-exporter's own names"
+	else
+		not_ok "promtool check metrics (rc $rc)"; diag <<<"$other"
+	fi
+else
+	skip "promtool not installed (Debian package prometheus)"
+fi
+echo "1..$tap_n"
+exit $((tap_failed > 0))
