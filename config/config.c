@@ -81,7 +81,8 @@ typedef struct loader {
 	config_setting_t **xid_set;
 	config_t *lc;
 	bool nodes_incomplete; /* some group's hosts are unknown: skip "unknown node" errors */
-	int last_line; /* where a missing top-level section is reported: the end, where it goes */
+	int last_line;	       /* where a missing top-level section is reported: the end */
+	size_t *name_idx;      /* node indexes sorted by name (then index): find_index() */
 } loader;
 
 static char *vformat(const char *fmt, va_list ap)
@@ -1127,15 +1128,17 @@ static void check_durations(loader *L)
 		kiln_format_duration(x, sizeof(x), v);
 		kiln_format_duration(a, sizeof(a), duration_limits[i].min);
 		kiln_format_duration(b, sizeof(b), duration_limits[i].max);
-		add_error(L, root_line(L, k->path), k->path, NULL, "%s is out of range %s..%s", x, a, b);
+		add_error(L, root_line(L, k->path), k->path, NULL, "%s is out of range %s..%s", x,
+			  a, b);
 	}
 	for (size_t i = 0; i < L->cfg->slurm.n_partitions; i++) {
 		uint64_t v = L->cfg->slurm.partitions[i].max_time_usec;
 		if (v != KILN_USEC_INFINITY && (v < 60 * SEC || v > 365ULL * 86400 * SEC)) {
 			char p[64], x[32];
 			snprintf(p, sizeof(p), "slurm.partitions[%zu].max_time", i);
-			add_error(L, member_line(L->part_set[i], "max_time"), p, "use 1m..365d or \"infinite\"",
-				  "%s is out of range", kiln_format_duration(x, sizeof(x), v));
+			add_error(L, member_line(L->part_set[i], "max_time"), p,
+				  "use 1m..365d or \"infinite\"", "%s is out of range",
+				  kiln_format_duration(x, sizeof(x), v));
 		}
 	}
 }
@@ -1156,11 +1159,55 @@ static void check_word(loader *L, int line, const char *path, const char *v, con
 		add_error(L, line, path, NULL, "must not be empty");
 }
 
-/* Node-name index: for duplicate detection and lookups, a sorted copy. */
-typedef struct name_ref {
-	const char *name;
-	size_t g, i; /* group, index in group */
-} name_ref;
+/* qsort_r comparators over node indexes; ties by index keep file order. */
+static int cmp_index(size_t a, size_t b)
+{
+	return a < b ? -1 : a > b;
+}
+static int cmp_name(const void *x, const void *y, void *ctx)
+{
+	const kiln_cfg_node *n = ctx;
+	size_t a = *(const size_t *) x, b = *(const size_t *) y;
+	int r = strcmp(n[a].name, n[b].name);
+	return r ? r : cmp_index(a, b);
+}
+static int cmp_mac(const void *x, const void *y, void *ctx)
+{
+	const kiln_cfg_node *n = ctx;
+	size_t a = *(const size_t *) x, b = *(const size_t *) y;
+	int r = memcmp(n[a].mac, n[b].mac, 6);
+	return r ? r : cmp_index(a, b);
+}
+static int cmp_addr(const void *x, const void *y, void *ctx)
+{
+	const kiln_cfg_node *n = ctx;
+	size_t a = *(const size_t *) x, b = *(const size_t *) y;
+	if (n[a].address != n[b].address)
+		return n[a].address < n[b].address ? -1 : 1;
+	return cmp_index(a, b);
+}
+
+/* The first node called name (binary search of name_idx), or -1. */
+static ssize_t find_index(loader *L, const char *name)
+{
+	const kiln_cfg *c = L->cfg;
+	size_t lo = 0, hi = c->n_nodes;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (strcmp(c->nodes[L->name_idx[mid]].name, name) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo < c->n_nodes && streq(c->nodes[L->name_idx[lo]].name, name))
+		return (ssize_t) L->name_idx[lo];
+	return -1;
+}
+
+static bool errors_full(loader *L)
+{
+	return L->errs->n >= KILN_CFG_ERRORS_MAX;
+}
 
 static void cross_check(loader *L)
 {
@@ -1286,7 +1333,8 @@ static void cross_check(loader *L)
 		if (g->memory_mb < 1) {
 			char p[96];
 			snprintf(p, sizeof(p), "%s.memory_mb", gpath);
-			add_error(L, member_line(L->group_set[gi], "memory_mb"), p, NULL, "must be at least 1 MiB");
+			add_error(L, member_line(L->group_set[gi], "memory_mb"), p, NULL,
+				  "must be at least 1 MiB");
 		}
 		int prod = g->sockets * g->cores_per_socket * g->threads_per_core;
 		if (g->cpus == 0)
@@ -1339,76 +1387,89 @@ static void cross_check(loader *L)
 	}
 
 	/* Duplicates: names, MACs, addresses, against each other and the head.
-	 * O(n^2) over at most a few thousand nodes is fine; keep it simple. */
+	 * Sorted indexes keep this O(n log n) up to KILN_HOSTLIST_MAX nodes. */
+	L->name_idx = malloc((c->n_nodes ? c->n_nodes : 1) * sizeof(size_t));
+	_cleanup_free_ size_t *ix = malloc((c->n_nodes ? c->n_nodes : 1) * sizeof(size_t));
+	if (!L->name_idx || !ix) {
+		L->oom = 1;
+		return;
+	}
 	for (size_t a = 0; a < c->n_nodes; a++) {
 		kiln_cfg_node *n = &c->nodes[a];
-		const kiln_cfg_group *g = n->group;
-		size_t gi = (size_t) (g - c->groups);
-		char gpath[64];
-		snprintf(gpath, sizeof(gpath), "node_groups[%zu]", gi);
+		size_t gi = (size_t) (n->group - c->groups);
+		char p[128];
+		L->name_idx[a] = a;
 		if (c->head.hostname && streq(n->name, c->head.hostname)) {
-			char p[96];
-			snprintf(p, sizeof(p), "%s.hosts", gpath);
+			snprintf(p, sizeof(p), "node_groups[%zu].hosts", gi);
 			add_error(L, member_line(L->group_set[gi], "hosts"), p, NULL,
 				  "host name \"%s\" is also the head node's", n->name);
 		}
-		if (g->addresses && n->address == c->head.address) {
-			char p[128];
-			snprintf(p, sizeof(p), "%s.addresses", gpath);
+		if (n->group->addresses && n->address == c->head.address) {
+			snprintf(p, sizeof(p), "node_groups[%zu].addresses", gi);
 			add_error(L, member_line(L->group_set[gi], "addresses"), p, NULL,
 				  "address %s of %s is also the head node's",
 				  kiln_format_ipv4(b1, n->address), n->name);
 		}
-		for (size_t bi = 0; bi < a; bi++) {
-			kiln_cfg_node *o = &c->nodes[bi];
-			if (streq(o->name, n->name)) {
-				char p[96];
-				snprintf(p, sizeof(p), "%s.hosts", gpath);
-				add_error(L, member_line(L->group_set[gi], "hosts"), p, NULL,
-					  "duplicate host name \"%s\"", n->name);
-				break;
-			}
+	}
+	qsort_r(L->name_idx, c->n_nodes, sizeof(size_t), cmp_name, c->nodes);
+	for (size_t k = 1, first = 0; k < c->n_nodes; k++) {
+		const kiln_cfg_node *n = &c->nodes[L->name_idx[k]];
+		if (!streq(n->name, c->nodes[L->name_idx[first]].name)) {
+			first = k;
+			continue;
 		}
-		if (g->macs)
-			for (size_t bi = 0; bi < a; bi++) {
-				kiln_cfg_node *o = &c->nodes[bi];
-				if (o->group->macs && memcmp(o->mac, n->mac, 6) == 0) {
-					char p[128], mb[18];
-					snprintf(p, sizeof(p), "%s.macs[%zu]", gpath,
-						 n->index_in_group);
-					add_error(L, elem_line(L->mac_set[gi], n->index_in_group),
-						  p, NULL, "duplicate MAC %s (also %s)",
-						  kiln_format_mac(mb, n->mac), o->name);
-					break;
-				}
-			}
-		if (g->addresses)
-			for (size_t bi = 0; bi < a; bi++) {
-				kiln_cfg_node *o = &c->nodes[bi];
-				if (o->group->addresses && o->address == n->address) {
-					char p[128];
-					snprintf(p, sizeof(p), "%s.addresses", gpath);
-					add_error(L, member_line(L->group_set[gi], "addresses"), p,
-						  NULL, "duplicate address %s (%s and %s)",
-						  kiln_format_ipv4(b1, n->address), o->name,
-						  n->name);
-					break;
-				}
-			}
+		size_t gi = (size_t) (n->group - c->groups);
+		char p[96];
+		snprintf(p, sizeof(p), "node_groups[%zu].hosts", gi);
+		add_error(L, member_line(L->group_set[gi], "hosts"), p, NULL,
+			  "duplicate host name \"%s\"", n->name);
+	}
+	size_t nm = 0;
+	for (size_t a = 0; a < c->n_nodes; a++)
+		if (c->nodes[a].group->macs)
+			ix[nm++] = a;
+	qsort_r(ix, nm, sizeof(size_t), cmp_mac, c->nodes);
+	for (size_t k = 1, first = 0; k < nm; k++) {
+		const kiln_cfg_node *n = &c->nodes[ix[k]], *o = &c->nodes[ix[first]];
+		if (memcmp(n->mac, o->mac, 6) != 0) {
+			first = k;
+			continue;
+		}
+		size_t gi = (size_t) (n->group - c->groups);
+		char p[128], mb[18];
+		snprintf(p, sizeof(p), "node_groups[%zu].macs[%zu]", gi, n->index_in_group);
+		add_error(L, elem_line(L->mac_set[gi], n->index_in_group), p, NULL,
+			  "duplicate MAC %s (also %s)", kiln_format_mac(mb, n->mac), o->name);
+	}
+	size_t na = 0;
+	for (size_t a = 0; a < c->n_nodes; a++)
+		if (c->nodes[a].group->addresses)
+			ix[na++] = a;
+	qsort_r(ix, na, sizeof(size_t), cmp_addr, c->nodes);
+	for (size_t k = 1, first = 0; k < na; k++) {
+		const kiln_cfg_node *n = &c->nodes[ix[k]], *o = &c->nodes[ix[first]];
+		if (n->address != o->address) {
+			first = k;
+			continue;
+		}
+		size_t gi = (size_t) (n->group - c->groups);
+		char p[128];
+		snprintf(p, sizeof(p), "node_groups[%zu].addresses", gi);
+		add_error(L, member_line(L->group_set[gi], "addresses"), p, NULL,
+			  "duplicate address %s (%s and %s)", kiln_format_ipv4(b1, n->address),
+			  o->name, n->name);
 	}
 
 	/* Partitions. */
 	_cleanup_strv_free_ char **pnames = calloc(c->slurm.n_partitions + 1, sizeof(char *));
-	_cleanup_strv_free_ char **nnames = calloc(c->n_nodes + 1, sizeof(char *));
-	if (!pnames || !nnames) {
+	_cleanup_free_ char **nnames = calloc(c->n_nodes + 1, sizeof(char *)); /* borrowed */
+	_cleanup_free_ size_t *mark = calloc(c->n_nodes ? c->n_nodes : 1, sizeof(size_t));
+	if (!pnames || !nnames || !mark) {
 		L->oom = 1;
 		return;
 	}
 	for (size_t i = 0; i < c->n_nodes; i++)
-		if (!(nnames[i] = strdup(c->nodes[i].name))) {
-			L->oom = 1;
-			return;
-		}
+		nnames[i] = c->nodes[i].name;
 	size_t np = 0;
 	int default_line = 0;
 	for (size_t pi = 0; pi < c->slurm.n_partitions; pi++) {
@@ -1443,46 +1504,64 @@ static void cross_check(loader *L)
 				default_line = member_line(L->part_set[pi], "default");
 		}
 	}
+	/* Members: explicit nodes first, then groups naming the partition; each
+	 * node once (mark[i] == pi + 1 when node i is already in). */
 	for (size_t pi = 0; pi < c->slurm.n_partitions; pi++) {
 		kiln_cfg_partition *p = &c->slurm.partitions[pi];
 		if (!L->part_set[pi] || !p->name)
 			continue;
 		char ap[96];
 		snprintf(ap, sizeof(ap), "slurm.partitions[%zu].nodes", pi);
-		_cleanup_strv_free_ char **members = NULL;
+		char **members = calloc(c->n_nodes + 1, sizeof(char *));
+		if (!members) {
+			L->oom = 1;
+			return;
+		}
+		size_t nmem = 0;
 		if (p->nodes) {
 			_cleanup_strv_free_ char **v = NULL;
 			size_t nv = 0;
-			if (kiln_hostlist_expand(p->nodes, &v, &nv, NULL) < 0)
+			if (kiln_hostlist_expand(p->nodes, &v, &nv, NULL) < 0) {
+				free(members);
 				continue; /* reported */
+			}
 			for (size_t i = 0; i < nv; i++) {
-				if (!kiln_cfg_find_node(c, v[i])) {
-					if (L->nodes_incomplete)
+				ssize_t ni = find_index(L, v[i]);
+				if (ni < 0) {
+					if (L->nodes_incomplete || errors_full(L))
 						continue;
 					_cleanup_free_ char *h = hint_from(v[i], nnames);
 					add_error(L, member_line(L->part_set[pi], "nodes"), ap, h,
 						  "unknown node \"%s\"", v[i]);
 					continue;
 				}
-				if (!strv_contains(members, v[i]) &&
-				    strv_extend(&members, v[i]) < 0) {
-					L->oom = 1;
-					return;
+				if (mark[ni] != pi + 1) {
+					mark[ni] = pi + 1;
+					members[nmem++] = c->nodes[ni].name;
 				}
 			}
 		}
-		for (size_t gi = 0; gi < c->n_groups; gi++)
-			if (c->groups[gi].partitions &&
-			    strv_contains(c->groups[gi].partitions, p->name))
-				for (size_t i = 0; i < c->groups[gi].n_hosts; i++) {
-					const char *h = c->groups[gi].hostnames[i];
-					if (!strv_contains(members, h) &&
-					    strv_extend(&members, h) < 0) {
-						L->oom = 1;
-						return;
-					}
-				}
-		if (!members) {
+		for (size_t ni = 0; ni < c->n_nodes; ni++) {
+			const kiln_cfg_group *g = c->nodes[ni].group;
+			if (g->partitions && strv_contains(g->partitions, p->name) &&
+			    mark[ni] != pi + 1) {
+				mark[ni] = pi + 1;
+				members[nmem++] = c->nodes[ni].name;
+			}
+		}
+		/* members borrowed node names so far; now own copies, and record
+		 * the partition on each member node (in partition order). */
+		for (size_t i = 0; i < nmem; i++) {
+			ssize_t ni = find_index(L, members[i]);
+			members[i] = strdup(members[i]);
+			if (!members[i] || strv_extend(&c->nodes[ni].partitions, p->name) < 0) {
+				strv_free(members);
+				L->oom = 1;
+				return;
+			}
+		}
+		if (nmem == 0) {
+			free(members);
 			if (!p->nodes)
 				add_error(L, p->line, ap,
 					  "set nodes, or name the partition in a node group's "
@@ -1490,8 +1569,8 @@ static void cross_check(loader *L)
 					  "partition \"%s\" has no nodes", p->name);
 			continue;
 		}
-		p->n_members = strv_length(members);
-		p->members = TAKE_PTR(members);
+		p->n_members = nmem;
+		p->members = members;
 	}
 	for (size_t gi = 0; gi < c->n_groups; gi++) {
 		kiln_cfg_group *g = &c->groups[gi];
@@ -1508,23 +1587,13 @@ static void cross_check(loader *L)
 					  g->partitions[j]);
 			}
 	}
-	/* Each node's partitions, in partition order. */
-	for (size_t a = 0; a < c->n_nodes; a++) {
-		kiln_cfg_node *n = &c->nodes[a];
-		n->partitions = calloc(1, sizeof(char *));
-		if (!n->partitions) {
+	/* Nodes in no partition still get an empty vector. */
+	for (size_t a = 0; a < c->n_nodes; a++)
+		if (!c->nodes[a].partitions &&
+		    !(c->nodes[a].partitions = calloc(1, sizeof(char *)))) {
 			L->oom = 1;
 			return;
 		}
-		for (size_t pi = 0; pi < c->slurm.n_partitions; pi++) {
-			kiln_cfg_partition *p = &c->slurm.partitions[pi];
-			if (p->members && strv_contains(p->members, n->name) &&
-			    strv_extend(&n->partitions, p->name) < 0) {
-				L->oom = 1;
-				return;
-			}
-		}
-	}
 
 	/* Health. */
 	for (size_t i = 0; i < c->health.n_xids; i++)
@@ -1558,10 +1627,9 @@ static void cross_check(loader *L)
 		const kiln_cfg_partition *p = kiln_cfg_find_partition(c, c->inference.nodes);
 		if (p) {
 			for (size_t i = 0; p->members && p->members[i]; i++) {
-				kiln_cfg_node *n =
-					(kiln_cfg_node *) kiln_cfg_find_node(c, p->members[i]);
-				if (n)
-					n->inference = c->inference.enabled;
+				ssize_t ni = find_index(L, p->members[i]);
+				if (ni >= 0)
+					c->nodes[ni].inference = c->inference.enabled;
 			}
 		} else {
 			_cleanup_strv_free_ char **v = NULL;
@@ -1572,17 +1640,16 @@ static void cross_check(loader *L)
 					  c->inference.nodes);
 			else
 				for (size_t i = 0; i < nv; i++) {
-					kiln_cfg_node *n =
-						(kiln_cfg_node *) kiln_cfg_find_node(c, v[i]);
-					if (!n) {
-						if (L->nodes_incomplete)
+					ssize_t ni = find_index(L, v[i]);
+					if (ni < 0) {
+						if (L->nodes_incomplete || errors_full(L))
 							continue;
 						_cleanup_free_ char *h = hint_from(v[i], nnames);
 						add_error(L, root_line(L, "inference.nodes"),
 							  "inference.nodes", h,
 							  "unknown node or partition \"%s\"", v[i]);
 					} else
-						n->inference = c->inference.enabled;
+						c->nodes[ni].inference = c->inference.enabled;
 				}
 		}
 	} else
@@ -1732,6 +1799,7 @@ int kiln_cfg_load_string(const char *text, const char *name, kiln_cfg **ret, kil
 	}
 	config_destroy(&lc);
 	sort_errors(e, before);
+	free(L.name_idx);
 	free(L.group_set);
 	free(L.addr_set);
 	free(L.mac_set);
