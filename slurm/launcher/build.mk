@@ -22,7 +22,7 @@ $(eval $(call kiln_bin,kiln-run,slurm/launcher/kiln-run.c,kilnrun kilnstore conf
 # Unit tests of the rendezvous state machine (no sockets).
 $(eval $(call kiln_test,test-launcher,tests/launcher/test-rdzv.c,kilnrun common,))
 # Rendezvous benchmark: N simulated agents on loopback.
-$(eval $(call kiln_tool,kiln-run-bench,tests/launcher/rdzv-bench.c,kilnrun kilnstore common,$(KILN_RUN_LDLIBS)))
+$(eval $(call kiln_tool,kiln-run-bench,tests/launcher/rdzv-bench.c,kilnrun kilnstore common,-lpthread))
 # The C test worker: env -> store -> kk CPU all-reduce, checkpointed steps.
 $(eval $(call kiln_tool,kiln-run-worker,tests/launcher/kr-worker.c,kk kilnstore common,$(KK_LDLIBS)))
 
