@@ -577,6 +577,56 @@ static void test_gpu_type(void **state)
 	assert_null(kiln_cfg_gpu_type_from_model(NULL));
 }
 
+/* A big cluster loads fast (no quadratic checks) and a duplicate MAC at the
+ * very end is still found. */
+static void test_large_cluster(void **state)
+{
+	const int n = 8000;
+	kiln_strbuf b;
+	kiln_strbuf_init(&b);
+	kiln_strbuf_printf(&b,
+			   "cluster = { name = \"big\"; };\n"
+			   "network = { subnet = \"10.0.0.0/16\"; };\n"
+			   "head = { hostname = \"head\"; address = \"10.0.0.1\"; };\n"
+			   "node_groups = ( { name = \"n\"; hosts = \"n[0001-%04d]\";\n"
+			   "  addresses = \"10.0.1.0-10.0.%d.%d\";\n  macs = [",
+			   n, 1 + (n - 1) / 256, (n - 1) % 256);
+	for (int i = 0; i < n; i++) {
+		int m = i == n - 1 ? 17 : i; /* the last repeats node 18's MAC */
+		kiln_strbuf_printf(&b, "%s\"02:00:00:00:%02x:%02x\"", i ? ", " : " ", m >> 8,
+				   m & 255);
+	}
+	kiln_strbuf_printf(&b,
+			   " ];\n  partitions = [ \"all\" ]; } );\n"
+			   "slurm = { partitions = ( { name = \"all\"; default = true; } ); };\n");
+	_cleanup_free_ char *text = kiln_strbuf_steal(&b);
+	kiln_strbuf_free(&b);
+	kiln_cfg *c = NULL;
+	kiln_cfg_errors e;
+	kiln_cfg_errors_init(&e);
+	uint64_t t0 = kiln_now_usec();
+	assert_int_equal(kiln_cfg_load_string(text, "big.cfg", &c, &e), -EINVAL);
+	uint64_t dt = kiln_now_usec() - t0;
+	assert_int_equal(e.n, 1);
+	assert_string_equal(e.v[0].path, "node_groups[0].macs[7999]");
+	assert_string_equal(e.v[0].message, "duplicate MAC 02:00:00:00:00:11 (also n0018)");
+	kiln_cfg_errors_free(&e);
+	/* fixed: loads, every node in the partition */
+	char *at = strstr(text, "\"02:00:00:00:00:11\" ]");
+	assert_non_null(at);
+	memcpy(at, "\"02:00:00:00:ff:ff\" ]", 21);
+	assert_int_equal(kiln_cfg_load_string(text, "big.cfg", &c, NULL), 0);
+	assert_int_equal(c->n_nodes, n);
+	assert_int_equal(c->slurm.partitions[0].n_members, n);
+	assert_string_equal(c->nodes[n - 1].partitions[0], "all");
+	_cleanup_free_ char *slurm = NULL;
+	assert_int_equal(kiln_cfg_render(c, "slurm.conf", NULL, &slurm), 0);
+	assert_non_null(strstr(slurm, "\nPartitionName=all Nodes=n[0001-8000] Default=YES"));
+	kiln_cfg_free(c);
+	if (dt > 5 * KILN_USEC_PER_SEC)
+		fail_msg("loading %d nodes took %llu ms", n, (unsigned long long) dt / 1000);
+}
+
 /* Random mutations of a valid file: the loader must either succeed or
  * report errors, never crash or succeed with errors. */
 static void test_mutations(void **state)
@@ -632,7 +682,7 @@ int main(void)
 		cmocka_unit_test(test_collects_all),   cmocka_unit_test(test_error_cap),
 		cmocka_unit_test(test_bad_corpus),     cmocka_unit_test(test_render_golden),
 		cmocka_unit_test(test_render_content), cmocka_unit_test(test_gpu_type),
-		cmocka_unit_test(test_mutations),
+		cmocka_unit_test(test_large_cluster),  cmocka_unit_test(test_mutations),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
