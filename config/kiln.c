@@ -189,8 +189,8 @@ static int cmd_show(int argc, char **argv)
 	printf("group:       %s\n", g->name);
 	printf("address:     %s/%d\n", kiln_format_ipv4(ab, n->address), c->network.prefix);
 	printf("mac:         %s\n", kiln_format_mac(mb, n->mac));
-	printf("gpus:        %d%s%s%s\n", g->gpu_count, g->gpu_model ? " x " : "",
-	       strempty(g->gpu_model), g->gpu_type ? "" : "");
+	printf("gpus:        %d%s%s\n", g->gpu_count, g->gpu_model ? " x " : "",
+	       strempty(g->gpu_model));
 	printf("gres type:   %s\n", g->gpu_type ? g->gpu_type : "-");
 	printf("cpus:        %d (%d sockets x %d cores x %d threads)\n", g->cpus, g->sockets,
 	       g->cores_per_socket, g->threads_per_core);
