@@ -4,3 +4,4 @@ $(eval $(call kiln_test,test-healthd,tests/healthd/test-healthd.c,healthd config
 # the NVML tests load the fake libraries
 $(B)/tests/test-healthd: | $(B)/lib/fake-nvml/libnvidia-ml.so.1 $(B)/lib/fake-nvml-old/libnvidia-ml.so.1
 TEST_SCRIPTS += tests/healthd/test-healthd-slurm.sh
+TEST_SCRIPTS += tests/healthd/test-healthd-cli.sh

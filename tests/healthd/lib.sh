@@ -36,19 +36,21 @@ flt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
 # event_time LOG N: CLOCK_REALTIME at which the fake NVML fired event N
 event_time() { awk -v n="$2" '$3 == "event" && $4 == n { print $1; exit }' "$1"; }
 
-# write_cfg FILE [extra health keys...]: the demo cluster with fast test settings
+# write_cfg FILE [key = value; ...]: the demo cluster with fast test
+# settings; extra keys replace the defaults of the same name.
 write_cfg() {
 	local f=$1; shift
 	sed '/^health = {/,$d' "$top/config/examples/demo.cfg" >"$f"
+	local defaults=('interval = "200ms";' 'recover_after = "2s";' 'nvml_timeout = "1s";'
+		"nvml_library = \"$FAKE\";" 'metrics_port = 9400;' 'active_on_start = false;')
 	{
 		echo 'health = {'
-		echo '  interval = "200ms";'
-		echo '  recover_after = "2s";'
-		echo '  nvml_timeout = "1s";'
-		echo "  nvml_library = \"$FAKE\";"
-		echo '  metrics_port = 9400;'
-		echo '  active_on_start = false;'
-		for k in "$@"; do echo "  $k"; done
+		for d in "${defaults[@]}"; do
+			local k=${d%% *} skip=
+			for e in "$@"; do [ "${e%% *}" = "$k" ] && skip=1; done
+			[ -n "$skip" ] || echo "  $d"
+		done
+		for e in "$@"; do echo "  $e"; done
 		echo '};'
 	} >>"$f"
 }

@@ -1,0 +1,95 @@
+#!/bin/bash
+# test-healthd-cli.sh — kiln-healthd's command line without a cluster:
+# --help/--version, exit codes (0 healthy, 1 unhealthy, 2 usage or config
+# error) of the one-shot --check and its JSON, the GPU count check, a
+# missing driver, an old driver's missing symbols (one warning each), the
+# active checks without a GPU ("skipped", never "passed"), the Slurm
+# prolog/epilog/health-check scripts' exit codes, and `systemd-analyze
+# verify` of the unit.  Prints TAP.
+set -u
+. "$(dirname "$0")/lib.sh"
+for f in "$HEALTHD" "$FAKE"; do
+	[ -e "$f" ] || { echo "1..1"; echo "ok 1 # SKIP $f not built"; exit 0; }
+done
+W=$(mktemp -d /tmp/kiln-healthd-cli.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+write_cfg "$W/c.cfg"
+export KILN_CONFIG=$W/c.cfg
+scn() { printf '%s\n' "$2" >"$W/$1.scn"; echo "$W/$1.scn"; }
+hd() { local s=$1; shift; KILN_FAKE_NVML_SCENARIO=$s "$HEALTHD" "$@"; }
+rc_is() { local want=$1; shift; "$@" >"$W/out" 2>"$W/err"; local rc=$?; [ "$rc" = "$want" ] || { echo "# rc $rc, want $want"; diag <"$W/err"; return 1; }; }
+
+healthy=$(scn healthy 'gpus = ( { }, { }, { }, { } );')
+sick=$(scn sick 'gpus = ( { }, { remap_failure = true; }, { }, { } );')
+three=$(scn three 'gpus = ( { }, { }, { } );')
+warm=$(scn warm 'gpus = ( { temperature = 86; }, { }, { }, { } );')
+
+check "--help exits 0 and shows usage" rc_is 0 "$HEALTHD" --help
+check "--help mentions --check" grep -q -- "--check" "$W/out"
+check "--version prints the version" bash -c "'$HEALTHD' --version | grep -q '^kiln-healthd [0-9]'"
+check "an unknown option exits 2" rc_is 2 "$HEALTHD" --bogus
+check "--json without --check exits 2" rc_is 2 "$HEALTHD" --json
+check "a missing cluster file given with -c exits 2" rc_is 2 "$HEALTHD" -c "$W/nope.cfg" --check
+printf 'health = { intervall = "1s"; };\n' >"$W/bad.cfg"
+check "a cluster file with errors exits 2" rc_is 2 "$HEALTHD" -c "$W/bad.cfg" --check
+check "  ... and names file:line" grep -q "bad.cfg:1" "$W/err"
+check "--node not in the cluster file exits 2" rc_is 2 hd "$healthy" --check --node nodeXX
+
+check "--check: 4 healthy GPUs exit 0" rc_is 0 hd "$healthy" --check --node node01
+check "  ... and the table lists 4 GPUs" bash -c "[ \$(grep -c ' healthy' '$W/out') -ge 4 ]"
+check "--check: a failed row remap exits 1" rc_is 1 hd "$sick" --check --node node01
+check "  ... with the reason in the table" grep -q "unhealthy  row remapping failed" "$W/out"
+check "--check: degraded (86 C) still exits 0" rc_is 0 hd "$warm" --check --node node01
+check "  ... and says why" grep -q "degraded   temperature 86 C above the warning threshold 85 C" "$W/out"
+check "--check: 3 GPUs where the cluster file says 4 exits 1" rc_is 1 hd "$three" --check --node node01
+check "  ... node reason" grep -q "3 GPUs found, the cluster file says 4" "$W/out"
+check "--check --json is valid JSON with the drain reason" bash -c \
+	"KILN_FAKE_NVML_SCENARIO='$sick' '$HEALTHD' --check --json --node node01 2>/dev/null |
+	 $PY -c 'import json,sys; d=json.load(sys.stdin); assert d[\"state\"]==\"unhealthy\", d; assert d[\"drain_reason\"]==\"kiln: gpu1 row remapping failed\", d; assert len(d[\"gpus\"])==4'"
+
+write_cfg "$W/nodrv.cfg" 'nvml_library = "/nonexistent/libnvidia-ml.so.1";'
+check "--check: no NVIDIA driver on a node with 4 GPUs exits 1" rc_is 1 "$HEALTHD" -c "$W/nodrv.cfg" --check --node node01
+check "  ... NVML unavailable" grep -q "NVML unavailable (no NVIDIA driver)" "$W/out"
+
+write_cfg "$W/old.cfg"
+sed -i "s|lib/fake-nvml/|lib/fake-nvml-old/|" "$W/old.cfg"
+check "old driver: --check still works (fallback names)" rc_is 0 hd "$healthy" -c "$W/old.cfg" --check --node node01
+check "old driver: one warning for the missing nvmlDeviceGetRemappedRows" \
+	bash -c "[ \$(grep -c 'lacks nvmlDeviceGetRemappedRows' '$W/err') = 1 ]"
+check "old driver: no warning for symbols that have an older name" bash -c "! grep -q 'lacks nvmlDeviceGetCount\|lacks nvmlDeviceGetCurrentClocksEventReasons' '$W/err'"
+
+check "--active without a GPU exits 0" rc_is 0 "$HEALTHD" -c "$W/nodrv.cfg" --node node01 --active
+check "  ... every check skipped, none passed" bash -c "[ \$(grep -c ' skipped ' '$W/out') = 3 ] && ! grep -q passed '$W/out'"
+
+S=$top/slurm/scripts
+export KILN_HEALTHD=$HEALTHD SLURMD_NODENAME=node01
+PATH_NOSCONTROL=$W/bin; mkdir -p "$PATH_NOSCONTROL"
+printf '#!/bin/sh\necho "$@" >>%s/scontrol.calls\n' "$W" >"$PATH_NOSCONTROL/scontrol"; chmod +x "$PATH_NOSCONTROL/scontrol"
+check "prolog: healthy node exits 0" rc_is 0 env PATH="$PATH_NOSCONTROL:$PATH" KILN_FAKE_NVML_SCENARIO="$healthy" "$S/prolog"
+check "prolog: unhealthy node exits 1 (job refused)" rc_is 1 env PATH="$PATH_NOSCONTROL:$PATH" KILN_FAKE_NVML_SCENARIO="$sick" "$S/prolog"
+check "  ... and drains with kiln's reason" grep -q 'update nodename=node01 state=drain reason=kiln: gpu1 row remapping failed' "$W/scontrol.calls"
+rm -f "$W/scontrol.calls"
+check "epilog: unhealthy node exits 0 but drains" rc_is 0 env PATH="$PATH_NOSCONTROL:$PATH" KILN_FAKE_NVML_SCENARIO="$sick" "$S/epilog"
+check "  ... with kiln's reason" grep -q 'state=drain reason=kiln: gpu1 row remapping failed' "$W/scontrol.calls"
+rm -f "$W/scontrol.calls"
+check "health-check: healthy node: no drain" bash -c "env PATH='$PATH_NOSCONTROL:$PATH' KILN_FAKE_NVML_SCENARIO='$healthy' '$S/health-check' && ! grep -q drain '$W/scontrol.calls' 2>/dev/null"
+check "health-check: unhealthy node drains" bash -c "env PATH='$PATH_NOSCONTROL:$PATH' KILN_FAKE_NVML_SCENARIO='$sick' '$S/health-check' && grep -q 'state=drain reason=kiln: gpu1' '$W/scontrol.calls'"
+
+unit=$top/services/units/kiln-healthd.service
+if command -v systemd-analyze >/dev/null; then
+	# verify checks ExecStart exists: point it at the build
+	sed "s|^ExecStart=.*|ExecStart=$HEALTHD|" "$unit" >"$W/kiln-healthd.service"
+	mkdir -p "$W/man/man8" && ln -s "$top/docs/man/kiln-healthd.8" "$W/man/man8/"
+	if MANPATH=$W/man systemd-analyze verify "$W/kiln-healthd.service" >"$W/verify.txt" 2>&1; then
+		ok "systemd-analyze verify kiln-healthd.service"
+	elif grep -qiE "Failed to (connect|initialize)|System has not been booted|Failed to setup" "$W/verify.txt"; then
+		skip "systemd-analyze cannot run here: $(head -1 "$W/verify.txt")"
+	else
+		not_ok "systemd-analyze verify kiln-healthd.service"; diag <"$W/verify.txt"
+	fi
+else
+	skip "systemd-analyze not installed"
+fi
+check "unit: Type=notify, WatchdogSec, journal" bash -c "grep -q '^Type=notify' '$unit' && grep -q '^WatchdogSec=' '$unit' && grep -q '^StandardError=journal' '$unit'"
+echo "1..$tap_n"
+exit $((tap_failed > 0))
