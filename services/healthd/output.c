@@ -15,15 +15,14 @@
 /* Prometheus label values escape backslash, double quote and newline. */
 static void label_escaped(kiln_strbuf *b, const char *s)
 {
-	for (; s && *s; s++) {
-		if (*s == '\\')
-			kiln_strbuf_append(b, "\\\\");
-		else if (*s == '"')
-			kiln_strbuf_append(b, "\\\"");
-		else if (*s == '\n')
-			kiln_strbuf_append(b, "\\n");
-		else
-			kiln_strbuf_append_n(b, s, 1);
+	while (s && *s) {
+		size_t n = strcspn(s, "\\\"\n");
+		kiln_strbuf_append_n(b, s, n);
+		s += n;
+		if (!*s)
+			break;
+		kiln_strbuf_append(b, *s == '\n' ? "\\n" : *s == '"' ? "\\\"" : "\\\\");
+		s++;
 	}
 }
 
@@ -123,8 +122,33 @@ static const metric metrics[] = {
 	{ "kiln_gpu_persistence_mode", "gauge", "Persistence mode on (1) or off (0).", m_persistence },
 };
 
+/* Appends a sample value: integers (most of them) without printf. */
+static void value(kiln_strbuf *b, double v)
+{
+	char buf[32];
+	if (v >= 0 && v < 1e15 && v == (double)(uint64_t)v) {
+		char *p = buf + sizeof(buf);
+		uint64_t x = (uint64_t)v;
+		*--p = 0;
+		do
+			*--p = (char)('0' + x % 10);
+		while (x /= 10);
+		kiln_strbuf_append(b, p);
+	} else {
+		snprintf(buf, sizeof(buf), "%.17g", v);
+		kiln_strbuf_append(b, buf);
+	}
+}
+
 int hd_metrics_render(const hd_node *n, const char *host, kiln_strbuf *b)
 {
+	/* the label set of each GPU, rendered once */
+	kiln_strbuf lab[HD_GPUS_MAX];
+	for (int k = 0; k < n->n_gpus; k++) {
+		kiln_strbuf_init(&lab[k]);
+		labels(&lab[k], &n->gpus[k], host);
+		kiln_strbuf_append(&lab[k], "} ");
+	}
 	for (size_t i = 0; i < ARRAY_SIZE(metrics); i++) {
 		const metric *m = &metrics[i];
 		kiln_strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", m->name, m->help, m->name, m->type);
@@ -133,10 +157,14 @@ int hd_metrics_render(const hd_node *n, const char *host, kiln_strbuf *b)
 			if (!m->get(&n->gpus[k], &v))
 				continue;
 			kiln_strbuf_append(b, m->name);
-			labels(b, &n->gpus[k], host);
-			kiln_strbuf_printf(b, "} %.17g\n", v);
+			if (lab[k].s)
+				kiln_strbuf_append_n(b, lab[k].s, lab[k].len);
+			value(b, v);
+			kiln_strbuf_append_n(b, "\n", 1);
 		}
 	}
+	for (int k = 0; k < n->n_gpus; k++)
+		kiln_strbuf_free(&lab[k]);
 
 	kiln_strbuf_append(b, "# HELP kiln_gpu_health GPU health state (1 for the current state).\n"
 			      "# TYPE kiln_gpu_health gauge\n");

@@ -5,3 +5,5 @@ $(eval $(call kiln_test,test-healthd,tests/healthd/test-healthd.c,healthd config
 $(B)/tests/test-healthd: | $(B)/lib/fake-nvml/libnvidia-ml.so.1 $(B)/lib/fake-nvml-old/libnvidia-ml.so.1
 TEST_SCRIPTS += tests/healthd/test-healthd-slurm.sh
 TEST_SCRIPTS += tests/healthd/test-healthd-cli.sh
+$(eval $(call kiln_tool,bench-healthd,tests/healthd/bench-healthd.c,healthd config common,$$(HEALTHD_LDLIBS)))
+BENCH_SCRIPTS += tests/healthd/bench-healthd.sh
