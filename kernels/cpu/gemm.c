@@ -247,23 +247,22 @@ static int qgemv_range(void *p, int64_t b, int64_t e, int chunk)
 	struct q_ctx *c = p;
 	const kk_qmatrix *q = c->cq;
 	int64_t groups = q->qtype == KK_Q4 ? q->k / q->group : 1;
+	_cleanup_free_ float *sc = malloc(groups * sizeof(float));
 
+	if (!sc)
+		return -ENOMEM;
 	for (int64_t j = b; j < e; j++) {
 		float bj = c->bias ? LD(c->bias, j) : 0.0f;
 		size_t base = (size_t)j * q->k;
+		kk__row_f32(sc, q->scales->ptr, q->scales->dtype, (size_t)j * groups, groups);
 		for (int64_t i = 0; i < c->m; i++) {
 			const float *x = c->xf + (size_t)i * q->k;
-			float s = 0;
+			float s;
 			if (q->qtype == KK_I8)
-				s = kk__dot_i8(x, (const int8_t *)q->data->ptr + base, q->k) *
-				    LD(q->scales, j);
+				s = kk__dot_i8(x, (const int8_t *)q->data->ptr + base, q->k) * sc[0];
 			else
-				for (int64_t g = 0; g < groups; g++)
-					s += kk__dot_q4(x + g * q->group,
-							(const uint8_t *)q->data->ptr +
-								(base + g * q->group) / 2,
-							q->group) *
-					     LD(q->scales, (size_t)j * groups + g);
+				s = kk__dot_q4_row(x, (const uint8_t *)q->data->ptr + base / 2, sc,
+						   q->k, q->group);
 			ST(c->out, (size_t)i * q->n + j, s + bj);
 		}
 	}

@@ -76,6 +76,24 @@ CLONES float kk__dot_q4(const float *x, const uint8_t *q, size_t n)
 	return s;
 }
 
+/* A whole int4 row: sum over groups of scale[g] * dot(x_g, q_g). */
+CLONES float kk__dot_q4_row(const float *x, const uint8_t *q, const float *scales, size_t k,
+			    size_t group)
+{
+	float total = 0;
+	for (size_t g = 0; g < k / group; g++) {
+		const uint8_t *qg = q + g * group / 2;
+		const float *xg = x + g * group;
+		float s = 0;
+#pragma omp simd reduction(+ : s)
+		for (size_t p = 0; p < group / 2; p++)
+			s += xg[2 * p] * (float)((int)(qg[p] & 15) - 8) +
+			     xg[2 * p + 1] * (float)((int)(qg[p] >> 4) - 8);
+		total += s * scales[g];
+	}
+	return total;
+}
+
 CLONES void kk__widen_bf16(float *dst, const uint16_t *src, size_t n)
 {
 #pragma omp simd

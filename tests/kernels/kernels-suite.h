@@ -793,8 +793,58 @@ static void norm_case(kk_dtype dt, bool layer, bool residual)
 		expect_close("rmsnorm dbias untouched", down(dbb, dim), db0, dim, 0, 0);
 }
 
+/* Many rows: the backward splits rows over threads and sums the per-thread
+ * dweight/dbias partials; check those sums against the plain formulas. */
+static void norm_big_case(kk_dtype dt, bool layer)
+{
+	int rows = 300, dim = 256;
+	size_t N = (size_t)rows * dim;
+	double *x, *w, *b, *G, *dw0, *db0, *gw = hmalloc(dim * 8), *gb = hmalloc(dim * 8);
+	kk_buffer *xb = up_rand(dt, N, -2, 2, &x), *wb = up_rand(dt, dim, 0.5, 1.5, &w);
+	kk_buffer *bb = up_rand(dt, dim, -.5, .5, &b), *yb = out_buf(dt, N);
+	kk_buffer *mb = out_buf(KK_F32, rows), *sb = out_buf(KK_F32, rows);
+	kk_buffer *gyb = up_rand(dt, N, -1, 1, &G), *dxb = out_buf(dt, N);
+	kk_buffer *dwb = up_rand(KK_F32, dim, -1, 1, &dw0), *dbb = up_rand(KK_F32, dim, -1, 1, &db0);
+
+	memcpy(gw, dw0, dim * 8);
+	memcpy(gb, db0, dim * 8);
+	for (int r = 0; r < rows; r++) {
+		double mean = 0, var = 0;
+		for (int i = 0; i < dim; i++)
+			mean += layer ? x[r * dim + i] / dim : 0;
+		for (int i = 0; i < dim; i++)
+			var += (x[r * dim + i] - mean) * (x[r * dim + i] - mean) / dim;
+		for (int i = 0; i < dim; i++) {
+			gw[i] += G[r * dim + i] * (x[r * dim + i] - mean) / sqrt(var + 1e-5);
+			gb[i] += G[r * dim + i];
+		}
+	}
+	if (layer) {
+		assert_int_equal(kk_layernorm_fwd(be, NULL, yb, NULL, mb, sb, xb, NULL, wb, bb, rows,
+						  dim, 1e-5f),
+				 0);
+		assert_int_equal(kk_layernorm_bwd(be, NULL, dxb, dwb, dbb, gyb, NULL, xb, wb, mb, sb,
+						  rows, dim),
+				 0);
+		expect_close("big layernorm dbias", down(dbb, dim), gb, dim, 1e-4 * max_abs(gb, dim),
+			     1e-4);
+	} else {
+		assert_int_equal(kk_rmsnorm_fwd(be, NULL, yb, NULL, sb, xb, NULL, wb, rows, dim, 1e-5f),
+				 0);
+		assert_int_equal(kk_rmsnorm_bwd(be, NULL, dxb, dwb, gyb, NULL, xb, wb, sb, rows, dim),
+				 0);
+	}
+	expect_close("big norm dweight", down(dwb, dim), gw, dim, 4 * TOL(dt) * max_abs(gw, dim),
+		     4 * TOL(dt));
+}
+
 static void test_norms(void **state)
 {
+	for (size_t di = 0; di < 3; di++)
+		for (int layer = 0; layer < 2; layer++) {
+			norm_big_case(FLOATS[di], layer);
+			teardown(NULL);
+		}
 	for (size_t di = 0; di < 3; di++)
 		for (int layer = 0; layer < 2; layer++)
 			for (int res = 0; res < 2; res++) {
@@ -1064,7 +1114,7 @@ static void test_adamw(void **state)
 
 static void test_grad_norm_clip(void **state)
 {
-	const size_t sizes[3] = { 100, 2000, 77 };
+	const size_t sizes[3] = { 100, 200000, 77 }; /* the large one is split over threads */
 	kk_buffer *bufs[3];
 	double *h[3], sum = 0, norm;
 	kk_buffer *out = out_buf(KK_F32, 1);
