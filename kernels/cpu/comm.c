@@ -354,7 +354,9 @@ int kk__cpu_comm_init(kk_comm *c, const void *id, size_t id_len)
 	for (int i = 0; i < c->world; i++)
 		cc->fds[i] = -1;
 	if (c->world == 1) {
-		_cleanup_close_ int fd = take_parked(port);
+		int fd = take_parked(port); /* nobody will dial in */
+		if (fd >= 0)
+			close(fd);
 		return 0;
 	}
 	r = c->rank == 0 ? root_accept(c, cc, port) : peer_connect(c, cc, host, port);

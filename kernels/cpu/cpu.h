@@ -78,6 +78,9 @@ void kk__narrow_bf16(uint16_t *dst, const float *src, size_t n);
 void kk__widen_f16(float *dst, const uint16_t *src, size_t n);
 void kk__narrow_f16(uint16_t *dst, const float *src, size_t n);
 
+/* simd.c defines the clones above and must not see them used first
+ * (clang refuses to multiversion a function after a use). */
+#ifndef KK__SIMD_IMPL
 /* dst[0..n) = src (elements off..off+n of p) widened to f32. */
 static inline void kk__row_f32(float *dst, const void *p, kk_dtype dt, size_t off, size_t n)
 {
@@ -108,6 +111,7 @@ static inline void kk__row_store(void *p, kk_dtype dt, size_t off, const float *
 		break;
 	}
 }
+#endif
 
 /* Calls fn(ctx, begin, end, chunk) over [0, n) split into contiguous
  * chunks 0 .. kk__parallel_chunks(n, cost)-1, one thread each, when the work
@@ -164,6 +168,54 @@ int kk__cpu_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc 
 int kk__cpu_kv_cache_write(kk_backend *be, kk_stream *st, kk_buffer *k_cache, kk_buffer *v_cache,
 			   const kk_buffer *k, const kk_buffer *v, const kk_buffer *slot_mapping,
 			   int64_t n_tokens, int n_kv_heads, int head_dim, int num_blocks);
+/* ops.c */
+int kk__cpu_cast(kk_backend *be, kk_stream *st, kk_buffer *dst, const kk_buffer *src,
+		 size_t count);
+int kk__cpu_scale(kk_backend *be, kk_stream *st, kk_buffer *x, float scale, size_t count);
+int kk__cpu_rmsnorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
+			kk_buffer *rstd, const kk_buffer *x, const kk_buffer *residual,
+			const kk_buffer *weight, int64_t rows, int64_t dim, float eps);
+int kk__cpu_rmsnorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dweight,
+			const kk_buffer *dy, const kk_buffer *dresidual, const kk_buffer *h,
+			const kk_buffer *weight, const kk_buffer *rstd, int64_t rows, int64_t dim);
+int kk__cpu_layernorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
+			  kk_buffer *mean, kk_buffer *rstd, const kk_buffer *x,
+			  const kk_buffer *residual, const kk_buffer *weight,
+			  const kk_buffer *bias, int64_t rows, int64_t dim, float eps);
+int kk__cpu_layernorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dweight,
+			  kk_buffer *dbias, const kk_buffer *dy, const kk_buffer *dresidual,
+			  const kk_buffer *h, const kk_buffer *weight, const kk_buffer *mean,
+			  const kk_buffer *rstd, int64_t rows, int64_t dim);
+int kk__cpu_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *positions,
+		 int64_t tokens, int n_heads, int head_dim, int rotary_dim, float theta,
+		 kk_rope_mode mode, bool backward);
+int kk__cpu_act_fwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *y, const kk_buffer *x,
+		    size_t n);
+int kk__cpu_act_bwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *dx,
+		    const kk_buffer *dy, const kk_buffer *x, size_t n);
+int kk__cpu_swiglu_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *gate,
+		       const kk_buffer *up, size_t n);
+int kk__cpu_swiglu_bwd(kk_backend *be, kk_stream *st, kk_buffer *dgate, kk_buffer *dup,
+		       const kk_buffer *dy, const kk_buffer *gate, const kk_buffer *up, size_t n);
+int kk__cpu_softmax(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x,
+		    int64_t rows, int64_t cols);
+int kk__cpu_embedding_fwd(kk_backend *be, kk_stream *st, kk_buffer *out, const kk_buffer *table,
+			  const kk_buffer *ids, int64_t tokens, int64_t vocab, int64_t dim);
+int kk__cpu_embedding_bwd(kk_backend *be, kk_stream *st, kk_buffer *dtable,
+			  const kk_buffer *dout, const kk_buffer *ids, int64_t tokens,
+			  int64_t vocab, int64_t dim);
+int kk__cpu_cross_entropy_fwd(kk_backend *be, kk_stream *st, kk_buffer *losses,
+			      const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
+			      int64_t vocab);
+int kk__cpu_cross_entropy_bwd(kk_backend *be, kk_stream *st, kk_buffer *dlogits,
+			      const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
+			      int64_t vocab, float grad_scale);
+int kk__cpu_adamw(kk_backend *be, kk_stream *st, kk_buffer *master, kk_buffer *params,
+		  const kk_buffer *grads, kk_buffer *m, kk_buffer *v, size_t n,
+		  const kk_adamw_params *p);
+int kk__cpu_grad_norm(kk_backend *be, kk_stream *st, kk_buffer *out, kk_buffer *const *grads,
+		      size_t n_bufs);
+
 int kk__cpu_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *logits,
 		   int64_t rows, int64_t vocab, const kk_sampling *p);
 int kk__cpu_comm_get_id(kk_backend *be, void *id, size_t len);

@@ -8,9 +8,12 @@
  * carry `omp simd` reductions (built with -fopenmp-simd; no OpenMP runtime)
  * so the compiler may reorder the float sums into vector lanes: results
  * differ from a sequential sum only by rounding. */
+#define KK__SIMD_IMPL
 #include "cpu.h"
 
-#if defined(__x86_64__)
+/* clang (14) names the dispatcher "f.ifunc", which callers in other files
+ * cannot see: clang builds get the baseline loop only. */
+#if defined(__x86_64__) && !defined(__clang__)
 #define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define CLONES
