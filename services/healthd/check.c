@@ -314,6 +314,8 @@ void hd_node_evaluate(const hd_settings *s, hd_node *n, uint64_t now_usec)
 	for (int i = 0; i < n->n_gpus; i++) {
 		hd_gpu *g = &n->gpus[i];
 		g->reasons = g->sticky;
+		for (int k = 0; k < g->active.n; k++)
+			hd_reasons_add(&g->reasons, g->active.v[k].severity, "%s", g->active.v[k].text);
 		hd_evaluate(s, g->have_prev ? &g->prev : NULL, &g->cur, &g->reasons);
 		g->state = hd_reasons_state(&g->reasons);
 		st = MAX(st, g->state);

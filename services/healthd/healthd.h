@@ -147,6 +147,7 @@ typedef struct hd_gpu {
 	hd_sample cur, prev;
 	bool have_prev;
 	hd_reasons sticky;   /* from XIDs that need a reset/reboot: kept until restart */
+	hd_reasons active;   /* failed active checks: kept until they pass again */
 	hd_reasons reasons;  /* last evaluation, sticky ones included */
 	hd_state state;
 	hd_xid_count xids[HD_XIDS_MAX];
@@ -228,6 +229,10 @@ typedef struct hd_active_result {
 	char detail[HD_REASON_MAX];
 } hd_active_result;
 #define HD_ACTIVE_CHECKS 3
-/* Runs the active checks on GPU gpu within budget; without a usable CUDA
- * device every result is "skipped" with the reason in detail. */
-int hd_active_run(const hd_settings *s, int gpu, const char *model, hd_active_result out[HD_ACTIVE_CHECKS]);
+/* Runs the active checks on GPU gpu (-1: none present) through the
+ * kiln-healthd-active program, within gemm_seconds + a fixed slack; the
+ * memtest covers memtest_fraction of mem_free bytes (0: 1 GiB).  Without a
+ * usable CUDA device every result is "skipped" with the reason in detail.
+ * Returns 0, or -errno when the program cannot be started. */
+int hd_active_run(const hd_settings *s, int gpu, const char *model, uint64_t mem_free,
+		  hd_active_result out[HD_ACTIVE_CHECKS]);

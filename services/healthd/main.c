@@ -57,6 +57,10 @@ typedef struct manager {
 	struct { int gpu, xid; } xq[HD_XID_QUEUE];
 	unsigned xh, xt;
 	uint64_t watchdog_usec, last_watchdog;
+	/* active checks run in their own thread: they take gemm_seconds per GPU */
+	pthread_t active_thread;
+	atomic_bool active_running, active_done;
+	uint64_t next_active;
 	char last_status[300];
 } manager;
 
@@ -475,7 +479,7 @@ static int run_active(manager *m)
 		if (m->nvml && n > 0)
 			hd_nvml_poll(m->nvml, i, &s);
 		hd_active_result res[HD_ACTIVE_CHECKS];
-		hd_active_run(&m->s, n > 0 ? i : -1, s.name, res);
+		hd_active_run(&m->s, n > 0 ? i : -1, s.name, s.has_mem ? s.mem_total - s.mem_used : 0, res);
 		for (int k = 0; k < HD_ACTIVE_CHECKS; k++) {
 			const char *unit = streq(res[k].name, "gemm") ? "TFLOP/s" : streq(res[k].name, "memtest") ? "GiB" : "GB/s";
 			char meas[32] = "-", exp[32] = "-";
@@ -489,6 +493,71 @@ static int run_active(manager *m)
 		}
 	}
 	return failed ? 1 : 0;
+}
+
+/* Runs the active checks on every idle GPU, one after the other, and turns
+ * failures into unhealthy reasons (kept until the checks pass again). */
+static void *active_main(void *p)
+{
+	manager *m = p;
+	pthread_mutex_lock(&m->lock);
+	int n = m->node.n_gpus;
+	pthread_mutex_unlock(&m->lock);
+	for (int i = 0; i < n; i++) {
+		pthread_mutex_lock(&m->lock);
+		hd_sample cs = m->node.gpus[i].cur;
+		pthread_mutex_unlock(&m->lock);
+		hd_active_result res[HD_ACTIVE_CHECKS];
+		if (cs.n_pids > 0) {
+			log_info("gpu%d: active checks skipped: the GPU is running %u process(es)", i, cs.n_pids);
+			continue;
+		}
+		if (!cs.present || cs.lost || cs.hung_call[0])
+			continue;
+		if (hd_active_run(&m->s, i, cs.name, cs.has_mem ? cs.mem_total - cs.mem_used : 0, res) < 0)
+			continue;
+		hd_reasons bad = {};
+		bool same = true;
+		for (int k = 0; k < HD_ACTIVE_CHECKS; k++)
+			same = same && streq(res[k].status, "skipped") && streq(res[k].detail, res[0].detail);
+		if (same) {
+			log_info("gpu%d: active checks skipped: %s", i, res[0].detail);
+			continue;
+		}
+		for (int k = 0; k < HD_ACTIVE_CHECKS; k++) {
+			bool failed = streq(res[k].status, "failed");
+			log_full(failed ? LOG_ERR : LOG_INFO, "gpu%d: active check %s %s: %s", i, res[k].name,
+				 res[k].status, res[k].detail);
+			if (failed)
+				hd_reasons_add(&bad, HD_UNHEALTHY, "active check %s failed: %s", res[k].name, res[k].detail);
+		}
+		pthread_mutex_lock(&m->lock);
+		m->node.gpus[i].active = bad;
+		pthread_mutex_unlock(&m->lock);
+	}
+	m->active_done = true;
+	char c = 'a';
+	(void)!write(m->wake[1], &c, 1);
+	return NULL;
+}
+
+static void active_maybe(manager *m)
+{
+	if (m->active_running && m->active_done) {
+		pthread_join(m->active_thread, NULL);
+		m->active_running = false;
+		pthread_mutex_lock(&m->lock);
+		publish(m);
+		pthread_mutex_unlock(&m->lock);
+	}
+	if (m->active_running || !m->nvml || !m->next_active || kiln_now_usec() < m->next_active)
+		return;
+	m->next_active = m->s.active_interval_usec ? kiln_now_usec() + m->s.active_interval_usec : 0;
+	m->active_done = false;
+	if (pthread_create(&m->active_thread, NULL, active_main, m) == 0)
+		m->active_running = true;
+	else
+		log_warning("Failed to start the active checks thread, skipping this round");
 }
 
 static int run_daemon(manager *m)
@@ -538,15 +607,10 @@ static int run_daemon(manager *m)
 		publish(m);
 		pthread_mutex_unlock(&m->lock);
 	}
-	if (m->s.active_on_start && m->nvml && m->node.n_gpus > 0) {
-		for (int i = 0; i < m->node.n_gpus; i++) {
-			hd_active_result res[HD_ACTIVE_CHECKS];
-			hd_active_run(&m->s, i, m->node.gpus[i].cur.name, res);
-			for (int k = 0; k < HD_ACTIVE_CHECKS; k++)
-				log_full(streq(res[k].status, "failed") ? LOG_ERR : LOG_INFO, "gpu%d: active check %s %s: %s",
-					 i, res[k].name, res[k].status, res[k].detail);
-		}
-	}
+	if (m->s.active_on_start)
+		m->next_active = kiln_now_usec();
+	else if (m->s.active_interval_usec)
+		m->next_active = kiln_now_usec() + m->s.active_interval_usec;
 	sd_notify(0, "READY=1");
 	log_info("kiln-healthd %s on %s: %d GPU(s), polling every %.1fs", KILN_VERSION, m->host, m->node.n_gpus,
 		 m->s.interval_usec / 1e6);
@@ -554,6 +618,7 @@ static int run_daemon(manager *m)
 	uint64_t next_poll = kiln_now_usec() + m->s.interval_usec;
 	for (;;) {
 		watchdog_maybe(m);
+		active_maybe(m);
 		uint64_t now = kiln_now_usec();
 		if (now >= next_poll) {
 			poll_all(m);
@@ -580,7 +645,7 @@ static int run_daemon(manager *m)
 			}
 		}
 		if (n > 0 && (p[1].revents & POLLIN))
-			handle_xids(m);
+			handle_xids(m); /* also wakes us when the active checks end */
 	}
 	sd_notify(0, "STOPPING=1");
 	if (m->http)

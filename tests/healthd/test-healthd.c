@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../../services/healthd/healthd.h"
@@ -444,6 +445,42 @@ static void test_nvml_old_driver(void **state)
 	hd_nvml_close(m);
 }
 
+/* hd_active_run against stand-ins for kiln-healthd-active */
+static void test_active_runner(void **state)
+{
+	hd_active_result r[HD_ACTIVE_CHECKS];
+	assert_int_equal(hd_active_run(&S, -1, "x", 0, r), 0);
+	for (int i = 0; i < HD_ACTIVE_CHECKS; i++) {
+		assert_string_equal(r[i].status, "skipped");
+		assert_string_equal(r[i].detail, "no GPU present");
+	}
+	char path[] = "/tmp/test-healthd-active-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	FILE *f = fdopen(fd, "w");
+	/* prints its environment's GPU in the detail, then two results */
+	fprintf(f, "#!/bin/sh\nprintf 'gemm\\tpassed\\t612.50\\t989\\tgpu %%s order %%s %%s\\n' \"$CUDA_VISIBLE_DEVICES\" "
+		   "\"$CUDA_DEVICE_ORDER\" \"$*\"\nprintf 'bandwidth\\tfailed\\t1200.00\\t3350\\ttoo slow\\n'\nkill -9 $$\n");
+	fclose(f);
+	chmod(path, 0755);
+	setenv("KILN_HEALTHD_ACTIVE", path, 1);
+	S.gemm_seconds = 3;
+	S.memtest_fraction = 0.5;
+	assert_int_equal(hd_active_run(&S, 5, "NVIDIA H100 80GB HBM3", 4096, r), 0);
+	assert_string_equal(r[0].name, "gemm");
+	assert_string_equal(r[0].status, "passed");
+	assert_true(r[0].value > 612.4 && r[0].value < 612.6);
+	assert_true(r[0].expected == 989);
+	assert_string_equal(r[0].detail, "gpu 5 order PCI_BUS_ID --model NVIDIA H100 80GB HBM3 --gemm-seconds 3 --memtest-bytes 2048");
+	assert_string_equal(r[1].status, "failed");
+	assert_string_equal(r[1].detail, "too slow");
+	/* no result and a violent end: failed, never passed or skipped */
+	assert_string_equal(r[2].status, "failed");
+	assert_string_equal(r[2].detail, "the check program died (signal 9)");
+	unsetenv("KILN_HEALTHD_ACTIVE");
+	unlink(path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -455,6 +492,7 @@ int main(void)
 		cmocka_unit_test_setup(test_json_table, setup),
 		cmocka_unit_test(test_nvml_fake),
 		cmocka_unit_test(test_nvml_old_driver),
+		cmocka_unit_test_setup(test_active_runner, setup),
 	};
 	return cmocka_run_group_tests(tests, nvml_setup, nvml_teardown);
 }
