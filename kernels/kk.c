@@ -420,7 +420,8 @@ int kk_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 	assert_return(isfinite(d->alpha) && isfinite(d->beta), -EINVAL);
 	assert_return(d->epilogue >= KK_EPI_NONE && d->epilogue <= KK_EPI_SILU, -EINVAL);
 	batch = d->batch ? d->batch : 1;
-	assert_return(batch == 1 || d->stride_c >= d->m * d->ldc, -EINVAL);
+	/* Batch entries of C must not overlap (they are written concurrently). */
+	assert_return(batch == 1 || d->stride_c >= (d->m - 1) * d->ldc + d->n, -EINVAL);
 	assert_return(M_FLOAT & M(d->a->dtype), -EINVAL);
 	in = M(d->a->dtype);
 	assert_return(bok(be, d->a, in,

@@ -16,6 +16,8 @@
  * different collectives fail with -EPROTO instead of mixing data. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -157,25 +159,52 @@ static int listen_on(int port, int *ret_fd, int *ret_port)
 	return 0;
 }
 
-/* Our address as peers should dial it. */
+static bool is_loopback(const struct sockaddr_in *a)
+{
+	return (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+}
+
+/* Our address as peers should dial it: $KILN_COMM_ADDR, else $MASTER_ADDR
+ * (kiln-run and torchrun set it to rank 0's host), else the host name's
+ * first non-loopback address (Debian maps the name to 127.0.1.1), else the
+ * first non-loopback interface, else 127.0.0.1 (single host). */
 static void own_address(char *buf, size_t len)
 {
 	const char *env = getenv("KILN_COMM_ADDR");
-	char host[256];
 	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *ai = NULL;
+	struct ifaddrs *ifs = NULL;
+	char host[256];
 
+	if (!env || !*env)
+		env = getenv("MASTER_ADDR");
 	if (env && *env && strlen(env) < len) {
 		snprintf(buf, len, "%s", env);
 		return;
 	}
 	snprintf(buf, len, "127.0.0.1");
-	if (gethostname(host, sizeof(host)) < 0)
-		return;
-	host[sizeof(host) - 1] = 0;
-	if (getaddrinfo(host, NULL, &hints, &ai) == 0 && ai) {
-		inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, buf,
-			  (socklen_t)len);
-		freeaddrinfo(ai);
+	if (gethostname(host, sizeof(host)) == 0) {
+		host[sizeof(host) - 1] = 0;
+		if (getaddrinfo(host, NULL, &hints, &ai) == 0) {
+			for (struct addrinfo *p = ai; p; p = p->ai_next) {
+				struct sockaddr_in *sa = (struct sockaddr_in *)p->ai_addr;
+				if (!is_loopback(sa)) {
+					inet_ntop(AF_INET, &sa->sin_addr, buf, (socklen_t)len);
+					freeaddrinfo(ai);
+					return;
+				}
+			}
+			freeaddrinfo(ai);
+		}
+	}
+	if (getifaddrs(&ifs) == 0) {
+		for (struct ifaddrs *i = ifs; i; i = i->ifa_next)
+			if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+			    (i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK)) {
+				inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, buf,
+					  (socklen_t)len);
+				break;
+			}
+		freeifaddrs(ifs);
 	}
 }
 

@@ -487,7 +487,8 @@ typedef enum kk_reduce_op {
 /* Produces the id on rank 0, to be handed to every rank (kiln-run passes
  * it through its rendezvous store), then used once for kk_comm_init.
  * cpu: rank 0 starts listening on a free TCP port; the address is
- * $KILN_COMM_ADDR if set, else the host's name resolved, else 127.0.0.1.
+ * $KILN_COMM_ADDR, else $MASTER_ADDR, else the host name's first
+ * non-loopback address, else the first non-loopback interface's.
  * Errors: -EINVAL (len < KK_COMM_ID_BYTES), -EOPNOTSUPP, -EIO, socket errors. */
 int kk_comm_get_id(kk_backend *be, void *id, size_t len);
 /* Creates rank `rank` of `world` ranks; blocks until all ranks joined
