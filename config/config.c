@@ -320,24 +320,7 @@ static char *parse_from_string(const kiln_cfg_key *k, const char *s, void *dst, 
 			(void) !asprintf(&m, "\"%s\" is not an absolute path", s);
 			return m;
 		}
-		if (k->type == KILN_CFG_HOSTLIST) {
-			char **v = NULL;
-			size_t nv = 0, pos = 0;
-			r = kiln_hostlist_expand(s, &v, &nv, &pos);
-			strv_free(v);
-			if (r == -E2BIG) {
-				(void) !asprintf(&m,
-						 "hostlist \"%s\" expands to more than %d names", s,
-						 KILN_HOSTLIST_MAX);
-				return m;
-			}
-			if (r < 0 || nv == 0) {
-				(void) !asprintf(&m, "malformed hostlist \"%s\" at offset %zu", s,
-						 pos);
-				*hint = strdup("write it like \"node[01-16,20]\"");
-				return m;
-			}
-		}
+		/* Hostlists are expanded (and reported) once, by cross_check(). */
 		char *c = strdup(s);
 		if (!c)
 			return strdup("out of memory");
@@ -1204,6 +1187,27 @@ static ssize_t find_index(loader *L, const char *name)
 	return -1;
 }
 
+/* Expands a hostlist, reporting why it cannot be. */
+static int expand_hostlist(loader *L, int line, const char *path, const char *s, char ***ret,
+			   size_t *ret_n)
+{
+	size_t pos = 0;
+	int r = kiln_hostlist_expand(s, ret, ret_n, &pos);
+	if (r == -ENOMEM)
+		L->oom = 1;
+	else if (r == -E2BIG)
+		add_error(L, line, path, NULL, "hostlist \"%s\" expands to more than %d names", s,
+			  KILN_HOSTLIST_MAX);
+	else if (r < 0 || *ret_n == 0) {
+		add_error(L, line, path, "write it like \"node[01-16,20]\"",
+			  "malformed hostlist \"%s\" at offset %zu", s, pos);
+		strv_free(*ret);
+		*ret = NULL;
+		r = -EINVAL;
+	}
+	return r;
+}
+
 static bool errors_full(loader *L)
 {
 	return L->errs->n >= KILN_CFG_ERRORS_MAX;
@@ -1311,10 +1315,18 @@ static void cross_check(loader *L)
 			L->nodes_incomplete = true;
 			continue;
 		}
-		if (g->hosts) {
+		if (g->hosts && total >= KILN_HOSTLIST_MAX) {
+			char p[96];
+			snprintf(p, sizeof(p), "%s.hosts", gpath);
+			add_error(L, member_line(L->group_set[gi], "hosts"), p, NULL,
+				  "the cluster has more than %d nodes", KILN_HOSTLIST_MAX);
+		} else if (g->hosts) {
+			char p[96];
 			size_t nh = 0;
-			if (kiln_hostlist_expand(g->hosts, &g->hostnames, &nh, NULL) < 0)
-				g->hostnames = NULL; /* reported when parsed */
+			snprintf(p, sizeof(p), "%s.hosts", gpath);
+			if (expand_hostlist(L, member_line(L->group_set[gi], "hosts"), p, g->hosts,
+					    &g->hostnames, &nh) < 0)
+				g->hostnames = NULL;
 			g->n_hosts = g->hostnames ? nh : 0;
 		}
 		if (!g->hostnames) {
@@ -1521,9 +1533,10 @@ static void cross_check(loader *L)
 		if (p->nodes) {
 			_cleanup_strv_free_ char **v = NULL;
 			size_t nv = 0;
-			if (kiln_hostlist_expand(p->nodes, &v, &nv, NULL) < 0) {
+			if (expand_hostlist(L, member_line(L->part_set[pi], "nodes"), ap, p->nodes,
+					    &v, &nv) < 0) {
 				free(members);
-				continue; /* reported */
+				continue;
 			}
 			for (size_t i = 0; i < nv; i++) {
 				ssize_t ni = find_index(L, v[i]);
