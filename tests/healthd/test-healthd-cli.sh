@@ -61,6 +61,13 @@ check "old driver: no warning for symbols that have an older name" bash -c "! gr
 check "--active without a GPU exits 0" rc_is 0 "$HEALTHD" -c "$W/nodrv.cfg" --node node01 --active
 check "  ... every check skipped, none passed" bash -c "[ \$(grep -c ' skipped ' '$W/out') = 3 ] && ! grep -q passed '$W/out'"
 
+if [ -x "$B/bin/kiln-healthd-active" ]; then
+	check "--active with 4 (fake) GPUs and no CUDA device exits 0" rc_is 0 hd "$healthy" --node node01 --active
+	check "  ... 12 checks skipped, none passed" bash -c "[ \$(grep -c ' skipped ' '$W/out') = 12 ] && ! grep -q passed '$W/out'"
+else
+	skip "kiln-healthd-active not built"; skip "kiln-healthd-active not built"
+fi
+
 S=$top/slurm/scripts
 export KILN_HEALTHD=$HEALTHD SLURMD_NODENAME=node01
 PATH_NOSCONTROL=$W/bin; mkdir -p "$PATH_NOSCONTROL"
