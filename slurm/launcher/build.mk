@@ -30,3 +30,6 @@ $(eval $(call kiln_tool,kiln-run-worker,tests/launcher/kr-worker.c,kk kilnstore 
 TEST_SCRIPTS += tests/launcher/kiln-run-local.sh tests/launcher/kiln-run-elastic.sh
 # The real Slurm cluster (4 slurmd in network namespaces, tests/launcher/four.cfg).
 TEST_SCRIPTS += tests/launcher/kiln-run-slurm.sh
+
+# Benchmarks: rendezvous (simulated agents), node loss, torchrun side by side.
+BENCH_SCRIPTS += tests/launcher/bench-kiln-run.sh
