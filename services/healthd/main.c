@@ -479,6 +479,15 @@ static int run_active(manager *m)
 		if (m->nvml && n > 0)
 			hd_nvml_poll(m->nvml, i, &s);
 		hd_active_result res[HD_ACTIVE_CHECKS];
+		char idx[16] = "-";
+		if (n > 0)
+			snprintf(idx, sizeof(idx), "%d", i);
+		if (s.has_pids && s.n_pids > 0) {
+			/* a GEMM burn next to a training job would hurt the job */
+			printf("%-4s %-10s %-8s %12s %12s  %s\n", idx, "all", "skipped", "-", "-",
+			       "the GPU is running a job's processes");
+			continue;
+		}
 		hd_active_run(&m->s, n > 0 ? i : -1, s.name, s.has_mem ? s.mem_total - s.mem_used : 0, res);
 		for (int k = 0; k < HD_ACTIVE_CHECKS; k++) {
 			const char *unit = streq(res[k].name, "gemm") ? "TFLOP/s" : streq(res[k].name, "memtest") ? "GiB" : "GB/s";
@@ -487,8 +496,7 @@ static int run_active(manager *m)
 				snprintf(meas, sizeof(meas), "%.1f %s", res[k].value, unit);
 			if (res[k].expected > 0)
 				snprintf(exp, sizeof(exp), "%.0f %s", res[k].expected, unit);
-			printf("%-4s %-10s %-8s %12s %12s  %s\n", n > 0 ? (char[8]){ '0' + (i % 10), 0 } : "-",
-			       res[k].name, res[k].status, meas, exp, res[k].detail);
+			printf("%-4s %-10s %-8s %12s %12s  %s\n", idx, res[k].name, res[k].status, meas, exp, res[k].detail);
 			failed += streq(res[k].status, "failed");
 		}
 	}
