@@ -626,8 +626,8 @@ static void spawn_round(kr_agent *a)
 		a->stop_deadline = kiln_now_usec();
 		return;
 	}
-	log_info("Round %" PRIu64 ": started ranks %" PRIu32 "-%" PRIu32 " of %" PRIu32,
-		 a->cur.round, me->rank_base, me->rank_base + me->nproc - 1, a->cur.world_size);
+	log_info("%s: round %" PRIu64 ": started ranks %" PRIu32 "-%" PRIu32 " of %" PRIu32,
+		 a->job->nodes[a->job->self], a->cur.round, me->rank_base, me->rank_base + me->nproc - 1, a->cur.world_size);
 	a->state = A_RUNNING;
 	a->ever_member = true;
 }
@@ -653,7 +653,7 @@ static int workers_step(kr_agent *a, uint64_t now)
 		a->cur = a->pending;
 		a->pending = (rdzv_round){ 0 };
 		if (!rdzv_round_find(&a->cur, (uint32_t)a->job->self)) {
-			log_info("Round %" PRIu64 " does not include this node; waiting", a->cur.round);
+			log_info("%s: round %" PRIu64 " does not include this node; waiting", a->job->nodes[a->job->self], a->cur.round);
 			a->state = A_IDLE;
 			break;
 		}
@@ -680,8 +680,8 @@ static int workers_step(kr_agent *a, uint64_t now)
 	case A_RUNNING: {
 		int res = kr_group_result(&a->g);
 		if (a->pending.n && res < 0) {
-			log_notice("Round %" PRIu64 " replaces round %" PRIu64 "; stopping workers",
-				   a->pending.round, a->cur.round);
+			log_notice("%s: round %" PRIu64 " replaces round %" PRIu64 "; stopping workers",
+				   a->job->nodes[a->job->self], a->pending.round, a->cur.round);
 			start_stop(a, SIGTERM, MIN(a->o->grace_usec, KR_RESTART_STOP_USEC));
 			break;
 		}
@@ -689,7 +689,7 @@ static int workers_step(kr_agent *a, uint64_t now)
 			break;
 		kr_group_pump(&a->g, true);
 		if (res == 0) {
-			log_info("Round %" PRIu64 ": all workers on this node exited 0", a->cur.round);
+			log_info("%s: round %" PRIu64 ": all workers exited 0", a->job->nodes[a->job->self], a->cur.round);
 			snprintf(line, sizeof(line), "%zu %" PRIu64 "\n", a->job->self, a->cur.round);
 			a->state = A_DONE;
 			a->last_worker_code = 0;
@@ -698,8 +698,8 @@ static int workers_step(kr_agent *a, uint64_t now)
 			return r;
 		}
 		a->last_worker_code = res;
-		log_warning("Round %" PRIu64 ": a worker exited with code %d; stopping the others",
-			    a->cur.round, res);
+		log_warning("%s: round %" PRIu64 ": a worker exited with code %d; stopping the others",
+			    a->job->nodes[a->job->self], a->cur.round, res);
 		if (!a->term_sig) {
 			snprintf(line, sizeof(line), "%zu %" PRIu64 " %d\n", a->job->self, a->cur.round, res);
 			r = report(a, "/kiln/fail", line);
@@ -714,7 +714,7 @@ static int workers_step(kr_agent *a, uint64_t now)
 			break;
 		}
 		if (now >= a->stop_deadline && !a->killed_hard) {
-			log_warning("Workers did not stop in time; killing them");
+			log_warning("%s: workers did not stop in time; killing them", a->job->nodes[a->job->self]);
 			kr_group_kill(&a->g, SIGKILL);
 			a->killed_hard = true;
 		}
