@@ -101,6 +101,29 @@ static int parse_group(const char *s, size_t *i, struct segment *seg, size_t *re
 	}
 }
 
+/* The names made so far; grows by doubling so that expanding the largest
+ * allowed list stays linear. */
+struct namevec {
+	char **v;
+	size_t n, cap;
+};
+
+static int namevec_add(struct namevec *nv, const char *name)
+{
+	if (nv->n + 2 > nv->cap) {
+		size_t cap = MAX(nv->cap * 2, (size_t)16);
+		char **v = realloc(nv->v, cap * sizeof(char *));
+		if (!v)
+			return -ENOMEM;
+		nv->v = v;
+		nv->cap = cap;
+	}
+	if (!(nv->v[nv->n] = strdup(name)))
+		return -ENOMEM;
+	nv->v[++nv->n] = NULL;
+	return 0;
+}
+
 static void segments_free(struct segment *segs, size_t n)
 {
 	for (size_t k = 0; k < n; k++)
@@ -109,25 +132,21 @@ static void segments_free(struct segment *segs, size_t n)
 }
 
 /* Emits every name of segs[k..] prefixed by buf[0..len). */
-static int emit(struct segment *segs, size_t n, size_t k, char *buf, size_t len, char ***v,
-		size_t *count)
+static int emit(struct segment *segs, size_t n, size_t k, char *buf, size_t len,
+		struct namevec *v)
 {
 	if (k == n) {
 		if (len > KILN_HOSTNAME_MAX)
 			return -EINVAL;
 		buf[len] = 0;
-		int r = strv_extend(v, buf);
-		if (r < 0)
-			return r;
-		(*count)++;
-		return 0;
+		return namevec_add(v, buf);
 	}
 	struct segment *seg = &segs[k];
 	if (seg->lit) {
 		if (len + seg->lit_len > KILN_HOSTNAME_MAX)
 			return -EINVAL;
 		memcpy(buf + len, seg->lit, seg->lit_len);
-		return emit(segs, n, k + 1, buf, len + seg->lit_len, v, count);
+		return emit(segs, n, k + 1, buf, len + seg->lit_len, v);
 	}
 	for (size_t j = 0; j < seg->n_ranges; j++)
 		for (uint64_t x = seg->ranges[j].lo; x <= seg->ranges[j].hi; x++) {
@@ -136,7 +155,7 @@ static int emit(struct segment *segs, size_t n, size_t k, char *buf, size_t len,
 			if (len + (size_t)w > KILN_HOSTNAME_MAX)
 				return -EINVAL;
 			memcpy(buf + len, num, (size_t)w);
-			int r = emit(segs, n, k + 1, buf, len + (size_t)w, v, count);
+			int r = emit(segs, n, k + 1, buf, len + (size_t)w, v);
 			if (r < 0)
 				return r;
 		}
@@ -144,7 +163,7 @@ static int emit(struct segment *segs, size_t n, size_t k, char *buf, size_t len,
 }
 
 /* Expands one comma-free (outside brackets) element s[start..end). */
-static int expand_item(const char *s, size_t start, size_t end, char ***v, size_t *count,
+static int expand_item(const char *s, size_t start, size_t end, struct namevec *v,
 		       size_t *ret_errpos)
 {
 	struct segment *segs = NULL;
@@ -186,12 +205,12 @@ static int expand_item(const char *s, size_t start, size_t end, char ***v, size_
 			goto out;
 		}
 	}
-	if (*count + total > KILN_HOSTLIST_MAX) {
+	if (v->n + total > KILN_HOSTLIST_MAX) {
 		r = -E2BIG;
 		goto out;
 	}
 	char buf[KILN_HOSTNAME_MAX + 16];
-	r = emit(segs, n, 0, buf, 0, v, count);
+	r = emit(segs, n, 0, buf, 0, v);
 	if (r == -EINVAL)
 		fail_at(ret_errpos, start); /* a name came out too long */
 out:
@@ -202,36 +221,45 @@ out:
 int kiln_hostlist_expand(const char *s, char ***ret, size_t *ret_n, size_t *ret_errpos)
 {
 	assert_return(s && ret, -EINVAL);
-	_cleanup_strv_free_ char **v = NULL;
-	size_t count = 0, start = 0, i = 0;
-	int depth = 0;
+	struct namevec v = { 0 };
+	size_t start = 0, i = 0;
+	int depth = 0, r = 0;
 	if (!*s)
 		return fail_at(ret_errpos, 0);
 	for (;; i++) {
 		char c = s[i];
 		if (c == '[') {
-			if (depth++)
-				return fail_at(ret_errpos, i); /* no nesting */
+			if (depth++) {
+				r = fail_at(ret_errpos, i); /* no nesting */
+				goto fail;
+			}
 		} else if (c == ']') {
-			if (!depth--)
-				return fail_at(ret_errpos, i);
+			if (!depth--) {
+				r = fail_at(ret_errpos, i);
+				goto fail;
+			}
 		} else if ((c == ',' && depth == 0) || c == 0) {
-			if (c == 0 && depth)
-				return fail_at(ret_errpos, i);
-			int r = expand_item(s, start, i, &v, &count, ret_errpos);
+			if (c == 0 && depth) {
+				r = fail_at(ret_errpos, i);
+				goto fail;
+			}
+			r = expand_item(s, start, i, &v, ret_errpos);
 			if (r < 0)
-				return r;
+				goto fail;
 			start = i + 1;
 			if (c == 0)
 				break;
 		}
 	}
-	if (!v && !(v = calloc(1, sizeof(char *))))
-		return -ENOMEM;
 	if (ret_n)
-		*ret_n = count;
-	*ret = TAKE_PTR(v);
+		*ret_n = v.n;
+	*ret = v.v;
 	return 0;
+fail:
+	if (v.v)
+		v.v[v.n] = NULL;
+	strv_free(v.v);
+	return r;
 }
 
 /* ---- compression ---- */

@@ -195,6 +195,18 @@ static void test_hostlist_expand(void **state)
 		if (r == -EINVAL)
 			assert_int_equal(pos, bad[i].pos);
 	}
+	/* exactly the cap expands; one more is refused */
+	{
+		_cleanup_strv_free_ char **v = NULL;
+		size_t n = 0;
+		assert_int_equal(kiln_hostlist_expand("n[00000-65535]", &v, &n, NULL), 0);
+		assert_int_equal(n, KILN_HOSTLIST_MAX);
+		assert_string_equal(v[65535], "n65535");
+		assert_null(v[n]);
+		_cleanup_strv_free_ char **w = NULL;
+		assert_int_equal(kiln_hostlist_expand("n[00000-65535],x", &w, &n, NULL), -E2BIG);
+		assert_null(w);
+	}
 	/* a name longer than a DNS label */
 	char longname[80];
 	memset(longname, 'a', 70);
