@@ -744,13 +744,15 @@ static void handle_signal(kr_agent *a, int sig)
 		kr_group_kill(&a->g, sig);
 		break;
 	case SIGUSR1:
-		log_notice("Got SIGUSR1 (Slurm's warning): telling workers to checkpoint now");
-		kr_group_kill(&a->g, SIGUSR1);
+		log_notice("%s: got SIGUSR1 (Slurm's warning): telling workers to checkpoint now",
+			   a->job->nodes[a->job->self]);
+		/* The key first, so that a worker reading it on the signal sees it. */
 		if (a->c) {
 			int r = kiln_store_client_add(a->c, KR_CHECKPOINT_KEY, 1, NULL);
 			if (r < 0)
 				log_warning_errno(r, "Failed to set %s: %m, ignoring", KR_CHECKPOINT_KEY);
 		}
+		kr_group_kill(&a->g, SIGUSR1);
 		if (a->o->requeue && a->L && a->job->job_id && !a->job->sim) {
 			int r = kr_slurm_requeue(a->job->job_id);
 			if (r < 0)

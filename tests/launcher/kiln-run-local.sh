@@ -118,6 +118,22 @@ check "C worker: 4 ranks all-reduce through kk CPU backend" \
 	bash -c "[ $rc -eq 0 ] && [ \$(grep -c '^finish round 1 rank . world 4 steps 20' '$T/w.log') -eq 4 ]"
 check "C worker: checkpoint holds 20 steps" test "$(cat "$T/ck")" = 20
 
+# 7b. SIGUSR1: the workers get the signal and see the store key.
+$KR --nproc-per-node 2 -- "$W" --steps 40 --step-ms 50 --log "$T/ck.log" >/dev/null 2>&1 &
+kp=$!
+for i in $(seq 100); do grep -q '^step 3 ' "$T/ck.log" 2>/dev/null && break; sleep 0.05; done
+kill -USR1 $kp; wait $kp; rc=$?
+check "SIGUSR1: both workers told to checkpoint, store key kiln/checkpoint_now = 1" \
+	bash -c "[ $rc -eq 0 ] && [ \$(grep -c '^checkpoint-now rank . step [0-9]* key 1\$' '$T/ck.log') -eq 2 ]"
+
+# 7c. --health-check: an unhealthy node stays out (here: the only one).
+$KR --nproc-per-node 1 --health-check --healthd /bin/true -- true 2>/dev/null
+check "--health-check with a healthy node runs the job" test $? -eq 0
+$KR --nproc-per-node 1 --health-check --healthd /bin/false --join-timeout 1s -- true 2>"$T/hc.err"
+rc=$?
+check "--health-check: an unhealthy node is left out (rendezvous timeout 75, says why)" \
+	bash -c "[ $rc -eq 75 ] && grep -q 'Health check failed' '$T/hc.err'"
+
 # 8. An unmodified PyTorch worker (gloo, env://) through kiln's store.
 if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
 	timeout 120 $KR --nproc-per-node 2 -- /usr/bin/python3 "$(dirname "$0")/torch-worker.py" >"$T/torch.out" 2>&1

@@ -202,7 +202,15 @@ int main(int argc, char **argv)
 			logline(logp, "step %d world %d", step, world);
 		}
 		if (checkpoint_now) {
-			logline(logp, "checkpoint-now rank %d step %d", rank, step);
+			/* The agent also counts the request in the store. */
+			void *v = NULL;
+			size_t len;
+			const char *ck = getenv("KILN_CHECKPOINT_KEY");
+			if (!sc || !ck || kiln_store_client_try_get(sc, ck, &v, &len) < 0)
+				v = NULL;
+			logline(logp, "checkpoint-now rank %d step %d key %s", rank, step,
+				v ? (char *)v : "unset");
+			free(v);
 			checkpoint_now = 0;
 		}
 	}
