@@ -24,7 +24,7 @@ $(eval $(call kiln_test,test-launcher,tests/launcher/test-rdzv.c,kilnrun common,
 # Rendezvous benchmark: N simulated agents on loopback.
 $(eval $(call kiln_tool,kiln-run-bench,tests/launcher/rdzv-bench.c,kilnrun kilnstore common,-lpthread))
 # The C test worker: env -> store -> kk CPU all-reduce, checkpointed steps.
-$(eval $(call kiln_tool,kiln-run-worker,tests/launcher/kr-worker.c,kk kilnstore common,$(KK_LDLIBS)))
+$(eval $(call kiln_tool,kiln-run-worker,tests/launcher/kr-worker.c,kk kilnstore common,$$(KK_LDLIBS)))
 
 # TAP suites: standalone mode (no Slurm), elasticity on loopback agents.
 TEST_SCRIPTS += tests/launcher/kiln-run-local.sh tests/launcher/kiln-run-elastic.sh
