@@ -27,6 +27,7 @@
 #include "healthd.h"
 #include "kiln/log.h"
 #include "kiln/parse.h"
+#include "kiln/strbuf.h"
 
 #define EXIT_USAGE 2
 /* XIDs arriving between two wake-ups of the main loop; a storm beyond this
@@ -171,30 +172,55 @@ static int load_config(manager *m)
 	return 0;
 }
 
-/* Slurm job ids of the processes on a GPU, from their cgroup path
- * (".../job_123/step_0/..."), comma separated. */
+/* The Slurm job of a process: from its cgroup path (".../job_123/step_0"
+ * with proctrack/cgroup), else from SLURM_JOB_ID in its environment. */
+static int job_of_pid(unsigned pid, char *buf, size_t len)
+{
+	char p[64];
+	snprintf(p, sizeof(p), "/proc/%u/cgroup", pid);
+	_cleanup_free_ char *text = NULL;
+	if (kiln_read_file(p, 64 * 1024, &text, NULL) >= 0) {
+		const char *j = strstr(text, "/job_");
+		if (j) {
+			j += 5;
+			size_t n = strspn(j, "0123456789");
+			if (n > 0 && n < len) {
+				memcpy(buf, j, n);
+				buf[n] = 0;
+				return 0;
+			}
+		}
+	}
+	snprintf(p, sizeof(p), "/proc/%u/environ", pid);
+	_cleanup_free_ char *env = NULL;
+	size_t envlen = 0;
+	if (kiln_read_file(p, 1024 * 1024, &env, &envlen) < 0)
+		return -ENOENT;
+	for (size_t off = 0; off < envlen; off += strlen(env + off) + 1) {
+		const char *v = startswith(env + off, "SLURM_JOB_ID=");
+		if (v && *v && strspn(v, "0123456789") == strlen(v) && strlen(v) < len) {
+			snprintf(buf, len, "%s", v);
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+/* Slurm job ids of the processes on a GPU, comma separated. */
 static void job_ids(const hd_sample *s, char *buf, size_t len)
 {
 	buf[0] = 0;
 	for (unsigned i = 0; i < s->n_pids; i++) {
-		char p[64], line[512];
-		snprintf(p, sizeof(p), "/proc/%u/cgroup", s->pids[i]);
-		_cleanup_fclose_ FILE *f = fopen(p, "re");
-		if (!f)
+		char j[24];
+		if (job_of_pid(s->pids[i], j, sizeof(j)) < 0)
 			continue;
-		while (fgets(line, sizeof(line), f)) {
-			char *j = strstr(line, "/job_");
-			if (!j)
-				continue;
-			j += 5;
-			size_t n = strspn(j, "0123456789");
-			if (n == 0 || n > 12)
-				continue;
-			j[n] = 0;
-			if (!strstr(buf, j) && strlen(buf) + n + 2 < len)
-				snprintf(buf + strlen(buf), len - strlen(buf), "%s%s", buf[0] ? "," : "", j);
-			break;
-		}
+		char pat[32];
+		snprintf(pat, sizeof(pat), ",%s,", j);
+		char have[80];
+		snprintf(have, sizeof(have), ",%s,", buf);
+		if (strstr(have, pat) || strlen(buf) + strlen(j) + 2 > len)
+			continue;
+		snprintf(buf + strlen(buf), len - strlen(buf), "%s%s", buf[0] ? "," : "", j);
 	}
 }
 

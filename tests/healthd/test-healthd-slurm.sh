@@ -191,6 +191,22 @@ check "prolog: slurmd ran kiln's prolog for the job" grep -q "prolog node03 job 
 rm -f "$W/scripts-scenario"
 $KC_HUB scontrol update nodename=node03 state=resume >/dev/null 2>&1
 
+# the Slurm job on each GPU: a real batch job's process, given to GPU 0
+$KC_HUB scontrol update nodename=node01 state=resume >/dev/null 2>&1
+marker=61.$$
+jid=$($KC_HUB sbatch --parsable -w node01 -o /dev/null --wrap "sleep $marker" 2>"$W/sbatch2.err")
+jpid=$(wait_until 15 pgrep -f "^sleep $marker" >/dev/null && pgrep -f "^sleep $marker" | head -1)
+if [ -n "$jid" ] && [ -n "$jpid" ]; then
+	start node01 job "gpus = ( { processes = [ $jpid ]; }, { }, { }, { } );"
+	if wait_until 5 metric_has node01 "device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node01\",job=\"$jid\"} 1" >/dev/null; then
+		ok "kiln_gpu_slurm_job names job $jid on gpu0"
+	else not_ok "kiln_gpu_slurm_job names job $jid on gpu0"; metrics node01 | grep slurm_job | diag; fi
+	stop job
+else
+	not_ok "a batch job runs on node01 (job ${jid:-none}, pid ${jpid:-none})"; diag <"$W/sbatch2.err"
+fi
+[ -n "$jid" ] && $KC_HUB scancel "$jid" >/dev/null 2>&1
+
 # /metrics of a node with every kind of value passes promtool
 if command -v promtool >/dev/null; then
 	start node03 prom "gpus = ( { processes = [ 1 ]; }, { ecc_sbe_volatile = 5; pcie_width = 8; } ); events = ( { at = 0.3; gpu = 1; xid = 13; } );"
