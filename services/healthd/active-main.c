@@ -36,26 +36,26 @@
 
 #define GEMM_N 8192
 /* Sampled outputs checked against the float64 reference. */
-#define GEMM_SAMPLES 512
-#define BW_BYTES (1ULL << 30)
-#define BW_ITERS 20
+#define GEMM_SAMPLES  512
+#define BW_BYTES      (1ULL << 30)
+#define BW_ITERS      20
 #define MEMTEST_CHUNK (64ULL << 20)
 /* Pass when a measured figure reaches this share of the model's spec:
  * cuBLASLt reaches ~70% of dense BF16 peak on 8192^3, a copy kernel ~85%
  * of HBM bandwidth (read + write), so these leave margin for clocks. */
 #define GEMM_MIN_SHARE 0.45
-#define BW_MIN_SHARE 0.65
+#define BW_MIN_SHARE   0.65
 
 static const struct expected {
 	const char *match; /* substring of the NVML model name */
-	double tflops;     /* dense BF16 tensor peak */
-	double gbps;       /* memory bandwidth spec */
+	double tflops;	   /* dense BF16 tensor peak */
+	double gbps;	   /* memory bandwidth spec */
 } expected[] = {
-	{ "GH200", 989, 4000 },     { "H200", 989, 4800 },       { "H100 NVL", 835, 3900 },
-	{ "H100 PCIe", 756, 2000 }, { "H100", 989, 3350 },       { "H800", 989, 3350 },
-	{ "B200", 2250, 8000 },     { "B100", 1750, 8000 },      { "A100-SXM4-80GB", 312, 2039 },
-	{ "A100 80GB", 312, 1935 }, { "A100", 312, 1555 },       { "L40S", 362, 864 },
-	{ "L40", 181, 864 },        { "A10", 125, 600 },         { "L4", 121, 300 },
+	{ "GH200", 989, 4000 },	    { "H200", 989, 4800 },  { "H100 NVL", 835, 3900 },
+	{ "H100 PCIe", 756, 2000 }, { "H100", 989, 3350 },  { "H800", 989, 3350 },
+	{ "B200", 2250, 8000 },	    { "B100", 1750, 8000 }, { "A100-SXM4-80GB", 312, 2039 },
+	{ "A100 80GB", 312, 1935 }, { "A100", 312, 1555 },  { "L40S", 362, 864 },
+	{ "L40", 181, 864 },	    { "A10", 125, 600 },    { "L4", 121, 300 },
 };
 
 static const struct expected *lookup(const char *model)
@@ -66,9 +66,10 @@ static const struct expected *lookup(const char *model)
 	return NULL;
 }
 
-static void result(const char *name, const char *status, double value, double exp, const char *fmt, ...)
-	_printf_(5, 6);
-static void result(const char *name, const char *status, double value, double exp, const char *fmt, ...)
+static void result(const char *name, const char *status, double value, double exp, const char *fmt,
+		   ...) _printf_(5, 6);
+static void result(const char *name, const char *status, double value, double exp, const char *fmt,
+		   ...)
 {
 	char detail[256];
 	va_list ap;
@@ -83,7 +84,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15ULL;
 static float frand(void)
 {
 	rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-	return (float)((rng >> 40) / (double)(1ULL << 24)) * 2.0f - 1.0f;
+	return (float) ((rng >> 40) / (double) (1ULL << 24)) * 2.0f - 1.0f;
 }
 
 static int check_gemm(kk_backend *be, int seconds, const struct expected *e, bool *failed)
@@ -97,16 +98,27 @@ static int check_gemm(kk_backend *be, int seconds, const struct expected *e, boo
 		goto out;
 	for (size_t i = 0; i < nn; i++)
 		a[i] = kk_f32_to_bf16(frand()), b[i] = kk_f32_to_bf16(frand());
-	if ((r = kk_buffer_alloc(be, KK_BF16, nn, &da)) < 0 || (r = kk_buffer_alloc(be, KK_BF16, nn, &db)) < 0 ||
-	    (r = kk_buffer_alloc(be, KK_F32, nn, &dc)) < 0 || (r = kk_buffer_upload(be, NULL, da, 0, a, nn * 2)) < 0 ||
+	if ((r = kk_buffer_alloc(be, KK_BF16, nn, &da)) < 0 ||
+	    (r = kk_buffer_alloc(be, KK_BF16, nn, &db)) < 0 ||
+	    (r = kk_buffer_alloc(be, KK_F32, nn, &dc)) < 0 ||
+	    (r = kk_buffer_upload(be, NULL, da, 0, a, nn * 2)) < 0 ||
 	    (r = kk_buffer_upload(be, NULL, db, 0, b, nn * 2)) < 0)
 		goto out;
-	kk_gemm_desc d = { .m = (int64_t)n, .n = (int64_t)n, .k = (int64_t)n, .alpha = 1.0f, .beta = 0.0f,
-			   .a = da, .lda = (int64_t)n, .b = db, .ldb = (int64_t)n, .c = dc, .ldc = (int64_t)n };
+	kk_gemm_desc d = { .m = (int64_t) n,
+			   .n = (int64_t) n,
+			   .k = (int64_t) n,
+			   .alpha = 1.0f,
+			   .beta = 0.0f,
+			   .a = da,
+			   .lda = (int64_t) n,
+			   .b = db,
+			   .ldb = (int64_t) n,
+			   .c = dc,
+			   .ldc = (int64_t) n };
 	if ((r = kk_gemm(be, NULL, &d)) < 0 || (r = kk_backend_sync(be)) < 0 ||
 	    (r = kk_buffer_download(be, NULL, dc, 0, c0, nn * 4)) < 0)
 		goto out;
-	uint64_t t0 = kiln_now_usec(), budget = (uint64_t)seconds * KILN_USEC_PER_SEC;
+	uint64_t t0 = kiln_now_usec(), budget = (uint64_t) seconds * KILN_USEC_PER_SEC;
 	long iters = 0;
 	while (kiln_now_usec() - t0 < budget) {
 		for (int k = 0; k < 10; k++)
@@ -126,9 +138,9 @@ static int check_gemm(kk_backend *be, int seconds, const struct expected *e, boo
 	double worst = 0;
 	for (int s = 0; s < GEMM_SAMPLES; s++) {
 		frand();
-		size_t i = (size_t)(rng % n);
+		size_t i = (size_t) (rng % n);
 		frand();
-		size_t j = (size_t)(rng % n);
+		size_t j = (size_t) (rng % n);
 		double ref = 0, mag = 0;
 		for (size_t k = 0; k < n; k++) {
 			double x = kk_bf16_to_f32(a[i * n + k]), y = kk_bf16_to_f32(b[k * n + j]);
@@ -145,15 +157,19 @@ static int check_gemm(kk_backend *be, int seconds, const struct expected *e, boo
 	if (bad || differ) {
 		*failed = true;
 		result("gemm", "failed", tflops, exp,
-		       "silent data corruption: %d of %d sampled outputs off the float64 reference (worst rel %.2g), "
+		       "silent data corruption: %d of %d sampled outputs off the float64 reference "
+		       "(worst rel %.2g), "
 		       "%zu outputs changed between identical runs",
 		       bad, GEMM_SAMPLES, worst, differ);
 	} else if (e && tflops < GEMM_MIN_SHARE * exp) {
 		*failed = true;
-		result("gemm", "failed", tflops, exp, "%.0f TFLOP/s is below %.0f%% of the %s's %.0f", tflops,
+		result("gemm", "failed", tflops, exp,
+		       "%.0f TFLOP/s is below %.0f%% of the %s's %.0f", tflops,
 		       GEMM_MIN_SHARE * 100, e->match, exp);
 	} else
-		result("gemm", "passed", tflops, exp, "%ld GEMMs of %zu^3 in %.1fs, results exact and repeatable (worst rel err %.1g)",
+		result("gemm", "passed", tflops, exp,
+		       "%ld GEMMs of %zu^3 in %.1fs, results exact and repeatable (worst rel err "
+		       "%.1g)",
 		       iters, n, secs, worst);
 	r = 0;
 out:
@@ -170,11 +186,13 @@ static int check_bandwidth(kk_backend *be, const struct expected *e, bool *faile
 	if ((r = kk_buffer_alloc(be, KK_F32, BW_BYTES / 4, &src)) < 0 ||
 	    (r = kk_buffer_alloc(be, KK_F32, BW_BYTES / 4, &dst)) < 0 ||
 	    (r = kk_buffer_memset(be, NULL, src, 0x3c, 0, BW_BYTES)) < 0 ||
-	    (r = kk_buffer_copy(be, NULL, dst, 0, src, 0, BW_BYTES)) < 0 || (r = kk_backend_sync(be)) < 0)
+	    (r = kk_buffer_copy(be, NULL, dst, 0, src, 0, BW_BYTES)) < 0 ||
+	    (r = kk_backend_sync(be)) < 0)
 		goto out;
 	uint64_t t0 = kiln_now_usec();
 	for (int i = 0; i < BW_ITERS; i++)
-		if ((r = kk_buffer_copy(be, NULL, i % 2 ? src : dst, 0, i % 2 ? dst : src, 0, BW_BYTES)) < 0)
+		if ((r = kk_buffer_copy(be, NULL, i % 2 ? src : dst, 0, i % 2 ? dst : src, 0,
+					BW_BYTES)) < 0)
 			goto out;
 	if ((r = kk_backend_sync(be)) < 0)
 		goto out;
@@ -182,10 +200,12 @@ static int check_bandwidth(kk_backend *be, const struct expected *e, bool *faile
 	double exp = e ? e->gbps : 0;
 	if (e && gbps < BW_MIN_SHARE * exp) {
 		*failed = true;
-		result("bandwidth", "failed", gbps, exp, "%.0f GB/s is below %.0f%% of the %s's %.0f GB/s", gbps,
-		       BW_MIN_SHARE * 100, e->match, exp);
+		result("bandwidth", "failed", gbps, exp,
+		       "%.0f GB/s is below %.0f%% of the %s's %.0f GB/s", gbps, BW_MIN_SHARE * 100,
+		       e->match, exp);
 	} else
-		result("bandwidth", "passed", gbps, exp, "%d device copies of 1 GiB (read + write counted)", BW_ITERS);
+		result("bandwidth", "passed", gbps, exp,
+		       "%d device copies of 1 GiB (read + write counted)", BW_ITERS);
 out:
 	kk_buffer_free(src);
 	kk_buffer_free(dst);
@@ -218,12 +238,14 @@ static int check_memtest(kk_backend *be, uint64_t bytes, bool *failed)
 					bad += host[i] != want[i];
 		}
 	}
-	double gib = bytes / (double)(1ULL << 30);
+	double gib = bytes / (double) (1ULL << 30);
 	if (bad) {
 		*failed = true;
-		result("memtest", "failed", gib, 0, "%llu bytes read back wrong over %.1f GiB", (unsigned long long)bad, gib);
+		result("memtest", "failed", gib, 0, "%llu bytes read back wrong over %.1f GiB",
+		       (unsigned long long) bad, gib);
 	} else
-		result("memtest", "passed", gib, 0, "%.1f GiB x 4 patterns in %.1fs, every byte read back", gib,
+		result("memtest", "passed", gib, 0,
+		       "%.1f GiB x 4 patterns in %.1fs, every byte read back", gib,
 		       (kiln_now_usec() - t0) / 1e6);
 out:
 	kk_buffer_free(m);
@@ -242,24 +264,34 @@ int main(int argc, char **argv)
 	uint64_t mbytes = 1ULL << 30;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) >= 0) {
 		switch (c) {
-		case 'm': model = optarg; break;
+		case 'm':
+			model = optarg;
+			break;
 		case 'g':
 			if (kiln_parse_int(optarg, 1, 3600, &seconds) < 0) {
-				fprintf(stderr, "kiln-healthd-active: --gemm-seconds wants 1..3600, not '%s'\n", optarg);
+				fprintf(stderr,
+					"kiln-healthd-active: --gemm-seconds wants 1..3600, not "
+					"'%s'\n",
+					optarg);
 				return 2;
 			}
 			break;
 		case 'b':
 			if (kiln_parse_size(optarg, 1, &mbytes) < 0) {
-				fprintf(stderr, "kiln-healthd-active: --memtest-bytes wants a size, not '%s'\n", optarg);
+				fprintf(stderr,
+					"kiln-healthd-active: --memtest-bytes wants a size, not "
+					"'%s'\n",
+					optarg);
 				return 2;
 			}
 			break;
 		case 'h':
-			printf("Usage: kiln-healthd-active [--model NAME] [--gemm-seconds N] [--memtest-bytes SIZE]\n"
+			printf("Usage: kiln-healthd-active [--model NAME] [--gemm-seconds N] "
+			       "[--memtest-bytes SIZE]\n"
 			       "Run by kiln-healthd with CUDA_VISIBLE_DEVICES set to one GPU.\n");
 			return 0;
-		default: return 2;
+		default:
+			return 2;
 		}
 	}
 	const struct expected *e = lookup(model);
@@ -267,7 +299,7 @@ int main(int argc, char **argv)
 	int r = kk_backend_open("cuda", &be);
 	if (r < 0) {
 		const char *why = r == -EOPNOTSUPP ? "this build has no CUDA backend"
-				: r == -ENODEV	   ? "no usable CUDA device"
+				  : r == -ENODEV   ? "no usable CUDA device"
 						   : "CUDA initialisation failed";
 		result("gemm", "skipped", 0, e ? e->tflops : 0, "%s", why);
 		result("bandwidth", "skipped", 0, e ? e->gbps : 0, "%s", why);
@@ -277,11 +309,13 @@ int main(int argc, char **argv)
 	bool failed = false;
 	if ((r = check_gemm(be, seconds, e, &failed)) < 0) {
 		failed = true;
-		result("gemm", "failed", 0, e ? e->tflops : 0, "the GEMM check could not run: %s", strerror(-r));
+		result("gemm", "failed", 0, e ? e->tflops : 0, "the GEMM check could not run: %s",
+		       strerror(-r));
 	}
 	if ((r = check_bandwidth(be, e, &failed)) < 0) {
 		failed = true;
-		result("bandwidth", "failed", 0, e ? e->gbps : 0, "the bandwidth check could not run: %s", strerror(-r));
+		result("bandwidth", "failed", 0, e ? e->gbps : 0,
+		       "the bandwidth check could not run: %s", strerror(-r));
 	}
 	if ((r = check_memtest(be, mbytes, &failed)) < 0) {
 		failed = true;

@@ -64,7 +64,9 @@ static void parse_line(char *line, hd_active_result out[HD_ACTIVE_CHECKS])
 	for (int i = 0; i < HD_ACTIVE_CHECKS; i++) {
 		if (!streq(f[0], names[i]))
 			continue;
-		out[i].status = streq(f[1], "passed") ? "passed" : streq(f[1], "failed") ? "failed" : "skipped";
+		out[i].status = streq(f[1], "passed")	? "passed"
+				: streq(f[1], "failed") ? "failed"
+							: "skipped";
 		out[i].value = strtod(f[2], NULL);
 		out[i].expected = strtod(f[3], NULL);
 		snprintf(out[i].detail, sizeof(out[i].detail), "%s", n > 4 ? f[4] : "");
@@ -91,7 +93,8 @@ int hd_active_run(const hd_settings *s, int gpu, const char *model, uint64_t mem
 	snprintf(gpus, sizeof(gpus), "%d", gpu);
 	snprintf(secs, sizeof(secs), "%d", s->gemm_seconds > 0 ? s->gemm_seconds : 10);
 	snprintf(bytes, sizeof(bytes), "%llu",
-		 (unsigned long long)(mem_free ? (uint64_t)(mem_free * s->memtest_fraction) : (1ULL << 30)));
+		 (unsigned long long) (mem_free ? (uint64_t) (mem_free * s->memtest_fraction)
+						: (1ULL << 30)));
 	pid_t pid = fork();
 	if (pid < 0) {
 		close(p[0]), close(p[1]);
@@ -105,15 +108,17 @@ int hd_active_run(const hd_settings *s, int gpu, const char *model, uint64_t mem
 		sigset_t none;
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
-		execl(path, path, "--model", model ? model : "", "--gemm-seconds", secs, "--memtest-bytes", bytes,
-		      (char *)NULL);
+		execl(path, path, "--model", model ? model : "", "--gemm-seconds", secs,
+		      "--memtest-bytes", bytes, (char *) NULL);
 		_exit(127);
 	}
 	close(p[1]);
 	char buf[4096];
 	size_t len = 0;
-	uint64_t deadline = kiln_now_usec() + (uint64_t)(s->gemm_seconds > 0 ? s->gemm_seconds : 10) * KILN_USEC_PER_SEC +
-			    HD_ACTIVE_SLACK_USEC;
+	uint64_t deadline =
+		kiln_now_usec() +
+		(uint64_t) (s->gemm_seconds > 0 ? s->gemm_seconds : 10) * KILN_USEC_PER_SEC +
+		HD_ACTIVE_SLACK_USEC;
 	bool timed_out = false;
 	for (;;) {
 		uint64_t now = kiln_now_usec();
@@ -122,7 +127,7 @@ int hd_active_run(const hd_settings *s, int gpu, const char *model, uint64_t mem
 			break;
 		}
 		struct pollfd pfd = { .fd = p[0], .events = POLLIN };
-		int r = poll(&pfd, 1, (int)MIN((deadline - now) / 1000 + 1, 1000));
+		int r = poll(&pfd, 1, (int) MIN((deadline - now) / 1000 + 1, 1000));
 		if (r < 0 && errno != EINTR)
 			break;
 		if (r <= 0)
@@ -130,7 +135,7 @@ int hd_active_run(const hd_settings *s, int gpu, const char *model, uint64_t mem
 		ssize_t n = read(p[0], buf + len, sizeof(buf) - 1 - len);
 		if (n <= 0)
 			break;
-		len += (size_t)n;
+		len += (size_t) n;
 		if (len >= sizeof(buf) - 1)
 			break;
 	}
@@ -149,8 +154,9 @@ int hd_active_run(const hd_settings *s, int gpu, const char *model, uint64_t mem
 		parse_line(l, out);
 	if (WIFSIGNALED(status))
 		for (int i = 0; i < HD_ACTIVE_CHECKS; i++)
-			if (streq(out[i].status, "failed") && streq(out[i].detail, "the check program ended without a result"))
-				snprintf(out[i].detail, sizeof(out[i].detail), "the check program died (signal %d)",
-					 WTERMSIG(status));
+			if (streq(out[i].status, "failed") &&
+			    streq(out[i].detail, "the check program ended without a result"))
+				snprintf(out[i].detail, sizeof(out[i].detail),
+					 "the check program died (signal %d)", WTERMSIG(status));
 	return 0;
 }

@@ -18,9 +18,12 @@
 const char *hd_state_to_string(hd_state s)
 {
 	switch (s) {
-	case HD_HEALTHY: return "healthy";
-	case HD_DEGRADED: return "degraded";
-	case HD_UNHEALTHY: return "unhealthy";
+	case HD_HEALTHY:
+		return "healthy";
+	case HD_DEGRADED:
+		return "degraded";
+	case HD_UNHEALTHY:
+		return "unhealthy";
 	}
 	return "unknown";
 }
@@ -188,42 +191,52 @@ void hd_evaluate(const hd_settings *s, const hd_sample *prev, const hd_sample *c
 	}
 
 	if (cur->has_temp) {
-		unsigned max = th->temp_max_c > 0 ? (unsigned)th->temp_max_c
-			     : cur->has_slowdown  ? cur->slowdown_c
-						  : 0;
+		unsigned max = th->temp_max_c > 0  ? (unsigned) th->temp_max_c
+			       : cur->has_slowdown ? cur->slowdown_c
+						   : 0;
 		if (max > 0 && cur->temp_c >= max)
-			hd_reasons_add(out, HD_UNHEALTHY, "temperature %u C at or above the %s %u C",
-				       cur->temp_c, th->temp_max_c > 0 ? "limit" : "slowdown limit", max);
-		else if (th->temp_warn_c > 0 && cur->temp_c >= (unsigned)th->temp_warn_c)
-			hd_reasons_add(out, HD_DEGRADED, "temperature %u C above the warning threshold %d C",
+			hd_reasons_add(out, HD_UNHEALTHY,
+				       "temperature %u C at or above the %s %u C", cur->temp_c,
+				       th->temp_max_c > 0 ? "limit" : "slowdown limit", max);
+		else if (th->temp_warn_c > 0 && cur->temp_c >= (unsigned) th->temp_warn_c)
+			hd_reasons_add(out, HD_DEGRADED,
+				       "temperature %u C above the warning threshold %d C",
 				       cur->temp_c, th->temp_warn_c);
 	}
-	if (cur->has_power && cur->has_power_limit && cur->power_limit_w > 0 && th->power_warn_pct > 0 &&
+	if (cur->has_power && cur->has_power_limit && cur->power_limit_w > 0 &&
+	    th->power_warn_pct > 0 &&
 	    cur->power_w > cur->power_limit_w * th->power_warn_pct / 100.0)
-		hd_reasons_add(out, HD_DEGRADED, "power %.0f W above %d%% of the %.0f W limit", cur->power_w,
-			       th->power_warn_pct, cur->power_limit_w);
+		hd_reasons_add(out, HD_DEGRADED, "power %.0f W above %d%% of the %.0f W limit",
+			       cur->power_w, th->power_warn_pct, cur->power_limit_w);
 
 	if (cur->has_clocks) {
 		if (cur->clock_reasons & nvmlClocksThrottleReasonHwSlowdown)
-			hd_reasons_add(out, HD_UNHEALTHY, "clocks slowed by hardware (HW slowdown)");
+			hd_reasons_add(out, HD_UNHEALTHY,
+				       "clocks slowed by hardware (HW slowdown)");
 		if (cur->clock_reasons & nvmlClocksThrottleReasonHwThermalSlowdown)
-			hd_reasons_add(out, HD_UNHEALTHY, "clocks slowed by hardware thermal protection");
+			hd_reasons_add(out, HD_UNHEALTHY,
+				       "clocks slowed by hardware thermal protection");
 		if (cur->clock_reasons & nvmlClocksThrottleReasonHwPowerBrakeSlowdown)
-			hd_reasons_add(out, HD_UNHEALTHY, "clocks slowed by the external power brake");
+			hd_reasons_add(out, HD_UNHEALTHY,
+				       "clocks slowed by the external power brake");
 		if (cur->clock_reasons & nvmlClocksEventReasonSwThermalSlowdown)
-			hd_reasons_add(out, HD_DEGRADED, "clocks slowed by software thermal control");
+			hd_reasons_add(out, HD_DEGRADED,
+				       "clocks slowed by software thermal control");
 	}
 
 	if (cur->has_ecc) {
 		if (cur->dbe_vol > 0)
-			hd_reasons_add(out, HD_UNHEALTHY, "%llu double-bit ECC errors since the last reset",
-				       (unsigned long long)cur->dbe_vol);
+			hd_reasons_add(out, HD_UNHEALTHY,
+				       "%llu double-bit ECC errors since the last reset",
+				       (unsigned long long) cur->dbe_vol);
 		else if (cur->dbe_agg > 0)
-			hd_reasons_add(out, HD_DEGRADED, "%llu double-bit ECC errors over the GPU's lifetime",
-				       (unsigned long long)cur->dbe_agg);
-		if (th->ecc_sbe_warn > 0 && cur->sbe_vol >= (uint64_t)th->ecc_sbe_warn)
-			hd_reasons_add(out, HD_DEGRADED, "%llu single-bit ECC errors since the last reset",
-				       (unsigned long long)cur->sbe_vol);
+			hd_reasons_add(out, HD_DEGRADED,
+				       "%llu double-bit ECC errors over the GPU's lifetime",
+				       (unsigned long long) cur->dbe_agg);
+		if (th->ecc_sbe_warn > 0 && cur->sbe_vol >= (uint64_t) th->ecc_sbe_warn)
+			hd_reasons_add(out, HD_DEGRADED,
+				       "%llu single-bit ECC errors since the last reset",
+				       (unsigned long long) cur->sbe_vol);
 	}
 	/* NVIDIA's RMA criterion for page retirement: 60 or more retired pages. */
 	if (cur->has_retired && cur->retired_sbe + cur->retired_dbe >= 60)
@@ -233,40 +246,46 @@ void hd_evaluate(const hd_settings *s, const hd_sample *prev, const hd_sample *c
 		hd_reasons_add(out, HD_UNHEALTHY, "page retirement pending, reset needed");
 	if (cur->has_remap) {
 		if (cur->remap_failure)
-			hd_reasons_add(out, action_severity(th->remap_failure), "row remapping failed");
+			hd_reasons_add(out, action_severity(th->remap_failure),
+				       "row remapping failed");
 		else if (cur->remap_pending)
-			hd_reasons_add(out, action_severity(th->remap_pending), "row remapping pending, reset needed");
+			hd_reasons_add(out, action_severity(th->remap_pending),
+				       "row remapping pending, reset needed");
 	}
 
 	if (cur->has_pcie_width && cur->pcie_width_max > 0 && cur->pcie_width < cur->pcie_width_max)
-		hd_reasons_add(out, HD_DEGRADED, "PCIe link x%u below its maximum x%u", cur->pcie_width,
-			       cur->pcie_width_max);
+		hd_reasons_add(out, HD_DEGRADED, "PCIe link x%u below its maximum x%u",
+			       cur->pcie_width, cur->pcie_width_max);
 	/* An idle GPU lowers its link speed to save power; only a busy one
 	 * (with processes) must run at full generation. */
 	if (cur->has_pcie_gen && cur->has_pids && cur->n_pids > 0 && cur->pcie_gen_max > 0 &&
 	    cur->pcie_gen < cur->pcie_gen_max)
-		hd_reasons_add(out, HD_DEGRADED, "PCIe link gen%u below its maximum gen%u under load",
-			       cur->pcie_gen, cur->pcie_gen_max);
+		hd_reasons_add(out, HD_DEGRADED,
+			       "PCIe link gen%u below its maximum gen%u under load", cur->pcie_gen,
+			       cur->pcie_gen_max);
 	if (prev && prev->has_replay && cur->has_replay && th->pcie_replay_warn_per_min > 0 &&
 	    cur->at_usec > prev->at_usec && cur->pcie_replay >= prev->pcie_replay) {
 		double per_min = (cur->pcie_replay - prev->pcie_replay) * 60.0 * KILN_USEC_PER_SEC /
-				 (double)(cur->at_usec - prev->at_usec);
+				 (double) (cur->at_usec - prev->at_usec);
 		if (per_min >= th->pcie_replay_warn_per_min)
-			hd_reasons_add(out, HD_DEGRADED, "PCIe replay rate %.0f/min above %d/min", per_min,
-				       th->pcie_replay_warn_per_min);
+			hd_reasons_add(out, HD_DEGRADED, "PCIe replay rate %.0f/min above %d/min",
+				       per_min, th->pcie_replay_warn_per_min);
 	}
 
 	if (cur->has_nvlink) {
 		if (cur->nvlink_down > 0)
-			hd_reasons_add(out, HD_UNHEALTHY, "%d of %d NVLink links down", cur->nvlink_down,
-				       cur->nvlink_total);
+			hd_reasons_add(out, HD_UNHEALTHY, "%d of %d NVLink links down",
+				       cur->nvlink_down, cur->nvlink_total);
 		if (prev && prev->has_nvlink) {
-			static const char *const names[NVML_NVLINK_ERROR_COUNT] = { "replay", "recovery",
-										    "CRC flit", "CRC data" };
+			static const char *const names[NVML_NVLINK_ERROR_COUNT] = {
+				"replay", "recovery", "CRC flit", "CRC data"
+			};
 			for (int k = 0; k < NVML_NVLINK_ERROR_COUNT; k++)
 				if (cur->nvlink_err[k] > prev->nvlink_err[k])
-					hd_reasons_add(out, HD_DEGRADED, "%llu new NVLink %s errors",
-						       (unsigned long long)(cur->nvlink_err[k] - prev->nvlink_err[k]),
+					hd_reasons_add(out, HD_DEGRADED,
+						       "%llu new NVLink %s errors",
+						       (unsigned long long) (cur->nvlink_err[k] -
+									     prev->nvlink_err[k]),
 						       names[k]);
 		}
 	}
@@ -295,8 +314,11 @@ kiln_cfg_action hd_gpu_add_xid(const hd_settings *s, hd_gpu *g, int xid)
 		for (int k = 0; k < g->sticky.n; k++)
 			if (startswith(g->sticky.v[k].text, prefix))
 				return a;
-		hd_reasons_add(&g->sticky, HD_UNHEALTHY, "XID %d %s (%s needed)", xid, hd_xid_what(xid),
-			       a == KILN_ACTION_REBOOT ? "reboot" : a == KILN_ACTION_RESET ? "reset" : "drain");
+		hd_reasons_add(&g->sticky, HD_UNHEALTHY, "XID %d %s (%s needed)", xid,
+			       hd_xid_what(xid),
+			       a == KILN_ACTION_REBOOT	? "reboot"
+			       : a == KILN_ACTION_RESET ? "reset"
+							: "drain");
 	}
 	return a;
 }
@@ -305,17 +327,18 @@ void hd_node_evaluate(const hd_settings *s, hd_node *n, uint64_t now_usec)
 {
 	n->reasons.n = 0;
 	if (s->expected_gpus >= 0 && n->n_gpus < s->expected_gpus)
-		hd_reasons_add(&n->reasons, HD_UNHEALTHY, "%d GPUs found, the cluster file says %d", n->n_gpus,
-			       s->expected_gpus);
+		hd_reasons_add(&n->reasons, HD_UNHEALTHY, "%d GPUs found, the cluster file says %d",
+			       n->n_gpus, s->expected_gpus);
 	else if (s->expected_gpus >= 0 && n->n_gpus > s->expected_gpus)
-		hd_reasons_add(&n->reasons, HD_DEGRADED, "%d GPUs found, the cluster file says %d", n->n_gpus,
-			       s->expected_gpus);
+		hd_reasons_add(&n->reasons, HD_DEGRADED, "%d GPUs found, the cluster file says %d",
+			       n->n_gpus, s->expected_gpus);
 	hd_state st = hd_reasons_state(&n->reasons);
 	for (int i = 0; i < n->n_gpus; i++) {
 		hd_gpu *g = &n->gpus[i];
 		g->reasons = g->sticky;
 		for (int k = 0; k < g->active.n; k++)
-			hd_reasons_add(&g->reasons, g->active.v[k].severity, "%s", g->active.v[k].text);
+			hd_reasons_add(&g->reasons, g->active.v[k].severity, "%s",
+				       g->active.v[k].text);
 		hd_evaluate(s, g->have_prev ? &g->prev : NULL, &g->cur, &g->reasons);
 		g->state = hd_reasons_state(&g->reasons);
 		st = MAX(st, g->state);
@@ -337,7 +360,9 @@ int hd_node_drain_reason(const hd_node *n, char *buf, size_t len)
 	for (int i = 0; i < n->n_gpus; i++)
 		for (int k = 0; k < n->gpus[i].reasons.n; k++)
 			if (n->gpus[i].reasons.v[k].severity == HD_UNHEALTHY)
-				return snprintf(buf, len, "kiln: gpu%d %s", i, n->gpus[i].reasons.v[k].text), 1;
+				return snprintf(buf, len, "kiln: gpu%d %s", i,
+						n->gpus[i].reasons.v[k].text),
+				       1;
 	if (len)
 		buf[0] = 0;
 	return 0;
@@ -352,6 +377,6 @@ void hd_node_summary(const hd_node *n, char *buf, size_t len)
 	if (n->state == HD_UNHEALTHY)
 		hd_node_drain_reason(n, why, sizeof(why));
 	snprintf(buf, len, "%s: %d GPU%s, %d healthy, %d degraded, %d unhealthy%s%s%s",
-		 hd_state_to_string(n->state), n->n_gpus, n->n_gpus == 1 ? "" : "s", c[0], c[1], c[2],
-		 why[0] ? " (" : "", why[0] ? why + strlen("kiln: ") : "", why[0] ? ")" : "");
+		 hd_state_to_string(n->state), n->n_gpus, n->n_gpus == 1 ? "" : "s", c[0], c[1],
+		 c[2], why[0] ? " (" : "", why[0] ? why + strlen("kiln: ") : "", why[0] ? ")" : "");
 }

@@ -46,17 +46,17 @@ const char *hd_state_to_string(hd_state s);
 
 typedef struct hd_settings {
 	char node[KILN_HOSTNAME_MAX + 1];
-	int expected_gpus;           /* -1: unknown (no cluster file) */
+	int expected_gpus; /* -1: unknown (no cluster file) */
 	uint64_t interval_usec;
 	uint64_t recover_after_usec;
 	uint64_t nvml_timeout_usec;
 	uint64_t watchdog_usec;
-	int metrics_port;            /* 0: no HTTP server */
+	int metrics_port; /* 0: no HTTP server */
 	char metrics_address[64];
 	char nvml_library[256];
 	bool drain;
 	kiln_cfg_thresholds th;
-	const kiln_cfg_xid *xids;    /* overrides, owned by the kiln_cfg */
+	const kiln_cfg_xid *xids; /* overrides, owned by the kiln_cfg */
 	size_t n_xids;
 	bool active_on_start;
 	uint64_t active_interval_usec;
@@ -89,16 +89,16 @@ const hd_xid_info *hd_xid_table(size_t *ret_n);
 /* ---- one sample of one GPU -------------------------------------------- */
 
 typedef struct hd_sample {
-	bool present;    /* a handle was obtained */
-	bool lost;       /* NVML_ERROR_GPU_IS_LOST on any call */
+	bool present;	    /* a handle was obtained */
+	bool lost;	    /* NVML_ERROR_GPU_IS_LOST on any call */
 	char hung_call[64]; /* an NVML call that timed out (this or an earlier poll) */
 	char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
 	char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
 	char pci_bus_id[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
 	unsigned minor;
-	bool has_temp, has_slowdown, has_power, has_power_limit, has_clocks, has_ecc,
-		has_retired, has_retired_pending, has_remap, has_pcie_gen, has_pcie_width,
-		has_replay, has_nvlink, has_persistence, has_mem, has_pids;
+	bool has_temp, has_slowdown, has_power, has_power_limit, has_clocks, has_ecc, has_retired,
+		has_retired_pending, has_remap, has_pcie_gen, has_pcie_width, has_replay,
+		has_nvlink, has_persistence, has_mem, has_pids;
 	unsigned temp_c, slowdown_c;
 	double power_w, power_limit_w;
 	uint64_t clock_reasons;
@@ -133,7 +133,8 @@ hd_state hd_reasons_state(const hd_reasons *r);
 /* Evaluates one sample against the thresholds.  prev (may be NULL) is the
  * previous sample of the same GPU, for rates (PCIe replays per minute,
  * NVLink error deltas). */
-void hd_evaluate(const hd_settings *s, const hd_sample *prev, const hd_sample *cur, hd_reasons *out);
+void hd_evaluate(const hd_settings *s, const hd_sample *prev, const hd_sample *cur,
+		 hd_reasons *out);
 
 /* ---- per-GPU and node state ------------------------------------------- */
 
@@ -146,22 +147,22 @@ typedef struct hd_gpu {
 	int index;
 	hd_sample cur, prev;
 	bool have_prev;
-	hd_reasons sticky;   /* from XIDs that need a reset/reboot: kept until restart */
-	hd_reasons active;   /* failed active checks: kept until they pass again */
-	hd_reasons reasons;  /* last evaluation, sticky ones included */
+	hd_reasons sticky;  /* from XIDs that need a reset/reboot: kept until restart */
+	hd_reasons active;  /* failed active checks: kept until they pass again */
+	hd_reasons reasons; /* last evaluation, sticky ones included */
 	hd_state state;
 	hd_xid_count xids[HD_XIDS_MAX];
 	int n_xids;
 	uint64_t xid_other;
 	int last_xid;
-	char job_ids[64];    /* Slurm job ids on this GPU, "" when none known */
+	char job_ids[64]; /* Slurm job ids on this GPU, "" when none known */
 } hd_gpu;
 
 typedef struct hd_node {
-	int n_gpus;          /* GPUs NVML reports */
+	int n_gpus; /* GPUs NVML reports */
 	hd_gpu gpus[HD_GPUS_MAX];
-	hd_reasons reasons;  /* node-level: GPU count, NVML missing */
-	hd_state state;      /* the worst of the node's and every GPU's */
+	hd_reasons reasons;	     /* node-level: GPU count, NVML missing */
+	hd_state state;		     /* the worst of the node's and every GPU's */
 	uint64_t healthy_since_usec; /* 0 while not healthy */
 	uint64_t polls;
 } hd_node;
@@ -191,7 +192,8 @@ typedef struct hd_nvml hd_nvml;
  * library is missing (no driver), -ENOTSUP a required symbol is missing,
  * -EIO nvmlInit failed (the error string goes to err). Logs warnings for
  * optional symbols that are missing (each disables one check). */
-int hd_nvml_open(const char *library, uint64_t timeout_usec, hd_nvml **ret, char *err, size_t errlen);
+int hd_nvml_open(const char *library, uint64_t timeout_usec, hd_nvml **ret, char *err,
+		 size_t errlen);
 void hd_nvml_close(hd_nvml *m);
 DEFINE_TRIVIAL_CLEANUP_FUNC(hd_nvml *, hd_nvml_close)
 /* GPU count, under the timeout. */
@@ -224,7 +226,7 @@ int hd_slurm_reachable(hd_slurm *s);
 typedef struct hd_active_result {
 	const char *name;   /* "gemm", "bandwidth", "memtest" */
 	const char *status; /* "passed", "failed", "skipped" */
-	double value;       /* TFLOP/s, GB/s, GiB tested */
+	double value;	    /* TFLOP/s, GB/s, GiB tested */
 	double expected;    /* what the model should reach; 0 unknown */
 	char detail[HD_REASON_MAX];
 } hd_active_result;

@@ -55,7 +55,9 @@ typedef struct manager {
 	struct MHD_Daemon *http;
 	hd_slurm *slurm;
 	int wake[2];
-	struct { int gpu, xid; } xq[HD_XID_QUEUE];
+	struct {
+		int gpu, xid;
+	} xq[HD_XID_QUEUE];
 	unsigned xh, xt;
 	uint64_t watchdog_usec, last_watchdog;
 	/* active checks run in their own thread: they take gemm_seconds per GPU */
@@ -71,7 +73,8 @@ static void help(void)
 	       "The kiln GPU health daemon: checks every GPU through NVML, exports\n"
 	       "dcgm-exporter compatible metrics, and drains or resumes the node in Slurm.\n\n"
 	       "  -c, --config FILE     cluster file (default $KILN_CONFIG or %s)\n"
-	       "      --node NAME       which node of the cluster file this is (default: hostname)\n"
+	       "      --node NAME       which node of the cluster file this is (default: "
+	       "hostname)\n"
 	       "      --check           check once, print a table, exit 0 healthy / 1 unhealthy\n"
 	       "      --json            with --check: print JSON\n"
 	       "      --active          run the active checks (GEMM, bandwidth, memtest) and exit\n"
@@ -86,32 +89,55 @@ static void help(void)
 static int parse_args(int argc, char **argv)
 {
 	enum { OPT_NODE = 0x100, OPT_CHECK, OPT_JSON, OPT_ACTIVE, OPT_PORT, OPT_VERSION };
-	static const struct option opts[] = {
-		{ "config", required_argument, NULL, 'c' },  { "node", required_argument, NULL, OPT_NODE },
-		{ "check", no_argument, NULL, OPT_CHECK },    { "json", no_argument, NULL, OPT_JSON },
-		{ "active", no_argument, NULL, OPT_ACTIVE },  { "metrics-port", required_argument, NULL, OPT_PORT },
-		{ "verbose", no_argument, NULL, 'v' },        { "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },           { "version", no_argument, NULL, OPT_VERSION },
-		{}
-	};
+	static const struct option opts[] = { { "config", required_argument, NULL, 'c' },
+					      { "node", required_argument, NULL, OPT_NODE },
+					      { "check", no_argument, NULL, OPT_CHECK },
+					      { "json", no_argument, NULL, OPT_JSON },
+					      { "active", no_argument, NULL, OPT_ACTIVE },
+					      { "metrics-port", required_argument, NULL, OPT_PORT },
+					      { "verbose", no_argument, NULL, 'v' },
+					      { "quiet", no_argument, NULL, 'q' },
+					      { "help", no_argument, NULL, 'h' },
+					      { "version", no_argument, NULL, OPT_VERSION },
+					      {} };
 	int c;
 	while ((c = getopt_long(argc, argv, "c:vqh", opts, NULL)) >= 0) {
 		switch (c) {
-		case 'c': arg.config = optarg; break;
-		case OPT_NODE: arg.node = optarg; break;
-		case OPT_CHECK: arg.check = true; break;
-		case OPT_JSON: arg.json = true; break;
-		case OPT_ACTIVE: arg.active = true; break;
+		case 'c':
+			arg.config = optarg;
+			break;
+		case OPT_NODE:
+			arg.node = optarg;
+			break;
+		case OPT_CHECK:
+			arg.check = true;
+			break;
+		case OPT_JSON:
+			arg.json = true;
+			break;
+		case OPT_ACTIVE:
+			arg.active = true;
+			break;
 		case OPT_PORT:
 			if (kiln_parse_int(optarg, 0, 65535, &arg.metrics_port) < 0) {
-				log_error("Invalid --metrics-port '%s': expected a port number 0..65535", optarg);
+				log_error("Invalid --metrics-port '%s': expected a port number "
+					  "0..65535",
+					  optarg);
 				return -EINVAL;
 			}
 			break;
-		case 'v': log_adjust_level(+1); break;
-		case 'q': log_adjust_level(-1); break;
-		case 'h': help(); return 0;
-		case OPT_VERSION: printf("kiln-healthd %s\n", KILN_VERSION); return 0;
+		case 'v':
+			log_adjust_level(+1);
+			break;
+		case 'q':
+			log_adjust_level(-1);
+			break;
+		case 'h':
+			help();
+			return 0;
+		case OPT_VERSION:
+			printf("kiln-healthd %s\n", KILN_VERSION);
+			return 0;
 		default:
 			log_error("Try 'kiln-healthd --help'.");
 			return -EINVAL;
@@ -143,7 +169,9 @@ static int load_config(manager *m)
 	bool explicit = arg.config || !streq(strempty(getenv(KILN_CFG_ENV)), "");
 	const char *path = arg.config ?: kiln_cfg_default_path();
 	if (!explicit && access(path, F_OK) < 0) {
-		log_info("No cluster file at %s: using built-in defaults, no GPU count check, no Slurm drain", path);
+		log_info("No cluster file at %s: using built-in defaults, no GPU count check, no "
+			 "Slurm drain",
+			 path);
 		m->s.drain = false;
 		return 0;
 	}
@@ -152,20 +180,25 @@ static int load_config(manager *m)
 	int r = kiln_cfg_load(path, &m->cfg, &errs);
 	if (r == -EINVAL) {
 		kiln_cfg_errors_print(&errs, stderr);
-		log_error("%s has errors (listed above); fix them and check with 'kiln check -c %s'.", path, path);
+		log_error(
+			"%s has errors (listed above); fix them and check with 'kiln check -c %s'.",
+			path, path);
 		return r;
 	}
 	if (r < 0)
 		return log_error_errno(r, "Failed to read cluster file %s: %m", path);
 	const kiln_cfg_node *node = kiln_cfg_find_node(m->cfg, m->host);
 	if (!node && arg.node) {
-		log_error("Node '%s' is not in %s; pass a node name from the cluster file with --node.",
+		log_error("Node '%s' is not in %s; pass a node name from the cluster file with "
+			  "--node.",
 			  m->host, path);
 		return -EINVAL;
 	}
 	if (!node)
-		log_warning("This host (%s) is not a node of %s: no GPU count check, no Slurm drain; "
-			    "use --node NAME if the hostname differs", m->host, path);
+		log_warning(
+			"This host (%s) is not a node of %s: no GPU count check, no Slurm drain; "
+			"use --node NAME if the hostname differs",
+			m->host, path);
 	hd_settings_from_cfg(&m->s, m->cfg, node);
 	if (!node)
 		m->s.drain = false;
@@ -246,8 +279,8 @@ static void log_changes(manager *m)
 		hd_state st = i < 0 ? hd_reasons_state(r) : m->node.gpus[i].state;
 		char joined[512] = "";
 		for (int k = 0; k < r->n; k++)
-			snprintf(joined + strlen(joined), sizeof(joined) - strlen(joined), "%s%s", k ? "; " : "",
-				 r->v[k].text);
+			snprintf(joined + strlen(joined), sizeof(joined) - strlen(joined), "%s%s",
+				 k ? "; " : "", r->v[k].text);
 		int slot = i + 1;
 		if (st == m->last_state[slot] && streq(joined, m->last_reasons[slot]))
 			continue;
@@ -255,7 +288,8 @@ static void log_changes(manager *m)
 		if (i < 0)
 			snprintf(who, sizeof(who), "node %s", m->host);
 		else
-			snprintf(who, sizeof(who), "gpu%d (%s)", i, m->node.gpus[i].cur.uuid[0] ? m->node.gpus[i].cur.uuid : "?");
+			snprintf(who, sizeof(who), "gpu%d (%s)", i,
+				 m->node.gpus[i].cur.uuid[0] ? m->node.gpus[i].cur.uuid : "?");
 		if (st == HD_UNHEALTHY)
 			log_error("%s unhealthy: %s", who, joined);
 		else if (st == HD_DEGRADED)
@@ -278,12 +312,16 @@ static void publish(manager *m)
 	kiln_strbuf_init(&b);
 	hd_metrics_render(&m->node, m->host, &b);
 	if (m->slurm)
-		kiln_strbuf_printf(&b, "# HELP kiln_slurm_reachable Whether slurmctld answered the last request.\n"
-				       "# TYPE kiln_slurm_reachable gauge\nkiln_slurm_reachable %d\n",
-				   hd_slurm_reachable(m->slurm) > 0);
+		kiln_strbuf_printf(
+			&b,
+			"# HELP kiln_slurm_reachable Whether slurmctld answered the last request.\n"
+			"# TYPE kiln_slurm_reachable gauge\nkiln_slurm_reachable %d\n",
+			hd_slurm_reachable(m->slurm) > 0);
 	if (m->nvml)
-		kiln_strbuf_printf(&b, "# HELP kiln_nvml_hung_calls NVML calls that timed out and have not returned.\n"
-				       "# TYPE kiln_nvml_hung_calls gauge\nkiln_nvml_hung_calls %d\n",
+		kiln_strbuf_printf(&b,
+				   "# HELP kiln_nvml_hung_calls NVML calls that timed out and have "
+				   "not returned.\n"
+				   "# TYPE kiln_nvml_hung_calls gauge\nkiln_nvml_hung_calls %d\n",
 				   hd_nvml_abandoned(m->nvml));
 	char *txt = kiln_strbuf_steal(&b);
 	if (txt) {
@@ -357,7 +395,7 @@ static void on_xid(int gpu, int xid, void *data)
 	}
 	pthread_mutex_unlock(&m->lock);
 	char c = 'x';
-	(void)!write(m->wake[1], &c, 1);
+	(void) !write(m->wake[1], &c, 1);
 }
 
 static void handle_xids(manager *m)
@@ -375,8 +413,11 @@ static void handle_xids(manager *m)
 			continue;
 		}
 		kiln_cfg_action a = hd_gpu_add_xid(&m->s, &m->node.gpus[gpu], xid);
-		int prio = a == KILN_ACTION_IGNORE ? LOG_INFO : a == KILN_ACTION_APP ? LOG_WARNING : LOG_ERR;
-		log_full(prio, "gpu%d: XID %d (%s): action %s", gpu, xid, hd_xid_what(xid), kiln_cfg_action_to_string(a));
+		int prio = a == KILN_ACTION_IGNORE ? LOG_INFO
+			   : a == KILN_ACTION_APP  ? LOG_WARNING
+						   : LOG_ERR;
+		log_full(prio, "gpu%d: XID %d (%s): action %s", gpu, xid, hd_xid_what(xid),
+			 kiln_cfg_action_to_string(a));
 		any = true;
 	}
 	if (any)
@@ -384,13 +425,15 @@ static void handle_xids(manager *m)
 	pthread_mutex_unlock(&m->lock);
 }
 
-static enum MHD_Result http_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-				    const char *version, const char *upload, size_t *upload_size, void **state)
+static enum MHD_Result http_handler(void *cls, struct MHD_Connection *c, const char *url,
+				    const char *method, const char *version, const char *upload,
+				    size_t *upload_size, void **state)
 {
 	manager *m = cls;
 	if (!streq(method, "GET") && !streq(method, "HEAD")) {
 		static const char msg[] = "only GET is supported\n";
-		struct MHD_Response *r = MHD_create_response_from_buffer(sizeof(msg) - 1, (void *)msg, MHD_RESPMEM_PERSISTENT);
+		struct MHD_Response *r = MHD_create_response_from_buffer(
+			sizeof(msg) - 1, (void *) msg, MHD_RESPMEM_PERSISTENT);
 		enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_METHOD_NOT_ALLOWED, r);
 		MHD_destroy_response(r);
 		return ret;
@@ -416,7 +459,8 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *c, const c
 	pthread_mutex_unlock(&m->lock);
 	if (!body)
 		return MHD_NO;
-	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+	struct MHD_Response *r =
+		MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
 	MHD_add_response_header(r, "Content-Type", type);
 	enum MHD_Result ret = MHD_queue_response(c, code, r);
 	MHD_destroy_response(r);
@@ -430,15 +474,18 @@ static int start_http(manager *m)
 		return 0;
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
 	if (inet_pton(AF_INET, m->s.metrics_address, &sa.sin_addr) != 1) {
-		log_error("health.metrics_address '%s' is not an IPv4 address; fix the cluster file.", m->s.metrics_address);
+		log_error(
+			"health.metrics_address '%s' is not an IPv4 address; fix the cluster file.",
+			m->s.metrics_address);
 		return -EINVAL;
 	}
-	m->http = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, (uint16_t)port, NULL, NULL,
-				   http_handler, m, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_CONNECTION_TIMEOUT, 10u,
-				   MHD_OPTION_END);
+	m->http = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, (uint16_t) port,
+				   NULL, NULL, http_handler, m, MHD_OPTION_SOCK_ADDR, &sa,
+				   MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
 	if (!m->http) {
-		log_error("Failed to listen on %s:%d for /metrics (in use? set health.metrics_port)",
-			  m->s.metrics_address, port);
+		log_error(
+			"Failed to listen on %s:%d for /metrics (in use? set health.metrics_port)",
+			m->s.metrics_address, port);
 		return -EADDRINUSE;
 	}
 	log_info("Serving /metrics on %s:%d", m->s.metrics_address, port);
@@ -468,8 +515,8 @@ static int run_check(manager *m)
 {
 	int r = open_nvml(m);
 	if (r < 0) {
-		log_full(m->s.expected_gpus > 0 ? LOG_ERR : LOG_NOTICE, "Cannot use NVML (%s): %s", m->s.nvml_library,
-			 m->nvml_error);
+		log_full(m->s.expected_gpus > 0 ? LOG_ERR : LOG_NOTICE, "Cannot use NVML (%s): %s",
+			 m->s.nvml_library, m->nvml_error);
 		hd_node_evaluate(&m->s, &m->node, kiln_now_usec());
 		if (m->s.expected_gpus > 0) {
 			m->node.reasons.n = 0;
@@ -499,7 +546,8 @@ static int run_active(manager *m)
 	int r = open_nvml(m), n = 0, failed = 0;
 	if (r == 0 && hd_nvml_count(m->nvml, &n) < 0)
 		n = 0;
-	printf("%-4s %-10s %-8s %12s %12s  %s\n", "GPU", "CHECK", "RESULT", "MEASURED", "EXPECTED", "DETAIL");
+	printf("%-4s %-10s %-8s %12s %12s  %s\n", "GPU", "CHECK", "RESULT", "MEASURED", "EXPECTED",
+	       "DETAIL");
 	for (int i = 0; i < MAX(n, 1); i++) {
 		hd_sample s = {};
 		if (m->nvml && n > 0)
@@ -514,15 +562,19 @@ static int run_active(manager *m)
 			       "the GPU is running a job's processes");
 			continue;
 		}
-		hd_active_run(&m->s, n > 0 ? i : -1, s.name, s.has_mem ? s.mem_total - s.mem_used : 0, res);
+		hd_active_run(&m->s, n > 0 ? i : -1, s.name,
+			      s.has_mem ? s.mem_total - s.mem_used : 0, res);
 		for (int k = 0; k < HD_ACTIVE_CHECKS; k++) {
-			const char *unit = streq(res[k].name, "gemm") ? "TFLOP/s" : streq(res[k].name, "memtest") ? "GiB" : "GB/s";
+			const char *unit = streq(res[k].name, "gemm")	   ? "TFLOP/s"
+					   : streq(res[k].name, "memtest") ? "GiB"
+									   : "GB/s";
 			char meas[32] = "-", exp[32] = "-";
 			if (!streq(res[k].status, "skipped"))
 				snprintf(meas, sizeof(meas), "%.1f %s", res[k].value, unit);
 			if (res[k].expected > 0)
 				snprintf(exp, sizeof(exp), "%.0f %s", res[k].expected, unit);
-			printf("%-4s %-10s %-8s %12s %12s  %s\n", idx, res[k].name, res[k].status, meas, exp, res[k].detail);
+			printf("%-4s %-10s %-8s %12s %12s  %s\n", idx, res[k].name, res[k].status,
+			       meas, exp, res[k].detail);
 			failed += streq(res[k].status, "failed");
 		}
 	}
@@ -543,27 +595,31 @@ static void *active_main(void *p)
 		pthread_mutex_unlock(&m->lock);
 		hd_active_result res[HD_ACTIVE_CHECKS];
 		if (cs.n_pids > 0) {
-			log_info("gpu%d: active checks skipped: the GPU is running %u process(es)", i, cs.n_pids);
+			log_info("gpu%d: active checks skipped: the GPU is running %u process(es)",
+				 i, cs.n_pids);
 			continue;
 		}
 		if (!cs.present || cs.lost || cs.hung_call[0])
 			continue;
-		if (hd_active_run(&m->s, i, cs.name, cs.has_mem ? cs.mem_total - cs.mem_used : 0, res) < 0)
+		if (hd_active_run(&m->s, i, cs.name, cs.has_mem ? cs.mem_total - cs.mem_used : 0,
+				  res) < 0)
 			continue;
 		hd_reasons bad = {};
 		bool same = true;
 		for (int k = 0; k < HD_ACTIVE_CHECKS; k++)
-			same = same && streq(res[k].status, "skipped") && streq(res[k].detail, res[0].detail);
+			same = same && streq(res[k].status, "skipped") &&
+			       streq(res[k].detail, res[0].detail);
 		if (same) {
 			log_info("gpu%d: active checks skipped: %s", i, res[0].detail);
 			continue;
 		}
 		for (int k = 0; k < HD_ACTIVE_CHECKS; k++) {
 			bool failed = streq(res[k].status, "failed");
-			log_full(failed ? LOG_ERR : LOG_INFO, "gpu%d: active check %s %s: %s", i, res[k].name,
-				 res[k].status, res[k].detail);
+			log_full(failed ? LOG_ERR : LOG_INFO, "gpu%d: active check %s %s: %s", i,
+				 res[k].name, res[k].status, res[k].detail);
 			if (failed)
-				hd_reasons_add(&bad, HD_UNHEALTHY, "active check %s failed: %s", res[k].name, res[k].detail);
+				hd_reasons_add(&bad, HD_UNHEALTHY, "active check %s failed: %s",
+					       res[k].name, res[k].detail);
 		}
 		pthread_mutex_lock(&m->lock);
 		m->node.gpus[i].active = bad;
@@ -571,7 +627,7 @@ static void *active_main(void *p)
 	}
 	m->active_done = true;
 	char c = 'a';
-	(void)!write(m->wake[1], &c, 1);
+	(void) !write(m->wake[1], &c, 1);
 	return NULL;
 }
 
@@ -586,7 +642,8 @@ static void active_maybe(manager *m)
 	}
 	if (m->active_running || !m->nvml || !m->next_active || kiln_now_usec() < m->next_active)
 		return;
-	m->next_active = m->s.active_interval_usec ? kiln_now_usec() + m->s.active_interval_usec : 0;
+	m->next_active =
+		m->s.active_interval_usec ? kiln_now_usec() + m->s.active_interval_usec : 0;
 	m->active_done = false;
 	if (pthread_create(&m->active_thread, NULL, active_main, m) == 0)
 		m->active_running = true;
@@ -613,15 +670,17 @@ static int run_daemon(manager *m)
 	if (sd_watchdog_enabled(0, &m->watchdog_usec) <= 0)
 		m->watchdog_usec = 0;
 	if (m->watchdog_usec && m->watchdog_usec < 2 * m->s.nvml_timeout_usec)
-		log_warning("WatchdogSec (%.1fs) is less than twice health.nvml_timeout (%.1fs): a hung driver "
-			    "call may get the daemon killed; raise WatchdogSec", m->watchdog_usec / 1e6,
-			    m->s.nvml_timeout_usec / 1e6);
+		log_warning("WatchdogSec (%.1fs) is less than twice health.nvml_timeout (%.1fs): a "
+			    "hung driver "
+			    "call may get the daemon killed; raise WatchdogSec",
+			    m->watchdog_usec / 1e6, m->s.nvml_timeout_usec / 1e6);
 
 	r = open_nvml(m);
 	if (r < 0) {
-		log_full(m->s.expected_gpus > 0 ? LOG_ERR : LOG_WARNING, "Cannot use NVML (%s): %s; %s",
-			 m->s.nvml_library, m->nvml_error,
-			 r == -ENOENT ? "is the NVIDIA driver installed?" : "check the driver with nvidia-smi");
+		log_full(m->s.expected_gpus > 0 ? LOG_ERR : LOG_WARNING,
+			 "Cannot use NVML (%s): %s; %s", m->s.nvml_library, m->nvml_error,
+			 r == -ENOENT ? "is the NVIDIA driver installed?"
+				      : "check the driver with nvidia-smi");
 		no_nvml_reason(m, r);
 	} else if (hd_nvml_start_events(m->nvml, on_xid, m) < 0)
 		log_warning("NVML event API unavailable: XIDs are not watched");
@@ -646,8 +705,8 @@ static int run_daemon(manager *m)
 	else if (m->s.active_interval_usec)
 		m->next_active = kiln_now_usec() + m->s.active_interval_usec;
 	sd_notify(0, "READY=1");
-	log_info("kiln-healthd %s on %s: %d GPU(s), polling every %.1fs", KILN_VERSION, m->host, m->node.n_gpus,
-		 m->s.interval_usec / 1e6);
+	log_info("kiln-healthd %s on %s: %d GPU(s), polling every %.1fs", KILN_VERSION, m->host,
+		 m->node.n_gpus, m->s.interval_usec / 1e6);
 
 	uint64_t next_poll = kiln_now_usec() + m->s.interval_usec;
 	for (;;) {
@@ -662,8 +721,9 @@ static int run_daemon(manager *m)
 		uint64_t wait = next_poll - now;
 		if (m->watchdog_usec)
 			wait = MIN(wait, m->watchdog_usec / 4);
-		struct pollfd p[2] = { { .fd = sfd, .events = POLLIN }, { .fd = m->wake[0], .events = POLLIN } };
-		int n = poll(p, 2, (int)DIV_ROUND_UP(wait, KILN_USEC_PER_MSEC));
+		struct pollfd p[2] = { { .fd = sfd, .events = POLLIN },
+				       { .fd = m->wake[0], .events = POLLIN } };
+		int n = poll(p, 2, (int) DIV_ROUND_UP(wait, KILN_USEC_PER_MSEC));
 		if (n < 0 && errno != EINTR)
 			return log_error_errno(errno, "poll() failed: %m");
 		if (n > 0 && (p[0].revents & POLLIN)) {
@@ -674,7 +734,8 @@ static int run_daemon(manager *m)
 					next_poll = 0;
 					continue;
 				}
-				log_info("Received %s, shutting down", strsignal((int)si.ssi_signo));
+				log_info("Received %s, shutting down",
+					 strsignal((int) si.ssi_signo));
 				break;
 			}
 		}

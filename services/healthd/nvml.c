@@ -33,7 +33,8 @@ typedef nvmlReturn_t (*fn_dev_int_uint)(nvmlDevice_t, int, unsigned *);
 typedef nvmlReturn_t (*fn_dev_ull)(nvmlDevice_t, unsigned long long *);
 typedef nvmlReturn_t (*fn_dev_pci)(nvmlDevice_t, nvmlPciInfo_t *);
 typedef nvmlReturn_t (*fn_ecc)(nvmlDevice_t, int, int, unsigned long long *);
-typedef nvmlReturn_t (*fn_retired_v2)(nvmlDevice_t, int, unsigned *, unsigned long long *, unsigned long long *);
+typedef nvmlReturn_t (*fn_retired_v2)(nvmlDevice_t, int, unsigned *, unsigned long long *,
+				      unsigned long long *);
 typedef nvmlReturn_t (*fn_retired)(nvmlDevice_t, int, unsigned *, unsigned long long *);
 typedef nvmlReturn_t (*fn_dev_enable)(nvmlDevice_t, nvmlEnableState_t *);
 typedef nvmlReturn_t (*fn_remap)(nvmlDevice_t, unsigned *, unsigned *, unsigned *, unsigned *);
@@ -53,7 +54,8 @@ struct api {
 	fn_handle handle;
 	fn_dev_str name, uuid;
 	fn_dev_pci pci;
-	fn_dev_uint minor, power, power_limit, pcie_gen, pcie_gen_max, pcie_width, pcie_width_max, replay;
+	fn_dev_uint minor, power, power_limit, pcie_gen, pcie_gen_max, pcie_width, pcie_width_max,
+		replay;
 	fn_dev_int_uint temp, temp_threshold;
 	fn_dev_ull clocks;
 	fn_ecc ecc;
@@ -80,7 +82,13 @@ static const struct sym {
 	const char *check; /* what is lost without it */
 	const char *names[3];
 } syms[] = {
-#define S(field, req, check, ...) { offsetof(struct api, field), #field, req, check, { __VA_ARGS__ } }
+#define S(field, req, check, ...)                                \
+	{                                                        \
+		offsetof(struct api, field), #field, req, check, \
+		{                                                \
+			__VA_ARGS__                              \
+		}                                                \
+	}
 	S(init, true, NULL, "nvmlInit_v2", "nvmlInit"),
 	S(shutdown, true, NULL, "nvmlShutdown"),
 	S(error_string, true, NULL, "nvmlErrorString"),
@@ -99,7 +107,8 @@ static const struct sym {
 	S(ecc, false, "the ECC check", "nvmlDeviceGetTotalEccErrors"),
 	S(retired_v2, false, NULL, "nvmlDeviceGetRetiredPages_v2"),
 	S(retired, false, NULL, "nvmlDeviceGetRetiredPages"),
-	S(retired_pending, false, "the pending page retirement check", "nvmlDeviceGetRetiredPagesPendingStatus"),
+	S(retired_pending, false, "the pending page retirement check",
+	  "nvmlDeviceGetRetiredPagesPendingStatus"),
 	S(remap, false, "the row remapping check", "nvmlDeviceGetRemappedRows"),
 	S(pcie_gen, false, "the PCIe generation check", "nvmlDeviceGetCurrPcieLinkGeneration"),
 	S(pcie_gen_max, false, "the PCIe generation check", "nvmlDeviceGetGpuMaxPcieLinkGeneration",
@@ -130,7 +139,7 @@ typedef struct worker {
 	int gpu;
 	hd_sample sample; /* written by the worker only while it owns a job */
 	int count, result;
-	const char *call;   /* the NVML function running now, NULL between calls */
+	const char *call; /* the NVML function running now, NULL between calls */
 	uint64_t call_start;
 } worker;
 
@@ -204,17 +213,17 @@ static const char *call_name(const hd_nvml *m, const char *field)
 }
 
 /* Marks a lost GPU and tells the caller to stop polling it. */
-#define LOST_OR(r, s)                                   \
-	if ((r) == NVML_ERROR_GPU_IS_LOST) {            \
-		(s)->lost = true;                       \
-		return;                                 \
+#define LOST_OR(r, s)                        \
+	if ((r) == NVML_ERROR_GPU_IS_LOST) { \
+		(s)->lost = true;            \
+		return;                      \
 	}
 
 static void poll_gpu(worker *w, hd_sample *s)
 {
 	const struct api *a = &w->m->api;
 	nvmlDevice_t d;
-	nvmlReturn_t r = CALL(w, handle, (unsigned)w->gpu, &d);
+	nvmlReturn_t r = CALL(w, handle, (unsigned) w->gpu, &d);
 	LOST_OR(r, s);
 	if (r != NVML_SUCCESS)
 		return;
@@ -229,15 +238,15 @@ static void poll_gpu(worker *w, hd_sample *s)
 			snprintf(s->pci_bus_id, sizeof(s->pci_bus_id), "%s", pci.busId);
 	}
 	if (a->minor && CALL(w, minor, d, &s->minor) != NVML_SUCCESS)
-		s->minor = (unsigned)w->gpu;
+		s->minor = (unsigned) w->gpu;
 	if (a->temp) {
 		r = CALL(w, temp, d, NVML_TEMPERATURE_GPU, &s->temp_c);
 		LOST_OR(r, s);
 		s->has_temp = r == NVML_SUCCESS;
 	}
 	if (a->temp_threshold)
-		s->has_slowdown = CALL(w, temp_threshold, d, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, &s->slowdown_c) ==
-				  NVML_SUCCESS;
+		s->has_slowdown = CALL(w, temp_threshold, d, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
+				       &s->slowdown_c) == NVML_SUCCESS;
 	unsigned mw;
 	if (a->power) {
 		r = CALL(w, power, d, &mw);
@@ -258,9 +267,13 @@ static void poll_gpu(worker *w, hd_sample *s)
 		unsigned long long v[4];
 		r = CALL(w, ecc, d, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC, &v[0]);
 		LOST_OR(r, s);
-		if (r == NVML_SUCCESS && CALL(w, ecc, d, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &v[1]) == NVML_SUCCESS &&
-		    CALL(w, ecc, d, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_AGGREGATE_ECC, &v[2]) == NVML_SUCCESS &&
-		    CALL(w, ecc, d, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC, &v[3]) == NVML_SUCCESS) {
+		if (r == NVML_SUCCESS &&
+		    CALL(w, ecc, d, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &v[1]) ==
+			    NVML_SUCCESS &&
+		    CALL(w, ecc, d, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_AGGREGATE_ECC, &v[2]) ==
+			    NVML_SUCCESS &&
+		    CALL(w, ecc, d, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC,
+			 &v[3]) == NVML_SUCCESS) {
 			s->has_ecc = true;
 			s->sbe_vol = v[0], s->dbe_vol = v[1], s->sbe_agg = v[2], s->dbe_agg = v[3];
 		}
@@ -269,11 +282,13 @@ static void poll_gpu(worker *w, hd_sample *s)
 		unsigned n[2] = { 0, 0 };
 		bool ok = true;
 		for (int c = 0; c < 2; c++) {
-			r = a->retired_v2 ? CALL(w, retired_v2, d, c, &n[c], NULL, NULL) : CALL(w, retired, d, c, &n[c], NULL);
+			r = a->retired_v2 ? CALL(w, retired_v2, d, c, &n[c], NULL, NULL)
+					  : CALL(w, retired, d, c, &n[c], NULL);
 			ok = ok && (r == NVML_SUCCESS || r == NVML_ERROR_INSUFFICIENT_SIZE);
 		}
 		if ((s->has_retired = ok)) {
-			s->retired_sbe = n[NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS];
+			s->retired_sbe =
+				n[NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS];
 			s->retired_dbe = n[NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR];
 		}
 	}
@@ -286,7 +301,8 @@ static void poll_gpu(worker *w, hd_sample *s)
 		unsigned c, u, p, f;
 		if (CALL(w, remap, d, &c, &u, &p, &f) == NVML_SUCCESS) {
 			s->has_remap = true;
-			s->remap_corr = c, s->remap_unc = u, s->remap_pending = p, s->remap_failure = f;
+			s->remap_corr = c, s->remap_unc = u, s->remap_pending = p,
+			s->remap_failure = f;
 		}
 	}
 	if (a->pcie_gen && a->pcie_gen_max)
@@ -325,7 +341,7 @@ static void poll_gpu(worker *w, hd_sample *s)
 		nvmlProcessInfo_t p[HD_PIDS_MAX];
 		unsigned n = HD_PIDS_MAX;
 		if ((s->has_pids = CALL(w, procs, d, &n, p) == NVML_SUCCESS)) {
-			s->n_pids = MIN(n, (unsigned)HD_PIDS_MAX);
+			s->n_pids = MIN(n, (unsigned) HD_PIDS_MAX);
 			for (unsigned i = 0; i < s->n_pids; i++)
 				s->pids[i] = p[i].pid;
 		}
@@ -346,7 +362,7 @@ static void *worker_main(void *p)
 		if (w->kind == JOB_COUNT) {
 			unsigned n = 0;
 			nvmlReturn_t r = CALL(w, count, &n);
-			w->count = (int)n;
+			w->count = (int) n;
 			w->result = r == NVML_SUCCESS ? 0 : -EIO;
 		} else {
 			memset(&w->sample, 0, sizeof(w->sample));
@@ -372,8 +388,8 @@ static void *worker_main(void *p)
 
 /* Hands a job to the worker and waits while its current call is younger
  * than the timeout.  Returns 0, or -ETIMEDOUT with the hung call's name. */
-static int run_job(hd_nvml *m, enum job_kind kind, int gpu, hd_sample *out, int *ret_count, char *hung,
-		   size_t hunglen)
+static int run_job(hd_nvml *m, enum job_kind kind, int gpu, hd_sample *out, int *ret_count,
+		   char *hung, size_t hunglen)
 {
 	int r = 0;
 	pthread_mutex_lock(&m->lock);
@@ -417,7 +433,8 @@ static int run_job(hd_nvml *m, enum job_kind kind, int gpu, hd_sample *out, int 
 	return r;
 }
 
-int hd_nvml_open(const char *library, uint64_t timeout_usec, hd_nvml **ret, char *err, size_t errlen)
+int hd_nvml_open(const char *library, uint64_t timeout_usec, hd_nvml **ret, char *err,
+		 size_t errlen)
 {
 	assert_return(library && ret, -EINVAL);
 	hd_nvml *m = calloc(1, sizeof(*m));
@@ -443,18 +460,19 @@ int hd_nvml_open(const char *library, uint64_t timeout_usec, hd_nvml **ret, char
 			if ((sym = dlsym(m->dl, syms[i].names[k])))
 				m->used[i] = syms[i].names[k];
 		if (sym)
-			memcpy((char *)&m->api + syms[i].off, &sym, sizeof(sym));
+			memcpy((char *) &m->api + syms[i].off, &sym, sizeof(sym));
 		else if (syms[i].required) {
 			snprintf(err, errlen, "%s has no %s", library, syms[i].names[0]);
 			dlclose(m->dl);
 			free(m);
 			return -ENOTSUP;
 		} else if (syms[i].check)
-			log_warning("NVML library %s lacks %s: %s disabled", library, syms[i].names[0],
-				    syms[i].check);
+			log_warning("NVML library %s lacks %s: %s disabled", library,
+				    syms[i].names[0], syms[i].check);
 	}
 	if (!m->api.retired_v2 && !m->api.retired)
-		log_warning("NVML library %s lacks nvmlDeviceGetRetiredPages: the retired pages check disabled",
+		log_warning("NVML library %s lacks nvmlDeviceGetRetiredPages: the retired pages "
+			    "check disabled",
 			    library);
 	/* nvmlInit runs before the daemon reports READY=1, so systemd's start
 	 * timeout bounds it. */
@@ -555,14 +573,15 @@ static void *events_main(void *p)
 	unsigned n = 0;
 	if (a->set_create(&set) != NVML_SUCCESS || a->count(&n) != NVML_SUCCESS)
 		goto out;
-	n = MIN(n, (unsigned)HD_GPUS_MAX);
+	n = MIN(n, (unsigned) HD_GPUS_MAX);
 	for (unsigned i = 0; i < n; i++) {
 		devs[i] = NULL;
 		if (a->handle(i, &devs[i]) != NVML_SUCCESS)
 			continue;
 		nvmlReturn_t r = a->reg(devs[i], nvmlEventTypeXidCriticalError, set);
 		if (r != NVML_SUCCESS)
-			log_debug("gpu%u: cannot register for XID events: %s", i, a->error_string(r));
+			log_debug("gpu%u: cannot register for XID events: %s", i,
+				  a->error_string(r));
 	}
 	while (!m->ev_stop) {
 		nvmlEventData_t d;
@@ -578,8 +597,8 @@ static void *events_main(void *p)
 		int gpu = -1;
 		for (unsigned i = 0; i < n; i++)
 			if (devs[i] == d.device)
-				gpu = (int)i;
-		m->ev_cb(gpu, (int)d.eventData, m->ev_data);
+				gpu = (int) i;
+		m->ev_cb(gpu, (int) d.eventData, m->ev_data);
 	}
 	a->set_free(set);
 out:

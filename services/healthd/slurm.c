@@ -25,8 +25,8 @@
 
 #define HD_SLURM_BACKOFF_MIN (500 * KILN_USEC_PER_MSEC)
 #define HD_SLURM_BACKOFF_MAX (8 * KILN_USEC_PER_SEC)
-#define HD_SLURM_RECHECK (5 * KILN_USEC_PER_SEC)
-#define HD_KILN_PREFIX "kiln:"
+#define HD_SLURM_RECHECK     (5 * KILN_USEC_PER_SEC)
+#define HD_KILN_PREFIX	     "kiln:"
 
 struct hd_slurm {
 	char node[KILN_HOSTNAME_MAX + 1];
@@ -71,7 +71,8 @@ static int reconcile(hd_slurm *s, bool want_drain, const char *want_reason, bool
 	if (!msg || msg->record_count == 0) {
 		slurm_free_node_info_msg(msg);
 		if (!s->admin_noted)
-			log_warning("Slurm does not know node %s: not draining or resuming it", node);
+			log_warning("Slurm does not know node %s: not draining or resuming it",
+				    node);
 		s->admin_noted = true;
 		return 0;
 	}
@@ -86,14 +87,17 @@ static int reconcile(hd_slurm *s, bool want_drain, const char *want_reason, bool
 	if (want_drain) {
 		if (drained && !ours) {
 			if (!s->admin_noted)
-				log_notice("Node %s is already drained by an admin (\"%s\"); leaving it as is", node, cur);
+				log_notice("Node %s is already drained by an admin (\"%s\"); "
+					   "leaving it as is",
+					   node, cur);
 			s->admin_noted = true;
 			return 0;
 		}
 		if (drained && streq(cur, want_reason))
 			return 0;
 		if (update(node, NODE_STATE_DRAIN, want_reason) < 0) {
-			log_warning("Failed to drain %s in Slurm: %s; will retry", node, slurm_strerror(slurm_get_errno()));
+			log_warning("Failed to drain %s in Slurm: %s; will retry", node,
+				    slurm_strerror(slurm_get_errno()));
 			return -EHOSTUNREACH;
 		}
 		log_notice("Drained %s in Slurm: %s", node, want_reason);
@@ -102,7 +106,8 @@ static int reconcile(hd_slurm *s, bool want_drain, const char *want_reason, bool
 	s->admin_noted = false;
 	if (resume_ok && drained && ours) {
 		if (update(node, NODE_RESUME, NULL) < 0) {
-			log_warning("Failed to resume %s in Slurm: %s; will retry", node, slurm_strerror(slurm_get_errno()));
+			log_warning("Failed to resume %s in Slurm: %s; will retry", node,
+				    slurm_strerror(slurm_get_errno()));
 			return -EHOSTUNREACH;
 		}
 		log_notice("Resumed %s in Slurm: every GPU healthy (was: %s)", node, cur);
@@ -135,7 +140,8 @@ static void *slurm_main(void *p)
 		pthread_mutex_lock(&s->lock);
 		if (r == -EHOSTUNREACH) {
 			if (!outage_logged)
-				log_warning("Slurm controller not reachable; retrying with backoff");
+				log_warning(
+					"Slurm controller not reachable; retrying with backoff");
 			outage_logged = true;
 			s->reachable = 0;
 			next = kiln_now_usec() + backoff;
@@ -193,7 +199,8 @@ void hd_slurm_stop(hd_slurm *s)
 void hd_slurm_want(hd_slurm *s, bool drain, const char *reason, bool resume_ok)
 {
 	pthread_mutex_lock(&s->lock);
-	if (drain != s->want_drain || resume_ok != s->resume_ok || !streq(reason ?: "", s->reason)) {
+	if (drain != s->want_drain || resume_ok != s->resume_ok ||
+	    !streq(reason ?: "", s->reason)) {
 		s->want_drain = drain;
 		s->resume_ok = resume_ok;
 		snprintf(s->reason, sizeof(s->reason), "%s", reason ?: "");

@@ -37,11 +37,11 @@
 
 #include "kiln/nvml-api.h"
 
-#define EXPORT __attribute__((visibility("default")))
-#define FAKE_MAX_GPUS 64
+#define EXPORT		__attribute__((visibility("default")))
+#define FAKE_MAX_GPUS	64
 #define FAKE_MAX_EVENTS 256
-#define FAKE_MAX_PROCS 16
-#define FAKE_QUEUE 256
+#define FAKE_MAX_PROCS	16
+#define FAKE_QUEUE	256
 
 struct fake_gpu {
 	char model[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
@@ -73,26 +73,54 @@ struct field {
 	int type;
 	size_t off, size;
 };
-#define F(n, t) { #n, t, offsetof(struct fake_gpu, n), sizeof(((struct fake_gpu *)0)->n) }
+#define F(n, t)                                                                         \
+	{                                                                               \
+#n, t, offsetof(struct fake_gpu, n), sizeof(((struct fake_gpu *) 0)->n) \
+	}
 static const struct field fields[] = {
-	F(model, T_STR), F(uuid, T_STR), F(pci_bus_id, T_STR),
-	F(temperature, T_INT), F(slowdown_temperature, T_INT), F(shutdown_temperature, T_INT),
-	F(power_w, T_DOUBLE), F(power_limit_w, T_DOUBLE), F(clock_event_reasons, T_INT),
-	F(ecc_sbe_volatile, T_INT), F(ecc_dbe_volatile, T_INT), F(ecc_sbe_aggregate, T_INT),
-	F(ecc_dbe_aggregate, T_INT), F(retired_sbe, T_INT), F(retired_dbe, T_INT),
-	F(retired_pending, T_BOOL), F(remapped_correctable, T_INT), F(remapped_uncorrectable, T_INT),
-	F(remap_pending, T_BOOL), F(remap_failure, T_BOOL), F(pcie_gen, T_INT), F(pcie_gen_max, T_INT),
-	F(pcie_width, T_INT), F(pcie_width_max, T_INT), F(pcie_replay, T_INT), F(nvlinks, T_INT),
-	F(nvlinks_down, T_INT), F(nvlink_replay, T_INT), F(nvlink_recovery, T_INT),
-	F(nvlink_crc_flit, T_INT), F(nvlink_crc_data, T_INT), F(persistence, T_BOOL),
-	F(ecc_supported, T_BOOL), F(memory_total_mib, T_INT), F(memory_used_mib, T_INT),
-	F(lost, T_BOOL), F(hang, T_STR),
+	F(model, T_STR),
+	F(uuid, T_STR),
+	F(pci_bus_id, T_STR),
+	F(temperature, T_INT),
+	F(slowdown_temperature, T_INT),
+	F(shutdown_temperature, T_INT),
+	F(power_w, T_DOUBLE),
+	F(power_limit_w, T_DOUBLE),
+	F(clock_event_reasons, T_INT),
+	F(ecc_sbe_volatile, T_INT),
+	F(ecc_dbe_volatile, T_INT),
+	F(ecc_sbe_aggregate, T_INT),
+	F(ecc_dbe_aggregate, T_INT),
+	F(retired_sbe, T_INT),
+	F(retired_dbe, T_INT),
+	F(retired_pending, T_BOOL),
+	F(remapped_correctable, T_INT),
+	F(remapped_uncorrectable, T_INT),
+	F(remap_pending, T_BOOL),
+	F(remap_failure, T_BOOL),
+	F(pcie_gen, T_INT),
+	F(pcie_gen_max, T_INT),
+	F(pcie_width, T_INT),
+	F(pcie_width_max, T_INT),
+	F(pcie_replay, T_INT),
+	F(nvlinks, T_INT),
+	F(nvlinks_down, T_INT),
+	F(nvlink_replay, T_INT),
+	F(nvlink_recovery, T_INT),
+	F(nvlink_crc_flit, T_INT),
+	F(nvlink_crc_data, T_INT),
+	F(persistence, T_BOOL),
+	F(ecc_supported, T_BOOL),
+	F(memory_total_mib, T_INT),
+	F(memory_used_mib, T_INT),
+	F(lost, T_BOOL),
+	F(hang, T_STR),
 };
 
 struct fake_event {
 	double at;
 	int gpu;
-	int xid;          /* > 0: deliver an XID event */
+	int xid;	       /* > 0: deliver an XID event */
 	config_setting_t *set; /* fields to change (owned by cfg) */
 	bool lost;
 	char hang[96];
@@ -101,7 +129,10 @@ struct fake_event {
 
 struct fake_eventset {
 	unsigned long long mask[FAKE_MAX_GPUS];
-	struct { int gpu; int xid; } q[FAKE_QUEUE];
+	struct {
+		int gpu;
+		int xid;
+	} q[FAKE_QUEUE];
 	unsigned head, tail;
 	struct fake_eventset *next;
 };
@@ -138,7 +169,7 @@ static void log_line(const char *fmt, ...)
 	FILE *f = fopen(p, "ae");
 	if (!f)
 		return;
-	fprintf(f, "%.6f %d ", now_s(CLOCK_REALTIME), (int)getpid());
+	fprintf(f, "%.6f %d ", now_s(CLOCK_REALTIME), (int) getpid());
 	va_list ap;
 	va_start(ap, fmt);
 	vfprintf(f, fmt, ap);
@@ -174,7 +205,8 @@ static void apply_setting(struct fake_gpu *g, config_setting_t *s)
 		if (name && strcmp(name, "processes") == 0) {
 			g->n_processes = 0;
 			for (int k = 0; k < config_setting_length(e) && k < FAKE_MAX_PROCS; k++)
-				g->processes[g->n_processes++] = config_setting_get_int64_elem(e, k);
+				g->processes[g->n_processes++] =
+					config_setting_get_int64_elem(e, k);
 			continue;
 		}
 		const struct field *f = NULL;
@@ -183,24 +215,24 @@ static void apply_setting(struct fake_gpu *g, config_setting_t *s)
 				f = &fields[k];
 		if (!f) {
 			fprintf(stderr, "fake-nvml: %s:%d: unknown GPU field '%s', ignoring\n",
-				strempty_(config_setting_source_file(e)), config_setting_source_line(e),
-				name ? name : "?");
+				strempty_(config_setting_source_file(e)),
+				config_setting_source_line(e), name ? name : "?");
 			continue;
 		}
-		char *p = (char *)g + f->off;
+		char *p = (char *) g + f->off;
 		switch (f->type) {
 		case T_INT:
-			*(long long *)p = config_setting_type(e) == CONFIG_TYPE_FLOAT
-						  ? (long long)config_setting_get_float(e)
-						  : config_setting_get_int64(e);
+			*(long long *) p = config_setting_type(e) == CONFIG_TYPE_FLOAT
+						   ? (long long) config_setting_get_float(e)
+						   : config_setting_get_int64(e);
 			break;
 		case T_DOUBLE:
-			*(double *)p = config_setting_type(e) == CONFIG_TYPE_FLOAT
-					       ? config_setting_get_float(e)
-					       : (double)config_setting_get_int64(e);
+			*(double *) p = config_setting_type(e) == CONFIG_TYPE_FLOAT
+						? config_setting_get_float(e)
+						: (double) config_setting_get_int64(e);
 			break;
 		case T_BOOL:
-			*(bool *)p = config_setting_get_bool(e);
+			*(bool *) p = config_setting_get_bool(e);
 			break;
 		case T_STR:
 			snprintf(p, f->size, "%s", config_setting_get_string(e) ?: "");
@@ -253,8 +285,8 @@ static int load_scenario(void)
 			snprintf(ev->hang, sizeof(ev->hang), "%s", h);
 		ev->set = config_setting_get_member(e, "set");
 		if (ev->gpu < 0 || ev->gpu >= n_gpus) {
-			fprintf(stderr, "fake-nvml: %s: event %d names gpu %d, only %d exist\n", path, i,
-				ev->gpu, n_gpus);
+			fprintf(stderr, "fake-nvml: %s: event %d names gpu %d, only %d exist\n",
+				path, i, ev->gpu, n_gpus);
 			return -1;
 		}
 	}
@@ -285,15 +317,16 @@ static void apply_events(void)
 					s->q[s->tail % FAKE_QUEUE].xid = ev->xid;
 					s->tail++;
 				}
-		log_line("event %d at=%.3f gpu=%d%s%s%s%s", i, ev->at, ev->gpu, ev->xid ? " xid" : "",
-			 ev->set ? " set" : "", ev->lost ? " lost" : "", ev->hang[0] ? " hang" : "");
+		log_line("event %d at=%.3f gpu=%d%s%s%s%s", i, ev->at, ev->gpu,
+			 ev->xid ? " xid" : "", ev->set ? " set" : "", ev->lost ? " lost" : "",
+			 ev->hang[0] ? " hang" : "");
 	}
 }
 
 static int gpu_index(nvmlDevice_t d)
 {
-	intptr_t i = (struct fake_gpu *)(void *)d - gpus;
-	return (i >= 0 && i < n_gpus) ? (int)i : -1;
+	intptr_t i = (struct fake_gpu *) (void *) d - gpus;
+	return (i >= 0 && i < n_gpus) ? (int) i : -1;
 }
 
 /* Entry of every device call: applies due events, then blocks forever if the
@@ -326,10 +359,10 @@ static nvmlReturn_t enter(nvmlDevice_t d, const char *fn, struct fake_gpu **ret)
 	return NVML_SUCCESS;
 }
 
-#define ENTER(d)                                            \
-	struct fake_gpu *g;                                 \
-	nvmlReturn_t r_ = enter(d, __func__, &g);           \
-	if (r_ != NVML_SUCCESS)                             \
+#define ENTER(d)                                  \
+	struct fake_gpu *g;                       \
+	nvmlReturn_t r_ = enter(d, __func__, &g); \
+	if (r_ != NVML_SUCCESS)                   \
 		return r_;
 #define LEAVE(r)                             \
 	do {                                 \
@@ -356,7 +389,7 @@ EXPORT nvmlReturn_t nvmlInit_v2(void)
 #ifndef FAKE_NVML_OLD
 EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 {
-	(void)flags;
+	(void) flags;
 	return nvmlInit_v2();
 }
 #endif
@@ -378,15 +411,24 @@ EXPORT nvmlReturn_t nvmlShutdown(void)
 EXPORT const char *nvmlErrorString(nvmlReturn_t r)
 {
 	switch (r) {
-	case NVML_SUCCESS: return "Success";
-	case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
-	case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-	case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-	case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
-	case NVML_ERROR_TIMEOUT: return "Timeout";
-	case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
-	case NVML_ERROR_NOT_FOUND: return "Not Found";
-	default: return "Unknown Error";
+	case NVML_SUCCESS:
+		return "Success";
+	case NVML_ERROR_UNINITIALIZED:
+		return "Uninitialized";
+	case NVML_ERROR_INVALID_ARGUMENT:
+		return "Invalid Argument";
+	case NVML_ERROR_NOT_SUPPORTED:
+		return "Not Supported";
+	case NVML_ERROR_INSUFFICIENT_SIZE:
+		return "Insufficient Size";
+	case NVML_ERROR_TIMEOUT:
+		return "Timeout";
+	case NVML_ERROR_GPU_IS_LOST:
+		return "GPU is lost";
+	case NVML_ERROR_NOT_FOUND:
+		return "Not Found";
+	default:
+		return "Unknown Error";
 	}
 }
 
@@ -408,26 +450,32 @@ static nvmlReturn_t get_count(unsigned int *n)
 		return NVML_ERROR_UNINITIALIZED;
 	}
 	apply_events();
-	*n = (unsigned)n_gpus;
+	*n = (unsigned) n_gpus;
 	pthread_mutex_unlock(&lock);
 	return NVML_SUCCESS;
 }
 #ifndef FAKE_NVML_OLD
-EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n) { return get_count(n); }
+EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n)
+{
+	return get_count(n);
+}
 #endif
-EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *n) { return get_count(n); }
+EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *n)
+{
+	return get_count(n);
+}
 
 static nvmlReturn_t get_handle(unsigned int i, nvmlDevice_t *d)
 {
 	if (!d)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	pthread_mutex_lock(&lock);
-	nvmlReturn_t r = init_count <= 0 ? NVML_ERROR_UNINITIALIZED
-		       : i >= (unsigned)n_gpus ? NVML_ERROR_INVALID_ARGUMENT
-		       : NVML_SUCCESS;
+	nvmlReturn_t r = init_count <= 0	  ? NVML_ERROR_UNINITIALIZED
+			 : i >= (unsigned) n_gpus ? NVML_ERROR_INVALID_ARGUMENT
+						  : NVML_SUCCESS;
 	if (r == NVML_SUCCESS) {
 		apply_events();
-		*d = (nvmlDevice_t)(void *)&gpus[i];
+		*d = (nvmlDevice_t) (void *) &gpus[i];
 		if (gpus[i].lost)
 			r = NVML_ERROR_GPU_IS_LOST;
 	}
@@ -435,9 +483,15 @@ static nvmlReturn_t get_handle(unsigned int i, nvmlDevice_t *d)
 	return r;
 }
 #ifndef FAKE_NVML_OLD
-EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *d) { return get_handle(i, d); }
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *d)
+{
+	return get_handle(i, d);
+}
 #endif
-EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int i, nvmlDevice_t *d) { return get_handle(i, d); }
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int i, nvmlDevice_t *d)
+{
+	return get_handle(i, d);
+}
 
 static nvmlReturn_t copy_str(char *dst, unsigned len, const char *src)
 {
@@ -462,7 +516,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int l
 EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int *minor)
 {
 	ENTER(d);
-	*minor = (unsigned)gpu_index(d);
+	*minor = (unsigned) gpu_index(d);
 	LEAVE(NVML_SUCCESS);
 }
 
@@ -474,7 +528,8 @@ static nvmlReturn_t pci_info(nvmlDevice_t d, nvmlPciInfo_t *p, const char *fn)
 		return r;
 	memset(p, 0, sizeof(*p));
 	snprintf(p->busId, sizeof(p->busId), "%s", g->pci_bus_id);
-	snprintf(p->busIdLegacy, sizeof(p->busIdLegacy), "%s", g->pci_bus_id + (strlen(g->pci_bus_id) > 12 ? 4 : 0));
+	snprintf(p->busIdLegacy, sizeof(p->busIdLegacy), "%s",
+		 g->pci_bus_id + (strlen(g->pci_bus_id) > 12 ? 4 : 0));
 	unsigned dom = 0, bus = 0, dev = 0;
 	sscanf(g->pci_bus_id, "%x:%x:%x", &dom, &bus, &dev);
 	p->domain = dom;
@@ -484,16 +539,22 @@ static nvmlReturn_t pci_info(nvmlDevice_t d, nvmlPciInfo_t *p, const char *fn)
 	LEAVE(NVML_SUCCESS);
 }
 #ifndef FAKE_NVML_OLD
-EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *p) { return pci_info(d, p, __func__); }
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *p)
+{
+	return pci_info(d, p, __func__);
+}
 #endif
-EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t d, nvmlPciInfo_t *p) { return pci_info(d, p, __func__); }
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t d, nvmlPciInfo_t *p)
+{
+	return pci_info(d, p, __func__);
+}
 
 EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int sensor, unsigned int *t)
 {
 	ENTER(d);
 	if (sensor != NVML_TEMPERATURE_GPU || !t)
 		LEAVE(NVML_ERROR_INVALID_ARGUMENT);
-	*t = (unsigned)g->temperature;
+	*t = (unsigned) g->temperature;
 	LEAVE(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t d, int which, unsigned int *t)
@@ -502,9 +563,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t d, int which,
 	if (!t)
 		LEAVE(NVML_ERROR_INVALID_ARGUMENT);
 	if (which == NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
-		*t = (unsigned)g->slowdown_temperature;
+		*t = (unsigned) g->slowdown_temperature;
 	else if (which == NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)
-		*t = (unsigned)g->shutdown_temperature;
+		*t = (unsigned) g->shutdown_temperature;
 	else
 		LEAVE(NVML_ERROR_NOT_SUPPORTED);
 	LEAVE(NVML_SUCCESS);
@@ -512,13 +573,13 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t d, int which,
 EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *mw)
 {
 	ENTER(d);
-	*mw = (unsigned)(g->power_w * 1000.0);
+	*mw = (unsigned) (g->power_w * 1000.0);
 	LEAVE(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t d, unsigned int *mw)
 {
 	ENTER(d);
-	*mw = (unsigned)(g->power_limit_w * 1000.0);
+	*mw = (unsigned) (g->power_limit_w * 1000.0);
 	LEAVE(NVML_SUCCESS);
 }
 
@@ -528,35 +589,44 @@ static nvmlReturn_t clocks(nvmlDevice_t d, unsigned long long *r, const char *fn
 	nvmlReturn_t e = enter(d, fn, &g);
 	if (e != NVML_SUCCESS)
 		return e;
-	*r = (unsigned long long)g->clock_event_reasons;
+	*r = (unsigned long long) g->clock_event_reasons;
 	LEAVE(NVML_SUCCESS);
 }
 #ifndef FAKE_NVML_OLD
-EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t d, unsigned long long *r) { return clocks(d, r, __func__); }
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t d, unsigned long long *r)
+{
+	return clocks(d, r, __func__);
+}
 #endif
-EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d, unsigned long long *r) { return clocks(d, r, __func__); }
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d, unsigned long long *r)
+{
+	return clocks(d, r, __func__);
+}
 
-EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, int type, int counter, unsigned long long *n)
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, int type, int counter,
+						unsigned long long *n)
 {
 	ENTER(d);
 	if (!g->ecc_supported)
 		LEAVE(NVML_ERROR_NOT_SUPPORTED);
 	bool dbe = type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED;
 	if (counter == NVML_VOLATILE_ECC)
-		*n = (unsigned long long)(dbe ? g->ecc_dbe_volatile : g->ecc_sbe_volatile);
+		*n = (unsigned long long) (dbe ? g->ecc_dbe_volatile : g->ecc_sbe_volatile);
 	else
-		*n = (unsigned long long)(dbe ? g->ecc_dbe_aggregate : g->ecc_sbe_aggregate);
+		*n = (unsigned long long) (dbe ? g->ecc_dbe_aggregate : g->ecc_sbe_aggregate);
 	LEAVE(NVML_SUCCESS);
 }
 
-static nvmlReturn_t retired(nvmlDevice_t d, int cause, unsigned int *count, unsigned long long *addr,
-			    unsigned long long *ts, const char *fn)
+static nvmlReturn_t retired(nvmlDevice_t d, int cause, unsigned int *count,
+			    unsigned long long *addr, unsigned long long *ts, const char *fn)
 {
 	struct fake_gpu *g;
 	nvmlReturn_t e = enter(d, fn, &g);
 	if (e != NVML_SUCCESS)
 		return e;
-	unsigned n = (unsigned)(cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR ? g->retired_dbe : g->retired_sbe);
+	unsigned n = (unsigned) (cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+					 ? g->retired_dbe
+					 : g->retired_sbe);
 	if (*count < n || (!addr && *count)) {
 		*count = n;
 		LEAVE(n == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE);
@@ -576,7 +646,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t d, int cause, unsi
 	return retired(d, cause, count, addr, ts, __func__);
 }
 #endif
-EXPORT nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t d, int cause, unsigned int *count, unsigned long long *addr)
+EXPORT nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t d, int cause, unsigned int *count,
+					      unsigned long long *addr)
 {
 	return retired(d, cause, count, addr, NULL, __func__);
 }
@@ -591,20 +662,20 @@ EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t d, unsigned int *corr
 					      unsigned int *pending, unsigned int *failure)
 {
 	ENTER(d);
-	*corr = (unsigned)g->remapped_correctable;
-	*unc = (unsigned)g->remapped_uncorrectable;
+	*corr = (unsigned) g->remapped_correctable;
+	*unc = (unsigned) g->remapped_uncorrectable;
 	*pending = g->remap_pending;
 	*failure = g->remap_failure;
 	LEAVE(NVML_SUCCESS);
 }
 #endif
 
-#define GETTER(fn, field)                                          \
-	EXPORT nvmlReturn_t fn(nvmlDevice_t d, unsigned int *v)    \
-	{                                                          \
-		ENTER(d);                                          \
-		*v = (unsigned)g->field;                           \
-		LEAVE(NVML_SUCCESS);                               \
+#define GETTER(fn, field)                                       \
+	EXPORT nvmlReturn_t fn(nvmlDevice_t d, unsigned int *v) \
+	{                                                       \
+		ENTER(d);                                       \
+		*v = (unsigned) g->field;                       \
+		LEAVE(NVML_SUCCESS);                            \
 	}
 GETTER(nvmlDeviceGetCurrPcieLinkGeneration, pcie_gen)
 GETTER(nvmlDeviceGetMaxPcieLinkGeneration, pcie_gen_max)
@@ -615,7 +686,8 @@ GETTER(nvmlDeviceGetCurrPcieLinkWidth, pcie_width)
 GETTER(nvmlDeviceGetMaxPcieLinkWidth, pcie_width_max)
 GETTER(nvmlDeviceGetPcieReplayCounter, pcie_replay)
 
-EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t d, unsigned int link, nvmlEnableState_t *active)
+EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t d, unsigned int link,
+					     nvmlEnableState_t *active)
 {
 	ENTER(d);
 	if (link >= NVML_NVLINK_MAX_LINKS)
@@ -623,7 +695,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t d, unsigned int link, 
 	if (link >= g->nvlinks)
 		LEAVE(NVML_ERROR_NOT_SUPPORTED);
 	/* the last nvlinks_down links are down */
-	*active = link < g->nvlinks - g->nvlinks_down ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+	*active =
+		link < g->nvlinks - g->nvlinks_down ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
 	LEAVE(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t d, unsigned int link, int counter,
@@ -633,12 +706,12 @@ EXPORT nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t d, unsigned int
 	if (link >= g->nvlinks)
 		LEAVE(NVML_ERROR_NOT_SUPPORTED);
 	/* the scenario's counters are totals, all on link 0 */
-	long long x = counter == NVML_NVLINK_ERROR_DL_REPLAY     ? g->nvlink_replay
-		    : counter == NVML_NVLINK_ERROR_DL_RECOVERY   ? g->nvlink_recovery
-		    : counter == NVML_NVLINK_ERROR_DL_CRC_FLIT   ? g->nvlink_crc_flit
-		    : counter == NVML_NVLINK_ERROR_DL_CRC_DATA   ? g->nvlink_crc_data
+	long long x = counter == NVML_NVLINK_ERROR_DL_REPLAY	 ? g->nvlink_replay
+		      : counter == NVML_NVLINK_ERROR_DL_RECOVERY ? g->nvlink_recovery
+		      : counter == NVML_NVLINK_ERROR_DL_CRC_FLIT ? g->nvlink_crc_flit
+		      : counter == NVML_NVLINK_ERROR_DL_CRC_DATA ? g->nvlink_crc_data
 								 : 0;
-	*v = link == 0 ? (unsigned long long)x : 0;
+	*v = link == 0 ? (unsigned long long) x : 0;
 	LEAVE(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t d, nvmlEnableState_t *m)
@@ -650,8 +723,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t d, nvmlEnableState
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m)
 {
 	ENTER(d);
-	m->total = (unsigned long long)g->memory_total_mib << 20;
-	m->used = (unsigned long long)g->memory_used_mib << 20;
+	m->total = (unsigned long long) g->memory_total_mib << 20;
+	m->used = (unsigned long long) g->memory_used_mib << 20;
 	m->free = m->total - m->used;
 	LEAVE(NVML_SUCCESS);
 }
@@ -662,23 +735,31 @@ static nvmlReturn_t procs(nvmlDevice_t d, unsigned int *count, nvmlProcessInfo_t
 	nvmlReturn_t e = enter(d, fn, &g);
 	if (e != NVML_SUCCESS)
 		return e;
-	unsigned n = (unsigned)g->n_processes;
+	unsigned n = (unsigned) g->n_processes;
 	if (*count < n) {
 		*count = n;
 		LEAVE(NVML_ERROR_INSUFFICIENT_SIZE);
 	}
 	for (unsigned i = 0; i < n; i++) {
 		memset(&p[i], 0, sizeof(p[i]));
-		p[i].pid = (unsigned)g->processes[i];
+		p[i].pid = (unsigned) g->processes[i];
 		p[i].usedGpuMemory = 1ULL << 30;
 	}
 	*count = n;
 	LEAVE(NVML_SUCCESS);
 }
 #ifndef FAKE_NVML_OLD
-EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_t *p) { return procs(d, c, p, __func__); }
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *c,
+							    nvmlProcessInfo_t *p)
+{
+	return procs(d, c, p, __func__);
+}
 #endif
-EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_t *p) { return procs(d, c, p, __func__); }
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int *c,
+							    nvmlProcessInfo_t *p)
+{
+	return procs(d, c, p, __func__);
+}
 
 EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
 {
@@ -689,13 +770,14 @@ EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
 	s->next = eventsets;
 	eventsets = s;
 	pthread_mutex_unlock(&lock);
-	*set = (nvmlEventSet_t)(void *)s;
+	*set = (nvmlEventSet_t) (void *) s;
 	return NVML_SUCCESS;
 }
-EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, nvmlEventSet_t set)
+EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types,
+					     nvmlEventSet_t set)
 {
 	ENTER(d);
-	((struct fake_eventset *)(void *)set)->mask[gpu_index(d)] |= types;
+	((struct fake_eventset *) (void *) set)->mask[gpu_index(d)] |= types;
 	LEAVE(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types)
@@ -707,16 +789,17 @@ EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned lo
 
 static nvmlReturn_t event_wait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeout_ms)
 {
-	struct fake_eventset *s = (struct fake_eventset *)(void *)set;
+	struct fake_eventset *s = (struct fake_eventset *) (void *) set;
 	double deadline = now_s(CLOCK_MONOTONIC) + timeout_ms / 1000.0;
 	for (;;) {
 		pthread_mutex_lock(&lock);
 		apply_events();
 		if (s->head != s->tail) {
 			memset(data, 0, sizeof(*data));
-			data->device = (nvmlDevice_t)(void *)&gpus[s->q[s->head % FAKE_QUEUE].gpu];
+			data->device =
+				(nvmlDevice_t) (void *) &gpus[s->q[s->head % FAKE_QUEUE].gpu];
 			data->eventType = nvmlEventTypeXidCriticalError;
-			data->eventData = (unsigned long long)s->q[s->head % FAKE_QUEUE].xid;
+			data->eventData = (unsigned long long) s->q[s->head % FAKE_QUEUE].xid;
 			s->head++;
 			pthread_mutex_unlock(&lock);
 			return NVML_SUCCESS;
@@ -728,18 +811,20 @@ static nvmlReturn_t event_wait(nvmlEventSet_t set, nvmlEventData_t *data, unsign
 	}
 }
 #ifndef FAKE_NVML_OLD
-EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeout_ms)
+EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
+					unsigned int timeout_ms)
 {
 	return event_wait(set, data, timeout_ms);
 }
 #endif
-EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeout_ms)
+EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data,
+				     unsigned int timeout_ms)
 {
 	return event_wait(set, data, timeout_ms);
 }
 EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
 {
-	struct fake_eventset *s = (struct fake_eventset *)(void *)set;
+	struct fake_eventset *s = (struct fake_eventset *) (void *) set;
 	pthread_mutex_lock(&lock);
 	for (struct fake_eventset **p = &eventsets; *p; p = &(*p)->next)
 		if (*p == s) {

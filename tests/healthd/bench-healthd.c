@@ -17,7 +17,7 @@
 
 #include "../../services/healthd/healthd.h"
 
-#define GPUS 8
+#define GPUS	  8
 #define TARGET_US 1000.0
 
 static double cpu_us(void)
@@ -49,7 +49,8 @@ int main(int argc, char **argv)
 	FILE *f = fdopen(fd, "w");
 	fprintf(f, "gpus = (");
 	for (int i = 0; i < GPUS; i++)
-		fprintf(f, "%s{ temperature = %d; processes = [ %d ]; }", i ? ", " : "", 40 + i, 100000 + i);
+		fprintf(f, "%s{ temperature = %d; processes = [ %d ]; }", i ? ", " : "", 40 + i,
+			100000 + i);
 	fprintf(f, ");\n");
 	fclose(f);
 	setenv("KILN_FAKE_NVML_SCENARIO", scen, 1);
@@ -77,7 +78,7 @@ int main(int argc, char **argv)
 		}
 		node.n_gpus = n;
 		double c1 = cpu_us();
-		hd_node_evaluate(&s, &node, (uint64_t)w0);
+		hd_node_evaluate(&s, &node, (uint64_t) w0);
 		double c2 = cpu_us();
 		kiln_strbuf b;
 		kiln_strbuf_init(&b);
@@ -90,23 +91,23 @@ int main(int argc, char **argv)
 		c_total += c3 - c0, w_total += w3 - w0;
 	}
 	if (node.state != HD_HEALTHY || node.n_gpus != GPUS) {
-		fprintf(stderr, "bench-healthd: expected %d healthy GPUs, got %d (%s)\n", GPUS, node.n_gpus,
-			hd_state_to_string(node.state));
+		fprintf(stderr, "bench-healthd: expected %d healthy GPUs, got %d (%s)\n", GPUS,
+			node.n_gpus, hd_state_to_string(node.state));
 		return 1;
 	}
 
 	/* baseline: the same kind of NVML calls, made directly (no worker) */
 	void *dl = dlopen(argv[1], RTLD_NOW);
-	fn_handle handle = (fn_handle)dlsym(dl, "nvmlDeviceGetHandleByIndex_v2");
-	fn_temp temp = (fn_temp)dlsym(dl, "nvmlDeviceGetTemperature");
-	fn_dev_uint power = (fn_dev_uint)dlsym(dl, "nvmlDeviceGetPowerUsage");
+	fn_handle handle = (fn_handle) dlsym(dl, "nvmlDeviceGetHandleByIndex_v2");
+	fn_temp temp = (fn_temp) dlsym(dl, "nvmlDeviceGetTemperature");
+	fn_dev_uint power = (fn_dev_uint) dlsym(dl, "nvmlDeviceGetPowerUsage");
 	int calls_per_gpu = 0;
 	double b0 = cpu_us();
 	for (int it = 0; it < cycles; it++)
 		for (int i = 0; i < GPUS; i++) {
 			nvmlDevice_t d;
 			unsigned v;
-			handle((unsigned)i, &d);
+			handle((unsigned) i, &d);
 			temp(d, 0, &v);
 			power(d, &v);
 		}
@@ -114,7 +115,8 @@ int main(int argc, char **argv)
 	calls_per_gpu = 3;
 	unlink(scen);
 
-	printf("kiln-healthd poll cycle: %d GPUs, fake NVML, %d cycles (after 50 warm-up)\n", GPUS, cycles);
+	printf("kiln-healthd poll cycle: %d GPUs, fake NVML, %d cycles (after 50 warm-up)\n", GPUS,
+	       cycles);
 	printf("%-44s %14s\n", "part", "CPU us/cycle");
 	printf("%-44s %14.1f\n", "baseline: 3 direct NVML calls per GPU", base_3);
 	printf("%-44s %14.1f\n", "NVML poll, all checks, through the worker", c_poll / cycles);
@@ -123,10 +125,10 @@ int main(int argc, char **argv)
 	printf("%-44s %14.1f\n", "full cycle", c_total / cycles);
 	printf("%-44s %14.1f\n", "full cycle, wall time", w_total / cycles);
 	printf("%-44s %14.1f\n", "target", TARGET_US);
-	(void)calls_per_gpu;
+	(void) calls_per_gpu;
 	bool pass = c_total / cycles < TARGET_US;
-	printf("result: %s (%.1f us CPU per cycle, target < %.0f us)\n", pass ? "PASS" : "FAIL", c_total / cycles,
-	       TARGET_US);
+	printf("result: %s (%.1f us CPU per cycle, target < %.0f us)\n", pass ? "PASS" : "FAIL",
+	       c_total / cycles, TARGET_US);
 	hd_nvml_close(m);
 	return pass ? 0 : 1;
 }

@@ -31,8 +31,10 @@ static hd_sample healthy_sample(void)
 	snprintf(s.name, sizeof(s.name), "NVIDIA H100 80GB HBM3");
 	snprintf(s.uuid, sizeof(s.uuid), "GPU-abc");
 	snprintf(s.pci_bus_id, sizeof(s.pci_bus_id), "00000000:18:00.0");
-	s.has_temp = s.has_slowdown = s.has_power = s.has_power_limit = s.has_clocks = s.has_ecc = true;
-	s.has_retired = s.has_retired_pending = s.has_remap = s.has_pcie_gen = s.has_pcie_width = true;
+	s.has_temp = s.has_slowdown = s.has_power = s.has_power_limit = s.has_clocks = s.has_ecc =
+		true;
+	s.has_retired = s.has_retired_pending = s.has_remap = s.has_pcie_gen = s.has_pcie_width =
+		true;
 	s.has_replay = s.has_nvlink = s.has_persistence = s.has_pids = true;
 	s.temp_c = 40, s.slowdown_c = 90, s.power_w = 300, s.power_limit_w = 700;
 	s.pcie_gen = s.pcie_gen_max = 5, s.pcie_width = s.pcie_width_max = 16;
@@ -58,12 +60,14 @@ static bool has_reason(const hd_reasons *r, const char *needle)
 
 static void test_xid_table(void **state)
 {
-	int app[] = { 13, 31, 43, 45 }, drain[] = { 48, 64, 74, 79, 95, 119, 120 }, reset[] = { 63, 94 };
+	int app[] = { 13, 31, 43, 45 }, drain[] = { 48, 64, 74, 79, 95, 119, 120 },
+	    reset[] = { 63, 94 };
 	for (size_t i = 0; i < ARRAY_SIZE(app); i++)
 		assert_int_equal(hd_xid_action(&S, app[i]), KILN_ACTION_APP);
 	for (size_t i = 0; i < ARRAY_SIZE(drain); i++) {
 		kiln_cfg_action a = hd_xid_action(&S, drain[i]);
-		assert_true(a == KILN_ACTION_DRAIN || a == KILN_ACTION_RESET || a == KILN_ACTION_REBOOT);
+		assert_true(a == KILN_ACTION_DRAIN || a == KILN_ACTION_RESET ||
+			    a == KILN_ACTION_REBOOT);
 	}
 	for (size_t i = 0; i < ARRAY_SIZE(reset); i++)
 		assert_int_equal(hd_xid_action(&S, reset[i]), KILN_ACTION_RESET);
@@ -188,7 +192,8 @@ static void test_thresholds(void **state)
 	assert_int_equal(eval(&p, &s, &r), HD_UNHEALTHY);
 	assert_true(has_reason(&r, "2 of 18 NVLink links down"));
 	s.nvlink_down = 0;
-	s.nvlink_err[NVML_NVLINK_ERROR_DL_CRC_FLIT] = p.nvlink_err[NVML_NVLINK_ERROR_DL_CRC_FLIT] + 3;
+	s.nvlink_err[NVML_NVLINK_ERROR_DL_CRC_FLIT] =
+		p.nvlink_err[NVML_NVLINK_ERROR_DL_CRC_FLIT] + 3;
 	assert_int_equal(eval(&p, &s, &r), HD_DEGRADED);
 	assert_int_equal(eval(NULL, &s, &r), HD_HEALTHY); /* totals alone say nothing */
 	s.nvlink_err[NVML_NVLINK_ERROR_DL_CRC_FLIT] = 0;
@@ -218,7 +223,7 @@ static void node_init(hd_node *n, int gpus)
 		n->gpus[i].index = i;
 		n->gpus[i].cur = healthy_sample();
 		snprintf(n->gpus[i].cur.uuid, sizeof(n->gpus[i].cur.uuid), "GPU-%d", i);
-		n->gpus[i].cur.minor = (unsigned)i;
+		n->gpus[i].cur.minor = (unsigned) i;
 	}
 }
 
@@ -281,8 +286,10 @@ static void test_metrics(void **state)
 	kiln_strbuf_init(&b);
 	assert_int_equal(hd_metrics_render(&n, "node01", &b), 0);
 	const char *t = b.s;
-	assert_non_null(strstr(t, "DCGM_FI_DEV_GPU_TEMP{gpu=\"1\",UUID=\"GPU-1\",pci_bus_id=\"00000000:18:00.0\","
-				  "device=\"nvidia1\",modelName=\"odd \\\"name\\\"\\\\x\",Hostname=\"node01\"} 71\n"));
+	assert_non_null(strstr(
+		t, "DCGM_FI_DEV_GPU_TEMP{gpu=\"1\",UUID=\"GPU-1\",pci_bus_id=\"00000000:18:00.0\","
+		   "device=\"nvidia1\",modelName=\"odd \\\"name\\\"\\\\x\",Hostname=\"node01\"} "
+		   "71\n"));
 	assert_non_null(strstr(t, "# TYPE DCGM_FI_DEV_POWER_USAGE gauge\n"));
 	assert_non_null(strstr(t, ",xid=\"79\"} 2\n"));
 	assert_non_null(strstr(t, ",xid=\"31\"} 1\n"));
@@ -293,8 +300,12 @@ static void test_metrics(void **state)
 	assert_non_null(strstr(t, ",job=\"18\"} 1\n"));
 	/* every sample line is well formed: name{labels} value */
 	regex_t re;
-	assert_int_equal(regcomp(&re, "^[a-zA-Z_:][a-zA-Z0-9_:]*(\\{([a-zA-Z_][a-zA-Z0-9_]*=\"([^\"\\\\]|\\\\.)*\",?)*\\})? "
-				 "-?[0-9.e+-]+$", REG_EXTENDED | REG_NOSUB), 0);
+	assert_int_equal(regcomp(&re,
+				 "^[a-zA-Z_:][a-zA-Z0-9_:]*(\\{([a-zA-Z_][a-zA-Z0-9_]*=\"([^\"\\\\]"
+				 "|\\\\.)*\",?)*\\})? "
+				 "-?[0-9.e+-]+$",
+				 REG_EXTENDED | REG_NOSUB),
+			 0);
 	char *copy = strdup(t), *save = NULL;
 	int samples = 0;
 	for (char *l = strtok_r(copy, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
@@ -354,10 +365,11 @@ static int nvml_setup(void **state)
 		return 0;
 	snprintf(fake_dir, sizeof(fake_dir), "%s/lib/fake-nvml/libnvidia-ml.so.1", abs);
 	snprintf(old_dir, sizeof(old_dir), "%s/lib/fake-nvml-old/libnvidia-ml.so.1", abs);
-	snprintf(scenario, sizeof(scenario), "/tmp/test-healthd-%d.cfg", (int)getpid());
+	snprintf(scenario, sizeof(scenario), "/tmp/test-healthd-%d.cfg", (int) getpid());
 	free(abs);
 	FILE *f = fopen(scenario, "we");
-	fprintf(f, "gpus = ( { temperature = 51; power_w = 123.5; remap_pending = true; processes = [ 1 ]; },\n"
+	fprintf(f, "gpus = ( { temperature = 51; power_w = 123.5; remap_pending = true; processes "
+		   "= [ 1 ]; },\n"
 		   "         { uuid = \"GPU-hang\"; } );\n"
 		   "events = ( { at = 0.0; gpu = 1; hang = \"nvmlDeviceGetPowerUsage\"; },\n"
 		   "           { at = 0.3; gpu = 0; xid = 48; } );\n");
@@ -385,7 +397,9 @@ static void test_nvml_fake(void **state)
 		skip();
 	char err[256] = "";
 	hd_nvml *m = NULL;
-	assert_int_equal(hd_nvml_open("/nonexistent/libnvidia-ml.so.1", 200000, &m, err, sizeof(err)), -ENOENT);
+	assert_int_equal(
+		hd_nvml_open("/nonexistent/libnvidia-ml.so.1", 200000, &m, err, sizeof(err)),
+		-ENOENT);
 	assert_int_equal(hd_nvml_open(fake_dir, 300000, &m, err, sizeof(err)), 0);
 	int n = 0;
 	assert_int_equal(hd_nvml_count(m, &n), 0);
@@ -435,9 +449,9 @@ static void test_nvml_old_driver(void **state)
 	hd_sample s = {};
 	assert_int_equal(hd_nvml_poll(m, 0, &s), 0);
 	assert_true(s.present);
-	assert_true(s.has_clocks);  /* via nvmlDeviceGetCurrentClocksThrottleReasons */
-	assert_true(s.has_pids);    /* via nvmlDeviceGetComputeRunningProcesses_v2 */
-	assert_false(s.has_remap);  /* no nvmlDeviceGetRemappedRows: only that check is off */
+	assert_true(s.has_clocks); /* via nvmlDeviceGetCurrentClocksThrottleReasons */
+	assert_true(s.has_pids);   /* via nvmlDeviceGetComputeRunningProcesses_v2 */
+	assert_false(s.has_remap); /* no nvmlDeviceGetRemappedRows: only that check is off */
 	assert_true(s.has_temp);
 	hd_reasons r = {};
 	hd_evaluate(&S, NULL, &s, &r);
@@ -459,8 +473,10 @@ static void test_active_runner(void **state)
 	assert_true(fd >= 0);
 	FILE *f = fdopen(fd, "w");
 	/* prints its environment's GPU in the detail, then two results */
-	fprintf(f, "#!/bin/sh\nprintf 'gemm\\tpassed\\t612.50\\t989\\tgpu %%s order %%s %%s\\n' \"$CUDA_VISIBLE_DEVICES\" "
-		   "\"$CUDA_DEVICE_ORDER\" \"$*\"\nprintf 'bandwidth\\tfailed\\t1200.00\\t3350\\ttoo slow\\n'\nkill -9 $$\n");
+	fprintf(f, "#!/bin/sh\nprintf 'gemm\\tpassed\\t612.50\\t989\\tgpu %%s order %%s %%s\\n' "
+		   "\"$CUDA_VISIBLE_DEVICES\" "
+		   "\"$CUDA_DEVICE_ORDER\" \"$*\"\nprintf "
+		   "'bandwidth\\tfailed\\t1200.00\\t3350\\ttoo slow\\n'\nkill -9 $$\n");
 	fclose(f);
 	chmod(path, 0755);
 	setenv("KILN_HEALTHD_ACTIVE", path, 1);
@@ -471,7 +487,8 @@ static void test_active_runner(void **state)
 	assert_string_equal(r[0].status, "passed");
 	assert_true(r[0].value > 612.4 && r[0].value < 612.6);
 	assert_true(r[0].expected == 989);
-	assert_string_equal(r[0].detail, "gpu 5 order PCI_BUS_ID --model NVIDIA H100 80GB HBM3 --gemm-seconds 3 --memtest-bytes 2048");
+	assert_string_equal(r[0].detail, "gpu 5 order PCI_BUS_ID --model NVIDIA H100 80GB HBM3 "
+					 "--gemm-seconds 3 --memtest-bytes 2048");
 	assert_string_equal(r[1].status, "failed");
 	assert_string_equal(r[1].detail, "too slow");
 	/* no result and a violent end: failed, never passed or skipped */

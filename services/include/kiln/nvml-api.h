@@ -44,12 +44,12 @@ typedef enum nvmlEnableState_enum {
 	NVML_FEATURE_ENABLED = 1,
 } nvmlEnableState_t;
 
-#define NVML_DEVICE_NAME_V2_BUFFER_SIZE 96
-#define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
-#define NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE 32
-#define NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE 16
+#define NVML_DEVICE_NAME_V2_BUFFER_SIZE	       96
+#define NVML_DEVICE_UUID_V2_BUFFER_SIZE	       96
+#define NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE     32
+#define NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE  16
 #define NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE 80
-#define NVML_NVLINK_MAX_LINKS 18
+#define NVML_NVLINK_MAX_LINKS		       18
 
 typedef struct nvmlPciInfo_st {
 	char busIdLegacy[NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE];
@@ -81,30 +81,30 @@ typedef struct nvmlEventData_st {
 	unsigned int computeInstanceId;
 } nvmlEventData_t;
 
-#define NVML_TEMPERATURE_GPU 0
+#define NVML_TEMPERATURE_GPU		    0
 #define NVML_TEMPERATURE_THRESHOLD_SHUTDOWN 0
 #define NVML_TEMPERATURE_THRESHOLD_SLOWDOWN 1
 
-#define NVML_MEMORY_ERROR_TYPE_CORRECTED 0
+#define NVML_MEMORY_ERROR_TYPE_CORRECTED   0
 #define NVML_MEMORY_ERROR_TYPE_UNCORRECTED 1
-#define NVML_VOLATILE_ECC 0
-#define NVML_AGGREGATE_ECC 1
+#define NVML_VOLATILE_ECC		   0
+#define NVML_AGGREGATE_ECC		   1
 
 #define NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS 0
-#define NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR 1
+#define NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR		  1
 
-#define NVML_NVLINK_ERROR_DL_REPLAY 0
+#define NVML_NVLINK_ERROR_DL_REPLAY   0
 #define NVML_NVLINK_ERROR_DL_RECOVERY 1
 #define NVML_NVLINK_ERROR_DL_CRC_FLIT 2
 #define NVML_NVLINK_ERROR_DL_CRC_DATA 3
-#define NVML_NVLINK_ERROR_COUNT 4 /* the counters kiln reads */
+#define NVML_NVLINK_ERROR_COUNT	      4 /* the counters kiln reads */
 
 #define nvmlEventTypeXidCriticalError 0x0000000000000008LL
 
 /* Clock event ("throttle") reasons, a bit mask. */
-#define nvmlClocksEventReasonGpuIdle 0x0000000000000001ULL
-#define nvmlClocksEventReasonSwPowerCap 0x0000000000000004ULL
-#define nvmlClocksThrottleReasonHwSlowdown 0x0000000000000008ULL
-#define nvmlClocksEventReasonSwThermalSlowdown 0x0000000000000020ULL
-#define nvmlClocksThrottleReasonHwThermalSlowdown 0x0000000000000040ULL
+#define nvmlClocksEventReasonGpuIdle		     0x0000000000000001ULL
+#define nvmlClocksEventReasonSwPowerCap		     0x0000000000000004ULL
+#define nvmlClocksThrottleReasonHwSlowdown	     0x0000000000000008ULL
+#define nvmlClocksEventReasonSwThermalSlowdown	     0x0000000000000020ULL
+#define nvmlClocksThrottleReasonHwThermalSlowdown    0x0000000000000040ULL
 #define nvmlClocksThrottleReasonHwPowerBrakeSlowdown 0x0000000000000080ULL
