@@ -1,0 +1,410 @@
+/* tests/kernels/gpu/emu/emu.cpp — the runtime half of the CPU emulation of
+ * kernels/cuda/ (headers in include/): block execution with one OS thread
+ * per CUDA thread, barriers, memory, a naive cuBLASLt and single-rank NCCL.
+ * See run-emu.sh. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "cublasLt.h"
+#include "kk.h"
+#include "cuda_runtime.h"
+#include "nccl.h"
+
+thread_local uint3 kc_emu_tid;
+uint3 kc_emu_bid;
+dim3 kc_emu_bdim, kc_emu_gdim;
+
+static pthread_barrier_t blk_bar;
+static pthread_barrier_t warp_bar[32];
+static uint64_t warp_slots[32][32];
+static std::vector<unsigned char> dyn_smem;
+static std::mutex atomic_mu;
+static cudaError_t last_error = cudaSuccess;
+
+void __syncthreads(void)
+{
+	pthread_barrier_wait(&blk_bar);
+}
+void kc_emu_warp_sync(void)
+{
+	pthread_barrier_wait(&warp_bar[kc_emu_tid.x / 32]);
+}
+uint64_t *kc_emu_warp_slots(void)
+{
+	return warp_slots[kc_emu_tid.x / 32];
+}
+void *kc_emu_dyn_smem(void)
+{
+	return dyn_smem.data();
+}
+void kc_emu_atomic_lock(void)
+{
+	atomic_mu.lock();
+}
+void kc_emu_atomic_unlock(void)
+{
+	atomic_mu.unlock();
+}
+
+struct thread_arg {
+	unsigned tid;
+	kc_emu_body body;
+	void *arg;
+};
+static void *thread_main(void *p)
+{
+	thread_arg *a = (thread_arg *)p;
+	kc_emu_tid = uint3{ a->tid, 0, 0 };
+	a->body(a->arg);
+	return NULL;
+}
+
+void kc_emu_run(kc_emu_cfg c, kc_emu_body body, void *arg)
+{
+	unsigned nt = c.b.x * c.b.y * c.b.z;
+	if (nt == 0 || nt > 1024 || c.b.y != 1 || c.b.z != 1 || c.g.y > 65535 || c.g.z > 65535 ||
+	    c.smem > 227 * 1024) {
+		last_error = cudaErrorInvalidConfiguration;
+		return;
+	}
+	kc_emu_bdim = c.b;
+	kc_emu_gdim = c.g;
+	/* Poison dynamic shared memory: kernels must not read what they did not write. */
+	dyn_smem.assign(c.smem + 16, 0xff);
+	pthread_barrier_init(&blk_bar, NULL, nt);
+	for (unsigned w = 0; w < (nt + 31) / 32; w++)
+		pthread_barrier_init(&warp_bar[w], NULL, nt - w * 32 < 32 ? nt - w * 32 : 32);
+	std::vector<pthread_t> th(nt);
+	std::vector<thread_arg> ta(nt);
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, 256 * 1024);
+	for (unsigned z = 0; z < c.g.z; z++)
+		for (unsigned y = 0; y < c.g.y; y++)
+			for (unsigned x = 0; x < c.g.x; x++) {
+				kc_emu_bid = uint3{ x, y, z };
+				for (unsigned t = 0; t < nt; t++) {
+					ta[t] = thread_arg{ t, body, arg };
+					if (pthread_create(&th[t], &attr, thread_main, &ta[t]) != 0) {
+						fprintf(stderr, "emu: pthread_create failed\n");
+						abort();
+					}
+				}
+				for (unsigned t = 0; t < nt; t++)
+					pthread_join(th[t], NULL);
+			}
+	pthread_attr_destroy(&attr);
+	pthread_barrier_destroy(&blk_bar);
+	for (unsigned w = 0; w < (nt + 31) / 32; w++)
+		pthread_barrier_destroy(&warp_bar[w]);
+}
+
+/* ---- runtime ------------------------------------------------------------ */
+cudaError_t cudaGetLastError(void)
+{
+	cudaError_t e = last_error;
+	last_error = cudaSuccess;
+	return e;
+}
+cudaError_t cudaGetDeviceCount(int *n)
+{
+	*n = 1;
+	return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d)
+{
+	return d == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned)
+{
+	*s = (cudaStream_t)malloc(1);
+	return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+	free(s);
+	return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t)
+{
+	return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void)
+{
+	return cudaSuccess;
+}
+cudaError_t cudaMalloc(void **p, size_t n)
+{
+	*p = malloc(n);
+	if (!*p)
+		return cudaErrorMemoryAllocation;
+	memset(*p, 0xa5, n); /* like a GPU, memory starts as garbage */
+	return cudaSuccess;
+}
+cudaError_t cudaFree(void *p)
+{
+	free(p);
+	return cudaSuccess;
+}
+cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t)
+{
+	return cudaMalloc(p, n);
+}
+cudaError_t cudaFreeAsync(void *p, cudaStream_t)
+{
+	return cudaFree(p);
+}
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t)
+{
+	memmove(d, s, n);
+	return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t)
+{
+	memset(d, v, n);
+	return cudaSuccess;
+}
+
+/* ---- cuBLASLt ----------------------------------------------------------- */
+struct kc_emu_lt {
+	int dummy;
+};
+struct kc_emu_desc {
+	cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+	cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+	const void *bias = NULL;
+	cudaDataType_t bias_t = (cudaDataType_t)-1;
+};
+struct kc_emu_layout {
+	cudaDataType_t t;
+	uint64_t rows, cols;
+	int64_t ld;
+	int32_t batch = 1;
+	int64_t stride = 0;
+};
+struct kc_emu_pref {
+	int dummy;
+};
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
+{
+	*h = new kc_emu_lt();
+	return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h)
+{
+	delete h;
+	return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t c,
+                                        cudaDataType_t s)
+{
+	if (c != CUBLAS_COMPUTE_32F || s != CUDA_R_32F)
+		return CUBLAS_STATUS_NOT_SUPPORTED;
+	*d = new kc_emu_desc();
+	return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d)
+{
+	delete d;
+	return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+                                              cublasLtMatmulDescAttributes_t a, const void *v,
+                                              size_t n)
+{
+	switch (a) {
+	case CUBLASLT_MATMUL_DESC_TRANSA:
+		memcpy(&d->ta, v, n);
+		break;
+	case CUBLASLT_MATMUL_DESC_TRANSB:
+		memcpy(&d->tb, v, n);
+		break;
+	case CUBLASLT_MATMUL_DESC_EPILOGUE:
+		memcpy(&d->epi, v, n);
+		break;
+	case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+		memcpy(&d->bias, v, n);
+		break;
+	case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+		memcpy(&d->bias_t, v, n);
+		break;
+	}
+	return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType_t t,
+                                          uint64_t rows, uint64_t cols, int64_t ld)
+{
+	if (ld < (int64_t)rows)
+		return CUBLAS_STATUS_INVALID_VALUE;
+	*l = new kc_emu_layout{ t, rows, cols, ld };
+	return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l)
+{
+	delete l;
+	return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l,
+                                                cublasLtMatrixLayoutAttribute_t a, const void *v,
+                                                size_t n)
+{
+	if (a == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT)
+		memcpy(&l->batch, v, n);
+	else
+		memcpy(&l->stride, v, n);
+	return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
+{
+	*p = new kc_emu_pref();
+	return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p)
+{
+	delete p;
+	return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
+                                                    cublasLtMatmulPreferenceAttributes_t,
+                                                    const void *, size_t)
+{
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+static float ld_t(cudaDataType_t t, const void *p, size_t i)
+{
+	if (t == CUDA_R_32F)
+		return ((const float *)p)[i];
+	uint16_t h = ((const uint16_t *)p)[i];
+	return t == CUDA_R_16BF ? kk_bf16_to_f32(h) : kk_f16_to_f32(h);
+}
+static void st_t(cudaDataType_t t, void *p, size_t i, float v)
+{
+	if (t == CUDA_R_32F)
+		((float *)p)[i] = v;
+	else
+		((uint16_t *)p)[i] = t == CUDA_R_16BF ? kk_f32_to_bf16(v) : kk_f32_to_f16(v);
+}
+
+/* Shapes: m x k = op(A), k x n = op(B), m x n = C/D; all consistent or
+ * INVALID_VALUE. */
+static cublasStatus_t shapes(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                             cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, uint64_t *m,
+                             uint64_t *n, uint64_t *k)
+{
+	*m = d->ta == CUBLAS_OP_N ? a->rows : a->cols;
+	*k = d->ta == CUBLAS_OP_N ? a->cols : a->rows;
+	uint64_t k2 = d->tb == CUBLAS_OP_N ? b->rows : b->cols;
+	*n = d->tb == CUBLAS_OP_N ? b->cols : b->rows;
+	if (k2 != *k || c->rows != *m || c->cols != *n || a->batch != b->batch ||
+	    a->batch != c->batch || a->t != b->t)
+		return CUBLAS_STATUS_INVALID_VALUE;
+	if (d->bias && d->bias_t != (cudaDataType_t)-1 && d->bias_t != CUDA_R_32F &&
+	    d->bias_t != c->t)
+		return CUBLAS_STATUS_NOT_SUPPORTED;
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t,
+                                              cublasLtMatmulPreference_t, int,
+                                              cublasLtMatmulHeuristicResult_t *res, int *count)
+{
+	uint64_t m, n, k;
+	cublasStatus_t s = shapes(d, a, b, c, &m, &n, &k);
+	*count = s == CUBLAS_STATUS_SUCCESS;
+	res->algo.id = 1;
+	return s == CUBLAS_STATUS_NOT_SUPPORTED ? CUBLAS_STATUS_SUCCESS : s;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void *alpha,
+                              const void *A, cublasLtMatrixLayout_t la, const void *B,
+                              cublasLtMatrixLayout_t lb, const void *beta, const void *C,
+                              cublasLtMatrixLayout_t lc, void *D, cublasLtMatrixLayout_t ldd,
+                              const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t)
+{
+	uint64_t m, n, k;
+	cublasStatus_t s = shapes(d, la, lb, lc, &m, &n, &k);
+	if (s != CUBLAS_STATUS_SUCCESS)
+		return s;
+	float al = *(const float *)alpha, be = *(const float *)beta;
+	cudaDataType_t bt = d->bias_t == (cudaDataType_t)-1 ? lc->t : d->bias_t;
+	for (int32_t bi = 0; bi < la->batch; bi++)
+		for (uint64_t i = 0; i < m; i++)
+			for (uint64_t j = 0; j < n; j++) {
+				double acc = 0;
+				for (uint64_t l = 0; l < k; l++) {
+					size_t ia = d->ta == CUBLAS_OP_N ? i + l * la->ld : l + i * la->ld;
+					size_t ib = d->tb == CUBLAS_OP_N ? l + j * lb->ld : j + l * lb->ld;
+					acc += (double)ld_t(la->t, A, bi * la->stride + ia) *
+					       ld_t(lb->t, B, bi * lb->stride + ib);
+				}
+				size_t ic = bi * lc->stride + i + j * lc->ld;
+				float v = al * (float)acc + (be != 0 ? be * ld_t(lc->t, C, ic) : 0.0f);
+				if (d->epi == CUBLASLT_EPILOGUE_BIAS || d->epi == CUBLASLT_EPILOGUE_GELU_BIAS)
+					v += ld_t(bt, d->bias, i);
+				if (d->epi == CUBLASLT_EPILOGUE_GELU || d->epi == CUBLASLT_EPILOGUE_GELU_BIAS)
+					v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+				st_t(ldd->t, D, bi * ldd->stride + i + j * ldd->ld, v);
+			}
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+/* ---- NCCL, one rank ---------------------------------------------------- */
+struct kc_emu_comm {
+	int world;
+};
+static size_t nccl_size(ncclDataType_t t)
+{
+	return t == ncclFloat32 ? 4 : 2;
+}
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
+{
+	memset(id, 0x42, sizeof(*id));
+	return ncclSuccess;
+}
+ncclResult_t ncclCommInitRank(ncclComm_t *c, int world, ncclUniqueId, int rank)
+{
+	if (world != 1 || rank != 0)
+		return ncclInvalidUsage; /* the emulation has one rank */
+	*c = new kc_emu_comm{ world };
+	return ncclSuccess;
+}
+ncclResult_t ncclCommDestroy(ncclComm_t c)
+{
+	delete c;
+	return ncclSuccess;
+}
+ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t,
+                           ncclComm_t, cudaStream_t)
+{
+	memmove(r, s, n * nccl_size(t));
+	return ncclSuccess;
+}
+ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t,
+                               ncclComm_t, cudaStream_t)
+{
+	memmove(r, s, n * nccl_size(t));
+	return ncclSuccess;
+}
+ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t,
+                           cudaStream_t)
+{
+	memmove(r, s, n * nccl_size(t));
+	return ncclSuccess;
+}
+ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t t, int, ncclComm_t,
+                           cudaStream_t)
+{
+	memmove(r, s, n * nccl_size(t));
+	return ncclSuccess;
+}
