@@ -609,6 +609,7 @@ static void spawn_round(kr_agent *a)
 		.world = a->cur.world_size,
 		.group_rank = me->group_rank,
 		.restart_count = a->cur.round - 1,
+		.max_restarts = a->o->rdzv.max_restarts,
 		.master_addr = a->job->addrs[a->store_idx],
 		.master_port = a->L ? kiln_store_server_port(a->L->srv) : a->o->port,
 		.run_id = a->o->run_id,

@@ -99,6 +99,7 @@ typedef struct kr_group {
 typedef struct kr_worker_env {
 	uint32_t rank_base, local_world, world, group_rank;
 	uint64_t restart_count;
+	unsigned max_restarts;
 	const char *master_addr;
 	uint16_t master_port;
 	const char *run_id;

@@ -126,6 +126,7 @@ static _noreturn_ void child(char *const *argv, const kr_worker_env *e, int loca
 	setenv("MASTER_ADDR", e->master_addr, 1);
 	setenv_u("MASTER_PORT", e->master_port);
 	setenv_u("TORCHELASTIC_RESTART_COUNT", e->restart_count);
+	setenv_u("TORCHELASTIC_MAX_RESTARTS", e->max_restarts);
 	setenv("TORCHELASTIC_RUN_ID", e->run_id, 1);
 	/* torch compares this with the string "True". */
 	setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
