@@ -90,8 +90,10 @@ static float frand(void)
 static int check_gemm(kk_backend *be, int seconds, const struct expected *e, bool *failed)
 {
 	const size_t n = GEMM_N, nn = n * n;
-	_cleanup_free_ uint16_t *a = malloc(nn * 2), *b = malloc(nn * 2);
-	_cleanup_free_ float *c0 = malloc(nn * 4), *c1 = malloc(nn * 4);
+	_cleanup_free_ uint16_t *a = malloc(nn * 2);
+	_cleanup_free_ uint16_t *b = malloc(nn * 2);
+	_cleanup_free_ float *c0 = malloc(nn * 4);
+	_cleanup_free_ float *c1 = malloc(nn * 4);
 	kk_buffer *da = NULL, *db = NULL, *dc = NULL;
 	int r = -ENOMEM;
 	if (!a || !b || !c0 || !c1)
@@ -218,12 +220,11 @@ static int check_memtest(kk_backend *be, uint64_t bytes, bool *failed)
 	if (bytes == 0)
 		bytes = MEMTEST_CHUNK;
 	kk_buffer *m = NULL;
-	_cleanup_free_ uint8_t *host = malloc(MEMTEST_CHUNK), *want = malloc(MEMTEST_CHUNK);
+	uint8_t *host = malloc(MEMTEST_CHUNK);
+	uint8_t *want = malloc(MEMTEST_CHUNK);
 	int r = -ENOMEM;
-	if (!host || !want)
-		return r;
-	if ((r = kk_buffer_alloc(be, KK_I8, bytes, &m)) < 0)
-		return r;
+	if (!host || !want || (r = kk_buffer_alloc(be, KK_I8, bytes, &m)) < 0)
+		goto out;
 	static const int patterns[] = { 0x00, 0xff, 0x55, 0xaa };
 	uint64_t bad = 0, t0 = kiln_now_usec();
 	for (size_t p = 0; p < ARRAY_SIZE(patterns); p++) {
@@ -249,6 +250,8 @@ static int check_memtest(kk_backend *be, uint64_t bytes, bool *failed)
 		       (kiln_now_usec() - t0) / 1e6);
 out:
 	kk_buffer_free(m);
+	free(host);
+	free(want);
 	return r;
 }
 

@@ -247,7 +247,7 @@ static void poll_gpu(worker *w, hd_sample *s)
 	if (a->temp_threshold)
 		s->has_slowdown = CALL(w, temp_threshold, d, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
 				       &s->slowdown_c) == NVML_SUCCESS;
-	unsigned mw;
+	unsigned mw = 0;
 	if (a->power) {
 		r = CALL(w, power, d, &mw);
 		LOST_OR(r, s);
@@ -259,12 +259,12 @@ static void poll_gpu(worker *w, hd_sample *s)
 		s->power_limit_w = mw / 1000.0;
 	}
 	if (a->clocks) {
-		unsigned long long v;
+		unsigned long long v = 0;
 		if ((s->has_clocks = CALL(w, clocks, d, &v) == NVML_SUCCESS))
 			s->clock_reasons = v;
 	}
 	if (a->ecc) {
-		unsigned long long v[4];
+		unsigned long long v[4] = { 0, 0, 0, 0 };
 		r = CALL(w, ecc, d, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC, &v[0]);
 		LOST_OR(r, s);
 		if (r == NVML_SUCCESS &&
@@ -292,13 +292,13 @@ static void poll_gpu(worker *w, hd_sample *s)
 			s->retired_dbe = n[NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR];
 		}
 	}
-	nvmlEnableState_t en;
+	nvmlEnableState_t en = NVML_FEATURE_DISABLED;
 	if (a->retired_pending && CALL(w, retired_pending, d, &en) == NVML_SUCCESS) {
 		s->has_retired_pending = true;
 		s->retired_pending = en == NVML_FEATURE_ENABLED;
 	}
 	if (a->remap) {
-		unsigned c, u, p, f;
+		unsigned c = 0, u = 0, p = 0, f = 0;
 		if (CALL(w, remap, d, &c, &u, &p, &f) == NVML_SUCCESS) {
 			s->has_remap = true;
 			s->remap_corr = c, s->remap_unc = u, s->remap_pending = p,
@@ -321,7 +321,7 @@ static void poll_gpu(worker *w, hd_sample *s)
 			if (en != NVML_FEATURE_ENABLED)
 				s->nvlink_down++;
 			for (int k = 0; a->link_err && k < NVML_NVLINK_ERROR_COUNT; k++) {
-				unsigned long long v;
+				unsigned long long v = 0;
 				if (CALL(w, link_err, d, l, k, &v) == NVML_SUCCESS)
 					s->nvlink_err[k] += v;
 			}
@@ -333,12 +333,12 @@ static void poll_gpu(worker *w, hd_sample *s)
 		s->persistence = en == NVML_FEATURE_ENABLED;
 	}
 	if (a->mem) {
-		nvmlMemory_t mem;
+		nvmlMemory_t mem = { 0, 0, 0 };
 		if ((s->has_mem = CALL(w, mem, d, &mem) == NVML_SUCCESS))
 			s->mem_total = mem.total, s->mem_used = mem.used;
 	}
 	if (a->procs) {
-		nvmlProcessInfo_t p[HD_PIDS_MAX];
+		nvmlProcessInfo_t p[HD_PIDS_MAX] = { { 0, 0, 0, 0 } };
 		unsigned n = HD_PIDS_MAX;
 		if ((s->has_pids = CALL(w, procs, d, &n, p) == NVML_SUCCESS)) {
 			s->n_pids = MIN(n, (unsigned) HD_PIDS_MAX);

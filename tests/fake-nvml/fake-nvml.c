@@ -226,11 +226,13 @@ static void apply_setting(struct fake_gpu *g, config_setting_t *s)
 						   ? (long long) config_setting_get_float(e)
 						   : config_setting_get_int64(e);
 			break;
-		case T_DOUBLE:
-			*(double *) p = config_setting_type(e) == CONFIG_TYPE_FLOAT
-						? config_setting_get_float(e)
-						: (double) config_setting_get_int64(e);
+		case T_DOUBLE: {
+			double d = config_setting_type(e) == CONFIG_TYPE_FLOAT
+					   ? config_setting_get_float(e)
+					   : (double) config_setting_get_int64(e);
+			memcpy(p, &d, sizeof(d));
 			break;
+		}
 		case T_BOOL:
 			*(bool *) p = config_setting_get_bool(e);
 			break;
