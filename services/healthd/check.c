@@ -326,6 +326,10 @@ kiln_cfg_action hd_gpu_add_xid(const hd_settings *s, hd_gpu *g, int xid)
 void hd_node_evaluate(const hd_settings *s, hd_node *n, uint64_t now_usec)
 {
 	n->reasons.n = 0;
+	/* without NVML nothing can be checked: unhealthy where GPUs are expected */
+	if (n->nvml_down[0] && s->expected_gpus != 0)
+		hd_reasons_add(&n->reasons, s->expected_gpus > 0 ? HD_UNHEALTHY : HD_DEGRADED,
+			       "NVML unavailable (%s)", n->nvml_down);
 	if (s->expected_gpus >= 0 && n->n_gpus < s->expected_gpus)
 		hd_reasons_add(&n->reasons, HD_UNHEALTHY, "%d GPUs found, the cluster file says %d",
 			       n->n_gpus, s->expected_gpus);

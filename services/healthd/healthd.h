@@ -161,8 +161,9 @@ typedef struct hd_gpu {
 typedef struct hd_node {
 	int n_gpus; /* GPUs NVML reports */
 	hd_gpu gpus[HD_GPUS_MAX];
-	hd_reasons reasons;	     /* node-level: GPU count, NVML missing */
-	hd_state state;		     /* the worst of the node's and every GPU's */
+	hd_reasons reasons;  /* node-level: GPU count, NVML missing */
+	char nvml_down[256]; /* why NVML cannot be used ("no NVIDIA driver"); "" when it can */
+	hd_state state;	     /* the worst of the node's and every GPU's */
 	uint64_t healthy_since_usec; /* 0 while not healthy */
 	uint64_t polls;
 } hd_node;

@@ -342,9 +342,28 @@ static void publish(manager *m)
 	}
 }
 
+static void on_xid(int gpu, int xid, void *data);
+static int open_nvml(manager *m);
+
 static int poll_all(manager *m)
 {
 	int n = 0;
+	if (!m->nvml && !arg.check) {
+		/* the driver may come up after us (module load, persistenced) */
+		if (open_nvml(m) < 0) {
+			pthread_mutex_lock(&m->lock);
+			m->node.polls++;
+			publish(m);
+			pthread_mutex_unlock(&m->lock);
+			return 0;
+		}
+		log_notice("NVML is available now (%s)", m->s.nvml_library);
+		pthread_mutex_lock(&m->lock);
+		m->node.nvml_down[0] = 0;
+		pthread_mutex_unlock(&m->lock);
+		if (hd_nvml_start_events(m->nvml, on_xid, m) < 0)
+			log_warning("NVML event API unavailable: XIDs are not watched");
+	}
 	if (!m->nvml)
 		return 0;
 	int r = hd_nvml_count(m->nvml, &n);
@@ -505,10 +524,8 @@ static int open_nvml(manager *m)
 
 static void no_nvml_reason(manager *m, int r)
 {
-	if (m->s.expected_gpus == 0)
-		return;
-	hd_reasons_add(&m->node.reasons, m->s.expected_gpus > 0 ? HD_UNHEALTHY : HD_DEGRADED,
-		       "NVML unavailable (%s)", r == -ENOENT ? "no NVIDIA driver" : m->nvml_error);
+	snprintf(m->node.nvml_down, sizeof(m->node.nvml_down), "%s",
+		 r == -ENOENT ? "no NVIDIA driver" : m->nvml_error);
 }
 
 static int run_check(manager *m)
@@ -517,12 +534,8 @@ static int run_check(manager *m)
 	if (r < 0) {
 		log_full(m->s.expected_gpus > 0 ? LOG_ERR : LOG_NOTICE, "Cannot use NVML (%s): %s",
 			 m->s.nvml_library, m->nvml_error);
+		no_nvml_reason(m, r);
 		hd_node_evaluate(&m->s, &m->node, kiln_now_usec());
-		if (m->s.expected_gpus > 0) {
-			m->node.reasons.n = 0;
-			no_nvml_reason(m, r);
-			m->node.state = HD_UNHEALTHY;
-		}
 	} else {
 		poll_all(m);
 		pthread_mutex_lock(&m->lock);

@@ -61,6 +61,18 @@ check "old driver: no warning for symbols that have an older name" bash -c "! gr
 check "--active without a GPU exits 0" rc_is 0 "$HEALTHD" -c "$W/nodrv.cfg" --node node01 --active
 check "  ... every check skipped, none passed" bash -c "[ \$(grep -c ' skipped ' '$W/out') = 3 ] && ! grep -q passed '$W/out'"
 
+# a driver that shows up after the daemon started is picked up
+write_cfg "$W/late.cfg" "nvml_library = \"$W/late/libnvidia-ml.so.1\";" 'interval = "200ms";' 'drain = false;'
+KILN_FAKE_NVML_SCENARIO=$healthy "$HEALTHD" -c "$W/late.cfg" --node node01 --metrics-port 0 >"$W/late.log" 2>&1 &
+lpid=$!
+sleep 0.7
+mkdir -p "$W/late" && cp "$FAKE" "$W/late/"
+wait_until 5 grep -q "node node01 healthy again" "$W/late.log" >/dev/null
+kill $lpid; wait $lpid 2>/dev/null
+check "no driver at start: unhealthy with the reason" grep -q "unhealthy: NVML unavailable (no NVIDIA driver)" "$W/late.log"
+check "the driver appears later: picked up, node healthy again" \
+	bash -c "grep -q 'NVML is available now' '$W/late.log' && grep -q 'node node01 healthy again' '$W/late.log'"
+
 if [ -x "$B/bin/kiln-healthd-active" ]; then
 	check "--active with 4 (fake) GPUs and no CUDA device exits 0" rc_is 0 hd "$healthy" --node node01 --active
 	check "  ... 12 checks skipped, none passed" bash -c "[ \$(grep -c ' skipped ' '$W/out') = 12 ] && ! grep -q passed '$W/out'"
