@@ -102,6 +102,20 @@ check "scale-up: first round with 3 nodes" grep -q '^start round 1 rank 0 world 
 check "scale-up: a later round with all 4 nodes (WORLD_SIZE 4)" grep -qE '^start round [2-9] rank 3 world 4 .*host sim4' "$d/w.log"
 check "scale-up: all agents exit 0" test "$rcs" = 0000
 
+# A worker failure on one node restarts every node; with --exclude-after 1
+# that node is left out of the next round.
+d=$T/fail; mkdir -p "$d"; p=$(port)
+for i in 0 1 2; do
+	start_agent "$d" $i 'sim[1-3]' "$p" --nnodes 2:3 --last-call 5s --backoff 100ms --exclude-after 1 -- \
+		sh -c 'echo "$TORCHELASTIC_RESTART_COUNT $RANK $WORLD_SIZE $KILN_HOST" >>'"$d"'/env; [ "$KILN_HOST" = sim2 ] && exit 3; sleep 1'
+done
+rcs=""; for i in 0 1 2; do wait_rc "$d" $i; done
+check "worker failure: round 1 ran on 3 nodes" test "$(grep -c '^0 . 3 ' "$d/env")" -eq 3
+check "worker failure: every node restarted; sim2 excluded, round 2 on sim1+sim3 (WORLD_SIZE 2)" \
+	test "$(grep '^1 ' "$d/env" | sort | tr '\n' ' ')" = "1 0 2 sim1 1 1 2 sim3 "
+check "worker failure: the agents exit 0 (sim2's too: the job succeeded without it)" test "$rcs" = 000
+check "worker failure: the leader logs the exclusion" grep -q 'Restart 1 of 3' "$d/a0.err"
+
 # Too few nodes: rendezvous timeout, exit 75, names the missing node.
 d=$T/timeout; mkdir -p "$d"; p=$(port)
 for i in 0 1; do
