@@ -174,7 +174,8 @@ static int worker_new(hd_nvml *m, worker **ret)
 		free(w);
 		return -r;
 	}
-	pthread_detach(w->thread);
+	/* joinable: hd_nvml_close() waits for the current worker; an abandoned
+	 * one is detached when it is given up */
 	*ret = w;
 	return 0;
 }
@@ -413,6 +414,7 @@ static int run_job(hd_nvml *m, enum job_kind kind, int gpu, hd_sample *out, int 
 			snprintf(hung, hunglen, "%s", call_name(m, w->call));
 			w->abandoned = true;
 			atomic_fetch_add(&m->abandoned, 1);
+			pthread_detach(w->thread);
 			m->w = NULL; /* the next job starts a fresh worker */
 			r = -ETIMEDOUT;
 			break;
@@ -502,18 +504,23 @@ void hd_nvml_close(hd_nvml *m)
 			pthread_detach(m->ev_thread);
 	}
 	pthread_mutex_lock(&m->lock);
-	if (m->w) {
-		m->w->quit = true;
+	worker *w = TAKE_PTR(m->w);
+	pthread_t wt = w ? w->thread : 0; /* w frees itself when it quits */
+	if (w) {
+		w->quit = true;
 		pthread_cond_broadcast(&m->cond);
-		m->w = NULL;
 	}
 	int left = m->abandoned;
 	pthread_mutex_unlock(&m->lock);
+	if (w)
+		pthread_join(wt, NULL); /* idle between jobs: returns at once */
 	if (left > 0 || (m->ev_started && !m->ev_exited))
-		return; /* threads may still touch m and the library: leave both */
+		return; /* abandoned threads may still touch m and the library: leave both */
 	m->api.shutdown();
-	/* the quitting worker may still hold the lock for a moment; the
-	 * library and m are process-lifetime objects in practice. */
+	dlclose(m->dl);
+	pthread_cond_destroy(&m->cond);
+	pthread_mutex_destroy(&m->lock);
+	free(m);
 }
 
 int hd_nvml_count(hd_nvml *m, int *ret)

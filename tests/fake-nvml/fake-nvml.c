@@ -139,7 +139,7 @@ struct fake_eventset {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static config_t cfg;
-static bool loaded;
+static bool loaded, cfg_inited;
 static int init_count;
 static double t0;
 static struct fake_gpu gpus[FAKE_MAX_GPUS];
@@ -246,7 +246,10 @@ static void apply_setting(struct fake_gpu *g, config_setting_t *s)
 static int load_scenario(void)
 {
 	const char *path = getenv("KILN_FAKE_NVML_SCENARIO");
+	if (cfg_inited)
+		config_destroy(&cfg);
 	config_init(&cfg);
+	cfg_inited = true;
 	n_gpus = 0;
 	n_events = 0;
 	if (!path || !*path) {
@@ -293,6 +296,17 @@ static int load_scenario(void)
 		}
 	}
 	return 0;
+}
+
+/* The scenario lives as long as the library is loaded. */
+__attribute__((destructor)) static void unload(void)
+{
+	if (cfg_inited)
+		config_destroy(&cfg);
+	for (struct fake_eventset *e = eventsets, *next; e; e = next) {
+		next = e->next;
+		free(e);
+	}
 }
 
 /* Fires every due event.  Called with the lock held. */
