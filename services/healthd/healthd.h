@@ -191,7 +191,8 @@ int hd_json_render(const hd_node *n, const char *hostname, kiln_strbuf *b);
 typedef struct hd_nvml hd_nvml;
 /* Loads library (a path or soname) and calls nvmlInit.  Errors: -ENOENT the
  * library is missing (no driver), -ENOTSUP a required symbol is missing,
- * -EIO nvmlInit failed (the error string goes to err). Logs warnings for
+ * -EIO nvmlInit failed (the error string goes to err), -ETIMEDOUT nvmlInit
+ * did not return within timeout_usec (its thread is abandoned). Logs warnings for
  * optional symbols that are missing (each disables one check). */
 int hd_nvml_open(const char *library, uint64_t timeout_usec, hd_nvml **ret, char *err,
 		 size_t errlen);

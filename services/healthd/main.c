@@ -47,6 +47,7 @@ typedef struct manager {
 	char host[KILN_HOSTNAME_MAX + 1];
 	hd_nvml *nvml;
 	char nvml_error[256];
+	bool nvml_init_hung;
 	pthread_mutex_t lock; /* node, metrics */
 	hd_node node;
 	char *metrics;
@@ -348,9 +349,14 @@ static int open_nvml(manager *m);
 static int poll_all(manager *m)
 {
 	int n = 0;
-	if (!m->nvml && !arg.check) {
+	if (!m->nvml && !arg.check && !m->nvml_init_hung) {
 		/* the driver may come up after us (module load, persistenced) */
 		if (open_nvml(m) < 0) {
+			if (m->nvml_init_hung)
+				log_error("nvmlInit hangs: %s; not retrying, restart kiln-healthd "
+					  "once the "
+					  "driver is fixed",
+					  m->nvml_error);
 			pthread_mutex_lock(&m->lock);
 			m->node.polls++;
 			publish(m);
@@ -517,6 +523,8 @@ static int open_nvml(manager *m)
 			     sizeof(m->nvml_error));
 	if (r < 0) {
 		m->nvml = NULL;
+		/* each hung nvmlInit leaves a thread behind: try once only */
+		m->nvml_init_hung = r == -ETIMEDOUT;
 		return r;
 	}
 	return 0;

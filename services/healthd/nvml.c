@@ -129,7 +129,7 @@ static const struct sym {
 #undef S
 };
 
-enum job_kind { JOB_COUNT, JOB_POLL };
+enum job_kind { JOB_INIT, JOB_COUNT, JOB_POLL };
 
 typedef struct worker {
 	pthread_t thread;
@@ -360,7 +360,11 @@ static void *worker_main(void *p)
 		if (w->quit)
 			break;
 		pthread_mutex_unlock(&m->lock);
-		if (w->kind == JOB_COUNT) {
+		if (w->kind == JOB_INIT) {
+			nvmlReturn_t r = CALL(w, init);
+			w->count = (int) r; /* the NVML status, for the error message */
+			w->result = r == NVML_SUCCESS ? 0 : -EIO;
+		} else if (w->kind == JOB_COUNT) {
 			unsigned n = 0;
 			nvmlReturn_t r = CALL(w, count, &n);
 			w->count = (int) n;
@@ -476,14 +480,21 @@ int hd_nvml_open(const char *library, uint64_t timeout_usec, hd_nvml **ret, char
 		log_warning("NVML library %s lacks nvmlDeviceGetRetiredPages: the retired pages "
 			    "check disabled",
 			    library);
-	/* nvmlInit runs before the daemon reports READY=1, so systemd's start
-	 * timeout bounds it. */
-	nvmlReturn_t r = m->api.init();
-	if (r != NVML_SUCCESS) {
-		snprintf(err, errlen, "nvmlInit failed: %s", m->api.error_string(r));
-		dlclose(m->dl);
-		free(m);
-		return -EIO;
+	/* nvmlInit touches the driver too: same timeout as every other call */
+	int status = 0;
+	char hung[64];
+	int r = run_job(m, JOB_INIT, -1, NULL, &status, hung, sizeof(hung));
+	if (r == -ETIMEDOUT) {
+		/* the abandoned thread still uses m and the library: leave both */
+		snprintf(err, errlen, "nvmlInit did not return within %.1fs (hung driver?)",
+			 m->timeout_usec / 1e6);
+		return -ETIMEDOUT;
+	}
+	if (r < 0) {
+		snprintf(err, errlen, "nvmlInit failed: %s",
+			 r == -EIO ? m->api.error_string((nvmlReturn_t) status) : strerror(-r));
+		hd_nvml_close(m);
+		return r == -EIO ? -EIO : r;
 	}
 	*ret = m;
 	return 0;

@@ -18,6 +18,7 @@
  * until the process exits, as a wedged driver does.  If KILN_FAKE_NVML_LOG
  * names a file, nvmlInit and every fired event append a line with the
  * CLOCK_REALTIME time, so tests can measure latency from injection.
+ * KILN_FAKE_NVML_HANG_INIT=1 makes nvmlInit itself hang.
  *
  * Built twice: the normal library, and with FAKE_NVML_OLD an "old driver"
  * that lacks the newest symbol names (callers must fall back) and
@@ -388,6 +389,11 @@ static nvmlReturn_t enter(nvmlDevice_t d, const char *fn, struct fake_gpu **ret)
 
 EXPORT nvmlReturn_t nvmlInit_v2(void)
 {
+	/* a driver so broken that nvmlInit itself never returns */
+	const char *h = getenv("KILN_FAKE_NVML_HANG_INIT");
+	if (h && *h && *h != '0')
+		for (;;)
+			pause();
 	pthread_mutex_lock(&lock);
 	if (!loaded) {
 		if (load_scenario() < 0) {

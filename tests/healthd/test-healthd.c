@@ -391,6 +391,21 @@ static void xid_cb(int gpu, int xid, void *data)
 	xid_seen = xid;
 }
 
+static void test_nvml_init_hang(void **state)
+{
+	if (access(fake_dir, R_OK) < 0)
+		skip();
+	char err[256] = "";
+	hd_nvml *m = NULL;
+	setenv("KILN_FAKE_NVML_HANG_INIT", "1", 1);
+	uint64_t t0 = kiln_now_usec();
+	assert_int_equal(hd_nvml_open(fake_dir, 200000, &m, err, sizeof(err)), -ETIMEDOUT);
+	assert_true(kiln_now_usec() - t0 < 1000000);
+	assert_non_null(strstr(err, "nvmlInit did not return within 0.2s"));
+	assert_null(m);
+	unsetenv("KILN_FAKE_NVML_HANG_INIT");
+}
+
 static void test_nvml_fake(void **state)
 {
 	if (access(fake_dir, R_OK) < 0)
@@ -507,6 +522,7 @@ int main(void)
 		cmocka_unit_test_setup(test_node_state, setup),
 		cmocka_unit_test_setup(test_metrics, setup),
 		cmocka_unit_test_setup(test_json_table, setup),
+		cmocka_unit_test(test_nvml_init_hang),
 		cmocka_unit_test(test_nvml_fake),
 		cmocka_unit_test(test_nvml_old_driver),
 		cmocka_unit_test_setup(test_active_runner, setup),
