@@ -120,16 +120,16 @@ typedef struct kr_agent {
 static bool secret_eq(const char *a, const char *b)
 {
 	size_t la = strlen(a), lb = strlen(b);
-	unsigned char d = (unsigned char)(la != lb);
+	unsigned char d = (unsigned char) (la != lb);
 	for (size_t i = 0; i < la && i < lb; i++)
-		d |= (unsigned char)(a[i] ^ b[i]);
+		d |= (unsigned char) (a[i] ^ b[i]);
 	return d == 0;
 }
 
 static int make_secret(char *buf, size_t len)
 {
 	unsigned char raw[KR_SECRET_LEN / 2];
-	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t) sizeof(raw))
 		return -errno;
 	for (size_t i = 0; i < sizeof(raw) && 2 * i + 2 < len; i++)
 		snprintf(buf + 2 * i, 3, "%02x", raw[i]);
@@ -192,14 +192,15 @@ static int leader_new(kr_agent *a, kr_leader **ret)
 	so.secret = a->secret;
 	r = kiln_store_server_new(&so, &L->srv);
 	if (r < 0) {
-		log_error_errno(r, "Failed to start the store on port %u: %m (pick another with --port)",
-				o->port);
+		log_error_errno(
+			r, "Failed to start the store on port %u: %m (pick another with --port)",
+			o->port);
 		goto fail;
 	}
 	r = rdzv_leader_init(&L->st, &o->rdzv, a->job->n, kiln_now_usec());
 	if (r < 0)
 		goto fail;
-	rdzv_leader_resume(&L->st, a->seen_round, (unsigned)a->restarts);
+	rdzv_leader_resume(&L->st, a->seen_round, (unsigned) a->restarts);
 
 	L->live_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (L->live_fd < 0) {
@@ -208,9 +209,9 @@ static int leader_new(kr_agent *a, kr_leader **ret)
 	}
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
 	socklen_t sl = sizeof(sa);
-	if (bind(L->live_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	if (bind(L->live_fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 ||
 	    listen(L->live_fd, 4096) < 0 ||
-	    getsockname(L->live_fd, (struct sockaddr *)&sa, &sl) < 0) {
+	    getsockname(L->live_fd, (struct sockaddr *) &sa, &sl) < 0) {
 		r = -errno;
 		goto fail;
 	}
@@ -225,7 +226,7 @@ static int leader_new(kr_agent *a, kr_leader **ret)
 	if (r < 0)
 		goto fail;
 	if (a->seen_round > 0) {
-		r = kiln_store_server_add(L->srv, "/kiln/round", (int64_t)a->seen_round, NULL);
+		r = kiln_store_server_add(L->srv, "/kiln/round", (int64_t) a->seen_round, NULL);
 		if (r < 0)
 			goto fail;
 	}
@@ -256,7 +257,8 @@ static void leader_accept(kr_agent *a)
 	for (;;) {
 		struct sockaddr_in sa;
 		socklen_t sl = sizeof(sa);
-		int fd = accept4(L->live_fd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd = accept4(L->live_fd, (struct sockaddr *) &sa, &sl,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return;
 		if (!peer_allowed(L, &sa) || L->n_conns >= KR_LIVE_MAX) {
@@ -279,7 +281,7 @@ static void live_drop(kr_agent *a, size_t i)
 	live_conn *lc = &L->conns[i];
 	if (lc->id >= 0) {
 		log_debug("Liveness connection of %s closed", a->job->nodes[lc->id]);
-		rdzv_leader_lost(&L->st, (size_t)lc->id, kiln_now_usec());
+		rdzv_leader_lost(&L->st, (size_t) lc->id, kiln_now_usec());
 	}
 	close(lc->fd);
 	L->conns[i] = L->conns[--L->n_conns];
@@ -302,7 +304,7 @@ static void leader_read_conn(kr_agent *a, size_t i)
 		}
 		if (lc->id >= 0)
 			continue; /* nothing more is expected; ignore */
-		size_t take = MIN((size_t)r, sizeof(lc->buf) - 1 - lc->len);
+		size_t take = MIN((size_t) r, sizeof(lc->buf) - 1 - lc->len);
 		memcpy(lc->buf + lc->len, tmp, take);
 		lc->len += take;
 		lc->buf[lc->len] = 0;
@@ -318,7 +320,7 @@ static void leader_read_conn(kr_agent *a, size_t i)
 			goto bad;
 		*sp = 0;
 		int id;
-		if (kiln_parse_int(lc->buf, 0, (int)a->job->n - 1, &id) < 0 ||
+		if (kiln_parse_int(lc->buf, 0, (int) a->job->n - 1, &id) < 0 ||
 		    !secret_eq(sp + 1, a->secret))
 			goto bad;
 		lc->id = id;
@@ -344,11 +346,11 @@ static int read_lines(kr_leader *L, const char *key, size_t *off, char **ret)
 		return r;
 	const char *s = v;
 	const char *end = memrchr(s, '\n', len);
-	if (!end || (size_t)(end - s) + 1 <= *off) {
+	if (!end || (size_t) (end - s) + 1 <= *off) {
 		*ret = NULL;
 		return 0;
 	}
-	size_t n = (size_t)(end - s) + 1 - *off;
+	size_t n = (size_t) (end - s) + 1 - *off;
 	*ret = strndup(s + *off, n);
 	if (!*ret)
 		return -ENOMEM;
@@ -377,13 +379,13 @@ static void leader_step(kr_agent *a)
 		char *save = NULL;
 		for (char *t = strtok_r(joins, "\n", &save); t; t = strtok_r(NULL, "\n", &save)) {
 			int id;
-			if (kiln_parse_int(t, 0, (int)a->job->n - 1, &id) < 0)
+			if (kiln_parse_int(t, 0, (int) a->job->n - 1, &id) < 0)
 				continue;
 			char key[64];
 			snprintf(key, sizeof(key), "/kiln/node/%d", id);
 			_cleanup_free_ char *info = NULL;
 			size_t il;
-			if (kiln_store_server_get(L->srv, key, (void **)&info, &il) < 0)
+			if (kiln_store_server_get(L->srv, key, (void **) &info, &il) < 0)
 				continue;
 			char host[RDZV_HOST_MAX + 1], addr[RDZV_ADDR_MAX + 1];
 			unsigned nproc;
@@ -391,9 +393,10 @@ static void leader_step(kr_agent *a)
 			if (sscanf(info, "%64s %16s %u %" SCNu64 " %" SCNu64, host, addr, &nproc,
 				   &last_round, &restarts) != 5)
 				continue;
-			if (rdzv_leader_join(&L->st, (size_t)id, host, addr, nproc, now) < 0)
+			if (rdzv_leader_join(&L->st, (size_t) id, host, addr, nproc, now) < 0)
 				continue;
-			rdzv_leader_resume(&L->st, last_round, (unsigned)MIN(restarts, UINT32_MAX));
+			rdzv_leader_resume(&L->st, last_round,
+					   (unsigned) MIN(restarts, UINT32_MAX));
 			log_info("%s joined (%u workers)", host, nproc);
 		}
 	}
@@ -405,7 +408,7 @@ static void leader_step(kr_agent *a)
 		_cleanup_free_ char *v = NULL;
 		size_t vl;
 		int64_t hb;
-		if (kiln_store_server_get(L->srv, key, (void **)&v, &vl) == 0 &&
+		if (kiln_store_server_get(L->srv, key, (void **) &v, &vl) == 0 &&
 		    kiln_parse_int64(v, 0, INT64_MAX, &hb) == 0)
 			rdzv_leader_heartbeat(&L->st, i, hb, now);
 	}
@@ -455,8 +458,10 @@ static void leader_step(kr_agent *a)
 		if (r == 0) {
 			int64_t cur = 0;
 			kiln_store_server_add(L->srv, "/kiln/round", 0, &cur);
-			kiln_store_server_add(L->srv, "/kiln/round", (int64_t)rd.round - cur, NULL);
-			log_notice("Round %" PRIu64 ": %" PRIu32 " nodes, WORLD_SIZE %" PRIu32 " (%s)",
+			kiln_store_server_add(L->srv, "/kiln/round", (int64_t) rd.round - cur,
+					      NULL);
+			log_notice("Round %" PRIu64 ": %" PRIu32 " nodes, WORLD_SIZE %" PRIu32
+				   " (%s)",
 				   rd.round, rd.n, rd.world_size, L->st.reason);
 		} else
 			log_warning_errno(r, "Failed to publish round %" PRIu64 ": %m", rd.round);
@@ -506,16 +511,16 @@ static int live_connect(kr_agent *a, const char *addr)
 	_cleanup_close_ int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port) };
 	if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
 		return -EINVAL;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+	if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0)
 		return -errno;
 	int one = 1;
 	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
 	char hello[KR_LIVE_HELLO_MAX];
 	int n = snprintf(hello, sizeof(hello), "%zu %s\n", a->job->self, a->secret);
-	if (write(fd, hello, (size_t)n) != n)
+	if (write(fd, hello, (size_t) n) != n)
 		return -EPIPE;
 	a->live_fd = TAKE_FD(fd);
 	return 0;
@@ -549,18 +554,26 @@ static int agent_connect(kr_agent *a)
 				return r;
 			uint16_t port = kiln_store_server_port(a->L->srv);
 			log_info("Hosting the store on %s:%u", j->nodes[j->self], port);
-			r = kiln_store_client_connect("127.0.0.1", port, a->secret, KR_OP_TIMEOUT_USEC, &a->c);
+			r = kiln_store_client_connect("127.0.0.1", port, a->secret,
+						      KR_OP_TIMEOUT_USEC, &a->c);
 			if (r < 0)
-				return log_error_errno(r, "Failed to connect to the local store: %m");
+				return log_error_errno(r,
+						       "Failed to connect to the local store: %m");
 		} else {
-			uint64_t t = a->first_connect ? KR_FIRST_CONNECT_USEC + a->o->rdzv.dead_after_usec
-						      : a->o->rdzv.dead_after_usec;
+			uint64_t t = a->first_connect
+					     ? KR_FIRST_CONNECT_USEC + a->o->rdzv.dead_after_usec
+					     : a->o->rdzv.dead_after_usec;
 			r = kiln_store_client_connect(host, a->o->port, a->secret, t, &a->c);
 			if (r == -EACCES)
-				return log_error_errno(r, "The store on %s rejected this job's secret; are all agents started by the same job with the same %s?",
-						       j->nodes[a->store_idx], KR_ENV_SECRET);
+				return log_error_errno(
+					r,
+					"The store on %s rejected this job's secret; are all "
+					"agents started by the same job with the same %s?",
+					j->nodes[a->store_idx], KR_ENV_SECRET);
 			if (r < 0) {
-				log_warning_errno(r, "Store host %s (%s:%u) does not answer: %m; trying the next node",
+				log_warning_errno(r,
+						  "Store host %s (%s:%u) does not answer: %m; "
+						  "trying the next node",
 						  j->nodes[a->store_idx], host, a->o->port);
 				a->store_idx++;
 				a->first_connect = false;
@@ -581,11 +594,13 @@ static int agent_connect(kr_agent *a)
 		}
 		return 0;
 	lost:
-		log_warning_errno(r, "Lost the store on %s while joining: %m", j->nodes[a->store_idx]);
+		log_warning_errno(r, "Lost the store on %s while joining: %m",
+				  j->nodes[a->store_idx]);
 		agent_disconnect(a);
 		a->store_idx++;
 	}
-	return log_error_errno(-EHOSTUNREACH, "No node of the allocation can host the store any more; giving up");
+	return log_error_errno(-EHOSTUNREACH,
+			       "No node of the allocation can host the store any more; giving up");
 }
 
 /* ---- agent: workers --------------------------------------------------- */
@@ -600,9 +615,9 @@ static void start_stop(kr_agent *a, int sig, uint64_t within)
 
 static void spawn_round(kr_agent *a)
 {
-	const rdzv_member *me = rdzv_round_find(&a->cur, (uint32_t)a->job->self);
+	const rdzv_member *me = rdzv_round_find(&a->cur, (uint32_t) a->job->self);
 	const rdzv_member *m0 = &a->cur.m[0];
-	(void)m0;
+	(void) m0;
 	kr_worker_env e = {
 		.rank_base = me->rank_base,
 		.local_world = me->nproc,
@@ -628,7 +643,8 @@ static void spawn_round(kr_agent *a)
 		return;
 	}
 	log_info("%s: round %" PRIu64 ": started ranks %" PRIu32 "-%" PRIu32 " of %" PRIu32,
-		 a->job->nodes[a->job->self], a->cur.round, me->rank_base, me->rank_base + me->nproc - 1, a->cur.world_size);
+		 a->job->nodes[a->job->self], a->cur.round, me->rank_base,
+		 me->rank_base + me->nproc - 1, a->cur.world_size);
 	a->state = A_RUNNING;
 	a->ever_member = true;
 }
@@ -653,8 +669,9 @@ static int workers_step(kr_agent *a, uint64_t now)
 		rdzv_round_free(&a->cur);
 		a->cur = a->pending;
 		a->pending = (rdzv_round){ 0 };
-		if (!rdzv_round_find(&a->cur, (uint32_t)a->job->self)) {
-			log_info("%s: round %" PRIu64 " does not include this node; waiting", a->job->nodes[a->job->self], a->cur.round);
+		if (!rdzv_round_find(&a->cur, (uint32_t) a->job->self)) {
+			log_info("%s: round %" PRIu64 " does not include this node; waiting",
+				 a->job->nodes[a->job->self], a->cur.round);
 			a->state = A_IDLE;
 			break;
 		}
@@ -674,14 +691,15 @@ static int workers_step(kr_agent *a, uint64_t now)
 		r = kiln_store_client_add(a->c, key, 0, &v);
 		if (r < 0)
 			return r;
-		if (v >= (int64_t)a->cur.n)
+		if (v >= (int64_t) a->cur.n)
 			spawn_round(a);
 		break;
 	}
 	case A_RUNNING: {
 		int res = kr_group_result(&a->g);
 		if (a->pending.n && res < 0) {
-			log_notice("%s: round %" PRIu64 " replaces round %" PRIu64 "; stopping workers",
+			log_notice("%s: round %" PRIu64 " replaces round %" PRIu64
+				   "; stopping workers",
 				   a->job->nodes[a->job->self], a->pending.round, a->cur.round);
 			start_stop(a, SIGTERM, MIN(a->o->grace_usec, KR_RESTART_STOP_USEC));
 			break;
@@ -690,8 +708,10 @@ static int workers_step(kr_agent *a, uint64_t now)
 			break;
 		kr_group_pump(&a->g, true);
 		if (res == 0) {
-			log_info("%s: round %" PRIu64 ": all workers exited 0", a->job->nodes[a->job->self], a->cur.round);
-			snprintf(line, sizeof(line), "%zu %" PRIu64 "\n", a->job->self, a->cur.round);
+			log_info("%s: round %" PRIu64 ": all workers exited 0",
+				 a->job->nodes[a->job->self], a->cur.round);
+			snprintf(line, sizeof(line), "%zu %" PRIu64 "\n", a->job->self,
+				 a->cur.round);
 			a->state = A_DONE;
 			a->last_worker_code = 0;
 			if (!a->term_sig)
@@ -699,10 +719,12 @@ static int workers_step(kr_agent *a, uint64_t now)
 			return r;
 		}
 		a->last_worker_code = res;
-		log_warning("%s: round %" PRIu64 ": a worker exited with code %d; stopping the others",
+		log_warning("%s: round %" PRIu64
+			    ": a worker exited with code %d; stopping the others",
 			    a->job->nodes[a->job->self], a->cur.round, res);
 		if (!a->term_sig) {
-			snprintf(line, sizeof(line), "%zu %" PRIu64 " %d\n", a->job->self, a->cur.round, res);
+			snprintf(line, sizeof(line), "%zu %" PRIu64 " %d\n", a->job->self,
+				 a->cur.round, res);
 			r = report(a, "/kiln/fail", line);
 		}
 		start_stop(a, SIGTERM, MIN(a->o->grace_usec, KR_RESTART_STOP_USEC));
@@ -715,7 +737,8 @@ static int workers_step(kr_agent *a, uint64_t now)
 			break;
 		}
 		if (now >= a->stop_deadline && !a->killed_hard) {
-			log_warning("%s: workers did not stop in time; killing them", a->job->nodes[a->job->self]);
+			log_warning("%s: workers did not stop in time; killing them",
+				    a->job->nodes[a->job->self]);
 			kr_group_kill(&a->g, SIGKILL);
 			a->killed_hard = true;
 		}
@@ -751,13 +774,15 @@ static void handle_signal(kr_agent *a, int sig)
 		if (a->c) {
 			int r = kiln_store_client_add(a->c, KR_CHECKPOINT_KEY, 1, NULL);
 			if (r < 0)
-				log_warning_errno(r, "Failed to set %s: %m, ignoring", KR_CHECKPOINT_KEY);
+				log_warning_errno(r, "Failed to set %s: %m, ignoring",
+						  KR_CHECKPOINT_KEY);
 		}
 		kr_group_kill(&a->g, SIGUSR1);
 		if (a->o->requeue && a->L && a->job->job_id && !a->job->sim) {
 			int r = kr_slurm_requeue(a->job->job_id);
 			if (r < 0)
-				log_warning_errno(r, "Failed to requeue job %s: %m, ignoring", a->job->job_id);
+				log_warning_errno(r, "Failed to requeue job %s: %m, ignoring",
+						  a->job->job_id);
 			else
 				log_notice("Requeued job %s", a->job->job_id);
 		}
@@ -786,7 +811,7 @@ static int poll_store(kr_agent *a, uint64_t now)
 	if (closed > 0 && !a->finished) {
 		_cleanup_free_ char *res = NULL;
 		size_t len;
-		r = kiln_store_client_get(a->c, "/kiln/result", (void **)&res, &len);
+		r = kiln_store_client_get(a->c, "/kiln/result", (void **) &res, &len);
 		if (r < 0)
 			return r;
 		int code = KR_EXIT_FAILURE, n = 0;
@@ -795,7 +820,8 @@ static int poll_store(kr_agent *a, uint64_t now)
 		if (code == KR_EXIT_JOIN_TIMEOUT)
 			log_error("Rendezvous timed out: %s", res + n);
 		else if (!a->ever_member && !a->L) {
-			log_error("The rendezvous closed before this node got a round (%s)", res + n);
+			log_error("The rendezvous closed before this node got a round (%s)",
+				  res + n);
 			code = KR_EXIT_CLOSED;
 		}
 		a->exit_code = code;
@@ -806,26 +832,26 @@ static int poll_store(kr_agent *a, uint64_t now)
 	r = kiln_store_client_add(a->c, "/kiln/round", 0, &round);
 	if (r < 0)
 		return r;
-	if ((uint64_t)round > a->seen_round) {
+	if ((uint64_t) round > a->seen_round) {
 		_cleanup_free_ char *text = NULL;
 		size_t len;
 		snprintf(key, sizeof(key), "/kiln/round/%" PRId64, round);
-		r = kiln_store_client_get(a->c, key, (void **)&text, &len);
+		r = kiln_store_client_get(a->c, key, (void **) &text, &len);
 		if (r < 0)
 			return r;
 		rdzv_round rd;
 		r = rdzv_round_parse(text, &rd);
 		if (r < 0) {
 			log_warning("Round %" PRId64 " is malformed, ignoring", round);
-			a->seen_round = (uint64_t)round;
+			a->seen_round = (uint64_t) round;
 			return 0;
 		}
 		_cleanup_free_ char *rs = NULL;
-		if (kiln_store_client_try_get(a->c, "/kiln/restarts", (void **)&rs, &len) == 0)
+		if (kiln_store_client_try_get(a->c, "/kiln/restarts", (void **) &rs, &len) == 0)
 			kiln_parse_uint64(rs, UINT32_MAX, &a->restarts);
 		rdzv_round_free(&a->pending);
 		a->pending = rd;
-		a->seen_round = (uint64_t)round;
+		a->seen_round = (uint64_t) round;
 	}
 	return 0;
 }
@@ -849,12 +875,13 @@ static int session(kr_agent *a)
 		if (a->L) {
 			p[k++] = (struct pollfd){ .fd = a->L->live_fd, .events = POLLIN };
 			for (size_t i = 0; i < a->L->n_conns; i++)
-				p[k++] = (struct pollfd){ .fd = a->L->conns[i].fd, .events = POLLIN };
+				p[k++] = (struct pollfd){ .fd = a->L->conns[i].fd,
+							  .events = POLLIN };
 		}
 		size_t pipes_at = k;
 		k += kr_group_pollfds(&a->g, p + k, KR_POLLFD_MAX - pipes_at);
-		(void)pipes_at;
-		int wait_ms = (int)((a->next_poll > now ? a->next_poll - now : 0) / 1000);
+		(void) pipes_at;
+		int wait_ms = (int) ((a->next_poll > now ? a->next_poll - now : 0) / 1000);
 		int n = poll(p, k, wait_ms);
 		if (n < 0 && errno != EINTR) {
 			ret = -errno;
@@ -862,8 +889,8 @@ static int session(kr_agent *a)
 		}
 		if (p[0].revents & POLLIN) {
 			struct signalfd_siginfo si;
-			while (read(a->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
-				handle_signal(a, (int)si.ssi_signo);
+			while (read(a->sfd, &si, sizeof(si)) == (ssize_t) sizeof(si))
+				handle_signal(a, (int) si.ssi_signo);
 		}
 		kr_group_pump(&a->g, false);
 		if (live_at != SIZE_MAX && p[live_at].revents) {
@@ -871,7 +898,8 @@ static int session(kr_agent *a)
 			ssize_t r = read(a->live_fd, tmp, sizeof(tmp));
 			if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
 				if (!a->finished)
-					log_warning("Lost the store host %s", a->job->nodes[a->store_idx]);
+					log_warning("Lost the store host %s",
+						    a->job->nodes[a->store_idx]);
 				ret = SESSION_LOST;
 				break;
 			}
@@ -896,7 +924,8 @@ static int session(kr_agent *a)
 			if (r < 0) {
 				if (a->finished && !a->L)
 					break; /* the leader went away after the end: fine */
-				log_warning_errno(r, "Lost the store on %s: %m", a->job->nodes[a->store_idx]);
+				log_warning_errno(r, "Lost the store on %s: %m",
+						  a->job->nodes[a->store_idx]);
 				ret = SESSION_LOST;
 				break;
 			}
@@ -957,7 +986,7 @@ static int run_health_check(const kr_opts *o)
 		sigset_t all;
 		sigemptyset(&all);
 		sigprocmask(SIG_SETMASK, &all, NULL);
-		execl(o->healthd, o->healthd, "--check", (char *)NULL);
+		execl(o->healthd, o->healthd, "--check", (char *) NULL);
 		_exit(127);
 	}
 	int st;
@@ -968,8 +997,9 @@ static int run_health_check(const kr_opts *o)
 
 int kr_agent_run(const kr_opts *o, kr_job *job)
 {
-	kr_agent a = { .o = o, .job = job, .live_fd = -1, .sfd = -1, .first_connect = true,
-		       .healthy = true };
+	kr_agent a = {
+		.o = o, .job = job, .live_fd = -1, .sfd = -1, .first_connect = true, .healthy = true
+	};
 	int r;
 
 	const char *sec = getenv(KR_ENV_SECRET);
@@ -986,19 +1016,23 @@ int kr_agent_run(const kr_opts *o, kr_job *job)
 		/* Agents on different nodes must agree; without a secret from
 		 * the batch script only the allocation allow-list protects
 		 * the control keys. */
-		log_warning("%s is not set; using a secret derived from the job id. Set it in the batch script (export %s=$(kiln-run --make-secret)) to protect the rendezvous",
+		log_warning("%s is not set; using a secret derived from the job id. Set it in the "
+			    "batch script (export %s=$(kiln-run --make-secret)) to protect the "
+			    "rendezvous",
 			    KR_ENV_SECRET, KR_ENV_SECRET);
 		snprintf(a.secret, sizeof(a.secret), "kiln-job-%s-uid-%u", strna(job->job_id),
-			 (unsigned)getuid());
+			 (unsigned) getuid());
 	}
 
 	a.nproc = o->nproc;
 	if (a.nproc == 0) {
 		int g = o->node_gpus >= 0 ? o->node_gpus : kr_count_gpus();
 		if (g <= 0)
-			return log_error_errno(-EINVAL, "--nproc-per-node gpu: %s has no GPUs (cluster file and /dev/nvidia*); give a number instead",
+			return log_error_errno(-EINVAL,
+					       "--nproc-per-node gpu: %s has no GPUs (cluster file "
+					       "and /dev/nvidia*); give a number instead",
 					       job->nodes[job->self]);
-		a.nproc = (unsigned)g;
+		a.nproc = (unsigned) g;
 	}
 	if (a.nproc > RDZV_MAX_NPROC)
 		return log_error_errno(-EINVAL, "--nproc-per-node %u is above the limit of %u",

@@ -21,7 +21,7 @@
 #include "kiln/parse.h"
 #include "launcher.h"
 
-#define KR_DEFAULT_PORT 29500
+#define KR_DEFAULT_PORT	   29500
 #define KR_HEALTHD_DEFAULT "/usr/local/bin/kiln-healthd"
 
 static void help(void)
@@ -39,18 +39,22 @@ static void help(void)
 	       "      --run-id ID               TORCHELASTIC_RUN_ID (default: Slurm job id)\n"
 	       "      --heartbeat DURATION      agent heartbeat interval (default 1s)\n"
 	       "      --dead-after DURATION     silent agent is dead after (default 5s)\n"
-	       "      --last-call DURATION      wait for more nodes after MIN joined (default 10s)\n"
+	       "      --last-call DURATION      wait for more nodes after MIN joined (default "
+	       "10s)\n"
 	       "      --join-timeout DURATION   give up below MIN after (default 300s)\n"
 	       "      --grace DURATION          SIGTERM to SIGKILL for workers (default 120s)\n"
 	       "      --exclude-after K         exclude a node after K failures (default 2)\n"
 	       "      --backoff DURATION        first restart delay, doubling (default 1s)\n"
 	       "      --prefix-output / --no-prefix-output   \"host:rank: \" line prefixes\n"
 	       "      --health-check / --no-health-check     run kiln-healthd --check first\n"
-	       "      --healthd PATH            kiln-healthd to run (default " KR_HEALTHD_DEFAULT ")\n"
+	       "      --healthd PATH            kiln-healthd to run (default " KR_HEALTHD_DEFAULT
+	       ")\n"
 	       "      --requeue                 requeue the job through Slurm on SIGUSR1\n"
 	       "      --standalone              single node on this machine, even inside Slurm\n"
-	       "  -c, --config FILE             cluster file (default $KILN_CONFIG or /etc/kiln/cluster.cfg)\n"
-	       "      --make-secret             print a fresh job secret for " KR_ENV_SECRET " and exit\n"
+	       "  -c, --config FILE             cluster file (default $KILN_CONFIG or "
+	       "/etc/kiln/cluster.cfg)\n"
+	       "      --make-secret             print a fresh job secret for " KR_ENV_SECRET
+	       " and exit\n"
 	       "  -v, --verbose / -q, --quiet   more / less logging\n"
 	       "  -h, --help, --version\n"
 	       "\n"
@@ -61,9 +65,23 @@ static void help(void)
 }
 
 enum {
-	OPT_PORT = 256, OPT_RUN_ID, OPT_HEARTBEAT, OPT_DEAD_AFTER, OPT_LAST_CALL,
-	OPT_JOIN_TIMEOUT, OPT_GRACE, OPT_EXCLUDE, OPT_BACKOFF, OPT_PREFIX, OPT_NO_PREFIX,
-	OPT_HEALTH, OPT_NO_HEALTH, OPT_HEALTHD, OPT_REQUEUE, OPT_STANDALONE, OPT_SECRET,
+	OPT_PORT = 256,
+	OPT_RUN_ID,
+	OPT_HEARTBEAT,
+	OPT_DEAD_AFTER,
+	OPT_LAST_CALL,
+	OPT_JOIN_TIMEOUT,
+	OPT_GRACE,
+	OPT_EXCLUDE,
+	OPT_BACKOFF,
+	OPT_PREFIX,
+	OPT_NO_PREFIX,
+	OPT_HEALTH,
+	OPT_NO_HEALTH,
+	OPT_HEALTHD,
+	OPT_REQUEUE,
+	OPT_STANDALONE,
+	OPT_SECRET,
 	OPT_VERSION,
 };
 
@@ -74,11 +92,11 @@ static int parse_nnodes(const char *s, unsigned *min, unsigned *max)
 	if (!colon) {
 		if (kiln_parse_int(s, 1, RDZV_MAX_NODES, &a) < 0)
 			return -EINVAL;
-		*min = *max = (unsigned)a;
+		*min = *max = (unsigned) a;
 		return 0;
 	}
 	char buf[32];
-	size_t l = (size_t)(colon - s);
+	size_t l = (size_t) (colon - s);
 	if (l >= sizeof(buf))
 		return -EINVAL;
 	memcpy(buf, s, l);
@@ -86,8 +104,8 @@ static int parse_nnodes(const char *s, unsigned *min, unsigned *max)
 	if (kiln_parse_int(buf, 1, RDZV_MAX_NODES, &a) < 0 ||
 	    kiln_parse_int(colon + 1, 1, RDZV_MAX_NODES, &b) < 0 || a > b)
 		return -EINVAL;
-	*min = (unsigned)a;
-	*max = (unsigned)b;
+	*min = (unsigned) a;
+	*max = (unsigned) b;
 	return 0;
 }
 
@@ -106,9 +124,12 @@ static int duration_arg(const char *opt, const char *val, uint64_t *ret)
 
 static int run(int argc, char **argv)
 {
-	kr_opts o = { .port = KR_DEFAULT_PORT, .heartbeat_usec = KILN_USEC_PER_SEC,
-		      .grace_usec = 120 * KILN_USEC_PER_SEC, .prefix_output = true,
-		      .healthd = KR_HEALTHD_DEFAULT, .node_gpus = -1 };
+	kr_opts o = { .port = KR_DEFAULT_PORT,
+		      .heartbeat_usec = KILN_USEC_PER_SEC,
+		      .grace_usec = 120 * KILN_USEC_PER_SEC,
+		      .prefix_output = true,
+		      .healthd = KR_HEALTHD_DEFAULT,
+		      .node_gpus = -1 };
 	rdzv_params_default(&o.rdzv);
 	bool nnodes_set = false, nproc_set = false;
 	const char *config = NULL;
@@ -132,25 +153,26 @@ static int run(int argc, char **argv)
 			if (r == -EINVAL)
 				kiln_cfg_errors_print(&errs, stderr);
 			else
-				log_error_errno(r, "Failed to read cluster file '%s': %m", cfg_path);
+				log_error_errno(r, "Failed to read cluster file '%s': %m",
+						cfg_path);
 			kiln_cfg_errors_free(&errs);
 			return KR_EXIT_USAGE;
 		}
 		kiln_cfg_errors_free(&errs);
 		const kiln_cfg_launcher *l = &cfg->launcher;
-		o.port = (uint16_t)l->port;
-		o.rdzv.min_nodes = (unsigned)l->nnodes_min;
-		o.rdzv.max_nodes = (unsigned)l->nnodes_max;
+		o.port = (uint16_t) l->port;
+		o.rdzv.min_nodes = (unsigned) l->nnodes_min;
+		o.rdzv.max_nodes = (unsigned) l->nnodes_max;
 		nnodes_set = true;
-		o.nproc = (unsigned)l->nproc_per_node;
+		o.nproc = (unsigned) l->nproc_per_node;
 		nproc_set = true;
-		o.rdzv.max_restarts = (unsigned)l->max_restarts;
+		o.rdzv.max_restarts = (unsigned) l->max_restarts;
 		o.heartbeat_usec = l->heartbeat_usec;
 		o.rdzv.dead_after_usec = l->dead_after_usec;
 		o.rdzv.last_call_usec = l->last_call_usec;
 		o.rdzv.join_timeout_usec = l->join_timeout_usec;
 		o.grace_usec = l->grace_usec;
-		o.rdzv.exclude_after = (unsigned)l->exclude_after_failures;
+		o.rdzv.exclude_after = (unsigned) l->exclude_after_failures;
 		o.prefix_output = l->prefix_output;
 		o.health_check = l->health_check;
 		const char *me = getenv("SLURMD_NODENAME");
@@ -199,27 +221,34 @@ static int run(int argc, char **argv)
 		switch (c) {
 		case 'n':
 			if (parse_nnodes(optarg, &o.rdzv.min_nodes, &o.rdzv.max_nodes) < 0)
-				return usage_error("--nnodes", optarg, "expected N or MIN:MAX with 1 <= MIN <= MAX"), KR_EXIT_USAGE;
+				return usage_error("--nnodes", optarg,
+						   "expected N or MIN:MAX with 1 <= MIN <= MAX"),
+				       KR_EXIT_USAGE;
 			nnodes_set = true;
 			break;
 		case 'p':
 			if (streq(optarg, "gpu"))
 				o.nproc = 0;
 			else if (kiln_parse_int(optarg, 1, RDZV_MAX_NPROC, &v) == 0)
-				o.nproc = (unsigned)v;
+				o.nproc = (unsigned) v;
 			else
-				return usage_error("--nproc-per-node", optarg, "expected 1..1024 or 'gpu'"), KR_EXIT_USAGE;
+				return usage_error("--nproc-per-node", optarg,
+						   "expected 1..1024 or 'gpu'"),
+				       KR_EXIT_USAGE;
 			nproc_set = true;
 			break;
 		case 'r':
 			if (kiln_parse_int(optarg, 0, 1000000, &v) < 0)
-				return usage_error("--max-restarts", optarg, "expected a number >= 0"), KR_EXIT_USAGE;
-			o.rdzv.max_restarts = (unsigned)v;
+				return usage_error("--max-restarts", optarg,
+						   "expected a number >= 0"),
+				       KR_EXIT_USAGE;
+			o.rdzv.max_restarts = (unsigned) v;
 			break;
 		case OPT_PORT:
 			if (kiln_parse_int(optarg, 0, 65535, &v) < 0)
-				return usage_error("--port", optarg, "expected 0..65535"), KR_EXIT_USAGE;
-			o.port = (uint16_t)v;
+				return usage_error("--port", optarg, "expected 0..65535"),
+				       KR_EXIT_USAGE;
+			o.port = (uint16_t) v;
 			port_set = true;
 			break;
 		case OPT_RUN_ID:
@@ -251,8 +280,10 @@ static int run(int argc, char **argv)
 			break;
 		case OPT_EXCLUDE:
 			if (kiln_parse_int(optarg, 0, 1000000, &v) < 0)
-				return usage_error("--exclude-after", optarg, "expected a number >= 0 (0 = never)"), KR_EXIT_USAGE;
-			o.rdzv.exclude_after = (unsigned)v;
+				return usage_error("--exclude-after", optarg,
+						   "expected a number >= 0 (0 = never)"),
+				       KR_EXIT_USAGE;
+			o.rdzv.exclude_after = (unsigned) v;
 			break;
 		case OPT_PREFIX:
 			o.prefix_output = true;
@@ -277,8 +308,9 @@ static int run(int argc, char **argv)
 			break;
 		case OPT_SECRET: {
 			unsigned char raw[KR_SECRET_LEN / 2];
-			if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
-				return log_error_errno(-errno, "getrandom failed: %m"), KR_EXIT_FAILURE;
+			if (getrandom(raw, sizeof(raw), 0) != (ssize_t) sizeof(raw))
+				return log_error_errno(-errno, "getrandom failed: %m"),
+				       KR_EXIT_FAILURE;
 			for (size_t i = 0; i < sizeof(raw); i++)
 				printf("%02x", raw[i]);
 			printf("\n");
@@ -303,11 +335,12 @@ static int run(int argc, char **argv)
 		}
 	}
 	if (optind >= argc) {
-		log_error("No program to run: kiln-run [OPTIONS] -- PROGRAM [ARGS...] (see --help)");
+		log_error(
+			"No program to run: kiln-run [OPTIONS] -- PROGRAM [ARGS...] (see --help)");
 		return KR_EXIT_USAGE;
 	}
 	o.argv = argv + optind;
-	(void)u;
+	(void) u;
 	if (o.heartbeat_usec == 0 || o.heartbeat_usec >= o.rdzv.dead_after_usec) {
 		log_error("--heartbeat must be shorter than --dead-after");
 		return KR_EXIT_USAGE;
@@ -338,7 +371,7 @@ static int run(int argc, char **argv)
 		o.rdzv.min_nodes = o.rdzv.max_nodes = 1;
 		o.rdzv.last_call_usec = 0;
 	} else if (!nnodes_set) {
-		o.rdzv.min_nodes = o.rdzv.max_nodes = (unsigned)job.n;
+		o.rdzv.min_nodes = o.rdzv.max_nodes = (unsigned) job.n;
 	}
 	if (o.rdzv.min_nodes > job.n) {
 		log_error("--nnodes %u:%u needs more nodes than the allocation has (%zu)",

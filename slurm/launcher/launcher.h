@@ -21,14 +21,14 @@
 #include "rdzv.h"
 
 /* Exit codes besides 0 and the workers' own codes. */
-#define KR_EXIT_FAILURE 1       /* kiln-run itself failed (store unreachable ...) */
-#define KR_EXIT_USAGE 2         /* bad command line or cluster file */
+#define KR_EXIT_FAILURE	     1	/* kiln-run itself failed (store unreachable ...) */
+#define KR_EXIT_USAGE	     2	/* bad command line or cluster file */
 #define KR_EXIT_JOIN_TIMEOUT 75 /* fewer than MIN nodes joined within the join timeout */
-#define KR_EXIT_CLOSED 76       /* the rendezvous closed before this node got a round */
+#define KR_EXIT_CLOSED	     76 /* the rendezvous closed before this node got a round */
 
 /* Environment variables. */
-#define KR_ENV_SECRET "KILN_RUN_SECRET"   /* per-job secret for the control keys */
-#define KR_ENV_SIM_NODES "KILN_RUN_SIM_NODES" /* tests: loopback "nodes" (hostlist) */
+#define KR_ENV_SECRET	   "KILN_RUN_SECRET"	/* per-job secret for the control keys */
+#define KR_ENV_SIM_NODES   "KILN_RUN_SIM_NODES" /* tests: loopback "nodes" (hostlist) */
 #define KR_ENV_SIM_NODE_ID "KILN_RUN_SIM_NODE_ID"
 
 /* The worker key space entry that says "checkpoint now" (value: a counter). */
@@ -43,8 +43,8 @@
 
 typedef struct kr_opts {
 	rdzv_params rdzv;
-	unsigned nproc;           /* 0 = one per GPU */
-	uint16_t port;            /* store port; 0 = ephemeral (standalone) */
+	unsigned nproc; /* 0 = one per GPU */
+	uint16_t port;	/* store port; 0 = ephemeral (standalone) */
 	uint64_t heartbeat_usec;
 	uint64_t grace_usec;
 	bool prefix_output;
@@ -52,18 +52,18 @@ typedef struct kr_opts {
 	bool requeue;
 	bool standalone;
 	const char *run_id;
-	const char *healthd;      /* path of kiln-healthd */
-	int node_gpus;            /* GPUs of this node from the cluster file, -1 unknown */
-	char **argv;              /* worker program and arguments */
+	const char *healthd; /* path of kiln-healthd */
+	int node_gpus;	     /* GPUs of this node from the cluster file, -1 unknown */
+	char **argv;	     /* worker program and arguments */
 } kr_opts;
 
 typedef struct kr_job {
-	char *job_id;      /* NULL outside Slurm */
-	char **nodes;      /* node names, Slurm node order */
-	char **addrs;      /* IPv4 literal per node */
+	char *job_id; /* NULL outside Slurm */
+	char **nodes; /* node names, Slurm node order */
+	char **addrs; /* IPv4 literal per node */
 	size_t n;
-	size_t self;       /* this node's index */
-	bool sim;          /* loopback simulation */
+	size_t self; /* this node's index */
+	bool sim;    /* loopback simulation */
 } kr_job;
 
 /* slurmenv.c */

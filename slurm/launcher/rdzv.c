@@ -86,8 +86,8 @@ size_t rdzv_leader_candidates(const rdzv_leader *l)
 	return c;
 }
 
-int rdzv_leader_join(rdzv_leader *l, size_t id, const char *host, const char *addr,
-		     unsigned nproc, uint64_t now)
+int rdzv_leader_join(rdzv_leader *l, size_t id, const char *host, const char *addr, unsigned nproc,
+		     uint64_t now)
 {
 	assert_return(l && id < l->n && host && addr, -EINVAL);
 	assert_return(nproc > 0 && nproc <= RDZV_MAX_NPROC, -EINVAL);
@@ -161,7 +161,7 @@ int rdzv_leader_worker_failed(rdzv_leader *l, size_t id, uint64_t round, int cod
 	if (l->round_failed)
 		return 0; /* peers fail after the first one: count a round once */
 	l->round_failed = true;
-	l->fail_node = (int)id;
+	l->fail_node = (int) id;
 	l->fail_code = code;
 	if (l->phase == RDZV_RUNNING) {
 		l->phase = RDZV_PENDING;
@@ -292,8 +292,8 @@ rdzv_action rdzv_leader_tick(rdzv_leader *l, uint64_t now)
 					l->phase = RDZV_PENDING;
 					l->phase_since_usec = now;
 					l->next_round_usec = now + l->p.settle_usec;
-					snprintf(l->reason, sizeof(l->reason),
-						 "node %s joined", l->nodes[i].host);
+					snprintf(l->reason, sizeof(l->reason), "node %s joined",
+						 l->nodes[i].host);
 					break;
 				}
 		}
@@ -328,9 +328,11 @@ rdzv_action rdzv_leader_tick(rdzv_leader *l, uint64_t now)
 				l->phase = RDZV_FINISHED;
 				l->exit_code = l->fail_code ? l->fail_code : 1;
 				snprintf(l->reason, sizeof(l->reason),
-					 "%s excluded after %u failures (last code %d); fewer than %u nodes left",
-					 l->nodes[l->fail_node].host, l->nodes[l->fail_node].failures,
-					 l->fail_code, l->p.min_nodes);
+					 "%s excluded after %u failures (last code %d); fewer than "
+					 "%u nodes left",
+					 l->nodes[l->fail_node].host,
+					 l->nodes[l->fail_node].failures, l->fail_code,
+					 l->p.min_nodes);
 				return RDZV_ACT_FAIL;
 			}
 			l->next_round_usec = now + backoff(l);
@@ -363,9 +365,9 @@ int rdzv_round_from_leader(const rdzv_leader *l, rdzv_round *ret)
 			continue;
 		const rdzv_node *nd = &l->nodes[i];
 		rdzv_member *m = &r.m[r.n];
-		m->id = (uint32_t)i;
+		m->id = (uint32_t) i;
 		m->group_rank = r.n;
-		m->rank_base = (uint32_t)world;
+		m->rank_base = (uint32_t) world;
 		m->nproc = nd->nproc;
 		snprintf(m->host, sizeof(m->host), "%s", nd->host);
 		snprintf(m->addr, sizeof(m->addr), "%s", nd->addr);
@@ -376,7 +378,7 @@ int rdzv_round_from_leader(const rdzv_leader *l, rdzv_round *ret)
 			return -ERANGE;
 		}
 	}
-	r.world_size = (uint32_t)world;
+	r.world_size = (uint32_t) world;
 	*ret = r;
 	return 0;
 }
@@ -404,7 +406,8 @@ int rdzv_round_parse(const char *s, rdzv_round *ret)
 	rdzv_round r = { 0 };
 	int pos = 0;
 	if (sscanf(s, "round %" SCNu64 " world %" SCNu32 " n %" SCNu32 "\n%n", &r.round,
-		   &r.world_size, &r.n, &pos) != 3 || pos == 0)
+		   &r.world_size, &r.n, &pos) != 3 ||
+	    pos == 0)
 		return -EINVAL;
 	if (r.n == 0 || r.n > RDZV_MAX_NODES)
 		return -EINVAL;

@@ -34,11 +34,11 @@ typedef struct rdzv_params {
 	uint64_t last_call_usec;    /* wait for more after MIN joined (first round) */
 	uint64_t join_timeout_usec; /* below MIN for this long -> timeout */
 	uint64_t dead_after_usec;   /* no heartbeat for this long -> dead */
-	unsigned max_restarts;      /* failed rounds allowed */
-	unsigned exclude_after;     /* a node whose workers failed this often is excluded */
+	unsigned max_restarts;	    /* failed rounds allowed */
+	unsigned exclude_after;	    /* a node whose workers failed this often is excluded */
 	uint64_t backoff_base_usec; /* first failure restart waits this, doubling */
 	uint64_t backoff_max_usec;
-	uint64_t settle_usec;       /* batch membership changes this long */
+	uint64_t settle_usec; /* batch membership changes this long */
 } rdzv_params;
 
 void rdzv_params_default(rdzv_params *p);
@@ -49,25 +49,25 @@ typedef struct rdzv_node {
 	char host[RDZV_HOST_MAX];
 	char addr[RDZV_ADDR_MAX];
 	unsigned nproc;
-	int64_t hb;           /* last heartbeat counter seen */
+	int64_t hb;	       /* last heartbeat counter seen */
 	uint64_t hb_seen_usec; /* when it last changed */
 	unsigned failures;
 	uint64_t done_round; /* round in which its workers all exited 0 */
 } rdzv_node;
 
 typedef enum rdzv_phase {
-	RDZV_WAIT_MIN,   /* fewer than MIN candidates */
-	RDZV_LAST_CALL,  /* MIN reached, waiting up to last_call for MAX */
-	RDZV_RUNNING,    /* a round is published */
-	RDZV_PENDING,    /* a new round is due at next_round_usec */
+	RDZV_WAIT_MIN,	/* fewer than MIN candidates */
+	RDZV_LAST_CALL, /* MIN reached, waiting up to last_call for MAX */
+	RDZV_RUNNING,	/* a round is published */
+	RDZV_PENDING,	/* a new round is due at next_round_usec */
 	RDZV_FINISHED,
 } rdzv_phase;
 
 typedef enum rdzv_action {
 	RDZV_ACT_NONE,
-	RDZV_ACT_ROUND,   /* publish round l->round with l->member[] */
+	RDZV_ACT_ROUND,	  /* publish round l->round with l->member[] */
 	RDZV_ACT_SUCCESS, /* every member of the final round exited 0 */
-	RDZV_ACT_FAIL,    /* restart budget spent: exit with l->exit_code */
+	RDZV_ACT_FAIL,	  /* restart budget spent: exit with l->exit_code */
 	RDZV_ACT_TIMEOUT, /* below MIN at join timeout: l->reason names who is missing */
 } rdzv_action;
 
@@ -81,12 +81,12 @@ typedef struct rdzv_leader {
 	uint64_t phase_since_usec;
 	uint64_t wait_since_usec; /* start of the current wait for MIN */
 	uint64_t next_round_usec;
-	uint64_t round;     /* last published round, 0 = none yet */
-	unsigned restarts;  /* failed rounds counted against max_restarts */
-	bool round_failed;  /* a worker failed in the current round */
+	uint64_t round;	     /* last published round, 0 = none yet */
+	unsigned restarts;   /* failed rounds counted against max_restarts */
+	bool round_failed;   /* a worker failed in the current round */
 	bool death_in_round; /* a member died in the current round */
-	int fail_node;      /* node blamed for the current round's failure */
-	int fail_code;      /* its first failing worker's exit code */
+	int fail_node;	     /* node blamed for the current round's failure */
+	int fail_code;	     /* its first failing worker's exit code */
 	int exit_code;
 	char reason[512]; /* why the last non-NONE action happened */
 } rdzv_leader;
@@ -98,8 +98,8 @@ void rdzv_leader_done(rdzv_leader *l);
 void rdzv_leader_resume(rdzv_leader *l, uint64_t last_round, unsigned restarts);
 
 /* Events.  All return 0, or -EINVAL for an id out of range or bad fields. */
-int rdzv_leader_join(rdzv_leader *l, size_t id, const char *host, const char *addr,
-		     unsigned nproc, uint64_t now);
+int rdzv_leader_join(rdzv_leader *l, size_t id, const char *host, const char *addr, unsigned nproc,
+		     uint64_t now);
 int rdzv_leader_heartbeat(rdzv_leader *l, size_t id, int64_t counter, uint64_t now);
 /* The node is gone for sure (its liveness connection closed). */
 int rdzv_leader_lost(rdzv_leader *l, size_t id, uint64_t now);

@@ -44,7 +44,7 @@ static int resolve(const char *name, char buf[static 16])
 	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *res = NULL;
 	if (getaddrinfo(name, NULL, &hints, &res) != 0 || !res)
 		return -EHOSTUNREACH;
-	inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, buf, 16);
+	inet_ntop(AF_INET, &((struct sockaddr_in *) res->ai_addr)->sin_addr, buf, 16);
 	freeaddrinfo(res);
 	return 0;
 }
@@ -87,7 +87,8 @@ int kr_job_from_slurm(kr_job *ret, char *err, size_t errlen)
 	if (!list)
 		list = getenv("SLURM_NODELIST");
 	if (!jobid || !list || !self) {
-		snprintf(err, errlen, "SLURM_JOB_ID, SLURM_JOB_NODELIST or SLURMD_NODENAME is not set");
+		snprintf(err, errlen,
+			 "SLURM_JOB_ID, SLURM_JOB_NODELIST or SLURMD_NODENAME is not set");
 		return -ENOENT;
 	}
 	slurm_init(NULL);
@@ -102,7 +103,8 @@ int kr_job_from_slurm(kr_job *ret, char *err, size_t errlen)
 		if (streq(j.nodes[i], self))
 			j.self = i;
 	if (j.self == SIZE_MAX) {
-		snprintf(err, errlen, "this node (%s) is not in SLURM_JOB_NODELIST '%s'", self, list);
+		snprintf(err, errlen, "this node (%s) is not in SLURM_JOB_NODELIST '%s'", self,
+			 list);
 		kr_job_done(&j);
 		return -ENOENT;
 	}
@@ -123,7 +125,8 @@ int kr_job_from_slurm(kr_job *ret, char *err, size_t errlen)
 				addr = ni->node_array[k].node_addr;
 		r = resolve(addr ? addr : j.nodes[i], buf);
 		if (r < 0) {
-			snprintf(err, errlen, "cannot find the address of node %s (NodeAddr or DNS)",
+			snprintf(err, errlen,
+				 "cannot find the address of node %s (NodeAddr or DNS)",
 				 j.nodes[i]);
 			if (ni)
 				slurm_free_node_info_msg(ni);
@@ -167,20 +170,21 @@ int kr_job_sim(const char *hostlist, const char *id, kr_job *ret, char *err, siz
 		return r;
 	}
 	int v;
-	r = kiln_parse_int(id ? id : "", 0, (int)j.n - 1, &v);
+	r = kiln_parse_int(id ? id : "", 0, (int) j.n - 1, &v);
 	if (r < 0) {
-		snprintf(err, errlen, "bad %s '%s' (0..%zu)", KR_ENV_SIM_NODE_ID, strempty(id), j.n - 1);
+		snprintf(err, errlen, "bad %s '%s' (0..%zu)", KR_ENV_SIM_NODE_ID, strempty(id),
+			 j.n - 1);
 		kr_job_done(&j);
 		return r;
 	}
-	j.self = (size_t)v;
+	j.self = (size_t) v;
 	for (size_t i = 0; i < j.n; i++)
 		if (strv_extend(&j.addrs, "127.0.0.1") < 0) {
 			kr_job_done(&j);
 			return -ENOMEM;
 		}
 	char buf[64];
-	snprintf(buf, sizeof(buf), "sim-%d", (int)getuid());
+	snprintf(buf, sizeof(buf), "sim-%d", (int) getuid());
 	j.job_id = strdup(buf);
 	*ret = j;
 	return 0;
@@ -192,7 +196,7 @@ int kr_slurm_requeue(const char *job_id)
 	int r = kiln_parse_uint64(job_id ? job_id : "", UINT32_MAX, &id);
 	if (r < 0)
 		return r;
-	if (slurm_requeue((uint32_t)id, 0) != 0)
+	if (slurm_requeue((uint32_t) id, 0) != 0)
 		return -errno ? -errno : -EIO;
 	return 0;
 }
@@ -224,7 +228,7 @@ int kr_ifname_for_addr(const char *addr, char *buf, size_t len)
 	int r = -ENOENT;
 	for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
 		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
-		    ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == want.s_addr) {
+		    ((struct sockaddr_in *) i->ifa_addr)->sin_addr.s_addr == want.s_addr) {
 			snprintf(buf, len, "%s", i->ifa_name);
 			r = 0;
 			break;

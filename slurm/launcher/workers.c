@@ -50,9 +50,9 @@ static bool pick_gpu(int local_rank, int gpus, char *buf, size_t len)
 		const char *p = cvd;
 		while (p && *p) {
 			const char *comma = strchr(p, ',');
-			size_t l = comma ? (size_t)(comma - p) : strlen(p);
+			size_t l = comma ? (size_t) (comma - p) : strlen(p);
 			if (i == local_rank) {
-				snprintf(buf, len, "%.*s", (int)MIN(l, len - 1), p);
+				snprintf(buf, len, "%.*s", (int) MIN(l, len - 1), p);
 				return true;
 			}
 			i++;
@@ -74,9 +74,10 @@ static void bind_worker(int local_rank, int local_world)
 	if (hwloc_topology_init(&topo) < 0)
 		return;
 	if (hwloc_topology_load(topo) == 0) {
-		hwloc_cpuset_t *sets = calloc((size_t)local_world, sizeof(*sets));
+		hwloc_cpuset_t *sets = calloc((size_t) local_world, sizeof(*sets));
 		hwloc_obj_t root = hwloc_get_root_obj(topo);
-		if (sets && hwloc_distrib(topo, &root, 1, sets, (unsigned)local_world, INT_MAX, 0) == 0) {
+		if (sets &&
+		    hwloc_distrib(topo, &root, 1, sets, (unsigned) local_world, INT_MAX, 0) == 0) {
 			/* Bind CPUs and memory to the NUMA node(s) of this slice. */
 			hwloc_set_cpubind(topo, sets[local_rank], 0);
 			hwloc_set_membind(topo, sets[local_rank], HWLOC_MEMBIND_BIND, 0);
@@ -93,13 +94,13 @@ static void bind_worker(int local_rank, int local_world)
 	}
 	hwloc_topology_destroy(topo);
 #else
-	(void)local_rank;
-	(void)local_world;
+	(void) local_rank;
+	(void) local_world;
 #endif
 }
 
-static _noreturn_ void child(char *const *argv, const kr_worker_env *e, int local_rank,
-			     int out_w, int err_w)
+static _noreturn_ void child(char *const *argv, const kr_worker_env *e, int local_rank, int out_w,
+			     int err_w)
 {
 	setpgid(0, 0);
 	sigset_t all;
@@ -113,9 +114,9 @@ static _noreturn_ void child(char *const *argv, const kr_worker_env *e, int loca
 	if (err_w >= 0 && dup2(err_w, STDERR_FILENO) < 0)
 		_exit(127);
 
-	uint64_t rank = e->rank_base + (uint64_t)local_rank;
+	uint64_t rank = e->rank_base + (uint64_t) local_rank;
 	setenv_u("RANK", rank);
-	setenv_u("LOCAL_RANK", (uint64_t)local_rank);
+	setenv_u("LOCAL_RANK", (uint64_t) local_rank);
 	setenv_u("WORLD_SIZE", e->world);
 	setenv_u("LOCAL_WORLD_SIZE", e->local_world);
 	setenv_u("GROUP_RANK", e->group_rank);
@@ -155,7 +156,7 @@ static _noreturn_ void child(char *const *argv, const kr_worker_env *e, int loca
 	char gpu[64];
 	if (pick_gpu(local_rank, e->gpus, gpu, sizeof(gpu)))
 		setenv("CUDA_VISIBLE_DEVICES", gpu, 1);
-	bind_worker(local_rank, (int)e->local_world);
+	bind_worker(local_rank, (int) e->local_world);
 
 	execvp(argv[0], argv);
 	fprintf(stderr, "kiln-run: cannot execute '%s': %s\n", argv[0], strerror(errno));
@@ -179,7 +180,7 @@ int kr_group_spawn(kr_group *g, char *const *argv, const kr_worker_env *e, bool 
 		kr_worker *w = &g->w[i];
 		int po[2] = { -1, -1 }, pe[2] = { -1, -1 };
 		w->out_fd = w->err_fd = -1;
-		w->rank = (int)(e->rank_base + i);
+		w->rank = (int) (e->rank_base + i);
 		if (prefix && (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0)) {
 			int r = -errno;
 			closep(&po[0]), closep(&po[1]);
@@ -192,7 +193,7 @@ int kr_group_spawn(kr_group *g, char *const *argv, const kr_worker_env *e, bool 
 			return r;
 		}
 		if (pid == 0)
-			child(argv, e, (int)i, po[1], pe[1]);
+			child(argv, e, (int) i, po[1], pe[1]);
 		/* Also in the parent, so that killpg works before the child ran. */
 		setpgid(pid, pid);
 		w->pid = pid;
@@ -284,7 +285,7 @@ static int worker_rank(const kr_worker *w)
 
 static void emit(FILE *f, const kr_group *g, const kr_worker *w, const char *s, size_t n)
 {
-	fprintf(f, "%s:%d: %.*s\n", g->host, worker_rank(w), (int)n, s);
+	fprintf(f, "%s:%d: %.*s\n", g->host, worker_rank(w), (int) n, s);
 }
 
 static void pump_fd(kr_group *g, kr_worker *w, int *fd, char **buf, size_t *len, FILE *f,
@@ -308,13 +309,13 @@ static void pump_fd(kr_group *g, kr_worker *w, int *fd, char **buf, size_t *len,
 				}
 				break;
 			}
-			*len += (size_t)r;
+			*len += (size_t) r;
 			char *start = *buf, *nl;
-			while ((nl = memchr(start, '\n', *len - (size_t)(start - *buf)))) {
-				emit(f, g, w, start, (size_t)(nl - start));
+			while ((nl = memchr(start, '\n', *len - (size_t) (start - *buf)))) {
+				emit(f, g, w, start, (size_t) (nl - start));
 				start = nl + 1;
 			}
-			size_t rest = *len - (size_t)(start - *buf);
+			size_t rest = *len - (size_t) (start - *buf);
 			if (rest == KR_LINE_MAX) {
 				emit(f, g, w, start, rest);
 				rest = 0;

@@ -36,7 +36,7 @@ static volatile sig_atomic_t checkpoint_now;
 
 static void on_usr1(int sig)
 {
-	(void)sig;
+	(void) sig;
 	checkpoint_now = 1;
 }
 
@@ -60,7 +60,7 @@ static void logline(const char *path, const char *fmt, ...)
 	va_end(ap);
 	if (n < 0)
 		return;
-	n = MIN(n, (int)sizeof(buf) - 2);
+	n = MIN(n, (int) sizeof(buf) - 2);
 	buf[n++] = '\n';
 	printf("%.*s", n, buf);
 	fflush(stdout);
@@ -69,7 +69,7 @@ static void logline(const char *path, const char *fmt, ...)
 	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return;
-	if (write(fd, buf, (size_t)n) < 0)
+	if (write(fd, buf, (size_t) n) < 0)
 		perror("write log");
 	close(fd);
 }
@@ -90,11 +90,12 @@ int main(int argc, char **argv)
 	int steps = 10, step_ms = 100, c;
 	const char *ckpt = NULL, *logp = NULL;
 	bool comm = true;
-	static const struct option opts[] = {
-		{ "steps", required_argument, NULL, 's' }, { "step-ms", required_argument, NULL, 'm' },
-		{ "ckpt", required_argument, NULL, 'c' },  { "log", required_argument, NULL, 'l' },
-		{ "no-comm", no_argument, NULL, 'n' },     {}
-	};
+	static const struct option opts[] = { { "steps", required_argument, NULL, 's' },
+					      { "step-ms", required_argument, NULL, 'm' },
+					      { "ckpt", required_argument, NULL, 'c' },
+					      { "log", required_argument, NULL, 'l' },
+					      { "no-comm", no_argument, NULL, 'n' },
+					      {} };
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) >= 0) {
 		switch (c) {
 		case 's':
@@ -121,12 +122,14 @@ int main(int argc, char **argv)
 	int rank, world, local, group, port, restart;
 	if (env_int("RANK", &rank) < 0 || env_int("WORLD_SIZE", &world) < 0 ||
 	    env_int("LOCAL_RANK", &local) < 0 || env_int("GROUP_RANK", &group) < 0 ||
-	    env_int("MASTER_PORT", &port) < 0 || env_int("TORCHELASTIC_RESTART_COUNT", &restart) < 0)
+	    env_int("MASTER_PORT", &port) < 0 ||
+	    env_int("TORCHELASTIC_RESTART_COUNT", &restart) < 0)
 		return 4;
 	const char *master = getenv("MASTER_ADDR"), *key = getenv("KILN_COMM_ID_KEY");
 	const char *host = getenv("KILN_HOST");
 	if (!master || !key || !streq_ptr(getenv("TORCHELASTIC_USE_AGENT_STORE"), "True")) {
-		fprintf(stderr, "kiln-run-worker: MASTER_ADDR, KILN_COMM_ID_KEY or TORCHELASTIC_USE_AGENT_STORE missing\n");
+		fprintf(stderr, "kiln-run-worker: MASTER_ADDR, KILN_COMM_ID_KEY or "
+				"TORCHELASTIC_USE_AGENT_STORE missing\n");
 		return 4;
 	}
 	int step = read_ckpt(ckpt);
@@ -140,9 +143,11 @@ int main(int argc, char **argv)
 	kiln_store_client *sc = NULL;
 	int r = 0, ret = 0;
 	if (comm) {
-		r = kiln_store_client_connect(master, (uint16_t)port, NULL, 30 * KILN_USEC_PER_SEC, &sc);
+		r = kiln_store_client_connect(master, (uint16_t) port, NULL, 30 * KILN_USEC_PER_SEC,
+					      &sc);
 		if (r < 0) {
-			fprintf(stderr, "kiln-run-worker: store %s:%d: %s\n", master, port, strerror(-r));
+			fprintf(stderr, "kiln-run-worker: store %s:%d: %s\n", master, port,
+				strerror(-r));
 			return 5;
 		}
 		if ((r = kk_backend_open("cpu", &be)) < 0 || (r = kk_stream_create(be, &st)) < 0 ||
@@ -168,36 +173,39 @@ int main(int argc, char **argv)
 		if (r == 0)
 			r = kk_comm_init(be, rank, world, id, sizeof(id), &cm);
 		if (r < 0) {
-			fprintf(stderr, "kiln-run-worker: comm setup (key %s): %s\n", key, strerror(-r));
+			fprintf(stderr, "kiln-run-worker: comm setup (key %s): %s\n", key,
+				strerror(-r));
 			return 5;
 		}
 	}
 	for (; step < steps; step++) {
 		if (comm) {
-			float in[2] = { (float)(rank + 1), (float)step }, out[2];
+			float in[2] = { (float) (rank + 1), (float) step }, out[2];
 			if ((r = kk_buffer_upload(be, st, buf, 0, in, sizeof(in))) < 0 ||
 			    (r = kk_all_reduce(cm, st, buf, buf, 2, KK_SUM)) < 0 ||
 			    (r = kk_buffer_download(be, st, buf, 0, out, sizeof(out))) < 0) {
-				fprintf(stderr, "kiln-run-worker: all_reduce at step %d: %s\n", step, strerror(-r));
+				fprintf(stderr, "kiln-run-worker: all_reduce at step %d: %s\n",
+					step, strerror(-r));
 				ret = 5;
 				break;
 			}
-			float want0 = (float)world * (float)(world + 1) / 2.0f;
-			float want1 = (float)world * (float)step;
+			float want0 = (float) world * (float) (world + 1) / 2.0f;
+			float want1 = (float) world * (float) step;
 			if (out[0] != want0 || out[1] != want1) {
-				fprintf(stderr, "kiln-run-worker: all_reduce gave %g,%g, want %g,%g\n",
+				fprintf(stderr,
+					"kiln-run-worker: all_reduce gave %g,%g, want %g,%g\n",
 					out[0], out[1], want0, want1);
 				ret = 3;
 				break;
 			}
 		}
 		if (step_ms > 0)
-			usleep((useconds_t)step_ms * 1000);
+			usleep((useconds_t) step_ms * 1000);
 		if (rank == 0) {
 			if (ckpt) {
 				char s[32];
 				int n = snprintf(s, sizeof(s), "%d", step + 1);
-				kiln_write_file_atomic(ckpt, s, (size_t)n, 0644);
+				kiln_write_file_atomic(ckpt, s, (size_t) n, 0644);
 			}
 			logline(logp, "step %d world %d", step, world);
 		}
@@ -209,13 +217,14 @@ int main(int argc, char **argv)
 			if (!sc || !ck || kiln_store_client_try_get(sc, ck, &v, &len) < 0)
 				v = NULL;
 			logline(logp, "checkpoint-now rank %d step %d key %s", rank, step,
-				v ? (char *)v : "unset");
+				v ? (char *) v : "unset");
 			free(v);
 			checkpoint_now = 0;
 		}
 	}
 	if (ret == 0)
-		logline(logp, "finish round %d rank %d world %d steps %d", restart + 1, rank, world, step);
+		logline(logp, "finish round %d rank %d world %d steps %d", restart + 1, rank, world,
+			step);
 	kk_comm_free(cm);
 	kk_buffer_free(buf);
 	kk_stream_free(st);

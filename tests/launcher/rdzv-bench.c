@@ -79,7 +79,7 @@ static int run_agent(sim *s)
 	free(text);
 	if (r < 0)
 		goto out;
-	const rdzv_member *me = rdzv_round_find(&rd, (uint32_t)s->id);
+	const rdzv_member *me = rdzv_round_find(&rd, (uint32_t) s->id);
 	if (!me || me->rank_base != s->id) {
 		r = -EBADMSG;
 		rdzv_round_free(&rd);
@@ -92,7 +92,7 @@ static int run_agent(sim *s)
 	int64_t v = 0;
 	if ((r = kiln_store_client_add(c, key, 1, &v)) < 0)
 		goto out;
-	while (v < (int64_t)n) {
+	while (v < (int64_t) n) {
 		usleep(KR_POLL_USEC);
 		if ((r = kiln_store_client_add(c, key, 0, &v)) < 0)
 			goto out;
@@ -121,14 +121,14 @@ int main(int argc, char **argv)
 	int v;
 	if (kiln_parse_int(argv[1], 1, 65535, &v) < 0)
 		return 2;
-	port = (uint16_t)v;
+	port = (uint16_t) v;
 	if (kiln_parse_int(argv[2], 2, 65536, &v) < 0)
 		return 2;
-	nagents = (size_t)v;
+	nagents = (size_t) v;
 	secret = getenv(KR_ENV_SECRET);
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < nagents + 64) {
-		rl.rlim_cur = MIN(rl.rlim_max, (rlim_t)nagents + 64);
+		rl.rlim_cur = MIN(rl.rlim_max, (rlim_t) nagents + 64);
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 	size_t n = nagents - 1; /* node 0 is the real kiln-run */
@@ -136,7 +136,7 @@ int main(int argc, char **argv)
 	pthread_t *t = calloc(n, sizeof(*t));
 	if (!s || !t)
 		return 1;
-	pthread_barrier_init(&go, NULL, (unsigned)n + 1);
+	pthread_barrier_init(&go, NULL, (unsigned) n + 1);
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
 	pthread_attr_setstacksize(&attr, 256 * 1024);
@@ -163,7 +163,7 @@ int main(int argc, char **argv)
 		worst_barrier = MAX(worst_barrier, s[i].barrier_usec);
 	}
 	printf("agents %zu join_to_round_ms %.1f barrier_ms %.1f errors %d\n", nagents,
-	       (double)worst_round / 1000.0, (double)worst_barrier / 1000.0, errs);
+	       (double) worst_round / 1000.0, (double) worst_barrier / 1000.0, errs);
 	free(s);
 	free(t);
 	return errs ? 1 : 0;

@@ -19,7 +19,7 @@
 #include "kiln/parse.h"
 #include "rdzv.h"
 
-#define S KILN_USEC_PER_SEC
+#define S  KILN_USEC_PER_SEC
 #define MS KILN_USEC_PER_MSEC
 
 static void params(rdzv_params *p, unsigned min, unsigned max)
@@ -121,7 +121,7 @@ static void test_death_new_round_not_counted(void **state)
 	assert_int_equal(rdzv_leader_tick(&l, t + l.p.settle_usec + 1), RDZV_ACT_ROUND);
 	assert_int_equal(l.round, 2);
 	assert_int_equal(l.n_members, 3);
-	assert_int_equal(l.restarts, 0);              /* blamed on the death */
+	assert_int_equal(l.restarts, 0); /* blamed on the death */
 	assert_int_equal(l.nodes[0].failures, 0);
 	rdzv_round r;
 	assert_int_equal(rdzv_round_from_leader(&l, &r), 0);
@@ -138,7 +138,7 @@ static void test_heartbeat_timeout(void **state)
 	rdzv_leader l;
 	uint64_t t = start_round(&l, 3, 2, 3);
 	for (int i = 1; i <= 4; i++) {
-		t = (uint64_t)i * S;
+		t = (uint64_t) i * S;
 		for (size_t k = 0; k < 2; k++)
 			rdzv_leader_heartbeat(&l, k, i, t);
 		assert_int_equal(rdzv_leader_tick(&l, t), RDZV_ACT_NONE);
@@ -310,12 +310,12 @@ static void test_round_text(void **state)
 
 	static const char *bad[] = {
 		"",
-		"round 1 world 2 n 1\n0 0 0 1 h 1.2.3.4\n",       /* world mismatch */
+		"round 1 world 2 n 1\n0 0 0 1 h 1.2.3.4\n",	   /* world mismatch */
 		"round 1 world 2 n 2\n0 0 0 1 h a\n0 1 1 1 h a\n", /* ids not increasing */
 		"round 1 world 2 n 2\n0 0 0 1 h a\n1 1 5 1 h a\n", /* rank gap */
 		"round 1 world 0 n 0\n",
-		"round 1 world 1 n 1\n0 0 0 0 h a\n",              /* nproc 0 */
-		"round 1 world 1 n 1\n0 0 0 1 h\n",                /* truncated */
+		"round 1 world 1 n 1\n0 0 0 0 h a\n", /* nproc 0 */
+		"round 1 world 1 n 1\n0 0 0 1 h\n",   /* truncated */
 		"round x",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
