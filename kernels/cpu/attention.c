@@ -194,11 +194,9 @@ static int bwd_range(void *p, int64_t b, int64_t e, int chunk)
 					float dp = dot(dor, c->v + kv, D);
 					float ds = pj * (dp - Di) * c->scale;
 					float *dkj = dk + (j - s0) * D, *dvj = dv + (j - s0) * D;
-					for (int x = 0; x < D; x++) {
-						dqr[x] += ds * c->k[kv + x];
-						dkj[x] += ds * qr[x];
-						dvj[x] += pj * dor[x];
-					}
+					kk__axpy(dqr, ds, c->k + kv, D);
+					kk__axpy(dkj, ds, qr, D);
+					kk__axpy(dvj, pj, dor, D);
 				}
 				kk__row_store(c->dq->ptr, c->dq->dtype, qi, dqr, D);
 			}
