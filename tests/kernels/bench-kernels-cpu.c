@@ -217,7 +217,15 @@ static void bench_qgemv(kk_dtype qt, int group, int64_t n, int64_t k)
 struct attn_ctx {
 	kk_attn_desc d;
 	kk_buffer *o, *lse, *q, *k, *v;
+	kk_buffer *dq, *dk, *dv, *dout;
 };
+
+static int do_attn_bwd(void *p)
+{
+	struct attn_ctx *c = p;
+	return kk_attention_bwd(be, NULL, &c->d, c->dq, c->dk, c->dv, c->dout, c->q, c->k, c->v,
+				c->o, c->lse);
+}
 
 static int do_attn(void *p)
 {
@@ -241,10 +249,22 @@ static void bench_attn(int T, int H, int Hkv, int D)
 			       rand_buf(KK_F32, (size_t)T * H, 0, 1),
 			       rand_buf(KK_F32, (size_t)T * H * D, -1, 1),
 			       rand_buf(KK_F32, (size_t)T * Hkv * D, -1, 1),
-			       rand_buf(KK_F32, (size_t)T * Hkv * D, -1, 1) };
+			       rand_buf(KK_F32, (size_t)T * Hkv * D, -1, 1),
+			       NULL, NULL, NULL, NULL };
 	snprintf(shape, sizeof(shape), "f32 causal T=%d H=%d/%d D=%d", T, H, Hkv, D);
 	/* Causal: half of the 4*T*T*H*D flops of QK^T and PV. */
 	row("attn prefill", shape, time_it(do_attn, &c), 2.0 * T * (double)T * H * D, true);
+	if (T <= 512) {
+		c.dq = rand_buf(KK_F32, (size_t)T * H * D, 0, 1);
+		c.dout = rand_buf(KK_F32, (size_t)T * H * D, -1, 1);
+		c.dk = rand_buf(KK_F32, (size_t)T * Hkv * D, 0, 1);
+		c.dv = rand_buf(KK_F32, (size_t)T * Hkv * D, 0, 1);
+		/* Backward: 2.5x the forward's flops (recompute S, dP, dS, dQ, dK, dV). */
+		row("attn backward", shape, time_it(do_attn_bwd, &c), 5.0 * T * (double)T * H * D,
+		    true);
+		kk_buffer_free(c.dq), kk_buffer_free(c.dout), kk_buffer_free(c.dk),
+			kk_buffer_free(c.dv);
+	}
 	kk_buffer_free(cub), kk_buffer_free(c.o), kk_buffer_free(c.lse), kk_buffer_free(c.q),
 		kk_buffer_free(c.k), kk_buffer_free(c.v);
 }
