@@ -122,6 +122,54 @@ static int duration_arg(const char *opt, const char *val, uint64_t *ret)
 	return 0;
 }
 
+/* In a batch script (an allocation, but not inside a job step), kiln-run
+ * launches itself on every node: it generates the job secret, puts it in
+ * the environment srun propagates, and execs
+ *   srun --no-kill --kill-on-bad-exit=0 --ntasks-per-node=1 kiln-run ARGS...
+ * so that one node's loss ends neither the step nor the job. */
+static bool in_batch_script(void)
+{
+	return getenv("SLURM_JOB_ID") && !getenv("SLURM_STEP_ID") && !getenv(KR_ENV_AGENT);
+}
+
+static int launch_step(int argc, char **argv)
+{
+	char secret[KR_SECRET_LEN + 1];
+	if (!getenv(KR_ENV_SECRET)) {
+		unsigned char raw[KR_SECRET_LEN / 2];
+		if (getrandom(raw, sizeof(raw), 0) != (ssize_t) sizeof(raw))
+			return log_error_errno(-errno, "getrandom failed: %m"), KR_EXIT_FAILURE;
+		for (size_t i = 0; i < sizeof(raw); i++)
+			snprintf(secret + 2 * i, 3, "%02x", raw[i]);
+		setenv(KR_ENV_SECRET, secret, 1);
+	}
+	setenv(KR_ENV_AGENT, "1", 1);
+	char self[4096];
+	ssize_t l = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (l <= 0)
+		return log_error_errno(-errno, "Cannot find this program's path: %m"),
+		       KR_EXIT_FAILURE;
+	self[l] = 0;
+	char **v = calloc((size_t) argc + 8, sizeof(char *));
+	if (!v)
+		return log_error_errno(-ENOMEM, "Out of memory"), KR_EXIT_FAILURE;
+	size_t k = 0;
+	v[k++] = (char *) "srun";
+	v[k++] = (char *) "--no-kill";
+	v[k++] = (char *) "--kill-on-bad-exit=0";
+	v[k++] = (char *) "--ntasks-per-node=1";
+	v[k++] = self;
+	for (int i = 1; i < argc; i++)
+		v[k++] = argv[i];
+	log_info("Starting one agent per node: srun --no-kill --ntasks-per-node=1 %s ...", self);
+	execvp("srun", v);
+	log_error_errno(
+		-errno,
+		"Cannot run srun: %m (run kiln-run through srun yourself, or pass --standalone)");
+	free(v);
+	return KR_EXIT_FAILURE;
+}
+
 static int run(int argc, char **argv)
 {
 	kr_opts o = { .port = KR_DEFAULT_PORT,
@@ -349,6 +397,8 @@ static int run(int argc, char **argv)
 	_cleanup_(kr_job_done) kr_job job = { 0 };
 	char err[512] = "";
 	const char *sim = getenv(KR_ENV_SIM_NODES);
+	if (!sim && !o.standalone && in_batch_script())
+		return launch_step(argc, argv);
 	if (sim) {
 		r = kr_job_sim(sim, getenv(KR_ENV_SIM_NODE_ID), &job, err, sizeof(err));
 		if (r < 0)

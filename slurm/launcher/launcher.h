@@ -28,6 +28,7 @@
 
 /* Environment variables. */
 #define KR_ENV_SECRET	   "KILN_RUN_SECRET"	/* per-job secret for the control keys */
+#define KR_ENV_AGENT	   "KILN_RUN_AGENT"	/* set by the batch-script launch: run as agent */
 #define KR_ENV_SIM_NODES   "KILN_RUN_SIM_NODES" /* tests: loopback "nodes" (hostlist) */
 #define KR_ENV_SIM_NODE_ID "KILN_RUN_SIM_NODE_ID"
 

@@ -153,6 +153,7 @@ static _noreturn_ void child(char *const *argv, const kr_worker_env *e, int loca
 	/* Workers live in the worker key space; the control secret stays
 	 * with the agents. */
 	unsetenv(KR_ENV_SECRET);
+	unsetenv(KR_ENV_AGENT);
 	char gpu[64];
 	if (pick_gpu(local_rank, e->gpus, gpu, sizeof(gpu)))
 		setenv("CUDA_VISIBLE_DEVICES", gpu, 1);

@@ -85,6 +85,23 @@ else
 	nok "C worker job finished within 60 s" "$(tail -n 20 "$work/cworker.out")"
 fi
 
+# 1b. In the batch script without srun: kiln-run makes the secret and starts
+# itself on every node (srun --no-kill --ntasks-per-node=1).
+{
+	echo "#!/bin/bash"
+	echo "$KR -c $CFG --nnodes 2:4 -- $W --steps 5 --step-ms 20 --log $work/batch/w.log"
+	echo 'echo "job-exit $?"'
+} >"$work/batch.sh"
+mkdir -p "$work/batch"; chmod 755 "$work/batch.sh"
+$KC_HUB sbatch --parsable -N4 --no-kill -o "$work/batch.out" "$work/batch.sh" >/dev/null
+if wait_job batch 60; then
+	check "batch-script mode: one agent per node, 8 ranks finish, job exits 0" bash -c \
+		"grep -qx 'job-exit 0' '$work/batch.out' && [ \$(grep -c '^finish round 1 .* world 8 steps 5' '$work/batch/w.log') -eq 8 ]"
+	check "batch-script mode: a generated job secret (no fallback warning)" bash -c "! grep -q 'is not set' '$work/batch.out'"
+else
+	nok "batch-script mode job finished within 60 s" "$(tail -n 20 "$work/batch.out")"
+fi
+
 # 2. An unmodified PyTorch worker, gloo backend, init_method env://.
 if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
 	submit torch -N4 --no-kill -- "$SRUN \$KR --nnodes 2:4 --nproc-per-node 1 -- /usr/bin/python3 $here/torch-worker.py" >/dev/null
