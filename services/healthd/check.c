@@ -39,6 +39,7 @@ void hd_settings_defaults(hd_settings *s)
 	s->metrics_port = 9400;
 	snprintf(s->metrics_address, sizeof(s->metrics_address), "0.0.0.0");
 	snprintf(s->nvml_library, sizeof(s->nvml_library), "libnvidia-ml.so.1");
+	s->enabled = true;
 	s->drain = true;
 	s->th.temp_warn_c = 85;
 	s->th.temp_max_c = 0;
@@ -64,6 +65,7 @@ void hd_settings_from_cfg(hd_settings *s, const kiln_cfg *cfg, const kiln_cfg_no
 		snprintf(s->metrics_address, sizeof(s->metrics_address), "%s", h->metrics_address);
 	if (h->nvml_library)
 		snprintf(s->nvml_library, sizeof(s->nvml_library), "%s", h->nvml_library);
+	s->enabled = h->enabled;
 	s->drain = h->drain;
 	s->th = h->thresholds;
 	s->xids = h->xids;

@@ -54,6 +54,7 @@ typedef struct hd_settings {
 	int metrics_port; /* 0: no HTTP server */
 	char metrics_address[64];
 	char nvml_library[256];
+	bool enabled; /* health.enabled: false = the daemon has nothing to do */
 	bool drain;
 	kiln_cfg_thresholds th;
 	const kiln_cfg_xid *xids; /* overrides, owned by the kiln_cfg */

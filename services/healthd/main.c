@@ -788,7 +788,11 @@ int main(int argc, char **argv)
 		r = run_check(&m);
 	else if (arg.active)
 		r = run_active(&m);
-	else
+	else if (!m.s.enabled) {
+		log_notice("health.enabled is false in the cluster file: kiln-healthd has nothing "
+			   "to do");
+		r = 0;
+	} else
 		r = run_daemon(&m) < 0 ? 1 : 0;
 	if (m.nvml && (arg.check || arg.active))
 		hd_nvml_close(m.nvml);

@@ -61,6 +61,10 @@ check "old driver: no warning for symbols that have an older name" bash -c "! gr
 check "--active without a GPU exits 0" rc_is 0 "$HEALTHD" -c "$W/nodrv.cfg" --node node01 --active
 check "  ... every check skipped, none passed" bash -c "[ \$(grep -c ' skipped ' '$W/out') = 3 ] && ! grep -q passed '$W/out'"
 
+write_cfg "$W/off.cfg" 'enabled = false;'
+check "health.enabled = false: the daemon exits 0 at once" rc_is 0 timeout 5 "$HEALTHD" -c "$W/off.cfg" --node node01
+check "  ... and says why" grep -q "health.enabled is false" "$W/err"
+
 # a driver that shows up after the daemon started is picked up
 write_cfg "$W/late.cfg" "nvml_library = \"$W/late/libnvidia-ml.so.1\";" 'interval = "200ms";' 'drain = false;'
 KILN_FAKE_NVML_SCENARIO=$healthy "$HEALTHD" -c "$W/late.cfg" --node node01 --metrics-port 0 >"$W/late.log" 2>&1 &
