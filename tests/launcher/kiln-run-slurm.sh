@@ -8,7 +8,9 @@
 #   - 3 of 4 nodes start, the 4th joins later: the job scales up;
 #   - SIGKILL one node's agent and workers (cluster.sh kill-node, by PID)
 #     mid-run: survivors start a new round within 10 s with a smaller
-#     WORLD_SIZE, resume from the checkpoint, and the job exits 0.
+#     WORLD_SIZE, resume from the checkpoint, and the job exits 0;
+#   - kiln-run in the batch script without srun starts itself on every node;
+#   - --requeue: Slurm's SIGUSR1 warning requeues the job through libslurm.
 # Needs root (network namespaces), slurmctld/slurmd/munged.  TAP output.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -164,5 +166,20 @@ if wait_job kill 90; then
 else
 	nok "node-loss job finished within 90 s" "$(tail -n 20 "$work/kill.out")"
 fi
+
+# 5. --requeue: Slurm's SIGUSR1 warning requeues the job through libslurm.
+jid=$(submit requeue -N2 --no-kill --requeue -- "$SRUN \$KR --nnodes 2:2 --requeue -- sleep 60")
+for _ in $(seq 200); do grep -q 'started ranks' "$work/requeue.out" 2>/dev/null && break; sleep 0.1; done
+sleep 1
+$KC_HUB scancel -s USR1 "$jid"
+restarts=""
+for _ in $(seq 100); do
+	restarts=$($KC_HUB scontrol show job "$jid" 2>/dev/null | sed -nE 's/.*Restarts=([0-9]+).*/\1/p')
+	[ "${restarts:-0}" -ge 1 ] && break
+	sleep 0.1
+done
+check "--requeue: SIGUSR1 requeues the job (Restarts=${restarts:-?})" test "${restarts:-0}" -ge 1
+check "--requeue: workers were told to checkpoint first" grep -q 'telling workers to checkpoint now' "$work/requeue.out"
+$KC_HUB scancel "$jid" 2>/dev/null
 
 echo "1..$n"
