@@ -132,7 +132,8 @@ start node02 admin "$GPUS4"
 sleep 3.5
 check "admin drain: a healthy node drained by an admin stays drained after recover_after" \
 	reason_is node02 "admin: memory test"
-check "admin drain: kiln says it leaves the node alone" true
+check "admin drain: kiln neither resumed nor re-drained the node" \
+	bash -c "! grep -qE 'Resumed node02|Drained node02' '$W/admin.log'"
 stop admin
 # a fault on an admin-drained node keeps the admin's reason
 start node02 admin2 "$GPUS4 events = ( { at = 0.5; gpu = 0; xid = 48; } );"
