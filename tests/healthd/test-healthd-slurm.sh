@@ -213,7 +213,18 @@ if command -v promtool >/dev/null; then
 	start node03 prom "gpus = ( { processes = [ 1 ]; }, { ecc_sbe_volatile = 5; pcie_width = 8; } ); events = ( { at = 0.3; gpu = 1; xid = 13; } );"
 	sleep 1.5
 	metrics node03 >"$W/metrics.txt"
+	exec_on node03 curl -s --max-time 2 http://127.0.0.1:9400/health >"$W/health.json"
+	code=$(exec_on node03 curl -s -o /dev/null -w '%{http_code}' --max-time 2 http://127.0.0.1:9400/nope)
 	stop prom
+	check "/health: JSON with the node's and each GPU's state and reasons" "$PY" -c "
+import json, sys
+d = json.load(open('$W/health.json'))
+assert d['node'] == 'node03' and d['state'] == 'unhealthy', d['state']
+assert d['reasons'][0]['text'] == '2 GPUs found, the cluster file says 4', d['reasons']
+assert d['gpus'][1]['state'] == 'degraded', d['gpus'][1]
+assert d['gpus'][1]['reasons'][0]['text'] == 'PCIe link x8 below its maximum x16', d['gpus'][1]
+assert d['gpus'][0]['state'] == 'healthy'"
+	check "an unknown URL answers 404" test "$code" = 404
 	promtool check metrics <"$W/metrics.txt" >"$W/promtool.txt" 2>&1; rc=$?
 	# dcgm-exporter's label names (UUID, modelName, Hostname) are camelCase
 	# and one of its names is DCGM_FI_DEV_PCIE_REPLAY_COUNTER: Grafana
