@@ -81,11 +81,12 @@ deps:
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/kiln $(DESTDIR)/etc/kiln \
-		$(DESTDIR)$(PREFIX)/lib/systemd/system $(DESTDIR)$(PREFIX)/share/man/man1 \
+		$(DESTDIR)$(PREFIX)/lib/systemd/system $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8 \
 		$(DESTDIR)$(PREFIX)/share/kiln/examples $(DESTDIR)$(PREFIX)/libexec/kiln
 	$(if $(strip $(INSTALL_BINS)),install -m 755 $(INSTALL_BINS) $(DESTDIR)$(PREFIX)/bin/)
 	$(if $(wildcard services/units/*.service),install -m 644 $(wildcard services/units/*) $(DESTDIR)$(PREFIX)/lib/systemd/system/)
 	$(if $(wildcard docs/man/*.1),install -m 644 $(wildcard docs/man/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/)
+	$(if $(wildcard docs/man/*.8),install -m 644 $(wildcard docs/man/*.8) $(DESTDIR)$(PREFIX)/share/man/man8/)
 	$(if $(wildcard slurm/scripts/*),install -m 755 $(wildcard slurm/scripts/*) $(DESTDIR)$(PREFIX)/libexec/kiln/)
 	install -m 644 config/examples/*.cfg $(DESTDIR)$(PREFIX)/share/kiln/examples/
 
@@ -96,7 +97,7 @@ format:
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --inline-suppr \
 		--suppress=missingIncludeSystem --std=c11 -D_GNU_SOURCE \
-		-Icommon/include -Iconfig/include -Ikernels/include \
+		-Icommon/include -Iconfig/include -Ikernels/include -Islurm/launcher/include -Iservices/include \
 		$(filter %.c,$(FORMAT_SRCS))
 
 clean:
