@@ -55,6 +55,9 @@
 /* After the job ended the leader keeps the store up this long at most, so
  * every agent reads the result. */
 #define KR_LINGER_USEC (3 * KILN_USEC_PER_SEC)
+/* Joining a store that answered but then failed: retries before moving on. */
+#define KR_JOIN_TRIES	   3
+#define KR_JOIN_RETRY_USEC (200 * 1000)
 /* Per-operation client timeout. */
 #define KR_OP_TIMEOUT_USEC (5 * KILN_USEC_PER_SEC)
 
@@ -545,6 +548,7 @@ static int agent_join(kr_agent *a)
 static int agent_connect(kr_agent *a)
 {
 	const kr_job *j = a->job;
+	unsigned join_tries = 0;
 	while (a->store_idx < j->n) {
 		const char *host = j->addrs[a->store_idx];
 		int r;
@@ -597,6 +601,13 @@ static int agent_connect(kr_agent *a)
 		log_warning_errno(r, "Lost the store on %s while joining: %m",
 				  j->nodes[a->store_idx]);
 		agent_disconnect(a);
+		/* A store that just moved may still be settling: try the same
+		 * host again a few times before giving up on it. */
+		if (a->store_idx != j->self && ++join_tries < KR_JOIN_TRIES) {
+			usleep(KR_JOIN_RETRY_USEC);
+			continue;
+		}
+		join_tries = 0;
 		a->store_idx++;
 	}
 	return log_error_errno(-EHOSTUNREACH,
