@@ -24,6 +24,23 @@
 #define KR_DEFAULT_PORT	   29500
 #define KR_HEALTHD_DEFAULT "/usr/local/bin/kiln-healthd"
 
+/* kiln-healthd installed next to this kiln-run (same bin directory), else
+ * KR_HEALTHD_DEFAULT. */
+static const char *default_healthd(char *buf, size_t len)
+{
+	ssize_t l = readlink("/proc/self/exe", buf, len - 1);
+	if (l > 0) {
+		buf[l] = 0;
+		char *slash = strrchr(buf, '/');
+		if (slash && (size_t) (slash - buf) + sizeof("/kiln-healthd") <= len) {
+			strcpy(slash, "/kiln-healthd");
+			if (access(buf, X_OK) == 0)
+				return buf;
+		}
+	}
+	return KR_HEALTHD_DEFAULT;
+}
+
 static void help(void)
 {
 	printf("Usage: kiln-run [OPTIONS] -- PROGRAM [ARGS...]\n"
@@ -47,8 +64,8 @@ static void help(void)
 	       "      --backoff DURATION        first restart delay, doubling (default 1s)\n"
 	       "      --prefix-output / --no-prefix-output   \"host:rank: \" line prefixes\n"
 	       "      --health-check / --no-health-check     run kiln-healthd --check first\n"
-	       "      --healthd PATH            kiln-healthd to run (default " KR_HEALTHD_DEFAULT
-	       ")\n"
+	       "      --healthd PATH            kiln-healthd to run (default: next to kiln-run, "
+	       "else " KR_HEALTHD_DEFAULT ")\n"
 	       "      --requeue                 requeue the job through Slurm on SIGUSR1\n"
 	       "      --standalone              single node on this machine, even inside Slurm\n"
 	       "  -c, --config FILE             cluster file (default $KILN_CONFIG or "
@@ -176,7 +193,7 @@ static int run(int argc, char **argv)
 		      .heartbeat_usec = KILN_USEC_PER_SEC,
 		      .grace_usec = 120 * KILN_USEC_PER_SEC,
 		      .prefix_output = true,
-		      .healthd = KR_HEALTHD_DEFAULT,
+		      .healthd = NULL,
 		      .node_gpus = -1 };
 	rdzv_params_default(&o.rdzv);
 	bool nnodes_set = false, nproc_set = false;
@@ -388,6 +405,9 @@ static int run(int argc, char **argv)
 		return KR_EXIT_USAGE;
 	}
 	o.argv = argv + optind;
+	char healthd[4096];
+	if (!o.healthd)
+		o.healthd = default_healthd(healthd, sizeof(healthd));
 	(void) u;
 	if (o.heartbeat_usec == 0 || o.heartbeat_usec >= o.rdzv.dead_after_usec) {
 		log_error("--heartbeat must be shorter than --dead-after");
