@@ -317,6 +317,12 @@ static void test_round_text(void **state)
 		"round 1 world 1 n 1\n0 0 0 0 h a\n", /* nproc 0 */
 		"round 1 world 1 n 1\n0 0 0 1 h\n",   /* truncated */
 		"round x",
+		"round 1 world 1 n 1\n0 0 0 1 h a\nextra\n",	/* trailing garbage */
+		"round 1 world 1 n 1\n0 0 0 1 h a b\n",		/* extra field */
+		"round 1 world 1 n 1\n0 0 0 99999999999 h a\n", /* overflow */
+		"round 1 world 1 n 1\n0 0 0 1 "
+		"hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh a\n", /* host >
+											    63 */
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		assert_int_equal(rdzv_round_parse(bad[i], &q), -EINVAL);
