@@ -23,3 +23,6 @@ TEST_GPU_SCRIPTS += tests/kernels/gpu/test-kk-cuda.sh
 TEST_SCRIPTS += tests/kernels/gpu/test-kk-cuda.sh
 $(eval $(call kiln_tool,cuda-bench,kernels/bench/cuda-bench.c,kk common,$$(KK_LDLIBS)))
 BENCH_SCRIPTS += kernels/bench/cuda-bench.sh
+# The same parity test on a CPU emulation of CUDA (kernels/cuda/*.cu compiled
+# as host C++): verifies the kernels without a GPU; minutes, so test-full.
+TEST_FULL_SCRIPTS += tests/kernels/gpu/emu/run-emu.sh

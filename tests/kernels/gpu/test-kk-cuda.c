@@ -9,7 +9,8 @@
  * the tolerances of tol_of() per dtype (scaled per op where stated).
  * Without a usable CUDA device (or in a CUDA=0 build) every test is
  * reported as "ok N # SKIP no CUDA device" and the exit status is 0.
- * KILN_TEST_SELF=1 puts the cpu backend on both sides (see main()). */
+ * KILN_TEST_SELF=1 puts the cpu backend on both sides (see main());
+ * KILN_TEST_SMALL=1 shrinks the sampling test (for the CPU emulation). */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -490,7 +491,10 @@ static void test_adamw(kk_dtype gdt)
 
 static void test_sample(kk_dtype dt)
 {
-	const int64_t rows = 64, vocab = 32003;
+	/* KILN_TEST_SMALL=1 (the CPU emulation, tests/kernels/gpu/emu) samples
+	 * 8 rows instead of 64: each row is ~100 block-wide passes there. */
+	const char *small = getenv("KILN_TEST_SMALL");
+	const int64_t rows = small && streq(small, "1") ? 8 : 64, vocab = 32003;
 	size_t n = (size_t)(rows * vocab);
 	float *hl = rand_vec(n, 6);
 	pair l = mk(dt, n, hl), ids = mk(KK_I32, (size_t)rows, NULL);

@@ -6,6 +6,8 @@
 # shuffles, a naive cuBLASLt, single-rank NCCL).  It checks the kernels'
 # arithmetic, indexing, masking, reductions and launch code on a machine
 # without a GPU; it cannot check GPU timing or the GPU memory model.
+# Grid-stride kernels get at most 4 blocks here (KC_GRID_CAP), which keeps
+# thread creation affordable and exercises their striding.
 # Prints TAP.  Needs g++ and python3; builds under $KILN_BUILD/emu.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,7 +24,7 @@ command -v g++ >/dev/null && command -v "$py" >/dev/null || {
 	exit 0
 }
 CFLAGS="-std=gnu11 -O2 -g -D_GNU_SOURCE -DKILN_HAVE_CUDA=1 -Icommon/include -Ikernels/include -DKILN_VERSION=\"emu\""
-CXXFLAGS="-std=c++17 -O2 -g -pthread -D__CUDACC__ -I$here/include -Ikernels/include -Icommon/include -Ikernels/cuda -w"
+CXXFLAGS="-std=c++17 -O2 -g -pthread -D__CUDACC__ -DKC_GRID_CAP=4u -I$here/include -Ikernels/include -Icommon/include -Ikernels/cuda -w"
 objs=()
 fail() {
 	echo "1..1"
@@ -47,4 +49,5 @@ for f in kernels/kk.c kernels/kk_dtype.c kernels/cpu/*.c common/*.c tests/kernel
 	objs+=("$o")
 done
 g++ -pthread -o "$out/test-kk-cuda-emu" "${objs[@]}" -lopenblas -lm || fail "link"
+export KILN_TEST_SMALL=1
 exec "$out/test-kk-cuda-emu"
