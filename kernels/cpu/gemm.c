@@ -180,6 +180,7 @@ struct q_ctx {
 	kk_buffer *out;
 	int64_t m;
 	const float *xf;
+	const float *xe; /* Q4 GEMV: [m][k/2] even elements of x, then [m][k/2] odd */
 };
 
 static int quant_range(void *p, int64_t b, int64_t e, int chunk)
@@ -261,8 +262,10 @@ static int qgemv_range(void *p, int64_t b, int64_t e, int chunk)
 			if (q->qtype == KK_I8)
 				s = kk__dot_i8(x, (const int8_t *)q->data->ptr + base, q->k) * sc[0];
 			else
-				s = kk__dot_q4_row(x, (const uint8_t *)q->data->ptr + base / 2, sc,
-						   q->k, q->group);
+				s = kk__dot_q4_row(c->xe + (size_t)i * q->k / 2,
+						   c->xe + (size_t)(c->m + i) * q->k / 2,
+						   (const uint8_t *)q->data->ptr + base / 2, sc, q->k,
+						   q->group);
 			ST(c->out, (size_t)i * q->n + j, s + bj);
 		}
 	}
@@ -281,6 +284,19 @@ int kk__cpu_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *
 		return r;
 	if (m < KK_CPU_QGEMM_GEMM_MIN_M) {
 		struct q_ctx c = { .cq = w, .out = y, .bias = bias, .m = m, .xf = xf };
+		_cleanup_free_ float *split = NULL;
+		if (w->qtype == KK_Q4) {
+			size_t half = (size_t)w->k / 2;
+			split = malloc((size_t)m * w->k * sizeof(float));
+			if (!split)
+				return -ENOMEM;
+			for (int64_t i = 0; i < m; i++)
+				for (size_t p = 0; p < half; p++) {
+					split[i * half + p] = xf[i * w->k + 2 * p];
+					split[(m + i) * half + p] = xf[i * w->k + 2 * p + 1];
+				}
+			c.xe = split;
+		}
 		return kk__parallel_for(w->n, (double)w->k * (2 + 2 * m), qgemv_range, &c);
 	}
 

@@ -79,19 +79,21 @@ CLONES float kk__dot_q4(const float *x, const uint8_t *q, size_t n)
 	return s;
 }
 
-/* A whole int4 row: sum over groups of scale[g] * dot(x_g, q_g). */
-CLONES float kk__dot_q4_row(const float *x, const uint8_t *q, const float *scales, size_t k,
-			    size_t group)
+/* A whole int4 row: sum over groups of scale[g] * dot(x_g, q_g), with x
+ * split beforehand into even (xe) and odd (xo) elements so both nibble
+ * streams meet contiguous activations. */
+CLONES float kk__dot_q4_row(const float *xe, const float *xo, const uint8_t *q,
+			    const float *scales, size_t k, size_t group)
 {
+	size_t half = group / 2;
 	float total = 0;
 	for (size_t g = 0; g < k / group; g++) {
-		const uint8_t *qg = q + g * group / 2;
-		const float *xg = x + g * group;
+		const uint8_t *qg = q + g * half;
+		const float *e = xe + g * half, *o = xo + g * half;
 		float s = 0;
 #pragma omp simd reduction(+ : s)
-		for (size_t p = 0; p < group / 2; p++)
-			s += xg[2 * p] * (float)((int)(qg[p] & 15) - 8) +
-			     xg[2 * p + 1] * (float)((int)(qg[p] >> 4) - 8);
+		for (size_t p = 0; p < half; p++)
+			s += e[p] * (float)((int)(qg[p] & 15) - 8) + o[p] * (float)((int)(qg[p] >> 4) - 8);
 		total += s * scales[g];
 	}
 	return total;

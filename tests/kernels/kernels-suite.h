@@ -430,9 +430,9 @@ static void quant_case(kk_dtype qt, int group, kk_dtype sdt)
 
 	/* Quantized product against the dequantized weights, GEMV and GEMM. */
 	for (size_t di = 0; di < 3; di++)
-		for (int mi = 0; mi < 2; mi++) {
+		for (int mi = 0; mi < 3; mi++) { /* GEMV m = 1, small m, GEMM path */
 			kk_dtype dt = FLOATS[di];
-			int64_t m = mi ? irand(9, 20) : 1;
+			int64_t m = mi == 2 ? irand(9, 20) : mi ? 3 : 1;
 			double *x, *bias, *ref = hmalloc(m * n * sizeof(double));
 			kk_buffer *xb = up_rand(dt, m * k, -1, 1, &x), *bb = up_rand(dt, n, -1, 1, &bias);
 			kk_buffer *yb = out_buf(dt, m * n);
