@@ -1034,6 +1034,16 @@ static void group_macs(loader *L, size_t gi, const char *gpath)
 			add_error(L, elem_line(s, i), p, "write it like \"52:54:00:12:34:56\"",
 				  "malformed MAC address \"%s\"", v[i]);
 			ok = false;
+		} else if ((m[i][0] & 1) || !memcmp(m[i], (const uint8_t[6]){ 0 }, 6)) {
+			/* A NIC never has a multicast/broadcast or all-zero
+			 * address: DHCP would never match it. */
+			char p[640];
+			snprintf(p, sizeof(p), "%s[%zu]", path, i);
+			add_error(L, elem_line(s, i), p,
+				  "give the node's boot NIC address (ip link shows it)",
+				  "MAC address \"%s\" is %s, not a NIC's", v[i],
+				  (m[i][0] & 1) ? "multicast or broadcast" : "all zero");
+			ok = false;
 		}
 	if (ok && n != g->n_hosts)
 		add_error(L, setting_line(s), path, "give exactly one MAC per host, in host order",
@@ -1063,9 +1073,14 @@ static char *hint_from(const char *name, char *const *cands)
 	return h;
 }
 
+#define DNS_NAME_MAX  253 /* RFC 1035, without the final dot */
+#define DNS_LABEL_MAX 63
+#define NAME_MAX_LEN  63 /* cluster, group and partition names */
+#define NAME_HINT     "use 1 to 63 lowercase letters, digits, '-' and '_'"
+
 static bool valid_name(const char *s)
 {
-	if (!s[0] || strlen(s) > 63)
+	if (!s[0] || strlen(s) > NAME_MAX_LEN)
 		return false;
 	for (const char *p = s; *p; p++)
 		if (!(islower((unsigned char) *p) || isdigit((unsigned char) *p) || *p == '-' ||
@@ -1140,6 +1155,31 @@ static void check_word(loader *L, int line, const char *path, const char *v, con
 		}
 	if (!v[0])
 		add_error(L, line, path, NULL, "must not be empty");
+}
+
+static bool has_bad_char(const char *v, const char *extra)
+{
+	for (const char *p = v; *p; p++)
+		if (!isalnum((unsigned char) *p) && !strchr(extra, *p))
+			return true;
+	return false;
+}
+
+/* An RFC 1123 domain: it lands in dnsmasq.conf, /etc/hosts and every
+ * node's FQDN, and dnsmasq --test does not check it. */
+static bool valid_domain(const char *s)
+{
+	size_t len = strlen(s);
+	if (len == 0 || len > DNS_NAME_MAX)
+		return false;
+	for (const char *l = s;;) {
+		size_t n = strcspn(l, ".");
+		if (n == 0 || n > DNS_LABEL_MAX || l[0] == '-' || l[n - 1] == '-')
+			return false;
+		if (!l[n])
+			return true;
+		l += n + 1;
+	}
 }
 
 /* qsort_r comparators over node indexes; ties by index keep file order. */
@@ -1222,14 +1262,19 @@ static void cross_check(loader *L)
 		L->nodes_incomplete = true;
 
 	if (c->cluster.name && !valid_name(c->cluster.name))
-		add_error(L, root_line(L, "cluster.name"), "cluster.name",
-			  "use lowercase letters, digits, '-' and '_'",
+		add_error(L, root_line(L, "cluster.name"), "cluster.name", NAME_HINT,
 			  "invalid cluster name \"%s\"", c->cluster.name);
 
 	check_durations(L);
 
 	/* Values written unquoted into generated files. */
 	check_word(L, root_line(L, "cluster.domain"), "cluster.domain", c->cluster.domain, ".-");
+	if (c->cluster.domain && c->cluster.domain[0] && !has_bad_char(c->cluster.domain, ".-") &&
+	    !valid_domain(c->cluster.domain))
+		add_error(L, root_line(L, "cluster.domain"), "cluster.domain",
+			  "use dot-separated labels of 1 to 63 letters, digits and '-', none "
+			  "starting or ending with '-'",
+			  "invalid DNS domain \"%s\"", c->cluster.domain);
 	check_word(L, root_line(L, "network.boot_interface"), "network.boot_interface",
 		   c->network.boot_interface, "._:-@");
 	check_word(L, root_line(L, "slurm.user"), "slurm.user", c->slurm.user, "._-");
@@ -1263,8 +1308,7 @@ static void cross_check(loader *L)
 			continue;
 		if (g->name && !valid_name(g->name)) {
 			snprintf(p, sizeof(p), "node_groups[%zu].name", gi);
-			add_error(L, member_line(gs, "name"), p,
-				  "use lowercase letters, digits, '-' and '_'",
+			add_error(L, member_line(gs, "name"), p, NAME_HINT,
 				  "invalid group name \"%s\"", g->name);
 		}
 		snprintf(p, sizeof(p), "node_groups[%zu].gpus.type", gi);
@@ -1493,8 +1537,7 @@ static void cross_check(loader *L)
 		char ap[96];
 		if (!valid_name(p->name)) {
 			snprintf(ap, sizeof(ap), "%s.name", ppath);
-			add_error(L, member_line(L->part_set[pi], "name"), ap,
-				  "use lowercase letters, digits, '-' and '_'",
+			add_error(L, member_line(L->part_set[pi], "name"), ap, NAME_HINT,
 				  "invalid partition name \"%s\"", p->name);
 		}
 		if (strv_contains(pnames, p->name)) {

@@ -376,21 +376,29 @@ int main(int argc, char **argv)
 	const char *cmd = argv[optind];
 	int n = argc - optind - 1;
 	char **rest = argv + optind + 1;
+	int r;
 	if (streq(cmd, "check")) {
 		if (n) {
 			log_error("check takes no arguments (use -c FILE).");
 			return EXIT_USAGE;
 		}
-		return cmd_check();
-	}
-	if (streq(cmd, "show"))
-		return cmd_show(n, rest);
-	if (streq(cmd, "render"))
-		return cmd_render(n, rest);
-	if (streq(cmd, "help")) {
+		r = cmd_check();
+	} else if (streq(cmd, "show"))
+		r = cmd_show(n, rest);
+	else if (streq(cmd, "render"))
+		r = cmd_render(n, rest);
+	else if (streq(cmd, "help")) {
 		help();
-		return EXIT_OK;
+		r = EXIT_OK;
+	} else {
+		log_error("Unknown command '%s'; one of check, show, render. See kiln --help.",
+			  cmd);
+		return EXIT_USAGE;
 	}
-	log_error("Unknown command '%s'; one of check, show, render. See kiln --help.", cmd);
-	return EXIT_USAGE;
+	/* A table cut short (disk full, closed pipe) must not look like success. */
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		log_error_errno(-(errno ? errno : EIO), "Failed to write to standard output: %m");
+		return EXIT_FAIL;
+	}
+	return r;
 }

@@ -26,11 +26,14 @@ static const char *const state_names[] = { "up", "down", "drain", "inactive", NU
 static const kiln_cfg_key schema[] = {
 	{ "cluster", KILN_CFG_GROUP, true, NULL, NULL, "The cluster's identity.", NOF, NR },
 	{ "cluster.name", KILN_CFG_STRING, true, NULL, "\"demo\"",
-	  "Cluster name: lowercase letters, digits, '-' and '_'. Also Slurm's ClusterName unless "
+	  "Cluster name: 1 to 63 lowercase letters, digits, '-' and '_'. Also Slurm's ClusterName "
+	  "unless "
 	  "slurm.cluster_name is set.",
 	  R(cluster.name), NR },
 	{ "cluster.domain", KILN_CFG_STRING, false, NULL, "\"demo.kiln\"",
-	  "DNS domain of the cluster network; hosts get NAME.DOMAIN aliases and DHCP hands it out.",
+	  "DNS domain of the cluster network (RFC 1123: dot-separated labels of 1 to 63 letters, "
+	  "digits and '-', none starting or ending with '-'; no final dot); hosts get NAME.DOMAIN "
+	  "aliases and DHCP hands it out.",
 	  R(cluster.domain), NR },
 
 	{ "network", KILN_CFG_GROUP, true, NULL, NULL, "The cluster (boot) network.", NOF, NR },
@@ -66,7 +69,9 @@ static const kiln_cfg_key schema[] = {
 	  "One address per host, in host order: a range \"FIRST-LAST\" or a list of addresses.",
 	  NOF, NR },
 	{ "node_groups[].macs", KILN_CFG_MACS, true, NULL, "[ \"52:54:00:77:00:11\", ... ]",
-	  "Boot interface MAC of each host, in host order (DHCP and iPXE key on it).", NOF, NR },
+	  "Boot interface MAC of each host, in host order (DHCP and iPXE key on it); multicast, "
+	  "broadcast and all-zero MACs are refused.",
+	  NOF, NR },
 	{ "node_groups[].gpus", KILN_CFG_GROUP, false, NULL, NULL, "GPUs per node.", NOF, NR },
 	{ "node_groups[].gpus.model", KILN_CFG_STRING, false, NULL, "\"NVIDIA H100 80GB HBM3\"",
 	  "GPU model as nvidia-smi names it.", G(gpu_model), NR },

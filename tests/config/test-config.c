@@ -317,6 +317,9 @@ typedef struct vcase {
 	const char *expect; /* the exact first error line, without "v.cfg:" */
 } vcase;
 
+#define H_DNS                                                                              \
+	"; use dot-separated labels of 1 to 63 letters, digits and '-', none starting or " \
+	"ending with '-'"
 static const vcase vcases[] = {
 	{ "memory_mb = 1000;", "memory_mb = 1000; memroy_mb = 1;",
 	  "12: node_groups[0].memroy_mb: unknown setting; did you mean 'memory_mb'?" },
@@ -366,8 +369,41 @@ static const vcase vcases[] = {
 	  "needs cpus = sockets x "
 	  "cores_per_socket x threads_per_core" },
 	{ "name = \"demo\";", "name = \"Demo\";",
-	  "1: cluster.name: invalid cluster name \"Demo\"; use lowercase letters, digits, '-' and "
-	  "'_'" },
+	  "1: cluster.name: invalid cluster name \"Demo\"; use 1 to 63 lowercase letters, digits, "
+	  "'-' and '_'" },
+	{ "name = \"demo\";",
+	  "name = \""
+	  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\";",
+	  NULL }, /* 63 characters */
+	{ "name = \"demo\";",
+	  "name = \""
+	  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\";",
+	  "1: cluster.name: invalid cluster name "
+	  "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"; use 1 to 63 "
+	  "lowercase letters, digits, '-' and '_'" },
+	{ "\"52:54:00:77:00:12\"", "\"ff:ff:ff:ff:ff:ff\"",
+	  "9: node_groups[0].macs[1]: MAC address \"ff:ff:ff:ff:ff:ff\" is multicast or broadcast, "
+	  "not a NIC's; give the node's boot NIC address (ip link shows it)" },
+	{ "\"52:54:00:77:00:12\"", "\"01:00:5e:00:00:01\"",
+	  "9: node_groups[0].macs[1]: MAC address \"01:00:5e:00:00:01\" is multicast or broadcast, "
+	  "not a NIC's; give the node's boot NIC address (ip link shows it)" },
+	{ "\"52:54:00:77:00:12\"", "\"00:00:00:00:00:00\"",
+	  "9: node_groups[0].macs[1]: MAC address \"00:00:00:00:00:00\" is all zero, not a NIC's; "
+	  "give the node's boot NIC address (ip link shows it)" },
+	{ "\"52:54:00:77:00:12\"", "\"02:00:00:00:00:00\"", NULL }, /* locally administered */
+	{ "domain = \"demo.kiln\";", "domain = \"-bad..kiln\";",
+	  "1: cluster.domain: invalid DNS domain \"-bad..kiln\"" H_DNS },
+	{ "domain = \"demo.kiln\";", "domain = \"demo.kiln.\";",
+	  "1: cluster.domain: invalid DNS domain \"demo.kiln.\"" H_DNS },
+	{ "domain = \"demo.kiln\";", "domain = \"demo-.kiln\";",
+	  "1: cluster.domain: invalid DNS domain \"demo-.kiln\"" H_DNS },
+	{ "domain = \"demo.kiln\";",
+	  "domain = \"a.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\";",
+	  "1: cluster.domain: invalid DNS domain "
+	  "\"a.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"" H_DNS },
+	/* ^ a 64-character label */
+	{ "domain = \"demo.kiln\";", "domain = \"Pod-1.Example.com\";", NULL },
+	{ "domain = \"demo.kiln\";", "domain = \"x\";", NULL },
 	{ "cluster = {", "cluster = { @include \"x\";",
 	  "1: syntax error; look for a missing ';', quote or bracket here or just above" },
 };

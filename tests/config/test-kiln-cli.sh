@@ -120,6 +120,19 @@ rc=$?
 [ "$("$KILN" -c config/examples/dgx-pod.cfg show nodes | wc -l)" -eq 33 ] && ok "show nodes lists 32 nodes" ||
 	fail "show nodes lists 32 nodes"
 
+# output that cannot be written (disk full) must not exit 0
+if [ -w /dev/full ]; then
+	for a in "show nodes" "show --defaults" "check" "render slurm.conf"; do
+		# shellcheck disable=SC2086
+		"$KILN" -c config/examples/demo.cfg $a >/dev/full 2>"$tmp/err"
+		rc=$?
+		[ $rc -eq 1 ] && grep -q "standard output" "$tmp/err" && ok "$a to a full disk exits 1" ||
+			fail "$a to a full disk exits 1" "rc=$rc" "$(cat "$tmp/err")"
+	done
+else
+	skip "writes to a full disk (no /dev/full)"
+fi
+
 # 6. every key of the schema is documented
 "$KILN" show --defaults >"$tmp/defaults"
 missing=()
