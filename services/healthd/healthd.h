@@ -214,8 +214,15 @@ int hd_nvml_abandoned(hd_nvml *m);
 /* ---- Slurm ------------------------------------------------------------- */
 
 typedef struct hd_slurm hd_slurm;
+/* Finds the configuration libslurm would read ($SLURM_CONF,
+ * /etc/slurm/slurm.conf, /run/slurm/conf/slurm.conf, $SLURM_CONF_SERVER, DNS
+ * SRV _slurmctld._tcp) and writes where it is to buf.  -ENOENT: none (buf
+ * then says what was looked for). */
+int hd_slurm_config_source(char *buf, size_t len);
 /* Starts the thread that keeps the node's Slurm state in line with what
- * hd_slurm_want() asks for, retrying with backoff while slurmctld is down. */
+ * hd_slurm_want() asks for, retrying with backoff while slurmctld is down.
+ * -ENOENT: no Slurm configuration (hd_slurm_config_source()); without this
+ * check libslurm would exit the process. */
 int hd_slurm_start(const char *node, hd_slurm **ret);
 void hd_slurm_stop(hd_slurm *s);
 /* drain: the node should be drained with reason (starting "kiln:").

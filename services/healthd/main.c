@@ -710,7 +710,17 @@ static int run_daemon(manager *m)
 		return -EADDRINUSE;
 	if (m->s.drain) {
 		r = hd_slurm_start(m->host, &m->slurm);
-		if (r < 0)
+		if (r == -ENOENT) {
+			/* keep checking and exporting metrics: a node whose Slurm
+			 * is not set up yet still wants its GPUs watched */
+			char where[256];
+			hd_slurm_config_source(where, sizeof(where));
+			log_error("No Slurm configuration (%s): Slurm drain/resume disabled; "
+				  "install slurm.conf or set SLURM_CONF, or set health.drain = "
+				  "false",
+				  where);
+			m->slurm = NULL;
+		} else if (r < 0)
 			return log_error_errno(r, "Failed to start the Slurm thread: %m");
 	} else
 		log_info("Slurm drain/resume disabled");

@@ -17,16 +17,27 @@
 #include <slurm/slurm_errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "healthd.h"
 #include "kiln/log.h"
 #include "kiln/parse.h"
+/* after kiln/macro.h: <sys/param.h> only defines MIN/MAX when they are not */
+#include <arpa/nameser.h>
+#include <resolv.h>
 
 #define HD_SLURM_BACKOFF_MIN (500 * KILN_USEC_PER_MSEC)
 #define HD_SLURM_BACKOFF_MAX (8 * KILN_USEC_PER_SEC)
 #define HD_SLURM_RECHECK     (5 * KILN_USEC_PER_SEC)
 #define HD_KILN_PREFIX	     "kiln:"
+/* Where libslurm 22.05 looks for its configuration, in its own order after
+ * $SLURM_CONF: the compiled-in default, slurmd's configless cache, then
+ * $SLURM_CONF_SERVER or a DNS SRV record.  With none of them slurm_init()
+ * calls fatal() and the whole daemon exits, so hd_slurm_start() looks first. */
+#define HD_SLURM_CONF_DEFAULT	 "/etc/slurm/slurm.conf"
+#define HD_SLURM_CONF_CONFIGLESS "/run/slurm/conf/slurm.conf"
+#define HD_SLURM_CONF_SRV	 "_slurmctld._tcp"
 
 struct hd_slurm {
 	char node[KILN_HOSTNAME_MAX + 1];
@@ -159,9 +170,39 @@ static void *slurm_main(void *p)
 	return NULL;
 }
 
+int hd_slurm_config_source(char *buf, size_t len)
+{
+	struct stat st;
+	const char *env = getenv("SLURM_CONF");
+	if (env && *env) {
+		/* libslurm uses $SLURM_CONF alone when it is set */
+		if (stat(env, &st) == 0)
+			return snprintf(buf, len, "%s", env), 0;
+		snprintf(buf, len, "$SLURM_CONF names %s, which does not exist", env);
+		return -ENOENT;
+	}
+	if (stat(HD_SLURM_CONF_DEFAULT, &st) == 0)
+		return snprintf(buf, len, "%s", HD_SLURM_CONF_DEFAULT), 0;
+	if (stat(HD_SLURM_CONF_CONFIGLESS, &st) == 0)
+		return snprintf(buf, len, "%s", HD_SLURM_CONF_CONFIGLESS), 0;
+	env = getenv("SLURM_CONF_SERVER");
+	if (env && *env)
+		return snprintf(buf, len, "SLURM_CONF_SERVER=%s", env), 0;
+	unsigned char answer[NS_PACKETSZ];
+	if (res_search(HD_SLURM_CONF_SRV, ns_c_in, ns_t_srv, answer, sizeof(answer)) > 0)
+		return snprintf(buf, len, "DNS SRV %s", HD_SLURM_CONF_SRV), 0;
+	snprintf(buf, len,
+		 "no $SLURM_CONF, no " HD_SLURM_CONF_DEFAULT ", no " HD_SLURM_CONF_CONFIGLESS
+		 ", no $SLURM_CONF_SERVER, no DNS SRV record " HD_SLURM_CONF_SRV);
+	return -ENOENT;
+}
+
 int hd_slurm_start(const char *node, hd_slurm **ret)
 {
 	assert_return(node && ret, -EINVAL);
+	char where[256];
+	if (hd_slurm_config_source(where, sizeof(where)) < 0)
+		return -ENOENT;
 	hd_slurm *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;

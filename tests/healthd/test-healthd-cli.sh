@@ -77,6 +77,18 @@ check "no driver at start: unhealthy with the reason" grep -q "unhealthy: NVML u
 check "the driver appears later: picked up, node healthy again" \
 	bash -c "grep -q 'NVML is available now' '$W/late.log' && grep -q 'node node01 healthy again' '$W/late.log'"
 
+# no Slurm configuration: libslurm would exit the process from slurm_init();
+# the daemon must keep running (metrics, logs) and say what is missing
+write_cfg "$W/noslurm.cfg"
+SLURM_CONF=$W/nope/slurm.conf KILN_FAKE_NVML_SCENARIO=$healthy "$HEALTHD" -c "$W/noslurm.cfg" --node node01 --metrics-port 0 >"$W/noslurm.log" 2>&1 &
+npid=$!
+wait_until 10 grep -q "kiln-healthd .* on node01: 4 GPU" "$W/noslurm.log" >/dev/null
+sleep 0.5
+check "no slurm.conf: the daemon keeps running" kill -0 $npid
+kill $npid 2>/dev/null; wait $npid 2>/dev/null
+check "  ... and says what is missing and what to do" grep -q "No Slurm configuration (\$SLURM_CONF names $W/nope/slurm.conf, which does not exist): Slurm drain/resume disabled; install slurm.conf" "$W/noslurm.log"
+check "  ... without libslurm's fatal()" bash -c "! grep -q 'fatal' '$W/noslurm.log'"
+
 if [ -x "$B/bin/kiln-healthd-active" ]; then
 	check "--active with 4 (fake) GPUs and no CUDA device exits 0" rc_is 0 hd "$healthy" --node node01 --active
 	check "  ... 12 checks skipped, none passed" bash -c "[ \$(grep -c ' skipped ' '$W/out') = 12 ] && ! grep -q passed '$W/out'"
