@@ -1475,10 +1475,13 @@ static void cross_check(loader *L)
 			continue;
 		}
 		size_t gi = (size_t) (n->group - c->groups);
+		size_t fgi = (size_t) (c->nodes[L->name_idx[first]].group - c->groups);
 		char p[96];
 		snprintf(p, sizeof(p), "node_groups[%zu].hosts", gi);
-		add_error(L, member_line(L->group_set[gi], "hosts"), p, NULL,
-			  "duplicate host name \"%s\"", n->name);
+		add_error(L, member_line(L->group_set[gi], "hosts"), p,
+			  "a host belongs to exactly one group, once",
+			  "duplicate host name \"%s\" (also in node_groups[%zu], line %d)", n->name,
+			  fgi, member_line(L->group_set[fgi], "hosts"));
 	}
 	size_t nm = 0;
 	for (size_t a = 0; a < c->n_nodes; a++)

@@ -391,6 +391,9 @@ static const vcase vcases[] = {
 	  "9: node_groups[0].macs[1]: MAC address \"00:00:00:00:00:00\" is all zero, not a NIC's; "
 	  "give the node's boot NIC address (ip link shows it)" },
 	{ "\"52:54:00:77:00:12\"", "\"02:00:00:00:00:00\"", NULL }, /* locally administered */
+	{ "hosts = \"node[01-03]\";", "hosts = \"node[01-02],node01\";",
+	  "7: node_groups[0].hosts: duplicate host name \"node01\" (also in node_groups[0], line "
+	  "7); a host belongs to exactly one group, once" },
 	{ "domain = \"demo.kiln\";", "domain = \"-bad..kiln\";",
 	  "1: cluster.domain: invalid DNS domain \"-bad..kiln\"" H_DNS },
 	{ "domain = \"demo.kiln\";", "domain = \"demo.kiln.\";",
