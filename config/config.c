@@ -1814,6 +1814,8 @@ static void sort_errors(kiln_cfg_errors *e, size_t from)
 	}
 }
 
+#define UTF8_BOM "\xef\xbb\xbf"
+
 int kiln_cfg_load_string(const char *text, const char *name, kiln_cfg **ret, kiln_cfg_errors *errs)
 {
 	assert_return(text, -EINVAL);
@@ -1822,6 +1824,10 @@ int kiln_cfg_load_string(const char *text, const char *name, kiln_cfg **ret, kil
 	kiln_cfg_errors_init(&local);
 	kiln_cfg_errors *e = errs ? errs : &local;
 	size_t before = e->n + e->dropped;
+	/* Editors on Windows save a UTF-8 byte-order mark that libconfig
+	 * would call a syntax error; it carries no meaning, so skip it. */
+	if (startswith(text, UTF8_BOM))
+		text += strlen(UTF8_BOM);
 
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = calloc(1, sizeof(*c));
 	if (!c)

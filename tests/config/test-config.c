@@ -141,6 +141,30 @@ static void test_docs_cover_schema(void **state)
 	assert_int_equal(missing, 0);
 }
 
+/* A UTF-8 byte-order mark is skipped: the file loads, line numbers hold. */
+static void test_bom(void **state)
+{
+	(void) state;
+	_cleanup_free_ char *ok = NULL, *bad = NULL;
+	assert_true(asprintf(&ok, "\xef\xbb\xbf%s", BASE) > 0);
+	kiln_cfg *c = NULL;
+	kiln_cfg_errors e;
+	kiln_cfg_errors_init(&e);
+	assert_int_equal(kiln_cfg_load_string(ok, "bom.cfg", &c, &e), 0);
+	assert_int_equal(e.n, 0);
+	assert_int_equal(c->n_nodes, 3);
+	kiln_cfg_free(c);
+	c = NULL;
+	_cleanup_free_ char *edited = edit("count = 4;", "count = 17;");
+	assert_true(asprintf(&bad, "\xef\xbb\xbf%s", edited) > 0);
+	assert_int_equal(kiln_cfg_load_string(bad, "bom.cfg", &c, &e), -EINVAL);
+	assert_null(c);
+	assert_int_equal(e.n, 1);
+	assert_int_equal(e.v[0].line, 10);
+	assert_string_equal(e.v[0].path, "node_groups[0].gpus.count");
+	kiln_cfg_errors_free(&e);
+}
+
 static void test_defaults(void **state)
 {
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
@@ -715,13 +739,14 @@ const char *__lsan_default_suppressions(void)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_schema_table),   cmocka_unit_test(test_docs_cover_schema),
-		cmocka_unit_test(test_defaults),       cmocka_unit_test(test_demo),
-		cmocka_unit_test(test_dgx_pod),	       cmocka_unit_test(test_validators),
-		cmocka_unit_test(test_collects_all),   cmocka_unit_test(test_error_cap),
-		cmocka_unit_test(test_bad_corpus),     cmocka_unit_test(test_render_golden),
-		cmocka_unit_test(test_render_content), cmocka_unit_test(test_gpu_type),
-		cmocka_unit_test(test_large_cluster),  cmocka_unit_test(test_mutations),
+		cmocka_unit_test(test_schema_table),  cmocka_unit_test(test_docs_cover_schema),
+		cmocka_unit_test(test_bom),	      cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_demo),	      cmocka_unit_test(test_dgx_pod),
+		cmocka_unit_test(test_validators),    cmocka_unit_test(test_collects_all),
+		cmocka_unit_test(test_error_cap),     cmocka_unit_test(test_bad_corpus),
+		cmocka_unit_test(test_render_golden), cmocka_unit_test(test_render_content),
+		cmocka_unit_test(test_gpu_type),      cmocka_unit_test(test_large_cluster),
+		cmocka_unit_test(test_mutations),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
