@@ -208,6 +208,90 @@ else
 fi
 [ -n "$jid" ] && $KC_HUB scancel "$jid" >/dev/null 2>&1
 
+# ---- every other passive fault, end to end --------------------------------
+# One daemon, 10 GPUs, one fault a second on GPUs 9 down to 1: each new fault
+# is on a lower GPU, so it becomes the drain reason and kiln updates the
+# node's reason in Slurm.  Each gets: its log line, its Slurm drain reason
+# (logged once slurm_update_node succeeded) within 2 s, and its metric.  Then
+# the degraded faults on gpu0: a log line within 2 s and the metric, no drain.
+$KC_HUB scontrol update nodename=node02 state=resume >/dev/null 2>&1
+quiet_wait 10 not_drained node02
+U='",UUID="GPU-00000000-0000-4000-8000-00000000000'
+# GPU | fault | reason | metric
+FAULTS=(
+	"9|ecc_dbe_volatile = 2;|2 double-bit ECC errors since the last reset|DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu=\"9${U}9\""
+	"8|clock_event_reasons = 8;|clocks slowed by hardware (HW slowdown)|DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu=\"8${U}8\""
+	"7|clock_event_reasons = 64;|clocks slowed by hardware thermal protection|DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu=\"7${U}7\""
+	"6|clock_event_reasons = 128;|clocks slowed by the external power brake|DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu=\"6${U}6\""
+	"5|retired_dbe = 60;|60 retired pages (RMA threshold 60)|DCGM_FI_DEV_RETIRED_DBE{gpu=\"5${U}5\""
+	"4|retired_pending = true;|page retirement pending, reset needed|DCGM_FI_DEV_RETIRED_PENDING{gpu=\"4${U}4\""
+	"3|remap_pending = true;|row remapping pending, reset needed|DCGM_FI_DEV_ROW_REMAP_PENDING{gpu=\"3${U}3\""
+	"2|remap_failure = true;|row remapping failed|DCGM_FI_DEV_ROW_REMAP_FAILURE{gpu=\"2${U}2\""
+	"1|nvlinks_down = 2;|2 of 18 NVLink links down|kiln_gpu_nvlink_down{gpu=\"1${U}1\""
+)
+# the value each metric must show
+FAULT_VALUES=(2 8 64 128 60 1 1 1 2)
+DEGRADED=(
+	"ecc_sbe_volatile = 1000;|1000 single-bit ECC errors since the last reset|DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu=\"0${U}0\"|1000"
+	"pcie_width = 8;|PCIe link x8 below its maximum x16|DCGM_FI_DEV_PCIE_LINK_WIDTH{gpu=\"0${U}0\"|8"
+	"pcie_replay = 500;|PCIe replay rate|DCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu=\"0${U}0\"|500"
+	"nvlink_crc_flit = 5;|new NVLink CRC flit errors|DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL{gpu=\"0${U}0\"|5"
+	"persistence = false;|persistence mode is off|kiln_gpu_persistence_mode{gpu=\"0${U}0\"|0"
+	"power_w = 800.0;|power 800 W above 105% of the 700 W limit|DCGM_FI_DEV_POWER_USAGE{gpu=\"0${U}0\"|800"
+	"clock_event_reasons = 32;|clocks slowed by software thermal control|DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu=\"0${U}0\"|32"
+)
+ev="" at=1.5 k=0
+for f in "${FAULTS[@]}"; do
+	IFS='|' read -r g set _ _ <<<"$f"
+	ev+="${ev:+, }{ at = $at; gpu = $g; set = { $set }; }"
+	at=$(awk -v a="$at" 'BEGIN { print a + 1.0 }')
+done
+for f in "${DEGRADED[@]}"; do
+	IFS='|' read -r set _ _ _ <<<"$f"
+	ev+=", { at = $at; gpu = 0; set = { $set }; }"
+	at=$(awk -v a="$at" 'BEGIN { print a + 0.5 }')
+done
+start node02 every "gpus = ( {}, {}, {}, {}, {}, {}, {}, {}, {}, {} ); events = ( $ev );"
+wait_until 40 grep -qF "<4>gpu0 (" "$W/every.log" >/dev/null
+wait_until 20 bash -c "[ \$(awk '\$3 == \"event\"' '$W/every.fake' | wc -l) -ge $(( ${#FAULTS[@]} + ${#DEGRADED[@]} )) ]" >/dev/null
+sleep 1
+metrics node02 >"$W/every.metrics"
+# gpu_line LOG GPU PRIO TEXT: the time of gpuN's first log line at PRIO with TEXT
+gpu_line() { grep -F -- "<$3>gpu$2 (" "$1" | grep -F -- "$4" | head -1 | cut -d' ' -f1 | grep .; }
+for i in "${!FAULTS[@]}"; do
+	IFS='|' read -r g _ text metric <<<"${FAULTS[$i]}"
+	t0=$(event_time "$W/every.fake" "$i")
+	tl=$(gpu_line "$W/every.log" "$g" 3 "unhealthy: $text")
+	td=$(log_time "$W/every.log" "Drained node02 in Slurm: kiln: gpu$g $text")
+	if within2 "$tl" "$t0" && within2 "$td" "$t0"; then
+		ok "every fault: gpu$g $text: logged after $(fsub "$tl" "$t0") s, Slurm reason after $(fsub "$td" "$t0") s"
+	else
+		not_ok "every fault: gpu$g $text: log and Slurm drain within 2 s (event ${t0:-?}, logged ${tl:-never}, drained ${td:-never})"
+	fi
+	if grep -F -- "$metric" "$W/every.metrics" | grep -q " ${FAULT_VALUES[$i]}\$" &&
+		grep -F "kiln_gpu_health{gpu=\"$g${U}$g\"" "$W/every.metrics" | grep -q 'state="unhealthy"} 1$'; then
+		ok "every fault: gpu$g metric ${metric%%\{*} = ${FAULT_VALUES[$i]}, kiln_gpu_health unhealthy"
+	else
+		not_ok "every fault: gpu$g metric ${metric%%\{*} = ${FAULT_VALUES[$i]}, kiln_gpu_health unhealthy"
+		grep -F "gpu=\"$g\"" "$W/every.metrics" | grep -E "${metric%%\{*}|kiln_gpu_health" | diag
+	fi
+done
+for i in "${!DEGRADED[@]}"; do
+	IFS='|' read -r _ text metric val <<<"${DEGRADED[$i]}"
+	t0=$(event_time "$W/every.fake" "$(( ${#FAULTS[@]} + i ))")
+	tl=$(gpu_line "$W/every.log" 0 4 "$text")
+	if within2 "$tl" "$t0"; then ok "degraded: gpu0 $text: logged after $(fsub "$tl" "$t0") s"
+	else not_ok "degraded: gpu0 $text: logged within 2 s (event ${t0:-?}, logged ${tl:-never})"; fi
+	if grep -F -- "$metric" "$W/every.metrics" | grep -q " $val\$"; then ok "degraded: gpu0 metric ${metric%%\{*} = $val"
+	else not_ok "degraded: gpu0 metric ${metric%%\{*} = $val"; grep -F "${metric%%\{*}{gpu=\"0\"" "$W/every.metrics" | diag; fi
+done
+check "degraded: gpu0 degraded in kiln_gpu_health, never drained for it" bash -c \
+	"grep -F 'kiln_gpu_health{gpu=\"0${U}0\"' '$W/every.metrics' | grep -q 'state=\"degraded\"} 1\$' && ! grep -q 'Drained node02 in Slurm: kiln: gpu0' '$W/every.log'"
+check "every fault: scontrol shows node02 drained with the last (lowest GPU) reason" \
+	reason_is node02 "kiln: gpu1 2 of 18 NVLink links down"
+stop every
+$KC_HUB scontrol update nodename=node02 state=resume >/dev/null 2>&1
+
 # /metrics of a node with every kind of value passes promtool
 if command -v promtool >/dev/null; then
 	start node03 prom "gpus = ( { processes = [ 1 ]; }, { ecc_sbe_volatile = 5; pcie_width = 8; } ); events = ( { at = 0.3; gpu = 1; xid = 13; } );"
