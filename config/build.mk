@@ -16,7 +16,8 @@ EXTRA_ALL += $(FUZZ_CONFIG)
 endif
 TEST_FULL_SCRIPTS += tests/fuzz/fuzz-config.sh
 fuzz-config: $(FUZZ_CONFIG)
-$(FUZZ_CONFIG): $(FUZZ_CONFIG_SRCS) config/include/kiln/config.h config/config-internal.h
+$(FUZZ_CONFIG): $(FUZZ_CONFIG_SRCS) config/include/kiln/config.h config/config-internal.h \
+		$(wildcard common/include/kiln/*.h)
 	@mkdir -p $(@D)
 	@if [ -z "$(KILN_CLANG)" ]; then echo "fuzz-config: clang not found, skipping" >&2; exit 1; fi
 	$(KILN_CLANG) -g -O1 -std=gnu11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
