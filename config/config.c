@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "config-internal.h"
 #include "kiln/hostlist.h"
@@ -1187,11 +1188,18 @@ static int cmp_index(size_t a, size_t b)
 {
 	return a < b ? -1 : a > b;
 }
+/* Host name order: case-insensitive, then exact (a total order, so that
+ * find_index() can still look up an exact name). */
+static int name_cmp(const char *a, const char *b)
+{
+	int r = strcasecmp(a, b);
+	return r ? r : strcmp(a, b);
+}
 static int cmp_name(const void *x, const void *y, void *ctx)
 {
 	const kiln_cfg_node *n = ctx;
 	size_t a = *(const size_t *) x, b = *(const size_t *) y;
-	int r = strcmp(n[a].name, n[b].name);
+	int r = name_cmp(n[a].name, n[b].name);
 	return r ? r : cmp_index(a, b);
 }
 static int cmp_mac(const void *x, const void *y, void *ctx)
@@ -1217,7 +1225,7 @@ static ssize_t find_index(loader *L, const char *name)
 	size_t lo = 0, hi = c->n_nodes;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		if (strcmp(c->nodes[L->name_idx[mid]].name, name) < 0)
+		if (name_cmp(c->nodes[L->name_idx[mid]].name, name) < 0)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -1455,10 +1463,18 @@ static void cross_check(loader *L)
 		size_t gi = (size_t) (n->group - c->groups);
 		char p[128];
 		L->name_idx[a] = a;
-		if (c->head.hostname && streq(n->name, c->head.hostname)) {
+		if (c->head.hostname && strcasecmp(n->name, c->head.hostname) == 0) {
 			snprintf(p, sizeof(p), "node_groups[%zu].hosts", gi);
-			add_error(L, member_line(L->group_set[gi], "hosts"), p, NULL,
-				  "host name \"%s\" is also the head node's", n->name);
+			if (streq(n->name, c->head.hostname))
+				add_error(L, member_line(L->group_set[gi], "hosts"), p, NULL,
+					  "host name \"%s\" is also the head node's", n->name);
+			else
+				add_error(
+					L, member_line(L->group_set[gi], "hosts"), p,
+					"DNS and /etc/hosts ignore case; rename one of them",
+					"host name \"%s\" differs from the head node's \"%s\" only "
+					"in case",
+					n->name, c->head.hostname);
 		}
 		if (n->group->addresses && n->address == c->head.address) {
 			snprintf(p, sizeof(p), "node_groups[%zu].addresses", gi);
@@ -1467,21 +1483,35 @@ static void cross_check(loader *L)
 				  kiln_format_ipv4(b1, n->address), n->name);
 		}
 	}
+	/* Sorted case-insensitively first, so names DNS and /etc/hosts would
+	 * take for one ("node01", "NODE01") end up next to each other. */
 	qsort_r(L->name_idx, c->n_nodes, sizeof(size_t), cmp_name, c->nodes);
-	for (size_t k = 1, first = 0; k < c->n_nodes; k++) {
+	for (size_t k = 1; k < c->n_nodes; k++) {
 		const kiln_cfg_node *n = &c->nodes[L->name_idx[k]];
-		if (!streq(n->name, c->nodes[L->name_idx[first]].name)) {
-			first = k;
+		const kiln_cfg_node *o = &c->nodes[L->name_idx[k - 1]];
+		if (strcasecmp(n->name, o->name) != 0)
 			continue;
+		if (n < o) { /* report the one later in the file */
+			const kiln_cfg_node *t = n;
+			n = o;
+			o = t;
 		}
 		size_t gi = (size_t) (n->group - c->groups);
-		size_t fgi = (size_t) (c->nodes[L->name_idx[first]].group - c->groups);
+		size_t ogi = (size_t) (o->group - c->groups);
 		char p[96];
 		snprintf(p, sizeof(p), "node_groups[%zu].hosts", gi);
-		add_error(L, member_line(L->group_set[gi], "hosts"), p,
-			  "a host belongs to exactly one group, once",
-			  "duplicate host name \"%s\" (also in node_groups[%zu], line %d)", n->name,
-			  fgi, member_line(L->group_set[fgi], "hosts"));
+		if (streq(n->name, o->name))
+			add_error(L, member_line(L->group_set[gi], "hosts"), p,
+				  "a host belongs to exactly one group, once",
+				  "duplicate host name \"%s\" (also in node_groups[%zu], line %d)",
+				  n->name, ogi, member_line(L->group_set[ogi], "hosts"));
+		else
+			add_error(
+				L, member_line(L->group_set[gi], "hosts"), p,
+				"DNS and /etc/hosts ignore case; rename one of them",
+				"host name \"%s\" differs from \"%s\" (node_groups[%zu], line %d) "
+				"only in case",
+				n->name, o->name, ogi, member_line(L->group_set[ogi], "hosts"));
 	}
 	size_t nm = 0;
 	for (size_t a = 0; a < c->n_nodes; a++)

@@ -415,6 +415,16 @@ static const vcase vcases[] = {
 	  "9: node_groups[0].macs[1]: MAC address \"00:00:00:00:00:00\" is all zero, not a NIC's; "
 	  "give the node's boot NIC address (ip link shows it)" },
 	{ "\"52:54:00:77:00:12\"", "\"02:00:00:00:00:00\"", NULL }, /* locally administered */
+	{ "hosts = \"node[01-03]\";", "hosts = \"node[01-02],NODE01\";",
+	  "7: node_groups[0].hosts: host name \"NODE01\" differs from \"node01\" (node_groups[0], "
+	  "line 7) only in case; DNS and /etc/hosts ignore case; rename one of them" },
+	{ "hosts = \"node[01-03]\";", "hosts = \"node[01-02],Head\";",
+	  "7: node_groups[0].hosts: host name \"Head\" differs from the head node's \"head\" only "
+	  "in case; DNS and /etc/hosts ignore case; rename one of them" },
+	{ "nodes = \"node[01-03]\";", "nodes = \"node[01-02],NODE03\";",
+	  "16: slurm.partitions[0].nodes: unknown node \"NODE03\"; did you mean 'node03'?" },
+	{ "hosts = \"node[01-03]\";", "hosts = \"node[01-02],Node03\";",
+	  "16: slurm.partitions[0].nodes: unknown node \"node03\"; did you mean 'Node03'?" },
 	{ "hosts = \"node[01-03]\";", "hosts = \"node[01-02],node01\";",
 	  "7: node_groups[0].hosts: duplicate host name \"node01\" (also in node_groups[0], line "
 	  "7); a host belongs to exactly one group, once" },
