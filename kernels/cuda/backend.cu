@@ -2,8 +2,10 @@
  * streams, and the vtable that kernels/kk.c dispatches to.
  *
  * init() picks the device (KILN_CUDA_DEVICE, else LOCAL_RANK modulo the
- * device count as torchrun does, else 0), creates a non-blocking default
- * stream and a cuBLASLt handle with its workspace.  Buffers are plain
+ * device count as torchrun does, else 0), checks that the binary has code
+ * for it (a pre-Hopper GPU reports -ENODEV, so "auto" falls back to cpu),
+ * and creates a non-blocking default stream and a cuBLASLt handle with its
+ * workspace.  Buffers are plain
  * cudaMalloc allocations; upload/download are cudaMemcpyAsync on the stream
  * followed by a stream sync (kk.h makes them blocking).  The op slots live in
  * the kc_*.cu files (see kc.h).  Every CUDA status is mapped to -errno;
@@ -30,9 +32,36 @@ static int kc_pick_device(int count)
 	return 0;
 }
 
+/* A kernel that exists only so kc_usable() can ask whether this binary
+ * holds code the device can run (sm_90 SASS + compute_90 PTX: Hopper or
+ * newer); an older GPU would fail every launch. */
+__global__ void kc_probe_kernel(int *p)
+{
+	if (p)
+		*p = 1;
+}
+
+/* 1 when a device is present and can run this binary's kernels. */
+static int kc_usable(int *device)
+{
+	int n = kc_device_count();
+	if (n <= 0)
+		return 0;
+	int dev = kc_pick_device(n);
+	cudaFuncAttributes a;
+	if (cudaSetDevice(dev) != cudaSuccess ||
+	    cudaFuncGetAttributes(&a, kc_probe_kernel) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return 0;
+	}
+	if (device)
+		*device = dev;
+	return 1;
+}
+
 static int kc_available(void)
 {
-	return kc_device_count() > 0;
+	return kc_usable(NULL);
 }
 
 static void kc_fini(kk_backend *be)
@@ -49,14 +78,14 @@ static void kc_fini(kk_backend *be)
 
 static int kc_init(kk_backend *be)
 {
-	int n = kc_device_count();
-	if (n <= 0)
-		return -ENODEV;
+	int dev = 0;
+	if (!kc_usable(&dev))
+		return -ENODEV; /* no device, or one this build has no code for */
 	kc_ctx *ctx = (kc_ctx *)calloc(1, sizeof(*ctx));
 	if (!ctx)
 		return -ENOMEM;
 	be->ctx = ctx;
-	ctx->device = kc_pick_device(n);
+	ctx->device = dev;
 	int r = kc_errno_cuda(cudaSetDevice(ctx->device));
 	if (r >= 0)
 		r = kc_errno_cuda(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));

@@ -6,6 +6,9 @@
 # shuffles, a naive cuBLASLt, single-rank NCCL).  It checks the kernels'
 # arithmetic, indexing, masking, reductions and launch code on a machine
 # without a GPU; it cannot check GPU timing or the GPU memory model.
+# Then the cmocka kernels suite (tests/kernels/test-kernels-cuda.c: float64
+# references, gradients) runs on the same emulated backend
+# (KILN_EMU_SUITE=0 skips it).
 # Grid-stride kernels get at most 4 blocks here (KC_GRID_CAP), which keeps
 # thread creation affordable and exercises their striding.
 # Prints TAP.  Needs g++ and python3; builds under $KILN_BUILD/emu.
@@ -50,4 +53,23 @@ for f in kernels/kk.c kernels/kk_dtype.c kernels/cpu/*.c common/*.c tests/kernel
 done
 g++ -pthread -o "$out/test-kk-cuda-emu" "${objs[@]}" -lopenblas -lm || fail "link"
 export KILN_TEST_SMALL=1
-exec "$out/test-kk-cuda-emu"
+"$out/test-kk-cuda-emu"
+rc=$?
+# The kernels suite (tests/kernels/kernels-suite.h, float64 references and
+# finite differences, cmocka) on the same emulated backend, when present.
+suite=tests/kernels/test-kernels-cuda.c
+if [ -f "$suite" ] && [ "${KILN_EMU_SUITE:-1}" = 1 ]; then
+	lib=()
+	for o in "${objs[@]}"; do
+		[[ $o == *test-kk-cuda.c.o ]] || lib+=("$o")
+	done
+	so=$out/c_suite.o
+	if gcc $CFLAGS -Itests/kernels -c "$suite" -o "$so" &&
+		g++ -pthread -o "$out/test-kernels-cuda-emu" "$so" "${lib[@]}" -lcmocka -lopenblas -lm; then
+		CMOCKA_MESSAGE_OUTPUT=${CMOCKA_MESSAGE_OUTPUT:-TAP} "$out/test-kernels-cuda-emu" || rc=1
+	else
+		echo "not ok - build $suite against the emulated backend"
+		rc=1
+	fi
+fi
+exit $rc

@@ -65,6 +65,14 @@ cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s);
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st);
 cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st);
+struct cudaFuncAttributes {
+	int maxThreadsPerBlock;
+};
+template <typename F> cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, F)
+{
+	a->maxThreadsPerBlock = 1024;
+	return cudaSuccess;
+}
 template <typename F> cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int v)
 {
 	return v > 227 * 1024 ? cudaErrorInvalidValue : cudaSuccess;
