@@ -1919,11 +1919,16 @@ int kiln_cfg_load(const char *path, kiln_cfg **ret, kiln_cfg_errors *errs)
 	int r = kiln_read_file(path, KILN_CFG_FILE_MAX, &text, &len);
 	if (r < 0)
 		return r;
-	if (memchr(text, 0, len)) {
+	const char *nul = memchr(text, 0, len);
+	if (nul) {
 		kiln_cfg_errors local;
 		kiln_cfg_errors_init(&local);
 		loader L = { .errs = errs ? errs : &local, .file = path };
-		add_error(&L, 0, "", NULL, "binary data (a NUL byte) in the file");
+		int line = 1;
+		for (const char *p = text; p < nul; p++)
+			line += *p == '\n';
+		add_error(&L, line, "", "a cluster file is text; is this the right file?",
+			  "binary data (a NUL byte)");
 		kiln_cfg_errors_free(&local);
 		return L.oom ? -ENOMEM : -EINVAL;
 	}

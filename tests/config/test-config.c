@@ -540,6 +540,10 @@ static void test_bad_corpus(void **state)
 		/* the expected lines name the file as the CLI test runs it */
 		_cleanup_free_ char *text = NULL;
 		assert_int_equal(kiln_read_file(path, 1 << 20, &text, &len), 0);
+		/* A string ends at its first NUL, so only kiln_cfg_load() can see
+		 * one: nul-byte.cfg is checked through it by test-kiln-cli.sh. */
+		if (memchr(text, 0, len))
+			continue;
 		kiln_cfg *c = NULL;
 		kiln_cfg_errors e;
 		kiln_cfg_errors_init(&e);
