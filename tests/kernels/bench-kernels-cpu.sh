@@ -1,6 +1,7 @@
 #!/bin/bash
 # The kk cpu backend benchmark table (make bench), as TAP: the table lines
-# are TAP comments, then one result line.  Pass --quick for tiny shapes.
+# are TAP comments, then one result line.  Pass --quick for tiny shapes,
+# --cpu-time to time with the process CPU clock on a busy machine.
 set -u
 B=${KILN_BUILD:-build}
 bin=$B/tests/bench-kernels-cpu
