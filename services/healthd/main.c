@@ -699,10 +699,17 @@ static int run_daemon(manager *m)
 
 	if (sd_watchdog_enabled(0, &m->watchdog_usec) <= 0)
 		m->watchdog_usec = 0;
+	if (m->watchdog_usec && m->s.watchdog_usec != m->watchdog_usec) {
+		/* health.watchdog wins over the unit's WatchdogSec (systemd takes
+		 * WATCHDOG_USEC= at run time; 0 turns its watchdog off) */
+		log_info("health.watchdog (%.1fs) replaces WatchdogSec (%.1fs)",
+			 m->s.watchdog_usec / 1e6, m->watchdog_usec / 1e6);
+		sd_notifyf(0, "WATCHDOG_USEC=%llu", (unsigned long long) m->s.watchdog_usec);
+		m->watchdog_usec = m->s.watchdog_usec;
+	}
 	if (m->watchdog_usec && m->watchdog_usec < 2 * m->s.nvml_timeout_usec)
-		log_warning("WatchdogSec (%.1fs) is less than twice health.nvml_timeout (%.1fs): a "
-			    "hung driver "
-			    "call may get the daemon killed; raise WatchdogSec",
+		log_warning("The watchdog (%.1fs) is less than twice health.nvml_timeout (%.1fs): "
+			    "a hung driver call may get the daemon killed; raise health.watchdog",
 			    m->watchdog_usec / 1e6, m->s.nvml_timeout_usec / 1e6);
 
 	r = open_nvml(m);

@@ -42,7 +42,8 @@ write_cfg() {
 	local f=$1; shift
 	sed '/^health = {/,$d' "$top/config/examples/demo.cfg" >"$f"
 	local defaults=('interval = "200ms";' 'recover_after = "2s";' 'nvml_timeout = "1s";'
-		"nvml_library = \"$FAKE\";" 'metrics_port = 9400;' 'active_on_start = false;')
+		"nvml_library = \"$FAKE\";" 'metrics_port = 9400;' 'active_on_start = false;'
+		'watchdog = "3s";')
 	{
 		echo 'health = {'
 		for d in "${defaults[@]}"; do

@@ -89,6 +89,27 @@ kill $npid 2>/dev/null; wait $npid 2>/dev/null
 check "  ... and says what is missing and what to do" grep -q "No Slurm configuration (\$SLURM_CONF names $W/nope/slurm.conf, which does not exist): Slurm drain/resume disabled; install slurm.conf" "$W/noslurm.log"
 check "  ... without libslurm's fatal()" bash -c "! grep -q 'fatal' '$W/noslurm.log'"
 
+# health.watchdog replaces the unit's WatchdogSec (WATCHDOG_USEC= to systemd)
+wd() { # wd NAME WATCHDOG-SETTING: runs the daemon 2 s under a fake systemd watchdog of 30 s
+	write_cfg "$W/$1.cfg" "watchdog = $2;" 'nvml_timeout = "200ms";' 'drain = false;'
+	notify_listen "$W/$1.sock" "$W/$1.notify"
+	local lp=$NOTIFY_PID
+	wait_until 10 test -S "$W/$1.sock" >/dev/null
+	NOTIFY_SOCKET=$W/$1.sock WATCHDOG_USEC=30000000 KILN_FAKE_NVML_SCENARIO=$healthy \
+		"$HEALTHD" -c "$W/$1.cfg" --node node01 --metrics-port 0 >"$W/$1.log" 2>&1 &
+	local dp=$!
+	sleep 2.5
+	kill $dp; wait $dp 2>/dev/null
+	kill $lp; wait $lp 2>/dev/null
+}
+wd wd1 '"900ms"'
+check "health.watchdog 900ms: tells systemd WATCHDOG_USEC=900000" grep -q " WATCHDOG_USEC=900000$" "$W/wd1.notify"
+check "  ... and pings at a third of it (longest gap < 0.9 s, >= 4 pings)" bash -c \
+	"awk '\$2 == \"WATCHDOG=1\" { if (p) { g = \$1 - p; if (g > m) m = g }; p = \$1; n++ } END { exit !(n >= 4 && m < 0.9) }' '$W/wd1.notify'"
+wd wd0 0
+check "health.watchdog 0: turns systemd's watchdog off (WATCHDOG_USEC=0), no pings" bash -c \
+	"grep -q ' WATCHDOG_USEC=0\$' '$W/wd0.notify' && ! grep -q 'WATCHDOG=1' '$W/wd0.notify'"
+
 if [ -x "$B/bin/kiln-healthd-active" ]; then
 	check "--active with 4 (fake) GPUs and no CUDA device exits 0" rc_is 0 hd "$healthy" --node node01 --active
 	check "  ... 12 checks skipped, none passed" bash -c "[ \$(grep -c ' skipped ' '$W/out') = 12 ] && ! grep -q passed '$W/out'"
