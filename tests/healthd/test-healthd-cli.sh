@@ -100,12 +100,16 @@ wd() { # wd NAME WATCHDOG-SETTING: runs the daemon 2 s under a fake systemd watc
 	local dp=$!
 	sleep 2.5
 	kill $dp; wait $dp 2>/dev/null
+	echo $? >"$W/$1.rc"
+	sleep 0.2
 	kill $lp; wait $lp 2>/dev/null
 }
 wd wd1 '"900ms"'
 check "health.watchdog 900ms: tells systemd WATCHDOG_USEC=900000" grep -q " WATCHDOG_USEC=900000$" "$W/wd1.notify"
 check "  ... and pings at a third of it (longest gap < 0.9 s, >= 4 pings)" bash -c \
 	"awk '\$2 == \"WATCHDOG=1\" { if (p) { g = \$1 - p; if (g > m) m = g }; p = \$1; n++ } END { exit !(n >= 4 && m < 0.9) }' '$W/wd1.notify'"
+check "SIGTERM: clean stop, exit 0, STOPPING=1, logged" bash -c \
+	"[ \$(cat '$W/wd1.rc') = 0 ] && grep -q ' STOPPING=1\$' '$W/wd1.notify' && grep -q '^<6>Received Terminated, shutting down' '$W/wd1.log'"
 wd wd0 0
 check "health.watchdog 0: turns systemd's watchdog off (WATCHDOG_USEC=0), no pings" bash -c \
 	"grep -q ' WATCHDOG_USEC=0\$' '$W/wd0.notify' && ! grep -q 'WATCHDOG=1' '$W/wd0.notify'"
