@@ -46,7 +46,12 @@ for suite in "$@"; do
 		echo "     --- last lines of $log:"
 		tail -n 25 "$log" | sed 's/^/     | /'
 	fi
-	grep -E '^(not )?ok [0-9]+.*# (SKIP|skip)' "$log" | sed 's/^/     /' | head -10
+	if [ "$skip" -gt 0 ]; then
+		# the distinct reasons, not every line
+		reasons=$(grep -E '^(not )?ok [0-9]+.*# (SKIP|skip)' "$log" | sed -E 's/.*# (SKIP|skip) ?//' |
+			awk '!seen[$0]++' | head -3 | paste -sd ';' -)
+		echo "     skipped: $reasons"
+	fi
 done
 [ ${#failed_suites[@]} -gt 0 ] && echo "failed suites: ${failed_suites[*]}"
 echo "$total_pass passed, $total_fail failed, $total_skip skipped"
