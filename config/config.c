@@ -12,6 +12,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <libconfig.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1779,6 +1780,103 @@ static int find_include(const char *text)
 	return 0;
 }
 
+/* Length of a libconfig float token at p (its scanner's {float} pattern),
+ * or 0. */
+static size_t float_len(const char *p)
+{
+	const char *q = p;
+	if (*q == '-' || *q == '+')
+		q++;
+	const char *d = q;
+	while (isdigit((unsigned char) *q))
+		q++;
+	bool int_part = q > d, dot = *q == '.';
+	if (dot)
+		for (q++; isdigit((unsigned char) *q); q++)
+			;
+	if (*q == 'e' || *q == 'E') {
+		const char *e = q + 1;
+		if (*e == '-' || *e == '+')
+			e++;
+		if (isdigit((unsigned char) *e)) {
+			while (isdigit((unsigned char) *e))
+				e++;
+			if (dot || int_part)
+				return (size_t) (e - p);
+		}
+	}
+	return dot ? (size_t) (q - p) : 0;
+}
+
+/* libconfig 1.5 keeps an integer written without an L suffix in an int:
+ * "4294967300" silently becomes 4 and "0x80000000" a negative number.  Its
+ * scanner is followed here just far enough (comments, strings, names,
+ * numbers) to find such literals before they are misread; each is an
+ * error on its line.  Returns how many it found. */
+static int find_truncated_ints(loader *L, const char *text)
+{
+	int line = 1, found = 0;
+	for (const char *p = text; *p;) {
+		if (*p == '\n') {
+			line++;
+			p++;
+		} else if (startswith(p, "/*")) {
+			for (p += 2; *p && !startswith(p, "*/"); p++)
+				line += *p == '\n';
+			p += *p ? 2 : 0;
+		} else if (*p == '#' || startswith(p, "//")) {
+			p += strcspn(p, "\n");
+		} else if (*p == '"') {
+			for (p++; *p && *p != '"'; p++) {
+				line += *p == '\n';
+				if (*p == '\\' && p[1])
+					p++; /* an escape: \" does not end the string */
+			}
+			p += *p ? 1 : 0;
+		} else if (isalpha((unsigned char) *p) || *p == '*') {
+			while (isalnum((unsigned char) *p) || strchr("-_*", *p))
+				p++;
+		} else if (isdigit((unsigned char) *p) ||
+			   ((*p == '-' || *p == '+' || *p == '.') &&
+			    (isdigit((unsigned char) p[1]) || p[1] == '.'))) {
+			const char *q = p + (*p == '-' || *p == '+');
+			bool hex = q == p && q[0] == '0' && (q[1] == 'x' || q[1] == 'X') &&
+				   isxdigit((unsigned char) q[2]);
+			size_t ilen = 0;
+			if (hex)
+				for (ilen = 2; isxdigit((unsigned char) q[ilen]); ilen++)
+					;
+			else
+				while (isdigit((unsigned char) q[ilen]))
+					ilen++;
+			size_t n = (size_t) (q - p) + ilen, fl = float_len(p);
+			if (ilen == 0 || fl > n) { /* a float (or a lone sign) */
+				p += fl ? fl : 1;
+				continue;
+			}
+			if (p[n] != 'L') {
+				errno = 0;
+				char *end;
+				long long v = strtoll(p, &end, hex ? 16 : 10);
+				if (errno == ERANGE || v < INT_MIN || v > INT_MAX) {
+					add_error(
+						L, line, "", NULL,
+						"integer %.*s does not fit in 32 bits; write %.*sL "
+						"(without the L suffix libconfig cuts it to 32 "
+						"bits)",
+						(int) n, p, (int) n, p);
+					found++;
+				}
+			}
+			p += n;
+			while (*p == 'L')
+				p++;
+		} else
+			p++;
+	}
+	return found;
+}
+
 static void free_fields(int base, void *obj)
 {
 	size_t n;
@@ -1879,6 +1977,8 @@ int kiln_cfg_load_string(const char *text, const char *name, kiln_cfg **ret, kil
 	L.lc = &lc;
 	if (inc) {
 		add_error(&L, inc, "", "put everything in one file", "@include is not supported");
+	} else if (find_truncated_ints(&L, text) > 0) {
+		/* what libconfig would read there is wrong: stop here */
 	} else if (config_read_string(&lc, text) != CONFIG_TRUE) {
 		const char *et = config_error_text(&lc);
 		if (!et || streq(et, "syntax error"))

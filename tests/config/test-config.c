@@ -344,6 +344,9 @@ typedef struct vcase {
 #define H_DNS                                                                              \
 	"; use dot-separated labels of 1 to 63 letters, digits and '-', none starting or " \
 	"ending with '-'"
+#define T32(line, lit)                                                                          \
+	line ": integer " lit " does not fit in 32 bits; write " lit "L (without the L suffix " \
+	     "libconfig cuts it to 32 bits)"
 static const vcase vcases[] = {
 	{ "memory_mb = 1000;", "memory_mb = 1000; memroy_mb = 1;",
 	  "12: node_groups[0].memroy_mb: unknown setting; did you mean 'memory_mb'?" },
@@ -415,6 +418,23 @@ static const vcase vcases[] = {
 	  "9: node_groups[0].macs[1]: MAC address \"00:00:00:00:00:00\" is all zero, not a NIC's; "
 	  "give the node's boot NIC address (ip link shows it)" },
 	{ "\"52:54:00:77:00:12\"", "\"02:00:00:00:00:00\"", NULL }, /* locally administered */
+	/* libconfig 1.5 would read 4294967300 as 4 and 0x80000000 as negative */
+	{ "count = 4;", "count = 4294967300;", T32("10", "4294967300") },
+	{ "count = 4;", "count = 0x80000000;", T32("10", "0x80000000") },
+	{ "count = 4;", "count = -2147483649;", T32("10", "-2147483649") },
+	{ "count = 4;", "count = 4294967300L;",
+	  "10: node_groups[0].gpus.count: 4294967300 is out of range 0..16" },
+	{ "count = 4;", "count = 0x7fffffff;",
+	  "10: node_groups[0].gpus.count: 2147483647 is out of range 0..16" },
+	{ "count = 4;", "count = -2147483648;",
+	  "10: node_groups[0].gpus.count: -2147483648 is out of range 0..16" },
+	{ "count = 4;", "count = 4; /* 4294967300\n 0x80000000 */ # 99999999999\n// 99999999999\n",
+	  NULL },
+	{ "count = 4;", "count = 4; type = \"h4294967300\\\" 4294967300\"; ",
+	  "10: node_groups[0].gpus.type: invalid character '\"' in \"h4294967300\" "
+	  "4294967300\"" },
+	{ "memory_mb = 1000;", "memory_mb = 4194304; x1e99999999999 = 1.5e99999999999;",
+	  "12: node_groups[0].x1e99999999999: unknown setting" },
 	{ "hosts = \"node[01-03]\";", "hosts = \"node[01-02],NODE01\";",
 	  "7: node_groups[0].hosts: host name \"NODE01\" differs from \"node01\" (node_groups[0], "
 	  "line 7) only in case; DNS and /etc/hosts ignore case; rename one of them" },
