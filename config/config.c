@@ -1834,7 +1834,7 @@ static int find_truncated_ints(loader *L, const char *text)
 			}
 			p += *p ? 1 : 0;
 		} else if (isalpha((unsigned char) *p) || *p == '*') {
-			while (isalnum((unsigned char) *p) || strchr("-_*", *p))
+			while (isalnum((unsigned char) *p) || (*p && strchr("-_*", *p)))
 				p++;
 		} else if (isdigit((unsigned char) *p) ||
 			   ((*p == '-' || *p == '+' || *p == '.') &&

@@ -165,6 +165,27 @@ static void test_bom(void **state)
 	kiln_cfg_errors_free(&e);
 }
 
+/* Texts that end inside a token (a name, a number, a string, a comment)
+ * are syntax errors, not reads past the end (ASan/valgrind/fuzz-config). */
+static void test_truncated_text(void **state)
+{
+	(void) state;
+	static const char *const texts[] = { "cluster",	    "x = 1; y-_*",   "x = 4294967300",
+					     "x = \"abc\\", "x = 1; /* abc", "x = 1; # abc",
+					     "x = 0x",	    "x = -",	     "x = 1.5e" };
+	for (size_t i = 0; i < ARRAY_SIZE(texts); i++) {
+		_cleanup_free_ char *t = strdup(texts[i]); /* exact size for the checkers */
+		assert_non_null(t);
+		kiln_cfg *c = NULL;
+		kiln_cfg_errors e;
+		kiln_cfg_errors_init(&e);
+		assert_int_equal(kiln_cfg_load_string(t, "t.cfg", &c, &e), -EINVAL);
+		assert_null(c);
+		assert_true(e.n >= 1);
+		kiln_cfg_errors_free(&e);
+	}
+}
+
 static void test_defaults(void **state)
 {
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
@@ -773,13 +794,21 @@ const char *__lsan_default_suppressions(void)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_schema_table),  cmocka_unit_test(test_docs_cover_schema),
-		cmocka_unit_test(test_bom),	      cmocka_unit_test(test_defaults),
-		cmocka_unit_test(test_demo),	      cmocka_unit_test(test_dgx_pod),
-		cmocka_unit_test(test_validators),    cmocka_unit_test(test_collects_all),
-		cmocka_unit_test(test_error_cap),     cmocka_unit_test(test_bad_corpus),
-		cmocka_unit_test(test_render_golden), cmocka_unit_test(test_render_content),
-		cmocka_unit_test(test_gpu_type),      cmocka_unit_test(test_large_cluster),
+		cmocka_unit_test(test_schema_table),
+		cmocka_unit_test(test_docs_cover_schema),
+		cmocka_unit_test(test_bom),
+		cmocka_unit_test(test_truncated_text),
+		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_demo),
+		cmocka_unit_test(test_dgx_pod),
+		cmocka_unit_test(test_validators),
+		cmocka_unit_test(test_collects_all),
+		cmocka_unit_test(test_error_cap),
+		cmocka_unit_test(test_bad_corpus),
+		cmocka_unit_test(test_render_golden),
+		cmocka_unit_test(test_render_content),
+		cmocka_unit_test(test_gpu_type),
+		cmocka_unit_test(test_large_cluster),
 		cmocka_unit_test(test_mutations),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
