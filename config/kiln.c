@@ -73,6 +73,11 @@ static int load(kiln_cfg **ret)
 			  path);
 		return -EINVAL;
 	}
+	if (r == -EFBIG) {
+		log_error("Cluster file '%s' is larger than %u MiB; is it the right file?", path,
+			  KILN_CFG_FILE_MAX / (1024u * 1024u));
+		return -EINVAL;
+	}
 	if (r < 0) {
 		log_error_errno(r, "Failed to read cluster file '%s': %m", path);
 		return r;

@@ -111,6 +111,12 @@ done
 rc=$?
 [ $rc -eq 2 ] && grep -q "does-not-exist.cfg" "$tmp/err" && ok "missing cluster file exits 2 and names it" ||
 	fail "missing cluster file exits 2 and names it" "rc=$rc" "$(cat "$tmp/err")"
+head -c $((17 * 1024 * 1024)) /dev/zero | tr '\0' '#' >"$tmp/huge.cfg"
+"$KILN" -c "$tmp/huge.cfg" check 2>"$tmp/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "huge.cfg' is larger than 16 MiB" "$tmp/err" && ok "a cluster file over 16 MiB exits 2 and says so" ||
+	fail "a cluster file over 16 MiB exits 2 and says so" "rc=$rc" "$(cat "$tmp/err")"
+rm -f "$tmp/huge.cfg"
 "$KILN" frobnicate 2>/dev/null
 [ $? -eq 2 ] && ok "unknown command exits 2" || fail "unknown command exits 2"
 "$KILN" --help | grep -q "render TARGET" && ok "--help" || fail "--help"
