@@ -303,6 +303,10 @@ static int cmd_render(int argc, char **argv)
 		log_error("render node-env needs --node NAME.");
 		return EXIT_USAGE;
 	}
+	if (!streq(t, "node-env") && arg_node) {
+		log_error("--node applies to render node-env only, not to %s.", t);
+		return EXIT_USAGE;
+	}
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
 	int r = load(&c);
 	if (r < 0)

@@ -117,6 +117,10 @@ rc=$?
 [ $rc -eq 2 ] && grep -q "huge.cfg' is larger than 16 MiB" "$tmp/err" && ok "a cluster file over 16 MiB exits 2 and says so" ||
 	fail "a cluster file over 16 MiB exits 2 and says so" "rc=$rc" "$(cat "$tmp/err")"
 rm -f "$tmp/huge.cfg"
+"$KILN" -c config/examples/demo.cfg render slurm.conf --node node01 >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "node-env only" "$tmp/err" && ok "--node with another target exits 2" ||
+	fail "--node with another target exits 2" "rc=$rc" "$(cat "$tmp/err")"
 "$KILN" frobnicate 2>/dev/null
 [ $? -eq 2 ] && ok "unknown command exits 2" || fail "unknown command exits 2"
 "$KILN" --help | grep -q "render TARGET" && ok "--help" || fail "--help"
