@@ -25,4 +25,4 @@ $(eval $(call kiln_tool,cuda-bench,kernels/bench/cuda-bench.c,kk common,$$(KK_LD
 BENCH_SCRIPTS += kernels/bench/cuda-bench.sh
 # The same parity test on a CPU emulation of CUDA (kernels/cuda/*.cu compiled
 # as host C++): verifies the kernels without a GPU; minutes, so test-full.
-TEST_FULL_SCRIPTS += tests/kernels/gpu/emu/run-emu.sh
+TEST_FULL_SCRIPTS += tests/kernels/gpu/emu/run-emu.sh tests/kernels/gpu/emu/run-emu-suite.sh
