@@ -1673,6 +1673,9 @@ static void cross_check(loader *L)
 				_cleanup_free_ char *h = hint_from(g->partitions[j], pnames);
 				config_setting_t *ps =
 					config_setting_get_member(L->group_set[gi], "partitions");
+				if (!h && asprintf(&h, "add { name = \"%s\"; } to slurm.partitions",
+						   g->partitions[j]) < 0)
+					h = NULL; /* no hint then */
 				add_error(L, elem_line(ps, j), ap, h, "unknown partition \"%s\"",
 					  g->partitions[j]);
 			}
