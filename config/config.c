@@ -1945,6 +1945,25 @@ static void sort_errors(kiln_cfg_errors *e, size_t from)
 	}
 }
 
+/* What to do about libconfig 1.5's other parse errors. */
+static const char *syntax_hint(const char *error_text)
+{
+	static const struct {
+		const char *text, *hint;
+	} hints[] = {
+		{ "duplicate setting name",
+		  "a key may appear only once in a group; remove or merge "
+		  "the second one" },
+		{ "mismatched element type in array",
+		  "an array [ ... ] holds values of one type: all strings or all numbers" },
+		{ "memory exhausted", "groups or lists are nested too deeply" },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(hints); i++)
+		if (streq(error_text, hints[i].text))
+			return hints[i].hint;
+	return NULL;
+}
+
 #define UTF8_BOM "\xef\xbb\xbf"
 
 int kiln_cfg_load_string(const char *text, const char *name, kiln_cfg **ret, kiln_cfg_errors *errs)
@@ -1989,7 +2008,8 @@ int kiln_cfg_load_string(const char *text, const char *name, kiln_cfg **ret, kil
 				  "look for a missing ';', quote or bracket here or just above",
 				  "syntax error");
 		else
-			add_error(&L, config_error_line(&lc), "", NULL, "syntax error: %s", et);
+			add_error(&L, config_error_line(&lc), "", syntax_hint(et),
+				  "syntax error: %s", et);
 	} else {
 		walk(&L, config_root_setting(&lc), "", "", BASE_ROOT, c, 0, 0);
 		if (!L.oom)
