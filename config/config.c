@@ -1575,9 +1575,17 @@ static void cross_check(loader *L)
 				  "invalid partition name \"%s\"", p->name);
 		}
 		if (strv_contains(pnames, p->name)) {
+			size_t first = 0;
+			while (first < pi &&
+			       !(L->part_set[first] && c->slurm.partitions[first].name &&
+				 streq(c->slurm.partitions[first].name, p->name)))
+				first++;
 			snprintf(ap, sizeof(ap), "%s.name", ppath);
-			add_error(L, member_line(L->part_set[pi], "name"), ap, NULL,
-				  "duplicate partition \"%s\"", p->name);
+			add_error(
+				L, member_line(L->part_set[pi], "name"), ap,
+				"give each partition its own name, or merge the two",
+				"duplicate partition \"%s\" (also slurm.partitions[%zu], line %d)",
+				p->name, first, member_line(L->part_set[first], "name"));
 		}
 		if (!(pnames[np++] = strdup(p->name))) {
 			L->oom = 1;
