@@ -855,8 +855,12 @@ static void walk(loader *L, config_setting_t *grp, const char *pattern, const ch
 				     s[i].type == KILN_CFG_LIST ? "( { ... } );" : "{ ... };") < 0)
 				h = NULL;
 			add_error(L, L->last_line, dsp, h, "missing required section");
-		} else
-			add_error(L, setting_line(grp), dsp, NULL, "missing required setting");
+		} else {
+			_cleanup_free_ char *h = NULL;
+			if (s[i].example && asprintf(&h, "add %s = %s;", last, s[i].example) < 0)
+				h = NULL;
+			add_error(L, setting_line(grp), dsp, h, "missing required setting");
+		}
 	}
 }
 
@@ -1722,7 +1726,8 @@ static void cross_check(loader *L)
 
 	/* Inference: where it runs. */
 	if (c->inference.enabled && !c->inference.model)
-		add_error(L, root_line(L, "inference.enabled"), "inference.model", NULL,
+		add_error(L, root_line(L, "inference.enabled"), "inference.model",
+			  "set model = \"/path/to/model\"; or enabled = false;",
 			  "missing required setting when inference is enabled");
 	if (c->inference.nodes) {
 		const kiln_cfg_partition *p = kiln_cfg_find_partition(c, c->inference.nodes);

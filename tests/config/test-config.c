@@ -374,7 +374,7 @@ static const vcase vcases[] = {
 	{ "cpus = 2;", "cpus = \"2\";",
 	  "11: node_groups[0].cpus: expected an integer, got a string" },
 	{ "    hosts = \"node[01-03]\";\n", "",
-	  "5: node_groups[0].hosts: missing required setting" },
+	  "5: node_groups[0].hosts: missing required setting; add hosts = \"node[01-03]\";" },
 	{ "count = 4;", "count = 17;", "10: node_groups[0].gpus.count: 17 is out of range 0..16" },
 	{ "count = 4;", "count = 16;", NULL },
 	{ "count = 4;", "count = 0;", NULL },
