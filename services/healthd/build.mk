@@ -1,6 +1,7 @@
 # services/healthd: kiln-healthd, the GPU health daemon.
 HEALTHD_SRCS := services/healthd/check.c services/healthd/nvml.c services/healthd/output.c \
-	services/healthd/slurm.c services/healthd/active.c
+	services/healthd/slurm.c services/healthd/active.c \
+	services/healthd/xidstate.c
 HEALTHD_LDLIBS := -lconfig -lmicrohttpd -ljansson -lsystemd -lslurm -ldl
 $(eval $(call kiln_lib,healthd,$(HEALTHD_SRCS)))
 $(eval $(call kiln_bin,kiln-healthd,services/healthd/main.c,healthd config common,$$(HEALTHD_LDLIBS)))

@@ -309,20 +309,24 @@ kiln_cfg_action hd_gpu_add_xid(const hd_settings *s, hd_gpu *g, int xid)
 		g->xids[g->n_xids++] = (hd_xid_count){ xid, 1 };
 	else
 		g->xid_other++;
-	if (action_severity(a) == HD_UNHEALTHY) {
-		/* one reason per XID number */
-		char prefix[32];
-		snprintf(prefix, sizeof(prefix), "XID %d ", xid);
-		for (int k = 0; k < g->sticky.n; k++)
-			if (startswith(g->sticky.v[k].text, prefix))
-				return a;
-		hd_reasons_add(&g->sticky, HD_UNHEALTHY, "XID %d %s (%s needed)", xid,
-			       hd_xid_what(xid),
-			       a == KILN_ACTION_REBOOT	? "reboot"
-			       : a == KILN_ACTION_RESET ? "reset"
-							: "drain");
-	}
+	hd_gpu_add_sticky_xid(g, xid, a);
 	return a;
+}
+
+void hd_gpu_add_sticky_xid(hd_gpu *g, int xid, kiln_cfg_action a)
+{
+	if (action_severity(a) != HD_UNHEALTHY)
+		return;
+	/* one reason per XID number */
+	char prefix[32];
+	snprintf(prefix, sizeof(prefix), "XID %d ", xid);
+	for (int k = 0; k < g->sticky.n; k++)
+		if (startswith(g->sticky.v[k].text, prefix))
+			return;
+	hd_reasons_add(&g->sticky, HD_UNHEALTHY, "XID %d %s (%s needed)", xid, hd_xid_what(xid),
+		       a == KILN_ACTION_REBOOT	? "reboot"
+		       : a == KILN_ACTION_RESET ? "reset"
+						: "drain");
 }
 
 void hd_node_evaluate(const hd_settings *s, hd_node *n, uint64_t now_usec)
@@ -332,6 +336,9 @@ void hd_node_evaluate(const hd_settings *s, hd_node *n, uint64_t now_usec)
 	if (n->nvml_down[0] && s->expected_gpus != 0)
 		hd_reasons_add(&n->reasons, s->expected_gpus > 0 ? HD_UNHEALTHY : HD_DEGRADED,
 			       "NVML unavailable (%s)", n->nvml_down);
+	/* an unreadable XID state file may hide a GPU that needs a reset: stay drained */
+	if (n->xid_state_error[0])
+		hd_reasons_add(&n->reasons, HD_UNHEALTHY, "%s", n->xid_state_error);
 	if (s->expected_gpus >= 0 && n->n_gpus < s->expected_gpus)
 		hd_reasons_add(&n->reasons, HD_UNHEALTHY, "%d GPUs found, the cluster file says %d",
 			       n->n_gpus, s->expected_gpus);

@@ -148,7 +148,7 @@ typedef struct hd_gpu {
 	int index;
 	hd_sample cur, prev;
 	bool have_prev;
-	hd_reasons sticky;  /* from XIDs that need a reset/reboot: kept until restart */
+	hd_reasons sticky;  /* from XIDs that need a reset/reboot: kept in the XID state file */
 	hd_reasons active;  /* failed active checks: kept until they pass again */
 	hd_reasons reasons; /* last evaluation, sticky ones included */
 	hd_state state;
@@ -164,7 +164,8 @@ typedef struct hd_node {
 	hd_gpu gpus[HD_GPUS_MAX];
 	hd_reasons reasons;  /* node-level: GPU count, NVML missing */
 	char nvml_down[256]; /* why NVML cannot be used ("no NVIDIA driver"); "" when it can */
-	hd_state state;	     /* the worst of the node's and every GPU's */
+	char xid_state_error[256];   /* the XID state file cannot be read; "" when it can */
+	hd_state state;		     /* the worst of the node's and every GPU's */
 	uint64_t healthy_since_usec; /* 0 while not healthy */
 	uint64_t polls;
 } hd_node;
@@ -172,12 +173,60 @@ typedef struct hd_node {
 /* Records an XID on gpu: counts it and, for drain/reset/reboot actions, adds
  * a sticky unhealthy reason.  Returns the action. */
 kiln_cfg_action hd_gpu_add_xid(const hd_settings *s, hd_gpu *g, int xid);
+/* Adds the sticky unhealthy reason of a drain/reset/reboot XID to gpu
+ * (once per XID number): "XID 79 GPU has fallen off the bus (reboot needed)".
+ * Other actions add nothing. */
+void hd_gpu_add_sticky_xid(hd_gpu *g, int xid, kiln_cfg_action a);
 /* Re-evaluates every GPU and the node (after a poll, or an XID). */
 void hd_node_evaluate(const hd_settings *s, hd_node *n, uint64_t now_usec);
 /* The first unhealthy reason, as a Slurm drain reason: "kiln: gpu2 XID 79 ...". */
 int hd_node_drain_reason(const hd_node *n, char *buf, size_t len);
 /* One line for systemd STATUS=: "8 GPUs: 7 healthy, 1 unhealthy (gpu2 ...)". */
 void hd_node_summary(const hd_node *n, char *buf, size_t len);
+
+/* ---- XID state file (xidstate.c) --------------------------------------- */
+
+/* Where the daemon keeps the XIDs that drain, across its own restarts
+ * (RuntimeDirectory=kiln-healthd: cleared at reboot). */
+#define HD_XID_STATE_PATH "/run/kiln-healthd/xid.state"
+#define HD_XID_STATE_ENV  "KILN_HEALTHD_XID_STATE"
+/* Entries kept: 64 GPUs with a few distinct drain XIDs each. */
+#define HD_XID_STATE_MAX 256
+
+typedef struct hd_xid_entry {
+	int gpu;				    /* index when it happened (informational) */
+	char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE]; /* "" unknown: match by index */
+	int xid;
+	kiln_cfg_action action;
+	int64_t time; /* CLOCK_REALTIME seconds */
+} hd_xid_entry;
+
+typedef struct hd_xid_state {
+	hd_xid_entry v[HD_XID_STATE_MAX];
+	int n;
+} hd_xid_state;
+
+/* Parses the file's text.  -EBADMSG: a malformed line, its number in
+ * *ret_line. */
+int hd_xid_state_parse(const char *text, hd_xid_state *st, int *ret_line);
+/* Reads path.  -ENOENT: no file (nothing is drained); -EBADMSG: corrupt
+ * (line in *ret_line, 0 when not text); other -errno: unreadable.  st is
+ * only written on success. */
+int hd_xid_state_load(const char *path, hd_xid_state *st, int *ret_line);
+int hd_xid_state_format(const hd_xid_state *st, kiln_strbuf *b);
+/* Writes path atomically (kiln_write_file_atomic). */
+int hd_xid_state_save(const char *path, const hd_xid_state *st);
+/* Adds an entry unless that GPU already has that XID.  Returns whether it
+ * was added. */
+bool hd_xid_state_add(hd_xid_state *st, int gpu, const char *uuid, int xid, kiln_cfg_action action,
+		      int64_t time);
+/* Removes the entries of which: "all", a GPU index ("2" or "gpu2") or a
+ * UUID.  Returns how many were removed, -EINVAL for a malformed which. */
+int hd_xid_state_clear(hd_xid_state *st, const char *which);
+/* The GPU of n an entry belongs to (by UUID, else index), or -1. */
+int hd_xid_state_find_gpu(const hd_xid_entry *x, const hd_node *n);
+/* Replaces every GPU's sticky reasons with those of st's entries. */
+void hd_xid_state_apply(const hd_xid_state *st, hd_node *n);
 
 /* ---- output ------------------------------------------------------------ */
 

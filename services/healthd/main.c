@@ -3,6 +3,7 @@
  *   kiln-healthd [-c FILE] [--node NAME]            run as a systemd service
  *   kiln-healthd --check [--json]                   one poll; exit 0 healthy, 1 unhealthy
  *   kiln-healthd --active                           run the active GPU checks
+ *   kiln-healthd --clear-xid GPU|all                forget XIDs after a GPU reset
  *
  * The daemon: load the cluster file, open NVML, start the XID thread, poll
  * every GPU, publish /metrics, tell systemd READY=1 after the first full
@@ -20,7 +21,10 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <libgen.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <systemd/sd-daemon.h>
 #include <fcntl.h>
 
@@ -39,7 +43,9 @@ static struct {
 	const char *config;
 	const char *node;
 	bool check, json, active;
-	int metrics_port; /* -1: from the cluster file */
+	int metrics_port;      /* -1: from the cluster file */
+	const char *xid_state; /* NULL: $KILN_HEALTHD_XID_STATE or HD_XID_STATE_PATH */
+	const char *clear_xid;
 } arg = { .metrics_port = -1 };
 
 typedef struct manager {
@@ -68,6 +74,10 @@ typedef struct manager {
 	atomic_bool active_running, active_done;
 	uint64_t next_active;
 	char last_status[300];
+	/* XIDs that drain, mirrored in the XID state file; the main thread only */
+	hd_xid_state xs;
+	struct stat xs_seen; /* the file as last read or written (st_ino 0: none) */
+	bool xs_checked;
 } manager;
 
 static void help(void)
@@ -82,27 +92,51 @@ static void help(void)
 	       "      --json            with --check: print JSON\n"
 	       "      --active          run the active checks (GEMM, bandwidth, memtest) and exit\n"
 	       "      --metrics-port N  override health.metrics_port (0: no HTTP server)\n"
+	       "      --clear-xid GPU|all\n"
+	       "                        after a GPU reset: forget its drain XIDs (GPU: index or\n"
+	       "                        UUID); the daemon resumes the node after recover_after\n"
+	       "      --xid-state FILE  XID state file (default $%s or %s)\n"
 	       "  -v, --verbose         more log output (repeat for debug)\n"
 	       "  -q, --quiet           less log output\n"
 	       "  -h, --help            this help\n"
 	       "      --version         print the version\n",
-	       KILN_CFG_DEFAULT_PATH);
+	       KILN_CFG_DEFAULT_PATH, HD_XID_STATE_ENV, HD_XID_STATE_PATH);
+}
+
+static const char *xid_state_path(void)
+{
+	return arg.xid_state
+		       ?: (!streq(strempty(getenv(HD_XID_STATE_ENV)), "") ? getenv(HD_XID_STATE_ENV)
+									  : HD_XID_STATE_PATH);
 }
 
 static int parse_args(int argc, char **argv)
 {
-	enum { OPT_NODE = 0x100, OPT_CHECK, OPT_JSON, OPT_ACTIVE, OPT_PORT, OPT_VERSION };
-	static const struct option opts[] = { { "config", required_argument, NULL, 'c' },
-					      { "node", required_argument, NULL, OPT_NODE },
-					      { "check", no_argument, NULL, OPT_CHECK },
-					      { "json", no_argument, NULL, OPT_JSON },
-					      { "active", no_argument, NULL, OPT_ACTIVE },
-					      { "metrics-port", required_argument, NULL, OPT_PORT },
-					      { "verbose", no_argument, NULL, 'v' },
-					      { "quiet", no_argument, NULL, 'q' },
-					      { "help", no_argument, NULL, 'h' },
-					      { "version", no_argument, NULL, OPT_VERSION },
-					      {} };
+	enum {
+		OPT_NODE = 0x100,
+		OPT_CHECK,
+		OPT_JSON,
+		OPT_ACTIVE,
+		OPT_PORT,
+		OPT_VERSION,
+		OPT_CLEAR_XID,
+		OPT_XID_STATE,
+	};
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "node", required_argument, NULL, OPT_NODE },
+		{ "check", no_argument, NULL, OPT_CHECK },
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "active", no_argument, NULL, OPT_ACTIVE },
+		{ "metrics-port", required_argument, NULL, OPT_PORT },
+		{ "clear-xid", required_argument, NULL, OPT_CLEAR_XID },
+		{ "xid-state", required_argument, NULL, OPT_XID_STATE },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, OPT_VERSION },
+		{}
+	};
 	int c;
 	while ((c = getopt_long(argc, argv, "c:vqh", opts, NULL)) >= 0) {
 		switch (c) {
@@ -120,6 +154,12 @@ static int parse_args(int argc, char **argv)
 			break;
 		case OPT_ACTIVE:
 			arg.active = true;
+			break;
+		case OPT_CLEAR_XID:
+			arg.clear_xid = optarg;
+			break;
+		case OPT_XID_STATE:
+			arg.xid_state = optarg;
 			break;
 		case OPT_PORT:
 			if (kiln_parse_int(optarg, 0, 65535, &arg.metrics_port) < 0) {
@@ -309,6 +349,8 @@ static void log_changes(manager *m)
 static void publish(manager *m)
 {
 	uint64_t now = kiln_now_usec();
+	if (!arg.check)
+		hd_xid_state_apply(&m->xs, &m->node);
 	hd_node_evaluate(&m->s, &m->node, now);
 	log_changes(m);
 	_cleanup_strbuf_ kiln_strbuf b;
@@ -347,6 +389,118 @@ static void publish(manager *m)
 
 static void on_xid(int gpu, int xid, void *data);
 static int open_nvml(manager *m);
+
+static bool same_file(const struct stat *a, const struct stat *b)
+{
+	return a->st_ino == b->st_ino && a->st_dev == b->st_dev && a->st_size == b->st_size &&
+	       a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+/* Writes the XID state file (creating its directory when run outside
+ * systemd's RuntimeDirectory=). */
+static int xid_state_write(const char *path, const hd_xid_state *st)
+{
+	int r = hd_xid_state_save(path, st);
+	if (r == -ENOENT) {
+		_cleanup_free_ char *dir = strdup(path);
+		if (!dir)
+			return -ENOMEM;
+		if (mkdir(dirname(dir), 0755) < 0 && errno != EEXIST)
+			return -errno;
+		r = hd_xid_state_save(path, st);
+	}
+	return r;
+}
+
+/* Re-reads the XID state file when it changed on disk (an admin's
+ * --clear-xid, or a restart).  A missing file means nothing is drained by
+ * XIDs.  A file that cannot be read keeps the node drained: it exists only
+ * because some XID drained the node, and which GPU needs a reset is then
+ * unknown.  Called from the main thread with m->lock held. */
+static void xid_state_sync(manager *m)
+{
+	const char *path = xid_state_path();
+	struct stat st = {};
+	if (stat(path, &st) < 0)
+		st = (struct stat){};
+	if (m->xs_checked && same_file(&st, &m->xs_seen))
+		return;
+	bool first = !m->xs_checked;
+	m->xs_checked = true;
+	m->xs_seen = st;
+	hd_xid_state n;
+	int line = 0, r = st.st_ino ? hd_xid_state_load(path, &n, &line) : -ENOENT;
+	if (r == -ENOENT) {
+		if (m->xs.n > 0)
+			log_notice("XID state file %s is gone: forgetting %d XID(s)", path,
+				   m->xs.n);
+		m->xs.n = 0;
+		m->node.xid_state_error[0] = 0;
+		return;
+	}
+	if (r < 0) {
+		char where[32] = "";
+		if (r == -EBADMSG && line > 0)
+			snprintf(where, sizeof(where), ":%d", line);
+		log_error("XID state file %s%s is %s: keeping the node drained (a GPU may need a "
+			  "reset); after resetting the GPUs run 'kiln-healthd --clear-xid all'",
+			  path, where, r == -EBADMSG ? "corrupt" : strerror(-r));
+		snprintf(m->node.xid_state_error, sizeof(m->node.xid_state_error),
+			 "XID state file %s unreadable", path);
+		return;
+	}
+	m->node.xid_state_error[0] = 0;
+	if (n.n > 0 || m->xs.n > 0)
+		log_notice("XID state file %s: %d XID(s) keep GPUs drained%s", path, n.n,
+			   first ? " (from before a restart)" : "");
+	m->xs = n;
+}
+
+/* After the first poll: say which entries match no GPU now. */
+static void xid_state_unmatched(manager *m)
+{
+	for (int k = 0; k < m->xs.n; k++)
+		if (hd_xid_state_find_gpu(&m->xs.v[k], &m->node) < 0)
+			log_notice("XID state: gpu%d %s (XID %d) is not present now, ignoring it",
+				   m->xs.v[k].gpu, m->xs.v[k].uuid[0] ? m->xs.v[k].uuid : "-",
+				   m->xs.v[k].xid);
+}
+
+/* kiln-healthd --clear-xid GPU|all */
+static int run_clear_xid(void)
+{
+	const char *path = xid_state_path();
+	hd_xid_state st = {};
+	int line = 0, r = hd_xid_state_load(path, &st, &line);
+	if (r == -ENOENT) {
+		printf("No XID state file at %s: nothing to clear\n", path);
+		return 0;
+	}
+	if (r < 0 && !(streq(arg.clear_xid, "all") && r == -EBADMSG)) {
+		log_error("Cannot read XID state file %s%s: %s; 'kiln-healthd --clear-xid all' "
+			  "replaces a corrupt file",
+			  path, line > 0 ? " (bad line)" : "",
+			  r == -EBADMSG ? "corrupt" : strerror(-r));
+		return 1;
+	}
+	if (r < 0)
+		st.n = 0; /* corrupt, and "all": start over */
+	int removed = r < 0 ? 0 : hd_xid_state_clear(&st, arg.clear_xid);
+	if (removed < 0) {
+		log_error("Invalid --clear-xid '%s': expected a GPU index, a GPU UUID or 'all'",
+			  arg.clear_xid);
+		return EXIT_USAGE;
+	}
+	r = xid_state_write(path, &st);
+	if (r < 0) {
+		log_error_errno(r, "Failed to write %s: %m", path);
+		return 1;
+	}
+	printf("Cleared %d XID entr%s for %s in %s (%d left); kiln-healthd picks this up at its "
+	       "next poll\n",
+	       removed, removed == 1 ? "y" : "ies", arg.clear_xid, path, st.n);
+	return 0;
+}
 
 static int poll_all(manager *m)
 {
@@ -447,6 +601,19 @@ static void handle_xids(manager *m)
 			continue;
 		}
 		kiln_cfg_action a = hd_gpu_add_xid(&m->s, &m->node.gpus[gpu], xid);
+		if (a >= KILN_ACTION_DRAIN &&
+		    hd_xid_state_add(&m->xs, gpu, m->node.gpus[gpu].cur.uuid, xid, a,
+				     (int64_t) time(NULL))) {
+			const char *path = xid_state_path();
+			int r = xid_state_write(path, &m->xs);
+			if (r < 0)
+				log_error_errno(r,
+						"Failed to save XID %d of gpu%d to %s: %m; a "
+						"restart of kiln-healthd would forget it",
+						xid, gpu, path);
+			else if (stat(path, &m->xs_seen) < 0)
+				m->xs_seen = (struct stat){};
+		}
 		int prio = a == KILN_ACTION_IGNORE ? LOG_INFO
 			   : a == KILN_ACTION_APP  ? LOG_WARNING
 						   : LOG_ERR;
@@ -741,12 +908,15 @@ static int run_daemon(manager *m)
 	} else
 		log_info("Slurm drain/resume disabled");
 
+	pthread_mutex_lock(&m->lock);
+	xid_state_sync(m);
+	pthread_mutex_unlock(&m->lock);
 	poll_all(m);
-	if (!m->nvml) {
-		pthread_mutex_lock(&m->lock);
+	pthread_mutex_lock(&m->lock);
+	xid_state_unmatched(m);
+	if (!m->nvml)
 		publish(m);
-		pthread_mutex_unlock(&m->lock);
-	}
+	pthread_mutex_unlock(&m->lock);
 	if (m->s.active_on_start)
 		m->next_active = kiln_now_usec();
 	else if (m->s.active_interval_usec)
@@ -761,6 +931,9 @@ static int run_daemon(manager *m)
 		active_maybe(m);
 		uint64_t now = kiln_now_usec();
 		if (now >= next_poll) {
+			pthread_mutex_lock(&m->lock);
+			xid_state_sync(m); /* an admin's --clear-xid lands here */
+			pthread_mutex_unlock(&m->lock);
 			poll_all(m);
 			next_poll = MAX(next_poll + m->s.interval_usec, kiln_now_usec());
 			continue;
@@ -806,6 +979,8 @@ int main(int argc, char **argv)
 	if (r <= 0)
 		return r < 0 ? EXIT_USAGE : EXIT_SUCCESS;
 
+	if (arg.clear_xid)
+		return run_clear_xid();
 	static manager m; /* large (per-GPU samples); static keeps it off the stack */
 	pthread_mutex_init(&m.lock, NULL);
 	if (load_config(&m) < 0)

@@ -25,7 +25,8 @@ printf 'gpus = ( { }, { }, { }, { } );\nevents = ( { at = 3.0; gpu = 2; set = { 
 for n in $KC_NODES; do
 	scn=$W/healthy.scn; [ "$n" = node02 ] && scn=$W/node02.scn
 	v=KC_EXEC_$n
-	KILN_FAKE_NVML_SCENARIO=$scn ${!v} "$HEALTHD" -c "$W/cluster.cfg" >"$W/$n.log" 2>&1 &
+	# each node its own XID state file: the demo nodes share one /run
+	KILN_FAKE_NVML_SCENARIO=$scn KILN_HEALTHD_XID_STATE=$W/$n.xid.state ${!v} "$HEALTHD" -c "$W/cluster.cfg" >"$W/$n.log" 2>&1 &
 	PIDS+=($!)
 done
 echo "kiln-healthd started on: $KC_NODES (fake NVML, 4 GPUs each; node02 gpu2 overheats at 3 s, cools at 10 s)"

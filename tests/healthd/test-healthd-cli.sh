@@ -121,6 +121,49 @@ else
 	skip "kiln-healthd-active not built"; skip "kiln-healthd-active not built"
 fi
 
+# XID state file: an XID 79 drain survives a restart, --clear-xid lifts it,
+# a corrupt file keeps the node unhealthy without stopping the daemon.
+# health.metrics_port = 0 from the cluster file (no --metrics-port): no HTTP.
+XS=$W/xs/xid.state
+wu() { wait_until "$@" >/dev/null; }
+write_cfg "$W/xs.cfg" 'metrics_port = 0;' 'drain = false;' 'interval = "100ms";'
+xs_daemon() { # xs_daemon NAME SCENARIO: starts the daemon, sets xpid
+	KILN_HEALTHD_XID_STATE=$XS KILN_FAKE_NVML_SCENARIO=$2 "$HEALTHD" -c "$W/xs.cfg" --node node01 >"$W/$1.log" 2>&1 &
+	xpid=$!
+}
+xid79=$(scn xid79 'gpus = ( { }, { }, { }, { } ); events = ( { at = 0.2; gpu = 1; xid = 79; } );')
+xs_daemon xs1 "$xid79"
+wait_until 10 grep -q "gpu1 (GPU-00000000-0000-4000-8000-000000000001) unhealthy: XID 79" "$W/xs1.log" >/dev/null
+wait_until 2 test -s "$XS" >/dev/null
+kill $xpid; wait $xpid 2>/dev/null
+check "metrics_port = 0 in the cluster file: no HTTP server" bash -c "grep -q 'on node01: 4 GPU' '$W/xs1.log' && ! grep -q 'Serving /metrics' '$W/xs1.log'"
+check "XID 79 is saved to the XID state file (its directory created)" \
+	grep -Eq "^1 GPU-00000000-0000-4000-8000-000000000001 79 reboot [0-9]{10}$" "$XS"
+xs_daemon xs2 "$healthy"
+wait_until 10 grep -q "unhealthy: XID 79 GPU has fallen off the bus (reboot needed)" "$W/xs2.log" >/dev/null
+check "after a restart: gpu1 still unhealthy with the same reason" \
+	grep -q "gpu1 (GPU-00000000-0000-4000-8000-000000000001) unhealthy: XID 79 GPU has fallen off the bus (reboot needed)" "$W/xs2.log"
+check "  ... and the log says where it came from" grep -q "XID state file $XS: 1 XID(s) keep GPUs drained (from before a restart)" "$W/xs2.log"
+check "--clear-xid with a bad GPU exits 2" rc_is 2 env KILN_HEALTHD_XID_STATE="$XS" "$HEALTHD" --clear-xid bogus
+check "--clear-xid 1 clears gpu1's XID" rc_is 0 env KILN_HEALTHD_XID_STATE="$XS" "$HEALTHD" --clear-xid 1
+check "  ... and says so" grep -q "Cleared 1 XID entry for 1 in $XS (0 left)" "$W/out"
+check "  ... the running daemon picks it up: gpu1 healthy again" wu 5 grep -q "gpu1 (GPU-00000000-0000-4000-8000-000000000001) healthy again" "$W/xs2.log"
+printf 'this is not a state file\n' >"$XS"
+check "a corrupt XID state file: a clear error line with file:line" wu 5 grep -q "XID state file $XS:1 is corrupt: keeping the node drained" "$W/xs2.log"
+check "  ... the node is unhealthy (stays drained)" wu 5 grep -q "node node01 unhealthy: XID state file $XS unreadable" "$W/xs2.log"
+check "  ... and the daemon keeps running" kill -0 $xpid
+check "--clear-xid 2 on a corrupt file exits 1" rc_is 1 env KILN_HEALTHD_XID_STATE="$XS" "$HEALTHD" --clear-xid 2
+check "--clear-xid all replaces a corrupt file" rc_is 0 "$HEALTHD" --xid-state "$XS" --clear-xid all
+check "  ... and the node is healthy again" wu 5 grep -q "node node01 healthy again" "$W/xs2.log"
+kill $xpid; wait $xpid 2>/dev/null
+rm -f "$XS"
+check "--clear-xid without a state file: nothing to clear, exit 0" rc_is 0 "$HEALTHD" --xid-state "$XS" --clear-xid all
+write_cfg "$W/xs3.cfg" "metrics_port = $((30000 + RANDOM % 20000));" 'drain = false;'
+KILN_HEALTHD_XID_STATE=$XS KILN_FAKE_NVML_SCENARIO=$healthy "$HEALTHD" -c "$W/xs3.cfg" --node node01 >"$W/xs3.log" 2>&1 &
+xpid=$!
+check "  (control: a non-zero metrics_port does serve /metrics)" wu 5 grep -q "Serving /metrics on" "$W/xs3.log"
+kill $xpid; wait $xpid 2>/dev/null
+
 S=$top/slurm/scripts
 export KILN_HEALTHD=$HEALTHD SLURMD_NODENAME=node01
 PATH_NOSCONTROL=$W/bin; mkdir -p "$PATH_NOSCONTROL"

@@ -63,7 +63,9 @@ start() {
 	# every log line gets the time it was written: latencies are measured
 	# from the daemon's side, so a loaded machine slowing down this
 	# script's own scontrol calls does not count against the daemon
-	env KILN_FAKE_NVML_SCENARIO="$W/$name.scn" KILN_FAKE_NVML_LOG="$W/$name.fake" "$@" \
+	# each daemon its own XID state file (one filesystem for every node)
+	env KILN_FAKE_NVML_SCENARIO="$W/$name.scn" KILN_FAKE_NVML_LOG="$W/$name.fake" \
+		KILN_HEALTHD_XID_STATE="$W/$name.xid.state" "$@" \
 		$(eval echo "\$KC_EXEC_$node") "$HEALTHD" -c "$W/test.cfg" \
 		> >(while IFS= read -r l; do printf '%s %s\n' "$EPOCHREALTIME" "$l"; done >"$W/$name.log") 2>&1 &
 	PIDS+=($!)
@@ -123,6 +125,26 @@ quiet_wait() { wait_until "$@" >/dev/null; }
 check "recovery: scontrol shows node02 back in service" quiet_wait 10 not_drained node02
 check "xid: node01 stays drained (XID 79 needs a reboot)" is_drained node01
 for n in xid temp lost; do stop $n; done
+
+# a restart of the daemon does not forget the XID 79 (XID state file): the
+# node stays drained past recover_after; --clear-xid lets it resume
+start node01 xid2 "$GPUS4" KILN_HEALTHD_XID_STATE="$W/xid.xid.state"
+quiet_wait 10 grep -q "kiln-healthd .* on node01" "$W/xid2.log"
+sleep 2.5 # recover_after (2 s) and more
+check "xid restart: the XID 79 is loaded from the state file" \
+	grep -q "xid.xid.state: 1 XID(s) keep GPUs drained (from before a restart)" "$W/xid2.log"
+xid_held() { is_drained node01 && reason_is node01 "kiln: gpu1 XID 79 GPU has fallen off the bus (reboot needed)" && ! grep -q "Resumed node01" "$W/xid2.log"; }
+check "xid restart: node01 still drained with kiln's reason after recover_after" xid_held
+t0=$(now)
+if KILN_HEALTHD_XID_STATE="$W/xid.xid.state" "$HEALTHD" --clear-xid 1 >"$W/clear.out" 2>&1; then
+	ok "xid restart: kiln-healthd --clear-xid 1 exits 0"
+else not_ok "xid restart: kiln-healthd --clear-xid 1 exits 0"; diag <"$W/clear.out"; fi
+quiet_wait 10 grep -q "Resumed node01 in Slurm" "$W/xid2.log"
+t=$(log_time "$W/xid2.log" "<5>Resumed node01 in Slurm")
+if [ -n "$t" ] && flt 1.9 "$(fsub "$t" "$t0")" && quiet_wait 10 not_drained node01; then
+	ok "xid restart: after --clear-xid node01 resumed $(fsub "$t" "$t0") s later (recover_after 2 s)"
+else not_ok "xid restart: node01 resumed after --clear-xid ($(node_state node01): $(node_reason node01))"; diag <"$W/xid2.log"; fi
+stop xid2
 
 # ---- round 2: admin drain, hung NVML call + watchdog, slurmctld outage ----
 $KC_HUB scontrol update nodename=node01 state=resume >/dev/null 2>&1

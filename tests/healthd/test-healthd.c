@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <jansson.h>
+#include <errno.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -513,6 +514,104 @@ static void test_active_runner(void **state)
 	unlink(path);
 }
 
+/* The XID state file: save/load round trip, dedup, clear by index / UUID /
+ * all, corrupt files rejected with the line, and applying entries to GPUs
+ * by UUID even when the index moved. */
+static void test_xid_state(void **state)
+{
+	char dir[] = "/tmp/test-healthd-xs.XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	char path[128];
+	snprintf(path, sizeof(path), "%s/xid.state", dir);
+	static hd_xid_state st, back;
+	int line = -1;
+	assert_int_equal(hd_xid_state_load(path, &back, &line), -ENOENT);
+
+	const char *u1 = "GPU-00000000-0000-4000-8000-000000000001";
+	const char *u3 = "GPU-00000000-0000-4000-8000-000000000003";
+	assert_true(hd_xid_state_add(&st, 1, u1, 79, KILN_ACTION_REBOOT, 1795830000));
+	assert_false(hd_xid_state_add(&st, 1, u1, 79, KILN_ACTION_REBOOT, 1795830001));
+	assert_true(hd_xid_state_add(&st, 1, u1, 48, KILN_ACTION_RESET, 1795830002));
+	assert_true(hd_xid_state_add(&st, 3, u3, 94, KILN_ACTION_DRAIN, 1795830003));
+	assert_true(hd_xid_state_add(&st, 2, "", 119, KILN_ACTION_RESET, 1795830004));
+	assert_int_equal(st.n, 4);
+	assert_int_equal(hd_xid_state_save(path, &st), 0);
+	assert_int_equal(hd_xid_state_load(path, &back, &line), 0);
+	assert_int_equal(back.n, 4);
+	assert_string_equal(back.v[0].uuid, u1);
+	assert_int_equal(back.v[0].xid, 79);
+	assert_int_equal(back.v[0].action, KILN_ACTION_REBOOT);
+	assert_int_equal(back.v[0].time, 1795830000);
+	assert_int_equal(back.v[2].gpu, 3);
+	assert_int_equal(back.v[2].action, KILN_ACTION_DRAIN);
+	assert_string_equal(back.v[3].uuid, "");
+	assert_int_equal(back.v[3].gpu, 2);
+	assert_int_equal(back.v[3].xid, 119);
+
+	/* applied by UUID: gpu1's UUID now sits at index 0 */
+	static hd_node n;
+	memset(&n, 0, sizeof(n));
+	n.n_gpus = 4;
+	for (int i = 0; i < 4; i++)
+		n.gpus[i].cur = healthy_sample();
+	snprintf(n.gpus[0].cur.uuid, sizeof(n.gpus[0].cur.uuid), "%s", u1);
+	snprintf(n.gpus[1].cur.uuid, sizeof(n.gpus[1].cur.uuid), "GPU-other");
+	snprintf(n.gpus[2].cur.uuid, sizeof(n.gpus[2].cur.uuid), "GPU-two");
+	snprintf(n.gpus[3].cur.uuid, sizeof(n.gpus[3].cur.uuid), "GPU-three");
+	hd_xid_state_apply(&back, &n);
+	assert_int_equal(n.gpus[0].sticky.n, 2);
+	assert_string_equal(n.gpus[0].sticky.v[0].text,
+			    "XID 79 GPU has fallen off the bus (reboot needed)");
+	assert_int_equal(n.gpus[1].sticky.n, 0);
+	assert_int_equal(n.gpus[2].sticky.n, 1); /* no UUID recorded: by index */
+	assert_int_equal(n.gpus[3].sticky.n, 0); /* u3 is gone */
+	assert_int_equal(hd_xid_state_find_gpu(&back.v[2], &n), -1);
+	hd_node_evaluate(&S, &n, 1);
+	assert_int_equal(n.state, HD_UNHEALTHY);
+	char reason[HD_SLURM_REASON_MAX];
+	assert_int_equal(hd_node_drain_reason(&n, reason, sizeof(reason)), 1);
+	assert_string_equal(reason, "kiln: gpu0 XID 79 GPU has fallen off the bus (reboot needed)");
+
+	/* clear */
+	assert_int_equal(hd_xid_state_clear(&back, "bogus"), -EINVAL);
+	assert_int_equal(hd_xid_state_clear(&back, "7"), 0);
+	assert_int_equal(hd_xid_state_clear(&back, u3), 1);
+	assert_int_equal(hd_xid_state_clear(&back, "gpu1"), 2);
+	assert_int_equal(back.n, 1);
+	assert_int_equal(back.v[0].xid, 119);
+	assert_int_equal(hd_xid_state_clear(&back, "all"), 1);
+	assert_int_equal(back.n, 0);
+	hd_xid_state_apply(&back, &n);
+	hd_node_evaluate(&S, &n, 2);
+	assert_int_equal(n.state, HD_HEALTHY);
+
+	/* corrupt files: the line, and st left alone */
+	static const struct {
+		const char *text;
+		int line;
+	} bad[] = {
+		{ "# header\n1 GPU-x 79 reboot\n", 2 },	  { "1 GPU-x 79 explode 5\n", 1 },
+		{ "1 GPU-x 79 reboot 5 extra\n", 1 },	  { "\n\n99 GPU-x 79 reboot 5\n", 3 },
+		{ "1 GPU-x seventy-nine reboot 5\n", 1 }, { "1 GPU-x 79 reboot -5\n", 1 },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		back.n = 42;
+		assert_int_equal(hd_xid_state_parse(bad[i].text, &back, &line), -EBADMSG);
+		assert_int_equal(line, bad[i].line);
+		assert_int_equal(back.n, 42);
+	}
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fwrite("1 GPU-x 79 reboot 5\n\0garbage", 1, 28, f);
+	fclose(f);
+	assert_int_equal(hd_xid_state_load(path, &back, &line), -EBADMSG);
+	assert_int_equal(hd_xid_state_parse("# only a comment\n\n", &back, &line), 0);
+	assert_int_equal(back.n, 0);
+
+	unlink(path);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -526,6 +625,7 @@ int main(void)
 		cmocka_unit_test(test_nvml_fake),
 		cmocka_unit_test(test_nvml_old_driver),
 		cmocka_unit_test_setup(test_active_runner, setup),
+		cmocka_unit_test_setup(test_xid_state, setup),
 	};
 	return cmocka_run_group_tests(tests, nvml_setup, nvml_teardown);
 }
