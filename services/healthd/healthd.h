@@ -190,8 +190,9 @@ void hd_node_summary(const hd_node *n, char *buf, size_t len);
  * (RuntimeDirectory=kiln-healthd: cleared at reboot). */
 #define HD_XID_STATE_PATH "/run/kiln-healthd/xid.state"
 #define HD_XID_STATE_ENV  "KILN_HEALTHD_XID_STATE"
-/* Entries kept: 64 GPUs with a few distinct drain XIDs each. */
-#define HD_XID_STATE_MAX 256
+/* Entries kept: as many as every GPU can show sticky reasons (beyond that
+ * an entry would add nothing; the XID is still logged and counted). */
+#define HD_XID_STATE_MAX (HD_GPUS_MAX * HD_REASONS_MAX)
 
 typedef struct hd_xid_entry {
 	int gpu;				    /* index when it happened (informational) */

@@ -428,7 +428,7 @@ static void xid_state_sync(manager *m)
 	bool first = !m->xs_checked;
 	m->xs_checked = true;
 	m->xs_seen = st;
-	hd_xid_state n;
+	static hd_xid_state n; /* large: off the stack */
 	int line = 0, r = st.st_ino ? hd_xid_state_load(path, &n, &line) : -ENOENT;
 	if (r == -ENOENT) {
 		if (m->xs.n > 0)
@@ -470,7 +470,7 @@ static void xid_state_unmatched(manager *m)
 static int run_clear_xid(void)
 {
 	const char *path = xid_state_path();
-	hd_xid_state st = {};
+	static hd_xid_state st; /* large: off the stack */
 	int line = 0, r = hd_xid_state_load(path, &st, &line);
 	if (r == -ENOENT) {
 		printf("No XID state file at %s: nothing to clear\n", path);

@@ -13,12 +13,13 @@
  * index).  Library code: returns -errno, logs nothing. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "healthd.h"
 
 #define HD_XID_STATE_HEADER "# kiln-healthd XID state v1: gpu uuid xid action unix-time\n"
-/* 64 GPUs x a few drain XIDs each fits well below this */
+/* HD_XID_STATE_MAX lines of about 75 bytes fit well below this */
 #define HD_XID_STATE_FILE_MAX (256 * 1024)
 
 static int action_from_string(const char *s, kiln_cfg_action *ret)
@@ -33,10 +34,12 @@ static int action_from_string(const char *s, kiln_cfg_action *ret)
 
 int hd_xid_state_parse(const char *text, hd_xid_state *st, int *ret_line)
 {
-	hd_xid_state n = {};
+	_cleanup_free_ hd_xid_state *n = calloc(1, sizeof(*n)); /* large: off the stack */
 	int line = 0;
 	const char *p = text;
 	*ret_line = 0;
+	if (!n)
+		return -ENOMEM;
 	while (p && *p) {
 		const char *e = strchr(p, '\n');
 		size_t len = e ? (size_t) (e - p) : strlen(p);
@@ -60,15 +63,15 @@ int hd_xid_state_parse(const char *text, hd_xid_state *st, int *ret_line)
 		if (nf != 5 || kiln_parse_int(f[0], 0, HD_GPUS_MAX - 1, &x.gpu) < 0 ||
 		    strlen(f[1]) >= sizeof(x.uuid) || kiln_parse_int(f[2], 0, 65535, &x.xid) < 0 ||
 		    action_from_string(f[3], &x.action) < 0 ||
-		    kiln_parse_int64(f[4], 0, INT64_MAX, &t) < 0 || n.n >= HD_XID_STATE_MAX) {
+		    kiln_parse_int64(f[4], 0, INT64_MAX, &t) < 0 || n->n >= HD_XID_STATE_MAX) {
 			*ret_line = line;
 			return -EBADMSG;
 		}
 		snprintf(x.uuid, sizeof(x.uuid), "%s", streq(f[1], "-") ? "" : f[1]);
 		x.time = t;
-		n.v[n.n++] = x;
+		n->v[n->n++] = x;
 	}
-	*st = n;
+	*st = *n;
 	return 0;
 }
 

@@ -608,6 +608,22 @@ static void test_xid_state(void **state)
 	assert_int_equal(hd_xid_state_parse("# only a comment\n\n", &back, &line), 0);
 	assert_int_equal(back.n, 0);
 
+	/* a full state: refuses more, and round-trips through the file's size cap */
+	static hd_xid_state full;
+	for (int i = 0; i < HD_XID_STATE_MAX; i++) {
+		char u[64];
+		snprintf(u, sizeof(u), "GPU-00000000-0000-4000-8000-0000000000%02d",
+			 i % HD_GPUS_MAX);
+		assert_true(hd_xid_state_add(&full, i % HD_GPUS_MAX, u, 1000 + i / HD_GPUS_MAX,
+					     KILN_ACTION_REBOOT, 1795830000 + i));
+	}
+	assert_false(hd_xid_state_add(&full, 0, "GPU-new", 79, KILN_ACTION_REBOOT, 1));
+	assert_int_equal(hd_xid_state_save(path, &full), 0);
+	assert_int_equal(hd_xid_state_load(path, &back, &line), 0);
+	assert_int_equal(back.n, HD_XID_STATE_MAX);
+	assert_int_equal(back.v[HD_XID_STATE_MAX - 1].time, 1795830000 + HD_XID_STATE_MAX - 1);
+	assert_int_equal(hd_xid_state_clear(&back, "gpu63"), HD_XID_STATE_MAX / HD_GPUS_MAX);
+
 	unlink(path);
 	rmdir(dir);
 }
