@@ -442,17 +442,22 @@ static void xid_state_sync(manager *m)
 		char where[32] = "";
 		if (r == -EBADMSG && line > 0)
 			snprintf(where, sizeof(where), ":%d", line);
+		char what[96] = "corrupt";
+		if (r != -EBADMSG)
+			snprintf(what, sizeof(what), "unreadable (%s)", strerror(-r));
 		log_error("XID state file %s%s is %s: keeping the node drained (a GPU may need a "
 			  "reset); after resetting the GPUs run 'kiln-healthd --clear-xid all'",
-			  path, where, r == -EBADMSG ? "corrupt" : strerror(-r));
+			  path, where, what);
 		snprintf(m->node.xid_state_error, sizeof(m->node.xid_state_error),
 			 "XID state file %s unreadable", path);
 		return;
 	}
 	m->node.xid_state_error[0] = 0;
-	if (n.n > 0 || m->xs.n > 0)
+	if (n.n > 0)
 		log_notice("XID state file %s: %d XID(s) keep GPUs drained%s", path, n.n,
 			   first ? " (from before a restart)" : "");
+	else if (m->xs.n > 0)
+		log_notice("XID state file %s: cleared, no XID keeps a GPU drained now", path);
 	m->xs = n;
 }
 
@@ -605,8 +610,14 @@ static void handle_xids(manager *m)
 		    hd_xid_state_add(&m->xs, gpu, m->node.gpus[gpu].cur.uuid, xid, a,
 				     (int64_t) time(NULL))) {
 			const char *path = xid_state_path();
-			int r = xid_state_write(path, &m->xs);
-			if (r < 0)
+			/* an unreadable file may hold what it cannot tell: keep it */
+			int r = m->node.xid_state_error[0] ? -EBADMSG
+							   : xid_state_write(path, &m->xs);
+			if (r == -EBADMSG)
+				log_error("XID %d of gpu%d is not saved: %s is unreadable (kept as "
+					  "it is); the XID holds in memory only",
+					  xid, gpu, path);
+			else if (r < 0)
 				log_error_errno(r,
 						"Failed to save XID %d of gpu%d to %s: %m; a "
 						"restart of kiln-healthd would forget it",

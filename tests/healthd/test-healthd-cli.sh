@@ -156,6 +156,15 @@ check "--clear-xid 2 on a corrupt file exits 1" rc_is 1 env KILN_HEALTHD_XID_STA
 check "--clear-xid all replaces a corrupt file" rc_is 0 "$HEALTHD" --xid-state "$XS" --clear-xid all
 check "  ... and the node is healthy again" wu 5 grep -q "node node01 healthy again" "$W/xs2.log"
 kill $xpid; wait $xpid 2>/dev/null
+# an XID while the file is corrupt: the file is left as it is (it may hold
+# what it cannot tell), the XID still drains
+printf 'garbage\n' >"$XS"
+xs_daemon xs4 "$xid79"
+wu 5 grep -q "XID 79 of gpu1 is not saved: $XS is unreadable" "$W/xs4.log"
+kill $xpid; wait $xpid 2>/dev/null
+check "an XID while the state file is corrupt: logged, the file left as it is" \
+	bash -c "grep -q 'XID 79 of gpu1 is not saved' '$W/xs4.log' && [ \"\$(cat '$XS')\" = garbage ]"
+check "  ... and gpu1 unhealthy all the same" grep -q "gpu1 (GPU-00000000-0000-4000-8000-000000000001) unhealthy: XID 79" "$W/xs4.log"
 rm -f "$XS"
 check "--clear-xid without a state file: nothing to clear, exit 0" rc_is 0 "$HEALTHD" --xid-state "$XS" --clear-xid all
 write_cfg "$W/xs3.cfg" "metrics_port = $((30000 + RANDOM % 20000));" 'drain = false;'
