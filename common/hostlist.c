@@ -34,7 +34,7 @@ struct segment {
 
 static bool name_char(char c)
 {
-	return isalnum((unsigned char)c) || c == '-' || c == '_' || c == '.';
+	return isalnum((unsigned char) c) || c == '-' || c == '_' || c == '.';
 }
 
 static int fail_at(size_t *ret_errpos, size_t pos)
@@ -48,18 +48,18 @@ static int parse_number(const char *s, size_t *i, uint32_t *ret, int *ret_width)
 {
 	size_t start = *i;
 	uint32_t v = 0;
-	while (isdigit((unsigned char)s[*i])) {
+	while (isdigit((unsigned char) s[*i])) {
 		if (*i - start >= RANGE_DIGITS_MAX) {
 			*i = start; /* report the start of the number */
 			return -EINVAL;
 		}
-		v = v * 10 + (uint32_t)(s[*i] - '0');
+		v = v * 10 + (uint32_t) (s[*i] - '0');
 		(*i)++;
 	}
 	if (*i == start)
 		return -EINVAL;
 	*ret = v;
-	*ret_width = (int)(*i - start);
+	*ret_width = (int) (*i - start);
 	return 0;
 }
 
@@ -86,7 +86,7 @@ static int parse_group(const char *s, size_t *i, struct segment *seg, size_t *re
 			return -ENOMEM;
 		seg->ranges = nr;
 		seg->ranges[seg->n_ranges++] = r;
-		seg->count += (uint64_t)r.hi - r.lo + 1;
+		seg->count += (uint64_t) r.hi - r.lo + 1;
 		if (seg->count > KILN_HOSTLIST_MAX)
 			return -E2BIG;
 		if (s[*i] == ',') {
@@ -111,7 +111,7 @@ struct namevec {
 static int namevec_add(struct namevec *nv, const char *name)
 {
 	if (nv->n + 2 > nv->cap) {
-		size_t cap = MAX(nv->cap * 2, (size_t)16);
+		size_t cap = MAX(nv->cap * 2, (size_t) 16);
 		char **v = realloc(nv->v, cap * sizeof(char *));
 		if (!v)
 			return -ENOMEM;
@@ -132,8 +132,7 @@ static void segments_free(struct segment *segs, size_t n)
 }
 
 /* Emits every name of segs[k..] prefixed by buf[0..len). */
-static int emit(struct segment *segs, size_t n, size_t k, char *buf, size_t len,
-		struct namevec *v)
+static int emit(struct segment *segs, size_t n, size_t k, char *buf, size_t len, struct namevec *v)
 {
 	if (k == n) {
 		if (len > KILN_HOSTNAME_MAX)
@@ -151,11 +150,12 @@ static int emit(struct segment *segs, size_t n, size_t k, char *buf, size_t len,
 	for (size_t j = 0; j < seg->n_ranges; j++)
 		for (uint64_t x = seg->ranges[j].lo; x <= seg->ranges[j].hi; x++) {
 			char num[16];
-			int w = snprintf(num, sizeof(num), "%0*u", seg->ranges[j].width, (unsigned)x);
-			if (len + (size_t)w > KILN_HOSTNAME_MAX)
+			int w = snprintf(num, sizeof(num), "%0*u", seg->ranges[j].width,
+					 (unsigned) x);
+			if (len + (size_t) w > KILN_HOSTNAME_MAX)
 				return -EINVAL;
-			memcpy(buf + len, num, (size_t)w);
-			int r = emit(segs, n, k + 1, buf, len + (size_t)w, v);
+			memcpy(buf + len, num, (size_t) w);
+			int r = emit(segs, n, k + 1, buf, len + (size_t) w, v);
 			if (r < 0)
 				return r;
 		}
@@ -196,7 +196,7 @@ static int expand_item(const char *s, size_t start, size_t end, struct namevec *
 				}
 				i++;
 			}
-			seg->lit_len = (size_t)(s + i - seg->lit);
+			seg->lit_len = (size_t) (s + i - seg->lit);
 			seg->count = 1;
 		}
 		total *= seg->count;
@@ -266,8 +266,8 @@ fail:
 
 struct hname {
 	const char *name;
-	size_t plen;     /* prefix length: up to the last run of digits */
-	size_t dlen;     /* digits length (0: no number) */
+	size_t plen; /* prefix length: up to the last run of digits */
+	size_t dlen; /* digits length (0: no number) */
 	uint32_t number;
 };
 
@@ -293,8 +293,7 @@ static int hname_cmp(const void *a, const void *b)
 
 static bool same_group(const struct hname *x, const struct hname *y)
 {
-	return x->dlen && y->dlen && x->plen == y->plen &&
-	       memcmp(x->name, y->name, x->plen) == 0 &&
+	return x->dlen && y->dlen && x->plen == y->plen && memcmp(x->name, y->name, x->plen) == 0 &&
 	       streq(x->name + x->plen + x->dlen, y->name + y->plen + y->dlen);
 }
 
@@ -304,8 +303,8 @@ static bool extends_run(const struct hname *lo, const struct hname *prev, const 
 	if (h->number != prev->number + 1)
 		return false;
 	char num[16];
-	int w = snprintf(num, sizeof(num), "%0*u", (int)lo->dlen, (unsigned)h->number);
-	return (size_t)w == h->dlen && memcmp(num, h->name + h->plen, h->dlen) == 0;
+	int w = snprintf(num, sizeof(num), "%0*u", (int) lo->dlen, (unsigned) h->number);
+	return (size_t) w == h->dlen && memcmp(num, h->name + h->plen, h->dlen) == 0;
 }
 
 int kiln_hostlist_compress(char *const *names, size_t n, char **ret)
@@ -318,16 +317,16 @@ int kiln_hostlist_compress(char *const *names, size_t n, char **ret)
 		const char *s = names[i];
 		size_t len = strlen(s), end = len;
 		/* the last run of digits */
-		while (end > 0 && !isdigit((unsigned char)s[end - 1]))
+		while (end > 0 && !isdigit((unsigned char) s[end - 1]))
 			end--;
 		size_t beg = end;
-		while (beg > 0 && isdigit((unsigned char)s[beg - 1]))
+		while (beg > 0 && isdigit((unsigned char) s[beg - 1]))
 			beg--;
 		h[i].name = s;
 		if (end > beg && end - beg <= RANGE_DIGITS_MAX) {
 			h[i].plen = beg;
 			h[i].dlen = end - beg;
-			h[i].number = (uint32_t)strtoul(s + beg, NULL, 10);
+			h[i].number = (uint32_t) strtoul(s + beg, NULL, 10);
 		} else {
 			h[i].plen = len;
 		}

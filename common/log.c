@@ -39,12 +39,12 @@ void log_adjust_level(int delta)
 
 int log_level_from_string(const char *s, int *ret)
 {
-	static const char *const names[] = { "emerg", "alert", "crit", "err",
+	static const char *const names[] = { "emerg",	"alert",  "crit", "err",
 					     "warning", "notice", "info", "debug" };
 	assert_return(s && ret, -EINVAL);
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
-		if (strcasecmp(s, names[i]) == 0 || (s[0] == '0' + (int)i && s[1] == 0)) {
-			*ret = (int)i;
+		if (strcasecmp(s, names[i]) == 0 || (s[0] == '0' + (int) i && s[1] == 0)) {
+			*ret = (int) i;
 			return 0;
 		}
 	if (strcasecmp(s, "error") == 0) {
@@ -73,8 +73,8 @@ static bool prefix_wanted(void)
 int log_internal(int level, int error, const char *file, int line, const char *func,
 		 const char *format, ...)
 {
-	static const char *const level_names[] = { "emergency", "alert", "critical", "error",
-						   "warning", "notice", "info", "debug" };
+	static const char *const level_names[] = { "emergency", "alert",  "critical", "error",
+						   "warning",	"notice", "info",     "debug" };
 	int saved = errno;
 	if (error < 0)
 		error = -error;

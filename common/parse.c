@@ -20,7 +20,7 @@
 int kiln_parse_int64(const char *s, int64_t min, int64_t max, int64_t *ret)
 {
 	assert_return(s && ret, -EINVAL);
-	if (!*s || isspace((unsigned char)*s))
+	if (!*s || isspace((unsigned char) *s))
 		return -EINVAL;
 	char *end;
 	errno = 0;
@@ -38,7 +38,7 @@ int kiln_parse_int64(const char *s, int64_t min, int64_t max, int64_t *ret)
 int kiln_parse_uint64(const char *s, uint64_t max, uint64_t *ret)
 {
 	assert_return(s && ret, -EINVAL);
-	if (!*s || !isdigit((unsigned char)*s))
+	if (!*s || !isdigit((unsigned char) *s))
 		return -EINVAL;
 	char *end;
 	errno = 0;
@@ -59,14 +59,14 @@ int kiln_parse_int(const char *s, int min, int max, int *ret)
 	int r = kiln_parse_int64(s, min, max, &v);
 	if (r < 0)
 		return r;
-	*ret = (int)v;
+	*ret = (int) v;
 	return 0;
 }
 
 int kiln_parse_double(const char *s, double *ret)
 {
 	assert_return(s && ret, -EINVAL);
-	if (!*s || isspace((unsigned char)*s))
+	if (!*s || isspace((unsigned char) *s))
 		return -EINVAL;
 	char *end;
 	errno = 0;
@@ -116,18 +116,18 @@ static int parse_with_units(const char *s, const struct unit *units, size_t n_un
 		/* Only plain decimals: strtold alone would take "1e3", "0x10". */
 		const char *num = p;
 		size_t digits = 0, dots = 0;
-		for (; isdigit((unsigned char)*p) || *p == '.'; p++)
+		for (; isdigit((unsigned char) *p) || *p == '.'; p++)
 			*p == '.' ? dots++ : digits++;
 		if (!digits || dots > 1 || p - num > 40)
 			return -EINVAL;
 		char tmp[48];
-		memcpy(tmp, num, (size_t)(p - num));
+		memcpy(tmp, num, (size_t) (p - num));
 		tmp[p - num] = 0;
 		long double v = strtold(tmp, NULL);
 		const char *u = p;
-		while (*p && isalpha((unsigned char)*p))
+		while (*p && isalpha((unsigned char) *p))
 			p++;
-		size_t ulen = (size_t)(p - u);
+		size_t ulen = (size_t) (p - u);
 		uint64_t mult = 0;
 		if (ulen == 0) {
 			if (*p || parts > 0)
@@ -143,14 +143,14 @@ static int parse_with_units(const char *s, const struct unit *units, size_t n_un
 			if (!mult)
 				return -EINVAL;
 		}
-		total += v * (long double)mult;
+		total += v * (long double) mult;
 		parts++;
 		if (!multi && *p)
 			return -EINVAL;
 	}
 	if (total >= 18446744073709551615.0L)
 		return -ERANGE;
-	*ret = (uint64_t)(total + 0.5L);
+	*ret = (uint64_t) (total + 0.5L);
 	return 0;
 }
 
@@ -203,7 +203,7 @@ char *kiln_format_duration(char *buf, size_t len, uint64_t usec)
 		uint64_t n = usec / units[i].mult;
 		if (!n)
 			continue;
-		off += (size_t)snprintf(buf + off, len - off, "%" PRIu64 "%s", n, units[i].suffix);
+		off += (size_t) snprintf(buf + off, len - off, "%" PRIu64 "%s", n, units[i].suffix);
 		usec -= n * units[i].mult;
 	}
 	return buf;
@@ -212,12 +212,12 @@ char *kiln_format_duration(char *buf, size_t len, uint64_t usec)
 int kiln_parse_size(const char *s, uint64_t default_unit, uint64_t *ret_bytes)
 {
 	static const struct unit units[] = {
-		{ "B", 1ULL },
-		{ "K", 1ULL << 10 },  { "KB", 1ULL << 10 },  { "KiB", 1ULL << 10 },
-		{ "M", 1ULL << 20 },  { "MB", 1ULL << 20 },  { "MiB", 1ULL << 20 },
-		{ "G", 1ULL << 30 },  { "GB", 1ULL << 30 },  { "GiB", 1ULL << 30 },
-		{ "T", 1ULL << 40 },  { "TB", 1ULL << 40 },  { "TiB", 1ULL << 40 },
-		{ "P", 1ULL << 50 },  { "PB", 1ULL << 50 },  { "PiB", 1ULL << 50 },
+		{ "B", 1ULL },	       { "K", 1ULL << 10 }, { "KB", 1ULL << 10 },
+		{ "KiB", 1ULL << 10 }, { "M", 1ULL << 20 }, { "MB", 1ULL << 20 },
+		{ "MiB", 1ULL << 20 }, { "G", 1ULL << 30 }, { "GB", 1ULL << 30 },
+		{ "GiB", 1ULL << 30 }, { "T", 1ULL << 40 }, { "TB", 1ULL << 40 },
+		{ "TiB", 1ULL << 40 }, { "P", 1ULL << 50 }, { "PB", 1ULL << 50 },
+		{ "PiB", 1ULL << 50 },
 	};
 	assert_return(s && ret_bytes && default_unit > 0, -EINVAL);
 	return parse_with_units(s, units, ARRAY_SIZE(units), default_unit, false, ret_bytes);
@@ -234,12 +234,12 @@ int kiln_parse_mac(const char *s, uint8_t ret[6])
 		return -EINVAL;
 	for (int i = 0; i < 6; i++) {
 		const char *p = s + 3 * i;
-		if (!isxdigit((unsigned char)p[0]) || !isxdigit((unsigned char)p[1]))
+		if (!isxdigit((unsigned char) p[0]) || !isxdigit((unsigned char) p[1]))
 			return -EINVAL;
 		if (i < 5 && p[2] != sep)
 			return -EINVAL;
 		char hex[3] = { p[0], p[1], 0 };
-		mac[i] = (uint8_t)strtoul(hex, NULL, 16);
+		mac[i] = (uint8_t) strtoul(hex, NULL, 16);
 	}
 	memcpy(ret, mac, 6);
 	return 0;
@@ -270,14 +270,14 @@ int kiln_parse_cidr(const char *s, uint32_t *ret_net, int *ret_prefix)
 	if (!slash || slash - s > 15)
 		return -EINVAL;
 	char addr[16];
-	memcpy(addr, s, (size_t)(slash - s));
+	memcpy(addr, s, (size_t) (slash - s));
 	addr[slash - s] = 0;
 	uint32_t a;
 	int prefix, r;
 	r = kiln_parse_ipv4(addr, &a);
 	if (r < 0)
 		return r;
-	if (!isdigit((unsigned char)slash[1]))
+	if (!isdigit((unsigned char) slash[1]))
 		return -EINVAL;
 	r = kiln_parse_int(slash + 1, 0, 32, &prefix);
 	if (r < 0)
@@ -310,10 +310,10 @@ size_t kiln_levenshtein(const char *a, const char *b)
 		row[0] = i;
 		for (size_t j = 1; j <= lb; j++) {
 			size_t up = row[j];
-			size_t cost = tolower((unsigned char)a[i - 1]) ==
-						      tolower((unsigned char)b[j - 1]) ?
-					      0 :
-					      1;
+			size_t cost = tolower((unsigned char) a[i - 1]) ==
+						      tolower((unsigned char) b[j - 1])
+					      ? 0
+					      : 1;
 			row[j] = MIN(MIN(row[j] + 1, row[j - 1] + 1), diag + cost);
 			diag = up;
 		}
@@ -325,7 +325,7 @@ static uint64_t clock_usec(clockid_t id)
 {
 	struct timespec ts;
 	clock_gettime(id, &ts);
-	return (uint64_t)ts.tv_sec * KILN_USEC_PER_SEC + (uint64_t)ts.tv_nsec / 1000;
+	return (uint64_t) ts.tv_sec * KILN_USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
 }
 
 uint64_t kiln_now_usec(void)

@@ -32,7 +32,7 @@ static int reserve(kiln_strbuf *b, size_t extra)
 	if (b->len + extra + 1 <= b->cap)
 		return 0;
 	size_t cap = MAX(b->cap * 2, b->len + extra + 1);
-	cap = MAX(cap, (size_t)64);
+	cap = MAX(cap, (size_t) 64);
 	char *s = realloc(b->s, cap);
 	if (!s)
 		return (b->error = -ENOMEM);
@@ -65,11 +65,11 @@ int kiln_strbuf_vprintf(kiln_strbuf *b, const char *fmt, va_list ap)
 	va_end(aq);
 	if (n < 0)
 		return (b->error = -EINVAL);
-	int r = reserve(b, (size_t)n);
+	int r = reserve(b, (size_t) n);
 	if (r < 0)
 		return r;
-	vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
-	b->len += (size_t)n;
+	vsnprintf(b->s + b->len, (size_t) n + 1, fmt, ap);
+	b->len += (size_t) n;
 	return 0;
 }
 
@@ -159,7 +159,7 @@ int kiln_write_file_atomic(const char *path, const char *data, size_t len, unsig
 			r = -errno;
 			goto fail;
 		}
-		off += (size_t)n;
+		off += (size_t) n;
 	}
 	if (fchmod(fd, mode) < 0 || fsync(fd) < 0) {
 		r = -errno;
@@ -185,7 +185,7 @@ int kiln_read_file(const char *path, size_t max, char **ret, size_t *ret_len)
 	size_t len = 0, cap = 0;
 	for (;;) {
 		if (len + 4096 + 1 > cap) {
-			cap = MAX(cap * 2, (size_t)8192);
+			cap = MAX(cap * 2, (size_t) 8192);
 			char *nb = realloc(buf, cap);
 			if (!nb)
 				return -ENOMEM;
@@ -199,7 +199,7 @@ int kiln_read_file(const char *path, size_t max, char **ret, size_t *ret_len)
 		}
 		if (n == 0)
 			break;
-		len += (size_t)n;
+		len += (size_t) n;
 		if (len > max)
 			return -EFBIG;
 	}

@@ -12,10 +12,10 @@
 #include "kiln/macro.h"
 #include "kk_internal.h"
 
-#define M(dt) (1u << (dt))
+#define M(dt)	(1u << (dt))
 #define M_FLOAT (M(KK_F32) | M(KK_BF16) | M(KK_F16))
-#define M_I32 M(KK_I32)
-#define M_F32 M(KK_F32)
+#define M_I32	M(KK_I32)
+#define M_F32	M(KK_F32)
 
 /* Dimension limit for any single extent, so products cannot overflow
  * size_t in the checks below (2^40 elements is far past any device). */
@@ -29,7 +29,7 @@ const char *kk_dtype_name(kk_dtype dt)
 		[KK_F32] = "f32", [KK_BF16] = "bf16", [KK_F16] = "f16",
 		[KK_I8] = "i8",	  [KK_Q4] = "q4",     [KK_I32] = "i32",
 	};
-	if ((unsigned)dt >= KK_DTYPE_MAX)
+	if ((unsigned) dt >= KK_DTYPE_MAX)
 		return NULL;
 	return names[dt];
 }
@@ -153,16 +153,16 @@ int kk__backend_set_ops(kk_backend *be, const struct kk_backend_ops *ops)
 
 /* ---- streams ----------------------------------------------------------- */
 
-#define CHECK_ST(b_, s_)                                        \
-	do {                                                    \
-		assert_return(b_, -EINVAL);                     \
+#define CHECK_ST(b_, s_)                                           \
+	do {                                                       \
+		assert_return(b_, -EINVAL);                        \
 		assert_return(!(s_) || (s_)->be == (b_), -EINVAL); \
 	} while (0)
 
-#define SLOT(b_, name)                          \
-	do {                                    \
-		if (!(b_)->ops->name)           \
-			return -EOPNOTSUPP;     \
+#define SLOT(b_, name)                      \
+	do {                                \
+		if (!(b_)->ops->name)       \
+			return -EOPNOTSUPP; \
 	} while (0)
 
 int kk_stream_create(kk_backend *be, kk_stream **ret)
@@ -190,7 +190,7 @@ kk_stream *kk_stream_free(kk_stream *st)
 	if (!st)
 		return NULL;
 	if (st->be->ops->stream_sync)
-		(void)st->be->ops->stream_sync(st->be, st);
+		(void) st->be->ops->stream_sync(st->be, st);
 	if (st->be->ops->stream_free)
 		st->be->ops->stream_free(st->be, st);
 	free(st);
@@ -226,7 +226,7 @@ static bool dim_ok(int64_t x)
 static size_t mul2(int64_t a, int64_t b)
 {
 	size_t r;
-	if (a < 0 || b < 0 || __builtin_mul_overflow((size_t)a, (size_t)b, &r))
+	if (a < 0 || b < 0 || __builtin_mul_overflow((size_t) a, (size_t) b, &r))
 		return SIZE_MAX;
 	return r;
 }
@@ -234,7 +234,7 @@ static size_t mul2(int64_t a, int64_t b)
 static size_t mul3(int64_t a, int64_t b, int64_t c)
 {
 	size_t ab = mul2(a, b), r;
-	if (ab == SIZE_MAX || c < 0 || __builtin_mul_overflow(ab, (size_t)c, &r))
+	if (ab == SIZE_MAX || c < 0 || __builtin_mul_overflow(ab, (size_t) c, &r))
 		return SIZE_MAX;
 	return r;
 }
@@ -278,7 +278,7 @@ int kk_buffer_view(kk_buffer *parent, size_t offset, size_t count, kk_buffer **r
 	if (!b)
 		return -ENOMEM;
 	b->be = parent->be;
-	b->ptr = (char *)parent->ptr + kk_dtype_size(parent->dtype, offset);
+	b->ptr = (char *) parent->ptr + kk_dtype_size(parent->dtype, offset);
 	b->count = count;
 	b->bytes = kk_dtype_size(parent->dtype, count);
 	b->dtype = parent->dtype;
@@ -319,8 +319,8 @@ static bool range_ok(const kk_buffer *b, size_t offset, size_t bytes)
 	return offset <= b->bytes && bytes <= b->bytes - offset;
 }
 
-int kk_buffer_upload(kk_backend *be, kk_stream *st, kk_buffer *dst, size_t offset,
-		     const void *src, size_t bytes)
+int kk_buffer_upload(kk_backend *be, kk_stream *st, kk_buffer *dst, size_t offset, const void *src,
+		     size_t bytes)
 {
 	CHECK_ST(be, st);
 	assert_return(dst && dst->be == be && (src || bytes == 0), -EINVAL);
@@ -328,7 +328,7 @@ int kk_buffer_upload(kk_backend *be, kk_stream *st, kk_buffer *dst, size_t offse
 	if (bytes == 0)
 		return 0;
 	SLOT(be, upload);
-	return be->ops->upload(be, st, (char *)dst->ptr + offset, src, bytes);
+	return be->ops->upload(be, st, (char *) dst->ptr + offset, src, bytes);
 }
 
 int kk_buffer_download(kk_backend *be, kk_stream *st, const kk_buffer *src, size_t offset,
@@ -340,7 +340,7 @@ int kk_buffer_download(kk_backend *be, kk_stream *st, const kk_buffer *src, size
 	if (bytes == 0)
 		return 0;
 	SLOT(be, download);
-	return be->ops->download(be, st, dst, (const char *)src->ptr + offset, bytes);
+	return be->ops->download(be, st, dst, (const char *) src->ptr + offset, bytes);
 }
 
 int kk_buffer_memset(kk_backend *be, kk_stream *st, kk_buffer *buf, int byte, size_t offset,
@@ -352,7 +352,7 @@ int kk_buffer_memset(kk_backend *be, kk_stream *st, kk_buffer *buf, int byte, si
 	if (bytes == 0)
 		return 0;
 	SLOT(be, memset);
-	return be->ops->memset(be, st, (char *)buf->ptr + offset, byte, bytes);
+	return be->ops->memset(be, st, (char *) buf->ptr + offset, byte, bytes);
 }
 
 int kk_buffer_copy(kk_backend *be, kk_stream *st, kk_buffer *dst, size_t dst_offset,
@@ -366,11 +366,11 @@ int kk_buffer_copy(kk_backend *be, kk_stream *st, kk_buffer *dst, size_t dst_off
 		      -EINVAL);
 	if (bytes == 0)
 		return 0;
-	d = (const char *)dst->ptr + dst_offset;
-	s = (const char *)src->ptr + src_offset;
+	d = (const char *) dst->ptr + dst_offset;
+	s = (const char *) src->ptr + src_offset;
 	assert_return(d + bytes <= s || s + bytes <= d, -EINVAL);
 	SLOT(be, copy);
-	return be->ops->copy(be, st, (char *)dst->ptr + dst_offset, s, bytes);
+	return be->ops->copy(be, st, (char *) dst->ptr + dst_offset, s, bytes);
 }
 
 int kk_cast(kk_backend *be, kk_stream *st, kk_buffer *dst, const kk_buffer *src, size_t count)
@@ -400,7 +400,7 @@ static size_t span(int64_t batch, int64_t stride, int64_t rows, int64_t cols, in
 	if (ld < cols || stride < 0)
 		return SIZE_MAX;
 	one = mul2(rows - 1, ld);
-	if (one == SIZE_MAX || __builtin_add_overflow(one, (size_t)cols, &one))
+	if (one == SIZE_MAX || __builtin_add_overflow(one, (size_t) cols, &one))
 		return SIZE_MAX;
 	tail = mul2(batch - 1, stride);
 	if (tail == SIZE_MAX || __builtin_add_overflow(one, tail, &r))
@@ -452,7 +452,7 @@ static bool qmatrix_ok(const kk_backend *be, const kk_qmatrix *q)
 		return false;
 	if (q->qtype == KK_I8)
 		return q->group == 0 && bok(be, q->data, M(KK_I8), mul2(q->n, q->k)) &&
-		       bok(be, q->scales, M_F32 | M(KK_F16), (size_t)q->n);
+		       bok(be, q->scales, M_F32 | M(KK_F16), (size_t) q->n);
 	if (q->qtype == KK_Q4)
 		return group_ok(q->group) && q->k % q->group == 0 &&
 		       bok(be, q->data, M(KK_Q4), mul2(q->n, q->k)) &&
@@ -471,7 +471,7 @@ int kk_qmatrix_alloc(kk_backend *be, kk_dtype qtype, int64_t n, int64_t k, int g
 	assert_return(scale_dt == KK_F32 || scale_dt == KK_F16, -EINVAL);
 	if (qtype == KK_I8) {
 		assert_return(group == 0, -EINVAL);
-		nscales = (size_t)n;
+		nscales = (size_t) n;
 	} else if (qtype == KK_Q4) {
 		assert_return(group_ok(group) && k % group == 0, -EINVAL);
 		nscales = mul2(n, k / group);
@@ -531,7 +531,7 @@ int kk_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x, co
 	assert_return(qmatrix_ok(be, w) && dim_ok(m), -EINVAL);
 	assert_return(bok(be, x, M_FLOAT, mul2(m, w->k)), -EINVAL);
 	assert_return(bok(be, y, M(x->dtype), mul2(m, w->n)), -EINVAL);
-	assert_return(bopt(be, bias, M(x->dtype) | M_F32, (size_t)w->n), -EINVAL);
+	assert_return(bopt(be, bias, M(x->dtype) | M_F32, (size_t) w->n), -EINVAL);
 	SLOT(be, qgemm);
 	return be->ops->qgemm(be, st, y, x, w, bias, m);
 }
@@ -548,7 +548,7 @@ static bool attn_desc_ok(const kk_backend *be, const kk_attn_desc *d)
 {
 	return d && heads_ok(d->n_heads, d->n_kv_heads, d->head_dim) && isfinite(d->scale) &&
 	       d->scale >= 0 && d->n_seqs > 0 && dim_ok(d->total_tokens) && d->max_seqlen > 0 &&
-	       bok(be, d->cu_seqlens, M_I32, (size_t)d->n_seqs + 1);
+	       bok(be, d->cu_seqlens, M_I32, (size_t) d->n_seqs + 1);
 }
 
 static bool attn_bufs_ok(const kk_backend *be, const kk_attn_desc *d, const kk_buffer *qlike,
@@ -577,7 +577,8 @@ int kk_attention_bwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_bu
 {
 	CHECK_ST(be, st);
 	assert_return(attn_desc_ok(be, d) && q && (M_FLOAT & M(q->dtype)), -EINVAL);
-	assert_return(attn_bufs_ok(be, d, q, k, q->dtype) && attn_bufs_ok(be, d, out, v, q->dtype) &&
+	assert_return(attn_bufs_ok(be, d, q, k, q->dtype) &&
+			      attn_bufs_ok(be, d, out, v, q->dtype) &&
 			      attn_bufs_ok(be, d, dq, dk, q->dtype) &&
 			      attn_bufs_ok(be, d, dout, dv, q->dtype),
 		      -EINVAL);
@@ -595,17 +596,17 @@ int kk_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d, k
 	assert_return(d && heads_ok(d->n_heads, d->n_kv_heads, d->head_dim), -EINVAL);
 	assert_return(isfinite(d->scale) && d->scale >= 0 && d->n_seqs > 0 && d->num_blocks > 0 &&
 			      d->max_blocks_per_seq > 0 && d->max_context_len > 0 &&
-			      (int64_t)d->max_context_len <=
-				      (int64_t)d->max_blocks_per_seq * KK_KV_BLOCK_SIZE,
+			      (int64_t) d->max_context_len <=
+				      (int64_t) d->max_blocks_per_seq * KK_KV_BLOCK_SIZE,
 		      -EINVAL);
 	assert_return(q && (M_FLOAT & M(q->dtype)), -EINVAL);
 	qn = mul3(d->n_seqs, d->n_heads, d->head_dim);
-	cn = mul3((int64_t)d->num_blocks * KK_KV_BLOCK_SIZE, d->n_kv_heads, d->head_dim);
+	cn = mul3((int64_t) d->num_blocks * KK_KV_BLOCK_SIZE, d->n_kv_heads, d->head_dim);
 	assert_return(bok(be, q, M(q->dtype), qn) && bok(be, out, M(q->dtype), qn), -EINVAL);
 	assert_return(bok(be, k_cache, M(q->dtype), cn) && bok(be, v_cache, M(q->dtype), cn),
 		      -EINVAL);
 	assert_return(bok(be, d->block_tables, M_I32, mul2(d->n_seqs, d->max_blocks_per_seq)) &&
-			      bok(be, d->context_lens, M_I32, (size_t)d->n_seqs),
+			      bok(be, d->context_lens, M_I32, (size_t) d->n_seqs),
 		      -EINVAL);
 	SLOT(be, attention_decode);
 	return be->ops->attention_decode(be, st, d, out, q, k_cache, v_cache);
@@ -623,11 +624,11 @@ int kk_kv_cache_write(kk_backend *be, kk_stream *st, kk_buffer *k_cache, kk_buff
 		      -EINVAL);
 	assert_return(k && (M_FLOAT & M(k->dtype)), -EINVAL);
 	tn = mul3(n_tokens, n_kv_heads, head_dim);
-	cn = mul3((int64_t)num_blocks * KK_KV_BLOCK_SIZE, n_kv_heads, head_dim);
+	cn = mul3((int64_t) num_blocks * KK_KV_BLOCK_SIZE, n_kv_heads, head_dim);
 	assert_return(bok(be, k, M(k->dtype), tn) && bok(be, v, M(k->dtype), tn), -EINVAL);
 	assert_return(bok(be, k_cache, M(k->dtype), cn) && bok(be, v_cache, M(k->dtype), cn),
 		      -EINVAL);
-	assert_return(bok(be, slot_mapping, M_I32, (size_t)n_tokens), -EINVAL);
+	assert_return(bok(be, slot_mapping, M_I32, (size_t) n_tokens), -EINVAL);
 	SLOT(be, kv_cache_write);
 	return be->ops->kv_cache_write(be, st, k_cache, v_cache, k, v, slot_mapping, n_tokens,
 				       n_kv_heads, head_dim, num_blocks);
@@ -651,8 +652,8 @@ int kk_rmsnorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *resid
 	assert_return(norm_shape_ok(rows, dim, eps) && x && (M_FLOAT & M(x->dtype)), -EINVAL);
 	dt = M(x->dtype);
 	assert_return(bok(be, x, dt, n) && bok(be, y, dt, n) && bopt(be, residual, dt, n) &&
-			      bopt(be, residual_out, dt, n) && bok(be, weight, dt, (size_t)dim) &&
-			      bopt(be, rstd, M_F32, (size_t)rows),
+			      bopt(be, residual_out, dt, n) && bok(be, weight, dt, (size_t) dim) &&
+			      bopt(be, rstd, M_F32, (size_t) rows),
 		      -EINVAL);
 	SLOT(be, rmsnorm_fwd);
 	return be->ops->rmsnorm_fwd(be, st, y, residual_out, rstd, x, residual, weight, rows, dim,
@@ -670,18 +671,18 @@ int kk_rmsnorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dwei
 	assert_return(norm_shape_ok(rows, dim, 0) && h && (M_FLOAT & M(h->dtype)), -EINVAL);
 	dt = M(h->dtype);
 	assert_return(bok(be, h, dt, n) && bok(be, dx, dt, n) && bok(be, dy, dt, n) &&
-			      bopt(be, dresidual, dt, n) && bok(be, weight, dt, (size_t)dim) &&
-			      bok(be, rstd, M_F32, (size_t)rows) &&
-			      bopt(be, dweight, M_F32, (size_t)dim),
+			      bopt(be, dresidual, dt, n) && bok(be, weight, dt, (size_t) dim) &&
+			      bok(be, rstd, M_F32, (size_t) rows) &&
+			      bopt(be, dweight, M_F32, (size_t) dim),
 		      -EINVAL);
 	SLOT(be, rmsnorm_bwd);
 	return be->ops->rmsnorm_bwd(be, st, dx, dweight, dy, dresidual, h, weight, rstd, rows, dim);
 }
 
 int kk_layernorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
-		     kk_buffer *mean, kk_buffer *rstd, const kk_buffer *x, const kk_buffer *residual,
-		     const kk_buffer *weight, const kk_buffer *bias, int64_t rows, int64_t dim,
-		     float eps)
+		     kk_buffer *mean, kk_buffer *rstd, const kk_buffer *x,
+		     const kk_buffer *residual, const kk_buffer *weight, const kk_buffer *bias,
+		     int64_t rows, int64_t dim, float eps)
 {
 	size_t n = mul2(rows, dim);
 	unsigned dt;
@@ -690,10 +691,10 @@ int kk_layernorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *res
 	assert_return(norm_shape_ok(rows, dim, eps) && x && (M_FLOAT & M(x->dtype)), -EINVAL);
 	dt = M(x->dtype);
 	assert_return(bok(be, x, dt, n) && bok(be, y, dt, n) && bopt(be, residual, dt, n) &&
-			      bopt(be, residual_out, dt, n) && bok(be, weight, dt, (size_t)dim) &&
-			      bopt(be, bias, dt, (size_t)dim) &&
-			      bopt(be, mean, M_F32, (size_t)rows) &&
-			      bopt(be, rstd, M_F32, (size_t)rows),
+			      bopt(be, residual_out, dt, n) && bok(be, weight, dt, (size_t) dim) &&
+			      bopt(be, bias, dt, (size_t) dim) &&
+			      bopt(be, mean, M_F32, (size_t) rows) &&
+			      bopt(be, rstd, M_F32, (size_t) rows),
 		      -EINVAL);
 	SLOT(be, layernorm_fwd);
 	return be->ops->layernorm_fwd(be, st, y, residual_out, mean, rstd, x, residual, weight,
@@ -712,11 +713,11 @@ int kk_layernorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dw
 	assert_return(norm_shape_ok(rows, dim, 0) && h && (M_FLOAT & M(h->dtype)), -EINVAL);
 	dt = M(h->dtype);
 	assert_return(bok(be, h, dt, n) && bok(be, dx, dt, n) && bok(be, dy, dt, n) &&
-			      bopt(be, dresidual, dt, n) && bok(be, weight, dt, (size_t)dim) &&
-			      bok(be, mean, M_F32, (size_t)rows) &&
-			      bok(be, rstd, M_F32, (size_t)rows) &&
-			      bopt(be, dweight, M_F32, (size_t)dim) &&
-			      bopt(be, dbias, M_F32, (size_t)dim),
+			      bopt(be, dresidual, dt, n) && bok(be, weight, dt, (size_t) dim) &&
+			      bok(be, mean, M_F32, (size_t) rows) &&
+			      bok(be, rstd, M_F32, (size_t) rows) &&
+			      bopt(be, dweight, M_F32, (size_t) dim) &&
+			      bopt(be, dbias, M_F32, (size_t) dim),
 		      -EINVAL);
 	SLOT(be, layernorm_bwd);
 	return be->ops->layernorm_bwd(be, st, dx, dweight, dbias, dy, dresidual, h, weight, mean,
@@ -725,9 +726,9 @@ int kk_layernorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dw
 
 /* ---- rope, activations, softmax ---------------------------------------- */
 
-int kk_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *positions,
-	    int64_t tokens, int n_heads, int head_dim, int rotary_dim, float theta,
-	    kk_rope_mode mode, bool backward)
+int kk_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *positions, int64_t tokens,
+	    int n_heads, int head_dim, int rotary_dim, float theta, kk_rope_mode mode,
+	    bool backward)
 {
 	CHECK_ST(be, st);
 	assert_return(dim_ok(tokens) && n_heads > 0 && head_dim > 0 && head_dim % 2 == 0, -EINVAL);
@@ -735,7 +736,7 @@ int kk_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *positi
 	assert_return(isfinite(theta) && theta > 0, -EINVAL);
 	assert_return(mode == KK_ROPE_INTERLEAVED || mode == KK_ROPE_HALF, -EINVAL);
 	assert_return(bok(be, x, M_FLOAT, mul3(tokens, n_heads, head_dim)) &&
-			      bok(be, positions, M_I32, (size_t)tokens),
+			      bok(be, positions, M_I32, (size_t) tokens),
 		      -EINVAL);
 	SLOT(be, rope);
 	return be->ops->rope(be, st, x, positions, tokens, n_heads, head_dim,
@@ -818,7 +819,7 @@ int kk_embedding_fwd(kk_backend *be, kk_stream *st, kk_buffer *out, const kk_buf
 	assert_return(table && (M_FLOAT & M(table->dtype)), -EINVAL);
 	assert_return(bok(be, table, M(table->dtype), mul2(vocab, dim)) &&
 			      bok(be, out, M(table->dtype), mul2(tokens, dim)) &&
-			      bok(be, ids, M_I32, (size_t)tokens),
+			      bok(be, ids, M_I32, (size_t) tokens),
 		      -EINVAL);
 	SLOT(be, embedding_fwd);
 	return be->ops->embedding_fwd(be, st, out, table, ids, tokens, vocab, dim);
@@ -831,36 +832,34 @@ int kk_embedding_bwd(kk_backend *be, kk_stream *st, kk_buffer *dtable, const kk_
 	assert_return(dim_ok(tokens) && dim_ok(vocab) && dim_ok(dim), -EINVAL);
 	assert_return(bok(be, dtable, M_F32, mul2(vocab, dim)) &&
 			      bok(be, dout, M_FLOAT, mul2(tokens, dim)) &&
-			      bok(be, ids, M_I32, (size_t)tokens),
+			      bok(be, ids, M_I32, (size_t) tokens),
 		      -EINVAL);
 	SLOT(be, embedding_bwd);
 	return be->ops->embedding_bwd(be, st, dtable, dout, ids, tokens, vocab, dim);
 }
 
-int kk_cross_entropy_fwd(kk_backend *be, kk_stream *st, kk_buffer *losses,
-			 const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
-			 int64_t vocab)
+int kk_cross_entropy_fwd(kk_backend *be, kk_stream *st, kk_buffer *losses, const kk_buffer *logits,
+			 const kk_buffer *targets, int64_t tokens, int64_t vocab)
 {
 	CHECK_ST(be, st);
 	assert_return(dim_ok(tokens) && dim_ok(vocab), -EINVAL);
 	assert_return(bok(be, logits, M_FLOAT, mul2(tokens, vocab)) &&
-			      bok(be, targets, M_I32, (size_t)tokens) &&
-			      bok(be, losses, M_F32, (size_t)tokens),
+			      bok(be, targets, M_I32, (size_t) tokens) &&
+			      bok(be, losses, M_F32, (size_t) tokens),
 		      -EINVAL);
 	SLOT(be, cross_entropy_fwd);
 	return be->ops->cross_entropy_fwd(be, st, losses, logits, targets, tokens, vocab);
 }
 
-int kk_cross_entropy_bwd(kk_backend *be, kk_stream *st, kk_buffer *dlogits,
-			 const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
-			 int64_t vocab, float grad_scale)
+int kk_cross_entropy_bwd(kk_backend *be, kk_stream *st, kk_buffer *dlogits, const kk_buffer *logits,
+			 const kk_buffer *targets, int64_t tokens, int64_t vocab, float grad_scale)
 {
 	CHECK_ST(be, st);
 	assert_return(dim_ok(tokens) && dim_ok(vocab) && isfinite(grad_scale), -EINVAL);
 	assert_return(logits && (M_FLOAT & M(logits->dtype)), -EINVAL);
 	assert_return(bok(be, logits, M(logits->dtype), mul2(tokens, vocab)) &&
 			      bok(be, dlogits, M(logits->dtype), mul2(tokens, vocab)) &&
-			      bok(be, targets, M_I32, (size_t)tokens),
+			      bok(be, targets, M_I32, (size_t) tokens),
 		      -EINVAL);
 	SLOT(be, cross_entropy_bwd);
 	return be->ops->cross_entropy_bwd(be, st, dlogits, logits, targets, tokens, vocab,
@@ -870,8 +869,7 @@ int kk_cross_entropy_bwd(kk_backend *be, kk_stream *st, kk_buffer *dlogits,
 /* ---- optimizer --------------------------------------------------------- */
 
 int kk_adamw(kk_backend *be, kk_stream *st, kk_buffer *master, kk_buffer *params,
-	     const kk_buffer *grads, kk_buffer *m, kk_buffer *v, size_t n,
-	     const kk_adamw_params *p)
+	     const kk_buffer *grads, kk_buffer *m, kk_buffer *v, size_t n, const kk_adamw_params *p)
 {
 	CHECK_ST(be, st);
 	assert_return(p && n > 0 && p->step >= 1, -EINVAL);
@@ -931,8 +929,8 @@ int kk_grad_clip(kk_backend *be, kk_stream *st, kk_buffer *const *grads, size_t 
 
 /* ---- sampling ---------------------------------------------------------- */
 
-int kk_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *logits,
-	      int64_t rows, int64_t vocab, const kk_sampling *p)
+int kk_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *logits, int64_t rows,
+	      int64_t vocab, const kk_sampling *p)
 {
 	CHECK_ST(be, st);
 	assert_return(p && dim_ok(rows) && dim_ok(vocab) && vocab <= INT32_MAX, -EINVAL);
@@ -940,7 +938,7 @@ int kk_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *lo
 	assert_return(p->top_k >= 0 && p->top_k <= KK_SAMPLE_TOP_K_MAX, -EINVAL);
 	assert_return(isfinite(p->top_p) && p->top_p >= 0 && p->top_p <= 1, -EINVAL);
 	assert_return(bok(be, logits, M_FLOAT, mul2(rows, vocab)) &&
-			      bok(be, ids, M_I32, (size_t)rows),
+			      bok(be, ids, M_I32, (size_t) rows),
 		      -EINVAL);
 	SLOT(be, sample);
 	return be->ops->sample(be, st, ids, logits, rows, vocab, p);
@@ -956,8 +954,7 @@ int kk_comm_get_id(kk_backend *be, void *id, size_t len)
 	return be->ops->comm_get_id(be, id, len);
 }
 
-int kk_comm_init(kk_backend *be, int rank, int world, const void *id, size_t id_len,
-		 kk_comm **ret)
+int kk_comm_init(kk_backend *be, int rank, int world, const void *id, size_t id_len, kk_comm **ret)
 {
 	kk_comm *c;
 	int r;
@@ -1006,8 +1003,8 @@ static bool op_ok(kk_reduce_op op)
 	return op == KK_SUM || op == KK_AVG || op == KK_MAX;
 }
 
-int kk_all_reduce(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
-		  size_t count, kk_reduce_op op)
+int kk_all_reduce(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send, size_t count,
+		  kk_reduce_op op)
 {
 	assert_return(c && count > 0 && op_ok(op) && send, -EINVAL);
 	CHECK_ST(c->be, st);
@@ -1022,20 +1019,19 @@ int kk_reduce_scatter(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffe
 {
 	assert_return(c && count > 0 && op_ok(op) && send, -EINVAL);
 	CHECK_ST(c->be, st);
-	assert_return(bok(c->be, send, M_FLOAT, mul2((int64_t)count, c->world)) &&
+	assert_return(bok(c->be, send, M_FLOAT, mul2((int64_t) count, c->world)) &&
 			      bok(c->be, recv, M(send->dtype), count),
 		      -EINVAL);
 	SLOT(c->be, reduce_scatter);
 	return c->be->ops->reduce_scatter(c, st, recv, send, count, op);
 }
 
-int kk_all_gather(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
-		  size_t count)
+int kk_all_gather(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send, size_t count)
 {
 	assert_return(c && count > 0 && send, -EINVAL);
 	CHECK_ST(c->be, st);
 	assert_return(bok(c->be, send, M_FLOAT, count) &&
-			      bok(c->be, recv, M(send->dtype), mul2((int64_t)count, c->world)),
+			      bok(c->be, recv, M(send->dtype), mul2((int64_t) count, c->world)),
 		      -EINVAL);
 	SLOT(c->be, all_gather);
 	return c->be->ops->all_gather(c, st, recv, send, count);

@@ -26,28 +26,28 @@ static inline float u2f(uint32_t u)
 
 float kk_bf16_to_f32(uint16_t h)
 {
-	return u2f((uint32_t)h << 16);
+	return u2f((uint32_t) h << 16);
 }
 
 uint16_t kk_f32_to_bf16(float f)
 {
 	uint32_t u = f2u(f);
 	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+		return (uint16_t) ((u >> 16) | 0x40); /* quiet NaN */
 	u += 0x7fffu + ((u >> 16) & 1);
-	return (uint16_t)(u >> 16);
+	return (uint16_t) (u >> 16);
 }
 
 float kk_f16_to_f32(uint16_t h)
 {
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+	uint32_t sign = (uint32_t) (h & 0x8000) << 16;
 	uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
 
 	if (exp == 0x1f)
 		return u2f(sign | 0x7f800000u | (man << 13));
 	if (exp == 0) {
 		/* zero or subnormal: man * 2^-24 */
-		float v = (float)man * (1.0f / 16777216.0f);
+		float v = (float) man * (1.0f / 16777216.0f);
 		return sign ? -v : v;
 	}
 	return u2f(sign | ((exp + 112) << 23) | (man << 13));
@@ -56,7 +56,7 @@ float kk_f16_to_f32(uint16_t h)
 uint16_t kk_f32_to_f16(float f)
 {
 	uint32_t u = f2u(f);
-	uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+	uint16_t sign = (uint16_t) ((u >> 16) & 0x8000);
 	float a = fabsf(f);
 
 	if (isnan(f))
@@ -65,8 +65,8 @@ uint16_t kk_f32_to_f16(float f)
 		return sign | 0x7c00;
 	if (a < 6.103515625e-05f) {
 		/* subnormal range: multiples of 2^-24, round half even via rintf */
-		uint32_t m = (uint32_t)rintf(a * 16777216.0f);
-		return sign | (uint16_t)m; /* m == 1024 yields the smallest normal */
+		uint32_t m = (uint32_t) rintf(a * 16777216.0f);
+		return sign | (uint16_t) m; /* m == 1024 yields the smallest normal */
 	}
 	{
 		uint32_t e = ((u >> 23) & 0xff) - 112, man = u & 0x7fffff;
@@ -74,7 +74,7 @@ uint16_t kk_f32_to_f16(float f)
 		uint32_t rem = man & 0x1fff;
 		if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
 			h++;
-		return sign | (uint16_t)h;
+		return sign | (uint16_t) h;
 	}
 }
 
@@ -87,24 +87,24 @@ int kk_convert_host(kk_dtype dst_dt, void *dst, kk_dtype src_dt, const void *src
 		float v;
 		switch (src_dt) {
 		case KK_F32:
-			v = ((const float *)src)[i];
+			v = ((const float *) src)[i];
 			break;
 		case KK_BF16:
-			v = kk_bf16_to_f32(((const uint16_t *)src)[i]);
+			v = kk_bf16_to_f32(((const uint16_t *) src)[i]);
 			break;
 		default:
-			v = kk_f16_to_f32(((const uint16_t *)src)[i]);
+			v = kk_f16_to_f32(((const uint16_t *) src)[i]);
 			break;
 		}
 		switch (dst_dt) {
 		case KK_F32:
-			((float *)dst)[i] = v;
+			((float *) dst)[i] = v;
 			break;
 		case KK_BF16:
-			((uint16_t *)dst)[i] = kk_f32_to_bf16(v);
+			((uint16_t *) dst)[i] = kk_f32_to_bf16(v);
 			break;
 		default:
-			((uint16_t *)dst)[i] = kk_f32_to_f16(v);
+			((uint16_t *) dst)[i] = kk_f32_to_f16(v);
 			break;
 		}
 	}

@@ -64,11 +64,11 @@ struct kk_backend {
 
 struct kk_buffer {
 	kk_backend *be;
-	void *ptr;     /* device pointer, offset applied for views */
-	size_t bytes;  /* kk_dtype_size(dtype, count) */
-	size_t count;  /* elements */
+	void *ptr;    /* device pointer, offset applied for views */
+	size_t bytes; /* kk_dtype_size(dtype, count) */
+	size_t count; /* elements */
 	kk_dtype dtype;
-	bool is_view;  /* true: ptr belongs to another buffer, do not free */
+	bool is_view; /* true: ptr belongs to another buffer, do not free */
 };
 
 struct kk_stream {
@@ -124,10 +124,9 @@ struct kk_backend_ops {
 	int (*attention_decode)(kk_backend *be, kk_stream *st, const kk_paged_desc *d,
 				kk_buffer *out, const kk_buffer *q, const kk_buffer *k_cache,
 				const kk_buffer *v_cache);
-	int (*kv_cache_write)(kk_backend *be, kk_stream *st, kk_buffer *k_cache,
-			      kk_buffer *v_cache, const kk_buffer *k, const kk_buffer *v,
-			      const kk_buffer *slot_mapping, int64_t n_tokens, int n_kv_heads,
-			      int head_dim, int num_blocks);
+	int (*kv_cache_write)(kk_backend *be, kk_stream *st, kk_buffer *k_cache, kk_buffer *v_cache,
+			      const kk_buffer *k, const kk_buffer *v, const kk_buffer *slot_mapping,
+			      int64_t n_tokens, int n_kv_heads, int head_dim, int num_blocks);
 	int (*rmsnorm_fwd)(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
 			   kk_buffer *rstd, const kk_buffer *x, const kk_buffer *residual,
 			   const kk_buffer *weight, int64_t rows, int64_t dim, float eps);
@@ -146,8 +145,8 @@ struct kk_backend_ops {
 	int (*rope)(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *positions,
 		    int64_t tokens, int n_heads, int head_dim, int rotary_dim, float theta,
 		    kk_rope_mode mode, bool backward);
-	int (*act_fwd)(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *y,
-		       const kk_buffer *x, size_t n);
+	int (*act_fwd)(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *y, const kk_buffer *x,
+		       size_t n);
 	int (*act_bwd)(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *dx,
 		       const kk_buffer *dy, const kk_buffer *x, size_t n);
 	int (*swiglu_fwd)(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *gate,
@@ -163,11 +162,11 @@ struct kk_backend_ops {
 			     const kk_buffer *dout, const kk_buffer *ids, int64_t tokens,
 			     int64_t vocab, int64_t dim);
 	int (*cross_entropy_fwd)(kk_backend *be, kk_stream *st, kk_buffer *losses,
-				 const kk_buffer *logits, const kk_buffer *targets,
-				 int64_t tokens, int64_t vocab);
+				 const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
+				 int64_t vocab);
 	int (*cross_entropy_bwd)(kk_backend *be, kk_stream *st, kk_buffer *dlogits,
-				 const kk_buffer *logits, const kk_buffer *targets,
-				 int64_t tokens, int64_t vocab, float grad_scale);
+				 const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
+				 int64_t vocab, float grad_scale);
 	int (*adamw)(kk_backend *be, kk_stream *st, kk_buffer *master, kk_buffer *params,
 		     const kk_buffer *grads, kk_buffer *m, kk_buffer *v, size_t n,
 		     const kk_adamw_params *p);

@@ -25,10 +25,10 @@
 #include "kiln/macro.h"
 #include "kk.h"
 
-#define KB_MIN_ITERS 10
+#define KB_MIN_ITERS   10
 #define KB_MIN_SECONDS 0.3
-#define KB_WARMUP 3
-#define KB_TORCH_MAX 64
+#define KB_WARMUP      3
+#define KB_TORCH_MAX   64
 
 static kk_backend *be;
 static int quick, failed;
@@ -52,7 +52,7 @@ static kk_buffer *buf(kk_dtype dt, size_t n, int fill)
 	kk_buffer *b = NULL;
 	if (kk_buffer_alloc(be, dt, n, &b) < 0) {
 		fprintf(stderr, "cuda-bench: cannot allocate %zu x %s on the GPU\n", n,
-		        kk_dtype_name(dt));
+			kk_dtype_name(dt));
 		exit(1);
 	}
 	/* 0x3c3c...: a small positive value in every float dtype (no NaN/Inf
@@ -95,8 +95,8 @@ static double torch_ms(const char *key)
 }
 
 /* flops > 0: compute-bound row; else bytes: memory-bound row. */
-static void row(const char *op, const char *shape, const char *torch_key, double sec,
-                double flops, double bytes)
+static void row(const char *op, const char *shape, const char *torch_key, double sec, double flops,
+		double bytes)
 {
 	if (sec < 0) {
 		printf("%-22s %-28s %10s\n", op, shape, "FAILED");
@@ -127,24 +127,36 @@ struct gemm_arg {
 };
 static int run_gemm(void *p)
 {
-	return kk_gemm(be, NULL, &((struct gemm_arg *)p)->d);
+	return kk_gemm(be, NULL, &((struct gemm_arg *) p)->d);
 }
 
 static double bench_gemm(int64_t m, int64_t n, int64_t k, kk_epilogue epi, int bias,
-                         const char *label)
+			 const char *label)
 {
-	kk_buffer *a = buf(KK_BF16, (size_t)(m * k), 1), *b = buf(KK_BF16, (size_t)(k * n), 1),
-	          *c = buf(KK_BF16, (size_t)(m * n), 0), *bb = buf(KK_BF16, (size_t)n, 1);
-	struct gemm_arg g = { { .trans_a = false, .trans_b = true, .m = m, .n = n, .k = k,
-		                .alpha = 1, .beta = 0, .a = a, .lda = k, .b = b, .ldb = k, .c = c,
-		                .ldc = n, .bias = bias ? bb : NULL, .epilogue = epi } };
+	kk_buffer *a = buf(KK_BF16, (size_t) (m * k), 1), *b = buf(KK_BF16, (size_t) (k * n), 1),
+		  *c = buf(KK_BF16, (size_t) (m * n), 0), *bb = buf(KK_BF16, (size_t) n, 1);
+	struct gemm_arg g = { { .trans_a = false,
+				.trans_b = true,
+				.m = m,
+				.n = n,
+				.k = k,
+				.alpha = 1,
+				.beta = 0,
+				.a = a,
+				.lda = k,
+				.b = b,
+				.ldb = k,
+				.c = c,
+				.ldc = n,
+				.bias = bias ? bb : NULL,
+				.epilogue = epi } };
 	double s = timeit(run_gemm, &g);
 	if (label) {
 		char shape[64], key[64];
-		snprintf(shape, sizeof(shape), "%lldx%lldx%lld bf16", (long long)m, (long long)n,
-		         (long long)k);
-		snprintf(key, sizeof(key), "gemm:%lldx%lldx%lld", (long long)m, (long long)n,
-		         (long long)k);
+		snprintf(shape, sizeof(shape), "%lldx%lldx%lld bf16", (long long) m, (long long) n,
+			 (long long) k);
+		snprintf(key, sizeof(key), "gemm:%lldx%lldx%lld", (long long) m, (long long) n,
+			 (long long) k);
 		row(label, shape, epi == KK_EPI_NONE && !bias ? key : NULL, s, 2.0 * m * n * k, 0);
 	}
 	kk_buffer_free(a), kk_buffer_free(b), kk_buffer_free(c), kk_buffer_free(bb);
@@ -168,7 +180,7 @@ static int run_rms(void *p)
 {
 	struct norm_arg *a = p;
 	return kk_rmsnorm_fwd(be, NULL, a->y, a->h, a->rstd, a->x, a->r, a->w, a->rows, a->dim,
-	                      1e-5f);
+			      1e-5f);
 }
 static int run_rms_plain(void *p)
 {
@@ -178,19 +190,24 @@ static int run_rms_plain(void *p)
 static int run_ln(void *p)
 {
 	struct norm_arg *a = p;
-	return kk_layernorm_fwd(be, NULL, a->y, a->h, NULL, a->rstd, a->x, a->r, a->w, NULL, a->rows,
-	                        a->dim, 1e-5f);
+	return kk_layernorm_fwd(be, NULL, a->y, a->h, NULL, a->rstd, a->x, a->r, a->w, NULL,
+				a->rows, a->dim, 1e-5f);
 }
 
 static void bench_norms(int64_t rows, int64_t dim)
 {
-	size_t n = (size_t)(rows * dim);
-	struct norm_arg a = { buf(KK_BF16, n, 1), buf(KK_BF16, n, 1), buf(KK_BF16, (size_t)dim, 1),
-		              buf(KK_BF16, n, 0), buf(KK_BF16, n, 0), buf(KK_F32, (size_t)rows, 0),
-		              rows, dim };
+	size_t n = (size_t) (rows * dim);
+	struct norm_arg a = { buf(KK_BF16, n, 1),
+			      buf(KK_BF16, n, 1),
+			      buf(KK_BF16, (size_t) dim, 1),
+			      buf(KK_BF16, n, 0),
+			      buf(KK_BF16, n, 0),
+			      buf(KK_F32, (size_t) rows, 0),
+			      rows,
+			      dim };
 	char shape[64], key[64];
-	snprintf(shape, sizeof(shape), "%lldx%lld bf16", (long long)rows, (long long)dim);
-	snprintf(key, sizeof(key), "rmsnorm:%lldx%lld", (long long)rows, (long long)dim);
+	snprintf(shape, sizeof(shape), "%lldx%lld bf16", (long long) rows, (long long) dim);
+	snprintf(key, sizeof(key), "rmsnorm:%lldx%lld", (long long) rows, (long long) dim);
 	row("rmsnorm fwd", shape, key, timeit(run_rms_plain, &a), 0, 2.0 * n * 2);
 	row("rmsnorm fwd +residual", shape, NULL, timeit(run_rms, &a), 0, 4.0 * n * 2);
 	row("layernorm fwd +resid", shape, NULL, timeit(run_ln, &a), 0, 4.0 * n * 2);
@@ -228,19 +245,19 @@ static void bench_elementwise(void)
 {
 	struct ew_arg a = { 0 };
 	char shape[64];
-	a.n = (size_t)16384 * 11008;
+	a.n = (size_t) 16384 * 11008;
 	a.a = buf(KK_BF16, a.n, 1), a.b = buf(KK_BF16, a.n, 1), a.c = buf(KK_BF16, a.n, 0);
 	snprintf(shape, sizeof(shape), "16384x11008 bf16");
 	row("swiglu fwd", shape, NULL, timeit(run_swiglu, &a), 0, 3.0 * a.n * 2);
 	kk_buffer_free(a.a), kk_buffer_free(a.b), kk_buffer_free(a.c);
 
-	a.rows = 4096, a.cols = 32000, a.n = (size_t)(a.rows * a.cols);
+	a.rows = 4096, a.cols = 32000, a.n = (size_t) (a.rows * a.cols);
 	a.a = buf(KK_BF16, a.n, 1), a.c = buf(KK_BF16, a.n, 0), a.ids = buf(KK_I32, 16384, 0);
 	row("softmax", "4096x32000 bf16", NULL, timeit(run_softmax, &a), 0, 2.0 * a.n * 2);
 	row("xent bwd (fused)", "4096x32000 bf16", NULL, timeit(run_xent, &a), 0, 2.0 * a.n * 2);
 	kk_buffer_free(a.a), kk_buffer_free(a.c);
 
-	a.rows = 16384, a.n = (size_t)16384 * 32 * 128;
+	a.rows = 16384, a.n = (size_t) 16384 * 32 * 128;
 	a.a = buf(KK_BF16, a.n, 1);
 	row("rope half-split", "16384 tok x32x128 bf16", NULL, timeit(run_rope, &a), 0,
 	    2.0 * a.n * 2);
@@ -254,17 +271,22 @@ struct adam_arg {
 static int run_adamw(void *p)
 {
 	struct adam_arg *a = p;
-	kk_adamw_params ap = { .lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-		               .weight_decay = 0.1f, .step = 10, .grad_scale = 1 };
+	kk_adamw_params ap = { .lr = 1e-4f,
+			       .beta1 = 0.9f,
+			       .beta2 = 0.95f,
+			       .eps = 1e-8f,
+			       .weight_decay = 0.1f,
+			       .step = 10,
+			       .grad_scale = 1 };
 	return kk_adamw(be, NULL, a->master, a->p, a->g, a->m, a->v, a->n, &ap);
 }
 
 static void bench_adamw(size_t n)
 {
 	struct adam_arg a = { buf(KK_F32, n, 1), buf(KK_BF16, n, 0), buf(KK_BF16, n, 1),
-		              buf(KK_F32, n, 0), buf(KK_F32, n, 0), n };
+			      buf(KK_F32, n, 0), buf(KK_F32, n, 0),  n };
 	/* grad bf16 read, master/m/v f32 read+write, bf16 copy written. */
-	row("adamw", "100M params", NULL, timeit(run_adamw, &a), 0, (double)n * (2 + 24 + 2));
+	row("adamw", "100M params", NULL, timeit(run_adamw, &a), 0, (double) n * (2 + 24 + 2));
 	kk_buffer_free(a.master), kk_buffer_free(a.p), kk_buffer_free(a.g), kk_buffer_free(a.m);
 	kk_buffer_free(a.v);
 }
@@ -283,13 +305,13 @@ static int run_qgemm(void *p)
 static void bench_quant(kk_dtype qt, int group)
 {
 	const int64_t n = 14336, k = 4096;
-	struct q_arg a = { NULL, buf(KK_BF16, (size_t)k, 1), buf(KK_BF16, (size_t)n, 0), 1 };
-	kk_buffer *w = buf(KK_BF16, (size_t)(n * k), 1);
+	struct q_arg a = { NULL, buf(KK_BF16, (size_t) k, 1), buf(KK_BF16, (size_t) n, 0), 1 };
+	kk_buffer *w = buf(KK_BF16, (size_t) (n * k), 1);
 	if (kk_qmatrix_alloc(be, qt, n, k, group, KK_F16, &a.q) < 0 ||
 	    kk_quantize(be, NULL, a.q, w) < 0) {
 		row(qt == KK_I8 ? "qgemv int8" : "qgemv int4", "", NULL, -1, 0, 0);
 	} else {
-		double bytes = (double)kk_buffer_bytes(a.q->data) + kk_buffer_bytes(a.q->scales);
+		double bytes = (double) kk_buffer_bytes(a.q->data) + kk_buffer_bytes(a.q->scales);
 		row(qt == KK_I8 ? "qgemv int8 (m=1)" : "qgemv int4 g128 (m=1)", "14336x4096", NULL,
 		    timeit(run_qgemm, &a), 0, bytes);
 	}
@@ -310,7 +332,7 @@ static int run_attn_bwd(void *p)
 {
 	struct attn_arg *a = p;
 	return kk_attention_bwd(be, NULL, &a->d, a->dq, a->dk, a->dv, a->o, a->q, a->k, a->v, a->o,
-	                        a->lse);
+				a->lse);
 }
 
 static void bench_attention(int T, int bwd)
@@ -320,13 +342,19 @@ static void bench_attention(int T, int bwd)
 	struct attn_arg a = { 0 };
 	kk_buffer *cus = buf(KK_I32, 2, 0);
 	kk_buffer_upload(be, NULL, cus, 0, cu, sizeof(cu));
-	size_t nq = (size_t)T * hq * d, nk = (size_t)T * hkv * d;
-	a.d = (kk_attn_desc){ .n_heads = hq, .n_kv_heads = hkv, .head_dim = d, .causal = true,
-		              .n_seqs = 1, .total_tokens = T, .max_seqlen = T, .cu_seqlens = cus };
+	size_t nq = (size_t) T * hq * d, nk = (size_t) T * hkv * d;
+	a.d = (kk_attn_desc){ .n_heads = hq,
+			      .n_kv_heads = hkv,
+			      .head_dim = d,
+			      .causal = true,
+			      .n_seqs = 1,
+			      .total_tokens = T,
+			      .max_seqlen = T,
+			      .cu_seqlens = cus };
 	a.q = buf(KK_BF16, nq, 1), a.k = buf(KK_BF16, nk, 1), a.v = buf(KK_BF16, nk, 1);
-	a.o = buf(KK_BF16, nq, 0), a.lse = buf(KK_F32, (size_t)T * hq, 0);
+	a.o = buf(KK_BF16, nq, 0), a.lse = buf(KK_F32, (size_t) T * hq, 0);
 	/* Causal: half of the 4 T^2 d flops per head (QK^T and PV). */
-	double flops = 2.0 * T * (double)T * d * hq;
+	double flops = 2.0 * T * (double) T * d * hq;
 	char shape[64], key[64];
 	snprintf(shape, sizeof(shape), "T=%d h=%d/%d d=%d bf16", T, hq, hkv, d);
 	snprintf(key, sizeof(key), "attn:%d", T);
@@ -355,25 +383,32 @@ static void bench_decode(int ns, int ctx)
 {
 	const int hq = 32, hkv = 8, d = 128;
 	int maxb = (ctx + KK_KV_BLOCK_SIZE - 1) / KK_KV_BLOCK_SIZE, nblocks = ns * maxb;
-	int32_t *bt = malloc((size_t)ns * maxb * sizeof(int32_t)), *lens = malloc(ns * sizeof(int32_t));
+	int32_t *bt = malloc((size_t) ns * maxb * sizeof(int32_t)),
+		*lens = malloc(ns * sizeof(int32_t));
 	for (int i = 0; i < ns * maxb; i++)
-		bt[i] = (int32_t)(((int64_t)i * 7919) % nblocks); /* scattered pages */
+		bt[i] = (int32_t) (((int64_t) i * 7919) % nblocks); /* scattered pages */
 	for (int i = 0; i < ns; i++)
 		lens[i] = ctx;
 	struct dec_arg a = { 0 };
-	kk_buffer *bts = buf(KK_I32, (size_t)ns * maxb, 0), *ls = buf(KK_I32, (size_t)ns, 0);
-	kk_buffer_upload(be, NULL, bts, 0, bt, (size_t)ns * maxb * sizeof(int32_t));
+	kk_buffer *bts = buf(KK_I32, (size_t) ns * maxb, 0), *ls = buf(KK_I32, (size_t) ns, 0);
+	kk_buffer_upload(be, NULL, bts, 0, bt, (size_t) ns * maxb * sizeof(int32_t));
 	kk_buffer_upload(be, NULL, ls, 0, lens, ns * sizeof(int32_t));
-	size_t ncache = (size_t)nblocks * KK_KV_BLOCK_SIZE * hkv * d;
-	a.d = (kk_paged_desc){ .n_heads = hq, .n_kv_heads = hkv, .head_dim = d, .n_seqs = ns,
-		               .num_blocks = nblocks, .max_blocks_per_seq = maxb,
-		               .max_context_len = ctx, .block_tables = bts, .context_lens = ls };
-	a.q = buf(KK_BF16, (size_t)ns * hq * d, 1), a.o = buf(KK_BF16, (size_t)ns * hq * d, 0);
+	size_t ncache = (size_t) nblocks * KK_KV_BLOCK_SIZE * hkv * d;
+	a.d = (kk_paged_desc){ .n_heads = hq,
+			       .n_kv_heads = hkv,
+			       .head_dim = d,
+			       .n_seqs = ns,
+			       .num_blocks = nblocks,
+			       .max_blocks_per_seq = maxb,
+			       .max_context_len = ctx,
+			       .block_tables = bts,
+			       .context_lens = ls };
+	a.q = buf(KK_BF16, (size_t) ns * hq * d, 1), a.o = buf(KK_BF16, (size_t) ns * hq * d, 0);
 	a.kc = buf(KK_BF16, ncache, 1), a.vc = buf(KK_BF16, ncache, 1);
 	char shape[64];
 	snprintf(shape, sizeof(shape), "%d seqs x %d ctx, h=%d/%d", ns, ctx, hq, hkv);
 	row("paged decode attn", shape, NULL, timeit(run_decode, &a), 0,
-	    2.0 * ns * (double)ctx * hkv * d * 2);
+	    2.0 * ns * (double) ctx * hkv * d * 2);
 	kk_buffer_free(a.q), kk_buffer_free(a.o), kk_buffer_free(a.kc), kk_buffer_free(a.vc);
 	kk_buffer_free(bts), kk_buffer_free(ls);
 	free(bt), free(lens);
@@ -391,8 +426,9 @@ static int run_sample(void *p)
 
 static void bench_sample(void)
 {
-	struct samp_arg a = { buf(KK_I32, 32, 0), buf(KK_BF16, (size_t)32 * 128256, 1),
-		              { .temperature = 0.7f, .top_k = 0, .top_p = 0.9f, .seed = 1 } };
+	struct samp_arg a = { buf(KK_I32, 32, 0),
+			      buf(KK_BF16, (size_t) 32 * 128256, 1),
+			      { .temperature = 0.7f, .top_k = 0, .top_p = 0.9f, .seed = 1 } };
 	row("sample top-p 0.9", "32 x 128256 bf16", NULL, timeit(run_sample, &a), 0,
 	    32.0 * 128256 * 2);
 	kk_buffer_free(a.ids), kk_buffer_free(a.logits);
@@ -431,7 +467,8 @@ int main(int argc, char **argv)
 
 	/* Ceilings, measured first. */
 	ceil_tflops = bench_gemm(8192, 8192, 8192, KK_EPI_NONE, 0, NULL);
-	struct copy_arg c = { buf(KK_BF16, (size_t)1 << 30, 1), buf(KK_BF16, (size_t)1 << 30, 0) };
+	struct copy_arg c = { buf(KK_BF16, (size_t) 1 << 30, 1),
+			      buf(KK_BF16, (size_t) 1 << 30, 0) };
 	double cs = timeit(run_copy, &c);
 	ceil_gbs = cs > 0 ? 2.0 * kk_buffer_bytes(c.a) / cs * 1e-9 : -1;
 	kk_buffer_free(c.a), kk_buffer_free(c.b);
@@ -455,7 +492,7 @@ int main(int argc, char **argv)
 	bench_norms(16384, 4096);
 	if (!quick)
 		bench_elementwise();
-	bench_adamw((size_t)100 << 20);
+	bench_adamw((size_t) 100 << 20);
 	bench_quant(KK_I8, 0);
 	bench_quant(KK_Q4, 128);
 	const int seqs[] = { 1024, 4096, 16384 };

@@ -51,7 +51,7 @@ static int check_cu_seqlens(const kk_attn_desc *d)
 
 static inline float dot(const float *a, const float *b, int n)
 {
-	return kk__dot(a, b, (size_t)n);
+	return kk__dot(a, b, (size_t) n);
 }
 
 struct attn_ctx {
@@ -74,27 +74,28 @@ static int fwd_range(void *p, int64_t b, int64_t e, int chunk)
 
 	for (int64_t it = b; it < e; it++) {
 		int64_t task = c->tasks[it / H];
-		int h = (int)(it % H), kvh = h / grp, s = (int)(task >> 32);
+		int h = (int) (it % H), kvh = h / grp, s = (int) (task >> 32);
 		int64_t i0 = cu[s] + (task & 0xffffffff) * ATT_BQ;
-		int nq = (int)MIN((int64_t)ATT_BQ, cu[s + 1] - i0);
+		int nq = (int) MIN((int64_t) ATT_BQ, cu[s + 1] - i0);
 		int64_t kv_end = d->causal ? i0 + nq : cu[s + 1];
 
 		for (int r = 0; r < nq; r++)
 			m[r] = -INFINITY, l[r] = 0;
 		memset(acc, 0, sizeof(float) * nq * D);
 		for (int64_t j0 = cu[s]; j0 < kv_end; j0 += ATT_BK) {
-			int nk = (int)MIN((int64_t)ATT_BK, kv_end - j0);
+			int nk = (int) MIN((int64_t) ATT_BK, kv_end - j0);
 			for (int r = 0; r < nq; r++) {
-				const float *qr = c->q + ((size_t)(i0 + r) * H + h) * D;
-				int jn = d->causal ? (int)MIN((int64_t)nk, i0 + r - j0 + 1) : nk;
+				const float *qr = c->q + ((size_t) (i0 + r) * H + h) * D;
+				int jn = d->causal ? (int) MIN((int64_t) nk, i0 + r - j0 + 1) : nk;
 				for (int j = 0; j < jn; j++)
 					S[r * ATT_BK + j] =
-						dot(qr, c->k + ((size_t)(j0 + j) * Hkv + kvh) * D, D) *
+						dot(qr, c->k + ((size_t) (j0 + j) * Hkv + kvh) * D,
+						    D) *
 						c->scale;
 			}
 			for (int r = 0; r < nq; r++) {
 				float *sr = S + r * ATT_BK, mx = m[r], corr, sum = 0;
-				int jn = d->causal ? (int)MIN((int64_t)nk, i0 + r - j0 + 1) : nk;
+				int jn = d->causal ? (int) MIN((int64_t) nk, i0 + r - j0 + 1) : nk;
 				for (int j = 0; j < jn; j++)
 					mx = fmaxf(mx, sr[j]);
 				if (jn <= 0) { /* the whole tile is in this row's future */
@@ -115,14 +116,15 @@ static int fwd_range(void *p, int64_t b, int64_t e, int chunk)
 				for (int j = 0; j < nk; j++)
 					if (S[r * ATT_BK + j] != 0)
 						kk__axpy(acc + r * D, S[r * ATT_BK + j],
-							 c->v + ((size_t)(j0 + j) * Hkv + kvh) * D, D);
+							 c->v + ((size_t) (j0 + j) * Hkv + kvh) * D,
+							 D);
 		}
 		for (int r = 0; r < nq; r++) {
 			kk__scal(acc + r * D, 1.0f / l[r], D);
-			kk__row_store(c->o->ptr, c->o->dtype, ((size_t)(i0 + r) * H + h) * D,
+			kk__row_store(c->o->ptr, c->o->dtype, ((size_t) (i0 + r) * H + h) * D,
 				      acc + r * D, D);
 			if (c->lse)
-				((float *)c->lse->ptr)[(i0 + r) * H + h] = m[r] + logf(l[r]);
+				((float *) c->lse->ptr)[(i0 + r) * H + h] = m[r] + logf(l[r]);
 		}
 	}
 	return 0;
@@ -135,9 +137,12 @@ int kk__cpu_attention_fwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, 
 	_cleanup_free_ float *qo = NULL, *ko = NULL, *vo = NULL;
 	_cleanup_free_ int64_t *tasks = NULL;
 	const int32_t *cu = d->cu_seqlens->ptr;
-	size_t T = (size_t)d->total_tokens;
-	struct attn_ctx c = { .d = d, .o = out, .lse = lse,
-			      .scale = d->scale > 0 ? d->scale : 1.0f / sqrtf((float)d->head_dim) };
+	size_t T = (size_t) d->total_tokens;
+	struct attn_ctx c = { .d = d,
+			      .o = out,
+			      .lse = lse,
+			      .scale =
+				      d->scale > 0 ? d->scale : 1.0f / sqrtf((float) d->head_dim) };
 	int64_t n = 0;
 	int r = check_cu_seqlens(d);
 
@@ -148,14 +153,14 @@ int kk__cpu_attention_fwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, 
 		return -ENOMEM;
 	for (int s = 0; s < d->n_seqs; s++)
 		for (int64_t blk = 0; blk * ATT_BQ < cu[s + 1] - cu[s]; blk++)
-			tasks[n++] = (int64_t)s << 32 | blk;
+			tasks[n++] = (int64_t) s << 32 | blk;
 	c.tasks = tasks;
-	if ((r = widen_all(q, T * d->n_heads * d->head_dim, (float **)&c.q, &qo)) < 0 ||
-	    (r = widen_all(k, T * d->n_kv_heads * d->head_dim, (float **)&c.k, &ko)) < 0 ||
-	    (r = widen_all(v, T * d->n_kv_heads * d->head_dim, (float **)&c.v, &vo)) < 0)
+	if ((r = widen_all(q, T * d->n_heads * d->head_dim, (float **) &c.q, &qo)) < 0 ||
+	    (r = widen_all(k, T * d->n_kv_heads * d->head_dim, (float **) &c.k, &ko)) < 0 ||
+	    (r = widen_all(v, T * d->n_kv_heads * d->head_dim, (float **) &c.v, &vo)) < 0)
 		return r;
 	return kk__parallel_for(n * d->n_heads,
-				(double)ATT_BQ * d->max_seqlen * d->head_dim * (d->causal ? 2 : 4),
+				(double) ATT_BQ * d->max_seqlen * d->head_dim * (d->causal ? 2 : 4),
 				fwd_range, &c);
 }
 
@@ -169,27 +174,27 @@ static int bwd_range(void *p, int64_t b, int64_t e, int chunk)
 	_cleanup_free_ float *dk = NULL, *dv = NULL;
 	float dqr[KK_ATTN_HEAD_DIM_LARGE];
 
-	dk = malloc((size_t)d->max_seqlen * D * sizeof(float));
-	dv = malloc((size_t)d->max_seqlen * D * sizeof(float));
+	dk = malloc((size_t) d->max_seqlen * D * sizeof(float));
+	dv = malloc((size_t) d->max_seqlen * D * sizeof(float));
 	if (!dk || !dv)
 		return -ENOMEM;
 
 	for (int64_t it = b; it < e; it++) {
-		int s = (int)(it / Hkv), kvh = (int)(it % Hkv);
+		int s = (int) (it / Hkv), kvh = (int) (it % Hkv);
 		int64_t s0 = cu[s], s1 = cu[s + 1], len = s1 - s0;
 
-		memset(dk, 0, (size_t)len * D * sizeof(float));
-		memset(dv, 0, (size_t)len * D * sizeof(float));
+		memset(dk, 0, (size_t) len * D * sizeof(float));
+		memset(dv, 0, (size_t) len * D * sizeof(float));
 		for (int h = kvh * grp; h < (kvh + 1) * grp; h++)
 			for (int64_t i = s0; i < s1; i++) {
-				size_t qi = ((size_t)i * H + h) * D;
+				size_t qi = ((size_t) i * H + h) * D;
 				const float *qr = c->q + qi, *dor = c->dout + qi;
 				float Di = dot(dor, c->out + qi, D), li = lse[i * H + h];
 				int64_t j1 = d->causal ? i + 1 : s1;
 
 				memset(dqr, 0, sizeof(float) * D);
 				for (int64_t j = s0; j < j1; j++) {
-					size_t kv = ((size_t)j * Hkv + kvh) * D;
+					size_t kv = ((size_t) j * Hkv + kvh) * D;
 					float pj = expf(dot(qr, c->k + kv, D) * c->scale - li);
 					float dp = dot(dor, c->v + kv, D);
 					float ds = pj * (dp - Di) * c->scale;
@@ -201,7 +206,7 @@ static int bwd_range(void *p, int64_t b, int64_t e, int chunk)
 				kk__row_store(c->dq->ptr, c->dq->dtype, qi, dqr, D);
 			}
 		for (int64_t j = s0; j < s1; j++) {
-			size_t kv = ((size_t)j * Hkv + kvh) * D;
+			size_t kv = ((size_t) j * Hkv + kvh) * D;
 			kk__row_store(c->dk->ptr, c->dk->dtype, kv, dk + (j - s0) * D, D);
 			kk__row_store(c->dv->ptr, c->dv->dtype, kv, dv + (j - s0) * D, D);
 		}
@@ -215,24 +220,29 @@ int kk__cpu_attention_bwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, 
 			  const kk_buffer *lse)
 {
 	_cleanup_free_ float *qo = NULL, *ko = NULL, *vo = NULL, *oo = NULL, *doo = NULL;
-	size_t T = (size_t)d->total_tokens, nq = T * d->n_heads * d->head_dim,
+	size_t T = (size_t) d->total_tokens, nq = T * d->n_heads * d->head_dim,
 	       nk = T * d->n_kv_heads * d->head_dim;
-	struct attn_ctx c = { .d = d, .lse = (kk_buffer *)lse, .dq = dq, .dk = dk, .dv = dv,
-			      .scale = d->scale > 0 ? d->scale : 1.0f / sqrtf((float)d->head_dim) };
+	struct attn_ctx c = { .d = d,
+			      .lse = (kk_buffer *) lse,
+			      .dq = dq,
+			      .dk = dk,
+			      .dv = dv,
+			      .scale =
+				      d->scale > 0 ? d->scale : 1.0f / sqrtf((float) d->head_dim) };
 	int r = check_cu_seqlens(d);
 
 	if (r < 0)
 		return r;
-	if ((r = widen_all(q, nq, (float **)&c.q, &qo)) < 0 ||
-	    (r = widen_all(k, nk, (float **)&c.k, &ko)) < 0 ||
-	    (r = widen_all(v, nk, (float **)&c.v, &vo)) < 0 ||
-	    (r = widen_all(out, nq, (float **)&c.out, &oo)) < 0 ||
-	    (r = widen_all(dout, nq, (float **)&c.dout, &doo)) < 0)
+	if ((r = widen_all(q, nq, (float **) &c.q, &qo)) < 0 ||
+	    (r = widen_all(k, nk, (float **) &c.k, &ko)) < 0 ||
+	    (r = widen_all(v, nk, (float **) &c.v, &vo)) < 0 ||
+	    (r = widen_all(out, nq, (float **) &c.out, &oo)) < 0 ||
+	    (r = widen_all(dout, nq, (float **) &c.dout, &doo)) < 0)
 		return r;
 	/* Sequences with no tokens leave nothing to write; dq/dk/dv cover all
 	 * T tokens because cu_seqlens partitions [0, T). */
-	return kk__parallel_for((int64_t)d->n_seqs * d->n_kv_heads,
-				(double)d->max_seqlen * d->max_seqlen * d->head_dim *
+	return kk__parallel_for((int64_t) d->n_seqs * d->n_kv_heads,
+				(double) d->max_seqlen * d->max_seqlen * d->head_dim *
 					(d->n_heads / d->n_kv_heads) * 4,
 				bwd_range, &c);
 }
@@ -262,17 +272,19 @@ static int decode_range(void *p, int64_t b, int64_t e, int chunk)
 	if (!qr || !acc || !ml)
 		return -ENOMEM;
 	for (int64_t it = b; it < e; it++) {
-		int s = (int)(it / Hkv), kvh = (int)(it % Hkv);
+		int s = (int) (it / Hkv), kvh = (int) (it % Hkv);
 
-		kk__row_f32(qr, c->q->ptr, c->q->dtype, ((size_t)s * H + kvh * grp) * D,
-			    (size_t)grp * D);
+		kk__row_f32(qr, c->q->ptr, c->q->dtype, ((size_t) s * H + kvh * grp) * D,
+			    (size_t) grp * D);
 		memset(acc, 0, sizeof(float) * grp * D);
 		for (int g = 0; g < grp; g++)
 			ml[2 * g] = -INFINITY, ml[2 * g + 1] = 0;
 		for (int t = 0; t < cl[s]; t++) {
-			int blk = bt[(size_t)s * d->max_blocks_per_seq + t / KK_KV_BLOCK_SIZE];
-			size_t off = (((size_t)blk * KK_KV_BLOCK_SIZE + t % KK_KV_BLOCK_SIZE) * Hkv +
-				      kvh) * D;
+			int blk = bt[(size_t) s * d->max_blocks_per_seq + t / KK_KV_BLOCK_SIZE];
+			size_t off =
+				(((size_t) blk * KK_KV_BLOCK_SIZE + t % KK_KV_BLOCK_SIZE) * Hkv +
+				 kvh) *
+				D;
 
 			kk__row_f32(kr, c->kc->ptr, c->kc->dtype, off, D);
 			kk__row_f32(vr, c->vc->ptr, c->vc->dtype, off, D);
@@ -291,32 +303,35 @@ static int decode_range(void *p, int64_t b, int64_t e, int chunk)
 		}
 		for (int g = 0; g < grp; g++)
 			kk__scal(acc + g * D, 1.0f / ml[2 * g + 1], D);
-		kk__row_store(c->out->ptr, c->out->dtype, ((size_t)s * H + kvh * grp) * D, acc,
-			      (size_t)grp * D);
+		kk__row_store(c->out->ptr, c->out->dtype, ((size_t) s * H + kvh * grp) * D, acc,
+			      (size_t) grp * D);
 	}
 	return 0;
 }
 
-int kk__cpu_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d,
-			     kk_buffer *out, const kk_buffer *q, const kk_buffer *k_cache,
-			     const kk_buffer *v_cache)
+int kk__cpu_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
+			     const kk_buffer *q, const kk_buffer *k_cache, const kk_buffer *v_cache)
 {
 	const int32_t *bt = d->block_tables->ptr, *cl = d->context_lens->ptr;
-	struct decode_ctx c = { .d = d, .out = out, .q = q, .kc = k_cache, .vc = v_cache,
+	struct decode_ctx c = { .d = d,
+				.out = out,
+				.q = q,
+				.kc = k_cache,
+				.vc = v_cache,
 				.scale = d->scale > 0 ? d->scale
-						      : 1.0f / sqrtf((float)d->head_dim) };
+						      : 1.0f / sqrtf((float) d->head_dim) };
 
 	for (int s = 0; s < d->n_seqs; s++) {
 		if (cl[s] < 1 || cl[s] > d->max_context_len)
 			return -EINVAL;
 		for (int b = 0; b < DIV_ROUND_UP(cl[s], KK_KV_BLOCK_SIZE); b++) {
-			int blk = bt[(size_t)s * d->max_blocks_per_seq + b];
+			int blk = bt[(size_t) s * d->max_blocks_per_seq + b];
 			if (blk < 0 || blk >= d->num_blocks)
 				return -ERANGE;
 		}
 	}
-	return kk__parallel_for((int64_t)d->n_seqs * d->n_kv_heads,
-				(double)d->max_context_len * d->head_dim * 6 *
+	return kk__parallel_for((int64_t) d->n_seqs * d->n_kv_heads,
+				(double) d->max_context_len * d->head_dim * 6 *
 					(d->n_heads / d->n_kv_heads),
 				decode_range, &c);
 }
@@ -326,18 +341,18 @@ int kk__cpu_kv_cache_write(kk_backend *be, kk_stream *st, kk_buffer *k_cache, kk
 			   int64_t n_tokens, int n_kv_heads, int head_dim, int num_blocks)
 {
 	const int32_t *sm = slot_mapping->ptr;
-	size_t row = kk_dtype_size(k->dtype, (size_t)n_kv_heads * head_dim);
+	size_t row = kk_dtype_size(k->dtype, (size_t) n_kv_heads * head_dim);
 
 	for (int64_t i = 0; i < n_tokens; i++)
-		if (sm[i] >= (int64_t)num_blocks * KK_KV_BLOCK_SIZE)
+		if (sm[i] >= (int64_t) num_blocks * KK_KV_BLOCK_SIZE)
 			return -ERANGE;
 	for (int64_t i = 0; i < n_tokens; i++) {
 		if (sm[i] < 0)
 			continue;
-		memcpy((char *)k_cache->ptr + (size_t)sm[i] * row, (const char *)k->ptr + i * row,
-		       row);
-		memcpy((char *)v_cache->ptr + (size_t)sm[i] * row, (const char *)v->ptr + i * row,
-		       row);
+		memcpy((char *) k_cache->ptr + (size_t) sm[i] * row,
+		       (const char *) k->ptr + i * row, row);
+		memcpy((char *) v_cache->ptr + (size_t) sm[i] * row,
+		       (const char *) v->ptr + i * row, row);
 	}
 	return 0;
 }

@@ -32,7 +32,7 @@
 #include "cpu.h"
 #include "kiln/macro.h"
 
-#define COMM_MAGIC 0x6b6b636fu /* "kkco" */
+#define COMM_MAGIC     0x6b6b636fu /* "kkco" */
 #define COMM_ID_PREFIX "kkcpu:"
 /* Listening sockets parked by kk_comm_get_id, per process. */
 #define COMM_PARKED_MAX 16
@@ -62,7 +62,7 @@ static uint64_t now_msec(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (uint64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static int wait_fd(int fd, short ev)
@@ -95,7 +95,7 @@ static int send_all(int fd, const void *buf, size_t n)
 			continue;
 		}
 		p += w;
-		n -= (size_t)w;
+		n -= (size_t) w;
 	}
 	return 0;
 }
@@ -117,7 +117,7 @@ static int recv_all(int fd, void *buf, size_t n)
 		if (g == 0)
 			return -ECONNRESET;
 		p += g;
-		n -= (size_t)g;
+		n -= (size_t) g;
 	}
 	return 0;
 }
@@ -142,17 +142,18 @@ static int recv_msg(int fd, uint32_t op, void *buf, size_t n)
 
 static int listen_on(int port, int *ret_fd, int *ret_port)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY),
-				 .sin_port = htons((uint16_t)port) };
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_ANY),
+				 .sin_port = htons((uint16_t) port) };
 	socklen_t len = sizeof(a);
 	int one = 1;
 	_cleanup_close_ int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 	if (fd < 0)
 		return -errno;
-	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, SOMAXCONN) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&a, &len) < 0)
+	(void) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *) &a, sizeof(a)) < 0 || listen(fd, SOMAXCONN) < 0 ||
+	    getsockname(fd, (struct sockaddr *) &a, &len) < 0)
 		return -errno;
 	*ret_port = ntohs(a.sin_port);
 	*ret_fd = TAKE_FD(fd);
@@ -186,9 +187,9 @@ static void own_address(char *buf, size_t len)
 		host[sizeof(host) - 1] = 0;
 		if (getaddrinfo(host, NULL, &hints, &ai) == 0) {
 			for (struct addrinfo *p = ai; p; p = p->ai_next) {
-				struct sockaddr_in *sa = (struct sockaddr_in *)p->ai_addr;
+				struct sockaddr_in *sa = (struct sockaddr_in *) p->ai_addr;
 				if (!is_loopback(sa)) {
-					inet_ntop(AF_INET, &sa->sin_addr, buf, (socklen_t)len);
+					inet_ntop(AF_INET, &sa->sin_addr, buf, (socklen_t) len);
 					freeaddrinfo(ai);
 					return;
 				}
@@ -200,8 +201,8 @@ static void own_address(char *buf, size_t len)
 		for (struct ifaddrs *i = ifs; i; i = i->ifa_next)
 			if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
 			    (i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK)) {
-				inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, buf,
-					  (socklen_t)len);
+				inet_ntop(AF_INET, &((struct sockaddr_in *) i->ifa_addr)->sin_addr,
+					  buf, (socklen_t) len);
 				break;
 			}
 		freeifaddrs(ifs);
@@ -218,7 +219,7 @@ static int parse_id(const void *id, size_t id_len, char *host, size_t hlen, int 
 	memcpy(s, id, KK_COMM_ID_BYTES);
 	s[KK_COMM_ID_BYTES] = 0;
 	rest = startswith(s, COMM_ID_PREFIX);
-	if (!rest || !(colon = strrchr(rest, ':')) || (size_t)(colon - rest) >= hlen ||
+	if (!rest || !(colon = strrchr(rest, ':')) || (size_t) (colon - rest) >= hlen ||
 	    colon == rest)
 		return -EINVAL;
 	errno = 0;
@@ -227,7 +228,7 @@ static int parse_id(const void *id, size_t id_len, char *host, size_t hlen, int 
 		return -EINVAL;
 	memcpy(host, rest, colon - rest);
 	host[colon - rest] = 0;
-	*port = (int)p;
+	*port = (int) p;
 	return 0;
 }
 
@@ -271,7 +272,7 @@ static int take_parked(int port)
 static void tune(int fd)
 {
 	int one = 1;
-	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	(void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
 static int root_accept(kk_comm *c, struct cpu_comm *cc, int port)
@@ -285,12 +286,12 @@ static int root_accept(kk_comm *c, struct cpu_comm *cc, int port)
 	while (joined < c->world - 1) {
 		struct pollfd p = { .fd = lfd, .events = POLLIN };
 		int32_t hello[2];
-		int64_t left = (int64_t)(deadline - now_msec());
+		int64_t left = (int64_t) (deadline - now_msec());
 		_cleanup_close_ int fd = -1;
 
 		if (left <= 0)
 			return -ETIMEDOUT;
-		r = poll(&p, 1, (int)left);
+		r = poll(&p, 1, (int) left);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
@@ -405,8 +406,8 @@ static void combine(float *acc, const void *src, kk_dtype dt, size_t n, kk_reduc
 }
 
 /* Rank 0: acc = op over ranks of `n` elements each rank sends. */
-static int root_reduce(kk_comm *c, uint32_t opc, const kk_buffer *send, size_t n,
-		       kk_reduce_op op, float **ret)
+static int root_reduce(kk_comm *c, uint32_t opc, const kk_buffer *send, size_t n, kk_reduce_op op,
+		       float **ret)
 {
 	struct cpu_comm *cc = c->impl;
 	size_t bytes = kk_dtype_size(send->dtype, n);
@@ -425,7 +426,7 @@ static int root_reduce(kk_comm *c, uint32_t opc, const kk_buffer *send, size_t n
 	}
 	if (op == KK_AVG)
 		for (size_t i = 0; i < n; i++)
-			acc[i] /= (float)c->world;
+			acc[i] /= (float) c->world;
 	*ret = TAKE_PTR(acc);
 	return 0;
 }
@@ -473,7 +474,7 @@ int kk__cpu_reduce_scatter(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_
 	if (!chunk)
 		return -ENOMEM;
 	for (int rk = 1; rk < c->world; rk++) {
-		kk__row_store(chunk, send->dtype, 0, acc + (size_t)rk * count, count);
+		kk__row_store(chunk, send->dtype, 0, acc + (size_t) rk * count, count);
 		if ((r = send_msg(cc->fds[rk], OP_REDUCE_SCATTER, chunk, cbytes)) < 0)
 			return r;
 	}
@@ -494,7 +495,7 @@ int kk__cpu_all_gather(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buff
 	}
 	memmove(recv->ptr, send->ptr, cbytes);
 	for (int rk = 1; rk < c->world; rk++)
-		if ((r = recv_msg(cc->fds[rk], OP_ALL_GATHER, (char *)recv->ptr + rk * cbytes,
+		if ((r = recv_msg(cc->fds[rk], OP_ALL_GATHER, (char *) recv->ptr + rk * cbytes,
 				  cbytes)) < 0)
 			return r;
 	for (int rk = 1; rk < c->world; rk++)

@@ -25,7 +25,7 @@ int kk__cpu_threads(void)
 	{
 		const char *e = getenv("KK_CPU_THREADS");
 		long c = e ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
-		v = (int)CLAMP(c, 1L, (long)KK_CPU_THREADS_MAX);
+		v = (int) CLAMP(c, 1L, (long) KK_CPU_THREADS_MAX);
 	}
 	__atomic_store_n(&n, v, __ATOMIC_RELAXED);
 	return v;
@@ -33,13 +33,13 @@ int kk__cpu_threads(void)
 
 int kk__parallel_chunks(int64_t n, double cost_per_item)
 {
-	double work = (double)n * cost_per_item;
+	double work = (double) n * cost_per_item;
 	int t = kk__cpu_threads();
 	if (n <= 1 || work < KK_CPU_PAR_MIN_WORK)
 		return 1;
-	if (work < (double)KK_CPU_PAR_MIN_WORK * t)
-		t = (int)(work / KK_CPU_PAR_MIN_WORK) + 1;
-	return (int)MIN((int64_t)t, n);
+	if (work < (double) KK_CPU_PAR_MIN_WORK * t)
+		t = (int) (work / KK_CPU_PAR_MIN_WORK) + 1;
+	return (int) MIN((int64_t) t, n);
 }
 
 struct par_job {

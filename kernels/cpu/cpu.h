@@ -23,11 +23,11 @@ static inline float kk__ld(const void *p, kk_dtype dt, size_t i)
 {
 	switch (dt) {
 	case KK_F32:
-		return ((const float *)p)[i];
+		return ((const float *) p)[i];
 	case KK_BF16:
-		return kk_bf16_to_f32(((const uint16_t *)p)[i]);
+		return kk_bf16_to_f32(((const uint16_t *) p)[i]);
 	default:
-		return kk_f16_to_f32(((const uint16_t *)p)[i]);
+		return kk_f16_to_f32(((const uint16_t *) p)[i]);
 	}
 }
 
@@ -35,13 +35,13 @@ static inline void kk__st(void *p, kk_dtype dt, size_t i, float v)
 {
 	switch (dt) {
 	case KK_F32:
-		((float *)p)[i] = v;
+		((float *) p)[i] = v;
 		break;
 	case KK_BF16:
-		((uint16_t *)p)[i] = kk_f32_to_bf16(v);
+		((uint16_t *) p)[i] = kk_f32_to_bf16(v);
 		break;
 	default:
-		((uint16_t *)p)[i] = kk_f32_to_f16(v);
+		((uint16_t *) p)[i] = kk_f32_to_f16(v);
 		break;
 	}
 }
@@ -60,7 +60,7 @@ static inline float kk__round(kk_dtype dt, float v)
 }
 
 /* Element i of buffer b as f32 / store f32 into it. */
-#define LD(b, i) kk__ld((b)->ptr, (b)->dtype, (i))
+#define LD(b, i)    kk__ld((b)->ptr, (b)->dtype, (i))
 #define ST(b, i, v) kk__st((b)->ptr, (b)->dtype, (i), (v))
 
 /* Vectorized inner loops (simd.c, one clone per x86-64 level). */
@@ -86,13 +86,13 @@ static inline void kk__row_f32(float *dst, const void *p, kk_dtype dt, size_t of
 {
 	switch (dt) {
 	case KK_F32:
-		memcpy(dst, (const float *)p + off, n * sizeof(float));
+		memcpy(dst, (const float *) p + off, n * sizeof(float));
 		break;
 	case KK_BF16:
-		kk__widen_bf16(dst, (const uint16_t *)p + off, n);
+		kk__widen_bf16(dst, (const uint16_t *) p + off, n);
 		break;
 	default:
-		kk__widen_f16(dst, (const uint16_t *)p + off, n);
+		kk__widen_f16(dst, (const uint16_t *) p + off, n);
 		break;
 	}
 }
@@ -101,13 +101,13 @@ static inline void kk__row_store(void *p, kk_dtype dt, size_t off, const float *
 {
 	switch (dt) {
 	case KK_F32:
-		memcpy((float *)p + off, src, n * sizeof(float));
+		memcpy((float *) p + off, src, n * sizeof(float));
 		break;
 	case KK_BF16:
-		kk__narrow_bf16((uint16_t *)p + off, src, n);
+		kk__narrow_bf16((uint16_t *) p + off, src, n);
 		break;
 	default:
-		kk__narrow_f16((uint16_t *)p + off, src, n);
+		kk__narrow_f16((uint16_t *) p + off, src, n);
 		break;
 	}
 }
@@ -162,15 +162,14 @@ int kk__cpu_attention_bwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, 
 			  kk_buffer *dk, kk_buffer *dv, const kk_buffer *dout, const kk_buffer *q,
 			  const kk_buffer *k, const kk_buffer *v, const kk_buffer *out,
 			  const kk_buffer *lse);
-int kk__cpu_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d,
-			     kk_buffer *out, const kk_buffer *q, const kk_buffer *k_cache,
+int kk__cpu_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
+			     const kk_buffer *q, const kk_buffer *k_cache,
 			     const kk_buffer *v_cache);
 int kk__cpu_kv_cache_write(kk_backend *be, kk_stream *st, kk_buffer *k_cache, kk_buffer *v_cache,
 			   const kk_buffer *k, const kk_buffer *v, const kk_buffer *slot_mapping,
 			   int64_t n_tokens, int n_kv_heads, int head_dim, int num_blocks);
 /* ops.c */
-int kk__cpu_cast(kk_backend *be, kk_stream *st, kk_buffer *dst, const kk_buffer *src,
-		 size_t count);
+int kk__cpu_cast(kk_backend *be, kk_stream *st, kk_buffer *dst, const kk_buffer *src, size_t count);
 int kk__cpu_scale(kk_backend *be, kk_stream *st, kk_buffer *x, float scale, size_t count);
 int kk__cpu_rmsnorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
 			kk_buffer *rstd, const kk_buffer *x, const kk_buffer *residual,
@@ -180,8 +179,8 @@ int kk__cpu_rmsnorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer 
 			const kk_buffer *weight, const kk_buffer *rstd, int64_t rows, int64_t dim);
 int kk__cpu_layernorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
 			  kk_buffer *mean, kk_buffer *rstd, const kk_buffer *x,
-			  const kk_buffer *residual, const kk_buffer *weight,
-			  const kk_buffer *bias, int64_t rows, int64_t dim, float eps);
+			  const kk_buffer *residual, const kk_buffer *weight, const kk_buffer *bias,
+			  int64_t rows, int64_t dim, float eps);
 int kk__cpu_layernorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dweight,
 			  kk_buffer *dbias, const kk_buffer *dy, const kk_buffer *dresidual,
 			  const kk_buffer *h, const kk_buffer *weight, const kk_buffer *mean,
@@ -191,19 +190,18 @@ int kk__cpu_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *p
 		 kk_rope_mode mode, bool backward);
 int kk__cpu_act_fwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *y, const kk_buffer *x,
 		    size_t n);
-int kk__cpu_act_bwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *dx,
-		    const kk_buffer *dy, const kk_buffer *x, size_t n);
+int kk__cpu_act_bwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *dx, const kk_buffer *dy,
+		    const kk_buffer *x, size_t n);
 int kk__cpu_swiglu_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *gate,
 		       const kk_buffer *up, size_t n);
 int kk__cpu_swiglu_bwd(kk_backend *be, kk_stream *st, kk_buffer *dgate, kk_buffer *dup,
 		       const kk_buffer *dy, const kk_buffer *gate, const kk_buffer *up, size_t n);
-int kk__cpu_softmax(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x,
-		    int64_t rows, int64_t cols);
+int kk__cpu_softmax(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x, int64_t rows,
+		    int64_t cols);
 int kk__cpu_embedding_fwd(kk_backend *be, kk_stream *st, kk_buffer *out, const kk_buffer *table,
 			  const kk_buffer *ids, int64_t tokens, int64_t vocab, int64_t dim);
-int kk__cpu_embedding_bwd(kk_backend *be, kk_stream *st, kk_buffer *dtable,
-			  const kk_buffer *dout, const kk_buffer *ids, int64_t tokens,
-			  int64_t vocab, int64_t dim);
+int kk__cpu_embedding_bwd(kk_backend *be, kk_stream *st, kk_buffer *dtable, const kk_buffer *dout,
+			  const kk_buffer *ids, int64_t tokens, int64_t vocab, int64_t dim);
 int kk__cpu_cross_entropy_fwd(kk_backend *be, kk_stream *st, kk_buffer *losses,
 			      const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
 			      int64_t vocab);

@@ -29,7 +29,7 @@ static int widen(const kk_buffer *b, size_t n, float **ret, float **owned)
 		*ret = b->ptr;
 		return 0;
 	}
-	f = malloc(MAX(n, (size_t)1) * sizeof(float));
+	f = malloc(MAX(n, (size_t) 1) * sizeof(float));
 	if (!f)
 		return -ENOMEM;
 	kk__row_f32(f, b->ptr, b->dtype, 0, n);
@@ -39,7 +39,7 @@ static int widen(const kk_buffer *b, size_t n, float **ret, float **owned)
 
 static size_t gspan(int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld)
 {
-	return (size_t)((batch - 1) * stride + (rows - 1) * ld + cols);
+	return (size_t) ((batch - 1) * stride + (rows - 1) * ld + cols);
 }
 
 struct epi_ctx {
@@ -92,7 +92,7 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 		kk__row_f32(bias, d->bias->ptr, d->bias->dtype, 0, d->n);
 	}
 	if (!direct) {
-		c_tmp = malloc((size_t)d->m * d->n * sizeof(float));
+		c_tmp = malloc((size_t) d->m * d->n * sizeof(float));
 		if (!c_tmp)
 			return -ENOMEM;
 	}
@@ -102,7 +102,7 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 		int64_t ldc;
 
 		if (direct) {
-			ci = (float *)d->c->ptr + i * d->stride_c;
+			ci = (float *) d->c->ptr + i * d->stride_c;
 			ldc = d->ldc;
 		} else {
 			ci = c_tmp;
@@ -116,20 +116,21 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 			for (int64_t row = 0; row < d->m; row++)
 				memset(ci + row * ldc, 0, d->n * sizeof(float));
 		cblas_sgemm(CblasRowMajor, d->trans_a ? CblasTrans : CblasNoTrans,
-			    d->trans_b ? CblasTrans : CblasNoTrans, (int)d->m, (int)d->n, (int)d->k,
-			    d->alpha, a + i * d->stride_a, (int)d->lda, b + i * d->stride_b,
-			    (int)d->ldb, d->beta, ci, (int)ldc);
+			    d->trans_b ? CblasTrans : CblasNoTrans, (int) d->m, (int) d->n,
+			    (int) d->k, d->alpha, a + i * d->stride_a, (int) d->lda,
+			    b + i * d->stride_b, (int) d->ldb, d->beta, ci, (int) ldc);
 
 		if (bias || d->epilogue != KK_EPI_NONE) {
 			struct epi_ctx e = { ci, ldc, d->n, bias, d->epilogue };
-			r = kk__parallel_for(d->m, (double)d->n * 20, epi_range, &e);
+			r = kk__parallel_for(d->m, (double) d->n * 20, epi_range, &e);
 			if (r < 0)
 				return r;
 		}
 		if (!direct)
 			for (int64_t row = 0; row < d->m; row++)
-				kk__row_store(d->c->ptr, d->c->dtype, i * d->stride_c + row * d->ldc,
-					      ci + row * d->n, d->n);
+				kk__row_store(d->c->ptr, d->c->dtype,
+					      i * d->stride_c + row * d->ldc, ci + row * d->n,
+					      d->n);
 	}
 	return 0;
 }
@@ -139,24 +140,24 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 static inline int8_t q4_get(const uint8_t *p, size_t j)
 {
 	uint8_t byte = p[j / 2];
-	return (int8_t)((j & 1 ? byte >> 4 : byte & 0x0f) - 8);
+	return (int8_t) ((j & 1 ? byte >> 4 : byte & 0x0f) - 8);
 }
 
 static inline void q4_set(uint8_t *p, size_t j, int q)
 {
-	uint8_t nib = (uint8_t)(q + 8) & 0x0f;
+	uint8_t nib = (uint8_t) (q + 8) & 0x0f;
 	if (j & 1)
-		p[j / 2] = (uint8_t)((p[j / 2] & 0x0f) | (nib << 4));
+		p[j / 2] = (uint8_t) ((p[j / 2] & 0x0f) | (nib << 4));
 	else
-		p[j / 2] = (uint8_t)((p[j / 2] & 0xf0) | nib);
+		p[j / 2] = (uint8_t) ((p[j / 2] & 0xf0) | nib);
 }
 
 /* Dequantizes row `row` of q into f32 out[k]. */
 static void deq_row(const kk_qmatrix *q, int64_t row, float *out)
 {
-	size_t base = (size_t)row * q->k;
+	size_t base = (size_t) row * q->k;
 	if (q->qtype == KK_I8) {
-		const int8_t *d = (const int8_t *)q->data->ptr + base;
+		const int8_t *d = (const int8_t *) q->data->ptr + base;
 		float s = LD(q->scales, row);
 		for (int64_t j = 0; j < q->k; j++)
 			out[j] = d[j] * s;
@@ -166,7 +167,7 @@ static void deq_row(const kk_qmatrix *q, int64_t row, float *out)
 		const uint8_t *d = q->data->ptr;
 		int64_t groups = q->k / q->group;
 		for (int64_t g = 0; g < groups; g++) {
-			float s = LD(q->scales, (size_t)row * groups + g);
+			float s = LD(q->scales, (size_t) row * groups + g);
 			for (int64_t j = g * q->group; j < (g + 1) * q->group; j++)
 				out[j] = q4_get(d, base + j) * s;
 		}
@@ -194,7 +195,7 @@ static int quant_range(void *p, int64_t b, int64_t e, int chunk)
 		return -ENOMEM;
 
 	for (int64_t r = b; r < e; r++) {
-		size_t base = (size_t)r * q->k;
+		size_t base = (size_t) r * q->k;
 		kk__row_f32(row, c->w->ptr, c->w->dtype, base, q->k);
 		for (int64_t g = 0; g < groups; g++) {
 			float amax = 0, s, inv;
@@ -202,14 +203,14 @@ static int quant_range(void *p, int64_t b, int64_t e, int chunk)
 				amax = fmaxf(amax, fabsf(row[j]));
 			/* Quantize against the scale as stored (f16 rounds it). */
 			s = kk__round(q->scales->dtype, amax / qmax);
-			ST(q->scales, (size_t)r * groups + g, s);
+			ST(q->scales, (size_t) r * groups + g, s);
 			inv = s > 0 ? 1.0f / s : 0.0f;
 			for (int64_t j = g * gsz; j < (g + 1) * gsz; j++) {
 				float v = CLAMP(rintf(row[j] * inv), qmin, qmax);
 				if (q->qtype == KK_I8)
-					((int8_t *)q->data->ptr)[base + j] = (int8_t)v;
+					((int8_t *) q->data->ptr)[base + j] = (int8_t) v;
 				else
-					q4_set(q->data->ptr, base + j, (int)v);
+					q4_set(q->data->ptr, base + j, (int) v);
 			}
 		}
 	}
@@ -219,7 +220,7 @@ static int quant_range(void *p, int64_t b, int64_t e, int chunk)
 int kk__cpu_quantize(kk_backend *be, kk_stream *st, kk_qmatrix *q, const kk_buffer *w)
 {
 	struct q_ctx c = { .q = q, .w = w };
-	return kk__parallel_for(q->n, (double)q->k * 6, quant_range, &c);
+	return kk__parallel_for(q->n, (double) q->k * 6, quant_range, &c);
 }
 
 static int dequant_range(void *p, int64_t b, int64_t e, int chunk)
@@ -230,7 +231,7 @@ static int dequant_range(void *p, int64_t b, int64_t e, int chunk)
 		return -ENOMEM;
 	for (int64_t r = b; r < e; r++) {
 		deq_row(c->cq, r, row);
-		kk__row_store(c->out->ptr, c->out->dtype, (size_t)r * c->cq->k, row, c->cq->k);
+		kk__row_store(c->out->ptr, c->out->dtype, (size_t) r * c->cq->k, row, c->cq->k);
 	}
 	return 0;
 }
@@ -238,7 +239,7 @@ static int dequant_range(void *p, int64_t b, int64_t e, int chunk)
 int kk__cpu_dequantize(kk_backend *be, kk_stream *st, kk_buffer *w, const kk_qmatrix *q)
 {
 	struct q_ctx c = { .cq = q, .out = w };
-	return kk__parallel_for(q->n, (double)q->k * 3, dequant_range, &c);
+	return kk__parallel_for(q->n, (double) q->k * 3, dequant_range, &c);
 }
 
 /* GEMV path: threads over output channels; each weight row is read once,
@@ -254,19 +255,20 @@ static int qgemv_range(void *p, int64_t b, int64_t e, int chunk)
 		return -ENOMEM;
 	for (int64_t j = b; j < e; j++) {
 		float bj = c->bias ? LD(c->bias, j) : 0.0f;
-		size_t base = (size_t)j * q->k;
-		kk__row_f32(sc, q->scales->ptr, q->scales->dtype, (size_t)j * groups, groups);
+		size_t base = (size_t) j * q->k;
+		kk__row_f32(sc, q->scales->ptr, q->scales->dtype, (size_t) j * groups, groups);
 		for (int64_t i = 0; i < c->m; i++) {
-			const float *x = c->xf + (size_t)i * q->k;
+			const float *x = c->xf + (size_t) i * q->k;
 			float s;
 			if (q->qtype == KK_I8)
-				s = kk__dot_i8(x, (const int8_t *)q->data->ptr + base, q->k) * sc[0];
+				s = kk__dot_i8(x, (const int8_t *) q->data->ptr + base, q->k) *
+				    sc[0];
 			else
-				s = kk__dot_q4_row(c->xe + (size_t)i * q->k / 2,
-						   c->xe + (size_t)(c->m + i) * q->k / 2,
-						   (const uint8_t *)q->data->ptr + base / 2, sc, q->k,
-						   q->group);
-			ST(c->out, (size_t)i * q->n + j, s + bj);
+				s = kk__dot_q4_row(c->xe + (size_t) i * q->k / 2,
+						   c->xe + (size_t) (c->m + i) * q->k / 2,
+						   (const uint8_t *) q->data->ptr + base / 2, sc,
+						   q->k, q->group);
+			ST(c->out, (size_t) i * q->n + j, s + bj);
 		}
 	}
 	return 0;
@@ -279,15 +281,15 @@ int kk__cpu_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *
 	float *xf;
 	int r;
 
-	r = widen(x, (size_t)m * w->k, &xf, &x_own);
+	r = widen(x, (size_t) m * w->k, &xf, &x_own);
 	if (r < 0)
 		return r;
 	if (m < KK_CPU_QGEMM_GEMM_MIN_M) {
 		struct q_ctx c = { .cq = w, .out = y, .bias = bias, .m = m, .xf = xf };
 		_cleanup_free_ float *split = NULL;
 		if (w->qtype == KK_Q4) {
-			size_t half = (size_t)w->k / 2;
-			split = malloc((size_t)m * w->k * sizeof(float));
+			size_t half = (size_t) w->k / 2;
+			split = malloc((size_t) m * w->k * sizeof(float));
 			if (!split)
 				return -ENOMEM;
 			for (int64_t i = 0; i < m; i++)
@@ -297,20 +299,20 @@ int kk__cpu_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *
 				}
 			c.xe = split;
 		}
-		return kk__parallel_for(w->n, (double)w->k * (2 + 2 * m), qgemv_range, &c);
+		return kk__parallel_for(w->n, (double) w->k * (2 + 2 * m), qgemv_range, &c);
 	}
 
-	wf = malloc((size_t)w->n * w->k * sizeof(float));
-	yf = malloc((size_t)m * w->n * sizeof(float));
+	wf = malloc((size_t) w->n * w->k * sizeof(float));
+	yf = malloc((size_t) m * w->n * sizeof(float));
 	if (!wf || !yf)
 		return -ENOMEM;
 	for (int64_t j = 0; j < w->n; j++)
-		deq_row(w, j, wf + (size_t)j * w->k);
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)w->n, (int)w->k, 1.0f, xf,
-		    (int)w->k, wf, (int)w->k, 0.0f, yf, (int)w->n);
+		deq_row(w, j, wf + (size_t) j * w->k);
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int) m, (int) w->n, (int) w->k, 1.0f,
+		    xf, (int) w->k, wf, (int) w->k, 0.0f, yf, (int) w->n);
 	for (int64_t i = 0; i < m; i++)
 		for (int64_t j = 0; j < w->n; j++)
-			ST(y, (size_t)i * w->n + j,
-			   yf[(size_t)i * w->n + j] + (bias ? LD(bias, j) : 0.0f));
+			ST(y, (size_t) i * w->n + j,
+			   yf[(size_t) i * w->n + j] + (bias ? LD(bias, j) : 0.0f));
 	return 0;
 }

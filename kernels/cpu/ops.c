@@ -43,7 +43,8 @@ static int ew_range(void *p, int64_t b, int64_t e, int chunk)
 		}
 		case EW_ACT_BWD: {
 			float x = LD(c->i1, i), dy = LD(c->i0, i);
-			ST(c->o0, i, dy * (c->act == KK_ACT_SILU ? kk__silu_grad(x) : kk__gelu_grad(x)));
+			ST(c->o0, i,
+			   dy * (c->act == KK_ACT_SILU ? kk__silu_grad(x) : kk__gelu_grad(x)));
 			break;
 		}
 		case EW_SWIGLU_FWD: {
@@ -64,46 +65,46 @@ static int ew_range(void *p, int64_t b, int64_t e, int chunk)
 
 #define EW_COST 8.0
 
-int kk__cpu_cast(kk_backend *be, kk_stream *st, kk_buffer *dst, const kk_buffer *src,
-		 size_t count)
+int kk__cpu_cast(kk_backend *be, kk_stream *st, kk_buffer *dst, const kk_buffer *src, size_t count)
 {
 	struct ew_ctx c = { .kind = EW_CAST, .o0 = dst, .i0 = src };
-	return kk__parallel_for((int64_t)count, EW_COST, ew_range, &c);
+	return kk__parallel_for((int64_t) count, EW_COST, ew_range, &c);
 }
 
 int kk__cpu_scale(kk_backend *be, kk_stream *st, kk_buffer *x, float scale, size_t count)
 {
 	struct ew_ctx c = { .kind = EW_SCALE, .o0 = x, .scale = scale };
-	return kk__parallel_for((int64_t)count, EW_COST, ew_range, &c);
+	return kk__parallel_for((int64_t) count, EW_COST, ew_range, &c);
 }
 
 int kk__cpu_act_fwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *y, const kk_buffer *x,
 		    size_t n)
 {
 	struct ew_ctx c = { .kind = EW_ACT_FWD, .act = act, .o0 = y, .i0 = x };
-	return kk__parallel_for((int64_t)n, EW_COST * 4, ew_range, &c);
+	return kk__parallel_for((int64_t) n, EW_COST * 4, ew_range, &c);
 }
 
-int kk__cpu_act_bwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *dx,
-		    const kk_buffer *dy, const kk_buffer *x, size_t n)
+int kk__cpu_act_bwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *dx, const kk_buffer *dy,
+		    const kk_buffer *x, size_t n)
 {
 	struct ew_ctx c = { .kind = EW_ACT_BWD, .act = act, .o0 = dx, .i0 = dy, .i1 = x };
-	return kk__parallel_for((int64_t)n, EW_COST * 4, ew_range, &c);
+	return kk__parallel_for((int64_t) n, EW_COST * 4, ew_range, &c);
 }
 
 int kk__cpu_swiglu_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *gate,
 		       const kk_buffer *up, size_t n)
 {
 	struct ew_ctx c = { .kind = EW_SWIGLU_FWD, .o0 = y, .i0 = gate, .i1 = up };
-	return kk__parallel_for((int64_t)n, EW_COST * 4, ew_range, &c);
+	return kk__parallel_for((int64_t) n, EW_COST * 4, ew_range, &c);
 }
 
 int kk__cpu_swiglu_bwd(kk_backend *be, kk_stream *st, kk_buffer *dgate, kk_buffer *dup,
 		       const kk_buffer *dy, const kk_buffer *gate, const kk_buffer *up, size_t n)
 {
-	struct ew_ctx c = { .kind = EW_SWIGLU_BWD, .o0 = dgate, .o1 = dup, .i0 = dy, .i1 = gate,
-			    .i2 = up };
-	return kk__parallel_for((int64_t)n, EW_COST * 4, ew_range, &c);
+	struct ew_ctx c = {
+		.kind = EW_SWIGLU_BWD, .o0 = dgate, .o1 = dup, .i0 = dy, .i1 = gate, .i2 = up
+	};
+	return kk__parallel_for((int64_t) n, EW_COST * 4, ew_range, &c);
 }
 
 /* ---- normalization ----------------------------------------------------- */
@@ -128,7 +129,7 @@ static int norm_fwd_range(void *p, int64_t b, int64_t e, int chunk)
 	kk__row_f32(w, c->weight->ptr, c->weight->dtype, 0, dim);
 
 	for (int64_t r = b; r < e; r++) {
-		size_t off = (size_t)r * dim;
+		size_t off = (size_t) r * dim;
 		double s = 0, s2 = 0, mean = 0, rstd;
 		kk__row_f32(h, c->x->ptr, c->x->dtype, off, dim);
 		if (c->residual) {
@@ -148,10 +149,10 @@ static int norm_fwd_range(void *p, int64_t b, int64_t e, int chunk)
 			s = kk__sum(h, dim);
 			mean = s / dim;
 		}
-		s2 = kk__sumsq(h, (float)mean, dim);
+		s2 = kk__sumsq(h, (float) mean, dim);
 		rstd = 1.0 / sqrt(s2 / dim + c->eps);
 		{
-			float fm = (float)mean, fr = (float)rstd;
+			float fm = (float) mean, fr = (float) rstd;
 			for (int64_t i = 0; i < dim; i++)
 				h[i] = (h[i] - fm) * fr * w[i];
 			if (c->layer && c->bias)
@@ -160,9 +161,9 @@ static int norm_fwd_range(void *p, int64_t b, int64_t e, int chunk)
 		}
 		kk__row_store(c->y->ptr, c->y->dtype, off, h, dim);
 		if (c->mean)
-			((float *)c->mean->ptr)[r] = (float)mean;
+			((float *) c->mean->ptr)[r] = (float) mean;
 		if (c->rstd)
-			((float *)c->rstd->ptr)[r] = (float)rstd;
+			((float *) c->rstd->ptr)[r] = (float) rstd;
 	}
 	return 0;
 }
@@ -171,7 +172,7 @@ static int norm_bwd_range(void *p, int64_t b, int64_t e, int chunk)
 {
 	struct norm_ctx *c = p;
 	int64_t dim = c->dim;
-	float *dw = c->partial ? c->partial + (size_t)chunk * 2 * dim : NULL;
+	float *dw = c->partial ? c->partial + (size_t) chunk * 2 * dim : NULL;
 	float *db = dw ? dw + dim : NULL;
 	_cleanup_free_ float *buf = malloc(4 * dim * sizeof(float));
 	float *h, *dy, *w, *dx;
@@ -182,9 +183,9 @@ static int norm_bwd_range(void *p, int64_t b, int64_t e, int chunk)
 	kk__row_f32(w, c->weight->ptr, c->weight->dtype, 0, dim);
 
 	for (int64_t r = b; r < e; r++) {
-		size_t off = (size_t)r * dim;
-		float rstd = ((const float *)c->rstd_in->ptr)[r];
-		float mean = c->layer ? ((const float *)c->mean_in->ptr)[r] : 0.0f;
+		size_t off = (size_t) r * dim;
+		float rstd = ((const float *) c->rstd_in->ptr)[r];
+		float mean = c->layer ? ((const float *) c->mean_in->ptr)[r] : 0.0f;
 		double s1 = 0, s2 = 0;
 
 		kk__row_f32(h, c->h->ptr, c->h->dtype, off, dim);
@@ -192,7 +193,7 @@ static int norm_bwd_range(void *p, int64_t b, int64_t e, int chunk)
 		for (int64_t i = 0; i < dim; i++) {
 			float xhat = (h[i] - mean) * rstd, g = dy[i] * w[i];
 			s1 += g;
-			s2 += (double)g * xhat;
+			s2 += (double) g * xhat;
 			if (dw)
 				dw[i] += dy[i] * xhat;
 			if (db)
@@ -201,8 +202,9 @@ static int norm_bwd_range(void *p, int64_t b, int64_t e, int chunk)
 		for (int64_t i = 0; i < dim; i++) {
 			float xhat = (h[i] - mean) * rstd, g = dy[i] * w[i];
 			/* RMSNorm: no mean term (xhat = h * rstd). */
-			float v = c->layer ? rstd * (g - (float)(s1 / dim) - xhat * (float)(s2 / dim))
-					   : rstd * (g - xhat * (float)(s2 / dim));
+			float v = c->layer ? rstd * (g - (float) (s1 / dim) -
+						     xhat * (float) (s2 / dim))
+					   : rstd * (g - xhat * (float) (s2 / dim));
 			if (c->dresidual)
 				v += LD(c->dresidual, off + i);
 			dx[i] = v;
@@ -214,26 +216,27 @@ static int norm_bwd_range(void *p, int64_t b, int64_t e, int chunk)
 
 static int norm_bwd(struct norm_ctx *c, int64_t rows, kk_buffer *dweight, kk_buffer *dbias)
 {
-	int chunks = kk__parallel_chunks(rows, (double)c->dim * 12);
+	int chunks = kk__parallel_chunks(rows, (double) c->dim * 12);
 	_cleanup_free_ float *partial = NULL;
 	int r;
 
 	if (dweight || dbias) {
-		partial = calloc((size_t)chunks * 2 * c->dim, sizeof(float));
+		partial = calloc((size_t) chunks * 2 * c->dim, sizeof(float));
 		if (!partial)
 			return -ENOMEM;
 		c->partial = partial;
 	}
-	r = kk__parallel_for(rows, (double)c->dim * 12, norm_bwd_range, c);
+	r = kk__parallel_for(rows, (double) c->dim * 12, norm_bwd_range, c);
 	if (r < 0)
 		return r;
 	for (int ch = 0; ch < chunks && partial; ch++)
 		for (int64_t i = 0; i < c->dim; i++) {
 			if (dweight)
-				((float *)dweight->ptr)[i] += partial[(size_t)ch * 2 * c->dim + i];
+				((float *) dweight->ptr)[i] +=
+					partial[(size_t) ch * 2 * c->dim + i];
 			if (dbias)
-				((float *)dbias->ptr)[i] +=
-					partial[(size_t)ch * 2 * c->dim + c->dim + i];
+				((float *) dbias->ptr)[i] +=
+					partial[(size_t) ch * 2 * c->dim + c->dim + i];
 		}
 	return 0;
 }
@@ -242,28 +245,47 @@ int kk__cpu_rmsnorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *
 			kk_buffer *rstd, const kk_buffer *x, const kk_buffer *residual,
 			const kk_buffer *weight, int64_t rows, int64_t dim, float eps)
 {
-	struct norm_ctx c = { .dim = dim, .eps = eps, .y = y, .residual_out = residual_out,
-			      .rstd = rstd, .x = x, .residual = residual, .weight = weight };
-	return kk__parallel_for(rows, (double)dim * 10, norm_fwd_range, &c);
+	struct norm_ctx c = { .dim = dim,
+			      .eps = eps,
+			      .y = y,
+			      .residual_out = residual_out,
+			      .rstd = rstd,
+			      .x = x,
+			      .residual = residual,
+			      .weight = weight };
+	return kk__parallel_for(rows, (double) dim * 10, norm_fwd_range, &c);
 }
 
 int kk__cpu_layernorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
 			  kk_buffer *mean, kk_buffer *rstd, const kk_buffer *x,
-			  const kk_buffer *residual, const kk_buffer *weight,
-			  const kk_buffer *bias, int64_t rows, int64_t dim, float eps)
+			  const kk_buffer *residual, const kk_buffer *weight, const kk_buffer *bias,
+			  int64_t rows, int64_t dim, float eps)
 {
-	struct norm_ctx c = { .layer = true, .dim = dim, .eps = eps, .y = y,
-			      .residual_out = residual_out, .mean = mean, .rstd = rstd, .x = x,
-			      .residual = residual, .weight = weight, .bias = bias };
-	return kk__parallel_for(rows, (double)dim * 10, norm_fwd_range, &c);
+	struct norm_ctx c = { .layer = true,
+			      .dim = dim,
+			      .eps = eps,
+			      .y = y,
+			      .residual_out = residual_out,
+			      .mean = mean,
+			      .rstd = rstd,
+			      .x = x,
+			      .residual = residual,
+			      .weight = weight,
+			      .bias = bias };
+	return kk__parallel_for(rows, (double) dim * 10, norm_fwd_range, &c);
 }
 
 int kk__cpu_rmsnorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dweight,
 			const kk_buffer *dy, const kk_buffer *dresidual, const kk_buffer *h,
 			const kk_buffer *weight, const kk_buffer *rstd, int64_t rows, int64_t dim)
 {
-	struct norm_ctx c = { .dim = dim, .dx = dx, .dy = dy, .dresidual = dresidual, .h = h,
-			      .weight = weight, .rstd_in = rstd };
+	struct norm_ctx c = { .dim = dim,
+			      .dx = dx,
+			      .dy = dy,
+			      .dresidual = dresidual,
+			      .h = h,
+			      .weight = weight,
+			      .rstd_in = rstd };
 	return norm_bwd(&c, rows, dweight, NULL);
 }
 
@@ -272,8 +294,14 @@ int kk__cpu_layernorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffe
 			  const kk_buffer *h, const kk_buffer *weight, const kk_buffer *mean,
 			  const kk_buffer *rstd, int64_t rows, int64_t dim)
 {
-	struct norm_ctx c = { .layer = true, .dim = dim, .dx = dx, .dy = dy,
-			      .dresidual = dresidual, .h = h, .weight = weight, .mean_in = mean,
+	struct norm_ctx c = { .layer = true,
+			      .dim = dim,
+			      .dx = dx,
+			      .dy = dy,
+			      .dresidual = dresidual,
+			      .h = h,
+			      .weight = weight,
+			      .mean_in = mean,
 			      .rstd_in = rstd };
 	return norm_bwd(&c, rows, dweight, dbias);
 }
@@ -296,12 +324,13 @@ static int rope_range(void *p, int64_t b, int64_t e, int chunk)
 	for (int64_t t = b; t < e; t++) {
 		for (int i = 0; i < half; i++) {
 			double ang = c->pos[t] * pow(c->theta, -2.0 * i / c->rot);
-			float cs = (float)cos(ang), sn = (float)sin(ang);
+			float cs = (float) cos(ang), sn = (float) sin(ang);
 			if (c->backward)
 				sn = -sn;
 			for (int h = 0; h < c->n_heads; h++) {
-				size_t base = ((size_t)t * c->n_heads + h) * c->head_dim;
-				size_t ia = c->mode == KK_ROPE_INTERLEAVED ? base + 2 * i : base + i;
+				size_t base = ((size_t) t * c->n_heads + h) * c->head_dim;
+				size_t ia =
+					c->mode == KK_ROPE_INTERLEAVED ? base + 2 * i : base + i;
 				size_t ib = c->mode == KK_ROPE_INTERLEAVED ? ia + 1 : ia + half;
 				float a = LD(c->x, ia), bb = LD(c->x, ib);
 				ST(c->x, ia, a * cs - bb * sn);
@@ -316,9 +345,9 @@ int kk__cpu_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *p
 		 int64_t tokens, int n_heads, int head_dim, int rotary_dim, float theta,
 		 kk_rope_mode mode, bool backward)
 {
-	struct rope_ctx c = { x, positions->ptr, n_heads, head_dim, rotary_dim, theta, mode,
-			      backward };
-	return kk__parallel_for(tokens, (double)n_heads * head_dim * 4, rope_range, &c);
+	struct rope_ctx c = { x,	  positions->ptr, n_heads, head_dim,
+			      rotary_dim, theta,	  mode,	   backward };
+	return kk__parallel_for(tokens, (double) n_heads * head_dim * 4, rope_range, &c);
 }
 
 /* ---- softmax and cross-entropy ----------------------------------------- */
@@ -341,7 +370,7 @@ static int rows_range(void *p, int64_t b, int64_t e, int chunk)
 		return -ENOMEM;
 
 	for (int64_t r = b; r < e; r++) {
-		size_t off = (size_t)r * n;
+		size_t off = (size_t) r * n;
 		float mx = -INFINITY;
 		double sum = 0;
 		int32_t t = c->targets ? c->targets[r] : -1;
@@ -350,15 +379,15 @@ static int rows_range(void *p, int64_t b, int64_t e, int chunk)
 		for (int64_t i = 0; i < n; i++)
 			mx = fmaxf(mx, row[i]);
 		for (int64_t i = 0; i < n; i++)
-			sum += exp((double)row[i] - mx);
+			sum += exp((double) row[i] - mx);
 
 		if (c->kind == 1) {
-			((float *)c->y->ptr)[r] =
-				t < 0 ? 0.0f : (float)(mx + log(sum) - (double)row[t]);
+			((float *) c->y->ptr)[r] =
+				t < 0 ? 0.0f : (float) (mx + log(sum) - (double) row[t]);
 			continue;
 		}
 		for (int64_t i = 0; i < n; i++) {
-			float pr = (float)(exp((double)row[i] - mx) / sum);
+			float pr = (float) (exp((double) row[i] - mx) / sum);
 			if (c->kind == 2)
 				pr = t < 0 ? 0.0f : (pr - (i == t ? 1.0f : 0.0f)) * c->scale;
 			row[i] = pr;
@@ -368,11 +397,11 @@ static int rows_range(void *p, int64_t b, int64_t e, int chunk)
 	return 0;
 }
 
-int kk__cpu_softmax(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x,
-		    int64_t rows, int64_t cols)
+int kk__cpu_softmax(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x, int64_t rows,
+		    int64_t cols)
 {
 	struct rows_ctx c = { .cols = cols, .y = y, .x = x, .kind = 0 };
-	return kk__parallel_for(rows, (double)cols * 20, rows_range, &c);
+	return kk__parallel_for(rows, (double) cols * 20, rows_range, &c);
 }
 
 static int targets_ok(const kk_buffer *targets, int64_t tokens, int64_t vocab)
@@ -388,24 +417,29 @@ int kk__cpu_cross_entropy_fwd(kk_backend *be, kk_stream *st, kk_buffer *losses,
 			      const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
 			      int64_t vocab)
 {
-	struct rows_ctx c = { .cols = vocab, .y = losses, .x = logits, .targets = targets->ptr,
-			      .kind = 1 };
+	struct rows_ctx c = {
+		.cols = vocab, .y = losses, .x = logits, .targets = targets->ptr, .kind = 1
+	};
 	int r = targets_ok(targets, tokens, vocab);
 	if (r < 0)
 		return r;
-	return kk__parallel_for(tokens, (double)vocab * 20, rows_range, &c);
+	return kk__parallel_for(tokens, (double) vocab * 20, rows_range, &c);
 }
 
 int kk__cpu_cross_entropy_bwd(kk_backend *be, kk_stream *st, kk_buffer *dlogits,
 			      const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
 			      int64_t vocab, float grad_scale)
 {
-	struct rows_ctx c = { .cols = vocab, .y = dlogits, .x = logits, .targets = targets->ptr,
-			      .scale = grad_scale, .kind = 2 };
+	struct rows_ctx c = { .cols = vocab,
+			      .y = dlogits,
+			      .x = logits,
+			      .targets = targets->ptr,
+			      .scale = grad_scale,
+			      .kind = 2 };
 	int r = targets_ok(targets, tokens, vocab);
 	if (r < 0)
 		return r;
-	return kk__parallel_for(tokens, (double)vocab * 30, rows_range, &c);
+	return kk__parallel_for(tokens, (double) vocab * 30, rows_range, &c);
 }
 
 /* ---- embedding --------------------------------------------------------- */
@@ -428,14 +462,13 @@ int kk__cpu_embedding_fwd(kk_backend *be, kk_stream *st, kk_buffer *out, const k
 	if (r < 0)
 		return r;
 	for (int64_t t = 0; t < tokens; t++)
-		memcpy((char *)out->ptr + (size_t)t * dim * el,
-		       (const char *)table->ptr + (size_t)id[t] * dim * el, dim * el);
+		memcpy((char *) out->ptr + (size_t) t * dim * el,
+		       (const char *) table->ptr + (size_t) id[t] * dim * el, dim * el);
 	return 0;
 }
 
-int kk__cpu_embedding_bwd(kk_backend *be, kk_stream *st, kk_buffer *dtable,
-			  const kk_buffer *dout, const kk_buffer *ids, int64_t tokens,
-			  int64_t vocab, int64_t dim)
+int kk__cpu_embedding_bwd(kk_backend *be, kk_stream *st, kk_buffer *dtable, const kk_buffer *dout,
+			  const kk_buffer *ids, int64_t tokens, int64_t vocab, int64_t dim)
 {
 	const int32_t *id = ids->ptr;
 	float *dt = dtable->ptr;
@@ -444,7 +477,7 @@ int kk__cpu_embedding_bwd(kk_backend *be, kk_stream *st, kk_buffer *dtable,
 		return r;
 	for (int64_t t = 0; t < tokens; t++)
 		for (int64_t i = 0; i < dim; i++)
-			dt[(size_t)id[t] * dim + i] += LD(dout, (size_t)t * dim + i);
+			dt[(size_t) id[t] * dim + i] += LD(dout, (size_t) t * dim + i);
 	return 0;
 }
 
@@ -482,12 +515,17 @@ int kk__cpu_adamw(kk_backend *be, kk_stream *st, kk_buffer *master, kk_buffer *p
 		  const kk_adamw_params *p)
 {
 	struct adamw_ctx c = {
-		.master = master->ptr, .m = m->ptr, .v = v->ptr, .params = params, .grads = grads,
-		.p = p, .bc1 = (float)(1.0 - pow(p->beta1, (double)p->step)),
-		.bc2 = (float)(1.0 - pow(p->beta2, (double)p->step)),
+		.master = master->ptr,
+		.m = m->ptr,
+		.v = v->ptr,
+		.params = params,
+		.grads = grads,
+		.p = p,
+		.bc1 = (float) (1.0 - pow(p->beta1, (double) p->step)),
+		.bc2 = (float) (1.0 - pow(p->beta2, (double) p->step)),
 		.gscale = p->grad_scale != 0 ? p->grad_scale : 1.0f,
 	};
-	return kk__parallel_for((int64_t)n, 20, adamw_range, &c);
+	return kk__parallel_for((int64_t) n, 20, adamw_range, &c);
 }
 
 struct sumsq_ctx {
@@ -501,7 +539,7 @@ static int sumsq_range(void *p, int64_t b, int64_t e, int chunk)
 	double s = 0;
 	for (int64_t i = b; i < e; i++) {
 		float v = LD(c->x, i);
-		s += (double)v * v;
+		s += (double) v * v;
 	}
 	c->part[chunk] = s;
 	return 0;
@@ -513,7 +551,7 @@ int kk__cpu_grad_norm(kk_backend *be, kk_stream *st, kk_buffer *out, kk_buffer *
 	double total = 0;
 	for (size_t b = 0; b < n_bufs; b++) {
 		struct sumsq_ctx c = { .x = grads[b] };
-		int64_t n = (int64_t)grads[b]->count;
+		int64_t n = (int64_t) grads[b]->count;
 		int chunks = kk__parallel_chunks(n, 4), r;
 		r = kk__parallel_for(n, 4, sumsq_range, &c);
 		if (r < 0)
@@ -521,6 +559,6 @@ int kk__cpu_grad_norm(kk_backend *be, kk_stream *st, kk_buffer *out, kk_buffer *
 		for (int i = 0; i < chunks; i++)
 			total += c.part[i];
 	}
-	((float *)out->ptr)[0] = (float)sqrt(total);
+	((float *) out->ptr)[0] = (float) sqrt(total);
 	return 0;
 }

@@ -48,19 +48,19 @@ static int sample_range(void *ptr, int64_t b, int64_t e, int chunk)
 		int32_t pick;
 
 		for (int64_t i = 0; i < V; i++) {
-			cs[i].x = LD(c->logits, (size_t)r * V + i);
-			cs[i].id = (int32_t)i;
+			cs[i].x = LD(c->logits, (size_t) r * V + i);
+			cs[i].id = (int32_t) i;
 			if (cs[i].x > cs[best].x)
 				best = i;
 		}
 		if (p->temperature == 0) {
-			((int32_t *)c->ids->ptr)[r] = (int32_t)best;
+			((int32_t *) c->ids->ptr)[r] = (int32_t) best;
 			continue;
 		}
 		qsort(cs, V, sizeof(*cs), cand_cmp);
-		keep = p->top_k > 0 ? MIN((int64_t)p->top_k, V) : V;
+		keep = p->top_k > 0 ? MIN((int64_t) p->top_k, V) : V;
 		for (int64_t i = 0; i < keep; i++) {
-			pr[i] = exp(((double)cs[i].x - cs[0].x) / p->temperature);
+			pr[i] = exp(((double) cs[i].x - cs[0].x) / p->temperature);
 			total += pr[i];
 		}
 		if (p->top_p > 0 && p->top_p < 1) {
@@ -72,12 +72,12 @@ static int sample_range(void *ptr, int64_t b, int64_t e, int chunk)
 					break;
 				}
 			}
-			keep = MAX(n, (int64_t)1);
+			keep = MAX(n, (int64_t) 1);
 		}
 		kept = 0;
 		for (int64_t i = 0; i < keep; i++)
 			kept += pr[i];
-		u = kk_sample_uniform(p->seed, (uint64_t)r) * kept;
+		u = kk_sample_uniform(p->seed, (uint64_t) r) * kept;
 		pick = cs[keep - 1].id;
 		for (int64_t i = 0; i < keep; i++) {
 			cum += pr[i];
@@ -86,7 +86,7 @@ static int sample_range(void *ptr, int64_t b, int64_t e, int chunk)
 				break;
 			}
 		}
-		((int32_t *)c->ids->ptr)[r] = pick;
+		((int32_t *) c->ids->ptr)[r] = pick;
 	}
 	return 0;
 }
@@ -95,5 +95,5 @@ int kk__cpu_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffe
 		   int64_t rows, int64_t vocab, const kk_sampling *p)
 {
 	struct sample_ctx c = { ids, logits, vocab, p };
-	return kk__parallel_for(rows, (double)vocab * 40, sample_range, &c);
+	return kk__parallel_for(rows, (double) vocab * 40, sample_range, &c);
 }

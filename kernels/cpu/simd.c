@@ -56,7 +56,7 @@ CLONES double kk__sumsq(const float *x, float mean, size_t n)
 	double s = 0;
 #pragma omp simd reduction(+ : s)
 	for (size_t i = 0; i < n; i++)
-		s += (double)(x[i] - mean) * (x[i] - mean);
+		s += (double) (x[i] - mean) * (x[i] - mean);
 	return s;
 }
 
@@ -65,7 +65,7 @@ CLONES float kk__dot_i8(const float *x, const int8_t *q, size_t n)
 	float s = 0;
 #pragma omp simd reduction(+ : s)
 	for (size_t i = 0; i < n; i++)
-		s += x[i] * (float)q[i];
+		s += x[i] * (float) q[i];
 	return s;
 }
 
@@ -75,15 +75,16 @@ CLONES float kk__dot_q4(const float *x, const uint8_t *q, size_t n)
 	float s = 0;
 #pragma omp simd reduction(+ : s)
 	for (size_t p = 0; p < n / 2; p++)
-		s += x[2 * p] * (float)((int)(q[p] & 15) - 8) + x[2 * p + 1] * (float)((int)(q[p] >> 4) - 8);
+		s += x[2 * p] * (float) ((int) (q[p] & 15) - 8) +
+		     x[2 * p + 1] * (float) ((int) (q[p] >> 4) - 8);
 	return s;
 }
 
 /* A whole int4 row: sum over groups of scale[g] * dot(x_g, q_g), with x
  * split beforehand into even (xe) and odd (xo) elements so both nibble
  * streams meet contiguous activations. */
-CLONES float kk__dot_q4_row(const float *xe, const float *xo, const uint8_t *q,
-			    const float *scales, size_t k, size_t group)
+CLONES float kk__dot_q4_row(const float *xe, const float *xo, const uint8_t *q, const float *scales,
+			    size_t k, size_t group)
 {
 	size_t half = group / 2;
 	float total = 0;
@@ -93,7 +94,8 @@ CLONES float kk__dot_q4_row(const float *xe, const float *xo, const uint8_t *q,
 		float s = 0;
 #pragma omp simd reduction(+ : s)
 		for (size_t p = 0; p < half; p++)
-			s += e[p] * (float)((int)(qg[p] & 15) - 8) + o[p] * (float)((int)(qg[p] >> 4) - 8);
+			s += e[p] * (float) ((int) (qg[p] & 15) - 8) +
+			     o[p] * (float) ((int) (qg[p] >> 4) - 8);
 		total += s * scales[g];
 	}
 	return total;
@@ -103,7 +105,7 @@ CLONES void kk__widen_bf16(float *dst, const uint16_t *src, size_t n)
 {
 #pragma omp simd
 	for (size_t i = 0; i < n; i++) {
-		uint32_t u = (uint32_t)src[i] << 16;
+		uint32_t u = (uint32_t) src[i] << 16;
 		memcpy(&dst[i], &u, 4);
 	}
 }
@@ -116,8 +118,8 @@ CLONES void kk__narrow_bf16(uint16_t *dst, const float *src, size_t n)
 		memcpy(&u, &src[i], 4);
 		/* NaN stays a quiet NaN; everything else rounds to nearest even. */
 		dst[i] = (u & 0x7fffffffu) > 0x7f800000u
-				 ? (uint16_t)((u >> 16) | 0x40)
-				 : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+				 ? (uint16_t) ((u >> 16) | 0x40)
+				 : (uint16_t) ((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 	}
 }
 
@@ -125,18 +127,18 @@ CLONES void kk__narrow_bf16(uint16_t *dst, const float *src, size_t n)
 /* _Float16 conversions compile to F16C instructions in the v3/v4 clones. */
 CLONES void kk__widen_f16(float *dst, const uint16_t *src, size_t n)
 {
-	const _Float16 *h = (const _Float16 *)src;
+	const _Float16 *h = (const _Float16 *) src;
 #pragma omp simd
 	for (size_t i = 0; i < n; i++)
-		dst[i] = (float)h[i];
+		dst[i] = (float) h[i];
 }
 
 CLONES void kk__narrow_f16(uint16_t *dst, const float *src, size_t n)
 {
-	_Float16 *h = (_Float16 *)dst;
+	_Float16 *h = (_Float16 *) dst;
 #pragma omp simd
 	for (size_t i = 0; i < n; i++)
-		h[i] = (_Float16)src[i];
+		h[i] = (_Float16) src[i];
 }
 #else
 void kk__widen_f16(float *dst, const uint16_t *src, size_t n)

@@ -27,7 +27,7 @@ static int kc_pick_device(int count)
 		char *end = NULL;
 		long v = strtol(e, &end, 10);
 		if (end && *end == '\0' && v >= 0)
-			return (int)(v % count);
+			return (int) (v % count);
 	}
 	return 0;
 }
@@ -51,7 +51,7 @@ static int kc_usable(int *device)
 	cudaFuncAttributes a;
 	if (cudaSetDevice(dev) != cudaSuccess ||
 	    cudaFuncGetAttributes(&a, kc_probe_kernel) != cudaSuccess) {
-		(void)cudaGetLastError();
+		(void) cudaGetLastError();
 		return 0;
 	}
 	if (device)
@@ -66,7 +66,7 @@ static int kc_available(void)
 
 static void kc_fini(kk_backend *be)
 {
-	kc_ctx *ctx = (kc_ctx *)be->ctx;
+	kc_ctx *ctx = (kc_ctx *) be->ctx;
 	if (!ctx)
 		return;
 	kc_blas_free(ctx->blas);
@@ -81,7 +81,7 @@ static int kc_init(kk_backend *be)
 	int dev = 0;
 	if (!kc_usable(&dev))
 		return -ENODEV; /* no device, or one this build has no code for */
-	kc_ctx *ctx = (kc_ctx *)calloc(1, sizeof(*ctx));
+	kc_ctx *ctx = (kc_ctx *) calloc(1, sizeof(*ctx));
 	if (!ctx)
 		return -ENOMEM;
 	be->ctx = ctx;
@@ -161,8 +161,8 @@ static void kc_stream_free(kk_backend *be, kk_stream *st)
 {
 	if (!st->handle)
 		return;
-	cudaStreamSynchronize((cudaStream_t)st->handle);
-	cudaStreamDestroy((cudaStream_t)st->handle);
+	cudaStreamSynchronize((cudaStream_t) st->handle);
+	cudaStreamDestroy((cudaStream_t) st->handle);
 	st->handle = NULL;
 }
 

@@ -62,15 +62,14 @@ int kc_blas_new(kc_blas **ret);
 void kc_blas_free(kc_blas *b);
 
 int kc_gemm(kc_blas *h, cudaStream_t s, kc_dtype ab_dt, kc_dtype c_dt, int trans_a, int trans_b,
-            int64_t m, int64_t n, int64_t k, float alpha, const void *a, int64_t lda,
-            int64_t stride_a, const void *b, int64_t ldb, int64_t stride_b, float beta, void *c,
-            int64_t ldc, int64_t stride_c, int64_t batch, const void *bias, kc_dtype bias_dt,
-            int act);
+	    int64_t m, int64_t n, int64_t k, float alpha, const void *a, int64_t lda,
+	    int64_t stride_a, const void *b, int64_t ldb, int64_t stride_b, float beta, void *c,
+	    int64_t ldc, int64_t stride_c, int64_t batch, const void *bias, kc_dtype bias_dt,
+	    int act);
 
 /* x[i] *= scale; dst[i] = src[i] across dtypes (kc_ops.cu). */
 int kc_scale(cudaStream_t s, kc_dtype dt, size_t n, void *x, float scale);
-int kc_cast(cudaStream_t s, kc_dtype dst_dt, void *dst, kc_dtype src_dt, const void *src,
-            size_t n);
+int kc_cast(cudaStream_t s, kc_dtype dst_dt, void *dst, kc_dtype src_dt, const void *src, size_t n);
 
 /* ---- the backend (backend.cu) -------------------------------------------
  * be->ctx of an opened cuda backend. */
@@ -82,11 +81,11 @@ typedef struct kc_ctx {
 
 static inline cudaStream_t kc_stream(kk_backend *be, kk_stream *st)
 {
-	return st ? (cudaStream_t)st->handle : ((kc_ctx *)be->ctx)->stream;
+	return st ? (cudaStream_t) st->handle : ((kc_ctx *) be->ctx)->stream;
 }
 static inline kc_dtype kc_dt(kk_dtype t)
 {
-	return (kc_dtype)t; /* KK_F32/BF16/F16 == KC_F32/BF16/F16 */
+	return (kc_dtype) t; /* KK_F32/BF16/F16 == KC_F32/BF16/F16 */
 }
 
 /* Vtable slots, one per kk.h op, implemented across the kc_*.cu files.
@@ -97,73 +96,71 @@ int kc_op_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d);
 int kc_op_quantize(kk_backend *be, kk_stream *st, kk_qmatrix *q, const kk_buffer *w);
 int kc_op_dequantize(kk_backend *be, kk_stream *st, kk_buffer *w, const kk_qmatrix *q);
 int kc_op_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x,
-                const kk_qmatrix *w, const kk_buffer *bias, int64_t m);
+		const kk_qmatrix *w, const kk_buffer *bias, int64_t m);
 int kc_op_attention_fwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_buffer *out,
-                        kk_buffer *lse, const kk_buffer *q, const kk_buffer *k,
-                        const kk_buffer *v);
+			kk_buffer *lse, const kk_buffer *q, const kk_buffer *k, const kk_buffer *v);
 int kc_op_attention_bwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_buffer *dq,
-                        kk_buffer *dk, kk_buffer *dv, const kk_buffer *dout, const kk_buffer *q,
-                        const kk_buffer *k, const kk_buffer *v, const kk_buffer *out,
-                        const kk_buffer *lse);
+			kk_buffer *dk, kk_buffer *dv, const kk_buffer *dout, const kk_buffer *q,
+			const kk_buffer *k, const kk_buffer *v, const kk_buffer *out,
+			const kk_buffer *lse);
 int kc_op_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
-                           const kk_buffer *q, const kk_buffer *k_cache,
-                           const kk_buffer *v_cache);
+			   const kk_buffer *q, const kk_buffer *k_cache, const kk_buffer *v_cache);
 int kc_op_kv_cache_write(kk_backend *be, kk_stream *st, kk_buffer *k_cache, kk_buffer *v_cache,
-                         const kk_buffer *k, const kk_buffer *v, const kk_buffer *slot_mapping,
-                         int64_t n_tokens, int n_kv_heads, int head_dim, int num_blocks);
+			 const kk_buffer *k, const kk_buffer *v, const kk_buffer *slot_mapping,
+			 int64_t n_tokens, int n_kv_heads, int head_dim, int num_blocks);
 int kc_op_rmsnorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
-                      kk_buffer *rstd, const kk_buffer *x, const kk_buffer *residual,
-                      const kk_buffer *weight, int64_t rows, int64_t dim, float eps);
+		      kk_buffer *rstd, const kk_buffer *x, const kk_buffer *residual,
+		      const kk_buffer *weight, int64_t rows, int64_t dim, float eps);
 int kc_op_rmsnorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dweight,
-                      const kk_buffer *dy, const kk_buffer *dresidual, const kk_buffer *h,
-                      const kk_buffer *weight, const kk_buffer *rstd, int64_t rows, int64_t dim);
+		      const kk_buffer *dy, const kk_buffer *dresidual, const kk_buffer *h,
+		      const kk_buffer *weight, const kk_buffer *rstd, int64_t rows, int64_t dim);
 int kc_op_layernorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
-                        kk_buffer *mean, kk_buffer *rstd, const kk_buffer *x,
-                        const kk_buffer *residual, const kk_buffer *weight, const kk_buffer *bias,
-                        int64_t rows, int64_t dim, float eps);
+			kk_buffer *mean, kk_buffer *rstd, const kk_buffer *x,
+			const kk_buffer *residual, const kk_buffer *weight, const kk_buffer *bias,
+			int64_t rows, int64_t dim, float eps);
 int kc_op_layernorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dweight,
-                        kk_buffer *dbias, const kk_buffer *dy, const kk_buffer *dresidual,
-                        const kk_buffer *h, const kk_buffer *weight, const kk_buffer *mean,
-                        const kk_buffer *rstd, int64_t rows, int64_t dim);
+			kk_buffer *dbias, const kk_buffer *dy, const kk_buffer *dresidual,
+			const kk_buffer *h, const kk_buffer *weight, const kk_buffer *mean,
+			const kk_buffer *rstd, int64_t rows, int64_t dim);
 int kc_op_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *positions,
-               int64_t tokens, int n_heads, int head_dim, int rotary_dim, float theta,
-               kk_rope_mode mode, bool backward);
+	       int64_t tokens, int n_heads, int head_dim, int rotary_dim, float theta,
+	       kk_rope_mode mode, bool backward);
 int kc_op_act_fwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *y, const kk_buffer *x,
-                  size_t n);
+		  size_t n);
 int kc_op_act_bwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *dx, const kk_buffer *dy,
-                  const kk_buffer *x, size_t n);
+		  const kk_buffer *x, size_t n);
 int kc_op_swiglu_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *gate,
-                     const kk_buffer *up, size_t n);
+		     const kk_buffer *up, size_t n);
 int kc_op_swiglu_bwd(kk_backend *be, kk_stream *st, kk_buffer *dgate, kk_buffer *dup,
-                     const kk_buffer *dy, const kk_buffer *gate, const kk_buffer *up, size_t n);
+		     const kk_buffer *dy, const kk_buffer *gate, const kk_buffer *up, size_t n);
 int kc_op_softmax(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x, int64_t rows,
-                  int64_t cols);
+		  int64_t cols);
 int kc_op_embedding_fwd(kk_backend *be, kk_stream *st, kk_buffer *out, const kk_buffer *table,
-                        const kk_buffer *ids, int64_t tokens, int64_t vocab, int64_t dim);
+			const kk_buffer *ids, int64_t tokens, int64_t vocab, int64_t dim);
 int kc_op_embedding_bwd(kk_backend *be, kk_stream *st, kk_buffer *dtable, const kk_buffer *dout,
-                        const kk_buffer *ids, int64_t tokens, int64_t vocab, int64_t dim);
+			const kk_buffer *ids, int64_t tokens, int64_t vocab, int64_t dim);
 int kc_op_cross_entropy_fwd(kk_backend *be, kk_stream *st, kk_buffer *losses,
-                            const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
-                            int64_t vocab);
+			    const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
+			    int64_t vocab);
 int kc_op_cross_entropy_bwd(kk_backend *be, kk_stream *st, kk_buffer *dlogits,
-                            const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
-                            int64_t vocab, float grad_scale);
+			    const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
+			    int64_t vocab, float grad_scale);
 int kc_op_adamw(kk_backend *be, kk_stream *st, kk_buffer *master, kk_buffer *params,
-                const kk_buffer *grads, kk_buffer *m, kk_buffer *v, size_t n,
-                const kk_adamw_params *p);
+		const kk_buffer *grads, kk_buffer *m, kk_buffer *v, size_t n,
+		const kk_adamw_params *p);
 int kc_op_grad_norm(kk_backend *be, kk_stream *st, kk_buffer *out, kk_buffer *const *grads,
-                    size_t n_bufs);
+		    size_t n_bufs);
 int kc_op_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *logits,
-                 int64_t rows, int64_t vocab, const kk_sampling *p);
+		 int64_t rows, int64_t vocab, const kk_sampling *p);
 int kc_op_comm_get_id(kk_backend *be, void *id, size_t len);
 int kc_op_comm_init(kk_comm *c, const void *id, size_t id_len);
 void kc_op_comm_free(kk_comm *c);
 int kc_op_all_reduce(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
-                     size_t count, kk_reduce_op op);
+		     size_t count, kk_reduce_op op);
 int kc_op_reduce_scatter(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
-                         size_t count, kk_reduce_op op);
+			 size_t count, kk_reduce_op op);
 int kc_op_all_gather(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
-                     size_t count);
+		     size_t count);
 int kc_op_broadcast(kk_comm *c, kk_stream *st, kk_buffer *buf, size_t count, int root);
 
 #ifdef __cplusplus
@@ -253,11 +250,11 @@ static __device__ __forceinline__ float kc_block_max(float v, float *sh)
 
 /* Calls FN<T>(args...) with T the element type of `dt`; -EOPNOTSUPP for
  * any other dtype. */
-#define KC_DISPATCH(dt, FN, ...)                                   \
-	((dt) == KC_F32    ? FN<float>(__VA_ARGS__)                \
-	 : (dt) == KC_BF16 ? FN<__nv_bfloat16>(__VA_ARGS__)        \
-	 : (dt) == KC_F16  ? FN<__half>(__VA_ARGS__)               \
-	                   : -EOPNOTSUPP)
+#define KC_DISPATCH(dt, FN, ...)                            \
+	((dt) == KC_F32	   ? FN<float>(__VA_ARGS__)         \
+	 : (dt) == KC_BF16 ? FN<__nv_bfloat16>(__VA_ARGS__) \
+	 : (dt) == KC_F16  ? FN<__half>(__VA_ARGS__)        \
+			   : -EOPNOTSUPP)
 
 /* The kc_dtype of an element type. */
 template <typename T> struct kc_dtype_of_s;
@@ -286,7 +283,7 @@ static inline unsigned kc_grid(size_t n, int threads)
 	size_t b = (n + threads - 1) / threads;
 	if (b > KC_GRID_CAP)
 		b = KC_GRID_CAP;
-	return b ? (unsigned)b : 1u;
+	return b ? (unsigned) b : 1u;
 }
 
 /* Threads for a one-block-per-row kernel over n columns. */

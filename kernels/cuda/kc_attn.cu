@@ -37,24 +37,24 @@
 
 #include "kc.h"
 
-#define KC_BR 32 /* query rows per block (forward, dq) and per tile (dkdv) */
-#define KC_BC 32 /* keys per tile (forward, dq) and per block (dkdv) */
-#define KC_AW 4  /* warps per block */
-#define KC_RPW (KC_BR / KC_AW)
+#define KC_BR	32 /* query rows per block (forward, dq) and per tile (dkdv) */
+#define KC_BC	32 /* keys per tile (forward, dq) and per block (dkdv) */
+#define KC_AW	4  /* warps per block */
+#define KC_RPW	(KC_BR / KC_AW)
 #define KC_FULL 0xffffffffu
 
 /* ---- prefill forward ---------------------------------------------------- */
 
 template <typename T, int D>
 __global__ void __launch_bounds__(KC_AW * 32)
-	kc_attn_fwd_kernel(const T *q, const T *k, const T *v, T *o, float *lse,
-	                   const int32_t *cu, int hq, int hkv, float scale, int causal)
+	kc_attn_fwd_kernel(const T *q, const T *k, const T *v, T *o, float *lse, const int32_t *cu,
+			   int hq, int hkv, float scale, int causal)
 {
 	constexpr int E = D / 32;
 	extern __shared__ float smem[];
-	float *sq = smem;                  /* [BR][D] */
-	float *sk = sq + KC_BR * D;        /* [BC][D + 1] */
-	float *sv = sk + KC_BC * (D + 1);  /* [BC][D] */
+	float *sq = smem;		  /* [BR][D] */
+	float *sk = sq + KC_BR * D;	  /* [BC][D + 1] */
+	float *sv = sk + KC_BC * (D + 1); /* [BC][D] */
 	int seq = blockIdx.z, h = blockIdx.y;
 	int start = cu[seq], L = cu[seq + 1] - start;
 	int q0 = blockIdx.x * KC_BR;
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 
 	for (int i = threadIdx.x; i < KC_BR * D; i += blockDim.x) {
 		int r = i / D, d = i % D;
-		sq[i] = q0 + r < L ? kc_ld(q, ((size_t)(start + q0 + r) * hq + h) * D + d) : 0.0f;
+		sq[i] = q0 + r < L ? kc_ld(q, ((size_t) (start + q0 + r) * hq + h) * D + d) : 0.0f;
 	}
 	float m[KC_RPW], l[KC_RPW], acc[KC_RPW][E];
 #pragma unroll
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 		for (int i = threadIdx.x; i < KC_BC * D; i += blockDim.x) {
 			int r = i / D, d = i % D;
 			bool ok = k0 + r < L;
-			size_t off = ((size_t)(start + k0 + r) * hkv + hk) * D + d;
+			size_t off = ((size_t) (start + k0 + r) * hkv + hk) * D + d;
 			sk[r * (D + 1) + d] = ok ? kc_ld(k, off) : 0.0f;
 			sv[r * D + d] = ok ? kc_ld(v, off) : 0.0f;
 		}
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 		int qpos = q0 + warp * KC_RPW + rr;
 		if (qpos >= L)
 			continue;
-		size_t row = (size_t)(start + qpos) * hq + h;
+		size_t row = (size_t) (start + qpos) * hq + h;
 		float inv = l[rr] > 0.0f ? 1.0f / l[rr] : 0.0f;
 #pragma unroll
 		for (int c = 0; c < E; c++)
@@ -138,9 +138,9 @@ __global__ void __launch_bounds__(KC_AW * 32)
 template <typename T, int D>
 __global__ void kc_attn_delta_kernel(float *delta, const T *dout, const T *o, size_t rows)
 {
-	size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5;
+	size_t w = (blockIdx.x * (size_t) blockDim.x + threadIdx.x) >> 5;
 	int lane = threadIdx.x & 31;
-	for (; w < rows; w += ((size_t)gridDim.x * blockDim.x) >> 5) {
+	for (; w < rows; w += ((size_t) gridDim.x * blockDim.x) >> 5) {
 		float s = 0.0f;
 #pragma unroll
 		for (int c = 0; c < D / 32; c++)
@@ -154,14 +154,14 @@ __global__ void kc_attn_delta_kernel(float *delta, const T *dout, const T *o, si
 template <typename T, int D>
 __global__ void __launch_bounds__(KC_AW * 32)
 	kc_attn_dq_kernel(const T *q, const T *k, const T *v, const T *dout, const float *lse,
-	                  const float *delta, T *dq, const int32_t *cu, int hq, int hkv,
-	                  float scale, int causal)
+			  const float *delta, T *dq, const int32_t *cu, int hq, int hkv,
+			  float scale, int causal)
 {
 	constexpr int E = D / 32;
 	extern __shared__ float smem[];
-	float *sq = smem;                 /* [BR][D] */
-	float *sdo = sq + KC_BR * D;      /* [BR][D] */
-	float *sk = sdo + KC_BR * D;      /* [BC][D + 1] */
+	float *sq = smem;		  /* [BR][D] */
+	float *sdo = sq + KC_BR * D;	  /* [BR][D] */
+	float *sk = sdo + KC_BR * D;	  /* [BC][D + 1] */
 	float *sv = sk + KC_BC * (D + 1); /* [BC][D + 1] */
 	int seq = blockIdx.z, h = blockIdx.y;
 	int start = cu[seq], L = cu[seq + 1] - start;
@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 	for (int i = threadIdx.x; i < KC_BR * D; i += blockDim.x) {
 		int r = i / D, d = i % D;
 		bool ok = q0 + r < L;
-		size_t off = ((size_t)(start + q0 + r) * hq + h) * D + d;
+		size_t off = ((size_t) (start + q0 + r) * hq + h) * D + d;
 		sq[i] = ok ? kc_ld(q, off) : 0.0f;
 		sdo[i] = ok ? kc_ld(dout, off) : 0.0f;
 	}
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 #pragma unroll
 	for (int rr = 0; rr < KC_RPW; rr++) {
 		int qpos = q0 + warp * KC_RPW + rr;
-		size_t row = (size_t)(start + qpos) * hq + h;
+		size_t row = (size_t) (start + qpos) * hq + h;
 		rl[rr] = qpos < L ? lse[row] : 0.0f;
 		rd[rr] = qpos < L ? delta[row] : 0.0f;
 #pragma unroll
@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 		for (int i = threadIdx.x; i < KC_BC * D; i += blockDim.x) {
 			int r = i / D, d = i % D;
 			bool ok = k0 + r < L;
-			size_t off = ((size_t)(start + k0 + r) * hkv + hk) * D + d;
+			size_t off = ((size_t) (start + k0 + r) * hkv + hk) * D + d;
 			sk[r * (D + 1) + d] = ok ? kc_ld(k, off) : 0.0f;
 			sv[r * (D + 1) + d] = ok ? kc_ld(v, off) : 0.0f;
 		}
@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 		int qpos = q0 + warp * KC_RPW + rr;
 		if (qpos >= L)
 			continue;
-		size_t row = (size_t)(start + qpos) * hq + h;
+		size_t row = (size_t) (start + qpos) * hq + h;
 #pragma unroll
 		for (int c = 0; c < E; c++)
 			kc_st(dq, row * D + lane + 32 * c, acc[rr][c] * scale);
@@ -239,17 +239,17 @@ __global__ void __launch_bounds__(KC_AW * 32)
 template <typename T, int D>
 __global__ void __launch_bounds__(KC_AW * 32)
 	kc_attn_dkdv_kernel(const T *q, const T *k, const T *v, const T *dout, const float *lse,
-	                    const float *delta, T *dk, T *dv, const int32_t *cu, int hq, int hkv,
-	                    float scale, int causal)
+			    const float *delta, T *dk, T *dv, const int32_t *cu, int hq, int hkv,
+			    float scale, int causal)
 {
 	constexpr int E = D / 32;
 	extern __shared__ float smem[];
-	float *sk = smem;                  /* [BC][D] */
-	float *sv = sk + KC_BC * D;        /* [BC][D] */
-	float *sq = sv + KC_BC * D;        /* [BR][D + 1] */
+	float *sk = smem;		   /* [BC][D] */
+	float *sv = sk + KC_BC * D;	   /* [BC][D] */
+	float *sq = sv + KC_BC * D;	   /* [BR][D + 1] */
 	float *sdo = sq + KC_BR * (D + 1); /* [BR][D + 1] */
 	float *sl = sdo + KC_BR * (D + 1); /* [BR] */
-	float *sd = sl + KC_BR;            /* [BR] */
+	float *sd = sl + KC_BR;		   /* [BR] */
 	int seq = blockIdx.z, hk = blockIdx.y;
 	int start = cu[seq], L = cu[seq + 1] - start;
 	int k0 = blockIdx.x * KC_BC;
@@ -261,7 +261,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 	for (int i = threadIdx.x; i < KC_BC * D; i += blockDim.x) {
 		int r = i / D, d = i % D;
 		bool ok = k0 + r < L;
-		size_t off = ((size_t)(start + k0 + r) * hkv + hk) * D + d;
+		size_t off = ((size_t) (start + k0 + r) * hkv + hk) * D + d;
 		sk[i] = ok ? kc_ld(k, off) : 0.0f;
 		sv[i] = ok ? kc_ld(v, off) : 0.0f;
 	}
@@ -279,14 +279,14 @@ __global__ void __launch_bounds__(KC_AW * 32)
 			for (int i = threadIdx.x; i < KC_BR * D; i += blockDim.x) {
 				int r = i / D, d = i % D;
 				bool ok = i0 + r < L;
-				size_t off = ((size_t)(start + i0 + r) * hq + h) * D + d;
+				size_t off = ((size_t) (start + i0 + r) * hq + h) * D + d;
 				sq[r * (D + 1) + d] = ok ? kc_ld(q, off) : 0.0f;
 				sdo[r * (D + 1) + d] = ok ? kc_ld(dout, off) : 0.0f;
 			}
 			if (threadIdx.x < KC_BR) {
 				int r = threadIdx.x;
 				bool ok = i0 + r < L;
-				size_t row = (size_t)(start + i0 + r) * hq + h;
+				size_t row = (size_t) (start + i0 + r) * hq + h;
 				sl[r] = ok ? lse[row] : 0.0f;
 				sd[r] = ok ? delta[row] : 0.0f;
 			}
@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 		int kpos = k0 + warp * KC_RPW + rr;
 		if (kpos >= L)
 			continue;
-		size_t row = (size_t)(start + kpos) * hkv + hk;
+		size_t row = (size_t) (start + kpos) * hkv + hk;
 #pragma unroll
 		for (int c = 0; c < E; c++) {
 			kc_st(dk, row * D + lane + 32 * c, adk[rr][c] * scale);
@@ -339,7 +339,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 template <typename T, int D>
 __global__ void __launch_bounds__(KC_AW * 32)
 	kc_attn_decode_kernel(const T *q, const T *kcache, const T *vcache, const int32_t *bt,
-	                      int maxb, const int32_t *lens, T *o, int hq, int hkv, float scale)
+			      int maxb, const int32_t *lens, T *o, int hq, int hkv, float scale)
 {
 	constexpr int E = D / 32;
 	__shared__ float s_m[KC_AW], s_l[KC_AW], s_acc[KC_AW][D];
@@ -347,7 +347,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	int len = lens[seq];
 	float qv[E], acc[E];
-	size_t qoff = ((size_t)seq * hq + h) * D + lane * E;
+	size_t qoff = ((size_t) seq * hq + h) * D + lane * E;
 #pragma unroll
 	for (int e = 0; e < E; e++) {
 		qv[e] = kc_ld(q, qoff + e) * scale;
@@ -356,7 +356,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 	float m = -INFINITY, l = 0.0f;
 	int npages = (len + KK_KV_BLOCK_SIZE - 1) / KK_KV_BLOCK_SIZE;
 	for (int pg = warp; pg < npages; pg += KC_AW) {
-		size_t blk = (size_t)bt[(size_t)seq * maxb + pg];
+		size_t blk = (size_t) bt[(size_t) seq * maxb + pg];
 		float s[KK_KV_BLOCK_SIZE];
 #pragma unroll
 		for (int t = 0; t < KK_KV_BLOCK_SIZE; t++) {
@@ -410,7 +410,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 			num += s_acc[w][d] * f;
 			den += s_l[w] * f;
 		}
-		kc_st(o, ((size_t)seq * hq + h) * D + d, den > 0.0f ? num / den : 0.0f);
+		kc_st(o, ((size_t) seq * hq + h) * D + d, den > 0.0f ? num / den : 0.0f);
 	}
 }
 
@@ -419,54 +419,54 @@ __global__ void __launch_bounds__(KC_AW * 32)
 /* Dynamic shared memory in bytes of each prefill kernel. */
 static size_t kc_fwd_smem(int d)
 {
-	return (size_t)(KC_BR * d + KC_BC * (d + 1) + KC_BC * d) * sizeof(float);
+	return (size_t) (KC_BR * d + KC_BC * (d + 1) + KC_BC * d) * sizeof(float);
 }
 static size_t kc_dq_smem(int d)
 {
-	return (size_t)(2 * KC_BR * d + 2 * KC_BC * (d + 1)) * sizeof(float);
+	return (size_t) (2 * KC_BR * d + 2 * KC_BC * (d + 1)) * sizeof(float);
 }
 static size_t kc_dkdv_smem(int d)
 {
-	return (size_t)(2 * KC_BC * d + 2 * KC_BR * (d + 1) + 2 * KC_BR) * sizeof(float);
+	return (size_t) (2 * KC_BC * d + 2 * KC_BR * (d + 1) + 2 * KC_BR) * sizeof(float);
 }
 
 static int kc_attn_grid(const kk_attn_desc *d, int rows_per_block, int heads, dim3 *g)
 {
 	if (d->n_seqs > 65535 || heads > 65535 || d->max_seqlen <= 0)
 		return d->max_seqlen <= 0 ? -EINVAL : -EOPNOTSUPP;
-	*g = dim3((unsigned)((d->max_seqlen + rows_per_block - 1) / rows_per_block),
-	          (unsigned)heads, (unsigned)d->n_seqs);
+	*g = dim3((unsigned) ((d->max_seqlen + rows_per_block - 1) / rows_per_block),
+		  (unsigned) heads, (unsigned) d->n_seqs);
 	return 0;
 }
 
 static float kc_scale_of(float scale, int head_dim)
 {
-	return scale != 0.0f ? scale : 1.0f / sqrtf((float)head_dim);
+	return scale != 0.0f ? scale : 1.0f / sqrtf((float) head_dim);
 }
 
 template <typename T, int D>
-static int kc_attn_fwd_t(cudaStream_t s, const kk_attn_desc *d, void *o, float *lse,
-                         const void *q, const void *k, const void *v)
+static int kc_attn_fwd_t(cudaStream_t s, const kk_attn_desc *d, void *o, float *lse, const void *q,
+			 const void *k, const void *v)
 {
 	dim3 g;
 	int r = kc_attn_grid(d, KC_BR, d->n_heads, &g);
 	if (r < 0)
 		return r;
 	size_t sm = kc_fwd_smem(D);
-	r = kc_errno_cuda(cudaFuncSetAttribute(kc_attn_fwd_kernel<T, D>,
-	                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+	r = kc_errno_cuda(cudaFuncSetAttribute(
+		kc_attn_fwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) sm));
 	if (r < 0)
 		return r;
-	kc_attn_fwd_kernel<T, D><<<g, KC_AW * 32, sm, s>>>(
-		(const T *)q, (const T *)k, (const T *)v, (T *)o, lse,
-		(const int32_t *)d->cu_seqlens->ptr, d->n_heads, d->n_kv_heads,
-		kc_scale_of(d->scale, D), d->causal);
+	kc_attn_fwd_kernel<T, D>
+		<<<g, KC_AW * 32, sm, s>>>((const T *) q, (const T *) k, (const T *) v, (T *) o,
+					   lse, (const int32_t *) d->cu_seqlens->ptr, d->n_heads,
+					   d->n_kv_heads, kc_scale_of(d->scale, D), d->causal);
 	return kc_check_launch();
 }
 
 template <typename T>
-static int kc_attn_fwd_d(cudaStream_t s, const kk_attn_desc *d, void *o, float *lse,
-                         const void *q, const void *k, const void *v)
+static int kc_attn_fwd_d(cudaStream_t s, const kk_attn_desc *d, void *o, float *lse, const void *q,
+			 const void *k, const void *v)
 {
 	if (d->head_dim == 64)
 		return kc_attn_fwd_t<T, 64>(s, d, o, lse, q, k, v);
@@ -476,23 +476,23 @@ static int kc_attn_fwd_d(cudaStream_t s, const kk_attn_desc *d, void *o, float *
 }
 
 extern "C" int kc_op_attention_fwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d,
-                                   kk_buffer *out, kk_buffer *lse, const kk_buffer *q,
-                                   const kk_buffer *k, const kk_buffer *v)
+				   kk_buffer *out, kk_buffer *lse, const kk_buffer *q,
+				   const kk_buffer *k, const kk_buffer *v)
 {
 	if (d->total_tokens == 0)
 		return 0;
 	return KC_DISPATCH(kc_dt(q->dtype), kc_attn_fwd_d, kc_stream(be, st), d, out->ptr,
-	                   lse ? (float *)lse->ptr : NULL, q->ptr, k->ptr, v->ptr);
+			   lse ? (float *) lse->ptr : NULL, q->ptr, k->ptr, v->ptr);
 }
 
 template <typename T, int D>
 static int kc_attn_bwd_t(cudaStream_t s, const kk_attn_desc *d, void *dq, void *dk, void *dv,
-                         const void *dout, const void *q, const void *k, const void *v,
-                         const void *o, const float *lse)
+			 const void *dout, const void *q, const void *k, const void *v,
+			 const void *o, const float *lse)
 {
-	size_t rows = (size_t)d->total_tokens * d->n_heads;
+	size_t rows = (size_t) d->total_tokens * d->n_heads;
 	float scale = kc_scale_of(d->scale, D);
-	const int32_t *cu = (const int32_t *)d->cu_seqlens->ptr;
+	const int32_t *cu = (const int32_t *) d->cu_seqlens->ptr;
 	float *delta = NULL;
 	dim3 gq, gk;
 	int r = kc_attn_grid(d, KC_BR, d->n_heads, &gq);
@@ -500,30 +500,30 @@ static int kc_attn_bwd_t(cudaStream_t s, const kk_attn_desc *d, void *dq, void *
 		r = kc_attn_grid(d, KC_BC, d->n_kv_heads, &gk);
 	if (r >= 0)
 		r = kc_errno_cuda(cudaFuncSetAttribute(kc_attn_dq_kernel<T, D>,
-		                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-		                                       (int)kc_dq_smem(D)));
+						       cudaFuncAttributeMaxDynamicSharedMemorySize,
+						       (int) kc_dq_smem(D)));
 	if (r >= 0)
 		r = kc_errno_cuda(cudaFuncSetAttribute(kc_attn_dkdv_kernel<T, D>,
-		                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-		                                       (int)kc_dkdv_smem(D)));
+						       cudaFuncAttributeMaxDynamicSharedMemorySize,
+						       (int) kc_dkdv_smem(D)));
 	if (r < 0)
 		return r;
-	r = kc_errno_cuda(cudaMallocAsync((void **)&delta, rows * sizeof(float), s));
+	r = kc_errno_cuda(cudaMallocAsync((void **) &delta, rows * sizeof(float), s));
 	if (r < 0)
 		return r;
-	kc_attn_delta_kernel<T, D><<<kc_grid(rows * 32, 256), 256, 0, s>>>(delta, (const T *)dout,
-	                                                                  (const T *)o, rows);
+	kc_attn_delta_kernel<T, D><<<kc_grid(rows * 32, 256), 256, 0, s>>>(delta, (const T *) dout,
+									   (const T *) o, rows);
 	r = kc_check_launch();
 	if (r >= 0) {
 		kc_attn_dq_kernel<T, D><<<gq, KC_AW * 32, kc_dq_smem(D), s>>>(
-			(const T *)q, (const T *)k, (const T *)v, (const T *)dout, lse, delta, (T *)dq,
-			cu, d->n_heads, d->n_kv_heads, scale, d->causal);
+			(const T *) q, (const T *) k, (const T *) v, (const T *) dout, lse, delta,
+			(T *) dq, cu, d->n_heads, d->n_kv_heads, scale, d->causal);
 		r = kc_check_launch();
 	}
 	if (r >= 0) {
 		kc_attn_dkdv_kernel<T, D><<<gk, KC_AW * 32, kc_dkdv_smem(D), s>>>(
-			(const T *)q, (const T *)k, (const T *)v, (const T *)dout, lse, delta, (T *)dk,
-			(T *)dv, cu, d->n_heads, d->n_kv_heads, scale, d->causal);
+			(const T *) q, (const T *) k, (const T *) v, (const T *) dout, lse, delta,
+			(T *) dk, (T *) dv, cu, d->n_heads, d->n_kv_heads, scale, d->causal);
 		r = kc_check_launch();
 	}
 	int r2 = kc_errno_cuda(cudaFreeAsync(delta, s));
@@ -532,8 +532,8 @@ static int kc_attn_bwd_t(cudaStream_t s, const kk_attn_desc *d, void *dq, void *
 
 template <typename T>
 static int kc_attn_bwd_d(cudaStream_t s, const kk_attn_desc *d, void *dq, void *dk, void *dv,
-                         const void *dout, const void *q, const void *k, const void *v,
-                         const void *o, const float *lse)
+			 const void *dout, const void *q, const void *k, const void *v,
+			 const void *o, const float *lse)
 {
 	if (d->head_dim == 64)
 		return kc_attn_bwd_t<T, 64>(s, d, dq, dk, dv, dout, q, k, v, o, lse);
@@ -543,37 +543,37 @@ static int kc_attn_bwd_d(cudaStream_t s, const kk_attn_desc *d, void *dq, void *
 }
 
 extern "C" int kc_op_attention_bwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d,
-                                   kk_buffer *dq, kk_buffer *dk, kk_buffer *dv,
-                                   const kk_buffer *dout, const kk_buffer *q, const kk_buffer *k,
-                                   const kk_buffer *v, const kk_buffer *out,
-                                   const kk_buffer *lse)
+				   kk_buffer *dq, kk_buffer *dk, kk_buffer *dv,
+				   const kk_buffer *dout, const kk_buffer *q, const kk_buffer *k,
+				   const kk_buffer *v, const kk_buffer *out, const kk_buffer *lse)
 {
 	if (d->total_tokens == 0)
 		return 0;
 	if (!lse)
 		return -EINVAL;
 	return KC_DISPATCH(kc_dt(q->dtype), kc_attn_bwd_d, kc_stream(be, st), d, dq->ptr, dk->ptr,
-	                   dv->ptr, dout->ptr, q->ptr, k->ptr, v->ptr, out->ptr,
-	                   (const float *)lse->ptr);
+			   dv->ptr, dout->ptr, q->ptr, k->ptr, v->ptr, out->ptr,
+			   (const float *) lse->ptr);
 }
 
 template <typename T, int D>
 static int kc_decode_t(cudaStream_t s, const kk_paged_desc *d, void *o, const void *q,
-                       const void *kc, const void *vc)
+		       const void *kc, const void *vc)
 {
 	if (d->n_seqs > 65535)
 		return -EOPNOTSUPP;
-	dim3 g((unsigned)d->n_heads, (unsigned)d->n_seqs);
+	dim3 g((unsigned) d->n_heads, (unsigned) d->n_seqs);
 	kc_attn_decode_kernel<T, D><<<g, KC_AW * 32, 0, s>>>(
-		(const T *)q, (const T *)kc, (const T *)vc, (const int32_t *)d->block_tables->ptr,
-		d->max_blocks_per_seq, (const int32_t *)d->context_lens->ptr, (T *)o, d->n_heads,
-		d->n_kv_heads, kc_scale_of(d->scale, D));
+		(const T *) q, (const T *) kc, (const T *) vc,
+		(const int32_t *) d->block_tables->ptr, d->max_blocks_per_seq,
+		(const int32_t *) d->context_lens->ptr, (T *) o, d->n_heads, d->n_kv_heads,
+		kc_scale_of(d->scale, D));
 	return kc_check_launch();
 }
 
 template <typename T>
 static int kc_decode_d(cudaStream_t s, const kk_paged_desc *d, void *o, const void *q,
-                       const void *kc, const void *vc)
+		       const void *kc, const void *vc)
 {
 	if (d->head_dim == 64)
 		return kc_decode_t<T, 64>(s, d, o, q, kc, vc);
@@ -583,11 +583,11 @@ static int kc_decode_d(cudaStream_t s, const kk_paged_desc *d, void *o, const vo
 }
 
 extern "C" int kc_op_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d,
-                                      kk_buffer *out, const kk_buffer *q,
-                                      const kk_buffer *k_cache, const kk_buffer *v_cache)
+				      kk_buffer *out, const kk_buffer *q, const kk_buffer *k_cache,
+				      const kk_buffer *v_cache)
 {
 	if (d->n_seqs == 0)
 		return 0;
 	return KC_DISPATCH(kc_dt(q->dtype), kc_decode_d, kc_stream(be, st), d, out->ptr, q->ptr,
-	                   k_cache->ptr, v_cache->ptr);
+			   k_cache->ptr, v_cache->ptr);
 }

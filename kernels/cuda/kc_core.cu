@@ -52,7 +52,7 @@ extern "C" int kc_errno_cuda(cudaError_t e)
 
 extern "C" int kc_errno_cublas(int status)
 {
-	switch ((cublasStatus_t)status) {
+	switch ((cublasStatus_t) status) {
 	case CUBLAS_STATUS_SUCCESS:
 		return 0;
 	case CUBLAS_STATUS_ALLOC_FAILED:
@@ -71,7 +71,7 @@ extern "C" int kc_errno_cublas(int status)
 
 extern "C" int kc_errno_nccl(int result)
 {
-	switch ((ncclResult_t)result) {
+	switch ((ncclResult_t) result) {
 	case ncclSuccess:
 		return 0;
 	case ncclInvalidArgument:
@@ -97,7 +97,7 @@ extern "C" int kc_device_count(void)
 	int n = 0;
 	if (cudaGetDeviceCount(&n) != cudaSuccess) {
 		/* Clear the sticky "no device" error so later calls start clean. */
-		(void)cudaGetLastError();
+		(void) cudaGetLastError();
 		return 0;
 	}
 	return n;

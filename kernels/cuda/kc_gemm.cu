@@ -34,7 +34,7 @@ struct kc_blas {
 
 extern "C" int kc_blas_new(kc_blas **ret)
 {
-	kc_blas *b = (kc_blas *)calloc(1, sizeof(*b));
+	kc_blas *b = (kc_blas *) calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
 	int r = kc_errno_cublas(cublasLtCreate(&b->lt));
@@ -74,13 +74,13 @@ static __device__ __forceinline__ float kc_gelu_tanh(float x)
  * beta on the k == 0 path (cuBLASLt rejects k = 0), else 1; with pre == 0
  * y is not read. */
 template <typename T, typename TB>
-__global__ void kc_bias_act_kernel(T *y, const TB *bias, float pre, int act, int64_t m,
-                                   int64_t n, int64_t ldy, int64_t stride, int64_t batch)
+__global__ void kc_bias_act_kernel(T *y, const TB *bias, float pre, int act, int64_t m, int64_t n,
+				   int64_t ldy, int64_t stride, int64_t batch)
 {
-	size_t total = (size_t)batch * m * n;
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		size_t col = i % n, row = (i / n) % m, b = i / ((size_t)m * n);
+	size_t total = (size_t) batch * m * n;
+	for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < total;
+	     i += (size_t) gridDim.x * blockDim.x) {
+		size_t col = i % n, row = (i / n) % m, b = i / ((size_t) m * n);
 		size_t off = b * stride + row * ldy + col;
 		float v = pre == 0.0f ? 0.0f : pre * kc_ld(y, off);
 		if (bias)
@@ -95,16 +95,16 @@ __global__ void kc_bias_act_kernel(T *y, const TB *bias, float pre, int act, int
 
 template <typename T>
 static int kc_bias_act(cudaStream_t s, void *y, const void *bias, kc_dtype bias_dt, float pre,
-                       int act, int64_t m, int64_t n, int64_t ldy, int64_t stride, int64_t batch)
+		       int act, int64_t m, int64_t n, int64_t ldy, int64_t stride, int64_t batch)
 {
-	size_t total = (size_t)batch * m * n;
+	size_t total = (size_t) batch * m * n;
 	unsigned g = kc_grid(total, 256);
 	if (bias && bias_dt == KC_F32)
-		kc_bias_act_kernel<T, float><<<g, 256, 0, s>>>((T *)y, (const float *)bias, pre, act,
-		                                               m, n, ldy, stride, batch);
+		kc_bias_act_kernel<T, float><<<g, 256, 0, s>>>((T *) y, (const float *) bias, pre,
+							       act, m, n, ldy, stride, batch);
 	else
-		kc_bias_act_kernel<T, T><<<g, 256, 0, s>>>((T *)y, (const T *)bias, pre, act, m, n,
-		                                           ldy, stride, batch);
+		kc_bias_act_kernel<T, T><<<g, 256, 0, s>>>((T *) y, (const T *) bias, pre, act, m,
+							   n, ldy, stride, batch);
 	return kc_check_launch();
 }
 
@@ -112,7 +112,7 @@ static int kc_bias_act(cudaStream_t s, void *y, const void *bias, kc_dtype bias_
 
 static unsigned kc_align_of(const void *p)
 {
-	uintptr_t a = (uintptr_t)p;
+	uintptr_t a = (uintptr_t) p;
 	unsigned al = 256;
 	while (al > 1 && (a & (al - 1)))
 		al >>= 1;
@@ -140,7 +140,7 @@ static void kc_lt_descs_free(kc_lt_descs *d)
 }
 
 static int kc_layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, uint64_t rows, uint64_t cols,
-                     int64_t ld, int batch, int64_t stride)
+		     int64_t ld, int batch, int64_t stride)
 {
 	int r = kc_errno_cublas(cublasLtMatrixLayoutCreate(l, t, rows, cols, ld));
 	if (r < 0)
@@ -159,12 +159,11 @@ static int kc_layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, uint64_t rows,
 
 /* One cuBLASLt matmul with the given epilogue; -EOPNOTSUPP when the
  * heuristic has no algorithm for it (the caller then falls back). */
-static int kc_lt_run(kc_blas *h, cudaStream_t s, cudaDataType_t abt, cudaDataType_t ct,
-                     int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                     const void *a, int64_t lda, int64_t stride_a, const void *b, int64_t ldb,
-                     int64_t stride_b, float beta, void *c, int64_t ldc, int64_t stride_c,
-                     int64_t batch, cublasLtEpilogue_t epi, const void *bias,
-                     cudaDataType_t bias_t)
+static int kc_lt_run(kc_blas *h, cudaStream_t s, cudaDataType_t abt, cudaDataType_t ct, int trans_a,
+		     int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+		     int64_t lda, int64_t stride_a, const void *b, int64_t ldb, int64_t stride_b,
+		     float beta, void *c, int64_t ldc, int64_t stride_c, int64_t batch,
+		     cublasLtEpilogue_t epi, const void *bias, cudaDataType_t bias_t)
 {
 	kc_lt_descs d = {};
 	int r;
@@ -175,12 +174,12 @@ static int kc_lt_run(kc_blas *h, cudaStream_t s, cudaDataType_t abt, cudaDataTyp
 	r = kc_errno_cublas(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
 	if (r < 0)
 		goto out;
-	r = kc_errno_cublas(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &t1,
-	                                                   sizeof(t1)));
+	r = kc_errno_cublas(
+		cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &t1, sizeof(t1)));
 	if (r < 0)
 		goto out;
-	r = kc_errno_cublas(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &t2,
-	                                                   sizeof(t2)));
+	r = kc_errno_cublas(
+		cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &t2, sizeof(t2)));
 	if (r < 0)
 		goto out;
 	if (epi != CUBLASLT_EPILOGUE_DEFAULT) {
@@ -217,8 +216,8 @@ static int kc_lt_run(kc_blas *h, cudaStream_t s, cudaDataType_t abt, cudaDataTyp
 	{
 		uint64_t ws = h->ws_size;
 		uint32_t al_a = kc_align_of(b), al_b = kc_align_of(a), al_c = kc_align_of(c);
-		cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-		                                     &ws, sizeof(ws));
+		cublasLtMatmulPreferenceSetAttribute(
+			d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
 		cublasLtMatmulPreferenceSetAttribute(
 			d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a));
 		cublasLtMatmulPreferenceSetAttribute(
@@ -231,8 +230,9 @@ static int kc_lt_run(kc_blas *h, cudaStream_t s, cudaDataType_t abt, cudaDataTyp
 		cublasLtMatmulHeuristicResult_t res = {};
 		int count = 0;
 		cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h->lt, d.op, d.la, d.lb, d.lc,
-		                                                   d.lc, d.pref, 1, &res, &count);
-		if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && count == 0)) {
+								   d.lc, d.pref, 1, &res, &count);
+		if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
+		    (st == CUBLAS_STATUS_SUCCESS && count == 0)) {
 			r = -EOPNOTSUPP;
 			goto out;
 		}
@@ -240,7 +240,7 @@ static int kc_lt_run(kc_blas *h, cudaStream_t s, cudaDataType_t abt, cudaDataTyp
 		if (r < 0)
 			goto out;
 		r = kc_errno_cublas(cublasLtMatmul(h->lt, d.op, &alpha, b, d.la, a, d.lb, &beta, c,
-		                                   d.lc, c, d.lc, &res.algo, h->ws, h->ws_size, s));
+						   d.lc, c, d.lc, &res.algo, h->ws, h->ws_size, s));
 	}
 out:
 	kc_lt_descs_free(&d);
@@ -264,10 +264,10 @@ static int kc_cuda_type(kc_dtype t, cudaDataType_t *ret)
 }
 
 extern "C" int kc_gemm(kc_blas *h, cudaStream_t s, kc_dtype ab_dt, kc_dtype c_dt, int trans_a,
-                       int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
-                       int64_t lda, int64_t stride_a, const void *b, int64_t ldb,
-                       int64_t stride_b, float beta, void *c, int64_t ldc, int64_t stride_c,
-                       int64_t batch, const void *bias, kc_dtype bias_dt, int act)
+		       int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+		       int64_t lda, int64_t stride_a, const void *b, int64_t ldb, int64_t stride_b,
+		       float beta, void *c, int64_t ldc, int64_t stride_c, int64_t batch,
+		       const void *bias, kc_dtype bias_dt, int act)
 {
 	cudaDataType_t abt, ct, bt = CUDA_R_32F;
 	int r;
@@ -293,7 +293,7 @@ extern "C" int kc_gemm(kc_blas *h, cudaStream_t s, kc_dtype ab_dt, kc_dtype c_dt
 		return 0;
 	if (k == 0) /* cuBLASLt rejects k = 0: C = act(beta C + bias). */
 		return KC_DISPATCH(c_dt, kc_bias_act, s, c, bias, bias_dt, beta, act, m, n, ldc,
-		                   stride_c, batch);
+				   stride_c, batch);
 
 	cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
 	if (act == KC_ACT_GELU)
@@ -302,34 +302,34 @@ extern "C" int kc_gemm(kc_blas *h, cudaStream_t s, kc_dtype ab_dt, kc_dtype c_dt
 		epi = CUBLASLT_EPILOGUE_BIAS; /* SiLU: bias fused here, SiLU after */
 
 	r = kc_lt_run(h, s, abt, ct, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
-	              stride_b, beta, c, ldc, stride_c, batch, epi, bias, bt);
+		      stride_b, beta, c, ldc, stride_c, batch, epi, bias, bt);
 	if (r == -EOPNOTSUPP && epi != CUBLASLT_EPILOGUE_DEFAULT) {
 		/* No fused algorithm for this epilogue: plain GEMM, then bias + act. */
 		r = kc_lt_run(h, s, abt, ct, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b,
-		              ldb, stride_b, beta, c, ldc, stride_c, batch, CUBLASLT_EPILOGUE_DEFAULT,
-		              NULL, bt);
+			      ldb, stride_b, beta, c, ldc, stride_c, batch,
+			      CUBLASLT_EPILOGUE_DEFAULT, NULL, bt);
 		if (r < 0)
 			return r;
 		return KC_DISPATCH(c_dt, kc_bias_act, s, c, bias, bias_dt, 1.0f, act, m, n, ldc,
-		                   stride_c, batch);
+				   stride_c, batch);
 	}
 	if (r < 0)
 		return r;
 	if (act == KC_ACT_SILU)
 		return KC_DISPATCH(c_dt, kc_bias_act, s, c, NULL, bias_dt, 1.0f, KC_ACT_SILU, m, n,
-		                   ldc, stride_c, batch);
+				   ldc, stride_c, batch);
 	return 0;
 }
 
 extern "C" int kc_op_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 {
-	kc_ctx *ctx = (kc_ctx *)be->ctx;
-	int act = d->epilogue == KK_EPI_GELU ? KC_ACT_GELU
-	          : d->epilogue == KK_EPI_SILU ? KC_ACT_SILU
-	                                       : KC_ACT_NONE;
+	kc_ctx *ctx = (kc_ctx *) be->ctx;
+	int act = d->epilogue == KK_EPI_GELU   ? KC_ACT_GELU
+		  : d->epilogue == KK_EPI_SILU ? KC_ACT_SILU
+					       : KC_ACT_NONE;
 	return kc_gemm(ctx->blas, kc_stream(be, st), kc_dt(d->a->dtype), kc_dt(d->c->dtype),
-	               d->trans_a, d->trans_b, d->m, d->n, d->k, d->alpha, d->a->ptr, d->lda,
-	               d->stride_a, d->b->ptr, d->ldb, d->stride_b, d->beta, d->c->ptr, d->ldc,
-	               d->stride_c, d->batch, d->bias ? d->bias->ptr : NULL,
-	               d->bias ? kc_dt(d->bias->dtype) : KC_F32, act);
+		       d->trans_a, d->trans_b, d->m, d->n, d->k, d->alpha, d->a->ptr, d->lda,
+		       d->stride_a, d->b->ptr, d->ldb, d->stride_b, d->beta, d->c->ptr, d->ldc,
+		       d->stride_c, d->batch, d->bias ? d->bias->ptr : NULL,
+		       d->bias ? kc_dt(d->bias->dtype) : KC_F32, act);
 }

@@ -49,7 +49,7 @@ static int kc_nccl_op(kk_reduce_op op, ncclRedOp_t *ret)
 
 static ncclComm_t kc_comm(kk_comm *c)
 {
-	return (ncclComm_t)c->impl;
+	return (ncclComm_t) c->impl;
 }
 
 extern "C" int kc_op_comm_get_id(kk_backend *be, void *id, size_t len)
@@ -69,7 +69,7 @@ extern "C" int kc_op_comm_init(kk_comm *c, const void *id, size_t id_len)
 {
 	ncclUniqueId u;
 	ncclComm_t comm = NULL;
-	kc_ctx *ctx = (kc_ctx *)c->be->ctx;
+	kc_ctx *ctx = (kc_ctx *) c->be->ctx;
 	if (id_len < sizeof(u))
 		return -EINVAL;
 	memcpy(&u, id, sizeof(u));
@@ -91,7 +91,7 @@ extern "C" void kc_op_comm_free(kk_comm *c)
 }
 
 extern "C" int kc_op_all_reduce(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
-                                size_t count, kk_reduce_op op)
+				size_t count, kk_reduce_op op)
 {
 	ncclDataType_t t;
 	ncclRedOp_t o;
@@ -106,7 +106,7 @@ extern "C" int kc_op_all_reduce(kk_comm *c, kk_stream *st, kk_buffer *recv, cons
 }
 
 extern "C" int kc_op_reduce_scatter(kk_comm *c, kk_stream *st, kk_buffer *recv,
-                                    const kk_buffer *send, size_t count, kk_reduce_op op)
+				    const kk_buffer *send, size_t count, kk_reduce_op op)
 {
 	ncclDataType_t t;
 	ncclRedOp_t o;
@@ -117,11 +117,11 @@ extern "C" int kc_op_reduce_scatter(kk_comm *c, kk_stream *st, kk_buffer *recv,
 	if (r < 0)
 		return r;
 	return kc_errno_nccl(ncclReduceScatter(send->ptr, recv->ptr, count, t, o, kc_comm(c),
-	                                       kc_stream(c->be, st)));
+					       kc_stream(c->be, st)));
 }
 
 extern "C" int kc_op_all_gather(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
-                                size_t count)
+				size_t count)
 {
 	ncclDataType_t t;
 	int r = kc_nccl_type(send->dtype, &t);
@@ -138,5 +138,5 @@ extern "C" int kc_op_broadcast(kk_comm *c, kk_stream *st, kk_buffer *buf, size_t
 	if (r < 0)
 		return r;
 	return kc_errno_nccl(ncclBroadcast(buf->ptr, buf->ptr, count, t, root, kc_comm(c),
-	                                   kc_stream(c->be, st)));
+					   kc_stream(c->be, st)));
 }

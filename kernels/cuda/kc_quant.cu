@@ -29,31 +29,30 @@
 
 static __device__ __forceinline__ float kc_ld_scale(const void *s, int half, size_t i)
 {
-	return half ? __half2float(((const __half *)s)[i]) : ((const float *)s)[i];
+	return half ? __half2float(((const __half *) s)[i]) : ((const float *) s)[i];
 }
 
 static __device__ __forceinline__ float kc_st_scale(void *s, int half, size_t i, float v)
 {
 	if (half) {
-		((__half *)s)[i] = __float2half(v);
-		return __half2float(((__half *)s)[i]);
+		((__half *) s)[i] = __float2half(v);
+		return __half2float(((__half *) s)[i]);
 	}
-	((float *)s)[i] = v;
+	((float *) s)[i] = v;
 	return v;
 }
 
 /* Weight element (row, j) as a float. */
 static __device__ __forceinline__ float kc_qw(const void *data, const void *scales, int half,
-                                              int q4, int group, int64_t k, int64_t row,
-                                              int64_t j)
+					      int q4, int group, int64_t k, int64_t row, int64_t j)
 {
 	if (!q4) {
-		int8_t q = ((const int8_t *)data)[(size_t)row * k + j];
-		return (float)q * kc_ld_scale(scales, half, (size_t)row);
+		int8_t q = ((const int8_t *) data)[(size_t) row * k + j];
+		return (float) q * kc_ld_scale(scales, half, (size_t) row);
 	}
-	uint8_t byte = ((const uint8_t *)data)[((size_t)row * k + j) >> 1];
+	uint8_t byte = ((const uint8_t *) data)[((size_t) row * k + j) >> 1];
 	int q = ((j & 1) ? (byte >> 4) : (byte & 15)) - 8;
-	return (float)q * kc_ld_scale(scales, half, (size_t)row * (k / group) + j / group);
+	return (float) q * kc_ld_scale(scales, half, (size_t) row * (k / group) + j / group);
 }
 
 /* ---- quantize ----------------------------------------------------------- */
@@ -63,7 +62,7 @@ __global__ void kc_quant_i8_kernel(int8_t *q, void *scales, int half, const T *w
 {
 	__shared__ float sh[33];
 	__shared__ float s_scale;
-	size_t base = (size_t)blockIdx.x * k;
+	size_t base = (size_t) blockIdx.x * k;
 	float mx = 0.0f;
 	for (int64_t j = threadIdx.x; j < k; j += blockDim.x)
 		mx = fmaxf(mx, fabsf(kc_ld(w, base + j)));
@@ -74,17 +73,17 @@ __global__ void kc_quant_i8_kernel(int8_t *q, void *scales, int half, const T *w
 	float sc = s_scale, inv = sc > 0.0f ? 1.0f / sc : 0.0f;
 	for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
 		float v = rintf(kc_ld(w, base + j) * inv); /* as the cpu backend */
-		q[base + j] = (int8_t)fminf(fmaxf(v, -127.0f), 127.0f);
+		q[base + j] = (int8_t) fminf(fmaxf(v, -127.0f), 127.0f);
 	}
 }
 
 template <typename T>
 __global__ void kc_quant_q4_kernel(uint8_t *q, void *scales, int half, const T *w, int64_t n,
-                                   int64_t k, int group)
+				   int64_t k, int group)
 {
-	size_t groups = (size_t)n * (k / group);
-	for (size_t gi = blockIdx.x * (size_t)blockDim.x + threadIdx.x; gi < groups;
-	     gi += (size_t)gridDim.x * blockDim.x) {
+	size_t groups = (size_t) n * (k / group);
+	for (size_t gi = blockIdx.x * (size_t) blockDim.x + threadIdx.x; gi < groups;
+	     gi += (size_t) gridDim.x * blockDim.x) {
 		size_t base = gi * group; /* groups of a row are contiguous */
 		float mx = 0.0f;
 		for (int j = 0; j < group; j++)
@@ -95,28 +94,28 @@ __global__ void kc_quant_q4_kernel(uint8_t *q, void *scales, int half, const T *
 			int qv[2];
 			for (int e = 0; e < 2; e++) {
 				float v = rintf(kc_ld(w, base + j + e) * inv);
-				qv[e] = (int)fminf(fmaxf(v, -8.0f), 7.0f) + 8;
+				qv[e] = (int) fminf(fmaxf(v, -8.0f), 7.0f) + 8;
 			}
-			q[(base + j) >> 1] = (uint8_t)(qv[0] | (qv[1] << 4));
+			q[(base + j) >> 1] = (uint8_t) (qv[0] | (qv[1] << 4));
 		}
 	}
 }
 
-template <typename T>
-static int kc_quantize_t(cudaStream_t s, kk_qmatrix *qm, const void *w)
+template <typename T> static int kc_quantize_t(cudaStream_t s, kk_qmatrix *qm, const void *w)
 {
 	int half = qm->scales->dtype == KK_F16;
 	if (qm->qtype == KK_I8) {
 		if (qm->n > INT32_MAX)
 			return -EOPNOTSUPP;
-		kc_quant_i8_kernel<T><<<(unsigned)qm->n, kc_row_threads((int)(qm->k > 4096 ? 4096 : qm->k)),
-		                        0, s>>>((int8_t *)qm->data->ptr, qm->scales->ptr, half,
-		                                (const T *)w, qm->k);
+		kc_quant_i8_kernel<T>
+			<<<(unsigned) qm->n, kc_row_threads((int) (qm->k > 4096 ? 4096 : qm->k)), 0,
+			   s>>>((int8_t *) qm->data->ptr, qm->scales->ptr, half, (const T *) w,
+				qm->k);
 	} else {
-		size_t groups = (size_t)qm->n * (qm->k / qm->group);
+		size_t groups = (size_t) qm->n * (qm->k / qm->group);
 		kc_quant_q4_kernel<T><<<kc_grid(groups, 128), 128, 0, s>>>(
-			(uint8_t *)qm->data->ptr, qm->scales->ptr, half, (const T *)w, qm->n, qm->k,
-			qm->group);
+			(uint8_t *) qm->data->ptr, qm->scales->ptr, half, (const T *) w, qm->n,
+			qm->k, qm->group);
 	}
 	return kc_check_launch();
 }
@@ -132,27 +131,26 @@ extern "C" int kc_op_quantize(kk_backend *be, kk_stream *st, kk_qmatrix *q, cons
 
 template <typename T>
 __global__ void kc_dequant_kernel(T *w, const void *data, const void *scales, int half, int q4,
-                                  int group, int64_t n, int64_t k)
+				  int group, int64_t n, int64_t k)
 {
-	size_t total = (size_t)n * k;
+	size_t total = (size_t) n * k;
 	size_t per = q4 ? 2 : 1;
-	for (size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x; b * per < total;
-	     b += (size_t)gridDim.x * blockDim.x) {
+	for (size_t b = blockIdx.x * (size_t) blockDim.x + threadIdx.x; b * per < total;
+	     b += (size_t) gridDim.x * blockDim.x) {
 		for (size_t e = 0; e < per; e++) {
 			size_t i = b * per + e;
-			int64_t row = (int64_t)(i / k), j = (int64_t)(i % k);
+			int64_t row = (int64_t) (i / k), j = (int64_t) (i % k);
 			kc_st(w, i, kc_qw(data, scales, half, q4, group, k, row, j));
 		}
 	}
 }
 
-template <typename T>
-static int kc_dequant_t(cudaStream_t s, void *w, const kk_qmatrix *qm)
+template <typename T> static int kc_dequant_t(cudaStream_t s, void *w, const kk_qmatrix *qm)
 {
 	int q4 = qm->qtype == KK_Q4;
-	size_t units = (size_t)qm->n * qm->k / (q4 ? 2 : 1);
+	size_t units = (size_t) qm->n * qm->k / (q4 ? 2 : 1);
 	kc_dequant_kernel<T><<<kc_grid(units, 256), 256, 0, s>>>(
-		(T *)w, qm->data->ptr, qm->scales->ptr, qm->scales->dtype == KK_F16, q4, qm->group,
+		(T *) w, qm->data->ptr, qm->scales->ptr, qm->scales->dtype == KK_F16, q4, qm->group,
 		qm->n, qm->k);
 	return kc_check_launch();
 }
@@ -168,10 +166,10 @@ extern "C" int kc_op_dequantize(kk_backend *be, kk_stream *st, kk_buffer *w, con
 
 template <typename T, typename TB, int M>
 __global__ void kc_qgemv_kernel(T *y, const T *x, const void *data, const void *scales, int half,
-                                int q4, int group, const TB *bias, int64_t n, int64_t k, int m)
+				int q4, int group, const TB *bias, int64_t n, int64_t k, int m)
 {
 	int lane = threadIdx.x & 31;
-	int64_t row = (int64_t)blockIdx.x * KC_QGEMV_WARPS + (threadIdx.x >> 5);
+	int64_t row = (int64_t) blockIdx.x * KC_QGEMV_WARPS + (threadIdx.x >> 5);
 	if (row >= n)
 		return;
 	float acc[M];
@@ -183,53 +181,57 @@ __global__ void kc_qgemv_kernel(T *y, const T *x, const void *data, const void *
 #pragma unroll
 		for (int r = 0; r < M; r++)
 			if (r < m)
-				acc[r] += wv * kc_ld(x, (size_t)r * k + j);
+				acc[r] += wv * kc_ld(x, (size_t) r * k + j);
 	}
 #pragma unroll
 	for (int r = 0; r < M; r++) {
 		float v = kc_warp_sum(acc[r]);
 		if (lane == 0 && r < m)
-			kc_st(y, (size_t)r * n + row, v + (bias ? kc_ld(bias, row) : 0.0f));
+			kc_st(y, (size_t) r * n + row, v + (bias ? kc_ld(bias, row) : 0.0f));
 	}
 }
 
 template <typename T>
 static int kc_qgemm_t(kk_backend *be, cudaStream_t s, void *y, const void *x, const kk_qmatrix *qm,
-                      const kk_buffer *bias, int64_t m)
+		      const kk_buffer *bias, int64_t m)
 {
 	int half = qm->scales->dtype == KK_F16, q4 = qm->qtype == KK_Q4;
 	if (m <= KC_QGEMV_MAX_M) {
-		unsigned grid = (unsigned)((qm->n + KC_QGEMV_WARPS - 1) / KC_QGEMV_WARPS);
+		unsigned grid = (unsigned) ((qm->n + KC_QGEMV_WARPS - 1) / KC_QGEMV_WARPS);
 		if (bias && bias->dtype == KK_F32)
-			kc_qgemv_kernel<T, float, KC_QGEMV_MAX_M><<<grid, 32 * KC_QGEMV_WARPS, 0, s>>>(
-				(T *)y, (const T *)x, qm->data->ptr, qm->scales->ptr, half, q4,
-				qm->group, (const float *)bias->ptr, qm->n, qm->k, (int)m);
+			kc_qgemv_kernel<T, float, KC_QGEMV_MAX_M>
+				<<<grid, 32 * KC_QGEMV_WARPS, 0, s>>>(
+					(T *) y, (const T *) x, qm->data->ptr, qm->scales->ptr,
+					half, q4, qm->group, (const float *) bias->ptr, qm->n,
+					qm->k, (int) m);
 		else
 			kc_qgemv_kernel<T, T, KC_QGEMV_MAX_M><<<grid, 32 * KC_QGEMV_WARPS, 0, s>>>(
-				(T *)y, (const T *)x, qm->data->ptr, qm->scales->ptr, half, q4,
-				qm->group, bias ? (const T *)bias->ptr : NULL, qm->n, qm->k, (int)m);
+				(T *) y, (const T *) x, qm->data->ptr, qm->scales->ptr, half, q4,
+				qm->group, bias ? (const T *) bias->ptr : NULL, qm->n, qm->k,
+				(int) m);
 		return kc_check_launch();
 	}
 	/* Prefill-sized m: dequantize once, then a tensor-core GEMM. */
-	kc_ctx *ctx = (kc_ctx *)be->ctx;
+	kc_ctx *ctx = (kc_ctx *) be->ctx;
 	void *w = NULL;
-	int r = kc_errno_cuda(cudaMallocAsync(&w, (size_t)qm->n * qm->k * sizeof(T), s));
+	int r = kc_errno_cuda(cudaMallocAsync(&w, (size_t) qm->n * qm->k * sizeof(T), s));
 	if (r < 0)
 		return r;
 	r = kc_dequant_t<T>(s, w, qm);
 	if (r >= 0)
 		r = kc_gemm(ctx->blas, s, kc_dtype_of<T>(), kc_dtype_of<T>(), 0, 1, m, qm->n, qm->k,
-		            1.0f, x, qm->k, 0, w, qm->k, 0, 0.0f, y, qm->n, 0, 1,
-		            bias ? bias->ptr : NULL, bias ? kc_dt(bias->dtype) : KC_F32, KC_ACT_NONE);
+			    1.0f, x, qm->k, 0, w, qm->k, 0, 0.0f, y, qm->n, 0, 1,
+			    bias ? bias->ptr : NULL, bias ? kc_dt(bias->dtype) : KC_F32,
+			    KC_ACT_NONE);
 	int r2 = kc_errno_cuda(cudaFreeAsync(w, s));
 	return r < 0 ? r : r2;
 }
 
 extern "C" int kc_op_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x,
-                           const kk_qmatrix *w, const kk_buffer *bias, int64_t m)
+			   const kk_qmatrix *w, const kk_buffer *bias, int64_t m)
 {
 	if (w->qtype != KK_I8 && w->qtype != KK_Q4)
 		return -EOPNOTSUPP;
 	return KC_DISPATCH(kc_dt(x->dtype), kc_qgemm_t, be, kc_stream(be, st), y->ptr, x->ptr, w,
-	                   bias, m);
+			   bias, m);
 }

@@ -45,7 +45,7 @@ static __device__ __forceinline__ float kc_uniform(uint64_t seed, uint64_t row)
 	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
 	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
 	z ^= z >> 31;
-	return (float)(z >> 40) * (1.0f / 16777216.0f);
+	return (float) (z >> 40) * (1.0f / 16777216.0f);
 }
 
 typedef struct kc_srow {
@@ -59,7 +59,7 @@ static __device__ __forceinline__ float kc_p(float l, const kc_srow *r)
 }
 
 static __device__ __forceinline__ unsigned long long kc_block_sum_u(unsigned long long v,
-                                                                    unsigned long long *sh)
+								    unsigned long long *sh)
 {
 	for (int o = 16; o > 0; o >>= 1)
 		v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -68,7 +68,7 @@ static __device__ __forceinline__ unsigned long long kc_block_sum_u(unsigned lon
 		sh[wid] = v;
 	__syncthreads();
 	unsigned long long t = 0;
-	for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+	for (int w = 0; w < (int) (blockDim.x >> 5); w++)
 		t += sh[w];
 	__syncthreads();
 	return t;
@@ -77,8 +77,8 @@ static __device__ __forceinline__ unsigned long long kc_block_sum_u(unsigned lon
 /* Count (and mass) of tokens with key >= c (ge) or == c (!ge). */
 template <typename T>
 static __device__ void kc_count_mass(const T *x, const kc_srow *r, uint32_t c, int ge,
-                                     unsigned long long *cnt, float *mass, float *shf,
-                                     unsigned long long *shu)
+				     unsigned long long *cnt, float *mass, float *shf,
+				     unsigned long long *shu)
 {
 	unsigned long long n = 0;
 	float m = 0.0f;
@@ -99,7 +99,7 @@ static __device__ void kc_count_mass(const T *x, const kc_srow *r, uint32_t c, i
 
 template <typename T>
 static __device__ float kc_mass_ge(const T *x, const kc_srow *r, uint32_t c, float *shf,
-                                   unsigned long long *shu)
+				   unsigned long long *shu)
 {
 	float m;
 	kc_count_mass(x, r, c, 1, NULL, &m, shf, shu);
@@ -109,29 +109,29 @@ static __device__ float kc_mass_ge(const T *x, const kc_srow *r, uint32_t c, flo
 /* Mass of the kept set (c, lim) restricted to keys >= x (x >= c). */
 template <typename T>
 static __device__ float kc_kept_mass_ge(const T *xs, const kc_srow *r, uint32_t c,
-                                        unsigned long long lim, uint32_t x, float *shf,
-                                        unsigned long long *shu)
+					unsigned long long lim, uint32_t x, float *shf,
+					unsigned long long *shu)
 {
 	if (x > c)
 		return kc_mass_ge(xs, r, x, shf, shu);
 	float above = c == 0xffffffffu ? 0.0f : kc_mass_ge(xs, r, c + 1, shf, shu);
 	/* lim == 0: no ties kept (and c may not even be a finite float's key). */
-	return lim ? above + (float)lim * kc_p(kc_unkey(c), r) : above;
+	return lim ? above + (float) lim * kc_p(kc_unkey(c), r) : above;
 }
 
 template <typename T>
 __global__ void __launch_bounds__(KC_SAMPLE_THREADS)
 	kc_sample_kernel(const T *logits, int64_t ld, int64_t vocab, float temperature, int top_k,
-	                 float top_p, uint64_t seed, int32_t *ids)
+			 float top_p, uint64_t seed, int32_t *ids)
 {
 	__shared__ float shf[33];
 	__shared__ unsigned long long shu[32];
 	__shared__ float s_bv[32];
 	__shared__ int64_t s_bi[32];
-	const T *x = logits + (size_t)blockIdx.x * ld;
+	const T *x = logits + (size_t) blockIdx.x * ld;
 	kc_srow r;
 	int64_t chunk = (vocab + blockDim.x - 1) / blockDim.x;
-	r.lo = min((int64_t)threadIdx.x * chunk, vocab);
+	r.lo = min((int64_t) threadIdx.x * chunk, vocab);
 	r.hi = min(r.lo + chunk, vocab);
 
 	/* Arg-max (lowest id on ties): needed by greedy, and lmax by the rest. */
@@ -160,14 +160,14 @@ __global__ void __launch_bounds__(KC_SAMPLE_THREADS)
 	__syncthreads();
 	bv = s_bv[0];
 	bi = s_bi[0];
-	for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+	for (int w = 1; w < (int) (blockDim.x >> 5); w++)
 		if (s_bv[w] > bv || (s_bv[w] == bv && s_bi[w] < bi)) {
 			bv = s_bv[w];
 			bi = s_bi[w];
 		}
 	if (temperature == 0.0f || top_k == 1) {
 		if (threadIdx.x == 0)
-			ids[blockIdx.x] = (int32_t)(bi < vocab ? bi : 0);
+			ids[blockIdx.x] = (int32_t) (bi < vocab ? bi : 0);
 		return;
 	}
 	r.lmax = bv;
@@ -183,9 +183,9 @@ __global__ void __launch_bounds__(KC_SAMPLE_THREADS)
 	if (top_k > 0 && top_k < vocab) {
 		uint32_t lo = 0, hi = 0xffffffffu;
 		while (lo < hi) {
-			uint32_t mid = (uint32_t)(((uint64_t)lo + hi + 1) / 2);
+			uint32_t mid = (uint32_t) (((uint64_t) lo + hi + 1) / 2);
 			kc_count_mass(x, &r, mid, 1, &cnt, NULL, shf, shu);
-			if (cnt >= (unsigned long long)top_k)
+			if (cnt >= (unsigned long long) top_k)
 				lo = mid;
 			else
 				hi = mid - 1;
@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(KC_SAMPLE_THREADS)
 		unsigned long long above = 0;
 		if (c != 0xffffffffu)
 			kc_count_mass(x, &r, c + 1, 1, &above, NULL, shf, shu);
-		lim = (unsigned long long)top_k - above;
+		lim = (unsigned long long) top_k - above;
 		z = kc_kept_mass_ge(x, &r, c, lim, c, shf, shu);
 	}
 
@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(KC_SAMPLE_THREADS)
 		float target = top_p * z;
 		uint32_t lo = c, hi = 0xffffffffu;
 		while (lo < hi) {
-			uint32_t mid = (uint32_t)(((uint64_t)lo + hi + 1) / 2);
+			uint32_t mid = (uint32_t) (((uint64_t) lo + hi + 1) / 2);
 			if (kc_kept_mass_ge(x, &r, c, lim, mid, shf, shu) >= target)
 				lo = mid;
 			else
@@ -217,10 +217,10 @@ __global__ void __launch_bounds__(KC_SAMPLE_THREADS)
 		float above = cp == 0xffffffffu ? 0.0f : kc_mass_ge(x, &r, cp + 1, shf, shu);
 		float pc = avail ? kc_p(kc_unkey(cp), &r) : 0.0f;
 		float need = pc > 0.0f ? ceilf((target - above) / pc) : 1.0f;
-		unsigned long long m = need < 1.0f ? 1ull : (unsigned long long)need;
+		unsigned long long m = need < 1.0f ? 1ull : (unsigned long long) need;
 		c = cp;
 		lim = m < avail ? m : avail;
-		z = above + (float)lim * pc;
+		z = above + (float) lim * pc;
 	}
 
 	/* Inverse CDF in sorted order: the largest key cs >= c whose kept mass
@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(KC_SAMPLE_THREADS)
 	float target = kc_uniform(seed, blockIdx.x) * z;
 	uint32_t lo = c, hi = 0xffffffffu;
 	while (lo < hi) {
-		uint32_t mid = (uint32_t)(((uint64_t)lo + hi + 1) / 2);
+		uint32_t mid = (uint32_t) (((uint64_t) lo + hi + 1) / 2);
 		if (kc_kept_mass_ge(x, &r, c, lim, mid, shf, shu) > target)
 			lo = mid;
 		else
@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(KC_SAMPLE_THREADS)
 	float above = cs == 0xffffffffu ? 0.0f : kc_mass_ge(x, &r, cs + 1, shf, shu);
 	float pc = avail ? kc_p(kc_unkey(cs), &r) : 0.0f;
 	float jf = pc > 0.0f ? floorf((target - above) / pc) : 0.0f;
-	unsigned long long j = jf < 0.0f ? 0ull : (unsigned long long)jf;
+	unsigned long long j = jf < 0.0f ? 0ull : (unsigned long long) jf;
 	if (avail > 0 && j >= avail)
 		j = avail - 1;
 
@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(KC_SAMPLE_THREADS)
 	__syncthreads();
 	if (threadIdx.x == 0) {
 		unsigned long long run = 0;
-		for (int t = 0; t < (int)blockDim.x; t++) {
+		for (int t = 0; t < (int) blockDim.x; t++) {
 			unsigned long long v = s_cnt[t];
 			s_cnt[t] = run;
 			run += v;
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(KC_SAMPLE_THREADS)
 		for (int64_t i = r.lo; i < r.hi; i++)
 			if (kc_key(kc_ld(x, i)) == cs) {
 				if (seen == j) {
-					ids[blockIdx.x] = (int32_t)i;
+					ids[blockIdx.x] = (int32_t) i;
 					break;
 				}
 				seen++;
@@ -278,20 +278,20 @@ __global__ void __launch_bounds__(KC_SAMPLE_THREADS)
 
 template <typename T>
 static int kc_sample_t(cudaStream_t s, int32_t *ids, const void *logits, int64_t rows,
-                       int64_t vocab, const kk_sampling *p)
+		       int64_t vocab, const kk_sampling *p)
 {
 	if (rows > INT32_MAX)
 		return -EOPNOTSUPP;
-	kc_sample_kernel<T><<<(unsigned)rows, KC_SAMPLE_THREADS, 0, s>>>(
-		(const T *)logits, vocab, vocab, p->temperature, p->top_k, p->top_p, p->seed, ids);
+	kc_sample_kernel<T><<<(unsigned) rows, KC_SAMPLE_THREADS, 0, s>>>(
+		(const T *) logits, vocab, vocab, p->temperature, p->top_k, p->top_p, p->seed, ids);
 	return kc_check_launch();
 }
 
 extern "C" int kc_op_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *logits,
-                            int64_t rows, int64_t vocab, const kk_sampling *p)
+			    int64_t rows, int64_t vocab, const kk_sampling *p)
 {
 	if (rows == 0)
 		return 0;
-	return KC_DISPATCH(kc_dt(logits->dtype), kc_sample_t, kc_stream(be, st), (int32_t *)ids->ptr,
-	                   logits->ptr, rows, vocab, p);
+	return KC_DISPATCH(kc_dt(logits->dtype), kc_sample_t, kc_stream(be, st),
+			   (int32_t *) ids->ptr, logits->ptr, rows, vocab, p);
 }

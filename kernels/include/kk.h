@@ -49,7 +49,7 @@ extern "C" {
 typedef struct kk_backend kk_backend; /* one opened backend (device + library handles) */
 typedef struct kk_buffer kk_buffer;   /* a device allocation or a view into one */
 typedef struct kk_stream kk_stream;   /* an ordered queue of work on one backend */
-typedef struct kk_comm kk_comm;       /* a communicator for collectives */
+typedef struct kk_comm kk_comm;	      /* a communicator for collectives */
 
 typedef enum kk_dtype {
 	KK_F32 = 0,
@@ -128,8 +128,8 @@ kk_backend *kk_buffer_backend(const kk_buffer *buf);
 /* Copies host memory into buf at byte offset `offset`.  Blocking: returns
  * once the data is on the device (after earlier work on st).
  * Errors: -EINVAL (range outside buf), -EIO. */
-int kk_buffer_upload(kk_backend *be, kk_stream *st, kk_buffer *dst, size_t offset,
-		     const void *src, size_t bytes);
+int kk_buffer_upload(kk_backend *be, kk_stream *st, kk_buffer *dst, size_t offset, const void *src,
+		     size_t bytes);
 /* Copies buf bytes [offset, offset+bytes) to host memory.  Blocking: waits
  * for earlier work on st first.  Errors: -EINVAL, -EIO. */
 int kk_buffer_download(kk_backend *be, kk_stream *st, const kk_buffer *src, size_t offset,
@@ -324,9 +324,9 @@ int kk_rmsnorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dwei
 /* As kk_rmsnorm_fwd with y = (h - mean) * rstd * weight + bias (bias NULL
  * allowed), mean/rstd NULL or F32 [rows]. */
 int kk_layernorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
-		     kk_buffer *mean, kk_buffer *rstd, const kk_buffer *x, const kk_buffer *residual,
-		     const kk_buffer *weight, const kk_buffer *bias, int64_t rows, int64_t dim,
-		     float eps);
+		     kk_buffer *mean, kk_buffer *rstd, const kk_buffer *x,
+		     const kk_buffer *residual, const kk_buffer *weight, const kk_buffer *bias,
+		     int64_t rows, int64_t dim, float eps);
 /* dweight, dbias (NULL allowed) F32 [dim], accumulated; mean, rstd required. */
 int kk_layernorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dweight,
 		     kk_buffer *dbias, const kk_buffer *dy, const kk_buffer *dresidual,
@@ -347,9 +347,9 @@ typedef enum kk_rope_mode {
  * [tokens].  Only the first rotary_dim (even, <= head_dim; 0 = head_dim)
  * elements of each head rotate, with d = rotary_dim above.  backward: rotate
  * by -angle, which is the gradient (the rotation is orthogonal). */
-int kk_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *positions,
-	    int64_t tokens, int n_heads, int head_dim, int rotary_dim, float theta,
-	    kk_rope_mode mode, bool backward);
+int kk_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *positions, int64_t tokens,
+	    int n_heads, int head_dim, int rotary_dim, float theta, kk_rope_mode mode,
+	    bool backward);
 
 /* ------------------------------------------------------------------------ */
 /* Elementwise activations, softmax                                          */
@@ -393,21 +393,19 @@ int kk_embedding_bwd(kk_backend *be, kk_stream *st, kk_buffer *dtable, const kk_
 /* losses[t] = logsumexp(logits[t, :]) - logits[t, targets[t]]; losses F32
  * [tokens]; logits [tokens, vocab] F32/BF16/F16; targets I32, a negative
  * target is ignored (loss 0, gradient 0).  -ERANGE: target >= vocab (cpu). */
-int kk_cross_entropy_fwd(kk_backend *be, kk_stream *st, kk_buffer *losses,
-			 const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
-			 int64_t vocab);
+int kk_cross_entropy_fwd(kk_backend *be, kk_stream *st, kk_buffer *losses, const kk_buffer *logits,
+			 const kk_buffer *targets, int64_t tokens, int64_t vocab);
 /* dlogits = (softmax(logits) - onehot(target)) * grad_scale (e.g. 1/tokens
  * for a mean loss); dlogits like logits, overwritten, may alias logits. */
-int kk_cross_entropy_bwd(kk_backend *be, kk_stream *st, kk_buffer *dlogits,
-			 const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
-			 int64_t vocab, float grad_scale);
+int kk_cross_entropy_bwd(kk_backend *be, kk_stream *st, kk_buffer *dlogits, const kk_buffer *logits,
+			 const kk_buffer *targets, int64_t tokens, int64_t vocab, float grad_scale);
 
 /* ------------------------------------------------------------------------ */
 /* Optimizer                                                                 */
 
 typedef struct kk_adamw_params {
 	float lr, beta1, beta2, eps, weight_decay;
-	int64_t step;     /* 1 for the first update (bias correction) */
+	int64_t step;	  /* 1 for the first update (bias correction) */
 	float grad_scale; /* grads are multiplied by this first (clipping); 0 means 1 */
 } kk_adamw_params;
 
@@ -455,8 +453,8 @@ typedef struct kk_sampling {
 /* ids I32 [rows]; logits [rows, vocab] F32/BF16/F16.
  * -EINVAL: temperature < 0, top_k < 0 or > KK_SAMPLE_TOP_K_MAX, top_p
  * outside [0, 1]. */
-int kk_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *logits,
-	      int64_t rows, int64_t vocab, const kk_sampling *p);
+int kk_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *logits, int64_t rows,
+	      int64_t vocab, const kk_sampling *p);
 
 /* The uniform draw in [0, 1) for one row: SplitMix64 of seed and row, top 24
  * bits.  Inline so every backend (and tests) compute the same number. */
@@ -466,7 +464,7 @@ static inline float kk_sample_uniform(uint64_t seed, uint64_t row)
 	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
 	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
 	z ^= z >> 31;
-	return (float)(z >> 40) * (1.0f / 16777216.0f);
+	return (float) (z >> 40) * (1.0f / 16777216.0f);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -495,8 +493,7 @@ int kk_comm_get_id(kk_backend *be, void *id, size_t len);
  * (cpu: up to KK_COMM_TIMEOUT_SEC).  Errors: -EINVAL (rank/world, bad
  * id), -ETIMEDOUT, -ECONNREFUSED and other socket errors, -EOPNOTSUPP. */
 #define KK_COMM_TIMEOUT_SEC 120
-int kk_comm_init(kk_backend *be, int rank, int world, const void *id, size_t id_len,
-		 kk_comm **ret);
+int kk_comm_init(kk_backend *be, int rank, int world, const void *id, size_t id_len, kk_comm **ret);
 /* Frees the communicator.  Accepts NULL.  Returns NULL. */
 kk_comm *kk_comm_free(kk_comm *c);
 int kk_comm_rank(const kk_comm *c);
@@ -507,15 +504,14 @@ int kk_comm_world(const kk_comm *c);
  * order on cpu, so results are bitwise identical on every rank.
  * Errors: the common ones, -EIO/-ECONNRESET/-ETIMEDOUT (a peer vanished). */
 /* recv = op over ranks of send, count elements; recv may be send. */
-int kk_all_reduce(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
-		  size_t count, kk_reduce_op op);
+int kk_all_reduce(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send, size_t count,
+		  kk_reduce_op op);
 /* send [world * count]; rank r's recv [count] = op over ranks of send's
  * chunk r. */
 int kk_reduce_scatter(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
 		      size_t count, kk_reduce_op op);
 /* recv [world * count]: chunk r is rank r's send [count]. */
-int kk_all_gather(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
-		  size_t count);
+int kk_all_gather(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send, size_t count);
 /* buf [count] on every rank becomes root's. */
 int kk_broadcast(kk_comm *c, kk_stream *st, kk_buffer *buf, size_t count, int root);
 

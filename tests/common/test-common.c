@@ -77,15 +77,18 @@ static void test_parse_duration(void **state)
 	assert_int_equal(kiln_parse_duration("", KILN_USEC_PER_SEC, &u), -EINVAL);
 	assert_int_equal(kiln_parse_duration("-5s", KILN_USEC_PER_SEC, &u), -EINVAL);
 	assert_int_equal(kiln_parse_duration("1.2.3s", KILN_USEC_PER_SEC, &u), -EINVAL);
-	assert_string_equal(kiln_format_duration(buf, sizeof(buf), 90 * KILN_USEC_PER_MINUTE), "1h30m");
-	assert_string_equal(kiln_format_duration(buf, sizeof(buf), 250 * KILN_USEC_PER_MSEC), "250ms");
+	assert_string_equal(kiln_format_duration(buf, sizeof(buf), 90 * KILN_USEC_PER_MINUTE),
+			    "1h30m");
+	assert_string_equal(kiln_format_duration(buf, sizeof(buf), 250 * KILN_USEC_PER_MSEC),
+			    "250ms");
 	assert_string_equal(kiln_format_duration(buf, sizeof(buf), KILN_USEC_INFINITY), "infinite");
 	/* format -> parse round trip */
 	uint64_t vals[] = { 1, 999, 1000001, 3600 * KILN_USEC_PER_SEC + 7, 86400ULL * 1000000 * 3 };
 	for (size_t i = 0; i < ARRAY_SIZE(vals); i++) {
-		assert_int_equal(kiln_parse_duration(kiln_format_duration(buf, sizeof(buf), vals[i]),
-						     KILN_USEC_PER_SEC, &u),
-				 0);
+		assert_int_equal(
+			kiln_parse_duration(kiln_format_duration(buf, sizeof(buf), vals[i]),
+					    KILN_USEC_PER_SEC, &u),
+			0);
 		assert_true(u == vals[i]);
 	}
 }
@@ -180,10 +183,17 @@ static void test_hostlist_expand(void **state)
 		int r;
 		size_t pos;
 	} bad[] = {
-		{ "gpu[01-03", -EINVAL, 9 },   { "gpu01-03]", -EINVAL, 8 }, { "n[5-1]", -EINVAL, 4 },
-		{ "n[a-b]", -EINVAL, 2 },      { "a,,b", -EINVAL, 2 },      { "", -EINVAL, 0 },
-		{ "n[[1-2]]", -EINVAL, 2 },    { "bad name", -EINVAL, 3 },  { "n[1-2,]", -EINVAL, 6 },
-		{ "n[0-999999999]", -E2BIG, 0 }, { "n[0-9999]m[0-9999]", -E2BIG, 0 },
+		{ "gpu[01-03", -EINVAL, 9 },
+		{ "gpu01-03]", -EINVAL, 8 },
+		{ "n[5-1]", -EINVAL, 4 },
+		{ "n[a-b]", -EINVAL, 2 },
+		{ "a,,b", -EINVAL, 2 },
+		{ "", -EINVAL, 0 },
+		{ "n[[1-2]]", -EINVAL, 2 },
+		{ "bad name", -EINVAL, 3 },
+		{ "n[1-2,]", -EINVAL, 6 },
+		{ "n[0-999999999]", -E2BIG, 0 },
+		{ "n[0-9999]m[0-9999]", -E2BIG, 0 },
 		{ "n[1-1234567890]", -EINVAL, 4 },
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
@@ -266,7 +276,7 @@ static void test_hostlist_roundtrip(void **state)
 			assert_int_equal(strv_extend(&v, name), 0);
 		}
 		_cleanup_free_ char *c = NULL;
-		assert_int_equal(kiln_hostlist_compress(v, (size_t)n, &c), 0);
+		assert_int_equal(kiln_hostlist_compress(v, (size_t) n, &c), 0);
 		_cleanup_strv_free_ char **back = NULL;
 		size_t nb;
 		assert_int_equal(kiln_hostlist_expand(c, &back, &nb, NULL), 0);
@@ -341,12 +351,12 @@ static void test_log_errno(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_parse_int),	  cmocka_unit_test(test_parse_bool),
-		cmocka_unit_test(test_parse_duration),	  cmocka_unit_test(test_parse_size),
-		cmocka_unit_test(test_parse_mac_ip),	  cmocka_unit_test(test_levenshtein),
-		cmocka_unit_test(test_hostlist_expand),	  cmocka_unit_test(test_hostlist_compress),
+		cmocka_unit_test(test_parse_int),	   cmocka_unit_test(test_parse_bool),
+		cmocka_unit_test(test_parse_duration),	   cmocka_unit_test(test_parse_size),
+		cmocka_unit_test(test_parse_mac_ip),	   cmocka_unit_test(test_levenshtein),
+		cmocka_unit_test(test_hostlist_expand),	   cmocka_unit_test(test_hostlist_compress),
 		cmocka_unit_test(test_hostlist_roundtrip), cmocka_unit_test(test_strbuf),
-		cmocka_unit_test(test_atomic_write),	  cmocka_unit_test(test_log_errno),
+		cmocka_unit_test(test_atomic_write),	   cmocka_unit_test(test_log_errno),
 	};
 	return cmocka_run_group_tests_name("common", tests, NULL, NULL);
 }

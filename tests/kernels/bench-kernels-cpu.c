@@ -19,7 +19,7 @@
 #include "kk.h"
 
 /* Seconds each measurement runs (after one warm-up call). */
-#define BENCH_MIN_SEC 0.25
+#define BENCH_MIN_SEC	    0.25
 #define BENCH_MIN_SEC_QUICK 0.01
 
 static kk_backend *be;
@@ -70,7 +70,7 @@ static kk_buffer *rand_buf(kk_dtype dt, size_t n, float lo, float hi)
 		exit(1);
 	}
 	for (size_t i = 0; i < n; i++)
-		f[i] = lo + (hi - lo) * (float)((i * 2654435761u) % 1000003) / 1000003.0f;
+		f[i] = lo + (hi - lo) * (float) ((i * 2654435761u) % 1000003) / 1000003.0f;
 	kk_convert_host(dt, raw, KK_F32, f, n);
 	kk_buffer_upload(be, NULL, b, 0, raw, kk_dtype_size(dt, n));
 	free(f);
@@ -111,10 +111,11 @@ static void print_rows(void)
 			printf("%-14s %-34s %10s\n", table[i].op, table[i].shape, "FAILED");
 		else if (table[i].flops)
 			printf("%-14s %-34s %10.3f ms %9.1f GFLOP/s %6.1f%% of sgemm peak\n",
-			       table[i].op, table[i].shape, sec * 1e3, rate, 100 * rate / peak_gflops);
+			       table[i].op, table[i].shape, sec * 1e3, rate,
+			       100 * rate / peak_gflops);
 		else
-			printf("%-14s %-34s %10.3f ms %9.2f GB/s    %6.1f%% of memcpy\n", table[i].op,
-			       table[i].shape, sec * 1e3, rate, 100 * rate / copy_gbs);
+			printf("%-14s %-34s %10.3f ms %9.2f GB/s    %6.1f%% of memcpy\n",
+			       table[i].op, table[i].shape, sec * 1e3, rate, 100 * rate / copy_gbs);
 	}
 }
 
@@ -147,13 +148,13 @@ static int raw_copy(void *p)
 
 static void ceilings(int n, size_t copy_bytes)
 {
-	struct sgemm_ctx g = { n, calloc((size_t)n * n, 4), calloc((size_t)n * n, 4),
-			       calloc((size_t)n * n, 4) };
+	struct sgemm_ctx g = { n, calloc((size_t) n * n, 4), calloc((size_t) n * n, 4),
+			       calloc((size_t) n * n, 4) };
 	struct copy_ctx cp = { copy_bytes, malloc(copy_bytes), malloc(copy_bytes) };
 	double t;
 
-	for (size_t i = 0; i < (size_t)n * n; i++)
-		g.a[i] = g.b[i] = (float)(i % 17) * 0.01f;
+	for (size_t i = 0; i < (size_t) n * n; i++)
+		g.a[i] = g.b[i] = (float) (i % 17) * 0.01f;
 	memset(cp.a, 1, copy_bytes);
 	memset(cp.b, 2, copy_bytes);
 	t = time_it(raw_sgemm, &g);
@@ -175,15 +176,29 @@ static void bench_gemm(kk_dtype dt, int64_t m, int64_t n, int64_t k, int64_t bat
 	int64_t bt = batch ? batch : 1;
 	kk_buffer *a = rand_buf(dt, bt * m * k, -1, 1), *b = rand_buf(dt, bt * k * n, -1, 1);
 	kk_buffer *c = rand_buf(KK_F32, bt * m * n, 0, 1), *bias = rand_buf(KK_F32, n, -1, 1);
-	kk_gemm_desc d = { .m = m, .n = n, .k = k, .batch = batch, .alpha = 1, .beta = 0,
-			   .a = a, .lda = k, .stride_a = m * k, .b = b, .ldb = n, .stride_b = k * n,
-			   .c = c, .ldc = n, .stride_c = m * n, .bias = epi ? bias : NULL,
+	kk_gemm_desc d = { .m = m,
+			   .n = n,
+			   .k = k,
+			   .batch = batch,
+			   .alpha = 1,
+			   .beta = 0,
+			   .a = a,
+			   .lda = k,
+			   .stride_a = m * k,
+			   .b = b,
+			   .ldb = n,
+			   .stride_b = k * n,
+			   .c = c,
+			   .ldc = n,
+			   .stride_c = m * n,
+			   .bias = epi ? bias : NULL,
 			   .epilogue = epi ? KK_EPI_GELU : KK_EPI_NONE };
 	char shape[64];
-	snprintf(shape, sizeof(shape), "%s %ldx%ldx%ld%s%s", kk_dtype_name(dt), (long)m, (long)n,
-		 (long)k, batch ? " batch" : "", epi ? " +bias+gelu" : "");
+	snprintf(shape, sizeof(shape), "%s %ldx%ldx%ld%s%s", kk_dtype_name(dt), (long) m, (long) n,
+		 (long) k, batch ? " batch" : "", epi ? " +bias+gelu" : "");
 	if (batch)
-		snprintf(shape + strlen(shape), sizeof(shape) - strlen(shape), " %ld", (long)batch);
+		snprintf(shape + strlen(shape), sizeof(shape) - strlen(shape), " %ld",
+			 (long) batch);
 	row("gemm", shape, time_it(do_gemm, &d), 2.0 * bt * m * n * k, true);
 	kk_buffer_free(a), kk_buffer_free(b), kk_buffer_free(c), kk_buffer_free(bias);
 }
@@ -210,12 +225,13 @@ static void bench_qgemv(kk_dtype qt, int group, int64_t n, int64_t k)
 		row("qgemv", "alloc/quantize", -1, 0, false);
 		return;
 	}
-	snprintf(shape, sizeof(shape), "%s%s%d m=1 %ldx%ld", kk_dtype_name(qt),
-		 group ? " g" : "", group, (long)n, (long)k);
+	snprintf(shape, sizeof(shape), "%s%s%d m=1 %ldx%ld", kk_dtype_name(qt), group ? " g" : "",
+		 group, (long) n, (long) k);
 	if (!group)
-		snprintf(shape, sizeof(shape), "%s m=1 %ldx%ld", kk_dtype_name(qt), (long)n, (long)k);
+		snprintf(shape, sizeof(shape), "%s m=1 %ldx%ld", kk_dtype_name(qt), (long) n,
+			 (long) k);
 	row("qgemv", shape, time_it(do_qgemm, &c),
-	    (double)kk_buffer_bytes(c.w->data) + kk_buffer_bytes(c.w->scales), false);
+	    (double) kk_buffer_bytes(c.w->data) + kk_buffer_bytes(c.w->scales), false);
 	kk_qmatrix_free(c.w), kk_buffer_free(w), kk_buffer_free(c.x), kk_buffer_free(c.y);
 }
 
@@ -247,25 +263,33 @@ static void bench_attn(int T, int H, int Hkv, int D)
 
 	kk_buffer_alloc(be, KK_I32, 2, &cub);
 	kk_buffer_upload(be, NULL, cub, 0, cu, sizeof(cu));
-	c = (struct attn_ctx){ { .n_heads = H, .n_kv_heads = Hkv, .head_dim = D, .causal = true,
-				 .n_seqs = 1, .total_tokens = T, .max_seqlen = T,
+	c = (struct attn_ctx){ { .n_heads = H,
+				 .n_kv_heads = Hkv,
+				 .head_dim = D,
+				 .causal = true,
+				 .n_seqs = 1,
+				 .total_tokens = T,
+				 .max_seqlen = T,
 				 .cu_seqlens = cub },
-			       rand_buf(KK_F32, (size_t)T * H * D, 0, 1),
-			       rand_buf(KK_F32, (size_t)T * H, 0, 1),
-			       rand_buf(KK_F32, (size_t)T * H * D, -1, 1),
-			       rand_buf(KK_F32, (size_t)T * Hkv * D, -1, 1),
-			       rand_buf(KK_F32, (size_t)T * Hkv * D, -1, 1),
-			       NULL, NULL, NULL, NULL };
+			       rand_buf(KK_F32, (size_t) T * H * D, 0, 1),
+			       rand_buf(KK_F32, (size_t) T * H, 0, 1),
+			       rand_buf(KK_F32, (size_t) T * H * D, -1, 1),
+			       rand_buf(KK_F32, (size_t) T * Hkv * D, -1, 1),
+			       rand_buf(KK_F32, (size_t) T * Hkv * D, -1, 1),
+			       NULL,
+			       NULL,
+			       NULL,
+			       NULL };
 	snprintf(shape, sizeof(shape), "f32 causal T=%d H=%d/%d D=%d", T, H, Hkv, D);
 	/* Causal: half of the 4*T*T*H*D flops of QK^T and PV. */
-	row("attn prefill", shape, time_it(do_attn, &c), 2.0 * T * (double)T * H * D, true);
+	row("attn prefill", shape, time_it(do_attn, &c), 2.0 * T * (double) T * H * D, true);
 	if (T <= 512) {
-		c.dq = rand_buf(KK_F32, (size_t)T * H * D, 0, 1);
-		c.dout = rand_buf(KK_F32, (size_t)T * H * D, -1, 1);
-		c.dk = rand_buf(KK_F32, (size_t)T * Hkv * D, 0, 1);
-		c.dv = rand_buf(KK_F32, (size_t)T * Hkv * D, 0, 1);
+		c.dq = rand_buf(KK_F32, (size_t) T * H * D, 0, 1);
+		c.dout = rand_buf(KK_F32, (size_t) T * H * D, -1, 1);
+		c.dk = rand_buf(KK_F32, (size_t) T * Hkv * D, 0, 1);
+		c.dv = rand_buf(KK_F32, (size_t) T * Hkv * D, 0, 1);
 		/* Backward: 2.5x the forward's flops (recompute S, dP, dS, dQ, dK, dV). */
-		row("attn backward", shape, time_it(do_attn_bwd, &c), 5.0 * T * (double)T * H * D,
+		row("attn backward", shape, time_it(do_attn_bwd, &c), 5.0 * T * (double) T * H * D,
 		    true);
 		kk_buffer_free(c.dq), kk_buffer_free(c.dout), kk_buffer_free(c.dk),
 			kk_buffer_free(c.dv);
@@ -290,7 +314,7 @@ static void bench_decode(int S, int ctx, int H, int Hkv, int D)
 	int mbps = DIV_ROUND_UP(ctx, KK_KV_BLOCK_SIZE), nb = S * mbps;
 	int32_t *bt = malloc(sizeof(int32_t) * nb), *cl = malloc(sizeof(int32_t) * S);
 	kk_buffer *btb = NULL, *clb = NULL;
-	size_t cache = (size_t)nb * KK_KV_BLOCK_SIZE * Hkv * D;
+	size_t cache = (size_t) nb * KK_KV_BLOCK_SIZE * Hkv * D;
 	struct dec_ctx c;
 	char shape[64];
 
@@ -302,12 +326,19 @@ static void bench_decode(int S, int ctx, int H, int Hkv, int D)
 	kk_buffer_alloc(be, KK_I32, S, &clb);
 	kk_buffer_upload(be, NULL, btb, 0, bt, sizeof(int32_t) * nb);
 	kk_buffer_upload(be, NULL, clb, 0, cl, sizeof(int32_t) * S);
-	c = (struct dec_ctx){ { .n_heads = H, .n_kv_heads = Hkv, .head_dim = D, .n_seqs = S,
-				.num_blocks = nb, .max_blocks_per_seq = mbps,
-				.max_context_len = ctx, .block_tables = btb, .context_lens = clb },
-			      rand_buf(KK_BF16, (size_t)S * H * D, 0, 1),
-			      rand_buf(KK_BF16, (size_t)S * H * D, -1, 1),
-			      rand_buf(KK_BF16, cache, -1, 1), rand_buf(KK_BF16, cache, -1, 1) };
+	c = (struct dec_ctx){ { .n_heads = H,
+				.n_kv_heads = Hkv,
+				.head_dim = D,
+				.n_seqs = S,
+				.num_blocks = nb,
+				.max_blocks_per_seq = mbps,
+				.max_context_len = ctx,
+				.block_tables = btb,
+				.context_lens = clb },
+			      rand_buf(KK_BF16, (size_t) S * H * D, 0, 1),
+			      rand_buf(KK_BF16, (size_t) S * H * D, -1, 1),
+			      rand_buf(KK_BF16, cache, -1, 1),
+			      rand_buf(KK_BF16, cache, -1, 1) };
 	snprintf(shape, sizeof(shape), "bf16 seqs=%d ctx=%d H=%d/%d D=%d", S, ctx, H, Hkv, D);
 	row("attn decode", shape, time_it(do_decode, &c), 2.0 * cache * 2, false);
 	free(bt), free(cl);
@@ -329,13 +360,16 @@ static int do_rmsnorm(void *p)
 
 static void bench_rmsnorm(kk_dtype dt, int64_t rows, int64_t dim)
 {
-	struct norm_ctx c = { rand_buf(dt, rows * dim, 0, 1), rand_buf(KK_F32, rows, 0, 1),
-			      rand_buf(dt, rows * dim, -1, 1), rand_buf(dt, dim, 0.5f, 1.5f), rows,
+	struct norm_ctx c = { rand_buf(dt, rows * dim, 0, 1),
+			      rand_buf(KK_F32, rows, 0, 1),
+			      rand_buf(dt, rows * dim, -1, 1),
+			      rand_buf(dt, dim, 0.5f, 1.5f),
+			      rows,
 			      dim };
 	char shape[64];
-	snprintf(shape, sizeof(shape), "%s %ldx%ld", kk_dtype_name(dt), (long)rows, (long)dim);
+	snprintf(shape, sizeof(shape), "%s %ldx%ld", kk_dtype_name(dt), (long) rows, (long) dim);
 	row("rmsnorm fwd", shape, time_it(do_rmsnorm, &c),
-	    2.0 * kk_dtype_size(dt, (size_t)(rows * dim)), false);
+	    2.0 * kk_dtype_size(dt, (size_t) (rows * dim)), false);
 	kk_buffer_free(c.y), kk_buffer_free(c.rstd), kk_buffer_free(c.x), kk_buffer_free(c.w);
 }
 
@@ -410,7 +444,7 @@ int main(int argc, char **argv)
 	printf("# ceilings (best of before and after): OpenBLAS sgemm %dx%dx%d = %.1f GFLOP/s; "
 	       "memcpy %u MiB = %.2f GB/s (read+write); %d threads\n",
 	       quick ? 256 : 1536, quick ? 256 : 1536, quick ? 256 : 1536, peak_gflops,
-	       quick ? 8u : 256u, copy_gbs, (int)sysconf(_SC_NPROCESSORS_ONLN));
+	       quick ? 8u : 256u, copy_gbs, (int) sysconf(_SC_NPROCESSORS_ONLN));
 	print_rows();
 	kk_backend_free(be);
 	return failures ? 1 : 0;

@@ -76,7 +76,7 @@ typedef void (*test_fn)(void **state);
 /* Runs the test in *state, or skips (with the reason) without a backend. */
 static void run_one(void **state)
 {
-	test_fn fn = (test_fn)*state;
+	test_fn fn = (test_fn) *state;
 	if (!be) {
 		print_message("# SKIP %s\n", skip_reason);
 		skip();
@@ -105,23 +105,23 @@ static uint64_t next_u64(void)
 
 static double urand(double lo, double hi)
 {
-	return lo + (hi - lo) * (double)(next_u64() >> 11) * (1.0 / 9007199254740992.0);
+	return lo + (hi - lo) * (double) (next_u64() >> 11) * (1.0 / 9007199254740992.0);
 }
 
 static int irand(int lo, int hi) /* [lo, hi] */
 {
-	return lo + (int)(next_u64() % (uint64_t)(hi - lo + 1));
+	return lo + (int) (next_u64() % (uint64_t) (hi - lo + 1));
 }
 
 static double round_dt(kk_dtype dt, double v)
 {
 	switch (dt) {
 	case KK_BF16:
-		return kk_bf16_to_f32(kk_f32_to_bf16((float)v));
+		return kk_bf16_to_f32(kk_f32_to_bf16((float) v));
 	case KK_F16:
-		return kk_f16_to_f32(kk_f32_to_f16((float)v));
+		return kk_f16_to_f32(kk_f32_to_f16((float) v));
 	default:
-		return (float)v;
+		return (float) v;
 	}
 }
 
@@ -134,7 +134,7 @@ static kk_buffer *up(kk_dtype dt, size_t n, double *vals)
 
 	for (size_t i = 0; i < n; i++) {
 		vals[i] = round_dt(dt, vals[i]);
-		f[i] = (float)vals[i];
+		f[i] = (float) vals[i];
 	}
 	assert_int_equal(kk_convert_host(dt, raw, KK_F32, f, n), 0);
 	assert_int_equal(kk_buffer_alloc(be, dt, n, &b), 0);
@@ -187,7 +187,7 @@ static double *down(const kk_buffer *b, size_t n)
 	assert_int_equal(kk_buffer_download(be, NULL, b, 0, raw, bytes), 0);
 	if (kk_buffer_dtype(b) == KK_I32) {
 		for (size_t i = 0; i < n; i++)
-			d[i] = ((int32_t *)raw)[i];
+			d[i] = ((int32_t *) raw)[i];
 		return d;
 	}
 	assert_int_equal(kk_convert_host(KK_F32, f, kk_buffer_dtype(b), raw, n), 0);
@@ -262,7 +262,7 @@ static void test_buffers(void **state)
 	uint8_t host[64], back[64];
 
 	for (int i = 0; i < 64; i++)
-		host[i] = (uint8_t)(i * 7 + 1);
+		host[i] = (uint8_t) (i * 7 + 1);
 	assert_int_equal(kk_buffer_alloc(be, KK_F32, 16, &b), 0);
 	hold_buf(b);
 	assert_int_equal(kk_buffer_count(b), 16);
@@ -341,10 +341,25 @@ static void gemm_case(kk_dtype dt, kk_dtype cdt, bool ta, bool tb, int64_t batch
 	double *got;
 
 	c = beta != 0 ? up_rand(cdt, nc, -1, 1, &C0) : out_buf(cdt, nc);
-	kk_gemm_desc d = { .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .batch = batch,
-			   .alpha = 0.75f, .beta = beta, .a = a, .lda = lda, .stride_a = sa,
-			   .b = b, .ldb = ldb, .stride_b = sb, .c = c, .ldc = ldc, .stride_c = sc,
-			   .bias = bb, .epilogue = epi };
+	kk_gemm_desc d = { .trans_a = ta,
+			   .trans_b = tb,
+			   .m = m,
+			   .n = n,
+			   .k = k,
+			   .batch = batch,
+			   .alpha = 0.75f,
+			   .beta = beta,
+			   .a = a,
+			   .lda = lda,
+			   .stride_a = sa,
+			   .b = b,
+			   .ldb = ldb,
+			   .stride_b = sb,
+			   .c = c,
+			   .ldc = ldc,
+			   .stride_c = sc,
+			   .bias = bb,
+			   .epilogue = epi };
 	assert_int_equal(kk_gemm(be, NULL, &d), 0);
 	got = down(c, nc);
 	for (int64_t bt = 0; bt < batch; bt++)
@@ -352,8 +367,10 @@ static void gemm_case(kk_dtype dt, kk_dtype cdt, bool ta, bool tb, int64_t batch
 			for (int64_t j = 0; j < n; j++) {
 				double s = 0, v;
 				for (int64_t p = 0; p < k; p++) {
-					double x = ta ? A[bt * sa + p * lda + i] : A[bt * sa + i * lda + p];
-					double y = tb ? B[bt * sb + j * ldb + p] : B[bt * sb + p * ldb + j];
+					double x = ta ? A[bt * sa + p * lda + i]
+						      : A[bt * sa + i * lda + p];
+					double y = tb ? B[bt * sb + j * ldb + p]
+						      : B[bt * sb + p * ldb + j];
 					s += x * y;
 				}
 				v = 0.75 * s + (beta != 0 ? beta * C0[bt * sc + i * ldc + j] : 0) +
@@ -365,7 +382,7 @@ static void gemm_case(kk_dtype dt, kk_dtype cdt, bool ta, bool tb, int64_t batch
 				ref_sel[cnt] = v;
 				got_sel[cnt++] = got[bt * sc + i * ldc + j];
 			}
-	(void)ref;
+	(void) ref;
 	expect_close("gemm", got_sel, ref_sel, cnt, 4 * TOL(cdt == KK_F32 ? dt : cdt),
 		     2 * TOL(cdt == KK_F32 ? dt : cdt));
 }
@@ -379,7 +396,7 @@ static void test_gemm(void **state)
 				for (int tb = 0; tb < 2; tb++, c++) {
 					kk_dtype dt = FLOATS[di], cdt = cf ? KK_F32 : dt;
 					gemm_case(dt, cdt, ta, tb, 1 + c % 3, c % 2 ? 0.5f : 0.0f,
-						  c % 3 == 1, (kk_epilogue)(c % 3));
+						  c % 3 == 1, (kk_epilogue) (c % 3));
 					teardown(NULL);
 				}
 }
@@ -415,11 +432,13 @@ static void quant_case(kk_dtype qt, int group, kk_dtype sdt)
 			assert_true(fabs(s - amax / qmax) <= (sdt == KK_F16 ? 1e-3 : 1e-6) * amax);
 			for (int64_t j = g * gsz; j < (g + 1) * gsz; j++) {
 				size_t idx = r * k + j;
-				double qv = fmin(fmax(nearbyint(w[idx] / s), -qmax - (qt == KK_Q4)), qmax);
-				double stored = qt == KK_I8 ? (double)(int8_t)raw[idx]
-							    : (double)((idx & 1 ? raw[idx / 2] >> 4
-										: raw[idx / 2] & 15) -
-								       8);
+				double qv = fmin(fmax(nearbyint(w[idx] / s), -qmax - (qt == KK_Q4)),
+						 qmax);
+				double stored = qt == KK_I8
+							? (double) (int8_t) raw[idx]
+							: (double) ((idx & 1 ? raw[idx / 2] >> 4
+									     : raw[idx / 2] & 15) -
+								    8);
 				/* Allow a one-step difference where w/s sits on a rounding tie. */
 				assert_true(fabs(stored - qv) <= 1);
 				raw_d[idx] = stored * s;
@@ -434,7 +453,8 @@ static void quant_case(kk_dtype qt, int group, kk_dtype sdt)
 			kk_dtype dt = FLOATS[di];
 			int64_t m = mi == 2 ? irand(9, 20) : mi ? 3 : 1;
 			double *x, *bias, *ref = hmalloc(m * n * sizeof(double));
-			kk_buffer *xb = up_rand(dt, m * k, -1, 1, &x), *bb = up_rand(dt, n, -1, 1, &bias);
+			kk_buffer *xb = up_rand(dt, m * k, -1, 1, &x),
+				  *bb = up_rand(dt, n, -1, 1, &bias);
 			kk_buffer *yb = out_buf(dt, m * n);
 			assert_int_equal(kk_qgemm(be, NULL, yb, xb, q, mi ? bb : NULL, m), 0);
 			for (int64_t i = 0; i < m; i++)
@@ -444,7 +464,8 @@ static void quant_case(kk_dtype qt, int group, kk_dtype sdt)
 						s += x[i * k + p] * raw_d[j * k + p];
 					ref[i * n + j] = s;
 				}
-			expect_close("qgemm", down(yb, m * n), ref, m * n, 8 * TOL(dt), 2 * TOL(dt));
+			expect_close("qgemm", down(yb, m * n), ref, m * n, 8 * TOL(dt),
+				     2 * TOL(dt));
 		}
 	kk_qmatrix_free(q);
 }
@@ -480,7 +501,7 @@ struct attn_ref {
 
 static void attn_ref_fwd(struct attn_ref *a)
 {
-	double scale = 1 / sqrt((double)a->D);
+	double scale = 1 / sqrt((double) a->D);
 	int grp = a->H / a->Hkv;
 	double *s = malloc(a->T * sizeof(double));
 	for (int sq = 0; sq < a->n_seqs; sq++)
@@ -501,7 +522,8 @@ static void attn_ref_fwd(struct attn_ref *a)
 				for (int x = 0; x < a->D; x++) {
 					double o = 0;
 					for (int j = a->cu[sq]; j < j1; j++)
-						o += exp(s[j] - mx) / sum * a->v[(j * a->Hkv + kvh) * a->D + x];
+						o += exp(s[j] - mx) / sum *
+						     a->v[(j * a->Hkv + kvh) * a->D + x];
 					a->out[(t * a->H + h) * a->D + x] = o;
 				}
 				a->lse[t * a->H + h] = mx + log(sum);
@@ -519,8 +541,8 @@ static double attn_loss(void *ctx)
 	return l;
 }
 
-static void attn_case(kk_dtype dt, int H, int Hkv, int D, bool causal, const int *lens,
-		      int n_seqs, bool grad)
+static void attn_case(kk_dtype dt, int H, int Hkv, int D, bool causal, const int *lens, int n_seqs,
+		      bool grad)
 {
 	int32_t cu[8] = { 0 };
 	int T, maxlen = 1;
@@ -529,21 +551,28 @@ static void attn_case(kk_dtype dt, int H, int Hkv, int D, bool causal, const int
 		maxlen = lens[s] > maxlen ? lens[s] : maxlen;
 	}
 	T = cu[n_seqs];
-	size_t nq = (size_t)T * H * D, nk = (size_t)T * Hkv * D;
-	struct attn_ref a = { .T = T, .H = H, .Hkv = Hkv, .D = D, .n_seqs = n_seqs, .causal = causal, .cu = cu };
+	size_t nq = (size_t) T * H * D, nk = (size_t) T * Hkv * D;
+	struct attn_ref a = {
+		.T = T, .H = H, .Hkv = Hkv, .D = D, .n_seqs = n_seqs, .causal = causal, .cu = cu
+	};
 	kk_buffer *qb = up_rand(dt, nq, -1, 1, &a.q), *kb = up_rand(dt, nk, -1, 1, &a.k),
 		  *vb = up_rand(dt, nk, -1, 1, &a.v);
-	kk_buffer *ob = out_buf(dt, nq), *lb = out_buf(KK_F32, (size_t)T * H);
-	kk_attn_desc d = { .n_heads = H, .n_kv_heads = Hkv, .head_dim = D, .causal = causal,
-			   .n_seqs = n_seqs, .total_tokens = T, .max_seqlen = maxlen,
+	kk_buffer *ob = out_buf(dt, nq), *lb = out_buf(KK_F32, (size_t) T * H);
+	kk_attn_desc d = { .n_heads = H,
+			   .n_kv_heads = Hkv,
+			   .head_dim = D,
+			   .causal = causal,
+			   .n_seqs = n_seqs,
+			   .total_tokens = T,
+			   .max_seqlen = maxlen,
 			   .cu_seqlens = up_i32(cu, n_seqs + 1) };
 
 	a.out = hmalloc(nq * sizeof(double));
-	a.lse = hmalloc((size_t)T * H * sizeof(double));
+	a.lse = hmalloc((size_t) T * H * sizeof(double));
 	attn_ref_fwd(&a);
 	assert_int_equal(kk_attention_fwd(be, NULL, &d, ob, lb, qb, kb, vb), 0);
 	expect_close("attention out", down(ob, nq), a.out, nq, 2 * TOL(dt), 2 * TOL(dt));
-	expect_close("attention lse", down(lb, (size_t)T * H), a.lse, (size_t)T * H, 2 * TOL(dt),
+	expect_close("attention lse", down(lb, (size_t) T * H), a.lse, (size_t) T * H, 2 * TOL(dt),
 		     TOL(dt));
 	if (!grad)
 		return;
@@ -599,7 +628,7 @@ static void decode_case(kk_dtype dt, int H, int Hkv, int D)
 {
 	enum { NB = 24, MBPS = 4, NS = 3 };
 	int32_t lens[NS] = { 1, 17, irand(30, MBPS * 16) }, bt[NS * MBPS], perm[NB];
-	size_t nc = (size_t)NB * 16 * Hkv * D, nq = (size_t)NS * H * D;
+	size_t nc = (size_t) NB * 16 * Hkv * D, nq = (size_t) NS * H * D;
 	double *K, *V, *Q, *ref = hmalloc(nq * sizeof(double));
 	kk_buffer *kc = up_rand(dt, nc, -1, 1, &K), *vc = up_rand(dt, nc, -1, 1, &V),
 		  *qb = up_rand(dt, nq, -1, 1, &Q), *ob = out_buf(dt, nq);
@@ -614,19 +643,26 @@ static void decode_case(kk_dtype dt, int H, int Hkv, int D)
 	}
 	for (int i = 0; i < NS * MBPS; i++)
 		bt[i] = perm[i];
-	kk_paged_desc d = { .n_heads = H, .n_kv_heads = Hkv, .head_dim = D, .n_seqs = NS,
-			    .num_blocks = NB, .max_blocks_per_seq = MBPS,
-			    .max_context_len = MBPS * 16, .block_tables = up_i32(bt, NS * MBPS),
+	kk_paged_desc d = { .n_heads = H,
+			    .n_kv_heads = Hkv,
+			    .head_dim = D,
+			    .n_seqs = NS,
+			    .num_blocks = NB,
+			    .max_blocks_per_seq = MBPS,
+			    .max_context_len = MBPS * 16,
+			    .block_tables = up_i32(bt, NS * MBPS),
 			    .context_lens = up_i32(lens, NS) };
 	for (int s = 0; s < NS; s++)
 		for (int h = 0; h < H; h++) {
 			double sc[MBPS * 16], mx = -INFINITY, sum = 0;
 			for (int t = 0; t < lens[s]; t++) {
-				size_t off = (((size_t)bt[s * MBPS + t / 16] * 16 + t % 16) * Hkv + h / grp) * D;
+				size_t off = (((size_t) bt[s * MBPS + t / 16] * 16 + t % 16) * Hkv +
+					      h / grp) *
+					     D;
 				double dd = 0;
 				for (int x = 0; x < D; x++)
 					dd += Q[(s * H + h) * D + x] * K[off + x];
-				sc[t] = dd / sqrt((double)D);
+				sc[t] = dd / sqrt((double) D);
 				mx = fmax(mx, sc[t]);
 			}
 			for (int t = 0; t < lens[s]; t++)
@@ -634,7 +670,11 @@ static void decode_case(kk_dtype dt, int H, int Hkv, int D)
 			for (int x = 0; x < D; x++) {
 				double o = 0;
 				for (int t = 0; t < lens[s]; t++) {
-					size_t off = (((size_t)bt[s * MBPS + t / 16] * 16 + t % 16) * Hkv + h / grp) * D;
+					size_t off =
+						(((size_t) bt[s * MBPS + t / 16] * 16 + t % 16) *
+							 Hkv +
+						 h / grp) *
+						D;
 					o += exp(sc[t] - mx) / sum * V[off + x];
 				}
 				ref[(s * H + h) * D + x] = o;
@@ -664,12 +704,13 @@ static void test_kv_cache_write(void **state)
 {
 	enum { NB = 4, HKV = 2, D = 64, NT = 5 };
 	const int32_t slots[NT] = { 3, 17, -1, 40, 0 };
-	size_t row = HKV * D, nc = (size_t)NB * 16 * row;
+	size_t row = HKV * D, nc = (size_t) NB * 16 * row;
 	for (size_t di = 0; di < 3; di++) {
 		kk_dtype dt = FLOATS[di];
 		double *K0, *V0, *K, *V;
 		kk_buffer *kc = up_rand(dt, nc, -1, 1, &K0), *vc = up_rand(dt, nc, -1, 1, &V0);
-		kk_buffer *kb = up_rand(dt, NT * row, -2, 2, &K), *vb = up_rand(dt, NT * row, -2, 2, &V);
+		kk_buffer *kb = up_rand(dt, NT * row, -2, 2, &K),
+			  *vb = up_rand(dt, NT * row, -2, 2, &V);
 		double *gk, *gv;
 
 		assert_int_equal(kk_kv_cache_write(be, NULL, kc, vc, kb, vb, up_i32(slots, NT), NT,
@@ -687,8 +728,8 @@ static void test_kv_cache_write(void **state)
 		expect_close("kv cache v", gv, V0, nc, 0, 0);
 		if (streq(KK_TEST_BACKEND, "cpu")) {
 			const int32_t bad[1] = { NB * 16 };
-			assert_int_equal(kk_kv_cache_write(be, NULL, kc, vc, kb, vb, up_i32(bad, 1), 1,
-							   HKV, D, NB),
+			assert_int_equal(kk_kv_cache_write(be, NULL, kc, vc, kb, vb, up_i32(bad, 1),
+							   1, HKV, D, NB),
 					 -ERANGE);
 		}
 		teardown(NULL);
@@ -708,7 +749,7 @@ struct norm_ref {
 static void norm_ref_fwd(struct norm_ref *n)
 {
 	for (int r = 0; r < n->rows; r++) {
-		double *h = n->h + (size_t)r * n->dim, mean = 0, var = 0;
+		double *h = n->h + (size_t) r * n->dim, mean = 0, var = 0;
 		if (n->layer) {
 			for (int i = 0; i < n->dim; i++)
 				mean += h[i];
@@ -718,8 +759,9 @@ static void norm_ref_fwd(struct norm_ref *n)
 			var += (h[i] - mean) * (h[i] - mean);
 		var /= n->dim;
 		for (int i = 0; i < n->dim; i++)
-			n->y[(size_t)r * n->dim + i] = (h[i] - mean) / sqrt(var + n->eps) * n->w[i] +
-						       (n->layer && n->b ? n->b[i] : 0);
+			n->y[(size_t) r * n->dim + i] =
+				(h[i] - mean) / sqrt(var + n->eps) * n->w[i] +
+				(n->layer && n->b ? n->b[i] : 0);
 	}
 }
 
@@ -736,10 +778,12 @@ static double norm_loss(void *ctx)
 static void norm_case(kk_dtype dt, bool layer, bool residual)
 {
 	int rows = irand(3, 9), dim = irand(40, 130);
-	size_t N = (size_t)rows * dim;
+	size_t N = (size_t) rows * dim;
 	double *x, *res = NULL, *w, *b = NULL;
-	kk_buffer *xb = up_rand(dt, N, -2, 2, &x), *rb = residual ? up_rand(dt, N, -1, 1, &res) : NULL;
-	kk_buffer *wb = up_rand(dt, dim, 0.5, 1.5, &w), *bb = layer ? up_rand(dt, dim, -.5, .5, &b) : NULL;
+	kk_buffer *xb = up_rand(dt, N, -2, 2, &x),
+		  *rb = residual ? up_rand(dt, N, -1, 1, &res) : NULL;
+	kk_buffer *wb = up_rand(dt, dim, 0.5, 1.5, &w),
+		  *bb = layer ? up_rand(dt, dim, -.5, .5, &b) : NULL;
 	kk_buffer *yb = out_buf(dt, N), *hb = residual ? out_buf(dt, N) : NULL;
 	kk_buffer *mb = out_buf(KK_F32, rows), *sb = out_buf(KK_F32, rows);
 	struct norm_ref n = { layer, rows, dim, 1e-5, hmalloc(N * 8), w, b, NULL, hmalloc(N * 8) };
@@ -749,11 +793,12 @@ static void norm_case(kk_dtype dt, bool layer, bool residual)
 		n.h[i] = href[i] = round_dt(dt, x[i] + (res ? res[i] : 0));
 	norm_ref_fwd(&n);
 	if (layer)
-		assert_int_equal(kk_layernorm_fwd(be, NULL, yb, hb, mb, sb, xb, rb, wb, bb, rows, dim,
-						  1e-5f),
+		assert_int_equal(kk_layernorm_fwd(be, NULL, yb, hb, mb, sb, xb, rb, wb, bb, rows,
+						  dim, 1e-5f),
 				 0);
 	else
-		assert_int_equal(kk_rmsnorm_fwd(be, NULL, yb, hb, sb, xb, rb, wb, rows, dim, 1e-5f), 0);
+		assert_int_equal(kk_rmsnorm_fwd(be, NULL, yb, hb, sb, xb, rb, wb, rows, dim, 1e-5f),
+				 0);
 	expect_close(layer ? "layernorm y" : "rmsnorm y", down(yb, N), n.y, N, 3 * TOL(dt),
 		     3 * TOL(dt));
 	if (hb)
@@ -761,19 +806,19 @@ static void norm_case(kk_dtype dt, bool layer, bool residual)
 
 	/* Backward from h (as stored): dx = dL/dh + dresidual, dweight += ... */
 	double *G, *dres, *dw0, *db0, *gh = hmalloc(N * 8), *gw = hmalloc(dim * 8),
-				       *gb = hmalloc(dim * 8);
+				      *gb = hmalloc(dim * 8);
 	kk_buffer *hin = hb ? hb : xb;
 	kk_buffer *gyb = up_rand(dt, N, -1, 1, &G), *drb = up_rand(dt, N, -1, 1, &dres);
 	kk_buffer *dxb = out_buf(dt, N), *dwb = up_rand(KK_F32, dim, -1, 1, &dw0),
 		  *dbb = up_rand(KK_F32, dim, -1, 1, &db0);
 	n.G = G;
 	if (layer)
-		assert_int_equal(kk_layernorm_bwd(be, NULL, dxb, dwb, dbb, gyb, drb, hin, wb, mb, sb,
-						  rows, dim),
+		assert_int_equal(kk_layernorm_bwd(be, NULL, dxb, dwb, dbb, gyb, drb, hin, wb, mb,
+						  sb, rows, dim),
 				 0);
 	else
-		assert_int_equal(kk_rmsnorm_bwd(be, NULL, dxb, dwb, gyb, drb, hin, wb, sb, rows, dim),
-				 0);
+		assert_int_equal(
+			kk_rmsnorm_bwd(be, NULL, dxb, dwb, gyb, drb, hin, wb, sb, rows, dim), 0);
 	fd_grad(norm_loss, &n, n.h, N, gh);
 	fd_grad(norm_loss, &n, n.w, dim, gw);
 	for (size_t i = 0; i < N; i++)
@@ -782,7 +827,7 @@ static void norm_case(kk_dtype dt, bool layer, bool residual)
 		gw[i] += dw0[i];
 		gb[i] = db0[i];
 		for (int r = 0; r < rows; r++)
-			gb[i] += G[(size_t)r * dim + i];
+			gb[i] += G[(size_t) r * dim + i];
 	}
 	expect_close("norm dx", down(dxb, N), gh, N, 4 * TOL(dt) * max_abs(gh, N), 4 * TOL(dt));
 	expect_close("norm dweight", down(dwb, dim), gw, dim, 4 * TOL(dt) * max_abs(gw, dim),
@@ -798,13 +843,14 @@ static void norm_case(kk_dtype dt, bool layer, bool residual)
 static void norm_big_case(kk_dtype dt, bool layer)
 {
 	int rows = 300, dim = 256;
-	size_t N = (size_t)rows * dim;
+	size_t N = (size_t) rows * dim;
 	double *x, *w, *b, *G, *dw0, *db0, *gw = hmalloc(dim * 8), *gb = hmalloc(dim * 8);
 	kk_buffer *xb = up_rand(dt, N, -2, 2, &x), *wb = up_rand(dt, dim, 0.5, 1.5, &w);
 	kk_buffer *bb = up_rand(dt, dim, -.5, .5, &b), *yb = out_buf(dt, N);
 	kk_buffer *mb = out_buf(KK_F32, rows), *sb = out_buf(KK_F32, rows);
 	kk_buffer *gyb = up_rand(dt, N, -1, 1, &G), *dxb = out_buf(dt, N);
-	kk_buffer *dwb = up_rand(KK_F32, dim, -1, 1, &dw0), *dbb = up_rand(KK_F32, dim, -1, 1, &db0);
+	kk_buffer *dwb = up_rand(KK_F32, dim, -1, 1, &dw0),
+		  *dbb = up_rand(KK_F32, dim, -1, 1, &db0);
 
 	memcpy(gw, dw0, dim * 8);
 	memcpy(gb, db0, dim * 8);
@@ -820,19 +866,19 @@ static void norm_big_case(kk_dtype dt, bool layer)
 		}
 	}
 	if (layer) {
-		assert_int_equal(kk_layernorm_fwd(be, NULL, yb, NULL, mb, sb, xb, NULL, wb, bb, rows,
-						  dim, 1e-5f),
+		assert_int_equal(kk_layernorm_fwd(be, NULL, yb, NULL, mb, sb, xb, NULL, wb, bb,
+						  rows, dim, 1e-5f),
 				 0);
-		assert_int_equal(kk_layernorm_bwd(be, NULL, dxb, dwb, dbb, gyb, NULL, xb, wb, mb, sb,
-						  rows, dim),
+		assert_int_equal(kk_layernorm_bwd(be, NULL, dxb, dwb, dbb, gyb, NULL, xb, wb, mb,
+						  sb, rows, dim),
 				 0);
-		expect_close("big layernorm dbias", down(dbb, dim), gb, dim, 1e-4 * max_abs(gb, dim),
-			     1e-4);
+		expect_close("big layernorm dbias", down(dbb, dim), gb, dim,
+			     1e-4 * max_abs(gb, dim), 1e-4);
 	} else {
-		assert_int_equal(kk_rmsnorm_fwd(be, NULL, yb, NULL, sb, xb, NULL, wb, rows, dim, 1e-5f),
-				 0);
-		assert_int_equal(kk_rmsnorm_bwd(be, NULL, dxb, dwb, gyb, NULL, xb, wb, sb, rows, dim),
-				 0);
+		assert_int_equal(
+			kk_rmsnorm_fwd(be, NULL, yb, NULL, sb, xb, NULL, wb, rows, dim, 1e-5f), 0);
+		assert_int_equal(
+			kk_rmsnorm_bwd(be, NULL, dxb, dwb, gyb, NULL, xb, wb, sb, rows, dim), 0);
 	}
 	expect_close("big norm dweight", down(dwb, dim), gw, dim, 4 * TOL(dt) * max_abs(gw, dim),
 		     4 * TOL(dt));
@@ -862,8 +908,9 @@ static void test_rope(void **state)
 		for (int mode = 0; mode < 2; mode++)
 			for (int rd = 0; rd < 2; rd++) {
 				kk_dtype dt = FLOATS[di];
-				int T = 6, H = 3, D = rd ? 128 : 64, rot = rd ? 32 : 0, R = rot ? rot : D;
-				size_t N = (size_t)T * H * D;
+				int T = 6, H = 3, D = rd ? 128 : 64, rot = rd ? 32 : 0,
+				    R = rot ? rot : D;
+				size_t N = (size_t) T * H * D;
 				int32_t pos[6];
 				double *x, *ref = hmalloc(N * 8);
 				kk_buffer *xb = up_rand(dt, N, -1, 1, &x);
@@ -875,22 +922,30 @@ static void test_rope(void **state)
 				for (int t = 0; t < T; t++)
 					for (int h = 0; h < H; h++)
 						for (int i = 0; i < R / 2; i++) {
-							double ang = pos[t] * pow(10000.0, -2.0 * i / R);
-							size_t base = ((size_t)t * H + h) * D;
-							size_t ia = mode == KK_ROPE_INTERLEAVED ? base + 2 * i : base + i;
-							size_t ib = mode == KK_ROPE_INTERLEAVED ? ia + 1 : ia + R / 2;
-							ref[ia] = x[ia] * cos(ang) - x[ib] * sin(ang);
-							ref[ib] = x[ia] * sin(ang) + x[ib] * cos(ang);
+							double ang =
+								pos[t] * pow(10000.0, -2.0 * i / R);
+							size_t base = ((size_t) t * H + h) * D;
+							size_t ia = mode == KK_ROPE_INTERLEAVED
+									    ? base + 2 * i
+									    : base + i;
+							size_t ib = mode == KK_ROPE_INTERLEAVED
+									    ? ia + 1
+									    : ia + R / 2;
+							ref[ia] =
+								x[ia] * cos(ang) - x[ib] * sin(ang);
+							ref[ib] =
+								x[ia] * sin(ang) + x[ib] * cos(ang);
 						}
 				assert_int_equal(kk_rope(be, NULL, xb, pb, T, H, D, rot, 10000.0f,
-							 (kk_rope_mode)mode, false),
+							 (kk_rope_mode) mode, false),
 						 0);
 				expect_close("rope", down(xb, N), ref, N, 2 * TOL(dt), 2 * TOL(dt));
 				/* The backward (inverse rotation) restores x. */
 				assert_int_equal(kk_rope(be, NULL, xb, pb, T, H, D, rot, 10000.0f,
-							 (kk_rope_mode)mode, true),
+							 (kk_rope_mode) mode, true),
 						 0);
-				expect_close("rope backward", down(xb, N), x, N, 4 * TOL(dt), 4 * TOL(dt));
+				expect_close("rope backward", down(xb, N), x, N, 4 * TOL(dt),
+					     4 * TOL(dt));
 				teardown(NULL);
 			}
 }
@@ -909,8 +964,9 @@ static double ew_loss(void *ctx)
 	struct ew_ref *e = ctx;
 	double l = 0;
 	for (size_t i = 0; i < e->n; i++) {
-		double y = e->kind == 0 ? silu_d(e->x[i]) : e->kind == 1 ? gelu_d(e->x[i])
-									: silu_d(e->x[i]) * e->u[i];
+		double y = e->kind == 0	  ? silu_d(e->x[i])
+			   : e->kind == 1 ? gelu_d(e->x[i])
+					  : silu_d(e->x[i]) * e->u[i];
 		l += y * e->G[i];
 	}
 	return l;
@@ -924,28 +980,35 @@ static void test_activations(void **state)
 			kk_dtype dt = FLOATS[di];
 			struct ew_ref e = { .kind = kind, .n = n };
 			double *ref = hmalloc(n * 8), *gx = hmalloc(n * 8), *gu = hmalloc(n * 8);
-			kk_buffer *xb = up_rand(dt, n, -5, 5, &e.x), *ub = up_rand(dt, n, -2, 2, &e.u);
+			kk_buffer *xb = up_rand(dt, n, -5, 5, &e.x),
+				  *ub = up_rand(dt, n, -2, 2, &e.u);
 			kk_buffer *gb = up_rand(dt, n, -1, 1, &e.G), *yb = out_buf(dt, n);
 			kk_buffer *dxb = out_buf(dt, n), *dub = out_buf(dt, n);
 
 			for (size_t i = 0; i < n; i++)
-				ref[i] = kind == 0 ? silu_d(e.x[i]) : kind == 1 ? gelu_d(e.x[i])
-									 : silu_d(e.x[i]) * e.u[i];
+				ref[i] = kind == 0   ? silu_d(e.x[i])
+					 : kind == 1 ? gelu_d(e.x[i])
+						     : silu_d(e.x[i]) * e.u[i];
 			if (kind < 2)
-				assert_int_equal(kk_act_fwd(be, NULL, (kk_act)kind, yb, xb, n), 0);
+				assert_int_equal(kk_act_fwd(be, NULL, (kk_act) kind, yb, xb, n), 0);
 			else
 				assert_int_equal(kk_swiglu_fwd(be, NULL, yb, xb, ub, n), 0);
-			expect_close("activation fwd", down(yb, n), ref, n, 2 * TOL(dt), 2 * TOL(dt));
+			expect_close("activation fwd", down(yb, n), ref, n, 2 * TOL(dt),
+				     2 * TOL(dt));
 
 			fd_grad(ew_loss, &e, e.x, n, gx);
 			if (kind < 2)
-				assert_int_equal(kk_act_bwd(be, NULL, (kk_act)kind, dxb, gb, xb, n), 0);
+				assert_int_equal(
+					kk_act_bwd(be, NULL, (kk_act) kind, dxb, gb, xb, n), 0);
 			else {
 				fd_grad(ew_loss, &e, e.u, n, gu);
-				assert_int_equal(kk_swiglu_bwd(be, NULL, dxb, dub, gb, xb, ub, n), 0);
-				expect_close("swiglu dup", down(dub, n), gu, n, 2 * TOL(dt), 2 * TOL(dt));
+				assert_int_equal(kk_swiglu_bwd(be, NULL, dxb, dub, gb, xb, ub, n),
+						 0);
+				expect_close("swiglu dup", down(dub, n), gu, n, 2 * TOL(dt),
+					     2 * TOL(dt));
 			}
-			expect_close("activation bwd", down(dxb, n), gx, n, 2 * TOL(dt), 2 * TOL(dt));
+			expect_close("activation bwd", down(dxb, n), gx, n, 2 * TOL(dt),
+				     2 * TOL(dt));
 			teardown(NULL);
 		}
 }
@@ -956,9 +1019,10 @@ static void test_softmax(void **state)
 		for (int inplace = 0; inplace < 2; inplace++) {
 			kk_dtype dt = FLOATS[di];
 			int rows = 5, cols = 333;
-			size_t N = (size_t)rows * cols;
+			size_t N = (size_t) rows * cols;
 			double *x, *ref = hmalloc(N * 8);
-			kk_buffer *xb = up_rand(dt, N, -8, 8, &x), *yb = inplace ? xb : out_buf(dt, N);
+			kk_buffer *xb = up_rand(dt, N, -8, 8, &x),
+				  *yb = inplace ? xb : out_buf(dt, N);
 			for (int r = 0; r < rows; r++) {
 				double mx = -INFINITY, s = 0;
 				for (int i = 0; i < cols; i++)
@@ -1007,11 +1071,13 @@ static void test_embedding(void **state)
 
 		if (streq(KK_TEST_BACKEND, "cpu")) {
 			int32_t bad[2] = { 1, V };
-			assert_int_equal(kk_embedding_fwd(be, NULL, ob, tb, up_i32(bad, 2), 2, V, DIM),
-					 -ERANGE);
+			assert_int_equal(
+				kk_embedding_fwd(be, NULL, ob, tb, up_i32(bad, 2), 2, V, DIM),
+				-ERANGE);
 			bad[1] = -1;
-			assert_int_equal(kk_embedding_bwd(be, NULL, dtb, gb, up_i32(bad, 2), 2, V, DIM),
-					 -ERANGE);
+			assert_int_equal(
+				kk_embedding_bwd(be, NULL, dtb, gb, up_i32(bad, 2), 2, V, DIM),
+				-ERANGE);
 		}
 		teardown(NULL);
 	}
@@ -1065,13 +1131,15 @@ static void test_cross_entropy(void **state)
 			fd_grad(xent_loss, &e, e.x, T * V, g);
 			for (int i = 0; i < T * V; i++)
 				g[i] *= 0.25;
-			assert_int_equal(kk_cross_entropy_bwd(be, NULL, gb, xb, tb, T, V, 0.25f), 0);
+			assert_int_equal(kk_cross_entropy_bwd(be, NULL, gb, xb, tb, T, V, 0.25f),
+					 0);
 			expect_close("cross-entropy dlogits", down(gb, T * V), g, T * V,
 				     TOL(dt) * 0.1, 2 * TOL(dt));
 			if (streq(KK_TEST_BACKEND, "cpu")) {
 				tg[0] = V;
-				assert_int_equal(kk_cross_entropy_fwd(be, NULL, lb, xb, up_i32(tg, T), T, V),
-						 -ERANGE);
+				assert_int_equal(
+					kk_cross_entropy_fwd(be, NULL, lb, xb, up_i32(tg, T), T, V),
+					-ERANGE);
 			}
 			teardown(NULL);
 		}
@@ -1086,10 +1154,15 @@ static void test_adamw(void **state)
 	for (size_t di = 0; di < 3; di++) {
 		kk_dtype dt = FLOATS[di];
 		double *w, *m, *v, *p = hmalloc(n * 8);
-		kk_buffer *wb = up_rand(KK_F32, n, -1, 1, &w), *mb = up_rand(KK_F32, n, -.1, .1, &m);
+		kk_buffer *wb = up_rand(KK_F32, n, -1, 1, &w),
+			  *mb = up_rand(KK_F32, n, -.1, .1, &m);
 		kk_buffer *vb = up_rand(KK_F32, n, 0.001, 0.01, &v), *pb = out_buf(dt, n);
-		kk_adamw_params ap = { .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-				       .weight_decay = 0.1f, .grad_scale = 0.5f };
+		kk_adamw_params ap = { .lr = 1e-2f,
+				       .beta1 = 0.9f,
+				       .beta2 = 0.95f,
+				       .eps = 1e-8f,
+				       .weight_decay = 0.1f,
+				       .grad_scale = 0.5f };
 		for (int step = 1; step <= 3; step++) {
 			double *g;
 			kk_buffer *gb = up_rand(dt, n, -1, 1, &g);
@@ -1099,7 +1172,8 @@ static void test_adamw(void **state)
 				double gi = g[i] * 0.5;
 				m[i] = 0.9 * m[i] + 0.1 * gi;
 				v[i] = 0.95 * v[i] + 0.05 * gi * gi;
-				double mh = m[i] / (1 - pow(0.9, step)), vh = v[i] / (1 - pow(0.95, step));
+				double mh = m[i] / (1 - pow(0.9, step)),
+				       vh = v[i] / (1 - pow(0.95, step));
 				w[i] -= 1e-2 * (mh / (sqrt(vh) + 1e-8) + 0.1 * w[i]);
 				p[i] = w[i];
 			}
@@ -1130,14 +1204,14 @@ static void test_grad_norm_clip(void **state)
 	expect_close("grad norm", down(out, 1), &norm, 1, 0, 1e-5);
 
 	/* Above the limit: every buffer scales by max/(norm + 1e-6). */
-	assert_int_equal(kk_grad_clip(be, NULL, bufs, 3, (float)(norm / 4), &got), 0);
+	assert_int_equal(kk_grad_clip(be, NULL, bufs, 3, (float) (norm / 4), &got), 0);
 	assert_true(fabs(got - norm) <= 1e-5 * norm);
 	for (int i = 0; i < 3; i++) {
 		double *ref = hmalloc(sizes[i] * 8);
 		for (size_t j = 0; j < sizes[i]; j++)
 			ref[j] = h[i][j] * (norm / 4) / (norm + 1e-6);
-		expect_close("clipped grads", down(bufs[i], sizes[i]), ref, sizes[i], 2 * TOL(FLOATS[i]),
-			     2 * TOL(FLOATS[i]));
+		expect_close("clipped grads", down(bufs[i], sizes[i]), ref, sizes[i],
+			     2 * TOL(FLOATS[i]), 2 * TOL(FLOATS[i]));
 	}
 	/* Below the limit: untouched. */
 	double *before = down(bufs[1], sizes[1]);
@@ -1210,7 +1284,7 @@ static void test_sample(void **state)
 {
 	enum { R = 64, V = 1000 };
 	const kk_sampling cases[] = {
-		{ 0, 0, 1, 1 },	     { 0.8f, 0, 1, 7 },	  { 1.0f, 5, 1, 8 },
+		{ 0, 0, 1, 1 },	      { 0.8f, 0, 1, 7 },      { 1.0f, 5, 1, 8 },
 		{ 1.2f, 0, 0.5f, 9 }, { 0.7f, 40, 0.9f, 10 }, { 1.0f, 1, 1, 11 },
 	};
 	for (size_t di = 0; di < 3; di++) {
@@ -1223,10 +1297,11 @@ static void test_sample(void **state)
 			assert_int_equal(kk_sample(be, NULL, ib, lb, R, V, &cases[c]), 0);
 			got = down(ib, R);
 			for (int r = 0; r < R; r++)
-				mism += (int)got[r] != ref_sample(x + r * V, V, &cases[c], r);
+				mism += (int) got[r] != ref_sample(x + r * V, V, &cases[c], r);
 			/* f32 vs f64 exp may flip a draw sitting on a boundary. */
 			if (mism > 1)
-				print_message("sample case %zu: %d of %d rows differ\n", c, mism, R);
+				print_message("sample case %zu: %d of %d rows differ\n", c, mism,
+					      R);
 			assert_true(mism <= 1);
 			/* Reproducible. */
 			assert_int_equal(kk_sample(be, NULL, ib, lb, R, V, &cases[c]), 0);
@@ -1247,7 +1322,7 @@ static void test_sample(void **state)
 	assert_int_equal(kk_sample(be, NULL, ib, lb, RR, 4, &sp), 0);
 	double *ids = down(ib, RR);
 	for (int r = 0; r < RR; r++)
-		cnt[(int)ids[r]]++;
+		cnt[(int) ids[r]]++;
 	for (int i = 0; i < 4; i++)
 		assert_true(fabs(cnt[i] / RR - probs[i]) < 0.015);
 	sp.top_k = 2;
@@ -1255,7 +1330,7 @@ static void test_sample(void **state)
 	ids = down(ib, RR);
 	memset(cnt, 0, sizeof(cnt));
 	for (int r = 0; r < RR; r++)
-		cnt[(int)ids[r]]++;
+		cnt[(int) ids[r]]++;
 	assert_true(cnt[0] == 0 && cnt[1] == 0 && fabs(cnt[3] / RR - 4.0 / 7) < 0.015);
 	sp.top_k = 0;
 	sp.top_p = 0.65f; /* 0.4 + 0.3 reaches it: tokens 3 and 2 */
@@ -1264,7 +1339,7 @@ static void test_sample(void **state)
 	ids = down(ib, RR);
 	memset(cnt, 0, sizeof(cnt));
 	for (int r = 0; r < RR; r++)
-		cnt[(int)ids[r]]++;
+		cnt[(int) ids[r]]++;
 	assert_true(cnt[0] == 0 && cnt[1] == 0 && fabs(cnt[2] / RR - 3.0 / 7) < 0.015);
 
 	sp.top_k = KK_SAMPLE_TOP_K_MAX + 1;
@@ -1284,11 +1359,23 @@ static void test_bad_args(void **state)
 		  *ii = out_buf(KK_I32, 64);
 	kk_backend *other = NULL;
 	kk_stream *st = NULL;
-	kk_gemm_desc gd = { .m = 8, .n = 8, .k = 8, .alpha = 1, .a = x, .lda = 8, .b = x, .ldb = 8,
-			    .c = y, .ldc = 8 };
+	kk_gemm_desc gd = { .m = 8,
+			    .n = 8,
+			    .k = 8,
+			    .alpha = 1,
+			    .a = x,
+			    .lda = 8,
+			    .b = x,
+			    .ldb = 8,
+			    .c = y,
+			    .ldc = 8 };
 	int32_t cu[2] = { 0, 1 };
-	kk_attn_desc ad = { .n_heads = 1, .n_kv_heads = 1, .head_dim = 64, .n_seqs = 1,
-			    .total_tokens = 1, .max_seqlen = 1 };
+	kk_attn_desc ad = { .n_heads = 1,
+			    .n_kv_heads = 1,
+			    .head_dim = 64,
+			    .n_seqs = 1,
+			    .total_tokens = 1,
+			    .max_seqlen = 1 };
 
 	assert_int_equal(kk_gemm(be, NULL, NULL), -EINVAL);
 	assert_int_equal(kk_gemm(NULL, NULL, &gd), -EINVAL);
@@ -1305,7 +1392,7 @@ static void test_bad_args(void **state)
 	assert_int_equal(kk_softmax(be, NULL, y, ii, 8, 8), -EINVAL);
 	assert_int_equal(kk_softmax(be, NULL, y, x, 0, 8), -EINVAL);
 	assert_int_equal(kk_softmax(be, NULL, y, x, 8, 9), -EINVAL);
-	assert_int_equal(kk_act_fwd(be, NULL, (kk_act)7, y, x, 8), -EINVAL);
+	assert_int_equal(kk_act_fwd(be, NULL, (kk_act) 7, y, x, 8), -EINVAL);
 	assert_int_equal(kk_rope(be, NULL, y, ii, 1, 1, 64, 3, 1e4f, KK_ROPE_HALF, false), -EINVAL);
 
 	/* Attention shapes. */
@@ -1351,12 +1438,27 @@ static void test_not_supported(void **state)
 	double *h;
 	kk_buffer *x = up_rand(KK_F32, 4096, -1, 1, &h), *y = out_buf(KK_F32, 4096);
 	kk_buffer *ii = up_i32((int32_t[]){ 0, 1 }, 2);
-	kk_attn_desc ad = { .n_heads = 1, .n_kv_heads = 1, .head_dim = 64, .n_seqs = 1,
-			    .total_tokens = 1, .max_seqlen = 1, .cu_seqlens = ii };
-	kk_gemm_desc gd = { .m = 8, .n = 8, .k = 8, .alpha = 1, .a = x, .lda = 8, .b = x, .ldb = 8,
-			    .c = y, .ldc = 8 };
+	kk_attn_desc ad = { .n_heads = 1,
+			    .n_kv_heads = 1,
+			    .head_dim = 64,
+			    .n_seqs = 1,
+			    .total_tokens = 1,
+			    .max_seqlen = 1,
+			    .cu_seqlens = ii };
+	kk_gemm_desc gd = { .m = 8,
+			    .n = 8,
+			    .k = 8,
+			    .alpha = 1,
+			    .a = x,
+			    .lda = 8,
+			    .b = x,
+			    .ldb = 8,
+			    .c = y,
+			    .ldc = 8 };
 	kk_sampling sp = { 0, 0, 1, 1 };
-	kk_adamw_params ap = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .step = 1 };
+	kk_adamw_params ap = {
+		.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .step = 1
+	};
 	char id[KK_COMM_ID_BYTES];
 
 	/* Every op slot cleared: the calls must fail cleanly, not crash. */
@@ -1411,7 +1513,7 @@ static void test_backend_select(void **state)
 /* Rank r's contribution: values exact in bf16/f16 so sums are exact. */
 static float coll_val(int rank, size_t i)
 {
-	return (float)(rank + 1) + (float)(i % 7) * 0.125f - 0.5f;
+	return (float) (rank + 1) + (float) (i % 7) * 0.125f - 0.5f;
 }
 
 static int coll_rank(const char *id, int rank, int world, kk_dtype dt)
@@ -1439,30 +1541,31 @@ static int coll_rank(const char *id, int rank, int world, kk_dtype dt)
 	CK(kk_buffer_alloc(b, dt, N * world, &g));
 
 	/* Uploads f[0..n) into buf as dt. */
-#define PUT(buf, f, n)                                                                 \
-	do {                                                                           \
-		CK(kk_convert_host(dt, raw, KK_F32, f, n));                            \
-		CK(kk_buffer_upload(b, NULL, buf, 0, dt == KK_F32 ? (void *)f : raw, \
-				    kk_dtype_size(dt, n)));                            \
+#define PUT(buf, f, n)                                                                \
+	do {                                                                          \
+		CK(kk_convert_host(dt, raw, KK_F32, f, n));                           \
+		CK(kk_buffer_upload(b, NULL, buf, 0, dt == KK_F32 ? (void *) f : raw, \
+				    kk_dtype_size(dt, n)));                           \
 	} while (0)
-#define GET(buf, f, n)                                                                     \
-	do {                                                                               \
-		CK(kk_buffer_download(b, NULL, buf, 0, dt == KK_F32 ? (void *)f : raw,    \
-				      kk_dtype_size(dt, n)));                              \
-		if (dt != KK_F32)                                                          \
-			CK(kk_convert_host(KK_F32, f, dt, raw, n));                        \
+#define GET(buf, f, n)                                                                  \
+	do {                                                                            \
+		CK(kk_buffer_download(b, NULL, buf, 0, dt == KK_F32 ? (void *) f : raw, \
+				      kk_dtype_size(dt, n)));                           \
+		if (dt != KK_F32)                                                       \
+			CK(kk_convert_host(KK_F32, f, dt, raw, n));                     \
 	} while (0)
 
-	for (size_t i = 0; i < (size_t)N * world; i++)
+	for (size_t i = 0; i < (size_t) N * world; i++)
 		hs[i] = coll_val(rank, i);
 	PUT(s, hs, N * world);
 	for (int op = 0; op < 3; op++) {
-		CK(kk_all_reduce(c, NULL, r, s, N, (kk_reduce_op)op));
+		CK(kk_all_reduce(c, NULL, r, s, N, (kk_reduce_op) op));
 		GET(r, hr, N);
 		for (size_t i = 0; i < N; i++) {
 			double want = 0;
 			for (int k = 0; k < world; k++)
-				want = op == KK_MAX ? fmax(want, coll_val(k, i)) : want + coll_val(k, i);
+				want = op == KK_MAX ? fmax(want, coll_val(k, i))
+						    : want + coll_val(k, i);
 			if (op == KK_AVG)
 				want /= world;
 			bad += fabs(hr[i] - want) > 1e-2 * fabs(want) + 1e-6;
@@ -1472,7 +1575,8 @@ static int coll_rank(const char *id, int rank, int world, kk_dtype dt)
 	CK(kk_all_reduce(c, NULL, s, s, N, KK_SUM));
 	GET(s, hr, N);
 	for (size_t i = 0; i < N; i++)
-		bad += hr[i] != (float)(world * (world + 1) / 2) + world * ((float)(i % 7) * 0.125f - 0.5f);
+		bad += hr[i] != (float) (world * (world + 1) / 2) +
+					world * ((float) (i % 7) * 0.125f - 0.5f);
 	PUT(s, hs, N * world);
 
 	CK(kk_reduce_scatter(c, NULL, r, s, N, KK_SUM));
@@ -1566,7 +1670,10 @@ static int run_suite(void)
 {
 	const char *seed = getenv("KK_TEST_SEED");
 	int r;
-#define T(fn) { #fn, run_one, NULL, teardown, (void *)(fn) }
+#define T(fn)                                               \
+	{                                                   \
+#fn, run_one, NULL, teardown, (void *) (fn) \
+	}
 	const struct CMUnitTest tests[] = {
 		T(test_buffers),
 		T(test_cast_scale),
@@ -1592,18 +1699,17 @@ static int run_suite(void)
 	};
 
 #undef T
-	rng = seed ? strtoull(seed, NULL, 0) : (uint64_t)time(NULL) * 2654435761u + getpid();
+	rng = seed ? strtoull(seed, NULL, 0) : (uint64_t) time(NULL) * 2654435761u + getpid();
 	if (!rng)
 		rng = 1;
-	printf("# backend %s, KK_TEST_SEED=%llu\n", KK_TEST_BACKEND, (unsigned long long)rng);
+	printf("# backend %s, KK_TEST_SEED=%llu\n", KK_TEST_BACKEND, (unsigned long long) rng);
 	fflush(stdout);
 
 	unsetenv("KILN_BACKEND"); /* this binary tests one named backend */
 	r = kk_backend_available(KK_TEST_BACKEND);
 	if (r <= 0)
-		snprintf(skip_reason, sizeof(skip_reason),
-			 "backend %s not available (%s)", KK_TEST_BACKEND,
-			 r == 0 ? "not built in or no device" : "unknown");
+		snprintf(skip_reason, sizeof(skip_reason), "backend %s not available (%s)",
+			 KK_TEST_BACKEND, r == 0 ? "not built in or no device" : "unknown");
 	else if ((r = kk_backend_open(KK_TEST_BACKEND, &be)) < 0)
 		snprintf(skip_reason, sizeof(skip_reason), "backend %s failed to open: %s",
 			 KK_TEST_BACKEND, strerror(-r));

@@ -31,17 +31,17 @@ int log_internal(int level, int error, const char *file, int line, const char *f
 
 #define log_full_errno(level, error, ...) \
 	log_internal(level, error, __FILE__, __LINE__, __func__, __VA_ARGS__)
-#define log_full(level, ...) (void)log_full_errno(level, 0, __VA_ARGS__)
+#define log_full(level, ...) (void) log_full_errno(level, 0, __VA_ARGS__)
 
-#define log_debug(...) log_full(LOG_DEBUG, __VA_ARGS__)
-#define log_info(...) log_full(LOG_INFO, __VA_ARGS__)
-#define log_notice(...) log_full(LOG_NOTICE, __VA_ARGS__)
+#define log_debug(...)	 log_full(LOG_DEBUG, __VA_ARGS__)
+#define log_info(...)	 log_full(LOG_INFO, __VA_ARGS__)
+#define log_notice(...)	 log_full(LOG_NOTICE, __VA_ARGS__)
 #define log_warning(...) log_full(LOG_WARNING, __VA_ARGS__)
-#define log_error(...) log_full(LOG_ERR, __VA_ARGS__)
-#define log_crit(...) log_full(LOG_CRIT, __VA_ARGS__)
+#define log_error(...)	 log_full(LOG_ERR, __VA_ARGS__)
+#define log_crit(...)	 log_full(LOG_CRIT, __VA_ARGS__)
 
-#define log_debug_errno(e, ...) log_full_errno(LOG_DEBUG, e, __VA_ARGS__)
-#define log_info_errno(e, ...) log_full_errno(LOG_INFO, e, __VA_ARGS__)
-#define log_notice_errno(e, ...) log_full_errno(LOG_NOTICE, e, __VA_ARGS__)
+#define log_debug_errno(e, ...)	  log_full_errno(LOG_DEBUG, e, __VA_ARGS__)
+#define log_info_errno(e, ...)	  log_full_errno(LOG_INFO, e, __VA_ARGS__)
+#define log_notice_errno(e, ...)  log_full_errno(LOG_NOTICE, e, __VA_ARGS__)
 #define log_warning_errno(e, ...) log_full_errno(LOG_WARNING, e, __VA_ARGS__)
-#define log_error_errno(e, ...) log_full_errno(LOG_ERR, e, __VA_ARGS__)
+#define log_error_errno(e, ...)	  log_full_errno(LOG_ERR, e, __VA_ARGS__)

@@ -11,44 +11,44 @@
 #include <string.h>
 #include <unistd.h>
 
-#define _cleanup_(f) __attribute__((cleanup(f)))
-#define _unused_ __attribute__((unused))
+#define _cleanup_(f)   __attribute__((cleanup(f)))
+#define _unused_       __attribute__((unused))
 #define _printf_(a, b) __attribute__((format(printf, a, b)))
-#define _noreturn_ __attribute__((noreturn))
-#define _likely_(x) __builtin_expect(!!(x), 1)
-#define _unlikely_(x) __builtin_expect(!!(x), 0)
+#define _noreturn_     __attribute__((noreturn))
+#define _likely_(x)    __builtin_expect(!!(x), 1)
+#define _unlikely_(x)  __builtin_expect(!!(x), 0)
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define MIN(a, b) ((a) < (b) ? (a) : (b))
-#define MAX(a, b) ((a) > (b) ? (a) : (b))
-#define CLAMP(x, lo, hi) MIN(MAX(x, lo), hi)
-#define DIV_ROUND_UP(x, d) (((x) + (d) - 1) / (d))
+#define ARRAY_SIZE(a)	   (sizeof(a) / sizeof((a)[0]))
+#define MIN(a, b)	   ((a) < (b) ? (a) : (b))
+#define MAX(a, b)	   ((a) > (b) ? (a) : (b))
+#define CLAMP(x, lo, hi)   MIN(MAX(x, lo), hi)
+#define DIV_ROUND_UP(x, d) (((x) + (d) -1) / (d))
 
 /* Take ownership of a pointer or fd, leaving NULL / -1 behind. */
-#define TAKE_PTR(p)                          \
-	({                                   \
-		__typeof__(p) _tp_ = (p);    \
-		(p) = NULL;                  \
-		_tp_;                        \
+#define TAKE_PTR(p)                       \
+	({                                \
+		__typeof__(p) _tp_ = (p); \
+		(p) = NULL;               \
+		_tp_;                     \
 	})
-#define TAKE_FD(fd)                  \
-	({                           \
-		int _tfd_ = (fd);    \
-		(fd) = -1;           \
-		_tfd_;               \
+#define TAKE_FD(fd)               \
+	({                        \
+		int _tfd_ = (fd); \
+		(fd) = -1;        \
+		_tfd_;            \
 	})
 
 /* Public entry points check their arguments and return an error code
  * instead of crashing. */
-#define assert_return(expr, r)              \
-	do {                                \
-		if (_unlikely_(!(expr)))    \
-			return (r);         \
+#define assert_return(expr, r)           \
+	do {                             \
+		if (_unlikely_(!(expr))) \
+			return (r);      \
 	} while (0)
 
 static inline void freep(void *p)
 {
-	free(*(void **)p);
+	free(*(void **) p);
 }
 static inline void closep(int *fd)
 {
@@ -77,18 +77,18 @@ static inline void strv_freep(char ***v)
 	strv_free(*v);
 }
 
-#define _cleanup_free_ _cleanup_(freep)
-#define _cleanup_close_ _cleanup_(closep)
-#define _cleanup_fclose_ _cleanup_(fclosep)
+#define _cleanup_free_	    _cleanup_(freep)
+#define _cleanup_close_	    _cleanup_(closep)
+#define _cleanup_fclose_    _cleanup_(fclosep)
 #define _cleanup_strv_free_ _cleanup_(strv_freep)
 
 /* DEFINE_TRIVIAL_CLEANUP_FUNC(kiln_cfg *, kiln_cfg_free) defines
  * kiln_cfg_freep() for use with _cleanup_(). */
-#define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func)   \
-	static inline void func##p(type *p)       \
-	{                                         \
-		if (*p)                           \
-			func(*p);                 \
+#define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func) \
+	static inline void func##p(type *p)     \
+	{                                       \
+		if (*p)                         \
+			func(*p);               \
 	}
 
 static inline int streq(const char *a, const char *b)

@@ -21,10 +21,10 @@ int kiln_parse_bool(const char *s, bool *ret);
 /* Durations: "90", "90s", "1500ms", "5m", "1h30m", "2d", "1.5h", "infinite"
  * (-> UINT64_MAX).  A bare number is in units of default_unit_usec
  * (e.g. KILN_USEC_PER_SEC).  Result in microseconds. */
-#define KILN_USEC_PER_MSEC 1000ULL
-#define KILN_USEC_PER_SEC 1000000ULL
+#define KILN_USEC_PER_MSEC   1000ULL
+#define KILN_USEC_PER_SEC    1000000ULL
 #define KILN_USEC_PER_MINUTE (60ULL * KILN_USEC_PER_SEC)
-#define KILN_USEC_INFINITY UINT64_MAX
+#define KILN_USEC_INFINITY   UINT64_MAX
 int kiln_parse_duration(const char *s, uint64_t default_unit_usec, uint64_t *ret_usec);
 /* Formats a duration compactly ("1h30m", "250ms", "infinite"). */
 char *kiln_format_duration(char *buf, size_t len, uint64_t usec);

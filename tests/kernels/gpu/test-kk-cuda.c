@@ -50,7 +50,7 @@ static float frand(void) /* uniform in [-1, 1), never exactly 0 */
 	rng_state ^= rng_state << 13;
 	rng_state ^= rng_state >> 7;
 	rng_state ^= rng_state << 17;
-	float f = (float)((rng_state >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+	float f = (float) ((rng_state >> 40) & 0xffffff) / 8388608.0f - 1.0f;
 	return f == 0.0f ? 0.5f : f;
 }
 static float *rand_vec(size_t n, float scale)
@@ -125,7 +125,7 @@ static float *get(const pair *p, int s)
 			out[i] = NAN;
 	} else if (p->dt == KK_I32) {
 		for (size_t i = 0; i < p->n; i++)
-			out[i] = (float)((int32_t *)tmp)[i];
+			out[i] = (float) ((int32_t *) tmp)[i];
 	} else {
 		kk_convert_host(KK_F32, out, p->dt, tmp, p->n);
 	}
@@ -159,7 +159,7 @@ static int close_enough(const float *got, const double *want, size_t n, tol t, c
 	size_t bad = 0, worst = 0;
 	double worst_ex = 0;
 	for (size_t i = 0; i < n; i++) {
-		double d = fabs((double)got[i] - want[i]);
+		double d = fabs((double) got[i] - want[i]);
 		double lim = t.atol + t.rtol * fabs(want[i]);
 		if (!(d <= lim)) {
 			double ex = isnan(d) ? INFINITY : d / lim;
@@ -196,17 +196,17 @@ static int vs_ref(const pair *p, const double *ref, tol t, const char *what)
 	return ok;
 }
 
-#define BOTH(r, call)                                          \
-	do {                                                   \
-		for (int side = 0; side < 2; side++) {         \
-			kk_backend *be = be_side[side];        \
-			int _r = (call);                       \
-			(void)be;                              \
-			if (_r < 0) {                          \
+#define BOTH(r, call)                                                           \
+	do {                                                                    \
+		for (int side = 0; side < 2; side++) {                          \
+			kk_backend *be = be_side[side];                         \
+			int _r = (call);                                        \
+			(void) be;                                              \
+			if (_r < 0) {                                           \
 				printf("# side %d: %s\n", side, strerror(-_r)); \
-				r = _r;                        \
-			}                                      \
-		}                                              \
+				r = _r;                                         \
+			}                                                       \
+		}                                                               \
 	} while (0)
 #define S(p) ((p).b[side])
 
@@ -214,43 +214,60 @@ static const kk_dtype FLOAT_DTS[] = { KK_F32, KK_BF16, KK_F16 };
 
 /* ---- GEMM ---------------------------------------------------------------- */
 
-static void test_gemm(kk_dtype dt, kk_dtype cdt, bool ta, bool tb, int64_t batch,
-                      kk_epilogue epi, bool with_bias)
+static void test_gemm(kk_dtype dt, kk_dtype cdt, bool ta, bool tb, int64_t batch, kk_epilogue epi,
+		      bool with_bias)
 {
 	const int64_t m = 67, n = 96, k = 160;
 	int64_t nb = batch ? batch : 1;
-	size_t na = (size_t)(m * k * nb), nbb = (size_t)(k * n * nb), nc = (size_t)(m * n * nb);
+	size_t na = (size_t) (m * k * nb), nbb = (size_t) (k * n * nb), nc = (size_t) (m * n * nb);
 	float *ha = rand_vec(na, 1), *hb = rand_vec(nbb, 1), *hc = rand_vec(nc, 1),
-	      *hbias = rand_vec((size_t)n, 1);
+	      *hbias = rand_vec((size_t) n, 1);
 	round_to(dt, ha, na);
 	round_to(dt, hb, nbb);
 	round_to(cdt, hc, nc);
-	round_to(cdt, hbias, (size_t)n);
+	round_to(cdt, hbias, (size_t) n);
 	pair a = mk(dt, na, ha), b = mk(dt, nbb, hb), c = mk(cdt, nc, hc),
-	     bias = mk(cdt, (size_t)n, hbias);
+	     bias = mk(cdt, (size_t) n, hbias);
 	float alpha = 0.75f, beta = 0.5f;
 	int r = 0;
 	BOTH(r, kk_gemm(be, NULL,
-	                &(kk_gemm_desc){ .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
-	                                 .batch = batch, .alpha = alpha, .beta = beta,
-	                                 .a = S(a), .lda = ta ? m : k, .stride_a = m * k,
-	                                 .b = S(b), .ldb = tb ? k : n, .stride_b = k * n,
-	                                 .c = S(c), .ldc = n, .stride_c = m * n,
-	                                 .bias = with_bias ? S(bias) : NULL, .epilogue = epi }));
+			&(kk_gemm_desc){ .trans_a = ta,
+					 .trans_b = tb,
+					 .m = m,
+					 .n = n,
+					 .k = k,
+					 .batch = batch,
+					 .alpha = alpha,
+					 .beta = beta,
+					 .a = S(a),
+					 .lda = ta ? m : k,
+					 .stride_a = m * k,
+					 .b = S(b),
+					 .ldb = tb ? k : n,
+					 .stride_b = k * n,
+					 .c = S(c),
+					 .ldc = n,
+					 .stride_c = m * n,
+					 .bias = with_bias ? S(bias) : NULL,
+					 .epilogue = epi }));
 	double *ref = malloc(nc * sizeof(double));
 	for (int64_t bi = 0; bi < nb; bi++)
 		for (int64_t i = 0; i < m; i++)
 			for (int64_t j = 0; j < n; j++) {
 				double s = 0;
 				for (int64_t l = 0; l < k; l++) {
-					double av = ta ? ha[bi * m * k + l * m + i] : ha[bi * m * k + i * k + l];
-					double bv = tb ? hb[bi * k * n + j * k + l] : hb[bi * k * n + l * n + j];
+					double av = ta ? ha[bi * m * k + l * m + i]
+						       : ha[bi * m * k + i * k + l];
+					double bv = tb ? hb[bi * k * n + j * k + l]
+						       : hb[bi * k * n + l * n + j];
 					s += av * bv;
 				}
-				size_t o = (size_t)(bi * m * n + i * n + j);
+				size_t o = (size_t) (bi * m * n + i * n + j);
 				double v = alpha * s + beta * hc[o] + (with_bias ? hbias[j] : 0);
 				if (epi == KK_EPI_GELU)
-					v = 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+					v = 0.5 * v *
+					    (1 +
+					     tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
 				else if (epi == KK_EPI_SILU)
 					v = v / (1 + exp(-v));
 				ref[o] = v;
@@ -259,7 +276,7 @@ static void test_gemm(kk_dtype dt, kk_dtype cdt, bool ta, bool tb, int64_t batch
 	tol t = tscale(tol_of(cdt), cdt == KK_F32 ? 10 : 4);
 	int ok = r >= 0 && vs_ref(&c, ref, t, "gemm vs f64") && parity(&c, t, "gemm vs cpu");
 	tap(ok, "gemm %s->%s ta=%d tb=%d batch=%lld epi=%d bias=%d (vs f64 and cpu)",
-	    kk_dtype_name(dt), kk_dtype_name(cdt), ta, tb, (long long)batch, epi, with_bias);
+	    kk_dtype_name(dt), kk_dtype_name(cdt), ta, tb, (long long) batch, epi, with_bias);
 	free(ha), free(hb), free(hc), free(hbias), free(ref);
 	unpair(&a), unpair(&b), unpair(&c), unpair(&bias);
 }
@@ -269,56 +286,57 @@ static void test_gemm(kk_dtype dt, kk_dtype cdt, bool ta, bool tb, int64_t batch
 static void test_norm(kk_dtype dt, bool layer)
 {
 	const int64_t rows = 37, dim = 1000;
-	size_t n = (size_t)(rows * dim);
-	float *hx = rand_vec(n, 1), *hr = rand_vec(n, 1), *hw = rand_vec((size_t)dim, 1),
-	      *hb = rand_vec((size_t)dim, 1), *hdy = rand_vec(n, 1), *hdr = rand_vec(n, 1);
+	size_t n = (size_t) (rows * dim);
+	float *hx = rand_vec(n, 1), *hr = rand_vec(n, 1), *hw = rand_vec((size_t) dim, 1),
+	      *hb = rand_vec((size_t) dim, 1), *hdy = rand_vec(n, 1), *hdr = rand_vec(n, 1);
 	round_to(dt, hx, n);
 	round_to(dt, hr, n);
-	round_to(dt, hw, (size_t)dim);
-	round_to(dt, hb, (size_t)dim);
-	pair x = mk(dt, n, hx), res = mk(dt, n, hr), w = mk(dt, (size_t)dim, hw),
-	     b = mk(dt, (size_t)dim, hb), y = mk(dt, n, NULL), h = mk(dt, n, NULL),
-	     mean = mk(KK_F32, (size_t)rows, NULL), rstd = mk(KK_F32, (size_t)rows, NULL),
+	round_to(dt, hw, (size_t) dim);
+	round_to(dt, hb, (size_t) dim);
+	pair x = mk(dt, n, hx), res = mk(dt, n, hr), w = mk(dt, (size_t) dim, hw),
+	     b = mk(dt, (size_t) dim, hb), y = mk(dt, n, NULL), h = mk(dt, n, NULL),
+	     mean = mk(KK_F32, (size_t) rows, NULL), rstd = mk(KK_F32, (size_t) rows, NULL),
 	     dy = mk(dt, n, hdy), dres = mk(dt, n, hdr), dx = mk(dt, n, NULL);
 	float zeros[1000] = { 0 };
-	pair dw = mk(KK_F32, (size_t)dim, zeros), db = mk(KK_F32, (size_t)dim, zeros);
+	pair dw = mk(KK_F32, (size_t) dim, zeros), db = mk(KK_F32, (size_t) dim, zeros);
 	int r = 0;
 	if (layer)
 		BOTH(r, kk_layernorm_fwd(be, NULL, S(y), S(h), S(mean), S(rstd), S(x), S(res), S(w),
-		                         S(b), rows, dim, 1e-5f));
+					 S(b), rows, dim, 1e-5f));
 	else
 		BOTH(r, kk_rmsnorm_fwd(be, NULL, S(y), S(h), S(rstd), S(x), S(res), S(w), rows, dim,
-		                       1e-5f));
+				       1e-5f));
 	/* f64 reference of the forward. */
 	double *ref = malloc(n * sizeof(double));
 	for (int64_t i = 0; i < rows; i++) {
 		double mu = 0, ss = 0;
 		for (int64_t j = 0; j < dim; j++)
-			mu += (double)hx[i * dim + j] + hr[i * dim + j];
+			mu += (double) hx[i * dim + j] + hr[i * dim + j];
 		mu = layer ? mu / dim : 0;
 		for (int64_t j = 0; j < dim; j++) {
-			double hv = (double)hx[i * dim + j] + hr[i * dim + j] - mu;
+			double hv = (double) hx[i * dim + j] + hr[i * dim + j] - mu;
 			ss += hv * hv;
 		}
 		double rs = 1 / sqrt(ss / dim + 1e-5);
 		for (int64_t j = 0; j < dim; j++)
-			ref[i * dim + j] = ((double)hx[i * dim + j] + hr[i * dim + j] - mu) * rs * hw[j] +
-			                   (layer ? hb[j] : 0);
+			ref[i * dim + j] =
+				((double) hx[i * dim + j] + hr[i * dim + j] - mu) * rs * hw[j] +
+				(layer ? hb[j] : 0);
 	}
 	tol t = tscale(tol_of(dt), 2);
 	int ok = r >= 0 && vs_ref(&y, ref, t, "y vs f64") && parity(&y, t, "y") &&
-	         parity(&h, tol_of(dt), "residual_out") && parity(&rstd, tol_of(KK_F32), "rstd") &&
-	         (!layer || parity(&mean, tol_of(KK_F32), "mean"));
+		 parity(&h, tol_of(dt), "residual_out") && parity(&rstd, tol_of(KK_F32), "rstd") &&
+		 (!layer || parity(&mean, tol_of(KK_F32), "mean"));
 	tap(ok, "%s forward %s with residual (vs f64 and cpu)", layer ? "layernorm" : "rmsnorm",
 	    kk_dtype_name(dt));
 
 	r = 0;
 	if (layer)
 		BOTH(r, kk_layernorm_bwd(be, NULL, S(dx), S(dw), S(db), S(dy), S(dres), S(h), S(w),
-		                         S(mean), S(rstd), rows, dim));
+					 S(mean), S(rstd), rows, dim));
 	else
 		BOTH(r, kk_rmsnorm_bwd(be, NULL, S(dx), S(dw), S(dy), S(dres), S(h), S(w), S(rstd),
-		                       rows, dim));
+				       rows, dim));
 	ok = r >= 0 && parity(&dx, tscale(tol_of(dt), 2), "dx") &&
 	     parity(&dw, tscale(tol_of(dt), 10), "dweight") &&
 	     (!layer || parity(&db, tscale(tol_of(dt), 10), "dbias"));
@@ -335,7 +353,7 @@ static void test_rope(kk_dtype dt, kk_rope_mode mode)
 {
 	const int64_t tokens = 50;
 	const int heads = 4, hd = 64, rot = 48;
-	size_t n = (size_t)tokens * heads * hd;
+	size_t n = (size_t) tokens * heads * hd;
 	float *hx = rand_vec(n, 1);
 	int32_t pos[50];
 	for (int i = 0; i < 50; i++)
@@ -367,8 +385,8 @@ static void test_act(kk_dtype dt)
 	for (int a = 0; a < 2; a++) {
 		int r = 0;
 		poison(&y), poison(&dx);
-		BOTH(r, kk_act_fwd(be, NULL, (kk_act)a, S(y), S(x), n));
-		BOTH(r, kk_act_bwd(be, NULL, (kk_act)a, S(dx), S(dy), S(x), n));
+		BOTH(r, kk_act_fwd(be, NULL, (kk_act) a, S(y), S(x), n));
+		BOTH(r, kk_act_bwd(be, NULL, (kk_act) a, S(dx), S(dy), S(x), n));
 		ok = ok && r >= 0 && parity(&y, tol_of(dt), "act fwd") &&
 		     parity(&dx, tol_of(dt), "act bwd");
 	}
@@ -380,7 +398,7 @@ static void test_act(kk_dtype dt)
 	BOTH(r, kk_swiglu_fwd(be, NULL, S(y), S(x), S(u), n));
 	BOTH(r, kk_swiglu_bwd(be, NULL, S(dx), S(du), S(dy), S(x), S(u), n));
 	tap(r >= 0 && parity(&y, tol_of(dt), "swiglu fwd") && parity(&dx, tol_of(dt), "dgate") &&
-	            parity(&du, tol_of(dt), "dup"),
+		    parity(&du, tol_of(dt), "dup"),
 	    "swiglu forward/backward %s vs cpu", kk_dtype_name(dt));
 	free(hx), free(hu), free(hdy);
 	unpair(&x), unpair(&u), unpair(&dy), unpair(&y), unpair(&dx), unpair(&du);
@@ -389,12 +407,12 @@ static void test_act(kk_dtype dt)
 static void test_softmax_xent(kk_dtype dt)
 {
 	const int64_t rows = 33, cols = 5003;
-	size_t n = (size_t)(rows * cols);
+	size_t n = (size_t) (rows * cols);
 	float *hx = rand_vec(n, 8);
 	round_to(dt, hx, n);
 	int32_t tg[33];
 	for (int i = 0; i < 33; i++)
-		tg[i] = i == 5 ? -1 : (i * 7919) % (int)cols; /* row 5 ignored */
+		tg[i] = i == 5 ? -1 : (i * 7919) % (int) cols; /* row 5 ignored */
 	pair x = mk(dt, n, hx), y = mk(dt, n, NULL), t = mk(KK_I32, 33, tg),
 	     loss = mk(KK_F32, 33, NULL);
 	int r = 0;
@@ -416,7 +434,7 @@ static void test_softmax_xent(kk_dtype dt)
 	r = 0;
 	BOTH(r, kk_cross_entropy_fwd(be, NULL, S(loss), S(x), S(t), rows, cols));
 	int ok = r >= 0 && vs_ref(&loss, lref, tol_of(KK_F32), "xent vs f64") &&
-	         parity(&loss, tol_of(KK_F32), "xent");
+		 parity(&loss, tol_of(KK_F32), "xent");
 	r = 0;
 	poison(&y);
 	BOTH(r, kk_cross_entropy_bwd(be, NULL, S(y), S(x), S(t), rows, cols, 1.0f / 32));
@@ -430,19 +448,20 @@ static void test_softmax_xent(kk_dtype dt)
 static void test_embedding(kk_dtype dt)
 {
 	const int64_t vocab = 300, dim = 96, tokens = 77;
-	float *ht = rand_vec((size_t)(vocab * dim), 1), *hd = rand_vec((size_t)(tokens * dim), 1);
+	float *ht = rand_vec((size_t) (vocab * dim), 1), *hd = rand_vec((size_t) (tokens * dim), 1);
 	int32_t ids[77];
 	for (int i = 0; i < 77; i++)
 		ids[i] = (i * 31) % 40; /* repeats: the backward must accumulate */
-	float *zeros = calloc((size_t)(vocab * dim), sizeof(float));
-	pair tab = mk(dt, (size_t)(vocab * dim), ht), id = mk(KK_I32, 77, ids),
-	     out = mk(dt, (size_t)(tokens * dim), NULL), dout = mk(dt, (size_t)(tokens * dim), hd),
-	     dtab = mk(KK_F32, (size_t)(vocab * dim), zeros);
+	float *zeros = calloc((size_t) (vocab * dim), sizeof(float));
+	pair tab = mk(dt, (size_t) (vocab * dim), ht), id = mk(KK_I32, 77, ids),
+	     out = mk(dt, (size_t) (tokens * dim), NULL),
+	     dout = mk(dt, (size_t) (tokens * dim), hd),
+	     dtab = mk(KK_F32, (size_t) (vocab * dim), zeros);
 	int r = 0;
 	BOTH(r, kk_embedding_fwd(be, NULL, S(out), S(tab), S(id), tokens, vocab, dim));
 	BOTH(r, kk_embedding_bwd(be, NULL, S(dtab), S(dout), S(id), tokens, vocab, dim));
 	tap(r >= 0 && parity(&out, (tol){ 0, 0 }, "embedding fwd") &&
-	            parity(&dtab, tol_of(KK_F32), "embedding bwd"),
+		    parity(&dtab, tol_of(KK_F32), "embedding bwd"),
 	    "embedding forward (exact) and backward (accumulated) %s vs cpu", kk_dtype_name(dt));
 	free(ht), free(hd), free(zeros);
 	unpair(&tab), unpair(&id), unpair(&out), unpair(&dout), unpair(&dtab);
@@ -459,12 +478,18 @@ static void test_adamw(kk_dtype gdt)
 		hv[i] = fabsf(hv[i]);
 	pair master = mk(KK_F32, n, hm), g = mk(gdt, n, hg), m = mk(KK_F32, n, hmm),
 	     v = mk(KK_F32, n, hv), p = mk(KK_BF16, n, NULL);
-	kk_adamw_params ap = { .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-		               .weight_decay = 0.1f, .step = 3, .grad_scale = 0.5f };
+	kk_adamw_params ap = { .lr = 1e-2f,
+			       .beta1 = 0.9f,
+			       .beta2 = 0.95f,
+			       .eps = 1e-8f,
+			       .weight_decay = 0.1f,
+			       .step = 3,
+			       .grad_scale = 0.5f };
 	int r = 0;
 	BOTH(r, kk_adamw(be, NULL, S(master), S(p), S(g), S(m), S(v), n, &ap));
-	tap(r >= 0 && parity(&master, tol_of(KK_F32), "master") && parity(&m, tol_of(KK_F32), "m") &&
-	            parity(&v, tol_of(KK_F32), "v") && parity(&p, tol_of(KK_BF16), "bf16 copy"),
+	tap(r >= 0 && parity(&master, tol_of(KK_F32), "master") &&
+		    parity(&m, tol_of(KK_F32), "m") && parity(&v, tol_of(KK_F32), "v") &&
+		    parity(&p, tol_of(KK_BF16), "bf16 copy"),
 	    "adamw step (grads %s, bf16 copy) vs cpu", kk_dtype_name(gdt));
 
 	/* grad norm over three buffers of mixed dtypes, then clipping. */
@@ -474,8 +499,8 @@ static void test_adamw(kk_dtype gdt)
 	int ok = r >= 0 && parity(&out, tol_of(KK_F32), "grad norm");
 	float norms[2] = { 0, 0 };
 	for (int side = 0; side < 2; side++) {
-		int rr = kk_grad_clip(be_side[side], NULL, (kk_buffer *[]){ g.b[side], g2.b[side] }, 2,
-		                      1.0f, &norms[side]);
+		int rr = kk_grad_clip(be_side[side], NULL, (kk_buffer *[]){ g.b[side], g2.b[side] },
+				      2, 1.0f, &norms[side]);
 		if (rr < 0)
 			ok = 0;
 	}
@@ -495,9 +520,9 @@ static void test_sample(kk_dtype dt)
 	 * 8 rows instead of 64: each row is ~100 block-wide passes there. */
 	const char *small = getenv("KILN_TEST_SMALL");
 	const int64_t rows = small && streq(small, "1") ? 8 : 64, vocab = 32003;
-	size_t n = (size_t)(rows * vocab);
+	size_t n = (size_t) (rows * vocab);
 	float *hl = rand_vec(n, 6);
-	pair l = mk(dt, n, hl), ids = mk(KK_I32, (size_t)rows, NULL);
+	pair l = mk(dt, n, hl), ids = mk(KK_I32, (size_t) rows, NULL);
 	const kk_sampling cases[] = {
 		{ .temperature = 0, .seed = 1 },
 		{ .temperature = 0.8f, .top_k = 0, .top_p = 1.0f, .seed = 42 },
@@ -520,9 +545,9 @@ static void test_sample(kk_dtype dt)
 			valid = valid && b[i] >= 0 && b[i] < vocab;
 		}
 		/* Rounding may move a draw that lands on a boundary; allow 2 rows. */
-		int need = cases[c].temperature == 0 ? (int)rows : (int)rows - 2;
+		int need = cases[c].temperature == 0 ? (int) rows : (int) rows - 2;
 		if (same < need)
-			printf("# %d of %lld rows equal to cpu\n", same, (long long)rows);
+			printf("# %d of %lld rows equal to cpu\n", same, (long long) rows);
 		tap(r >= 0 && valid && repro && same >= need,
 		    "sample %s T=%.1f top_k=%d top_p=%.2f: reproducible, matches cpu",
 		    kk_dtype_name(dt), cases[c].temperature, cases[c].top_k, cases[c].top_p);
@@ -537,9 +562,9 @@ static void test_sample(kk_dtype dt)
 static void test_quant(kk_dtype qt, int group, kk_dtype xdt)
 {
 	const int64_t n = 200, k = 512;
-	float *hw = rand_vec((size_t)(n * k), 1), *hb = rand_vec((size_t)n, 1);
-	pair w = mk(xdt, (size_t)(n * k), hw), wd = mk(xdt, (size_t)(n * k), NULL),
-	     bias = mk(KK_F32, (size_t)n, hb);
+	float *hw = rand_vec((size_t) (n * k), 1), *hb = rand_vec((size_t) n, 1);
+	pair w = mk(xdt, (size_t) (n * k), hw), wd = mk(xdt, (size_t) (n * k), NULL),
+	     bias = mk(KK_F32, (size_t) n, hb);
 	kk_qmatrix *q[2] = { NULL, NULL };
 	int r = 0;
 	for (int s = 0; s < 2; s++) {
@@ -555,10 +580,10 @@ static void test_quant(kk_dtype qt, int group, kk_dtype xdt)
 	 * rounding tie; the scale step is max|w|/127 or /7. */
 	double step = qt == KK_I8 ? 1.0 / 127 : 1.0 / 7;
 	int ok = r >= 0 && parity(&wd, (tol){ step * 1.01 + tol_of(xdt).atol, tol_of(xdt).rtol },
-	                          "dequantized");
+				  "dequantized");
 	for (int64_t m = 1; ok && m <= 33; m += 31) {
-		float *hx = rand_vec((size_t)(m * k), 1);
-		pair x = mk(xdt, (size_t)(m * k), hx), y = mk(xdt, (size_t)(m * n), NULL);
+		float *hx = rand_vec((size_t) (m * k), 1);
+		pair x = mk(xdt, (size_t) (m * k), hx), y = mk(xdt, (size_t) (m * n), NULL);
 		for (int s = 0; s < 2; s++) {
 			int rr = kk_qgemm(be_side[s], NULL, y.b[s], x.b[s], q[s], bias.b[s], m);
 			if (rr < 0)
@@ -569,7 +594,10 @@ static void test_quant(kk_dtype qt, int group, kk_dtype xdt)
 		unpair(&x), unpair(&y);
 	}
 	tap(ok, "%s%s quantize/dequantize/qgemm (m=1, m=32) x %s vs cpu", kk_dtype_name(qt),
-	    qt == KK_Q4 ? (group == 32 ? "/g32" : group == 64 ? "/g64" : "/g128") : "",
+	    qt == KK_Q4 ? (group == 32	 ? "/g32"
+			   : group == 64 ? "/g64"
+					 : "/g128")
+			: "",
 	    kk_dtype_name(xdt));
 	for (int s = 0; s < 2; s++)
 		kk_qmatrix_free(q[s]);
@@ -580,34 +608,34 @@ static void test_quant(kk_dtype qt, int group, kk_dtype xdt)
 /* ---- attention ----------------------------------------------------------- */
 
 static void attn_ref(const float *q, const float *k, const float *v, const int32_t *cu, int ns,
-                     int hq, int hkv, int d, bool causal, double *o)
+		     int hq, int hkv, int d, bool causal, double *o)
 {
-	double scale = 1 / sqrt((double)d);
+	double scale = 1 / sqrt((double) d);
 	for (int s = 0; s < ns; s++)
 		for (int i = cu[s]; i < cu[s + 1]; i++)
 			for (int h = 0; h < hq; h++) {
 				int hk = h / (hq / hkv), kend = causal ? i + 1 : cu[s + 1];
 				double mx = -INFINITY, z = 0;
-				double *acc = calloc((size_t)d, sizeof(double));
+				double *acc = calloc((size_t) d, sizeof(double));
 				for (int j = cu[s]; j < kend; j++) {
 					double sc = 0;
 					for (int e = 0; e < d; e++)
-						sc += (double)q[((size_t)i * hq + h) * d + e] *
-						      k[((size_t)j * hkv + hk) * d + e];
+						sc += (double) q[((size_t) i * hq + h) * d + e] *
+						      k[((size_t) j * hkv + hk) * d + e];
 					mx = fmax(mx, sc * scale);
 				}
 				for (int j = cu[s]; j < kend; j++) {
 					double sc = 0;
 					for (int e = 0; e < d; e++)
-						sc += (double)q[((size_t)i * hq + h) * d + e] *
-						      k[((size_t)j * hkv + hk) * d + e];
+						sc += (double) q[((size_t) i * hq + h) * d + e] *
+						      k[((size_t) j * hkv + hk) * d + e];
 					double p = exp(sc * scale - mx);
 					z += p;
 					for (int e = 0; e < d; e++)
-						acc[e] += p * v[((size_t)j * hkv + hk) * d + e];
+						acc[e] += p * v[((size_t) j * hkv + hk) * d + e];
 				}
 				for (int e = 0; e < d; e++)
-					o[((size_t)i * hq + h) * d + e] = acc[e] / z;
+					o[((size_t) i * hq + h) * d + e] = acc[e] / z;
 				free(acc);
 			}
 }
@@ -617,19 +645,25 @@ static void test_attention(kk_dtype dt, int d, bool causal)
 	const int hq = 8, hkv = 2;
 	const int32_t cu[] = { 0, 1, 70, 107, 200 }; /* lengths 1, 69, 37, 93 */
 	const int ns = 4, T = 200, maxlen = 93;
-	size_t nq = (size_t)T * hq * d, nk = (size_t)T * hkv * d;
+	size_t nq = (size_t) T * hq * d, nk = (size_t) T * hkv * d;
 	float *hq_ = rand_vec(nq, 1), *hk = rand_vec(nk, 1), *hv = rand_vec(nk, 1),
 	      *hdo = rand_vec(nq, 1);
 	round_to(dt, hq_, nq), round_to(dt, hk, nk), round_to(dt, hv, nk);
 	pair q = mk(dt, nq, hq_), k = mk(dt, nk, hk), v = mk(dt, nk, hv), o = mk(dt, nq, NULL),
-	     lse = mk(KK_F32, (size_t)T * hq, NULL), cus = mk(KK_I32, 5, cu),
+	     lse = mk(KK_F32, (size_t) T * hq, NULL), cus = mk(KK_I32, 5, cu),
 	     dout = mk(dt, nq, hdo), dq = mk(dt, nq, NULL), dk = mk(dt, nk, NULL),
 	     dv = mk(dt, nk, NULL);
 	int r = 0;
 	for (int side = 0; side < 2; side++) {
-		kk_attn_desc ad = { .n_heads = hq, .n_kv_heads = hkv, .head_dim = d, .scale = 0,
-			            .causal = causal, .n_seqs = ns, .total_tokens = T,
-			            .max_seqlen = maxlen, .cu_seqlens = S(cus) };
+		kk_attn_desc ad = { .n_heads = hq,
+				    .n_kv_heads = hkv,
+				    .head_dim = d,
+				    .scale = 0,
+				    .causal = causal,
+				    .n_seqs = ns,
+				    .total_tokens = T,
+				    .max_seqlen = maxlen,
+				    .cu_seqlens = S(cus) };
 		int rr = kk_attention_fwd(be_side[side], NULL, &ad, S(o), S(lse), S(q), S(k), S(v));
 		if (rr < 0)
 			r = rr;
@@ -638,16 +672,22 @@ static void test_attention(kk_dtype dt, int d, bool causal)
 	attn_ref(hq_, hk, hv, cu, ns, hq, hkv, d, causal, ref);
 	tol t = tscale(tol_of(dt), 2);
 	tap(r >= 0 && vs_ref(&o, ref, t, "attention vs f64") && parity(&o, t, "attention") &&
-	            parity(&lse, tol_of(KK_F32), "lse"),
+		    parity(&lse, tol_of(KK_F32), "lse"),
 	    "attention forward %s d=%d %s varlen GQA 8/2 (vs f64 and cpu)", kk_dtype_name(dt), d,
 	    causal ? "causal" : "non-causal");
 	r = 0;
 	for (int side = 0; side < 2; side++) {
-		kk_attn_desc ad = { .n_heads = hq, .n_kv_heads = hkv, .head_dim = d, .scale = 0,
-			            .causal = causal, .n_seqs = ns, .total_tokens = T,
-			            .max_seqlen = maxlen, .cu_seqlens = S(cus) };
+		kk_attn_desc ad = { .n_heads = hq,
+				    .n_kv_heads = hkv,
+				    .head_dim = d,
+				    .scale = 0,
+				    .causal = causal,
+				    .n_seqs = ns,
+				    .total_tokens = T,
+				    .max_seqlen = maxlen,
+				    .cu_seqlens = S(cus) };
 		int rr = kk_attention_bwd(be_side[side], NULL, &ad, S(dq), S(dk), S(dv), S(dout),
-		                          S(q), S(k), S(v), S(o), S(lse));
+					  S(q), S(k), S(v), S(o), S(lse));
 		if (rr < 0)
 			r = rr;
 	}
@@ -664,46 +704,54 @@ static void test_decode(kk_dtype dt, int d)
 {
 	const int hq = 8, hkv = 2, ns = 3, nblocks = 40, maxb = 12;
 	const int32_t lens[] = { 1, 77, 190 };
-	size_t row = (size_t)hkv * d, ncache = (size_t)nblocks * KK_KV_BLOCK_SIZE * row;
+	size_t row = (size_t) hkv * d, ncache = (size_t) nblocks * KK_KV_BLOCK_SIZE * row;
 	float *hkc = rand_vec(ncache, 1), *hvc = rand_vec(ncache, 1),
-	      *hq_ = rand_vec((size_t)ns * hq * d, 1);
-	round_to(dt, hkc, ncache), round_to(dt, hvc, ncache), round_to(dt, hq_, (size_t)ns * hq * d);
+	      *hq_ = rand_vec((size_t) ns * hq * d, 1);
+	round_to(dt, hkc, ncache), round_to(dt, hvc, ncache),
+		round_to(dt, hq_, (size_t) ns * hq * d);
 	int32_t bt[3 * 12];
 	for (int i = 0; i < 3 * 12; i++)
 		bt[i] = (i * 7 + 3) % nblocks; /* scattered, distinct blocks */
-	pair kc = mk(dt, ncache, hkc), vc = mk(dt, ncache, hvc), q = mk(dt, (size_t)ns * hq * d, hq_),
-	     o = mk(dt, (size_t)ns * hq * d, NULL), bts = mk(KK_I32, 36, bt), ls = mk(KK_I32, 3, lens);
+	pair kc = mk(dt, ncache, hkc), vc = mk(dt, ncache, hvc),
+	     q = mk(dt, (size_t) ns * hq * d, hq_), o = mk(dt, (size_t) ns * hq * d, NULL),
+	     bts = mk(KK_I32, 36, bt), ls = mk(KK_I32, 3, lens);
 	int r = 0;
 	for (int side = 0; side < 2; side++) {
-		kk_paged_desc pd = { .n_heads = hq, .n_kv_heads = hkv, .head_dim = d, .n_seqs = ns,
-			             .num_blocks = nblocks, .max_blocks_per_seq = maxb,
-			             .max_context_len = 190, .block_tables = S(bts),
-			             .context_lens = S(ls) };
+		kk_paged_desc pd = { .n_heads = hq,
+				     .n_kv_heads = hkv,
+				     .head_dim = d,
+				     .n_seqs = ns,
+				     .num_blocks = nblocks,
+				     .max_blocks_per_seq = maxb,
+				     .max_context_len = 190,
+				     .block_tables = S(bts),
+				     .context_lens = S(ls) };
 		int rr = kk_attention_decode(be_side[side], NULL, &pd, S(o), S(q), S(kc), S(vc));
 		if (rr < 0)
 			r = rr;
 	}
 	/* f64 reference: gather each sequence's keys, then plain attention. */
-	double *ref = malloc((size_t)ns * hq * d * sizeof(double));
+	double *ref = malloc((size_t) ns * hq * d * sizeof(double));
 	for (int s = 0; s < ns; s++) {
 		int L = lens[s];
-		float *kk_ = malloc((size_t)L * row * sizeof(float)),
-		      *vv = malloc((size_t)L * row * sizeof(float));
+		float *kk_ = malloc((size_t) L * row * sizeof(float)),
+		      *vv = malloc((size_t) L * row * sizeof(float));
 		for (int t = 0; t < L; t++) {
-			size_t slot = (size_t)bt[s * maxb + t / KK_KV_BLOCK_SIZE] * KK_KV_BLOCK_SIZE +
-			              t % KK_KV_BLOCK_SIZE;
-			memcpy(kk_ + (size_t)t * row, hkc + slot * row, row * sizeof(float));
-			memcpy(vv + (size_t)t * row, hvc + slot * row, row * sizeof(float));
+			size_t slot =
+				(size_t) bt[s * maxb + t / KK_KV_BLOCK_SIZE] * KK_KV_BLOCK_SIZE +
+				t % KK_KV_BLOCK_SIZE;
+			memcpy(kk_ + (size_t) t * row, hkc + slot * row, row * sizeof(float));
+			memcpy(vv + (size_t) t * row, hvc + slot * row, row * sizeof(float));
 		}
 		/* The query is the last token of a sequence of length L. */
-		float *qq = calloc((size_t)L * hq * d, sizeof(float));
-		memcpy(qq + (size_t)(L - 1) * hq * d, hq_ + (size_t)s * hq * d,
-		       (size_t)hq * d * sizeof(float));
+		float *qq = calloc((size_t) L * hq * d, sizeof(float));
+		memcpy(qq + (size_t) (L - 1) * hq * d, hq_ + (size_t) s * hq * d,
+		       (size_t) hq * d * sizeof(float));
 		int32_t cu1[2] = { 0, L };
-		double *full = malloc((size_t)L * hq * d * sizeof(double));
+		double *full = malloc((size_t) L * hq * d * sizeof(double));
 		attn_ref(qq, kk_, vv, cu1, 1, hq, hkv, d, true, full);
-		memcpy(ref + (size_t)s * hq * d, full + (size_t)(L - 1) * hq * d,
-		       (size_t)hq * d * sizeof(double));
+		memcpy(ref + (size_t) s * hq * d, full + (size_t) (L - 1) * hq * d,
+		       (size_t) hq * d * sizeof(double));
 		free(kk_), free(vv), free(qq), free(full);
 	}
 	tol t = tscale(tol_of(dt), 2);
@@ -716,7 +764,8 @@ static void test_decode(kk_dtype dt, int d)
 	pair k5 = mk(dt, 5 * row, hk5), v5 = mk(dt, 5 * row, hv5), sl = mk(KK_I32, 5, slots);
 	r = 0;
 	BOTH(r, kk_kv_cache_write(be, NULL, S(kc), S(vc), S(k5), S(v5), S(sl), 5, hkv, d, nblocks));
-	tap(r >= 0 && parity(&kc, (tol){ 0, 0 }, "k cache") && parity(&vc, (tol){ 0, 0 }, "v cache"),
+	tap(r >= 0 && parity(&kc, (tol){ 0, 0 }, "k cache") &&
+		    parity(&vc, (tol){ 0, 0 }, "v cache"),
 	    "kv cache write %s d=%d (exact, negative slot skipped)", kk_dtype_name(dt), d);
 	free(hkc), free(hvc), free(hq_), free(ref), free(hk5), free(hv5);
 	unpair(&kc), unpair(&vc), unpair(&q), unpair(&o), unpair(&bts), unpair(&ls);
@@ -791,32 +840,32 @@ int main(void)
 		kk_backend_free(be_side[0]);
 		return 0;
 	}
-	test_cast_scale();                                                  /* 1 */
-	test_gemm(KK_F32, KK_F32, false, false, 0, KK_EPI_NONE, false);     /* 2 */
-	test_gemm(KK_BF16, KK_BF16, false, true, 0, KK_EPI_NONE, true);     /* 3 */
-	test_gemm(KK_F16, KK_F16, true, false, 3, KK_EPI_NONE, false);      /* 4 */
-	test_gemm(KK_BF16, KK_F32, true, true, 2, KK_EPI_GELU, true);       /* 5 */
-	test_gemm(KK_BF16, KK_BF16, false, false, 0, KK_EPI_SILU, true);    /* 6 */
-	test_gemm(KK_F32, KK_F32, false, true, 0, KK_EPI_GELU, false);      /* 7 */
-	test_norm(KK_F32, false);                                           /* 8, 9 */
-	test_norm(KK_BF16, false);                                          /* 10, 11 */
-	test_norm(KK_BF16, true);                                           /* 12, 13 */
-	test_rope(KK_F32, KK_ROPE_INTERLEAVED);                             /* 14 */
-	test_rope(KK_BF16, KK_ROPE_HALF);                                   /* 15 */
+	test_cast_scale();						 /* 1 */
+	test_gemm(KK_F32, KK_F32, false, false, 0, KK_EPI_NONE, false);	 /* 2 */
+	test_gemm(KK_BF16, KK_BF16, false, true, 0, KK_EPI_NONE, true);	 /* 3 */
+	test_gemm(KK_F16, KK_F16, true, false, 3, KK_EPI_NONE, false);	 /* 4 */
+	test_gemm(KK_BF16, KK_F32, true, true, 2, KK_EPI_GELU, true);	 /* 5 */
+	test_gemm(KK_BF16, KK_BF16, false, false, 0, KK_EPI_SILU, true); /* 6 */
+	test_gemm(KK_F32, KK_F32, false, true, 0, KK_EPI_GELU, false);	 /* 7 */
+	test_norm(KK_F32, false);					 /* 8, 9 */
+	test_norm(KK_BF16, false);					 /* 10, 11 */
+	test_norm(KK_BF16, true);					 /* 12, 13 */
+	test_rope(KK_F32, KK_ROPE_INTERLEAVED);				 /* 14 */
+	test_rope(KK_BF16, KK_ROPE_HALF);				 /* 15 */
 	for (size_t i = 0; i < 2; i++)
-		test_act(FLOAT_DTS[i]);                                     /* 16-19 */
-	test_softmax_xent(KK_F32);                                          /* 20, 21 */
-	test_softmax_xent(KK_BF16);                                         /* 22, 23 */
-	test_embedding(KK_BF16);                                            /* 24 */
-	test_adamw(KK_BF16);                                                /* 25, 26 */
-	test_quant(KK_I8, 0, KK_BF16);                                      /* 27 */
-	test_quant(KK_Q4, 32, KK_F16);                                      /* 28 */
-	test_quant(KK_Q4, 128, KK_BF16);                                    /* 29 */
-	test_attention(KK_BF16, 128, true);                                 /* 30, 31 */
-	test_attention(KK_F32, 64, false);                                  /* 32, 33 */
-	test_decode(KK_BF16, 128);                                          /* 34, 35 */
-	test_sample(KK_F32);                                                /* 36-40 */
-	test_comm();                                                        /* 41 */
+		test_act(FLOAT_DTS[i]);	    /* 16-19 */
+	test_softmax_xent(KK_F32);	    /* 20, 21 */
+	test_softmax_xent(KK_BF16);	    /* 22, 23 */
+	test_embedding(KK_BF16);	    /* 24 */
+	test_adamw(KK_BF16);		    /* 25, 26 */
+	test_quant(KK_I8, 0, KK_BF16);	    /* 27 */
+	test_quant(KK_Q4, 32, KK_F16);	    /* 28 */
+	test_quant(KK_Q4, 128, KK_BF16);    /* 29 */
+	test_attention(KK_BF16, 128, true); /* 30, 31 */
+	test_attention(KK_F32, 64, false);  /* 32, 33 */
+	test_decode(KK_BF16, 128);	    /* 34, 35 */
+	test_sample(KK_F32);		    /* 36-40 */
+	test_comm();			    /* 41 */
 	if (setup_failed)
 		tap(0, "every test buffer could be allocated");
 	printf("1..%d\n", n_test);

@@ -62,30 +62,30 @@ typedef struct {
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h);
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t h);
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t c,
-                                        cudaDataType_t scale);
+					cudaDataType_t scale);
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d);
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
-                                              cublasLtMatmulDescAttributes_t a, const void *v,
-                                              size_t n);
+					      cublasLtMatmulDescAttributes_t a, const void *v,
+					      size_t n);
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType_t t,
-                                          uint64_t rows, uint64_t cols, int64_t ld);
+					  uint64_t rows, uint64_t cols, int64_t ld);
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l);
 cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l,
-                                                cublasLtMatrixLayoutAttribute_t a, const void *v,
-                                                size_t n);
+						cublasLtMatrixLayoutAttribute_t a, const void *v,
+						size_t n);
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p);
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p);
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
-                                                    cublasLtMatmulPreferenceAttributes_t a,
-                                                    const void *v, size_t n);
+						    cublasLtMatmulPreferenceAttributes_t a,
+						    const void *v, size_t n);
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
-                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
-                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dd,
-                                              cublasLtMatmulPreference_t p, int req,
-                                              cublasLtMatmulHeuristicResult_t *res, int *count);
+					      cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+					      cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dd,
+					      cublasLtMatmulPreference_t p, int req,
+					      cublasLtMatmulHeuristicResult_t *res, int *count);
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha,
-                              const void *a, cublasLtMatrixLayout_t la, const void *b,
-                              cublasLtMatrixLayout_t lb, const void *beta, const void *c,
-                              cublasLtMatrixLayout_t lc, void *dd, cublasLtMatrixLayout_t ld,
-                              const cublasLtMatmulAlgo_t *algo, void *ws, size_t wss,
-                              cudaStream_t s);
+			      const void *a, cublasLtMatrixLayout_t la, const void *b,
+			      cublasLtMatrixLayout_t lb, const void *beta, const void *c,
+			      cublasLtMatrixLayout_t lc, void *dd, cublasLtMatrixLayout_t ld,
+			      const cublasLtMatmulAlgo_t *algo, void *ws, size_t wss,
+			      cudaStream_t s);

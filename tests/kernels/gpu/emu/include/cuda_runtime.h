@@ -46,7 +46,9 @@ typedef enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 }
 
 struct dim3 {
 	unsigned x, y, z;
-	dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+	dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c)
+	{
+	}
 };
 struct uint3 {
 	unsigned x, y, z;
@@ -83,16 +85,16 @@ template <typename F> cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __shared__ static
+#define __shared__	static
 #define __launch_bounds__(...)
 
 extern thread_local uint3 kc_emu_tid;
 extern uint3 kc_emu_bid;
 extern dim3 kc_emu_bdim, kc_emu_gdim;
 #define threadIdx kc_emu_tid
-#define blockIdx kc_emu_bid
-#define blockDim kc_emu_bdim
-#define gridDim kc_emu_gdim
+#define blockIdx  kc_emu_bid
+#define blockDim  kc_emu_bdim
+#define gridDim	  kc_emu_gdim
 
 void __syncthreads(void);
 void kc_emu_warp_sync(void);
@@ -117,7 +119,7 @@ template <typename T> static inline T kc_emu_shfl(T v, int src)
 }
 template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int o)
 {
-	return kc_emu_shfl(v, (int)(kc_emu_tid.x & 31) ^ o);
+	return kc_emu_shfl(v, (int) (kc_emu_tid.x & 31) ^ o);
 }
 template <typename T> static inline T __shfl_sync(unsigned, T v, int src)
 {
@@ -178,11 +180,11 @@ void kc_emu_run(kc_emu_cfg c, kc_emu_body body, void *arg);
 
 template <typename F> static void kc_emu_call(void *f)
 {
-	(*(F *)f)();
+	(*(F *) f)();
 }
 template <typename... P, typename... A>
 static inline void kc_emu_launch(kc_emu_cfg c, void (*k)(P...), A... args)
 {
-	auto fn = [&]() { k(((P)args)...); };
+	auto fn = [&]() { k(((P) args)...); };
 	kc_emu_run(c, kc_emu_call<decltype(fn)>, &fn);
 }

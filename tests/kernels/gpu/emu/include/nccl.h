@@ -25,10 +25,10 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
 ncclResult_t ncclCommInitRank(ncclComm_t *c, int world, ncclUniqueId id, int rank);
 ncclResult_t ncclCommDestroy(ncclComm_t c);
 ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t o,
-                           ncclComm_t c, cudaStream_t st);
+			   ncclComm_t c, cudaStream_t st);
 ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t o,
-                               ncclComm_t c, cudaStream_t st);
+			       ncclComm_t c, cudaStream_t st);
 ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t c,
-                           cudaStream_t st);
+			   cudaStream_t st);
 ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataType_t t, int root,
-                           ncclComm_t c, cudaStream_t st);
+			   ncclComm_t c, cudaStream_t st);
