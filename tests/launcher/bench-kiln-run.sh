@@ -64,7 +64,7 @@ for N in 4 8; do
 			-- sh -c "date +%s.%N >>$d/kiln" >/dev/null 2>&1 &
 		pids+=($!)
 	done
-	for _ in $(seq 600); do [ "$(wc -l <"$d/kiln" 2>/dev/null || echo 0)" -ge "$N" ] && break; sleep 0.05; done
+	for _ in $(seq 600); do { [ -f "$d/kiln" ] && [ "$(wc -l <"$d/kiln")" -ge "$N" ]; } && break; sleep 0.05; done
 	k=$(awk -v a="$t0" 'BEGIN { m = 0 } { if ($1 - a > m) m = $1 - a } END { printf "%.2f s", m }' "$d/kiln" 2>/dev/null)
 	tr="not run (no torch)"
 	if [ $have_torchrun = 1 ]; then
@@ -76,9 +76,9 @@ for N in 4 8; do
 				sh -c "date +%s.%N >>$d/torch" >/dev/null 2>&1 &
 			pids+=($!)
 		done
-		for _ in $(seq 900); do [ "$(wc -l <"$d/torch" 2>/dev/null || echo 0)" -ge "$N" ] && break; sleep 0.05; done
+		for _ in $(seq 900); do { [ -f "$d/torch" ] && [ "$(wc -l <"$d/torch")" -ge "$N" ]; } && break; sleep 0.05; done
 		tr=$(awk -v a="$t0" 'BEGIN { m = 0 } { if ($1 - a > m) m = $1 - a } END { printf "%.2f s", m }' "$d/torch" 2>/dev/null)
-		[ "$(wc -l <"$d/torch" 2>/dev/null || echo 0)" -ge "$N" ] || tr="did not finish in 45 s"
+		{ [ -f "$d/torch" ] && [ "$(wc -l <"$d/torch")" -ge "$N" ]; } || tr="did not finish in 45 s"
 	fi
 	row "launch to all workers running, $N launcher processes (loopback)" "$k" "$tr" "includes each launcher's start-up (torchrun: Python + torch import)"
 	for p in "${pids[@]}"; do for q in $(ps -o pid= -s "$p" 2>/dev/null); do kill -9 "$q" 2>/dev/null; done; done
