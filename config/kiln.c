@@ -36,7 +36,7 @@ static void help(void)
 	       "Usage:\n"
 	       "  kiln [OPTIONS] check                     validate the cluster file\n"
 	       "  kiln [OPTIONS] show nodes                table of every node\n"
-	       "  kiln [OPTIONS] show node NAME            everything about one node\n"
+	       "  kiln [OPTIONS] show node NAME            everything about one node (or the head)\n"
 	       "  kiln show --defaults                     every key with its type and default\n"
 	       "  kiln [OPTIONS] render TARGET [-o PATH]   write a generated file (stdout without "
 	       "-o)\n"
@@ -183,6 +183,18 @@ static int cmd_show(int argc, char **argv)
 		return EXIT_OK;
 	}
 	const kiln_cfg_node *n = kiln_cfg_find_node(c, argv[1]);
+	if (!n && streq(argv[1], c->head.hostname)) {
+		/* The head node: what render node-env --node HEAD knows about it. */
+		printf("name:        %s\n", c->head.hostname);
+		if (c->cluster.domain)
+			printf("fqdn:        %s.%s\n", c->head.hostname, c->cluster.domain);
+		printf("role:        head\n");
+		printf("address:     %s/%d\n", kiln_format_ipv4(ab, c->head.address),
+		       c->network.prefix);
+		printf("interface:   %s\n", c->network.boot_interface);
+		printf("services:    munge slurmctld dnsmasq\n");
+		return EXIT_OK;
+	}
 	if (!n) {
 		log_error("No node '%s' in %s; `kiln show nodes` lists them.", argv[1], c->path);
 		return EXIT_USAGE;
@@ -191,6 +203,7 @@ static int cmd_show(int argc, char **argv)
 	printf("name:        %s\n", n->name);
 	if (c->cluster.domain)
 		printf("fqdn:        %s.%s\n", n->name, c->cluster.domain);
+	printf("role:        compute\n");
 	printf("group:       %s\n", g->name);
 	printf("address:     %s/%d\n", kiln_format_ipv4(ab, n->address), c->network.prefix);
 	printf("mac:         %s\n", kiln_format_mac(mb, n->mac));

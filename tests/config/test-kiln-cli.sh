@@ -127,6 +127,16 @@ rc=$?
 "$KILN" --version | grep -qE '^kiln [0-9]' && ok "--version" || fail "--version"
 "$KILN" -c config/examples/demo.cfg show node node02 | grep -q "10.77.0.12" && ok "show node node02" ||
 	fail "show node node02"
+"$KILN" -c config/examples/demo.cfg show node head >"$tmp/head" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 0 ] && grep -qx "name: *head" "$tmp/head" && grep -qx "role: *head" "$tmp/head" &&
+	grep -qx "address: *10.77.0.1/24" "$tmp/head" && grep -q "slurmctld" "$tmp/head" &&
+	ok "show node head (the head node)" ||
+	fail "show node head (the head node)" "rc=$rc" "$(cat "$tmp/head" "$tmp/err")"
+"$KILN" -c config/examples/demo.cfg show node nosuch 2>"$tmp/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "No node 'nosuch'" "$tmp/err" && ok "show node with an unknown name exits 2" ||
+	fail "show node with an unknown name exits 2" "rc=$rc" "$(cat "$tmp/err")"
 [ "$("$KILN" -c config/examples/dgx-pod.cfg show nodes | wc -l)" -eq 33 ] && ok "show nodes lists 32 nodes" ||
 	fail "show nodes lists 32 nodes"
 
