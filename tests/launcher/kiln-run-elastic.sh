@@ -5,7 +5,8 @@
 # mid-run (a plain node and the store host): survivors start a new round
 # within 10 s with a smaller WORLD_SIZE, resume from the checkpoint, exit 0.
 # A fourth node joining later scales the job up.  Too few nodes: exit 75
-# naming who is missing.  The real Slurm version is kiln-run-slurm.sh.  TAP.
+# naming who is missing; a node arriving after the job is full and done:
+# exit 76 (rendezvous closed).  The real Slurm version is kiln-run-slurm.sh.  TAP.
 set -u
 B=${KILN_BUILD:-build}
 KR=$(realpath "$B/bin/kiln-run")
@@ -125,5 +126,24 @@ done
 rcs=""; for i in 0 1; do wait_rc "$d" $i; rcs="$rcs "; done
 check "join timeout: both agents exit 75" test "$rcs" = "75 75 "
 check "join timeout: the message names the missing node" grep -q 'missing:.*node#2' "$d/a1.err"
+
+# A node that arrives while the job already runs at --nnodes MAX never gets a
+# round; when the job ends it exits 76 (rendezvous closed) and says why.
+d=$T/closed; mkdir -p "$d"; p=$(port)
+for i in 0 1; do
+	start_agent "$d" $i 'sim[1-3]' "$p" --nnodes 2:2 --last-call 1s -- \
+		sh -c 'echo "$RANK $WORLD_SIZE $KILN_HOST" >>'"$d"'/env; sleep 2'
+done
+for i in $(seq 200); do [ "$(cat "$d/env" 2>/dev/null | wc -l)" = 2 ] && break; sleep 0.05; done
+start_agent "$d" 2 'sim[1-3]' "$p" --nnodes 2:2 --last-call 1s -- \
+	sh -c 'echo "$RANK $WORLD_SIZE $KILN_HOST" >>'"$d"'/env'
+rcs=""; for i in 0 1 2; do wait_rc "$d" $i; rcs="$rcs "; done
+check "closed rendezvous: the two members exit 0, the late node exits 76" test "$rcs" = "0 0 76 "
+check "closed rendezvous: only sim1 and sim2 ran workers" test "$(sort "$d/env" | tr '\n' ' ')" = "0 2 sim1 1 2 sim2 "
+if grep -q 'rendezvous closed before this node got a round' "$d/a2.err"; then
+	ok "closed rendezvous: the late node says the rendezvous closed before it got a round"
+else
+	nok "closed rendezvous: the late node says the rendezvous closed before it got a round" "$(tail -n 5 "$d/a2.err")"
+fi
 
 echo "1..$n"
