@@ -1188,6 +1188,22 @@ static bool valid_domain(const char *s)
 	}
 }
 
+/* A host name: one RFC 1123 label, lowercase.  Slurm node names become DNS
+ * names (NAME.DOMAIN in dnsmasq and /etc/hosts), and Slurm compares them
+ * case-sensitively while DNS does not, so only lowercase is accepted. */
+#define HOST_NAME_HINT                                                                    \
+	"use 1 to 63 lowercase letters, digits and '-', not starting or ending with '-'"
+static bool valid_host_name(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > DNS_LABEL_MAX || s[0] == '-' || s[n - 1] == '-')
+		return false;
+	for (const char *p = s; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-'))
+			return false;
+	return true;
+}
+
 /* qsort_r comparators over node indexes; ties by index keep file order. */
 static int cmp_index(size_t a, size_t b)
 {
@@ -1359,6 +1375,10 @@ static void cross_check(loader *L)
 		    !streq(v[0], c->head.hostname))
 			add_error(L, root_line(L, "head.hostname"), "head.hostname", NULL,
 				  "invalid host name \"%s\"", c->head.hostname);
+		else if (!valid_host_name(c->head.hostname))
+			add_error(L, root_line(L, "head.hostname"), "head.hostname",
+				  HOST_NAME_HINT, "host name \"%s\" is not a valid DNS label",
+				  c->head.hostname);
 		strv_free(v);
 	}
 
@@ -1517,6 +1537,24 @@ static void cross_check(loader *L)
 				"host name \"%s\" differs from \"%s\" (node_groups[%zu], line %d) "
 				"only in case",
 				n->name, o->name, ogi, member_line(L->group_set[ogi], "hosts"));
+	}
+	/* After the duplicate checks, so that a case-only collision is still
+	 * named; one error per group, for the first bad name. */
+	for (size_t gi = 0; gi < c->n_groups; gi++) {
+		const kiln_cfg_group *g = &c->groups[gi];
+		size_t nbad = 0;
+		const char *first = NULL;
+		for (size_t i = 0; g->hostnames && i < g->n_hosts; i++)
+			if (!valid_host_name(g->hostnames[i]) && nbad++ == 0)
+				first = g->hostnames[i];
+		if (!first)
+			continue;
+		char p[96], more[64] = "";
+		snprintf(p, sizeof(p), "node_groups[%zu].hosts", gi);
+		if (nbad > 1)
+			snprintf(more, sizeof(more), " (and %zu more in this group)", nbad - 1);
+		add_error(L, member_line(L->group_set[gi], "hosts"), p, HOST_NAME_HINT,
+			  "host name \"%s\" is not a valid DNS label%s", first, more);
 	}
 	size_t nm = 0;
 	for (size_t a = 0; a < c->n_nodes; a++)

@@ -54,7 +54,9 @@ static const kiln_cfg_key schema[] = {
 	{ "head", KILN_CFG_GROUP, true, NULL, NULL,
 	  "The head node: slurmctld, dnsmasq, the HTTP boot server.", NOF, NR },
 	{ "head.hostname", KILN_CFG_STRING, true, NULL, "\"head\"",
-	  "Host name of the head node (SlurmctldHost).", R(head.hostname), NR },
+	  "Host name of the head node (SlurmctldHost): a DNS label of 1 to 63 lowercase letters, "
+	  "digits and '-', not starting or ending with '-'.",
+	  R(head.hostname), NR },
 	{ "head.address", KILN_CFG_IPV4, true, NULL, "\"10.77.0.1\"",
 	  "Head node address on the cluster network.", R(head.address), NR },
 
@@ -64,7 +66,9 @@ static const kiln_cfg_key schema[] = {
 	{ "node_groups[].name", KILN_CFG_STRING, true, NULL, "\"gpu\"",
 	  "A label for the group (unique).", G(name), NR },
 	{ "node_groups[].hosts", KILN_CFG_HOSTLIST, true, NULL, "\"node[01-03]\"",
-	  "Host names as a Slurm hostlist; zero padding is kept.", G(hosts), NR },
+	  "Host names as a Slurm hostlist; zero padding is kept. Each name is a DNS label: 1 to "
+	  "63 lowercase letters, digits and '-', not starting or ending with '-'.",
+	  G(hosts), NR },
 	{ "node_groups[].addresses", KILN_CFG_ADDRESSES, true, NULL, "\"10.77.0.11-10.77.0.13\"",
 	  "One address per host, in host order: a range \"FIRST-LAST\" or a list of addresses.",
 	  NOF, NR },

@@ -365,6 +365,7 @@ typedef struct vcase {
 #define H_DNS                                                                              \
 	"; use dot-separated labels of 1 to 63 letters, digits and '-', none starting or " \
 	"ending with '-'"
+#define H_HOST "; use 1 to 63 lowercase letters, digits and '-', not starting or ending with '-'"
 #define T32(line, lit)                                                                          \
 	line ": integer " lit " does not fit in 32 bits; write " lit "L (without the L suffix " \
 	     "libconfig cuts it to 32 bits)"
@@ -465,7 +466,26 @@ static const vcase vcases[] = {
 	{ "nodes = \"node[01-03]\";", "nodes = \"node[01-02],NODE03\";",
 	  "16: slurm.partitions[0].nodes: unknown node \"NODE03\"; did you mean 'node03'?" },
 	{ "hosts = \"node[01-03]\";", "hosts = \"node[01-02],Node03\";",
-	  "16: slurm.partitions[0].nodes: unknown node \"node03\"; did you mean 'Node03'?" },
+	  "7: node_groups[0].hosts: host name \"Node03\" is not a valid DNS label" H_HOST "\n"
+	  "v.cfg:16: slurm.partitions[0].nodes: unknown node \"node03\"; did you mean 'Node03'?" },
+	/* host names are RFC 1123 labels: lowercase letters, digits, '-' */
+	{ "hosts = \"node[01-03]\";", "hosts = \"node[01-02],node_03\";",
+	  "7: node_groups[0].hosts: host name \"node_03\" is not a valid DNS label" H_HOST },
+	{ "hosts = \"node[01-03]\";", "hosts = \"NODE[01-03]\";",
+	  "7: node_groups[0].hosts: host name \"NODE01\" is not a valid DNS label (and 2 more "
+	  "in this group)" H_HOST },
+	{ "hosts = \"node[01-03]\";", "hosts = \"node[01-02],node03-\";",
+	  "7: node_groups[0].hosts: host name \"node03-\" is not a valid DNS label" H_HOST },
+	{ "hosts = \"node[01-03]\";", "hosts = \"node[01-02],-node03\";",
+	  "7: node_groups[0].hosts: host name \"-node03\" is not a valid DNS label" H_HOST },
+	{ "hostname = \"head\";",
+	  "hostname = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-9\";",
+	  NULL }, /* 63 characters */
+	{ "hostname = \"head\";", "hostname = \"Head\";",
+	  "3: head.hostname: host name \"Head\" is not a valid DNS label" H_HOST },
+	{ "hostname = \"head\";", "hostname = \"head_1\";",
+	  "3: head.hostname: host name \"head_1\" is not a valid DNS label" H_HOST },
+	{ "hostname = \"head\";", "hostname = \"head-1\";", NULL },
 	{ "hosts = \"node[01-03]\";", "hosts = \"node[01-02],node01\";",
 	  "7: node_groups[0].hosts: duplicate host name \"node01\" (also in node_groups[0], line "
 	  "7); a host belongs to exactly one group, once" },
