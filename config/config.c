@@ -1424,6 +1424,15 @@ static void cross_check(loader *L)
 			snprintf(p, sizeof(p), "%s.memory_mb", gpath);
 			add_error(L, member_line(L->group_set[gi], "memory_mb"), p, NULL,
 				  "must be at least 1 MiB");
+		} else if (g->memory_mb > KILN_CFG_MEMORY_MB_MAX) {
+			char p[96];
+			snprintf(p, sizeof(p), "%s.memory_mb", gpath);
+			add_error(L, member_line(L->group_set[gi], "memory_mb"), p,
+				  "memory_mb is in MiB (2 TiB is 2097152 or \"2T\"); no server has "
+				  "more than 64 TiB",
+				  "%llu MiB is more than the limit of %llu MiB (64 TiB)",
+				  (unsigned long long) g->memory_mb,
+				  (unsigned long long) KILN_CFG_MEMORY_MB_MAX);
 		}
 		int prod = g->sockets * g->cores_per_socket * g->threads_per_core;
 		if (g->cpus == 0)

@@ -96,7 +96,8 @@ static const kiln_cfg_key schema[] = {
 	  "Hardware threads per core.", G(threads_per_core), RANGE(1, 16) },
 	{ "node_groups[].memory_mb", KILN_CFG_SIZE_MB, false, "1024", "\"2T\"",
 	  "Memory Slurm may schedule (RealMemory): an integer in MiB or a size such as \"512G\", "
-	  "\"2T\".",
+	  "\"2T\"; 1 MiB to 64 TiB (KILN_CFG_MEMORY_MB_MAX: no server has more; larger is a "
+	  "unit mistake).",
 	  G(memory_mb), NR },
 	{ "node_groups[].partitions", KILN_CFG_STRV, false, "[]", "[ \"train\" ]",
 	  "Partitions (from slurm.partitions) every host of the group joins.", G(partitions), NR },

@@ -404,6 +404,17 @@ static const vcase vcases[] = {
 	  "12: node_groups[0].memory_mb: malformed size \"1.5x\"; write it like \"512G\", \"2T\" "
 	  "or an integer number of MiB" },
 	{ "memory_mb = 1000;", "memory_mb = \"1G\";", NULL },
+	/* memory_mb: at most KILN_CFG_MEMORY_MB_MAX (64 TiB) */
+	{ "memory_mb = 1000;", "memory_mb = \"64T\";", NULL },
+	{ "memory_mb = 1000;", "memory_mb = 67108864;", NULL },
+	{ "memory_mb = 1000;", "memory_mb = 67108865;",
+	  "12: node_groups[0].memory_mb: 67108865 MiB is more than the limit of 67108864 MiB (64 "
+	  "TiB); memory_mb is in MiB (2 TiB is 2097152 or \"2T\"); no server has more than 64 "
+	  "TiB" },
+	{ "memory_mb = 1000;", "memory_mb = \"1P\";",
+	  "12: node_groups[0].memory_mb: 1073741824 MiB is more than the limit of 67108864 MiB (64 "
+	  "TiB); memory_mb is in MiB (2 TiB is 2097152 or \"2T\"); no server has more than 64 "
+	  "TiB" },
 	{ "default = true;", "default = true; max_time = \"1 week\";",
 	  "16: slurm.partitions[0].max_time: malformed duration \"1 week\"; write it like \"90s\", "
 	  "\"5m\", \"1h30m\" or "

@@ -33,6 +33,10 @@
 #define KILN_CFG_ERRORS_MAX 200
 /* gres.conf maps GPUs to /dev/nvidia0..15: no server has more than 16. */
 #define KILN_CFG_GPUS_MAX 16
+/* node_groups[].memory_mb: 64 TiB, the most any single-system-image server
+ * ships with (HPE Superdome Flex); more is a unit mistake (bytes or KiB
+ * written as MiB, "2P" for "2T") that Slurm would take and never schedule. */
+#define KILN_CFG_MEMORY_MB_MAX (64ull * 1024 * 1024)
 /* libconfig nests groups in lists; kiln's schema is 4 deep, allow slack but
  * bound recursion on hostile input. */
 #define KILN_CFG_DEPTH_MAX 16
