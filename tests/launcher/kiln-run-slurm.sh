@@ -10,7 +10,9 @@
 #     mid-run: survivors start a new round within 10 s with a smaller
 #     WORLD_SIZE, resume from the checkpoint, and the job exits 0;
 #   - kiln-run in the batch script without srun starts itself on every node;
-#   - --requeue: Slurm's SIGUSR1 warning requeues the job through libslurm.
+#   - --requeue: Slurm's SIGUSR1 warning requeues the job through libslurm;
+#   - SIGKILL the store host (node01): the store moves to node02, a new
+#     round on the survivors resumes from the checkpoint, agents exit 0.
 # Needs root (network namespaces), slurmctld/slurmd/munged.  TAP output.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -181,5 +183,30 @@ done
 check "--requeue: SIGUSR1 requeues the job (Restarts=${restarts:-?})" test "${restarts:-0}" -ge 1
 check "--requeue: workers were told to checkpoint first" grep -q 'telling workers to checkpoint now' "$work/requeue.out"
 $KC_HUB scancel "$jid" 2>/dev/null
+
+# 6. SIGKILL the store host (node01) mid-run.  The batch script would run on
+# node01 and die with it, so salloc runs the srun from the hub instead.
+# node03 is dead since step 4: node01, node02, node04.  Last, because node01
+# stays dead.
+mkdir -p "$work/store"
+KILN_RUN_SECRET=$($KR --make-secret) timeout 120 $KC_HUB salloc -N3 -w node01,node02,node04 --no-kill --immediate=30 bash -c \
+	"$SRUN $KR -c $CFG --nnodes 2:3 -- $W --steps 50 --step-ms 100 --ckpt $work/store/ck --log $work/store/w.log; echo job-exit \$?" \
+	>"$work/store.out" 2>&1 &
+for _ in $(seq 600); do grep -q '^step 10 ' "$work/store/w.log" 2>/dev/null && break; sleep 0.05; done
+check "store-host loss: round 1 on node01, node02, node04 (WORLD_SIZE 6)" grep -q '^start round 1 rank 0 world 6 .*host node01' "$work/store/w.log"
+"$top/tests/cluster/cluster.sh" kill-node "$d" node01 >"$work/kill-node01.log" 2>&1
+wait_job store 90 || nok "store-host loss: job finished within 90 s" "$(tail -n 20 "$work/store.out")"
+last=$(grep '^start round' "$work/store/w.log" | tail -1 | awk '{print $3}')
+check "store-host loss: node02 hosts the store now" grep -q 'Hosting the store on node02' "$work/store.out"
+check "store-host loss: a new round $last has ranks 0..3 of 4 on node02, node04" test \
+	"$(grep "^start round ${last:-0} " "$work/store/w.log" | awk '{print $5 "/" $7 ":" $13}' | sort -n | tr '\n' ' ')" = \
+	"0/4:node02 1/4:node02 2/4:node04 3/4:node04 "
+check "store-host loss: both surviving agents exit 0" bash -c \
+	"[ \$(grep -cE 'node0[24]: exiting with status 0' '$work/store.out') -eq 2 ]"
+resumed=$(grep "^start round ${last:-0} rank 0 " "$work/store/w.log" | awk '{print $NF}')
+check "store-host loss: workers resumed from the checkpoint at step ${resumed:-?} (>= 10)" test "${resumed:-0}" -ge 10
+# srun itself reports node01's SIGKILLed task; the agents' statuses are the result.
+echo "# store-host loss: srun $(grep '^job-exit' "$work/store.out")"
+check "store-host loss: all 4 ranks finished 50 steps" test "$(grep -c "^finish round ${last:-0} .* steps 50" "$work/store/w.log")" -eq 4
 
 echo "1..$n"
