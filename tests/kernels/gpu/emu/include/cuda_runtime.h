@@ -188,3 +188,8 @@ static inline void kc_emu_launch(kc_emu_cfg c, void (*k)(P...), A... args)
 	auto fn = [&]() { k(((P) args)...); };
 	kc_emu_run(c, kc_emu_call<decltype(fn)>, &fn);
 }
+
+/* Vector types and packed-half intrinsics (kc_emu_vec.h), warp-level matrix
+ * instructions (kc_emu_mma.h). */
+#include "kc_emu_vec.h"
+#include "kc_emu_mma.h"
