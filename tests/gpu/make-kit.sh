@@ -1,0 +1,61 @@
+#!/bin/bash
+# tests/gpu/make-kit.sh BUILD KIT — packs a finished build for a GPU machine
+# (see build.mk here): KIT/build gets BUILD's bin/ and tests/ (the binaries
+# only), KIT/lib every shared library they need that is neither glibc's nor
+# CUDA's (the GPU machine brings libcudart, libcublasLt, libnccl and the
+# driver's libnvidia-ml; it lacks libconfig, jansson, OpenBLAS ...).  The
+# binaries are built on Debian 12 (glibc 2.36) and run on any newer glibc.
+set -eu
+B=${1:?usage: make-kit.sh BUILD KIT}
+KIT=${2:?usage: make-kit.sh BUILD KIT}
+# What a kit may weigh: the device tool carries at most 64 MiB with the tree.
+max_kib=$((40 * 1024))
+[ -x "$B/tests/test-kk-cuda" ] || {
+	echo "make-kit: $B/tests/test-kk-cuda is missing; run 'make gpu-kit' (it builds first)" >&2
+	exit 1
+}
+grep -q libcublasLt <(ldd "$B/tests/test-kk-cuda") || {
+	echo "make-kit: $B was built without CUDA (no nvcc?): a kit without the cuda backend is useless" >&2
+	exit 1
+}
+# Staged in a temporary folder, carried as one gzip'd tar (OpenBLAS alone
+# is 35 MiB unpacked); run.sh unpacks it on the GPU machine.
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+rm -rf "$KIT"
+mkdir -p "$KIT"
+KIT_OUT=$KIT
+KIT=$stage
+mkdir -p "$KIT/build/bin" "$KIT/build/tests" "$KIT/lib"
+cp -p "$B"/bin/* "$KIT/build/bin/"
+for t in test-kk-cuda test-kernels-cuda test-kernels-cpu cuda-bench bench-kernels-cpu; do
+	[ -x "$B/tests/$t" ] && cp -p "$B/tests/$t" "$KIT/build/tests/"
+done
+# Shared libraries: everything ldd resolves, minus the C runtime (the GPU
+# machine's own is newer and must be used) and CUDA's (too big to carry,
+# and the GPU machine's match its driver).
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libresolv|libgcc_s|libstdc\+\+|libcuda|libcublas|libcudart|libnccl|libnvidia)'
+for f in "$KIT"/build/bin/* "$KIT"/build/tests/*; do
+	ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }'
+done | sort -u | while read -r name path; do
+	[[ $name =~ $skip ]] && continue
+	cp -L "$path" "$KIT/lib/$name"
+done
+strip --strip-debug "$KIT"/build/bin/* "$KIT"/build/tests/*
+# The libraries libslurm loads at run time are not needed: the kit never
+# talks to a slurmctld (--check and --active only).
+tar -C "$KIT" -czf "$KIT_OUT/kit.tgz" build lib
+nlib=$(ls "$KIT/lib" | wc -l)
+nbin=$(ls "$KIT"/build/bin "$KIT"/build/tests | grep -vc ':$\|^$')
+KIT=$KIT_OUT
+cat >"$KIT/README" <<EOT
+kiln GPU kit, made $(date -u +%Y-%m-%dT%H:%MZ) from $(git rev-parse --short HEAD 2>/dev/null || echo "?")$(git diff --quiet 2>/dev/null || echo "+dirty").
+Run on the GPU machine from the repository root: tests/gpu/run.sh [STEP ...]
+EOT
+git rev-parse HEAD >"$KIT/commit" 2>/dev/null || true
+kib=$(du -sk "$KIT" | cut -f1)
+echo "gpu kit: $KIT/kit.tgz, $((kib / 1024)) MiB ($nlib libraries, $nbin binaries)"
+if [ "$kib" -gt "$max_kib" ]; then
+	echo "make-kit: the kit is $((kib / 1024)) MiB, over the $((max_kib / 1024)) MiB that can travel" >&2
+	exit 1
+fi

@@ -1,0 +1,147 @@
+#!/bin/bash
+# tests/gpu/run.sh [STEP ...] — runs kiln's GPU checks on a GPU machine from
+# the kit that `make gpu-kit` packed (see tests/gpu/build.mk and
+# docs/gpu-kit.md).  Run from the repository root.  Steps, in this order
+# when none is named:
+#   env       GPU, driver, CUDA libraries found, every kit binary's libraries
+#   test      the cuda-vs-cpu parity test (make test-gpu's suite) and the
+#             float64 kernels suite on the cuda backend
+#   healthd   kiln-healthd --check (table and JSON) and --active on the real
+#             driver, with a one-node cluster file made for this machine
+#   bench     the kernel benchmark with torch baselines (make bench's table)
+#   sanitize  compute-sanitizer memcheck on the parity test (small shapes)
+# Each step's output goes to stdout and to $OUT/STEP.log (or ./gpu-logs/
+# when OUT is unset); the last line is "gpu-kit: PASSED/FAILED steps".
+# Env: KIT (default .gpukit), KILN_BENCH_QUICK=1 for the short benchmark.
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root" || exit 2
+KIT=${KIT:-.gpukit}
+logs=${OUT:-$root/gpu-logs}
+mkdir -p "$logs"
+[ -f "$KIT/kit.tgz" ] || {
+	echo "run.sh: no kit at $KIT/kit.tgz: run 'make gpu-kit' on the build machine and carry $KIT" >&2
+	exit 2
+}
+unpacked=${KIT_UNPACK:-/tmp/kiln-gpukit}
+if [ ! -e "$unpacked/.from" ] || [ "$(cat "$unpacked/.from")" != "$(cksum <"$KIT/kit.tgz")" ]; then
+	rm -rf "$unpacked" && mkdir -p "$unpacked" && tar -C "$unpacked" -xzf "$KIT/kit.tgz" || exit 2
+	cksum <"$KIT/kit.tgz" >"$unpacked/.from"
+fi
+B=$unpacked/build
+export KILN_BUILD=$B
+
+# Libraries: the kit's, then CUDA's (toolkit and pip wheels), then the driver's.
+cuda_dirs=()
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/nvidia/lib64 \
+	/usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu; do
+	[ -d "$d" ] && cuda_dirs+=("$d")
+done
+for lib in libnccl.so.2 libcublasLt.so.13 libcudart.so.13 libnvidia-ml.so.1; do
+	found=0
+	for d in "${cuda_dirs[@]}"; do [ -e "$d/$lib" ] && found=1; done
+	[ $found = 1 ] && continue
+	# Never a test fake (kiln's fake libnvidia-ml lives under build trees).
+	p=$(find / -xdev \( -path /proc -o -path /sys -o -path /tmp -o -path '*fake-nvml*' -o -path "$root" \) -prune \
+		-o -name "$lib" -print 2>/dev/null | head -1)
+	[ -n "$p" ] && cuda_dirs+=("$(dirname "$p")")
+done
+LD_LIBRARY_PATH=$unpacked/lib$(printf ':%s' "${cuda_dirs[@]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH
+
+step_env() {
+	date -u
+	cat "$KIT/README" 2>/dev/null
+	nvidia-smi || echo "nvidia-smi failed"
+	nvidia-smi --query-gpu=name,uuid,pci.bus_id,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit --format=csv
+	command -v nvcc >/dev/null && nvcc --version | tail -2
+	echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+	local bad=0
+	for f in "$B"/bin/* "$B"/tests/*; do
+		if ldd "$f" | grep -q "not found"; then
+			echo "MISSING libraries for $f:"
+			ldd "$f" | grep "not found"
+			bad=1
+		fi
+	done
+	[ $bad = 0 ] && echo "every kit binary finds its libraries"
+	return $bad
+}
+
+step_test() {
+	local rc=0
+	KILN_TEST_GPU=1 tests/run-tests.sh tests/kernels/gpu/test-kk-cuda.sh "$B/tests/test-kernels-cuda" || rc=1
+	return $rc
+}
+
+# A one-node cluster file describing this machine: its hostname, its GPUs.
+write_cluster() {
+	local n model host
+	n=$(nvidia-smi -L | grep -c '^GPU ')
+	model=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+	host=$(hostname -s)
+	cat >"$1" <<EOT
+# Written by tests/gpu/run.sh for $host.
+cluster = { name = "gpukit"; domain = "gpukit.kiln"; };
+network = { subnet = "10.99.0.0/24"; gateway = "10.99.0.1"; };
+head = { hostname = "head"; address = "10.99.0.1"; };
+node_groups = (
+  { name = "gpu"; hosts = "$host"; addresses = "10.99.0.11";
+    gpus = { model = "$model"; count = $n; };
+    cpus = $(nproc); memory_mb = 1000; partitions = [ "gpu" ]; }
+);
+slurm = { partitions = ( { name = "gpu"; nodes = "$host"; default = true; } ); };
+health = { metrics_port = 0; };
+EOT
+}
+
+step_healthd() {
+	local cfg rc=0
+	cfg=$(mktemp --suffix=.cfg)
+	write_cluster "$cfg"
+	cat "$cfg"
+	"$B/bin/kiln" check -c "$cfg" || return 1
+	export KILN_HEALTHD_XID_STATE=$(mktemp -d)/xid.state
+	echo "== kiln-healthd --check"
+	"$B/bin/kiln-healthd" -c "$cfg" --check -v
+	echo "exit $?"
+	echo "== kiln-healthd --check --json"
+	"$B/bin/kiln-healthd" -c "$cfg" --check --json || rc=1
+	echo "exit $rc"
+	echo "== kiln-healthd --active"
+	PATH=$B/bin:$PATH "$B/bin/kiln-healthd" -c "$cfg" --active -v || rc=1
+	echo "exit $?"
+	return $rc
+}
+
+step_bench() {
+	kernels/bench/cuda-bench.sh
+}
+
+step_sanitize() {
+	command -v compute-sanitizer >/dev/null || {
+		echo "compute-sanitizer not found: skipped"
+		return 0
+	}
+	KILN_TEST_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test-kk-cuda"
+}
+
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(env test healthd bench sanitize)
+passed=() failed=()
+for s in "${steps[@]}"; do
+	declare -F "step_$s" >/dev/null || {
+		echo "run.sh: unknown step '$s' (env test healthd bench sanitize)" >&2
+		exit 2
+	}
+	echo "=== $s ($(date -u +%T))"
+	start=$SECONDS
+	if "step_$s" 2>&1 | tee "$logs/$s.log"; [ "${PIPESTATUS[0]}" = 0 ]; then
+		passed+=("$s")
+	else
+		failed+=("$s")
+	fi
+	echo "=== $s: $((SECONDS - start)) s"
+done
+echo "gpu-kit: PASSED ${passed[*]:-none}; FAILED ${failed[*]:-none}"
+[ ${#failed[@]} -eq 0 ]
