@@ -10,6 +10,7 @@
 #   make test-full    test + long suites (fuzzers for 60 s, bigger clusters)
 #   make test-gpu     the GPU suites (run on a GPU machine)
 #   make bench        benchmarks (tables against a named baseline)
+#   make gpu-kit      pack the build for a GPU machine without Debian's libraries (docs/gpu-kit.md)
 #   make demo         bring up the example cluster and show kiln at work
 #   make install DESTDIR= PREFIX=
 #   make deps         install every build and test dependency (apt/pip; idempotent)
