@@ -47,9 +47,12 @@ for suite in "$@"; do
 		tail -n 25 "$log" | sed 's/^/     | /'
 	fi
 	if [ "$skip" -gt 0 ]; then
-		# the distinct reasons, not every line
-		reasons=$(grep -E '^(not )?ok [0-9]+.*# (SKIP|skip)' "$log" | sed -E 's/.*# (SKIP|skip) ?//' |
+		# the distinct reasons, not every line; cmocka puts the reason on a
+		# "# SKIP reason" comment line and only the test's name on the result
+		reasons=$(grep -E '^# (SKIP|skip) ' "$log" | sed -E 's/^# (SKIP|skip) //' |
 			awk '!seen[$0]++' | head -3 | paste -sd ';' -)
+		[ -n "$reasons" ] || reasons=$(grep -E '^(not )?ok [0-9]+.*# (SKIP|skip)' "$log" |
+			sed -E 's/.*# (SKIP|skip) ?//' | awk '!seen[$0]++' | head -3 | paste -sd ';' -)
 		echo "     skipped: $reasons"
 	fi
 done
