@@ -703,64 +703,75 @@ wrong_type:
 
 /* ---- the walk -------------------------------------------------------- */
 
+/* The cluster file's lists of groups: where each one's array, count and
+ * settings live, so that allocation and per-element setup are one code path. */
+typedef struct list_desc {
+	const char *pattern;
+	int base;	   /* BASE_* of its elements' keys */
+	size_t elem_size;  /* sizeof one element */
+	size_t array_off;  /* offsetof(kiln_cfg, the element array pointer) */
+	size_t count_off;  /* offsetof(kiln_cfg, its size_t count) */
+	size_t set_off;	   /* offsetof(loader, the element settings array) */
+	size_t line_off;   /* offsetof(element, int line) */
+	bool group_extras; /* node_groups: also addresses/macs settings */
+} list_desc;
+
+static const list_desc lists[] = {
+	{ "node_groups", BASE_GROUP, sizeof(kiln_cfg_group), offsetof(kiln_cfg, groups),
+	  offsetof(kiln_cfg, n_groups), offsetof(loader, group_set), offsetof(kiln_cfg_group, line),
+	  true },
+	{ "slurm.partitions", BASE_PART, sizeof(kiln_cfg_partition),
+	  offsetof(kiln_cfg, slurm.partitions), offsetof(kiln_cfg, slurm.n_partitions),
+	  offsetof(loader, part_set), offsetof(kiln_cfg_partition, line), false },
+	{ "health.xid", BASE_XID, sizeof(kiln_cfg_xid), offsetof(kiln_cfg, health.xids),
+	  offsetof(kiln_cfg, health.n_xids), offsetof(loader, xid_set),
+	  offsetof(kiln_cfg_xid, line), false },
+};
+
+static const list_desc *find_list(const char *pattern)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(lists); i++)
+		if (streq(lists[i].pattern, pattern))
+			return &lists[i];
+	return NULL;
+}
+
+#define FIELD(base, off, type) ((type *) (void *) ((char *) (base) + (off)))
+
 static void *new_element(loader *L, const char *pattern, size_t idx, config_setting_t *s, int *base)
 {
-	kiln_cfg *c = L->cfg;
-	if (streq(pattern, "node_groups")) {
-		kiln_cfg_group *g = &c->groups[idx];
-		g->line = setting_line(s);
-		L->group_set[idx] = s;
-		*base = BASE_GROUP;
-		if (apply_defaults(BASE_GROUP, g) < 0)
-			L->oom = 1;
-		return g;
-	}
-	if (streq(pattern, "slurm.partitions")) {
-		kiln_cfg_partition *p = &c->slurm.partitions[idx];
-		p->line = setting_line(s);
-		L->part_set[idx] = s;
-		*base = BASE_PART;
-		if (apply_defaults(BASE_PART, p) < 0)
-			L->oom = 1;
-		return p;
-	}
-	if (streq(pattern, "health.xid")) {
-		kiln_cfg_xid *x = &c->health.xids[idx];
-		x->line = setting_line(s);
-		L->xid_set[idx] = s;
-		*base = BASE_XID;
-		if (apply_defaults(BASE_XID, x) < 0)
-			L->oom = 1;
-		return x;
-	}
-	return NULL;
+	const list_desc *d = find_list(pattern);
+	if (!d)
+		return NULL;
+	char *elem = *FIELD(L->cfg, d->array_off, char *) + idx * d->elem_size;
+	*FIELD(elem, d->line_off, int) = setting_line(s);
+	(*FIELD(L, d->set_off, config_setting_t **))[idx] = s;
+	*base = d->base;
+	if (apply_defaults(d->base, elem) < 0)
+		L->oom = 1;
+	return elem;
 }
 
 static int alloc_list(loader *L, const char *pattern, size_t n)
 {
-	kiln_cfg *c = L->cfg;
+	const list_desc *d = find_list(pattern);
+	if (!d)
+		return -EINVAL;
 	size_t m = n ? n : 1;
-	if (streq(pattern, "node_groups")) {
-		c->groups = calloc(m, sizeof(*c->groups));
-		L->group_set = calloc(m, sizeof(*L->group_set));
+	void **array = FIELD(L->cfg, d->array_off, void *);
+	config_setting_t ***set = FIELD(L, d->set_off, config_setting_t **);
+	*array = calloc(m, d->elem_size);
+	*set = calloc(m, sizeof(**set));
+	*FIELD(L->cfg, d->count_off, size_t) = n;
+	if (!*array || !*set)
+		return -ENOMEM;
+	if (d->group_extras) {
 		L->addr_set = calloc(m, sizeof(*L->addr_set));
 		L->mac_set = calloc(m, sizeof(*L->mac_set));
-		c->n_groups = n;
-		return c->groups && L->group_set && L->addr_set && L->mac_set ? 0 : -ENOMEM;
+		if (!L->addr_set || !L->mac_set)
+			return -ENOMEM;
 	}
-	if (streq(pattern, "slurm.partitions")) {
-		c->slurm.partitions = calloc(m, sizeof(*c->slurm.partitions));
-		L->part_set = calloc(m, sizeof(*L->part_set));
-		c->slurm.n_partitions = n;
-		return c->slurm.partitions && L->part_set ? 0 : -ENOMEM;
-	}
-	if (streq(pattern, "health.xid")) {
-		c->health.xids = calloc(m, sizeof(*c->health.xids));
-		L->xid_set = calloc(m, sizeof(*L->xid_set));
-		c->health.n_xids = n;
-		return c->health.xids && L->xid_set ? 0 : -ENOMEM;
-	}
-	return -EINVAL;
+	return 0;
 }
 
 static void walk(loader *L, config_setting_t *grp, const char *pattern, const char *disp, int base,
@@ -1191,7 +1202,7 @@ static bool valid_domain(const char *s)
 /* A host name: one RFC 1123 label, lowercase.  Slurm node names become DNS
  * names (NAME.DOMAIN in dnsmasq and /etc/hosts), and Slurm compares them
  * case-sensitively while DNS does not, so only lowercase is accepted. */
-#define HOST_NAME_HINT                                                                    \
+#define HOST_NAME_HINT \
 	"use 1 to 63 lowercase letters, digits and '-', not starting or ending with '-'"
 static bool valid_host_name(const char *s)
 {
@@ -1376,9 +1387,8 @@ static void cross_check(loader *L)
 			add_error(L, root_line(L, "head.hostname"), "head.hostname", NULL,
 				  "invalid host name \"%s\"", c->head.hostname);
 		else if (!valid_host_name(c->head.hostname))
-			add_error(L, root_line(L, "head.hostname"), "head.hostname",
-				  HOST_NAME_HINT, "host name \"%s\" is not a valid DNS label",
-				  c->head.hostname);
+			add_error(L, root_line(L, "head.hostname"), "head.hostname", HOST_NAME_HINT,
+				  "host name \"%s\" is not a valid DNS label", c->head.hostname);
 		strv_free(v);
 	}
 
