@@ -541,7 +541,7 @@ int kk_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x, co
 static bool heads_ok(int n_heads, int n_kv_heads, int head_dim)
 {
 	return n_heads > 0 && n_kv_heads > 0 && n_heads <= 1024 && n_heads % n_kv_heads == 0 &&
-	       (head_dim == KK_ATTN_HEAD_DIM_SMALL || head_dim == KK_ATTN_HEAD_DIM_LARGE);
+	       head_dim >= 1 && head_dim <= KK_ATTN_HEAD_DIM_MAX;
 }
 
 static bool attn_desc_ok(const kk_backend *be, const kk_attn_desc *d)

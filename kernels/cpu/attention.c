@@ -46,8 +46,10 @@ static int check_cu_seqlens(const kk_attn_desc *d)
  * and a 64 x head_dim accumulator stay in L1/L2.  The tile products use
  * the vectorized dot/axpy loops, not sgemm: OpenBLAS called from several
  * of our threads at once would start its own threads and oversubscribe. */
-#define ATT_BQ 64
-#define ATT_BK 64
+/* Head dims up to this one: row buffers live on the stack. */
+#define CPU_ATTN_HEAD_DIM_MAX KK_ATTN_HEAD_DIM_LARGE
+#define ATT_BQ		      64
+#define ATT_BK		      64
 
 static inline float dot(const float *a, const float *b, int n)
 {
@@ -70,7 +72,7 @@ static int fwd_range(void *p, int64_t b, int64_t e, int chunk)
 	const kk_attn_desc *d = c->d;
 	const int32_t *cu = d->cu_seqlens->ptr;
 	int D = d->head_dim, H = d->n_heads, Hkv = d->n_kv_heads, grp = H / Hkv;
-	float S[ATT_BQ * ATT_BK], acc[ATT_BQ * KK_ATTN_HEAD_DIM_LARGE], m[ATT_BQ], l[ATT_BQ];
+	float S[ATT_BQ * ATT_BK], acc[ATT_BQ * CPU_ATTN_HEAD_DIM_MAX], m[ATT_BQ], l[ATT_BQ];
 
 	for (int64_t it = b; it < e; it++) {
 		int64_t task = c->tasks[it / H];
@@ -138,6 +140,9 @@ int kk__cpu_attention_fwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, 
 	_cleanup_free_ int64_t *tasks = NULL;
 	const int32_t *cu = d->cu_seqlens->ptr;
 	size_t T = (size_t) d->total_tokens;
+
+	if (d->head_dim > CPU_ATTN_HEAD_DIM_MAX)
+		return -EOPNOTSUPP;
 	struct attn_ctx c = { .d = d,
 			      .o = out,
 			      .lse = lse,
@@ -172,7 +177,7 @@ static int bwd_range(void *p, int64_t b, int64_t e, int chunk)
 	int D = d->head_dim, H = d->n_heads, Hkv = d->n_kv_heads, grp = H / Hkv;
 	const float *lse = c->lse->ptr;
 	_cleanup_free_ float *dk = NULL, *dv = NULL;
-	float dqr[KK_ATTN_HEAD_DIM_LARGE];
+	float dqr[CPU_ATTN_HEAD_DIM_MAX];
 
 	dk = malloc((size_t) d->max_seqlen * D * sizeof(float));
 	dv = malloc((size_t) d->max_seqlen * D * sizeof(float));
@@ -220,6 +225,9 @@ int kk__cpu_attention_bwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, 
 			  const kk_buffer *lse)
 {
 	_cleanup_free_ float *qo = NULL, *ko = NULL, *vo = NULL, *oo = NULL, *doo = NULL;
+
+	if (d->head_dim > CPU_ATTN_HEAD_DIM_MAX)
+		return -EOPNOTSUPP;
 	size_t T = (size_t) d->total_tokens, nq = T * d->n_heads * d->head_dim,
 	       nk = T * d->n_kv_heads * d->head_dim;
 	struct attn_ctx c = { .d = d,
@@ -267,7 +275,7 @@ static int decode_range(void *p, int64_t b, int64_t e, int chunk)
 	_cleanup_free_ float *qr = malloc(sizeof(float) * grp * D),
 			     *acc = malloc(sizeof(float) * grp * D),
 			     *ml = malloc(sizeof(float) * grp * 2);
-	float kr[KK_ATTN_HEAD_DIM_LARGE], vr[KK_ATTN_HEAD_DIM_LARGE];
+	float kr[CPU_ATTN_HEAD_DIM_MAX], vr[CPU_ATTN_HEAD_DIM_MAX];
 
 	if (!qr || !acc || !ml)
 		return -ENOMEM;
@@ -312,6 +320,8 @@ static int decode_range(void *p, int64_t b, int64_t e, int chunk)
 int kk__cpu_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
 			     const kk_buffer *q, const kk_buffer *k_cache, const kk_buffer *v_cache)
 {
+	if (d->head_dim > CPU_ATTN_HEAD_DIM_MAX)
+		return -EOPNOTSUPP;
 	const int32_t *bt = d->block_tables->ptr, *cl = d->context_lens->ptr;
 	struct decode_ctx c = { .d = d,
 				.out = out,

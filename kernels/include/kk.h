@@ -242,7 +242,10 @@ int kk_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x, co
  * non-decreasing, cu_seqlens[n_seqs] = T); tokens attend only inside their
  * own sequence, and with causal only to positions <= their own.  Query
  * head h uses kv head h / (n_heads / n_kv_heads) (GQA; n_kv_heads divides
- * n_heads).  head_dim is 64 or 128.  scale 0 means 1/sqrt(head_dim).
+ * n_heads).  head_dim: 64 and 128 on every backend; the cpu backend takes
+ * any head dim from 1 to 128 (small models: llama2.c's stories260K has 8),
+ * and a backend returns -EOPNOTSUPP for a head dim it lacks (the cuda
+ * backend has only 64 and 128).  scale 0 means 1/sqrt(head_dim).
  * max_seqlen must be >= every sequence length (the cuda backend sizes its
  * grid with it).  Fused: online softmax, no [T, T] matrix.
  * lse: NULL or F32 [T, n_heads], the log-sum-exp of each row of scaled
@@ -260,6 +263,9 @@ typedef struct kk_attn_desc {
 /* Head dims every backend must support. */
 #define KK_ATTN_HEAD_DIM_SMALL 64
 #define KK_ATTN_HEAD_DIM_LARGE 128
+/* The largest head dim the API accepts (beyond it: -EINVAL); a backend may
+ * support fewer (-EOPNOTSUPP, see kk_attention_fwd). */
+#define KK_ATTN_HEAD_DIM_MAX 256
 
 int kk_attention_fwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_buffer *out,
 		     kk_buffer *lse, const kk_buffer *q, const kk_buffer *k, const kk_buffer *v);
