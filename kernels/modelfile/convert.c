@@ -171,7 +171,7 @@ int kmf_tensor_to_float(const kmf_tensor *t, kk_dtype dst_dt, void *out, size_t 
 	assert_return(count == (size_t) t->nelem, -EINVAL);
 	if (!kmf_dtype_is_float(t->dtype))
 		return -EOPNOTSUPP;
-	esz = kk_dtype_size(dst_dt, 1);
+	esz = dst_dt == KK_F32 ? 4 : 2;
 	/* Same dtype: the bits as stored. */
 	if ((dst_dt == KK_F32 && t->dtype == KMF_F32) || (dst_dt == KK_F16 && t->dtype == KMF_F16) ||
 	    (dst_dt == KK_BF16 && t->dtype == KMF_BF16)) {

@@ -263,12 +263,14 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(kmf_file *, kmf_close);
 static int open_region(kmf_file *f, kmf_error *err)
 {
 	int r;
+	/* llama2.c before safetensors: its exact-size test is the stronger
+	 * evidence (a 123-layer llama2.c model has '{' at byte 8). */
 	if (kmf__gguf_probe(f->base, f->size))
 		r = kmf__gguf_parse(f, err);
-	else if (kmf__st_probe(f->base, f->size))
-		r = kmf__st_parse(f, err);
 	else if (kmf__l2c_probe(f->base, f->size))
 		r = kmf__l2c_parse(f, err);
+	else if (kmf__st_probe(f->base, f->size))
+		r = kmf__st_parse(f, err);
 	else
 		return kmf__fail(err, -EOPNOTSUPP, 0, NULL,
 				 "not a model file kiln reads: no GGUF magic, no safetensors "

@@ -26,8 +26,10 @@ static const struct {
 
 bool kmf__st_probe(const uint8_t *p, size_t n)
 {
-	/* The JSON text must start right after the length: '{'. */
-	return n >= 9 && p[8] == '{';
+	/* The JSON text starts right after the length: '{', or '[' for a
+	 * header that is JSON but not an object (refused by the parser with
+	 * a precise error rather than "unknown format"). */
+	return n >= 9 && (p[8] == '{' || p[8] == '[');
 }
 
 static void json_freep(json_t **j)
