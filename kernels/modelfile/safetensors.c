@@ -87,10 +87,10 @@ static int parse_metadata(kmf_file *f, json_t *md, kmf_error *err)
 	return 0;
 }
 
-static int parse_tensor(kmf_file *f, kmf_tensor *t, const char *name, json_t *v, uint64_t hlen,
+static int parse_tensor(kmf_file *f, kmf_tensor *t, const char *name, json_t *v,
 			uint64_t data_size, uint64_t *begin, kmf_error *err)
 {
-	int64_t at = key_offset(f, hlen, name);
+	int64_t at = 8; /* the caller puts the key's offset in err on failure */
 	json_t *dt = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape"),
 	       *offs = json_object_get(v, "data_offsets");
 	json_int_t b, e;
@@ -212,9 +212,14 @@ int kmf__st_parse(kmf_file *f, kmf_error *err)
 				return r;
 			continue;
 		}
-		r = parse_tensor(f, &f->tensors[n], key, v, hlen, data_size, &begin, err);
-		if (r < 0)
+		r = parse_tensor(f, &f->tensors[n], key, v, data_size, &begin, err);
+		if (r < 0) {
+			/* found only now: searching the header per tensor would
+			 * make opening quadratic in the tensor count */
+			if (err && err->offset >= 0)
+				err->offset = key_offset(f, hlen, key);
 			return r;
+		}
 		f->tensors[n].offset = data_start + begin;
 		f->tensors[n].data = f->base + data_start + begin;
 		n++;

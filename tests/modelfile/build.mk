@@ -22,3 +22,6 @@ $(FUZZ_KMF): $(FUZZ_KMF_SRCS) kernels/include/kmf.h kernels/modelfile/kmf_intern
 		-fno-sanitize-recover=undefined -Icommon/include -Ikernels/include \
 		$(FUZZ_KMF_SRCS) $(KMF_LDLIBS) -lm -o $@
 .PHONY: fuzz-modelfile
+
+$(eval $(call kiln_tool,bench-modelfile,tests/modelfile/bench-modelfile.c,kmf kk common,$(KMF_LDLIBS) $(KK_LDLIBS)))
+BENCH_SCRIPTS += tests/modelfile/bench-modelfile.sh
