@@ -25,3 +25,4 @@ $(FUZZ_KMF): $(FUZZ_KMF_SRCS) kernels/include/kmf.h kernels/modelfile/kmf_intern
 
 $(eval $(call kiln_tool,bench-modelfile,tests/modelfile/bench-modelfile.c,kmf kk common,$(KMF_LDLIBS) $(KK_LDLIBS)))
 BENCH_SCRIPTS += tests/modelfile/bench-modelfile.sh
+TEST_SCRIPTS += tests/modelfile/test-kiln-model.sh
