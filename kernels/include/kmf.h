@@ -137,15 +137,15 @@ typedef struct kmf_file kmf_file;
 typedef struct kmf_tensor {
 	const char *name;
 	kmf_dtype dtype;
-	int ndim;			/* 0 (a scalar) .. KMF_MAX_DIMS */
-	int64_t shape[KMF_MAX_DIMS];	/* row-major: shape[ndim-1] varies fastest */
-	int64_t nelem;			/* product of shape (1 for a scalar) */
-	uint64_t offset;		/* byte offset of the data in the file */
-	uint64_t nbytes;		/* bytes of data */
-	const void *data;		/* into the mapping; may be unaligned in
-					 * files not written by kmf_writer */
-	unsigned block_elems;		/* 1, or 32/256 for GGUF blocks */
-	unsigned block_bytes;		/* bytes per block (per element if 1) */
+	int ndim;		     /* 0 (a scalar) .. KMF_MAX_DIMS */
+	int64_t shape[KMF_MAX_DIMS]; /* row-major: shape[ndim-1] varies fastest */
+	int64_t nelem;		     /* product of shape (1 for a scalar) */
+	uint64_t offset;	     /* byte offset of the data in the file */
+	uint64_t nbytes;	     /* bytes of data */
+	const void *data;	     /* into the mapping; may be unaligned in
+				      * files not written by kmf_writer */
+	unsigned block_elems;	     /* 1, or 32/256 for GGUF blocks */
+	unsigned block_bytes;	     /* bytes per block (per element if 1) */
 } kmf_tensor;
 
 /* Opens and validates path.  On failure *err (if not NULL) says why and
@@ -272,8 +272,8 @@ kmf_writer *kmf_writer_free(kmf_writer *w);
  * plain (non-block) dtype.  Errors: -EINVAL (name empty, too long, starting
  * with "__", dims, nbytes mismatch, block dtype), -EEXIST duplicate name,
  * -E2BIG over KMF_MAX_TENSORS, -ENOMEM. */
-int kmf_writer_add(kmf_writer *w, const char *name, kmf_dtype dtype, int ndim,
-		   const int64_t *shape, const void *data, uint64_t nbytes);
+int kmf_writer_add(kmf_writer *w, const char *name, kmf_dtype dtype, int ndim, const int64_t *shape,
+		   const void *data, uint64_t nbytes);
 /* Sets a __metadata__ string (replacing an earlier value of the key).
  * Errors: -EINVAL (not UTF-8, too long), -E2BIG, -ENOMEM. */
 int kmf_writer_set_meta(kmf_writer *w, const char *key, const char *value);

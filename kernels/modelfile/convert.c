@@ -173,7 +173,8 @@ int kmf_tensor_to_float(const kmf_tensor *t, kk_dtype dst_dt, void *out, size_t 
 		return -EOPNOTSUPP;
 	esz = dst_dt == KK_F32 ? 4 : 2;
 	/* Same dtype: the bits as stored. */
-	if ((dst_dt == KK_F32 && t->dtype == KMF_F32) || (dst_dt == KK_F16 && t->dtype == KMF_F16) ||
+	if ((dst_dt == KK_F32 && t->dtype == KMF_F32) ||
+	    (dst_dt == KK_F16 && t->dtype == KMF_F16) ||
 	    (dst_dt == KK_BF16 && t->dtype == KMF_BF16)) {
 		memcpy(out, t->data, count * esz);
 		return 0;
@@ -255,7 +256,8 @@ int kmf_tensor_to_i8(const kmf_tensor *t, kk_dtype scale_dt, int8_t *q, void *sc
 static void pack_q4(const int8_t *codes, int64_t n, uint8_t *dst)
 {
 	for (int64_t j = 0; j < n; j += 2)
-		dst[j / 2] = (uint8_t) (((codes[j] + 8) & 0x0f) | (((codes[j + 1] + 8) & 0x0f) << 4));
+		dst[j / 2] =
+			(uint8_t) (((codes[j] + 8) & 0x0f) | (((codes[j + 1] + 8) & 0x0f) << 4));
 }
 
 int kmf_tensor_to_q4(const kmf_tensor *t, int group, kk_dtype scale_dt, uint8_t *q, void *scales,

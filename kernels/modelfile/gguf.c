@@ -115,9 +115,9 @@ static int rdstr(cursor *c, uint64_t max, const char *what, const char *tensor, 
 }
 
 static const unsigned vsize[KMF_V_MAX] = {
-	[KMF_V_U8] = 1,	 [KMF_V_I8] = 1,  [KMF_V_U16] = 2,  [KMF_V_I16] = 2, [KMF_V_U32] = 4,
-	[KMF_V_I32] = 4, [KMF_V_F32] = 4, [KMF_V_BOOL] = 1, [KMF_V_U64] = 8, [KMF_V_I64] = 8,
-	[KMF_V_F64] = 8,
+	[KMF_V_U8] = 1,	 [KMF_V_I8] = 1,  [KMF_V_U16] = 2, [KMF_V_I16] = 2,
+	[KMF_V_U32] = 4, [KMF_V_I32] = 4, [KMF_V_F32] = 4, [KMF_V_BOOL] = 1,
+	[KMF_V_U64] = 8, [KMF_V_I64] = 8, [KMF_V_F64] = 8,
 };
 
 /* Reads one scalar of type t at p into m (widened). */
@@ -361,10 +361,11 @@ static int rdtensor(cursor *c, kmf_tensor *t, uint32_t align)
 		return r;
 	t->dtype = ggml_type(type);
 	if (t->dtype == KMF_DTYPE_MAX)
-		return kmf__fail(c->err, -EOPNOTSUPP, (int64_t) at_type, t->name,
-				 "ggml type %u is not one kiln reads (F32 F16 BF16 F64 I8 I16 I32 "
-				 "I64 Q8_0 Q4_0 Q4_1 Q4_K Q6_K); re-quantize the model to one of them",
-				 type);
+		return kmf__fail(
+			c->err, -EOPNOTSUPP, (int64_t) at_type, t->name,
+			"ggml type %u is not one kiln reads (F32 F16 BF16 F64 I8 I16 I32 "
+			"I64 Q8_0 Q4_0 Q4_1 Q4_K Q6_K); re-quantize the model to one of them",
+			type);
 	t->ndim = (int) nd;
 	for (uint32_t d = 0; d < nd; d++)
 		t->shape[nd - 1 - d] = (int64_t) ne[d];
@@ -429,20 +430,23 @@ int kmf__gguf_parse(kmf_file *f, kmf_error *err)
 	if (r < 0)
 		return r;
 	if (nt > KMF_MAX_TENSORS)
-		return kmf__fail(err, -E2BIG, 8, NULL,
-				 "tensor count %llu is above KMF_MAX_TENSORS (%d); the file is corrupt",
-				 (unsigned long long) nt, KMF_MAX_TENSORS);
+		return kmf__fail(
+			err, -E2BIG, 8, NULL,
+			"tensor count %llu is above KMF_MAX_TENSORS (%d); the file is corrupt",
+			(unsigned long long) nt, KMF_MAX_TENSORS);
 	if (nkv > KMF_MAX_META)
-		return kmf__fail(err, -E2BIG, 16, NULL,
-				 "key-value count %llu is above KMF_MAX_META (%d); the file is corrupt",
-				 (unsigned long long) nkv, KMF_MAX_META);
+		return kmf__fail(
+			err, -E2BIG, 16, NULL,
+			"key-value count %llu is above KMF_MAX_META (%d); the file is corrupt",
+			(unsigned long long) nkv, KMF_MAX_META);
 	/* A tensor info takes at least 32 bytes, a key-value at least 13:
 	 * refuse counts the file cannot hold before allocating for them. */
 	if (nt * 32 + nkv * 13 > left(&c))
-		return kmf__fail(err, -EBADMSG, 8, NULL,
-				 "%llu tensors and %llu key-values cannot fit in the %zu bytes left; "
-				 "the file is truncated or corrupt",
-				 (unsigned long long) nt, (unsigned long long) nkv, left(&c));
+		return kmf__fail(
+			err, -EBADMSG, 8, NULL,
+			"%llu tensors and %llu key-values cannot fit in the %zu bytes left; "
+			"the file is truncated or corrupt",
+			(unsigned long long) nt, (unsigned long long) nkv, left(&c));
 	for (uint64_t i = 0; i < nkv; i++) {
 		r = rdkv(&c);
 		if (r < 0)

@@ -16,16 +16,16 @@ static const struct {
 	unsigned block_elems, block_bytes;
 	bool is_float;
 } dtypes[KMF_DTYPE_MAX] = {
-	[KMF_F32] = { "F32", 1, 4, true },	 [KMF_F16] = { "F16", 1, 2, true },
-	[KMF_BF16] = { "BF16", 1, 2, true },	 [KMF_F64] = { "F64", 1, 8, true },
+	[KMF_F32] = { "F32", 1, 4, true },	    [KMF_F16] = { "F16", 1, 2, true },
+	[KMF_BF16] = { "BF16", 1, 2, true },	    [KMF_F64] = { "F64", 1, 8, true },
 	[KMF_F8_E4M3] = { "F8_E4M3", 1, 1, false }, [KMF_F8_E5M2] = { "F8_E5M2", 1, 1, false },
-	[KMF_BOOL] = { "BOOL", 1, 1, false },	 [KMF_U8] = { "U8", 1, 1, false },
-	[KMF_I8] = { "I8", 1, 1, false },	 [KMF_U16] = { "U16", 1, 2, false },
-	[KMF_I16] = { "I16", 1, 2, false },	 [KMF_U32] = { "U32", 1, 4, false },
-	[KMF_I32] = { "I32", 1, 4, false },	 [KMF_U64] = { "U64", 1, 8, false },
-	[KMF_I64] = { "I64", 1, 8, false },	 [KMF_Q8_0] = { "Q8_0", 32, 34, true },
-	[KMF_Q4_0] = { "Q4_0", 32, 18, true },	 [KMF_Q4_1] = { "Q4_1", 32, 20, true },
-	[KMF_Q4_K] = { "Q4_K", 256, 144, true }, [KMF_Q6_K] = { "Q6_K", 256, 210, true },
+	[KMF_BOOL] = { "BOOL", 1, 1, false },	    [KMF_U8] = { "U8", 1, 1, false },
+	[KMF_I8] = { "I8", 1, 1, false },	    [KMF_U16] = { "U16", 1, 2, false },
+	[KMF_I16] = { "I16", 1, 2, false },	    [KMF_U32] = { "U32", 1, 4, false },
+	[KMF_I32] = { "I32", 1, 4, false },	    [KMF_U64] = { "U64", 1, 8, false },
+	[KMF_I64] = { "I64", 1, 8, false },	    [KMF_Q8_0] = { "Q8_0", 32, 34, true },
+	[KMF_Q4_0] = { "Q4_0", 32, 18, true },	    [KMF_Q4_1] = { "Q4_1", 32, 20, true },
+	[KMF_Q4_K] = { "Q4_K", 256, 144, true },    [KMF_Q6_K] = { "Q6_K", 256, 210, true },
 };
 
 const char *kmf_dtype_name(kmf_dtype dt)
@@ -51,8 +51,8 @@ const char *kmf_format_name(kmf_format f)
 }
 const char *kmf_vtype_name(kmf_vtype t)
 {
-	static const char *const names[KMF_V_MAX] = { "u8",  "i8",  "u16",    "i16",   "u32",
-						      "i32", "f32", "bool",   "string", "array",
+	static const char *const names[KMF_V_MAX] = { "u8",  "i8",  "u16",  "i16",    "u32",
+						      "i32", "f32", "bool", "string", "array",
 						      "u64", "i64", "f64" };
 	return (unsigned) t < KMF_V_MAX ? names[t] : NULL;
 }
@@ -169,18 +169,18 @@ int kmf__tensor_size(kmf_tensor *t, int64_t at, bool allow_empty, kmf_error *err
 					 (unsigned long long) KMF_MAX_TENSOR_BYTES);
 	}
 	if (n % t->block_elems)
-		return kmf__fail(err, -EBADMSG, at, t->name,
-				 "%s needs a multiple of %u elements, the shape has %llu (row length "
-				 "not a whole number of blocks)",
-				 kmf_dtype_name(t->dtype), t->block_elems, (unsigned long long) n);
+		return kmf__fail(
+			err, -EBADMSG, at, t->name,
+			"%s needs a multiple of %u elements, the shape has %llu (row length "
+			"not a whole number of blocks)",
+			kmf_dtype_name(t->dtype), t->block_elems, (unsigned long long) n);
 	nblocks = n / t->block_elems;
 	t->nelem = (int64_t) n;
 	t->nbytes = nblocks * t->block_bytes;
 	if (t->nbytes > KMF_MAX_TENSOR_BYTES)
-		return kmf__fail(err, -E2BIG, at, t->name,
-				 "%llu bytes is above KMF_MAX_TENSOR_BYTES (%llu)",
-				 (unsigned long long) t->nbytes,
-				 (unsigned long long) KMF_MAX_TENSOR_BYTES);
+		return kmf__fail(
+			err, -E2BIG, at, t->name, "%llu bytes is above KMF_MAX_TENSOR_BYTES (%llu)",
+			(unsigned long long) t->nbytes, (unsigned long long) KMF_MAX_TENSOR_BYTES);
 	return 0;
 }
 
@@ -272,12 +272,13 @@ static int open_region(kmf_file *f, kmf_error *err)
 	else if (kmf__st_probe(f->base, f->size))
 		r = kmf__st_parse(f, err);
 	else
-		return kmf__fail(err, -EOPNOTSUPP, 0, NULL,
-				 "not a model file kiln reads: no GGUF magic, no safetensors "
-				 "header (8-byte length then '{'), and the size (%zu bytes) is not "
-				 "the one a llama2.c header implies; check the path or re-export the "
-				 "model as safetensors or GGUF",
-				 f->size);
+		return kmf__fail(
+			err, -EOPNOTSUPP, 0, NULL,
+			"not a model file kiln reads: no GGUF magic, no safetensors "
+			"header (8-byte length then '{'), and the size (%zu bytes) is not "
+			"the one a llama2.c header implies; check the path or re-export the "
+			"model as safetensors or GGUF",
+			f->size);
 	if (r < 0)
 		return r;
 	return index_names(f, err);
@@ -316,6 +317,7 @@ int kmf_open(const char *path, kmf_file **ret, kmf_error *err)
 	_cleanup_(kmf_closep) kmf_file *f = NULL;
 	_cleanup_close_ int fd = -1;
 	struct stat st;
+	void *map = NULL;
 	int r;
 	set_file(err, path);
 	if (!path || !ret)
@@ -327,18 +329,21 @@ int kmf_open(const char *path, kmf_file **ret, kmf_error *err)
 		return kmf__fail(err, -errno, -1, NULL, "cannot stat: %s", strerror(errno));
 	if (!S_ISREG(st.st_mode))
 		return kmf__fail(err, -EINVAL, -1, NULL, "not a regular file");
-	f = calloc(1, sizeof(*f));
-	if (!f)
-		return kmf__fail(err, -ENOMEM, -1, NULL, "out of memory");
-	f->size = (size_t) st.st_size;
-	if (f->size > 0) {
-		void *p = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-		if (p == MAP_FAILED)
-			return kmf__fail(err, -errno, -1, NULL, "cannot mmap %zu bytes: %s",
-					 f->size, strerror(errno));
-		f->base = p;
-		f->mapped = true;
+	if (st.st_size > 0) {
+		map = mmap(NULL, (size_t) st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (map == MAP_FAILED)
+			return kmf__fail(err, -errno, -1, NULL, "cannot mmap %lld bytes: %s",
+					 (long long) st.st_size, strerror(errno));
 	}
+	f = calloc(1, sizeof(*f));
+	if (!f) {
+		if (map)
+			munmap(map, (size_t) st.st_size);
+		return kmf__fail(err, -ENOMEM, -1, NULL, "out of memory");
+	}
+	f->size = (size_t) st.st_size;
+	f->base = map;
+	f->mapped = map != NULL;
 	r = open_region(f, err);
 	if (r < 0)
 		return r;

@@ -51,15 +51,15 @@ static bool l2c_floats(const uint8_t *p, struct l2c_cfg *c, uint64_t *floats)
 		return false;
 	c->head_size = c->dim / c->heads;
 	c->kv_dim = c->dim * c->kv_heads / c->heads;
-	n = (uint64_t) (c->vocab * c->dim);			/* token embedding */
-	n += (uint64_t) c->layers * c->dim * 2;			/* rms_att, rms_ffn */
-	n += (uint64_t) c->layers * c->dim * c->dim * 2;	/* wq, wo */
-	n += (uint64_t) c->layers * c->dim * c->kv_dim * 2;	/* wk, wv */
-	n += (uint64_t) c->layers * c->dim * c->hidden * 3;	/* w1, w2, w3 */
-	n += (uint64_t) c->dim;					/* rms_final */
-	n += (uint64_t) (c->seq_len * c->head_size / 2) * 2;	/* RoPE tables */
+	n = (uint64_t) (c->vocab * c->dim);		     /* token embedding */
+	n += (uint64_t) c->layers * c->dim * 2;		     /* rms_att, rms_ffn */
+	n += (uint64_t) c->layers * c->dim * c->dim * 2;     /* wq, wo */
+	n += (uint64_t) c->layers * c->dim * c->kv_dim * 2;  /* wk, wv */
+	n += (uint64_t) c->layers * c->dim * c->hidden * 3;  /* w1, w2, w3 */
+	n += (uint64_t) c->dim;				     /* rms_final */
+	n += (uint64_t) (c->seq_len * c->head_size / 2) * 2; /* RoPE tables */
 	if (!c->shared)
-		n += (uint64_t) (c->vocab * c->dim);		/* wcls */
+		n += (uint64_t) (c->vocab * c->dim); /* wcls */
 	*floats = n;
 	return true;
 }
@@ -165,8 +165,7 @@ int kmf__l2c_parse(kmf_file *f, kmf_error *err)
 	b.pos += (uint64_t) (c.seq_len * c.head_size / 2) * 2 * 4;
 	/* lm_head: its own array after the RoPE tables, or the embedding. */
 	if (r >= 0)
-		r = add(&b, "lm_head.weight", c.vocab, c.dim,
-			c.shared ? L2C_HEADER : b.pos);
+		r = add(&b, "lm_head.weight", c.vocab, c.dim, c.shared ? L2C_HEADER : b.pos);
 	if (r < 0)
 		return r;
 

@@ -17,11 +17,11 @@ static const struct {
 	const char *name;
 	kmf_dtype dt;
 } st_dtypes[] = {
-	{ "F64", KMF_F64 },	    { "F32", KMF_F32 },		{ "F16", KMF_F16 },
-	{ "BF16", KMF_BF16 },	    { "I64", KMF_I64 },		{ "I32", KMF_I32 },
-	{ "I16", KMF_I16 },	    { "I8", KMF_I8 },		{ "U64", KMF_U64 },
-	{ "U32", KMF_U32 },	    { "U16", KMF_U16 },		{ "U8", KMF_U8 },
-	{ "BOOL", KMF_BOOL },	    { "F8_E4M3", KMF_F8_E4M3 }, { "F8_E5M2", KMF_F8_E5M2 },
+	{ "F64", KMF_F64 },   { "F32", KMF_F32 },	  { "F16", KMF_F16 },
+	{ "BF16", KMF_BF16 }, { "I64", KMF_I64 },	  { "I32", KMF_I32 },
+	{ "I16", KMF_I16 },   { "I8", KMF_I8 },		  { "U64", KMF_U64 },
+	{ "U32", KMF_U32 },   { "U16", KMF_U16 },	  { "U8", KMF_U8 },
+	{ "BOOL", KMF_BOOL }, { "F8_E4M3", KMF_F8_E4M3 }, { "F8_E5M2", KMF_F8_E5M2 },
 };
 
 bool kmf__st_probe(const uint8_t *p, size_t n)
@@ -63,7 +63,8 @@ static int parse_metadata(kmf_file *f, json_t *md, kmf_error *err)
 		return kmf__fail(err, -E2BIG, 8, NULL,
 				 "\"__metadata__\" has %zu keys, above KMF_MAX_META (%d)",
 				 json_object_size(md), KMF_MAX_META);
-	json_object_foreach (md, key, v) {
+	json_object_foreach(md, key, v)
+	{
 		kmf_meta *m;
 		size_t kl = strlen(key);
 		if (!json_is_string(v))
@@ -87,8 +88,8 @@ static int parse_metadata(kmf_file *f, json_t *md, kmf_error *err)
 	return 0;
 }
 
-static int parse_tensor(kmf_file *f, kmf_tensor *t, const char *name, json_t *v,
-			uint64_t data_size, uint64_t *begin, kmf_error *err)
+static int parse_tensor(kmf_file *f, kmf_tensor *t, const char *name, json_t *v, uint64_t data_size,
+			uint64_t *begin, kmf_error *err)
 {
 	int64_t at = 8; /* the caller puts the key's offset in err on failure */
 	json_t *dt = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape"),
@@ -124,8 +125,8 @@ static int parse_tensor(kmf_file *f, kmf_tensor *t, const char *name, json_t *v,
 	for (i = 0; i < json_array_size(shape); i++) {
 		json_t *d = json_array_get(shape, i);
 		if (!json_is_integer(d))
-			return kmf__fail(err, -EBADMSG, at, name,
-					 "shape[%zu] is not an integer", i);
+			return kmf__fail(err, -EBADMSG, at, name, "shape[%zu] is not an integer",
+					 i);
 		t->shape[i] = json_integer_value(d);
 	}
 	r = kmf__tensor_size(t, at, true, err);
@@ -178,11 +179,11 @@ int kmf__st_parse(kmf_file *f, kmf_error *err)
 	f->format = KMF_FORMAT_SAFETENSORS;
 	hlen = kmf__ld64(f->base);
 	if (hlen > KMF_MAX_HEADER_BYTES)
-		return kmf__fail(err, -E2BIG, 0, NULL,
-				 "header length %llu is above KMF_MAX_HEADER_BYTES (%llu); the file "
-				 "is corrupt or not safetensors",
-				 (unsigned long long) hlen,
-				 (unsigned long long) KMF_MAX_HEADER_BYTES);
+		return kmf__fail(
+			err, -E2BIG, 0, NULL,
+			"header length %llu is above KMF_MAX_HEADER_BYTES (%llu); the file "
+			"is corrupt or not safetensors",
+			(unsigned long long) hlen, (unsigned long long) KMF_MAX_HEADER_BYTES);
 	if (hlen > f->size - 8)
 		return kmf__fail(err, -EBADMSG, 0, NULL,
 				 "header length %llu runs past the end of the file (%zu bytes); "
@@ -204,7 +205,8 @@ int kmf__st_parse(kmf_file *f, kmf_error *err)
 	f->tensors = calloc(cap ? cap : 1, sizeof(*f->tensors));
 	if (!f->tensors)
 		return kmf__fail(err, -ENOMEM, -1, NULL, "out of memory");
-	json_object_foreach (root, key, v) {
+	json_object_foreach(root, key, v)
+	{
 		uint64_t begin = 0;
 		if (streq(key, "__metadata__")) {
 			r = parse_metadata(f, v, err);

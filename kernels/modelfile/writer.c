@@ -67,8 +67,8 @@ kmf_writer *kmf_writer_free(kmf_writer *w)
 	return NULL;
 }
 
-int kmf_writer_add(kmf_writer *w, const char *name, kmf_dtype dtype, int ndim,
-		   const int64_t *shape, const void *data, uint64_t nbytes)
+int kmf_writer_add(kmf_writer *w, const char *name, kmf_dtype dtype, int ndim, const int64_t *shape,
+		   const void *data, uint64_t nbytes)
 {
 	kmf_tensor t = { .name = name, .dtype = dtype, .ndim = ndim };
 	size_t nl;

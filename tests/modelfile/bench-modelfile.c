@@ -72,7 +72,8 @@ static int do_open(const char *path, int repeat)
 		kmf_error e;
 		double t0 = now();
 		if (kmf_open(path, &f, &e) < 0) {
-			fprintf(stderr, "bench-modelfile: %s\n", kmf_error_format(&e, line, sizeof(line)));
+			fprintf(stderr, "bench-modelfile: %s\n",
+				kmf_error_format(&e, line, sizeof(line)));
 			return 1;
 		}
 		n = kmf_tensor_count(f);
@@ -94,6 +95,7 @@ int main(int argc, char **argv)
 		return do_write(argv[2], atol(argv[3]), atol(argv[4]));
 	if (argc == 4 && strcmp(argv[1], "open") == 0)
 		return do_open(argv[2], atoi(argv[3]) > 0 ? atoi(argv[3]) : 1);
-	fprintf(stderr, "usage: bench-modelfile write PATH TENSORS BYTES_EACH | open PATH REPEAT\n");
+	fprintf(stderr,
+		"usage: bench-modelfile write PATH TENSORS BYTES_EACH | open PATH REPEAT\n");
 	return 2;
 }
