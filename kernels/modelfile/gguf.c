@@ -262,7 +262,7 @@ static int rdarray(cursor *c, kmf_meta *m)
 	return 0;
 }
 
-static int rdkv(cursor *c)
+static int rdkv(cursor *c, size_t *key_at)
 {
 	kmf_file *f = c->f;
 	size_t at = c->pos;
@@ -276,11 +276,7 @@ static int rdkv(cursor *c)
 	if (klen == 0 || !kmf__utf8_valid(key, klen) || memchr(key, 0, klen))
 		return kmf__fail(c->err, -EBADMSG, (int64_t) at, NULL,
 				 "a metadata key is empty or not valid UTF-8; the file is corrupt");
-	for (size_t i = 0; i < f->n_meta; i++)
-		if (strlen(f->meta[i].key) == klen && memcmp(f->meta[i].key, key, klen) == 0)
-			return kmf__fail(c->err, -EBADMSG, (int64_t) at, NULL,
-					 "metadata key '%s' appears twice; the file is corrupt",
-					 f->meta[i].key);
+	*key_at = at;
 	m = kmf__meta_add(f, key, klen);
 	if (!m)
 		return kmf__fail(c->err, -ENOMEM, -1, NULL, "out of memory");
@@ -399,6 +395,37 @@ static int cmp_offset(const void *a, const void *b)
 	return (*x)->nbytes < (*y)->nbytes ? -1 : (*x)->nbytes > (*y)->nbytes;
 }
 
+static int cmp_key(const void *a, const void *b, void *arg)
+{
+	const kmf_meta *m = arg;
+	int c = strcmp(m[*(const uint32_t *) a].key, m[*(const uint32_t *) b].key);
+	/* equal keys: file order, so the error names the second one */
+	return c ? c
+		 : (*(const uint32_t *) a > *(const uint32_t *) b) -
+			       (*(const uint32_t *) a < *(const uint32_t *) b);
+}
+
+/* Duplicate keys, by sorting (a pairwise check is quadratic in a count
+ * the file controls). */
+static int check_duplicate_keys(kmf_file *f, const size_t *key_at, kmf_error *err)
+{
+	_cleanup_free_ uint32_t *idx = NULL;
+	if (f->n_meta < 2)
+		return 0;
+	idx = malloc(f->n_meta * sizeof(*idx));
+	if (!idx)
+		return kmf__fail(err, -ENOMEM, -1, NULL, "out of memory");
+	for (size_t i = 0; i < f->n_meta; i++)
+		idx[i] = (uint32_t) i;
+	qsort_r(idx, f->n_meta, sizeof(*idx), cmp_key, f->meta);
+	for (size_t i = 1; i < f->n_meta; i++)
+		if (streq(f->meta[idx[i]].key, f->meta[idx[i - 1]].key))
+			return kmf__fail(err, -EBADMSG, (int64_t) key_at[idx[i]], NULL,
+					 "metadata key '%s' appears twice; the file is corrupt",
+					 f->meta[idx[i]].key);
+	return 0;
+}
+
 int kmf__gguf_parse(kmf_file *f, kmf_error *err)
 {
 	cursor c = { .f = f, .pos = 4, .err = err };
@@ -406,6 +433,7 @@ int kmf__gguf_parse(kmf_file *f, kmf_error *err)
 	uint64_t nt, nkv, data_start, data_size;
 	const kmf_meta *am;
 	_cleanup_free_ const kmf_tensor **order = NULL;
+	_cleanup_free_ size_t *key_at = NULL;
 	int r;
 
 	f->format = KMF_FORMAT_GGUF;
@@ -447,11 +475,17 @@ int kmf__gguf_parse(kmf_file *f, kmf_error *err)
 			"%llu tensors and %llu key-values cannot fit in the %zu bytes left; "
 			"the file is truncated or corrupt",
 			(unsigned long long) nt, (unsigned long long) nkv, left(&c));
+	key_at = calloc(nkv ? nkv : 1, sizeof(*key_at));
+	if (!key_at)
+		return kmf__fail(err, -ENOMEM, -1, NULL, "out of memory");
 	for (uint64_t i = 0; i < nkv; i++) {
-		r = rdkv(&c);
+		r = rdkv(&c, &key_at[i]);
 		if (r < 0)
 			return r;
 	}
+	r = check_duplicate_keys(f, key_at, err);
+	if (r < 0)
+		return r;
 	am = kmf_meta_find(f, "general.alignment");
 	if (am) {
 		if (am->type != KMF_V_U32 || am->u == 0 || (am->u & (am->u - 1)) ||
