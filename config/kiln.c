@@ -4,6 +4,7 @@
  *   kiln [-c FILE] show nodes | node NAME | --defaults
  *   kiln [-c FILE] render TARGET [-o PATH] [--node NAME]
  *   kiln [-c FILE] render all -o DIR
+ *   kiln model inspect FILE [--json]      (config/kiln-model.c)
  *
  * Exit status: 0 success, 1 failure (I/O), 2 usage or configuration error.
  * Configuration errors go to stderr one per line, exactly as the library
@@ -24,6 +25,8 @@
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
+int kiln_model_main(int argc, char **argv); /* kiln-model.c */
+
 static const char *arg_config;
 static const char *arg_output;
 static const char *arg_node;
@@ -41,7 +44,8 @@ static void help(void)
 	       "  kiln show --defaults                     every key with its type and default\n"
 	       "  kiln [OPTIONS] render TARGET [-o PATH]   write a generated file (stdout without "
 	       "-o)\n"
-	       "  kiln [OPTIONS] render all -o DIR         write every target into DIR\n\n"
+	       "  kiln [OPTIONS] render all -o DIR         write every target into DIR\n"
+	       "  kiln model inspect FILE [--json]         tensors and metadata of a model file\n\n"
 	       "Targets: slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts node-env\n"
 	       "(node-env needs --node NAME; NAME may be the head node).\n\n"
 	       "Options:\n"
@@ -359,6 +363,9 @@ int main(int argc, char **argv)
 		{},
 	};
 	log_set_program("kiln");
+	/* `kiln model ...` parses its own options (config/kiln-model.c). */
+	if (argc > 1 && streq(argv[1], "model"))
+		return kiln_model_main(argc - 1, argv + 1);
 	int o;
 	while ((o = getopt_long(argc, argv, "c:o:n:vqh", opts, NULL)) >= 0) {
 		switch (o) {
