@@ -314,7 +314,7 @@ static void test_continuous_batching(void **state)
 	}
 	assert_int_equal(km_kvcache_free_blocks(c), 12);
 	assert_true(mixed_steps >= 2);
-	assert_true(worst < 1e-4);
+	assert_true(worst < TOL_F32);
 	print_message("# %d sequences (up to %d live, %d mixed prefill+decode steps) give the "
 		      "tokens each gives alone; max |logit diff| %.3g\n",
 		      NB, max_live, mixed_steps, worst);
@@ -382,19 +382,99 @@ static void forced_compare(km_model *m, km_model *base, double *max_abs, double 
 	km_kvcache_free(cb);
 }
 
+/* A weight source that hands out the checkpoint's linear weights already
+ * quantized and dequantized on the host (kk.h's documented scheme: per row
+ * for int8, per 32-group for int4, scale = max|w| / qmax, q = rint(w /
+ * scale) clamped), so an f32 model over it is the exact target of the
+ * int8/int4 models' arithmetic. */
+typedef struct fakeq {
+	km_weight_source inner;
+	int qmax, qmin, group; /* group 0: whole row */
+	int dim;
+} fakeq;
+
+static int fakeq_read(void *ud, const char *name, float *dst, size_t count, km_error *err)
+{
+	fakeq *f = ud;
+	int r = f->inner.read(f->inner.userdata, name, dst, count, err);
+	if (r < 0 || (!strstr(name, ".attention.w") && !strstr(name, ".feed_forward.w")))
+		return r;
+	/* w2's rows are hidden_dim long, the others dim. */
+	size_t k = strstr(name, ".w2.") ? count / (size_t) f->dim : (size_t) f->dim;
+	size_t g = f->group ? (size_t) f->group : k;
+	for (size_t row = 0; row < count / k; row++)
+		for (size_t g0 = 0; g0 < k; g0 += g) {
+			float *w = dst + row * k + g0, amax = 0;
+			size_t n = g0 + g <= k ? g : k - g0;
+			for (size_t j = 0; j < n; j++)
+				amax = fmaxf(amax, fabsf(w[j]));
+			float sc = amax / (float) f->qmax, inv = sc > 0 ? 1.0f / sc : 0;
+			for (size_t j = 0; j < n; j++) {
+				float q = rintf(w[j] * inv);
+				q = q > f->qmax ? (float) f->qmax : q < f->qmin ? (float) f->qmin : q;
+				w[j] = q * sc;
+			}
+		}
+	return 0;
+}
+
+static km_model *load_fakeq(int qmax, int qmin, int group)
+{
+	km_error err = {};
+	km_l2c *l = NULL;
+	assert_int_equal(km_l2c_open(fixture, &l, &err), 0);
+	fakeq f = {km_l2c_source(l), qmax, qmin, group, km_l2c_config(l)->dim};
+	km_weight_source src = {&f, fakeq_read};
+	km_model_opts o = {.weight_dtype = KK_F32, .max_tokens = 16, .max_seqs = 1};
+	km_model *m = NULL;
+	int r = km_model_new(be, km_l2c_config(l), &o, &src, &m, &err);
+	km_l2c_free(l);
+	if (r < 0)
+		fail_msg("%s", err.msg);
+	return m;
+}
+
+/* The int8/int4 paths compute what their quantized weights say: against
+ * an f32 model over host-quantized weights the logits agree closely. */
+static void test_quantized_exact(void **state)
+{
+	NEED_FIXTURE();
+	const struct {
+		kk_dtype dt;
+		int qmax, qmin, group;
+	} cases[] = {{KK_I8, 127, -127, 0}, {KK_Q4, 7, -8, 32}};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		km_model *m = load(cases[i].dt, 16, 1);
+		km_model *f = load_fakeq(cases[i].qmax, cases[i].qmin, cases[i].group);
+		double e, a;
+		forced_compare(m, f, &e, &a);
+		print_message("# %-4s model vs f32 over host-quantized weights: max |logit "
+			      "diff| %.3g, top-1 agreement %.3f\n",
+			      kk_dtype_name(cases[i].dt), e, a);
+		assert_true(e < TOL_F32);
+		assert_true(a == 1.0);
+		km_model_free(f);
+		km_model_free(m);
+	}
+}
+
 static void test_dtypes(void **state)
 {
 	NEED_FIXTURE();
 	km_model *base = load(KK_F32, 16, 1);
-	/* Bounds: measured values (docs/model.md) with about 2x margin. */
+	/* Bounds: the measured values (docs/model.md) with about 2x margin.
+	 * A 260K-parameter model with dim 64 is very sensitive to weight
+	 * error (int4 keeps the f32 top-1 at a quarter of the steps);
+	 * test_quantized_exact shows the int8/int4 arithmetic itself is
+	 * exact for the weights it holds. */
 	const struct {
 		kk_dtype dt;
 		double max_abs, min_agree;
 	} cases[] = {
-		{KK_BF16, 1.0, 0.90},
-		{KK_F16, 0.15, 0.97},
-		{KK_I8, 0.5, 0.90},
-		{KK_Q4, 4.0, 0.60},
+		{KK_BF16, 4.0, 0.85},
+		{KK_F16, 0.3, 0.95},
+		{KK_I8, 6.0, 0.80},
+		{KK_Q4, 30.0, 0.15},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		km_model *m = load(cases[i].dt, 16, 1);
@@ -766,6 +846,7 @@ int main(void)
 		cmocka_unit_test(test_prefix_fork),
 		cmocka_unit_test(test_forward_enospc),
 		cmocka_unit_test(test_sampling),
+		cmocka_unit_test(test_quantized_exact),
 		cmocka_unit_test(test_dtypes),
 	};
 	return cmocka_run_group_tests_name("model", tests, group_setup, group_teardown);
