@@ -106,10 +106,9 @@ static int kk_fail(km_error *err, int r, const char *what, const km_model *m)
 {
 	if (r == -EOPNOTSUPP)
 		return km_errorf(err, r,
-				 "%s: backend '%s' does not support it for this model (head_dim "
-				 "%d, dtype %s); the cuda backend's attention takes head dims 64 "
-				 "and 128 only: use the cpu backend (KILN_BACKEND=cpu) for this "
-				 "model",
+				 "%s: backend '%s' has no kernel for this model (head_dim %d, "
+				 "dtype %s); kk attention takes head dims 1..128 on cpu, 64 and "
+				 "128 on cuda: run it on a backend that has it (KILN_BACKEND=cpu)",
 				 what, kk_backend_name(m->be), m->cfg.head_dim,
 				 kk_dtype_name(m->adt));
 	return km_errorf(err, r, "%s on backend '%s' failed: %s", what, kk_backend_name(m->be),

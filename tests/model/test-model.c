@@ -707,6 +707,111 @@ static void test_sampling(void **state)
 	km_model_free(m);
 }
 
+/* A source of small pseudo-random weights for synthetic configs. */
+static int random_read(void *ud, const char *name, float *dst, size_t count, km_error *err)
+{
+	unsigned *rs = ud;
+	for (size_t i = 0; i < count; i++)
+		dst[i] = (float) ((*rs = *rs * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+	return 0;
+}
+
+/* A head dim the backend has no attention kernel for is refused when the
+ * model is made, with the reason (on cuda: anything but 64/128). */
+static void test_unsupported_head_dim(void **state)
+{
+	km_config c = small_cfg();
+	c.dim = 256;
+	c.n_heads = 1;
+	c.n_kv_heads = 1;
+	c.head_dim = 256;
+	unsigned rs = 3;
+	km_weight_source src = {&rs, random_read};
+	km_model_opts o = {.weight_dtype = KK_F32, .max_tokens = 4, .max_seqs = 1};
+	km_model *m = NULL;
+	km_error err = {};
+	assert_int_equal(km_model_new(be, &c, &o, &src, &m, &err), -EOPNOTSUPP);
+	assert_null(m);
+	assert_string_equal(err.msg, "attention: backend 'cpu' has no kernel for this model "
+				     "(head_dim 256, dtype f32); kk attention takes head dims "
+				     "1..128 on cpu, 64 and 128 on cuda: run it on a backend "
+				     "that has it (KILN_BACKEND=cpu)");
+	/* The same shape with head_dim 128 runs (two heads), HF RoPE and an
+	 * unshared classifier included. */
+	c.n_heads = c.n_kv_heads = 2;
+	c.head_dim = 128;
+	c.rope_mode = KK_ROPE_HALF;
+	c.shared_classifier = false;
+	assert_int_equal(km_model_new(be, &c, &o, &src, &m, &err), 0);
+	km_kvcache *kv = cache_for(m, 2, 1);
+	int32_t t[3] = {1, 2, 3};
+	km_seq_input in = {km_kvcache_seq_new(kv), t, 3};
+	float lg[10];
+	assert_int_equal(step(m, kv, &in, 1, lg), 0);
+	for (int i = 0; i < 10; i++)
+		assert_true(isfinite(lg[i]));
+	km_kvcache_free(kv);
+	km_model_free(m);
+}
+
+static char tmpdir[] = "/tmp/test-model-XXXXXX";
+
+/* An unshared classifier (negative vocab in the header, the matrix after
+ * the RoPE tables): the fixture plus half its embedding table appended as
+ * the classifier gives half the shared model's logits, as the reference
+ * computes them from the file. */
+static void test_unshared_classifier(void **state)
+{
+	NEED_FIXTURE();
+	FILE *in = fopen(fixture, "rb");
+	assert_non_null(in);
+	static char buf[1056540 + 512 * 64 * 4];
+	assert_int_equal(fread(buf, 1, 1056540, in), 1056540);
+	fclose(in);
+	int32_t neg = -512;
+	memcpy(buf + 20, &neg, 4);
+	for (int i = 0; i < 512 * 64; i++) {
+		float w;
+		memcpy(&w, buf + 28 + 4 * i, 4);
+		w *= 0.5f;
+		memcpy(buf + 1056540 + 4 * i, &w, 4);
+	}
+	char path[] = "/tmp/test-model-cls-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, buf, sizeof(buf)), (ssize_t) sizeof(buf));
+	close(fd);
+
+	km_error err = {};
+	km_l2c *f = NULL;
+	assert_int_equal(km_l2c_open(path, &f, &err), 0);
+	assert_false(km_l2c_config(f)->shared_classifier);
+	km_weight_source src = km_l2c_source(f);
+	km_model_opts o = {.weight_dtype = KK_F32, .max_tokens = 8, .max_seqs = 1};
+	km_model *m = NULL;
+	assert_int_equal(km_model_new(be, km_l2c_config(f), &o, &src, &m, &err), 0);
+	km_l2c_free(f);
+	ref_model *r2 = ref_load(path);
+	assert_non_null(r2);
+	unlink(path);
+	km_kvcache *c = cache_for(m, 4, 1);
+	int s = km_kvcache_seq_new(c);
+	float lg[512];
+	double rl[512];
+	for (int i = 0; i < 40; i++) {
+		int32_t t = greedy[i];
+		km_seq_input si = {s, &t, 1};
+		assert_int_equal(step(m, c, &si, 1, lg), 0);
+		assert_int_equal(ref_step(r2, t, rl), 0);
+		assert_true(max_err(lg, rl, V) < TOL_F32);
+		for (int j = 0; j < V; j++)
+			assert_true(fabs(rl[j] - 0.5 * ref_logits[(size_t) i * V + j]) < 1e-9);
+	}
+	ref_free(r2);
+	km_kvcache_free(c);
+	km_model_free(m);
+}
+
 /* ---- configuration and checkpoints ------------------------------------- */
 
 static void test_config_errors(void **state)
@@ -732,8 +837,6 @@ static void test_config_errors(void **state)
 	assert_string_equal(err.msg, "model config: head_dim = 32768, must be even and at most "
 				     "256 (RoPE, kk)");
 }
-
-static char tmpdir[] = "/tmp/test-model-XXXXXX";
 
 /* Writes the fixture with its header changed (hdr_idx >= 0) and its size
  * cut or grown by `delta` bytes. */
@@ -846,6 +949,8 @@ int main(void)
 		cmocka_unit_test(test_prefix_fork),
 		cmocka_unit_test(test_forward_enospc),
 		cmocka_unit_test(test_sampling),
+		cmocka_unit_test(test_unsupported_head_dim),
+		cmocka_unit_test(test_unshared_classifier),
 		cmocka_unit_test(test_quantized_exact),
 		cmocka_unit_test(test_dtypes),
 	};
