@@ -41,13 +41,13 @@ typedef struct km_error {
 
 /* Limits on values that come from untrusted checkpoint headers, so a
  * corrupt header fails validation instead of asking for terabytes. */
-#define KM_DIM_MAX	   65536	    /* model width (Llama 3 405B: 16384) */
-#define KM_HIDDEN_MAX	   262144	    /* FFN width */
-#define KM_LAYERS_MAX	   1024		    /* transformer blocks */
-#define KM_HEADS_MAX	   1024		    /* attention heads (kk's own limit) */
-#define KM_VOCAB_MAX	   (1 << 21)	    /* vocabulary (largest in use: ~256K) */
-#define KM_SEQ_LEN_MAX	   (1 << 20)	    /* context length */
-#define KM_PARAMS_MAX	   (INT64_C(1) << 37) /* 137 G parameters in all */
+#define KM_DIM_MAX     65536		  /* model width (Llama 3 405B: 16384) */
+#define KM_HIDDEN_MAX  262144		  /* FFN width */
+#define KM_LAYERS_MAX  1024		  /* transformer blocks */
+#define KM_HEADS_MAX   1024		  /* attention heads (kk's own limit) */
+#define KM_VOCAB_MAX   (1 << 21)	  /* vocabulary (largest in use: ~256K) */
+#define KM_SEQ_LEN_MAX (1 << 20)	  /* context length */
+#define KM_PARAMS_MAX  (INT64_C(1) << 37) /* 137 G parameters in all */
 
 typedef struct km_config {
 	int dim;	/* model width */
@@ -58,8 +58,8 @@ typedef struct km_config {
 	int head_dim;	/* n_heads * head_dim == dim */
 	int vocab_size;
 	int max_seq_len;
-	float norm_eps;	  /* RMSNorm epsilon (llama2.c: 1e-5) */
-	float rope_theta; /* RoPE base (llama2.c: 10000) */
+	float norm_eps;		/* RMSNorm epsilon (llama2.c: 1e-5) */
+	float rope_theta;	/* RoPE base (llama2.c: 10000) */
 	kk_rope_mode rope_mode; /* KK_ROPE_INTERLEAVED (llama2.c/Meta), KK_ROPE_HALF (HF) */
 	bool shared_classifier; /* logits use the token embedding table */
 } km_config;
@@ -116,9 +116,9 @@ typedef struct km_model_opts {
 	 * use the same dtype), or KK_I8 / KK_Q4 weight-only (activations,
 	 * embedding, classifier and KV cache stay f32).  Logits are f32. */
 	kk_dtype weight_dtype;
-	int q4_group;	      /* KK_Q4 group: 32 (0), 64 or 128 */
-	int max_tokens;	      /* tokens per step, all sequences together */
-	int max_seqs;	      /* sequences per step */
+	int q4_group;	/* KK_Q4 group: 32 (0), 64 or 128 */
+	int max_tokens; /* tokens per step, all sequences together */
+	int max_seqs;	/* sequences per step */
 } km_model_opts;
 
 /* Uploads the weights and allocates every activation buffer once.

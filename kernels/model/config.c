@@ -127,19 +127,19 @@ static int l2c_locate(const km_config *c, const char *name, int64_t *off, int64_
 		bool layered;
 		int64_t n;
 	} t[] = {
-		{"tok_embeddings.weight", false, v * d},
-		{"attention_norm.weight", true, d},
-		{"attention.wq.weight", true, d * d},
-		{"attention.wk.weight", true, kv * d},
-		{"attention.wv.weight", true, kv * d},
-		{"attention.wo.weight", true, d * d},
-		{"ffn_norm.weight", true, d},
-		{"feed_forward.w1.weight", true, h * d},
-		{"feed_forward.w2.weight", true, d * h},
-		{"feed_forward.w3.weight", true, h * d},
-		{"norm.weight", false, d},
-		{"(rope tables)", false, (int64_t) c->max_seq_len * c->head_dim},
-		{"output.weight", false, v * d},
+		{ "tok_embeddings.weight", false, v * d },
+		{ "attention_norm.weight", true, d },
+		{ "attention.wq.weight", true, d * d },
+		{ "attention.wk.weight", true, kv * d },
+		{ "attention.wv.weight", true, kv * d },
+		{ "attention.wo.weight", true, d * d },
+		{ "ffn_norm.weight", true, d },
+		{ "feed_forward.w1.weight", true, h * d },
+		{ "feed_forward.w2.weight", true, d * h },
+		{ "feed_forward.w3.weight", true, h * d },
+		{ "norm.weight", false, d },
+		{ "(rope tables)", false, (int64_t) c->max_seq_len * c->head_dim },
+		{ "output.weight", false, v * d },
 	};
 	int layer = -1;
 	const char *suffix = name;
@@ -204,7 +204,7 @@ static int l2c_read(void *userdata, const char *name, float *dst, size_t count, 
 
 km_weight_source km_l2c_source(km_l2c *f)
 {
-	return (km_weight_source){.userdata = f, .read = l2c_read};
+	return (km_weight_source){ .userdata = f, .read = l2c_read };
 }
 
 int km_l2c_open(const char *path, km_l2c **ret, km_error *err)

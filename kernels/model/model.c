@@ -24,9 +24,9 @@
 #define KM_MAX_TOKENS_LIMIT (1 << 20)
 
 typedef struct km_linear {
-	int64_t n, k;	/* W [n, k] */
-	kk_buffer *w;	/* float weights, or */
-	kk_qmatrix *q;	/* weight-only quantized */
+	int64_t n, k;  /* W [n, k] */
+	kk_buffer *w;  /* float weights, or */
+	kk_qmatrix *q; /* weight-only quantized */
 } km_linear;
 
 typedef struct km_layer {
@@ -38,8 +38,8 @@ struct km_model {
 	kk_backend *be;
 	km_config cfg;
 	km_model_opts opts;
-	kk_dtype adt;	/* activations, norms, embedding, KV cache */
-	int hidden;	/* FFN width as stored (padded for Q4 groups) */
+	kk_dtype adt; /* activations, norms, embedding, KV cache */
+	int hidden;   /* FFN width as stored (padded for Q4 groups) */
 	size_t weight_bytes;
 
 	kk_buffer *emb, *cls, *final_norm; /* cls == emb when shared */
@@ -51,7 +51,8 @@ struct km_model {
 	kk_buffer *meta; /* I32 index data of one step */
 	int32_t *hmeta;
 	size_t meta_count;
-	int last_n; /* rows of logits the last step produced */
+	int *order, *old_len; /* [max_seqs], per step */
+	int last_n;	      /* rows of logits the last step produced */
 };
 
 static void linear_free(km_linear *l)
@@ -68,20 +69,21 @@ km_model *km_model_free(km_model *m)
 		km_layer *L = &m->layers[l];
 		kk_buffer_free(L->attn_norm);
 		kk_buffer_free(L->ffn_norm);
-		km_linear *lin[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3};
+		km_linear *lin[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3 };
 		for (size_t i = 0; i < ARRAY_SIZE(lin); i++)
 			linear_free(lin[i]);
 	}
 	free(m->layers);
 	if (m->cls != m->emb)
 		kk_buffer_free(m->cls);
-	kk_buffer *bufs[] = {m->emb,	m->final_norm, m->x,	  m->resid,  m->xb,
-			     m->q,	m->k,	       m->v,	  m->att,    m->h1,
-			     m->h2,	m->h3,	       m->last_x, m->last_r, m->logits,
-			     m->ids,	m->meta};
+	kk_buffer *bufs[] = { m->emb,	 m->final_norm, m->x,	   m->resid, m->xb,  m->q,
+			      m->k,	 m->v,		m->att,	   m->h1,    m->h2,  m->h3,
+			      m->last_x, m->last_r,	m->logits, m->ids,   m->meta };
 	for (size_t i = 0; i < ARRAY_SIZE(bufs); i++)
 		kk_buffer_free(bufs[i]);
 	free(m->hmeta);
+	free(m->order);
+	free(m->old_len);
 	free(m);
 	return NULL;
 }
@@ -258,8 +260,8 @@ int km_model_new(kk_backend *be, const km_config *cfg, const km_model_opts *opts
 	m->adt = (wdt == KK_I8 || wdt == KK_Q4) ? KK_F32 : wdt;
 	/* Q4 groups must divide k; w2's k is the FFN width, so pad it (zero
 	 * rows in w1/w3 give silu(0) * 0 = 0 in the padded columns). */
-	m->hidden = wdt == KK_Q4 ? (int) DIV_ROUND_UP(cfg->hidden_dim, group) * group
-				 : cfg->hidden_dim;
+	m->hidden =
+		wdt == KK_Q4 ? (int) DIV_ROUND_UP(cfg->hidden_dim, group) * group : cfg->hidden_dim;
 
 	const int64_t d = cfg->dim, kvd = (int64_t) cfg->n_kv_heads * cfg->head_dim,
 		      hid = cfg->hidden_dim, hp = m->hidden, V = cfg->vocab_size;
@@ -292,12 +294,12 @@ int km_model_new(kk_backend *be, const km_config *cfg, const km_model_opts *opts
 				     err)) < 0 ||
 		    (r = load_linear(m, src, NAME("attention.wo.weight"), d, d, d, d, &L->wo,
 				     err)) < 0 ||
-		    (r = load_linear(m, src, NAME("feed_forward.w1.weight"), hid, d, hp, d,
-				     &L->w1, err)) < 0 ||
-		    (r = load_linear(m, src, NAME("feed_forward.w3.weight"), hid, d, hp, d,
-				     &L->w3, err)) < 0 ||
-		    (r = load_linear(m, src, NAME("feed_forward.w2.weight"), d, hid, d, hp,
-				     &L->w2, err)) < 0)
+		    (r = load_linear(m, src, NAME("feed_forward.w1.weight"), hid, d, hp, d, &L->w1,
+				     err)) < 0 ||
+		    (r = load_linear(m, src, NAME("feed_forward.w3.weight"), hid, d, hp, d, &L->w3,
+				     err)) < 0 ||
+		    (r = load_linear(m, src, NAME("feed_forward.w2.weight"), d, hid, d, hp, &L->w2,
+				     err)) < 0)
 			return r;
 #undef NAME
 	}
@@ -324,7 +326,9 @@ int km_model_new(kk_backend *be, const km_config *cfg, const km_model_opts *opts
 	size_t bps = (size_t) DIV_ROUND_UP(cfg->max_seq_len, KK_KV_BLOCK_SIZE);
 	m->meta_count = 3 * T + 3 * S + 1 + S * bps;
 	m->hmeta = calloc(m->meta_count, sizeof(int32_t));
-	if (!m->hmeta)
+	m->order = calloc(S, sizeof(int));
+	m->old_len = calloc(S, sizeof(int));
+	if (!m->hmeta || !m->order || !m->old_len)
 		return km_errorf(err, -ENOMEM, "model: out of memory");
 	if ((r = alloc_act(m, KK_I32, m->meta_count, &m->meta, err)) < 0)
 		return r;
@@ -338,7 +342,7 @@ int km_model_new(kk_backend *be, const km_config *cfg, const km_model_opts *opts
  * head dim is reported when the model is loaded, not at the first request. */
 static int probe_attention(km_model *m, km_error *err)
 {
-	const int32_t cu[2] = {0, 1};
+	const int32_t cu[2] = { 0, 1 };
 	int r = kk_buffer_upload(m->be, NULL, m->meta, 0, cu, sizeof(cu));
 	if (r < 0)
 		return kk_fail(err, r, "uploading", m);
@@ -390,8 +394,8 @@ typedef struct step_views {
 
 static void step_views_free(step_views *v)
 {
-	kk_buffer *all[] = {v->tokens, v->pos, v->slots, v->cu, v->ctx,
-			    v->last,   v->bt,  v->q_d,	 v->att_d};
+	kk_buffer *all[] = { v->tokens, v->pos, v->slots, v->cu,   v->ctx,
+			     v->last,	v->bt,	v->q_d,	  v->att_d };
 	for (size_t i = 0; i < ARRAY_SIZE(all); i++)
 		kk_buffer_free(all[i]);
 }
@@ -426,8 +430,8 @@ static int run_layers(km_model *m, km_kvcache *c, step_views *v, int64_t T, int 
 			    cfg->rope_theta, cfg->rope_mode, false),
 		    "rope");
 		kk_buffer *kc = km__kvcache_k(c, l), *vc = km__kvcache_v(c, l);
-		TRY(kk_kv_cache_write(m->be, NULL, kc, vc, m->k, m->v, v->slots, T,
-				      cfg->n_kv_heads, cfg->head_dim, km_kvcache_num_blocks(c)),
+		TRY(kk_kv_cache_write(m->be, NULL, kc, vc, m->k, m->v, v->slots, T, cfg->n_kv_heads,
+				      cfg->head_dim, km_kvcache_num_blocks(c)),
 		    "kv cache write");
 		if (np > 0) {
 			kk_attn_desc ad = {
@@ -459,8 +463,8 @@ static int run_layers(km_model *m, km_kvcache *c, step_views *v, int64_t T, int 
 			    "decode attention");
 		}
 		TRY(linear(m, m->x, m->att, &L->wo, T), "o projection");
-		TRY(kk_rmsnorm_fwd(m->be, NULL, m->xb, m->resid, NULL, m->x, m->resid,
-				   L->ffn_norm, T, d, cfg->norm_eps),
+		TRY(kk_rmsnorm_fwd(m->be, NULL, m->xb, m->resid, NULL, m->x, m->resid, L->ffn_norm,
+				   T, d, cfg->norm_eps),
 		    "rmsnorm");
 		TRY(linear(m, m->h1, m->xb, &L->w1, T), "ffn gate projection");
 		TRY(linear(m, m->h3, m->xb, &L->w3, T), "ffn up projection");
@@ -472,8 +476,8 @@ static int run_layers(km_model *m, km_kvcache *c, step_views *v, int64_t T, int 
 	 * lookup with the batch as the table), add and normalize them. */
 	TRY(kk_embedding_fwd(m->be, NULL, m->last_x, m->x, v->last, n, T, d), "gather");
 	TRY(kk_embedding_fwd(m->be, NULL, m->last_r, m->resid, v->last, n, T, d), "gather");
-	TRY(kk_rmsnorm_fwd(m->be, NULL, m->last_x, NULL, NULL, m->last_x, m->last_r,
-			   m->final_norm, n, d, cfg->norm_eps),
+	TRY(kk_rmsnorm_fwd(m->be, NULL, m->last_x, NULL, NULL, m->last_x, m->last_r, m->final_norm,
+			   n, d, cfg->norm_eps),
 	    "final rmsnorm");
 	kk_gemm_desc g = {
 		.trans_b = true,
@@ -513,8 +517,8 @@ static int check_inputs(km_model *m, km_kvcache *c, const km_seq_input *in, int 
 	for (int i = 0; i < n; i++) {
 		int len = km_kvcache_seq_len(c, in[i].seq);
 		if (len < 0)
-			return km_errorf(err, -EINVAL, "step: input %d: sequence %d is not live",
-					 i, in[i].seq);
+			return km_errorf(err, -EINVAL, "step: input %d: sequence %d is not live", i,
+					 in[i].seq);
 		for (int j = 0; j < i; j++)
 			if (in[j].seq == in[i].seq)
 				return km_errorf(err, -EINVAL,
@@ -558,16 +562,13 @@ int km_forward(km_model *m, km_kvcache *c, const km_seq_input *in, int n, float 
 	if (!m || !c || !in)
 		return km_errorf(err, -EINVAL, "km_forward: missing argument");
 	m->last_n = 0;
-	_cleanup_free_ int *order = calloc((size_t) MAX(n, 1), sizeof(int));
-	_cleanup_free_ int *old_len = calloc((size_t) MAX(n, 1), sizeof(int));
-	if (!order || !old_len)
-		return km_errorf(err, -ENOMEM, "step: out of memory");
+	int *order = m->order, *old_len = m->old_len;
 	int np = 0, r;
 	int64_t T = 0;
 	r = check_inputs(m, c, in, n, order, &np, &T, err);
 	if (r < 0)
 		return r;
-	const int S = m->opts.max_seqs, nd = n - np, bps = km_kvcache_blocks_per_seq(c);
+	const int nd = n - np, bps = km_kvcache_blocks_per_seq(c);
 	const size_t MT = (size_t) m->opts.max_tokens;
 	/* Host layout: tokens, positions, slots (max_tokens each), then
 	 * cu_seqlens, context lengths, last rows, block tables, packed. */
@@ -615,7 +616,6 @@ int km_forward(km_model *m, km_kvcache *c, const km_seq_input *in, int n, float 
 			km__kvcache_row(c, s->seq, bt + (size_t) di * bps);
 		}
 	}
-	(void) S;
 
 	/* One upload: the fixed [T] arrays up to T, then the packed tail. */
 	step_views v = {};

@@ -41,7 +41,7 @@ static double bench_kiln(kk_backend *be, km_l2c *f, kk_dtype dt, int batch, int 
 {
 	km_error err = {};
 	km_weight_source src = km_l2c_source(f);
-	km_model_opts o = {.weight_dtype = dt, .max_tokens = BATCH, .max_seqs = BATCH};
+	km_model_opts o = { .weight_dtype = dt, .max_tokens = BATCH, .max_seqs = BATCH };
 	km_model *m = NULL;
 	km_kvcache *c = NULL;
 	double t = -1;
@@ -57,7 +57,7 @@ static double bench_kiln(kk_backend *be, km_l2c *f, kk_dtype dt, int batch, int 
 	kk_sampling g = {};
 	for (int i = 0; i < batch; i++) {
 		tok[i] = 1 + i; /* different prompts */
-		in[i] = (km_seq_input){km_kvcache_seq_new(c), &tok[i], 1};
+		in[i] = (km_seq_input){ km_kvcache_seq_new(c), &tok[i], 1 };
 	}
 	if (km_forward(m, c, in, batch, NULL, &err) < 0 || km_sample(m, 0, batch, &g, tok) < 0)
 		goto fail;
@@ -78,8 +78,8 @@ out:
 
 static const char *find_fixture(void)
 {
-	const char *c[] = {"tests/fixtures/stories260K.bin", "../shared/fixtures/stories260K.bin",
-			   "../../shared/fixtures/stories260K.bin"};
+	const char *c[] = { "tests/fixtures/stories260K.bin", "../shared/fixtures/stories260K.bin",
+			    "../../shared/fixtures/stories260K.bin" };
 	const char *env = getenv("KM_TEST_MODEL");
 	if (env && *env)
 		return env;
@@ -126,7 +126,7 @@ int main(int argc, char **argv)
 	       steps, clock_id == CLOCK_MONOTONIC ? "wall-clock" : "process CPU");
 	printf("%-28s %-5s %5s %7s %8s %10s\n", "implementation", "dtype", "batch", "tokens",
 	       "seconds", "tokens/s");
-	const kk_dtype dts[] = {KK_F32, KK_BF16, KK_I8, KK_Q4};
+	const kk_dtype dts[] = { KK_F32, KK_BF16, KK_I8, KK_Q4 };
 	int rc = 0;
 	for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++)
 		for (int batch = 1; batch <= BATCH; batch += BATCH - 1) {

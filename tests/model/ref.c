@@ -103,8 +103,8 @@ void ref_free(ref_model *m)
 {
 	if (!m)
 		return;
-	double *p[] = {m->all, m->kc, m->vc, m->x, m->h, m->q,
-		       m->k,   m->v,  m->att, m->o, m->a, m->b, m->sc};
+	double *p[] = { m->all, m->kc,	m->vc, m->x, m->h, m->q, m->k,
+			m->v,	m->att, m->o,  m->a, m->b, m->sc };
 	for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++)
 		free(p[i]);
 	free(m);
@@ -172,7 +172,8 @@ int ref_step(ref_model *m, int token, double *logits)
 		matvec(m->v, m->wv + (long) l * K * D, m->h, K, D);
 		rotate(m->q, m->heads, hs, p);
 		rotate(m->k, m->kv_heads, hs, p);
-		double *kl = m->kc + (long) l * m->seq_len * K, *vl = m->vc + (long) l * m->seq_len * K;
+		double *kl = m->kc + (long) l * m->seq_len * K,
+		       *vl = m->vc + (long) l * m->seq_len * K;
 		memcpy(kl + (long) p * K, m->k, sizeof(double) * (size_t) K);
 		memcpy(vl + (long) p * K, m->v, sizeof(double) * (size_t) K);
 		int group = m->heads / m->kv_heads;

@@ -46,21 +46,21 @@ static const char *find_fixture(void)
 	const char *env = getenv("KM_TEST_MODEL");
 	if (env && *env)
 		return env;
-	const char *c[] = {"tests/fixtures/stories260K.bin", "../shared/fixtures/stories260K.bin",
-			   "../../shared/fixtures/stories260K.bin"};
+	const char *c[] = { "tests/fixtures/stories260K.bin", "../shared/fixtures/stories260K.bin",
+			    "../../shared/fixtures/stories260K.bin" };
 	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
 		if (access(c[i], R_OK) == 0)
 			return c[i];
 	return NULL;
 }
 
-#define NEED_FIXTURE()                                                                  \
-	do {                                                                            \
-		if (!ref) {                                                             \
-			print_message("# SKIP stories260K.bin not found (set "         \
-				      "KM_TEST_MODEL)\n");                              \
-			skip();                                                         \
-		}                                                                       \
+#define NEED_FIXTURE()                                                         \
+	do {                                                                   \
+		if (!ref) {                                                    \
+			print_message("# SKIP stories260K.bin not found (set " \
+				      "KM_TEST_MODEL)\n");                     \
+			skip();                                                \
+		}                                                              \
 	} while (0)
 
 static int group_setup(void **state)
@@ -98,7 +98,7 @@ static km_model *load(kk_dtype dt, int max_tokens, int max_seqs)
 	if (r < 0)
 		fail_msg("%s", err.msg);
 	km_weight_source src = km_l2c_source(f);
-	km_model_opts o = {.weight_dtype = dt, .max_tokens = max_tokens, .max_seqs = max_seqs};
+	km_model_opts o = { .weight_dtype = dt, .max_tokens = max_tokens, .max_seqs = max_seqs };
 	km_model *m = NULL;
 	r = km_model_new(be, km_l2c_config(f), &o, &src, &m, &err);
 	km_l2c_free(f);
@@ -110,9 +110,8 @@ static km_model *load(kk_dtype dt, int max_tokens, int max_seqs)
 static km_kvcache *cache_for(km_model *m, int blocks, int seqs)
 {
 	km_kvcache *c = NULL;
-	assert_int_equal(km_kvcache_new(be, km_model_config(m), km_model_act_dtype(m), blocks,
-					seqs, &c),
-			 0);
+	assert_int_equal(
+		km_kvcache_new(be, km_model_config(m), km_model_act_dtype(m), blocks, seqs, &c), 0);
 	return c;
 }
 
@@ -153,9 +152,9 @@ static void test_greedy_matches_reference(void **state)
 	float *lg = malloc(sizeof(float) * (size_t) V);
 	int32_t tok = greedy[0];
 	double worst = 0;
-	kk_sampling g = {.temperature = 0};
+	kk_sampling g = { .temperature = 0 };
 	for (int i = 0; i < N_GREEDY; i++) {
-		km_seq_input in = {.seq = s, .tokens = &tok, .n_tokens = 1};
+		km_seq_input in = { .seq = s, .tokens = &tok, .n_tokens = 1 };
 		assert_int_equal(step(m, c, &in, 1, lg), 0);
 		double e = max_err(lg, ref_logits + (size_t) i * V, V);
 		worst = fmax(worst, e);
@@ -165,8 +164,7 @@ static void test_greedy_matches_reference(void **state)
 		int32_t next;
 		assert_int_equal(km_sample(m, 0, 1, &g, &next), 0);
 		if (next != greedy[i + 1])
-			fail_msg("step %d: token %d, the reference has %d", i, next,
-				 greedy[i + 1]);
+			fail_msg("step %d: token %d, the reference has %d", i, next, greedy[i + 1]);
 		tok = next;
 	}
 	assert_int_equal(km_kvcache_seq_len(c, s), N_GREEDY);
@@ -185,7 +183,7 @@ static void test_prefill_lengths(void **state)
 	km_model *m = load(KK_F32, 64, 8);
 	km_kvcache *c = cache_for(m, 32, 8);
 	float *lg = malloc(sizeof(float) * (size_t) V);
-	const int lens[] = {1, 15, 16, 17, 33, 40};
+	const int lens[] = { 1, 15, 16, 17, 33, 40 };
 	double worst = 0;
 	for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
 		int n = lens[li];
@@ -193,7 +191,7 @@ static void test_prefill_lengths(void **state)
 		int32_t prompt[64];
 		for (int i = 0; i < n; i++)
 			prompt[i] = greedy[i];
-		km_seq_input in = {.seq = s, .tokens = prompt, .n_tokens = n};
+		km_seq_input in = { .seq = s, .tokens = prompt, .n_tokens = n };
 		assert_int_equal(step(m, c, &in, 1, lg), 0);
 		assert_int_equal(km_kvcache_seq_len(c, s), n);
 		int32_t blocks[8];
@@ -204,7 +202,7 @@ static void test_prefill_lengths(void **state)
 			fail_msg("prompt of %d: logits off by %g", n, e);
 		for (int i = n; i < n + 20; i++) {
 			int32_t t = greedy[i];
-			km_seq_input d = {.seq = s, .tokens = &t, .n_tokens = 1};
+			km_seq_input d = { .seq = s, .tokens = &t, .n_tokens = 1 };
 			assert_int_equal(step(m, c, &d, 1, lg), 0);
 			e = max_err(lg, ref_logits + (size_t) i * V, V);
 			worst = fmax(worst, e);
@@ -225,7 +223,7 @@ static void test_prefill_lengths(void **state)
 
 /* ---- continuous batching ------------------------------------------------ */
 
-#define NB 6
+#define NB     6
 #define NB_GEN 24
 
 typedef struct bseq {
@@ -241,7 +239,7 @@ static void run_alone(km_model *m, bseq *b)
 	km_kvcache *c = cache_for(m, 16, 1);
 	int s = km_kvcache_seq_new(c);
 	kk_sampling g = {};
-	km_seq_input in = {.seq = s, .tokens = b->prompt, .n_tokens = b->plen};
+	km_seq_input in = { .seq = s, .tokens = b->prompt, .n_tokens = b->plen };
 	for (int i = 0; i < b->gen; i++) {
 		assert_int_equal(step(m, c, &in, 1, b->out_logits[i]), 0);
 		assert_int_equal(km_sample(m, 0, 1, &g, &b->out[i]), 0);
@@ -257,7 +255,7 @@ static void test_continuous_batching(void **state)
 	km_model *m = load(KK_F32, 128, 8);
 	bseq *b = calloc(NB, sizeof(*b));
 	unsigned rs = 12345;
-	const int joins[NB] = {0, 0, 1, 4, 9, 15}, gens[NB] = {24, 7, 12, 24, 3, 10};
+	const int joins[NB] = { 0, 0, 1, 4, 9, 15 }, gens[NB] = { 24, 7, 12, 24, 3, 10 };
 	for (int i = 0; i < NB; i++) {
 		b[i].plen = 1 + (i * 7) % 29;
 		b[i].prompt[0] = 1;
@@ -282,12 +280,12 @@ static void test_continuous_batching(void **state)
 			if (b[i].join == stp) {
 				seq[i] = km_kvcache_seq_new(c);
 				assert_true(seq[i] >= 0);
-				in[n] = (km_seq_input){seq[i], b[i].prompt, b[i].plen};
+				in[n] = (km_seq_input){ seq[i], b[i].prompt, b[i].plen };
 				who[n++] = i;
 				n_prefill++;
 				live++;
 			} else if (b[i].join < stp && done[i] < b[i].gen) {
-				in[n] = (km_seq_input){seq[i], &got[i][done[i] - 1], 1};
+				in[n] = (km_seq_input){ seq[i], &got[i][done[i] - 1], 1 };
 				who[n++] = i;
 			}
 		}
@@ -336,7 +334,7 @@ static void test_prefix_fork(void **state)
 	int32_t prompt[20];
 	for (int i = 0; i < 20; i++)
 		prompt[i] = greedy[i];
-	km_seq_input in = {a, prompt, 20};
+	km_seq_input in = { a, prompt, 20 };
 	assert_int_equal(step(m, c, &in, 1, lg), 0);
 	int f = km_kvcache_seq_fork(c, a, 16);
 	assert_true(f >= 0);
@@ -349,7 +347,7 @@ static void test_prefix_fork(void **state)
 	assert_int_equal(km_kvcache_block_refs(c, bf[0]), 1);
 	for (int i = 16; i < 30; i++) {
 		int32_t t = greedy[i];
-		km_seq_input d = {f, &t, 1};
+		km_seq_input d = { f, &t, 1 };
 		assert_int_equal(step(m, c, &d, 1, lg), 0);
 		assert_true(max_err(lg, ref_logits + (size_t) i * V, V) < TOL_F32);
 	}
@@ -370,7 +368,7 @@ static void forced_compare(km_model *m, km_model *base, double *max_abs, double 
 	*max_abs = 0;
 	for (int i = 0; i < N_FORCED; i++) {
 		int32_t t = greedy[i];
-		km_seq_input in = {s, &t, 1}, ib = {sb, &t, 1};
+		km_seq_input in = { s, &t, 1 }, ib = { sb, &t, 1 };
 		assert_int_equal(step(m, c, &in, 1, lg), 0);
 		assert_int_equal(step(base, cb, &ib, 1, lb), 0);
 		for (int j = 0; j < V; j++)
@@ -411,7 +409,9 @@ static int fakeq_read(void *ud, const char *name, float *dst, size_t count, km_e
 			float sc = amax / (float) f->qmax, inv = sc > 0 ? 1.0f / sc : 0;
 			for (size_t j = 0; j < n; j++) {
 				float q = rintf(w[j] * inv);
-				q = q > f->qmax ? (float) f->qmax : q < f->qmin ? (float) f->qmin : q;
+				q = q > f->qmax	  ? (float) f->qmax
+				    : q < f->qmin ? (float) f->qmin
+						  : q;
 				w[j] = q * sc;
 			}
 		}
@@ -423,9 +423,9 @@ static km_model *load_fakeq(int qmax, int qmin, int group)
 	km_error err = {};
 	km_l2c *l = NULL;
 	assert_int_equal(km_l2c_open(fixture, &l, &err), 0);
-	fakeq f = {km_l2c_source(l), qmax, qmin, group, km_l2c_config(l)->dim};
-	km_weight_source src = {&f, fakeq_read};
-	km_model_opts o = {.weight_dtype = KK_F32, .max_tokens = 16, .max_seqs = 1};
+	fakeq f = { km_l2c_source(l), qmax, qmin, group, km_l2c_config(l)->dim };
+	km_weight_source src = { &f, fakeq_read };
+	km_model_opts o = { .weight_dtype = KK_F32, .max_tokens = 16, .max_seqs = 1 };
 	km_model *m = NULL;
 	int r = km_model_new(be, km_l2c_config(l), &o, &src, &m, &err);
 	km_l2c_free(l);
@@ -442,7 +442,7 @@ static void test_quantized_exact(void **state)
 	const struct {
 		kk_dtype dt;
 		int qmax, qmin, group;
-	} cases[] = {{KK_I8, 127, -127, 0}, {KK_Q4, 7, -8, 32}};
+	} cases[] = { { KK_I8, 127, -127, 0 }, { KK_Q4, 7, -8, 32 } };
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		km_model *m = load(cases[i].dt, 16, 1);
 		km_model *f = load_fakeq(cases[i].qmax, cases[i].qmin, cases[i].group);
@@ -471,10 +471,10 @@ static void test_dtypes(void **state)
 		kk_dtype dt;
 		double max_abs, min_agree;
 	} cases[] = {
-		{KK_BF16, 4.0, 0.85},
-		{KK_F16, 0.3, 0.95},
-		{KK_I8, 6.0, 0.80},
-		{KK_Q4, 30.0, 0.15},
+		{ KK_BF16, 4.0, 0.85 },
+		{ KK_F16, 0.3, 0.95 },
+		{ KK_I8, 6.0, 0.80 },
+		{ KK_Q4, 30.0, 0.15 },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		km_model *m = load(cases[i].dt, 16, 1);
@@ -497,18 +497,18 @@ static void test_dtypes(void **state)
 
 static km_config small_cfg(void)
 {
-	return (km_config){.dim = 16,
-			   .hidden_dim = 32,
-			   .n_layers = 2,
-			   .n_heads = 2,
-			   .n_kv_heads = 1,
-			   .head_dim = 8,
-			   .vocab_size = 10,
-			   .max_seq_len = 100,
-			   .norm_eps = 1e-5f,
-			   .rope_theta = 10000,
-			   .rope_mode = KK_ROPE_INTERLEAVED,
-			   .shared_classifier = true};
+	return (km_config){ .dim = 16,
+			    .hidden_dim = 32,
+			    .n_layers = 2,
+			    .n_heads = 2,
+			    .n_kv_heads = 1,
+			    .head_dim = 8,
+			    .vocab_size = 10,
+			    .max_seq_len = 100,
+			    .norm_eps = 1e-5f,
+			    .rope_theta = 10000,
+			    .rope_mode = KK_ROPE_INTERLEAVED,
+			    .shared_classifier = true };
 }
 
 static void test_kvcache_basic(void **state)
@@ -645,7 +645,7 @@ static void test_forward_enospc(void **state)
 	int32_t p[40];
 	for (int i = 0; i < 40; i++)
 		p[i] = greedy[i];
-	km_seq_input in[2] = {{a, p, 20}, {b, p, 20}};
+	km_seq_input in[2] = { { a, p, 20 }, { b, p, 20 } };
 	km_error err = {};
 	assert_int_equal(km_forward(m, c, in, 2, NULL, &err), -ENOSPC);
 	assert_string_equal(err.msg, "step: the KV cache is out of blocks for sequence 1 (1 "
@@ -654,20 +654,20 @@ static void test_forward_enospc(void **state)
 	assert_int_equal(km_kvcache_free_blocks(c), 3);
 	/* Bad inputs. */
 	int32_t bad = V;
-	km_seq_input one = {a, &bad, 1};
+	km_seq_input one = { a, &bad, 1 };
 	assert_int_equal(km_forward(m, c, &one, 1, NULL, &err), -EINVAL);
 	assert_string_equal(err.msg,
 			    "step: sequence 0: token id 512 outside the vocabulary (0..511)");
-	km_seq_input dup[2] = {{a, p, 2}, {a, p, 2}};
+	km_seq_input dup[2] = { { a, p, 2 }, { a, p, 2 } };
 	assert_int_equal(km_forward(m, c, dup, 2, NULL, &err), -EINVAL);
 	assert_string_equal(err.msg, "step: sequence 0 appears twice in one step");
 	assert_int_equal(km_forward(m, c, in, 1, NULL, &err), 0);
-	km_seq_input two = {a, p, 2};
+	km_seq_input two = { a, p, 2 };
 	assert_int_equal(km_forward(m, c, &two, 1, NULL, &err), -EINVAL);
 	assert_string_equal(err.msg, "step: sequence 0 has 20 cached tokens and brings 2: a "
 				     "prompt must start at position 0, later steps bring one "
 				     "token");
-	km_seq_input big = {b, p, 40};
+	km_seq_input big = { b, p, 40 };
 	km_kvcache *c2 = cache_for(m, 8, 4);
 	int s2 = km_kvcache_seq_new(c2);
 	big.seq = s2;
@@ -689,10 +689,12 @@ static void test_sampling(void **state)
 		int s = km_kvcache_seq_new(c);
 		int32_t t = 1;
 		for (int i = 0; i < 20; i++) {
-			km_seq_input in = {s, &t, 1};
+			km_seq_input in = { s, &t, 1 };
 			assert_int_equal(step(m, c, &in, 1, NULL), 0);
-			kk_sampling p = {.temperature = 1.0f, .top_k = 40, .top_p = 0.9f,
-					 .seed = 1000 + (uint64_t) i};
+			kk_sampling p = { .temperature = 1.0f,
+					  .top_k = 40,
+					  .top_p = 0.9f,
+					  .seed = 1000 + (uint64_t) i };
 			assert_int_equal(km_sample(m, 0, 1, &p, &run[rep][i]), 0);
 			assert_true(run[rep][i] >= 0 && run[rep][i] < V);
 			t = run[rep][i];
@@ -726,8 +728,8 @@ static void test_unsupported_head_dim(void **state)
 	c.n_kv_heads = 1;
 	c.head_dim = 256;
 	unsigned rs = 3;
-	km_weight_source src = {&rs, random_read};
-	km_model_opts o = {.weight_dtype = KK_F32, .max_tokens = 4, .max_seqs = 1};
+	km_weight_source src = { &rs, random_read };
+	km_model_opts o = { .weight_dtype = KK_F32, .max_tokens = 4, .max_seqs = 1 };
 	km_model *m = NULL;
 	km_error err = {};
 	assert_int_equal(km_model_new(be, &c, &o, &src, &m, &err), -EOPNOTSUPP);
@@ -744,8 +746,8 @@ static void test_unsupported_head_dim(void **state)
 	c.shared_classifier = false;
 	assert_int_equal(km_model_new(be, &c, &o, &src, &m, &err), 0);
 	km_kvcache *kv = cache_for(m, 2, 1);
-	int32_t t[3] = {1, 2, 3};
-	km_seq_input in = {km_kvcache_seq_new(kv), t, 3};
+	int32_t t[3] = { 1, 2, 3 };
+	km_seq_input in = { km_kvcache_seq_new(kv), t, 3 };
 	float lg[10];
 	assert_int_equal(step(m, kv, &in, 1, lg), 0);
 	for (int i = 0; i < 10; i++)
@@ -787,7 +789,7 @@ static void test_unshared_classifier(void **state)
 	assert_int_equal(km_l2c_open(path, &f, &err), 0);
 	assert_false(km_l2c_config(f)->shared_classifier);
 	km_weight_source src = km_l2c_source(f);
-	km_model_opts o = {.weight_dtype = KK_F32, .max_tokens = 8, .max_seqs = 1};
+	km_model_opts o = { .weight_dtype = KK_F32, .max_tokens = 8, .max_seqs = 1 };
 	km_model *m = NULL;
 	assert_int_equal(km_model_new(be, km_l2c_config(f), &o, &src, &m, &err), 0);
 	km_l2c_free(f);
@@ -800,7 +802,7 @@ static void test_unshared_classifier(void **state)
 	double rl[512];
 	for (int i = 0; i < 40; i++) {
 		int32_t t = greedy[i];
-		km_seq_input si = {s, &t, 1};
+		km_seq_input si = { s, &t, 1 };
 		assert_int_equal(step(m, c, &si, 1, lg), 0);
 		assert_int_equal(ref_step(r2, t, rl), 0);
 		assert_true(max_err(lg, rl, V) < TOL_F32);
@@ -911,13 +913,12 @@ static void test_bad_checkpoints(void **state)
 	float x[64];
 	assert_int_equal(src.read(src.userdata, "norm.weight", x, 63, &err), -EINVAL);
 	assert_int_equal(src.read(src.userdata, "output.weight", x, 64, &err), -ENOENT);
-	assert_int_equal(src.read(src.userdata, "layers.5.ffn_norm.weight", x, 64, &err),
-			 -ENOENT);
+	assert_int_equal(src.read(src.userdata, "layers.5.ffn_norm.weight", x, 64, &err), -ENOENT);
 	assert_int_equal(src.read(src.userdata, "layers.4.ffn_norm.weight", x, 64, &err), 0);
 	km_l2c_free(f);
 	/* Model options. */
 	assert_int_equal(km_l2c_open(fixture, &f, &err), 0);
-	km_model_opts o = {.weight_dtype = KK_Q4, .q4_group = 48, .max_tokens = 4, .max_seqs = 1};
+	km_model_opts o = { .weight_dtype = KK_Q4, .q4_group = 48, .max_tokens = 4, .max_seqs = 1 };
 	km_model *m = NULL;
 	assert_int_equal(km_model_new(be, km_l2c_config(f), &o, &src, &m, &err), -EINVAL);
 	assert_string_equal(err.msg, "model options: q4 group 48, must be 32, 64 or 128");
@@ -926,8 +927,8 @@ static void test_bad_checkpoints(void **state)
 	assert_string_equal(err.msg, "model options: q4 needs dim (64) to be a multiple of the "
 				     "group (128); use i8 or a smaller group");
 	km_l2c_free(f);
-	const char *names[] = {"trunc.bin", "long.bin",	  "tiny.bin", "heads.bin",
-			       "vocab.bin", "kv.bin",	  "layers.bin", "unshared.bin"};
+	const char *names[] = { "trunc.bin", "long.bin", "tiny.bin",   "heads.bin",
+				"vocab.bin", "kv.bin",	 "layers.bin", "unshared.bin" };
 	char p[300];
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		snprintf(p, sizeof(p), "%s/%s", tmpdir, names[i]);
