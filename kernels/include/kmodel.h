@@ -1,0 +1,210 @@
+/* kmodel.h — a Llama-architecture model on the kk kernel library.
+ *
+ * The ground kiln-inferd (continuous batching over a paged KV cache) and
+ * kiln-train stand on: a model configuration (km_config), weights uploaded
+ * once to a kk backend in a chosen dtype (km_model), a paged KV cache with a
+ * host-side block allocator (km_kvcache), and one batched forward step over
+ * several sequences at once, each contributing either its whole prompt
+ * (prefill, from position 0) or one new token (decode), mixed in the same
+ * step (km_forward), followed by sampling (km_sample).
+ *
+ * Weights reach km_model_new through a small interface (km_weight_source:
+ * a callback that fills host f32 arrays by canonical tensor name), so any
+ * checkpoint reader can feed it; km_l2c_* is a reader for llama2.c
+ * checkpoints.  docs/model.md has the long form.
+ *
+ * Conventions: 0 or a negative errno; functions that can fail for a reason
+ * a user must see take a km_error that receives one line (what, where, what
+ * to do).  Nothing here prints or exits. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kk.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                    */
+
+#define KM_ERROR_MAX 320
+typedef struct km_error {
+	char msg[KM_ERROR_MAX];
+} km_error;
+
+/* ------------------------------------------------------------------------ */
+/* Configuration                                                             */
+
+/* Limits on values that come from untrusted checkpoint headers, so a
+ * corrupt header fails validation instead of asking for terabytes. */
+#define KM_DIM_MAX     65536		  /* model width (Llama 3 405B: 16384) */
+#define KM_HIDDEN_MAX  262144		  /* FFN width */
+#define KM_LAYERS_MAX  1024		  /* transformer blocks */
+#define KM_HEADS_MAX   1024		  /* attention heads (kk's own limit) */
+#define KM_VOCAB_MAX   (1 << 21)	  /* vocabulary (largest in use: ~256K) */
+#define KM_SEQ_LEN_MAX (1 << 20)	  /* context length */
+#define KM_PARAMS_MAX  (INT64_C(1) << 37) /* 137 G parameters in all */
+
+typedef struct km_config {
+	int dim;	/* model width */
+	int hidden_dim; /* SwiGLU FFN width */
+	int n_layers;
+	int n_heads;
+	int n_kv_heads; /* divides n_heads (grouped-query attention) */
+	int head_dim;	/* n_heads * head_dim == dim */
+	int vocab_size;
+	int max_seq_len;
+	float norm_eps;		/* RMSNorm epsilon (llama2.c: 1e-5) */
+	float rope_theta;	/* RoPE base (llama2.c: 10000) */
+	kk_rope_mode rope_mode; /* KK_ROPE_INTERLEAVED (llama2.c/Meta), KK_ROPE_HALF (HF) */
+	bool shared_classifier; /* logits use the token embedding table */
+} km_config;
+
+/* Checks every field and that they agree.  -EINVAL with err (NULL allowed)
+ * naming the field, its value and the rule it breaks. */
+int km_config_validate(const km_config *c, km_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Weights                                                                   */
+
+/* Canonical tensor names (Meta's), all f32 row-major [out][in]:
+ *   "tok_embeddings.weight" [vocab, dim]      "norm.weight" [dim]
+ *   "output.weight" [vocab, dim] (only without shared_classifier)
+ *   "layers.N.attention_norm.weight" [dim]    "layers.N.ffn_norm.weight" [dim]
+ *   "layers.N.attention.wq.weight" [dim, dim] ".wk"/".wv" [kv_dim, dim]
+ *   "layers.N.attention.wo.weight" [dim, dim]
+ *   "layers.N.feed_forward.w1.weight" [hidden, dim] (gate)
+ *   "layers.N.feed_forward.w3.weight" [hidden, dim] (up)
+ *   "layers.N.feed_forward.w2.weight" [dim, hidden] (down)
+ * read() fills dst with exactly `count` floats of the named tensor and
+ * returns 0, or a negative errno with err filled (-ENOENT unknown name,
+ * -EINVAL count does not match, -EIO read failure). */
+typedef struct km_weight_source {
+	void *userdata;
+	int (*read)(void *userdata, const char *name, float *dst, size_t count, km_error *err);
+} km_weight_source;
+
+/* A llama2.c "legacy" checkpoint (7 int32 header, then f32 arrays). */
+typedef struct km_l2c km_l2c;
+
+/* Largest checkpoint accepted (bytes), a bound on what a header may claim. */
+#define KM_L2C_MAX_BYTES (INT64_C(1) << 40)
+
+/* Opens and validates a checkpoint: header values (km_config_validate) and
+ * the file size against the size the header implies.  The config it yields
+ * has norm_eps 1e-5, rope_theta 10000, KK_ROPE_INTERLEAVED.
+ * Errors (err names the file): -ENOENT/-EACCES..., -EINVAL (bad header,
+ * size mismatch, truncated). */
+int km_l2c_open(const char *path, km_l2c **ret, km_error *err);
+km_l2c *km_l2c_free(km_l2c *f);
+const km_config *km_l2c_config(const km_l2c *f);
+/* A weight source reading tensors from the open checkpoint. */
+km_weight_source km_l2c_source(km_l2c *f);
+
+/* ------------------------------------------------------------------------ */
+/* Model                                                                     */
+
+typedef struct km_model km_model;
+
+typedef struct km_model_opts {
+	/* Storage of the linear layers (q, k, v, o, w1, w2, w3): KK_F32,
+	 * KK_BF16, KK_F16 (then activations, norms, embedding and KV cache
+	 * use the same dtype), or KK_I8 / KK_Q4 weight-only (activations,
+	 * embedding, classifier and KV cache stay f32).  Logits are f32. */
+	kk_dtype weight_dtype;
+	int q4_group;	/* KK_Q4 group: 32 (0), 64 or 128 */
+	int max_tokens; /* tokens per step, all sequences together */
+	int max_seqs;	/* sequences per step */
+} km_model_opts;
+
+/* Uploads the weights and allocates every activation buffer once.
+ * Errors (err filled): -EINVAL (config, opts), -ENOENT/-EIO from the
+ * source, -ENOMEM, -EOPNOTSUPP (the backend lacks attention for this head
+ * dim, e.g. cuda with head_dim 8), other kk errors. */
+int km_model_new(kk_backend *be, const km_config *cfg, const km_model_opts *opts,
+		 const km_weight_source *src, km_model **ret, km_error *err);
+km_model *km_model_free(km_model *m);
+const km_config *km_model_config(const km_model *m);
+/* The dtype of activations and of the KV cache km_kvcache_new must use. */
+kk_dtype km_model_act_dtype(const km_model *m);
+/* Bytes of device memory held by weights. */
+size_t km_model_weight_bytes(const km_model *m);
+
+/* ------------------------------------------------------------------------ */
+/* Paged KV cache                                                            */
+
+/* Blocks of KK_KV_BLOCK_SIZE tokens, per layer one K and one V pool
+ * [num_blocks, 16, n_kv_heads, head_dim] on the backend; the host side
+ * keeps per-sequence block tables and a free list.  Blocks are refcounted
+ * so a forked sequence shares its parent's full prefix blocks. */
+typedef struct km_kvcache km_kvcache;
+
+/* Limits on the pool so a size computation error fails early. */
+#define KM_KV_BLOCKS_MAX (1 << 24)
+#define KM_KV_SEQS_MAX	 65536
+
+/* Errors: -EINVAL (num_blocks, max_seqs, dtype), -ENOMEM. */
+int km_kvcache_new(kk_backend *be, const km_config *cfg, kk_dtype dtype, int num_blocks,
+		   int max_seqs, km_kvcache **ret);
+km_kvcache *km_kvcache_free(km_kvcache *c);
+
+/* A new empty sequence id in [0, max_seqs).  -ENOSPC: all ids in use. */
+int km_kvcache_seq_new(km_kvcache *c);
+/* Drops the sequence, returning the blocks nobody else holds.  -EINVAL:
+ * not a live id. */
+int km_kvcache_seq_free(km_kvcache *c, int seq);
+/* A new sequence sharing the first n_tokens of seq (n_tokens a multiple of
+ * KK_KV_BLOCK_SIZE and <= its length: only full blocks are shared, never
+ * written again).  Returns the id; -EINVAL, -ENOSPC (no free id). */
+int km_kvcache_seq_fork(km_kvcache *c, int seq, int n_tokens);
+/* Grows seq by n tokens and writes their flat cache slots (block * 16 +
+ * offset) to slots (NULL allowed).  All or nothing: -ENOSPC when the free
+ * blocks do not suffice (nothing changed), -EFBIG when the sequence would
+ * outgrow its block-table row (max_seq_len tokens), -EINVAL. */
+int km_kvcache_append(km_kvcache *c, int seq, int n, int32_t *slots);
+/* Whether `n` more tokens for seq would fit now (1/0), or -EINVAL. */
+int km_kvcache_can_append(const km_kvcache *c, int seq, int n);
+int km_kvcache_seq_len(const km_kvcache *c, int seq); /* tokens, or -EINVAL */
+int km_kvcache_free_blocks(const km_kvcache *c);
+int km_kvcache_num_blocks(const km_kvcache *c);
+/* Blocks per block-table row: ceil(max_seq_len / 16). */
+int km_kvcache_blocks_per_seq(const km_kvcache *c);
+/* Block ids of seq (n = its block count) into blocks[max]; returns n. */
+int km_kvcache_seq_blocks(const km_kvcache *c, int seq, int32_t *blocks, int max);
+/* Refcount of a block (0 = free), or -EINVAL. */
+int km_kvcache_block_refs(const km_kvcache *c, int block);
+
+/* ------------------------------------------------------------------------ */
+/* Forward step and sampling                                                 */
+
+/* One sequence's part of a step.  A sequence whose cache is empty brings
+ * its prompt (n_tokens >= 1, positions 0..n-1: prefill); a sequence with a
+ * cached context brings exactly one token (decode). */
+typedef struct km_seq_input {
+	int seq;
+	const int32_t *tokens;
+	int n_tokens;
+} km_seq_input;
+
+/* Runs one step over n inputs (distinct sequences): appends their tokens
+ * to the cache, runs every layer, and computes logits for the last token
+ * of each input into row i of the model's logits (f32 [max_seqs, vocab]);
+ * logits_out (NULL allowed) receives a host copy [n, vocab].
+ * Errors (err filled): -EINVAL (bad input: token id outside the
+ * vocabulary, decode with more than one token, repeated sequence, more
+ * than max_tokens/max_seqs), -ENOSPC (cache out of blocks: nothing was
+ * appended, the caller preempts or waits), -EFBIG (a sequence would pass
+ * max_seq_len), -EOPNOTSUPP and other kk errors. */
+int km_forward(km_model *m, km_kvcache *c, const km_seq_input *in, int n, float *logits_out,
+	       km_error *err);
+/* Samples rows [row, row + n_rows) of the last step's logits into ids
+ * (host).  Sample one row at a time to give each sequence its own seed. */
+int km_sample(km_model *m, int row, int n_rows, const kk_sampling *p, int32_t *ids);
+
+#ifdef __cplusplus
+}
+#endif

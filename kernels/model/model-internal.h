@@ -1,0 +1,26 @@
+/* model-internal.h — helpers shared by the km_ sources (not installed). */
+#pragma once
+
+#include <stdint.h>
+
+#include "kmodel.h"
+
+/* Formats err (NULL allowed) and returns r. */
+int km_errorf(km_error *err, int r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Parameters a config describes (for the size limit). */
+int64_t km_param_count(const km_config *c);
+
+/* What km_forward needs from the cache beyond the public calls. */
+kk_buffer *km__kvcache_k(km_kvcache *c, int layer);
+kk_buffer *km__kvcache_v(km_kvcache *c, int layer);
+/* Copies seq's block table row (blocks_per_seq entries, unused ones 0). */
+void km__kvcache_row(const km_kvcache *c, int seq, int32_t *row);
+/* Shrinks seq back to n tokens (undoing an append of this step),
+ * returning blocks it no longer needs. */
+void km__kvcache_truncate(km_kvcache *c, int seq, int n);
+kk_backend *km__kvcache_backend(const km_kvcache *c);
+kk_dtype km__kvcache_dtype(const km_kvcache *c);
+const km_config *km__kvcache_config(const km_kvcache *c);
+
+#include "kiln/macro.h"
+DEFINE_TRIVIAL_CLEANUP_FUNC(kk_buffer *, kk_buffer_free);

@@ -1,0 +1,26 @@
+/* ref.h — an independent float64 reference of the Llama architecture for
+ * the km_ tests and benchmark.
+ *
+ * Written from the architecture description (tests/../shared/fixtures
+ * README: RMSNorm, RoPE on adjacent pairs, grouped-query attention, SwiGLU)
+ * and sharing no code with kernels/model/ or kk: it reads a llama2.c
+ * checkpoint itself, keeps every weight in double, and runs one token at a
+ * time over a plain contiguous KV history, the way the math is written. */
+#pragma once
+
+#include <stdint.h>
+
+typedef struct ref_model ref_model;
+
+/* Loads a llama2.c checkpoint; NULL on any problem (tests only). */
+ref_model *ref_load(const char *path);
+void ref_free(ref_model *m);
+int ref_vocab(const ref_model *m);
+int ref_seq_len(const ref_model *m);
+/* Forgets the history (a new sequence from position 0). */
+void ref_reset(ref_model *m);
+/* Feeds one token at the next position; logits[vocab] receives the
+ * next-token logits.  Returns 0, or -1 past seq_len. */
+int ref_step(ref_model *m, int token, double *logits);
+/* Index of the largest logit (lowest on ties). */
+int ref_argmax(const double *logits, int n);

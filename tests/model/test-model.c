@@ -1,0 +1,959 @@
+/* tests/model/test-model.c — the km_ model suite on the cpu backend.
+ *
+ * Checked against the independent float64 reference (ref.c) on the
+ * stories260K fixture: greedy decoding token for token with logits to a
+ * stated tolerance, prompts of 1/16/17/40 tokens through prefill, continuous
+ * batching (sequences joining and leaving mid-way give the tokens each gives
+ * alone), bf16/f16 and int8/int4 weights against f32, the KV cache
+ * allocator (also against a simple model on random operations), and bad
+ * checkpoints refused with exact messages.  The fixture is found through
+ * $KM_TEST_MODEL, tests/fixtures/ or ../shared/fixtures/; without it the
+ * model tests skip with that reason. */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "kk.h"
+#include "kmodel.h"
+#include "ref.h"
+
+/* Greedy decode length compared with the reference (the brief: 200+). */
+#define N_GREEDY 256
+/* f32 logits against float64: sums of <= 172 products in f32 with
+ * different order; measured max ~2e-5 on stories260K (|logits| < 20). */
+#define TOL_F32 1e-3
+/* Teacher-forced steps for the dtype comparisons. */
+#define N_FORCED 128
+
+static const char *fixture;
+static kk_backend *be;
+static ref_model *ref;
+static int greedy[N_GREEDY + 1]; /* BOS then the reference's greedy tokens */
+static double *ref_logits;	 /* [N_GREEDY][vocab], after greedy[0..i] */
+static int V;
+
+static const char *find_fixture(void)
+{
+	const char *env = getenv("KM_TEST_MODEL");
+	if (env && *env)
+		return env;
+	const char *c[] = { "tests/fixtures/stories260K.bin", "../shared/fixtures/stories260K.bin",
+			    "../../shared/fixtures/stories260K.bin" };
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
+		if (access(c[i], R_OK) == 0)
+			return c[i];
+	return NULL;
+}
+
+#define NEED_FIXTURE()                                                         \
+	do {                                                                   \
+		if (!ref) {                                                    \
+			print_message("# SKIP stories260K.bin not found (set " \
+				      "KM_TEST_MODEL)\n");                     \
+			skip();                                                \
+		}                                                              \
+	} while (0)
+
+static int group_setup(void **state)
+{
+	assert_int_equal(kk_backend_open("cpu", &be), 0);
+	fixture = find_fixture();
+	if (!fixture)
+		return 0;
+	ref = ref_load(fixture);
+	assert_non_null(ref);
+	V = ref_vocab(ref);
+	ref_logits = calloc((size_t) N_GREEDY * V, sizeof(double));
+	assert_non_null(ref_logits);
+	greedy[0] = 1;
+	for (int i = 0; i < N_GREEDY; i++) {
+		assert_int_equal(ref_step(ref, greedy[i], ref_logits + (size_t) i * V), 0);
+		greedy[i + 1] = ref_argmax(ref_logits + (size_t) i * V, V);
+	}
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	ref_free(ref);
+	free(ref_logits);
+	kk_backend_free(be);
+	return 0;
+}
+
+static km_model *load(kk_dtype dt, int max_tokens, int max_seqs)
+{
+	km_error err = {};
+	km_l2c *f = NULL;
+	int r = km_l2c_open(fixture, &f, &err);
+	if (r < 0)
+		fail_msg("%s", err.msg);
+	km_weight_source src = km_l2c_source(f);
+	km_model_opts o = { .weight_dtype = dt, .max_tokens = max_tokens, .max_seqs = max_seqs };
+	km_model *m = NULL;
+	r = km_model_new(be, km_l2c_config(f), &o, &src, &m, &err);
+	km_l2c_free(f);
+	if (r < 0)
+		fail_msg("km_model_new(%s): %s", kk_dtype_name(dt), err.msg);
+	return m;
+}
+
+static km_kvcache *cache_for(km_model *m, int blocks, int seqs)
+{
+	km_kvcache *c = NULL;
+	assert_int_equal(
+		km_kvcache_new(be, km_model_config(m), km_model_act_dtype(m), blocks, seqs, &c), 0);
+	return c;
+}
+
+static int step(km_model *m, km_kvcache *c, const km_seq_input *in, int n, float *logits)
+{
+	km_error err = {};
+	int r = km_forward(m, c, in, n, logits, &err);
+	if (r < 0 && r != -ENOSPC && r != -EINVAL && r != -EFBIG)
+		fail_msg("km_forward: %s", err.msg);
+	return r;
+}
+
+static int argmax_f(const float *x, int n)
+{
+	int b = 0;
+	for (int i = 1; i < n; i++)
+		if (x[i] > x[b])
+			b = i;
+	return b;
+}
+
+static double max_err(const float *a, const double *b, int n)
+{
+	double e = 0;
+	for (int i = 0; i < n; i++)
+		e = fmax(e, fabs((double) a[i] - b[i]));
+	return e;
+}
+
+/* ---- greedy decode against the reference ------------------------------- */
+
+static void test_greedy_matches_reference(void **state)
+{
+	NEED_FIXTURE();
+	km_model *m = load(KK_F32, 64, 8);
+	km_kvcache *c = cache_for(m, 64, 8);
+	int s = km_kvcache_seq_new(c);
+	float *lg = malloc(sizeof(float) * (size_t) V);
+	int32_t tok = greedy[0];
+	double worst = 0;
+	kk_sampling g = { .temperature = 0 };
+	for (int i = 0; i < N_GREEDY; i++) {
+		km_seq_input in = { .seq = s, .tokens = &tok, .n_tokens = 1 };
+		assert_int_equal(step(m, c, &in, 1, lg), 0);
+		double e = max_err(lg, ref_logits + (size_t) i * V, V);
+		worst = fmax(worst, e);
+		if (e > TOL_F32)
+			fail_msg("step %d: logits differ from the reference by %g (> %g)", i, e,
+				 TOL_F32);
+		int32_t next;
+		assert_int_equal(km_sample(m, 0, 1, &g, &next), 0);
+		if (next != greedy[i + 1])
+			fail_msg("step %d: token %d, the reference has %d", i, next, greedy[i + 1]);
+		tok = next;
+	}
+	assert_int_equal(km_kvcache_seq_len(c, s), N_GREEDY);
+	print_message("# greedy: %d tokens match the float64 reference; max |logit err| %.3g "
+		      "(tolerance %g)\n",
+		      N_GREEDY, worst, TOL_F32);
+	free(lg);
+	km_kvcache_free(c);
+	km_model_free(m);
+}
+
+/* Prompts through prefill (one step), then teacher-forced decode. */
+static void test_prefill_lengths(void **state)
+{
+	NEED_FIXTURE();
+	km_model *m = load(KK_F32, 64, 8);
+	km_kvcache *c = cache_for(m, 32, 8);
+	float *lg = malloc(sizeof(float) * (size_t) V);
+	const int lens[] = { 1, 15, 16, 17, 33, 40 };
+	double worst = 0;
+	for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+		int n = lens[li];
+		int s = km_kvcache_seq_new(c);
+		int32_t prompt[64];
+		for (int i = 0; i < n; i++)
+			prompt[i] = greedy[i];
+		km_seq_input in = { .seq = s, .tokens = prompt, .n_tokens = n };
+		assert_int_equal(step(m, c, &in, 1, lg), 0);
+		assert_int_equal(km_kvcache_seq_len(c, s), n);
+		int32_t blocks[8];
+		assert_int_equal(km_kvcache_seq_blocks(c, s, blocks, 8), (n + 15) / 16);
+		double e = max_err(lg, ref_logits + (size_t) (n - 1) * V, V);
+		worst = fmax(worst, e);
+		if (e > TOL_F32)
+			fail_msg("prompt of %d: logits off by %g", n, e);
+		for (int i = n; i < n + 20; i++) {
+			int32_t t = greedy[i];
+			km_seq_input d = { .seq = s, .tokens = &t, .n_tokens = 1 };
+			assert_int_equal(step(m, c, &d, 1, lg), 0);
+			e = max_err(lg, ref_logits + (size_t) i * V, V);
+			worst = fmax(worst, e);
+			if (e > TOL_F32)
+				fail_msg("prompt of %d, position %d: logits off by %g", n, i, e);
+			assert_int_equal(argmax_f(lg, V), greedy[i + 1]);
+		}
+		assert_int_equal(km_kvcache_seq_free(c, s), 0);
+	}
+	assert_int_equal(km_kvcache_free_blocks(c), 32);
+	print_message("# prefill of 1/15/16/17/33/40 tokens + 20 decode steps: max |logit err| "
+		      "%.3g\n",
+		      worst);
+	free(lg);
+	km_kvcache_free(c);
+	km_model_free(m);
+}
+
+/* ---- continuous batching ------------------------------------------------ */
+
+#define NB     6
+#define NB_GEN 24
+
+typedef struct bseq {
+	int32_t prompt[32];
+	int plen, join, gen; /* join step, tokens to generate */
+	int32_t out[NB_GEN];
+	float out_logits[NB_GEN][512];
+} bseq;
+
+/* Runs one sequence alone: prefill, then gen-1 decode steps. */
+static void run_alone(km_model *m, bseq *b)
+{
+	km_kvcache *c = cache_for(m, 16, 1);
+	int s = km_kvcache_seq_new(c);
+	kk_sampling g = {};
+	km_seq_input in = { .seq = s, .tokens = b->prompt, .n_tokens = b->plen };
+	for (int i = 0; i < b->gen; i++) {
+		assert_int_equal(step(m, c, &in, 1, b->out_logits[i]), 0);
+		assert_int_equal(km_sample(m, 0, 1, &g, &b->out[i]), 0);
+		in.tokens = &b->out[i];
+		in.n_tokens = 1;
+	}
+	km_kvcache_free(c);
+}
+
+static void test_continuous_batching(void **state)
+{
+	NEED_FIXTURE();
+	km_model *m = load(KK_F32, 128, 8);
+	bseq *b = calloc(NB, sizeof(*b));
+	unsigned rs = 12345;
+	const int joins[NB] = { 0, 0, 1, 4, 9, 15 }, gens[NB] = { 24, 7, 12, 24, 3, 10 };
+	for (int i = 0; i < NB; i++) {
+		b[i].plen = 1 + (i * 7) % 29;
+		b[i].prompt[0] = 1;
+		for (int t = 1; t < b[i].plen; t++)
+			b[i].prompt[t] = (int32_t) ((rs = rs * 1103515245u + 12345u) >> 8) % V;
+		b[i].join = joins[i];
+		b[i].gen = gens[i];
+		run_alone(m, &b[i]);
+	}
+	/* Together: 12 blocks only, so later sequences reuse freed blocks. */
+	km_kvcache *c = cache_for(m, 12, 8);
+	int seq[NB], done[NB] = {}, live = 0, finished = 0;
+	int32_t got[NB][NB_GEN];
+	float *lg = malloc(sizeof(float) * 8 * (size_t) V);
+	double worst = 0;
+	int max_live = 0, mixed_steps = 0;
+	kk_sampling g = {};
+	for (int stp = 0; finished < NB; stp++) {
+		km_seq_input in[NB];
+		int who[NB], n = 0, n_prefill = 0;
+		for (int i = 0; i < NB; i++) {
+			if (b[i].join == stp) {
+				seq[i] = km_kvcache_seq_new(c);
+				assert_true(seq[i] >= 0);
+				in[n] = (km_seq_input){ seq[i], b[i].prompt, b[i].plen };
+				who[n++] = i;
+				n_prefill++;
+				live++;
+			} else if (b[i].join < stp && done[i] < b[i].gen) {
+				in[n] = (km_seq_input){ seq[i], &got[i][done[i] - 1], 1 };
+				who[n++] = i;
+			}
+		}
+		max_live = live > max_live ? live : max_live;
+		if (n == 0)
+			continue;
+		mixed_steps += n_prefill > 0 && n_prefill < n;
+		assert_int_equal(step(m, c, in, n, lg), 0);
+		for (int j = 0; j < n; j++) {
+			int i = who[j];
+			assert_int_equal(km_sample(m, j, 1, &g, &got[i][done[i]]), 0);
+			if (got[i][done[i]] != b[i].out[done[i]])
+				fail_msg("sequence %d token %d: %d batched, %d alone", i, done[i],
+					 got[i][done[i]], b[i].out[done[i]]);
+			for (int t = 0; t < V; t++)
+				worst = fmax(worst, fabs(lg[(size_t) j * V + t] -
+							 b[i].out_logits[done[i]][t]));
+			if (++done[i] == b[i].gen) {
+				assert_int_equal(km_kvcache_seq_free(c, seq[i]), 0);
+				live--;
+				finished++;
+			}
+		}
+	}
+	assert_int_equal(km_kvcache_free_blocks(c), 12);
+	assert_true(mixed_steps >= 2);
+	assert_true(worst < TOL_F32);
+	print_message("# %d sequences (up to %d live, %d mixed prefill+decode steps) give the "
+		      "tokens each gives alone; max |logit diff| %.3g\n",
+		      NB, max_live, mixed_steps, worst);
+	free(lg);
+	free(b);
+	km_kvcache_free(c);
+	km_model_free(m);
+}
+
+/* A forked sequence reuses the parent's first 16-token block and continues
+ * token by token; it gives the reference's logits. */
+static void test_prefix_fork(void **state)
+{
+	NEED_FIXTURE();
+	km_model *m = load(KK_F32, 64, 4);
+	km_kvcache *c = cache_for(m, 8, 4);
+	float lg[512];
+	int a = km_kvcache_seq_new(c);
+	int32_t prompt[20];
+	for (int i = 0; i < 20; i++)
+		prompt[i] = greedy[i];
+	km_seq_input in = { a, prompt, 20 };
+	assert_int_equal(step(m, c, &in, 1, lg), 0);
+	int f = km_kvcache_seq_fork(c, a, 16);
+	assert_true(f >= 0);
+	int32_t ba[4], bf[4];
+	assert_int_equal(km_kvcache_seq_blocks(c, a, ba, 4), 2);
+	assert_int_equal(km_kvcache_seq_blocks(c, f, bf, 4), 1);
+	assert_int_equal(ba[0], bf[0]);
+	assert_int_equal(km_kvcache_block_refs(c, ba[0]), 2);
+	assert_int_equal(km_kvcache_seq_free(c, a), 0);
+	assert_int_equal(km_kvcache_block_refs(c, bf[0]), 1);
+	for (int i = 16; i < 30; i++) {
+		int32_t t = greedy[i];
+		km_seq_input d = { f, &t, 1 };
+		assert_int_equal(step(m, c, &d, 1, lg), 0);
+		assert_true(max_err(lg, ref_logits + (size_t) i * V, V) < TOL_F32);
+	}
+	km_kvcache_free(c);
+	km_model_free(m);
+}
+
+/* ---- other dtypes ------------------------------------------------------- */
+
+/* Runs the reference's greedy tokens through m (teacher forcing) and
+ * compares its logits with those of base at every step. */
+static void forced_compare(km_model *m, km_model *base, double *max_abs, double *agree)
+{
+	km_kvcache *c = cache_for(m, 16, 1), *cb = cache_for(base, 16, 1);
+	int s = km_kvcache_seq_new(c), sb = km_kvcache_seq_new(cb);
+	float lg[512], lb[512];
+	int same = 0;
+	*max_abs = 0;
+	for (int i = 0; i < N_FORCED; i++) {
+		int32_t t = greedy[i];
+		km_seq_input in = { s, &t, 1 }, ib = { sb, &t, 1 };
+		assert_int_equal(step(m, c, &in, 1, lg), 0);
+		assert_int_equal(step(base, cb, &ib, 1, lb), 0);
+		for (int j = 0; j < V; j++)
+			*max_abs = fmax(*max_abs, fabs(lg[j] - lb[j]));
+		same += argmax_f(lg, V) == argmax_f(lb, V);
+	}
+	*agree = (double) same / N_FORCED;
+	km_kvcache_free(c);
+	km_kvcache_free(cb);
+}
+
+/* A weight source that hands out the checkpoint's linear weights already
+ * quantized and dequantized on the host (kk.h's documented scheme: per row
+ * for int8, per 32-group for int4, scale = max|w| / qmax, q = rint(w /
+ * scale) clamped), so an f32 model over it is the exact target of the
+ * int8/int4 models' arithmetic. */
+typedef struct fakeq {
+	km_weight_source inner;
+	int qmax, qmin, group; /* group 0: whole row */
+	int dim;
+} fakeq;
+
+static int fakeq_read(void *ud, const char *name, float *dst, size_t count, km_error *err)
+{
+	fakeq *f = ud;
+	int r = f->inner.read(f->inner.userdata, name, dst, count, err);
+	if (r < 0 || (!strstr(name, ".attention.w") && !strstr(name, ".feed_forward.w")))
+		return r;
+	/* w2's rows are hidden_dim long, the others dim. */
+	size_t k = strstr(name, ".w2.") ? count / (size_t) f->dim : (size_t) f->dim;
+	size_t g = f->group ? (size_t) f->group : k;
+	for (size_t row = 0; row < count / k; row++)
+		for (size_t g0 = 0; g0 < k; g0 += g) {
+			float *w = dst + row * k + g0, amax = 0;
+			size_t n = g0 + g <= k ? g : k - g0;
+			for (size_t j = 0; j < n; j++)
+				amax = fmaxf(amax, fabsf(w[j]));
+			float sc = amax / (float) f->qmax, inv = sc > 0 ? 1.0f / sc : 0;
+			for (size_t j = 0; j < n; j++) {
+				float q = rintf(w[j] * inv);
+				q = q > f->qmax	  ? (float) f->qmax
+				    : q < f->qmin ? (float) f->qmin
+						  : q;
+				w[j] = q * sc;
+			}
+		}
+	return 0;
+}
+
+static km_model *load_fakeq(int qmax, int qmin, int group)
+{
+	km_error err = {};
+	km_l2c *l = NULL;
+	assert_int_equal(km_l2c_open(fixture, &l, &err), 0);
+	fakeq f = { km_l2c_source(l), qmax, qmin, group, km_l2c_config(l)->dim };
+	km_weight_source src = { &f, fakeq_read };
+	km_model_opts o = { .weight_dtype = KK_F32, .max_tokens = 16, .max_seqs = 1 };
+	km_model *m = NULL;
+	int r = km_model_new(be, km_l2c_config(l), &o, &src, &m, &err);
+	km_l2c_free(l);
+	if (r < 0)
+		fail_msg("%s", err.msg);
+	return m;
+}
+
+/* The int8/int4 paths compute what their quantized weights say: against
+ * an f32 model over host-quantized weights the logits agree closely. */
+static void test_quantized_exact(void **state)
+{
+	NEED_FIXTURE();
+	const struct {
+		kk_dtype dt;
+		int qmax, qmin, group;
+	} cases[] = { { KK_I8, 127, -127, 0 }, { KK_Q4, 7, -8, 32 } };
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		km_model *m = load(cases[i].dt, 16, 1);
+		km_model *f = load_fakeq(cases[i].qmax, cases[i].qmin, cases[i].group);
+		double e, a;
+		forced_compare(m, f, &e, &a);
+		print_message("# %-4s model vs f32 over host-quantized weights: max |logit "
+			      "diff| %.3g, top-1 agreement %.3f\n",
+			      kk_dtype_name(cases[i].dt), e, a);
+		assert_true(e < TOL_F32);
+		assert_true(a == 1.0);
+		km_model_free(f);
+		km_model_free(m);
+	}
+}
+
+static void test_dtypes(void **state)
+{
+	NEED_FIXTURE();
+	km_model *base = load(KK_F32, 16, 1);
+	/* Bounds: the measured values (docs/model.md) with about 2x margin.
+	 * A 260K-parameter model with dim 64 is very sensitive to weight
+	 * error (int4 keeps the f32 top-1 at a quarter of the steps);
+	 * test_quantized_exact shows the int8/int4 arithmetic itself is
+	 * exact for the weights it holds. */
+	const struct {
+		kk_dtype dt;
+		double max_abs, min_agree;
+	} cases[] = {
+		{ KK_BF16, 4.0, 0.85 },
+		{ KK_F16, 0.3, 0.95 },
+		{ KK_I8, 6.0, 0.80 },
+		{ KK_Q4, 30.0, 0.15 },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		km_model *m = load(cases[i].dt, 16, 1);
+		double e, a;
+		forced_compare(m, base, &e, &a);
+		print_message("# %-4s weights vs f32 over %d teacher-forced steps: max |logit "
+			      "err| %.4f (bound %.2f), top-1 agreement %.3f (bound %.2f), "
+			      "weights %zu bytes\n",
+			      kk_dtype_name(cases[i].dt), N_FORCED, e, cases[i].max_abs, a,
+			      cases[i].min_agree, km_model_weight_bytes(m));
+		assert_true(e <= cases[i].max_abs);
+		assert_true(a >= cases[i].min_agree);
+		assert_true(e > 0); /* really another dtype */
+		km_model_free(m);
+	}
+	km_model_free(base);
+}
+
+/* ---- KV cache ----------------------------------------------------------- */
+
+static km_config small_cfg(void)
+{
+	return (km_config){ .dim = 16,
+			    .hidden_dim = 32,
+			    .n_layers = 2,
+			    .n_heads = 2,
+			    .n_kv_heads = 1,
+			    .head_dim = 8,
+			    .vocab_size = 10,
+			    .max_seq_len = 100,
+			    .norm_eps = 1e-5f,
+			    .rope_theta = 10000,
+			    .rope_mode = KK_ROPE_INTERLEAVED,
+			    .shared_classifier = true };
+}
+
+static void test_kvcache_basic(void **state)
+{
+	km_config cfg = small_cfg();
+	km_kvcache *c = NULL;
+	assert_int_equal(km_kvcache_new(be, &cfg, KK_F32, 0, 4, &c), -EINVAL);
+	assert_int_equal(km_kvcache_new(be, &cfg, KK_I8, 4, 4, &c), -EINVAL);
+	assert_int_equal(km_kvcache_new(be, &cfg, KK_F32, 4, 2, &c), 0);
+	assert_int_equal(km_kvcache_blocks_per_seq(c), 7); /* ceil(100 / 16) */
+	int a = km_kvcache_seq_new(c), b = km_kvcache_seq_new(c);
+	assert_int_equal(a, 0);
+	assert_int_equal(b, 1);
+	assert_int_equal(km_kvcache_seq_new(c), -ENOSPC);
+	int32_t slots[64];
+	/* 17 tokens: two blocks, the 17th in slot 0 of the second. */
+	assert_int_equal(km_kvcache_append(c, a, 17, slots), 0);
+	assert_int_equal(slots[0], 0);
+	assert_int_equal(slots[15], 15);
+	assert_int_equal(slots[16], 16);
+	assert_int_equal(km_kvcache_free_blocks(c), 2);
+	/* b: 16 tokens fill one new block (2). */
+	assert_int_equal(km_kvcache_append(c, b, 16, slots), 0);
+	assert_int_equal(slots[0], 2 * 16);
+	assert_int_equal(km_kvcache_free_blocks(c), 1);
+	/* b's 17th token takes the last block (3); a can still grow to 32
+	 * tokens inside its second block, not further. */
+	assert_int_equal(km_kvcache_append(c, b, 1, slots), 0);
+	assert_int_equal(slots[0], 3 * 16);
+	assert_int_equal(km_kvcache_can_append(c, a, 15), 1);
+	assert_int_equal(km_kvcache_can_append(c, a, 16), 0);
+	assert_int_equal(km_kvcache_append(c, a, 16, slots), -ENOSPC);
+	assert_int_equal(km_kvcache_seq_len(c, a), 17); /* unchanged */
+	/* Freeing b returns its blocks; a reuses them (last freed first). */
+	assert_int_equal(km_kvcache_seq_free(c, b), 0);
+	assert_int_equal(km_kvcache_seq_free(c, b), -EINVAL);
+	assert_int_equal(km_kvcache_free_blocks(c), 2);
+	assert_int_equal(km_kvcache_append(c, a, 16, slots), 0);
+	assert_int_equal(slots[15], 3 * 16 + 0);
+	/* Longer than one block-table row (max_seq_len 100): -EFBIG. */
+	assert_int_equal(km_kvcache_append(c, a, 100 - 33 + 1, NULL), -EFBIG);
+	assert_int_equal(km_kvcache_seq_len(c, a), 33);
+	assert_int_equal(km_kvcache_seq_fork(c, a, 17), -EINVAL);
+	assert_int_equal(km_kvcache_seq_fork(c, a, 48), -EINVAL);
+	km_kvcache_free(c);
+}
+
+/* Random appends, forks and frees against a model that tracks, per
+ * sequence, its length and the owners of each block. */
+static void test_kvcache_random(void **state)
+{
+	km_config cfg = small_cfg();
+	cfg.max_seq_len = 80;
+	enum { NBLK = 20, NSEQ = 6 };
+	km_kvcache *c = NULL;
+	assert_int_equal(km_kvcache_new(be, &cfg, KK_F32, NBLK, NSEQ, &c), 0);
+	int len[NSEQ];
+	bool live[NSEQ] = {};
+	unsigned rs = 7;
+#define RND(n) ((int) (((rs = rs * 1664525u + 1013904223u) >> 8) % (unsigned) (n)))
+	for (int it = 0; it < 20000; it++) {
+		int op = RND(10), s = RND(NSEQ);
+		if (op < 2) {
+			int r = km_kvcache_seq_new(c);
+			int want = -ENOSPC;
+			for (int i = 0; i < NSEQ; i++)
+				if (!live[i]) {
+					want = i;
+					break;
+				}
+			assert_int_equal(r, want);
+			if (r >= 0)
+				live[r] = true, len[r] = 0;
+		} else if (op < 3) {
+			assert_int_equal(km_kvcache_seq_free(c, s), live[s] ? 0 : -EINVAL);
+			live[s] = false;
+		} else if (op < 4 && live[s]) {
+			int n = RND(len[s] / 16 + 1) * 16;
+			int r = km_kvcache_seq_fork(c, s, n);
+			if (r >= 0)
+				live[r] = true, len[r] = n;
+			else
+				assert_int_equal(r, -ENOSPC);
+		} else if (live[s]) {
+			int n = 1 + RND(20);
+			/* Blocks the model says are free: NBLK minus distinct used. */
+			int used = 0;
+			bool mark[NBLK] = {};
+			for (int i = 0; i < NSEQ; i++) {
+				int32_t bl[8];
+				if (!live[i])
+					continue;
+				int nb = km_kvcache_seq_blocks(c, i, bl, 8);
+				assert_int_equal(nb, (len[i] + 15) / 16);
+				for (int j = 0; j < nb; j++)
+					if (!mark[bl[j]])
+						mark[bl[j]] = true, used++;
+			}
+			assert_int_equal(km_kvcache_free_blocks(c), NBLK - used);
+			int need = (len[s] + n + 15) / 16 - (len[s] + 15) / 16;
+			int want = len[s] + n > 80 ? -EFBIG : need > NBLK - used ? -ENOSPC : 0;
+			int32_t slots[20];
+			assert_int_equal(km_kvcache_append(c, s, n, slots), want);
+			if (want == 0) {
+				/* New slots lie in blocks that no other sequence holds,
+				 * except in a block already partially this sequence's. */
+				for (int j = 0; j < n; j++) {
+					int blk = slots[j] / 16;
+					assert_int_equal(slots[j] % 16, (len[s] + j) % 16);
+					assert_int_equal(km_kvcache_block_refs(c, blk), 1);
+				}
+				len[s] += n;
+			}
+			assert_int_equal(km_kvcache_seq_len(c, s), len[s]);
+		}
+	}
+#undef RND
+	for (int i = 0; i < NSEQ; i++)
+		if (live[i])
+			assert_int_equal(km_kvcache_seq_free(c, i), 0);
+	assert_int_equal(km_kvcache_free_blocks(c), NBLK);
+	for (int b = 0; b < NBLK; b++)
+		assert_int_equal(km_kvcache_block_refs(c, b), 0);
+	km_kvcache_free(c);
+}
+
+/* Out of blocks inside a step: -ENOSPC and nothing appended. */
+static void test_forward_enospc(void **state)
+{
+	NEED_FIXTURE();
+	km_model *m = load(KK_F32, 64, 4);
+	km_kvcache *c = cache_for(m, 3, 4);
+	int a = km_kvcache_seq_new(c), b = km_kvcache_seq_new(c);
+	int32_t p[40];
+	for (int i = 0; i < 40; i++)
+		p[i] = greedy[i];
+	km_seq_input in[2] = { { a, p, 20 }, { b, p, 20 } };
+	km_error err = {};
+	assert_int_equal(km_forward(m, c, in, 2, NULL, &err), -ENOSPC);
+	assert_string_equal(err.msg, "step: the KV cache is out of blocks for sequence 1 (1 "
+				     "free); free or preempt a sequence");
+	assert_int_equal(km_kvcache_seq_len(c, a), 0);
+	assert_int_equal(km_kvcache_free_blocks(c), 3);
+	/* Bad inputs. */
+	int32_t bad = V;
+	km_seq_input one = { a, &bad, 1 };
+	assert_int_equal(km_forward(m, c, &one, 1, NULL, &err), -EINVAL);
+	assert_string_equal(err.msg,
+			    "step: sequence 0: token id 512 outside the vocabulary (0..511)");
+	km_seq_input dup[2] = { { a, p, 2 }, { a, p, 2 } };
+	assert_int_equal(km_forward(m, c, dup, 2, NULL, &err), -EINVAL);
+	assert_string_equal(err.msg, "step: sequence 0 appears twice in one step");
+	assert_int_equal(km_forward(m, c, in, 1, NULL, &err), 0);
+	km_seq_input two = { a, p, 2 };
+	assert_int_equal(km_forward(m, c, &two, 1, NULL, &err), -EINVAL);
+	assert_string_equal(err.msg, "step: sequence 0 has 20 cached tokens and brings 2: a "
+				     "prompt must start at position 0, later steps bring one "
+				     "token");
+	km_seq_input big = { b, p, 40 };
+	km_kvcache *c2 = cache_for(m, 8, 4);
+	int s2 = km_kvcache_seq_new(c2);
+	big.seq = s2;
+	assert_int_equal(km_forward(m, c2, &big, 1, NULL, &err), 0);
+	km_kvcache_free(c2);
+	km_kvcache_free(c);
+	km_model_free(m);
+}
+
+/* Seeded sampling: the same seed gives the same tokens; temperature 0
+ * equals greedy. */
+static void test_sampling(void **state)
+{
+	NEED_FIXTURE();
+	km_model *m = load(KK_F32, 16, 2);
+	km_kvcache *c = cache_for(m, 4, 2);
+	int32_t run[2][20];
+	for (int rep = 0; rep < 2; rep++) {
+		int s = km_kvcache_seq_new(c);
+		int32_t t = 1;
+		for (int i = 0; i < 20; i++) {
+			km_seq_input in = { s, &t, 1 };
+			assert_int_equal(step(m, c, &in, 1, NULL), 0);
+			kk_sampling p = { .temperature = 1.0f,
+					  .top_k = 40,
+					  .top_p = 0.9f,
+					  .seed = 1000 + (uint64_t) i };
+			assert_int_equal(km_sample(m, 0, 1, &p, &run[rep][i]), 0);
+			assert_true(run[rep][i] >= 0 && run[rep][i] < V);
+			t = run[rep][i];
+		}
+		km_kvcache_seq_free(c, s);
+	}
+	assert_memory_equal(run[0], run[1], sizeof(run[0]));
+	assert_memory_not_equal(run[0], greedy + 1, sizeof(run[0])); /* really sampled */
+	int32_t x;
+	assert_int_equal(km_sample(m, 1, 1, &(kk_sampling){}, &x), -EINVAL); /* 1 row only */
+	km_kvcache_free(c);
+	km_model_free(m);
+}
+
+/* A source of small pseudo-random weights for synthetic configs. */
+static int random_read(void *ud, const char *name, float *dst, size_t count, km_error *err)
+{
+	unsigned *rs = ud;
+	for (size_t i = 0; i < count; i++)
+		dst[i] = (float) ((*rs = *rs * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+	return 0;
+}
+
+/* A head dim the backend has no attention kernel for is refused when the
+ * model is made, with the reason (on cuda: anything but 64/128). */
+static void test_unsupported_head_dim(void **state)
+{
+	km_config c = small_cfg();
+	c.dim = 256;
+	c.n_heads = 1;
+	c.n_kv_heads = 1;
+	c.head_dim = 256;
+	unsigned rs = 3;
+	km_weight_source src = { &rs, random_read };
+	km_model_opts o = { .weight_dtype = KK_F32, .max_tokens = 4, .max_seqs = 1 };
+	km_model *m = NULL;
+	km_error err = {};
+	assert_int_equal(km_model_new(be, &c, &o, &src, &m, &err), -EOPNOTSUPP);
+	assert_null(m);
+	assert_string_equal(err.msg, "attention: backend 'cpu' has no kernel for this model "
+				     "(head_dim 256, dtype f32); kk attention takes head dims "
+				     "1..128 on cpu, 64 and 128 on cuda: run it on a backend "
+				     "that has it (KILN_BACKEND=cpu)");
+	/* The same shape with head_dim 128 runs (two heads), HF RoPE and an
+	 * unshared classifier included. */
+	c.n_heads = c.n_kv_heads = 2;
+	c.head_dim = 128;
+	c.rope_mode = KK_ROPE_HALF;
+	c.shared_classifier = false;
+	assert_int_equal(km_model_new(be, &c, &o, &src, &m, &err), 0);
+	km_kvcache *kv = cache_for(m, 2, 1);
+	int32_t t[3] = { 1, 2, 3 };
+	km_seq_input in = { km_kvcache_seq_new(kv), t, 3 };
+	float lg[10];
+	assert_int_equal(step(m, kv, &in, 1, lg), 0);
+	for (int i = 0; i < 10; i++)
+		assert_true(isfinite(lg[i]));
+	km_kvcache_free(kv);
+	km_model_free(m);
+}
+
+static char tmpdir[] = "/tmp/test-model-XXXXXX";
+
+/* An unshared classifier (negative vocab in the header, the matrix after
+ * the RoPE tables): the fixture plus half its embedding table appended as
+ * the classifier gives half the shared model's logits, as the reference
+ * computes them from the file. */
+static void test_unshared_classifier(void **state)
+{
+	NEED_FIXTURE();
+	FILE *in = fopen(fixture, "rb");
+	assert_non_null(in);
+	static char buf[1056540 + 512 * 64 * 4];
+	assert_int_equal(fread(buf, 1, 1056540, in), 1056540);
+	fclose(in);
+	int32_t neg = -512;
+	memcpy(buf + 20, &neg, 4);
+	for (int i = 0; i < 512 * 64; i++) {
+		float w;
+		memcpy(&w, buf + 28 + 4 * i, 4);
+		w *= 0.5f;
+		memcpy(buf + 1056540 + 4 * i, &w, 4);
+	}
+	char path[] = "/tmp/test-model-cls-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, buf, sizeof(buf)), (ssize_t) sizeof(buf));
+	close(fd);
+
+	km_error err = {};
+	km_l2c *f = NULL;
+	assert_int_equal(km_l2c_open(path, &f, &err), 0);
+	assert_false(km_l2c_config(f)->shared_classifier);
+	km_weight_source src = km_l2c_source(f);
+	km_model_opts o = { .weight_dtype = KK_F32, .max_tokens = 8, .max_seqs = 1 };
+	km_model *m = NULL;
+	assert_int_equal(km_model_new(be, km_l2c_config(f), &o, &src, &m, &err), 0);
+	km_l2c_free(f);
+	ref_model *r2 = ref_load(path);
+	assert_non_null(r2);
+	unlink(path);
+	km_kvcache *c = cache_for(m, 4, 1);
+	int s = km_kvcache_seq_new(c);
+	float lg[512];
+	double rl[512];
+	for (int i = 0; i < 40; i++) {
+		int32_t t = greedy[i];
+		km_seq_input si = { s, &t, 1 };
+		assert_int_equal(step(m, c, &si, 1, lg), 0);
+		assert_int_equal(ref_step(r2, t, rl), 0);
+		assert_true(max_err(lg, rl, V) < TOL_F32);
+		for (int j = 0; j < V; j++)
+			assert_true(fabs(rl[j] - 0.5 * ref_logits[(size_t) i * V + j]) < 1e-9);
+	}
+	ref_free(r2);
+	km_kvcache_free(c);
+	km_model_free(m);
+}
+
+/* ---- configuration and checkpoints ------------------------------------- */
+
+static void test_config_errors(void **state)
+{
+	km_error err;
+	km_config c = small_cfg();
+	assert_int_equal(km_config_validate(&c, &err), 0);
+	c.n_kv_heads = 3;
+	assert_int_equal(km_config_validate(&c, &err), -EINVAL);
+	assert_string_equal(err.msg, "model config: n_kv_heads = 3 must divide n_heads = 2");
+	c = small_cfg();
+	c.head_dim = 4;
+	assert_int_equal(km_config_validate(&c, &err), -EINVAL);
+	assert_string_equal(err.msg, "model config: head_dim = 4, must be dim / n_heads = 8");
+	c = small_cfg();
+	c.rope_theta = 0;
+	assert_int_equal(km_config_validate(&c, &err), -EINVAL);
+	assert_string_equal(err.msg, "model config: rope_theta = 0, must be in (1, 1e12)");
+	c = small_cfg();
+	c.dim = KM_DIM_MAX;
+	c.head_dim = KM_DIM_MAX / 2;
+	assert_int_equal(km_config_validate(&c, &err), -EINVAL);
+	assert_string_equal(err.msg, "model config: head_dim = 32768, must be even and at most "
+				     "256 (RoPE, kk)");
+}
+
+/* Writes the fixture with its header changed (hdr_idx >= 0) and its size
+ * cut or grown by `delta` bytes. */
+static char *write_variant(const char *name, int hdr_idx, int32_t val, long delta)
+{
+	FILE *in = fopen(fixture, "rb");
+	assert_non_null(in);
+	fseek(in, 0, SEEK_END);
+	long n = ftell(in);
+	rewind(in);
+	char *buf = calloc(1, (size_t) (n + (delta > 0 ? delta : 0)));
+	assert_int_equal(fread(buf, 1, (size_t) n, in), (size_t) n);
+	fclose(in);
+	if (hdr_idx >= 0)
+		memcpy(buf + 4 * hdr_idx, &val, 4);
+	static char path[256];
+	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+	FILE *out = fopen(path, "wb");
+	assert_non_null(out);
+	assert_int_equal(fwrite(buf, 1, (size_t) (n + delta), out), (size_t) (n + delta));
+	fclose(out);
+	free(buf);
+	return path;
+}
+
+static void expect_refused(const char *path, const char *msg_after_path)
+{
+	km_error err = {};
+	km_l2c *f = NULL;
+	assert_int_equal(km_l2c_open(path, &f, &err), -EINVAL);
+	assert_null(f);
+	char want[512];
+	snprintf(want, sizeof(want), "%s: %s", path, msg_after_path);
+	assert_string_equal(err.msg, want);
+}
+
+static void test_bad_checkpoints(void **state)
+{
+	NEED_FIXTURE();
+	assert_non_null(mkdtemp(tmpdir));
+	expect_refused(write_variant("trunc.bin", -1, 0, -1000),
+		       "truncated: the file is 1055540 bytes, its header (dim 64, hidden 172, 5 "
+		       "layers, 8/4 heads, vocab 512, seq_len 512) implies 1056540");
+	expect_refused(write_variant("long.bin", -1, 0, 4),
+		       "size does not match header: the file is 1056544 bytes, its header (dim "
+		       "64, hidden 172, 5 layers, 8/4 heads, vocab 512, seq_len 512) implies "
+		       "1056540");
+	expect_refused(write_variant("tiny.bin", -1, 0, -1056530),
+		       "truncated: 10 bytes, a llama2.c header alone is 28");
+	expect_refused(write_variant("heads.bin", 3, 7, 0),
+		       "bad llama2.c header: n_heads = 7 does not divide dim = 64");
+	expect_refused(write_variant("vocab.bin", 5, 0, 0),
+		       "bad llama2.c header: vocab_size = 0, must be 1..2097152");
+	expect_refused(write_variant("kv.bin", 4, 3, 0),
+		       "bad llama2.c header: n_kv_heads = 3 must divide n_heads = 8");
+	expect_refused(write_variant("layers.bin", 2, -5, 0),
+		       "bad llama2.c header: n_layers = -5, must be 1..1024");
+	/* A negative vocab means an unshared classifier after the RoPE
+	 * tables: the same file is then short of vocab * dim floats. */
+	expect_refused(write_variant("unshared.bin", 5, -512, 0),
+		       "truncated: the file is 1056540 bytes, its header (dim 64, hidden 172, 5 "
+		       "layers, 8/4 heads, vocab 512, seq_len 512) implies 1187612");
+	km_error err;
+	km_l2c *f = NULL;
+	snprintf(err.msg, sizeof(err.msg), "x");
+	assert_int_equal(km_l2c_open("/nonexistent/m.bin", &f, &err), -ENOENT);
+	assert_string_equal(err.msg, "/nonexistent/m.bin: cannot open the checkpoint: No such "
+				     "file or directory");
+	/* A good file: a tensor by the wrong count or name is refused. */
+	assert_int_equal(km_l2c_open(fixture, &f, &err), 0);
+	km_weight_source src = km_l2c_source(f);
+	float x[64];
+	assert_int_equal(src.read(src.userdata, "norm.weight", x, 63, &err), -EINVAL);
+	assert_int_equal(src.read(src.userdata, "output.weight", x, 64, &err), -ENOENT);
+	assert_int_equal(src.read(src.userdata, "layers.5.ffn_norm.weight", x, 64, &err), -ENOENT);
+	assert_int_equal(src.read(src.userdata, "layers.4.ffn_norm.weight", x, 64, &err), 0);
+	km_l2c_free(f);
+	/* Model options. */
+	assert_int_equal(km_l2c_open(fixture, &f, &err), 0);
+	km_model_opts o = { .weight_dtype = KK_Q4, .q4_group = 48, .max_tokens = 4, .max_seqs = 1 };
+	km_model *m = NULL;
+	assert_int_equal(km_model_new(be, km_l2c_config(f), &o, &src, &m, &err), -EINVAL);
+	assert_string_equal(err.msg, "model options: q4 group 48, must be 32, 64 or 128");
+	o.q4_group = 128;
+	assert_int_equal(km_model_new(be, km_l2c_config(f), &o, &src, &m, &err), -EINVAL);
+	assert_string_equal(err.msg, "model options: q4 needs dim (64) to be a multiple of the "
+				     "group (128); use i8 or a smaller group");
+	km_l2c_free(f);
+	const char *names[] = { "trunc.bin", "long.bin", "tiny.bin",   "heads.bin",
+				"vocab.bin", "kv.bin",	 "layers.bin", "unshared.bin" };
+	char p[300];
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		snprintf(p, sizeof(p), "%s/%s", tmpdir, names[i]);
+		unlink(p);
+	}
+	rmdir(tmpdir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_config_errors),
+		cmocka_unit_test(test_kvcache_basic),
+		cmocka_unit_test(test_kvcache_random),
+		cmocka_unit_test(test_bad_checkpoints),
+		cmocka_unit_test(test_greedy_matches_reference),
+		cmocka_unit_test(test_prefill_lengths),
+		cmocka_unit_test(test_continuous_batching),
+		cmocka_unit_test(test_prefix_fork),
+		cmocka_unit_test(test_forward_enospc),
+		cmocka_unit_test(test_sampling),
+		cmocka_unit_test(test_unsupported_head_dim),
+		cmocka_unit_test(test_unshared_classifier),
+		cmocka_unit_test(test_quantized_exact),
+		cmocka_unit_test(test_dtypes),
+	};
+	return cmocka_run_group_tests_name("model", tests, group_setup, group_teardown);
+}
