@@ -34,20 +34,25 @@ cp "$f" "$work/cp.bin" && sync "$work/cp.bin"
 w_cp=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.4f", b - a }')
 rm -f "$work/cp.bin"
 
-o_kmf=$("$T" open "$f" 9 | sec) || exit 1
+o_out=$("$T" open "$f" 9) || exit 1
+o_kmf=$(echo "$o_out" | sec)
+o_kmf_cpu=$(echo "$o_out" | sed -n 's/.*cpu=\([0-9.]*\).*/\1/p')
 o_py=$(PYTHONPATH=${KILN_PYTHONPATH:-} /usr/bin/python3 - "$f" 2>/dev/null <<'PY'
 import sys, time
 from safetensors import safe_open
-ts = []
+ts, cs = [], []
 for _ in range(9):
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with safe_open(sys.argv[1], "np") as fh:
         keys = list(fh.keys())
     ts.append(time.perf_counter() - t0)
+    cs.append(time.process_time() - c0)
 ts.sort()
-print(f"seconds={ts[4]:.6f}")
+cs.sort()
+print(f"seconds={ts[4]:.6f} cpu={cs[4]:.6f}")
 PY
 )
+o_py_cpu=$(echo "$o_py" | sed -n 's/.*cpu=\([0-9.]*\).*/\1/p')
 o_py=$(echo "$o_py" | sec)
 
 printf '\nlibkmf, %d MiB safetensors checkpoint, %d tensors (%s)\n' "$mib" "$n" "$(uname -n)"
@@ -55,10 +60,10 @@ printf '%-44s %12s %12s\n' "operation" "seconds" "MiB/s"
 printf '%-44s %12s %12s\n' "write: kmf_writer_commit (fsync+rename)" "$w_kmf" "$(rate "$w_kmf")"
 printf '%-44s %12s %12s\n' "write: baseline dd bs=4M conv=fsync" "$w_dd" "$(rate "$w_dd")"
 printf '%-44s %12s %12s\n' "write: baseline cp + sync" "$w_cp" "$(rate "$w_cp")"
-printf '%-44s %12s\n' "open+index: kmf_open + every lookup" "$o_kmf"
+printf '%-44s %12s %12s\n' "" "wall s" "cpu s"
+printf '%-44s %12s %12s\n' "open+index: kmf_open + every lookup" "$o_kmf" "$o_kmf_cpu"
 if [ -n "$o_py" ]; then
-	printf '%-44s %12s  (x%s)\n' "open+index: baseline python safetensors" "$o_py" \
-		"$(awk -v a="$o_py" -v b="$o_kmf" 'BEGIN { printf "%.1f", a / b }')"
+	printf '%-44s %12s %12s\n' "open+index: baseline python safetensors" "$o_py" "$o_py_cpu"
 else
 	printf '%-44s %12s\n' "open+index: baseline python safetensors" "n/a (not importable by /usr/bin/python3)"
 fi
