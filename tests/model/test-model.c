@@ -702,9 +702,26 @@ static void test_sampling(void **state)
 		km_kvcache_seq_free(c, s);
 	}
 	assert_memory_equal(run[0], run[1], sizeof(run[0]));
+	/* Two sequences in one batch, each sampled on its own row with its
+	 * own seed, give the tokens they give alone (run[0] for seq A). */
+	int a = km_kvcache_seq_new(c), b = km_kvcache_seq_new(c);
+	int32_t ta = 1, tb = 7, got;
+	for (int i = 0; i < 20; i++) {
+		km_seq_input in[2] = { { b, &tb, 1 }, { a, &ta, 1 } };
+		assert_int_equal(step(m, c, in, 2, NULL), 0);
+		kk_sampling pa = {
+			.temperature = 1.0f, .top_k = 40, .top_p = 0.9f, .seed = 1000 + (uint64_t) i
+		};
+		kk_sampling pb = pa;
+		pb.seed = 99;
+		assert_int_equal(km_sample(m, 1, 1, &pa, &got), 0);
+		assert_int_equal(got, run[0][i]);
+		ta = got;
+		assert_int_equal(km_sample(m, 0, 1, &pb, &tb), 0);
+	}
 	assert_memory_not_equal(run[0], greedy + 1, sizeof(run[0])); /* really sampled */
 	int32_t x;
-	assert_int_equal(km_sample(m, 1, 1, &(kk_sampling){}, &x), -EINVAL); /* 1 row only */
+	assert_int_equal(km_sample(m, 2, 1, &(kk_sampling){}, &x), -EINVAL); /* 2 rows only */
 	km_kvcache_free(c);
 	km_model_free(m);
 }
