@@ -24,7 +24,7 @@ static void check_against_ref(kk_backend *be, const char *path, kk_dtype dt, kk_
 	km_config cfg = *km_l2c_config(f);
 	cfg.rope_mode = mode;
 	km_weight_source src = km_l2c_source(f);
-	km_model_opts o = {.weight_dtype = dt, .max_tokens = 8, .max_seqs = 1};
+	km_model_opts o = { .weight_dtype = dt, .max_tokens = 8, .max_seqs = 1 };
 	km_model *m = NULL;
 	if (km_model_new(be, &cfg, &o, &src, &m, &err) < 0)
 		fail_msg("km_model_new: %s", err.msg);
@@ -46,7 +46,7 @@ static void check_against_ref(kk_backend *be, const char *path, kk_dtype dt, kk_
 	*worst = 0;
 	*mismatch = 0;
 	for (int i = 0; i < steps; i++) {
-		km_seq_input in = {s, &tok, 1};
+		km_seq_input in = { s, &tok, 1 };
 		if (km_forward(m, c, &in, 1, lg, &err) < 0)
 			fail_msg("step %d: %s", i, err.msg);
 		assert_int_equal(ref_step(r, tok, rl), 0);

@@ -257,7 +257,7 @@ int ref_write_random(const char *path, int dim, int hidden, int layers, int head
 	FILE *f = fopen(path, "wb");
 	if (!f)
 		return -1;
-	int32_t hd[7] = {dim, hidden, layers, heads, kv_heads, vocab, seq_len};
+	int32_t hd[7] = { dim, hidden, layers, heads, kv_heads, vocab, seq_len };
 	long D = dim, H = hidden, L = layers, K = (long) kv_heads * (dim / heads);
 	double wd = 1.0 / sqrt((double) D), wh = 1.0 / sqrt((double) H);
 	unsigned rs = seed;

@@ -859,7 +859,7 @@ static void test_random_head64(void **state)
 	ref_free(ri);
 	ref_free(rh);
 	assert_true(apart > 100 * TOL_F32);
-	const kk_rope_mode modes[] = {KK_ROPE_INTERLEAVED, KK_ROPE_HALF};
+	const kk_rope_mode modes[] = { KK_ROPE_INTERLEAVED, KK_ROPE_HALF };
 	for (int i = 0; i < 2; i++) {
 		double worst;
 		int mism;
