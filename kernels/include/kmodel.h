@@ -13,6 +13,9 @@
  * checkpoint reader can feed it; km_l2c_* is a reader for llama2.c
  * checkpoints.  docs/model.md has the long form.
  *
+ * A model and its caches are used by one thread at a time (they hold the
+ * step's scratch).
+ *
  * Conventions: 0 or a negative errno; functions that can fail for a reason
  * a user must see take a km_error that receives one line (what, where, what
  * to do).  Nothing here prints or exits. */
@@ -152,7 +155,8 @@ int km_kvcache_new(kk_backend *be, const km_config *cfg, kk_dtype dtype, int num
 		   int max_seqs, km_kvcache **ret);
 km_kvcache *km_kvcache_free(km_kvcache *c);
 
-/* A new empty sequence id in [0, max_seqs).  -ENOSPC: all ids in use. */
+/* A new empty sequence id in [0, max_seqs).  -ENOSPC: all ids in use;
+ * -ENOMEM. */
 int km_kvcache_seq_new(km_kvcache *c);
 /* Drops the sequence, returning the blocks nobody else holds.  -EINVAL:
  * not a live id. */
@@ -202,7 +206,10 @@ typedef struct km_seq_input {
 int km_forward(km_model *m, km_kvcache *c, const km_seq_input *in, int n, float *logits_out,
 	       km_error *err);
 /* Samples rows [row, row + n_rows) of the last step's logits into ids
- * (host).  Sample one row at a time to give each sequence its own seed. */
+ * (host).  kk draws from (seed, row): sample one row at a time with each
+ * sequence's own seed and its tokens do not depend on the batch.
+ * Errors: -EINVAL (rows outside the last step, bad sampling parameters),
+ * kk errors. */
 int km_sample(km_model *m, int row, int n_rows, const kk_sampling *p, int32_t *ids);
 
 #ifdef __cplusplus

@@ -3,3 +3,6 @@
 $(eval $(call kiln_test,test-model,tests/model/test-model.c tests/model/ref.c,kmodel kk common,$(KK_LDLIBS)))
 $(eval $(call kiln_tool,bench-model,tests/model/bench-model.c tests/model/ref.c,kmodel kk common,$(KK_LDLIBS)))
 BENCH_SCRIPTS += tests/model/bench-model.sh
+# The same model on the cuda backend: every test skips with the reason
+# where cuda is not built in or no GPU is usable.
+$(eval $(call kiln_test,test-model-cuda,tests/model/test-model-cuda.c tests/model/ref.c,kmodel kk common,$(KK_LDLIBS)))

@@ -21,7 +21,7 @@ struct ref_model {
 	int dim, hidden, layers, heads, kv_heads, vocab, seq_len, hs, kvd;
 	double *emb, *g_att, *wq, *wk, *wv, *wo, *g_ffn, *w1, *w2, *w3, *g_fin, *cls;
 	double *kc, *vc; /* [layers][seq_len][kvd] */
-	int pos;
+	int pos, half_rope;
 	double *x, *h, *q, *k, *v, *att, *o, *a, *b, *sc;
 	double *all; /* every weight array above points into it */
 };
@@ -146,16 +146,24 @@ static void rmsnorm(double *out, const double *in, const double *g, int n)
 		out[i] = in[i] * inv * g[i];
 }
 
-static void rotate(double *vec, int n_heads, int hs, int pos)
+void ref_set_half_rope(ref_model *m, int on)
+{
+	m->half_rope = on;
+}
+
+/* Pair j of a head (j < hs/2) rotates by pos * 10000^(-2j/hs); its two
+ * elements are (2j, 2j+1) for llama2.c, (j, j + hs/2) for HF. */
+static void rotate(double *vec, int n_heads, int hs, int pos, int half)
 {
 	for (int hd = 0; hd < n_heads; hd++)
-		for (int i = 0; i < hs; i += 2) {
-			double ang = pos * pow(10000.0, -(double) i / hs);
+		for (int j = 0; j < hs / 2; j++) {
+			double ang = pos * pow(10000.0, -2.0 * j / hs);
 			double c = cos(ang), s = sin(ang);
-			double *e = vec + hd * hs + i;
-			double a = e[0], b = e[1];
-			e[0] = a * c - b * s;
-			e[1] = a * s + b * c;
+			double *e0 = vec + hd * hs + (half ? j : 2 * j);
+			double *e1 = half ? e0 + hs / 2 : e0 + 1;
+			double a = *e0, b = *e1;
+			*e0 = a * c - b * s;
+			*e1 = a * s + b * c;
 		}
 }
 
@@ -170,8 +178,8 @@ int ref_step(ref_model *m, int token, double *logits)
 		matvec(m->q, m->wq + (long) l * D * D, m->h, D, D);
 		matvec(m->k, m->wk + (long) l * K * D, m->h, K, D);
 		matvec(m->v, m->wv + (long) l * K * D, m->h, K, D);
-		rotate(m->q, m->heads, hs, p);
-		rotate(m->k, m->kv_heads, hs, p);
+		rotate(m->q, m->heads, hs, p, m->half_rope);
+		rotate(m->k, m->kv_heads, hs, p, m->half_rope);
 		double *kl = m->kc + (long) l * m->seq_len * K,
 		       *vl = m->vc + (long) l * m->seq_len * K;
 		memcpy(kl + (long) p * K, m->k, sizeof(double) * (size_t) K);
@@ -224,4 +232,47 @@ int ref_argmax(const double *logits, int n)
 		if (logits[i] > logits[best])
 			best = i;
 	return best;
+}
+
+static unsigned rs_next(unsigned *rs)
+{
+	*rs = *rs * 1664525u + 1013904223u;
+	return *rs >> 8;
+}
+
+/* count values uniform in center +- half_width. */
+static int put_random(FILE *f, long count, double center, double half_width, unsigned *rs)
+{
+	for (long i = 0; i < count; i++) {
+		float v = (float) (center + half_width * (rs_next(rs) / 8388608.0 - 1.0));
+		if (fwrite(&v, sizeof(v), 1, f) != 1)
+			return -1;
+	}
+	return 0;
+}
+
+int ref_write_random(const char *path, int dim, int hidden, int layers, int heads, int kv_heads,
+		     int vocab, int seq_len, unsigned seed)
+{
+	FILE *f = fopen(path, "wb");
+	if (!f)
+		return -1;
+	int32_t hd[7] = { dim, hidden, layers, heads, kv_heads, vocab, seq_len };
+	long D = dim, H = hidden, L = layers, K = (long) kv_heads * (dim / heads);
+	double wd = 1.0 / sqrt((double) D), wh = 1.0 / sqrt((double) H);
+	unsigned rs = seed;
+	int r = fwrite(hd, sizeof(hd), 1, f) == 1 ? 0 : -1;
+	r |= put_random(f, (long) vocab * D, 0, 0.5, &rs);
+	r |= put_random(f, L * D, 1, 0.1, &rs);
+	r |= put_random(f, L * D * D, 0, wd, &rs);
+	r |= put_random(f, L * K * D, 0, wd, &rs);
+	r |= put_random(f, L * K * D, 0, wd, &rs);
+	r |= put_random(f, L * D * D, 0, wd, &rs);
+	r |= put_random(f, L * D, 1, 0.1, &rs);
+	r |= put_random(f, L * H * D, 0, wd, &rs);
+	r |= put_random(f, L * D * H, 0, wh, &rs);
+	r |= put_random(f, L * H * D, 0, wd, &rs);
+	r |= put_random(f, D, 1, 0.1, &rs);
+	r |= put_random(f, (long) seq_len * (dim / heads), 0, 0, &rs); /* RoPE tables */
+	return (fclose(f) == 0 && r == 0) ? 0 : -1;
 }

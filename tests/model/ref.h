@@ -22,5 +22,13 @@ void ref_reset(ref_model *m);
 /* Feeds one token at the next position; logits[vocab] receives the
  * next-token logits.  Returns 0, or -1 past seq_len. */
 int ref_step(ref_model *m, int token, double *logits);
+/* Rotate (x[i], x[i + hs/2]) pairs (Hugging Face) instead of adjacent
+ * ones (llama2.c), for checking KK_ROPE_HALF. */
+void ref_set_half_rope(ref_model *m, int on);
+/* Writes a llama2.c checkpoint of random weights (shared classifier):
+ * matrices uniform in +-1/sqrt(fan_in), norm gains 1 +- 0.1, embedding
+ * +-0.5.  Returns 0 or -1. */
+int ref_write_random(const char *path, int dim, int hidden, int layers, int heads, int kv_heads,
+		     int vocab, int seq_len, unsigned seed);
 /* Index of the largest logit (lowest on ties). */
 int ref_argmax(const double *logits, int n);

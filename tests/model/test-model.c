@@ -26,6 +26,8 @@
 #include "kmodel.h"
 #include "ref.h"
 
+#include "model-check.h"
+
 /* Greedy decode length compared with the reference (the brief: 200+). */
 #define N_GREEDY 256
 /* f32 logits against float64: sums of <= 172 products in f32 with
@@ -702,9 +704,26 @@ static void test_sampling(void **state)
 		km_kvcache_seq_free(c, s);
 	}
 	assert_memory_equal(run[0], run[1], sizeof(run[0]));
+	/* Two sequences in one batch, each sampled on its own row with its
+	 * own seed, give the tokens they give alone (run[0] for seq A). */
+	int a = km_kvcache_seq_new(c), b = km_kvcache_seq_new(c);
+	int32_t ta = 1, tb = 7, got;
+	for (int i = 0; i < 20; i++) {
+		km_seq_input in[2] = { { b, &tb, 1 }, { a, &ta, 1 } };
+		assert_int_equal(step(m, c, in, 2, NULL), 0);
+		kk_sampling pa = {
+			.temperature = 1.0f, .top_k = 40, .top_p = 0.9f, .seed = 1000 + (uint64_t) i
+		};
+		kk_sampling pb = pa;
+		pb.seed = 99;
+		assert_int_equal(km_sample(m, 1, 1, &pa, &got), 0);
+		assert_int_equal(got, run[0][i]);
+		ta = got;
+		assert_int_equal(km_sample(m, 0, 1, &pb, &tb), 0);
+	}
 	assert_memory_not_equal(run[0], greedy + 1, sizeof(run[0])); /* really sampled */
 	int32_t x;
-	assert_int_equal(km_sample(m, 1, 1, &(kk_sampling){}, &x), -EINVAL); /* 1 row only */
+	assert_int_equal(km_sample(m, 2, 1, &(kk_sampling){}, &x), -EINVAL); /* 2 rows only */
 	km_kvcache_free(c);
 	km_model_free(m);
 }
@@ -812,6 +831,46 @@ static void test_unshared_classifier(void **state)
 	ref_free(r2);
 	km_kvcache_free(c);
 	km_model_free(m);
+}
+
+/* A random model with the shapes GPUs serve: head dim 64, 2:1 GQA, an
+ * FFN width no Q4 group divides; both RoPE conventions (checked to matter:
+ * the two give logits that differ by far more than the tolerance). */
+static void test_random_head64(void **state)
+{
+	char path[] = "/tmp/test-model-rand-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(ref_write_random(path, 128, 344, 2, 2, 1, 300, 160, 42), 0);
+	ref_model *ri = ref_load(path), *rh = ref_load(path);
+	assert_true(ri && rh);
+	ref_set_half_rope(rh, 1);
+	double li[300], lh[300], apart = 0;
+	unsigned rs = 7;
+	for (int i = 0, t = 1; i < 50; i++) {
+		assert_int_equal(ref_step(ri, t, li), 0);
+		assert_int_equal(ref_step(rh, t, lh), 0);
+		for (int j = 0; j < 300; j++)
+			apart = fmax(apart, fabs(li[j] - lh[j]));
+		rs = rs * 1664525u + 1013904223u;
+		t = (int) ((rs >> 8) % 300u);
+	}
+	ref_free(ri);
+	ref_free(rh);
+	assert_true(apart > 100 * TOL_F32);
+	const kk_rope_mode modes[] = { KK_ROPE_INTERLEAVED, KK_ROPE_HALF };
+	for (int i = 0; i < 2; i++) {
+		double worst;
+		int mism;
+		check_against_ref(be, path, KK_F32, modes[i], 150, 7, TOL_F32, &worst, &mism);
+		print_message("# random dim 128, head_dim 64, GQA 2:1, %s RoPE: 150 steps, max "
+			      "|logit err| %.3g, %d argmax mismatches (the two conventions "
+			      "differ by %.3g)\n",
+			      i ? "half" : "interleaved", worst, mism, apart);
+		assert_int_equal(mism, 0);
+	}
+	unlink(path);
 }
 
 /* ---- configuration and checkpoints ------------------------------------- */
@@ -951,6 +1010,7 @@ int main(void)
 		cmocka_unit_test(test_forward_enospc),
 		cmocka_unit_test(test_sampling),
 		cmocka_unit_test(test_unsupported_head_dim),
+		cmocka_unit_test(test_random_head64),
 		cmocka_unit_test(test_unshared_classifier),
 		cmocka_unit_test(test_quantized_exact),
 		cmocka_unit_test(test_dtypes),
