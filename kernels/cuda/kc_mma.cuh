@@ -31,6 +31,8 @@
 
 #include <stdint.h>
 
+#include <cuda_fp16.h>
+
 #if defined(KC_EMU)
 
 template <bool BF>
@@ -139,3 +141,13 @@ template <int N> static __device__ __forceinline__ void kc_cp_wait(void)
 }
 
 #endif
+
+/* An f16 value given as its bit pattern, widened to f32. */
+static __device__ __forceinline__ float kc_f16_bits(uint32_t h)
+{
+#if defined(KC_EMU)
+	return kk_f16_to_f32((uint16_t) h);
+#else
+	return __half2float(__ushort_as_half((unsigned short) h));
+#endif
+}
