@@ -12,7 +12,10 @@
  * (warm-up first, then at least KB_MIN_ITERS calls and KB_MIN_SECONDS), so
  * launch overhead is included, which matters only for the smallest ops.
  *
- *   cuda-bench [--torch FILE] [--quick]
+ *   cuda-bench [--torch FILE] [--quick] [--only WORD]
+ * --only WORD: only the groups whose name holds WORD (gemm, norm, adamw,
+ * qgemv, attn prefill, attn decode, sample; the ceilings are always
+ * measured), e.g. --only attn.
  * Exit: 0 (also when there is no CUDA device: it prints
  * "skipped: no CUDA device"), 1 when an op fails. */
 #include <errno.h>
@@ -32,6 +35,7 @@
 
 static kk_backend *be;
 static int quick, failed;
+static const char *only; /* --only WORD */
 static double ceil_tflops, ceil_gbs;
 
 static struct {
@@ -128,6 +132,12 @@ struct gemm_arg {
 static int run_gemm(void *p)
 {
 	return kk_gemm(be, NULL, &((struct gemm_arg *) p)->d);
+}
+
+/* 1 when the group of rows named `op` is wanted (--only). */
+static int want(const char *op)
+{
+	return !only || strstr(op, only) != NULL;
 }
 
 static double bench_gemm(int64_t m, int64_t n, int64_t k, kk_epilogue epi, int bias,
@@ -476,8 +486,11 @@ int main(int argc, char **argv)
 			load_torch(argv[++i]);
 		else if (streq(argv[i], "--quick"))
 			quick = 1;
+		else if (streq(argv[i], "--only") && i + 1 < argc)
+			only = argv[++i];
 		else {
-			fprintf(stderr, "usage: %s [--torch FILE] [--quick]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--torch FILE] [--quick] [--only WORD]\n",
+				argv[0]);
 			return 2;
 		}
 	}
@@ -506,29 +519,38 @@ int main(int argc, char **argv)
 	printf("%-22s %-28s %10s %-17s %7s %10s %8s\n", "op", "shape", "time ms", "rate", "%ceil",
 	       "torch ms", "speedup");
 
-	bench_gemm(8192, 8192, 8192, KK_EPI_NONE, 0, "gemm (ceiling)");
-	bench_gemm(4096, 4096, 4096, KK_EPI_NONE, 0, "gemm");
-	bench_gemm(4096, 11008, 4096, KK_EPI_GELU, 1, "gemm +bias+gelu");
-	bench_gemm(4096, 11008, 4096, KK_EPI_SILU, 0, "gemm +silu");
-	bench_gemm(16, 4096, 4096, KK_EPI_NONE, 0, "gemm (m=16)");
-	bench_norms(16384, 4096);
-	if (!quick)
+	if (want("gemm")) {
+		bench_gemm(8192, 8192, 8192, KK_EPI_NONE, 0, "gemm (ceiling)");
+		bench_gemm(4096, 4096, 4096, KK_EPI_NONE, 0, "gemm");
+		bench_gemm(4096, 11008, 4096, KK_EPI_GELU, 1, "gemm +bias+gelu");
+		bench_gemm(4096, 11008, 4096, KK_EPI_SILU, 0, "gemm +silu");
+		bench_gemm(16, 4096, 4096, KK_EPI_NONE, 0, "gemm (m=16)");
+	}
+	if (want("norm"))
+		bench_norms(16384, 4096);
+	if (!quick && !only)
 		bench_elementwise();
-	bench_adamw((size_t) 100 << 20);
-	bench_quant(KK_I8, 0);
-	bench_quant(KK_Q4, 128);
+	if (want("adamw"))
+		bench_adamw((size_t) 100 << 20);
+	if (want("qgemv")) {
+		bench_quant(KK_I8, 0);
+		bench_quant(KK_Q4, 128);
+	}
 	const int seqs[] = { 1024, 4096, 16384 };
-	for (int i = 0; i < (quick ? 1 : 3); i++)
+	for (int i = 0; i < (quick ? 1 : 3) && want("attn prefill"); i++)
 		bench_attention(seqs[i], seqs[i] == 4096);
 	/* decode: a small batch over a long context (split over the keys to
 	 * fill the GPU) and a large batch over a short one */
-	bench_decode(1, 32768);
-	bench_decode(8, 4096);
-	if (!quick) {
-		bench_decode(8, 32768);
-		bench_decode(32, 4096);
+	if (want("attn decode")) {
+		bench_decode(1, 32768);
+		bench_decode(8, 4096);
+		if (!quick) {
+			bench_decode(8, 32768);
+			bench_decode(32, 4096);
+		}
 	}
-	bench_sample();
+	if (want("sample"))
+		bench_sample();
 
 	printf("\nrate: TFLOP/s of useful work, or GB/s of compulsory traffic; %%ceil: of the "
 	       "ceiling above;\nspeedup: torch time / kk time (>1: kk faster).\n");
