@@ -715,16 +715,15 @@ template <bool BF> static __device__ __forceinline__ void kc_unpack8(const kc_u4
 }
 
 /* Grid (n_splits, n_kv_heads * head slices, n_seqs), 4 warps.  The block
- * reads the K/V of one kv head once for up to 8 query heads sharing it
- * (GQA), over pages [split * pps, (split + 1) * pps) of its sequence.  Warps
- * take 8-token chunks in turn; lanes hold 8 contiguous elements of a token
- * (16-byte loads; D / 8 lanes per token, 32 / (D / 8) tokens per load), so a
- * chunk is 4 loads of K and 4 of V per lane at either head dim, all issued
- * before use.  Scores in the log2 domain (q pre-scaled in shared memory); each warp
- * keeps (m, l, acc) per head; the 4 warps merge through shared memory, then
- * the block writes o directly (one split) or its partial (m, l, acc) to the
+ * reads the K/V of one kv head once for up to GM (1, 2, 4 or 8: the GQA group
+ * rounded up, at most KC_DEC_GMAX) query heads sharing it, over pages [split * pps, (split + 1) *
+ * pps) of its sequence.  Warps take 8-token chunks in turn; lanes hold 8 contiguous elements of a
+ * token (16-byte loads; D / 8 lanes per token, 32 / (D / 8) tokens per load), so a chunk is 4 loads
+ * of K and 4 of V per lane at either head dim, all issued before use.  Scores in the log2 domain (q
+ * pre-scaled in shared memory); each warp keeps (m, l, acc) per head; the 4 warps merge through
+ * shared memory, then the block writes o directly (one split) or its partial (m, l, acc) to the
  * workspace for kc_attn_combine_kernel. */
-template <int D, bool BF>
+template <int D, bool BF, int GM>
 __global__ void __launch_bounds__(KC_AW * 32)
 	kc_attn_decode_split_kernel(const uint16_t *q, const uint16_t *kcache,
 				    const uint16_t *vcache, const int32_t *bt, int maxb,
@@ -734,13 +733,13 @@ __global__ void __launch_bounds__(KC_AW * 32)
 	constexpr int LPR = D / 8;	       /* lanes per token row */
 	constexpr int TPL = 32 / LPR;	       /* tokens per load */
 	constexpr int NL = KC_DEC_CHUNK / TPL; /* loads per chunk, per tensor */
-	__shared__ float sq[KC_DEC_GMAX][D];
-	__shared__ float s_m[KC_AW][KC_DEC_GMAX], s_l[KC_AW][KC_DEC_GMAX];
-	__shared__ float s_acc[KC_AW][KC_DEC_GMAX][D];
+	__shared__ float sq[GM][D];
+	__shared__ float s_m[KC_AW][GM], s_l[KC_AW][GM];
+	__shared__ float s_acc[KC_AW][GM][D];
 	int split = blockIdx.x, seq = blockIdx.z, nsplit = gridDim.x;
-	int group = hq / hkv, slices = (group + KC_DEC_GMAX - 1) / KC_DEC_GMAX;
-	int hk = blockIdx.y / slices, h0 = hk * group + (blockIdx.y % slices) * KC_DEC_GMAX;
-	int G = min(KC_DEC_GMAX, hk * group + group - h0);
+	int group = hq / hkv, slices = (group + GM - 1) / GM;
+	int hk = blockIdx.y / slices, h0 = hk * group + (blockIdx.y % slices) * GM;
+	int G = min(GM, hk * group + group - h0);
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	int c8 = (lane % LPR) * 8, ts = lane / LPR; /* this lane's columns and token */
 	int len = lens[seq];
@@ -751,9 +750,9 @@ __global__ void __launch_bounds__(KC_AW * 32)
 	}
 	__syncthreads();
 
-	float m[KC_DEC_GMAX], l[KC_DEC_GMAX], acc[KC_DEC_GMAX][8];
+	float m[GM], l[GM], acc[GM][8];
 #pragma unroll
-	for (int g = 0; g < KC_DEC_GMAX; g++) {
+	for (int g = 0; g < GM; g++) {
 		m[g] = -INFINITY;
 		l[g] = 0.0f;
 #pragma unroll
@@ -776,14 +775,14 @@ __global__ void __launch_bounds__(KC_AW * 32)
 			kr[i] = *(const kc_u4 *) (kcache + off);
 			vr[i] = *(const kc_u4 *) (vcache + off);
 		}
-		float s[NL][KC_DEC_GMAX];
+		float s[NL][GM];
 #pragma unroll
 		for (int i = 0; i < NL; i++) {
 			float kf[8];
 			kc_unpack8<BF>(kr[i], kf);
 			bool valid = t0 + i * TPL + ts < len;
 #pragma unroll
-			for (int g = 0; g < KC_DEC_GMAX; g++) {
+			for (int g = 0; g < GM; g++) {
 				if (g >= G)
 					break;
 				float part = 0.0f;
@@ -797,7 +796,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 			}
 		}
 #pragma unroll
-		for (int g = 0; g < KC_DEC_GMAX; g++) {
+		for (int g = 0; g < GM; g++) {
 			if (g >= G)
 				break;
 			float mx = s[0][g];
@@ -827,7 +826,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 	}
 	/* Sum over the tokens held by the other lanes of the same columns. */
 #pragma unroll
-	for (int g = 0; g < KC_DEC_GMAX; g++) {
+	for (int g = 0; g < GM; g++) {
 		if (g >= G)
 			break;
 #pragma unroll
@@ -1158,7 +1157,8 @@ static int kc_decode_tc(kk_backend *be, kk_stream *st, const kk_paged_desc *d, v
 {
 	cudaStream_t s = kc_stream(be, st);
 	int group = d->n_heads / d->n_kv_heads;
-	long gy = (long) d->n_kv_heads * ((group + KC_DEC_GMAX - 1) / KC_DEC_GMAX);
+	int gm = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : KC_DEC_GMAX;
+	long gy = (long) d->n_kv_heads * ((group + gm - 1) / gm);
 	if (d->n_seqs > 65535 || gy > 65535)
 		return -EOPNOTSUPP;
 	int nsplit, pps;
@@ -1172,12 +1172,25 @@ static int kc_decode_tc(kk_backend *be, kk_stream *st, const kk_paged_desc *d, v
 			return r;
 	}
 	float sl2 = kc_scale_of(d->scale, D) * KC_LOG2E;
-	kc_attn_decode_split_kernel<D, BF>
-		<<<dim3((unsigned) nsplit, (unsigned) gy, (unsigned) d->n_seqs), KC_AW * 32, 0,
-		   s>>>((const uint16_t *) q, (const uint16_t *) kc, (const uint16_t *) vc,
-			(const int32_t *) d->block_tables->ptr, d->max_blocks_per_seq,
-			(const int32_t *) d->context_lens->ptr, (uint16_t *) o, ws,
-			ws ? ws + rows * D : NULL, d->n_heads, d->n_kv_heads, sl2, pps);
+	dim3 grid((unsigned) nsplit, (unsigned) gy, (unsigned) d->n_seqs);
+	const uint16_t *qq = (const uint16_t *) q, *kk = (const uint16_t *) kc,
+		       *vv = (const uint16_t *) vc;
+	const int32_t *bt = (const int32_t *) d->block_tables->ptr,
+		      *lens = (const int32_t *) d->context_lens->ptr;
+	float *ml = ws ? ws + rows * D : NULL;
+	int maxb = d->max_blocks_per_seq, hq = d->n_heads, hkv = d->n_kv_heads;
+	if (gm == 1)
+		kc_attn_decode_split_kernel<D, BF, 1><<<grid, KC_AW * 32, 0, s>>>(
+			qq, kk, vv, bt, maxb, lens, (uint16_t *) o, ws, ml, hq, hkv, sl2, pps);
+	else if (gm == 2)
+		kc_attn_decode_split_kernel<D, BF, 2><<<grid, KC_AW * 32, 0, s>>>(
+			qq, kk, vv, bt, maxb, lens, (uint16_t *) o, ws, ml, hq, hkv, sl2, pps);
+	else if (gm == 4)
+		kc_attn_decode_split_kernel<D, BF, 4><<<grid, KC_AW * 32, 0, s>>>(
+			qq, kk, vv, bt, maxb, lens, (uint16_t *) o, ws, ml, hq, hkv, sl2, pps);
+	else
+		kc_attn_decode_split_kernel<D, BF, KC_DEC_GMAX><<<grid, KC_AW * 32, 0, s>>>(
+			qq, kk, vv, bt, maxb, lens, (uint16_t *) o, ws, ml, hq, hkv, sl2, pps);
 	int r = kc_check_launch();
 	if (r >= 0 && nsplit > 1) {
 		kc_attn_combine_kernel<D, BF>
