@@ -26,7 +26,7 @@ done
 rc=0
 summary=()
 for mt in 2 1; do
-	b=build-attn-mt$mt
+	b=build/attn-mt$mt
 	if ! make -j"$(nproc)" B="$b" CUDA=1 EXTRA_NVFLAGS="-DKC_TC_MT128=$mt -Xptxas -v" \
 		"$b/tests/test-kk-cuda" "$b/tests/cuda-bench" >"$out/make-mt$mt.log" 2>&1; then
 		summary+=("MT=$mt: build failed, see $out/make-mt$mt.log")
