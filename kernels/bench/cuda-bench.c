@@ -12,7 +12,10 @@
  * (warm-up first, then at least KB_MIN_ITERS calls and KB_MIN_SECONDS), so
  * launch overhead is included, which matters only for the smallest ops.
  *
- *   cuda-bench [--torch FILE] [--quick]
+ *   cuda-bench [--torch FILE] [--quick] [--only WORD]
+ * --only WORD: only the groups whose name holds WORD (gemm, norm, adamw,
+ * qgemv, attn prefill, attn decode, sample; the ceilings are always
+ * measured), e.g. --only attn.
  * Exit: 0 (also when there is no CUDA device: it prints
  * "skipped: no CUDA device"), 1 when an op fails. */
 #include <errno.h>
@@ -32,6 +35,7 @@
 
 static kk_backend *be;
 static int quick, failed;
+static const char *only; /* --only WORD */
 static double ceil_tflops, ceil_gbs;
 
 static struct {
@@ -128,6 +132,12 @@ struct gemm_arg {
 static int run_gemm(void *p)
 {
 	return kk_gemm(be, NULL, &((struct gemm_arg *) p)->d);
+}
+
+/* 1 when the group of rows named `op` is wanted (--only). */
+static int want(const char *op)
+{
+	return !only || strstr(op, only) != NULL;
 }
 
 static double bench_gemm(int64_t m, int64_t n, int64_t k, kk_epilogue epi, int bias,
@@ -319,6 +329,26 @@ static void bench_quant(kk_dtype qt, int group)
 	kk_buffer_free(a.x), kk_buffer_free(a.y), kk_buffer_free(w);
 }
 
+/* A bf16 buffer of uniform random values in [-1, 1) (attention inputs:
+ * constant data would make every softmax row uniform). */
+static kk_buffer *buf_rand(size_t n)
+{
+	kk_buffer *b = buf(KK_BF16, n, 0);
+	uint16_t *h = malloc(n * sizeof(uint16_t));
+	uint64_t x = 0x9E3779B97F4A7C15ull ^ n;
+	if (!h) {
+		fprintf(stderr, "cuda-bench: out of host memory\n");
+		exit(1);
+	}
+	for (size_t i = 0; i < n; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		h[i] = kk_f32_to_bf16((float) ((x >> 40) & 0xffffff) / 8388608.0f - 1.0f);
+	}
+	kk_buffer_upload(be, NULL, b, 0, h, n * sizeof(uint16_t));
+	free(h);
+	return b;
+}
+
 struct attn_arg {
 	kk_attn_desc d;
 	kk_buffer *q, *k, *v, *o, *lse, *dq, *dk, *dv;
@@ -351,7 +381,7 @@ static void bench_attention(int T, int bwd)
 			      .total_tokens = T,
 			      .max_seqlen = T,
 			      .cu_seqlens = cus };
-	a.q = buf(KK_BF16, nq, 1), a.k = buf(KK_BF16, nk, 1), a.v = buf(KK_BF16, nk, 1);
+	a.q = buf_rand(nq), a.k = buf_rand(nk), a.v = buf_rand(nk);
 	a.o = buf(KK_BF16, nq, 0), a.lse = buf(KK_F32, (size_t) T * hq, 0);
 	/* Causal: half of the 4 T^2 d flops per head (QK^T and PV). */
 	double flops = 2.0 * T * (double) T * d * hq;
@@ -403,11 +433,13 @@ static void bench_decode(int ns, int ctx)
 			       .max_context_len = ctx,
 			       .block_tables = bts,
 			       .context_lens = ls };
-	a.q = buf(KK_BF16, (size_t) ns * hq * d, 1), a.o = buf(KK_BF16, (size_t) ns * hq * d, 0);
-	a.kc = buf(KK_BF16, ncache, 1), a.vc = buf(KK_BF16, ncache, 1);
-	char shape[64];
+	a.q = buf_rand((size_t) ns * hq * d), a.o = buf(KK_BF16, (size_t) ns * hq * d, 0);
+	a.kc = buf_rand(ncache), a.vc = buf_rand(ncache);
+	char shape[64], key[64];
 	snprintf(shape, sizeof(shape), "%d seqs x %d ctx, h=%d/%d", ns, ctx, hq, hkv);
-	row("paged decode attn", shape, NULL, timeit(run_decode, &a), 0,
+	snprintf(key, sizeof(key), "decode:%dx%d", ns, ctx);
+	/* rate: GB/s of K and V read once (the compulsory traffic) */
+	row("paged decode attn", shape, key, timeit(run_decode, &a), 0,
 	    2.0 * ns * (double) ctx * hkv * d * 2);
 	kk_buffer_free(a.q), kk_buffer_free(a.o), kk_buffer_free(a.kc), kk_buffer_free(a.vc);
 	kk_buffer_free(bts), kk_buffer_free(ls);
@@ -454,8 +486,11 @@ int main(int argc, char **argv)
 			load_torch(argv[++i]);
 		else if (streq(argv[i], "--quick"))
 			quick = 1;
+		else if (streq(argv[i], "--only") && i + 1 < argc)
+			only = argv[++i];
 		else {
-			fprintf(stderr, "usage: %s [--torch FILE] [--quick]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--torch FILE] [--quick] [--only WORD]\n",
+				argv[0]);
 			return 2;
 		}
 	}
@@ -484,22 +519,38 @@ int main(int argc, char **argv)
 	printf("%-22s %-28s %10s %-17s %7s %10s %8s\n", "op", "shape", "time ms", "rate", "%ceil",
 	       "torch ms", "speedup");
 
-	bench_gemm(8192, 8192, 8192, KK_EPI_NONE, 0, "gemm (ceiling)");
-	bench_gemm(4096, 4096, 4096, KK_EPI_NONE, 0, "gemm");
-	bench_gemm(4096, 11008, 4096, KK_EPI_GELU, 1, "gemm +bias+gelu");
-	bench_gemm(4096, 11008, 4096, KK_EPI_SILU, 0, "gemm +silu");
-	bench_gemm(16, 4096, 4096, KK_EPI_NONE, 0, "gemm (m=16)");
-	bench_norms(16384, 4096);
-	if (!quick)
+	if (want("gemm")) {
+		bench_gemm(8192, 8192, 8192, KK_EPI_NONE, 0, "gemm (ceiling)");
+		bench_gemm(4096, 4096, 4096, KK_EPI_NONE, 0, "gemm");
+		bench_gemm(4096, 11008, 4096, KK_EPI_GELU, 1, "gemm +bias+gelu");
+		bench_gemm(4096, 11008, 4096, KK_EPI_SILU, 0, "gemm +silu");
+		bench_gemm(16, 4096, 4096, KK_EPI_NONE, 0, "gemm (m=16)");
+	}
+	if (want("norm"))
+		bench_norms(16384, 4096);
+	if (!quick && !only)
 		bench_elementwise();
-	bench_adamw((size_t) 100 << 20);
-	bench_quant(KK_I8, 0);
-	bench_quant(KK_Q4, 128);
+	if (want("adamw"))
+		bench_adamw((size_t) 100 << 20);
+	if (want("qgemv")) {
+		bench_quant(KK_I8, 0);
+		bench_quant(KK_Q4, 128);
+	}
 	const int seqs[] = { 1024, 4096, 16384 };
-	for (int i = 0; i < (quick ? 1 : 3); i++)
+	for (int i = 0; i < (quick ? 1 : 3) && want("attn prefill"); i++)
 		bench_attention(seqs[i], seqs[i] == 4096);
-	bench_decode(32, 4096);
-	bench_sample();
+	/* decode: a small batch over a long context (split over the keys to
+	 * fill the GPU) and a large batch over a short one */
+	if (want("attn decode")) {
+		bench_decode(1, 32768);
+		bench_decode(8, 4096);
+		if (!quick) {
+			bench_decode(8, 32768);
+			bench_decode(32, 4096);
+		}
+	}
+	if (want("sample"))
+		bench_sample();
 
 	printf("\nrate: TFLOP/s of useful work, or GB/s of compulsory traffic; %%ceil: of the "
 	       "ceiling above;\nspeedup: torch time / kk time (>1: kk faster).\n");

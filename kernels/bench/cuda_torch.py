@@ -2,7 +2,10 @@
 
 Times, on the same GPU and shapes as cuda-bench, torch.matmul (bf16),
 F.scaled_dot_product_attention restricted to its flash backend (causal, bf16,
-head dim 128, GQA 32/8 with K/V expanded outside the timed region), and an
+head dim 128, GQA 32/8 with K/V expanded outside the timed region), the
+same SDPA for one query token per sequence over a contiguous (not paged)
+K/V cache as the decode baseline (GQA through enable_gqa where torch has
+it, else expanded K/V, which reads 4x the bytes), and an
 RMSNorm (torch's fused F.rms_norm where it exists, else the usual
 x * rsqrt(mean(x^2) + eps) * w).  Prints "key milliseconds" lines that
 cuda-bench --torch FILE reads.  Exits 0 without output when torch or CUDA is
@@ -86,4 +89,23 @@ for T in ([1024] if quick else [1024, 4096, 16384]):
                 emit(f"attnbwd:{T}", timeit(lambda: torch.autograd.grad(o, (q, k, v), g, retain_graph=True)))
     except Exception as e:  # no flash kernel for this GPU/torch build
         print(f"# sdpa flash T={T}: {e}", file=sys.stderr)
+    del q, k, v
+
+
+# Decode: one query token per sequence over ctx keys (cuda-bench's paged
+# decode rows).  torch has no paged cache: contiguous K/V [ns, 8, ctx, 128].
+for ns, ctx in ([(1, 32768), (8, 4096)] if quick else [(1, 32768), (8, 4096), (8, 32768), (32, 4096)]):
+    q = torch.randn(ns, 32, 1, 128, device=dev, dtype=bf16)
+    k = torch.randn(ns, 8, ctx, 128, device=dev, dtype=bf16)
+    v = torch.randn(ns, 8, ctx, 128, device=dev, dtype=bf16)
+    try:
+        try:
+            F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        except TypeError:  # torch < 2.5: no enable_gqa
+            ke, ve = k.repeat_interleave(4, dim=1), v.repeat_interleave(4, dim=1)
+            fn = lambda: F.scaled_dot_product_attention(q, ke, ve)
+        emit(f"decode:{ns}x{ctx}", timeit(fn))
+    except Exception as e:
+        print(f"# sdpa decode {ns}x{ctx}: {e}", file=sys.stderr)
     del q, k, v

@@ -69,6 +69,9 @@ static void kc_fini(kk_backend *be)
 	kc_ctx *ctx = (kc_ctx *) be->ctx;
 	if (!ctx)
 		return;
+	if (ctx->stream)
+		cudaStreamSynchronize(ctx->stream);
+	kc_attn_release(ctx);
 	kc_blas_free(ctx->blas);
 	if (ctx->stream)
 		cudaStreamDestroy(ctx->stream);

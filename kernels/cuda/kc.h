@@ -77,7 +77,12 @@ typedef struct kc_ctx {
 	int device;
 	cudaStream_t stream; /* the default stream (st == NULL), non-blocking */
 	kc_blas *blas;
+	void *attn_ws; /* split-decode workspace (kc_attn.cu), default stream only */
+	size_t attn_ws_bytes;
 } kc_ctx;
+
+/* Frees the attention workspace of ctx (kc_attn.cu); at backend destroy. */
+void kc_attn_release(kc_ctx *ctx);
 
 static inline cudaStream_t kc_stream(kk_backend *be, kk_stream *st)
 {

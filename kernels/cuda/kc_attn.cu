@@ -1,21 +1,24 @@
 /* kernels/cuda/kc_attn.cu — fused attention on the CUDA backend: prefill
  * forward over packed variable-length sequences, its backward, and decode
- * over a paged KV cache.
+ * over a paged KV cache.  Scores are formed tile by tile with an online
+ * softmax, so the T x T matrix never exists.
  *
- * All three are straightforward FlashAttention-style kernels in f32 FMA
- * arithmetic (no tensor cores yet): scores are formed tile by tile in
- * registers with an online softmax, so the T x T matrix never exists.
+ * Prefill forward, BF16/F16 (kc_attn_fwd_tc_kernel): FlashAttention-2 on the
+ * tensor cores (mma.sync m16n8k16, f32 accumulators; kc_mma.cuh), 4 warps
+ * per block, 16 or 32 query rows per warp, K/V tiles of 64 keys
+ * double-buffered in swizzled shared memory by cp.async, online softmax on
+ * the accumulator fragments in the log2 domain.  See the kernel's comment.
  *
- * Prefill forward (kc_attn_fwd_kernel): grid (ceil(max_seqlen / 32), n_heads,
- * n_seqs), 128 threads.  A block owns 32 query rows of one head of one
- * sequence (8 rows per warp) and walks the key tiles (32 keys, stopping at
- * the diagonal when causal) through shared memory, widened to f32; K rows are
- * padded to D + 1 floats so that the lane-per-key dot products hit 32
- * different banks.  Per row and tile: lane j scores key j, a warp max/sum
- * updates the running max m and sum l, and each lane accumulates its D/32
- * output columns with the probabilities broadcast by __shfl_sync.  Output
- * o = acc / l and lse = m + log l (scaled scores).  GQA: head h reads kv head
- * h / (n_heads / n_kv_heads).
+ * Prefill forward, F32 (kc_attn_fwd_kernel): f32 FMA.  Grid (ceil(max_seqlen
+ * / 32), n_heads, n_seqs), 128 threads.  A block owns 32 query rows of one
+ * head of one sequence (8 rows per warp) and walks the key tiles (32 keys,
+ * stopping at the diagonal when causal) through shared memory, widened to
+ * f32; K rows are padded to D + 1 floats so that the lane-per-key dot
+ * products hit 32 different banks.  Per row and tile: lane j scores key j, a
+ * warp max/sum updates the running max m and sum l, and each lane
+ * accumulates its D/32 output columns with the probabilities broadcast by
+ * __shfl_sync.  Output o = acc / l and lse = m + log l (scaled scores).
+ * GQA everywhere: head h reads kv head h / (n_heads / n_kv_heads).
  *
  * Backward (FlashAttention-2 style, no atomics): a pre-pass computes
  * delta_i = dO_i . O_i (one warp per row and head); kc_attn_dq_kernel
@@ -24,18 +27,24 @@
  * and every query tile at or after the keys, accumulating dk and dv in
  * registers, so each output element is written once.
  *
- * Decode (kc_attn_decode_kernel): grid (n_heads, n_seqs), 4 warps; warp w
- * takes pages w, w + 4, ... of the sequence's block table; each lane holds
- * D/32 contiguous elements of q (pre-scaled), so a page's 16 keys cost 16
- * coalesced row loads and 16 warp sums; the 4 warps' (m, l, acc) are merged
- * through shared memory at the end.
+ * Decode, BF16/F16 (flash-decoding): kc_attn_decode_split_kernel splits
+ * each sequence's pages over enough blocks to fill the GPU, a block reading
+ * one kv head's K/V once (16-byte loads) for up to 8 query heads of its GQA
+ * group; kc_attn_combine_kernel merges the splits' (m, l, acc) from a
+ * workspace cached in the backend (kc_ctx.attn_ws).
+ *
+ * Decode, F32 (kc_attn_decode_kernel): grid (n_heads, n_seqs), 4 warps;
+ * warp w takes pages w, w + 4, ... of the sequence's block table; each lane
+ * holds D/32 contiguous elements of q (pre-scaled); the 4 warps' (m, l, acc)
+ * are merged through shared memory at the end.
  *
  * Head dims 64 and 128 (template parameter D), dtypes F32/BF16/F16.
- * UNVERIFIED on a GPU. */
+ * Checked on the CPU emulation (tests/kernels/gpu/emu); UNVERIFIED on a GPU. */
 #include <errno.h>
 #include <math.h>
 
 #include "kc.h"
+#include "kc_mma.cuh"
 
 #define KC_BR	32 /* query rows per block (forward, dq) and per tile (dkdv) */
 #define KC_BC	32 /* keys per tile (forward, dq) and per block (dkdv) */
@@ -414,6 +423,475 @@ __global__ void __launch_bounds__(KC_AW * 32)
 	}
 }
 
+/* ---- prefill forward on tensor cores (BF16/F16) ------------------------- */
+
+#define KC_TC_BC 64 /* keys per K/V tile */
+#define KC_LOG2E 1.4426950408889634f
+#define KC_LN2	 0.6931471805599453f
+
+/* 16-byte chunk index of (row r, chunk c) in a swizzled tile whose rows hold
+ * D 16-bit elements (D / 8 chunks).  Chunk c of row r is stored at c ^ (r & 7):
+ * the 8 rows one ldmatrix reads at the same logical chunk (and the 8 rows of
+ * a cp.async wave) then fall on 8 different 16-byte bank groups instead of
+ * one (a row is 128 or 256 bytes, a multiple of the 128-byte bank width). */
+template <int D> static __device__ __forceinline__ int kc_sw(int r, int c)
+{
+	return r * (D / 8) + (c ^ (r & 7));
+}
+
+/* Stages `ROWS` rows of D elements (global row stride `stride` elements)
+ * into a swizzled shared tile with cp.async; rows >= valid are zero-filled
+ * (never read from global memory). */
+template <int D, int ROWS>
+static __device__ __forceinline__ void kc_stage(uint16_t *s, const uint16_t *g, size_t stride,
+						int valid)
+{
+	constexpr int CPR = D / 8, RSTEP = KC_AW * 32 / CPR; /* rows per wave of copies */
+	static_assert(ROWS % RSTEP == 0 && RSTEP % 8 == 0, "whole waves of 8-row swizzle groups");
+	/* Thread t copies chunk t % CPR of rows t / CPR + RSTEP i: its swizzle
+	 * (r & 7) is the same for every i, so all its addresses are one base
+	 * plus constants (nothing for the compiler to keep per copy). */
+	int r0 = threadIdx.x / CPR, c = threadIdx.x % CPR;
+	uint16_t *sd = s + kc_sw<D>(r0, c) * 8;
+	const uint16_t *gs = g + (size_t) r0 * stride + c * 8;
+#pragma unroll
+	for (int i = 0; i < ROWS / RSTEP; i++) {
+		bool ok = r0 + i * RSTEP < valid;
+		kc_cp_async16(sd + i * RSTEP * D, ok ? gs + (size_t) i * RSTEP * stride : g, ok);
+	}
+}
+
+/* FlashAttention-2 forward.  Grid (ceil(max_seqlen / BR), n_heads, n_seqs),
+ * 4 warps; the block owns BR = 64 MT query rows of one head of one sequence,
+ * warp w rows [16 MT w, 16 MT (w + 1)) (MT row groups of 16).  With MT = 1
+ * the warp's Q fragments stay in registers; with MT = 2 (head dim 128, as
+ * FlashAttention-2 tiles it) they are re-read from shared memory each tile,
+ * which leaves the registers to the accumulators, and every K/V fragment read
+ * from shared memory feeds twice the mma work.  K/V tiles of 64 keys are
+ * double-buffered in shared memory by cp.async (tile j + 1 loads while tile j
+ * is used).  Per tile: S = Q K^T (mma, K through ldmatrix), masking only on
+ * tiles that cross the causal diagonal or the sequence end, online softmax
+ * on the S fragments in the log2 domain (the row max needs two quad
+ * shuffles; the row sum stays per lane until the end), P rounded to the input
+ * type in registers becomes the A operand of O += P V (V through
+ * ldmatrix.trans).  Out = O / l, lse = (m + log2 l) ln 2 (scaled scores,
+ * natural log).  Query tiles run heaviest first (causal). */
+template <int D, bool BF, int MT>
+__global__ void __launch_bounds__(KC_AW * 32, 2)
+	kc_attn_fwd_tc_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *o,
+			      float *lse, const int32_t *cu, int hq, int hkv, float sl2, int causal)
+{
+	constexpr int BR = 16 * MT * KC_AW; /* query rows per block */
+	constexpr int KD = D / 16;	    /* k-steps over the head dim (S = Q K^T) */
+	constexpr int NS = KC_TC_BC / 8;    /* n-tiles of S */
+	constexpr int NO = D / 8;	    /* n-tiles of O */
+	constexpr int TILE = KC_TC_BC * D;  /* elements of one K or V tile */
+	extern __shared__ float smem[];
+	uint16_t *sq = (uint16_t *) smem; /* [BR][D] swizzled */
+	uint16_t *sk = sq + BR * D;	  /* 2 x [64][D] */
+	uint16_t *sv = sk + 2 * TILE;	  /* 2 x [64][D] */
+	int seq = blockIdx.z, h = blockIdx.y;
+	int start = cu[seq], L = cu[seq + 1] - start;
+	int q0 = (int) (gridDim.x - 1 - blockIdx.x) * BR;
+	if (q0 >= L)
+		return;
+	int hk = h / (hq / hkv);
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	int mi = lane >> 3, mr = lane & 7; /* ldmatrix: matrix and row this lane addresses */
+	size_t kvs = (size_t) hkv * D;
+	const uint16_t *kb = k + ((size_t) start * hkv + hk) * D;
+	const uint16_t *vb = v + ((size_t) start * hkv + hk) * D;
+
+	kc_stage<D, BR>(sq, q + ((size_t) (start + q0) * hq + h) * D, (size_t) hq * D, L - q0);
+	int kend = causal ? min(L, q0 + BR) : L;
+	int ntiles = (kend + KC_TC_BC - 1) / KC_TC_BC;
+	kc_stage<D, KC_TC_BC>(sk, kb, kvs, L);
+	kc_stage<D, KC_TC_BC>(sv, vb, kvs, L);
+	kc_cp_commit();
+
+	uint32_t qf[MT == 1 ? KD : 1][4]; /* MT == 1: the warp's Q, kept */
+	float acc[MT][NO][4], m[MT][2], l[MT][2];
+#pragma unroll
+	for (int t = 0; t < MT; t++) {
+		m[t][0] = m[t][1] = -INFINITY;
+		l[t][0] = l[t][1] = 0.0f;
+#pragma unroll
+		for (int n = 0; n < NO; n++)
+			acc[t][n][0] = acc[t][n][1] = acc[t][n][2] = acc[t][n][3] = 0.0f;
+	}
+	int wrow = warp * 16 * MT;	    /* the warp's first row in the tile */
+	int row0 = q0 + wrow + (lane >> 2); /* this lane's rows: row0 + 16 t + {0, 8} */
+
+	for (int j = 0; j < ntiles; j++) {
+		if (j + 1 < ntiles) {
+			int k1 = (j + 1) * KC_TC_BC;
+			kc_stage<D, KC_TC_BC>(sk + ((j + 1) & 1) * TILE, kb + k1 * kvs, kvs,
+					      L - k1);
+			kc_stage<D, KC_TC_BC>(sv + ((j + 1) & 1) * TILE, vb + k1 * kvs, kvs,
+					      L - k1);
+		}
+		kc_cp_commit();
+		kc_cp_wait<1>(); /* everything but the newest group: tile j (and Q) */
+		__syncthreads();
+		if (MT == 1 && j == 0) {
+#pragma unroll
+			for (int kk = 0; kk < KD; kk++)
+				kc_ldsm_x4(qf[MT == 1 ? kk : 0],
+					   sq + kc_sw<D>(wrow + (mi & 1) * 8 + mr,
+							 2 * kk + (mi >> 1)) *
+							   8);
+		}
+		const uint16_t *ck = sk + (j & 1) * TILE, *cv = sv + (j & 1) * TILE;
+
+		float s[MT][NS][4];
+#pragma unroll
+		for (int t = 0; t < MT; t++)
+#pragma unroll
+			for (int n = 0; n < NS; n++)
+				s[t][n][0] = s[t][n][1] = s[t][n][2] = s[t][n][3] = 0.0f;
+#pragma unroll
+		for (int kk = 0; kk < KD; kk++) {
+			uint32_t qa[MT][4];
+#pragma unroll
+			for (int t = 0; t < MT; t++) {
+				if (MT == 1) {
+#pragma unroll
+					for (int i = 0; i < 4; i++)
+						qa[t][i] = qf[MT == 1 ? kk : 0][i];
+				} else {
+					kc_ldsm_x4(qa[t],
+						   sq + kc_sw<D>(wrow + 16 * t + (mi & 1) * 8 + mr,
+								 2 * kk + (mi >> 1)) *
+								   8);
+				}
+			}
+#pragma unroll
+			for (int n = 0; n < NS; n += 2) {
+				uint32_t b[4];
+				kc_ldsm_x4(b, ck + kc_sw<D>(n * 8 + (mi >> 1) * 8 + mr,
+							    2 * kk + (mi & 1)) *
+							      8);
+#pragma unroll
+				for (int t = 0; t < MT; t++) {
+					kc_mma16816<BF>(s[t][n], qa[t], b);
+					kc_mma16816<BF>(s[t][n + 1], qa[t], b + 2);
+				}
+			}
+		}
+
+		int k0 = j * KC_TC_BC;
+		if (k0 + KC_TC_BC > L || (causal && k0 + KC_TC_BC - 1 > q0)) { /* block-uniform */
+#pragma unroll
+			for (int t = 0; t < MT; t++)
+#pragma unroll
+				for (int n = 0; n < NS; n++)
+#pragma unroll
+					for (int i = 0; i < 4; i++) {
+						int kpos = k0 + n * 8 + (lane & 3) * 2 + (i & 1);
+						int qpos = row0 + 16 * t + (i >> 1) * 8;
+						if (kpos >= L || (causal && kpos > qpos))
+							s[t][n][i] = -INFINITY;
+					}
+		}
+		uint32_t pa[MT][KC_TC_BC / 16][4]; /* P as the A operand of P V */
+#pragma unroll
+		for (int t = 0; t < MT; t++) {
+#pragma unroll
+			for (int hr = 0; hr < 2; hr++) {
+				float mx = m[t][hr];
+#pragma unroll
+				for (int n = 0; n < NS; n++)
+					mx = fmaxf(mx, fmaxf(s[t][n][2 * hr], s[t][n][2 * hr + 1]) *
+							       sl2);
+				mx = fmaxf(mx, __shfl_xor_sync(KC_FULL, mx, 1));
+				mx = fmaxf(mx, __shfl_xor_sync(KC_FULL, mx, 2));
+				/* A row with nothing visible yet keeps m = -inf: use 0 as
+				 * the base so that exp2 sees -inf, not NaN. */
+				float base = mx == -INFINITY ? 0.0f : mx;
+				float corr = exp2f(m[t][hr] - base);
+				m[t][hr] = mx;
+				l[t][hr] *= corr;
+#pragma unroll
+				for (int n = 0; n < NO; n++) {
+					acc[t][n][2 * hr] *= corr;
+					acc[t][n][2 * hr + 1] *= corr;
+				}
+#pragma unroll
+				for (int n = 0; n < NS; n++)
+#pragma unroll
+					for (int e = 0; e < 2; e++) {
+						float p = exp2f(
+							fmaf(s[t][n][2 * hr + e], sl2, -base));
+						s[t][n][2 * hr + e] = p;
+						l[t][hr] += p;
+					}
+			}
+			/* Packed right away, so the f32 scores of row group t die here. */
+#pragma unroll
+			for (int kk = 0; kk < KC_TC_BC / 16; kk++) {
+				pa[t][kk][0] = kc_pack2<BF>(s[t][2 * kk][0], s[t][2 * kk][1]);
+				pa[t][kk][1] = kc_pack2<BF>(s[t][2 * kk][2], s[t][2 * kk][3]);
+				pa[t][kk][2] =
+					kc_pack2<BF>(s[t][2 * kk + 1][0], s[t][2 * kk + 1][1]);
+				pa[t][kk][3] =
+					kc_pack2<BF>(s[t][2 * kk + 1][2], s[t][2 * kk + 1][3]);
+			}
+		}
+#pragma unroll
+		for (int kk = 0; kk < KC_TC_BC / 16; kk++) {
+#pragma unroll
+			for (int n = 0; n < NO; n += 2) {
+				uint32_t b[4];
+				kc_ldsm_x4_t(b, cv + kc_sw<D>(kk * 16 + (mi & 1) * 8 + mr,
+							      n + (mi >> 1)) *
+								8);
+#pragma unroll
+				for (int t = 0; t < MT; t++) {
+					kc_mma16816<BF>(acc[t][n], pa[t][kk], b);
+					kc_mma16816<BF>(acc[t][n + 1], pa[t][kk], b + 2);
+				}
+			}
+		}
+		__syncthreads(); /* buffer j & 1 is free for tile j + 2 */
+	}
+
+#pragma unroll
+	for (int t = 0; t < MT; t++)
+#pragma unroll
+		for (int hr = 0; hr < 2; hr++) {
+			float ls = l[t][hr];
+			ls += __shfl_xor_sync(KC_FULL, ls, 1);
+			ls += __shfl_xor_sync(KC_FULL, ls, 2);
+			int qpos = row0 + 16 * t + hr * 8;
+			if (qpos >= L)
+				continue;
+			size_t row = (size_t) (start + qpos) * hq + h;
+			float inv = ls > 0.0f ? 1.0f / ls : 0.0f;
+			uint32_t *orow = (uint32_t *) (o + row * D) + (lane & 3);
+#pragma unroll
+			for (int n = 0; n < NO; n++)
+				orow[n * 4] = kc_pack2<BF>(acc[t][n][2 * hr] * inv,
+							   acc[t][n][2 * hr + 1] * inv);
+			if (lse && (lane & 3) == 0)
+				lse[row] = ls > 0.0f ? (m[t][hr] + log2f(ls)) * KC_LN2 : -INFINITY;
+		}
+}
+
+/* The 16-bit element type of a kernel instantiated for bf16 (BF) or f16. */
+template <bool BF> struct kc_t16 {
+	typedef __nv_bfloat16 t;
+};
+template <> struct kc_t16<false> {
+	typedef __half t;
+};
+template <bool BF> using T16 = typename kc_t16<BF>::t;
+
+/* ---- paged decode, split over the context (flash-decoding) --------------- */
+
+#define KC_DEC_GMAX	  8   /* query heads per block: a GQA group or an 8-head slice of one */
+#define KC_DEC_CHUNK	  8   /* tokens a warp scores per step (half a KV block) */
+#define KC_DEC_MIN_PAGES  4   /* fewest KV blocks (64 tokens) per split */
+#define KC_DEC_MAX_SPLITS 128 /* bounds the workspace: 128 partial rows per head */
+#define KC_DEC_TARGET	  528 /* blocks to aim for: 4 per SM of a 132-SM H100 */
+
+/* 16 bytes, so that a plain load is one 128-bit access. */
+struct alignas(16) kc_u4 {
+	uint32_t w[4];
+};
+
+template <bool BF> static __device__ __forceinline__ void kc_unpack8(const kc_u4 &u, float f[8])
+{
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		uint32_t x = u.w[i];
+		if (BF) {
+			f[2 * i] = __uint_as_float(x << 16);
+			f[2 * i + 1] = __uint_as_float(x & 0xffff0000u);
+		} else {
+			f[2 * i] = kc_f16_bits(x & 0xffffu);
+			f[2 * i + 1] = kc_f16_bits(x >> 16);
+		}
+	}
+}
+
+/* Grid (n_splits, n_kv_heads * head slices, n_seqs), 4 warps.  The block
+ * reads the K/V of one kv head once for up to GM (1, 2, 4 or 8: the GQA group
+ * rounded up, at most KC_DEC_GMAX) query heads sharing it, over pages [split * pps, (split + 1) *
+ * pps) of its sequence.  Warps take 8-token chunks in turn; lanes hold 8 contiguous elements of a
+ * token (16-byte loads; D / 8 lanes per token, 32 / (D / 8) tokens per load), so a chunk is 4 loads
+ * of K and 4 of V per lane at either head dim, all issued before use.  Scores in the log2 domain (q
+ * pre-scaled in shared memory); each warp keeps (m, l, acc) per head; the 4 warps merge through
+ * shared memory, then the block writes o directly (one split) or its partial (m, l, acc) to the
+ * workspace for kc_attn_combine_kernel. */
+template <int D, bool BF, int GM>
+__global__ void __launch_bounds__(KC_AW * 32)
+	kc_attn_decode_split_kernel(const uint16_t *q, const uint16_t *kcache,
+				    const uint16_t *vcache, const int32_t *bt, int maxb,
+				    const int32_t *lens, uint16_t *o, float *ws_acc, float *ws_ml,
+				    int hq, int hkv, float sl2, int pps)
+{
+	constexpr int LPR = D / 8;	       /* lanes per token row */
+	constexpr int TPL = 32 / LPR;	       /* tokens per load */
+	constexpr int NL = KC_DEC_CHUNK / TPL; /* loads per chunk, per tensor */
+	__shared__ float sq[GM][D];
+	__shared__ float s_m[KC_AW][GM], s_l[KC_AW][GM];
+	__shared__ float s_acc[KC_AW][GM][D];
+	int split = blockIdx.x, seq = blockIdx.z, nsplit = gridDim.x;
+	int group = hq / hkv, slices = (group + GM - 1) / GM;
+	int hk = blockIdx.y / slices, h0 = hk * group + (blockIdx.y % slices) * GM;
+	int G = min(GM, hk * group + group - h0);
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	int c8 = (lane % LPR) * 8, ts = lane / LPR; /* this lane's columns and token */
+	int len = lens[seq];
+
+	for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+		int g = i / D, d = i % D;
+		sq[g][d] = kc_ld((const T16<BF> *) q, ((size_t) seq * hq + h0 + g) * D + d) * sl2;
+	}
+	__syncthreads();
+
+	float m[GM], l[GM], acc[GM][8];
+#pragma unroll
+	for (int g = 0; g < GM; g++) {
+		m[g] = -INFINITY;
+		l[g] = 0.0f;
+#pragma unroll
+		for (int e = 0; e < 8; e++)
+			acc[g][e] = 0.0f;
+	}
+	int c_beg = split * pps * (KK_KV_BLOCK_SIZE / KC_DEC_CHUNK);
+	int c_end = min((split + 1) * pps * (KK_KV_BLOCK_SIZE / KC_DEC_CHUNK),
+			(len + KC_DEC_CHUNK - 1) / KC_DEC_CHUNK);
+	size_t tstride = (size_t) hkv * D; /* between tokens of a block */
+	for (int c = c_beg + warp; c < c_end; c += KC_AW) {
+		int t0 = c * KC_DEC_CHUNK; /* first token of the chunk */
+		size_t blk = (size_t) bt[(size_t) seq * maxb + t0 / KK_KV_BLOCK_SIZE];
+		size_t base =
+			((blk * KK_KV_BLOCK_SIZE + t0 % KK_KV_BLOCK_SIZE) * hkv + hk) * D + c8;
+		kc_u4 kr[NL], vr[NL];
+#pragma unroll
+		for (int i = 0; i < NL; i++) {
+			size_t off = base + (size_t) (i * TPL + ts) * tstride;
+			kr[i] = *(const kc_u4 *) (kcache + off);
+			vr[i] = *(const kc_u4 *) (vcache + off);
+		}
+		float s[NL][GM];
+#pragma unroll
+		for (int i = 0; i < NL; i++) {
+			float kf[8];
+			kc_unpack8<BF>(kr[i], kf);
+			bool valid = t0 + i * TPL + ts < len;
+#pragma unroll
+			for (int g = 0; g < GM; g++) {
+				if (g >= G)
+					break;
+				float part = 0.0f;
+#pragma unroll
+				for (int e = 0; e < 8; e++)
+					part = fmaf(sq[g][c8 + e], kf[e], part);
+#pragma unroll
+				for (int x = 1; x < LPR; x <<= 1)
+					part += __shfl_xor_sync(KC_FULL, part, x);
+				s[i][g] = valid ? part : -INFINITY;
+			}
+		}
+#pragma unroll
+		for (int g = 0; g < GM; g++) {
+			if (g >= G)
+				break;
+			float mx = s[0][g];
+#pragma unroll
+			for (int i = 1; i < NL; i++)
+				mx = fmaxf(mx, s[i][g]);
+#pragma unroll
+			for (int x = LPR; x < 32; x <<= 1)
+				mx = fmaxf(mx, __shfl_xor_sync(KC_FULL, mx, x));
+			/* finite: the chunk's first token is < len */
+			float mn = fmaxf(m[g], mx), corr = exp2f(m[g] - mn);
+			m[g] = mn;
+			l[g] *= corr;
+#pragma unroll
+			for (int e = 0; e < 8; e++)
+				acc[g][e] *= corr;
+#pragma unroll
+			for (int i = 0; i < NL; i++) {
+				float p = exp2f(s[i][g] - mn), vf[8];
+				kc_unpack8<BF>(vr[i], vf);
+				l[g] += p;
+#pragma unroll
+				for (int e = 0; e < 8; e++)
+					acc[g][e] = fmaf(p, vf[e], acc[g][e]);
+			}
+		}
+	}
+	/* Sum over the tokens held by the other lanes of the same columns. */
+#pragma unroll
+	for (int g = 0; g < GM; g++) {
+		if (g >= G)
+			break;
+#pragma unroll
+		for (int x = LPR; x < 32; x <<= 1) {
+			l[g] += __shfl_xor_sync(KC_FULL, l[g], x);
+#pragma unroll
+			for (int e = 0; e < 8; e++)
+				acc[g][e] += __shfl_xor_sync(KC_FULL, acc[g][e], x);
+		}
+		if (lane == 0) {
+			s_m[warp][g] = m[g];
+			s_l[warp][g] = l[g];
+		}
+		if (ts == 0)
+#pragma unroll
+			for (int e = 0; e < 8; e++)
+				s_acc[warp][g][c8 + e] = acc[g][e];
+	}
+	__syncthreads();
+	for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+		int g = i / D, d = i % D;
+		float M = -INFINITY;
+		for (int w = 0; w < KC_AW; w++)
+			M = fmaxf(M, s_m[w][g]);
+		float num = 0.0f, den = 0.0f;
+		for (int w = 0; w < KC_AW; w++) {
+			float f = s_m[w][g] == -INFINITY ? 0.0f : exp2f(s_m[w][g] - M);
+			num += s_acc[w][g][d] * f;
+			den += s_l[w][g] * f;
+		}
+		size_t hrow = (size_t) seq * hq + h0 + g;
+		if (nsplit == 1) {
+			kc_st((T16<BF> *) o, hrow * D + d, den > 0.0f ? num / den : 0.0f);
+		} else {
+			size_t prow = hrow * nsplit + split;
+			ws_acc[prow * D + d] = num;
+			if (d == 0) {
+				ws_ml[2 * prow] = M;
+				ws_ml[2 * prow + 1] = den;
+			}
+		}
+	}
+}
+
+/* o[seq, h] = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M) over the
+ * splits' partials.  Grid (n_heads, n_seqs), D threads. */
+template <int D, bool BF>
+__global__ void __launch_bounds__(D) kc_attn_combine_kernel(const float *ws_acc, const float *ws_ml,
+							    uint16_t *o, int hq, int nsplit)
+{
+	size_t hrow = (size_t) blockIdx.y * hq + blockIdx.x;
+	const float *ml = ws_ml + 2 * hrow * nsplit;
+	int d = threadIdx.x;
+	float M = -INFINITY;
+	for (int s = 0; s < nsplit; s++)
+		M = fmaxf(M, ml[2 * s]);
+	float num = 0.0f, den = 0.0f;
+	for (int s = 0; s < nsplit; s++) {
+		float f = ml[2 * s] == -INFINITY ? 0.0f : exp2f(ml[2 * s] - M);
+		num += ws_acc[(hrow * nsplit + s) * D + d] * f;
+		den += ml[2 * s + 1] * f;
+	}
+	kc_st((T16<BF> *) o, hrow * D + d, den > 0.0f ? num / den : 0.0f);
+}
+
 /* ---- launchers ----------------------------------------------------------- */
 
 /* Dynamic shared memory in bytes of each prefill kernel. */
@@ -444,6 +922,7 @@ static float kc_scale_of(float scale, int head_dim)
 	return scale != 0.0f ? scale : 1.0f / sqrtf((float) head_dim);
 }
 
+/* F32: the f32 FMA kernel. */
 template <typename T, int D>
 static int kc_attn_fwd_t(cudaStream_t s, const kk_attn_desc *d, void *o, float *lse, const void *q,
 			 const void *k, const void *v)
@@ -464,14 +943,56 @@ static int kc_attn_fwd_t(cudaStream_t s, const kk_attn_desc *d, void *o, float *
 	return kc_check_launch();
 }
 
+/* BF16/F16: the tensor-core kernel, 32 query rows per warp at head dim 128
+ * and 16 at 64 (KC_TC_MT); Q tile + two K and two V tiles of shared memory
+ * (96 KiB at D = 128: two blocks per SM). */
+#ifndef KC_TC_MT128
+#define KC_TC_MT128 2
+#endif
+template <int D, bool BF>
+static int kc_attn_fwd_tc(cudaStream_t s, const kk_attn_desc *d, void *o, float *lse, const void *q,
+			  const void *k, const void *v)
+{
+	constexpr int MT = D == 128 ? KC_TC_MT128 : 1, BR = 16 * MT * KC_AW;
+	dim3 g;
+	int r = kc_attn_grid(d, BR, d->n_heads, &g);
+	if (r < 0)
+		return r;
+	size_t sm = (size_t) (BR + 4 * KC_TC_BC) * D * sizeof(uint16_t);
+	r = kc_errno_cuda(cudaFuncSetAttribute(kc_attn_fwd_tc_kernel<D, BF, MT>,
+					       cudaFuncAttributeMaxDynamicSharedMemorySize,
+					       (int) sm));
+	if (r < 0)
+		return r;
+	kc_attn_fwd_tc_kernel<D, BF, MT><<<g, KC_AW * 32, sm, s>>>(
+		(const uint16_t *) q, (const uint16_t *) k, (const uint16_t *) v, (uint16_t *) o,
+		lse, (const int32_t *) d->cu_seqlens->ptr, d->n_heads, d->n_kv_heads,
+		kc_scale_of(d->scale, D) * KC_LOG2E, d->causal);
+	return kc_check_launch();
+}
+
+/* 1 when every pointer allows the 16-byte accesses of the 16-bit kernels. */
+static bool kc_aligned16(const void *a, const void *b, const void *c, const void *e)
+{
+	return (((uintptr_t) a | (uintptr_t) b | (uintptr_t) c | (uintptr_t) e) & 15) == 0;
+}
+
 template <typename T>
 static int kc_attn_fwd_d(cudaStream_t s, const kk_attn_desc *d, void *o, float *lse, const void *q,
 			 const void *k, const void *v)
 {
+	/* 16-bit types on the tensor cores, unless a pointer is misaligned for
+	 * their 16-byte copies (a view into a buffer): then the f32 kernel. */
+	bool tc = kc_dtype_of<T>() != KC_F32 && kc_aligned16(o, q, k, v);
+	bool bf = kc_dtype_of<T>() == KC_BF16;
 	if (d->head_dim == 64)
-		return kc_attn_fwd_t<T, 64>(s, d, o, lse, q, k, v);
+		return !tc  ? kc_attn_fwd_t<T, 64>(s, d, o, lse, q, k, v)
+		       : bf ? kc_attn_fwd_tc<64, true>(s, d, o, lse, q, k, v)
+			    : kc_attn_fwd_tc<64, false>(s, d, o, lse, q, k, v);
 	if (d->head_dim == 128)
-		return kc_attn_fwd_t<T, 128>(s, d, o, lse, q, k, v);
+		return !tc  ? kc_attn_fwd_t<T, 128>(s, d, o, lse, q, k, v)
+		       : bf ? kc_attn_fwd_tc<128, true>(s, d, o, lse, q, k, v)
+			    : kc_attn_fwd_tc<128, false>(s, d, o, lse, q, k, v);
 	return -EOPNOTSUPP;
 }
 
@@ -556,6 +1077,7 @@ extern "C" int kc_op_attention_bwd(kk_backend *be, kk_stream *st, const kk_attn_
 			   (const float *) lse->ptr);
 }
 
+/* F32: grid (n_heads, n_seqs), the f32 kernel. */
 template <typename T, int D>
 static int kc_decode_t(cudaStream_t s, const kk_paged_desc *d, void *o, const void *q,
 		       const void *kc, const void *vc)
@@ -571,14 +1093,133 @@ static int kc_decode_t(cudaStream_t s, const kk_paged_desc *d, void *o, const vo
 	return kc_check_launch();
 }
 
-template <typename T>
-static int kc_decode_d(cudaStream_t s, const kk_paged_desc *d, void *o, const void *q,
-		       const void *kc, const void *vc)
+/* How a 16-bit decode is split: enough blocks to fill the GPU
+ * (KC_DEC_TARGET), but at least KC_DEC_MIN_PAGES pages per split and at
+ * most KC_DEC_MAX_SPLITS splits.  From max_context_len, so that the host
+ * never reads the lengths. */
+static void kc_dec_plan(const kk_paged_desc *d, int *nsplit, int *pps)
 {
+	long pages = (d->max_context_len + KK_KV_BLOCK_SIZE - 1) / KK_KV_BLOCK_SIZE;
+	long group = d->n_heads / d->n_kv_heads;
+	long base = (long) d->n_seqs * d->n_kv_heads * ((group + KC_DEC_GMAX - 1) / KC_DEC_GMAX);
+	long n = (KC_DEC_TARGET + base - 1) / base;
+	n = min(n, (pages + KC_DEC_MIN_PAGES - 1) / KC_DEC_MIN_PAGES);
+	n = max(1L, min(n, (long) KC_DEC_MAX_SPLITS));
+	long p = (pages + n - 1) / n;
+	*pps = (int) p;
+	*nsplit = (int) ((pages + p - 1) / p);
+}
+
+/* Workspace of the split decode.  On the backend's default stream: the
+ * buffer cached in kc_ctx (grown on demand, freed by kc_attn_release at
+ * backend destroy).  On a caller's stream, which may run beside the default
+ * one: a stream-ordered allocation of its own (*owned, free it after use). */
+static int kc_attn_ws(kk_backend *be, kk_stream *st, cudaStream_t s, size_t bytes, float **ret,
+		      bool *owned)
+{
+	kc_ctx *ctx = (kc_ctx *) be->ctx;
+	*owned = st != NULL;
+	if (st)
+		return kc_errno_cuda(cudaMallocAsync((void **) ret, bytes, s));
+	if (ctx->attn_ws_bytes < bytes) {
+		size_t want = max(bytes, 2 * ctx->attn_ws_bytes);
+		want = (want + ((size_t) 1 << 20) - 1) & ~(((size_t) 1 << 20) - 1);
+		if (ctx->attn_ws) {
+			/* launches queued before may still read it */
+			int r = kc_errno_cuda(cudaStreamSynchronize(s));
+			if (r < 0)
+				return r;
+			cudaFree(ctx->attn_ws);
+			ctx->attn_ws = NULL;
+			ctx->attn_ws_bytes = 0;
+		}
+		int r = kc_errno_cuda(cudaMalloc(&ctx->attn_ws, want));
+		if (r < 0)
+			return r;
+		ctx->attn_ws_bytes = want;
+	}
+	*ret = (float *) ctx->attn_ws;
+	return 0;
+}
+
+extern "C" void kc_attn_release(kc_ctx *ctx)
+{
+	if (ctx->attn_ws)
+		cudaFree(ctx->attn_ws);
+	ctx->attn_ws = NULL;
+	ctx->attn_ws_bytes = 0;
+}
+
+/* BF16/F16: the split kernel, then the combine kernel when split. */
+template <int D, bool BF>
+static int kc_decode_tc(kk_backend *be, kk_stream *st, const kk_paged_desc *d, void *o,
+			const void *q, const void *kc, const void *vc)
+{
+	cudaStream_t s = kc_stream(be, st);
+	int group = d->n_heads / d->n_kv_heads;
+	int gm = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : KC_DEC_GMAX;
+	long gy = (long) d->n_kv_heads * ((group + gm - 1) / gm);
+	if (d->n_seqs > 65535 || gy > 65535)
+		return -EOPNOTSUPP;
+	int nsplit, pps;
+	kc_dec_plan(d, &nsplit, &pps);
+	float *ws = NULL;
+	bool owned = false;
+	size_t rows = (size_t) d->n_seqs * d->n_heads * nsplit;
+	if (nsplit > 1) {
+		int r = kc_attn_ws(be, st, s, rows * (D + 2) * sizeof(float), &ws, &owned);
+		if (r < 0)
+			return r;
+	}
+	float sl2 = kc_scale_of(d->scale, D) * KC_LOG2E;
+	dim3 grid((unsigned) nsplit, (unsigned) gy, (unsigned) d->n_seqs);
+	const uint16_t *qq = (const uint16_t *) q, *kk = (const uint16_t *) kc,
+		       *vv = (const uint16_t *) vc;
+	const int32_t *bt = (const int32_t *) d->block_tables->ptr,
+		      *lens = (const int32_t *) d->context_lens->ptr;
+	float *ml = ws ? ws + rows * D : NULL;
+	int maxb = d->max_blocks_per_seq, hq = d->n_heads, hkv = d->n_kv_heads;
+	if (gm == 1)
+		kc_attn_decode_split_kernel<D, BF, 1><<<grid, KC_AW * 32, 0, s>>>(
+			qq, kk, vv, bt, maxb, lens, (uint16_t *) o, ws, ml, hq, hkv, sl2, pps);
+	else if (gm == 2)
+		kc_attn_decode_split_kernel<D, BF, 2><<<grid, KC_AW * 32, 0, s>>>(
+			qq, kk, vv, bt, maxb, lens, (uint16_t *) o, ws, ml, hq, hkv, sl2, pps);
+	else if (gm == 4)
+		kc_attn_decode_split_kernel<D, BF, 4><<<grid, KC_AW * 32, 0, s>>>(
+			qq, kk, vv, bt, maxb, lens, (uint16_t *) o, ws, ml, hq, hkv, sl2, pps);
+	else
+		kc_attn_decode_split_kernel<D, BF, KC_DEC_GMAX><<<grid, KC_AW * 32, 0, s>>>(
+			qq, kk, vv, bt, maxb, lens, (uint16_t *) o, ws, ml, hq, hkv, sl2, pps);
+	int r = kc_check_launch();
+	if (r >= 0 && nsplit > 1) {
+		kc_attn_combine_kernel<D, BF>
+			<<<dim3((unsigned) d->n_heads, (unsigned) d->n_seqs), D, 0, s>>>(
+				ws, ws + rows * D, (uint16_t *) o, d->n_heads, nsplit);
+		r = kc_check_launch();
+	}
+	if (owned) {
+		int r2 = kc_errno_cuda(cudaFreeAsync(ws, s));
+		r = r < 0 ? r : r2;
+	}
+	return r;
+}
+
+template <typename T>
+static int kc_decode_d(kk_backend *be, kk_stream *st, const kk_paged_desc *d, void *o,
+		       const void *q, const void *kc, const void *vc)
+{
+	cudaStream_t s = kc_stream(be, st);
+	bool tc = kc_dtype_of<T>() != KC_F32 && kc_aligned16(o, q, kc, vc);
+	bool bf = kc_dtype_of<T>() == KC_BF16;
 	if (d->head_dim == 64)
-		return kc_decode_t<T, 64>(s, d, o, q, kc, vc);
+		return !tc  ? kc_decode_t<T, 64>(s, d, o, q, kc, vc)
+		       : bf ? kc_decode_tc<64, true>(be, st, d, o, q, kc, vc)
+			    : kc_decode_tc<64, false>(be, st, d, o, q, kc, vc);
 	if (d->head_dim == 128)
-		return kc_decode_t<T, 128>(s, d, o, q, kc, vc);
+		return !tc  ? kc_decode_t<T, 128>(s, d, o, q, kc, vc)
+		       : bf ? kc_decode_tc<128, true>(be, st, d, o, q, kc, vc)
+			    : kc_decode_tc<128, false>(be, st, d, o, q, kc, vc);
 	return -EOPNOTSUPP;
 }
 
@@ -588,6 +1229,6 @@ extern "C" int kc_op_attention_decode(kk_backend *be, kk_stream *st, const kk_pa
 {
 	if (d->n_seqs == 0)
 		return 0;
-	return KC_DISPATCH(kc_dt(q->dtype), kc_decode_d, kc_stream(be, st), d, out->ptr, q->ptr,
-			   k_cache->ptr, v_cache->ptr);
+	return KC_DISPATCH(kc_dt(q->dtype), kc_decode_d, be, st, d, out->ptr, q->ptr, k_cache->ptr,
+			   v_cache->ptr);
 }

@@ -10,7 +10,8 @@
  * Without a usable CUDA device (or in a CUDA=0 build) every test is
  * reported as "ok N # SKIP no CUDA device" and the exit status is 0.
  * KILN_TEST_SELF=1 puts the cpu backend on both sides (see main());
- * KILN_TEST_SMALL=1 shrinks the sampling test (for the CPU emulation). */
+ * KILN_TEST_SMALL=1 shrinks the sampling test (for the CPU emulation);
+ * KILN_TEST_FILTER=WORD runs only the tests whose name holds WORD. */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -23,7 +24,7 @@
 #include "kk.h"
 
 /* Number of TAP lines this program prints (for the skip path). */
-#define N_TESTS 41
+#define N_TESTS 48
 
 static kk_backend *be_side[2]; /* 0 cpu, 1 cuda */
 static int n_test, n_fail;
@@ -607,6 +608,9 @@ static void test_quant(kk_dtype qt, int group, kk_dtype xdt)
 
 /* ---- attention ----------------------------------------------------------- */
 
+/* Range of the random queries of the attention tests (see test_attention). */
+#define ATTN_Q_SCALE 6.0f
+
 static void attn_ref(const float *q, const float *k, const float *v, const int32_t *cu, int ns,
 		     int hq, int hkv, int d, bool causal, double *o)
 {
@@ -640,17 +644,29 @@ static void attn_ref(const float *q, const float *k, const float *v, const int32
 			}
 }
 
-static void test_attention(kk_dtype dt, int d, bool causal)
+/* Attention over packed sequences of the given lengths (at most 8), GQA
+ * hq/hkv; the backward too when bwd.  Lengths that are not multiples of the
+ * kernels' 64-row tiles (1, 15, 17, 63, 65, 130 ...) test the edge masking. */
+static void test_attention(kk_dtype dt, int d, bool causal, int hq, int hkv, const int *lens,
+			   int ns, bool bwd)
 {
-	const int hq = 8, hkv = 2;
-	const int32_t cu[] = { 0, 1, 70, 107, 200 }; /* lengths 1, 69, 37, 93 */
-	const int ns = 4, T = 200, maxlen = 93;
+	int32_t cu[9] = { 0 };
+	int T = 0, maxlen = 1;
+	for (int i = 0; i < ns; i++) {
+		cu[i + 1] = cu[i] + lens[i];
+		maxlen = lens[i] > maxlen ? lens[i] : maxlen;
+	}
+	T = cu[ns];
 	size_t nq = (size_t) T * hq * d, nk = (size_t) T * hkv * d;
-	float *hq_ = rand_vec(nq, 1), *hk = rand_vec(nk, 1), *hv = rand_vec(nk, 1),
+	/* q in [-6, 6]: scaled scores spread over a few units, so the softmax
+	 * is peaked and outputs are O(0.3), well above the bf16 atol (with q in
+	 * [-1, 1] it is nearly uniform and outputs shrink toward 0 as lengths
+	 * grow, which would hide mis-weighted tiles). */
+	float *hq_ = rand_vec(nq, ATTN_Q_SCALE), *hk = rand_vec(nk, 1), *hv = rand_vec(nk, 1),
 	      *hdo = rand_vec(nq, 1);
 	round_to(dt, hq_, nq), round_to(dt, hk, nk), round_to(dt, hv, nk);
 	pair q = mk(dt, nq, hq_), k = mk(dt, nk, hk), v = mk(dt, nk, hv), o = mk(dt, nq, NULL),
-	     lse = mk(KK_F32, (size_t) T * hq, NULL), cus = mk(KK_I32, 5, cu),
+	     lse = mk(KK_F32, (size_t) T * hq, NULL), cus = mk(KK_I32, (size_t) ns + 1, cu),
 	     dout = mk(dt, nq, hdo), dq = mk(dt, nq, NULL), dk = mk(dt, nk, NULL),
 	     dv = mk(dt, nk, NULL);
 	int r = 0;
@@ -673,10 +689,10 @@ static void test_attention(kk_dtype dt, int d, bool causal)
 	tol t = tscale(tol_of(dt), 2);
 	tap(r >= 0 && vs_ref(&o, ref, t, "attention vs f64") && parity(&o, t, "attention") &&
 		    parity(&lse, tol_of(KK_F32), "lse"),
-	    "attention forward %s d=%d %s varlen GQA 8/2 (vs f64 and cpu)", kk_dtype_name(dt), d,
-	    causal ? "causal" : "non-causal");
+	    "attention forward %s d=%d %s varlen (%d seqs, max %d) GQA %d/%d (vs f64 and cpu)",
+	    kk_dtype_name(dt), d, causal ? "causal" : "non-causal", ns, maxlen, hq, hkv);
 	r = 0;
-	for (int side = 0; side < 2; side++) {
+	for (int side = 0; bwd && side < 2; side++) {
 		kk_attn_desc ad = { .n_heads = hq,
 				    .n_kv_heads = hkv,
 				    .head_dim = d,
@@ -692,29 +708,35 @@ static void test_attention(kk_dtype dt, int d, bool causal)
 			r = rr;
 	}
 	t = tscale(tol_of(dt), 5);
-	tap(r >= 0 && parity(&dq, t, "dq") && parity(&dk, t, "dk") && parity(&dv, t, "dv"),
-	    "attention backward %s d=%d %s (dq, dk, dv vs cpu)", kk_dtype_name(dt), d,
-	    causal ? "causal" : "non-causal");
+	if (bwd)
+		tap(r >= 0 && parity(&dq, t, "dq") && parity(&dk, t, "dk") && parity(&dv, t, "dv"),
+		    "attention backward %s d=%d %s (dq, dk, dv vs cpu)", kk_dtype_name(dt), d,
+		    causal ? "causal" : "non-causal");
 	free(hq_), free(hk), free(hv), free(hdo), free(ref);
 	unpair(&q), unpair(&k), unpair(&v), unpair(&o), unpair(&lse), unpair(&cus);
 	unpair(&dout), unpair(&dq), unpair(&dk), unpair(&dv);
 }
 
-static void test_decode(kk_dtype dt, int d)
+/* Paged decode of 3 sequences of the given context lengths (at most 320),
+ * GQA hq/hkv; with cache_write, the kv cache write test too.  Contexts past
+ * 64 tokens make the cuda backend split the keys (and combine). */
+static void test_decode(kk_dtype dt, int d, int hq, int hkv, const int32_t *lens, bool cache_write)
 {
-	const int hq = 8, hkv = 2, ns = 3, nblocks = 40, maxb = 12;
-	const int32_t lens[] = { 1, 77, 190 };
+	const int ns = 3, nblocks = 64, maxb = 20;
+	int maxlen = 1;
+	for (int i = 0; i < ns; i++)
+		maxlen = lens[i] > maxlen ? lens[i] : maxlen;
 	size_t row = (size_t) hkv * d, ncache = (size_t) nblocks * KK_KV_BLOCK_SIZE * row;
 	float *hkc = rand_vec(ncache, 1), *hvc = rand_vec(ncache, 1),
-	      *hq_ = rand_vec((size_t) ns * hq * d, 1);
+	      *hq_ = rand_vec((size_t) ns * hq * d, ATTN_Q_SCALE); /* see test_attention */
 	round_to(dt, hkc, ncache), round_to(dt, hvc, ncache),
 		round_to(dt, hq_, (size_t) ns * hq * d);
-	int32_t bt[3 * 12];
-	for (int i = 0; i < 3 * 12; i++)
+	int32_t bt[3 * 20];
+	for (int i = 0; i < 3 * 20; i++)
 		bt[i] = (i * 7 + 3) % nblocks; /* scattered, distinct blocks */
 	pair kc = mk(dt, ncache, hkc), vc = mk(dt, ncache, hvc),
 	     q = mk(dt, (size_t) ns * hq * d, hq_), o = mk(dt, (size_t) ns * hq * d, NULL),
-	     bts = mk(KK_I32, 36, bt), ls = mk(KK_I32, 3, lens);
+	     bts = mk(KK_I32, 60, bt), ls = mk(KK_I32, 3, lens);
 	int r = 0;
 	for (int side = 0; side < 2; side++) {
 		kk_paged_desc pd = { .n_heads = hq,
@@ -723,7 +745,7 @@ static void test_decode(kk_dtype dt, int d)
 				     .n_seqs = ns,
 				     .num_blocks = nblocks,
 				     .max_blocks_per_seq = maxb,
-				     .max_context_len = 190,
+				     .max_context_len = maxlen,
 				     .block_tables = S(bts),
 				     .context_lens = S(ls) };
 		int rr = kk_attention_decode(be_side[side], NULL, &pd, S(o), S(q), S(kc), S(vc));
@@ -756,7 +778,13 @@ static void test_decode(kk_dtype dt, int d)
 	}
 	tol t = tscale(tol_of(dt), 2);
 	tap(r >= 0 && vs_ref(&o, ref, t, "decode vs f64") && parity(&o, t, "decode"),
-	    "paged decode attention %s d=%d (vs f64 and cpu)", kk_dtype_name(dt), d);
+	    "paged decode attention %s d=%d GQA %d/%d contexts %d, %d, %d (vs f64 and cpu)",
+	    kk_dtype_name(dt), d, hq, hkv, lens[0], lens[1], lens[2]);
+	free(hkc), free(hvc), free(hq_), free(ref);
+	if (!cache_write) {
+		unpair(&kc), unpair(&vc), unpair(&q), unpair(&o), unpair(&bts), unpair(&ls);
+		return;
+	}
 
 	/* kv_cache_write: 5 tokens into chosen slots, one skipped. */
 	int32_t slots[5] = { 17, -1, 3 * 16 + 5, 600, 2 };
@@ -767,7 +795,7 @@ static void test_decode(kk_dtype dt, int d)
 	tap(r >= 0 && parity(&kc, (tol){ 0, 0 }, "k cache") &&
 		    parity(&vc, (tol){ 0, 0 }, "v cache"),
 	    "kv cache write %s d=%d (exact, negative slot skipped)", kk_dtype_name(dt), d);
-	free(hkc), free(hvc), free(hq_), free(ref), free(hk5), free(hv5);
+	free(hk5), free(hv5);
 	unpair(&kc), unpair(&vc), unpair(&q), unpair(&o), unpair(&bts), unpair(&ls);
 	unpair(&k5), unpair(&v5), unpair(&sl);
 }
@@ -840,32 +868,53 @@ int main(void)
 		kk_backend_free(be_side[0]);
 		return 0;
 	}
-	test_cast_scale();						 /* 1 */
-	test_gemm(KK_F32, KK_F32, false, false, 0, KK_EPI_NONE, false);	 /* 2 */
-	test_gemm(KK_BF16, KK_BF16, false, true, 0, KK_EPI_NONE, true);	 /* 3 */
-	test_gemm(KK_F16, KK_F16, true, false, 3, KK_EPI_NONE, false);	 /* 4 */
-	test_gemm(KK_BF16, KK_F32, true, true, 2, KK_EPI_GELU, true);	 /* 5 */
-	test_gemm(KK_BF16, KK_BF16, false, false, 0, KK_EPI_SILU, true); /* 6 */
-	test_gemm(KK_F32, KK_F32, false, true, 0, KK_EPI_GELU, false);	 /* 7 */
-	test_norm(KK_F32, false);					 /* 8, 9 */
-	test_norm(KK_BF16, false);					 /* 10, 11 */
-	test_norm(KK_BF16, true);					 /* 12, 13 */
-	test_rope(KK_F32, KK_ROPE_INTERLEAVED);				 /* 14 */
-	test_rope(KK_BF16, KK_ROPE_HALF);				 /* 15 */
+	/* KILN_TEST_FILTER=WORD: only the tests whose name holds WORD (e.g.
+	 * "attn" for the attention ones; the CPU emulation is slow). */
+	const char *flt = getenv("KILN_TEST_FILTER");
+#define RUN(name, call)                                 \
+	do {                                            \
+		if (!flt || !*flt || strstr(name, flt)) \
+			call;                           \
+	} while (0)
+	static const int L1[] = { 1, 69, 37, 93 }, L2[] = { 15, 17, 63, 65, 130 },
+			 L3[] = { 130, 1, 65 }, L4[] = { 17, 63 };
+	static const int32_t D1[] = { 1, 77, 190 }, D2[] = { 16, 17, 300 }, D3[] = { 1, 300, 64 };
+	RUN("cast", test_cast_scale());						      /* 1 */
+	RUN("gemm", test_gemm(KK_F32, KK_F32, false, false, 0, KK_EPI_NONE, false));  /* 2 */
+	RUN("gemm", test_gemm(KK_BF16, KK_BF16, false, true, 0, KK_EPI_NONE, true));  /* 3 */
+	RUN("gemm", test_gemm(KK_F16, KK_F16, true, false, 3, KK_EPI_NONE, false));   /* 4 */
+	RUN("gemm", test_gemm(KK_BF16, KK_F32, true, true, 2, KK_EPI_GELU, true));    /* 5 */
+	RUN("gemm", test_gemm(KK_BF16, KK_BF16, false, false, 0, KK_EPI_SILU, true)); /* 6 */
+	RUN("gemm", test_gemm(KK_F32, KK_F32, false, true, 0, KK_EPI_GELU, false));   /* 7 */
+	RUN("norm", test_norm(KK_F32, false));					      /* 8, 9 */
+	RUN("norm", test_norm(KK_BF16, false));					      /* 10, 11 */
+	RUN("norm", test_norm(KK_BF16, true));					      /* 12, 13 */
+	RUN("rope", test_rope(KK_F32, KK_ROPE_INTERLEAVED));			      /* 14 */
+	RUN("rope", test_rope(KK_BF16, KK_ROPE_HALF));				      /* 15 */
 	for (size_t i = 0; i < 2; i++)
-		test_act(FLOAT_DTS[i]);	    /* 16-19 */
-	test_softmax_xent(KK_F32);	    /* 20, 21 */
-	test_softmax_xent(KK_BF16);	    /* 22, 23 */
-	test_embedding(KK_BF16);	    /* 24 */
-	test_adamw(KK_BF16);		    /* 25, 26 */
-	test_quant(KK_I8, 0, KK_BF16);	    /* 27 */
-	test_quant(KK_Q4, 32, KK_F16);	    /* 28 */
-	test_quant(KK_Q4, 128, KK_BF16);    /* 29 */
-	test_attention(KK_BF16, 128, true); /* 30, 31 */
-	test_attention(KK_F32, 64, false);  /* 32, 33 */
-	test_decode(KK_BF16, 128);	    /* 34, 35 */
-	test_sample(KK_F32);		    /* 36-40 */
-	test_comm();			    /* 41 */
+		RUN("act", test_act(FLOAT_DTS[i]));    /* 16-19 */
+	RUN("softmax", test_softmax_xent(KK_F32));     /* 20, 21 */
+	RUN("softmax", test_softmax_xent(KK_BF16));    /* 22, 23 */
+	RUN("embedding", test_embedding(KK_BF16));     /* 24 */
+	RUN("adamw", test_adamw(KK_BF16));	       /* 25, 26 */
+	RUN("quant", test_quant(KK_I8, 0, KK_BF16));   /* 27 */
+	RUN("quant", test_quant(KK_Q4, 32, KK_F16));   /* 28 */
+	RUN("quant", test_quant(KK_Q4, 128, KK_BF16)); /* 29 */
+	/* 30-37: attention (bf16/f16 on the tensor-core kernel, f32 on the FMA one) */
+	RUN("attn", test_attention(KK_BF16, 128, true, 8, 2, L1, 4, true));
+	RUN("attn", test_attention(KK_F32, 64, false, 8, 2, L1, 4, true));
+	RUN("attn", test_attention(KK_F16, 64, true, 8, 2, L2, 5, false));
+	RUN("attn", test_attention(KK_BF16, 64, false, 4, 1, L3, 3, false));
+	RUN("attn", test_attention(KK_F16, 128, false, 2, 2, L4, 2, false));
+	RUN("attn", test_attention(KK_BF16, 128, true, 6, 3, L3, 3, false));
+	/* 38-42: paged decode (16-bit: split over the context, then combined) */
+	RUN("attn decode", test_decode(KK_BF16, 128, 8, 2, D1, true));
+	RUN("attn decode", test_decode(KK_F16, 64, 8, 1, D2, false));
+	RUN("attn decode", test_decode(KK_BF16, 64, 16, 1, D3, false));
+	RUN("attn decode", test_decode(KK_F32, 128, 4, 2, D2, false));
+	RUN("sample", test_sample(KK_F32)); /* 43-47 */
+	RUN("comm", test_comm());	    /* 48 */
+#undef RUN
 	if (setup_failed)
 		tap(0, "every test buffer could be allocated");
 	printf("1..%d\n", n_test);

@@ -1,7 +1,7 @@
 /* tests/kernels/gpu/emu/emu.cpp — the runtime half of the CPU emulation of
  * kernels/cuda/ (headers in include/): block execution with one OS thread
- * per CUDA thread, barriers, memory, a naive cuBLASLt and single-rank NCCL.
- * See run-emu.sh. */
+ * per CUDA thread, barriers, warp exchange buffers (shuffles, mma.sync,
+ * ldmatrix), memory, a naive cuBLASLt and single-rank NCCL.  See run-emu.sh. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -24,6 +24,9 @@ dim3 kc_emu_bdim, kc_emu_gdim;
 static pthread_barrier_t blk_bar;
 static pthread_barrier_t warp_bar[32];
 static uint64_t warp_slots[32][32];
+/* Operand exchange for the warp-level matrix instructions (kc_emu_mma.h):
+ * 32 lanes x 8 registers per warp. */
+static uint32_t warp_buf[32][32 * 8];
 static std::vector<unsigned char> dyn_smem;
 static std::mutex atomic_mu;
 static cudaError_t last_error = cudaSuccess;
@@ -39,6 +42,10 @@ void kc_emu_warp_sync(void)
 uint64_t *kc_emu_warp_slots(void)
 {
 	return warp_slots[kc_emu_tid.x / 32];
+}
+uint32_t *kc_emu_warp_buf(void)
+{
+	return warp_buf[kc_emu_tid.x / 32];
 }
 void *kc_emu_dyn_smem(void)
 {

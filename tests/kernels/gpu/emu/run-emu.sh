@@ -10,6 +10,9 @@
 # (tests/kernels/kernels-suite.h: float64 references) on the same emulated
 # backend through suite-emu.c instead, minus its sampling test (too many
 # launches to emulate).  Each mode takes several minutes.
+# First it checks the emulated tensor-core instructions (mma-check.cpp).
+# KILN_TEST_FILTER=WORD runs only the parity tests whose name holds WORD
+# (e.g. attn).
 # Grid-stride kernels get at most 4 blocks here (KC_GRID_CAP), which keeps
 # thread creation affordable and exercises their striding.
 # Prints TAP.  Needs g++ and python3; builds under $KILN_BUILD/emu.
@@ -53,6 +56,12 @@ for f in kernels/kk.c kernels/kk_dtype.c kernels/cpu/*.c common/*.c tests/kernel
 	objs+=("$o")
 done
 g++ -pthread -o "$out/test-kk-cuda-emu" "${objs[@]}" -lopenblas -lm || fail "link"
+# The emulated mma.sync/ldmatrix must match the PTX ISA's fragment layouts
+# (mma-check.cpp) before the tensor-core kernels are judged on them.
+g++ $CXXFLAGS -c "$here/mma-check.cpp" -o "$out/mma-check.o" || fail "compile mma-check.cpp"
+g++ -pthread -o "$out/mma-check" "$out/mma-check.o" "$out/emu.o" "$out/c_kernels_kk_dtype.c.o" -lm ||
+	fail "link mma-check"
+"$out/mma-check" >"$out/mma-check.log" 2>&1 || fail "mma/ldmatrix emulation disagrees with the PTX ISA layouts ($(grep -c FAILED "$out/mma-check.log") checks, see $out/mma-check.log)"
 export KILN_TEST_SMALL=1
 if [ "${1:-}" != --suite ]; then
 	exec "$out/test-kk-cuda-emu"
