@@ -296,6 +296,14 @@ static inline unsigned kc_grid_sm(size_t units, int threads)
 	return b ? (unsigned) b : 1u;
 }
 
+/* A kernel launch written in a header: tests/kernels/gpu/emu rewrites the
+ * <<<>>> syntax of .cu files only, so headers launch through this. */
+#ifdef KC_EMU
+#define KC_LAUNCH(k, g, b, smem, s, ...) kc_emu_launch(kc_cfg(g, b, smem, s), k, __VA_ARGS__)
+#else
+#define KC_LAUNCH(k, g, b, smem, s, ...) k<<<g, b, smem, s>>>(__VA_ARGS__)
+#endif
+
 /* ---- elementwise driver ----------------------------------------------------
  * F is a functor with `template <int W> __device__ void run(size_t i) const`
  * that handles elements i .. i+W-1 of every array it holds (W > 1: each
@@ -332,9 +340,10 @@ static int kc_ew_launch(cudaStream_t s, const F &f, size_t n, const void *const 
 	int head = kc_vec_head(w, ptrs, sizes, np);
 	if (head >= 0 && n >= (size_t) head + (size_t) w) {
 		unsigned g = kc_grid_sm((n - head) / w, KC_EW_THREADS);
-		kc_ew_kernel<F::VW, F><<<g, KC_EW_THREADS, 0, s>>>(f, n, (size_t) head);
+		KC_LAUNCH((kc_ew_kernel<F::VW, F>), g, KC_EW_THREADS, 0, s, f, n, (size_t) head);
 	} else {
-		kc_ew_kernel<1, F><<<kc_grid_sm(n, KC_EW_THREADS), KC_EW_THREADS, 0, s>>>(f, n, n);
+		KC_LAUNCH((kc_ew_kernel<1, F>), kc_grid_sm(n, KC_EW_THREADS), KC_EW_THREADS, 0, s, f,
+			  n, n);
 	}
 	return kc_check_launch();
 }
