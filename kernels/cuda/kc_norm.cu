@@ -42,14 +42,14 @@
  * use up to 255 registers without spilling; longer such rows take the
  * multi-pass kernels. */
 #define KC_NORM_THREADS_SCALAR 256
-#define KC_NORM_REG_MAX (KC_NORM_THREADS * KC_NORM_EPT)
+#define KC_NORM_REG_MAX	       (KC_NORM_THREADS * KC_NORM_EPT)
 
 /* ---- kernels: rows too long for registers (dim > KC_NORM_REG_MAX) ------- */
 
 template <typename T>
 __global__ void kc_norm_fwd_big(int layer, T *y, T *res_out, float *mean_out, float *rstd_out,
-				   const T *x, const T *res, const T *w, const T *b, int64_t dim,
-				   float eps)
+				const T *x, const T *res, const T *w, const T *b, int64_t dim,
+				float eps)
 {
 	__shared__ float sh[33];
 	size_t base = (size_t) blockIdx.x * dim;
@@ -98,8 +98,7 @@ __global__ void kc_norm_fwd_big(int layer, T *y, T *res_out, float *mean_out, fl
 /* dweight[j] += sum_r dy[r,j] * xhat[r,j]; dbias[j] += sum_r dy[r,j]. */
 template <typename T>
 __global__ void kc_norm_dparam_big(int layer, float *dw, float *db, const T *dy, const T *h,
-				      const float *mean, const float *rstd, int64_t rows,
-				      int64_t dim)
+				   const float *mean, const float *rstd, int64_t rows, int64_t dim)
 {
 	int64_t j = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
 	if (j >= dim)
@@ -121,8 +120,8 @@ __global__ void kc_norm_dparam_big(int layer, float *dw, float *db, const T *dy,
 }
 
 template <typename T>
-__global__ void kc_norm_dx_big(int layer, T *dx, const T *dy, const T *dres, const T *h,
-				  const T *w, const float *mean, const float *rstd, int64_t dim)
+__global__ void kc_norm_dx_big(int layer, T *dx, const T *dy, const T *dres, const T *h, const T *w,
+			       const float *mean, const float *rstd, int64_t dim)
 {
 	__shared__ float sh[33];
 	size_t base = (size_t) blockIdx.x * dim;
@@ -259,8 +258,7 @@ __global__ void __launch_bounds__(VEC ? KC_NORM_THREADS : KC_NORM_THREADS_SCALAR
 template <typename T, int NS, bool VEC, bool LAYER>
 __global__ void __launch_bounds__(VEC ? KC_NORM_THREADS : KC_NORM_THREADS_SCALAR)
 	kc_norm_bwd_reg(T *dx, float *pw, float *pb, const T *dy, const T *dres, const T *h,
-			const T *w, const float *mean, const float *rstd, int64_t rows,
-			int64_t dim)
+			const T *w, const float *mean, const float *rstd, int64_t rows, int64_t dim)
 {
 	const int W = KC_VN(T);
 	const int n = (int) dim; /* <= KC_NORM_REG_MAX */
@@ -304,7 +302,8 @@ __global__ void __launch_bounds__(VEC ? KC_NORM_THREADS : KC_NORM_THREADS_SCALAR
 				kc_seg_ld<VEC, W>(dres + base, n, k, d, 0.0f);
 #pragma unroll
 			for (int j = 0; j < W; j++)
-				g[k][j] = rs * (g[k][j] - m_g - xh[k][j] * m_gx) + (dres ? d[j] : 0.0f);
+				g[k][j] = rs * (g[k][j] - m_g - xh[k][j] * m_gx) +
+					  (dres ? d[j] : 0.0f);
 			kc_seg_st<VEC, W>(dx + base, n, k, g[k]);
 		}
 	}
@@ -383,9 +382,9 @@ static int kc_norm_fwd_go(cudaStream_t s, int threads, void *y, void *res_out, f
 			  int64_t rows, int64_t dim, float eps)
 {
 	auto k = kc_norm_fwd_reg<T, NS, VEC, LAYER>;
-	k<<<kc_wave(k, threads, rows), threads, 0, s>>>((T *) y, (T *) res_out, mean, rstd,
-							 (const T *) x, (const T *) res,
-							 (const T *) w, (const T *) b, rows, dim, eps);
+	k<<<kc_wave(k, threads, rows), threads, 0, s>>>(
+		(T *) y, (T *) res_out, mean, rstd, (const T *) x, (const T *) res, (const T *) w,
+		(const T *) b, rows, dim, eps);
 	return kc_check_launch();
 }
 
@@ -396,11 +395,11 @@ static int kc_norm_fwd_ns(cudaStream_t s, int ns, int threads, void *y, void *re
 {
 	switch (ns) {
 	case 1:
-		return kc_norm_fwd_go<T, 1, VEC, LAYER>(s, threads, y, res_out, mean, rstd, x, res, w,
-							 b, rows, dim, eps);
+		return kc_norm_fwd_go<T, 1, VEC, LAYER>(s, threads, y, res_out, mean, rstd, x, res,
+							w, b, rows, dim, eps);
 	case 2:
-		return kc_norm_fwd_go<T, 2, VEC, LAYER>(s, threads, y, res_out, mean, rstd, x, res, w,
-							 b, rows, dim, eps);
+		return kc_norm_fwd_go<T, 2, VEC, LAYER>(s, threads, y, res_out, mean, rstd, x, res,
+							w, b, rows, dim, eps);
 	default:
 		return kc_norm_fwd_go<T, KC_NORM_EPT / KC_VN(T), VEC, LAYER>(
 			s, threads, y, res_out, mean, rstd, x, res, w, b, rows, dim, eps);
@@ -433,16 +432,16 @@ static int kc_norm_fwd(cudaStream_t s, int layer, void *y, void *res_out, float 
 	int threads = 0, ns = kc_norm_shape<T>(dim, vec, &threads);
 	if (ns) {
 		if (vec)
-			return layer ? kc_norm_fwd_ns<T, true, true>(s, ns, threads, y, res_out, mean,
-								     rstd, x, res, w, b, rows, dim,
-								     eps)
+			return layer ? kc_norm_fwd_ns<T, true, true>(s, ns, threads, y, res_out,
+								     mean, rstd, x, res, w, b, rows,
+								     dim, eps)
 				     : kc_norm_fwd_ns<T, true, false>(s, ns, threads, y, res_out,
-								      mean, rstd, x, res, w, b, rows,
-								      dim, eps);
-		return layer ? kc_norm_fwd_ns<T, false, true>(s, ns, threads, y, res_out, mean, rstd,
-							      x, res, w, b, rows, dim, eps)
-			     : kc_norm_fwd_ns<T, false, false>(s, ns, threads, y, res_out, mean, rstd,
-							       x, res, w, b, rows, dim, eps);
+								      mean, rstd, x, res, w, b,
+								      rows, dim, eps);
+		return layer ? kc_norm_fwd_ns<T, false, true>(s, ns, threads, y, res_out, mean,
+							      rstd, x, res, w, b, rows, dim, eps)
+			     : kc_norm_fwd_ns<T, false, false>(s, ns, threads, y, res_out, mean,
+							       rstd, x, res, w, b, rows, dim, eps);
 	}
 	kc_norm_fwd_big<T>
 		<<<(unsigned) rows, kc_row_threads((int) (dim > 4096 ? 4096 : dim)), 0, s>>>(
@@ -490,11 +489,11 @@ static int kc_norm_bwd_ns(cudaStream_t s, int ns, int threads, void *dx, float *
 {
 	switch (ns) {
 	case 1:
-		return kc_norm_bwd_go<T, 1, VEC, LAYER>(s, threads, dx, dw, db, dy, dres, h, w, mean,
-							 rstd, rows, dim);
+		return kc_norm_bwd_go<T, 1, VEC, LAYER>(s, threads, dx, dw, db, dy, dres, h, w,
+							mean, rstd, rows, dim);
 	case 2:
-		return kc_norm_bwd_go<T, 2, VEC, LAYER>(s, threads, dx, dw, db, dy, dres, h, w, mean,
-							 rstd, rows, dim);
+		return kc_norm_bwd_go<T, 2, VEC, LAYER>(s, threads, dx, dw, db, dy, dres, h, w,
+							mean, rstd, rows, dim);
 	default:
 		return kc_norm_bwd_go<T, KC_NORM_EPT / KC_VN(T), VEC, LAYER>(
 			s, threads, dx, dw, db, dy, dres, h, w, mean, rstd, rows, dim);
@@ -520,15 +519,15 @@ static int kc_norm_bwd(cudaStream_t s, int layer, void *dx, float *dw, float *db
 				     : kc_norm_bwd_ns<T, true, false>(s, ns, threads, dx, dw, NULL,
 								      dy, dres, h, w, mean, rstd,
 								      rows, dim);
-		return layer ? kc_norm_bwd_ns<T, false, true>(s, ns, threads, dx, dw, db, dy, dres, h,
-							      w, mean, rstd, rows, dim)
-			     : kc_norm_bwd_ns<T, false, false>(s, ns, threads, dx, dw, NULL, dy, dres,
-							       h, w, mean, rstd, rows, dim);
+		return layer ? kc_norm_bwd_ns<T, false, true>(s, ns, threads, dx, dw, db, dy, dres,
+							      h, w, mean, rstd, rows, dim)
+			     : kc_norm_bwd_ns<T, false, false>(s, ns, threads, dx, dw, NULL, dy,
+							       dres, h, w, mean, rstd, rows, dim);
 	}
 	int64_t slices = rows < KC_NORM_ROW_SLICES ? rows : KC_NORM_ROW_SLICES;
 	dim3 g((unsigned) ((dim + 255) / 256), (unsigned) slices);
 	kc_norm_dparam_big<T><<<g, 256, 0, s>>>(layer, dw, db, (const T *) dy, (const T *) h, mean,
-						 rstd, rows, dim);
+						rstd, rows, dim);
 	int r = kc_check_launch();
 	if (r < 0)
 		return r;

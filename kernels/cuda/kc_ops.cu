@@ -209,8 +209,8 @@ template <typename T, int P, bool HALF, bool VEC>
 static void kc_rope_launch(cudaStream_t s, T *x, const int32_t *pos, int64_t tokens, int n_heads,
 			   int head_dim, int rot, double log2_theta, float sign)
 {
-	size_t items = (size_t) tokens * ((n_heads + KC_ROPE_HEADS - 1) / KC_ROPE_HEADS) *
-		       (rot / 2 / P);
+	size_t items =
+		(size_t) tokens * ((n_heads + KC_ROPE_HEADS - 1) / KC_ROPE_HEADS) * (rot / 2 / P);
 	kc_rope_kernel<T, P, HALF, VEC><<<kc_grid_sm(items, KC_EW_THREADS), KC_EW_THREADS, 0, s>>>(
 		x, pos, tokens, n_heads, head_dim, rot, log2_theta, sign);
 }
@@ -231,8 +231,8 @@ static int kc_rope_t(cudaStream_t s, void *xv, const int32_t *pos, int64_t token
 	bool vec = kc_aligned16(x) && (head_dim * sizeof(T)) % 16 == 0;
 	if (half) {
 		if (vec && (rot / 2) % W == 0)
-			kc_rope_launch<T, KC_VN(T), true, true>(s, x, pos, tokens, n_heads, head_dim,
-								rot, l2, sign);
+			kc_rope_launch<T, KC_VN(T), true, true>(s, x, pos, tokens, n_heads,
+								head_dim, rot, l2, sign);
 		else
 			kc_rope_launch<T, 1, true, false>(s, x, pos, tokens, n_heads, head_dim, rot,
 							  l2, sign);
@@ -241,8 +241,8 @@ static int kc_rope_t(cudaStream_t s, void *xv, const int32_t *pos, int64_t token
 			kc_rope_launch<T, KC_VN(T) / 2, false, true>(s, x, pos, tokens, n_heads,
 								     head_dim, rot, l2, sign);
 		else
-			kc_rope_launch<T, 1, false, false>(s, x, pos, tokens, n_heads, head_dim, rot,
-							   l2, sign);
+			kc_rope_launch<T, 1, false, false>(s, x, pos, tokens, n_heads, head_dim,
+							   rot, l2, sign);
 	}
 	return kc_check_launch();
 }
@@ -313,7 +313,8 @@ static int kc_act_t(cudaStream_t s, int gelu, int bwd, void *out, const void *x,
 	if (n == 0)
 		return 0;
 	if (gelu)
-		return bwd ? kc_act_g<T, 1, 1>(s, out, x, dy, n) : kc_act_g<T, 1, 0>(s, out, x, dy, n);
+		return bwd ? kc_act_g<T, 1, 1>(s, out, x, dy, n)
+			   : kc_act_g<T, 1, 0>(s, out, x, dy, n);
 	return bwd ? kc_act_g<T, 0, 1>(s, out, x, dy, n) : kc_act_g<T, 0, 0>(s, out, x, dy, n);
 }
 
@@ -373,10 +374,9 @@ static int kc_swiglu_t(cudaStream_t s, void *y_or_dg, void *du, const void *g, c
 				    kc_swiglu_op<T, 1>{ (T *) y_or_dg, (T *) du, (const T *) g,
 							(const T *) u, (const T *) dy },
 				    n, p, sz, 5);
-	return kc_ew_launch(s,
-			    kc_swiglu_op<T, 0>{ (T *) y_or_dg, NULL, (const T *) g, (const T *) u,
-						NULL },
-			    n, p, sz, 5);
+	return kc_ew_launch(
+		s, kc_swiglu_op<T, 0>{ (T *) y_or_dg, NULL, (const T *) g, (const T *) u, NULL }, n,
+		p, sz, 5);
 }
 
 extern "C" int kc_op_swiglu_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *gate,
@@ -397,7 +397,7 @@ extern "C" int kc_op_swiglu_bwd(kk_backend *be, kk_stream *st, kk_buffer *dgate,
 /* ---- softmax and cross-entropy (one block per row) ---------------------- */
 
 /* Segments of a row each thread loads before using any (loads in flight). */
-#define KC_SOFT_UNROLL 4
+#define KC_SOFT_UNROLL	4
 #define KC_SOFT_THREADS 256
 
 /* Merges the online softmax state (m, s) = (max, sum of exp(x - max)) of
@@ -446,8 +446,8 @@ static __device__ __forceinline__ void kc_block_ms(float &m, float &s, float *sh
  * mode 2: dlogits = (softmax - onehot) * scale (backward). */
 template <typename T, bool VEC>
 __global__ void __launch_bounds__(KC_SOFT_THREADS)
-	kc_rowsoft_kernel(int mode, T *y, float *loss, const T *x, const int32_t *tgt,
-			  int64_t rows, int64_t cols, float scale)
+	kc_rowsoft_kernel(int mode, T *y, float *loss, const T *x, const int32_t *tgt, int64_t rows,
+			  int64_t cols, float scale)
 {
 	const int W = VEC ? KC_VN(T) : 1;
 	__shared__ float sh[66];
@@ -511,7 +511,8 @@ __global__ void __launch_bounds__(KC_SOFT_THREADS)
 			for (int j = 0; j < W; j++) {
 				float p = expf(v[j] - m) * inv;
 				if (mode == 2)
-					p = (p - (kc_seg_off<VEC, W>(sg, j) == t ? 1.0f : 0.0f)) * scale;
+					p = (p - (kc_seg_off<VEC, W>(sg, j) == t ? 1.0f : 0.0f)) *
+					    scale;
 				v[j] = p;
 			}
 			kc_seg_st<VEC, W>(yr, n, sg, v);
@@ -535,13 +536,11 @@ static int kc_rowsoft_t(cudaStream_t s, int mode, void *y, float *loss, const vo
 	int threads = per >= KC_SOFT_THREADS ? KC_SOFT_THREADS : (int) ((per + 31) / 32 * 32);
 	unsigned grid = kc_grid_sm((size_t) rows * threads, threads);
 	if (vec)
-		kc_rowsoft_kernel<T, true><<<grid, threads, 0, s>>>(mode, (T *) y, loss,
-								   (const T *) x, tgt, rows, cols,
-								   scale);
+		kc_rowsoft_kernel<T, true><<<grid, threads, 0, s>>>(
+			mode, (T *) y, loss, (const T *) x, tgt, rows, cols, scale);
 	else
-		kc_rowsoft_kernel<T, false><<<grid, threads, 0, s>>>(mode, (T *) y, loss,
-								    (const T *) x, tgt, rows, cols,
-								    scale);
+		kc_rowsoft_kernel<T, false><<<grid, threads, 0, s>>>(
+			mode, (T *) y, loss, (const T *) x, tgt, rows, cols, scale);
 	return kc_check_launch();
 }
 
@@ -637,23 +636,23 @@ static int kc_embed_t(cudaStream_t s, int bwd, void *out, const void *in, const 
 		bool vec = dim % W == 0 && kc_aligned16(out) && kc_aligned16(in) &&
 			   (dim * sizeof(T)) % 16 == 0;
 		if (vec)
-			kc_embed_bwd_kernel<T, W><<<kc_grid_sm(n / W, KC_EW_THREADS), KC_EW_THREADS, 0,
-						    s>>>((float *) out, (const T *) in, ids, tokens,
-							 vocab, dim);
+			kc_embed_bwd_kernel<T, W>
+				<<<kc_grid_sm(n / W, KC_EW_THREADS), KC_EW_THREADS, 0, s>>>(
+					(float *) out, (const T *) in, ids, tokens, vocab, dim);
 		else
-			kc_embed_bwd_kernel<T, 1><<<kc_grid_sm(n, KC_EW_THREADS), KC_EW_THREADS, 0,
-						    s>>>((float *) out, (const T *) in, ids, tokens,
-							 vocab, dim);
+			kc_embed_bwd_kernel<T, 1>
+				<<<kc_grid_sm(n, KC_EW_THREADS), KC_EW_THREADS, 0, s>>>(
+					(float *) out, (const T *) in, ids, tokens, vocab, dim);
 	} else {
 		bool vec = dim % W == 0 && kc_aligned16(out) && kc_aligned16(in);
 		if (vec)
-			kc_embed_fwd_kernel<T, W><<<kc_grid_sm(n / W, KC_EW_THREADS), KC_EW_THREADS, 0,
-						    s>>>((T *) out, (const T *) in, ids, tokens, vocab,
-							 dim);
+			kc_embed_fwd_kernel<T, W>
+				<<<kc_grid_sm(n / W, KC_EW_THREADS), KC_EW_THREADS, 0, s>>>(
+					(T *) out, (const T *) in, ids, tokens, vocab, dim);
 		else
-			kc_embed_fwd_kernel<T, 1><<<kc_grid_sm(n, KC_EW_THREADS), KC_EW_THREADS, 0,
-						    s>>>((T *) out, (const T *) in, ids, tokens, vocab,
-							 dim);
+			kc_embed_fwd_kernel<T, 1>
+				<<<kc_grid_sm(n, KC_EW_THREADS), KC_EW_THREADS, 0, s>>>(
+					(T *) out, (const T *) in, ids, tokens, vocab, dim);
 	}
 	return kc_check_launch();
 }

@@ -62,14 +62,14 @@ static int kc_adamw_go(cudaStream_t s, float *master, void *params, const void *
 	int sz[5] = { 4, (int) sizeof(TP), (int) sizeof(TG), 4, 4 };
 	if (params)
 		return kc_ew_launch(s,
-				    kc_adamw_op<TG, TP, true>{ master, (TP *) params, (const TG *) g, m,
-							       v, gs, p->lr, p->beta1, p->beta2,
-							       p->eps, p->weight_decay, bc1, bc2 },
+				    kc_adamw_op<TG, TP, true>{
+					    master, (TP *) params, (const TG *) g, m, v, gs, p->lr,
+					    p->beta1, p->beta2, p->eps, p->weight_decay, bc1, bc2 },
 				    n, ptr, sz, 5);
 	return kc_ew_launch(s,
 			    kc_adamw_op<TG, float, false>{ master, NULL, (const TG *) g, m, v, gs,
-							p->lr, p->beta1, p->beta2, p->eps,
-							p->weight_decay, bc1, bc2 },
+							   p->lr, p->beta1, p->beta2, p->eps,
+							   p->weight_decay, bc1, bc2 },
 			    n, ptr, sz, 5);
 }
 
@@ -83,7 +83,7 @@ static int kc_adamw_g(cudaStream_t s, float *master, void *params, kc_dtype pdt,
 		return kc_adamw_go<TG, float>(s, master, params, g, m, v, n, gs, p, bc1, bc2);
 	case KC_BF16:
 		return kc_adamw_go<TG, __nv_bfloat16>(s, master, params, g, m, v, n, gs, p, bc1,
-						       bc2);
+						      bc2);
 	case KC_F16:
 		return kc_adamw_go<TG, __half>(s, master, params, g, m, v, n, gs, p, bc1, bc2);
 	default:
@@ -192,8 +192,8 @@ template <typename T> static int kc_sumsq_t(cudaStream_t s, double *part, const 
 		unsigned g = kc_grid_sm((n - head) / W, KC_GN_THREADS);
 		if (g > KC_GN_BLOCKS)
 			g = KC_GN_BLOCKS;
-		kc_sumsq_kernel<T, W><<<g, KC_GN_THREADS, 0, s>>>(part, (const T *) x, n,
-								 (size_t) head);
+		kc_sumsq_kernel<T, W>
+			<<<g, KC_GN_THREADS, 0, s>>>(part, (const T *) x, n, (size_t) head);
 	}
 	return kc_check_launch();
 }

@@ -184,8 +184,9 @@ static __device__ __forceinline__ void kc_q4x32(uint4 u, float *f)
 		uint32_t lo = w[i] & 0x0F0F0F0Fu, hi = (w[i] >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
 		for (int j = 0; j < 4; j++) {
-			f[8 * i + 2 * j] = __uint_as_float(__byte_perm(lo, 0x4B000000u, 0x7440u + j)) -
-					   8388616.0f; /* 2^23 + 8 */
+			f[8 * i + 2 * j] =
+				__uint_as_float(__byte_perm(lo, 0x4B000000u, 0x7440u + j)) -
+				8388616.0f; /* 2^23 + 8 */
 			f[8 * i + 2 * j + 1] =
 				__uint_as_float(__byte_perm(hi, 0x4B000000u, 0x7440u + j)) -
 				8388616.0f;
@@ -229,14 +230,15 @@ template <typename T> static int kc_dequant_t(cudaStream_t s, void *w, const kk_
 	if (qm->k % cw == 0 && kc_aligned16(qm->data->ptr) && kc_aligned16(w)) {
 		size_t chunks = (size_t) qm->n * qm->k / cw;
 		if (q4)
-			kc_dequant_vec<T, true><<<kc_grid_sm(chunks, KC_EW_THREADS), KC_EW_THREADS, 0,
-						  s>>>((T *) w, (const uint8_t *) qm->data->ptr,
-						       qm->scales->ptr, half, qm->group, qm->n, qm->k);
+			kc_dequant_vec<T, true>
+				<<<kc_grid_sm(chunks, KC_EW_THREADS), KC_EW_THREADS, 0, s>>>(
+					(T *) w, (const uint8_t *) qm->data->ptr, qm->scales->ptr,
+					half, qm->group, qm->n, qm->k);
 		else
-			kc_dequant_vec<T, false><<<kc_grid_sm(chunks, KC_EW_THREADS), KC_EW_THREADS, 0,
-						   s>>>((T *) w, (const uint8_t *) qm->data->ptr,
-							qm->scales->ptr, half, qm->group, qm->n,
-							qm->k);
+			kc_dequant_vec<T, false>
+				<<<kc_grid_sm(chunks, KC_EW_THREADS), KC_EW_THREADS, 0, s>>>(
+					(T *) w, (const uint8_t *) qm->data->ptr, qm->scales->ptr,
+					half, qm->group, qm->n, qm->k);
 		return kc_check_launch();
 	}
 	size_t units = (size_t) qm->n * qm->k / (q4 ? 2 : 1);
@@ -288,8 +290,8 @@ __global__ void kc_qgemv_kernel(T *y, const T *x, const void *data, const void *
  * CW floats + KC_QGEMV_PAD); else read from global (16-byte aligned). */
 template <typename T, typename TB, int M, bool Q4, bool XS>
 __global__ void __launch_bounds__(32 * KC_QGEMV_WARPS)
-	kc_qgemv_vec(T *y, const T *x, const uint8_t *data, const void *scales, int half,
-		     int group, const TB *bias, int64_t n, int64_t k, int m)
+	kc_qgemv_vec(T *y, const T *x, const uint8_t *data, const void *scales, int half, int group,
+		     const TB *bias, int64_t n, int64_t k, int m)
 {
 	const int CW = Q4 ? 32 : 16, CS = CW + KC_QGEMV_PAD, R = KC_QGEMV_ROWS;
 	extern __shared__ float kc_xs[];
@@ -316,15 +318,16 @@ __global__ void __launch_bounds__(32 * KC_QGEMV_WARPS)
 		uint4 wq[R];
 #pragma unroll
 		for (int r = 0; r < R; r++)
-			wq[r] = row0 + r < n ? kc_ld128<true>(data + (size_t) (row0 + r) * rb + c * 16)
-					     : make_uint4(0, 0, 0, 0);
+			wq[r] = row0 + r < n
+					? kc_ld128<true>(data + (size_t) (row0 + r) * rb + c * 16)
+					: make_uint4(0, 0, 0, 0);
 		float sc[R];
 #pragma unroll
 		for (int r = 0; r < R; r++)
-			sc[r] = Q4 && row0 + r < n
-					? kc_ld_scale(scales, half,
-						      (size_t) (row0 + r) * (k / group) + c * CW / group)
-					: 1.0f;
+			sc[r] = Q4 && row0 + r < n ? kc_ld_scale(scales, half,
+								 (size_t) (row0 + r) * (k / group) +
+									 c * CW / group)
+						   : 1.0f;
 #pragma unroll
 		for (int i = 0; i < M; i++) {
 			if (i >= m)
@@ -360,7 +363,8 @@ __global__ void __launch_bounds__(32 * KC_QGEMV_WARPS)
 		for (int i = 0; i < M; i++) {
 			float v = kc_warp_sum(acc[r][i]);
 			if (lane == 0 && i < m && row < n)
-				kc_st(y, (size_t) i * n + row, v * rs + (bias ? kc_ld(bias, row) : 0.0f));
+				kc_st(y, (size_t) i * n + row,
+				      v * rs + (bias ? kc_ld(bias, row) : 0.0f));
 		}
 	}
 }
@@ -410,12 +414,12 @@ static int kc_qgemv_vec_m(cudaStream_t s, void *y, const void *x, const kk_qmatr
 				return r;
 		}
 		kern<<<grid, 32 * KC_QGEMV_WARPS, smem, s>>>(
-			(T *) y, (const T *) x, (const uint8_t *) qm->data->ptr, qm->scales->ptr, half,
-			qm->group, (const TB *) bias, qm->n, qm->k, (int) m);
+			(T *) y, (const T *) x, (const uint8_t *) qm->data->ptr, qm->scales->ptr,
+			half, qm->group, (const TB *) bias, qm->n, qm->k, (int) m);
 	} else {
 		kc_qgemv_vec<T, TB, M, Q4, false><<<grid, 32 * KC_QGEMV_WARPS, 0, s>>>(
-			(T *) y, (const T *) x, (const uint8_t *) qm->data->ptr, qm->scales->ptr, half,
-			qm->group, (const TB *) bias, qm->n, qm->k, (int) m);
+			(T *) y, (const T *) x, (const uint8_t *) qm->data->ptr, qm->scales->ptr,
+			half, qm->group, (const TB *) bias, qm->n, qm->k, (int) m);
 	}
 	return kc_check_launch();
 }

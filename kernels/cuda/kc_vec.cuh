@@ -186,11 +186,11 @@ static __device__ __forceinline__ float kc_round(float v, __half)
  * multiple of W and every row pointer 16-byte aligned, checked on the host).
  * !VEC: thread t owns elements t + j*blockDim, j < W.  Elements past `len`
  * read as `fill` and are not stored. */
-template <bool VEC, int W>
-static __device__ __forceinline__ int kc_seg_off(int seg, int j)
+template <bool VEC, int W> static __device__ __forceinline__ int kc_seg_off(int seg, int j)
 {
 	int base = seg * (int) blockDim.x * W;
-	return VEC ? base + (int) threadIdx.x * W + j : base + j * (int) blockDim.x + (int) threadIdx.x;
+	return VEC ? base + (int) threadIdx.x * W + j
+		   : base + j * (int) blockDim.x + (int) threadIdx.x;
 }
 template <bool VEC, int W, bool NC = false, typename T>
 static __device__ __forceinline__ void kc_seg_ld(const T *row, int len, int seg, float (&f)[W],
@@ -342,8 +342,8 @@ static int kc_ew_launch(cudaStream_t s, const F &f, size_t n, const void *const 
 		unsigned g = kc_grid_sm((n - head) / w, KC_EW_THREADS);
 		KC_LAUNCH((kc_ew_kernel<F::VW, F>), g, KC_EW_THREADS, 0, s, f, n, (size_t) head);
 	} else {
-		KC_LAUNCH((kc_ew_kernel<1, F>), kc_grid_sm(n, KC_EW_THREADS), KC_EW_THREADS, 0, s, f,
-			  n, n);
+		KC_LAUNCH((kc_ew_kernel<1, F>), kc_grid_sm(n, KC_EW_THREADS), KC_EW_THREADS, 0, s,
+			  f, n, n);
 	}
 	return kc_check_launch();
 }

@@ -103,7 +103,8 @@ static void poison(vt *t)
 {
 	for (int s = 0; s < 2; s++)
 		if (t->b[s])
-			kk_buffer_memset(be_side[s], NULL, t->b[s], 0xff, 0, kk_buffer_bytes(t->b[s]));
+			kk_buffer_memset(be_side[s], NULL, t->b[s], 0xff, 0,
+					 kk_buffer_bytes(t->b[s]));
 }
 static void fill0(vt *t)
 {
@@ -208,13 +209,13 @@ static void test_elementwise(kk_dtype dt)
 			for (int a = 0; a < 2; a++) {
 				poison(&y);
 				BOTH(r, kk_act_fwd(be, NULL, (kk_act) a, S(y), S(x), n));
-				snprintf(what, sizeof(what), "act %d fwd n=%zu off=%zu/%zu", a, n, oa,
-					 ob);
+				snprintf(what, sizeof(what), "act %d fwd n=%zu off=%zu/%zu", a, n,
+					 oa, ob);
 				ok = ok && r >= 0 && par(&y, tol_of(dt, 1), what);
 				poison(&y);
 				BOTH(r, kk_act_bwd(be, NULL, (kk_act) a, S(y), S(dy), S(x), n));
-				snprintf(what, sizeof(what), "act %d bwd n=%zu off=%zu/%zu", a, n, oa,
-					 ob);
+				snprintf(what, sizeof(what), "act %d bwd n=%zu off=%zu/%zu", a, n,
+					 oa, ob);
 				ok = ok && r >= 0 && par(&y, tol_of(dt, 1), what);
 			}
 			poison(&y);
@@ -249,7 +250,8 @@ static void test_cast(void)
 					   d = mk(DTS[b], n, OFFS[oi][1], NULL);
 					int r = 0;
 					BOTH(r, kk_cast(be, NULL, S(d), S(s), n));
-					snprintf(what, sizeof(what), "cast %s->%s n=%zu off=%zu/%zu",
+					snprintf(what, sizeof(what),
+						 "cast %s->%s n=%zu off=%zu/%zu",
 						 kk_dtype_name(DTS[a]), kk_dtype_name(DTS[b]), n,
 						 OFFS[oi][0], OFFS[oi][1]);
 					ok = ok && r >= 0 && par(&d, (tol){ 0, 0 }, what);
@@ -271,13 +273,14 @@ static void test_softmax_xent(kk_dtype dt)
 			int64_t cols = colsv[ci];
 			size_t n = (size_t) (rows * cols);
 			int32_t tg[3] = { (int32_t) (cols - 1), -1, (int32_t) (cols / 2) };
-			vt x = mkr(dt, n, off, 8), y = mk(dt, n, off, NULL), t = mk(KK_I32, 3, 0, tg),
-			   loss = mk(KK_F32, 3, 0, NULL);
+			vt x = mkr(dt, n, off, 8), y = mk(dt, n, off, NULL),
+			   t = mk(KK_I32, 3, 0, tg), loss = mk(KK_F32, 3, 0, NULL);
 			int r = 0;
 			tol tp = tol_of(dt, 1);
 			tp.atol *= 0.01; /* probabilities are ~1/cols */
 			BOTH(r, kk_softmax(be, NULL, S(y), S(x), rows, cols));
-			snprintf(what, sizeof(what), "softmax cols=%lld off=%zu", (long long) cols, off);
+			snprintf(what, sizeof(what), "softmax cols=%lld off=%zu", (long long) cols,
+				 off);
 			ok = ok && r >= 0 && par(&y, tp, what);
 			BOTH(r, kk_cross_entropy_fwd(be, NULL, S(loss), S(x), S(t), rows, cols));
 			snprintf(what, sizeof(what), "xent fwd cols=%lld off=%zu", (long long) cols,
@@ -295,7 +298,8 @@ static void test_softmax_xent(kk_dtype dt)
 			ok = ok && r >= 0 && par(&x, tp, what);
 			drop(&x), drop(&y), drop(&t), drop(&loss);
 		}
-	tap(ok, "softmax (also in place), cross-entropy fwd/bwd %s: cols 1..33000, odd views vs cpu",
+	tap(ok,
+	    "softmax (also in place), cross-entropy fwd/bwd %s: cols 1..33000, odd views vs cpu",
 	    kk_dtype_name(dt));
 }
 
@@ -322,13 +326,14 @@ static void test_norms(kk_dtype dt, bool layer)
 			fill0(&dw), fill0(&db);
 			int r = 0;
 			if (layer)
-				BOTH(r, kk_layernorm_fwd(be, NULL, S(y), S(h), S(mean), S(rstd), S(x),
-							 S(res), S(w), S(b), rows, dim, 1e-5f));
+				BOTH(r,
+				     kk_layernorm_fwd(be, NULL, S(y), S(h), S(mean), S(rstd), S(x),
+						      S(res), S(w), S(b), rows, dim, 1e-5f));
 			else
 				BOTH(r, kk_rmsnorm_fwd(be, NULL, S(y), S(h), S(rstd), S(x), S(res),
 						       S(w), rows, dim, 1e-5f));
-			snprintf(what, sizeof(what), "%s fwd dim=%lld off=%zu", layer ? "ln" : "rms",
-				 (long long) dim, off);
+			snprintf(what, sizeof(what), "%s fwd dim=%lld off=%zu",
+				 layer ? "ln" : "rms", (long long) dim, off);
 			ok = ok && r >= 0 && par(&y, tol_of(dt, 2), what) &&
 			     par(&h, tol_of(dt, 1), what) && par(&rstd, tol_of(KK_F32, 1), what) &&
 			     (!layer || par(&mean, tol_of(KK_F32, 1), what));
@@ -336,24 +341,26 @@ static void test_norms(kk_dtype dt, bool layer)
 			for (int rep = 0; rep < 2; rep++) {
 				poison(&dx);
 				if (layer)
-					BOTH(r, kk_layernorm_bwd(be, NULL, S(dx), S(dw), S(db), S(dy),
-								 S(dres), S(h), S(w), S(mean),
-								 S(rstd), rows, dim));
+					BOTH(r, kk_layernorm_bwd(be, NULL, S(dx), S(dw), S(db),
+								 S(dy), S(dres), S(h), S(w),
+								 S(mean), S(rstd), rows, dim));
 				else
-					BOTH(r, kk_rmsnorm_bwd(be, NULL, S(dx), S(dw), S(dy), S(dres),
-							       S(h), S(w), S(rstd), rows, dim));
+					BOTH(r,
+					     kk_rmsnorm_bwd(be, NULL, S(dx), S(dw), S(dy), S(dres),
+							    S(h), S(w), S(rstd), rows, dim));
 			}
-			snprintf(what, sizeof(what), "%s bwd dim=%lld off=%zu", layer ? "ln" : "rms",
-				 (long long) dim, off);
+			snprintf(what, sizeof(what), "%s bwd dim=%lld off=%zu",
+				 layer ? "ln" : "rms", (long long) dim, off);
 			ok = ok && r >= 0 && par(&dx, tol_of(dt, 2), what) &&
-			     par(&dw, tol_of(dt, 10), what) && (!layer || par(&db, tol_of(dt, 10), what));
+			     par(&dw, tol_of(dt, 10), what) &&
+			     (!layer || par(&db, tol_of(dt, 10), what));
 			/* Forward without residual, y aliasing x. */
 			if (layer)
-				BOTH(r, kk_layernorm_fwd(be, NULL, S(x), NULL, NULL, NULL, S(x), NULL,
-							 S(w), NULL, rows, dim, 1e-5f));
+				BOTH(r, kk_layernorm_fwd(be, NULL, S(x), NULL, NULL, NULL, S(x),
+							 NULL, S(w), NULL, rows, dim, 1e-5f));
 			else
-				BOTH(r, kk_rmsnorm_fwd(be, NULL, S(x), NULL, NULL, S(x), NULL, S(w), rows,
-						       dim, 1e-5f));
+				BOTH(r, kk_rmsnorm_fwd(be, NULL, S(x), NULL, NULL, S(x), NULL, S(w),
+						       rows, dim, 1e-5f));
 			snprintf(what, sizeof(what), "%s fwd in place dim=%lld off=%zu",
 				 layer ? "ln" : "rms", (long long) dim, off);
 			ok = ok && r >= 0 && par(&x, tol_of(dt, 2), what);
@@ -380,10 +387,12 @@ static void test_rope_embed(kk_dtype dt)
 				size_t n = (size_t) tokens * heads * hd;
 				vt x = mkr(dt, n, off, 1), p = mk(KK_I32, 7, 0, pos);
 				int r = 0;
-				BOTH(r, kk_rope(be, NULL, S(x), S(p), tokens, heads, hd, rot, 10000.0f,
-						(kk_rope_mode) mode, mode == 1 && si == 1));
-				snprintf(what, sizeof(what), "rope mode=%d h=%d hd=%d rot=%d off=%zu",
-					 mode, heads, hd, rot, off);
+				BOTH(r,
+				     kk_rope(be, NULL, S(x), S(p), tokens, heads, hd, rot, 10000.0f,
+					     (kk_rope_mode) mode, mode == 1 && si == 1));
+				snprintf(what, sizeof(what),
+					 "rope mode=%d h=%d hd=%d rot=%d off=%zu", mode, heads, hd,
+					 rot, off);
 				ok = ok && r >= 0 && par(&x, tol_of(dt, 2), what);
 				drop(&x), drop(&p);
 			}
@@ -392,7 +401,8 @@ static void test_rope_embed(kk_dtype dt)
 	for (int di = 0; di < 3; di++)
 		for (size_t off = 0; off < 2; off++) {
 			const int64_t vocab = 20, tokens = 9, dim = dims[di];
-			vt tab = mkr(dt, (size_t) (vocab * dim), off, 1), id = mk(KK_I32, 9, 0, ids),
+			vt tab = mkr(dt, (size_t) (vocab * dim), off, 1),
+			   id = mk(KK_I32, 9, 0, ids),
 			   out = mk(dt, (size_t) (tokens * dim), off, NULL),
 			   dout = mkr(dt, (size_t) (tokens * dim), off, 1),
 			   dtab = mk(KK_F32, (size_t) (vocab * dim), off, NULL);
@@ -401,8 +411,8 @@ static void test_rope_embed(kk_dtype dt)
 			/* The cpu backend rejects the out-of-range id (-ERANGE);
 			 * check the in-range tokens only: the first 4. */
 			for (int side = 0; side < 2; side++) {
-				int rr = kk_embedding_fwd(be_side[side], NULL, out.b[side], tab.b[side],
-							  id.b[side], 4, vocab, dim);
+				int rr = kk_embedding_fwd(be_side[side], NULL, out.b[side],
+							  tab.b[side], id.b[side], 4, vocab, dim);
 				rr = rr < 0 ? rr
 					    : kk_embedding_bwd(be_side[side], NULL, dtab.b[side],
 							       dout.b[side], id.b[side], 4, vocab,
@@ -417,7 +427,9 @@ static void test_rope_embed(kk_dtype dt)
 			     par(&dtab, tol_of(KK_F32, 1), what);
 			drop(&tab), drop(&id), drop(&out), drop(&dout), drop(&dtab);
 		}
-	tap(ok, "rope both modes (partial rotary, large positions), embedding fwd/bwd %s: odd views vs cpu",
+	tap(ok,
+	    "rope both modes (partial rotary, large positions), embedding fwd/bwd %s: odd views vs "
+	    "cpu",
 	    kk_dtype_name(dt));
 }
 
@@ -440,7 +452,8 @@ static void test_adamw_norm(void)
 				for (int oi = 0; oi < N_OFFS; oi++) {
 					size_t n = LENS[li], oa = OFFS[oi][0], ob = OFFS[oi][1];
 					vt ms = mkr(KK_F32, n, oa, 1), g = mkr(DTS[gi], n, ob, 1),
-					   m = mkr(KK_F32, n, oa, 0.1f), v = mkr(KK_F32, n, oa, 0.1f),
+					   m = mkr(KK_F32, n, oa, 0.1f),
+					   v = mkr(KK_F32, n, oa, 0.1f),
 					   p = mk(pi < 0 ? KK_F32 : DTS[pi], n, ob, NULL);
 					float *hv = get(&v, 0);
 					for (size_t i = 0; i < n; i++)
@@ -450,11 +463,13 @@ static void test_adamw_norm(void)
 								 n * sizeof(float));
 					free(hv);
 					int r = 0;
-					BOTH(r, kk_adamw(be, NULL, S(ms), pi < 0 ? NULL : S(p), S(g),
-							 S(m), S(v), n, &ap));
-					snprintf(what, sizeof(what), "adamw g=%s p=%s n=%zu off=%zu/%zu",
+					BOTH(r, kk_adamw(be, NULL, S(ms), pi < 0 ? NULL : S(p),
+							 S(g), S(m), S(v), n, &ap));
+					snprintf(what, sizeof(what),
+						 "adamw g=%s p=%s n=%zu off=%zu/%zu",
 						 kk_dtype_name(DTS[gi]),
-						 pi < 0 ? "none" : kk_dtype_name(DTS[pi]), n, oa, ob);
+						 pi < 0 ? "none" : kk_dtype_name(DTS[pi]), n, oa,
+						 ob);
 					ok = ok && r >= 0 && par(&ms, tol_of(KK_F32, 1), what) &&
 					     par(&m, tol_of(KK_F32, 1), what) &&
 					     par(&v, tol_of(KK_F32, 1), what) &&
@@ -490,7 +505,9 @@ static void test_adamw_norm(void)
 	free(g1);
 	int ok2 = r >= 0 && par(&out, tol_of(KK_F32, 1), "grad norm") &&
 		  memcmp(&first, &again, sizeof(float)) == 0;
-	tap(ok2, "grad norm over %d views (3 dtypes, odd lengths and offsets) vs cpu, bitwise repeatable",
+	tap(ok2,
+	    "grad norm over %d views (3 dtypes, odd lengths and offsets) vs cpu, bitwise "
+	    "repeatable",
 	    nb);
 	for (int i = 0; i < nb; i++)
 		drop(&bufs[i]);
@@ -508,8 +525,8 @@ static void test_qgemv(void)
 		kk_dtype qt;
 		int group;
 		int64_t n, k;
-	} cs[] = { { KK_I8, 0, 37, 256 },   { KK_I8, 0, 37, 40 },     { KK_I8, 0, 40, 4096 },
-		   { KK_Q4, 32, 37, 96 },   { KK_Q4, 64, 33, 192 },   { KK_Q4, 128, 40, 4096 },
+	} cs[] = { { KK_I8, 0, 37, 256 }, { KK_I8, 0, 37, 40 },	  { KK_I8, 0, 40, 4096 },
+		   { KK_Q4, 32, 37, 96 }, { KK_Q4, 64, 33, 192 }, { KK_Q4, 128, 40, 4096 },
 		   { KK_Q4, 32, 5, 32 } };
 	const int64_t ms[] = { 1, 3, 8 };
 	int ok = 1;
@@ -525,19 +542,23 @@ static void test_qgemv(void)
 				   wd = mk(xdt, (size_t) (n * k), 0, NULL),
 				   /* m = 8 reads X from global memory for k = 4096:
 				    * keep that view aligned so the vector path runs. */
-				   x = mkr(xdt, (size_t) (m * k), mi == 1 ? 1 : 0, 1),
+					x = mkr(xdt, (size_t) (m * k), mi == 1 ? 1 : 0, 1),
 				   y = mk(xdt, (size_t) (m * n), (size_t) mi, NULL),
 				   bias = mkr(mi == 1 ? xdt : KK_F32, (size_t) n, 0, 1);
 				kk_qmatrix *q[2] = { NULL, NULL };
 				int r = 0;
 				for (int s = 0; s < 2; s++) {
-					int rr = kk_qmatrix_alloc(be_side[s], cs[c].qt, n, k, cs[c].group,
+					int rr = kk_qmatrix_alloc(be_side[s], cs[c].qt, n, k,
+								  cs[c].group,
 								  d == 2 ? KK_F16 : KK_F32, &q[s]);
-					rr = rr < 0 ? rr : kk_quantize(be_side[s], NULL, q[s], w.b[s]);
-					rr = rr < 0 ? rr : kk_dequantize(be_side[s], NULL, wd.b[s], q[s]);
 					rr = rr < 0 ? rr
-						    : kk_qgemm(be_side[s], NULL, y.b[s], x.b[s], q[s],
-							       mi == 2 ? NULL : bias.b[s], m);
+						    : kk_quantize(be_side[s], NULL, q[s], w.b[s]);
+					rr = rr < 0 ? rr
+						    : kk_dequantize(be_side[s], NULL, wd.b[s],
+								    q[s]);
+					rr = rr < 0 ? rr
+						    : kk_qgemm(be_side[s], NULL, y.b[s], x.b[s],
+							       q[s], mi == 2 ? NULL : bias.b[s], m);
 					if (rr < 0)
 						r = rr;
 				}
@@ -549,14 +570,17 @@ static void test_qgemv(void)
 				tol tq = tol_of(xdt, 20);
 				tq.atol *= sqrt((double) k / 512);
 				ok = ok && r >= 0 &&
-				     par(&wd, (tol){ step * 1.01 + tol_of(xdt, 1).atol, tol_of(xdt, 1).rtol },
+				     par(&wd,
+					 (tol){ step * 1.01 + tol_of(xdt, 1).atol,
+						tol_of(xdt, 1).rtol },
 					 what) &&
 				     par(&y, tq, what);
 				for (int s = 0; s < 2; s++)
 					kk_qmatrix_free(q[s]);
 				drop(&w), drop(&wd), drop(&x), drop(&y), drop(&bias);
 			}
-	tap(ok, "int8 and int4 (g32/64/128) quantize/dequantize/qgemv m=1,3,8, vector and scalar shapes, odd X views vs cpu");
+	tap(ok, "int8 and int4 (g32/64/128) quantize/dequantize/qgemv m=1,3,8, vector and scalar "
+		"shapes, odd X views vs cpu");
 }
 
 int main(void)

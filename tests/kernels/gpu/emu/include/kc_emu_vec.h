@@ -135,7 +135,7 @@ static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d
  * register file). */
 template <typename F>
 static inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, F, int threads,
-									 size_t)
+									size_t)
 {
 	if (threads <= 0 || threads > 1024)
 		return cudaErrorInvalidValue;
