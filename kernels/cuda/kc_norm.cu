@@ -178,7 +178,7 @@ static __device__ __forceinline__ void kc_block_sum2(float &a, float &b, float *
 }
 
 template <typename T, int NS, bool VEC, bool LAYER>
-__global__ void __launch_bounds__(VEC ? KC_NORM_THREADS : KC_NORM_THREADS_SCALAR)
+__global__ void __launch_bounds__(VEC ? KC_NORM_THREADS : KC_NORM_THREADS_SCALAR, 1)
 	kc_norm_fwd_reg(T *y, T *res_out, float *mean_out, float *rstd_out, const T *x,
 			const T *res, const T *w, const T *b, int64_t rows, int64_t dim, float eps)
 {
@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(VEC ? KC_NORM_THREADS : KC_NORM_THREADS_SCALAR
  * gradients: pw[blockIdx.x * dim + j] = sum over its rows of dy * xhat,
  * pb likewise of dy (NULL: RMSNorm). */
 template <typename T, int NS, bool VEC, bool LAYER>
-__global__ void __launch_bounds__(VEC ? KC_NORM_THREADS : KC_NORM_THREADS_SCALAR)
+__global__ void __launch_bounds__(VEC ? KC_NORM_THREADS : KC_NORM_THREADS_SCALAR, 1)
 	kc_norm_bwd_reg(T *dx, float *pw, float *pb, const T *dy, const T *dres, const T *h,
 			const T *w, const float *mean, const float *rstd, int64_t rows, int64_t dim)
 {
