@@ -8,7 +8,10 @@
  *
  * Ceilings: compute = a large bf16 GEMM through kk_gemm (cuBLASLt);
  * bandwidth = a large device-to-device copy (kk_buffer_copy), counting read
- * plus write bytes.  Times are host wall-clock over a synchronized loop
+ * plus write bytes.  Memory-bound rows count the bytes each op must move
+ * (every input read once, every output written once; small vectors such as
+ * norm weights left out), so %ceil is the fraction of the copy bandwidth
+ * achieved; the target for them is 85%.  Times are host wall-clock over a synchronized loop
  * (warm-up first, then at least KB_MIN_ITERS calls and KB_MIN_SECONDS), so
  * launch overhead is included, which matters only for the smallest ops.
  *
@@ -183,7 +186,7 @@ static int run_copy(void *p)
 }
 
 struct norm_arg {
-	kk_buffer *x, *r, *w, *y, *h, *rstd;
+	kk_buffer *x, *r, *w, *b, *y, *h, *mean, *rstd, *dy, *dx, *dw, *db;
 	int64_t rows, dim;
 };
 static int run_rms(void *p)
@@ -197,48 +200,109 @@ static int run_rms_plain(void *p)
 	struct norm_arg *a = p;
 	return kk_rmsnorm_fwd(be, NULL, a->y, NULL, NULL, a->x, NULL, a->w, a->rows, a->dim, 1e-5f);
 }
+static int run_rms_bwd(void *p)
+{
+	struct norm_arg *a = p;
+	return kk_rmsnorm_bwd(be, NULL, a->dx, a->dw, a->dy, a->r, a->h, a->w, a->rstd, a->rows,
+			      a->dim);
+}
 static int run_ln(void *p)
 {
 	struct norm_arg *a = p;
-	return kk_layernorm_fwd(be, NULL, a->y, a->h, NULL, a->rstd, a->x, a->r, a->w, NULL,
+	return kk_layernorm_fwd(be, NULL, a->y, a->h, a->mean, a->rstd, a->x, a->r, a->w, a->b,
 				a->rows, a->dim, 1e-5f);
 }
+static int run_ln_plain(void *p)
+{
+	struct norm_arg *a = p;
+	return kk_layernorm_fwd(be, NULL, a->y, NULL, NULL, NULL, a->x, NULL, a->w, a->b, a->rows,
+				a->dim, 1e-5f);
+}
+static int run_ln_bwd(void *p)
+{
+	struct norm_arg *a = p;
+	return kk_layernorm_bwd(be, NULL, a->dx, a->dw, a->db, a->dy, a->r, a->h, a->w, a->mean,
+				a->rstd, a->rows, a->dim);
+}
 
+/* Norms: bytes are the rows of every tensor read or written once (the
+ * weight, statistics and dweight are small and not counted). */
 static void bench_norms(int64_t rows, int64_t dim)
 {
 	size_t n = (size_t) (rows * dim);
 	struct norm_arg a = { buf(KK_BF16, n, 1),
 			      buf(KK_BF16, n, 1),
 			      buf(KK_BF16, (size_t) dim, 1),
+			      buf(KK_BF16, (size_t) dim, 1),
 			      buf(KK_BF16, n, 0),
 			      buf(KK_BF16, n, 0),
 			      buf(KK_F32, (size_t) rows, 0),
+			      buf(KK_F32, (size_t) rows, 0),
+			      buf(KK_BF16, n, 1),
+			      buf(KK_BF16, n, 0),
+			      buf(KK_F32, (size_t) dim, 0),
+			      buf(KK_F32, (size_t) dim, 0),
 			      rows,
 			      dim };
 	char shape[64], key[64];
 	snprintf(shape, sizeof(shape), "%lldx%lld bf16", (long long) rows, (long long) dim);
 	snprintf(key, sizeof(key), "rmsnorm:%lldx%lld", (long long) rows, (long long) dim);
-	row("rmsnorm fwd", shape, key, timeit(run_rms_plain, &a), 0, 2.0 * n * 2);
-	row("rmsnorm fwd +residual", shape, NULL, timeit(run_rms, &a), 0, 4.0 * n * 2);
-	row("layernorm fwd +resid", shape, NULL, timeit(run_ln, &a), 0, 4.0 * n * 2);
-	kk_buffer_free(a.x), kk_buffer_free(a.r), kk_buffer_free(a.w), kk_buffer_free(a.y);
-	kk_buffer_free(a.h), kk_buffer_free(a.rstd);
+	double e = 2.0 * n; /* bytes per bf16 tensor */
+	row("rmsnorm fwd", shape, key, timeit(run_rms_plain, &a), 0, 2 * e);
+	snprintf(key, sizeof(key), "rmsnorm_res:%lldx%lld", (long long) rows, (long long) dim);
+	row("rmsnorm fwd +residual", shape, key, timeit(run_rms, &a), 0, 4 * e);
+	snprintf(key, sizeof(key), "rmsnorm_bwd:%lldx%lld", (long long) rows, (long long) dim);
+	row("rmsnorm bwd +dresid", shape, key, timeit(run_rms_bwd, &a), 0, 4 * e);
+	snprintf(key, sizeof(key), "layernorm:%lldx%lld", (long long) rows, (long long) dim);
+	row("layernorm fwd", shape, key, timeit(run_ln_plain, &a), 0, 2 * e);
+	row("layernorm fwd +resid", shape, NULL, timeit(run_ln, &a), 0, 4 * e);
+	snprintf(key, sizeof(key), "layernorm_bwd:%lldx%lld", (long long) rows, (long long) dim);
+	row("layernorm bwd +dresid", shape, key, timeit(run_ln_bwd, &a), 0, 4 * e);
+	kk_buffer *all[] = { a.x, a.r, a.w, a.b, a.y, a.h, a.mean, a.rstd, a.dy, a.dx, a.dw, a.db };
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		kk_buffer_free(all[i]);
 }
 
 struct ew_arg {
-	kk_buffer *a, *b, *c, *ids;
+	kk_buffer *a, *b, *c, *d, *ids, *loss;
 	size_t n;
 	int64_t rows, cols;
+	kk_act act;
 };
+static int run_act(void *p)
+{
+	struct ew_arg *a = p;
+	return kk_act_fwd(be, NULL, a->act, a->c, a->a, a->n);
+}
+static int run_act_bwd(void *p)
+{
+	struct ew_arg *a = p;
+	return kk_act_bwd(be, NULL, a->act, a->c, a->b, a->a, a->n);
+}
 static int run_swiglu(void *p)
 {
 	struct ew_arg *a = p;
 	return kk_swiglu_fwd(be, NULL, a->c, a->a, a->b, a->n);
 }
+static int run_swiglu_bwd(void *p)
+{
+	struct ew_arg *a = p;
+	return kk_swiglu_bwd(be, NULL, a->c, a->d, a->c, a->a, a->b, a->n);
+}
+static int run_cast(void *p)
+{
+	struct ew_arg *a = p;
+	return kk_cast(be, NULL, a->c, a->a, a->n);
+}
 static int run_softmax(void *p)
 {
 	struct ew_arg *a = p;
 	return kk_softmax(be, NULL, a->c, a->a, a->rows, a->cols);
+}
+static int run_xent_fwd(void *p)
+{
+	struct ew_arg *a = p;
+	return kk_cross_entropy_fwd(be, NULL, a->loss, a->a, a->ids, a->rows, a->cols);
 }
 static int run_xent(void *p)
 {
@@ -250,6 +314,34 @@ static int run_rope(void *p)
 	struct ew_arg *a = p;
 	return kk_rope(be, NULL, a->a, a->ids, a->rows, 32, 128, 0, 10000.0f, KK_ROPE_HALF, false);
 }
+static int run_rope_il(void *p)
+{
+	struct ew_arg *a = p;
+	return kk_rope(be, NULL, a->a, a->ids, a->rows, 32, 128, 0, 10000.0f, KK_ROPE_INTERLEAVED,
+		       false);
+}
+static int run_embed(void *p)
+{
+	struct ew_arg *a = p;
+	return kk_embedding_fwd(be, NULL, a->c, a->a, a->ids, a->rows, a->n, a->cols);
+}
+static int run_embed_bwd(void *p)
+{
+	struct ew_arg *a = p;
+	return kk_embedding_bwd(be, NULL, a->d, a->c, a->ids, a->rows, a->n, a->cols);
+}
+
+/* Token ids 0, 7919, 2*7919 ... mod vocab: scattered rows, few repeats. */
+static kk_buffer *ids_buf(int64_t tokens, int64_t vocab)
+{
+	int32_t *h = malloc((size_t) tokens * sizeof(int32_t));
+	for (int64_t i = 0; i < tokens; i++)
+		h[i] = (int32_t) ((i * 7919) % vocab);
+	kk_buffer *b = buf(KK_I32, (size_t) tokens, 0);
+	kk_buffer_upload(be, NULL, b, 0, h, (size_t) tokens * sizeof(int32_t));
+	free(h);
+	return b;
+}
 
 static void bench_elementwise(void)
 {
@@ -257,25 +349,54 @@ static void bench_elementwise(void)
 	char shape[64];
 	a.n = (size_t) 16384 * 11008;
 	a.a = buf(KK_BF16, a.n, 1), a.b = buf(KK_BF16, a.n, 1), a.c = buf(KK_BF16, a.n, 0);
+	a.d = buf(KK_BF16, a.n, 0);
+	double e = 2.0 * a.n;
 	snprintf(shape, sizeof(shape), "16384x11008 bf16");
-	row("swiglu fwd", shape, NULL, timeit(run_swiglu, &a), 0, 3.0 * a.n * 2);
-	kk_buffer_free(a.a), kk_buffer_free(a.b), kk_buffer_free(a.c);
+	a.act = KK_ACT_SILU;
+	row("silu fwd", shape, "silu:16384x11008", timeit(run_act, &a), 0, 2 * e);
+	row("silu bwd", shape, NULL, timeit(run_act_bwd, &a), 0, 3 * e);
+	a.act = KK_ACT_GELU;
+	row("gelu fwd (tanh)", shape, "gelu:16384x11008", timeit(run_act, &a), 0, 2 * e);
+	row("swiglu fwd", shape, "swiglu:16384x11008", timeit(run_swiglu, &a), 0, 3 * e);
+	row("swiglu bwd", shape, NULL, timeit(run_swiglu_bwd, &a), 0, 5 * e);
+	kk_buffer_free(a.c);
+	a.c = buf(KK_F32, a.n, 0);
+	row("cast bf16->f32", shape, "cast:16384x11008", timeit(run_cast, &a), 0, 3 * e);
+	kk_buffer_free(a.a), kk_buffer_free(a.b), kk_buffer_free(a.c), kk_buffer_free(a.d);
 
 	a.rows = 4096, a.cols = 32000, a.n = (size_t) (a.rows * a.cols);
-	a.a = buf(KK_BF16, a.n, 1), a.c = buf(KK_BF16, a.n, 0), a.ids = buf(KK_I32, 16384, 0);
-	row("softmax", "4096x32000 bf16", NULL, timeit(run_softmax, &a), 0, 2.0 * a.n * 2);
-	row("xent bwd (fused)", "4096x32000 bf16", NULL, timeit(run_xent, &a), 0, 2.0 * a.n * 2);
-	kk_buffer_free(a.a), kk_buffer_free(a.c);
+	a.a = buf(KK_BF16, a.n, 1), a.c = buf(KK_BF16, a.n, 0), a.ids = ids_buf(a.rows, a.cols);
+	a.loss = buf(KK_F32, (size_t) a.rows, 0);
+	e = 2.0 * a.n;
+	row("softmax", "4096x32000 bf16", "softmax:4096x32000", timeit(run_softmax, &a), 0, 2 * e);
+	row("xent fwd (1 pass)", "4096x32000 bf16", "xent:4096x32000", timeit(run_xent_fwd, &a), 0,
+	    e);
+	row("xent bwd (fused)", "4096x32000 bf16", NULL, timeit(run_xent, &a), 0, 2 * e);
+	kk_buffer_free(a.a), kk_buffer_free(a.c), kk_buffer_free(a.ids), kk_buffer_free(a.loss);
 
 	a.rows = 16384, a.n = (size_t) 16384 * 32 * 128;
-	a.a = buf(KK_BF16, a.n, 1);
-	row("rope half-split", "16384 tok x32x128 bf16", NULL, timeit(run_rope, &a), 0,
-	    2.0 * a.n * 2);
+	a.a = buf(KK_BF16, a.n, 1), a.ids = ids_buf(a.rows, 8192);
+	e = 2.0 * a.n;
+	row("rope half-split", "16384 tok x32x128 bf16", "rope:16384x32x128", timeit(run_rope, &a),
+	    0, 2 * e);
+	row("rope interleaved", "16384 tok x32x128 bf16", NULL, timeit(run_rope_il, &a), 0, 2 * e);
 	kk_buffer_free(a.a), kk_buffer_free(a.ids);
+
+	/* Embedding: 16384 tokens of a 128256 x 4096 table. */
+	a.rows = 16384, a.cols = 4096, a.n = 128256;
+	a.a = buf(KK_BF16, (size_t) a.n * a.cols, 1), a.ids = ids_buf(a.rows, (int64_t) a.n);
+	a.c = buf(KK_BF16, (size_t) (a.rows * a.cols), 0);
+	a.d = buf(KK_F32, (size_t) a.n * a.cols, 0);
+	e = 2.0 * a.rows * a.cols;
+	row("embedding fwd", "16384 tok x4096 bf16", "embed:16384x4096", timeit(run_embed, &a), 0,
+	    2 * e);
+	/* dout read, dtable rows read+written in f32. */
+	row("embedding bwd", "16384 tok x4096 bf16", NULL, timeit(run_embed_bwd, &a), 0, e + 4 * e);
+	kk_buffer_free(a.a), kk_buffer_free(a.ids), kk_buffer_free(a.c), kk_buffer_free(a.d);
 }
 
 struct adam_arg {
-	kk_buffer *master, *p, *g, *m, *v;
+	kk_buffer *master, *p, *g, *m, *v, *out;
 	size_t n;
 };
 static int run_adamw(void *p)
@@ -290,43 +411,90 @@ static int run_adamw(void *p)
 			       .grad_scale = 1 };
 	return kk_adamw(be, NULL, a->master, a->p, a->g, a->m, a->v, a->n, &ap);
 }
+static int run_gnorm(void *p)
+{
+	struct adam_arg *a = p;
+	return kk_grad_norm(be, NULL, a->out, &a->g, 1);
+}
 
 static void bench_adamw(size_t n)
 {
-	struct adam_arg a = { buf(KK_F32, n, 1), buf(KK_BF16, n, 0), buf(KK_BF16, n, 1),
-			      buf(KK_F32, n, 0), buf(KK_F32, n, 0),  n };
+	struct adam_arg a = { buf(KK_F32, n, 1),
+			      buf(KK_BF16, n, 0),
+			      buf(KK_BF16, n, 1),
+			      buf(KK_F32, n, 0),
+			      buf(KK_F32, n, 0),
+			      buf(KK_F32, 1, 0),
+			      n };
 	/* grad bf16 read, master/m/v f32 read+write, bf16 copy written. */
-	row("adamw", "100M params", NULL, timeit(run_adamw, &a), 0, (double) n * (2 + 24 + 2));
+	row("adamw", "100M params", "adamw:100M", timeit(run_adamw, &a), 0,
+	    (double) n * (2 + 24 + 2));
+	row("grad norm", "100M bf16", "gradnorm:100M", timeit(run_gnorm, &a), 0, (double) n * 2);
 	kk_buffer_free(a.master), kk_buffer_free(a.p), kk_buffer_free(a.g), kk_buffer_free(a.m);
-	kk_buffer_free(a.v);
+	kk_buffer_free(a.v), kk_buffer_free(a.out);
 }
 
+/* Quantized matrices the GEMV rows rotate through, so their weights (30 to
+ * 60 MB each) come from HBM and not from the 50 MB L2 of an H100. */
+#define KB_QROT 8
+
 struct q_arg {
-	kk_qmatrix *q;
-	kk_buffer *x, *y;
+	kk_qmatrix *q[KB_QROT];
+	kk_buffer *x, *y, *w;
 	int64_t m;
+	int next;
 };
 static int run_qgemm(void *p)
 {
 	struct q_arg *a = p;
-	return kk_qgemm(be, NULL, a->y, a->x, a->q, NULL, a->m);
+	a->next = (a->next + 1) % KB_QROT;
+	return kk_qgemm(be, NULL, a->y, a->x, a->q[a->next], NULL, a->m);
+}
+static int run_dequant(void *p)
+{
+	struct q_arg *a = p;
+	a->next = (a->next + 1) % KB_QROT;
+	return kk_dequantize(be, NULL, a->w, a->q[a->next]);
 }
 
-static void bench_quant(kk_dtype qt, int group)
+/* Quantized GEMV: bytes are the weights and scales (X and Y are noise). */
+static void bench_quant(kk_dtype qt, int group, int64_t n, int64_t k)
 {
-	const int64_t n = 14336, k = 4096;
-	struct q_arg a = { NULL, buf(KK_BF16, (size_t) k, 1), buf(KK_BF16, (size_t) n, 0), 1 };
-	kk_buffer *w = buf(KK_BF16, (size_t) (n * k), 1);
-	if (kk_qmatrix_alloc(be, qt, n, k, group, KK_F16, &a.q) < 0 ||
-	    kk_quantize(be, NULL, a.q, w) < 0) {
-		row(qt == KK_I8 ? "qgemv int8" : "qgemv int4", "", NULL, -1, 0, 0);
+	struct q_arg a = { { NULL },
+			   buf(KK_BF16, (size_t) (8 * k), 1),
+			   buf(KK_BF16, (size_t) (8 * n), 0),
+			   buf(KK_BF16, (size_t) (n * k), 1),
+			   1,
+			   0 };
+	const char *name = qt == KK_I8 ? "int8" : "int4 g128";
+	char label[64], shape[64];
+	snprintf(shape, sizeof(shape), "%lldx%lld", (long long) n, (long long) k);
+	int ok = 1;
+	for (int i = 0; ok && i < KB_QROT; i++)
+		ok = kk_qmatrix_alloc(be, qt, n, k, group, KK_F16, &a.q[i]) >= 0 &&
+		     kk_quantize(be, NULL, a.q[i], a.w) >= 0;
+	if (!ok) {
+		snprintf(label, sizeof(label), "qgemv %s", name);
+		row(label, shape, NULL, -1, 0, 0);
 	} else {
-		double bytes = (double) kk_buffer_bytes(a.q->data) + kk_buffer_bytes(a.q->scales);
-		row(qt == KK_I8 ? "qgemv int8 (m=1)" : "qgemv int4 g128 (m=1)", "14336x4096", NULL,
-		    timeit(run_qgemm, &a), 0, bytes);
+		double bytes =
+			(double) kk_buffer_bytes(a.q[0]->data) + kk_buffer_bytes(a.q[0]->scales);
+		const int64_t ms[] = { 1, 4, 8 };
+		for (int i = 0; i < 3; i++) {
+			a.m = ms[i];
+			snprintf(label, sizeof(label), "qgemv %s m=%lld", name, (long long) a.m);
+			char key[64];
+			snprintf(key, sizeof(key), "qgemv_%s:%lldx%lldm%lld",
+				 qt == KK_I8 ? "i8" : "q4", (long long) n, (long long) k,
+				 (long long) a.m);
+			row(label, shape, key, timeit(run_qgemm, &a), 0, bytes);
+		}
+		snprintf(label, sizeof(label), "dequantize %s", name);
+		row(label, shape, NULL, timeit(run_dequant, &a), 0, bytes + 2.0 * n * k);
 	}
-	kk_qmatrix_free(a.q);
-	kk_buffer_free(a.x), kk_buffer_free(a.y), kk_buffer_free(w);
+	for (int i = 0; i < KB_QROT; i++)
+		kk_qmatrix_free(a.q[i]);
+	kk_buffer_free(a.x), kk_buffer_free(a.y), kk_buffer_free(a.w);
 }
 
 /* A bf16 buffer of uniform random values in [-1, 1) (attention inputs:
@@ -533,8 +701,12 @@ int main(int argc, char **argv)
 	if (want("adamw"))
 		bench_adamw((size_t) 100 << 20);
 	if (want("qgemv")) {
-		bench_quant(KK_I8, 0);
-		bench_quant(KK_Q4, 128);
+		bench_quant(KK_I8, 0, 14336, 4096);
+		bench_quant(KK_Q4, 128, 14336, 4096);
+	}
+	if (want("qgemv") && !quick) {
+		bench_quant(KK_I8, 0, 4096, 4096);
+		bench_quant(KK_Q4, 128, 4096, 14336);
 	}
 	const int seqs[] = { 1024, 4096, 16384 };
 	for (int i = 0; i < (quick ? 1 : 3) && want("attn prefill"); i++)

@@ -1,44 +1,76 @@
 /* kernels/cuda/kc_optim.cu — AdamW with fp32 master weights, and the global
  * gradient norm.
  *
- * AdamW is one grid-stride elementwise kernel that reads grad, m, v and the
- * master weight once and writes m, v, master and (optionally) the rounded
- * bf16/f16/f32 working copy: 4 f32 reads + 4 writes per parameter, no
- * intermediate buffers.  The bias corrections are computed on the host in
- * f64 and passed in.
+ * AdamW is one elementwise functor (kc_vec.cuh's kc_ew_kernel) that reads
+ * grad, m, v and the master weight once and writes m, v, master and
+ * (optionally) the rounded bf16/f16/f32 working copy: 16-byte accesses
+ * (8 parameters per step when a 2-byte dtype is involved, else 4), no
+ * intermediate buffers; the clipping factor (grad_scale, e.g. from
+ * kk_grad_clip's global norm) is applied to the gradient inside the same
+ * pass instead of a separate scaling pass over the gradients.  The bias
+ * corrections are computed on the host in f64 and passed in.
  *
- * The gradient norm sums squares per thread in f64, reduces each block with
- * warp shuffles, and adds the block's partial into one f64 accumulator with
- * atomicAdd (stream-ordered scratch from cudaMallocAsync, so concurrent
- * calls on different streams do not share it); a one-thread kernel writes
- * sqrt into the F32 output.  f64 keeps the sum of millions of squares exact
- * enough that the result does not depend on the order of the atomics.
+ * The gradient norm is deterministic: every buffer is summed (squares in
+ * f64) by a grid of at most KC_GN_BLOCKS blocks, block b adding its partial
+ * into slot b of a stream-ordered scratch array (no atomics: the launches
+ * are ordered on the stream, so slot b sees the buffers in order); one block
+ * then sums the slots in a fixed tree order and writes sqrt into the F32
+ * output.  The same inputs give the same bits on every run.
  * UNVERIFIED on a GPU. */
 #include <errno.h>
 #include <math.h>
 
 #include "kc.h"
+#include "kc_vec.cuh"
 
-#define KC_OPT_THREADS 256
+/* Vector width: 16 bytes of the smaller of the gradient and the rounded
+ * copy (HAS_P false: no copy). */
+template <typename TG, typename TP, bool HAS_P> struct kc_adamw_op {
+	static const int VW = HAS_P ? kc_vw_s<TG, TP>::v : kc_vw_s<TG>::v;
+	float *master;
+	TP *params;
+	const TG *g;
+	float *m, *v;
+	float gs, lr, b1, b2, eps, wd, bc1, bc2;
+	template <int W> __device__ __forceinline__ void run(size_t i) const
+	{
+		float gr[W], mi[W], vi[W], p[W];
+		kc_ldv<W>(g + i, gr);
+		kc_ldv<W>(m + i, mi);
+		kc_ldv<W>(v + i, vi);
+		kc_ldv<W>(master + i, p);
+#pragma unroll
+		for (int j = 0; j < W; j++) {
+			float x = gr[j] * gs;
+			mi[j] = b1 * mi[j] + (1.0f - b1) * x;
+			vi[j] = b2 * vi[j] + (1.0f - b2) * x * x;
+			p[j] -= lr * ((mi[j] / bc1) / (sqrtf(vi[j] / bc2) + eps) + wd * p[j]);
+		}
+		kc_stv<W>(m + i, mi);
+		kc_stv<W>(v + i, vi);
+		kc_stv<W>(master + i, p);
+		if constexpr (HAS_P)
+			kc_stv<W>(params + i, p);
+	}
+};
 
 template <typename TG, typename TP>
-__global__ void kc_adamw_kernel(float *master, TP *params, const TG *g, float *m, float *v,
-				size_t n, float gs, float lr, float b1, float b2, float eps,
-				float wd, float bc1, float bc2)
+static int kc_adamw_go(cudaStream_t s, float *master, void *params, const void *g, float *m,
+		       float *v, size_t n, float gs, const kk_adamw_params *p, float bc1, float bc2)
 {
-	for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < n;
-	     i += (size_t) gridDim.x * blockDim.x) {
-		float gr = kc_ld(g, i) * gs;
-		float mi = b1 * m[i] + (1.0f - b1) * gr;
-		float vi = b2 * v[i] + (1.0f - b2) * gr * gr;
-		float p = master[i];
-		p -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p);
-		m[i] = mi;
-		v[i] = vi;
-		master[i] = p;
-		if (params)
-			kc_st(params, i, p);
-	}
+	const void *ptr[5] = { master, params, g, m, v };
+	int sz[5] = { 4, (int) sizeof(TP), (int) sizeof(TG), 4, 4 };
+	if (params)
+		return kc_ew_launch(s,
+				    kc_adamw_op<TG, TP, true>{
+					    master, (TP *) params, (const TG *) g, m, v, gs, p->lr,
+					    p->beta1, p->beta2, p->eps, p->weight_decay, bc1, bc2 },
+				    n, ptr, sz, 5);
+	return kc_ew_launch(s,
+			    kc_adamw_op<TG, float, false>{ master, NULL, (const TG *) g, m, v, gs,
+							   p->lr, p->beta1, p->beta2, p->eps,
+							   p->weight_decay, bc1, bc2 },
+			    n, ptr, sz, 5);
 }
 
 template <typename TG>
@@ -46,26 +78,17 @@ static int kc_adamw_g(cudaStream_t s, float *master, void *params, kc_dtype pdt,
 		      float *m, float *v, size_t n, float gs, const kk_adamw_params *p, float bc1,
 		      float bc2)
 {
-	unsigned grid = kc_grid(n, KC_OPT_THREADS);
-#define KC_ADAMW_LAUNCH(TP)                                                                    \
-	kc_adamw_kernel<TG, TP><<<grid, KC_OPT_THREADS, 0, s>>>(                               \
-		master, (TP *) params, (const TG *) g, m, v, n, gs, p->lr, p->beta1, p->beta2, \
-		p->eps, p->weight_decay, bc1, bc2)
 	switch (pdt) {
 	case KC_F32:
-		KC_ADAMW_LAUNCH(float);
-		break;
+		return kc_adamw_go<TG, float>(s, master, params, g, m, v, n, gs, p, bc1, bc2);
 	case KC_BF16:
-		KC_ADAMW_LAUNCH(__nv_bfloat16);
-		break;
+		return kc_adamw_go<TG, __nv_bfloat16>(s, master, params, g, m, v, n, gs, p, bc1,
+						      bc2);
 	case KC_F16:
-		KC_ADAMW_LAUNCH(__half);
-		break;
+		return kc_adamw_go<TG, __half>(s, master, params, g, m, v, n, gs, p, bc1, bc2);
 	default:
 		return -EOPNOTSUPP;
 	}
-#undef KC_ADAMW_LAUNCH
-	return kc_check_launch();
 }
 
 extern "C" int kc_op_adamw(kk_backend *be, kk_stream *st, kk_buffer *master, kk_buffer *params,
@@ -87,40 +110,91 @@ extern "C" int kc_op_adamw(kk_backend *be, kk_stream *st, kk_buffer *master, kk_
 
 /* ---- gradient norm ------------------------------------------------------ */
 
-template <typename T> __global__ void kc_sumsq_kernel(double *acc, const T *x, size_t n)
+#define KC_GN_THREADS 256
+/* Most blocks (and partial-sum slots) of one sum-of-squares launch: 8 per
+ * SM of a 132-SM H100 fills it; more slots only lengthen the final sum. */
+#define KC_GN_BLOCKS 1056
+
+static __device__ __forceinline__ double kc_block_sum_f64(double s, double *sh)
 {
-	__shared__ double sh[32];
-	double s = 0.0;
-	for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < n;
-	     i += (size_t) gridDim.x * blockDim.x) {
-		double e = kc_ld(x, i);
-		s += e * e;
-	}
 	for (int o = 16; o > 0; o >>= 1)
 		s += __shfl_xor_sync(0xffffffffu, s, o);
-	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	if (lane == 0)
 		sh[wid] = s;
 	__syncthreads();
-	if (threadIdx.x == 0) {
-		double t = 0.0;
-		for (int w = 0; w < (int) (blockDim.x >> 5); w++)
-			t += sh[w];
-		atomicAdd(acc, t);
+	double t = 0.0;
+	if (wid == 0) {
+		t = lane < nw ? sh[lane] : 0.0;
+		for (int o = 16; o > 0; o >>= 1)
+			t += __shfl_xor_sync(0xffffffffu, t, o);
 	}
+	return t; /* valid in thread 0 */
 }
 
-__global__ void kc_sqrt_kernel(float *out, const double *acc)
+/* part[blockIdx.x] += this block's sum of x^2 over x[0..n). */
+template <typename T, int W>
+__global__ void __launch_bounds__(KC_GN_THREADS)
+	kc_sumsq_kernel(double *part, const T *x, size_t n, size_t head)
 {
-	out[0] = (float) sqrt(acc[0]);
+	__shared__ double sh[32];
+	size_t tid = blockIdx.x * (size_t) blockDim.x + threadIdx.x;
+	size_t nth = (size_t) gridDim.x * blockDim.x;
+	size_t h = head < n ? head : n;
+	size_t nv = W > 1 ? (n - h) / W : 0;
+	double s = 0.0;
+	for (size_t v = tid; v < nv; v += nth) {
+		float f[W];
+		kc_ldv<W, true>(x + h + v * W, f);
+		float q = 0.0f; /* W squares in f32 (exact enough for W <= 8), then f64 */
+#pragma unroll
+		for (int j = 0; j < W; j++)
+			q += f[j] * f[j];
+		s += (double) q;
+	}
+	size_t t0 = h + nv * W, ns = h + (n - t0);
+	for (size_t e = tid; e < ns; e += nth) {
+		double v = kc_ld(x, e < h ? e : t0 + (e - h));
+		s += v * v;
+	}
+	s = kc_block_sum_f64(s, sh);
+	if (threadIdx.x == 0)
+		part[blockIdx.x] += s;
 }
 
-template <typename T> static int kc_sumsq_t(cudaStream_t s, double *acc, const void *x, size_t n)
+/* out[0] = sqrt(sum of part[0..n)), one block, a fixed order. */
+__global__ void __launch_bounds__(KC_GN_THREADS)
+	kc_sumsq_final(float *out, const double *part, int n)
+{
+	__shared__ double sh[32];
+	double s = 0.0;
+	for (int i = threadIdx.x; i < n; i += blockDim.x)
+		s += part[i];
+	s = kc_block_sum_f64(s, sh);
+	if (threadIdx.x == 0)
+		out[0] = (float) sqrt(s);
+}
+
+template <typename T> static int kc_sumsq_t(cudaStream_t s, double *part, const void *x, size_t n)
 {
 	if (n == 0)
 		return 0;
-	kc_sumsq_kernel<T>
-		<<<kc_grid(n, KC_OPT_THREADS), KC_OPT_THREADS, 0, s>>>(acc, (const T *) x, n);
+	const int W = KC_VN(T);
+	int sz = (int) sizeof(T), head = kc_vec_head(W, &x, &sz, 1);
+	/* Buffers are never misaligned by a non-multiple of the element size,
+	 * so a head always exists. */
+	if (head < 0 || n < (size_t) head + W) {
+		unsigned g = kc_grid_sm(n, KC_GN_THREADS);
+		if (g > KC_GN_BLOCKS)
+			g = KC_GN_BLOCKS;
+		kc_sumsq_kernel<T, 1><<<g, KC_GN_THREADS, 0, s>>>(part, (const T *) x, n, n);
+	} else {
+		unsigned g = kc_grid_sm((n - head) / W, KC_GN_THREADS);
+		if (g > KC_GN_BLOCKS)
+			g = KC_GN_BLOCKS;
+		kc_sumsq_kernel<T, W>
+			<<<g, KC_GN_THREADS, 0, s>>>(part, (const T *) x, n, (size_t) head);
+	}
 	return kc_check_launch();
 }
 
@@ -128,18 +202,18 @@ extern "C" int kc_op_grad_norm(kk_backend *be, kk_stream *st, kk_buffer *out,
 			       kk_buffer *const *grads, size_t n_bufs)
 {
 	cudaStream_t s = kc_stream(be, st);
-	double *acc = NULL;
-	int r = kc_errno_cuda(cudaMallocAsync((void **) &acc, sizeof(double), s));
+	double *part = NULL;
+	int r = kc_errno_cuda(cudaMallocAsync((void **) &part, KC_GN_BLOCKS * sizeof(double), s));
 	if (r < 0)
 		return r;
-	r = kc_errno_cuda(cudaMemsetAsync(acc, 0, sizeof(double), s));
+	r = kc_errno_cuda(cudaMemsetAsync(part, 0, KC_GN_BLOCKS * sizeof(double), s));
 	for (size_t i = 0; r >= 0 && i < n_bufs; i++)
-		r = KC_DISPATCH(kc_dt(grads[i]->dtype), kc_sumsq_t, s, acc, grads[i]->ptr,
+		r = KC_DISPATCH(kc_dt(grads[i]->dtype), kc_sumsq_t, s, part, grads[i]->ptr,
 				grads[i]->count);
 	if (r >= 0) {
-		kc_sqrt_kernel<<<1, 1, 0, s>>>((float *) out->ptr, acc);
+		kc_sumsq_final<<<1, KC_GN_THREADS, 0, s>>>((float *) out->ptr, part, KC_GN_BLOCKS);
 		r = kc_check_launch();
 	}
-	int r2 = kc_errno_cuda(cudaFreeAsync(acc, s));
+	int r2 = kc_errno_cuda(cudaFreeAsync(part, s));
 	return r < 0 ? r : r2;
 }

@@ -8,24 +8,41 @@
  * computed against the STORED scale (rounded to f16 when scales are F16), so
  * dequantize(quantize(w)) is as close as the stored scale allows.
  *
- * Launch shapes:
- *  - quantize I8: one block per row (max reduction, then the row);
- *    quantize Q4: one thread per (row, group), a serial loop of <= 128;
- *  - dequantize: one thread per stored byte (1 or 2 elements);
- *  - qgemm with m <= KC_QGEMV_MAX_M (decode): one warp per output channel,
- *    lanes striding over k, m accumulators per lane, a warp-shuffle sum;
- *    8 warps (channels) per block.  Larger m: dequantize W into a
- *    stream-ordered scratch buffer of X's dtype and run the cuBLASLt GEMM
- *    (with the bias epilogue).
+ * The decode-time GEMV (m <= KC_QGEMV_MAX_M) is the hot path; it is
+ * bandwidth-bound on the weights, so:
+ *  - weights are read with 16-byte loads (16 int8 or 32 int4 per load, a
+ *    "chunk"), each warp owning KC_QGEMV_ROWS rows so that many loads are in
+ *    flight per lane; a warp's 32 lanes read 512 contiguous bytes per row;
+ *  - X is staged once per block in shared memory as f32, laid out per chunk
+ *    with 4 floats of padding (16-byte LDS without bank conflicts), and
+ *    reused by every row of the block; when it does not fit (m * k large)
+ *    it is read from global memory (L1/L2) instead;
+ *  - weights become f32 without I2F: a byte/nibble is spliced into the
+ *    mantissa of 2^23 (PRMT) and 2^23 + offset subtracted, exactly;
+ *  - scales are applied once per row (int8) or once per 32-weight chunk,
+ *    which never straddles a group (int4; groups are 32, 64 or 128);
+ *  - per-lane sums are reduced with warp shuffles, bias added once.
+ * Shapes the vector path cannot take (k not a multiple of the chunk, data
+ * or X not 16-byte aligned) use the scalar kernel kept below.
+ * Larger m: dequantize W (vectorized: one chunk per thread) into a
+ * stream-ordered scratch buffer of X's dtype and run the cuBLASLt GEMM
+ * (with the bias epilogue).  Quantize is a load-time op: one block per row
+ * (I8) or one thread per group (Q4).
  * UNVERIFIED on a GPU. */
 #include <errno.h>
 
 #include "kc.h"
+#include "kc_vec.cuh"
 
 /* Rows of X handled by the warp-per-channel GEMV kernel (accumulators held in
  * registers, indexed with compile-time constants). */
 #define KC_QGEMV_MAX_M 8
 #define KC_QGEMV_WARPS 8
+/* Rows per warp in the vector GEMV: 4 independent 16-byte weight loads in
+ * flight per lane per step. */
+#define KC_QGEMV_ROWS 4
+/* Padding, in floats, after each chunk's activations in shared memory. */
+#define KC_QGEMV_PAD 4
 
 static __device__ __forceinline__ float kc_ld_scale(const void *s, int half, size_t i)
 {
@@ -145,9 +162,85 @@ __global__ void kc_dequant_kernel(T *w, const void *data, const void *scales, in
 	}
 }
 
+/* 16 int8 -> f32, exact: byte + 128 spliced into the mantissa of 2^23. */
+static __device__ __forceinline__ void kc_i8x16(uint4 u, float *f)
+{
+	uint32_t w[4] = { u.x, u.y, u.z, u.w };
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		uint32_t b = w[i] ^ 0x80808080u; /* q + 128, per byte */
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			f[4 * i + j] = __uint_as_float(__byte_perm(b, 0x4B000000u, 0x7440u + j)) -
+				       8388736.0f; /* 2^23 + 128 */
+	}
+}
+/* 32 int4 (stored q + 8, even element in the low nibble) -> f32, exact. */
+static __device__ __forceinline__ void kc_q4x32(uint4 u, float *f)
+{
+	uint32_t w[4] = { u.x, u.y, u.z, u.w };
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		uint32_t lo = w[i] & 0x0F0F0F0Fu, hi = (w[i] >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			f[8 * i + 2 * j] =
+				__uint_as_float(__byte_perm(lo, 0x4B000000u, 0x7440u + j)) -
+				8388616.0f; /* 2^23 + 8 */
+			f[8 * i + 2 * j + 1] =
+				__uint_as_float(__byte_perm(hi, 0x4B000000u, 0x7440u + j)) -
+				8388616.0f;
+		}
+	}
+}
+
+/* One thread per 16-byte chunk of data: CW = 16 (I8) or 32 (Q4) weights. */
+template <typename T, bool Q4>
+__global__ void __launch_bounds__(KC_EW_THREADS)
+	kc_dequant_vec(T *w, const uint8_t *data, const void *scales, int half, int group,
+		       int64_t n, int64_t k)
+{
+	const int CW = Q4 ? 32 : 16;
+	size_t chunks = (size_t) n * k / CW;
+	int64_t cpr = k / CW; /* chunks per row */
+	for (size_t c = blockIdx.x * (size_t) blockDim.x + threadIdx.x; c < chunks;
+	     c += (size_t) gridDim.x * blockDim.x) {
+		int64_t row = (int64_t) (c / cpr), j = (int64_t) (c % cpr) * CW;
+		float f[CW];
+		uint4 u = kc_ld128<true>(data + c * 16);
+		float sc;
+		if (Q4) {
+			kc_q4x32(u, f);
+			sc = kc_ld_scale(scales, half, (size_t) row * (k / group) + j / group);
+		} else {
+			kc_i8x16(u, f);
+			sc = kc_ld_scale(scales, half, (size_t) row);
+		}
+#pragma unroll
+		for (int e = 0; e < CW; e++)
+			f[e] *= sc;
+		kc_stv<CW>(w + c * CW, f);
+	}
+}
+
 template <typename T> static int kc_dequant_t(cudaStream_t s, void *w, const kk_qmatrix *qm)
 {
-	int q4 = qm->qtype == KK_Q4;
+	int q4 = qm->qtype == KK_Q4, half = qm->scales->dtype == KK_F16;
+	int cw = q4 ? 32 : 16;
+	if (qm->k % cw == 0 && kc_aligned16(qm->data->ptr) && kc_aligned16(w)) {
+		size_t chunks = (size_t) qm->n * qm->k / cw;
+		if (q4)
+			kc_dequant_vec<T, true>
+				<<<kc_grid_sm(chunks, KC_EW_THREADS), KC_EW_THREADS, 0, s>>>(
+					(T *) w, (const uint8_t *) qm->data->ptr, qm->scales->ptr,
+					half, qm->group, qm->n, qm->k);
+		else
+			kc_dequant_vec<T, false>
+				<<<kc_grid_sm(chunks, KC_EW_THREADS), KC_EW_THREADS, 0, s>>>(
+					(T *) w, (const uint8_t *) qm->data->ptr, qm->scales->ptr,
+					half, qm->group, qm->n, qm->k);
+		return kc_check_launch();
+	}
 	size_t units = (size_t) qm->n * qm->k / (q4 ? 2 : 1);
 	kc_dequant_kernel<T><<<kc_grid(units, 256), 256, 0, s>>>(
 		(T *) w, qm->data->ptr, qm->scales->ptr, qm->scales->dtype == KK_F16, q4, qm->group,
@@ -191,12 +284,179 @@ __global__ void kc_qgemv_kernel(T *y, const T *x, const void *data, const void *
 	}
 }
 
+/* The vector GEMV.  Block: KC_QGEMV_WARPS warps, warp w owning rows
+ * (blockIdx.x * WARPS + w) * ROWS + [0, ROWS); lane l reads chunks l, l+32,
+ * ... of each row.  XS: X staged in shared memory (dynamic, f32, per chunk
+ * CW floats + KC_QGEMV_PAD); else read from global (16-byte aligned). */
+template <typename T, typename TB, int M, bool Q4, bool XS>
+__global__ void __launch_bounds__(32 * KC_QGEMV_WARPS)
+	kc_qgemv_vec(T *y, const T *x, const uint8_t *data, const void *scales, int half, int group,
+		     const TB *bias, int64_t n, int64_t k, int m)
+{
+	const int CW = Q4 ? 32 : 16, CS = CW + KC_QGEMV_PAD, R = KC_QGEMV_ROWS;
+	extern __shared__ float kc_xs[];
+	const int64_t cpr = k / CW; /* chunks per row */
+	if (XS) {
+		for (int64_t i = threadIdx.x; i < (int64_t) m * k; i += blockDim.x) {
+			int64_t r = i / k, j = i % k;
+			kc_xs[(r * cpr + j / CW) * CS + j % CW] = kc_ld(x, (size_t) i);
+		}
+		__syncthreads();
+	}
+	int lane = threadIdx.x & 31;
+	int64_t row0 = ((int64_t) blockIdx.x * KC_QGEMV_WARPS + (threadIdx.x >> 5)) * R;
+	if (row0 >= n)
+		return;
+	float acc[R][M];
+#pragma unroll
+	for (int r = 0; r < R; r++)
+#pragma unroll
+		for (int i = 0; i < M; i++)
+			acc[r][i] = 0.0f;
+	const size_t rb = (size_t) k / (Q4 ? 2 : 1); /* bytes per row */
+	for (int64_t c = lane; c < cpr; c += 32) {
+		uint4 wq[R];
+#pragma unroll
+		for (int r = 0; r < R; r++)
+			wq[r] = row0 + r < n
+					? kc_ld128<true>(data + (size_t) (row0 + r) * rb + c * 16)
+					: make_uint4(0, 0, 0, 0);
+		float sc[R];
+#pragma unroll
+		for (int r = 0; r < R; r++)
+			sc[r] = Q4 && row0 + r < n ? kc_ld_scale(scales, half,
+								 (size_t) (row0 + r) * (k / group) +
+									 c * CW / group)
+						   : 1.0f;
+#pragma unroll
+		for (int i = 0; i < M; i++) {
+			if (i >= m)
+				break;
+			float xv[CW];
+			if (XS) {
+#pragma unroll
+				for (int q = 0; q < CW; q += 4)
+					kc_lds4(kc_xs + (i * cpr + c) * CS + q, xv + q);
+			} else {
+				kc_ldv<CW>(x + (size_t) i * k + c * CW, xv);
+			}
+#pragma unroll
+			for (int r = 0; r < R; r++) {
+				float wf[CW];
+				if (Q4)
+					kc_q4x32(wq[r], wf);
+				else
+					kc_i8x16(wq[r], wf);
+				float d = 0.0f;
+#pragma unroll
+				for (int e = 0; e < CW; e++)
+					d += wf[e] * xv[e];
+				acc[r][i] += Q4 ? d * sc[r] : d;
+			}
+		}
+	}
+#pragma unroll
+	for (int r = 0; r < R; r++) {
+		int64_t row = row0 + r;
+		float rs = !Q4 && row < n ? kc_ld_scale(scales, half, (size_t) row) : 1.0f;
+#pragma unroll
+		for (int i = 0; i < M; i++) {
+			float v = kc_warp_sum(acc[r][i]);
+			if (lane == 0 && i < m && row < n)
+				kc_st(y, (size_t) i * n + row,
+				      v * rs + (bias ? kc_ld(bias, row) : 0.0f));
+		}
+	}
+}
+
+/* Shared memory the vector GEMV needs to stage X, in bytes. */
+static size_t kc_qgemv_smem(int q4, int64_t m, int64_t k)
+{
+	int cw = q4 ? 32 : 16;
+	return (size_t) m * (size_t) (k / cw) * (cw + KC_QGEMV_PAD) * sizeof(float);
+}
+
+/* Largest dynamic shared memory a block may opt into, cached. */
+static size_t kc_smem_optin(void)
+{
+	static int v;
+	if (v <= 0) {
+		int dev = 0, n = 0;
+		if (cudaGetDevice(&dev) == cudaSuccess &&
+		    cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ==
+			    cudaSuccess &&
+		    n > 0)
+			v = n;
+		else
+			(void) cudaGetLastError();
+	}
+	return v > 0 ? (size_t) v : 48 * 1024;
+}
+
+/* Staged X above this many bytes costs more occupancy than it saves: read X
+ * from global (L1/L2) instead. */
+#define KC_QGEMV_SMEM_MAX (96 * 1024)
+
+template <typename T, typename TB, int M, bool Q4>
+static int kc_qgemv_vec_m(cudaStream_t s, void *y, const void *x, const kk_qmatrix *qm,
+			  const void *bias, int64_t m)
+{
+	int half = qm->scales->dtype == KK_F16;
+	unsigned grid = (unsigned) ((qm->n + KC_QGEMV_WARPS * KC_QGEMV_ROWS - 1) /
+				    (KC_QGEMV_WARPS * KC_QGEMV_ROWS));
+	size_t smem = kc_qgemv_smem(Q4, m, qm->k);
+	if (smem <= KC_QGEMV_SMEM_MAX && smem <= kc_smem_optin()) {
+		auto kern = kc_qgemv_vec<T, TB, M, Q4, true>;
+		if (smem > 48 * 1024) {
+			int r = kc_errno_cuda(cudaFuncSetAttribute(
+				kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem));
+			if (r < 0)
+				return r;
+		}
+		kern<<<grid, 32 * KC_QGEMV_WARPS, smem, s>>>(
+			(T *) y, (const T *) x, (const uint8_t *) qm->data->ptr, qm->scales->ptr,
+			half, qm->group, (const TB *) bias, qm->n, qm->k, (int) m);
+	} else {
+		kc_qgemv_vec<T, TB, M, Q4, false><<<grid, 32 * KC_QGEMV_WARPS, 0, s>>>(
+			(T *) y, (const T *) x, (const uint8_t *) qm->data->ptr, qm->scales->ptr,
+			half, qm->group, (const TB *) bias, qm->n, qm->k, (int) m);
+	}
+	return kc_check_launch();
+}
+
+/* Accumulators per lane are KC_QGEMV_ROWS x M: M is m rounded up to a
+ * power of two, so m == 1 (decode) keeps 4 instead of 32. */
+template <typename T, typename TB, bool Q4>
+static int kc_qgemv_vec_go(cudaStream_t s, void *y, const void *x, const kk_qmatrix *qm,
+			   const void *bias, int64_t m)
+{
+	if (m <= 1)
+		return kc_qgemv_vec_m<T, TB, 1, Q4>(s, y, x, qm, bias, m);
+	if (m <= 2)
+		return kc_qgemv_vec_m<T, TB, 2, Q4>(s, y, x, qm, bias, m);
+	if (m <= 4)
+		return kc_qgemv_vec_m<T, TB, 4, Q4>(s, y, x, qm, bias, m);
+	return kc_qgemv_vec_m<T, TB, KC_QGEMV_MAX_M, Q4>(s, y, x, qm, bias, m);
+}
+
 template <typename T>
 static int kc_qgemm_t(kk_backend *be, cudaStream_t s, void *y, const void *x, const kk_qmatrix *qm,
 		      const kk_buffer *bias, int64_t m)
 {
 	int half = qm->scales->dtype == KK_F16, q4 = qm->qtype == KK_Q4;
 	if (m <= KC_QGEMV_MAX_M) {
+		int cw = q4 ? 32 : 16;
+		size_t smem = kc_qgemv_smem(q4, m, qm->k);
+		bool xs = smem <= KC_QGEMV_SMEM_MAX && smem <= kc_smem_optin();
+		if (qm->k % cw == 0 && kc_aligned16(qm->data->ptr) && (xs || kc_aligned16(x))) {
+			bool bf32 = bias && bias->dtype == KK_F32;
+			const void *bp = bias ? bias->ptr : NULL;
+			if (q4)
+				return bf32 ? kc_qgemv_vec_go<T, float, true>(s, y, x, qm, bp, m)
+					    : kc_qgemv_vec_go<T, T, true>(s, y, x, qm, bp, m);
+			return bf32 ? kc_qgemv_vec_go<T, float, false>(s, y, x, qm, bp, m)
+				    : kc_qgemv_vec_go<T, T, false>(s, y, x, qm, bp, m);
+		}
 		unsigned grid = (unsigned) ((qm->n + KC_QGEMV_WARPS - 1) / KC_QGEMV_WARPS);
 		if (bias && bias->dtype == KK_F32)
 			kc_qgemv_kernel<T, float, KC_QGEMV_MAX_M>
