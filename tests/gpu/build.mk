@@ -7,6 +7,11 @@
 # cuda backend, kiln-healthd --check/--active on the real driver, the
 # benchmark and compute-sanitizer, each into its own log.  docs/gpu-kit.md.
 GPU_KIT ?= .gpukit
+# The second head-dim-128 attention tiling (KC_TC_MT128=1, see
+# kernels/bench/attn-variants.sh) is built too, so that the GPU machine can
+# time both without building.
 gpu-kit: all
+	@$(MAKE) --no-print-directory B=$(B)/mt1 CUDA=1 EXTRA_NVFLAGS=-DKC_TC_MT128=1 \
+		$(B)/mt1/tests/test-kk-cuda $(B)/mt1/tests/cuda-bench
 	@tests/gpu/make-kit.sh $(B) $(GPU_KIT)
 .PHONY: gpu-kit

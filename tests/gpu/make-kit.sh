@@ -28,9 +28,19 @@ KIT_OUT=$KIT
 KIT=$stage
 mkdir -p "$KIT/build/bin" "$KIT/build/tests" "$KIT/lib"
 cp -p "$B"/bin/* "$KIT/build/bin/"
-for t in test-kk-cuda test-kernels-cuda test-kernels-cpu cuda-bench bench-kernels-cpu; do
+for t in test-kk-cuda test-kk-cuda-mem test-kernels-cuda test-kernels-cpu test-model-cuda \
+	cuda-bench bench-kernels-cpu; do
 	[ -x "$B/tests/$t" ] && cp -p "$B/tests/$t" "$KIT/build/tests/"
 done
+# The other attention tiling (tests/gpu/build.mk), when built.
+for t in test-kk-cuda cuda-bench; do
+	[ -x "$B/mt1/tests/$t" ] && cp -p "$B/mt1/tests/$t" "$KIT/build/tests/$t-mt1"
+done
+# The model fixture (the tests find it through KM_TEST_MODEL): ../shared
+# does not travel to the GPU machine.
+fixture=${KILN_FIXTURES:-../shared/fixtures}/stories260K.bin
+mkdir -p "$KIT/fixtures"
+[ -f "$fixture" ] && cp "$fixture" "$KIT/fixtures/"
 # Shared libraries: everything ldd resolves, minus the C runtime (the GPU
 # machine's own is newer and must be used) and CUDA's (too big to carry,
 # and the GPU machine's match its driver).
@@ -44,7 +54,7 @@ done
 strip --strip-debug "$KIT"/build/bin/* "$KIT"/build/tests/*
 # The libraries libslurm loads at run time are not needed: the kit never
 # talks to a slurmctld (--check and --active only).
-tar -C "$KIT" -czf "$KIT_OUT/kit.tgz" build lib
+XZ_OPT="-6 -T0" tar -C "$KIT" -cJf "$KIT_OUT/kit.txz" build lib fixtures
 nlib=$(ls "$KIT/lib" | wc -l)
 nbin=$(ls "$KIT"/build/bin "$KIT"/build/tests | grep -vc ':$\|^$')
 KIT=$KIT_OUT
@@ -54,7 +64,7 @@ Run on the GPU machine from the repository root: tests/gpu/run.sh [STEP ...]
 EOT
 git rev-parse HEAD >"$KIT/commit" 2>/dev/null || true
 kib=$(du -sk "$KIT" | cut -f1)
-echo "gpu kit: $KIT/kit.tgz, $((kib / 1024)) MiB ($nlib libraries, $nbin binaries)"
+echo "gpu kit: $KIT/kit.txz, $((kib / 1024)) MiB ($nlib libraries, $nbin binaries)"
 if [ "$kib" -gt "$max_kib" ]; then
 	echo "make-kit: the kit is $((kib / 1024)) MiB, over the $((max_kib / 1024)) MiB that can travel" >&2
 	exit 1

@@ -4,12 +4,16 @@
 # docs/gpu-kit.md).  Run from the repository root.  Steps, in this order
 # when none is named:
 #   env       GPU, driver, CUDA libraries found, every kit binary's libraries
-#   test      the cuda-vs-cpu parity test (make test-gpu's suite) and the
-#             float64 kernels suite on the cuda backend
+#   test      make test-gpu's suites: the cuda-vs-cpu parity test, the
+#             memory-bound sweep, the float64 kernels suite on the cuda
+#             backend and the model on the cuda backend
+#   attn      both head-dim-128 attention tilings (KC_TC_MT128=2, the
+#             default, and 1): attention parity tests and bench rows
 #   healthd   kiln-healthd --check (table and JSON) and --active on the real
 #             driver, with a one-node cluster file made for this machine
 #   bench     the kernel benchmark with torch baselines (make bench's table)
-#   sanitize  compute-sanitizer memcheck on the parity test (small shapes)
+#   sanitize  compute-sanitizer memcheck on the parity test (small shapes),
+#             racecheck and synccheck on its attention tests
 # Each step's output goes to stdout and to $OUT/STEP.log (or ./gpu-logs/
 # when OUT is unset); the last line is "gpu-kit: PASSED/FAILED steps".
 # Env: KIT (default .gpukit), KILN_BENCH_QUICK=1 for the short benchmark.
@@ -19,17 +23,18 @@ cd "$root" || exit 2
 KIT=${KIT:-.gpukit}
 logs=${OUT:-$root/gpu-logs}
 mkdir -p "$logs"
-[ -f "$KIT/kit.tgz" ] || {
-	echo "run.sh: no kit at $KIT/kit.tgz: run 'make gpu-kit' on the build machine and carry $KIT" >&2
+[ -f "$KIT/kit.txz" ] || {
+	echo "run.sh: no kit at $KIT/kit.txz: run 'make gpu-kit' on the build machine and carry $KIT" >&2
 	exit 2
 }
 unpacked=${KIT_UNPACK:-/tmp/kiln-gpukit}
-if [ ! -e "$unpacked/.from" ] || [ "$(cat "$unpacked/.from")" != "$(cksum <"$KIT/kit.tgz")" ]; then
-	rm -rf "$unpacked" && mkdir -p "$unpacked" && tar -C "$unpacked" -xzf "$KIT/kit.tgz" || exit 2
-	cksum <"$KIT/kit.tgz" >"$unpacked/.from"
+if [ ! -e "$unpacked/.from" ] || [ "$(cat "$unpacked/.from")" != "$(cksum <"$KIT/kit.txz")" ]; then
+	rm -rf "$unpacked" && mkdir -p "$unpacked" && tar -C "$unpacked" -xJf "$KIT/kit.txz" || exit 2
+	cksum <"$KIT/kit.txz" >"$unpacked/.from"
 fi
 B=$unpacked/build
 export KILN_BUILD=$B
+export KM_TEST_MODEL=$unpacked/fixtures/stories260K.bin
 
 # Libraries: the kit's, then CUDA's (toolkit and pip wheels), then the driver's.
 cuda_dirs=()
@@ -70,9 +75,33 @@ step_env() {
 
 step_test() {
 	local rc=0
-	KILN_TEST_GPU=1 tests/run-tests.sh tests/kernels/gpu/test-kk-cuda.sh "$B/tests/test-kernels-cuda" || rc=1
+	KILN_TEST_GPU=1 tests/run-tests.sh tests/kernels/gpu/test-kk-cuda.sh \
+		tests/kernels/gpu/test-kk-cuda-mem.sh "$B/tests/test-kernels-cuda" \
+		"$B/tests/test-model-cuda" || rc=1
 	return $rc
 }
+
+step_attn() {
+	local rc=0 torch=() t
+	t=$(mktemp)
+	for py in python3 /usr/bin/python3; do
+		if "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+			"$py" kernels/bench/cuda_torch.py >"$t" && torch=(--torch "$t")
+			break
+		fi
+	done
+	for v in "" -mt1; do
+		echo "== tiling ${v:-default (KC_TC_MT128=2)}"
+		[ -x "$B/tests/test-kk-cuda$v" ] || {
+			echo "not in the kit"
+			continue
+		}
+		KILN_TEST_FILTER=attn "$B/tests/test-kk-cuda$v" || rc=1
+		"$B/tests/cuda-bench$v" --only attn "${torch[@]}" || rc=1
+	done
+	return $rc
+}
+
 
 # A one-node cluster file describing this machine: its hostname, its GPUs.
 write_cluster() {
@@ -123,15 +152,21 @@ step_sanitize() {
 		echo "compute-sanitizer not found: skipped"
 		return 0
 	}
-	KILN_TEST_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test-kk-cuda"
+	local rc=0
+	KILN_TEST_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test-kk-cuda" || rc=1
+	for tool in racecheck synccheck; do
+		KILN_TEST_SMALL=1 KILN_TEST_FILTER=attn compute-sanitizer --tool $tool --error-exitcode 9 \
+			"$B/tests/test-kk-cuda" || rc=1
+	done
+	return $rc
 }
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(env test healthd bench sanitize)
+[ ${#steps[@]} -eq 0 ] && steps=(env test healthd attn bench sanitize)
 passed=() failed=()
 for s in "${steps[@]}"; do
 	declare -F "step_$s" >/dev/null || {
-		echo "run.sh: unknown step '$s' (env test healthd bench sanitize)" >&2
+		echo "run.sh: unknown step '$s' (env test healthd attn bench sanitize)" >&2
 		exit 2
 	}
 	echo "=== $s ($(date -u +%T))"
