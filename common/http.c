@@ -189,10 +189,16 @@ static void stream_kick_locked(kiln_http_stream *s)
 	}
 }
 
-/* The client hung up (watcher) or the connection ended early (MHD). */
+/* The client hung up (the watcher saw it).  A stream whose connection has
+ * ended is left alone: the fd the watcher polled may already be another
+ * connection's. */
 static void stream_gone(kiln_http_stream *s)
 {
 	pthread_mutex_lock(&s->lock);
+	if (!s->conn) {
+		pthread_mutex_unlock(&s->lock);
+		return;
+	}
 	bool was = s->gone;
 	s->gone = true;
 	stream_kick_locked(s);
@@ -238,13 +244,13 @@ static void *watcher_main(void *arg)
 		size_t n = 0;
 		for (kiln_http_stream *s = srv->streams; s && n + 1 < cap; s = s->next) {
 			pthread_mutex_lock(&s->lock);
-			bool watch = !s->gone && s->fd >= 0;
-			if (watch)
+			int fd = s->gone || !s->conn ? -1 : s->fd;
+			if (fd >= 0)
 				s->refs++;
 			pthread_mutex_unlock(&s->lock);
-			if (!watch)
+			if (fd < 0)
 				continue;
-			pfd[n] = (struct pollfd) { .fd = s->fd, .events = POLLRDHUP };
+			pfd[n] = (struct pollfd) { .fd = fd, .events = POLLRDHUP };
 			ss[n++] = s;
 		}
 		bool stopping = srv->stopping;

@@ -288,7 +288,7 @@ static void assert_error_shape(const response *r, unsigned status, const char *t
 /* ---- the server under test ---- */
 
 typedef struct sse_ctl {
-	int mode;
+	atomic_int mode; /* set by the test, read by the producer (via a socket: no HB for TSan) */
 	kiln_http_stream *stream;
 	pthread_t producer;
 	bool started;
@@ -301,13 +301,15 @@ typedef struct sse_ctl {
 	size_t slow_max_buffered;
 	sem_t slow_done;
 	int prod_err; /* first unexpected producer error */
+	int slow_seen_events; /* at the third timeout */
+	size_t slow_seen_buffered;
 } sse_ctl;
 
 enum { SSE_ORDERED, SSE_WAIT_CANCEL, SSE_SLOW, SSE_QUICK };
 
 static sse_ctl ctl;
 static atomic_int access_count;
-static char last_access[256];
+static char last_access[1 << 16];
 static pthread_mutex_t access_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int h_hello(kiln_http_request *r, void *u)
@@ -414,8 +416,11 @@ static void *producer(void *arg)
 			if (q == -ETIMEDOUT) {
 				c->slow_timeouts++;
 				i--;
-				if (c->slow_timeouts == 3)
+				if (c->slow_timeouts == 3) {
+					c->slow_seen_events = c->slow_events;
+					c->slow_seen_buffered = c->slow_max_buffered;
 					sem_post(&c->slow_done); /* the test starts reading */
+				}
 				if (c->slow_timeouts > 200)
 					break;
 				continue;
@@ -446,11 +451,35 @@ static int h_stream(kiln_http_request *r, void *u)
 
 static void access_cb(const kiln_http_access *a, void *u)
 {
+	/* lines in completion order (which is not request order across threads) */
 	pthread_mutex_lock(&access_lock);
-	snprintf(last_access, sizeof(last_access), "%s %s %u %s%s", a->method, a->path, a->status,
-		 a->stream ? "stream" : "plain", a->aborted ? " aborted" : "");
+	size_t used = strlen(last_access);
+	snprintf(last_access + used, sizeof(last_access) - used, "%s %s %u %s%s\n", a->method,
+		 a->path, a->status, a->stream ? "stream" : "plain", a->aborted ? " aborted" : "");
 	pthread_mutex_unlock(&access_lock);
 	atomic_fetch_add(&access_count, 1);
+}
+
+/* Waits (5 s at most) for the access log line of path; returns it. */
+static const char *wait_access(const char *path)
+{
+	static char line[256];
+	char pat[128];
+	snprintf(pat, sizeof(pat), " %s ", path);
+	line[0] = 0;
+	for (int i = 0; i < 500 && !line[0]; i++) {
+		pthread_mutex_lock(&access_lock);
+		const char *p = strstr(last_access, pat);
+		if (p) {
+			while (p > last_access && p[-1] != '\n')
+				p--;
+			snprintf(line, sizeof(line), "%.*s", (int) strcspn(p, "\n"), p);
+		}
+		pthread_mutex_unlock(&access_lock);
+		if (!line[0])
+			usleep(10000);
+	}
+	return line;
 }
 
 static const kiln_http_route routes[] = {
@@ -474,6 +503,9 @@ static uint16_t port;
 static int setup(void **state)
 {
 	memset(&ctl, 0, sizeof(ctl));
+	pthread_mutex_lock(&access_lock);
+	last_access[0] = 0;
+	pthread_mutex_unlock(&access_lock);
 	sem_init(&ctl.go, 0, 0);
 	sem_init(&ctl.slow_done, 0, 0);
 	kiln_http_config cfg = {
@@ -594,11 +626,7 @@ static void test_routing(void **state)
 	kiln_strbuf_free(&r.body);
 
 	/* the access log saw the last one */
-	for (int i = 0; i < 100 && !strstr(last_access, "/fail"); i++)
-		usleep(10000);
-	pthread_mutex_lock(&access_lock);
-	assert_string_equal(last_access, "GET /fail 500 plain");
-	pthread_mutex_unlock(&access_lock);
+	assert_string_equal(wait_access("/fail"), "GET /fail 500 plain");
 }
 
 static void test_errors(void **state)
@@ -876,11 +904,7 @@ static void test_sse_disconnect(void **state)
 	assert_int_equal(ctl.prod_err, 0);
 	assert_int_equal(ctl.send_after_cancel, -ECANCELED);
 	assert_int_equal(ctl.close_rc, -ECANCELED);
-	for (int i = 0; i < 100 && !strstr(last_access, "/stream"); i++)
-		usleep(10000);
-	pthread_mutex_lock(&access_lock);
-	assert_string_equal(last_access, "GET /stream 200 stream aborted");
-	pthread_mutex_unlock(&access_lock);
+	assert_string_equal(wait_access("/stream"), "GET /stream 200 stream aborted");
 }
 
 static void test_sse_slow_reader(void **state)
@@ -895,8 +919,8 @@ static void test_sse_slow_reader(void **state)
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ts.tv_sec += 30;
 	assert_int_equal(sem_timedwait(&ctl.slow_done, &ts), 0);
-	int before = ctl.slow_events;
-	size_t maxbuf = ctl.slow_max_buffered;
+	int before = ctl.slow_seen_events;
+	size_t maxbuf = ctl.slow_seen_buffered;
 	print_message("# backpressure after %d events of 1.2 KiB; the stream buffered at most "
 		      "%zu bytes\n",
 		      before, maxbuf);
