@@ -112,7 +112,8 @@ int kiln_metrics_family(kiln_metrics *m, const char *name, kiln_metric_type type
 {
 	if (m->error < 0)
 		return m->error;
-	if (!name_ok(name, true) || type > KILN_METRIC_UNTYPED)
+	/* HELP is required: promtool's lint (and people) want it */
+	if (!name_ok(name, true) || type > KILN_METRIC_UNTYPED || !help || !*help)
 		return fail(m, -EINVAL);
 	if (streq(m->family, name)) {
 		if (type != m->type)
@@ -125,11 +126,9 @@ int kiln_metrics_family(kiln_metrics *m, const char *name, kiln_metric_type type
 		return fail(m, -ENOMEM);
 	snprintf(m->family, sizeof(m->family), "%s", name);
 	m->type = type;
-	if (help) {
-		kiln_strbuf_printf(m->out, "# HELP %s ", name);
-		help_escape(m->out, help);
-		kiln_strbuf_append(m->out, "\n");
-	}
+	kiln_strbuf_printf(m->out, "# HELP %s ", name);
+	help_escape(m->out, help);
+	kiln_strbuf_append(m->out, "\n");
 	kiln_strbuf_printf(m->out, "# TYPE %s %s\n", name, type_name(type));
 	return kiln_strbuf_error(m->out) < 0 ? fail(m, -ENOMEM) : 0;
 }

@@ -52,7 +52,7 @@ void kiln_metrics_init(kiln_metrics *m, kiln_strbuf *out);
 /* Frees the bookkeeping; returns the first error (or out's), else 0. */
 int kiln_metrics_finish(kiln_metrics *m);
 
-/* Starts a family: HELP (may be NULL) and TYPE.  Starting the current
+/* Starts a family: HELP (required, non-empty) and TYPE.  Starting the current
  * family again is a no-op; one seen earlier is -EEXIST (Prometheus wants
  * a family's samples together). */
 int kiln_metrics_family(kiln_metrics *m, const char *name, kiln_metric_type type,
