@@ -76,14 +76,14 @@ struct kiln_http_stream {
 	unsigned refs;
 	char *buf;
 	size_t off, len;
-	size_t cap;   /* backpressure threshold */
-	size_t alloc; /* allocated: cap, or one bigger event */
+	size_t cap;		     /* backpressure threshold */
+	size_t alloc;		     /* allocated: cap, or one bigger event */
 	struct MHD_Connection *conn; /* NULL once the connection ended */
 	int fd;
 	bool suspended;
-	bool closed;   /* producer closed: end after draining */
-	bool gone;     /* client gone: end now, sends fail */
-	bool stopping; /* server stopping: drain, then end */
+	bool closed;	  /* producer closed: end after draining */
+	bool gone;	  /* client gone: end now, sends fail */
+	bool stopping;	  /* server stopping: drain, then end */
 	int cancel_state; /* 0 not fired, 1 running, 2 done */
 	pthread_t cancel_thread;
 	kiln_http_cancel_fn on_cancel;
@@ -250,7 +250,7 @@ static void *watcher_main(void *arg)
 			pthread_mutex_unlock(&s->lock);
 			if (fd < 0)
 				continue;
-			pfd[n] = (struct pollfd) { .fd = fd, .events = POLLRDHUP };
+			pfd[n] = (struct pollfd){ .fd = fd, .events = POLLRDHUP };
 			ss[n++] = s;
 		}
 		bool stopping = srv->stopping;
@@ -489,9 +489,8 @@ int kiln_http_reply_sse(kiln_http_request *r, kiln_http_cancel_fn on_cancel, voi
 	if (ci)
 		s->fd = ci->connect_fd;
 	s->refs = 1; /* the response's */
-	struct MHD_Response *resp =
-		MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 << 10, stream_read, s,
-						  stream_response_free);
+	struct MHD_Response *resp = MHD_create_response_from_callback(
+		MHD_SIZE_UNKNOWN, 16 << 10, stream_read, s, stream_response_free);
 	if (!resp) {
 		stream_unref(s);
 		return -ENOMEM;
@@ -955,8 +954,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
 
 /* ---- the server ---- */
 
-static int parse_address(const char *address, uint16_t port, struct sockaddr_storage *ss,
-			 bool *v6)
+static int parse_address(const char *address, uint16_t port, struct sockaddr_storage *ss, bool *v6)
 {
 	memset(ss, 0, sizeof(*ss));
 	struct sockaddr_in *in = (struct sockaddr_in *) ss;

@@ -186,7 +186,8 @@ int kiln_json_check_keys(const json_t *obj, const char *where, const char *const
 	assert_return(obj && known && err, -EINVAL);
 	const char *key;
 	json_t *v;
-	json_object_foreach ((json_t *) obj, key, v) {
+	json_object_foreach((json_t *) obj, key, v)
+	{
 		bool ok = false;
 		const char *best = NULL;
 		size_t best_d = SIZE_MAX;
@@ -206,7 +207,8 @@ int kiln_json_check_keys(const json_t *obj, const char *where, const char *const
 		char path[KILN_JSON_PATH_MAX];
 		kiln_json_path(path, sizeof(path), where, key, 0);
 		if (best && best_d <= MAX((size_t) 2, strlen(best) / 3))
-			return kiln_json_fail(err, path, "unknown field (did you mean '%s'?)", best);
+			return kiln_json_fail(err, path, "unknown field (did you mean '%s'?)",
+					      best);
 		return kiln_json_fail(err, path, "unknown field");
 	}
 	return 0;
@@ -389,13 +391,13 @@ int kiln_json_get_objects(const json_t *obj, const char *where, const char *key,
 		return r;
 	size_t i;
 	json_t *e;
-	json_array_foreach (v, i, e)
-		if (!json_is_object(e)) {
-			char epath[KILN_JSON_PATH_MAX];
-			kiln_json_path(epath, sizeof(epath), path, NULL, i);
-			return kiln_json_fail(err, epath, "expected an object, got %s",
-					      kiln_json_type_name(e));
-		}
+	json_array_foreach(v, i, e) if (!json_is_object(e))
+	{
+		char epath[KILN_JSON_PATH_MAX];
+		kiln_json_path(epath, sizeof(epath), path, NULL, i);
+		return kiln_json_fail(err, epath, "expected an object, got %s",
+				      kiln_json_type_name(e));
+	}
 	*ret = v;
 	return 1;
 }
@@ -434,21 +436,23 @@ int kiln_json_get_strings(const json_t *obj, const char *where, const char *key,
 		return r;
 	size_t i;
 	json_t *e;
-	json_array_foreach (v, i, e) {
+	json_array_foreach(v, i, e)
+	{
 		char epath[KILN_JSON_PATH_MAX];
 		if (!json_is_string(e))
-			return kiln_json_fail(err, kiln_json_path(epath, sizeof(epath), path, NULL, i),
+			return kiln_json_fail(err,
+					      kiln_json_path(epath, sizeof(epath), path, NULL, i),
 					      "expected a string, got %s", kiln_json_type_name(e));
 		if (max_len && json_string_length(e) > max_len)
-			return kiln_json_fail(err, kiln_json_path(epath, sizeof(epath), path, NULL, i),
+			return kiln_json_fail(err,
+					      kiln_json_path(epath, sizeof(epath), path, NULL, i),
 					      "too long (%zu bytes, at most %zu)",
 					      json_string_length(e), max_len);
 	}
 	const char **out = calloc(json_array_size(v) + 1, sizeof(*out));
 	if (!out)
 		return -ENOMEM;
-	json_array_foreach (v, i, e)
-		out[i] = json_string_value(e);
+	json_array_foreach(v, i, e) out[i] = json_string_value(e);
 	*ret = out;
 	return 1;
 }

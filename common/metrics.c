@@ -10,7 +10,7 @@
 
 void kiln_metrics_init(kiln_metrics *m, kiln_strbuf *out)
 {
-	*m = (kiln_metrics) { .out = out };
+	*m = (kiln_metrics){ .out = out };
 }
 
 int kiln_metrics_finish(kiln_metrics *m)
@@ -107,8 +107,7 @@ static const char *type_name(kiln_metric_type t)
 	}
 }
 
-int kiln_metrics_family(kiln_metrics *m, const char *name, kiln_metric_type type,
-			const char *help)
+int kiln_metrics_family(kiln_metrics *m, const char *name, kiln_metric_type type, const char *help)
 {
 	if (m->error < 0)
 		return m->error;

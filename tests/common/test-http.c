@@ -300,7 +300,7 @@ typedef struct sse_ctl {
 	int slow_events, slow_timeouts;
 	size_t slow_max_buffered;
 	sem_t slow_done;
-	int prod_err; /* first unexpected producer error */
+	int prod_err;	      /* first unexpected producer error */
 	int slow_seen_events; /* at the third timeout */
 	size_t slow_seen_buffered;
 } sse_ctl;
@@ -333,11 +333,11 @@ static int h_echo(kiln_http_request *r, void *u)
 
 static int h_info(kiln_http_request *r, void *u)
 {
-	_cleanup_json_ json_t *j = json_pack(
-		"{s:s, s:s, s:s?, s:s?, s:s, s:s}", "method", kiln_http_request_method(r), "path",
-		kiln_http_request_path(r), "q", kiln_http_request_query(r, "q"), "x_test",
-		kiln_http_request_header(r, "x-test"), "client", kiln_http_request_client(r), "id",
-		kiln_http_request_id(r));
+	_cleanup_json_ json_t *j =
+		json_pack("{s:s, s:s, s:s?, s:s?, s:s, s:s}", "method", kiln_http_request_method(r),
+			  "path", kiln_http_request_path(r), "q", kiln_http_request_query(r, "q"),
+			  "x_test", kiln_http_request_header(r, "x-test"), "client",
+			  kiln_http_request_client(r), "id", kiln_http_request_id(r));
 	return kiln_http_reply_json(r, 200, j);
 }
 
@@ -366,11 +366,11 @@ static void on_cancel(kiln_http_stream *s, void *u)
 }
 
 /* cmocka's asserts must stay on the test thread: the producer records. */
-#define CHECK(expr)                                   \
-	do {                                          \
-		int _q = (expr);                      \
-		if (_q != 0 && c->prod_err == 0)      \
-			c->prod_err = _q;             \
+#define CHECK(expr)                              \
+	do {                                     \
+		int _q = (expr);                 \
+		if (_q != 0 && c->prod_err == 0) \
+			c->prod_err = _q;        \
 	} while (0)
 
 static void *producer(void *arg)
@@ -483,18 +483,14 @@ static const char *wait_access(const char *path)
 }
 
 static const kiln_http_route routes[] = {
-	{ "GET", "/hello", false, h_hello, NULL },
-	{ "POST", "/echo", false, h_echo, NULL },
-	{ "PUT", "/echo", false, h_echo, NULL },
-	{ "GET", "/info", false, h_info, NULL },
-	{ "GET", "/v1/models/", true, h_info, NULL },
-	{ "GET", "/busy", false, h_busy, NULL },
-	{ "GET", "/down", false, h_down, NULL },
-	{ "GET", "/fail", false, h_fail, NULL },
+	{ "GET", "/hello", false, h_hello, NULL },    { "POST", "/echo", false, h_echo, NULL },
+	{ "PUT", "/echo", false, h_echo, NULL },      { "GET", "/info", false, h_info, NULL },
+	{ "GET", "/v1/models/", true, h_info, NULL }, { "GET", "/busy", false, h_busy, NULL },
+	{ "GET", "/down", false, h_down, NULL },      { "GET", "/fail", false, h_fail, NULL },
 	{ "GET", "/stream", false, h_stream, &ctl },
 };
 
-#define TEST_BODY_MAX ((size_t) 1 << 20)
+#define TEST_BODY_MAX	((size_t) 1 << 20)
 #define TEST_SSE_BUFFER ((size_t) 16 << 10)
 
 static kiln_http_server *srv;
@@ -611,9 +607,8 @@ static void test_routing(void **state)
 	kiln_strbuf_free(&r.body);
 
 	/* an insane X-Request-Id is replaced */
-	assert_int_equal(request(port, "GET /info HTTP/1.1\r\nHost: x\r\nX-Request-Id: a b\r\n\r\n",
-				 &r),
-			 0);
+	assert_int_equal(
+		request(port, "GET /info HTTP/1.1\r\nHost: x\r\nX-Request-Id: a b\r\n\r\n", &r), 0);
 	const char *rid = resp_header(&r, "X-Request-Id");
 	assert_int_equal(strlen(rid), 4 + 24);
 	assert_true(strncmp(rid, "req_", 4) == 0);
@@ -660,8 +655,8 @@ static void test_json_echo(void **state)
 	post("{\"name\": \"kiln\", \"n\": [1, 2.5, {\"x\": null}]}", &r);
 	assert_int_equal(r.status, 200);
 	assert_string_equal(resp_header(&r, "X-Echo"), "kiln");
-	_cleanup_json_ json_t *want = json_loads("{\"name\":\"kiln\",\"n\":[1,2.5,{\"x\":null}]}",
-						 0, NULL);
+	_cleanup_json_ json_t *want =
+		json_loads("{\"name\":\"kiln\",\"n\":[1,2.5,{\"x\":null}]}", 0, NULL);
 	_cleanup_json_ json_t *got = body_json(&r);
 	assert_true(json_equal(want, got));
 	kiln_strbuf_free(&r.body);

@@ -36,15 +36,19 @@ static void assert_parse_error(const char *s, const char *message, int line, int
 
 static void test_parse(void **state)
 {
-	assert_parse_error("{\"a\": 1,\n  \"b\": }", "invalid JSON at line 2, column 8: unexpected token near '}'", 2, 8);
-	assert_parse_error("{\"a\": 1", "invalid JSON at line 1, column 7: '}' expected near end of file", 1, 7);
+	assert_parse_error("{\"a\": 1,\n  \"b\": }",
+			   "invalid JSON at line 2, column 8: unexpected token near '}'", 2, 8);
+	assert_parse_error("{\"a\": 1",
+			   "invalid JSON at line 1, column 7: '}' expected near end of file", 1, 7);
 	/* columns count characters, not bytes */
-	assert_parse_error("{\"é\": x}", "invalid JSON at line 1, column 7: invalid token near 'x'", 1, 7);
+	assert_parse_error("{\"é\": x}", "invalid JSON at line 1, column 7: invalid token near 'x'",
+			   1, 7);
 	assert_parse_error("   \n\t", "request body is empty: expected JSON", 0, 0);
 	assert_parse_error("", "request body is empty: expected JSON", 0, 0);
 	assert_parse_error("[1, 2]", "expected a JSON object, got an array", 0, 0);
 	assert_parse_error("\"s\"", "expected a JSON object, got a string", 0, 0);
-	assert_parse_error("{} {}", "invalid JSON at line 1, column 4: end of file expected near '{'", 1, 4);
+	assert_parse_error("{} {}",
+			   "invalid JSON at line 1, column 4: end of file expected near '{'", 1, 4);
 
 	/* depth: 64 levels pass, 65 fail at the 65th bracket (column 69) */
 	kiln_json_error err;
@@ -163,9 +167,9 @@ static void test_getters(void **state)
 
 	/* arrays of objects, with element paths */
 	json_t *msgs = NULL;
-	assert_int_equal(kiln_json_get_objects(j, "", "messages", KILN_JSON_REQUIRED, 1, 100, &msgs,
-					       &e),
-			 -EINVAL);
+	assert_int_equal(
+		kiln_json_get_objects(j, "", "messages", KILN_JSON_REQUIRED, 1, 100, &msgs, &e),
+		-EINVAL);
 	assert_err(&e, "messages[3]: expected an object, got a number", "messages[3]");
 	assert_null(msgs);
 	assert_int_equal(kiln_json_get_objects(j, "", "messages", 0, 1, 2, &msgs, &e), -EINVAL);
@@ -183,15 +187,15 @@ static void test_getters(void **state)
 	json_t *m0 = json_array_get(arr, 0);
 	kiln_json_path(where, sizeof(where), "messages", NULL, 0);
 	assert_string_equal(where, "messages[0]");
-	assert_int_equal(kiln_json_get_enum(m0, where, "role", KILN_JSON_REQUIRED, roles, &role, &e),
-			 1);
+	assert_int_equal(
+		kiln_json_get_enum(m0, where, "role", KILN_JSON_REQUIRED, roles, &role, &e), 1);
 	assert_int_equal(role, 1);
 	json_t *m1 = json_array_get(arr, 1);
 	kiln_json_path(where, sizeof(where), "messages", NULL, 1);
-	assert_int_equal(kiln_json_get_enum(m1, where, "role", KILN_JSON_REQUIRED, roles, &role, &e),
-			 -EINVAL);
-	assert_err(&e,
-		   "messages[1].role: expected one of 'system', 'user', 'assistant', got 'bot'",
+	assert_int_equal(
+		kiln_json_get_enum(m1, where, "role", KILN_JSON_REQUIRED, roles, &role, &e),
+		-EINVAL);
+	assert_err(&e, "messages[1].role: expected one of 'system', 'user', 'assistant', got 'bot'",
 		   "messages[1].role");
 	json_t *m2 = json_array_get(arr, 2);
 	kiln_json_path(where, sizeof(where), "messages", NULL, 2);
@@ -267,14 +271,14 @@ static void test_keys_and_paths(void **state)
 
 	/* type names */
 	_cleanup_json_ json_t *all = parse("[{}, [], \"s\", 1, 1.5, true, null]");
-	static const char *const names[] = { "an object", "an array", "a string", "a number",
+	static const char *const names[] = { "an object", "an array",  "a string", "a number",
 					     "a number",  "a boolean", "null" };
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
 		assert_string_equal(kiln_json_type_name(json_array_get(all, i)), names[i]);
 
 	/* a long client value in an enum error is cut */
-	_cleanup_json_ json_t *r = parse(
-		"{\"role\": \"0123456789012345678901234567890123456789\"}");
+	_cleanup_json_ json_t *r =
+		parse("{\"role\": \"0123456789012345678901234567890123456789\"}");
 	static const char *const roles[] = { "user", NULL };
 	int idx;
 	assert_int_equal(kiln_json_get_enum(r, "", "role", 0, roles, &idx, &e), -EINVAL);

@@ -24,29 +24,26 @@ static void build(kiln_strbuf *b)
 	kiln_metrics_init(&m, b);
 	kiln_metrics_family(&m, "kiln_requests_total", KILN_METRIC_COUNTER,
 			    "HTTP requests by route and code.");
-	kiln_metrics_sample(&m, (const char *[]) { "route", "/v1/completions", "code", "200", NULL },
+	kiln_metrics_sample(&m, (const char *[]){ "route", "/v1/completions", "code", "200", NULL },
 			    12);
-	kiln_metrics_sample(&m, (const char *[]) { "route", "/v1/completions", "code", "429", NULL },
+	kiln_metrics_sample(&m, (const char *[]){ "route", "/v1/completions", "code", "429", NULL },
 			    3);
 	kiln_metrics_family(&m, "kiln_model_info", KILN_METRIC_GAUGE,
 			    "Loaded model (value 1).\nSecond line with a \\ backslash.");
-	kiln_metrics_sample(&m,
-			    (const char *[]) { "model", "a \"quoted\"\nname\\x", "path",
-					       "/m", NULL },
-			    1);
+	kiln_metrics_sample(
+		&m, (const char *[]){ "model", "a \"quoted\"\nname\\x", "path", "/m", NULL }, 1);
 	kiln_metrics_family(&m, "kiln_temp_celsius", KILN_METRIC_GAUGE, "Odd values.");
-	kiln_metrics_sample(&m, (const char *[]) { "k", "nan", NULL }, NAN);
-	kiln_metrics_sample(&m, (const char *[]) { "k", "inf", NULL }, INFINITY);
-	kiln_metrics_sample(&m, (const char *[]) { "k", "-inf", NULL }, -INFINITY);
-	kiln_metrics_sample(&m, (const char *[]) { "k", "frac", NULL }, 0.1);
-	kiln_metrics_sample(&m, (const char *[]) { "k", "big", NULL }, 1e20);
-	kiln_metrics_sample(&m, (const char *[]) { "k", "neg", NULL }, -42);
-	kiln_metrics_family(&m, "kiln_latency_seconds", KILN_METRIC_HISTOGRAM,
-			    "Request latency.");
+	kiln_metrics_sample(&m, (const char *[]){ "k", "nan", NULL }, NAN);
+	kiln_metrics_sample(&m, (const char *[]){ "k", "inf", NULL }, INFINITY);
+	kiln_metrics_sample(&m, (const char *[]){ "k", "-inf", NULL }, -INFINITY);
+	kiln_metrics_sample(&m, (const char *[]){ "k", "frac", NULL }, 0.1);
+	kiln_metrics_sample(&m, (const char *[]){ "k", "big", NULL }, 1e20);
+	kiln_metrics_sample(&m, (const char *[]){ "k", "neg", NULL }, -42);
+	kiln_metrics_family(&m, "kiln_latency_seconds", KILN_METRIC_HISTOGRAM, "Request latency.");
 	uint64_t counts[] = { 1, 2, 0, 3, 4 };
-	kiln_metrics_histogram(&m, (const char *[]) { "route", "/a", NULL }, bounds, counts, 4,
+	kiln_metrics_histogram(&m, (const char *[]){ "route", "/a", NULL }, bounds, counts, 4,
 			       21.5);
-	kiln_metrics_histogram(&m, NULL, bounds, (uint64_t[]) { 0, 0, 0, 0, 0 }, 4, 0);
+	kiln_metrics_histogram(&m, NULL, bounds, (uint64_t[]){ 0, 0, 0, 0, 0 }, 4, 0);
 	kiln_metrics_family(&m, "kiln_up", KILN_METRIC_GAUGE, "Whether the server is up.");
 	kiln_metrics_sample(&m, NULL, 1);
 	assert_int_equal(kiln_metrics_finish(&m), 0);
@@ -108,7 +105,8 @@ static void test_errors(void **state)
 
 	kiln_metrics_init(&m, &b);
 	assert_int_equal(kiln_metrics_family(&m, "1bad", KILN_METRIC_GAUGE, "x"), -EINVAL);
-	assert_int_equal(kiln_metrics_family(&m, "ok", KILN_METRIC_GAUGE, "x"), -EINVAL); /* sticky */
+	assert_int_equal(kiln_metrics_family(&m, "ok", KILN_METRIC_GAUGE, "x"),
+			 -EINVAL); /* sticky */
 	assert_int_equal(kiln_metrics_finish(&m), -EINVAL);
 
 	kiln_metrics_init(&m, &b);
@@ -124,7 +122,7 @@ static void test_errors(void **state)
 
 	kiln_metrics_init(&m, &b);
 	kiln_metrics_family(&m, "a", KILN_METRIC_GAUGE, "x");
-	assert_int_equal(kiln_metrics_sample(&m, (const char *[]) { "bad-name", "v", NULL }, 1),
+	assert_int_equal(kiln_metrics_sample(&m, (const char *[]){ "bad-name", "v", NULL }, 1),
 			 -EINVAL);
 	kiln_metrics_finish(&m);
 
@@ -136,14 +134,14 @@ static void test_errors(void **state)
 	kiln_metrics_init(&m, &b);
 	kiln_metrics_family(&m, "h", KILN_METRIC_HISTOGRAM, "x");
 	static const double unsorted[] = { 1, 0.5 };
-	assert_int_equal(kiln_metrics_histogram(&m, NULL, unsorted, (uint64_t[]) { 0, 0, 0 }, 2, 0),
+	assert_int_equal(kiln_metrics_histogram(&m, NULL, unsorted, (uint64_t[]){ 0, 0, 0 }, 2, 0),
 			 -EINVAL);
 	kiln_metrics_finish(&m);
 
 	kiln_metrics_init(&m, &b);
 	kiln_metrics_family(&m, "h", KILN_METRIC_HISTOGRAM, "x");
-	assert_int_equal(kiln_metrics_histogram(&m, (const char *[]) { "le", "1", NULL }, bounds,
-						(uint64_t[]) { 0, 0, 0, 0, 0 }, 4, 0),
+	assert_int_equal(kiln_metrics_histogram(&m, (const char *[]){ "le", "1", NULL }, bounds,
+						(uint64_t[]){ 0, 0, 0, 0, 0 }, 4, 0),
 			 -EINVAL); /* le is ours */
 	kiln_metrics_finish(&m);
 

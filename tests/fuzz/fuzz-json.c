@@ -59,9 +59,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		json_decref(plain);
 		return 0;
 	}
-	static const char *const keys[] = { "model",	   "messages", "temperature", "top_p",
+	static const char *const keys[] = { "model",	  "messages", "temperature", "top_p",
 					    "max_tokens", "stream",   "stop",	     "n",
-					    "user",	   "prompt",   NULL };
+					    "user",	  "prompt",   NULL };
 	const char *model = NULL;
 	double t = 1;
 	int64_t mt = 16;
@@ -89,9 +89,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (r > 0) {
 		size_t i;
 		json_t *m;
-		json_array_foreach (msgs, i, m) {
+		json_array_foreach(msgs, i, m)
+		{
 			char where[KILN_JSON_PATH_MAX];
-			validate_message(m, kiln_json_path(where, sizeof(where), "messages", NULL, i));
+			validate_message(m,
+					 kiln_json_path(where, sizeof(where), "messages", NULL, i));
 		}
 	}
 	json_decref(j);

@@ -83,23 +83,23 @@ typedef struct kiln_http_route {
 /* One finished request, for the program's access log. */
 typedef struct kiln_http_access {
 	const char *method, *path, *request_id, *client;
-	unsigned status;	/* 0 when no reply was sent */
-	uint64_t bytes_in;	/* request body bytes */
-	uint64_t bytes_out;	/* response body bytes handed to MHD */
-	double duration_ms;	/* from the request headers to the end */
-	bool stream;		/* an SSE reply */
-	bool aborted;		/* the connection ended before the reply did */
+	unsigned status;    /* 0 when no reply was sent */
+	uint64_t bytes_in;  /* request body bytes */
+	uint64_t bytes_out; /* response body bytes handed to MHD */
+	double duration_ms; /* from the request headers to the end */
+	bool stream;	    /* an SSE reply */
+	bool aborted;	    /* the connection ended before the reply did */
 } kiln_http_access;
 
 typedef struct kiln_http_config {
-	const char *address; /* IPv4 or IPv6 literal; NULL: "0.0.0.0" */
-	uint16_t port;	     /* 0: an ephemeral port, see kiln_http_server_port() */
-	unsigned threads;    /* 0: KILN_HTTP_THREADS_DEFAULT */
-	unsigned max_connections;  /* 0: KILN_HTTP_CONNECTIONS_MAX_DEFAULT */
-	unsigned idle_timeout_s;   /* 0: KILN_HTTP_IDLE_TIMEOUT_DEFAULT_S */
-	size_t max_body_bytes;	   /* 0: KILN_HTTP_BODY_MAX_DEFAULT */
-	size_t conn_memory_bytes;  /* 0: KILN_HTTP_CONN_MEMORY_DEFAULT */
-	size_t sse_buffer_bytes;   /* 0: KILN_HTTP_SSE_BUFFER_DEFAULT */
+	const char *address;	       /* IPv4 or IPv6 literal; NULL: "0.0.0.0" */
+	uint16_t port;		       /* 0: an ephemeral port, see kiln_http_server_port() */
+	unsigned threads;	       /* 0: KILN_HTTP_THREADS_DEFAULT */
+	unsigned max_connections;      /* 0: KILN_HTTP_CONNECTIONS_MAX_DEFAULT */
+	unsigned idle_timeout_s;       /* 0: KILN_HTTP_IDLE_TIMEOUT_DEFAULT_S */
+	size_t max_body_bytes;	       /* 0: KILN_HTTP_BODY_MAX_DEFAULT */
+	size_t conn_memory_bytes;      /* 0: KILN_HTTP_CONN_MEMORY_DEFAULT */
+	size_t sse_buffer_bytes;       /* 0: KILN_HTTP_SSE_BUFFER_DEFAULT */
 	const kiln_http_route *routes; /* copied */
 	size_t n_routes;
 	/* Called once per finished request, from a server thread. */
@@ -155,8 +155,7 @@ int kiln_http_reply_empty(kiln_http_request *r, unsigned status);
  * 401 authentication_error, 403 permission_error, 404 not_found_error,
  * 429 rate_limit_error, 5xx server_error ...); param/code NULL -> null. */
 int kiln_http_reply_error(kiln_http_request *r, unsigned status, const char *type,
-			  const char *param, const char *code, const char *fmt, ...)
-	_printf_(6, 7);
+			  const char *param, const char *code, const char *fmt, ...) _printf_(6, 7);
 /* 400 invalid_request_error from a kiln_json_error (its param included). */
 int kiln_http_reply_json_error(kiln_http_request *r, const kiln_json_error *e);
 /* 429 (overloaded: type rate_limit_error) or 503 (type server_error) with

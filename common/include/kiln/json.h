@@ -31,7 +31,7 @@
  * request nests more than ~6 levels, and jansson recurses per level. */
 #define KILN_JSON_DEPTH_MAX 64
 /* Paths in messages are cut at this length ("..." marks the cut). */
-#define KILN_JSON_PATH_MAX 128
+#define KILN_JSON_PATH_MAX    128
 #define KILN_JSON_MESSAGE_MAX 320
 
 typedef struct kiln_json_error {

@@ -55,8 +55,7 @@ int kiln_metrics_finish(kiln_metrics *m);
 /* Starts a family: HELP (required, non-empty) and TYPE.  Starting the current
  * family again is a no-op; one seen earlier is -EEXIST (Prometheus wants
  * a family's samples together). */
-int kiln_metrics_family(kiln_metrics *m, const char *name, kiln_metric_type type,
-			const char *help);
+int kiln_metrics_family(kiln_metrics *m, const char *name, kiln_metric_type type, const char *help);
 /* One sample of the current (counter, gauge or untyped) family.  labels:
  * NULL, or name, value, name, value ..., NULL. */
 int kiln_metrics_sample(kiln_metrics *m, const char *const *labels, double value);
