@@ -91,6 +91,13 @@ struct kiln_http_stream {
 	uint64_t bytes_out;
 	char id[KILN_HTTP_REQUEST_ID_MAX + 1];
 	kiln_http_stream *prev, *next; /* srv->streams */
+
+	/* a deferred reply (kiln_http_reply_later): no SSE, one response
+	 * made on the MHD thread once the producer filled these */
+	bool deferred, ready;
+	unsigned status;
+	char *body, *content_type;
+	size_t body_len;
 };
 
 static const struct {
@@ -157,6 +164,8 @@ static void stream_unref(kiln_http_stream *s)
 	pthread_cond_destroy(&s->space);
 	pthread_cond_destroy(&s->cancel_done);
 	free(s->buf);
+	free(s->body);
+	free(s->content_type);
 	free(s);
 }
 
@@ -412,16 +421,23 @@ int kiln_http_reply_json(kiln_http_request *r, unsigned status, const json_t *bo
 	return kiln_http_reply_text(r, status, "application/json", txt, strlen(txt));
 }
 
-static int reply_verror(kiln_http_request *r, unsigned status, const char *type, const char *param,
-			const char *code, const char *fmt, va_list ap)
+/* {"error":{...}} for a request id; NULL on ENOMEM. */
+static json_t *error_vjson(const char *id, unsigned status, const char *type, const char *param,
+			   const char *code, const char *fmt, va_list ap)
 {
 	_cleanup_free_ char *msg = NULL;
 	if (vasprintf(&msg, fmt, ap) < 0)
-		return -ENOMEM;
-	_cleanup_json_ json_t *err = json_pack(
-		"{s:{s:s, s:s, s:o, s:o, s:s}}", "error", "message", msg, "type",
-		type ?: status_type(status), "param", param ? json_string(param) : json_null(),
-		"code", code ? json_string(code) : json_null(), "request_id", r->id);
+		return NULL;
+	return json_pack("{s:{s:s, s:s, s:o, s:o, s:s}}", "error", "message", msg, "type",
+			 type ?: status_type(status), "param",
+			 param ? json_string(param) : json_null(), "code",
+			 code ? json_string(code) : json_null(), "request_id", id);
+}
+
+static int reply_verror(kiln_http_request *r, unsigned status, const char *type, const char *param,
+			const char *code, const char *fmt, va_list ap)
+{
+	_cleanup_json_ json_t *err = error_vjson(r->id, status, type, param, code, fmt, ap);
 	if (!err)
 		return -ENOMEM;
 	return kiln_http_reply_json(r, status, err);
@@ -465,17 +481,14 @@ int kiln_http_reply_retry(kiln_http_request *r, unsigned status, unsigned retry_
 	return q;
 }
 
-int kiln_http_reply_sse(kiln_http_request *r, kiln_http_cancel_fn on_cancel, void *userdata,
-			kiln_http_stream **ret)
+static kiln_http_stream *stream_new(kiln_http_request *r, kiln_http_cancel_fn on_cancel,
+				    void *userdata)
 {
-	assert_return(r && ret, -EINVAL);
-	assert_return(!r->replied, -EALREADY);
-	kiln_http_server *srv = r->srv;
 	kiln_http_stream *s = calloc(1, sizeof(*s));
 	if (!s)
-		return -ENOMEM;
-	s->srv = srv;
-	s->cap = srv->cfg.sse_buffer_bytes;
+		return NULL;
+	s->srv = r->srv;
+	s->cap = r->srv->cfg.sse_buffer_bytes;
 	s->fd = -1;
 	s->on_cancel = on_cancel;
 	s->userdata = userdata;
@@ -488,6 +501,37 @@ int kiln_http_reply_sse(kiln_http_request *r, kiln_http_cancel_fn on_cancel, voi
 		MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	if (ci)
 		s->fd = ci->connect_fd;
+	return s;
+}
+
+/* Lists s on the server (for the watcher and shutdown); adds refs. */
+static int stream_register(kiln_http_stream *s, unsigned refs)
+{
+	kiln_http_server *srv = s->srv;
+	pthread_mutex_lock(&srv->lock);
+	if (srv->stopping) {
+		pthread_mutex_unlock(&srv->lock);
+		return -ESHUTDOWN;
+	}
+	s->refs += refs;
+	s->next = srv->streams;
+	if (s->next)
+		s->next->prev = s;
+	srv->streams = s;
+	srv->n_streams++;
+	pthread_mutex_unlock(&srv->lock);
+	return 0;
+}
+
+int kiln_http_reply_sse(kiln_http_request *r, kiln_http_cancel_fn on_cancel, void *userdata,
+			kiln_http_stream **ret)
+{
+	assert_return(r && ret, -EINVAL);
+	assert_return(!r->replied && !r->stream, -EALREADY);
+	kiln_http_server *srv = r->srv;
+	kiln_http_stream *s = stream_new(r, on_cancel, userdata);
+	if (!s)
+		return -ENOMEM;
 	s->refs = 1; /* the response's */
 	struct MHD_Response *resp = MHD_create_response_from_callback(
 		MHD_SIZE_UNKNOWN, 16 << 10, stream_read, s, stream_response_free);
@@ -500,22 +544,15 @@ int kiln_http_reply_sse(kiln_http_request *r, kiln_http_cancel_fn on_cancel, voi
 	/* nginx and friends must not buffer the stream */
 	MHD_add_response_header(resp, "X-Accel-Buffering", "no");
 
-	pthread_mutex_lock(&srv->lock);
-	if (srv->stopping) {
-		pthread_mutex_unlock(&srv->lock);
+	/* the producer's and the connection's */
+	int q = stream_register(s, 2);
+	if (q < 0) {
 		MHD_destroy_response(resp);
-		return -ESHUTDOWN;
+		return q;
 	}
-	s->refs += 2; /* the producer's and the connection's */
-	s->next = srv->streams;
-	if (s->next)
-		s->next->prev = s;
-	srv->streams = s;
-	srv->n_streams++;
-	pthread_mutex_unlock(&srv->lock);
 	r->stream = s;
 
-	int q = queue(r, 200, resp);
+	q = queue(r, 200, resp);
 	if (q < 0) {
 		/* on_completed will still detach the connection's reference */
 		stream_unref(s);
@@ -524,6 +561,123 @@ int kiln_http_reply_sse(kiln_http_request *r, kiln_http_cancel_fn on_cancel, voi
 	wake_watcher(srv);
 	*ret = s;
 	return 0;
+}
+
+int kiln_http_reply_later(kiln_http_request *r, kiln_http_cancel_fn on_cancel, void *userdata,
+			  kiln_http_stream **ret)
+{
+	assert_return(r && ret, -EINVAL);
+	assert_return(!r->replied && !r->stream, -EALREADY);
+	kiln_http_stream *s = stream_new(r, on_cancel, userdata);
+	if (!s)
+		return -ENOMEM;
+	s->deferred = true;
+	int q = stream_register(s, 2); /* the producer's and the connection's */
+	if (q < 0) {
+		stream_unref(s); /* refs 0 -> freed */
+		return q;
+	}
+	r->stream = s;
+	/* MHD calls on_request again once resumed; see later_resumed() */
+	pthread_mutex_lock(&s->lock);
+	s->suspended = true;
+	MHD_suspend_connection(r->conn);
+	pthread_mutex_unlock(&s->lock);
+	wake_watcher(r->srv);
+	*ret = s;
+	return 0;
+}
+
+/* The producer's side of a deferred reply: store, wake, let go. */
+static int later_finish(kiln_http_stream *s, unsigned status, const char *content_type, char *body,
+			size_t len)
+{
+	pthread_mutex_lock(&s->lock);
+	while (s->cancel_state == 1 && !pthread_equal(s->cancel_thread, pthread_self()))
+		pthread_cond_wait(&s->cancel_done, &s->lock);
+	int r = s->gone || s->stopping ? -ECANCELED : 0;
+	if (r == 0) {
+		s->status = status;
+		s->body = body;
+		s->body_len = len;
+		s->content_type = content_type ? strdup(content_type) : NULL;
+		s->ready = true;
+		body = NULL;
+	}
+	s->closed = true;
+	stream_kick_locked(s);
+	pthread_mutex_unlock(&s->lock);
+	free(body);
+	stream_unref(s);
+	return r;
+}
+
+int kiln_http_later_text(kiln_http_stream *s, unsigned status, const char *content_type,
+			 const char *body, size_t len)
+{
+	assert_return(s && s->deferred && (body || len == 0), -EINVAL);
+	char *copy = malloc(len + 1);
+	if (!copy)
+		return -ENOMEM;
+	if (len)
+		memcpy(copy, body, len);
+	copy[len] = 0;
+	return later_finish(s, status, content_type, copy, len);
+}
+
+int kiln_http_later_json(kiln_http_stream *s, unsigned status, const json_t *body)
+{
+	assert_return(s && s->deferred && body, -EINVAL);
+	char *txt = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
+	if (!txt)
+		return -ENOMEM;
+	return later_finish(s, status, "application/json", txt, strlen(txt));
+}
+
+int kiln_http_later_error(kiln_http_stream *s, unsigned status, const char *type, const char *param,
+			  const char *code, const char *fmt, ...)
+{
+	assert_return(s && s->deferred && fmt, -EINVAL);
+	va_list ap;
+	va_start(ap, fmt);
+	_cleanup_json_ json_t *err = error_vjson(s->id, status, type, param, code, fmt, ap);
+	va_end(ap);
+	if (!err)
+		return -ENOMEM;
+	return kiln_http_later_json(s, status, err);
+}
+
+/* on_request after a deferred request was resumed: reply, or close. */
+static enum MHD_Result later_resumed(kiln_http_request *r)
+{
+	kiln_http_stream *s = r->stream;
+	pthread_mutex_lock(&s->lock);
+	bool ready = s->ready, gone = s->gone, stopping = s->stopping;
+	unsigned status = s->status;
+	_cleanup_free_ char *body = TAKE_PTR(s->body);
+	_cleanup_free_ char *ctype = TAKE_PTR(s->content_type);
+	size_t len = s->body_len;
+	if (!ready && !gone && !stopping && !s->closed) {
+		/* woken for nothing: wait on */
+		s->suspended = true;
+		MHD_suspend_connection(r->conn);
+		pthread_mutex_unlock(&s->lock);
+		return MHD_YES;
+	}
+	pthread_mutex_unlock(&s->lock);
+	int q;
+	if (ready)
+		q = kiln_http_reply_text(r, status, ctype, body ?: "", len);
+	else if (gone)
+		return MHD_NO; /* nobody to answer */
+	else if (stopping)
+		q = kiln_http_reply_error(r, 503, NULL, NULL, "shutting_down",
+					  "Server is shutting down (request %s)", r->id);
+	else
+		q = kiln_http_reply_error(r, 500, "server_error", NULL, NULL,
+					  "Internal error: no reply was produced (request %s)",
+					  r->id);
+	return q < 0 ? MHD_NO : MHD_YES;
 }
 
 /* Appends "data: ...\n" per line and a blank line; s->lock held. */
@@ -553,6 +707,8 @@ static size_t sse_size(const char *data)
 
 static int stream_push(kiln_http_stream *s, const char *data, int timeout_ms, bool force)
 {
+	if (s->deferred)
+		return -EINVAL;
 	size_t need = sse_size(data);
 	if (need > KILN_HTTP_SSE_EVENT_MAX)
 		return -EMSGSIZE;
@@ -633,7 +789,7 @@ int kiln_http_stream_close(kiln_http_stream *s, bool done)
 {
 	if (!s)
 		return 0;
-	int r = done ? stream_push(s, "[DONE]", 0, true) : 0;
+	int r = done && !s->deferred ? stream_push(s, "[DONE]", 0, true) : 0;
 	pthread_mutex_lock(&s->lock);
 	/* wait out a cancel callback running on another thread */
 	while (s->cancel_state == 1 && !pthread_equal(s->cancel_thread, pthread_self()))
@@ -827,7 +983,7 @@ static int route_or_reply(kiln_http_request *r)
 
 static void reply_500_unless_replied(kiln_http_request *r, int err)
 {
-	if (r->replied)
+	if (r->replied || r->stream) /* a stream or deferred reply is under way */
 		return;
 	log_debug_errno(err, "http: %s: handler for %s %s failed without a reply: %m", r->id,
 			r->method, r->url);
@@ -901,6 +1057,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		*upload_size = 0;
 		return MHD_YES;
 	}
+	if (r->stream && r->stream->deferred && !r->replied)
+		return later_resumed(r);
 	if (r->replied || r->dispatched)
 		return MHD_YES;
 	r->dispatched = true;
@@ -912,7 +1070,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	}
 	int q = r->route->handler(r, r->route->userdata);
 	reply_500_unless_replied(r, q < 0 ? q : -EPROTO);
-	return r->replied ? MHD_YES : MHD_NO;
+	return r->replied || r->stream ? MHD_YES : MHD_NO;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
@@ -925,7 +1083,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
 	*ctx = NULL;
 	bool ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
 	uint64_t out = r->bytes_out;
-	if (r->stream) {
+	bool sse = r->stream && !r->stream->deferred;
+	if (sse) {
 		pthread_mutex_lock(&r->stream->lock);
 		out = r->stream->bytes_out;
 		pthread_mutex_unlock(&r->stream->lock);
@@ -939,7 +1098,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
 		.bytes_in = r->body.len,
 		.bytes_out = out,
 		.duration_ms = ms_since(&r->start),
-		.stream = r->stream != NULL,
+		.stream = sse,
 		.aborted = !ok,
 	};
 	log_debug("http: %s \"%s %s\" %u %llu bytes %.1f ms %s%s", a.client, a.method, a.path,

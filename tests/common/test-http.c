@@ -305,7 +305,15 @@ typedef struct sse_ctl {
 	size_t slow_seen_buffered;
 } sse_ctl;
 
-enum { SSE_ORDERED, SSE_WAIT_CANCEL, SSE_SLOW, SSE_QUICK };
+enum {
+	SSE_ORDERED,
+	SSE_WAIT_CANCEL,
+	SSE_SLOW,
+	SSE_QUICK,
+	LATER_OK,
+	LATER_WAIT_CANCEL,
+	LATER_CLOSE
+};
 
 static sse_ctl ctl;
 static atomic_int access_count;
@@ -404,6 +412,22 @@ static void *producer(void *arg)
 		c->send_after_cancel = kiln_http_stream_send(s, "{\"i\":1}", 0);
 		c->close_rc = kiln_http_stream_close(s, true);
 		break;
+	case LATER_OK: {
+		usleep(50000);
+		_cleanup_json_ json_t *j =
+			json_pack("{s:b, s:s}", "ok", 1, "id", kiln_http_stream_request_id(s));
+		c->close_rc = kiln_http_later_json(s, 201, j);
+		break;
+	}
+	case LATER_WAIT_CANCEL:
+		atomic_fetch_add(&c->produced, 1);
+		sem_wait(&c->go);
+		c->send_after_cancel = kiln_http_stream_send(s, "x", 0); /* not a stream */
+		c->close_rc = kiln_http_later_error(s, 500, NULL, NULL, NULL, "too late");
+		break;
+	case LATER_CLOSE:
+		c->close_rc = kiln_http_stream_close(s, true);
+		break;
 	case SSE_SLOW: {
 		memset(ev, 'x', sizeof(ev) - 1);
 		ev[sizeof(ev) - 1] = 0;
@@ -441,6 +465,18 @@ static int h_stream(kiln_http_request *r, void *u)
 {
 	sse_ctl *c = u;
 	int q = kiln_http_reply_sse(r, on_cancel, c, &c->stream);
+	if (q < 0)
+		return q;
+	c->started = true;
+	if (pthread_create(&c->producer, NULL, producer, c) != 0)
+		return -EAGAIN;
+	return 0;
+}
+
+static int h_later(kiln_http_request *r, void *u)
+{
+	sse_ctl *c = u;
+	int q = kiln_http_reply_later(r, on_cancel, c, &c->stream);
 	if (q < 0)
 		return q;
 	c->started = true;
@@ -487,7 +523,7 @@ static const kiln_http_route routes[] = {
 	{ "PUT", "/echo", false, h_echo, NULL },      { "GET", "/info", false, h_info, NULL },
 	{ "GET", "/v1/models/", true, h_info, NULL }, { "GET", "/busy", false, h_busy, NULL },
 	{ "GET", "/down", false, h_down, NULL },      { "GET", "/fail", false, h_fail, NULL },
-	{ "GET", "/stream", false, h_stream, &ctl },
+	{ "GET", "/stream", false, h_stream, &ctl },  { "GET", "/later", false, h_later, &ctl },
 };
 
 #define TEST_BODY_MAX	((size_t) 1 << 20)
@@ -974,6 +1010,80 @@ static void test_sse_shutdown(void **state)
 	assert_int_equal(ctl.send_after_cancel, -ECANCELED);
 }
 
+static void test_later(void **state)
+{
+	response r;
+	ctl.mode = LATER_OK;
+	assert_int_equal(request(port, "GET /later HTTP/1.1\r\nHost: x\r\n\r\n", &r), 0);
+	assert_int_equal(r.status, 201);
+	_cleanup_json_ json_t *j = body_json(&r);
+	assert_true(json_is_true(json_object_get(j, "ok")));
+	assert_string_equal(json_string_value(json_object_get(j, "id")),
+			    resp_header(&r, "X-Request-Id"));
+	kiln_strbuf_free(&r.body);
+	pthread_join(ctl.producer, NULL);
+	ctl.started = false;
+	assert_int_equal(ctl.close_rc, 0);
+	assert_string_equal(wait_access("/later"), "GET /later 201 plain");
+
+	/* the producer gives up without a reply: 500 */
+	ctl.mode = LATER_CLOSE;
+	assert_int_equal(request(port, "GET /later HTTP/1.1\r\nHost: x\r\n\r\n", &r), 0);
+	assert_error_shape(&r, 500, "server_error", NULL, NULL);
+	kiln_strbuf_free(&r.body);
+	pthread_join(ctl.producer, NULL);
+	ctl.started = false;
+	assert_int_equal(ctl.close_rc, 0);
+	assert_false(atomic_load(&ctl.cancelled));
+}
+
+static void test_later_disconnect(void **state)
+{
+	ctl.mode = LATER_WAIT_CANCEL;
+	conn *c = conn_open(port, 0);
+	const char *req = "GET /later HTTP/1.1\r\nHost: x\r\n\r\n";
+	assert_int_equal(conn_send(c, req, strlen(req)), 0);
+	for (int i = 0; i < 500 && !atomic_load(&ctl.produced); i++)
+		usleep(10000);
+	assert_int_equal(atomic_load(&ctl.produced), 1);
+	usleep(50000);
+	assert_false(atomic_load(&ctl.cancelled));
+	double t0 = now_ms();
+	conn_close(c);
+	for (int i = 0; i < 300 && !atomic_load(&ctl.cancelled); i++)
+		usleep(10000);
+	assert_true(atomic_load(&ctl.cancelled));
+	print_message("# deferred reply: cancel fired %.1f ms after the client closed\n",
+		      ctl.cancel_ms - t0);
+	assert_true(ctl.cancel_ms - t0 < 1000);
+	pthread_join(ctl.producer, NULL);
+	ctl.started = false;
+	assert_int_equal(ctl.send_after_cancel, -EINVAL);
+	assert_int_equal(ctl.close_rc, -ECANCELED);
+	assert_string_equal(wait_access("/later"), "GET /later 0 plain aborted");
+}
+
+static void test_later_shutdown(void **state)
+{
+	ctl.mode = LATER_WAIT_CANCEL;
+	conn *c = conn_open(port, 0);
+	const char *req = "GET /later HTTP/1.1\r\nHost: x\r\n\r\n";
+	assert_int_equal(conn_send(c, req, strlen(req)), 0);
+	for (int i = 0; i < 500 && !atomic_load(&ctl.produced); i++)
+		usleep(10000);
+	kiln_http_server_free(srv);
+	srv = NULL;
+	assert_true(atomic_load(&ctl.cancelled));
+	response r;
+	assert_int_equal(read_response(c, &r, false), 0);
+	assert_error_shape(&r, 503, "server_error", "shutting_down", NULL);
+	kiln_strbuf_free(&r.body);
+	conn_close(c);
+	pthread_join(ctl.producer, NULL);
+	ctl.started = false;
+	assert_int_equal(ctl.close_rc, -ECANCELED);
+}
+
 static void test_sse_curl(void **state)
 {
 	if (access("/usr/bin/curl", X_OK) != 0)
@@ -1026,6 +1136,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_sse_disconnect, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sse_slow_reader, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sse_shutdown, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_later, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_later_disconnect, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_later_shutdown, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sse_curl, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,7 +4,8 @@
  * or prefix -> handler), request accessors, reply helpers (JSON, text,
  * empty, OpenAI-shaped errors, 429/503 with Retry-After) and Server-Sent-
  * Events replies fed by a producer thread with bounded buffering and a
- * cancel callback when the client goes away.
+ * cancel callback when the client goes away, and deferred replies that
+ * another thread completes.
  *
  * Thread model: MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL with a pool
  * of `threads` workers and MHD_ALLOW_SUSPEND_RESUME.  An SSE stream costs no
@@ -190,6 +191,23 @@ int kiln_http_stream_close(kiln_http_stream *s, bool done);
 const char *kiln_http_stream_request_id(const kiln_http_stream *s);
 /* Bytes queued but not yet handed to MHD. */
 size_t kiln_http_stream_buffered(kiln_http_stream *s);
+
+/* Deferred replies, for work that finishes on another thread (a
+ * non-streaming completion): the handler calls kiln_http_reply_later() and
+ * returns; the connection waits, suspended (no thread, no timeout), until
+ * the producer answers with exactly one kiln_http_later_*() call (or
+ * kiln_http_stream_close(), which answers 500).  on_cancel as for SSE:
+ * the client disconnected or the server is stopping (the request then gets
+ * 503).  The kiln_http_later_*() functions drop the producer's hold on s
+ * and return 0, -ECANCELED (client gone or server stopping: nothing sent),
+ * -ENOMEM or -EINVAL (s is not a deferred reply). */
+int kiln_http_reply_later(kiln_http_request *r, kiln_http_cancel_fn on_cancel, void *userdata,
+			  kiln_http_stream **ret);
+int kiln_http_later_json(kiln_http_stream *s, unsigned status, const json_t *body);
+int kiln_http_later_text(kiln_http_stream *s, unsigned status, const char *content_type,
+			 const char *body, size_t len);
+int kiln_http_later_error(kiln_http_stream *s, unsigned status, const char *type, const char *param,
+			  const char *code, const char *fmt, ...) _printf_(6, 7);
 
 /* Reason phrase for a status ("Not Found"); "Unknown" when unknown. */
 const char *kiln_http_status_text(unsigned status);
