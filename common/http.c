@@ -60,6 +60,7 @@ struct kiln_http_request {
 	char client[64];
 	kiln_strbuf body;
 	bool too_big, dispatched, replied;
+	size_t discarded; /* body bytes dropped after too_big */
 	unsigned status;
 	uint64_t bytes_out;
 	struct timespec start;
@@ -1049,10 +1050,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 			else if (kiln_strbuf_append_n(&r->body, upload, *upload_size) < 0)
 				return MHD_NO;
 		}
-		if (r->too_big && r->body.s) {
-			/* stop holding what we will not use */
+		if (r->too_big) {
+			/* MHD (0.9.75) cannot answer before the upload ends: drop
+			 * what arrives, and hang up on a client that keeps going */
+			r->discarded += r->body.len + *upload_size;
 			kiln_strbuf_free(&r->body);
 			kiln_strbuf_init(&r->body);
+			if (r->discarded > srv->cfg.max_body_bytes * KILN_HTTP_DISCARD_FACTOR) {
+				log_debug("http: %s: upload over %zu bytes still going, closing",
+					  r->id,
+					  srv->cfg.max_body_bytes * KILN_HTTP_DISCARD_FACTOR);
+				return MHD_NO;
+			}
 		}
 		*upload_size = 0;
 		return MHD_YES;

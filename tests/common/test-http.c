@@ -755,7 +755,20 @@ static void test_body_too_large(void **state)
 			 sent);
 	conn_close(c);
 
-	/* just under the limit still works */
+	/* a chunked upload that goes on past twice the limit: hung up on */
+	c = conn_open(port, 0);
+	assert_int_equal(conn_send(c, head, strlen(head)), 0);
+	int err = 0;
+	for (int i = 0; i < 64 && err == 0; i++) /* up to 4 MiB */
+		err = conn_send(c, chunk, (size_t) n + 65536 + 2);
+	if (err == 0)
+		conn_send(c, "0\r\n\r\n", 5);
+	q = read_response(c, &r, false);
+	assert_true(q == -EPIPE || q == -ECONNRESET);
+	assert_true(err == 0 || err == -EPIPE || err == -ECONNRESET);
+	conn_close(c);
+
+	/* the server is fine */
 	response ok;
 	assert_int_equal(request(port, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n", &ok), 0);
 	assert_int_equal(ok.status, 200);
@@ -839,7 +852,8 @@ static void test_concurrent(void **state)
 		response r;
 		int q = read_response(cs[i], &r, false);
 		if (q < 0 || r.status != 200)
-			print_message("# connection %d: %s, status %d\n", i, strerror(-q), r.status);
+			print_message("# connection %d: %s, status %d\n", i, strerror(-q),
+				      r.status);
 		if (q == 0 && r.status == 200) {
 			_cleanup_json_ json_t *j = body_json(&r);
 			char want[16];

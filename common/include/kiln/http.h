@@ -39,6 +39,10 @@
  * chat (about 512 KiB of text) many times over.  Bigger -> 413, answered as
  * soon as Content-Length says so (the body is never read). */
 #define KILN_HTTP_BODY_MAX_DEFAULT ((size_t) 4 << 20)
+/* A chunked upload (no Content-Length) that passes the body limit is read
+ * and dropped so it can get its 413 at the end (MHD cannot answer sooner);
+ * past this many times the limit the connection is closed instead. */
+#define KILN_HTTP_DISCARD_FACTOR 2u
 /* MHD's per-connection memory pool holds the request line, the headers and
  * the I/O buffers; a request whose line or headers do not fit gets 414/431
  * from MHD.  64 KiB allows ~32 KiB of headers (browsers send < 8 KiB). */
