@@ -486,6 +486,26 @@ static int h_later(kiln_http_request *r, void *u)
 	return 0;
 }
 
+/* /many: streams for the test thread to feed */
+#define N_STREAMS 500
+static kiln_http_stream *many[N_STREAMS];
+static atomic_int n_many;
+
+static int h_many(kiln_http_request *r, void *u)
+{
+	kiln_http_stream *st;
+	int q = kiln_http_reply_sse(r, NULL, NULL, &st);
+	if (q < 0)
+		return q;
+	int i = atomic_fetch_add(&n_many, 1);
+	if (i >= N_STREAMS) {
+		kiln_http_stream_close(st, false);
+		return 0;
+	}
+	many[i] = st;
+	return 0;
+}
+
 static void access_cb(const kiln_http_access *a, void *u)
 {
 	/* lines in completion order (which is not request order across threads) */
@@ -525,6 +545,7 @@ static const kiln_http_route routes[] = {
 	{ "GET", "/v1/models/", true, h_info, NULL }, { "GET", "/busy", false, h_busy, NULL },
 	{ "GET", "/down", false, h_down, NULL },      { "GET", "/fail", false, h_fail, NULL },
 	{ "GET", "/stream", false, h_stream, &ctl },  { "GET", "/later", false, h_later, &ctl },
+	{ "GET", "/many", false, h_many, NULL },
 };
 
 #define TEST_BODY_MAX	((size_t) 1 << 20)
@@ -869,6 +890,62 @@ static void test_concurrent(void **state)
 	assert_int_equal(ok, N_CONCURRENT);
 }
 
+static int read_event(conn *c, response *r, char *out, size_t size);
+
+static void test_sse_many(void **state)
+{
+	struct rlimit rl;
+	getrlimit(RLIMIT_NOFILE, &rl);
+	if (rl.rlim_cur < 2 * N_STREAMS + 64) {
+		rl.rlim_cur = MIN(rl.rlim_max, (rlim_t) 4096);
+		setrlimit(RLIMIT_NOFILE, &rl);
+		getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur < 2 * N_STREAMS + 64)
+		skip();
+	atomic_store(&n_many, 0);
+	conn **cs = calloc(N_STREAMS, sizeof(*cs));
+	assert_non_null(cs);
+	double t0 = now_ms();
+	for (int i = 0; i < N_STREAMS; i++) {
+		cs[i] = conn_open(port, 0);
+		const char *req = "GET /many HTTP/1.1\r\nHost: x\r\n\r\n";
+		assert_int_equal(conn_send(cs[i], req, strlen(req)), 0);
+	}
+	for (int i = 0; i < 1000 && atomic_load(&n_many) < N_STREAMS; i++)
+		usleep(10000);
+	assert_int_equal(atomic_load(&n_many), N_STREAMS);
+	/* one producer (this thread) feeds every stream, never blocking */
+	char ev[64];
+	for (int k = 0; k < 10; k++)
+		for (int i = 0; i < N_STREAMS; i++) {
+			snprintf(ev, sizeof(ev), "{\"k\":%d}", k);
+			assert_int_equal(kiln_http_stream_send(many[i], ev, 0), 0);
+		}
+	for (int i = 0; i < N_STREAMS; i++)
+		assert_int_equal(kiln_http_stream_close(many[i], true), 0);
+	int ok = 0;
+	for (int i = 0; i < N_STREAMS; i++) {
+		response r;
+		bool good = read_head(cs[i], &r) == 0 && r.status == 200;
+		char got[128], want[64];
+		for (int k = 0; k <= 10 && good; k++) {
+			if (k < 10)
+				snprintf(want, sizeof(want), "data: {\"k\":%d}\n\n", k);
+			else
+				snprintf(want, sizeof(want), "data: [DONE]\n\n");
+			good = read_event(cs[i], &r, got, sizeof(got)) == 0 && streq(got, want);
+		}
+		ok += good;
+		kiln_strbuf_free(&r.body);
+		conn_close(cs[i]);
+	}
+	free(cs);
+	print_message("# %d concurrent SSE streams x 11 events, one producer thread: %.0f ms\n", ok,
+		      now_ms() - t0);
+	assert_int_equal(ok, N_STREAMS);
+}
+
 /* Reads SSE bytes until a blank line: one event ("data: ...\n\n"). */
 static int read_event(conn *c, response *r, char *out, size_t size)
 {
@@ -1154,6 +1231,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_sse_disconnect, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sse_slow_reader, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sse_shutdown, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sse_many, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_later, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_later_disconnect, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_later_shutdown, setup, teardown),
