@@ -13,7 +13,6 @@
  * config error. */
 #include <dirent.h>
 #include <getopt.h>
-#include <microhttpd.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <poll.h>
@@ -29,6 +28,7 @@
 #include <fcntl.h>
 
 #include "healthd.h"
+#include "kiln/http.h"
 #include "kiln/log.h"
 #include "kiln/parse.h"
 #include "kiln/strbuf.h"
@@ -60,7 +60,7 @@ typedef struct manager {
 	char *metrics;
 	char last_reasons[HD_GPUS_MAX + 1][512];
 	hd_state last_state[HD_GPUS_MAX + 1];
-	struct MHD_Daemon *http;
+	kiln_http_server *http;
 	hd_slurm *slurm;
 	int wake[2];
 	struct {
@@ -637,46 +637,37 @@ static void handle_xids(manager *m)
 	pthread_mutex_unlock(&m->lock);
 }
 
-static enum MHD_Result http_handler(void *cls, struct MHD_Connection *c, const char *url,
-				    const char *method, const char *version, const char *upload,
-				    size_t *upload_size, void **state)
+/* /metrics, /health and / on the common HTTP glue (kiln/http.h): it
+ * answers 404/405 (with Allow) in OpenAI's error shape and HEAD like GET. */
+static int http_metrics(kiln_http_request *r, void *userdata)
 {
-	manager *m = cls;
-	if (!streq(method, "GET") && !streq(method, "HEAD")) {
-		static const char msg[] = "only GET is supported\n";
-		struct MHD_Response *r = MHD_create_response_from_buffer(
-			sizeof(msg) - 1, (void *) msg, MHD_RESPMEM_PERSISTENT);
-		enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_METHOD_NOT_ALLOWED, r);
-		MHD_destroy_response(r);
-		return ret;
-	}
-	char *body = NULL;
-	unsigned code = MHD_HTTP_OK;
-	const char *type = "text/plain; version=0.0.4; charset=utf-8";
+	manager *m = userdata;
 	pthread_mutex_lock(&m->lock);
-	if (streq(url, "/metrics"))
-		body = strdup(m->metrics ?: "");
-	else if (streq(url, "/health")) {
-		_cleanup_strbuf_ kiln_strbuf b;
-		kiln_strbuf_init(&b);
-		hd_json_render(&m->node, m->host, &b);
-		body = kiln_strbuf_steal(&b);
-		type = "application/json";
-	} else if (streq(url, "/")) {
-		body = strdup("kiln-healthd: see /metrics (Prometheus) and /health (JSON)\n");
-	} else {
-		code = MHD_HTTP_NOT_FOUND;
-		body = strdup("not found: try /metrics or /health\n");
-	}
+	_cleanup_free_ char *body = strdup(m->metrics ?: "");
 	pthread_mutex_unlock(&m->lock);
 	if (!body)
-		return MHD_NO;
-	struct MHD_Response *r =
-		MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-	MHD_add_response_header(r, "Content-Type", type);
-	enum MHD_Result ret = MHD_queue_response(c, code, r);
-	MHD_destroy_response(r);
-	return ret;
+		return -ENOMEM;
+	return kiln_http_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", body,
+				    strlen(body));
+}
+
+static int http_health(kiln_http_request *r, void *userdata)
+{
+	manager *m = userdata;
+	_cleanup_strbuf_ kiln_strbuf b;
+	kiln_strbuf_init(&b);
+	pthread_mutex_lock(&m->lock);
+	hd_json_render(&m->node, m->host, &b);
+	pthread_mutex_unlock(&m->lock);
+	if (kiln_strbuf_error(&b) < 0)
+		return -ENOMEM;
+	return kiln_http_reply_text(r, 200, "application/json", b.s ?: "", b.len);
+}
+
+static int http_root(kiln_http_request *r, void *userdata)
+{
+	static const char msg[] = "kiln-healthd: see /metrics (Prometheus) and /health (JSON)\n";
+	return kiln_http_reply_text(r, 200, "text/plain; charset=utf-8", msg, sizeof(msg) - 1);
 }
 
 static int start_http(manager *m)
@@ -684,22 +675,34 @@ static int start_http(manager *m)
 	int port = arg.metrics_port >= 0 ? arg.metrics_port : m->s.metrics_port;
 	if (port == 0)
 		return 0;
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
-	if (inet_pton(AF_INET, m->s.metrics_address, &sa.sin_addr) != 1) {
+	struct in_addr a;
+	if (inet_pton(AF_INET, m->s.metrics_address, &a) != 1) {
 		log_error(
 			"health.metrics_address '%s' is not an IPv4 address; fix the cluster file.",
 			m->s.metrics_address);
 		return -EINVAL;
 	}
-	m->http = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, (uint16_t) port,
-				   NULL, NULL, http_handler, m, MHD_OPTION_SOCK_ADDR, &sa,
-				   MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
-	if (!m->http) {
-		log_error(
+	const kiln_http_route routes[] = {
+		{ "GET", "/metrics", false, http_metrics, m },
+		{ "GET", "/health", false, http_health, m },
+		{ "GET", "/", false, http_root, m },
+	};
+	kiln_http_config cfg = {
+		.address = m->s.metrics_address,
+		.port = (uint16_t) port,
+		.threads = 1, /* a scrape every few seconds */
+		.max_connections = 64,
+		.idle_timeout_s = 10,
+		.max_body_bytes = 4096, /* GET only */
+		.routes = routes,
+		.n_routes = ARRAY_SIZE(routes),
+	};
+	int r = kiln_http_server_start(&cfg, &m->http);
+	if (r < 0)
+		return log_error_errno(
+			r,
 			"Failed to listen on %s:%d for /metrics (in use? set health.metrics_port)",
 			m->s.metrics_address, port);
-		return -EADDRINUSE;
-	}
 	log_info("Serving /metrics on %s:%d", m->s.metrics_address, port);
 	return 0;
 }
@@ -974,8 +977,7 @@ static int run_daemon(manager *m)
 			handle_xids(m); /* also wakes us when the active checks end */
 	}
 	sd_notify(0, "STOPPING=1");
-	if (m->http)
-		MHD_stop_daemon(m->http);
+	kiln_http_server_free(m->http);
 	m->http = NULL;
 	hd_slurm_stop(m->slurm);
 	hd_nvml_close(m->nvml);

@@ -1,1 +1,5 @@
 $(eval $(call kiln_test,test-common,tests/common/test-common.c,common,))
+# kiln/http.h, json.h, metrics.h (real sockets on 127.0.0.1; promtool when installed)
+$(eval $(call kiln_test,test-http,tests/common/test-http.c,common,$$(KILN_HTTP_LDLIBS)))
+$(eval $(call kiln_test,test-json,tests/common/test-json.c,common,-ljansson))
+$(eval $(call kiln_test,test-metrics,tests/common/test-metrics.c,common,))
