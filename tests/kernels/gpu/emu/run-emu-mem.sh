@@ -44,13 +44,24 @@ if [ ! -e "$out/emu.o" ] || [ -n "$(find "$here/emu.cpp" "$here/include" -newer 
 	g++ $CXXFLAGS -c "$here/emu.cpp" -o "$out/emu.o" || fail "compile emu.cpp"
 fi
 objs+=("$out/emu.o")
-for f in kernels/kk.c kernels/kk_dtype.c kernels/cpu/*.c common/*.c tests/kernels/gpu/test-kk-cuda-mem.c; do
+# common/ goes in as an archive so only what kk uses is linked (its HTTP
+# and JSON glue would otherwise need libmicrohttpd and jansson).
+cobjs=()
+for f in common/*.c; do
+	o=$out/c_$(echo "$f" | tr / _).o
+	if [ ! -e "$o" ] || [ "$f" -nt "$o" ]; then
+		gcc $CFLAGS -c "$f" -o "$o" || fail "compile $f"
+	fi
+	cobjs+=("$o")
+done
+rm -f "$out/libcommon-emu.a" && ar rcs "$out/libcommon-emu.a" "${cobjs[@]}" || fail "archive common"
+for f in kernels/kk.c kernels/kk_dtype.c kernels/cpu/*.c tests/kernels/gpu/test-kk-cuda-mem.c; do
 	o=$out/c_$(echo "$f" | tr / _).o
 	if [ ! -e "$o" ] || [ "$f" -nt "$o" ]; then
 		gcc $CFLAGS -c "$f" -o "$o" || fail "compile $f"
 	fi
 	objs+=("$o")
 done
-g++ -pthread -o "$out/test-kk-cuda-mem-emu" "${objs[@]}" -lopenblas -lm || fail "link"
+g++ -pthread -o "$out/test-kk-cuda-mem-emu" "${objs[@]}" "$out/libcommon-emu.a" -lopenblas -lm || fail "link"
 export KILN_TEST_SMALL=1
 exec "$out/test-kk-cuda-mem-emu"

@@ -48,14 +48,25 @@ for f in kernels/cuda/*.cu; do
 done
 g++ $CXXFLAGS -c "$here/emu.cpp" -o "$out/emu.o" || fail "compile emu.cpp"
 objs+=("$out/emu.o")
-for f in kernels/kk.c kernels/kk_dtype.c kernels/cpu/*.c common/*.c tests/kernels/gpu/test-kk-cuda.c; do
+# common/ goes in as an archive so only what kk uses is linked (its HTTP
+# and JSON glue would otherwise need libmicrohttpd and jansson).
+cobjs=()
+for f in common/*.c; do
+	o=$out/c_$(echo "$f" | tr / _).o
+	if [ ! -e "$o" ] || [ "$f" -nt "$o" ]; then
+		gcc $CFLAGS -c "$f" -o "$o" || fail "compile $f"
+	fi
+	cobjs+=("$o")
+done
+rm -f "$out/libcommon-emu.a" && ar rcs "$out/libcommon-emu.a" "${cobjs[@]}" || fail "archive common"
+for f in kernels/kk.c kernels/kk_dtype.c kernels/cpu/*.c tests/kernels/gpu/test-kk-cuda.c; do
 	o=$out/c_$(echo "$f" | tr / _).o
 	if [ ! -e "$o" ] || [ "$f" -nt "$o" ]; then
 		gcc $CFLAGS -c "$f" -o "$o" || fail "compile $f"
 	fi
 	objs+=("$o")
 done
-g++ -pthread -o "$out/test-kk-cuda-emu" "${objs[@]}" -lopenblas -lm || fail "link"
+g++ -pthread -o "$out/test-kk-cuda-emu" "${objs[@]}" "$out/libcommon-emu.a" -lopenblas -lm || fail "link"
 # The emulated mma.sync/ldmatrix must match the PTX ISA's fragment layouts
 # (mma-check.cpp) before the tensor-core kernels are judged on them.
 g++ $CXXFLAGS -c "$here/mma-check.cpp" -o "$out/mma-check.o" || fail "compile mma-check.cpp"
@@ -77,7 +88,7 @@ if [ -f tests/kernels/kernels-suite.h ]; then
 	done
 	so=$out/c_suite.o
 	if gcc $CFLAGS -Itests/kernels -c "$suite" -o "$so" &&
-		g++ -pthread -o "$out/test-kernels-cuda-emu" "$so" "${lib[@]}" -lcmocka -lopenblas -lm; then
+		g++ -pthread -o "$out/test-kernels-cuda-emu" "$so" "${lib[@]}" "$out/libcommon-emu.a" -lcmocka -lopenblas -lm; then
 		CMOCKA_MESSAGE_OUTPUT=${CMOCKA_MESSAGE_OUTPUT:-TAP} "$out/test-kernels-cuda-emu" || rc=1
 	else
 		echo "not ok - build the kernels suite against the emulated backend"
