@@ -587,29 +587,50 @@ int kk_attention_bwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_bu
 	return be->ops->attention_bwd(be, st, d, dq, dk, dv, dout, q, k, v, out, lse);
 }
 
-int kk_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
-			const kk_buffer *q, const kk_buffer *k_cache, const kk_buffer *v_cache)
+/* The checks decode and paged attention share; q and out hold q_rows. */
+static bool paged_ok(const kk_backend *be, const kk_paged_desc *d, const kk_buffer *out,
+		     const kk_buffer *q, const kk_buffer *k_cache, const kk_buffer *v_cache,
+		     int64_t q_rows)
 {
 	size_t qn, cn;
 
-	CHECK_ST(be, st);
-	assert_return(d && heads_ok(d->n_heads, d->n_kv_heads, d->head_dim), -EINVAL);
-	assert_return(isfinite(d->scale) && d->scale >= 0 && d->n_seqs > 0 && d->num_blocks > 0 &&
-			      d->max_blocks_per_seq > 0 && d->max_context_len > 0 &&
-			      (int64_t) d->max_context_len <=
-				      (int64_t) d->max_blocks_per_seq * KK_KV_BLOCK_SIZE,
-		      -EINVAL);
-	assert_return(q && (M_FLOAT & M(q->dtype)), -EINVAL);
-	qn = mul3(d->n_seqs, d->n_heads, d->head_dim);
+	if (!d || !heads_ok(d->n_heads, d->n_kv_heads, d->head_dim))
+		return false;
+	if (!isfinite(d->scale) || d->scale < 0 || d->n_seqs <= 0 || d->num_blocks <= 0 ||
+	    d->max_blocks_per_seq <= 0 || d->max_context_len <= 0 ||
+	    (int64_t) d->max_context_len > (int64_t) d->max_blocks_per_seq * KK_KV_BLOCK_SIZE)
+		return false;
+	if (!q || !(M_FLOAT & M(q->dtype)) || q_rows < 0)
+		return false;
+	qn = mul3(q_rows, d->n_heads, d->head_dim);
 	cn = mul3((int64_t) d->num_blocks * KK_KV_BLOCK_SIZE, d->n_kv_heads, d->head_dim);
-	assert_return(bok(be, q, M(q->dtype), qn) && bok(be, out, M(q->dtype), qn), -EINVAL);
-	assert_return(bok(be, k_cache, M(q->dtype), cn) && bok(be, v_cache, M(q->dtype), cn),
-		      -EINVAL);
-	assert_return(bok(be, d->block_tables, M_I32, mul2(d->n_seqs, d->max_blocks_per_seq)) &&
-			      bok(be, d->context_lens, M_I32, (size_t) d->n_seqs),
-		      -EINVAL);
+	return bok(be, q, M(q->dtype), qn) && bok(be, out, M(q->dtype), qn) &&
+	       bok(be, k_cache, M(q->dtype), cn) && bok(be, v_cache, M(q->dtype), cn) &&
+	       bok(be, d->block_tables, M_I32, mul2(d->n_seqs, d->max_blocks_per_seq)) &&
+	       bok(be, d->context_lens, M_I32, (size_t) d->n_seqs);
+}
+
+int kk_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
+			const kk_buffer *q, const kk_buffer *k_cache, const kk_buffer *v_cache)
+{
+	CHECK_ST(be, st);
+	assert_return(d && !d->cu_q, -EINVAL);
+	assert_return(paged_ok(be, d, out, q, k_cache, v_cache, d->n_seqs), -EINVAL);
 	SLOT(be, attention_decode);
 	return be->ops->attention_decode(be, st, d, out, q, k_cache, v_cache);
+}
+
+int kk_attention_paged(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
+		       const kk_buffer *q, const kk_buffer *k_cache, const kk_buffer *v_cache)
+{
+	CHECK_ST(be, st);
+	assert_return(d && d->cu_q && d->total_q >= 0, -EINVAL);
+	assert_return(paged_ok(be, d, out, q, k_cache, v_cache, d->total_q), -EINVAL);
+	assert_return(bok(be, d->cu_q, M_I32, (size_t) d->n_seqs + 1), -EINVAL);
+	SLOT(be, attention_paged);
+	if (d->total_q == 0)
+		return 0;
+	return be->ops->attention_paged(be, st, d, out, q, k_cache, v_cache);
 }
 
 int kk_kv_cache_write(kk_backend *be, kk_stream *st, kk_buffer *k_cache, kk_buffer *v_cache,

@@ -124,6 +124,9 @@ struct kk_backend_ops {
 	int (*attention_decode)(kk_backend *be, kk_stream *st, const kk_paged_desc *d,
 				kk_buffer *out, const kk_buffer *q, const kk_buffer *k_cache,
 				const kk_buffer *v_cache);
+	int (*attention_paged)(kk_backend *be, kk_stream *st, const kk_paged_desc *d,
+			       kk_buffer *out, const kk_buffer *q, const kk_buffer *k_cache,
+			       const kk_buffer *v_cache);
 	int (*kv_cache_write)(kk_backend *be, kk_stream *st, kk_buffer *k_cache, kk_buffer *v_cache,
 			      const kk_buffer *k, const kk_buffer *v, const kk_buffer *slot_mapping,
 			      int64_t n_tokens, int n_kv_heads, int head_dim, int num_blocks);

@@ -262,15 +262,18 @@ struct decode_ctx {
 	float scale;
 	kk_buffer *out;
 	const kk_buffer *q, *kc, *vc;
+	/* Per query row: its sequence and how many context tokens it sees
+	 * (decode: row s is sequence s and sees all of it). */
+	const int32_t *row_seq, *row_len;
 };
 
-/* One task = one (sequence, kv head): every query head of the GQA group
+/* One task = one (query row, kv head): every query head of the GQA group
  * is processed together so each cached K/V row is widened and read once. */
 static int decode_range(void *p, int64_t b, int64_t e, int chunk)
 {
 	struct decode_ctx *c = p;
 	const kk_paged_desc *d = c->d;
-	const int32_t *bt = d->block_tables->ptr, *cl = d->context_lens->ptr;
+	const int32_t *bt = d->block_tables->ptr;
 	int D = d->head_dim, H = d->n_heads, Hkv = d->n_kv_heads, grp = H / Hkv;
 	_cleanup_free_ float *qr = malloc(sizeof(float) * grp * D),
 			     *acc = malloc(sizeof(float) * grp * D),
@@ -280,14 +283,15 @@ static int decode_range(void *p, int64_t b, int64_t e, int chunk)
 	if (!qr || !acc || !ml)
 		return -ENOMEM;
 	for (int64_t it = b; it < e; it++) {
-		int s = (int) (it / Hkv), kvh = (int) (it % Hkv);
+		int64_t row = it / Hkv;
+		int kvh = (int) (it % Hkv), s = c->row_seq[row], len = c->row_len[row];
 
-		kk__row_f32(qr, c->q->ptr, c->q->dtype, ((size_t) s * H + kvh * grp) * D,
+		kk__row_f32(qr, c->q->ptr, c->q->dtype, ((size_t) row * H + kvh * grp) * D,
 			    (size_t) grp * D);
 		memset(acc, 0, sizeof(float) * grp * D);
 		for (int g = 0; g < grp; g++)
 			ml[2 * g] = -INFINITY, ml[2 * g + 1] = 0;
-		for (int t = 0; t < cl[s]; t++) {
+		for (int t = 0; t < len; t++) {
 			int blk = bt[(size_t) s * d->max_blocks_per_seq + t / KK_KV_BLOCK_SIZE];
 			size_t off =
 				(((size_t) blk * KK_KV_BLOCK_SIZE + t % KK_KV_BLOCK_SIZE) * Hkv +
@@ -311,39 +315,68 @@ static int decode_range(void *p, int64_t b, int64_t e, int chunk)
 		}
 		for (int g = 0; g < grp; g++)
 			kk__scal(acc + g * D, 1.0f / ml[2 * g + 1], D);
-		kk__row_store(c->out->ptr, c->out->dtype, ((size_t) s * H + kvh * grp) * D, acc,
+		kk__row_store(c->out->ptr, c->out->dtype, ((size_t) row * H + kvh * grp) * D, acc,
 			      (size_t) grp * D);
 	}
 	return 0;
 }
 
-int kk__cpu_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
-			     const kk_buffer *q, const kk_buffer *k_cache, const kk_buffer *v_cache)
+/* Checks the contexts and block tables, maps query rows to sequences and
+ * visible lengths, and runs decode_range over (row, kv head). */
+static int paged_run(const kk_paged_desc *d, kk_buffer *out, const kk_buffer *q,
+		     const kk_buffer *k_cache, const kk_buffer *v_cache, const int32_t *cu,
+		     int64_t rows)
 {
 	if (d->head_dim > CPU_ATTN_HEAD_DIM_MAX)
 		return -EOPNOTSUPP;
 	const int32_t *bt = d->block_tables->ptr, *cl = d->context_lens->ptr;
+	_cleanup_free_ int32_t *row_seq = malloc(sizeof(int32_t) * (size_t) rows),
+			       *row_len = malloc(sizeof(int32_t) * (size_t) rows);
+
+	if (!row_seq || !row_len)
+		return -ENOMEM;
+	if (cu && (cu[0] != 0 || cu[d->n_seqs] != rows))
+		return -EINVAL;
+	for (int s = 0; s < d->n_seqs; s++) {
+		int64_t b = cu ? cu[s] : s, e = cu ? cu[s + 1] : s + 1;
+		if (cl[s] < 1 || cl[s] > d->max_context_len || b < 0 || e < b || e > rows ||
+		    e - b > cl[s])
+			return -EINVAL;
+		for (int64_t r = b; r < e; r++) {
+			row_seq[r] = s;
+			row_len[r] = (int32_t) (cl[s] - (e - b) + (r - b) + 1);
+		}
+		for (int bi = 0; bi < DIV_ROUND_UP(cl[s], KK_KV_BLOCK_SIZE); bi++) {
+			int blk = bt[(size_t) s * d->max_blocks_per_seq + bi];
+			if (blk < 0 || blk >= d->num_blocks)
+				return -ERANGE;
+		}
+	}
 	struct decode_ctx c = { .d = d,
 				.out = out,
 				.q = q,
 				.kc = k_cache,
 				.vc = v_cache,
+				.row_seq = row_seq,
+				.row_len = row_len,
 				.scale = d->scale > 0 ? d->scale
 						      : 1.0f / sqrtf((float) d->head_dim) };
-
-	for (int s = 0; s < d->n_seqs; s++) {
-		if (cl[s] < 1 || cl[s] > d->max_context_len)
-			return -EINVAL;
-		for (int b = 0; b < DIV_ROUND_UP(cl[s], KK_KV_BLOCK_SIZE); b++) {
-			int blk = bt[(size_t) s * d->max_blocks_per_seq + b];
-			if (blk < 0 || blk >= d->num_blocks)
-				return -ERANGE;
-		}
-	}
-	return kk__parallel_for((int64_t) d->n_seqs * d->n_kv_heads,
+	return kk__parallel_for(rows * d->n_kv_heads,
 				(double) d->max_context_len * d->head_dim * 6 *
 					(d->n_heads / d->n_kv_heads),
 				decode_range, &c);
+}
+
+int kk__cpu_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
+			     const kk_buffer *q, const kk_buffer *k_cache, const kk_buffer *v_cache)
+{
+	return paged_run(d, out, q, k_cache, v_cache, NULL, d->n_seqs);
+}
+
+int kk__cpu_attention_paged(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
+			    const kk_buffer *q, const kk_buffer *k_cache, const kk_buffer *v_cache)
+{
+	return paged_run(d, out, q, k_cache, v_cache, d->cu_q->ptr, d->total_q);
 }
 
 int kk__cpu_kv_cache_write(kk_backend *be, kk_stream *st, kk_buffer *k_cache, kk_buffer *v_cache,

@@ -151,6 +151,7 @@ static const struct kk_backend_ops cpu_ops = {
 	.attention_fwd = kk__cpu_attention_fwd,
 	.attention_bwd = kk__cpu_attention_bwd,
 	.attention_decode = kk__cpu_attention_decode,
+	.attention_paged = kk__cpu_attention_paged,
 	.kv_cache_write = kk__cpu_kv_cache_write,
 	.rmsnorm_fwd = kk__cpu_rmsnorm_fwd,
 	.rmsnorm_bwd = kk__cpu_rmsnorm_bwd,

@@ -162,6 +162,8 @@ int kk__cpu_attention_bwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, 
 			  kk_buffer *dk, kk_buffer *dv, const kk_buffer *dout, const kk_buffer *q,
 			  const kk_buffer *k, const kk_buffer *v, const kk_buffer *out,
 			  const kk_buffer *lse);
+int kk__cpu_attention_paged(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
+			    const kk_buffer *q, const kk_buffer *k_cache, const kk_buffer *v_cache);
 int kk__cpu_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
 			     const kk_buffer *q, const kk_buffer *k_cache,
 			     const kk_buffer *v_cache);

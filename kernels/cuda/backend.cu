@@ -204,6 +204,7 @@ static void kc_ops_fill(void)
 	o->attention_fwd = kc_op_attention_fwd;
 	o->attention_bwd = kc_op_attention_bwd;
 	o->attention_decode = kc_op_attention_decode;
+	o->attention_paged = kc_op_attention_paged;
 	o->kv_cache_write = kc_op_kv_cache_write;
 	o->rmsnorm_fwd = kc_op_rmsnorm_fwd;
 	o->rmsnorm_bwd = kc_op_rmsnorm_bwd;

@@ -108,6 +108,8 @@ int kc_op_attention_bwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk
 			kk_buffer *dk, kk_buffer *dv, const kk_buffer *dout, const kk_buffer *q,
 			const kk_buffer *k, const kk_buffer *v, const kk_buffer *out,
 			const kk_buffer *lse);
+int kc_op_attention_paged(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
+			  const kk_buffer *q, const kk_buffer *k_cache, const kk_buffer *v_cache);
 int kc_op_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
 			   const kk_buffer *q, const kk_buffer *k_cache, const kk_buffer *v_cache);
 int kc_op_kv_cache_write(kk_backend *be, kk_stream *st, kk_buffer *k_cache, kk_buffer *v_cache,

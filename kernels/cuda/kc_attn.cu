@@ -33,7 +33,7 @@
  * group; kc_attn_combine_kernel merges the splits' (m, l, acc) from a
  * workspace cached in the backend (kc_ctx.attn_ws).
  *
- * Decode, F32 (kc_attn_decode_kernel): grid (n_heads, n_seqs), 4 warps;
+ * Decode, F32, and paged prefill (kc_attn_decode_kernel): grid (query rows, n_heads), 4 warps;
  * warp w takes pages w, w + 4, ... of the sequence's block table; each lane
  * holds D/32 contiguous elements of q (pre-scaled); the 4 warps' (m, l, acc)
  * are merged through shared memory at the end.
@@ -348,15 +348,32 @@ __global__ void __launch_bounds__(KC_AW * 32)
 template <typename T, int D>
 __global__ void __launch_bounds__(KC_AW * 32)
 	kc_attn_decode_kernel(const T *q, const T *kcache, const T *vcache, const int32_t *bt,
-			      int maxb, const int32_t *lens, T *o, int hq, int hkv, float scale)
+			      int maxb, const int32_t *lens, const int32_t *cu_q, int nseq, T *o,
+			      int hq, int hkv, float scale)
 {
 	constexpr int E = D / 32;
 	__shared__ float s_m[KC_AW], s_l[KC_AW], s_acc[KC_AW][D];
-	int h = blockIdx.x, seq = blockIdx.y, hk = h / (hq / hkv);
+	int row = blockIdx.x, h = blockIdx.y, hk = h / (hq / hkv);
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	int len = lens[seq];
+	int seq = row, len;
+	if (cu_q) {
+		/* Paged prefill: the sequence whose rows hold this one (the last
+		 * s with cu_q[s] <= row), and the context up to its position. */
+		int lo = 0, hi = nseq - 1;
+		while (lo < hi) {
+			int mid = (lo + hi + 1) / 2;
+			if (cu_q[mid] <= row)
+				lo = mid;
+			else
+				hi = mid - 1;
+		}
+		seq = lo;
+		len = lens[seq] - (cu_q[seq + 1] - row) + 1;
+	} else {
+		len = lens[seq];
+	}
 	float qv[E], acc[E];
-	size_t qoff = ((size_t) seq * hq + h) * D + lane * E;
+	size_t qoff = ((size_t) row * hq + h) * D + lane * E;
 #pragma unroll
 	for (int e = 0; e < E; e++) {
 		qv[e] = kc_ld(q, qoff + e) * scale;
@@ -419,7 +436,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 			num += s_acc[w][d] * f;
 			den += s_l[w] * f;
 		}
-		kc_st(o, ((size_t) seq * hq + h) * D + d, den > 0.0f ? num / den : 0.0f);
+		kc_st(o, ((size_t) row * hq + h) * D + d, den > 0.0f ? num / den : 0.0f);
 	}
 }
 
@@ -1077,19 +1094,24 @@ extern "C" int kc_op_attention_bwd(kk_backend *be, kk_stream *st, const kk_attn_
 			   (const float *) lse->ptr);
 }
 
-/* F32: grid (n_heads, n_seqs), the f32 kernel. */
+/* F32 decode, and paged prefill in every dtype: grid (query rows, n_heads),
+ * one query row and head per block.  Paged prefill (cu_q set) reads a
+ * sequence's K/V once per query row: right for short chunks after a long
+ * context; a long prompt from position 0 belongs to kk_attention_fwd. */
 template <typename T, int D>
 static int kc_decode_t(cudaStream_t s, const kk_paged_desc *d, void *o, const void *q,
 		       const void *kc, const void *vc)
 {
-	if (d->n_seqs > 65535)
+	int64_t rows = d->cu_q ? d->total_q : d->n_seqs;
+	if (rows > INT32_MAX)
 		return -EOPNOTSUPP;
-	dim3 g((unsigned) d->n_heads, (unsigned) d->n_seqs);
+	dim3 g((unsigned) rows, (unsigned) d->n_heads);
 	kc_attn_decode_kernel<T, D><<<g, KC_AW * 32, 0, s>>>(
 		(const T *) q, (const T *) kc, (const T *) vc,
 		(const int32_t *) d->block_tables->ptr, d->max_blocks_per_seq,
-		(const int32_t *) d->context_lens->ptr, (T *) o, d->n_heads, d->n_kv_heads,
-		kc_scale_of(d->scale, D));
+		(const int32_t *) d->context_lens->ptr,
+		d->cu_q ? (const int32_t *) d->cu_q->ptr : nullptr, d->n_seqs, (T *) o,
+		d->n_heads, d->n_kv_heads, kc_scale_of(d->scale, D));
 	return kc_check_launch();
 }
 
@@ -1221,6 +1243,28 @@ static int kc_decode_d(kk_backend *be, kk_stream *st, const kk_paged_desc *d, vo
 		       : bf ? kc_decode_tc<128, true>(be, st, d, o, q, kc, vc)
 			    : kc_decode_tc<128, false>(be, st, d, o, q, kc, vc);
 	return -EOPNOTSUPP;
+}
+
+template <typename T>
+static int kc_paged_d(kk_backend *be, kk_stream *st, const kk_paged_desc *d, void *o,
+		      const void *q, const void *kc, const void *vc)
+{
+	cudaStream_t s = kc_stream(be, st);
+	if (d->head_dim == 64)
+		return kc_decode_t<T, 64>(s, d, o, q, kc, vc);
+	if (d->head_dim == 128)
+		return kc_decode_t<T, 128>(s, d, o, q, kc, vc);
+	return -EOPNOTSUPP;
+}
+
+extern "C" int kc_op_attention_paged(kk_backend *be, kk_stream *st, const kk_paged_desc *d,
+				     kk_buffer *out, const kk_buffer *q, const kk_buffer *k_cache,
+				     const kk_buffer *v_cache)
+{
+	if (d->total_q == 0)
+		return 0;
+	return KC_DISPATCH(kc_dt(q->dtype), kc_paged_d, be, st, d, out->ptr, q->ptr, k_cache->ptr,
+			   v_cache->ptr);
 }
 
 extern "C" int kc_op_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d,

@@ -297,10 +297,28 @@ typedef struct kk_paged_desc {
 	int max_context_len;
 	const kk_buffer *block_tables;
 	const kk_buffer *context_lens;
+	/* kk_attention_paged only (NULL and 0 for kk_attention_decode): */
+	const kk_buffer *cu_q; /* I32 [n_seqs + 1], see kk_attention_paged */
+	int64_t total_q;       /* cu_q[n_seqs], the query rows of q and out */
 } kk_paged_desc;
 
 int kk_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
 			const kk_buffer *q, const kk_buffer *k_cache, const kk_buffer *v_cache);
+/* Paged attention with several query tokens per sequence: prefill that
+ * continues a cached context (chunked prefill, a reused prompt prefix,
+ * recomputation after preemption).  Sequence s brings the query rows
+ * cu_q[s] .. cu_q[s+1]-1 (cu_q[0] = 0, non-decreasing, cu_q[n_seqs] =
+ * total_q; a sequence may bring none), which are the LAST q_len =
+ * cu_q[s+1] - cu_q[s] of its context_lens[s] tokens, their k/v already in
+ * the cache (kk_kv_cache_write).  Query row i of s sits at position
+ * context_lens[s] - q_len + i and attends causally to positions <= its
+ * own.  q and out [total_q, n_heads, head_dim]; the rest as for
+ * kk_attention_decode, which is the case q_len = 1 for every sequence.
+ * Errors: -EINVAL (descriptor, buffers, cu_q not fitting the contexts on
+ * the cpu backend), -ERANGE (a block id beyond the cache, cpu),
+ * -EOPNOTSUPP (head dim). */
+int kk_attention_paged(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
+		       const kk_buffer *q, const kk_buffer *k_cache, const kk_buffer *v_cache);
 /* Writes n_tokens new k/v rows ([n_tokens, n_kv_heads, head_dim]) into the
  * caches at flat slots slot_mapping[i] = block * 16 + offset (I32
  * [n_tokens]; a negative slot skips the token, for padding).

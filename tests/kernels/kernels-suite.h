@@ -715,6 +715,105 @@ static void test_attention_decode(void **state)
 	}
 }
 
+/* Paged attention with several query rows per sequence (chunked prefill
+ * over a cached context): sequence s's rows are the last q_len of its
+ * context and attend causally.  Sequences bring 1 row (decode), a chunk
+ * after a context, none, and a whole prompt (q_len == context). */
+static void paged_case(kk_dtype dt, int H, int Hkv, int D)
+{
+	enum { NB = 24, MBPS = 4, NS = 4 };
+	int32_t lens[NS] = { irand(1, 20), 17 + irand(5, 30), 9, irand(20, MBPS * 16) };
+	int32_t qlen[NS] = { 1, 0, 0, 0 }, cu[NS + 1] = { 0 }, bt[NS * MBPS], perm[NB];
+	qlen[1] = irand(2, 17);
+	qlen[3] = lens[3];
+	for (int s = 0; s < NS; s++)
+		cu[s + 1] = cu[s] + qlen[s];
+	int64_t nrows = cu[NS];
+	size_t nc = (size_t) NB * 16 * Hkv * D, nq = (size_t) nrows * H * D;
+	double *K, *V, *Q, *ref = hmalloc(nq * sizeof(double));
+	kk_buffer *kc = up_rand(dt, nc, -1, 1, &K), *vc = up_rand(dt, nc, -1, 1, &V),
+		  *qb = up_rand(dt, nq, -1, 1, &Q), *ob = out_buf(dt, nq);
+	int grp = H / Hkv;
+
+	for (int i = 0; i < NB; i++)
+		perm[i] = i;
+	for (int i = NB - 1; i > 0; i--) {
+		int j = irand(0, i), t = perm[i];
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	for (int i = 0; i < NS * MBPS; i++)
+		bt[i] = perm[i];
+	kk_paged_desc d = { .n_heads = H,
+			    .n_kv_heads = Hkv,
+			    .head_dim = D,
+			    .n_seqs = NS,
+			    .num_blocks = NB,
+			    .max_blocks_per_seq = MBPS,
+			    .max_context_len = MBPS * 16,
+			    .block_tables = up_i32(bt, NS * MBPS),
+			    .context_lens = up_i32(lens, NS),
+			    .cu_q = up_i32(cu, NS + 1),
+			    .total_q = nrows };
+	for (int s = 0; s < NS; s++)
+		for (int i = 0; i < qlen[s]; i++)
+			for (int h = 0; h < H; h++) {
+				int row = cu[s] + i, vis = lens[s] - qlen[s] + i + 1;
+				double sc[MBPS * 16], mx = -INFINITY, sum = 0;
+				for (int t = 0; t < vis; t++) {
+					size_t off = (((size_t) bt[s * MBPS + t / 16] * 16 +
+						       t % 16) * Hkv + h / grp) * D;
+					double dd = 0;
+					for (int x = 0; x < D; x++)
+						dd += Q[((size_t) row * H + h) * D + x] * K[off + x];
+					sc[t] = dd / sqrt((double) D);
+					mx = fmax(mx, sc[t]);
+				}
+				for (int t = 0; t < vis; t++)
+					sum += exp(sc[t] - mx);
+				for (int x = 0; x < D; x++) {
+					double o = 0;
+					for (int t = 0; t < vis; t++) {
+						size_t off = (((size_t) bt[s * MBPS + t / 16] * 16 +
+							       t % 16) * Hkv + h / grp) * D;
+						o += exp(sc[t] - mx) / sum * V[off + x];
+					}
+					ref[((size_t) row * H + h) * D + x] = o;
+				}
+			}
+	int r = kk_attention_paged(be, NULL, &d, ob, qb, kc, vc);
+	if (r == -EOPNOTSUPP && D != KK_ATTN_HEAD_DIM_SMALL && D != KK_ATTN_HEAD_DIM_LARGE &&
+	    !streq(KK_TEST_BACKEND, "cpu"))
+		return;
+	assert_int_equal(r, 0);
+	expect_close("paged prefill", down(ob, nq), ref, nq, 2 * TOL(dt), 2 * TOL(dt));
+
+	/* Decode refuses cu_q; a paged call without it is refused too. */
+	assert_int_equal(kk_attention_decode(be, NULL, &d, ob, qb, kc, vc), -EINVAL);
+	d.cu_q = NULL;
+	assert_int_equal(kk_attention_paged(be, NULL, &d, ob, qb, kc, vc), -EINVAL);
+	if (streq(KK_TEST_BACKEND, "cpu")) {
+		/* More query rows than a sequence has context. */
+		int32_t bad[NS + 1] = { 0, 1, 1, 1 + lens[2] + 1, 0 };
+		bad[NS] = bad[NS - 1] + qlen[3];
+		d.cu_q = up_i32(bad, NS + 1);
+		d.total_q = bad[NS];
+		kk_buffer *q2 = up_rand(dt, (size_t) bad[NS] * H * D, -1, 1, NULL),
+			  *o2 = out_buf(dt, (size_t) bad[NS] * H * D);
+		assert_int_equal(kk_attention_paged(be, NULL, &d, o2, q2, kc, vc), -EINVAL);
+	}
+}
+
+static void test_attention_paged(void **state)
+{
+	for (size_t di = 0; di < 3; di++) {
+		paged_case(FLOATS[di], 4, 2, 64);
+		paged_case(FLOATS[di], 8, 8, 128);
+		paged_case(FLOATS[di], 8, 4, 8);
+		teardown(NULL);
+	}
+}
+
 static void test_kv_cache_write(void **state)
 {
 	enum { NB = 4, HKV = 2, D = 64, NT = 5 };
@@ -1699,6 +1798,7 @@ static int run_suite(void)
 		T(test_attention_fwd),
 		T(test_attention_bwd),
 		T(test_attention_decode),
+		T(test_attention_paged),
 		T(test_kv_cache_write),
 		T(test_norms),
 		T(test_rope),
