@@ -717,6 +717,79 @@ static void test_attention(kk_dtype dt, int d, bool causal, int hq, int hkv, con
 	unpair(&dout), unpair(&dq), unpair(&dk), unpair(&dv);
 }
 
+/* Paged prefill (kk_attention_paged): 3 sequences with contexts lens[s]
+ * (at most 320) bringing the last qlens[s] of them as query rows. */
+static void test_paged(kk_dtype dt, int d, int hq, int hkv, const int32_t *lens,
+		       const int32_t *qlens)
+{
+	const int ns = 3, nblocks = 64, maxb = 20;
+	int maxlen = 1;
+	int32_t cu[4] = { 0 };
+	for (int i = 0; i < ns; i++) {
+		maxlen = lens[i] > maxlen ? lens[i] : maxlen;
+		cu[i + 1] = cu[i] + qlens[i];
+	}
+	size_t row = (size_t) hkv * d, ncache = (size_t) nblocks * KK_KV_BLOCK_SIZE * row;
+	size_t nq = (size_t) cu[ns] * hq * d;
+	float *hkc = rand_vec(ncache, 1), *hvc = rand_vec(ncache, 1),
+	      *hq_ = rand_vec(nq, ATTN_Q_SCALE);
+	round_to(dt, hkc, ncache), round_to(dt, hvc, ncache), round_to(dt, hq_, nq);
+	int32_t bt[3 * 20];
+	for (int i = 0; i < 3 * 20; i++)
+		bt[i] = (i * 11 + 5) % nblocks;
+	pair kc = mk(dt, ncache, hkc), vc = mk(dt, ncache, hvc), q = mk(dt, nq, hq_),
+	     o = mk(dt, nq, NULL), bts = mk(KK_I32, 60, bt), ls = mk(KK_I32, 3, lens),
+	     cus = mk(KK_I32, 4, cu);
+	int r = 0;
+	for (int side = 0; side < 2; side++) {
+		kk_paged_desc pd = { .n_heads = hq,
+				     .n_kv_heads = hkv,
+				     .head_dim = d,
+				     .n_seqs = ns,
+				     .num_blocks = nblocks,
+				     .max_blocks_per_seq = maxb,
+				     .max_context_len = maxlen,
+				     .block_tables = S(bts),
+				     .context_lens = S(ls),
+				     .cu_q = S(cus),
+				     .total_q = cu[ns] };
+		int rr = kk_attention_paged(be_side[side], NULL, &pd, S(o), S(q), S(kc), S(vc));
+		if (rr < 0)
+			r = rr;
+	}
+	double *ref = malloc(nq * sizeof(double));
+	for (int s = 0; s < ns; s++) {
+		int L = lens[s], nqs = qlens[s];
+		float *kk_ = malloc((size_t) L * row * sizeof(float)),
+		      *vv = malloc((size_t) L * row * sizeof(float));
+		for (int t = 0; t < L; t++) {
+			size_t slot =
+				(size_t) bt[s * maxb + t / KK_KV_BLOCK_SIZE] * KK_KV_BLOCK_SIZE +
+				t % KK_KV_BLOCK_SIZE;
+			memcpy(kk_ + (size_t) t * row, hkc + slot * row, row * sizeof(float));
+			memcpy(vv + (size_t) t * row, hvc + slot * row, row * sizeof(float));
+		}
+		/* The query rows are the last nqs tokens of a causal sequence of L. */
+		float *qq = calloc((size_t) L * hq * d, sizeof(float));
+		memcpy(qq + (size_t) (L - nqs) * hq * d, hq_ + (size_t) cu[s] * hq * d,
+		       (size_t) nqs * hq * d * sizeof(float));
+		int32_t cu1[2] = { 0, L };
+		double *full = malloc((size_t) L * hq * d * sizeof(double));
+		attn_ref(qq, kk_, vv, cu1, 1, hq, hkv, d, true, full);
+		memcpy(ref + (size_t) cu[s] * hq * d, full + (size_t) (L - nqs) * hq * d,
+		       (size_t) nqs * hq * d * sizeof(double));
+		free(kk_), free(vv), free(qq), free(full);
+	}
+	tol t = tscale(tol_of(dt), 2);
+	tap(r >= 0 && vs_ref(&o, ref, t, "paged vs f64") && parity(&o, t, "paged"),
+	    "paged prefill attention %s d=%d GQA %d/%d contexts %d, %d, %d, query rows %d, %d, "
+	    "%d (vs f64 and cpu)",
+	    kk_dtype_name(dt), d, hq, hkv, lens[0], lens[1], lens[2], qlens[0], qlens[1],
+	    qlens[2]);
+	free(hkc), free(hvc), free(hq_), free(ref);
+	unpair(&kc), unpair(&vc), unpair(&q), unpair(&o), unpair(&bts), unpair(&ls), unpair(&cus);
+}
+
 /* Paged decode of 3 sequences of the given context lengths (at most 320),
  * GQA hq/hkv; with cache_write, the kv cache write test too.  Contexts past
  * 64 tokens make the cuda backend split the keys (and combine). */
@@ -879,6 +952,8 @@ int main(void)
 	static const int L1[] = { 1, 69, 37, 93 }, L2[] = { 15, 17, 63, 65, 130 },
 			 L3[] = { 130, 1, 65 }, L4[] = { 17, 63 };
 	static const int32_t D1[] = { 1, 77, 190 }, D2[] = { 16, 17, 300 }, D3[] = { 1, 300, 64 };
+	static const int32_t P1[] = { 40, 100, 33 }, PQ1[] = { 1, 7, 33 }, P2[] = { 17, 300, 64 },
+			     PQ2[] = { 17, 16, 2 };
 	RUN("cast", test_cast_scale());						      /* 1 */
 	RUN("gemm", test_gemm(KK_F32, KK_F32, false, false, 0, KK_EPI_NONE, false));  /* 2 */
 	RUN("gemm", test_gemm(KK_BF16, KK_BF16, false, true, 0, KK_EPI_NONE, true));  /* 3 */
@@ -914,6 +989,10 @@ int main(void)
 	RUN("attn decode", test_decode(KK_F32, 128, 4, 2, D2, false));
 	RUN("sample", test_sample(KK_F32)); /* 43-47 */
 	RUN("comm", test_comm());	    /* 48 */
+	/* 49-51: paged prefill (query rows continuing a cached context) */
+	RUN("attn paged", test_paged(KK_BF16, 128, 8, 2, P1, PQ1));
+	RUN("attn paged", test_paged(KK_F16, 64, 4, 4, P2, PQ2));
+	RUN("attn paged", test_paged(KK_F32, 64, 8, 1, P1, PQ2));
 #undef RUN
 	if (setup_failed)
 		tap(0, "every test buffer could be allocated");
