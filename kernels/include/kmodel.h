@@ -185,9 +185,11 @@ int km_kvcache_block_refs(const km_kvcache *c, int block);
 /* ------------------------------------------------------------------------ */
 /* Forward step and sampling                                                 */
 
-/* One sequence's part of a step.  A sequence whose cache is empty brings
- * its prompt (n_tokens >= 1, positions 0..n-1: prefill); a sequence with a
- * cached context brings exactly one token (decode). */
+/* One sequence's part of a step: n_tokens >= 1 tokens at the positions
+ * after its cached context.  An empty cache: the prompt, positions
+ * 0..n-1 (prefill).  A cached context: one token (decode), or several —
+ * the next chunk of a long prompt (chunked prefill), a prompt continuing a
+ * forked prefix, tokens recomputed after preemption. */
 typedef struct km_seq_input {
 	int seq;
 	const int32_t *tokens;
@@ -199,8 +201,7 @@ typedef struct km_seq_input {
  * of each input into row i of the model's logits (f32 [max_seqs, vocab]);
  * logits_out (NULL allowed) receives a host copy [n, vocab].
  * Errors (err filled): -EINVAL (bad input: token id outside the
- * vocabulary, decode with more than one token, repeated sequence, more
- * than max_tokens/max_seqs), -ENOSPC (cache out of blocks: nothing was
+ * vocabulary, repeated sequence, more than max_tokens/max_seqs), -ENOSPC (cache out of blocks: nothing was
  * appended, the caller preempts or waits), -EFBIG (a sequence would pass
  * max_seq_len), -EOPNOTSUPP and other kk errors. */
 int km_forward(km_model *m, km_kvcache *c, const km_seq_input *in, int n, float *logits_out,

@@ -2,12 +2,14 @@
  * step (prefill and decode mixed, continuous batching) with sampling.
  *
  * One step packs the tokens of every input into one batch of T rows:
- * prefill inputs first (their whole prompts, positions 0..n-1), then decode
- * inputs (one token each).  Every layer runs the projections and the FFN
- * over all T rows at once; attention splits: the prefill rows go through
- * kk_attention_fwd over the packed varlen batch (causal, cu_seqlens), the
- * decode rows through kk_attention_decode over the block tables; every
- * row's K/V is written to the paged cache first.  Logits are computed for
+ * prefill inputs first (their whole prompts, positions 0..n-1), then the
+ * inputs that continue a cached context (decode: one token each; or a
+ * chunk of several: chunked prefill, a prompt after a shared prefix).
+ * Every layer runs the projections and the FFN over all T rows at once;
+ * attention splits: the prefill rows go through kk_attention_fwd over the
+ * packed varlen batch (causal, cu_seqlens), the others over the block
+ * tables through kk_attention_decode when each brings one token, else
+ * kk_attention_paged; every row's K/V is written to the paged cache first.  Logits are computed for
  * the last row of each input only.  All index data of a step (token ids,
  * positions, cache slots, cu_seqlens, context lengths, block tables) goes
  * to the device in one upload. */
@@ -322,9 +324,10 @@ int km_model_new(kk_backend *be, const km_config *cfg, const km_model_opts *opts
 	    (r = alloc_act(m, KK_I32, S, &m->ids, err)) < 0)
 		return r;
 	/* tokens, positions, slots [T]; cu_seqlens [S+1]; context lengths
-	 * [S]; last rows [S]; block tables [S, blocks per sequence]. */
+	 * [S]; last rows [S]; query rows of the cached inputs [S+1]; block
+	 * tables [S, blocks per sequence]. */
 	size_t bps = (size_t) DIV_ROUND_UP(cfg->max_seq_len, KK_KV_BLOCK_SIZE);
-	m->meta_count = 3 * T + 3 * S + 1 + S * bps;
+	m->meta_count = 3 * T + 4 * S + 2 + S * bps;
 	m->hmeta = calloc(m->meta_count, sizeof(int32_t));
 	m->order = calloc(S, sizeof(int));
 	m->old_len = calloc(S, sizeof(int));
@@ -390,12 +393,13 @@ static int linear(km_model *m, kk_buffer *y, const kk_buffer *x, const km_linear
 /* The views of one step, freed together. */
 typedef struct step_views {
 	kk_buffer *tokens, *pos, *slots, *cu, *ctx, *last, *bt, *q_d, *att_d;
+	kk_buffer *cuq; /* set when a cached input brings several tokens */
 } step_views;
 
 static void step_views_free(step_views *v)
 {
-	kk_buffer *all[] = { v->tokens, v->pos, v->slots, v->cu,   v->ctx,
-			     v->last,	v->bt,	v->q_d,	  v->att_d };
+	kk_buffer *all[] = { v->tokens, v->pos, v->slots, v->cu,    v->ctx,
+			     v->last,	v->bt,	v->q_d,	  v->att_d, v->cuq };
 	for (size_t i = 0; i < ARRAY_SIZE(all); i++)
 		kk_buffer_free(all[i]);
 }
@@ -458,9 +462,16 @@ static int run_layers(km_model *m, km_kvcache *c, step_views *v, int64_t T, int 
 				.max_context_len = max_ctx,
 				.block_tables = v->bt,
 				.context_lens = v->ctx,
+				.cu_q = v->cuq,
+				.total_q = v->cuq ? T - Tp : 0,
 			};
-			TRY(kk_attention_decode(m->be, NULL, &pd, v->att_d, v->q_d, kc, vc),
-			    "decode attention");
+			if (v->cuq)
+				TRY(kk_attention_paged(m->be, NULL, &pd, v->att_d, v->q_d, kc, vc),
+				    "paged attention");
+			else
+				TRY(kk_attention_decode(m->be, NULL, &pd, v->att_d, v->q_d, kc,
+							vc),
+				    "decode attention");
 		}
 		TRY(linear(m, m->x, m->att, &L->wo, T), "o projection");
 		TRY(kk_rmsnorm_fwd(m->be, NULL, m->xb, m->resid, NULL, m->x, m->resid, L->ffn_norm,
@@ -526,12 +537,6 @@ static int check_inputs(km_model *m, km_kvcache *c, const km_seq_input *in, int 
 						 in[i].seq);
 		if (!in[i].tokens || in[i].n_tokens < 1)
 			return km_errorf(err, -EINVAL, "step: input %d has no tokens", i);
-		if (len > 0 && in[i].n_tokens != 1)
-			return km_errorf(err, -EINVAL,
-					 "step: sequence %d has %d cached tokens and brings %d: "
-					 "a prompt must start at position 0, later steps bring "
-					 "one token",
-					 in[i].seq, len, in[i].n_tokens);
 		for (int t = 0; t < in[i].n_tokens; t++)
 			if (in[i].tokens[t] < 0 || in[i].tokens[t] >= cfg->vocab_size)
 				return km_errorf(err, -EINVAL,
@@ -573,12 +578,14 @@ int km_forward(km_model *m, km_kvcache *c, const km_seq_input *in, int n, float 
 	/* Host layout: tokens, positions, slots (max_tokens each), then
 	 * cu_seqlens, context lengths, last rows, block tables, packed. */
 	int32_t *tok = m->hmeta, *pos = tok + MT, *slots = pos + MT, *cu = slots + MT;
-	int32_t *ctx = cu + np + 1, *last = ctx + nd, *bt = last + n;
+	int32_t *ctx = cu + np + 1, *last = ctx + nd, *cuq = last + n, *bt = cuq + nd + 1;
 
 	/* Append every input to the cache, all or nothing. */
 	int64_t row = 0, Tp = 0;
 	int max_prompt = 0, max_ctx = 0;
+	bool multi = false;
 	cu[0] = 0;
+	cuq[0] = 0;
 	for (int oi = 0; oi < n; oi++) {
 		const km_seq_input *s = &in[order[oi]];
 		old_len[oi] = km_kvcache_seq_len(c, s->seq);
@@ -611,7 +618,9 @@ int km_forward(km_model *m, km_kvcache *c, const km_seq_input *in, int n, float 
 			Tp = row;
 		} else {
 			int di = oi - np;
-			ctx[di] = old_len[oi] + 1;
+			ctx[di] = old_len[oi] + s->n_tokens;
+			cuq[di + 1] = cuq[di] + s->n_tokens;
+			multi |= s->n_tokens > 1;
 			max_ctx = MAX(max_ctx, ctx[di]);
 			km__kvcache_row(c, s->seq, bt + (size_t) di * bps);
 		}
@@ -619,13 +628,13 @@ int km_forward(km_model *m, km_kvcache *c, const km_seq_input *in, int n, float 
 
 	/* One upload: the fixed [T] arrays up to T, then the packed tail. */
 	step_views v = {};
-	size_t tail = (size_t) (np + 1 + nd + n) + (size_t) nd * bps;
+	size_t tail = (size_t) (np + 1 + nd + n + nd + 1) + (size_t) nd * bps;
 	/* Moving down in this order never overwrites what is still to move. */
 	memmove(tok + T, pos, (size_t) T * sizeof(int32_t));
 	memmove(tok + 2 * T, slots, (size_t) T * sizeof(int32_t));
 	memmove(tok + 3 * T, cu, tail * sizeof(int32_t));
 	size_t off_cu = 3 * (size_t) T, off_ctx = off_cu + np + 1, off_last = off_ctx + nd,
-	       off_bt = off_last + n;
+	       off_cuq = off_last + n, off_bt = off_cuq + nd + 1;
 	r = kk_buffer_upload(m->be, NULL, m->meta, 0, m->hmeta, (off_bt + (size_t) nd * bps) * 4);
 	if (r >= 0)
 		r = kk_buffer_view(m->meta, 0, (size_t) T, &v.tokens);
@@ -643,9 +652,12 @@ int km_forward(km_model *m, km_kvcache *c, const km_seq_input *in, int n, float 
 		if (r >= 0)
 			r = kk_buffer_view(m->meta, off_bt, (size_t) nd * bps, &v.bt);
 		if (r >= 0)
-			r = kk_buffer_view(m->q, (size_t) Tp * d, (size_t) nd * d, &v.q_d);
+			r = kk_buffer_view(m->q, (size_t) Tp * d, (size_t) (T - Tp) * d, &v.q_d);
 		if (r >= 0)
-			r = kk_buffer_view(m->att, (size_t) Tp * d, (size_t) nd * d, &v.att_d);
+			r = kk_buffer_view(m->att, (size_t) Tp * d, (size_t) (T - Tp) * d,
+					   &v.att_d);
+		if (r >= 0 && multi)
+			r = kk_buffer_view(m->meta, off_cuq, (size_t) nd + 1, &v.cuq);
 	}
 	if (r < 0)
 		r = kk_fail(err, r, "preparing the step", m);
