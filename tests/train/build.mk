@@ -1,0 +1,6 @@
+# tests/train: the kmt_ suites — the training model against the float64
+# reference in ref-train.c (gradient check, stories260K loss, AdamW, data
+# parallel over forked ranks), token shards and the sampler, checkpoints —
+# and the training benchmark.
+KMTRAIN_LIBS := kmtrain kmodel kmf kk common
+$(eval $(call kiln_test,test-train,tests/train/test-train.c tests/train/ref-train.c,$(KMTRAIN_LIBS),$(KMF_LDLIBS) $(KK_LDLIBS)))
