@@ -4,3 +4,4 @@
 # and the training benchmark.
 KMTRAIN_LIBS := kmtrain kmodel kmf kk common
 $(eval $(call kiln_test,test-train,tests/train/test-train.c tests/train/ref-train.c,$(KMTRAIN_LIBS),$(KMF_LDLIBS) $(KK_LDLIBS)))
+$(eval $(call kiln_test,test-train-data,tests/train/test-train-data.c,$(KMTRAIN_LIBS),$(KMF_LDLIBS) $(KK_LDLIBS)))
