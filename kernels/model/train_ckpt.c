@@ -189,7 +189,10 @@ int kmt_load(kmt_model *m, const char *path, kmt_ckpt_state *st, km_error *err)
 	_cleanup_(kmf_closep) kmf_file *f = NULL;
 	if ((r = kmf_open(path, &f, &ke)) < 0) {
 		char line[800];
-		return km_errorf(err, r, "%s", kmf_error_format(&ke, line, sizeof(line)));
+		/* A file kmf does not recognise at all (a checkpoint cut
+		 * short in its first bytes) is as corrupt as one it does. */
+		return km_errorf(err, r == -EOPNOTSUPP ? -EBADMSG : r, "%s",
+				 kmf_error_format(&ke, line, sizeof(line)));
 	}
 	const char *fmt = NULL;
 	if (kmf_file_format(f) != KMF_FORMAT_SAFETENSORS ||

@@ -5,3 +5,4 @@
 KMTRAIN_LIBS := kmtrain kmodel kmf kk common
 $(eval $(call kiln_test,test-train,tests/train/test-train.c tests/train/ref-train.c,$(KMTRAIN_LIBS),$(KMF_LDLIBS) $(KK_LDLIBS)))
 $(eval $(call kiln_test,test-train-data,tests/train/test-train-data.c,$(KMTRAIN_LIBS),$(KMF_LDLIBS) $(KK_LDLIBS)))
+$(eval $(call kiln_test,test-train-ckpt,tests/train/test-train-ckpt.c,$(KMTRAIN_LIBS),$(KMF_LDLIBS) $(KK_LDLIBS)))

@@ -473,9 +473,12 @@ static void test_overfit(void **state)
 /* ---- data parallel ------------------------------------------------------- */
 
 #define DP_STEPS 3
-/* World ranks summing f32 gradients in another order than one process:
- * measured ~1e-7 relative on the weights after DP_STEPS steps. */
-#define DP_TOL 1e-5
+/* World ranks summing f32 gradients in another order than one process,
+ * then AdamW, whose m / sqrt(v) turns a rounding difference in a near-zero
+ * gradient into a difference of up to ~lr in the update: measured 7e-6
+ * (|w| + 0.01)-relative after DP_STEPS steps; an unscaled or per-rank-mean
+ * gradient is off by > 1e-2. */
+#define DP_TOL 1e-4
 
 static const kmt_optim dp_optim = { .lr_max = 1e-2f,
 				    .warmup_steps = 1,
