@@ -6,3 +6,5 @@ KMTRAIN_LIBS := kmtrain kmodel kmf kk common
 $(eval $(call kiln_test,test-train,tests/train/test-train.c tests/train/ref-train.c,$(KMTRAIN_LIBS),$(KMF_LDLIBS) $(KK_LDLIBS)))
 $(eval $(call kiln_test,test-train-data,tests/train/test-train-data.c,$(KMTRAIN_LIBS),$(KMF_LDLIBS) $(KK_LDLIBS)))
 $(eval $(call kiln_test,test-train-ckpt,tests/train/test-train-ckpt.c,$(KMTRAIN_LIBS),$(KMF_LDLIBS) $(KK_LDLIBS)))
+$(eval $(call kiln_tool,bench-train,tests/train/bench-train.c,$(KMTRAIN_LIBS),$(KMF_LDLIBS) $(KK_LDLIBS)))
+BENCH_SCRIPTS += tests/train/bench-train.sh
