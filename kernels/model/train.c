@@ -63,7 +63,7 @@ struct kmt_model {
 
 static void act_free(kmt_act *a)
 {
-	kk_buffer *all[] = { a->xn1,  a->rstd1, a->q,	a->k, a->v, a->att, a->lse,
+	kk_buffer *all[] = { a->xn1,  a->rstd1, a->q,	  a->k, a->v, a->att, a->lse,
 			     a->hmid, a->xn2,	a->rstd2, a->g, a->u, a->s };
 	for (size_t i = 0; i < ARRAY_SIZE(all); i++)
 		kk_buffer_free(all[i]);
@@ -84,10 +84,10 @@ kmt_model *kmt_model_free(kmt_model *m)
 		act_free(&m->act[l]);
 	for (int l = 0; m->hin && l <= m->cfg.n_layers; l++)
 		kk_buffer_free(m->hin[l]);
-	kk_buffer *bufs[] = { m->xf,	m->rstdf, m->logits, m->losses, m->dcur,  m->dnext,
-			      m->dxn,	m->datt,  m->dq,     m->dk,	m->dv,	  m->dg,
-			      m->du,	m->ds,	  m->tok_v,  m->tgt_v,	m->pos_v, m->cu_v,
-			      m->meta,	m->scalar, m->params, m->grads, m->adam_m, m->adam_v };
+	kk_buffer *bufs[] = { m->xf,   m->rstdf,  m->logits, m->losses, m->dcur,   m->dnext,
+			      m->dxn,  m->datt,	  m->dq,     m->dk,	m->dv,	   m->dg,
+			      m->du,   m->ds,	  m->tok_v,  m->tgt_v,	m->pos_v,  m->cu_v,
+			      m->meta, m->scalar, m->params, m->grads,	m->adam_m, m->adam_v };
 	for (size_t i = 0; i < ARRAY_SIZE(bufs); i++)
 		kk_buffer_free(bufs[i]);
 	free(m->pv);
@@ -461,8 +461,9 @@ static int source_read(void *userdata, const char *name, float *dst, size_t coun
 	if (i < 0)
 		return km_errorf(err, -ENOENT, "training model: no tensor '%s'", name);
 	if (count != m->tensors[i].n)
-		return km_errorf(err, -EINVAL, "training model: tensor '%s' has %zu values, not %zu",
-				 name, m->tensors[i].n, count);
+		return km_errorf(err, -EINVAL,
+				 "training model: tensor '%s' has %zu values, not %zu", name,
+				 m->tensors[i].n, count);
 	int r = kmt_tensor_get(m, KMT_PARAM, name, dst, count);
 	return r < 0 ? kk_fail(err, r, "downloading weights", m) : 0;
 }
@@ -475,8 +476,8 @@ km_weight_source kmt_weight_source(kmt_model *m)
 /* ---- forward and backward ---------------------------------------------- */
 
 /* C[M, N] = op(A) op(B) + beta C, row-major, leading dims = stored widths. */
-static int gemm(kmt_model *m, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-		const kk_buffer *a, const kk_buffer *b, kk_buffer *c, float beta)
+static int gemm(kmt_model *m, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const kk_buffer *a,
+		const kk_buffer *b, kk_buffer *c, float beta)
 {
 	kk_gemm_desc g = {
 		.trans_a = ta,
@@ -523,10 +524,11 @@ static int upload_batch(kmt_model *m, const kmt_batch *b, int64_t *n_targets, km
 	if (!b || !b->tokens || !b->targets)
 		return km_errorf(err, -EINVAL, "training batch: missing tokens or targets");
 	if (b->n_seqs < 1 || b->n_seqs > m->opts.batch)
-		return km_errorf(err, -EINVAL, "training batch: %d sequences, the model takes 1..%d",
-				 b->n_seqs, m->opts.batch);
-	const size_t N = (size_t) b->n_seqs * m->opts.seq_len, Nmax =
-		(size_t) m->opts.batch * m->opts.seq_len;
+		return km_errorf(err, -EINVAL,
+				 "training batch: %d sequences, the model takes 1..%d", b->n_seqs,
+				 m->opts.batch);
+	const size_t N = (size_t) b->n_seqs * m->opts.seq_len,
+		     Nmax = (size_t) m->opts.batch * m->opts.seq_len;
 	int64_t n = 0;
 	for (size_t i = 0; i < N; i++) {
 		int32_t tok = b->tokens[i], tgt = b->targets[i];
@@ -537,11 +539,12 @@ static int upload_batch(kmt_model *m, const kmt_batch *b, int64_t *n_targets, km
 					 tok, i / m->opts.seq_len, i % m->opts.seq_len,
 					 m->cfg.vocab_size - 1);
 		if (tgt >= m->cfg.vocab_size)
-			return km_errorf(err, -EINVAL,
-					 "training batch: target %d at sequence %zu position %zu is "
-					 "outside the vocabulary (0..%d; negative = ignored)",
-					 tgt, i / m->opts.seq_len, i % m->opts.seq_len,
-					 m->cfg.vocab_size - 1);
+			return km_errorf(
+				err, -EINVAL,
+				"training batch: target %d at sequence %zu position %zu is "
+				"outside the vocabulary (0..%d; negative = ignored)",
+				tgt, i / m->opts.seq_len, i % m->opts.seq_len,
+				m->cfg.vocab_size - 1);
 		n += tgt >= 0;
 		m->hbuf[i] = tok;
 		m->hbuf[Nmax + i] = tgt < 0 ? KMT_IGNORE : tgt;
@@ -570,10 +573,10 @@ static kk_attn_desc attn_desc(const kmt_model *m, int n_seqs)
 	};
 }
 
-#define TRY(expr, what)                                  \
-	do {                                             \
-		int _r = (expr);                         \
-		if (_r < 0)                              \
+#define TRY(expr, what)                                   \
+	do {                                              \
+		int _r = (expr);                          \
+		if (_r < 0)                               \
 			return kk_fail(err, _r, what, m); \
 	} while (0)
 
@@ -649,8 +652,8 @@ static int backward(kmt_model *m, int n_seqs, float grad_scale, km_error *err)
 				 grad_scale),
 	    "cross-entropy backward");
 	TRY(linear_bwd(m, m->dxn, m->logits, m->xf, m->cls, N, false), "classifier backward");
-	TRY(kk_rmsnorm_bwd(be, NULL, dcur, m->gv[m->final_norm], m->dxn, NULL,
-			   m->hin[c->n_layers], m->pv[m->final_norm], m->rstdf, N, d),
+	TRY(kk_rmsnorm_bwd(be, NULL, dcur, m->gv[m->final_norm], m->dxn, NULL, m->hin[c->n_layers],
+			   m->pv[m->final_norm], m->rstdf, N, d),
 	    "final norm backward");
 	for (int l = c->n_layers - 1; l >= 0; l--) {
 		kmt_act *a = &m->act[l];
@@ -754,7 +757,8 @@ int kmt_forward_backward(kmt_model *m, const kmt_batch *b, kk_comm *comm, kmt_st
 	}
 	TRY(kk_backend_sync(m->be), "backward");
 	if (out)
-		*out = (kmt_stats){ .loss = sum / (double) n_all, .n_targets = n_all,
+		*out = (kmt_stats){ .loss = sum / (double) n_all,
+				    .n_targets = n_all,
 				    .step = m->step };
 	return 0;
 }
@@ -780,8 +784,8 @@ int kmt_optimizer_step(kmt_model *m, const kmt_optim *o, kmt_stats *out, km_erro
 	if (!m || !o)
 		return km_errorf(err, -EINVAL, "kmt_optimizer_step: missing argument");
 	if (!(o->lr_max >= 0) || !(o->lr_min >= 0) || o->warmup_steps < 0 || o->total_steps < 0 ||
-	    !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) ||
-	    !(o->eps > 0) || !(o->weight_decay >= 0) || !(o->clip >= 0))
+	    !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) || !(o->eps > 0) ||
+	    !(o->weight_decay >= 0) || !(o->clip >= 0))
 		return km_errorf(err, -EINVAL,
 				 "optimizer: lr_max %g, lr_min %g, warmup %lld, total %lld, betas "
 				 "%g/%g, eps %g, weight decay %g, clip %g: rates, decay and clip "

@@ -58,8 +58,8 @@ static int download_state(kmt_model *m, float **ret, km_error *err)
 		return km_errorf(err, -ENOMEM, "checkpoint: out of memory for %zu parameters", n);
 	const kmt_which w[3] = { KMT_PARAM, KMT_ADAM_M, KMT_ADAM_V };
 	for (int i = 0; i < 3; i++) {
-		int r = kk_buffer_download(kmt__backend(m), NULL, kmt__flat(m, w[i]), 0,
-					   h + i * n, n * sizeof(float));
+		int r = kk_buffer_download(kmt__backend(m), NULL, kmt__flat(m, w[i]), 0, h + i * n,
+					   n * sizeof(float));
 		if (r < 0)
 			return km_errorf(err, r, "checkpoint: downloading the model failed: %s",
 					 strerror(-r));
@@ -101,12 +101,12 @@ int kmt_save(kmt_model *m, const char *path, const kmt_ckpt_state *st, km_error 
 	kmt_ckpt_state zero = { 0 };
 	if (!st)
 		st = &zero;
-#define META(k, ...)                                                                          \
-	do {                                                                                  \
-		snprintf(val, sizeof(val), __VA_ARGS__);                                      \
-		if ((r = kmf_writer_set_meta(w, k, val)) < 0)                                 \
+#define META(k, ...)                                                                        \
+	do {                                                                                \
+		snprintf(val, sizeof(val), __VA_ARGS__);                                    \
+		if ((r = kmf_writer_set_meta(w, k, val)) < 0)                               \
 			return km_errorf(err, r, "checkpoint: metadata '%s' failed: %s", k, \
-					 strerror(-r));                                       \
+					 strerror(-r));                                     \
 	} while (0)
 	META("kiln.format", "%s", KMT_CKPT_FORMAT);
 	for (size_t i = 0; i < nf; i++)
@@ -123,7 +123,8 @@ int kmt_save(kmt_model *m, const char *path, const kmt_ckpt_state *st, km_error 
 	kmf_error ke = { 0 };
 	if ((r = kmf_writer_commit(w, path, 0644, &ke)) < 0) {
 		char line[800];
-		return km_errorf(err, r, "checkpoint: %s", kmf_error_format(&ke, line, sizeof(line)));
+		return km_errorf(err, r, "checkpoint: %s",
+				 kmf_error_format(&ke, line, sizeof(line)));
 	}
 	return 0;
 }
@@ -134,15 +135,16 @@ static int meta_i64(const kmf_file *f, const char *path, const char *key, int64_
 {
 	const char *s = NULL;
 	if (kmf_meta_get_str(f, key, &s) < 0)
-		return km_errorf(err, -EBADMSG,
-				 "%s: metadata '%s' is missing: not a kmtrain checkpoint, or damaged",
-				 path, key);
+		return km_errorf(
+			err, -EBADMSG,
+			"%s: metadata '%s' is missing: not a kmtrain checkpoint, or damaged", path,
+			key);
 	char *end;
 	errno = 0;
 	long long v = strtoll(s, &end, 10);
 	if (errno || end == s || *end)
-		return km_errorf(err, -EBADMSG, "%s: metadata '%s' = \"%s\" is not an integer", path,
-				 key, s);
+		return km_errorf(err, -EBADMSG, "%s: metadata '%s' = \"%s\" is not an integer",
+				 path, key, s);
 	*ret = v;
 	return 0;
 }
@@ -157,8 +159,9 @@ static int meta_u64(const kmf_file *f, const char *path, const char *key, uint64
 	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
 	if (errno || end == s || *end || *s == '-')
-		return km_errorf(err, -EBADMSG, "%s: metadata '%s' = \"%s\" is not an unsigned integer",
-				 path, key, s);
+		return km_errorf(err, -EBADMSG,
+				 "%s: metadata '%s' = \"%s\" is not an unsigned integer", path, key,
+				 s);
 	*ret = v;
 	return 0;
 }
@@ -210,11 +213,11 @@ int kmt_load(kmt_model *m, const char *path, kmt_ckpt_state *st, km_error *err)
 		if ((r = meta_i64(f, path, fields[i].key, &v, err)) < 0)
 			return r;
 		if (v != fields[i].val)
-			return km_errorf(err, -EINVAL,
-					 "%s: the checkpoint's %s is %lld, the model's %lld: load it "
-					 "into a model of the same config",
-					 path, fields[i].key + 12, (long long) v,
-					 (long long) fields[i].val);
+			return km_errorf(
+				err, -EINVAL,
+				"%s: the checkpoint's %s is %lld, the model's %lld: load it "
+				"into a model of the same config",
+				path, fields[i].key + 12, (long long) v, (long long) fields[i].val);
 	}
 	if ((r = meta_float(f, path, "kiln.config.norm_eps", c->norm_eps, err)) < 0 ||
 	    (r = meta_float(f, path, "kiln.config.rope_theta", c->rope_theta, err)) < 0)

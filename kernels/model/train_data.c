@@ -101,8 +101,9 @@ int kmt_shard_open(const char *path, int vocab, kmt_shard **ret, km_error *err)
 	if (rd32(h + 28) != 0)
 		return km_errorf(err, -EBADMSG, "%s: byte 28: reserved field is not 0", path);
 	if (n > (uint64_t) KMT_SHARD_MAX_TOKENS)
-		return km_errorf(err, -EBADMSG, "%s: byte 16: %llu tokens, more than the %lld accepted",
-				 path, (unsigned long long) n, (long long) KMT_SHARD_MAX_TOKENS);
+		return km_errorf(err, -EBADMSG,
+				 "%s: byte 16: %llu tokens, more than the %lld accepted", path,
+				 (unsigned long long) n, (long long) KMT_SHARD_MAX_TOKENS);
 	uint64_t want = KMT_SHARD_HEADER_BYTES + n * width;
 	if ((uint64_t) st.st_size != want)
 		return km_errorf(err, -EBADMSG,
@@ -116,15 +117,16 @@ int kmt_shard_open(const char *path, int vocab, kmt_shard **ret, km_error *err)
 				 "%s: byte 24: the shard was made for a vocabulary of %u, the "
 				 "model has %d: tokenize for this model",
 				 path, hvocab, vocab);
-	_cleanup_(kmt_shard_freep) kmt_shard *s = calloc(1, sizeof(*s));
-	if (!s)
-		return km_errorf(err, -ENOMEM, "%s: out of memory", path);
-	s->map_len = (size_t) want;
-	s->map = mmap(NULL, s->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-	if (s->map == MAP_FAILED) {
-		s->map = NULL;
+	void *map = mmap(NULL, (size_t) want, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (map == MAP_FAILED)
 		return km_errorf(err, -errno, "%s: cannot map the token shard: %m", path);
+	_cleanup_(kmt_shard_freep) kmt_shard *s = calloc(1, sizeof(*s));
+	if (!s) {
+		munmap(map, (size_t) want);
+		return km_errorf(err, -ENOMEM, "%s: out of memory", path);
 	}
+	s->map = map;
+	s->map_len = (size_t) want;
 	s->ids = (const uint8_t *) s->map + KMT_SHARD_HEADER_BYTES;
 	s->width = (int) width;
 	s->n = (int64_t) n;
@@ -232,7 +234,6 @@ kmt_sampler *kmt_sampler_free(kmt_sampler *s)
 	free(s);
 	return NULL;
 }
-DEFINE_TRIVIAL_CLEANUP_FUNC(kmt_sampler *, kmt_sampler_free);
 
 int kmt_sampler_new(const kmt_shard *sh, int batch, int seq_len, int rank, int world,
 		    const kmt_cursor *start, kmt_sampler **ret, km_error *err)
@@ -260,13 +261,16 @@ int kmt_sampler_new(const kmt_shard *sh, int batch, int seq_len, int rank, int w
 				 "sampler: %lld windows, more than the %lld one sampler takes: "
 				 "split the shard",
 				 (long long) W, (long long) KMT_SAMPLER_MAX_WINDOWS);
-	_cleanup_(kmt_sampler_freep) kmt_sampler *s = calloc(1, sizeof(*s));
-	if (!s)
-		return km_errorf(err, -ENOMEM, "sampler: out of memory");
-	s->perm = malloc((size_t) W * sizeof(int64_t));
-	if (!s->perm)
+	/* Nothing can fail after these two. */
+	kmt_sampler *s = calloc(1, sizeof(*s));
+	int64_t *perm = malloc((size_t) W * sizeof(int64_t));
+	if (!s || !perm) {
+		free(s);
+		free(perm);
 		return km_errorf(err, -ENOMEM, "sampler: out of memory for %lld windows",
 				 (long long) W);
+	}
+	s->perm = perm;
 	s->shard = sh;
 	s->batch = batch;
 	s->seq_len = seq_len;
@@ -280,7 +284,7 @@ int kmt_sampler_new(const kmt_shard *sh, int batch, int seq_len, int rank, int w
 	/* A cursor saved at the end of an epoch moves on to the next one. */
 	s->cur.epoch += s->cur.batch / s->per_epoch;
 	s->cur.batch %= s->per_epoch;
-	*ret = TAKE_PTR(s);
+	*ret = s;
 	return 0;
 }
 
@@ -304,8 +308,8 @@ static void permute(kmt_sampler *s)
 	for (int64_t i = 0; i < s->n_windows; i++)
 		s->perm[i] = i;
 	for (int64_t i = s->n_windows - 1; i > 0; i--) {
-		uint64_t j = (uint64_t) (((__uint128_t) kmt__splitmix(&st) * (uint64_t) (i + 1)) >>
-					 64);
+		uint64_t j =
+			(uint64_t) (((__uint128_t) kmt__splitmix(&st) * (uint64_t) (i + 1)) >> 64);
 		int64_t t = s->perm[i];
 		s->perm[i] = s->perm[j];
 		s->perm[j] = t;

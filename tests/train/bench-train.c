@@ -18,14 +18,14 @@
 #include "kmtrain.h"
 
 /* The benchmark model: ~0.8M parameters, 512 tokens a step. */
-#define DIM	128
-#define HIDDEN	352
-#define LAYERS	4
-#define HEADS	4
-#define KV	2
-#define VOCAB	512
-#define BATCH	4
-#define SEQ	128
+#define DIM    128
+#define HIDDEN 352
+#define LAYERS 4
+#define HEADS  4
+#define KV     2
+#define VOCAB  512
+#define BATCH  4
+#define SEQ    128
 
 static clockid_t clock_id = CLOCK_MONOTONIC;
 

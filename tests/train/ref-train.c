@@ -154,7 +154,8 @@ double rt_loss(rt_model *m, const int32_t *tokens, const int32_t *targets, int n
 				       kvd, d);
 				matvec(m->v + (size_t) t * kvd, W(m, l, "attention.wv.weight"), xn,
 				       kvd, d);
-				rope(m->q + (size_t) t * d, c->heads, hd, t, c->theta, c->half_rope);
+				rope(m->q + (size_t) t * d, c->heads, hd, t, c->theta,
+				     c->half_rope);
 				rope(m->k + (size_t) t * kvd, c->kv_heads, hd, t, c->theta,
 				     c->half_rope);
 			}
@@ -180,12 +181,13 @@ double rt_loss(rt_model *m, const int32_t *tokens, const int32_t *targets, int n
 					for (int u = 0; u <= t; u++)
 						for (int i = 0; i < hd; i++)
 							o[i] += m->tmp[u] / sum *
-								m->v[(size_t) u * kvd + kh * hd + i];
+								m->v[(size_t) u * kvd + kh * hd +
+								     i];
 				}
 			for (int t = 0; t < T; t++) {
 				double *x = m->x + (size_t) t * d, *o = m->tmp;
-				matvec(o, W(m, l, "attention.wo.weight"), m->att + (size_t) t * d, d,
-				       d);
+				matvec(o, W(m, l, "attention.wo.weight"), m->att + (size_t) t * d,
+				       d, d);
 				for (int i = 0; i < d; i++)
 					x[i] += o[i];
 				double *xn = m->xn + (size_t) t * d;
@@ -205,12 +207,14 @@ double rt_loss(rt_model *m, const int32_t *tokens, const int32_t *targets, int n
 				continue;
 			rmsnorm(m->xn, m->x + (size_t) t * d, W(m, -1, "norm.weight"), d, c->eps);
 			matvec(m->logits, cls, m->xn, V, d);
-			double mx = -INFINITY, sum = 0;
-			for (int i = 0; i < V; i++)
+			double mx = m->logits[0], sum = 0;
+			for (int i = 1; i < V; i++)
 				mx = m->logits[i] > mx ? m->logits[i] : mx;
 			for (int i = 0; i < V; i++)
 				sum += exp(m->logits[i] - mx);
-			total += mx + log(sum) - m->logits[tgt[t]];
+			/* sum >= 1 (the largest logit adds exp(0)); fmax tells
+			 * cppcheck, which cannot see it. */
+			total += mx + log(fmax(sum, 1.0)) - m->logits[tgt[t]];
 			n++;
 		}
 	}

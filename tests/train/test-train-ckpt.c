@@ -75,8 +75,9 @@ static float *snapshot(kmt_model *m)
 	for (int w = 0; w < 3; w++)
 		for (size_t i = 0; i < kmt_tensor_count(m); i++) {
 			size_t k = kmt_tensor_numel(m, i);
-			assert_int_equal(kmt_tensor_get(m, (kmt_which[]){ KMT_PARAM, KMT_ADAM_M,
-									  KMT_ADAM_V }[w],
+			assert_int_equal(kmt_tensor_get(m,
+							(kmt_which[]){ KMT_PARAM, KMT_ADAM_M,
+								       KMT_ADAM_V }[w],
 							kmt_tensor_name(m, i), h + off, k),
 					 0);
 			off += k;

@@ -142,8 +142,9 @@ static void test_bad_files(void **state)
 	write_ok(100, 50, 4);
 	uint64_t huge = UINT64_C(1) << 62;
 	poke(16, &huge, 8);
-	expect_fail(50, -EBADMSG, "byte 16: 4611686018427387904 tokens, more than the "
-				  "1099511627776 accepted");
+	expect_fail(50, -EBADMSG,
+		    "byte 16: 4611686018427387904 tokens, more than the "
+		    "1099511627776 accepted");
 	/* Ids beyond the vocabulary: the declared one, and one inside. */
 	write_ok(100, 50, 2);
 	expect_fail(40, -ERANGE,
@@ -201,7 +202,8 @@ static void test_sampler_windows(void **state)
 			seen[st[i] / T]++;
 			for (int t = 0; t < T; t++) {
 				assert_int_equal(tok[i * T + t], kmt_shard_token(sh, st[i] + t));
-				assert_int_equal(tgt[i * T + t], kmt_shard_token(sh, st[i] + t + 1));
+				assert_int_equal(tgt[i * T + t],
+						 kmt_shard_token(sh, st[i] + t + 1));
 			}
 		}
 	}
@@ -306,10 +308,8 @@ static void test_sampler_ranks(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_roundtrip),
-		cmocka_unit_test(test_bad_files),
-		cmocka_unit_test(test_sampler_windows),
-		cmocka_unit_test(test_sampler_determinism),
+		cmocka_unit_test(test_roundtrip),	cmocka_unit_test(test_bad_files),
+		cmocka_unit_test(test_sampler_windows), cmocka_unit_test(test_sampler_determinism),
 		cmocka_unit_test(test_sampler_ranks),
 	};
 	return cmocka_run_group_tests_name("train-data", tests, setup, teardown);

@@ -269,8 +269,8 @@ static void test_loss_stories260k(void **state)
 	for (int i = 0; i < ref->n_t; i++)
 		if (!rc.shared || strcmp(ref->t[i].name, "output.weight")) {
 			float *h = malloc(ref->t[i].n * sizeof(float));
-			assert_int_equal(src.read(src.userdata, ref->t[i].name, h, ref->t[i].n, &err),
-					 0);
+			assert_int_equal(
+				src.read(src.userdata, ref->t[i].name, h, ref->t[i].n, &err), 0);
 			for (size_t j = 0; j < ref->t[i].n; j++)
 				ref->t[i].w[j] = h[j];
 			free(h);
@@ -333,7 +333,8 @@ static void test_adamw_reference(void **state)
 	size_t off = 0;
 	for (size_t i = 0; i < nt; i++) {
 		size_t k = kmt_tensor_numel(m, i);
-		assert_int_equal(kmt_tensor_get(m, KMT_PARAM, kmt_tensor_name(m, i), p + off, k), 0);
+		assert_int_equal(kmt_tensor_get(m, KMT_PARAM, kmt_tensor_name(m, i), p + off, k),
+				 0);
 		for (size_t j = 0; j < k; j++) {
 			w[off + j] = p[off + j];
 			decay[off + j] = !strstr(kmt_tensor_name(m, i), "norm");
@@ -371,9 +372,10 @@ static void test_adamw_reference(void **state)
 		else if (s >= o.total_steps)
 			lr = o.lr_min;
 		else
-			lr = o.lr_min + 0.5 * (o.lr_max - o.lr_min) *
-						(1 + cos(M_PI * (s - o.warmup_steps) /
-							 (double) (o.total_steps - o.warmup_steps)));
+			lr = o.lr_min +
+			     0.5 * (o.lr_max - o.lr_min) *
+				     (1 + cos(M_PI * (s - o.warmup_steps) /
+					      (double) (o.total_steps - o.warmup_steps)));
 		assert_true(fabs(st.lr - lr) <= 1e-6 * lr);
 		assert_int_equal(st.step, s);
 		double b1 = o.beta1, b2 = o.beta2;
@@ -382,14 +384,15 @@ static void test_adamw_reference(void **state)
 			mm[j] = b1 * mm[j] + (1 - b1) * gj;
 			vv[j] = b2 * vv[j] + (1 - b2) * gj * gj;
 			double mh = mm[j] / (1 - pow(b1, s)), vh = vv[j] / (1 - pow(b2, s));
-			w[j] -= lr * (mh / (sqrt(vh) + o.eps) + (decay[j] ? o.weight_decay : 0) * w[j]);
+			w[j] -= lr *
+				(mh / (sqrt(vh) + o.eps) + (decay[j] ? o.weight_decay : 0) * w[j]);
 		}
 		off = 0;
 		double worst = 0;
 		for (size_t i = 0; i < nt; i++) {
 			size_t k = kmt_tensor_numel(m, i);
-			assert_int_equal(kmt_tensor_get(m, KMT_PARAM, kmt_tensor_name(m, i), p + off, k),
-					 0);
+			assert_int_equal(
+				kmt_tensor_get(m, KMT_PARAM, kmt_tensor_name(m, i), p + off, k), 0);
 			off += k;
 		}
 		for (size_t j = 0; j < n; j++)
@@ -509,12 +512,14 @@ static int dp_rank(const char *id, int rank, int world, const char *out)
 	km_config c = tiny_config(KK_ROPE_HALF, false);
 	kmt_opts o = { .batch = B, .seq_len = T, .init_seed = 77, .init_std = 0.3f };
 	int32_t tok[8 * B * T], tgt[8 * B * T];
-	if (kk_backend_open("cpu", &b) < 0 || kk_comm_init(b, rank, world, id, KK_COMM_ID_BYTES, &comm) < 0 ||
+	if (kk_backend_open("cpu", &b) < 0 ||
+	    kk_comm_init(b, rank, world, id, KK_COMM_ID_BYTES, &comm) < 0 ||
 	    kmt_model_new(b, &c, &o, NULL, &m, &err) < 0)
 		return 2;
 	for (int s = 0; s < DP_STEPS; s++) {
 		dp_batch(s, world * B, T, c.vocab_size, tok, tgt);
-		kmt_batch bt = { .tokens = tok + rank * B * T, .targets = tgt + rank * B * T,
+		kmt_batch bt = { .tokens = tok + rank * B * T,
+				 .targets = tgt + rank * B * T,
 				 .n_seqs = B };
 		if (kmt_step(m, &bt, comm, &dp_optim, NULL, &err) < 0) {
 			fprintf(stderr, "rank %d: %s\n", rank, err.msg);
@@ -546,7 +551,8 @@ static void dp_world(int world)
 	setenv("KILN_COMM_ADDR", "127.0.0.1", 1);
 	assert_int_equal(kk_comm_get_id(be, id, sizeof(id)), 0);
 	for (int r = 0; r < world; r++) {
-		snprintf(path[r], sizeof(path[r]), "/tmp/kmt-dp-%d-%d-%d", (int) getpid(), world, r);
+		snprintf(path[r], sizeof(path[r]), "/tmp/kmt-dp-%d-%d-%d", (int) getpid(), world,
+			 r);
 		pids[r] = fork();
 		assert_true(pids[r] >= 0);
 		if (pids[r] == 0) {
