@@ -8,3 +8,4 @@ $(eval $(call kiln_test,test-train-data,tests/train/test-train-data.c,$(KMTRAIN_
 $(eval $(call kiln_test,test-train-ckpt,tests/train/test-train-ckpt.c,$(KMTRAIN_LIBS),$(KMF_LDLIBS) $(KK_LDLIBS)))
 $(eval $(call kiln_tool,bench-train,tests/train/bench-train.c,$(KMTRAIN_LIBS),$(KMF_LDLIBS) $(KK_LDLIBS)))
 BENCH_SCRIPTS += tests/train/bench-train.sh
+TEST_SCRIPTS += tests/train/test-kiln-train.sh
