@@ -10,7 +10,7 @@
  * under $KILN_COMM_ID_KEY (kiln-run gives a fresh key per round).
  * Rank 0 logs one line per step and writes crash-safe checkpoints
  * (--save, every --save-every steps and at the end); --resume continues
- * one exactly.  docs/kiln-train.md has the long form. */
+ * one exactly.  kiln-train(1) and docs/train.md have the long form. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
