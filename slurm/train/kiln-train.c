@@ -10,11 +10,15 @@
  * under $KILN_COMM_ID_KEY (kiln-run gives a fresh key per round).
  * Rank 0 logs one line per step and writes crash-safe checkpoints
  * (--save, every --save-every steps and at the end); --resume continues
- * one exactly.  kiln-train(1) and docs/train.md have the long form. */
+ * one exactly.  Preemption: SIGUSR1 (Slurm's warning, which kiln-run
+ * forwards) asks for a checkpoint, SIGTERM/SIGINT for a checkpoint and an
+ * exit; the ranks agree on it after every step (a 1-float MAX all-reduce)
+ * so they all stop at the same step.  kiln-train(1) and docs/train.md have the long form. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +75,10 @@ static void help(void)
 	       "  -h, --help              this text\n"
 	       "      --version           the version\n"
 	       "\n"
-	       "Exit status: 0 done, 1 training failed, 2 usage or input error.\n");
+	       "SIGUSR1 writes a checkpoint after the current step; SIGTERM and SIGINT\n"
+	       "write one and stop (exit status 1).\n"
+	       "\n"
+	       "Exit status: 0 done, 1 training failed or stopped, 2 usage or input error.\n");
 }
 
 enum {
@@ -296,6 +303,45 @@ static int make_comm(kk_backend *be, int rank, int world, kk_comm **ret)
 	return 0;
 }
 
+/* What the signal handler asks for: 1 checkpoint, 2 checkpoint and stop. */
+static volatile sig_atomic_t requested;
+
+static void on_signal(int sig)
+{
+	int want = sig == SIGUSR1 ? 1 : 2;
+	if (requested < want)
+		requested = want;
+}
+
+static int install_signals(void)
+{
+	/* SA_RESTART: a signal must not break a collective in flight (kk's
+	 * socket code also retries on EINTR). */
+	struct sigaction sa = { .sa_handler = on_signal, .sa_flags = SA_RESTART };
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGUSR1, &sa, NULL) < 0 || sigaction(SIGTERM, &sa, NULL) < 0 ||
+	    sigaction(SIGINT, &sa, NULL) < 0)
+		return log_error_errno(-errno, "Cannot install signal handlers: %m");
+	return 0;
+}
+
+/* The request of any rank, the same on every rank (MAX over the ranks). */
+static int agree(kk_backend *be, kk_comm *comm, kk_buffer *flag, int *ret)
+{
+	float f = (float) requested;
+	if (comm) {
+		int r = kk_buffer_upload(be, NULL, flag, 0, &f, sizeof(f));
+		if (r >= 0)
+			r = kk_all_reduce(comm, NULL, flag, flag, 1, KK_MAX);
+		if (r >= 0)
+			r = kk_buffer_download(be, NULL, flag, 0, &f, sizeof(f));
+		if (r < 0)
+			return log_error_errno(r, "Agreeing on a checkpoint request failed: %m");
+	}
+	*ret = (int) f;
+	return 0;
+}
+
 static double now(void)
 {
 	struct timespec ts;
@@ -342,6 +388,7 @@ static int run(const args *a)
 	}
 	kk_backend *be = NULL;
 	kk_comm *comm = NULL;
+	kk_buffer *flag = NULL;
 	kmt_model *m = NULL;
 	kmt_sampler *s = NULL;
 	int ret = 1;
@@ -381,6 +428,12 @@ static int run(const args *a)
 	}
 	if (world > 1 && make_comm(be, rank, world, &comm) < 0)
 		goto out;
+	if ((r = kk_buffer_alloc(be, KK_F32, 1, &flag)) < 0) {
+		log_error_errno(r, "Cannot allocate: %m");
+		goto out;
+	}
+	if (install_signals() < 0)
+		goto out;
 	tok = calloc((size_t) a->batch * a->seq, sizeof(int32_t));
 	tgt = calloc((size_t) a->batch * a->seq, sizeof(int32_t));
 	if (!tok || !tgt) {
@@ -416,9 +469,26 @@ static int run(const args *a)
 			 " loss %.6f lr %.3e grad_norm %.4f tokens/s %.0f",
 			 st.step, a->steps, st.loss, (double) st.lr, (double) st.grad_norm,
 			 (double) a->batch * a->seq * world / dt);
-		if (rank == 0 && a->save_every && st.step % a->save_every == 0 &&
-		    st.step < a->stop_at && save(m, a->save, s, a->seed) < 0)
+		int req = 0;
+		if (agree(be, comm, flag, &req) < 0)
 			goto out;
+		bool periodic = a->save_every && st.step % a->save_every == 0;
+		if (st.step < a->stop_at && (periodic || req) && rank == 0 && a->save &&
+		    save(m, a->save, s, a->seed) < 0)
+			goto out;
+		if (req && !a->save && rank == 0)
+			log_warning("step %" PRId64 ": checkpoint requested, but there is no "
+				    "--save FILE, ignoring",
+				    st.step);
+		if (req == 2 && st.step < a->stop_at) {
+			if (rank == 0)
+				log_notice("stopped by a signal after step %" PRId64 "%s", st.step,
+					   a->save ? "; resume with --resume" : "");
+			goto out;
+		}
+		/* Served; a SIGTERM that came meanwhile stays (2). */
+		if (req == 1 && requested == 1)
+			requested = 0;
 	}
 	if (rank == 0 && a->save && save(m, a->save, s, a->seed) < 0)
 		goto out;
@@ -428,6 +498,7 @@ out:
 	free(tgt);
 	kmt_sampler_free(s);
 	kmt_model_free(m);
+	kk_buffer_free(flag);
 	kk_comm_free(comm);
 	kk_backend_free(be);
 	kmt_shard_free(sh);

@@ -37,7 +37,7 @@ out=$("$KT" -m x -d y --steps 0 2>&1); rc=$?
 check "--steps 0: exit 2" $([ $rc -eq 2 ] && grep -q -- "--steps '0': must be 1" <<<"$out"; echo $?)
 
 if [ -z "$MODEL" ]; then
-	for i in 1 2 3 4 5 6; do skip "stories260K.bin not found (set KM_TEST_MODEL)"; done
+	for i in 1 2 3 4 5 6 7 8; do skip "stories260K.bin not found (set KM_TEST_MODEL)"; done
 	tap_done; exit
 fi
 python3 tests/train/mk-shard.py "$tmp/data.tok" 20000 || exit 1
@@ -58,6 +58,21 @@ check "30 steps: exit 0, the loss halves" $([ $rc -eq 0 ] && [ -n "$first" ] && 
 "$KT" "${args[@]}" -n 30 -r "$tmp/at12.st" -s "$tmp/resumed.st" >"$tmp/resumed.log" 2>&1; rc=$?
 check "resumed at step 12 and ran to 30" $([ $rc -eq 0 ] && grep -q 'resumed .* at step 12 (epoch 0, batch 12)' "$tmp/resumed.log" && grep -q '^kiln-train: step 13/30' "$tmp/resumed.log"; echo $?)
 check "the resumed checkpoint is byte-identical to the straight one" $(cmp -s "$tmp/straight.st" "$tmp/resumed.st"; echo $?)
+
+# Preemption: SIGUSR1 writes a checkpoint and training goes on; SIGTERM
+# writes one and stops with status 1; the run resumes from it.
+"$KT" "${args[@]}" -n 100000 -s "$tmp/sig.st" >"$tmp/sig.log" 2>&1 &
+pid=$!
+waitfor() { for _ in $(seq 1200); do grep -qE "$1" "$tmp/sig.log" && return 0; sleep 0.05; done; return 1; }
+waitfor '^kiln-train: step 3/' && kill -USR1 $pid
+waitfor 'checkpoint .*sig.st written' && kill -TERM $pid
+wait $pid; rc=$?
+n=$(sed -nE 's/^kiln-train: stopped by a signal after step ([0-9]+).*/\1/p' "$tmp/sig.log")
+saves=$(grep -c 'checkpoint .*sig.st written' "$tmp/sig.log")
+diag "signals: status $rc, $saves checkpoints, stopped after step ${n:-?}"
+check "SIGUSR1 checkpoints and goes on; SIGTERM checkpoints and exits 1" $([ $rc -eq 1 ] && [ "$saves" -eq 2 ] && [ -n "$n" ] && grep -q "^kiln-train: step $n: checkpoint" "$tmp/sig.log"; echo $?)
+out=$("$KT" "${args[@]}" -n $((${n:-0} + 1)) -r "$tmp/sig.st" 2>&1); rc=$?
+check "the run resumes from the SIGTERM checkpoint" $([ $rc -eq 0 ] && grep -q "at step ${n:-x} " <<<"$out" && grep -q "step $((${n:-0} + 1))/" <<<"$out"; echo $?)
 
 if [ ! -x "$KR" ]; then
 	skip "kiln-run not built"
