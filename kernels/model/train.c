@@ -585,8 +585,7 @@ static kk_attn_desc attn_desc(const kmt_model *m, int n_seqs)
 static int forward(kmt_model *m, int n_seqs, double *sum, km_error *err)
 {
 	const km_config *c = &m->cfg;
-	const int64_t N = (int64_t) n_seqs * m->opts.seq_len, d = c->dim, h = c->hidden_dim,
-		      kvd = (int64_t) c->n_kv_heads * c->head_dim;
+	const int64_t N = (int64_t) n_seqs * m->opts.seq_len, d = c->dim, h = c->hidden_dim;
 	const kk_attn_desc ad = attn_desc(m, n_seqs);
 	kk_backend *be = m->be;
 
@@ -621,7 +620,6 @@ static int forward(kmt_model *m, int n_seqs, double *sum, km_error *err)
 		    "residual");
 		TRY(linear_fwd(m, m->hin[l + 1], a->s, li[W_2], N, true), "w2 projection");
 	}
-	(void) kvd;
 	TRY(kk_rmsnorm_fwd(be, NULL, m->xf, NULL, m->rstdf, m->hin[c->n_layers], NULL,
 			   m->pv[m->final_norm], N, d, c->norm_eps),
 	    "final norm");
