@@ -141,6 +141,13 @@ int kmt_forward(kmt_model *m, const kmt_batch *b, kmt_stats *out, km_error *err)
  * (global).  Errors as kmt_forward, plus collective errors. */
 int kmt_forward_backward(kmt_model *m, const kmt_batch *b, kk_comm *comm, kmt_stats *out,
 			 km_error *err);
+/* Makes every rank's parameters and AdamW moments rank root's (three
+ * kk_broadcast calls over the flat buffers), as DDP does at start, so
+ * ranks that loaded or initialized differently still train one model.
+ * Every rank must be at the same step (they resume from one checkpoint):
+ * -EINVAL (err filled) when they are not, checked before anything moves.
+ * Errors: collective errors. */
+int kmt_sync_from(kmt_model *m, kk_comm *comm, int root, km_error *err);
 /* Clips (o->clip > 0) and applies one AdamW step with lr = kmt_lr(step);
  * increments the step.  out gets grad_norm, lr, step (NULL allowed). */
 int kmt_optimizer_step(kmt_model *m, const kmt_optim *o, kmt_stats *out, km_error *err);

@@ -761,6 +761,37 @@ int kmt_forward_backward(kmt_model *m, const kmt_batch *b, kk_comm *comm, kmt_st
 	return 0;
 }
 
+int kmt_sync_from(kmt_model *m, kk_comm *comm, int root, km_error *err)
+{
+	if (!m || !comm || root < 0 || root >= kk_comm_world(comm))
+		return km_errorf(err, -EINVAL, "kmt_sync_from: missing argument or bad root %d",
+				 root);
+	/* MAX of step and of -step: equal steps give max == -(-max).  Exact
+	 * in f32 up to 2^24 steps. */
+	float st[2] = { (float) m->step, -(float) m->step };
+	kk_buffer *two = NULL;
+	int r = kk_buffer_alloc(m->be, KK_F32, 2, &two);
+	if (r >= 0)
+		r = kk_buffer_upload(m->be, NULL, two, 0, st, sizeof(st));
+	if (r >= 0)
+		r = kk_all_reduce(comm, NULL, two, two, 2, KK_MAX);
+	if (r >= 0)
+		r = kk_buffer_download(m->be, NULL, two, 0, st, sizeof(st));
+	kk_buffer_free(two);
+	if (r < 0)
+		return kk_fail(err, r, "comparing the ranks' steps", m);
+	if (st[0] != -st[1])
+		return km_errorf(err, -EINVAL,
+				 "ranks are at different steps (%.0f to %.0f): every rank must "
+				 "resume from the same checkpoint",
+				 (double) -st[1], (double) st[0]);
+	kk_buffer *flat[] = { m->params, m->adam_m, m->adam_v };
+	for (size_t i = 0; i < ARRAY_SIZE(flat); i++)
+		TRY(kk_broadcast(comm, NULL, flat[i], m->n_params, root), "broadcast");
+	TRY(kk_backend_sync(m->be), "broadcast");
+	return 0;
+}
+
 float kmt_lr(const kmt_optim *o, int64_t step)
 {
 	if (!o)

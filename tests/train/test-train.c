@@ -510,11 +510,15 @@ static int dp_rank(const char *id, int rank, int world, const char *out)
 	kmt_model *m = NULL;
 	km_error err = { { 0 } };
 	km_config c = tiny_config(KK_ROPE_HALF, false);
-	kmt_opts o = { .batch = B, .seq_len = T, .init_seed = 77, .init_std = 0.3f };
+	/* Each rank initializes differently; kmt_sync_from makes them all
+	 * rank 0's (seed 77, what the single process uses). */
+	kmt_opts o = {
+		.batch = B, .seq_len = T, .init_seed = 77 + (uint64_t) rank * 1000, .init_std = 0.3f
+	};
 	int32_t tok[8 * B * T], tgt[8 * B * T];
 	if (kk_backend_open("cpu", &b) < 0 ||
 	    kk_comm_init(b, rank, world, id, KK_COMM_ID_BYTES, &comm) < 0 ||
-	    kmt_model_new(b, &c, &o, NULL, &m, &err) < 0)
+	    kmt_model_new(b, &c, &o, NULL, &m, &err) < 0 || kmt_sync_from(m, comm, 0, &err) < 0)
 		return 2;
 	for (int s = 0; s < DP_STEPS; s++) {
 		dp_batch(s, world * B, T, c.vocab_size, tok, tgt);
@@ -623,6 +627,59 @@ static void dp_world(int world)
 	free(init);
 	kmt_model_free(m);
 	kmt_model_free(m0);
+}
+
+/* A rank that took a step alone: kmt_sync_from refuses on every rank. */
+static int mismatch_rank(const char *id, int rank)
+{
+	enum { B = 1, T = 4 };
+	kk_backend *b = NULL;
+	kk_comm *comm = NULL;
+	kmt_model *m = NULL;
+	km_error err = { { 0 } };
+	km_config c = tiny_config(KK_ROPE_HALF, true);
+	kmt_opts o = { .batch = B, .seq_len = T, .init_seed = 1 };
+	if (kk_backend_open("cpu", &b) < 0 || kmt_model_new(b, &c, &o, NULL, &m, &err) < 0)
+		return 2;
+	if (rank == 1) {
+		int32_t tok[B * T] = { 1, 2, 3, 4 }, tgt[B * T] = { 2, 3, 4, 5 };
+		kmt_batch bt = { .tokens = tok, .targets = tgt, .n_seqs = B };
+		if (kmt_step(m, &bt, NULL, &dp_optim, NULL, &err) < 0)
+			return 3;
+	}
+	if (kk_comm_init(b, rank, 2, id, KK_COMM_ID_BYTES, &comm) < 0)
+		return 4;
+	int r = kmt_sync_from(m, comm, 0, &err);
+	if (r != -EINVAL || !strstr(err.msg, "ranks are at different steps (0 to 1)")) {
+		fprintf(stderr, "rank %d: %d %s\n", rank, r, err.msg);
+		return 5;
+	}
+	kmt_model_free(m);
+	kk_comm_free(comm);
+	kk_backend_free(b);
+	return 0;
+}
+
+static void test_dp_step_mismatch(void **state)
+{
+	char id[KK_COMM_ID_BYTES];
+	pid_t pids[2];
+	setenv("KILN_COMM_ADDR", "127.0.0.1", 1);
+	assert_int_equal(kk_comm_get_id(be, id, sizeof(id)), 0);
+	for (int r = 0; r < 2; r++) {
+		pids[r] = fork();
+		assert_true(pids[r] >= 0);
+		if (pids[r] == 0) {
+			alarm(60);
+			_exit(mismatch_rank(id, r));
+		}
+	}
+	for (int r = 0; r < 2; r++) {
+		int status;
+		assert_int_equal(waitpid(pids[r], &status, 0), pids[r]);
+		assert_true(WIFEXITED(status));
+		assert_int_equal(WEXITSTATUS(status), 0);
+	}
 }
 
 static void test_dp_2(void **state)
@@ -735,6 +792,7 @@ int main(void)
 		cmocka_unit_test(test_overfit),
 		cmocka_unit_test(test_dp_2),
 		cmocka_unit_test(test_dp_3),
+		cmocka_unit_test(test_dp_step_mismatch),
 		cmocka_unit_test(test_bad_batch),
 		cmocka_unit_test(test_inference_source),
 	};
