@@ -428,6 +428,12 @@ static int run(const args *a)
 	}
 	if (world > 1 && make_comm(be, rank, world, &comm) < 0)
 		goto out;
+	/* Every rank loaded the same weights; rank 0's are made everyone's all
+	 * the same (as DDP does), and a rank that resumed elsewhere is caught. */
+	if (comm && (r = kmt_sync_from(m, comm, 0, &err)) < 0) {
+		log_error("%s", err.msg);
+		goto out;
+	}
 	if ((r = kk_buffer_alloc(be, KK_F32, 1, &flag)) < 0) {
 		log_error_errno(r, "Cannot allocate: %m");
 		goto out;
