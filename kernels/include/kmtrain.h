@@ -223,7 +223,7 @@ kmt_sampler *kmt_sampler_free(kmt_sampler *s);
 int64_t kmt_sampler_batches_per_epoch(const kmt_sampler *s);
 /* Fills tokens and targets [batch * seq_len] with this rank's next batch
  * (starts, NULL allowed, gets the B window starts) and advances the
- * cursor.  Errors: -ENOMEM. */
+ * cursor.  Errors: -EINVAL (a NULL argument). */
 int kmt_sampler_next(kmt_sampler *s, int32_t *tokens, int32_t *targets, int64_t *starts);
 void kmt_sampler_cursor(const kmt_sampler *s, kmt_cursor *ret);
 
