@@ -141,6 +141,16 @@ int kmt_forward(kmt_model *m, const kmt_batch *b, kmt_stats *out, km_error *err)
  * (global).  Errors as kmt_forward, plus collective errors. */
 int kmt_forward_backward(kmt_model *m, const kmt_batch *b, kk_comm *comm, kmt_stats *out,
 			 km_error *err);
+/* Most micro-batches one step accumulates (a bound on a caller's typo, not
+ * on memory: micro-batches run one after another). */
+#define KMT_MAX_MICRO 65536
+/* Gradient accumulation: the same over b[0..n_micro) run one after another
+ * into the same gradients, scaled by 1 / the targets of all of them (and of
+ * all ranks): exactly the gradient of one batch holding them all, at the
+ * activation memory of one.  Every micro-batch is checked before any runs.
+ * kmt_forward_backward is this with n_micro 1. */
+int kmt_forward_backward_accum(kmt_model *m, const kmt_batch *b, int n_micro, kk_comm *comm,
+			       kmt_stats *out, km_error *err);
 /* Makes every rank's parameters and AdamW moments rank root's (three
  * kk_broadcast calls over the flat buffers), as DDP does at start, so
  * ranks that loaded or initialized differently still train one model.

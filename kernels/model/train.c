@@ -709,22 +709,29 @@ int kmt_forward(kmt_model *m, const kmt_batch *b, kmt_stats *out, km_error *err)
 	return 0;
 }
 
-int kmt_forward_backward(kmt_model *m, const kmt_batch *b, kk_comm *comm, kmt_stats *out,
-			 km_error *err)
+int kmt_forward_backward_accum(kmt_model *m, const kmt_batch *b, int n_micro, kk_comm *comm,
+			       kmt_stats *out, km_error *err)
 {
-	if (!m)
-		return km_errorf(err, -EINVAL, "kmt_forward_backward: missing model");
-	int64_t n;
-	double sum;
-	int r = upload_batch(m, b, &n, err);
-	if (r < 0)
-		return r;
-	int64_t n_all = n;
+	if (!m || !b || n_micro < 1 || n_micro > KMT_MAX_MICRO)
+		return km_errorf(
+			err, -EINVAL,
+			"kmt_forward_backward: missing model or batch, or %d micro-batches "
+			"(1..%d)",
+			n_micro, KMT_MAX_MICRO);
+	/* Every micro-batch is checked and counted before any work, so the
+	 * scale is 1 / the targets of the whole step. */
+	int64_t n_all = 0, n;
+	int r;
+	for (int i = 0; i < n_micro; i++) {
+		if ((r = upload_batch(m, &b[i], &n, err)) < 0)
+			return r;
+		n_all += n;
+	}
 	if (comm) {
 		/* The global target count, so every rank scales by the same
 		 * 1/n and the sum over ranks is the global-batch mean.  Exact
 		 * in f32 below 2^24 targets per step. */
-		float f = (float) n;
+		float f = (float) n_all;
 		TRY(kk_buffer_upload(m->be, NULL, m->scalar, 0, &f, sizeof(f)), "uploading");
 		TRY(kk_all_reduce(comm, NULL, m->scalar, m->scalar, 1, KK_SUM),
 		    "all-reduce of the target count");
@@ -733,12 +740,21 @@ int kmt_forward_backward(kmt_model *m, const kmt_batch *b, kk_comm *comm, kmt_st
 	}
 	if (n_all == 0)
 		return km_errorf(err, -EINVAL, "training batch: every target is ignored");
-	if ((r = forward(m, b->n_seqs, &sum, err)) < 0)
-		return r;
 	TRY(kk_buffer_memset(m->be, NULL, m->grads, 0, 0, m->n_params * sizeof(float)),
 	    "clearing gradients");
-	if ((r = backward(m, b->n_seqs, (float) (1.0 / (double) n_all), err)) < 0)
-		return r;
+	double sum = 0;
+	for (int i = 0; i < n_micro; i++) {
+		double part;
+		/* A single batch is on the device since the count. */
+		if (n_micro > 1 && (r = upload_batch(m, &b[i], &n, err)) < 0)
+			return r;
+		if ((r = forward(m, b[i].n_seqs, &part, err)) < 0)
+			return r;
+		/* Gradients accumulate (kk's convention for parameter grads). */
+		if ((r = backward(m, b[i].n_seqs, (float) (1.0 / (double) n_all), err)) < 0)
+			return r;
+		sum += part;
+	}
 	if (comm) {
 		/* The whole flat gradient in one collective (no bucketing:
 		 * the cpu backend gains nothing from overlap, and the cuda
@@ -759,6 +775,12 @@ int kmt_forward_backward(kmt_model *m, const kmt_batch *b, kk_comm *comm, kmt_st
 				    .n_targets = n_all,
 				    .step = m->step };
 	return 0;
+}
+
+int kmt_forward_backward(kmt_model *m, const kmt_batch *b, kk_comm *comm, kmt_stats *out,
+			 km_error *err)
+{
+	return kmt_forward_backward_accum(m, b, 1, comm, out, err);
 }
 
 int kmt_sync_from(kmt_model *m, kk_comm *comm, int root, km_error *err)

@@ -703,6 +703,62 @@ static void test_dp_3(void **state)
 	dp_world(3);
 }
 
+/* Two micro-batches of 2 sequences accumulate to one batch of 4: the
+ * same loss and, after two AdamW steps, the same weights (to the rounding
+ * of another summation order). */
+static void test_accumulation(void **state)
+{
+	enum { T = 8 };
+	km_config c = tiny_config(KK_ROPE_INTERLEAVED, false);
+	kmt_opts o4 = { .batch = 4, .seq_len = T, .init_seed = 9, .init_std = 0.3f },
+		 o2 = { .batch = 2, .seq_len = T, .init_seed = 9, .init_std = 0.3f };
+	kmt_model *big = NULL, *acc = NULL;
+	km_error err = { { 0 } };
+	assert_int_equal(kmt_model_new(be, &c, &o4, NULL, &big, &err), 0);
+	assert_int_equal(kmt_model_new(be, &c, &o2, NULL, &acc, &err), 0);
+	int32_t tok[4 * T], tgt[4 * T];
+	for (int s = 0; s < 2; s++) {
+		rng_state = 500 + (uint64_t) s;
+		random_batch(tok, tgt, 4 * T, c.vocab_size);
+		/* Uneven ignored targets: a mean of the two halves' means
+		 * would differ from the mean over all. */
+		for (int i = 0; i < 6; i++)
+			tgt[i] = KMT_IGNORE;
+		kmt_batch whole = { .tokens = tok, .targets = tgt, .n_seqs = 4 };
+		kmt_batch parts[2] = {
+			{ .tokens = tok, .targets = tgt, .n_seqs = 2 },
+			{ .tokens = tok + 2 * T, .targets = tgt + 2 * T, .n_seqs = 2 }
+		};
+		kmt_stats a, b;
+		assert_int_equal(kmt_forward_backward(big, &whole, NULL, &a, &err), 0);
+		assert_int_equal(kmt_forward_backward_accum(acc, parts, 2, NULL, &b, &err), 0);
+		assert_int_equal(a.n_targets, b.n_targets);
+		assert_true(fabs(a.loss - b.loss) < 1e-6 * a.loss);
+		assert_int_equal(kmt_optimizer_step(big, &dp_optim, NULL, &err), 0);
+		assert_int_equal(kmt_optimizer_step(acc, &dp_optim, NULL, &err), 0);
+	}
+	double worst = 0;
+	for (size_t i = 0; i < kmt_tensor_count(big); i++) {
+		size_t k = kmt_tensor_numel(big, i);
+		float *x = malloc(k * sizeof(float)), *y = malloc(k * sizeof(float));
+		assert_int_equal(kmt_tensor_get(big, KMT_PARAM, kmt_tensor_name(big, i), x, k), 0);
+		assert_int_equal(kmt_tensor_get(acc, KMT_PARAM, kmt_tensor_name(big, i), y, k), 0);
+		for (size_t j = 0; j < k; j++)
+			worst = fmax(worst, fabs(x[j] - y[j]) / (fabs(x[j]) + 1e-2));
+		free(x);
+		free(y);
+	}
+	print_message("# accumulation: 2 x 2 sequences vs 4: max rel diff %.3g\n", worst);
+	assert_true(worst < DP_TOL);
+	/* A bad micro-batch anywhere fails before any work. */
+	kmt_batch bad[2] = { { .tokens = tok, .targets = tgt, .n_seqs = 2 },
+			     { .tokens = tok, .targets = tgt, .n_seqs = 3 } };
+	assert_int_equal(kmt_forward_backward_accum(acc, bad, 2, NULL, NULL, &err), -EINVAL);
+	assert_non_null(strstr(err.msg, "3 sequences, the model takes 1..2"));
+	kmt_model_free(big);
+	kmt_model_free(acc);
+}
+
 /* ---- bad input ------------------------------------------------------------- */
 
 static void test_bad_batch(void **state)
@@ -806,6 +862,7 @@ int main(void)
 		cmocka_unit_test(test_dp_2),
 		cmocka_unit_test(test_dp_3),
 		cmocka_unit_test(test_dp_step_mismatch),
+		cmocka_unit_test(test_accumulation),
 		cmocka_unit_test(test_bad_batch),
 		cmocka_unit_test(test_inference_source),
 	};
