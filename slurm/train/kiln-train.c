@@ -41,7 +41,7 @@
 typedef struct args {
 	const char *model, *data, *save, *resume, *backend;
 	int64_t steps, save_every, warmup, stop_at;
-	int batch, seq;
+	int batch, seq, accum;
 	double lr, lr_min, weight_decay, clip;
 	uint64_t seed;
 } args;
@@ -57,6 +57,7 @@ static void help(void)
 	       "  -n, --steps N           optimizer steps in all (default 100)\n"
 	       "  -b, --batch B           sequences per rank and step (default 8)\n"
 	       "  -t, --seq T             tokens per sequence (default 128)\n"
+	       "      --accum K           micro-batches of B accumulated per step (default 1)\n"
 	       "      --lr LR             peak learning rate (default 1e-3)\n"
 	       "      --lr-min LR         final learning rate of the cosine decay (default lr/10)\n"
 	       "      --warmup N          linear warmup steps (default 10)\n"
@@ -90,6 +91,7 @@ enum {
 	OPT_SEED,
 	OPT_SAVE_EVERY,
 	OPT_STOP_AT,
+	OPT_ACCUM,
 	OPT_BACKEND,
 	OPT_VERSION
 };
@@ -121,6 +123,7 @@ static int parse_args(int argc, char **argv, args *a)
 					      { "save-every", required_argument, NULL,
 						OPT_SAVE_EVERY },
 					      { "stop-at", required_argument, NULL, OPT_STOP_AT },
+					      { "accum", required_argument, NULL, OPT_ACCUM },
 					      { "resume", required_argument, NULL, 'r' },
 					      { "backend", required_argument, NULL, OPT_BACKEND },
 					      { "verbose", no_argument, NULL, 'v' },
@@ -130,6 +133,7 @@ static int parse_args(int argc, char **argv, args *a)
 					      {} };
 	*a = (args){ .steps = 100,
 		     .batch = 8,
+		     .accum = 1,
 		     .seq = 128,
 		     .lr = 1e-3,
 		     .lr_min = -1,
@@ -195,6 +199,11 @@ static int parse_args(int argc, char **argv, args *a)
 				return log_error_errno(-EINVAL,
 						       "--save-every '%s': must be 0..%" PRId64,
 						       optarg, STEPS_MAX);
+			break;
+		case OPT_ACCUM:
+			if (kiln_parse_int(optarg, 1, KMT_MAX_MICRO, &a->accum) < 0)
+				return log_error_errno(-EINVAL, "--accum '%s': must be 1..%d",
+						       optarg, KMT_MAX_MICRO);
 			break;
 		case OPT_STOP_AT:
 			if (kiln_parse_int64(optarg, 1, STEPS_MAX, &a->stop_at) < 0)
@@ -393,6 +402,7 @@ static int run(const args *a)
 	kmt_sampler *s = NULL;
 	int ret = 1;
 	int32_t *tok = NULL, *tgt = NULL;
+	kmt_batch *mb = NULL;
 	if ((r = kk_backend_open(a->backend, &be)) < 0) {
 		log_error_errno(r, "Cannot open the kk backend '%s': %m",
 				a->backend ? a->backend : "auto");
@@ -440,9 +450,11 @@ static int run(const args *a)
 	}
 	if (install_signals() < 0)
 		goto out;
-	tok = calloc((size_t) a->batch * a->seq, sizeof(int32_t));
-	tgt = calloc((size_t) a->batch * a->seq, sizeof(int32_t));
-	if (!tok || !tgt) {
+	const size_t per = (size_t) a->batch * a->seq;
+	tok = calloc(per * a->accum, sizeof(int32_t));
+	tgt = calloc(per * a->accum, sizeof(int32_t));
+	mb = calloc((size_t) a->accum, sizeof(kmt_batch));
+	if (!tok || !tgt || !mb) {
 		log_error("Out of memory");
 		goto out;
 	}
@@ -456,16 +468,25 @@ static int run(const args *a)
 			  .weight_decay = (float) a->weight_decay,
 			  .clip = (float) a->clip };
 	if (rank == 0)
-		log_info("training %zu parameters on %d rank%s, %d x %d tokens per rank and step, "
-			 "backend %s, steps %" PRId64 "..%" PRId64,
-			 kmt_param_count(m), world, world > 1 ? "s" : "", a->batch, a->seq,
-			 kk_backend_name(be), kmt_model_step(m) + 1, a->steps);
+		log_info("training %zu parameters on %d rank%s, %d x %d x %d tokens per rank and "
+			 "step, backend %s, steps %" PRId64 "..%" PRId64,
+			 kmt_param_count(m), world, world > 1 ? "s" : "", a->accum, a->batch,
+			 a->seq, kk_backend_name(be), kmt_model_step(m) + 1, a->steps);
 	while (kmt_model_step(m) < a->stop_at) {
 		double t0 = now();
-		kmt_sampler_next(s, tok, tgt, NULL);
-		kmt_batch b = { .tokens = tok, .targets = tgt, .n_seqs = a->batch };
+		/* Each micro-batch is the sampler's next batch, so the cursor
+		 * moves accum batches a step. */
+		for (int i = 0; i < a->accum; i++) {
+			kmt_sampler_next(s, tok + i * per, tgt + i * per, NULL);
+			mb[i] = (kmt_batch){ .tokens = tok + i * per,
+					     .targets = tgt + i * per,
+					     .n_seqs = a->batch };
+		}
 		kmt_stats st;
-		if ((r = kmt_step(m, &b, comm, &opt, &st, &err)) < 0) {
+		r = kmt_forward_backward_accum(m, mb, a->accum, comm, &st, &err);
+		if (r >= 0)
+			r = kmt_optimizer_step(m, &opt, &st, &err);
+		if (r < 0) {
 			log_error("step %" PRId64 ": %s", kmt_model_step(m) + 1, err.msg);
 			goto out;
 		}
@@ -474,7 +495,7 @@ static int run(const args *a)
 			 "step %" PRId64 "/%" PRId64
 			 " loss %.6f lr %.3e grad_norm %.4f tokens/s %.0f",
 			 st.step, a->steps, st.loss, (double) st.lr, (double) st.grad_norm,
-			 (double) a->batch * a->seq * world / dt);
+			 (double) per * a->accum * world / dt);
 		int req = 0;
 		if (agree(be, comm, flag, &req) < 0)
 			goto out;
@@ -502,6 +523,7 @@ static int run(const args *a)
 out:
 	free(tok);
 	free(tgt);
+	free(mb);
 	kmt_sampler_free(s);
 	kmt_model_free(m);
 	kk_buffer_free(flag);

@@ -37,7 +37,7 @@ out=$("$KT" -m x -d y --steps 0 2>&1); rc=$?
 check "--steps 0: exit 2" $([ $rc -eq 2 ] && grep -q -- "--steps '0': must be 1" <<<"$out"; echo $?)
 
 if [ -z "$MODEL" ]; then
-	for i in 1 2 3 4 5 6 7 8; do skip "stories260K.bin not found (set KM_TEST_MODEL)"; done
+	for i in 1 2 3 4 5 6 7 8 9; do skip "stories260K.bin not found (set KM_TEST_MODEL)"; done
 	tap_done; exit
 fi
 python3 tests/train/mk-shard.py "$tmp/data.tok" 20000 || exit 1
@@ -89,4 +89,11 @@ else
 	check "2 ranks under kiln-run train like one rank with the doubled batch" $([ $rc -eq 0 ] && [ -n "$l2" ] && [ -n "$l1" ] && awk -v a="$l1" -v b="$l2" 'BEGIN { d = a - b; exit !(d < 1e-3 * a && -d < 1e-3 * a) }'; echo $?)
 	[ $rc -eq 0 ] || sed 's/^/# /' "$tmp/dp.log" | tail -20
 fi
+# Two micro-batches of 2 accumulate to one batch of 4 (the same windows).
+[ -f "$tmp/one.log" ] || "$KT" "${args[@]}" -n 4 >"$tmp/one.log" 2>&1
+"$KT" "${args[@]}" -b 2 --accum 2 -n 4 >"$tmp/acc.log" 2>&1; rc=$?
+la=$(grep -oE 'step 4/4 loss [0-9.]+' "$tmp/acc.log" | awk '{ print $4 }')
+l1=$(grep -oE 'step 4/4 loss [0-9.]+' "$tmp/one.log" | awk '{ print $4 }')
+diag "step 4 loss: --accum 2 x batch 2 $la, batch 4 $l1"
+check "--accum 2 -b 2 trains like -b 4" $([ $rc -eq 0 ] && [ -n "$la" ] && [ -n "$l1" ] && awk -v a="$l1" -v b="$la" 'BEGIN { d = a - b; exit !(d < 1e-3 * a && -d < 1e-3 * a) }'; echo $?)
 tap_done
