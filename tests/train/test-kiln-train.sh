@@ -36,7 +36,7 @@ check "no --model: exit 2 and says what is required" $([ $rc -eq 2 ] && grep -q 
 out=$("$KT" -m x -d y --steps 0 2>&1); rc=$?
 check "--steps 0: exit 2" $([ $rc -eq 2 ] && grep -q -- "--steps '0': must be 1" <<<"$out"; echo $?)
 
-if [ -z "$MODEL" ]; then
+if [ -z "$MODEL" ] || [ ! -r "$MODEL" ]; then
 	for i in 1 2 3 4 5 6 7 8 9; do skip "stories260K.bin not found (set KM_TEST_MODEL)"; done
 	tap_done; exit
 fi
