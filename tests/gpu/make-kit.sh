@@ -28,7 +28,7 @@ KIT_OUT=$KIT
 KIT=$stage
 mkdir -p "$KIT/build/bin" "$KIT/build/tests" "$KIT/lib"
 cp -p "$B"/bin/* "$KIT/build/bin/"
-for t in test-kk-cuda test-kk-cuda-mem test-kernels-cuda test-kernels-cpu test-model-cuda \
+for t in test-kk-cuda test-kk-cuda-mem test-kernels-cuda test-kernels-cpu test-model-cuda test-train-cuda \
 	cuda-bench bench-kernels-cpu; do
 	[ -x "$B/tests/$t" ] && cp -p "$B/tests/$t" "$KIT/build/tests/"
 done

@@ -1,0 +1,544 @@
+/* kiln-train — a data-parallel Llama trainer on the kk kernel library.
+ *
+ * Trains the model of a llama2.c checkpoint (--model: config and initial
+ * weights) on a token shard (--data) with kmtrain: B sequences of T tokens
+ * per rank and step, AdamW with warmup + cosine decay and gradient
+ * clipping, one gradient all-reduce per step.  It is a torchrun-style
+ * worker: RANK and WORLD_SIZE say who it is; with WORLD_SIZE > 1 rank 0
+ * creates the kk communicator id and hands it to the others through the
+ * TCPStore at MASTER_ADDR:MASTER_PORT (kiln-run's store, or torchrun's),
+ * under $KILN_COMM_ID_KEY (kiln-run gives a fresh key per round).
+ * Rank 0 logs one line per step and writes crash-safe checkpoints
+ * (--save, every --save-every steps and at the end); --resume continues
+ * one exactly.  Preemption: SIGUSR1 (Slurm's warning, which kiln-run
+ * forwards) asks for a checkpoint, SIGTERM/SIGINT for a checkpoint and an
+ * exit; the ranks agree on it after every step (a 1-float MAX all-reduce)
+ * so they all stop at the same step.  kiln-train(1) and docs/train.md have the long form. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kiln/log.h"
+#include "kiln/macro.h"
+#include "kiln/parse.h"
+#include "kiln/store.h"
+#include "kk.h"
+#include "kmodel.h"
+#include "kmtrain.h"
+
+/* How long a rank waits for the store and for rank 0's communicator id
+ * (rank 0 may still be loading the model). */
+#define STORE_TIMEOUT_USEC (UINT64_C(300) * 1000000)
+/* Bounds on flags, so a typo fails fast instead of allocating terabytes. */
+#define STEPS_MAX (INT64_C(1) << 40)
+
+typedef struct args {
+	const char *model, *data, *save, *resume, *backend;
+	int64_t steps, save_every, warmup, stop_at;
+	int batch, seq, accum;
+	double lr, lr_min, weight_decay, clip;
+	uint64_t seed;
+} args;
+
+static void help(void)
+{
+	printf("Usage: kiln-train --model FILE --data SHARD [OPTIONS]\n"
+	       "Train a Llama model on a token shard, data-parallel across the ranks\n"
+	       "a launcher starts (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).\n"
+	       "\n"
+	       "  -m, --model FILE        llama2.c checkpoint: config and initial weights\n"
+	       "  -d, --data SHARD        token shard (kmtrain format, docs/train.md)\n"
+	       "  -n, --steps N           optimizer steps in all (default 100)\n"
+	       "  -b, --batch B           sequences per rank and step (default 8)\n"
+	       "  -t, --seq T             tokens per sequence (default 128)\n"
+	       "      --accum K           micro-batches of B accumulated per step (default 1)\n"
+	       "      --lr LR             peak learning rate (default 1e-3)\n"
+	       "      --lr-min LR         final learning rate of the cosine decay (default lr/10)\n"
+	       "      --warmup N          linear warmup steps (default 10)\n"
+	       "      --weight-decay WD   AdamW decoupled weight decay (default 0.1)\n"
+	       "      --clip C            global gradient-norm clip, 0 = none (default 1.0)\n"
+	       "      --seed S            data order seed (default 1)\n"
+	       "  -s, --save FILE         write a checkpoint (safetensors) at the end\n"
+	       "      --save-every N      ... and every N steps (default 0: only at the end)\n"
+	       "      --stop-at N         stop (and save) after step N, keeping the schedule\n"
+	       "                          of --steps (a run cut in parts; default: --steps)\n"
+	       "  -r, --resume FILE       continue from a checkpoint written by --save\n"
+	       "      --backend NAME      kk backend: cpu, cuda, auto (default auto;\n"
+	       "                          KILN_BACKEND overrides)\n"
+	       "  -v, --verbose           more logging (every rank's loss line)\n"
+	       "  -q, --quiet             less logging\n"
+	       "  -h, --help              this text\n"
+	       "      --version           the version\n"
+	       "\n"
+	       "SIGUSR1 writes a checkpoint after the current step; SIGTERM and SIGINT\n"
+	       "write one and stop (exit status 1).\n"
+	       "\n"
+	       "Exit status: 0 done, 1 training failed or stopped, 2 usage or input error.\n");
+}
+
+enum {
+	OPT_LR = 256,
+	OPT_LR_MIN,
+	OPT_WARMUP,
+	OPT_WD,
+	OPT_CLIP,
+	OPT_SEED,
+	OPT_SAVE_EVERY,
+	OPT_STOP_AT,
+	OPT_ACCUM,
+	OPT_BACKEND,
+	OPT_VERSION
+};
+
+static int parse_pos_double(const char *flag, const char *s, double *ret)
+{
+	double v;
+	if (kiln_parse_double(s, &v) < 0 || !(v >= 0) || !isfinite(v))
+		return log_error_errno(-EINVAL, "%s '%s': must be a number >= 0", flag, s);
+	*ret = v;
+	return 0;
+}
+
+/* 0 to run, 1 done (--help/--version), < 0 usage error (logged). */
+static int parse_args(int argc, char **argv, args *a)
+{
+	static const struct option opts[] = { { "model", required_argument, NULL, 'm' },
+					      { "data", required_argument, NULL, 'd' },
+					      { "steps", required_argument, NULL, 'n' },
+					      { "batch", required_argument, NULL, 'b' },
+					      { "seq", required_argument, NULL, 't' },
+					      { "lr", required_argument, NULL, OPT_LR },
+					      { "lr-min", required_argument, NULL, OPT_LR_MIN },
+					      { "warmup", required_argument, NULL, OPT_WARMUP },
+					      { "weight-decay", required_argument, NULL, OPT_WD },
+					      { "clip", required_argument, NULL, OPT_CLIP },
+					      { "seed", required_argument, NULL, OPT_SEED },
+					      { "save", required_argument, NULL, 's' },
+					      { "save-every", required_argument, NULL,
+						OPT_SAVE_EVERY },
+					      { "stop-at", required_argument, NULL, OPT_STOP_AT },
+					      { "accum", required_argument, NULL, OPT_ACCUM },
+					      { "resume", required_argument, NULL, 'r' },
+					      { "backend", required_argument, NULL, OPT_BACKEND },
+					      { "verbose", no_argument, NULL, 'v' },
+					      { "quiet", no_argument, NULL, 'q' },
+					      { "help", no_argument, NULL, 'h' },
+					      { "version", no_argument, NULL, OPT_VERSION },
+					      {} };
+	*a = (args){ .steps = 100,
+		     .batch = 8,
+		     .accum = 1,
+		     .seq = 128,
+		     .lr = 1e-3,
+		     .lr_min = -1,
+		     .warmup = 10,
+		     .weight_decay = 0.1,
+		     .clip = 1.0,
+		     .seed = 1 };
+	int c;
+	while ((c = getopt_long(argc, argv, "m:d:n:b:t:s:r:vqh", opts, NULL)) >= 0) {
+		int r = 0;
+		switch (c) {
+		case 'm':
+			a->model = optarg;
+			break;
+		case 'd':
+			a->data = optarg;
+			break;
+		case 'n':
+			if (kiln_parse_int64(optarg, 1, STEPS_MAX, &a->steps) < 0)
+				return log_error_errno(-EINVAL, "--steps '%s': must be 1..%" PRId64,
+						       optarg, STEPS_MAX);
+			break;
+		case 'b':
+			if (kiln_parse_int(optarg, 1, KMT_MAX_TOKENS, &a->batch) < 0)
+				return log_error_errno(-EINVAL, "--batch '%s': must be 1..%d",
+						       optarg, KMT_MAX_TOKENS);
+			break;
+		case 't':
+			if (kiln_parse_int(optarg, 1, KMT_MAX_TOKENS, &a->seq) < 0)
+				return log_error_errno(-EINVAL, "--seq '%s': must be 1..%d", optarg,
+						       KMT_MAX_TOKENS);
+			break;
+		case OPT_LR:
+			r = parse_pos_double("--lr", optarg, &a->lr);
+			break;
+		case OPT_LR_MIN:
+			r = parse_pos_double("--lr-min", optarg, &a->lr_min);
+			break;
+		case OPT_WARMUP:
+			if (kiln_parse_int64(optarg, 0, STEPS_MAX, &a->warmup) < 0)
+				return log_error_errno(-EINVAL,
+						       "--warmup '%s': must be 0..%" PRId64, optarg,
+						       STEPS_MAX);
+			break;
+		case OPT_WD:
+			r = parse_pos_double("--weight-decay", optarg, &a->weight_decay);
+			break;
+		case OPT_CLIP:
+			r = parse_pos_double("--clip", optarg, &a->clip);
+			break;
+		case OPT_SEED:
+			if (kiln_parse_uint64(optarg, UINT64_MAX, &a->seed) < 0)
+				return log_error_errno(-EINVAL,
+						       "--seed '%s': must be an unsigned "
+						       "64-bit integer",
+						       optarg);
+			break;
+		case 's':
+			a->save = optarg;
+			break;
+		case OPT_SAVE_EVERY:
+			if (kiln_parse_int64(optarg, 0, STEPS_MAX, &a->save_every) < 0)
+				return log_error_errno(-EINVAL,
+						       "--save-every '%s': must be 0..%" PRId64,
+						       optarg, STEPS_MAX);
+			break;
+		case OPT_ACCUM:
+			if (kiln_parse_int(optarg, 1, KMT_MAX_MICRO, &a->accum) < 0)
+				return log_error_errno(-EINVAL, "--accum '%s': must be 1..%d",
+						       optarg, KMT_MAX_MICRO);
+			break;
+		case OPT_STOP_AT:
+			if (kiln_parse_int64(optarg, 1, STEPS_MAX, &a->stop_at) < 0)
+				return log_error_errno(-EINVAL,
+						       "--stop-at '%s': must be 1..%" PRId64,
+						       optarg, STEPS_MAX);
+			break;
+		case 'r':
+			a->resume = optarg;
+			break;
+		case OPT_BACKEND:
+			a->backend = optarg;
+			break;
+		case 'v':
+			log_adjust_level(+1);
+			break;
+		case 'q':
+			log_adjust_level(-1);
+			break;
+		case 'h':
+			help();
+			return 1;
+		case OPT_VERSION:
+			printf("kiln-train %s\n", KILN_VERSION);
+			return 1;
+		default:
+			return log_error_errno(-EINVAL, "Try 'kiln-train --help'.");
+		}
+		if (r < 0)
+			return r;
+	}
+	if (optind < argc)
+		return log_error_errno(-EINVAL, "unexpected argument '%s'; try 'kiln-train --help'",
+				       argv[optind]);
+	if (!a->model || !a->data)
+		return log_error_errno(-EINVAL, "--model and --data are required; try 'kiln-train "
+						"--help'");
+	if (a->save_every && !a->save)
+		return log_error_errno(-EINVAL, "--save-every needs --save FILE");
+	if (a->lr_min < 0)
+		a->lr_min = a->lr / 10;
+	if (!a->stop_at || a->stop_at > a->steps)
+		a->stop_at = a->steps;
+	return 0;
+}
+
+/* RANK / WORLD_SIZE as torchrun sets them; absent means a single process. */
+static int read_rank(int *rank, int *world)
+{
+	const char *r = getenv("RANK"), *w = getenv("WORLD_SIZE");
+	*rank = 0;
+	*world = 1;
+	if (w && *w && kiln_parse_int(w, 1, KK_COMM_WORLD_MAX, world) < 0)
+		return log_error_errno(-EINVAL, "WORLD_SIZE='%s': must be 1..%d", w,
+				       KK_COMM_WORLD_MAX);
+	if (r && *r && kiln_parse_int(r, 0, *world - 1, rank) < 0)
+		return log_error_errno(-EINVAL, "RANK='%s': must be 0..WORLD_SIZE-1 (%d)", r,
+				       *world - 1);
+	return 0;
+}
+
+/* The communicator of WORLD_SIZE ranks, its id passed through the store. */
+static int make_comm(kk_backend *be, int rank, int world, kk_comm **ret)
+{
+	const char *addr = getenv("MASTER_ADDR"), *port_s = getenv("MASTER_PORT");
+	const char *key = getenv("KILN_COMM_ID_KEY");
+	int port;
+	if (!addr || !*addr || !port_s || kiln_parse_int(port_s, 1, 65535, &port) < 0)
+		return log_error_errno(
+			-EINVAL,
+			"WORLD_SIZE is %d but MASTER_ADDR/MASTER_PORT ('%s'/'%s') do "
+			"not name the launcher's store; start kiln-train under "
+			"kiln-run or torchrun",
+			world, addr ? addr : "", port_s ? port_s : "");
+	if (!key || !*key)
+		key = "kiln-train/comm-id";
+	kiln_store_client *sc = NULL;
+	int r = kiln_store_client_connect(addr, (uint16_t) port, NULL, STORE_TIMEOUT_USEC, &sc);
+	if (r < 0)
+		return log_error_errno(r, "Cannot reach the store at %s:%d: %m", addr, port);
+	char id[KK_COMM_ID_BYTES] = { 0 };
+	if (rank == 0) {
+		r = kk_comm_get_id(be, id, sizeof(id));
+		if (r < 0) {
+			kiln_store_client_free(sc);
+			return log_error_errno(r, "Cannot create the communicator id: %m");
+		}
+		r = kiln_store_client_set(sc, key, id, sizeof(id));
+	} else {
+		void *v = NULL;
+		size_t len = 0;
+		r = kiln_store_client_get(sc, key, &v, &len);
+		if (r >= 0 && len != sizeof(id))
+			r = -EPROTO;
+		if (r >= 0)
+			memcpy(id, v, sizeof(id));
+		free(v);
+	}
+	kiln_store_client_free(sc);
+	if (r < 0)
+		return log_error_errno(r, "Exchanging the communicator id under '%s' failed: %m",
+				       key);
+	r = kk_comm_init(be, rank, world, id, sizeof(id), ret);
+	if (r < 0)
+		return log_error_errno(r, "Joining %d ranks as rank %d failed: %m", world, rank);
+	return 0;
+}
+
+/* What the signal handler asks for: 1 checkpoint, 2 checkpoint and stop. */
+static volatile sig_atomic_t requested;
+
+static void on_signal(int sig)
+{
+	int want = sig == SIGUSR1 ? 1 : 2;
+	if (requested < want)
+		requested = want;
+}
+
+static int install_signals(void)
+{
+	/* SA_RESTART: a signal must not break a collective in flight (kk's
+	 * socket code also retries on EINTR). */
+	struct sigaction sa = { .sa_handler = on_signal, .sa_flags = SA_RESTART };
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGUSR1, &sa, NULL) < 0 || sigaction(SIGTERM, &sa, NULL) < 0 ||
+	    sigaction(SIGINT, &sa, NULL) < 0)
+		return log_error_errno(-errno, "Cannot install signal handlers: %m");
+	return 0;
+}
+
+/* The request of any rank, the same on every rank (MAX over the ranks). */
+static int agree(kk_backend *be, kk_comm *comm, kk_buffer *flag, int *ret)
+{
+	float f = (float) requested;
+	if (comm) {
+		int r = kk_buffer_upload(be, NULL, flag, 0, &f, sizeof(f));
+		if (r >= 0)
+			r = kk_all_reduce(comm, NULL, flag, flag, 1, KK_MAX);
+		if (r >= 0)
+			r = kk_buffer_download(be, NULL, flag, 0, &f, sizeof(f));
+		if (r < 0)
+			return log_error_errno(r, "Agreeing on a checkpoint request failed: %m");
+	}
+	*ret = (int) f;
+	return 0;
+}
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Writes the checkpoint (rank 0). */
+static int save(kmt_model *m, const char *path, const kmt_sampler *s, uint64_t seed)
+{
+	kmt_ckpt_state st = { .rng = seed };
+	km_error err = { { 0 } };
+	kmt_sampler_cursor(s, &st.cursor);
+	int r = kmt_save(m, path, &st, &err);
+	if (r < 0)
+		return log_error_errno(r, "%s", err.msg);
+	log_info("step %" PRId64 ": checkpoint %s written", kmt_model_step(m), path);
+	return 0;
+}
+
+static int run(const args *a)
+{
+	int rank, world, r;
+	if ((r = read_rank(&rank, &world)) < 0)
+		return 2;
+	km_error err = { { 0 } };
+	km_l2c *f = NULL;
+	if ((r = km_l2c_open(a->model, &f, &err)) < 0) {
+		log_error("%s", err.msg);
+		return 2;
+	}
+	km_config cfg = *km_l2c_config(f);
+	if (a->seq > cfg.max_seq_len) {
+		log_error("--seq %d is longer than the model's context (%d)", a->seq,
+			  cfg.max_seq_len);
+		km_l2c_free(f);
+		return 2;
+	}
+	kmt_shard *sh = NULL;
+	if ((r = kmt_shard_open(a->data, cfg.vocab_size, &sh, &err)) < 0) {
+		log_error("%s", err.msg);
+		km_l2c_free(f);
+		return 2;
+	}
+	kk_backend *be = NULL;
+	kk_comm *comm = NULL;
+	kk_buffer *flag = NULL;
+	kmt_model *m = NULL;
+	kmt_sampler *s = NULL;
+	int ret = 1;
+	int32_t *tok = NULL, *tgt = NULL;
+	kmt_batch *mb = NULL;
+	if ((r = kk_backend_open(a->backend, &be)) < 0) {
+		log_error_errno(r, "Cannot open the kk backend '%s': %m",
+				a->backend ? a->backend : "auto");
+		goto out;
+	}
+	kmt_opts o = { .batch = a->batch, .seq_len = a->seq };
+	km_weight_source src = km_l2c_source(f);
+	if ((r = kmt_model_new(be, &cfg, &o, &src, &m, &err)) < 0) {
+		log_error("%s", err.msg);
+		ret = r == -EINVAL ? 2 : 1;
+		goto out;
+	}
+	kmt_cursor cur = { .seed = a->seed };
+	if (a->resume) {
+		kmt_ckpt_state st;
+		if ((r = kmt_load(m, a->resume, &st, &err)) < 0) {
+			log_error("%s", err.msg);
+			ret = 2;
+			goto out;
+		}
+		cur = st.cursor;
+		if (st.cursor.seed != a->seed)
+			log_notice("resuming with the checkpoint's data seed %" PRIu64
+				   " (not --seed %" PRIu64 ")",
+				   st.cursor.seed, a->seed);
+		log_info("resumed %s at step %" PRId64 " (epoch %" PRId64 ", batch %" PRId64 ")",
+			 a->resume, kmt_model_step(m), cur.epoch, cur.batch);
+	}
+	if ((r = kmt_sampler_new(sh, a->batch, a->seq, rank, world, &cur, &s, &err)) < 0) {
+		log_error("%s", err.msg);
+		ret = 2;
+		goto out;
+	}
+	if (world > 1 && make_comm(be, rank, world, &comm) < 0)
+		goto out;
+	/* Every rank loaded the same weights; rank 0's are made everyone's all
+	 * the same (as DDP does), and a rank that resumed elsewhere is caught. */
+	if (comm && (r = kmt_sync_from(m, comm, 0, &err)) < 0) {
+		log_error("%s", err.msg);
+		goto out;
+	}
+	if ((r = kk_buffer_alloc(be, KK_F32, 1, &flag)) < 0) {
+		log_error_errno(r, "Cannot allocate: %m");
+		goto out;
+	}
+	if (install_signals() < 0)
+		goto out;
+	const size_t per = (size_t) a->batch * a->seq;
+	tok = calloc(per * a->accum, sizeof(int32_t));
+	tgt = calloc(per * a->accum, sizeof(int32_t));
+	mb = calloc((size_t) a->accum, sizeof(kmt_batch));
+	if (!tok || !tgt || !mb) {
+		log_error("Out of memory");
+		goto out;
+	}
+	kmt_optim opt = { .lr_max = (float) a->lr,
+			  .lr_min = (float) a->lr_min,
+			  .warmup_steps = a->warmup,
+			  .total_steps = a->steps,
+			  .beta1 = 0.9f,
+			  .beta2 = 0.95f,
+			  .eps = 1e-8f,
+			  .weight_decay = (float) a->weight_decay,
+			  .clip = (float) a->clip };
+	if (rank == 0)
+		log_info("training %zu parameters on %d rank%s, %d x %d x %d tokens per rank and "
+			 "step, backend %s, steps %" PRId64 "..%" PRId64,
+			 kmt_param_count(m), world, world > 1 ? "s" : "", a->accum, a->batch,
+			 a->seq, kk_backend_name(be), kmt_model_step(m) + 1, a->steps);
+	while (kmt_model_step(m) < a->stop_at) {
+		double t0 = now();
+		/* Each micro-batch is the sampler's next batch, so the cursor
+		 * moves accum batches a step. */
+		for (int i = 0; i < a->accum; i++) {
+			kmt_sampler_next(s, tok + i * per, tgt + i * per, NULL);
+			mb[i] = (kmt_batch){ .tokens = tok + i * per,
+					     .targets = tgt + i * per,
+					     .n_seqs = a->batch };
+		}
+		kmt_stats st;
+		r = kmt_forward_backward_accum(m, mb, a->accum, comm, &st, &err);
+		if (r >= 0)
+			r = kmt_optimizer_step(m, &opt, &st, &err);
+		if (r < 0) {
+			log_error("step %" PRId64 ": %s", kmt_model_step(m) + 1, err.msg);
+			goto out;
+		}
+		double dt = now() - t0;
+		log_full(rank == 0 ? LOG_INFO : LOG_DEBUG,
+			 "step %" PRId64 "/%" PRId64
+			 " loss %.6f lr %.3e grad_norm %.4f tokens/s %.0f",
+			 st.step, a->steps, st.loss, (double) st.lr, (double) st.grad_norm,
+			 (double) per * a->accum * world / dt);
+		int req = 0;
+		if (agree(be, comm, flag, &req) < 0)
+			goto out;
+		bool periodic = a->save_every && st.step % a->save_every == 0;
+		if (st.step < a->stop_at && (periodic || req) && rank == 0 && a->save &&
+		    save(m, a->save, s, a->seed) < 0)
+			goto out;
+		if (req && !a->save && rank == 0)
+			log_warning("step %" PRId64 ": checkpoint requested, but there is no "
+				    "--save FILE, ignoring",
+				    st.step);
+		if (req == 2 && st.step < a->stop_at) {
+			if (rank == 0)
+				log_notice("stopped by a signal after step %" PRId64 "%s", st.step,
+					   a->save ? "; resume with --resume" : "");
+			goto out;
+		}
+		/* Served; a SIGTERM that came meanwhile stays (2). */
+		if (req == 1 && requested == 1)
+			requested = 0;
+	}
+	if (rank == 0 && a->save && save(m, a->save, s, a->seed) < 0)
+		goto out;
+	ret = 0;
+out:
+	free(tok);
+	free(tgt);
+	free(mb);
+	kmt_sampler_free(s);
+	kmt_model_free(m);
+	kk_buffer_free(flag);
+	kk_comm_free(comm);
+	kk_backend_free(be);
+	kmt_shard_free(sh);
+	km_l2c_free(f);
+	return ret;
+}
+
+int main(int argc, char **argv)
+{
+	args a;
+	int r = parse_args(argc, argv, &a);
+	if (r != 0)
+		return r > 0 ? 0 : 2;
+	return run(&a);
+}

@@ -1,0 +1,35 @@
+#!/bin/bash
+# The kmt_ training benchmark (make bench): ms per training step and
+# training tokens/s of kmt_step on the cpu backend for a 0.8M-parameter
+# Llama (batch 4 x 128 tokens), against two baselines measured in the same
+# run: the model's own forward pass (step / forward; textbook ~3x), and
+# PyTorch 1.13 on the CPU training the same model for the same steps
+# (/usr/bin/python3 has Debian's python3-torch; its row is skipped with a
+# reason where torch is missing).  Output is TAP with the table as comments.
+# --quick: 4 steps; --cpu-time: process CPU time (for a busy machine).
+# One thread for both unless KK_CPU_THREADS says otherwise.
+set -u
+export KK_CPU_THREADS=${KK_CPU_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-${KK_CPU_THREADS:-1}}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$KK_CPU_THREADS}
+B=${KILN_BUILD:-build}
+PY=${KILN_TORCH_PYTHON:-/usr/bin/python3}
+here=$(dirname "$0")
+bin=$B/tests/bench-train
+echo "1..1"
+if [ ! -x "$bin" ]; then
+	echo "ok 1 # SKIP $bin not built (make B=$B $bin)"
+	exit 0
+fi
+kiln=$("$bin" "$@" 2>&1) || { sed 's/^/# /' <<<"$kiln"; echo "not ok 1 - bench-train failed"; exit 1; }
+torch=""
+if "$PY" -c 'import torch' 2>/dev/null; then
+	torch=$("$PY" "$here/bench_torch.py" "$@" 2>&1) || { sed 's/^/# /' <<<"$torch"; torch=""; }
+else
+	echo "# torch baseline skipped: $PY has no torch (apt-get install python3-torch)"
+fi
+fwd_ms=$(awk '$1 == "kiln-forward" { print $2 }' <<<"$kiln")
+head -1 <<<"$kiln" | sed 's/^/# /'
+printf '# %-28s %12s %12s %14s\n' implementation ms/step tokens/s "x kiln fwd"
+{ tail -n +2 <<<"$kiln"; [ -n "$torch" ] && cat <<<"$torch"; } |
+	awk -v f="$fwd_ms" '{ printf "# %-28s %12.2f %12.0f %14.2f\n", $1, $2, $3, $2 / f }'
+echo "ok 1 - kmt training benchmark"
