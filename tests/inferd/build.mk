@@ -1,0 +1,3 @@
+# tests/inferd: the inference engine suite (cpu backend, stories260K) and
+# its benchmark.
+$(eval $(call kiln_test,test-engine,tests/inferd/test-engine.c tests/model/ref.c,inferd-engine kmodel kk common,$(KK_LDLIBS)))
