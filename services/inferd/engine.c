@@ -45,8 +45,8 @@ struct ereq {
 	uint64_t id;
 	int32_t *tokens; /* prompt then generated, capacity n_prompt + max_tokens */
 	int n_prompt, n_total, n_cached, max_tokens;
-	int seq; /* cache sequence, -1 while waiting */
-	int chunk; /* tokens fed in the current step */
+	int seq;     /* cache sequence, -1 while waiting */
+	int chunk;   /* tokens fed in the current step */
 	int outcome; /* of the current step: OUT_* */
 	kk_sampling samp;
 	int32_t stop[KILN_ENGINE_STOP_MAX];
@@ -322,8 +322,8 @@ static int plan_step(kiln_engine *e, ereq **done)
 		 * grown past the cache gets here. */
 		ereq *r = e->wq_head;
 		wq_unlink(e, r);
-		finish(r, KILN_ENGINE_FINISH_LENGTH, -1, "the KV cache cannot hold a longer context",
-		       done);
+		finish(r, KILN_ENGINE_FINISH_LENGTH, -1,
+		       "the KV cache cannot hold a longer context", done);
 	}
 	return n;
 }
@@ -548,8 +548,8 @@ int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source
 	static const double itl_b[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
 					0.025,	0.05,	 0.075,	 0.1,	0.15,	0.2,   0.3,
 					0.4,	0.5,	 0.75,	 1,	2.5,	5,     10 };
-	static const double e2e_b[] = { 0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1,  1.5, 2,  2.5,
-					5,    10,   15,	 20,  30,  40,	50, 60, 120, 300 };
+	static const double e2e_b[] = { 0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1,  1.5, 2,   2.5,
+					5,    10,   15,	 20,  30,  40,	50, 60,	 120, 300 };
 	kiln_histogram_init(&e->ttft, ttft_b, ARRAY_SIZE(ttft_b));
 	kiln_histogram_init(&e->itl, itl_b, ARRAY_SIZE(itl_b));
 	kiln_histogram_init(&e->e2e, e2e_b, ARRAY_SIZE(e2e_b));
@@ -798,10 +798,9 @@ int kiln_engine_metrics(kiln_engine *e, kiln_metrics *m)
 	kiln_metrics_family(m, "kiln_inferd_request_success_total", KILN_METRIC_COUNTER,
 			    "Finished requests by finish reason.");
 	for (int f = 0; f < 4; f++)
-		kiln_metrics_sample(m,
-				    (const char *[]){ "finished_reason",
-						      kiln_engine_finish_name(f), NULL },
-				    (double) s.requests_finished[f]);
+		kiln_metrics_sample(
+			m, (const char *[]){ "finished_reason", kiln_engine_finish_name(f), NULL },
+			(double) s.requests_finished[f]);
 	kiln_metrics_family(m, "kiln_inferd_time_to_first_token_seconds", KILN_METRIC_HISTOGRAM,
 			    "Time from submit to the first generated token.");
 	kiln_metrics_histogram_from(m, NULL, &e->ttft);

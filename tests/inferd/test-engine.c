@@ -721,7 +721,8 @@ static void test_shutdown_in_flight(void **state)
 			cancelled += r[i].reason == KILN_ENGINE_FINISH_CANCELLED;
 		}
 		if (mode == 1)
-			assert_true(cancelled >= 8); /* at most 4 ran, 20 ms is far from 200 tokens */
+			assert_true(cancelled >=
+				    8); /* at most 4 ran, 20 ms is far from 200 tokens */
 		print_message("# shutdown %s: 12 in flight, %d cancelled\n",
 			      mode ? "cancel" : "drain", cancelled);
 		check_all_free(e);
@@ -812,7 +813,8 @@ static void test_metrics(void **state)
 	assert_int_equal(kiln_engine_metrics(e, &m), 0);
 	assert_int_equal(kiln_metrics_finish(&m), 0);
 	const char *want[] = {
-		"# TYPE kiln_inferd_num_requests_running gauge\nkiln_inferd_num_requests_running 0\n",
+		"# TYPE kiln_inferd_num_requests_running gauge\nkiln_inferd_num_requests_running "
+		"0\n",
 		"kiln_inferd_num_requests_waiting 0\n",
 		"kiln_inferd_kv_cache_usage_ratio 0\n",
 		"kiln_inferd_kv_cache_blocks{state=\"free\"} 64\n",

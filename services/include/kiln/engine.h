@@ -63,11 +63,11 @@ typedef enum kiln_engine_event_type {
 
 typedef struct kiln_engine_event {
 	kiln_engine_event_type type;
-	uint64_t id;	    /* the request's id */
-	int32_t token;	    /* TOKEN: the new token; FINISH/STOP: the stop id matched, else -1 */
-	int index;	    /* TOKEN: 0-based position in the output */
-	int n_generated;    /* tokens delivered so far (FINISH: in all) */
-	int n_prompt;	    /* the request's prompt length */
+	uint64_t id;	 /* the request's id */
+	int32_t token;	 /* TOKEN: the new token; FINISH/STOP: the stop id matched, else -1 */
+	int index;	 /* TOKEN: 0-based position in the output */
+	int n_generated; /* tokens delivered so far (FINISH: in all) */
+	int n_prompt;	 /* the request's prompt length */
 	kiln_engine_finish reason; /* FINISH only */
 	const char *message;	   /* FINISH/ERROR: one line; else NULL */
 } kiln_engine_event;
