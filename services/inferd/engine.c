@@ -76,6 +76,7 @@ struct kiln_engine {
 	km_kvcache *c;
 	km_config cfg;
 	int max_running, max_step, num_blocks, max_waiting, eos;
+	bool prefix;
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -96,6 +97,7 @@ struct kiln_engine {
 
 	/* counters (under lock) */
 	uint64_t finished[4], prompt_tokens, prefill_tokens, generated, preemptions, steps;
+	uint64_t prefix_queries, prefix_hits;
 	kiln_histogram ttft, itl, e2e;
 };
 
@@ -240,6 +242,26 @@ static int decode_blocks_needed(const kiln_engine *e)
 	return need;
 }
 
+/* The running sequence whose cached tokens share the most whole blocks with
+ * r's tokens, keeping at least one of r's tokens to feed (its logits are
+ * needed); returns the shared token count (a multiple of 16, 0: none). */
+static int find_prefix(const kiln_engine *e, const ereq *r, ereq **donor)
+{
+	int best = 0;
+	for (int i = 0; i < e->n_running; i++) {
+		const ereq *q = e->running[i];
+		int lim = MIN(q->n_cached, r->n_total - 1), k = 0;
+		while (k < lim && q->tokens[k] == r->tokens[k])
+			k++;
+		k -= k % KK_KV_BLOCK_SIZE;
+		if (k > best) {
+			best = k;
+			*donor = e->running[i];
+		}
+	}
+	return best;
+}
+
 /* ---- one turn of the scheduler ------------------------------------------- */
 
 /* Cancels (flags, or everything when shutting down with CANCEL) move to done. */
@@ -298,6 +320,31 @@ static int plan_step(kiln_engine *e, ereq **done)
 	 * starved by short ones; it runs once the budget frees). */
 	while (e->wq_head && e->n_running < e->max_running) {
 		ereq *r = e->wq_head;
+		ereq *donor = NULL;
+		int share =
+			e->prefix && r->n_total > KK_KV_BLOCK_SIZE ? find_prefix(e, r, &donor) : 0;
+		if (share && r->n_total - share <= KILN_ENGINE_PREFIX_TAIL_MAX) {
+			/* A fork holds no new block until its first token,
+			 * which always starts one (share is whole blocks). */
+			if (budget < 1 || free_blocks < 1)
+				break;
+			int seq = km_kvcache_seq_fork(e->c, donor->seq, share);
+			if (seq < 0)
+				break;
+			wq_unlink(e, r);
+			r->seq = seq;
+			r->n_cached = share;
+			r->chunk = 1;
+			r->admit_order = ++e->admit_counter;
+			e->running[e->n_running++] = r;
+			e->in[n] = (km_seq_input){ seq, r->tokens + share, 1 };
+			e->step[n++] = r;
+			budget--;
+			free_blocks--;
+			e->prefix_queries += (uint64_t) r->n_total;
+			e->prefix_hits += (uint64_t) share;
+			continue;
+		}
 		int chunk = MIN(r->n_total, e->max_step);
 		int blocks = DIV_ROUND_UP(chunk, KK_KV_BLOCK_SIZE);
 		if (chunk > budget || blocks > free_blocks)
@@ -316,6 +363,8 @@ static int plan_step(kiln_engine *e, ereq **done)
 		budget -= chunk;
 		free_blocks -= blocks;
 		e->prefill_tokens += (uint64_t) chunk;
+		if (e->prefix)
+			e->prefix_queries += (uint64_t) r->n_total;
 	}
 	if (n == 0 && e->wq_head && e->n_running == 0) {
 		/* An empty cache and still no room: only a preempted request
@@ -539,6 +588,7 @@ int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source
 	e->num_blocks = o.num_blocks;
 	e->max_waiting = o.max_waiting;
 	e->eos = o.eos_token;
+	e->prefix = o.prefix_caching;
 	pthread_mutex_init(&e->lock, NULL);
 	pthread_cond_init(&e->cond, NULL);
 	/* Buckets: vLLM's, with sub-millisecond ones for small models. */
@@ -754,6 +804,8 @@ void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *ret)
 	s.generated_tokens = e->generated;
 	s.preemptions = e->preemptions;
 	s.steps = e->steps;
+	s.prefix_queries = e->prefix_queries;
+	s.prefix_hits = e->prefix_hits;
 	s.kv_blocks_total = e->num_blocks;
 	s.kv_blocks_used = e->num_blocks - km_kvcache_free_blocks(e->c);
 	pthread_mutex_unlock(&e->lock);
@@ -795,6 +847,12 @@ int kiln_engine_metrics(kiln_engine *e, kiln_metrics *m)
 	kiln_metrics_family(m, "kiln_inferd_engine_steps_total", KILN_METRIC_COUNTER,
 			    "Forward steps run by the scheduler.");
 	kiln_metrics_sample(m, NULL, (double) s.steps);
+	kiln_metrics_family(m, "kiln_inferd_prefix_cache_queries_total", KILN_METRIC_COUNTER,
+			    "Prompt tokens looked up in the prefix cache.");
+	kiln_metrics_sample(m, NULL, (double) s.prefix_queries);
+	kiln_metrics_family(m, "kiln_inferd_prefix_cache_hits_total", KILN_METRIC_COUNTER,
+			    "Prompt tokens shared from a running sequence instead of prefilled.");
+	kiln_metrics_sample(m, NULL, (double) s.prefix_hits);
 	kiln_metrics_family(m, "kiln_inferd_request_success_total", KILN_METRIC_COUNTER,
 			    "Finished requests by finish reason.");
 	for (int f = 0; f < 4; f++)

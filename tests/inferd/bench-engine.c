@@ -22,9 +22,13 @@
 #include "kmodel.h"
 
 #define PROMPT_MAX 32
+/* The shared-prefix workload: a 96-token "system prompt" and a tail of
+ * 4..16 tokens of the request's own. */
+#define SHARED_PREFIX 96
+#define SHARED_MAX    (SHARED_PREFIX + 16)
 
 typedef struct breq {
-	int32_t prompt[PROMPT_MAX];
+	int32_t prompt[SHARED_MAX];
 	int n_prompt, max_tokens;
 	double t_submit, ttft;
 	int n;
@@ -266,9 +270,52 @@ int main(int argc, char **argv)
 			 (unsigned long long) st.preemptions);
 		kiln_engine_free(e);
 	}
+	/* Shared prefix, 8 clients, prefix caching off and on. */
+	for (int i = 0; i < N; i++) {
+		int tail = 4 + i % 13;
+		q[i].n_prompt = SHARED_PREFIX + tail;
+		for (int j = 1; j < SHARED_PREFIX; j++)
+			q[i].prompt[j] = (int32_t) ((j * 29 + 3) % 512);
+		for (int j = SHARED_PREFIX; j < q[i].n_prompt; j++) {
+			rng = rng * 1103515245u + 12345u;
+			q[i].prompt[j] = (int32_t) ((rng >> 8) % 512);
+		}
+	}
+	char pnotes[2][160];
+	for (int pc = 0; pc < 2; pc++) {
+		kiln_engine_opts o = { .weight_dtype = KK_F32,
+				       .max_running = 32,
+				       .max_step_tokens = 512,
+				       .num_blocks = 512,
+				       .max_waiting = 256,
+				       .eos_token = -1,
+				       .prefix_caching = pc };
+		kiln_engine *e = NULL;
+		if (kiln_engine_new(be, km_l2c_config(f), &src, &o, &e, &err) < 0) {
+			fprintf(stderr, "engine: %s\n", err.msg);
+			return 1;
+		}
+		w0 = wall();
+		c0 = cpu();
+		if (run_engine(e, q, N, 8) < 0)
+			return 1;
+		double w = wall() - w0, cc = cpu() - c0;
+		row(pc ? "shared 96, cache on" : "shared 96, cache off", q, N, w, cc);
+		kiln_engine_stats st;
+		kiln_engine_get_stats(e, &st);
+		snprintf(pnotes[pc], sizeof(pnotes[pc]),
+			 "shared prefix, 8 clients, prefix caching %s: %llu prefill tokens, %llu "
+			 "shared, %llu steps",
+			 pc ? "on" : "off", (unsigned long long) st.prefill_tokens,
+			 (unsigned long long) st.prefix_hits, (unsigned long long) st.steps);
+		kiln_engine_free(e);
+	}
+
 	printf("\nTTFT in ms, from submit to the first token.\n");
 	for (size_t k = 0; k < ARRAY_SIZE(clients); k++)
 		printf("%s\n", notes[k]);
+	for (int k = 0; k < 2; k++)
+		printf("%s\n", pnotes[k]);
 	km_l2c_free(f);
 	kk_backend_free(be);
 	free(q);

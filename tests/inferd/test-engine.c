@@ -477,6 +477,71 @@ static void test_long_prompt(void **state)
 	kiln_engine_free(small);
 }
 
+/* Prefix caching: requests sharing a 64-token prompt prefix with a running
+ * one fork its blocks, prefill nothing, and give the tokens they give alone
+ * (near-ties explained as elsewhere). */
+static void test_prefix_caching(void **state)
+{
+	NEED_FIXTURE();
+	kiln_engine *ea = engine(4, 128, 64, 8, -1);
+	km_error err = {};
+	km_l2c *f = NULL;
+	assert_int_equal(km_l2c_open(fixture, &f, &err), 0);
+	km_weight_source src = km_l2c_source(f);
+	kiln_engine_opts o = { .max_running = 8,
+			       .max_step_tokens = 128,
+			       .num_blocks = 64,
+			       .max_waiting = 16,
+			       .eos_token = -1,
+			       .prefix_caching = true };
+	kiln_engine *e = NULL;
+	assert_int_equal(kiln_engine_new(be, km_l2c_config(f), &src, &o, &e, &err), 0);
+	km_l2c_free(f);
+	enum { N = 6 };
+	spec *s = calloc(N, sizeof(spec));
+	random_specs(s, N, 1, 20, 40, false);
+	/* s[0] holds the prefix; s[1..] share it, with tails of 1..30 tokens
+	 * (s[N-1]'s tail of 40 is past KILN_ENGINE_PREFIX_TAIL_MAX: prefilled). */
+	const int tails[N] = { 5, 1, 7, 16, 30, 40 };
+	for (int i = 0; i < N; i++) {
+		s[i].n_prompt = 64 + tails[i];
+		for (int j = 1; j < 64; j++)
+			s[i].prompt[j] = (j * 29 + 3) % 512;
+		for (int j = 64; j < s[i].n_prompt; j++)
+			s[i].prompt[j] = rnd(512);
+	}
+	s[2].samp = (kk_sampling){ .temperature = 0.8f, .top_k = 20, .seed = 5 };
+	run *alone = calloc(N, sizeof(run)), *conc = calloc(N, sizeof(run));
+	for (int i = 0; i < N; i++)
+		run_alone(ea, &s[i], &alone[i]);
+	reset_counts();
+	conc[0].gate_wait = true; /* s[0] prefilled, then waits at its first token */
+	must_submit(e, &s[0], &conc[0], 0);
+	wait_admitted(e);
+	for (int i = 1; i < N; i++)
+		must_submit(e, &s[i], &conc[i], (uint64_t) i);
+	open_gate();
+	wait_finished(N);
+	compare_runs(s, alone, conc, N);
+	kiln_engine_stats st;
+	kiln_engine_get_stats(e, &st);
+	int q = 0;
+	for (int i = 0; i < N; i++)
+		q += s[i].n_prompt;
+	print_message("# prefix cache: %llu of %llu prompt tokens shared, %llu prefilled\n",
+		      (unsigned long long) st.prefix_hits, (unsigned long long) st.prefix_queries,
+		      (unsigned long long) st.prefill_tokens);
+	assert_int_equal(st.prefix_hits, 4 * 64);
+	assert_int_equal(st.prefix_queries, q);
+	assert_int_equal(st.prefill_tokens, s[0].n_prompt + s[N - 1].n_prompt);
+	check_all_free(e);
+	free(s);
+	free(alone);
+	free(conc);
+	kiln_engine_free(e);
+	kiln_engine_free(ea);
+}
+
 static void test_stop_and_length(void **state)
 {
 	NEED_FIXTURE();
@@ -871,6 +936,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_sampled_concurrent),
 		cmocka_unit_test(test_preemption),
 		cmocka_unit_test(test_long_prompt),
+		cmocka_unit_test(test_prefix_caching),
 		cmocka_unit_test(test_stop_and_length),
 		cmocka_unit_test(test_cancel),
 		cmocka_unit_test(test_queue_full),

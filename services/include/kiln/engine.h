@@ -100,7 +100,17 @@ typedef struct kiln_engine_opts {
 	int num_blocks;	       /* KV cache blocks of 16 tokens; 0: 1024 */
 	int max_waiting;       /* queue limit, submit says -EAGAIN past it; 0: 1024 */
 	int eos_token;	       /* -1: none; llama2.c models use 2 */
+	/* Share whole 16-token blocks of a prompt prefix with a running
+	 * sequence (km_kvcache_seq_fork) instead of prefilling them; the rest
+	 * of the prompt then goes one token per step (kk cannot prefill on
+	 * top of a cached context), so only prompts whose unshared tail is at
+	 * most KILN_ENGINE_PREFIX_TAIL_MAX tokens are forked. */
+	bool prefix_caching;
 } kiln_engine_opts;
+
+/* Longest unshared prompt tail a prefix-cache hit may leave: every tail
+ * token costs the request one step of latency. */
+#define KILN_ENGINE_PREFIX_TAIL_MAX 32
 
 /* Creates the model (weights read from src during the call only), its KV
  * cache, and starts the scheduler thread.  be must outlive the engine.
@@ -144,6 +154,8 @@ typedef struct kiln_engine_stats {
 	uint64_t generated_tokens;     /* tokens delivered */
 	uint64_t preemptions;
 	uint64_t steps;
+	uint64_t prefix_queries; /* prompt tokens looked up (prefix_caching) */
+	uint64_t prefix_hits;	 /* of those, tokens shared instead of prefilled */
 	int kv_blocks_total, kv_blocks_used;
 } kiln_engine_stats;
 
