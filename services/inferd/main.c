@@ -12,7 +12,6 @@
  * codes: 0 ok, 1 failure, 2 usage error.  docs/inferd-engine.md. */
 #include <errno.h>
 #include <getopt.h>
-#include <libgen.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -555,14 +554,8 @@ static int run(int argc, char **argv)
 
 	app a = { .started = time(NULL) };
 	atomic_init(&a.next_id, 1);
-	if (arg.name)
-		snprintf(a.name, sizeof(a.name), "%s", arg.name);
-	else {
-		_cleanup_free_ char *copy = strdup(arg.model);
-		if (!copy)
-			return 1;
-		snprintf(a.name, sizeof(a.name), "%s", basename(copy));
-	}
+	const char *slash = strrchr(arg.model, '/');
+	snprintf(a.name, sizeof(a.name), "%s", arg.name ? arg.name : slash ? slash + 1 : arg.model);
 
 	kk_backend *be = NULL;
 	r = kk_backend_open(arg.backend, &be);
