@@ -36,6 +36,9 @@
 #define ENGINE_DEF_STEP	   512
 #define ENGINE_DEF_BLOCKS  1024
 #define ENGINE_DEF_WAITING 1024
+/* Admission keeps 1/100 of the cache (at least one block) free while
+ * anything runs (vLLM's default watermark is 1% too). */
+#define ENGINE_WATERMARK_DIV 100
 
 /* What a step did to a request. */
 enum { OUT_GOING, OUT_ERROR, OUT_STOP, OUT_LENGTH };
@@ -76,6 +79,7 @@ struct kiln_engine {
 	km_kvcache *c;
 	km_config cfg;
 	int max_running, max_step, num_blocks, max_waiting, eos;
+	int watermark; /* free blocks admission leaves for running sequences */
 	bool prefix;
 
 	pthread_mutex_t lock;
@@ -326,7 +330,7 @@ static int plan_step(kiln_engine *e, ereq **done)
 		if (share && r->n_total - share <= KILN_ENGINE_PREFIX_TAIL_MAX) {
 			/* A fork holds no new block until its first token,
 			 * which always starts one (share is whole blocks). */
-			if (budget < 1 || free_blocks < 1)
+			if (budget < 1 || free_blocks - (e->n_running ? e->watermark : 0) < 1)
 				break;
 			int seq = km_kvcache_seq_fork(e->c, donor->seq, share);
 			if (seq < 0)
@@ -347,7 +351,12 @@ static int plan_step(kiln_engine *e, ereq **done)
 		}
 		int chunk = MIN(r->n_total, e->max_step);
 		int blocks = DIV_ROUND_UP(chunk, KK_KV_BLOCK_SIZE);
-		if (chunk > budget || blocks > free_blocks)
+		/* With others running, keep a watermark of free blocks for
+		 * their growth: admitting into the last free block means
+		 * preempting (and recomputing) someone at the next block
+		 * boundary.  Alone, anything that fits may run. */
+		int reserve = e->n_running ? e->watermark : 0;
+		if (chunk > budget || blocks > free_blocks - reserve)
 			break;
 		int seq = km_kvcache_seq_new(e->c);
 		if (seq < 0)
@@ -586,6 +595,7 @@ int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source
 	e->max_running = o.max_running;
 	e->max_step = o.max_step_tokens;
 	e->num_blocks = o.num_blocks;
+	e->watermark = MAX(1, o.num_blocks / ENGINE_WATERMARK_DIV);
 	e->max_waiting = o.max_waiting;
 	e->eos = o.eos_token;
 	e->prefix = o.prefix_caching;
