@@ -95,6 +95,7 @@ struct kiln_engine {
 	uint64_t admit_counter;
 
 	/* scheduler scratch */
+	bool hold_admission; /* the next plan admits nothing (after -ENOSPC) */
 	km_seq_input *in;
 	ereq **step;
 	tok_event *events;
@@ -322,7 +323,9 @@ static int plan_step(kiln_engine *e, ereq **done)
 	/* Then waiting requests, strictly in order: the first that does not
 	 * fit stops admission (no overtaking, so a long prompt is not
 	 * starved by short ones; it runs once the budget frees). */
-	while (e->wq_head && e->n_running < e->max_running) {
+	const bool hold = e->hold_admission;
+	e->hold_admission = false;
+	while (!hold && e->wq_head && e->n_running < e->max_running) {
 		ereq *r = e->wq_head;
 		ereq *donor = NULL;
 		int share =
@@ -375,7 +378,7 @@ static int plan_step(kiln_engine *e, ereq **done)
 		if (e->prefix)
 			e->prefix_queries += (uint64_t) r->n_total;
 	}
-	if (n == 0 && e->wq_head && e->n_running == 0) {
+	if (n == 0 && !hold && e->wq_head && e->n_running == 0) {
 		/* An empty cache and still no room: only a preempted request
 		 * grown past the cache gets here. */
 		ereq *r = e->wq_head;
@@ -470,8 +473,9 @@ static void *scheduler(void *arg)
 		int r = km_forward(e->m, e->c, e->in, n, NULL, &err);
 		if (r == -ENOSPC) {
 			/* The plan counts blocks, so this is a fallback: put
-			 * this step's new prefills back in order, or else the
-			 * latest admitted, and plan again. */
+			 * this step's new prefills back in order (or else the
+			 * latest admitted) and run the next step without
+			 * admitting, so the engine cannot spin on one plan. */
 			pthread_mutex_lock(&e->lock);
 			int requeued = 0;
 			for (int i = e->n_running - 1; i >= 0; i--)
@@ -479,10 +483,16 @@ static void *scheduler(void *arg)
 					preempt(e, i);
 					requeued++;
 				}
-			if (!requeued && e->n_running > 1)
+			if (!requeued && e->n_running > 1) {
 				preempt(e, latest_running(e));
+				requeued++;
+			}
 			pthread_mutex_unlock(&e->lock);
-			continue;
+			if (requeued) {
+				e->hold_admission = true;
+				continue;
+			}
+			/* one sequence, alone, and no room: fail it below */
 		}
 		int n_events = 0;
 		double t = now_s();

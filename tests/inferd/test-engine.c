@@ -507,8 +507,10 @@ static void test_prefix_caching(void **state)
 		s[i].n_prompt = 64 + tails[i];
 		for (int j = 1; j < 64; j++)
 			s[i].prompt[j] = (j * 29 + 3) % 512;
+		/* the tails agree on their first 3 tokens too: the shared
+		 * prefix is 67 tokens, of which whole blocks (64) fork */
 		for (int j = 64; j < s[i].n_prompt; j++)
-			s[i].prompt[j] = rnd(512);
+			s[i].prompt[j] = j < 67 ? 100 + j : rnd(512);
 	}
 	s[2].samp = (kk_sampling){ .temperature = 0.8f, .top_k = 20, .seed = 5 };
 	run *alone = calloc(N, sizeof(run)), *conc = calloc(N, sizeof(run));
