@@ -104,6 +104,10 @@ struct kiln_engine {
 	uint64_t finished[4], prompt_tokens, prefill_tokens, generated, preemptions, steps;
 	uint64_t prefix_queries, prefix_hits;
 	kiln_histogram ttft, itl, e2e;
+	/* The cache's free blocks as of the scheduler's last turn under the
+	 * lock: the cache itself changes outside it (km_forward appends), so
+	 * other threads read this copy, never the cache. */
+	int kv_free;
 };
 
 static double now_s(void)
@@ -457,12 +461,14 @@ static void *scheduler(void *arg)
 			pthread_cond_wait(&e->cond, &e->lock);
 		apply_cancels(e, &done);
 		if (e->stopping && e->n_waiting == 0 && e->n_running == 0) {
+			e->kv_free = km_kvcache_free_blocks(e->c);
 			count_done(e, done, now_s());
 			pthread_mutex_unlock(&e->lock);
 			deliver(e, 0, done);
 			break;
 		}
 		int n = plan_step(e, &done);
+		e->kv_free = km_kvcache_free_blocks(e->c);
 		count_done(e, done, now_s());
 		pthread_mutex_unlock(&e->lock);
 		deliver(e, 0, done);
@@ -559,6 +565,7 @@ static void *scheduler(void *arg)
 				finish(q, KILN_ENGINE_FINISH_LENGTH, -1, NULL, &done);
 			}
 		}
+		e->kv_free = km_kvcache_free_blocks(e->c);
 		count_done(e, done, t);
 		pthread_mutex_unlock(&e->lock);
 		deliver(e, n_events, done);
@@ -605,6 +612,7 @@ int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source
 	e->max_running = o.max_running;
 	e->max_step = o.max_step_tokens;
 	e->num_blocks = o.num_blocks;
+	e->kv_free = o.num_blocks;
 	e->watermark = MAX(1, o.num_blocks / ENGINE_WATERMARK_DIV);
 	e->max_waiting = o.max_waiting;
 	e->eos = o.eos_token;
@@ -827,7 +835,7 @@ void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *ret)
 	s.prefix_queries = e->prefix_queries;
 	s.prefix_hits = e->prefix_hits;
 	s.kv_blocks_total = e->num_blocks;
-	s.kv_blocks_used = e->num_blocks - km_kvcache_free_blocks(e->c);
+	s.kv_blocks_used = e->num_blocks - e->kv_free;
 	pthread_mutex_unlock(&e->lock);
 	*ret = s;
 }
