@@ -141,7 +141,8 @@ typedef enum kiln_engine_shutdown_mode {
 
 /* Stops accepting requests, drains or cancels the rest, and joins the
  * scheduler thread.  Returns once every callback got its finish.  Calling it
- * again does nothing. */
+ * again does nothing.  Call it (and kiln_engine_free) from one thread, never
+ * from a callback (it would wait for itself). */
 void kiln_engine_shutdown(kiln_engine *e, kiln_engine_shutdown_mode mode);
 /* kiln_engine_shutdown(CANCEL) if not done, then frees everything. */
 kiln_engine *kiln_engine_free(kiln_engine *e);
