@@ -40,8 +40,10 @@
 
 /* Tokens a test request may generate at most. */
 #define GEN_MAX 512
-/* How long a test waits for finishes before failing (no hangs in CI). */
-#define WAIT_S 120
+/* How long a test waits for finishes before failing (no hangs in CI);
+ * $KILN_TEST_WAIT_S overrides it (valgrind runs ~50x slower). */
+#define WAIT_S_DEFAULT 120
+static int wait_s = WAIT_S_DEFAULT;
 /* A greedy divergence is a near-tie when the reference's two logits are
  * closer than this (the cpu backend's batch-shape noise is ~3e-5). */
 #define TIE_TOL 1e-3
@@ -142,24 +144,46 @@ static void open_gate(void)
 	pthread_mutex_unlock(&mu);
 }
 
+/* Engines of the running test: a test that fails mid-way leaves them
+ * behind, so a timeout cancels them first (no callback may reach a later
+ * test's memory). */
+static kiln_engine *live[4];
+
 static void wait_finished(int target)
 {
 	struct timespec dl;
 	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += WAIT_S;
+	dl.tv_sec += wait_s;
 	pthread_mutex_lock(&mu);
 	while (n_finished < target) {
 		if (pthread_cond_timedwait(&cv, &mu, &dl) == ETIMEDOUT) {
 			int got = n_finished;
+			gate_open = true;
+			pthread_cond_broadcast(&cv);
 			pthread_mutex_unlock(&mu);
+			for (size_t i = 0; i < ARRAY_SIZE(live); i++)
+				if (live[i]) { /* stopped, and left behind */
+					kiln_engine_shutdown(live[i], KILN_ENGINE_CANCEL);
+					live[i] = NULL;
+				}
 			fail_msg("only %d of %d requests finished within %d s", got, target,
-				 WAIT_S);
+				 wait_s);
 		}
 	}
 	pthread_mutex_unlock(&mu);
 }
 
 /* ---- engines and requests ------------------------------------------------ */
+
+static kiln_engine *track(kiln_engine *e)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(live); i++)
+		if (!live[i]) {
+			live[i] = e;
+			break;
+		}
+	return e;
+}
 
 static kiln_engine *engine(int running, int step, int blocks, int waiting, int eos)
 {
@@ -179,7 +203,16 @@ static kiln_engine *engine(int running, int step, int blocks, int waiting, int e
 	km_l2c_free(f);
 	if (r < 0)
 		fail_msg("kiln_engine_new: %s", err.msg);
-	return e;
+	return track(e);
+}
+
+/* Frees an engine from engine() (or kiln_engine_new). */
+static void engine_free(kiln_engine *e)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(live); i++)
+		if (live[i] == e)
+			live[i] = NULL;
+	kiln_engine_free(e);
 }
 
 typedef struct spec {
@@ -221,13 +254,13 @@ static void must_submit(kiln_engine *e, const spec *s, run *r, uint64_t id)
 static void wait_admitted(kiln_engine *e)
 {
 	kiln_engine_stats st;
-	for (int i = 0; i < WAIT_S * 1000; i++) {
+	for (int i = 0; i < wait_s * 1000; i++) {
 		kiln_engine_get_stats(e, &st);
 		if (!st.waiting)
 			return;
 		usleep(1000);
 	}
-	fail_msg("the engine admitted nothing within %d s", WAIT_S);
+	fail_msg("the engine admitted nothing within %d s", wait_s);
 }
 
 /* Runs s alone (nothing else in the engine) and returns its tokens in out. */
@@ -382,8 +415,8 @@ static void test_greedy_concurrent(void **state)
 	alone_vs_concurrent(ea, e, s, 32, &st);
 	assert_true(st.steps > 0);
 	free(s);
-	kiln_engine_free(ea);
-	kiln_engine_free(e);
+	engine_free(ea);
+	engine_free(e);
 }
 
 static void test_sampled_concurrent(void **state)
@@ -401,8 +434,8 @@ static void test_sampled_concurrent(void **state)
 	run_alone(ea, &s[0], &b);
 	assert_true(a.n != b.n || memcmp(a.toks, b.toks, sizeof(int32_t) * (size_t) a.n) != 0);
 	free(s);
-	kiln_engine_free(ea);
-	kiln_engine_free(e);
+	engine_free(ea);
+	engine_free(e);
 }
 
 /* The engine's greedy output from BOS is the float64 reference's. */
@@ -425,7 +458,7 @@ static void test_matches_reference(void **state)
 			fail_msg("token %d: engine %d, reference %d", i, r.toks[i], tok);
 	}
 	free(lg);
-	kiln_engine_free(e);
+	engine_free(e);
 }
 
 static void test_preemption(void **state)
@@ -448,8 +481,8 @@ static void test_preemption(void **state)
 	alone_vs_concurrent(ea, e, s, 12, &st);
 	assert_true(st.preemptions > before);
 	free(s);
-	kiln_engine_free(ea);
-	kiln_engine_free(e);
+	engine_free(ea);
+	engine_free(e);
 }
 
 /* A prompt longer than the step budget: the first chunk prefills, the rest
@@ -473,8 +506,8 @@ static void test_long_prompt(void **state)
 	kiln_engine_get_stats(small, &st);
 	assert_int_equal(st.prefill_tokens, 32);
 	free(s);
-	kiln_engine_free(big);
-	kiln_engine_free(small);
+	engine_free(big);
+	engine_free(small);
 }
 
 /* Prefix caching: requests sharing a 64-token prompt prefix with a running
@@ -496,6 +529,7 @@ static void test_prefix_caching(void **state)
 			       .prefix_caching = true };
 	kiln_engine *e = NULL;
 	assert_int_equal(kiln_engine_new(be, km_l2c_config(f), &src, &o, &e, &err), 0);
+	track(e);
 	km_l2c_free(f);
 	enum { N = 6 };
 	spec *s = calloc(N, sizeof(spec));
@@ -540,8 +574,8 @@ static void test_prefix_caching(void **state)
 	free(s);
 	free(alone);
 	free(conc);
-	kiln_engine_free(e);
-	kiln_engine_free(ea);
+	engine_free(e);
+	engine_free(ea);
 }
 
 static void test_stop_and_length(void **state)
@@ -584,7 +618,7 @@ static void test_stop_and_length(void **state)
 	assert_int_equal(r.reason, KILN_ENGINE_FINISH_LENGTH);
 	assert_int_equal(r.n, 7);
 	assert_int_equal(r.stop_token, -1);
-	kiln_engine_free(e);
+	engine_free(e);
 
 	/* EOS (an engine option), and ignore_eos. */
 	e = engine(4, 64, 64, 8, base.toks[k]);
@@ -596,7 +630,7 @@ static void test_stop_and_length(void **state)
 	run_alone(e, &s, &r);
 	assert_int_equal(r.reason, KILN_ENGINE_FINISH_LENGTH);
 	assert_int_equal(r.n, 60);
-	kiln_engine_free(e);
+	engine_free(e);
 
 	/* The context (512) ends a request: a 500-token prompt gets 13 tokens
 	 * (positions 500..511 fed, plus the last one sampled). */
@@ -612,7 +646,7 @@ static void test_stop_and_length(void **state)
 	assert_int_equal(r.n, 13);
 	check_all_free(e);
 	free(l);
-	kiln_engine_free(e);
+	engine_free(e);
 }
 
 static void test_cancel(void **state)
@@ -655,7 +689,7 @@ static void test_cancel(void **state)
 	assert_int_equal(st.requests_finished[KILN_ENGINE_FINISH_LENGTH], 1);
 	check_all_free(e);
 	free(r);
-	kiln_engine_free(e);
+	engine_free(e);
 }
 
 static void test_queue_full(void **state)
@@ -686,7 +720,7 @@ static void test_queue_full(void **state)
 	must_submit(e, &s, &r[5], 5);
 	wait_finished(1);
 	free(r);
-	kiln_engine_free(e);
+	engine_free(e);
 }
 
 static void test_rejects(void **state)
@@ -745,7 +779,7 @@ static void test_rejects(void **state)
 	assert_string_equal(r.msg, "the KV cache cannot hold a longer context");
 	check_all_free(e);
 	free(s);
-	kiln_engine_free(e);
+	engine_free(e);
 
 	/* Bad options. */
 	km_l2c *f = NULL;
@@ -793,7 +827,7 @@ static void test_shutdown_in_flight(void **state)
 		print_message("# shutdown %s: 12 in flight, %d cancelled\n",
 			      mode ? "cancel" : "drain", cancelled);
 		check_all_free(e);
-		kiln_engine_free(e);
+		engine_free(e);
 		free(r);
 	}
 }
@@ -862,8 +896,8 @@ static void test_threads(void **state)
 	free(alone);
 	free(s);
 	free(r);
-	kiln_engine_free(e);
-	kiln_engine_free(ea);
+	engine_free(e);
+	engine_free(ea);
 }
 
 static void test_metrics(void **state)
@@ -899,7 +933,7 @@ static void test_metrics(void **state)
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
 		if (!strstr(b.s, want[i]))
 			fail_msg("metrics lack \"%s\":\n%s", want[i], b.s);
-	kiln_engine_free(e);
+	engine_free(e);
 }
 
 static int group_setup(void **state)
@@ -907,6 +941,9 @@ static int group_setup(void **state)
 	/* One cpu thread: kk's cpu threads split reductions differently from
 	 * run to run, which would make the batch comparisons nondeterministic. */
 	setenv("KK_CPU_THREADS", "1", 0);
+	const char *w = getenv("KILN_TEST_WAIT_S");
+	if (w && atoi(w) > 0)
+		wait_s = atoi(w);
 	assert_int_equal(kk_backend_open("cpu", &be), 0);
 	fixture = find_fixture();
 	if (fixture) {
