@@ -23,7 +23,7 @@ PKGS=(
 	prometheus          # promtool check metrics
 	python3-torch python3-numpy  # PyTorch workers against kiln's store (torch 1.13, CPU)
 	iproute2 util-linux procps psmisc curl systemd
-	jq                  # kiln model inspect --json checks
+	jq                  # kiln model inspect --json checks; test-inferd.sh replies
 )
 missing=()
 for p in "${PKGS[@]}"; do

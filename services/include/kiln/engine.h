@@ -1,0 +1,173 @@
+/* kiln/engine.h — the inference engine: a continuous-batching scheduler on
+ * libkmodel, the core of kiln-inferd.
+ *
+ * One engine owns one model (km_model) and its paged KV cache (km_kvcache)
+ * and runs a scheduler thread over them.  Any thread submits requests
+ * (prompt token ids, max_tokens, sampling, stop ids, a callback) and may
+ * cancel them; the scheduler admits waiting requests first come first
+ * served while KV blocks and the per-step token budget allow, runs one
+ * km_forward step over every running sequence (decodes and prefills mixed),
+ * samples each row with the request's own seed, hands each new token to the
+ * request's callback, retires finished sequences and frees their blocks.
+ * When the cache runs out it preempts the most recently admitted running
+ * sequence by recompute: its blocks are freed and it goes back to the front
+ * of the queue with prompt + generated tokens, so its output is unchanged.
+ * docs/inferd-engine.md has the policy, the limits and the measurements.
+ *
+ * Callbacks run on the scheduler thread, never with the engine's lock held
+ * (they may submit or cancel); they must be quick, since the next step waits
+ * for them.  Every accepted request gets exactly one finish event, and
+ * nothing after it.
+ *
+ * Conventions: 0 or a negative errno; functions whose failure a user must
+ * see take a km_error that receives one line (what, where, what to do).
+ * Nothing here prints or exits. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kiln/metrics.h"
+#include "kk.h"
+#include "kmodel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Largest waiting queue an engine accepts as an option (each waiting
+ * request holds its prompt in host memory; a million is far past any
+ * useful backlog). */
+#define KILN_ENGINE_WAITING_MAX (1 << 20)
+/* Stop token ids per request (OpenAI allows a handful of stop strings;
+ * a tokenizer maps each to a few ids). */
+#define KILN_ENGINE_STOP_MAX 64
+
+typedef struct kiln_engine kiln_engine;
+
+typedef enum kiln_engine_finish {
+	KILN_ENGINE_FINISH_STOP,      /* a stop token or EOS was sampled */
+	KILN_ENGINE_FINISH_LENGTH,    /* max_tokens, or the context is full */
+	KILN_ENGINE_FINISH_CANCELLED, /* kiln_engine_cancel, or shutdown */
+	KILN_ENGINE_FINISH_ERROR,     /* the step failed; message says why */
+} kiln_engine_finish;
+
+/* "stop", "length", "cancelled", "error" (OpenAI's finish_reason words
+ * where it has them). */
+const char *kiln_engine_finish_name(kiln_engine_finish f);
+
+typedef enum kiln_engine_event_type {
+	KILN_ENGINE_EVENT_TOKEN,
+	KILN_ENGINE_EVENT_FINISH,
+} kiln_engine_event_type;
+
+typedef struct kiln_engine_event {
+	kiln_engine_event_type type;
+	uint64_t id;	 /* the request's id */
+	int32_t token;	 /* TOKEN: the new token; FINISH/STOP: the stop id matched, else -1 */
+	int index;	 /* TOKEN: 0-based position in the output */
+	int n_generated; /* tokens delivered so far (FINISH: in all) */
+	int n_prompt;	 /* the request's prompt length */
+	kiln_engine_finish reason; /* FINISH only */
+	const char *message;	   /* FINISH/ERROR: one line; else NULL */
+} kiln_engine_event;
+
+/* Called on the scheduler thread for every token and once at the finish.
+ * ev is valid during the call only. */
+typedef void (*kiln_engine_cb)(void *userdata, const kiln_engine_event *ev);
+
+typedef struct kiln_engine_request {
+	uint64_t id; /* the caller's; cancel finds the request by it */
+	const int32_t *prompt;
+	int n_prompt;	/* >= 1 */
+	int max_tokens; /* >= 1 tokens to generate at most */
+	kk_sampling sampling;
+	/* Sampling the EOS token (the engine's eos_token option) or one of
+	 * these ends the request with FINISH_STOP; that token is not
+	 * delivered (OpenAI's behaviour). */
+	const int32_t *stop;
+	int n_stop; /* <= KILN_ENGINE_STOP_MAX */
+	bool ignore_eos;
+	kiln_engine_cb cb; /* NULL allowed */
+	void *userdata;
+} kiln_engine_request;
+
+typedef struct kiln_engine_opts {
+	kk_dtype weight_dtype; /* km_model_opts.weight_dtype */
+	int q4_group;	       /* km_model_opts.q4_group */
+	int max_running;       /* sequences per step (km max_seqs); 0: 64 */
+	int max_step_tokens;   /* tokens per step, all sequences (km max_tokens); 0: 512 */
+	int num_blocks;	       /* KV cache blocks of 16 tokens; 0: 1024 */
+	int max_waiting;       /* queue limit, submit says -EAGAIN past it; 0: 1024 */
+	int eos_token;	       /* -1: none; llama2.c models use 2 */
+	/* Share whole 16-token blocks of a prompt prefix with a running
+	 * sequence (km_kvcache_seq_fork) instead of prefilling them; the rest
+	 * of the prompt then goes one token per step (kk cannot prefill on
+	 * top of a cached context), so only prompts whose unshared tail is at
+	 * most KILN_ENGINE_PREFIX_TAIL_MAX tokens are forked. */
+	bool prefix_caching;
+} kiln_engine_opts;
+
+/* Longest unshared prompt tail a prefix-cache hit may leave: every tail
+ * token costs the request one step of latency. */
+#define KILN_ENGINE_PREFIX_TAIL_MAX 32
+
+/* Creates the model (weights read from src during the call only), its KV
+ * cache, and starts the scheduler thread.  be must outlive the engine.
+ * Errors (err filled): -EINVAL (opts, config), km_model_new's and
+ * km_kvcache_new's errors, -errno from pthread_create. */
+int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source *src,
+		    const kiln_engine_opts *opts, kiln_engine **ret, km_error *err);
+
+/* Queues a request (prompt and stop ids are copied).  Errors (err filled):
+ *   -EINVAL   empty prompt, token id outside the vocabulary, max_tokens < 1,
+ *             too many stop ids, bad sampling parameters;
+ *   -E2BIG    the prompt can never run: longer than the model's context
+ *             (max_seq_len) or than the whole KV cache;
+ *   -EAGAIN   the waiting queue is at max_waiting (inferd answers 429);
+ *   -ESHUTDOWN the engine is shutting down;
+ *   -ENOMEM. */
+int kiln_engine_submit(kiln_engine *e, const kiln_engine_request *req, km_error *err);
+
+/* Cancels a waiting or running request; its callback gets FINISH_CANCELLED
+ * (from the scheduler thread, soon after) and its blocks are freed.
+ * -ENOENT: no live request has that id (finished already, or never). */
+int kiln_engine_cancel(kiln_engine *e, uint64_t id);
+
+typedef enum kiln_engine_shutdown_mode {
+	KILN_ENGINE_DRAIN,  /* finish everything accepted, accept nothing new */
+	KILN_ENGINE_CANCEL, /* cancel everything waiting or running */
+} kiln_engine_shutdown_mode;
+
+/* Stops accepting requests, drains or cancels the rest, and joins the
+ * scheduler thread.  Returns once every callback got its finish.  Calling it
+ * again does nothing.  Call it (and kiln_engine_free) from one thread, never
+ * from a callback (it would wait for itself). */
+void kiln_engine_shutdown(kiln_engine *e, kiln_engine_shutdown_mode mode);
+/* kiln_engine_shutdown(CANCEL) if not done, then frees everything. */
+kiln_engine *kiln_engine_free(kiln_engine *e);
+
+typedef struct kiln_engine_stats {
+	int waiting, running;
+	uint64_t requests_finished[4]; /* by kiln_engine_finish */
+	uint64_t prompt_tokens;	       /* tokens submitted as prompts */
+	uint64_t prefill_tokens;       /* tokens run through prefill (recompute too) */
+	uint64_t generated_tokens;     /* tokens delivered */
+	uint64_t preemptions;
+	uint64_t steps;
+	uint64_t prefix_queries; /* prompt tokens looked up (prefix_caching) */
+	uint64_t prefix_hits;	 /* of those, tokens shared instead of prefilled */
+	int kv_blocks_total, kv_blocks_used;
+} kiln_engine_stats;
+
+void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *ret);
+
+/* Appends the engine's metrics (kiln_inferd_*: requests running/waiting,
+ * KV cache usage, token and preemption counters, time-to-first-token,
+ * inter-token and end-to-end latency histograms) to m.  Returns m's error
+ * state. */
+int kiln_engine_metrics(kiln_engine *e, kiln_metrics *m);
+
+#ifdef __cplusplus
+}
+#endif

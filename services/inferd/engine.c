@@ -1,0 +1,900 @@
+/* engine.c — kiln-inferd's continuous-batching scheduler (see kiln/engine.h).
+ *
+ * One scheduler thread owns the model and the KV cache; other threads only
+ * touch the waiting queue, the running list's cancel flags and the counters,
+ * all under e->lock.  Each turn of the loop: apply cancels; plan a step under
+ * the lock (every running sequence brings one token, then waiting requests
+ * are admitted first come first served while sequence slots, the token
+ * budget and free KV blocks allow; when the running sequences' next tokens
+ * need more blocks than are free, the most recently admitted one is
+ * preempted by recompute); run km_forward and sample outside the lock;
+ * retire under the lock; hand tokens and finishes to the callbacks with the
+ * lock released.
+ *
+ * A request's state is its token list (prompt, then what it generated) and
+ * how many of those are in its cache sequence (n_cached).  A step feeds
+ * either a first chunk from position 0 (prefill: the whole list when it fits
+ * the step, else the first max_step_tokens) or the next uncached token; once
+ * everything is cached the row's logits are sampled.  A recomputed or very
+ * long request therefore prefills what fits and catches up one token per
+ * step (kk cannot prefill a chunk on top of a cached context, see
+ * docs/model.md), and the token it samples next sees exactly the context it
+ * would have seen without the interruption. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kiln/engine.h"
+#include "kiln/macro.h"
+
+/* Defaults for zero options (docs/inferd-engine.md). */
+#define ENGINE_DEF_RUNNING 64
+#define ENGINE_DEF_STEP	   512
+#define ENGINE_DEF_BLOCKS  1024
+#define ENGINE_DEF_WAITING 1024
+/* Admission keeps 1/100 of the cache (at least one block) free while
+ * anything runs (vLLM's default watermark is 1% too). */
+#define ENGINE_WATERMARK_DIV 100
+
+/* What a step did to a request. */
+enum { OUT_GOING, OUT_ERROR, OUT_STOP, OUT_LENGTH };
+
+typedef struct ereq ereq;
+struct ereq {
+	uint64_t id;
+	int32_t *tokens; /* prompt then generated, capacity n_prompt + max_tokens */
+	int n_prompt, n_total, n_cached, max_tokens;
+	int seq;     /* cache sequence, -1 while waiting */
+	int chunk;   /* tokens fed in the current step */
+	int outcome; /* of the current step: OUT_* */
+	kk_sampling samp;
+	int32_t stop[KILN_ENGINE_STOP_MAX];
+	int n_stop;
+	bool ignore_eos;
+	kiln_engine_cb cb;
+	void *userdata;
+	bool cancel;
+	uint64_t admit_order;
+	double t_submit, t_last;
+	/* finish, once decided */
+	kiln_engine_finish reason;
+	int32_t stop_token;
+	char msg[KM_ERROR_MAX];
+	ereq *prev, *next; /* waiting queue, then the finished list */
+};
+
+/* A token to hand to a callback after the step. */
+typedef struct tok_event {
+	ereq *r;
+	int32_t token;
+} tok_event;
+
+struct kiln_engine {
+	kk_backend *be;
+	km_model *m;
+	km_kvcache *c;
+	km_config cfg;
+	int max_running, max_step, num_blocks, max_waiting, eos;
+	int watermark; /* free blocks admission leaves for running sequences */
+	bool prefix;
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	pthread_t thread;
+	bool started, stopping, joined;
+	kiln_engine_shutdown_mode mode;
+
+	ereq *wq_head, *wq_tail; /* waiting, FCFS; preempted ones at the front */
+	int n_waiting;
+	ereq **running; /* [max_running], in admission order */
+	int n_running;
+	uint64_t admit_counter;
+
+	/* scheduler scratch */
+	bool hold_admission; /* the next plan admits nothing (after -ENOSPC) */
+	km_seq_input *in;
+	ereq **step;
+	tok_event *events;
+
+	/* counters (under lock) */
+	uint64_t finished[4], prompt_tokens, prefill_tokens, generated, preemptions, steps;
+	uint64_t prefix_queries, prefix_hits;
+	kiln_histogram ttft, itl, e2e;
+	/* The cache's free blocks as of the scheduler's last turn under the
+	 * lock: the cache itself changes outside it (km_forward appends), so
+	 * other threads read this copy, never the cache. */
+	int kv_free;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+static int errorf(km_error *err, int r, const char *fmt, ...) _printf_(3, 4);
+static int errorf(km_error *err, int r, const char *fmt, ...)
+{
+	if (err) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+		va_end(ap);
+	}
+	return r;
+}
+
+const char *kiln_engine_finish_name(kiln_engine_finish f)
+{
+	static const char *const names[] = { "stop", "length", "cancelled", "error" };
+	return (unsigned) f < ARRAY_SIZE(names) ? names[f] : "unknown";
+}
+
+/* The seed for a request's n-th sampled token: kk draws from (seed, row)
+ * and callers advance the seed per step (kk.h); mixing the index in (a
+ * SplitMix64 round) makes token n's draw depend on the request's seed and n
+ * only, not on the step or the batch it lands in. */
+static uint64_t token_seed(uint64_t seed, int n)
+{
+	uint64_t z = seed ^ ((uint64_t) n * UINT64_C(0xD1B54A32D192ED03));
+	z = (z ^ (z >> 31)) * UINT64_C(0x9E3779B97F4A7C15);
+	return z ^ (z >> 29);
+}
+
+static void req_free(ereq *r)
+{
+	if (!r)
+		return;
+	free(r->tokens);
+	free(r);
+}
+
+/* ---- queue helpers (under lock) ----------------------------------------- */
+
+static void wq_unlink(kiln_engine *e, ereq *r)
+{
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		e->wq_head = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	else
+		e->wq_tail = r->prev;
+	r->prev = r->next = NULL;
+	e->n_waiting--;
+}
+
+static void wq_push_back(kiln_engine *e, ereq *r)
+{
+	r->next = NULL;
+	r->prev = e->wq_tail;
+	if (e->wq_tail)
+		e->wq_tail->next = r;
+	else
+		e->wq_head = r;
+	e->wq_tail = r;
+	e->n_waiting++;
+}
+
+static void wq_push_front(kiln_engine *e, ereq *r)
+{
+	r->prev = NULL;
+	r->next = e->wq_head;
+	if (e->wq_head)
+		e->wq_head->prev = r;
+	else
+		e->wq_tail = r;
+	e->wq_head = r;
+	e->n_waiting++;
+}
+
+static void running_remove(kiln_engine *e, int i)
+{
+	memmove(e->running + i, e->running + i + 1,
+		(size_t) (e->n_running - i - 1) * sizeof(*e->running));
+	e->n_running--;
+}
+
+/* Drops r's cache sequence (its blocks go back unless shared). */
+static void release_seq(kiln_engine *e, ereq *r)
+{
+	if (r->seq >= 0)
+		km_kvcache_seq_free(e->c, r->seq);
+	r->seq = -1;
+	r->n_cached = 0;
+}
+
+/* Puts a finished request on the list delivered after the step. */
+static void finish(ereq *r, kiln_engine_finish reason, int32_t stop_token, const char *msg,
+		   ereq **done)
+{
+	r->reason = reason;
+	r->stop_token = stop_token;
+	snprintf(r->msg, sizeof(r->msg), "%s", msg ? msg : "");
+	r->prev = NULL;
+	r->next = *done;
+	*done = r;
+}
+
+/* Preempts running[i] by recompute: blocks freed, back to the queue's front
+ * with every token it has, so it resumes where it was. */
+static void preempt(kiln_engine *e, int i)
+{
+	ereq *r = e->running[i];
+	release_seq(e, r);
+	running_remove(e, i);
+	wq_push_front(e, r);
+	e->preemptions++;
+}
+
+static int latest_running(const kiln_engine *e)
+{
+	int best = 0;
+	for (int i = 1; i < e->n_running; i++)
+		if (e->running[i]->admit_order > e->running[best]->admit_order)
+			best = i;
+	return best;
+}
+
+/* Blocks the running sequences' next tokens need beyond what they hold. */
+static int decode_blocks_needed(const kiln_engine *e)
+{
+	int need = 0;
+	for (int i = 0; i < e->n_running; i++)
+		need += e->running[i]->n_cached % KK_KV_BLOCK_SIZE == 0;
+	return need;
+}
+
+/* The running sequence whose cached tokens share the most whole blocks with
+ * r's tokens, keeping at least one of r's tokens to feed (its logits are
+ * needed); returns the shared token count (a multiple of 16, 0: none). */
+static int find_prefix(const kiln_engine *e, const ereq *r, ereq **donor)
+{
+	int best = 0;
+	for (int i = 0; i < e->n_running; i++) {
+		const ereq *q = e->running[i];
+		int lim = MIN(q->n_cached, r->n_total - 1), k = 0;
+		while (k < lim && q->tokens[k] == r->tokens[k])
+			k++;
+		k -= k % KK_KV_BLOCK_SIZE;
+		if (k > best) {
+			best = k;
+			*donor = e->running[i];
+		}
+	}
+	return best;
+}
+
+/* ---- one turn of the scheduler ------------------------------------------- */
+
+/* Cancels (flags, or everything when shutting down with CANCEL) move to done. */
+static void apply_cancels(kiln_engine *e, ereq **done)
+{
+	const bool all = e->stopping && e->mode == KILN_ENGINE_CANCEL;
+	for (ereq *r = e->wq_head, *nx; r; r = nx) {
+		nx = r->next;
+		if (r->cancel || all) {
+			wq_unlink(e, r);
+			finish(r, KILN_ENGINE_FINISH_CANCELLED, -1, "cancelled", done);
+		}
+	}
+	for (int i = e->n_running - 1; i >= 0; i--) {
+		ereq *r = e->running[i];
+		if (r->cancel || all) {
+			release_seq(e, r);
+			running_remove(e, i);
+			finish(r, KILN_ENGINE_FINISH_CANCELLED, -1, "cancelled", done);
+		}
+	}
+}
+
+/* Plans the step into e->in / e->step; returns the number of inputs. */
+static int plan_step(kiln_engine *e, ereq **done)
+{
+	int free_blocks = km_kvcache_free_blocks(e->c);
+	/* The running sequences go first; make room for their next tokens. */
+	int need = decode_blocks_needed(e);
+	while (need > free_blocks && e->n_running > 0) {
+		if (e->n_running == 1) {
+			/* Alone and still out of room: the cache cannot hold
+			 * this sequence's context, waiting will not help. */
+			ereq *r = e->running[0];
+			release_seq(e, r);
+			running_remove(e, 0);
+			finish(r, KILN_ENGINE_FINISH_LENGTH, -1,
+			       "the KV cache cannot hold a longer context", done);
+		} else {
+			preempt(e, latest_running(e));
+		}
+		free_blocks = km_kvcache_free_blocks(e->c);
+		need = decode_blocks_needed(e);
+	}
+	free_blocks -= need;
+	int n = 0, budget = e->max_step;
+	for (int i = 0; i < e->n_running; i++) {
+		ereq *r = e->running[i];
+		r->chunk = 1;
+		e->in[n] = (km_seq_input){ r->seq, r->tokens + r->n_cached, 1 };
+		e->step[n++] = r;
+		budget--;
+	}
+	/* Then waiting requests, strictly in order: the first that does not
+	 * fit stops admission (no overtaking, so a long prompt is not
+	 * starved by short ones; it runs once the budget frees). */
+	const bool hold = e->hold_admission;
+	e->hold_admission = false;
+	while (!hold && e->wq_head && e->n_running < e->max_running) {
+		ereq *r = e->wq_head;
+		ereq *donor = NULL;
+		int share =
+			e->prefix && r->n_total > KK_KV_BLOCK_SIZE ? find_prefix(e, r, &donor) : 0;
+		if (share && r->n_total - share <= KILN_ENGINE_PREFIX_TAIL_MAX) {
+			/* A fork holds no new block until its first token,
+			 * which always starts one (share is whole blocks). */
+			if (budget < 1 || free_blocks - (e->n_running ? e->watermark : 0) < 1)
+				break;
+			int seq = km_kvcache_seq_fork(e->c, donor->seq, share);
+			if (seq < 0)
+				break;
+			wq_unlink(e, r);
+			r->seq = seq;
+			r->n_cached = share;
+			r->chunk = 1;
+			r->admit_order = ++e->admit_counter;
+			e->running[e->n_running++] = r;
+			e->in[n] = (km_seq_input){ seq, r->tokens + share, 1 };
+			e->step[n++] = r;
+			budget--;
+			free_blocks--;
+			e->prefix_queries += (uint64_t) r->n_total;
+			e->prefix_hits += (uint64_t) share;
+			continue;
+		}
+		int chunk = MIN(r->n_total, e->max_step);
+		int blocks = DIV_ROUND_UP(chunk, KK_KV_BLOCK_SIZE);
+		/* With others running, keep a watermark of free blocks for
+		 * their growth: admitting into the last free block means
+		 * preempting (and recomputing) someone at the next block
+		 * boundary.  Alone, anything that fits may run. */
+		int reserve = e->n_running ? e->watermark : 0;
+		if (chunk > budget || blocks > free_blocks - reserve)
+			break;
+		int seq = km_kvcache_seq_new(e->c);
+		if (seq < 0)
+			break;
+		wq_unlink(e, r);
+		r->seq = seq;
+		r->n_cached = 0;
+		r->chunk = chunk;
+		r->admit_order = ++e->admit_counter;
+		e->running[e->n_running++] = r;
+		e->in[n] = (km_seq_input){ seq, r->tokens, chunk };
+		e->step[n++] = r;
+		budget -= chunk;
+		free_blocks -= blocks;
+		e->prefill_tokens += (uint64_t) chunk;
+		if (e->prefix)
+			e->prefix_queries += (uint64_t) r->n_total;
+	}
+	if (n == 0 && !hold && e->wq_head && e->n_running == 0) {
+		/* An empty cache and still no room: only a preempted request
+		 * grown past the cache gets here. */
+		ereq *r = e->wq_head;
+		wq_unlink(e, r);
+		finish(r, KILN_ENGINE_FINISH_LENGTH, -1,
+		       "the KV cache cannot hold a longer context", done);
+	}
+	return n;
+}
+
+static void deliver(kiln_engine *e, int n_events, ereq *done)
+{
+	for (int i = 0; i < n_events; i++) {
+		ereq *r = e->events[i].r;
+		if (!r->cb)
+			continue;
+		int idx = r->n_total - r->n_prompt - 1;
+		/* The token list holds every sampled token; find this one's
+		 * index (a request gets at most one token per step). */
+		kiln_engine_event ev = {
+			.type = KILN_ENGINE_EVENT_TOKEN,
+			.id = r->id,
+			.token = e->events[i].token,
+			.index = idx,
+			.n_generated = idx + 1,
+			.n_prompt = r->n_prompt,
+		};
+		r->cb(r->userdata, &ev);
+	}
+	for (ereq *r = done, *nx; r; r = nx) {
+		nx = r->next;
+		if (r->cb) {
+			kiln_engine_event ev = {
+				.type = KILN_ENGINE_EVENT_FINISH,
+				.id = r->id,
+				.token = r->stop_token,
+				.index = -1,
+				.n_generated = r->n_total - r->n_prompt,
+				.n_prompt = r->n_prompt,
+				.reason = r->reason,
+				.message = r->msg[0] ? r->msg : NULL,
+			};
+			r->cb(r->userdata, &ev);
+		}
+		req_free(r);
+	}
+}
+
+/* Counts finishes and observes end-to-end latency (under lock). */
+static void count_done(kiln_engine *e, ereq *done, double t)
+{
+	for (ereq *r = done; r; r = r->next) {
+		e->finished[r->reason]++;
+		kiln_histogram_observe(&e->e2e, t - r->t_submit);
+	}
+}
+
+static bool is_stop(const kiln_engine *e, const ereq *r, int32_t tok)
+{
+	if (!r->ignore_eos && e->eos >= 0 && tok == e->eos)
+		return true;
+	for (int i = 0; i < r->n_stop; i++)
+		if (r->stop[i] == tok)
+			return true;
+	return false;
+}
+
+static void *scheduler(void *arg)
+{
+	kiln_engine *e = arg;
+	km_error err;
+	for (;;) {
+		ereq *done = NULL;
+		pthread_mutex_lock(&e->lock);
+		while (!e->stopping && e->n_waiting == 0 && e->n_running == 0)
+			pthread_cond_wait(&e->cond, &e->lock);
+		apply_cancels(e, &done);
+		if (e->stopping && e->n_waiting == 0 && e->n_running == 0) {
+			e->kv_free = km_kvcache_free_blocks(e->c);
+			count_done(e, done, now_s());
+			pthread_mutex_unlock(&e->lock);
+			deliver(e, 0, done);
+			break;
+		}
+		int n = plan_step(e, &done);
+		e->kv_free = km_kvcache_free_blocks(e->c);
+		count_done(e, done, now_s());
+		pthread_mutex_unlock(&e->lock);
+		deliver(e, 0, done);
+		done = NULL;
+		if (n == 0)
+			continue;
+
+		int r = km_forward(e->m, e->c, e->in, n, NULL, &err);
+		if (r == -ENOSPC) {
+			/* The plan counts blocks, so this is a fallback: put
+			 * this step's new prefills back in order (or else the
+			 * latest admitted) and run the next step without
+			 * admitting, so the engine cannot spin on one plan. */
+			pthread_mutex_lock(&e->lock);
+			int requeued = 0;
+			for (int i = e->n_running - 1; i >= 0; i--)
+				if (e->running[i]->n_cached == 0) {
+					preempt(e, i);
+					requeued++;
+				}
+			if (!requeued && e->n_running > 1) {
+				preempt(e, latest_running(e));
+				requeued++;
+			}
+			pthread_mutex_unlock(&e->lock);
+			if (requeued) {
+				e->hold_admission = true;
+				continue;
+			}
+			/* one sequence, alone, and no room: fail it below */
+		}
+		int n_events = 0;
+		double t = now_s();
+		/* Sampling touches only the scheduler's own fields of the
+		 * step's requests: no lock. */
+		for (int i = 0; i < n; i++) {
+			ereq *q = e->step[i];
+			q->outcome = OUT_GOING;
+			if (r < 0) {
+				/* The whole step failed (km rolled the cache back). */
+				continue;
+			}
+			q->n_cached += q->chunk;
+			if (q->n_cached < q->n_total)
+				continue; /* still catching up: no sample */
+			kk_sampling p = q->samp;
+			p.seed = token_seed(q->samp.seed, q->n_total - q->n_prompt);
+			int32_t tok = -1;
+			int rs = km_sample(e->m, i, 1, &p, &tok);
+			if (rs < 0) {
+				snprintf(err.msg, sizeof(err.msg), "sampling failed: %s",
+					 strerror(-rs));
+				q->outcome = OUT_ERROR;
+				continue;
+			}
+			if (is_stop(e, q, tok)) {
+				q->outcome = OUT_STOP;
+				q->stop_token = tok;
+				continue;
+			}
+			q->tokens[q->n_total++] = tok;
+			if (q->n_total - q->n_prompt == 1)
+				kiln_histogram_observe(&e->ttft, t - q->t_submit);
+			else
+				kiln_histogram_observe(&e->itl, t - q->t_last);
+			q->t_last = t;
+			e->events[n_events++] = (tok_event){ q, tok };
+			if (q->n_total - q->n_prompt >= q->max_tokens ||
+			    q->n_cached >= e->cfg.max_seq_len)
+				q->outcome = OUT_LENGTH;
+		}
+		pthread_mutex_lock(&e->lock);
+		e->steps++;
+		e->generated += (uint64_t) n_events;
+		/* Retire: errors, stops and lengths leave the running list. */
+		for (int i = e->n_running - 1; i >= 0; i--) {
+			ereq *q = e->running[i];
+			bool in_step = false;
+			for (int j = 0; j < n && !in_step; j++)
+				in_step = e->step[j] == q;
+			if (!in_step)
+				continue;
+			if (r < 0 || q->outcome == OUT_ERROR) {
+				release_seq(e, q);
+				running_remove(e, i);
+				finish(q, KILN_ENGINE_FINISH_ERROR, -1, err.msg, &done);
+			} else if (q->outcome == OUT_STOP) {
+				release_seq(e, q);
+				running_remove(e, i);
+				finish(q, KILN_ENGINE_FINISH_STOP, q->stop_token, NULL, &done);
+			} else if (q->outcome == OUT_LENGTH) {
+				release_seq(e, q);
+				running_remove(e, i);
+				finish(q, KILN_ENGINE_FINISH_LENGTH, -1, NULL, &done);
+			}
+		}
+		e->kv_free = km_kvcache_free_blocks(e->c);
+		count_done(e, done, t);
+		pthread_mutex_unlock(&e->lock);
+		deliver(e, n_events, done);
+	}
+	return NULL;
+}
+
+/* ---- public API ------------------------------------------------------------ */
+
+int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source *src,
+		    const kiln_engine_opts *opts, kiln_engine **ret, km_error *err)
+{
+	if (!be || !cfg || !src || !opts || !ret)
+		return errorf(err, -EINVAL, "kiln_engine_new: missing argument");
+	kiln_engine_opts o = *opts;
+	if (!o.max_running)
+		o.max_running = ENGINE_DEF_RUNNING;
+	if (!o.max_step_tokens)
+		o.max_step_tokens = ENGINE_DEF_STEP;
+	if (!o.num_blocks)
+		o.num_blocks = ENGINE_DEF_BLOCKS;
+	if (!o.max_waiting)
+		o.max_waiting = ENGINE_DEF_WAITING;
+	if (o.max_running < 1 || o.max_running > KM_KV_SEQS_MAX)
+		return errorf(err, -EINVAL, "engine options: max_running %d, must be 1..%d",
+			      o.max_running, KM_KV_SEQS_MAX);
+	if (o.max_step_tokens < o.max_running)
+		return errorf(err, -EINVAL,
+			      "engine options: max_step_tokens %d is below max_running %d (every "
+			      "running sequence brings a token each step)",
+			      o.max_step_tokens, o.max_running);
+	if (o.max_waiting < 1 || o.max_waiting > KILN_ENGINE_WAITING_MAX)
+		return errorf(err, -EINVAL, "engine options: max_waiting %d, must be 1..%d",
+			      o.max_waiting, KILN_ENGINE_WAITING_MAX);
+	if (o.eos_token < -1 || o.eos_token >= cfg->vocab_size)
+		return errorf(err, -EINVAL,
+			      "engine options: eos_token %d outside the vocabulary (0..%d, or -1)",
+			      o.eos_token, cfg->vocab_size - 1);
+
+	kiln_engine *e = calloc(1, sizeof(*e));
+	if (!e)
+		return errorf(err, -ENOMEM, "out of memory");
+	e->be = be;
+	e->max_running = o.max_running;
+	e->max_step = o.max_step_tokens;
+	e->num_blocks = o.num_blocks;
+	e->kv_free = o.num_blocks;
+	e->watermark = MAX(1, o.num_blocks / ENGINE_WATERMARK_DIV);
+	e->max_waiting = o.max_waiting;
+	e->eos = o.eos_token;
+	e->prefix = o.prefix_caching;
+	pthread_mutex_init(&e->lock, NULL);
+	pthread_cond_init(&e->cond, NULL);
+	/* Buckets: vLLM's, with sub-millisecond ones for small models. */
+	static const double ttft_b[] = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04,
+					 0.06,	 0.08,	0.1,	0.25,  0.5,  0.75, 1,
+					 2.5,	 5,	7.5,	10,    20,   40,   80 };
+	static const double itl_b[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+					0.025,	0.05,	 0.075,	 0.1,	0.15,	0.2,   0.3,
+					0.4,	0.5,	 0.75,	 1,	2.5,	5,     10 };
+	static const double e2e_b[] = { 0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1,  1.5, 2,   2.5,
+					5,    10,   15,	 20,  30,  40,	50, 60,	 120, 300 };
+	kiln_histogram_init(&e->ttft, ttft_b, ARRAY_SIZE(ttft_b));
+	kiln_histogram_init(&e->itl, itl_b, ARRAY_SIZE(itl_b));
+	kiln_histogram_init(&e->e2e, e2e_b, ARRAY_SIZE(e2e_b));
+
+	km_model_opts mo = { .weight_dtype = o.weight_dtype,
+			     .q4_group = o.q4_group,
+			     .max_tokens = o.max_step_tokens,
+			     .max_seqs = o.max_running };
+	int r = km_model_new(be, cfg, &mo, src, &e->m, err);
+	if (r < 0)
+		goto fail;
+	e->cfg = *km_model_config(e->m);
+	r = km_kvcache_new(be, &e->cfg, km_model_act_dtype(e->m), o.num_blocks, o.max_running,
+			   &e->c);
+	if (r < 0) {
+		errorf(err, r, "engine: KV cache of %d blocks for %d sequences: %s", o.num_blocks,
+		       o.max_running, strerror(-r));
+		goto fail;
+	}
+	e->running = calloc((size_t) o.max_running, sizeof(*e->running));
+	e->in = calloc((size_t) o.max_running, sizeof(*e->in));
+	e->step = calloc((size_t) o.max_running, sizeof(*e->step));
+	e->events = calloc((size_t) o.max_running, sizeof(*e->events));
+	if (!e->running || !e->in || !e->step || !e->events) {
+		r = errorf(err, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	r = -pthread_create(&e->thread, NULL, scheduler, e);
+	if (r < 0) {
+		errorf(err, r, "engine: cannot start the scheduler thread: %s", strerror(-r));
+		goto fail;
+	}
+	e->started = true;
+	*ret = e;
+	return 0;
+fail:
+	e->joined = true;
+	kiln_engine_free(e);
+	return r;
+}
+
+int kiln_engine_submit(kiln_engine *e, const kiln_engine_request *q, km_error *err)
+{
+	if (!e || !q)
+		return errorf(err, -EINVAL, "kiln_engine_submit: missing argument");
+	const uint64_t id = q->id;
+	if (!q->prompt || q->n_prompt < 1)
+		return errorf(err, -EINVAL, "request %llu: the prompt is empty",
+			      (unsigned long long) id);
+	if (q->n_prompt > e->cfg.max_seq_len)
+		return errorf(err, -E2BIG,
+			      "request %llu: the prompt has %d tokens, more than the model's "
+			      "context of %d; shorten it",
+			      (unsigned long long) id, q->n_prompt, e->cfg.max_seq_len);
+	if (DIV_ROUND_UP(q->n_prompt, KK_KV_BLOCK_SIZE) > e->num_blocks)
+		return errorf(err, -E2BIG,
+			      "request %llu: the prompt has %d tokens, more than the whole KV "
+			      "cache holds (%d blocks of %d); shorten it or give the server a "
+			      "larger cache",
+			      (unsigned long long) id, q->n_prompt, e->num_blocks,
+			      KK_KV_BLOCK_SIZE);
+	for (int i = 0; i < q->n_prompt; i++)
+		if (q->prompt[i] < 0 || q->prompt[i] >= e->cfg.vocab_size)
+			return errorf(err, -EINVAL,
+				      "request %llu: prompt token %d is %d, outside the "
+				      "vocabulary (0..%d)",
+				      (unsigned long long) id, i, q->prompt[i],
+				      e->cfg.vocab_size - 1);
+	if (q->max_tokens < 1)
+		return errorf(err, -EINVAL, "request %llu: max_tokens is %d, must be >= 1",
+			      (unsigned long long) id, q->max_tokens);
+	if (q->n_stop < 0 || q->n_stop > KILN_ENGINE_STOP_MAX || (q->n_stop && !q->stop))
+		return errorf(err, -EINVAL, "request %llu: %d stop tokens, at most %d",
+			      (unsigned long long) id, q->n_stop, KILN_ENGINE_STOP_MAX);
+	const kk_sampling *s = &q->sampling;
+	if (!(s->temperature >= 0) || s->top_k < 0 || s->top_k > KK_SAMPLE_TOP_K_MAX ||
+	    !(s->top_p >= 0 && s->top_p <= 1))
+		return errorf(err, -EINVAL,
+			      "request %llu: sampling temperature %g (>= 0), top_k %d "
+			      "(0..%d), top_p %g (0..1)",
+			      (unsigned long long) id, s->temperature, s->top_k,
+			      KK_SAMPLE_TOP_K_MAX, s->top_p);
+
+	ereq *r = calloc(1, sizeof(*r));
+	/* Room for the prompt and every token it may generate (capped at the
+	 * context: nothing past max_seq_len + 1 is ever stored). */
+	int cap = q->n_prompt + MIN(q->max_tokens, e->cfg.max_seq_len + 1);
+	if (r)
+		r->tokens = malloc((size_t) cap * sizeof(int32_t));
+	if (!r || !r->tokens) {
+		req_free(r);
+		return errorf(err, -ENOMEM, "request %llu: out of memory", (unsigned long long) id);
+	}
+	r->id = id;
+	memcpy(r->tokens, q->prompt, (size_t) q->n_prompt * sizeof(int32_t));
+	r->n_prompt = r->n_total = q->n_prompt;
+	r->max_tokens = MIN(q->max_tokens, cap - q->n_prompt);
+	r->seq = -1;
+	r->samp = *s;
+	r->n_stop = q->n_stop;
+	if (q->n_stop)
+		memcpy(r->stop, q->stop, (size_t) q->n_stop * sizeof(int32_t));
+	r->ignore_eos = q->ignore_eos;
+	r->cb = q->cb;
+	r->userdata = q->userdata;
+	r->stop_token = -1;
+	r->t_submit = r->t_last = now_s();
+
+	pthread_mutex_lock(&e->lock);
+	int rc = 0;
+	if (e->stopping)
+		rc = errorf(err, -ESHUTDOWN, "request %llu: the engine is shutting down",
+			    (unsigned long long) id);
+	else if (e->n_waiting >= e->max_waiting)
+		rc = errorf(err, -EAGAIN,
+			    "request %llu: %d requests are waiting already (the limit); retry "
+			    "later",
+			    (unsigned long long) id, e->n_waiting);
+	if (rc == 0) {
+		wq_push_back(e, r);
+		e->prompt_tokens += (uint64_t) q->n_prompt;
+		pthread_cond_signal(&e->cond);
+	}
+	pthread_mutex_unlock(&e->lock);
+	if (rc < 0)
+		req_free(r);
+	return rc;
+}
+
+int kiln_engine_cancel(kiln_engine *e, uint64_t id)
+{
+	assert_return(e, -EINVAL);
+	int rc = -ENOENT;
+	pthread_mutex_lock(&e->lock);
+	for (ereq *r = e->wq_head; r && rc < 0; r = r->next)
+		if (r->id == id && !r->cancel) {
+			r->cancel = true;
+			rc = 0;
+		}
+	for (int i = 0; i < e->n_running && rc < 0; i++)
+		if (e->running[i]->id == id && !e->running[i]->cancel) {
+			e->running[i]->cancel = true;
+			rc = 0;
+		}
+	if (rc == 0)
+		pthread_cond_signal(&e->cond);
+	pthread_mutex_unlock(&e->lock);
+	return rc;
+}
+
+void kiln_engine_shutdown(kiln_engine *e, kiln_engine_shutdown_mode mode)
+{
+	if (!e || e->joined)
+		return;
+	pthread_mutex_lock(&e->lock);
+	e->stopping = true;
+	e->mode = mode;
+	pthread_cond_signal(&e->cond);
+	pthread_mutex_unlock(&e->lock);
+	if (e->started)
+		pthread_join(e->thread, NULL);
+	e->joined = true;
+}
+
+kiln_engine *kiln_engine_free(kiln_engine *e)
+{
+	if (!e)
+		return NULL;
+	kiln_engine_shutdown(e, KILN_ENGINE_CANCEL);
+	/* After a failed start nothing ran: only the queue could hold anything. */
+	while (e->wq_head) {
+		ereq *r = e->wq_head;
+		wq_unlink(e, r);
+		req_free(r);
+	}
+	km_kvcache_free(e->c);
+	km_model_free(e->m);
+	free(e->running);
+	free(e->in);
+	free(e->step);
+	free(e->events);
+	kiln_histogram_destroy(&e->ttft);
+	kiln_histogram_destroy(&e->itl);
+	kiln_histogram_destroy(&e->e2e);
+	pthread_cond_destroy(&e->cond);
+	pthread_mutex_destroy(&e->lock);
+	free(e);
+	return NULL;
+}
+
+void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *ret)
+{
+	if (!e || !ret)
+		return;
+	kiln_engine_stats s = {};
+	pthread_mutex_lock(&e->lock);
+	s.waiting = e->n_waiting;
+	s.running = e->n_running;
+	memcpy(s.requests_finished, e->finished, sizeof(s.requests_finished));
+	s.prompt_tokens = e->prompt_tokens;
+	s.prefill_tokens = e->prefill_tokens;
+	s.generated_tokens = e->generated;
+	s.preemptions = e->preemptions;
+	s.steps = e->steps;
+	s.prefix_queries = e->prefix_queries;
+	s.prefix_hits = e->prefix_hits;
+	s.kv_blocks_total = e->num_blocks;
+	s.kv_blocks_used = e->num_blocks - e->kv_free;
+	pthread_mutex_unlock(&e->lock);
+	*ret = s;
+}
+
+int kiln_engine_metrics(kiln_engine *e, kiln_metrics *m)
+{
+	assert_return(e && m, -EINVAL);
+	kiln_engine_stats s;
+	kiln_engine_get_stats(e, &s);
+	kiln_metrics_family(m, "kiln_inferd_num_requests_running", KILN_METRIC_GAUGE,
+			    "Requests in the running batch (holding KV cache blocks).");
+	kiln_metrics_sample(m, NULL, s.running);
+	kiln_metrics_family(m, "kiln_inferd_num_requests_waiting", KILN_METRIC_GAUGE,
+			    "Requests queued for admission (new or preempted).");
+	kiln_metrics_sample(m, NULL, s.waiting);
+	kiln_metrics_family(m, "kiln_inferd_kv_cache_usage_ratio", KILN_METRIC_GAUGE,
+			    "Fraction of KV cache blocks in use (0..1).");
+	kiln_metrics_sample(m, NULL,
+			    s.kv_blocks_total ? (double) s.kv_blocks_used / s.kv_blocks_total : 0);
+	kiln_metrics_family(m, "kiln_inferd_kv_cache_blocks", KILN_METRIC_GAUGE,
+			    "KV cache blocks of 16 tokens, by state.");
+	kiln_metrics_sample(m, (const char *[]){ "state", "used", NULL }, s.kv_blocks_used);
+	kiln_metrics_sample(m, (const char *[]){ "state", "free", NULL },
+			    s.kv_blocks_total - s.kv_blocks_used);
+	kiln_metrics_family(m, "kiln_inferd_num_preemptions_total", KILN_METRIC_COUNTER,
+			    "Running requests preempted (recomputed later) for KV cache room.");
+	kiln_metrics_sample(m, NULL, (double) s.preemptions);
+	kiln_metrics_family(m, "kiln_inferd_prompt_tokens_total", KILN_METRIC_COUNTER,
+			    "Prompt tokens of accepted requests.");
+	kiln_metrics_sample(m, NULL, (double) s.prompt_tokens);
+	kiln_metrics_family(m, "kiln_inferd_prefill_tokens_total", KILN_METRIC_COUNTER,
+			    "Tokens run through prefill, recomputation after preemption included.");
+	kiln_metrics_sample(m, NULL, (double) s.prefill_tokens);
+	kiln_metrics_family(m, "kiln_inferd_generation_tokens_total", KILN_METRIC_COUNTER,
+			    "Tokens generated and delivered.");
+	kiln_metrics_sample(m, NULL, (double) s.generated_tokens);
+	kiln_metrics_family(m, "kiln_inferd_engine_steps_total", KILN_METRIC_COUNTER,
+			    "Forward steps run by the scheduler.");
+	kiln_metrics_sample(m, NULL, (double) s.steps);
+	kiln_metrics_family(m, "kiln_inferd_prefix_cache_queries_total", KILN_METRIC_COUNTER,
+			    "Prompt tokens looked up in the prefix cache.");
+	kiln_metrics_sample(m, NULL, (double) s.prefix_queries);
+	kiln_metrics_family(m, "kiln_inferd_prefix_cache_hits_total", KILN_METRIC_COUNTER,
+			    "Prompt tokens shared from a running sequence instead of prefilled.");
+	kiln_metrics_sample(m, NULL, (double) s.prefix_hits);
+	kiln_metrics_family(m, "kiln_inferd_request_success_total", KILN_METRIC_COUNTER,
+			    "Finished requests by finish reason.");
+	for (int f = 0; f < 4; f++)
+		kiln_metrics_sample(
+			m, (const char *[]){ "finished_reason", kiln_engine_finish_name(f), NULL },
+			(double) s.requests_finished[f]);
+	kiln_metrics_family(m, "kiln_inferd_time_to_first_token_seconds", KILN_METRIC_HISTOGRAM,
+			    "Time from submit to the first generated token.");
+	kiln_metrics_histogram_from(m, NULL, &e->ttft);
+	kiln_metrics_family(m, "kiln_inferd_inter_token_latency_seconds", KILN_METRIC_HISTOGRAM,
+			    "Time between consecutive tokens of one request.");
+	kiln_metrics_histogram_from(m, NULL, &e->itl);
+	kiln_metrics_family(m, "kiln_inferd_e2e_request_latency_seconds", KILN_METRIC_HISTOGRAM,
+			    "Time from submit to the finish, any reason.");
+	kiln_metrics_histogram_from(m, NULL, &e->e2e);
+	return m->error;
+}

@@ -1,0 +1,27 @@
+#!/bin/bash
+# The inference engine benchmark (make bench): stories260K tokens/s and
+# time to first token with 1, 8 and 32 clients against the baseline
+# "sequential" (the same requests one at a time through km_forward), as TAP
+# (the table lines are TAP comments).  --quick: 32 requests instead of 128.
+# One thread, as in tests/model/bench-model.sh: a 64-wide model's ops are
+# far too small for kk's or OpenBLAS's threads, whose hand-offs dominate.
+set -u
+export KK_CPU_THREADS=${KK_CPU_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+B=${KILN_BUILD:-build}
+bin=$B/tests/bench-engine
+echo "1..1"
+if [ ! -x "$bin" ]; then
+	echo "ok 1 # SKIP $bin not built (make B=$B $bin)"
+	exit 0
+fi
+out=$("$bin" "$@" 2>&1)
+rc=$?
+sed 's/^/# /' <<<"$out"
+if [ $rc -eq 0 ]; then
+	echo "ok 1 - engine benchmark"
+elif [ $rc -eq 2 ]; then
+	echo "ok 1 # SKIP stories260K.bin not found (set KM_TEST_MODEL)"
+else
+	echo "not ok 1 - engine benchmark (exit $rc)"
+	exit 1
+fi
