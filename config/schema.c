@@ -311,6 +311,20 @@ static const kiln_cfg_key schema[] = {
 	  R(image.http_url), NR },
 	{ "image.kernel_cmdline", KILN_CFG_STRING, false, "\"\"", "\"console=ttyS0\"",
 	  "Extra kernel command line.", R(image.kernel_cmdline), NR },
+	{ "image.root_password_hash", KILN_CFG_STRING, false, "(locked)", "\"$y$j9T$...\"",
+	  "crypt(3) hash of root's console password (mkpasswd); unset locks root's password "
+	  "(log in with image.ssh_keys). Never an empty password.",
+	  R(image.root_password_hash), NR },
+	{ "image.ssh_keys", KILN_CFG_STRV, false, "[]", "[ \"ssh-ed25519 AAAA... admin@head\" ]",
+	  "SSH public keys written to root's authorized_keys in the image.", R(image.ssh_keys),
+	  NR },
+	{ "image.munge_key", KILN_CFG_PATH, false, "\"/etc/munge/munge.key\"",
+	  "\"/etc/kiln/munge.key\"",
+	  "Munge key (on the build machine) baked into the image, mode 0400; the head node's key.",
+	  R(image.munge_key), NR },
+	{ "image.nvidia", KILN_CFG_BOOL, false, "false", "true",
+	  "Add Debian's NVIDIA driver (non-free) and the CUDA runtime libraries to the image.",
+	  R(image.nvidia), NR },
 };
 
 const kiln_cfg_key *kiln_cfg_schema(size_t *ret_n)
