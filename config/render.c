@@ -270,10 +270,12 @@ static int render_ipxe(const kiln_cfg *c, kiln_strbuf *b)
 		kiln_strbuf_append(b, "goto boot\n\n");
 	}
 	kiln_strbuf_append(b, ":boot\n");
+	/* initrd.img is the whole root filesystem (docs/image.md): there is
+	 * no separate root image to name. */
 	kiln_strbuf_printf(
 		b,
 		"kernel ${base}/vmlinuz initrd=initrd.img ip=${addr}::%s:%s:${node}::off "
-		"kiln.node=${node} kiln.url=${base} kiln.root=${base}/root.squashfs",
+		"kiln.node=${node} kiln.url=${base}",
 		kiln_format_ipv4(g, c->network.gateway), kiln_format_ipv4(m, c->network.netmask));
 	if (c->image.kernel_cmdline && c->image.kernel_cmdline[0])
 		kiln_strbuf_printf(b, " %s", c->image.kernel_cmdline);

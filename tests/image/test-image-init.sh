@@ -62,7 +62,7 @@ expect_render() { # ROOT TARGET FILE [--node N]: FILE is kiln's rendering, heade
 }
 
 # ---- the good path: kiln's boot.ipxe command line --------------------------------
-run good "BOOT_IMAGE=vmlinuz initrd=initrd.img ip=10.77.0.12::10.77.0.1:255.255.255.0:node02::off kiln.node=node02 kiln.url=$URL kiln.root=$URL/root.squashfs console=ttyS0"
+run good "BOOT_IMAGE=vmlinuz initrd=initrd.img ip=10.77.0.12::10.77.0.1:255.255.255.0:node02::off kiln.node=node02 kiln.url=$URL console=ttyS0"
 ok "kiln.node= + kiln.url=: exit 0" test "$rc" = 0
 for f in "${FILES[@]}"; do
 	ok "  ... wrote /$f" test -s "$R/$f"
