@@ -62,7 +62,11 @@ PKGS=(systemd systemd-sysv udev dbus kmod iproute2 iputils-ping procps
 mapfile -t libs < <(for b in "$STAGING"/usr/local/bin/*; do ldd "$b" 2>/dev/null; done |
 	awk '/=> \// { print $3 }' | sort -u)
 for l in "${libs[@]}"; do
-	case $l in /usr/local/cuda*) continue ;; esac
+	case $l in /usr/local/cuda*)
+		[ "$KILN_IMAGE_NVIDIA" = 1 ] ||
+			log "warning: $l (linked by a CUDA build of kiln, e.g. kiln-healthd-active) is not in an image without image.nvidia; those programs will not start on it"
+		continue ;;
+	esac
 	p=$(dpkg -S "$l" 2>/dev/null || dpkg -S "$(readlink -f "$l")" 2>/dev/null || true)
 	p=${p%%:*}
 	[ -n "$p" ] || die "no Debian package owns $l (linked by a kiln program); cannot put it in the image"

@@ -14,7 +14,10 @@ for kd in "$R"/usr/lib/modules/*/; do
 		"$K"/drivers/gpu/drm/amd "$K"/drivers/gpu/drm/radeon "$K"/drivers/gpu/drm/nouveau \
 		"$K"/drivers/gpu/drm/i915 "$K"/drivers/iio "$K"/drivers/staging "$K"/drivers/isdn \
 		"$K"/drivers/input/joystick "$K"/drivers/input/touchscreen "$K"/drivers/net/can \
-		"$K"/drivers/net/usb
+		"$K"/drivers/net/usb "$K"/drivers/comedi "$K"/drivers/usb/gadget "$K"/drivers/usb/serial \
+		"$K"/drivers/video/fbdev "$K"/drivers/net/hamradio "$K"/drivers/net/wan "$K"/drivers/atm
+	# in-kernel self tests (test_bpf alone is 4.6 MB)
+	rm -f "$K"/lib/test_*.ko
 	chroot "$R" depmod -a "$v"
 done
 du -sh "$R"/usr/lib/modules >&2

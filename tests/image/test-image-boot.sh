@@ -58,6 +58,9 @@ mungekey -c -k "$W/cluster/munge/munge.key" 2>/dev/null ||
 	dd if=/dev/urandom of="$W/cluster/munge/munge.key" bs=1024 count=1 status=none
 if [ "${KILN_IMAGE_TEST_REUSE:-0}" = 1 ] && [ -s "$IMG/initrd.img" ] && [ -s "$IMG/munge.key" ]; then
 	cp "$IMG/munge.key" "$W/cluster/munge/munge.key"
+	# boot.ipxe and cluster.cfg are not part of the image: always the current ones
+	"$KILN" -q -c "$CFG" render boot.ipxe -o "$IMG/boot.ipxe"
+	cp "$CFG" "$IMG/cluster.cfg"
 	ok "reusing the image in $IMG (KILN_IMAGE_TEST_REUSE=1)" true
 else
 	rm -rf "$B/image-test-staging"
@@ -116,7 +119,8 @@ elapsed() { awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }
 probe='' t_probe=''
 while [ "$(elapsed | cut -d. -f1)" -lt "$BOOT_TIMEOUT_S" ] && kill -0 "$qemu_pid" 2>/dev/null; do
 	if grep -q 'KILN-PROBE-DONE' "$SERIAL"; then
-		probe=$(grep -a 'KILN-PROBE node-init=' "$SERIAL" | head -1 | sed 's/.*KILN-PROBE //')
+		# (the serial console ends lines with \r\n)
+		probe=$(grep -a 'KILN-PROBE node-init=' "$SERIAL" | head -1 | tr -d '\r' | sed 's/.*KILN-PROBE //')
 		t_probe=$(elapsed)
 		break
 	fi
