@@ -140,6 +140,8 @@ ok "slurm.conf rendered from the fetched file" \
 ok "munge active, and a credential round-trips" test "$(field munge)" = active -a "$(field munge-cred)" = ok
 ok "munge key baked in mode 0400, owned by munge" test "$(field munge-key-mode)" = 400:munge
 ok "root password is locked (no root_password_hash in qemu.cfg)" test "$(field root)" = L
+ok "image.ssh_keys: sshd active with host keys made at boot, authorized_keys 0600 root with 1 key" \
+	test "$(field ssh)" = active -a "$(field authkeys)" = 600:root:1 -a "$(field hostkeys)" -ge 1
 ok "slurmd active" test "$(field slurmd)" = active
 ok "kiln-healthd active and serving /metrics" test "$(field healthd)" = active -a "$(field metrics)" = ok
 ok "no failed units" test -z "$(field failed)"
