@@ -1340,6 +1340,44 @@ static void cross_check(loader *L)
 			add_error(L, root_line(L, "image.http_url"), "image.http_url", NULL,
 				  "URL contains a space");
 	}
+	/* The image must never ship a root account anyone can log into without
+	 * a secret: an empty (or non-hash) value would become exactly that. */
+	if (c->image.root_password_hash && c->image.root_password_hash[0] != '$')
+		add_error(L, root_line(L, "image.root_password_hash"), "image.root_password_hash",
+			  "write a crypt(3) hash from `mkpasswd -m yescrypt`, or remove the key "
+			  "to lock root's password",
+			  "not a crypt(3) hash (must start with '$'; an empty password is never "
+			  "allowed)");
+	else if (c->image.root_password_hash && strpbrk(c->image.root_password_hash, ": \t\n"))
+		add_error(L, root_line(L, "image.root_password_hash"), "image.root_password_hash",
+			  NULL, "a crypt(3) hash contains no ':' or white space");
+	for (size_t i = 0; c->image.packages && c->image.packages[i]; i++) {
+		const char *k = c->image.packages[i];
+		char p[48];
+		bool ok = k[0] && (islower((unsigned char) k[0]) || isdigit((unsigned char) k[0]));
+		for (const char *q = k; ok && *q; q++)
+			ok = islower((unsigned char) *q) || isdigit((unsigned char) *q) ||
+			     strchr(".+-", *q);
+		snprintf(p, sizeof(p), "image.packages[%zu]", i);
+		/* Names go to mmdebstrap --include=a,b: Debian policy's package
+		 * name alphabet keeps a stray comma or space from adding others. */
+		if (!ok)
+			add_error(L, root_line(L, "image.packages"), p,
+				  "Debian package names use a-z, 0-9, '.', '+' and '-'",
+				  "\"%s\" is not a Debian package name", k);
+	}
+	for (size_t i = 0; c->image.ssh_keys && c->image.ssh_keys[i]; i++) {
+		const char *k = c->image.ssh_keys[i];
+		char p[48];
+		snprintf(p, sizeof(p), "image.ssh_keys[%zu]", i);
+		/* One authorized_keys line each: a newline would smuggle in a second. */
+		if (strpbrk(k, "\n\r") || !strchr(k, ' ') ||
+		    !(startswith(k, "ssh-") || startswith(k, "ecdsa-") || startswith(k, "sk-")))
+			add_error(L, root_line(L, "image.ssh_keys"), p,
+				  "paste one line of a .pub file, like \"ssh-ed25519 AAAA... "
+				  "admin@head\"",
+				  "not an SSH public key line");
+	}
 	for (size_t gi = 0; gi < c->n_groups; gi++) {
 		kiln_cfg_group *g = &c->groups[gi];
 		config_setting_t *gs = L->group_set[gi];

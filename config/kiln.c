@@ -47,6 +47,7 @@ static void help(void)
 	       "  kiln [OPTIONS] render all -o DIR         write every target into DIR\n"
 	       "  kiln model inspect FILE [--json]         tensors and metadata of a model file\n\n"
 	       "Targets: slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts node-env\n"
+	       "image-env\n"
 	       "(node-env needs --node NAME; NAME may be the head node).\n\n"
 	       "Options:\n"
 	       "  -c, --config FILE   cluster file (default $" KILN_CFG_ENV

@@ -24,6 +24,7 @@ PKGS=(
 	python3-torch python3-numpy  # PyTorch workers against kiln's store (torch 1.13, CPU)
 	iproute2 util-linux procps psmisc curl systemd
 	jq                  # kiln model inspect --json checks; test-inferd.sh replies
+	shellcheck          # lint of the image scripts and kiln-node-init (tests/image)
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -265,6 +265,10 @@ typedef struct kiln_cfg_image {
 	char *tftp_dir;	      /* "/srv/kiln/tftp": undionly.kpxe, ipxe.efi */
 	char *http_url;	      /* default "http://HEAD_ADDRESS/kiln" */
 	char *kernel_cmdline; /* extra kernel arguments, "" */
+	char *root_password_hash; /* crypt(3) hash; NULL = root's password locked */
+	char **ssh_keys;	  /* root's authorized_keys lines (NULL-terminated) */
+	char *munge_key;	  /* key file baked into the image, "/etc/munge/munge.key" */
+	bool nvidia;		  /* add Debian's NVIDIA driver + CUDA runtime (non-free) */
 } kiln_cfg_image;
 
 typedef struct kiln_cfg {

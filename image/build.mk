@@ -1,0 +1,29 @@
+# image/: kiln's stateless node image (docs/image.md).
+#
+#   make image [CLUSTER=config/examples/demo.cfg]   -> $(B)/image/{vmlinuz,initrd.img,boot.ipxe,cluster.cfg}
+#   make image-deps                                 the Debian packages image building and its boot test need
+#   make test-image                                 build a test image and PXE-boot it in qemu (also in make test-full)
+#
+# The image build needs root (mmdebstrap) and network access to the
+# cluster file's Debian mirror; nothing here runs in the default make test.
+
+CLUSTER ?= config/examples/demo.cfg
+IMAGE_OUT ?= $(B)/image
+
+# kiln-node-init is part of every kiln install (the unit is in services/units/).
+install: install-node-init
+install-node-init:
+	install -D -m 755 image/kiln-node-init $(DESTDIR)$(PREFIX)/sbin/kiln-node-init
+
+image: all
+	rm -rf $(B)/image-staging
+	$(MAKE) --no-print-directory install B=$(B) DESTDIR=$(abspath $(B)/image-staging) PREFIX=/usr/local >/dev/null
+	KILN=$(abspath $(B)/bin/kiln) image/build-image.sh $(CLUSTER) $(IMAGE_OUT) $(abspath $(B)/image-staging)
+
+image-deps:
+	@bash image/deps.sh
+
+test-image: all
+	@KILN_BUILD=$(B) KILN_TEST_FULL=1 tests/run-tests.sh tests/image/test-image-boot.sh
+
+.PHONY: image image-deps test-image install-node-init

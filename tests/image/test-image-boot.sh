@@ -1,0 +1,166 @@
+#!/bin/bash
+# test-image-boot.sh — build kiln's node image and network-boot it in qemu,
+# the way a real GPU node boots, and check that it joins Slurm.
+#
+# The path is the real one: SeaBIOS -> the iPXE option ROM -> DHCP and TFTP
+# (qemu's user network) -> kiln's rendered boot.ipxe -> vmlinuz and
+# initrd.img over HTTP -> systemd -> kiln-node-init fetches cluster.cfg over
+# HTTP and renders the node's configuration -> munge, slurmd, kiln-healthd.
+# A real slurmctld (tests/cluster/cluster.sh ctld, Debian's) runs in a
+# network namespace that also holds qemu, the HTTP server (127.0.0.1 only)
+# and the address the cluster file gives the node (hostfwd 6818 to the
+# guest), so the controller and the node talk both ways and `sinfo` must
+# show the node idle.  Nothing binds outside that namespace.
+#
+# qemu always runs under TCG (software emulation): nested KVM can hang the
+# guest kernel.  Slow (~3-5 min on 2 cores): runs in `make test-full` and
+# `make test-image` only.  Needs root (mmdebstrap, namespaces) and
+# `make image-deps`.  KILN_IMAGE_TEST_REUSE=1 reuses an image built before.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+cd "$top" || exit 1
+# shellcheck source=tests/lib/tap.sh
+. "$top/tests/lib/tap.sh"
+B=${KILN_BUILD:-build}
+case "$B" in /*) ;; *) B=$top/$B ;; esac
+KILN=$B/bin/kiln
+CFG=$here/qemu.cfg
+IMG=$B/image-test
+PORT=8089 # the port image.http_url in qemu.cfg names
+GUEST_HEAD=10.0.2.100 NODE_ADDR=10.0.2.15 NODE_MAC=52:54:00:4b:11:01
+BOOT_TIMEOUT_S=${KILN_IMAGE_BOOT_TIMEOUT:-300}
+
+skip_all() { skip "$1"; tap_done; exit 0; }
+[ "${KILN_TEST_FULL:-0}" = 1 ] || skip_all "image build + qemu boot is long: make test-full or make test-image"
+[ "$(id -u)" = 0 ] || skip_all "needs root (mmdebstrap, network namespaces)"
+for t in mmdebstrap qemu-system-x86_64 cpio zstd nc python3 mungekey slurmctld; do
+	command -v "$t" >/dev/null || skip_all "$t is not installed (make image-deps)"
+done
+ls /usr/lib/ipxe/qemu/*virtio*.rom >/dev/null 2>&1 || skip_all "no iPXE ROM for virtio-net (make image-deps: ipxe-qemu)"
+
+W=$(mktemp -d /tmp/kiln-image-test.XXXXXX)
+NS=kimg$(($$ % 10000))
+HUB=${NS}hub
+qemu_pid='' http_pid=''
+cleanup() {
+	[ -n "$qemu_pid" ] && kill "$qemu_pid" 2>/dev/null
+	[ -n "$http_pid" ] && kill "$http_pid" 2>/dev/null
+	KILN_BUILD=$B tests/cluster/cluster.sh down "$W/cluster" >/dev/null 2>&1
+	rm -rf "$W"
+}
+trap cleanup EXIT
+
+# ---- build the image -------------------------------------------------------
+# A throwaway munge key, shared by the image and the test's slurmctld.
+mkdir -p "$W/cluster/munge"
+mungekey -c -k "$W/cluster/munge/munge.key" 2>/dev/null ||
+	dd if=/dev/urandom of="$W/cluster/munge/munge.key" bs=1024 count=1 status=none
+if [ "${KILN_IMAGE_TEST_REUSE:-0}" = 1 ] && [ -s "$IMG/initrd.img" ] && [ -s "$IMG/munge.key" ]; then
+	cp "$IMG/munge.key" "$W/cluster/munge/munge.key"
+	# boot.ipxe and cluster.cfg are not part of the image: always the current ones
+	"$KILN" -q -c "$CFG" render boot.ipxe -o "$IMG/boot.ipxe"
+	cp "$CFG" "$IMG/cluster.cfg"
+	ok "reusing the image in $IMG (KILN_IMAGE_TEST_REUSE=1)" true
+else
+	rm -rf "$B/image-test-staging"
+	make --no-print-directory -s install B="$B" DESTDIR="$B/image-test-staging" PREFIX=/usr/local >"$W/install.log" 2>&1 ||
+		{ diag "make install failed: $(tail -5 "$W/install.log")"; }
+	t0=$EPOCHREALTIME
+	# zstd -3: a test image is packed once and booted once; -9 saves ~10% for minutes of CPU
+	if ZSTD_LEVEL=${ZSTD_LEVEL:-3} MUNGE_KEY=$W/cluster/munge/munge.key KILN=$KILN image/build-image.sh "$CFG" "$IMG" \
+		"$B/image-test-staging" "$here/probe" >"$W/build.log" 2>&1; then
+		cp "$W/cluster/munge/munge.key" "$IMG/munge.key"
+		ok "make image: built from tests/image/qemu.cfg in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s ($(cat "$IMG/image.stats"))" true
+	else
+		ok "make image: built from tests/image/qemu.cfg" false
+		tail -n 30 "$W/build.log" | sed 's/^/# /'
+		tap_done; exit 1
+	fi
+fi
+for f in vmlinuz initrd.img boot.ipxe cluster.cfg; do
+	ok "image has $f" test -s "$IMG/$f"
+done
+ok "boot.ipxe is kiln's rendering of the cluster file" \
+	cmp -s "$IMG/boot.ipxe" <("$KILN" -q -c "$CFG" render boot.ipxe)
+ok "initrd.img is not world-readable (it holds the munge key)" \
+	test "$(stat -c %a "$IMG/initrd.img")" = 640
+
+# ---- the head node: slurmctld, HTTP, in one namespace ------------------------
+export KILN_CLUSTER_NS=$NS
+# slurmctld pings the node through qemu's hostfwd; the default 5 s test
+# timeout is too short for a node under emulation to answer every ping
+if ! SLURMD_TIMEOUT=300 MESSAGE_TIMEOUT=20 KILN_BUILD=$B tests/cluster/cluster.sh ctld "$W/cluster" "$CFG" >"$W/ctld.log" 2>&1; then
+	ok "slurmctld started for the qemu cluster" false
+	sed 's/^/# /' "$W/ctld.log"; tap_done; exit 1
+fi
+# shellcheck disable=SC1091
+. "$W/cluster/env.sh"
+hub() { nsenter --net="/run/netns/$HUB" --uts="$W/cluster/uts/$HUB" "$@"; }
+# the node's address is local in the hub: qemu's hostfwd listens on it
+hub ip addr add "$NODE_ADDR/32" dev lo
+mkdir -p "$W/srv"
+for f in vmlinuz initrd.img boot.ipxe cluster.cfg; do ln -s "$IMG/$f" "$W/srv/$f"; done
+hub python3 -m http.server --bind 127.0.0.1 --directory "$W/srv" "$PORT" >"$W/http.log" 2>&1 &
+http_pid=$!
+
+# ---- boot ------------------------------------------------------------------
+NET="user,id=n0,restrict=on,tftp=$W/srv,bootfile=boot.ipxe"
+NET+=",guestfwd=tcp:$GUEST_HEAD:$PORT-cmd:nc 127.0.0.1 $PORT"
+NET+=",guestfwd=tcp:$GUEST_HEAD:6817-cmd:nc $KC_HEAD_ADDR 6817"
+NET+=",hostfwd=tcp:$NODE_ADDR:6818-:6818"
+SERIAL=$W/serial.log
+t0=$EPOCHREALTIME
+hub qemu-system-x86_64 -accel tcg -cpu max -smp 2,sockets=1,cores=2,threads=1 -m 2048 \
+	-nographic -no-reboot -netdev "$NET" -device "virtio-net-pci,netdev=n0,mac=$NODE_MAC" \
+	-boot n </dev/null >"$SERIAL" 2>&1 &
+qemu_pid=$!
+elapsed() { awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+probe='' t_probe=''
+while [ "$(elapsed | cut -d. -f1)" -lt "$BOOT_TIMEOUT_S" ] && kill -0 "$qemu_pid" 2>/dev/null; do
+	if grep -q 'KILN-PROBE-DONE' "$SERIAL"; then
+		# (the serial console ends lines with \r\n)
+		probe=$(grep -a 'KILN-PROBE node-init=' "$SERIAL" | head -1 | tr -d '\r' | sed 's/.*KILN-PROBE //')
+		t_probe=$(elapsed)
+		break
+	fi
+	sleep 1
+done
+diag "serial log: $(wc -l <"$SERIAL") lines; probe after ${t_probe:-never} s of $BOOT_TIMEOUT_S"
+ok "iPXE fetched kernel and initrd over HTTP (kiln's boot.ipxe by MAC)" \
+	bash -c "grep -q 'GET /vmlinuz' '$W/http.log' && grep -q 'GET /initrd.img' '$W/http.log'"
+ok "the node booted and the probe reported (within ${BOOT_TIMEOUT_S} s)" test -n "$probe"
+diag "probe: $probe"
+field() { printf '%s\n' "$probe" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+ok "kiln-node-init fetched cluster.cfg over HTTP" grep -q 'GET /cluster.cfg' "$W/http.log"
+ok "kiln-node-init succeeded" test "$(field node-init)" = active
+ok "hostname is the node's name from the cluster file" test "$(field hostname)" = vnode01
+ok "slurm.conf rendered from the fetched file" \
+	test "$(field cluster)" = qemu -a "$(field from)" = "http://$GUEST_HEAD:$PORT/cluster.cfg"
+ok "munge active, and a credential round-trips" test "$(field munge)" = active -a "$(field munge-cred)" = ok
+ok "munge key baked in mode 0400, owned by munge" test "$(field munge-key-mode)" = 400:munge
+ok "root password is locked (no root_password_hash in qemu.cfg)" test "$(field root)" = L
+ok "image.ssh_keys: sshd active with host keys made at boot, authorized_keys 0600 root with 1 key" \
+	test "$(field ssh)" = active -a "$(field authkeys)" = 600:root:1 -a "$(field hostkeys)" -ge 1
+ok "slurmd active" test "$(field slurmd)" = active
+ok "kiln-healthd active and serving /metrics" test "$(field healthd)" = active -a "$(field metrics)" = ok
+ok "no failed units" test -z "$(field failed)"
+[ -n "$(field uptime)" ] && diag "boot-to-slurmd: $(field uptime) s of guest uptime (kernel start to probe), $t_probe s from qemu start (TCG)"
+
+# ---- the node registers with slurmctld ----------------------------------------
+state=''
+for _ in $(seq 1 60); do
+	state=$(hub sinfo -h -n vnode01 -o %T 2>/dev/null)
+	[ "$state" = idle ] && break
+	sleep 1
+done
+ok "slurmctld sees vnode01 idle (sinfo: ${state:-nothing})" test "$state" = idle
+if [ "$state" != idle ]; then
+	hub scontrol show node vnode01 2>&1 | sed 's/^/# /'
+	tail -n 15 "$W/cluster/log/slurmctld.log" | sed 's/^/# ctld: /'
+fi
+if [ "$_tap_failed" -gt 0 ]; then
+	grep -a -E 'KILN-PROBE-LOG|Failed|error' "$SERIAL" | tail -n 40 | sed 's/^/# serial: /'
+	cp "$SERIAL" "$B/test-logs/image-serial.log" 2>/dev/null && diag "serial log kept in $B/test-logs/image-serial.log"
+fi
+tap_done
