@@ -671,7 +671,8 @@ int ktok_load(const char *path, ktok **ret, ktok_error *err)
 		kmf_error ke;
 		r = kmf_open_mem(buf, len, path, &f, &ke);
 		if (r < 0)
-			return ktok__err(err, path, r, "%s (GGUF metadata)", ke.msg);
+			return ktok__err(err, path, r, "byte %lld: %s (GGUF metadata)",
+					 (long long) ke.offset, ke.msg);
 		return ktok_load_gguf(f, path, ret, err);
 	}
 	size_t i = 0;
