@@ -490,7 +490,9 @@ static int try_pair(struct bpe *w, const char *s, int32_t l, int32_t r)
 		if (a->id < 0 || b->id < 0)
 			return 0;
 		const struct ktok_merge *m = find_merge(t, a->id, b->id);
-		if (!m)
+		/* Never build a control token out of text: with special
+		 * parsing off, "<" "s>" must not become BOS. */
+		if (!m || t->tok[m->result].type == KTOK_CONTROL)
 			return 0;
 		return heap_push(w, (struct pair){.prio = m->rank, .left = l, .right = r,
 						  .size = a->len + b->len, .result = m->result});
@@ -531,7 +533,7 @@ static int bpe_piece(void *ud, const char *s, size_t len)
 	int r;
 	if (t->ignore_merges) {
 		int32_t id = ktok__lookup(t, s, len);
-		if (id >= 0)
+		if (id >= 0 && t->tok[id].type != KTOK_CONTROL)
 			return ids_push(w->out, id);
 	}
 	if (len > w->sym_cap) {
@@ -620,7 +622,8 @@ static int encode_text(struct bpe *w, const char *s, size_t len, bool *first, ch
 	}
 	char *o = *norm;
 	size_t m = 0;
-	if (prefix)
+	bool starts_space = s[0] == ' ' || (len >= 3 && memcmp(s, "\xE2\x96\x81", 3) == 0);
+	if (prefix && !(t->prefix_unless_space && starts_space))
 		o[m++] = ' ';
 	for (size_t i = 0; i < len; i++) {
 		if (i + 2 < len && (unsigned char) s[i] == 0xE2 && (unsigned char) s[i + 1] == 0x96 &&

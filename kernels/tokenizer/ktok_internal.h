@@ -32,6 +32,7 @@ struct ktok {
 	bool byte_fallback;    /* unknown characters become <0xNN> tokens */
 	bool add_space_prefix; /* SentencePiece dummy prefix before each text run */
 	bool prefix_first_only; /* Metaspace prepend_scheme "first" */
+	bool prefix_unless_space; /* Metaspace: no prefix if the text starts with one */
 	bool ignore_merges;    /* a whole pre-token in the vocabulary wins (Llama 3) */
 	bool fuse_unk;
 	bool add_bos, add_eos;

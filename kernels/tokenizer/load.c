@@ -102,6 +102,7 @@ static int hf_metaspace(ktok *t, json_t *p, const char *name, ktok_error *err)
 		return ktok__err(err, name, -EOPNOTSUPP,
 				 "Metaspace with replacement \"%s\" is not supported (only U+2581)", rep);
 	const char *scheme = jstr(p, "prepend_scheme");
+	t->prefix_unless_space = true;
 	json_t *aps = json_object_get(p, "add_prefix_space");
 	if (scheme) {
 		t->add_space_prefix = strcmp(scheme, "never") != 0;

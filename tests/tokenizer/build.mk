@@ -1,0 +1,5 @@
+# tests/tokenizer: libktok suite (golden cases from HF tokenizers and
+# sentencepiece, streaming decode, injection, malformed files, chat
+# templates), the live comparison against the pinned PyPI packages, the
+# CLI checks, the loader fuzzer and the benchmark.
+$(eval $(call kiln_test,test-tokenizer,tests/tokenizer/test-tokenizer.c,ktok kmf kk common,$(KTOK_LDLIBS) $(KK_LDLIBS)))
