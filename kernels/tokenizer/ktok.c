@@ -685,9 +685,9 @@ int ktok_encode(const ktok *t, const char *text, size_t len, unsigned flags, int
 		if (r >= 0)
 			r = ids_push(&out, sp);
 		/* After a special token the next text run gets the dummy
-		 * prefix again (HF Prepend, llama.cpp is_prev_special). */
-		if (!t->prefix_first_only)
-			first = true;
+		 * prefix again (HF Prepend, llama.cpp is_prev_special);
+		 * Metaspace "first" prefixes only text at offset 0 of the input. */
+		first = !t->prefix_first_only;
 		start = i = next;
 	}
 	if (r >= 0)

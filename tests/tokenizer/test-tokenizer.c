@@ -469,7 +469,7 @@ static void test_not_quadratic(void **state)
 			for (size_t i = 0; i < sizes[k]; i++)
 				s[i] = "kilnodes"[rnd() % 8];
 			double best = 1e9;
-			for (int rep = 0; rep < 3; rep++) {
+			for (int rep = 0; rep < 5; rep++) {
 				_cleanup_free_ int32_t *ids = NULL;
 				size_t n;
 				double t0 = now();
@@ -479,11 +479,12 @@ static void test_not_quadratic(void **state)
 			}
 			per[k] = best / (double) sizes[k];
 		}
-		/* n log n allows ~1.3x per byte here; quadratic would be 16x. */
-		if (per[1] > 4 * per[0])
+		/* n log n is ~1.3x per byte here, cache effects and a shared
+		 * machine add noise; quadratic would be 16x. */
+		if (per[1] > 8 * per[0])
 			print_error("%s: %.1f ns/byte at 20 kB, %.1f ns/byte at 320 kB\n", files[f],
 				    per[0] * 1e9, per[1] * 1e9);
-		assert_true(per[1] < 4 * per[0]);
+		assert_true(per[1] < 8 * per[0]);
 	}
 }
 
