@@ -5,3 +5,4 @@
 $(eval $(call kiln_test,test-tokenizer,tests/tokenizer/test-tokenizer.c,ktok kmf kk common,$(KTOK_LDLIBS) $(KK_LDLIBS)))
 $(eval $(call kiln_tool,tok-tool,tests/tokenizer/tok-tool.c,ktok kmf kk common,$(KTOK_LDLIBS) $(KK_LDLIBS)))
 TEST_SCRIPTS += tests/tokenizer/test-tokenizer-live.sh
+BENCH_SCRIPTS += tests/tokenizer/bench-tok.sh
