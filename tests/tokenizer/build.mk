@@ -27,3 +27,4 @@ $(FUZZ_KTOK): $(FUZZ_KTOK_SRCS) kernels/include/ktok.h kernels/include/kmf.h \
 		-fno-sanitize-recover=undefined -Icommon/include -Ikernels/include \
 		$(FUZZ_KTOK_SRCS) $(KMF_LDLIBS) -lm -o $@
 .PHONY: fuzz-tokenizer
+TEST_SCRIPTS += tests/tokenizer/test-kiln-tokenize.sh
