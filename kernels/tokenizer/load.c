@@ -648,34 +648,39 @@ int ktok_load_llama2c(const void *buf, size_t len, uint32_t vocab_size, const ch
 /* ------------------------------------------------------------------------ */
 /* By content                                                                */
 
+static int load_gguf_path(const char *path, ktok **ret, ktok_error *err)
+{
+	/* Models are large: libkmf maps them, nothing is read twice. */
+	_cleanup_(kmf_closep) kmf_file *f = NULL;
+	kmf_error ke;
+	int r = kmf_open(path, &f, &ke);
+	if (r < 0)
+		return ktok__err(err, path, r, "byte %lld: %s (GGUF metadata)", (long long) ke.offset,
+				 ke.msg);
+	return ktok_load_gguf(f, path, ret, err);
+}
+
 int ktok_load(const char *path, ktok **ret, ktok_error *err)
 {
 	assert_return(path && ret, -EINVAL);
+	char magic[4] = {0};
+	{
+		_cleanup_fclose_ FILE *fp = fopen(path, "re");
+		if (!fp)
+			return ktok__err(err, path, -errno, "cannot open: %m");
+		if (fread(magic, 1, 4, fp) == 4 && memcmp(magic, "GGUF", 4) == 0)
+			return load_gguf_path(path, ret, err);
+	}
 	_cleanup_free_ char *buf = NULL;
 	size_t len = 0;
 	int r = kiln_read_file(path, KTOK_MAX_JSON_BYTES, &buf, &len);
-	if (r == -EFBIG || r == -E2BIG) {
-		/* Too big for a JSON or .bin: maybe a GGUF model; libkmf maps it. */
-		_cleanup_(kmf_closep) kmf_file *f = NULL;
-		kmf_error ke;
-		r = kmf_open(path, &f, &ke);
-		if (r < 0) {
-			char line[700];
-			return ktok__err(err, path, r, "%s", kmf_error_format(&ke, line, sizeof(line)));
-		}
-		return ktok_load_gguf(f, path, ret, err);
-	}
+	if (r == -EFBIG)
+		return ktok__err(err, path, -E2BIG,
+				 "over %u bytes and not GGUF: too big for a tokenizer.json or "
+				 "tokenizer.bin",
+				 KTOK_MAX_JSON_BYTES);
 	if (r < 0)
 		return ktok__err(err, path, r, "cannot read: %s", strerror(-r));
-	if (len >= 4 && memcmp(buf, "GGUF", 4) == 0) {
-		_cleanup_(kmf_closep) kmf_file *f = NULL;
-		kmf_error ke;
-		r = kmf_open_mem(buf, len, path, &f, &ke);
-		if (r < 0)
-			return ktok__err(err, path, r, "byte %lld: %s (GGUF metadata)",
-					 (long long) ke.offset, ke.msg);
-		return ktok_load_gguf(f, path, ret, err);
-	}
 	size_t i = 0;
 	while (i < len && (buf[i] == ' ' || buf[i] == '\n' || buf[i] == '\r' || buf[i] == '\t'))
 		i++;
