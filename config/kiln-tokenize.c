@@ -82,17 +82,21 @@ static int describe(const ktok *t, const char *path, bool json)
 {
 	const char *tmpl = ktok_chat_template(t);
 	int chat = tmpl ? ktok_chat_detect(tmpl) : -ENOENT;
-	const char *chat_name = chat >= 0 ? ktok_chat_name((ktok_chat) chat)
-				: tmpl ? "unknown (not rendered; a server would fall back to chatml)"
-				       : "none in file";
+	const char *chat_name =
+		chat >= 0 ? ktok_chat_name((ktok_chat) chat)
+		: tmpl	  ? "unknown (not rendered; a server would fall back to chatml)"
+			  : "none in file";
 	const char *model = ktok_model_kind(t) == KTOK_MODEL_SPM ? "sentencepiece-bpe" : "bpe";
 	if (json) {
-		json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:i, s:i, s:b, s:b, s:s}", "file",
-				      path, "model", model, "vocab_size", (int) ktok_n_vocab(t), "pre",
-				      ktok_pre_name(ktok_pre_kind(t)), "bos", ktok_bos(t), "eos",
-				      ktok_eos(t), "pad", ktok_pad(t), "unk", ktok_unk(t), "add_bos",
-				      ktok_adds_bos(t), "add_eos", ktok_adds_eos(t), "chat_template",
-				      chat >= 0 ? chat_name : tmpl ? "unknown" : "none");
+		json_t *o =
+			json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:i, s:i, s:b, s:b, s:s}", "file",
+				  path, "model", model, "vocab_size", (int) ktok_n_vocab(t), "pre",
+				  ktok_pre_name(ktok_pre_kind(t)), "bos", ktok_bos(t), "eos",
+				  ktok_eos(t), "pad", ktok_pad(t), "unk", ktok_unk(t), "add_bos",
+				  ktok_adds_bos(t), "add_eos", ktok_adds_eos(t), "chat_template",
+				  chat >= 0 ? chat_name
+				  : tmpl    ? "unknown"
+					    : "none");
 		if (!o)
 			return -ENOMEM;
 		json_dumpf(o, stdout, JSON_INDENT(2));
@@ -156,8 +160,8 @@ static int decode(const ktok *t, const char *list, unsigned flags, bool json)
 		errno = 0;
 		long v = strtol(p, &end, 10);
 		if (end == p || errno || v < 0 || v >= (long) ktok_n_vocab(t) || n == CLI_MAX_IDS) {
-			log_error("--ids: \"%s\" is not a comma-separated list of ids in 0..%u", list,
-				  ktok_n_vocab(t) - 1);
+			log_error("--ids: \"%s\" is not a comma-separated list of ids in 0..%u",
+				  list, ktok_n_vocab(t) - 1);
 			return -EINVAL;
 		}
 		ids[n++] = (int32_t) v;

@@ -26,7 +26,7 @@
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
-int kiln_model_main(int argc, char **argv); /* kiln-model.c */
+int kiln_model_main(int argc, char **argv);    /* kiln-model.c */
 int kiln_tokenize_main(int argc, char **argv); /* kiln-tokenize.c */
 
 static const char *arg_config;
@@ -48,7 +48,8 @@ static void help(void)
 	       "-o)\n"
 	       "  kiln [OPTIONS] render all -o DIR         write every target into DIR\n"
 	       "  kiln model inspect FILE [--json]         tensors and metadata of a model file\n"
-	       "  kiln tokenize FILE [--text S | --ids L]  text <-> token ids (kiln tokenize --help)\n\n"
+	       "  kiln tokenize FILE [--text S | --ids L]  text <-> token ids (kiln tokenize "
+	       "--help)\n\n"
 	       "Targets: slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts node-env\n"
 	       "(node-env needs --node NAME; NAME may be the head node).\n\n"
 	       "Options:\n"

@@ -104,9 +104,9 @@ typedef enum ktok_model {
 } ktok_model;
 
 typedef enum ktok_pre {
-	KTOK_PRE_NONE = 0,  /* the whole text is one piece (SentencePiece) */
-	KTOK_PRE_GPT2 = 1,  /* GPT-2's regex (HF ByteLevel use_regex) */
-	KTOK_PRE_LLAMA3 = 2, /* Llama 3's regex (llama.cpp "llama-bpe") */
+	KTOK_PRE_NONE = 0,	/* the whole text is one piece (SentencePiece) */
+	KTOK_PRE_GPT2 = 1,	/* GPT-2's regex (HF ByteLevel use_regex) */
+	KTOK_PRE_LLAMA3 = 2,	/* Llama 3's regex (llama.cpp "llama-bpe") */
 	KTOK_PRE_METASPACE = 3, /* split before each space marker */
 } ktok_pre;
 
@@ -120,8 +120,8 @@ int ktok_load_gguf(const kmf_file *f, const char *name, ktok **ret, ktok_error *
 int ktok_load_hf_json(const char *json, size_t len, const char *name, ktok **ret, ktok_error *err);
 /* From the bytes of a llama2.c tokenizer.bin.  vocab_size is the model's
  * (the file does not store it); 0 reads tokens until the end of buf. */
-int ktok_load_llama2c(const void *buf, size_t len, uint32_t vocab_size, const char *name, ktok **ret,
-		      ktok_error *err);
+int ktok_load_llama2c(const void *buf, size_t len, uint32_t vocab_size, const char *name,
+		      ktok **ret, ktok_error *err);
 /* Frees; accepts NULL; returns NULL. */
 ktok *ktok_free(ktok *t);
 
@@ -161,14 +161,16 @@ const char *ktok_chat_template(const ktok *t);
 
 /* Encodes len bytes of text into a malloc'd array *ids of *n ids.
  * Errors: -EINVAL, -E2BIG (len > KTOK_MAX_TEXT), -ENOMEM. */
-int ktok_encode(const ktok *t, const char *text, size_t len, unsigned flags, int32_t **ids, size_t *n);
+int ktok_encode(const ktok *t, const char *text, size_t len, unsigned flags, int32_t **ids,
+		size_t *n);
 
 /* Leave control, unknown and unused tokens out of the text. */
 #define KTOK_DEC_SKIP_SPECIAL 1u
 
 /* Decodes n ids into a malloc'd NUL-terminated string *out of *len bytes
  * (valid UTF-8).  Errors: -EINVAL (an id out of range), -ENOMEM. */
-int ktok_decode(const ktok *t, const int32_t *ids, size_t n, unsigned flags, char **out, size_t *len);
+int ktok_decode(const ktok *t, const int32_t *ids, size_t n, unsigned flags, char **out,
+		size_t *len);
 
 /* Streaming decoder: feed ids one by one, get back only complete UTF-8. */
 typedef struct ktok_stream ktok_stream;

@@ -14,8 +14,9 @@
 #include "ktok_internal.h"
 
 static const char *const chat_names[KTOK_CHAT_MAX] = {
-	[KTOK_CHAT_CHATML] = "chatml", [KTOK_CHAT_LLAMA2] = "llama2", [KTOK_CHAT_LLAMA3] = "llama3",
-	[KTOK_CHAT_MISTRAL] = "mistral", [KTOK_CHAT_GEMMA] = "gemma",  [KTOK_CHAT_PHI3] = "phi3",
+	[KTOK_CHAT_CHATML] = "chatml", [KTOK_CHAT_LLAMA2] = "llama2",
+	[KTOK_CHAT_LLAMA3] = "llama3", [KTOK_CHAT_MISTRAL] = "mistral",
+	[KTOK_CHAT_GEMMA] = "gemma",   [KTOK_CHAT_PHI3] = "phi3",
 	[KTOK_CHAT_ZEPHYR] = "zephyr",
 };
 
@@ -129,7 +130,9 @@ int ktok_chat_render(ktok_chat c, const ktok_msg *msgs, size_t n, bool add_gener
 		if (role_of(msgs[i].role) < 0 || !msgs[i].content)
 			return -EINVAL;
 	if (!bos)
-		bos = c == KTOK_CHAT_LLAMA3 ? "<|begin_of_text|>" : c == KTOK_CHAT_GEMMA ? "<bos>" : "<s>";
+		bos = c == KTOK_CHAT_LLAMA3  ? "<|begin_of_text|>"
+		      : c == KTOK_CHAT_GEMMA ? "<bos>"
+					     : "<s>";
 	if (!eos)
 		eos = "</s>";
 	_cleanup_(kiln_strbuf_freep) kiln_strbuf b;
@@ -185,7 +188,8 @@ int ktok_chat_render(ktok_chat c, const ktok_msg *msgs, size_t n, bool add_gener
 	}
 	case KTOK_CHAT_PHI3:
 		for (size_t i = 0; i < n; i++)
-			kiln_strbuf_printf(&b, "<|%s|>\n%s<|end|>\n", msgs[i].role, msgs[i].content);
+			kiln_strbuf_printf(&b, "<|%s|>\n%s<|end|>\n", msgs[i].role,
+					   msgs[i].content);
 		if (add_generation_prompt)
 			kiln_strbuf_append(&b, "<|assistant|>\n");
 		else
@@ -193,7 +197,8 @@ int ktok_chat_render(ktok_chat c, const ktok_msg *msgs, size_t n, bool add_gener
 		break;
 	case KTOK_CHAT_ZEPHYR:
 		for (size_t i = 0; i < n; i++)
-			kiln_strbuf_printf(&b, "<|%s|>\n%s%s\n", msgs[i].role, msgs[i].content, eos);
+			kiln_strbuf_printf(&b, "<|%s|>\n%s%s\n", msgs[i].role, msgs[i].content,
+					   eos);
 		if (add_generation_prompt)
 			kiln_strbuf_append(&b, "<|assistant|>\n");
 		break;

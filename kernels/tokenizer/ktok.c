@@ -88,21 +88,24 @@ int ktok__set(ktok *t, uint32_t id, const char *text, size_t len, float score, i
 	      bool allow_bytes, ktok_error *err)
 {
 	if (id >= t->n)
-		return ktok__err(err, t->name, -EBADMSG, "token id %u is outside the vocabulary of %u",
-				 id, t->n);
+		return ktok__err(err, t->name, -EBADMSG,
+				 "token id %u is outside the vocabulary of %u", id, t->n);
 	if (len > KTOK_MAX_TOKEN_LEN)
-		return ktok__err(err, t->name, -E2BIG,
-				 "token %u is %zu bytes long, over the limit of %d (KTOK_MAX_TOKEN_LEN); "
-				 "the file is corrupt",
-				 id, len, KTOK_MAX_TOKEN_LEN);
+		return ktok__err(
+			err, t->name, -E2BIG,
+			"token %u is %zu bytes long, over the limit of %d (KTOK_MAX_TOKEN_LEN); "
+			"the file is corrupt",
+			id, len, KTOK_MAX_TOKEN_LEN);
 	if (!allow_bytes && !ktok__utf8_valid(text, len))
 		return ktok__err(err, t->name, -EBADMSG,
 				 "token %u is not valid UTF-8; the vocabulary is corrupt", id);
 	if (type < KTOK_NORMAL || type > KTOK_BYTE)
 		return ktok__err(err, t->name, -EBADMSG,
-				 "token %u has type %d; known types are 1 (normal) to 6 (byte)", id, type);
+				 "token %u has type %d; known types are 1 (normal) to 6 (byte)", id,
+				 type);
 	if (!isfinite(score))
-		return ktok__err(err, t->name, -EBADMSG, "token %u has a score that is not finite", id);
+		return ktok__err(err, t->name, -EBADMSG, "token %u has a score that is not finite",
+				 id);
 	if (t->tok[id].text)
 		return ktok__err(err, t->name, -EBADMSG, "token id %u is defined twice", id);
 	char *s = malloc(len + 1);
@@ -110,8 +113,9 @@ int ktok__set(ktok *t, uint32_t id, const char *text, size_t len, float score, i
 		return -ENOMEM;
 	memcpy(s, text, len);
 	s[len] = 0;
-	t->tok[id] = (struct ktok_tok){.text = s, .len = (uint32_t) len, .score = score,
-				       .type = (uint8_t) type};
+	t->tok[id] = (struct ktok_tok){
+		.text = s, .len = (uint32_t) len, .score = score, .type = (uint8_t) type
+	};
 	return 0;
 }
 
@@ -144,7 +148,7 @@ static int parse_byte_token(const char *s, size_t len)
 	int v = 0;
 	for (int i = 3; i < 5; i++) {
 		char c = s[i];
-		int d = c >= '0' && c <= '9' ? c - '0'
+		int d = c >= '0' && c <= '9'			 ? c - '0'
 			: (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10
 								 : -1;
 		if (d < 0)
@@ -180,8 +184,10 @@ int ktok__finish_vocab(ktok *t, ktok_error *err)
 		if (k->type == KTOK_BYTE) {
 			int b = parse_byte_token(k->text, k->len);
 			if (b < 0 && !t->byte_level)
-				return ktok__err(err, t->name, -EBADMSG,
-						 "token %u has the byte type but its text is not <0xNN>", id);
+				return ktok__err(
+					err, t->name, -EBADMSG,
+					"token %u has the byte type but its text is not <0xNN>",
+					id);
 			if (b >= 0) {
 				k->byte = (uint8_t) b;
 				if (t->byte_id[b] < 0)
@@ -195,16 +201,18 @@ int ktok__finish_vocab(ktok *t, ktok_error *err)
 			int32_t o = t->vh[i];
 			if (o < 0)
 				break;
-			if (t->tok[o].len == k->len && memcmp(t->tok[o].text, k->text, k->len) == 0) {
+			if (t->tok[o].len == k->len &&
+			    memcmp(t->tok[o].text, k->text, k->len) == 0) {
 				/* Real vocabularies repeat control tokens (e.g.
 				 * [PAD] placeholders) and SentencePiece keeps "<unk>"
 				 * next to a byte token; only ordinary tokens must be
 				 * unique, since encoding could not tell them apart. */
 				if (k->type == KTOK_NORMAL && t->tok[o].type == KTOK_NORMAL)
-					return ktok__err(err, t->name, -EBADMSG,
-							 "tokens %d and %u have the same text \"%.40s\": "
-							 "duplicate tokens; the vocabulary is corrupt",
-							 o, id, k->text);
+					return ktok__err(
+						err, t->name, -EBADMSG,
+						"tokens %d and %u have the same text \"%.40s\": "
+						"duplicate tokens; the vocabulary is corrupt",
+						o, id, k->text);
 				break;
 			}
 		}
@@ -233,7 +241,8 @@ int ktok__finish_vocab(ktok *t, ktok_error *err)
 				int32_t id = ktok__lookup(t, &c, 1);
 				if (id < 0)
 					return ktok__err(err, t->name, -EBADMSG,
-							 "byte-level vocabulary has no token for byte 0x%02x; "
+							 "byte-level vocabulary has no token for "
+							 "byte 0x%02x; "
 							 "every byte needs one",
 							 b);
 				t->byte_id[b] = id;
@@ -244,13 +253,13 @@ int ktok__finish_vocab(ktok *t, ktok_error *err)
 
 int ktok__check_ids(ktok *t, ktok_error *err)
 {
-	int32_t *ids[] = {&t->bos, &t->eos, &t->pad, &t->unk};
-	const char *names[] = {"bos", "eos", "padding", "unknown"};
+	int32_t *ids[] = { &t->bos, &t->eos, &t->pad, &t->unk };
+	const char *names[] = { "bos", "eos", "padding", "unknown" };
 	for (size_t i = 0; i < ARRAY_SIZE(ids); i++)
 		if (*ids[i] >= (int32_t) t->n)
 			return ktok__err(err, t->name, -EBADMSG,
-					 "the %s token id %d is outside the vocabulary of %u", names[i],
-					 *ids[i], t->n);
+					 "the %s token id %d is outside the vocabulary of %u",
+					 names[i], *ids[i], t->n);
 	return 0;
 }
 
@@ -286,14 +295,15 @@ int ktok__add_merge(ktok *t, int32_t a, int32_t b, int32_t rank, ktok_error *err
 	memcpy(buf + ta->len, tb->text, tb->len);
 	int32_t r = ktok__lookup(t, buf, ta->len + tb->len);
 	if (r < 0)
-		return ktok__err(err, t->name, -EBADMSG,
-				 "merge %d (\"%.40s\" + \"%.40s\") makes a token that is not in the "
-				 "vocabulary; the merges do not belong to this vocabulary",
-				 rank, ta->text, tb->text);
+		return ktok__err(
+			err, t->name, -EBADMSG,
+			"merge %d (\"%.40s\" + \"%.40s\") makes a token that is not in the "
+			"vocabulary; the merges do not belong to this vocabulary",
+			rank, ta->text, tb->text);
 	for (uint32_t i = hash_pair(a, b) & t->mh_mask;; i = (i + 1) & t->mh_mask) {
 		struct ktok_merge *m = &t->mh[i];
 		if (m->rank < 0) {
-			*m = (struct ktok_merge){.a = a, .b = b, .rank = rank, .result = r};
+			*m = (struct ktok_merge){ .a = a, .b = b, .rank = rank, .result = r };
 			t->n_merges++;
 			return 0;
 		}
@@ -332,7 +342,7 @@ ktok_pre ktok_pre_kind(const ktok *t)
 }
 const char *ktok_pre_name(ktok_pre p)
 {
-	static const char *const names[] = {"none", "gpt2", "llama-bpe", "metaspace"};
+	static const char *const names[] = { "none", "gpt2", "llama-bpe", "metaspace" };
 	return (unsigned) p < ARRAY_SIZE(names) ? names[p] : NULL;
 }
 int32_t ktok_bos(const ktok *t)
@@ -494,14 +504,20 @@ static int try_pair(struct bpe *w, const char *s, int32_t l, int32_t r)
 		 * parsing off, "<" "s>" must not become BOS. */
 		if (!m || t->tok[m->result].type == KTOK_CONTROL)
 			return 0;
-		return heap_push(w, (struct pair){.prio = m->rank, .left = l, .right = r,
-						  .size = a->len + b->len, .result = m->result});
+		return heap_push(w, (struct pair){ .prio = m->rank,
+						   .left = l,
+						   .right = r,
+						   .size = a->len + b->len,
+						   .result = m->result });
 	}
 	int32_t id = ktok__lookup(t, s + a->start, (size_t) (a->len + b->len));
 	if (!spm_mergeable(t, id))
 		return 0;
-	return heap_push(w, (struct pair){.prio = -(double) t->tok[id].score, .left = l, .right = r,
-					  .size = a->len + b->len, .result = id});
+	return heap_push(w, (struct pair){ .prio = -(double) t->tok[id].score,
+					   .left = l,
+					   .right = r,
+					   .size = a->len + b->len,
+					   .result = id });
 }
 
 static int emit_unknown(struct bpe *w, const char *s, size_t len, bool *last_unk)
@@ -547,13 +563,19 @@ static int bpe_piece(void *ud, const char *s, size_t len)
 	int32_t n = 0;
 	for (size_t i = 0; i < len;) {
 		uint32_t cp;
-		size_t k = t->byte_level ? 1 : ktok__utf8_next((const unsigned char *) s + i, len - i, &cp);
+		size_t k = t->byte_level
+				   ? 1
+				   : ktok__utf8_next((const unsigned char *) s + i, len - i, &cp);
 		int32_t id = t->byte_level ? t->byte_id[(unsigned char) s[i]]
 					   : ktok__lookup(t, s + i, k);
-		if (!t->byte_level && id >= 0 && t->model == KTOK_MODEL_SPM && !spm_mergeable(t, id))
+		if (!t->byte_level && id >= 0 && t->model == KTOK_MODEL_SPM &&
+		    !spm_mergeable(t, id))
 			id = -1;
-		w->sym[n] = (struct sym){.start = (int32_t) i, .len = (int32_t) k, .prev = n - 1,
-					 .next = n + 1, .id = id};
+		w->sym[n] = (struct sym){ .start = (int32_t) i,
+					  .len = (int32_t) k,
+					  .prev = n - 1,
+					  .next = n + 1,
+					  .id = id };
 		n++;
 		i += k;
 	}
@@ -626,8 +648,8 @@ static int encode_text(struct bpe *w, const char *s, size_t len, bool *first, ch
 	if (prefix && !(t->prefix_unless_space && starts_space))
 		o[m++] = ' ';
 	for (size_t i = 0; i < len; i++) {
-		if (i + 2 < len && (unsigned char) s[i] == 0xE2 && (unsigned char) s[i + 1] == 0x96 &&
-		    (unsigned char) s[i + 2] == 0x81) {
+		if (i + 2 < len && (unsigned char) s[i] == 0xE2 &&
+		    (unsigned char) s[i + 1] == 0x96 && (unsigned char) s[i + 2] == 0x81) {
 			o[m++] = ' ';
 			i += 2;
 		} else {
@@ -652,13 +674,14 @@ static int32_t match_special(const ktok *t, const char *s, size_t len, bool pars
 	return -1;
 }
 
-int ktok_encode(const ktok *t, const char *text, size_t len, unsigned flags, int32_t **ids, size_t *n)
+int ktok_encode(const ktok *t, const char *text, size_t len, unsigned flags, int32_t **ids,
+		size_t *n)
 {
 	assert_return(t && (text || !len) && ids && n, -EINVAL);
 	if (len > KTOK_MAX_TEXT)
 		return -E2BIG;
-	struct ids out = {0};
-	struct bpe w = {.t = t, .out = &out};
+	struct ids out = { 0 };
+	struct bpe w = { .t = t, .out = &out };
 	_cleanup_free_ char *norm = NULL;
 	size_t norm_cap = 0;
 	bool first = true;
@@ -713,8 +736,8 @@ int ktok_encode(const ktok *t, const char *text, size_t len, unsigned flags, int
 struct ktok_stream {
 	const ktok *t;
 	unsigned flags;
-	bool started;		/* some text was produced (leading-space rule) */
-	unsigned char pend[4];	/* an incomplete UTF-8 sequence */
+	bool started;	       /* some text was produced (leading-space rule) */
+	unsigned char pend[4]; /* an incomplete UTF-8 sequence */
 	size_t npend;
 	char *buf;
 	size_t n, cap;
@@ -848,10 +871,11 @@ int ktok_stream_flush(ktok_stream *s, const char **text, size_t *len)
 	return 0;
 }
 
-int ktok_decode(const ktok *t, const int32_t *ids, size_t n, unsigned flags, char **out, size_t *len)
+int ktok_decode(const ktok *t, const int32_t *ids, size_t n, unsigned flags, char **out,
+		size_t *len)
 {
 	assert_return(t && (ids || !n) && out, -EINVAL);
-	struct ktok_stream s = {.t = t, .flags = flags};
+	struct ktok_stream s = { .t = t, .flags = flags };
 	int r = 0;
 	for (size_t i = 0; i < n && r >= 0; i++)
 		r = stream_token(&s, ids[i]);

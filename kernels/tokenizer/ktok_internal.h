@@ -10,11 +10,11 @@
 #include "ktok.h"
 
 struct ktok_tok {
-	char *text;   /* lookup form: raw bytes, U+2581 shown as ' ' */
-	uint32_t len; /* bytes */
-	float score;  /* SentencePiece score (SPM merges), else 0 */
-	uint8_t type; /* ktok_type */
-	uint8_t byte; /* the byte of a KTOK_BYTE token */
+	char *text;		/* lookup form: raw bytes, U+2581 shown as ' ' */
+	uint32_t len;		/* bytes */
+	float score;		/* SentencePiece score (SPM merges), else 0 */
+	uint8_t type;		/* ktok_type */
+	uint8_t byte;		/* the byte of a KTOK_BYTE token */
 	uint8_t lstrip, rstrip; /* HF added token: eat whitespace around it */
 };
 
@@ -28,12 +28,12 @@ struct ktok {
 	char name[256];
 	ktok_model model;
 	ktok_pre pre;
-	bool byte_level;       /* GPT-2 bytes<->unicode: every byte has a token */
-	bool byte_fallback;    /* unknown characters become <0xNN> tokens */
-	bool add_space_prefix; /* SentencePiece dummy prefix before each text run */
-	bool prefix_first_only; /* Metaspace prepend_scheme "first" */
+	bool byte_level;	  /* GPT-2 bytes<->unicode: every byte has a token */
+	bool byte_fallback;	  /* unknown characters become <0xNN> tokens */
+	bool add_space_prefix;	  /* SentencePiece dummy prefix before each text run */
+	bool prefix_first_only;	  /* Metaspace prepend_scheme "first" */
 	bool prefix_unless_space; /* Metaspace: no prefix if the text starts with one */
-	bool ignore_merges;    /* a whole pre-token in the vocabulary wins (Llama 3) */
+	bool ignore_merges;	  /* a whole pre-token in the vocabulary wins (Llama 3) */
 	bool fuse_unk;
 	bool add_bos, add_eos;
 	int32_t bos, eos, pad, unk;

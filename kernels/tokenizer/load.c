@@ -58,8 +58,8 @@ size_t ktok__unescape_spaces(char *s, size_t len)
 {
 	size_t o = 0;
 	for (size_t i = 0; i < len; i++) {
-		if (i + 2 < len && (unsigned char) s[i] == 0xE2 && (unsigned char) s[i + 1] == 0x96 &&
-		    (unsigned char) s[i + 2] == 0x81) {
+		if (i + 2 < len && (unsigned char) s[i] == 0xE2 &&
+		    (unsigned char) s[i + 1] == 0x96 && (unsigned char) s[i + 2] == 0x81) {
 			s[o++] = ' ';
 			i += 2;
 		} else {
@@ -100,7 +100,8 @@ static int hf_metaspace(ktok *t, json_t *p, const char *name, ktok_error *err)
 	const char *rep = jstr(p, "replacement");
 	if (rep && strcmp(rep, "\xE2\x96\x81") != 0)
 		return ktok__err(err, name, -EOPNOTSUPP,
-				 "Metaspace with replacement \"%s\" is not supported (only U+2581)", rep);
+				 "Metaspace with replacement \"%s\" is not supported (only U+2581)",
+				 rep);
 	const char *scheme = jstr(p, "prepend_scheme");
 	t->prefix_unless_space = true;
 	json_t *aps = json_object_get(p, "add_prefix_space");
@@ -141,10 +142,11 @@ static int hf_pre(ktok *t, json_t *p, const char *name, ktok_error *err)
 		else if (re && streq(re, GPT2_REGEX))
 			t->pre = KTOK_PRE_GPT2;
 		else
-			return ktok__err(err, name, -EOPNOTSUPP,
-					 "pre_tokenizer Split pattern \"%.200s\" is not one ktok knows "
-					 "(GPT-2's and Llama 3's are supported)",
-					 re ? re : "(not a regex)");
+			return ktok__err(
+				err, name, -EOPNOTSUPP,
+				"pre_tokenizer Split pattern \"%.200s\" is not one ktok knows "
+				"(GPT-2's and Llama 3's are supported)",
+				re ? re : "(not a regex)");
 		return 0;
 	}
 	if (streq(type, "Sequence")) {
@@ -159,10 +161,11 @@ static int hf_pre(ktok *t, json_t *p, const char *name, ktok_error *err)
 		}
 		return 0;
 	}
-	return ktok__err(err, name, -EOPNOTSUPP,
-			 "pre_tokenizer \"%s\" is not supported (ByteLevel, Split with the GPT-2 or "
-			 "Llama 3 regex, Metaspace and Sequence of those are)",
-			 type);
+	return ktok__err(
+		err, name, -EOPNOTSUPP,
+		"pre_tokenizer \"%s\" is not supported (ByteLevel, Split with the GPT-2 or "
+		"Llama 3 regex, Metaspace and Sequence of those are)",
+		type);
 }
 
 static int hf_normalizer(ktok *t, json_t *n, const char *name, ktok_error *err)
@@ -187,7 +190,8 @@ static int hf_normalizer(ktok *t, json_t *n, const char *name, ktok_error *err)
 		t->add_space_prefix = true;
 		return 0;
 	}
-	if (streq(type, "Replace") && streq_ptr(jstr(json_object_get(n, "pattern"), "String"), " ") &&
+	if (streq(type, "Replace") &&
+	    streq_ptr(jstr(json_object_get(n, "pattern"), "String"), " ") &&
 	    streq_ptr(jstr(n, "content"), "\xE2\x96\x81"))
 		return 0; /* spaces as U+2581: ktok's lookup form already is */
 	return ktok__err(err, name, -EOPNOTSUPP,
@@ -204,7 +208,10 @@ static void hf_post(ktok *t, json_t *p)
 	if (type && streq(type, "Sequence")) {
 		size_t i;
 		json_t *v;
-		json_array_foreach(json_object_get(p, "processors"), i, v) hf_post(t, v);
+		json_array_foreach(json_object_get(p, "processors"), i, v)
+		{
+			hf_post(t, v);
+		}
 		return;
 	}
 	if (!type || !streq(type, "TemplateProcessing"))
@@ -237,16 +244,18 @@ static int hf_merge_str(ktok *t, const char *s, size_t len, int32_t rank, ktok_e
 		if (s[i] != ' ')
 			continue;
 		size_t la, lb;
-		if (to_lookup(t, s, i, a, &la) < 0 || to_lookup(t, s + i + 1, len - i - 1, b, &lb) < 0)
+		if (to_lookup(t, s, i, a, &la) < 0 ||
+		    to_lookup(t, s + i + 1, len - i - 1, b, &lb) < 0)
 			continue;
 		int32_t ia = ktok__lookup(t, a, la), ib = ktok__lookup(t, b, lb);
 		if (ia >= 0 && ib >= 0)
 			return ktok__add_merge(t, ia, ib, rank, err);
 	}
-	return ktok__err(err, t->name, -EBADMSG,
-			 "merge %d \"%.80s\" does not name two tokens of the vocabulary; the merges "
-			 "do not belong to this vocabulary",
-			 rank, s);
+	return ktok__err(
+		err, t->name, -EBADMSG,
+		"merge %d \"%.80s\" does not name two tokens of the vocabulary; the merges "
+		"do not belong to this vocabulary",
+		rank, s);
 }
 
 static int hf_merge_pair(ktok *t, json_t *m, int32_t rank, ktok_error *err)
@@ -262,10 +271,11 @@ static int hf_merge_pair(ktok *t, json_t *m, int32_t rank, ktok_error *err)
 		size_t l;
 		if (to_lookup(t, s[k], strlen(s[k]), buf, &l) < 0 ||
 		    (id[k] = ktok__lookup(t, buf, l)) < 0)
-			return ktok__err(err, t->name, -EBADMSG,
-					 "merge %d names \"%.80s\", which is not in the vocabulary; "
-					 "the merges do not belong to this vocabulary",
-					 rank, s[k]);
+			return ktok__err(
+				err, t->name, -EBADMSG,
+				"merge %d names \"%.80s\", which is not in the vocabulary; "
+				"the merges do not belong to this vocabulary",
+				rank, s[k]);
 	}
 	return ktok__add_merge(t, id[0], id[1], rank, err);
 }
@@ -274,31 +284,36 @@ int ktok_load_hf_json(const char *text, size_t len, const char *name, ktok **ret
 {
 	assert_return(text && ret, -EINVAL);
 	if (len > KTOK_MAX_JSON_BYTES)
-		return ktok__err(err, name, -E2BIG, "%zu bytes, over the limit of %u for tokenizer.json",
-				 len, KTOK_MAX_JSON_BYTES);
+		return ktok__err(err, name, -E2BIG,
+				 "%zu bytes, over the limit of %u for tokenizer.json", len,
+				 KTOK_MAX_JSON_BYTES);
 	json_error_t je;
 	_cleanup_(json_decrefp) json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
 	if (!root)
-		return ktok__err(err, name, -EBADMSG, "line %d column %d: not valid JSON: %s", je.line,
-				 je.column, je.text);
+		return ktok__err(err, name, -EBADMSG, "line %d column %d: not valid JSON: %s",
+				 je.line, je.column, je.text);
 	json_t *model = json_object_get(root, "model");
 	const char *mtype = jstr(model, "type");
 	json_t *vocab = json_object_get(model, "vocab");
 	json_t *merges = json_object_get(model, "merges");
 	if (!json_is_object(model))
-		return ktok__err(err, name, -EBADMSG, "no \"model\" object: is this a tokenizer.json?");
+		return ktok__err(err, name, -EBADMSG,
+				 "no \"model\" object: is this a tokenizer.json?");
 	if (mtype && !streq(mtype, "BPE"))
 		return ktok__err(err, name, -EOPNOTSUPP,
-				 "model type \"%s\" is not supported; ktok reads BPE models only", mtype);
+				 "model type \"%s\" is not supported; ktok reads BPE models only",
+				 mtype);
 	if (!json_is_object(vocab) || !json_is_array(merges))
-		return ktok__err(err, name, -EBADMSG,
-				 "model has no \"vocab\" object or \"merges\" array; a BPE model needs "
-				 "both");
+		return ktok__err(
+			err, name, -EBADMSG,
+			"model has no \"vocab\" object or \"merges\" array; a BPE model needs "
+			"both");
 	const char *cwp = jstr(model, "continuing_subword_prefix");
 	const char *eow = jstr(model, "end_of_word_suffix");
 	if ((cwp && *cwp) || (eow && *eow))
-		return ktok__err(err, name, -EOPNOTSUPP,
-				 "BPE with continuing_subword_prefix/end_of_word_suffix is not supported");
+		return ktok__err(
+			err, name, -EOPNOTSUPP,
+			"BPE with continuing_subword_prefix/end_of_word_suffix is not supported");
 	json_t *added = json_object_get(root, "added_tokens");
 	if (json_object_size(vocab) > KTOK_MAX_VOCAB || json_array_size(added) > KTOK_MAX_SPECIAL)
 		return ktok__err(err, name, -E2BIG, "vocabulary over the limit of %d tokens",
@@ -314,9 +329,10 @@ int ktok_load_hf_json(const char *text, size_t len, const char *name, ktok **ret
 	{
 		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
 		    json_integer_value(v) >= KTOK_MAX_VOCAB)
-			return ktok__err(err, name, -EBADMSG,
-					 "vocab entry \"%.80s\" has id that is not an integer in 0..%d",
-					 key, KTOK_MAX_VOCAB - 1);
+			return ktok__err(
+				err, name, -EBADMSG,
+				"vocab entry \"%.80s\" has id that is not an integer in 0..%d", key,
+				KTOK_MAX_VOCAB - 1);
 		max_id = MAX(max_id, json_integer_value(v));
 	}
 	size_t i;
@@ -348,9 +364,10 @@ int ktok_load_hf_json(const char *text, size_t len, const char *name, ktok **ret
 	t->fuse_unk = json_is_true(json_object_get(model, "fuse_unk"));
 	t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
 	if (t->byte_level && (t->add_space_prefix || t->byte_fallback))
-		return ktok__err(err, name, -EOPNOTSUPP,
-				 "a byte-level tokenizer with a space-marker normalizer or byte_fallback "
-				 "is not supported");
+		return ktok__err(
+			err, name, -EOPNOTSUPP,
+			"a byte-level tokenizer with a space-marker normalizer or byte_fallback "
+			"is not supported");
 	/* Added tokens first: their content is raw text (not byte-level). */
 	json_array_foreach(added, i, v)
 	{
@@ -358,8 +375,10 @@ int ktok_load_hf_json(const char *text, size_t len, const char *name, ktok **ret
 		const char *c = jstr(v, "content");
 		bool special = json_is_true(json_object_get(v, "special"));
 		if (t->tok[id].text)
-			return ktok__err(err, name, -EBADMSG, "added token id %u appears twice", id);
-		r = ktok__set(t, id, c, strlen(c), 0, special ? KTOK_CONTROL : KTOK_USER, false, err);
+			return ktok__err(err, name, -EBADMSG, "added token id %u appears twice",
+					 id);
+		r = ktok__set(t, id, c, strlen(c), 0, special ? KTOK_CONTROL : KTOK_USER, false,
+			      err);
 		if (r < 0)
 			return r;
 		t->tok[id].lstrip = json_is_true(json_object_get(v, "lstrip"));
@@ -376,11 +395,12 @@ int ktok_load_hf_json(const char *text, size_t len, const char *name, ktok **ret
 		r = to_lookup(t, key, klen, buf, &blen);
 		if (r == -E2BIG)
 			return ktok__err(err, name, -E2BIG,
-					 "vocab entry %u is %zu bytes, over the limit of %d", id, klen,
-					 KTOK_MAX_TOKEN_LEN);
+					 "vocab entry %u is %zu bytes, over the limit of %d", id,
+					 klen, KTOK_MAX_TOKEN_LEN);
 		if (r < 0)
 			return ktok__err(err, name, -EBADMSG,
-					 "vocab entry %u \"%.80s\" is not GPT-2 byte-level text", id, key);
+					 "vocab entry %u \"%.80s\" is not GPT-2 byte-level text",
+					 id, key);
 		int type = KTOK_NORMAL;
 		if (t->byte_fallback && !t->byte_level && blen == 6 && memcmp(buf, "<0x", 3) == 0 &&
 		    buf[5] == '>')
@@ -395,8 +415,8 @@ int ktok_load_hf_json(const char *text, size_t len, const char *name, ktok **ret
 	if (unk) {
 		t->unk = ktok__lookup(t, unk, strlen(unk));
 		if (t->unk < 0)
-			return ktok__err(err, name, -EBADMSG, "unk_token \"%.80s\" is not in the vocabulary",
-					 unk);
+			return ktok__err(err, name, -EBADMSG,
+					 "unk_token \"%.80s\" is not in the vocabulary", unk);
 		if (t->tok[t->unk].type == KTOK_NORMAL)
 			t->tok[t->unk].type = KTOK_UNKNOWN;
 	}
@@ -405,19 +425,21 @@ int ktok_load_hf_json(const char *text, size_t len, const char *name, ktok **ret
 	json_array_foreach(merges, i, v)
 	{
 		if (json_is_string(v))
-			r = hf_merge_str(t, json_string_value(v), json_string_length(v), (int32_t) i, err);
+			r = hf_merge_str(t, json_string_value(v), json_string_length(v),
+					 (int32_t) i, err);
 		else
 			r = hf_merge_pair(t, v, (int32_t) i, err);
 		if (r < 0)
 			return r;
 	}
 	hf_post(t, json_object_get(root, "post_processor"));
-	static const char *const eos_names[] = {"</s>", "<|endoftext|>", "<|eot_id|>",
-						"<|end_of_text|>", "<eos>", "<|im_end|>"};
+	static const char *const eos_names[] = { "</s>",       "<|endoftext|>",
+						 "<|eot_id|>", "<|end_of_text|>",
+						 "<eos>",      "<|im_end|>" };
 	for (size_t k = 0; k < ARRAY_SIZE(eos_names) && t->eos < 0; k++)
 		t->eos = ktok__lookup(t, eos_names[k], strlen(eos_names[k]));
 	if (t->bos < 0) {
-		static const char *const bos_names[] = {"<s>", "<|begin_of_text|>", "<bos>"};
+		static const char *const bos_names[] = { "<s>", "<|begin_of_text|>", "<bos>" };
 		for (size_t k = 0; k < ARRAY_SIZE(bos_names) && t->bos < 0; k++)
 			t->bos = ktok__lookup(t, bos_names[k], strlen(bos_names[k]));
 	}
@@ -464,14 +486,16 @@ int ktok_load_gguf(const kmf_file *f, const char *name, ktok **ret, ktok_error *
 				 "pass a tokenizer.json or tokenizer.bin instead");
 	bool spm = streq(model, "llama"), gpt2 = streq(model, "gpt2");
 	if (!spm && !gpt2)
-		return ktok__err(err, name, -EOPNOTSUPP,
-				 "tokenizer.ggml.model \"%s\" is not supported (\"llama\" and \"gpt2\" "
-				 "are)",
-				 model);
+		return ktok__err(
+			err, name, -EOPNOTSUPP,
+			"tokenizer.ggml.model \"%s\" is not supported (\"llama\" and \"gpt2\" "
+			"are)",
+			model);
 	const kmf_meta *toks = gguf_array(f, "tokenizer.ggml.tokens", KMF_V_STRING);
 	if (!toks)
-		return ktok__err(err, name, -EBADMSG, "tokenizer.ggml.tokens is missing or not an array "
-						       "of strings");
+		return ktok__err(err, name, -EBADMSG,
+				 "tokenizer.ggml.tokens is missing or not an array "
+				 "of strings");
 	if (toks->arr.n == 0 || toks->arr.n > KTOK_MAX_VOCAB)
 		return ktok__err(err, name, toks->arr.n ? -E2BIG : -EBADMSG,
 				 "tokenizer.ggml.tokens holds %llu tokens; 1..%d are accepted",
@@ -480,12 +504,13 @@ int ktok_load_gguf(const kmf_file *f, const char *name, ktok **ret, ktok_error *
 	const kmf_meta *scores = gguf_array(f, "tokenizer.ggml.scores", KMF_V_F32);
 	const kmf_meta *types = gguf_array(f, "tokenizer.ggml.token_type", KMF_V_I32);
 	if ((scores && scores->arr.n != n) || (types && types->arr.n != n))
-		return ktok__err(err, name, -EBADMSG,
-				 "tokenizer.ggml.scores/token_type do not have one entry per token (%u)",
-				 n);
+		return ktok__err(
+			err, name, -EBADMSG,
+			"tokenizer.ggml.scores/token_type do not have one entry per token (%u)", n);
 	if (spm && !scores)
-		return ktok__err(err, name, -EBADMSG,
-				 "a \"llama\" tokenizer needs tokenizer.ggml.scores (f32 per token)");
+		return ktok__err(
+			err, name, -EBADMSG,
+			"a \"llama\" tokenizer needs tokenizer.ggml.scores (f32 per token)");
 	_cleanup_(ktok_freep) ktok *t = NULL;
 	int r = ktok__new(name, n, &t);
 	if (r < 0)
@@ -504,11 +529,12 @@ int ktok_load_gguf(const kmf_file *f, const char *name, ktok **ret, ktok_error *
 		else if (streq(pre, "llama-bpe") || streq(pre, "llama3") || streq(pre, "llama-v3"))
 			t->pre = KTOK_PRE_LLAMA3, t->ignore_merges = true;
 		else
-			return ktok__err(err, name, -EOPNOTSUPP,
-					 "tokenizer.ggml.pre \"%s\" is not supported: ktok splits text "
-					 "as \"default\"/\"gpt2\" and \"llama-bpe\" only (see "
-					 "docs/tokenizer.md)",
-					 pre);
+			return ktok__err(
+				err, name, -EOPNOTSUPP,
+				"tokenizer.ggml.pre \"%s\" is not supported: ktok splits text "
+				"as \"default\"/\"gpt2\" and \"llama-bpe\" only (see "
+				"docs/tokenizer.md)",
+				pre);
 	}
 	const kmf_str *ts = toks->arr.items;
 	for (uint32_t id = 0; id < n; id++) {
@@ -517,14 +543,16 @@ int ktok_load_gguf(const kmf_file *f, const char *name, ktok **ret, ktok_error *
 		char buf[KTOK_MAX_TOKEN_LEN];
 		size_t blen = ts[id].len;
 		if (blen > KTOK_MAX_TOKEN_LEN)
-			return ktok__err(err, name, -E2BIG,
-					 "token %u is %zu bytes, over the limit of %d (KTOK_MAX_TOKEN_LEN)",
-					 id, blen, KTOK_MAX_TOKEN_LEN);
+			return ktok__err(
+				err, name, -E2BIG,
+				"token %u is %zu bytes, over the limit of %d (KTOK_MAX_TOKEN_LEN)",
+				id, blen, KTOK_MAX_TOKEN_LEN);
 		if (type < KTOK_NORMAL || type > KTOK_BYTE)
-			return ktok__err(err, name, -EBADMSG,
-					 "token %u has tokenizer.ggml.token_type %d; known types are 1 "
-					 "(normal) to 6 (byte)",
-					 id, type);
+			return ktok__err(
+				err, name, -EBADMSG,
+				"token %u has tokenizer.ggml.token_type %d; known types are 1 "
+				"(normal) to 6 (byte)",
+				id, type);
 		/* Control and user-defined tokens of byte-level vocabularies
 		 * are stored as plain text (llama.cpp's convert does so). */
 		bool plain = gpt2 && (type == KTOK_CONTROL || type == KTOK_USER);
@@ -538,7 +566,8 @@ int ktok_load_gguf(const kmf_file *f, const char *name, ktok **ret, ktok_error *
 		}
 		if (!gpt2 && !ktok__utf8_valid(ts[id].s, ts[id].len))
 			return ktok__err(err, name, -EBADMSG,
-					 "token %u is not valid UTF-8; the vocabulary is corrupt", id);
+					 "token %u is not valid UTF-8; the vocabulary is corrupt",
+					 id);
 		if ((r = ktok__set(t, id, buf, blen, score, type, gpt2, err)) < 0)
 			return r;
 	}
@@ -556,8 +585,9 @@ int ktok_load_gguf(const kmf_file *f, const char *name, ktok **ret, ktok_error *
 	if (gpt2) {
 		const kmf_meta *mg = gguf_array(f, "tokenizer.ggml.merges", KMF_V_STRING);
 		if (!mg)
-			return ktok__err(err, name, -EBADMSG,
-					 "a \"gpt2\" tokenizer needs tokenizer.ggml.merges (strings)");
+			return ktok__err(
+				err, name, -EBADMSG,
+				"a \"gpt2\" tokenizer needs tokenizer.ggml.merges (strings)");
 		if (mg->arr.n > KTOK_MAX_MERGES)
 			return ktok__err(err, name, -E2BIG, "%llu merges, over the limit of %d",
 					 (unsigned long long) mg->arr.n, KTOK_MAX_MERGES);
@@ -569,7 +599,8 @@ int ktok_load_gguf(const kmf_file *f, const char *name, ktok **ret, ktok_error *
 				return r;
 	}
 	const char *tmpl = NULL;
-	if (kmf_meta_get_str(f, "tokenizer.chat_template", &tmpl) >= 0 && !(t->chat_template = strdup(tmpl)))
+	if (kmf_meta_get_str(f, "tokenizer.chat_template", &tmpl) >= 0 &&
+	    !(t->chat_template = strdup(tmpl)))
 		return -ENOMEM;
 	*ret = TAKE_PTR(t);
 	return 0;
@@ -578,8 +609,8 @@ int ktok_load_gguf(const kmf_file *f, const char *name, ktok **ret, ktok_error *
 /* ------------------------------------------------------------------------ */
 /* llama2.c tokenizer.bin                                                    */
 
-int ktok_load_llama2c(const void *buf, size_t len, uint32_t vocab_size, const char *name, ktok **ret,
-		      ktok_error *err)
+int ktok_load_llama2c(const void *buf, size_t len, uint32_t vocab_size, const char *name,
+		      ktok **ret, ktok_error *err)
 {
 	assert_return(buf && ret, -EINVAL);
 	const unsigned char *p = buf;
@@ -588,26 +619,29 @@ int ktok_load_llama2c(const void *buf, size_t len, uint32_t vocab_size, const ch
 		return ktok__err(err, name, -EBADMSG, "too short for a llama2.c tokenizer.bin");
 	memcpy(&maxlen, p, 4);
 	if (maxlen <= 0 || maxlen > KTOK_MAX_TOKEN_LEN)
-		return ktok__err(err, name, maxlen > 0 ? -E2BIG : -EBADMSG,
-				 "max_token_length %d is outside 1..%d: not a llama2.c tokenizer.bin",
-				 maxlen, KTOK_MAX_TOKEN_LEN);
+		return ktok__err(
+			err, name, maxlen > 0 ? -E2BIG : -EBADMSG,
+			"max_token_length %d is outside 1..%d: not a llama2.c tokenizer.bin",
+			maxlen, KTOK_MAX_TOKEN_LEN);
 	/* Count the tokens first (the file does not say how many). */
 	uint32_t n = 0;
 	size_t off = 4;
 	while (off < len && (vocab_size == 0 || n < vocab_size)) {
 		int32_t l;
 		if (len - off < 8)
-			return ktok__err(err, name, -EBADMSG, "byte %zu: token %u is truncated", off, n);
+			return ktok__err(err, name, -EBADMSG, "byte %zu: token %u is truncated",
+					 off, n);
 		memcpy(&l, p + off + 4, 4);
 		if (l < 0 || l > maxlen)
-			return ktok__err(err, name, l < 0 ? -EBADMSG : -E2BIG,
-					 "byte %zu: token %u has length %d, outside 0..max_token_length "
-					 "(%d)",
-					 off + 4, n, l, maxlen);
+			return ktok__err(
+				err, name, l < 0 ? -EBADMSG : -E2BIG,
+				"byte %zu: token %u has length %d, outside 0..max_token_length "
+				"(%d)",
+				off + 4, n, l, maxlen);
 		if (len - off - 8 < (size_t) l)
 			return ktok__err(err, name, -EBADMSG,
-					 "byte %zu: token %u needs %d bytes, the file ends first", off + 8,
-					 n, l);
+					 "byte %zu: token %u needs %d bytes, the file ends first",
+					 off + 8, n, l);
 		off += 8 + (size_t) l;
 		if (++n > KTOK_MAX_VOCAB)
 			return ktok__err(err, name, -E2BIG, "more than %d tokens", KTOK_MAX_VOCAB);
@@ -616,7 +650,8 @@ int ktok_load_llama2c(const void *buf, size_t len, uint32_t vocab_size, const ch
 		return ktok__err(err, name, -EBADMSG, "holds %u tokens, the model needs %u", n,
 				 vocab_size);
 	if (n < 3)
-		return ktok__err(err, name, -EBADMSG, "holds %u tokens; <unk>, <s>, </s> come first", n);
+		return ktok__err(err, name, -EBADMSG,
+				 "holds %u tokens; <unk>, <s>, </s> come first", n);
 	_cleanup_(ktok_freep) ktok *t = NULL;
 	int r = ktok__new(name, n, &t);
 	if (r < 0)
@@ -655,15 +690,15 @@ static int load_gguf_path(const char *path, ktok **ret, ktok_error *err)
 	kmf_error ke;
 	int r = kmf_open(path, &f, &ke);
 	if (r < 0)
-		return ktok__err(err, path, r, "byte %lld: %s (GGUF metadata)", (long long) ke.offset,
-				 ke.msg);
+		return ktok__err(err, path, r, "byte %lld: %s (GGUF metadata)",
+				 (long long) ke.offset, ke.msg);
 	return ktok_load_gguf(f, path, ret, err);
 }
 
 int ktok_load(const char *path, ktok **ret, ktok_error *err)
 {
 	assert_return(path && ret, -EINVAL);
-	char magic[4] = {0};
+	char magic[4] = { 0 };
 	{
 		_cleanup_fclose_ FILE *fp = fopen(path, "re");
 		if (!fp)

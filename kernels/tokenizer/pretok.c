@@ -115,8 +115,8 @@ static bool is_number(uint32_t cp)
 static bool is_space(uint32_t cp)
 {
 	return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 ||
-	       cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
-	       cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+	       cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+	       cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 /* The text decoded once into code points with their byte offsets. */
@@ -264,7 +264,8 @@ int ktok__pretokenize(ktok_pre pre, const char *s, size_t len, ktok_piece_fn fn,
 	}
 	off[n] = len;
 	for (size_t i = 0; i < n;) {
-		size_t k = pre == KTOK_PRE_GPT2 ? gpt2_next(cp, cls, i, n) : llama3_next(cp, cls, i, n);
+		size_t k = pre == KTOK_PRE_GPT2 ? gpt2_next(cp, cls, i, n)
+						: llama3_next(cp, cls, i, n);
 		int r = fn(ud, s + off[i], off[i + k] - off[i]);
 		if (r < 0)
 			return r;

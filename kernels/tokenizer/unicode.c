@@ -6,6 +6,8 @@
  * and \p{N} classes of the GPT-2 and Llama 3 pre-tokenizer regexes. */
 #include "ktok_internal.h"
 
+/* clang-format off */
+
 const struct ktok_urange ktok__letters[] = {
 	{0x41, 0x5A},
 	{0x61, 0x7A},
@@ -796,3 +798,4 @@ const struct ktok_urange ktok__numbers[] = {
 };
 const size_t ktok__numbers_n = 134;
 
+/* clang-format on */

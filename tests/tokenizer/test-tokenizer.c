@@ -77,7 +77,7 @@ static bool valid_utf8(const char *s, size_t len)
 				return false;
 			cp = (cp << 6) | (u[i + k] & 0x3F);
 		}
-		static const uint32_t min[] = {0, 0x80, 0x800, 0x10000};
+		static const uint32_t min[] = { 0, 0x80, 0x800, 0x10000 };
 		if (cp < min[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
 			return false;
 		i += n + 1;
@@ -165,23 +165,26 @@ static void test_golden(void **state)
 		{
 			const char *text = json_string_value(json_object_get(c, "text"));
 			size_t tlen = json_string_length(json_object_get(c, "text"));
-			_cleanup_free_ int32_t *want = NULL, *want_sp = NULL, *got = NULL, *got_sp = NULL;
+			_cleanup_free_ int32_t *want = NULL, *want_sp = NULL, *got = NULL,
+					       *got_sp = NULL;
 			size_t nwant, nwant_sp, ngot, ngot_sp;
 			json_ids(json_object_get(c, "ids"), &want, &nwant);
 			json_ids(json_object_get(c, "ids_special"), &want_sp, &nwant_sp);
 			assert_int_equal(ktok_encode(t, text, tlen, base, &got, &ngot), 0);
 			assert_ids("ids", file, text, got, ngot, want, nwant);
-			assert_int_equal(ktok_encode(t, text, tlen, base | KTOK_ENC_ADD_SPECIAL, &got_sp,
-						     &ngot_sp),
+			assert_int_equal(ktok_encode(t, text, tlen, base | KTOK_ENC_ADD_SPECIAL,
+						     &got_sp, &ngot_sp),
 					 0);
-			assert_ids("ids with BOS/EOS", file, text, got_sp, ngot_sp, want_sp, nwant_sp);
+			assert_ids("ids with BOS/EOS", file, text, got_sp, ngot_sp, want_sp,
+				   nwant_sp);
 			_cleanup_free_ char *dec = NULL;
 			size_t dlen;
-			assert_int_equal(ktok_decode(t, want, nwant, KTOK_DEC_SKIP_SPECIAL, &dec, &dlen), 0);
+			assert_int_equal(
+				ktok_decode(t, want, nwant, KTOK_DEC_SKIP_SPECIAL, &dec, &dlen), 0);
 			const char *wdec = json_string_value(json_object_get(c, "decoded"));
 			if (strcmp(dec, wdec) != 0)
-				print_error("%s: decode of \"%s\": got \"%s\" want \"%s\"\n", file, text,
-					    dec, wdec);
+				print_error("%s: decode of \"%s\": got \"%s\" want \"%s\"\n", file,
+					    text, dec, wdec);
 			assert_string_equal(dec, wdec);
 			check_stream(t, want, nwant, KTOK_DEC_SKIP_SPECIAL);
 			check_stream(t, want_sp, nwant_sp, 0);
@@ -197,8 +200,8 @@ static void test_golden(void **state)
  * bytes, specials) through the streaming decoder. */
 static void test_stream_random(void **state)
 {
-	static const char *const files[] = {"hf-bytelevel.json", "hf-spm.json", "sp-llama.gguf",
-					    "bpe-llama3.gguf"};
+	static const char *const files[] = { "hf-bytelevel.json", "hf-spm.json", "sp-llama.gguf",
+					     "bpe-llama3.gguf" };
 	for (size_t f = 0; f < ARRAY_SIZE(files); f++) {
 		char path[256];
 		snprintf(path, sizeof(path), DATA "%s", files[f]);
@@ -220,7 +223,7 @@ static void test_stream_split_char(void **state)
 {
 	_cleanup_(ktok_freep) ktok *t = load_ok(DATA "sp-llama.gguf");
 	/* U+1F916 (robot face) = F0 9F A4 96; <0xNN> ids are 3 + NN here. */
-	int32_t ids[] = {3 + 0xF0, 3 + 0x9F, 3 + 0xA4, 3 + 0x96};
+	int32_t ids[] = { 3 + 0xF0, 3 + 0x9F, 3 + 0xA4, 3 + 0x96 };
 	for (size_t i = 0; i < 4; i++)
 		assert_int_equal(ktok_token_type(t, ids[i]), KTOK_BYTE);
 	_cleanup_(ktok_stream_freep) ktok_stream *s = NULL;
@@ -235,10 +238,11 @@ static void test_stream_split_char(void **state)
 	assert_int_equal(len, 4);
 	assert_memory_equal(c, "\xF0\x9F\xA4\x96", 4);
 	/* An interrupted sequence: F0 9F then 'A' byte -> U+FFFD then 'A'. */
-	int32_t bad[] = {3 + 0xF0, 3 + 0x9F, 3 + 'A'};
+	int32_t bad[] = { 3 + 0xF0, 3 + 0x9F, 3 + 'A' };
 	_cleanup_free_ char *dec = NULL;
 	assert_int_equal(ktok_decode(t, bad, 3, 0, &dec, &len), 0);
-	assert_string_equal(dec, "\xEF\xBF\xBD" "A");
+	assert_string_equal(dec, "\xEF\xBF\xBD"
+				 "A");
 	/* The leading space of the first piece is the dummy prefix. */
 	int32_t hello[8];
 	_cleanup_free_ int32_t *ids2 = NULL;
@@ -256,9 +260,11 @@ static void test_injection(void **state)
 	static const struct {
 		const char *file, *special;
 	} cases[] = {
-		{"hf-bytelevel.json", "<|im_end|>"}, {"bpe-gpt2.gguf", "<|im_end|>"},
-		{"hf-spm.json", "</s>"},	     {"sp-llama.gguf", "<s>"},
-		{"sp-tokenizer.bin", "\n</s>\n"},
+		{ "hf-bytelevel.json", "<|im_end|>" },
+		{ "bpe-gpt2.gguf", "<|im_end|>" },
+		{ "hf-spm.json", "</s>" },
+		{ "sp-llama.gguf", "<s>" },
+		{ "sp-tokenizer.bin", "\n</s>\n" },
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
 		char path[256];
@@ -332,8 +338,8 @@ static void test_bad_files(void **state)
 		int want = errno_of(json_string_value(json_array_get(v, 0)));
 		const char *msg = json_string_value(json_array_get(v, 1));
 		if (r != want || !strstr(err.msg, msg))
-			print_error("%s: got %d \"%s\", want %d with \"%s\"\n", name, r, err.msg, want,
-				    msg);
+			print_error("%s: got %d \"%s\", want %d with \"%s\"\n", name, r, err.msg,
+				    want, msg);
 		assert_int_equal(r, want);
 		assert_int_equal(err.code, want);
 		assert_non_null(strstr(err.msg, msg));
@@ -348,8 +354,8 @@ static void test_bad_files(void **state)
 /* Every prefix of good files (step 7 bytes) fails cleanly or loads. */
 static void test_truncations(void **state)
 {
-	static const char *const files[] = {"sp-llama.gguf", "bpe-gpt2.gguf", "sp-tokenizer.bin",
-					    "hf-spm.json"};
+	static const char *const files[] = { "sp-llama.gguf", "bpe-gpt2.gguf", "sp-tokenizer.bin",
+					     "hf-spm.json" };
 	for (size_t f = 0; f < ARRAY_SIZE(files); f++) {
 		char path[256];
 		snprintf(path, sizeof(path), DATA "%s", files[f]);
@@ -386,10 +392,10 @@ static void test_truncations(void **state)
 static void test_chat(void **state)
 {
 	const ktok_msg conv[] = {
-		{"system", "Be brief."},
-		{"user", "Hi"},
-		{"assistant", "Hello!"},
-		{"user", "What is kiln?"},
+		{ "system", "Be brief." },
+		{ "user", "Hi" },
+		{ "assistant", "Hello!" },
+		{ "user", "What is kiln?" },
 	};
 	/* Expected strings: the reference Jinja templates of each family
 	 * rendered by hand (docs/tokenizer.md quotes them). */
@@ -397,28 +403,38 @@ static void test_chat(void **state)
 		ktok_chat c;
 		const char *want;
 	} cases[] = {
-		{KTOK_CHAT_CHATML, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-				   "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nWhat is "
-				   "kiln?<|im_end|>\n<|im_start|>assistant\n"},
-		{KTOK_CHAT_LLAMA2, "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello! </s><s>[INST] "
-				   "What is kiln? [/INST]"},
-		{KTOK_CHAT_LLAMA3,
-		 "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe "
-		 "brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>"
-		 "assistant<|end_header_id|>\n\nHello!<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWhat "
-		 "is kiln?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
-		{KTOK_CHAT_MISTRAL, "<s>[INST] Be brief.\n\nHi [/INST]Hello!</s>[INST] What is kiln? [/INST]"},
-		{KTOK_CHAT_GEMMA, "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
-				  "Hello!<end_of_turn>\n<start_of_turn>user\nWhat is "
-				  "kiln?<end_of_turn>\n<start_of_turn>model\n"},
-		{KTOK_CHAT_PHI3, "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello!<|end|>\n"
-				 "<|user|>\nWhat is kiln?<|end|>\n<|assistant|>\n"},
-		{KTOK_CHAT_ZEPHYR, "<|system|>\nBe brief.</s>\n<|user|>\nHi</s>\n<|assistant|>\nHello!</s>\n"
-				   "<|user|>\nWhat is kiln?</s>\n<|assistant|>\n"},
+		{ KTOK_CHAT_CHATML,
+		  "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+		  "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nWhat is "
+		  "kiln?<|im_end|>\n<|im_start|>assistant\n" },
+		{ KTOK_CHAT_LLAMA2,
+		  "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello! </s><s>[INST] "
+		  "What is kiln? [/INST]" },
+		{ KTOK_CHAT_LLAMA3,
+		  "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe "
+		  "brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_"
+		  "header_id|>"
+		  "assistant<|end_header_id|>\n\nHello!<|eot_id|><|start_header_id|>user<|end_"
+		  "header_id|>\n\nWhat "
+		  "is kiln?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n" },
+		{ KTOK_CHAT_MISTRAL,
+		  "<s>[INST] Be brief.\n\nHi [/INST]Hello!</s>[INST] What is kiln? [/INST]" },
+		{ KTOK_CHAT_GEMMA,
+		  "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
+		  "Hello!<end_of_turn>\n<start_of_turn>user\nWhat is "
+		  "kiln?<end_of_turn>\n<start_of_turn>model\n" },
+		{ KTOK_CHAT_PHI3,
+		  "<|system|>\nBe "
+		  "brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello!<|end|>\n"
+		  "<|user|>\nWhat is kiln?<|end|>\n<|assistant|>\n" },
+		{ KTOK_CHAT_ZEPHYR,
+		  "<|system|>\nBe brief.</s>\n<|user|>\nHi</s>\n<|assistant|>\nHello!</s>\n"
+		  "<|user|>\nWhat is kiln?</s>\n<|assistant|>\n" },
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
 		_cleanup_free_ char *out = NULL;
-		assert_int_equal(ktok_chat_render(cases[i].c, conv, ARRAY_SIZE(conv), true, NULL, NULL, &out),
+		assert_int_equal(ktok_chat_render(cases[i].c, conv, ARRAY_SIZE(conv), true, NULL,
+						  NULL, &out),
 				 0);
 		if (strcmp(out, cases[i].want) != 0)
 			print_error("%s:\n got: %s\nwant: %s\n", ktok_chat_name(cases[i].c), out,
@@ -427,11 +443,13 @@ static void test_chat(void **state)
 		assert_int_equal(ktok_chat_from_name(ktok_chat_name(cases[i].c)), (int) cases[i].c);
 	}
 	/* Roles must alternate for [INST] templates; unknown roles refused. */
-	const ktok_msg two_users[] = {{"user", "a"}, {"user", "b"}};
-	const ktok_msg odd_role[] = {{"wizard", "a"}};
+	const ktok_msg two_users[] = { { "user", "a" }, { "user", "b" } };
+	const ktok_msg odd_role[] = { { "wizard", "a" } };
 	char *out = NULL;
-	assert_int_equal(ktok_chat_render(KTOK_CHAT_LLAMA2, two_users, 2, true, NULL, NULL, &out), -EINVAL);
-	assert_int_equal(ktok_chat_render(KTOK_CHAT_CHATML, odd_role, 1, true, NULL, NULL, &out), -EINVAL);
+	assert_int_equal(ktok_chat_render(KTOK_CHAT_LLAMA2, two_users, 2, true, NULL, NULL, &out),
+			 -EINVAL);
+	assert_int_equal(ktok_chat_render(KTOK_CHAT_CHATML, odd_role, 1, true, NULL, NULL, &out),
+			 -EINVAL);
 	assert_null(out);
 	/* Detection from the fixtures' templates and from unknown ones. */
 	_cleanup_(ktok_freep) ktok *a = load_ok(DATA "sp-llama.gguf");
@@ -457,13 +475,13 @@ static double now(void)
  * (a single SentencePiece piece; a long GPT-2 letter run) both ways. */
 static void test_not_quadratic(void **state)
 {
-	static const char *const files[] = {"sp-llama.gguf", "hf-bytelevel.json"};
+	static const char *const files[] = { "sp-llama.gguf", "hf-bytelevel.json" };
 	for (size_t f = 0; f < ARRAY_SIZE(files); f++) {
 		char path[256];
 		snprintf(path, sizeof(path), DATA "%s", files[f]);
 		_cleanup_(ktok_freep) ktok *t = load_ok(path);
-		double per[2];
-		size_t sizes[2] = {10000, 160000};
+		double per[2] = { 0, 0 };
+		size_t sizes[2] = { 10000, 160000 };
 		for (int k = 0; k < 2; k++) {
 			_cleanup_free_ char *s = malloc(sizes[k]);
 			for (size_t i = 0; i < sizes[k]; i++)
@@ -493,7 +511,7 @@ static void test_not_quadratic(void **state)
 static void test_api_errors(void **state)
 {
 	_cleanup_(ktok_freep) ktok *t = load_ok(DATA "hf-spm.json");
-	int32_t bad[] = {0, (int32_t) ktok_n_vocab(t)};
+	int32_t bad[] = { 0, (int32_t) ktok_n_vocab(t) };
 	char *out = NULL;
 	assert_int_equal(ktok_decode(t, bad, 2, 0, &out, NULL), -EINVAL);
 	assert_null(out);
@@ -516,10 +534,14 @@ static void test_api_errors(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_golden),		 cmocka_unit_test(test_stream_random),
-		cmocka_unit_test(test_stream_split_char), cmocka_unit_test(test_injection),
-		cmocka_unit_test(test_bad_files),	 cmocka_unit_test(test_truncations),
-		cmocka_unit_test(test_chat),		 cmocka_unit_test(test_not_quadratic),
+		cmocka_unit_test(test_golden),
+		cmocka_unit_test(test_stream_random),
+		cmocka_unit_test(test_stream_split_char),
+		cmocka_unit_test(test_injection),
+		cmocka_unit_test(test_bad_files),
+		cmocka_unit_test(test_truncations),
+		cmocka_unit_test(test_chat),
+		cmocka_unit_test(test_not_quadratic),
 		cmocka_unit_test(test_api_errors),
 	};
 	return cmocka_run_group_tests_name("tokenizer", tests, NULL, NULL);

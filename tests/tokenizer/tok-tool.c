@@ -47,9 +47,10 @@ static int cmd_encode(const ktok *t, bool hf)
 		size_t n, n_sp;
 		char *dec;
 		size_t dlen;
-		if (ktok_encode(t, json_string_value(s), json_string_length(s), base, &ids, &n) < 0 ||
-		    ktok_encode(t, json_string_value(s), json_string_length(s), base | KTOK_ENC_ADD_SPECIAL,
-				&ids_sp, &n_sp) < 0 ||
+		if (ktok_encode(t, json_string_value(s), json_string_length(s), base, &ids, &n) <
+			    0 ||
+		    ktok_encode(t, json_string_value(s), json_string_length(s),
+				base | KTOK_ENC_ADD_SPECIAL, &ids_sp, &n_sp) < 0 ||
 		    ktok_decode(t, ids, n, KTOK_DEC_SKIP_SPECIAL, &dec, &dlen) < 0)
 			return 1;
 		json_t *o = json_pack("{s:o, s:o, s:s%}", "ids", ids_json(ids, n), "ids_special",
@@ -80,7 +81,8 @@ static int32_t merge_rank(const ktok *t, int32_t a, int32_t b, int32_t *res)
 	if (!t->mh)
 		return -1;
 	for (uint32_t i = ((uint32_t) (((uint64_t) (uint32_t) a << 32 | (uint32_t) b) *
-					0x9e3779b97f4a7c15ull >> 32)) &
+					       0x9e3779b97f4a7c15ull >>
+				       32)) &
 			  t->mh_mask;
 	     ; i = (i + 1) & t->mh_mask) {
 		const struct ktok_merge *m = &t->mh[i];
@@ -153,7 +155,7 @@ static int cmd_bench(const ktok *t, const char *path, bool naive)
 		size_t n;
 		double t0 = now();
 		if (naive) {
-			struct naive w = {.t = t, .out = buf};
+			struct naive w = { .t = t, .out = buf };
 			ktok__pretokenize(t->pre, text + off, end - off, naive_piece, &w);
 			ids = buf, n = w.n;
 		} else if (ktok_encode(t, text + off, end - off, 0, &ids, &n) < 0) {
@@ -176,7 +178,8 @@ static int cmd_bench(const ktok *t, const char *path, bool naive)
 		total_ids += n;
 		off = end;
 	}
-	printf("%.2f %.2f %zu\n", (double) len / t_enc / 1e6, (double) len / t_dec / 1e6, total_ids);
+	printf("%.2f %.2f %zu\n", (double) len / t_enc / 1e6, (double) len / t_dec / 1e6,
+	       total_ids);
 	return 0;
 }
 
