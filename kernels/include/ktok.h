@@ -21,6 +21,9 @@
  * User-defined tokens (HF added tokens that are not special, GGUF type 4)
  * are always matched, as Hugging Face and llama.cpp do.
  *
+ * A loaded ktok is never modified: any number of threads may encode and
+ * decode with it at once (each ktok_stream belongs to one thread).
+ *
  * Decoding is lossy-UTF-8 like Hugging Face's (invalid bytes become one
  * U+FFFD per maximal invalid subsequence); the streaming decoder
  * (ktok_stream) emits only complete UTF-8 and its output concatenated is
@@ -108,6 +111,7 @@ typedef enum ktok_pre {
 	KTOK_PRE_GPT2 = 1,	/* GPT-2's regex (HF ByteLevel use_regex) */
 	KTOK_PRE_LLAMA3 = 2,	/* Llama 3's regex (llama.cpp "llama-bpe") */
 	KTOK_PRE_METASPACE = 3, /* split before each space marker */
+	KTOK_PRE_QWEN2 = 4,	/* Llama 3's regex with single digits (Qwen2) */
 } ktok_pre;
 
 /* Opens path and picks the format by content: GGUF by its magic,
@@ -129,7 +133,7 @@ ktok *ktok_free(ktok *t);
 uint32_t ktok_n_vocab(const ktok *t);
 ktok_model ktok_model_kind(const ktok *t);
 ktok_pre ktok_pre_kind(const ktok *t);
-const char *ktok_pre_name(ktok_pre p); /* "none", "gpt2", "llama-bpe", "metaspace" */
+const char *ktok_pre_name(ktok_pre p); /* "none", "gpt2", "llama-bpe", "metaspace", "qwen2" */
 /* Special ids, -1 when the vocabulary has none. */
 int32_t ktok_bos(const ktok *t);
 int32_t ktok_eos(const ktok *t);

@@ -87,6 +87,9 @@ static int to_lookup(const ktok *t, const char *s, size_t len, char *buf, size_t
 static const char LLAMA3_REGEX[] =
 	"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
 	"?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char QWEN2_REGEX[] =
+	"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+	"?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char GPT2_REGEX[] =
 	"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
@@ -141,11 +144,13 @@ static int hf_pre(ktok *t, json_t *p, const char *name, ktok_error *err)
 			t->pre = KTOK_PRE_LLAMA3;
 		else if (re && streq(re, GPT2_REGEX))
 			t->pre = KTOK_PRE_GPT2;
+		else if (re && streq(re, QWEN2_REGEX))
+			t->pre = KTOK_PRE_QWEN2;
 		else
 			return ktok__err(
 				err, name, -EOPNOTSUPP,
 				"pre_tokenizer Split pattern \"%.200s\" is not one ktok knows "
-				"(GPT-2's and Llama 3's are supported)",
+				"(GPT-2's, Llama 3's and Qwen2's are supported)",
 				re ? re : "(not a regex)");
 		return 0;
 	}
@@ -528,11 +533,13 @@ int ktok_load_gguf(const kmf_file *f, const char *name, ktok **ret, ktok_error *
 			t->pre = KTOK_PRE_GPT2;
 		else if (streq(pre, "llama-bpe") || streq(pre, "llama3") || streq(pre, "llama-v3"))
 			t->pre = KTOK_PRE_LLAMA3, t->ignore_merges = true;
+		else if (streq(pre, "qwen2"))
+			t->pre = KTOK_PRE_QWEN2;
 		else
 			return ktok__err(
 				err, name, -EOPNOTSUPP,
 				"tokenizer.ggml.pre \"%s\" is not supported: ktok splits text "
-				"as \"default\"/\"gpt2\" and \"llama-bpe\" only (see "
+				"as \"default\"/\"gpt2\", \"llama-bpe\" and \"qwen2\" only (see "
 				"docs/tokenizer.md)",
 				pre);
 	}

@@ -190,8 +190,10 @@ static size_t gpt2_next(const uint32_t *cp, const uint8_t *cls, size_t i, size_t
 }
 
 /* Llama 3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
- *          ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
-static size_t llama3_next(const uint32_t *cp, const uint8_t *cls, size_t i, size_t n)
+ *          ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * Qwen2: the same with \p{N} (one digit at a time): max_digits 1. */
+static size_t llama3_next(const uint32_t *cp, const uint8_t *cls, size_t i, size_t n,
+			  size_t max_digits)
 {
 	size_t k = contraction(cp, i, n, true);
 	if (k)
@@ -205,9 +207,9 @@ static size_t llama3_next(const uint32_t *cp, const uint8_t *cls, size_t i, size
 			j++;
 		return j - i;
 	}
-	if (cls[i] == C_N) { /* \p{N}{1,3} */
+	if (cls[i] == C_N) { /* \p{N}{1,3}, or \p{N} */
 		j = i;
-		while (j < n && j - i < 3 && cls[j] == C_N)
+		while (j < n && j - i < max_digits && cls[j] == C_N)
 			j++;
 		return j - i;
 	}
@@ -264,8 +266,9 @@ int ktok__pretokenize(ktok_pre pre, const char *s, size_t len, ktok_piece_fn fn,
 	}
 	off[n] = len;
 	for (size_t i = 0; i < n;) {
-		size_t k = pre == KTOK_PRE_GPT2 ? gpt2_next(cp, cls, i, n)
-						: llama3_next(cp, cls, i, n);
+		size_t k = pre == KTOK_PRE_GPT2	   ? gpt2_next(cp, cls, i, n)
+			   : pre == KTOK_PRE_QWEN2 ? llama3_next(cp, cls, i, n, 1)
+						   : llama3_next(cp, cls, i, n, 3);
 		int r = fn(ud, s + off[i], off[i + k] - off[i]);
 		if (r < 0)
 			return r;

@@ -8,6 +8,7 @@ against without Python:
   data/hf-bytelevel.json   HF BPE, GPT-2 byte-level pre-tokenizer, added tokens
   data/hf-llama3.json      the same merges behind the Llama 3 split regex
                            (ignore_merges on, as Llama 3's file has)
+  data/hf-qwen2.json       the same merges behind Qwen2's split (single digits)
   data/hf-spm.json         HF BPE SentencePiece-like: byte_fallback, <0xNN>
                            tokens, Prepend+Replace normalizer, <s> post-processor
   data/hf-metaspace.json   the same model behind a Metaspace pre-tokenizer
@@ -17,6 +18,7 @@ against without Python:
   data/sp-tokenizer.bin    its vocabulary as a llama2.c tokenizer.bin
   data/bpe-gpt2.gguf       hf-bytelevel as GGUF "gpt2", pre "gpt2"
   data/bpe-llama3.gguf     hf-llama3 as GGUF "gpt2", pre "llama-bpe"
+  data/bpe-qwen2.gguf      hf-qwen2 as GGUF "gpt2", pre "qwen2"
   data/golden-*.json       [{text, ids, ids_special, decoded}] from the reference
 
 GGUF files are written by the tiny writer below (GGUF v3 from the spec, no
@@ -40,6 +42,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 
 LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 TRICKY = [
     "Hello world", "  leading spaces", "trailing   ", "tabs\tand\nnewlines\r\n",
@@ -99,6 +104,11 @@ def train_hf(lines):
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
     j3["model"]["ignore_merges"] = True
     llama3 = json.dumps(j3, ensure_ascii=False)
+    jq = json.loads(bytelevel)
+    jq["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": QWEN2_REGEX}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+    qwen2 = json.dumps(jq, ensure_ascii=False)
 
     # SentencePiece-like: train under Metaspace, then lay out like Llama's file.
     sp = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
@@ -142,7 +152,8 @@ def train_hf(lines):
         {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": True},
         {"type": "ByteFallback"}, {"type": "Fuse"}]}
     meta = json.dumps(jm, ensure_ascii=False)
-    return {"hf-bytelevel": bytelevel, "hf-llama3": llama3, "hf-spm": spm, "hf-metaspace": meta}
+    return {"hf-bytelevel": bytelevel, "hf-llama3": llama3, "hf-qwen2": qwen2, "hf-spm": spm,
+            "hf-metaspace": meta}
 
 
 def train_sp(lines):
@@ -278,7 +289,8 @@ class Reference:
 # What each C-side file is checked against (file -> reference name).
 FILES = {"hf-bytelevel.json": "hf-bytelevel", "hf-llama3.json": "hf-llama3", "hf-spm.json": "hf-spm",
          "hf-metaspace.json": "hf-metaspace", "sp-llama.gguf": "sp", "sp-tokenizer.bin": "sp",
-         "bpe-gpt2.gguf": "hf-bytelevel", "bpe-llama3.gguf": "hf-llama3"}
+         "bpe-gpt2.gguf": "hf-bytelevel", "bpe-llama3.gguf": "hf-llama3", "hf-qwen2.json": "hf-qwen2",
+         "bpe-qwen2.gguf": "hf-qwen2"}
 
 
 def golden(ref, texts):
@@ -323,9 +335,9 @@ def bad_files(outdir, hf, model):
     for t, i in bl["model"]["vocab"].items():
         btoks[i] = t
     btoks[1000] = "kiln-node"
-    put("unknown-pre.gguf", gguf_bytes([("tokenizer.ggml.model", "str", "gpt2"), ("tokenizer.ggml.pre", "str", "qwen2"),
+    put("unknown-pre.gguf", gguf_bytes([("tokenizer.ggml.model", "str", "gpt2"), ("tokenizer.ggml.pre", "str", "tekken"),
                                         ("tokenizer.ggml.tokens", "arr", ("str", btoks)),
-                                        ("tokenizer.ggml.merges", "arr", ("str", ["a b"]))]), "EOPNOTSUPP", "qwen2")
+                                        ("tokenizer.ggml.merges", "arr", ("str", ["a b"]))]), "EOPNOTSUPP", "tekken")
     dup = list(toks)
     dup[500] = dup[400]
     put("dup-token.gguf", llama(tk=dup), "EBADMSG", "duplicate")
@@ -405,6 +417,8 @@ def main():
         f.write(hf_gguf(hf["hf-bytelevel"], "gpt2", chatml_tmpl))
     with open(os.path.join(outdir, "bpe-llama3.gguf"), "wb") as f:
         f.write(hf_gguf(hf["hf-llama3"], "llama-bpe", "{{ '<|start_header_id|>' }}"))
+    with open(os.path.join(outdir, "bpe-qwen2.gguf"), "wb") as f:
+        f.write(hf_gguf(hf["hf-qwen2"], "qwen2", chatml_tmpl))
     bad_files(outdir, hf, model)
     rng = random.Random(1234)
     texts = TRICKY + [random_text(rng) for _ in range(60)]
