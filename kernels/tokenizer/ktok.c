@@ -525,8 +525,12 @@ static int emit_unknown(struct bpe *w, const char *s, size_t len, bool *last_unk
 	const ktok *t = w->t;
 	if (t->byte_fallback) {
 		for (size_t i = 0; i < len; i++) {
+			/* A vocabulary may lack some <0xNN>: then the unknown
+			 * token, or nothing when it has none (as HF drops). */
 			int32_t id = t->byte_id[(unsigned char) s[i]];
-			int r = ids_push(w->out, id >= 0 ? id : t->unk);
+			if (id < 0)
+				id = t->unk;
+			int r = id >= 0 ? ids_push(w->out, id) : 0;
 			if (r < 0)
 				return r;
 		}

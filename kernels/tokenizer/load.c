@@ -589,6 +589,9 @@ int ktok_load_gguf(const kmf_file *f, const char *name, ktok **ret, ktok_error *
 				 KTOK_MAX_VOCAB);
 	if ((r = ktok__check_ids(t, err)) < 0)
 		return r;
+	for (uint32_t id = 0; t->unk < 0 && id < n; id++)
+		if (t->tok[id].type == KTOK_UNKNOWN)
+			t->unk = (int32_t) id;
 	if (gpt2) {
 		const kmf_meta *mg = gguf_array(f, "tokenizer.ggml.merges", KMF_V_STRING);
 		if (!mg)

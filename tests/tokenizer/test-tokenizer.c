@@ -508,6 +508,29 @@ static void test_not_quadratic(void **state)
 	}
 }
 
+/* Found by fuzz-tokenizer: byte fallback for a byte with no <0xNN>
+ * token and no unknown token emitted id -1.  Now: dropped, as HF does. */
+static void test_missing_byte_token(void **state)
+{
+	static const char js[] =
+		"{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"merges\": [],"
+		" \"vocab\": {\"a\": 0, \" \": 1, \"<0x61>\": 2}}, \"added_tokens\": []}";
+	_cleanup_(ktok_freep) ktok *t = NULL;
+	ktok_error err;
+	assert_int_equal(ktok_load_hf_json(js, strlen(js), "mini", &t, &err), 0);
+	assert_int_equal(ktok_unk(t), -1);
+	_cleanup_free_ int32_t *ids = NULL;
+	size_t n;
+	assert_int_equal(ktok_encode(t,
+				     "ab\xC3\xA9"
+				     "a",
+				     5, 0, &ids, &n),
+			 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(ids[0], 0);
+	assert_int_equal(ids[1], 0);
+}
+
 static void test_api_errors(void **state)
 {
 	_cleanup_(ktok_freep) ktok *t = load_ok(DATA "hf-spm.json");
@@ -543,6 +566,7 @@ int main(void)
 		cmocka_unit_test(test_chat),
 		cmocka_unit_test(test_not_quadratic),
 		cmocka_unit_test(test_api_errors),
+		cmocka_unit_test(test_missing_byte_token),
 	};
 	return cmocka_run_group_tests_name("tokenizer", tests, NULL, NULL);
 }
