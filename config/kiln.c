@@ -5,6 +5,7 @@
  *   kiln [-c FILE] render TARGET [-o PATH] [--node NAME]
  *   kiln [-c FILE] render all -o DIR
  *   kiln model inspect FILE [--json]      (config/kiln-model.c)
+ *   kiln tokenize FILE [--text S | --ids L] (config/kiln-tokenize.c)
  *
  * Exit status: 0 success, 1 failure (I/O), 2 usage or configuration error.
  * Configuration errors go to stderr one per line, exactly as the library
@@ -25,7 +26,8 @@
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
-int kiln_model_main(int argc, char **argv); /* kiln-model.c */
+int kiln_model_main(int argc, char **argv);    /* kiln-model.c */
+int kiln_tokenize_main(int argc, char **argv); /* kiln-tokenize.c */
 
 static const char *arg_config;
 static const char *arg_output;
@@ -45,7 +47,9 @@ static void help(void)
 	       "  kiln [OPTIONS] render TARGET [-o PATH]   write a generated file (stdout without "
 	       "-o)\n"
 	       "  kiln [OPTIONS] render all -o DIR         write every target into DIR\n"
-	       "  kiln model inspect FILE [--json]         tensors and metadata of a model file\n\n"
+	       "  kiln model inspect FILE [--json]         tensors and metadata of a model file\n"
+	       "  kiln tokenize FILE [--text S | --ids L]  text <-> token ids (kiln tokenize "
+	       "--help)\n\n"
 	       "Targets: slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts node-env\n"
 	       "image-env\n"
 	       "(node-env needs --node NAME; NAME may be the head node).\n\n"
@@ -367,6 +371,8 @@ int main(int argc, char **argv)
 	/* `kiln model ...` parses its own options (config/kiln-model.c). */
 	if (argc > 1 && streq(argv[1], "model"))
 		return kiln_model_main(argc - 1, argv + 1);
+	if (argc > 1 && streq(argv[1], "tokenize"))
+		return kiln_tokenize_main(argc - 1, argv + 1);
 	int o;
 	while ((o = getopt_long(argc, argv, "c:o:n:vqh", opts, NULL)) >= 0) {
 		switch (o) {

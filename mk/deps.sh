@@ -25,13 +25,39 @@ PKGS=(
 	iproute2 util-linux procps psmisc curl systemd
 	jq                  # kiln model inspect --json checks; test-inferd.sh replies
 	shellcheck          # lint of the image scripts and kiln-node-init (tests/image)
+	python3-pip         # installs the pinned PyPI references below
+)
+# PyPI packages, exact pins: the independent reference implementations the
+# tokenizer tests (tests/tokenizer/test-tokenizer-live.sh) and benchmark
+# (bench-tok.sh) compare libktok with, and that make-fixtures.py trains the
+# committed fixtures with.  Installed into Debian's /usr/bin/python3 with
+# --break-system-packages (Debian 12's pip refuses plain system installs,
+# PEP 668): the tests already use that interpreter for python3-torch, and a
+# venv would have to live somewhere every build dir (B=) can find.  Tests
+# that need them SKIP with the reason when they are missing.
+PIP_PKGS=(
+	tokenizers==0.23.3     # Hugging Face tokenizers: BPE byte-level/byte-fallback reference
+	sentencepiece==0.2.3   # Google sentencepiece: the SentencePiece BPE reference
 )
 missing=()
 for p in "${PKGS[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+pip_deps() {
+	local need=0 spec
+	for spec in "${PIP_PKGS[@]}"; do
+		/usr/bin/python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('${spec%%==*}') != '${spec##*==}')" \
+			2>/dev/null || need=1
+	done
+	[ $need -eq 0 ] && return 0
+	echo "deps: pip installing ${PIP_PKGS[*]}"
+	# $SUDO: set below, before the apt path calls this; empty when root.
+	${SUDO:-} /usr/bin/python3 -m pip install -q --break-system-packages "${PIP_PKGS[@]}" ||
+		echo "deps: pip install failed; the live tokenizer tests and the HF column of bench-tok will skip" >&2
+}
 if [ ${#missing[@]} -eq 0 ]; then
 	echo "deps: all ${#PKGS[@]} packages present"
+	pip_deps
 	exit 0
 fi
 echo "deps: installing ${missing[*]}"
@@ -42,4 +68,5 @@ $SUDO apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends "
 # Debian starts no daemons here (no systemd as PID 1); stop any that a
 # package's postinst started anyway so tests own their ports.
 for d in munged slurmctld slurmd prometheus; do pkill -x "$d" 2>/dev/null || true; done
+pip_deps
 echo "deps: done"

@@ -1,0 +1,268 @@
+/* kiln-tokenize.c — `kiln tokenize FILE [--text S | --ids 1,2,3] [--json]`.
+ *
+ * For humans checking what a model sees: loads a tokenizer with libktok
+ * (GGUF, tokenizer.json or llama2.c tokenizer.bin, by content) and
+ * encodes text (--text, or standard input with --stdin) to ids, decodes
+ * ids back to text (--ids), or with neither describes the tokenizer.
+ * --json prints one JSON object for scripts.  A refused file is reported
+ * as FILE: what is wrong, exit 1; usage errors exit 2.  Kept apart from
+ * kiln.c, which only dispatches "tokenize" here. */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+
+#include "kiln/log.h"
+#include "kiln/macro.h"
+#include "ktok.h"
+
+int kiln_tokenize_main(int argc, char **argv);
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(ktok *, ktok_free);
+
+/* Most ids accepted by --ids and bytes read by --stdin (a human's input;
+ * 64 MiB is far above any prompt). */
+#define CLI_MAX_IDS   (1 << 20)
+#define CLI_MAX_STDIN (64u << 20)
+
+static void help(void)
+{
+	printf("kiln tokenize — text <-> token ids with a model's tokenizer.\n\n"
+	       "Usage:\n"
+	       "  kiln tokenize FILE                    describe the tokenizer\n"
+	       "  kiln tokenize FILE --text S           encode S to ids\n"
+	       "  kiln tokenize FILE --stdin            encode standard input\n"
+	       "  kiln tokenize FILE --ids 1,2,3        decode ids to text\n\n"
+	       "FILE: a GGUF model (tokenizer.ggml.* metadata), a Hugging Face tokenizer.json\n"
+	       "or a llama2.c tokenizer.bin; the format is recognised by content.\n\n"
+	       "Options:\n"
+	       "      --json            one JSON object instead of text\n"
+	       "      --no-special      do not add BOS/EOS when encoding\n"
+	       "      --parse-special   match special tokens written in the text (<|im_end|>)\n"
+	       "      --skip-special    leave special tokens out when decoding\n"
+	       "  -h, --help            this help\n\n"
+	       "Exit status: 0 success, 1 the file is refused or unreadable, 2 usage error.\n"
+	       "See docs/tokenizer.md.\n");
+}
+
+/* A token's text for people: escapes so control bytes and spaces show. */
+static void put_escaped(FILE *out, const char *s, size_t len)
+{
+	fputc('"', out);
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char) s[i];
+		if (c == '"' || c == '\\')
+			fprintf(out, "\\%c", c);
+		else if (c == '\n')
+			fputs("\\n", out);
+		else if (c == '\t')
+			fputs("\\t", out);
+		else if (c < 0x20 || c == 0x7f)
+			fprintf(out, "\\x%02x", c);
+		else
+			fputc(c, out);
+	}
+	fputc('"', out);
+}
+
+static json_t *json_text(const char *s, size_t len)
+{
+	/* Byte-level tokens may be pieces of a character: invalid UTF-8
+	 * cannot go into JSON, so those are shown as <0xNN> bytes. */
+	json_t *j = json_stringn(s, len);
+	if (j)
+		return j;
+	char buf[4 * KTOK_MAX_TOKEN_LEN + 1];
+	size_t o = 0;
+	for (size_t i = 0; i < len && o + 7 < sizeof(buf); i++)
+		o += (size_t) snprintf(buf + o, sizeof(buf) - o, "<0x%02X>", (unsigned char) s[i]);
+	return json_stringn(buf, o);
+}
+
+static int describe(const ktok *t, const char *path, bool json)
+{
+	const char *tmpl = ktok_chat_template(t);
+	int chat = tmpl ? ktok_chat_detect(tmpl) : -ENOENT;
+	const char *chat_name =
+		chat >= 0 ? ktok_chat_name((ktok_chat) chat)
+		: tmpl	  ? "unknown (not rendered; a server would fall back to chatml)"
+			  : "none in file";
+	const char *model = ktok_model_kind(t) == KTOK_MODEL_SPM ? "sentencepiece-bpe" : "bpe";
+	if (json) {
+		json_t *o =
+			json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:i, s:i, s:b, s:b, s:s}", "file",
+				  path, "model", model, "vocab_size", (int) ktok_n_vocab(t), "pre",
+				  ktok_pre_name(ktok_pre_kind(t)), "bos", ktok_bos(t), "eos",
+				  ktok_eos(t), "pad", ktok_pad(t), "unk", ktok_unk(t), "add_bos",
+				  ktok_adds_bos(t), "add_eos", ktok_adds_eos(t), "chat_template",
+				  chat >= 0 ? chat_name
+				  : tmpl    ? "unknown"
+					    : "none");
+		if (!o)
+			return -ENOMEM;
+		json_dumpf(o, stdout, JSON_INDENT(2));
+		putchar('\n');
+		json_decref(o);
+		return 0;
+	}
+	printf("file:          %s\n", path);
+	printf("model:         %s\n", model);
+	printf("vocab size:    %u\n", ktok_n_vocab(t));
+	printf("pre-tokenizer: %s\n", ktok_pre_name(ktok_pre_kind(t)));
+	printf("bos/eos:       %d / %d (added when encoding: %s / %s)\n", ktok_bos(t), ktok_eos(t),
+	       ktok_adds_bos(t) ? "yes" : "no", ktok_adds_eos(t) ? "yes" : "no");
+	printf("pad/unk:       %d / %d\n", ktok_pad(t), ktok_unk(t));
+	printf("chat template: %s\n", chat_name);
+	return 0;
+}
+
+static int encode(const ktok *t, const char *text, size_t len, unsigned flags, bool json)
+{
+	_cleanup_free_ int32_t *ids = NULL;
+	size_t n;
+	int r = ktok_encode(t, text, len, flags, &ids, &n);
+	if (r < 0)
+		return log_error_errno(r, "encoding failed: %m");
+	if (json) {
+		json_t *o = json_object(), *ja = json_array(), *jt = json_array();
+		for (size_t i = 0; i < n; i++) {
+			size_t l;
+			const char *s = ktok_token_text(t, ids[i], &l);
+			json_array_append_new(ja, json_integer(ids[i]));
+			json_array_append_new(jt, json_text(s, l));
+		}
+		json_object_set_new(o, "ids", ja);
+		json_object_set_new(o, "tokens", jt);
+		json_object_set_new(o, "count", json_integer((json_int_t) n));
+		json_dumpf(o, stdout, JSON_COMPACT);
+		putchar('\n');
+		json_decref(o);
+		return 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		size_t l;
+		const char *s = ktok_token_text(t, ids[i], &l);
+		printf("%8d  ", ids[i]);
+		put_escaped(stdout, s, l);
+		putchar('\n');
+	}
+	printf("%zu tokens\n", n);
+	return 0;
+}
+
+static int decode(const ktok *t, const char *list, unsigned flags, bool json)
+{
+	_cleanup_free_ int32_t *ids = calloc(CLI_MAX_IDS, sizeof(*ids));
+	if (!ids)
+		return log_error_errno(-ENOMEM, "out of memory: %m");
+	size_t n = 0;
+	for (const char *p = list; *p;) {
+		char *end;
+		errno = 0;
+		long v = strtol(p, &end, 10);
+		if (end == p || errno || v < 0 || v >= (long) ktok_n_vocab(t) || n == CLI_MAX_IDS) {
+			log_error("--ids: \"%s\" is not a comma-separated list of ids in 0..%u",
+				  list, ktok_n_vocab(t) - 1);
+			return -EINVAL;
+		}
+		ids[n++] = (int32_t) v;
+		p = end;
+		while (*p == ',' || *p == ' ')
+			p++;
+	}
+	_cleanup_free_ char *text = NULL;
+	size_t len;
+	int r = ktok_decode(t, ids, n, flags, &text, &len);
+	if (r < 0)
+		return log_error_errno(r, "decoding failed: %m");
+	if (json) {
+		json_t *o = json_pack("{s:s%}", "text", text, len);
+		json_dumpf(o, stdout, JSON_COMPACT);
+		putchar('\n');
+		json_decref(o);
+	} else {
+		fwrite(text, 1, len, stdout);
+		putchar('\n');
+	}
+	return 0;
+}
+
+int kiln_tokenize_main(int argc, char **argv)
+{
+	enum { ARG_JSON = 0x100, ARG_NO_SPECIAL, ARG_PARSE_SPECIAL, ARG_SKIP_SPECIAL, ARG_STDIN };
+	static const struct option opts[] = {
+		{ "text", required_argument, NULL, 't' },
+		{ "ids", required_argument, NULL, 'i' },
+		{ "stdin", no_argument, NULL, ARG_STDIN },
+		{ "json", no_argument, NULL, ARG_JSON },
+		{ "no-special", no_argument, NULL, ARG_NO_SPECIAL },
+		{ "parse-special", no_argument, NULL, ARG_PARSE_SPECIAL },
+		{ "skip-special", no_argument, NULL, ARG_SKIP_SPECIAL },
+		{ "help", no_argument, NULL, 'h' },
+		{},
+	};
+	const char *text = NULL, *ids = NULL;
+	bool json = false, use_stdin = false;
+	unsigned eflags = KTOK_ENC_ADD_SPECIAL, dflags = 0;
+	int o;
+	optind = 1;
+	while ((o = getopt_long(argc, argv, "t:i:h", opts, NULL)) >= 0) {
+		switch (o) {
+		case 't':
+			text = optarg;
+			break;
+		case 'i':
+			ids = optarg;
+			break;
+		case ARG_STDIN:
+			use_stdin = true;
+			break;
+		case ARG_JSON:
+			json = true;
+			break;
+		case ARG_NO_SPECIAL:
+			eflags &= ~KTOK_ENC_ADD_SPECIAL;
+			break;
+		case ARG_PARSE_SPECIAL:
+			eflags |= KTOK_ENC_PARSE_SPECIAL;
+			break;
+		case ARG_SKIP_SPECIAL:
+			dflags |= KTOK_DEC_SKIP_SPECIAL;
+			break;
+		case 'h':
+			help();
+			return 0;
+		default:
+			return 2;
+		}
+	}
+	if (optind + 1 != argc || (!!text + !!ids + use_stdin) > 1) {
+		log_error("usage: kiln tokenize FILE [--text S | --stdin | --ids 1,2,3] [--json] "
+			  "(see kiln tokenize --help)");
+		return 2;
+	}
+	const char *path = argv[optind];
+	_cleanup_(ktok_freep) ktok *t = NULL;
+	ktok_error err;
+	int r = ktok_load(path, &t, &err);
+	if (r < 0) {
+		char line[800];
+		log_error("%s", ktok_error_format(&err, line, sizeof(line)));
+		return 1;
+	}
+	if (ids)
+		return decode(t, ids, dflags, json) < 0 ? 2 : 0;
+	if (text)
+		return encode(t, text, strlen(text), eflags, json) < 0 ? 1 : 0;
+	if (use_stdin) {
+		_cleanup_free_ char *buf = malloc(CLI_MAX_STDIN);
+		if (!buf)
+			return log_error("out of memory"), 1;
+		size_t len = fread(buf, 1, CLI_MAX_STDIN, stdin);
+		if (ferror(stdin) || !feof(stdin)) {
+			log_error("standard input: unreadable or over %u bytes", CLI_MAX_STDIN);
+			return 1;
+		}
+		return encode(t, buf, len, eflags, json) < 0 ? 1 : 0;
+	}
+	return describe(t, path, json) < 0 ? 1 : 0;
+}
