@@ -24,7 +24,7 @@
 #include "kk.h"
 
 /* Number of TAP lines this program prints (for the skip path). */
-#define N_TESTS 48
+#define N_TESTS 51
 
 static kk_backend *be_side[2]; /* 0 cpu, 1 cuda */
 static int n_test, n_fail;
