@@ -330,11 +330,7 @@ static int paged_run(const kk_paged_desc *d, kk_buffer *out, const kk_buffer *q,
 	if (d->head_dim > CPU_ATTN_HEAD_DIM_MAX)
 		return -EOPNOTSUPP;
 	const int32_t *bt = d->block_tables->ptr, *cl = d->context_lens->ptr;
-	_cleanup_free_ int32_t *row_seq = malloc(sizeof(int32_t) * (size_t) rows),
-			       *row_len = malloc(sizeof(int32_t) * (size_t) rows);
 
-	if (!row_seq || !row_len)
-		return -ENOMEM;
 	if (cu && (cu[0] != 0 || cu[d->n_seqs] != rows))
 		return -EINVAL;
 	for (int s = 0; s < d->n_seqs; s++) {
@@ -342,14 +338,22 @@ static int paged_run(const kk_paged_desc *d, kk_buffer *out, const kk_buffer *q,
 		if (cl[s] < 1 || cl[s] > d->max_context_len || b < 0 || e < b || e > rows ||
 		    e - b > cl[s])
 			return -EINVAL;
-		for (int64_t r = b; r < e; r++) {
-			row_seq[r] = s;
-			row_len[r] = (int32_t) (cl[s] - (e - b) + (r - b) + 1);
-		}
 		for (int bi = 0; bi < DIV_ROUND_UP(cl[s], KK_KV_BLOCK_SIZE); bi++) {
 			int blk = bt[(size_t) s * d->max_blocks_per_seq + bi];
 			if (blk < 0 || blk >= d->num_blocks)
 				return -ERANGE;
+		}
+	}
+	/* Checked: fill the row maps (no failure past this point). */
+	_cleanup_free_ int32_t *row_seq = malloc(sizeof(int32_t) * (size_t) rows);
+	_cleanup_free_ int32_t *row_len = malloc(sizeof(int32_t) * (size_t) rows);
+	if (!row_seq || !row_len)
+		return -ENOMEM;
+	for (int s = 0; s < d->n_seqs; s++) {
+		int64_t b = cu ? cu[s] : s, e = cu ? cu[s + 1] : s + 1;
+		for (int64_t r = b; r < e; r++) {
+			row_seq[r] = s;
+			row_len[r] = (int32_t) (cl[s] - (e - b) + (r - b) + 1);
 		}
 	}
 	struct decode_ctx c = { .d = d,

@@ -1110,8 +1110,8 @@ static int kc_decode_t(cudaStream_t s, const kk_paged_desc *d, void *o, const vo
 		(const T *) q, (const T *) kc, (const T *) vc,
 		(const int32_t *) d->block_tables->ptr, d->max_blocks_per_seq,
 		(const int32_t *) d->context_lens->ptr,
-		d->cu_q ? (const int32_t *) d->cu_q->ptr : nullptr, d->n_seqs, (T *) o,
-		d->n_heads, d->n_kv_heads, kc_scale_of(d->scale, D));
+		d->cu_q ? (const int32_t *) d->cu_q->ptr : nullptr, d->n_seqs, (T *) o, d->n_heads,
+		d->n_kv_heads, kc_scale_of(d->scale, D));
 	return kc_check_launch();
 }
 
@@ -1246,8 +1246,8 @@ static int kc_decode_d(kk_backend *be, kk_stream *st, const kk_paged_desc *d, vo
 }
 
 template <typename T>
-static int kc_paged_d(kk_backend *be, kk_stream *st, const kk_paged_desc *d, void *o,
-		      const void *q, const void *kc, const void *vc)
+static int kc_paged_d(kk_backend *be, kk_stream *st, const kk_paged_desc *d, void *o, const void *q,
+		      const void *kc, const void *vc)
 {
 	cudaStream_t s = kc_stream(be, st);
 	if (d->head_dim == 64)

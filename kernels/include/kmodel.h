@@ -201,9 +201,9 @@ typedef struct km_seq_input {
  * of each input into row i of the model's logits (f32 [max_seqs, vocab]);
  * logits_out (NULL allowed) receives a host copy [n, vocab].
  * Errors (err filled): -EINVAL (bad input: token id outside the
- * vocabulary, repeated sequence, more than max_tokens/max_seqs), -ENOSPC (cache out of blocks: nothing was
- * appended, the caller preempts or waits), -EFBIG (a sequence would pass
- * max_seq_len), -EOPNOTSUPP and other kk errors. */
+ * vocabulary, repeated sequence, more than max_tokens/max_seqs), -ENOSPC (cache out of blocks:
+ * nothing was appended, the caller preempts or waits), -EFBIG (a sequence would pass max_seq_len),
+ * -EOPNOTSUPP and other kk errors. */
 int km_forward(km_model *m, km_kvcache *c, const km_seq_input *in, int n, float *logits_out,
 	       km_error *err);
 /* Samples rows [row, row + n_rows) of the last step's logits into ids

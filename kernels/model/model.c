@@ -469,8 +469,7 @@ static int run_layers(km_model *m, km_kvcache *c, step_views *v, int64_t T, int 
 				TRY(kk_attention_paged(m->be, NULL, &pd, v->att_d, v->q_d, kc, vc),
 				    "paged attention");
 			else
-				TRY(kk_attention_decode(m->be, NULL, &pd, v->att_d, v->q_d, kc,
-							vc),
+				TRY(kk_attention_decode(m->be, NULL, &pd, v->att_d, v->q_d, kc, vc),
 				    "decode attention");
 		}
 		TRY(linear(m, m->x, m->att, &L->wo, T), "o projection");

@@ -764,11 +764,15 @@ static void paged_case(kk_dtype dt, int H, int Hkv, int D)
 				int row = cu[s] + i, vis = lens[s] - qlen[s] + i + 1;
 				double sc[MBPS * 16], mx = -INFINITY, sum = 0;
 				for (int t = 0; t < vis; t++) {
-					size_t off = (((size_t) bt[s * MBPS + t / 16] * 16 +
-						       t % 16) * Hkv + h / grp) * D;
+					size_t off =
+						(((size_t) bt[s * MBPS + t / 16] * 16 + t % 16) *
+							 Hkv +
+						 h / grp) *
+						D;
 					double dd = 0;
 					for (int x = 0; x < D; x++)
-						dd += Q[((size_t) row * H + h) * D + x] * K[off + x];
+						dd += Q[((size_t) row * H + h) * D + x] *
+						      K[off + x];
 					sc[t] = dd / sqrt((double) D);
 					mx = fmax(mx, sc[t]);
 				}
@@ -778,7 +782,10 @@ static void paged_case(kk_dtype dt, int H, int Hkv, int D)
 					double o = 0;
 					for (int t = 0; t < vis; t++) {
 						size_t off = (((size_t) bt[s * MBPS + t / 16] * 16 +
-							       t % 16) * Hkv + h / grp) * D;
+							       t % 16) *
+								      Hkv +
+							      h / grp) *
+							     D;
 						o += exp(sc[t] - mx) / sum * V[off + x];
 					}
 					ref[((size_t) row * H + h) * D + x] = o;

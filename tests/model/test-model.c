@@ -380,8 +380,8 @@ static void test_chunked_prefill(void **state)
 		at += chunks[k];
 		double e = max_err(lg, ref_logits + (size_t) (at - 1) * V, V);
 		if (e >= TOL_F32)
-			fail_msg("chunk %zu (tokens %d..%d): logits off by %g", k,
-				 at - chunks[k], at - 1, e);
+			fail_msg("chunk %zu (tokens %d..%d): logits off by %g", k, at - chunks[k],
+				 at - 1, e);
 	}
 	/* One step mixing a whole prefill (b), a chunk (d after its first 10)
 	 * and a decode (a). */

@@ -784,8 +784,7 @@ static void test_paged(kk_dtype dt, int d, int hq, int hkv, const int32_t *lens,
 	tap(r >= 0 && vs_ref(&o, ref, t, "paged vs f64") && parity(&o, t, "paged"),
 	    "paged prefill attention %s d=%d GQA %d/%d contexts %d, %d, %d, query rows %d, %d, "
 	    "%d (vs f64 and cpu)",
-	    kk_dtype_name(dt), d, hq, hkv, lens[0], lens[1], lens[2], qlens[0], qlens[1],
-	    qlens[2]);
+	    kk_dtype_name(dt), d, hq, hkv, lens[0], lens[1], lens[2], qlens[0], qlens[1], qlens[2]);
 	free(hkc), free(hvc), free(hq_), free(ref);
 	unpair(&kc), unpair(&vc), unpair(&q), unpair(&o), unpair(&bts), unpair(&ls), unpair(&cus);
 }
