@@ -5,7 +5,8 @@
 # it, brings the 3-node cluster up for real (slurmctld + a slurmd per node,
 # each node in its own network namespace), runs an srun and an sbatch job,
 # then the parts later issues add (kiln-healthd draining and resuming a node
-# on a failed GPU, kiln-run surviving a lost node), and tears it all down.
+# on a failed GPU, kiln-run surviving a lost node, kiln-train and
+# kiln-inferd on the stories260K fixture), and tears it all down.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 B=${KILN_BUILD:-build}
@@ -60,6 +61,11 @@ fi
 if [ -x "$top/tests/launcher/demo.sh" ] && [ -x "$B/bin/kiln-run" ]; then
 	say "7. kiln-run: an elastic job loses a node and carries on"
 	"$top/tests/launcher/demo.sh" "$DEMO/cluster/env.sh"
+fi
+
+if [ -x "$B/bin/kiln-train" ] && [ -x "$B/bin/kiln-inferd" ]; then
+	say "8. kiln-train fine-tunes a model data-parallel; kiln-inferd serves one"
+	"$top/tests/demo-models.sh" "$DEMO"
 fi
 
 say "tear down"
