@@ -102,15 +102,9 @@ typedef struct kiln_engine_opts {
 	int eos_token;	       /* -1: none; llama2.c models use 2 */
 	/* Share whole 16-token blocks of a prompt prefix with a running
 	 * sequence (km_kvcache_seq_fork) instead of prefilling them; the rest
-	 * of the prompt then goes one token per step (kk cannot prefill on
-	 * top of a cached context), so only prompts whose unshared tail is at
-	 * most KILN_ENGINE_PREFIX_TAIL_MAX tokens are forked. */
+	 * of the prompt is prefilled in chunks on top of the shared blocks. */
 	bool prefix_caching;
 } kiln_engine_opts;
-
-/* Longest unshared prompt tail a prefix-cache hit may leave: every tail
- * token costs the request one step of latency. */
-#define KILN_ENGINE_PREFIX_TAIL_MAX 32
 
 /* Creates the model (weights read from src during the call only), its KV
  * cache, and starts the scheduler thread.  be must outlive the engine.
