@@ -52,10 +52,10 @@ struct ereq {
 	uint64_t id;
 	int32_t *tokens; /* prompt then generated, capacity n_prompt + max_tokens */
 	int n_prompt, n_total, n_cached, max_tokens;
-	int seq;     /* cache sequence, -1 while waiting */
-	int chunk;   /* tokens fed in the current step */
+	int seq;	 /* cache sequence, -1 while waiting */
+	int chunk;	 /* tokens fed in the current step */
 	bool prefilling; /* admitted, its tokens not all cached yet */
-	int outcome; /* of the current step: OUT_* */
+	int outcome;	 /* of the current step: OUT_* */
 	kk_sampling samp;
 	int32_t stop[KILN_ENGINE_STOP_MAX];
 	int n_stop;
@@ -310,8 +310,7 @@ static int blocks_for(int n_cached, int chunk)
  * append with avail more blocks (0 when not even one fits). */
 static int tokens_fitting(int n_cached, int want, int avail)
 {
-	int room = (DIV_ROUND_UP(n_cached, KK_KV_BLOCK_SIZE) + avail) * KK_KV_BLOCK_SIZE -
-		   n_cached;
+	int room = (DIV_ROUND_UP(n_cached, KK_KV_BLOCK_SIZE) + avail) * KK_KV_BLOCK_SIZE - n_cached;
 	return MAX(0, MIN(want, room));
 }
 
@@ -399,7 +398,8 @@ static int plan_step(kiln_engine *e, ereq **done)
 		int reserve = e->n_running ? e->watermark : 0;
 		int blocks = blocks_for(share, left);
 		int chunk = MIN(left, budget);
-		if (blocks > free_blocks - reserve || (chunk < left && partial >= ENGINE_PARTIAL_MAX))
+		if (blocks > free_blocks - reserve ||
+		    (chunk < left && partial >= ENGINE_PARTIAL_MAX))
 			break;
 		int seq = share ? km_kvcache_seq_fork(e->c, donor->seq, share)
 				: km_kvcache_seq_new(e->c);

@@ -565,7 +565,6 @@ static void test_long_prompt(void **state)
 	engine_free(small);
 }
 
-
 /* A prefix-cache tail longer than the step budget: the request forks the
  * donor's 64 tokens and prefills its 40-token tail in chunks of what the
  * donor's decode leaves (16 - 1 = 15: ceil(40 / 15) = 3 steps), and gives
