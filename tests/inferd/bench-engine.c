@@ -7,7 +7,9 @@
  * usage: bench-engine [--quick] [MODEL.bin]   (default: the fixture, found
  * as in the tests).  Prints a table; exit 2 when the model is missing.
  * Tokens/s are per wall second and per process CPU second (the build
- * machine is shared: the CPU rate is the one to compare). */
+ * machine is shared: the CPU rate is the one to compare).  Then a shared
+ * 96-token prefix with 8 clients: prefix caching off, on, and off with a
+ * 32-token step budget (chunked prefill around the running decodes). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -281,11 +283,22 @@ int main(int argc, char **argv)
 			q[i].prompt[j] = (int32_t) ((rng >> 8) % 512);
 		}
 	}
-	char pnotes[2][160];
-	for (int pc = 0; pc < 2; pc++) {
+	/* Then the same with caching off and a 32-token step budget (8
+	 * sequences): 100..112-token prompts prefill in chunks around the
+	 * running decodes, the case chunked prefill is for. */
+	static const struct {
+		bool pc;
+		int running, step;
+		const char *name;
+	} pruns[] = { { false, 32, 512, "shared 96, cache off" },
+		      { true, 32, 512, "shared 96, cache on" },
+		      { false, 8, 32, "shared 96, step 32" } };
+	char pnotes[ARRAY_SIZE(pruns)][160];
+	for (size_t k = 0; k < ARRAY_SIZE(pruns); k++) {
+		const bool pc = pruns[k].pc;
 		kiln_engine_opts o = { .weight_dtype = KK_F32,
-				       .max_running = 32,
-				       .max_step_tokens = 512,
+				       .max_running = pruns[k].running,
+				       .max_step_tokens = pruns[k].step,
 				       .num_blocks = 512,
 				       .max_waiting = 256,
 				       .eos_token = -1,
@@ -300,13 +313,12 @@ int main(int argc, char **argv)
 		if (run_engine(e, q, N, 8) < 0)
 			return 1;
 		double w = wall() - w0, cc = cpu() - c0;
-		row(pc ? "shared 96, cache on" : "shared 96, cache off", q, N, w, cc);
+		row(pruns[k].name, q, N, w, cc);
 		kiln_engine_stats st;
 		kiln_engine_get_stats(e, &st);
-		snprintf(pnotes[pc], sizeof(pnotes[pc]),
-			 "shared prefix, 8 clients, prefix caching %s: %llu prefill tokens, %llu "
-			 "shared, %llu steps",
-			 pc ? "on" : "off", (unsigned long long) st.prefill_tokens,
+		snprintf(pnotes[k], sizeof(pnotes[k]),
+			 "%s, 8 clients: %llu prefill tokens, %llu shared, %llu steps",
+			 pruns[k].name, (unsigned long long) st.prefill_tokens,
 			 (unsigned long long) st.prefix_hits, (unsigned long long) st.steps);
 		kiln_engine_free(e);
 	}
@@ -314,7 +326,7 @@ int main(int argc, char **argv)
 	printf("\nTTFT in ms, from submit to the first token.\n");
 	for (size_t k = 0; k < ARRAY_SIZE(clients); k++)
 		printf("%s\n", notes[k]);
-	for (int k = 0; k < 2; k++)
+	for (size_t k = 0; k < ARRAY_SIZE(pruns); k++)
 		printf("%s\n", pnotes[k]);
 	km_l2c_free(f);
 	kk_backend_free(be);

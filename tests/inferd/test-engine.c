@@ -263,6 +263,21 @@ static void wait_admitted(kiln_engine *e)
 	fail_msg("the engine admitted nothing within %d s", wait_s);
 }
 
+/* Until r (gate_wait set) holds the scheduler at its first token: its
+ * step is counted, nothing else runs until open_gate. */
+static void wait_gate(run *r)
+{
+	for (int i = 0; i < wait_s * 1000; i++) {
+		pthread_mutex_lock(&mu);
+		int n = r->n;
+		pthread_mutex_unlock(&mu);
+		if (n)
+			return;
+		usleep(1000);
+	}
+	fail_msg("request %llu got no token within %d s", (unsigned long long) r->id, wait_s);
+}
+
 /* Runs s alone (nothing else in the engine) and returns its tokens in out. */
 static void run_alone(kiln_engine *e, const spec *s, run *out)
 {
@@ -485,8 +500,10 @@ static void test_preemption(void **state)
 	engine_free(e);
 }
 
-/* A prompt longer than the step budget: the first chunk prefills, the rest
- * catches up token by token; the output equals a big-budget engine's. */
+/* A prompt longer than the step budget prefills in chunks of the budget
+ * (ceil(90 / 32) = 3 steps, not 1 + 58 catch-up steps), samples only after
+ * the last chunk, and gives the reference's tokens and a big-budget
+ * engine's; the same through a budget the decodes share. */
 static void test_long_prompt(void **state)
 {
 	NEED_FIXTURE();
@@ -501,13 +518,110 @@ static void test_long_prompt(void **state)
 	run_alone(small, s, &b);
 	assert_int_equal(a.n, 20);
 	assert_int_equal(b.n, 20);
+	/* Greedy against the float64 reference. */
+	double *lg = malloc(sizeof(double) * 512);
+	ref_reset(ref);
+	for (int i = 0; i < 90 - 1; i++)
+		ref_step(ref, s->prompt[i], lg);
+	int tok = s->prompt[89];
+	for (int i = 0; i < 20; i++) {
+		ref_step(ref, tok, lg);
+		tok = ref_argmax(lg, 512);
+		if (tok != b.toks[i])
+			fail_msg("token %d: chunked %d, reference %d", i, b.toks[i], tok);
+	}
+	free(lg);
 	assert_memory_equal(a.toks, b.toks, sizeof(int32_t) * 20);
 	kiln_engine_stats st;
 	kiln_engine_get_stats(small, &st);
-	assert_int_equal(st.prefill_tokens, 32);
+	assert_int_equal(st.prefill_tokens, 90);
+	/* 3 prefill steps (the third samples token 0), then 19 decodes. */
+	assert_int_equal(st.steps, 3 + 19);
+
+	/* Behind a running request the long one gets 32 - 1 tokens a step:
+	 * ceil(90 / 31) = 3 prefill steps, the same tokens. */
+	reset_counts();
+	spec *g = calloc(1, sizeof(spec));
+	random_specs(g, 1, 1, 40, 40, false);
+	run rg = { .gate_wait = true }, rl = {};
+	must_submit(small, g, &rg, 1);
+	wait_gate(&rg);
+	must_submit(small, s, &rl, 2);
+	kiln_engine_get_stats(small, &st);
+	uint64_t steps0 = st.steps, pre0 = st.prefill_tokens;
+	open_gate();
+	wait_finished(2);
+	assert_int_equal(rl.n, 20);
+	assert_memory_equal(a.toks, rl.toks, sizeof(int32_t) * 20);
+	assert_int_equal(rg.n, 40);
+	kiln_engine_get_stats(small, &st);
+	assert_int_equal(st.prefill_tokens - pre0, 90);
+	/* The gate's 39 decodes after its first token overlap the long
+	 * prompt's 3 + 19 steps entirely: 39 steps, and none more. */
+	assert_int_equal(st.steps - steps0, 39);
+	free(g);
 	free(s);
 	engine_free(big);
 	engine_free(small);
+}
+
+/* A prefix-cache tail longer than the step budget: the request forks the
+ * donor's 64 tokens and prefills its 40-token tail in chunks of what the
+ * donor's decode leaves (16 - 1 = 15: ceil(40 / 15) = 3 steps), and gives
+ * the tokens it gives alone. */
+static void test_prefix_tail_chunked(void **state)
+{
+	NEED_FIXTURE();
+	kiln_engine *ea = engine(4, 128, 64, 8, -1);
+	km_error err = {};
+	km_l2c *f = NULL;
+	assert_int_equal(km_l2c_open(fixture, &f, &err), 0);
+	km_weight_source src = km_l2c_source(f);
+	kiln_engine_opts o = { .max_running = 2,
+			       .max_step_tokens = 16,
+			       .num_blocks = 64,
+			       .max_waiting = 4,
+			       .eos_token = -1,
+			       .prefix_caching = true };
+	kiln_engine *e = NULL;
+	assert_int_equal(kiln_engine_new(be, km_l2c_config(f), &src, &o, &e, &err), 0);
+	track(e);
+	km_l2c_free(f);
+	spec *s = calloc(2, sizeof(spec));
+	random_specs(s, 2, 1, 10, 10, false);
+	s[0].max_tokens = 40;
+	s[0].n_prompt = 64;
+	s[1].n_prompt = 64 + 40;
+	for (int i = 0; i < 2; i++)
+		for (int j = 1; j < s[i].n_prompt; j++)
+			s[i].prompt[j] = j < 64 ? (j * 13 + 7) % 512 : (j * 71) % 512;
+	run alone[2], conc[2] = { { .gate_wait = true }, {} };
+	for (int i = 0; i < 2; i++)
+		run_alone(ea, &s[i], &alone[i]);
+	reset_counts();
+	must_submit(e, &s[0], &conc[0], 0);
+	wait_gate(&conc[0]); /* prefilled in 4 chunks of 16, token 0 sampled */
+	must_submit(e, &s[1], &conc[1], 1);
+	open_gate();
+	wait_finished(2);
+	compare_runs(s, alone, conc, 2);
+	assert_int_equal(conc[1].n, 10);
+	kiln_engine_stats st;
+	kiln_engine_get_stats(e, &st);
+	print_message("# prefix tail: %llu shared, %llu prefilled, %llu steps\n",
+		      (unsigned long long) st.prefix_hits, (unsigned long long) st.prefill_tokens,
+		      (unsigned long long) st.steps);
+	assert_int_equal(st.prefix_hits, 64);
+	assert_int_equal(st.prefix_queries, 64 + 104);
+	assert_int_equal(st.prefill_tokens, 64 + 40);
+	/* The donor: 4 prefill steps, then 39 decodes; the forked request's
+	 * 3 tail chunks and 9 decodes fit inside them (a tail fed one token
+	 * a step would take 40 + 9 = 49 steps, past the donor's end). */
+	assert_int_equal(st.steps, 4 + 39);
+	check_all_free(e);
+	free(s);
+	engine_free(e);
+	engine_free(ea);
 }
 
 /* Prefix caching: requests sharing a 64-token prompt prefix with a running
@@ -534,8 +648,8 @@ static void test_prefix_caching(void **state)
 	enum { N = 6 };
 	spec *s = calloc(N, sizeof(spec));
 	random_specs(s, N, 1, 20, 40, false);
-	/* s[0] holds the prefix; s[1..] share it, with tails of 1..30 tokens
-	 * (s[N-1]'s tail of 40 is past KILN_ENGINE_PREFIX_TAIL_MAX: prefilled). */
+	/* s[0] holds the prefix; s[1..] share it, with tails of 1..40 tokens
+	 * (each prefilled in one chunk on top of the forked blocks). */
 	const int tails[N] = { 5, 1, 7, 16, 30, 40 };
 	for (int i = 0; i < N; i++) {
 		s[i].n_prompt = 64 + tails[i];
@@ -567,9 +681,12 @@ static void test_prefix_caching(void **state)
 	print_message("# prefix cache: %llu of %llu prompt tokens shared, %llu prefilled\n",
 		      (unsigned long long) st.prefix_hits, (unsigned long long) st.prefix_queries,
 		      (unsigned long long) st.prefill_tokens);
-	assert_int_equal(st.prefix_hits, 4 * 64);
+	int tail_sum = 0;
+	for (int i = 1; i < N; i++)
+		tail_sum += tails[i];
+	assert_int_equal(st.prefix_hits, (N - 1) * 64);
 	assert_int_equal(st.prefix_queries, q);
-	assert_int_equal(st.prefill_tokens, s[0].n_prompt + s[N - 1].n_prompt);
+	assert_int_equal(st.prefill_tokens, s[0].n_prompt + tail_sum);
 	check_all_free(e);
 	free(s);
 	free(alone);
@@ -976,6 +1093,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_preemption),
 		cmocka_unit_test(test_long_prompt),
 		cmocka_unit_test(test_prefix_caching),
+		cmocka_unit_test(test_prefix_tail_chunked),
 		cmocka_unit_test(test_stop_and_length),
 		cmocka_unit_test(test_cancel),
 		cmocka_unit_test(test_queue_full),

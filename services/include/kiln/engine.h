@@ -6,7 +6,8 @@
  * (prompt token ids, max_tokens, sampling, stop ids, a callback) and may
  * cancel them; the scheduler admits waiting requests first come first
  * served while KV blocks and the per-step token budget allow, runs one
- * km_forward step over every running sequence (decodes and prefills mixed),
+ * km_forward step over every running sequence (decodes first, then
+ * prompts longer than the budget in chunks of what the decodes leave),
  * samples each row with the request's own seed, hands each new token to the
  * request's callback, retires finished sequences and frees their blocks.
  * When the cache runs out it preempts the most recently admitted running
@@ -102,15 +103,9 @@ typedef struct kiln_engine_opts {
 	int eos_token;	       /* -1: none; llama2.c models use 2 */
 	/* Share whole 16-token blocks of a prompt prefix with a running
 	 * sequence (km_kvcache_seq_fork) instead of prefilling them; the rest
-	 * of the prompt then goes one token per step (kk cannot prefill on
-	 * top of a cached context), so only prompts whose unshared tail is at
-	 * most KILN_ENGINE_PREFIX_TAIL_MAX tokens are forked. */
+	 * of the prompt is prefilled in chunks on top of the shared blocks. */
 	bool prefix_caching;
 } kiln_engine_opts;
-
-/* Longest unshared prompt tail a prefix-cache hit may leave: every tail
- * token costs the request one step of latency. */
-#define KILN_ENGINE_PREFIX_TAIL_MAX 32
 
 /* Creates the model (weights read from src during the call only), its KV
  * cache, and starts the scheduler thread.  be must outlive the engine.
@@ -151,7 +146,8 @@ typedef struct kiln_engine_stats {
 	int waiting, running;
 	uint64_t requests_finished[4]; /* by kiln_engine_finish */
 	uint64_t prompt_tokens;	       /* tokens submitted as prompts */
-	uint64_t prefill_tokens;       /* tokens run through prefill (recompute too) */
+	uint64_t prefill_tokens;       /* tokens run through prefill (chunks, forked
+					* tails, recompute) */
 	uint64_t generated_tokens;     /* tokens delivered */
 	uint64_t preemptions;
 	uint64_t steps;
