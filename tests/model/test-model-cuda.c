@@ -4,7 +4,8 @@
  * (a CUDA=0 build or no GPU).  On a GPU machine: a random model with head
  * dim 64 (2:1 GQA) decoded in f32 and bf16 against the float64 reference
  * in both RoPE conventions; continuous batching (sequences joining and
- * leaving) giving the tokens each gives alone; and stories260K (head dim
+ * leaving) giving the tokens each gives alone; a prompt in chunks giving
+ * the logits and tokens of the whole prompt; and stories260K (head dim
  * 8, which cuda attention lacks) refused at load with the reason.
  * NOT YET RUN ON A GPU: the tolerances below are first guesses (TF32 or
  * different summation orders in cuBLASLt may need them widened). */
@@ -140,6 +141,77 @@ static void test_batching(void **state)
 	km_model_free(m);
 }
 
+/* Chunked prefill (kk_attention_paged on this backend): a 40-token prompt
+ * fed as 7 + 16 + 17 tokens gives the logits of the whole prompt at once,
+ * and the same greedy continuation. */
+static void test_chunked_prefill(void **state)
+{
+	NEED_CUDA();
+	km_error err = {};
+	km_l2c *f = NULL;
+	assert_int_equal(km_l2c_open(rand_path, &f, &err), 0);
+	km_weight_source src = km_l2c_source(f);
+	km_model_opts o = { .weight_dtype = KK_F32, .max_tokens = 64, .max_seqs = 2 };
+	km_model *m = NULL;
+	if (km_model_new(be, km_l2c_config(f), &o, &src, &m, &err) < 0)
+		fail_msg("%s", err.msg);
+	km_l2c_free(f);
+	const int V = km_model_config(m)->vocab_size;
+	enum { P = 40, GEN = 10 };
+	int32_t prompt[P], whole[GEN], chunked[GEN];
+	unsigned rs = 11;
+	for (int t = 0; t < P; t++)
+		prompt[t] = (int32_t) (((rs = rs * 1664525u + 1013904223u) >> 8) % 300u);
+	float *lw = malloc(sizeof(float) * V), *lc = malloc(sizeof(float) * V);
+	assert_non_null(lw);
+	assert_non_null(lc);
+	kk_sampling g = {};
+	km_kvcache *c = NULL;
+	assert_int_equal(km_kvcache_new(be, km_model_config(m), KK_F32, 16, 2, &c), 0);
+	int a = km_kvcache_seq_new(c), b = km_kvcache_seq_new(c);
+	km_seq_input in = { a, prompt, P };
+	if (km_forward(m, c, &in, 1, lw, &err) < 0)
+		fail_msg("%s", err.msg);
+	const int chunks[] = { 7, 16, 17 };
+	int at = 0;
+	for (int k = 0; k < 3; k++) {
+		km_seq_input ck = { b, prompt + at, chunks[k] };
+		if (km_forward(m, c, &ck, 1, lc, &err) < 0)
+			fail_msg("chunk %d: %s", k, err.msg);
+		at += chunks[k];
+	}
+	double worst = 0;
+	for (int j = 0; j < V; j++)
+		worst = fmax(worst, fabs((double) lw[j] - lc[j]));
+	print_message("# " KM_TEST_BACKEND " chunked vs whole prefill: max |logit diff| %.3g\n",
+		      worst);
+	assert_true(worst < 5e-3);
+	/* Greedy continuations, both sequences in one step. */
+	km_seq_input two[2] = { { a, NULL, 1 }, { b, NULL, 1 } };
+	int32_t ta = 0, tb;
+	/* The last step's logits are b's; a's first token from lw on the host. */
+	for (int j = 1; j < V; j++)
+		if (lw[j] > lw[ta])
+			ta = j;
+	assert_int_equal(km_sample(m, 0, 1, &g, &tb), 0);
+	for (int k = 0; k < GEN; k++) {
+		whole[k] = ta;
+		chunked[k] = tb;
+		two[0].tokens = &whole[k];
+		two[1].tokens = &chunked[k];
+		if (km_forward(m, c, two, 2, NULL, &err) < 0)
+			fail_msg("%s", err.msg);
+		assert_int_equal(km_sample(m, 0, 1, &g, &ta), 0);
+		assert_int_equal(km_sample(m, 1, 1, &g, &tb), 0);
+	}
+	for (int k = 0; k < GEN; k++)
+		assert_int_equal(whole[k], chunked[k]);
+	free(lw);
+	free(lc);
+	km_kvcache_free(c);
+	km_model_free(m);
+}
+
 static void test_head_dim_8_refused(void **state)
 {
 	NEED_CUDA();
@@ -169,9 +241,8 @@ static void test_head_dim_8_refused(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_random_f32),
-		cmocka_unit_test(test_random_bf16),
-		cmocka_unit_test(test_batching),
+		cmocka_unit_test(test_random_f32),	   cmocka_unit_test(test_random_bf16),
+		cmocka_unit_test(test_batching),	   cmocka_unit_test(test_chunked_prefill),
 		cmocka_unit_test(test_head_dim_8_refused),
 	};
 	unsetenv("KILN_BACKEND"); /* this binary tests the cuda backend */
