@@ -22,6 +22,7 @@
 #include "kiln/macro.h"
 #include "kk.h"
 #include "kmodel.h"
+#include "../lib/fixture.h"
 
 #define PROMPT_MAX 32
 /* The shared-prefix workload: a 96-token "system prompt" and a tail of
@@ -153,19 +154,6 @@ static int run_sequential(km_model *m, km_kvcache *c, breq *q, int n)
 	return 0;
 }
 
-static const char *find_fixture(void)
-{
-	const char *c[] = { "tests/fixtures/stories260K.bin", "../shared/fixtures/stories260K.bin",
-			    "../../shared/fixtures/stories260K.bin" };
-	const char *env = getenv("KM_TEST_MODEL");
-	if (env && *env)
-		return env;
-	for (size_t i = 0; i < ARRAY_SIZE(c); i++)
-		if (access(c[i], R_OK) == 0)
-			return c[i];
-	return NULL;
-}
-
 static void row(const char *name, const breq *q, int n, double w, double c)
 {
 	long tokens = 0;
@@ -186,7 +174,7 @@ int main(int argc, char **argv)
 			path = argv[i];
 	}
 	if (!path)
-		path = find_fixture();
+		path = kiln_test_model_fixture();
 	if (!path || access(path, R_OK) != 0) {
 		fprintf(stderr, "stories260K.bin not found (set KM_TEST_MODEL)\n");
 		return 2;

@@ -37,6 +37,7 @@
 #include "kmodel.h"
 
 #include "../model/ref.h"
+#include "../lib/fixture.h"
 
 /* Tokens a test request may generate at most. */
 #define GEN_MAX 512
@@ -51,19 +52,6 @@ static int wait_s = WAIT_S_DEFAULT;
 static const char *fixture;
 static kk_backend *be;
 static ref_model *ref;
-
-static const char *find_fixture(void)
-{
-	const char *env = getenv("KM_TEST_MODEL");
-	if (env && *env)
-		return env;
-	const char *c[] = { "tests/fixtures/stories260K.bin", "../shared/fixtures/stories260K.bin",
-			    "../../shared/fixtures/stories260K.bin" };
-	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
-		if (access(c[i], R_OK) == 0)
-			return c[i];
-	return NULL;
-}
 
 #define NEED_FIXTURE()                                                         \
 	do {                                                                   \
@@ -1062,7 +1050,7 @@ static int group_setup(void **state)
 	if (w && atoi(w) > 0)
 		wait_s = atoi(w);
 	assert_int_equal(kk_backend_open("cpu", &be), 0);
-	fixture = find_fixture();
+	fixture = kiln_test_model_fixture();
 	if (fixture) {
 		ref = ref_load(fixture);
 		assert_non_null(ref);

@@ -15,6 +15,7 @@
 #include "kk.h"
 #include "kmodel.h"
 #include "ref.h"
+#include "../lib/fixture.h"
 
 #define BATCH 8
 
@@ -76,19 +77,6 @@ out:
 	return t;
 }
 
-static const char *find_fixture(void)
-{
-	const char *c[] = { "tests/fixtures/stories260K.bin", "../shared/fixtures/stories260K.bin",
-			    "../../shared/fixtures/stories260K.bin" };
-	const char *env = getenv("KM_TEST_MODEL");
-	if (env && *env)
-		return env;
-	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
-		if (access(c[i], R_OK) == 0)
-			return c[i];
-	return NULL;
-}
-
 int main(int argc, char **argv)
 {
 	int steps = 256;
@@ -102,7 +90,7 @@ int main(int argc, char **argv)
 			path = argv[i];
 	}
 	if (!path)
-		path = find_fixture();
+		path = kiln_test_model_fixture();
 	if (!path) {
 		fprintf(stderr, "bench-model: stories260K.bin not found; pass its path or set "
 				"KM_TEST_MODEL\n");

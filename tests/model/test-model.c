@@ -27,6 +27,7 @@
 #include "ref.h"
 
 #include "model-check.h"
+#include "../lib/fixture.h"
 
 /* Greedy decode length compared with the reference (the brief: 200+). */
 #define N_GREEDY 256
@@ -43,19 +44,6 @@ static int greedy[N_GREEDY + 1]; /* BOS then the reference's greedy tokens */
 static double *ref_logits;	 /* [N_GREEDY][vocab], after greedy[0..i] */
 static int V;
 
-static const char *find_fixture(void)
-{
-	const char *env = getenv("KM_TEST_MODEL");
-	if (env && *env)
-		return env;
-	const char *c[] = { "tests/fixtures/stories260K.bin", "../shared/fixtures/stories260K.bin",
-			    "../../shared/fixtures/stories260K.bin" };
-	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
-		if (access(c[i], R_OK) == 0)
-			return c[i];
-	return NULL;
-}
-
 #define NEED_FIXTURE()                                                         \
 	do {                                                                   \
 		if (!ref) {                                                    \
@@ -68,7 +56,7 @@ static const char *find_fixture(void)
 static int group_setup(void **state)
 {
 	assert_int_equal(kk_backend_open("cpu", &be), 0);
-	fixture = find_fixture();
+	fixture = kiln_test_model_fixture();
 	if (!fixture)
 		return 0;
 	ref = ref_load(fixture);

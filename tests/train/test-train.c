@@ -31,21 +31,9 @@
 #include "kmodel.h"
 #include "kmtrain.h"
 #include "ref-train.h"
+#include "../lib/fixture.h"
 
 static kk_backend *be;
-
-static const char *find_fixture(void)
-{
-	const char *env = getenv("KM_TEST_MODEL");
-	if (env && *env)
-		return env;
-	const char *c[] = { "tests/fixtures/stories260K.bin", "../shared/fixtures/stories260K.bin",
-			    "../../shared/fixtures/stories260K.bin" };
-	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
-		if (access(c[i], R_OK) == 0)
-			return c[i];
-	return NULL;
-}
 
 static uint64_t rng_state;
 static uint64_t rnd(void)
@@ -249,7 +237,7 @@ static void test_gradcheck_half_shared(void **state)
 
 static void test_loss_stories260k(void **state)
 {
-	const char *path = find_fixture();
+	const char *path = kiln_test_model_fixture();
 	if (!path) {
 		print_message("# SKIP stories260K.bin not found (set KM_TEST_MODEL)\n");
 		skip();
