@@ -636,143 +636,61 @@ static void test_attention_bwd(void **state)
 	attn_case(KK_F32, 8, 4, 8, true, lens1, 2, true);
 }
 
-static void decode_case(kk_dtype dt, int H, int Hkv, int D)
+/* Paged attention on NS sequences with contexts lens[] in scattered
+ * blocks of a 24-block cache.  qlen NULL: kk_attention_decode (one query
+ * row per sequence); else kk_attention_paged, sequence s bringing the last
+ * qlen[s] tokens of its context as query rows (0 allowed).  Checked
+ * against float64 attention over each row's visible context. */
+enum { PG_NB = 24, PG_MBPS = 4, PG_NS = 4 };
+static void paged_check(const char *what, kk_dtype dt, int H, int Hkv, int D, const int32_t *lens,
+			const int32_t *qlen)
 {
-	enum { NB = 24, MBPS = 4, NS = 3 };
-	int32_t lens[NS] = { 1, 17, irand(30, MBPS * 16) }, bt[NS * MBPS], perm[NB];
-	size_t nc = (size_t) NB * 16 * Hkv * D, nq = (size_t) NS * H * D;
+	int32_t cu[PG_NS + 1] = { 0 }, bt[PG_NS * PG_MBPS], perm[PG_NB];
+	for (int s = 0; s < PG_NS; s++)
+		cu[s + 1] = cu[s] + (qlen ? qlen[s] : 1);
+	const int64_t nrows = cu[PG_NS];
+	size_t nc = (size_t) PG_NB * 16 * Hkv * D, nq = (size_t) nrows * H * D;
 	double *K, *V, *Q, *ref = hmalloc(nq * sizeof(double));
 	kk_buffer *kc = up_rand(dt, nc, -1, 1, &K), *vc = up_rand(dt, nc, -1, 1, &V),
 		  *qb = up_rand(dt, nq, -1, 1, &Q), *ob = out_buf(dt, nq);
 	int grp = H / Hkv;
 
-	for (int i = 0; i < NB; i++)
+	for (int i = 0; i < PG_NB; i++)
 		perm[i] = i;
-	for (int i = NB - 1; i > 0; i--) {
+	for (int i = PG_NB - 1; i > 0; i--) {
 		int j = irand(0, i), t = perm[i];
 		perm[i] = perm[j];
 		perm[j] = t;
 	}
-	for (int i = 0; i < NS * MBPS; i++)
+	for (int i = 0; i < PG_NS * PG_MBPS; i++)
 		bt[i] = perm[i];
 	kk_paged_desc d = { .n_heads = H,
 			    .n_kv_heads = Hkv,
 			    .head_dim = D,
-			    .n_seqs = NS,
-			    .num_blocks = NB,
-			    .max_blocks_per_seq = MBPS,
-			    .max_context_len = MBPS * 16,
-			    .block_tables = up_i32(bt, NS * MBPS),
-			    .context_lens = up_i32(lens, NS) };
-	for (int s = 0; s < NS; s++)
-		for (int h = 0; h < H; h++) {
-			double sc[MBPS * 16], mx = -INFINITY, sum = 0;
-			for (int t = 0; t < lens[s]; t++) {
-				size_t off = (((size_t) bt[s * MBPS + t / 16] * 16 + t % 16) * Hkv +
-					      h / grp) *
-					     D;
-				double dd = 0;
-				for (int x = 0; x < D; x++)
-					dd += Q[(s * H + h) * D + x] * K[off + x];
-				sc[t] = dd / sqrt((double) D);
-				mx = fmax(mx, sc[t]);
-			}
-			for (int t = 0; t < lens[s]; t++)
-				sum += exp(sc[t] - mx);
-			for (int x = 0; x < D; x++) {
-				double o = 0;
-				for (int t = 0; t < lens[s]; t++) {
-					size_t off =
-						(((size_t) bt[s * MBPS + t / 16] * 16 + t % 16) *
-							 Hkv +
-						 h / grp) *
-						D;
-					o += exp(sc[t] - mx) / sum * V[off + x];
-				}
-				ref[(s * H + h) * D + x] = o;
-			}
-		}
-	int r = kk_attention_decode(be, NULL, &d, ob, qb, kc, vc);
-	if (r == -EOPNOTSUPP && D != KK_ATTN_HEAD_DIM_SMALL && D != KK_ATTN_HEAD_DIM_LARGE &&
-	    !streq(KK_TEST_BACKEND, "cpu"))
-		return; /* only 64 and 128 are required of every backend */
-	assert_int_equal(r, 0);
-	expect_close("paged decode", down(ob, nq), ref, nq, 2 * TOL(dt), 2 * TOL(dt));
-
-	/* A block outside the cache. */
-	if (streq(KK_TEST_BACKEND, "cpu")) {
-		bt[MBPS] = NB;
-		d.block_tables = up_i32(bt, NS * MBPS);
-		assert_int_equal(kk_attention_decode(be, NULL, &d, ob, qb, kc, vc), -ERANGE);
-	}
-}
-
-static void test_attention_decode(void **state)
-{
-	for (size_t di = 0; di < 3; di++) {
-		decode_case(FLOATS[di], 4, 2, 64);
-		decode_case(FLOATS[di], 8, 8, 128);
-		decode_case(FLOATS[di], 8, 4, 8); /* llama2.c stories260K */
-		decode_case(FLOATS[di], 2, 1, 96);
-		teardown(NULL);
-	}
-}
-
-/* Paged attention with several query rows per sequence (chunked prefill
- * over a cached context): sequence s's rows are the last q_len of its
- * context and attend causally.  Sequences bring 1 row (decode), a chunk
- * after a context, none, and a whole prompt (q_len == context). */
-static void paged_case(kk_dtype dt, int H, int Hkv, int D)
-{
-	enum { NB = 24, MBPS = 4, NS = 4 };
-	int32_t lens[NS] = { irand(1, 20), 17 + irand(5, 30), 9, irand(20, MBPS * 16) };
-	int32_t qlen[NS] = { 1, 0, 0, 0 }, cu[NS + 1] = { 0 }, bt[NS * MBPS], perm[NB];
-	qlen[1] = irand(2, 17);
-	qlen[3] = lens[3];
-	for (int s = 0; s < NS; s++)
-		cu[s + 1] = cu[s] + qlen[s];
-	int64_t nrows = cu[NS];
-	size_t nc = (size_t) NB * 16 * Hkv * D, nq = (size_t) nrows * H * D;
-	double *K, *V, *Q, *ref = hmalloc(nq * sizeof(double));
-	kk_buffer *kc = up_rand(dt, nc, -1, 1, &K), *vc = up_rand(dt, nc, -1, 1, &V),
-		  *qb = up_rand(dt, nq, -1, 1, &Q), *ob = out_buf(dt, nq);
-	int grp = H / Hkv;
-
-	for (int i = 0; i < NB; i++)
-		perm[i] = i;
-	for (int i = NB - 1; i > 0; i--) {
-		int j = irand(0, i), t = perm[i];
-		perm[i] = perm[j];
-		perm[j] = t;
-	}
-	for (int i = 0; i < NS * MBPS; i++)
-		bt[i] = perm[i];
-	kk_paged_desc d = { .n_heads = H,
-			    .n_kv_heads = Hkv,
-			    .head_dim = D,
-			    .n_seqs = NS,
-			    .num_blocks = NB,
-			    .max_blocks_per_seq = MBPS,
-			    .max_context_len = MBPS * 16,
-			    .block_tables = up_i32(bt, NS * MBPS),
-			    .context_lens = up_i32(lens, NS),
-			    .cu_q = up_i32(cu, NS + 1),
-			    .total_q = nrows };
-	for (int s = 0; s < NS; s++)
-		for (int i = 0; i < qlen[s]; i++)
+			    .n_seqs = PG_NS,
+			    .num_blocks = PG_NB,
+			    .max_blocks_per_seq = PG_MBPS,
+			    .max_context_len = PG_MBPS * 16,
+			    .block_tables = up_i32(bt, PG_NS * PG_MBPS),
+			    .context_lens = up_i32(lens, PG_NS),
+			    .cu_q = qlen ? up_i32(cu, PG_NS + 1) : NULL,
+			    .total_q = qlen ? nrows : 0 };
+	for (int s = 0; s < PG_NS; s++)
+		for (int row = cu[s]; row < cu[s + 1]; row++)
 			for (int h = 0; h < H; h++) {
-				int row = cu[s] + i, vis = lens[s] - qlen[s] + i + 1;
-				double sc[MBPS * 16], mx = -INFINITY, sum = 0;
+				int vis = lens[s] - (cu[s + 1] - row) + 1;
+				double sc[PG_MBPS * 16], mx = -INFINITY, sum = 0;
+				size_t off[PG_MBPS * 16];
 				for (int t = 0; t < vis; t++) {
-					size_t off =
-						(((size_t) bt[s * MBPS + t / 16] * 16 + t % 16) *
+					off[t] =
+						(((size_t) bt[s * PG_MBPS + t / 16] * 16 + t % 16) *
 							 Hkv +
 						 h / grp) *
 						D;
 					double dd = 0;
 					for (int x = 0; x < D; x++)
 						dd += Q[((size_t) row * H + h) * D + x] *
-						      K[off + x];
+						      K[off[t] + x];
 					sc[t] = dd / sqrt((double) D);
 					mx = fmax(mx, sc[t]);
 				}
@@ -780,46 +698,69 @@ static void paged_case(kk_dtype dt, int H, int Hkv, int D)
 					sum += exp(sc[t] - mx);
 				for (int x = 0; x < D; x++) {
 					double o = 0;
-					for (int t = 0; t < vis; t++) {
-						size_t off = (((size_t) bt[s * MBPS + t / 16] * 16 +
-							       t % 16) *
-								      Hkv +
-							      h / grp) *
-							     D;
-						o += exp(sc[t] - mx) / sum * V[off + x];
-					}
+					for (int t = 0; t < vis; t++)
+						o += exp(sc[t] - mx) / sum * V[off[t] + x];
 					ref[((size_t) row * H + h) * D + x] = o;
 				}
 			}
-	int r = kk_attention_paged(be, NULL, &d, ob, qb, kc, vc);
+	int r = qlen ? kk_attention_paged(be, NULL, &d, ob, qb, kc, vc)
+		     : kk_attention_decode(be, NULL, &d, ob, qb, kc, vc);
 	if (r == -EOPNOTSUPP && D != KK_ATTN_HEAD_DIM_SMALL && D != KK_ATTN_HEAD_DIM_LARGE &&
 	    !streq(KK_TEST_BACKEND, "cpu"))
-		return;
+		return; /* only 64 and 128 are required of every backend */
 	assert_int_equal(r, 0);
-	expect_close("paged prefill", down(ob, nq), ref, nq, 2 * TOL(dt), 2 * TOL(dt));
+	expect_close(what, down(ob, nq), ref, nq, 2 * TOL(dt), 2 * TOL(dt));
 
-	/* Decode refuses cu_q; a paged call without it is refused too. */
-	assert_int_equal(kk_attention_decode(be, NULL, &d, ob, qb, kc, vc), -EINVAL);
-	d.cu_q = NULL;
-	assert_int_equal(kk_attention_paged(be, NULL, &d, ob, qb, kc, vc), -EINVAL);
-	if (streq(KK_TEST_BACKEND, "cpu")) {
+	if (qlen) {
+		/* Decode refuses cu_q; a paged call without it is refused too. */
+		assert_int_equal(kk_attention_decode(be, NULL, &d, ob, qb, kc, vc), -EINVAL);
+		d.cu_q = NULL;
+		assert_int_equal(kk_attention_paged(be, NULL, &d, ob, qb, kc, vc), -EINVAL);
+	}
+	if (!streq(KK_TEST_BACKEND, "cpu"))
+		return;
+	if (qlen) {
 		/* More query rows than a sequence has context. */
-		int32_t bad[NS + 1] = { 0, 1, 1, 1 + lens[2] + 1, 0 };
-		bad[NS] = bad[NS - 1] + qlen[3];
-		d.cu_q = up_i32(bad, NS + 1);
-		d.total_q = bad[NS];
-		kk_buffer *q2 = up_rand(dt, (size_t) bad[NS] * H * D, -1, 1, NULL),
-			  *o2 = out_buf(dt, (size_t) bad[NS] * H * D);
+		int32_t bad[PG_NS + 1] = { 0, 1, 1, 1 + lens[2] + 1, 0 };
+		bad[PG_NS] = bad[PG_NS - 1] + qlen[3];
+		d.cu_q = up_i32(bad, PG_NS + 1);
+		d.total_q = bad[PG_NS];
+		kk_buffer *q2 = up_rand(dt, (size_t) bad[PG_NS] * H * D, -1, 1, NULL),
+			  *o2 = out_buf(dt, (size_t) bad[PG_NS] * H * D);
 		assert_int_equal(kk_attention_paged(be, NULL, &d, o2, q2, kc, vc), -EINVAL);
+	} else {
+		/* A block outside the cache. */
+		bt[PG_MBPS] = PG_NB;
+		d.block_tables = up_i32(bt, PG_NS * PG_MBPS);
+		assert_int_equal(kk_attention_decode(be, NULL, &d, ob, qb, kc, vc), -ERANGE);
 	}
 }
 
+static void test_attention_decode(void **state)
+{
+	for (size_t di = 0; di < 3; di++) {
+		const int H[] = { 4, 8, 8, 2 }, Hkv[] = { 2, 8, 4, 1 }, D[] = { 64, 128, 8, 96 };
+		for (int c = 0; c < 4; c++) { /* 8: llama2.c stories260K */
+			int32_t lens[PG_NS] = { 1, 17, irand(30, PG_MBPS * 16), irand(2, 16) };
+			paged_check("paged decode", FLOATS[di], H[c], Hkv[c], D[c], lens, NULL);
+		}
+		teardown(NULL);
+	}
+}
+
+/* Paged attention with several query rows per sequence (chunked prefill
+ * over a cached context): sequences bring 1 row (decode), a chunk after a
+ * context, none, and a whole prompt (q_len == context). */
 static void test_attention_paged(void **state)
 {
 	for (size_t di = 0; di < 3; di++) {
-		paged_case(FLOATS[di], 4, 2, 64);
-		paged_case(FLOATS[di], 8, 8, 128);
-		paged_case(FLOATS[di], 8, 4, 8);
+		const int H[] = { 4, 8, 8 }, Hkv[] = { 2, 8, 4 }, D[] = { 64, 128, 8 };
+		for (int c = 0; c < 3; c++) {
+			int32_t lens[PG_NS] = { irand(1, 20), 17 + irand(5, 30), 9,
+						irand(20, PG_MBPS * 16) };
+			int32_t qlen[PG_NS] = { 1, irand(2, 17), 0, lens[3] };
+			paged_check("paged prefill", FLOATS[di], H[c], Hkv[c], D[c], lens, qlen);
+		}
 		teardown(NULL);
 	}
 }
