@@ -1,15 +1,21 @@
-/* main.c — kiln-inferd, a minimal OpenAI-compatible completion server on the
- * inference engine (kiln/engine.h) and kiln/http.h.
+/* main.c — kiln-inferd, an OpenAI-compatible completions and chat
+ * completions server on the inference engine (kiln/engine.h), libktok and
+ * kiln/http.h.
  *
- *   kiln-inferd --model FILE [--port N] [--listen ADDR] [options]
+ *   kiln-inferd --model FILE [--tokenizer FILE] [--port N] [options]
  *
- * Serves POST /v1/completions with the prompt as token ids (no tokenizer
- * yet: the reply carries token ids and an empty text), streaming over SSE
- * or not, GET /v1/models, GET /metrics (Prometheus) and GET /health.  It
- * loads a llama2.c checkpoint onto the cpu or cuda backend, starts the
- * engine, listens, and stops on SIGTERM/SIGINT: the server stops first
- * (streams are cancelled), then the engine cancels what is left.  Exit
- * codes: 0 ok, 1 failure, 2 usage error.  docs/inferd-engine.md. */
+ * Serves POST /v1/completions (prompt as text, a batch of texts, token ids
+ * or a batch of token-id lists), POST /v1/chat/completions (messages
+ * rendered with a chat template), both streamed over SSE or not, GET
+ * /v1/models, GET /metrics (Prometheus) and GET /health.  Replies are
+ * decoded as the tokens come (ktok_stream: complete UTF-8 only), so stop
+ * strings are found in the text, cut, and never returned.  Without a
+ * tokenizer it speaks token ids only.  It loads a llama2.c checkpoint onto
+ * the cpu or cuda backend, starts the engine, listens, and stops on
+ * SIGTERM/SIGINT: the server stops first (streams are cancelled), then the
+ * engine cancels what is left.  Exit codes: 0 ok, 1 failure, 2 usage error
+ * (a tokenizer larger than the model's vocabulary included).
+ * docs/kiln-inferd.md. */
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -550,7 +556,7 @@ static int get_messages(const app *a, const json_t *req, batch *b, kiln_json_err
 	if (r < 0)
 		return kiln_json_fail(err, "messages",
 				      "the %s chat template cannot render these messages (%s); "
-				      "it may not take a system message",
+				      "check the roles and their order",
 				      ktok_chat_name(a->chat), strerror(-r));
 	b->n = 1;
 	return text_prompt(a, text, KTOK_ENC_ADD_SPECIAL | KTOK_ENC_PARSE_SPECIAL, "messages",
@@ -830,11 +836,12 @@ static int on_health(kiln_http_request *r, void *u)
 
 static void help(void)
 {
-	printf("Usage: kiln-inferd --model FILE [OPTIONS]\n"
+	printf("Usage: kiln-inferd --model FILE [--tokenizer FILE] [OPTIONS]\n"
 	       "\n"
-	       "OpenAI-compatible completions (prompt as token ids) on the kiln inference\n"
-	       "engine.  Serves POST /v1/completions (\"stream\": true for SSE), GET /v1/models,\n"
-	       "GET /metrics and GET /health.\n"
+	       "OpenAI-compatible completions and chat completions on the kiln inference\n"
+	       "engine.  Serves POST /v1/completions (text or token-id prompts), POST\n"
+	       "/v1/chat/completions (\"stream\": true for SSE on both), GET /v1/models,\n"
+	       "GET /metrics and GET /health.  Without a tokenizer: token ids only.\n"
 	       "\n"
 	       "  -m, --model FILE          llama2.c checkpoint (required)\n"
 	       "      --name NAME           model name in the API (default: the file's base name)\n"
@@ -1022,8 +1029,12 @@ static int load_tokenizer(app *a, int chat)
 	const char *path = arg.tokenizer;
 	if (!path) {
 		char magic[4] = { 0 };
-		_cleanup_fclose_ FILE *fp = fopen(arg.model, "re");
-		if (!fp || fread(magic, 1, 4, fp) != 4 || memcmp(magic, "GGUF", 4) != 0) {
+		/* Plain fclose: cppcheck cannot see cleanup attributes. */
+		FILE *fp = fopen(arg.model, "re");
+		size_t got = fp ? fread(magic, 1, 4, fp) : 0;
+		if (fp)
+			fclose(fp);
+		if (got != 4 || memcmp(magic, "GGUF", 4) != 0) {
 			log_notice("No --tokenizer: prompts and replies are token ids only");
 			return 0;
 		}
