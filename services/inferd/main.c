@@ -1134,6 +1134,7 @@ static int run(int argc, char **argv)
 	a.vocab = km_l2c_config(f)->vocab_size;
 	a.ctx = km_l2c_config(f)->max_seq_len;
 	if ((r = load_tokenizer(&a, chat)) != 0) {
+		ktok_free(a.tok);
 		km_l2c_free(f);
 		kk_backend_free(be);
 		return r;
