@@ -5,7 +5,16 @@
 # streamed giving the same token ids, a stop token, usage counts, OpenAI-
 # shaped 400/404 errors with the field named, 429 with Retry-After when the
 # queue is full, a client that hangs up mid-stream cancelling its request,
-# /v1/models, /metrics, and SIGTERM with a stream in flight.  Prints TAP.
+# /v1/models, /metrics, and SIGTERM with a stream in flight.  Then text,
+# with tests/tokenizer/data/tok512.bin (a 512-token sentencepiece BPE: the
+# model's own tok512 is not shipped, so the text is nonsense but round-trips
+# mechanically): a text prompt answered as its token ids (from `kiln
+# tokenize`), replies decoded as ktok decodes them, stop strings cut and
+# absent, streamed text (complete UTF-8 per event) joining to the
+# non-streamed text, batches, echo, chat completions with the ChatML prompt
+# counted as `kiln tokenize` counts it, chat chunks in OpenAI's order,
+# 400s for bad messages and over-long prompts, and a tokenizer larger than
+# the model refused with exit 2.  Prints TAP.
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 B=${KILN_BUILD:-build}
@@ -63,11 +72,11 @@ ok "a greedy completion: 200" test "$code" = 200
 ok "  ... 24 token ids, finish_reason length, usage 1+24" json_is \
 	'(.choices[0].token_ids | length) == 24 and .choices[0].finish_reason == "length" and .usage.prompt_tokens == 1 and .usage.completion_tokens == 24 and .usage.total_tokens == 25 and .object == "text_completion" and .model == "m"'
 jq -c '.choices[0].token_ids' "$W/body" >"$W/ids"
-curl -sN "$URL/v1/completions" -d '{"model":"m","prompt":[1],"max_tokens":24,"temperature":0,"stream":true}' >"$W/sse"
+curl -sN "$URL/v1/completions" -d '{"model":"m","prompt":[1],"max_tokens":24,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}' >"$W/sse"
 ok "the same streamed ends with data: [DONE]" bash -c "tail -n 2 '$W/sse' | grep -qx 'data: \[DONE\]'"
-sed -n 's/^data: \({.*\)/\1/p' "$W/sse" | jq -s -c '[.[].choices[0].token_ids[]]' >"$W/sids"
+sed -n 's/^data: \({.*\)/\1/p' "$W/sse" | jq -s -c '[.[].choices[]?.token_ids[]]' >"$W/sids"
 ok "  ... one event per token, the same token ids" cmp -s "$W/ids" "$W/sids"
-ok "  ... the last event has finish_reason and usage" bash -c "sed -n 's/^data: \({.*\)/\1/p' '$W/sse' | tail -1 | jq -e '.choices[0].finish_reason == \"length\" and .usage.completion_tokens == 24' >/dev/null"
+ok "  ... then finish_reason, then (include_usage) a usage chunk without choices" bash -c "sed -n 's/^data: \({.*\)/\1/p' '$W/sse' | tail -2 | jq -s -e '.[0].choices[0].finish_reason == \"length\" and .[1].choices == [] and .[1].usage.completion_tokens == 24' >/dev/null"
 # A stop id: the 6th token (the server's reply stops before it, reason stop)
 stop_id=$(jq '.[5]' "$W/ids")
 first=$(jq --argjson s "$stop_id" 'index($s)' "$W/ids")
@@ -83,7 +92,9 @@ ok "a seeded request is reproducible" bash -c "[ \"\$(jq -c .choices[0].token_id
 code=$(post '{"model":"other","prompt":[1]}')
 ok "an unknown model: 404 model_not_found" bash -c "[ $code = 404 ] && jq -e '.error.code == \"model_not_found\"' '$W/body' >/dev/null"
 code=$(post '{"model":"m","prompt":"Once upon a time"}')
-ok "a text prompt: 400 naming prompt" bash -c "[ $code = 400 ] && jq -e '.error.param == \"prompt\" and (.error.message | test(\"tokenizer\"))' '$W/body' >/dev/null"
+ok "a text prompt without a tokenizer: 400 naming prompt and --tokenizer" bash -c "[ $code = 400 ] && jq -e '.error.param == \"prompt\" and (.error.message | test(\"--tokenizer\"))' '$W/body' >/dev/null"
+code=$(curl -s -o "$W/body" -w '%{http_code}' "$URL/v1/chat/completions" -d '{"model":"m","messages":[{"role":"user","content":"hi"}]}')
+ok "  ... and a chat request: 400 naming messages and --tokenizer" bash -c "[ $code = 400 ] && jq -e '.error.param == \"messages\" and (.error.message | test(\"--tokenizer\"))' '$W/body' >/dev/null"
 code=$(post '{"model":"m","prompt":[1,512]}')
 ok "a token outside the vocabulary: 400 naming prompt[1]" bash -c "[ $code = 400 ] && jq -e '.error.param == \"prompt[1]\"' '$W/body' >/dev/null"
 code=$(post '{"model":"m","prompt":[1],"temprature":0}')
@@ -128,7 +139,7 @@ n200=$(cat "$W"/c? | grep -c 200)
 diag "6 concurrent requests, 1 slot, 1 queue place: $n200 x 200, $n429 x 429"
 ok "a full queue answers 429 (and the rest 200)" test "$n429" -ge 1 -a $((n429 + n200)) = 6
 h=$(grep -l '^HTTP/1.1 429' "$W"/h? | head -1)
-ok "  ... with Retry-After and rate_limit_error" bash -c "grep -qi '^Retry-After: 1' '$h' && jq -e '.error.type == \"rate_limit_error\"' '${h/h/b}' >/dev/null"
+ok "  ... with Retry-After and rate_limit_error" bash -c "grep -qi '^Retry-After: 1' '$h' && jq -e '.error.type == \"rate_limit_error\"' '${h%/h*}/b${h##*/h}' >/dev/null"
 # SIGTERM with a stream in flight: the stream ends, the server exits 0.
 curl -sN "$URL/v1/completions" -d '{"model":"m","prompt":[1],"max_tokens":511,"ignore_eos":true,"stream":true}' >"$W/late" &
 cpid=$!
@@ -137,4 +148,110 @@ t0=$EPOCHREALTIME
 ok "SIGTERM with a stream in flight: exit 0" stop
 wait $cpid
 ok "  ... within 5 s" awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { exit !(b - a < 5) }'
+# ---- text: a tokenizer that fits the model
+TOK=tests/tokenizer/data/tok512.bin
+KILN=$B/bin/kiln
+ok "a tokenizer larger than the model: exit 2" rc_is 2 "$BIN" -m "$MODEL" --tokenizer tests/tokenizer/data/sp-tokenizer.bin
+ok "  ... saying both sizes" grep -q "has 1000 tokens but the model .* only 512" "$W/err"
+ok "an unreadable tokenizer: exit 1" rc_is 1 "$BIN" -m "$MODEL" --tokenizer "$W/nope.json"
+ok "an unknown --chat-template: exit 2" rc_is 2 "$BIN" -m "$MODEL" --tokenizer "$TOK" --chat-template jinja
+start --tokenizer "$TOK"
+ok "no template in the file: ChatML, with a notice" grep -q "chat completions use ChatML" "$W/log"
+P="Once upon a time, there was a kiln"
+ids=$("$KILN" tokenize "$TOK" --text "$P" --json | jq -c .ids)
+n_ids=$(jq length <<<"$ids")
+code=$(post "{\"model\":\"m\",\"prompt\":\"$P\",\"max_tokens\":40,\"temperature\":0}")
+cp "$W/body" "$W/text"
+ok "a text prompt: 200, usage counts the prompt as kiln tokenize does ($n_ids)" json_is \
+	".usage.prompt_tokens == $n_ids and .usage.completion_tokens == 40 and .usage.total_tokens == $((n_ids + 40)) and (.choices[0].token_ids | length) == 40"
+code=$(post "{\"model\":\"m\",\"prompt\":$ids,\"max_tokens\":40,\"temperature\":0}")
+ok "  ... the same reply as its token ids" bash -c "[ \"\$(jq -c '.choices[0] | [.text, .token_ids]' '$W/text')\" = \"\$(jq -c '.choices[0] | [.text, .token_ids]' '$W/body')\" ]"
+full=$(jq -r '.choices[0].text' "$W/text")
+want=$("$KILN" tokenize "$TOK" --skip-special --json --ids "$(jq -r '.choices[0].token_ids | join(",")' "$W/text")" | jq -r .text)
+ok "  ... its text is ktok's decode of its token ids" test "$full" = "$want"
+diag "greedy text: $(jq -c .choices[0].text "$W/text")"
+
+# Stop strings: a piece from the middle of the greedy text; the reply is
+# the text before its first occurrence, and the stop string is not in it.
+stop=$(jq -c '.choices[0].text | .[12:14]' "$W/text")
+stop2=$(jq -c '.choices[0].text | .[20:21]' "$W/text")
+before=$(jq -c --argjson s "$stop" --argjson t "$stop2" '.choices[0].text | [split($s)[0], split($t)[0]] | min_by(length)' "$W/text")
+req="{\"model\":\"m\",\"prompt\":\"$P\",\"max_tokens\":40,\"temperature\":0,\"stop\":[$stop,$stop2]}"
+code=$(post "$req")
+cp "$W/body" "$W/stopped"
+ok "stop [$stop,$stop2]: the text before the first one, finish_reason stop" json_is \
+	".choices[0].text == $before and .choices[0].finish_reason == \"stop\""
+ok "  ... neither stop string is in the reply" json_is \
+	"(.choices[0].text | contains($stop) or contains($stop2)) | not"
+ok "  ... usage counts the tokens generated up to the stop" json_is \
+	".usage.completion_tokens == (.choices[0].token_ids | length) and .usage.completion_tokens < 40"
+code=$(post "{\"model\":\"m\",\"prompt\":\"$P\",\"max_tokens\":40,\"temperature\":0,\"stop\":$stop}")
+ok "  ... a single string works the same" json_is ".choices[0].text == ($(jq -c .choices[0].text "$W/text") | split($stop)[0])"
+
+# Streaming: every event is valid UTF-8 JSON; the texts join to the reply.
+sse_texts() { sed -n 's/^data: \({.*\)/\1/p' "$1" | jq -j "$2"; }
+utf8_events() { sed -n 's/^data: \({.*\)/\1/p' "$1" | jq -r "$2" | iconv -f UTF-8 -t UTF-8 >/dev/null; }
+curl -sN "$URL/v1/completions" -d "{\"model\":\"m\",\"prompt\":\"$P\",\"max_tokens\":40,\"temperature\":0,\"stream\":true}" >"$W/tsse"
+ok "streamed text joins to the non-streamed text" test "$(sse_texts "$W/tsse" '.choices[0].text')" = "$full"
+ok "  ... each event's text is complete UTF-8" utf8_events "$W/tsse" '.choices[0].text'
+ok "  ... and the reply holds multi-byte characters (the test means something)" bash -c "[ \$(printf %s '$full' | wc -c) -gt \$(printf %s '$full' | wc -m) ]"
+curl -sN "$URL/v1/completions" -d "${req%\}},\"stream\":true}" >"$W/tsse2"
+ok "streamed with stop strings: joins to the non-streamed stopped text" test "$(sse_texts "$W/tsse2" '.choices[0].text')" = "$(jq -r .choices[0].text "$W/stopped")"
+ok "  ... finish_reason stop in the last event, then [DONE]" bash -c "sed -n 's/^data: \\({.*\\)/\\1/p' '$W/tsse2' | tail -1 | jq -e '.choices[0].finish_reason == \"stop\"' >/dev/null && tail -n 2 '$W/tsse2' | grep -qx 'data: \\[DONE\\]'"
+# A stop string never seen: the stream holds back its length - 1 bytes and
+# must still cut only between characters.
+curl -sN "$URL/v1/completions" -d "{\"model\":\"m\",\"prompt\":\"$P\",\"max_tokens\":40,\"temperature\":0,\"stream\":true,\"stop\":\"QQQQQQ\"}" >"$W/tsse3"
+ok "streamed with an unmatched 6-byte stop string: still joins to the full text" test "$(sse_texts "$W/tsse3" '.choices[0].text')" = "$full"
+ok "  ... each event's text is complete UTF-8" utf8_events "$W/tsse3" '.choices[0].text'
+
+# Batches, echo.
+code=$(post "{\"model\":\"m\",\"prompt\":[\"$P\",\"Hello\"],\"max_tokens\":40,\"temperature\":0}")
+ok "a batch of 2 text prompts: choices 0 and 1, the first as the single reply" json_is \
+	"(.choices | map(.index)) == [0,1] and .choices[0].text == $(jq -c .choices[0].text "$W/text") and .usage.completion_tokens == 80"
+code=$(post "{\"model\":\"m\",\"prompt\":[$ids,[1]],\"max_tokens\":40,\"temperature\":0}")
+ok "a batch of token-id lists: the same first choice" json_is ".choices[0].token_ids == $(jq -c .choices[0].token_ids "$W/text") and (.choices | length) == 2"
+code=$(post "{\"model\":\"m\",\"prompt\":[\"$P\",[1]]}")
+ok "a batch mixing text and ids: 400 naming prompt[1]" bash -c "[ $code = 400 ] && jq -e '.error.param == \"prompt[1]\"' '$W/body' >/dev/null"
+code=$(post "{\"model\":\"m\",\"prompt\":\"$P\",\"max_tokens\":40,\"temperature\":0,\"echo\":true}")
+ok "echo: the prompt, then the completion" json_is ".choices[0].text == \"$P\" + $(jq -c .choices[0].text "$W/text")"
+long=$(yes "the kiln" | head -400 | paste -sd' ')
+code=$(post "{\"model\":\"m\",\"prompt\":\"$long\"}")
+ok "a text prompt past the context: 400 with both counts" bash -c "[ $code = 400 ] && jq -e '.error.param == \"prompt\" and (.error.message | test(\"is [0-9]+ tokens, more than the model.s context of 512\"))' '$W/body' >/dev/null"
+code=$(post "{\"model\":\"m\",\"prompt\":\"$P\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}")
+ok "5 stop strings: 400 naming stop" bash -c "[ $code = 400 ] && jq -e '.error.param == \"stop\"' '$W/body' >/dev/null"
+
+# Chat: the ChatML prompt, counted as kiln tokenize counts the rendered text.
+chat() { curl -s -o "$W/body" -w '%{http_code}' "$URL/v1/chat/completions" -d "$1"; }
+msgs='[{"role":"system","content":"Be brief."},{"role":"user","content":"Tell me a story."}]'
+rendered=$'<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nTell me a story.<|im_end|>\n<|im_start|>assistant\n'
+n_chat=$("$KILN" tokenize "$TOK" --parse-special --text "$rendered" --json | jq .count)
+code=$(chat "{\"model\":\"m\",\"messages\":$msgs,\"max_tokens\":30,\"temperature\":0}")
+cp "$W/body" "$W/chat"
+ok "chat: a chat.completion, assistant message, usage.prompt_tokens = the ChatML prompt's $n_chat tokens" json_is \
+	".object == \"chat.completion\" and .choices[0].message.role == \"assistant\" and (.choices[0].message.content | type) == \"string\" and .choices[0].finish_reason == \"length\" and .usage.prompt_tokens == $n_chat and .usage.completion_tokens == 30 and (.id | startswith(\"chatcmpl-\"))"
+rids=$("$KILN" tokenize "$TOK" --parse-special --text "$rendered" --json | jq -c .ids)
+code=$(post "{\"model\":\"m\",\"prompt\":$rids,\"max_tokens\":30,\"temperature\":0}")
+ok "  ... the same text as a completion of the rendered prompt's ids" bash -c "[ \"\$(jq -c .choices[0].text '$W/body')\" = \"\$(jq -c .choices[0].message.content '$W/chat')\" ]"
+curl -sN "$URL/v1/chat/completions" -d "{\"model\":\"m\",\"messages\":$msgs,\"max_tokens\":30,\"temperature\":0,\"stream\":true,\"stream_options\":{\"include_usage\":true}}" >"$W/csse"
+sed -n 's/^data: \({.*\)/\1/p' "$W/csse" >"$W/cev"
+ok "chat streamed: chunks, the first with role assistant only" bash -c "jq -s -e 'all(.[]; .object == \"chat.completion.chunk\") and .[0].choices[0].delta == {\"role\":\"assistant\",\"content\":\"\"}' '$W/cev' >/dev/null"
+ok "  ... content deltas join to the non-streamed content" test "$(jq -j '.choices[0].delta.content // empty' "$W/cev")" = "$(jq -r .choices[0].message.content "$W/chat")"
+ok "  ... each delta is complete UTF-8" utf8_events "$W/csse" '.choices[0].delta.content // empty'
+ok "  ... a final chunk with finish_reason and an empty delta, a usage chunk, [DONE]" bash -c "jq -s -e '.[-2].choices[0].finish_reason == \"length\" and .[-2].choices[0].delta == {} and .[-1].choices == [] and .[-1].usage.prompt_tokens == $n_chat' '$W/cev' >/dev/null && tail -n 2 '$W/csse' | grep -qx 'data: \\[DONE\\]'"
+code=$(chat '{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}')
+ok "chat: content parts: 400 naming messages[0].content" bash -c "[ $code = 400 ] && jq -e '.error.param == \"messages[0].content\"' '$W/body' >/dev/null"
+code=$(chat '{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"tool","content":"x"}]}')
+ok "chat: role tool: 400 naming messages[1].role" bash -c "[ $code = 400 ] && jq -e '.error.param == \"messages[1].role\"' '$W/body' >/dev/null"
+code=$(chat '{"model":"m","messages":[{"role":"user"}]}')
+ok "chat: no content: 400 naming messages[0].content" bash -c "[ $code = 400 ] && jq -e '.error.param == \"messages[0].content\"' '$W/body' >/dev/null"
+code=$(chat '{"model":"m","messages":[]}')
+ok "chat: no messages: 400 naming messages" bash -c "[ $code = 400 ] && jq -e '.error.param == \"messages\"' '$W/body' >/dev/null"
+code=$(chat '{"model":"m","messages":"hi"}')
+ok "chat: messages as a string: 400 naming messages" bash -c "[ $code = 400 ] && jq -e '.error.param == \"messages\"' '$W/body' >/dev/null"
+ok "SIGTERM: exit 0" stop
+start --tokenizer "$TOK" --chat-template llama2
+code=$(chat '{"model":"m","messages":[{"role":"user","content":"Tell me a story."}],"max_tokens":4,"temperature":0}')
+n_l2=$("$KILN" tokenize "$TOK" --parse-special --no-special --text $'\n<s>\n[INST] Tell me a story. [/INST]' --json | jq .count)
+ok "--chat-template llama2: the prompt counted as kiln tokenize counts [INST] ... [/INST] ($n_l2)" json_is ".usage.prompt_tokens == $n_l2"
+ok "SIGTERM: exit 0" stop
 tap_done

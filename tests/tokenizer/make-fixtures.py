@@ -16,6 +16,10 @@ against without Python:
   data/sp.model            sentencepiece BPE (byte_fallback, identity normalizer)
   data/sp-llama.gguf       its vocabulary as GGUF tokenizer.ggml.model "llama"
   data/sp-tokenizer.bin    its vocabulary as a llama2.c tokenizer.bin
+  data/tok512.bin          a 512-token sentencepiece BPE as a llama2.c
+                           tokenizer.bin: the vocabulary size of the
+                           stories260K model (whose own tok512 is not
+                           shipped), so kiln-inferd's tests speak text
   data/bpe-gpt2.gguf       hf-bytelevel as GGUF "gpt2", pre "gpt2"
   data/bpe-llama3.gguf     hf-llama3 as GGUF "gpt2", pre "llama-bpe"
   data/bpe-qwen2.gguf      hf-qwen2 as GGUF "gpt2", pre "qwen2"
@@ -156,11 +160,11 @@ def train_hf(lines):
             "hf-metaspace": meta}
 
 
-def train_sp(lines):
+def train_sp(lines, vocab_size=1000):
     import sentencepiece as spm
     buf = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_writer=buf, model_type="bpe", vocab_size=1000,
+        sentence_iterator=iter(lines), model_writer=buf, model_type="bpe", vocab_size=vocab_size,
         byte_fallback=True, normalization_rule_name="identity", remove_extra_whitespaces=False,
         add_dummy_prefix=True, allow_whitespace_only_pieces=True, split_digits=True,
         character_coverage=0.9995, num_threads=1, minloglevel=2)
@@ -420,6 +424,11 @@ def main():
     with open(os.path.join(outdir, "bpe-qwen2.gguf"), "wb") as f:
         f.write(hf_gguf(hf["hf-qwen2"], "qwen2", chatml_tmpl))
     bad_files(outdir, hf, model)
+    # 3 specials + 256 byte tokens + 253 merges: the ids are not the model's
+    # own tok512's, but every text round-trips, which is what the server
+    # tests need (tests/inferd/test-inferd.sh).
+    with open(os.path.join(outdir, "tok512.bin"), "wb") as f:
+        f.write(sp_llama2c(train_sp(lines, 512)))
     rng = random.Random(1234)
     texts = TRICKY + [random_text(rng) for _ in range(60)]
     doc_lines = [l for l in lines[:2000]]
