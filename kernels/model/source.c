@@ -166,7 +166,8 @@ static void shape_str(const int64_t *s, int n, char *buf, size_t len)
 	size_t at = 0;
 	at += (size_t) snprintf(buf, len, "[");
 	for (int i = 0; i < n && at < len; i++)
-		at += (size_t) snprintf(buf + at, len - at, "%s%lld", i ? ", " : "", (long long) s[i]);
+		at += (size_t) snprintf(buf + at, len - at, "%s%lld", i ? ", " : "",
+					(long long) s[i]);
 	if (at < len)
 		snprintf(buf + at, len - at, "]");
 }
@@ -453,8 +454,8 @@ static int config_gguf(km_file *f, km_error *err)
 {
 	const char *arch = NULL;
 	if (kmf_meta_get_str(f->kf, "general.architecture", &arch) < 0)
-		return km_errorf(err, -EINVAL, "%s: GGUF metadata 'general.architecture' is missing",
-				 f->path);
+		return km_errorf(err, -EINVAL,
+				 "%s: GGUF metadata 'general.architecture' is missing", f->path);
 	if (!streq(arch, "llama"))
 		return km_errorf(err, -EOPNOTSUPP,
 				 "%s: GGUF general.architecture is \"%s\"; only \"llama\" is "
@@ -493,9 +494,10 @@ static int config_gguf(km_file *f, km_error *err)
 	int64_t rows = emb && emb->ndim == 2 ? emb->shape[0] : -1;
 	if (tok) {
 		if (tok->type != KMF_V_ARRAY || tok->arr.n > INT32_MAX)
-			return km_errorf(err, -EINVAL,
-					 "%s: GGUF metadata 'tokenizer.ggml.tokens' must be an array",
-					 f->path);
+			return km_errorf(
+				err, -EINVAL,
+				"%s: GGUF metadata 'tokenizer.ggml.tokens' must be an array",
+				f->path);
 		c->vocab_size = (int) tok->arr.n;
 		if (rows >= 0 && rows != c->vocab_size)
 			return km_errorf(err, -EINVAL,

@@ -147,8 +147,7 @@ static void compare_file(const char *path, km_file_kind kind, double *max_abs, d
 	assert_int_equal(c->max_seq_len, cfg.max_seq_len);
 	assert_true(c->norm_eps == cfg.norm_eps);
 	assert_true(c->rope_theta == cfg.rope_theta);
-	assert_int_equal(c->rope_mode,
-			 kind == KM_FILE_HF ? KK_ROPE_HALF : KK_ROPE_INTERLEAVED);
+	assert_int_equal(c->rope_mode, kind == KM_FILE_HF ? KK_ROPE_HALF : KK_ROPE_INTERLEAVED);
 	km_model *m = model_from(c, km_file_source(f));
 	float *lg = malloc((size_t) N_STEPS * V * sizeof(float));
 	assert_non_null(lg);
@@ -182,8 +181,8 @@ static tens *T;
 static int NT;
 
 static const char *const layer_canon[] = {
-	"attention_norm.weight", "attention.wq.weight",	   "attention.wk.weight",
-	"attention.wv.weight",	 "attention.wo.weight",	   "ffn_norm.weight",
+	"attention_norm.weight",  "attention.wq.weight",    "attention.wk.weight",
+	"attention.wv.weight",	  "attention.wo.weight",    "ffn_norm.weight",
 	"feed_forward.w1.weight", "feed_forward.w2.weight", "feed_forward.w3.weight",
 };
 
@@ -347,10 +346,11 @@ static float *to_hf_rows(const tens *t, int heads)
 static const char *hf_name(const char *canon, char *buf, size_t len)
 {
 	static const char *const hf[] = {
-		"input_layernorm.weight",	   "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-		"self_attn.v_proj.weight",	   "self_attn.o_proj.weight",
-		"post_attention_layernorm.weight", "mlp.gate_proj.weight",
-		"mlp.down_proj.weight",		   "mlp.up_proj.weight",
+		"input_layernorm.weight",  "self_attn.q_proj.weight",
+		"self_attn.k_proj.weight", "self_attn.v_proj.weight",
+		"self_attn.o_proj.weight", "post_attention_layernorm.weight",
+		"mlp.gate_proj.weight",	   "mlp.down_proj.weight",
+		"mlp.up_proj.weight",
 	};
 	if (!strcmp(canon, "tok_embeddings.weight"))
 		return "model.embed_tokens.weight";
@@ -489,21 +489,21 @@ static int gguf_type(int mat_type, int64_t cols)
 }
 
 typedef struct gguf_opts {
-	int mat_type;	   /* GGML type of the 2-D weights whose rows split in 32s */
-	const char *arch;  /* general.architecture */
-	const char *drop;  /* a GGUF tensor name left out */
-	const char *wide;  /* a GGUF tensor written with dim rows instead of its own */
-	bool with_output;  /* output.weight (a copy of the embedding) */
-	bool no_tokens;	   /* no tokenizer.ggml.tokens: vocab from token_embd */
-	int tokens_delta;  /* tokens in the list minus vocab */
+	int mat_type;	  /* GGML type of the 2-D weights whose rows split in 32s */
+	const char *arch; /* general.architecture */
+	const char *drop; /* a GGUF tensor name left out */
+	const char *wide; /* a GGUF tensor written with dim rows instead of its own */
+	bool with_output; /* output.weight (a copy of the embedding) */
+	bool no_tokens;	  /* no tokenizer.ggml.tokens: vocab from token_embd */
+	int tokens_delta; /* tokens in the list minus vocab */
 } gguf_opts;
 
 static const char *gguf_name(const char *canon, char *buf, size_t len)
 {
 	static const char *const gg[] = {
-		"attn_norm.weight", "attn_q.weight",   "attn_k.weight",
+		"attn_norm.weight", "attn_q.weight",	  "attn_k.weight",
 		"attn_v.weight",    "attn_output.weight", "ffn_norm.weight",
-		"ffn_gate.weight",  "ffn_down.weight", "ffn_up.weight",
+		"ffn_gate.weight",  "ffn_down.weight",	  "ffn_up.weight",
 	};
 	if (!strcmp(canon, "tok_embeddings.weight"))
 		return "token_embd.weight";
@@ -553,8 +553,7 @@ static void write_gguf(const char *path, const gguf_opts *o)
 	gbuf kv = { 0 }, info = { 0 }, data = { 0 };
 	uint64_t nkv = 0, nt = 0;
 #define KV_U32(k, v) (gstr(&kv, k), gput32(&kv, GGUF_U32), gput32(&kv, (uint32_t) (v)), nkv++)
-#define KV_F32(k, v) \
-	(gstr(&kv, k), gput32(&kv, GGUF_F32), gput(&kv, &(float){ (v) }, 4), nkv++)
+#define KV_F32(k, v) (gstr(&kv, k), gput32(&kv, GGUF_F32), gput(&kv, &(float){ (v) }, 4), nkv++)
 	gstr(&kv, "general.architecture"), gput32(&kv, GGUF_STR);
 	gstr(&kv, o->arch ? o->arch : "llama"), nkv++;
 	KV_U32("llama.embedding_length", cfg.dim);
@@ -666,8 +665,8 @@ static void check_rounded_exact(const char *path, int mat_type)
 	if (km_file_open(path, &f, &err) < 0)
 		fail_msg("%s", err.msg);
 	km_model *a = model_from(km_file_config(f), km_file_source(f));
-	km_model *b = model_from(&cfg, (km_weight_source){ .userdata = &mat_type,
-							   .read = round_read });
+	km_model *b =
+		model_from(&cfg, (km_weight_source){ .userdata = &mat_type, .read = round_read });
 	float *la = malloc((size_t) N_STEPS * V * sizeof(float));
 	float *lb = malloc((size_t) N_STEPS * V * sizeof(float));
 	assert_non_null(la);
@@ -691,7 +690,8 @@ static void test_gguf_f32(void **state)
 	assert_true(mx == 0.0);
 	assert_true(agree == 1.0);
 	/* Vocabulary from token_embd rows when there is no token list. */
-	write_gguf(tpath("f32-notok.gguf"), &(gguf_opts){ .mat_type = GGML_F32, .no_tokens = true });
+	write_gguf(tpath("f32-notok.gguf"),
+		   &(gguf_opts){ .mat_type = GGML_F32, .no_tokens = true });
 	compare_file(tpath("f32-notok.gguf"), KM_FILE_GGUF, &mx, &agree);
 	assert_true(mx == 0.0);
 }
@@ -802,7 +802,8 @@ static void test_bad_files(void **state)
 		       "missing tensor 'blk.4.ffn_up.weight' (layers.4.feed_forward.w3.weight) in "
 		       "a GGUF llama file");
 	write_gguf(p, &(gguf_opts){ .wide = "blk.0.attn_k.weight" });
-	expect_refused(p, -EINVAL, "tensor 'blk.0.attn_k.weight' has shape [64, 64], expected [32, 64]");
+	expect_refused(p, -EINVAL,
+		       "tensor 'blk.0.attn_k.weight' has shape [64, 64], expected [32, 64]");
 	write_gguf(p, &(gguf_opts){ .tokens_delta = 3 });
 	expect_refused(p, -EINVAL,
 		       "tensor 'token_embd.weight' has 512 rows, but tokenizer.ggml.tokens has "
@@ -819,8 +820,8 @@ static void test_bad_files(void **state)
 	/* safetensors with names nobody maps */
 	kmf_writer *w = NULL;
 	assert_int_equal(kmf_writer_new(&w), 0);
-	assert_int_equal(kmf_writer_add(w, "transformer.wte.weight", KMF_F32, 1,
-					(int64_t[]){ 4 }, T[0].data, 16),
+	assert_int_equal(kmf_writer_add(w, "transformer.wte.weight", KMF_F32, 1, (int64_t[]){ 4 },
+					T[0].data, 16),
 			 0);
 	kmf_error ke = {};
 	assert_int_equal(kmf_writer_commit(w, p, 0644, &ke), 0);
@@ -848,7 +849,8 @@ static void test_bad_files(void **state)
 		       "inconsistent Hugging Face safetensors metadata: n_heads = 7 does not "
 		       "divide dim = 64");
 	write_hf(dir, "{\"model_type\": \"mistral\"}", true);
-	snprintf(want, sizeof(want), "%s/config.json: model_type is \"mistral\", only \"llama\" is supported", dir);
+	snprintf(want, sizeof(want),
+		 "%s/config.json: model_type is \"mistral\", only \"llama\" is supported", dir);
 	assert_int_equal(km_file_open(path, &f, &err), -EOPNOTSUPP);
 	assert_string_equal(err.msg, want);
 
@@ -867,10 +869,10 @@ static void test_bad_files(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_llama2c),		cmocka_unit_test(test_kiln_safetensors),
-		cmocka_unit_test(test_hf_safetensors),	cmocka_unit_test(test_gguf_f32),
-		cmocka_unit_test(test_gguf_unshared),	cmocka_unit_test(test_gguf_f16),
-		cmocka_unit_test(test_gguf_q8_0),	cmocka_unit_test(test_kmtrain_checkpoint),
+		cmocka_unit_test(test_llama2c),	       cmocka_unit_test(test_kiln_safetensors),
+		cmocka_unit_test(test_hf_safetensors), cmocka_unit_test(test_gguf_f32),
+		cmocka_unit_test(test_gguf_unshared),  cmocka_unit_test(test_gguf_f16),
+		cmocka_unit_test(test_gguf_q8_0),      cmocka_unit_test(test_kmtrain_checkpoint),
 		cmocka_unit_test(test_bad_files),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
