@@ -20,6 +20,7 @@
  *                     the interleaved (Meta) convention. */
 #include <errno.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -349,10 +350,11 @@ static int json_float(const char *cpath, json_t *root, const char *key, double d
 
 static int config_hf(km_file *f, km_error *err)
 {
-	_cleanup_free_ char *dir = strdup(f->path);
-	if (!dir)
-		return km_errorf(err, -ENOMEM, "%s: out of memory", f->path);
-	char cpath[4096];
+	/* dirname() edits its argument: work on a copy. */
+	char dir[PATH_MAX], cpath[PATH_MAX + 16];
+	if (strlen(f->path) >= sizeof(dir))
+		return km_errorf(err, -ENAMETOOLONG, "%s: path too long", f->path);
+	snprintf(dir, sizeof(dir), "%s", f->path);
 	snprintf(cpath, sizeof(cpath), "%s/config.json", dirname(dir));
 	struct stat st;
 	if (stat(cpath, &st) == 0 && st.st_size > KM_FILE_CONFIG_JSON_MAX)

@@ -467,6 +467,10 @@ static void gput64(gbuf *b, uint64_t v)
 {
 	gput(b, &v, 8);
 }
+static void gputf(gbuf *b, float v)
+{
+	gput(b, &v, 4);
+}
 static void gstr(gbuf *b, const char *s)
 {
 	gput64(b, strlen(s));
@@ -553,7 +557,7 @@ static void write_gguf(const char *path, const gguf_opts *o)
 	gbuf kv = { 0 }, info = { 0 }, data = { 0 };
 	uint64_t nkv = 0, nt = 0;
 #define KV_U32(k, v) (gstr(&kv, k), gput32(&kv, GGUF_U32), gput32(&kv, (uint32_t) (v)), nkv++)
-#define KV_F32(k, v) (gstr(&kv, k), gput32(&kv, GGUF_F32), gput(&kv, &(float){ (v) }, 4), nkv++)
+#define KV_F32(k, v) (gstr(&kv, k), gput32(&kv, GGUF_F32), gputf(&kv, v), nkv++)
 	gstr(&kv, "general.architecture"), gput32(&kv, GGUF_STR);
 	gstr(&kv, o->arch ? o->arch : "llama"), nkv++;
 	KV_U32("llama.embedding_length", cfg.dim);
