@@ -26,7 +26,8 @@ static void help(void)
 {
 	printf("kiln model — inspect model and checkpoint files.\n\n"
 	       "Usage:\n"
-	       "  kiln model inspect FILE [--json]   format, metadata and tensors of FILE\n\n"
+	       "  kiln model inspect FILE [--json]   format, metadata and tensors of FILE, and\n"
+	       "                                     the model config derived from it\n\n"
 	       "FILE may be safetensors, GGUF (v2, v3) or a llama2.c checkpoint; the format is\n"
 	       "recognised by content.  Exit status: 0 success, 1 the file is refused or\n"
 	       "unreadable, 2 usage error.  See docs/modelfile.md.\n");
