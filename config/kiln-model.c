@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "kiln/log.h"
 #include "kiln/macro.h"
@@ -120,6 +121,19 @@ static const char *rope_name(kk_rope_mode m)
 	return m == KK_ROPE_HALF ? "half" : "interleaved";
 }
 
+/* A float as the shortest decimal that reads back as it (1e-05, not
+ * 9.99999974e-06). */
+static double short_real(float v)
+{
+	char buf[32];
+	for (int p = 6; p < 9; p++) {
+		snprintf(buf, sizeof(buf), "%.*g", p, (double) v);
+		if ((float) strtod(buf, NULL) == v)
+			break;
+	}
+	return strtod(buf, NULL);
+}
+
 /* The model km_file_open derives from the file, as JSON: the config, or
  * {"error": why it cannot be loaded}. */
 static json_t *model_json(const char *path)
@@ -134,8 +148,8 @@ static json_t *model_json(const char *path)
 		km_file_kind_name(km_file_kind_of(m)), "dim", c->dim, "hidden_dim", c->hidden_dim,
 		"n_layers", c->n_layers, "n_heads", c->n_heads, "n_kv_heads", c->n_kv_heads,
 		"head_dim", c->head_dim, "vocab_size", c->vocab_size, "max_seq_len", c->max_seq_len,
-		"norm_eps", (double) c->norm_eps, "rope_theta", (double) c->rope_theta, "rope_mode",
-		rope_name(c->rope_mode), "shared_classifier", c->shared_classifier);
+		"norm_eps", short_real(c->norm_eps), "rope_theta", short_real(c->rope_theta),
+		"rope_mode", rope_name(c->rope_mode), "shared_classifier", c->shared_classifier);
 	km_file_free(m);
 	return j;
 }

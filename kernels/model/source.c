@@ -103,17 +103,16 @@ static const struct {
 };
 
 /* The file's name for a canonical name into buf; -ENOENT if not a name the
- * model uses. */
+ * model uses (so a kiln file's optim.* tensors are never served). */
 static int map_name(const km_file *f, const char *canon, char *buf, size_t len)
 {
-	if (f->kind == KM_FILE_KILN || f->kind == KM_FILE_LLAMA2C) {
-		snprintf(buf, len, "%s", canon);
-		return 0;
-	}
-	bool gguf = f->kind == KM_FILE_GGUF;
+	bool gguf = f->kind == KM_FILE_GGUF, same = f->kind == KM_FILE_KILN;
 	for (size_t i = 0; i < ARRAY_SIZE(global_names); i++)
 		if (streq(canon, global_names[i].canon)) {
-			snprintf(buf, len, "%s", gguf ? global_names[i].gguf : global_names[i].hf);
+			snprintf(buf, len, "%s",
+				 same	? canon
+				 : gguf ? global_names[i].gguf
+					: global_names[i].hf);
 			return 0;
 		}
 	const char *p = startswith(canon, "layers.");
@@ -125,7 +124,9 @@ static int map_name(const km_file *f, const char *canon, char *buf, size_t len)
 		return -ENOENT;
 	for (size_t i = 0; i < ARRAY_SIZE(layer_names); i++)
 		if (streq(end + 1, layer_names[i].canon)) {
-			if (gguf)
+			if (same)
+				snprintf(buf, len, "%s", canon);
+			else if (gguf)
 				snprintf(buf, len, "blk.%ld.%s", l, layer_names[i].gguf);
 			else
 				snprintf(buf, len, "model.layers.%ld.%s", l, layer_names[i].hf);

@@ -760,6 +760,10 @@ static void test_kmtrain_checkpoint(void **state)
 		fail_msg("km_file_open: %s", err.msg);
 	assert_int_equal(km_file_kind_of(f), KM_FILE_KILN);
 	assert_memory_equal(km_file_config(f), kmt_model_config(tm), sizeof(km_config));
+	/* the optimizer state is in the file but never served as weights */
+	km_weight_source fs = km_file_source(f);
+	float one[64];
+	assert_int_equal(fs.read(fs.userdata, "optim.m.norm.weight", one, 64, &err), -ENOENT);
 	km_model *a = model_from(km_file_config(f), km_file_source(f));
 	km_model *b = model_from(kmt_model_config(tm), kmt_weight_source(tm));
 	float *la = malloc((size_t) N_STEPS * V * sizeof(float));
