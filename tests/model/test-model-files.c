@@ -451,6 +451,8 @@ typedef struct gbuf {
 
 static void gput(gbuf *b, const void *d, size_t n)
 {
+	if (!n) /* padding of nothing, maybe into a still empty buffer */
+		return;
 	if (b->n + n > b->cap) {
 		b->cap = (b->n + n) * 2 + 4096;
 		b->p = realloc(b->p, b->cap);
