@@ -2,7 +2,7 @@
 # `kiln` admin CLI.
 CONFIG_SRCS := config/schema.c config/config.c config/render.c
 $(eval $(call kiln_lib,config,$(CONFIG_SRCS)))
-$(eval $(call kiln_bin,kiln,config/kiln.c config/kiln-model.c config/kiln-tokenize.c,config ktok kmf kk common,-lconfig -ljansson))
+$(eval $(call kiln_bin,kiln,config/kiln.c config/kiln-model.c config/kiln-tokenize.c,config ktok kmodel kmf kk common,-lconfig -ljansson))
 
 # libFuzzer target for parse + validate + render (tests/fuzz/fuzz-config.c):
 # clang only, built from source with its own rule (sanitizers and coverage

@@ -4,15 +4,19 @@
  * content) and prints its format, metadata and tensor table, or the same
  * as one JSON object with --json (for scripts: jq '.tensors[].name').  A
  * file libkmf refuses is reported as FILE: byte N: tensor 'T': what is
- * wrong, and exits 1; usage errors exit 2.  Kept apart from kiln.c, which
- * only dispatches "model" here. */
+ * wrong, and exits 1; usage errors exit 2.  It also shows the km_config
+ * km_file_open derives (the model kiln-inferd would build), or why the
+ * file cannot be loaded as a model; that is information, not a failure.  Kept apart from kiln.c,
+ * which only dispatches "model" here. */
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "kiln/log.h"
 #include "kiln/macro.h"
 #include "kmf.h"
+#include "kmodel.h"
 
 int kiln_model_main(int argc, char **argv);
 
@@ -23,7 +27,8 @@ static void help(void)
 {
 	printf("kiln model — inspect model and checkpoint files.\n\n"
 	       "Usage:\n"
-	       "  kiln model inspect FILE [--json]   format, metadata and tensors of FILE\n\n"
+	       "  kiln model inspect FILE [--json]   format, metadata and tensors of FILE, and\n"
+	       "                                     the model config derived from it\n\n"
 	       "FILE may be safetensors, GGUF (v2, v3) or a llama2.c checkpoint; the format is\n"
 	       "recognised by content.  Exit status: 0 success, 1 the file is refused or\n"
 	       "unreadable, 2 usage error.  See docs/modelfile.md.\n");
@@ -111,6 +116,63 @@ static json_t *meta_json(const kmf_meta *m)
 	}
 }
 
+static const char *rope_name(kk_rope_mode m)
+{
+	return m == KK_ROPE_HALF ? "half" : "interleaved";
+}
+
+/* A float as the shortest decimal that reads back as it (1e-05, not
+ * 9.99999974e-06). */
+static double short_real(float v)
+{
+	char buf[32];
+	for (int p = 6; p < 9; p++) {
+		snprintf(buf, sizeof(buf), "%.*g", p, (double) v);
+		if ((float) strtod(buf, NULL) == v)
+			break;
+	}
+	return strtod(buf, NULL);
+}
+
+/* The model km_file_open derives from the file, as JSON: the config, or
+ * {"error": why it cannot be loaded}. */
+static json_t *model_json(const char *path)
+{
+	km_error err = {};
+	km_file *m = NULL;
+	if (km_file_open(path, &m, &err) < 0)
+		return json_pack("{s:s}", "error", err.msg);
+	const km_config *c = km_file_config(m);
+	json_t *j = json_pack(
+		"{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:s, s:b}", "kind",
+		km_file_kind_name(km_file_kind_of(m)), "dim", c->dim, "hidden_dim", c->hidden_dim,
+		"n_layers", c->n_layers, "n_heads", c->n_heads, "n_kv_heads", c->n_kv_heads,
+		"head_dim", c->head_dim, "vocab_size", c->vocab_size, "max_seq_len", c->max_seq_len,
+		"norm_eps", short_real(c->norm_eps), "rope_theta", short_real(c->rope_theta),
+		"rope_mode", rope_name(c->rope_mode), "shared_classifier", c->shared_classifier);
+	km_file_free(m);
+	return j;
+}
+
+static void print_model(const char *path, FILE *out)
+{
+	km_error err = {};
+	km_file *m = NULL;
+	if (km_file_open(path, &m, &err) < 0) {
+		fprintf(out, "model: not loadable: %s\n", err.msg);
+		return;
+	}
+	const km_config *c = km_file_config(m);
+	fprintf(out,
+		"model: %s: dim %d, hidden %d, %d layers, %d heads (%d kv, head_dim %d), vocab %d, "
+		"context %d, norm_eps %g, rope_theta %g, rope %s, %s classifier\n",
+		km_file_kind_name(km_file_kind_of(m)), c->dim, c->hidden_dim, c->n_layers,
+		c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size, c->max_seq_len,
+		(double) c->norm_eps, (double) c->rope_theta, rope_name(c->rope_mode),
+		c->shared_classifier ? "shared" : "separate");
+	km_file_free(m);
+}
+
 static int print_json(const char *path, const kmf_file *f, FILE *out)
 {
 	json_t *root = json_object(), *meta = json_object(), *tensors = json_array();
@@ -120,6 +182,7 @@ static int print_json(const char *path, const kmf_file *f, FILE *out)
 	json_object_set_new(root, "file", json_string(path));
 	json_object_set_new(root, "format", json_string(kmf_format_name(kmf_file_format(f))));
 	json_object_set_new(root, "version", json_integer(kmf_file_version(f)));
+	json_object_set_new(root, "model", model_json(path));
 	for (size_t i = 0; i < kmf_meta_count(f); i++) {
 		const kmf_meta *m = kmf_meta_at(f, i);
 		json_object_set_new(meta, m->key, meta_json(m));
@@ -180,6 +243,7 @@ static void print_text(const char *path, const kmf_file *f, FILE *out)
 		fprintf(out, " v%d", kmf_file_version(f));
 	fprintf(out, ", %zu tensors, %llu bytes of tensor data, %zu metadata entries\n",
 		kmf_tensor_count(f), (unsigned long long) total, kmf_meta_count(f));
+	print_model(path, out);
 	if (kmf_meta_count(f)) {
 		fprintf(out, "\nmetadata:\n");
 		for (size_t i = 0; i < kmf_meta_count(f); i++) {

@@ -213,6 +213,45 @@ int km_forward(km_model *m, km_kvcache *c, const km_seq_input *in, int n, float 
  * kk errors. */
 int km_sample(km_model *m, int row, int n_rows, const kk_sampling *p, int32_t *ids);
 
+/* ------------------------------------------------------------------------ */
+/* Model files (any file libkmf reads)                                       */
+
+/* A model file opened through libkmf (kmf.h): its dialect is recognised by
+ * content, its km_config derived from its own metadata, and every tensor
+ * the config needs checked (present, float or GGUF block dtype, shape)
+ * before km_file_open returns.  docs/model.md "Model files" has the name
+ * mappings and RoPE conventions. */
+typedef struct km_file km_file;
+
+typedef enum km_file_kind {
+	KM_FILE_LLAMA2C = 0, /* llama2.c legacy checkpoint, through km_l2c */
+	KM_FILE_KILN = 1,    /* safetensors, canonical names, kiln.config.* metadata (kmt_save) */
+	KM_FILE_HF = 2,	     /* safetensors, LlamaForCausalLM names, config.json beside it */
+	KM_FILE_GGUF = 3,    /* GGUF, general.architecture "llama" */
+} km_file_kind;
+
+/* Largest config.json read beside Hugging Face weights: real ones are a
+ * few KiB; the bound stops a stray huge file from being parsed. */
+#define KM_FILE_CONFIG_JSON_MAX (1 << 20)
+
+/* Opens path.  Errors (err names the file and the tensor or key, expected
+ * vs found): the kmf_open errors (-ENOENT, -EBADMSG, -E2BIG ...),
+ * -EOPNOTSUPP (an architecture, dtype or feature kiln does not run: GGUF
+ * other than "llama", MoE, partial or scaled RoPE, integer tensors, a
+ * safetensors file with neither kiln nor HF names), -ENOENT (a missing
+ * tensor), -EINVAL (missing or inconsistent metadata, a wrong shape,
+ * no config.json for HF weights), -ENOMEM. */
+int km_file_open(const char *path, km_file **ret, km_error *err);
+km_file *km_file_free(km_file *f);
+const km_config *km_file_config(const km_file *f);
+km_file_kind km_file_kind_of(const km_file *f);
+/* "llama2.c", "kiln safetensors", "Hugging Face safetensors", "GGUF llama";
+ * NULL for a bad value. */
+const char *km_file_kind_name(km_file_kind k);
+/* A weight source serving canonical names from the open file (converted
+ * to f32); valid while f lives. */
+km_weight_source km_file_source(km_file *f);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,3 +6,6 @@ BENCH_SCRIPTS += tests/model/bench-model.sh
 # The same model on the cuda backend: every test skips with the reason
 # where cuda is not built in or no GPU is usable.
 $(eval $(call kiln_test,test-model-cuda,tests/model/test-model-cuda.c tests/model/ref.c,kmodel kk common,$(KK_LDLIBS)))
+# km_file: stories260K rewritten as kiln/HF safetensors and GGUF (F32, F16,
+# Q8_0) against the llama2.c path, a kmt_save checkpoint, refused files.
+$(eval $(call kiln_test,test-model-files,tests/model/test-model-files.c,kmtrain kmodel kmf kk common,$(KMF_LDLIBS) $(KK_LDLIBS)))

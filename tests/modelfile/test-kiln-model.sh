@@ -2,7 +2,8 @@
 # test-kiln-model.sh — `kiln model inspect` end to end, printing TAP: every
 # generated file is listed with its format, tensors and metadata (text and
 # --json, checked with jq; skipped without it), a corrupt file exits 1 with FILE: byte N: and
-# the reason, and usage errors exit 2.
+# the reason, and usage errors exit 2.  The derived model config (km_file)
+# is shown for a loadable model and the reason for a file that is not one.
 set -u
 cd "$(dirname "$0")/../.."
 B=${KILN_BUILD:-build}
@@ -22,7 +23,7 @@ check() { # NAME COMMAND...: ok when the command succeeds (JSON checks need jq)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export KILN_LOG_PREFIX=0
-echo "1..9"
+echo "1..11"
 
 out=$("$KILN" model inspect $D/types-v3.gguf 2>&1)
 if [ $? -eq 0 ] && grep -q '^tests/modelfile/data/types-v3.gguf: gguf v3, 8 tensors' <<<"$out" &&
@@ -69,3 +70,22 @@ if [ $rc -eq 2 ]; then ok "no FILE: exit 2"; else fail "no FILE: exit $rc"; fi
 "$KILN" model frobnicate x >/dev/null 2>&1
 rc=$?
 if [ $rc -eq 2 ]; then ok "unknown verb: exit 2"; else fail "unknown verb: exit $rc"; fi
+
+# the km_config km_file_open derives (docs/model.md "Model files")
+out=$("$KILN" model inspect $D/types-v3.gguf 2>&1)
+if grep -q "^model: not loadable: $D/types-v3.gguf: GGUF metadata 'llama.embedding_length' is missing" <<<"$out"; then
+	ok "inspect: a GGUF that is no llama model says why"
+else
+	fail "inspect: not loadable" "$out"
+fi
+FIX=${KM_TEST_MODEL:-../shared/fixtures/stories260K.bin}
+if [ -r "$FIX" ]; then
+	out=$("$KILN" model inspect "$FIX" 2>&1)
+	if grep -q "^model: llama2.c: dim 64, hidden 172, 5 layers, 8 heads (4 kv, head_dim 8), vocab 512, context 512, norm_eps 1e-05, rope_theta 10000, rope interleaved, shared classifier" <<<"$out"; then
+		ok "inspect stories260K: the derived model config"
+	else
+		fail "inspect stories260K" "$out"
+	fi
+else
+	n=$((n + 1)); echo "ok $n # SKIP stories260K.bin not found (set KM_TEST_MODEL)"
+fi

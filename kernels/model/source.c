@@ -1,0 +1,579 @@
+/* source.c — km_file: any model file libkmf reads, as a km_weight_source.
+ *
+ * km_model only knows canonical (Meta) tensor names and a km_config; real
+ * model files come in four dialects.  This file recognises the dialect,
+ * derives the km_config from the file's own metadata, checks up front that
+ * every tensor the config needs is present with the right shape and a float
+ * (or GGUF block) dtype, and then serves tensors by canonical name,
+ * converting to f32 with kmf_tensor_to_float.  Checking everything at open
+ * means a bad file fails before any device memory is touched, with one
+ * message naming the file, the tensor or key, and expected vs found.
+ *
+ * Dialects (docs/model.md, "Model files"):
+ *   llama2.c          through km_l2c (interleaved RoPE);
+ *   kiln safetensors  canonical names, config in __metadata__ kiln.config.*
+ *                     (what kmt_save writes; optim.* tensors are ignored);
+ *   Hugging Face      LlamaForCausalLM names, config.json beside the file,
+ *                     half-split RoPE (KK_ROPE_HALF), no permutation;
+ *   GGUF "llama"      llama.* metadata, blk.N.* names; llama.cpp's converter
+ *                     undoes the HF q/k permutation, so these tensors use
+ *                     the interleaved (Meta) convention. */
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+#include "kiln/macro.h"
+#include "kmf.h"
+#include "kmodel.h"
+
+#include "model-internal.h"
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(kmf_file *, kmf_close);
+
+struct km_file {
+	char *path;
+	km_file_kind kind;
+	km_config cfg;
+	kmf_file *kf; /* safetensors / GGUF */
+	km_l2c *l2c;  /* llama2.c */
+};
+
+const char *km_file_kind_name(km_file_kind k)
+{
+	static const char *const names[] = {
+		[KM_FILE_LLAMA2C] = "llama2.c",
+		[KM_FILE_KILN] = "kiln safetensors",
+		[KM_FILE_HF] = "Hugging Face safetensors",
+		[KM_FILE_GGUF] = "GGUF llama",
+	};
+	return (unsigned) k < ARRAY_SIZE(names) ? names[k] : NULL;
+}
+
+km_file *km_file_free(km_file *f)
+{
+	if (!f)
+		return NULL;
+	kmf_close(f->kf);
+	km_l2c_free(f->l2c);
+	free(f->path);
+	free(f);
+	return NULL;
+}
+DEFINE_TRIVIAL_CLEANUP_FUNC(km_file *, km_file_free);
+
+const km_config *km_file_config(const km_file *f)
+{
+	return f ? &f->cfg : NULL;
+}
+
+km_file_kind km_file_kind_of(const km_file *f)
+{
+	return f ? f->kind : KM_FILE_LLAMA2C;
+}
+
+/* ---- names and shapes --------------------------------------------------- */
+
+/* Per-layer tensors: canonical suffix, GGUF suffix, HF suffix. */
+static const struct {
+	const char *canon, *gguf, *hf;
+} layer_names[] = {
+	{ "attention_norm.weight", "attn_norm.weight", "input_layernorm.weight" },
+	{ "attention.wq.weight", "attn_q.weight", "self_attn.q_proj.weight" },
+	{ "attention.wk.weight", "attn_k.weight", "self_attn.k_proj.weight" },
+	{ "attention.wv.weight", "attn_v.weight", "self_attn.v_proj.weight" },
+	{ "attention.wo.weight", "attn_output.weight", "self_attn.o_proj.weight" },
+	{ "ffn_norm.weight", "ffn_norm.weight", "post_attention_layernorm.weight" },
+	{ "feed_forward.w1.weight", "ffn_gate.weight", "mlp.gate_proj.weight" },
+	{ "feed_forward.w2.weight", "ffn_down.weight", "mlp.down_proj.weight" },
+	{ "feed_forward.w3.weight", "ffn_up.weight", "mlp.up_proj.weight" },
+};
+
+static const struct {
+	const char *canon, *gguf, *hf;
+} global_names[] = {
+	{ "tok_embeddings.weight", "token_embd.weight", "model.embed_tokens.weight" },
+	{ "norm.weight", "output_norm.weight", "model.norm.weight" },
+	{ "output.weight", "output.weight", "lm_head.weight" },
+};
+
+/* The file's name for a canonical name into buf; -ENOENT if not a name the
+ * model uses (so a kiln file's optim.* tensors are never served). */
+static int map_name(const km_file *f, const char *canon, char *buf, size_t len)
+{
+	bool gguf = f->kind == KM_FILE_GGUF, same = f->kind == KM_FILE_KILN;
+	for (size_t i = 0; i < ARRAY_SIZE(global_names); i++)
+		if (streq(canon, global_names[i].canon)) {
+			snprintf(buf, len, "%s",
+				 same	? canon
+				 : gguf ? global_names[i].gguf
+					: global_names[i].hf);
+			return 0;
+		}
+	const char *p = startswith(canon, "layers.");
+	if (!p)
+		return -ENOENT;
+	char *end;
+	long l = strtol(p, &end, 10);
+	if (end == p || *end != '.' || l < 0 || l >= f->cfg.n_layers)
+		return -ENOENT;
+	for (size_t i = 0; i < ARRAY_SIZE(layer_names); i++)
+		if (streq(end + 1, layer_names[i].canon)) {
+			if (same)
+				snprintf(buf, len, "%s", canon);
+			else if (gguf)
+				snprintf(buf, len, "blk.%ld.%s", l, layer_names[i].gguf);
+			else
+				snprintf(buf, len, "model.layers.%ld.%s", l, layer_names[i].hf);
+			return 0;
+		}
+	return -ENOENT;
+}
+
+/* The shape (rows, cols; cols 0 for a vector) of a canonical tensor. */
+static void canon_shape(const km_config *c, const char *canon, int64_t *rows, int64_t *cols)
+{
+	int64_t d = c->dim, h = c->hidden_dim, kv = (int64_t) c->n_kv_heads * c->head_dim;
+	const char *s = strrchr(canon, '.');
+	/* The tensor kind is the component before ".weight". */
+	const char *k = canon;
+	for (const char *p = canon; p < s; p++)
+		if (*p == '.')
+			k = p + 1;
+	size_t kl = (size_t) (s - k);
+#define IS(x) (kl == strlen(x) && strncmp(k, x, kl) == 0)
+	*cols = d;
+	if (IS("tok_embeddings") || IS("output"))
+		*rows = c->vocab_size;
+	else if (IS("wq") || IS("wo"))
+		*rows = d;
+	else if (IS("wk") || IS("wv"))
+		*rows = kv;
+	else if (IS("w1") || IS("w3"))
+		*rows = h;
+	else if (IS("w2"))
+		*rows = d, *cols = h;
+	else
+		*rows = d, *cols = 0;
+#undef IS
+}
+
+static void shape_str(const int64_t *s, int n, char *buf, size_t len)
+{
+	size_t at = 0;
+	at += (size_t) snprintf(buf, len, "[");
+	for (int i = 0; i < n && at < len; i++)
+		at += (size_t) snprintf(buf + at, len - at, "%s%lld", i ? ", " : "",
+					(long long) s[i]);
+	if (at < len)
+		snprintf(buf + at, len - at, "]");
+}
+
+/* Checks one canonical tensor in the file: present, float, right shape. */
+static int check_tensor(const km_file *f, const char *canon, km_error *err)
+{
+	char name[KMF_MAX_NAME];
+	map_name(f, canon, name, sizeof(name));
+	const kmf_tensor *t = kmf_tensor_find(f->kf, name);
+	if (!t)
+		return km_errorf(err, -ENOENT, "%s: missing tensor '%s' (%s) in a %s file", f->path,
+				 name, canon, km_file_kind_name(f->kind));
+	if (!kmf_dtype_is_float(t->dtype))
+		return km_errorf(err, -EOPNOTSUPP,
+				 "%s: tensor '%s' has dtype %s; expected a float or GGUF block "
+				 "type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)",
+				 f->path, name, kmf_dtype_name(t->dtype));
+	int64_t want[2];
+	canon_shape(&f->cfg, canon, &want[0], &want[1]);
+	int nd = want[1] ? 2 : 1;
+	if (t->ndim != nd || t->shape[0] != want[0] || (nd == 2 && t->shape[1] != want[1])) {
+		char ws[64], fs[160];
+		shape_str(want, nd, ws, sizeof(ws));
+		shape_str(t->shape, t->ndim, fs, sizeof(fs));
+		return km_errorf(err, -EINVAL, "%s: tensor '%s' has shape %s, expected %s", f->path,
+				 name, fs, ws);
+	}
+	return 0;
+}
+
+static int check_all(const km_file *f, km_error *err)
+{
+	char canon[96];
+	int r;
+	for (size_t i = 0; i < ARRAY_SIZE(global_names); i++) {
+		if (streq(global_names[i].canon, "output.weight") && f->cfg.shared_classifier)
+			continue;
+		if ((r = check_tensor(f, global_names[i].canon, err)) < 0)
+			return r;
+	}
+	for (int l = 0; l < f->cfg.n_layers; l++)
+		for (size_t i = 0; i < ARRAY_SIZE(layer_names); i++) {
+			snprintf(canon, sizeof(canon), "layers.%d.%s", l, layer_names[i].canon);
+			if ((r = check_tensor(f, canon, err)) < 0)
+				return r;
+		}
+	return 0;
+}
+
+/* ---- the weight source -------------------------------------------------- */
+
+static int file_read(void *userdata, const char *name, float *dst, size_t count, km_error *err)
+{
+	km_file *f = userdata;
+	char fname[KMF_MAX_NAME];
+	if (map_name(f, name, fname, sizeof(fname)) < 0 ||
+	    (streq(name, "output.weight") && f->cfg.shared_classifier))
+		return km_errorf(err, -ENOENT, "%s: no tensor '%s' in a %s file", f->path, name,
+				 km_file_kind_name(f->kind));
+	const kmf_tensor *t = kmf_tensor_find(f->kf, fname);
+	if (!t)
+		return km_errorf(err, -ENOENT, "%s: missing tensor '%s' (%s)", f->path, fname,
+				 name);
+	if ((size_t) t->nelem != count)
+		return km_errorf(err, -EINVAL, "%s: tensor '%s' has %lld elements, %zu asked for",
+				 f->path, fname, (long long) t->nelem, count);
+	int r = kmf_tensor_to_float(t, KK_F32, dst, count);
+	if (r < 0)
+		return km_errorf(err, r, "%s: converting tensor '%s' (%s) to f32 failed: %s",
+				 f->path, fname, kmf_dtype_name(t->dtype), strerror(-r));
+	return 0;
+}
+
+km_weight_source km_file_source(km_file *f)
+{
+	if (f && f->l2c)
+		return km_l2c_source(f->l2c);
+	return (km_weight_source){ .userdata = f, .read = file_read };
+}
+
+/* ---- kiln safetensors: kiln.config.* ------------------------------------ */
+
+static int kiln_int(const km_file *f, const char *key, int *ret, km_error *err)
+{
+	const char *s = NULL;
+	if (kmf_meta_get_str(f->kf, key, &s) < 0)
+		return km_errorf(err, -EINVAL, "%s: kiln metadata '%s' is missing", f->path, key);
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (errno || end == s || *end || v < INT32_MIN || v > INT32_MAX)
+		return km_errorf(err, -EINVAL,
+				 "%s: kiln metadata '%s' = \"%s\", expected an integer", f->path,
+				 key, s);
+	*ret = (int) v;
+	return 0;
+}
+
+static int kiln_float(const km_file *f, const char *key, float *ret, km_error *err)
+{
+	const char *s = NULL;
+	if (kmf_meta_get_str(f->kf, key, &s) < 0)
+		return km_errorf(err, -EINVAL, "%s: kiln metadata '%s' is missing", f->path, key);
+	char *end;
+	double v = strtod(s, &end);
+	if (end == s || *end)
+		return km_errorf(err, -EINVAL, "%s: kiln metadata '%s' = \"%s\", expected a number",
+				 f->path, key, s);
+	*ret = (float) v;
+	return 0;
+}
+
+static int config_kiln(km_file *f, km_error *err)
+{
+	const char *fmt = NULL;
+	if (kmf_meta_get_str(f->kf, "kiln.format", &fmt) == 0 && !streq(fmt, "kmtrain-1"))
+		return km_errorf(err, -EOPNOTSUPP,
+				 "%s: kiln metadata 'kiln.format' = \"%s\", expected \"kmtrain-1\"",
+				 f->path, fmt);
+	km_config *c = &f->cfg;
+	int mode = 0, shared = 0, r;
+	if ((r = kiln_int(f, "kiln.config.dim", &c->dim, err)) < 0 ||
+	    (r = kiln_int(f, "kiln.config.hidden_dim", &c->hidden_dim, err)) < 0 ||
+	    (r = kiln_int(f, "kiln.config.n_layers", &c->n_layers, err)) < 0 ||
+	    (r = kiln_int(f, "kiln.config.n_heads", &c->n_heads, err)) < 0 ||
+	    (r = kiln_int(f, "kiln.config.n_kv_heads", &c->n_kv_heads, err)) < 0 ||
+	    (r = kiln_int(f, "kiln.config.vocab_size", &c->vocab_size, err)) < 0 ||
+	    (r = kiln_int(f, "kiln.config.max_seq_len", &c->max_seq_len, err)) < 0 ||
+	    (r = kiln_int(f, "kiln.config.rope_mode", &mode, err)) < 0 ||
+	    (r = kiln_int(f, "kiln.config.shared_classifier", &shared, err)) < 0 ||
+	    (r = kiln_float(f, "kiln.config.norm_eps", &c->norm_eps, err)) < 0 ||
+	    (r = kiln_float(f, "kiln.config.rope_theta", &c->rope_theta, err)) < 0)
+		return r;
+	if (shared != 0 && shared != 1)
+		return km_errorf(err, -EINVAL,
+				 "%s: kiln metadata 'kiln.config.shared_classifier' = %d, expected "
+				 "0 or 1",
+				 f->path, shared);
+	c->rope_mode = (kk_rope_mode) mode;
+	c->shared_classifier = shared;
+	c->head_dim = c->n_heads > 0 ? c->dim / c->n_heads : 0;
+	return 0;
+}
+
+/* ---- Hugging Face: config.json beside the file -------------------------- */
+
+static int json_int(const km_file *f, const char *cpath, json_t *root, const char *key, bool need,
+		    int dflt, int *ret, km_error *err)
+{
+	json_t *v = json_object_get(root, key);
+	if (!v || json_is_null(v)) {
+		if (need)
+			return km_errorf(err, -EINVAL, "%s: key \"%s\" is missing (needed for %s)",
+					 cpath, key, f->path);
+		*ret = dflt;
+		return 0;
+	}
+	if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+		return km_errorf(err, -EINVAL, "%s: key \"%s\" must be a non-negative integer",
+				 cpath, key);
+	*ret = (int) json_integer_value(v);
+	return 0;
+}
+
+static int json_float(const char *cpath, json_t *root, const char *key, double dflt, float *ret,
+		      km_error *err)
+{
+	json_t *v = json_object_get(root, key);
+	if (!v || json_is_null(v)) {
+		*ret = (float) dflt;
+		return 0;
+	}
+	if (!json_is_number(v))
+		return km_errorf(err, -EINVAL, "%s: key \"%s\" must be a number", cpath, key);
+	*ret = (float) json_number_value(v);
+	return 0;
+}
+
+static int config_hf(km_file *f, km_error *err)
+{
+	/* dirname() edits its argument: work on a copy. */
+	char dir[PATH_MAX], cpath[PATH_MAX + 16];
+	if (strlen(f->path) >= sizeof(dir))
+		return km_errorf(err, -ENAMETOOLONG, "%s: path too long", f->path);
+	snprintf(dir, sizeof(dir), "%s", f->path);
+	snprintf(cpath, sizeof(cpath), "%s/config.json", dirname(dir));
+	struct stat st;
+	if (stat(cpath, &st) == 0 && st.st_size > KM_FILE_CONFIG_JSON_MAX)
+		return km_errorf(err, -EINVAL, "%s: %lld bytes, more than the %d accepted", cpath,
+				 (long long) st.st_size, KM_FILE_CONFIG_JSON_MAX);
+	json_error_t je;
+	_cleanup_(json_decrefp) json_t *root = json_load_file(cpath, JSON_REJECT_DUPLICATES, &je);
+	if (!root)
+		return km_errorf(err, -EINVAL,
+				 "%s: Hugging Face weights need their config.json beside them: "
+				 "%s: %s",
+				 f->path, cpath, je.text);
+	if (!json_is_object(root))
+		return km_errorf(err, -EINVAL, "%s: not a JSON object", cpath);
+	json_t *mt = json_object_get(root, "model_type");
+	if (mt && (!json_is_string(mt) || !streq(json_string_value(mt), "llama")))
+		return km_errorf(err, -EOPNOTSUPP,
+				 "%s: model_type is %s%s%s, only \"llama\" is supported", cpath,
+				 json_is_string(mt) ? "\"" : "",
+				 json_is_string(mt) ? json_string_value(mt) : "not a string",
+				 json_is_string(mt) ? "\"" : "");
+	json_t *rs = json_object_get(root, "rope_scaling");
+	if (rs && !json_is_null(rs))
+		return km_errorf(err, -EOPNOTSUPP,
+				 "%s: rope_scaling is set; scaled RoPE (Llama 3.1 style, YaRN...) "
+				 "is not supported",
+				 cpath);
+	km_config *c = &f->cfg;
+	int r, head_dim = 0;
+	if ((r = json_int(f, cpath, root, "hidden_size", true, 0, &c->dim, err)) < 0 ||
+	    (r = json_int(f, cpath, root, "intermediate_size", true, 0, &c->hidden_dim, err)) < 0 ||
+	    (r = json_int(f, cpath, root, "num_hidden_layers", true, 0, &c->n_layers, err)) < 0 ||
+	    (r = json_int(f, cpath, root, "num_attention_heads", true, 0, &c->n_heads, err)) < 0 ||
+	    (r = json_int(f, cpath, root, "num_key_value_heads", false, c->n_heads, &c->n_kv_heads,
+			  err)) < 0 ||
+	    (r = json_int(f, cpath, root, "vocab_size", true, 0, &c->vocab_size, err)) < 0 ||
+	    (r = json_int(f, cpath, root, "max_position_embeddings", true, 0, &c->max_seq_len,
+			  err)) < 0 ||
+	    (r = json_int(f, cpath, root, "head_dim", false, 0, &head_dim, err)) < 0 ||
+	    (r = json_float(cpath, root, "rms_norm_eps", 1e-6, &c->norm_eps, err)) < 0 ||
+	    (r = json_float(cpath, root, "rope_theta", 10000.0, &c->rope_theta, err)) < 0)
+		return r;
+	c->head_dim = c->n_heads > 0 ? c->dim / c->n_heads : 0;
+	if (head_dim && head_dim != c->head_dim)
+		return km_errorf(err, -EOPNOTSUPP,
+				 "%s: head_dim = %d, but hidden_size / num_attention_heads = %d; "
+				 "only head_dim = hidden_size / heads is supported",
+				 cpath, head_dim, c->head_dim);
+	c->rope_mode = KK_ROPE_HALF;
+	/* lm_head absent = tied to the embedding (tie_word_embeddings). */
+	c->shared_classifier = kmf_tensor_find(f->kf, "lm_head.weight") == NULL;
+	json_t *tie = json_object_get(root, "tie_word_embeddings");
+	if (json_is_false(tie) && c->shared_classifier)
+		return km_errorf(err, -ENOENT,
+				 "%s: missing tensor 'lm_head.weight' (output.weight) while %s "
+				 "says tie_word_embeddings = false",
+				 f->path, cpath);
+	return 0;
+}
+
+/* ---- GGUF llama ---------------------------------------------------------- */
+
+static int gguf_int(const km_file *f, const char *key, bool need, int dflt, int *ret, km_error *err)
+{
+	int64_t v;
+	int r = kmf_meta_get_int(f->kf, key, &v);
+	if (r == -ENOENT && !need) {
+		*ret = dflt;
+		return 0;
+	}
+	if (r == -ENOENT)
+		return km_errorf(err, -EINVAL, "%s: GGUF metadata '%s' is missing", f->path, key);
+	if (r < 0 || v < 0 || v > INT32_MAX)
+		return km_errorf(err, -EINVAL,
+				 "%s: GGUF metadata '%s' must be a non-negative integer below 2^31",
+				 f->path, key);
+	*ret = (int) v;
+	return 0;
+}
+
+static int gguf_float(const km_file *f, const char *key, bool need, float dflt, float *ret,
+		      km_error *err)
+{
+	const kmf_meta *m = kmf_meta_find(f->kf, key);
+	if (!m && !need) {
+		*ret = dflt;
+		return 0;
+	}
+	if (!m)
+		return km_errorf(err, -EINVAL, "%s: GGUF metadata '%s' is missing", f->path, key);
+	if (m->type != KMF_V_F32 && m->type != KMF_V_F64)
+		return km_errorf(err, -EINVAL, "%s: GGUF metadata '%s' is %s, expected a float",
+				 f->path, key, kmf_vtype_name(m->type));
+	*ret = (float) m->f;
+	return 0;
+}
+
+static int config_gguf(km_file *f, km_error *err)
+{
+	const char *arch = NULL;
+	if (kmf_meta_get_str(f->kf, "general.architecture", &arch) < 0)
+		return km_errorf(err, -EINVAL,
+				 "%s: GGUF metadata 'general.architecture' is missing", f->path);
+	if (!streq(arch, "llama"))
+		return km_errorf(err, -EOPNOTSUPP,
+				 "%s: GGUF general.architecture is \"%s\"; only \"llama\" is "
+				 "supported",
+				 f->path, arch);
+	km_config *c = &f->cfg;
+	int r, experts = 0, rot = 0;
+	if ((r = gguf_int(f, "llama.embedding_length", true, 0, &c->dim, err)) < 0 ||
+	    (r = gguf_int(f, "llama.feed_forward_length", true, 0, &c->hidden_dim, err)) < 0 ||
+	    (r = gguf_int(f, "llama.block_count", true, 0, &c->n_layers, err)) < 0 ||
+	    (r = gguf_int(f, "llama.attention.head_count", true, 0, &c->n_heads, err)) < 0 ||
+	    (r = gguf_int(f, "llama.attention.head_count_kv", false, c->n_heads, &c->n_kv_heads,
+			  err)) < 0 ||
+	    (r = gguf_int(f, "llama.context_length", true, 0, &c->max_seq_len, err)) < 0 ||
+	    (r = gguf_int(f, "llama.expert_count", false, 0, &experts, err)) < 0 ||
+	    (r = gguf_int(f, "llama.rope.dimension_count", false, 0, &rot, err)) < 0 ||
+	    (r = gguf_float(f, "llama.attention.layer_norm_rms_epsilon", true, 0, &c->norm_eps,
+			    err)) < 0 ||
+	    (r = gguf_float(f, "llama.rope.freq_base", false, 10000.0f, &c->rope_theta, err)) < 0)
+		return r;
+	if (experts > 0)
+		return km_errorf(err, -EOPNOTSUPP,
+				 "%s: GGUF llama.expert_count = %d: mixture-of-experts models are "
+				 "not supported",
+				 f->path, experts);
+	c->head_dim = c->n_heads > 0 ? c->dim / c->n_heads : 0;
+	if (rot && rot != c->head_dim)
+		return km_errorf(err, -EOPNOTSUPP,
+				 "%s: GGUF llama.rope.dimension_count = %d, expected the head "
+				 "dimension %d (partial RoPE is not supported)",
+				 f->path, rot, c->head_dim);
+	c->rope_mode = KK_ROPE_INTERLEAVED;
+	/* The vocabulary: the tokenizer's token list, else the embedding rows. */
+	const kmf_meta *tok = kmf_meta_find(f->kf, "tokenizer.ggml.tokens");
+	const kmf_tensor *emb = kmf_tensor_find(f->kf, "token_embd.weight");
+	int64_t rows = emb && emb->ndim == 2 ? emb->shape[0] : -1;
+	if (tok) {
+		if (tok->type != KMF_V_ARRAY || tok->arr.n > INT32_MAX)
+			return km_errorf(
+				err, -EINVAL,
+				"%s: GGUF metadata 'tokenizer.ggml.tokens' must be an array",
+				f->path);
+		c->vocab_size = (int) tok->arr.n;
+		if (rows >= 0 && rows != c->vocab_size)
+			return km_errorf(err, -EINVAL,
+					 "%s: tensor 'token_embd.weight' has %lld rows, but "
+					 "tokenizer.ggml.tokens has %d tokens",
+					 f->path, (long long) rows, c->vocab_size);
+	} else {
+		if (rows < 0 || rows > INT32_MAX)
+			return km_errorf(err, -ENOENT,
+					 "%s: missing tensor 'token_embd.weight' (tok_embeddings."
+					 "weight) in a GGUF llama file",
+					 f->path);
+		c->vocab_size = (int) rows;
+	}
+	c->shared_classifier = kmf_tensor_find(f->kf, "output.weight") == NULL;
+	return 0;
+}
+
+/* ---- opening ------------------------------------------------------------- */
+
+int km_file_open(const char *path, km_file **ret, km_error *err)
+{
+	if (!path || !ret)
+		return km_errorf(err, -EINVAL, "km_file_open: missing argument");
+	_cleanup_(km_file_freep) km_file *f = calloc(1, sizeof(*f));
+	if (!f || !(f->path = strdup(path)))
+		return km_errorf(err, -ENOMEM, "%s: out of memory", path);
+	kmf_error ke = { 0 };
+	int r = kmf_open(path, &f->kf, &ke);
+	if (r < 0) {
+		char line[800];
+		return km_errorf(err, r, "%s", kmf_error_format(&ke, line, sizeof(line)));
+	}
+	switch (kmf_file_format(f->kf)) {
+	case KMF_FORMAT_LLAMA2C:
+		/* km_l2c reads with pread and knows the array layout. */
+		f->kf = kmf_close(f->kf);
+		f->kind = KM_FILE_LLAMA2C;
+		if ((r = km_l2c_open(path, &f->l2c, err)) < 0)
+			return r;
+		f->cfg = *km_l2c_config(f->l2c);
+		*ret = TAKE_PTR(f);
+		return 0;
+	case KMF_FORMAT_GGUF:
+		f->kind = KM_FILE_GGUF;
+		r = config_gguf(f, err);
+		break;
+	case KMF_FORMAT_SAFETENSORS:
+		if (kmf_meta_find(f->kf, "kiln.config.dim")) {
+			f->kind = KM_FILE_KILN;
+			r = config_kiln(f, err);
+		} else if (kmf_tensor_find(f->kf, "model.embed_tokens.weight")) {
+			f->kind = KM_FILE_HF;
+			r = config_hf(f, err);
+		} else
+			return km_errorf(err, -EOPNOTSUPP,
+					 "%s: a safetensors file with neither kiln metadata "
+					 "(kiln.config.*) nor Hugging Face Llama tensor names "
+					 "(model.embed_tokens.weight); cannot tell the model's "
+					 "layout",
+					 path);
+		break;
+	default:
+		return km_errorf(err, -EOPNOTSUPP, "%s: unsupported model file format", path);
+	}
+	if (r < 0)
+		return r;
+	km_error cerr;
+	if ((r = km_config_validate(&f->cfg, &cerr)) < 0)
+		return km_errorf(err, r, "%s: inconsistent %s metadata: %s", path,
+				 km_file_kind_name(f->kind), cerr.msg + strlen("model config: "));
+	if ((r = check_all(f, err)) < 0)
+		return r;
+	*ret = TAKE_PTR(f);
+	return 0;
+}
