@@ -1,8 +1,8 @@
 #!/bin/bash
 # demo-models.sh — the model half of `make demo` (tests/demo.sh runs it):
 # kiln-train fine-tunes the stories260K fixture data-parallel (2 ranks under
-# kiln-run, kk's cpu collectives), then kiln-inferd serves the model on
-# 127.0.0.1 and streams a completion over SSE.  Prints what it does; exits
+# kiln-run, kk's cpu collectives), then kiln-inferd serves the checkpoint
+# it wrote on 127.0.0.1 and streams a completion over SSE.  Prints what it does; exits
 # 0 when the fixture is missing (nothing to show), 1 when a step fails.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,8 +29,8 @@ timeout 300 "$B/bin/kiln-run" --standalone --nproc-per-node 2 -- "$B/bin/kiln-tr
 grep -E 'step (1|10|20|30)/30 ' "$DIR/train.log" | sed 's/^/  | /'
 grep -E 'checkpoint .* written' "$DIR/train.log" | tail -1 | sed 's/^/  | /'
 
-printf '\n$ kiln-inferd -m stories260K.bin -p 0 &   # OpenAI-compatible, on 127.0.0.1\n'
-"$B/bin/kiln-inferd" -m "$MODEL" --name stories260K -p 0 >"$DIR/inferd.log" 2>&1 &
+printf '\n$ kiln-inferd -m tuned.st -p 0 &   # the checkpoint just written; OpenAI-compatible, on 127.0.0.1\n'
+"$B/bin/kiln-inferd" -m "$DIR/tuned.st" --name tuned -p 0 >"$DIR/inferd.log" 2>&1 &
 PID=$!
 port=
 for _ in $(seq 100); do
@@ -39,7 +39,7 @@ for _ in $(seq 100); do
 	sleep 0.1
 done
 [ -n "$port" ] || { echo "kiln-inferd did not start:"; cat "$DIR/inferd.log"; exit 1; }
-req='{"model":"stories260K","prompt":[1],"max_tokens":12,"temperature":0,"stream":true}'
+req='{"model":"tuned","prompt":[1],"max_tokens":12,"temperature":0,"stream":true}'
 printf "\$ curl -N http://127.0.0.1:%s/v1/completions -d '%s'\n" "$port" "$req"
 curl -sN --max-time 30 "http://127.0.0.1:$port/v1/completions" -d "$req" >"$DIR/sse.txt"
 grep '^data: ' "$DIR/sse.txt" | head -2 | sed 's/^/  | /'

@@ -843,7 +843,10 @@ static void help(void)
 	       "/v1/chat/completions (\"stream\": true for SSE on both), GET /v1/models,\n"
 	       "GET /metrics and GET /health.  Without a tokenizer: token ids only.\n"
 	       "\n"
-	       "  -m, --model FILE          llama2.c checkpoint (required)\n"
+	       "  -m, --model FILE          model: llama2.c, safetensors (kiln-train's, or "
+	       "Hugging\n"
+	       "                            Face with config.json beside it), GGUF llama "
+	       "(required)\n"
 	       "      --name NAME           model name in the API (default: the file's base name)\n"
 	       "  -l, --listen ADDR         address to listen on (default 127.0.0.1)\n"
 	       "  -p, --port N              port (default 8000; 0: an ephemeral one, logged)\n"
@@ -1116,14 +1119,14 @@ static int run(int argc, char **argv)
 		return 1;
 	}
 	km_error err = {};
-	km_l2c *f = NULL;
-	r = km_l2c_open(arg.model, &f, &err);
+	km_file *f = NULL;
+	r = km_file_open(arg.model, &f, &err);
 	if (r < 0) {
 		log_error("%s", err.msg);
 		kk_backend_free(be);
 		return 1;
 	}
-	km_weight_source src = km_l2c_source(f);
+	km_weight_source src = km_file_source(f);
 	kiln_engine_opts o = { .weight_dtype = dt,
 			       .max_running = arg.max_running,
 			       .max_step_tokens = arg.max_step,
@@ -1131,16 +1134,16 @@ static int run(int argc, char **argv)
 			       .max_waiting = arg.max_waiting,
 			       .eos_token = arg.eos,
 			       .prefix_caching = arg.prefix };
-	a.vocab = km_l2c_config(f)->vocab_size;
-	a.ctx = km_l2c_config(f)->max_seq_len;
+	a.vocab = km_file_config(f)->vocab_size;
+	a.ctx = km_file_config(f)->max_seq_len;
 	if ((r = load_tokenizer(&a, chat)) != 0) {
 		ktok_free(a.tok);
-		km_l2c_free(f);
+		km_file_free(f);
 		kk_backend_free(be);
 		return r;
 	}
-	r = kiln_engine_new(be, km_l2c_config(f), &src, &o, &a.engine, &err);
-	km_l2c_free(f);
+	r = kiln_engine_new(be, km_file_config(f), &src, &o, &a.engine, &err);
+	km_file_free(f);
 	if (r < 0) {
 		log_error("%s: %s", arg.model, err.msg);
 		ktok_free(a.tok);

@@ -37,7 +37,7 @@ out=$("$KT" -m x -d y --steps 0 2>&1); rc=$?
 check "--steps 0: exit 2" $([ $rc -eq 2 ] && grep -q -- "--steps '0': must be 1" <<<"$out"; echo $?)
 
 if [ -z "$MODEL" ] || [ ! -r "$MODEL" ]; then
-	for i in 1 2 3 4 5 6 7 8 9; do skip "stories260K.bin not found (set KM_TEST_MODEL)"; done
+	for i in 1 2 3 4 5 6 7 8 9 10; do skip "stories260K.bin not found (set KM_TEST_MODEL)"; done
 	tap_done; exit
 fi
 python3 tests/train/mk-shard.py "$tmp/data.tok" 20000 || exit 1
@@ -88,6 +88,27 @@ else
 	diag "step 4 loss: 2 ranks x batch 2 $l2, 1 rank x batch 4 $l1"
 	check "2 ranks under kiln-run train like one rank with the doubled batch" $([ $rc -eq 0 ] && [ -n "$l2" ] && [ -n "$l1" ] && awk -v a="$l1" -v b="$l2" 'BEGIN { d = a - b; exit !(d < 1e-3 * a && -d < 1e-3 * a) }'; echo $?)
 	[ $rc -eq 0 ] || sed 's/^/# /' "$tmp/dp.log" | tail -20
+fi
+# kiln-inferd serves the checkpoint kiln-train wrote (safetensors through
+# km_file): a greedy completion over HTTP.
+KI=$B/bin/kiln-inferd
+if [ -x "$KI" ] && command -v curl >/dev/null; then
+	"$KI" -m "$tmp/straight.st" --name tuned -p 0 >"$tmp/inferd.log" 2>&1 &
+	ipid=$!
+	port=
+	for _ in $(seq 100); do
+		port=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/inferd.log" | head -1 | sed 's/.*://')
+		[ -n "$port" ] && break
+		sleep 0.1
+	done
+	body=$(curl -s --max-time 30 "http://127.0.0.1:${port:-1}/v1/completions" \
+		-d '{"model":"tuned","prompt":[1],"max_tokens":8,"temperature":0}')
+	kill -TERM $ipid 2>/dev/null; wait $ipid 2>/dev/null
+	n=$(grep -o '"token_ids":\[[0-9,]*\]' <<<"$body" | grep -o '[0-9]\+' | wc -l)
+	check "kiln-inferd serves the trained checkpoint (8 greedy tokens over HTTP)" $([ "$n" -eq 8 ]; echo $?)
+	[ "$n" -eq 8 ] || { sed 's/^/# /' "$tmp/inferd.log"; echo "# $body"; }
+else
+	skip "kiln-inferd or curl missing"
 fi
 # Two micro-batches of 2 accumulate to one batch of 4 (the same windows).
 [ -f "$tmp/one.log" ] || "$KT" "${args[@]}" -n 4 >"$tmp/one.log" 2>&1
