@@ -4,8 +4,8 @@
  * The algorithm is spelled out in kk.h so every backend draws the same
  * token: sort candidates by logit (descending, ties by lower id), keep the
  * top_k, then the shortest prefix whose share of the kept mass reaches
- * top_p, and invert the CDF of the renormalized prefix at
- * kk_sample_uniform(seed, row). */
+ * top_p, and invert the CDF of the renormalized kept set at
+ * kk_sample_uniform(seed, row), walking it in id order. */
 #include <errno.h>
 #include <stdlib.h>
 
@@ -22,6 +22,12 @@ static int cand_cmp(const void *a, const void *b)
 	const struct cand *x = a, *y = b;
 	if (x->x != y->x)
 		return x->x > y->x ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int cand_id_cmp(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
 	return x->id < y->id ? -1 : x->id > y->id;
 }
 
@@ -74,9 +80,15 @@ static int sample_range(void *ptr, int64_t b, int64_t e, int chunk)
 			}
 			keep = MAX(n, (int64_t) 1);
 		}
+		/* The kept set in id order (kk.h says why), each with its
+		 * probability, recomputed from its logit. */
+		double top = cs[0].x;
+		qsort(cs, keep, sizeof(*cs), cand_id_cmp);
 		kept = 0;
-		for (int64_t i = 0; i < keep; i++)
+		for (int64_t i = 0; i < keep; i++) {
+			pr[i] = exp(((double) cs[i].x - top) / p->temperature);
 			kept += pr[i];
+		}
 		u = kk_sample_uniform(p->seed, (uint64_t) r) * kept;
 		pick = cs[keep - 1].id;
 		for (int64_t i = 0; i < keep; i++) {

@@ -8,10 +8,11 @@
  * order-preserving 32-bit keys (a float's bits, sign-flipped): "the largest
  * key c such that count/mass of tokens with key >= c reaches X" takes 32
  * block-wide reductions, and the sorted order is never materialized.  Ties
- * at a cut share one probability, so how many of them are kept (and which
- * one is picked, by id order) follows from one division and, for the final
- * pick, one scan over the tie counts.  A kept set is (c, lim): every token
- * with key > c, plus the lim lowest-id tokens with key == c.
+ * at a cut share one probability, so how many of them are kept follows
+ * from one division.  A kept set is (c, lim): every token with key > c,
+ * plus the lim lowest-id tokens with key == c.  The draw then walks the
+ * kept set in id order: per-thread kept masses, a scan over the threads,
+ * and one thread's walk over its chunk.
  *
  * Launch: one block of KC_SAMPLE_THREADS per row, each thread owning a
  * contiguous chunk of the vocabulary (so "lower id first" is a scan over
@@ -223,35 +224,22 @@ __global__ void __launch_bounds__(KC_SAMPLE_THREADS)
 		z = above + (float) lim * pc;
 	}
 
-	/* Inverse CDF in sorted order: the largest key cs >= c whose kept mass
-	 * at or above exceeds u * z, then the j-th tie (by id) at cs. */
-	float target = kc_uniform(seed, blockIdx.x) * z;
-	uint32_t lo = c, hi = 0xffffffffu;
-	while (lo < hi) {
-		uint32_t mid = (uint32_t) (((uint64_t) lo + hi + 1) / 2);
-		if (kc_kept_mass_ge(x, &r, c, lim, mid, shf, shu) > target)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	uint32_t cs = lo;
-	unsigned long long avail = lim;
-	if (cs != c)
-		kc_count_mass(x, &r, cs, 0, &avail, NULL, shf, shu);
-	float above = cs == 0xffffffffu ? 0.0f : kc_mass_ge(x, &r, cs + 1, shf, shu);
-	float pc = avail ? kc_p(kc_unkey(cs), &r) : 0.0f;
-	float jf = pc > 0.0f ? floorf((target - above) / pc) : 0.0f;
-	unsigned long long j = jf < 0.0f ? 0ull : (unsigned long long) jf;
-	if (avail > 0 && j >= avail)
-		j = avail - 1;
-
-	/* The j-th token (by id) with key == cs: exclusive scan of the ties per
-	 * thread (ids are contiguous per thread, threads in id order). */
-	unsigned long long mine = 0;
-	for (int64_t i = r.lo; i < r.hi; i++)
-		mine += kc_key(kc_ld(x, i)) == cs;
+	/* Inverse CDF in id order (kk.h says why): each thread's kept mass
+	 * over its chunk (a tie at c is kept while its rank by id is below
+	 * lim), an exclusive scan over the threads (they hold the ids in
+	 * order), then the one thread whose interval holds u * total walks its
+	 * chunk again.  The scan's own sums bound the intervals, so exactly
+	 * one thread owns the draw; rounding past the total takes the last
+	 * kept token, as the cpu backend does. */
 	__shared__ unsigned long long s_cnt[KC_SAMPLE_THREADS];
-	s_cnt[threadIdx.x] = mine;
+	__shared__ float s_mass[KC_SAMPLE_THREADS];
+	__shared__ int64_t s_last[KC_SAMPLE_THREADS];
+	__shared__ float s_total;
+	__shared__ int64_t s_lastk;
+	unsigned long long ties = 0;
+	for (int64_t i = r.lo; i < r.hi; i++)
+		ties += kc_key(kc_ld(x, i)) == c;
+	s_cnt[threadIdx.x] = ties;
 	__syncthreads();
 	if (threadIdx.x == 0) {
 		unsigned long long run = 0;
@@ -262,17 +250,55 @@ __global__ void __launch_bounds__(KC_SAMPLE_THREADS)
 		}
 	}
 	__syncthreads();
-	unsigned long long base = s_cnt[threadIdx.x];
-	if (j >= base && j < base + mine) {
-		unsigned long long seen = base;
-		for (int64_t i = r.lo; i < r.hi; i++)
-			if (kc_key(kc_ld(x, i)) == cs) {
-				if (seen == j) {
-					ids[blockIdx.x] = (int32_t) i;
+	const unsigned long long rank0 = s_cnt[threadIdx.x];
+	unsigned long long rank = rank0;
+	float m = 0.0f;
+	int64_t last = -1;
+	for (int64_t i = r.lo; i < r.hi; i++) {
+		float l = kc_ld(x, i);
+		uint32_t k = kc_key(l);
+		if (k > c || (k == c && rank++ < lim)) {
+			m += kc_p(l, &r);
+			last = i;
+		}
+	}
+	s_mass[threadIdx.x] = m;
+	s_last[threadIdx.x] = last;
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		float run = 0.0f;
+		int64_t lk = -1;
+		for (int t = 0; t < (int) blockDim.x; t++) {
+			float v = s_mass[t];
+			s_mass[t] = run;
+			run += v;
+			if (s_last[t] >= 0)
+				lk = s_last[t];
+		}
+		s_total = run;
+		s_lastk = lk;
+	}
+	__syncthreads();
+	const float target = kc_uniform(seed, blockIdx.x) * s_total;
+	const float base = s_mass[threadIdx.x];
+	if (threadIdx.x == 0 && !(target < s_total))
+		ids[blockIdx.x] = (int32_t) (s_lastk >= 0 ? s_lastk : 0);
+	if (m > 0.0f && target >= base && target < base + m) {
+		float cum = base;
+		int64_t pick = last;
+		rank = rank0;
+		for (int64_t i = r.lo; i < r.hi; i++) {
+			float l = kc_ld(x, i);
+			uint32_t k = kc_key(l);
+			if (k > c || (k == c && rank++ < lim)) {
+				cum += kc_p(l, &r);
+				if (cum > target) {
+					pick = i;
 					break;
 				}
-				seen++;
 			}
+		}
+		ids[blockIdx.x] = (int32_t) pick;
 	}
 }
 

@@ -461,8 +461,12 @@ int kk_grad_clip(kk_backend *be, kk_stream *st, kk_buffer *const *grads, size_t 
  * top_k most likely tokens (0 = all) and then to the smallest prefix of
  * them, in descending probability (ties: lower id first), whose mass
  * reaches top_p (1 or 0 = all); the kept mass is renormalized and token
- * chosen by inverse CDF with u = kk_sample_uniform(seed, row).  The same
- * seed gives the same tokens on every run and (up to rounding) backend. */
+ * chosen by inverse CDF with u = kk_sample_uniform(seed, row), walking the
+ * kept tokens in ID order: two near-equal logits that swap rank when the
+ * logits move by rounding (another batch shape, another backend) then
+ * move a CDF boundary by that rounding, instead of trading whole
+ * probability masses, so a seeded draw rarely changes.  The same seed
+ * gives the same tokens on every run and (up to rounding) backend. */
 typedef struct kk_sampling {
 	float temperature;
 	int top_k;

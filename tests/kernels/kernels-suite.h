@@ -1328,17 +1328,24 @@ static int ref_sample(const double *logits, int V, const kk_sampling *p, uint64_
 		}
 		keep = n;
 	}
+	/* The inverse CDF walks the kept tokens in id order (kk.h). */
+	char *in = calloc(V, 1);
 	for (int i = 0; i < keep; i++)
-		kept += pr[i];
+		in[c[i].id] = 1;
+	for (int i = 0; i < V; i++)
+		if (in[i])
+			kept += exp((logits[i] - c[0].x) / p->temperature);
 	u = kk_sample_uniform(p->seed, row) * kept;
-	pick = c[keep - 1].id;
-	for (int i = 0; i < keep; i++) {
-		cum += pr[i];
-		if (cum > u) {
-			pick = c[i].id;
+	pick = -1;
+	for (int i = 0; i < V; i++) {
+		if (!in[i])
+			continue;
+		pick = i; /* the last kept id if rounding leaves cum <= u */
+		cum += exp((logits[i] - c[0].x) / p->temperature);
+		if (cum > u)
 			break;
-		}
 	}
+	free(in);
 out:
 	free(c);
 	free(pr);
