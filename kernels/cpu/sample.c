@@ -17,18 +17,19 @@ struct cand {
 	int32_t id;
 };
 
+static int cand_id_cmp(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Descending logit, ties by lower id. */
 static int cand_cmp(const void *a, const void *b)
 {
 	const struct cand *x = a, *y = b;
 	if (x->x != y->x)
 		return x->x > y->x ? -1 : 1;
-	return x->id < y->id ? -1 : x->id > y->id;
-}
-
-static int cand_id_cmp(const void *a, const void *b)
-{
-	const struct cand *x = a, *y = b;
-	return x->id < y->id ? -1 : x->id > y->id;
+	return cand_id_cmp(a, b);
 }
 
 struct sample_ctx {

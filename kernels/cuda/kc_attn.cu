@@ -1261,8 +1261,7 @@ extern "C" int kc_op_attention_paged(kk_backend *be, kk_stream *st, const kk_pag
 				     kk_buffer *out, const kk_buffer *q, const kk_buffer *k_cache,
 				     const kk_buffer *v_cache)
 {
-	if (d->total_q == 0)
-		return 0;
+	/* kk_attention_paged returns before here when total_q is 0. */
 	return KC_DISPATCH(kc_dt(q->dtype), kc_paged_d, be, st, d, out->ptr, q->ptr, k_cache->ptr,
 			   v_cache->ptr);
 }
