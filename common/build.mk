@@ -2,7 +2,7 @@
 # http.c needs -lmicrohttpd -ljansson, json.c -ljansson, metrics.c only
 # libm/pthread: programs that use them add KILN_HTTP_LDLIBS (a static
 # library pulls in only the objects a program references).
-COMMON_SRCS := common/log.c common/parse.c common/strbuf.c common/hostlist.c \
+COMMON_SRCS := common/log.c common/parse.c common/strbuf.c common/hostlist.c common/prog.c \
 	common/http.c common/json.c common/metrics.c
 KILN_HTTP_LDLIBS := -lmicrohttpd -ljansson
 $(eval $(call kiln_lib,common,$(COMMON_SRCS)))

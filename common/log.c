@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kiln/log.h"
@@ -58,6 +59,19 @@ int log_level_from_string(const char *s, int *ret)
 	return -EINVAL;
 }
 
+/* systemd sets $JOURNAL_STREAM to "DEV:INO" of the stream it connected
+ * stdout/stderr to; a child whose stderr was redirected inherits the
+ * variable, so it counts only when it names our stderr (sd-daemon(3)). */
+static bool stderr_is_journal(void)
+{
+	const char *e = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+	if (!e || sscanf(e, "%llu:%llu", &dev, &ino) != 2 || fstat(STDERR_FILENO, &st) < 0)
+		return false;
+	return (unsigned long long) st.st_dev == dev && (unsigned long long) st.st_ino == ino;
+}
+
 static bool prefix_wanted(void)
 {
 	if (use_prefix < 0) {
@@ -65,7 +79,7 @@ static bool prefix_wanted(void)
 		if (e && (streq(e, "1") || streq(e, "0")))
 			use_prefix = streq(e, "1");
 		else
-			use_prefix = getenv("JOURNAL_STREAM") || !isatty(STDERR_FILENO);
+			use_prefix = stderr_is_journal();
 	}
 	return use_prefix;
 }

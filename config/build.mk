@@ -1,6 +1,6 @@
 # config/: libkiln-config (parse + validate + render the cluster file) and the
 # `kiln` admin CLI.
-CONFIG_SRCS := config/schema.c config/config.c config/render.c
+CONFIG_SRCS := config/schema.c config/config.c config/render.c config/program.c
 $(eval $(call kiln_lib,config,$(CONFIG_SRCS)))
 $(eval $(call kiln_bin,kiln,config/kiln.c config/kiln-model.c config/kiln-tokenize.c,config ktok kmodel kmf kk common,-lconfig -ljansson))
 
@@ -10,7 +10,7 @@ $(eval $(call kiln_bin,kiln,config/kiln.c config/kiln-model.c config/kiln-tokeni
 # suite (make test-full) SKIPs otherwise.
 KILN_CLANG ?= $(shell command -v clang-14 || command -v clang)
 FUZZ_CONFIG := $(B)/tests/fuzz-config
-FUZZ_CONFIG_SRCS := tests/fuzz/fuzz-config.c $(CONFIG_SRCS) common/parse.c common/strbuf.c common/hostlist.c
+FUZZ_CONFIG_SRCS := tests/fuzz/fuzz-config.c $(CONFIG_SRCS) common/parse.c common/strbuf.c common/hostlist.c common/log.c
 ifneq ($(KILN_CLANG),)
 EXTRA_ALL += $(FUZZ_CONFIG)
 endif

@@ -1,9 +1,10 @@
 /* kiln/log.h — logging for kiln programs.
  *
- * Programs log to stderr.  When stderr is not a terminal (journald, a pipe,
- * a test), every line starts with the sd-daemon priority prefix ("<3>" for
- * errors ...) so the journal records its level; on a terminal lines read
- * "PROG: error: message".  KILN_LOG_PREFIX=1/0 forces prefixes on/off.
+ * Programs log to stderr.  When stderr is the journal ($JOURNAL_STREAM names
+ * it, as systemd sets it for a service), every line starts with the
+ * sd-daemon priority prefix ("<3>" for errors ...) so the journal records
+ * its level; on a terminal, a pipe or a file lines read "PROG: error:
+ * message".  KILN_LOG_PREFIX=1/0 forces prefixes on/off.
  *
  * Library code (common/, config/, kernels/) never logs above debug; it
  * returns -errno and lets the program report.  log_*_errno() return

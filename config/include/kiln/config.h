@@ -300,6 +300,25 @@ int kiln_cfg_load_string(const char *text, const char *name, kiln_cfg **ret, kil
 /* $KILN_CONFIG or KILN_CFG_DEFAULT_PATH, for programs without -c. */
 const char *kiln_cfg_default_path(void);
 
+/* The one cluster-file lookup of every kiln program (config/program.c, the
+ * program edge: it prints).  The file is `path` (-c) if given, else
+ * $KILN_CONFIG, else KILN_CFG_DEFAULT_PATH.  On errors in the file every one
+ * is printed to stderr (FILE:LINE: setting: message; hint), followed, unless
+ * KILN_CFG_OPEN_NO_HINT, by "FILE has errors (listed above); fix them and
+ * check with 'kiln check -c FILE'."; a file that cannot be read gets one
+ * error line saying what to do.
+ * KILN_CFG_OPEN_OPTIONAL: no -c and no $KILN_CONFIG and nothing at the
+ * default path is not an error: returns 0 with *ret = NULL (the caller says
+ * what it does without a file).
+ * Returns 0; -EINVAL for a missing, too large or invalid file (printed:
+ * exit KILN_EXIT_USAGE); another -errno when it cannot be read (logged: exit
+ * KILN_EXIT_FAILURE); kiln_exit_for_config() in kiln/prog.h maps these. */
+enum {
+	KILN_CFG_OPEN_OPTIONAL = 1 << 0,
+	KILN_CFG_OPEN_NO_HINT = 1 << 1, /* kiln check: the error lines are the whole output */
+};
+int kiln_cfg_open(const char *path, unsigned flags, kiln_cfg **ret);
+
 void kiln_cfg_free(kiln_cfg *cfg);
 DEFINE_TRIVIAL_CLEANUP_FUNC(kiln_cfg *, kiln_cfg_free)
 

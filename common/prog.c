@@ -1,0 +1,230 @@
+/* prog.c — the program skeleton of kiln/prog.h: getopt tables, --help and
+ * --dump-options built from one option table, the shared options, verbs,
+ * and "which node am I".
+ *
+ * getopt_long() wants a short-option string and a struct option array; both
+ * are derived here from the kiln_option table on the first call, so a
+ * program lists each option exactly once. */
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kiln/log.h"
+#include "kiln/prog.h"
+
+#ifndef KILN_VERSION
+#define KILN_VERSION "unknown"
+#endif
+
+/* More options than any kiln program has (kiln-inferd: ~30). */
+#define KILN_OPTIONS_MAX 96
+
+static bool is_short(int key)
+{
+	return key > 0 && key < 0x80 && isalnum(key);
+}
+
+static size_t count_options(const kiln_option *o)
+{
+	size_t n = 0;
+	while (o && o[n].name)
+		n++;
+	return n;
+}
+
+int kiln_getopt(const kiln_prog *p, int argc, char **argv)
+{
+	/* One program parses one table at a time; a verb's table replaces the
+	 * global one when the verb starts parsing (optind is reset then). */
+	static const kiln_prog *built;
+	static struct option longopts[KILN_OPTIONS_MAX + 1];
+	static char shortopts[2 + 3 * KILN_OPTIONS_MAX + 1];
+
+	if (built != p) {
+		size_t n = count_options(p->options), k = 0;
+		if (n > KILN_OPTIONS_MAX)
+			n = KILN_OPTIONS_MAX;
+		/* '+': stop at the first non-option when a command line or a
+		 * verb follows; ':' is not used: getopt prints its own message. */
+		if (p->stop_at_positional || p->n_verbs > 0)
+			shortopts[k++] = '+';
+		for (size_t i = 0; i < n; i++) {
+			const kiln_option *o = &p->options[i];
+			longopts[i] = (struct option){ o->name,
+						       o->arg ? required_argument : no_argument,
+						       NULL, o->key };
+			if (is_short(o->key)) {
+				shortopts[k++] = (char) o->key;
+				if (o->arg)
+					shortopts[k++] = ':';
+			}
+		}
+		longopts[n] = (struct option){};
+		shortopts[k] = 0;
+		built = p;
+	}
+	return getopt_long(argc, argv, shortopts, longopts, NULL);
+}
+
+void kiln_prog_init(const kiln_prog *p)
+{
+	/* "kiln render" logs as "kiln" */
+	static char name[64];
+	snprintf(name, sizeof(name), "%.*s", (int) strcspn(p->name, " "), p->name);
+	log_set_program(name);
+}
+
+static void print_wrapped_help(const char *help, int indent)
+{
+	for (const char *s = help; *s;) {
+		size_t n = strcspn(s, "\n");
+		printf("%.*s\n", (int) n, s);
+		s += n;
+		if (*s == '\n') {
+			s++;
+			printf("%*s", indent, "");
+		}
+	}
+}
+
+void kiln_prog_help(const kiln_prog *p)
+{
+	printf("%s — %s\n\nUsage:\n", p->name, p->summary);
+	for (const char *s = p->usage; s && *s;) {
+		size_t n = strcspn(s, "\n");
+		printf("  %.*s\n", (int) n, s);
+		s += n + (s[n] == '\n');
+	}
+	if (p->n_verbs > 0) {
+		printf("\nCommands:\n");
+		for (size_t i = 0; i < p->n_verbs; i++)
+			printf("  %-18s %s\n", p->verbs[i].name, p->verbs[i].summary);
+	}
+	printf("\nOptions:\n");
+	for (const kiln_option *o = p->options; o && o->name; o++) {
+		if (!o->help)
+			continue;
+		char left[64];
+		int n;
+		if (is_short(o->key))
+			n = snprintf(left, sizeof(left), "  -%c, --%s", o->key, o->name);
+		else
+			n = snprintf(left, sizeof(left), "      --%s", o->name);
+		if (o->arg && n > 0 && (size_t) n < sizeof(left))
+			snprintf(left + n, sizeof(left) - (size_t) n, " %s", o->arg);
+		if (strlen(left) > 24)
+			printf("%s\n%24s", left, "");
+		else
+			printf("%-24s", left);
+		print_wrapped_help(o->help, 24);
+	}
+	if (p->n_verbs > 0)
+		printf("\nSee '%s COMMAND --help' for a command's own options.\n", p->name);
+	if (p->epilog)
+		printf("\n%s", p->epilog);
+}
+
+/* One line per option, one per verb, tab-separated, for
+ * mk/gen-completion.sh and tests/common/test-cli-options.sh:
+ *   option	--LONG	-S|""	ARG|""	COMPLETE|""
+ *   verb	NAME	SUMMARY
+ * (verbs' own options follow as "VERB option ..." lines). */
+static void dump_options(const kiln_prog *p, const char *prefix)
+{
+	for (const kiln_option *o = p->options; o && o->name; o++) {
+		if (o->key == KILN_OPT_DUMP_OPTIONS)
+			continue;
+		char s[3] = "";
+		if (is_short(o->key))
+			snprintf(s, sizeof(s), "-%c", o->key);
+		printf("%s%soption\t--%s\t%s\t%s\t%s\n", prefix, *prefix ? "\t" : "", o->name, s,
+		       o->arg ?: "", o->complete ?: "");
+	}
+	for (size_t i = 0; i < p->n_verbs; i++) {
+		printf("verb\t%s\t%s\n", p->verbs[i].name, p->verbs[i].summary);
+		if (p->verbs[i].prog)
+			dump_options(p->verbs[i].prog, p->verbs[i].name);
+	}
+}
+
+int kiln_usage_error(const kiln_prog *p, const char *format, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, format);
+	vsnprintf(msg, sizeof(msg), format, ap);
+	va_end(ap);
+	log_error("%s Try '%s --help'.", msg, p->name);
+	return -EINVAL;
+}
+
+int kiln_prog_option(const kiln_prog *p, int key)
+{
+	switch (key) {
+	case 'v':
+		log_adjust_level(+1);
+		return 1;
+	case 'q':
+		log_adjust_level(-1);
+		return 1;
+	case 'h':
+		kiln_prog_help(p);
+		return 0;
+	case KILN_OPT_VERSION:
+		printf("%.*s %s\n", (int) strcspn(p->name, " "), p->name, KILN_VERSION);
+		return 0;
+	case KILN_OPT_DUMP_OPTIONS:
+		dump_options(p, "");
+		return 0;
+	default:
+		/* '?': getopt_long has said what was wrong. */
+		log_error("Try '%s --help'.", p->name);
+		return -EINVAL;
+	}
+}
+
+int kiln_verb_dispatch(const kiln_prog *p, int argc, char **argv)
+{
+	if (argc < 1) {
+		log_error("No command given. Commands:");
+	} else {
+		for (size_t i = 0; i < p->n_verbs; i++)
+			if (streq(argv[0], p->verbs[i].name)) {
+				optind = 0; /* the verb parses from its argv[1] */
+				return p->verbs[i].run(argc, argv);
+			}
+		log_error("Unknown command '%s'. Commands:", argv[0]);
+	}
+	for (size_t i = 0; i < p->n_verbs; i++)
+		fprintf(stderr, "  %-18s %s\n", p->verbs[i].name, p->verbs[i].summary);
+	fprintf(stderr, "See '%s --help'.\n", p->name);
+	return KILN_EXIT_USAGE;
+}
+
+int kiln_node_name(const char *arg, char *buf, size_t len, const char **source)
+{
+	const char *src, *name = NULL;
+	char host[256];
+	assert_return(buf && len > 0, -EINVAL);
+	if (arg && *arg) {
+		name = arg;
+		src = "--node";
+	} else if ((name = getenv("SLURMD_NODENAME")) && *name) {
+		src = "$SLURMD_NODENAME";
+	} else {
+		if (gethostname(host, sizeof(host)) < 0 || !*host)
+			snprintf(host, sizeof(host), "localhost");
+		host[sizeof(host) - 1] = 0;
+		name = host;
+		src = "hostname";
+	}
+	if (source)
+		*source = src;
+	if (strlen(name) >= len)
+		return -ENAMETOOLONG;
+	memcpy(buf, name, strlen(name) + 1);
+	return 0;
+}
