@@ -11,7 +11,8 @@
  *           KILN_OPTIONS_COMMON,
  *           {}
  *   };
- *   static const kiln_prog prog = { "kiln-x", "does x", "kiln-x [OPTIONS]", options };
+ *   static const kiln_prog prog = { .name = "kiln-x", .summary = "does x",
+ *                                   .usage = "kiln-x [OPTIONS]", .options = options };
  *
  *   static int parse_argv(int argc, char **argv)
  *   {
@@ -79,22 +80,30 @@ typedef struct kiln_option {
 				 words; NULL: free text */
 } kiln_option;
 
-#define KILN_OPTION_CONFIG                                                           \
-	{ "config", 'c', "FILE", "cluster file (default $KILN_CONFIG or /etc/kiln/cluster.cfg)", \
-	  "file" }
-#define KILN_OPTION_NODE                                                                  \
-	{ "node", KILN_OPT_NODE, "NAME",                                                    \
-	  "which node of the cluster file this is (default $SLURMD_NODENAME, then the hostname)", \
-	  "node" }
-#define KILN_OPTION_JSON { "json", KILN_OPT_JSON, NULL, "print JSON instead of text", NULL }
+#define KILN_OPTION_CONFIG                                                                     \
+	{                                                                                      \
+		"config", 'c', "FILE",                                                         \
+			"cluster file (default $KILN_CONFIG or /etc/kiln/cluster.cfg)", "file" \
+	}
+#define KILN_OPTION_NODE                                                                          \
+	{                                                                                         \
+		"node", KILN_OPT_NODE, "NAME",                                                    \
+			"which node of the cluster file this is (default $SLURMD_NODENAME, then " \
+			"the hostname)",                                                          \
+			"node"                                                                    \
+	}
+#define KILN_OPTION_JSON                                                        \
+	{                                                                       \
+		"json", KILN_OPT_JSON, NULL, "print JSON instead of text", NULL \
+	}
 /* -v, -q, -h, --version (and the hidden --dump-options); last in every table. */
-#define KILN_OPTIONS_COMMON                                                            \
-	{ "verbose", 'v', NULL, "more log output (repeat for debug)", NULL },           \
-		{ "quiet", 'q', NULL, "less output", NULL },                            \
-		{ "help", 'h', NULL, "show this help", NULL },                          \
-		{ "version", KILN_OPT_VERSION, NULL, "print the version", NULL },       \
-	{                                                                              \
-		"dump-options", KILN_OPT_DUMP_OPTIONS, NULL, NULL, NULL                \
+#define KILN_OPTIONS_COMMON                                                       \
+	{ "verbose", 'v', NULL, "more log output (repeat for debug)", NULL },     \
+		{ "quiet", 'q', NULL, "less output", NULL },                      \
+		{ "help", 'h', NULL, "show this help", NULL },                    \
+		{ "version", KILN_OPT_VERSION, NULL, "print the version", NULL }, \
+	{                                                                         \
+		"dump-options", KILN_OPT_DUMP_OPTIONS, NULL, NULL, NULL           \
 	}
 
 /* A command with verbs (kiln check|show|render ...): each verb parses its
@@ -163,12 +172,14 @@ int kiln_node_name(const char *arg, char *buf, size_t len, const char **source);
  * verb, KILN_EXIT_USAGE. */
 int kiln_verb_dispatch(const kiln_prog *p, int argc, char **argv);
 
-#define KILN_DEFINE_MAIN(prog, parse, run)                                        \
-	int main(int argc, char **argv)                                           \
-	{                                                                         \
-		kiln_prog_init(&(prog));                                          \
-		int _r = parse(argc, argv);                                       \
-		if (_r <= 0)                                                      \
-			return _r < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;           \
-		return kiln_prog_exit(run(argc, argv));                           \
+/* main() for a program; KILN_DEFINE_MAIN_AS names the function (tests). */
+#define KILN_DEFINE_MAIN_AS(fn, prog, parse, run)                       \
+	int fn(int argc, char **argv)                                   \
+	{                                                               \
+		kiln_prog_init(&(prog));                                \
+		int _r = parse(argc, argv);                             \
+		if (_r <= 0)                                            \
+			return _r < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK; \
+		return kiln_prog_exit(run(argc, argv));                 \
 	}
+#define KILN_DEFINE_MAIN(prog, parse, run) KILN_DEFINE_MAIN_AS(main, prog, parse, run)

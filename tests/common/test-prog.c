@@ -1,0 +1,327 @@
+/* test-prog.c — the program skeleton (kiln/prog.h): option tables to getopt,
+ * --help and --dump-options output, the shared options and their exit
+ * meanings, verbs, "which node am I", and the journal test of log.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kiln/log.h"
+#include "kiln/prog.h"
+
+enum { OPT_LONGONLY = KILN_OPT_FIRST };
+
+static const kiln_option options[] = {
+	KILN_OPTION_CONFIG,
+	KILN_OPTION_NODE,
+	{ "port", 'p', "PORT", "TCP port", NULL },
+	{ "long-only", OPT_LONGONLY, NULL, "a long option\nwith a second line", NULL },
+	{ "secret", 's', NULL, NULL, NULL }, /* hidden from --help */
+	KILN_OPTION_JSON,
+	KILN_OPTIONS_COMMON,
+	{}
+};
+static const kiln_prog prog = { .name = "kiln-test",
+				.summary = "tests the skeleton",
+				.usage = "kiln-test [OPTIONS] ARG\nkiln-test --json",
+				.options = options,
+				.epilog = "Exit status: 0 ok.\n" };
+
+/* Runs fn(argc, argv) in a child with stdout and stderr captured in out;
+ * returns its exit status. */
+static int run_child(int (*fn)(int, char **), int argc, char **argv, char *out, size_t len)
+{
+	char path[] = "/tmp/test-prog-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	unlink(path);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(fd, STDOUT_FILENO);
+		dup2(fd, STDERR_FILENO);
+		setenv("KILN_LOG_PREFIX", "0", 1);
+		int r = fn(argc, argv);
+		fflush(NULL);
+		_exit(r);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	ssize_t n = pread(fd, out, len - 1, 0);
+	out[n > 0 ? n : 0] = 0;
+	close(fd);
+	assert_true(WIFEXITED(st));
+	return WEXITSTATUS(st);
+}
+
+static const char *seen_config, *seen_port;
+static bool seen_json, seen_long;
+
+static int parse_argv(int argc, char **argv)
+{
+	int c;
+	optind = 0;
+	while ((c = kiln_getopt(&prog, argc, argv)) >= 0)
+		switch (c) {
+		case 'c':
+			seen_config = optarg;
+			break;
+		case 'p':
+			seen_port = optarg;
+			break;
+		case KILN_OPT_JSON:
+			seen_json = true;
+			break;
+		case OPT_LONGONLY:
+			seen_long = true;
+			break;
+		case KILN_OPT_NODE:
+		case 's':
+			break;
+		default: {
+			int r = kiln_prog_option(&prog, c);
+			if (r <= 0)
+				return r;
+		}
+		}
+	if (optind + 1 != argc)
+		return kiln_usage_error(&prog, "Expected one argument.");
+	return 1;
+}
+
+static int run(int argc, char **argv)
+{
+	printf("ran %s\n", argv[argc - 1]);
+	return 7;
+}
+
+static KILN_DEFINE_MAIN_AS(test_main, prog, parse_argv, run)
+
+static void test_parse(void **state)
+{
+	char *argv[] = { "kiln-test", "-c", "x.cfg", "--port=81", "--json", "--long-only", "arg",
+			 NULL };
+	assert_int_equal(parse_argv(7, argv), 1);
+	assert_string_equal(seen_config, "x.cfg");
+	assert_string_equal(seen_port, "81");
+	assert_true(seen_json && seen_long);
+}
+
+static void test_exit_codes(void **state)
+{
+	char out[8192];
+	char *ok[] = { "kiln-test", "-v", "-q", "a", NULL };
+	assert_int_equal(run_child(test_main, 4, ok, out, sizeof(out)), 7);
+	assert_string_equal(out, "ran a\n");
+
+	char *help[] = { "kiln-test", "--help", NULL };
+	assert_int_equal(run_child(test_main, 2, help, out, sizeof(out)), KILN_EXIT_OK);
+	assert_non_null(strstr(out, "kiln-test — tests the skeleton\n\nUsage:\n  kiln-test [OPTIONS] "
+				    "ARG\n  kiln-test --json\n"));
+	assert_non_null(strstr(out, "  -p, --port PORT       TCP port\n"));
+	assert_non_null(strstr(out, "      --long-only       a long option\n"
+				    "                        with a second line\n"));
+	assert_non_null(strstr(out, "  -c, --config FILE     cluster file"));
+	assert_null(strstr(out, "secret"));
+	assert_null(strstr(out, "dump-options"));
+	assert_non_null(strstr(out, "\nExit status: 0 ok.\n"));
+
+	char *version[] = { "kiln-test", "--version", NULL };
+	assert_int_equal(run_child(test_main, 2, version, out, sizeof(out)), KILN_EXIT_OK);
+	assert_string_equal(out, "kiln-test " KILN_VERSION "\n");
+
+	char *bad[] = { "kiln-test", "--nope", "a", NULL };
+	assert_int_equal(run_child(test_main, 3, bad, out, sizeof(out)), KILN_EXIT_USAGE);
+	assert_non_null(strstr(out, "unrecognized option '--nope'"));
+	assert_non_null(strstr(out, "Try 'kiln-test --help'."));
+
+	char *missing[] = { "kiln-test", "a", "-p", NULL };
+	assert_int_equal(run_child(test_main, 3, missing, out, sizeof(out)), KILN_EXIT_USAGE);
+	assert_non_null(strstr(out, "requires an argument"));
+
+	char *extra[] = { "kiln-test", "a", "b", NULL };
+	assert_int_equal(run_child(test_main, 3, extra, out, sizeof(out)), KILN_EXIT_USAGE);
+	assert_non_null(strstr(out, "kiln-test: error: Expected one argument. Try 'kiln-test --help'."));
+}
+
+static void test_dump_options(void **state)
+{
+	char out[8192];
+	char *dump[] = { "kiln-test", "--dump-options", NULL };
+	assert_int_equal(run_child(test_main, 2, dump, out, sizeof(out)), KILN_EXIT_OK);
+	assert_non_null(strstr(out, "option\t--config\t-c\tFILE\tfile\n"));
+	assert_non_null(strstr(out, "option\t--node\t\tNAME\tnode\n"));
+	assert_non_null(strstr(out, "option\t--port\t-p\tPORT\t\n"));
+	assert_non_null(strstr(out, "option\t--secret\t-s\t\t\n")); /* hidden, still completed */
+	assert_non_null(strstr(out, "option\t--version\t\t\t\n"));
+	assert_null(strstr(out, "dump-options"));
+}
+
+/* ---- verbs ----------------------------------------------------------- */
+
+static const kiln_option verb_options[] = { { "output", 'o', "PATH", "where", "file" },
+					    KILN_OPTIONS_COMMON,
+					    {} };
+static const kiln_prog verb_prog = { .name = "kiln-test render",
+				     .summary = "renders",
+				     .usage = "kiln-test render [-o PATH]",
+				     .options = verb_options };
+
+static int verb_run(int argc, char **argv)
+{
+	int c;
+	const char *o = "-";
+	while ((c = kiln_getopt(&verb_prog, argc, argv)) >= 0)
+		switch (c) {
+		case 'o':
+			o = optarg;
+			break;
+		default: {
+			int r = kiln_prog_option(&verb_prog, c);
+			if (r <= 0)
+				return r < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;
+		}
+		}
+	printf("render to %s, %d left\n", o, argc - optind);
+	return 0;
+}
+
+static const kiln_verb verbs[] = {
+	{ "render", "renders files", verb_run, &verb_prog },
+	{ "check", "checks", verb_run, NULL },
+};
+static const kiln_option top_options[] = { KILN_OPTION_CONFIG, KILN_OPTIONS_COMMON, {} };
+static const kiln_prog top = { .name = "kiln-test",
+			       .summary = "has verbs",
+			       .usage = "kiln-test [OPTIONS] COMMAND ...",
+			       .options = top_options,
+			       .verbs = verbs,
+			       .n_verbs = ARRAY_SIZE(verbs) };
+
+static int top_main(int argc, char **argv)
+{
+	int c;
+	optind = 0;
+	while ((c = kiln_getopt(&top, argc, argv)) >= 0)
+		if (c != 'c') {
+			int r = kiln_prog_option(&top, c);
+			if (r <= 0)
+				return r < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;
+		}
+	return kiln_verb_dispatch(&top, argc - optind, argv + optind);
+}
+
+static void test_verbs(void **state)
+{
+	char out[8192];
+	char *r1[] = { "kiln-test", "-c", "f", "render", "-o", "x", "y", NULL };
+	assert_int_equal(run_child(top_main, 7, r1, out, sizeof(out)), 0);
+	assert_string_equal(out, "render to x, 1 left\n");
+
+	char *r2[] = { "kiln-test", "render", "--help", NULL };
+	assert_int_equal(run_child(top_main, 3, r2, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "kiln-test render — renders\n"));
+	assert_non_null(strstr(out, "-o, --output PATH"));
+
+	char *r3[] = { "kiln-test", "frob", NULL };
+	assert_int_equal(run_child(top_main, 2, r3, out, sizeof(out)), KILN_EXIT_USAGE);
+	assert_non_null(strstr(out, "Unknown command 'frob'. Commands:"));
+	assert_non_null(strstr(out, "  render "));
+	assert_non_null(strstr(out, "  check "));
+
+	char *r4[] = { "kiln-test", NULL };
+	assert_int_equal(run_child(top_main, 1, r4, out, sizeof(out)), KILN_EXIT_USAGE);
+	assert_non_null(strstr(out, "No command given."));
+
+	char *r5[] = { "kiln-test", "--help", NULL };
+	assert_int_equal(run_child(top_main, 2, r5, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "Commands:\n  render             renders files\n"));
+	assert_non_null(strstr(out, "See 'kiln-test COMMAND --help'"));
+
+	char *r6[] = { "kiln-test", "--dump-options", NULL };
+	assert_int_equal(run_child(top_main, 2, r6, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "verb\trender\trenders files\n"));
+	assert_non_null(strstr(out, "render\toption\t--output\t-o\tPATH\tfile\n"));
+	assert_non_null(strstr(out, "verb\tcheck\tchecks\n"));
+}
+
+static void test_node_name(void **state)
+{
+	char buf[64], host[256];
+	const char *src;
+	unsetenv("SLURMD_NODENAME");
+	assert_int_equal(kiln_node_name("n1", buf, sizeof(buf), &src), 0);
+	assert_string_equal(buf, "n1");
+	assert_string_equal(src, "--node");
+	setenv("SLURMD_NODENAME", "node07", 1);
+	assert_int_equal(kiln_node_name(NULL, buf, sizeof(buf), &src), 0);
+	assert_string_equal(buf, "node07");
+	assert_string_equal(src, "$SLURMD_NODENAME");
+	assert_int_equal(kiln_node_name("n1", buf, sizeof(buf), NULL), 0);
+	assert_string_equal(buf, "n1"); /* --node wins */
+	setenv("SLURMD_NODENAME", "", 1);
+	assert_int_equal(kiln_node_name(NULL, buf, sizeof(buf), &src), 0);
+	assert_int_equal(gethostname(host, sizeof(host)), 0);
+	assert_string_equal(buf, host);
+	assert_string_equal(src, "hostname");
+	assert_int_equal(kiln_node_name("a-very-long-name", buf, 4, NULL), -ENAMETOOLONG);
+	unsetenv("SLURMD_NODENAME");
+}
+
+static int log_one(int argc, char **argv)
+{
+	log_set_program("kiln-test");
+	log_error("boom");
+	return 0;
+}
+
+static int log_journal(int argc, char **argv)
+{
+	struct stat st;
+	char js[64];
+	if (fstat(STDERR_FILENO, &st) < 0)
+		return 99;
+	snprintf(js, sizeof(js), "%llu:%llu", (unsigned long long) st.st_dev,
+		 (unsigned long long) st.st_ino);
+	setenv("JOURNAL_STREAM", js, 1);
+	unsetenv("KILN_LOG_PREFIX");
+	return log_one(argc, argv);
+}
+
+/* sd-daemon prefixes only when $JOURNAL_STREAM names stderr itself. */
+static void test_journal_prefix(void **state)
+{
+	char out[512];
+	char *argv[] = { "x", NULL };
+
+	unsetenv("JOURNAL_STREAM");
+	assert_int_equal(run_child(log_one, 1, argv, out, sizeof(out)), 0);
+	assert_string_equal(out, "kiln-test: error: boom\n");
+	/* a pipe or file that inherited another stream's $JOURNAL_STREAM */
+	setenv("JOURNAL_STREAM", "1:2", 1);
+	assert_int_equal(run_child(log_one, 1, argv, out, sizeof(out)), 0);
+	assert_string_equal(out, "kiln-test: error: boom\n");
+	unsetenv("JOURNAL_STREAM");
+	/* stderr is the stream $JOURNAL_STREAM names: the journal */
+	assert_int_equal(run_child(log_journal, 1, argv, out, sizeof(out)), 0);
+	assert_string_equal(out, "<3>boom\n");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_parse),	     cmocka_unit_test(test_exit_codes),
+		cmocka_unit_test(test_dump_options), cmocka_unit_test(test_verbs),
+		cmocka_unit_test(test_node_name),    cmocka_unit_test(test_journal_prefix),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
