@@ -411,10 +411,14 @@ __global__ void __launch_bounds__(KC_AW * 32)
 		for (int t = 0; t < KK_KV_BLOCK_SIZE; t++) {
 			float p = expf(s[t] - mn);
 			l += p;
+			/* Slots past the context hold what earlier requests left
+			 * (the cache is never cleared): p is 0 there but 0 x NaN
+			 * is NaN, so V itself is masked. */
+			bool valid = pg * KK_KV_BLOCK_SIZE + t < len;
 			size_t off = ((blk * KK_KV_BLOCK_SIZE + t) * hkv + hk) * D + lane * E;
 #pragma unroll
 			for (int e = 0; e < E; e++)
-				acc[e] += p * kc_ld(vcache, off + e);
+				acc[e] += valid ? p * kc_ld(vcache, off + e) : 0.0f;
 		}
 		m = mn;
 	}
@@ -791,6 +795,10 @@ __global__ void __launch_bounds__(KC_AW * 32)
 			size_t off = base + (size_t) (i * TPL + ts) * tstride;
 			kr[i] = *(const kc_u4 *) (kcache + off);
 			vr[i] = *(const kc_u4 *) (vcache + off);
+			/* Past the context: stale cache contents, maybe NaN;
+			 * p = 0 does not cancel NaN (0 x NaN = NaN), so zero V. */
+			if (t0 + i * TPL + ts >= len)
+				vr[i] = kc_u4{};
 		}
 		float s[NL][GM];
 #pragma unroll

@@ -664,6 +664,32 @@ static void paged_check(const char *what, kk_dtype dt, int H, int Hkv, int D, co
 	}
 	for (int i = 0; i < PG_NS * PG_MBPS; i++)
 		bt[i] = perm[i];
+	/* The KV cache is never cleared and freed pages are reused: the slots
+	 * of each last page past the context hold whatever an earlier request
+	 * left, inf and NaN included.  Attention must not read them into the
+	 * result (0 x NaN = NaN): poison them, K and V. */
+	{
+		float nan_f32[16 * KK_ATTN_HEAD_DIM_LARGE * 8];
+		void *nan_raw = hmalloc(kk_dtype_size(dt, ARRAY_SIZE(nan_f32)));
+		for (size_t i = 0; i < ARRAY_SIZE(nan_f32); i++)
+			nan_f32[i] = NAN;
+		assert_int_equal(kk_convert_host(dt, nan_raw, KK_F32, nan_f32, ARRAY_SIZE(nan_f32)),
+				 0);
+		for (int s = 0; s < PG_NS; s++) {
+			int used = lens[s] % 16;
+			if (lens[s] < 1 || used == 0)
+				continue; /* the last page is full */
+			size_t page = (size_t) bt[s * PG_MBPS + (lens[s] - 1) / 16];
+			size_t first = (page * 16 + (size_t) used) * Hkv * D,
+			       count = (size_t) (16 - used) * Hkv * D;
+			assert_true(count <= ARRAY_SIZE(nan_f32));
+			for (int kv = 0; kv < 2; kv++)
+				assert_int_equal(kk_buffer_upload(be, NULL, kv ? vc : kc,
+								  kk_dtype_size(dt, first), nan_raw,
+								  kk_dtype_size(dt, count)),
+						 0);
+		}
+	}
 	kk_paged_desc d = { .n_heads = H,
 			    .n_kv_heads = Hkv,
 			    .head_dim = D,

@@ -152,7 +152,11 @@ cudaError_t cudaMalloc(void **p, size_t n)
 	*p = malloc(n);
 	if (!*p)
 		return cudaErrorMemoryAllocation;
-	memset(*p, 0xa5, n); /* like a GPU, memory starts as garbage */
+	/* Like a GPU, memory starts as garbage, and the worst kind: all-ones
+	 * bytes are NaN in f32, bf16 and f16 (and -1 in int32), so a kernel
+	 * that reads memory nobody wrote, or multiplies a masked-out value by
+	 * 0, poisons its result instead of passing on finite garbage. */
+	memset(*p, 0xff, n);
 	return cudaSuccess;
 }
 cudaError_t cudaFree(void *p)
