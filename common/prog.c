@@ -53,9 +53,9 @@ int kiln_getopt(const kiln_prog *p, int argc, char **argv)
 			shortopts[k++] = '+';
 		for (size_t i = 0; i < n; i++) {
 			const kiln_option *o = &p->options[i];
-			longopts[i] = (struct option){ o->name,
-						       o->arg ? required_argument : no_argument,
-						       NULL, o->key };
+			longopts[i] =
+				(struct option){ o->name, o->arg ? required_argument : no_argument,
+						 NULL, o->key };
 			if (is_short(o->key)) {
 				shortopts[k++] = (char) o->key;
 				if (o->arg)

@@ -33,7 +33,8 @@ int kiln_cfg_open(const char *path, unsigned flags, kiln_cfg **ret)
 		return -EINVAL;
 	}
 	if (r == -ENOENT) {
-		log_error("Cluster file '%s' does not exist; pass -c FILE or set $" KILN_CFG_ENV ".",
+		log_error("Cluster file '%s' does not exist; pass -c FILE or set $" KILN_CFG_ENV
+			  ".",
 			  path);
 		return -EINVAL;
 	}
