@@ -81,6 +81,7 @@ static const kiln_prog check_prog = {
 	.summary = "validate the cluster file",
 	.usage = "kiln [-c FILE] check [--json]",
 	.options = check_options,
+	.args_complete = "", /* no arguments */
 	.epilog = "Every error is printed to standard error as FILE:LINE: setting.path: message; hint\n"
 		  "(with --json: {\"ok\": false, \"errors\": [...]} on standard output).\n"
 		  "Exit status: 0 valid, 1 unreadable, 2 missing or invalid.\n",
