@@ -3,3 +3,5 @@ $(eval $(call kiln_test,test-common,tests/common/test-common.c,common,))
 $(eval $(call kiln_test,test-http,tests/common/test-http.c,common,$$(KILN_HTTP_LDLIBS)))
 $(eval $(call kiln_test,test-json,tests/common/test-json.c,common,-ljansson))
 $(eval $(call kiln_test,test-metrics,tests/common/test-metrics.c,common,))
+# one meaning per short letter across the programs; the generated bash completion
+TEST_SCRIPTS += tests/common/test-cli-options.sh
