@@ -75,12 +75,7 @@ static int describe(const ktok *t, const char *path, bool json)
 				  chat >= 0 ? chat_name
 				  : tmpl    ? "unknown"
 					    : "none");
-		if (!o)
-			return -ENOMEM;
-		json_dumpf(o, stdout, JSON_INDENT(2));
-		putchar('\n');
-		json_decref(o);
-		return 0;
+		return kiln_cli_print_json(o, JSON_INDENT(2));
 	}
 	printf("file:          %s\n", path);
 	printf("model:         %s\n", model);
@@ -111,10 +106,7 @@ static int encode(const ktok *t, const char *text, size_t len, unsigned flags, b
 		json_object_set_new(o, "ids", ja);
 		json_object_set_new(o, "tokens", jt);
 		json_object_set_new(o, "count", json_integer((json_int_t) n));
-		json_dumpf(o, stdout, JSON_COMPACT);
-		putchar('\n');
-		json_decref(o);
-		return 0;
+		return kiln_cli_print_json(o, JSON_COMPACT);
 	}
 	for (size_t i = 0; i < n; i++) {
 		size_t l;
@@ -153,10 +145,9 @@ static int decode(const ktok *t, const char *list, unsigned flags, bool json)
 	if (r < 0)
 		return log_error_errno(r, "decoding failed: %m");
 	if (json) {
-		json_t *o = json_pack("{s:s%}", "text", text, len);
-		json_dumpf(o, stdout, JSON_COMPACT);
-		putchar('\n');
-		json_decref(o);
+		r = kiln_cli_print_json(json_pack("{s:s%}", "text", text, len), JSON_COMPACT);
+		if (r < 0)
+			return log_error_errno(r, "out of memory: %m");
 	} else {
 		fwrite(text, 1, len, stdout);
 		putchar('\n');
@@ -230,8 +221,9 @@ int kiln_tokenize_main(int argc, char **argv)
 		}
 	}
 	if (optind + 1 != argc || (!!text + !!ids + use_stdin) > 1) {
-		kiln_usage_error(&kiln_tokenize_prog,
-				 "Usage: kiln tokenize FILE [--text S | --stdin | --ids 1,2,3] [--json].");
+		kiln_usage_error(
+			&kiln_tokenize_prog,
+			"Usage: kiln tokenize FILE [--text S | --stdin | --ids 1,2,3] [--json].");
 		return KILN_EXIT_USAGE;
 	}
 	const char *path = argv[optind];
@@ -246,7 +238,8 @@ int kiln_tokenize_main(int argc, char **argv)
 	if (ids)
 		return decode(t, ids, dflags, json) < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;
 	if (text)
-		return encode(t, text, strlen(text), eflags, json) < 0 ? KILN_EXIT_FAILURE : KILN_EXIT_OK;
+		return encode(t, text, strlen(text), eflags, json) < 0 ? KILN_EXIT_FAILURE
+								       : KILN_EXIT_OK;
 	if (use_stdin) {
 		_cleanup_free_ char *buf = malloc(CLI_MAX_STDIN);
 		if (!buf)

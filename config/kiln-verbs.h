@@ -7,6 +7,8 @@
  * argv[0] = the verb, parses its own options and returns the exit status. */
 #pragma once
 
+#include <jansson.h>
+
 #include "kiln/prog.h"
 
 extern const kiln_prog kiln_model_prog; /* config/kiln-model.c */
@@ -14,3 +16,7 @@ int kiln_model_main(int argc, char **argv);
 
 extern const kiln_prog kiln_tokenize_prog; /* config/kiln-tokenize.c */
 int kiln_tokenize_main(int argc, char **argv);
+
+/* Prints o and a newline to stdout with json_dumpf() flags, and releases
+ * it (NULL, a failed json_pack(), is -ENOMEM).  Returns 0 or -ENOMEM. */
+int kiln_cli_print_json(json_t *o, size_t flags);

@@ -67,8 +67,9 @@ static const kiln_option show_options[] = {
 
 static const kiln_option render_options[] = {
 	KILN_OPTION_CONFIG,
-	{ "output", 'o', "PATH", "write PATH atomically instead of standard output\n"
-				 "(a directory for render all; \"-\": standard output)",
+	{ "output", 'o', "PATH",
+	  "write PATH atomically instead of standard output\n"
+	  "(a directory for render all; \"-\": standard output)",
 	  "file" },
 	{ "node", KILN_OPT_NODE, "NAME", "the node for render node-env (the head node works too)",
 	  "node" },
@@ -82,7 +83,8 @@ static const kiln_prog check_prog = {
 	.usage = "kiln [-c FILE] check [--json]",
 	.options = check_options,
 	.args_complete = "", /* no arguments */
-	.epilog = "Every error is printed to standard error as FILE:LINE: setting.path: message; hint\n"
+	.epilog = "Every error is printed to standard error as FILE:LINE: setting.path: message; "
+		  "hint\n"
 		  "(with --json: {\"ok\": false, \"errors\": [...]} on standard output).\n"
 		  "Exit status: 0 valid, 1 unreadable, 2 missing or invalid.\n",
 };
@@ -94,8 +96,9 @@ static const kiln_prog show_prog = {
 		 "kiln [-c FILE] show node NAME [--json]\n"
 		 "kiln show --defaults",
 	.options = show_options,
-	.epilog = "show nodes: a table of every node (name, group, address, MAC, GPUs, partitions).\n"
-		  "show node NAME: everything about one node, or the head node.\n",
+	.epilog =
+		"show nodes: a table of every node (name, group, address, MAC, GPUs, partitions).\n"
+		"show node NAME: everything about one node, or the head node.\n",
 	.args_complete = "nodes node|node",
 };
 
@@ -177,11 +180,19 @@ static int usage_error(const kiln_prog *p, const char *format, ...)
 	return KILN_EXIT_USAGE;
 }
 
-static void print_json(json_t *o)
+int kiln_cli_print_json(json_t *o, size_t flags)
 {
-	json_dumpf(o, stdout, JSON_INDENT(2));
-	putchar('\n');
+	if (!o)
+		return -ENOMEM;
+	json_dumpf(o, stdout, flags);
+	putchar('\n'); /* a failed write is caught by run()'s flush */
 	json_decref(o);
+	return 0;
+}
+
+static int print_json(json_t *o)
+{
+	return kiln_cli_print_json(o, JSON_INDENT(2));
 }
 
 /* ---- check -------------------------------------------------------------- */
@@ -197,20 +208,21 @@ static int check_json(void)
 	kiln_cfg_errors_init(&errs);
 	int r = kiln_cfg_load(path, &c, &errs);
 	if (r >= 0) {
-		print_json(json_pack("{s:s, s:b, s:I, s:I, s:I}", "file", c->path, "ok", 1, "nodes",
-				     (json_int_t) c->n_nodes, "groups", (json_int_t) c->n_groups,
-				     "partitions", (json_int_t) c->slurm.n_partitions));
-		return KILN_EXIT_OK;
+		r = print_json(json_pack("{s:s, s:b, s:I, s:I, s:I}", "file", c->path, "ok", 1,
+					 "nodes", (json_int_t) c->n_nodes, "groups",
+					 (json_int_t) c->n_groups, "partitions",
+					 (json_int_t) c->slurm.n_partitions));
+		return r < 0 ? log_error_errno(r, "Out of memory: %m") : KILN_EXIT_OK;
 	}
 	json_t *errors = json_array();
 	for (size_t i = 0; i < errs.n; i++) {
 		const kiln_cfg_error *e = &errs.v[i];
-		json_array_append_new(errors, json_pack("{s:s, s:i, s:s, s:s, s:s?}", "file", e->file,
-							"line", e->line, "path", e->path,
+		json_array_append_new(errors, json_pack("{s:s, s:i, s:s, s:s, s:s?}", "file",
+							e->file, "line", e->line, "path", e->path,
 							"message", e->message, "hint", e->hint));
 	}
-	int status = r == -EINVAL || r == -ENOENT || r == -EFBIG ? KILN_EXIT_USAGE
-								  : KILN_EXIT_FAILURE;
+	int status =
+		r == -EINVAL || r == -ENOENT || r == -EFBIG ? KILN_EXIT_USAGE : KILN_EXIT_FAILURE;
 	if (errs.n == 0) {
 		char msg[128];
 		if (r == -ENOENT)
@@ -220,17 +232,17 @@ static int check_json(void)
 				 KILN_CFG_FILE_MAX / (1024u * 1024u));
 		else
 			snprintf(msg, sizeof(msg), "cannot be read: %s", strerror(-r));
-		json_array_append_new(errors,
-				      json_pack("{s:s, s:i, s:s, s:s, s:s?}", "file", path, "line", 0,
-						"path", "", "message", msg, "hint",
-						r == -ENOENT ? "pass -c FILE or set $" KILN_CFG_ENV
-							     : NULL));
+		json_array_append_new(
+			errors,
+			json_pack("{s:s, s:i, s:s, s:s, s:s?}", "file", path, "line", 0, "path", "",
+				  "message", msg, "hint",
+				  r == -ENOENT ? "pass -c FILE or set $" KILN_CFG_ENV : NULL));
 	}
 	json_t *o = json_pack("{s:s, s:b, s:o}", "file", path, "ok", 0, "errors", errors);
-	if (errs.dropped > 0)
+	if (o && errs.dropped > 0)
 		json_object_set_new(o, "dropped", json_integer((json_int_t) errs.dropped));
-	print_json(o);
-	return status;
+	r = print_json(o);
+	return r < 0 ? log_error_errno(r, "Out of memory: %m") : status;
 }
 
 static int verb_check(int argc, char **argv)
@@ -289,7 +301,7 @@ static json_t *strv_json(char *const *v)
 	return a;
 }
 
-static void show_nodes(const kiln_cfg *c)
+static int show_nodes(const kiln_cfg *c)
 {
 	char ab[16], mb[18], gb[64], pb[256];
 	json_t *nodes = arg_json ? json_array() : NULL;
@@ -303,11 +315,11 @@ static void show_nodes(const kiln_cfg *c)
 		kiln_format_mac(mb, n->mac);
 		if (arg_json) {
 			json_array_append_new(
-				nodes, json_pack("{s:s, s:s, s:s, s:s, s:i, s:s?, s:o}", "name", n->name,
-						 "group", g->name, "address", ab, "mac", mb, "gpus",
-						 g->gpu_count, "gpu_type",
-						 g->gpu_count > 0 ? g->gpu_type : NULL, "partitions",
-						 strv_json(n->partitions)));
+				nodes, json_pack("{s:s, s:s, s:s, s:s, s:i, s:s?, s:o}", "name",
+						 n->name, "group", g->name, "address", ab, "mac",
+						 mb, "gpus", g->gpu_count, "gpu_type",
+						 g->gpu_count > 0 ? g->gpu_type : NULL,
+						 "partitions", strv_json(n->partitions)));
 			continue;
 		}
 		if (g->gpu_count <= 0)
@@ -319,24 +331,26 @@ static void show_nodes(const kiln_cfg *c)
 		printf("%-16s %-12s %-15s %-17s %-12s %s\n", n->name, g->name, ab, mb, gb, pb);
 	}
 	if (arg_json)
-		print_json(json_pack("{s:s, s:o}", "file", c->path, "nodes", nodes));
+		return print_json(json_pack("{s:s, s:o}", "file", c->path, "nodes", nodes));
+	return 0;
 }
 
-static void show_head(const kiln_cfg *c)
+static int show_head(const kiln_cfg *c)
 {
 	char ab[16];
 	char *services[] = { "munge", "slurmctld", "dnsmasq", NULL };
 	kiln_format_ipv4(ab, c->head.address);
 	if (arg_json) {
 		char *fqdn = NULL;
-		if (c->cluster.domain && asprintf(&fqdn, "%s.%s", c->head.hostname, c->cluster.domain) < 0)
+		if (c->cluster.domain &&
+		    asprintf(&fqdn, "%s.%s", c->head.hostname, c->cluster.domain) < 0)
 			fqdn = NULL;
-		print_json(json_pack("{s:s, s:s?, s:s, s:s, s:i, s:s, s:o}", "name", c->head.hostname,
-				     "fqdn", fqdn, "role", "head", "address", ab, "prefix",
-				     c->network.prefix, "interface", c->network.boot_interface,
-				     "services", strv_json(services)));
+		int r = print_json(json_pack(
+			"{s:s, s:s?, s:s, s:s, s:i, s:s, s:o}", "name", c->head.hostname, "fqdn",
+			fqdn, "role", "head", "address", ab, "prefix", c->network.prefix,
+			"interface", c->network.boot_interface, "services", strv_json(services)));
 		free(fqdn);
-		return;
+		return r;
 	}
 	/* What render node-env --node HEAD knows about it. */
 	printf("name:        %s\n", c->head.hostname);
@@ -346,9 +360,10 @@ static void show_head(const kiln_cfg *c)
 	printf("address:     %s/%d\n", ab, c->network.prefix);
 	printf("interface:   %s\n", c->network.boot_interface);
 	printf("services:    munge slurmctld dnsmasq\n");
+	return 0;
 }
 
-static void show_node(const kiln_cfg *c, const kiln_cfg_node *n)
+static int show_node(const kiln_cfg *c, const kiln_cfg_node *n)
 {
 	const kiln_cfg_group *g = n->group;
 	char ab[16], mb[18], pb[256];
@@ -363,11 +378,15 @@ static void show_node(const kiln_cfg *c, const kiln_cfg_node *n)
 		char *fqdn = NULL;
 		if (c->cluster.domain && asprintf(&fqdn, "%s.%s", n->name, c->cluster.domain) < 0)
 			fqdn = NULL;
-		json_t *o = json_pack("{s:s, s:s?, s:s, s:s, s:s, s:i, s:s, s:i, s:s?, s:s?}", "name",
-				      n->name, "fqdn", fqdn, "role", "compute", "group", g->name,
-				      "address", ab, "prefix", c->network.prefix, "mac", mb, "gpus",
-				      g->gpu_count, "gpu_model", g->gpu_model, "gres_type",
-				      g->gpu_type);
+		json_t *o = json_pack("{s:s, s:s?, s:s, s:s, s:s, s:i, s:s, s:i, s:s?, s:s?}",
+				      "name", n->name, "fqdn", fqdn, "role", "compute", "group",
+				      g->name, "address", ab, "prefix", c->network.prefix, "mac",
+				      mb, "gpus", g->gpu_count, "gpu_model", g->gpu_model,
+				      "gres_type", g->gpu_type);
+		if (!o) {
+			free(fqdn);
+			return -ENOMEM;
+		}
 		json_object_set_new(o, "cpus", json_integer(g->cpus));
 		json_object_set_new(o, "sockets", json_integer(g->sockets));
 		json_object_set_new(o, "cores_per_socket", json_integer(g->cores_per_socket));
@@ -376,9 +395,8 @@ static void show_node(const kiln_cfg *c, const kiln_cfg_node *n)
 		json_object_set_new(o, "partitions", strv_json(n->partitions));
 		json_object_set_new(o, "features", strv_json(g->features));
 		json_object_set_new(o, "services", strv_json(services));
-		print_json(o);
 		free(fqdn);
-		return;
+		return print_json(o);
 	}
 	printf("name:        %s\n", n->name);
 	if (c->cluster.domain)
@@ -399,6 +417,7 @@ static void show_node(const kiln_cfg *c, const kiln_cfg_node *n)
 	printf("features:    %s\n", pb);
 	join(pb, sizeof(pb), services, " ", "-");
 	printf("services:    %s\n", pb);
+	return 0;
 }
 
 static int verb_show(int argc, char **argv)
@@ -412,7 +431,8 @@ static int verb_show(int argc, char **argv)
 		if (argc > 0)
 			return usage_error(&show_prog, "show --defaults takes no arguments.");
 		if (arg_json)
-			return usage_error(&show_prog, "--json applies to show nodes and show node.");
+			return usage_error(&show_prog,
+					   "--json applies to show nodes and show node.");
 		print_defaults();
 		return KILN_EXIT_OK;
 	}
@@ -431,20 +451,18 @@ static int verb_show(int argc, char **argv)
 	r = kiln_cfg_open(arg_config, 0, &c);
 	if (r < 0)
 		return kiln_exit_for_config(r);
-	if (all) {
-		show_nodes(c);
-		return KILN_EXIT_OK;
-	}
-	const kiln_cfg_node *n = kiln_cfg_find_node(c, argv[1]);
-	if (n)
-		show_node(c, n);
+	const kiln_cfg_node *n = all ? NULL : kiln_cfg_find_node(c, argv[1]);
+	if (all)
+		r = show_nodes(c);
+	else if (n)
+		r = show_node(c, n);
 	else if (streq(argv[1], c->head.hostname))
-		show_head(c);
+		r = show_head(c);
 	else {
 		log_error("No node '%s' in %s; `kiln show nodes` lists them.", argv[1], c->path);
 		return KILN_EXIT_USAGE;
 	}
-	return KILN_EXIT_OK;
+	return r < 0 ? log_error_errno(r, "Out of memory: %m") : KILN_EXIT_OK;
 }
 
 /* ---- render ------------------------------------------------------------- */
@@ -548,8 +566,8 @@ static int verb_render(int argc, char **argv)
 	if (streq(t, "node-env") && !arg_node)
 		return usage_error(&render_prog, "render node-env needs --node NAME.");
 	if (!streq(t, "node-env") && arg_node)
-		return usage_error(&render_prog, "--node applies to render node-env only, not to %s.",
-				   t);
+		return usage_error(&render_prog,
+				   "--node applies to render node-env only, not to %s.", t);
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
 	r = kiln_cfg_open(arg_config, 0, &c);
 	if (r < 0)
@@ -592,7 +610,8 @@ static const kiln_prog prog = {
 	.usage = "kiln [OPTIONS] check [--json]              validate the cluster file\n"
 		 "kiln [OPTIONS] show nodes | node NAME      the nodes, or one (--json)\n"
 		 "kiln show --defaults                       every key with its type and default\n"
-		 "kiln [OPTIONS] render TARGET [-o PATH]     write a generated file (stdout without -o)\n"
+		 "kiln [OPTIONS] render TARGET [-o PATH]     write a generated file (stdout "
+		 "without -o)\n"
 		 "kiln [OPTIONS] render all -o DIR           write every target into DIR\n"
 		 "kiln model inspect FILE [--json]           tensors and metadata of a model file\n"
 		 "kiln tokenize FILE [--text S | --ids L]    text <-> token ids",
