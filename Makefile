@@ -58,6 +58,7 @@ EXTRA_ALL  :=
 
 include mk/rules.mk
 -include $(sort $(wildcard */build.mk */*/build.mk tests/*/build.mk))
+include mk/completion.mk
 
 all: $(ALL_LIBS) $(ALL_BINS) $(ALL_TESTS) $(EXTRA_ALL)
 
@@ -83,13 +84,15 @@ deps:
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/kiln $(DESTDIR)/etc/kiln \
 		$(DESTDIR)$(PREFIX)/lib/systemd/system $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8 \
-		$(DESTDIR)$(PREFIX)/share/kiln/examples $(DESTDIR)$(PREFIX)/libexec/kiln
+		$(DESTDIR)$(PREFIX)/share/kiln/examples $(DESTDIR)$(PREFIX)/libexec/kiln \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions
 	$(if $(strip $(INSTALL_BINS)),install -m 755 $(INSTALL_BINS) $(DESTDIR)$(PREFIX)/bin/)
 	$(if $(wildcard services/units/*.service),install -m 644 $(wildcard services/units/*) $(DESTDIR)$(PREFIX)/lib/systemd/system/)
 	$(if $(wildcard docs/man/*.1),install -m 644 $(wildcard docs/man/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/)
 	$(if $(wildcard docs/man/*.8),install -m 644 $(wildcard docs/man/*.8) $(DESTDIR)$(PREFIX)/share/man/man8/)
 	$(if $(wildcard slurm/scripts/*),install -m 755 $(wildcard slurm/scripts/*) $(DESTDIR)$(PREFIX)/libexec/kiln/)
 	install -m 644 config/examples/*.cfg $(DESTDIR)$(PREFIX)/share/kiln/examples/
+	$(if $(wildcard $(COMPLETION_DIR)/*),install -m 644 $(wildcard $(COMPLETION_DIR)/*) $(DESTDIR)$(PREFIX)/share/bash-completion/completions/)
 
 FORMAT_SRCS = $(shell git ls-files '*.c' '*.h' '*.cu' 2>/dev/null)
 format:

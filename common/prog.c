@@ -130,18 +130,26 @@ void kiln_prog_help(const kiln_prog *p)
 /* One line per option, one per verb, tab-separated, for
  * mk/gen-completion.sh and tests/common/test-cli-options.sh:
  *   option	--LONG	-S|""	ARG|""	COMPLETE|""
+ *   args	COMPLETE-OF-1ST	COMPLETE-OF-2ND ...   (when args_complete is set)
  *   verb	NAME	SUMMARY
- * (verbs' own options follow as "VERB option ..." lines). */
+ * (verbs' own options and args follow as "VERB option ..." lines). */
 static void dump_options(const kiln_prog *p, const char *prefix)
 {
+	const char *sep = *prefix ? "\t" : "";
 	for (const kiln_option *o = p->options; o && o->name; o++) {
 		if (o->key == KILN_OPT_DUMP_OPTIONS)
 			continue;
 		char s[3] = "";
 		if (is_short(o->key))
 			snprintf(s, sizeof(s), "-%c", o->key);
-		printf("%s%soption\t--%s\t%s\t%s\t%s\n", prefix, *prefix ? "\t" : "", o->name, s,
-		       o->arg ?: "", o->complete ?: "");
+		printf("%s%soption\t--%s\t%s\t%s\t%s\n", prefix, sep, o->name, s, o->arg ?: "",
+		       o->complete ?: "");
+	}
+	if (p->args_complete) {
+		printf("%s%sargs\t", prefix, sep);
+		for (const char *a = p->args_complete; *a; a++)
+			putchar(*a == '|' ? '\t' : *a);
+		putchar('\n');
 	}
 	for (size_t i = 0; i < p->n_verbs; i++) {
 		printf("verb\t%s\t%s\n", p->verbs[i].name, p->verbs[i].summary);

@@ -8,31 +8,18 @@
  * km_file_open derives (the model kiln-inferd would build), or why the
  * file cannot be loaded as a model; that is information, not a failure.  Kept apart from kiln.c,
  * which only dispatches "model" here. */
-#include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "kiln-verbs.h"
 #include "kiln/log.h"
 #include "kiln/macro.h"
 #include "kmf.h"
 #include "kmodel.h"
 
-int kiln_model_main(int argc, char **argv);
-
 /* Items of an array shown in the text view (--json prints all). */
 #define TEXT_ARRAY_ITEMS 8
-
-static void help(void)
-{
-	printf("kiln model — inspect model and checkpoint files.\n\n"
-	       "Usage:\n"
-	       "  kiln model inspect FILE [--json]   format, metadata and tensors of FILE, and\n"
-	       "                                     the model config derived from it\n\n"
-	       "FILE may be safetensors, GGUF (v2, v3) or a llama2.c checkpoint; the format is\n"
-	       "recognised by content.  Exit status: 0 success, 1 the file is refused or\n"
-	       "unreadable, 2 usage error.  See docs/modelfile.md.\n");
-}
 
 static void shape_str(const kmf_tensor *t, char *buf, size_t len)
 {
@@ -264,51 +251,56 @@ static void print_text(const char *path, const kmf_file *f, FILE *out)
 	}
 }
 
+static const kiln_option options[] = {
+	KILN_OPTION_JSON,
+	KILN_OPTIONS_COMMON,
+	{},
+};
+
+const kiln_prog kiln_model_prog = {
+	.name = "kiln model",
+	.summary = "inspect model and checkpoint files",
+	.usage = "kiln model inspect FILE [--json]   format, metadata and tensors of FILE, and\n"
+		 "                                   the model config derived from it",
+	.options = options,
+	.epilog = "FILE may be safetensors, GGUF (v2, v3) or a llama2.c checkpoint; the format is\n"
+		  "recognised by content.  Exit status: 0 success, 1 the file is refused or\n"
+		  "unreadable, 2 usage error.  See docs/modelfile.md.\n",
+	.args_complete = "inspect|file",
+};
+
 int kiln_model_main(int argc, char **argv)
 {
-	enum { ARG_JSON = 0x100 };
-	static const struct option opts[] = {
-		{ "json", no_argument, NULL, ARG_JSON },
-		{ "help", no_argument, NULL, 'h' },
-		{},
-	};
 	bool json = false;
 	kmf_file *f = NULL;
 	kmf_error e;
 	char line[1024];
-	int o, r;
+	int c, r;
 
-	optind = 1;
-	while ((o = getopt_long(argc, argv, "h", opts, NULL)) >= 0) {
-		switch (o) {
-		case ARG_JSON:
+	while ((c = kiln_getopt(&kiln_model_prog, argc, argv)) >= 0) {
+		if (c == KILN_OPT_JSON) {
 			json = true;
-			break;
-		case 'h':
-			help();
-			return 0;
-		default:
-			fprintf(stderr, "Try 'kiln model --help'.\n");
-			return 2;
+			continue;
 		}
+		r = kiln_prog_option(&kiln_model_prog, c);
+		if (r <= 0)
+			return r < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;
 	}
 	if (argc - optind != 2 || !streq(argv[optind], "inspect")) {
-		log_error("Usage: kiln model inspect FILE [--json]. See kiln model --help.");
-		return 2;
+		kiln_usage_error(&kiln_model_prog, "Usage: kiln model inspect FILE [--json].");
+		return KILN_EXIT_USAGE;
 	}
 	r = kmf_open(argv[optind + 1], &f, &e);
 	if (r < 0) {
 		log_error("%s", kmf_error_format(&e, line, sizeof(line)));
-		return 1;
+		return KILN_EXIT_FAILURE;
 	}
 	if (json)
 		r = print_json(argv[optind + 1], f, stdout);
 	else
 		print_text(argv[optind + 1], f, stdout);
 	kmf_close(f);
-	if (r < 0) {
-		log_error_errno(r, "Failed to format the output: %m");
-		return 1;
-	}
-	return 0;
+	if (r < 0)
+		return log_error_errno(r, "Failed to format the output: %m");
+	return KILN_EXIT_OK;
 }

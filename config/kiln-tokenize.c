@@ -7,15 +7,13 @@
  * --json prints one JSON object for scripts.  A refused file is reported
  * as FILE: what is wrong, exit 1; usage errors exit 2.  Kept apart from
  * kiln.c, which only dispatches "tokenize" here. */
-#include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
 
+#include "kiln-verbs.h"
 #include "kiln/log.h"
 #include "kiln/macro.h"
 #include "ktok.h"
-
-int kiln_tokenize_main(int argc, char **argv);
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(ktok *, ktok_free);
 
@@ -23,26 +21,6 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(ktok *, ktok_free);
  * 64 MiB is far above any prompt). */
 #define CLI_MAX_IDS   (1 << 20)
 #define CLI_MAX_STDIN (64u << 20)
-
-static void help(void)
-{
-	printf("kiln tokenize — text <-> token ids with a model's tokenizer.\n\n"
-	       "Usage:\n"
-	       "  kiln tokenize FILE                    describe the tokenizer\n"
-	       "  kiln tokenize FILE --text S           encode S to ids\n"
-	       "  kiln tokenize FILE --stdin            encode standard input\n"
-	       "  kiln tokenize FILE --ids 1,2,3        decode ids to text\n\n"
-	       "FILE: a GGUF model (tokenizer.ggml.* metadata), a Hugging Face tokenizer.json\n"
-	       "or a llama2.c tokenizer.bin; the format is recognised by content.\n\n"
-	       "Options:\n"
-	       "      --json            one JSON object instead of text\n"
-	       "      --no-special      do not add BOS/EOS when encoding\n"
-	       "      --parse-special   match special tokens written in the text (<|im_end|>)\n"
-	       "      --skip-special    leave special tokens out when decoding\n"
-	       "  -h, --help            this help\n\n"
-	       "Exit status: 0 success, 1 the file is refused or unreadable, 2 usage error.\n"
-	       "See docs/tokenizer.md.\n");
-}
 
 /* A token's text for people: escapes so control bytes and spaces show. */
 static void put_escaped(FILE *out, const char *s, size_t len)
@@ -97,12 +75,7 @@ static int describe(const ktok *t, const char *path, bool json)
 				  chat >= 0 ? chat_name
 				  : tmpl    ? "unknown"
 					    : "none");
-		if (!o)
-			return -ENOMEM;
-		json_dumpf(o, stdout, JSON_INDENT(2));
-		putchar('\n');
-		json_decref(o);
-		return 0;
+		return kiln_cli_print_json(o, JSON_INDENT(2));
 	}
 	printf("file:          %s\n", path);
 	printf("model:         %s\n", model);
@@ -133,10 +106,7 @@ static int encode(const ktok *t, const char *text, size_t len, unsigned flags, b
 		json_object_set_new(o, "ids", ja);
 		json_object_set_new(o, "tokens", jt);
 		json_object_set_new(o, "count", json_integer((json_int_t) n));
-		json_dumpf(o, stdout, JSON_COMPACT);
-		putchar('\n');
-		json_decref(o);
-		return 0;
+		return kiln_cli_print_json(o, JSON_COMPACT);
 	}
 	for (size_t i = 0; i < n; i++) {
 		size_t l;
@@ -175,10 +145,9 @@ static int decode(const ktok *t, const char *list, unsigned flags, bool json)
 	if (r < 0)
 		return log_error_errno(r, "decoding failed: %m");
 	if (json) {
-		json_t *o = json_pack("{s:s%}", "text", text, len);
-		json_dumpf(o, stdout, JSON_COMPACT);
-		putchar('\n');
-		json_decref(o);
+		r = kiln_cli_print_json(json_pack("{s:s%}", "text", text, len), JSON_COMPACT);
+		if (r < 0)
+			return log_error_errno(r, "out of memory: %m");
 	} else {
 		fwrite(text, 1, len, stdout);
 		putchar('\n');
@@ -186,26 +155,43 @@ static int decode(const ktok *t, const char *list, unsigned flags, bool json)
 	return 0;
 }
 
+enum { ARG_NO_SPECIAL = KILN_OPT_FIRST, ARG_PARSE_SPECIAL, ARG_SKIP_SPECIAL, ARG_STDIN };
+
+static const kiln_option options[] = {
+	{ "text", 't', "S", "encode S to ids", NULL },
+	{ "stdin", ARG_STDIN, NULL, "encode standard input", NULL },
+	{ "ids", 'i', "1,2,3", "decode comma-separated ids to text", NULL },
+	KILN_OPTION_JSON,
+	{ "no-special", ARG_NO_SPECIAL, NULL, "do not add BOS/EOS when encoding", NULL },
+	{ "parse-special", ARG_PARSE_SPECIAL, NULL,
+	  "match special tokens written in the text (<|im_end|>)", NULL },
+	{ "skip-special", ARG_SKIP_SPECIAL, NULL, "leave special tokens out when decoding", NULL },
+	KILN_OPTIONS_COMMON,
+	{},
+};
+
+const kiln_prog kiln_tokenize_prog = {
+	.name = "kiln tokenize",
+	.summary = "text <-> token ids with a model's tokenizer",
+	.usage = "kiln tokenize FILE                    describe the tokenizer\n"
+		 "kiln tokenize FILE --text S           encode S to ids\n"
+		 "kiln tokenize FILE --stdin            encode standard input\n"
+		 "kiln tokenize FILE --ids 1,2,3        decode ids to text",
+	.options = options,
+	.epilog = "FILE: a GGUF model (tokenizer.ggml.* metadata), a Hugging Face tokenizer.json\n"
+		  "or a llama2.c tokenizer.bin; the format is recognised by content.\n"
+		  "Exit status: 0 success, 1 the file is refused or unreadable, 2 usage error.\n"
+		  "See docs/tokenizer.md.\n",
+	.args_complete = "file",
+};
+
 int kiln_tokenize_main(int argc, char **argv)
 {
-	enum { ARG_JSON = 0x100, ARG_NO_SPECIAL, ARG_PARSE_SPECIAL, ARG_SKIP_SPECIAL, ARG_STDIN };
-	static const struct option opts[] = {
-		{ "text", required_argument, NULL, 't' },
-		{ "ids", required_argument, NULL, 'i' },
-		{ "stdin", no_argument, NULL, ARG_STDIN },
-		{ "json", no_argument, NULL, ARG_JSON },
-		{ "no-special", no_argument, NULL, ARG_NO_SPECIAL },
-		{ "parse-special", no_argument, NULL, ARG_PARSE_SPECIAL },
-		{ "skip-special", no_argument, NULL, ARG_SKIP_SPECIAL },
-		{ "help", no_argument, NULL, 'h' },
-		{},
-	};
 	const char *text = NULL, *ids = NULL;
 	bool json = false, use_stdin = false;
 	unsigned eflags = KTOK_ENC_ADD_SPECIAL, dflags = 0;
-	int o;
-	optind = 1;
-	while ((o = getopt_long(argc, argv, "t:i:h", opts, NULL)) >= 0) {
+	int o, r;
+	while ((o = kiln_getopt(&kiln_tokenize_prog, argc, argv)) >= 0) {
 		switch (o) {
 		case 't':
 			text = optarg;
@@ -216,7 +202,7 @@ int kiln_tokenize_main(int argc, char **argv)
 		case ARG_STDIN:
 			use_stdin = true;
 			break;
-		case ARG_JSON:
+		case KILN_OPT_JSON:
 			json = true;
 			break;
 		case ARG_NO_SPECIAL:
@@ -228,41 +214,42 @@ int kiln_tokenize_main(int argc, char **argv)
 		case ARG_SKIP_SPECIAL:
 			dflags |= KTOK_DEC_SKIP_SPECIAL;
 			break;
-		case 'h':
-			help();
-			return 0;
 		default:
-			return 2;
+			r = kiln_prog_option(&kiln_tokenize_prog, o);
+			if (r <= 0)
+				return r < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;
 		}
 	}
 	if (optind + 1 != argc || (!!text + !!ids + use_stdin) > 1) {
-		log_error("usage: kiln tokenize FILE [--text S | --stdin | --ids 1,2,3] [--json] "
-			  "(see kiln tokenize --help)");
-		return 2;
+		kiln_usage_error(
+			&kiln_tokenize_prog,
+			"Usage: kiln tokenize FILE [--text S | --stdin | --ids 1,2,3] [--json].");
+		return KILN_EXIT_USAGE;
 	}
 	const char *path = argv[optind];
 	_cleanup_(ktok_freep) ktok *t = NULL;
 	ktok_error err;
-	int r = ktok_load(path, &t, &err);
+	r = ktok_load(path, &t, &err);
 	if (r < 0) {
 		char line[800];
 		log_error("%s", ktok_error_format(&err, line, sizeof(line)));
-		return 1;
+		return KILN_EXIT_FAILURE;
 	}
 	if (ids)
-		return decode(t, ids, dflags, json) < 0 ? 2 : 0;
+		return decode(t, ids, dflags, json) < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;
 	if (text)
-		return encode(t, text, strlen(text), eflags, json) < 0 ? 1 : 0;
+		return encode(t, text, strlen(text), eflags, json) < 0 ? KILN_EXIT_FAILURE
+								       : KILN_EXIT_OK;
 	if (use_stdin) {
 		_cleanup_free_ char *buf = malloc(CLI_MAX_STDIN);
 		if (!buf)
-			return log_error("out of memory"), 1;
+			return log_error("out of memory"), KILN_EXIT_FAILURE;
 		size_t len = fread(buf, 1, CLI_MAX_STDIN, stdin);
 		if (ferror(stdin) || !feof(stdin)) {
 			log_error("standard input: unreadable or over %u bytes", CLI_MAX_STDIN);
-			return 1;
+			return KILN_EXIT_FAILURE;
 		}
-		return encode(t, buf, len, eflags, json) < 0 ? 1 : 0;
+		return encode(t, buf, len, eflags, json) < 0 ? KILN_EXIT_FAILURE : KILN_EXIT_OK;
 	}
-	return describe(t, path, json) < 0 ? 1 : 0;
+	return describe(t, path, json) < 0 ? KILN_EXIT_FAILURE : KILN_EXIT_OK;
 }

@@ -1,119 +1,272 @@
 /* kiln.c — the admin CLI: check, show and render the cluster file.
  *
- *   kiln [-c FILE] check
- *   kiln [-c FILE] show nodes | node NAME | --defaults
+ *   kiln [-c FILE] check [--json]
+ *   kiln [-c FILE] show nodes [--json] | node NAME [--json] | --defaults
  *   kiln [-c FILE] render TARGET [-o PATH] [--node NAME]
  *   kiln [-c FILE] render all -o DIR
- *   kiln model inspect FILE [--json]      (config/kiln-model.c)
+ *   kiln model inspect FILE [--json]        (config/kiln-model.c)
  *   kiln tokenize FILE [--text S | --ids L] (config/kiln-tokenize.c)
+ *
+ * A program on kiln/prog.h with verbs: the global options (-c -v -q) come
+ * before the verb, and check, show and render take them after it too, as
+ * they always have (`kiln check -c FILE`).  Every verb has its own option
+ * table, so its own --help and its own shell completion.
  *
  * Exit status: 0 success, 1 failure (I/O), 2 usage or configuration error.
  * Configuration errors go to stderr one per line, exactly as the library
  * formats them (FILE:LINE: setting.path: message; hint), so editors and
- * tests can parse them; everything else is logged with log.h. */
+ * tests can parse them, or with `check --json` to stdout as one JSON
+ * object; everything else is logged with log.h. */
 #include <errno.h>
-#include <getopt.h>
+#include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "kiln-verbs.h"
 #include "kiln/config.h"
-#include "kiln/hostlist.h"
 #include "kiln/log.h"
 #include "kiln/parse.h"
+#include "kiln/prog.h"
 #include "kiln/strbuf.h"
 
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
-
-int kiln_model_main(int argc, char **argv);    /* kiln-model.c */
-int kiln_tokenize_main(int argc, char **argv); /* kiln-tokenize.c */
+enum { ARG_DEFAULTS = KILN_OPT_FIRST };
 
 static const char *arg_config;
 static const char *arg_output;
 static const char *arg_node;
 static bool arg_defaults;
+static bool arg_json;
 static int arg_quiet;
 
-static void help(void)
+/* ---- option tables ------------------------------------------------------ */
+
+static const kiln_option global_options[] = {
+	KILN_OPTION_CONFIG,
+	KILN_OPTIONS_COMMON,
+	{},
+};
+
+static const kiln_option check_options[] = {
+	KILN_OPTION_CONFIG,
+	KILN_OPTION_JSON,
+	KILN_OPTIONS_COMMON,
+	{},
+};
+
+static const kiln_option show_options[] = {
+	KILN_OPTION_CONFIG,
+	{ "defaults", ARG_DEFAULTS, NULL, "print every key of the schema with its type and default",
+	  NULL },
+	KILN_OPTION_JSON,
+	KILN_OPTIONS_COMMON,
+	{},
+};
+
+static const kiln_option render_options[] = {
+	KILN_OPTION_CONFIG,
+	{ "output", 'o', "PATH",
+	  "write PATH atomically instead of standard output\n"
+	  "(a directory for render all; \"-\": standard output)",
+	  "file" },
+	{ "node", KILN_OPT_NODE, "NAME", "the node for render node-env (the head node works too)",
+	  "node" },
+	KILN_OPTIONS_COMMON,
+	{},
+};
+
+static const kiln_prog check_prog = {
+	.name = "kiln check",
+	.summary = "validate the cluster file",
+	.usage = "kiln [-c FILE] check [--json]",
+	.options = check_options,
+	.args_complete = "", /* no arguments */
+	.epilog = "Every error is printed to standard error as FILE:LINE: setting.path: message; "
+		  "hint\n"
+		  "(with --json: {\"ok\": false, \"errors\": [...]} on standard output).\n"
+		  "Exit status: 0 valid, 1 unreadable, 2 missing or invalid.\n",
+};
+
+static const kiln_prog show_prog = {
+	.name = "kiln show",
+	.summary = "what the cluster file says about its nodes",
+	.usage = "kiln [-c FILE] show nodes [--json]\n"
+		 "kiln [-c FILE] show node NAME [--json]\n"
+		 "kiln show --defaults",
+	.options = show_options,
+	.epilog =
+		"show nodes: a table of every node (name, group, address, MAC, GPUs, partitions).\n"
+		"show node NAME: everything about one node, or the head node.\n",
+	.args_complete = "nodes node|node",
+};
+
+static const kiln_prog render_prog = {
+	.name = "kiln render",
+	.summary = "write a file generated from the cluster file",
+	.usage = "kiln [-c FILE] render TARGET [-o PATH] [--node NAME]\n"
+		 "kiln [-c FILE] render all -o DIR",
+	.options = render_options,
+	.epilog = "Targets:\n"
+		  "  slurm.conf     nodes, partitions, plugins, Prolog/Epilog\n"
+		  "  gres.conf      the GPUs of each node group\n"
+		  "  cgroup.conf    confine cores, memory and GPUs to the job\n"
+		  "  dnsmasq.conf   DHCP by MAC, TFTP and the iPXE chain, DNS records\n"
+		  "  boot.ipxe      per-MAC boot entries\n"
+		  "  hosts          an /etc/hosts for the cluster\n"
+		  "  node-env       KEY=VALUE identity and services of one node (needs --node)\n"
+		  "  image-env      the image section as KILN_IMAGE_* shell variables\n"
+		  "  all            every target into DIR, node-env into DIR/node-env/NAME\n",
+	.args_complete = "slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts node-env "
+			 "image-env all",
+};
+
+/* ---- parsing ------------------------------------------------------------ */
+
+/* One parser for the global table and every cluster-file verb's table:
+ * each table lists only its own options, so getopt never returns a key the
+ * verb does not take.  Returns > 0 to go on, 0 after --help, < 0 for a
+ * usage error (printed). */
+static int parse_options(const kiln_prog *p, int argc, char **argv)
 {
-	printf("kiln " KILN_VERSION " — check, show and render a kiln cluster file.\n\n"
-	       "Usage:\n"
-	       "  kiln [OPTIONS] check                     validate the cluster file\n"
-	       "  kiln [OPTIONS] show nodes                table of every node\n"
-	       "  kiln [OPTIONS] show node NAME            everything about one node (or the "
-	       "head)\n"
-	       "  kiln show --defaults                     every key with its type and default\n"
-	       "  kiln [OPTIONS] render TARGET [-o PATH]   write a generated file (stdout without "
-	       "-o)\n"
-	       "  kiln [OPTIONS] render all -o DIR         write every target into DIR\n"
-	       "  kiln model inspect FILE [--json]         tensors and metadata of a model file\n"
-	       "  kiln tokenize FILE [--text S | --ids L]  text <-> token ids (kiln tokenize "
-	       "--help)\n\n"
-	       "Targets: slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts node-env\n"
-	       "image-env\n"
-	       "(node-env needs --node NAME; NAME may be the head node).\n\n"
-	       "Options:\n"
-	       "  -c, --config FILE   cluster file (default $" KILN_CFG_ENV
-	       " or " KILN_CFG_DEFAULT_PATH ")\n"
-	       "  -o, --output PATH   where render writes (atomically)\n"
-	       "  -n, --node NAME     node for render node-env\n"
-	       "      --defaults      with show: print the schema table\n"
-	       "  -v, --verbose       more log output\n"
-	       "  -q, --quiet         less output\n"
-	       "  -h, --help          this help\n"
-	       "      --version       print the version\n\n"
-	       "Exit status: 0 success, 1 failure, 2 usage or configuration error.\n"
-	       "See kiln(1) and docs/config.md.\n");
+	int c, r;
+	while ((c = kiln_getopt(p, argc, argv)) >= 0) {
+		switch (c) {
+		case 'c':
+			arg_config = optarg;
+			break;
+		case 'o':
+			arg_output = optarg;
+			break;
+		case KILN_OPT_NODE:
+			arg_node = optarg;
+			break;
+		case KILN_OPT_JSON:
+			arg_json = true;
+			break;
+		case ARG_DEFAULTS:
+			arg_defaults = true;
+			break;
+		case 'q':
+			/* also quiets check's summary and render all's count */
+			arg_quiet++;
+			(void) kiln_prog_option(p, c); /* the log level */
+			break;
+		default:
+			r = kiln_prog_option(p, c);
+			if (r <= 0)
+				return r;
+		}
+	}
+	return 1;
 }
 
-static int load(kiln_cfg **ret)
+/* A verb's parse_options() result as its exit status. */
+static int parse_exit(int r)
 {
-	const char *path = arg_config ? arg_config : kiln_cfg_default_path();
-	_cleanup_(kiln_cfg_errors_freep) kiln_cfg_errors errs;
-	kiln_cfg_errors_init(&errs);
-	int r = kiln_cfg_load(path, ret, &errs);
-	if (r == -EINVAL && errs.n > 0) {
-		kiln_cfg_errors_print(&errs, stderr);
-		return -EINVAL;
-	}
-	if (r == -ENOENT) {
-		log_error("Cluster file '%s' does not exist; pass -c FILE or set $" KILN_CFG_ENV
-			  ".",
-			  path);
-		return -EINVAL;
-	}
-	if (r == -EFBIG) {
-		log_error("Cluster file '%s' is larger than %u MiB; is it the right file?", path,
-			  KILN_CFG_FILE_MAX / (1024u * 1024u));
-		return -EINVAL;
-	}
-	if (r < 0) {
-		log_error_errno(r, "Failed to read cluster file '%s': %m", path);
-		return r;
-	}
+	return r < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;
+}
+
+static int usage_error(const kiln_prog *p, const char *format, ...) _printf_(2, 3);
+static int usage_error(const kiln_prog *p, const char *format, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, format);
+	vsnprintf(msg, sizeof(msg), format, ap);
+	va_end(ap);
+	kiln_usage_error(p, "%s", msg);
+	return KILN_EXIT_USAGE;
+}
+
+int kiln_cli_print_json(json_t *o, size_t flags)
+{
+	if (!o)
+		return -ENOMEM;
+	json_dumpf(o, stdout, flags);
+	putchar('\n'); /* a failed write is caught by run()'s flush */
+	json_decref(o);
 	return 0;
 }
 
-static int exit_for(int r)
+static int print_json(json_t *o)
 {
-	if (r >= 0)
-		return EXIT_OK;
-	return r == -EINVAL ? EXIT_USAGE : EXIT_FAIL;
+	return kiln_cli_print_json(o, JSON_INDENT(2));
 }
 
-static int cmd_check(void)
+/* ---- check -------------------------------------------------------------- */
+
+/* check --json: the errors as data.  kiln_cfg_open() prints them, so this
+ * one caller loads with kiln_cfg_load() and words the file-level failures
+ * (missing, too large, unreadable) the way kiln_cfg_open() decides them. */
+static int check_json(void)
 {
+	const char *path = arg_config ? arg_config : kiln_cfg_default_path();
+	_cleanup_(kiln_cfg_errors_freep) kiln_cfg_errors errs;
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
-	int r = load(&c);
+	kiln_cfg_errors_init(&errs);
+	int r = kiln_cfg_load(path, &c, &errs);
+	if (r >= 0) {
+		r = print_json(json_pack("{s:s, s:b, s:I, s:I, s:I}", "file", c->path, "ok", 1,
+					 "nodes", (json_int_t) c->n_nodes, "groups",
+					 (json_int_t) c->n_groups, "partitions",
+					 (json_int_t) c->slurm.n_partitions));
+		return r < 0 ? log_error_errno(r, "Out of memory: %m") : KILN_EXIT_OK;
+	}
+	json_t *errors = json_array();
+	for (size_t i = 0; i < errs.n; i++) {
+		const kiln_cfg_error *e = &errs.v[i];
+		json_array_append_new(errors, json_pack("{s:s, s:i, s:s, s:s, s:s?}", "file",
+							e->file, "line", e->line, "path", e->path,
+							"message", e->message, "hint", e->hint));
+	}
+	int status =
+		r == -EINVAL || r == -ENOENT || r == -EFBIG ? KILN_EXIT_USAGE : KILN_EXIT_FAILURE;
+	if (errs.n == 0) {
+		char msg[128];
+		if (r == -ENOENT)
+			snprintf(msg, sizeof(msg), "the cluster file does not exist");
+		else if (r == -EFBIG)
+			snprintf(msg, sizeof(msg), "larger than %u MiB",
+				 KILN_CFG_FILE_MAX / (1024u * 1024u));
+		else
+			snprintf(msg, sizeof(msg), "cannot be read: %s", strerror(-r));
+		json_array_append_new(
+			errors,
+			json_pack("{s:s, s:i, s:s, s:s, s:s?}", "file", path, "line", 0, "path", "",
+				  "message", msg, "hint",
+				  r == -ENOENT ? "pass -c FILE or set $" KILN_CFG_ENV : NULL));
+	}
+	json_t *o = json_pack("{s:s, s:b, s:o}", "file", path, "ok", 0, "errors", errors);
+	if (o && errs.dropped > 0)
+		json_object_set_new(o, "dropped", json_integer((json_int_t) errs.dropped));
+	r = print_json(o);
+	return r < 0 ? log_error_errno(r, "Out of memory: %m") : status;
+}
+
+static int verb_check(int argc, char **argv)
+{
+	int r = parse_options(&check_prog, argc, argv);
+	if (r <= 0)
+		return parse_exit(r);
+	if (optind < argc)
+		return usage_error(&check_prog, "check takes no arguments (use -c FILE).");
+	if (arg_json)
+		return check_json();
+	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
+	/* no hint: the error lines are check's whole output */
+	r = kiln_cfg_open(arg_config, KILN_CFG_OPEN_NO_HINT, &c);
 	if (r < 0)
-		return exit_for(r);
+		return kiln_exit_for_config(r);
 	if (!arg_quiet)
 		printf("%s: OK (%zu node%s in %zu group%s, %zu partition%s)\n", c->path, c->n_nodes,
 		       c->n_nodes == 1 ? "" : "s", c->n_groups, c->n_groups == 1 ? "" : "s",
 		       c->slurm.n_partitions, c->slurm.n_partitions == 1 ? "" : "s");
-	return EXIT_OK;
+	return KILN_EXIT_OK;
 }
+
+/* ---- show --------------------------------------------------------------- */
 
 static void print_defaults(void)
 {
@@ -130,107 +283,189 @@ static void print_defaults(void)
 	}
 }
 
-static void node_gpus(const kiln_cfg_node *n, char *buf, size_t len)
-{
-	const kiln_cfg_group *g = n->group;
-	if (g->gpu_count <= 0)
-		snprintf(buf, len, "-");
-	else
-		snprintf(buf, len, "%d x %s", g->gpu_count, g->gpu_type ? g->gpu_type : "gpu");
-}
-
-static void join(char *buf, size_t len, char **v)
+static void join(char *buf, size_t len, char *const *v, const char *sep, const char *none)
 {
 	buf[0] = 0;
 	size_t o = 0;
 	for (size_t i = 0; v && v[i] && o < len; i++)
-		o += (size_t) snprintf(buf + o, len - o, "%s%s", i ? "," : "", v[i]);
+		o += (size_t) snprintf(buf + o, len - o, "%s%s", i ? sep : "", v[i]);
 	if (!buf[0])
-		snprintf(buf, len, "-");
+		snprintf(buf, len, "%s", none);
 }
 
-static int cmd_show(int argc, char **argv)
+static json_t *strv_json(char *const *v)
 {
-	if (arg_defaults) {
-		if (argc > 0) {
-			log_error("show --defaults takes no arguments.");
-			return EXIT_USAGE;
-		}
-		print_defaults();
-		return EXIT_OK;
-	}
-	if (argc < 1) {
-		log_error("show needs what to show: nodes, node NAME, or --defaults.");
-		return EXIT_USAGE;
-	}
-	bool all = streq(argv[0], "nodes");
-	if (!all && !streq(argv[0], "node")) {
-		log_error("Unknown show target '%s'; use nodes, node NAME, or --defaults.",
-			  argv[0]);
-		return EXIT_USAGE;
-	}
-	if ((all && argc != 1) || (!all && argc != 2)) {
-		log_error(all ? "show nodes takes no arguments."
-			      : "show node needs exactly one NAME.");
-		return EXIT_USAGE;
-	}
-	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
-	int r = load(&c);
-	if (r < 0)
-		return exit_for(r);
+	json_t *a = json_array();
+	for (size_t i = 0; v && v[i]; i++)
+		json_array_append_new(a, json_string(v[i]));
+	return a;
+}
+
+static int show_nodes(const kiln_cfg *c)
+{
 	char ab[16], mb[18], gb[64], pb[256];
-	if (all) {
+	json_t *nodes = arg_json ? json_array() : NULL;
+	if (!arg_json)
 		printf("%-16s %-12s %-15s %-17s %-12s %s\n", "NAME", "GROUP", "ADDRESS", "MAC",
 		       "GPUS", "PARTITIONS");
-		for (size_t i = 0; i < c->n_nodes; i++) {
-			const kiln_cfg_node *n = &c->nodes[i];
-			node_gpus(n, gb, sizeof(gb));
-			join(pb, sizeof(pb), n->partitions);
-			printf("%-16s %-12s %-15s %-17s %-12s %s\n", n->name, n->group->name,
-			       kiln_format_ipv4(ab, n->address), kiln_format_mac(mb, n->mac), gb,
-			       pb);
+	for (size_t i = 0; i < c->n_nodes; i++) {
+		const kiln_cfg_node *n = &c->nodes[i];
+		const kiln_cfg_group *g = n->group;
+		kiln_format_ipv4(ab, n->address);
+		kiln_format_mac(mb, n->mac);
+		if (arg_json) {
+			json_array_append_new(
+				nodes, json_pack("{s:s, s:s, s:s, s:s, s:i, s:s?, s:o}", "name",
+						 n->name, "group", g->name, "address", ab, "mac",
+						 mb, "gpus", g->gpu_count, "gpu_type",
+						 g->gpu_count > 0 ? g->gpu_type : NULL,
+						 "partitions", strv_json(n->partitions)));
+			continue;
 		}
-		return EXIT_OK;
+		if (g->gpu_count <= 0)
+			snprintf(gb, sizeof(gb), "-");
+		else
+			snprintf(gb, sizeof(gb), "%d x %s", g->gpu_count,
+				 g->gpu_type ? g->gpu_type : "gpu");
+		join(pb, sizeof(pb), n->partitions, ",", "-");
+		printf("%-16s %-12s %-15s %-17s %-12s %s\n", n->name, g->name, ab, mb, gb, pb);
 	}
-	const kiln_cfg_node *n = kiln_cfg_find_node(c, argv[1]);
-	if (!n && streq(argv[1], c->head.hostname)) {
-		/* The head node: what render node-env --node HEAD knows about it. */
-		printf("name:        %s\n", c->head.hostname);
-		if (c->cluster.domain)
-			printf("fqdn:        %s.%s\n", c->head.hostname, c->cluster.domain);
-		printf("role:        head\n");
-		printf("address:     %s/%d\n", kiln_format_ipv4(ab, c->head.address),
-		       c->network.prefix);
-		printf("interface:   %s\n", c->network.boot_interface);
-		printf("services:    munge slurmctld dnsmasq\n");
-		return EXIT_OK;
+	if (arg_json)
+		return print_json(json_pack("{s:s, s:o}", "file", c->path, "nodes", nodes));
+	return 0;
+}
+
+static int show_head(const kiln_cfg *c)
+{
+	char ab[16];
+	char *services[] = { "munge", "slurmctld", "dnsmasq", NULL };
+	kiln_format_ipv4(ab, c->head.address);
+	if (arg_json) {
+		char *fqdn = NULL;
+		if (c->cluster.domain &&
+		    asprintf(&fqdn, "%s.%s", c->head.hostname, c->cluster.domain) < 0)
+			fqdn = NULL;
+		int r = print_json(json_pack(
+			"{s:s, s:s?, s:s, s:s, s:i, s:s, s:o}", "name", c->head.hostname, "fqdn",
+			fqdn, "role", "head", "address", ab, "prefix", c->network.prefix,
+			"interface", c->network.boot_interface, "services", strv_json(services)));
+		free(fqdn);
+		return r;
 	}
-	if (!n) {
-		log_error("No node '%s' in %s; `kiln show nodes` lists them.", argv[1], c->path);
-		return EXIT_USAGE;
-	}
+	/* What render node-env --node HEAD knows about it. */
+	printf("name:        %s\n", c->head.hostname);
+	if (c->cluster.domain)
+		printf("fqdn:        %s.%s\n", c->head.hostname, c->cluster.domain);
+	printf("role:        head\n");
+	printf("address:     %s/%d\n", ab, c->network.prefix);
+	printf("interface:   %s\n", c->network.boot_interface);
+	printf("services:    munge slurmctld dnsmasq\n");
+	return 0;
+}
+
+static int show_node(const kiln_cfg *c, const kiln_cfg_node *n)
+{
 	const kiln_cfg_group *g = n->group;
+	char ab[16], mb[18], pb[256];
+	char *services[5] = { "munge", "slurmd" }, **s = services + 2;
+	if (c->health.enabled)
+		*s++ = "kiln-healthd";
+	if (n->inference)
+		*s++ = "kiln-inferd";
+	kiln_format_ipv4(ab, n->address);
+	kiln_format_mac(mb, n->mac);
+	if (arg_json) {
+		char *fqdn = NULL;
+		if (c->cluster.domain && asprintf(&fqdn, "%s.%s", n->name, c->cluster.domain) < 0)
+			fqdn = NULL;
+		json_t *o = json_pack("{s:s, s:s?, s:s, s:s, s:s, s:i, s:s, s:i, s:s?, s:s?}",
+				      "name", n->name, "fqdn", fqdn, "role", "compute", "group",
+				      g->name, "address", ab, "prefix", c->network.prefix, "mac",
+				      mb, "gpus", g->gpu_count, "gpu_model", g->gpu_model,
+				      "gres_type", g->gpu_type);
+		if (!o) {
+			free(fqdn);
+			return -ENOMEM;
+		}
+		json_object_set_new(o, "cpus", json_integer(g->cpus));
+		json_object_set_new(o, "sockets", json_integer(g->sockets));
+		json_object_set_new(o, "cores_per_socket", json_integer(g->cores_per_socket));
+		json_object_set_new(o, "threads_per_core", json_integer(g->threads_per_core));
+		json_object_set_new(o, "memory_mb", json_integer((json_int_t) g->memory_mb));
+		json_object_set_new(o, "partitions", strv_json(n->partitions));
+		json_object_set_new(o, "features", strv_json(g->features));
+		json_object_set_new(o, "services", strv_json(services));
+		free(fqdn);
+		return print_json(o);
+	}
 	printf("name:        %s\n", n->name);
 	if (c->cluster.domain)
 		printf("fqdn:        %s.%s\n", n->name, c->cluster.domain);
 	printf("role:        compute\n");
 	printf("group:       %s\n", g->name);
-	printf("address:     %s/%d\n", kiln_format_ipv4(ab, n->address), c->network.prefix);
-	printf("mac:         %s\n", kiln_format_mac(mb, n->mac));
+	printf("address:     %s/%d\n", ab, c->network.prefix);
+	printf("mac:         %s\n", mb);
 	printf("gpus:        %d%s%s\n", g->gpu_count, g->gpu_model ? " x " : "",
 	       strempty(g->gpu_model));
 	printf("gres type:   %s\n", g->gpu_type ? g->gpu_type : "-");
 	printf("cpus:        %d (%d sockets x %d cores x %d threads)\n", g->cpus, g->sockets,
 	       g->cores_per_socket, g->threads_per_core);
 	printf("memory:      %llu MiB\n", (unsigned long long) g->memory_mb);
-	join(pb, sizeof(pb), n->partitions);
+	join(pb, sizeof(pb), n->partitions, ",", "-");
 	printf("partitions:  %s\n", pb);
-	join(pb, sizeof(pb), g->features);
+	join(pb, sizeof(pb), g->features, ",", "-");
 	printf("features:    %s\n", pb);
-	printf("services:    munge slurmd%s%s\n", c->health.enabled ? " kiln-healthd" : "",
-	       n->inference ? " kiln-inferd" : "");
-	return EXIT_OK;
+	join(pb, sizeof(pb), services, " ", "-");
+	printf("services:    %s\n", pb);
+	return 0;
 }
+
+static int verb_show(int argc, char **argv)
+{
+	int r = parse_options(&show_prog, argc, argv);
+	if (r <= 0)
+		return parse_exit(r);
+	argc -= optind;
+	argv += optind;
+	if (arg_defaults) {
+		if (argc > 0)
+			return usage_error(&show_prog, "show --defaults takes no arguments.");
+		if (arg_json)
+			return usage_error(&show_prog,
+					   "--json applies to show nodes and show node.");
+		print_defaults();
+		return KILN_EXIT_OK;
+	}
+	if (argc < 1)
+		return usage_error(&show_prog,
+				   "show needs what to show: nodes, node NAME, or --defaults.");
+	bool all = streq(argv[0], "nodes");
+	if (!all && !streq(argv[0], "node"))
+		return usage_error(&show_prog,
+				   "Unknown show target '%s'; use nodes, node NAME, or --defaults.",
+				   argv[0]);
+	if ((all && argc != 1) || (!all && argc != 2))
+		return usage_error(&show_prog, all ? "show nodes takes no arguments."
+						   : "show node needs exactly one NAME.");
+	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
+	r = kiln_cfg_open(arg_config, 0, &c);
+	if (r < 0)
+		return kiln_exit_for_config(r);
+	const kiln_cfg_node *n = all ? NULL : kiln_cfg_find_node(c, argv[1]);
+	if (all)
+		r = show_nodes(c);
+	else if (n)
+		r = show_node(c, n);
+	else if (streq(argv[1], c->head.hostname))
+		r = show_head(c);
+	else {
+		log_error("No node '%s' in %s; `kiln show nodes` lists them.", argv[1], c->path);
+		return KILN_EXIT_USAGE;
+	}
+	return r < 0 ? log_error_errno(r, "Out of memory: %m") : KILN_EXIT_OK;
+}
+
+/* ---- render ------------------------------------------------------------- */
 
 static bool is_target(const char *t)
 {
@@ -266,176 +501,151 @@ static int mkdir_p(const char *path)
 	return 0;
 }
 
+/* Renders target t (for node, with node-env) into dir/name. */
+static int render_to(const kiln_cfg *c, const char *t, const char *node, const char *dir,
+		     const char *name)
+{
+	_cleanup_free_ char *text = NULL, *path = NULL;
+	int r = kiln_cfg_render(c, t, node, &text);
+	if (r < 0)
+		return log_error_errno(r, "Failed to render %s%s%s: %m", t, node ? " for " : "",
+				       strempty(node));
+	if (asprintf(&path, "%s/%s", dir, name) < 0)
+		return log_error_errno(-ENOMEM, "Out of memory: %m");
+	return write_out(path, text);
+}
+
 static int render_all(const kiln_cfg *c)
 {
-	if (!arg_output) {
-		log_error("render all needs -o DIR.");
-		return EXIT_USAGE;
-	}
+	if (!arg_output)
+		return usage_error(&render_prog, "render all needs -o DIR.");
 	_cleanup_free_ char *envdir = NULL;
 	if (asprintf(&envdir, "%s/node-env", arg_output) < 0)
-		return log_error_errno(-ENOMEM, "Out of memory"), EXIT_FAIL;
+		return log_error_errno(-ENOMEM, "Out of memory: %m");
 	int r = mkdir_p(envdir);
 	if (r < 0)
-		return log_error_errno(r, "Failed to create '%s': %m", envdir), EXIT_FAIL;
+		return log_error_errno(r, "Failed to create '%s': %m", envdir);
+	size_t files = 0;
 	for (size_t i = 0; kiln_cfg_render_targets[i]; i++) {
 		const char *t = kiln_cfg_render_targets[i];
 		if (streq(t, "node-env"))
 			continue;
-		_cleanup_free_ char *text = NULL, *path = NULL;
-		r = kiln_cfg_render(c, t, NULL, &text);
+		r = render_to(c, t, NULL, arg_output, t);
 		if (r < 0)
-			return log_error_errno(r, "Failed to render %s: %m", t), EXIT_FAIL;
-		if (asprintf(&path, "%s/%s", arg_output, t) < 0)
-			return EXIT_FAIL;
-		if (write_out(path, text) < 0)
-			return EXIT_FAIL;
+			return r;
+		files++;
 	}
 	for (size_t i = 0; i <= c->n_nodes; i++) {
 		const char *name = i < c->n_nodes ? c->nodes[i].name : c->head.hostname;
-		_cleanup_free_ char *text = NULL, *path = NULL;
-		r = kiln_cfg_render(c, "node-env", name, &text);
+		r = render_to(c, "node-env", name, envdir, name);
 		if (r < 0)
-			return log_error_errno(r, "Failed to render node-env for %s: %m", name),
-			       EXIT_FAIL;
-		if (asprintf(&path, "%s/%s", envdir, name) < 0)
-			return EXIT_FAIL;
-		if (write_out(path, text) < 0)
-			return EXIT_FAIL;
+			return r;
+		files++;
 	}
 	if (!arg_quiet)
-		printf("Wrote %zu files to %s\n", (size_t) 6 + c->n_nodes + 1, arg_output);
-	return EXIT_OK;
+		printf("Wrote %zu files to %s\n", files, arg_output);
+	return KILN_EXIT_OK;
 }
 
-static int cmd_render(int argc, char **argv)
+static int verb_render(int argc, char **argv)
 {
-	if (argc != 1) {
-		log_error("render needs exactly one TARGET (or all); see kiln --help.");
-		return EXIT_USAGE;
-	}
-	const char *t = argv[0];
+	int r = parse_options(&render_prog, argc, argv);
+	if (r <= 0)
+		return parse_exit(r);
+	if (argc - optind != 1)
+		return usage_error(&render_prog, "render needs exactly one TARGET (or all).");
+	const char *t = argv[optind];
 	if (!streq(t, "all") && !is_target(t)) {
-		log_error("Unknown render target '%s'; one of slurm.conf gres.conf cgroup.conf "
-			  "dnsmasq.conf "
-			  "boot.ipxe hosts node-env all.",
-			  t);
-		return EXIT_USAGE;
+		_cleanup_(kiln_strbuf_freep) kiln_strbuf b;
+		kiln_strbuf_init(&b);
+		for (size_t i = 0; kiln_cfg_render_targets[i]; i++)
+			kiln_strbuf_printf(&b, "%s ", kiln_cfg_render_targets[i]);
+		return usage_error(&render_prog, "Unknown render target '%s'; one of %sall.", t,
+				   strempty(b.s));
 	}
-	if (streq(t, "node-env") && !arg_node) {
-		log_error("render node-env needs --node NAME.");
-		return EXIT_USAGE;
-	}
-	if (!streq(t, "node-env") && arg_node) {
-		log_error("--node applies to render node-env only, not to %s.", t);
-		return EXIT_USAGE;
-	}
+	if (streq(t, "node-env") && !arg_node)
+		return usage_error(&render_prog, "render node-env needs --node NAME.");
+	if (!streq(t, "node-env") && arg_node)
+		return usage_error(&render_prog,
+				   "--node applies to render node-env only, not to %s.", t);
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
-	int r = load(&c);
+	r = kiln_cfg_open(arg_config, 0, &c);
 	if (r < 0)
-		return exit_for(r);
+		return kiln_exit_for_config(r);
 	if (streq(t, "all"))
 		return render_all(c);
 	_cleanup_free_ char *text = NULL;
 	r = kiln_cfg_render(c, t, arg_node, &text);
 	if (r == -ENXIO) {
 		log_error("No node '%s' in %s; `kiln show nodes` lists them.", arg_node, c->path);
-		return EXIT_USAGE;
+		return KILN_EXIT_USAGE;
 	}
-	if (r < 0) {
-		log_error_errno(r, "Failed to render %s: %m", t);
-		return EXIT_FAIL;
-	}
+	if (r < 0)
+		return log_error_errno(r, "Failed to render %s: %m", t);
 	if (!arg_output || streq(arg_output, "-")) {
-		fputs(text, stdout);
-		return fflush(stdout) == 0 ? EXIT_OK : EXIT_FAIL;
+		fputs(text, stdout); /* a failed write is caught by run()'s flush */
+		return KILN_EXIT_OK;
 	}
-	return write_out(arg_output, text) < 0 ? EXIT_FAIL : EXIT_OK;
+	return write_out(arg_output, text);
 }
 
-int main(int argc, char **argv)
+/* ---- the command -------------------------------------------------------- */
+
+static int verb_help(int argc, char **argv);
+
+static const kiln_verb verbs[] = {
+	{ "check", "validate the cluster file", verb_check, &check_prog },
+	{ "show", "nodes, one node, or the schema's defaults", verb_show, &show_prog },
+	{ "render", "slurm.conf, gres.conf, dnsmasq.conf ... from the cluster file", verb_render,
+	  &render_prog },
+	{ "model", "inspect a model or checkpoint file", kiln_model_main, &kiln_model_prog },
+	{ "tokenize", "text <-> token ids with a model's tokenizer", kiln_tokenize_main,
+	  &kiln_tokenize_prog },
+	{ "help", "show this help", verb_help, NULL },
+};
+
+static const kiln_prog prog = {
+	.name = "kiln",
+	.summary = "check, show and render a kiln cluster file",
+	.usage = "kiln [OPTIONS] check [--json]              validate the cluster file\n"
+		 "kiln [OPTIONS] show nodes | node NAME      the nodes, or one (--json)\n"
+		 "kiln show --defaults                       every key with its type and default\n"
+		 "kiln [OPTIONS] render TARGET [-o PATH]     write a generated file (stdout "
+		 "without -o)\n"
+		 "kiln [OPTIONS] render all -o DIR           write every target into DIR\n"
+		 "kiln model inspect FILE [--json]           tensors and metadata of a model file\n"
+		 "kiln tokenize FILE [--text S | --ids L]    text <-> token ids",
+	.options = global_options,
+	.epilog = "Exit status: 0 success, 1 failure, 2 usage or configuration error.\n"
+		  "See kiln(1) and docs/config.md.\n",
+	.verbs = verbs,
+	.n_verbs = ARRAY_SIZE(verbs),
+};
+
+static int verb_help(int argc, char **argv)
 {
-	enum { ARG_VERSION = 0x100, ARG_DEFAULTS };
-	static const struct option opts[] = {
-		{ "config", required_argument, NULL, 'c' },
-		{ "output", required_argument, NULL, 'o' },
-		{ "node", required_argument, NULL, 'n' },
-		{ "defaults", no_argument, NULL, ARG_DEFAULTS },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, ARG_VERSION },
-		{},
-	};
-	log_set_program("kiln");
-	/* `kiln model ...` parses its own options (config/kiln-model.c). */
-	if (argc > 1 && streq(argv[1], "model"))
-		return kiln_model_main(argc - 1, argv + 1);
-	if (argc > 1 && streq(argv[1], "tokenize"))
-		return kiln_tokenize_main(argc - 1, argv + 1);
-	int o;
-	while ((o = getopt_long(argc, argv, "c:o:n:vqh", opts, NULL)) >= 0) {
-		switch (o) {
-		case 'c':
-			arg_config = optarg;
-			break;
-		case 'o':
-			arg_output = optarg;
-			break;
-		case 'n':
-			arg_node = optarg;
-			break;
-		case ARG_DEFAULTS:
-			arg_defaults = true;
-			break;
-		case 'v':
-			log_adjust_level(+1);
-			break;
-		case 'q':
-			arg_quiet = 1;
-			log_adjust_level(-1);
-			break;
-		case 'h':
-			help();
-			return EXIT_OK;
-		case ARG_VERSION:
-			printf("kiln %s\n", KILN_VERSION);
-			return EXIT_OK;
-		default:
-			fprintf(stderr, "Try 'kiln --help'.\n");
-			return EXIT_USAGE;
-		}
-	}
-	if (optind >= argc) {
-		log_error("No command given; one of check, show, render. See kiln --help.");
-		return EXIT_USAGE;
-	}
-	const char *cmd = argv[optind];
-	int n = argc - optind - 1;
-	char **rest = argv + optind + 1;
-	int r;
-	if (streq(cmd, "check")) {
-		if (n) {
-			log_error("check takes no arguments (use -c FILE).");
-			return EXIT_USAGE;
-		}
-		r = cmd_check();
-	} else if (streq(cmd, "show"))
-		r = cmd_show(n, rest);
-	else if (streq(cmd, "render"))
-		r = cmd_render(n, rest);
-	else if (streq(cmd, "help")) {
-		help();
-		r = EXIT_OK;
-	} else {
-		log_error("Unknown command '%s'; one of check, show, render. See kiln --help.",
-			  cmd);
-		return EXIT_USAGE;
-	}
+	kiln_prog_help(&prog);
+	return KILN_EXIT_OK;
+}
+
+static int parse_argv(int argc, char **argv)
+{
+	int r = parse_options(&prog, argc, argv);
+	if (r <= 0)
+		return r;
+	/* a missing verb is kiln_verb_dispatch()'s error (it lists them) */
+	return 1;
+}
+
+static int run(int argc, char **argv)
+{
+	int r = kiln_verb_dispatch(&prog, argc - optind, argv + optind);
 	/* A table cut short (disk full, closed pipe) must not look like success. */
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		log_error_errno(-(errno ? errno : EIO), "Failed to write to standard output: %m");
-		return EXIT_FAIL;
+		return KILN_EXIT_FAILURE;
 	}
 	return r;
 }
+
+KILN_DEFINE_MAIN(prog, parse_argv, run)

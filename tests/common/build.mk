@@ -4,3 +4,5 @@ $(eval $(call kiln_test,test-http,tests/common/test-http.c,common,$$(KILN_HTTP_L
 $(eval $(call kiln_test,test-json,tests/common/test-json.c,common,-ljansson))
 $(eval $(call kiln_test,test-metrics,tests/common/test-metrics.c,common,))
 $(eval $(call kiln_test,test-prog,tests/common/test-prog.c,common,))
+# one meaning per short letter across the programs; the generated bash completion
+TEST_SCRIPTS += tests/common/test-cli-options.sh

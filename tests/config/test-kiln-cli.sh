@@ -140,6 +140,77 @@ rc=$?
 [ "$("$KILN" -c config/examples/dgx-pod.cfg show nodes | wc -l)" -eq 33 ] && ok "show nodes lists 32 nodes" ||
 	fail "show nodes lists 32 nodes"
 
+# 5b. the command line on kiln/prog.h: verbs, their --help, options after the verb
+"$KILN" frobnicate 2>"$tmp/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "Unknown command 'frobnicate'" "$tmp/err" &&
+	[ "$(grep -cE '^  (check|show|render|model|tokenize) ' "$tmp/err")" -eq 5 ] &&
+	ok "unknown command lists every command" || fail "unknown command lists every command" "rc=$rc" "$(cat "$tmp/err")"
+"$KILN" render --help >"$tmp/out" 2>&1
+rc=$?
+missing=""
+for t in slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts node-env image-env all; do
+	grep -qE "^  $t " "$tmp/out" || missing="$missing $t"
+done
+[ $rc -eq 0 ] && [ -z "$missing" ] && grep -q -- "--output" "$tmp/out" && ok "render --help lists the targets and render's options" ||
+	fail "render --help lists the targets and render's options" "rc=$rc missing:$missing" "$(cat "$tmp/out")"
+for v in check show model tokenize; do
+	"$KILN" "$v" --help >"$tmp/out" 2>&1 && grep -q "^kiln $v — " "$tmp/out" && grep -q -- "--help" "$tmp/out" &&
+		ok "$v --help" || fail "$v --help" "$(cat "$tmp/out")"
+done
+"$KILN" check -c config/examples/demo.cfg -q >"$tmp/out" 2>&1 && [ ! -s "$tmp/out" ] &&
+	ok "-c and -q after the verb (kiln check -c FILE -q)" || fail "-c and -q after the verb" "$(cat "$tmp/out")"
+"$KILN" -c config/examples/demo.cfg render slurm.conf -n node01 >/dev/null 2>&1
+[ $? -eq 2 ] && ok "-n is no longer render's --node (exit 2)" || fail "-n is no longer render's --node (exit 2)"
+
+# 5c. --json: check (valid, invalid, missing) and show
+json() { # FILE PYTHON-EXPRESSION-ON-j
+	python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); sys.exit(0 if eval(sys.argv[2]) else 1)' "$1" "$2" 2>"$tmp/pyerr"
+}
+"$KILN" -c config/examples/dgx-pod.cfg check --json >"$tmp/json" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 0 ] && json "$tmp/json" 'j == {"file": "config/examples/dgx-pod.cfg", "ok": True, "nodes": 32, "groups": 1, "partitions": 2}' &&
+	ok "check --json on a valid file" || fail "check --json on a valid file" "rc=$rc" "$(cat "$tmp/json" "$tmp/err" "$tmp/pyerr")"
+# every bad file: exit 2 and, as objects, the errors its .expected file lists
+rcs=""
+for cfg in tests/config/bad/*.cfg; do
+	"$KILN" -c "$cfg" check --json >"$tmp/$(basename "$cfg").json" 2>/dev/null
+	rc=$?
+	[ $rc -eq 2 ] || rcs="$rcs $(basename "$cfg"):$rc"
+done
+python3 - "$tmp" tests/config/bad/*.cfg <<'PY' >"$tmp/pyerr" 2>&1
+import json, os, sys
+for cfg in sys.argv[2:]:
+    j = json.load(open(os.path.join(sys.argv[1], os.path.basename(cfg) + ".json")))
+    got = []
+    for e in j["errors"]:
+        line = e["file"] + ":" + (str(e["line"]) + ":" if e["line"] else "")
+        line += " " + (e["path"] + ": " if e["path"] else "") + e["message"]
+        if e["hint"] is not None:
+            line += "; " + e["hint"]
+        got.append(line)
+    want = open(cfg[:-4] + ".expected").read().splitlines()
+    if j["ok"] is not False or j["file"] != cfg or got != want:
+        print(cfg, "got", got, "want", want)
+PY
+[ -z "$rcs" ] && [ ! -s "$tmp/pyerr" ] && ok "check --json on every bad file: exit 2, the .expected errors as objects" ||
+	fail "check --json on every bad file" "exit codes:$rcs" "$(head -20 "$tmp/pyerr")"
+"$KILN" -c "$tmp/nope.cfg" check --json >"$tmp/json" 2>/dev/null
+rc=$?
+[ $rc -eq 2 ] && json "$tmp/json" 'not j["ok"] and j["errors"][0]["file"].endswith("nope.cfg") and "does not exist" in j["errors"][0]["message"]' &&
+	ok "check --json on a missing file: exit 2, one error" || fail "check --json on a missing file" "rc=$rc" "$(cat "$tmp/json")"
+"$KILN" -c config/examples/demo.cfg show nodes --json >"$tmp/json" &&
+	json "$tmp/json" '[n["name"] for n in j["nodes"]] == ["node01", "node02", "node03"] and j["nodes"][1] == {"name": "node02", "group": "gpu", "address": "10.77.0.12", "mac": "52:54:00:77:00:12", "gpus": 4, "gpu_type": "h100", "partitions": ["gpu"]}' &&
+	ok "show nodes --json" || fail "show nodes --json" "$(cat "$tmp/json" "$tmp/pyerr")"
+"$KILN" -c config/examples/demo.cfg show node node02 --json >"$tmp/json" &&
+	json "$tmp/json" 'j["name"] == "node02" and j["role"] == "compute" and j["address"] == "10.77.0.12" and j["prefix"] == 24 and j["gpus"] == 4 and j["partitions"] == ["gpu"] and j["services"][:2] == ["munge", "slurmd"]' &&
+	ok "show node NAME --json" || fail "show node NAME --json" "$(cat "$tmp/json" "$tmp/pyerr")"
+"$KILN" -c config/examples/demo.cfg --json show node head >/dev/null 2>&1
+[ $? -eq 2 ] && ok "--json is the verb's option (before it: exit 2)" || fail "--json before the verb exits 2"
+"$KILN" -c config/examples/demo.cfg show node head --json >"$tmp/json" &&
+	json "$tmp/json" 'j["role"] == "head" and j["address"] == "10.77.0.1" and "slurmctld" in j["services"]' &&
+	ok "show node HEAD --json" || fail "show node HEAD --json" "$(cat "$tmp/json" "$tmp/pyerr")"
+
 # output that cannot be written (disk full) must not exit 0
 if [ -w /dev/full ]; then
 	for a in "show nodes" "show --defaults" "check" "render slurm.conf"; do

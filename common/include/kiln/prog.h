@@ -124,6 +124,10 @@ typedef struct kiln_prog {
 	bool stop_at_positional;    /* stop at the first non-option (a command line follows) */
 	const kiln_verb *verbs;	    /* a command with verbs: listed in --help and --dump-options */
 	size_t n_verbs;
+	/* Completion of the positional arguments for --dump-options: one
+	 * kiln_option.complete value per position, '|'-separated
+	 * ("nodes node|node": `show nodes` or `show node NAME`); NULL: none. */
+	const char *args_complete;
 } kiln_prog;
 
 /* Called first by KILN_DEFINE_MAIN: names the program for log lines. */

@@ -1,0 +1,22 @@
+/* kiln-verbs.h — the verbs of the `kiln` CLI that live outside kiln.c.
+ *
+ * kiln.c owns the command line up to the verb; `kiln model` and `kiln
+ * tokenize` work on model files, not on the cluster file, so they are kept
+ * in their own files and only their kiln_prog (for --help and
+ * --dump-options) and their run function are shared.  A run function gets
+ * argv[0] = the verb, parses its own options and returns the exit status. */
+#pragma once
+
+#include <jansson.h>
+
+#include "kiln/prog.h"
+
+extern const kiln_prog kiln_model_prog; /* config/kiln-model.c */
+int kiln_model_main(int argc, char **argv);
+
+extern const kiln_prog kiln_tokenize_prog; /* config/kiln-tokenize.c */
+int kiln_tokenize_main(int argc, char **argv);
+
+/* Prints o and a newline to stdout with json_dumpf() flags, and releases
+ * it (NULL, a failed json_pack(), is -ENOMEM).  Returns 0 or -ENOMEM. */
+int kiln_cli_print_json(json_t *o, size_t flags);
