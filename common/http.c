@@ -456,11 +456,11 @@ int kiln_http_reply_error(kiln_http_request *r, unsigned status, const char *typ
 	return q;
 }
 
-int kiln_http_reply_json_error(kiln_http_request *r, const kiln_json_error *e)
+int kiln_http_reply_json_error(kiln_http_request *r, const kiln_error *e)
 {
 	assert_return(r && e, -EINVAL);
-	return kiln_http_reply_error(r, 400, "invalid_request_error", e->param[0] ? e->param : NULL,
-				     NULL, "%s", e->message);
+	return kiln_http_reply_error(r, 400, "invalid_request_error", e->where[0] ? e->where : NULL,
+				     NULL, "%s", e->msg);
 }
 
 int kiln_http_reply_retry(kiln_http_request *r, unsigned status, unsigned retry_after_s,
@@ -859,7 +859,7 @@ const char *kiln_http_request_id(const kiln_http_request *r)
 	return r->id;
 }
 
-int kiln_http_request_json(const kiln_http_request *r, json_t **ret, kiln_json_error *err)
+int kiln_http_request_json(const kiln_http_request *r, json_t **ret, kiln_error *err)
 {
 	assert_return(r && ret && err, -EINVAL);
 	return kiln_json_parse_object(r->body.s ?: "", r->body.len, ret, err);

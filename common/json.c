@@ -12,7 +12,7 @@
 
 #include "kiln/json.h"
 
-int kiln_json_fail(kiln_json_error *err, const char *path, const char *fmt, ...)
+int kiln_json_fail(kiln_error *err, const char *path, const char *fmt, ...)
 {
 	if (!err)
 		return -EINVAL;
@@ -21,18 +21,19 @@ int kiln_json_fail(kiln_json_error *err, const char *path, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
-	memset(err, 0, sizeof(*err));
-	int n = snprintf(err->param, sizeof(err->param), "%s", path ?: "");
+	kiln_error_reset(err, NULL);
+	err->code = -EINVAL;
+	int n = snprintf(err->where, sizeof(err->where), "%s", path ?: "");
 	if (path && *path)
-		n = snprintf(err->message, sizeof(err->message), "%s: %s", path, what);
+		n = snprintf(err->msg, KILN_JSON_MESSAGE_MAX, "%s: %s", path, what);
 	else
-		n = snprintf(err->message, sizeof(err->message), "%s", what);
-	if (n >= (int) sizeof(err->message)) /* cut: say so */
-		memcpy(err->message + sizeof(err->message) - 4, "...", 4);
+		n = snprintf(err->msg, KILN_JSON_MESSAGE_MAX, "%s", what);
+	if (n >= KILN_JSON_MESSAGE_MAX) /* cut: say so */
+		memcpy(err->msg + KILN_JSON_MESSAGE_MAX - 4, "...", 4);
 	return -EINVAL;
 }
 
-static int fail_at(kiln_json_error *err, int line, int column, const char *what)
+static int fail_at(kiln_error *err, int line, int column, const char *what)
 {
 	kiln_json_fail(err, "", "invalid JSON at line %d, column %d: %s", line, column, what);
 	err->line = line;
@@ -43,7 +44,7 @@ static int fail_at(kiln_json_error *err, int line, int column, const char *what)
 /* Refuses nesting deeper than KILN_JSON_DEPTH_MAX, counting brackets
  * outside strings.  Columns count characters (UTF-8 continuation bytes do
  * not start one), as jansson's do. */
-static int check_depth(const char *p, size_t len, kiln_json_error *err)
+static int check_depth(const char *p, size_t len, kiln_error *err)
 {
 	int depth = 0, line = 1, column = 0;
 	bool in_string = false, escaped = false;
@@ -79,7 +80,7 @@ static int check_depth(const char *p, size_t len, kiln_json_error *err)
 	return 0;
 }
 
-int kiln_json_parse(const char *data, size_t len, json_t **ret, kiln_json_error *err)
+int kiln_json_parse(const char *data, size_t len, json_t **ret, kiln_error *err)
 {
 	assert_return(ret && err && (data || len == 0), -EINVAL);
 	if (len > KILN_JSON_SIZE_MAX)
@@ -104,7 +105,7 @@ int kiln_json_parse(const char *data, size_t len, json_t **ret, kiln_json_error 
 	return 0;
 }
 
-int kiln_json_parse_object(const char *data, size_t len, json_t **ret, kiln_json_error *err)
+int kiln_json_parse_object(const char *data, size_t len, json_t **ret, kiln_error *err)
 {
 	json_t *v = NULL;
 	int r = kiln_json_parse(data, len, &v, err);
@@ -181,7 +182,7 @@ static size_t edit_distance(const char *a, const char *b)
 }
 
 int kiln_json_check_keys(const json_t *obj, const char *where, const char *const *known,
-			 kiln_json_error *err)
+			 kiln_error *err)
 {
 	assert_return(obj && known && err, -EINVAL);
 	const char *key;
@@ -216,7 +217,7 @@ int kiln_json_check_keys(const json_t *obj, const char *where, const char *const
 
 /* Looks key up: 0 absent/null (error when required), 1 found. */
 static int lookup(const json_t *obj, const char *key, unsigned flags, const char *path,
-		  const char *expected, json_t **ret, kiln_json_error *err)
+		  const char *expected, json_t **ret, kiln_error *err)
 {
 	if (!json_is_object(obj))
 		return kiln_json_fail(err, path, "expected an object around this field");
@@ -233,7 +234,7 @@ static int lookup(const json_t *obj, const char *key, unsigned flags, const char
 }
 
 int kiln_json_get_string(const json_t *obj, const char *where, const char *key, unsigned flags,
-			 size_t max_len, const char **ret, kiln_json_error *err)
+			 size_t max_len, const char **ret, kiln_error *err)
 {
 	assert_return(obj && key && ret && err, -EINVAL);
 	char path[KILN_JSON_PATH_MAX];
@@ -253,7 +254,7 @@ int kiln_json_get_string(const json_t *obj, const char *where, const char *key, 
 }
 
 int kiln_json_get_enum(const json_t *obj, const char *where, const char *key, unsigned flags,
-		       const char *const *choices, int *ret, kiln_json_error *err)
+		       const char *const *choices, int *ret, kiln_error *err)
 {
 	assert_return(choices && ret, -EINVAL);
 	const char *s = NULL;
@@ -280,7 +281,7 @@ int kiln_json_get_enum(const json_t *obj, const char *where, const char *key, un
 }
 
 int kiln_json_get_number(const json_t *obj, const char *where, const char *key, unsigned flags,
-			 double lo, double hi, double *ret, kiln_json_error *err)
+			 double lo, double hi, double *ret, kiln_error *err)
 {
 	assert_return(obj && key && ret && err, -EINVAL);
 	char path[KILN_JSON_PATH_MAX];
@@ -300,7 +301,7 @@ int kiln_json_get_number(const json_t *obj, const char *where, const char *key, 
 }
 
 int kiln_json_get_int(const json_t *obj, const char *where, const char *key, unsigned flags,
-		      int64_t lo, int64_t hi, int64_t *ret, kiln_json_error *err)
+		      int64_t lo, int64_t hi, int64_t *ret, kiln_error *err)
 {
 	assert_return(obj && key && ret && err, -EINVAL);
 	char path[KILN_JSON_PATH_MAX];
@@ -326,7 +327,7 @@ int kiln_json_get_int(const json_t *obj, const char *where, const char *key, uns
 }
 
 int kiln_json_get_bool(const json_t *obj, const char *where, const char *key, unsigned flags,
-		       bool *ret, kiln_json_error *err)
+		       bool *ret, kiln_error *err)
 {
 	assert_return(obj && key && ret && err, -EINVAL);
 	char path[KILN_JSON_PATH_MAX];
@@ -343,7 +344,7 @@ int kiln_json_get_bool(const json_t *obj, const char *where, const char *key, un
 }
 
 int kiln_json_get_object(const json_t *obj, const char *where, const char *key, unsigned flags,
-			 json_t **ret, kiln_json_error *err)
+			 json_t **ret, kiln_error *err)
 {
 	assert_return(obj && key && ret && err, -EINVAL);
 	char path[KILN_JSON_PATH_MAX];
@@ -359,7 +360,7 @@ int kiln_json_get_object(const json_t *obj, const char *where, const char *key, 
 	return 1;
 }
 
-static int check_count(const char *path, size_t n, size_t min, size_t max, kiln_json_error *err)
+static int check_count(const char *path, size_t n, size_t min, size_t max, kiln_error *err)
 {
 	if (n >= min && n <= max)
 		return 0;
@@ -374,7 +375,7 @@ static int check_count(const char *path, size_t n, size_t min, size_t max, kiln_
 }
 
 int kiln_json_get_objects(const json_t *obj, const char *where, const char *key, unsigned flags,
-			  size_t min, size_t max, json_t **ret, kiln_json_error *err)
+			  size_t min, size_t max, json_t **ret, kiln_error *err)
 {
 	assert_return(obj && key && ret && err && min <= max, -EINVAL);
 	char path[KILN_JSON_PATH_MAX];
@@ -404,7 +405,7 @@ int kiln_json_get_objects(const json_t *obj, const char *where, const char *key,
 
 int kiln_json_get_strings(const json_t *obj, const char *where, const char *key, unsigned flags,
 			  size_t min, size_t max, size_t max_len, const char ***ret,
-			  kiln_json_error *err)
+			  kiln_error *err)
 {
 	assert_return(obj && key && ret && err && min <= max, -EINVAL);
 	char path[KILN_JSON_PATH_MAX];

@@ -125,7 +125,7 @@ static double short_real(float v)
  * {"error": why it cannot be loaded}. */
 static json_t *model_json(const char *path)
 {
-	km_error err = {};
+	kiln_error err = {};
 	km_file *m = NULL;
 	if (km_file_open(path, &m, &err) < 0)
 		return json_pack("{s:s}", "error", err.msg);
@@ -143,7 +143,7 @@ static json_t *model_json(const char *path)
 
 static void print_model(const char *path, FILE *out)
 {
-	km_error err = {};
+	kiln_error err = {};
 	km_file *m = NULL;
 	if (km_file_open(path, &m, &err) < 0) {
 		fprintf(out, "model: not loadable: %s\n", err.msg);
@@ -273,7 +273,7 @@ int kiln_model_main(int argc, char **argv)
 {
 	bool json = false;
 	kmf_file *f = NULL;
-	kmf_error e;
+	kiln_error e;
 	char line[1024];
 	int c, r;
 
@@ -292,7 +292,7 @@ int kiln_model_main(int argc, char **argv)
 	}
 	r = kmf_open(argv[optind + 1], &f, &e);
 	if (r < 0) {
-		log_error("%s", kmf_error_format(&e, line, sizeof(line)));
+		log_error("%s", kiln_error_format(&e, line, sizeof(line)));
 		return KILN_EXIT_FAILURE;
 	}
 	if (json)

@@ -228,11 +228,11 @@ int kiln_tokenize_main(int argc, char **argv)
 	}
 	const char *path = argv[optind];
 	_cleanup_(ktok_freep) ktok *t = NULL;
-	ktok_error err;
+	kiln_error err;
 	r = ktok_load(path, &t, &err);
 	if (r < 0) {
 		char line[800];
-		log_error("%s", ktok_error_format(&err, line, sizeof(line)));
+		log_error("%s", kiln_error_format(&err, line, sizeof(line)));
 		return KILN_EXIT_FAILURE;
 	}
 	if (ids)

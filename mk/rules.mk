@@ -66,3 +66,29 @@ $(B)/$(1): $(call kiln_objs,$(2)) $(call kiln_libfiles,$(3))
 ALL_LIBS += $(B)/$(1)
 -include $(patsubst %.o,%.d,$(call kiln_objs,$(2)))
 endef
+
+# libFuzzer targets (clang only): every object is built from source in the
+# one command, because the sanitizers and coverage need all of it
+# instrumented (kiln_lib's gcc objects cannot be reused).  Part of `all` when
+# clang exists; `make NAME` builds one (and says so when clang is missing);
+# their suites (make test-full) SKIP when the target was not built.
+#   $(eval $(call kiln_fuzz,NAME,SRCS,CFLAGS,LDLIBS,HEADERS))  -> $(B)/tests/NAME
+# CFLAGS are the -I and extra flags (KILN_FUZZ_STRICT: stop at the first
+# UBSan report), HEADERS what the target depends on beyond SRCS.
+ifeq ($(origin KILN_CLANG),undefined)
+KILN_CLANG := $(shell command -v clang-14 || command -v clang)
+endif
+KILN_FUZZ_CFLAGS := -g -O1 -std=gnu11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
+KILN_FUZZ_STRICT := -fno-sanitize-recover=undefined
+
+define kiln_fuzz
+$(B)/tests/$(1): $(2) $(5)
+	@mkdir -p $$(@D)
+	@if [ -z "$$(KILN_CLANG)" ]; then echo "$(1): clang not found, skipping" >&2; exit 1; fi
+	$$(KILN_CLANG) $$(KILN_FUZZ_CFLAGS) $(3) $(2) $(4) -o $$@
+ifneq ($$(KILN_CLANG),)
+EXTRA_ALL += $(B)/tests/$(1)
+endif
+$(1): $(B)/tests/$(1)
+.PHONY: $(1)
+endef

@@ -10,7 +10,7 @@
  *
  * Untrusted input: every length, count and offset read from a file is
  * checked against the file size and the named limits below before use; a
- * file that breaks a rule is refused with a kmf_error saying which file,
+ * file that breaks a rule is refused with a kiln_error saying which file,
  * which byte offset, which tensor and what is wrong.  The library never
  * prints and never exits.
  *
@@ -37,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kiln/error.h"
 #include "kk.h"
 
 #ifdef __cplusplus
@@ -114,19 +115,13 @@ unsigned kmf_dtype_block_bytes(kmf_dtype dt);
 bool kmf_dtype_is_float(kmf_dtype dt);
 const char *kmf_format_name(kmf_format f); /* "safetensors", "gguf", "llama2.c" */
 
-/* What the opener (or a conversion) says about a refused file.  `offset`
- * is the byte offset in the file where the fault was found (-1 if none),
- * `tensor` the tensor name involved ("" if none). */
-typedef struct kmf_error {
-	int code; /* the negative errno also returned */
-	char file[256];
-	int64_t offset;
-	char tensor[128];
-	char msg[384]; /* what is wrong and what to do */
-} kmf_error;
-
-/* One line for a user: "FILE: byte N: tensor 'T': MSG".  Returns buf. */
-char *kmf_error_format(const kmf_error *e, char *buf, size_t len);
+/* What the opener (or the writer) says about a refused file, a kiln_error
+ * (kiln/error.h): file the path or name given ("(memory)" when none),
+ * offset the byte offset in the file where the fault was found (-1 if
+ * none), where the tensor involved ("" if none), msg what is wrong and what
+ * to do, starting "tensor 'T': " when there is a tensor.
+ * kiln_error_format() gives the line for a user,
+ * "FILE: byte N: tensor 'T': MSG". */
 
 /* ------------------------------------------------------------------------ */
 /* Opening and listing                                                       */
@@ -150,10 +145,10 @@ typedef struct kmf_tensor {
 
 /* Opens and validates path.  On failure *err (if not NULL) says why and
  * *ret is untouched.  Errors: see the top of this file. */
-int kmf_open(const char *path, kmf_file **ret, kmf_error *err);
+int kmf_open(const char *path, kmf_file **ret, kiln_error *err);
 /* The same over a caller's buffer (not copied; it must outlive the file).
  * `name` is only used in errors. */
-int kmf_open_mem(const void *buf, size_t len, const char *name, kmf_file **ret, kmf_error *err);
+int kmf_open_mem(const void *buf, size_t len, const char *name, kmf_file **ret, kiln_error *err);
 /* Unmaps and frees; accepts NULL; returns NULL. */
 kmf_file *kmf_close(kmf_file *f);
 
@@ -286,7 +281,7 @@ int kmf_writer_set_meta(kmf_writer *w, const char *key, const char *value);
  * over path, then the directory is fsynced: after a crash at any point path
  * holds either its old or its new complete contents.  mode as for open(2).
  * Errors: the errno of open/write/fsync/rename, with err filled. */
-int kmf_writer_commit(kmf_writer *w, const char *path, unsigned mode, kmf_error *err);
+int kmf_writer_commit(kmf_writer *w, const char *path, unsigned mode, kiln_error *err);
 
 #ifdef __cplusplus
 }

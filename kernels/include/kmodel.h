@@ -17,7 +17,7 @@
  * step's scratch).
  *
  * Conventions: 0 or a negative errno; functions that can fail for a reason
- * a user must see take a km_error that receives one line (what, where, what
+ * a user must see take a kiln_error that receives one line (what, where, what
  * to do).  Nothing here prints or exits. */
 #pragma once
 
@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kiln/error.h"
 #include "kk.h"
 
 #ifdef __cplusplus
@@ -34,10 +35,10 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                    */
 
+/* A kiln_error (kiln/error.h) receives the line: code and msg, cut at
+ * KM_ERROR_MAX bytes (with its NUL: the engine keeps one per request);
+ * no file or offset, the message names them. */
 #define KM_ERROR_MAX 320
-typedef struct km_error {
-	char msg[KM_ERROR_MAX];
-} km_error;
 
 /* ------------------------------------------------------------------------ */
 /* Configuration                                                             */
@@ -69,7 +70,7 @@ typedef struct km_config {
 
 /* Checks every field and that they agree.  -EINVAL with err (NULL allowed)
  * naming the field, its value and the rule it breaks. */
-int km_config_validate(const km_config *c, km_error *err);
+int km_config_validate(const km_config *c, kiln_error *err);
 
 /* ------------------------------------------------------------------------ */
 /* Weights                                                                   */
@@ -88,7 +89,7 @@ int km_config_validate(const km_config *c, km_error *err);
  * -EINVAL count does not match, -EIO read failure). */
 typedef struct km_weight_source {
 	void *userdata;
-	int (*read)(void *userdata, const char *name, float *dst, size_t count, km_error *err);
+	int (*read)(void *userdata, const char *name, float *dst, size_t count, kiln_error *err);
 } km_weight_source;
 
 /* A llama2.c "legacy" checkpoint (7 int32 header, then f32 arrays). */
@@ -102,7 +103,7 @@ typedef struct km_l2c km_l2c;
  * has norm_eps 1e-5, rope_theta 10000, KK_ROPE_INTERLEAVED.
  * Errors (err names the file): -ENOENT/-EACCES..., -EINVAL (bad header,
  * size mismatch, truncated). */
-int km_l2c_open(const char *path, km_l2c **ret, km_error *err);
+int km_l2c_open(const char *path, km_l2c **ret, kiln_error *err);
 km_l2c *km_l2c_free(km_l2c *f);
 const km_config *km_l2c_config(const km_l2c *f);
 /* A weight source reading tensors from the open checkpoint. */
@@ -129,7 +130,7 @@ typedef struct km_model_opts {
  * source, -ENOMEM, -EOPNOTSUPP (the backend lacks attention for this head
  * dim, e.g. cuda with head_dim 8), other kk errors. */
 int km_model_new(kk_backend *be, const km_config *cfg, const km_model_opts *opts,
-		 const km_weight_source *src, km_model **ret, km_error *err);
+		 const km_weight_source *src, km_model **ret, kiln_error *err);
 km_model *km_model_free(km_model *m);
 const km_config *km_model_config(const km_model *m);
 /* The dtype of activations and of the KV cache km_kvcache_new must use. */
@@ -205,7 +206,7 @@ typedef struct km_seq_input {
  * nothing was appended, the caller preempts or waits), -EFBIG (a sequence would pass max_seq_len),
  * -EOPNOTSUPP and other kk errors. */
 int km_forward(km_model *m, km_kvcache *c, const km_seq_input *in, int n, float *logits_out,
-	       km_error *err);
+	       kiln_error *err);
 /* Samples rows [row, row + n_rows) of the last step's logits into ids
  * (host).  kk draws from (seed, row): sample one row at a time with each
  * sequence's own seed and its tokens do not depend on the batch.
@@ -241,7 +242,7 @@ typedef enum km_file_kind {
  * safetensors file with neither kiln nor HF names), -ENOENT (a missing
  * tensor), -EINVAL (missing or inconsistent metadata, a wrong shape,
  * no config.json for HF weights), -ENOMEM. */
-int km_file_open(const char *path, km_file **ret, km_error *err);
+int km_file_open(const char *path, km_file **ret, kiln_error *err);
 km_file *km_file_free(km_file *f);
 const km_config *km_file_config(const km_file *f);
 km_file_kind km_file_kind_of(const km_file *f);

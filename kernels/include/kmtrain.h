@@ -16,7 +16,7 @@
  * random init.  docs/train.md has the long form.
  *
  * A model is used by one thread at a time.  Conventions as kmodel.h: 0 or a
- * negative errno; a km_error (NULL allowed) receives one line saying what,
+ * negative errno; a kiln_error (NULL allowed) receives one line saying what,
  * where and what to do; nothing here prints or exits; out parameters are
  * untouched on failure. */
 #pragma once
@@ -57,7 +57,7 @@ typedef struct kmt_model kmt_model;
  * the source, -ENOMEM, -EOPNOTSUPP (the backend lacks a kernel, e.g.
  * attention for this head dim), other kk errors. */
 int kmt_model_new(kk_backend *be, const km_config *cfg, const kmt_opts *opts,
-		  const km_weight_source *src, kmt_model **ret, km_error *err);
+		  const km_weight_source *src, kmt_model **ret, kiln_error *err);
 kmt_model *kmt_model_free(kmt_model *m);
 const km_config *kmt_model_config(const kmt_model *m);
 const kmt_opts *kmt_model_opts(const kmt_model *m);
@@ -130,7 +130,7 @@ typedef struct kmt_stats {
  * benchmark's baseline).  -EINVAL (err filled): bad batch (token id
  * outside the vocabulary, target >= vocab, n_seqs out of range), or no
  * target at all. */
-int kmt_forward(kmt_model *m, const kmt_batch *b, kmt_stats *out, km_error *err);
+int kmt_forward(kmt_model *m, const kmt_batch *b, kmt_stats *out, kiln_error *err);
 
 /* Zeroes the gradients, runs forward and backward on b, and (comm not NULL)
  * sums the gradients over the ranks: each rank scales its loss by 1 / the
@@ -140,7 +140,7 @@ int kmt_forward(kmt_model *m, const kmt_batch *b, kmt_stats *out, km_error *err)
  * out in ONE kk_all_reduce (no bucketing).  out gets loss and n_targets
  * (global).  Errors as kmt_forward, plus collective errors. */
 int kmt_forward_backward(kmt_model *m, const kmt_batch *b, kk_comm *comm, kmt_stats *out,
-			 km_error *err);
+			 kiln_error *err);
 /* Most micro-batches one step accumulates (a bound on a caller's typo, not
  * on memory: micro-batches run one after another). */
 #define KMT_MAX_MICRO 65536
@@ -150,20 +150,20 @@ int kmt_forward_backward(kmt_model *m, const kmt_batch *b, kk_comm *comm, kmt_st
  * activation memory of one.  Every micro-batch is checked before any runs.
  * kmt_forward_backward is this with n_micro 1. */
 int kmt_forward_backward_accum(kmt_model *m, const kmt_batch *b, int n_micro, kk_comm *comm,
-			       kmt_stats *out, km_error *err);
+			       kmt_stats *out, kiln_error *err);
 /* Makes every rank's parameters and AdamW moments rank root's (three
  * kk_broadcast calls over the flat buffers), as DDP does at start, so
  * ranks that loaded or initialized differently still train one model.
  * Every rank must be at the same step (they resume from one checkpoint):
  * -EINVAL (err filled) when they are not, checked before anything moves.
  * Errors: collective errors. */
-int kmt_sync_from(kmt_model *m, kk_comm *comm, int root, km_error *err);
+int kmt_sync_from(kmt_model *m, kk_comm *comm, int root, kiln_error *err);
 /* Clips (o->clip > 0) and applies one AdamW step with lr = kmt_lr(step);
  * increments the step.  out gets grad_norm, lr, step (NULL allowed). */
-int kmt_optimizer_step(kmt_model *m, const kmt_optim *o, kmt_stats *out, km_error *err);
+int kmt_optimizer_step(kmt_model *m, const kmt_optim *o, kmt_stats *out, kiln_error *err);
 /* kmt_forward_backward then kmt_optimizer_step. */
 int kmt_step(kmt_model *m, const kmt_batch *b, kk_comm *comm, const kmt_optim *o, kmt_stats *out,
-	     km_error *err);
+	     kiln_error *err);
 
 /* ------------------------------------------------------------------------ */
 /* Token shards                                                              */
@@ -192,7 +192,7 @@ typedef struct kmt_shard kmt_shard;
  * Errors (err names the file and the byte offset): -ENOENT/-EACCES...,
  * -EBADMSG (bad magic, version, width, size, reserved), -ERANGE (an id or
  * the header's vocabulary too large for the model), -ENOMEM. */
-int kmt_shard_open(const char *path, int vocab, kmt_shard **ret, km_error *err);
+int kmt_shard_open(const char *path, int vocab, kmt_shard **ret, kiln_error *err);
 kmt_shard *kmt_shard_free(kmt_shard *s);
 int64_t kmt_shard_tokens(const kmt_shard *s);
 /* Token i (0 <= i < n; not checked). */
@@ -201,7 +201,7 @@ int32_t kmt_shard_token(const kmt_shard *s, int64_t i);
  * rename).  width 2 needs vocab <= 65536.  Errors: -EINVAL, -ERANGE (an
  * id >= vocab), the errno of open/write/fsync/rename. */
 int kmt_shard_write(const char *path, const uint32_t *ids, int64_t n, int vocab, int width,
-		    km_error *err);
+		    kiln_error *err);
 
 /* ------------------------------------------------------------------------ */
 /* Sampler                                                                   */
@@ -228,7 +228,7 @@ typedef struct kmt_sampler kmt_sampler;
  * has fewer than world * batch windows: err says how many tokens it
  * needs), -ENOMEM. */
 int kmt_sampler_new(const kmt_shard *s, int batch, int seq_len, int rank, int world,
-		    const kmt_cursor *start, kmt_sampler **ret, km_error *err);
+		    const kmt_cursor *start, kmt_sampler **ret, kiln_error *err);
 kmt_sampler *kmt_sampler_free(kmt_sampler *s);
 int64_t kmt_sampler_batches_per_epoch(const kmt_sampler *s);
 /* Fills tokens and targets [batch * seq_len] with this rank's next batch
@@ -254,7 +254,7 @@ typedef struct kmt_ckpt_state {
  * "kiln.format" = "kmtrain-1", the config ("kiln.config.dim" ...),
  * "kiln.step", "kiln.data.seed" / ".epoch" / ".batch", "kiln.rng".
  * Errors (err filled): -ENOMEM, kk errors, the writer's errno. */
-int kmt_save(kmt_model *m, const char *path, const kmt_ckpt_state *st, km_error *err);
+int kmt_save(kmt_model *m, const char *path, const kmt_ckpt_state *st, kiln_error *err);
 /* Loads a checkpoint written by kmt_save into m: every tensor and value is
  * read and checked (format, config equal to m's, names, shapes, dtypes,
  * finite numbers) before anything in m changes, so a corrupt or truncated
@@ -262,7 +262,7 @@ int kmt_save(kmt_model *m, const char *path, const kmt_ckpt_state *st, km_error 
  * parameters, moments and the step; st (NULL allowed) gets cursor and rng.
  * Errors: the open errno, -EBADMSG (corrupt/truncated/not a kmtrain
  * checkpoint), -EINVAL (a config other than m's), -ENOMEM, kk errors. */
-int kmt_load(kmt_model *m, const char *path, kmt_ckpt_state *st, km_error *err);
+int kmt_load(kmt_model *m, const char *path, kmt_ckpt_state *st, kiln_error *err);
 
 #ifdef __cplusplus
 }

@@ -10,7 +10,7 @@
  *     normalizer or a Metaspace pre-tokenizer), added_tokens included;
  *   - a llama2.c tokenizer.bin.
  * Every loader validates the whole file against the KTOK_MAX_* limits and
- * refuses what it cannot handle with a ktok_error saying which file, what
+ * refuses what it cannot handle with a kiln_error saying which file, what
  * is wrong and what to do; the library never prints and never exits.
  *
  * Encoding is BPE with a priority queue over a linked list of symbols, so
@@ -77,14 +77,10 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                    */
 
-typedef struct ktok_error {
-	int code; /* the negative errno also returned */
-	char file[256];
-	char msg[512]; /* what is wrong, where, and what to do */
-} ktok_error;
-
-/* "FILE: MSG".  Returns buf. */
-char *ktok_error_format(const ktok_error *e, char *buf, size_t len);
+/* A refused tokenizer is described by a kiln_error (kiln/error.h, through
+ * kmf.h): code, file (the path or name given; "(input)" when none) and msg
+ * (what is wrong, where, and what to do; at most 511 bytes).
+ * kiln_error_format() gives the line for a user, "FILE: MSG". */
 
 /* ------------------------------------------------------------------------ */
 /* Loading                                                                   */
@@ -117,15 +113,15 @@ typedef enum ktok_pre {
 /* Opens path and picks the format by content: GGUF by its magic,
  * tokenizer.json by a leading '{', else a llama2.c tokenizer.bin.  On
  * failure *err (if not NULL) says why and *ret is untouched. */
-int ktok_load(const char *path, ktok **ret, ktok_error *err);
+int ktok_load(const char *path, ktok **ret, kiln_error *err);
 /* From an opened GGUF file's tokenizer.ggml.* metadata. */
-int ktok_load_gguf(const kmf_file *f, const char *name, ktok **ret, ktok_error *err);
+int ktok_load_gguf(const kmf_file *f, const char *name, ktok **ret, kiln_error *err);
 /* From tokenizer.json text (len bytes; `name` is used in errors). */
-int ktok_load_hf_json(const char *json, size_t len, const char *name, ktok **ret, ktok_error *err);
+int ktok_load_hf_json(const char *json, size_t len, const char *name, ktok **ret, kiln_error *err);
 /* From the bytes of a llama2.c tokenizer.bin.  vocab_size is the model's
  * (the file does not store it); 0 reads tokens until the end of buf. */
 int ktok_load_llama2c(const void *buf, size_t len, uint32_t vocab_size, const char *name,
-		      ktok **ret, ktok_error *err);
+		      ktok **ret, kiln_error *err);
 /* Frees; accepts NULL; returns NULL. */
 ktok *ktok_free(ktok *t);
 

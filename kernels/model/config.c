@@ -20,12 +20,14 @@
 
 #include "model-internal.h"
 
-int km_errorf(km_error *err, int r, const char *fmt, ...)
+int km_errorf(kiln_error *err, int r, const char *fmt, ...)
 {
 	if (err) {
+		kiln_error_reset(err, NULL);
+		err->code = r;
 		va_list ap;
 		va_start(ap, fmt);
-		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+		vsnprintf(err->msg, KM_ERROR_MAX, fmt, ap);
 		va_end(ap);
 	}
 	return r;
@@ -34,7 +36,7 @@ int km_errorf(km_error *err, int r, const char *fmt, ...)
 #define BAD(field, val, rule) \
 	km_errorf(err, -EINVAL, "model config: %s = %d, " rule, field, (int) (val))
 
-int km_config_validate(const km_config *c, km_error *err)
+int km_config_validate(const km_config *c, kiln_error *err)
 {
 	if (!c)
 		return km_errorf(err, -EINVAL, "model config: missing");
@@ -177,7 +179,7 @@ static int64_t l2c_expected_size(const km_config *c)
 	return (int64_t) sizeof(int32_t) * L2C_HEADER_INTS + (off + n) * (int64_t) sizeof(float);
 }
 
-static int l2c_read(void *userdata, const char *name, float *dst, size_t count, km_error *err)
+static int l2c_read(void *userdata, const char *name, float *dst, size_t count, kiln_error *err)
 {
 	km_l2c *f = userdata;
 	int64_t off, n;
@@ -207,7 +209,7 @@ km_weight_source km_l2c_source(km_l2c *f)
 	return (km_weight_source){ .userdata = f, .read = l2c_read };
 }
 
-int km_l2c_open(const char *path, km_l2c **ret, km_error *err)
+int km_l2c_open(const char *path, km_l2c **ret, kiln_error *err)
 {
 	assert_return(path && ret, km_errorf(err, -EINVAL, "km_l2c_open: no path"));
 	_cleanup_(km_l2c_freep) km_l2c *f = calloc(1, sizeof(*f));
@@ -242,7 +244,7 @@ int km_l2c_open(const char *path, km_l2c **ret, km_error *err)
 		.shared_classifier = h[5] > 0,
 	};
 	f->cfg.head_dim = f->cfg.n_heads > 0 ? f->cfg.dim / f->cfg.n_heads : 0;
-	km_error cerr;
+	kiln_error cerr;
 	int r = km_config_validate(&f->cfg, &cerr);
 	if (r < 0)
 		return km_errorf(err, r, "%s: bad llama2.c header: %s", path,

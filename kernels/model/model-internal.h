@@ -6,7 +6,7 @@
 #include "kmodel.h"
 
 /* Formats err (NULL allowed) and returns r. */
-int km_errorf(km_error *err, int r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int km_errorf(kiln_error *err, int r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Parameters a config describes (for the size limit). */
 int64_t km_param_count(const km_config *c);
 

@@ -106,7 +106,7 @@ size_t km_model_weight_bytes(const km_model *m)
 	return m ? m->weight_bytes : 0;
 }
 
-static int kk_fail(km_error *err, int r, const char *what, const km_model *m)
+static int kk_fail(kiln_error *err, int r, const char *what, const km_model *m)
 {
 	if (r == -EOPNOTSUPP)
 		return km_errorf(err, r,
@@ -121,7 +121,7 @@ static int kk_fail(km_error *err, int r, const char *what, const km_model *m)
 
 /* Reads one tensor of `count` floats from the source into a fresh array. */
 static int read_tensor(const km_weight_source *src, const char *name, size_t count, float **ret,
-		       km_error *err)
+		       kiln_error *err)
 {
 	_cleanup_free_ float *h = malloc(count * sizeof(float));
 	if (!h)
@@ -135,7 +135,7 @@ static int read_tensor(const km_weight_source *src, const char *name, size_t cou
 
 /* Uploads host f32 data as a buffer of dtype dt. */
 static int upload_as(km_model *m, kk_dtype dt, const float *h, size_t count, kk_buffer **ret,
-		     km_error *err)
+		     kiln_error *err)
 {
 	kk_buffer *b = NULL;
 	int r = kk_buffer_alloc(m->be, dt, count, &b);
@@ -162,7 +162,7 @@ static int upload_as(km_model *m, kk_dtype dt, const float *h, size_t count, kk_
 }
 
 static int load_vector(km_model *m, const km_weight_source *src, const char *name, size_t count,
-		       kk_buffer **ret, km_error *err)
+		       kk_buffer **ret, kiln_error *err)
 {
 	_cleanup_free_ float *h = NULL;
 	int r = read_tensor(src, name, count, &h, err);
@@ -174,7 +174,7 @@ static int load_vector(km_model *m, const km_weight_source *src, const char *nam
 /* Loads W [n, k] from the source into a linear layer stored [np, kp]
  * (np >= n, kp >= k; the padding is zero, which adds nothing to y). */
 static int load_linear(km_model *m, const km_weight_source *src, const char *name, int64_t n,
-		       int64_t k, int64_t np, int64_t kp, km_linear *out, km_error *err)
+		       int64_t k, int64_t np, int64_t kp, km_linear *out, kiln_error *err)
 {
 	_cleanup_free_ float *h = NULL;
 	int r = read_tensor(src, name, (size_t) (n * k), &h, err);
@@ -212,16 +212,16 @@ static int load_linear(km_model *m, const km_weight_source *src, const char *nam
 	return 0;
 }
 
-static int alloc_act(km_model *m, kk_dtype dt, size_t count, kk_buffer **ret, km_error *err)
+static int alloc_act(km_model *m, kk_dtype dt, size_t count, kk_buffer **ret, kiln_error *err)
 {
 	int r = kk_buffer_alloc(m->be, dt, count, ret);
 	return r < 0 ? kk_fail(err, r, "allocating activations", m) : 0;
 }
 
-static int probe_attention(km_model *m, km_error *err);
+static int probe_attention(km_model *m, kiln_error *err);
 
 int km_model_new(kk_backend *be, const km_config *cfg, const km_model_opts *opts,
-		 const km_weight_source *src, km_model **ret, km_error *err)
+		 const km_weight_source *src, km_model **ret, kiln_error *err)
 {
 	int r;
 	if (!be || !cfg || !opts || !src || !src->read || !ret)
@@ -343,7 +343,7 @@ int km_model_new(kk_backend *be, const km_config *cfg, const km_model_opts *opts
 
 /* Runs attention once on one token so a backend without a kernel for this
  * head dim is reported when the model is loaded, not at the first request. */
-static int probe_attention(km_model *m, km_error *err)
+static int probe_attention(km_model *m, kiln_error *err)
 {
 	const int32_t cu[2] = { 0, 1 };
 	int r = kk_buffer_upload(m->be, NULL, m->meta, 0, cu, sizeof(cu));
@@ -406,7 +406,7 @@ static void step_views_free(step_views *v)
 
 /* The layers, final norm and classifier over the packed batch. */
 static int run_layers(km_model *m, km_kvcache *c, step_views *v, int64_t T, int np, int64_t Tp,
-		      int max_prompt, int nd, int max_ctx, int n, km_error *err)
+		      int max_prompt, int nd, int max_ctx, int n, kiln_error *err)
 {
 	const km_config *cfg = &m->cfg;
 	const int64_t d = cfg->dim, hp = m->hidden;
@@ -509,7 +509,7 @@ static int run_layers(km_model *m, km_kvcache *c, step_views *v, int64_t T, int 
 
 /* Validates the inputs; fills order[] (prefill inputs first) and counts. */
 static int check_inputs(km_model *m, km_kvcache *c, const km_seq_input *in, int n, int *order,
-			int *ret_np, int64_t *ret_T, km_error *err)
+			int *ret_np, int64_t *ret_T, kiln_error *err)
 {
 	const km_config *cfg = &m->cfg, *cc = km__kvcache_config(c);
 	if (cc->n_layers != cfg->n_layers || cc->n_kv_heads != cfg->n_kv_heads ||
@@ -561,7 +561,7 @@ static int check_inputs(km_model *m, km_kvcache *c, const km_seq_input *in, int 
 }
 
 int km_forward(km_model *m, km_kvcache *c, const km_seq_input *in, int n, float *logits_out,
-	       km_error *err)
+	       kiln_error *err)
 {
 	if (!m || !c || !in)
 		return km_errorf(err, -EINVAL, "km_forward: missing argument");

@@ -175,7 +175,7 @@ static void shape_str(const int64_t *s, int n, char *buf, size_t len)
 }
 
 /* Checks one canonical tensor in the file: present, float, right shape. */
-static int check_tensor(const km_file *f, const char *canon, km_error *err)
+static int check_tensor(const km_file *f, const char *canon, kiln_error *err)
 {
 	char name[KMF_MAX_NAME];
 	map_name(f, canon, name, sizeof(name));
@@ -201,7 +201,7 @@ static int check_tensor(const km_file *f, const char *canon, km_error *err)
 	return 0;
 }
 
-static int check_all(const km_file *f, km_error *err)
+static int check_all(const km_file *f, kiln_error *err)
 {
 	char canon[96];
 	int r;
@@ -222,7 +222,7 @@ static int check_all(const km_file *f, km_error *err)
 
 /* ---- the weight source -------------------------------------------------- */
 
-static int file_read(void *userdata, const char *name, float *dst, size_t count, km_error *err)
+static int file_read(void *userdata, const char *name, float *dst, size_t count, kiln_error *err)
 {
 	km_file *f = userdata;
 	char fname[KMF_MAX_NAME];
@@ -253,7 +253,7 @@ km_weight_source km_file_source(km_file *f)
 
 /* ---- kiln safetensors: kiln.config.* ------------------------------------ */
 
-static int kiln_int(const km_file *f, const char *key, int *ret, km_error *err)
+static int kiln_int(const km_file *f, const char *key, int *ret, kiln_error *err)
 {
 	const char *s = NULL;
 	if (kmf_meta_get_str(f->kf, key, &s) < 0)
@@ -269,7 +269,7 @@ static int kiln_int(const km_file *f, const char *key, int *ret, km_error *err)
 	return 0;
 }
 
-static int kiln_float(const km_file *f, const char *key, float *ret, km_error *err)
+static int kiln_float(const km_file *f, const char *key, float *ret, kiln_error *err)
 {
 	const char *s = NULL;
 	if (kmf_meta_get_str(f->kf, key, &s) < 0)
@@ -283,7 +283,7 @@ static int kiln_float(const km_file *f, const char *key, float *ret, km_error *e
 	return 0;
 }
 
-static int config_kiln(km_file *f, km_error *err)
+static int config_kiln(km_file *f, kiln_error *err)
 {
 	const char *fmt = NULL;
 	if (kmf_meta_get_str(f->kf, "kiln.format", &fmt) == 0 && !streq(fmt, "kmtrain-1"))
@@ -318,7 +318,7 @@ static int config_kiln(km_file *f, km_error *err)
 /* ---- Hugging Face: config.json beside the file -------------------------- */
 
 static int json_int(const km_file *f, const char *cpath, json_t *root, const char *key, bool need,
-		    int dflt, int *ret, km_error *err)
+		    int dflt, int *ret, kiln_error *err)
 {
 	json_t *v = json_object_get(root, key);
 	if (!v || json_is_null(v)) {
@@ -336,7 +336,7 @@ static int json_int(const km_file *f, const char *cpath, json_t *root, const cha
 }
 
 static int json_float(const char *cpath, json_t *root, const char *key, double dflt, float *ret,
-		      km_error *err)
+		      kiln_error *err)
 {
 	json_t *v = json_object_get(root, key);
 	if (!v || json_is_null(v)) {
@@ -349,7 +349,7 @@ static int json_float(const char *cpath, json_t *root, const char *key, double d
 	return 0;
 }
 
-static int config_hf(km_file *f, km_error *err)
+static int config_hf(km_file *f, kiln_error *err)
 {
 	/* dirname() edits its argument: work on a copy. */
 	char dir[PATH_MAX], cpath[PATH_MAX + 16];
@@ -418,7 +418,8 @@ static int config_hf(km_file *f, km_error *err)
 
 /* ---- GGUF llama ---------------------------------------------------------- */
 
-static int gguf_int(const km_file *f, const char *key, bool need, int dflt, int *ret, km_error *err)
+static int gguf_int(const km_file *f, const char *key, bool need, int dflt, int *ret,
+		    kiln_error *err)
 {
 	int64_t v;
 	int r = kmf_meta_get_int(f->kf, key, &v);
@@ -437,7 +438,7 @@ static int gguf_int(const km_file *f, const char *key, bool need, int dflt, int 
 }
 
 static int gguf_float(const km_file *f, const char *key, bool need, float dflt, float *ret,
-		      km_error *err)
+		      kiln_error *err)
 {
 	const kmf_meta *m = kmf_meta_find(f->kf, key);
 	if (!m && !need) {
@@ -453,7 +454,7 @@ static int gguf_float(const km_file *f, const char *key, bool need, float dflt, 
 	return 0;
 }
 
-static int config_gguf(km_file *f, km_error *err)
+static int config_gguf(km_file *f, kiln_error *err)
 {
 	const char *arch = NULL;
 	if (kmf_meta_get_str(f->kf, "general.architecture", &arch) < 0)
@@ -521,18 +522,18 @@ static int config_gguf(km_file *f, km_error *err)
 
 /* ---- opening ------------------------------------------------------------- */
 
-int km_file_open(const char *path, km_file **ret, km_error *err)
+int km_file_open(const char *path, km_file **ret, kiln_error *err)
 {
 	if (!path || !ret)
 		return km_errorf(err, -EINVAL, "km_file_open: missing argument");
 	_cleanup_(km_file_freep) km_file *f = calloc(1, sizeof(*f));
 	if (!f || !(f->path = strdup(path)))
 		return km_errorf(err, -ENOMEM, "%s: out of memory", path);
-	kmf_error ke = { 0 };
+	kiln_error ke = { 0 };
 	int r = kmf_open(path, &f->kf, &ke);
 	if (r < 0) {
 		char line[800];
-		return km_errorf(err, r, "%s", kmf_error_format(&ke, line, sizeof(line)));
+		return km_errorf(err, r, "%s", kiln_error_format(&ke, line, sizeof(line)));
 	}
 	switch (kmf_file_format(f->kf)) {
 	case KMF_FORMAT_LLAMA2C:
@@ -568,7 +569,7 @@ int km_file_open(const char *path, km_file **ret, km_error *err)
 	}
 	if (r < 0)
 		return r;
-	km_error cerr;
+	kiln_error cerr;
 	if ((r = km_config_validate(&f->cfg, &cerr)) < 0)
 		return km_errorf(err, r, "%s: inconsistent %s metadata: %s", path,
 				 km_file_kind_name(f->kind), cerr.msg + strlen("model config: "));

@@ -176,7 +176,7 @@ void kmt__set_step(kmt_model *m, int64_t step)
 	m->step = step;
 }
 
-static int kk_fail(km_error *err, int r, const char *what, const kmt_model *m)
+static int kk_fail(kiln_error *err, int r, const char *what, const kmt_model *m)
 {
 	if (r == -EOPNOTSUPP)
 		return km_errorf(err, r,
@@ -278,13 +278,13 @@ static void init_tensor(const kmt_model *m, size_t i, float *h)
 		h[j] = (float) (normal(&s) * std);
 }
 
-static int alloc(kmt_model *m, kk_dtype dt, size_t count, kk_buffer **ret, km_error *err)
+static int alloc(kmt_model *m, kk_dtype dt, size_t count, kk_buffer **ret, kiln_error *err)
 {
 	int r = kk_buffer_alloc(m->be, dt, count, ret);
 	return r < 0 ? kk_fail(err, r, "allocating training buffers", m) : 0;
 }
 
-static int alloc_all(kmt_model *m, km_error *err)
+static int alloc_all(kmt_model *m, kiln_error *err)
 {
 	const km_config *c = &m->cfg;
 	const size_t N = (size_t) m->opts.batch * m->opts.seq_len, B = (size_t) m->opts.batch;
@@ -376,7 +376,7 @@ static int alloc_all(kmt_model *m, km_error *err)
 }
 
 int kmt_model_new(kk_backend *be, const km_config *cfg, const kmt_opts *opts,
-		  const km_weight_source *src, kmt_model **ret, km_error *err)
+		  const km_weight_source *src, kmt_model **ret, kiln_error *err)
 {
 	int r;
 	if (!be || !cfg || !opts || !ret || (src && !src->read))
@@ -454,7 +454,7 @@ int kmt_tensor_set(kmt_model *m, const char *name, const float *src, size_t coun
 				t->n * sizeof(float));
 }
 
-static int source_read(void *userdata, const char *name, float *dst, size_t count, km_error *err)
+static int source_read(void *userdata, const char *name, float *dst, size_t count, kiln_error *err)
 {
 	kmt_model *m = userdata;
 	int i = kmt__tensor_find(m, name);
@@ -519,7 +519,7 @@ static int linear_bwd(kmt_model *m, kk_buffer *dx, const kk_buffer *dy, const kk
 }
 
 /* Checks and uploads a batch; *n_targets gets the count of its targets. */
-static int upload_batch(kmt_model *m, const kmt_batch *b, int64_t *n_targets, km_error *err)
+static int upload_batch(kmt_model *m, const kmt_batch *b, int64_t *n_targets, kiln_error *err)
 {
 	if (!b || !b->tokens || !b->targets)
 		return km_errorf(err, -EINVAL, "training batch: missing tokens or targets");
@@ -582,7 +582,7 @@ static kk_attn_desc attn_desc(const kmt_model *m, int n_seqs)
 
 /* Forward over the uploaded batch to the per-token losses (summed into
  * *sum on the host). */
-static int forward(kmt_model *m, int n_seqs, double *sum, km_error *err)
+static int forward(kmt_model *m, int n_seqs, double *sum, kiln_error *err)
 {
 	const km_config *c = &m->cfg;
 	const int64_t N = (int64_t) n_seqs * m->opts.seq_len, d = c->dim, h = c->hidden_dim;
@@ -638,7 +638,7 @@ static int forward(kmt_model *m, int n_seqs, double *sum, km_error *err)
 
 /* Backward from the losses (scaled by grad_scale) into the zeroed
  * gradients. */
-static int backward(kmt_model *m, int n_seqs, float grad_scale, km_error *err)
+static int backward(kmt_model *m, int n_seqs, float grad_scale, kiln_error *err)
 {
 	const km_config *c = &m->cfg;
 	const int64_t N = (int64_t) n_seqs * m->opts.seq_len, d = c->dim, h = c->hidden_dim;
@@ -690,7 +690,7 @@ static int backward(kmt_model *m, int n_seqs, float grad_scale, km_error *err)
 	return 0;
 }
 
-int kmt_forward(kmt_model *m, const kmt_batch *b, kmt_stats *out, km_error *err)
+int kmt_forward(kmt_model *m, const kmt_batch *b, kmt_stats *out, kiln_error *err)
 {
 	if (!m)
 		return km_errorf(err, -EINVAL, "kmt_forward: missing model");
@@ -710,7 +710,7 @@ int kmt_forward(kmt_model *m, const kmt_batch *b, kmt_stats *out, km_error *err)
 }
 
 int kmt_forward_backward_accum(kmt_model *m, const kmt_batch *b, int n_micro, kk_comm *comm,
-			       kmt_stats *out, km_error *err)
+			       kmt_stats *out, kiln_error *err)
 {
 	if (!m || !b || n_micro < 1 || n_micro > KMT_MAX_MICRO)
 		return km_errorf(
@@ -778,12 +778,12 @@ int kmt_forward_backward_accum(kmt_model *m, const kmt_batch *b, int n_micro, kk
 }
 
 int kmt_forward_backward(kmt_model *m, const kmt_batch *b, kk_comm *comm, kmt_stats *out,
-			 km_error *err)
+			 kiln_error *err)
 {
 	return kmt_forward_backward_accum(m, b, 1, comm, out, err);
 }
 
-int kmt_sync_from(kmt_model *m, kk_comm *comm, int root, km_error *err)
+int kmt_sync_from(kmt_model *m, kk_comm *comm, int root, kiln_error *err)
 {
 	if (!m || !comm || root < 0 || root >= kk_comm_world(comm))
 		return km_errorf(err, -EINVAL, "kmt_sync_from: missing argument or bad root %d",
@@ -830,7 +830,7 @@ float kmt_lr(const kmt_optim *o, int64_t step)
 	return (float) (o->lr_min + 0.5 * (o->lr_max - o->lr_min) * (1.0 + cos(M_PI * p)));
 }
 
-int kmt_optimizer_step(kmt_model *m, const kmt_optim *o, kmt_stats *out, km_error *err)
+int kmt_optimizer_step(kmt_model *m, const kmt_optim *o, kmt_stats *out, kiln_error *err)
 {
 	if (!m || !o)
 		return km_errorf(err, -EINVAL, "kmt_optimizer_step: missing argument");
@@ -884,7 +884,7 @@ int kmt_optimizer_step(kmt_model *m, const kmt_optim *o, kmt_stats *out, km_erro
 }
 
 int kmt_step(kmt_model *m, const kmt_batch *b, kk_comm *comm, const kmt_optim *o, kmt_stats *out,
-	     km_error *err)
+	     kiln_error *err)
 {
 	kmt_stats s = { 0 };
 	int r = kmt_forward_backward(m, b, comm, &s, err);

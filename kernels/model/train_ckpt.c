@@ -50,7 +50,7 @@ static size_t cfg_fields(const km_config *c, cfg_field *f)
 #define CFG_FIELDS_MAX 16
 
 /* Downloads the three flat buffers (params, m, v) into one host array. */
-static int download_state(kmt_model *m, float **ret, km_error *err)
+static int download_state(kmt_model *m, float **ret, kiln_error *err)
 {
 	size_t n = kmt_param_count(m);
 	_cleanup_free_ float *h = malloc(3 * n * sizeof(float));
@@ -70,7 +70,7 @@ static int download_state(kmt_model *m, float **ret, km_error *err)
 
 static const char *const prefixes[3] = { "", "optim.m.", "optim.v." };
 
-int kmt_save(kmt_model *m, const char *path, const kmt_ckpt_state *st, km_error *err)
+int kmt_save(kmt_model *m, const char *path, const kmt_ckpt_state *st, kiln_error *err)
 {
 	if (!m || !path)
 		return km_errorf(err, -EINVAL, "kmt_save: missing argument");
@@ -120,18 +120,18 @@ int kmt_save(kmt_model *m, const char *path, const kmt_ckpt_state *st, km_error 
 	META("kiln.data.batch", "%" PRId64, st->cursor.batch);
 	META("kiln.rng", "%" PRIu64, st->rng);
 #undef META
-	kmf_error ke = { 0 };
+	kiln_error ke = { 0 };
 	if ((r = kmf_writer_commit(w, path, 0644, &ke)) < 0) {
 		char line[800];
 		return km_errorf(err, r, "checkpoint: %s",
-				 kmf_error_format(&ke, line, sizeof(line)));
+				 kiln_error_format(&ke, line, sizeof(line)));
 	}
 	return 0;
 }
 
 /* A metadata value as a signed or unsigned integer, all of the string. */
 static int meta_i64(const kmf_file *f, const char *path, const char *key, int64_t *ret,
-		    km_error *err)
+		    kiln_error *err)
 {
 	const char *s = NULL;
 	if (kmf_meta_get_str(f, key, &s) < 0)
@@ -150,7 +150,7 @@ static int meta_i64(const kmf_file *f, const char *path, const char *key, int64_
 }
 
 static int meta_u64(const kmf_file *f, const char *path, const char *key, uint64_t *ret,
-		    km_error *err)
+		    kiln_error *err)
 {
 	const char *s = NULL;
 	if (kmf_meta_get_str(f, key, &s) < 0)
@@ -167,7 +167,7 @@ static int meta_u64(const kmf_file *f, const char *path, const char *key, uint64
 }
 
 static int meta_float(const kmf_file *f, const char *path, const char *key, float want,
-		      km_error *err)
+		      kiln_error *err)
 {
 	const char *s = NULL;
 	if (kmf_meta_get_str(f, key, &s) < 0)
@@ -183,19 +183,19 @@ static int meta_float(const kmf_file *f, const char *path, const char *key, floa
 	return 0;
 }
 
-int kmt_load(kmt_model *m, const char *path, kmt_ckpt_state *st, km_error *err)
+int kmt_load(kmt_model *m, const char *path, kmt_ckpt_state *st, kiln_error *err)
 {
 	if (!m || !path)
 		return km_errorf(err, -EINVAL, "kmt_load: missing argument");
 	int r;
-	kmf_error ke = { 0 };
+	kiln_error ke = { 0 };
 	_cleanup_(kmf_closep) kmf_file *f = NULL;
 	if ((r = kmf_open(path, &f, &ke)) < 0) {
 		char line[800];
 		/* A file kmf does not recognise at all (a checkpoint cut
 		 * short in its first bytes) is as corrupt as one it does. */
 		return km_errorf(err, r == -EOPNOTSUPP ? -EBADMSG : r, "%s",
-				 kmf_error_format(&ke, line, sizeof(line)));
+				 kiln_error_format(&ke, line, sizeof(line)));
 	}
 	const char *fmt = NULL;
 	if (kmf_file_format(f) != KMF_FORMAT_SAFETENSORS ||

@@ -63,7 +63,7 @@ int32_t kmt_shard_token(const kmt_shard *s, int64_t i)
 	return s->width == 2 ? (int32_t) (p[0] | p[1] << 8) : (int32_t) rd32(p);
 }
 
-int kmt_shard_open(const char *path, int vocab, kmt_shard **ret, km_error *err)
+int kmt_shard_open(const char *path, int vocab, kmt_shard **ret, kiln_error *err)
 {
 	if (!path || !ret || vocab < 1)
 		return km_errorf(err, -EINVAL, "kmt_shard_open: missing argument");
@@ -160,7 +160,7 @@ static int write_all(int fd, const void *buf, size_t len)
 }
 
 int kmt_shard_write(const char *path, const uint32_t *ids, int64_t n, int vocab, int width,
-		    km_error *err)
+		    kiln_error *err)
 {
 	if (!path || (!ids && n) || n < 0 || n > KMT_SHARD_MAX_TOKENS || vocab < 1 ||
 	    (width != 2 && width != 4) || (width == 2 && vocab > 65536))
@@ -236,7 +236,7 @@ kmt_sampler *kmt_sampler_free(kmt_sampler *s)
 }
 
 int kmt_sampler_new(const kmt_shard *sh, int batch, int seq_len, int rank, int world,
-		    const kmt_cursor *start, kmt_sampler **ret, km_error *err)
+		    const kmt_cursor *start, kmt_sampler **ret, kiln_error *err)
 {
 	if (!sh || !ret || batch < 1 || seq_len < 1 || world < 1 || world > KK_COMM_WORLD_MAX ||
 	    rank < 0 || rank >= world)

@@ -55,7 +55,7 @@ static kmf_dtype ggml_type(uint32_t t)
 typedef struct cursor {
 	kmf_file *f;
 	size_t pos;
-	kmf_error *err;
+	kiln_error *err;
 } cursor;
 
 static size_t left(const cursor *c)
@@ -407,7 +407,7 @@ static int cmp_key(const void *a, const void *b, void *arg)
 
 /* Duplicate keys, by sorting (a pairwise check is quadratic in a count
  * the file controls). */
-static int check_duplicate_keys(kmf_file *f, const size_t *key_at, kmf_error *err)
+static int check_duplicate_keys(kmf_file *f, const size_t *key_at, kiln_error *err)
 {
 	_cleanup_free_ uint32_t *idx = NULL;
 	if (f->n_meta < 2)
@@ -426,7 +426,7 @@ static int check_duplicate_keys(kmf_file *f, const size_t *key_at, kmf_error *er
 	return 0;
 }
 
-int kmf__gguf_parse(kmf_file *f, kmf_error *err)
+int kmf__gguf_parse(kmf_file *f, kiln_error *err)
 {
 	cursor c = { .f = f, .pos = 4, .err = err };
 	uint32_t version, align = GGUF_DEFAULT_ALIGNMENT;

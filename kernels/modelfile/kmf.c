@@ -74,35 +74,28 @@ float kmf__f16_to_f32(uint16_t h)
 	return f;
 }
 
-int kmf__fail(kmf_error *err, int code, int64_t offset, const char *tensor, const char *fmt, ...)
+int kmf__fail(kiln_error *err, int code, int64_t offset, const char *tensor, const char *fmt, ...)
 {
 	if (err) {
+		char what[KMF_MSG_MAX];
 		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(what, sizeof(what), fmt, ap);
+		va_end(ap);
 		err->code = code;
 		err->offset = offset;
-		snprintf(err->tensor, sizeof(err->tensor), "%s", strempty(tensor));
-		va_start(ap, fmt);
-		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-		va_end(ap);
+		snprintf(err->where, sizeof(err->where), "%s", strempty(tensor));
+		if (err->where[0])
+			snprintf(err->msg, sizeof(err->msg), "tensor '%s': %s", err->where, what);
+		else
+			snprintf(err->msg, sizeof(err->msg), "%s", what);
 	}
 	return code;
 }
 
-char *kmf_error_format(const kmf_error *e, char *buf, size_t len)
+void kmf__error_reset(kiln_error *err, const char *name)
 {
-	char where[64] = "", tensor[160] = "";
-	if (!buf || len == 0)
-		return buf;
-	if (!e) {
-		snprintf(buf, len, "(no error)");
-		return buf;
-	}
-	if (e->offset >= 0)
-		snprintf(where, sizeof(where), " byte %lld:", (long long) e->offset);
-	if (e->tensor[0])
-		snprintf(tensor, sizeof(tensor), " tensor '%s':", e->tensor);
-	snprintf(buf, len, "%s:%s%s %s", e->file[0] ? e->file : "(memory)", where, tensor, e->msg);
-	return buf;
+	kiln_error_reset(err, name && *name ? name : "(memory)");
 }
 
 void *kmf__alloc(kmf_file *f, size_t bytes)
@@ -150,7 +143,7 @@ kmf_meta *kmf__meta_add(kmf_file *f, const char *key, size_t key_len)
 	return m;
 }
 
-int kmf__tensor_size(kmf_tensor *t, int64_t at, bool allow_empty, kmf_error *err)
+int kmf__tensor_size(kmf_tensor *t, int64_t at, bool allow_empty, kiln_error *err)
 {
 	uint64_t n = 1, nblocks;
 	t->block_elems = kmf_dtype_block_elems(t->dtype);
@@ -226,7 +219,7 @@ static int cmp_name(const void *a, const void *b, void *arg)
 
 /* Builds the sorted index and refuses duplicate names (a format may
  * already have refused them with a better offset). */
-static int index_names(kmf_file *f, kmf_error *err)
+static int index_names(kmf_file *f, kiln_error *err)
 {
 	if (f->n_tensors == 0)
 		return 0;
@@ -260,7 +253,7 @@ kmf_file *kmf_close(kmf_file *f)
 }
 DEFINE_TRIVIAL_CLEANUP_FUNC(kmf_file *, kmf_close);
 
-static int open_region(kmf_file *f, kmf_error *err)
+static int open_region(kmf_file *f, kiln_error *err)
 {
 	int r;
 	/* llama2.c before safetensors: its exact-size test is the stronger
@@ -284,20 +277,11 @@ static int open_region(kmf_file *f, kmf_error *err)
 	return index_names(f, err);
 }
 
-static void set_file(kmf_error *err, const char *name)
-{
-	if (err) {
-		memset(err, 0, sizeof(*err));
-		err->offset = -1;
-		snprintf(err->file, sizeof(err->file), "%s", strempty(name));
-	}
-}
-
-int kmf_open_mem(const void *buf, size_t len, const char *name, kmf_file **ret, kmf_error *err)
+int kmf_open_mem(const void *buf, size_t len, const char *name, kmf_file **ret, kiln_error *err)
 {
 	_cleanup_(kmf_closep) kmf_file *f = NULL;
 	int r;
-	set_file(err, name);
+	kmf__error_reset(err, name);
 	if (!ret || (!buf && len))
 		return kmf__fail(err, -EINVAL, -1, NULL, "invalid argument");
 	f = calloc(1, sizeof(*f));
@@ -312,14 +296,14 @@ int kmf_open_mem(const void *buf, size_t len, const char *name, kmf_file **ret, 
 	return 0;
 }
 
-int kmf_open(const char *path, kmf_file **ret, kmf_error *err)
+int kmf_open(const char *path, kmf_file **ret, kiln_error *err)
 {
 	_cleanup_(kmf_closep) kmf_file *f = NULL;
 	_cleanup_close_ int fd = -1;
 	struct stat st;
 	void *map = NULL;
 	int r;
-	set_file(err, path);
+	kmf__error_reset(err, path);
 	if (!path || !ret)
 		return kmf__fail(err, -EINVAL, -1, NULL, "invalid argument");
 	fd = open(path, O_RDONLY | O_CLOEXEC);

@@ -26,9 +26,16 @@ struct kmf_file {
 	size_t n_allocs, cap_allocs;
 };
 
-/* Fills err (if not NULL) and returns code.  offset -1: none; tensor NULL: none. */
-int kmf__fail(kmf_error *err, int code, int64_t offset, const char *tensor, const char *fmt, ...)
+/* The longest message text kmf__fail writes (the "tensor 'T': " before
+ * it aside). */
+#define KMF_MSG_MAX 384
+/* Fills err (if not NULL; its file set by kmf__error_reset) and returns
+ * code.  offset -1: none; tensor NULL: none. */
+int kmf__fail(kiln_error *err, int code, int64_t offset, const char *tensor, const char *fmt, ...)
 	_printf_(5, 6);
+/* Empties err (if not NULL) for the file called name (NULL or "":
+ * "(memory)"). */
+void kmf__error_reset(kiln_error *err, const char *name);
 
 /* Allocation tracked by the file (freed by kmf_close). */
 void *kmf__alloc(kmf_file *f, size_t bytes);
@@ -42,7 +49,7 @@ kmf_meta *kmf__meta_add(kmf_file *f, const char *key, size_t key_len);
  * Returns 0, or -EBADMSG (a zero (unless allowed) or negative dim, product overflow, nelem
  * not a whole number of blocks) / -E2BIG (over KMF_MAX_TENSOR_BYTES) with
  * a message in err. */
-int kmf__tensor_size(kmf_tensor *t, int64_t at, bool allow_empty, kmf_error *err);
+int kmf__tensor_size(kmf_tensor *t, int64_t at, bool allow_empty, kiln_error *err);
 
 bool kmf__utf8_valid(const char *s, size_t len);
 
@@ -50,11 +57,11 @@ bool kmf__utf8_valid(const char *s, size_t len);
  * format's error otherwise.  probe: whether the content looks like the
  * format (checked by kmf.c before calling parse). */
 bool kmf__st_probe(const uint8_t *p, size_t n);
-int kmf__st_parse(kmf_file *f, kmf_error *err);
+int kmf__st_parse(kmf_file *f, kiln_error *err);
 bool kmf__gguf_probe(const uint8_t *p, size_t n);
-int kmf__gguf_parse(kmf_file *f, kmf_error *err);
+int kmf__gguf_parse(kmf_file *f, kiln_error *err);
 bool kmf__l2c_probe(const uint8_t *p, size_t n);
-int kmf__l2c_parse(kmf_file *f, kmf_error *err);
+int kmf__l2c_parse(kmf_file *f, kiln_error *err);
 
 static inline uint16_t kmf__ld16(const uint8_t *p)
 {

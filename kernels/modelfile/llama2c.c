@@ -76,7 +76,7 @@ bool kmf__l2c_probe(const uint8_t *p, size_t n)
 struct builder {
 	kmf_file *f;
 	uint64_t pos; /* file offset of the next array */
-	kmf_error *err;
+	kiln_error *err;
 };
 
 static int add(struct builder *b, const char *name, int64_t rows, int64_t cols, uint64_t at)
@@ -122,7 +122,7 @@ static int meta_int(kmf_file *f, const char *key, int64_t v)
 	return 0;
 }
 
-int kmf__l2c_parse(kmf_file *f, kmf_error *err)
+int kmf__l2c_parse(kmf_file *f, kiln_error *err)
 {
 	struct l2c_cfg c;
 	uint64_t floats;

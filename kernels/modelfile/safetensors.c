@@ -52,7 +52,7 @@ static int64_t key_offset(const kmf_file *f, uint64_t hlen, const char *name)
 	return 8;
 }
 
-static int parse_metadata(kmf_file *f, json_t *md, kmf_error *err)
+static int parse_metadata(kmf_file *f, json_t *md, kiln_error *err)
 {
 	const char *key;
 	json_t *v;
@@ -89,7 +89,7 @@ static int parse_metadata(kmf_file *f, json_t *md, kmf_error *err)
 }
 
 static int parse_tensor(kmf_file *f, kmf_tensor *t, const char *name, json_t *v, uint64_t data_size,
-			uint64_t *begin, kmf_error *err)
+			uint64_t *begin, kiln_error *err)
 {
 	int64_t at = 8; /* the caller puts the key's offset in err on failure */
 	json_t *dt = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape"),
@@ -166,7 +166,7 @@ static int cmp_offset(const void *a, const void *b)
 	return strcmp(x->name, y->name);
 }
 
-int kmf__st_parse(kmf_file *f, kmf_error *err)
+int kmf__st_parse(kmf_file *f, kiln_error *err)
 {
 	_cleanup_(json_freep) json_t *root = NULL;
 	json_error_t jerr;

@@ -194,7 +194,7 @@ static void temp_name(char *buf, size_t len, const char *dir, const char *base, 
 		 (unsigned long) ts.tv_nsec, n);
 }
 
-int kmf_writer_commit(kmf_writer *w, const char *path, unsigned mode, kmf_error *err)
+int kmf_writer_commit(kmf_writer *w, const char *path, unsigned mode, kiln_error *err)
 {
 	_cleanup_free_ char *hdr = NULL, *dcopy = NULL, *bcopy = NULL, *tmp = NULL;
 	_cleanup_free_ size_t *order = NULL;
@@ -204,11 +204,7 @@ int kmf_writer_commit(kmf_writer *w, const char *path, unsigned mode, kmf_error 
 	bool named = false;
 	int r;
 
-	if (err) {
-		memset(err, 0, sizeof(*err));
-		err->offset = -1;
-		snprintf(err->file, sizeof(err->file), "%s", strempty(path));
-	}
+	kmf__error_reset(err, path);
 	if (!w || !path || !*path)
 		return kmf__fail(err, -EINVAL, -1, NULL, "invalid argument");
 	order = malloc((w->n ? w->n : 1) * sizeof(*order));

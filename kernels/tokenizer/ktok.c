@@ -23,29 +23,17 @@
 /* ------------------------------------------------------------------------ */
 /* Errors and building                                                       */
 
-int ktok__err(ktok_error *err, const char *name, int code, const char *fmt, ...)
+int ktok__err(kiln_error *err, const char *name, int code, const char *fmt, ...)
 {
 	if (err) {
-		memset(err, 0, sizeof(*err));
+		kiln_error_reset(err, name && *name ? name : "(input)");
 		err->code = code;
-		snprintf(err->file, sizeof(err->file), "%s", name ? name : "");
 		va_list ap;
 		va_start(ap, fmt);
-		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+		vsnprintf(err->msg, KTOK_MSG_MAX, fmt, ap);
 		va_end(ap);
 	}
 	return code;
-}
-
-char *ktok_error_format(const ktok_error *e, char *buf, size_t len)
-{
-	if (!buf || !len)
-		return buf;
-	if (!e)
-		snprintf(buf, len, "(no error)");
-	else
-		snprintf(buf, len, "%s: %s", e->file[0] ? e->file : "(input)", e->msg);
-	return buf;
 }
 
 int ktok__new(const char *name, uint32_t n_vocab, ktok **ret)
@@ -85,7 +73,7 @@ ktok *ktok_free(ktok *t)
 }
 
 int ktok__set(ktok *t, uint32_t id, const char *text, size_t len, float score, int type,
-	      bool allow_bytes, ktok_error *err)
+	      bool allow_bytes, kiln_error *err)
 {
 	if (id >= t->n)
 		return ktok__err(err, t->name, -EBADMSG,
@@ -165,7 +153,7 @@ static int cmp_special(const void *a, const void *b, void *ud)
 	return la < lb ? 1 : la > lb ? -1 : 0; /* longest first */
 }
 
-int ktok__finish_vocab(ktok *t, ktok_error *err)
+int ktok__finish_vocab(ktok *t, kiln_error *err)
 {
 	uint32_t cap = 16;
 	while (cap < t->n * 2u)
@@ -251,7 +239,7 @@ int ktok__finish_vocab(ktok *t, ktok_error *err)
 	return 0;
 }
 
-int ktok__check_ids(ktok *t, ktok_error *err)
+int ktok__check_ids(ktok *t, kiln_error *err)
 {
 	int32_t *ids[] = { &t->bos, &t->eos, &t->pad, &t->unk };
 	const char *names[] = { "bos", "eos", "padding", "unknown" };
@@ -285,7 +273,7 @@ static uint32_t hash_pair(int32_t a, int32_t b)
 	return (uint32_t) (h >> 32);
 }
 
-int ktok__add_merge(ktok *t, int32_t a, int32_t b, int32_t rank, ktok_error *err)
+int ktok__add_merge(ktok *t, int32_t a, int32_t b, int32_t rank, kiln_error *err)
 {
 	if (t->n_merges * 2u > t->mh_mask)
 		return ktok__err(err, t->name, -E2BIG, "more merges than reserved");

@@ -60,17 +60,21 @@ int ktok__new(const char *name, uint32_t n_vocab, ktok **ret);
 /* Sets token id; text copied.  -EBADMSG on bad UTF-8 (unless allow_bytes),
  * -E2BIG over KTOK_MAX_TOKEN_LEN. */
 int ktok__set(ktok *t, uint32_t id, const char *text, size_t len, float score, int type,
-	      bool allow_bytes, ktok_error *err);
+	      bool allow_bytes, kiln_error *err);
 /* After all tokens: builds the hash, finds duplicates (-EBADMSG), byte
  * tokens, specials. */
-int ktok__finish_vocab(ktok *t, ktok_error *err);
+int ktok__finish_vocab(ktok *t, kiln_error *err);
 /* Adds merge a b with rank (result = lookup of a+b).  -EBADMSG when the
  * result is not a token. */
-int ktok__add_merge(ktok *t, int32_t a, int32_t b, int32_t rank, ktok_error *err);
+int ktok__add_merge(ktok *t, int32_t a, int32_t b, int32_t rank, kiln_error *err);
 int ktok__reserve_merges(ktok *t, uint32_t n);
 int32_t ktok__lookup(const ktok *t, const char *s, size_t len);
-int ktok__err(ktok_error *err, const char *name, int code, const char *fmt, ...) _printf_(4, 5);
-int ktok__check_ids(ktok *t, ktok_error *err);
+/* The longest message ktok__err writes, with its NUL. */
+#define KTOK_MSG_MAX 512
+/* Fills err (if not NULL) for the file called name (NULL or "": "(input)")
+ * and returns code. */
+int ktok__err(kiln_error *err, const char *name, int code, const char *fmt, ...) _printf_(4, 5);
+int ktok__check_ids(ktok *t, kiln_error *err);
 
 /* GPT-2 byte<->unicode map: decodes byte-level text (each char one byte)
  * into out (at most len bytes); -EBADMSG if a char is outside the map. */

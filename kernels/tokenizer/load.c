@@ -98,7 +98,7 @@ static const char *jstr(json_t *o, const char *k)
 	return json_string_value(json_object_get(o, k));
 }
 
-static int hf_metaspace(ktok *t, json_t *p, const char *name, ktok_error *err)
+static int hf_metaspace(ktok *t, json_t *p, const char *name, kiln_error *err)
 {
 	const char *rep = jstr(p, "replacement");
 	if (rep && strcmp(rep, "\xE2\x96\x81") != 0)
@@ -119,7 +119,7 @@ static int hf_metaspace(ktok *t, json_t *p, const char *name, ktok_error *err)
 	return 0;
 }
 
-static int hf_pre(ktok *t, json_t *p, const char *name, ktok_error *err)
+static int hf_pre(ktok *t, json_t *p, const char *name, kiln_error *err)
 {
 	if (!p || json_is_null(p))
 		return 0;
@@ -173,7 +173,7 @@ static int hf_pre(ktok *t, json_t *p, const char *name, ktok_error *err)
 		type);
 }
 
-static int hf_normalizer(ktok *t, json_t *n, const char *name, ktok_error *err)
+static int hf_normalizer(ktok *t, json_t *n, const char *name, kiln_error *err)
 {
 	if (!n || json_is_null(n))
 		return 0;
@@ -242,7 +242,7 @@ static void hf_post(ktok *t, json_t *p)
 	}
 }
 
-static int hf_merge_str(ktok *t, const char *s, size_t len, int32_t rank, ktok_error *err)
+static int hf_merge_str(ktok *t, const char *s, size_t len, int32_t rank, kiln_error *err)
 {
 	char a[KTOK_MAX_TOKEN_LEN], b[KTOK_MAX_TOKEN_LEN];
 	for (size_t i = 0; i < len; i++) {
@@ -263,7 +263,7 @@ static int hf_merge_str(ktok *t, const char *s, size_t len, int32_t rank, ktok_e
 		rank, s);
 }
 
-static int hf_merge_pair(ktok *t, json_t *m, int32_t rank, ktok_error *err)
+static int hf_merge_pair(ktok *t, json_t *m, int32_t rank, kiln_error *err)
 {
 	const char *s[2];
 	int32_t id[2];
@@ -285,7 +285,7 @@ static int hf_merge_pair(ktok *t, json_t *m, int32_t rank, ktok_error *err)
 	return ktok__add_merge(t, id[0], id[1], rank, err);
 }
 
-int ktok_load_hf_json(const char *text, size_t len, const char *name, ktok **ret, ktok_error *err)
+int ktok_load_hf_json(const char *text, size_t len, const char *name, ktok **ret, kiln_error *err)
 {
 	assert_return(text && ret, -EINVAL);
 	if (len > KTOK_MAX_JSON_BYTES)
@@ -481,7 +481,7 @@ static int gguf_id(const kmf_file *f, const char *key, int32_t *id)
 	return 0;
 }
 
-int ktok_load_gguf(const kmf_file *f, const char *name, ktok **ret, ktok_error *err)
+int ktok_load_gguf(const kmf_file *f, const char *name, ktok **ret, kiln_error *err)
 {
 	assert_return(f && ret, -EINVAL);
 	const char *model = NULL;
@@ -620,7 +620,7 @@ int ktok_load_gguf(const kmf_file *f, const char *name, ktok **ret, ktok_error *
 /* llama2.c tokenizer.bin                                                    */
 
 int ktok_load_llama2c(const void *buf, size_t len, uint32_t vocab_size, const char *name,
-		      ktok **ret, ktok_error *err)
+		      ktok **ret, kiln_error *err)
 {
 	assert_return(buf && ret, -EINVAL);
 	const unsigned char *p = buf;
@@ -693,19 +693,23 @@ int ktok_load_llama2c(const void *buf, size_t len, uint32_t vocab_size, const ch
 /* ------------------------------------------------------------------------ */
 /* By content                                                                */
 
-static int load_gguf_path(const char *path, ktok **ret, ktok_error *err)
+static int load_gguf_path(const char *path, ktok **ret, kiln_error *err)
 {
 	/* Models are large: libkmf maps them, nothing is read twice. */
 	_cleanup_(kmf_closep) kmf_file *f = NULL;
-	kmf_error ke;
+	kiln_error ke;
 	int r = kmf_open(path, &f, &ke);
+	/* the byte, not the tensor: a tokenizer reads only the metadata */
+	const char *what = ke.msg;
+	if (r < 0 && ke.where[0])
+		what += strlen("tensor '': ") + strlen(ke.where);
 	if (r < 0)
 		return ktok__err(err, path, r, "byte %lld: %s (GGUF metadata)",
-				 (long long) ke.offset, ke.msg);
+				 (long long) ke.offset, what);
 	return ktok_load_gguf(f, path, ret, err);
 }
 
-int ktok_load(const char *path, ktok **ret, ktok_error *err)
+int ktok_load(const char *path, ktok **ret, kiln_error *err)
 {
 	assert_return(path && ret, -EINVAL);
 	char magic[4] = { 0 };

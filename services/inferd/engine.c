@@ -122,13 +122,15 @@ static double now_s(void)
 	return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
 }
 
-static int errorf(km_error *err, int r, const char *fmt, ...) _printf_(3, 4);
-static int errorf(km_error *err, int r, const char *fmt, ...)
+static int errorf(kiln_error *err, int r, const char *fmt, ...) _printf_(3, 4);
+static int errorf(kiln_error *err, int r, const char *fmt, ...)
 {
 	if (err) {
+		kiln_error_reset(err, NULL);
+		err->code = r;
 		va_list ap;
 		va_start(ap, fmt);
-		vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+		vsnprintf(err->msg, KM_ERROR_MAX, fmt, ap);
 		va_end(ap);
 	}
 	return r;
@@ -221,7 +223,8 @@ static void finish(ereq *r, kiln_engine_finish reason, int32_t stop_token, const
 {
 	r->reason = reason;
 	r->stop_token = stop_token;
-	snprintf(r->msg, sizeof(r->msg), "%s", msg ? msg : "");
+	/* msg is a kiln_error's, cut at KM_ERROR_MAX like r->msg */
+	snprintf(r->msg, sizeof(r->msg), "%.*s", (int) sizeof(r->msg) - 1, msg ? msg : "");
 	r->prev = NULL;
 	r->next = *done;
 	*done = r;
@@ -494,7 +497,7 @@ static bool is_stop(const kiln_engine *e, const ereq *r, int32_t tok)
 static void *scheduler(void *arg)
 {
 	kiln_engine *e = arg;
-	km_error err;
+	kiln_error err;
 	for (;;) {
 		ereq *done = NULL;
 		pthread_mutex_lock(&e->lock);
@@ -618,7 +621,7 @@ static void *scheduler(void *arg)
 /* ---- public API ------------------------------------------------------------ */
 
 int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source *src,
-		    const kiln_engine_opts *opts, kiln_engine **ret, km_error *err)
+		    const kiln_engine_opts *opts, kiln_engine **ret, kiln_error *err)
 {
 	if (!be || !cfg || !src || !opts || !ret)
 		return errorf(err, -EINVAL, "kiln_engine_new: missing argument");
@@ -711,7 +714,7 @@ fail:
 	return r;
 }
 
-int kiln_engine_submit(kiln_engine *e, const kiln_engine_request *q, km_error *err)
+int kiln_engine_submit(kiln_engine *e, const kiln_engine_request *q, kiln_error *err)
 {
 	if (!e || !q)
 		return errorf(err, -EINVAL, "kiln_engine_submit: missing argument");

@@ -381,7 +381,7 @@ static void on_http_cancel(kiln_http_stream *s, void *ud)
 
 /* One prompt given as token ids (where names it in errors). */
 static int ids_prompt(const json_t *p, const char *where, int vocab, int32_t **ret, int *ret_n,
-		      kiln_json_error *err)
+		      kiln_error *err)
 {
 	size_t n = json_array_size(p);
 	if (n < 1 || n > INFERD_PROMPT_MAX)
@@ -413,7 +413,7 @@ static int ids_prompt(const json_t *p, const char *where, int vocab, int32_t **r
 	return 0;
 }
 
-static int need_tokenizer(const app *a, const char *where, kiln_json_error *err)
+static int need_tokenizer(const app *a, const char *where, kiln_error *err)
 {
 	if (a->tok)
 		return 0;
@@ -424,7 +424,7 @@ static int need_tokenizer(const app *a, const char *where, kiln_json_error *err)
 
 /* One prompt given as text: encoded with BOS as the vocabulary says. */
 static int text_prompt(const app *a, const char *text, unsigned flags, const char *where,
-		       int32_t **ret, int *ret_n, kiln_json_error *err)
+		       int32_t **ret, int *ret_n, kiln_error *err)
 {
 	int r = need_tokenizer(a, where, err);
 	if (r < 0)
@@ -466,7 +466,7 @@ static void batch_free(batch *b)
 
 /* "prompt": a string, an array of strings, an array of token ids, or an
  * array of arrays of token ids (OpenAI's four shapes). */
-static int get_prompts(const app *a, const json_t *req, batch *b, kiln_json_error *err)
+static int get_prompts(const app *a, const json_t *req, batch *b, kiln_error *err)
 {
 	json_t *p = json_object_get(req, "prompt");
 	if (!p)
@@ -512,7 +512,7 @@ static int get_prompts(const app *a, const json_t *req, batch *b, kiln_json_erro
 
 /* "messages": system/user/assistant with string content, rendered with the
  * chat template and the assistant's header (add_generation_prompt). */
-static int get_messages(const app *a, const json_t *req, batch *b, kiln_json_error *err)
+static int get_messages(const app *a, const json_t *req, batch *b, kiln_error *err)
 {
 	static const char *const roles[] = { "system", "user", "assistant", NULL };
 	static const char *const keys[] = { "role", "content", "name", NULL };
@@ -564,7 +564,7 @@ static int get_messages(const app *a, const json_t *req, batch *b, kiln_json_err
 }
 
 /* "stop_token_ids" (vLLM's extension): an array of token ids. */
-static int get_stop(const json_t *req, int vocab, int32_t *stop, int *ret_n, kiln_json_error *err)
+static int get_stop(const json_t *req, int vocab, int32_t *stop, int *ret_n, kiln_error *err)
 {
 	json_t *p = json_object_get(req, "stop_token_ids");
 	*ret_n = 0;
@@ -589,7 +589,7 @@ static int get_stop(const json_t *req, int vocab, int32_t *stop, int *ret_n, kil
 
 /* "stop": a string or up to 4 non-empty strings, copied into *ret. */
 static int get_stop_strings(const app *a, const json_t *req, char ***ret, size_t *ret_max,
-			    kiln_json_error *err)
+			    kiln_error *err)
 {
 	json_t *p = json_object_get(req, "stop");
 	if (!p || json_is_null(p) || (json_is_array(p) && json_array_size(p) == 0))
@@ -621,7 +621,7 @@ static int get_stop_strings(const app *a, const json_t *req, char ***ret, size_t
 
 static int submit(kiln_http_request *r, app *a, const json_t *req, bool chat)
 {
-	kiln_json_error err;
+	kiln_error err;
 	static const char *const known_cmpl[] = {
 		"model", "prompt",	   "max_tokens",     "temperature",
 		"top_p", "top_k",	   "seed",	     "stream",
@@ -729,7 +729,7 @@ static int submit(kiln_http_request *r, app *a, const json_t *req, bool chat)
 	clock_gettime(CLOCK_REALTIME, &now);
 	int n_sub = 0;
 	uint64_t ids[INFERD_BATCH_MAX]; /* j may be gone once its state is set */
-	km_error kerr;
+	kiln_error kerr;
 	for (; n_sub < b.n; n_sub++) {
 		seq *s = &j->seqs[n_sub];
 		s->id = atomic_fetch_add(&a->next_id, 1);
@@ -787,7 +787,7 @@ static int submit(kiln_http_request *r, app *a, const json_t *req, bool chat)
 
 static int on_completions(kiln_http_request *r, void *u)
 {
-	kiln_json_error err;
+	kiln_error err;
 	_cleanup_json_ json_t *req = NULL;
 	if (kiln_http_request_json(r, &req, &err) < 0)
 		return kiln_http_reply_json_error(r, &err);
@@ -796,7 +796,7 @@ static int on_completions(kiln_http_request *r, void *u)
 
 static int on_chat(kiln_http_request *r, void *u)
 {
-	kiln_json_error err;
+	kiln_error err;
 	_cleanup_json_ json_t *req = NULL;
 	if (kiln_http_request_json(r, &req, &err) < 0)
 		return kiln_http_reply_json_error(r, &err);
@@ -1027,7 +1027,7 @@ static bool token_text(const ktok *t, int32_t id, char *buf, size_t size)
  * does not fit the model). */
 static int load_tokenizer(app *a, int chat)
 {
-	ktok_error te = {};
+	kiln_error te = {};
 	char buf[sizeof(te.file) + sizeof(te.msg) + 4];
 	const char *path = arg.tokenizer;
 	if (!path) {
@@ -1047,11 +1047,11 @@ static int load_tokenizer(app *a, int chat)
 	if (r < 0 && !arg.tokenizer) {
 		log_notice("%s holds no usable tokenizer (%s): prompts and replies are token ids "
 			   "only; pass --tokenizer FILE for text",
-			   path, ktok_error_format(&te, buf, sizeof(buf)));
+			   path, kiln_error_format(&te, buf, sizeof(buf)));
 		return 0;
 	}
 	if (r < 0) {
-		log_error("--tokenizer: %s", ktok_error_format(&te, buf, sizeof(buf)));
+		log_error("--tokenizer: %s", kiln_error_format(&te, buf, sizeof(buf)));
 		return 1;
 	}
 	if (ktok_n_vocab(a->tok) > (uint32_t) a->vocab) {
@@ -1118,7 +1118,7 @@ static int run(int argc, char **argv)
 		log_error_errno(r, "Failed to open the %s backend: %m", arg.backend);
 		return 1;
 	}
-	km_error err = {};
+	kiln_error err = {};
 	km_file *f = NULL;
 	r = km_file_open(arg.model, &f, &err);
 	if (r < 0) {

@@ -18,28 +18,11 @@ TEST_SCRIPTS += tests/launcher/store-torch.sh tests/launcher/store-hostile.sh
 TEST_FULL_SCRIPTS += tests/fuzz/fuzz-store.sh
 BENCH_SCRIPTS += tests/launcher/store-bench.sh
 
-# libFuzzer target for the protocol parser: clang only, by its own rule; part
-# of `all` when clang is installed, skipped (and its suite SKIPs) otherwise.
-KILN_CLANG ?= $(shell command -v clang-14 || command -v clang)
-FUZZ_STORE := $(B)/tests/fuzz-store
-FUZZ_STORE_SERVER := $(B)/tests/fuzz-store-server
-ifneq ($(KILN_CLANG),)
-EXTRA_ALL += $(FUZZ_STORE) $(FUZZ_STORE_SERVER)
-endif
-fuzz-store: $(FUZZ_STORE) $(FUZZ_STORE_SERVER)
-$(FUZZ_STORE): tests/fuzz/fuzz-store.c slurm/launcher/store-proto.c slurm/launcher/store-proto.h
-	@mkdir -p $(@D)
-	@if [ -z "$(KILN_CLANG)" ]; then echo "fuzz-store: clang not found, skipping" >&2; exit 1; fi
-	$(KILN_CLANG) -g -O1 -std=gnu11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
-		-Icommon/include -Islurm/launcher/include -Islurm/launcher \
-		tests/fuzz/fuzz-store.c slurm/launcher/store-proto.c -o $@
-# The whole server (request handling, waiters, limits) over loopback sockets.
-$(FUZZ_STORE_SERVER): tests/fuzz/fuzz-store-server.c $(KILN_STORE_SRCS) slurm/launcher/store-proto.h \
-		slurm/launcher/include/kiln/store.h common/log.c common/parse.c
-	@mkdir -p $(@D)
-	@if [ -z "$(KILN_CLANG)" ]; then echo "fuzz-store-server: clang not found, skipping" >&2; exit 1; fi
-	$(KILN_CLANG) -g -O1 -std=gnu11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
-		-Icommon/include -Islurm/launcher/include -Islurm/launcher \
-		tests/fuzz/fuzz-store-server.c $(KILN_STORE_SRCS) common/log.c common/parse.c -lpthread -o $@
-.PHONY: fuzz-store
+# libFuzzer targets (mk/rules.mk's kiln_fuzz): the protocol parser alone,
+# and the whole server (request handling, waiters, limits) over loopback
+# sockets; `make fuzz-store` builds both.
+KILN_STORE_FUZZ_CFLAGS := -Icommon/include -Islurm/launcher/include -Islurm/launcher
+$(eval $(call kiln_fuzz,fuzz-store,tests/fuzz/fuzz-store.c slurm/launcher/store-proto.c,$(KILN_STORE_FUZZ_CFLAGS),,slurm/launcher/store-proto.h))
+$(eval $(call kiln_fuzz,fuzz-store-server,tests/fuzz/fuzz-store-server.c $(KILN_STORE_SRCS) common/log.c common/parse.c,$(KILN_STORE_FUZZ_CFLAGS),-lpthread,slurm/launcher/store-proto.h slurm/launcher/include/kiln/store.h))
+fuzz-store: fuzz-store-server
 endif

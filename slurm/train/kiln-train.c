@@ -362,7 +362,7 @@ static double now(void)
 static int save(kmt_model *m, const char *path, const kmt_sampler *s, uint64_t seed)
 {
 	kmt_ckpt_state st = { .rng = seed };
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	kmt_sampler_cursor(s, &st.cursor);
 	int r = kmt_save(m, path, &st, &err);
 	if (r < 0)
@@ -376,7 +376,7 @@ static int run(const args *a)
 	int rank, world, r;
 	if ((r = read_rank(&rank, &world)) < 0)
 		return 2;
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	km_l2c *f = NULL;
 	if ((r = km_l2c_open(a->model, &f, &err)) < 0) {
 		log_error("%s", err.msg);

@@ -328,7 +328,7 @@ static int h_hello(kiln_http_request *r, void *u)
 
 static int h_echo(kiln_http_request *r, void *u)
 {
-	kiln_json_error err;
+	kiln_error err;
 	_cleanup_json_ json_t *j = NULL;
 	if (kiln_http_request_json(r, &j, &err) < 0)
 		return kiln_http_reply_json_error(r, &err);

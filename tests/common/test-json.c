@@ -14,22 +14,22 @@
 
 static json_t *parse(const char *s)
 {
-	kiln_json_error err;
+	kiln_error err;
 	json_t *j = NULL;
 	int r = kiln_json_parse(s, strlen(s), &j, &err);
 	if (r < 0)
-		fail_msg("parse failed: %s", err.message);
+		fail_msg("parse failed: %s", err.msg);
 	return j;
 }
 
 static void assert_parse_error(const char *s, const char *message, int line, int column)
 {
-	kiln_json_error err;
+	kiln_error err;
 	json_t *j = (json_t *) 0x1;
 	assert_int_equal(kiln_json_parse_object(s, strlen(s), &j, &err), -EINVAL);
 	assert_ptr_equal(j, (json_t *) 0x1); /* untouched */
-	assert_string_equal(err.message, message);
-	assert_string_equal(err.param, "");
+	assert_string_equal(err.msg, message);
+	assert_string_equal(err.where, "");
 	assert_int_equal(err.line, line);
 	assert_int_equal(err.column, column);
 }
@@ -51,7 +51,7 @@ static void test_parse(void **state)
 			   "invalid JSON at line 1, column 4: end of file expected near '{'", 1, 4);
 
 	/* depth: 64 levels pass, 65 fail at the 65th bracket (column 69) */
-	kiln_json_error err;
+	kiln_error err;
 	json_t *j = NULL;
 	char deep[256];
 	for (int k = 63; k <= 64; k++) {
@@ -87,7 +87,7 @@ static void test_parse(void **state)
 	big[0] = '{';
 	big[KILN_JSON_SIZE_MAX] = '}';
 	assert_int_equal(kiln_json_parse(big, KILN_JSON_SIZE_MAX + 1, &j, &err), -EINVAL);
-	assert_string_equal(err.message, "request body too large: 4194305 bytes, at most 4194304");
+	assert_string_equal(err.msg, "request body too large: 4194305 bytes, at most 4194304");
 	assert_int_equal(kiln_json_parse(big, KILN_JSON_SIZE_MAX, &j, &err), -EINVAL); /* no '}' */
 	big[KILN_JSON_SIZE_MAX - 1] = '}';
 	assert_int_equal(kiln_json_parse(big, KILN_JSON_SIZE_MAX, &j, &err), 0);
@@ -99,10 +99,10 @@ static void test_parse(void **state)
 	assert_int_equal(err.line, 1);
 }
 
-static void assert_err(const kiln_json_error *e, const char *message, const char *param)
+static void assert_err(const kiln_error *e, const char *message, const char *param)
 {
-	assert_string_equal(e->message, message);
-	assert_string_equal(e->param, param);
+	assert_string_equal(e->msg, message);
+	assert_string_equal(e->where, param);
 }
 
 static const char request[] =
@@ -117,7 +117,7 @@ static void test_getters(void **state)
 {
 	_cleanup_json_ json_t *j = parse(request);
 	assert_non_null(j);
-	kiln_json_error e;
+	kiln_error e;
 
 	/* strings */
 	const char *s = "unset";
@@ -240,7 +240,7 @@ static void test_getters(void **state)
 static void test_keys_and_paths(void **state)
 {
 	_cleanup_json_ json_t *j = parse("{\"model\": \"m\", \"temprature\": 1, \"zzz\": 2}");
-	kiln_json_error e;
+	kiln_error e;
 	static const char *const known[] = { "model", "temperature", "top_p", NULL };
 	assert_int_equal(kiln_json_check_keys(j, "", known, &e), -EINVAL);
 	assert_err(&e, "temprature: unknown field (did you mean 'temperature'?)", "temprature");

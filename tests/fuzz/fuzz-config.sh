@@ -4,29 +4,9 @@
 # tests/fuzz/fuzz-config-corpus.  TAP; skips when the target was not built
 # (no clang).
 set -u
-B=${KILN_BUILD:-build}
-F=$B/tests/fuzz-config
-secs=${KILN_FUZZ_SECONDS:-60}
+# shellcheck source=tests/lib/fuzz.sh
+. "$(dirname "$0")/../lib/fuzz.sh"
+fuzz_seed() { cp "$dir"/fuzz-config-corpus/* "$1"/ 2>/dev/null; }
 echo "1..1"
-if [ ! -x "$F" ]; then
-	echo "ok 1 # SKIP $F not built (needs clang with libFuzzer: make fuzz-config)"
-	exit 0
-fi
-dir=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cp "$dir"/fuzz-config-corpus/* "$work"/ 2>/dev/null
-LSAN_OPTIONS=suppressions=$dir/fuzz-config.supp:print_suppressions=0 "$F" -dict="$dir/fuzz-config.dict" -max_total_time="$secs" -max_len=16384 -timeout=5 -rss_limit_mb=1024 \
-	-artifact_prefix="$work/" "$work" >"$work/log" 2>&1
-rc=$?
-runs=$(grep -oE 'Done [0-9]+ runs' "$work/log" | grep -oE '[0-9]+')
-if [ $rc -eq 0 ]; then
-	echo "ok 1 - fuzz-config: ${runs:-?} inputs in ${secs}s, no crash, leak or assertion"
-else
-	echo "not ok 1 - fuzz-config crashed (rc $rc)"
-	tail -n 40 "$work/log" | sed 's/^/# /'
-	for a in "$work"/crash-* "$work"/leak-* "$work"/timeout-*; do
-		[ -e "$a" ] && echo "# artifact $(basename "$a"): $(od -An -tx1 "$a" | head -c 400 | tr -s ' \n' ' ')"
-	done
-	exit 1
-fi
+LSAN_OPTIONS=suppressions=$dir/fuzz-config.supp:print_suppressions=0 \
+	fuzz_run 1 fuzz-config fuzz-config -dict="$dir/fuzz-config.dict" -max_len=16384 -timeout=5

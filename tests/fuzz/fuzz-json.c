@@ -18,13 +18,13 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void check_error(int r, const kiln_json_error *e)
+static void check_error(int r, const kiln_error *e)
 {
-	if (r == -EINVAL && (!e->message[0] || strlen(e->message) >= sizeof(e->message)))
+	if (r == -EINVAL && (!e->msg[0] || strlen(e->msg) >= KILN_JSON_MESSAGE_MAX))
 		abort();
 	/* a field error names its field first */
-	if (r == -EINVAL && e->param[0] && strncmp(e->message, e->param, strlen(e->param)) != 0 &&
-	    strlen(e->param) < 60)
+	if (r == -EINVAL && e->where[0] && strncmp(e->msg, e->where, strlen(e->where)) != 0 &&
+	    strlen(e->where) < 60)
 		abort();
 }
 
@@ -32,7 +32,7 @@ static void validate_message(json_t *m, const char *where)
 {
 	static const char *const roles[] = { "system", "user", "assistant", "tool", NULL };
 	static const char *const keys[] = { "role", "content", "name", NULL };
-	kiln_json_error e;
+	kiln_error e;
 	int role = 0;
 	const char *s = NULL;
 	check_error(kiln_json_check_keys(m, where, keys, &e), &e);
@@ -44,7 +44,7 @@ static void validate_message(json_t *m, const char *where)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	kiln_json_error e;
+	kiln_error e;
 	json_t *j = NULL;
 	int r = kiln_json_parse_object((const char *) data, size, &j, &e);
 	check_error(r, &e);
@@ -52,9 +52,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		/* jansson alone: it may accept what our depth limit refused */
 		json_error_t je;
 		json_t *plain = json_loadb((const char *) data, size, JSON_DECODE_ANY, &je);
-		if (plain && json_is_object(plain) && !strstr(e.message, "nested deeper"))
+		if (plain && json_is_object(plain) && !strstr(e.msg, "nested deeper"))
 			abort();
-		if (!plain && e.line <= 0 && !strstr(e.message, "empty"))
+		if (!plain && e.line <= 0 && !strstr(e.msg, "empty"))
 			abort();
 		json_decref(plain);
 		return 0;

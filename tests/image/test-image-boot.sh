@@ -17,14 +17,10 @@
 # `make test-image` only.  Needs root (mmdebstrap, namespaces) and
 # `make image-deps`.  KILN_IMAGE_TEST_REUSE=1 reuses an image built before.
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/../.." && pwd)
-cd "$top" || exit 1
+# shellcheck source=tests/lib/suite.sh
+. "$(dirname "$0")/../lib/suite.sh"
 # shellcheck source=tests/lib/tap.sh
 . "$top/tests/lib/tap.sh"
-B=${KILN_BUILD:-build}
-case "$B" in /*) ;; *) B=$top/$B ;; esac
-KILN=$B/bin/kiln
 CFG=$here/qemu.cfg
 IMG=$B/image-test
 PORT=8089 # the port image.http_url in qemu.cfg names

@@ -6,14 +6,10 @@
 # image script.  The image build and boot are tests/image/test-image-boot.sh
 # (make test-full).  Prints TAP.
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/../.." && pwd)
-cd "$top" || exit 1
+# shellcheck source=tests/lib/suite.sh
+. "$(dirname "$0")/../lib/suite.sh"
 # shellcheck source=tests/lib/tap.sh
 . "$top/tests/lib/tap.sh"
-B=${KILN_BUILD:-build}
-case "$B" in /*) ;; *) B=$top/$B ;; esac
-KILN=$B/bin/kiln
 INIT=$top/image/kiln-node-init
 W=$(mktemp -d /tmp/kiln-image-init.XXXXXX)
 http_pid=''

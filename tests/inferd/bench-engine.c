@@ -108,7 +108,7 @@ static int run_engine(kiln_engine *e, breq *q, int n, int clients)
 					  .max_tokens = q[i].max_tokens,
 					  .cb = on_event,
 					  .userdata = &q[i] };
-		km_error err;
+		kiln_error err;
 		int rc = kiln_engine_submit(e, &r, &err);
 		if (rc < 0) {
 			fprintf(stderr, "submit: %s\n", err.msg);
@@ -126,7 +126,7 @@ static int run_engine(kiln_engine *e, breq *q, int n, int clients)
 
 static int run_sequential(km_model *m, km_kvcache *c, breq *q, int n)
 {
-	km_error err;
+	kiln_error err;
 	kk_sampling g = { .temperature = 0 };
 	for (int i = 0; i < n; i++) {
 		q[i].t_submit = wall();
@@ -195,7 +195,7 @@ int main(int argc, char **argv)
 	}
 
 	kk_backend *be = NULL;
-	km_error err;
+	kiln_error err;
 	km_l2c *f = NULL;
 	if (kk_backend_open("cpu", &be) < 0 || km_l2c_open(path, &f, &err) < 0) {
 		fprintf(stderr, "cannot open the cpu backend or %s\n", path);

@@ -7,21 +7,7 @@
 # far too small for kk's or OpenBLAS's threads, whose hand-offs dominate.
 set -u
 export KK_CPU_THREADS=${KK_CPU_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
-B=${KILN_BUILD:-build}
-bin=$B/tests/bench-engine
-echo "1..1"
-if [ ! -x "$bin" ]; then
-	echo "ok 1 # SKIP $bin not built (make B=$B $bin)"
-	exit 0
-fi
-out=$("$bin" "$@" 2>&1)
-rc=$?
-sed 's/^/# /' <<<"$out"
-if [ $rc -eq 0 ]; then
-	echo "ok 1 - engine benchmark"
-elif [ $rc -eq 2 ]; then
-	echo "ok 1 # SKIP stories260K.bin not found (set KM_TEST_MODEL)"
-else
-	echo "not ok 1 - engine benchmark (exit $rc)"
-	exit 1
-fi
+# shellcheck source=tests/lib/bench.sh
+. "$(dirname "$0")/../lib/bench.sh"
+bench_bin bench-engine
+bench_run "engine benchmark" "stories260K.bin not found (set KM_TEST_MODEL)" "$@"

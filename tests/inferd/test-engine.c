@@ -175,7 +175,7 @@ static kiln_engine *track(kiln_engine *e)
 
 static kiln_engine *engine(int running, int step, int blocks, int waiting, int eos)
 {
-	km_error err = {};
+	kiln_error err = {};
 	km_l2c *f = NULL;
 	if (km_l2c_open(fixture, &f, &err) < 0)
 		fail_msg("%s", err.msg);
@@ -213,7 +213,7 @@ typedef struct spec {
 } spec;
 
 /* r must be zeroed, its hooks (cancel_at, gate_wait) set, before. */
-static int submit(kiln_engine *e, const spec *s, run *r, uint64_t id, km_error *err)
+static int submit(kiln_engine *e, const spec *s, run *r, uint64_t id, kiln_error *err)
 {
 	r->id = id;
 	r->e = e;
@@ -232,7 +232,7 @@ static int submit(kiln_engine *e, const spec *s, run *r, uint64_t id, km_error *
 
 static void must_submit(kiln_engine *e, const spec *s, run *r, uint64_t id)
 {
-	km_error err = {};
+	kiln_error err = {};
 	int rc = submit(e, s, r, id, &err);
 	if (rc < 0)
 		fail_msg("submit %llu: %s (%d)", (unsigned long long) id, err.msg, rc);
@@ -639,7 +639,7 @@ static void test_prefix_tail_chunked(void **state)
 {
 	NEED_FIXTURE();
 	kiln_engine *ea = engine(4, 128, 64, 8, -1);
-	km_error err = {};
+	kiln_error err = {};
 	km_l2c *f = NULL;
 	assert_int_equal(km_l2c_open(fixture, &f, &err), 0);
 	km_weight_source src = km_l2c_source(f);
@@ -697,7 +697,7 @@ static void test_prefix_caching(void **state)
 {
 	NEED_FIXTURE();
 	kiln_engine *ea = engine(4, 128, 64, 8, -1);
-	km_error err = {};
+	kiln_error err = {};
 	km_l2c *f = NULL;
 	assert_int_equal(km_l2c_open(fixture, &f, &err), 0);
 	km_weight_source src = km_l2c_source(f);
@@ -888,7 +888,7 @@ static void test_queue_full(void **state)
 	wait_admitted(e);
 	for (int i = 1; i <= 4; i++)
 		must_submit(e, &s, &r[i], (uint64_t) i);
-	km_error err = {};
+	kiln_error err = {};
 	assert_int_equal(submit(e, &s, &r[5], 5, &err), -EAGAIN);
 	assert_string_equal(err.msg,
 			    "request 5: 4 requests are waiting already (the limit); retry later");
@@ -910,7 +910,7 @@ static void test_rejects(void **state)
 {
 	NEED_FIXTURE();
 	kiln_engine *e = engine(2, 64, 4, 8, -1);
-	km_error err = {};
+	kiln_error err = {};
 	run r = {};
 	spec *s = calloc(1, sizeof(spec));
 	s->n_prompt = 513;
@@ -991,7 +991,7 @@ static void test_shutdown_in_flight(void **state)
 			must_submit(e, &s, &r[i], (uint64_t) i);
 		usleep(20000);
 		kiln_engine_shutdown(e, mode ? KILN_ENGINE_CANCEL : KILN_ENGINE_DRAIN);
-		km_error err = {};
+		kiln_error err = {};
 		run late = {};
 		assert_int_equal(submit(e, &s, &late, 99, &err), -ESHUTDOWN);
 		int cancelled = 0;
@@ -1026,7 +1026,7 @@ static void *submit_thread(void *arg)
 {
 	submitter *t = arg;
 	for (int i = 0; i < t->n; i++) {
-		km_error err;
+		kiln_error err;
 		int rc = submit(t->e, &t->s[t->base + i], &t->r[t->base + i],
 				(uint64_t) (t->base + i), &err);
 		if (rc < 0)

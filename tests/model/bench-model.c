@@ -40,7 +40,7 @@ static void row(const char *impl, const char *dt, int batch, long tokens, double
  * steps over all of them; returns seconds or < 0. */
 static double bench_kiln(kk_backend *be, km_l2c *f, kk_dtype dt, int batch, int steps)
 {
-	km_error err = {};
+	kiln_error err = {};
 	km_weight_source src = km_l2c_source(f);
 	km_model_opts o = { .weight_dtype = dt, .max_tokens = BATCH, .max_seqs = BATCH };
 	km_model *m = NULL;
@@ -98,7 +98,7 @@ int main(int argc, char **argv)
 	}
 	kk_backend *be = NULL;
 	km_l2c *f = NULL;
-	km_error err = {};
+	kiln_error err = {};
 	int r = kk_backend_open("cpu", &be);
 	if (r < 0) {
 		fprintf(stderr, "bench-model: cannot open the cpu backend: %s\n", strerror(-r));

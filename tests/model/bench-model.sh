@@ -8,21 +8,7 @@
 # slower on a loaded 2-core machine).
 set -u
 export KK_CPU_THREADS=${KK_CPU_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
-B=${KILN_BUILD:-build}
-bin=$B/tests/bench-model
-echo "1..1"
-if [ ! -x "$bin" ]; then
-	echo "ok 1 # SKIP $bin not built (make B=$B $bin)"
-	exit 0
-fi
-out=$("$bin" "$@" 2>&1)
-rc=$?
-sed 's/^/# /' <<<"$out"
-if [ $rc -eq 0 ]; then
-	echo "ok 1 - km model benchmark"
-elif [ $rc -eq 2 ]; then
-	echo "ok 1 # SKIP stories260K.bin not found (set KM_TEST_MODEL)"
-else
-	echo "not ok 1 - km model benchmark (exit $rc)"
-	exit 1
-fi
+# shellcheck source=tests/lib/bench.sh
+. "$(dirname "$0")/../lib/bench.sh"
+bench_bin bench-model
+bench_run "km model benchmark" "stories260K.bin not found (set KM_TEST_MODEL)" "$@"

@@ -17,7 +17,7 @@
 static void check_against_ref(kk_backend *be, const char *path, kk_dtype dt, kk_rope_mode mode,
 			      int steps, unsigned seed, double tol, double *worst, int *mismatch)
 {
-	km_error err = {};
+	kiln_error err = {};
 	km_l2c *f = NULL;
 	if (km_l2c_open(path, &f, &err) < 0)
 		fail_msg("%s", err.msg);

@@ -77,7 +77,7 @@ static void test_random_bf16(void **state)
 static void test_batching(void **state)
 {
 	NEED_CUDA();
-	km_error err = {};
+	kiln_error err = {};
 	km_l2c *f = NULL;
 	assert_int_equal(km_l2c_open(rand_path, &f, &err), 0);
 	km_weight_source src = km_l2c_source(f);
@@ -147,7 +147,7 @@ static void test_batching(void **state)
 static void test_chunked_prefill(void **state)
 {
 	NEED_CUDA();
-	km_error err = {};
+	kiln_error err = {};
 	km_l2c *f = NULL;
 	assert_int_equal(km_l2c_open(rand_path, &f, &err), 0);
 	km_weight_source src = km_l2c_source(f);
@@ -220,7 +220,7 @@ static void test_head_dim_8_refused(void **state)
 		p = access("tests/fixtures/stories260K.bin", R_OK) == 0
 			    ? "tests/fixtures/stories260K.bin"
 			    : "../shared/fixtures/stories260K.bin";
-	km_error err = {};
+	kiln_error err = {};
 	km_l2c *f = NULL;
 	if (km_l2c_open(p, &f, &err) < 0) {
 		print_message("# SKIP %s\n", err.msg);

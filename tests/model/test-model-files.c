@@ -89,7 +89,7 @@ static char *tpath(const char *name)
 
 static km_model *model_from(const km_config *c, km_weight_source src)
 {
-	km_error err = {};
+	kiln_error err = {};
 	km_model_opts o = { .weight_dtype = KK_F32, .max_tokens = 64, .max_seqs = 1 };
 	km_model *m = NULL;
 	if (km_model_new(be, c, &o, &src, &m, &err) < 0)
@@ -117,7 +117,7 @@ static void forced(km_model *m, float *logits, bool greedy)
 	int seq = km_kvcache_seq_new(c);
 	assert_true(seq >= 0);
 	for (int i = 0; i < N_STEPS; i++) {
-		km_error err = {};
+		kiln_error err = {};
 		km_seq_input in = { .seq = seq, .tokens = &toks[i], .n_tokens = 1 };
 		if (km_forward(m, c, &in, 1, logits + (size_t) i * V, &err) < 0)
 			fail_msg("km_forward: %s", err.msg);
@@ -131,7 +131,7 @@ static void forced(km_model *m, float *logits, bool greedy)
  * and the fraction of steps whose argmax is the reference's token. */
 static void compare_file(const char *path, km_file_kind kind, double *max_abs, double *agree)
 {
-	km_error err = {};
+	kiln_error err = {};
 	km_file *f = NULL;
 	if (km_file_open(path, &f, &err) < 0)
 		fail_msg("km_file_open: %s", err.msg);
@@ -196,7 +196,7 @@ static void add_tensor(km_weight_source *src, const char *name, int64_t rows, in
 	size_t n = (size_t) (rows * (cols ? cols : 1));
 	t->data = malloc(n * sizeof(float));
 	assert_non_null(t->data);
-	km_error err = {};
+	kiln_error err = {};
 	if (src->read(src->userdata, name, t->data, n, &err) < 0)
 		fail_msg("%s", err.msg);
 }
@@ -216,7 +216,7 @@ static int group_setup(void **state)
 	fixture = find_fixture();
 	if (!fixture)
 		return 0;
-	km_error err = {};
+	kiln_error err = {};
 	km_l2c *l = NULL;
 	if (km_l2c_open(fixture, &l, &err) < 0)
 		fail_msg("%s", err.msg);
@@ -298,7 +298,7 @@ static void write_kiln(const char *path, const char *skip_meta, const char *bad_
 	assert_int_equal(kmf_writer_set_meta(w, "kiln.config.norm_eps", v), 0);
 	snprintf(v, sizeof(v), "%a", (double) cfg.rope_theta);
 	assert_int_equal(kmf_writer_set_meta(w, "kiln.config.rope_theta", v), 0);
-	kmf_error ke = {};
+	kiln_error ke = {};
 	assert_int_equal(kmf_writer_commit(w, path, 0644, &ke), 0);
 	kmf_writer_free(w);
 }
@@ -390,7 +390,7 @@ static void write_hf(const char *dir, const char *config_json, bool permute)
 						t->ndim, t->shape, data, bytes),
 				 0);
 	}
-	kmf_error ke = {};
+	kiln_error ke = {};
 	assert_int_equal(kmf_writer_commit(w, path, 0644, &ke), 0);
 	kmf_writer_free(w);
 	for (int i = 0; i < nown; i++)
@@ -639,7 +639,7 @@ static void write_gguf(const char *path, const gguf_opts *o)
 /* A weight source of the fixture's f32 weights rounded as write_gguf
  * stores them (f16, or Q8_0 with the f16-rounded block scale), computed
  * here without kmf: the model from it must equal the GGUF file's. */
-static int round_read(void *ud, const char *name, float *dst, size_t count, km_error *err)
+static int round_read(void *ud, const char *name, float *dst, size_t count, kiln_error *err)
 {
 	int mat_type = *(const int *) ud;
 	const tens *t = find_t(name);
@@ -666,7 +666,7 @@ static int round_read(void *ud, const char *name, float *dst, size_t count, km_e
 /* The GGUF file's logits equal those of round_read's weights exactly. */
 static void check_rounded_exact(const char *path, int mat_type)
 {
-	km_error err = {};
+	kiln_error err = {};
 	km_file *f = NULL;
 	if (km_file_open(path, &f, &err) < 0)
 		fail_msg("%s", err.msg);
@@ -707,7 +707,7 @@ static void test_gguf_unshared(void **state)
 {
 	NEED_FIXTURE();
 	write_gguf(tpath("out.gguf"), &(gguf_opts){ .mat_type = GGML_F32, .with_output = true });
-	km_error err = {};
+	kiln_error err = {};
 	km_file *f = NULL;
 	if (km_file_open(tpath("out.gguf"), &f, &err) < 0)
 		fail_msg("%s", err.msg);
@@ -750,7 +750,7 @@ static void test_gguf_q8_0(void **state)
 static void test_kmtrain_checkpoint(void **state)
 {
 	NEED_FIXTURE();
-	km_error err = {};
+	kiln_error err = {};
 	kmt_model *tm = NULL;
 	kmt_opts o = { .batch = 1, .seq_len = 16, .init_seed = 7 };
 	if (kmt_model_new(be, &cfg, &o, NULL, &tm, &err) < 0)
@@ -789,7 +789,7 @@ static void test_kmtrain_checkpoint(void **state)
 
 static void expect_refused(const char *path, int code, const char *msg_after_path)
 {
-	km_error err = {};
+	kiln_error err = {};
 	km_file *f = NULL;
 	int r = km_file_open(path, &f, &err);
 	if (r != code)
@@ -833,7 +833,7 @@ static void test_bad_files(void **state)
 	assert_int_equal(kmf_writer_add(w, "transformer.wte.weight", KMF_F32, 1, (int64_t[]){ 4 },
 					T[0].data, 16),
 			 0);
-	kmf_error ke = {};
+	kiln_error ke = {};
 	assert_int_equal(kmf_writer_commit(w, p, 0644, &ke), 0);
 	kmf_writer_free(w);
 	expect_refused(p, -EOPNOTSUPP,
@@ -847,7 +847,7 @@ static void test_bad_files(void **state)
 	assert_int_equal(mkdir(dir, 0755), 0);
 	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
 	write_hf(dir, NULL, true);
-	km_error err = {};
+	kiln_error err = {};
 	km_file *f = NULL;
 	assert_int_equal(km_file_open(path, &f, &err), -EINVAL);
 	snprintf(want, sizeof(want),

@@ -82,7 +82,7 @@ static int group_teardown(void **state)
 
 static km_model *load(kk_dtype dt, int max_tokens, int max_seqs)
 {
-	km_error err = {};
+	kiln_error err = {};
 	km_l2c *f = NULL;
 	int r = km_l2c_open(fixture, &f, &err);
 	if (r < 0)
@@ -107,7 +107,7 @@ static km_kvcache *cache_for(km_model *m, int blocks, int seqs)
 
 static int step(km_model *m, km_kvcache *c, const km_seq_input *in, int n, float *logits)
 {
-	km_error err = {};
+	kiln_error err = {};
 	int r = km_forward(m, c, in, n, logits, &err);
 	if (r < 0 && r != -ENOSPC && r != -EINVAL && r != -EFBIG)
 		fail_msg("km_forward: %s", err.msg);
@@ -433,7 +433,7 @@ typedef struct fakeq {
 	int dim;
 } fakeq;
 
-static int fakeq_read(void *ud, const char *name, float *dst, size_t count, km_error *err)
+static int fakeq_read(void *ud, const char *name, float *dst, size_t count, kiln_error *err)
 {
 	fakeq *f = ud;
 	int r = f->inner.read(f->inner.userdata, name, dst, count, err);
@@ -462,7 +462,7 @@ static int fakeq_read(void *ud, const char *name, float *dst, size_t count, km_e
 
 static km_model *load_fakeq(int qmax, int qmin, int group)
 {
-	km_error err = {};
+	kiln_error err = {};
 	km_l2c *l = NULL;
 	assert_int_equal(km_l2c_open(fixture, &l, &err), 0);
 	fakeq f = { km_l2c_source(l), qmax, qmin, group, km_l2c_config(l)->dim };
@@ -688,7 +688,7 @@ static void test_forward_enospc(void **state)
 	for (int i = 0; i < 40; i++)
 		p[i] = greedy[i];
 	km_seq_input in[2] = { { a, p, 20 }, { b, p, 20 } };
-	km_error err = {};
+	kiln_error err = {};
 	assert_int_equal(km_forward(m, c, in, 2, NULL, &err), -ENOSPC);
 	assert_string_equal(err.msg, "step: the KV cache is out of blocks for sequence 1 (1 "
 				     "free); free or preempt a sequence");
@@ -767,7 +767,7 @@ static void test_sampling(void **state)
 }
 
 /* A source of small pseudo-random weights for synthetic configs. */
-static int random_read(void *ud, const char *name, float *dst, size_t count, km_error *err)
+static int random_read(void *ud, const char *name, float *dst, size_t count, kiln_error *err)
 {
 	unsigned *rs = ud;
 	for (size_t i = 0; i < count; i++)
@@ -788,7 +788,7 @@ static void test_unsupported_head_dim(void **state)
 	km_weight_source src = { &rs, random_read };
 	km_model_opts o = { .weight_dtype = KK_F32, .max_tokens = 4, .max_seqs = 1 };
 	km_model *m = NULL;
-	km_error err = {};
+	kiln_error err = {};
 	assert_int_equal(km_model_new(be, &c, &o, &src, &m, &err), -EOPNOTSUPP);
 	assert_null(m);
 	assert_string_equal(err.msg, "attention: backend 'cpu' has no kernel for this model "
@@ -841,7 +841,7 @@ static void test_unshared_classifier(void **state)
 	assert_int_equal(write(fd, buf, sizeof(buf)), (ssize_t) sizeof(buf));
 	close(fd);
 
-	km_error err = {};
+	kiln_error err = {};
 	km_l2c *f = NULL;
 	assert_int_equal(km_l2c_open(path, &f, &err), 0);
 	assert_false(km_l2c_config(f)->shared_classifier);
@@ -915,7 +915,7 @@ static void test_random_head64(void **state)
 
 static void test_config_errors(void **state)
 {
-	km_error err;
+	kiln_error err;
 	km_config c = small_cfg();
 	assert_int_equal(km_config_validate(&c, &err), 0);
 	c.n_kv_heads = 3;
@@ -963,7 +963,7 @@ static char *write_variant(const char *name, int hdr_idx, int32_t val, long delt
 
 static void expect_refused(const char *path, const char *msg_after_path)
 {
-	km_error err = {};
+	kiln_error err = {};
 	km_l2c *f = NULL;
 	assert_int_equal(km_l2c_open(path, &f, &err), -EINVAL);
 	assert_null(f);
@@ -998,7 +998,7 @@ static void test_bad_checkpoints(void **state)
 	expect_refused(write_variant("unshared.bin", 5, -512, 0),
 		       "truncated: the file is 1056540 bytes, its header (dim 64, hidden 172, 5 "
 		       "layers, 8/4 heads, vocab 512, seq_len 512) implies 1187612");
-	km_error err;
+	kiln_error err;
 	km_l2c *f = NULL;
 	snprintf(err.msg, sizeof(err.msg), "x");
 	assert_int_equal(km_l2c_open("/nonexistent/m.bin", &f, &err), -ENOENT);

@@ -37,7 +37,7 @@ static int cmp_double(const void *a, const void *b)
 static int do_write(const char *path, long n, long each)
 {
 	kmf_writer *w = NULL;
-	kmf_error e;
+	kiln_error e;
 	char line[1024], name[64];
 	unsigned char *buf = malloc((size_t) each);
 	int64_t shape[1] = { each / 4 };
@@ -61,7 +61,7 @@ static int do_write(const char *path, long n, long each)
 	t0 = now();
 	r = kmf_writer_commit(w, path, 0644, &e);
 	if (r < 0) {
-		fprintf(stderr, "bench-modelfile: %s\n", kmf_error_format(&e, line, sizeof(line)));
+		fprintf(stderr, "bench-modelfile: %s\n", kiln_error_format(&e, line, sizeof(line)));
 		return 1;
 	}
 	printf("seconds=%.4f\n", now() - t0);
@@ -78,11 +78,11 @@ static int do_open(const char *path, int repeat)
 	size_t n = 0;
 	for (int i = 0; i < repeat; i++) {
 		kmf_file *f = NULL;
-		kmf_error e;
+		kiln_error e;
 		double t0 = now(), c0 = cpu();
 		if (kmf_open(path, &f, &e) < 0) {
 			fprintf(stderr, "bench-modelfile: %s\n",
-				kmf_error_format(&e, line, sizeof(line)));
+				kiln_error_format(&e, line, sizeof(line)));
 			return 1;
 		}
 		n = kmf_tensor_count(f);

@@ -46,10 +46,10 @@ static void poke_tensor(const kmf_tensor *t)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	kmf_file *f = NULL;
-	kmf_error e;
+	kiln_error e;
 	char line[1024];
 	int r = kmf_open_mem(data, size, "fuzz", &f, &e);
-	kmf_error_format(&e, line, sizeof(line));
+	kiln_error_format(&e, line, sizeof(line));
 	if (r < 0) {
 		if (r != e.code || !e.msg[0])
 			abort(); /* every refusal must say why */

@@ -5,10 +5,8 @@
 # the reason, and usage errors exit 2.  The derived model config (km_file)
 # is shown for a loadable model and the reason for a file that is not one.
 set -u
-cd "$(dirname "$0")/../.."
-B=${KILN_BUILD:-build}
-case $B in /*) ;; *) B=$PWD/$B ;; esac
-KILN=$B/bin/kiln
+# shellcheck source=tests/lib/suite.sh
+. "$(dirname "$0")/../lib/suite.sh"
 D=tests/modelfile/data
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }

@@ -50,11 +50,11 @@ static float frnd(void)
 static kmf_file *open_ok(const char *path)
 {
 	kmf_file *f = NULL;
-	kmf_error e;
+	kiln_error e;
 	int r = kmf_open(path, &f, &e);
 	if (r < 0) {
 		char buf[1024];
-		print_error("%s\n", kmf_error_format(&e, buf, sizeof(buf)));
+		print_error("%s\n", kiln_error_format(&e, buf, sizeof(buf)));
 	}
 	assert_int_equal(r, 0);
 	return f;
@@ -332,7 +332,7 @@ static kmf_file *float_file(const char *dir, const float *w, int64_t n, int64_t 
 	_cleanup_(kmf_writer_freep) kmf_writer *wr = NULL;
 	char path[512];
 	int64_t shape[2] = { n, k };
-	kmf_error e;
+	kiln_error e;
 	snprintf(path, sizeof(path), "%s/w.safetensors", dir);
 	assert_int_equal(kmf_writer_new(&wr), 0);
 	assert_int_equal(kmf_writer_add(wr, "w", KMF_F32, 2, shape, w, n * k * 4), 0);
@@ -583,7 +583,7 @@ static void test_writer_roundtrip(void **state)
 	void *bufs[ARRAY_SIZE(spec)];
 	uint64_t sizes[ARRAY_SIZE(spec)];
 	char path[512];
-	kmf_error e;
+	kiln_error e;
 	snprintf(path, sizeof(path), "%s/ckpt.safetensors", tmpdir);
 	assert_int_equal(kmf_writer_new(&w), 0);
 	for (size_t i = 0; i < ARRAY_SIZE(spec); i++) {
@@ -654,7 +654,7 @@ static void write_generation(const char *path, uint8_t gen, uint8_t *buf)
 	_cleanup_(kmf_writer_freep) kmf_writer *w = NULL;
 	int64_t shape[1] = { CRASH_BYTES / 2 }, shape2[1] = { 1001 };
 	char g[8];
-	kmf_error e;
+	kiln_error e;
 	memset(buf, gen, CRASH_BYTES + 1001);
 	snprintf(g, sizeof(g), "%u", gen);
 	if (kmf_writer_new(&w) < 0 ||
@@ -807,14 +807,14 @@ static void expect_refused(const char *what, bytes b, int code, const char *subs
 			   const char *tensor)
 {
 	kmf_file *f = NULL;
-	kmf_error e;
+	kiln_error e;
 	char line[1024];
 	int r = kmf_open_mem(b.p, b.n, what, &f, &e);
-	kmf_error_format(&e, line, sizeof(line));
+	kiln_error_format(&e, line, sizeof(line));
 	if (r != code || !strstr(e.msg, substr) || (offset >= 0 && e.offset != offset) ||
-	    (tensor && strcmp(e.tensor, tensor))) {
+	    (tensor && strcmp(e.where, tensor))) {
 		print_error("%s: got %d '%s' (offset %lld, tensor '%s'), want %d '%s' at %lld\n",
-			    what, r, line, (long long) e.offset, e.tensor, code, substr,
+			    what, r, line, (long long) e.offset, e.where, code, substr,
 			    (long long) offset);
 		kmf_close(f);
 		free(b.p);
@@ -910,7 +910,7 @@ static void test_hostile_gguf(void **state)
 	bytes b = gguf_file(NULL);
 	{
 		kmf_file *f = NULL;
-		kmf_error e;
+		kiln_error e;
 		assert_int_equal(kmf_open_mem(b.p, b.n, "ok", &f, &e), 0);
 		assert_int_equal(kmf_tensor_find(f, "tok")->shape[0], 2);
 		kmf_close(f);
@@ -1014,7 +1014,7 @@ static void test_truncated_everywhere(void **state)
 			/* an exact-size heap copy so ASan sees any over-read */
 			_cleanup_free_ uint8_t *cp = malloc(n ? n : 1);
 			kmf_file *f = NULL;
-			kmf_error e;
+			kiln_error e;
 			int r;
 			memcpy(cp, data, n);
 			r = kmf_open_mem(cp, n, files[i], &f, &e);

@@ -7,24 +7,10 @@ $(eval $(call kiln_tool,tok-tool,tests/tokenizer/tok-tool.c,ktok kmf kk common,$
 TEST_SCRIPTS += tests/tokenizer/test-tokenizer-live.sh
 BENCH_SCRIPTS += tests/tokenizer/bench-tok.sh
 
-# libFuzzer target for the loaders + encoder (clang only, every object
-# instrumented, like fuzz-modelfile); part of `all` when clang exists, its
-# suite runs in make test-full and SKIPs otherwise.
-KILN_CLANG ?= $(shell command -v clang-14 || command -v clang)
-FUZZ_KTOK := $(B)/tests/fuzz-tokenizer
+# libFuzzer target for the loaders + encoder (mk/rules.mk's kiln_fuzz); its
+# suite runs in make test-full.
 FUZZ_KTOK_SRCS := tests/tokenizer/fuzz-tokenizer.c $(KTOK_SRCS) $(KMF_SRCS) kernels/kk_dtype.c \
-	common/strbuf.c
-ifneq ($(KILN_CLANG),)
-EXTRA_ALL += $(FUZZ_KTOK)
-endif
+	common/strbuf.c common/error.c
+$(eval $(call kiln_fuzz,fuzz-tokenizer,$(FUZZ_KTOK_SRCS),$(KILN_FUZZ_STRICT) -Icommon/include -Ikernels/include,$(KMF_LDLIBS) -lm,kernels/include/ktok.h kernels/include/kmf.h kernels/tokenizer/ktok_internal.h $(wildcard common/include/kiln/*.h)))
 TEST_FULL_SCRIPTS += tests/tokenizer/fuzz-tokenizer.sh
-fuzz-tokenizer: $(FUZZ_KTOK)
-$(FUZZ_KTOK): $(FUZZ_KTOK_SRCS) kernels/include/ktok.h kernels/include/kmf.h \
-		kernels/tokenizer/ktok_internal.h $(wildcard common/include/kiln/*.h)
-	@mkdir -p $(@D)
-	@if [ -z "$(KILN_CLANG)" ]; then echo "fuzz-tokenizer: clang not found, skipping" >&2; exit 1; fi
-	$(KILN_CLANG) -g -O1 -std=gnu11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
-		-fno-sanitize-recover=undefined -Icommon/include -Ikernels/include \
-		$(FUZZ_KTOK_SRCS) $(KMF_LDLIBS) -lm -o $@
-.PHONY: fuzz-tokenizer
 TEST_SCRIPTS += tests/tokenizer/test-kiln-tokenize.sh

@@ -49,11 +49,11 @@ static void check(const ktok *t, const char *text, size_t len, unsigned flags)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	ktok *t = NULL;
-	ktok_error err;
+	kiln_error err;
 	int r;
 	if (size >= 4 && memcmp(data, "GGUF", 4) == 0) {
 		kmf_file *f = NULL;
-		kmf_error ke;
+		kiln_error ke;
 		r = kmf_open_mem(data, size, "fuzz.gguf", &f, &ke);
 		if (r >= 0)
 			r = ktok_load_gguf(f, "fuzz.gguf", &t, &err);

@@ -4,29 +4,11 @@
 # tests/tokenizer/data (the fixtures).  TAP; skips when the target was not built
 # (no clang).
 set -u
-B=${KILN_BUILD:-build}
-F=$B/tests/fuzz-tokenizer
-secs=${KILN_FUZZ_SECONDS:-60}
+# shellcheck source=tests/lib/fuzz.sh
+. "$(dirname "$0")/../lib/fuzz.sh"
+fuzz_seed() {
+	cp "$dir"/data/*.json "$dir"/data/*.gguf "$dir"/data/*.bin "$dir"/data/bad/* "$1"/ 2>/dev/null
+	rm -f "$1"/golden-*.json "$1"/files.json
+}
 echo "1..1"
-if [ ! -x "$F" ]; then
-	echo "ok 1 # SKIP $F not built (needs clang with libFuzzer: make fuzz-tokenizer)"
-	exit 0
-fi
-dir=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cp "$dir"/data/*.json "$dir"/data/*.gguf "$dir"/data/*.bin "$dir"/data/bad/* "$work"/ 2>/dev/null; rm -f "$work"/golden-*.json "$work"/files.json
-"$F" -max_total_time="$secs" -max_len=65536 -timeout=5 -rss_limit_mb=1024 \
-	-artifact_prefix="$work/" "$work" >"$work/log" 2>&1
-rc=$?
-runs=$(grep -oE 'Done [0-9]+ runs' "$work/log" | grep -oE '[0-9]+')
-if [ $rc -eq 0 ]; then
-	echo "ok 1 - fuzz-tokenizer: ${runs:-?} inputs in ${secs}s, no crash, leak or assertion"
-else
-	echo "not ok 1 - fuzz-tokenizer crashed (rc $rc)"
-	tail -n 40 "$work/log" | sed 's/^/# /'
-	for a in "$work"/crash-* "$work"/leak-* "$work"/timeout-*; do
-		[ -e "$a" ] && echo "# artifact $(basename "$a"): $(od -An -tx1 "$a" | head -c 400 | tr -s ' \n' ' ')"
-	done
-	exit 1
-fi
+fuzz_run 1 fuzz-tokenizer fuzz-tokenizer -max_len=65536 -timeout=5

@@ -5,10 +5,8 @@
 # with the file and the reason, usage errors exit 2, and --help lists every
 # option the code accepts.
 set -u
-cd "$(dirname "$0")/../.."
-B=${KILN_BUILD:-build}
-case $B in /*) ;; *) B=$PWD/$B ;; esac
-KILN=$B/bin/kiln
+# shellcheck source=tests/lib/suite.sh
+. "$(dirname "$0")/../lib/suite.sh"
 D=tests/tokenizer/data
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }

@@ -42,11 +42,11 @@ static uint64_t rnd(void)
 static ktok *load_ok(const char *path)
 {
 	ktok *t = NULL;
-	ktok_error err;
+	kiln_error err;
 	int r = ktok_load(path, &t, &err);
 	if (r < 0) {
 		char line[800];
-		print_error("%s\n", ktok_error_format(&err, line, sizeof(line)));
+		print_error("%s\n", kiln_error_format(&err, line, sizeof(line)));
 	}
 	assert_int_equal(r, 0);
 	assert_non_null(t);
@@ -333,7 +333,7 @@ static void test_bad_files(void **state)
 		char path[512];
 		snprintf(path, sizeof(path), DATA "bad/%s", name);
 		ktok *t = (ktok *) (uintptr_t) 1;
-		ktok_error err;
+		kiln_error err;
 		int r = ktok_load(path, &t, &err);
 		int want = errno_of(json_string_value(json_array_get(v, 0)));
 		const char *msg = json_string_value(json_array_get(v, 1));
@@ -365,7 +365,7 @@ static void test_truncations(void **state)
 		size_t refused = 0;
 		for (size_t cut = 0; cut < len; cut += 7) {
 			ktok *t = NULL;
-			ktok_error err;
+			kiln_error err;
 			int r;
 			if (strstr(files[f], ".json")) {
 				r = ktok_load_hf_json(buf, cut, files[f], &t, &err);
@@ -373,7 +373,7 @@ static void test_truncations(void **state)
 				r = ktok_load_llama2c(buf, cut, 1000, files[f], &t, &err);
 			} else {
 				kmf_file *mf = NULL;
-				kmf_error ke;
+				kiln_error ke;
 				r = kmf_open_mem(buf, cut, files[f], &mf, &ke);
 				if (r >= 0)
 					r = ktok_load_gguf(mf, files[f], &t, &err);
@@ -516,7 +516,7 @@ static void test_missing_byte_token(void **state)
 		"{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"merges\": [],"
 		" \"vocab\": {\"a\": 0, \" \": 1, \"<0x61>\": 2}}, \"added_tokens\": []}";
 	_cleanup_(ktok_freep) ktok *t = NULL;
-	ktok_error err;
+	kiln_error err;
 	assert_int_equal(ktok_load_hf_json(js, strlen(js), "mini", &t, &err), 0);
 	assert_int_equal(ktok_unk(t), -1);
 	_cleanup_free_ int32_t *ids = NULL;
@@ -548,7 +548,7 @@ static void test_api_errors(void **state)
 	assert_int_equal(ktok_find(t, "no such token at all", 20), -ENOENT);
 	assert_null(ktok_token_text(t, -1, NULL));
 	assert_int_equal(ktok_token_type(t, 1 << 30), -EINVAL);
-	ktok_error err;
+	kiln_error err;
 	ktok *x = NULL;
 	assert_int_equal(ktok_load("/nonexistent/tokenizer.json", &x, &err), -ENOENT);
 	assert_non_null(strstr(err.file, "/nonexistent"));

@@ -190,10 +190,10 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	_cleanup_(ktok_freep) ktok *t = NULL;
-	ktok_error err;
+	kiln_error err;
 	if (ktok_load(argv[2], &t, &err) < 0) {
 		char line[800];
-		fprintf(stderr, "%s\n", ktok_error_format(&err, line, sizeof(line)));
+		fprintf(stderr, "%s\n", kiln_error_format(&err, line, sizeof(line)));
 		return 1;
 	}
 	if (streq(argv[1], "encode"))

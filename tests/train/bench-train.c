@@ -71,7 +71,7 @@ int main(int argc, char **argv)
 			  .clip = 1.0f };
 	kk_backend *be = NULL;
 	kmt_model *m = NULL;
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	if (kk_backend_open("cpu", &be) < 0 || kmt_model_new(be, &c, &o, NULL, &m, &err) < 0) {
 		fprintf(stderr, "bench-train: %s\n", err.msg);
 		return 1;

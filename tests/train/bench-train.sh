@@ -11,15 +11,11 @@
 set -u
 export KK_CPU_THREADS=${KK_CPU_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-${KK_CPU_THREADS:-1}}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$KK_CPU_THREADS}
-B=${KILN_BUILD:-build}
 PY=${KILN_TORCH_PYTHON:-/usr/bin/python3}
 here=$(dirname "$0")
-bin=$B/tests/bench-train
-echo "1..1"
-if [ ! -x "$bin" ]; then
-	echo "ok 1 # SKIP $bin not built (make B=$B $bin)"
-	exit 0
-fi
+# shellcheck source=tests/lib/bench.sh
+. "$here/../lib/bench.sh"
+bench_bin bench-train
 kiln=$("$bin" "$@" 2>&1) || { sed 's/^/# /' <<<"$kiln"; echo "not ok 1 - bench-train failed"; exit 1; }
 torch=""
 if "$PY" -c 'import torch' 2>/dev/null; then

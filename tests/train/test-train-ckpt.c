@@ -62,7 +62,7 @@ static kmt_model *new_model(kk_backend *b, uint64_t seed)
 {
 	kmt_opts o = { .batch = B, .seq_len = T, .init_seed = seed };
 	kmt_model *m = NULL;
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	assert_int_equal(kmt_model_new(b, &cfg, &o, NULL, &m, &err), 0);
 	return m;
 }
@@ -89,7 +89,7 @@ static float *snapshot(kmt_model *m)
 static void train(kmt_model *m, kmt_sampler *s, int n)
 {
 	int32_t tok[B * T], tgt[B * T];
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	for (int i = 0; i < n; i++) {
 		assert_int_equal(kmt_sampler_next(s, tok, tgt, NULL), 0);
 		kmt_batch b = { .tokens = tok, .targets = tgt, .n_seqs = B };
@@ -100,7 +100,7 @@ static void train(kmt_model *m, kmt_sampler *s, int n)
 static kmt_shard *open_shard(void)
 {
 	kmt_shard *s = NULL;
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	assert_int_equal(kmt_shard_open(shard, cfg.vocab_size, &s, &err), 0);
 	return s;
 }
@@ -118,7 +118,7 @@ static int setup(void **state)
 		z = z * 6364136223846793005ull + 1442695040888963407ull;
 		ids[i] = (uint32_t) ((z >> 33) % (uint64_t) cfg.vocab_size);
 	}
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	return kmt_shard_write(shard, ids, 600, cfg.vocab_size, 2, &err);
 }
 
@@ -135,7 +135,7 @@ static void test_roundtrip(void **state)
 {
 	kmt_shard *sh = open_shard();
 	kmt_sampler *s = NULL;
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	kmt_cursor c0 = { .seed = UINT64_MAX - 3 };
 	assert_int_equal(kmt_sampler_new(sh, B, T, 0, 1, &c0, &s, &err), 0);
 	kmt_model *m = new_model(be, 1);
@@ -162,7 +162,7 @@ static void test_roundtrip(void **state)
 	/* A plain safetensors file: canonical names, prefixed moments, the
 	 * metadata strings. */
 	kmf_file *f = NULL;
-	kmf_error ke;
+	kiln_error ke;
 	assert_int_equal(kmf_open(ckpt, &f, &ke), 0);
 	const kmf_tensor *t = kmf_tensor_find(f, "tok_embeddings.weight");
 	assert_non_null(t);
@@ -199,7 +199,7 @@ static void expect_refused(const char *path, const km_config *c, int code, const
 {
 	kmt_opts o = { .batch = B, .seq_len = T, .init_seed = 42 };
 	kmt_model *m = NULL;
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	assert_int_equal(kmt_model_new(be, c, &o, NULL, &m, &err), 0);
 	float *before = snapshot(m);
 	kmt_ckpt_state st = { .rng = 7 };
@@ -230,7 +230,7 @@ static void copy_file(const char *from, const char *to, long len)
 static void test_bad_checkpoints(void **state)
 {
 	kmt_model *m = new_model(be, 1);
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	assert_int_equal(kmt_save(m, ckpt, NULL, &err), 0);
 	struct stat sb;
 	assert_int_equal(stat(ckpt, &sb), 0);
@@ -264,7 +264,7 @@ static void test_bad_checkpoints(void **state)
 	assert_int_equal(kmf_writer_new(&w), 0);
 	float x[4] = { 0 };
 	assert_int_equal(kmf_writer_add(w, "x", KMF_F32, 1, (int64_t[]){ 4 }, x, sizeof(x)), 0);
-	kmf_error ke;
+	kiln_error ke;
 	assert_int_equal(kmf_writer_commit(w, bad, 0644, &ke), 0);
 	kmf_writer_free(w);
 	expect_refused(bad, &cfg, -EBADMSG, "not a kmtrain checkpoint");
@@ -286,7 +286,7 @@ static int resume_child(const char *out)
 		return 2;
 	kmt_opts o = { .batch = B, .seq_len = T, .init_seed = 999 };
 	kmt_model *m = NULL;
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	kmt_ckpt_state st;
 	kmt_shard *sh = NULL;
 	kmt_sampler *s = NULL;
@@ -328,7 +328,7 @@ static int resume_child(const char *out)
 static void test_resume_exact(void **state)
 {
 	kmt_shard *sh = open_shard();
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	kmt_cursor c0 = { .seed = 12 };
 	/* Straight through. */
 	kmt_sampler *s = NULL;

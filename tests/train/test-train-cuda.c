@@ -71,7 +71,7 @@ static kmt_model *model(kk_backend *b, const km_config *c)
 {
 	kmt_opts o = { .batch = B, .seq_len = T, .init_seed = 8, .init_std = 0.1f };
 	kmt_model *m = NULL;
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	int r = kmt_model_new(b, c, &o, NULL, &m, &err);
 	if (r < 0)
 		fail_msg("kmt_model_new on %s: %s", kk_backend_name(b), err.msg);
@@ -100,7 +100,7 @@ static void test_gradients(void **state)
 		batch(tok, tgt, 3);
 		kmt_batch b = { .tokens = tok, .targets = tgt, .n_seqs = B };
 		kmt_stats sa, sr;
-		km_error err = { { 0 } };
+		kiln_error err = { 0 };
 		assert_int_equal(kmt_forward_backward(a, &b, NULL, &sa, &err), 0);
 		assert_int_equal(kmt_forward_backward(r, &b, NULL, &sr, &err), 0);
 		assert_true(fabs(sa.loss - sr.loss) <= LOSS_RTOL * sr.loss);
@@ -148,7 +148,7 @@ static void test_steps(void **state)
 			.weight_decay = 0.1f,
 			.clip = 1.0f };
 	int32_t tok[B * T], tgt[B * T];
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	for (unsigned s = 0; s < 5; s++) {
 		batch(tok, tgt, 10 + s);
 		kmt_batch b = { .tokens = tok, .targets = tgt, .n_seqs = B };
@@ -188,7 +188,7 @@ static void test_head_dim_refused(void **state)
 	int32_t tok[B * T], tgt[B * T];
 	batch(tok, tgt, 1);
 	kmt_batch b = { .tokens = tok, .targets = tgt, .n_seqs = B };
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	assert_int_equal(kmt_forward(m, &b, NULL, &err), -EOPNOTSUPP);
 	assert_non_null(strstr(err.msg, "has no kernel for this model (head_dim 8)"));
 	kmt_model_free(m);

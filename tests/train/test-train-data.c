@@ -52,7 +52,7 @@ static uint32_t *make_ids(int64_t n, int vocab)
 static void write_ok(int64_t n, int vocab, int width)
 {
 	uint32_t *ids = make_ids(n, vocab);
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	assert_int_equal(kmt_shard_write(path, ids, n, vocab, width, &err), 0);
 	free(ids);
 }
@@ -64,7 +64,7 @@ static void test_roundtrip(void **state)
 		int vocab = widths[w] == 2 ? 65536 : 100000;
 		uint32_t *ids = make_ids(1000, vocab);
 		ids[3] = (uint32_t) vocab - 1; /* the largest id survives */
-		km_error err = { { 0 } };
+		kiln_error err = { 0 };
 		assert_int_equal(kmt_shard_write(path, ids, 1000, vocab, widths[w], &err), 0);
 		kmt_shard *s = NULL;
 		assert_int_equal(kmt_shard_open(path, vocab, &s, &err), 0);
@@ -79,7 +79,7 @@ static void test_roundtrip(void **state)
 		fclose(f);
 		free(ids);
 	}
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	uint32_t bad[2] = { 1, 70000 };
 	assert_int_equal(kmt_shard_write(path, bad, 2, 70001, 2, &err), -EINVAL);
 	assert_int_equal(kmt_shard_write(path, bad, 2, 70000, 4, &err), -ERANGE);
@@ -97,7 +97,7 @@ static void poke(long off, const void *bytes, size_t len)
 static void expect_fail(int vocab, int code, const char *msg)
 {
 	kmt_shard *s = NULL;
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	assert_int_equal(kmt_shard_open(path, vocab, &s, &err), code);
 	assert_null(s);
 	char want[512];
@@ -157,7 +157,7 @@ static void test_bad_files(void **state)
 	/* A model with a larger vocabulary takes a shard made for a smaller one. */
 	write_ok(100, 50, 2);
 	kmt_shard *s = NULL;
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	assert_int_equal(kmt_shard_open(path, 512, &s, &err), 0);
 	kmt_shard_free(s);
 	unlink(path);
@@ -173,7 +173,7 @@ static kmt_shard *open_shard(void)
 {
 	write_ok(NTOK, 500, 2);
 	kmt_shard *s = NULL;
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	assert_int_equal(kmt_shard_open(path, 500, &s, &err), 0);
 	return s;
 }
@@ -181,7 +181,7 @@ static kmt_shard *open_shard(void)
 static kmt_sampler *sampler(kmt_shard *sh, int batch, int rank, int world, const kmt_cursor *c)
 {
 	kmt_sampler *s = NULL;
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	assert_int_equal(kmt_sampler_new(sh, batch, T, rank, world, c, &s, &err), 0);
 	return s;
 }
@@ -295,7 +295,7 @@ static void test_sampler_ranks(void **state)
 					    BR * sizeof(int64_t));
 	/* Too few windows for the world. */
 	kmt_sampler *bad = NULL;
-	km_error err = { { 0 } };
+	kiln_error err = { 0 };
 	assert_int_equal(kmt_sampler_new(sh, 50, T, 0, 3, NULL, &bad, &err), -ERANGE);
 	assert_string_equal(err.msg, "sampler: the shard's 1000 tokens make 124 windows of 8 + 1; "
 				     "3 ranks x batch 50 need 150 windows (1201 tokens): use a "

@@ -142,7 +142,7 @@ const char *kiln_http_request_client(const kiln_http_request *r);
 const char *kiln_http_request_id(const kiln_http_request *r);
 
 /* Parses the body as a JSON object (kiln_json_parse_object()). */
-int kiln_http_request_json(const kiln_http_request *r, json_t **ret, kiln_json_error *err);
+int kiln_http_request_json(const kiln_http_request *r, json_t **ret, kiln_error *err);
 
 /* Adds a header to the reply this request will get.  -EINVAL for names or
  * values with CR/LF, -ENOMEM. */
@@ -161,8 +161,8 @@ int kiln_http_reply_empty(kiln_http_request *r, unsigned status);
  * 429 rate_limit_error, 5xx server_error ...); param/code NULL -> null. */
 int kiln_http_reply_error(kiln_http_request *r, unsigned status, const char *type,
 			  const char *param, const char *code, const char *fmt, ...) _printf_(6, 7);
-/* 400 invalid_request_error from a kiln_json_error (its param included). */
-int kiln_http_reply_json_error(kiln_http_request *r, const kiln_json_error *e);
+/* 400 invalid_request_error from a kiln_json_* error (its where as "param"). */
+int kiln_http_reply_json_error(kiln_http_request *r, const kiln_error *e);
 /* 429 (overloaded: type rate_limit_error) or 503 (type server_error) with
  * Retry-After: retry_after_s (0: no header). */
 int kiln_http_reply_retry(kiln_http_request *r, unsigned status, unsigned retry_after_s,

@@ -21,7 +21,7 @@
  * nothing after it.
  *
  * Conventions: 0 or a negative errno; functions whose failure a user must
- * see take a km_error that receives one line (what, where, what to do).
+ * see take a kiln_error that receives one line (what, where, what to do).
  * Nothing here prints or exits. */
 #pragma once
 
@@ -112,7 +112,7 @@ typedef struct kiln_engine_opts {
  * Errors (err filled): -EINVAL (opts, config), km_model_new's and
  * km_kvcache_new's errors, -errno from pthread_create. */
 int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source *src,
-		    const kiln_engine_opts *opts, kiln_engine **ret, km_error *err);
+		    const kiln_engine_opts *opts, kiln_engine **ret, kiln_error *err);
 
 /* Queues a request (prompt and stop ids are copied).  Errors (err filled):
  *   -EINVAL   empty prompt, token id outside the vocabulary, max_tokens < 1,
@@ -122,7 +122,7 @@ int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source
  *   -EAGAIN   the waiting queue is at max_waiting (inferd answers 429);
  *   -ESHUTDOWN the engine is shutting down;
  *   -ENOMEM. */
-int kiln_engine_submit(kiln_engine *e, const kiln_engine_request *req, km_error *err);
+int kiln_engine_submit(kiln_engine *e, const kiln_engine_request *req, kiln_error *err);
 
 /* Cancels a waiting or running request; its callback gets FINISH_CANCELLED
  * (from the scheduler thread, soon after) and its blocks are freed.

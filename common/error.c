@@ -1,0 +1,30 @@
+/* error.c — kiln_error, the error detail every kiln library hands back
+ * (kiln/error.h): reset and the one-line format. */
+#include <stdio.h>
+#include <string.h>
+
+#include "kiln/error.h"
+
+void kiln_error_reset(kiln_error *e, const char *file)
+{
+	if (!e)
+		return;
+	memset(e, 0, sizeof(*e));
+	e->offset = -1;
+	snprintf(e->file, sizeof(e->file), "%s", file ? file : "");
+}
+
+char *kiln_error_format(const kiln_error *e, char *buf, size_t len)
+{
+	char at[32] = "";
+	if (!buf || len == 0)
+		return buf;
+	if (!e) {
+		snprintf(buf, len, "(no error)");
+		return buf;
+	}
+	if (e->offset >= 0)
+		snprintf(at, sizeof(at), "byte %lld: ", (long long) e->offset);
+	snprintf(buf, len, "%s%s%s%s", e->file, e->file[0] ? ": " : "", at, e->msg);
+	return buf;
+}
