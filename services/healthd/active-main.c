@@ -265,11 +265,10 @@ enum {
 };
 
 static const kiln_option options[] = {
-	{ "model", 'm', "NAME", "the GPU model as NVML names it (for the expected figures)",
-	  NULL },
+	{ "model", 'm', "NAME", "the GPU model as NVML names it (for the expected figures)", NULL },
 	{ "gemm-seconds", 'g', "N", "how long the GEMM burn runs (1..3600, default 10)", NULL },
-	{ "memtest-bytes", OPT_MEMTEST_BYTES, "SIZE", "device memory the memtest covers (default 1G)",
-	  NULL },
+	{ "memtest-bytes", OPT_MEMTEST_BYTES, "SIZE",
+	  "device memory the memtest covers (default 1G)", NULL },
 	KILN_OPTIONS_COMMON,
 	{},
 };
@@ -294,14 +293,13 @@ static int parse_argv(int argc, char **argv)
 			break;
 		case 'g':
 			if (kiln_parse_int(optarg, 1, 3600, &arg_gemm_seconds) < 0)
-				return kiln_usage_error(&prog,
-							"--gemm-seconds wants 1..3600, not '%s'.",
-							optarg);
+				return kiln_usage_error(
+					&prog, "--gemm-seconds wants 1..3600, not '%s'.", optarg);
 			break;
 		case OPT_MEMTEST_BYTES:
 			if (kiln_parse_size(optarg, 1, &arg_memtest_bytes) < 0)
-				return kiln_usage_error(&prog, "--memtest-bytes wants a size, not '%s'.",
-							optarg);
+				return kiln_usage_error(
+					&prog, "--memtest-bytes wants a size, not '%s'.", optarg);
 			break;
 		default: {
 			int r = kiln_prog_option(&prog, c);

@@ -219,8 +219,9 @@ static void check_temperature(const hd_settings *s, const hd_sample *prev, const
 		hd_reasons_add(out, HD_UNHEALTHY, "temperature %u C at or above the %s %u C",
 			       cur->temp_c, th->temp_max_c > 0 ? "limit" : "slowdown limit", max);
 	else if (th->temp_warn_c > 0 && cur->temp_c >= (unsigned) th->temp_warn_c)
-		hd_reasons_add(out, HD_DEGRADED, "temperature %u C above the warning threshold %d C",
-			       cur->temp_c, th->temp_warn_c);
+		hd_reasons_add(out, HD_DEGRADED,
+			       "temperature %u C above the warning threshold %d C", cur->temp_c,
+			       th->temp_warn_c);
 }
 
 static void check_power(const hd_settings *s, const hd_sample *prev, const hd_sample *cur,
@@ -351,10 +352,10 @@ static void check_persistence(const hd_settings *s, const hd_sample *prev, const
 }
 
 /* A value of the GPU's current sample, read when has_<flag> is set. */
-#define V(metric_, json_, type_, field, flag, help_)                                           \
-	{                                                                                      \
-		.metric = metric_, .help = help_, .json = json_, .type = HD_VALUE_##type_,     \
-		.off = offsetof(hd_gpu, cur.field), .has = offsetof(hd_gpu, cur.has_##flag)   \
+#define V(metric_, json_, type_, field, flag, help_)                                        \
+	{                                                                                   \
+		.metric = metric_, .help = help_, .json = json_, .type = HD_VALUE_##type_,  \
+		.off = offsetof(hd_gpu, cur.field), .has = offsetof(hd_gpu, cur.has_##flag) \
 	}
 #define DCGM(name) "DCGM_FI_DEV_" name
 
@@ -514,33 +515,42 @@ void hd_evaluate(const hd_settings *s, const hd_sample *prev, const hd_sample *c
 	}
 }
 
+/* Reads a value of type T at p (memcpy: p is only a char pointer here). */
+#define LOAD(T, p)                            \
+	({                                    \
+		T _x;                         \
+		memcpy(&_x, (p), sizeof(_x)); \
+		_x;                           \
+	})
+
 bool hd_value_get(const hd_value *v, const hd_gpu *g, double *ret)
 {
 	const char *p = (const char *) g + v->off;
-	if (v->has != HD_VALUE_ALWAYS && !*(const bool *) ((const char *) g + v->has))
+	if (v->has != HD_VALUE_ALWAYS && !LOAD(bool, (const char *) g + v->has))
 		return false;
 	switch (v->type) {
 	case HD_VALUE_UINT:
-		*ret = *(const unsigned *) p;
+		*ret = LOAD(unsigned, p);
 		break;
 	case HD_VALUE_INT:
-		*ret = *(const int *) p;
+		*ret = LOAD(int, p);
 		break;
 	case HD_VALUE_U64:
-		*ret = (double) *(const uint64_t *) p;
+		*ret = (double) LOAD(uint64_t, p);
 		break;
 	case HD_VALUE_MIB:
-		*ret = (double) (*(const uint64_t *) p >> 20);
+		*ret = (double) (LOAD(uint64_t, p) >> 20);
 		break;
 	case HD_VALUE_DOUBLE:
-		*ret = *(const double *) p;
+		*ret = LOAD(double, p);
 		break;
 	case HD_VALUE_BOOL:
-		*ret = *(const bool *) p;
+		*ret = LOAD(bool, p);
 		break;
 	}
 	return true;
 }
+#undef LOAD
 
 kiln_cfg_action hd_gpu_add_xid(const hd_settings *s, hd_gpu *g, int xid)
 {

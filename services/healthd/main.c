@@ -5,12 +5,15 @@
  *   kiln-healthd --active                           run the active GPU checks
  *   kiln-healthd --clear-xid GPU|all                forget XIDs after a GPU reset
  *
- * The daemon: load the cluster file, open NVML, start the XID thread, poll
- * every GPU, publish /metrics, tell systemd READY=1 after the first full
- * check, then loop: poll every health.interval, handle XIDs as they come,
- * ping the watchdog, drain or resume the node in Slurm (slurm.c), stop
- * cleanly on SIGTERM.  Exit codes: 0 ok, 1 failure or unhealthy, 2 usage or
- * config error. */
+ * The daemon: load the cluster file (kiln_cfg_open), open NVML, start the
+ * XID thread, poll every GPU, publish /metrics, tell systemd READY=1 after
+ * the first full check, then run the sd-event loop: the poll timer (every
+ * health.interval), the active checks' timer, the wake pipe (XIDs as they
+ * come, the end of a round of active checks), signals (SIGTERM/SIGINT stop
+ * cleanly, SIGHUP polls now) and the watchdog (sd_event_set_watchdog).
+ * Slurm drain/resume runs in its own thread (slurm.c).  Exit codes:
+ * KILN_EXIT_OK, KILN_EXIT_FAILURE (also: unhealthy), KILN_EXIT_USAGE (usage
+ * or config error). */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -41,8 +44,8 @@
 static const char *arg_config;
 static const char *arg_node;
 static bool arg_check, arg_json, arg_active;
-static int arg_metrics_port = -1;     /* -1: from the cluster file */
-static const char *arg_xid_state;     /* NULL: $KILN_HEALTHD_XID_STATE or HD_XID_STATE_PATH */
+static int arg_metrics_port = -1; /* -1: from the cluster file */
+static const char *arg_xid_state; /* NULL: $KILN_HEALTHD_XID_STATE or HD_XID_STATE_PATH */
 static const char *arg_clear_xid;
 
 typedef struct manager {
@@ -94,7 +97,8 @@ enum {
 static const kiln_option options[] = {
 	KILN_OPTION_CONFIG,
 	KILN_OPTION_NODE,
-	{ "check", OPT_CHECK, NULL, "check once, print a table, exit 0 healthy / 1 unhealthy", NULL },
+	{ "check", OPT_CHECK, NULL, "check once, print a table, exit 0 healthy / 1 unhealthy",
+	  NULL },
 	KILN_OPTION_JSON,
 	{ "active", OPT_ACTIVE, NULL, "run the active checks (GEMM, bandwidth, memtest) and exit",
 	  NULL },
@@ -159,10 +163,10 @@ static int parse_argv(int argc, char **argv)
 			break;
 		case OPT_METRICS_PORT:
 			if (kiln_parse_int(optarg, 0, 65535, &arg_metrics_port) < 0)
-				return kiln_usage_error(
-					&prog,
-					"Invalid --metrics-port '%s': expected a port number 0..65535.",
-					optarg);
+				return kiln_usage_error(&prog,
+							"Invalid --metrics-port '%s': expected a "
+							"port number 0..65535.",
+							optarg);
 			break;
 		default: {
 			int r = kiln_prog_option(&prog, c);

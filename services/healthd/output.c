@@ -26,10 +26,11 @@ static const char *const *labels(gpu_labels *l, const hd_gpu *g, const char *hos
 {
 	snprintf(l->gpu, sizeof(l->gpu), "%d", g->index);
 	snprintf(l->device, sizeof(l->device), "nvidia%u", g->cur.minor);
-	const char *v[] = { "gpu",	  l->gpu,	 "UUID",      g->cur.uuid,
-			    "pci_bus_id", g->cur.pci_bus_id, "device",    l->device,
-			    "modelName",  g->cur.name,	 "Hostname",  host,
-			    extra,	  extra_value,	 NULL };
+	const char *v[] = { "gpu",	 l->gpu,       "UUID",
+			    g->cur.uuid, "pci_bus_id", g->cur.pci_bus_id,
+			    "device",	 l->device,    "modelName",
+			    g->cur.name, "Hostname",   host,
+			    extra,	 extra_value,  NULL };
 	memcpy(l->v, v, sizeof(v));
 	return l->v;
 }
@@ -73,10 +74,10 @@ int hd_metrics_render(const hd_node *n, const char *host, kiln_strbuf *b)
 	kiln_metrics_family(&m, "kiln_node_health", KILN_METRIC_GAUGE,
 			    "Node health state (1 for the current state).");
 	for (hd_state s = HD_HEALTHY; s <= HD_UNHEALTHY; s++)
-		kiln_metrics_sample(&m,
-				    (const char *[]){ "Hostname", host, "state",
-						      hd_state_to_string(s), NULL },
-				    n->state == s);
+		kiln_metrics_sample(
+			&m,
+			(const char *[]){ "Hostname", host, "state", hd_state_to_string(s), NULL },
+			n->state == s);
 	kiln_metrics_family(&m, "kiln_xid_total", KILN_METRIC_COUNTER,
 			    "XID errors seen since the daemon started, by XID.");
 	for (int k = 0; k < n->n_gpus; k++) {

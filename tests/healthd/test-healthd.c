@@ -544,8 +544,9 @@ static void test_check_table(void **state)
 		memset(&r, 0, sizeof(r));
 		hd_evaluate(&S, NULL, &g.cur, &r);
 		if (r.n != 1 || !streq(r.v[0].text, c[i].reason))
-			fail_msg("check %s: fault '%s' gave %d reason(s), the first '%s'; want '%s'",
-				 c[i].name, c[i].fault, r.n, r.n ? r.v[0].text : "", c[i].reason);
+			fail_msg(
+				"check %s: fault '%s' gave %d reason(s), the first '%s'; want '%s'",
+				c[i].name, c[i].fault, r.n, r.n ? r.v[0].text : "", c[i].reason);
 	}
 	json_decref(j);
 }
