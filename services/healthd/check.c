@@ -503,6 +503,14 @@ const hd_check *hd_checks(size_t *ret_n)
 	return checks;
 }
 
+const hd_value *hd_check_values_end(const hd_check *c)
+{
+	const hd_value *v = c->values;
+	while (v < c->values + HD_CHECK_VALUES_MAX && (v->metric || v->json))
+		v++;
+	return v;
+}
+
 void hd_evaluate(const hd_settings *s, const hd_sample *prev, const hd_sample *cur, hd_reasons *out)
 {
 	for (size_t i = 0; i < ARRAY_SIZE(checks); i++) {

@@ -216,6 +216,8 @@ typedef struct hd_check {
 } hd_check;
 
 const hd_check *hd_checks(size_t *ret_n);
+/* The end of c->values: for (v = c->values; v < hd_check_values_end(c); v++) */
+const hd_value *hd_check_values_end(const hd_check *c);
 /* A value of g: false when the sample does not have it. */
 bool hd_value_get(const hd_value *v, const hd_gpu *g, double *ret);
 

@@ -51,8 +51,8 @@ int hd_metrics_render(const hd_node *n, const char *host, kiln_strbuf *b)
 	const hd_check *checks = hd_checks(&n_checks);
 	kiln_metrics_init(&m, b);
 	for (size_t c = 0; c < n_checks; c++)
-		for (const hd_value *v = checks[c].values;
-		     v < checks[c].values + HD_CHECK_VALUES_MAX && (v->metric || v->json); v++) {
+		for (const hd_value *v = checks[c].values; v < hd_check_values_end(&checks[c]);
+		     v++) {
 			if (!v->metric)
 				continue;
 			kiln_metrics_family(&m, v->metric, KILN_METRIC_GAUGE, v->help);
@@ -196,8 +196,7 @@ int hd_json_render(const hd_node *n, const char *host, kiln_strbuf *b)
 		json_object_set_new(o, "reasons", reasons_json(&g->reasons));
 		for (size_t c = 0; c < n_checks; c++)
 			for (const hd_value *v = checks[c].values;
-			     v < checks[c].values + HD_CHECK_VALUES_MAX && (v->metric || v->json);
-			     v++)
+			     v < hd_check_values_end(&checks[c]); v++)
 				if (v->json)
 					json_object_set_new(o, v->json, value_json(v, g));
 		json_array_append_new(gpus, o);

@@ -524,8 +524,7 @@ static void test_check_table(void **state)
 
 	for (size_t i = 0; i < n; i++) {
 		assert_non_null(c[i].name);
-		for (const hd_value *v = c[i].values;
-		     v < c[i].values + HD_CHECK_VALUES_MAX && (v->metric || v->json); v++) {
+		for (const hd_value *v = c[i].values; v < hd_check_values_end(&c[i]); v++) {
 			char want[256];
 			if (v->metric) {
 				snprintf(want, sizeof(want), "\n%s{gpu=\"0\"", v->metric);
