@@ -20,8 +20,8 @@
  *
  * Output: one line per check, tab separated:
  *   NAME STATUS VALUE EXPECTED DETAIL      (STATUS passed|failed|skipped)
- * Exit 0 when nothing failed, 1 when a check failed, 2 on a usage error. */
-#include <getopt.h>
+ * Exit 0 when nothing failed, 1 when a check failed, 2 on a usage error.
+ * Options: -m/--model NAME, -g/--gemm-seconds N, --memtest-bytes SIZE. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -33,6 +33,7 @@
 #include "kk.h"
 #include "kiln/macro.h"
 #include "kiln/parse.h"
+#include "kiln/prog.h"
 
 #define GEMM_N 8192
 /* Sampled outputs checked against the float64 reference. */
@@ -255,48 +256,67 @@ out:
 	return r;
 }
 
-int main(int argc, char **argv)
+static const char *arg_model;
+static int arg_gemm_seconds = 10;
+static uint64_t arg_memtest_bytes = 1ULL << 30;
+
+enum {
+	OPT_MEMTEST_BYTES = KILN_OPT_FIRST,
+};
+
+static const kiln_option options[] = {
+	{ "model", 'm', "NAME", "the GPU model as NVML names it (for the expected figures)", NULL },
+	{ "gemm-seconds", 'g', "N", "how long the GEMM burn runs (1..3600, default 10)", NULL },
+	{ "memtest-bytes", OPT_MEMTEST_BYTES, "SIZE",
+	  "device memory the memtest covers (default 1G)", NULL },
+	KILN_OPTIONS_COMMON,
+	{},
+};
+
+static const kiln_prog prog = {
+	.name = "kiln-healthd-active",
+	.summary = "the active GPU checks of kiln-healthd (GEMM, bandwidth, memtest)",
+	.usage = "kiln-healthd-active [--model NAME] [--gemm-seconds N] [--memtest-bytes SIZE]",
+	.options = options,
+	.epilog = "Run by kiln-healthd with CUDA_VISIBLE_DEVICES set to one GPU.  Prints one\n"
+		  "line per check: NAME STATUS VALUE EXPECTED DETAIL (tab separated).\n"
+		  "Exit status: 0 nothing failed, 1 a check failed, 2 usage error.\n",
+};
+
+static int parse_argv(int argc, char **argv)
 {
-	static const struct option opts[] = { { "model", required_argument, NULL, 'm' },
-					      { "gemm-seconds", required_argument, NULL, 'g' },
-					      { "memtest-bytes", required_argument, NULL, 'b' },
-					      { "help", no_argument, NULL, 'h' },
-					      {} };
-	const char *model = NULL;
-	int seconds = 10, c;
-	uint64_t mbytes = 1ULL << 30;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) >= 0) {
+	int c;
+	while ((c = kiln_getopt(&prog, argc, argv)) >= 0)
 		switch (c) {
 		case 'm':
-			model = optarg;
+			arg_model = optarg;
 			break;
 		case 'g':
-			if (kiln_parse_int(optarg, 1, 3600, &seconds) < 0) {
-				fprintf(stderr,
-					"kiln-healthd-active: --gemm-seconds wants 1..3600, not "
-					"'%s'\n",
-					optarg);
-				return 2;
-			}
+			if (kiln_parse_int(optarg, 1, 3600, &arg_gemm_seconds) < 0)
+				return kiln_usage_error(
+					&prog, "--gemm-seconds wants 1..3600, not '%s'.", optarg);
 			break;
-		case 'b':
-			if (kiln_parse_size(optarg, 1, &mbytes) < 0) {
-				fprintf(stderr,
-					"kiln-healthd-active: --memtest-bytes wants a size, not "
-					"'%s'\n",
-					optarg);
-				return 2;
-			}
+		case OPT_MEMTEST_BYTES:
+			if (kiln_parse_size(optarg, 1, &arg_memtest_bytes) < 0)
+				return kiln_usage_error(
+					&prog, "--memtest-bytes wants a size, not '%s'.", optarg);
 			break;
-		case 'h':
-			printf("Usage: kiln-healthd-active [--model NAME] [--gemm-seconds N] "
-			       "[--memtest-bytes SIZE]\n"
-			       "Run by kiln-healthd with CUDA_VISIBLE_DEVICES set to one GPU.\n");
-			return 0;
-		default:
-			return 2;
+		default: {
+			int r = kiln_prog_option(&prog, c);
+			if (r <= 0)
+				return r;
 		}
-	}
+		}
+	if (optind < argc)
+		return kiln_usage_error(&prog, "Unexpected argument '%s'.", argv[optind]);
+	return 1;
+}
+
+static int run(int argc, char **argv)
+{
+	const char *model = arg_model;
+	int seconds = arg_gemm_seconds;
+	uint64_t mbytes = arg_memtest_bytes;
 	const struct expected *e = lookup(model);
 	kk_backend *be = NULL;
 	int r = kk_backend_open("cuda", &be);
@@ -307,7 +327,7 @@ int main(int argc, char **argv)
 		result("gemm", "skipped", 0, e ? e->tflops : 0, "%s", why);
 		result("bandwidth", "skipped", 0, e ? e->gbps : 0, "%s", why);
 		result("memtest", "skipped", 0, 0, "%s", why);
-		return 0;
+		return KILN_EXIT_OK;
 	}
 	bool failed = false;
 	if ((r = check_gemm(be, seconds, e, &failed)) < 0) {
@@ -325,5 +345,7 @@ int main(int argc, char **argv)
 		result("memtest", "failed", 0, 0, "the memtest could not run: %s", strerror(-r));
 	}
 	kk_backend_free(be);
-	return failed ? 1 : 0;
+	return failed ? KILN_EXIT_FAILURE : KILN_EXIT_OK;
 }
+
+KILN_DEFINE_MAIN(prog, parse_argv, run)

@@ -10,6 +10,7 @@
  *  - XIDs act by the table below (NVIDIA's XID catalog), overridable in the
  *    cluster file's health.xid list. */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -175,86 +176,134 @@ static hd_state action_severity(kiln_cfg_action a)
 	}
 }
 
-void hd_evaluate(const hd_settings *s, const hd_sample *prev, const hd_sample *cur, hd_reasons *out)
+/* ---- the checks --------------------------------------------------------
+ *
+ * One function per check, one row per check in the table below.  A check
+ * function looks at one sample (and the previous one, for rates) and adds
+ * its reasons; the row says what the check shows (metrics, JSON keys), which
+ * NVML entry points it needs, and which fake NVML fault trips it (the unit
+ * test runs every row's fault through the real sampler).  docs/kiln-healthd.md
+ * "Adding a check" walks through it. */
+
+static void check_lost(const hd_settings *s, const hd_sample *prev, const hd_sample *cur,
+		       hd_reasons *out)
+{
+	if (cur->lost)
+		hd_reasons_add(out, HD_UNHEALTHY, "fell off the bus (GPU_IS_LOST)");
+}
+
+static void check_hung(const hd_settings *s, const hd_sample *prev, const hd_sample *cur,
+		       hd_reasons *out)
+{
+	if (cur->hung_call[0])
+		hd_reasons_add(out, HD_UNHEALTHY, "NVML call %s hung", cur->hung_call);
+}
+
+static void check_present(const hd_settings *s, const hd_sample *prev, const hd_sample *cur,
+			  hd_reasons *out)
+{
+	if (!cur->present)
+		hd_reasons_add(out, HD_UNHEALTHY, "not accessible through NVML");
+}
+
+static void check_temperature(const hd_settings *s, const hd_sample *prev, const hd_sample *cur,
+			      hd_reasons *out)
 {
 	const kiln_cfg_thresholds *th = &s->th;
+	if (!cur->has_temp)
+		return;
+	unsigned max = th->temp_max_c > 0  ? (unsigned) th->temp_max_c
+		       : cur->has_slowdown ? cur->slowdown_c
+					   : 0;
+	if (max > 0 && cur->temp_c >= max)
+		hd_reasons_add(out, HD_UNHEALTHY, "temperature %u C at or above the %s %u C",
+			       cur->temp_c, th->temp_max_c > 0 ? "limit" : "slowdown limit", max);
+	else if (th->temp_warn_c > 0 && cur->temp_c >= (unsigned) th->temp_warn_c)
+		hd_reasons_add(out, HD_DEGRADED,
+			       "temperature %u C above the warning threshold %d C", cur->temp_c,
+			       th->temp_warn_c);
+}
 
-	if (cur->lost) {
-		hd_reasons_add(out, HD_UNHEALTHY, "fell off the bus (GPU_IS_LOST)");
-		return;
-	}
-	if (cur->hung_call[0]) {
-		hd_reasons_add(out, HD_UNHEALTHY, "NVML call %s hung", cur->hung_call);
-		return;
-	}
-	if (!cur->present) {
-		hd_reasons_add(out, HD_UNHEALTHY, "not accessible through NVML");
-		return;
-	}
-
-	if (cur->has_temp) {
-		unsigned max = th->temp_max_c > 0  ? (unsigned) th->temp_max_c
-			       : cur->has_slowdown ? cur->slowdown_c
-						   : 0;
-		if (max > 0 && cur->temp_c >= max)
-			hd_reasons_add(out, HD_UNHEALTHY,
-				       "temperature %u C at or above the %s %u C", cur->temp_c,
-				       th->temp_max_c > 0 ? "limit" : "slowdown limit", max);
-		else if (th->temp_warn_c > 0 && cur->temp_c >= (unsigned) th->temp_warn_c)
-			hd_reasons_add(out, HD_DEGRADED,
-				       "temperature %u C above the warning threshold %d C",
-				       cur->temp_c, th->temp_warn_c);
-	}
-	if (cur->has_power && cur->has_power_limit && cur->power_limit_w > 0 &&
-	    th->power_warn_pct > 0 &&
-	    cur->power_w > cur->power_limit_w * th->power_warn_pct / 100.0)
+static void check_power(const hd_settings *s, const hd_sample *prev, const hd_sample *cur,
+			hd_reasons *out)
+{
+	int pct = s->th.power_warn_pct;
+	if (cur->has_power && cur->has_power_limit && cur->power_limit_w > 0 && pct > 0 &&
+	    cur->power_w > cur->power_limit_w * pct / 100.0)
 		hd_reasons_add(out, HD_DEGRADED, "power %.0f W above %d%% of the %.0f W limit",
-			       cur->power_w, th->power_warn_pct, cur->power_limit_w);
+			       cur->power_w, pct, cur->power_limit_w);
+}
 
-	if (cur->has_clocks) {
-		if (cur->clock_reasons & nvmlClocksThrottleReasonHwSlowdown)
-			hd_reasons_add(out, HD_UNHEALTHY,
-				       "clocks slowed by hardware (HW slowdown)");
-		if (cur->clock_reasons & nvmlClocksThrottleReasonHwThermalSlowdown)
-			hd_reasons_add(out, HD_UNHEALTHY,
-				       "clocks slowed by hardware thermal protection");
-		if (cur->clock_reasons & nvmlClocksThrottleReasonHwPowerBrakeSlowdown)
-			hd_reasons_add(out, HD_UNHEALTHY,
-				       "clocks slowed by the external power brake");
-		if (cur->clock_reasons & nvmlClocksEventReasonSwThermalSlowdown)
-			hd_reasons_add(out, HD_DEGRADED,
-				       "clocks slowed by software thermal control");
-	}
+static void check_clocks(const hd_settings *s, const hd_sample *prev, const hd_sample *cur,
+			 hd_reasons *out)
+{
+	static const struct {
+		uint64_t bit;
+		hd_state severity;
+		const char *text;
+	} reasons[] = {
+		{ nvmlClocksThrottleReasonHwSlowdown, HD_UNHEALTHY,
+		  "clocks slowed by hardware (HW slowdown)" },
+		{ nvmlClocksThrottleReasonHwThermalSlowdown, HD_UNHEALTHY,
+		  "clocks slowed by hardware thermal protection" },
+		{ nvmlClocksThrottleReasonHwPowerBrakeSlowdown, HD_UNHEALTHY,
+		  "clocks slowed by the external power brake" },
+		{ nvmlClocksEventReasonSwThermalSlowdown, HD_DEGRADED,
+		  "clocks slowed by software thermal control" },
+	};
+	if (!cur->has_clocks)
+		return;
+	for (size_t i = 0; i < ARRAY_SIZE(reasons); i++)
+		if (cur->clock_reasons & reasons[i].bit)
+			hd_reasons_add(out, reasons[i].severity, "%s", reasons[i].text);
+}
 
-	if (cur->has_ecc) {
-		if (cur->dbe_vol > 0)
-			hd_reasons_add(out, HD_UNHEALTHY,
-				       "%llu double-bit ECC errors since the last reset",
-				       (unsigned long long) cur->dbe_vol);
-		else if (cur->dbe_agg > 0)
-			hd_reasons_add(out, HD_DEGRADED,
-				       "%llu double-bit ECC errors over the GPU's lifetime",
-				       (unsigned long long) cur->dbe_agg);
-		if (th->ecc_sbe_warn > 0 && cur->sbe_vol >= (uint64_t) th->ecc_sbe_warn)
-			hd_reasons_add(out, HD_DEGRADED,
-				       "%llu single-bit ECC errors since the last reset",
-				       (unsigned long long) cur->sbe_vol);
-	}
-	/* NVIDIA's RMA criterion for page retirement: 60 or more retired pages. */
-	if (cur->has_retired && cur->retired_sbe + cur->retired_dbe >= 60)
-		hd_reasons_add(out, HD_UNHEALTHY, "%u retired pages (RMA threshold 60)",
-			       cur->retired_sbe + cur->retired_dbe);
+static void check_ecc(const hd_settings *s, const hd_sample *prev, const hd_sample *cur,
+		      hd_reasons *out)
+{
+	if (!cur->has_ecc)
+		return;
+	if (cur->dbe_vol > 0)
+		hd_reasons_add(out, HD_UNHEALTHY, "%llu double-bit ECC errors since the last reset",
+			       (unsigned long long) cur->dbe_vol);
+	else if (cur->dbe_agg > 0)
+		hd_reasons_add(out, HD_DEGRADED,
+			       "%llu double-bit ECC errors over the GPU's lifetime",
+			       (unsigned long long) cur->dbe_agg);
+	if (s->th.ecc_sbe_warn > 0 && cur->sbe_vol >= (uint64_t) s->th.ecc_sbe_warn)
+		hd_reasons_add(out, HD_DEGRADED, "%llu single-bit ECC errors since the last reset",
+			       (unsigned long long) cur->sbe_vol);
+}
+
+/* NVIDIA's RMA criterion for page retirement: 60 or more retired pages. */
+#define HD_RETIRED_PAGES_RMA 60
+
+static void check_retired(const hd_settings *s, const hd_sample *prev, const hd_sample *cur,
+			  hd_reasons *out)
+{
+	if (cur->has_retired && cur->retired_sbe + cur->retired_dbe >= HD_RETIRED_PAGES_RMA)
+		hd_reasons_add(out, HD_UNHEALTHY, "%u retired pages (RMA threshold %d)",
+			       cur->retired_sbe + cur->retired_dbe, HD_RETIRED_PAGES_RMA);
 	if (cur->has_retired_pending && cur->retired_pending)
 		hd_reasons_add(out, HD_UNHEALTHY, "page retirement pending, reset needed");
-	if (cur->has_remap) {
-		if (cur->remap_failure)
-			hd_reasons_add(out, action_severity(th->remap_failure),
-				       "row remapping failed");
-		else if (cur->remap_pending)
-			hd_reasons_add(out, action_severity(th->remap_pending),
-				       "row remapping pending, reset needed");
-	}
+}
 
+static void check_remap(const hd_settings *s, const hd_sample *prev, const hd_sample *cur,
+			hd_reasons *out)
+{
+	if (!cur->has_remap)
+		return;
+	if (cur->remap_failure)
+		hd_reasons_add(out, action_severity(s->th.remap_failure), "row remapping failed");
+	else if (cur->remap_pending)
+		hd_reasons_add(out, action_severity(s->th.remap_pending),
+			       "row remapping pending, reset needed");
+}
+
+static void check_pcie(const hd_settings *s, const hd_sample *prev, const hd_sample *cur,
+		       hd_reasons *out)
+{
+	int replay_warn = s->th.pcie_replay_warn_per_min;
 	if (cur->has_pcie_width && cur->pcie_width_max > 0 && cur->pcie_width < cur->pcie_width_max)
 		hd_reasons_add(out, HD_DEGRADED, "PCIe link x%u below its maximum x%u",
 			       cur->pcie_width, cur->pcie_width_max);
@@ -265,35 +314,251 @@ void hd_evaluate(const hd_settings *s, const hd_sample *prev, const hd_sample *c
 		hd_reasons_add(out, HD_DEGRADED,
 			       "PCIe link gen%u below its maximum gen%u under load", cur->pcie_gen,
 			       cur->pcie_gen_max);
-	if (prev && prev->has_replay && cur->has_replay && th->pcie_replay_warn_per_min > 0 &&
+	if (prev && prev->has_replay && cur->has_replay && replay_warn > 0 &&
 	    cur->at_usec > prev->at_usec && cur->pcie_replay >= prev->pcie_replay) {
 		double per_min = (cur->pcie_replay - prev->pcie_replay) * 60.0 * KILN_USEC_PER_SEC /
 				 (double) (cur->at_usec - prev->at_usec);
-		if (per_min >= th->pcie_replay_warn_per_min)
+		if (per_min >= replay_warn)
 			hd_reasons_add(out, HD_DEGRADED, "PCIe replay rate %.0f/min above %d/min",
-				       per_min, th->pcie_replay_warn_per_min);
+				       per_min, replay_warn);
 	}
+}
 
-	if (cur->has_nvlink) {
-		if (cur->nvlink_down > 0)
-			hd_reasons_add(out, HD_UNHEALTHY, "%d of %d NVLink links down",
-				       cur->nvlink_down, cur->nvlink_total);
-		if (prev && prev->has_nvlink) {
-			static const char *const names[NVML_NVLINK_ERROR_COUNT] = {
-				"replay", "recovery", "CRC flit", "CRC data"
-			};
-			for (int k = 0; k < NVML_NVLINK_ERROR_COUNT; k++)
-				if (cur->nvlink_err[k] > prev->nvlink_err[k])
-					hd_reasons_add(out, HD_DEGRADED,
-						       "%llu new NVLink %s errors",
-						       (unsigned long long) (cur->nvlink_err[k] -
-									     prev->nvlink_err[k]),
-						       names[k]);
-		}
-	}
+static void check_nvlink(const hd_settings *s, const hd_sample *prev, const hd_sample *cur,
+			 hd_reasons *out)
+{
+	static const char *const names[NVML_NVLINK_ERROR_COUNT] = { "replay", "recovery",
+								    "CRC flit", "CRC data" };
+	if (!cur->has_nvlink)
+		return;
+	if (cur->nvlink_down > 0)
+		hd_reasons_add(out, HD_UNHEALTHY, "%d of %d NVLink links down", cur->nvlink_down,
+			       cur->nvlink_total);
+	if (!prev || !prev->has_nvlink)
+		return;
+	for (int k = 0; k < NVML_NVLINK_ERROR_COUNT; k++)
+		if (cur->nvlink_err[k] > prev->nvlink_err[k])
+			hd_reasons_add(
+				out, HD_DEGRADED, "%llu new NVLink %s errors",
+				(unsigned long long) (cur->nvlink_err[k] - prev->nvlink_err[k]),
+				names[k]);
+}
+
+static void check_persistence(const hd_settings *s, const hd_sample *prev, const hd_sample *cur,
+			      hd_reasons *out)
+{
 	if (cur->has_persistence && !cur->persistence)
 		hd_reasons_add(out, HD_DEGRADED, "persistence mode is off");
 }
+
+/* A value of the GPU's current sample, read when has_<flag> is set. */
+#define V(metric_, json_, type_, field, flag, help_)                                        \
+	{                                                                                   \
+		.metric = metric_, .help = help_, .json = json_, .type = HD_VALUE_##type_,  \
+		.off = offsetof(hd_gpu, cur.field), .has = offsetof(hd_gpu, cur.has_##flag) \
+	}
+#define DCGM(name) "DCGM_FI_DEV_" name
+
+static const hd_check checks[] = {
+	/* the three gates: without them nothing else about the GPU can be read */
+	{ .name = "lost",
+	  .evaluate = check_lost,
+	  .gate = true,
+	  .fault = "lost = true;",
+	  .reason = "fell off the bus (GPU_IS_LOST)" },
+	{ .name = "hung NVML call",
+	  .evaluate = check_hung,
+	  .gate = true,
+	  .fault = "hang = \"nvmlDeviceGetTemperature\";",
+	  .reason = "NVML call nvmlDeviceGetTemperature hung" },
+	{ .name = "present", .evaluate = check_present, .gate = true },
+
+	{ .name = "temperature",
+	  .evaluate = check_temperature,
+	  .nvml = "nvmlDeviceGetTemperature",
+	  .fault = "temperature = 95;",
+	  .reason = "temperature 95 C at or above the slowdown limit 90 C",
+	  .values = { V(DCGM("GPU_TEMP"), "temperature_c", UINT, temp_c, temp,
+			"GPU temperature (in C)."),
+		      V(DCGM("SLOWDOWN_TEMP"), "slowdown_c", UINT, slowdown_c, slowdown,
+			"Slowdown temperature (in C).") } },
+	{ .name = "power",
+	  .evaluate = check_power,
+	  .nvml = "nvmlDeviceGetPowerUsage",
+	  .fault = "power_w = 800.0;",
+	  .reason = "power 800 W above 105% of the 700 W limit",
+	  .values = { V(DCGM("POWER_USAGE"), "power_w", DOUBLE, power_w, power,
+			"Power draw (in W)."),
+		      V(DCGM("ENFORCED_POWER_LIMIT"), "power_limit_w", DOUBLE, power_limit_w,
+			power_limit, "Enforced power limit (in W).") } },
+	{ .name = "clock event reasons",
+	  .evaluate = check_clocks,
+	  .nvml = "nvmlDeviceGetCurrentClocksEventReasons",
+	  .fault = "clock_event_reasons = 8;", /* nvmlClocksThrottleReasonHwSlowdown */
+	  .reason = "clocks slowed by hardware (HW slowdown)",
+	  .values = { V(DCGM("CLOCK_THROTTLE_REASONS"), NULL, U64, clock_reasons, clocks,
+			"Current clock event reasons (bit mask).") } },
+	{ .name = "ECC",
+	  .evaluate = check_ecc,
+	  .nvml = "nvmlDeviceGetTotalEccErrors",
+	  .fault = "ecc_dbe_volatile = 2;",
+	  .reason = "2 double-bit ECC errors since the last reset",
+	  .values = { V(DCGM("ECC_SBE_VOL_TOTAL"), "ecc_sbe_volatile", U64, sbe_vol, ecc,
+			"Total number of single-bit volatile ECC errors."),
+		      V(DCGM("ECC_DBE_VOL_TOTAL"), "ecc_dbe_volatile", U64, dbe_vol, ecc,
+			"Total number of double-bit volatile ECC errors."),
+		      V(DCGM("ECC_SBE_AGG_TOTAL"), NULL, U64, sbe_agg, ecc,
+			"Total number of single-bit persistent ECC errors."),
+		      V(DCGM("ECC_DBE_AGG_TOTAL"), NULL, U64, dbe_agg, ecc,
+			"Total number of double-bit persistent ECC errors.") } },
+	{ .name = "page retirement",
+	  .evaluate = check_retired,
+	  .nvml = "nvmlDeviceGetRetiredPagesPendingStatus",
+	  .fault = "retired_pending = true;",
+	  .reason = "page retirement pending, reset needed",
+	  .values = { V(DCGM("RETIRED_SBE"), NULL, UINT, retired_sbe, retired,
+			"Total number of retired pages due to single-bit errors."),
+		      V(DCGM("RETIRED_DBE"), NULL, UINT, retired_dbe, retired,
+			"Total number of retired pages due to double-bit errors."),
+		      V(DCGM("RETIRED_PENDING"), NULL, BOOL, retired_pending, retired_pending,
+			"Whether a page retirement is pending (1) or not (0).") } },
+	{ .name = "row remapping",
+	  .evaluate = check_remap,
+	  .nvml = "nvmlDeviceGetRemappedRows",
+	  .fault = "remap_failure = true;",
+	  .reason = "row remapping failed",
+	  .values = { V(DCGM("CORRECTABLE_REMAPPED_ROWS"), NULL, UINT, remap_corr, remap,
+			"Number of remapped rows for correctable errors."),
+		      V(DCGM("UNCORRECTABLE_REMAPPED_ROWS"), NULL, UINT, remap_unc, remap,
+			"Number of remapped rows for uncorrectable errors."),
+		      V(DCGM("ROW_REMAP_FAILURE"), "remap_failure", BOOL, remap_failure, remap,
+			"Whether remapping of rows has failed."),
+		      V(DCGM("ROW_REMAP_PENDING"), "remap_pending", BOOL, remap_pending, remap,
+			"Whether a row remapping is pending (reset needed).") } },
+	{ .name = "PCIe",
+	  .evaluate = check_pcie,
+	  .nvml = "nvmlDeviceGetCurrPcieLinkWidth nvmlDeviceGetMaxPcieLinkWidth "
+		  "nvmlDeviceGetCurrPcieLinkGeneration nvmlDeviceGetGpuMaxPcieLinkGeneration "
+		  "nvmlDeviceGetPcieReplayCounter",
+	  .fault = "pcie_width = 8;",
+	  .reason = "PCIe link x8 below its maximum x16",
+	  .values = { V(DCGM("PCIE_LINK_GEN"), "pcie_link_gen", UINT, pcie_gen, pcie_gen,
+			"PCIe current link generation."),
+		      V(DCGM("PCIE_MAX_LINK_GEN"), NULL, UINT, pcie_gen_max, pcie_gen,
+			"PCIe maximum link generation."),
+		      V(DCGM("PCIE_LINK_WIDTH"), "pcie_link_width", UINT, pcie_width, pcie_width,
+			"PCIe current link width."),
+		      V(DCGM("PCIE_MAX_LINK_WIDTH"), NULL, UINT, pcie_width_max, pcie_width,
+			"PCIe maximum link width."),
+		      V(DCGM("PCIE_REPLAY_COUNTER"), NULL, UINT, pcie_replay, replay,
+			"Total number of PCIe retries.") } },
+	{ .name = "NVLink",
+	  .evaluate = check_nvlink,
+	  .nvml = "nvmlDeviceGetNvLinkState",
+	  .fault = "nvlinks_down = 2;",
+	  .reason = "2 of 18 NVLink links down",
+	  .values = { V(DCGM("NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"), NULL, U64,
+			nvlink_err[NVML_NVLINK_ERROR_DL_CRC_FLIT], nvlink,
+			"Total number of NVLink flow-control CRC errors."),
+		      V(DCGM("NVLINK_CRC_DATA_ERROR_COUNT_TOTAL"), NULL, U64,
+			nvlink_err[NVML_NVLINK_ERROR_DL_CRC_DATA], nvlink,
+			"Total number of NVLink data CRC errors."),
+		      V(DCGM("NVLINK_REPLAY_ERROR_COUNT_TOTAL"), NULL, U64,
+			nvlink_err[NVML_NVLINK_ERROR_DL_REPLAY], nvlink,
+			"Total number of NVLink retries."),
+		      V(DCGM("NVLINK_RECOVERY_ERROR_COUNT_TOTAL"), NULL, U64,
+			nvlink_err[NVML_NVLINK_ERROR_DL_RECOVERY], nvlink,
+			"Total number of NVLink recovery errors."),
+		      V("kiln_gpu_nvlink_down", "nvlink_down", INT, nvlink_down, nvlink,
+			"NVLink links that are down.") } },
+	/* XIDs arrive as events (hd_gpu_add_xid): no sample rule, the reasons
+	 * are sticky; tests/healthd drive them with the fake's `xid` events */
+	{ .name = "XID",
+	  .values = { { .metric = DCGM("XID_ERRORS"),
+			.help = "Value of the last XID error encountered.",
+			.json = "last_xid",
+			.type = HD_VALUE_INT,
+			.off = offsetof(hd_gpu, last_xid),
+			.has = HD_VALUE_ALWAYS } } },
+	/* shown, not judged: the active checks size their memtest from it */
+	{ .name = "memory",
+	  .values = { V(DCGM("FB_USED"), NULL, MIB, mem_used, mem,
+			"Framebuffer memory used (in MiB)."),
+		      V(DCGM("FB_FREE"), NULL, MIB, mem_free, mem,
+			"Framebuffer memory free (in MiB).") } },
+	{ .name = "persistence mode",
+	  .evaluate = check_persistence,
+	  .nvml = "nvmlDeviceGetPersistenceMode",
+	  .fault = "persistence = false;",
+	  .reason = "persistence mode is off",
+	  .values = { V("kiln_gpu_persistence_mode", "persistence_mode", BOOL, persistence,
+			persistence, "Persistence mode on (1) or off (0).") } },
+};
+#undef V
+#undef DCGM
+
+const hd_check *hd_checks(size_t *ret_n)
+{
+	*ret_n = ARRAY_SIZE(checks);
+	return checks;
+}
+
+const hd_value *hd_check_values_end(const hd_check *c)
+{
+	const hd_value *v = c->values;
+	while (v < c->values + HD_CHECK_VALUES_MAX && (v->metric || v->json))
+		v++;
+	return v;
+}
+
+void hd_evaluate(const hd_settings *s, const hd_sample *prev, const hd_sample *cur, hd_reasons *out)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(checks); i++) {
+		if (!checks[i].evaluate)
+			continue;
+		int before = out->n;
+		checks[i].evaluate(s, prev, cur, out);
+		if (checks[i].gate && out->n > before)
+			return;
+	}
+}
+
+/* Reads a value of type T at p (memcpy: p is only a char pointer here). */
+#define LOAD(T, p)                            \
+	({                                    \
+		T _x;                         \
+		memcpy(&_x, (p), sizeof(_x)); \
+		_x;                           \
+	})
+
+bool hd_value_get(const hd_value *v, const hd_gpu *g, double *ret)
+{
+	const char *p = (const char *) g + v->off;
+	if (v->has != HD_VALUE_ALWAYS && !LOAD(bool, (const char *) g + v->has))
+		return false;
+	switch (v->type) {
+	case HD_VALUE_UINT:
+		*ret = LOAD(unsigned, p);
+		break;
+	case HD_VALUE_INT:
+		*ret = LOAD(int, p);
+		break;
+	case HD_VALUE_U64:
+		*ret = (double) LOAD(uint64_t, p);
+		break;
+	case HD_VALUE_MIB:
+		*ret = (double) (LOAD(uint64_t, p) >> 20);
+		break;
+	case HD_VALUE_DOUBLE:
+		*ret = LOAD(double, p);
+		break;
+	case HD_VALUE_BOOL:
+		*ret = LOAD(bool, p);
+		break;
+	}
+	return true;
+}
+#undef LOAD
 
 kiln_cfg_action hd_gpu_add_xid(const hd_settings *s, hd_gpu *g, int xid)
 {

@@ -112,7 +112,7 @@ typedef struct hd_sample {
 	int nvlink_total, nvlink_down;
 	uint64_t nvlink_err[NVML_NVLINK_ERROR_COUNT]; /* replay, recovery, crc flit, crc data */
 	bool persistence;
-	uint64_t mem_total, mem_used;
+	uint64_t mem_total, mem_used, mem_free; /* free = total - used */
 	unsigned n_pids;
 	unsigned pids[HD_PIDS_MAX];
 	uint64_t at_usec; /* monotonic time of the sample */
@@ -131,9 +131,9 @@ typedef struct hd_reasons {
 void hd_reasons_add(hd_reasons *r, hd_state sev, const char *fmt, ...) _printf_(3, 4);
 hd_state hd_reasons_state(const hd_reasons *r);
 
-/* Evaluates one sample against the thresholds.  prev (may be NULL) is the
- * previous sample of the same GPU, for rates (PCIe replays per minute,
- * NVLink error deltas). */
+/* Evaluates one sample against the thresholds: every check of the table
+ * below, in order.  prev (may be NULL) is the previous sample of the same
+ * GPU, for rates (PCIe replays per minute, NVLink error deltas). */
 void hd_evaluate(const hd_settings *s, const hd_sample *prev, const hd_sample *cur,
 		 hd_reasons *out);
 
@@ -169,6 +169,57 @@ typedef struct hd_node {
 	uint64_t healthy_since_usec; /* 0 while not healthy */
 	uint64_t polls;
 } hd_node;
+
+/* ---- the checks (check.c) ---------------------------------------------
+ *
+ * Every health check is one row of one table: the function that judges a
+ * sample, the values it shows (a dcgm-exporter metric and/or a key of the
+ * --check --json output: output.c walks the table), the NVML entry points it
+ * needs (nvml.c names the check when a driver lacks one), and a fault of the
+ * fake NVML that trips it (tests/healthd runs every row's fault through the
+ * real sampler).  Adding a check: docs/kiln-healthd.md, "Adding a check". */
+
+typedef enum hd_value_type {
+	HD_VALUE_UINT,	 /* unsigned */
+	HD_VALUE_INT,	 /* int */
+	HD_VALUE_U64,	 /* uint64_t */
+	HD_VALUE_MIB,	 /* uint64_t bytes, shown in MiB */
+	HD_VALUE_DOUBLE, /* double */
+	HD_VALUE_BOOL,	 /* bool, shown as 0/1 (metrics) or false/true (JSON) */
+} hd_value_type;
+
+/* The value is there whatever the sample holds (hd_value.has). */
+#define HD_VALUE_ALWAYS SIZE_MAX
+/* Values per check: PCIe and NVLink show five. */
+#define HD_CHECK_VALUES_MAX 6
+
+typedef struct hd_value {
+	const char *metric; /* Prometheus name (dcgm-exporter's where it has one); NULL: none */
+	const char *help;   /* the metric's HELP text */
+	const char *json;   /* key in the --check --json GPU object; NULL: none */
+	hd_value_type type;
+	size_t off; /* where it is in hd_gpu */
+	size_t has; /* where its "was read" flag is in hd_gpu, or HD_VALUE_ALWAYS */
+} hd_value;
+
+typedef void (*hd_check_fn)(const hd_settings *s, const hd_sample *prev, const hd_sample *cur,
+			    hd_reasons *out);
+
+typedef struct hd_check {
+	const char *name;     /* "temperature": "the temperature check" in logs and docs */
+	hd_check_fn evaluate; /* adds its reasons; NULL: shown only (XIDs come as events) */
+	bool gate;	      /* a reason from it ends the evaluation (nothing else is known) */
+	const char *nvml;     /* NVML entry points it needs, space separated; NULL: none */
+	const char *fault;    /* a fake NVML GPU setting that trips it ("temperature = 95;") */
+	const char *reason;   /* the reason that fault gives on an otherwise healthy GPU */
+	hd_value values[HD_CHECK_VALUES_MAX]; /* ends at the first without metric and json */
+} hd_check;
+
+const hd_check *hd_checks(size_t *ret_n);
+/* The end of c->values: for (v = c->values; v < hd_check_values_end(c); v++) */
+const hd_value *hd_check_values_end(const hd_check *c);
+/* A value of g: false when the sample does not have it. */
+bool hd_value_get(const hd_value *v, const hd_gpu *g, double *ret);
 
 /* Records an XID on gpu: counts it and, for drain/reset/reboot actions, adds
  * a sticky unhealthy reason.  Returns the action. */

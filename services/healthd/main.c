@@ -5,48 +5,48 @@
  *   kiln-healthd --active                           run the active GPU checks
  *   kiln-healthd --clear-xid GPU|all                forget XIDs after a GPU reset
  *
- * The daemon: load the cluster file, open NVML, start the XID thread, poll
- * every GPU, publish /metrics, tell systemd READY=1 after the first full
- * check, then loop: poll every health.interval, handle XIDs as they come,
- * ping the watchdog, drain or resume the node in Slurm (slurm.c), stop
- * cleanly on SIGTERM.  Exit codes: 0 ok, 1 failure or unhealthy, 2 usage or
- * config error. */
-#include <dirent.h>
-#include <getopt.h>
-#include <netinet/in.h>
+ * The daemon: load the cluster file (kiln_cfg_open), open NVML, start the
+ * XID thread, poll every GPU, publish /metrics, tell systemd READY=1 after
+ * the first full check, then run the sd-event loop: the poll timer (every
+ * health.interval), the active checks' timer, the wake pipe (XIDs as they
+ * come, the end of a round of active checks), signals (SIGTERM/SIGINT stop
+ * cleanly, SIGHUP polls now) and the watchdog (sd_event_set_watchdog).
+ * Slurm drain/resume runs in its own thread (slurm.c).  Exit codes:
+ * KILN_EXIT_OK, KILN_EXIT_FAILURE (also: unhealthy), KILN_EXIT_USAGE (usage
+ * or config error). */
 #include <arpa/inet.h>
-#include <poll.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <libgen.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <systemd/sd-daemon.h>
-#include <fcntl.h>
+#include <systemd/sd-event.h>
+#include <time.h>
 
 #include "healthd.h"
 #include "kiln/http.h"
 #include "kiln/log.h"
+#include "kiln/metrics.h"
 #include "kiln/parse.h"
+#include "kiln/prog.h"
 #include "kiln/strbuf.h"
 
-#define EXIT_USAGE 2
 /* XIDs arriving between two wake-ups of the main loop.  A storm beyond this
  * drops the excess (the XID thread must not block on the main loop); the
  * number dropped is logged at the next wake-up. */
 #define HD_XID_QUEUE 256
 
-static struct {
-	const char *config;
-	const char *node;
-	bool check, json, active;
-	int metrics_port;      /* -1: from the cluster file */
-	const char *xid_state; /* NULL: $KILN_HEALTHD_XID_STATE or HD_XID_STATE_PATH */
-	const char *clear_xid;
-} arg = { .metrics_port = -1 };
+static const char *arg_config;
+static const char *arg_node;
+static bool arg_check, arg_json, arg_active;
+static int arg_metrics_port = -1; /* -1: from the cluster file */
+static const char *arg_xid_state; /* NULL: $KILN_HEALTHD_XID_STATE or HD_XID_STATE_PATH */
+static const char *arg_clear_xid;
 
 typedef struct manager {
 	hd_settings s;
@@ -68,11 +68,17 @@ typedef struct manager {
 	} xq[HD_XID_QUEUE];
 	unsigned xh, xt;
 	unsigned xid_dropped;
+	/* the event loop: signals, the wake pipe, the poll and active timers;
+	 * it pings the watchdog itself (sd_event_set_watchdog) */
+	sd_event *event;
+	sd_event_source *poll_timer, *active_timer;
+	/* the watchdog interval (0: none), and the last ping poll_all() sent
+	 * while it kept the loop from running */
 	uint64_t watchdog_usec, last_watchdog;
 	/* active checks run in their own thread: they take gemm_seconds per GPU */
 	pthread_t active_thread;
 	atomic_bool active_running, active_done;
-	uint64_t next_active;
+	bool active_due; /* the schedule says run; starts when none runs and NVML is up */
 	char last_status[300];
 	/* XIDs that drain, mirrored in the XID state file; the main thread only */
 	hd_xid_state xs;
@@ -80,168 +86,144 @@ typedef struct manager {
 	bool xs_checked;
 } manager;
 
-static void help(void)
-{
-	printf("Usage: kiln-healthd [OPTIONS]\n\n"
-	       "The kiln GPU health daemon: checks every GPU through NVML, exports\n"
-	       "dcgm-exporter compatible metrics, and drains or resumes the node in Slurm.\n\n"
-	       "  -c, --config FILE     cluster file (default $KILN_CONFIG or %s)\n"
-	       "      --node NAME       which node of the cluster file this is (default: "
-	       "hostname)\n"
-	       "      --check           check once, print a table, exit 0 healthy / 1 unhealthy\n"
-	       "      --json            with --check: print JSON\n"
-	       "      --active          run the active checks (GEMM, bandwidth, memtest) and exit\n"
-	       "      --metrics-port N  override health.metrics_port (0: no HTTP server)\n"
-	       "      --clear-xid GPU|all\n"
-	       "                        after a GPU reset: forget its drain XIDs (GPU: index or\n"
-	       "                        UUID); the daemon resumes the node after recover_after\n"
-	       "      --xid-state FILE  XID state file (default $%s or %s)\n"
-	       "  -v, --verbose         more log output (repeat for debug)\n"
-	       "  -q, --quiet           less log output\n"
-	       "  -h, --help            this help\n"
-	       "      --version         print the version\n",
-	       KILN_CFG_DEFAULT_PATH, HD_XID_STATE_ENV, HD_XID_STATE_PATH);
-}
+enum {
+	OPT_CHECK = KILN_OPT_FIRST,
+	OPT_ACTIVE,
+	OPT_METRICS_PORT,
+	OPT_CLEAR_XID,
+	OPT_XID_STATE,
+};
+
+static const kiln_option options[] = {
+	KILN_OPTION_CONFIG,
+	KILN_OPTION_NODE,
+	{ "check", OPT_CHECK, NULL, "check once, print a table, exit 0 healthy / 1 unhealthy",
+	  NULL },
+	KILN_OPTION_JSON,
+	{ "active", OPT_ACTIVE, NULL, "run the active checks (GEMM, bandwidth, memtest) and exit",
+	  NULL },
+	{ "metrics-port", OPT_METRICS_PORT, "N", "override health.metrics_port (0: no HTTP server)",
+	  NULL },
+	{ "clear-xid", OPT_CLEAR_XID, "GPU|all",
+	  "after a GPU reset: forget its drain XIDs (GPU: index or\n"
+	  "UUID); the daemon resumes the node after recover_after",
+	  NULL },
+	{ "xid-state", OPT_XID_STATE, "FILE",
+	  "XID state file (default $" HD_XID_STATE_ENV " or\n" HD_XID_STATE_PATH ")", "file" },
+	KILN_OPTIONS_COMMON,
+	{},
+};
+
+static const kiln_prog prog = {
+	.name = "kiln-healthd",
+	.summary = "the kiln GPU health daemon",
+	.usage = "kiln-healthd [-c FILE] [--node NAME]     run as a systemd service\n"
+		 "kiln-healthd --check [--json]            one poll; exit 0 healthy, 1 unhealthy\n"
+		 "kiln-healthd --active                    run the active GPU checks\n"
+		 "kiln-healthd --clear-xid GPU|all         forget XIDs after a GPU reset",
+	.options = options,
+	.epilog = "Checks every GPU through NVML, exports dcgm-exporter compatible metrics,\n"
+		  "and drains or resumes the node in Slurm.\n\n"
+		  "Exit status: 0 ok, 1 failure or unhealthy, 2 usage or config error.\n"
+		  "See kiln-healthd(8).\n",
+};
 
 static const char *xid_state_path(void)
 {
-	return arg.xid_state
+	return arg_xid_state
 		       ?: (!streq(strempty(getenv(HD_XID_STATE_ENV)), "") ? getenv(HD_XID_STATE_ENV)
 									  : HD_XID_STATE_PATH);
 }
 
-static int parse_args(int argc, char **argv)
+static int parse_argv(int argc, char **argv)
 {
-	enum {
-		OPT_NODE = 0x100,
-		OPT_CHECK,
-		OPT_JSON,
-		OPT_ACTIVE,
-		OPT_PORT,
-		OPT_VERSION,
-		OPT_CLEAR_XID,
-		OPT_XID_STATE,
-	};
-	static const struct option opts[] = {
-		{ "config", required_argument, NULL, 'c' },
-		{ "node", required_argument, NULL, OPT_NODE },
-		{ "check", no_argument, NULL, OPT_CHECK },
-		{ "json", no_argument, NULL, OPT_JSON },
-		{ "active", no_argument, NULL, OPT_ACTIVE },
-		{ "metrics-port", required_argument, NULL, OPT_PORT },
-		{ "clear-xid", required_argument, NULL, OPT_CLEAR_XID },
-		{ "xid-state", required_argument, NULL, OPT_XID_STATE },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, OPT_VERSION },
-		{}
-	};
 	int c;
-	while ((c = getopt_long(argc, argv, "c:vqh", opts, NULL)) >= 0) {
+	while ((c = kiln_getopt(&prog, argc, argv)) >= 0)
 		switch (c) {
 		case 'c':
-			arg.config = optarg;
+			arg_config = optarg;
 			break;
-		case OPT_NODE:
-			arg.node = optarg;
+		case KILN_OPT_NODE:
+			arg_node = optarg;
 			break;
 		case OPT_CHECK:
-			arg.check = true;
+			arg_check = true;
 			break;
-		case OPT_JSON:
-			arg.json = true;
+		case KILN_OPT_JSON:
+			arg_json = true;
 			break;
 		case OPT_ACTIVE:
-			arg.active = true;
+			arg_active = true;
 			break;
 		case OPT_CLEAR_XID:
-			arg.clear_xid = optarg;
+			arg_clear_xid = optarg;
 			break;
 		case OPT_XID_STATE:
-			arg.xid_state = optarg;
+			arg_xid_state = optarg;
 			break;
-		case OPT_PORT:
-			if (kiln_parse_int(optarg, 0, 65535, &arg.metrics_port) < 0) {
-				log_error("Invalid --metrics-port '%s': expected a port number "
-					  "0..65535",
-					  optarg);
-				return -EINVAL;
-			}
+		case OPT_METRICS_PORT:
+			if (kiln_parse_int(optarg, 0, 65535, &arg_metrics_port) < 0)
+				return kiln_usage_error(&prog,
+							"Invalid --metrics-port '%s': expected a "
+							"port number 0..65535.",
+							optarg);
 			break;
-		case 'v':
-			log_adjust_level(+1);
-			break;
-		case 'q':
-			log_adjust_level(-1);
-			break;
-		case 'h':
-			help();
-			return 0;
-		case OPT_VERSION:
-			printf("kiln-healthd %s\n", KILN_VERSION);
-			return 0;
-		default:
-			log_error("Try 'kiln-healthd --help'.");
-			return -EINVAL;
+		default: {
+			int r = kiln_prog_option(&prog, c);
+			if (r <= 0)
+				return r;
 		}
-	}
-	if (optind < argc) {
-		log_error("Unexpected argument '%s'. Try 'kiln-healthd --help'.", argv[optind]);
-		return -EINVAL;
-	}
-	if (arg.json && !arg.check) {
-		log_error("--json only goes with --check.");
-		return -EINVAL;
-	}
+		}
+	if (optind < argc)
+		return kiln_usage_error(&prog, "Unexpected argument '%s'.", argv[optind]);
+	if (arg_json && !arg_check)
+		return kiln_usage_error(&prog, "--json only goes with --check.");
 	return 1;
 }
 
-/* Loads the cluster file: -c, $KILN_CONFIG, or the default path.  Without
- * -c or $KILN_CONFIG a missing default file is fine (built-in defaults, no
- * GPU count check, no Slurm); any other problem is a config error. */
+/* The cluster file through kiln_cfg_open(): -c, $KILN_CONFIG, or the
+ * default path.  Without -c or $KILN_CONFIG a missing default file is fine
+ * (built-in defaults, no GPU count check, no Slurm); any other problem is a
+ * config error.  The node: --node, $SLURMD_NODENAME, or the hostname. */
 static int load_config(manager *m)
 {
+	const char *source;
 	hd_settings_defaults(&m->s);
-	if (arg.node)
-		snprintf(m->host, sizeof(m->host), "%s", arg.node);
-	else if (gethostname(m->host, sizeof(m->host)) < 0)
-		snprintf(m->host, sizeof(m->host), "localhost");
+	int r = kiln_node_name(arg_node, m->host, sizeof(m->host), &source);
+	if (r < 0) {
+		log_error("The node name from %s is longer than %zu characters.", source,
+			  sizeof(m->host) - 1);
+		return -EINVAL;
+	}
 	snprintf(m->s.node, sizeof(m->s.node), "%s", m->host);
 
-	bool explicit = arg.config || !streq(strempty(getenv(KILN_CFG_ENV)), "");
-	const char *path = arg.config ?: kiln_cfg_default_path();
-	if (!explicit && access(path, F_OK) < 0) {
+	r = kiln_cfg_open(arg_config, KILN_CFG_OPEN_OPTIONAL, &m->cfg);
+	if (r < 0)
+		return r;
+	if (!m->cfg) {
 		log_info("No cluster file at %s: using built-in defaults, no GPU count check, no "
 			 "Slurm drain",
-			 path);
+			 kiln_cfg_default_path());
 		m->s.drain = false;
 		return 0;
 	}
-	_cleanup_(kiln_cfg_errors_freep) kiln_cfg_errors errs;
-	kiln_cfg_errors_init(&errs);
-	int r = kiln_cfg_load(path, &m->cfg, &errs);
-	if (r == -EINVAL) {
-		kiln_cfg_errors_print(&errs, stderr);
-		log_error(
-			"%s has errors (listed above); fix them and check with 'kiln check -c %s'.",
-			path, path);
-		return r;
-	}
-	if (r < 0)
-		return log_error_errno(r, "Failed to read cluster file %s: %m", path);
+	const char *path = m->cfg->path;
 	const kiln_cfg_node *node = kiln_cfg_find_node(m->cfg, m->host);
-	if (!node && arg.node) {
+	if (!node && arg_node) {
 		log_error("Node '%s' is not in %s; pass a node name from the cluster file with "
 			  "--node.",
 			  m->host, path);
 		return -EINVAL;
 	}
-	if (!node)
+	if (!node && streq(source, "hostname"))
 		log_warning(
 			"This host (%s) is not a node of %s: no GPU count check, no Slurm drain; "
 			"use --node NAME if the hostname differs",
 			m->host, path);
+	else if (!node)
+		log_warning("Node %s (%s) is not a node of %s: no GPU count check, no Slurm "
+			    "drain; use --node NAME",
+			    m->host, source, path);
 	hd_settings_from_cfg(&m->s, m->cfg, node);
 	if (!node)
 		m->s.drain = false;
@@ -300,13 +282,15 @@ static void job_ids(const hd_sample *s, char *buf, size_t len)
 	}
 }
 
-static void watchdog_maybe(manager *m)
+/* The event loop pings the watchdog (sd_event_set_watchdog), but
+ * poll_all() keeps it from running for up to health.nvml_timeout per GPU
+ * whose NVML call hangs: between GPUs it pings itself, at a third of the
+ * interval (one hung call between two pings still leaves margin). */
+static void watchdog_keepalive(manager *m)
 {
 	if (!m->watchdog_usec)
 		return;
 	uint64_t now = kiln_now_usec();
-	/* a third of WatchdogSec: one hung NVML call (nvml_timeout) between
-	 * two pings still leaves margin */
 	if (now - m->last_watchdog >= m->watchdog_usec / 3) {
 		sd_notify(0, "WATCHDOG=1");
 		m->last_watchdog = now;
@@ -349,25 +333,26 @@ static void log_changes(manager *m)
 static void publish(manager *m)
 {
 	uint64_t now = kiln_now_usec();
-	if (!arg.check)
+	if (!arg_check)
 		hd_xid_state_apply(&m->xs, &m->node);
 	hd_node_evaluate(&m->s, &m->node, now);
 	log_changes(m);
 	_cleanup_strbuf_ kiln_strbuf b;
 	kiln_strbuf_init(&b);
 	hd_metrics_render(&m->node, m->host, &b);
-	if (m->slurm)
-		kiln_strbuf_printf(
-			&b,
-			"# HELP kiln_slurm_reachable Whether slurmctld answered the last request.\n"
-			"# TYPE kiln_slurm_reachable gauge\nkiln_slurm_reachable %d\n",
-			hd_slurm_reachable(m->slurm) > 0);
-	if (m->nvml)
-		kiln_strbuf_printf(&b,
-				   "# HELP kiln_nvml_hung_calls NVML calls that timed out and have "
-				   "not returned.\n"
-				   "# TYPE kiln_nvml_hung_calls gauge\nkiln_nvml_hung_calls %d\n",
-				   hd_nvml_abandoned(m->nvml));
+	kiln_metrics km;
+	kiln_metrics_init(&km, &b);
+	if (m->slurm) {
+		kiln_metrics_family(&km, "kiln_slurm_reachable", KILN_METRIC_GAUGE,
+				    "Whether slurmctld answered the last request.");
+		kiln_metrics_sample(&km, NULL, hd_slurm_reachable(m->slurm) > 0);
+	}
+	if (m->nvml) {
+		kiln_metrics_family(&km, "kiln_nvml_hung_calls", KILN_METRIC_GAUGE,
+				    "NVML calls that timed out and have not returned.");
+		kiln_metrics_sample(&km, NULL, hd_nvml_abandoned(m->nvml));
+	}
+	kiln_metrics_finish(&km);
 	char *txt = kiln_strbuf_steal(&b);
 	if (txt) {
 		free(m->metrics);
@@ -481,36 +466,36 @@ static int run_clear_xid(void)
 		printf("No XID state file at %s: nothing to clear\n", path);
 		return 0;
 	}
-	if (r < 0 && !(streq(arg.clear_xid, "all") && r == -EBADMSG)) {
+	if (r < 0 && !(streq(arg_clear_xid, "all") && r == -EBADMSG)) {
 		log_error("Cannot read XID state file %s%s: %s; 'kiln-healthd --clear-xid all' "
 			  "replaces a corrupt file",
 			  path, line > 0 ? " (bad line)" : "",
 			  r == -EBADMSG ? "corrupt" : strerror(-r));
-		return 1;
+		return KILN_EXIT_FAILURE;
 	}
 	if (r < 0)
 		st.n = 0; /* corrupt, and "all": start over */
-	int removed = r < 0 ? 0 : hd_xid_state_clear(&st, arg.clear_xid);
+	int removed = r < 0 ? 0 : hd_xid_state_clear(&st, arg_clear_xid);
 	if (removed < 0) {
 		log_error("Invalid --clear-xid '%s': expected a GPU index, a GPU UUID or 'all'",
-			  arg.clear_xid);
-		return EXIT_USAGE;
+			  arg_clear_xid);
+		return KILN_EXIT_USAGE;
 	}
 	r = xid_state_write(path, &st);
 	if (r < 0) {
 		log_error_errno(r, "Failed to write %s: %m", path);
-		return 1;
+		return KILN_EXIT_FAILURE;
 	}
 	printf("Cleared %d XID entr%s for %s in %s (%d left); kiln-healthd picks this up at its "
 	       "next poll\n",
-	       removed, removed == 1 ? "y" : "ies", arg.clear_xid, path, st.n);
+	       removed, removed == 1 ? "y" : "ies", arg_clear_xid, path, st.n);
 	return 0;
 }
 
 static int poll_all(manager *m)
 {
 	int n = 0;
-	if (!m->nvml && !arg.check && !m->nvml_init_hung) {
+	if (!m->nvml && !arg_check && !m->nvml_init_hung) {
 		/* the driver may come up after us (module load, persistenced) */
 		if (open_nvml(m) < 0) {
 			if (m->nvml_init_hung)
@@ -560,7 +545,7 @@ static int poll_all(manager *m)
 		g->cur = s;
 		snprintf(g->job_ids, sizeof(g->job_ids), "%s", jobs);
 		pthread_mutex_unlock(&m->lock);
-		watchdog_maybe(m); /* a hung call per GPU must not starve the watchdog */
+		watchdog_keepalive(m); /* a hung call per GPU must not starve the watchdog */
 	}
 	pthread_mutex_lock(&m->lock);
 	m->node.n_gpus = n;
@@ -672,7 +657,7 @@ static int http_root(kiln_http_request *r, void *userdata)
 
 static int start_http(manager *m)
 {
-	int port = arg.metrics_port >= 0 ? arg.metrics_port : m->s.metrics_port;
+	int port = arg_metrics_port >= 0 ? arg_metrics_port : m->s.metrics_port;
 	if (port == 0)
 		return 0;
 	struct in_addr a;
@@ -742,14 +727,14 @@ static int run_check(manager *m)
 	}
 	_cleanup_strbuf_ kiln_strbuf b;
 	kiln_strbuf_init(&b);
-	if (arg.json)
+	if (arg_json)
 		hd_json_render(&m->node, m->host, &b);
 	else
 		hd_table_render(&m->node, m->host, &b);
 	if (kiln_strbuf_error(&b) < 0)
 		return log_error_errno(-ENOMEM, "Out of memory");
 	fputs(b.s, stdout);
-	return m->node.state == HD_UNHEALTHY ? 1 : 0;
+	return m->node.state == HD_UNHEALTHY ? KILN_EXIT_FAILURE : KILN_EXIT_OK;
 }
 
 static int run_active(manager *m)
@@ -789,7 +774,7 @@ static int run_active(manager *m)
 			failed += streq(res[k].status, "failed");
 		}
 	}
-	return failed ? 1 : 0;
+	return failed ? KILN_EXIT_FAILURE : KILN_EXIT_OK;
 }
 
 /* Runs the active checks on every idle GPU, one after the other, and turns
@@ -842,19 +827,19 @@ static void *active_main(void *p)
 	return NULL;
 }
 
+/* Starts a round of active checks when the schedule asked for one, none is
+ * running and NVML is up (it may come up late); the next round is due
+ * health.active_interval after this one starts. */
 static void active_maybe(manager *m)
 {
-	if (m->active_running && m->active_done) {
-		pthread_join(m->active_thread, NULL);
-		m->active_running = false;
-		pthread_mutex_lock(&m->lock);
-		publish(m);
-		pthread_mutex_unlock(&m->lock);
-	}
-	if (m->active_running || !m->nvml || !m->next_active || kiln_now_usec() < m->next_active)
+	if (!m->active_due || m->active_running || !m->nvml)
 		return;
-	m->next_active =
-		m->s.active_interval_usec ? kiln_now_usec() + m->s.active_interval_usec : 0;
+	m->active_due = false;
+	if (m->s.active_interval_usec) {
+		sd_event_source_set_time(m->active_timer,
+					 kiln_now_usec() + m->s.active_interval_usec);
+		sd_event_source_set_enabled(m->active_timer, SD_EVENT_ONESHOT);
+	}
 	m->active_done = false;
 	if (pthread_create(&m->active_thread, NULL, active_main, m) == 0)
 		m->active_running = true;
@@ -862,36 +847,148 @@ static void active_maybe(manager *m)
 		log_warning("Failed to start the active checks thread, skipping this round");
 }
 
+/* Joins a finished round (its thread wrote to the wake pipe) and shows
+ * its results. */
+static void active_reap(manager *m)
+{
+	if (!m->active_running || !m->active_done)
+		return;
+	pthread_join(m->active_thread, NULL);
+	m->active_running = false;
+	pthread_mutex_lock(&m->lock);
+	publish(m);
+	pthread_mutex_unlock(&m->lock);
+	active_maybe(m);
+}
+
+static int on_active_timer(sd_event_source *s, uint64_t usec, void *userdata)
+{
+	manager *m = userdata;
+	m->active_due = true;
+	active_maybe(m);
+	return 0;
+}
+
+/* Every health.interval, at a fixed rate: a poll that overran (hung NVML
+ * calls) is followed by the next one at once. */
+static int on_poll_timer(sd_event_source *s, uint64_t usec, void *userdata)
+{
+	manager *m = userdata;
+	pthread_mutex_lock(&m->lock);
+	xid_state_sync(m); /* an admin's --clear-xid lands here */
+	pthread_mutex_unlock(&m->lock);
+	poll_all(m);
+	sd_event_source_set_time(s, MAX(usec + m->s.interval_usec, kiln_now_usec()));
+	sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+	active_maybe(m);
+	return 0;
+}
+
+/* XIDs queued by the XID thread, or the end of a round of active checks. */
+static int on_wake(sd_event_source *s, int fd, uint32_t revents, void *userdata)
+{
+	manager *m = userdata;
+	handle_xids(m);
+	active_reap(m);
+	return 0;
+}
+
+/* SIGHUP (systemctl reload): poll now.  SIGTERM, SIGINT: stop. */
+static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata)
+{
+	manager *m = userdata;
+	if (si->ssi_signo == SIGHUP) {
+		log_info("SIGHUP: polling now");
+		sd_event_source_set_time(m->poll_timer, kiln_now_usec());
+		sd_event_source_set_enabled(m->poll_timer, SD_EVENT_ONESHOT);
+		return 0;
+	}
+	log_info("Received %s, shutting down", strsignal((int) si->ssi_signo));
+	return sd_event_exit(sd_event_source_get_event(s), 0);
+}
+
+/* health.watchdog wins over the unit's WatchdogSec: systemd takes
+ * WATCHDOG_USEC= at run time (0 turns its watchdog off), and the event
+ * loop's pings follow $WATCHDOG_USEC, so both are set to it.  Without a
+ * watchdog from systemd there is nothing to ping. */
+static int watchdog_setup(manager *m)
+{
+	uint64_t unit_usec = 0;
+	if (sd_watchdog_enabled(0, &unit_usec) <= 0)
+		return 0;
+	m->watchdog_usec = m->s.watchdog_usec;
+	if (m->watchdog_usec != unit_usec) {
+		log_info("health.watchdog (%.1fs) replaces WatchdogSec (%.1fs)",
+			 m->watchdog_usec / 1e6, unit_usec / 1e6);
+		sd_notifyf(0, "WATCHDOG_USEC=%llu", (unsigned long long) m->watchdog_usec);
+		char v[32];
+		snprintf(v, sizeof(v), "%llu", (unsigned long long) m->watchdog_usec);
+		if (m->watchdog_usec)
+			setenv("WATCHDOG_USEC", v, 1);
+		else
+			unsetenv("WATCHDOG_USEC");
+	}
+	if (!m->watchdog_usec)
+		return 0;
+	if (m->watchdog_usec < 2 * m->s.nvml_timeout_usec)
+		log_warning("The watchdog (%.1fs) is less than twice health.nvml_timeout (%.1fs): "
+			    "a hung driver call may get the daemon killed; raise health.watchdog",
+			    m->watchdog_usec / 1e6, m->s.nvml_timeout_usec / 1e6);
+	int r = sd_event_set_watchdog(m->event, true);
+	if (r < 0)
+		return log_error_errno(r, "Failed to set up the watchdog: %m");
+	m->last_watchdog = kiln_now_usec(); /* sd_event_set_watchdog() pinged */
+	return 0;
+}
+
+/* The event loop's sources: signals, the wake pipe, the poll timer and the
+ * active checks' schedule. */
+static int event_setup(manager *m)
+{
+	int r = sd_event_new(&m->event);
+	if (r < 0)
+		return log_error_errno(r, "Failed to create the event loop: %m");
+	static const int signals[] = { SIGTERM, SIGINT, SIGHUP };
+	for (size_t i = 0; i < ARRAY_SIZE(signals); i++) {
+		r = sd_event_add_signal(m->event, NULL, signals[i], on_signal, m);
+		if (r < 0)
+			return log_error_errno(r, "Failed to watch signal %d: %m", signals[i]);
+	}
+	r = sd_event_add_io(m->event, NULL, m->wake[0], EPOLLIN, on_wake, m);
+	if (r < 0)
+		return log_error_errno(r, "Failed to watch the wake pipe: %m");
+	/* accuracy 1 us: the 2 s fault-to-drain bound has no room for
+	 * sd-event's default 250 ms timer coalescing */
+	r = sd_event_add_time_relative(m->event, &m->poll_timer, CLOCK_MONOTONIC,
+				       m->s.interval_usec, 1, on_poll_timer, m);
+	if (r < 0)
+		return log_error_errno(r, "Failed to add the poll timer: %m");
+	r = sd_event_add_time_relative(m->event, &m->active_timer, CLOCK_MONOTONIC,
+				       m->s.active_on_start ? 0 : m->s.active_interval_usec, 1,
+				       on_active_timer, m);
+	if (r < 0)
+		return log_error_errno(r, "Failed to add the active checks timer: %m");
+	if (!m->s.active_on_start && !m->s.active_interval_usec)
+		sd_event_source_set_enabled(m->active_timer, SD_EVENT_OFF);
+	return 0;
+}
+
 static int run_daemon(manager *m)
 {
 	int r;
 	if (pipe2(m->wake, O_CLOEXEC | O_NONBLOCK) < 0)
 		return log_error_errno(errno, "Failed to create a pipe: %m");
+	/* before any thread starts (they inherit the mask): the event loop
+	 * takes these through a signalfd */
 	sigset_t mask;
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &mask, NULL); /* before any thread starts: they inherit it */
+	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	_cleanup_close_ int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-	if (sfd < 0)
-		return log_error_errno(errno, "Failed to create a signalfd: %m");
-
-	if (sd_watchdog_enabled(0, &m->watchdog_usec) <= 0)
-		m->watchdog_usec = 0;
-	if (m->watchdog_usec && m->s.watchdog_usec != m->watchdog_usec) {
-		/* health.watchdog wins over the unit's WatchdogSec (systemd takes
-		 * WATCHDOG_USEC= at run time; 0 turns its watchdog off) */
-		log_info("health.watchdog (%.1fs) replaces WatchdogSec (%.1fs)",
-			 m->s.watchdog_usec / 1e6, m->watchdog_usec / 1e6);
-		sd_notifyf(0, "WATCHDOG_USEC=%llu", (unsigned long long) m->s.watchdog_usec);
-		m->watchdog_usec = m->s.watchdog_usec;
-	}
-	if (m->watchdog_usec && m->watchdog_usec < 2 * m->s.nvml_timeout_usec)
-		log_warning("The watchdog (%.1fs) is less than twice health.nvml_timeout (%.1fs): "
-			    "a hung driver call may get the daemon killed; raise health.watchdog",
-			    m->watchdog_usec / 1e6, m->s.nvml_timeout_usec / 1e6);
+	if ((r = event_setup(m)) < 0 || (r = watchdog_setup(m)) < 0)
+		return r;
 
 	r = open_nvml(m);
 	if (r < 0) {
@@ -931,86 +1028,56 @@ static int run_daemon(manager *m)
 	if (!m->nvml)
 		publish(m);
 	pthread_mutex_unlock(&m->lock);
-	if (m->s.active_on_start)
-		m->next_active = kiln_now_usec();
-	else if (m->s.active_interval_usec)
-		m->next_active = kiln_now_usec() + m->s.active_interval_usec;
+	/* the first poll took a while: the next one is an interval from now */
+	sd_event_source_set_time(m->poll_timer, kiln_now_usec() + m->s.interval_usec);
 	sd_notify(0, "READY=1");
 	log_info("kiln-healthd %s on %s: %d GPU(s), polling every %.1fs", KILN_VERSION, m->host,
 		 m->node.n_gpus, m->s.interval_usec / 1e6);
 
-	uint64_t next_poll = kiln_now_usec() + m->s.interval_usec;
-	for (;;) {
-		watchdog_maybe(m);
-		active_maybe(m);
-		uint64_t now = kiln_now_usec();
-		if (now >= next_poll) {
-			pthread_mutex_lock(&m->lock);
-			xid_state_sync(m); /* an admin's --clear-xid lands here */
-			pthread_mutex_unlock(&m->lock);
-			poll_all(m);
-			next_poll = MAX(next_poll + m->s.interval_usec, kiln_now_usec());
-			continue;
-		}
-		uint64_t wait = next_poll - now;
-		if (m->watchdog_usec)
-			wait = MIN(wait, m->watchdog_usec / 4);
-		struct pollfd p[2] = { { .fd = sfd, .events = POLLIN },
-				       { .fd = m->wake[0], .events = POLLIN } };
-		int n = poll(p, 2, (int) DIV_ROUND_UP(wait, KILN_USEC_PER_MSEC));
-		if (n < 0 && errno != EINTR)
-			return log_error_errno(errno, "poll() failed: %m");
-		if (n > 0 && (p[0].revents & POLLIN)) {
-			struct signalfd_siginfo si;
-			if (read(sfd, &si, sizeof(si)) == sizeof(si)) {
-				if (si.ssi_signo == SIGHUP) {
-					log_info("SIGHUP: polling now");
-					next_poll = 0;
-					continue;
-				}
-				log_info("Received %s, shutting down",
-					 strsignal((int) si.ssi_signo));
-				break;
-			}
-		}
-		if (n > 0 && (p[1].revents & POLLIN))
-			handle_xids(m); /* also wakes us when the active checks end */
-	}
+	r = sd_event_loop(m->event);
+	if (r < 0)
+		log_error_errno(r, "The event loop failed: %m");
 	sd_notify(0, "STOPPING=1");
 	kiln_http_server_free(m->http);
 	m->http = NULL;
 	hd_slurm_stop(m->slurm);
 	hd_nvml_close(m->nvml);
 	m->nvml = NULL;
-	return 0;
+	return r < 0 ? r : 0;
 }
 
-int main(int argc, char **argv)
+static void manager_done(manager *m)
 {
-	log_set_program("kiln-healthd");
-	int r = parse_args(argc, argv);
-	if (r <= 0)
-		return r < 0 ? EXIT_USAGE : EXIT_SUCCESS;
+	if (m->nvml && (arg_check || arg_active))
+		hd_nvml_close(m->nvml);
+	sd_event_source_unref(m->poll_timer);
+	sd_event_source_unref(m->active_timer);
+	sd_event_unref(m->event);
+	kiln_cfg_free(m->cfg);
+	free(m->metrics);
+}
 
-	if (arg.clear_xid)
+static int run(int argc, char **argv)
+{
+	if (arg_clear_xid)
 		return run_clear_xid();
 	static manager m; /* large (per-GPU samples); static keeps it off the stack */
 	pthread_mutex_init(&m.lock, NULL);
-	if (load_config(&m) < 0)
-		return EXIT_USAGE;
-	if (arg.check)
+	int r = load_config(&m);
+	if (r < 0)
+		r = kiln_exit_for_config(r);
+	else if (arg_check)
 		r = run_check(&m);
-	else if (arg.active)
+	else if (arg_active)
 		r = run_active(&m);
 	else if (!m.s.enabled) {
 		log_notice("health.enabled is false in the cluster file: kiln-healthd has nothing "
 			   "to do");
-		r = 0;
+		r = KILN_EXIT_OK;
 	} else
-		r = run_daemon(&m) < 0 ? 1 : 0;
-	if (m.nvml && (arg.check || arg.active))
-		hd_nvml_close(m.nvml);
-	kiln_cfg_free(m.cfg);
-	free(m.metrics);
+		r = run_daemon(&m);
+	manager_done(&m);
 	return r;
 }
+
+KILN_DEFINE_MAIN(prog, parse_argv, run)

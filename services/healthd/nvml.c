@@ -73,13 +73,15 @@ struct api {
 	fn_set_free set_free;
 };
 
-/* Where each entry point lives in struct api, its names newest first, and
- * whether the daemon can run without it. */
+/* Where each entry point lives in struct api, its names newest first,
+ * whether the daemon can run without it, and what is lost without it: NULL
+ * for the entry points a check needs (the check table's nvml column names
+ * the check), else these words. */
 static const struct sym {
 	size_t off;
 	const char *field;
 	bool required;
-	const char *check; /* what is lost without it */
+	const char *lost; /* what is lost without it, if not a check */
 	const char *names[3];
 } syms[] = {
 #define S(field, req, check, ...)                                \
@@ -98,27 +100,26 @@ static const struct sym {
 	S(uuid, false, "GPU UUIDs", "nvmlDeviceGetUUID"),
 	S(pci, false, "PCI bus ids", "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2"),
 	S(minor, false, "device names", "nvmlDeviceGetMinorNumber"),
-	S(temp, false, "the temperature check", "nvmlDeviceGetTemperature"),
+	S(temp, false, NULL, "nvmlDeviceGetTemperature"),
 	S(temp_threshold, false, "the slowdown temperature", "nvmlDeviceGetTemperatureThreshold"),
-	S(power, false, "the power check", "nvmlDeviceGetPowerUsage"),
+	S(power, false, NULL, "nvmlDeviceGetPowerUsage"),
 	S(power_limit, false, "the power limit", "nvmlDeviceGetEnforcedPowerLimit"),
-	S(clocks, false, "the clock event reasons check", "nvmlDeviceGetCurrentClocksEventReasons",
+	S(clocks, false, NULL, "nvmlDeviceGetCurrentClocksEventReasons",
 	  "nvmlDeviceGetCurrentClocksThrottleReasons"),
-	S(ecc, false, "the ECC check", "nvmlDeviceGetTotalEccErrors"),
+	S(ecc, false, NULL, "nvmlDeviceGetTotalEccErrors"),
 	S(retired_v2, false, NULL, "nvmlDeviceGetRetiredPages_v2"),
 	S(retired, false, NULL, "nvmlDeviceGetRetiredPages"),
-	S(retired_pending, false, "the pending page retirement check",
-	  "nvmlDeviceGetRetiredPagesPendingStatus"),
-	S(remap, false, "the row remapping check", "nvmlDeviceGetRemappedRows"),
-	S(pcie_gen, false, "the PCIe generation check", "nvmlDeviceGetCurrPcieLinkGeneration"),
-	S(pcie_gen_max, false, "the PCIe generation check", "nvmlDeviceGetGpuMaxPcieLinkGeneration",
+	S(retired_pending, false, NULL, "nvmlDeviceGetRetiredPagesPendingStatus"),
+	S(remap, false, NULL, "nvmlDeviceGetRemappedRows"),
+	S(pcie_gen, false, NULL, "nvmlDeviceGetCurrPcieLinkGeneration"),
+	S(pcie_gen_max, false, NULL, "nvmlDeviceGetGpuMaxPcieLinkGeneration",
 	  "nvmlDeviceGetMaxPcieLinkGeneration"),
-	S(pcie_width, false, "the PCIe width check", "nvmlDeviceGetCurrPcieLinkWidth"),
-	S(pcie_width_max, false, "the PCIe width check", "nvmlDeviceGetMaxPcieLinkWidth"),
-	S(replay, false, "the PCIe replay check", "nvmlDeviceGetPcieReplayCounter"),
-	S(link_state, false, "the NVLink state check", "nvmlDeviceGetNvLinkState"),
+	S(pcie_width, false, NULL, "nvmlDeviceGetCurrPcieLinkWidth"),
+	S(pcie_width_max, false, NULL, "nvmlDeviceGetMaxPcieLinkWidth"),
+	S(replay, false, NULL, "nvmlDeviceGetPcieReplayCounter"),
+	S(link_state, false, NULL, "nvmlDeviceGetNvLinkState"),
 	S(link_err, false, "the NVLink error counters", "nvmlDeviceGetNvLinkErrorCounter"),
-	S(persistence, false, "the persistence mode check", "nvmlDeviceGetPersistenceMode"),
+	S(persistence, false, NULL, "nvmlDeviceGetPersistenceMode"),
 	S(mem, false, "memory sizes", "nvmlDeviceGetMemoryInfo"),
 	S(procs, false, "Slurm job ids per GPU", "nvmlDeviceGetComputeRunningProcesses_v3",
 	  "nvmlDeviceGetComputeRunningProcesses_v2"),
@@ -336,7 +337,8 @@ static void poll_gpu(worker *w, hd_sample *s)
 	if (a->mem) {
 		nvmlMemory_t mem = { 0, 0, 0 };
 		if ((s->has_mem = CALL(w, mem, d, &mem) == NVML_SUCCESS))
-			s->mem_total = mem.total, s->mem_used = mem.used;
+			s->mem_total = mem.total, s->mem_used = mem.used,
+			s->mem_free = mem.total - mem.used;
 	}
 	if (a->procs) {
 		nvmlProcessInfo_t p[HD_PIDS_MAX] = { { 0, 0, 0, 0 } };
@@ -439,6 +441,33 @@ static int run_job(hd_nvml *m, enum job_kind kind, int gpu, hd_sample *out, int 
 	return r;
 }
 
+/* The check that needs entry point name (by its newest name), or NULL. */
+static const hd_check *check_needing(const char *name)
+{
+	size_t n, len = strlen(name);
+	const hd_check *c = hd_checks(&n);
+	for (size_t i = 0; i < n; i++)
+		for (const char *w = c[i].nvml; w && *w; w += strspn(w, " ")) {
+			size_t k = strcspn(w, " ");
+			if (k == len && strncmp(w, name, k) == 0)
+				return &c[i];
+			w += k;
+		}
+	return NULL;
+}
+
+/* "the temperature check", "GPU UUIDs" ...; false when nothing worth a
+ * warning is lost (a fallback covers it). */
+static bool lost_without(const struct sym *sym, char *buf, size_t len)
+{
+	const hd_check *c = check_needing(sym->names[0]);
+	if (c)
+		snprintf(buf, len, "the %s check", c->name);
+	else if (sym->lost)
+		snprintf(buf, len, "%s", sym->lost);
+	return c || sym->lost;
+}
+
 int hd_nvml_open(const char *library, uint64_t timeout_usec, hd_nvml **ret, char *err,
 		 size_t errlen)
 {
@@ -472,9 +501,12 @@ int hd_nvml_open(const char *library, uint64_t timeout_usec, hd_nvml **ret, char
 			dlclose(m->dl);
 			free(m);
 			return -ENOTSUP;
-		} else if (syms[i].check)
-			log_warning("NVML library %s lacks %s: %s disabled", library,
-				    syms[i].names[0], syms[i].check);
+		} else {
+			char what[96];
+			if (lost_without(&syms[i], what, sizeof(what)))
+				log_warning("NVML library %s lacks %s: %s disabled", library,
+					    syms[i].names[0], what);
+		}
 	}
 	if (!m->api.retired_v2 && !m->api.retired)
 		log_warning("NVML library %s lacks nvmlDeviceGetRetiredPages: the retired pages "

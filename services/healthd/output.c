@@ -5,246 +5,107 @@
  * pci_bus_id, device, modelName, Hostname) so existing Grafana dashboards
  * work unchanged; kiln_* metrics add what dcgm-exporter lacks: the health
  * state, a count per XID (dcgm-exporter's gauge only holds the last one),
- * and the Slurm job on each GPU. */
+ * and the Slurm job on each GPU.  The per-GPU values and their names come
+ * from the check table (hd_checks()); the text format from kiln/metrics.h. */
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "healthd.h"
+#include "kiln/metrics.h"
 
-/* Prometheus label values escape backslash, double quote and newline. */
-static void label_escaped(kiln_strbuf *b, const char *s)
+/* The label set of one GPU, dcgm-exporter's, plus room for one more label
+ * (state, xid, job) and the terminating NULL. */
+typedef struct gpu_labels {
+	char gpu[16], device[24];
+	const char *v[6 * 2 + 2 + 1];
+} gpu_labels;
+
+static const char *const *labels(gpu_labels *l, const hd_gpu *g, const char *host,
+				 const char *extra, const char *extra_value)
 {
-	while (s && *s) {
-		size_t n = strcspn(s, "\\\"\n");
-		kiln_strbuf_append_n(b, s, n);
-		s += n;
-		if (!*s)
-			break;
-		kiln_strbuf_append(b, *s == '\n' ? "\\n" : *s == '"' ? "\\\"" : "\\\\");
-		s++;
-	}
+	snprintf(l->gpu, sizeof(l->gpu), "%d", g->index);
+	snprintf(l->device, sizeof(l->device), "nvidia%u", g->cur.minor);
+	const char *v[] = { "gpu",	 l->gpu,       "UUID",
+			    g->cur.uuid, "pci_bus_id", g->cur.pci_bus_id,
+			    "device",	 l->device,    "modelName",
+			    g->cur.name, "Hostname",   host,
+			    extra,	 extra_value,  NULL };
+	memcpy(l->v, v, sizeof(v));
+	return l->v;
 }
 
-static void labels(kiln_strbuf *b, const hd_gpu *g, const char *host)
+/* A value of the GPU's current sample is exported only while the GPU answers. */
+static bool metric_value(const hd_value *v, const hd_gpu *g, double *ret)
 {
-	kiln_strbuf_printf(b, "{gpu=\"%d\",UUID=\"", g->index);
-	label_escaped(b, g->cur.uuid);
-	kiln_strbuf_append(b, "\",pci_bus_id=\"");
-	label_escaped(b, g->cur.pci_bus_id);
-	kiln_strbuf_printf(b, "\",device=\"nvidia%u\",modelName=\"", g->cur.minor);
-	label_escaped(b, g->cur.name);
-	kiln_strbuf_append(b, "\",Hostname=\"");
-	label_escaped(b, host);
-	kiln_strbuf_append(b, "\"");
-}
-
-typedef struct metric {
-	const char *name, *type, *help;
-	/* returns false when the GPU has no value for it */
-	bool (*get)(const hd_gpu *g, double *v);
-} metric;
-
-#define GETTER(fn, cond, expr)                         \
-	static bool fn(const hd_gpu *g, double *v)     \
-	{                                              \
-		const hd_sample *s = &g->cur;          \
-		if (!s->present || s->lost || !(cond)) \
-			return false;                  \
-		*v = (double) (expr);                  \
-		return true;                           \
-	}
-GETTER(m_temp, s->has_temp, s->temp_c)
-GETTER(m_slowdown, s->has_slowdown, s->slowdown_c)
-GETTER(m_power, s->has_power, s->power_w)
-GETTER(m_power_limit, s->has_power_limit, s->power_limit_w)
-GETTER(m_clocks, s->has_clocks, s->clock_reasons)
-GETTER(m_sbe_vol, s->has_ecc, s->sbe_vol)
-GETTER(m_dbe_vol, s->has_ecc, s->dbe_vol)
-GETTER(m_sbe_agg, s->has_ecc, s->sbe_agg)
-GETTER(m_dbe_agg, s->has_ecc, s->dbe_agg)
-GETTER(m_ret_sbe, s->has_retired, s->retired_sbe)
-GETTER(m_ret_dbe, s->has_retired, s->retired_dbe)
-GETTER(m_ret_pending, s->has_retired_pending, s->retired_pending)
-GETTER(m_remap_corr, s->has_remap, s->remap_corr)
-GETTER(m_remap_unc, s->has_remap, s->remap_unc)
-GETTER(m_remap_fail, s->has_remap, s->remap_failure)
-GETTER(m_remap_pending, s->has_remap, s->remap_pending)
-GETTER(m_pcie_gen, s->has_pcie_gen, s->pcie_gen)
-GETTER(m_pcie_gen_max, s->has_pcie_gen, s->pcie_gen_max)
-GETTER(m_pcie_width, s->has_pcie_width, s->pcie_width)
-GETTER(m_pcie_width_max, s->has_pcie_width, s->pcie_width_max)
-GETTER(m_replay, s->has_replay, s->pcie_replay)
-GETTER(m_nvl_flit, s->has_nvlink, s->nvlink_err[NVML_NVLINK_ERROR_DL_CRC_FLIT])
-GETTER(m_nvl_data, s->has_nvlink, s->nvlink_err[NVML_NVLINK_ERROR_DL_CRC_DATA])
-GETTER(m_nvl_replay, s->has_nvlink, s->nvlink_err[NVML_NVLINK_ERROR_DL_REPLAY])
-GETTER(m_nvl_recovery, s->has_nvlink, s->nvlink_err[NVML_NVLINK_ERROR_DL_RECOVERY])
-GETTER(m_nvl_down, s->has_nvlink, s->nvlink_down)
-GETTER(m_fb_used, s->has_mem, s->mem_used >> 20)
-GETTER(m_fb_free, s->has_mem, (s->mem_total - s->mem_used) >> 20)
-GETTER(m_persistence, s->has_persistence, s->persistence)
-static bool m_xid(const hd_gpu *g, double *v)
-{
-	*v = g->last_xid;
-	return true;
-}
-
-static const metric metrics[] = {
-	{ "DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", m_temp },
-	{ "DCGM_FI_DEV_SLOWDOWN_TEMP", "gauge", "Slowdown temperature (in C).", m_slowdown },
-	{ "DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", m_power },
-	{ "DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "gauge", "Enforced power limit (in W).",
-	  m_power_limit },
-	{ "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Current clock event reasons (bit mask).",
-	  m_clocks },
-	{ "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "gauge",
-	  "Total number of single-bit volatile ECC errors.", m_sbe_vol },
-	{ "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "gauge",
-	  "Total number of double-bit volatile ECC errors.", m_dbe_vol },
-	{ "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "gauge",
-	  "Total number of single-bit persistent ECC errors.", m_sbe_agg },
-	{ "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "gauge",
-	  "Total number of double-bit persistent ECC errors.", m_dbe_agg },
-	{ "DCGM_FI_DEV_RETIRED_SBE", "gauge",
-	  "Total number of retired pages due to single-bit errors.", m_ret_sbe },
-	{ "DCGM_FI_DEV_RETIRED_DBE", "gauge",
-	  "Total number of retired pages due to double-bit errors.", m_ret_dbe },
-	{ "DCGM_FI_DEV_RETIRED_PENDING", "gauge",
-	  "Whether a page retirement is pending (1) or not (0).", m_ret_pending },
-	{ "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "gauge",
-	  "Number of remapped rows for correctable errors.", m_remap_corr },
-	{ "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "gauge",
-	  "Number of remapped rows for uncorrectable errors.", m_remap_unc },
-	{ "DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed.",
-	  m_remap_fail },
-	{ "DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge",
-	  "Whether a row remapping is pending (reset needed).", m_remap_pending },
-	{ "DCGM_FI_DEV_PCIE_LINK_GEN", "gauge", "PCIe current link generation.", m_pcie_gen },
-	{ "DCGM_FI_DEV_PCIE_MAX_LINK_GEN", "gauge", "PCIe maximum link generation.",
-	  m_pcie_gen_max },
-	{ "DCGM_FI_DEV_PCIE_LINK_WIDTH", "gauge", "PCIe current link width.", m_pcie_width },
-	{ "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "gauge", "PCIe maximum link width.",
-	  m_pcie_width_max },
-	{ "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "gauge", "Total number of PCIe retries.", m_replay },
-	{ "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "gauge",
-	  "Total number of NVLink flow-control CRC errors.", m_nvl_flit },
-	{ "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "gauge",
-	  "Total number of NVLink data CRC errors.", m_nvl_data },
-	{ "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "gauge", "Total number of NVLink retries.",
-	  m_nvl_replay },
-	{ "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "gauge",
-	  "Total number of NVLink recovery errors.", m_nvl_recovery },
-	{ "DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", m_xid },
-	{ "DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", m_fb_used },
-	{ "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", m_fb_free },
-	{ "kiln_gpu_nvlink_down", "gauge", "NVLink links that are down.", m_nvl_down },
-	{ "kiln_gpu_persistence_mode", "gauge", "Persistence mode on (1) or off (0).",
-	  m_persistence },
-};
-
-/* Appends a sample value: integers (most of them) without printf. */
-static void value(kiln_strbuf *b, double v)
-{
-	char buf[32];
-	if (v >= 0 && v < 1e15 && v == (double) (uint64_t) v) {
-		char *p = buf + sizeof(buf);
-		uint64_t x = (uint64_t) v;
-		*--p = 0;
-		do
-			*--p = (char) ('0' + x % 10);
-		while (x /= 10);
-		kiln_strbuf_append(b, p);
-	} else {
-		snprintf(buf, sizeof(buf), "%.17g", v);
-		kiln_strbuf_append(b, buf);
-	}
+	if (v->has != HD_VALUE_ALWAYS && (!g->cur.present || g->cur.lost))
+		return false;
+	return hd_value_get(v, g, ret);
 }
 
 int hd_metrics_render(const hd_node *n, const char *host, kiln_strbuf *b)
 {
-	/* the label set of each GPU, rendered once */
-	kiln_strbuf lab[HD_GPUS_MAX];
-	for (int k = 0; k < n->n_gpus; k++) {
-		kiln_strbuf_init(&lab[k]);
-		labels(&lab[k], &n->gpus[k], host);
-		kiln_strbuf_append(&lab[k], "} ");
-	}
-	for (size_t i = 0; i < ARRAY_SIZE(metrics); i++) {
-		const metric *m = &metrics[i];
-		kiln_strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", m->name, m->help, m->name,
-				   m->type);
-		for (int k = 0; k < n->n_gpus; k++) {
-			double v;
-			if (!m->get(&n->gpus[k], &v))
+	kiln_metrics m;
+	gpu_labels l;
+	size_t n_checks;
+	const hd_check *checks = hd_checks(&n_checks);
+	kiln_metrics_init(&m, b);
+	for (size_t c = 0; c < n_checks; c++)
+		for (const hd_value *v = checks[c].values; v < hd_check_values_end(&checks[c]);
+		     v++) {
+			if (!v->metric)
 				continue;
-			kiln_strbuf_append(b, m->name);
-			if (lab[k].s)
-				kiln_strbuf_append_n(b, lab[k].s, lab[k].len);
-			value(b, v);
-			kiln_strbuf_append_n(b, "\n", 1);
+			kiln_metrics_family(&m, v->metric, KILN_METRIC_GAUGE, v->help);
+			for (int k = 0; k < n->n_gpus; k++) {
+				double x;
+				if (metric_value(v, &n->gpus[k], &x))
+					kiln_metrics_sample(
+						&m, labels(&l, &n->gpus[k], host, NULL, NULL), x);
+			}
 		}
-	}
-	for (int k = 0; k < n->n_gpus; k++)
-		kiln_strbuf_free(&lab[k]);
 
-	kiln_strbuf_append(b, "# HELP kiln_gpu_health GPU health state (1 for the current state).\n"
-			      "# TYPE kiln_gpu_health gauge\n");
+	kiln_metrics_family(&m, "kiln_gpu_health", KILN_METRIC_GAUGE,
+			    "GPU health state (1 for the current state).");
 	for (int k = 0; k < n->n_gpus; k++)
-		for (hd_state s = HD_HEALTHY; s <= HD_UNHEALTHY; s++) {
-			kiln_strbuf_append(b, "kiln_gpu_health");
-			labels(b, &n->gpus[k], host);
-			kiln_strbuf_printf(b, ",state=\"%s\"} %d\n", hd_state_to_string(s),
-					   n->gpus[k].state == s);
-		}
-	kiln_strbuf_append(b,
-			   "# HELP kiln_node_health Node health state (1 for the current state).\n"
-			   "# TYPE kiln_node_health gauge\n");
-	for (hd_state s = HD_HEALTHY; s <= HD_UNHEALTHY; s++) {
-		kiln_strbuf_append(b, "kiln_node_health{Hostname=\"");
-		label_escaped(b, host);
-		kiln_strbuf_printf(b, "\",state=\"%s\"} %d\n", hd_state_to_string(s),
-				   n->state == s);
-	}
-	kiln_strbuf_append(
-		b, "# HELP kiln_xid_total XID errors seen since the daemon started, by XID.\n"
-		   "# TYPE kiln_xid_total counter\n");
+		for (hd_state s = HD_HEALTHY; s <= HD_UNHEALTHY; s++)
+			kiln_metrics_sample(
+				&m, labels(&l, &n->gpus[k], host, "state", hd_state_to_string(s)),
+				n->gpus[k].state == s);
+	kiln_metrics_family(&m, "kiln_node_health", KILN_METRIC_GAUGE,
+			    "Node health state (1 for the current state).");
+	for (hd_state s = HD_HEALTHY; s <= HD_UNHEALTHY; s++)
+		kiln_metrics_sample(
+			&m,
+			(const char *[]){ "Hostname", host, "state", hd_state_to_string(s), NULL },
+			n->state == s);
+	kiln_metrics_family(&m, "kiln_xid_total", KILN_METRIC_COUNTER,
+			    "XID errors seen since the daemon started, by XID.");
 	for (int k = 0; k < n->n_gpus; k++) {
 		const hd_gpu *g = &n->gpus[k];
 		for (int x = 0; x < g->n_xids; x++) {
-			kiln_strbuf_append(b, "kiln_xid_total");
-			labels(b, g, host);
-			kiln_strbuf_printf(b, ",xid=\"%d\"} %llu\n", g->xids[x].xid,
-					   (unsigned long long) g->xids[x].count);
+			char xid[16];
+			snprintf(xid, sizeof(xid), "%d", g->xids[x].xid);
+			kiln_metrics_sample(&m, labels(&l, g, host, "xid", xid),
+					    (double) g->xids[x].count);
 		}
-		if (g->xid_other) {
-			kiln_strbuf_append(b, "kiln_xid_total");
-			labels(b, g, host);
-			kiln_strbuf_printf(b, ",xid=\"other\"} %llu\n",
-					   (unsigned long long) g->xid_other);
-		}
+		if (g->xid_other)
+			kiln_metrics_sample(&m, labels(&l, g, host, "xid", "other"),
+					    (double) g->xid_other);
 	}
-	kiln_strbuf_append(b,
-			   "# HELP kiln_gpu_slurm_job The Slurm job running on a GPU (1 per job).\n"
-			   "# TYPE kiln_gpu_slurm_job gauge\n");
+	kiln_metrics_family(&m, "kiln_gpu_slurm_job", KILN_METRIC_GAUGE,
+			    "The Slurm job running on a GPU (1 per job).");
 	for (int k = 0; k < n->n_gpus; k++) {
 		const hd_gpu *g = &n->gpus[k];
 		char ids[sizeof(g->job_ids)];
 		snprintf(ids, sizeof(ids), "%s", g->job_ids);
 		char *save = NULL;
-		for (char *t = strtok_r(ids, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-			kiln_strbuf_append(b, "kiln_gpu_slurm_job");
-			labels(b, g, host);
-			kiln_strbuf_append(b, ",job=\"");
-			label_escaped(b, t);
-			kiln_strbuf_append(b, "\"} 1\n");
-		}
+		for (char *t = strtok_r(ids, ",", &save); t; t = strtok_r(NULL, ",", &save))
+			kiln_metrics_sample(&m, labels(&l, g, host, "job", t), 1);
 	}
-	kiln_strbuf_printf(
-		b,
-		"# HELP kiln_healthd_polls_total Poll cycles since the daemon started.\n"
-		"# TYPE kiln_healthd_polls_total counter\nkiln_healthd_polls_total %llu\n",
-		(unsigned long long) n->polls);
-	return kiln_strbuf_error(b);
+	kiln_metrics_family(&m, "kiln_healthd_polls_total", KILN_METRIC_COUNTER,
+			    "Poll cycles since the daemon started.");
+	kiln_metrics_sample(&m, NULL, (double) n->polls);
+	return kiln_metrics_finish(&m);
 }
 
 static void reasons_join(const hd_reasons *r, kiln_strbuf *b)
@@ -294,15 +155,25 @@ static json_t *reasons_json(const hd_reasons *r)
 	return a;
 }
 
-static void set_opt(json_t *o, const char *k, bool has, json_t *v)
+static json_t *value_json(const hd_value *v, const hd_gpu *g)
 {
-	json_object_set_new(o, k, has ? v : json_null());
-	if (!has)
-		json_decref(v);
+	double x;
+	if (!hd_value_get(v, g, &x))
+		return json_null();
+	switch (v->type) {
+	case HD_VALUE_DOUBLE:
+		return json_real(x);
+	case HD_VALUE_BOOL:
+		return json_boolean(x != 0);
+	default:
+		return json_integer((json_int_t) x);
+	}
 }
 
 int hd_json_render(const hd_node *n, const char *host, kiln_strbuf *b)
 {
+	size_t n_checks;
+	const hd_check *checks = hd_checks(&n_checks);
 	json_t *root = json_object(), *gpus = json_array();
 	if (!root || !gpus) {
 		json_decref(root);
@@ -323,19 +194,11 @@ int hd_json_render(const hd_node *n, const char *host, kiln_strbuf *b)
 				      "uuid", s->uuid, "pci_bus_id", s->pci_bus_id, "state",
 				      hd_state_to_string(g->state));
 		json_object_set_new(o, "reasons", reasons_json(&g->reasons));
-		set_opt(o, "temperature_c", s->has_temp, json_integer(s->temp_c));
-		set_opt(o, "slowdown_c", s->has_slowdown, json_integer(s->slowdown_c));
-		set_opt(o, "power_w", s->has_power, json_real(s->power_w));
-		set_opt(o, "power_limit_w", s->has_power_limit, json_real(s->power_limit_w));
-		set_opt(o, "ecc_dbe_volatile", s->has_ecc, json_integer((json_int_t) s->dbe_vol));
-		set_opt(o, "ecc_sbe_volatile", s->has_ecc, json_integer((json_int_t) s->sbe_vol));
-		set_opt(o, "remap_pending", s->has_remap, json_boolean(s->remap_pending));
-		set_opt(o, "remap_failure", s->has_remap, json_boolean(s->remap_failure));
-		set_opt(o, "pcie_link_width", s->has_pcie_width, json_integer(s->pcie_width));
-		set_opt(o, "pcie_link_gen", s->has_pcie_gen, json_integer(s->pcie_gen));
-		set_opt(o, "nvlink_down", s->has_nvlink, json_integer(s->nvlink_down));
-		set_opt(o, "persistence_mode", s->has_persistence, json_boolean(s->persistence));
-		json_object_set_new(o, "last_xid", json_integer(g->last_xid));
+		for (size_t c = 0; c < n_checks; c++)
+			for (const hd_value *v = checks[c].values;
+			     v < hd_check_values_end(&checks[c]); v++)
+				if (v->json)
+					json_object_set_new(o, v->json, value_json(v, g));
 		json_array_append_new(gpus, o);
 	}
 	json_object_set_new(root, "gpus", gpus);

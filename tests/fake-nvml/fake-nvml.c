@@ -18,7 +18,16 @@
  * until the process exits, as a wedged driver does.  If KILN_FAKE_NVML_LOG
  * names a file, nvmlInit and every fired event append a line with the
  * CLOCK_REALTIME time, so tests can measure latency from injection.
- * KILN_FAKE_NVML_HANG_INIT=1 makes nvmlInit itself hang.
+ * KILN_FAKE_NVML_HANG_INIT=1 makes nvmlInit itself hang.  An nvmlInit that
+ * finds KILN_FAKE_NVML_SCENARIO naming another file than the loaded one
+ * loads that one (and its clock starts again).
+ *
+ * The GPU fields are the knobs kiln-healthd's checks react to: every row of
+ * its check table (services/healthd/check.c) names the setting here that
+ * trips it ("temperature = 95;", "remap_failure = true;", "lost = true;",
+ * "hang = ...;"), and tests/healthd/test-healthd.c runs each one through the
+ * real sampler.  A new check that reads a new NVML value adds its field to
+ * struct fake_gpu and fields[], and the entry point that returns it.
  *
  * Built twice: the normal library, and with FAKE_NVML_OLD an "old driver"
  * that lacks the newest symbol names (callers must fall back) and
@@ -141,6 +150,7 @@ struct fake_eventset {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static config_t cfg;
 static bool loaded, cfg_inited;
+static char loaded_path[4096];
 static int init_count;
 static double t0;
 static struct fake_gpu gpus[FAKE_MAX_GPUS];
@@ -395,7 +405,11 @@ EXPORT nvmlReturn_t nvmlInit_v2(void)
 		for (;;)
 			pause();
 	pthread_mutex_lock(&lock);
-	if (!loaded) {
+	/* a new scenario file starts over (a unit test walks the check table
+	 * in one process: one scenario per check) */
+	const char *path = strempty_(getenv("KILN_FAKE_NVML_SCENARIO"));
+	if (!loaded || strcmp(loaded_path, path) != 0) {
+		snprintf(loaded_path, sizeof(loaded_path), "%s", path);
 		if (load_scenario() < 0) {
 			pthread_mutex_unlock(&lock);
 			return NVML_ERROR_UNKNOWN;

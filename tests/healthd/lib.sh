@@ -9,6 +9,9 @@ case "$B" in /*) ;; *) B=$top/$B ;; esac
 HEALTHD=$B/bin/kiln-healthd
 FAKE=$B/lib/fake-nvml/libnvidia-ml.so.1
 PY=/usr/bin/python3
+# the suites grep the daemon's "<N>" journal prefixes in its log files, which
+# it writes only when stderr is the journal unless told to
+export KILN_LOG_PREFIX=1
 
 tap_n=0 tap_failed=0
 ok() { tap_n=$((tap_n + 1)); echo "ok $tap_n - $*"; }

@@ -475,6 +475,81 @@ static void test_nvml_old_driver(void **state)
 	hd_nvml_close(m);
 }
 
+/* The check table: each row's fake NVML fault, through the real sampler,
+ * gives that row's reason and nothing else; each value it shows is in the
+ * metrics and the JSON of a sampled GPU. */
+static void poll_fake(const char *gpu, int i, hd_gpu *g)
+{
+	char path[640];
+	snprintf(path, sizeof(path), "%s.%d", scenario, i);
+	FILE *f = fopen(path, "we");
+	assert_non_null(f);
+	fprintf(f, "gpus = ( { %s } );\n", gpu);
+	fclose(f);
+	setenv("KILN_FAKE_NVML_SCENARIO", path, 1);
+	char err[256] = "";
+	hd_nvml *m = NULL;
+	assert_int_equal(hd_nvml_open(fake_dir, 300000, &m, err, sizeof(err)), 0);
+	memset(g, 0, sizeof(*g));
+	hd_nvml_poll(m, 0, &g->cur);
+	hd_nvml_close(m);
+	unlink(path);
+	setenv("KILN_FAKE_NVML_SCENARIO", scenario, 1);
+}
+
+static void test_check_table(void **state)
+{
+	if (access(fake_dir, R_OK) < 0)
+		skip();
+	size_t n;
+	const hd_check *c = hd_checks(&n);
+	static hd_node node;
+	hd_reasons r = {};
+	memset(&node, 0, sizeof(node));
+	node.n_gpus = 1;
+	poll_fake("", -1, &node.gpus[0]);
+	hd_evaluate(&S, NULL, &node.gpus[0].cur, &r);
+	assert_int_equal(r.n, 0); /* the fake's default GPU is healthy */
+	hd_node_evaluate(&S, &node, 1);
+	_cleanup_strbuf_ kiln_strbuf mb;
+	_cleanup_strbuf_ kiln_strbuf jb;
+	kiln_strbuf_init(&mb);
+	kiln_strbuf_init(&jb);
+	assert_int_equal(hd_metrics_render(&node, "node01", &mb), 0);
+	assert_int_equal(hd_json_render(&node, "node01", &jb), 0);
+	json_error_t jerr;
+	json_t *j = json_loads(jb.s, 0, &jerr);
+	assert_non_null(j);
+	json_t *g0 = json_array_get(json_object_get(j, "gpus"), 0);
+
+	for (size_t i = 0; i < n; i++) {
+		assert_non_null(c[i].name);
+		for (const hd_value *v = c[i].values; v < hd_check_values_end(&c[i]); v++) {
+			char want[256];
+			if (v->metric) {
+				snprintf(want, sizeof(want), "\n%s{gpu=\"0\"", v->metric);
+				if (!strstr(mb.s, want))
+					fail_msg("check %s: no %s sample", c[i].name, v->metric);
+			}
+			if (v->json && !json_object_get(g0, v->json))
+				fail_msg("check %s: no \"%s\" in the JSON", c[i].name, v->json);
+		}
+		if (!c[i].fault)
+			continue;
+		assert_non_null(c[i].evaluate);
+		assert_non_null(c[i].reason);
+		static hd_gpu g;
+		poll_fake(c[i].fault, (int) i, &g);
+		memset(&r, 0, sizeof(r));
+		hd_evaluate(&S, NULL, &g.cur, &r);
+		if (r.n != 1 || !streq(r.v[0].text, c[i].reason))
+			fail_msg(
+				"check %s: fault '%s' gave %d reason(s), the first '%s'; want '%s'",
+				c[i].name, c[i].fault, r.n, r.n ? r.v[0].text : "", c[i].reason);
+	}
+	json_decref(j);
+}
+
 /* hd_active_run against stand-ins for kiln-healthd-active */
 static void test_active_runner(void **state)
 {
@@ -640,6 +715,7 @@ int main(void)
 		cmocka_unit_test(test_nvml_init_hang),
 		cmocka_unit_test(test_nvml_fake),
 		cmocka_unit_test(test_nvml_old_driver),
+		cmocka_unit_test_setup(test_check_table, setup),
 		cmocka_unit_test_setup(test_active_runner, setup),
 		cmocka_unit_test_setup(test_xid_state, setup),
 	};
