@@ -2,7 +2,7 @@
 # built; kernels/cuda/build.mk adds the cuda objects to libkk.a and appends
 # its libraries to KK_LDLIBS when CUDA=1 (see kernels/kk_internal.h).
 # Programs linking kk pass $(KK_LDLIBS) as their LDLIBS.
-KK_SRCS := kernels/kk.c kernels/kk_dtype.c kernels/cpu/cpu.c kernels/cpu/ops.c \
+KK_SRCS := kernels/kk.c kernels/kk_dtype.c kernels/cpu/cpu.c kernels/cpu/elementwise.c \
 	kernels/cpu/gemm.c kernels/cpu/attention.c kernels/cpu/sample.c kernels/cpu/comm.c \
 	kernels/cpu/simd.c
 KK_LDLIBS := -lopenblas
