@@ -4,10 +4,10 @@
 # libraries (-u pulls backend.cu's kk_cuda_ops out of the archive, which
 # kernels/kk.c references only weakly).  With CUDA=0 nothing here is built
 # and the test/bench scripts report "no CUDA device".
-KK_CUDA_SRCS := kernels/cuda/backend.cu kernels/cuda/core.cu kernels/cuda/gemm.cu \
-	kernels/cuda/norm.cu kernels/cuda/elementwise.cu kernels/cuda/optim.cu \
-	kernels/cuda/quant.cu kernels/cuda/attention.cu kernels/cuda/sample.cu \
-	kernels/cuda/nccl.cu
+KK_CUDA_SRCS := kernels/cuda/backend.cu kernels/cuda/core.cu kernels/cuda/elementwise.cu \
+	kernels/cuda/gemm.cu kernels/cuda/quant.cu kernels/cuda/attention.cu kernels/cuda/norm.cu \
+	kernels/cuda/rope.cu kernels/cuda/softmax.cu kernels/cuda/embedding.cu \
+	kernels/cuda/optim.cu kernels/cuda/sample.cu kernels/cuda/nccl.cu
 
 ifeq ($(CUDA),1)
 $(B)/lib/libkk.a: $(call kiln_objs,$(KK_CUDA_SRCS))
