@@ -1555,6 +1555,52 @@ static void test_not_supported(void **state)
 	assert_int_equal(kk_softmax(be, NULL, y, x, 8, 8), 0);
 }
 
+/* kk_supports: every op of the list takes f32/bf16/f16 on both backends
+ * (and i8/q4 for the quantized ops); any other dtype, an op outside the list,
+ * a NULL backend or a cleared slot answer false, and the calls agree. */
+static void test_supports(void **state)
+{
+	struct kk_backend_ops cleared;
+	const struct kk_backend_ops *saved = be->ops;
+	kk_buffer *xi = out_buf(KK_I32, 8), *yi = out_buf(KK_I32, 8);
+	kk_buffer *x = out_buf(KK_F32, 8), *y = out_buf(KK_F32, 8);
+
+	for (int op = 0; op < KK_OP_MAX; op++) {
+		bool quant = op == KK_OP_QUANTIZE || op == KK_OP_DEQUANTIZE || op == KK_OP_QGEMM;
+		assert_non_null(kk_op_name((kk_op) op));
+		for (int dt = 0; dt < KK_DTYPE_MAX; dt++) {
+			bool want = dt == KK_F32 || dt == KK_BF16 || dt == KK_F16 ||
+				    (quant && (dt == KK_I8 || dt == KK_Q4));
+			assert_int_equal(kk_supports(be, (kk_op) op, (kk_dtype) dt), want);
+		}
+		assert_false(kk_supports(be, (kk_op) op, KK_DTYPE_MAX));
+		assert_false(kk_supports(NULL, (kk_op) op, KK_F32));
+	}
+	assert_string_equal(kk_op_name(KK_OP_GEMM), "gemm");
+	assert_string_equal(kk_op_name(KK_OP_CROSS_ENTROPY_BWD), "cross_entropy_bwd");
+	assert_string_equal(kk_op_name(KK_OP_BROADCAST), "broadcast");
+	assert_null(kk_op_name(KK_OP_MAX));
+	assert_null(kk_op_name((kk_op) -1));
+	assert_false(kk_supports(be, KK_OP_MAX, KK_F32));
+	assert_false(kk_supports(be, (kk_op) -1, KK_F32));
+
+	/* false for i32 softmax: the call refuses it the same way. */
+	assert_false(kk_supports(be, KK_OP_SOFTMAX, KK_I32));
+	assert_int_equal(kk_softmax(be, NULL, yi, xi, 2, 4), -EINVAL);
+	assert_true(kk_supports(be, KK_OP_SOFTMAX, KK_F32));
+	assert_int_equal(kk_softmax(be, NULL, y, x, 2, 4), 0);
+
+	/* A backend without the op (slot cleared): false, and -EOPNOTSUPP. */
+	cleared = *saved;
+	cleared.softmax = NULL;
+	assert_int_equal(kk__backend_set_ops(be, &cleared), 0);
+	assert_false(kk_supports(be, KK_OP_SOFTMAX, KK_F32));
+	assert_true(kk_supports(be, KK_OP_GEMM, KK_F32));
+	assert_int_equal(kk_softmax(be, NULL, y, x, 2, 4), -EOPNOTSUPP);
+	assert_int_equal(kk__backend_set_ops(be, saved), 0);
+	assert_true(kk_supports(be, KK_OP_SOFTMAX, KK_F32));
+}
+
 static void test_backend_select(void **state)
 {
 	kk_backend *b = NULL;
@@ -1769,6 +1815,7 @@ static int run_suite(void)
 		T(test_sample),
 		T(test_bad_args),
 		T(test_not_supported),
+		T(test_supports),
 		T(test_backend_select),
 		T(test_collectives),
 	};
