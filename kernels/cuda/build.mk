@@ -18,7 +18,7 @@ endif
 
 # The GPU parity test (every op, cuda vs cpu and f64) and the benchmark.
 # Both are built with CUDA=0 too: they then report "no CUDA device".
-$(eval $(call kiln_tool,test-kk-cuda,tests/kernels/gpu/test-kk-cuda.c,kk common,$$(KK_LDLIBS)))
+$(eval $(call kiln_tool,test-kk-cuda,tests/kernels/gpu/test-kk-cuda.c,kkref kk common,$$(KK_LDLIBS)))
 TEST_GPU_SCRIPTS += tests/kernels/gpu/test-kk-cuda.sh
 TEST_SCRIPTS += tests/kernels/gpu/test-kk-cuda.sh
 $(eval $(call kiln_tool,cuda-bench,kernels/bench/cuda-bench.c,kk common,$$(KK_LDLIBS)))

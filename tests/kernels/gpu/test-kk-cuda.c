@@ -22,6 +22,7 @@
 
 #include "kiln/macro.h"
 #include "kk.h"
+#include "../ref/ref.h"
 
 /* Number of TAP lines this program prints (for the skip path). */
 #define N_TESTS 51
@@ -251,28 +252,30 @@ static void test_gemm(kk_dtype dt, kk_dtype cdt, bool ta, bool tb, int64_t batch
 					 .stride_c = m * n,
 					 .bias = with_bias ? S(bias) : NULL,
 					 .epilogue = epi }));
-	double *ref = malloc(nc * sizeof(double));
-	for (int64_t bi = 0; bi < nb; bi++)
-		for (int64_t i = 0; i < m; i++)
-			for (int64_t j = 0; j < n; j++) {
-				double s = 0;
-				for (int64_t l = 0; l < k; l++) {
-					double av = ta ? ha[bi * m * k + l * m + i]
-						       : ha[bi * m * k + i * k + l];
-					double bv = tb ? hb[bi * k * n + j * k + l]
-						       : hb[bi * k * n + l * n + j];
-					s += av * bv;
-				}
-				size_t o = (size_t) (bi * m * n + i * n + j);
-				double v = alpha * s + beta * hc[o] + (with_bias ? hbias[j] : 0);
-				if (epi == KK_EPI_GELU)
-					v = 0.5 * v *
-					    (1 +
-					     tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
-				else if (epi == KK_EPI_SILU)
-					v = v / (1 + exp(-v));
-				ref[o] = v;
-			}
+	double *ref = malloc(nc * sizeof(double)), *da = ref_widen(ha, na),
+	       *db = ref_widen(hb, nbb), *dc = ref_widen(hc, nc),
+	       *dbias = ref_widen(hbias, (size_t) n);
+	ref_gemm(&(struct ref_gemm){ .trans_a = ta,
+				     .trans_b = tb,
+				     .m = m,
+				     .n = n,
+				     .k = k,
+				     .batch = nb,
+				     .alpha = alpha,
+				     .beta = beta,
+				     .a = da,
+				     .lda = ta ? m : k,
+				     .stride_a = m * k,
+				     .b = db,
+				     .ldb = tb ? k : n,
+				     .stride_b = k * n,
+				     .c0 = dc,
+				     .bias = with_bias ? dbias : NULL,
+				     .epilogue = epi,
+				     .c = ref,
+				     .ldc = n,
+				     .stride_c = m * n });
+	free(da), free(db), free(dc), free(dbias);
 	/* Sums of k=160 products of [-1,1] values: |C| ~ 7, so scale atol. */
 	tol t = tscale(tol_of(cdt), cdt == KK_F32 ? 10 : 4);
 	int ok = r >= 0 && vs_ref(&c, ref, t, "gemm vs f64") && parity(&c, t, "gemm vs cpu");
@@ -308,22 +311,12 @@ static void test_norm(kk_dtype dt, bool layer)
 		BOTH(r, kk_rmsnorm_fwd(be, NULL, S(y), S(h), S(rstd), S(x), S(res), S(w), rows, dim,
 				       1e-5f));
 	/* f64 reference of the forward. */
-	double *ref = malloc(n * sizeof(double));
-	for (int64_t i = 0; i < rows; i++) {
-		double mu = 0, ss = 0;
-		for (int64_t j = 0; j < dim; j++)
-			mu += (double) hx[i * dim + j] + hr[i * dim + j];
-		mu = layer ? mu / dim : 0;
-		for (int64_t j = 0; j < dim; j++) {
-			double hv = (double) hx[i * dim + j] + hr[i * dim + j] - mu;
-			ss += hv * hv;
-		}
-		double rs = 1 / sqrt(ss / dim + 1e-5);
-		for (int64_t j = 0; j < dim; j++)
-			ref[i * dim + j] =
-				((double) hx[i * dim + j] + hr[i * dim + j] - mu) * rs * hw[j] +
-				(layer ? hb[j] : 0);
-	}
+	double *ref = malloc(n * sizeof(double)), *dh = malloc(n * sizeof(double)),
+	       *dw_ = ref_widen(hw, (size_t) dim), *db_ = ref_widen(hb, (size_t) dim);
+	for (size_t i = 0; i < n; i++)
+		dh[i] = (double) hx[i] + hr[i];
+	ref_norm_fwd(layer, rows, dim, 1e-5, dh, dw_, db_, ref);
+	free(dh), free(dw_), free(db_);
 	tol t = tscale(tol_of(dt), 2);
 	int ok = r >= 0 && vs_ref(&y, ref, t, "y vs f64") && parity(&y, t, "y") &&
 		 parity(&h, tol_of(dt), "residual_out") && parity(&rstd, tol_of(KK_F32), "rstd") &&
@@ -418,17 +411,11 @@ static void test_softmax_xent(kk_dtype dt)
 	     loss = mk(KK_F32, 33, NULL);
 	int r = 0;
 	BOTH(r, kk_softmax(be, NULL, S(y), S(x), rows, cols));
-	double *ref = malloc(n * sizeof(double)), lref[33];
-	for (int64_t i = 0; i < rows; i++) {
-		double mx = -INFINITY, s = 0;
-		for (int64_t j = 0; j < cols; j++)
-			mx = fmax(mx, hx[i * cols + j]);
-		for (int64_t j = 0; j < cols; j++)
-			s += exp(hx[i * cols + j] - mx);
-		for (int64_t j = 0; j < cols; j++)
-			ref[i * cols + j] = exp(hx[i * cols + j] - mx) / s;
-		lref[i] = tg[i] < 0 ? 0 : mx + log(s) - hx[i * cols + tg[i]];
-	}
+	double *ref = malloc(n * sizeof(double)), lref[33], *dx = ref_widen(hx, n);
+	ref_softmax(dx, rows, cols, ref);
+	for (int64_t i = 0; i < rows; i++)
+		lref[i] = ref_cross_entropy_row(dx + i * cols, cols, tg[i]);
+	free(dx);
 	tol ts = { tol_of(dt).atol * 0.01, tol_of(dt).rtol }; /* probabilities ~1/cols */
 	tap(r >= 0 && vs_ref(&y, ref, ts, "softmax vs f64") && parity(&y, ts, "softmax"),
 	    "softmax %s (vs f64 and cpu)", kk_dtype_name(dt));
@@ -611,37 +598,25 @@ static void test_quant(kk_dtype qt, int group, kk_dtype xdt)
 /* Range of the random queries of the attention tests (see test_attention). */
 #define ATTN_Q_SCALE 6.0f
 
+/* The f64 reference of packed attention over float inputs. */
 static void attn_ref(const float *q, const float *k, const float *v, const int32_t *cu, int ns,
 		     int hq, int hkv, int d, bool causal, double *o)
 {
-	double scale = 1 / sqrt((double) d);
-	for (int s = 0; s < ns; s++)
-		for (int i = cu[s]; i < cu[s + 1]; i++)
-			for (int h = 0; h < hq; h++) {
-				int hk = h / (hq / hkv), kend = causal ? i + 1 : cu[s + 1];
-				double mx = -INFINITY, z = 0;
-				double *acc = calloc((size_t) d, sizeof(double));
-				for (int j = cu[s]; j < kend; j++) {
-					double sc = 0;
-					for (int e = 0; e < d; e++)
-						sc += (double) q[((size_t) i * hq + h) * d + e] *
-						      k[((size_t) j * hkv + hk) * d + e];
-					mx = fmax(mx, sc * scale);
-				}
-				for (int j = cu[s]; j < kend; j++) {
-					double sc = 0;
-					for (int e = 0; e < d; e++)
-						sc += (double) q[((size_t) i * hq + h) * d + e] *
-						      k[((size_t) j * hkv + hk) * d + e];
-					double p = exp(sc * scale - mx);
-					z += p;
-					for (int e = 0; e < d; e++)
-						acc[e] += p * v[((size_t) j * hkv + hk) * d + e];
-				}
-				for (int e = 0; e < d; e++)
-					o[((size_t) i * hq + h) * d + e] = acc[e] / z;
-				free(acc);
-			}
+	size_t nq = (size_t) cu[ns] * hq * d, nk = (size_t) cu[ns] * hkv * d;
+	double *dq = ref_widen(q, nq), *dk = ref_widen(k, nk), *dv = ref_widen(v, nk);
+	ref_attention(dq, dk, dv, cu, ns, hq, hkv, d, causal, o, NULL);
+	free(dq), free(dk), free(dv);
+}
+
+/* The f64 reference of paged attention over float inputs: n_seqs
+ * sequences in the cache's blocks, with query rows cu_q (NULL: one each). */
+static void paged_ref(const float *q, size_t nq, const float *kc, const float *vc, size_t ncache,
+		      const int32_t *bt, int maxb, const int32_t *lens, const int32_t *cu_q, int ns,
+		      int hq, int hkv, int d, double *o)
+{
+	double *dq = ref_widen(q, nq), *dk = ref_widen(kc, ncache), *dv = ref_widen(vc, ncache);
+	ref_attention_paged(dq, dk, dv, bt, maxb, lens, cu_q, ns, hq, hkv, d, o);
+	free(dq), free(dk), free(dv);
 }
 
 /* Attention over packed sequences of the given lengths (at most 8), GQA
@@ -758,28 +733,7 @@ static void test_paged(kk_dtype dt, int d, int hq, int hkv, const int32_t *lens,
 			r = rr;
 	}
 	double *ref = malloc(nq * sizeof(double));
-	for (int s = 0; s < ns; s++) {
-		int L = lens[s], nqs = qlens[s];
-		float *kk_ = malloc((size_t) L * row * sizeof(float)),
-		      *vv = malloc((size_t) L * row * sizeof(float));
-		for (int t = 0; t < L; t++) {
-			size_t slot =
-				(size_t) bt[s * maxb + t / KK_KV_BLOCK_SIZE] * KK_KV_BLOCK_SIZE +
-				t % KK_KV_BLOCK_SIZE;
-			memcpy(kk_ + (size_t) t * row, hkc + slot * row, row * sizeof(float));
-			memcpy(vv + (size_t) t * row, hvc + slot * row, row * sizeof(float));
-		}
-		/* The query rows are the last nqs tokens of a causal sequence of L. */
-		float *qq = calloc((size_t) L * hq * d, sizeof(float));
-		memcpy(qq + (size_t) (L - nqs) * hq * d, hq_ + (size_t) cu[s] * hq * d,
-		       (size_t) nqs * hq * d * sizeof(float));
-		int32_t cu1[2] = { 0, L };
-		double *full = malloc((size_t) L * hq * d * sizeof(double));
-		attn_ref(qq, kk_, vv, cu1, 1, hq, hkv, d, true, full);
-		memcpy(ref + (size_t) cu[s] * hq * d, full + (size_t) (L - nqs) * hq * d,
-		       (size_t) nqs * hq * d * sizeof(double));
-		free(kk_), free(vv), free(qq), free(full);
-	}
+	paged_ref(hq_, nq, hkc, hvc, ncache, bt, maxb, lens, cu, ns, hq, hkv, d, ref);
 	tol t = tscale(tol_of(dt), 2);
 	tap(r >= 0 && vs_ref(&o, ref, t, "paged vs f64") && parity(&o, t, "paged"),
 	    "paged prefill attention %s d=%d GQA %d/%d contexts %d, %d, %d, query rows %d, %d, "
@@ -824,30 +778,9 @@ static void test_decode(kk_dtype dt, int d, int hq, int hkv, const int32_t *lens
 		if (rr < 0)
 			r = rr;
 	}
-	/* f64 reference: gather each sequence's keys, then plain attention. */
 	double *ref = malloc((size_t) ns * hq * d * sizeof(double));
-	for (int s = 0; s < ns; s++) {
-		int L = lens[s];
-		float *kk_ = malloc((size_t) L * row * sizeof(float)),
-		      *vv = malloc((size_t) L * row * sizeof(float));
-		for (int t = 0; t < L; t++) {
-			size_t slot =
-				(size_t) bt[s * maxb + t / KK_KV_BLOCK_SIZE] * KK_KV_BLOCK_SIZE +
-				t % KK_KV_BLOCK_SIZE;
-			memcpy(kk_ + (size_t) t * row, hkc + slot * row, row * sizeof(float));
-			memcpy(vv + (size_t) t * row, hvc + slot * row, row * sizeof(float));
-		}
-		/* The query is the last token of a sequence of length L. */
-		float *qq = calloc((size_t) L * hq * d, sizeof(float));
-		memcpy(qq + (size_t) (L - 1) * hq * d, hq_ + (size_t) s * hq * d,
-		       (size_t) hq * d * sizeof(float));
-		int32_t cu1[2] = { 0, L };
-		double *full = malloc((size_t) L * hq * d * sizeof(double));
-		attn_ref(qq, kk_, vv, cu1, 1, hq, hkv, d, true, full);
-		memcpy(ref + (size_t) s * hq * d, full + (size_t) (L - 1) * hq * d,
-		       (size_t) hq * d * sizeof(double));
-		free(kk_), free(vv), free(qq), free(full);
-	}
+	paged_ref(hq_, (size_t) ns * hq * d, hkc, hvc, ncache, bt, maxb, lens, NULL, ns, hq, hkv, d,
+		  ref);
 	tol t = tscale(tol_of(dt), 2);
 	tap(r >= 0 && vs_ref(&o, ref, t, "decode vs f64") && parity(&o, t, "decode"),
 	    "paged decode attention %s d=%d GQA %d/%d contexts %d, %d, %d (vs f64 and cpu)",
