@@ -24,44 +24,13 @@
 #include "kk.h"
 #include "../ref/ref.h"
 
+#define PARITY_SEED 0x243F6A8885A308D3ull
+#define PARITY_ZERO 0.5f
+#include "parity.h"
+
 /* Number of TAP lines this program prints (for the skip path). */
 #define N_TESTS 51
 
-static kk_backend *be_side[2]; /* 0 cpu, 1 cuda */
-static int n_test, n_fail;
-
-static void tap(int ok, const char *fmt, ...)
-{
-	va_list ap;
-	n_test++;
-	if (!ok)
-		n_fail++;
-	printf("%s %d - ", ok ? "ok" : "not ok", n_test);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-}
-
-/* ---- random data --------------------------------------------------------- */
-
-static uint64_t rng_state = 0x243F6A8885A308D3ull;
-static float frand(void) /* uniform in [-1, 1), never exactly 0 */
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	float f = (float) ((rng_state >> 40) & 0xffffff) / 8388608.0f - 1.0f;
-	return f == 0.0f ? 0.5f : f;
-}
-static float *rand_vec(size_t n, float scale)
-{
-	float *v = malloc(n * sizeof(float));
-	for (size_t i = 0; v && i < n; i++)
-		v[i] = frand() * scale;
-	return v;
-}
 /* Rounds host data to dt in place, so f64 references see what the device sees. */
 static void round_to(kk_dtype dt, float *v, size_t n)
 {
@@ -72,145 +41,6 @@ static void round_to(kk_dtype dt, float *v, size_t n)
 			v[i] = kk_f16_to_f32(kk_f32_to_f16(v[i]));
 	}
 }
-
-/* ---- buffer pairs: the same tensor on cpu (b[0]) and cuda (b[1]) ---------- */
-
-typedef struct pair {
-	kk_buffer *b[2];
-	kk_dtype dt;
-	size_t n;
-} pair;
-
-static int setup_failed;
-
-/* host: float data converted to dt (or int32 for KK_I32); NULL poisons. */
-static pair mk(kk_dtype dt, size_t n, const void *host)
-{
-	pair p = { { NULL, NULL }, dt, n };
-	size_t bytes = kk_dtype_size(dt, n);
-	void *tmp = malloc(bytes ? bytes : 1);
-	for (int s = 0; s < 2; s++) {
-		if (kk_buffer_alloc(be_side[s], dt, n, &p.b[s]) < 0) {
-			setup_failed = 1;
-			continue;
-		}
-		if (!host) {
-			kk_buffer_memset(be_side[s], NULL, p.b[s], 0xff, 0, bytes);
-		} else if (dt == KK_I32 || dt == KK_I8 || dt == KK_Q4) {
-			kk_buffer_upload(be_side[s], NULL, p.b[s], 0, host, bytes);
-		} else {
-			kk_convert_host(dt, tmp, KK_F32, host, n);
-			kk_buffer_upload(be_side[s], NULL, p.b[s], 0, tmp, bytes);
-		}
-	}
-	free(tmp);
-	return p;
-}
-static void poison(pair *p)
-{
-	for (int s = 0; s < 2; s++)
-		kk_buffer_memset(be_side[s], NULL, p->b[s], 0xff, 0, kk_buffer_bytes(p->b[s]));
-}
-static void unpair(pair *p)
-{
-	for (int s = 0; s < 2; s++)
-		p->b[s] = kk_buffer_free(p->b[s]);
-}
-/* Downloads side s as floats (malloc'ed). */
-static float *get(const pair *p, int s)
-{
-	float *out = calloc(p->n ? p->n : 1, sizeof(float));
-	void *tmp = malloc(kk_dtype_size(p->dt, p->n) + 1);
-	if (kk_backend_sync(be_side[s]) < 0 ||
-	    kk_buffer_download(be_side[s], NULL, p->b[s], 0, tmp, kk_dtype_size(p->dt, p->n)) < 0) {
-		for (size_t i = 0; i < p->n; i++)
-			out[i] = NAN;
-	} else if (p->dt == KK_I32) {
-		for (size_t i = 0; i < p->n; i++)
-			out[i] = (float) ((int32_t *) tmp)[i];
-	} else {
-		kk_convert_host(KK_F32, out, p->dt, tmp, p->n);
-	}
-	free(tmp);
-	return out;
-}
-
-typedef struct tol {
-	double atol, rtol;
-} tol;
-static tol tol_of(kk_dtype dt)
-{
-	switch (dt) {
-	case KK_BF16:
-		return (tol){ 2e-2, 2e-2 }; /* ~2.5 ulp of an 8-bit mantissa */
-	case KK_F16:
-		return (tol){ 2e-3, 2e-3 }; /* ~2 ulp of an 11-bit mantissa */
-	default:
-		return (tol){ 1e-4, 1e-4 }; /* f32, differing summation order */
-	}
-}
-static tol tscale(tol t, double f)
-{
-	return (tol){ t.atol * f, t.rtol * f };
-}
-
-/* 1 when got matches want within t everywhere (NaN fails); prints the worst
- * element as a TAP comment otherwise. */
-static int close_enough(const float *got, const double *want, size_t n, tol t, const char *what)
-{
-	size_t bad = 0, worst = 0;
-	double worst_ex = 0;
-	for (size_t i = 0; i < n; i++) {
-		double d = fabs((double) got[i] - want[i]);
-		double lim = t.atol + t.rtol * fabs(want[i]);
-		if (!(d <= lim)) {
-			double ex = isnan(d) ? INFINITY : d / lim;
-			if (!bad || ex > worst_ex) {
-				worst_ex = ex;
-				worst = i;
-			}
-			bad++;
-		}
-	}
-	if (bad)
-		printf("# %s: %zu of %zu elements off; worst [%zu] got %g want %g\n", what, bad, n,
-		       worst, got[worst], want[worst]);
-	return bad == 0;
-}
-/* cuda result vs cpu result of one pair. */
-static int parity(const pair *p, tol t, const char *what)
-{
-	float *c = get(p, 0), *g = get(p, 1);
-	double *w = malloc(p->n * sizeof(double) + 1);
-	for (size_t i = 0; i < p->n; i++)
-		w[i] = c[i];
-	int ok = close_enough(g, w, p->n, t, what);
-	free(c);
-	free(g);
-	free(w);
-	return ok;
-}
-static int vs_ref(const pair *p, const double *ref, tol t, const char *what)
-{
-	float *g = get(p, 1);
-	int ok = close_enough(g, ref, p->n, t, what);
-	free(g);
-	return ok;
-}
-
-#define BOTH(r, call)                                                           \
-	do {                                                                    \
-		for (int side = 0; side < 2; side++) {                          \
-			kk_backend *be = be_side[side];                         \
-			int _r = (call);                                        \
-			(void) be;                                              \
-			if (_r < 0) {                                           \
-				printf("# side %d: %s\n", side, strerror(-_r)); \
-				r = _r;                                         \
-			}                                                       \
-		}                                                               \
-	} while (0)
-#define S(p) ((p).b[side])
 
 static const kk_dtype FLOAT_DTS[] = { KK_F32, KK_BF16, KK_F16 };
 
@@ -867,9 +697,7 @@ int main(void)
 	const char *self = getenv("KILN_TEST_SELF");
 	r = kk_backend_open(self && streq(self, "1") ? "cpu" : "cuda", &be_side[1]);
 	if (r < 0) {
-		printf("1..%d\n", N_TESTS);
-		for (int i = 1; i <= N_TESTS; i++)
-			printf("ok %d # SKIP no CUDA device (%s)\n", i, strerror(-r));
+		skip_all(N_TESTS, r);
 		kk_backend_free(be_side[0]);
 		return 0;
 	}
