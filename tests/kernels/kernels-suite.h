@@ -356,26 +356,7 @@ static void gemm_case(kk_dtype dt, kk_dtype cdt, bool ta, bool tb, int64_t batch
 			   .epilogue = epi };
 	assert_int_equal(kk_gemm(be, NULL, &d), 0);
 	got = down(c, nc);
-	ref_gemm(&(struct ref_gemm){ .trans_a = ta,
-				     .trans_b = tb,
-				     .m = m,
-				     .n = n,
-				     .k = k,
-				     .batch = batch,
-				     .alpha = 0.75,
-				     .beta = beta,
-				     .a = A,
-				     .lda = lda,
-				     .stride_a = sa,
-				     .b = B,
-				     .ldb = ldb,
-				     .stride_b = sb,
-				     .c0 = beta != 0 ? C0 : NULL,
-				     .bias = bias ? bv : NULL,
-				     .epilogue = epi,
-				     .c = ref,
-				     .ldc = ldc,
-				     .stride_c = sc });
+	ref_gemm(&d, A, B, beta != 0 ? C0 : NULL, bias ? bv : NULL, ref);
 	for (int64_t bt = 0; bt < batch; bt++)
 		for (int64_t i = 0; i < m; i++)
 			for (int64_t j = 0; j < n; j++) {
@@ -454,19 +435,15 @@ static void quant_case(kk_dtype qt, int group, kk_dtype sdt)
 				  *bb = up_rand(dt, n, -1, 1, &bias);
 			kk_buffer *yb = out_buf(dt, m * n);
 			assert_int_equal(kk_qgemm(be, NULL, yb, xb, q, mi ? bb : NULL, m), 0);
-			ref_gemm(&(struct ref_gemm){ .trans_b = true,
-						     .m = m,
-						     .n = n,
-						     .k = k,
-						     .batch = 1,
-						     .alpha = 1,
-						     .a = x,
-						     .lda = k,
-						     .b = raw_d,
-						     .ldb = k,
-						     .bias = mi ? bias : NULL,
-						     .c = ref,
-						     .ldc = n });
+			ref_gemm(&(kk_gemm_desc){ .trans_b = true,
+						  .m = m,
+						  .n = n,
+						  .k = k,
+						  .alpha = 1,
+						  .lda = k,
+						  .ldb = k,
+						  .ldc = n },
+				 x, raw_d, NULL, mi ? bias : NULL, ref);
 			expect_close("qgemm", down(yb, m * n), ref, m * n, 8 * TOL(dt),
 				     2 * TOL(dt));
 		}

@@ -440,19 +440,9 @@ static void test_qgemv(void)
 
 int main(void)
 {
-	int r = kk_backend_open("cpu", &be_side[0]);
-	if (r < 0) {
-		printf("1..1\nnot ok 1 - cpu backend: %s\n", strerror(-r));
-		return 1;
-	}
-	unsetenv("KILN_BACKEND");
-	const char *self = getenv("KILN_TEST_SELF");
-	r = kk_backend_open(self && streq(self, "1") ? "cpu" : "cuda", &be_side[1]);
-	if (r < 0) {
-		skip_all(N_TESTS, r);
-		kk_backend_free(be_side[0]);
-		return 0;
-	}
+	int r = parity_open(N_TESTS);
+	if (r <= 0)
+		return -r;
 	for (int d = 0; d < N_DTS; d++)
 		test_elementwise(DTS[d]); /* 1-3 */
 	test_cast();			  /* 4 */

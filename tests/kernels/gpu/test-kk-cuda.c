@@ -62,49 +62,27 @@ static void test_gemm(kk_dtype dt, kk_dtype cdt, bool ta, bool tb, int64_t batch
 	     bias = mk(cdt, (size_t) n, hbias);
 	float alpha = 0.75f, beta = 0.5f;
 	int r = 0;
-	BOTH(r, kk_gemm(be, NULL,
-			&(kk_gemm_desc){ .trans_a = ta,
-					 .trans_b = tb,
-					 .m = m,
-					 .n = n,
-					 .k = k,
-					 .batch = batch,
-					 .alpha = alpha,
-					 .beta = beta,
-					 .a = S(a),
-					 .lda = ta ? m : k,
-					 .stride_a = m * k,
-					 .b = S(b),
-					 .ldb = tb ? k : n,
-					 .stride_b = k * n,
-					 .c = S(c),
-					 .ldc = n,
-					 .stride_c = m * n,
-					 .bias = with_bias ? S(bias) : NULL,
-					 .epilogue = epi }));
+	kk_gemm_desc gd = { .trans_a = ta,
+			    .trans_b = tb,
+			    .m = m,
+			    .n = n,
+			    .k = k,
+			    .batch = batch,
+			    .alpha = alpha,
+			    .beta = beta,
+			    .lda = ta ? m : k,
+			    .stride_a = m * k,
+			    .ldb = tb ? k : n,
+			    .stride_b = k * n,
+			    .ldc = n,
+			    .stride_c = m * n,
+			    .epilogue = epi };
+	BOTH(r, (gd.a = S(a), gd.b = S(b), gd.c = S(c), gd.bias = with_bias ? S(bias) : NULL,
+		 kk_gemm(be, NULL, &gd)));
 	double *ref = malloc(nc * sizeof(double)), *da = ref_widen(ha, na),
 	       *db = ref_widen(hb, nbb), *dc = ref_widen(hc, nc),
 	       *dbias = ref_widen(hbias, (size_t) n);
-	ref_gemm(&(struct ref_gemm){ .trans_a = ta,
-				     .trans_b = tb,
-				     .m = m,
-				     .n = n,
-				     .k = k,
-				     .batch = nb,
-				     .alpha = alpha,
-				     .beta = beta,
-				     .a = da,
-				     .lda = ta ? m : k,
-				     .stride_a = m * k,
-				     .b = db,
-				     .ldb = tb ? k : n,
-				     .stride_b = k * n,
-				     .c0 = dc,
-				     .bias = with_bias ? dbias : NULL,
-				     .epilogue = epi,
-				     .c = ref,
-				     .ldc = n,
-				     .stride_c = m * n });
+	ref_gemm(&gd, da, db, dc, with_bias ? dbias : NULL, ref);
 	free(da), free(db), free(dc), free(dbias);
 	/* Sums of k=160 products of [-1,1] values: |C| ~ 7, so scale atol. */
 	tol t = tscale(tol_of(cdt), cdt == KK_F32 ? 10 : 4);
@@ -685,22 +663,9 @@ static void test_comm(void)
 
 int main(void)
 {
-	int r = kk_backend_open("cpu", &be_side[0]);
-	if (r < 0) {
-		printf("1..1\nnot ok 1 - cpu backend: %s\n", strerror(-r));
-		return 1;
-	}
-	unsetenv("KILN_BACKEND");
-	/* KILN_TEST_SELF=1 runs the whole suite with the cpu backend on both
-	 * sides: it checks the f64 references and tolerances of this file on
-	 * machines without a GPU (the parity half is then trivially true). */
-	const char *self = getenv("KILN_TEST_SELF");
-	r = kk_backend_open(self && streq(self, "1") ? "cpu" : "cuda", &be_side[1]);
-	if (r < 0) {
-		skip_all(N_TESTS, r);
-		kk_backend_free(be_side[0]);
-		return 0;
-	}
+	int r = parity_open(N_TESTS);
+	if (r <= 0)
+		return -r;
 	/* KILN_TEST_FILTER=WORD: only the tests whose name holds WORD (e.g.
 	 * "attn" for the attention ones; the CPU emulation is slow). */
 	const char *flt = getenv("KILN_TEST_FILTER");

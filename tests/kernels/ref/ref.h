@@ -26,24 +26,13 @@ double ref_gelu(double x);
 
 /* ---- gemm.c ------------------------------------------------------------- */
 
-/* kk_gemm's C = epilogue(alpha op(A) op(B) + beta C0 + bias) over `batch`
- * (>= 1) matrices, with kk_gemm_desc's strides and leading dimensions;
- * writes only the m x n elements of each C (c[b * stride_c + i * ldc + j]). */
-struct ref_gemm {
-	bool trans_a, trans_b;
-	int64_t m, n, k, batch;
-	double alpha, beta;
-	const double *a;
-	int64_t lda, stride_a;
-	const double *b;
-	int64_t ldb, stride_b;
-	const double *c0;   /* C before the call; NULL: no beta term */
-	const double *bias; /* NULL or [n] */
-	kk_epilogue epilogue;
-	double *c;
-	int64_t ldc, stride_c;
-};
-void ref_gemm(const struct ref_gemm *g);
+/* kk_gemm's C = epilogue(alpha op(A) op(B) + beta C0 + bias) for the shape,
+ * strides, batch, alpha/beta and epilogue of d (its buffers are not used):
+ * a, b, c0 (NULL: no beta term) and bias (NULL or [n]) are the host
+ * operands laid out as d says; writes only the m x n elements of each C
+ * (c[b * stride_c + i * ldc + j]). */
+void ref_gemm(const kk_gemm_desc *d, const double *a, const double *b, const double *c0,
+	      const double *bias, double *c);
 
 /* ---- quant.c ------------------------------------------------------------ */
 
