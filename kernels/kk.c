@@ -17,6 +17,15 @@
 #define M_I32	M(KK_I32)
 #define M_F32	M(KK_F32)
 
+/* The dtypes each op takes (its main operand), from the op list:
+ * OPM_<NAME>, a compile-time mask. */
+#define OPM_FLOAT   M_FLOAT
+#define OPM_FLOAT_Q (M_FLOAT | M(KK_I8) | M(KK_Q4))
+enum {
+#define KK_OP(NAME, name, family, dtypes, params) OPM_##NAME = OPM_##dtypes,
+#include "kk_ops.def"
+};
+
 /* Dimension limit for any single extent, so products cannot overflow
  * size_t in the checks below (2^40 elements is far past any device). */
 #define KK_DIM_MAX (INT64_C(1) << 40)
@@ -142,6 +151,41 @@ int kk_backend_sync(kk_backend *be)
 {
 	assert_return(be, -EINVAL);
 	return be->ops->sync ? be->ops->sync(be) : 0;
+}
+
+/* ---- op queries -------------------------------------------------------- */
+
+const char *kk_op_name(kk_op op)
+{
+	static const char *const names[KK_OP_MAX] = {
+#define KK_OP(NAME, name, family, dtypes, params) [KK_OP_##NAME] = #name,
+#include "kk_ops.def"
+	};
+	if ((unsigned) op >= KK_OP_MAX)
+		return NULL;
+	return names[op];
+}
+
+bool kk_supports(const kk_backend *be, kk_op op, kk_dtype dt)
+{
+	static const unsigned masks[KK_OP_MAX] = {
+#define KK_OP(NAME, name, family, dtypes, params) [KK_OP_##NAME] = OPM_##NAME,
+#include "kk_ops.def"
+	};
+	bool has = false;
+
+	if (!be || (unsigned) op >= KK_OP_MAX || (unsigned) dt >= KK_DTYPE_MAX)
+		return false;
+	switch (op) {
+#define KK_OP(NAME, name, family, dtypes, params) \
+	case KK_OP_##NAME:                        \
+		has = be->ops->name != NULL;      \
+		break;
+#include "kk_ops.def"
+	default:
+		break;
+	}
+	return has && (masks[op] & M(dt));
 }
 
 int kk__backend_set_ops(kk_backend *be, const struct kk_backend_ops *ops)
@@ -377,7 +421,7 @@ int kk_cast(kk_backend *be, kk_stream *st, kk_buffer *dst, const kk_buffer *src,
 {
 	CHECK_ST(be, st);
 	assert_return(count > 0, -EINVAL);
-	assert_return(bok(be, dst, M_FLOAT, count) && bok(be, src, M_FLOAT, count), -EINVAL);
+	assert_return(bok(be, dst, OPM_CAST, count) && bok(be, src, OPM_CAST, count), -EINVAL);
 	SLOT(be, cast);
 	return be->ops->cast(be, st, dst, src, count);
 }
@@ -386,7 +430,7 @@ int kk_scale(kk_backend *be, kk_stream *st, kk_buffer *x, float scale, size_t co
 {
 	CHECK_ST(be, st);
 	assert_return(count > 0 && isfinite(scale), -EINVAL);
-	assert_return(bok(be, x, M_FLOAT, count), -EINVAL);
+	assert_return(bok(be, x, OPM_SCALE, count), -EINVAL);
 	SLOT(be, scale);
 	return be->ops->scale(be, st, x, scale, count);
 }
@@ -422,7 +466,7 @@ int kk_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 	batch = d->batch ? d->batch : 1;
 	/* Batch entries of C must not overlap (they are written concurrently). */
 	assert_return(batch == 1 || d->stride_c >= (d->m - 1) * d->ldc + d->n, -EINVAL);
-	assert_return(M_FLOAT & M(d->a->dtype), -EINVAL);
+	assert_return(OPM_GEMM & M(d->a->dtype), -EINVAL);
 	in = M(d->a->dtype);
 	assert_return(bok(be, d->a, in,
 			  span(batch, d->stride_a, d->trans_a ? d->k : d->m,
@@ -562,7 +606,7 @@ int kk_attention_fwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_bu
 		     kk_buffer *lse, const kk_buffer *q, const kk_buffer *k, const kk_buffer *v)
 {
 	CHECK_ST(be, st);
-	assert_return(attn_desc_ok(be, d) && q && (M_FLOAT & M(q->dtype)), -EINVAL);
+	assert_return(attn_desc_ok(be, d) && q && (OPM_ATTENTION_FWD & M(q->dtype)), -EINVAL);
 	assert_return(attn_bufs_ok(be, d, q, k, q->dtype) && attn_bufs_ok(be, d, out, v, q->dtype),
 		      -EINVAL);
 	assert_return(bopt(be, lse, M_F32, mul2(d->total_tokens, d->n_heads)), -EINVAL);
@@ -576,7 +620,7 @@ int kk_attention_bwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_bu
 		     const kk_buffer *lse)
 {
 	CHECK_ST(be, st);
-	assert_return(attn_desc_ok(be, d) && q && (M_FLOAT & M(q->dtype)), -EINVAL);
+	assert_return(attn_desc_ok(be, d) && q && (OPM_ATTENTION_BWD & M(q->dtype)), -EINVAL);
 	assert_return(attn_bufs_ok(be, d, q, k, q->dtype) &&
 			      attn_bufs_ok(be, d, out, v, q->dtype) &&
 			      attn_bufs_ok(be, d, dq, dk, q->dtype) &&
@@ -587,10 +631,11 @@ int kk_attention_bwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_bu
 	return be->ops->attention_bwd(be, st, d, dq, dk, dv, dout, q, k, v, out, lse);
 }
 
-/* The checks decode and paged attention share; q and out hold q_rows. */
-static bool paged_ok(const kk_backend *be, const kk_paged_desc *d, const kk_buffer *out,
-		     const kk_buffer *q, const kk_buffer *k_cache, const kk_buffer *v_cache,
-		     int64_t q_rows)
+/* The checks decode and paged attention share; q and out hold q_rows;
+ * dts: the dtypes the op takes. */
+static bool paged_ok(const kk_backend *be, unsigned dts, const kk_paged_desc *d,
+		     const kk_buffer *out, const kk_buffer *q, const kk_buffer *k_cache,
+		     const kk_buffer *v_cache, int64_t q_rows)
 {
 	size_t qn, cn;
 
@@ -600,7 +645,7 @@ static bool paged_ok(const kk_backend *be, const kk_paged_desc *d, const kk_buff
 	    d->max_blocks_per_seq <= 0 || d->max_context_len <= 0 ||
 	    (int64_t) d->max_context_len > (int64_t) d->max_blocks_per_seq * KK_KV_BLOCK_SIZE)
 		return false;
-	if (!q || !(M_FLOAT & M(q->dtype)) || q_rows < 0)
+	if (!q || !(dts & M(q->dtype)) || q_rows < 0)
 		return false;
 	qn = mul3(q_rows, d->n_heads, d->head_dim);
 	cn = mul3((int64_t) d->num_blocks * KK_KV_BLOCK_SIZE, d->n_kv_heads, d->head_dim);
@@ -615,7 +660,8 @@ int kk_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d, k
 {
 	CHECK_ST(be, st);
 	assert_return(d && !d->cu_q, -EINVAL);
-	assert_return(paged_ok(be, d, out, q, k_cache, v_cache, d->n_seqs), -EINVAL);
+	assert_return(paged_ok(be, OPM_ATTENTION_DECODE, d, out, q, k_cache, v_cache, d->n_seqs),
+		      -EINVAL);
 	SLOT(be, attention_decode);
 	return be->ops->attention_decode(be, st, d, out, q, k_cache, v_cache);
 }
@@ -625,7 +671,8 @@ int kk_attention_paged(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk
 {
 	CHECK_ST(be, st);
 	assert_return(d && d->cu_q && d->total_q >= 0, -EINVAL);
-	assert_return(paged_ok(be, d, out, q, k_cache, v_cache, d->total_q), -EINVAL);
+	assert_return(paged_ok(be, OPM_ATTENTION_PAGED, d, out, q, k_cache, v_cache, d->total_q),
+		      -EINVAL);
 	assert_return(bok(be, d->cu_q, M_I32, (size_t) d->n_seqs + 1), -EINVAL);
 	SLOT(be, attention_paged);
 	if (d->total_q == 0)
@@ -643,7 +690,7 @@ int kk_kv_cache_write(kk_backend *be, kk_stream *st, kk_buffer *k_cache, kk_buff
 	assert_return(dim_ok(n_tokens) && heads_ok(n_kv_heads, n_kv_heads, head_dim) &&
 			      num_blocks > 0,
 		      -EINVAL);
-	assert_return(k && (M_FLOAT & M(k->dtype)), -EINVAL);
+	assert_return(k && (OPM_KV_CACHE_WRITE & M(k->dtype)), -EINVAL);
 	tn = mul3(n_tokens, n_kv_heads, head_dim);
 	cn = mul3((int64_t) num_blocks * KK_KV_BLOCK_SIZE, n_kv_heads, head_dim);
 	assert_return(bok(be, k, M(k->dtype), tn) && bok(be, v, M(k->dtype), tn), -EINVAL);
@@ -670,7 +717,8 @@ int kk_rmsnorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *resid
 	unsigned dt;
 
 	CHECK_ST(be, st);
-	assert_return(norm_shape_ok(rows, dim, eps) && x && (M_FLOAT & M(x->dtype)), -EINVAL);
+	assert_return(norm_shape_ok(rows, dim, eps) && x && (OPM_RMSNORM_FWD & M(x->dtype)),
+		      -EINVAL);
 	dt = M(x->dtype);
 	assert_return(bok(be, x, dt, n) && bok(be, y, dt, n) && bopt(be, residual, dt, n) &&
 			      bopt(be, residual_out, dt, n) && bok(be, weight, dt, (size_t) dim) &&
@@ -689,7 +737,7 @@ int kk_rmsnorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dwei
 	unsigned dt;
 
 	CHECK_ST(be, st);
-	assert_return(norm_shape_ok(rows, dim, 0) && h && (M_FLOAT & M(h->dtype)), -EINVAL);
+	assert_return(norm_shape_ok(rows, dim, 0) && h && (OPM_RMSNORM_BWD & M(h->dtype)), -EINVAL);
 	dt = M(h->dtype);
 	assert_return(bok(be, h, dt, n) && bok(be, dx, dt, n) && bok(be, dy, dt, n) &&
 			      bopt(be, dresidual, dt, n) && bok(be, weight, dt, (size_t) dim) &&
@@ -709,7 +757,8 @@ int kk_layernorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *res
 	unsigned dt;
 
 	CHECK_ST(be, st);
-	assert_return(norm_shape_ok(rows, dim, eps) && x && (M_FLOAT & M(x->dtype)), -EINVAL);
+	assert_return(norm_shape_ok(rows, dim, eps) && x && (OPM_LAYERNORM_FWD & M(x->dtype)),
+		      -EINVAL);
 	dt = M(x->dtype);
 	assert_return(bok(be, x, dt, n) && bok(be, y, dt, n) && bopt(be, residual, dt, n) &&
 			      bopt(be, residual_out, dt, n) && bok(be, weight, dt, (size_t) dim) &&
@@ -731,7 +780,8 @@ int kk_layernorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dw
 	unsigned dt;
 
 	CHECK_ST(be, st);
-	assert_return(norm_shape_ok(rows, dim, 0) && h && (M_FLOAT & M(h->dtype)), -EINVAL);
+	assert_return(norm_shape_ok(rows, dim, 0) && h && (OPM_LAYERNORM_BWD & M(h->dtype)),
+		      -EINVAL);
 	dt = M(h->dtype);
 	assert_return(bok(be, h, dt, n) && bok(be, dx, dt, n) && bok(be, dy, dt, n) &&
 			      bopt(be, dresidual, dt, n) && bok(be, weight, dt, (size_t) dim) &&
@@ -756,7 +806,7 @@ int kk_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *positi
 	assert_return(rotary_dim >= 0 && rotary_dim <= head_dim && rotary_dim % 2 == 0, -EINVAL);
 	assert_return(isfinite(theta) && theta > 0, -EINVAL);
 	assert_return(mode == KK_ROPE_INTERLEAVED || mode == KK_ROPE_HALF, -EINVAL);
-	assert_return(bok(be, x, M_FLOAT, mul3(tokens, n_heads, head_dim)) &&
+	assert_return(bok(be, x, OPM_ROPE, mul3(tokens, n_heads, head_dim)) &&
 			      bok(be, positions, M_I32, (size_t) tokens),
 		      -EINVAL);
 	SLOT(be, rope);
@@ -773,7 +823,7 @@ int kk_act_fwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *y, const kk
 	       size_t n)
 {
 	CHECK_ST(be, st);
-	assert_return(act_ok(act) && n > 0 && x && (M_FLOAT & M(x->dtype)), -EINVAL);
+	assert_return(act_ok(act) && n > 0 && x && (OPM_ACT_FWD & M(x->dtype)), -EINVAL);
 	assert_return(bok(be, x, M(x->dtype), n) && bok(be, y, M(x->dtype), n), -EINVAL);
 	SLOT(be, act_fwd);
 	return be->ops->act_fwd(be, st, act, y, x, n);
@@ -783,7 +833,7 @@ int kk_act_bwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *dx, const k
 	       const kk_buffer *x, size_t n)
 {
 	CHECK_ST(be, st);
-	assert_return(act_ok(act) && n > 0 && x && (M_FLOAT & M(x->dtype)), -EINVAL);
+	assert_return(act_ok(act) && n > 0 && x && (OPM_ACT_BWD & M(x->dtype)), -EINVAL);
 	assert_return(bok(be, x, M(x->dtype), n) && bok(be, dx, M(x->dtype), n) &&
 			      bok(be, dy, M(x->dtype), n),
 		      -EINVAL);
@@ -795,7 +845,7 @@ int kk_swiglu_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *
 		  const kk_buffer *up, size_t n)
 {
 	CHECK_ST(be, st);
-	assert_return(n > 0 && gate && (M_FLOAT & M(gate->dtype)), -EINVAL);
+	assert_return(n > 0 && gate && (OPM_SWIGLU_FWD & M(gate->dtype)), -EINVAL);
 	assert_return(bok(be, gate, M(gate->dtype), n) && bok(be, up, M(gate->dtype), n) &&
 			      bok(be, y, M(gate->dtype), n),
 		      -EINVAL);
@@ -809,7 +859,7 @@ int kk_swiglu_bwd(kk_backend *be, kk_stream *st, kk_buffer *dgate, kk_buffer *du
 	unsigned dt;
 
 	CHECK_ST(be, st);
-	assert_return(n > 0 && gate && (M_FLOAT & M(gate->dtype)), -EINVAL);
+	assert_return(n > 0 && gate && (OPM_SWIGLU_BWD & M(gate->dtype)), -EINVAL);
 	dt = M(gate->dtype);
 	assert_return(bok(be, gate, dt, n) && bok(be, up, dt, n) && bok(be, dy, dt, n) &&
 			      bok(be, dgate, dt, n) && bok(be, dup, dt, n),
@@ -822,7 +872,7 @@ int kk_softmax(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x, 
 	       int64_t cols)
 {
 	CHECK_ST(be, st);
-	assert_return(dim_ok(rows) && dim_ok(cols) && x && (M_FLOAT & M(x->dtype)), -EINVAL);
+	assert_return(dim_ok(rows) && dim_ok(cols) && x && (OPM_SOFTMAX & M(x->dtype)), -EINVAL);
 	assert_return(bok(be, x, M(x->dtype), mul2(rows, cols)) &&
 			      bok(be, y, M(x->dtype), mul2(rows, cols)),
 		      -EINVAL);
@@ -837,7 +887,7 @@ int kk_embedding_fwd(kk_backend *be, kk_stream *st, kk_buffer *out, const kk_buf
 {
 	CHECK_ST(be, st);
 	assert_return(dim_ok(tokens) && dim_ok(vocab) && dim_ok(dim), -EINVAL);
-	assert_return(table && (M_FLOAT & M(table->dtype)), -EINVAL);
+	assert_return(table && (OPM_EMBEDDING_FWD & M(table->dtype)), -EINVAL);
 	assert_return(bok(be, table, M(table->dtype), mul2(vocab, dim)) &&
 			      bok(be, out, M(table->dtype), mul2(tokens, dim)) &&
 			      bok(be, ids, M_I32, (size_t) tokens),
@@ -852,7 +902,7 @@ int kk_embedding_bwd(kk_backend *be, kk_stream *st, kk_buffer *dtable, const kk_
 	CHECK_ST(be, st);
 	assert_return(dim_ok(tokens) && dim_ok(vocab) && dim_ok(dim), -EINVAL);
 	assert_return(bok(be, dtable, M_F32, mul2(vocab, dim)) &&
-			      bok(be, dout, M_FLOAT, mul2(tokens, dim)) &&
+			      bok(be, dout, OPM_EMBEDDING_BWD, mul2(tokens, dim)) &&
 			      bok(be, ids, M_I32, (size_t) tokens),
 		      -EINVAL);
 	SLOT(be, embedding_bwd);
@@ -864,7 +914,7 @@ int kk_cross_entropy_fwd(kk_backend *be, kk_stream *st, kk_buffer *losses, const
 {
 	CHECK_ST(be, st);
 	assert_return(dim_ok(tokens) && dim_ok(vocab), -EINVAL);
-	assert_return(bok(be, logits, M_FLOAT, mul2(tokens, vocab)) &&
+	assert_return(bok(be, logits, OPM_CROSS_ENTROPY_FWD, mul2(tokens, vocab)) &&
 			      bok(be, targets, M_I32, (size_t) tokens) &&
 			      bok(be, losses, M_F32, (size_t) tokens),
 		      -EINVAL);
@@ -877,7 +927,7 @@ int kk_cross_entropy_bwd(kk_backend *be, kk_stream *st, kk_buffer *dlogits, cons
 {
 	CHECK_ST(be, st);
 	assert_return(dim_ok(tokens) && dim_ok(vocab) && isfinite(grad_scale), -EINVAL);
-	assert_return(logits && (M_FLOAT & M(logits->dtype)), -EINVAL);
+	assert_return(logits && (OPM_CROSS_ENTROPY_BWD & M(logits->dtype)), -EINVAL);
 	assert_return(bok(be, logits, M(logits->dtype), mul2(tokens, vocab)) &&
 			      bok(be, dlogits, M(logits->dtype), mul2(tokens, vocab)) &&
 			      bok(be, targets, M_I32, (size_t) tokens),
@@ -900,7 +950,7 @@ int kk_adamw(kk_backend *be, kk_stream *st, kk_buffer *master, kk_buffer *params
 			      isfinite(p->grad_scale),
 		      -EINVAL);
 	assert_return(bok(be, master, M_F32, n) && bok(be, m, M_F32, n) && bok(be, v, M_F32, n) &&
-			      bok(be, grads, M_FLOAT, n) && bopt(be, params, M_FLOAT, n),
+			      bok(be, grads, OPM_ADAMW, n) && bopt(be, params, M_FLOAT, n),
 		      -EINVAL);
 	SLOT(be, adamw);
 	return be->ops->adamw(be, st, master, params, grads, m, v, n, p);
@@ -912,7 +962,7 @@ int kk_grad_norm(kk_backend *be, kk_stream *st, kk_buffer *out, kk_buffer *const
 	CHECK_ST(be, st);
 	assert_return(grads && n_bufs > 0 && bok(be, out, M_F32, 1), -EINVAL);
 	for (size_t i = 0; i < n_bufs; i++)
-		assert_return(bok(be, grads[i], M_FLOAT, 1), -EINVAL);
+		assert_return(bok(be, grads[i], OPM_GRAD_NORM, 1), -EINVAL);
 	SLOT(be, grad_norm);
 	return be->ops->grad_norm(be, st, out, grads, n_bufs);
 }
@@ -958,7 +1008,7 @@ int kk_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *lo
 	assert_return(isfinite(p->temperature) && p->temperature >= 0, -EINVAL);
 	assert_return(p->top_k >= 0 && p->top_k <= KK_SAMPLE_TOP_K_MAX, -EINVAL);
 	assert_return(isfinite(p->top_p) && p->top_p >= 0 && p->top_p <= 1, -EINVAL);
-	assert_return(bok(be, logits, M_FLOAT, mul2(rows, vocab)) &&
+	assert_return(bok(be, logits, OPM_SAMPLE, mul2(rows, vocab)) &&
 			      bok(be, ids, M_I32, (size_t) rows),
 		      -EINVAL);
 	SLOT(be, sample);
@@ -1029,7 +1079,8 @@ int kk_all_reduce(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *s
 {
 	assert_return(c && count > 0 && op_ok(op) && send, -EINVAL);
 	CHECK_ST(c->be, st);
-	assert_return(bok(c->be, send, M_FLOAT, count) && bok(c->be, recv, M(send->dtype), count),
+	assert_return(bok(c->be, send, OPM_ALL_REDUCE, count) &&
+			      bok(c->be, recv, M(send->dtype), count),
 		      -EINVAL);
 	SLOT(c->be, all_reduce);
 	return c->be->ops->all_reduce(c, st, recv, send, count, op);
@@ -1040,7 +1091,7 @@ int kk_reduce_scatter(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffe
 {
 	assert_return(c && count > 0 && op_ok(op) && send, -EINVAL);
 	CHECK_ST(c->be, st);
-	assert_return(bok(c->be, send, M_FLOAT, mul2((int64_t) count, c->world)) &&
+	assert_return(bok(c->be, send, OPM_REDUCE_SCATTER, mul2((int64_t) count, c->world)) &&
 			      bok(c->be, recv, M(send->dtype), count),
 		      -EINVAL);
 	SLOT(c->be, reduce_scatter);
@@ -1051,7 +1102,7 @@ int kk_all_gather(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *s
 {
 	assert_return(c && count > 0 && send, -EINVAL);
 	CHECK_ST(c->be, st);
-	assert_return(bok(c->be, send, M_FLOAT, count) &&
+	assert_return(bok(c->be, send, OPM_ALL_GATHER, count) &&
 			      bok(c->be, recv, M(send->dtype), mul2((int64_t) count, c->world)),
 		      -EINVAL);
 	SLOT(c->be, all_gather);
@@ -1062,7 +1113,7 @@ int kk_broadcast(kk_comm *c, kk_stream *st, kk_buffer *buf, size_t count, int ro
 {
 	assert_return(c && count > 0 && root >= 0 && root < c->world, -EINVAL);
 	CHECK_ST(c->be, st);
-	assert_return(bok(c->be, buf, M_FLOAT, count), -EINVAL);
+	assert_return(bok(c->be, buf, OPM_BROADCAST, count), -EINVAL);
 	SLOT(c->be, broadcast);
 	return c->be->ops->broadcast(c, st, buf, count, root);
 }

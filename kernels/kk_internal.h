@@ -1,5 +1,6 @@
 /* kk_internal.h — what a kk backend implements: the structs behind the
- * opaque handles of kk.h and the per-backend vtable.
+ * opaque handles of kk.h and the per-backend vtable (its op slots come from
+ * the op list, kernels/include/kk_ops.def).
  *
  * HOW A BACKEND IMPLEMENTS AN OP
  *
@@ -105,91 +106,11 @@ struct kk_backend_ops {
 	void (*stream_free)(kk_backend *be, kk_stream *st);
 	int (*stream_sync)(kk_backend *be, kk_stream *st);
 
-	/* Ops: the same arguments as the kk.h functions, already validated. */
-	int (*cast)(kk_backend *be, kk_stream *st, kk_buffer *dst, const kk_buffer *src,
-		    size_t count);
-	int (*scale)(kk_backend *be, kk_stream *st, kk_buffer *x, float scale, size_t count);
-	int (*gemm)(kk_backend *be, kk_stream *st, const kk_gemm_desc *d);
-	int (*quantize)(kk_backend *be, kk_stream *st, kk_qmatrix *q, const kk_buffer *w);
-	int (*dequantize)(kk_backend *be, kk_stream *st, kk_buffer *w, const kk_qmatrix *q);
-	int (*qgemm)(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x,
-		     const kk_qmatrix *w, const kk_buffer *bias, int64_t m);
-	int (*attention_fwd)(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_buffer *out,
-			     kk_buffer *lse, const kk_buffer *q, const kk_buffer *k,
-			     const kk_buffer *v);
-	int (*attention_bwd)(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_buffer *dq,
-			     kk_buffer *dk, kk_buffer *dv, const kk_buffer *dout,
-			     const kk_buffer *q, const kk_buffer *k, const kk_buffer *v,
-			     const kk_buffer *out, const kk_buffer *lse);
-	int (*attention_decode)(kk_backend *be, kk_stream *st, const kk_paged_desc *d,
-				kk_buffer *out, const kk_buffer *q, const kk_buffer *k_cache,
-				const kk_buffer *v_cache);
-	int (*attention_paged)(kk_backend *be, kk_stream *st, const kk_paged_desc *d,
-			       kk_buffer *out, const kk_buffer *q, const kk_buffer *k_cache,
-			       const kk_buffer *v_cache);
-	int (*kv_cache_write)(kk_backend *be, kk_stream *st, kk_buffer *k_cache, kk_buffer *v_cache,
-			      const kk_buffer *k, const kk_buffer *v, const kk_buffer *slot_mapping,
-			      int64_t n_tokens, int n_kv_heads, int head_dim, int num_blocks);
-	int (*rmsnorm_fwd)(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
-			   kk_buffer *rstd, const kk_buffer *x, const kk_buffer *residual,
-			   const kk_buffer *weight, int64_t rows, int64_t dim, float eps);
-	int (*rmsnorm_bwd)(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dweight,
-			   const kk_buffer *dy, const kk_buffer *dresidual, const kk_buffer *h,
-			   const kk_buffer *weight, const kk_buffer *rstd, int64_t rows,
-			   int64_t dim);
-	int (*layernorm_fwd)(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
-			     kk_buffer *mean, kk_buffer *rstd, const kk_buffer *x,
-			     const kk_buffer *residual, const kk_buffer *weight,
-			     const kk_buffer *bias, int64_t rows, int64_t dim, float eps);
-	int (*layernorm_bwd)(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dweight,
-			     kk_buffer *dbias, const kk_buffer *dy, const kk_buffer *dresidual,
-			     const kk_buffer *h, const kk_buffer *weight, const kk_buffer *mean,
-			     const kk_buffer *rstd, int64_t rows, int64_t dim);
-	int (*rope)(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *positions,
-		    int64_t tokens, int n_heads, int head_dim, int rotary_dim, float theta,
-		    kk_rope_mode mode, bool backward);
-	int (*act_fwd)(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *y, const kk_buffer *x,
-		       size_t n);
-	int (*act_bwd)(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *dx,
-		       const kk_buffer *dy, const kk_buffer *x, size_t n);
-	int (*swiglu_fwd)(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *gate,
-			  const kk_buffer *up, size_t n);
-	int (*swiglu_bwd)(kk_backend *be, kk_stream *st, kk_buffer *dgate, kk_buffer *dup,
-			  const kk_buffer *dy, const kk_buffer *gate, const kk_buffer *up,
-			  size_t n);
-	int (*softmax)(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x,
-		       int64_t rows, int64_t cols);
-	int (*embedding_fwd)(kk_backend *be, kk_stream *st, kk_buffer *out, const kk_buffer *table,
-			     const kk_buffer *ids, int64_t tokens, int64_t vocab, int64_t dim);
-	int (*embedding_bwd)(kk_backend *be, kk_stream *st, kk_buffer *dtable,
-			     const kk_buffer *dout, const kk_buffer *ids, int64_t tokens,
-			     int64_t vocab, int64_t dim);
-	int (*cross_entropy_fwd)(kk_backend *be, kk_stream *st, kk_buffer *losses,
-				 const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
-				 int64_t vocab);
-	int (*cross_entropy_bwd)(kk_backend *be, kk_stream *st, kk_buffer *dlogits,
-				 const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
-				 int64_t vocab, float grad_scale);
-	int (*adamw)(kk_backend *be, kk_stream *st, kk_buffer *master, kk_buffer *params,
-		     const kk_buffer *grads, kk_buffer *m, kk_buffer *v, size_t n,
-		     const kk_adamw_params *p);
-	/* out (F32 [1]) = sqrt(sum of squares over all buffers). */
-	int (*grad_norm)(kk_backend *be, kk_stream *st, kk_buffer *out, kk_buffer *const *grads,
-			 size_t n_bufs);
-	int (*sample)(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *logits,
-		      int64_t rows, int64_t vocab, const kk_sampling *p);
-
-	/* Collectives (c->be, c->rank, c->world set; comm_init sets c->impl). */
-	int (*comm_get_id)(kk_backend *be, void *id, size_t len);
-	int (*comm_init)(kk_comm *c, const void *id, size_t id_len);
-	void (*comm_free)(kk_comm *c);
-	int (*all_reduce)(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
-			  size_t count, kk_reduce_op op);
-	int (*reduce_scatter)(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
-			      size_t count, kk_reduce_op op);
-	int (*all_gather)(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
-			  size_t count);
-	int (*broadcast)(kk_comm *c, kk_stream *st, kk_buffer *buf, size_t count, int root);
+	/* Ops and the communicator: one slot per entry of kk_ops.def, with
+	 * the same arguments as the kk.h function, already validated. */
+#define KK_OP(NAME, name, family, dtypes, params) int(*name) params;
+#define KK_SLOT(ret, name, family, params)	  ret(*name) params;
+#include "kk_ops.def"
 };
 
 /* The built-in backends. */

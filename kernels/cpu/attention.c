@@ -16,21 +16,6 @@
 #include "cpu.h"
 #include "kiln/macro.h"
 
-static int widen_all(const kk_buffer *b, size_t n, float **ret, float **owned)
-{
-	*owned = NULL;
-	if (b->dtype == KK_F32) {
-		*ret = b->ptr;
-		return 0;
-	}
-	*owned = malloc(n * sizeof(float));
-	if (!*owned)
-		return -ENOMEM;
-	kk__row_f32(*owned, b->ptr, b->dtype, 0, n);
-	*ret = *owned;
-	return 0;
-}
-
 static int check_cu_seqlens(const kk_attn_desc *d)
 {
 	const int32_t *cu = d->cu_seqlens->ptr;
@@ -160,9 +145,9 @@ int kk__cpu_attention_fwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, 
 		for (int64_t blk = 0; blk * ATT_BQ < cu[s + 1] - cu[s]; blk++)
 			tasks[n++] = (int64_t) s << 32 | blk;
 	c.tasks = tasks;
-	if ((r = widen_all(q, T * d->n_heads * d->head_dim, (float **) &c.q, &qo)) < 0 ||
-	    (r = widen_all(k, T * d->n_kv_heads * d->head_dim, (float **) &c.k, &ko)) < 0 ||
-	    (r = widen_all(v, T * d->n_kv_heads * d->head_dim, (float **) &c.v, &vo)) < 0)
+	if ((r = kk__widen(q, T * d->n_heads * d->head_dim, (float **) &c.q, &qo)) < 0 ||
+	    (r = kk__widen(k, T * d->n_kv_heads * d->head_dim, (float **) &c.k, &ko)) < 0 ||
+	    (r = kk__widen(v, T * d->n_kv_heads * d->head_dim, (float **) &c.v, &vo)) < 0)
 		return r;
 	return kk__parallel_for(n * d->n_heads,
 				(double) ATT_BQ * d->max_seqlen * d->head_dim * (d->causal ? 2 : 4),
@@ -241,11 +226,11 @@ int kk__cpu_attention_bwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, 
 
 	if (r < 0)
 		return r;
-	if ((r = widen_all(q, nq, (float **) &c.q, &qo)) < 0 ||
-	    (r = widen_all(k, nk, (float **) &c.k, &ko)) < 0 ||
-	    (r = widen_all(v, nk, (float **) &c.v, &vo)) < 0 ||
-	    (r = widen_all(out, nq, (float **) &c.out, &oo)) < 0 ||
-	    (r = widen_all(dout, nq, (float **) &c.dout, &doo)) < 0)
+	if ((r = kk__widen(q, nq, (float **) &c.q, &qo)) < 0 ||
+	    (r = kk__widen(k, nk, (float **) &c.k, &ko)) < 0 ||
+	    (r = kk__widen(v, nk, (float **) &c.v, &vo)) < 0 ||
+	    (r = kk__widen(out, nq, (float **) &c.out, &oo)) < 0 ||
+	    (r = kk__widen(dout, nq, (float **) &c.dout, &doo)) < 0)
 		return r;
 	/* Sequences with no tokens leave nothing to write; dq/dk/dv cover all
 	 * T tokens because cu_seqlens partitions [0, T). */

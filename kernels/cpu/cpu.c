@@ -142,44 +142,28 @@ static const struct kk_backend_ops cpu_ops = {
 	.copy = cpu_memcpy,
 	.stream_create = cpu_stream_create,
 	.stream_sync = cpu_stream_sync,
-	.cast = kk__cpu_cast,
-	.scale = kk__cpu_scale,
-	.gemm = kk__cpu_gemm,
-	.quantize = kk__cpu_quantize,
-	.dequantize = kk__cpu_dequantize,
-	.qgemm = kk__cpu_qgemm,
-	.attention_fwd = kk__cpu_attention_fwd,
-	.attention_bwd = kk__cpu_attention_bwd,
-	.attention_decode = kk__cpu_attention_decode,
-	.attention_paged = kk__cpu_attention_paged,
-	.kv_cache_write = kk__cpu_kv_cache_write,
-	.rmsnorm_fwd = kk__cpu_rmsnorm_fwd,
-	.rmsnorm_bwd = kk__cpu_rmsnorm_bwd,
-	.layernorm_fwd = kk__cpu_layernorm_fwd,
-	.layernorm_bwd = kk__cpu_layernorm_bwd,
-	.rope = kk__cpu_rope,
-	.act_fwd = kk__cpu_act_fwd,
-	.act_bwd = kk__cpu_act_bwd,
-	.swiglu_fwd = kk__cpu_swiglu_fwd,
-	.swiglu_bwd = kk__cpu_swiglu_bwd,
-	.softmax = kk__cpu_softmax,
-	.embedding_fwd = kk__cpu_embedding_fwd,
-	.embedding_bwd = kk__cpu_embedding_bwd,
-	.cross_entropy_fwd = kk__cpu_cross_entropy_fwd,
-	.cross_entropy_bwd = kk__cpu_cross_entropy_bwd,
-	.adamw = kk__cpu_adamw,
-	.grad_norm = kk__cpu_grad_norm,
-	.sample = kk__cpu_sample,
-	.comm_get_id = kk__cpu_comm_get_id,
-	.comm_init = kk__cpu_comm_init,
-	.comm_free = kk__cpu_comm_free,
-	.all_reduce = kk__cpu_all_reduce,
-	.reduce_scatter = kk__cpu_reduce_scatter,
-	.all_gather = kk__cpu_all_gather,
-	.broadcast = kk__cpu_broadcast,
+#define KK_OP(NAME, name, family, dtypes, params) .name = kk__cpu_##name,
+#define KK_SLOT(ret, name, family, params)	  .name = kk__cpu_##name,
+#include "kk_ops.def"
 };
 
 const struct kk_backend_ops *kk_cpu_ops(void)
 {
 	return &cpu_ops;
+}
+
+int kk__widen(const kk_buffer *b, size_t n, float **ret, float **owned)
+{
+	float *f;
+	*owned = NULL;
+	if (b->dtype == KK_F32) {
+		*ret = b->ptr;
+		return 0;
+	}
+	f = malloc(MAX(n, (size_t) 1) * sizeof(float));
+	if (!f)
+		return -ENOMEM;
+	kk__row_f32(f, b->ptr, b->dtype, 0, n);
+	*ret = *owned = f;
+	return 0;
 }

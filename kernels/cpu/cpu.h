@@ -149,82 +149,13 @@ static inline float kk__silu_grad(float x)
 	return s * (1.0f + x * (1.0f - s));
 }
 
-/* Ops implemented in the other cpu files. */
-int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d);
-int kk__cpu_quantize(kk_backend *be, kk_stream *st, kk_qmatrix *q, const kk_buffer *w);
-int kk__cpu_dequantize(kk_backend *be, kk_stream *st, kk_buffer *w, const kk_qmatrix *q);
-int kk__cpu_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x,
-		  const kk_qmatrix *w, const kk_buffer *bias, int64_t m);
-int kk__cpu_attention_fwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_buffer *out,
-			  kk_buffer *lse, const kk_buffer *q, const kk_buffer *k,
-			  const kk_buffer *v);
-int kk__cpu_attention_bwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_buffer *dq,
-			  kk_buffer *dk, kk_buffer *dv, const kk_buffer *dout, const kk_buffer *q,
-			  const kk_buffer *k, const kk_buffer *v, const kk_buffer *out,
-			  const kk_buffer *lse);
-int kk__cpu_attention_paged(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
-			    const kk_buffer *q, const kk_buffer *k_cache, const kk_buffer *v_cache);
-int kk__cpu_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
-			     const kk_buffer *q, const kk_buffer *k_cache,
-			     const kk_buffer *v_cache);
-int kk__cpu_kv_cache_write(kk_backend *be, kk_stream *st, kk_buffer *k_cache, kk_buffer *v_cache,
-			   const kk_buffer *k, const kk_buffer *v, const kk_buffer *slot_mapping,
-			   int64_t n_tokens, int n_kv_heads, int head_dim, int num_blocks);
-/* ops.c */
-int kk__cpu_cast(kk_backend *be, kk_stream *st, kk_buffer *dst, const kk_buffer *src, size_t count);
-int kk__cpu_scale(kk_backend *be, kk_stream *st, kk_buffer *x, float scale, size_t count);
-int kk__cpu_rmsnorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
-			kk_buffer *rstd, const kk_buffer *x, const kk_buffer *residual,
-			const kk_buffer *weight, int64_t rows, int64_t dim, float eps);
-int kk__cpu_rmsnorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dweight,
-			const kk_buffer *dy, const kk_buffer *dresidual, const kk_buffer *h,
-			const kk_buffer *weight, const kk_buffer *rstd, int64_t rows, int64_t dim);
-int kk__cpu_layernorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
-			  kk_buffer *mean, kk_buffer *rstd, const kk_buffer *x,
-			  const kk_buffer *residual, const kk_buffer *weight, const kk_buffer *bias,
-			  int64_t rows, int64_t dim, float eps);
-int kk__cpu_layernorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dweight,
-			  kk_buffer *dbias, const kk_buffer *dy, const kk_buffer *dresidual,
-			  const kk_buffer *h, const kk_buffer *weight, const kk_buffer *mean,
-			  const kk_buffer *rstd, int64_t rows, int64_t dim);
-int kk__cpu_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *positions,
-		 int64_t tokens, int n_heads, int head_dim, int rotary_dim, float theta,
-		 kk_rope_mode mode, bool backward);
-int kk__cpu_act_fwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *y, const kk_buffer *x,
-		    size_t n);
-int kk__cpu_act_bwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *dx, const kk_buffer *dy,
-		    const kk_buffer *x, size_t n);
-int kk__cpu_swiglu_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *gate,
-		       const kk_buffer *up, size_t n);
-int kk__cpu_swiglu_bwd(kk_backend *be, kk_stream *st, kk_buffer *dgate, kk_buffer *dup,
-		       const kk_buffer *dy, const kk_buffer *gate, const kk_buffer *up, size_t n);
-int kk__cpu_softmax(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x, int64_t rows,
-		    int64_t cols);
-int kk__cpu_embedding_fwd(kk_backend *be, kk_stream *st, kk_buffer *out, const kk_buffer *table,
-			  const kk_buffer *ids, int64_t tokens, int64_t vocab, int64_t dim);
-int kk__cpu_embedding_bwd(kk_backend *be, kk_stream *st, kk_buffer *dtable, const kk_buffer *dout,
-			  const kk_buffer *ids, int64_t tokens, int64_t vocab, int64_t dim);
-int kk__cpu_cross_entropy_fwd(kk_backend *be, kk_stream *st, kk_buffer *losses,
-			      const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
-			      int64_t vocab);
-int kk__cpu_cross_entropy_bwd(kk_backend *be, kk_stream *st, kk_buffer *dlogits,
-			      const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
-			      int64_t vocab, float grad_scale);
-int kk__cpu_adamw(kk_backend *be, kk_stream *st, kk_buffer *master, kk_buffer *params,
-		  const kk_buffer *grads, kk_buffer *m, kk_buffer *v, size_t n,
-		  const kk_adamw_params *p);
-int kk__cpu_grad_norm(kk_backend *be, kk_stream *st, kk_buffer *out, kk_buffer *const *grads,
-		      size_t n_bufs);
+/* Widens elements [0, n) of b to a fresh f32 array in *ret (or points *ret
+ * at b's own storage when it is f32); *owned is what the caller frees (NULL
+ * when nothing was allocated).  -ENOMEM. */
+int kk__widen(const kk_buffer *b, size_t n, float **ret, float **owned);
 
-int kk__cpu_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *logits,
-		   int64_t rows, int64_t vocab, const kk_sampling *p);
-int kk__cpu_comm_get_id(kk_backend *be, void *id, size_t len);
-int kk__cpu_comm_init(kk_comm *c, const void *id, size_t id_len);
-void kk__cpu_comm_free(kk_comm *c);
-int kk__cpu_all_reduce(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
-		       size_t count, kk_reduce_op op);
-int kk__cpu_reduce_scatter(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
-			   size_t count, kk_reduce_op op);
-int kk__cpu_all_gather(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
-		       size_t count);
-int kk__cpu_broadcast(kk_comm *c, kk_stream *st, kk_buffer *buf, size_t count, int root);
+/* The ops, one per entry of kernels/include/kk_ops.def, each in
+ * kernels/cpu/<family>.c (cpu.c puts them in the ops table). */
+#define KK_OP(NAME, name, family, dtypes, params) int kk__cpu_##name params;
+#define KK_SLOT(ret, name, family, params)	  ret kk__cpu_##name params;
+#include "kk_ops.def"

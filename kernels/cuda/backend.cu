@@ -195,41 +195,9 @@ static void kc_ops_fill(void)
 	o->stream_create = kc_stream_create;
 	o->stream_free = kc_stream_free;
 	o->stream_sync = kc_stream_sync;
-	o->cast = kc_op_cast;
-	o->scale = kc_op_scale;
-	o->gemm = kc_op_gemm;
-	o->quantize = kc_op_quantize;
-	o->dequantize = kc_op_dequantize;
-	o->qgemm = kc_op_qgemm;
-	o->attention_fwd = kc_op_attention_fwd;
-	o->attention_bwd = kc_op_attention_bwd;
-	o->attention_decode = kc_op_attention_decode;
-	o->attention_paged = kc_op_attention_paged;
-	o->kv_cache_write = kc_op_kv_cache_write;
-	o->rmsnorm_fwd = kc_op_rmsnorm_fwd;
-	o->rmsnorm_bwd = kc_op_rmsnorm_bwd;
-	o->layernorm_fwd = kc_op_layernorm_fwd;
-	o->layernorm_bwd = kc_op_layernorm_bwd;
-	o->rope = kc_op_rope;
-	o->act_fwd = kc_op_act_fwd;
-	o->act_bwd = kc_op_act_bwd;
-	o->swiglu_fwd = kc_op_swiglu_fwd;
-	o->swiglu_bwd = kc_op_swiglu_bwd;
-	o->softmax = kc_op_softmax;
-	o->embedding_fwd = kc_op_embedding_fwd;
-	o->embedding_bwd = kc_op_embedding_bwd;
-	o->cross_entropy_fwd = kc_op_cross_entropy_fwd;
-	o->cross_entropy_bwd = kc_op_cross_entropy_bwd;
-	o->adamw = kc_op_adamw;
-	o->grad_norm = kc_op_grad_norm;
-	o->sample = kc_op_sample;
-	o->comm_get_id = kc_op_comm_get_id;
-	o->comm_init = kc_op_comm_init;
-	o->comm_free = kc_op_comm_free;
-	o->all_reduce = kc_op_all_reduce;
-	o->reduce_scatter = kc_op_reduce_scatter;
-	o->all_gather = kc_op_all_gather;
-	o->broadcast = kc_op_broadcast;
+#define KK_OP(NAME, name, family, dtypes, params) o->name = kc_op_##name;
+#define KK_SLOT(ret, name, family, params)	  o->name = kc_op_##name;
+#include "kk_ops.def"
 }
 
 extern "C" const struct kk_backend_ops *kk_cuda_ops(void)

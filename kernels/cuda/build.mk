@@ -4,10 +4,10 @@
 # libraries (-u pulls backend.cu's kk_cuda_ops out of the archive, which
 # kernels/kk.c references only weakly).  With CUDA=0 nothing here is built
 # and the test/bench scripts report "no CUDA device".
-KK_CUDA_SRCS := kernels/cuda/backend.cu kernels/cuda/kc_core.cu kernels/cuda/kc_gemm.cu \
-	kernels/cuda/kc_norm.cu kernels/cuda/kc_ops.cu kernels/cuda/kc_optim.cu \
-	kernels/cuda/kc_quant.cu kernels/cuda/kc_attn.cu kernels/cuda/kc_sample.cu \
-	kernels/cuda/kc_nccl.cu
+KK_CUDA_SRCS := kernels/cuda/backend.cu kernels/cuda/core.cu kernels/cuda/elementwise.cu \
+	kernels/cuda/gemm.cu kernels/cuda/quant.cu kernels/cuda/attention.cu kernels/cuda/norm.cu \
+	kernels/cuda/rope.cu kernels/cuda/softmax.cu kernels/cuda/embedding.cu \
+	kernels/cuda/optim.cu kernels/cuda/sample.cu kernels/cuda/nccl.cu
 
 ifeq ($(CUDA),1)
 $(B)/lib/libkk.a: $(call kiln_objs,$(KK_CUDA_SRCS))
@@ -18,7 +18,7 @@ endif
 
 # The GPU parity test (every op, cuda vs cpu and f64) and the benchmark.
 # Both are built with CUDA=0 too: they then report "no CUDA device".
-$(eval $(call kiln_tool,test-kk-cuda,tests/kernels/gpu/test-kk-cuda.c,kk common,$$(KK_LDLIBS)))
+$(eval $(call kiln_tool,test-kk-cuda,tests/kernels/gpu/test-kk-cuda.c,kkref kk common,$$(KK_LDLIBS)))
 TEST_GPU_SCRIPTS += tests/kernels/gpu/test-kk-cuda.sh
 TEST_SCRIPTS += tests/kernels/gpu/test-kk-cuda.sh
 $(eval $(call kiln_tool,cuda-bench,kernels/bench/cuda-bench.c,kk common,$$(KK_LDLIBS)))

@@ -1,11 +1,11 @@
 /* kernels/cuda/kc.h — internal interface of the CUDA backend.
  *
- * Each kernel family lives in its own file (kc_gemm.cu, kc_norm.cu,
- * kc_ops.cu, kc_attn.cu, kc_quant.cu, kc_optim.cu, kc_sample.cu, kc_nccl.cu),
- * llm.c style: a "kernels" section, then the vtable slots (kc_op_*) that
- * launch them on the caller's stream, check the launch and return 0 or
- * -errno (never abort, never log).  backend.cu assembles the slots into the
- * kk_backend_ops table that kernels/kk.c dispatches to.
+ * Each op family of kernels/include/kk_ops.def lives in its own file
+ * (elementwise.cu, gemm.cu, quant.cu, attention.cu, norm.cu, rope.cu,
+ * softmax.cu, embedding.cu, optim.cu, sample.cu, nccl.cu), llm.c style: a "kernels" section, then
+ * the vtable slots (kc_op_*) that launch them on the caller's stream, check the launch and return 0
+ * or -errno (never abort, never log).  backend.cu assembles the slots into the kk_backend_ops table
+ * that kernels/kk.c dispatches to.
  *
  * Element types: F32, BF16, F16 activations; kernels load every element into
  * f32, compute in f32 and round once on store.
@@ -46,7 +46,7 @@ int kc_check_launch(void);
  * an error: "no GPU" is a normal state for kiln). */
 int kc_device_count(void);
 
-/* ---- GEMM (kc_gemm.cu), cuBLASLt ---------------------------------------
+/* ---- GEMM (gemm.cu), cuBLASLt ---------------------------------------
  * Row-major:  C[b] = act(alpha * op(A[b]) op(B[b]) + beta * C[b] + bias)
  * op(A) is m x k, op(B) is k x n, C is m x n; lda/ldb/ldc are row strides of
  * the STORED matrices in elements; stride_* are batch strides in elements
@@ -67,7 +67,7 @@ int kc_gemm(kc_blas *h, cudaStream_t s, kc_dtype ab_dt, kc_dtype c_dt, int trans
 	    int64_t ldc, int64_t stride_c, int64_t batch, const void *bias, kc_dtype bias_dt,
 	    int act);
 
-/* x[i] *= scale; dst[i] = src[i] across dtypes (kc_ops.cu). */
+/* x[i] *= scale; dst[i] = src[i] across dtypes (elementwise.cu). */
 int kc_scale(cudaStream_t s, kc_dtype dt, size_t n, void *x, float scale);
 int kc_cast(cudaStream_t s, kc_dtype dst_dt, void *dst, kc_dtype src_dt, const void *src, size_t n);
 
@@ -77,11 +77,11 @@ typedef struct kc_ctx {
 	int device;
 	cudaStream_t stream; /* the default stream (st == NULL), non-blocking */
 	kc_blas *blas;
-	void *attn_ws; /* split-decode workspace (kc_attn.cu), default stream only */
+	void *attn_ws; /* split-decode workspace (attention.cu), default stream only */
 	size_t attn_ws_bytes;
 } kc_ctx;
 
-/* Frees the attention workspace of ctx (kc_attn.cu); at backend destroy. */
+/* Frees the attention workspace of ctx (attention.cu); at backend destroy. */
 void kc_attn_release(kc_ctx *ctx);
 
 static inline cudaStream_t kc_stream(kk_backend *be, kk_stream *st)
@@ -93,82 +93,13 @@ static inline kc_dtype kc_dt(kk_dtype t)
 	return (kc_dtype) t; /* KK_F32/BF16/F16 == KC_F32/BF16/F16 */
 }
 
-/* Vtable slots, one per kk.h op, implemented across the kc_*.cu files.
- * Arguments are already validated by kernels/kk.c (see kk_internal.h). */
-int kc_op_cast(kk_backend *be, kk_stream *st, kk_buffer *dst, const kk_buffer *src, size_t count);
-int kc_op_scale(kk_backend *be, kk_stream *st, kk_buffer *x, float scale, size_t count);
-int kc_op_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d);
-int kc_op_quantize(kk_backend *be, kk_stream *st, kk_qmatrix *q, const kk_buffer *w);
-int kc_op_dequantize(kk_backend *be, kk_stream *st, kk_buffer *w, const kk_qmatrix *q);
-int kc_op_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x,
-		const kk_qmatrix *w, const kk_buffer *bias, int64_t m);
-int kc_op_attention_fwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_buffer *out,
-			kk_buffer *lse, const kk_buffer *q, const kk_buffer *k, const kk_buffer *v);
-int kc_op_attention_bwd(kk_backend *be, kk_stream *st, const kk_attn_desc *d, kk_buffer *dq,
-			kk_buffer *dk, kk_buffer *dv, const kk_buffer *dout, const kk_buffer *q,
-			const kk_buffer *k, const kk_buffer *v, const kk_buffer *out,
-			const kk_buffer *lse);
-int kc_op_attention_paged(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
-			  const kk_buffer *q, const kk_buffer *k_cache, const kk_buffer *v_cache);
-int kc_op_attention_decode(kk_backend *be, kk_stream *st, const kk_paged_desc *d, kk_buffer *out,
-			   const kk_buffer *q, const kk_buffer *k_cache, const kk_buffer *v_cache);
-int kc_op_kv_cache_write(kk_backend *be, kk_stream *st, kk_buffer *k_cache, kk_buffer *v_cache,
-			 const kk_buffer *k, const kk_buffer *v, const kk_buffer *slot_mapping,
-			 int64_t n_tokens, int n_kv_heads, int head_dim, int num_blocks);
-int kc_op_rmsnorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
-		      kk_buffer *rstd, const kk_buffer *x, const kk_buffer *residual,
-		      const kk_buffer *weight, int64_t rows, int64_t dim, float eps);
-int kc_op_rmsnorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dweight,
-		      const kk_buffer *dy, const kk_buffer *dresidual, const kk_buffer *h,
-		      const kk_buffer *weight, const kk_buffer *rstd, int64_t rows, int64_t dim);
-int kc_op_layernorm_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, kk_buffer *residual_out,
-			kk_buffer *mean, kk_buffer *rstd, const kk_buffer *x,
-			const kk_buffer *residual, const kk_buffer *weight, const kk_buffer *bias,
-			int64_t rows, int64_t dim, float eps);
-int kc_op_layernorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dweight,
-			kk_buffer *dbias, const kk_buffer *dy, const kk_buffer *dresidual,
-			const kk_buffer *h, const kk_buffer *weight, const kk_buffer *mean,
-			const kk_buffer *rstd, int64_t rows, int64_t dim);
-int kc_op_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *positions,
-	       int64_t tokens, int n_heads, int head_dim, int rotary_dim, float theta,
-	       kk_rope_mode mode, bool backward);
-int kc_op_act_fwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *y, const kk_buffer *x,
-		  size_t n);
-int kc_op_act_bwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *dx, const kk_buffer *dy,
-		  const kk_buffer *x, size_t n);
-int kc_op_swiglu_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *gate,
-		     const kk_buffer *up, size_t n);
-int kc_op_swiglu_bwd(kk_backend *be, kk_stream *st, kk_buffer *dgate, kk_buffer *dup,
-		     const kk_buffer *dy, const kk_buffer *gate, const kk_buffer *up, size_t n);
-int kc_op_softmax(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x, int64_t rows,
-		  int64_t cols);
-int kc_op_embedding_fwd(kk_backend *be, kk_stream *st, kk_buffer *out, const kk_buffer *table,
-			const kk_buffer *ids, int64_t tokens, int64_t vocab, int64_t dim);
-int kc_op_embedding_bwd(kk_backend *be, kk_stream *st, kk_buffer *dtable, const kk_buffer *dout,
-			const kk_buffer *ids, int64_t tokens, int64_t vocab, int64_t dim);
-int kc_op_cross_entropy_fwd(kk_backend *be, kk_stream *st, kk_buffer *losses,
-			    const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
-			    int64_t vocab);
-int kc_op_cross_entropy_bwd(kk_backend *be, kk_stream *st, kk_buffer *dlogits,
-			    const kk_buffer *logits, const kk_buffer *targets, int64_t tokens,
-			    int64_t vocab, float grad_scale);
-int kc_op_adamw(kk_backend *be, kk_stream *st, kk_buffer *master, kk_buffer *params,
-		const kk_buffer *grads, kk_buffer *m, kk_buffer *v, size_t n,
-		const kk_adamw_params *p);
-int kc_op_grad_norm(kk_backend *be, kk_stream *st, kk_buffer *out, kk_buffer *const *grads,
-		    size_t n_bufs);
-int kc_op_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *logits,
-		 int64_t rows, int64_t vocab, const kk_sampling *p);
-int kc_op_comm_get_id(kk_backend *be, void *id, size_t len);
-int kc_op_comm_init(kk_comm *c, const void *id, size_t id_len);
-void kc_op_comm_free(kk_comm *c);
-int kc_op_all_reduce(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
-		     size_t count, kk_reduce_op op);
-int kc_op_reduce_scatter(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
-			 size_t count, kk_reduce_op op);
-int kc_op_all_gather(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
-		     size_t count);
-int kc_op_broadcast(kk_comm *c, kk_stream *st, kk_buffer *buf, size_t count, int root);
+/* Vtable slots, one per entry of kernels/include/kk_ops.def, implemented
+ * in kernels/cuda/<family>.cu (comm: nccl.cu); backend.cu puts them in the
+ * ops table.  Arguments are already validated by kernels/kk.c (see
+ * kk_internal.h). */
+#define KK_OP(NAME, name, family, dtypes, params) int kc_op_##name params;
+#define KK_SLOT(ret, name, family, params)	  ret kc_op_##name params;
+#include "kk_ops.def"
 
 #ifdef __cplusplus
 }

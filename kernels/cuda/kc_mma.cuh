@@ -1,5 +1,5 @@
 /* kernels/cuda/kc_mma.cuh — warp-level tensor-core and async-copy primitives
- * for the CUDA backend's hand-written matrix kernels (kc_attn.cu).
+ * for the CUDA backend's hand-written matrix kernels (attention.cu).
  *
  *   kc_mma16816<BF>(d, a, b)  d += A * B, one mma.sync.aligned.m16n8k16
  *                             .row.col.f32.{bf16,f16}.{bf16,f16}.f32

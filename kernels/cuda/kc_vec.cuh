@@ -1,6 +1,6 @@
 /* kernels/cuda/kc_vec.cuh — 16-byte vector access for the memory-bound
- * kernels of the CUDA backend (kc_ops.cu, kc_norm.cu, kc_optim.cu,
- * kc_quant.cu), and the launch geometry they share.
+ * kernels of the CUDA backend (elementwise.cu, rope.cu, softmax.cu, embedding.cu, norm.cu, optim.cu,
+ * quant.cu), and the launch geometry they share.
  *
  * Why: HBM3 reaches its bandwidth only when every thread moves 16 bytes per
  * load/store instruction (LDG.E.128 / STG.E.128) and a warp's accesses are
@@ -310,6 +310,11 @@ static inline unsigned kc_grid_sm(size_t units, int threads)
  * array is 16-byte aligned at element i).  kc_ew_kernel<W> runs it over n
  * elements: elements [0, head) and the ragged tail one at a time, the body
  * W at a time, grid-stride. */
+/* for (size_t i = global thread id; i < n; i += grid size) */
+#define GRID_STRIDE(i, n)                                                        \
+	for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < (n); \
+	     i += (size_t) gridDim.x * blockDim.x)
+
 #define KC_EW_THREADS 256
 
 template <int W, typename F>

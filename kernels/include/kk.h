@@ -543,6 +543,32 @@ int kk_all_gather(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *s
 /* buf [count] on every rank becomes root's. */
 int kk_broadcast(kk_comm *c, kk_stream *st, kk_buffer *buf, size_t count, int root);
 
+/* ------------------------------------------------------------------------ */
+/* What a backend supports                                                   */
+
+/* One value per op of the op list (kk_ops.def, beside this header), in its
+ * order: KK_OP_CAST, KK_OP_SCALE, KK_OP_GEMM, ... KK_OP_BROADCAST. */
+typedef enum kk_op {
+#define KK_OP(NAME, name, family, dtypes, params) KK_OP_##NAME,
+#include "kk_ops.def"
+	KK_OP_MAX
+} kk_op;
+
+/* The op's name as in its function ("gemm" for kk_gemm), or NULL for a
+ * value outside [0, KK_OP_MAX). */
+const char *kk_op_name(kk_op op);
+
+/* Whether backend be implements op for element type dt: true when be has
+ * the op (a backend that lacks it returns -EOPNOTSUPP) and dt is a dtype the
+ * op takes for its main data operand (the activations, logits or gradients;
+ * for kk_quantize/kk_dequantize/kk_qgemm also KK_I8 and KK_Q4, the
+ * kk_qmatrix's type).  False for a NULL be, an op outside [0, KK_OP_MAX) or
+ * an invalid dtype.  It answers from the op list and the backend's table,
+ * without touching the device, so "true" does not promise every shape: a
+ * call may still return -EOPNOTSUPP for a head dim or size the backend does
+ * not handle, or -EINVAL for bad arguments. */
+bool kk_supports(const kk_backend *be, kk_op op, kk_dtype dt);
+
 #ifdef __cplusplus
 }
 #endif

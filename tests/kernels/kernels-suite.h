@@ -32,6 +32,7 @@
 #include "../../kernels/kk_internal.h"
 #include "kiln/macro.h"
 #include "kk.h"
+#include "ref/ref.h"
 
 static kk_backend *be;
 static char skip_reason[128];
@@ -243,16 +244,6 @@ static void fd_grad(loss_fn f, void *ctx, double *x, size_t n, double *grad)
 	}
 }
 
-static double gelu_d(double x)
-{
-	return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-}
-
-static double silu_d(double x)
-{
-	return x / (1 + exp(-x));
-}
-
 /* ======================================================================== */
 /* Buffers                                                                   */
 
@@ -365,27 +356,13 @@ static void gemm_case(kk_dtype dt, kk_dtype cdt, bool ta, bool tb, int64_t batch
 			   .epilogue = epi };
 	assert_int_equal(kk_gemm(be, NULL, &d), 0);
 	got = down(c, nc);
+	ref_gemm(&d, A, B, beta != 0 ? C0 : NULL, bias ? bv : NULL, ref);
 	for (int64_t bt = 0; bt < batch; bt++)
 		for (int64_t i = 0; i < m; i++)
 			for (int64_t j = 0; j < n; j++) {
-				double s = 0, v;
-				for (int64_t p = 0; p < k; p++) {
-					double x = ta ? A[bt * sa + p * lda + i]
-						      : A[bt * sa + i * lda + p];
-					double y = tb ? B[bt * sb + j * ldb + p]
-						      : B[bt * sb + p * ldb + j];
-					s += x * y;
-				}
-				v = 0.75 * s + (beta != 0 ? beta * C0[bt * sc + i * ldc + j] : 0) +
-				    (bias ? bv[j] : 0);
-				if (epi == KK_EPI_GELU)
-					v = gelu_d(v);
-				else if (epi == KK_EPI_SILU)
-					v = silu_d(v);
-				ref_sel[cnt] = v;
+				ref_sel[cnt] = ref[bt * sc + i * ldc + j];
 				got_sel[cnt++] = got[bt * sc + i * ldc + j];
 			}
-	(void) ref;
 	expect_close("gemm", got_sel, ref_sel, cnt, 4 * TOL(cdt == KK_F32 ? dt : cdt),
 		     2 * TOL(cdt == KK_F32 ? dt : cdt));
 }
@@ -428,15 +405,13 @@ static void quant_case(kk_dtype qt, int group, kk_dtype sdt)
 	raw_d = hmalloc(n * k * sizeof(double));
 	for (int64_t r = 0; r < n; r++)
 		for (int64_t g = 0; g < groups; g++) {
-			double amax = 0, s = sc[r * groups + g];
-			for (int64_t j = g * gsz; j < (g + 1) * gsz; j++)
-				amax = fmax(amax, fabs(w[r * k + j]));
+			double s = sc[r * groups + g],
+			       want = ref_quant_scale(w + r * k + g * gsz, gsz, qt);
 			/* The scale: amax / qmax, as stored. */
-			assert_true(fabs(s - amax / qmax) <= (sdt == KK_F16 ? 1e-3 : 1e-6) * amax);
+			assert_true(fabs(s - want) <= (sdt == KK_F16 ? 1e-3 : 1e-6) * want * qmax);
 			for (int64_t j = g * gsz; j < (g + 1) * gsz; j++) {
 				size_t idx = r * k + j;
-				double qv = fmin(fmax(nearbyint(w[idx] / s), -qmax - (qt == KK_Q4)),
-						 qmax);
+				double qv = ref_quant_level(w[idx], s, qt);
 				double stored = qt == KK_I8
 							? (double) (int8_t) raw[idx]
 							: (double) ((idx & 1 ? raw[idx / 2] >> 4
@@ -460,13 +435,15 @@ static void quant_case(kk_dtype qt, int group, kk_dtype sdt)
 				  *bb = up_rand(dt, n, -1, 1, &bias);
 			kk_buffer *yb = out_buf(dt, m * n);
 			assert_int_equal(kk_qgemm(be, NULL, yb, xb, q, mi ? bb : NULL, m), 0);
-			for (int64_t i = 0; i < m; i++)
-				for (int64_t j = 0; j < n; j++) {
-					double s = mi ? bias[j] : 0;
-					for (int64_t p = 0; p < k; p++)
-						s += x[i * k + p] * raw_d[j * k + p];
-					ref[i * n + j] = s;
-				}
+			ref_gemm(&(kk_gemm_desc){ .trans_b = true,
+						  .m = m,
+						  .n = n,
+						  .k = k,
+						  .alpha = 1,
+						  .lda = k,
+						  .ldb = k,
+						  .ldc = n },
+				 x, raw_d, NULL, mi ? bias : NULL, ref);
 			expect_close("qgemm", down(yb, m * n), ref, m * n, 8 * TOL(dt),
 				     2 * TOL(dt));
 		}
@@ -504,34 +481,8 @@ struct attn_ref {
 
 static void attn_ref_fwd(struct attn_ref *a)
 {
-	double scale = 1 / sqrt((double) a->D);
-	int grp = a->H / a->Hkv;
-	double *s = malloc(a->T * sizeof(double));
-	for (int sq = 0; sq < a->n_seqs; sq++)
-		for (int t = a->cu[sq]; t < a->cu[sq + 1]; t++)
-			for (int h = 0; h < a->H; h++) {
-				int kvh = h / grp, j1 = a->causal ? t + 1 : a->cu[sq + 1];
-				double mx = -INFINITY, sum = 0;
-				for (int j = a->cu[sq]; j < j1; j++) {
-					double d = 0;
-					for (int x = 0; x < a->D; x++)
-						d += a->q[(t * a->H + h) * a->D + x] *
-						     a->k[(j * a->Hkv + kvh) * a->D + x];
-					s[j] = d * scale;
-					mx = fmax(mx, s[j]);
-				}
-				for (int j = a->cu[sq]; j < j1; j++)
-					sum += exp(s[j] - mx);
-				for (int x = 0; x < a->D; x++) {
-					double o = 0;
-					for (int j = a->cu[sq]; j < j1; j++)
-						o += exp(s[j] - mx) / sum *
-						     a->v[(j * a->Hkv + kvh) * a->D + x];
-					a->out[(t * a->H + h) * a->D + x] = o;
-				}
-				a->lse[t * a->H + h] = mx + log(sum);
-			}
-	free(s);
+	ref_attention(a->q, a->k, a->v, a->cu, a->n_seqs, a->H, a->Hkv, a->D, a->causal, a->out,
+		      a->lse);
 }
 
 static double attn_loss(void *ctx)
@@ -653,7 +604,6 @@ static void paged_check(const char *what, kk_dtype dt, int H, int Hkv, int D, co
 	double *K, *V, *Q, *ref = hmalloc(nq * sizeof(double));
 	kk_buffer *kc = up_rand(dt, nc, -1, 1, &K), *vc = up_rand(dt, nc, -1, 1, &V),
 		  *qb = up_rand(dt, nq, -1, 1, &Q), *ob = out_buf(dt, nq);
-	int grp = H / Hkv;
 
 	for (int i = 0; i < PG_NB; i++)
 		perm[i] = i;
@@ -701,34 +651,7 @@ static void paged_check(const char *what, kk_dtype dt, int H, int Hkv, int D, co
 			    .context_lens = up_i32(lens, PG_NS),
 			    .cu_q = qlen ? up_i32(cu, PG_NS + 1) : NULL,
 			    .total_q = qlen ? nrows : 0 };
-	for (int s = 0; s < PG_NS; s++)
-		for (int row = cu[s]; row < cu[s + 1]; row++)
-			for (int h = 0; h < H; h++) {
-				int vis = lens[s] - (cu[s + 1] - row) + 1;
-				double sc[PG_MBPS * 16], mx = -INFINITY, sum = 0;
-				size_t off[PG_MBPS * 16];
-				for (int t = 0; t < vis; t++) {
-					off[t] =
-						(((size_t) bt[s * PG_MBPS + t / 16] * 16 + t % 16) *
-							 Hkv +
-						 h / grp) *
-						D;
-					double dd = 0;
-					for (int x = 0; x < D; x++)
-						dd += Q[((size_t) row * H + h) * D + x] *
-						      K[off[t] + x];
-					sc[t] = dd / sqrt((double) D);
-					mx = fmax(mx, sc[t]);
-				}
-				for (int t = 0; t < vis; t++)
-					sum += exp(sc[t] - mx);
-				for (int x = 0; x < D; x++) {
-					double o = 0;
-					for (int t = 0; t < vis; t++)
-						o += exp(sc[t] - mx) / sum * V[off[t] + x];
-					ref[((size_t) row * H + h) * D + x] = o;
-				}
-			}
+	ref_attention_paged(Q, K, V, bt, PG_MBPS, lens, qlen ? cu : NULL, PG_NS, H, Hkv, D, ref);
 	int r = qlen ? kk_attention_paged(be, NULL, &d, ob, qb, kc, vc)
 		     : kk_attention_decode(be, NULL, &d, ob, qb, kc, vc);
 	if (r == -EOPNOTSUPP && D != KK_ATTN_HEAD_DIM_SMALL && D != KK_ATTN_HEAD_DIM_LARGE &&
@@ -807,12 +730,7 @@ static void test_kv_cache_write(void **state)
 		assert_int_equal(kk_kv_cache_write(be, NULL, kc, vc, kb, vb, up_i32(slots, NT), NT,
 						   HKV, D, NB),
 				 0);
-		for (int t = 0; t < NT; t++)
-			if (slots[t] >= 0)
-				for (size_t i = 0; i < row; i++) {
-					K0[slots[t] * row + i] = K[t * row + i];
-					V0[slots[t] * row + i] = V[t * row + i];
-				}
+		ref_kv_cache_write(K0, V0, K, V, slots, NT, row);
 		gk = down(kc, nc);
 		gv = down(vc, nc);
 		expect_close("kv cache k", gk, K0, nc, 0, 0);
@@ -839,21 +757,7 @@ struct norm_ref {
 
 static void norm_ref_fwd(struct norm_ref *n)
 {
-	for (int r = 0; r < n->rows; r++) {
-		double *h = n->h + (size_t) r * n->dim, mean = 0, var = 0;
-		if (n->layer) {
-			for (int i = 0; i < n->dim; i++)
-				mean += h[i];
-			mean /= n->dim;
-		}
-		for (int i = 0; i < n->dim; i++)
-			var += (h[i] - mean) * (h[i] - mean);
-		var /= n->dim;
-		for (int i = 0; i < n->dim; i++)
-			n->y[(size_t) r * n->dim + i] =
-				(h[i] - mean) / sqrt(var + n->eps) * n->w[i] +
-				(n->layer && n->b ? n->b[i] : 0);
-	}
+	ref_norm_fwd(n->layer, n->rows, n->dim, n->eps, n->h, n->w, n->b, n->y);
 }
 
 static double norm_loss(void *ctx)
@@ -945,17 +849,7 @@ static void norm_big_case(kk_dtype dt, bool layer)
 
 	memcpy(gw, dw0, dim * 8);
 	memcpy(gb, db0, dim * 8);
-	for (int r = 0; r < rows; r++) {
-		double mean = 0, var = 0;
-		for (int i = 0; i < dim; i++)
-			mean += layer ? x[r * dim + i] / dim : 0;
-		for (int i = 0; i < dim; i++)
-			var += (x[r * dim + i] - mean) * (x[r * dim + i] - mean) / dim;
-		for (int i = 0; i < dim; i++) {
-			gw[i] += G[r * dim + i] * (x[r * dim + i] - mean) / sqrt(var + 1e-5);
-			gb[i] += G[r * dim + i];
-		}
-	}
+	ref_norm_dparams(layer, rows, dim, 1e-5, x, G, gw, gb);
 	if (layer) {
 		assert_int_equal(kk_layernorm_fwd(be, NULL, yb, NULL, mb, sb, xb, NULL, wb, bb,
 						  rows, dim, 1e-5f),
@@ -999,8 +893,7 @@ static void test_rope(void **state)
 		for (int mode = 0; mode < 2; mode++)
 			for (int rd = 0; rd < 2; rd++) {
 				kk_dtype dt = FLOATS[di];
-				int T = 6, H = 3, D = rd ? 128 : 64, rot = rd ? 32 : 0,
-				    R = rot ? rot : D;
+				int T = 6, H = 3, D = rd ? 128 : 64, rot = rd ? 32 : 0;
 				size_t N = (size_t) T * H * D;
 				int32_t pos[6];
 				double *x, *ref = hmalloc(N * 8);
@@ -1009,24 +902,7 @@ static void test_rope(void **state)
 				for (int t = 0; t < T; t++)
 					pos[t] = irand(0, 4096);
 				kk_buffer *pb = up_i32(pos, T);
-				memcpy(ref, x, N * 8);
-				for (int t = 0; t < T; t++)
-					for (int h = 0; h < H; h++)
-						for (int i = 0; i < R / 2; i++) {
-							double ang =
-								pos[t] * pow(10000.0, -2.0 * i / R);
-							size_t base = ((size_t) t * H + h) * D;
-							size_t ia = mode == KK_ROPE_INTERLEAVED
-									    ? base + 2 * i
-									    : base + i;
-							size_t ib = mode == KK_ROPE_INTERLEAVED
-									    ? ia + 1
-									    : ia + R / 2;
-							ref[ia] =
-								x[ia] * cos(ang) - x[ib] * sin(ang);
-							ref[ib] =
-								x[ia] * sin(ang) + x[ib] * cos(ang);
-						}
+				ref_rope(ref, x, pos, T, H, D, rot, 10000.0, (kk_rope_mode) mode);
 				assert_int_equal(kk_rope(be, NULL, xb, pb, T, H, D, rot, 10000.0f,
 							 (kk_rope_mode) mode, false),
 						 0);
@@ -1055,9 +931,9 @@ static double ew_loss(void *ctx)
 	struct ew_ref *e = ctx;
 	double l = 0;
 	for (size_t i = 0; i < e->n; i++) {
-		double y = e->kind == 0	  ? silu_d(e->x[i])
-			   : e->kind == 1 ? gelu_d(e->x[i])
-					  : silu_d(e->x[i]) * e->u[i];
+		double y = e->kind == 0	  ? ref_silu(e->x[i])
+			   : e->kind == 1 ? ref_gelu(e->x[i])
+					  : ref_silu(e->x[i]) * e->u[i];
 		l += y * e->G[i];
 	}
 	return l;
@@ -1077,9 +953,9 @@ static void test_activations(void **state)
 			kk_buffer *dxb = out_buf(dt, n), *dub = out_buf(dt, n);
 
 			for (size_t i = 0; i < n; i++)
-				ref[i] = kind == 0   ? silu_d(e.x[i])
-					 : kind == 1 ? gelu_d(e.x[i])
-						     : silu_d(e.x[i]) * e.u[i];
+				ref[i] = kind == 0   ? ref_silu(e.x[i])
+					 : kind == 1 ? ref_gelu(e.x[i])
+						     : ref_silu(e.x[i]) * e.u[i];
 			if (kind < 2)
 				assert_int_equal(kk_act_fwd(be, NULL, (kk_act) kind, yb, xb, n), 0);
 			else
@@ -1114,15 +990,7 @@ static void test_softmax(void **state)
 			double *x, *ref = hmalloc(N * 8);
 			kk_buffer *xb = up_rand(dt, N, -8, 8, &x),
 				  *yb = inplace ? xb : out_buf(dt, N);
-			for (int r = 0; r < rows; r++) {
-				double mx = -INFINITY, s = 0;
-				for (int i = 0; i < cols; i++)
-					mx = fmax(mx, x[r * cols + i]);
-				for (int i = 0; i < cols; i++)
-					s += exp(x[r * cols + i] - mx);
-				for (int i = 0; i < cols; i++)
-					ref[r * cols + i] = exp(x[r * cols + i] - mx) / s;
-			}
+			ref_softmax(x, rows, cols, ref);
 			assert_int_equal(kk_softmax(be, NULL, yb, xb, rows, cols), 0);
 			expect_close("softmax", down(yb, N), ref, N, TOL(dt) * 0.1, 2 * TOL(dt));
 			teardown(NULL);
@@ -1145,18 +1013,14 @@ static void test_embedding(void **state)
 		kk_buffer *tb = up_rand(dt, V * DIM, -1, 1, &tab), *ib = up_i32(ids, T);
 		kk_buffer *ob = out_buf(dt, T * DIM);
 		assert_int_equal(kk_embedding_fwd(be, NULL, ob, tb, ib, T, V, DIM), 0);
-		for (int t = 0; t < T; t++)
-			for (int i = 0; i < DIM; i++)
-				ref[t * DIM + i] = tab[ids[t] * DIM + i];
+		ref_embedding_fwd(tab, ids, T, DIM, ref);
 		expect_close("embedding fwd", down(ob, T * DIM), ref, T * DIM, 0, 0);
 
 		kk_buffer *gb = up_rand(dt, T * DIM, -1, 1, &dout);
 		kk_buffer *dtb = up_rand(KK_F32, V * DIM, -1, 1, &dt0);
 		double *want = hmalloc(V * DIM * 8);
 		memcpy(want, dt0, V * DIM * 8);
-		for (int t = 0; t < T; t++)
-			for (int i = 0; i < DIM; i++)
-				want[ids[t] * DIM + i] += dout[t * DIM + i];
+		ref_embedding_bwd(want, dout, ids, T, DIM);
 		assert_int_equal(kk_embedding_bwd(be, NULL, dtb, gb, ib, T, V, DIM), 0);
 		expect_close("embedding bwd", down(dtb, V * DIM), want, V * DIM, 1e-5, 1e-5);
 
@@ -1182,14 +1046,7 @@ struct xent_ref {
 
 static double xent_ref_row(const struct xent_ref *e, int t)
 {
-	double mx = -INFINITY, s = 0;
-	if (e->tg[t] < 0)
-		return 0;
-	for (int i = 0; i < e->V; i++)
-		mx = fmax(mx, e->x[t * e->V + i]);
-	for (int i = 0; i < e->V; i++)
-		s += exp(e->x[t * e->V + i] - mx);
-	return mx + log(s) - e->x[t * e->V + e->tg[t]];
+	return ref_cross_entropy_row(e->x + (size_t) t * e->V, e->V, e->tg[t]);
 }
 
 static double xent_loss(void *ctx)
@@ -1259,15 +1116,8 @@ static void test_adamw(void **state)
 			kk_buffer *gb = up_rand(dt, n, -1, 1, &g);
 			ap.step = step;
 			assert_int_equal(kk_adamw(be, NULL, wb, pb, gb, mb, vb, n, &ap), 0);
-			for (size_t i = 0; i < n; i++) {
-				double gi = g[i] * 0.5;
-				m[i] = 0.9 * m[i] + 0.1 * gi;
-				v[i] = 0.95 * v[i] + 0.05 * gi * gi;
-				double mh = m[i] / (1 - pow(0.9, step)),
-				       vh = v[i] / (1 - pow(0.95, step));
-				w[i] -= 1e-2 * (mh / (sqrt(vh) + 1e-8) + 0.1 * w[i]);
-				p[i] = w[i];
-			}
+			ref_adamw(w, m, v, g, n, &ap);
+			memcpy(p, w, n * 8);
 		}
 		expect_close("adamw master", down(wb, n), w, n, 1e-5, 1e-5);
 		expect_close("adamw m", down(mb, n), m, n, 1e-6, 1e-5);
@@ -1281,16 +1131,13 @@ static void test_grad_norm_clip(void **state)
 {
 	const size_t sizes[3] = { 100, 200000, 77 }; /* the large one is split over threads */
 	kk_buffer *bufs[3];
-	double *h[3], sum = 0, norm;
+	double *h[3], norm;
 	kk_buffer *out = out_buf(KK_F32, 1);
 	float got;
 
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 3; i++)
 		bufs[i] = up_rand(FLOATS[i], sizes[i], -1, 1, &h[i]);
-		for (size_t j = 0; j < sizes[i]; j++)
-			sum += h[i][j] * h[i][j];
-	}
-	norm = sqrt(sum);
+	norm = ref_grad_norm((const double *const *) h, sizes, 3);
 	assert_int_equal(kk_grad_norm(be, NULL, out, bufs, 3), 0);
 	expect_close("grad norm", down(out, 1), &norm, 1, 0, 1e-5);
 
@@ -1313,70 +1160,6 @@ static void test_grad_norm_clip(void **state)
 
 /* ======================================================================== */
 /* Sampling                                                                  */
-
-struct scand {
-	double x;
-	int id;
-};
-
-static int scand_cmp(const void *a, const void *b)
-{
-	const struct scand *x = a, *y = b;
-	if (x->x != y->x)
-		return x->x > y->x ? -1 : 1;
-	return x->id - y->id;
-}
-
-/* The algorithm of kk.h, in double. */
-static int ref_sample(const double *logits, int V, const kk_sampling *p, uint64_t row)
-{
-	struct scand *c = malloc(V * sizeof(*c));
-	double *pr = malloc(V * sizeof(double)), total = 0, kept = 0, u, cum = 0;
-	int keep, pick;
-
-	for (int i = 0; i < V; i++)
-		c[i] = (struct scand){ logits[i], i };
-	qsort(c, V, sizeof(*c), scand_cmp);
-	if (p->temperature == 0) {
-		pick = c[0].id;
-		goto out;
-	}
-	keep = p->top_k > 0 && p->top_k < V ? p->top_k : V;
-	for (int i = 0; i < keep; i++)
-		total += pr[i] = exp((c[i].x - c[0].x) / p->temperature);
-	if (p->top_p > 0 && p->top_p < 1) {
-		int n = 0;
-		double acc = 0;
-		while (n < keep) {
-			acc += pr[n++];
-			if (acc >= p->top_p * total)
-				break;
-		}
-		keep = n;
-	}
-	/* The inverse CDF walks the kept tokens in id order (kk.h). */
-	char *in = calloc(V, 1);
-	for (int i = 0; i < keep; i++)
-		in[c[i].id] = 1;
-	for (int i = 0; i < V; i++)
-		if (in[i])
-			kept += exp((logits[i] - c[0].x) / p->temperature);
-	u = kk_sample_uniform(p->seed, row) * kept;
-	pick = -1;
-	for (int i = 0; i < V; i++) {
-		if (!in[i])
-			continue;
-		pick = i; /* the last kept id if rounding leaves cum <= u */
-		cum += exp((logits[i] - c[0].x) / p->temperature);
-		if (cum > u)
-			break;
-	}
-	free(in);
-out:
-	free(c);
-	free(pr);
-	return pick;
-}
 
 static void test_sample(void **state)
 {
@@ -1579,6 +1362,52 @@ static void test_not_supported(void **state)
 	assert_int_equal(kk_buffer_upload(be, NULL, y, 0, id, 4), -EOPNOTSUPP);
 	assert_int_equal(kk__backend_set_ops(be, saved), 0);
 	assert_int_equal(kk_softmax(be, NULL, y, x, 8, 8), 0);
+}
+
+/* kk_supports: every op of the list takes f32/bf16/f16 on both backends
+ * (and i8/q4 for the quantized ops); any other dtype, an op outside the list,
+ * a NULL backend or a cleared slot answer false, and the calls agree. */
+static void test_supports(void **state)
+{
+	struct kk_backend_ops cleared;
+	const struct kk_backend_ops *saved = be->ops;
+	kk_buffer *xi = out_buf(KK_I32, 8), *yi = out_buf(KK_I32, 8);
+	kk_buffer *x = out_buf(KK_F32, 8), *y = out_buf(KK_F32, 8);
+
+	for (int op = 0; op < KK_OP_MAX; op++) {
+		bool quant = op == KK_OP_QUANTIZE || op == KK_OP_DEQUANTIZE || op == KK_OP_QGEMM;
+		assert_non_null(kk_op_name((kk_op) op));
+		for (int dt = 0; dt < KK_DTYPE_MAX; dt++) {
+			bool want = dt == KK_F32 || dt == KK_BF16 || dt == KK_F16 ||
+				    (quant && (dt == KK_I8 || dt == KK_Q4));
+			assert_int_equal(kk_supports(be, (kk_op) op, (kk_dtype) dt), want);
+		}
+		assert_false(kk_supports(be, (kk_op) op, KK_DTYPE_MAX));
+		assert_false(kk_supports(NULL, (kk_op) op, KK_F32));
+	}
+	assert_string_equal(kk_op_name(KK_OP_GEMM), "gemm");
+	assert_string_equal(kk_op_name(KK_OP_CROSS_ENTROPY_BWD), "cross_entropy_bwd");
+	assert_string_equal(kk_op_name(KK_OP_BROADCAST), "broadcast");
+	assert_null(kk_op_name(KK_OP_MAX));
+	assert_null(kk_op_name((kk_op) -1));
+	assert_false(kk_supports(be, KK_OP_MAX, KK_F32));
+	assert_false(kk_supports(be, (kk_op) -1, KK_F32));
+
+	/* false for i32 softmax: the call refuses it the same way. */
+	assert_false(kk_supports(be, KK_OP_SOFTMAX, KK_I32));
+	assert_int_equal(kk_softmax(be, NULL, yi, xi, 2, 4), -EINVAL);
+	assert_true(kk_supports(be, KK_OP_SOFTMAX, KK_F32));
+	assert_int_equal(kk_softmax(be, NULL, y, x, 2, 4), 0);
+
+	/* A backend without the op (slot cleared): false, and -EOPNOTSUPP. */
+	cleared = *saved;
+	cleared.softmax = NULL;
+	assert_int_equal(kk__backend_set_ops(be, &cleared), 0);
+	assert_false(kk_supports(be, KK_OP_SOFTMAX, KK_F32));
+	assert_true(kk_supports(be, KK_OP_GEMM, KK_F32));
+	assert_int_equal(kk_softmax(be, NULL, y, x, 2, 4), -EOPNOTSUPP);
+	assert_int_equal(kk__backend_set_ops(be, saved), 0);
+	assert_true(kk_supports(be, KK_OP_SOFTMAX, KK_F32));
 }
 
 static void test_backend_select(void **state)
@@ -1795,6 +1624,7 @@ static int run_suite(void)
 		T(test_sample),
 		T(test_bad_args),
 		T(test_not_supported),
+		T(test_supports),
 		T(test_backend_select),
 		T(test_collectives),
 	};

@@ -1,5 +1,6 @@
 /* tests/kernels/gpu/test-kk-cuda-mem.c — the memory-bound ops of the kk cuda
- * backend (kernels/cuda/kc_ops.cu, kc_norm.cu, kc_optim.cu, kc_quant.cu) at
+ * backend (kernels/cuda/elementwise.cu, rope.cu, softmax.cu, embedding.cu,
+ * attention.cu's KV-cache write, norm.cu, optim.cu, quant.cu) at
  * the shapes and alignments that decide between their 16-byte vector paths
  * and their scalar paths, checked against the cpu backend.  Prints TAP.
  *
@@ -25,164 +26,12 @@
 #include "kiln/macro.h"
 #include "kk.h"
 
+#define PARITY_SEED 0x9E3779B97F4A7C15ull
+#define PARITY_ZERO 0.25f
+#include "parity.h"
+
 /* TAP lines printed (for the skip path). */
 #define N_TESTS 15
-
-static kk_backend *be_side[2]; /* 0 cpu, 1 cuda */
-static int n_test, n_fail;
-
-static void tap(int ok, const char *fmt, ...)
-{
-	va_list ap;
-	n_test++;
-	if (!ok)
-		n_fail++;
-	printf("%s %d - ", ok ? "ok" : "not ok", n_test);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-}
-
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static float frand(void) /* uniform in [-1, 1), never 0 */
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	float f = (float) ((rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
-	return f == 0.0f ? 0.25f : f;
-}
-
-/* One tensor on both backends: a parent allocation and a view of n
- * elements at element offset off (off 0: the view is the whole parent). */
-typedef struct vt {
-	kk_buffer *par[2], *b[2];
-	kk_dtype dt;
-	size_t n;
-} vt;
-
-static int setup_failed;
-
-/* data: n floats (converted to dt), n int32 (KK_I32/I8/Q4 raw bytes), or
- * NULL to poison. */
-static vt mk(kk_dtype dt, size_t n, size_t off, const void *data)
-{
-	vt t = { { NULL, NULL }, { NULL, NULL }, dt, n };
-	size_t bytes = kk_dtype_size(dt, n);
-	void *tmp = malloc(bytes + 1);
-	for (int s = 0; s < 2; s++) {
-		if (kk_buffer_alloc(be_side[s], dt, n + off, &t.par[s]) < 0 ||
-		    kk_buffer_view(t.par[s], off, n, &t.b[s]) < 0) {
-			setup_failed = 1;
-			continue;
-		}
-		kk_buffer_memset(be_side[s], NULL, t.par[s], 0xff, 0, kk_buffer_bytes(t.par[s]));
-		if (!data)
-			continue;
-		if (dt == KK_I32 || dt == KK_I8 || dt == KK_Q4)
-			memcpy(tmp, data, bytes);
-		else
-			kk_convert_host(dt, tmp, KK_F32, data, n);
-		kk_buffer_upload(be_side[s], NULL, t.b[s], 0, tmp, bytes);
-	}
-	free(tmp);
-	return t;
-}
-static vt mkr(kk_dtype dt, size_t n, size_t off, float scale)
-{
-	float *h = malloc((n ? n : 1) * sizeof(float));
-	for (size_t i = 0; i < n; i++)
-		h[i] = frand() * scale;
-	vt t = mk(dt, n, off, h);
-	free(h);
-	return t;
-}
-static void poison(vt *t)
-{
-	for (int s = 0; s < 2; s++)
-		if (t->b[s])
-			kk_buffer_memset(be_side[s], NULL, t->b[s], 0xff, 0,
-					 kk_buffer_bytes(t->b[s]));
-}
-static void fill0(vt *t)
-{
-	for (int s = 0; s < 2; s++)
-		if (t->b[s])
-			kk_buffer_memset(be_side[s], NULL, t->b[s], 0, 0, kk_buffer_bytes(t->b[s]));
-}
-static void drop(vt *t)
-{
-	for (int s = 0; s < 2; s++) {
-		t->b[s] = kk_buffer_free(t->b[s]);
-		t->par[s] = kk_buffer_free(t->par[s]);
-	}
-}
-static float *get(const vt *t, int s)
-{
-	float *out = calloc(t->n ? t->n : 1, sizeof(float));
-	void *tmp = malloc(kk_dtype_size(t->dt, t->n) + 1);
-	if (!t->b[s] || kk_backend_sync(be_side[s]) < 0 ||
-	    kk_buffer_download(be_side[s], NULL, t->b[s], 0, tmp, kk_dtype_size(t->dt, t->n)) < 0)
-		for (size_t i = 0; i < t->n; i++)
-			out[i] = NAN;
-	else
-		kk_convert_host(KK_F32, out, t->dt, tmp, t->n);
-	free(tmp);
-	return out;
-}
-
-typedef struct tol {
-	double atol, rtol;
-} tol;
-static tol tol_of(kk_dtype dt, double f)
-{
-	switch (dt) {
-	case KK_BF16:
-		return (tol){ 2e-2 * f, 2e-2 * f };
-	case KK_F16:
-		return (tol){ 2e-3 * f, 2e-3 * f };
-	default:
-		return (tol){ 1e-4 * f, 1e-4 * f };
-	}
-}
-
-/* cuda vs cpu; prints the worst element as a TAP comment on failure. */
-static int par(const vt *t, tol tl, const char *what)
-{
-	float *c = get(t, 0), *g = get(t, 1);
-	size_t bad = 0, worst = 0;
-	double wx = 0;
-	for (size_t i = 0; i < t->n; i++) {
-		double d = fabs((double) g[i] - c[i]), lim = tl.atol + tl.rtol * fabs(c[i]);
-		if (!(d <= lim)) {
-			double ex = isnan(d) ? INFINITY : d / lim;
-			if (!bad || ex > wx)
-				wx = ex, worst = i;
-			bad++;
-		}
-	}
-	if (bad)
-		printf("# %s: %zu of %zu off; worst [%zu] cuda %g cpu %g\n", what, bad, t->n, worst,
-		       g[worst], c[worst]);
-	free(c), free(g);
-	return bad == 0;
-}
-
-#define BOTH(r, call)                                                           \
-	do {                                                                    \
-		for (int side = 0; side < 2; side++) {                          \
-			kk_backend *be = be_side[side];                         \
-			int _r = (call);                                        \
-			(void) be;                                              \
-			if (_r < 0) {                                           \
-				printf("# side %d: %s\n", side, strerror(-_r)); \
-				r = _r;                                         \
-			}                                                       \
-		}                                                               \
-	} while (0)
-#define S(t) ((t).b[side])
 
 static const kk_dtype DTS[] = { KK_F32, KK_BF16, KK_F16 };
 #define N_DTS 3
@@ -203,35 +52,36 @@ static void test_elementwise(kk_dtype dt)
 	for (int li = 0; li < N_LENS; li++)
 		for (int oi = 0; oi < N_OFFS; oi++) {
 			size_t n = LENS[li], oa = OFFS[oi][0], ob = OFFS[oi][1];
-			vt x = mkr(dt, n, oa, 4), u = mkr(dt, n, oa, 2), dy = mkr(dt, n, ob, 1),
-			   y = mk(dt, n, ob, NULL), d2 = mk(dt, n, oa, NULL);
+			pair x = mk_rand(dt, n, oa, 4), u = mk_rand(dt, n, oa, 2),
+			     dy = mk_rand(dt, n, ob, 1), y = mk_at(dt, n, ob, NULL),
+			     d2 = mk_at(dt, n, oa, NULL);
 			int r = 0;
 			for (int a = 0; a < 2; a++) {
 				poison(&y);
 				BOTH(r, kk_act_fwd(be, NULL, (kk_act) a, S(y), S(x), n));
 				snprintf(what, sizeof(what), "act %d fwd n=%zu off=%zu/%zu", a, n,
 					 oa, ob);
-				ok = ok && r >= 0 && par(&y, tol_of(dt, 1), what);
+				ok = ok && r >= 0 && parity(&y, tol_of(dt), what);
 				poison(&y);
 				BOTH(r, kk_act_bwd(be, NULL, (kk_act) a, S(y), S(dy), S(x), n));
 				snprintf(what, sizeof(what), "act %d bwd n=%zu off=%zu/%zu", a, n,
 					 oa, ob);
-				ok = ok && r >= 0 && par(&y, tol_of(dt, 1), what);
+				ok = ok && r >= 0 && parity(&y, tol_of(dt), what);
 			}
 			poison(&y);
 			BOTH(r, kk_swiglu_fwd(be, NULL, S(y), S(x), S(u), n));
 			snprintf(what, sizeof(what), "swiglu fwd n=%zu off=%zu/%zu", n, oa, ob);
-			ok = ok && r >= 0 && par(&y, tol_of(dt, 1), what);
+			ok = ok && r >= 0 && parity(&y, tol_of(dt), what);
 			poison(&y), poison(&d2);
 			BOTH(r, kk_swiglu_bwd(be, NULL, S(y), S(d2), S(dy), S(x), S(u), n));
 			snprintf(what, sizeof(what), "swiglu bwd n=%zu off=%zu/%zu", n, oa, ob);
-			ok = ok && r >= 0 && par(&y, tol_of(dt, 1), what) &&
-			     par(&d2, tol_of(dt, 1), what);
+			ok = ok && r >= 0 && parity(&y, tol_of(dt), what) &&
+			     parity(&d2, tol_of(dt), what);
 			/* in place: x *= -0.37 */
 			BOTH(r, kk_scale(be, NULL, S(x), -0.37f, n));
 			snprintf(what, sizeof(what), "scale n=%zu off=%zu", n, oa);
-			ok = ok && r >= 0 && par(&x, tol_of(dt, 1), what);
-			drop(&x), drop(&u), drop(&dy), drop(&y), drop(&d2);
+			ok = ok && r >= 0 && parity(&x, tol_of(dt), what);
+			unpair(&x), unpair(&u), unpair(&dy), unpair(&y), unpair(&d2);
 		}
 	tap(ok, "silu/gelu/swiglu fwd+bwd, scale %s: lengths 1..4097, aligned/odd views vs cpu",
 	    kk_dtype_name(dt));
@@ -246,16 +96,16 @@ static void test_cast(void)
 			for (int li = 0; li < N_LENS; li++)
 				for (int oi = 0; oi < N_OFFS; oi++) {
 					size_t n = LENS[li];
-					vt s = mkr(DTS[a], n, OFFS[oi][0], 3),
-					   d = mk(DTS[b], n, OFFS[oi][1], NULL);
+					pair s = mk_rand(DTS[a], n, OFFS[oi][0], 3),
+					     d = mk_at(DTS[b], n, OFFS[oi][1], NULL);
 					int r = 0;
 					BOTH(r, kk_cast(be, NULL, S(d), S(s), n));
 					snprintf(what, sizeof(what),
 						 "cast %s->%s n=%zu off=%zu/%zu",
 						 kk_dtype_name(DTS[a]), kk_dtype_name(DTS[b]), n,
 						 OFFS[oi][0], OFFS[oi][1]);
-					ok = ok && r >= 0 && par(&d, (tol){ 0, 0 }, what);
-					drop(&s), drop(&d);
+					ok = ok && r >= 0 && parity(&d, (tol){ 0, 0 }, what);
+					unpair(&s), unpair(&d);
 				}
 	tap(ok, "cast every dtype pair, lengths 1..4097, aligned/odd views (exact) vs cpu");
 }
@@ -273,30 +123,30 @@ static void test_softmax_xent(kk_dtype dt)
 			int64_t cols = colsv[ci];
 			size_t n = (size_t) (rows * cols);
 			int32_t tg[3] = { (int32_t) (cols - 1), -1, (int32_t) (cols / 2) };
-			vt x = mkr(dt, n, off, 8), y = mk(dt, n, off, NULL),
-			   t = mk(KK_I32, 3, 0, tg), loss = mk(KK_F32, 3, 0, NULL);
+			pair x = mk_rand(dt, n, off, 8), y = mk_at(dt, n, off, NULL),
+			     t = mk_at(KK_I32, 3, 0, tg), loss = mk_at(KK_F32, 3, 0, NULL);
 			int r = 0;
-			tol tp = tol_of(dt, 1);
+			tol tp = tol_of(dt);
 			tp.atol *= 0.01; /* probabilities are ~1/cols */
 			BOTH(r, kk_softmax(be, NULL, S(y), S(x), rows, cols));
 			snprintf(what, sizeof(what), "softmax cols=%lld off=%zu", (long long) cols,
 				 off);
-			ok = ok && r >= 0 && par(&y, tp, what);
+			ok = ok && r >= 0 && parity(&y, tp, what);
 			BOTH(r, kk_cross_entropy_fwd(be, NULL, S(loss), S(x), S(t), rows, cols));
 			snprintf(what, sizeof(what), "xent fwd cols=%lld off=%zu", (long long) cols,
 				 off);
-			ok = ok && r >= 0 && par(&loss, tol_of(KK_F32, 1), what);
+			ok = ok && r >= 0 && parity(&loss, tol_of(KK_F32), what);
 			poison(&y);
 			BOTH(r, kk_cross_entropy_bwd(be, NULL, S(y), S(x), S(t), rows, cols, 0.5f));
 			snprintf(what, sizeof(what), "xent bwd cols=%lld off=%zu", (long long) cols,
 				 off);
-			ok = ok && r >= 0 && par(&y, tp, what);
+			ok = ok && r >= 0 && parity(&y, tp, what);
 			/* in place: y aliases x */
 			BOTH(r, kk_softmax(be, NULL, S(x), S(x), rows, cols));
 			snprintf(what, sizeof(what), "softmax in place cols=%lld off=%zu",
 				 (long long) cols, off);
-			ok = ok && r >= 0 && par(&x, tp, what);
-			drop(&x), drop(&y), drop(&t), drop(&loss);
+			ok = ok && r >= 0 && parity(&x, tp, what);
+			unpair(&x), unpair(&y), unpair(&t), unpair(&loss);
 		}
 	tap(ok,
 	    "softmax (also in place), cross-entropy fwd/bwd %s: cols 1..33000, odd views vs cpu",
@@ -315,14 +165,16 @@ static void test_norms(kk_dtype dt, bool layer)
 		for (size_t off = 0; off < 2; off++) {
 			int64_t dim = dims[di];
 			size_t n = (size_t) (rows * dim);
-			vt x = mkr(dt, n, off, 1), res = mkr(dt, n, 0, 1),
-			   w = mkr(dt, (size_t) dim, off, 1), b = mkr(dt, (size_t) dim, 0, 1),
-			   y = mk(dt, n, off, NULL), h = mk(dt, n, off, NULL),
-			   mean = mk(KK_F32, (size_t) rows, 0, NULL),
-			   rstd = mk(KK_F32, (size_t) rows, 0, NULL), dy = mkr(dt, n, off, 1),
-			   dres = mkr(dt, n, 0, 1), dx = mk(dt, n, off, NULL),
-			   dw = mk(KK_F32, (size_t) dim, off, NULL),
-			   db = mk(KK_F32, (size_t) dim, 0, NULL);
+			pair x = mk_rand(dt, n, off, 1), res = mk_rand(dt, n, 0, 1),
+			     w = mk_rand(dt, (size_t) dim, off, 1),
+			     b = mk_rand(dt, (size_t) dim, 0, 1), y = mk_at(dt, n, off, NULL),
+			     h = mk_at(dt, n, off, NULL),
+			     mean = mk_at(KK_F32, (size_t) rows, 0, NULL),
+			     rstd = mk_at(KK_F32, (size_t) rows, 0, NULL),
+			     dy = mk_rand(dt, n, off, 1), dres = mk_rand(dt, n, 0, 1),
+			     dx = mk_at(dt, n, off, NULL),
+			     dw = mk_at(KK_F32, (size_t) dim, off, NULL),
+			     db = mk_at(KK_F32, (size_t) dim, 0, NULL);
 			fill0(&dw), fill0(&db);
 			int r = 0;
 			if (layer)
@@ -334,9 +186,9 @@ static void test_norms(kk_dtype dt, bool layer)
 						       S(w), rows, dim, 1e-5f));
 			snprintf(what, sizeof(what), "%s fwd dim=%lld off=%zu",
 				 layer ? "ln" : "rms", (long long) dim, off);
-			ok = ok && r >= 0 && par(&y, tol_of(dt, 2), what) &&
-			     par(&h, tol_of(dt, 1), what) && par(&rstd, tol_of(KK_F32, 1), what) &&
-			     (!layer || par(&mean, tol_of(KK_F32, 1), what));
+			ok = ok && r >= 0 && parity(&y, tscale(tol_of(dt), 2), what) &&
+			     parity(&h, tol_of(dt), what) && parity(&rstd, tol_of(KK_F32), what) &&
+			     (!layer || parity(&mean, tol_of(KK_F32), what));
 			/* Backward twice: dweight/dbias accumulate. */
 			for (int rep = 0; rep < 2; rep++) {
 				poison(&dx);
@@ -351,9 +203,9 @@ static void test_norms(kk_dtype dt, bool layer)
 			}
 			snprintf(what, sizeof(what), "%s bwd dim=%lld off=%zu",
 				 layer ? "ln" : "rms", (long long) dim, off);
-			ok = ok && r >= 0 && par(&dx, tol_of(dt, 2), what) &&
-			     par(&dw, tol_of(dt, 10), what) &&
-			     (!layer || par(&db, tol_of(dt, 10), what));
+			ok = ok && r >= 0 && parity(&dx, tscale(tol_of(dt), 2), what) &&
+			     parity(&dw, tscale(tol_of(dt), 10), what) &&
+			     (!layer || parity(&db, tscale(tol_of(dt), 10), what));
 			/* Forward without residual, y aliasing x. */
 			if (layer)
 				BOTH(r, kk_layernorm_fwd(be, NULL, S(x), NULL, NULL, NULL, S(x),
@@ -363,9 +215,11 @@ static void test_norms(kk_dtype dt, bool layer)
 						       rows, dim, 1e-5f));
 			snprintf(what, sizeof(what), "%s fwd in place dim=%lld off=%zu",
 				 layer ? "ln" : "rms", (long long) dim, off);
-			ok = ok && r >= 0 && par(&x, tol_of(dt, 2), what);
-			drop(&x), drop(&res), drop(&w), drop(&b), drop(&y), drop(&h), drop(&mean);
-			drop(&rstd), drop(&dy), drop(&dres), drop(&dx), drop(&dw), drop(&db);
+			ok = ok && r >= 0 && parity(&x, tscale(tol_of(dt), 2), what);
+			unpair(&x), unpair(&res), unpair(&w), unpair(&b), unpair(&y), unpair(&h),
+				unpair(&mean);
+			unpair(&rstd), unpair(&dy), unpair(&dres), unpair(&dx), unpair(&dw),
+				unpair(&db);
 		}
 	tap(ok, "%s fwd/bwd %s: dims 1..8200, odd views, in place, dweight accumulated vs cpu",
 	    layer ? "layernorm" : "rmsnorm", kk_dtype_name(dt));
@@ -385,7 +239,7 @@ static void test_rope_embed(kk_dtype dt)
 				int heads = shapes[si][0], hd = shapes[si][1], rot = shapes[si][2];
 				const int64_t tokens = 7;
 				size_t n = (size_t) tokens * heads * hd;
-				vt x = mkr(dt, n, off, 1), p = mk(KK_I32, 7, 0, pos);
+				pair x = mk_rand(dt, n, off, 1), p = mk_at(KK_I32, 7, 0, pos);
 				int r = 0;
 				BOTH(r,
 				     kk_rope(be, NULL, S(x), S(p), tokens, heads, hd, rot, 10000.0f,
@@ -393,19 +247,19 @@ static void test_rope_embed(kk_dtype dt)
 				snprintf(what, sizeof(what),
 					 "rope mode=%d h=%d hd=%d rot=%d off=%zu", mode, heads, hd,
 					 rot, off);
-				ok = ok && r >= 0 && par(&x, tol_of(dt, 2), what);
-				drop(&x), drop(&p);
+				ok = ok && r >= 0 && parity(&x, tscale(tol_of(dt), 2), what);
+				unpair(&x), unpair(&p);
 			}
 	const int64_t dims[] = { 7, 64, 1000 };
 	int32_t ids[9] = { 3, 0, 19, 3, 25, 3, 7, 0, 12 }; /* 25: outside vocab 20 -> zero row */
 	for (int di = 0; di < 3; di++)
 		for (size_t off = 0; off < 2; off++) {
 			const int64_t vocab = 20, tokens = 9, dim = dims[di];
-			vt tab = mkr(dt, (size_t) (vocab * dim), off, 1),
-			   id = mk(KK_I32, 9, 0, ids),
-			   out = mk(dt, (size_t) (tokens * dim), off, NULL),
-			   dout = mkr(dt, (size_t) (tokens * dim), off, 1),
-			   dtab = mk(KK_F32, (size_t) (vocab * dim), off, NULL);
+			pair tab = mk_rand(dt, (size_t) (vocab * dim), off, 1),
+			     id = mk_at(KK_I32, 9, 0, ids),
+			     out = mk_at(dt, (size_t) (tokens * dim), off, NULL),
+			     dout = mk_rand(dt, (size_t) (tokens * dim), off, 1),
+			     dtab = mk_at(KK_F32, (size_t) (vocab * dim), off, NULL);
 			fill0(&dtab);
 			int r = 0;
 			/* The cpu backend rejects the out-of-range id (-ERANGE);
@@ -423,9 +277,9 @@ static void test_rope_embed(kk_dtype dt)
 			out.n = (size_t) (4 * dim);
 			snprintf(what, sizeof(what), "embedding dim=%lld off=%zu", (long long) dim,
 				 off);
-			ok = ok && r >= 0 && par(&out, (tol){ 0, 0 }, what) &&
-			     par(&dtab, tol_of(KK_F32, 1), what);
-			drop(&tab), drop(&id), drop(&out), drop(&dout), drop(&dtab);
+			ok = ok && r >= 0 && parity(&out, (tol){ 0, 0 }, what) &&
+			     parity(&dtab, tol_of(KK_F32), what);
+			unpair(&tab), unpair(&id), unpair(&out), unpair(&dout), unpair(&dtab);
 		}
 	tap(ok,
 	    "rope both modes (partial rotary, large positions), embedding fwd/bwd %s: odd views vs "
@@ -451,10 +305,11 @@ static void test_adamw_norm(void)
 			for (int li = 0; li < N_LENS; li++)
 				for (int oi = 0; oi < N_OFFS; oi++) {
 					size_t n = LENS[li], oa = OFFS[oi][0], ob = OFFS[oi][1];
-					vt ms = mkr(KK_F32, n, oa, 1), g = mkr(DTS[gi], n, ob, 1),
-					   m = mkr(KK_F32, n, oa, 0.1f),
-					   v = mkr(KK_F32, n, oa, 0.1f),
-					   p = mk(pi < 0 ? KK_F32 : DTS[pi], n, ob, NULL);
+					pair ms = mk_rand(KK_F32, n, oa, 1),
+					     g = mk_rand(DTS[gi], n, ob, 1),
+					     m = mk_rand(KK_F32, n, oa, 0.1f),
+					     v = mk_rand(KK_F32, n, oa, 0.1f),
+					     p = mk_at(pi < 0 ? KK_F32 : DTS[pi], n, ob, NULL);
 					float *hv = get(&v, 0);
 					for (size_t i = 0; i < n; i++)
 						hv[i] = fabsf(hv[i]);
@@ -470,26 +325,26 @@ static void test_adamw_norm(void)
 						 kk_dtype_name(DTS[gi]),
 						 pi < 0 ? "none" : kk_dtype_name(DTS[pi]), n, oa,
 						 ob);
-					ok = ok && r >= 0 && par(&ms, tol_of(KK_F32, 1), what) &&
-					     par(&m, tol_of(KK_F32, 1), what) &&
-					     par(&v, tol_of(KK_F32, 1), what) &&
-					     (pi < 0 || par(&p, tol_of(DTS[pi], 1), what));
-					drop(&ms), drop(&g), drop(&m), drop(&v), drop(&p);
+					ok = ok && r >= 0 && parity(&ms, tol_of(KK_F32), what) &&
+					     parity(&m, tol_of(KK_F32), what) &&
+					     parity(&v, tol_of(KK_F32), what) &&
+					     (pi < 0 || parity(&p, tol_of(DTS[pi]), what));
+					unpair(&ms), unpair(&g), unpair(&m), unpair(&v), unpair(&p);
 				}
 	tap(ok, "adamw every grad/copy dtype (and no copy), lengths 1..4097, odd views vs cpu");
 
 	/* grad norm over views of every dtype and odd length: parity, and the
 	 * same bits on a second run (the cuda reduction is deterministic). */
-	vt bufs[N_DTS * N_LENS];
+	pair bufs[N_DTS * N_LENS];
 	kk_buffer *list[2][N_DTS * N_LENS];
 	int nb = 0;
 	for (int d = 0; d < N_DTS; d++)
 		for (int li = 0; li < N_LENS; li++, nb++) {
-			bufs[nb] = mkr(DTS[d], LENS[li] * 37, (size_t) li, 1);
+			bufs[nb] = mk_rand(DTS[d], LENS[li] * 37, (size_t) li, 1);
 			for (int s = 0; s < 2; s++)
 				list[s][nb] = bufs[nb].b[s];
 		}
-	vt out = mk(KK_F32, 1, 0, NULL);
+	pair out = mk_at(KK_F32, 1, 0, NULL);
 	int r = 0;
 	for (int s = 0; s < 2; s++)
 		if (kk_grad_norm(be_side[s], NULL, out.b[s], list[s], (size_t) nb) < 0)
@@ -503,15 +358,15 @@ static void test_adamw_norm(void)
 	g1 = get(&out, 1);
 	again = g1[0];
 	free(g1);
-	int ok2 = r >= 0 && par(&out, tol_of(KK_F32, 1), "grad norm") &&
+	int ok2 = r >= 0 && parity(&out, tol_of(KK_F32), "grad norm") &&
 		  memcmp(&first, &again, sizeof(float)) == 0;
 	tap(ok2,
 	    "grad norm over %d views (3 dtypes, odd lengths and offsets) vs cpu, bitwise "
 	    "repeatable",
 	    nb);
 	for (int i = 0; i < nb; i++)
-		drop(&bufs[i]);
-	drop(&out);
+		unpair(&bufs[i]);
+	unpair(&out);
 }
 
 /* ---- quantized GEMV ------------------------------------------------------------------- */
@@ -538,13 +393,13 @@ static void test_qgemv(void)
 				int64_t n = cs[c].n, k = cs[c].k, m = ms[mi];
 				if (k == 4096 && m != 8)
 					continue; /* keep the emulation affordable */
-				vt w = mkr(xdt, (size_t) (n * k), 0, 1),
-				   wd = mk(xdt, (size_t) (n * k), 0, NULL),
-				   /* m = 8 reads X from global memory for k = 4096:
-				    * keep that view aligned so the vector path runs. */
-					x = mkr(xdt, (size_t) (m * k), mi == 1 ? 1 : 0, 1),
-				   y = mk(xdt, (size_t) (m * n), (size_t) mi, NULL),
-				   bias = mkr(mi == 1 ? xdt : KK_F32, (size_t) n, 0, 1);
+				pair w = mk_rand(xdt, (size_t) (n * k), 0, 1),
+				     wd = mk_at(xdt, (size_t) (n * k), 0, NULL),
+				     /* m = 8 reads X from global memory for k = 4096:
+				      * keep that view aligned so the vector path runs. */
+					x = mk_rand(xdt, (size_t) (m * k), mi == 1 ? 1 : 0, 1),
+				     y = mk_at(xdt, (size_t) (m * n), (size_t) mi, NULL),
+				     bias = mk_rand(mi == 1 ? xdt : KK_F32, (size_t) n, 0, 1);
 				kk_qmatrix *q[2] = { NULL, NULL };
 				int r = 0;
 				for (int s = 0; s < 2; s++) {
@@ -567,17 +422,17 @@ static void test_qgemv(void)
 					 (long long) k, (long long) m, kk_dtype_name(xdt));
 				/* One quantization step apart on a rounding tie. */
 				double step = cs[c].qt == KK_I8 ? 1.0 / 127 : 1.0 / 7;
-				tol tq = tol_of(xdt, 20);
+				tol tq = tscale(tol_of(xdt), 20);
 				tq.atol *= sqrt((double) k / 512);
 				ok = ok && r >= 0 &&
-				     par(&wd,
-					 (tol){ step * 1.01 + tol_of(xdt, 1).atol,
-						tol_of(xdt, 1).rtol },
-					 what) &&
-				     par(&y, tq, what);
+				     parity(&wd,
+					    (tol){ step * 1.01 + tol_of(xdt).atol,
+						   tol_of(xdt).rtol },
+					    what) &&
+				     parity(&y, tq, what);
 				for (int s = 0; s < 2; s++)
 					kk_qmatrix_free(q[s]);
-				drop(&w), drop(&wd), drop(&x), drop(&y), drop(&bias);
+				unpair(&w), unpair(&wd), unpair(&x), unpair(&y), unpair(&bias);
 			}
 	tap(ok, "int8 and int4 (g32/64/128) quantize/dequantize/qgemv m=1,3,8, vector and scalar "
 		"shapes, odd X views vs cpu");
@@ -585,21 +440,9 @@ static void test_qgemv(void)
 
 int main(void)
 {
-	int r = kk_backend_open("cpu", &be_side[0]);
-	if (r < 0) {
-		printf("1..1\nnot ok 1 - cpu backend: %s\n", strerror(-r));
-		return 1;
-	}
-	unsetenv("KILN_BACKEND");
-	const char *self = getenv("KILN_TEST_SELF");
-	r = kk_backend_open(self && streq(self, "1") ? "cpu" : "cuda", &be_side[1]);
-	if (r < 0) {
-		printf("1..%d\n", N_TESTS);
-		for (int i = 1; i <= N_TESTS; i++)
-			printf("ok %d # SKIP no CUDA device (%s)\n", i, strerror(-r));
-		kk_backend_free(be_side[0]);
-		return 0;
-	}
+	int r = parity_open(N_TESTS);
+	if (r <= 0)
+		return -r;
 	for (int d = 0; d < N_DTS; d++)
 		test_elementwise(DTS[d]); /* 1-3 */
 	test_cast();			  /* 4 */

@@ -22,45 +22,15 @@
 
 #include "kiln/macro.h"
 #include "kk.h"
+#include "../ref/ref.h"
+
+#define PARITY_SEED 0x243F6A8885A308D3ull
+#define PARITY_ZERO 0.5f
+#include "parity.h"
 
 /* Number of TAP lines this program prints (for the skip path). */
 #define N_TESTS 51
 
-static kk_backend *be_side[2]; /* 0 cpu, 1 cuda */
-static int n_test, n_fail;
-
-static void tap(int ok, const char *fmt, ...)
-{
-	va_list ap;
-	n_test++;
-	if (!ok)
-		n_fail++;
-	printf("%s %d - ", ok ? "ok" : "not ok", n_test);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-}
-
-/* ---- random data --------------------------------------------------------- */
-
-static uint64_t rng_state = 0x243F6A8885A308D3ull;
-static float frand(void) /* uniform in [-1, 1), never exactly 0 */
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	float f = (float) ((rng_state >> 40) & 0xffffff) / 8388608.0f - 1.0f;
-	return f == 0.0f ? 0.5f : f;
-}
-static float *rand_vec(size_t n, float scale)
-{
-	float *v = malloc(n * sizeof(float));
-	for (size_t i = 0; v && i < n; i++)
-		v[i] = frand() * scale;
-	return v;
-}
 /* Rounds host data to dt in place, so f64 references see what the device sees. */
 static void round_to(kk_dtype dt, float *v, size_t n)
 {
@@ -71,145 +41,6 @@ static void round_to(kk_dtype dt, float *v, size_t n)
 			v[i] = kk_f16_to_f32(kk_f32_to_f16(v[i]));
 	}
 }
-
-/* ---- buffer pairs: the same tensor on cpu (b[0]) and cuda (b[1]) ---------- */
-
-typedef struct pair {
-	kk_buffer *b[2];
-	kk_dtype dt;
-	size_t n;
-} pair;
-
-static int setup_failed;
-
-/* host: float data converted to dt (or int32 for KK_I32); NULL poisons. */
-static pair mk(kk_dtype dt, size_t n, const void *host)
-{
-	pair p = { { NULL, NULL }, dt, n };
-	size_t bytes = kk_dtype_size(dt, n);
-	void *tmp = malloc(bytes ? bytes : 1);
-	for (int s = 0; s < 2; s++) {
-		if (kk_buffer_alloc(be_side[s], dt, n, &p.b[s]) < 0) {
-			setup_failed = 1;
-			continue;
-		}
-		if (!host) {
-			kk_buffer_memset(be_side[s], NULL, p.b[s], 0xff, 0, bytes);
-		} else if (dt == KK_I32 || dt == KK_I8 || dt == KK_Q4) {
-			kk_buffer_upload(be_side[s], NULL, p.b[s], 0, host, bytes);
-		} else {
-			kk_convert_host(dt, tmp, KK_F32, host, n);
-			kk_buffer_upload(be_side[s], NULL, p.b[s], 0, tmp, bytes);
-		}
-	}
-	free(tmp);
-	return p;
-}
-static void poison(pair *p)
-{
-	for (int s = 0; s < 2; s++)
-		kk_buffer_memset(be_side[s], NULL, p->b[s], 0xff, 0, kk_buffer_bytes(p->b[s]));
-}
-static void unpair(pair *p)
-{
-	for (int s = 0; s < 2; s++)
-		p->b[s] = kk_buffer_free(p->b[s]);
-}
-/* Downloads side s as floats (malloc'ed). */
-static float *get(const pair *p, int s)
-{
-	float *out = calloc(p->n ? p->n : 1, sizeof(float));
-	void *tmp = malloc(kk_dtype_size(p->dt, p->n) + 1);
-	if (kk_backend_sync(be_side[s]) < 0 ||
-	    kk_buffer_download(be_side[s], NULL, p->b[s], 0, tmp, kk_dtype_size(p->dt, p->n)) < 0) {
-		for (size_t i = 0; i < p->n; i++)
-			out[i] = NAN;
-	} else if (p->dt == KK_I32) {
-		for (size_t i = 0; i < p->n; i++)
-			out[i] = (float) ((int32_t *) tmp)[i];
-	} else {
-		kk_convert_host(KK_F32, out, p->dt, tmp, p->n);
-	}
-	free(tmp);
-	return out;
-}
-
-typedef struct tol {
-	double atol, rtol;
-} tol;
-static tol tol_of(kk_dtype dt)
-{
-	switch (dt) {
-	case KK_BF16:
-		return (tol){ 2e-2, 2e-2 }; /* ~2.5 ulp of an 8-bit mantissa */
-	case KK_F16:
-		return (tol){ 2e-3, 2e-3 }; /* ~2 ulp of an 11-bit mantissa */
-	default:
-		return (tol){ 1e-4, 1e-4 }; /* f32, differing summation order */
-	}
-}
-static tol tscale(tol t, double f)
-{
-	return (tol){ t.atol * f, t.rtol * f };
-}
-
-/* 1 when got matches want within t everywhere (NaN fails); prints the worst
- * element as a TAP comment otherwise. */
-static int close_enough(const float *got, const double *want, size_t n, tol t, const char *what)
-{
-	size_t bad = 0, worst = 0;
-	double worst_ex = 0;
-	for (size_t i = 0; i < n; i++) {
-		double d = fabs((double) got[i] - want[i]);
-		double lim = t.atol + t.rtol * fabs(want[i]);
-		if (!(d <= lim)) {
-			double ex = isnan(d) ? INFINITY : d / lim;
-			if (!bad || ex > worst_ex) {
-				worst_ex = ex;
-				worst = i;
-			}
-			bad++;
-		}
-	}
-	if (bad)
-		printf("# %s: %zu of %zu elements off; worst [%zu] got %g want %g\n", what, bad, n,
-		       worst, got[worst], want[worst]);
-	return bad == 0;
-}
-/* cuda result vs cpu result of one pair. */
-static int parity(const pair *p, tol t, const char *what)
-{
-	float *c = get(p, 0), *g = get(p, 1);
-	double *w = malloc(p->n * sizeof(double) + 1);
-	for (size_t i = 0; i < p->n; i++)
-		w[i] = c[i];
-	int ok = close_enough(g, w, p->n, t, what);
-	free(c);
-	free(g);
-	free(w);
-	return ok;
-}
-static int vs_ref(const pair *p, const double *ref, tol t, const char *what)
-{
-	float *g = get(p, 1);
-	int ok = close_enough(g, ref, p->n, t, what);
-	free(g);
-	return ok;
-}
-
-#define BOTH(r, call)                                                           \
-	do {                                                                    \
-		for (int side = 0; side < 2; side++) {                          \
-			kk_backend *be = be_side[side];                         \
-			int _r = (call);                                        \
-			(void) be;                                              \
-			if (_r < 0) {                                           \
-				printf("# side %d: %s\n", side, strerror(-_r)); \
-				r = _r;                                         \
-			}                                                       \
-		}                                                               \
-	} while (0)
-#define S(p) ((p).b[side])
 
 static const kk_dtype FLOAT_DTS[] = { KK_F32, KK_BF16, KK_F16 };
 
@@ -231,48 +62,28 @@ static void test_gemm(kk_dtype dt, kk_dtype cdt, bool ta, bool tb, int64_t batch
 	     bias = mk(cdt, (size_t) n, hbias);
 	float alpha = 0.75f, beta = 0.5f;
 	int r = 0;
-	BOTH(r, kk_gemm(be, NULL,
-			&(kk_gemm_desc){ .trans_a = ta,
-					 .trans_b = tb,
-					 .m = m,
-					 .n = n,
-					 .k = k,
-					 .batch = batch,
-					 .alpha = alpha,
-					 .beta = beta,
-					 .a = S(a),
-					 .lda = ta ? m : k,
-					 .stride_a = m * k,
-					 .b = S(b),
-					 .ldb = tb ? k : n,
-					 .stride_b = k * n,
-					 .c = S(c),
-					 .ldc = n,
-					 .stride_c = m * n,
-					 .bias = with_bias ? S(bias) : NULL,
-					 .epilogue = epi }));
-	double *ref = malloc(nc * sizeof(double));
-	for (int64_t bi = 0; bi < nb; bi++)
-		for (int64_t i = 0; i < m; i++)
-			for (int64_t j = 0; j < n; j++) {
-				double s = 0;
-				for (int64_t l = 0; l < k; l++) {
-					double av = ta ? ha[bi * m * k + l * m + i]
-						       : ha[bi * m * k + i * k + l];
-					double bv = tb ? hb[bi * k * n + j * k + l]
-						       : hb[bi * k * n + l * n + j];
-					s += av * bv;
-				}
-				size_t o = (size_t) (bi * m * n + i * n + j);
-				double v = alpha * s + beta * hc[o] + (with_bias ? hbias[j] : 0);
-				if (epi == KK_EPI_GELU)
-					v = 0.5 * v *
-					    (1 +
-					     tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
-				else if (epi == KK_EPI_SILU)
-					v = v / (1 + exp(-v));
-				ref[o] = v;
-			}
+	kk_gemm_desc gd = { .trans_a = ta,
+			    .trans_b = tb,
+			    .m = m,
+			    .n = n,
+			    .k = k,
+			    .batch = batch,
+			    .alpha = alpha,
+			    .beta = beta,
+			    .lda = ta ? m : k,
+			    .stride_a = m * k,
+			    .ldb = tb ? k : n,
+			    .stride_b = k * n,
+			    .ldc = n,
+			    .stride_c = m * n,
+			    .epilogue = epi };
+	BOTH(r, (gd.a = S(a), gd.b = S(b), gd.c = S(c), gd.bias = with_bias ? S(bias) : NULL,
+		 kk_gemm(be, NULL, &gd)));
+	double *ref = malloc(nc * sizeof(double)), *da = ref_widen(ha, na),
+	       *db = ref_widen(hb, nbb), *dc = ref_widen(hc, nc),
+	       *dbias = ref_widen(hbias, (size_t) n);
+	ref_gemm(&gd, da, db, dc, with_bias ? dbias : NULL, ref);
+	free(da), free(db), free(dc), free(dbias);
 	/* Sums of k=160 products of [-1,1] values: |C| ~ 7, so scale atol. */
 	tol t = tscale(tol_of(cdt), cdt == KK_F32 ? 10 : 4);
 	int ok = r >= 0 && vs_ref(&c, ref, t, "gemm vs f64") && parity(&c, t, "gemm vs cpu");
@@ -308,22 +119,12 @@ static void test_norm(kk_dtype dt, bool layer)
 		BOTH(r, kk_rmsnorm_fwd(be, NULL, S(y), S(h), S(rstd), S(x), S(res), S(w), rows, dim,
 				       1e-5f));
 	/* f64 reference of the forward. */
-	double *ref = malloc(n * sizeof(double));
-	for (int64_t i = 0; i < rows; i++) {
-		double mu = 0, ss = 0;
-		for (int64_t j = 0; j < dim; j++)
-			mu += (double) hx[i * dim + j] + hr[i * dim + j];
-		mu = layer ? mu / dim : 0;
-		for (int64_t j = 0; j < dim; j++) {
-			double hv = (double) hx[i * dim + j] + hr[i * dim + j] - mu;
-			ss += hv * hv;
-		}
-		double rs = 1 / sqrt(ss / dim + 1e-5);
-		for (int64_t j = 0; j < dim; j++)
-			ref[i * dim + j] =
-				((double) hx[i * dim + j] + hr[i * dim + j] - mu) * rs * hw[j] +
-				(layer ? hb[j] : 0);
-	}
+	double *ref = malloc(n * sizeof(double)), *dh = malloc(n * sizeof(double)),
+	       *dw_ = ref_widen(hw, (size_t) dim), *db_ = ref_widen(hb, (size_t) dim);
+	for (size_t i = 0; i < n; i++)
+		dh[i] = (double) hx[i] + hr[i];
+	ref_norm_fwd(layer, rows, dim, 1e-5, dh, dw_, db_, ref);
+	free(dh), free(dw_), free(db_);
 	tol t = tscale(tol_of(dt), 2);
 	int ok = r >= 0 && vs_ref(&y, ref, t, "y vs f64") && parity(&y, t, "y") &&
 		 parity(&h, tol_of(dt), "residual_out") && parity(&rstd, tol_of(KK_F32), "rstd") &&
@@ -418,17 +219,11 @@ static void test_softmax_xent(kk_dtype dt)
 	     loss = mk(KK_F32, 33, NULL);
 	int r = 0;
 	BOTH(r, kk_softmax(be, NULL, S(y), S(x), rows, cols));
-	double *ref = malloc(n * sizeof(double)), lref[33];
-	for (int64_t i = 0; i < rows; i++) {
-		double mx = -INFINITY, s = 0;
-		for (int64_t j = 0; j < cols; j++)
-			mx = fmax(mx, hx[i * cols + j]);
-		for (int64_t j = 0; j < cols; j++)
-			s += exp(hx[i * cols + j] - mx);
-		for (int64_t j = 0; j < cols; j++)
-			ref[i * cols + j] = exp(hx[i * cols + j] - mx) / s;
-		lref[i] = tg[i] < 0 ? 0 : mx + log(s) - hx[i * cols + tg[i]];
-	}
+	double *ref = malloc(n * sizeof(double)), lref[33], *dx = ref_widen(hx, n);
+	ref_softmax(dx, rows, cols, ref);
+	for (int64_t i = 0; i < rows; i++)
+		lref[i] = ref_cross_entropy_row(dx + i * cols, cols, tg[i]);
+	free(dx);
 	tol ts = { tol_of(dt).atol * 0.01, tol_of(dt).rtol }; /* probabilities ~1/cols */
 	tap(r >= 0 && vs_ref(&y, ref, ts, "softmax vs f64") && parity(&y, ts, "softmax"),
 	    "softmax %s (vs f64 and cpu)", kk_dtype_name(dt));
@@ -611,37 +406,25 @@ static void test_quant(kk_dtype qt, int group, kk_dtype xdt)
 /* Range of the random queries of the attention tests (see test_attention). */
 #define ATTN_Q_SCALE 6.0f
 
+/* The f64 reference of packed attention over float inputs. */
 static void attn_ref(const float *q, const float *k, const float *v, const int32_t *cu, int ns,
 		     int hq, int hkv, int d, bool causal, double *o)
 {
-	double scale = 1 / sqrt((double) d);
-	for (int s = 0; s < ns; s++)
-		for (int i = cu[s]; i < cu[s + 1]; i++)
-			for (int h = 0; h < hq; h++) {
-				int hk = h / (hq / hkv), kend = causal ? i + 1 : cu[s + 1];
-				double mx = -INFINITY, z = 0;
-				double *acc = calloc((size_t) d, sizeof(double));
-				for (int j = cu[s]; j < kend; j++) {
-					double sc = 0;
-					for (int e = 0; e < d; e++)
-						sc += (double) q[((size_t) i * hq + h) * d + e] *
-						      k[((size_t) j * hkv + hk) * d + e];
-					mx = fmax(mx, sc * scale);
-				}
-				for (int j = cu[s]; j < kend; j++) {
-					double sc = 0;
-					for (int e = 0; e < d; e++)
-						sc += (double) q[((size_t) i * hq + h) * d + e] *
-						      k[((size_t) j * hkv + hk) * d + e];
-					double p = exp(sc * scale - mx);
-					z += p;
-					for (int e = 0; e < d; e++)
-						acc[e] += p * v[((size_t) j * hkv + hk) * d + e];
-				}
-				for (int e = 0; e < d; e++)
-					o[((size_t) i * hq + h) * d + e] = acc[e] / z;
-				free(acc);
-			}
+	size_t nq = (size_t) cu[ns] * hq * d, nk = (size_t) cu[ns] * hkv * d;
+	double *dq = ref_widen(q, nq), *dk = ref_widen(k, nk), *dv = ref_widen(v, nk);
+	ref_attention(dq, dk, dv, cu, ns, hq, hkv, d, causal, o, NULL);
+	free(dq), free(dk), free(dv);
+}
+
+/* The f64 reference of paged attention over float inputs: n_seqs
+ * sequences in the cache's blocks, with query rows cu_q (NULL: one each). */
+static void paged_ref(const float *q, size_t nq, const float *kc, const float *vc, size_t ncache,
+		      const int32_t *bt, int maxb, const int32_t *lens, const int32_t *cu_q, int ns,
+		      int hq, int hkv, int d, double *o)
+{
+	double *dq = ref_widen(q, nq), *dk = ref_widen(kc, ncache), *dv = ref_widen(vc, ncache);
+	ref_attention_paged(dq, dk, dv, bt, maxb, lens, cu_q, ns, hq, hkv, d, o);
+	free(dq), free(dk), free(dv);
 }
 
 /* Attention over packed sequences of the given lengths (at most 8), GQA
@@ -758,28 +541,7 @@ static void test_paged(kk_dtype dt, int d, int hq, int hkv, const int32_t *lens,
 			r = rr;
 	}
 	double *ref = malloc(nq * sizeof(double));
-	for (int s = 0; s < ns; s++) {
-		int L = lens[s], nqs = qlens[s];
-		float *kk_ = malloc((size_t) L * row * sizeof(float)),
-		      *vv = malloc((size_t) L * row * sizeof(float));
-		for (int t = 0; t < L; t++) {
-			size_t slot =
-				(size_t) bt[s * maxb + t / KK_KV_BLOCK_SIZE] * KK_KV_BLOCK_SIZE +
-				t % KK_KV_BLOCK_SIZE;
-			memcpy(kk_ + (size_t) t * row, hkc + slot * row, row * sizeof(float));
-			memcpy(vv + (size_t) t * row, hvc + slot * row, row * sizeof(float));
-		}
-		/* The query rows are the last nqs tokens of a causal sequence of L. */
-		float *qq = calloc((size_t) L * hq * d, sizeof(float));
-		memcpy(qq + (size_t) (L - nqs) * hq * d, hq_ + (size_t) cu[s] * hq * d,
-		       (size_t) nqs * hq * d * sizeof(float));
-		int32_t cu1[2] = { 0, L };
-		double *full = malloc((size_t) L * hq * d * sizeof(double));
-		attn_ref(qq, kk_, vv, cu1, 1, hq, hkv, d, true, full);
-		memcpy(ref + (size_t) cu[s] * hq * d, full + (size_t) (L - nqs) * hq * d,
-		       (size_t) nqs * hq * d * sizeof(double));
-		free(kk_), free(vv), free(qq), free(full);
-	}
+	paged_ref(hq_, nq, hkc, hvc, ncache, bt, maxb, lens, cu, ns, hq, hkv, d, ref);
 	tol t = tscale(tol_of(dt), 2);
 	tap(r >= 0 && vs_ref(&o, ref, t, "paged vs f64") && parity(&o, t, "paged"),
 	    "paged prefill attention %s d=%d GQA %d/%d contexts %d, %d, %d, query rows %d, %d, "
@@ -824,30 +586,9 @@ static void test_decode(kk_dtype dt, int d, int hq, int hkv, const int32_t *lens
 		if (rr < 0)
 			r = rr;
 	}
-	/* f64 reference: gather each sequence's keys, then plain attention. */
 	double *ref = malloc((size_t) ns * hq * d * sizeof(double));
-	for (int s = 0; s < ns; s++) {
-		int L = lens[s];
-		float *kk_ = malloc((size_t) L * row * sizeof(float)),
-		      *vv = malloc((size_t) L * row * sizeof(float));
-		for (int t = 0; t < L; t++) {
-			size_t slot =
-				(size_t) bt[s * maxb + t / KK_KV_BLOCK_SIZE] * KK_KV_BLOCK_SIZE +
-				t % KK_KV_BLOCK_SIZE;
-			memcpy(kk_ + (size_t) t * row, hkc + slot * row, row * sizeof(float));
-			memcpy(vv + (size_t) t * row, hvc + slot * row, row * sizeof(float));
-		}
-		/* The query is the last token of a sequence of length L. */
-		float *qq = calloc((size_t) L * hq * d, sizeof(float));
-		memcpy(qq + (size_t) (L - 1) * hq * d, hq_ + (size_t) s * hq * d,
-		       (size_t) hq * d * sizeof(float));
-		int32_t cu1[2] = { 0, L };
-		double *full = malloc((size_t) L * hq * d * sizeof(double));
-		attn_ref(qq, kk_, vv, cu1, 1, hq, hkv, d, true, full);
-		memcpy(ref + (size_t) s * hq * d, full + (size_t) (L - 1) * hq * d,
-		       (size_t) hq * d * sizeof(double));
-		free(kk_), free(vv), free(qq), free(full);
-	}
+	paged_ref(hq_, (size_t) ns * hq * d, hkc, hvc, ncache, bt, maxb, lens, NULL, ns, hq, hkv, d,
+		  ref);
 	tol t = tscale(tol_of(dt), 2);
 	tap(r >= 0 && vs_ref(&o, ref, t, "decode vs f64") && parity(&o, t, "decode"),
 	    "paged decode attention %s d=%d GQA %d/%d contexts %d, %d, %d (vs f64 and cpu)",
@@ -922,24 +663,9 @@ static void test_comm(void)
 
 int main(void)
 {
-	int r = kk_backend_open("cpu", &be_side[0]);
-	if (r < 0) {
-		printf("1..1\nnot ok 1 - cpu backend: %s\n", strerror(-r));
-		return 1;
-	}
-	unsetenv("KILN_BACKEND");
-	/* KILN_TEST_SELF=1 runs the whole suite with the cpu backend on both
-	 * sides: it checks the f64 references and tolerances of this file on
-	 * machines without a GPU (the parity half is then trivially true). */
-	const char *self = getenv("KILN_TEST_SELF");
-	r = kk_backend_open(self && streq(self, "1") ? "cpu" : "cuda", &be_side[1]);
-	if (r < 0) {
-		printf("1..%d\n", N_TESTS);
-		for (int i = 1; i <= N_TESTS; i++)
-			printf("ok %d # SKIP no CUDA device (%s)\n", i, strerror(-r));
-		kk_backend_free(be_side[0]);
-		return 0;
-	}
+	int r = parity_open(N_TESTS);
+	if (r <= 0)
+		return -r;
 	/* KILN_TEST_FILTER=WORD: only the tests whose name holds WORD (e.g.
 	 * "attn" for the attention ones; the CPU emulation is slow). */
 	const char *flt = getenv("KILN_TEST_FILTER");

@@ -7,7 +7,7 @@
  *    and the D fragments must equal a float64 product of random tiles.
  * 2. ldmatrix .x4 and .x4.trans: each lane's registers must hold the
  *    elements the ISA assigns to it, from a tile of distinct values.
- * 3. The way kc_attn.cu feeds the tensor cores: A from a row-major tile and
+ * 3. The way attention.cu feeds the tensor cores: A from a row-major tile and
  *    B from an [n][k] tile through ldmatrix, B from a [k][n] tile through
  *    ldmatrix.trans, then mma: must equal the float64 product.
  * Prints "# ..." lines and exits 0 when everything holds, 1 otherwise. */
@@ -73,7 +73,7 @@ static void k_ldsm(void)
 		kc_ldsm_x4(gR[lane], p);
 }
 
-/* As kc_attn.cu: A row-major [16][16]; B given as gBt[n][k] (the K tile)
+/* As attention.cu: A row-major [16][16]; B given as gBt[n][k] (the K tile)
  * through ldmatrix, or as gB[k][n] (the V tile) through ldmatrix.trans. */
 static void k_mma_ldsm(void)
 {

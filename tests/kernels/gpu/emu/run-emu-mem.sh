@@ -33,7 +33,7 @@ for f in kernels/cuda/*.cu; do
 	"$py" "$here/cu2cpp.py" "$f" "$out/$base.cpp.new" || fail "rewrite $f"
 	# Recompile only what changed (the headers count as a change).
 	if [ ! -e "$out/$base.o" ] || ! cmp -s "$out/$base.cpp.new" "$out/$base.cpp" ||
-		[ -n "$(find kernels/cuda/*.h kernels/cuda/*.cuh "$here/include" -newer "$out/$base.o" 2>/dev/null)" ]; then
+		[ -n "$(find kernels/cuda/*.h kernels/cuda/*.cuh kernels/include/* kernels/*.h "$here/include" -newer "$out/$base.o" 2>/dev/null)" ]; then
 		mv "$out/$base.cpp.new" "$out/$base.cpp"
 		g++ $CXXFLAGS -c "$out/$base.cpp" -o "$out/$base.o" || fail "compile $f"
 	fi
@@ -55,9 +55,12 @@ for f in common/*.c; do
 	cobjs+=("$o")
 done
 rm -f "$out/libcommon-emu.a" && ar rcs "$out/libcommon-emu.a" "${cobjs[@]}" || fail "archive common"
-for f in kernels/kk.c kernels/kk_dtype.c kernels/cpu/*.c tests/kernels/gpu/test-kk-cuda-mem.c; do
+# The C side: kk, the cpu backend, the float64 references (tests/kernels/ref)
+# and the test; an object is rebuilt when its source or a header is newer.
+hdrs=(kernels/include/* kernels/*.h kernels/cpu/*.h tests/kernels/ref/*.h)
+for f in kernels/kk.c kernels/kk_dtype.c kernels/cpu/*.c tests/kernels/ref/*.c tests/kernels/gpu/test-kk-cuda-mem.c; do
 	o=$out/c_$(echo "$f" | tr / _).o
-	if [ ! -e "$o" ] || [ "$f" -nt "$o" ]; then
+	if [ ! -e "$o" ] || [ "$f" -nt "$o" ] || [ -n "$(find "${hdrs[@]}" -newer "$o" 2>/dev/null)" ]; then
 		gcc $CFLAGS -c "$f" -o "$o" || fail "compile $f"
 	fi
 	objs+=("$o")

@@ -1,10 +1,10 @@
 /* tests/kernels/gpu/emu/include/cublasLt.h — a naive reference cuBLASLt for
  * the CPU emulation of kernels/cuda/: column-major D = act(alpha op(A) op(B)
  * + beta C + bias) with the layouts, transposes, strided batches and BIAS /
- * GELU epilogues kc_gemm.cu sets.  It checks that the layouts are
+ * GELU epilogues gemm.cu sets.  It checks that the layouts are
  * consistent (rows/cols against the transposes) and returns
  * CUBLAS_STATUS_INVALID_VALUE when they are not, which is the point: the
- * row-major to column-major mapping of kc_gemm.cu is exercised for real. */
+ * row-major to column-major mapping of gemm.cu is exercised for real. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* kernels/cuda/kc_sample.cu — token sampling on the CUDA backend: greedy,
+/* kernels/cuda/sample.cu — token sampling on the CUDA backend: greedy,
  * temperature, top-k, top-p, reproducible for a given seed.
  *
  * kk.h defines sampling over the tokens SORTED by probability (ties: lower

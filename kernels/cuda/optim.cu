@@ -1,4 +1,4 @@
-/* kernels/cuda/kc_optim.cu — AdamW with fp32 master weights, and the global
+/* kernels/cuda/optim.cu — AdamW with fp32 master weights, and the global
  * gradient norm.
  *
  * AdamW is one elementwise functor (kc_vec.cuh's kc_ew_kernel) that reads

@@ -1,4 +1,4 @@
-/* kernels/cuda/kc_attn.cu — fused attention on the CUDA backend: prefill
+/* kernels/cuda/attention.cu — fused attention on the CUDA backend: prefill
  * forward over packed variable-length sequences, its backward, and decode
  * over a paged KV cache.  Scores are formed tile by tile with an online
  * softmax, so the T x T matrix never exists.
@@ -45,6 +45,7 @@
 
 #include "kc.h"
 #include "kc_mma.cuh"
+#include "kc_vec.cuh"
 
 #define KC_BR	32 /* query rows per block (forward, dq) and per tile (dkdv) */
 #define KC_BC	32 /* keys per tile (forward, dq) and per block (dkdv) */
@@ -1282,4 +1283,45 @@ extern "C" int kc_op_attention_decode(kk_backend *be, kk_stream *st, const kk_pa
 		return 0;
 	return KC_DISPATCH(kc_dt(q->dtype), kc_decode_d, be, st, d, out->ptr, q->ptr, k_cache->ptr,
 			   v_cache->ptr);
+}
+
+/* ---- paged KV-cache write ----------------------------------------------- */
+
+template <typename T>
+__global__ void kc_kv_write_kernel(T *kc, T *vc, const T *k, const T *v, const int32_t *slots,
+				   int64_t n_tokens, int64_t row, int64_t n_slots)
+{
+	size_t n = (size_t) n_tokens * row;
+	GRID_STRIDE(i, n)
+	{
+		size_t t = i / row, j = i % row;
+		int32_t sl = slots[t];
+		if (sl < 0 || sl >= n_slots)
+			continue; /* padding, or out of range (skipped, see kk.h) */
+		kc[(size_t) sl * row + j] = k[i];
+		vc[(size_t) sl * row + j] = v[i];
+	}
+}
+
+template <typename T>
+static int kc_kv_write_t(cudaStream_t s, void *kc, void *vc, const void *k, const void *v,
+			 const int32_t *slots, int64_t n_tokens, int64_t row, int64_t n_slots)
+{
+	size_t n = (size_t) n_tokens * row;
+	if (n == 0)
+		return 0;
+	kc_kv_write_kernel<T><<<kc_grid(n, KC_EW_THREADS), KC_EW_THREADS, 0, s>>>(
+		(T *) kc, (T *) vc, (const T *) k, (const T *) v, slots, n_tokens, row, n_slots);
+	return kc_check_launch();
+}
+
+extern "C" int kc_op_kv_cache_write(kk_backend *be, kk_stream *st, kk_buffer *k_cache,
+				    kk_buffer *v_cache, const kk_buffer *k, const kk_buffer *v,
+				    const kk_buffer *slot_mapping, int64_t n_tokens, int n_kv_heads,
+				    int head_dim, int num_blocks)
+{
+	return KC_DISPATCH(kc_dt(k->dtype), kc_kv_write_t, kc_stream(be, st), k_cache->ptr,
+			   v_cache->ptr, k->ptr, v->ptr, (const int32_t *) slot_mapping->ptr,
+			   n_tokens, (int64_t) n_kv_heads * head_dim,
+			   (int64_t) num_blocks * KK_KV_BLOCK_SIZE);
 }

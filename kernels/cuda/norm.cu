@@ -1,4 +1,4 @@
-/* kernels/cuda/kc_norm.cu — RMSNorm and LayerNorm, forward and backward, with
+/* kernels/cuda/norm.cu — RMSNorm and LayerNorm, forward and backward, with
  * the residual add fused in.
  *
  * Rows up to KC_NORM_REG_MAX elements (8192: every hidden size from 768 to

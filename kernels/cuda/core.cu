@@ -1,4 +1,4 @@
-/* kernels/cuda/kc_core.cu — error mapping and small device queries shared by
+/* kernels/cuda/core.cu — error mapping and small device queries shared by
  * every CUDA kernel file.
  *
  * CUDA, cuBLAS and NCCL each have their own status enum; kiln's convention is

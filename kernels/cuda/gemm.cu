@@ -1,4 +1,4 @@
-/* kernels/cuda/kc_gemm.cu — GEMM on the CUDA backend through cuBLASLt.
+/* kernels/cuda/gemm.cu — GEMM on the CUDA backend through cuBLASLt.
  *
  * kiln's matrices are row-major; cuBLASLt is column-major.  A row-major
  * M x N matrix is the column-major N x M matrix with the same leading

@@ -1,4 +1,4 @@
-/* kernels/cuda/kc_nccl.cu — collectives of the CUDA backend over NCCL.
+/* kernels/cuda/nccl.cu — collectives of the CUDA backend over NCCL.
  *
  * kk_comm_get_id() is ncclGetUniqueId() on rank 0 (its 128 bytes are
  * KK_COMM_ID_BYTES; kiln-run hands them to every rank through its

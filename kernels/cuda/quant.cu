@@ -1,4 +1,4 @@
-/* kernels/cuda/kc_quant.cu — weight-only int8 (per channel) and int4
+/* kernels/cuda/quant.cu — weight-only int8 (per channel) and int4
  * (grouped) quantization on the CUDA backend: quantize, dequantize, and
  * Y = X W^T.
  *

@@ -1,0 +1,103 @@
+/* kernels/cpu/elementwise.c — the cpu backend's elementwise ops: cast,
+ * scale, SiLU/GELU forward/backward and SwiGLU forward/backward, all run by
+ * one range function over kk__parallel_for (widen to f32, compute, round
+ * once on store). */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "cpu.h"
+#include "kiln/macro.h"
+
+/* ---- elementwise ------------------------------------------------------- */
+
+struct ew_ctx {
+	int kind;
+	kk_act act;
+	float scale;
+	kk_buffer *o0, *o1;
+	const kk_buffer *i0, *i1, *i2;
+};
+
+enum { EW_CAST, EW_SCALE, EW_ACT_FWD, EW_ACT_BWD, EW_SWIGLU_FWD, EW_SWIGLU_BWD };
+
+static int ew_range(void *p, int64_t b, int64_t e, int chunk)
+{
+	struct ew_ctx *c = p;
+	for (int64_t i = b; i < e; i++) {
+		switch (c->kind) {
+		case EW_CAST:
+			ST(c->o0, i, LD(c->i0, i));
+			break;
+		case EW_SCALE:
+			ST(c->o0, i, LD(c->o0, i) * c->scale);
+			break;
+		case EW_ACT_FWD: {
+			float x = LD(c->i0, i);
+			ST(c->o0, i, c->act == KK_ACT_SILU ? kk__silu(x) : kk__gelu(x));
+			break;
+		}
+		case EW_ACT_BWD: {
+			float x = LD(c->i1, i), dy = LD(c->i0, i);
+			ST(c->o0, i,
+			   dy * (c->act == KK_ACT_SILU ? kk__silu_grad(x) : kk__gelu_grad(x)));
+			break;
+		}
+		case EW_SWIGLU_FWD: {
+			float g = LD(c->i0, i), u = LD(c->i1, i);
+			ST(c->o0, i, kk__silu(g) * u);
+			break;
+		}
+		case EW_SWIGLU_BWD: {
+			float dy = LD(c->i0, i), g = LD(c->i1, i), u = LD(c->i2, i);
+			ST(c->o0, i, dy * u * kk__silu_grad(g));
+			ST(c->o1, i, dy * kk__silu(g));
+			break;
+		}
+		}
+	}
+	return 0;
+}
+
+#define EW_COST 8.0
+
+int kk__cpu_cast(kk_backend *be, kk_stream *st, kk_buffer *dst, const kk_buffer *src, size_t count)
+{
+	struct ew_ctx c = { .kind = EW_CAST, .o0 = dst, .i0 = src };
+	return kk__parallel_for((int64_t) count, EW_COST, ew_range, &c);
+}
+
+int kk__cpu_scale(kk_backend *be, kk_stream *st, kk_buffer *x, float scale, size_t count)
+{
+	struct ew_ctx c = { .kind = EW_SCALE, .o0 = x, .scale = scale };
+	return kk__parallel_for((int64_t) count, EW_COST, ew_range, &c);
+}
+
+int kk__cpu_act_fwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *y, const kk_buffer *x,
+		    size_t n)
+{
+	struct ew_ctx c = { .kind = EW_ACT_FWD, .act = act, .o0 = y, .i0 = x };
+	return kk__parallel_for((int64_t) n, EW_COST * 4, ew_range, &c);
+}
+
+int kk__cpu_act_bwd(kk_backend *be, kk_stream *st, kk_act act, kk_buffer *dx, const kk_buffer *dy,
+		    const kk_buffer *x, size_t n)
+{
+	struct ew_ctx c = { .kind = EW_ACT_BWD, .act = act, .o0 = dx, .i0 = dy, .i1 = x };
+	return kk__parallel_for((int64_t) n, EW_COST * 4, ew_range, &c);
+}
+
+int kk__cpu_swiglu_fwd(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *gate,
+		       const kk_buffer *up, size_t n)
+{
+	struct ew_ctx c = { .kind = EW_SWIGLU_FWD, .o0 = y, .i0 = gate, .i1 = up };
+	return kk__parallel_for((int64_t) n, EW_COST * 4, ew_range, &c);
+}
+
+int kk__cpu_swiglu_bwd(kk_backend *be, kk_stream *st, kk_buffer *dgate, kk_buffer *dup,
+		       const kk_buffer *dy, const kk_buffer *gate, const kk_buffer *up, size_t n)
+{
+	struct ew_ctx c = {
+		.kind = EW_SWIGLU_BWD, .o0 = dgate, .o1 = dup, .i0 = dy, .i1 = gate, .i2 = up
+	};
+	return kk__parallel_for((int64_t) n, EW_COST * 4, ew_range, &c);
+}
