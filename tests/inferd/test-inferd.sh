@@ -53,7 +53,8 @@ json_is() { jq -e "$1" "$W/body" >/dev/null || { echo "# $(head -c 400 "$W/body"
 # ---- command line
 ok "--help exits 0" rc_is 0 "$BIN" --help
 missing=
-for o in $(grep -o '{ "[a-z-]*", [a-z_]*_argument' services/inferd/main.c | sed 's/{ "\([a-z-]*\)".*/\1/'); do
+# the option table's entries: { "long", 'x' or OPT_..., ...
+for o in $(grep -oE "\{ \"[a-z-]+\", ('[a-z]'|OPT_[A-Z_]+)," services/inferd/main.c | sed 's/{ "\([a-z-]*\)".*/\1/'); do
 	grep -q -- "--$o" "$W/out" || missing="$missing $o"
 done
 ok "--help lists every long option main.c parses${missing:+ (missing:$missing)}" test -z "$missing"
