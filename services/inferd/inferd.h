@@ -83,8 +83,8 @@ typedef struct inferd_error {
 /* Validates body against model m and fills *ret (free it with
  * inferd_request_done(), also after a failure).  Returns 0; -EINVAL with
  * *err filled for anything the client got wrong; -ENOMEM. */
-int inferd_request_parse(const inferd_model *m, const json_t *body, bool chat,
-			 inferd_request *ret, inferd_error *err);
+int inferd_request_parse(const inferd_model *m, const json_t *body, bool chat, inferd_request *ret,
+			 inferd_error *err);
 void inferd_request_done(inferd_request *q);
 
 /* Response JSON.  Each returns a new reference, NULL when out of memory. */

@@ -155,10 +155,11 @@ static int parse_argv(int argc, char **argv)
 			break;
 		case OPT_DTYPE:
 			if (parse_dtype(optarg, &arg.dtype) < 0)
-				return kiln_usage_error(&prog,
-							"--dtype %s: expected f32, bf16, f16, i8 or "
-							"q4.",
-							optarg);
+				return kiln_usage_error(
+					&prog,
+					"--dtype %s: expected f32, bf16, f16, i8 or "
+					"q4.",
+					optarg);
 			break;
 		case OPT_RUNNING:
 			r = kiln_parse_int(optarg, 1, KM_KV_SEQS_MAX, &arg.max_running);
@@ -186,10 +187,11 @@ static int parse_argv(int argc, char **argv)
 			break;
 		case OPT_CHAT_TEMPLATE:
 			if ((arg.chat = ktok_chat_from_name(optarg)) < 0)
-				return kiln_usage_error(&prog,
-							"--chat-template %s: expected chatml, llama2, "
-							"llama3, mistral, gemma, phi3 or zephyr.",
-							optarg);
+				return kiln_usage_error(
+					&prog,
+					"--chat-template %s: expected chatml, llama2, "
+					"llama3, mistral, gemma, phi3 or zephyr.",
+					optarg);
 			break;
 		default:
 			if ((r = kiln_prog_option(&prog, c)) <= 0)
@@ -299,8 +301,9 @@ static int on_request(kiln_http_request *r, inferd_app *a, bool chat)
 	if (k == -ENOMEM)
 		return k;
 	if (k < 0)
-		return kiln_http_reply_error(r, e.status, NULL, e.json.param[0] ? e.json.param : NULL,
-					     e.code, "%s", e.json.message);
+		return kiln_http_reply_error(r, e.status, NULL,
+					     e.json.param[0] ? e.json.param : NULL, e.code, "%s",
+					     e.json.message);
 	return inferd_submit(r, a, &q);
 }
 
@@ -371,7 +374,9 @@ static int run(int argc, char **argv)
 	atomic_init(&a.next_id, 1);
 	const char *slash = strrchr(arg.model, '/');
 	snprintf(a.model.name, sizeof(a.model.name), "%s",
-		 arg.name ? arg.name : slash ? slash + 1 : arg.model);
+		 arg.name ? arg.name
+		 : slash  ? slash + 1
+			  : arg.model);
 
 	_cleanup_(kk_backend_freep) kk_backend *be = NULL;
 	r = kk_backend_open(arg.backend, &be);

@@ -163,8 +163,7 @@ static int get_messages(const inferd_model *m, const json_t *req, inferd_request
 		if ((r = kiln_json_check_keys(msg, at, keys, err)) < 0 ||
 		    (r = kiln_json_get_enum(msg, at, "role", KILN_JSON_REQUIRED, roles, &role,
 					    err)) < 0 ||
-		    (r = kiln_json_get_string(msg, at, "name", 0, INFERD_NAME_MAX, &name, err)) <
-			    0)
+		    (r = kiln_json_get_string(msg, at, "name", 0, INFERD_NAME_MAX, &name, err)) < 0)
 			return r;
 		json_t *c = json_object_get(msg, "content");
 		if (!json_is_string(c)) {
@@ -216,8 +215,8 @@ static int get_stop(const json_t *req, int vocab, int32_t *stop, int *ret_n, kil
 }
 
 /* "stop": a string or up to 4 non-empty strings, copied into *ret. */
-static int get_stop_strings(const inferd_model *m, const json_t *req, char ***ret,
-			    size_t *ret_max, kiln_json_error *err)
+static int get_stop_strings(const inferd_model *m, const json_t *req, char ***ret, size_t *ret_max,
+			    kiln_json_error *err)
 {
 	json_t *p = json_object_get(req, "stop");
 	if (!p || json_is_null(p) || (json_is_array(p) && json_array_size(p) == 0))
@@ -274,8 +273,8 @@ void inferd_request_done(inferd_request *q)
 	q->stops = NULL;
 }
 
-int inferd_request_parse(const inferd_model *m, const json_t *req, bool chat,
-			 inferd_request *ret, inferd_error *err)
+int inferd_request_parse(const inferd_model *m, const json_t *req, bool chat, inferd_request *ret,
+			 inferd_error *err)
 {
 	static const char *const known_cmpl[] = {
 		"model", "prompt",	   "max_tokens",     "temperature",
@@ -302,10 +301,10 @@ int inferd_request_parse(const inferd_model *m, const json_t *req, bool chat,
 	int64_t n = 1;
 	json_t *so = NULL;
 	if (kiln_json_check_keys(req, "", chat ? known_chat : known_cmpl, e) < 0 ||
-	    kiln_json_get_string(req, "", "model", KILN_JSON_REQUIRED, INFERD_NAME_MAX, &model,
-				 e) < 0 ||
-	    kiln_json_get_int(req, "", "max_tokens", 0, 1, INFERD_MAX_TOKENS_MAX,
-			      &ret->max_tokens, e) < 0 ||
+	    kiln_json_get_string(req, "", "model", KILN_JSON_REQUIRED, INFERD_NAME_MAX, &model, e) <
+		    0 ||
+	    kiln_json_get_int(req, "", "max_tokens", 0, 1, INFERD_MAX_TOKENS_MAX, &ret->max_tokens,
+			      e) < 0 ||
 	    (chat && kiln_json_get_int(req, "", "max_completion_tokens", 0, 1,
 				       INFERD_MAX_TOKENS_MAX, &ret->max_tokens, e) < 0) ||
 	    kiln_json_get_number(req, "", "temperature", 0, 0, 2, &ret->temperature, e) < 0 ||
@@ -341,8 +340,8 @@ int inferd_request_parse(const inferd_model *m, const json_t *req, bool chat,
 					 "The %s%s is %d tokens, more than the model's context of "
 					 "%d tokens; shorten it",
 					 chat ? "rendered chat" : "prompt",
-					 ret->n_prompts > 1 ? " in a batch" : "", ret->prompt_len[i],
-					 m->ctx);
+					 ret->n_prompts > 1 ? " in a batch" : "",
+					 ret->prompt_len[i], m->ctx);
 	return 0;
 }
 
@@ -381,8 +380,8 @@ json_t *inferd_envelope_json(const char *id, bool chat, bool stream, const char 
 		choices = json_array();
 	else if (!json_is_array(choices))
 		choices = json_pack("[o]", choices);
-	const char *object = chat ? (stream ? "chat.completion.chunk" : "chat.completion")
-				  : "text_completion";
+	const char *object =
+		chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
 	return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", id, "object", object, "created",
 			 (json_int_t) created, "model", model, "choices", choices);
 }

@@ -146,8 +146,8 @@ static void add_text(seq *q, const char *t, size_t len)
 static void stream_text(seq *q, const int32_t *tok, int n_tok, const char *finish)
 {
 	job *j = q->j;
-	size_t end = inferd_sendable(q->text.s, q->text.len, q->sent, j->stop_max,
-				     !q->done && j->stops);
+	size_t end =
+		inferd_sendable(q->text.s, q->text.len, q->sent, j->stop_max, !q->done && j->stops);
 	const char *t = q->text.s ? q->text.s + q->sent : "";
 	size_t len = end - q->sent;
 	if (j->chat) {
@@ -216,9 +216,9 @@ static void job_finish(job *j)
 			kiln_strbuf_append(&b, q->echo);
 		kiln_strbuf_append_n(&b, q->text.s ? q->text.s : "", q->text.len);
 		json_array_append_new(
-			ch, j->chat ? inferd_chat_choice_json(false, i, false, b.s, b.len, q->finish)
-				    : inferd_choice_json(i, b.s, b.len, q->out, q->n_out,
-							 q->finish));
+			ch,
+			j->chat ? inferd_chat_choice_json(false, i, false, b.s, b.len, q->finish)
+				: inferd_choice_json(i, b.s, b.len, q->out, q->n_out, q->finish));
 	}
 	_cleanup_json_ json_t *c = oom ? NULL : envelope(j, ch);
 	if (oom)
