@@ -217,6 +217,11 @@ static void test_chat(void **state)
 	inferd_request_done(&q);
 }
 
+/* What every field that needs text says without a tokenizer. */
+#define NO_TOKENIZER                                                                             \
+	"text needs a tokenizer and this server has none; restart kiln-inferd with --tokenizer " \
+	"FILE, or send token ids"
+
 static const struct bad {
 	int model;
 	const char *body; /* NULL: 65 prompts, built below */
@@ -265,8 +270,7 @@ static const struct bad {
 	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"stop_token_ids\":[1,512]}", 400,
 	  "stop_token_ids[1]", NULL, "stop_token_ids[1]: expected a token id in 0..511" },
 	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"stop\":\"x\"}", 400, "stop", NULL,
-	  "stop: text needs a tokenizer and this server has none; restart kiln-inferd with "
-	  "--tokenizer FILE, or send token ids" },
+	  "stop: " NO_TOKENIZER },
 	{ TEXT, "{\"model\":\"m\",\"prompt\":[1],\"stop\":\"\"}", 400, "stop", NULL,
 	  "stop: a stop string must not be empty" },
 	{ TEXT, "{\"model\":\"m\",\"prompt\":[1],\"stop\":[\"a\",\"\"]}", 400, "stop[1]", NULL,
@@ -276,14 +280,11 @@ static const struct bad {
 	{ TEXT, "{\"model\":\"m\",\"prompt\":[1],\"stop\":[1]}", 400, "stop[0]", NULL,
 	  "stop[0]: expected a string, got a number" },
 	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"echo\":true}", 400, "echo", NULL,
-	  "echo: text needs a tokenizer and this server has none; restart kiln-inferd with "
-	  "--tokenizer FILE, or send token ids" },
+	  "echo: " NO_TOKENIZER },
 	{ IDS, "{\"model\":\"m\",\"prompt\":\"Once upon a time\"}", 400, "prompt", NULL,
-	  "prompt: text needs a tokenizer and this server has none; restart kiln-inferd with "
-	  "--tokenizer FILE, or send token ids" },
+	  "prompt: " NO_TOKENIZER },
 	{ IDS, "{\"model\":\"m\",\"prompt\":[\"a\"]}", 400, "prompt[0]", NULL,
-	  "prompt[0]: text needs a tokenizer and this server has none; restart kiln-inferd with "
-	  "--tokenizer FILE, or send token ids" },
+	  "prompt[0]: " NO_TOKENIZER },
 	{ IDS, "{\"model\":\"m\",\"prompt\":[]}", 400, "prompt", NULL,
 	  "prompt: expected a string, an array of strings, an array of token ids or an array of "
 	  "arrays of token ids, got an empty array" },
@@ -347,9 +348,7 @@ static const struct bad {
 	  400, "max_completion_tokens", NULL,
 	  "max_completion_tokens: must be between 1 and 65536, got 0" },
 	{ CHAT_IDS, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 400,
-	  "messages", NULL,
-	  "messages: text needs a tokenizer and this server has none; restart kiln-inferd with "
-	  "--tokenizer FILE, or send token ids" },
+	  "messages", NULL, "messages: " NO_TOKENIZER },
 	{ CHAT_LLAMA2,
 	  "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"content\":\"hi\"},{\"role\":"
 	  "\"assistant\",\"content\":\"hi\"}]}",
