@@ -14,6 +14,7 @@
  * 0 ok, 1 failure, 2 usage error (a tokenizer larger than the model's
  * vocabulary included).  docs/kiln-inferd.md. */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -345,6 +346,40 @@ static int on_health(kiln_http_request *r, void *u)
 	return kiln_http_reply_text(r, 200, "text/plain; charset=utf-8", "ok\n", 3);
 }
 
+/* SIGTERM/SIGINT reach the event loop through sd-event's signalfd, which
+ * sees a signal only while no thread would take it.  The threads kiln
+ * starts inherit the mask run() sets first, but OpenBLAS starts its pool in
+ * a library constructor, before main(), with the signals unblocked, and the
+ * kernel may hand a process-directed signal to one of those threads (the
+ * default action would then kill the process, exit 143, without the
+ * orderly stop).  There this handler passes it on to the main thread, where
+ * it stays pending for the signalfd. */
+static pthread_t main_thread;
+
+static void forward_signal(int sig)
+{
+	int saved = errno;
+	(void) pthread_kill(main_thread, sig);
+	errno = saved;
+}
+
+static void block_stop_signals(void)
+{
+	static const int sigs[] = { SIGTERM, SIGINT };
+	sigset_t ss;
+	sigemptyset(&ss);
+	main_thread = pthread_self();
+	for (size_t i = 0; i < ARRAY_SIZE(sigs); i++) {
+		struct sigaction sa = { .sa_handler = forward_signal }, old;
+		sigaddset(&ss, sigs[i]);
+		sigfillset(&sa.sa_mask);
+		/* An ignored SIGINT (a background job of a script) stays ignored. */
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+			(void) sigaction(sigs[i], &sa, NULL);
+	}
+	pthread_sigmask(SIG_BLOCK, &ss, NULL);
+}
+
 static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *u)
 {
 	log_info("Got %s, stopping", strsignal((int) si->ssi_signo));
@@ -353,13 +388,8 @@ static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void
 
 static int run(int argc, char **argv)
 {
-	/* SIGTERM/SIGINT reach the event loop through a signalfd, which sees
-	 * only blocked signals: block them before any thread starts. */
-	sigset_t ss;
-	sigemptyset(&ss);
-	sigaddset(&ss, SIGTERM);
-	sigaddset(&ss, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &ss, NULL);
+	/* Before any thread of ours starts: they inherit the mask. */
+	block_stop_signals();
 	_cleanup_(sd_event_unrefp) sd_event *ev = NULL;
 	int r = sd_event_default(&ev);
 	if (r < 0)
