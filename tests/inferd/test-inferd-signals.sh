@@ -8,14 +8,7 @@
 # job would otherwise ignore SIGINT).  Prints TAP.
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
-B=${KILN_BUILD:-build}
-BIN=$B/bin/kiln-inferd
-MODEL=${KM_TEST_MODEL:-}
-for c in tests/fixtures/stories260K.bin ../shared/fixtures/stories260K.bin; do
-	[ -z "$MODEL" ] && [ -r "$c" ] && MODEL=$c
-done
-if [ ! -x "$BIN" ]; then echo "1..1"; echo "ok 1 # SKIP $BIN not built"; exit 0; fi
-if [ -z "$MODEL" ]; then echo "1..1"; echo "ok 1 # SKIP stories260K.bin not found (set KM_TEST_MODEL)"; exit 0; fi
+. "$(dirname "$0")/inferd-env.sh"
 W=$(mktemp -d /tmp/kiln-inferd-signals.XXXXXX)
 PID=
 cleanup() { [ -n "$PID" ] && kill -KILL "$PID" 2>/dev/null; rm -rf "$W"; }
