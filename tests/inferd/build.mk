@@ -3,4 +3,14 @@
 $(eval $(call kiln_test,test-engine,tests/inferd/test-engine.c tests/model/ref.c,inferd-engine kmodel kk common,$(KK_LDLIBS)))
 $(eval $(call kiln_tool,bench-engine,tests/inferd/bench-engine.c,inferd-engine kmodel kk common,$(KK_LDLIBS)))
 BENCH_SCRIPTS += tests/inferd/bench-engine.sh
-TEST_SCRIPTS += tests/inferd/test-inferd.sh
+TEST_SCRIPTS += tests/inferd/test-inferd.sh tests/inferd/test-inferd-signals.sh
+# The request layer and the pure parts of the streaming layer, without an
+# engine or a socket (test-openai.c).
+$(eval $(call kiln_test,test-openai,tests/inferd/test-openai.c $(INFERD_SRCS),inferd-engine kmodel ktok kmf kk common,$$(INFERD_LDLIBS)))
+
+# libFuzzer target for the request layer (tests/inferd/fuzz-openai.c), by
+# mk/rules.mk's kiln_fuzz; its suite runs in make test-full.
+FUZZ_OPENAI_SRCS := tests/inferd/fuzz-openai.c services/inferd/openai.c common/json.c \
+	common/strbuf.c common/error.c $(KTOK_SRCS) $(KMF_SRCS) kernels/kk_dtype.c
+$(eval $(call kiln_fuzz,fuzz-openai,$(FUZZ_OPENAI_SRCS),$(KILN_FUZZ_STRICT) -Icommon/include -Ikernels/include -Iservices/include,$(KMF_LDLIBS) -lm,services/inferd/inferd.h kernels/include/ktok.h $(wildcard common/include/kiln/*.h)))
+TEST_FULL_SCRIPTS += tests/inferd/fuzz-openai.sh

@@ -17,15 +17,8 @@
 # the model refused with exit 2.  Prints TAP.
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
-B=${KILN_BUILD:-build}
-BIN=$B/bin/kiln-inferd
+. "$(dirname "$0")/inferd-env.sh"
 export KK_CPU_THREADS=1 OPENBLAS_NUM_THREADS=1
-MODEL=${KM_TEST_MODEL:-}
-for c in tests/fixtures/stories260K.bin ../shared/fixtures/stories260K.bin; do
-	[ -z "$MODEL" ] && [ -r "$c" ] && MODEL=$c
-done
-if [ ! -x "$BIN" ]; then echo "1..1"; echo "ok 1 # SKIP $BIN not built"; exit 0; fi
-if [ -z "$MODEL" ]; then echo "1..1"; echo "ok 1 # SKIP stories260K.bin not found (set KM_TEST_MODEL)"; exit 0; fi
 for t in curl jq; do
 	command -v $t >/dev/null || { echo "1..1"; echo "ok 1 # SKIP $t not installed"; exit 0; }
 done
@@ -53,7 +46,8 @@ json_is() { jq -e "$1" "$W/body" >/dev/null || { echo "# $(head -c 400 "$W/body"
 # ---- command line
 ok "--help exits 0" rc_is 0 "$BIN" --help
 missing=
-for o in $(grep -o '{ "[a-z-]*", [a-z_]*_argument' services/inferd/main.c | sed 's/{ "\([a-z-]*\)".*/\1/'); do
+# the option table's entries: { "long", 'x' or OPT_..., ...
+for o in $(grep -oE "\{ \"[a-z-]+\", ('[a-z]'|OPT_[A-Z_]+)," services/inferd/main.c | sed 's/{ "\([a-z-]*\)".*/\1/'); do
 	grep -q -- "--$o" "$W/out" || missing="$missing $o"
 done
 ok "--help lists every long option main.c parses${missing:+ (missing:$missing)}" test -z "$missing"

@@ -1,0 +1,394 @@
+/* openai.c — kiln-inferd's OpenAI request layer: a request body -> a typed
+ * inferd_request, and typed results -> response JSON.
+ *
+ * Everything a client can get wrong is found here, before the engine sees
+ * anything, and refused with OpenAI's error shape naming the field
+ * ("prompt[1]: token id 512 is outside the vocabulary (0..511)").  Text
+ * (prompts, rendered chat messages) is encoded here with the model's
+ * tokenizer, so a request leaves this file as token ids.  Pure: no I/O, no
+ * engine, no HTTP, no logging — which is what lets fuzz-openai throw
+ * anything at it. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "inferd.h"
+#include "kiln/macro.h"
+#include "kiln/strbuf.h"
+
+/* One prompt given as token ids (where names it in errors). */
+static int ids_prompt(const json_t *p, const char *where, int vocab, int32_t **ret, int *ret_n,
+		      kiln_error *err)
+{
+	size_t n = json_array_size(p);
+	if (n < 1 || n > INFERD_PROMPT_MAX)
+		return kiln_json_fail(err, where, "expected 1 to %d token ids, got %zu",
+				      INFERD_PROMPT_MAX, n);
+	int32_t *ids = malloc(n * sizeof(int32_t));
+	if (!ids)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		json_t *v = json_array_get(p, i);
+		char at[KILN_JSON_PATH_MAX];
+		kiln_json_path(at, sizeof(at), where, NULL, i);
+		if (!json_is_integer(v)) {
+			free(ids);
+			return kiln_json_fail(err, at, "expected a token id, got %s",
+					      kiln_json_type_name(v));
+		}
+		json_int_t t = json_integer_value(v);
+		if (t < 0 || t >= vocab) {
+			free(ids);
+			return kiln_json_fail(err, at,
+					      "token id %lld is outside the vocabulary (0..%d)",
+					      (long long) t, vocab - 1);
+		}
+		ids[i] = (int32_t) t;
+	}
+	*ret = ids;
+	*ret_n = (int) n;
+	return 0;
+}
+
+static int need_tokenizer(const inferd_model *m, const char *where, kiln_error *err)
+{
+	if (m->tok)
+		return 0;
+	return kiln_json_fail(err, where,
+			      "text needs a tokenizer and this server has none; restart "
+			      "kiln-inferd with --tokenizer FILE, or send token ids");
+}
+
+/* One prompt given as text: encoded with BOS as the vocabulary says. */
+static int text_prompt(const inferd_model *m, const char *text, unsigned flags, const char *where,
+		       int32_t **ret, int *ret_n, kiln_error *err)
+{
+	int r = need_tokenizer(m, where, err);
+	if (r < 0)
+		return r;
+	int32_t *ids = NULL;
+	size_t n = 0;
+	r = ktok_encode(m->tok, text, strlen(text), flags, &ids, &n);
+	if (r == -ENOMEM)
+		return r;
+	if (r < 0)
+		return kiln_json_fail(err, where, "cannot tokenize the text: %s", strerror(-r));
+	/* Templates carry their own BOS; the vocabulary may add one more. */
+	if (n > 1 && ktok_bos(m->tok) >= 0 && ids[0] == ktok_bos(m->tok) &&
+	    ids[1] == ktok_bos(m->tok))
+		memmove(ids, ids + 1, --n * sizeof(int32_t));
+	if (n < 1 || n > INFERD_PROMPT_MAX) {
+		free(ids);
+		return kiln_json_fail(err, where, "the text is %zu tokens, expected 1 to %d", n,
+				      INFERD_PROMPT_MAX);
+	}
+	*ret = ids;
+	*ret_n = (int) n;
+	return 0;
+}
+
+/* "prompt": a string, an array of strings, an array of token ids, or an
+ * array of arrays of token ids (OpenAI's four shapes). */
+static int get_prompts(const inferd_model *m, const json_t *req, inferd_request *q,
+		       kiln_error *err)
+{
+	json_t *p = json_object_get(req, "prompt");
+	if (!p)
+		return kiln_json_fail(err, "prompt", "required field is missing");
+	if (json_is_string(p)) {
+		q->n_prompts = 1;
+		return text_prompt(m, json_string_value(p), KTOK_ENC_ADD_SPECIAL, "prompt",
+				   &q->prompts[0], &q->prompt_len[0], err);
+	}
+	if (!json_is_array(p) || json_array_size(p) == 0)
+		return kiln_json_fail(err, "prompt",
+				      "expected a string, an array of strings, an array of token "
+				      "ids or an array of arrays of token ids, got %s",
+				      json_is_array(p) ? "an empty array" : kiln_json_type_name(p));
+	json_t *first = json_array_get(p, 0);
+	if (json_is_integer(first)) {
+		q->n_prompts = 1;
+		return ids_prompt(p, "prompt", m->vocab, &q->prompts[0], &q->prompt_len[0], err);
+	}
+	if (json_array_size(p) > INFERD_BATCH_MAX)
+		return kiln_json_fail(err, "prompt", "at most %d prompts per request, got %zu",
+				      INFERD_BATCH_MAX, json_array_size(p));
+	for (size_t i = 0; i < json_array_size(p); i++) {
+		json_t *v = json_array_get(p, i);
+		char at[KILN_JSON_PATH_MAX];
+		kiln_json_path(at, sizeof(at), "prompt", NULL, i);
+		int r;
+		if (json_is_string(v) && json_is_string(first))
+			r = text_prompt(m, json_string_value(v), KTOK_ENC_ADD_SPECIAL, at,
+					&q->prompts[i], &q->prompt_len[i], err);
+		else if (json_is_array(v) && json_is_array(first))
+			r = ids_prompt(v, at, m->vocab, &q->prompts[i], &q->prompt_len[i], err);
+		else
+			r = kiln_json_fail(err, at, "expected %s like prompt[0], got %s",
+					   json_is_string(first) ? "a string" : "an array",
+					   kiln_json_type_name(v));
+		if (r < 0)
+			return r;
+		q->n_prompts = (int) i + 1;
+	}
+	return 0;
+}
+
+/* "messages": system/user/assistant with string content, rendered with the
+ * chat template and the assistant's header (add_generation_prompt). */
+static int get_messages(const inferd_model *m, const json_t *req, inferd_request *q,
+			kiln_error *err)
+{
+	static const char *const roles[] = { "system", "user", "assistant", NULL };
+	static const char *const keys[] = { "role", "content", "name", NULL };
+	json_t *arr = NULL;
+	int r = kiln_json_get_objects(req, "", "messages", KILN_JSON_REQUIRED, 1,
+				      KTOK_MAX_CHAT_MESSAGES, &arr, err);
+	if (r < 0)
+		return r;
+	if ((r = need_tokenizer(m, "messages", err)) < 0)
+		return r;
+	size_t n = json_array_size(arr);
+	_cleanup_free_ ktok_msg *msgs = calloc(n, sizeof(*msgs));
+	if (!msgs)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		json_t *msg = json_array_get(arr, i);
+		char at[KILN_JSON_PATH_MAX];
+		kiln_json_path(at, sizeof(at), "messages", NULL, i);
+		int role;
+		const char *name = NULL;
+		if ((r = kiln_json_check_keys(msg, at, keys, err)) < 0 ||
+		    (r = kiln_json_get_enum(msg, at, "role", KILN_JSON_REQUIRED, roles, &role,
+					    err)) < 0 ||
+		    (r = kiln_json_get_string(msg, at, "name", 0, INFERD_NAME_MAX, &name, err)) < 0)
+			return r;
+		json_t *c = json_object_get(msg, "content");
+		if (!json_is_string(c)) {
+			char f[KILN_JSON_PATH_MAX];
+			kiln_json_path(f, sizeof(f), at, "content", 0);
+			return kiln_json_fail(err, f,
+					      "expected a string, got %s (this server takes text "
+					      "content only, not content parts)",
+					      c ? kiln_json_type_name(c) : "nothing");
+		}
+		msgs[i] = (ktok_msg){ .role = roles[role], .content = json_string_value(c) };
+	}
+	_cleanup_free_ char *text = NULL;
+	r = ktok_chat_render(m->chat, msgs, n, true, m->bos, m->eos, &text);
+	if (r == -ENOMEM)
+		return r;
+	if (r < 0)
+		return kiln_json_fail(err, "messages",
+				      "the %s chat template cannot render these messages (%s); "
+				      "check the roles and their order",
+				      ktok_chat_name(m->chat), strerror(-r));
+	q->n_prompts = 1;
+	return text_prompt(m, text, KTOK_ENC_ADD_SPECIAL | KTOK_ENC_PARSE_SPECIAL, "messages",
+			   &q->prompts[0], &q->prompt_len[0], err);
+}
+
+/* "stop_token_ids" (vLLM's extension): an array of token ids. */
+static int get_stop(const json_t *req, int vocab, int32_t *stop, int *ret_n, kiln_error *err)
+{
+	json_t *p = json_object_get(req, "stop_token_ids");
+	*ret_n = 0;
+	if (!p || json_is_null(p))
+		return 0;
+	if (!json_is_array(p) || json_array_size(p) > KILN_ENGINE_STOP_MAX)
+		return kiln_json_fail(err, "stop_token_ids", "expected at most %d token ids",
+				      KILN_ENGINE_STOP_MAX);
+	for (size_t i = 0; i < json_array_size(p); i++) {
+		json_t *v = json_array_get(p, i);
+		char where[KILN_JSON_PATH_MAX];
+		kiln_json_path(where, sizeof(where), "stop_token_ids", NULL, i);
+		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+		    json_integer_value(v) >= vocab)
+			return kiln_json_fail(err, where, "expected a token id in 0..%d",
+					      vocab - 1);
+		stop[i] = (int32_t) json_integer_value(v);
+	}
+	*ret_n = (int) json_array_size(p);
+	return 0;
+}
+
+/* "stop": a string or up to 4 non-empty strings, copied into *ret. */
+static int get_stop_strings(const inferd_model *m, const json_t *req, char ***ret, size_t *ret_max,
+			    kiln_error *err)
+{
+	json_t *p = json_object_get(req, "stop");
+	if (!p || json_is_null(p) || (json_is_array(p) && json_array_size(p) == 0))
+		return 0;
+	_cleanup_free_ const char **v = NULL;
+	int r = kiln_json_get_strings(req, "", "stop", 0, 1, INFERD_STOP_STRINGS_MAX,
+				      INFERD_STOP_LEN_MAX, &v, err);
+	if (r < 0)
+		return r;
+	if ((r = need_tokenizer(m, "stop", err)) < 0)
+		return r;
+	_cleanup_strv_free_ char **out = NULL;
+	size_t max = 1;
+	for (size_t i = 0; v[i]; i++) {
+		if (!v[i][0]) {
+			char at[KILN_JSON_PATH_MAX];
+			kiln_json_path(at, sizeof(at), "stop", NULL, i);
+			return kiln_json_fail(err, json_is_string(p) ? "stop" : at,
+					      "a stop string must not be empty");
+		}
+		if (strv_extend(&out, v[i]) < 0)
+			return -ENOMEM;
+		max = MAX(max, strlen(v[i]));
+	}
+	*ret = TAKE_PTR(out);
+	*ret_max = max;
+	return 0;
+}
+
+/* An error that is not "400 about a field" (kiln_json_fail's shape). */
+static int fail_with(inferd_error *err, unsigned status, const char *param, const char *code,
+		     const char *fmt, ...) _printf_(5, 6);
+static int fail_with(inferd_error *err, unsigned status, const char *param, const char *code,
+		     const char *fmt, ...)
+{
+	va_list ap;
+	err->status = status;
+	err->code = code;
+	snprintf(err->json.where, sizeof(err->json.where), "%s", param);
+	va_start(ap, fmt);
+	vsnprintf(err->json.msg, sizeof(err->json.msg), fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+void inferd_request_done(inferd_request *q)
+{
+	if (!q)
+		return;
+	for (int i = 0; i < q->n_prompts; i++)
+		free(q->prompts[i]);
+	q->n_prompts = 0;
+	strv_free(q->stops);
+	q->stops = NULL;
+}
+
+int inferd_request_parse(const inferd_model *m, const json_t *req, bool chat, inferd_request *ret,
+			 inferd_error *err)
+{
+	static const char *const known_cmpl[] = {
+		"model", "prompt",	   "max_tokens",     "temperature",
+		"top_p", "top_k",	   "seed",	     "stream",
+		"n",	 "stop_token_ids", "ignore_eos",     "user",
+		"stop",	 "echo",	   "stream_options", NULL
+	};
+	static const char *const known_chat[] = {
+		"model",       "messages", "max_tokens",     "max_completion_tokens",
+		"temperature", "top_p",	   "top_k",	     "seed",
+		"stream",      "n",	   "stop_token_ids", "ignore_eos",
+		"user",	       "stop",	   "stream_options", NULL
+	};
+	static const char *const known_so[] = { "include_usage", NULL };
+	assert_return(m && req && ret && err, -EINVAL);
+	*err = (inferd_error){ .status = 400 };
+	*ret = (inferd_request){ .chat = chat,
+				 .max_tokens = chat ? INFERD_MAX_TOKENS_MAX : 16,
+				 .temperature = 1.0,
+				 .top_p = 1.0,
+				 .seed = -1 };
+	kiln_error *e = &err->json;
+	const char *model = NULL;
+	int64_t n = 1;
+	json_t *so = NULL;
+	if (kiln_json_check_keys(req, "", chat ? known_chat : known_cmpl, e) < 0 ||
+	    kiln_json_get_string(req, "", "model", KILN_JSON_REQUIRED, INFERD_NAME_MAX, &model, e) <
+		    0 ||
+	    kiln_json_get_int(req, "", "max_tokens", 0, 1, INFERD_MAX_TOKENS_MAX, &ret->max_tokens,
+			      e) < 0 ||
+	    (chat && kiln_json_get_int(req, "", "max_completion_tokens", 0, 1,
+				       INFERD_MAX_TOKENS_MAX, &ret->max_tokens, e) < 0) ||
+	    kiln_json_get_number(req, "", "temperature", 0, 0, 2, &ret->temperature, e) < 0 ||
+	    kiln_json_get_number(req, "", "top_p", 0, 0, 1, &ret->top_p, e) < 0 ||
+	    kiln_json_get_int(req, "", "top_k", 0, 0, KK_SAMPLE_TOP_K_MAX, &ret->top_k, e) < 0 ||
+	    kiln_json_get_int(req, "", "seed", 0, 0, INT64_MAX, &ret->seed, e) < 0 ||
+	    kiln_json_get_int(req, "", "n", 0, 1, 1, &n, e) < 0 ||
+	    kiln_json_get_bool(req, "", "stream", 0, &ret->stream, e) < 0 ||
+	    kiln_json_get_bool(req, "", "echo", 0, &ret->echo, e) < 0 ||
+	    kiln_json_get_bool(req, "", "ignore_eos", 0, &ret->ignore_eos, e) < 0 ||
+	    kiln_json_get_object(req, "", "stream_options", 0, &so, e) < 0 ||
+	    (so && (kiln_json_check_keys(so, "stream_options", known_so, e) < 0 ||
+		    kiln_json_get_bool(so, "stream_options", "include_usage", 0,
+				       &ret->include_usage, e) < 0)) ||
+	    get_stop(req, m->vocab, ret->stop_ids, &ret->n_stop_ids, e) < 0)
+		return -EINVAL;
+	if (!streq(model, m->name))
+		return fail_with(err, 404, "model", "model_not_found",
+				 "The model '%s' does not exist (this server has '%s')", model,
+				 m->name);
+	int r = get_stop_strings(m, req, &ret->stops, &ret->stop_max, e);
+	if (r < 0)
+		return r;
+	if (ret->echo && !m->tok)
+		return need_tokenizer(m, "echo", e);
+	r = chat ? get_messages(m, req, ret, e) : get_prompts(m, req, ret, e);
+	if (r < 0)
+		return r;
+	for (int i = 0; i < ret->n_prompts; i++)
+		if (ret->prompt_len[i] > m->ctx)
+			return fail_with(err, 400, chat ? "messages" : "prompt",
+					 "context_length_exceeded",
+					 "The %s%s is %d tokens, more than the model's context of "
+					 "%d tokens; shorten it",
+					 chat ? "rendered chat" : "prompt",
+					 ret->n_prompts > 1 ? " in a batch" : "",
+					 ret->prompt_len[i], m->ctx);
+	return 0;
+}
+
+json_t *inferd_usage_json(int prompt_tokens, int completion_tokens)
+{
+	return json_pack("{s:i, s:i, s:i}", "prompt_tokens", prompt_tokens, "completion_tokens",
+			 completion_tokens, "total_tokens", prompt_tokens + completion_tokens);
+}
+
+json_t *inferd_choice_json(int index, const char *text, size_t len, const int32_t *toks, int n,
+			   const char *finish)
+{
+	json_t *ids = json_array();
+	for (int i = 0; i < n; i++)
+		json_array_append_new(ids, json_integer(toks[i]));
+	return json_pack("{s:i, s:s%, s:o, s:n, s:s?}", "index", index, "text", text ? text : "",
+			 text ? len : 0, "token_ids", ids, "logprobs", "finish_reason", finish);
+}
+
+json_t *inferd_chat_choice_json(bool stream, int index, bool first, const char *text, size_t len,
+				const char *finish)
+{
+	json_t *m = json_object();
+	if (!stream || first)
+		json_object_set_new(m, "role", json_string("assistant"));
+	if (!stream || first || len)
+		json_object_set_new(m, "content", json_stringn(text ? text : "", len));
+	return json_pack("{s:i, s:o, s:n, s:s?}", "index", index, stream ? "delta" : "message", m,
+			 "logprobs", "finish_reason", finish);
+}
+
+json_t *inferd_envelope_json(const char *id, bool chat, bool stream, const char *model,
+			     time_t created, json_t *choices)
+{
+	if (!choices)
+		choices = json_array();
+	else if (!json_is_array(choices))
+		choices = json_pack("[o]", choices);
+	const char *object =
+		chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+	return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", id, "object", object, "created",
+			 (json_int_t) created, "model", model, "choices", choices);
+}
+
+json_t *inferd_models_json(const char *name, time_t created, int ctx)
+{
+	return json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i}]}", "object", "list", "data", "id",
+			 name, "object", "model", "created", (json_int_t) created, "owned_by",
+			 "kiln", "max_model_len", ctx);
+}

@@ -1,0 +1,520 @@
+/* test-openai.c — kiln-inferd's request layer (services/inferd/openai.c)
+ * and the pure parts of its streaming layer (stream.c's stop-string cut
+ * and UTF-8 hold-back), without an engine or a socket.
+ *
+ * Bodies that must pass become the typed request the engine gets (prompt
+ * forms, defaults, every field); bodies that must not get the exact 400 or
+ * 404 OpenAI error of today: status, param, code, message.  Text uses
+ * tests/tokenizer/data/tok512.bin (a 512-token sentencepiece BPE, the size
+ * of stories260K's vocabulary), read from the repository root. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../services/inferd/inferd.h"
+
+#define TOK512 "tests/tokenizer/data/tok512.bin"
+
+enum { IDS, TEXT, CHAT, CHAT_IDS, CHAT_LLAMA2, N_MODELS };
+static inferd_model models[N_MODELS];
+static ktok *tok;
+
+static int setup(void **state)
+{
+	kiln_error te;
+	if (ktok_load(TOK512, &tok, &te) < 0) {
+		fprintf(stderr, "cannot load " TOK512 " (run from the repository root)\n");
+		return -1;
+	}
+	for (int i = 0; i < N_MODELS; i++) {
+		inferd_model *m = &models[i];
+		snprintf(m->name, sizeof(m->name), "m");
+		m->vocab = 512;
+		m->ctx = 512;
+		if (i == TEXT || i == CHAT || i == CHAT_LLAMA2) {
+			m->tok = tok;
+			m->chat = i == CHAT_LLAMA2 ? KTOK_CHAT_LLAMA2 : KTOK_CHAT_CHATML;
+			snprintf(m->bos, sizeof(m->bos), "<s>");
+			snprintf(m->eos, sizeof(m->eos), "</s>");
+		}
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	ktok_free(tok);
+	return 0;
+}
+
+/* Parses body for model `which` (chat for the CHAT* ones). */
+static int parse(int which, const char *body, inferd_request *q, inferd_error *e)
+{
+	json_error_t je;
+	json_t *j = json_loads(body, 0, &je);
+	assert_non_null(j);
+	bool chat = which == CHAT || which == CHAT_IDS || which == CHAT_LLAMA2;
+	int r = inferd_request_parse(&models[which], j, chat, q, e);
+	json_decref(j);
+	return r;
+}
+
+static void assert_ids(const int32_t *got, int n, const int32_t *want, size_t n_want)
+{
+	assert_int_equal(n, n_want);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(got[i], want[i]);
+}
+
+static void test_completion_defaults(void **state)
+{
+	inferd_request q;
+	inferd_error e;
+	assert_int_equal(parse(IDS, "{\"model\":\"m\",\"prompt\":[1,2,3]}", &q, &e), 0);
+	assert_false(q.chat);
+	assert_int_equal(q.n_prompts, 1);
+	assert_ids(q.prompts[0], q.prompt_len[0], (int32_t[]){ 1, 2, 3 }, 3);
+	assert_int_equal(q.max_tokens, 16);
+	assert_true(q.temperature == 1.0 && q.top_p == 1.0);
+	assert_int_equal(q.top_k, 0);
+	assert_int_equal(q.seed, -1);
+	assert_false(q.stream || q.include_usage || q.echo || q.ignore_eos);
+	assert_int_equal(q.n_stop_ids, 0);
+	assert_null(q.stops);
+	inferd_request_done(&q);
+}
+
+static void test_completion_fields(void **state)
+{
+	inferd_request q;
+	inferd_error e;
+	assert_int_equal(
+		parse(TEXT,
+		      "{\"model\":\"m\",\"prompt\":[7],\"max_tokens\":5,\"temperature\":0.5,"
+		      "\"top_p\":0.25,\"top_k\":40,\"seed\":7,\"stream\":true,"
+		      "\"stream_options\":{\"include_usage\":true},\"stop_token_ids\":[3,4],"
+		      "\"ignore_eos\":true,\"user\":\"u\",\"n\":1,\"stop\":[\"ab\",\"xyz\"],"
+		      "\"echo\":true}",
+		      &q, &e),
+		0);
+	assert_int_equal(q.max_tokens, 5);
+	assert_true(q.temperature == 0.5 && q.top_p == 0.25);
+	assert_int_equal(q.top_k, 40);
+	assert_int_equal(q.seed, 7);
+	assert_true(q.stream && q.include_usage && q.echo && q.ignore_eos);
+	assert_ids(q.stop_ids, q.n_stop_ids, (int32_t[]){ 3, 4 }, 2);
+	assert_non_null(q.stops);
+	assert_string_equal(q.stops[0], "ab");
+	assert_string_equal(q.stops[1], "xyz");
+	assert_null(q.stops[2]);
+	assert_int_equal(q.stop_max, 3);
+	inferd_request_done(&q);
+
+	/* One stop string as a plain string; null and [] mean none. */
+	assert_int_equal(
+		parse(TEXT, "{\"model\":\"m\",\"prompt\":[7],\"stop\":\"\\n\\n\"}", &q, &e), 0);
+	assert_string_equal(q.stops[0], "\n\n");
+	assert_null(q.stops[1]);
+	assert_int_equal(q.stop_max, 2);
+	inferd_request_done(&q);
+	assert_int_equal(parse(IDS, "{\"model\":\"m\",\"prompt\":[7],\"stop\":[]}", &q, &e), 0);
+	assert_null(q.stops);
+	inferd_request_done(&q);
+	assert_int_equal(
+		parse(IDS, "{\"model\":\"m\",\"prompt\":[7],\"stop\":null,\"seed\":null}", &q, &e),
+		0);
+	assert_null(q.stops);
+	assert_int_equal(q.seed, -1);
+	inferd_request_done(&q);
+}
+
+/* OpenAI's four prompt shapes; text is encoded as ktok encodes it. */
+static void test_prompt_forms(void **state)
+{
+	inferd_request q;
+	inferd_error e;
+	const char *text = "Once upon a time, there was a kiln";
+	int32_t *want = NULL;
+	size_t n_want = 0;
+	assert_int_equal(ktok_encode(tok, text, strlen(text), KTOK_ENC_ADD_SPECIAL, &want, &n_want),
+			 0);
+	char body[512];
+	snprintf(body, sizeof(body), "{\"model\":\"m\",\"prompt\":\"%s\"}", text);
+	assert_int_equal(parse(TEXT, body, &q, &e), 0);
+	assert_int_equal(q.n_prompts, 1);
+	assert_ids(q.prompts[0], q.prompt_len[0], want, n_want);
+	inferd_request_done(&q);
+
+	snprintf(body, sizeof(body), "{\"model\":\"m\",\"prompt\":[\"%s\",\"%s\"]}", text, text);
+	assert_int_equal(parse(TEXT, body, &q, &e), 0);
+	assert_int_equal(q.n_prompts, 2);
+	assert_ids(q.prompts[0], q.prompt_len[0], want, n_want);
+	assert_ids(q.prompts[1], q.prompt_len[1], want, n_want);
+	inferd_request_done(&q);
+	free(want);
+
+	assert_int_equal(parse(IDS, "{\"model\":\"m\",\"prompt\":[[1,2],[3],[511]]}", &q, &e), 0);
+	assert_int_equal(q.n_prompts, 3);
+	assert_ids(q.prompts[0], q.prompt_len[0], (int32_t[]){ 1, 2 }, 2);
+	assert_ids(q.prompts[1], q.prompt_len[1], (int32_t[]){ 3 }, 1);
+	assert_ids(q.prompts[2], q.prompt_len[2], (int32_t[]){ 511 }, 1);
+	inferd_request_done(&q);
+
+	/* The empty string is BOS alone: a prompt of one token. */
+	assert_int_equal(parse(TEXT, "{\"model\":\"m\",\"prompt\":\"\"}", &q, &e), 0);
+	assert_ids(q.prompts[0], q.prompt_len[0], (int32_t[]){ ktok_bos(tok) }, 1);
+	inferd_request_done(&q);
+}
+
+/* Chat: the ChatML rendering, encoded with special tokens parsed. */
+static void test_chat(void **state)
+{
+	inferd_request q;
+	inferd_error e;
+	const char *rendered =
+		"<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nTell me a "
+		"story.<|im_end|>\n<|im_start|>assistant\n";
+	int32_t *want = NULL;
+	size_t n_want = 0;
+	assert_int_equal(ktok_encode(tok, rendered, strlen(rendered),
+				     KTOK_ENC_ADD_SPECIAL | KTOK_ENC_PARSE_SPECIAL, &want, &n_want),
+			 0);
+	assert_int_equal(
+		parse(CHAT,
+		      "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Be "
+		      "brief.\"},{\"role\":\"user\",\"content\":\"Tell me a story.\","
+		      "\"name\":\"x\"}]}",
+		      &q, &e),
+		0);
+	assert_true(q.chat);
+	assert_int_equal(q.max_tokens, INFERD_MAX_TOKENS_MAX); /* until the context is full */
+	assert_int_equal(q.n_prompts, 1);
+	assert_ids(q.prompts[0], q.prompt_len[0], want, n_want);
+	inferd_request_done(&q);
+	free(want);
+
+	assert_int_equal(
+		parse(CHAT,
+		      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+		      "\"max_completion_tokens\":9}",
+		      &q, &e),
+		0);
+	assert_int_equal(q.max_tokens, 9);
+	inferd_request_done(&q);
+	assert_int_equal(
+		parse(CHAT,
+		      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+		      "\"max_tokens\":8}",
+		      &q, &e),
+		0);
+	assert_int_equal(q.max_tokens, 8);
+	inferd_request_done(&q);
+}
+
+/* What every field that needs text says without a tokenizer. */
+#define NO_TOKENIZER                                                                             \
+	"text needs a tokenizer and this server has none; restart kiln-inferd with --tokenizer " \
+	"FILE, or send token ids"
+
+static const struct bad {
+	int model;
+	const char *body; /* NULL: 65 prompts, built below */
+	unsigned status;
+	const char *param, *code, *message;
+} bad[] = {
+	{ IDS, "{}", 400, "model", NULL, "model: required field is missing" },
+	{ IDS, "{\"model\":\"m\"}", 400, "prompt", NULL, "prompt: required field is missing" },
+	{ IDS, "{\"model\":\"other\",\"prompt\":[1]}", 404, "model", "model_not_found",
+	  "The model 'other' does not exist (this server has 'm')" },
+	{ IDS, "{\"prompt\":[1]}", 400, "model", NULL, "model: required field is missing" },
+	{ IDS, "{\"model\":5,\"prompt\":[1]}", 400, "model", NULL,
+	  "model: expected a string, got a number" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"temprature\":0}", 400, "temprature", NULL,
+	  "temprature: unknown field (did you mean 'temperature'?)" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"max_tokens\":0}", 400, "max_tokens", NULL,
+	  "max_tokens: must be between 1 and 65536, got 0" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"max_tokens\":65537}", 400, "max_tokens", NULL,
+	  "max_tokens: must be between 1 and 65536, got 65537" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"max_tokens\":\"5\"}", 400, "max_tokens", NULL,
+	  "max_tokens: expected an integer, got a string" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"temperature\":3}", 400, "temperature", NULL,
+	  "temperature: must be between 0 and 2, got 3" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"top_p\":-0.1}", 400, "top_p", NULL,
+	  "top_p: must be between 0 and 1, got -0.1" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"top_k\":-1}", 400, "top_k", NULL,
+	  "top_k: must be between 0 and 1024, got -1" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"seed\":-1}", 400, "seed", NULL,
+	  "seed: must be between 0 and 9223372036854775807, got -1" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"n\":2}", 400, "n", NULL,
+	  "n: must be between 1 and 1, got 2" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"stream\":1}", 400, "stream", NULL,
+	  "stream: expected a boolean, got a number" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"echo\":\"yes\"}", 400, "echo", NULL,
+	  "echo: expected a boolean, got a string" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"ignore_eos\":null,\"stream_options\":[]}", 400,
+	  "stream_options", NULL, "stream_options: expected an object, got an array" },
+	{ IDS,
+	  "{\"model\":\"m\",\"prompt\":[1],\"stream_options\":{\"include_usage\":true,\"x\":1}}",
+	  400, "stream_options.x", NULL, "stream_options.x: unknown field" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"stream_options\":{\"include_usage\":1}}", 400,
+	  "stream_options.include_usage", NULL,
+	  "stream_options.include_usage: expected a boolean, got a number" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"stop_token_ids\":5}", 400, "stop_token_ids", NULL,
+	  "stop_token_ids: expected at most 64 token ids" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"stop_token_ids\":[1,512]}", 400,
+	  "stop_token_ids[1]", NULL, "stop_token_ids[1]: expected a token id in 0..511" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"stop\":\"x\"}", 400, "stop", NULL,
+	  "stop: " NO_TOKENIZER },
+	{ TEXT, "{\"model\":\"m\",\"prompt\":[1],\"stop\":\"\"}", 400, "stop", NULL,
+	  "stop: a stop string must not be empty" },
+	{ TEXT, "{\"model\":\"m\",\"prompt\":[1],\"stop\":[\"a\",\"\"]}", 400, "stop[1]", NULL,
+	  "stop[1]: a stop string must not be empty" },
+	{ TEXT, "{\"model\":\"m\",\"prompt\":[1],\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400,
+	  "stop", NULL, "stop: expected at most 4 items, got 5" },
+	{ TEXT, "{\"model\":\"m\",\"prompt\":[1],\"stop\":[1]}", 400, "stop[0]", NULL,
+	  "stop[0]: expected a string, got a number" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"echo\":true}", 400, "echo", NULL,
+	  "echo: " NO_TOKENIZER },
+	{ IDS, "{\"model\":\"m\",\"prompt\":\"Once upon a time\"}", 400, "prompt", NULL,
+	  "prompt: " NO_TOKENIZER },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[\"a\"]}", 400, "prompt[0]", NULL,
+	  "prompt[0]: " NO_TOKENIZER },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[]}", 400, "prompt", NULL,
+	  "prompt: expected a string, an array of strings, an array of token ids or an array of "
+	  "arrays of token ids, got an empty array" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":{}}", 400, "prompt", NULL,
+	  "prompt: expected a string, an array of strings, an array of token ids or an array of "
+	  "arrays of token ids, got an object" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1,512]}", 400, "prompt[1]", NULL,
+	  "prompt[1]: token id 512 is outside the vocabulary (0..511)" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1,-1]}", 400, "prompt[1]", NULL,
+	  "prompt[1]: token id -1 is outside the vocabulary (0..511)" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1,\"x\"]}", 400, "prompt[1]", NULL,
+	  "prompt[1]: expected a token id, got a string" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[[1],[]]}", 400, "prompt[1]", NULL,
+	  "prompt[1]: expected 1 to 1048576 token ids, got 0" },
+	{ TEXT, "{\"model\":\"m\",\"prompt\":[\"a\",[1]]}", 400, "prompt[1]", NULL,
+	  "prompt[1]: expected a string like prompt[0], got an array" },
+	{ TEXT, "{\"model\":\"m\",\"prompt\":[[1],\"a\"]}", 400, "prompt[1]", NULL,
+	  "prompt[1]: expected an array like prompt[0], got a string" },
+	{ TEXT, "{\"model\":\"m\",\"prompt\":[null]}", 400, "prompt[0]", NULL,
+	  "prompt[0]: expected an array like prompt[0], got null" },
+	{ IDS, NULL /* 65 prompts */, 400, "prompt", NULL,
+	  "prompt: at most 64 prompts per request, got 65" },
+	{ CHAT,
+	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"echo\":true}",
+	  400, "echo", NULL, "echo: unknown field" },
+	{ CHAT, "{\"model\":\"m\",\"prompt\":\"hi\"}", 400, "prompt", NULL,
+	  "prompt: unknown field" },
+	{ CHAT, "{\"model\":\"m\"}", 400, "messages", NULL, "messages: required field is missing" },
+	{ CHAT, "{\"model\":\"m\",\"messages\":[]}", 400, "messages", NULL,
+	  "messages: expected at least 1 item, got 0" },
+	{ CHAT, "{\"model\":\"m\",\"messages\":\"hi\"}", 400, "messages", NULL,
+	  "messages: expected an array of objects, got a string" },
+	{ CHAT, "{\"model\":\"m\",\"messages\":[\"hi\"]}", 400, "messages[0]", NULL,
+	  "messages[0]: expected an object, got a string" },
+	{ CHAT,
+	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\","
+	  "\"text\":\"hi\"}]}]}",
+	  400, "messages[0].content", NULL,
+	  "messages[0].content: expected a string, got an array (this server takes text content "
+	  "only, not content parts)" },
+	{ CHAT,
+	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":"
+	  "\"tool\",\"content\":\"x\"}]}",
+	  400, "messages[1].role", NULL,
+	  "messages[1].role: expected one of 'system', 'user', 'assistant', got 'tool'" },
+	{ CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content",
+	  NULL,
+	  "messages[0].content: expected a string, got nothing (this server takes text content "
+	  "only, not content parts)" },
+	{ CHAT,
+	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\",\"extra\":1}]}",
+	  400, "messages[0].extra", NULL, "messages[0].extra: unknown field" },
+	{ CHAT, "{\"model\":\"m\",\"messages\":[{\"content\":\"hi\"}]}", 400, "messages[0].role",
+	  NULL, "messages[0].role: required field is missing" },
+	{ CHAT,
+	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\",\"name\":5}]}", 400,
+	  "messages[0].name", NULL, "messages[0].name: expected a string, got a number" },
+	{ CHAT,
+	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_completion_"
+	  "tokens\":0}",
+	  400, "max_completion_tokens", NULL,
+	  "max_completion_tokens: must be between 1 and 65536, got 0" },
+	{ CHAT_IDS, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 400,
+	  "messages", NULL, "messages: " NO_TOKENIZER },
+	{ CHAT_LLAMA2,
+	  "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"content\":\"hi\"},{\"role\":"
+	  "\"assistant\",\"content\":\"hi\"}]}",
+	  400, "messages", NULL,
+	  "messages: the llama2 chat template cannot render these messages (Invalid argument); "
+	  "check the roles and their order" },
+};
+
+static void test_errors(void **state)
+{
+	char many[1024] = "{\"model\":\"m\",\"prompt\":[";
+	for (int i = 1; i <= INFERD_BATCH_MAX + 1; i++)
+		snprintf(many + strlen(many), sizeof(many) - strlen(many), "%s[%d]",
+			 i > 1 ? "," : "", i);
+	strcat(many, "]}");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const struct bad *b = &bad[i];
+		inferd_request q;
+		inferd_error e;
+		int r = parse(b->model, b->body ? b->body : many, &q, &e);
+		inferd_request_done(&q);
+		if (r != -EINVAL || e.status != b->status || strcmp(e.json.where, b->param) != 0 ||
+		    (e.code ? !b->code || strcmp(e.code, b->code) != 0 : !!b->code) ||
+		    strcmp(e.json.msg, b->message) != 0) {
+			print_error("body %s (model %d): r %d, status %u, param '%s', code %s, "
+				    "message '%s'\n",
+				    b->body ? b->body : "65 prompts", b->model, r, e.status,
+				    e.json.where, e.code ? e.code : "NULL", e.json.msg);
+			fail();
+		}
+	}
+}
+
+/* Longer than the context (512): 400 context_length_exceeded. */
+static void test_context(void **state)
+{
+	inferd_request q;
+	inferd_error e;
+	char *body = malloc(8192);
+	assert_non_null(body);
+	strcpy(body, "{\"model\":\"m\",\"prompt\":[");
+	for (int i = 0; i < 513; i++)
+		strcat(body, i ? ",5" : "5");
+	strcat(body, "]}");
+	assert_int_equal(parse(IDS, body, &q, &e), -EINVAL);
+	inferd_request_done(&q);
+	assert_int_equal(e.status, 400);
+	assert_string_equal(e.code, "context_length_exceeded");
+	assert_string_equal(e.json.where, "prompt");
+	assert_string_equal(
+		e.json.msg,
+		"The prompt is 513 tokens, more than the model's context of 512 tokens; "
+		"shorten it");
+
+	strcpy(body, "{\"model\":\"m\",\"prompt\":[[1],[");
+	for (int i = 0; i < 600; i++)
+		strcat(body, i ? ",5" : "5");
+	strcat(body, "]]}");
+	assert_int_equal(parse(IDS, body, &q, &e), -EINVAL);
+	inferd_request_done(&q);
+	assert_string_equal(e.json.msg, "The prompt in a batch is 600 tokens, more than the "
+					    "model's context of 512 tokens; shorten it");
+
+	strcpy(body, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"");
+	for (int i = 0; i < 400; i++)
+		strcat(body, "the kiln ");
+	strcat(body, "\"}]}");
+	assert_int_equal(parse(CHAT, body, &q, &e), -EINVAL);
+	inferd_request_done(&q);
+	assert_string_equal(e.code, "context_length_exceeded");
+	assert_string_equal(e.json.where, "messages");
+	assert_non_null(strstr(e.json.msg, "The rendered chat is "));
+	assert_non_null(strstr(e.json.msg, " tokens, more than the model's context of 512"));
+	free(body);
+}
+
+static void assert_json(json_t *j, const char *want)
+{
+	assert_non_null(j);
+	char *s = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+	assert_non_null(s);
+	assert_string_equal(s, want);
+	free(s);
+	json_decref(j);
+}
+
+static void test_responses(void **state)
+{
+	assert_json(inferd_usage_json(3, 4),
+		    "{\"completion_tokens\":4,\"prompt_tokens\":3,\"total_tokens\":7}");
+	assert_json(inferd_choice_json(1, "hi", 2, (int32_t[]){ 5, 6 }, 2, "length"),
+		    "{\"finish_reason\":\"length\",\"index\":1,\"logprobs\":null,\"text\":\"hi\","
+		    "\"token_ids\":[5,6]}");
+	/* A streamed event before the finish: finish_reason null, NULL text. */
+	assert_json(inferd_choice_json(0, NULL, 0, NULL, 0, NULL),
+		    "{\"finish_reason\":null,\"index\":0,\"logprobs\":null,\"text\":\"\",\"token_"
+		    "ids\":[]}");
+	assert_json(inferd_chat_choice_json(false, 0, false, "hey", 3, "stop"),
+		    "{\"finish_reason\":\"stop\",\"index\":0,\"logprobs\":null,\"message\":{"
+		    "\"content\":\"hey\",\"role\":\"assistant\"}}");
+	/* Streamed: the role alone first, then content, then an empty delta. */
+	assert_json(inferd_chat_choice_json(true, 0, true, "", 0, NULL),
+		    "{\"delta\":{\"content\":\"\",\"role\":\"assistant\"},\"finish_reason\":null,"
+		    "\"index\":0,\"logprobs\":null}");
+	assert_json(inferd_chat_choice_json(true, 0, false, "ab", 1, NULL),
+		    "{\"delta\":{\"content\":\"a\"},\"finish_reason\":null,\"index\":0,"
+		    "\"logprobs\":null}");
+	assert_json(inferd_chat_choice_json(true, 0, false, "", 0, "length"),
+		    "{\"delta\":{},\"finish_reason\":\"length\",\"index\":0,\"logprobs\":null}");
+	assert_json(inferd_envelope_json("cmpl-1", false, false, "m", 42, NULL),
+		    "{\"choices\":[],\"created\":42,\"id\":\"cmpl-1\",\"model\":\"m\",\"object\":"
+		    "\"text_completion\"}");
+	assert_json(inferd_envelope_json("c", true, true, "m", 1, json_object()),
+		    "{\"choices\":[{}],\"created\":1,\"id\":\"c\",\"model\":\"m\",\"object\":"
+		    "\"chat.completion.chunk\"}");
+	assert_json(inferd_envelope_json("c", true, false, "m", 1, json_pack("[{},{}]")),
+		    "{\"choices\":[{},{}],\"created\":1,\"id\":\"c\",\"model\":\"m\",\"object\":"
+		    "\"chat.completion\"}");
+	assert_json(inferd_models_json("m", 7, 512),
+		    "{\"data\":[{\"created\":7,\"id\":\"m\",\"max_model_len\":512,\"object\":"
+		    "\"model\",\"owned_by\":\"kiln\"}],\"object\":\"list\"}");
+}
+
+/* Stop strings are found when they end in the new bytes, even when they
+ * began in bytes added earlier; the first match wins. */
+static void test_stop_cut(void **state)
+{
+	char *stops[] = { "lo w", "xyz", NULL };
+	const char *t = "hello world";
+	assert_int_equal(inferd_stop_cut(t, 3, 0, stops, 4), SIZE_MAX);
+	assert_int_equal(inferd_stop_cut(t, 6, 3, stops, 4), SIZE_MAX);
+	assert_int_equal(inferd_stop_cut(t, 8, 6, stops, 4), 3);	 /* "lo" then " w" */
+	assert_int_equal(inferd_stop_cut(t, 11, 8, stops, 4), SIZE_MAX); /* old match not new */
+	char *two[] = { "world", "o", NULL };
+	assert_int_equal(inferd_stop_cut(t, 11, 0, two, 5), 4);
+	assert_int_equal(inferd_stop_cut(t, 11, 0, NULL, 0), SIZE_MAX);
+}
+
+/* Hold-back: stop_max - 1 bytes wait, cut back to a character start. */
+static void test_sendable(void **state)
+{
+	const char *t = "ab\xc3\xa9"
+			"cd"; /* a b é c d: 6 bytes */
+	assert_int_equal(inferd_sendable(t, 6, 0, 3, false), 6);
+	assert_int_equal(inferd_sendable(t, 6, 0, 1, true), 6);
+	assert_int_equal(inferd_sendable(t, 6, 0, 3, true), 4);
+	/* 6 - 3 = 3 is inside é: back to its first byte */
+	assert_int_equal(inferd_sendable(t, 6, 0, 4, true), 2);
+	assert_int_equal(inferd_sendable(t, 6, 2, 4, true), 2);
+	/* never less than what is out already */
+	assert_int_equal(inferd_sendable(t, 6, 5, 4, true), 5);
+	assert_int_equal(inferd_sendable(t, 2, 0, 4, true), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_completion_defaults),
+		cmocka_unit_test(test_completion_fields),
+		cmocka_unit_test(test_prompt_forms),
+		cmocka_unit_test(test_chat),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_context),
+		cmocka_unit_test(test_responses),
+		cmocka_unit_test(test_stop_cut),
+		cmocka_unit_test(test_sendable),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
