@@ -6,13 +6,17 @@
 ifndef KILN_STORE_MK
 KILN_STORE_MK := 1
 
-KILN_STORE_SRCS := slurm/launcher/store-proto.c slurm/launcher/store-server.c slurm/launcher/store-client.c
+KILN_STORE_SRCS := slurm/launcher/store-proto.c slurm/launcher/store-map.c slurm/launcher/store-server.c \
+	slurm/launcher/store-client.c
 $(eval $(call kiln_lib,kilnstore,$(KILN_STORE_SRCS)))
 
 $(B)/obj/tests/launcher/%.o: EXTRA_CFLAGS += -Islurm/launcher
 $(eval $(call kiln_tool,kiln-store-server,tests/launcher/store-server-tool.c,kilnstore common,))
 $(eval $(call kiln_tool,kiln-store-bench,tests/launcher/store-bench.c,kilnstore common,))
 $(eval $(call kiln_test,test-store,tests/launcher/store-test.c,kilnstore common,))
+# The store's hash map alone (store-map.c): insert, find, delete, growth,
+# keys built to collide.
+$(eval $(call kiln_test,test-store-map,tests/launcher/test-store-map.c,kilnstore common,))
 
 TEST_SCRIPTS += tests/launcher/store-torch.sh tests/launcher/store-hostile.sh
 TEST_FULL_SCRIPTS += tests/fuzz/fuzz-store.sh
@@ -34,7 +38,7 @@ $(FUZZ_STORE): tests/fuzz/fuzz-store.c slurm/launcher/store-proto.c slurm/launch
 		-Icommon/include -Islurm/launcher/include -Islurm/launcher \
 		tests/fuzz/fuzz-store.c slurm/launcher/store-proto.c -o $@
 # The whole server (request handling, waiters, limits) over loopback sockets.
-$(FUZZ_STORE_SERVER): tests/fuzz/fuzz-store-server.c $(KILN_STORE_SRCS) slurm/launcher/store-proto.h \
+$(FUZZ_STORE_SERVER): tests/fuzz/fuzz-store-server.c $(KILN_STORE_SRCS) slurm/launcher/store-proto.h slurm/launcher/store-map.h \
 		slurm/launcher/include/kiln/store.h common/log.c common/parse.c
 	@mkdir -p $(@D)
 	@if [ -z "$(KILN_CLANG)" ]; then echo "fuzz-store-server: clang not found, skipping" >&2; exit 1; fi
