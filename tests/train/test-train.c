@@ -243,11 +243,11 @@ static void test_loss_stories260k(void **state)
 		skip();
 	}
 	enum { B = 2, T = 40 };
-	km_l2c *f = NULL;
+	km_file *f = NULL;
 	km_error err = { { 0 } };
-	assert_int_equal(km_l2c_open(path, &f, &err), 0);
-	const km_config *c = km_l2c_config(f);
-	km_weight_source src = km_l2c_source(f);
+	assert_int_equal(km_file_open(path, &f, &err), 0);
+	const km_config *c = km_file_config(f);
+	km_weight_source src = km_file_source(f);
 	kmt_opts o = { .batch = B, .seq_len = T };
 	kmt_model *m = NULL;
 	assert_int_equal(kmt_model_new(be, c, &o, &src, &m, &err), 0);
@@ -288,7 +288,7 @@ static void test_loss_stories260k(void **state)
 	assert_true(fabs(st.loss - want) <= LOSS_RTOL * want);
 	rt_free(ref);
 	kmt_model_free(m);
-	km_l2c_free(f);
+	km_file_free(f);
 }
 
 /* ---- AdamW ---------------------------------------------------------------- */
