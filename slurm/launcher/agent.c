@@ -41,6 +41,7 @@
 #include "kiln/log.h"
 #include "kiln/macro.h"
 #include "kiln/parse.h"
+#include "kiln/prog.h"
 #include "kiln/store.h"
 #include "kiln/strbuf.h"
 #include "launcher.h"
@@ -129,7 +130,7 @@ static bool secret_eq(const char *a, const char *b)
 	return d == 0;
 }
 
-static int make_secret(char *buf, size_t len)
+int kr_make_secret(char *buf, size_t len)
 {
 	unsigned char raw[KR_SECRET_LEN / 2];
 	if (getrandom(raw, sizeof(raw), 0) != (ssize_t) sizeof(raw))
@@ -825,7 +826,7 @@ static int poll_store(kr_agent *a, uint64_t now)
 		r = kiln_store_client_get(a->c, "/kiln/result", (void **) &res, &len);
 		if (r < 0)
 			return r;
-		int code = KR_EXIT_FAILURE, n = 0;
+		int code = KILN_EXIT_FAILURE, n = 0;
 		sscanf(res, "%d %n", &code, &n);
 		a->finished = true;
 		if (code == KR_EXIT_JOIN_TIMEOUT)
@@ -1020,7 +1021,7 @@ int kr_agent_run(const kr_opts *o, kr_job *job)
 					       KILN_STORE_SECRET_MAX);
 		snprintf(a.secret, sizeof(a.secret), "%s", sec);
 	} else if (job->n == 1) {
-		r = make_secret(a.secret, sizeof(a.secret));
+		r = kr_make_secret(a.secret, sizeof(a.secret));
 		if (r < 0)
 			return log_error_errno(r, "Failed to generate the job secret: %m");
 	} else {
@@ -1100,13 +1101,13 @@ int kr_agent_run(const kr_opts *o, kr_job *job)
 	}
 	int code;
 	if (r < 0)
-		code = KR_EXIT_FAILURE;
+		code = KILN_EXIT_FAILURE;
 	else if (a.term_sig)
 		code = a.g.n ? kr_group_result(&a.g) : 128 + a.term_sig;
 	else
 		code = a.exit_code;
 	if (code < 0)
-		code = KR_EXIT_FAILURE;
+		code = KILN_EXIT_FAILURE;
 	log_full(code == 0 ? LOG_INFO : LOG_NOTICE, "%s: exiting with status %d",
 		 job->nodes[job->self], code);
 	kr_group_pump(&a.g, true);

@@ -20,9 +20,8 @@
 
 #include "rdzv.h"
 
-/* Exit codes besides 0 and the workers' own codes. */
-#define KR_EXIT_FAILURE	     1	/* kiln-run itself failed (store unreachable ...) */
-#define KR_EXIT_USAGE	     2	/* bad command line or cluster file */
+/* Exit codes besides the workers' own codes and KILN_EXIT_* (kiln/prog.h:
+ * 1 kiln-run itself failed, 2 bad command line or cluster file). */
 #define KR_EXIT_JOIN_TIMEOUT 75 /* fewer than MIN nodes joined within the join timeout */
 #define KR_EXIT_CLOSED	     76 /* the rendezvous closed before this node got a round */
 
@@ -126,4 +125,7 @@ int kr_group_result(const kr_group *g);
 void kr_group_free(kr_group *g);
 
 /* agent.c */
+/* KR_SECRET_LEN random hex digits into buf (len > KR_SECRET_LEN).  Returns 0
+ * or the negative errno of getrandom(). */
+int kr_make_secret(char *buf, size_t len);
 int kr_agent_run(const kr_opts *o, kr_job *job);

@@ -37,7 +37,8 @@ static item *add(kiln_store_map *m, const void *key, size_t klen, int value)
 	assert_true(klen <= sizeof(it->key));
 	memcpy(it->key, key, klen);
 	it->value = value;
-	it->node = (kiln_store_map_node){ .hash = h, .key = (const uint8_t *) it->key, .klen = klen };
+	it->node =
+		(kiln_store_map_node){ .hash = h, .key = (const uint8_t *) it->key, .klen = klen };
 	kiln_store_map_add(m, &it->node);
 	return it;
 }
