@@ -33,7 +33,7 @@ typedef struct kiln_store_map {
 } kiln_store_map;
 
 /* The caller's struct around a node: KILN_STORE_MAP_ENTRY(n, entry, node). */
-#define KILN_STORE_MAP_ENTRY(n, type, member) ((type *) ((char *) (n) - offsetof(type, member)))
+#define KILN_STORE_MAP_ENTRY(n, type, member) ((type *) ((char *) (n) -offsetof(type, member)))
 
 /* Allocates n_buckets buckets (rounded up to a power of two, at least
  * KILN_STORE_MAP_BUCKETS_MIN) and draws the seed.  Returns 0 or -ENOMEM. */
