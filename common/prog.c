@@ -115,7 +115,7 @@ void kiln_prog_help(const kiln_prog *p)
 			n = snprintf(left, sizeof(left), "      --%s", o->name);
 		if (o->arg && n > 0 && (size_t) n < sizeof(left))
 			snprintf(left + n, sizeof(left) - (size_t) n, " %s", o->arg);
-		if (strlen(left) > 24)
+		if (strlen(left) > 22) /* at least two spaces before the help */
 			printf("%s\n%24s", left, "");
 		else
 			printf("%-24s", left);

@@ -23,9 +23,9 @@ trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; true' EXIT
 
 echo "  a token shard of 20000 tokens: $DIR/data.tok"
 python3 "$top/tests/train/mk-shard.py" "$DIR/data.tok" 20000
-printf '$ kiln-run --standalone --nproc-per-node 2 -- kiln-train -m stories260K.bin -d data.tok -n 30 -b 4 -t 32 -s tuned.st\n'
+printf '$ kiln-run --standalone --nproc-per-node 2 -- kiln-train -m stories260K.bin -d data.tok --steps 30 -b 4 --seq 32 -s tuned.st\n'
 timeout 300 "$B/bin/kiln-run" --standalone --nproc-per-node 2 -- "$B/bin/kiln-train" -m "$MODEL" \
-	-d "$DIR/data.tok" -n 30 -b 4 -t 32 --lr 3e-3 --warmup 3 -s "$DIR/tuned.st" >"$DIR/train.log" 2>&1
+	-d "$DIR/data.tok" --steps 30 -b 4 --seq 32 --lr 3e-3 --warmup 3 -s "$DIR/tuned.st" >"$DIR/train.log" 2>&1
 grep -E 'step (1|10|20|30)/30 ' "$DIR/train.log" | sed 's/^/  | /'
 grep -E 'checkpoint .* written' "$DIR/train.log" | tail -1 | sed 's/^/  | /'
 

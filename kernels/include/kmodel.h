@@ -10,8 +10,9 @@
  *
  * Weights reach km_model_new through a small interface (km_weight_source:
  * a callback that fills host f32 arrays by canonical tensor name), so any
- * checkpoint reader can feed it; km_l2c_* is a reader for llama2.c
- * checkpoints.  docs/model.md has the long form.
+ * checkpoint reader can feed it; km_file_* (below) reads every model file
+ * libkmf knows (llama2.c, safetensors, GGUF).  docs/model.md has the long
+ * form.
  *
  * A model and its caches are used by one thread at a time (they hold the
  * step's scratch).
@@ -91,23 +92,6 @@ typedef struct km_weight_source {
 	void *userdata;
 	int (*read)(void *userdata, const char *name, float *dst, size_t count, kiln_error *err);
 } km_weight_source;
-
-/* A llama2.c "legacy" checkpoint (7 int32 header, then f32 arrays). */
-typedef struct km_l2c km_l2c;
-
-/* Largest checkpoint accepted (bytes), a bound on what a header may claim. */
-#define KM_L2C_MAX_BYTES (INT64_C(1) << 40)
-
-/* Opens and validates a checkpoint: header values (km_config_validate) and
- * the file size against the size the header implies.  The config it yields
- * has norm_eps 1e-5, rope_theta 10000, KK_ROPE_INTERLEAVED.
- * Errors (err names the file): -ENOENT/-EACCES..., -EINVAL (bad header,
- * size mismatch, truncated). */
-int km_l2c_open(const char *path, km_l2c **ret, kiln_error *err);
-km_l2c *km_l2c_free(km_l2c *f);
-const km_config *km_l2c_config(const km_l2c *f);
-/* A weight source reading tensors from the open checkpoint. */
-km_weight_source km_l2c_source(km_l2c *f);
 
 /* ------------------------------------------------------------------------ */
 /* Model                                                                     */
@@ -225,7 +209,7 @@ int km_sample(km_model *m, int row, int n_rows, const kk_sampling *p, int32_t *i
 typedef struct km_file km_file;
 
 typedef enum km_file_kind {
-	KM_FILE_LLAMA2C = 0, /* llama2.c legacy checkpoint, through km_l2c */
+	KM_FILE_LLAMA2C = 0, /* llama2.c legacy checkpoint (7 int32 header, f32 arrays) */
 	KM_FILE_KILN = 1,    /* safetensors, canonical names, kiln.config.* metadata (kmt_save) */
 	KM_FILE_HF = 2,	     /* safetensors, LlamaForCausalLM names, config.json beside it */
 	KM_FILE_GGUF = 3,    /* GGUF, general.architecture "llama" */

@@ -12,7 +12,7 @@
  * inference side loads by the canonical tensor names (kmt_save, kmt_load).
  *
  * Same architecture, tensor names and km_config as kmodel.h; initial
- * weights come through a km_weight_source (e.g. km_l2c_source) or a seeded
+ * weights come through a km_weight_source (e.g. km_file_source) or a seeded
  * random init.  docs/train.md has the long form.
  *
  * A model is used by one thread at a time.  Conventions as kmodel.h: 0 or a

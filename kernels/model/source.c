@@ -10,7 +10,8 @@
  * message naming the file, the tensor or key, and expected vs found.
  *
  * Dialects (docs/model.md, "Model files"):
- *   llama2.c          through km_l2c (interleaved RoPE);
+ *   llama2.c          kmf names its arrays with HF names but keeps Meta's
+ *                     row order (interleaved RoPE); config from the header;
  *   kiln safetensors  canonical names, config in __metadata__ kiln.config.*
  *                     (what kmt_save writes; optim.* tensors are ignored);
  *   Hugging Face      LlamaForCausalLM names, config.json beside the file,
@@ -40,8 +41,7 @@ struct km_file {
 	char *path;
 	km_file_kind kind;
 	km_config cfg;
-	kmf_file *kf; /* safetensors / GGUF */
-	km_l2c *l2c;  /* llama2.c */
+	kmf_file *kf;
 };
 
 const char *km_file_kind_name(km_file_kind k)
@@ -60,7 +60,6 @@ km_file *km_file_free(km_file *f)
 	if (!f)
 		return NULL;
 	kmf_close(f->kf);
-	km_l2c_free(f->l2c);
 	free(f->path);
 	free(f);
 	return NULL;
@@ -106,6 +105,7 @@ static const struct {
  * model uses (so a kiln file's optim.* tensors are never served). */
 static int map_name(const km_file *f, const char *canon, char *buf, size_t len)
 {
+	/* HF and llama2.c (kmf gives it HF names) share the last column. */
 	bool gguf = f->kind == KM_FILE_GGUF, same = f->kind == KM_FILE_KILN;
 	for (size_t i = 0; i < ARRAY_SIZE(global_names); i++)
 		if (streq(canon, global_names[i].canon)) {
@@ -246,9 +246,35 @@ static int file_read(void *userdata, const char *name, float *dst, size_t count,
 
 km_weight_source km_file_source(km_file *f)
 {
-	if (f && f->l2c)
-		return km_l2c_source(f->l2c);
 	return (km_weight_source){ .userdata = f, .read = file_read };
+}
+
+/* ---- llama2.c: the header, as kmf's metadata ------------------------------ */
+
+/* kmf checked the header (every field positive, sizes consistent with the
+ * file size) before it recognised the file; what llama2.c does not store
+ * is fixed by its run.c: eps 1e-5, theta 10000, interleaved RoPE. */
+static int config_l2c(km_file *f, kiln_error *err)
+{
+	static const char *const keys[] = { "dim",	  "hidden_dim", "n_layers", "n_heads",
+					    "n_kv_heads", "vocab_size", "seq_len" };
+	km_config *c = &f->cfg;
+	int *fields[] = { &c->dim,	  &c->hidden_dim, &c->n_layers,	  &c->n_heads,
+			  &c->n_kv_heads, &c->vocab_size, &c->max_seq_len };
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
+		int64_t v;
+		if (kmf_meta_get_int(f->kf, keys[i], &v) < 0 || v < 0 || v > INT32_MAX)
+			return km_errorf(err, -EINVAL, "%s: llama2.c header field '%s' is missing",
+					 f->path, keys[i]);
+		*fields[i] = (int) v;
+	}
+	const kmf_meta *shared = kmf_meta_find(f->kf, "shared_classifier");
+	c->shared_classifier = shared && shared->type == KMF_V_BOOL && shared->b;
+	c->head_dim = c->n_heads > 0 ? c->dim / c->n_heads : 0;
+	c->norm_eps = 1e-5f;
+	c->rope_theta = 10000.0f;
+	c->rope_mode = KK_ROPE_INTERLEAVED;
+	return 0;
 }
 
 /* ---- kiln safetensors: kiln.config.* ------------------------------------ */
@@ -537,14 +563,9 @@ int km_file_open(const char *path, km_file **ret, kiln_error *err)
 	}
 	switch (kmf_file_format(f->kf)) {
 	case KMF_FORMAT_LLAMA2C:
-		/* km_l2c reads with pread and knows the array layout. */
-		f->kf = kmf_close(f->kf);
 		f->kind = KM_FILE_LLAMA2C;
-		if ((r = km_l2c_open(path, &f->l2c, err)) < 0)
-			return r;
-		f->cfg = *km_l2c_config(f->l2c);
-		*ret = TAKE_PTR(f);
-		return 0;
+		r = config_l2c(f, err);
+		break;
 	case KMF_FORMAT_GGUF:
 		f->kind = KM_FILE_GGUF;
 		r = config_gguf(f, err);

@@ -20,27 +20,36 @@
  * liveness connection closes) stops its workers and moves on to the next
  * node in Slurm order; the agent on that node starts a new store there and
  * leads.  Agents rejoin with their last round number so rounds keep
- * increasing. */
+ * increasing.
+ *
+ * The loop is sd-event, one per session (a session ends when the job ends
+ * or the store is lost): signal sources, io sources for the liveness
+ * connection, the leader's liveness listener and connections and the
+ * workers' output pipes (one epoll set, kr_group.epoll_fd), a timer that
+ * polls the store every KR_POLL_USEC, and a post source that advances the
+ * workers and checks for the end after every event. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/signalfd.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <systemd/sd-event.h>
+
 #include "kiln/log.h"
 #include "kiln/macro.h"
 #include "kiln/parse.h"
+#include "kiln/prog.h"
 #include "kiln/store.h"
 #include "kiln/strbuf.h"
 #include "launcher.h"
@@ -63,7 +72,8 @@
 
 typedef struct live_conn {
 	int fd;
-	long id; /* -1 until the hello was read */
+	sd_event_source *src; /* while a session runs */
+	long id;	      /* -1 until the hello was read */
 	char buf[KR_LIVE_HELLO_MAX];
 	size_t len;
 } live_conn;
@@ -103,7 +113,8 @@ typedef struct kr_agent {
 	agent_state state;
 	uint64_t stop_deadline;
 	kr_group g;
-	uint64_t next_hb, next_poll;
+	sd_event *ev; /* the session's loop, NULL between sessions */
+	uint64_t next_hb;
 	int term_sig;
 	uint64_t term_deadline;
 	bool killed_hard;
@@ -112,7 +123,6 @@ typedef struct kr_agent {
 	int exit_code;
 	unsigned nproc;
 	uint64_t restarts;
-	int sfd;
 	bool healthy;
 	int last_worker_code;
 	char ifname[64];
@@ -129,7 +139,7 @@ static bool secret_eq(const char *a, const char *b)
 	return d == 0;
 }
 
-static int make_secret(char *buf, size_t len)
+int kr_make_secret(char *buf, size_t len)
 {
 	unsigned char raw[KR_SECRET_LEN / 2];
 	if (getrandom(raw, sizeof(raw), 0) != (ssize_t) sizeof(raw))
@@ -166,8 +176,10 @@ static void leader_free(kr_leader *L)
 {
 	if (!L)
 		return;
-	for (size_t i = 0; i < L->n_conns; i++)
+	for (size_t i = 0; i < L->n_conns; i++) {
+		L->conns[i].src = sd_event_source_disable_unref(L->conns[i].src);
 		closep(&L->conns[i].fd);
+	}
 	free(L->conns);
 	closep(&L->live_fd);
 	kiln_store_server_free(L->srv);
@@ -254,6 +266,26 @@ static bool peer_allowed(const kr_leader *L, const struct sockaddr_in *sa)
 	return false;
 }
 
+static int on_conn(sd_event_source *s, int fd, uint32_t revents, void *userdata);
+
+/* An io source for a liveness connection, when a session runs. */
+static int conn_watch(kr_agent *a, live_conn *lc)
+{
+	if (!a->ev || lc->src)
+		return 0;
+	return sd_event_add_io(a->ev, &lc->src, lc->fd, EPOLLIN, on_conn, a);
+}
+
+/* Drops connection i (its source first, then the fd); the last one moves
+ * into its slot. */
+static void live_conn_close(kr_leader *L, size_t i)
+{
+	live_conn *lc = &L->conns[i];
+	lc->src = sd_event_source_disable_unref(lc->src);
+	close(lc->fd);
+	L->conns[i] = L->conns[--L->n_conns];
+}
+
 static void leader_accept(kr_agent *a)
 {
 	kr_leader *L = a->L;
@@ -275,6 +307,10 @@ static void leader_accept(kr_agent *a)
 		}
 		L->conns = n;
 		L->conns[L->n_conns++] = (live_conn){ .fd = fd, .id = -1 };
+		if (conn_watch(a, &L->conns[L->n_conns - 1]) < 0) {
+			live_conn_close(L, L->n_conns - 1);
+			return;
+		}
 	}
 }
 
@@ -286,8 +322,7 @@ static void live_drop(kr_agent *a, size_t i)
 		log_debug("Liveness connection of %s closed", a->job->nodes[lc->id]);
 		rdzv_leader_lost(&L->st, (size_t) lc->id, kiln_now_usec());
 	}
-	close(lc->fd);
-	L->conns[i] = L->conns[--L->n_conns];
+	live_conn_close(L, i);
 }
 
 static void leader_read_conn(kr_agent *a, size_t i)
@@ -331,8 +366,7 @@ static void leader_read_conn(kr_agent *a, size_t i)
 	}
 bad:
 	log_debug("Dropping a liveness connection with a bad hello");
-	close(lc->fd);
-	L->conns[i] = L->conns[--L->n_conns];
+	live_conn_close(L, i);
 }
 
 /* Reads the next complete lines of an APPEND-built key. */
@@ -825,7 +859,7 @@ static int poll_store(kr_agent *a, uint64_t now)
 		r = kiln_store_client_get(a->c, "/kiln/result", (void **) &res, &len);
 		if (r < 0)
 			return r;
-		int code = KR_EXIT_FAILURE, n = 0;
+		int code = KILN_EXIT_FAILURE, n = 0;
 		sscanf(res, "%d %n", &code, &n);
 		a->finished = true;
 		if (code == KR_EXIT_JOIN_TIMEOUT)
@@ -867,120 +901,160 @@ static int poll_store(kr_agent *a, uint64_t now)
 	return 0;
 }
 
-#define KR_POLLFD_MAX (8 + 2 * RDZV_MAX_NPROC)
+/* ---- agent: the session's event loop ---------------------------------- */
 
-static int session(kr_agent *a)
+static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata)
 {
-	struct pollfd *p = calloc(KR_POLLFD_MAX + KR_LIVE_MAX, sizeof(*p));
-	if (!p)
-		return -ENOMEM;
-	int ret = SESSION_END;
-	for (;;) {
-		uint64_t now = kiln_now_usec();
-		size_t k = 0;
-		p[k++] = (struct pollfd){ .fd = a->sfd, .events = POLLIN };
-		size_t live_at = SIZE_MAX;
-		if (a->live_fd >= 0 && (live_at = k) == k)
-			p[k++] = (struct pollfd){ .fd = a->live_fd, .events = POLLIN };
-		size_t lead_at = k;
-		if (a->L) {
-			p[k++] = (struct pollfd){ .fd = a->L->live_fd, .events = POLLIN };
-			for (size_t i = 0; i < a->L->n_conns; i++)
-				p[k++] = (struct pollfd){ .fd = a->L->conns[i].fd,
-							  .events = POLLIN };
-		}
-		size_t pipes_at = k;
-		k += kr_group_pollfds(&a->g, p + k, KR_POLLFD_MAX - pipes_at);
-		(void) pipes_at;
-		int wait_ms = (int) ((a->next_poll > now ? a->next_poll - now : 0) / 1000);
-		int n = poll(p, k, wait_ms);
-		if (n < 0 && errno != EINTR) {
-			ret = -errno;
-			break;
-		}
-		if (p[0].revents & POLLIN) {
-			struct signalfd_siginfo si;
-			while (read(a->sfd, &si, sizeof(si)) == (ssize_t) sizeof(si))
-				handle_signal(a, (int) si.ssi_signo);
-		}
-		kr_group_pump(&a->g, false);
-		if (live_at != SIZE_MAX && p[live_at].revents) {
-			char tmp[64];
-			ssize_t r = read(a->live_fd, tmp, sizeof(tmp));
-			if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
-				if (!a->finished)
-					log_warning("Lost the store host %s",
-						    a->job->nodes[a->store_idx]);
-				ret = SESSION_LOST;
-				break;
-			}
-		}
-		if (a->L) {
-			if (p[lead_at].revents)
-				leader_accept(a);
-			/* Walk backwards: live_drop() moves the last entry. */
-			size_t nc = k - lead_at - 1;
-			nc = MIN(nc, a->L->n_conns);
-			for (size_t i = nc; i-- > 0;)
-				if (p[lead_at + 1 + i].revents && i < a->L->n_conns)
-					leader_read_conn(a, i);
-		}
-
-		now = kiln_now_usec();
-		if (now >= a->next_poll) {
-			a->next_poll = now + KR_POLL_USEC;
-			if (a->L && !a->L->closed)
-				leader_step(a);
-			int r = poll_store(a, now);
-			if (r < 0) {
-				if (a->finished && !a->L)
-					break; /* the leader went away after the end: fine */
-				log_warning_errno(r, "Lost the store on %s: %m",
-						  a->job->nodes[a->store_idx]);
-				ret = SESSION_LOST;
-				break;
-			}
-		}
-		int r = workers_step(a, now);
-		if (r < 0 && store_conn_lost(r)) {
-			ret = SESSION_LOST;
-			break;
-		}
-
-		/* Endings. */
-		if (a->term_sig) {
-			if (kr_group_result(&a->g) >= 0 || !a->g.n)
-				break;
-			if (now >= a->term_deadline && !a->killed_hard) {
-				log_warning("Grace period over; killing workers");
-				kr_group_kill(&a->g, SIGKILL);
-				a->killed_hard = true;
-			}
-		}
-		if (a->finished && a->state != A_STOPPING && a->state != A_RUNNING) {
-			if (!a->L)
-				break;
-			/* Keep the store up until the others have read the result. */
-			if (a->L->n_conns == 0 || now > a->L->closed_usec + KR_LINGER_USEC)
-				break;
-		}
-	}
-	free(p);
-	return ret;
+	handle_signal(userdata, (int) si->ssi_signo);
+	return 0;
 }
 
+/* The agent's liveness connection to the store host: readable means closed
+ * (the leader never writes), or an error. */
+static int on_live(sd_event_source *s, int fd, uint32_t revents, void *userdata)
+{
+	kr_agent *a = userdata;
+	char tmp[64];
+	ssize_t r = read(a->live_fd, tmp, sizeof(tmp));
+	if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+		if (!a->finished)
+			log_warning("Lost the store host %s", a->job->nodes[a->store_idx]);
+		return sd_event_exit(a->ev, SESSION_LOST);
+	}
+	return 0;
+}
+
+static int on_accept(sd_event_source *s, int fd, uint32_t revents, void *userdata)
+{
+	kr_agent *a = userdata;
+	if (a->L)
+		leader_accept(a);
+	return 0;
+}
+
+static int on_conn(sd_event_source *s, int fd, uint32_t revents, void *userdata)
+{
+	kr_agent *a = userdata;
+	for (size_t i = 0; a->L && i < a->L->n_conns; i++)
+		if (a->L->conns[i].src == s) {
+			leader_read_conn(a, i);
+			break;
+		}
+	return 0;
+}
+
+static int on_pipes(sd_event_source *s, int fd, uint32_t revents, void *userdata)
+{
+	kr_agent *a = userdata;
+	kr_group_pump(&a->g, false);
+	return 0;
+}
+
+/* Every KR_POLL_USEC: the leader's step, then this agent's look at the store. */
+static int on_poll(sd_event_source *s, uint64_t usec, void *userdata)
+{
+	kr_agent *a = userdata;
+	int r = sd_event_source_set_time_relative(s, KR_POLL_USEC);
+	if (r >= 0)
+		r = sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+	if (r < 0)
+		return sd_event_exit(a->ev, r);
+	if (a->L && !a->L->closed)
+		leader_step(a);
+	r = poll_store(a, kiln_now_usec());
+	if (r < 0) {
+		if (a->finished && !a->L)
+			return sd_event_exit(
+				a->ev, SESSION_END); /* the leader went away after the end: fine */
+		log_warning_errno(r, "Lost the store on %s: %m", a->job->nodes[a->store_idx]);
+		return sd_event_exit(a->ev, SESSION_LOST);
+	}
+	return 0;
+}
+
+/* After every event: the workers' state machine, then the endings. */
+static int on_post(sd_event_source *s, void *userdata)
+{
+	kr_agent *a = userdata;
+	uint64_t now = kiln_now_usec();
+	int r = workers_step(a, now);
+	if (r < 0 && store_conn_lost(r))
+		return sd_event_exit(a->ev, SESSION_LOST);
+	if (a->term_sig) {
+		if (kr_group_result(&a->g) >= 0 || !a->g.n)
+			return sd_event_exit(a->ev, SESSION_END);
+		if (now >= a->term_deadline && !a->killed_hard) {
+			log_warning("Grace period over; killing workers");
+			kr_group_kill(&a->g, SIGKILL);
+			a->killed_hard = true;
+		}
+	}
+	if (a->finished && a->state != A_STOPPING && a->state != A_RUNNING) {
+		if (!a->L)
+			return sd_event_exit(a->ev, SESSION_END);
+		/* Keep the store up until the others have read the result. */
+		if (a->L->n_conns == 0 || now > a->L->closed_usec + KR_LINGER_USEC)
+			return sd_event_exit(a->ev, SESSION_END);
+	}
+	return 0;
+}
+
+static const int agent_signals[] = { SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD };
+
+static int session_sources(kr_agent *a)
+{
+	sd_event *e = a->ev;
+	int r;
+	for (size_t i = 0; i < ARRAY_SIZE(agent_signals); i++)
+		if ((r = sd_event_add_signal(e, NULL, agent_signals[i], on_signal, a)) < 0)
+			return r;
+	if (a->live_fd >= 0 && (r = sd_event_add_io(e, NULL, a->live_fd, EPOLLIN, on_live, a)) < 0)
+		return r;
+	if (a->L) {
+		if ((r = sd_event_add_io(e, NULL, a->L->live_fd, EPOLLIN, on_accept, a)) < 0)
+			return r;
+		for (size_t i = 0; i < a->L->n_conns; i++)
+			if ((r = conn_watch(a, &a->L->conns[i])) < 0)
+				return r;
+	}
+	if ((r = sd_event_add_io(e, NULL, a->g.epoll_fd, EPOLLIN, on_pipes, a)) < 0)
+		return r;
+	/* The first look at the store right away, then every KR_POLL_USEC;
+	 * accuracy 1 us: the default (250 ms) would slow heartbeats down. */
+	if ((r = sd_event_add_time_relative(e, NULL, CLOCK_MONOTONIC, 0, 1, on_poll, a)) < 0)
+		return r;
+	return sd_event_add_post(e, NULL, on_post, a);
+}
+
+/* Runs one session: until the job ends (SESSION_END) or the store is lost
+ * (SESSION_LOST); < 0 when the loop itself fails. */
+static int session(kr_agent *a)
+{
+	int r = sd_event_new(&a->ev);
+	if (r < 0)
+		return r;
+	r = session_sources(a);
+	if (r >= 0)
+		r = sd_event_loop(a->ev);
+	/* The connections' sources go with the loop; the fds stay. */
+	for (size_t i = 0; a->L && i < a->L->n_conns; i++)
+		a->L->conns[i].src = sd_event_source_disable_unref(a->L->conns[i].src);
+	a->ev = sd_event_unref(a->ev);
+	return r;
+}
+
+/* The agent's signals are blocked for good: sd-event reads them through
+ * signalfd in a session, and between sessions they stay pending. */
 static int setup_signals(void)
 {
 	sigset_t ss;
 	sigemptyset(&ss);
-	int sigs[] = { SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD };
-	for (size_t i = 0; i < ARRAY_SIZE(sigs); i++)
-		sigaddset(&ss, sigs[i]);
+	for (size_t i = 0; i < ARRAY_SIZE(agent_signals); i++)
+		sigaddset(&ss, agent_signals[i]);
 	if (sigprocmask(SIG_BLOCK, &ss, NULL) < 0)
 		return -errno;
 	signal(SIGPIPE, SIG_IGN);
-	int fd = signalfd(-1, &ss, SFD_NONBLOCK | SFD_CLOEXEC);
-	return fd < 0 ? -errno : fd;
+	return 0;
 }
 
 static int run_health_check(const kr_opts *o)
@@ -1008,9 +1082,12 @@ static int run_health_check(const kr_opts *o)
 
 int kr_agent_run(const kr_opts *o, kr_job *job)
 {
-	kr_agent a = {
-		.o = o, .job = job, .live_fd = -1, .sfd = -1, .first_connect = true, .healthy = true
-	};
+	kr_agent a = { .o = o,
+		       .job = job,
+		       .live_fd = -1,
+		       .g.epoll_fd = -1,
+		       .first_connect = true,
+		       .healthy = true };
 	int r;
 
 	const char *sec = getenv(KR_ENV_SECRET);
@@ -1020,7 +1097,7 @@ int kr_agent_run(const kr_opts *o, kr_job *job)
 					       KILN_STORE_SECRET_MAX);
 		snprintf(a.secret, sizeof(a.secret), "%s", sec);
 	} else if (job->n == 1) {
-		r = make_secret(a.secret, sizeof(a.secret));
+		r = kr_make_secret(a.secret, sizeof(a.secret));
 		if (r < 0)
 			return log_error_errno(r, "Failed to generate the job secret: %m");
 	} else {
@@ -1061,15 +1138,17 @@ int kr_agent_run(const kr_opts *o, kr_job *job)
 	if (kr_ifname_for_addr(job->addrs[job->self], a.ifname, sizeof(a.ifname)) < 0)
 		a.ifname[0] = 0;
 
-	a.sfd = setup_signals();
-	if (a.sfd < 0)
-		return log_error_errno(a.sfd, "Failed to set up signal handling: %m");
+	r = setup_signals();
+	if (r < 0)
+		return log_error_errno(r, "Failed to set up signal handling: %m");
+	a.g.epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+	if (a.g.epoll_fd < 0)
+		return log_error_errno(-errno, "Failed to create an epoll instance: %m");
 
 	for (;;) {
 		r = agent_connect(&a);
 		if (r < 0)
 			break;
-		a.next_poll = 0;
 		r = session(&a);
 		if (r < 0) {
 			log_error_errno(r, "Agent loop failed: %m");
@@ -1100,13 +1179,13 @@ int kr_agent_run(const kr_opts *o, kr_job *job)
 	}
 	int code;
 	if (r < 0)
-		code = KR_EXIT_FAILURE;
+		code = KILN_EXIT_FAILURE;
 	else if (a.term_sig)
 		code = a.g.n ? kr_group_result(&a.g) : 128 + a.term_sig;
 	else
 		code = a.exit_code;
 	if (code < 0)
-		code = KR_EXIT_FAILURE;
+		code = KILN_EXIT_FAILURE;
 	log_full(code == 0 ? LOG_INFO : LOG_NOTICE, "%s: exiting with status %d",
 		 job->nodes[job->self], code);
 	kr_group_pump(&a.g, true);
@@ -1114,6 +1193,6 @@ int kr_agent_run(const kr_opts *o, kr_job *job)
 	rdzv_round_free(&a.pending);
 	rdzv_round_free(&a.cur);
 	agent_disconnect(&a);
-	closep(&a.sfd);
+	closep(&a.g.epoll_fd);
 	return code;
 }

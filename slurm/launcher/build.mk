@@ -8,13 +8,14 @@ KILN_RUN_SRCS := slurm/launcher/rdzv.c slurm/launcher/agent.c slurm/launcher/wor
 $(eval $(call kiln_lib,kilnrun,$(KILN_RUN_SRCS)))
 
 # hwloc binds workers to CPUs/NUMA nodes when its headers are installed
-# (libhwloc-dev); without them workers run unbound.
+# (libhwloc-dev); without them workers run unbound.  The agent loop is
+# sd-event (libsystemd).
 KILN_RUN_HWLOC := $(if $(wildcard /usr/include/hwloc.h),1,)
 ifeq ($(KILN_RUN_HWLOC),1)
 $(B)/obj/slurm/launcher/workers.o: EXTRA_CFLAGS += -DKILN_HAVE_HWLOC=1
-KILN_RUN_LDLIBS := -lslurm -lhwloc -lconfig
+KILN_RUN_LDLIBS := -lslurm -lhwloc -lconfig -lsystemd
 else
-KILN_RUN_LDLIBS := -lslurm -lconfig
+KILN_RUN_LDLIBS := -lslurm -lconfig -lsystemd
 endif
 
 $(eval $(call kiln_bin,kiln-run,slurm/launcher/kiln-run.c,kilnrun kilnstore config common,$(KILN_RUN_LDLIBS)))

@@ -8,7 +8,6 @@
  * (no SLURM_JOB_ID) it runs a single-node job on this machine, like
  * `torchrun --standalone`. */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 #include "kiln/log.h"
 #include "kiln/macro.h"
 #include "kiln/parse.h"
+#include "kiln/prog.h"
 #include "launcher.h"
 
 #define KR_DEFAULT_PORT	   29500
@@ -41,48 +41,10 @@ static const char *default_healthd(char *buf, size_t len)
 	return KR_HEALTHD_DEFAULT;
 }
 
-static void help(void)
-{
-	printf("Usage: kiln-run [OPTIONS] -- PROGRAM [ARGS...]\n"
-	       "\n"
-	       "Elastic, Slurm-integrated launcher for distributed training (torchrun-compatible\n"
-	       "worker environment).  Run one per node: srun --ntasks-per-node=1 kiln-run ...\n"
-	       "\n"
-	       "  -n, --nnodes MIN[:MAX]        nodes the job needs / can use (default: cluster\n"
-	       "                                file, else all nodes of the allocation)\n"
-	       "  -p, --nproc-per-node N|gpu    workers per node (gpu = one per GPU)\n"
-	       "  -r, --max-restarts K          failed rounds allowed (default 3)\n"
-	       "      --port P                  store port (default 29500; 0 = any, standalone)\n"
-	       "      --run-id ID               TORCHELASTIC_RUN_ID (default: Slurm job id)\n"
-	       "      --heartbeat DURATION      agent heartbeat interval (default 1s)\n"
-	       "      --dead-after DURATION     silent agent is dead after (default 5s)\n"
-	       "      --last-call DURATION      wait for more nodes after MIN joined (default "
-	       "10s)\n"
-	       "      --join-timeout DURATION   give up below MIN after (default 300s)\n"
-	       "      --grace DURATION          SIGTERM to SIGKILL for workers (default 120s)\n"
-	       "      --exclude-after K         exclude a node after K failures (default 2)\n"
-	       "      --backoff DURATION        first restart delay, doubling (default 1s)\n"
-	       "      --prefix-output / --no-prefix-output   \"host:rank: \" line prefixes\n"
-	       "      --health-check / --no-health-check     run kiln-healthd --check first\n"
-	       "      --healthd PATH            kiln-healthd to run (default: next to kiln-run, "
-	       "else " KR_HEALTHD_DEFAULT ")\n"
-	       "      --requeue                 requeue the job through Slurm on SIGUSR1\n"
-	       "      --standalone              single node on this machine, even inside Slurm\n"
-	       "  -c, --config FILE             cluster file (default $KILN_CONFIG or "
-	       "/etc/kiln/cluster.cfg)\n"
-	       "      --make-secret             print a fresh job secret for " KR_ENV_SECRET
-	       " and exit\n"
-	       "  -v, --verbose / -q, --quiet   more / less logging\n"
-	       "  -h, --help, --version\n"
-	       "\n"
-	       "Exit status: 0 when every worker of the final round exited 0; else the first\n"
-	       "failing worker's code; 1 launcher failure; 2 usage or config error;\n"
-	       "75 rendezvous timeout (fewer than MIN nodes); 76 rendezvous closed before this\n"
-	       "node got a round.  See kiln-run(1).\n");
-}
-
 enum {
-	OPT_PORT = 256,
+	OPT_NPROC = KILN_OPT_FIRST,
+	OPT_MAX_RESTARTS,
+	OPT_PORT,
 	OPT_RUN_ID,
 	OPT_HEARTBEAT,
 	OPT_DEAD_AFTER,
@@ -99,8 +61,78 @@ enum {
 	OPT_REQUEUE,
 	OPT_STANDALONE,
 	OPT_SECRET,
-	OPT_VERSION,
 };
+
+static const kiln_option options[] = {
+	{ "nnodes", 'n', "MIN[:MAX]",
+	  "nodes the job needs / can use (default: cluster file,\nelse all nodes of the "
+	  "allocation)",
+	  NULL },
+	{ "nproc-per-node", OPT_NPROC, "N|gpu", "workers per node (gpu = one per GPU)", "gpu" },
+	{ "nproc_per_node", OPT_NPROC, "N|gpu", NULL, NULL }, /* torchrun's spelling */
+	{ "max-restarts", OPT_MAX_RESTARTS, "K", "failed rounds allowed (default 3)", NULL },
+	{ "max_restarts", OPT_MAX_RESTARTS, "K", NULL, NULL },
+	{ "port", OPT_PORT, "P", "store port (default 29500; 0 = any, standalone)", NULL },
+	{ "run-id", OPT_RUN_ID, "ID", "TORCHELASTIC_RUN_ID (default: Slurm job id)", NULL },
+	{ "heartbeat", OPT_HEARTBEAT, "DURATION", "agent heartbeat interval (default 1s)", NULL },
+	{ "dead-after", OPT_DEAD_AFTER, "DURATION", "silent agent is dead after (default 5s)",
+	  NULL },
+	{ "last-call", OPT_LAST_CALL, "DURATION",
+	  "wait for more nodes after MIN joined (default 10s)", NULL },
+	{ "join-timeout", OPT_JOIN_TIMEOUT, "DURATION", "give up below MIN after (default 300s)",
+	  NULL },
+	{ "grace", OPT_GRACE, "DURATION", "SIGTERM to SIGKILL for workers (default 120s)", NULL },
+	{ "exclude-after", OPT_EXCLUDE, "K", "exclude a node after K failures (default 2)", NULL },
+	{ "backoff", OPT_BACKOFF, "DURATION", "first restart delay, doubling (default 1s)", NULL },
+	{ "prefix-output", OPT_PREFIX, NULL, "\"host:rank: \" line prefixes (default)", NULL },
+	{ "no-prefix-output", OPT_NO_PREFIX, NULL, "no line prefixes", NULL },
+	{ "health-check", OPT_HEALTH, NULL, "run kiln-healthd --check first", NULL },
+	{ "no-health-check", OPT_NO_HEALTH, NULL, "do not (default, unless the cluster file says)",
+	  NULL },
+	{ "healthd", OPT_HEALTHD, "PATH",
+	  "kiln-healthd to run (default: next to kiln-run,\nelse " KR_HEALTHD_DEFAULT ")", "file" },
+	{ "requeue", OPT_REQUEUE, NULL, "requeue the job through Slurm on SIGUSR1", NULL },
+	{ "standalone", OPT_STANDALONE, NULL, "single node on this machine, even inside Slurm",
+	  NULL },
+	KILN_OPTION_CONFIG,
+	{ "make-secret", OPT_SECRET, NULL,
+	  "print a fresh job secret for " KR_ENV_SECRET " and exit", NULL },
+	KILN_OPTIONS_COMMON,
+	{}
+};
+
+static const kiln_prog prog = {
+	.name = "kiln-run",
+	.summary = "elastic, Slurm-integrated launcher for distributed training",
+	.usage = "kiln-run [OPTIONS] -- PROGRAM [ARGS...]\n"
+		 "srun --ntasks-per-node=1 kiln-run [OPTIONS] -- PROGRAM [ARGS...]",
+	.options = options,
+	.epilog = "Run one per node; workers get torchrun's environment (RANK, WORLD_SIZE,\n"
+		  "MASTER_ADDR, MASTER_PORT ...).\n"
+		  "\n"
+		  "Exit status: 0 when every worker of the final round exited 0; else the first\n"
+		  "failing worker's code; 1 launcher failure; 2 usage or config error;\n"
+		  "75 rendezvous timeout (fewer than MIN nodes); 76 rendezvous closed before this\n"
+		  "node got a round.  See kiln-run(1).\n",
+	.stop_at_positional = true, /* the worker command line follows */
+};
+
+/* The command line, before the cluster file's defaults are merged in. */
+static const char *arg_config;
+static unsigned arg_min_nodes, arg_max_nodes; /* 0: not given */
+static int arg_nproc = -1;		      /* -1: not given, 0: gpu */
+static int arg_max_restarts = -1;
+static int arg_port = -1;
+static const char *arg_run_id;
+static uint64_t arg_heartbeat, arg_dead_after, arg_last_call, arg_join_timeout, arg_grace,
+	arg_backoff; /* 0: not given */
+static bool arg_heartbeat_set, arg_dead_after_set, arg_last_call_set, arg_join_timeout_set,
+	arg_grace_set, arg_backoff_set;
+static int arg_exclude_after = -1;
+static int arg_prefix_output = -1, arg_health_check = -1; /* -1: not given */
+static const char *arg_healthd;
+static bool arg_requeue, arg_standalone, arg_make_secret;
+static char **arg_argv; /* the worker command line */
 
 static int parse_nnodes(const char *s, unsigned *min, unsigned *max)
 {
@@ -126,17 +158,205 @@ static int parse_nnodes(const char *s, unsigned *min, unsigned *max)
 	return 0;
 }
 
-static int usage_error(const char *opt, const char *val, const char *what)
+static int invalid(const char *opt, const char *val, const char *what)
 {
-	log_error("Invalid %s '%s': %s (see kiln-run --help)", opt, val, what);
-	return -EINVAL;
+	return kiln_usage_error(&prog, "Invalid %s '%s': %s.", opt, val, what);
 }
 
-static int duration_arg(const char *opt, const char *val, uint64_t *ret)
+static int duration_arg(const char *opt, const char *val, uint64_t *ret, bool *set)
 {
 	if (kiln_parse_duration(val, KILN_USEC_PER_SEC, ret) < 0)
-		return usage_error(opt, val, "expected a duration like 5s, 1500ms, 2m");
+		return invalid(opt, val, "expected a duration like 5s, 1500ms, 2m");
+	*set = true;
 	return 0;
+}
+
+static int parse_argv(int argc, char **argv)
+{
+	int c, v, r;
+	while ((c = kiln_getopt(&prog, argc, argv)) >= 0) {
+		switch (c) {
+		case 'n':
+			if (parse_nnodes(optarg, &arg_min_nodes, &arg_max_nodes) < 0)
+				return invalid("--nnodes", optarg,
+					       "expected N or MIN:MAX with 1 <= MIN <= MAX");
+			break;
+		case OPT_NPROC:
+			if (streq(optarg, "gpu"))
+				arg_nproc = 0;
+			else if (kiln_parse_int(optarg, 1, RDZV_MAX_NPROC, &v) == 0)
+				arg_nproc = v;
+			else
+				return invalid("--nproc-per-node", optarg,
+					       "expected 1..1024 or 'gpu'");
+			break;
+		case OPT_MAX_RESTARTS:
+			if (kiln_parse_int(optarg, 0, 1000000, &arg_max_restarts) < 0)
+				return invalid("--max-restarts", optarg, "expected a number >= 0");
+			break;
+		case OPT_PORT:
+			if (kiln_parse_int(optarg, 0, 65535, &arg_port) < 0)
+				return invalid("--port", optarg, "expected 0..65535");
+			break;
+		case OPT_RUN_ID:
+			arg_run_id = optarg;
+			break;
+		case OPT_HEARTBEAT:
+			if ((r = duration_arg("--heartbeat", optarg, &arg_heartbeat,
+					      &arg_heartbeat_set)) < 0)
+				return r;
+			break;
+		case OPT_DEAD_AFTER:
+			if ((r = duration_arg("--dead-after", optarg, &arg_dead_after,
+					      &arg_dead_after_set)) < 0)
+				return r;
+			break;
+		case OPT_LAST_CALL:
+			if ((r = duration_arg("--last-call", optarg, &arg_last_call,
+					      &arg_last_call_set)) < 0)
+				return r;
+			break;
+		case OPT_JOIN_TIMEOUT:
+			if ((r = duration_arg("--join-timeout", optarg, &arg_join_timeout,
+					      &arg_join_timeout_set)) < 0)
+				return r;
+			break;
+		case OPT_GRACE:
+			if ((r = duration_arg("--grace", optarg, &arg_grace, &arg_grace_set)) < 0)
+				return r;
+			break;
+		case OPT_BACKOFF:
+			if ((r = duration_arg("--backoff", optarg, &arg_backoff,
+					      &arg_backoff_set)) < 0)
+				return r;
+			break;
+		case OPT_EXCLUDE:
+			if (kiln_parse_int(optarg, 0, 1000000, &arg_exclude_after) < 0)
+				return invalid("--exclude-after", optarg,
+					       "expected a number >= 0 (0 = never)");
+			break;
+		case OPT_PREFIX:
+		case OPT_NO_PREFIX:
+			arg_prefix_output = c == OPT_PREFIX;
+			break;
+		case OPT_HEALTH:
+		case OPT_NO_HEALTH:
+			arg_health_check = c == OPT_HEALTH;
+			break;
+		case OPT_HEALTHD:
+			arg_healthd = optarg;
+			break;
+		case OPT_REQUEUE:
+			arg_requeue = true;
+			break;
+		case OPT_STANDALONE:
+			arg_standalone = true;
+			break;
+		case OPT_SECRET:
+			arg_make_secret = true;
+			break;
+		case 'c':
+			arg_config = optarg;
+			break;
+		default:
+			if ((r = kiln_prog_option(&prog, c)) <= 0)
+				return r;
+		}
+	}
+	if (optind >= argc && !arg_make_secret)
+		return kiln_usage_error(&prog, "No program to run: kiln-run [OPTIONS] -- PROGRAM "
+					       "[ARGS...].");
+	arg_argv = argv + optind;
+	return 1;
+}
+
+/* The options: defaults, then the cluster file's launcher section (when
+ * there is a cluster file), then the command line. */
+static int make_opts(kr_opts *o, bool *nnodes_set, kiln_cfg **ret_cfg)
+{
+	*o = (kr_opts){ .port = KR_DEFAULT_PORT,
+			.heartbeat_usec = KILN_USEC_PER_SEC,
+			.grace_usec = 120 * KILN_USEC_PER_SEC,
+			.prefix_output = true,
+			.node_gpus = -1 };
+	rdzv_params_default(&o->rdzv);
+	*nnodes_set = false;
+
+	_cleanup_(kiln_cfg_freep) kiln_cfg *cfg = NULL;
+	int r = kiln_cfg_open(arg_config, KILN_CFG_OPEN_OPTIONAL, &cfg);
+	if (r < 0)
+		return r;
+	if (cfg) {
+		const kiln_cfg_launcher *l = &cfg->launcher;
+		o->port = (uint16_t) l->port;
+		o->rdzv.min_nodes = (unsigned) l->nnodes_min;
+		o->rdzv.max_nodes = (unsigned) l->nnodes_max;
+		*nnodes_set = true;
+		o->nproc = (unsigned) l->nproc_per_node;
+		o->rdzv.max_restarts = (unsigned) l->max_restarts;
+		o->heartbeat_usec = l->heartbeat_usec;
+		o->rdzv.dead_after_usec = l->dead_after_usec;
+		o->rdzv.last_call_usec = l->last_call_usec;
+		o->rdzv.join_timeout_usec = l->join_timeout_usec;
+		o->grace_usec = l->grace_usec;
+		o->rdzv.exclude_after = (unsigned) l->exclude_after_failures;
+		o->prefix_output = l->prefix_output;
+		o->health_check = l->health_check;
+		char me[256];
+		const kiln_cfg_node *nd = NULL;
+		if (kiln_node_name(NULL, me, sizeof(me), NULL) == 0)
+			nd = kiln_cfg_find_node(cfg, me);
+		if (nd && nd->group)
+			o->node_gpus = nd->group->gpu_count;
+	} else
+		o->nproc = 1;
+
+	if (arg_min_nodes) {
+		o->rdzv.min_nodes = arg_min_nodes;
+		o->rdzv.max_nodes = arg_max_nodes;
+		*nnodes_set = true;
+	}
+	if (arg_nproc >= 0)
+		o->nproc = (unsigned) arg_nproc;
+	if (arg_max_restarts >= 0)
+		o->rdzv.max_restarts = (unsigned) arg_max_restarts;
+	if (arg_port >= 0)
+		o->port = (uint16_t) arg_port;
+	o->run_id = arg_run_id;
+	if (arg_heartbeat_set)
+		o->heartbeat_usec = arg_heartbeat;
+	if (arg_dead_after_set)
+		o->rdzv.dead_after_usec = arg_dead_after;
+	if (arg_last_call_set)
+		o->rdzv.last_call_usec = arg_last_call;
+	if (arg_join_timeout_set)
+		o->rdzv.join_timeout_usec = arg_join_timeout;
+	if (arg_grace_set)
+		o->grace_usec = arg_grace;
+	if (arg_backoff_set)
+		o->rdzv.backoff_base_usec = arg_backoff;
+	if (arg_exclude_after >= 0)
+		o->rdzv.exclude_after = (unsigned) arg_exclude_after;
+	if (arg_prefix_output >= 0)
+		o->prefix_output = arg_prefix_output;
+	if (arg_health_check >= 0)
+		o->health_check = arg_health_check;
+	o->healthd = arg_healthd;
+	o->requeue = arg_requeue;
+	o->standalone = arg_standalone;
+	o->argv = arg_argv;
+	*ret_cfg = TAKE_PTR(cfg);
+	return 0;
+}
+
+static int print_secret(void)
+{
+	char secret[KR_SECRET_LEN + 1];
+	int r = kr_make_secret(secret, sizeof(secret));
+	if (r < 0)
+		return log_error_errno(r, "getrandom failed: %m");
+	printf("%s\n", secret);
+	return KILN_EXIT_OK;
 }
 
 /* In a batch script (an allocation, but not inside a job step), kiln-run
@@ -152,24 +372,21 @@ static bool in_batch_script(void)
 static int launch_step(int argc, char **argv)
 {
 	char secret[KR_SECRET_LEN + 1];
+	int r;
 	if (!getenv(KR_ENV_SECRET)) {
-		unsigned char raw[KR_SECRET_LEN / 2];
-		if (getrandom(raw, sizeof(raw), 0) != (ssize_t) sizeof(raw))
-			return log_error_errno(-errno, "getrandom failed: %m"), KR_EXIT_FAILURE;
-		for (size_t i = 0; i < sizeof(raw); i++)
-			snprintf(secret + 2 * i, 3, "%02x", raw[i]);
+		if ((r = kr_make_secret(secret, sizeof(secret))) < 0)
+			return log_error_errno(r, "getrandom failed: %m");
 		setenv(KR_ENV_SECRET, secret, 1);
 	}
 	setenv(KR_ENV_AGENT, "1", 1);
 	char self[4096];
 	ssize_t l = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (l <= 0)
-		return log_error_errno(-errno, "Cannot find this program's path: %m"),
-		       KR_EXIT_FAILURE;
+		return log_error_errno(-errno, "Cannot find this program's path: %m");
 	self[l] = 0;
-	char **v = calloc((size_t) argc + 8, sizeof(char *));
+	_cleanup_free_ char **v = calloc((size_t) argc + 8, sizeof(char *));
 	if (!v)
-		return log_error_errno(-ENOMEM, "Out of memory"), KR_EXIT_FAILURE;
+		return log_error_errno(-ENOMEM, "Out of memory");
 	size_t k = 0;
 	v[k++] = (char *) "srun";
 	v[k++] = (char *) "--no-kill";
@@ -180,238 +397,27 @@ static int launch_step(int argc, char **argv)
 		v[k++] = argv[i];
 	log_info("Starting one agent per node: srun --no-kill --ntasks-per-node=1 %s ...", self);
 	execvp("srun", v);
-	log_error_errno(
+	return log_error_errno(
 		-errno,
 		"Cannot run srun: %m (run kiln-run through srun yourself, or pass --standalone)");
-	free(v);
-	return KR_EXIT_FAILURE;
 }
 
 static int run(int argc, char **argv)
 {
-	kr_opts o = { .port = KR_DEFAULT_PORT,
-		      .heartbeat_usec = KILN_USEC_PER_SEC,
-		      .grace_usec = 120 * KILN_USEC_PER_SEC,
-		      .prefix_output = true,
-		      .healthd = NULL,
-		      .node_gpus = -1 };
-	rdzv_params_default(&o.rdzv);
-	bool nnodes_set = false, nproc_set = false;
-	const char *config = NULL;
-	int r;
-
-	/* First pass: find -c so that the cluster file provides defaults
-	 * that the options then override. */
-	for (int i = 1; i < argc && !streq(argv[i], "--"); i++) {
-		if ((streq(argv[i], "-c") || streq(argv[i], "--config")) && i + 1 < argc)
-			config = argv[i + 1];
-		else if (startswith(argv[i], "--config="))
-			config = argv[i] + strlen("--config=");
-	}
-	const char *cfg_path = config ? config : kiln_cfg_default_path();
+	kr_opts o;
+	bool nnodes_set;
 	_cleanup_(kiln_cfg_freep) kiln_cfg *cfg = NULL;
-	if (config || access(cfg_path, R_OK) == 0) {
-		kiln_cfg_errors errs;
-		kiln_cfg_errors_init(&errs);
-		r = kiln_cfg_load(cfg_path, &cfg, &errs);
-		if (r < 0) {
-			if (r == -EINVAL)
-				kiln_cfg_errors_print(&errs, stderr);
-			else
-				log_error_errno(r, "Failed to read cluster file '%s': %m",
-						cfg_path);
-			kiln_cfg_errors_free(&errs);
-			return KR_EXIT_USAGE;
-		}
-		kiln_cfg_errors_free(&errs);
-		const kiln_cfg_launcher *l = &cfg->launcher;
-		o.port = (uint16_t) l->port;
-		o.rdzv.min_nodes = (unsigned) l->nnodes_min;
-		o.rdzv.max_nodes = (unsigned) l->nnodes_max;
-		nnodes_set = true;
-		o.nproc = (unsigned) l->nproc_per_node;
-		nproc_set = true;
-		o.rdzv.max_restarts = (unsigned) l->max_restarts;
-		o.heartbeat_usec = l->heartbeat_usec;
-		o.rdzv.dead_after_usec = l->dead_after_usec;
-		o.rdzv.last_call_usec = l->last_call_usec;
-		o.rdzv.join_timeout_usec = l->join_timeout_usec;
-		o.grace_usec = l->grace_usec;
-		o.rdzv.exclude_after = (unsigned) l->exclude_after_failures;
-		o.prefix_output = l->prefix_output;
-		o.health_check = l->health_check;
-		const char *me = getenv("SLURMD_NODENAME");
-		char host[256] = "";
-		if (!me && gethostname(host, sizeof(host) - 1) == 0)
-			me = host;
-		const kiln_cfg_node *nd = me ? kiln_cfg_find_node(cfg, me) : NULL;
-		if (nd && nd->group)
-			o.node_gpus = nd->group->gpu_count;
-	}
-
-	static const struct option opts[] = {
-		{ "nnodes", required_argument, NULL, 'n' },
-		{ "nproc-per-node", required_argument, NULL, 'p' },
-		{ "nproc_per_node", required_argument, NULL, 'p' },
-		{ "max-restarts", required_argument, NULL, 'r' },
-		{ "max_restarts", required_argument, NULL, 'r' },
-		{ "port", required_argument, NULL, OPT_PORT },
-		{ "run-id", required_argument, NULL, OPT_RUN_ID },
-		{ "heartbeat", required_argument, NULL, OPT_HEARTBEAT },
-		{ "dead-after", required_argument, NULL, OPT_DEAD_AFTER },
-		{ "last-call", required_argument, NULL, OPT_LAST_CALL },
-		{ "join-timeout", required_argument, NULL, OPT_JOIN_TIMEOUT },
-		{ "grace", required_argument, NULL, OPT_GRACE },
-		{ "exclude-after", required_argument, NULL, OPT_EXCLUDE },
-		{ "backoff", required_argument, NULL, OPT_BACKOFF },
-		{ "prefix-output", no_argument, NULL, OPT_PREFIX },
-		{ "no-prefix-output", no_argument, NULL, OPT_NO_PREFIX },
-		{ "health-check", no_argument, NULL, OPT_HEALTH },
-		{ "no-health-check", no_argument, NULL, OPT_NO_HEALTH },
-		{ "healthd", required_argument, NULL, OPT_HEALTHD },
-		{ "requeue", no_argument, NULL, OPT_REQUEUE },
-		{ "standalone", no_argument, NULL, OPT_STANDALONE },
-		{ "make-secret", no_argument, NULL, OPT_SECRET },
-		{ "config", required_argument, NULL, 'c' },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, OPT_VERSION },
-		{}
-	};
-	int c, v;
-	uint64_t u;
-	bool port_set = false;
-	while ((c = getopt_long(argc, argv, "+n:p:r:c:vqh", opts, NULL)) >= 0) {
-		switch (c) {
-		case 'n':
-			if (parse_nnodes(optarg, &o.rdzv.min_nodes, &o.rdzv.max_nodes) < 0)
-				return usage_error("--nnodes", optarg,
-						   "expected N or MIN:MAX with 1 <= MIN <= MAX"),
-				       KR_EXIT_USAGE;
-			nnodes_set = true;
-			break;
-		case 'p':
-			if (streq(optarg, "gpu"))
-				o.nproc = 0;
-			else if (kiln_parse_int(optarg, 1, RDZV_MAX_NPROC, &v) == 0)
-				o.nproc = (unsigned) v;
-			else
-				return usage_error("--nproc-per-node", optarg,
-						   "expected 1..1024 or 'gpu'"),
-				       KR_EXIT_USAGE;
-			nproc_set = true;
-			break;
-		case 'r':
-			if (kiln_parse_int(optarg, 0, 1000000, &v) < 0)
-				return usage_error("--max-restarts", optarg,
-						   "expected a number >= 0"),
-				       KR_EXIT_USAGE;
-			o.rdzv.max_restarts = (unsigned) v;
-			break;
-		case OPT_PORT:
-			if (kiln_parse_int(optarg, 0, 65535, &v) < 0)
-				return usage_error("--port", optarg, "expected 0..65535"),
-				       KR_EXIT_USAGE;
-			o.port = (uint16_t) v;
-			port_set = true;
-			break;
-		case OPT_RUN_ID:
-			o.run_id = optarg;
-			break;
-		case OPT_HEARTBEAT:
-			if (duration_arg("--heartbeat", optarg, &o.heartbeat_usec) < 0)
-				return KR_EXIT_USAGE;
-			break;
-		case OPT_DEAD_AFTER:
-			if (duration_arg("--dead-after", optarg, &o.rdzv.dead_after_usec) < 0)
-				return KR_EXIT_USAGE;
-			break;
-		case OPT_LAST_CALL:
-			if (duration_arg("--last-call", optarg, &o.rdzv.last_call_usec) < 0)
-				return KR_EXIT_USAGE;
-			break;
-		case OPT_JOIN_TIMEOUT:
-			if (duration_arg("--join-timeout", optarg, &o.rdzv.join_timeout_usec) < 0)
-				return KR_EXIT_USAGE;
-			break;
-		case OPT_GRACE:
-			if (duration_arg("--grace", optarg, &o.grace_usec) < 0)
-				return KR_EXIT_USAGE;
-			break;
-		case OPT_BACKOFF:
-			if (duration_arg("--backoff", optarg, &o.rdzv.backoff_base_usec) < 0)
-				return KR_EXIT_USAGE;
-			break;
-		case OPT_EXCLUDE:
-			if (kiln_parse_int(optarg, 0, 1000000, &v) < 0)
-				return usage_error("--exclude-after", optarg,
-						   "expected a number >= 0 (0 = never)"),
-				       KR_EXIT_USAGE;
-			o.rdzv.exclude_after = (unsigned) v;
-			break;
-		case OPT_PREFIX:
-			o.prefix_output = true;
-			break;
-		case OPT_NO_PREFIX:
-			o.prefix_output = false;
-			break;
-		case OPT_HEALTH:
-			o.health_check = true;
-			break;
-		case OPT_NO_HEALTH:
-			o.health_check = false;
-			break;
-		case OPT_HEALTHD:
-			o.healthd = optarg;
-			break;
-		case OPT_REQUEUE:
-			o.requeue = true;
-			break;
-		case OPT_STANDALONE:
-			o.standalone = true;
-			break;
-		case OPT_SECRET: {
-			unsigned char raw[KR_SECRET_LEN / 2];
-			if (getrandom(raw, sizeof(raw), 0) != (ssize_t) sizeof(raw))
-				return log_error_errno(-errno, "getrandom failed: %m"),
-				       KR_EXIT_FAILURE;
-			for (size_t i = 0; i < sizeof(raw); i++)
-				printf("%02x", raw[i]);
-			printf("\n");
-			return 0;
-		}
-		case 'c':
-			break; /* handled above */
-		case 'v':
-			log_adjust_level(+1);
-			break;
-		case 'q':
-			log_adjust_level(-1);
-			break;
-		case 'h':
-			help();
-			return 0;
-		case OPT_VERSION:
-			printf("kiln-run " KILN_VERSION "\n");
-			return 0;
-		default:
-			return KR_EXIT_USAGE;
-		}
-	}
-	if (optind >= argc) {
-		log_error(
-			"No program to run: kiln-run [OPTIONS] -- PROGRAM [ARGS...] (see --help)");
-		return KR_EXIT_USAGE;
-	}
-	o.argv = argv + optind;
+	int r = make_opts(&o, &nnodes_set, &cfg);
+	if (r < 0)
+		return kiln_exit_for_config(r);
+	if (arg_make_secret)
+		return print_secret();
 	char healthd[4096];
 	if (!o.healthd)
 		o.healthd = default_healthd(healthd, sizeof(healthd));
-	(void) u;
 	if (o.heartbeat_usec == 0 || o.heartbeat_usec >= o.rdzv.dead_after_usec) {
 		log_error("--heartbeat must be shorter than --dead-after");
-		return KR_EXIT_USAGE;
+		return KILN_EXIT_USAGE;
 	}
 
 	_cleanup_(kr_job_done) kr_job job = { 0 };
@@ -422,19 +428,17 @@ static int run(int argc, char **argv)
 	if (sim) {
 		r = kr_job_sim(sim, getenv(KR_ENV_SIM_NODE_ID), &job, err, sizeof(err));
 		if (r < 0)
-			return log_error("%s", err), KR_EXIT_USAGE;
+			return log_error("%s", err), KILN_EXIT_USAGE;
 	} else if (!o.standalone && getenv("SLURM_JOB_ID")) {
 		r = kr_job_from_slurm(&job, err, sizeof(err));
-		if (r < 0) {
-			log_error("Cannot read the Slurm allocation: %s", err);
-			return KR_EXIT_FAILURE;
-		}
+		if (r < 0)
+			return log_error_errno(r, "Cannot read the Slurm allocation: %s", err);
 	} else {
 		o.standalone = true;
 		r = kr_job_standalone(&job);
 		if (r < 0)
-			return log_error_errno(r, "Out of memory"), KR_EXIT_FAILURE;
-		if (!port_set)
+			return log_error_errno(r, "Out of memory");
+		if (arg_port < 0)
 			o.port = 0;
 	}
 	if (o.standalone) {
@@ -446,13 +450,11 @@ static int run(int argc, char **argv)
 	if (o.rdzv.min_nodes > job.n) {
 		log_error("--nnodes %u:%u needs more nodes than the allocation has (%zu)",
 			  o.rdzv.min_nodes, o.rdzv.max_nodes, job.n);
-		return KR_EXIT_USAGE;
+		return KILN_EXIT_USAGE;
 	}
-	if (!nproc_set)
-		o.nproc = 1;
 	if (o.port == 0 && !o.standalone) {
 		log_error("--port 0 only works for a single node: other agents must know the port");
-		return KR_EXIT_USAGE;
+		return KILN_EXIT_USAGE;
 	}
 	char run_id[128];
 	if (!o.run_id) {
@@ -462,9 +464,4 @@ static int run(int argc, char **argv)
 	return kr_agent_run(&o, &job);
 }
 
-int main(int argc, char **argv)
-{
-	log_set_program("kiln-run");
-	int r = run(argc, argv);
-	return r < 0 ? KR_EXIT_FAILURE : r;
-}
+KILN_DEFINE_MAIN(prog, parse_argv, run)

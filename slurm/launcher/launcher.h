@@ -5,9 +5,9 @@
  *               libslurm), this node's id, node addresses, requeue
  *   workers.c   one round's worker processes: environment, process groups,
  *               "host:rank" output prefixing, signals, reaping
- *   agent.c     the agent loop on every node, and the leader (the agent that
- *               hosts the store): joins, heartbeats, liveness, rounds,
- *               barriers, store failover
+ *   agent.c     the agent loop on every node (sd-event), and the leader (the
+ *               agent that hosts the store): joins, heartbeats, liveness,
+ *               rounds, barriers, store failover
  *   rdzv.c      the leader's decisions as a pure state machine
  *
  * Exit codes are part of the user interface (docs/kiln-run.md). */
@@ -20,9 +20,8 @@
 
 #include "rdzv.h"
 
-/* Exit codes besides 0 and the workers' own codes. */
-#define KR_EXIT_FAILURE	     1	/* kiln-run itself failed (store unreachable ...) */
-#define KR_EXIT_USAGE	     2	/* bad command line or cluster file */
+/* Exit codes besides the workers' own codes and KILN_EXIT_* (kiln/prog.h:
+ * 1 kiln-run itself failed, 2 bad command line or cluster file). */
 #define KR_EXIT_JOIN_TIMEOUT 75 /* fewer than MIN nodes joined within the join timeout */
 #define KR_EXIT_CLOSED	     76 /* the rendezvous closed before this node got a round */
 
@@ -95,6 +94,10 @@ typedef struct kr_group {
 	uint64_t round;
 	const char *host;
 	bool prefix;
+	/* The caller's epoll fd (-1: none): the output pipes are registered
+	 * there (EPOLLIN) while open, so one event source on it wakes the
+	 * caller to kr_group_pump(). */
+	int epoll_fd;
 } kr_group;
 
 typedef struct kr_worker_env {
@@ -116,9 +119,6 @@ int kr_group_spawn(kr_group *g, char *const *argv, const kr_worker_env *e, bool 
 void kr_group_kill(kr_group *g, int sig);
 /* Reaps exited workers (non-blocking).  Returns how many are still running. */
 size_t kr_group_reap(kr_group *g);
-/* Adds the output pipes to a pollfd array; returns how many were added. */
-struct pollfd;
-size_t kr_group_pollfds(const kr_group *g, struct pollfd *p, size_t max);
 /* Moves whatever the pipes hold to stdout/stderr with "host:rank: " prefixes. */
 void kr_group_pump(kr_group *g, bool flush_partial);
 /* Exit code of the first failing worker, 0 if all exited 0, -1 if some still run. */
@@ -126,4 +126,7 @@ int kr_group_result(const kr_group *g);
 void kr_group_free(kr_group *g);
 
 /* agent.c */
+/* KR_SECRET_LEN random hex digits into buf (len > KR_SECRET_LEN).  Returns 0
+ * or the negative errno of getrandom(). */
+int kr_make_secret(char *buf, size_t len);
 int kr_agent_run(const kr_opts *o, kr_job *job);

@@ -3,8 +3,9 @@
  * One epoll loop, non-blocking sockets, one input and one output buffer per
  * connection, each capped; every request is parsed by the pure parser in
  * store-proto.c and answered exactly as PyTorch's libuv TCPStore server
- * answers it.  The map is a chained hash table with a random seed; an entry
- * may exist without a value ("ghost") while connections wait for its key.
+ * answers it.  Entries live in a kiln_store_map (store-map.c: seeded, chained);
+ * an entry may exist without a value ("ghost") while connections wait for
+ * its key.
  *
  * Locking: one mutex guards everything.  The serving thread (or the caller
  * of kiln_store_server_process()) holds it while it handles a batch of
@@ -24,13 +25,13 @@
 #include <stdatomic.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 
 #include "kiln/log.h"
 #include "kiln/macro.h"
 #include "kiln/store.h"
+#include "store-map.h"
 #include "store-proto.h"
 
 #define EPOLL_BATCH 256
@@ -51,10 +52,8 @@
 typedef struct conn conn;
 
 typedef struct entry {
-	struct entry *next;
-	uint64_t hash;
-	char *key; /* NUL-terminated copy; klen bytes may contain NULs */
-	size_t klen;
+	kiln_store_map_node node; /* key, klen: the key bytes below */
+	char *key;		  /* NUL-terminated copy; node.klen bytes may contain NULs */
 	uint8_t *val;
 	size_t vlen;
 	bool present;
@@ -102,9 +101,7 @@ struct kiln_store_server {
 	kiln_store_server_opts o;
 	kiln_store_limits lim;
 
-	entry **buckets;
-	size_t n_buckets, n_entries;
-	uint64_t seed;
+	kiln_store_map map;
 	uint64_t wait_seq;
 
 	conn *conns;
@@ -117,51 +114,10 @@ static char tag_listen, tag_event;
 
 /* ---- map ---------------------------------------------------------------- */
 
-static uint64_t hash_bytes(uint64_t seed, const uint8_t *p, size_t n)
-{
-	uint64_t h = 0xcbf29ce484222325ull ^ seed;
-	for (size_t i = 0; i < n; i++) {
-		h ^= p[i];
-		h *= 0x100000001b3ull;
-	}
-	/* splitmix64 finaliser, so the low bits used for buckets mix well */
-	h ^= h >> 30;
-	h *= 0xbf58476d1ce4e5b9ull;
-	h ^= h >> 27;
-	h *= 0x94d049bb133111ebull;
-	h ^= h >> 31;
-	return h;
-}
-
 static entry *map_find(kiln_store_server *s, const uint8_t *key, size_t klen, uint64_t *ret_hash)
 {
-	uint64_t h = hash_bytes(s->seed, key, klen);
-	if (ret_hash)
-		*ret_hash = h;
-	for (entry *e = s->buckets[h & (s->n_buckets - 1)]; e; e = e->next)
-		if (e->hash == h && e->klen == klen && memcmp(e->key, key, klen) == 0)
-			return e;
-	return NULL;
-}
-
-static void map_grow(kiln_store_server *s)
-{
-	size_t nb = s->n_buckets * 2;
-	entry **b = calloc(nb, sizeof(*b));
-	if (!b)
-		return; /* keep the longer chains; still correct */
-	for (size_t i = 0; i < s->n_buckets; i++) {
-		entry *e = s->buckets[i];
-		while (e) {
-			entry *n = e->next;
-			e->next = b[e->hash & (nb - 1)];
-			b[e->hash & (nb - 1)] = e;
-			e = n;
-		}
-	}
-	free(s->buckets);
-	s->buckets = b;
-	s->n_buckets = nb;
+	kiln_store_map_node *n = kiln_store_map_find(&s->map, key, klen, ret_hash);
+	return n ? KILN_STORE_MAP_ENTRY(n, entry, node) : NULL;
 }
 
 /* Finds or creates (without a value) the entry for key.  -ENOSPC when a
@@ -186,14 +142,9 @@ static int map_insert(kiln_store_server *s, const uint8_t *key, size_t klen, ent
 	}
 	memcpy(e->key, key, klen);
 	e->key[klen] = 0;
-	e->klen = klen;
-	e->hash = h;
-	e->next = s->buckets[h & (s->n_buckets - 1)];
-	s->buckets[h & (s->n_buckets - 1)] = e;
-	s->n_entries++;
+	e->node = (kiln_store_map_node){ .hash = h, .key = (const uint8_t *) e->key, .klen = klen };
+	kiln_store_map_add(&s->map, &e->node);
 	s->st.store_bytes += klen + ENTRY_OVERHEAD;
-	if (s->n_entries > s->n_buckets)
-		map_grow(s);
 	*ret = e;
 	return 0;
 }
@@ -206,17 +157,18 @@ static void entry_free(entry *e)
 	free(e);
 }
 
+static void entry_free_node(kiln_store_map_node *n)
+{
+	entry_free(KILN_STORE_MAP_ENTRY(n, entry, node));
+}
+
 /* Removes e from the table when it has neither a value nor waiters. */
 static void map_gc(kiln_store_server *s, entry *e)
 {
 	if (e->present || e->n_waiters > 0)
 		return;
-	entry **pp = &s->buckets[e->hash & (s->n_buckets - 1)];
-	while (*pp != e)
-		pp = &(*pp)->next;
-	*pp = e->next;
-	s->n_entries--;
-	s->st.store_bytes -= e->klen + ENTRY_OVERHEAD;
+	kiln_store_map_remove(&s->map, &e->node);
+	s->st.store_bytes -= e->node.klen + ENTRY_OVERHEAD;
 	entry_free(e);
 }
 
@@ -956,9 +908,7 @@ int kiln_store_server_new(const kiln_store_server_opts *opts, kiln_store_server 
 		free(s);
 		return -ENOMEM;
 	}
-	s->n_buckets = BUCKETS_MIN;
-	s->buckets = calloc(s->n_buckets, sizeof(*s->buckets));
-	if (!s->buckets)
+	if (kiln_store_map_init(&s->map, BUCKETS_MIN) < 0)
 		goto fail_nomem;
 	if (opts->n_allow) {
 		s->allow = malloc(opts->n_allow * sizeof(*s->allow));
@@ -973,8 +923,6 @@ int kiln_store_server_new(const kiln_store_server_opts *opts, kiln_store_server 
 			goto fail_nomem;
 		s->secret_len = strlen(s->secret);
 	}
-	if (getrandom(&s->seed, sizeof(s->seed), GRND_NONBLOCK) != sizeof(s->seed))
-		s->seed = (uint64_t) (uintptr_t) s ^ (uint64_t) getpid() << 32;
 
 	raise_nofile(opts->max_conns);
 
@@ -1026,15 +974,7 @@ void kiln_store_server_free(kiln_store_server *s)
 	while (s->conns)
 		conn_close(s, s->conns, NULL);
 	reap_dead(s);
-	for (size_t i = 0; s->buckets && i < s->n_buckets; i++) {
-		entry *e = s->buckets[i];
-		while (e) {
-			entry *n = e->next;
-			entry_free(e);
-			e = n;
-		}
-	}
-	free(s->buckets);
+	kiln_store_map_done(&s->map, entry_free_node);
 	if (s->listen_fd >= 0)
 		close(s->listen_fd);
 	if (s->epoll_fd >= 0)
@@ -1235,13 +1175,14 @@ int kiln_store_server_foreach(kiln_store_server *s, const char *prefix, kiln_sto
 	size_t pl = prefix ? strlen(prefix) : 0;
 	int n = 0, r = 0;
 	pthread_mutex_lock(&s->lock);
-	for (size_t i = 0; i < s->n_buckets && r >= 0; i++)
-		for (entry *e = s->buckets[i]; e && r >= 0; e = e->next) {
-			if (!e->present || e->klen < pl || memcmp(e->key, prefix, pl) != 0)
-				continue;
-			r = fn(e->key, e->val, e->vlen, userdata);
-			n++;
-		}
+	kiln_store_map_iter it = { 0 };
+	for (kiln_store_map_node *mn; r >= 0 && (mn = kiln_store_map_next(&s->map, &it));) {
+		entry *e = KILN_STORE_MAP_ENTRY(mn, entry, node);
+		if (!e->present || mn->klen < pl || memcmp(e->key, prefix, pl) != 0)
+			continue;
+		r = fn(e->key, e->val, e->vlen, userdata);
+		n++;
+	}
 	pthread_mutex_unlock(&s->lock);
 	return r < 0 ? r : n;
 }

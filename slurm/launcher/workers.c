@@ -12,7 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <poll.h>
+#include <sys/epoll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,6 +164,17 @@ static _noreturn_ void child(char *const *argv, const kr_worker_env *e, int loca
 	_exit(errno == ENOENT ? 127 : 126);
 }
 
+/* Adds an output pipe to, or removes it from, the caller's epoll set.  A
+ * pipe leaves the set before it is closed: a read end that a child forked
+ * meanwhile still holds would otherwise stay registered, and report its
+ * hang-up forever. */
+static void watch(const kr_group *g, int fd, int op)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
+	if (g->epoll_fd >= 0 && fd >= 0)
+		(void) epoll_ctl(g->epoll_fd, op, fd, &ev);
+}
+
 int kr_group_spawn(kr_group *g, char *const *argv, const kr_worker_env *e, bool prefix)
 {
 	assert_return(g && argv && argv[0] && e, -EINVAL);
@@ -205,6 +216,8 @@ int kr_group_spawn(kr_group *g, char *const *argv, const kr_worker_env *e, bool 
 			w->err_fd = pe[0];
 			fcntl(w->out_fd, F_SETFL, O_NONBLOCK);
 			fcntl(w->err_fd, F_SETFL, O_NONBLOCK);
+			watch(g, w->out_fd, EPOLL_CTL_ADD);
+			watch(g, w->err_fd, EPOLL_CTL_ADD);
 		}
 	}
 	return 0;
@@ -267,18 +280,6 @@ int kr_group_result(const kr_group *g)
 	return running ? -1 : 0;
 }
 
-size_t kr_group_pollfds(const kr_group *g, struct pollfd *p, size_t max)
-{
-	size_t k = 0;
-	for (size_t i = 0; i < g->n && k + 2 <= max; i++) {
-		if (g->w[i].out_fd >= 0)
-			p[k++] = (struct pollfd){ .fd = g->w[i].out_fd, .events = POLLIN };
-		if (g->w[i].err_fd >= 0)
-			p[k++] = (struct pollfd){ .fd = g->w[i].err_fd, .events = POLLIN };
-	}
-	return k;
-}
-
 static int worker_rank(const kr_worker *w)
 {
 	return w->rank < 0 ? -1 - w->rank : w->rank;
@@ -304,6 +305,7 @@ static void pump_fd(kr_group *g, kr_worker *w, int *fd, char **buf, size_t *len,
 				continue;
 			if (r <= 0) {
 				if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+					watch(g, *fd, EPOLL_CTL_DEL);
 					close(*fd);
 					*fd = -1;
 					flush_partial = true;
@@ -345,6 +347,8 @@ void kr_group_free(kr_group *g)
 {
 	for (size_t i = 0; i < g->n; i++) {
 		kr_worker *w = &g->w[i];
+		watch(g, w->out_fd, EPOLL_CTL_DEL);
+		watch(g, w->err_fd, EPOLL_CTL_DEL);
 		closep(&w->out_fd);
 		closep(&w->err_fd);
 		free(w->out_buf);

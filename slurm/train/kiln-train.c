@@ -1,7 +1,8 @@
 /* kiln-train — a data-parallel Llama trainer on the kk kernel library.
  *
- * Trains the model of a llama2.c checkpoint (--model: config and initial
- * weights) on a token shard (--data) with kmtrain: B sequences of T tokens
+ * Trains the model of any file km_file_open reads (--model: a llama2.c
+ * checkpoint, kiln or Hugging Face safetensors, GGUF llama; its config and
+ * initial weights) on a token shard (--data) with kmtrain: B sequences of T tokens
  * per rank and step, AdamW with warmup + cosine decay and gradient
  * clipping, one gradient all-reduce per step.  It is a torchrun-style
  * worker: RANK and WORLD_SIZE say who it is; with WORLD_SIZE > 1 rank 0
@@ -15,7 +16,6 @@
  * exit; the ranks agree on it after every step (a 1-float MAX all-reduce)
  * so they all stop at the same step.  kiln-train(1) and docs/train.md have the long form. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
@@ -27,6 +27,7 @@
 #include "kiln/log.h"
 #include "kiln/macro.h"
 #include "kiln/parse.h"
+#include "kiln/prog.h"
 #include "kiln/store.h"
 #include "kk.h"
 #include "kmodel.h"
@@ -38,6 +39,9 @@
 /* Bounds on flags, so a typo fails fast instead of allocating terabytes. */
 #define STEPS_MAX (INT64_C(1) << 40)
 
+DEFINE_TRIVIAL_CLEANUP_FUNC(km_file *, km_file_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(kmt_shard *, kmt_shard_free);
+
 typedef struct args {
 	const char *model, *data, *save, *resume, *backend;
 	int64_t steps, save_every, warmup, stop_at;
@@ -46,44 +50,22 @@ typedef struct args {
 	uint64_t seed;
 } args;
 
-static void help(void)
-{
-	printf("Usage: kiln-train --model FILE --data SHARD [OPTIONS]\n"
-	       "Train a Llama model on a token shard, data-parallel across the ranks\n"
-	       "a launcher starts (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).\n"
-	       "\n"
-	       "  -m, --model FILE        llama2.c checkpoint: config and initial weights\n"
-	       "  -d, --data SHARD        token shard (kmtrain format, docs/train.md)\n"
-	       "  -n, --steps N           optimizer steps in all (default 100)\n"
-	       "  -b, --batch B           sequences per rank and step (default 8)\n"
-	       "  -t, --seq T             tokens per sequence (default 128)\n"
-	       "      --accum K           micro-batches of B accumulated per step (default 1)\n"
-	       "      --lr LR             peak learning rate (default 1e-3)\n"
-	       "      --lr-min LR         final learning rate of the cosine decay (default lr/10)\n"
-	       "      --warmup N          linear warmup steps (default 10)\n"
-	       "      --weight-decay WD   AdamW decoupled weight decay (default 0.1)\n"
-	       "      --clip C            global gradient-norm clip, 0 = none (default 1.0)\n"
-	       "      --seed S            data order seed (default 1)\n"
-	       "  -s, --save FILE         write a checkpoint (safetensors) at the end\n"
-	       "      --save-every N      ... and every N steps (default 0: only at the end)\n"
-	       "      --stop-at N         stop (and save) after step N, keeping the schedule\n"
-	       "                          of --steps (a run cut in parts; default: --steps)\n"
-	       "  -r, --resume FILE       continue from a checkpoint written by --save\n"
-	       "      --backend NAME      kk backend: cpu, cuda, auto (default auto;\n"
-	       "                          KILN_BACKEND overrides)\n"
-	       "  -v, --verbose           more logging (every rank's loss line)\n"
-	       "  -q, --quiet             less logging\n"
-	       "  -h, --help              this text\n"
-	       "      --version           the version\n"
-	       "\n"
-	       "SIGUSR1 writes a checkpoint after the current step; SIGTERM and SIGINT\n"
-	       "write one and stop (exit status 1).\n"
-	       "\n"
-	       "Exit status: 0 done, 1 training failed or stopped, 2 usage or input error.\n");
-}
+/* The command line (defaults here; parse_argv() fills in the rest). */
+static args arg = { .steps = 100,
+		    .batch = 8,
+		    .accum = 1,
+		    .seq = 128,
+		    .lr = 1e-3,
+		    .lr_min = -1,
+		    .warmup = 10,
+		    .weight_decay = 0.1,
+		    .clip = 1.0,
+		    .seed = 1 };
 
 enum {
-	OPT_LR = 256,
+	OPT_STEPS = KILN_OPT_FIRST,
+	OPT_SEQ,
+	OPT_LR,
 	OPT_LR_MIN,
 	OPT_WARMUP,
 	OPT_WD,
@@ -93,56 +75,86 @@ enum {
 	OPT_STOP_AT,
 	OPT_ACCUM,
 	OPT_BACKEND,
-	OPT_VERSION
+};
+
+static const kiln_option options[] = {
+	{ "model", 'm', "FILE",
+	  "config and initial weights: llama2.c, safetensors\n(kiln-train's or Hugging Face) or "
+	  "GGUF llama",
+	  "file" },
+	{ "data", 'd', "SHARD", "token shard (kmtrain format, docs/train.md)", "file" },
+	{ "steps", OPT_STEPS, "N", "optimizer steps in all (default 100)", NULL },
+	{ "batch", 'b', "B", "sequences per rank and step (default 8)", NULL },
+	{ "seq", OPT_SEQ, "T", "tokens per sequence (default 128)", NULL },
+	{ "accum", OPT_ACCUM, "K", "micro-batches of B accumulated per step (default 1)", NULL },
+	{ "lr", OPT_LR, "LR", "peak learning rate (default 1e-3)", NULL },
+	{ "lr-min", OPT_LR_MIN, "LR", "final learning rate of the cosine decay (default lr/10)",
+	  NULL },
+	{ "warmup", OPT_WARMUP, "N", "linear warmup steps (default 10)", NULL },
+	{ "weight-decay", OPT_WD, "WD", "AdamW decoupled weight decay (default 0.1)", NULL },
+	{ "clip", OPT_CLIP, "C", "global gradient-norm clip, 0 = none (default 1.0)", NULL },
+	{ "seed", OPT_SEED, "S", "data order seed (default 1)", NULL },
+	{ "save", 's', "FILE", "write a checkpoint (safetensors) at the end", "file" },
+	{ "save-every", OPT_SAVE_EVERY, "N", "... and every N steps (default 0: only at the end)",
+	  NULL },
+	{ "stop-at", OPT_STOP_AT, "N",
+	  "stop (and save) after step N, keeping the schedule\nof --steps (a run cut in parts; "
+	  "default: --steps)",
+	  NULL },
+	{ "resume", 'r', "FILE", "continue from a checkpoint written by --save", "file" },
+	{ "backend", OPT_BACKEND, "NAME",
+	  "kk backend: cpu, cuda, auto (default auto;\nKILN_BACKEND overrides)", "cpu cuda auto" },
+	KILN_OPTIONS_COMMON,
+	{}
+};
+
+static const kiln_prog prog = {
+	.name = "kiln-train",
+	.summary = "train a Llama model on a token shard, data-parallel",
+	.usage = "kiln-train --model FILE --data SHARD [OPTIONS]",
+	.options = options,
+	.epilog = "Data-parallel across the ranks a launcher starts (RANK, WORLD_SIZE,\n"
+		  "MASTER_ADDR, MASTER_PORT): kiln-run or torchrun.\n"
+		  "\n"
+		  "--model takes a llama2.c checkpoint, a kiln-train checkpoint (--save writes\n"
+		  "safetensors), Hugging Face safetensors (config.json beside it) or a GGUF\n"
+		  "llama file.  -v logs every rank's loss line.\n"
+		  "\n"
+		  "SIGUSR1 writes a checkpoint after the current step; SIGTERM and SIGINT\n"
+		  "write one and stop (exit status 1).\n"
+		  "\n"
+		  "Exit status: 0 done, 1 training failed or stopped, 2 usage or input error.\n",
 };
 
 static int parse_pos_double(const char *flag, const char *s, double *ret)
 {
 	double v;
 	if (kiln_parse_double(s, &v) < 0 || !(v >= 0) || !isfinite(v))
-		return log_error_errno(-EINVAL, "%s '%s': must be a number >= 0", flag, s);
+		return kiln_usage_error(&prog, "%s '%s': must be a number >= 0.", flag, s);
 	*ret = v;
 	return 0;
 }
 
-/* 0 to run, 1 done (--help/--version), < 0 usage error (logged). */
-static int parse_args(int argc, char **argv, args *a)
+static int parse_steps(const char *flag, const char *s, int64_t min, int64_t *ret)
 {
-	static const struct option opts[] = { { "model", required_argument, NULL, 'm' },
-					      { "data", required_argument, NULL, 'd' },
-					      { "steps", required_argument, NULL, 'n' },
-					      { "batch", required_argument, NULL, 'b' },
-					      { "seq", required_argument, NULL, 't' },
-					      { "lr", required_argument, NULL, OPT_LR },
-					      { "lr-min", required_argument, NULL, OPT_LR_MIN },
-					      { "warmup", required_argument, NULL, OPT_WARMUP },
-					      { "weight-decay", required_argument, NULL, OPT_WD },
-					      { "clip", required_argument, NULL, OPT_CLIP },
-					      { "seed", required_argument, NULL, OPT_SEED },
-					      { "save", required_argument, NULL, 's' },
-					      { "save-every", required_argument, NULL,
-						OPT_SAVE_EVERY },
-					      { "stop-at", required_argument, NULL, OPT_STOP_AT },
-					      { "accum", required_argument, NULL, OPT_ACCUM },
-					      { "resume", required_argument, NULL, 'r' },
-					      { "backend", required_argument, NULL, OPT_BACKEND },
-					      { "verbose", no_argument, NULL, 'v' },
-					      { "quiet", no_argument, NULL, 'q' },
-					      { "help", no_argument, NULL, 'h' },
-					      { "version", no_argument, NULL, OPT_VERSION },
-					      {} };
-	*a = (args){ .steps = 100,
-		     .batch = 8,
-		     .accum = 1,
-		     .seq = 128,
-		     .lr = 1e-3,
-		     .lr_min = -1,
-		     .warmup = 10,
-		     .weight_decay = 0.1,
-		     .clip = 1.0,
-		     .seed = 1 };
+	if (kiln_parse_int64(s, min, STEPS_MAX, ret) < 0)
+		return kiln_usage_error(&prog, "%s '%s': must be %" PRId64 "..%" PRId64 ".", flag,
+					s, min, STEPS_MAX);
+	return 0;
+}
+
+static int parse_count(const char *flag, const char *s, int max, int *ret)
+{
+	if (kiln_parse_int(s, 1, max, ret) < 0)
+		return kiln_usage_error(&prog, "%s '%s': must be 1..%d.", flag, s, max);
+	return 0;
+}
+
+static int parse_argv(int argc, char **argv)
+{
+	args *a = &arg;
 	int c;
-	while ((c = getopt_long(argc, argv, "m:d:n:b:t:s:r:vqh", opts, NULL)) >= 0) {
+	while ((c = kiln_getopt(&prog, argc, argv)) >= 0) {
 		int r = 0;
 		switch (c) {
 		case 'm':
@@ -151,20 +163,17 @@ static int parse_args(int argc, char **argv, args *a)
 		case 'd':
 			a->data = optarg;
 			break;
-		case 'n':
-			if (kiln_parse_int64(optarg, 1, STEPS_MAX, &a->steps) < 0)
-				return log_error_errno(-EINVAL, "--steps '%s': must be 1..%" PRId64,
-						       optarg, STEPS_MAX);
+		case OPT_STEPS:
+			r = parse_steps("--steps", optarg, 1, &a->steps);
 			break;
 		case 'b':
-			if (kiln_parse_int(optarg, 1, KMT_MAX_TOKENS, &a->batch) < 0)
-				return log_error_errno(-EINVAL, "--batch '%s': must be 1..%d",
-						       optarg, KMT_MAX_TOKENS);
+			r = parse_count("--batch", optarg, KMT_MAX_TOKENS, &a->batch);
 			break;
-		case 't':
-			if (kiln_parse_int(optarg, 1, KMT_MAX_TOKENS, &a->seq) < 0)
-				return log_error_errno(-EINVAL, "--seq '%s': must be 1..%d", optarg,
-						       KMT_MAX_TOKENS);
+		case OPT_SEQ:
+			r = parse_count("--seq", optarg, KMT_MAX_TOKENS, &a->seq);
+			break;
+		case OPT_ACCUM:
+			r = parse_count("--accum", optarg, KMT_MAX_MICRO, &a->accum);
 			break;
 		case OPT_LR:
 			r = parse_pos_double("--lr", optarg, &a->lr);
@@ -173,10 +182,7 @@ static int parse_args(int argc, char **argv, args *a)
 			r = parse_pos_double("--lr-min", optarg, &a->lr_min);
 			break;
 		case OPT_WARMUP:
-			if (kiln_parse_int64(optarg, 0, STEPS_MAX, &a->warmup) < 0)
-				return log_error_errno(-EINVAL,
-						       "--warmup '%s': must be 0..%" PRId64, optarg,
-						       STEPS_MAX);
+			r = parse_steps("--warmup", optarg, 0, &a->warmup);
 			break;
 		case OPT_WD:
 			r = parse_pos_double("--weight-decay", optarg, &a->weight_decay);
@@ -186,30 +192,19 @@ static int parse_args(int argc, char **argv, args *a)
 			break;
 		case OPT_SEED:
 			if (kiln_parse_uint64(optarg, UINT64_MAX, &a->seed) < 0)
-				return log_error_errno(-EINVAL,
-						       "--seed '%s': must be an unsigned "
-						       "64-bit integer",
-						       optarg);
+				r = kiln_usage_error(&prog,
+						     "--seed '%s': must be an unsigned 64-bit "
+						     "integer.",
+						     optarg);
 			break;
 		case 's':
 			a->save = optarg;
 			break;
 		case OPT_SAVE_EVERY:
-			if (kiln_parse_int64(optarg, 0, STEPS_MAX, &a->save_every) < 0)
-				return log_error_errno(-EINVAL,
-						       "--save-every '%s': must be 0..%" PRId64,
-						       optarg, STEPS_MAX);
-			break;
-		case OPT_ACCUM:
-			if (kiln_parse_int(optarg, 1, KMT_MAX_MICRO, &a->accum) < 0)
-				return log_error_errno(-EINVAL, "--accum '%s': must be 1..%d",
-						       optarg, KMT_MAX_MICRO);
+			r = parse_steps("--save-every", optarg, 0, &a->save_every);
 			break;
 		case OPT_STOP_AT:
-			if (kiln_parse_int64(optarg, 1, STEPS_MAX, &a->stop_at) < 0)
-				return log_error_errno(-EINVAL,
-						       "--stop-at '%s': must be 1..%" PRId64,
-						       optarg, STEPS_MAX);
+			r = parse_steps("--stop-at", optarg, 1, &a->stop_at);
 			break;
 		case 'r':
 			a->resume = optarg;
@@ -217,37 +212,25 @@ static int parse_args(int argc, char **argv, args *a)
 		case OPT_BACKEND:
 			a->backend = optarg;
 			break;
-		case 'v':
-			log_adjust_level(+1);
-			break;
-		case 'q':
-			log_adjust_level(-1);
-			break;
-		case 'h':
-			help();
-			return 1;
-		case OPT_VERSION:
-			printf("kiln-train %s\n", KILN_VERSION);
-			return 1;
 		default:
-			return log_error_errno(-EINVAL, "Try 'kiln-train --help'.");
+			r = kiln_prog_option(&prog, c);
+			if (r == 0)
+				return 0; /* --help, --version */
 		}
 		if (r < 0)
 			return r;
 	}
 	if (optind < argc)
-		return log_error_errno(-EINVAL, "unexpected argument '%s'; try 'kiln-train --help'",
-				       argv[optind]);
+		return kiln_usage_error(&prog, "Unexpected argument '%s'.", argv[optind]);
 	if (!a->model || !a->data)
-		return log_error_errno(-EINVAL, "--model and --data are required; try 'kiln-train "
-						"--help'");
+		return kiln_usage_error(&prog, "--model and --data are required.");
 	if (a->save_every && !a->save)
-		return log_error_errno(-EINVAL, "--save-every needs --save FILE");
+		return kiln_usage_error(&prog, "--save-every needs --save FILE.");
 	if (a->lr_min < 0)
 		a->lr_min = a->lr / 10;
 	if (!a->stop_at || a->stop_at > a->steps)
 		a->stop_at = a->steps;
-	return 0;
+	return 1;
 }
 
 /* RANK / WORLD_SIZE as torchrun sets them; absent means a single process. */
@@ -362,7 +345,7 @@ static double now(void)
 static int save(kmt_model *m, const char *path, const kmt_sampler *s, uint64_t seed)
 {
 	kmt_ckpt_state st = { .rng = seed };
-	kiln_error err = { 0 };
+	kiln_error err = {};
 	kmt_sampler_cursor(s, &st.cursor);
 	int r = kmt_save(m, path, &st, &err);
 	if (r < 0)
@@ -371,36 +354,35 @@ static int save(kmt_model *m, const char *path, const kmt_sampler *s, uint64_t s
 	return 0;
 }
 
-static int run(const args *a)
+static int run(int argc, char **argv)
 {
+	const args *a = &arg;
 	int rank, world, r;
 	if ((r = read_rank(&rank, &world)) < 0)
-		return 2;
-	kiln_error err = { 0 };
-	km_l2c *f = NULL;
-	if ((r = km_l2c_open(a->model, &f, &err)) < 0) {
+		return KILN_EXIT_USAGE;
+	kiln_error err = {};
+	_cleanup_(km_file_freep) km_file *f = NULL;
+	if ((r = km_file_open(a->model, &f, &err)) < 0) {
 		log_error("%s", err.msg);
-		return 2;
+		return KILN_EXIT_USAGE;
 	}
-	km_config cfg = *km_l2c_config(f);
+	km_config cfg = *km_file_config(f);
 	if (a->seq > cfg.max_seq_len) {
 		log_error("--seq %d is longer than the model's context (%d)", a->seq,
 			  cfg.max_seq_len);
-		km_l2c_free(f);
-		return 2;
+		return KILN_EXIT_USAGE;
 	}
-	kmt_shard *sh = NULL;
+	_cleanup_(kmt_shard_freep) kmt_shard *sh = NULL;
 	if ((r = kmt_shard_open(a->data, cfg.vocab_size, &sh, &err)) < 0) {
 		log_error("%s", err.msg);
-		km_l2c_free(f);
-		return 2;
+		return KILN_EXIT_USAGE;
 	}
 	kk_backend *be = NULL;
 	kk_comm *comm = NULL;
 	kk_buffer *flag = NULL;
 	kmt_model *m = NULL;
 	kmt_sampler *s = NULL;
-	int ret = 1;
+	int ret = KILN_EXIT_FAILURE;
 	int32_t *tok = NULL, *tgt = NULL;
 	kmt_batch *mb = NULL;
 	if ((r = kk_backend_open(a->backend, &be)) < 0) {
@@ -409,10 +391,10 @@ static int run(const args *a)
 		goto out;
 	}
 	kmt_opts o = { .batch = a->batch, .seq_len = a->seq };
-	km_weight_source src = km_l2c_source(f);
+	km_weight_source src = km_file_source(f);
 	if ((r = kmt_model_new(be, &cfg, &o, &src, &m, &err)) < 0) {
 		log_error("%s", err.msg);
-		ret = r == -EINVAL ? 2 : 1;
+		ret = r == -EINVAL ? KILN_EXIT_USAGE : KILN_EXIT_FAILURE;
 		goto out;
 	}
 	kmt_cursor cur = { .seed = a->seed };
@@ -420,7 +402,7 @@ static int run(const args *a)
 		kmt_ckpt_state st;
 		if ((r = kmt_load(m, a->resume, &st, &err)) < 0) {
 			log_error("%s", err.msg);
-			ret = 2;
+			ret = KILN_EXIT_USAGE;
 			goto out;
 		}
 		cur = st.cursor;
@@ -433,7 +415,7 @@ static int run(const args *a)
 	}
 	if ((r = kmt_sampler_new(sh, a->batch, a->seq, rank, world, &cur, &s, &err)) < 0) {
 		log_error("%s", err.msg);
-		ret = 2;
+		ret = KILN_EXIT_USAGE;
 		goto out;
 	}
 	if (world > 1 && make_comm(be, rank, world, &comm) < 0)
@@ -519,7 +501,7 @@ static int run(const args *a)
 	}
 	if (rank == 0 && a->save && save(m, a->save, s, a->seed) < 0)
 		goto out;
-	ret = 0;
+	ret = KILN_EXIT_OK;
 out:
 	free(tok);
 	free(tgt);
@@ -529,16 +511,7 @@ out:
 	kk_buffer_free(flag);
 	kk_comm_free(comm);
 	kk_backend_free(be);
-	kmt_shard_free(sh);
-	km_l2c_free(f);
 	return ret;
 }
 
-int main(int argc, char **argv)
-{
-	args a;
-	int r = parse_args(argc, argv, &a);
-	if (r != 0)
-		return r > 0 ? 0 : 2;
-	return run(&a);
-}
+KILN_DEFINE_MAIN(prog, parse_argv, run)

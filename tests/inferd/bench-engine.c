@@ -196,12 +196,12 @@ int main(int argc, char **argv)
 
 	kk_backend *be = NULL;
 	kiln_error err;
-	km_l2c *f = NULL;
-	if (kk_backend_open("cpu", &be) < 0 || km_l2c_open(path, &f, &err) < 0) {
+	km_file *f = NULL;
+	if (kk_backend_open("cpu", &be) < 0 || km_file_open(path, &f, &err) < 0) {
 		fprintf(stderr, "cannot open the cpu backend or %s\n", path);
 		return 1;
 	}
-	km_weight_source src = km_l2c_source(f);
+	km_weight_source src = km_file_source(f);
 	printf("stories260K, cpu backend, %d requests (prompt 4..%d tokens, 32..128 generated, "
 	       "greedy)\n\n",
 	       N, PROMPT_MAX);
@@ -214,7 +214,7 @@ int main(int argc, char **argv)
 	km_model *m = NULL;
 	km_kvcache *c = NULL;
 	km_model_opts mo = { .weight_dtype = KK_F32, .max_tokens = 512, .max_seqs = 1 };
-	if (km_model_new(be, km_l2c_config(f), &mo, &src, &m, &err) < 0 ||
+	if (km_model_new(be, km_file_config(f), &mo, &src, &m, &err) < 0 ||
 	    km_kvcache_new(be, km_model_config(m), KK_F32, 64, 1, &c) < 0) {
 		fprintf(stderr, "model: %s\n", err.msg);
 		return 1;
@@ -237,7 +237,7 @@ int main(int argc, char **argv)
 				       .max_waiting = 256,
 				       .eos_token = -1 };
 		kiln_engine *e = NULL;
-		if (kiln_engine_new(be, km_l2c_config(f), &src, &o, &e, &err) < 0) {
+		if (kiln_engine_new(be, km_file_config(f), &src, &o, &e, &err) < 0) {
 			fprintf(stderr, "engine: %s\n", err.msg);
 			return 1;
 		}
@@ -292,7 +292,7 @@ int main(int argc, char **argv)
 				       .eos_token = -1,
 				       .prefix_caching = pc };
 		kiln_engine *e = NULL;
-		if (kiln_engine_new(be, km_l2c_config(f), &src, &o, &e, &err) < 0) {
+		if (kiln_engine_new(be, km_file_config(f), &src, &o, &e, &err) < 0) {
 			fprintf(stderr, "engine: %s\n", err.msg);
 			return 1;
 		}
@@ -316,7 +316,7 @@ int main(int argc, char **argv)
 		printf("%s\n", notes[k]);
 	for (size_t k = 0; k < ARRAY_SIZE(pruns); k++)
 		printf("%s\n", pnotes[k]);
-	km_l2c_free(f);
+	km_file_free(f);
 	kk_backend_free(be);
 	free(q);
 	return 0;

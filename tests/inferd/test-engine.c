@@ -176,10 +176,10 @@ static kiln_engine *track(kiln_engine *e)
 static kiln_engine *engine(int running, int step, int blocks, int waiting, int eos)
 {
 	kiln_error err = {};
-	km_l2c *f = NULL;
-	if (km_l2c_open(fixture, &f, &err) < 0)
+	km_file *f = NULL;
+	if (km_file_open(fixture, &f, &err) < 0)
 		fail_msg("%s", err.msg);
-	km_weight_source src = km_l2c_source(f);
+	km_weight_source src = km_file_source(f);
 	kiln_engine_opts o = { .weight_dtype = KK_F32,
 			       .max_running = running,
 			       .max_step_tokens = step,
@@ -187,8 +187,8 @@ static kiln_engine *engine(int running, int step, int blocks, int waiting, int e
 			       .max_waiting = waiting,
 			       .eos_token = eos };
 	kiln_engine *e = NULL;
-	int r = kiln_engine_new(be, km_l2c_config(f), &src, &o, &e, &err);
-	km_l2c_free(f);
+	int r = kiln_engine_new(be, km_file_config(f), &src, &o, &e, &err);
+	km_file_free(f);
 	if (r < 0)
 		fail_msg("kiln_engine_new: %s", err.msg);
 	return track(e);
@@ -640,9 +640,9 @@ static void test_prefix_tail_chunked(void **state)
 	NEED_FIXTURE();
 	kiln_engine *ea = engine(4, 128, 64, 8, -1);
 	kiln_error err = {};
-	km_l2c *f = NULL;
-	assert_int_equal(km_l2c_open(fixture, &f, &err), 0);
-	km_weight_source src = km_l2c_source(f);
+	km_file *f = NULL;
+	assert_int_equal(km_file_open(fixture, &f, &err), 0);
+	km_weight_source src = km_file_source(f);
 	kiln_engine_opts o = { .max_running = 2,
 			       .max_step_tokens = 16,
 			       .num_blocks = 64,
@@ -650,9 +650,9 @@ static void test_prefix_tail_chunked(void **state)
 			       .eos_token = -1,
 			       .prefix_caching = true };
 	kiln_engine *e = NULL;
-	assert_int_equal(kiln_engine_new(be, km_l2c_config(f), &src, &o, &e, &err), 0);
+	assert_int_equal(kiln_engine_new(be, km_file_config(f), &src, &o, &e, &err), 0);
 	track(e);
-	km_l2c_free(f);
+	km_file_free(f);
 	spec *s = calloc(2, sizeof(spec));
 	random_specs(s, 2, 1, 10, 10, false);
 	s[0].max_tokens = 40;
@@ -698,9 +698,9 @@ static void test_prefix_caching(void **state)
 	NEED_FIXTURE();
 	kiln_engine *ea = engine(4, 128, 64, 8, -1);
 	kiln_error err = {};
-	km_l2c *f = NULL;
-	assert_int_equal(km_l2c_open(fixture, &f, &err), 0);
-	km_weight_source src = km_l2c_source(f);
+	km_file *f = NULL;
+	assert_int_equal(km_file_open(fixture, &f, &err), 0);
+	km_weight_source src = km_file_source(f);
 	kiln_engine_opts o = { .max_running = 8,
 			       .max_step_tokens = 128,
 			       .num_blocks = 64,
@@ -708,9 +708,9 @@ static void test_prefix_caching(void **state)
 			       .eos_token = -1,
 			       .prefix_caching = true };
 	kiln_engine *e = NULL;
-	assert_int_equal(kiln_engine_new(be, km_l2c_config(f), &src, &o, &e, &err), 0);
+	assert_int_equal(kiln_engine_new(be, km_file_config(f), &src, &o, &e, &err), 0);
 	track(e);
-	km_l2c_free(f);
+	km_file_free(f);
 	enum { N = 6 };
 	spec *s = calloc(N, sizeof(spec));
 	random_specs(s, N, 1, 20, 40, false);
@@ -965,18 +965,18 @@ static void test_rejects(void **state)
 	engine_free(e);
 
 	/* Bad options. */
-	km_l2c *f = NULL;
-	assert_int_equal(km_l2c_open(fixture, &f, &err), 0);
-	km_weight_source src = km_l2c_source(f);
+	km_file *f = NULL;
+	assert_int_equal(km_file_open(fixture, &f, &err), 0);
+	km_weight_source src = km_file_source(f);
 	kiln_engine_opts o = { .max_running = 8, .max_step_tokens = 4 };
 	kiln_engine *x = NULL;
-	assert_int_equal(kiln_engine_new(be, km_l2c_config(f), &src, &o, &x, &err), -EINVAL);
+	assert_int_equal(kiln_engine_new(be, km_file_config(f), &src, &o, &x, &err), -EINVAL);
 	assert_string_equal(err.msg, "engine options: max_step_tokens 4 is below max_running 8 "
 				     "(every running sequence brings a token each step)");
 	o = (kiln_engine_opts){ .eos_token = 512 };
-	assert_int_equal(kiln_engine_new(be, km_l2c_config(f), &src, &o, &x, &err), -EINVAL);
+	assert_int_equal(kiln_engine_new(be, km_file_config(f), &src, &o, &x, &err), -EINVAL);
 	assert_null(x);
-	km_l2c_free(f);
+	km_file_free(f);
 }
 
 static void test_shutdown_in_flight(void **state)

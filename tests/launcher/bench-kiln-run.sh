@@ -31,7 +31,8 @@ cleanup() {
 }
 trap cleanup EXIT
 unset SLURM_JOB_ID
-export KILN_CONFIG=$T/none.cfg KILN_RUN_SECRET=bench-$$-$RANDOM
+# no cluster file (empty = not set; /etc/kiln/cluster.cfg must not exist)
+export KILN_CONFIG= KILN_RUN_SECRET=bench-$$-$RANDOM
 port() { $PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 now() { date +%s.%N; }
 # torchrun through a wrapper that fixes torch 1.13's launcher under Python 3.11.

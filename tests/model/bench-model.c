@@ -38,15 +38,15 @@ static void row(const char *impl, const char *dt, int batch, long tokens, double
 
 /* Prefills `batch` one-token prompts, then times `steps` greedy decode
  * steps over all of them; returns seconds or < 0. */
-static double bench_kiln(kk_backend *be, km_l2c *f, kk_dtype dt, int batch, int steps)
+static double bench_kiln(kk_backend *be, km_file *f, kk_dtype dt, int batch, int steps)
 {
 	kiln_error err = {};
-	km_weight_source src = km_l2c_source(f);
+	km_weight_source src = km_file_source(f);
 	km_model_opts o = { .weight_dtype = dt, .max_tokens = BATCH, .max_seqs = BATCH };
 	km_model *m = NULL;
 	km_kvcache *c = NULL;
 	double t = -1;
-	if (km_model_new(be, km_l2c_config(f), &o, &src, &m, &err) < 0) {
+	if (km_model_new(be, km_file_config(f), &o, &src, &m, &err) < 0) {
 		fprintf(stderr, "bench-model: %s\n", err.msg);
 		return -1;
 	}
@@ -97,14 +97,14 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	kk_backend *be = NULL;
-	km_l2c *f = NULL;
+	km_file *f = NULL;
 	kiln_error err = {};
 	int r = kk_backend_open("cpu", &be);
 	if (r < 0) {
 		fprintf(stderr, "bench-model: cannot open the cpu backend: %s\n", strerror(-r));
 		return 1;
 	}
-	if (km_l2c_open(path, &f, &err) < 0) {
+	if (km_file_open(path, &f, &err) < 0) {
 		fprintf(stderr, "bench-model: %s\n", err.msg);
 		kk_backend_free(be);
 		return 1;
@@ -153,7 +153,7 @@ int main(int argc, char **argv)
 		free(lg);
 		ref_free(ref);
 	}
-	km_l2c_free(f);
+	km_file_free(f);
 	kk_backend_free(be);
 	return rc;
 }

@@ -18,17 +18,17 @@ static void check_against_ref(kk_backend *be, const char *path, kk_dtype dt, kk_
 			      int steps, unsigned seed, double tol, double *worst, int *mismatch)
 {
 	kiln_error err = {};
-	km_l2c *f = NULL;
-	if (km_l2c_open(path, &f, &err) < 0)
+	km_file *f = NULL;
+	if (km_file_open(path, &f, &err) < 0)
 		fail_msg("%s", err.msg);
-	km_config cfg = *km_l2c_config(f);
+	km_config cfg = *km_file_config(f);
 	cfg.rope_mode = mode;
-	km_weight_source src = km_l2c_source(f);
+	km_weight_source src = km_file_source(f);
 	km_model_opts o = { .weight_dtype = dt, .max_tokens = 8, .max_seqs = 1 };
 	km_model *m = NULL;
 	if (km_model_new(be, &cfg, &o, &src, &m, &err) < 0)
 		fail_msg("km_model_new: %s", err.msg);
-	km_l2c_free(f);
+	km_file_free(f);
 	ref_model *r = ref_load(path);
 	assert_non_null(r);
 	ref_set_half_rope(r, mode == KK_ROPE_HALF);

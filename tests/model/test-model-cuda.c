@@ -78,14 +78,14 @@ static void test_batching(void **state)
 {
 	NEED_CUDA();
 	kiln_error err = {};
-	km_l2c *f = NULL;
-	assert_int_equal(km_l2c_open(rand_path, &f, &err), 0);
-	km_weight_source src = km_l2c_source(f);
+	km_file *f = NULL;
+	assert_int_equal(km_file_open(rand_path, &f, &err), 0);
+	km_weight_source src = km_file_source(f);
 	km_model_opts o = { .weight_dtype = KK_F32, .max_tokens = 64, .max_seqs = 4 };
 	km_model *m = NULL;
-	if (km_model_new(be, km_l2c_config(f), &o, &src, &m, &err) < 0)
+	if (km_model_new(be, km_file_config(f), &o, &src, &m, &err) < 0)
 		fail_msg("%s", err.msg);
-	km_l2c_free(f);
+	km_file_free(f);
 	enum { N = 4, GEN = 20 };
 	const int plen[N] = { 1, 16, 17, 9 }, join[N] = { 0, 0, 3, 8 }, gen[N] = { 20, 5, 12, 20 };
 	int32_t prompt[N][17], alone[N][GEN], got[N][GEN];
@@ -148,14 +148,14 @@ static void test_chunked_prefill(void **state)
 {
 	NEED_CUDA();
 	kiln_error err = {};
-	km_l2c *f = NULL;
-	assert_int_equal(km_l2c_open(rand_path, &f, &err), 0);
-	km_weight_source src = km_l2c_source(f);
+	km_file *f = NULL;
+	assert_int_equal(km_file_open(rand_path, &f, &err), 0);
+	km_weight_source src = km_file_source(f);
 	km_model_opts o = { .weight_dtype = KK_F32, .max_tokens = 64, .max_seqs = 2 };
 	km_model *m = NULL;
-	if (km_model_new(be, km_l2c_config(f), &o, &src, &m, &err) < 0)
+	if (km_model_new(be, km_file_config(f), &o, &src, &m, &err) < 0)
 		fail_msg("%s", err.msg);
-	km_l2c_free(f);
+	km_file_free(f);
 	const int V = km_model_config(m)->vocab_size;
 	enum { P = 40, GEN = 10 };
 	int32_t prompt[P], whole[GEN], chunked[GEN];
@@ -221,21 +221,21 @@ static void test_head_dim_8_refused(void **state)
 			    ? "tests/fixtures/stories260K.bin"
 			    : "../shared/fixtures/stories260K.bin";
 	kiln_error err = {};
-	km_l2c *f = NULL;
-	if (km_l2c_open(p, &f, &err) < 0) {
+	km_file *f = NULL;
+	if (km_file_open(p, &f, &err) < 0) {
 		print_message("# SKIP %s\n", err.msg);
 		skip();
 	}
-	km_weight_source src = km_l2c_source(f);
+	km_weight_source src = km_file_source(f);
 	km_model_opts o = { .weight_dtype = KK_F32, .max_tokens = 4, .max_seqs = 1 };
 	km_model *m = NULL;
-	assert_int_equal(km_model_new(be, km_l2c_config(f), &o, &src, &m, &err), -EOPNOTSUPP);
+	assert_int_equal(km_model_new(be, km_file_config(f), &o, &src, &m, &err), -EOPNOTSUPP);
 	assert_null(m);
 	assert_string_equal(err.msg, "attention: backend 'cuda' has no kernel for this model "
 				     "(head_dim 8, dtype f32); kk attention takes head dims "
 				     "1..128 on cpu, 64 and 128 on cuda: run it on a backend "
 				     "that has it (KILN_BACKEND=cpu)");
-	km_l2c_free(f);
+	km_file_free(f);
 }
 
 int main(void)

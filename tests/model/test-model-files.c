@@ -50,7 +50,7 @@
 
 static const char *fixture;
 static kk_backend *be;
-static km_config cfg; /* the fixture's, from km_l2c */
+static km_config cfg; /* the fixture's, from km_file */
 static int V;
 static int32_t toks[N_STEPS + 1]; /* BOS then the llama2.c path's greedy tokens */
 static float *ref_logits;	  /* [N_STEPS][V] */
@@ -217,12 +217,12 @@ static int group_setup(void **state)
 	if (!fixture)
 		return 0;
 	kiln_error err = {};
-	km_l2c *l = NULL;
-	if (km_l2c_open(fixture, &l, &err) < 0)
+	km_file *l = NULL;
+	if (km_file_open(fixture, &l, &err) < 0)
 		fail_msg("%s", err.msg);
-	cfg = *km_l2c_config(l);
+	cfg = *km_file_config(l);
 	V = cfg.vocab_size;
-	km_weight_source src = km_l2c_source(l);
+	km_weight_source src = km_file_source(l);
 	int64_t d = cfg.dim, h = cfg.hidden_dim, kv = (int64_t) cfg.n_kv_heads * cfg.head_dim;
 	T = calloc(3 + 9 * (size_t) cfg.n_layers, sizeof(*T));
 	assert_non_null(T);
@@ -242,7 +242,7 @@ static int group_setup(void **state)
 	toks[0] = 1;
 	forced(m, ref_logits, true);
 	km_model_free(m);
-	km_l2c_free(l);
+	km_file_free(l);
 	return 0;
 }
 
@@ -313,7 +313,7 @@ static void test_kiln_safetensors(void **state)
 	assert_true(agree == 1.0);
 }
 
-/* The llama2.c file itself through km_file (km_l2c underneath). */
+/* The llama2.c file itself through km_file (kmf's llama2.c reader underneath). */
 static void test_llama2c(void **state)
 {
 	NEED_FIXTURE();

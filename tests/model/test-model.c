@@ -83,15 +83,15 @@ static int group_teardown(void **state)
 static km_model *load(kk_dtype dt, int max_tokens, int max_seqs)
 {
 	kiln_error err = {};
-	km_l2c *f = NULL;
-	int r = km_l2c_open(fixture, &f, &err);
+	km_file *f = NULL;
+	int r = km_file_open(fixture, &f, &err);
 	if (r < 0)
 		fail_msg("%s", err.msg);
-	km_weight_source src = km_l2c_source(f);
+	km_weight_source src = km_file_source(f);
 	km_model_opts o = { .weight_dtype = dt, .max_tokens = max_tokens, .max_seqs = max_seqs };
 	km_model *m = NULL;
-	r = km_model_new(be, km_l2c_config(f), &o, &src, &m, &err);
-	km_l2c_free(f);
+	r = km_model_new(be, km_file_config(f), &o, &src, &m, &err);
+	km_file_free(f);
 	if (r < 0)
 		fail_msg("km_model_new(%s): %s", kk_dtype_name(dt), err.msg);
 	return m;
@@ -463,14 +463,14 @@ static int fakeq_read(void *ud, const char *name, float *dst, size_t count, kiln
 static km_model *load_fakeq(int qmax, int qmin, int group)
 {
 	kiln_error err = {};
-	km_l2c *l = NULL;
-	assert_int_equal(km_l2c_open(fixture, &l, &err), 0);
-	fakeq f = { km_l2c_source(l), qmax, qmin, group, km_l2c_config(l)->dim };
+	km_file *l = NULL;
+	assert_int_equal(km_file_open(fixture, &l, &err), 0);
+	fakeq f = { km_file_source(l), qmax, qmin, group, km_file_config(l)->dim };
 	km_weight_source src = { &f, fakeq_read };
 	km_model_opts o = { .weight_dtype = KK_F32, .max_tokens = 16, .max_seqs = 1 };
 	km_model *m = NULL;
-	int r = km_model_new(be, km_l2c_config(l), &o, &src, &m, &err);
-	km_l2c_free(l);
+	int r = km_model_new(be, km_file_config(l), &o, &src, &m, &err);
+	km_file_free(l);
 	if (r < 0)
 		fail_msg("%s", err.msg);
 	return m;
@@ -842,14 +842,14 @@ static void test_unshared_classifier(void **state)
 	close(fd);
 
 	kiln_error err = {};
-	km_l2c *f = NULL;
-	assert_int_equal(km_l2c_open(path, &f, &err), 0);
-	assert_false(km_l2c_config(f)->shared_classifier);
-	km_weight_source src = km_l2c_source(f);
+	km_file *f = NULL;
+	assert_int_equal(km_file_open(path, &f, &err), 0);
+	assert_false(km_file_config(f)->shared_classifier);
+	km_weight_source src = km_file_source(f);
 	km_model_opts o = { .weight_dtype = KK_F32, .max_tokens = 8, .max_seqs = 1 };
 	km_model *m = NULL;
-	assert_int_equal(km_model_new(be, km_l2c_config(f), &o, &src, &m, &err), 0);
-	km_l2c_free(f);
+	assert_int_equal(km_model_new(be, km_file_config(f), &o, &src, &m, &err), 0);
+	km_file_free(f);
 	ref_model *r2 = ref_load(path);
 	assert_non_null(r2);
 	unlink(path);
@@ -961,14 +961,20 @@ static char *write_variant(const char *name, int hdr_idx, int32_t val, long delt
 	return path;
 }
 
-static void expect_refused(const char *path, const char *msg_after_path)
+/* A llama2.c file has no magic: kmf recognises one only by the size its
+ * header implies, so a damaged one is "not a model file" with its size. */
+static void expect_refused(const char *path, long size)
 {
 	kiln_error err = {};
-	km_l2c *f = NULL;
-	assert_int_equal(km_l2c_open(path, &f, &err), -EINVAL);
+	km_file *f = NULL;
+	assert_int_equal(km_file_open(path, &f, &err), -EOPNOTSUPP);
 	assert_null(f);
 	char want[512];
-	snprintf(want, sizeof(want), "%s: %s", path, msg_after_path);
+	snprintf(want, sizeof(want),
+		 "%s: byte 0: not a model file kiln reads: no GGUF magic, no safetensors header (8-byte "
+		 "length then '{'), and the size (%ld bytes) is not the one a llama2.c header "
+		 "implies; check the path or re-export the model as safetensors or GGUF",
+		 path, size);
 	assert_string_equal(err.msg, want);
 }
 
@@ -976,54 +982,43 @@ static void test_bad_checkpoints(void **state)
 {
 	NEED_FIXTURE();
 	assert_non_null(mkdtemp(tmpdir));
-	expect_refused(write_variant("trunc.bin", -1, 0, -1000),
-		       "truncated: the file is 1055540 bytes, its header (dim 64, hidden 172, 5 "
-		       "layers, 8/4 heads, vocab 512, seq_len 512) implies 1056540");
-	expect_refused(write_variant("long.bin", -1, 0, 4),
-		       "size does not match header: the file is 1056544 bytes, its header (dim "
-		       "64, hidden 172, 5 layers, 8/4 heads, vocab 512, seq_len 512) implies "
-		       "1056540");
-	expect_refused(write_variant("tiny.bin", -1, 0, -1056530),
-		       "truncated: 10 bytes, a llama2.c header alone is 28");
-	expect_refused(write_variant("heads.bin", 3, 7, 0),
-		       "bad llama2.c header: n_heads = 7 does not divide dim = 64");
-	expect_refused(write_variant("vocab.bin", 5, 0, 0),
-		       "bad llama2.c header: vocab_size = 0, must be 1..2097152");
-	expect_refused(write_variant("kv.bin", 4, 3, 0),
-		       "bad llama2.c header: n_kv_heads = 3 must divide n_heads = 8");
-	expect_refused(write_variant("layers.bin", 2, -5, 0),
-		       "bad llama2.c header: n_layers = -5, must be 1..1024");
+	expect_refused(write_variant("trunc.bin", -1, 0, -1000), 1055540);
+	expect_refused(write_variant("long.bin", -1, 0, 4), 1056544);
+	expect_refused(write_variant("tiny.bin", -1, 0, -1056530), 10);
+	/* header fields that break the rules (n_heads 7 does not divide dim
+	 * 64, vocab 0, n_kv_heads 3, n_layers -5) */
+	expect_refused(write_variant("heads.bin", 3, 7, 0), 1056540);
+	expect_refused(write_variant("vocab.bin", 5, 0, 0), 1056540);
+	expect_refused(write_variant("kv.bin", 4, 3, 0), 1056540);
+	expect_refused(write_variant("layers.bin", 2, -5, 0), 1056540);
 	/* A negative vocab means an unshared classifier after the RoPE
 	 * tables: the same file is then short of vocab * dim floats. */
-	expect_refused(write_variant("unshared.bin", 5, -512, 0),
-		       "truncated: the file is 1056540 bytes, its header (dim 64, hidden 172, 5 "
-		       "layers, 8/4 heads, vocab 512, seq_len 512) implies 1187612");
+	expect_refused(write_variant("unshared.bin", 5, -512, 0), 1056540);
 	kiln_error err;
-	km_l2c *f = NULL;
+	km_file *f = NULL;
 	snprintf(err.msg, sizeof(err.msg), "x");
-	assert_int_equal(km_l2c_open("/nonexistent/m.bin", &f, &err), -ENOENT);
-	assert_string_equal(err.msg, "/nonexistent/m.bin: cannot open the checkpoint: No such "
-				     "file or directory");
+	assert_int_equal(km_file_open("/nonexistent/m.bin", &f, &err), -ENOENT);
+	assert_string_equal(err.msg, "/nonexistent/m.bin: cannot open: No such file or directory");
 	/* A good file: a tensor by the wrong count or name is refused. */
-	assert_int_equal(km_l2c_open(fixture, &f, &err), 0);
-	km_weight_source src = km_l2c_source(f);
+	assert_int_equal(km_file_open(fixture, &f, &err), 0);
+	km_weight_source src = km_file_source(f);
 	float x[64];
 	assert_int_equal(src.read(src.userdata, "norm.weight", x, 63, &err), -EINVAL);
 	assert_int_equal(src.read(src.userdata, "output.weight", x, 64, &err), -ENOENT);
 	assert_int_equal(src.read(src.userdata, "layers.5.ffn_norm.weight", x, 64, &err), -ENOENT);
 	assert_int_equal(src.read(src.userdata, "layers.4.ffn_norm.weight", x, 64, &err), 0);
-	km_l2c_free(f);
+	km_file_free(f);
 	/* Model options. */
-	assert_int_equal(km_l2c_open(fixture, &f, &err), 0);
+	assert_int_equal(km_file_open(fixture, &f, &err), 0);
 	km_model_opts o = { .weight_dtype = KK_Q4, .q4_group = 48, .max_tokens = 4, .max_seqs = 1 };
 	km_model *m = NULL;
-	assert_int_equal(km_model_new(be, km_l2c_config(f), &o, &src, &m, &err), -EINVAL);
+	assert_int_equal(km_model_new(be, km_file_config(f), &o, &src, &m, &err), -EINVAL);
 	assert_string_equal(err.msg, "model options: q4 group 48, must be 32, 64 or 128");
 	o.q4_group = 128;
-	assert_int_equal(km_model_new(be, km_l2c_config(f), &o, &src, &m, &err), -EINVAL);
+	assert_int_equal(km_model_new(be, km_file_config(f), &o, &src, &m, &err), -EINVAL);
 	assert_string_equal(err.msg, "model options: q4 needs dim (64) to be a multiple of the "
 				     "group (128); use i8 or a smaller group");
-	km_l2c_free(f);
+	km_file_free(f);
 	const char *names[] = { "trunc.bin", "long.bin", "tiny.bin",   "heads.bin",
 				"vocab.bin", "kv.bin",	 "layers.bin", "unshared.bin" };
 	char p[300];

@@ -3,7 +3,8 @@
 # every option the program parses; usage and input errors exit 2 with a
 # message; fine-tuning stories260K on a learnable shard lowers the loss;
 # save + resume gives a checkpoint byte-identical to training straight
-# through; and two ranks under kiln-run (standalone, kk cpu collectives)
+# through; --model also takes the safetensors checkpoint --save wrote; and
+# two ranks under kiln-run (standalone, kk cpu collectives)
 # train like one process with the doubled batch and write the same
 # checkpoint to within rounding.
 set -u
@@ -22,9 +23,8 @@ trap 'rm -rf "$tmp"' EXIT
 export KILN_LOG_PREFIX=0 KK_CPU_THREADS=1 OPENBLAS_NUM_THREADS=1
 unset RANK WORLD_SIZE MASTER_ADDR MASTER_PORT
 
-# --help names every long option of the option table.
-opts=$(sed -n '/static const struct option opts/,/^\t};/p' slurm/train/kiln-train.c |
-	grep -oE '\{ "[a-z-]+"' | tr -d '{" ')
+# --help names every long option of the option table (--dump-options).
+opts=$("$KT" --dump-options | awk -F'\t' '$1 == "option" { sub(/^--/, "", $2); print $2 }')
 missing=""
 help=$("$KT" --help)
 for o in $opts; do grep -q -- "--$o" <<<"$help" || missing="$missing $o"; done
@@ -37,7 +37,7 @@ out=$("$KT" -m x -d y --steps 0 2>&1); rc=$?
 check "--steps 0: exit 2" $([ $rc -eq 2 ] && grep -q -- "--steps '0': must be 1" <<<"$out"; echo $?)
 
 if [ -z "$MODEL" ] || [ ! -r "$MODEL" ]; then
-	for i in 1 2 3 4 5 6 7 8 9 10; do skip "stories260K.bin not found (set KM_TEST_MODEL)"; done
+	for i in 1 2 3 4 5 6 7 8 9 10 11; do skip "stories260K.bin not found (set KM_TEST_MODEL)"; done
 	tap_done; exit
 fi
 python3 tests/train/mk-shard.py "$tmp/data.tok" 20000 || exit 1
@@ -47,21 +47,30 @@ check "a corrupt shard: exit 2 naming file and byte" $([ $rc -eq 2 ] && grep -q 
 out=$("$KT" -m "$MODEL" -d "$tmp/data.tok" --seq 600 2>&1); rc=$?
 check "--seq beyond the context: exit 2" $([ $rc -eq 2 ] && grep -q "longer than the model's context (512)" <<<"$out"; echo $?)
 
-args=(-m "$MODEL" -d "$tmp/data.tok" -b 4 -t 32 --lr 3e-3 --warmup 3 --seed 5)
-"$KT" "${args[@]}" -n 30 -s "$tmp/straight.st" >"$tmp/straight.log" 2>&1; rc=$?
+args=(-m "$MODEL" -d "$tmp/data.tok" -b 4 --seq 32 --lr 3e-3 --warmup 3 --seed 5)
+"$KT" "${args[@]}" --steps 30 -s "$tmp/straight.st" >"$tmp/straight.log" 2>&1; rc=$?
 first=$(awk '/^kiln-train: step 1\/30 /{ print $5 }' "$tmp/straight.log")
 last=$(awk '/^kiln-train: step 30\/30 /{ print $5 }' "$tmp/straight.log")
 diag "fine-tuning loss: step 1 $first, step 30 $last"
 check "30 steps: exit 0, the loss halves" $([ $rc -eq 0 ] && [ -n "$first" ] && [ -n "$last" ] && awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a / 2) }'; echo $?)
 
-"$KT" "${args[@]}" -n 30 --stop-at 12 -s "$tmp/at12.st" >"$tmp/part.log" 2>&1
-"$KT" "${args[@]}" -n 30 -r "$tmp/at12.st" -s "$tmp/resumed.st" >"$tmp/resumed.log" 2>&1; rc=$?
+"$KT" "${args[@]}" --steps 30 --stop-at 12 -s "$tmp/at12.st" >"$tmp/part.log" 2>&1
+"$KT" "${args[@]}" --steps 30 -r "$tmp/at12.st" -s "$tmp/resumed.st" >"$tmp/resumed.log" 2>&1; rc=$?
 check "resumed at step 12 and ran to 30" $([ $rc -eq 0 ] && grep -q 'resumed .* at step 12 (epoch 0, batch 12)' "$tmp/resumed.log" && grep -q '^kiln-train: step 13/30' "$tmp/resumed.log"; echo $?)
 check "the resumed checkpoint is byte-identical to the straight one" $(cmp -s "$tmp/straight.st" "$tmp/resumed.st"; echo $?)
 
+# --model takes what --save wrote (safetensors, through km_file): training
+# goes on from the trained weights, so its first loss is already low.
+"$KT" -m "$tmp/straight.st" -d "$tmp/data.tok" -b 4 --seq 32 --lr 3e-3 --warmup 3 --seed 5 \
+	--steps 3 >"$tmp/from-st.log" 2>&1; rc=$?
+again=$(awk '/^kiln-train: step 1\/3 /{ print $5 }' "$tmp/from-st.log")
+diag "from the safetensors checkpoint: step 1 loss $again (from llama2.c: $first)"
+check "--model FILE.safetensors (a kiln-train checkpoint) trains on from its weights" $([ $rc -eq 0 ] && [ -n "$again" ] && [ -n "$first" ] && awk -v a="$first" -v b="$again" 'BEGIN { exit !(b < a / 2) }'; echo $?)
+[ $rc -eq 0 ] || sed 's/^/# /' "$tmp/from-st.log" | tail -5
+
 # Preemption: SIGUSR1 writes a checkpoint and training goes on; SIGTERM
 # writes one and stops with status 1; the run resumes from it.
-"$KT" "${args[@]}" -n 100000 -s "$tmp/sig.st" >"$tmp/sig.log" 2>&1 &
+"$KT" "${args[@]}" --steps 100000 -s "$tmp/sig.st" >"$tmp/sig.log" 2>&1 &
 pid=$!
 waitfor() { for _ in $(seq 1200); do grep -qE "$1" "$tmp/sig.log" && return 0; sleep 0.05; done; return 1; }
 waitfor '^kiln-train: step 3/' && kill -USR1 $pid
@@ -71,16 +80,16 @@ n=$(sed -nE 's/^kiln-train: stopped by a signal after step ([0-9]+).*/\1/p' "$tm
 saves=$(grep -c 'checkpoint .*sig.st written' "$tmp/sig.log")
 diag "signals: status $rc, $saves checkpoints, stopped after step ${n:-?}"
 check "SIGUSR1 checkpoints and goes on; SIGTERM checkpoints and exits 1" $([ $rc -eq 1 ] && [ "$saves" -eq 2 ] && [ -n "$n" ] && grep -q "^kiln-train: step $n: checkpoint" "$tmp/sig.log"; echo $?)
-out=$("$KT" "${args[@]}" -n $((${n:-0} + 1)) -r "$tmp/sig.st" 2>&1); rc=$?
+out=$("$KT" "${args[@]}" --steps $((${n:-0} + 1)) -r "$tmp/sig.st" 2>&1); rc=$?
 check "the run resumes from the SIGTERM checkpoint" $([ $rc -eq 0 ] && grep -q "at step ${n:-x} " <<<"$out" && grep -q "step $((${n:-0} + 1))/" <<<"$out"; echo $?)
 
 if [ ! -x "$KR" ]; then
 	skip "kiln-run not built"
 else
 	timeout 120 "$KR" --standalone --nproc-per-node 2 -- "$KT" -m "$MODEL" -d "$tmp/data.tok" \
-		-b 2 -t 32 --lr 3e-3 --warmup 3 --seed 5 -n 4 -s "$tmp/dp.st" >"$tmp/dp.log" 2>&1
+		-b 2 --seq 32 --lr 3e-3 --warmup 3 --seed 5 --steps 4 -s "$tmp/dp.st" >"$tmp/dp.log" 2>&1
 	rc=$?
-	"$KT" "${args[@]}" -n 4 -s "$tmp/one.st" >"$tmp/one.log" 2>&1
+	"$KT" "${args[@]}" --steps 4 -s "$tmp/one.st" >"$tmp/one.log" 2>&1
 	# Same global batches: rank r of 2 with B 2 takes what one rank with
 	# B 4 takes in its r-th half, so the losses agree (sum order aside).
 	l2=$(grep -oE 'step 4/4 loss [0-9.]+' "$tmp/dp.log" | awk '{ print $4 }')
@@ -111,8 +120,8 @@ else
 	skip "kiln-inferd or curl missing"
 fi
 # Two micro-batches of 2 accumulate to one batch of 4 (the same windows).
-[ -f "$tmp/one.log" ] || "$KT" "${args[@]}" -n 4 >"$tmp/one.log" 2>&1
-"$KT" "${args[@]}" -b 2 --accum 2 -n 4 >"$tmp/acc.log" 2>&1; rc=$?
+[ -f "$tmp/one.log" ] || "$KT" "${args[@]}" --steps 4 >"$tmp/one.log" 2>&1
+"$KT" "${args[@]}" -b 2 --accum 2 --steps 4 >"$tmp/acc.log" 2>&1; rc=$?
 la=$(grep -oE 'step 4/4 loss [0-9.]+' "$tmp/acc.log" | awk '{ print $4 }')
 l1=$(grep -oE 'step 4/4 loss [0-9.]+' "$tmp/one.log" | awk '{ print $4 }')
 diag "step 4 loss: --accum 2 x batch 2 $la, batch 4 $l1"

@@ -88,7 +88,7 @@ static kmt_model *random_model(const km_config *c, int batch, int T, uint64_t se
 {
 	kmt_opts o = { .batch = batch, .seq_len = T, .init_seed = seed, .init_std = 0.3f };
 	kmt_model *m = NULL;
-	kiln_error err = { 0 };
+	kiln_error err = {};
 	int r = kmt_model_new(be, c, &o, NULL, &m, &err);
 	if (r < 0)
 		print_message("kmt_model_new: %s\n", err.msg);
@@ -165,7 +165,7 @@ static void gradcheck(kk_rope_mode mode, bool shared, bool all)
 	tgt[4] = -5;
 	kmt_batch b = { .tokens = tok, .targets = tgt, .n_seqs = B };
 	kmt_stats st;
-	kiln_error err = { 0 };
+	kiln_error err = {};
 	assert_int_equal(kmt_forward_backward(m, &b, NULL, &st, &err), 0);
 	int count;
 	double l0 = rt_loss(ref, tok, tgt, B, T, &count);
@@ -243,11 +243,11 @@ static void test_loss_stories260k(void **state)
 		skip();
 	}
 	enum { B = 2, T = 40 };
-	km_l2c *f = NULL;
-	kiln_error err = { 0 };
-	assert_int_equal(km_l2c_open(path, &f, &err), 0);
-	const km_config *c = km_l2c_config(f);
-	km_weight_source src = km_l2c_source(f);
+	km_file *f = NULL;
+	kiln_error err = {};
+	assert_int_equal(km_file_open(path, &f, &err), 0);
+	const km_config *c = km_file_config(f);
+	km_weight_source src = km_file_source(f);
 	kmt_opts o = { .batch = B, .seq_len = T };
 	kmt_model *m = NULL;
 	assert_int_equal(kmt_model_new(be, c, &o, &src, &m, &err), 0);
@@ -288,7 +288,7 @@ static void test_loss_stories260k(void **state)
 	assert_true(fabs(st.loss - want) <= LOSS_RTOL * want);
 	rt_free(ref);
 	kmt_model_free(m);
-	km_l2c_free(f);
+	km_file_free(f);
 }
 
 /* ---- AdamW ---------------------------------------------------------------- */
@@ -331,7 +331,7 @@ static void adamw_reference(float clip)
 	}
 	assert_int_equal(off, n);
 	int32_t tok[B * T], tgt[B * T];
-	kiln_error err = { 0 };
+	kiln_error err = {};
 	int clipped = 0;
 	for (int s = 1; s <= ADAM_STEPS; s++) {
 		random_batch(tok, tgt, B * T, c.vocab_size);
@@ -445,7 +445,7 @@ static void test_overfit(void **state)
 	c.hidden_dim = 64;
 	kmt_opts oo = { .batch = B, .seq_len = T, .init_seed = 3 };
 	kmt_model *m = NULL;
-	kiln_error err = { 0 };
+	kiln_error err = {};
 	assert_int_equal(kmt_model_new(be, &c, &oo, NULL, &m, &err), 0);
 	const kmt_optim o = { .lr_max = 1e-2f,
 			      .lr_min = 1e-3f,
@@ -508,7 +508,7 @@ static int dp_rank(const char *id, int rank, int world, const char *out)
 	kk_backend *b = NULL;
 	kk_comm *comm = NULL;
 	kmt_model *m = NULL;
-	kiln_error err = { 0 };
+	kiln_error err = {};
 	km_config c = tiny_config(KK_ROPE_HALF, false);
 	/* Each rank initializes differently; kmt_sync_from makes them all
 	 * rank 0's (seed 77, what the single process uses). */
@@ -576,7 +576,7 @@ static void dp_world(int world)
 	km_config c = tiny_config(KK_ROPE_HALF, false);
 	kmt_opts o = { .batch = world * B, .seq_len = T, .init_seed = 77, .init_std = 0.3f };
 	kmt_model *m = NULL;
-	kiln_error err = { 0 };
+	kiln_error err = {};
 	assert_int_equal(kmt_model_new(be, &c, &o, NULL, &m, &err), 0);
 	int32_t tok[8 * B * T], tgt[8 * B * T];
 	for (int s = 0; s < DP_STEPS; s++) {
@@ -636,7 +636,7 @@ static int mismatch_rank(const char *id, int rank)
 	kk_backend *b = NULL;
 	kk_comm *comm = NULL;
 	kmt_model *m = NULL;
-	kiln_error err = { 0 };
+	kiln_error err = {};
 	km_config c = tiny_config(KK_ROPE_HALF, true);
 	kmt_opts o = { .batch = B, .seq_len = T, .init_seed = 1 };
 	if (kk_backend_open("cpu", &b) < 0 || kmt_model_new(b, &c, &o, NULL, &m, &err) < 0)
@@ -701,7 +701,7 @@ static void test_accumulation(void **state)
 	kmt_opts o4 = { .batch = 4, .seq_len = T, .init_seed = 9, .init_std = 0.3f },
 		 o2 = { .batch = 2, .seq_len = T, .init_seed = 9, .init_std = 0.3f };
 	kmt_model *big = NULL, *acc = NULL;
-	kiln_error err = { 0 };
+	kiln_error err = {};
 	assert_int_equal(kmt_model_new(be, &c, &o4, NULL, &big, &err), 0);
 	assert_int_equal(kmt_model_new(be, &c, &o2, NULL, &acc, &err), 0);
 	int32_t tok[4 * T], tgt[4 * T];
@@ -756,7 +756,7 @@ static void test_bad_batch(void **state)
 	kmt_model *m = random_model(&c, B, T, 1);
 	int32_t tok[B * T] = { 0 }, tgt[B * T] = { 0 };
 	kmt_batch b = { .tokens = tok, .targets = tgt, .n_seqs = B };
-	kiln_error err = { 0 };
+	kiln_error err = {};
 	kmt_stats st = { .loss = 42 };
 	tok[5] = 37;
 	assert_int_equal(kmt_forward_backward(m, &b, NULL, &st, &err), -EINVAL);
@@ -795,7 +795,7 @@ static void test_inference_source(void **state)
 	km_model_opts mo = { .weight_dtype = KK_F32, .max_tokens = 8, .max_seqs = 1 };
 	km_model *im = NULL;
 	km_kvcache *kv = NULL;
-	kiln_error err = { 0 };
+	kiln_error err = {};
 	assert_int_equal(km_model_new(be, &c, &mo, &src, &im, &err), 0);
 	assert_int_equal(km_kvcache_new(be, &c, KK_F32, 4, 1, &kv), 0);
 	int seq = km_kvcache_seq_new(kv);
