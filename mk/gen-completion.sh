@@ -120,7 +120,7 @@ data_function() { # FUNCTION-NAME
 			scope = $1; f = 2
 		}
 		if ($f == "option") {
-			if ($(f + 1) !~ /^--[A-Za-z0-9][A-Za-z0-9-]*$/ || $(f + 2) !~ /^(-[A-Za-z0-9])?$/) { bad = 1; exit }
+			if ($(f + 1) !~ /^--[A-Za-z0-9][A-Za-z0-9_-]*$/ || $(f + 2) !~ /^(-[A-Za-z0-9])?$/) { bad = 1; exit }
 			if (!(scope in opts)) order[++nscopes] = scope
 			opts[scope] = opts[scope] (opts[scope] == "" ? "" : " ") $(f + 1) ($(f + 2) == "" ? "" : " " $(f + 2))
 			if ($(f + 3) != "") {
