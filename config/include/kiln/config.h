@@ -271,6 +271,17 @@ typedef struct kiln_cfg_image {
 	bool nvidia;		  /* add Debian's NVIDIA driver + CUDA runtime (non-free) */
 } kiln_cfg_image;
 
+/* Thresholds of the Prometheus alert rules `kiln render kiln-alerts.yml`
+ * writes (docs/monitoring.md). */
+typedef struct kiln_cfg_monitoring {
+	uint64_t scrape_interval_usec; /* 15s */
+	uint64_t drained_for_usec;     /* 30m: KilnNodeDrained */
+	uint64_t throttle_for_usec;    /* 10m: KilnGPUThermalThrottling */
+	uint64_t healthd_down_for_usec; /* 5m: KilnHealthdDown */
+	int queue_waiting;		/* 512: KilnInferenceQueueSaturated */
+	uint64_t ttft_p99_usec;		/* 2s: KilnInferenceTTFTHigh */
+} kiln_cfg_monitoring;
+
 typedef struct kiln_cfg {
 	char *path; /* the file it came from */
 	kiln_cfg_cluster cluster;
@@ -285,6 +296,7 @@ typedef struct kiln_cfg {
 	kiln_cfg_launcher launcher;
 	kiln_cfg_inference inference;
 	kiln_cfg_image image;
+	kiln_cfg_monitoring monitoring;
 } kiln_cfg;
 
 /* ---- loading --------------------------------------------------------- */
