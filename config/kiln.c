@@ -117,8 +117,8 @@ static const kiln_prog render_prog = {
 		  "  hosts          an /etc/hosts for the cluster\n"
 		  "  node-env       KEY=VALUE identity and services of one node (needs --node)\n"
 		  "  image-env      the image section as KILN_IMAGE_* shell variables\n"
-		  "  prometheus.yml Prometheus scrape configuration: every kiln-healthd and kiln-inferd\n"
-		  "  kiln-alerts.yml  Prometheus alert rules with the monitoring thresholds\n"
+		  "  prometheus.yml Prometheus scrape configuration (kiln-healthd, kiln-inferd)\n"
+		  "  kiln-alerts.yml Prometheus alert rules with the monitoring thresholds\n"
 		  "  prometheus     prometheus.yml and kiln-alerts.yml into DIR (needs -o DIR)\n"
 		  "  all            every target into DIR, node-env into DIR/node-env/NAME\n",
 	.args_complete = "slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts node-env "
@@ -585,7 +585,8 @@ static int verb_render(int argc, char **argv)
 		kiln_strbuf_init(&b);
 		for (size_t i = 0; kiln_cfg_render_targets[i]; i++)
 			kiln_strbuf_printf(&b, "%s ", kiln_cfg_render_targets[i]);
-		return usage_error(&render_prog, "Unknown render target '%s'; one of %sprometheus all.", t,
+		return usage_error(&render_prog,
+				   "Unknown render target '%s'; one of %sprometheus all.", t,
 				   strempty(b.s));
 	}
 	if (streq(t, "node-env") && !arg_node)

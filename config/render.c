@@ -21,8 +21,8 @@
 #include "kiln/strbuf.h"
 
 const char *const kiln_cfg_render_targets[] = {
-	"slurm.conf", "gres.conf", "cgroup.conf", "dnsmasq.conf", "boot.ipxe",
-	"hosts",      "node-env",  "image-env",	  "prometheus.yml", "kiln-alerts.yml", NULL,
+	"slurm.conf", "gres.conf", "cgroup.conf",    "dnsmasq.conf",	"boot.ipxe", "hosts",
+	"node-env",   "image-env", "prometheus.yml", "kiln-alerts.yml", NULL,
 };
 
 static void header(kiln_strbuf *b, const kiln_cfg *c, const char *comment, const char *what)
@@ -482,7 +482,8 @@ static void model_name(kiln_strbuf *b, const char *path)
 static void scrape_target(kiln_strbuf *b, const kiln_cfg_node *n, int port, const char *model)
 {
 	char a[16];
-	kiln_strbuf_printf(b, "      - targets: ['%s:%d']\n", kiln_format_ipv4(a, n->address), port);
+	kiln_strbuf_printf(b, "      - targets: ['%s:%d']\n", kiln_format_ipv4(a, n->address),
+			   port);
 	kiln_strbuf_printf(b, "        labels: {node: '%s'", n->name);
 	if (model) {
 		kiln_strbuf_append(b, ", model: ");
@@ -538,8 +539,8 @@ static void alert_head(kiln_strbuf *b, const char *name)
 	kiln_strbuf_printf(b, "      - alert: %s\n        expr: ", name);
 }
 
-static void alert_tail(kiln_strbuf *b, uint64_t for_usec, const char *severity,
-		       const char *summary, const char *description)
+static void alert_tail(kiln_strbuf *b, uint64_t for_usec, const char *severity, const char *summary,
+		       const char *description)
 {
 	kiln_strbuf_append(b, "\n");
 	if (for_usec) {
@@ -600,8 +601,9 @@ static int render_alerts(const kiln_cfg *c, kiln_strbuf *b)
 			   "query }}{{ . | first | label \"reason\" }}{{ else }}kiln: the node is "
 			   "unhealthy{{ end }}");
 	} else
-		kiln_strbuf_append(b, "      # no KilnNodeDrained: health.drain is false, kiln-healthd "
-				      "drains nothing\n");
+		kiln_strbuf_append(
+			b, "      # no KilnNodeDrained: health.drain is false, kiln-healthd "
+			   "drains nothing\n");
 
 	kiln_strbuf_append(b, "  - name: kiln-healthd\n    rules:\n");
 	alert_head(b, "KilnHealthdDown");
@@ -615,9 +617,9 @@ static int render_alerts(const kiln_cfg *c, kiln_strbuf *b)
 	kiln_strbuf_append(b, "  - name: kiln-inferd\n    rules:\n");
 	alert_head(b, "KilnInferenceRejecting");
 	kiln_strbuf_append(b, "increase(kiln_inferd_num_requests_rejected_total[5m]) > 0");
-	alert_tail(b, 0, "warning",
-		   "kiln-inferd on {{ $labels.node }} answers 429 (queue full)",
-		   "{{ $value | humanize }} requests were refused with 429 in 5 minutes because the queue "
+	alert_tail(b, 0, "warning", "kiln-inferd on {{ $labels.node }} answers 429 (queue full)",
+		   "{{ $value | humanize }} requests were refused with 429 in 5 minutes because "
+		   "the queue "
 		   "was full: add inference nodes or lower the load.");
 
 	alert_head(b, "KilnInferenceQueueSaturated");

@@ -346,11 +346,11 @@ static void publish(manager *m)
 	kiln_metrics_init(&km, &b);
 	/* the reason kiln drains the node for, for dashboards (docs/monitoring.md) */
 	kiln_metrics_family(&km, "kiln_node_drain", KILN_METRIC_GAUGE,
-			    "1 while the node is unhealthy: kiln drains it in Slurm with this reason "
-			    "(health.drain).");
+			    "1 while the node is unhealthy, with the reason kiln drains it for in "
+			    "Slurm (health.drain).");
 	if (drain)
-		kiln_metrics_sample(&km, (const char *[]){ "Hostname", m->host, "reason", reason, NULL },
-				    1);
+		kiln_metrics_sample(
+			&km, (const char *[]){ "Hostname", m->host, "reason", reason, NULL }, 1);
 	if (m->slurm) {
 		kiln_metrics_family(&km, "kiln_slurm_reachable", KILN_METRIC_GAUGE,
 				    "Whether slurmctld answered the last request.");

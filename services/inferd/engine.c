@@ -930,8 +930,9 @@ int kiln_engine_metrics(kiln_engine *e, kiln_metrics *m)
 	kiln_metrics_family(m, "kiln_inferd_prefix_cache_hits_total", KILN_METRIC_COUNTER,
 			    "Prompt tokens shared from a running sequence instead of prefilled.");
 	kiln_metrics_sample(m, NULL, (double) s.prefix_hits);
-	kiln_metrics_family(m, "kiln_inferd_num_requests_rejected_total", KILN_METRIC_COUNTER,
-			    "Requests refused because max_waiting requests were queued (HTTP 429).");
+	kiln_metrics_family(
+		m, "kiln_inferd_num_requests_rejected_total", KILN_METRIC_COUNTER,
+		"Requests refused because max_waiting requests were queued (HTTP 429).");
 	kiln_metrics_sample(m, NULL, (double) s.requests_rejected);
 	kiln_metrics_family(m, "kiln_inferd_request_success_total", KILN_METRIC_COUNTER,
 			    "Finished requests by finish reason.");

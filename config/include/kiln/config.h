@@ -274,9 +274,9 @@ typedef struct kiln_cfg_image {
 /* Thresholds of the Prometheus alert rules `kiln render kiln-alerts.yml`
  * writes (docs/monitoring.md). */
 typedef struct kiln_cfg_monitoring {
-	uint64_t scrape_interval_usec; /* 15s */
-	uint64_t drained_for_usec;     /* 30m: KilnNodeDrained */
-	uint64_t throttle_for_usec;    /* 10m: KilnGPUThermalThrottling */
+	uint64_t scrape_interval_usec;	/* 15s */
+	uint64_t drained_for_usec;	/* 30m: KilnNodeDrained */
+	uint64_t throttle_for_usec;	/* 10m: KilnGPUThermalThrottling */
 	uint64_t healthd_down_for_usec; /* 5m: KilnHealthdDown */
 	int queue_waiting;		/* 512: KilnInferenceQueueSaturated */
 	uint64_t ttft_p99_usec;		/* 2s: KilnInferenceTTFTHigh */
