@@ -4,6 +4,7 @@
  *   kiln [-c FILE] show nodes [--json] | node NAME [--json] | --defaults
  *   kiln [-c FILE] render TARGET [-o PATH] [--node NAME]
  *   kiln [-c FILE] render all -o DIR
+ *   kiln [-c FILE] render prometheus -o DIR   (prometheus.yml + kiln-alerts.yml)
  *   kiln model inspect FILE [--json]        (config/kiln-model.c)
  *   kiln tokenize FILE [--text S | --ids L] (config/kiln-tokenize.c)
  *
@@ -69,7 +70,7 @@ static const kiln_option render_options[] = {
 	KILN_OPTION_CONFIG,
 	{ "output", 'o', "PATH",
 	  "write PATH atomically instead of standard output\n"
-	  "(a directory for render all; \"-\": standard output)",
+	  "(a directory for render all and prometheus; \"-\": standard output)",
 	  "file" },
 	{ "node", KILN_OPT_NODE, "NAME", "the node for render node-env (the head node works too)",
 	  "node" },
@@ -106,6 +107,7 @@ static const kiln_prog render_prog = {
 	.name = "kiln render",
 	.summary = "write a file generated from the cluster file",
 	.usage = "kiln [-c FILE] render TARGET [-o PATH] [--node NAME]\n"
+		 "kiln [-c FILE] render prometheus -o DIR\n"
 		 "kiln [-c FILE] render all -o DIR",
 	.options = render_options,
 	.epilog = "Targets:\n"
