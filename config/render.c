@@ -450,11 +450,12 @@ static void prom_duration(kiln_strbuf *b, uint64_t usec)
 	kiln_strbuf_printf(b, "%llums", (unsigned long long) ms);
 }
 
-/* A YAML single-quoted scalar: only ' needs escaping (as ''). */
-static void yaml_quote(kiln_strbuf *b, const char *s)
+/* A YAML single-quoted scalar of the first n bytes of s: only ' needs
+ * escaping (as ''). */
+static void yaml_quote_n(kiln_strbuf *b, const char *s, size_t n)
 {
 	kiln_strbuf_append(b, "'");
-	for (const char *p = s; *p; p++)
+	for (const char *p = s; p < s + n; p++)
 		if (*p == '\'')
 			kiln_strbuf_append(b, "''");
 		else
@@ -462,21 +463,9 @@ static void yaml_quote(kiln_strbuf *b, const char *s)
 	kiln_strbuf_append(b, "'");
 }
 
-/* The name kiln-inferd serves its model under: the model path's last
- * component (kiln-inferd's default when --name is not given). */
-static void model_name(kiln_strbuf *b, const char *path)
+static void yaml_quote(kiln_strbuf *b, const char *s)
 {
-	size_t n = strlen(path);
-	while (n > 1 && path[n - 1] == '/')
-		n--;
-	size_t start = n;
-	while (start > 0 && path[start - 1] != '/')
-		start--;
-	_cleanup_free_ char *name = strndup(path + start, n - start);
-	if (name)
-		yaml_quote(b, name);
-	else
-		kiln_strbuf_append(b, "''"); /* the strbuf has no error to carry ENOMEM */
+	yaml_quote_n(b, s, strlen(s));
 }
 
 static void scrape_target(kiln_strbuf *b, const kiln_cfg_node *n, int port, const char *model)
@@ -484,10 +473,19 @@ static void scrape_target(kiln_strbuf *b, const kiln_cfg_node *n, int port, cons
 	char a[16];
 	kiln_strbuf_printf(b, "      - targets: ['%s:%d']\n", kiln_format_ipv4(a, n->address),
 			   port);
-	kiln_strbuf_printf(b, "        labels: {node: '%s'", n->name);
+	kiln_strbuf_append(b, "        labels: {node: ");
+	yaml_quote(b, n->name);
 	if (model) {
+		/* the name kiln-inferd serves the model under: the path's last
+		 * component (its default when --name is not given) */
+		size_t end = strlen(model);
+		while (end > 1 && model[end - 1] == '/')
+			end--;
+		size_t start = end;
+		while (start > 0 && model[start - 1] != '/')
+			start--;
 		kiln_strbuf_append(b, ", model: ");
-		model_name(b, model);
+		yaml_quote_n(b, model + start, end - start);
 	}
 	kiln_strbuf_append(b, "}\n");
 }
