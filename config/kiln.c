@@ -4,6 +4,7 @@
  *   kiln [-c FILE] show nodes [--json] | node NAME [--json] | --defaults
  *   kiln [-c FILE] render TARGET [-o PATH] [--node NAME]
  *   kiln [-c FILE] render all -o DIR
+ *   kiln [-c FILE] render prometheus -o DIR   (prometheus.yml + kiln-alerts.yml)
  *   kiln model inspect FILE [--json]        (config/kiln-model.c)
  *   kiln tokenize FILE [--text S | --ids L] (config/kiln-tokenize.c)
  *
@@ -69,7 +70,7 @@ static const kiln_option render_options[] = {
 	KILN_OPTION_CONFIG,
 	{ "output", 'o', "PATH",
 	  "write PATH atomically instead of standard output\n"
-	  "(a directory for render all; \"-\": standard output)",
+	  "(a directory for render all and prometheus; \"-\": standard output)",
 	  "file" },
 	{ "node", KILN_OPT_NODE, "NAME", "the node for render node-env (the head node works too)",
 	  "node" },
@@ -106,6 +107,7 @@ static const kiln_prog render_prog = {
 	.name = "kiln render",
 	.summary = "write a file generated from the cluster file",
 	.usage = "kiln [-c FILE] render TARGET [-o PATH] [--node NAME]\n"
+		 "kiln [-c FILE] render prometheus -o DIR\n"
 		 "kiln [-c FILE] render all -o DIR",
 	.options = render_options,
 	.epilog = "Targets:\n"
@@ -117,9 +119,12 @@ static const kiln_prog render_prog = {
 		  "  hosts          an /etc/hosts for the cluster\n"
 		  "  node-env       KEY=VALUE identity and services of one node (needs --node)\n"
 		  "  image-env      the image section as KILN_IMAGE_* shell variables\n"
+		  "  prometheus.yml Prometheus scrape configuration (kiln-healthd, kiln-inferd)\n"
+		  "  kiln-alerts.yml Prometheus alert rules with the monitoring thresholds\n"
+		  "  prometheus     prometheus.yml and kiln-alerts.yml into DIR (needs -o DIR)\n"
 		  "  all            every target into DIR, node-env into DIR/node-env/NAME\n",
 	.args_complete = "slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts node-env "
-			 "image-env all",
+			 "image-env prometheus.yml kiln-alerts.yml prometheus all",
 };
 
 /* ---- parsing ------------------------------------------------------------ */
@@ -547,6 +552,28 @@ static int render_all(const kiln_cfg *c)
 	return KILN_EXIT_OK;
 }
 
+/* render prometheus -o DIR: the scrape configuration and the rules it names,
+ * side by side (prometheus.yml finds kiln-alerts.yml relative to itself). */
+static int render_prometheus_dir(const kiln_cfg *c)
+{
+	if (!arg_output || streq(arg_output, "-"))
+		return usage_error(&render_prog,
+				   "render prometheus needs -o DIR (render prometheus.yml or "
+				   "kiln-alerts.yml writes one file to standard output).");
+	int r = mkdir_p(arg_output);
+	if (r < 0)
+		return log_error_errno(r, "Failed to create '%s': %m", arg_output);
+	static const char *const files[] = { "prometheus.yml", "kiln-alerts.yml" };
+	for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+		r = render_to(c, files[i], NULL, arg_output, files[i]);
+		if (r < 0)
+			return r;
+	}
+	if (!arg_quiet)
+		printf("Wrote %zu files to %s\n", ARRAY_SIZE(files), arg_output);
+	return KILN_EXIT_OK;
+}
+
 static int verb_render(int argc, char **argv)
 {
 	int r = parse_options(&render_prog, argc, argv);
@@ -555,12 +582,13 @@ static int verb_render(int argc, char **argv)
 	if (argc - optind != 1)
 		return usage_error(&render_prog, "render needs exactly one TARGET (or all).");
 	const char *t = argv[optind];
-	if (!streq(t, "all") && !is_target(t)) {
+	if (!streq(t, "all") && !streq(t, "prometheus") && !is_target(t)) {
 		_cleanup_(kiln_strbuf_freep) kiln_strbuf b;
 		kiln_strbuf_init(&b);
 		for (size_t i = 0; kiln_cfg_render_targets[i]; i++)
 			kiln_strbuf_printf(&b, "%s ", kiln_cfg_render_targets[i]);
-		return usage_error(&render_prog, "Unknown render target '%s'; one of %sall.", t,
+		return usage_error(&render_prog,
+				   "Unknown render target '%s'; one of %sprometheus all.", t,
 				   strempty(b.s));
 	}
 	if (streq(t, "node-env") && !arg_node)
@@ -574,6 +602,8 @@ static int verb_render(int argc, char **argv)
 		return kiln_exit_for_config(r);
 	if (streq(t, "all"))
 		return render_all(c);
+	if (streq(t, "prometheus"))
+		return render_prometheus_dir(c);
 	_cleanup_free_ char *text = NULL;
 	r = kiln_cfg_render(c, t, arg_node, &text);
 	if (r == -ENXIO) {

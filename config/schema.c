@@ -326,6 +326,30 @@ static const kiln_cfg_key schema[] = {
 	{ "image.nvidia", KILN_CFG_BOOL, false, "false", "true",
 	  "Add Debian's NVIDIA driver (non-free) and the CUDA runtime libraries to the image.",
 	  R(image.nvidia), NR },
+
+	/* Thresholds of the alert rules (kiln render kiln-alerts.yml, docs/monitoring.md). */
+	{ "monitoring", KILN_CFG_GROUP, false, NULL, NULL,
+	  "Prometheus scrape interval and alert thresholds (kiln render prometheus).", NOF, NR },
+	{ "monitoring.scrape_interval", KILN_CFG_DURATION, false, "\"15s\"", "\"30s\"",
+	  "How often Prometheus scrapes kiln-healthd and kiln-inferd.",
+	  R(monitoring.scrape_interval_usec), NR },
+	{ "monitoring.drained_for", KILN_CFG_DURATION, false, "\"30m\"", "\"1h\"",
+	  "KilnNodeDrained fires when kiln-healthd has drained a node this long.",
+	  R(monitoring.drained_for_usec), NR },
+	{ "monitoring.throttle_for", KILN_CFG_DURATION, false, "\"10m\"", "\"5m\"",
+	  "KilnGPUThermalThrottling fires when a GPU's clocks are thermally slowed this long.",
+	  R(monitoring.throttle_for_usec), NR },
+	{ "monitoring.healthd_down_for", KILN_CFG_DURATION, false, "\"5m\"", "\"2m\"",
+	  "KilnHealthdDown fires when a node's kiln-healthd cannot be scraped this long.",
+	  R(monitoring.healthd_down_for_usec), NR },
+	{ "monitoring.queue_waiting", KILN_CFG_INT, false, "512", "256",
+	  "KilnInferenceQueueSaturated fires when more requests than this wait in a kiln-inferd "
+	  "queue for 5 minutes.",
+	  R(monitoring.queue_waiting), RANGE(1, 1000000) },
+	{ "monitoring.ttft_p99", KILN_CFG_DURATION, false, "\"2s\"", "\"500ms\"",
+	  "KilnInferenceTTFTHigh fires when a model's p99 time to first token stays above this "
+	  "for 10 minutes.",
+	  R(monitoring.ttft_p99_usec), NR },
 };
 
 const kiln_cfg_key *kiln_cfg_schema(size_t *ret_n)

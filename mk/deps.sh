@@ -20,7 +20,8 @@ PKGS=(
 	# real parts the tests start
 	slurmctld slurmd slurm-client munge
 	dnsmasq-base        # dnsmasq --test on rendered configs
-	prometheus          # promtool check metrics
+	prometheus          # promtool: check metrics, check/test rules, check config (tests/monitoring)
+	python3-yaml        # tests/monitoring reads the rendered Prometheus files
 	python3-torch python3-numpy  # PyTorch workers against kiln's store (torch 1.13, CPU)
 	iproute2 util-linux procps psmisc curl systemd
 	jq                  # kiln model inspect --json checks; test-inferd.sh replies

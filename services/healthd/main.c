@@ -340,8 +340,17 @@ static void publish(manager *m)
 	_cleanup_strbuf_ kiln_strbuf b;
 	kiln_strbuf_init(&b);
 	hd_metrics_render(&m->node, m->host, &b);
+	char reason[HD_SLURM_REASON_MAX];
+	bool drain = hd_node_drain_reason(&m->node, reason, sizeof(reason));
 	kiln_metrics km;
 	kiln_metrics_init(&km, &b);
+	/* the reason kiln drains the node for, for dashboards (docs/monitoring.md) */
+	kiln_metrics_family(&km, "kiln_node_drain", KILN_METRIC_GAUGE,
+			    "1 while the node is unhealthy, with the reason kiln drains it for in "
+			    "Slurm (health.drain).");
+	if (drain)
+		kiln_metrics_sample(
+			&km, (const char *[]){ "Hostname", m->host, "reason", reason, NULL }, 1);
 	if (m->slurm) {
 		kiln_metrics_family(&km, "kiln_slurm_reachable", KILN_METRIC_GAUGE,
 				    "Whether slurmctld answered the last request.");
@@ -358,8 +367,6 @@ static void publish(manager *m)
 		free(m->metrics);
 		m->metrics = txt;
 	}
-	char reason[HD_SLURM_REASON_MAX];
-	bool drain = hd_node_drain_reason(&m->node, reason, sizeof(reason));
 	bool resume_ok = m->node.state == HD_HEALTHY && m->node.healthy_since_usec &&
 			 now - m->node.healthy_since_usec >= m->s.recover_after_usec;
 	if (m->slurm)

@@ -108,6 +108,7 @@ struct kiln_engine {
 	/* counters (under lock) */
 	uint64_t finished[4], prompt_tokens, prefill_tokens, generated, preemptions, steps;
 	uint64_t prefix_queries, prefix_hits;
+	uint64_t rejected; /* submits refused with -EAGAIN: the queue was full */
 	kiln_histogram ttft, itl, e2e;
 	/* The cache's free blocks as of the scheduler's last turn under the
 	 * lock: the cache itself changes outside it (km_forward appends), so
@@ -791,6 +792,8 @@ int kiln_engine_submit(kiln_engine *e, const kiln_engine_request *q, kiln_error 
 			    "request %llu: %d requests are waiting already (the limit); retry "
 			    "later",
 			    (unsigned long long) id, e->n_waiting);
+	if (rc == -EAGAIN)
+		e->rejected++;
 	if (rc == 0) {
 		wq_push_back(e, r);
 		e->prompt_tokens += (uint64_t) q->n_prompt;
@@ -879,6 +882,7 @@ void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *ret)
 	s.steps = e->steps;
 	s.prefix_queries = e->prefix_queries;
 	s.prefix_hits = e->prefix_hits;
+	s.requests_rejected = e->rejected;
 	s.kv_blocks_total = e->num_blocks;
 	s.kv_blocks_used = e->num_blocks - e->kv_free;
 	pthread_mutex_unlock(&e->lock);
@@ -926,6 +930,10 @@ int kiln_engine_metrics(kiln_engine *e, kiln_metrics *m)
 	kiln_metrics_family(m, "kiln_inferd_prefix_cache_hits_total", KILN_METRIC_COUNTER,
 			    "Prompt tokens shared from a running sequence instead of prefilled.");
 	kiln_metrics_sample(m, NULL, (double) s.prefix_hits);
+	kiln_metrics_family(
+		m, "kiln_inferd_num_requests_rejected_total", KILN_METRIC_COUNTER,
+		"Requests refused because max_waiting requests were queued (HTTP 429).");
+	kiln_metrics_sample(m, NULL, (double) s.requests_rejected);
 	kiln_metrics_family(m, "kiln_inferd_request_success_total", KILN_METRIC_COUNTER,
 			    "Finished requests by finish reason.");
 	for (int f = 0; f < 4; f++)

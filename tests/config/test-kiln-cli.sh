@@ -68,7 +68,7 @@ for ex in demo dgx-pod; do
 	else
 		fail "$ex.cfg: render all matches tests/config/golden/$ex" "$(head -40 "$tmp/diff")"
 	fi
-	for t in slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts; do
+	for t in slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts prometheus.yml kiln-alerts.yml; do
 		if "$KILN" -c "$cfg" render "$t" >"$tmp/one" && cmp -s "$tmp/one" "tests/config/golden/$ex/$t"; then
 			ok "$ex.cfg: render $t to stdout matches golden"
 		else
@@ -149,7 +149,7 @@ rc=$?
 "$KILN" render --help >"$tmp/out" 2>&1
 rc=$?
 missing=""
-for t in slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts node-env image-env all; do
+for t in slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts node-env image-env prometheus.yml kiln-alerts.yml prometheus all; do
 	grep -qE "^  $t " "$tmp/out" || missing="$missing $t"
 done
 [ $rc -eq 0 ] && [ -z "$missing" ] && grep -q -- "--output" "$tmp/out" && ok "render --help lists the targets and render's options" ||

@@ -892,6 +892,9 @@ static void test_queue_full(void **state)
 	assert_int_equal(submit(e, &s, &r[5], 5, &err), -EAGAIN);
 	assert_string_equal(err.msg,
 			    "request 5: 4 requests are waiting already (the limit); retry later");
+	kiln_engine_stats st;
+	kiln_engine_get_stats(e, &st);
+	assert_int_equal(st.requests_rejected, 1); /* kiln_inferd_num_requests_rejected_total */
 	open_gate();
 	wait_finished(5);
 	for (int i = 0; i <= 4; i++)

@@ -154,6 +154,7 @@ typedef struct kiln_engine_stats {
 	uint64_t prefix_queries; /* prompt tokens looked up (prefix_caching) */
 	uint64_t prefix_hits;	 /* of those, tokens shared instead of prefilled */
 	int kv_blocks_total, kv_blocks_used;
+	uint64_t requests_rejected; /* refused: the queue was full (HTTP 429) */
 } kiln_engine_stats;
 
 void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *ret);
