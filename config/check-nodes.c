@@ -70,6 +70,17 @@ ssize_t kiln_cfg__node_index(loader *L, const char *name)
 	return -1;
 }
 
+ssize_t kiln_cfg__listed_node(loader *L, const char *name, int line, const char *path,
+			      const char *what)
+{
+	ssize_t ni = kiln_cfg__node_index(L, name);
+	if (ni >= 0 || L->nodes_incomplete || kiln_cfg__errors_full(L))
+		return ni;
+	_cleanup_free_ char *h = kiln_cfg__hint_from(name, L->node_names);
+	kiln_cfg__add_error(L, line, path, h, "unknown %s \"%s\"", what, name);
+	return ni;
+}
+
 /* Expands a hostlist, reporting why it cannot be. */
 int kiln_cfg__expand_hostlist(loader *L, int line, const char *path, const char *s, char ***ret,
 			      size_t *ret_n)
@@ -92,47 +103,70 @@ int kiln_cfg__expand_hostlist(loader *L, int line, const char *path, const char 
 	return r;
 }
 
-/* Reads node_groups[gi].addresses into g->addresses (n_hosts of them). */
-static void group_addresses(loader *L, size_t gi, const char *gpath)
+/* node_groups[].addresses written as a range "FIRST-LAST" for n_hosts
+ * hosts: its first address and length, or -EINVAL (reported). */
+static int address_range(loader *L, const char *str, int line, const char *path, size_t n_hosts,
+			 uint32_t *ret_lo, size_t *ret_n)
 {
-	kiln_cfg_group *g = &L->cfg->groups[gi];
-	config_setting_t *s = L->addr_set[gi];
-	char path[600];
-	snprintf(path, sizeof(path), "%s.addresses", gpath);
-	if (!s)
-		return; /* missing: reported by the walk */
-	int t = config_setting_type(s);
+	const char *dash = strchr(str, '-');
+	char first[64];
+	uint32_t lo, hi;
+	if (!dash || (size_t) (dash - str) >= sizeof(first))
+		goto bad_range;
+	memcpy(first, str, (size_t) (dash - str));
+	first[dash - str] = 0;
+	if (kiln_parse_ipv4(first, &lo) < 0 || kiln_parse_ipv4(dash + 1, &hi) < 0)
+		goto bad_range;
+	if (hi < lo) {
+		kiln_cfg__add_error(L, line, path, NULL, "range \"%s\" ends before it starts", str);
+		return -EINVAL;
+	}
+	size_t n = (size_t) (hi - lo) + 1;
+	if (n != n_hosts) {
+		kiln_cfg__add_error(L, line, path, NULL,
+				    "range \"%s\" has %zu addresses for %zu hosts", str, n,
+				    n_hosts);
+		return -EINVAL;
+	}
+	*ret_lo = lo;
+	*ret_n = n;
+	return 0;
+bad_range:
+	kiln_cfg__add_error(
+		L, line, path,
+		"write a range \"10.0.0.11-10.0.0.42\" or a list [ \"10.0.0.11\", ... ]",
+		"malformed address range \"%s\"", str);
+	return -EINVAL;
+}
+
+/* Reads node_groups[gi].addresses into g->addresses (n_hosts of them). */
+static void group_addresses(loader *L, kiln_cfg_group *g, config_setting_t *s, const char *path)
+{
 	int line = kiln_cfg__setting_line(s);
-	uint32_t *a = NULL;
-	size_t n = 0;
-	if (t == CONFIG_TYPE_STRING) {
-		const char *str = config_setting_get_string(s);
-		const char *dash = strchr(str, '-');
-		char first[64];
-		uint32_t lo, hi;
-		if (!dash || (size_t) (dash - str) >= sizeof(first))
-			goto bad_range;
-		memcpy(first, str, (size_t) (dash - str));
-		first[dash - str] = 0;
-		if (kiln_parse_ipv4(first, &lo) < 0 || kiln_parse_ipv4(dash + 1, &hi) < 0)
-			goto bad_range;
-		if (hi < lo) {
-			kiln_cfg__add_error(L, line, path, NULL,
-					    "range \"%s\" ends before it starts", str);
+	_cleanup_strv_free_ char **v = NULL; /* the list form; NULL for a range */
+	uint32_t lo = 0;
+	size_t n;
+	if (config_setting_type(s) == CONFIG_TYPE_STRING) {
+		if (address_range(L, config_setting_get_string(s), line, path, g->n_hosts, &lo,
+				  &n) < 0)
 			return;
-		}
-		n = (size_t) (hi - lo) + 1;
+	} else {
+		if (kiln_cfg__read_string_array(L, s, path, KILN_CFG_ADDRESSES, &v) < 0)
+			return;
+		n = strv_length(v);
 		if (n != g->n_hosts) {
-			kiln_cfg__add_error(L, line, path, NULL,
-					    "range \"%s\" has %zu addresses for %zu hosts", str, n,
+			kiln_cfg__add_error(L, line, path, NULL, "%zu addresses for %zu hosts", n,
 					    g->n_hosts);
 			return;
 		}
-		a = calloc(n ? n : 1, sizeof(uint32_t));
-		if (!a) {
-			L->oom = 1;
-			return;
-		}
+	}
+	_cleanup_free_ uint32_t *a = calloc(n ? n : 1, sizeof(uint32_t));
+	if (!a) {
+		L->oom = 1;
+		return;
+	}
+	if (!v) {
+		/* A range: one error, for its first address that is not usable. */
 		for (size_t i = 0; i < n; i++)
 			a[i] = lo + (uint32_t) i;
 		for (size_t i = 0; i < n; i++)
@@ -140,27 +174,7 @@ static void group_addresses(loader *L, size_t gi, const char *gpath)
 				kiln_cfg__check_address(L, a[i], line, path);
 				break;
 			}
-		g->addresses = a;
-		return;
-	bad_range:
-		kiln_cfg__add_error(
-			L, line, path,
-			"write a range \"10.0.0.11-10.0.0.42\" or a list [ \"10.0.0.11\", ... ]",
-			"malformed address range \"%s\"", str);
-		return;
-	}
-	_cleanup_strv_free_ char **v = NULL;
-	if (kiln_cfg__read_string_array(L, s, path, KILN_CFG_ADDRESSES, &v) < 0)
-		return;
-	n = strv_length(v);
-	if (n != g->n_hosts) {
-		kiln_cfg__add_error(L, line, path, NULL, "%zu addresses for %zu hosts", n,
-				    g->n_hosts);
-		return;
-	}
-	a = calloc(n ? n : 1, sizeof(uint32_t));
-	if (!a) {
-		L->oom = 1;
+		g->addresses = TAKE_PTR(a);
 		return;
 	}
 	bool ok = true;
@@ -177,21 +191,13 @@ static void group_addresses(loader *L, size_t gi, const char *gpath)
 			kiln_cfg__check_address(L, a[i], kiln_cfg__elem_line(s, i), p);
 		}
 	}
-	if (!ok) {
-		free(a);
-		return;
-	}
-	g->addresses = a;
+	if (ok)
+		g->addresses = TAKE_PTR(a);
 }
 
-static void group_macs(loader *L, size_t gi, const char *gpath)
+/* Reads node_groups[gi].macs into g->macs (n_hosts of them). */
+static void group_macs(loader *L, kiln_cfg_group *g, config_setting_t *s, const char *path)
 {
-	kiln_cfg_group *g = &L->cfg->groups[gi];
-	config_setting_t *s = L->mac_set[gi];
-	char path[600];
-	snprintf(path, sizeof(path), "%s.macs", gpath);
-	if (!s)
-		return;
 	_cleanup_strv_free_ char **v = NULL;
 	if (kiln_cfg__read_string_array(L, s, path, KILN_CFG_MACS, &v) < 0)
 		return;
@@ -286,8 +292,14 @@ static int check_groups(loader *L, size_t *ret_total)
 			L->nodes_incomplete = true;
 			continue;
 		}
-		group_addresses(L, gi, gpath);
-		group_macs(L, gi, gpath);
+		/* Missing addresses or MACs were reported by the walk. */
+		char p[96];
+		snprintf(p, sizeof(p), "%s.addresses", gpath);
+		if (L->addr_set[gi])
+			group_addresses(L, g, L->addr_set[gi], p);
+		snprintf(p, sizeof(p), "%s.macs", gpath);
+		if (L->mac_set[gi])
+			group_macs(L, g, L->mac_set[gi], p);
 		if (g->memory_mb < 1)
 			kiln_cfg__member_error(L, "node_groups", gi, gs, "memory_mb", NULL,
 					       "must be at least 1 MiB");

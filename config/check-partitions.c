@@ -77,24 +77,15 @@ static int resolve_members(loader *L, size_t *mark)
 		if (p->nodes) {
 			_cleanup_strv_free_ char **v = NULL;
 			size_t nv = 0;
-			if (kiln_cfg__expand_hostlist(
-				    L, kiln_cfg__member_line(L->part_set[pi], "nodes"), ap,
-				    p->nodes, &v, &nv) < 0) {
+			int line = kiln_cfg__member_line(L->part_set[pi], "nodes");
+			if (kiln_cfg__expand_hostlist(L, line, ap, p->nodes, &v, &nv) < 0) {
 				free(members);
 				continue;
 			}
 			for (size_t i = 0; i < nv; i++) {
-				ssize_t ni = kiln_cfg__node_index(L, v[i]);
-				if (ni < 0) {
-					if (L->nodes_incomplete || kiln_cfg__errors_full(L))
-						continue;
-					_cleanup_free_ char *h =
-						kiln_cfg__hint_from(v[i], L->node_names);
-					kiln_cfg__add_error(
-						L, kiln_cfg__member_line(L->part_set[pi], "nodes"),
-						ap, h, "unknown node \"%s\"", v[i]);
+				ssize_t ni = kiln_cfg__listed_node(L, v[i], line, ap, "node");
+				if (ni < 0)
 					continue;
-				}
 				if (mark[ni] != pi + 1) {
 					mark[ni] = pi + 1;
 					members[nmem++] = c->nodes[ni].name;

@@ -187,20 +187,16 @@ void kiln_cfg__check_inference(loader *L)
 				kiln_cfg__root_error(L, "inference.nodes", NULL,
 						     "\"%s\" is neither a partition nor a hostlist",
 						     c->inference.nodes);
-			else
+			else {
+				int line = kiln_cfg__root_line(L, "inference.nodes");
 				for (size_t i = 0; i < nv; i++) {
-					ssize_t ni = kiln_cfg__node_index(L, v[i]);
-					if (ni < 0) {
-						if (L->nodes_incomplete || kiln_cfg__errors_full(L))
-							continue;
-						_cleanup_free_ char *h =
-							kiln_cfg__hint_from(v[i], L->node_names);
-						kiln_cfg__root_error(
-							L, "inference.nodes", h,
-							"unknown node or partition \"%s\"", v[i]);
-					} else
+					ssize_t ni = kiln_cfg__listed_node(L, v[i], line,
+									   "inference.nodes",
+									   "node or partition");
+					if (ni >= 0)
 						c->nodes[ni].inference = c->inference.enabled;
 				}
+			}
 		}
 	} else
 		for (size_t i = 0; i < c->n_nodes; i++)

@@ -27,6 +27,10 @@ enum {
 	BASE_XID,   /* kiln_cfg_xid */
 };
 
+/* The schema key after k (the first when k is NULL) stored relative to base,
+ * or NULL: for (k = NULL; (k = kiln_cfg__next_key(BASE_ROOT, k));) ... */
+const kiln_cfg_key *kiln_cfg__next_key(int base, const kiln_cfg_key *k);
+
 /* ---- the loader: one load's state, shared by every pass ---------------- */
 
 typedef struct loader {
@@ -145,6 +149,10 @@ void kiln_cfg__check_group_words(loader *L);
 int kiln_cfg__check_nodes(loader *L); /* expand groups into cfg->nodes, find duplicates */
 /* The first node called name, or -1 (after kiln_cfg__check_nodes()). */
 ssize_t kiln_cfg__node_index(loader *L, const char *name);
+/* kiln_cfg__node_index(), reporting an unknown name ("unknown WHAT \"name\"",
+ * with a "did you mean") unless some nodes are unknown or the list is full. */
+ssize_t kiln_cfg__listed_node(loader *L, const char *name, int line, const char *path,
+			      const char *what);
 /* Expands a hostlist, reporting why it cannot be (-EINVAL, -E2BIG, -ENOMEM). */
 int kiln_cfg__expand_hostlist(loader *L, int line, const char *path, const char *s, char ***ret,
 			      size_t *ret_n);

@@ -411,12 +411,7 @@ static int find_truncated_ints(loader *L, const char *text)
 
 static void free_fields(int base, void *obj)
 {
-	size_t n;
-	const kiln_cfg_key *s = kiln_cfg_schema(&n);
-	for (size_t i = 0; i < n; i++) {
-		const kiln_cfg_key *k = &s[i];
-		if (k->base != base)
-			continue;
+	for (const kiln_cfg_key *k = NULL; (k = kiln_cfg__next_key(base, k));) {
 		switch (k->type) {
 		case KILN_CFG_STRING:
 		case KILN_CFG_PATH:

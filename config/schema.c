@@ -335,6 +335,14 @@ const kiln_cfg_key *kiln_cfg_schema(size_t *ret_n)
 	return schema;
 }
 
+const kiln_cfg_key *kiln_cfg__next_key(int base, const kiln_cfg_key *k)
+{
+	for (k = k ? k + 1 : schema; k < schema + ARRAY_SIZE(schema); k++)
+		if (k->base == base)
+			return k;
+	return NULL;
+}
+
 /* ---- names of the enums and types -------------------------------------- */
 
 const char *kiln_cfg_action_to_string(kiln_cfg_action a)

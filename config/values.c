@@ -268,12 +268,7 @@ void *kiln_cfg__field(const kiln_cfg_key *k, void *obj)
 
 int kiln_cfg__apply_defaults(int base, void *obj)
 {
-	size_t n;
-	const kiln_cfg_key *s = kiln_cfg_schema(&n);
-	for (size_t i = 0; i < n; i++) {
-		const kiln_cfg_key *k = &s[i];
-		if (k->base != base)
-			continue;
+	for (const kiln_cfg_key *k = NULL; (k = kiln_cfg__next_key(base, k));) {
 		void *dst = kiln_cfg__field(k, obj);
 		if (k->type == KILN_CFG_STRV) {
 			char **v = calloc(1, sizeof(char *));
