@@ -142,6 +142,47 @@ static void test_docs_cover_schema(void **state)
 	assert_int_equal(missing, 0);
 }
 
+/* The default column of docs/config.md's tables is the schema's default,
+ * written as `kiln show --defaults` prints it: `"10s"`, (derived), unset
+ * or **required**. */
+static void test_docs_defaults(void **state)
+{
+	_cleanup_free_ char *path = srcpath("docs/config.md");
+	_cleanup_free_ char *text = NULL;
+	size_t len;
+	assert_int_equal(kiln_read_file(path, 1 << 22, &text, &len), 0);
+	size_t n;
+	int rows = 0, wrong = 0;
+	const kiln_cfg_key *s = kiln_cfg_schema(&n);
+	for (size_t i = 0; i < n; i++) {
+		char needle[160], want[300];
+		snprintf(needle, sizeof(needle), "\n| `%s` | ", s[i].path);
+		const char *row = strstr(text, needle);
+		if (!row)
+			continue; /* containers have a heading, not a row */
+		rows++;
+		const char *col = strchr(row + strlen(needle), '|'); /* after the type */
+		assert_non_null(col);
+		if (s[i].type == KILN_CFG_GROUP || s[i].type == KILN_CFG_LIST)
+			snprintf(want, sizeof(want), "| |"); /* nested containers */
+		else if (s[i].required)
+			snprintf(want, sizeof(want), "| **required** |");
+		else if (!s[i].def)
+			snprintf(want, sizeof(want), "| unset |");
+		else if (s[i].def[0] == '(')
+			snprintf(want, sizeof(want), "| %s |", s[i].def);
+		else
+			snprintf(want, sizeof(want), "| `%s` |", s[i].def);
+		if (!startswith(col, want)) {
+			print_error("docs/config.md: %s: default should read %s\n", s[i].path,
+				    want);
+			wrong++;
+		}
+	}
+	assert_true(rows > 90);
+	assert_int_equal(wrong, 0);
+}
+
 /* A UTF-8 byte-order mark is skipped: the file loads, line numbers hold. */
 static void test_bom(void **state)
 {
@@ -967,16 +1008,27 @@ const char *__lsan_default_suppressions(void)
 
 int main(void)
 {
+	/* clang-format off */
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_schema_table),  cmocka_unit_test(test_docs_cover_schema),
-		cmocka_unit_test(test_bom),	      cmocka_unit_test(test_truncated_text),
-		cmocka_unit_test(test_defaults),      cmocka_unit_test(test_schema_defaults),
-		cmocka_unit_test(test_demo),	      cmocka_unit_test(test_dgx_pod),
-		cmocka_unit_test(test_validators),    cmocka_unit_test(test_collects_all),
-		cmocka_unit_test(test_error_cap),     cmocka_unit_test(test_bad_corpus),
-		cmocka_unit_test(test_render_golden), cmocka_unit_test(test_render_content),
-		cmocka_unit_test(test_gpu_type),      cmocka_unit_test(test_large_cluster),
+		cmocka_unit_test(test_schema_table),
+		cmocka_unit_test(test_docs_cover_schema),
+		cmocka_unit_test(test_docs_defaults),
+		cmocka_unit_test(test_bom),
+		cmocka_unit_test(test_truncated_text),
+		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_schema_defaults),
+		cmocka_unit_test(test_demo),
+		cmocka_unit_test(test_dgx_pod),
+		cmocka_unit_test(test_validators),
+		cmocka_unit_test(test_collects_all),
+		cmocka_unit_test(test_error_cap),
+		cmocka_unit_test(test_bad_corpus),
+		cmocka_unit_test(test_render_golden),
+		cmocka_unit_test(test_render_content),
+		cmocka_unit_test(test_gpu_type),
+		cmocka_unit_test(test_large_cluster),
 		cmocka_unit_test(test_mutations),
 	};
+	/* clang-format on */
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -187,7 +187,7 @@ typedef struct kiln_cfg_slurm {
 	char *run_dir;			  /* pid files */
 	char *select_type;		  /* "cons_tres" (select/ prefix added) */
 	char *proctrack_type;		  /* "cgroup" */
-	char *task_plugin;		  /* "cgroup,affinity" */
+	char *task_plugin;		  /* "affinity,cgroup" */
 	char **extra; /* passthrough lines appended to slurm.conf (NULL-terminated) */
 } kiln_cfg_slurm;
 
