@@ -476,15 +476,15 @@ static const char *syntax_hint(const char *error_text)
 /* A kiln_cfg named name holding the schema's defaults and nothing else. */
 static int cfg_new(const char *name, kiln_cfg **ret)
 {
-	_cleanup_(kiln_cfg_freep) kiln_cfg *c = calloc(1, sizeof(*c));
+	kiln_cfg *c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
 	c->path = strdup(name);
-	if (!c->path)
+	if (!c->path || kiln_cfg__apply_defaults(BASE_ROOT, c) < 0) {
+		kiln_cfg_free(c);
 		return -ENOMEM;
-	if (kiln_cfg__apply_defaults(BASE_ROOT, c) < 0)
-		return -ENOMEM;
-	*ret = TAKE_PTR(c);
+	}
+	*ret = c;
 	return 0;
 }
 
