@@ -359,15 +359,43 @@ const kiln_cfg_key *kiln_cfg_schema(size_t *ret_n)
 	return schema;
 }
 
-const char *const *kiln_cfg__action_names(void)
+const kiln_cfg_key *kiln_cfg__next_key(int base, const kiln_cfg_key *k)
 {
-	return action_names;
+	for (k = k ? k + 1 : schema; k < schema + ARRAY_SIZE(schema); k++)
+		if (k->base == base)
+			return k;
+	return NULL;
 }
-const char *const *kiln_cfg__quant_names(void)
+
+/* ---- names of the enums and types -------------------------------------- */
+
+const char *kiln_cfg_action_to_string(kiln_cfg_action a)
 {
-	return quant_names;
+	return a >= 0 && a < _KILN_ACTION_MAX ? action_names[a] : NULL;
 }
-const char *const *kiln_cfg__state_names(void)
+const char *kiln_cfg_quant_to_string(kiln_cfg_quant q)
 {
-	return state_names;
+	return q >= 0 && q < _KILN_QUANT_MAX ? quant_names[q] : NULL;
+}
+const char *kiln_cfg_part_state_to_string(kiln_cfg_part_state s)
+{
+	static const char *const upper[] = { "UP", "DOWN", "DRAIN", "INACTIVE" };
+	return s >= 0 && s < _KILN_PART_STATE_MAX ? upper[s] : NULL;
+}
+
+const char *kiln_cfg_type_to_string(kiln_cfg_type t)
+{
+	static const char *const names[] = {
+		[KILN_CFG_STRING] = "string",	    [KILN_CFG_INT] = "integer",
+		[KILN_CFG_BOOL] = "boolean",	    [KILN_CFG_DOUBLE] = "number",
+		[KILN_CFG_DURATION] = "duration",   [KILN_CFG_SIZE_MB] = "size",
+		[KILN_CFG_IPV4] = "address",	    [KILN_CFG_CIDR] = "cidr",
+		[KILN_CFG_HOSTLIST] = "hostlist",   [KILN_CFG_PATH] = "path",
+		[KILN_CFG_ENUM] = "enum",	    [KILN_CFG_STRV] = "strings",
+		[KILN_CFG_IPV4_LIST] = "addresses", [KILN_CFG_ADDRESSES] = "address-range",
+		[KILN_CFG_MACS] = "macs",	    [KILN_CFG_NNODES] = "min:max",
+		[KILN_CFG_NPROC] = "gpu-or-count",  [KILN_CFG_GROUP] = "group",
+		[KILN_CFG_LIST] = "list",
+	};
+	return t >= 0 && t < _KILN_CFG_TYPE_MAX ? names[t] : NULL;
 }

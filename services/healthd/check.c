@@ -29,29 +29,18 @@ const char *hd_state_to_string(hd_state s)
 	return "unknown";
 }
 
-void hd_settings_defaults(hd_settings *s)
+int hd_settings_defaults(hd_settings *s)
 {
+	/* The health section as a file without one leaves it: the schema's
+	 * defaults (kiln show --defaults), never a second copy of them here. */
+	_cleanup_(kiln_cfg_freep) kiln_cfg *d = NULL;
 	memset(s, 0, sizeof(*s));
 	s->expected_gpus = -1;
-	s->interval_usec = 10 * KILN_USEC_PER_SEC;
-	s->recover_after_usec = 300 * KILN_USEC_PER_SEC;
-	s->nvml_timeout_usec = 5 * KILN_USEC_PER_SEC;
-	s->watchdog_usec = 30 * KILN_USEC_PER_SEC;
-	s->metrics_port = 9400;
-	snprintf(s->metrics_address, sizeof(s->metrics_address), "0.0.0.0");
-	snprintf(s->nvml_library, sizeof(s->nvml_library), "libnvidia-ml.so.1");
-	s->enabled = true;
-	s->drain = true;
-	s->th.temp_warn_c = 85;
-	s->th.temp_max_c = 0;
-	s->th.power_warn_pct = 105;
-	s->th.ecc_sbe_warn = 1000;
-	s->th.pcie_replay_warn_per_min = 100;
-	s->th.remap_pending = KILN_ACTION_DRAIN;
-	s->th.remap_failure = KILN_ACTION_DRAIN;
-	s->active_on_start = true;
-	s->gemm_seconds = 10;
-	s->memtest_fraction = 0.05;
+	int r = kiln_cfg_defaults(&d);
+	if (r < 0)
+		return r;
+	hd_settings_from_cfg(s, d, NULL);
+	return 0;
 }
 
 void hd_settings_from_cfg(hd_settings *s, const kiln_cfg *cfg, const kiln_cfg_node *node)

@@ -65,8 +65,10 @@ typedef struct hd_settings {
 	double memtest_fraction;
 } hd_settings;
 
-/* Built-in defaults (the same as the config schema's). */
-void hd_settings_defaults(hd_settings *s);
+/* The settings without a cluster file: the config schema's defaults for the
+ * health section (kiln_cfg_defaults()), no node, expected_gpus -1.
+ * Returns 0, or -ENOMEM. */
+int hd_settings_defaults(hd_settings *s);
 /* Copies the health section and this node's GPU count out of cfg.  node may
  * be NULL when the node is not in the cluster file (expected_gpus stays -1).
  * cfg must outlive s (XID overrides are borrowed). */

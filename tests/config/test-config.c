@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <dirent.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +142,47 @@ static void test_docs_cover_schema(void **state)
 	assert_int_equal(missing, 0);
 }
 
+/* The default column of docs/config.md's tables is the schema's default,
+ * written as `kiln show --defaults` prints it: `"10s"`, (derived), unset
+ * or **required**. */
+static void test_docs_defaults(void **state)
+{
+	_cleanup_free_ char *path = srcpath("docs/config.md");
+	_cleanup_free_ char *text = NULL;
+	size_t len;
+	assert_int_equal(kiln_read_file(path, 1 << 22, &text, &len), 0);
+	size_t n;
+	int rows = 0, wrong = 0;
+	const kiln_cfg_key *s = kiln_cfg_schema(&n);
+	for (size_t i = 0; i < n; i++) {
+		char needle[160], want[300];
+		snprintf(needle, sizeof(needle), "\n| `%s` | ", s[i].path);
+		const char *row = strstr(text, needle);
+		if (!row)
+			continue; /* containers have a heading, not a row */
+		rows++;
+		const char *col = strchr(row + strlen(needle), '|'); /* after the type */
+		assert_non_null(col);
+		if (s[i].type == KILN_CFG_GROUP || s[i].type == KILN_CFG_LIST)
+			snprintf(want, sizeof(want), "| |"); /* nested containers */
+		else if (s[i].required)
+			snprintf(want, sizeof(want), "| **required** |");
+		else if (!s[i].def)
+			snprintf(want, sizeof(want), "| unset |");
+		else if (s[i].def[0] == '(')
+			snprintf(want, sizeof(want), "| %s |", s[i].def);
+		else
+			snprintf(want, sizeof(want), "| `%s` |", s[i].def);
+		if (!startswith(col, want)) {
+			print_error("docs/config.md: %s: default should read %s\n", s[i].path,
+				    want);
+			wrong++;
+		}
+	}
+	assert_true(rows > 90);
+	assert_int_equal(wrong, 0);
+}
+
 /* A UTF-8 byte-order mark is skipped: the file loads, line numbers hold. */
 static void test_bom(void **state)
 {
@@ -242,6 +284,148 @@ static void test_defaults(void **state)
 	assert_string_equal(c->image.kernel_cmdline, "");
 	assert_true(c->slurm.partitions[0].max_time_usec == KILN_USEC_INFINITY);
 	assert_int_equal(c->slurm.partitions[0].state, KILN_PART_UP);
+}
+
+/* The schema is the one source of defaults: every key with a default
+ * written out (not derived, "(...)") holds exactly that value, parsed here
+ * on its own, both in kiln_cfg_defaults() and in a loaded file that leaves
+ * the key out.  A default written a second time somewhere (and drifting)
+ * or overwritten after loading fails this; `kiln show --defaults` prints
+ * the same k->def text. */
+static const char *const MINIMAL =
+	"cluster = { name = \"t\"; };\n"
+	"network = { subnet = \"10.0.0.0/24\"; };\n"
+	"head = { hostname = \"head\"; address = \"10.0.0.1\"; };\n"
+	"node_groups = ( { name = \"g\"; hosts = \"n1\"; addresses = [ \"10.0.0.2\" ];\n"
+	"  macs = [ \"52:54:00:00:00:02\" ]; } );\n"
+	"slurm = { partitions = ( { name = \"p\"; nodes = \"n1\"; } ); };\n";
+
+/* Checks the value of k stored at obj + k->offset against k->def. */
+static void assert_default(const kiln_cfg_key *k, const void *obj)
+{
+	const void *f = (const char *) obj + k->offset;
+	char d[256];
+	size_t l = strlen(k->def);
+	if (l >= 2 && k->def[0] == '"' && k->def[l - 1] == '"')
+		snprintf(d, sizeof(d), "%.*s", (int) (l - 2), k->def + 1);
+	else
+		snprintf(d, sizeof(d), "%s", k->def);
+	switch (k->type) {
+	case KILN_CFG_INT: {
+		int v;
+		assert_int_equal(kiln_parse_int(d, INT_MIN, INT_MAX, &v), 0);
+		if (*(const int *) f != v)
+			fail_msg("%s: %d, the schema says %s", k->path, *(const int *) f, k->def);
+		break;
+	}
+	case KILN_CFG_BOOL: {
+		bool v;
+		assert_int_equal(kiln_parse_bool(d, &v), 0);
+		if (*(const bool *) f != v)
+			fail_msg("%s: %d, the schema says %s", k->path, *(const bool *) f, k->def);
+		break;
+	}
+	case KILN_CFG_DOUBLE: {
+		double v;
+		assert_int_equal(kiln_parse_double(d, &v), 0);
+		if (*(const double *) f != v)
+			fail_msg("%s: %g, the schema says %s", k->path, *(const double *) f,
+				 k->def);
+		break;
+	}
+	case KILN_CFG_DURATION: {
+		uint64_t v;
+		assert_int_equal(kiln_parse_duration(d, KILN_USEC_PER_SEC, &v), 0);
+		if (*(const uint64_t *) f != v)
+			fail_msg("%s: %llu usec, the schema says %s", k->path,
+				 (unsigned long long) *(const uint64_t *) f, k->def);
+		break;
+	}
+	case KILN_CFG_SIZE_MB: {
+		uint64_t v;
+		assert_int_equal(kiln_parse_size(d, 1024 * 1024, &v), 0);
+		if (*(const uint64_t *) f != v / (1024 * 1024))
+			fail_msg("%s: %llu MiB, the schema says %s", k->path,
+				 (unsigned long long) *(const uint64_t *) f, k->def);
+		break;
+	}
+	case KILN_CFG_STRING:
+	case KILN_CFG_PATH: {
+		const char *v = *(char *const *) f;
+		if (!v || !streq(v, d))
+			fail_msg("%s: \"%s\", the schema says %s", k->path, strempty(v), k->def);
+		break;
+	}
+	case KILN_CFG_ENUM: {
+		int v = -1;
+		for (int i = 0; k->choices[i]; i++)
+			if (streq(k->choices[i], d))
+				v = i;
+		assert_true(v >= 0);
+		if (*(const int *) f != v)
+			fail_msg("%s: %d, the schema says %s", k->path, *(const int *) f, k->def);
+		break;
+	}
+	case KILN_CFG_STRV:
+		assert_string_equal(d, "[]");
+		assert_non_null(*(char **const *) f);
+		assert_null((*(char **const *) f)[0]);
+		break;
+	case KILN_CFG_NNODES: {
+		int lo, hi;
+		assert_int_equal(sscanf(d, "%d:%d", &lo, &hi), 2);
+		assert_int_equal(((const int *) f)[0], lo);
+		assert_int_equal(((const int *) f)[1], hi);
+		break;
+	}
+	case KILN_CFG_NPROC:
+		assert_string_equal(d, "gpu"); /* stored as 0 */
+		assert_int_equal(*(const int *) f, 0);
+		break;
+	default:
+		fail_msg("%s: default of type %s not checked", k->path,
+			 kiln_cfg_type_to_string(k->type));
+	}
+}
+
+static void test_schema_defaults(void **state)
+{
+	_cleanup_(kiln_cfg_freep) kiln_cfg *d = NULL, *c = NULL;
+	assert_int_equal(kiln_cfg_defaults(&d), 0);
+	kiln_cfg_errors e;
+	kiln_cfg_errors_init(&e);
+	if (kiln_cfg_load_string(MINIMAL, "minimal.cfg", &c, &e) < 0)
+		kiln_cfg_errors_print(&e, stderr);
+	kiln_cfg_errors_free(&e);
+	assert_non_null(c);
+	assert_int_equal(c->n_groups, 1);
+	assert_int_equal(c->slurm.n_partitions, 1);
+
+	size_t n, checked = 0;
+	const kiln_cfg_key *s = kiln_cfg_schema(&n);
+	for (size_t i = 0; i < n; i++) {
+		if (!s[i].def || s[i].def[0] == '(')
+			continue; /* none, or derived from other keys */
+		if (startswith(s[i].path, "node_groups[].")) {
+			assert_default(&s[i], &c->groups[0]);
+		} else if (startswith(s[i].path, "slurm.partitions[].")) {
+			assert_default(&s[i], &c->slurm.partitions[0]);
+		} else {
+			assert_false(strchr(s[i].path, '[')); /* no other list has defaults */
+			assert_default(&s[i], d);
+			assert_default(&s[i], c);
+		}
+		checked++;
+	}
+	assert_true(checked > 70);
+
+	/* Nothing else in the defaults-only cfg: no nodes, no derived values. */
+	assert_int_equal(d->n_nodes, 0);
+	assert_int_equal(d->n_groups, 0);
+	assert_null(d->cluster.name);
+	assert_null(d->slurm.cluster_name);
+	assert_null(d->image.http_url);
+	assert_int_equal(d->network.gateway, 0);
 }
 
 /* ---- the examples ---------------------------------------------------- */
@@ -824,12 +1008,15 @@ const char *__lsan_default_suppressions(void)
 
 int main(void)
 {
+	/* clang-format off */
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_schema_table),
 		cmocka_unit_test(test_docs_cover_schema),
+		cmocka_unit_test(test_docs_defaults),
 		cmocka_unit_test(test_bom),
 		cmocka_unit_test(test_truncated_text),
 		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_schema_defaults),
 		cmocka_unit_test(test_demo),
 		cmocka_unit_test(test_dgx_pod),
 		cmocka_unit_test(test_validators),
@@ -842,5 +1029,6 @@ int main(void)
 		cmocka_unit_test(test_large_cluster),
 		cmocka_unit_test(test_mutations),
 	};
+	/* clang-format on */
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 #include <errno.h>
+#include <limits.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "../../services/healthd/healthd.h"
+#include "kiln/parse.h"
 
 static hd_settings S;
 
@@ -24,6 +26,115 @@ static int setup(void **state)
 {
 	hd_settings_defaults(&S);
 	return 0;
+}
+
+/* ---- settings: without a cluster file they are the schema's defaults ---- */
+
+/* The default the schema writes for key, unquoted (the text `kiln show
+ * --defaults` prints). */
+static const char *schema_default(const char *key)
+{
+	static char buf[256];
+	size_t n;
+	const kiln_cfg_key *k = kiln_cfg_schema(&n);
+	for (size_t i = 0; i < n; i++)
+		if (streq(k[i].path, key)) {
+			const char *d = k[i].def;
+			assert_non_null(d);
+			size_t l = strlen(d);
+			if (l >= 2 && d[0] == '"' && d[l - 1] == '"')
+				snprintf(buf, sizeof(buf), "%.*s", (int) (l - 2), d + 1);
+			else
+				snprintf(buf, sizeof(buf), "%s", d);
+			return buf;
+		}
+	fail_msg("no schema key %s", key);
+	return NULL;
+}
+
+static uint64_t def_usec(const char *key)
+{
+	uint64_t v;
+	assert_int_equal(kiln_parse_duration(schema_default(key), KILN_USEC_PER_SEC, &v), 0);
+	return v;
+}
+static int def_int(const char *key)
+{
+	int v;
+	assert_int_equal(kiln_parse_int(schema_default(key), INT_MIN, INT_MAX, &v), 0);
+	return v;
+}
+static bool def_bool(const char *key)
+{
+	bool v;
+	assert_int_equal(kiln_parse_bool(schema_default(key), &v), 0);
+	return v;
+}
+static kiln_cfg_action def_action(const char *key)
+{
+	const char *d = schema_default(key);
+	for (int a = 0; a < _KILN_ACTION_MAX; a++)
+		if (streq(kiln_cfg_action_to_string(a), d))
+			return a;
+	fail_msg("%s: unknown action %s", key, d);
+	return 0;
+}
+
+/* The settings one gets without a file, and from a file without a health
+ * section, are what the schema says (a drift in either fails here). */
+static void assert_schema_settings(const hd_settings *s)
+{
+	double frac;
+	assert_true(s->interval_usec == def_usec("health.interval"));
+	assert_true(s->recover_after_usec == def_usec("health.recover_after"));
+	assert_true(s->nvml_timeout_usec == def_usec("health.nvml_timeout"));
+	assert_true(s->watchdog_usec == def_usec("health.watchdog"));
+	assert_true(s->active_interval_usec == def_usec("health.active_interval"));
+	assert_int_equal(s->metrics_port, def_int("health.metrics_port"));
+	assert_string_equal(s->metrics_address, schema_default("health.metrics_address"));
+	assert_string_equal(s->nvml_library, schema_default("health.nvml_library"));
+	assert_int_equal(s->enabled, def_bool("health.enabled"));
+	assert_int_equal(s->drain, def_bool("health.drain"));
+	assert_int_equal(s->active_on_start, def_bool("health.active_on_start"));
+	assert_int_equal(s->gemm_seconds, def_int("health.gemm_seconds"));
+	assert_int_equal(kiln_parse_double(schema_default("health.memtest_fraction"), &frac), 0);
+	assert_true(s->memtest_fraction == frac);
+	assert_int_equal(s->th.temp_warn_c, def_int("health.thresholds.temp_warn_c"));
+	assert_int_equal(s->th.temp_max_c, def_int("health.thresholds.temp_max_c"));
+	assert_int_equal(s->th.power_warn_pct, def_int("health.thresholds.power_warn_pct"));
+	assert_int_equal(s->th.ecc_sbe_warn, def_int("health.thresholds.ecc_sbe_warn"));
+	assert_int_equal(s->th.pcie_replay_warn_per_min,
+			 def_int("health.thresholds.pcie_replay_warn_per_min"));
+	assert_int_equal(s->th.remap_pending, def_action("health.thresholds.remap_pending"));
+	assert_int_equal(s->th.remap_failure, def_action("health.thresholds.remap_failure"));
+	assert_int_equal(s->n_xids, 0);
+}
+
+static void test_settings_defaults(void **state)
+{
+	hd_settings s;
+	memset(&s, 0xa5, sizeof(s));
+	assert_int_equal(hd_settings_defaults(&s), 0);
+	assert_schema_settings(&s);
+	assert_int_equal(s.expected_gpus, -1);
+	assert_string_equal(s.node, "");
+
+	/* A cluster file without a health section: the same, and this node's
+	 * GPU count. */
+	static const char *const text =
+		"cluster = { name = \"t\"; };\n"
+		"network = { subnet = \"10.0.0.0/24\"; };\n"
+		"head = { hostname = \"head\"; address = \"10.0.0.1\"; };\n"
+		"node_groups = ( { name = \"g\"; hosts = \"n1\"; addresses = [ \"10.0.0.2\" ];\n"
+		"  macs = [ \"52:54:00:00:00:02\" ]; gpus = { count = 2; }; } );\n";
+	kiln_cfg *cfg = NULL;
+	assert_int_equal(kiln_cfg_load_string(text, "t.cfg", &cfg, NULL), 0);
+	hd_settings f;
+	assert_int_equal(hd_settings_defaults(&f), 0);
+	hd_settings_from_cfg(&f, cfg, kiln_cfg_find_node(cfg, "n1"));
+	assert_schema_settings(&f);
+	assert_int_equal(f.expected_gpus, 2);
+	kiln_cfg_free(cfg);
 }
 
 static hd_sample healthy_sample(void)
@@ -706,6 +817,7 @@ static void test_xid_state(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_settings_defaults),
 		cmocka_unit_test_setup(test_xid_table, setup),
 		cmocka_unit_test_setup(test_xid_counting, setup),
 		cmocka_unit_test_setup(test_thresholds, setup),

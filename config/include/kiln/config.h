@@ -187,7 +187,7 @@ typedef struct kiln_cfg_slurm {
 	char *run_dir;			  /* pid files */
 	char *select_type;		  /* "cons_tres" (select/ prefix added) */
 	char *proctrack_type;		  /* "cgroup" */
-	char *task_plugin;		  /* "cgroup,affinity" */
+	char *task_plugin;		  /* "affinity,cgroup" */
 	char **extra; /* passthrough lines appended to slurm.conf (NULL-terminated) */
 } kiln_cfg_slurm;
 
@@ -309,6 +309,14 @@ typedef struct kiln_cfg {
 int kiln_cfg_load(const char *path, kiln_cfg **ret, kiln_cfg_errors *errs);
 /* Same for an in-memory text; name is used as FILE in messages. */
 int kiln_cfg_load_string(const char *text, const char *name, kiln_cfg **ret, kiln_cfg_errors *errs);
+/* A kiln_cfg holding the schema's defaults and nothing else: every key with
+ * a default in kiln_cfg_schema() set to it, exactly as loading a file that
+ * leaves the key out does; required keys, lists (nodes, partitions, XIDs)
+ * and the defaults the schema writes in parentheses (derived from other
+ * keys) stay unset (NULL or 0).  For a program running without a cluster
+ * file, so that its settings still come from the schema (kiln-healthd).
+ * Returns 0, or -ENOMEM. */
+int kiln_cfg_defaults(kiln_cfg **ret);
 /* $KILN_CONFIG or KILN_CFG_DEFAULT_PATH, for programs without -c. */
 const char *kiln_cfg_default_path(void);
 

@@ -1,0 +1,204 @@
+/* check-services.c — the service sections across keys: slurm, health,
+ * launcher, inference and image.
+ *
+ * Duration ranges a single key cannot state (Slurm's 16-bit timeouts),
+ * words that land unquoted in slurm.conf, thresholds that must agree with
+ * each other, where kiln-inferd runs, and what the node image may hold (an
+ * image never ships a root account without a secret). */
+#include <assert.h>
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config-internal.h"
+#include "kiln/hostlist.h"
+#include "kiln/parse.h"
+
+/* Durations whose range one key alone cannot express: Slurm keeps most of
+ * its timeouts in 16-bit fields, and a daemon polling every 0 s would spin. */
+#define SEC KILN_USEC_PER_SEC
+static const struct {
+	const char *path;
+	uint64_t min, max; /* usec, inclusive */
+} duration_limits[] = {
+	{ "slurm.slurmd_timeout", 1 * SEC, 65533 * SEC },
+	{ "slurm.message_timeout", 1 * SEC, 65533 * SEC },
+	{ "slurm.resume_timeout", 1 * SEC, 65533 * SEC },
+	{ "slurm.kill_wait", 1 * SEC, 65533 * SEC },
+	{ "slurm.unkillable_timeout", 1 * SEC, 65533 * SEC },
+	{ "health.health_check_interval", 1 * SEC, 65533 * SEC },
+	{ "health.interval", 100 * KILN_USEC_PER_MSEC, 86400 * SEC },
+	{ "health.recover_after", 0, 365 * 86400 * SEC },
+	{ "health.nvml_timeout", 1 * KILN_USEC_PER_MSEC, 3600 * SEC },
+	{ "health.watchdog", 0, 86400 * SEC },
+	{ "health.active_interval", 0, 365 * 86400 * SEC },
+	{ "launcher.heartbeat", 10 * KILN_USEC_PER_MSEC, 3600 * SEC },
+	{ "launcher.dead_after", 10 * KILN_USEC_PER_MSEC, 86400 * SEC },
+	{ "launcher.last_call", 0, 86400 * SEC },
+	{ "launcher.join_timeout", 1 * SEC, KILN_USEC_INFINITY },
+	{ "launcher.grace", 0, 86400 * SEC },
+};
+
+void kiln_cfg__check_durations(loader *L)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(duration_limits); i++) {
+		const kiln_cfg_key *k = kiln_cfg__find_key(duration_limits[i].path);
+		assert(k && k->type == KILN_CFG_DURATION && k->base == BASE_ROOT);
+		uint64_t v = *(uint64_t *) kiln_cfg__field(k, L->cfg);
+		if (v >= duration_limits[i].min && v <= duration_limits[i].max)
+			continue;
+		char a[32], b[32], x[32];
+		kiln_format_duration(x, sizeof(x), v);
+		kiln_format_duration(a, sizeof(a), duration_limits[i].min);
+		kiln_format_duration(b, sizeof(b), duration_limits[i].max);
+		kiln_cfg__root_error(L, k->path, NULL, "%s is out of range %s..%s", x, a, b);
+	}
+	for (size_t i = 0; i < L->cfg->slurm.n_partitions; i++) {
+		uint64_t v = L->cfg->slurm.partitions[i].max_time_usec;
+		if (v != KILN_USEC_INFINITY && (v < 60 * SEC || v > 365ULL * 86400 * SEC)) {
+			char p[64], x[32];
+			snprintf(p, sizeof(p), "slurm.partitions[%zu].max_time", i);
+			kiln_cfg__add_error(L, kiln_cfg__member_line(L->part_set[i], "max_time"), p,
+					    "use 1m..365d or \"infinite\"", "%s is out of range",
+					    kiln_format_duration(x, sizeof(x), v));
+		}
+	}
+}
+#undef SEC
+
+/* Values written unquoted into generated files. */
+void kiln_cfg__check_service_words(loader *L)
+{
+	static const struct {
+		const char *path, *extra;
+	} words[] = {
+		{ "slurm.user", "._-" },	 { "slurm.select_type", "_" },
+		{ "slurm.proctrack_type", "_" }, { "slurm.task_plugin", "_," },
+		{ "slurm.cluster_name", "_-" },	 { "health.metrics_address", ".:" },
+		{ "inference.address", ".:" },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(words); i++)
+		kiln_cfg__check_root_word(L, words[i].path, words[i].extra);
+}
+
+void kiln_cfg__check_image(loader *L)
+{
+	kiln_cfg *c = L->cfg;
+	if (c->image.http_url) {
+		if (!startswith(c->image.http_url, "http://") &&
+		    !startswith(c->image.http_url, "https://"))
+			kiln_cfg__root_error(
+				L, "image.http_url", "write it like \"http://10.0.0.1/kiln\"",
+				"\"%s\" is not an http:// or https:// URL", c->image.http_url);
+		else if (strpbrk(c->image.http_url, " \t"))
+			kiln_cfg__root_error(L, "image.http_url", NULL, "URL contains a space");
+	}
+	/* The image must never ship a root account anyone can log into without
+	 * a secret: an empty (or non-hash) value would become exactly that. */
+	if (c->image.root_password_hash && c->image.root_password_hash[0] != '$')
+		kiln_cfg__root_error(
+			L, "image.root_password_hash",
+			"write a crypt(3) hash from `mkpasswd -m yescrypt`, or remove the key "
+			"to lock root's password",
+			"not a crypt(3) hash (must start with '$'; an empty password is never "
+			"allowed)");
+	else if (c->image.root_password_hash && strpbrk(c->image.root_password_hash, ": \t\n"))
+		kiln_cfg__root_error(L, "image.root_password_hash", NULL,
+				     "a crypt(3) hash contains no ':' or white space");
+	for (size_t i = 0; c->image.packages && c->image.packages[i]; i++) {
+		const char *k = c->image.packages[i];
+		char p[48];
+		bool ok = k[0] && (islower((unsigned char) k[0]) || isdigit((unsigned char) k[0]));
+		for (const char *q = k; ok && *q; q++)
+			ok = islower((unsigned char) *q) || isdigit((unsigned char) *q) ||
+			     strchr(".+-", *q);
+		snprintf(p, sizeof(p), "image.packages[%zu]", i);
+		/* Names go to mmdebstrap --include=a,b: Debian policy's package
+		 * name alphabet keeps a stray comma or space from adding others. */
+		if (!ok)
+			kiln_cfg__add_error(L, kiln_cfg__root_line(L, "image.packages"), p,
+					    "Debian package names use a-z, 0-9, '.', '+' and '-'",
+					    "\"%s\" is not a Debian package name", k);
+	}
+	for (size_t i = 0; c->image.ssh_keys && c->image.ssh_keys[i]; i++) {
+		const char *k = c->image.ssh_keys[i];
+		char p[48];
+		snprintf(p, sizeof(p), "image.ssh_keys[%zu]", i);
+		/* One authorized_keys line each: a newline would smuggle in a second. */
+		if (strpbrk(k, "\n\r") || !strchr(k, ' ') ||
+		    !(startswith(k, "ssh-") || startswith(k, "ecdsa-") || startswith(k, "sk-")))
+			kiln_cfg__add_error(
+				L, kiln_cfg__root_line(L, "image.ssh_keys"), p,
+				"paste one line of a .pub file, like \"ssh-ed25519 AAAA... "
+				"admin@head\"",
+				"not an SSH public key line");
+	}
+}
+
+/* health.* and launcher.* keys that must agree with each other. */
+void kiln_cfg__check_health(loader *L)
+{
+	kiln_cfg *c = L->cfg;
+	for (size_t i = 0; i < c->health.n_xids; i++)
+		for (size_t j = 0; j < i; j++)
+			if (c->health.xids[i].xid &&
+			    c->health.xids[i].xid == c->health.xids[j].xid) {
+				kiln_cfg__member_error(L, "health.xid", i, L->xid_set[i], "xid",
+						       NULL, "XID %d is already set at line %d",
+						       c->health.xids[i].xid,
+						       c->health.xids[j].line);
+				break;
+			}
+	if (c->health.memtest_fraction < 0.0 || c->health.memtest_fraction > 1.0)
+		kiln_cfg__root_error(L, "health.memtest_fraction", NULL, "%g is out of range 0..1",
+				     c->health.memtest_fraction);
+	if (c->health.thresholds.temp_max_c &&
+	    c->health.thresholds.temp_max_c < c->health.thresholds.temp_warn_c)
+		kiln_cfg__root_error(
+			L, "health.thresholds.temp_max_c", NULL, "%d C is below temp_warn_c (%d C)",
+			c->health.thresholds.temp_max_c, c->health.thresholds.temp_warn_c);
+	if (c->launcher.dead_after_usec <= c->launcher.heartbeat_usec)
+		kiln_cfg__root_error(L, "launcher.dead_after", NULL,
+				     "must be longer than launcher.heartbeat");
+}
+
+/* Inference: where it runs (marks cfg->nodes[].inference). */
+void kiln_cfg__check_inference(loader *L)
+{
+	kiln_cfg *c = L->cfg;
+	if (c->inference.enabled && !c->inference.model)
+		kiln_cfg__add_error(L, kiln_cfg__root_line(L, "inference.enabled"),
+				    "inference.model",
+				    "set model = \"/path/to/model\"; or enabled = false;",
+				    "missing required setting when inference is enabled");
+	if (c->inference.nodes) {
+		const kiln_cfg_partition *p = kiln_cfg_find_partition(c, c->inference.nodes);
+		if (p) {
+			for (size_t i = 0; p->members && p->members[i]; i++) {
+				ssize_t ni = kiln_cfg__node_index(L, p->members[i]);
+				if (ni >= 0)
+					c->nodes[ni].inference = c->inference.enabled;
+			}
+		} else {
+			_cleanup_strv_free_ char **v = NULL;
+			size_t nv = 0;
+			if (kiln_hostlist_expand(c->inference.nodes, &v, &nv, NULL) < 0)
+				kiln_cfg__root_error(L, "inference.nodes", NULL,
+						     "\"%s\" is neither a partition nor a hostlist",
+						     c->inference.nodes);
+			else {
+				int line = kiln_cfg__root_line(L, "inference.nodes");
+				for (size_t i = 0; i < nv; i++) {
+					ssize_t ni = kiln_cfg__listed_node(L, v[i], line,
+									   "inference.nodes",
+									   "node or partition");
+					if (ni >= 0)
+						c->nodes[ni].inference = c->inference.enabled;
+				}
+			}
+		}
+	} else
+		for (size_t i = 0; i < c->n_nodes; i++)
+			c->nodes[i].inference = c->inference.enabled;
+}

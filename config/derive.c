@@ -1,0 +1,104 @@
+/* derive.c — the defaults that depend on other keys.
+ *
+ * The schema (schema.c) writes these in parentheses: "(head.address)",
+ * "(cluster.name)", "(from model)", "(sockets x cores_per_socket x
+ * threads_per_core)", "(http://HEAD_ADDRESS/kiln)".  Every other default is
+ * applied from the schema table itself before the file is read; these are
+ * filled here, after the checks, for the keys the file leaves unset.  Each
+ * rule is written once, here, and read by render.c and every program
+ * through the kiln_cfg. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ctype.h>
+
+#include "config-internal.h"
+#include "kiln/parse.h"
+
+void kiln_cfg__derive(loader *L)
+{
+	kiln_cfg *c = L->cfg;
+	char b1[16];
+
+	/* network.gateway and network.dns: the head node. */
+	if (!c->network.gateway)
+		c->network.gateway = c->head.address;
+	if (c->network.n_dns == 0 && c->head.address) {
+		free(c->network.dns);
+		c->network.dns = calloc(2, sizeof(uint32_t));
+		if (!c->network.dns) {
+			L->oom = 1;
+			return;
+		}
+		c->network.dns[0] = c->head.address;
+		c->network.n_dns = 1;
+	}
+
+	/* node_groups[].gpus.type from the model, cpus from the topology. */
+	for (size_t gi = 0; gi < c->n_groups; gi++) {
+		kiln_cfg_group *g = &c->groups[gi];
+		if (g->gpu_count > 0 && !g->gpu_type && g->gpu_model) {
+			g->gpu_type = kiln_cfg_gpu_type_from_model(g->gpu_model);
+			if (!g->gpu_type) {
+				L->oom = 1;
+				return;
+			}
+		}
+		if (g->cpus == 0)
+			g->cpus = g->sockets * g->cores_per_socket * g->threads_per_core;
+	}
+
+	/* slurm.cluster_name and image.http_url. */
+	if (!c->slurm.cluster_name && c->cluster.name &&
+	    !(c->slurm.cluster_name = strdup(c->cluster.name)))
+		L->oom = 1;
+	if (!c->image.http_url && asprintf(&c->image.http_url, "http://%s/kiln",
+					   kiln_format_ipv4(b1, c->head.address)) < 0) {
+		c->image.http_url = NULL;
+		L->oom = 1;
+	}
+}
+
+char *kiln_cfg_gpu_type_from_model(const char *model)
+{
+	if (!model)
+		return NULL;
+	/* The first word with a digit that is not a vendor or memory size:
+	 * "NVIDIA H100 80GB HBM3" -> h100, "Tesla V100-SXM2-32GB" -> v100. */
+	const char *p = model;
+	while (*p) {
+		while (*p && !isalnum((unsigned char) *p))
+			p++;
+		const char *w = p;
+		while (*p && isalnum((unsigned char) *p))
+			p++;
+		size_t l = (size_t) (p - w);
+		bool digit = false, alpha = false;
+		for (size_t i = 0; i < l; i++) {
+			if (isdigit((unsigned char) w[i]))
+				digit = true;
+			else
+				alpha = true;
+		}
+		if (l && digit && alpha) {
+			char *s = strndup(w, l);
+			if (!s)
+				return NULL;
+			for (char *q = s; *q; q++)
+				*q = (char) tolower((unsigned char) *q);
+			return s;
+		}
+	}
+	/* No model number: the whole name, lowercased, non-alnum dropped. */
+	char *s = malloc(strlen(model) + 4);
+	if (!s)
+		return NULL;
+	size_t j = 0;
+	for (const char *q = model; *q; q++)
+		if (isalnum((unsigned char) *q))
+			s[j++] = (char) tolower((unsigned char) *q);
+	if (j == 0)
+		s[j++] = 'g', s[j++] = 'p', s[j++] = 'u';
+	s[j] = 0;
+	return s;
+}
