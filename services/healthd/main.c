@@ -188,8 +188,10 @@ static int parse_argv(int argc, char **argv)
 static int load_config(manager *m)
 {
 	const char *source;
-	hd_settings_defaults(&m->s);
-	int r = kiln_node_name(arg_node, m->host, sizeof(m->host), &source);
+	int r = hd_settings_defaults(&m->s);
+	if (r < 0)
+		return log_error_errno(r, "Failed to build the default settings: %m");
+	r = kiln_node_name(arg_node, m->host, sizeof(m->host), &source);
 	if (r < 0) {
 		log_error("The node name from %s is longer than %zu characters.", source,
 			  sizeof(m->host) - 1);

@@ -21,7 +21,6 @@
 #include "kiln/prog.h"
 #include "launcher.h"
 
-#define KR_DEFAULT_PORT	   29500
 #define KR_HEALTHD_DEFAULT "/usr/local/bin/kiln-healthd"
 
 /* kiln-healthd installed next to this kiln-run (same bin directory), else
@@ -274,11 +273,7 @@ static int parse_argv(int argc, char **argv)
  * there is a cluster file), then the command line. */
 static int make_opts(kr_opts *o, bool *nnodes_set, kiln_cfg **ret_cfg)
 {
-	*o = (kr_opts){ .port = KR_DEFAULT_PORT,
-			.heartbeat_usec = KILN_USEC_PER_SEC,
-			.grace_usec = 120 * KILN_USEC_PER_SEC,
-			.prefix_output = true,
-			.node_gpus = -1 };
+	*o = (kr_opts){ .prefix_output = true, .node_gpus = -1 };
 	rdzv_params_default(&o->rdzv);
 	*nnodes_set = false;
 
@@ -286,6 +281,18 @@ static int make_opts(kr_opts *o, bool *nnodes_set, kiln_cfg **ret_cfg)
 	int r = kiln_cfg_open(arg_config, KILN_CFG_OPEN_OPTIONAL, &cfg);
 	if (r < 0)
 		return r;
+	{
+		/* Without a cluster file the port, heartbeat and grace are still
+		 * the schema's defaults: the schema is the one place they are
+		 * written. */
+		_cleanup_(kiln_cfg_freep) kiln_cfg *d = NULL;
+		if (kiln_cfg_defaults(&d) < 0)
+			return log_error_errno(-ENOMEM, "Out of memory");
+		const kiln_cfg_launcher *l = cfg ? &cfg->launcher : &d->launcher;
+		o->port = (uint16_t) l->port;
+		o->heartbeat_usec = l->heartbeat_usec;
+		o->grace_usec = l->grace_usec;
+	}
 	if (cfg) {
 		const kiln_cfg_launcher *l = &cfg->launcher;
 		o->port = (uint16_t) l->port;
