@@ -19,7 +19,10 @@ stops_on() {
 	OPENBLAS_NUM_THREADS=4 KK_CPU_THREADS=1 env --default-signal=INT,TERM \
 		"$BIN" -m "$MODEL" -p 0 >"$W/log" 2>&1 &
 	PID=$!
-	for _ in $(seq 200); do grep -q Serving "$W/log" && break; sleep 0.05; done
+	# a loaded machine may take seconds to load the model: signal only once
+	# it serves (the handlers are in place by then)
+	for _ in $(seq 1200); do grep -q Serving "$W/log" && break; sleep 0.05; done
+	grep -q Serving "$W/log" || { echo "# not serving after 60 s"; sed 's/^/# /' "$W/log"; return 1; }
 	kill -"$1" "$PID"
 	wait "$PID"
 	local rc=$?
