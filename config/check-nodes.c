@@ -311,6 +311,19 @@ static int check_groups(loader *L, size_t *ret_total)
 				"%llu MiB is more than the limit of %llu MiB (64 TiB)",
 				(unsigned long long) g->memory_mb,
 				(unsigned long long) KILN_CFG_MEMORY_MB_MAX);
+		/* model without count: count defaults to 0, so the nodes would have no
+		 * GPU in Slurm and the health check would expect none */
+		config_setting_t *gp = config_setting_get_member(gs, "gpus");
+		if (g->gpu_model && gp && !config_setting_get_member(gp, "count")) {
+			char cp[96];
+			snprintf(cp, sizeof(cp), "%s.gpus.count", gpath);
+			kiln_cfg__add_error(L, kiln_cfg__member_line(gp, "model"), cp,
+					    "set count to the GPUs per node (e.g. count = 8;), or "
+					    "remove gpus for nodes without GPUs",
+					    "gpus.model \"%s\" is set but gpus.count is not: the "
+					    "nodes would have 0 GPUs",
+					    g->gpu_model);
+		}
 		int prod = g->sockets * g->cores_per_socket * g->threads_per_core;
 		if (g->cpus != 0 && g->cpus != prod && g->cpus != g->sockets * g->cores_per_socket)
 			kiln_cfg__member_error(

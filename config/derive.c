@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <ctype.h>
 
 #include "config-internal.h"
@@ -46,6 +47,33 @@ void kiln_cfg__derive(loader *L)
 		}
 		if (g->cpus == 0)
 			g->cpus = g->sockets * g->cores_per_socket * g->threads_per_core;
+	}
+
+	/* Gres types are case-sensitive in Slurm: "H100" beside "h100" makes two
+	 * types, and --gres=gpu:h100 never lands on the "H100" nodes. */
+	for (size_t gi = 0; gi < c->n_groups; gi++) {
+		const kiln_cfg_group *g = &c->groups[gi];
+		if (g->gpu_count <= 0 || !g->gpu_type)
+			continue;
+		for (size_t j = 0; j < gi; j++) {
+			const kiln_cfg_group *o = &c->groups[j];
+			if (o->gpu_count <= 0 || !o->gpu_type || streq(o->gpu_type, g->gpu_type) ||
+			    strcasecmp(o->gpu_type, g->gpu_type) != 0)
+				continue;
+			config_setting_t *gs = L->group_set[gi];
+			config_setting_t *gp = gs ? config_setting_get_member(gs, "gpus") : NULL;
+			char p[96], h[160];
+			snprintf(p, sizeof(p), "node_groups[%zu].gpus.type", gi);
+			snprintf(h, sizeof(h), "write the same case in both groups (\"%s\")",
+				 o->gpu_type);
+			kiln_cfg__add_warning(
+				L, gp ? kiln_cfg__member_line(gp, "type") : g->line, p, h,
+				"GPU type \"%s\" differs only in case from \"%s\" of group \"%s\" "
+				"(line %d): Slurm sees two types, and --gres=gpu:%s never matches "
+				"these nodes",
+				g->gpu_type, o->gpu_type, strempty(o->name), o->line, o->gpu_type);
+			break;
+		}
 	}
 
 	/* slurm.cluster_name and image.http_url. */

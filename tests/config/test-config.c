@@ -805,7 +805,11 @@ static void test_bad_corpus(void **state)
 		kiln_cfg_errors_init(&e);
 		int r = kiln_cfg_load_string(text, rel, &c, &e);
 		_cleanup_free_ char *got = format_errors(&e);
-		if (r != -EINVAL || !streq(got, expected))
+		/* warn-*.cfg: only warnings, so the file loads */
+		bool warn = strstr(rel, "/warn-") != NULL;
+		if (r == 0)
+			kiln_cfg_free(c);
+		if (r != (warn ? 0 : -EINVAL) || !streq(got, expected))
 			fail_msg("%s: r=%d\nexpected:\n%sgot:\n%s", rel, r, expected, got);
 		kiln_cfg_errors_free(&e);
 		count++;
@@ -960,8 +964,8 @@ static void test_large_cluster(void **state)
 		fail_msg("loading %d nodes took %llu ms", n, (unsigned long long) dt / 1000);
 }
 
-/* Random mutations of a valid file: the loader must either succeed or
- * report errors, never crash or succeed with errors. */
+/* Random mutations of a valid file: the loader must either succeed (with
+ * warnings at most) or report errors, never crash or succeed with errors. */
 static void test_mutations(void **state)
 {
 	size_t len = strlen(BASE);
@@ -978,7 +982,8 @@ static void test_mutations(void **state)
 		kiln_cfg_errors_init(&e);
 		int r = kiln_cfg_load_string(buf, "mut.cfg", &c, &e);
 		if (r == 0) {
-			assert_int_equal(e.n, 0);
+			for (size_t k = 0; k < e.n; k++) /* a loaded file has warnings at most */
+				assert_true(e.v[k].warning);
 			for (size_t t = 0; kiln_cfg_render_targets[t]; t++) {
 				char *out = NULL;
 				const char *node = c->n_nodes ? c->nodes[0].name : c->head.hostname;

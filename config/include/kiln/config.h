@@ -49,6 +49,7 @@ typedef struct kiln_cfg_error {
 	char *path; /* "health.thresholds.temp_warn_c", "node_groups[0].macs[2]"; "" for the file */
 	char *message; /* "unknown setting" */
 	char *hint;    /* "did you mean 'interval'?" or NULL */
+	bool warning;  /* a warning: the file loads anyway ("FILE:LINE: path: warning: ...") */
 } kiln_cfg_error;
 
 typedef struct kiln_cfg_errors {
@@ -336,6 +337,9 @@ const char *kiln_cfg_default_path(void);
 enum {
 	KILN_CFG_OPEN_OPTIONAL = 1 << 0,
 	KILN_CFG_OPEN_NO_HINT = 1 << 1, /* kiln check: the error lines are the whole output */
+	/* a valid file's warnings are printed to stderr too, and kiln_cfg_open()
+	 * returns how many (>= 0) instead of 0 */
+	KILN_CFG_OPEN_WARNINGS = 1 << 2,
 };
 int kiln_cfg_open(const char *path, unsigned flags, kiln_cfg **ret);
 
