@@ -76,6 +76,27 @@ void kiln_cfg__derive(loader *L)
 		}
 	}
 
+	/* DefMemPerGPU / DefCpuPerGPU: the GPU group with the least per GPU,
+	 * so the default fits on every GPU node (a job without --mem must not
+	 * take a whole 8-GPU node's memory for one GPU). */
+	bool mem_set = config_lookup(L->lc, "slurm.def_mem_per_gpu") != NULL;
+	bool cpu_set = config_lookup(L->lc, "slurm.def_cpu_per_gpu") != NULL, cpu_none = false;
+	for (size_t gi = 0; gi < c->n_groups; gi++) {
+		const kiln_cfg_group *g = &c->groups[gi];
+		if (g->gpu_count <= 0)
+			continue;
+		uint64_t mem = g->memory_mb / (uint64_t) g->gpu_count;
+		int cpu = g->cpus / g->gpu_count;
+		if (!mem_set && (!c->slurm.def_mem_per_gpu_mb || mem < c->slurm.def_mem_per_gpu_mb))
+			c->slurm.def_mem_per_gpu_mb = MAX(mem, (uint64_t) 1);
+		if (!cpu_set && cpu == 0)
+			cpu_none = true; /* fewer CPUs than GPUs: no default fits a full node */
+		else if (!cpu_set && (!c->slurm.def_cpu_per_gpu || cpu < c->slurm.def_cpu_per_gpu))
+			c->slurm.def_cpu_per_gpu = cpu;
+	}
+	if (cpu_none)
+		c->slurm.def_cpu_per_gpu = 0;
+
 	/* slurm.cluster_name and image.http_url. */
 	if (!c->slurm.cluster_name && c->cluster.name &&
 	    !(c->slurm.cluster_name = strdup(c->cluster.name)))

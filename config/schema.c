@@ -158,6 +158,18 @@ static const kiln_cfg_key schema[] = {
 	  "TaskPlugin names without the task/ prefix, comma separated.", R(slurm.task_plugin), NR },
 	{ "slurm.extra", KILN_CFG_STRV, false, "[]", "[ \"SchedulerParameters=bf_continue\" ]",
 	  "Lines passed through verbatim at the end of slurm.conf.", R(slurm.extra), NR },
+	{ "slurm.def_mem_per_gpu", KILN_CFG_SIZE_MB, false, "(derived)", "\"200G\"",
+	  "DefMemPerGPU, memory of a job per GPU when it gives no --mem: by default memory_mb / "
+	  "gpus.count of the GPU group with the least memory per GPU, so a 1-GPU job does not "
+	  "take the whole node.",
+	  R(slurm.def_mem_per_gpu_mb), NR },
+	{ "slurm.def_cpu_per_gpu", KILN_CFG_INT, false, "(derived)", "16",
+	  "DefCpuPerGPU, CPUs of a job per GPU when it asks for none: by default cpus / "
+	  "gpus.count of the GPU group with the fewest CPUs per GPU (none when a group has fewer "
+	  "CPUs than GPUs).",
+	  R(slurm.def_cpu_per_gpu), RANGE(1, 4096) },
+	{ "slurm.reboot_program", KILN_CFG_PATH, false, "\"/usr/sbin/reboot\"", "\"/sbin/reboot\"",
+	  "RebootProgram (scontrol reboot, rolling reboots).", R(slurm.reboot_program), NR },
 
 	{ "health", KILN_CFG_GROUP, false, NULL, NULL,
 	  "kiln-healthd, the GPU health daemon on every node.", NOF, NR },

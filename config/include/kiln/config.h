@@ -190,6 +190,9 @@ typedef struct kiln_cfg_slurm {
 	char *proctrack_type;		  /* "cgroup" */
 	char *task_plugin;		  /* "affinity,cgroup" */
 	char **extra; /* passthrough lines appended to slurm.conf (NULL-terminated) */
+	uint64_t def_mem_per_gpu_mb; /* DefMemPerGPU; derived from the GPU groups (0: no GPUs) */
+	int def_cpu_per_gpu;	     /* DefCpuPerGPU; derived likewise (0: no GPUs) */
+	char *reboot_program;	     /* RebootProgram, "/usr/sbin/reboot" */
 } kiln_cfg_slurm;
 
 typedef struct kiln_cfg_xid {
