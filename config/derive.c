@@ -47,6 +47,12 @@ void kiln_cfg__derive(loader *L)
 		}
 		if (g->cpus == 0)
 			g->cpus = g->sockets * g->cores_per_socket * g->threads_per_core;
+		/* GPU-to-socket: the even split (HGX) unless socket_map says */
+		if (!g->gpu_socket_map) {
+			bool even = g->sockets > 1 && g->gpu_count % g->sockets == 0;
+			for (int k = 0; k < g->gpu_count && k < KILN_CFG_GPUS_MAX; k++)
+				g->gpu_socket[k] = even ? k / (g->gpu_count / g->sockets) : -1;
+		}
 	}
 
 	/* Gres types are case-sensitive in Slurm: "H100" beside "h100" makes two

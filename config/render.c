@@ -186,26 +186,25 @@ static int render_gres(const kiln_cfg *c, kiln_strbuf *b)
 		if (r < 0)
 			return r;
 		/* GPU-to-socket affinity (Cores=, Slurm's abstract core ids,
-		 * socket by socket): an HGX board puts GPUs 0-3 on socket 0 and
-		 * 4-7 on socket 1, i.e. the GPUs split evenly over the sockets in
-		 * order.  Without an even split, no Cores= (any core may feed any
-		 * GPU, as before). */
-		int per = g->sockets > 1 && g->gpu_count % g->sockets == 0
-				  ? g->gpu_count / g->sockets
-				  : g->gpu_count;
-		for (int first = 0, sock = 0; first < g->gpu_count; first += per, sock++) {
+		 * socket by socket): one line per run of GPUs on the same socket
+		 * (gpu_socket: gpus.socket_map, or the even split of derive.c;
+		 * -1, or a single socket: no Cores=, any core may feed any GPU). */
+		for (int first = 0; first < g->gpu_count;) {
+			int sock = g->gpu_socket[first], last = first;
+			while (last + 1 < g->gpu_count && g->gpu_socket[last + 1] == sock)
+				last++;
 			kiln_strbuf_printf(b, "NodeName=%s Name=gpu", hl);
 			if (g->gpu_type)
 				kiln_strbuf_printf(b, " Type=%s", g->gpu_type);
-			if (per == 1)
+			if (first == last)
 				kiln_strbuf_printf(b, " File=/dev/nvidia%d", first);
 			else
-				kiln_strbuf_printf(b, " File=/dev/nvidia[%d-%d]", first,
-						   first + per - 1);
-			if (per < g->gpu_count)
+				kiln_strbuf_printf(b, " File=/dev/nvidia[%d-%d]", first, last);
+			if (sock >= 0 && g->sockets > 1)
 				kiln_strbuf_printf(b, " Cores=%d-%d", sock * g->cores_per_socket,
 						   (sock + 1) * g->cores_per_socket - 1);
 			kiln_strbuf_append(b, "\n");
+			first = last + 1;
 		}
 	}
 	return 0;

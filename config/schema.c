@@ -85,6 +85,12 @@ static const kiln_cfg_key schema[] = {
 	  G(gpu_type), NR },
 	{ "node_groups[].gpus.count", KILN_CFG_INT, false, "0", "8", "GPUs per node, 0..16.",
 	  G(gpu_count), RANGE(0, KILN_CFG_GPUS_MAX) },
+	{ "node_groups[].gpus.socket_map", KILN_CFG_STRING, false, "(even split)",
+	  "\"0,0,0,0,1,1,1,1\"",
+	  "The CPU socket of each GPU, in GPU order (gres.conf Cores=, GPU-NUMA affinity); by "
+	  "default the GPUs split evenly over the sockets in order (8-GPU HGX, 2 sockets: GPUs 0-3 "
+	  "on socket 0, 4-7 on socket 1), none when they do not split evenly.",
+	  G(gpu_socket_map), NR },
 	{ "node_groups[].cpus", KILN_CFG_INT, false,
 	  "(sockets x cores_per_socket x threads_per_core)", "224",
 	  "Logical CPUs per node (Slurm CPUs).", G(cpus), RANGE(1, 65536) },

@@ -64,6 +64,19 @@ done
 nbad=$(ls tests/config/bad/*.cfg | wc -l)
 if [ "$nbad" -ge 30 ]; then ok "at least 30 bad files ($nbad)"; else fail "at least 30 bad files (only $nbad)"; fi
 
+# gpus.socket_map: gres.conf gets one line per run of GPUs on a socket
+sed -e 's/socket_map = "0,1,2,1"/socket_map = "1,0,0,1"/' -e 's/socket_map = "0,0,1"/socket_map = "0,0,0,0"/' \
+	tests/config/bad/gpu-socket-map.cfg >"$tmp/smap.cfg"
+"$KILN" -c "$tmp/smap.cfg" render gres.conf >"$tmp/gres" 2>"$tmp/err"
+if [ $? -eq 0 ] && [ "$(grep -c '^NodeName=node\[01-02\]' "$tmp/gres")" = 3 ] &&
+	grep -qx 'NodeName=node\[01-02\] Name=gpu Type=h100 File=/dev/nvidia\[1-2\] Cores=0-7' "$tmp/gres" &&
+	grep -qx 'NodeName=node\[01-02\] Name=gpu Type=h100 File=/dev/nvidia3 Cores=8-15' "$tmp/gres" &&
+	grep -qx 'NodeName=node\[03-04\] Name=gpu Type=h100 File=/dev/nvidia\[0-3\] Cores=0-7' "$tmp/gres"; then
+	ok "gpus.socket_map: Cores= per run of GPUs on one socket"
+else
+	fail "gpus.socket_map: Cores= per run of GPUs on one socket" "$(cat "$tmp/gres" "$tmp/err")"
+fi
+
 # 2. the examples
 for ex in demo dgx-pod; do
 	cfg=config/examples/$ex.cfg

@@ -153,6 +153,10 @@ typedef struct kiln_cfg_group {
 	char **partitions;    /* partition names this group joins (NULL-terminated, may be empty) */
 	char **features;      /* Slurm node features (NULL-terminated, may be empty) */
 	int line;
+	char *gpu_socket_map; /* gpus.socket_map as written, NULL when unset */
+	/* socket of GPU i (from gpu_socket_map or the even split); -1: no
+	 * affinity rendered */
+	int gpu_socket[KILN_CFG_GPUS_MAX];
 } kiln_cfg_group;
 
 typedef struct kiln_cfg_partition {
