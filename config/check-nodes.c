@@ -279,8 +279,8 @@ static void parse_socket_map(loader *L, kiln_cfg_group *g, config_setting_t *gp,
 			kiln_cfg__add_error(L, line, p,
 					    "give one socket number per GPU, comma separated, e.g. "
 					    "\"0,0,0,0,1,1,1,1\"",
-					    "\"%.*s\" is not a socket of this group (0..%d)", (int) l,
-					    s, g->sockets - 1);
+					    "\"%.*s\" is not a socket of this group (0..%d)",
+					    (int) l, s, g->sockets - 1);
 			return;
 		}
 		if (n < KILN_CFG_GPUS_MAX)

@@ -227,7 +227,8 @@ static void check_extra(loader *L)
 						"set its options in slurm.partitions[].extra "
 						"instead",
 						"PartitionName=%s is already rendered from "
-						"slurm.partitions (line %d): slurmctld would not start "
+						"slurm.partitions (line %d): slurmctld would not "
+						"start "
 						"on the duplicate",
 						val, c->slurm.partitions[pi].line);
 			continue;

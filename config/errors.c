@@ -110,8 +110,8 @@ void kiln_cfg__add_error(loader *L, int line, const char *path, const char *hint
 	va_end(ap);
 }
 
-void kiln_cfg__add_warning(loader *L, int line, const char *path, const char *hint,
-			   const char *fmt, ...)
+void kiln_cfg__add_warning(loader *L, int line, const char *path, const char *hint, const char *fmt,
+			   ...)
 {
 	kiln_cfg_errors *e = L->errs;
 	size_t n = e->n;

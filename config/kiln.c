@@ -91,7 +91,8 @@ static const kiln_prog check_prog = {
 		  "(with --json: {\"ok\": false, \"errors\": [...]} on standard output).\n"
 		  "Warnings (FILE:LINE: setting.path: warning: message) leave the file valid;\n"
 		  "--strict makes them errors.\n"
-		  "Exit status: 0 valid, 1 unreadable, 2 missing or invalid (or warnings with --strict).\n",
+		  "Exit status: 0 valid, 1 unreadable, 2 missing or invalid (or warnings with "
+		  "--strict).\n",
 };
 
 static const kiln_prog show_prog = {
@@ -225,7 +226,8 @@ static int check_json(void)
 		json_array_append_new(e->warning && !arg_strict ? warnings : errors,
 				      json_pack("{s:s, s:i, s:s, s:s, s:s?, s:b}", "file", e->file,
 						"line", e->line, "path", e->path, "message",
-						e->message, "hint", e->hint, "warning", e->warning));
+						e->message, "hint", e->hint, "warning",
+						e->warning));
 	}
 	if (r >= 0 && json_array_size(errors) == 0) {
 		json_decref(errors);
@@ -282,8 +284,7 @@ static int verb_check(int argc, char **argv)
 		printf("%s: OK (%zu node%s in %zu group%s, %zu partition%s%s)\n", c->path,
 		       c->n_nodes, c->n_nodes == 1 ? "" : "s", c->n_groups,
 		       c->n_groups == 1 ? "" : "s", c->slurm.n_partitions,
-		       c->slurm.n_partitions == 1 ? "" : "s",
-		       r > 0 ? "; warnings above" : "");
+		       c->slurm.n_partitions == 1 ? "" : "s", r > 0 ? "; warnings above" : "");
 	return KILN_EXIT_OK;
 }
 

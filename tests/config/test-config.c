@@ -891,7 +891,8 @@ static void test_render_per_gpu_defaults(void **state)
 	kiln_cfg_free(c);
 	c = NULL;
 	snprintf(buf, sizeof(buf), two,
-		 "def_mem_per_gpu = \"100G\"; def_cpu_per_gpu = 3; reboot_program = \"/sbin/reboot\";");
+		 "def_mem_per_gpu = \"100G\"; def_cpu_per_gpu = 3; reboot_program = "
+		 "\"/sbin/reboot\";");
 	assert_int_equal(kiln_cfg_load_string(buf, "two.cfg", &c, NULL), 0);
 	assert_int_equal(kiln_cfg_render(c, "slurm.conf", NULL, &slurm2), 0);
 	assert_non_null(strstr(slurm2, "\nDefMemPerGPU=102400\nDefCpuPerGPU=3\n"));
@@ -931,9 +932,10 @@ static void test_render_content(void **state)
 	assert_null(strstr(slurm, "  "));
 	assert_int_equal(kiln_cfg_render(c, "gres.conf", NULL, &gres), 0);
 	/* HGX: GPUs 0-3 on socket 0, 4-7 on socket 1 (56 cores per socket) */
-	assert_non_null(strstr(gres, "\nNodeName=dgx[01-32] Name=gpu Type=h100 File=/dev/nvidia[0-3] "
-				     "Cores=0-55\nNodeName=dgx[01-32] Name=gpu Type=h100 "
-				     "File=/dev/nvidia[4-7] Cores=56-111\n"));
+	assert_non_null(strstr(gres,
+			       "\nNodeName=dgx[01-32] Name=gpu Type=h100 File=/dev/nvidia[0-3] "
+			       "Cores=0-55\nNodeName=dgx[01-32] Name=gpu Type=h100 "
+			       "File=/dev/nvidia[4-7] Cores=56-111\n"));
 	/* 2 TiB / 8 GPUs, 224 CPUs / 8 GPUs */
 	assert_non_null(strstr(slurm, "\nDefMemPerGPU=262144\nDefCpuPerGPU=28\n"));
 	assert_non_null(strstr(slurm, "\nPrologFlags=Alloc\n"));
