@@ -262,6 +262,39 @@ void kiln_cfg__check_group_words(loader *L)
 /* Groups: expand hosts, addresses, MACs; *ret_total is the node count.
  * -E2BIG (reported) when the cluster has too many nodes.  Derived values
  * (gpus.type, cpus) come later, in derive.c. */
+/* gpus.socket_map "0,0,0,0,1,1,1,1": one socket per GPU, each below
+ * sockets, into g->gpu_socket (derive.c fills the default). */
+static void parse_socket_map(loader *L, kiln_cfg_group *g, config_setting_t *gp, const char *gpath)
+{
+	char p[96];
+	snprintf(p, sizeof(p), "%s.gpus.socket_map", gpath);
+	int line = kiln_cfg__member_line(gp, "socket_map"), n = 0;
+	const char *s = g->gpu_socket_map;
+	while (*s) {
+		size_t l = strcspn(s, ",");
+		char w[16];
+		int v;
+		snprintf(w, sizeof(w), "%.*s", (int) MIN(l, sizeof(w) - 1), s);
+		if (l == 0 || l >= sizeof(w) || kiln_parse_int(w, 0, g->sockets - 1, &v) < 0) {
+			kiln_cfg__add_error(L, line, p,
+					    "give one socket number per GPU, comma separated, e.g. "
+					    "\"0,0,0,0,1,1,1,1\"",
+					    "\"%.*s\" is not a socket of this group (0..%d)",
+					    (int) l, s, g->sockets - 1);
+			return;
+		}
+		if (n < KILN_CFG_GPUS_MAX)
+			g->gpu_socket[n] = v;
+		n++;
+		s += l;
+		if (*s == ',')
+			s++;
+	}
+	if (n != g->gpu_count)
+		kiln_cfg__add_error(L, line, p, "give one socket number per GPU, in GPU order",
+				    "%d socket(s) for %d GPUs", n, g->gpu_count);
+}
+
 static int check_groups(loader *L, size_t *ret_total)
 {
 	kiln_cfg *c = L->cfg;
@@ -311,6 +344,21 @@ static int check_groups(loader *L, size_t *ret_total)
 				"%llu MiB is more than the limit of %llu MiB (64 TiB)",
 				(unsigned long long) g->memory_mb,
 				(unsigned long long) KILN_CFG_MEMORY_MB_MAX);
+		/* model without count: count defaults to 0, so the nodes would have no
+		 * GPU in Slurm and the health check would expect none */
+		config_setting_t *gp = config_setting_get_member(gs, "gpus");
+		if (g->gpu_model && gp && !config_setting_get_member(gp, "count")) {
+			char cp[96];
+			snprintf(cp, sizeof(cp), "%s.gpus.count", gpath);
+			kiln_cfg__add_error(L, kiln_cfg__member_line(gp, "model"), cp,
+					    "set count to the GPUs per node (e.g. count = 8;), or "
+					    "remove gpus for nodes without GPUs",
+					    "gpus.model \"%s\" is set but gpus.count is not: the "
+					    "nodes would have 0 GPUs",
+					    g->gpu_model);
+		}
+		if (g->gpu_socket_map && gp)
+			parse_socket_map(L, g, gp, gpath);
 		int prod = g->sockets * g->cores_per_socket * g->threads_per_core;
 		if (g->cpus != 0 && g->cpus != prod && g->cpus != g->sockets * g->cores_per_socket)
 			kiln_cfg__member_error(

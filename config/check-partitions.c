@@ -5,13 +5,18 @@
  * group that lists it, each once and in file order; a partition with no
  * node is an error, and so is a group joining a partition that does not
  * exist.  Each node learns the partitions it is in (cfg->nodes[].partitions,
- * what render writes into slurm.conf). */
+ * what render writes into slurm.conf).  A node in no partition is a
+ * warning (Slurm never schedules a job there); slurm.extra lines that
+ * define a node or partition kiln renders are errors (slurmctld refuses to
+ * start on a duplicate NodeName/PartitionName). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "config-internal.h"
+#include "kiln/hostlist.h"
 
 /* Names, duplicates and the default; pnames gets every name (owned). */
 static int check_names(loader *L, char **pnames)
@@ -152,6 +157,103 @@ static void check_group_partitions(loader *L, char **pnames)
 	}
 }
 
+/* One warning per group whose nodes are in no partition. */
+static void check_unscheduled(loader *L)
+{
+	kiln_cfg *c = L->cfg;
+	for (size_t gi = 0; gi < c->n_groups; gi++) {
+		const kiln_cfg_group *g = &c->groups[gi];
+		size_t n = 0;
+		const char *first = NULL;
+		for (size_t ni = 0; ni < c->n_nodes; ni++)
+			if (c->nodes[ni].group == g &&
+			    (!c->nodes[ni].partitions || !c->nodes[ni].partitions[0])) {
+				first = first ? first : c->nodes[ni].name;
+				n++;
+			}
+		if (n == 0 || !L->group_set[gi])
+			continue;
+		char ap[64];
+		snprintf(ap, sizeof(ap), "node_groups[%zu].partitions", gi);
+		int line = kiln_cfg__member_line(L->group_set[gi], "partitions");
+		const char *hint = "add partitions = [ \"NAME\" ] to the group, or name the nodes "
+				   "in slurm.partitions[].nodes";
+		if (n == g->n_hosts)
+			kiln_cfg__add_warning(L, line, ap, hint,
+					      "no node of group \"%s\" (%s ...) is in a partition: "
+					      "Slurm never runs a job there",
+					      strempty(g->name), first);
+		else
+			kiln_cfg__add_warning(L, line, ap, hint,
+					      "%zu node(s) of group \"%s\" (first %s) are in no "
+					      "partition: Slurm never runs a job there",
+					      n, strempty(g->name), first);
+	}
+}
+
+/* slurm.extra is passed through verbatim after what kiln renders: a line
+ * defining one of kiln's nodes or partitions again stops slurmctld
+ * ("Duplicated NodeName"). NodeName=DEFAULT / PartitionName=DEFAULT only set
+ * defaults and are fine. */
+static void check_extra(loader *L)
+{
+	kiln_cfg *c = L->cfg;
+	config_setting_t *arr = config_lookup(L->lc, "slurm.extra");
+	if (!c->slurm.extra || !arr)
+		return;
+	for (size_t i = 0; c->slurm.extra[i]; i++) {
+		const char *s = c->slurm.extra[i];
+		s += strspn(s, " \t");
+		bool node = strncasecmp(s, "NodeName=", 9) == 0;
+		if (!node && strncasecmp(s, "PartitionName=", 14) != 0)
+			continue;
+		const char *v = s + (node ? 9 : 14);
+		_cleanup_free_ char *val = strndup(v, strcspn(v, " \t"));
+		if (!val) {
+			L->oom = 1;
+			return;
+		}
+		if (strcasecmp(val, "DEFAULT") == 0)
+			continue;
+		char ap[64];
+		snprintf(ap, sizeof(ap), "slurm.extra[%zu]", i);
+		int line = kiln_cfg__elem_line(arr, i);
+		if (!node) {
+			for (size_t pi = 0; pi < c->slurm.n_partitions; pi++)
+				if (c->slurm.partitions[pi].name &&
+				    streq(c->slurm.partitions[pi].name, val))
+					kiln_cfg__add_error(
+						L, line, ap,
+						"set its options in slurm.partitions[].extra "
+						"instead",
+						"PartitionName=%s is already rendered from "
+						"slurm.partitions (line %d): slurmctld would not "
+						"start "
+						"on the duplicate",
+						val, c->slurm.partitions[pi].line);
+			continue;
+		}
+		_cleanup_strv_free_ char **names = NULL;
+		size_t n = 0;
+		if (kiln_hostlist_expand(val, &names, &n, NULL) < 0)
+			continue; /* not kiln's to judge: slurmctld will say */
+		for (size_t k = 0; k < n; k++) {
+			ssize_t ni = kiln_cfg__node_index(L, names[k]);
+			if (ni < 0)
+				continue;
+			kiln_cfg__add_error(L, line, ap,
+					    "describe the node in node_groups (features for extra "
+					    "attributes), or use NodeName=DEFAULT",
+					    "NodeName %s is already rendered from node_groups "
+					    "(group \"%s\", line %d): slurmctld would not start on "
+					    "the duplicate",
+					    names[k], strempty(c->nodes[ni].group->name),
+					    c->nodes[ni].group->line);
+			break;
+		}
+	}
+}
+
 int kiln_cfg__check_partitions(loader *L)
 {
 	kiln_cfg *c = L->cfg;
@@ -171,6 +273,11 @@ int kiln_cfg__check_partitions(loader *L)
 	if (r < 0)
 		return r;
 	check_group_partitions(L, pnames);
+	/* after errors (a partition without a name, a missing slurm section)
+	 * membership is unknown: the warning would only add noise */
+	if (kiln_cfg__errors_count(L->errs, 0) == 0)
+		check_unscheduled(L);
+	check_extra(L);
 	/* Nodes in no partition still get an empty vector. */
 	for (size_t a = 0; a < c->n_nodes; a++)
 		if (!c->nodes[a].partitions &&

@@ -68,6 +68,12 @@ void kiln_cfg__member_error(loader *L, const char *list, size_t i, config_settin
 /* The error for element i of array arr at path ("...macs[2]"), at its line. */
 void kiln_cfg__elem_error(loader *L, config_setting_t *arr, const char *path, size_t i,
 			  const char *hint, const char *fmt, ...) _printf_(6, 7);
+/* A warning: listed like an error, prefixed "warning: ", but the file
+ * still loads (kiln check --strict makes it fail). */
+void kiln_cfg__add_warning(loader *L, int line, const char *path, const char *hint, const char *fmt,
+			   ...) _printf_(5, 6);
+/* The errors (not warnings) in e from index from on, dropped ones included. */
+size_t kiln_cfg__errors_count(const kiln_cfg_errors *e, size_t from);
 bool kiln_cfg__errors_full(loader *L);
 /* Errors come from several passes; puts those from index from on in file
  * order (stable). */

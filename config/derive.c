@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <ctype.h>
 
 #include "config-internal.h"
@@ -46,7 +47,61 @@ void kiln_cfg__derive(loader *L)
 		}
 		if (g->cpus == 0)
 			g->cpus = g->sockets * g->cores_per_socket * g->threads_per_core;
+		/* GPU-to-socket: the even split (HGX) unless socket_map says */
+		if (!g->gpu_socket_map) {
+			bool even = g->sockets > 1 && g->gpu_count % g->sockets == 0;
+			for (int k = 0; k < g->gpu_count && k < KILN_CFG_GPUS_MAX; k++)
+				g->gpu_socket[k] = even ? k / (g->gpu_count / g->sockets) : -1;
+		}
 	}
+
+	/* Gres types are case-sensitive in Slurm: "H100" beside "h100" makes two
+	 * types, and --gres=gpu:h100 never lands on the "H100" nodes. */
+	for (size_t gi = 0; gi < c->n_groups; gi++) {
+		const kiln_cfg_group *g = &c->groups[gi];
+		if (g->gpu_count <= 0 || !g->gpu_type)
+			continue;
+		for (size_t j = 0; j < gi; j++) {
+			const kiln_cfg_group *o = &c->groups[j];
+			if (o->gpu_count <= 0 || !o->gpu_type || streq(o->gpu_type, g->gpu_type) ||
+			    strcasecmp(o->gpu_type, g->gpu_type) != 0)
+				continue;
+			config_setting_t *gs = L->group_set[gi];
+			config_setting_t *gp = gs ? config_setting_get_member(gs, "gpus") : NULL;
+			char p[96], h[160];
+			snprintf(p, sizeof(p), "node_groups[%zu].gpus.type", gi);
+			snprintf(h, sizeof(h), "write the same case in both groups (\"%s\")",
+				 o->gpu_type);
+			kiln_cfg__add_warning(
+				L, gp ? kiln_cfg__member_line(gp, "type") : g->line, p, h,
+				"GPU type \"%s\" differs only in case from \"%s\" of group \"%s\" "
+				"(line %d): Slurm sees two types, and --gres=gpu:%s never matches "
+				"these nodes",
+				g->gpu_type, o->gpu_type, strempty(o->name), o->line, o->gpu_type);
+			break;
+		}
+	}
+
+	/* DefMemPerGPU / DefCpuPerGPU: the GPU group with the least per GPU,
+	 * so the default fits on every GPU node (a job without --mem must not
+	 * take a whole 8-GPU node's memory for one GPU). */
+	bool mem_set = config_lookup(L->lc, "slurm.def_mem_per_gpu") != NULL;
+	bool cpu_set = config_lookup(L->lc, "slurm.def_cpu_per_gpu") != NULL, cpu_none = false;
+	for (size_t gi = 0; gi < c->n_groups; gi++) {
+		const kiln_cfg_group *g = &c->groups[gi];
+		if (g->gpu_count <= 0)
+			continue;
+		uint64_t mem = g->memory_mb / (uint64_t) g->gpu_count;
+		int cpu = g->cpus / g->gpu_count;
+		if (!mem_set && (!c->slurm.def_mem_per_gpu_mb || mem < c->slurm.def_mem_per_gpu_mb))
+			c->slurm.def_mem_per_gpu_mb = MAX(mem, (uint64_t) 1);
+		if (!cpu_set && cpu == 0)
+			cpu_none = true; /* fewer CPUs than GPUs: no default fits a full node */
+		else if (!cpu_set && (!c->slurm.def_cpu_per_gpu || cpu < c->slurm.def_cpu_per_gpu))
+			c->slurm.def_cpu_per_gpu = cpu;
+	}
+	if (cpu_none)
+		c->slurm.def_cpu_per_gpu = 0;
 
 	/* slurm.cluster_name and image.http_url. */
 	if (!c->slurm.cluster_name && c->cluster.name &&

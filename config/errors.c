@@ -38,7 +38,7 @@ int kiln_cfg_error_format(const kiln_cfg_error *err, kiln_strbuf *b)
 		kiln_strbuf_printf(b, "%d:", err->line);
 	if (err->path && err->path[0])
 		kiln_strbuf_printf(b, " %s:", err->path);
-	kiln_strbuf_printf(b, " %s", err->message);
+	kiln_strbuf_printf(b, " %s%s", err->warning ? "warning: " : "", err->message);
 	if (err->hint)
 		kiln_strbuf_printf(b, "; %s", err->hint);
 	kiln_strbuf_append(b, "\n");
@@ -108,6 +108,27 @@ void kiln_cfg__add_error(loader *L, int line, const char *path, const char *hint
 	va_start(ap, fmt);
 	kiln_cfg__add_errorv(L, line, path, hint, fmt, ap);
 	va_end(ap);
+}
+
+void kiln_cfg__add_warning(loader *L, int line, const char *path, const char *hint, const char *fmt,
+			   ...)
+{
+	kiln_cfg_errors *e = L->errs;
+	size_t n = e->n;
+	va_list ap;
+	va_start(ap, fmt);
+	kiln_cfg__add_errorv(L, line, path, hint, fmt, ap);
+	va_end(ap);
+	if (e->n > n)
+		e->v[n].warning = true;
+}
+
+size_t kiln_cfg__errors_count(const kiln_cfg_errors *e, size_t from)
+{
+	size_t k = e->dropped;
+	for (size_t i = from; i < e->n; i++)
+		k += !e->v[i].warning;
+	return k;
 }
 
 void kiln_cfg__root_error(loader *L, const char *path, const char *hint, const char *fmt, ...)

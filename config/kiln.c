@@ -1,6 +1,6 @@
 /* kiln.c — the admin CLI: check, show and render the cluster file.
  *
- *   kiln [-c FILE] check [--json]
+ *   kiln [-c FILE] check [--strict] [--json]
  *   kiln [-c FILE] show nodes [--json] | node NAME [--json] | --defaults
  *   kiln [-c FILE] render TARGET [-o PATH] [--node NAME]
  *   kiln [-c FILE] render all -o DIR
@@ -33,13 +33,14 @@
 #include "kiln/prog.h"
 #include "kiln/strbuf.h"
 
-enum { ARG_DEFAULTS = KILN_OPT_FIRST };
+enum { ARG_DEFAULTS = KILN_OPT_FIRST, ARG_STRICT };
 
 static const char *arg_config;
 static const char *arg_output;
 static const char *arg_node;
 static bool arg_defaults;
 static bool arg_json;
+static bool arg_strict;
 static int arg_quiet;
 
 /* ---- option tables ------------------------------------------------------ */
@@ -52,6 +53,7 @@ static const kiln_option global_options[] = {
 
 static const kiln_option check_options[] = {
 	KILN_OPTION_CONFIG,
+	{ "strict", ARG_STRICT, NULL, "treat warnings as errors (exit 2)", NULL },
 	KILN_OPTION_JSON,
 	KILN_OPTIONS_COMMON,
 	{},
@@ -81,13 +83,16 @@ static const kiln_option render_options[] = {
 static const kiln_prog check_prog = {
 	.name = "kiln check",
 	.summary = "validate the cluster file",
-	.usage = "kiln [-c FILE] check [--json]",
+	.usage = "kiln [-c FILE] check [--strict] [--json]",
 	.options = check_options,
 	.args_complete = "", /* no arguments */
 	.epilog = "Every error is printed to standard error as FILE:LINE: setting.path: message; "
 		  "hint\n"
 		  "(with --json: {\"ok\": false, \"errors\": [...]} on standard output).\n"
-		  "Exit status: 0 valid, 1 unreadable, 2 missing or invalid.\n",
+		  "Warnings (FILE:LINE: setting.path: warning: message) leave the file valid;\n"
+		  "--strict makes them errors.\n"
+		  "Exit status: 0 valid, 1 unreadable, 2 missing or invalid (or warnings with "
+		  "--strict).\n",
 };
 
 static const kiln_prog show_prog = {
@@ -153,6 +158,9 @@ static int parse_options(const kiln_prog *p, int argc, char **argv)
 		case ARG_DEFAULTS:
 			arg_defaults = true;
 			break;
+		case ARG_STRICT:
+			arg_strict = true;
+			break;
 		case 'q':
 			/* also quiets check's summary and render all's count */
 			arg_quiet++;
@@ -212,20 +220,26 @@ static int check_json(void)
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
 	kiln_cfg_errors_init(&errs);
 	int r = kiln_cfg_load(path, &c, &errs);
-	if (r >= 0) {
-		r = print_json(json_pack("{s:s, s:b, s:I, s:I, s:I}", "file", c->path, "ok", 1,
-					 "nodes", (json_int_t) c->n_nodes, "groups",
-					 (json_int_t) c->n_groups, "partitions",
-					 (json_int_t) c->slurm.n_partitions));
-		return r < 0 ? log_error_errno(r, "Out of memory: %m") : KILN_EXIT_OK;
-	}
-	json_t *errors = json_array();
+	json_t *errors = json_array(), *warnings = json_array();
 	for (size_t i = 0; i < errs.n; i++) {
 		const kiln_cfg_error *e = &errs.v[i];
-		json_array_append_new(errors, json_pack("{s:s, s:i, s:s, s:s, s:s?}", "file",
-							e->file, "line", e->line, "path", e->path,
-							"message", e->message, "hint", e->hint));
+		json_array_append_new(e->warning && !arg_strict ? warnings : errors,
+				      json_pack("{s:s, s:i, s:s, s:s, s:s?, s:b}", "file", e->file,
+						"line", e->line, "path", e->path, "message",
+						e->message, "hint", e->hint, "warning",
+						e->warning));
 	}
+	if (r >= 0 && json_array_size(errors) == 0) {
+		json_decref(errors);
+		r = print_json(json_pack("{s:s, s:b, s:I, s:I, s:I, s:o}", "file", c->path, "ok", 1,
+					 "nodes", (json_int_t) c->n_nodes, "groups",
+					 (json_int_t) c->n_groups, "partitions",
+					 (json_int_t) c->slurm.n_partitions, "warnings", warnings));
+		return r < 0 ? log_error_errno(r, "Out of memory: %m") : KILN_EXIT_OK;
+	}
+	json_decref(warnings);
+	if (r >= 0)
+		r = -EINVAL; /* --strict: warnings are errors */
 	int status =
 		r == -EINVAL || r == -ENOENT || r == -EFBIG ? KILN_EXIT_USAGE : KILN_EXIT_FAILURE;
 	if (errs.n == 0) {
@@ -261,13 +275,16 @@ static int verb_check(int argc, char **argv)
 		return check_json();
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
 	/* no hint: the error lines are check's whole output */
-	r = kiln_cfg_open(arg_config, KILN_CFG_OPEN_NO_HINT, &c);
+	r = kiln_cfg_open(arg_config, KILN_CFG_OPEN_NO_HINT | KILN_CFG_OPEN_WARNINGS, &c);
 	if (r < 0)
 		return kiln_exit_for_config(r);
+	if (r > 0 && arg_strict)
+		return KILN_EXIT_USAGE; /* the warnings are printed: they are the output */
 	if (!arg_quiet)
-		printf("%s: OK (%zu node%s in %zu group%s, %zu partition%s)\n", c->path, c->n_nodes,
-		       c->n_nodes == 1 ? "" : "s", c->n_groups, c->n_groups == 1 ? "" : "s",
-		       c->slurm.n_partitions, c->slurm.n_partitions == 1 ? "" : "s");
+		printf("%s: OK (%zu node%s in %zu group%s, %zu partition%s%s)\n", c->path,
+		       c->n_nodes, c->n_nodes == 1 ? "" : "s", c->n_groups,
+		       c->n_groups == 1 ? "" : "s", c->slurm.n_partitions,
+		       c->slurm.n_partitions == 1 ? "" : "s", r > 0 ? "; warnings above" : "");
 	return KILN_EXIT_OK;
 }
 
@@ -637,7 +654,7 @@ static const kiln_verb verbs[] = {
 static const kiln_prog prog = {
 	.name = "kiln",
 	.summary = "check, show and render a kiln cluster file",
-	.usage = "kiln [OPTIONS] check [--json]              validate the cluster file\n"
+	.usage = "kiln [OPTIONS] check [--strict] [--json]   validate the cluster file\n"
 		 "kiln [OPTIONS] show nodes | node NAME      the nodes, or one (--json)\n"
 		 "kiln show --defaults                       every key with its type and default\n"
 		 "kiln [OPTIONS] render TARGET [-o PATH]     write a generated file (stdout "

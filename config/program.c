@@ -24,6 +24,10 @@ int kiln_cfg_open(const char *path, unsigned flags, kiln_cfg **ret)
 	_cleanup_(kiln_cfg_errors_freep) kiln_cfg_errors errs;
 	kiln_cfg_errors_init(&errs);
 	int r = kiln_cfg_load(path, ret, &errs);
+	if (r >= 0 && (flags & KILN_CFG_OPEN_WARNINGS)) {
+		kiln_cfg_errors_print(&errs, stderr); /* only warnings on success */
+		return (int) errs.n;
+	}
 	if (r == -EINVAL && errs.n > 0) {
 		kiln_cfg_errors_print(&errs, stderr);
 		if (!(flags & KILN_CFG_OPEN_NO_HINT))

@@ -103,6 +103,13 @@ static int render_slurm(const kiln_cfg *c, kiln_strbuf *b)
 	kiln_strbuf_printf(b, "ResumeTimeout=%llu\n", secs(s->resume_timeout_usec));
 	kiln_strbuf_printf(b, "KillWait=%llu\n", secs(s->kill_wait_usec));
 	kiln_strbuf_printf(b, "UnkillableStepTimeout=%llu\n", secs(s->unkillable_timeout_usec));
+	kiln_strbuf_printf(b, "RebootProgram=%s\n", s->reboot_program);
+	if (gres && s->def_mem_per_gpu_mb > 0)
+		/* a 1-GPU job without --mem would otherwise take the whole node */
+		kiln_strbuf_printf(b, "DefMemPerGPU=%llu\n",
+				   (unsigned long long) s->def_mem_per_gpu_mb);
+	if (gres && s->def_cpu_per_gpu > 0)
+		kiln_strbuf_printf(b, "DefCpuPerGPU=%d\n", s->def_cpu_per_gpu);
 	if (c->health.enabled) {
 		kiln_strbuf_append(b, "\n# GPU health (kiln-healthd)\n");
 		kiln_strbuf_printf(b, "HealthCheckProgram=%s\n", c->health.check_program);
@@ -110,6 +117,9 @@ static int render_slurm(const kiln_cfg *c, kiln_strbuf *b)
 				   secs(c->health.health_check_interval_usec));
 		kiln_strbuf_append(b, "HealthCheckNodeState=ANY\n");
 		kiln_strbuf_printf(b, "Prolog=%s\n", c->health.prolog);
+		/* the health prolog at allocation, not when a step first reaches
+		 * the node (an sbatch script's own commands ran unchecked) */
+		kiln_strbuf_append(b, "PrologFlags=Alloc\n");
 		kiln_strbuf_printf(b, "Epilog=%s\n", c->health.epilog);
 	}
 
@@ -175,13 +185,27 @@ static int render_gres(const kiln_cfg *c, kiln_strbuf *b)
 		int r = kiln_hostlist_compress(g->hostnames, g->n_hosts, &hl);
 		if (r < 0)
 			return r;
-		kiln_strbuf_printf(b, "NodeName=%s Name=gpu", hl);
-		if (g->gpu_type)
-			kiln_strbuf_printf(b, " Type=%s", g->gpu_type);
-		if (g->gpu_count == 1)
-			kiln_strbuf_append(b, " File=/dev/nvidia0\n");
-		else
-			kiln_strbuf_printf(b, " File=/dev/nvidia[0-%d]\n", g->gpu_count - 1);
+		/* GPU-to-socket affinity (Cores=, Slurm's abstract core ids,
+		 * socket by socket): one line per run of GPUs on the same socket
+		 * (gpu_socket: gpus.socket_map, or the even split of derive.c;
+		 * -1, or a single socket: no Cores=, any core may feed any GPU). */
+		for (int first = 0; first < g->gpu_count;) {
+			int sock = g->gpu_socket[first], last = first;
+			while (last + 1 < g->gpu_count && g->gpu_socket[last + 1] == sock)
+				last++;
+			kiln_strbuf_printf(b, "NodeName=%s Name=gpu", hl);
+			if (g->gpu_type)
+				kiln_strbuf_printf(b, " Type=%s", g->gpu_type);
+			if (first == last)
+				kiln_strbuf_printf(b, " File=/dev/nvidia%d", first);
+			else
+				kiln_strbuf_printf(b, " File=/dev/nvidia[%d-%d]", first, last);
+			if (sock >= 0 && g->sockets > 1)
+				kiln_strbuf_printf(b, " Cores=%d-%d", sock * g->cores_per_socket,
+						   (sock + 1) * g->cores_per_socket - 1);
+			kiln_strbuf_append(b, "\n");
+			first = last + 1;
+		}
 	}
 	return 0;
 }

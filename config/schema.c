@@ -85,6 +85,12 @@ static const kiln_cfg_key schema[] = {
 	  G(gpu_type), NR },
 	{ "node_groups[].gpus.count", KILN_CFG_INT, false, "0", "8", "GPUs per node, 0..16.",
 	  G(gpu_count), RANGE(0, KILN_CFG_GPUS_MAX) },
+	{ "node_groups[].gpus.socket_map", KILN_CFG_STRING, false, "(even split)",
+	  "\"0,0,0,0,1,1,1,1\"",
+	  "The CPU socket of each GPU, in GPU order (gres.conf Cores=, GPU-NUMA affinity); by "
+	  "default the GPUs split evenly over the sockets in order (8-GPU HGX, 2 sockets: GPUs 0-3 "
+	  "on socket 0, 4-7 on socket 1), none when they do not split evenly.",
+	  G(gpu_socket_map), NR },
 	{ "node_groups[].cpus", KILN_CFG_INT, false,
 	  "(sockets x cores_per_socket x threads_per_core)", "224",
 	  "Logical CPUs per node (Slurm CPUs).", G(cpus), RANGE(1, 65536) },
@@ -158,6 +164,18 @@ static const kiln_cfg_key schema[] = {
 	  "TaskPlugin names without the task/ prefix, comma separated.", R(slurm.task_plugin), NR },
 	{ "slurm.extra", KILN_CFG_STRV, false, "[]", "[ \"SchedulerParameters=bf_continue\" ]",
 	  "Lines passed through verbatim at the end of slurm.conf.", R(slurm.extra), NR },
+	{ "slurm.def_mem_per_gpu", KILN_CFG_SIZE_MB, false, "(derived)", "\"200G\"",
+	  "DefMemPerGPU, memory of a job per GPU when it gives no --mem: by default memory_mb / "
+	  "gpus.count of the GPU group with the least memory per GPU, so a 1-GPU job does not "
+	  "take the whole node.",
+	  R(slurm.def_mem_per_gpu_mb), NR },
+	{ "slurm.def_cpu_per_gpu", KILN_CFG_INT, false, "(derived)", "16",
+	  "DefCpuPerGPU, CPUs of a job per GPU when it asks for none: by default cpus / "
+	  "gpus.count of the GPU group with the fewest CPUs per GPU (none when a group has fewer "
+	  "CPUs than GPUs).",
+	  R(slurm.def_cpu_per_gpu), RANGE(1, 4096) },
+	{ "slurm.reboot_program", KILN_CFG_PATH, false, "\"/usr/sbin/reboot\"", "\"/sbin/reboot\"",
+	  "RebootProgram (scontrol reboot, rolling reboots).", R(slurm.reboot_program), NR },
 
 	{ "health", KILN_CFG_GROUP, false, NULL, NULL,
 	  "kiln-healthd, the GPU health daemon on every node.", NOF, NR },

@@ -449,7 +449,7 @@ static void xid_state_sync(manager *m)
 	m->node.xid_state_error[0] = 0;
 	if (n.n > 0)
 		log_notice("XID state file %s: %d XID(s) keep GPUs drained%s", path, n.n,
-			   first ? " (from before a restart)" : "");
+			   first && !arg_check ? " (from before a restart)" : "");
 	else if (m->xs.n > 0)
 		log_notice("XID state file %s: cleared, no XID keeps a GPU drained now", path);
 	m->xs = n;
@@ -727,13 +727,17 @@ static int run_check(manager *m)
 		log_full(m->s.expected_gpus > 0 ? LOG_ERR : LOG_NOTICE, "Cannot use NVML (%s): %s",
 			 m->s.nvml_library, m->nvml_error);
 		no_nvml_reason(m, r);
-		hd_node_evaluate(&m->s, &m->node, kiln_now_usec());
-	} else {
+	} else
 		poll_all(m);
-		pthread_mutex_lock(&m->lock);
-		hd_node_evaluate(&m->s, &m->node, kiln_now_usec());
-		pthread_mutex_unlock(&m->lock);
-	}
+	/* The XIDs the daemon persisted: one poll cannot see an XID 79 that
+	 * happened an hour ago, and the prolog must not let a job onto that
+	 * GPU.  Same reasons as the daemon's (hd_gpu_add_sticky_xid), and an
+	 * unreadable file keeps the node unhealthy, as in the daemon. */
+	pthread_mutex_lock(&m->lock);
+	xid_state_sync(m);
+	hd_xid_state_apply(&m->xs, &m->node);
+	hd_node_evaluate(&m->s, &m->node, kiln_now_usec());
+	pthread_mutex_unlock(&m->lock);
 	_cleanup_strbuf_ kiln_strbuf b;
 	kiln_strbuf_init(&b);
 	if (arg_json)

@@ -36,6 +36,19 @@ for ex in demo dgx-pod; do
 	check "$ex: scontrol show config reports ClusterName=$want_cluster" $?
 	echo "$conf" | grep -qE '^GresTypes += gpu$'
 	check "$ex: GresTypes = gpu" $?
+	# the GPU-site defaults kiln renders, as slurmctld read them
+	echo "$conf" | grep -qE '^PrologFlags += Alloc' &&
+		echo "$conf" | grep -qE '^RebootProgram += /usr/sbin/reboot$'
+	check "$ex: PrologFlags = Alloc, RebootProgram = /usr/sbin/reboot" $?
+	want_mpg=$(sed -nE 's/^DefMemPerGPU=//p' "$d/etc/slurm.conf.rendered")
+	[ -n "$want_mpg" ] && echo "$conf" | grep -qiE "DefMemPerGPU[ =:]+$want_mpg\b"
+	r=$?; [ $r = 0 ] || diag "$(echo "$conf" | grep -iE 'PerGPU|DefMem|JobDefaults')"
+	check "$ex: DefMemPerGPU = $want_mpg" $r
+	want_cpg=$(sed -nE 's/^DefCpuPerGPU=//p' "$d/etc/slurm.conf.rendered")
+	if [ -n "$want_cpg" ]; then
+		echo "$conf" | grep -qiE "DefCpuPerGPU[ =:]+$want_cpg\b"
+		check "$ex: DefCpuPerGPU = $want_cpg" $?
+	fi
 	want_nodes=$(grep -iE '^NodeName=' "$d/etc/slurm.conf.rendered" | grep -vi 'NodeName=DEFAULT' |
 		sed -E 's/^NodeName=([^ ]+).*/\1/I' | xargs -n1 scontrol show hostnames | wc -l)
 	got_nodes=$(echo "$nodes" | grep -c '^NodeName=')

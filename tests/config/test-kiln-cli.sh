@@ -26,11 +26,28 @@ if [ ! -x "$KILN" ]; then
 	exit 1
 fi
 
-# 1. bad files
+# 1. bad files; warn-*.cfg hold only warnings: `check` prints the same
+# lines but exits 0, `check --strict` exits 2
 for cfg in tests/config/bad/*.cfg; do
 	name=$(basename "$cfg" .cfg)
 	exp=${cfg%.cfg}.expected
-	"$KILN" -c "$cfg" check >"$tmp/out" 2>"$tmp/err"
+	strict=
+	case $name in warn-*)
+		strict=--strict
+		"$KILN" -c "$cfg" check >"$tmp/out" 2>"$tmp/err"
+		rc=$?
+		if [ $rc -ne 0 ]; then
+			fail "bad/$name: warnings only: exit 0 without --strict" "got exit $rc" "$(cat "$tmp/err")"
+		elif ! grep -q ': warning: ' "$tmp/err" || ! diff -u "$exp" "$tmp/err" >"$tmp/diff"; then
+			fail "bad/$name: without --strict: the same warning lines" "$(cat "$tmp/err")"
+		elif ! grep -q 'OK .*warnings above' "$tmp/out"; then
+			fail "bad/$name: without --strict: OK, warnings above" "$(cat "$tmp/out")"
+		else
+			ok "bad/$name: without --strict: exit 0 with the warning lines"
+		fi
+		;;
+	esac
+	"$KILN" -c "$cfg" check $strict >"$tmp/out" 2>"$tmp/err"
 	rc=$?
 	if [ ! -f "$exp" ]; then
 		fail "bad/$name: has an .expected file"
@@ -46,6 +63,19 @@ for cfg in tests/config/bad/*.cfg; do
 done
 nbad=$(ls tests/config/bad/*.cfg | wc -l)
 if [ "$nbad" -ge 30 ]; then ok "at least 30 bad files ($nbad)"; else fail "at least 30 bad files (only $nbad)"; fi
+
+# gpus.socket_map: gres.conf gets one line per run of GPUs on a socket
+sed -e 's/socket_map = "0,1,2,1"/socket_map = "1,0,0,1"/' -e 's/socket_map = "0,0,1"/socket_map = "0,0,0,0"/' \
+	tests/config/bad/gpu-socket-map.cfg >"$tmp/smap.cfg"
+"$KILN" -c "$tmp/smap.cfg" render gres.conf >"$tmp/gres" 2>"$tmp/err"
+if [ $? -eq 0 ] && [ "$(grep -c '^NodeName=node\[01-02\]' "$tmp/gres")" = 3 ] &&
+	grep -qx 'NodeName=node\[01-02\] Name=gpu Type=h100 File=/dev/nvidia\[1-2\] Cores=0-7' "$tmp/gres" &&
+	grep -qx 'NodeName=node\[01-02\] Name=gpu Type=h100 File=/dev/nvidia3 Cores=8-15' "$tmp/gres" &&
+	grep -qx 'NodeName=node\[03-04\] Name=gpu Type=h100 File=/dev/nvidia\[0-3\] Cores=0-7' "$tmp/gres"; then
+	ok "gpus.socket_map: Cores= per run of GPUs on one socket"
+else
+	fail "gpus.socket_map: Cores= per run of GPUs on one socket" "$(cat "$tmp/gres" "$tmp/err")"
+fi
 
 # 2. the examples
 for ex in demo dgx-pod; do
@@ -169,12 +199,21 @@ json() { # FILE PYTHON-EXPRESSION-ON-j
 }
 "$KILN" -c config/examples/dgx-pod.cfg check --json >"$tmp/json" 2>"$tmp/err"
 rc=$?
-[ $rc -eq 0 ] && json "$tmp/json" 'j == {"file": "config/examples/dgx-pod.cfg", "ok": True, "nodes": 32, "groups": 1, "partitions": 2}' &&
+[ $rc -eq 0 ] && json "$tmp/json" 'j == {"file": "config/examples/dgx-pod.cfg", "ok": True, "nodes": 32, "groups": 1, "partitions": 2, "warnings": []}' &&
 	ok "check --json on a valid file" || fail "check --json on a valid file" "rc=$rc" "$(cat "$tmp/json" "$tmp/err" "$tmp/pyerr")"
-# every bad file: exit 2 and, as objects, the errors its .expected file lists
+"$KILN" -c tests/config/bad/warn-gpu-type-case.cfg check --json >"$tmp/json" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 0 ] && json "$tmp/json" 'j["ok"] and len(j["warnings"]) == 1 and j["warnings"][0]["path"] == "node_groups[1].gpus.type"' &&
+	ok "check --json with a warning: ok, the warning listed" || fail "check --json with a warning" "rc=$rc" "$(cat "$tmp/json" "$tmp/err" "$tmp/pyerr")"
+"$KILN" -c tests/config/bad/warn-gpu-type-case.cfg check --json --strict >"$tmp/json" 2>"$tmp/err"
+rc=$?
+[ $rc -eq 2 ] && json "$tmp/json" 'not j["ok"] and len(j["errors"]) == 1' &&
+	ok "check --json --strict: the warning is an error, exit 2" || fail "check --json --strict" "rc=$rc" "$(cat "$tmp/json" "$tmp/err" "$tmp/pyerr")"
+# every bad file (with --strict: warn-* too): exit 2 and, as objects, the
+# errors its .expected file lists
 rcs=""
 for cfg in tests/config/bad/*.cfg; do
-	"$KILN" -c "$cfg" check --json >"$tmp/$(basename "$cfg").json" 2>/dev/null
+	"$KILN" -c "$cfg" check --json --strict >"$tmp/$(basename "$cfg").json" 2>/dev/null
 	rc=$?
 	[ $rc -eq 2 ] || rcs="$rcs $(basename "$cfg"):$rc"
 done
@@ -185,7 +224,8 @@ for cfg in sys.argv[2:]:
     got = []
     for e in j["errors"]:
         line = e["file"] + ":" + (str(e["line"]) + ":" if e["line"] else "")
-        line += " " + (e["path"] + ": " if e["path"] else "") + e["message"]
+        line += " " + (e["path"] + ": " if e["path"] else "")
+        line += ("warning: " if e.get("warning") else "") + e["message"]
         if e["hint"] is not None:
             line += "; " + e["hint"]
         got.append(line)

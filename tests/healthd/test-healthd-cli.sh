@@ -144,14 +144,28 @@ wait_until 10 grep -q "unhealthy: XID 79 GPU has fallen off the bus (reboot need
 check "after a restart: gpu1 still unhealthy with the same reason" \
 	grep -q "gpu1 (GPU-00000000-0000-4000-8000-000000000001) unhealthy: XID 79 GPU has fallen off the bus (reboot needed)" "$W/xs2.log"
 check "  ... and the log says where it came from" grep -q "XID state file $XS: 1 XID(s) keep GPUs drained (from before a restart)" "$W/xs2.log"
+# --check (the prolog, HealthCheckProgram) reads the same file: one NVML
+# poll sees a healthy gpu1, the file says it fell off the bus
+check "--check with XID 79 in the state file exits 1" rc_is 1 env KILN_HEALTHD_XID_STATE="$XS" KILN_FAKE_NVML_SCENARIO="$healthy" "$HEALTHD" -c "$W/xs.cfg" --check --node node01
+check "  ... gpu1 unhealthy with the daemon's reason" grep -Eq "^ *1 .*unhealthy +XID 79 GPU has fallen off the bus \(reboot needed\)" "$W/out"
+check "  ... --json: the daemon's drain reason" bash -c \
+	"KILN_HEALTHD_XID_STATE='$XS' KILN_FAKE_NVML_SCENARIO='$healthy' '$HEALTHD' -c '$W/xs.cfg' --check --json --node node01 2>/dev/null |
+	 $PY -c 'import json,sys; d=json.load(sys.stdin); assert d[\"drain_reason\"]==\"kiln: gpu1 XID 79 GPU has fallen off the bus (reboot needed)\", d'"
+mkdir -p "$W/bin" && printf '#!/bin/sh\necho "$@" >>%s/scontrol.calls\n' "$W" >"$W/bin/scontrol" && chmod +x "$W/bin/scontrol"
+check "  ... prolog refuses the job and drains with that reason" bash -c \
+	"env PATH='$W/bin:$PATH' KILN_CONFIG='$W/xs.cfg' KILN_HEALTHD='$HEALTHD' SLURMD_NODENAME=node01 KILN_HEALTHD_XID_STATE='$XS' KILN_FAKE_NVML_SCENARIO='$healthy' '$top/slurm/scripts/prolog' 2>/dev/null; [ \$? = 1 ] && grep -q 'state=drain reason=kiln: gpu1 XID 79 GPU has fallen off the bus (reboot needed)' '$W/scontrol.calls'"
+rm -f "$W/scontrol.calls"
 check "--clear-xid with a bad GPU exits 2" rc_is 2 env KILN_HEALTHD_XID_STATE="$XS" "$HEALTHD" --clear-xid bogus
 check "--clear-xid 1 clears gpu1's XID" rc_is 0 env KILN_HEALTHD_XID_STATE="$XS" "$HEALTHD" --clear-xid 1
 check "  ... and says so" grep -q "Cleared 1 XID entry for 1 in $XS (0 left)" "$W/out"
 check "  ... the running daemon picks it up: gpu1 healthy again" wu 5 grep -q "gpu1 (GPU-00000000-0000-4000-8000-000000000001) healthy again" "$W/xs2.log"
+check "--check after --clear-xid 1: healthy, exit 0" rc_is 0 env KILN_HEALTHD_XID_STATE="$XS" KILN_FAKE_NVML_SCENARIO="$healthy" "$HEALTHD" -c "$W/xs.cfg" --check --node node01
 printf 'this is not a state file\n' >"$XS"
 check "a corrupt XID state file: a clear error line with file:line" wu 5 grep -q "XID state file $XS:1 is corrupt: keeping the node drained" "$W/xs2.log"
 check "  ... the node is unhealthy (stays drained)" wu 5 grep -q "node node01 unhealthy: XID state file $XS unreadable" "$W/xs2.log"
 check "  ... and the daemon keeps running" kill -0 $xpid
+check "--check with a corrupt XID state file exits 1 (kept drained)" rc_is 1 env KILN_HEALTHD_XID_STATE="$XS" KILN_FAKE_NVML_SCENARIO="$healthy" "$HEALTHD" -c "$W/xs.cfg" --check --node node01
+check "  ... and says which file" grep -q "XID state file $XS unreadable" "$W/out"
 check "--clear-xid 2 on a corrupt file exits 1" rc_is 1 env KILN_HEALTHD_XID_STATE="$XS" "$HEALTHD" --clear-xid 2
 check "--clear-xid all replaces a corrupt file" rc_is 0 "$HEALTHD" --xid-state "$XS" --clear-xid all
 check "  ... and the node is healthy again" wu 5 grep -q "node node01 healthy again" "$W/xs2.log"

@@ -49,6 +49,7 @@ typedef struct kiln_cfg_error {
 	char *path; /* "health.thresholds.temp_warn_c", "node_groups[0].macs[2]"; "" for the file */
 	char *message; /* "unknown setting" */
 	char *hint;    /* "did you mean 'interval'?" or NULL */
+	bool warning;  /* a warning: the file loads anyway ("FILE:LINE: path: warning: ...") */
 } kiln_cfg_error;
 
 typedef struct kiln_cfg_errors {
@@ -152,6 +153,10 @@ typedef struct kiln_cfg_group {
 	char **partitions;    /* partition names this group joins (NULL-terminated, may be empty) */
 	char **features;      /* Slurm node features (NULL-terminated, may be empty) */
 	int line;
+	char *gpu_socket_map; /* gpus.socket_map as written, NULL when unset */
+	/* socket of GPU i (from gpu_socket_map or the even split); -1: no
+	 * affinity rendered */
+	int gpu_socket[KILN_CFG_GPUS_MAX];
 } kiln_cfg_group;
 
 typedef struct kiln_cfg_partition {
@@ -189,6 +194,9 @@ typedef struct kiln_cfg_slurm {
 	char *proctrack_type;		  /* "cgroup" */
 	char *task_plugin;		  /* "affinity,cgroup" */
 	char **extra; /* passthrough lines appended to slurm.conf (NULL-terminated) */
+	uint64_t def_mem_per_gpu_mb; /* DefMemPerGPU; derived from the GPU groups (0: no GPUs) */
+	int def_cpu_per_gpu;	     /* DefCpuPerGPU; derived likewise (0: no GPUs) */
+	char *reboot_program;	     /* RebootProgram, "/usr/sbin/reboot" */
 } kiln_cfg_slurm;
 
 typedef struct kiln_cfg_xid {
@@ -336,6 +344,9 @@ const char *kiln_cfg_default_path(void);
 enum {
 	KILN_CFG_OPEN_OPTIONAL = 1 << 0,
 	KILN_CFG_OPEN_NO_HINT = 1 << 1, /* kiln check: the error lines are the whole output */
+	/* a valid file's warnings are printed to stderr too, and kiln_cfg_open()
+	 * returns how many (>= 0) instead of 0 */
+	KILN_CFG_OPEN_WARNINGS = 1 << 2,
 };
 int kiln_cfg_open(const char *path, unsigned flags, kiln_cfg **ret);
 
