@@ -41,6 +41,8 @@ __global__ void kc_probe_kernel(int *p)
 		*p = 1;
 }
 
+__thread int kc_thread_device = -1;
+
 /* 1 when a device is present and can run this binary's kernels. */
 static int kc_usable(int *device)
 {
@@ -49,11 +51,13 @@ static int kc_usable(int *device)
 		return 0;
 	int dev = kc_pick_device(n);
 	cudaFuncAttributes a;
+	kc_thread_device = -1; /* this thread's device may change below */
 	if (cudaSetDevice(dev) != cudaSuccess ||
 	    cudaFuncGetAttributes(&a, kc_probe_kernel) != cudaSuccess) {
 		(void) cudaGetLastError();
 		return 0;
 	}
+	kc_thread_device = dev;
 	if (device)
 		*device = dev;
 	return 1;
@@ -69,6 +73,7 @@ static void kc_fini(kk_backend *be)
 	kc_ctx *ctx = (kc_ctx *) be->ctx;
 	if (!ctx)
 		return;
+	(void) kc_bind(be);
 	if (ctx->stream)
 		cudaStreamSynchronize(ctx->stream);
 	kc_attn_release(ctx);
@@ -89,7 +94,7 @@ static int kc_init(kk_backend *be)
 		return -ENOMEM;
 	be->ctx = ctx;
 	ctx->device = dev;
-	int r = kc_errno_cuda(cudaSetDevice(ctx->device));
+	int r = kc_bind(be);
 	if (r >= 0)
 		r = kc_errno_cuda(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
 	if (r >= 0)
@@ -103,13 +108,19 @@ static int kc_init(kk_backend *be)
 
 static int kc_sync(kk_backend *be)
 {
+	int r = kc_bind(be);
+	if (r < 0)
+		return r;
 	return kc_errno_cuda(cudaDeviceSynchronize());
 }
 
 static int kc_alloc(kk_backend *be, size_t bytes, void **ret)
 {
 	void *p = NULL;
-	int r = kc_errno_cuda(cudaMalloc(&p, bytes));
+	int r = kc_bind(be);
+	if (r < 0)
+		return r;
+	r = kc_errno_cuda(cudaMalloc(&p, bytes));
 	if (r < 0)
 		return r;
 	*ret = p;
@@ -118,6 +129,7 @@ static int kc_alloc(kk_backend *be, size_t bytes, void **ret)
 
 static void kc_free(kk_backend *be, void *ptr)
 {
+	(void) kc_bind(be); /* cudaFree may synchronize the current device */
 	cudaFree(ptr);
 }
 
@@ -153,7 +165,10 @@ static int kc_copy(kk_backend *be, kk_stream *st, void *dst, const void *src, si
 static int kc_stream_create(kk_backend *be, kk_stream *st)
 {
 	cudaStream_t s = NULL;
-	int r = kc_errno_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	int r = kc_bind(be); /* a stream belongs to the device current at creation */
+	if (r < 0)
+		return r;
+	r = kc_errno_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 	if (r < 0)
 		return r;
 	st->handle = s;
@@ -164,6 +179,7 @@ static void kc_stream_free(kk_backend *be, kk_stream *st)
 {
 	if (!st->handle)
 		return;
+	(void) kc_bind(be);
 	cudaStreamSynchronize((cudaStream_t) st->handle);
 	cudaStreamDestroy((cudaStream_t) st->handle);
 	st->handle = NULL;

@@ -55,6 +55,7 @@ static ncclComm_t kc_comm(kk_comm *c)
 extern "C" int kc_op_comm_get_id(kk_backend *be, void *id, size_t len)
 {
 	ncclUniqueId u;
+	(void) be; /* the id is host data: no device needed */
 	if (len < sizeof(u.internal) || sizeof(u) > KK_COMM_ID_BYTES)
 		return -EINVAL;
 	int r = kc_errno_nccl(ncclGetUniqueId(&u));
@@ -69,11 +70,10 @@ extern "C" int kc_op_comm_init(kk_comm *c, const void *id, size_t id_len)
 {
 	ncclUniqueId u;
 	ncclComm_t comm = NULL;
-	kc_ctx *ctx = (kc_ctx *) c->be->ctx;
 	if (id_len < sizeof(u))
 		return -EINVAL;
 	memcpy(&u, id, sizeof(u));
-	int r = kc_errno_cuda(cudaSetDevice(ctx->device));
+	int r = kc_bind(c->be); /* the communicator is made on the current device */
 	if (r < 0)
 		return r;
 	r = kc_errno_nccl(ncclCommInitRank(&comm, c->world, u, c->rank));
