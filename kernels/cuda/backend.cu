@@ -43,6 +43,11 @@ __global__ void kc_probe_kernel(int *p)
 
 __thread int kc_thread_device = -1;
 
+/* Bytes of stream-ordered scratch the device's default memory pool keeps
+ * across syncs (its release threshold): a few steps' attention/norm scratch;
+ * the pool never holds memory the workload did not ask for. */
+#define KC_POOL_KEEP ((uint64_t) 1 << 30)
+
 /* 1 when a device is present and can run this binary's kernels. */
 static int kc_usable(int *device)
 {
@@ -99,6 +104,21 @@ static int kc_init(kk_backend *be)
 		r = kc_errno_cuda(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
 	if (r >= 0)
 		r = kc_blas_new(&ctx->blas);
+#ifdef CUDART_VERSION /* the real runtime (the emulator has no pools) */
+	if (r >= 0) {
+		/* Scratch (attention delta, norm partials, dequantized weights)
+		 * is cudaMallocAsync from the device's default pool, whose release
+		 * threshold is 0: every stream sync hands the memory back to the
+		 * driver and the next step maps it again.  Keep up to
+		 * KC_POOL_KEEP cached; more is trimmed at syncs as before. */
+		cudaMemPool_t pool;
+		uint64_t keep = KC_POOL_KEEP;
+		if (cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess)
+			(void) cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold,
+						       &keep);
+		(void) cudaGetLastError();
+	}
+#endif
 	if (r < 0) {
 		kc_fini(be);
 		return r;
@@ -109,6 +129,10 @@ static int kc_init(kk_backend *be)
 static int kc_sync(kk_backend *be)
 {
 	int r = kc_bind(be);
+	if (r < 0)
+		return r;
+	/* the default stream through the NCCL-aware wait, then the rest */
+	r = kc_wait_stream(be, ((kc_ctx *) be->ctx)->stream);
 	if (r < 0)
 		return r;
 	return kc_errno_cuda(cudaDeviceSynchronize());
@@ -139,7 +163,7 @@ static int kc_upload(kk_backend *be, kk_stream *st, void *dst, const void *host,
 	int r = kc_errno_cuda(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, s));
 	if (r < 0)
 		return r;
-	return kc_errno_cuda(cudaStreamSynchronize(s));
+	return kc_wait_stream(be, s);
 }
 
 static int kc_download(kk_backend *be, kk_stream *st, void *host, const void *src, size_t bytes)
@@ -148,7 +172,7 @@ static int kc_download(kk_backend *be, kk_stream *st, void *host, const void *sr
 	int r = kc_errno_cuda(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, s));
 	if (r < 0)
 		return r;
-	return kc_errno_cuda(cudaStreamSynchronize(s));
+	return kc_wait_stream(be, s);
 }
 
 static int kc_memset(kk_backend *be, kk_stream *st, void *dst, int byte, size_t bytes)
@@ -187,7 +211,7 @@ static void kc_stream_free(kk_backend *be, kk_stream *st)
 
 static int kc_stream_sync(kk_backend *be, kk_stream *st)
 {
-	return kc_errno_cuda(cudaStreamSynchronize(kc_stream(be, st)));
+	return kc_wait_stream(be, kc_stream(be, st));
 }
 
 /* Filled once (pthread_once: no C++ runtime needed for a guarded static). */

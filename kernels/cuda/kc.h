@@ -81,6 +81,12 @@ typedef struct kc_ctx {
 	size_t attn_ws_bytes;
 } kc_ctx;
 
+/* Waits for stream s of be (nccl.cu): cudaStreamSynchronize, or, while a
+ * communicator of be is open, a poll that ends with -ECONNRESET/-EIO on an
+ * NCCL error or -ETIMEDOUT after KILN_NCCL_TIMEOUT s (the communicators
+ * then aborted) instead of hanging on a dead peer. */
+int kc_wait_stream(kk_backend *be, cudaStream_t s);
+
 /* Frees the attention workspace of ctx (attention.cu); at backend destroy. */
 void kc_attn_release(kc_ctx *ctx);
 
