@@ -270,10 +270,10 @@ static int kc_nccl_done(kk_comm *c, ncclResult_t r)
 }
 
 /* A collective on an aborted communicator (after an error or timeout). */
-#define KC_COMM_LIVE(c)                       \
-	do {                                  \
-		if (!(c)->impl)               \
-			return -ECONNRESET;   \
+#define KC_COMM_LIVE(c)                     \
+	do {                                \
+		if (!(c)->impl)             \
+			return -ECONNRESET; \
 	} while (0)
 
 extern "C" int kc_op_all_reduce(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
@@ -288,8 +288,8 @@ extern "C" int kc_op_all_reduce(kk_comm *c, kk_stream *st, kk_buffer *recv, cons
 	if (r < 0)
 		return r;
 	KC_COMM_LIVE(c);
-	return kc_nccl_done(
-		c, ncclAllReduce(send->ptr, recv->ptr, count, t, o, kc_comm(c), kc_stream(c->be, st)));
+	return kc_nccl_done(c, ncclAllReduce(send->ptr, recv->ptr, count, t, o, kc_comm(c),
+					     kc_stream(c->be, st)));
 }
 
 extern "C" int kc_op_reduce_scatter(kk_comm *c, kk_stream *st, kk_buffer *recv,
