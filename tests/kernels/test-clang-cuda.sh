@@ -15,7 +15,7 @@
 # empty stub, tests/kernels/clang-cuda/texture_fetch_functions.h (see there).
 # -Wno-unknown-cuda-version: clang 16 knows CUDA up to 11.8 and warns on 13.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 . tests/lib/tap.sh
 
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -31,7 +31,7 @@ FLAGS=(-x cuda "--cuda-path=$CUDA_HOME" --cuda-gpu-arch=sm_90 -std=c++17
 	-isystem tests/kernels/clang-cuda -Icommon/include -Iconfig/include -Ikernels/include
 	-Wall -Wextra -Werror -Wno-unknown-cuda-version)
 
-CLANG= why=
+CLANG='' why=''
 for c in ${KILN_CLANG:-clang-19 clang-18 clang-17 clang-16 clang-15 clang clang-14}; do
 	command -v "$c" >/dev/null 2>&1 || continue
 	if "$c" "${FLAGS[@]}" --cuda-device-only -S kernels/cuda/core.cu -o "$tmp/probe.ptx" \

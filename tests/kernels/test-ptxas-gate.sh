@@ -32,7 +32,7 @@
 # KILN_PTXAS_TABLE overrides the table path (the planted-regression check
 # uses a copy); NVCC or CUDA_HOME choose the compiler.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 . tests/lib/tap.sh
 
 TABLE=${KILN_PTXAS_TABLE:-kernels/cuda/ptxas-budget.tsv}
