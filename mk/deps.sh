@@ -7,6 +7,8 @@ set -euo pipefail
 PKGS=(
 	# build
 	build-essential pkg-config clang libclang-rt-14-dev clang-format cppcheck
+	clang-16            # second CUDA compiler (tests/kernels/test-clang-cuda.sh): clang-14
+	                    # has no sm_90; 16 reads CUDA 13's headers (with one stub header)
 	# libraries kiln links
 	libconfig-dev       # the cluster file parser
 	libcmocka-dev       # unit tests

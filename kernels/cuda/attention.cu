@@ -1134,8 +1134,13 @@ static void kc_dec_plan(const kk_paged_desc *d, int *nsplit, int *pps)
 	long group = d->n_heads / d->n_kv_heads;
 	long base = (long) d->n_seqs * d->n_kv_heads * ((group + KC_DEC_GMAX - 1) / KC_DEC_GMAX);
 	long n = (KC_DEC_TARGET + base - 1) / base;
-	n = min(n, (pages + KC_DEC_MIN_PAGES - 1) / KC_DEC_MIN_PAGES);
-	n = max(1L, min(n, (long) KC_DEC_MAX_SPLITS));
+	/* plain comparisons: host min/max overloads for long are nvcc's, not
+	 * standard CUDA (clang has none) */
+	long cap = (pages + KC_DEC_MIN_PAGES - 1) / KC_DEC_MIN_PAGES;
+	if (cap > KC_DEC_MAX_SPLITS)
+		cap = KC_DEC_MAX_SPLITS;
+	n = n < cap ? n : cap;
+	n = n < 1 ? 1 : n;
 	long p = (pages + n - 1) / n;
 	*pps = (int) p;
 	*nsplit = (int) ((pages + p - 1) / p);
@@ -1153,7 +1158,7 @@ static int kc_attn_ws(kk_backend *be, kk_stream *st, cudaStream_t s, size_t byte
 	if (st)
 		return kc_errno_cuda(cudaMallocAsync((void **) ret, bytes, s));
 	if (ctx->attn_ws_bytes < bytes) {
-		size_t want = max(bytes, 2 * ctx->attn_ws_bytes);
+		size_t want = bytes > 2 * ctx->attn_ws_bytes ? bytes : 2 * ctx->attn_ws_bytes;
 		want = (want + ((size_t) 1 << 20) - 1) & ~(((size_t) 1 << 20) - 1);
 		if (ctx->attn_ws) {
 			/* launches queued before may still read it */

@@ -41,6 +41,13 @@ __global__ void kc_probe_kernel(int *p)
 		*p = 1;
 }
 
+__thread int kc_thread_device = -1;
+
+/* Bytes of stream-ordered scratch the device's default memory pool keeps
+ * across syncs (its release threshold): a few steps' attention/norm scratch;
+ * the pool never holds memory the workload did not ask for. */
+#define KC_POOL_KEEP ((uint64_t) 1 << 30)
+
 /* 1 when a device is present and can run this binary's kernels. */
 static int kc_usable(int *device)
 {
@@ -49,11 +56,13 @@ static int kc_usable(int *device)
 		return 0;
 	int dev = kc_pick_device(n);
 	cudaFuncAttributes a;
+	kc_thread_device = -1; /* this thread's device may change below */
 	if (cudaSetDevice(dev) != cudaSuccess ||
 	    cudaFuncGetAttributes(&a, kc_probe_kernel) != cudaSuccess) {
 		(void) cudaGetLastError();
 		return 0;
 	}
+	kc_thread_device = dev;
 	if (device)
 		*device = dev;
 	return 1;
@@ -69,6 +78,7 @@ static void kc_fini(kk_backend *be)
 	kc_ctx *ctx = (kc_ctx *) be->ctx;
 	if (!ctx)
 		return;
+	(void) kc_bind(be);
 	if (ctx->stream)
 		cudaStreamSynchronize(ctx->stream);
 	kc_attn_release(ctx);
@@ -89,11 +99,26 @@ static int kc_init(kk_backend *be)
 		return -ENOMEM;
 	be->ctx = ctx;
 	ctx->device = dev;
-	int r = kc_errno_cuda(cudaSetDevice(ctx->device));
+	int r = kc_bind(be);
 	if (r >= 0)
 		r = kc_errno_cuda(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
 	if (r >= 0)
 		r = kc_blas_new(&ctx->blas);
+#ifdef CUDART_VERSION /* the real runtime (the emulator has no pools) */
+	if (r >= 0) {
+		/* Scratch (attention delta, norm partials, dequantized weights)
+		 * is cudaMallocAsync from the device's default pool, whose release
+		 * threshold is 0: every stream sync hands the memory back to the
+		 * driver and the next step maps it again.  Keep up to
+		 * KC_POOL_KEEP cached; more is trimmed at syncs as before. */
+		cudaMemPool_t pool;
+		uint64_t keep = KC_POOL_KEEP;
+		if (cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess)
+			(void) cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold,
+						       &keep);
+		(void) cudaGetLastError();
+	}
+#endif
 	if (r < 0) {
 		kc_fini(be);
 		return r;
@@ -103,13 +128,23 @@ static int kc_init(kk_backend *be)
 
 static int kc_sync(kk_backend *be)
 {
+	int r = kc_bind(be);
+	if (r < 0)
+		return r;
+	/* the default stream through the NCCL-aware wait, then the rest */
+	r = kc_wait_stream(be, ((kc_ctx *) be->ctx)->stream);
+	if (r < 0)
+		return r;
 	return kc_errno_cuda(cudaDeviceSynchronize());
 }
 
 static int kc_alloc(kk_backend *be, size_t bytes, void **ret)
 {
 	void *p = NULL;
-	int r = kc_errno_cuda(cudaMalloc(&p, bytes));
+	int r = kc_bind(be);
+	if (r < 0)
+		return r;
+	r = kc_errno_cuda(cudaMalloc(&p, bytes));
 	if (r < 0)
 		return r;
 	*ret = p;
@@ -118,6 +153,7 @@ static int kc_alloc(kk_backend *be, size_t bytes, void **ret)
 
 static void kc_free(kk_backend *be, void *ptr)
 {
+	(void) kc_bind(be); /* cudaFree may synchronize the current device */
 	cudaFree(ptr);
 }
 
@@ -127,7 +163,7 @@ static int kc_upload(kk_backend *be, kk_stream *st, void *dst, const void *host,
 	int r = kc_errno_cuda(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, s));
 	if (r < 0)
 		return r;
-	return kc_errno_cuda(cudaStreamSynchronize(s));
+	return kc_wait_stream(be, s);
 }
 
 static int kc_download(kk_backend *be, kk_stream *st, void *host, const void *src, size_t bytes)
@@ -136,7 +172,7 @@ static int kc_download(kk_backend *be, kk_stream *st, void *host, const void *sr
 	int r = kc_errno_cuda(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, s));
 	if (r < 0)
 		return r;
-	return kc_errno_cuda(cudaStreamSynchronize(s));
+	return kc_wait_stream(be, s);
 }
 
 static int kc_memset(kk_backend *be, kk_stream *st, void *dst, int byte, size_t bytes)
@@ -153,7 +189,10 @@ static int kc_copy(kk_backend *be, kk_stream *st, void *dst, const void *src, si
 static int kc_stream_create(kk_backend *be, kk_stream *st)
 {
 	cudaStream_t s = NULL;
-	int r = kc_errno_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	int r = kc_bind(be); /* a stream belongs to the device current at creation */
+	if (r < 0)
+		return r;
+	r = kc_errno_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 	if (r < 0)
 		return r;
 	st->handle = s;
@@ -164,6 +203,7 @@ static void kc_stream_free(kk_backend *be, kk_stream *st)
 {
 	if (!st->handle)
 		return;
+	(void) kc_bind(be);
 	cudaStreamSynchronize((cudaStream_t) st->handle);
 	cudaStreamDestroy((cudaStream_t) st->handle);
 	st->handle = NULL;
@@ -171,7 +211,7 @@ static void kc_stream_free(kk_backend *be, kk_stream *st)
 
 static int kc_stream_sync(kk_backend *be, kk_stream *st)
 {
-	return kc_errno_cuda(cudaStreamSynchronize(kc_stream(be, st)));
+	return kc_wait_stream(be, kc_stream(be, st));
 }
 
 /* Filled once (pthread_once: no C++ runtime needed for a guarded static). */

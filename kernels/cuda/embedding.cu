@@ -55,10 +55,19 @@ __global__ void __launch_bounds__(KC_EW_THREADS)
 		if constexpr (W == 1) {
 			atomicAdd(d, f[0]);
 		} else {
+#if defined(__clang__) && !defined(__NVCC__)
+			/* clang's CUDA wrapper (16) does not include CUDA 12's
+			 * sm_90_rt.h, so no float4 atomicAdd: scalar adds, same
+			 * result (the clang build is a compile check only). */
+#pragma unroll
+			for (int c = 0; c < W; c++)
+				atomicAdd(d + c, f[c]);
+#else
 #pragma unroll
 			for (int c = 0; c < W; c += 4)
 				atomicAdd((float4 *) (d + c),
 					  make_float4(f[c], f[c + 1], f[c + 2], f[c + 3]));
+#endif
 		}
 	}
 }

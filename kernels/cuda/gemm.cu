@@ -16,7 +16,9 @@
  * Accumulation is f32 for every input type (CUBLAS_COMPUTE_32F, no TF32).
  * UNVERIFIED on a GPU. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cublasLt.h>
 
@@ -26,11 +28,44 @@
  * cuBLAS recommends for Hopper. */
 #define KC_BLAS_WORKSPACE (32u << 20)
 
+/* Matmul descriptors, layouts and the heuristic's algorithm per shape
+ * (kc_lt_key), so a repeated GEMM skips ~10 descriptor calls and the
+ * heuristic (a few us each on small shapes).  A model has a few dozen
+ * distinct GEMMs; beyond KC_LT_CACHE entries the oldest is replaced. */
+#define KC_LT_CACHE 64
+
+typedef struct kc_lt_descs {
+	cublasLtMatmulDesc_t op;
+	cublasLtMatrixLayout_t la, lb, lc;
+	cublasLtMatmulPreference_t pref;
+} kc_lt_descs;
+
+/* Everything the descriptors and the algorithm depend on (zeroed first, so
+ * memcmp sees no padding).  The bias pointer is not in it: it is set on the
+ * cached descriptor per call. */
+typedef struct kc_lt_key {
+	int abt, ct, ta, tb, epi, has_bias, bias_t;
+	uint32_t al_a, al_b, al_c;
+	int64_t m, n, k, lda, ldb, ldc, sa, sb, sc, batch;
+} kc_lt_key;
+
+typedef struct kc_lt_entry {
+	bool valid;
+	kc_lt_key key;
+	kc_lt_descs d;
+	cublasLtMatmulAlgo_t algo;
+} kc_lt_entry;
+
 struct kc_blas {
 	cublasLtHandle_t lt;
 	void *ws;
 	size_t ws_size;
+	pthread_mutex_t lock; /* the cache, and a cached descriptor's bias pointer until enqueued */
+	unsigned next;	      /* round-robin replacement */
+	kc_lt_entry cache[KC_LT_CACHE];
 };
+
+static void kc_lt_descs_free(kc_lt_descs *d);
 
 extern "C" int kc_blas_new(kc_blas **ret)
 {
@@ -49,6 +84,7 @@ extern "C" int kc_blas_new(kc_blas **ret)
 		return r;
 	}
 	b->ws_size = KC_BLAS_WORKSPACE;
+	pthread_mutex_init(&b->lock, NULL);
 	*ret = b;
 	return 0;
 }
@@ -57,6 +93,10 @@ extern "C" void kc_blas_free(kc_blas *b)
 {
 	if (!b)
 		return;
+	for (int i = 0; i < KC_LT_CACHE; i++)
+		if (b->cache[i].valid)
+			kc_lt_descs_free(&b->cache[i].d);
+	pthread_mutex_destroy(&b->lock);
 	cudaFree(b->ws);
 	cublasLtDestroy(b->lt);
 	free(b);
@@ -119,12 +159,6 @@ static unsigned kc_align_of(const void *p)
 	return al;
 }
 
-typedef struct kc_lt_descs {
-	cublasLtMatmulDesc_t op;
-	cublasLtMatrixLayout_t la, lb, lc;
-	cublasLtMatmulPreference_t pref;
-} kc_lt_descs;
-
 static void kc_lt_descs_free(kc_lt_descs *d)
 {
 	if (d->pref)
@@ -170,6 +204,46 @@ static int kc_lt_run(kc_blas *h, cudaStream_t s, cudaDataType_t abt, cudaDataTyp
 	/* cuBLASLt's operand 1 is our B, operand 2 our A (see the top). */
 	cublasOperation_t t1 = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
 	cublasOperation_t t2 = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+
+	kc_lt_key key;
+	memset(&key, 0, sizeof(key));
+	key.abt = abt;
+	key.ct = ct;
+	key.ta = trans_a;
+	key.tb = trans_b;
+	key.epi = epi;
+	key.has_bias = bias != NULL;
+	key.bias_t = bias ? bias_t : 0;
+	key.al_a = kc_align_of(b);
+	key.al_b = kc_align_of(a);
+	key.al_c = kc_align_of(c);
+	key.m = m;
+	key.n = n;
+	key.k = k;
+	key.lda = lda;
+	key.ldb = ldb;
+	key.ldc = ldc;
+	key.sa = stride_a;
+	key.sb = stride_b;
+	key.sc = stride_c;
+	key.batch = batch;
+
+	pthread_mutex_lock(&h->lock);
+	for (int i = 0; i < KC_LT_CACHE; i++) {
+		kc_lt_entry *e = &h->cache[i];
+		if (!e->valid || memcmp(&e->key, &key, sizeof(key)) != 0)
+			continue;
+		r = 0;
+		if (bias)
+			r = kc_errno_cublas(cublasLtMatmulDescSetAttribute(
+				e->d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+		if (r >= 0)
+			r = kc_errno_cublas(cublasLtMatmul(h->lt, e->d.op, &alpha, b, e->d.la, a,
+							   e->d.lb, &beta, c, e->d.lc, c, e->d.lc,
+							   &e->algo, h->ws, h->ws_size, s));
+		pthread_mutex_unlock(&h->lock);
+		return r;
+	}
 
 	r = kc_errno_cublas(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
 	if (r < 0)
@@ -241,9 +315,20 @@ static int kc_lt_run(kc_blas *h, cudaStream_t s, cudaDataType_t abt, cudaDataTyp
 			goto out;
 		r = kc_errno_cublas(cublasLtMatmul(h->lt, d.op, &alpha, b, d.la, a, d.lb, &beta, c,
 						   d.lc, c, d.lc, &res.algo, h->ws, h->ws_size, s));
+		if (r >= 0) {
+			kc_lt_entry *e = &h->cache[h->next++ % KC_LT_CACHE];
+			if (e->valid)
+				kc_lt_descs_free(&e->d);
+			e->key = key;
+			e->d = d;
+			e->algo = res.algo;
+			e->valid = true;
+			memset(&d, 0, sizeof(d)); /* the cache owns them now */
+		}
 	}
 out:
 	kc_lt_descs_free(&d);
+	pthread_mutex_unlock(&h->lock);
 	return r;
 }
 

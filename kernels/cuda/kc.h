@@ -81,11 +81,44 @@ typedef struct kc_ctx {
 	size_t attn_ws_bytes;
 } kc_ctx;
 
+/* Waits for stream s of be (nccl.cu): cudaStreamSynchronize, or, while a
+ * communicator of be is open, a poll that ends with -ECONNRESET/-EIO on an
+ * NCCL error or -ETIMEDOUT after KILN_NCCL_TIMEOUT s (the communicators
+ * then aborted) instead of hanging on a dead peer. */
+int kc_wait_stream(kk_backend *be, cudaStream_t s);
+
 /* Frees the attention workspace of ctx (attention.cu); at backend destroy. */
 void kc_attn_release(kc_ctx *ctx);
 
+/* The device the calling thread last bound (backend.cu); -1: none yet. */
+extern __thread int kc_thread_device;
+
+/* Makes the backend's device current on the calling thread.  CUDA's current
+ * device is per host thread and a thread that never chose one works on
+ * device 0, so a worker thread (kiln-inferd's scheduler) would otherwise
+ * launch, allocate and create streams on device 0 whatever the backend
+ * picked.  Every entry point that touches the device binds first; the
+ * thread-local cache makes that one compare when nothing changed.  It
+ * assumes no one else calls cudaSetDevice on a thread between kk calls
+ * (kiln does not); code that does must bind again (any kk call does). */
+static inline int kc_bind(kk_backend *be)
+{
+	int dev = ((kc_ctx *) be->ctx)->device;
+	if (kc_thread_device == dev)
+		return 0;
+	int r = kc_errno_cuda(cudaSetDevice(dev));
+	if (r < 0)
+		return r;
+	kc_thread_device = dev;
+	return 0;
+}
+
+/* The stream of a launch, st or the backend's default.  Every launching
+ * slot asks for it before it touches the device, so it also binds the
+ * backend's device (a failure to bind shows up as the launch's error). */
 static inline cudaStream_t kc_stream(kk_backend *be, kk_stream *st)
 {
+	(void) kc_bind(be);
 	return st ? (cudaStream_t) st->handle : ((kc_ctx *) be->ctx)->stream;
 }
 static inline kc_dtype kc_dt(kk_dtype t)

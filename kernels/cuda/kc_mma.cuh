@@ -84,6 +84,10 @@ static __device__ __forceinline__ void kc_mma16816(float d[4], const uint32_t a[
 			     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
 			     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
 			     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else /* host pass (no __CUDA_ARCH__): the body is device-only */
+	(void) d;
+	(void) a;
+	(void) b;
 #endif
 }
 static __device__ __forceinline__ void kc_ldsm_x4(uint32_t r[4], const void *p)
@@ -93,6 +97,9 @@ static __device__ __forceinline__ void kc_ldsm_x4(uint32_t r[4], const void *p)
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
 		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
 		     : "r"(s));
+#else /* host pass (no __CUDA_ARCH__): the body is device-only */
+	(void) r;
+	(void) p;
 #endif
 }
 static __device__ __forceinline__ void kc_ldsm_x4_t(uint32_t r[4], const void *p)
@@ -102,6 +109,9 @@ static __device__ __forceinline__ void kc_ldsm_x4_t(uint32_t r[4], const void *p
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
 		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
 		     : "r"(s));
+#else /* host pass (no __CUDA_ARCH__): the body is device-only */
+	(void) r;
+	(void) p;
 #endif
 }
 template <bool BF> static __device__ __forceinline__ uint32_t kc_pack2(float lo, float hi)
@@ -113,6 +123,9 @@ template <bool BF> static __device__ __forceinline__ uint32_t kc_pack2(float lo,
 		asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
 	else
 		asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+#else /* host pass (no __CUDA_ARCH__): the body is device-only */
+	(void) lo;
+	(void) hi;
 #endif
 	return r;
 }
@@ -124,6 +137,10 @@ static __device__ __forceinline__ void kc_cp_async16(void *s, const void *g, boo
 	unsigned sa = (unsigned) __cvta_generic_to_shared(s);
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(g),
 		     "r"(ok ? 16 : 0));
+#else /* host pass (no __CUDA_ARCH__): the body is device-only */
+	(void) s;
+	(void) g;
+	(void) ok;
 #endif
 }
 static __device__ __forceinline__ void kc_cp_commit(void)

@@ -8,3 +8,9 @@ $(eval $(call kiln_test,test-kernels-cpu,tests/kernels/test-kernels-cpu.c,kkref 
 $(eval $(call kiln_test,test-kernels-cuda,tests/kernels/test-kernels-cuda.c,kkref kk,$(KK_LDLIBS)))
 $(eval $(call kiln_tool,bench-kernels-cpu,tests/kernels/bench-kernels-cpu.c,kk,$(KK_LDLIBS)))
 BENCH_SCRIPTS += tests/kernels/bench-kernels-cpu.sh
+# The ptxas gate: registers, spills and static shared memory of every CUDA
+# kernel for sm_90 against kernels/cuda/ptxas-budget.tsv (skips without nvcc).
+TEST_SCRIPTS += tests/kernels/test-ptxas-gate.sh
+# clang's CUDA frontend over every kernels/cuda/*.cu, -Wall -Wextra -Werror
+# (skips with the reason when no clang can target sm_90 with this toolkit).
+TEST_SCRIPTS += tests/kernels/test-clang-cuda.sh
