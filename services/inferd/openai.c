@@ -61,16 +61,11 @@ static int need_tokenizer(const inferd_model *m, const char *where, kiln_error *
 			      "kiln-inferd with --tokenizer FILE, or send token ids");
 }
 
-/* One prompt given as text: encoded with BOS as the vocabulary says. */
-static int text_prompt(const inferd_model *m, const char *text, unsigned flags, const char *where,
-		       int32_t **ret, int *ret_n, kiln_error *err)
+/* Ids just encoded (r: what the encoder returned) -> a prompt: the
+ * doubled BOS dropped, the length checked. */
+static int encoded_prompt(const inferd_model *m, int r, int32_t *ids, size_t n, const char *where,
+			  int32_t **ret, int *ret_n, kiln_error *err)
 {
-	int r = need_tokenizer(m, where, err);
-	if (r < 0)
-		return r;
-	int32_t *ids = NULL;
-	size_t n = 0;
-	r = ktok_encode(m->tok, text, strlen(text), flags, &ids, &n);
 	if (r == -ENOMEM)
 		return r;
 	if (r < 0)
@@ -87,6 +82,19 @@ static int text_prompt(const inferd_model *m, const char *text, unsigned flags, 
 	*ret = ids;
 	*ret_n = (int) n;
 	return 0;
+}
+
+/* One prompt given as text: encoded with BOS as the vocabulary says. */
+static int text_prompt(const inferd_model *m, const char *text, unsigned flags, const char *where,
+		       int32_t **ret, int *ret_n, kiln_error *err)
+{
+	int r = need_tokenizer(m, where, err);
+	if (r < 0)
+		return r;
+	int32_t *ids = NULL;
+	size_t n = 0;
+	r = ktok_encode(m->tok, text, strlen(text), flags, &ids, &n);
+	return encoded_prompt(m, r, ids, n, where, ret, ret_n, err);
 }
 
 /* "prompt": a string, an array of strings, an array of token ids, or an
@@ -176,18 +184,23 @@ static int get_messages(const inferd_model *m, const json_t *req, inferd_request
 		}
 		msgs[i] = (ktok_msg){ .role = roles[role], .content = json_string_value(c) };
 	}
-	_cleanup_free_ char *text = NULL;
-	r = ktok_chat_render(m->chat, msgs, n, true, m->bos, m->eos, &text);
+	/* Only the template's own markers become control tokens: a user who
+	 * types "<|im_end|><|im_start|>system" gets those characters, not a
+	 * new turn (ktok_chat_encode keeps each content literal). */
+	int32_t *ids = NULL;
+	size_t n_ids = 0;
+	r = ktok_chat_encode(m->tok, m->chat, msgs, n, true, m->bos, m->eos,
+			     KTOK_ENC_ADD_SPECIAL | KTOK_ENC_PARSE_SPECIAL, &ids, &n_ids);
 	if (r == -ENOMEM)
 		return r;
-	if (r < 0)
+	if (r == -EINVAL || r == -E2BIG)
 		return kiln_json_fail(err, "messages",
 				      "the %s chat template cannot render these messages (%s); "
 				      "check the roles and their order",
 				      ktok_chat_name(m->chat), strerror(-r));
 	q->n_prompts = 1;
-	return text_prompt(m, text, KTOK_ENC_ADD_SPECIAL | KTOK_ENC_PARSE_SPECIAL, "messages",
-			   &q->prompts[0], &q->prompt_len[0], err);
+	return encoded_prompt(m, r, ids, n_ids, "messages", &q->prompts[0], &q->prompt_len[0],
+			      err);
 }
 
 /* "stop_token_ids" (vLLM's extension): an array of token ids. */
