@@ -177,8 +177,9 @@ static int render_inst(bool llama2, const ktok_msg *m, size_t n, const char *bos
  * the three it knows (role_of() refused anything else). */
 static const char *role_text(const char *r)
 {
-	static const char *const names[] = { [R_SYSTEM] = "system", [R_USER] = "user",
-					     [R_ASSISTANT] = "assistant" };
+	static const char *const names[] = {
+		[R_SYSTEM] = "system", [R_USER] = "user", [R_ASSISTANT] = "assistant"
+	};
 	return names[role_of(r)];
 }
 
@@ -238,7 +239,8 @@ static int render(ktok_chat c, const ktok_msg *msgs, size_t n, bool add_generati
 			int role = role_of(msgs[i].role);
 			if (role == R_SYSTEM)
 				return -EINVAL;
-			tpl(o, role == R_ASSISTANT ? "<start_of_turn>model\n" : "<start_of_turn>user\n");
+			tpl(o, role == R_ASSISTANT ? "<start_of_turn>model\n"
+						   : "<start_of_turn>user\n");
 			if (k == 0 && sys && role == R_USER) {
 				content_trim(o, sys);
 				tpl(o, "\n\n");

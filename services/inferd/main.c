@@ -327,6 +327,22 @@ static int on_models(kiln_http_request *r, void *u)
 	return kiln_http_reply_json(r, 200, o);
 }
 
+/* GET /v1/models/{id}: the model, or OpenAI's 404. */
+static int on_model(kiln_http_request *r, void *u)
+{
+	inferd_app *a = u;
+	const char *id = kiln_http_request_path(r) + strlen("/v1/models/");
+	if (!streq(id, a->model.name))
+		return kiln_http_reply_error(r, 404, NULL, "model", "model_not_found",
+					     "The model '%.*s' does not exist (this server has "
+					     "'%s')",
+					     INFERD_NAME_MAX, id, a->model.name);
+	_cleanup_json_ json_t *o = inferd_model_json(a->model.name, a->started, a->model.ctx);
+	if (!o)
+		return -ENOMEM;
+	return kiln_http_reply_json(r, 200, o);
+}
+
 static int on_metrics(kiln_http_request *r, void *u)
 {
 	inferd_app *a = u;
@@ -446,6 +462,7 @@ static int run(int argc, char **argv)
 		{ "POST", "/v1/completions", false, on_completions, &a },
 		{ "POST", "/v1/chat/completions", false, on_chat, &a },
 		{ "GET", "/v1/models", false, on_models, &a },
+		{ "GET", "/v1/models/", true, on_model, &a },
 		{ "GET", "/metrics", false, on_metrics, &a },
 		{ "GET", "/health", false, on_health, &a },
 	};

@@ -109,6 +109,17 @@ else
 fi
 curl -s "$URL/v1/models" >"$W/body"
 ok "/v1/models lists the model and its context" json_is '.data[0].id == "m" and .data[0].max_model_len == 512'
+code=$(curl -s -o "$W/body" -w '%{http_code}' "$URL/v1/models/m")
+ok "GET /v1/models/m: the model" bash -c "[ $code = 200 ] && jq -e '.id == \"m\" and .object == \"model\"' '$W/body' >/dev/null"
+code=$(curl -s -o "$W/body" -w '%{http_code}' "$URL/v1/models/gpt-4")
+ok "GET /v1/models/gpt-4: 404 model_not_found" bash -c "[ $code = 404 ] && jq -e '.error.code == \"model_not_found\"' '$W/body' >/dev/null"
+# What a stock client sends at neutral values is never refused.
+code=$(post '{"model":"m","prompt":[1,2],"max_tokens":2,"logprobs":null,"presence_penalty":0,"frequency_penalty":0,"logit_bias":{},"n":1,"user":"u","store":false,"metadata":{}}')
+ok "completions with a stock client's neutral fields: 200" test "$code" = 200
+code=$(post '{"model":"m","prompt":[1,2],"presence_penalty":0.5}')
+ok "presence_penalty 0.5: 400 naming it, saying kiln does not support it" bash -c "[ $code = 400 ] && jq -e '.error.param == \"presence_penalty\" and (.error.message | test(\"does not support\"))' '$W/body' >/dev/null"
+code=$(post "{\"model\":\"m\",\"max_tokens\":20,\"prompt\":[$(seq -s, 1 500)]}")
+ok "prompt + max_tokens past the context: 400 context_length_exceeded, not cut" bash -c "[ $code = 400 ] && jq -e '.error.code == \"context_length_exceeded\" and (.error.message | test(\"500 in the prompt, 20 in the completion\"))' '$W/body' >/dev/null"
 
 # ---- a client that hangs up mid-stream
 curl -sN "$URL/v1/completions" -d '{"model":"m","prompt":[1],"max_tokens":511,"ignore_eos":true,"stream":true}' | head -c 300 >/dev/null
@@ -232,8 +243,12 @@ ok "chat streamed: chunks, the first with role assistant only" bash -c "jq -s -e
 ok "  ... content deltas join to the non-streamed content" test "$(jq -j '.choices[0].delta.content // empty' "$W/cev")" = "$(jq -r .choices[0].message.content "$W/chat")"
 ok "  ... each delta is complete UTF-8" utf8_events "$W/csse" '.choices[0].delta.content // empty'
 ok "  ... a final chunk with finish_reason and an empty delta, a usage chunk, [DONE]" bash -c "jq -s -e '.[-2].choices[0].finish_reason == \"length\" and .[-2].choices[0].delta == {} and .[-1].choices == [] and .[-1].usage.prompt_tokens == $n_chat' '$W/cev' >/dev/null && tail -n 2 '$W/csse' | grep -qx 'data: \\[DONE\\]'"
-code=$(chat '{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}')
-ok "chat: content parts: 400 naming messages[0].content" bash -c "[ $code = 400 ] && jq -e '.error.param == \"messages[0].content\"' '$W/body' >/dev/null"
+code=$(chat '{"model":"m","max_tokens":2,"messages":[{"role":"developer","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"hi"}]}],"logprobs":false,"top_logprobs":0,"presence_penalty":0,"frequency_penalty":0,"logit_bias":{},"store":false,"metadata":{},"user":"u","n":1,"response_format":{"type":"text"}}')
+ok "chat: a stock client's body (developer role, content parts, neutral fields): 200" bash -c "[ $code = 200 ] && jq -e '.choices[0].message.role == \"assistant\"' '$W/body' >/dev/null"
+code=$(chat '{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}]}')
+ok "chat: tools: 400 naming tools, saying kiln does not support them" bash -c "[ $code = 400 ] && jq -e '.error.param == \"tools\" and (.error.message | test(\"does not support tool calls\"))' '$W/body' >/dev/null"
+code=$(chat '{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}')
+ok "chat: an image part: 400 naming messages[0].content[0].type" bash -c "[ $code = 400 ] && jq -e '.error.param == \"messages[0].content[0].type\"' '$W/body' >/dev/null"
 code=$(chat '{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"tool","content":"x"}]}')
 ok "chat: role tool: 400 naming messages[1].role" bash -c "[ $code = 400 ] && jq -e '.error.param == \"messages[1].role\"' '$W/body' >/dev/null"
 code=$(chat '{"model":"m","messages":[{"role":"user"}]}')

@@ -44,10 +44,10 @@ static int load_chat_tokenizers(void)
 					  "<|end_header_id|>", "<|eot_id|>" };
 	json_t *added = json_object_get(j, "added_tokens");
 	for (int i = 0; r >= 0 && i < 4; i++)
-		json_array_append_new(added,
-				      json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", 1001 + i,
-						"content", l3[i], "single_word", 0, "lstrip", 0,
-						"rstrip", 0, "normalized", 0, "special", 1));
+		json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id",
+						       1001 + i, "content", l3[i], "single_word", 0,
+						       "lstrip", 0, "rstrip", 0, "normalized", 0,
+						       "special", 1));
 	s = r >= 0 ? json_dumps(j, JSON_COMPACT) : NULL;
 	r = s ? ktok_load_hf_json(s, strlen(s), "llama3-markers", &tok_l3, &te) : -1;
 	if (r < 0)
@@ -262,6 +262,56 @@ static void test_chat(void **state)
 	inferd_request_done(&q);
 }
 
+/* What the openai package, LangChain and friends send at neutral values is
+ * accepted; the developer role is system; content parts are text. */
+static void test_stock_clients(void **state)
+{
+	static const char *const cmpl[] = {
+		"{\"model\":\"m\",\"prompt\":[1],\"logprobs\":null,\"presence_penalty\":0,"
+		"\"frequency_penalty\":0,\"logit_bias\":{},\"n\":1,\"user\":\"u\",\"store\":false,"
+		"\"metadata\":{\"a\":\"b\"},\"repetition_penalty\":1}",
+		"{\"model\":\"m\",\"prompt\":[1],\"logprobs\":false,\"logit_bias\":null}",
+	};
+	static const char *const chat[] = {
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+		"\"logprobs\":false,\"top_logprobs\":0,\"presence_penalty\":0,"
+		"\"frequency_penalty\":0.0,\"logit_bias\":{},\"store\":true,\"metadata\":{},"
+		"\"user\":\"u\",\"n\":1,\"response_format\":{\"type\":\"text\"},\"tools\":[],"
+		"\"tool_choice\":\"none\",\"parallel_tool_calls\":false}",
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+		"\"logprobs\":null,\"top_logprobs\":null,\"tools\":null,\"tool_choice\":null}",
+	};
+	inferd_request q, q2;
+	inferd_error e;
+	for (size_t i = 0; i < sizeof(cmpl) / sizeof(cmpl[0]); i++) {
+		if (parse(IDS, cmpl[i], &q, &e) != 0)
+			print_error("%s: %s\n", cmpl[i], e.json.msg), fail();
+		inferd_request_done(&q);
+	}
+	for (size_t i = 0; i < sizeof(chat) / sizeof(chat[0]); i++) {
+		if (parse(CHAT, chat[i], &q, &e) != 0)
+			print_error("%s: %s\n", chat[i], e.json.msg), fail();
+		inferd_request_done(&q);
+	}
+
+	/* developer == system; text parts == the string they join to. */
+	assert_int_equal(parse(CHAT_QWEN,
+			       "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":"
+			       "\"Be brief.\"},{\"role\":\"user\",\"content\":\"a\\nb\"}]}",
+			       &q, &e),
+			 0);
+	assert_int_equal(parse(CHAT_QWEN,
+			       "{\"model\":\"m\",\"messages\":[{\"role\":\"developer\",\"content\":"
+			       "[{\"type\":\"text\",\"text\":\"Be brief.\"}]},{\"role\":\"user\","
+			       "\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\","
+			       "\"text\":\"b\"}]}]}",
+			       &q2, &e),
+			 0);
+	assert_ids(q2.prompts[0], q2.prompt_len[0], q.prompts[0], (size_t) q.prompt_len[0]);
+	inferd_request_done(&q);
+	inferd_request_done(&q2);
+}
+
 /* How many times id occurs in ids[0..n). */
 static int count_id(const int32_t *ids, int n, int32_t id)
 {
@@ -304,9 +354,8 @@ static void test_chat_injection(void **state)
 		/* The typed text is all there, as text. */
 		char *text = NULL;
 		size_t len = 0;
-		assert_int_equal(ktok_decode(t, q.prompts[0], (size_t) q.prompt_len[0], 0, &text,
-					     &len),
-				 0);
+		assert_int_equal(
+			ktok_decode(t, q.prompts[0], (size_t) q.prompt_len[0], 0, &text, &len), 0);
 		assert_non_null(strstr(text, "obey me"));
 		assert_non_null(strstr(text, cases[c].end));
 		free(text);
@@ -319,9 +368,8 @@ static void test_chat_injection(void **state)
 	for (int w = CHAT_QWEN; w <= CHAT_L3; w++) {
 		const inferd_model *m = &models[w];
 		char *rendered = NULL;
-		assert_int_equal(ktok_chat_render(m->chat, msgs, 2, true, m->bos, m->eos,
-						  &rendered),
-				 0);
+		assert_int_equal(
+			ktok_chat_render(m->chat, msgs, 2, true, m->bos, m->eos, &rendered), 0);
 		int32_t *want = NULL, *got = NULL;
 		size_t n_want = 0, n_got = 0;
 		assert_int_equal(ktok_encode(m->tok, rendered, strlen(rendered),
@@ -372,7 +420,53 @@ static const struct bad {
 	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"seed\":-1}", 400, "seed", NULL,
 	  "seed: must be between 0 and 9223372036854775807, got -1" },
 	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"n\":2}", 400, "n", NULL,
-	  "n: must be between 1 and 1, got 2" },
+	  "n: kiln-inferd does not support n > 1; send one request per completion (or leave n "
+	  "out)" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"presence_penalty\":0.5}", 400, "presence_penalty",
+	  NULL,
+	  "presence_penalty: kiln-inferd does not support penalties; leave it out or send 0" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"frequency_penalty\":-1}", 400,
+	  "frequency_penalty", NULL,
+	  "frequency_penalty: kiln-inferd does not support penalties; leave it out or send 0" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"presence_penalty\":3}", 400, "presence_penalty",
+	  NULL, "presence_penalty: must be between -2 and 2, got 3" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"logit_bias\":{\"5\":100}}", 400, "logit_bias",
+	  NULL, "logit_bias: kiln-inferd does not support logit_bias; leave it out or send {}" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"logprobs\":2}", 400, "logprobs", NULL,
+	  "logprobs: kiln-inferd does not support logprobs; leave it out or send null" },
+	{ CHAT,
+	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+	  "\"logprobs\":true}",
+	  400, "logprobs", NULL,
+	  "logprobs: kiln-inferd does not support logprobs; leave it out or send false" },
+	{ CHAT,
+	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+	  "\"top_logprobs\":3}",
+	  400, "top_logprobs", NULL,
+	  "top_logprobs: kiln-inferd does not support logprobs; leave it out or send 0" },
+	{ CHAT,
+	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+	  "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
+	  400, "tools", NULL,
+	  "tools: kiln-inferd does not support tool calls; leave the field out" },
+	{ CHAT,
+	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+	  "\"tool_choice\":\"required\"}",
+	  400, "tool_choice", NULL,
+	  "tool_choice: kiln-inferd does not support tool calls; leave the field out or send "
+	  "\"none\"" },
+	{ CHAT,
+	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+	  "\"response_format\":{\"type\":\"json_object\"}}",
+	  400, "response_format.type", NULL,
+	  "response_format.type: kiln-inferd does not support 'json_object' output (structured "
+	  "output); send {\"type\": \"text\"} or leave it out" },
+	{ CHAT,
+	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+	  "\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
+	  400, "messages[0].content[0].type", NULL,
+	  "messages[0].content[0].type: kiln-inferd does not support 'image_url' content parts, "
+	  "only 'text'" },
 	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"stream\":1}", 400, "stream", NULL,
 	  "stream: expected a boolean, got a number" },
 	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"echo\":\"yes\"}", 400, "echo", NULL,
@@ -440,20 +534,14 @@ static const struct bad {
 	{ CHAT, "{\"model\":\"m\",\"messages\":[\"hi\"]}", 400, "messages[0]", NULL,
 	  "messages[0]: expected an object, got a string" },
 	{ CHAT,
-	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\","
-	  "\"text\":\"hi\"}]}]}",
-	  400, "messages[0].content", NULL,
-	  "messages[0].content: expected a string, got an array (this server takes text content "
-	  "only, not content parts)" },
-	{ CHAT,
 	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":"
 	  "\"tool\",\"content\":\"x\"}]}",
 	  400, "messages[1].role", NULL,
-	  "messages[1].role: expected one of 'system', 'user', 'assistant', got 'tool'" },
+	  "messages[1].role: expected one of 'system', 'user', 'assistant', 'developer', got "
+	  "'tool'" },
 	{ CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content",
 	  NULL,
-	  "messages[0].content: expected a string, got nothing (this server takes text content "
-	  "only, not content parts)" },
+	  "messages[0].content: expected a string or an array of content parts, got nothing" },
 	{ CHAT,
 	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\",\"extra\":1}]}",
 	  400, "messages[0].extra", NULL, "messages[0].extra: unknown field" },
@@ -530,7 +618,7 @@ static void test_context(void **state)
 	assert_int_equal(parse(IDS, body, &q, &e), -EINVAL);
 	inferd_request_done(&q);
 	assert_string_equal(e.json.msg, "The prompt in a batch is 600 tokens, more than the "
-					    "model's context of 512 tokens; shorten it");
+					"model's context of 512 tokens; shorten it");
 
 	strcpy(body, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"");
 	for (int i = 0; i < 400; i++)
@@ -542,6 +630,28 @@ static void test_context(void **state)
 	assert_string_equal(e.json.where, "messages");
 	assert_non_null(strstr(e.json.msg, "The rendered chat is "));
 	assert_non_null(strstr(e.json.msg, " tokens, more than the model's context of 512"));
+
+	/* The prompt fits but prompt + max_tokens does not: refused, not cut. */
+	strcpy(body, "{\"model\":\"m\",\"max_tokens\":13,\"prompt\":[");
+	for (int i = 0; i < 500; i++)
+		strcat(body, i ? ",5" : "5");
+	strcat(body, "]}");
+	assert_int_equal(parse(IDS, body, &q, &e), -EINVAL);
+	inferd_request_done(&q);
+	assert_string_equal(e.code, "context_length_exceeded");
+	assert_string_equal(e.json.where, "prompt");
+	assert_string_equal(e.json.msg,
+			    "This model's maximum context length is 512 tokens. However, you "
+			    "requested 513 tokens (500 in the prompt, 13 in the completion). "
+			    "Please reduce the length of the prompt or completion.");
+	strstr(body, "13")[1] = '2'; /* 500 + 12 fits exactly */
+	assert_int_equal(parse(IDS, body, &q, &e), 0);
+	inferd_request_done(&q);
+	/* Completions' default max_tokens (16) counts too. */
+	memmove(body + 12, body + 28, strlen(body + 28) + 1);
+	assert_int_equal(parse(IDS, body, &q, &e), -EINVAL);
+	inferd_request_done(&q);
+	assert_non_null(strstr(e.json.msg, "(500 in the prompt, 16 in the completion)"));
 	free(body);
 }
 
@@ -631,6 +741,7 @@ int main(void)
 		cmocka_unit_test(test_prompt_forms),
 		cmocka_unit_test(test_chat),
 		cmocka_unit_test(test_chat_injection),
+		cmocka_unit_test(test_stock_clients),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_context),
 		cmocka_unit_test(test_responses),
