@@ -1169,6 +1169,8 @@ int kiln_http_server_start(const kiln_http_config *cfg, kiln_http_server **ret)
 		srv->cfg.max_connections = KILN_HTTP_CONNECTIONS_MAX_DEFAULT;
 	if (!srv->cfg.idle_timeout_s)
 		srv->cfg.idle_timeout_s = KILN_HTTP_IDLE_TIMEOUT_DEFAULT_S;
+	if (!srv->cfg.max_connections_per_client)
+		srv->cfg.max_connections_per_client = KILN_HTTP_PER_CLIENT_DEFAULT;
 	if (!srv->cfg.max_body_bytes)
 		srv->cfg.max_body_bytes = KILN_HTTP_BODY_MAX_DEFAULT;
 	if (!srv->cfg.conn_memory_bytes)
@@ -1207,6 +1209,7 @@ int kiln_http_server_start(const kiln_http_config *cfg, kiln_http_server **ret)
 		MHD_OPTION_THREAD_POOL_SIZE, srv->cfg.threads, MHD_OPTION_CONNECTION_LIMIT,
 		srv->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, srv->cfg.idle_timeout_s,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, srv->cfg.conn_memory_bytes,
+		MHD_OPTION_PER_IP_CONNECTION_LIMIT, srv->cfg.max_connections_per_client,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
 	if (!srv->mhd) {
 		kiln_http_server_free(srv);

@@ -42,6 +42,10 @@ enum {
 	OPT_THREADS,
 	OPT_TOKENIZER,
 	OPT_CHAT_TEMPLATE,
+	OPT_MAX_CONNECTIONS,
+	OPT_PER_CLIENT,
+	OPT_IDLE_TIMEOUT,
+	OPT_MAX_BODY,
 };
 
 #define CHAT_TEMPLATES "chatml llama2 llama3 mistral gemma phi3 zephyr"
@@ -75,6 +79,18 @@ static const kiln_option options[] = {
 	  "zephyr (default: detected from the tokenizer's\n"
 	  "template, else chatml)",
 	  CHAT_TEMPLATES },
+	{ "max-connections", OPT_MAX_CONNECTIONS, "N",
+	  "open connections; more are refused (default 1024)", NULL },
+	{ "max-connections-per-client", OPT_PER_CLIENT, "N",
+	  "open connections from one address (default 64)", NULL },
+	{ "idle-timeout", OPT_IDLE_TIMEOUT, "SECONDS",
+	  "close a connection that sends and reads nothing\n"
+	  "for this long (default 30)",
+	  NULL },
+	{ "max-body-bytes", OPT_MAX_BODY, "N",
+	  "request body limit; larger gets 413 before it is\n"
+	  "read (default 4194304)",
+	  NULL },
 	KILN_OPTIONS_COMMON,
 	{}
 };
@@ -94,6 +110,7 @@ static const kiln_prog prog = {
 static struct {
 	const char *model, *listen, *name, *backend, *tokenizer;
 	int port, max_running, max_step, blocks, max_waiting, eos, threads;
+	int max_conns, per_client, idle_timeout, max_body; /* 0: kiln/http.h's defaults */
 	kk_dtype dtype;
 	int chat; /* a ktok_chat, or -1: from the tokenizer */
 	bool prefix;
@@ -182,6 +199,18 @@ static int parse_argv(int argc, char **argv)
 			break;
 		case OPT_THREADS:
 			r = kiln_parse_int(optarg, 1, 256, &arg.threads);
+			break;
+		case OPT_MAX_CONNECTIONS:
+			r = kiln_parse_int(optarg, 1, 1 << 20, &arg.max_conns);
+			break;
+		case OPT_PER_CLIENT:
+			r = kiln_parse_int(optarg, 1, 1 << 20, &arg.per_client);
+			break;
+		case OPT_IDLE_TIMEOUT:
+			r = kiln_parse_int(optarg, 1, 3600, &arg.idle_timeout);
+			break;
+		case OPT_MAX_BODY:
+			r = kiln_parse_int(optarg, 1024, 1 << 30, &arg.max_body);
 			break;
 		case OPT_TOKENIZER:
 			arg.tokenizer = optarg;
@@ -469,6 +498,10 @@ static int run(int argc, char **argv)
 	kiln_http_config hc = { .address = arg.listen,
 				.port = (uint16_t) arg.port,
 				.threads = (unsigned) arg.threads,
+				.max_connections = (unsigned) arg.max_conns,
+				.max_connections_per_client = (unsigned) arg.per_client,
+				.idle_timeout_s = (unsigned) arg.idle_timeout,
+				.max_body_bytes = (size_t) arg.max_body,
 				.routes = routes,
 				.n_routes = ARRAY_SIZE(routes) };
 	kiln_http_server *srv = NULL;

@@ -30,10 +30,11 @@ trap cleanup EXIT
 rc_is() { local want=$1; shift; "$@" >"$W/out" 2>"$W/err"; local rc=$?; [ "$rc" = "$want" ] || { echo "# rc $rc, want $want"; sed 's/^/# /' "$W/err"; return 1; }; }
 # start ARGS...: runs the server on an ephemeral port; sets PID and URL.
 start() {
+	rm -f "$W/log" # not a stale log's port: the new process may not have opened it yet
 	"$BIN" -m "$MODEL" --name m -p 0 "$@" >"$W/log" 2>&1 &
 	PID=$!
 	for _ in $(seq 100); do
-		port=$(grep -o 'http://127.0.0.1:[0-9]*' "$W/log" | head -1 | sed 's/.*://')
+		port=$(grep -o 'http://127.0.0.1:[0-9]*' "$W/log" 2>/dev/null | head -1 | sed 's/.*://')
 		[ -n "$port" ] && break
 		sleep 0.1
 	done
@@ -262,5 +263,16 @@ start --tokenizer "$TOK" --chat-template llama2
 code=$(chat '{"model":"m","messages":[{"role":"user","content":"Tell me a story."}],"max_tokens":4,"temperature":0}')
 n_l2=$("$KILN" tokenize "$TOK" --parse-special --no-special --text $'\n<s>\n[INST] Tell me a story. [/INST]' --json | jq .count)
 ok "--chat-template llama2: the prompt counted as kiln tokenize counts [INST] ... [/INST] ($n_l2)" json_is ".usage.prompt_tokens == $n_l2"
+ok "SIGTERM: exit 0" stop
+
+# ---- connections: idle sockets from one client, a dribbled header
+start --max-connections-per-client 8 --idle-timeout 2
+ok "100 idle sockets from one client: at most 8 held, another client still answered" python3 tests/inferd/hostile-conns.py idle "$port" 100 8
+ok "a header that stops coming: cut by the idle timeout (2 s)" python3 tests/inferd/hostile-conns.py dribble "$port" 4
+ok "  ... and the server still answers" bash -c "[ \$(curl -s -o /dev/null -w '%{http_code}' '$URL/health') = 200 ]"
+ok "SIGTERM: exit 0" stop
+start --max-body-bytes 2048
+code=$(post "{\"model\":\"m\",\"prompt\":\"$(python3 -c 'print("a" * 4000)')\"}")
+ok "--max-body-bytes 2048: a 4 KB body gets 413 request_too_large" bash -c "[ $code = 413 ] && jq -e '.error.code == \"request_too_large\"' '$W/body' >/dev/null"
 ok "SIGTERM: exit 0" stop
 tap_done

@@ -49,6 +49,10 @@
 #define KILN_HTTP_CONN_MEMORY_DEFAULT ((size_t) 64 << 10)
 /* Open connections (suspended streams included) before MHD refuses more. */
 #define KILN_HTTP_CONNECTIONS_MAX_DEFAULT 1024u
+/* Open connections from one client address before MHD refuses (closes at
+ * once) more from it: one client holding idle or dribbling sockets cannot
+ * take every slot of max_connections. */
+#define KILN_HTTP_PER_CLIENT_DEFAULT 64u
 /* A connection idle this long (no bytes either way) is closed; a slow
  * reader that stops reading a stream is dropped after it too.  Streams
  * waiting for their producer do not time out. */
@@ -102,6 +106,7 @@ typedef struct kiln_http_config {
 	unsigned threads;	       /* 0: KILN_HTTP_THREADS_DEFAULT */
 	unsigned max_connections;      /* 0: KILN_HTTP_CONNECTIONS_MAX_DEFAULT */
 	unsigned idle_timeout_s;       /* 0: KILN_HTTP_IDLE_TIMEOUT_DEFAULT_S */
+	unsigned max_connections_per_client; /* 0: KILN_HTTP_PER_CLIENT_DEFAULT */
 	size_t max_body_bytes;	       /* 0: KILN_HTTP_BODY_MAX_DEFAULT */
 	size_t conn_memory_bytes;      /* 0: KILN_HTTP_CONN_MEMORY_DEFAULT */
 	size_t sse_buffer_bytes;       /* 0: KILN_HTTP_SSE_BUFFER_DEFAULT */
