@@ -48,6 +48,14 @@ enum {
 	OPT_MAX_BODY,
 };
 
+/* What a stream cut by SIGTERM ends with (then [DONE]): OpenAI's error
+ * shape, which the openai client raises as an APIError mid-stream, rather
+ * than a silent end with finish_reason null. */
+#define SHUTDOWN_EVENT                                                                         \
+	"{\"error\":{\"message\":\"kiln-inferd is shutting down; this stream was cut short. "  \
+	"Retry the request.\",\"type\":\"server_error\",\"param\":null,\"code\":"            \
+	"\"server_shutdown\"}}"
+
 #define CHAT_TEMPLATES "chatml llama2 llama3 mistral gemma phi3 zephyr"
 
 static const kiln_option options[] = {
@@ -502,6 +510,7 @@ static int run(int argc, char **argv)
 				.max_connections_per_client = (unsigned) arg.per_client,
 				.idle_timeout_s = (unsigned) arg.idle_timeout,
 				.max_body_bytes = (size_t) arg.max_body,
+				.sse_shutdown_event = SHUTDOWN_EVENT,
 				.routes = routes,
 				.n_routes = ARRAY_SIZE(routes) };
 	kiln_http_server *srv = NULL;

@@ -154,6 +154,11 @@ t0=$EPOCHREALTIME
 ok "SIGTERM with a stream in flight: exit 0" stop
 wait $cpid
 ok "  ... within 5 s" awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { exit !(b - a < 5) }'
+if sed -n 's/^data: \({.*\)/\1/p' "$W/late" | tail -1 | jq -e '.choices[0].finish_reason == "length"' >/dev/null 2>&1; then
+	skip "the stream finished before SIGTERM reached it"
+else
+	ok "  ... the cut stream ends with an error event (server_shutdown), then data: [DONE]" bash -c "sed -n 's/^data: \\({.*\\)/\\1/p' '$W/late' | tail -1 | jq -e '.error.code == \"server_shutdown\" and .error.type == \"server_error\"' >/dev/null && tail -n 2 '$W/late' | grep -qx 'data: \\[DONE\\]'"
+fi
 # ---- text: a tokenizer that fits the model
 TOK=tests/tokenizer/data/tok512.bin
 KILN=$B/bin/kiln
@@ -204,6 +209,9 @@ ok "  ... and the reply holds multi-byte characters (the test means something)" 
 curl -sN "$URL/v1/completions" -d "${req%\}},\"stream\":true}" >"$W/tsse2"
 ok "streamed with stop strings: joins to the non-streamed stopped text" test "$(sse_texts "$W/tsse2" '.choices[0].text')" = "$(jq -r .choices[0].text "$W/stopped")"
 ok "  ... finish_reason stop in the last event, then [DONE]" bash -c "sed -n 's/^data: \\({.*\\)/\\1/p' '$W/tsse2' | tail -1 | jq -e '.choices[0].finish_reason == \"stop\"' >/dev/null && tail -n 2 '$W/tsse2' | grep -qx 'data: \\[DONE\\]'"
+# Stop-string finishes are stops in the metrics, never cancels.
+curl -s "$URL/metrics" >"$W/metrics2"
+ok "/metrics: stop-string finishes counted as stop, none as cancelled" bash -c "! grep -q 'kiln_inferd_request_success_total{finished_reason=\"cancelled\"} [1-9]' '$W/metrics2' && grep -q 'kiln_inferd_request_success_total{finished_reason=\"stop\"} [1-9]' '$W/metrics2'"
 # A stop string never seen: the stream holds back its length - 1 bytes and
 # must still cut only between characters.
 curl -sN "$URL/v1/completions" -d "{\"model\":\"m\",\"prompt\":\"$P\",\"max_tokens\":40,\"temperature\":0,\"stream\":true,\"stop\":\"QQQQQQ\"}" >"$W/tsse3"

@@ -110,6 +110,9 @@ typedef struct kiln_http_config {
 	size_t max_body_bytes;	       /* 0: KILN_HTTP_BODY_MAX_DEFAULT */
 	size_t conn_memory_bytes;      /* 0: KILN_HTTP_CONN_MEMORY_DEFAULT */
 	size_t sse_buffer_bytes;       /* 0: KILN_HTTP_SSE_BUFFER_DEFAULT */
+	/* Sent (then "data: [DONE]") on every SSE stream still open when the
+	 * server stops; NULL: such streams just end.  Not copied. */
+	const char *sse_shutdown_event;
 	const kiln_http_route *routes; /* copied */
 	size_t n_routes;
 	/* Called once per finished request, from a server thread. */
@@ -125,7 +128,8 @@ int kiln_http_server_start(const kiln_http_config *cfg, kiln_http_server **ret);
 /* The port actually bound (the ephemeral one when config.port was 0). */
 uint16_t kiln_http_server_port(const kiln_http_server *s);
 /* Stops accepting, ends open streams (their buffered events are flushed,
- * then the response ends without "[DONE]"; cancel callbacks fire), waits up
+ * then config.sse_shutdown_event and "[DONE]" when set, else the response
+ * ends without "[DONE]"; cancel callbacks fire), waits up
  * to KILN_HTTP_SHUTDOWN_GRACE_MS for them, closes everything and frees.
  * Producers may still hold streams: their sends return -ECANCELED until
  * they close them.  NULL is fine. */
