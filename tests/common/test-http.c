@@ -568,6 +568,7 @@ static int setup(void **state)
 		.max_body_bytes = TEST_BODY_MAX,
 		.sse_buffer_bytes = TEST_SSE_BUFFER,
 		.idle_timeout_s = 20,
+		.max_connections_per_client = 1000, /* every test client is 127.0.0.1 */
 		.routes = routes,
 		.n_routes = ARRAY_SIZE(routes),
 		.access_log = access_cb,
@@ -844,6 +845,37 @@ static void test_malformed(void **state)
 }
 
 #define N_CONCURRENT 500
+
+/* One client address past max_connections_per_client: the excess is
+ * closed at once, while the ones it holds stay open. */
+static void test_per_client_cap(void **state)
+{
+	kiln_http_config cfg = { .address = "127.0.0.1",
+				 .threads = 1,
+				 .max_connections_per_client = 4,
+				 .routes = routes,
+				 .n_routes = ARRAY_SIZE(routes) };
+	kiln_http_server *s = NULL;
+	assert_int_equal(kiln_http_server_start(&cfg, &s), 0);
+	uint16_t p = kiln_http_server_port(s);
+	conn *c[8];
+	int closed = 0;
+	for (int i = 0; i < 8; i++)
+		c[i] = conn_open(p, 0);
+	usleep(200 * 1000);
+	for (int i = 0; i < 8; i++) {
+		struct timeval tv = { .tv_usec = 100 * 1000 };
+		setsockopt(c[i]->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		char b;
+		ssize_t n = recv(c[i]->fd, &b, 1, 0);
+		closed += n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+	}
+	print_message("# 8 idle connections, cap 4: %d closed at once\n", closed);
+	assert_int_equal(closed, 4);
+	for (int i = 0; i < 8; i++)
+		conn_close(c[i]);
+	kiln_http_server_free(s);
+}
 
 static void test_concurrent(void **state)
 {
@@ -1227,6 +1259,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_body_too_large, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
+		cmocka_unit_test(test_per_client_cap),
 		cmocka_unit_test_setup_teardown(test_sse_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sse_disconnect, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sse_slow_reader, setup, teardown),
