@@ -553,6 +553,7 @@ static const kiln_http_route routes[] = {
 
 static kiln_http_server *srv;
 static uint16_t port;
+static const char *shutdown_event; /* the next setup's sse_shutdown_event */
 
 static int setup(void **state)
 {
@@ -569,6 +570,7 @@ static int setup(void **state)
 		.sse_buffer_bytes = TEST_SSE_BUFFER,
 		.idle_timeout_s = 20,
 		.max_connections_per_client = 1000, /* every test client is 127.0.0.1 */
+		.sse_shutdown_event = shutdown_event,
 		.routes = routes,
 		.n_routes = ARRAY_SIZE(routes),
 		.access_log = access_cb,
@@ -1137,6 +1139,41 @@ static void test_sse_shutdown(void **state)
 	assert_int_equal(ctl.send_after_cancel, -ECANCELED);
 }
 
+static int setup_shutdown_event(void **state)
+{
+	shutdown_event = "{\"error\":\"stopping\"}";
+	int r = setup(state);
+	shutdown_event = NULL;
+	return r;
+}
+
+/* With sse_shutdown_event, a stream cut by the shutdown ends with that
+ * event and [DONE], after what it had. */
+static void test_sse_shutdown_event(void **state)
+{
+	ctl.mode = SSE_WAIT_CANCEL;
+	conn *c = conn_open(port, 0);
+	const char *req = "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n";
+	assert_int_equal(conn_send(c, req, strlen(req)), 0);
+	response r;
+	assert_int_equal(read_head(c, &r), 0);
+	char ev[256];
+	assert_int_equal(read_event(c, &r, ev, sizeof(ev)), 0);
+	kiln_http_server_free(srv);
+	srv = NULL;
+	assert_int_equal(read_event(c, &r, ev, sizeof(ev)), 0);
+	assert_string_equal(ev, "data: {\"error\":\"stopping\"}\n\n");
+	assert_int_equal(read_event(c, &r, ev, sizeof(ev)), 0);
+	assert_string_equal(ev, "data: [DONE]\n\n");
+	int q = read_event(c, &r, ev, sizeof(ev));
+	assert_true(q == -EPIPE || q == -ECONNRESET);
+	kiln_strbuf_free(&r.body);
+	conn_close(c);
+	pthread_join(ctl.producer, NULL);
+	ctl.started = false;
+	assert_int_equal(ctl.send_after_cancel, -ECANCELED);
+}
+
 static void test_later(void **state)
 {
 	response r;
@@ -1264,6 +1301,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_sse_disconnect, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sse_slow_reader, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sse_shutdown, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sse_shutdown_event, setup_shutdown_event,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_sse_many, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_later, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_later_disconnect, setup, teardown),
