@@ -1250,8 +1250,9 @@ void kiln_http_server_free(kiln_http_server *srv)
 		/* A stream cut short says so, then [DONE]: clients raise the
 		 * error instead of seeing a silent end. */
 		if (srv->cfg.sse_shutdown_event && !s->deferred && !s->closed && !s->gone &&
-		    s->conn && stream_append_locked(s, srv->cfg.sse_shutdown_event,
-						    sse_size(srv->cfg.sse_shutdown_event)) == 0)
+		    s->conn &&
+		    stream_append_locked(s, srv->cfg.sse_shutdown_event,
+					 sse_size(srv->cfg.sse_shutdown_event)) == 0)
 			stream_append_locked(s, "[DONE]", sse_size("[DONE]"));
 		s->stopping = true;
 		stream_kick_locked(s);

@@ -673,8 +673,8 @@ int ktok_encode(const ktok *t, const char *text, size_t len, unsigned flags, int
 	return ktok__encode_spans(t, text, len, NULL, 0, flags, ids, n);
 }
 
-int ktok__encode_spans(const ktok *t, const char *text, size_t len, const size_t *lit,
-		       size_t n_lit, unsigned flags, int32_t **ids, size_t *n)
+int ktok__encode_spans(const ktok *t, const char *text, size_t len, const size_t *lit, size_t n_lit,
+		       unsigned flags, int32_t **ids, size_t *n)
 {
 	assert_return(t && (text || !len) && ids && n && (lit || !n_lit), -EINVAL);
 	if (len > KTOK_MAX_TEXT)

@@ -51,9 +51,9 @@ enum {
 /* What a stream cut by SIGTERM ends with (then [DONE]): OpenAI's error
  * shape, which the openai client raises as an APIError mid-stream, rather
  * than a silent end with finish_reason null. */
-#define SHUTDOWN_EVENT                                                                         \
-	"{\"error\":{\"message\":\"kiln-inferd is shutting down; this stream was cut short. "  \
-	"Retry the request.\",\"type\":\"server_error\",\"param\":null,\"code\":"            \
+#define SHUTDOWN_EVENT                                                                        \
+	"{\"error\":{\"message\":\"kiln-inferd is shutting down; this stream was cut short. " \
+	"Retry the request.\",\"type\":\"server_error\",\"param\":null,\"code\":"             \
 	"\"server_shutdown\"}}"
 
 #define CHAT_TEMPLATES "chatml llama2 llama3 mistral gemma phi3 zephyr"
