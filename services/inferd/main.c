@@ -111,7 +111,8 @@ static const kiln_prog prog = {
 	.options = options,
 	.epilog = "Serves POST /v1/completions (text or token-id prompts), POST\n"
 		  "/v1/chat/completions (\"stream\": true for SSE on both), GET /v1/models,\n"
-		  "GET /metrics and GET /health.  Without a tokenizer: token ids only.\n"
+		  "GET /v1/models/ID, GET /metrics and GET /health.  Without a tokenizer:\n"
+		  "token ids only.\n"
 		  "Exit status: 0 after SIGTERM/SIGINT, 1 failure, 2 usage error.\n",
 };
 

@@ -14,7 +14,12 @@
 # non-streamed text, batches, echo, chat completions with the ChatML prompt
 # counted as `kiln tokenize` counts it, chat chunks in OpenAI's order,
 # 400s for bad messages and over-long prompts, and a tokenizer larger than
-# the model refused with exit 2.  Prints TAP.
+# the model refused with exit 2.  Stock clients' neutral fields accepted,
+# unsupported ones refused by name, prompt + max_tokens past the context,
+# GET /v1/models/{id}; a stream cut by SIGTERM ending with an error event
+# and [DONE]; stop-string finishes counted as stop; 100 idle sockets from
+# one client (hostile-conns.py), a dribbled header, --max-body-bytes.
+# Prints TAP.
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/inferd-env.sh"
