@@ -706,6 +706,29 @@ static size_t sse_size(const char *data)
 	return n + lines * 6 + lines; /* "data: " and '\n' per line, blank line */
 }
 
+/* Appends one event of need bytes (sse_size) to s's buffer, room or not. */
+static int stream_append_locked(kiln_http_stream *s, const char *data, size_t need)
+{
+	if (s->off > 0) {
+		memmove(s->buf, s->buf + s->off, s->len - s->off);
+		s->len -= s->off;
+		s->off = 0;
+	}
+	if (s->len + need > s->alloc) {
+		/* at most cap, or one event bigger than cap, or cap plus
+		 * the final events ([DONE], the shutdown event) */
+		size_t nalloc = MAX(s->cap, s->len + need);
+		char *nb = realloc(s->buf, nalloc);
+		if (!nb)
+			return -ENOMEM;
+		s->buf = nb;
+		s->alloc = nalloc;
+	}
+	sse_format(s, data);
+	stream_kick_locked(s);
+	return 0;
+}
+
 static int stream_push(kiln_http_stream *s, const char *data, int timeout_ms, bool force)
 {
 	if (s->deferred)
@@ -744,29 +767,8 @@ static int stream_push(kiln_http_stream *s, const char *data, int timeout_ms, bo
 			break;
 		}
 	}
-	if (r == 0) {
-		if (s->off > 0) {
-			memmove(s->buf, s->buf + s->off, s->len - s->off);
-			s->len -= s->off;
-			s->off = 0;
-		}
-		if (s->len + need > s->alloc) {
-			/* at most cap, or one event bigger than cap, or cap plus
-			 * the final [DONE] */
-			size_t nalloc = MAX(s->cap, s->len + need);
-			char *nb = realloc(s->buf, nalloc);
-			if (!nb)
-				r = -ENOMEM;
-			else {
-				s->buf = nb;
-				s->alloc = nalloc;
-			}
-		}
-		if (r == 0) {
-			sse_format(s, data);
-			stream_kick_locked(s);
-		}
-	}
+	if (r == 0)
+		r = stream_append_locked(s, data, need);
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }
@@ -1169,6 +1171,8 @@ int kiln_http_server_start(const kiln_http_config *cfg, kiln_http_server **ret)
 		srv->cfg.max_connections = KILN_HTTP_CONNECTIONS_MAX_DEFAULT;
 	if (!srv->cfg.idle_timeout_s)
 		srv->cfg.idle_timeout_s = KILN_HTTP_IDLE_TIMEOUT_DEFAULT_S;
+	if (!srv->cfg.max_connections_per_client)
+		srv->cfg.max_connections_per_client = KILN_HTTP_PER_CLIENT_DEFAULT;
 	if (!srv->cfg.max_body_bytes)
 		srv->cfg.max_body_bytes = KILN_HTTP_BODY_MAX_DEFAULT;
 	if (!srv->cfg.conn_memory_bytes)
@@ -1207,6 +1211,7 @@ int kiln_http_server_start(const kiln_http_config *cfg, kiln_http_server **ret)
 		MHD_OPTION_THREAD_POOL_SIZE, srv->cfg.threads, MHD_OPTION_CONNECTION_LIMIT,
 		srv->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, srv->cfg.idle_timeout_s,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, srv->cfg.conn_memory_bytes,
+		MHD_OPTION_PER_IP_CONNECTION_LIMIT, srv->cfg.max_connections_per_client,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
 	if (!srv->mhd) {
 		kiln_http_server_free(srv);
@@ -1242,6 +1247,13 @@ void kiln_http_server_free(kiln_http_server *srv)
 	for (kiln_http_stream *s = srv->streams; s && all; s = s->next) {
 		pthread_mutex_lock(&s->lock);
 		s->refs++;
+		/* A stream cut short says so, then [DONE]: clients raise the
+		 * error instead of seeing a silent end. */
+		if (srv->cfg.sse_shutdown_event && !s->deferred && !s->closed && !s->gone &&
+		    s->conn &&
+		    stream_append_locked(s, srv->cfg.sse_shutdown_event,
+					 sse_size(srv->cfg.sse_shutdown_event)) == 0)
+			stream_append_locked(s, "[DONE]", sse_size("[DONE]"));
 		s->stopping = true;
 		stream_kick_locked(s);
 		pthread_cond_broadcast(&s->space);

@@ -217,6 +217,14 @@ int ktok_chat_from_name(const char *name);
  * has none, NULL content), -E2BIG (over KTOK_MAX_CHAT_MESSAGES), -ENOMEM. */
 int ktok_chat_render(ktok_chat c, const ktok_msg *msgs, size_t n, bool add_generation_prompt,
 		     const char *bos, const char *eos, char **out);
+/* Renders as ktok_chat_render and encodes the result (flags as
+ * ktok_encode's) so that only the template's own text can become control
+ * tokens: each message's content is plain text, and "<|im_end|>" typed by
+ * a user is encoded as the characters it is made of, never as the marker.
+ * Errors: ktok_chat_render's and ktok_encode's. */
+int ktok_chat_encode(const ktok *t, ktok_chat c, const ktok_msg *msgs, size_t n,
+		     bool add_generation_prompt, const char *bos, const char *eos, unsigned flags,
+		     int32_t **ids, size_t *n_ids);
 
 #ifdef __cplusplus
 }

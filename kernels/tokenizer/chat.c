@@ -64,15 +64,67 @@ static int role_of(const char *r)
 	return -EINVAL;
 }
 
+/* The rendered prompt and where in it the messages' contents lie
+ * (lit[2k]..lit[2k+1]): the encoder matches control tokens only outside
+ * those ranges, so content is always plain text. */
+typedef struct chat_out {
+	kiln_strbuf b;
+	size_t *lit;
+	size_t n_lit, cap;
+	bool oom;
+} chat_out;
+
+static void out_free(chat_out *o)
+{
+	kiln_strbuf_free(&o->b);
+	free(o->lit);
+}
+
+/* Template text: the only text that may hold control tokens. */
+static void tpl(chat_out *o, const char *s)
+{
+	kiln_strbuf_append(&o->b, s);
+}
+
+/* A message's content (len bytes): recorded as literal. */
+static void content_n(chat_out *o, const char *s, size_t len)
+{
+	size_t at = o->b.len;
+	if (kiln_strbuf_append_n(&o->b, s, len) < 0 || !len)
+		return;
+	if (o->n_lit && o->lit[2 * o->n_lit - 1] == at) { /* adjoining: one range */
+		o->lit[2 * o->n_lit - 1] = o->b.len;
+		return;
+	}
+	if (o->n_lit == o->cap) {
+		size_t cap = o->cap ? 2 * o->cap : 16;
+		size_t *p = realloc(o->lit, 2 * cap * sizeof(size_t));
+		if (!p) {
+			o->oom = true;
+			return;
+		}
+		o->lit = p;
+		o->cap = cap;
+	}
+	o->lit[2 * o->n_lit] = at;
+	o->lit[2 * o->n_lit + 1] = o->b.len;
+	o->n_lit++;
+}
+
+static void content(chat_out *o, const char *s)
+{
+	content_n(o, s, strlen(s));
+}
+
 /* Jinja's |trim and Python's str.strip() on ASCII whitespace. */
-static int put_trim(kiln_strbuf *b, const char *s)
+static void content_trim(chat_out *o, const char *s)
 {
 	size_t len = strlen(s);
 	while (len && isspace((unsigned char) *s))
 		s++, len--;
 	while (len && isspace((unsigned char) s[len - 1]))
 		len--;
-	return kiln_strbuf_append_n(b, s, len);
+	content_n(o, s, len);
 }
 
 /* Llama 2 / Mistral: [INST] turns that alternate user/assistant; the
@@ -80,50 +132,61 @@ static int put_trim(kiln_strbuf *b, const char *s)
  * Mistral's template has no system role: prepended with a blank line, as
  * its later templates do). */
 static int render_inst(bool llama2, const ktok_msg *m, size_t n, const char *bos, const char *eos,
-		       kiln_strbuf *b)
+		       chat_out *o)
 {
 	const char *sys = NULL;
 	size_t i = 0;
 	if (n && role_of(m[0].role) == R_SYSTEM)
 		sys = m[0].content, i = 1;
 	if (!llama2)
-		kiln_strbuf_append(b, bos);
+		tpl(o, bos);
 	for (size_t k = 0; i < n; i++, k++) {
 		int role = role_of(m[i].role);
 		if (role != (k % 2 == 0 ? R_USER : R_ASSISTANT))
 			return -EINVAL; /* roles must alternate user/assistant */
 		if (role == R_USER) {
 			if (llama2)
-				kiln_strbuf_printf(b, "%s[INST] ", bos);
-			else
-				kiln_strbuf_append(b, "[INST] ");
+				tpl(o, bos);
+			tpl(o, "[INST] ");
 			if (k == 0 && sys) {
 				if (llama2)
-					kiln_strbuf_printf(b, "<<SYS>>\n%s\n<</SYS>>\n\n%s", sys,
-							   m[i].content);
-				else
-					kiln_strbuf_printf(b, "%s\n\n%s", sys, m[i].content);
+					tpl(o, "<<SYS>>\n");
+				content(o, sys);
+				tpl(o, llama2 ? "\n<</SYS>>\n\n" : "\n\n");
+				content(o, m[i].content);
 			} else if (llama2) {
-				put_trim(b, m[i].content);
+				content_trim(o, m[i].content);
 			} else {
-				kiln_strbuf_append(b, m[i].content);
+				content(o, m[i].content);
 			}
-			kiln_strbuf_append(b, " [/INST]");
+			tpl(o, " [/INST]");
 		} else if (llama2) {
-			kiln_strbuf_append(b, " ");
-			put_trim(b, m[i].content);
-			kiln_strbuf_printf(b, " %s", eos);
+			tpl(o, " ");
+			content_trim(o, m[i].content);
+			tpl(o, " ");
+			tpl(o, eos);
 		} else {
-			kiln_strbuf_printf(b, "%s%s", m[i].content, eos);
+			content(o, m[i].content);
+			tpl(o, eos);
 		}
 	}
 	return 0;
 }
 
-int ktok_chat_render(ktok_chat c, const ktok_msg *msgs, size_t n, bool add_generation_prompt,
-		     const char *bos, const char *eos, char **out)
+/* Roles are written into the template as the template's own text: only
+ * the three it knows (role_of() refused anything else). */
+static const char *role_text(const char *r)
 {
-	assert_return((unsigned) c < KTOK_CHAT_MAX && (msgs || !n) && out, -EINVAL);
+	static const char *const names[] = {
+		[R_SYSTEM] = "system", [R_USER] = "user", [R_ASSISTANT] = "assistant"
+	};
+	return names[role_of(r)];
+}
+
+static int render(ktok_chat c, const ktok_msg *msgs, size_t n, bool add_generation_prompt,
+		  const char *bos, const char *eos, chat_out *o)
+{
+	assert_return((unsigned) c < KTOK_CHAT_MAX && (msgs || !n), -EINVAL);
 	if (n > KTOK_MAX_CHAT_MESSAGES)
 		return -E2BIG;
 	for (size_t i = 0; i < n; i++)
@@ -135,31 +198,34 @@ int ktok_chat_render(ktok_chat c, const ktok_msg *msgs, size_t n, bool add_gener
 					     : "<s>";
 	if (!eos)
 		eos = "</s>";
-	_cleanup_(kiln_strbuf_freep) kiln_strbuf b;
-	kiln_strbuf_init(&b);
 	int r = 0;
 	switch (c) {
 	case KTOK_CHAT_CHATML:
-		for (size_t i = 0; i < n; i++)
-			kiln_strbuf_printf(&b, "<|im_start|>%s\n%s<|im_end|>\n", msgs[i].role,
-					   msgs[i].content);
-		if (add_generation_prompt)
-			kiln_strbuf_append(&b, "<|im_start|>assistant\n");
-		break;
-	case KTOK_CHAT_LLAMA3:
-		kiln_strbuf_append(&b, bos);
 		for (size_t i = 0; i < n; i++) {
-			kiln_strbuf_printf(&b, "<|start_header_id|>%s<|end_header_id|>\n\n",
-					   msgs[i].role);
-			put_trim(&b, msgs[i].content);
-			kiln_strbuf_append(&b, "<|eot_id|>");
+			tpl(o, "<|im_start|>");
+			tpl(o, role_text(msgs[i].role));
+			tpl(o, "\n");
+			content(o, msgs[i].content);
+			tpl(o, "<|im_end|>\n");
 		}
 		if (add_generation_prompt)
-			kiln_strbuf_append(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+			tpl(o, "<|im_start|>assistant\n");
+		break;
+	case KTOK_CHAT_LLAMA3:
+		tpl(o, bos);
+		for (size_t i = 0; i < n; i++) {
+			tpl(o, "<|start_header_id|>");
+			tpl(o, role_text(msgs[i].role));
+			tpl(o, "<|end_header_id|>\n\n");
+			content_trim(o, msgs[i].content);
+			tpl(o, "<|eot_id|>");
+		}
+		if (add_generation_prompt)
+			tpl(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 		break;
 	case KTOK_CHAT_LLAMA2:
 	case KTOK_CHAT_MISTRAL:
-		r = render_inst(c == KTOK_CHAT_LLAMA2, msgs, n, bos, eos, &b);
+		r = render_inst(c == KTOK_CHAT_LLAMA2, msgs, n, bos, eos, o);
 		break;
 	case KTOK_CHAT_GEMMA: {
 		/* No system role: Gemma 3's template puts it at the top of
@@ -168,50 +234,84 @@ int ktok_chat_render(ktok_chat c, const ktok_msg *msgs, size_t n, bool add_gener
 		const char *sys = NULL;
 		if (n && role_of(msgs[0].role) == R_SYSTEM)
 			sys = msgs[0].content, i = 1;
-		kiln_strbuf_append(&b, bos);
+		tpl(o, bos);
 		for (size_t k = 0; i < n; i++, k++) {
 			int role = role_of(msgs[i].role);
 			if (role == R_SYSTEM)
 				return -EINVAL;
-			kiln_strbuf_printf(&b, "<start_of_turn>%s\n",
-					   role == R_ASSISTANT ? "model" : "user");
+			tpl(o, role == R_ASSISTANT ? "<start_of_turn>model\n"
+						   : "<start_of_turn>user\n");
 			if (k == 0 && sys && role == R_USER) {
-				put_trim(&b, sys);
-				kiln_strbuf_append(&b, "\n\n");
+				content_trim(o, sys);
+				tpl(o, "\n\n");
 			}
-			put_trim(&b, msgs[i].content);
-			kiln_strbuf_append(&b, "<end_of_turn>\n");
+			content_trim(o, msgs[i].content);
+			tpl(o, "<end_of_turn>\n");
 		}
 		if (add_generation_prompt)
-			kiln_strbuf_append(&b, "<start_of_turn>model\n");
+			tpl(o, "<start_of_turn>model\n");
 		break;
 	}
 	case KTOK_CHAT_PHI3:
-		for (size_t i = 0; i < n; i++)
-			kiln_strbuf_printf(&b, "<|%s|>\n%s<|end|>\n", msgs[i].role,
-					   msgs[i].content);
-		if (add_generation_prompt)
-			kiln_strbuf_append(&b, "<|assistant|>\n");
-		else
-			kiln_strbuf_append(&b, eos);
+		for (size_t i = 0; i < n; i++) {
+			tpl(o, "<|");
+			tpl(o, role_text(msgs[i].role));
+			tpl(o, "|>\n");
+			content(o, msgs[i].content);
+			tpl(o, "<|end|>\n");
+		}
+		tpl(o, add_generation_prompt ? "<|assistant|>\n" : eos);
 		break;
 	case KTOK_CHAT_ZEPHYR:
-		for (size_t i = 0; i < n; i++)
-			kiln_strbuf_printf(&b, "<|%s|>\n%s%s\n", msgs[i].role, msgs[i].content,
-					   eos);
+		for (size_t i = 0; i < n; i++) {
+			tpl(o, "<|");
+			tpl(o, role_text(msgs[i].role));
+			tpl(o, "|>\n");
+			content(o, msgs[i].content);
+			tpl(o, eos);
+			tpl(o, "\n");
+		}
 		if (add_generation_prompt)
-			kiln_strbuf_append(&b, "<|assistant|>\n");
+			tpl(o, "<|assistant|>\n");
 		break;
 	default:
 		return -EINVAL;
 	}
 	if (r < 0)
 		return r;
-	if (kiln_strbuf_error(&b) < 0)
+	if (o->oom || kiln_strbuf_error(&o->b) < 0)
 		return -ENOMEM;
-	char *s = kiln_strbuf_steal(&b);
+	return 0;
+}
+
+int ktok_chat_render(ktok_chat c, const ktok_msg *msgs, size_t n, bool add_generation_prompt,
+		     const char *bos, const char *eos, char **out)
+{
+	assert_return(out, -EINVAL);
+	chat_out o = { 0 };
+	kiln_strbuf_init(&o.b);
+	int r = render(c, msgs, n, add_generation_prompt, bos, eos, &o);
+	char *s = r < 0 ? NULL : kiln_strbuf_steal(&o.b);
+	out_free(&o);
+	if (r < 0)
+		return r;
 	if (!s && !(s = strdup("")))
 		return -ENOMEM;
 	*out = s;
 	return 0;
+}
+
+int ktok_chat_encode(const ktok *t, ktok_chat c, const ktok_msg *msgs, size_t n,
+		     bool add_generation_prompt, const char *bos, const char *eos, unsigned flags,
+		     int32_t **ids, size_t *n_ids)
+{
+	assert_return(t && ids && n_ids, -EINVAL);
+	chat_out o = { 0 };
+	kiln_strbuf_init(&o.b);
+	int r = render(c, msgs, n, add_generation_prompt, bos, eos, &o);
+	if (r >= 0)
+		r = ktok__encode_spans(t, o.b.s ? o.b.s : "", o.b.len, o.lit, o.n_lit, flags, ids,
+				       n_ids);
+	out_free(&o);
+	return r;
 }

@@ -651,8 +651,9 @@ static int encode_text(struct bpe *w, const char *s, size_t len, bool *first, ch
 	return ktok__pretokenize(t->pre, o, m, bpe_piece, w);
 }
 
-/* The longest special token that starts at s[0..len), or -1. */
-static int32_t match_special(const ktok *t, const char *s, size_t len, bool parse_control)
+/* The longest special token that starts at s[0..len), or -1.  Control
+ * tokens only when they fit in the first ctl_len bytes (0: none). */
+static int32_t match_special(const ktok *t, const char *s, size_t len, size_t ctl_len)
 {
 	unsigned char c = (unsigned char) s[0];
 	if (!(t->special_first[c / 32] & (1u << (c % 32))))
@@ -660,7 +661,7 @@ static int32_t match_special(const ktok *t, const char *s, size_t len, bool pars
 	for (size_t i = 0; i < t->n_special; i++) {
 		const struct ktok_tok *k = &t->tok[t->special[i]];
 		if (k->len <= len && k->text[0] == s[0] && memcmp(k->text, s, k->len) == 0 &&
-		    (k->type == KTOK_USER || parse_control))
+		    (k->type == KTOK_USER || k->len <= ctl_len))
 			return t->special[i];
 	}
 	return -1;
@@ -669,7 +670,13 @@ static int32_t match_special(const ktok *t, const char *s, size_t len, bool pars
 int ktok_encode(const ktok *t, const char *text, size_t len, unsigned flags, int32_t **ids,
 		size_t *n)
 {
-	assert_return(t && (text || !len) && ids && n, -EINVAL);
+	return ktok__encode_spans(t, text, len, NULL, 0, flags, ids, n);
+}
+
+int ktok__encode_spans(const ktok *t, const char *text, size_t len, const size_t *lit, size_t n_lit,
+		       unsigned flags, int32_t **ids, size_t *n)
+{
+	assert_return(t && (text || !len) && ids && n && (lit || !n_lit), -EINVAL);
 	if (len > KTOK_MAX_TEXT)
 		return -E2BIG;
 	struct ids out = { 0 };
@@ -681,9 +688,14 @@ int ktok_encode(const ktok *t, const char *text, size_t len, unsigned flags, int
 	if ((flags & KTOK_ENC_ADD_SPECIAL) && ktok_adds_bos(t))
 		r = ids_push(&out, t->bos);
 	bool parse = flags & KTOK_ENC_PARSE_SPECIAL;
-	size_t start = 0;
+	size_t start = 0, j = 0; /* lit[2j..2j+1]: the first literal span not behind i */
 	for (size_t i = 0; r >= 0 && i < len;) {
-		int32_t sp = t->n_special ? match_special(t, text + i, len - i, parse) : -1;
+		size_t ctl_len = 0;
+		while (j < n_lit && lit[2 * j + 1] <= i)
+			j++;
+		if (parse && !(j < n_lit && lit[2 * j] <= i))
+			ctl_len = (j < n_lit ? lit[2 * j] : len) - i;
+		int32_t sp = t->n_special ? match_special(t, text + i, len - i, ctl_len) : -1;
 		if (sp < 0) {
 			i++;
 			continue;

@@ -104,3 +104,10 @@ bool ktok__utf8_valid(const char *s, size_t len);
 /* Pre-tokenizer: calls fn for each piece of s[0..len). */
 typedef int (*ktok_piece_fn)(void *ud, const char *s, size_t len);
 int ktok__pretokenize(ktok_pre pre, const char *s, size_t len, ktok_piece_fn fn, void *ud);
+
+/* ktok_encode, with the byte ranges lit[2k]..lit[2k+1] (sorted, not
+ * overlapping; n_lit of them) taken as literal text: a control token is
+ * matched (KTOK_ENC_PARSE_SPECIAL) only where it lies wholly outside
+ * them.  What keeps a chat message from writing the template's markers. */
+int ktok__encode_spans(const ktok *t, const char *text, size_t len, const size_t *lit,
+		       size_t n_lit, unsigned flags, int32_t **ids, size_t *n);

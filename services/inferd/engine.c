@@ -63,6 +63,7 @@ struct ereq {
 	kiln_engine_cb cb;
 	void *userdata;
 	bool cancel;
+	bool cancel_stop; /* kiln_engine_stop: the caller's stop string, FINISH_STOP */
 	uint64_t admit_order;
 	double t_submit, t_last;
 	/* finish, once decided */
@@ -290,7 +291,10 @@ static void apply_cancels(kiln_engine *e, ereq **done)
 		nx = r->next;
 		if (r->cancel || all) {
 			wq_unlink(e, r);
-			finish(r, KILN_ENGINE_FINISH_CANCELLED, -1, "cancelled", done);
+			if (r->cancel_stop && !all)
+				finish(r, KILN_ENGINE_FINISH_STOP, -1, "stop string", done);
+			else
+				finish(r, KILN_ENGINE_FINISH_CANCELLED, -1, "cancelled", done);
 		}
 	}
 	for (int i = e->n_running - 1; i >= 0; i--) {
@@ -298,7 +302,10 @@ static void apply_cancels(kiln_engine *e, ereq **done)
 		if (r->cancel || all) {
 			release_seq(e, r);
 			running_remove(e, i);
-			finish(r, KILN_ENGINE_FINISH_CANCELLED, -1, "cancelled", done);
+			if (r->cancel_stop && !all)
+				finish(r, KILN_ENGINE_FINISH_STOP, -1, "stop string", done);
+			else
+				finish(r, KILN_ENGINE_FINISH_CANCELLED, -1, "cancelled", done);
 		}
 	}
 }
@@ -805,7 +812,7 @@ int kiln_engine_submit(kiln_engine *e, const kiln_engine_request *q, kiln_error 
 	return rc;
 }
 
-int kiln_engine_cancel(kiln_engine *e, uint64_t id)
+static int end_request(kiln_engine *e, uint64_t id, bool stop)
 {
 	assert_return(e, -EINVAL);
 	int rc = -ENOENT;
@@ -813,17 +820,29 @@ int kiln_engine_cancel(kiln_engine *e, uint64_t id)
 	for (ereq *r = e->wq_head; r && rc < 0; r = r->next)
 		if (r->id == id && !r->cancel) {
 			r->cancel = true;
+			r->cancel_stop = stop;
 			rc = 0;
 		}
 	for (int i = 0; i < e->n_running && rc < 0; i++)
 		if (e->running[i]->id == id && !e->running[i]->cancel) {
 			e->running[i]->cancel = true;
+			e->running[i]->cancel_stop = stop;
 			rc = 0;
 		}
 	if (rc == 0)
 		pthread_cond_signal(&e->cond);
 	pthread_mutex_unlock(&e->lock);
 	return rc;
+}
+
+int kiln_engine_cancel(kiln_engine *e, uint64_t id)
+{
+	return end_request(e, id, false);
+}
+
+int kiln_engine_stop(kiln_engine *e, uint64_t id)
+{
+	return end_request(e, id, true);
 }
 
 void kiln_engine_shutdown(kiln_engine *e, kiln_engine_shutdown_mode mode)

@@ -100,8 +100,9 @@ json_t *inferd_chat_choice_json(bool stream, int index, bool first, const char *
  * none; the reference is stolen): id, object, created, model, choices. */
 json_t *inferd_envelope_json(const char *id, bool chat, bool stream, const char *model,
 			     time_t created, json_t *choices);
-/* GET /v1/models. */
+/* GET /v1/models, and one model (GET /v1/models/{id}). */
 json_t *inferd_models_json(const char *name, time_t created, int ctx);
+json_t *inferd_model_json(const char *name, time_t created, int ctx);
 
 /* ---- the streaming and stop-string layer (stream.c) */
 

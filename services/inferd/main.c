@@ -42,7 +42,19 @@ enum {
 	OPT_THREADS,
 	OPT_TOKENIZER,
 	OPT_CHAT_TEMPLATE,
+	OPT_MAX_CONNECTIONS,
+	OPT_PER_CLIENT,
+	OPT_IDLE_TIMEOUT,
+	OPT_MAX_BODY,
 };
+
+/* What a stream cut by SIGTERM ends with (then [DONE]): OpenAI's error
+ * shape, which the openai client raises as an APIError mid-stream, rather
+ * than a silent end with finish_reason null. */
+#define SHUTDOWN_EVENT                                                                        \
+	"{\"error\":{\"message\":\"kiln-inferd is shutting down; this stream was cut short. " \
+	"Retry the request.\",\"type\":\"server_error\",\"param\":null,\"code\":"             \
+	"\"server_shutdown\"}}"
 
 #define CHAT_TEMPLATES "chatml llama2 llama3 mistral gemma phi3 zephyr"
 
@@ -75,6 +87,18 @@ static const kiln_option options[] = {
 	  "zephyr (default: detected from the tokenizer's\n"
 	  "template, else chatml)",
 	  CHAT_TEMPLATES },
+	{ "max-connections", OPT_MAX_CONNECTIONS, "N",
+	  "open connections; more are refused (default 1024)", NULL },
+	{ "max-connections-per-client", OPT_PER_CLIENT, "N",
+	  "open connections from one address (default 64)", NULL },
+	{ "idle-timeout", OPT_IDLE_TIMEOUT, "SECONDS",
+	  "close a connection that sends and reads nothing\n"
+	  "for this long (default 30)",
+	  NULL },
+	{ "max-body-bytes", OPT_MAX_BODY, "N",
+	  "request body limit; larger gets 413 before it is\n"
+	  "read (default 4194304)",
+	  NULL },
 	KILN_OPTIONS_COMMON,
 	{}
 };
@@ -87,13 +111,15 @@ static const kiln_prog prog = {
 	.options = options,
 	.epilog = "Serves POST /v1/completions (text or token-id prompts), POST\n"
 		  "/v1/chat/completions (\"stream\": true for SSE on both), GET /v1/models,\n"
-		  "GET /metrics and GET /health.  Without a tokenizer: token ids only.\n"
+		  "GET /v1/models/ID, GET /metrics and GET /health.  Without a tokenizer:\n"
+		  "token ids only.\n"
 		  "Exit status: 0 after SIGTERM/SIGINT, 1 failure, 2 usage error.\n",
 };
 
 static struct {
 	const char *model, *listen, *name, *backend, *tokenizer;
 	int port, max_running, max_step, blocks, max_waiting, eos, threads;
+	int max_conns, per_client, idle_timeout, max_body; /* 0: kiln/http.h's defaults */
 	kk_dtype dtype;
 	int chat; /* a ktok_chat, or -1: from the tokenizer */
 	bool prefix;
@@ -182,6 +208,18 @@ static int parse_argv(int argc, char **argv)
 			break;
 		case OPT_THREADS:
 			r = kiln_parse_int(optarg, 1, 256, &arg.threads);
+			break;
+		case OPT_MAX_CONNECTIONS:
+			r = kiln_parse_int(optarg, 1, 1 << 20, &arg.max_conns);
+			break;
+		case OPT_PER_CLIENT:
+			r = kiln_parse_int(optarg, 1, 1 << 20, &arg.per_client);
+			break;
+		case OPT_IDLE_TIMEOUT:
+			r = kiln_parse_int(optarg, 1, 3600, &arg.idle_timeout);
+			break;
+		case OPT_MAX_BODY:
+			r = kiln_parse_int(optarg, 1024, 1 << 30, &arg.max_body);
 			break;
 		case OPT_TOKENIZER:
 			arg.tokenizer = optarg;
@@ -327,6 +365,22 @@ static int on_models(kiln_http_request *r, void *u)
 	return kiln_http_reply_json(r, 200, o);
 }
 
+/* GET /v1/models/{id}: the model, or OpenAI's 404. */
+static int on_model(kiln_http_request *r, void *u)
+{
+	inferd_app *a = u;
+	const char *id = kiln_http_request_path(r) + strlen("/v1/models/");
+	if (!streq(id, a->model.name))
+		return kiln_http_reply_error(r, 404, NULL, "model", "model_not_found",
+					     "The model '%.*s' does not exist (this server has "
+					     "'%s')",
+					     INFERD_NAME_MAX, id, a->model.name);
+	_cleanup_json_ json_t *o = inferd_model_json(a->model.name, a->started, a->model.ctx);
+	if (!o)
+		return -ENOMEM;
+	return kiln_http_reply_json(r, 200, o);
+}
+
 static int on_metrics(kiln_http_request *r, void *u)
 {
 	inferd_app *a = u;
@@ -446,12 +500,18 @@ static int run(int argc, char **argv)
 		{ "POST", "/v1/completions", false, on_completions, &a },
 		{ "POST", "/v1/chat/completions", false, on_chat, &a },
 		{ "GET", "/v1/models", false, on_models, &a },
+		{ "GET", "/v1/models/", true, on_model, &a },
 		{ "GET", "/metrics", false, on_metrics, &a },
 		{ "GET", "/health", false, on_health, &a },
 	};
 	kiln_http_config hc = { .address = arg.listen,
 				.port = (uint16_t) arg.port,
 				.threads = (unsigned) arg.threads,
+				.max_connections = (unsigned) arg.max_conns,
+				.max_connections_per_client = (unsigned) arg.per_client,
+				.idle_timeout_s = (unsigned) arg.idle_timeout,
+				.max_body_bytes = (size_t) arg.max_body,
+				.sse_shutdown_event = SHUTDOWN_EVENT,
 				.routes = routes,
 				.n_routes = ARRAY_SIZE(routes) };
 	kiln_http_server *srv = NULL;

@@ -61,16 +61,11 @@ static int need_tokenizer(const inferd_model *m, const char *where, kiln_error *
 			      "kiln-inferd with --tokenizer FILE, or send token ids");
 }
 
-/* One prompt given as text: encoded with BOS as the vocabulary says. */
-static int text_prompt(const inferd_model *m, const char *text, unsigned flags, const char *where,
-		       int32_t **ret, int *ret_n, kiln_error *err)
+/* Ids just encoded (r: what the encoder returned) -> a prompt: the
+ * doubled BOS dropped, the length checked. */
+static int encoded_prompt(const inferd_model *m, int r, int32_t *ids, size_t n, const char *where,
+			  int32_t **ret, int *ret_n, kiln_error *err)
 {
-	int r = need_tokenizer(m, where, err);
-	if (r < 0)
-		return r;
-	int32_t *ids = NULL;
-	size_t n = 0;
-	r = ktok_encode(m->tok, text, strlen(text), flags, &ids, &n);
 	if (r == -ENOMEM)
 		return r;
 	if (r < 0)
@@ -89,10 +84,22 @@ static int text_prompt(const inferd_model *m, const char *text, unsigned flags, 
 	return 0;
 }
 
+/* One prompt given as text: encoded with BOS as the vocabulary says. */
+static int text_prompt(const inferd_model *m, const char *text, unsigned flags, const char *where,
+		       int32_t **ret, int *ret_n, kiln_error *err)
+{
+	int r = need_tokenizer(m, where, err);
+	if (r < 0)
+		return r;
+	int32_t *ids = NULL;
+	size_t n = 0;
+	r = ktok_encode(m->tok, text, strlen(text), flags, &ids, &n);
+	return encoded_prompt(m, r, ids, n, where, ret, ret_n, err);
+}
+
 /* "prompt": a string, an array of strings, an array of token ids, or an
  * array of arrays of token ids (OpenAI's four shapes). */
-static int get_prompts(const inferd_model *m, const json_t *req, inferd_request *q,
-		       kiln_error *err)
+static int get_prompts(const inferd_model *m, const json_t *req, inferd_request *q, kiln_error *err)
 {
 	json_t *p = json_object_get(req, "prompt");
 	if (!p)
@@ -136,12 +143,75 @@ static int get_prompts(const inferd_model *m, const json_t *req, inferd_request 
 	return 0;
 }
 
-/* "messages": system/user/assistant with string content, rendered with the
- * chat template and the assistant's header (add_generation_prompt). */
+/* A message's "content": a string, or OpenAI's content parts
+ * ([{"type":"text","text":...}], joined with "\n" as vLLM does); *ret is
+ * malloc'd. */
+static int get_content(const json_t *msg, const char *at, char **ret, kiln_error *err)
+{
+	char f[KILN_JSON_PATH_MAX];
+	kiln_json_path(f, sizeof(f), at, "content", 0);
+	json_t *c = json_object_get(msg, "content");
+	if (json_is_string(c)) {
+		*ret = strdup(json_string_value(c));
+		return *ret ? 0 : -ENOMEM;
+	}
+	if (!json_is_array(c))
+		return kiln_json_fail(err, f,
+				      "expected a string or an array of content parts, got %s",
+				      c ? kiln_json_type_name(c) : "nothing");
+	_cleanup_(kiln_strbuf_freep) kiln_strbuf b;
+	kiln_strbuf_init(&b);
+	for (size_t i = 0; i < json_array_size(c); i++) {
+		static const char *const keys[] = { "type", "text", NULL };
+		static const char *const types[] = { "text", NULL };
+		json_t *part = json_array_get(c, i);
+		char p[KILN_JSON_PATH_MAX];
+		kiln_json_path(p, sizeof(p), f, NULL, i);
+		const char *type = NULL, *text = NULL;
+		int t;
+		if (!json_is_object(part))
+			return kiln_json_fail(err, p, "expected a content part object, got %s",
+					      kiln_json_type_name(part));
+		if (kiln_json_get_string(part, p, "type", KILN_JSON_REQUIRED, 0, &type, err) < 0)
+			return -EINVAL;
+		if (kiln_json_get_enum(part, p, "type", KILN_JSON_REQUIRED, types, &t, err) < 0) {
+			char tp[KILN_JSON_PATH_MAX];
+			kiln_json_path(tp, sizeof(tp), p, "type", 0);
+			return kiln_json_fail(err, tp,
+					      "kiln-inferd does not support '%s' content parts, "
+					      "only 'text'",
+					      type);
+		}
+		if (kiln_json_check_keys(part, p, keys, err) < 0 ||
+		    kiln_json_get_string(part, p, "text", KILN_JSON_REQUIRED, 0, &text, err) < 0)
+			return -EINVAL;
+		if (i)
+			kiln_strbuf_append(&b, "\n");
+		kiln_strbuf_append(&b, text);
+	}
+	if (kiln_strbuf_error(&b) < 0)
+		return -ENOMEM;
+	char *s = kiln_strbuf_steal(&b);
+	if (!s && !(s = strdup("")))
+		return -ENOMEM;
+	*ret = s;
+	return 0;
+}
+
+static void free_contents(char **v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+/* "messages": system (or developer, its new name)/user/assistant with text
+ * content, rendered with the chat template and the assistant's header
+ * (add_generation_prompt). */
 static int get_messages(const inferd_model *m, const json_t *req, inferd_request *q,
 			kiln_error *err)
 {
-	static const char *const roles[] = { "system", "user", "assistant", NULL };
+	static const char *const roles[] = { "system", "user", "assistant", "developer", NULL };
 	static const char *const keys[] = { "role", "content", "name", NULL };
 	json_t *arr = NULL;
 	int r = kiln_json_get_objects(req, "", "messages", KILN_JSON_REQUIRED, 1,
@@ -152,42 +222,45 @@ static int get_messages(const inferd_model *m, const json_t *req, inferd_request
 		return r;
 	size_t n = json_array_size(arr);
 	_cleanup_free_ ktok_msg *msgs = calloc(n, sizeof(*msgs));
-	if (!msgs)
+	char **contents = calloc(n, sizeof(char *));
+	if (!msgs || !contents) {
+		free(contents);
 		return -ENOMEM;
+	}
 	for (size_t i = 0; i < n; i++) {
 		json_t *msg = json_array_get(arr, i);
 		char at[KILN_JSON_PATH_MAX];
 		kiln_json_path(at, sizeof(at), "messages", NULL, i);
 		int role;
 		const char *name = NULL;
-		if ((r = kiln_json_check_keys(msg, at, keys, err)) < 0 ||
-		    (r = kiln_json_get_enum(msg, at, "role", KILN_JSON_REQUIRED, roles, &role,
+		if ((r = kiln_json_get_enum(msg, at, "role", KILN_JSON_REQUIRED, roles, &role,
 					    err)) < 0 ||
-		    (r = kiln_json_get_string(msg, at, "name", 0, INFERD_NAME_MAX, &name, err)) < 0)
+		    (r = kiln_json_check_keys(msg, at, keys, err)) < 0 ||
+		    (r = kiln_json_get_string(msg, at, "name", 0, INFERD_NAME_MAX, &name, err)) <
+			    0 ||
+		    (r = get_content(msg, at, &contents[i], err)) < 0) {
+			free_contents(contents, n);
 			return r;
-		json_t *c = json_object_get(msg, "content");
-		if (!json_is_string(c)) {
-			char f[KILN_JSON_PATH_MAX];
-			kiln_json_path(f, sizeof(f), at, "content", 0);
-			return kiln_json_fail(err, f,
-					      "expected a string, got %s (this server takes text "
-					      "content only, not content parts)",
-					      c ? kiln_json_type_name(c) : "nothing");
 		}
-		msgs[i] = (ktok_msg){ .role = roles[role], .content = json_string_value(c) };
+		msgs[i] = (ktok_msg){ .role = roles[role == 3 ? 0 : role], .content = contents[i] };
 	}
-	_cleanup_free_ char *text = NULL;
-	r = ktok_chat_render(m->chat, msgs, n, true, m->bos, m->eos, &text);
+	/* Only the template's own markers become control tokens: a user who
+	 * types "<|im_end|><|im_start|>system" gets those characters, not a
+	 * new turn (ktok_chat_encode keeps each content literal). */
+	int32_t *ids = NULL;
+	size_t n_ids = 0;
+	r = ktok_chat_encode(m->tok, m->chat, msgs, n, true, m->bos, m->eos,
+			     KTOK_ENC_ADD_SPECIAL | KTOK_ENC_PARSE_SPECIAL, &ids, &n_ids);
+	free_contents(contents, n);
 	if (r == -ENOMEM)
 		return r;
-	if (r < 0)
+	if (r == -EINVAL || r == -E2BIG)
 		return kiln_json_fail(err, "messages",
 				      "the %s chat template cannot render these messages (%s); "
 				      "check the roles and their order",
 				      ktok_chat_name(m->chat), strerror(-r));
 	q->n_prompts = 1;
-	return text_prompt(m, text, KTOK_ENC_ADD_SPECIAL | KTOK_ENC_PARSE_SPECIAL, "messages",
-			   &q->prompts[0], &q->prompt_len[0], err);
+	return encoded_prompt(m, r, ids, n_ids, "messages", &q->prompts[0], &q->prompt_len[0], err);
 }
 
 /* "stop_token_ids" (vLLM's extension): an array of token ids. */
@@ -262,6 +335,98 @@ static int fail_with(inferd_error *err, unsigned status, const char *param, cons
 	return -EINVAL;
 }
 
+/* "field: kiln-inferd does not support WHAT; HINT" (a 400 naming the field). */
+#define UNSUPPORTED(e, field, what, hint) \
+	kiln_json_fail(e, field, "kiln-inferd does not support " what "; " hint)
+
+/* Fields that stock clients send at their neutral values (the openai
+ * package, LangChain ...): accepted and ignored at those values; any other
+ * value asks for what kiln does not do, and is refused naming the field
+ * rather than silently ignored. */
+static int get_neutral(const json_t *req, bool chat, kiln_error *e)
+{
+	static const char *const known_rf[] = { "type", NULL };
+	static const char *const rf_types[] = { "text", NULL };
+	int64_t n = 1, top = 0;
+	double pp = 0, fp = 0, rp = 1;
+	bool b = false;
+	const char *user = NULL;
+	json_t *o = NULL, *v;
+	int t;
+	if (kiln_json_get_int(req, "", "n", 0, 1, 128, &n, e) < 0)
+		return -EINVAL;
+	if (n != 1)
+		return UNSUPPORTED(e, "n", "n > 1",
+				   "send one request per completion (or leave n out)");
+	if (kiln_json_get_number(req, "", "presence_penalty", 0, -2, 2, &pp, e) < 0 ||
+	    kiln_json_get_number(req, "", "frequency_penalty", 0, -2, 2, &fp, e) < 0 ||
+	    kiln_json_get_number(req, "", "repetition_penalty", 0, 0.01, 100, &rp, e) < 0)
+		return -EINVAL;
+	if (pp != 0)
+		return UNSUPPORTED(e, "presence_penalty", "penalties", "leave it out or send 0");
+	if (fp != 0)
+		return UNSUPPORTED(e, "frequency_penalty", "penalties", "leave it out or send 0");
+	if (rp != 1)
+		return UNSUPPORTED(e, "repetition_penalty", "penalties", "leave it out or send 1");
+	if (kiln_json_get_object(req, "", "logit_bias", 0, &o, e) < 0)
+		return -EINVAL;
+	if (o && json_object_size(o))
+		return UNSUPPORTED(e, "logit_bias", "logit_bias", "leave it out or send {}");
+	/* Chat: logprobs a boolean and top_logprobs a count; completions:
+	 * logprobs a count (null or false: none). */
+	v = json_object_get(req, "logprobs");
+	if (chat || json_is_boolean(v) || !v || json_is_null(v)) {
+		if (kiln_json_get_bool(req, "", "logprobs", 0, &b, e) < 0)
+			return -EINVAL;
+		if (b)
+			return UNSUPPORTED(e, "logprobs", "logprobs", "leave it out or send false");
+	} else {
+		if (kiln_json_get_int(req, "", "logprobs", 0, 0, 20, &top, e) < 0)
+			return -EINVAL;
+		return UNSUPPORTED(e, "logprobs", "logprobs", "leave it out or send null");
+	}
+	if (chat && kiln_json_get_int(req, "", "top_logprobs", 0, 0, 20, &top, e) < 0)
+		return -EINVAL;
+	if (top)
+		return UNSUPPORTED(e, "top_logprobs", "logprobs", "leave it out or send 0");
+	if (kiln_json_get_bool(req, "", "store", 0, &b, e) < 0 ||
+	    kiln_json_get_object(req, "", "metadata", 0, &o, e) < 0 ||
+	    kiln_json_get_string(req, "", "user", 0, 0, &user, e) < 0)
+		return -EINVAL;
+	o = NULL;
+	if (kiln_json_get_object(req, "", "response_format", 0, &o, e) < 0)
+		return -EINVAL;
+	if (o && (kiln_json_check_keys(o, "response_format", known_rf, e) < 0 ||
+		  kiln_json_get_string(o, "response_format", "type", KILN_JSON_REQUIRED, 0, &user,
+				       e) < 0))
+		return -EINVAL;
+	if (o && kiln_json_get_enum(o, "response_format", "type", 0, rf_types, &t, e) < 0)
+		return kiln_json_fail(e, "response_format.type",
+				      "kiln-inferd does not support '%s' output (structured "
+				      "output); send {\"type\": \"text\"} or leave it out",
+				      user);
+	/* Tools: refused unless empty or switched off. */
+	v = json_object_get(req, "tools");
+	if (v && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
+		return UNSUPPORTED(e, "tools", "tool calls", "leave the field out");
+	v = json_object_get(req, "functions");
+	if (v && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
+		return UNSUPPORTED(e, "functions", "function calls", "leave the field out");
+	v = json_object_get(req, "tool_choice");
+	if (v && !json_is_null(v) &&
+	    !(json_is_string(v) &&
+	      (streq(json_string_value(v), "none") || streq(json_string_value(v), "auto"))))
+		return UNSUPPORTED(e, "tool_choice", "tool calls",
+				   "leave the field out or send \"none\"");
+	v = json_object_get(req, "function_call");
+	if (v && !json_is_null(v) &&
+	    !(json_is_string(v) &&
+	      (streq(json_string_value(v), "none") || streq(json_string_value(v), "auto"))))
+		return UNSUPPORTED(e, "function_call", "function calls",
+				   "leave the field out or send \"none\"");
+	return 0;
+}
+
 void inferd_request_done(inferd_request *q)
 {
 	if (!q)
@@ -276,18 +441,59 @@ void inferd_request_done(inferd_request *q)
 int inferd_request_parse(const inferd_model *m, const json_t *req, bool chat, inferd_request *ret,
 			 inferd_error *err)
 {
-	static const char *const known_cmpl[] = {
-		"model", "prompt",	   "max_tokens",     "temperature",
-		"top_p", "top_k",	   "seed",	     "stream",
-		"n",	 "stop_token_ids", "ignore_eos",     "user",
-		"stop",	 "echo",	   "stream_options", NULL
-	};
-	static const char *const known_chat[] = {
-		"model",       "messages", "max_tokens",     "max_completion_tokens",
-		"temperature", "top_p",	   "top_k",	     "seed",
-		"stream",      "n",	   "stop_token_ids", "ignore_eos",
-		"user",	       "stop",	   "stream_options", NULL
-	};
+	static const char *const known_cmpl[] = { "model",
+						  "prompt",
+						  "max_tokens",
+						  "temperature",
+						  "top_p",
+						  "top_k",
+						  "seed",
+						  "stream",
+						  "n",
+						  "stop_token_ids",
+						  "ignore_eos",
+						  "user",
+						  "stop",
+						  "echo",
+						  "stream_options",
+						  "logprobs",
+						  "presence_penalty",
+						  "frequency_penalty",
+						  "repetition_penalty",
+						  "logit_bias",
+						  "store",
+						  "metadata",
+						  NULL };
+	static const char *const known_chat[] = { "model",
+						  "messages",
+						  "max_tokens",
+						  "max_completion_tokens",
+						  "temperature",
+						  "top_p",
+						  "top_k",
+						  "seed",
+						  "stream",
+						  "n",
+						  "stop_token_ids",
+						  "ignore_eos",
+						  "user",
+						  "stop",
+						  "stream_options",
+						  "logprobs",
+						  "top_logprobs",
+						  "presence_penalty",
+						  "frequency_penalty",
+						  "repetition_penalty",
+						  "logit_bias",
+						  "store",
+						  "metadata",
+						  "response_format",
+						  "tools",
+						  "tool_choice",
+						  "parallel_tool_calls",
+						  "functions",
+						  "function_call",
+						  NULL };
 	static const char *const known_so[] = { "include_usage", NULL };
 	assert_return(m && req && ret && err, -EINVAL);
 	*err = (inferd_error){ .status = 400 };
@@ -298,7 +504,6 @@ int inferd_request_parse(const inferd_model *m, const json_t *req, bool chat, in
 				 .seed = -1 };
 	kiln_error *e = &err->json;
 	const char *model = NULL;
-	int64_t n = 1;
 	json_t *so = NULL;
 	if (kiln_json_check_keys(req, "", chat ? known_chat : known_cmpl, e) < 0 ||
 	    kiln_json_get_string(req, "", "model", KILN_JSON_REQUIRED, INFERD_NAME_MAX, &model, e) <
@@ -311,7 +516,7 @@ int inferd_request_parse(const inferd_model *m, const json_t *req, bool chat, in
 	    kiln_json_get_number(req, "", "top_p", 0, 0, 1, &ret->top_p, e) < 0 ||
 	    kiln_json_get_int(req, "", "top_k", 0, 0, KK_SAMPLE_TOP_K_MAX, &ret->top_k, e) < 0 ||
 	    kiln_json_get_int(req, "", "seed", 0, 0, INT64_MAX, &ret->seed, e) < 0 ||
-	    kiln_json_get_int(req, "", "n", 0, 1, 1, &n, e) < 0 ||
+	    get_neutral(req, chat, e) < 0 ||
 	    kiln_json_get_bool(req, "", "stream", 0, &ret->stream, e) < 0 ||
 	    kiln_json_get_bool(req, "", "echo", 0, &ret->echo, e) < 0 ||
 	    kiln_json_get_bool(req, "", "ignore_eos", 0, &ret->ignore_eos, e) < 0 ||
@@ -342,6 +547,21 @@ int inferd_request_parse(const inferd_model *m, const json_t *req, bool chat, in
 					 chat ? "rendered chat" : "prompt",
 					 ret->n_prompts > 1 ? " in a batch" : "",
 					 ret->prompt_len[i], m->ctx);
+	/* Asked for more than the context holds: refused as vLLM does, not
+	 * cut short.  Chat without max_tokens runs until the context is full. */
+	bool asked = !chat || json_object_get(req, "max_tokens") ||
+		     json_object_get(req, "max_completion_tokens");
+	for (int i = 0; asked && i < ret->n_prompts; i++)
+		if (ret->prompt_len[i] + ret->max_tokens > m->ctx)
+			return fail_with(err, 400, chat ? "messages" : "prompt",
+					 "context_length_exceeded",
+					 "This model's maximum context length is %d tokens. "
+					 "However, you requested %lld tokens (%d in the %s, %lld "
+					 "in the completion). Please reduce the length of the %s "
+					 "or completion.",
+					 m->ctx, (long long) ret->prompt_len[i] + ret->max_tokens,
+					 ret->prompt_len[i], chat ? "messages" : "prompt",
+					 (long long) ret->max_tokens, chat ? "messages" : "prompt");
 	return 0;
 }
 
@@ -386,9 +606,14 @@ json_t *inferd_envelope_json(const char *id, bool chat, bool stream, const char 
 			 (json_int_t) created, "model", model, "choices", choices);
 }
 
+json_t *inferd_model_json(const char *name, time_t created, int ctx)
+{
+	return json_pack("{s:s, s:s, s:I, s:s, s:i}", "id", name, "object", "model", "created",
+			 (json_int_t) created, "owned_by", "kiln", "max_model_len", ctx);
+}
+
 json_t *inferd_models_json(const char *name, time_t created, int ctx)
 {
-	return json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i}]}", "object", "list", "data", "id",
-			 name, "object", "model", "created", (json_int_t) created, "owned_by",
-			 "kiln", "max_model_len", ctx);
+	json_t *m = inferd_model_json(name, created, ctx);
+	return m ? json_pack("{s:s, s:[o]}", "object", "list", "data", m) : NULL;
 }

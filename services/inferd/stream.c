@@ -140,7 +140,7 @@ static void add_text(seq *q, const char *t, size_t len)
 	q->text.s[cut] = '\0';
 	q->done = q->stopped = true;
 	q->finish = "stop";
-	kiln_engine_cancel(j->a->engine, q->id);
+	kiln_engine_stop(j->a->engine, q->id); /* counted as a stop, not a cancel */
 }
 
 static void stream_text(seq *q, const int32_t *tok, int n_tok, const char *finish)

@@ -553,6 +553,7 @@ static const kiln_http_route routes[] = {
 
 static kiln_http_server *srv;
 static uint16_t port;
+static const char *shutdown_event; /* the next setup's sse_shutdown_event */
 
 static int setup(void **state)
 {
@@ -568,6 +569,8 @@ static int setup(void **state)
 		.max_body_bytes = TEST_BODY_MAX,
 		.sse_buffer_bytes = TEST_SSE_BUFFER,
 		.idle_timeout_s = 20,
+		.max_connections_per_client = 1000, /* every test client is 127.0.0.1 */
+		.sse_shutdown_event = shutdown_event,
 		.routes = routes,
 		.n_routes = ARRAY_SIZE(routes),
 		.access_log = access_cb,
@@ -845,6 +848,37 @@ static void test_malformed(void **state)
 
 #define N_CONCURRENT 500
 
+/* One client address past max_connections_per_client: the excess is
+ * closed at once, while the ones it holds stay open. */
+static void test_per_client_cap(void **state)
+{
+	kiln_http_config cfg = { .address = "127.0.0.1",
+				 .threads = 1,
+				 .max_connections_per_client = 4,
+				 .routes = routes,
+				 .n_routes = ARRAY_SIZE(routes) };
+	kiln_http_server *s = NULL;
+	assert_int_equal(kiln_http_server_start(&cfg, &s), 0);
+	uint16_t p = kiln_http_server_port(s);
+	conn *c[8];
+	int closed = 0;
+	for (int i = 0; i < 8; i++)
+		c[i] = conn_open(p, 0);
+	usleep(200 * 1000);
+	for (int i = 0; i < 8; i++) {
+		struct timeval tv = { .tv_usec = 100 * 1000 };
+		setsockopt(c[i]->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		char b;
+		ssize_t n = recv(c[i]->fd, &b, 1, 0);
+		closed += n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+	}
+	print_message("# 8 idle connections, cap 4: %d closed at once\n", closed);
+	assert_int_equal(closed, 4);
+	for (int i = 0; i < 8; i++)
+		conn_close(c[i]);
+	kiln_http_server_free(s);
+}
+
 static void test_concurrent(void **state)
 {
 	struct rlimit rl;
@@ -1105,6 +1139,41 @@ static void test_sse_shutdown(void **state)
 	assert_int_equal(ctl.send_after_cancel, -ECANCELED);
 }
 
+static int setup_shutdown_event(void **state)
+{
+	shutdown_event = "{\"error\":\"stopping\"}";
+	int r = setup(state);
+	shutdown_event = NULL;
+	return r;
+}
+
+/* With sse_shutdown_event, a stream cut by the shutdown ends with that
+ * event and [DONE], after what it had. */
+static void test_sse_shutdown_event(void **state)
+{
+	ctl.mode = SSE_WAIT_CANCEL;
+	conn *c = conn_open(port, 0);
+	const char *req = "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n";
+	assert_int_equal(conn_send(c, req, strlen(req)), 0);
+	response r;
+	assert_int_equal(read_head(c, &r), 0);
+	char ev[256];
+	assert_int_equal(read_event(c, &r, ev, sizeof(ev)), 0);
+	kiln_http_server_free(srv);
+	srv = NULL;
+	assert_int_equal(read_event(c, &r, ev, sizeof(ev)), 0);
+	assert_string_equal(ev, "data: {\"error\":\"stopping\"}\n\n");
+	assert_int_equal(read_event(c, &r, ev, sizeof(ev)), 0);
+	assert_string_equal(ev, "data: [DONE]\n\n");
+	int q = read_event(c, &r, ev, sizeof(ev));
+	assert_true(q == -EPIPE || q == -ECONNRESET);
+	kiln_strbuf_free(&r.body);
+	conn_close(c);
+	pthread_join(ctl.producer, NULL);
+	ctl.started = false;
+	assert_int_equal(ctl.send_after_cancel, -ECANCELED);
+}
+
 static void test_later(void **state)
 {
 	response r;
@@ -1227,10 +1296,13 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_body_too_large, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
+		cmocka_unit_test(test_per_client_cap),
 		cmocka_unit_test_setup_teardown(test_sse_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sse_disconnect, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sse_slow_reader, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sse_shutdown, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sse_shutdown_event, setup_shutdown_event,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_sse_many, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_later, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_later_disconnect, setup, teardown),

@@ -78,6 +78,7 @@ typedef struct run {
 	/* test hooks, run on the scheduler thread */
 	kiln_engine *e;
 	int cancel_at;	/* cancel itself after this many tokens (0: no) */
+	int stop_at;	/* kiln_engine_stop itself after this many tokens (0: no) */
 	bool gate_wait; /* block at the first token until gate_open */
 } run;
 
@@ -113,6 +114,9 @@ static void on_event(void *ud, const kiln_engine_event *ev)
 	/* (no cmocka asserts on the scheduler thread: count instead) */
 	if (ev->type == KILN_ENGINE_EVENT_TOKEN && r->cancel_at && n == r->cancel_at &&
 	    kiln_engine_cancel(r->e, r->id) != 0)
+		r->bad_index++;
+	if (ev->type == KILN_ENGINE_EVENT_TOKEN && r->stop_at && n == r->stop_at &&
+	    kiln_engine_stop(r->e, r->id) != 0)
 		r->bad_index++;
 }
 
@@ -875,6 +879,33 @@ static void test_cancel(void **state)
 	engine_free(e);
 }
 
+/* A stop string found by the caller (kiln_engine_stop) ends the request
+ * with FINISH_STOP and is counted as a stop, not as a cancel. */
+static void test_stop_by_caller(void **state)
+{
+	NEED_FIXTURE();
+	kiln_engine *e = engine(2, 64, 64, 8, -1);
+	reset_counts();
+	spec s = { .n_prompt = 1, .prompt = { 1 }, .max_tokens = 400 };
+	run *r = calloc(2, sizeof(run));
+	r[0].stop_at = 4;
+	must_submit(e, &s, &r[0], 1);
+	r[1].cancel_at = 4;
+	must_submit(e, &s, &r[1], 2);
+	wait_finished(2);
+	assert_int_equal(r[0].reason, KILN_ENGINE_FINISH_STOP);
+	assert_int_equal(r[1].reason, KILN_ENGINE_FINISH_CANCELLED);
+	assert_int_equal(r[0].bad_index + r[1].bad_index, 0);
+	assert_int_equal(kiln_engine_stop(e, 1), -ENOENT); /* finished */
+	kiln_engine_stats st;
+	kiln_engine_get_stats(e, &st);
+	assert_int_equal(st.requests_finished[KILN_ENGINE_FINISH_STOP], 1);
+	assert_int_equal(st.requests_finished[KILN_ENGINE_FINISH_CANCELLED], 1);
+	check_all_free(e);
+	free(r);
+	engine_free(e);
+}
+
 static void test_queue_full(void **state)
 {
 	NEED_FIXTURE();
@@ -1165,6 +1196,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_prefix_tail_chunked),
 		cmocka_unit_test(test_stop_and_length),
 		cmocka_unit_test(test_cancel),
+		cmocka_unit_test(test_stop_by_caller),
 		cmocka_unit_test(test_queue_full),
 		cmocka_unit_test(test_rejects),
 		cmocka_unit_test(test_shutdown_in_flight),

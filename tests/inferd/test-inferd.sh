@@ -14,7 +14,12 @@
 # non-streamed text, batches, echo, chat completions with the ChatML prompt
 # counted as `kiln tokenize` counts it, chat chunks in OpenAI's order,
 # 400s for bad messages and over-long prompts, and a tokenizer larger than
-# the model refused with exit 2.  Prints TAP.
+# the model refused with exit 2.  Stock clients' neutral fields accepted,
+# unsupported ones refused by name, prompt + max_tokens past the context,
+# GET /v1/models/{id}; a stream cut by SIGTERM ending with an error event
+# and [DONE]; stop-string finishes counted as stop; 100 idle sockets from
+# one client (hostile-conns.py), a dribbled header, --max-body-bytes.
+# Prints TAP.
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/inferd-env.sh"
@@ -30,10 +35,11 @@ trap cleanup EXIT
 rc_is() { local want=$1; shift; "$@" >"$W/out" 2>"$W/err"; local rc=$?; [ "$rc" = "$want" ] || { echo "# rc $rc, want $want"; sed 's/^/# /' "$W/err"; return 1; }; }
 # start ARGS...: runs the server on an ephemeral port; sets PID and URL.
 start() {
+	rm -f "$W/log" # not a stale log's port: the new process may not have opened it yet
 	"$BIN" -m "$MODEL" --name m -p 0 "$@" >"$W/log" 2>&1 &
 	PID=$!
 	for _ in $(seq 100); do
-		port=$(grep -o 'http://127.0.0.1:[0-9]*' "$W/log" | head -1 | sed 's/.*://')
+		port=$(grep -o 'http://127.0.0.1:[0-9]*' "$W/log" 2>/dev/null | head -1 | sed 's/.*://')
 		[ -n "$port" ] && break
 		sleep 0.1
 	done
@@ -109,6 +115,17 @@ else
 fi
 curl -s "$URL/v1/models" >"$W/body"
 ok "/v1/models lists the model and its context" json_is '.data[0].id == "m" and .data[0].max_model_len == 512'
+code=$(curl -s -o "$W/body" -w '%{http_code}' "$URL/v1/models/m")
+ok "GET /v1/models/m: the model" bash -c "[ $code = 200 ] && jq -e '.id == \"m\" and .object == \"model\"' '$W/body' >/dev/null"
+code=$(curl -s -o "$W/body" -w '%{http_code}' "$URL/v1/models/gpt-4")
+ok "GET /v1/models/gpt-4: 404 model_not_found" bash -c "[ $code = 404 ] && jq -e '.error.code == \"model_not_found\"' '$W/body' >/dev/null"
+# What a stock client sends at neutral values is never refused.
+code=$(post '{"model":"m","prompt":[1,2],"max_tokens":2,"logprobs":null,"presence_penalty":0,"frequency_penalty":0,"logit_bias":{},"n":1,"user":"u","store":false,"metadata":{}}')
+ok "completions with a stock client's neutral fields: 200" test "$code" = 200
+code=$(post '{"model":"m","prompt":[1,2],"presence_penalty":0.5}')
+ok "presence_penalty 0.5: 400 naming it, saying kiln does not support it" bash -c "[ $code = 400 ] && jq -e '.error.param == \"presence_penalty\" and (.error.message | test(\"does not support\"))' '$W/body' >/dev/null"
+code=$(post "{\"model\":\"m\",\"max_tokens\":20,\"prompt\":[$(seq -s, 1 500)]}")
+ok "prompt + max_tokens past the context: 400 context_length_exceeded, not cut" bash -c "[ $code = 400 ] && jq -e '.error.code == \"context_length_exceeded\" and (.error.message | test(\"500 in the prompt, 20 in the completion\"))' '$W/body' >/dev/null"
 
 # ---- a client that hangs up mid-stream
 curl -sN "$URL/v1/completions" -d '{"model":"m","prompt":[1],"max_tokens":511,"ignore_eos":true,"stream":true}' | head -c 300 >/dev/null
@@ -142,6 +159,11 @@ t0=$EPOCHREALTIME
 ok "SIGTERM with a stream in flight: exit 0" stop
 wait $cpid
 ok "  ... within 5 s" awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { exit !(b - a < 5) }'
+if sed -n 's/^data: \({.*\)/\1/p' "$W/late" | tail -1 | jq -e '.choices[0].finish_reason == "length"' >/dev/null 2>&1; then
+	skip "the stream finished before SIGTERM reached it"
+else
+	ok "  ... the cut stream ends with an error event (server_shutdown), then data: [DONE]" bash -c "sed -n 's/^data: \\({.*\\)/\\1/p' '$W/late' | tail -1 | jq -e '.error.code == \"server_shutdown\" and .error.type == \"server_error\"' >/dev/null && tail -n 2 '$W/late' | grep -qx 'data: \\[DONE\\]'"
+fi
 # ---- text: a tokenizer that fits the model
 TOK=tests/tokenizer/data/tok512.bin
 KILN=$B/bin/kiln
@@ -192,6 +214,9 @@ ok "  ... and the reply holds multi-byte characters (the test means something)" 
 curl -sN "$URL/v1/completions" -d "${req%\}},\"stream\":true}" >"$W/tsse2"
 ok "streamed with stop strings: joins to the non-streamed stopped text" test "$(sse_texts "$W/tsse2" '.choices[0].text')" = "$(jq -r .choices[0].text "$W/stopped")"
 ok "  ... finish_reason stop in the last event, then [DONE]" bash -c "sed -n 's/^data: \\({.*\\)/\\1/p' '$W/tsse2' | tail -1 | jq -e '.choices[0].finish_reason == \"stop\"' >/dev/null && tail -n 2 '$W/tsse2' | grep -qx 'data: \\[DONE\\]'"
+# Stop-string finishes are stops in the metrics, never cancels.
+curl -s "$URL/metrics" >"$W/metrics2"
+ok "/metrics: stop-string finishes counted as stop, none as cancelled" bash -c "! grep -q 'kiln_inferd_request_success_total{finished_reason=\"cancelled\"} [1-9]' '$W/metrics2' && grep -q 'kiln_inferd_request_success_total{finished_reason=\"stop\"} [1-9]' '$W/metrics2'"
 # A stop string never seen: the stream holds back its length - 1 bytes and
 # must still cut only between characters.
 curl -sN "$URL/v1/completions" -d "{\"model\":\"m\",\"prompt\":\"$P\",\"max_tokens\":40,\"temperature\":0,\"stream\":true,\"stop\":\"QQQQQQ\"}" >"$W/tsse3"
@@ -232,8 +257,12 @@ ok "chat streamed: chunks, the first with role assistant only" bash -c "jq -s -e
 ok "  ... content deltas join to the non-streamed content" test "$(jq -j '.choices[0].delta.content // empty' "$W/cev")" = "$(jq -r .choices[0].message.content "$W/chat")"
 ok "  ... each delta is complete UTF-8" utf8_events "$W/csse" '.choices[0].delta.content // empty'
 ok "  ... a final chunk with finish_reason and an empty delta, a usage chunk, [DONE]" bash -c "jq -s -e '.[-2].choices[0].finish_reason == \"length\" and .[-2].choices[0].delta == {} and .[-1].choices == [] and .[-1].usage.prompt_tokens == $n_chat' '$W/cev' >/dev/null && tail -n 2 '$W/csse' | grep -qx 'data: \\[DONE\\]'"
-code=$(chat '{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}')
-ok "chat: content parts: 400 naming messages[0].content" bash -c "[ $code = 400 ] && jq -e '.error.param == \"messages[0].content\"' '$W/body' >/dev/null"
+code=$(chat '{"model":"m","max_tokens":2,"messages":[{"role":"developer","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"hi"}]}],"logprobs":false,"top_logprobs":0,"presence_penalty":0,"frequency_penalty":0,"logit_bias":{},"store":false,"metadata":{},"user":"u","n":1,"response_format":{"type":"text"}}')
+ok "chat: a stock client's body (developer role, content parts, neutral fields): 200" bash -c "[ $code = 200 ] && jq -e '.choices[0].message.role == \"assistant\"' '$W/body' >/dev/null"
+code=$(chat '{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}]}')
+ok "chat: tools: 400 naming tools, saying kiln does not support them" bash -c "[ $code = 400 ] && jq -e '.error.param == \"tools\" and (.error.message | test(\"does not support tool calls\"))' '$W/body' >/dev/null"
+code=$(chat '{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}')
+ok "chat: an image part: 400 naming messages[0].content[0].type" bash -c "[ $code = 400 ] && jq -e '.error.param == \"messages[0].content[0].type\"' '$W/body' >/dev/null"
 code=$(chat '{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"tool","content":"x"}]}')
 ok "chat: role tool: 400 naming messages[1].role" bash -c "[ $code = 400 ] && jq -e '.error.param == \"messages[1].role\"' '$W/body' >/dev/null"
 code=$(chat '{"model":"m","messages":[{"role":"user"}]}')
@@ -247,5 +276,16 @@ start --tokenizer "$TOK" --chat-template llama2
 code=$(chat '{"model":"m","messages":[{"role":"user","content":"Tell me a story."}],"max_tokens":4,"temperature":0}')
 n_l2=$("$KILN" tokenize "$TOK" --parse-special --no-special --text $'\n<s>\n[INST] Tell me a story. [/INST]' --json | jq .count)
 ok "--chat-template llama2: the prompt counted as kiln tokenize counts [INST] ... [/INST] ($n_l2)" json_is ".usage.prompt_tokens == $n_l2"
+ok "SIGTERM: exit 0" stop
+
+# ---- connections: idle sockets from one client, a dribbled header
+start --max-connections-per-client 8 --idle-timeout 2
+ok "100 idle sockets from one client: at most 8 held, another client still answered" python3 tests/inferd/hostile-conns.py idle "$port" 100 8
+ok "a header that stops coming: cut by the idle timeout (2 s)" python3 tests/inferd/hostile-conns.py dribble "$port" 4
+ok "  ... and the server still answers" bash -c "[ \$(curl -s -o /dev/null -w '%{http_code}' '$URL/health') = 200 ]"
+ok "SIGTERM: exit 0" stop
+start --max-body-bytes 2048
+code=$(post "{\"model\":\"m\",\"prompt\":\"$(python3 -c 'print("a" * 4000)')\"}")
+ok "--max-body-bytes 2048: a 4 KB body gets 413 request_too_large" bash -c "[ $code = 413 ] && jq -e '.error.code == \"request_too_large\"' '$W/body' >/dev/null"
 ok "SIGTERM: exit 0" stop
 tap_done

@@ -49,6 +49,10 @@
 #define KILN_HTTP_CONN_MEMORY_DEFAULT ((size_t) 64 << 10)
 /* Open connections (suspended streams included) before MHD refuses more. */
 #define KILN_HTTP_CONNECTIONS_MAX_DEFAULT 1024u
+/* Open connections from one client address before MHD refuses (closes at
+ * once) more from it: one client holding idle or dribbling sockets cannot
+ * take every slot of max_connections. */
+#define KILN_HTTP_PER_CLIENT_DEFAULT 64u
 /* A connection idle this long (no bytes either way) is closed; a slow
  * reader that stops reading a stream is dropped after it too.  Streams
  * waiting for their producer do not time out. */
@@ -102,9 +106,13 @@ typedef struct kiln_http_config {
 	unsigned threads;	       /* 0: KILN_HTTP_THREADS_DEFAULT */
 	unsigned max_connections;      /* 0: KILN_HTTP_CONNECTIONS_MAX_DEFAULT */
 	unsigned idle_timeout_s;       /* 0: KILN_HTTP_IDLE_TIMEOUT_DEFAULT_S */
+	unsigned max_connections_per_client; /* 0: KILN_HTTP_PER_CLIENT_DEFAULT */
 	size_t max_body_bytes;	       /* 0: KILN_HTTP_BODY_MAX_DEFAULT */
 	size_t conn_memory_bytes;      /* 0: KILN_HTTP_CONN_MEMORY_DEFAULT */
 	size_t sse_buffer_bytes;       /* 0: KILN_HTTP_SSE_BUFFER_DEFAULT */
+	/* Sent (then "data: [DONE]") on every SSE stream still open when the
+	 * server stops; NULL: such streams just end.  Not copied. */
+	const char *sse_shutdown_event;
 	const kiln_http_route *routes; /* copied */
 	size_t n_routes;
 	/* Called once per finished request, from a server thread. */
@@ -120,7 +128,8 @@ int kiln_http_server_start(const kiln_http_config *cfg, kiln_http_server **ret);
 /* The port actually bound (the ephemeral one when config.port was 0). */
 uint16_t kiln_http_server_port(const kiln_http_server *s);
 /* Stops accepting, ends open streams (their buffered events are flushed,
- * then the response ends without "[DONE]"; cancel callbacks fire), waits up
+ * then config.sse_shutdown_event and "[DONE]" when set, else the response
+ * ends without "[DONE]"; cancel callbacks fire), waits up
  * to KILN_HTTP_SHUTDOWN_GRACE_MS for them, closes everything and frees.
  * Producers may still hold streams: their sends return -ECANCELED until
  * they close them.  NULL is fine. */

@@ -128,6 +128,9 @@ int kiln_engine_submit(kiln_engine *e, const kiln_engine_request *req, kiln_erro
  * (from the scheduler thread, soon after) and its blocks are freed.
  * -ENOENT: no live request has that id (finished already, or never). */
 int kiln_engine_cancel(kiln_engine *e, uint64_t id);
+/* The same, but the request ends with FINISH_STOP (counted as a stop in
+ * the stats and metrics): the caller found a stop string in its text. */
+int kiln_engine_stop(kiln_engine *e, uint64_t id);
 
 typedef enum kiln_engine_shutdown_mode {
 	KILN_ENGINE_DRAIN,  /* finish everything accepted, accept nothing new */
