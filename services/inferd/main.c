@@ -455,6 +455,13 @@ static void on_engine_tick(void *userdata)
 	atomic_store(&last_tick_usec, kiln_now_usec());
 }
 
+/* A time source fires once (SD_EVENT_ONESHOT): again in usec. */
+static int rearm(sd_event_source *s, uint64_t usec)
+{
+	int r = sd_event_source_set_time_relative(s, usec);
+	return r < 0 ? r : sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+}
+
 static int on_drain_poll(sd_event_source *s, uint64_t usec, void *u)
 {
 	daemon_state *d = u;
@@ -470,7 +477,7 @@ static int on_drain_poll(sd_event_source *s, uint64_t usec, void *u)
 			 st.running, st.waiting);
 		return sd_event_exit(ev, 0);
 	}
-	return sd_event_source_set_time_relative(s, DRAIN_POLL_USEC);
+	return rearm(s, DRAIN_POLL_USEC);
 }
 
 /* The first SIGTERM/SIGINT starts the drain (no new requests, those in
@@ -527,7 +534,7 @@ static int on_watchdog(sd_event_source *s, uint64_t usec, void *u)
 			    t);
 		d->watchdog_missed = true;
 	}
-	return sd_event_source_set_time_relative(s, d->watchdog_usec / 4);
+	return rearm(s, d->watchdog_usec / 4);
 }
 
 /* The cluster file (-c, $KILN_CONFIG, /etc/kiln/cluster.cfg; none is fine)
