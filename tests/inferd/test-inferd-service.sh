@@ -190,4 +190,26 @@ ok "  ... within the grace, not after every request ($(( (t1 - t0) / 1000000 )) 
 ok "  ... the log says how many were cancelled" grep -q "Drain grace over: cancelling [0-9]* running and [1-9][0-9]* waiting" "$W/log"
 n200=$(tail -qn1 "$W"/r.* | grep -c '^200$')
 ok "  ... not every request finished ($n200 of 60)" test "$n200" -lt 60
+
+# ---- the unit
+unit=services/units/kiln-inferd.service
+ok "unit: Type=notify, WatchdogSec, sandboxed as kiln-healthd's" bash -c "grep -qx 'Type=notify' $unit && grep -q '^WatchdogSec=' $unit && for k in NoNewPrivileges ProtectSystem ProtectHome PrivateTmp; do grep -q \"^\$k=\" $unit || exit 1; done"
+ok "unit: TimeoutStopSec above the default drain_grace" bash -c "
+	g=\$('$KILN' show --defaults | awk '\$1 == \"inference.drain_grace\" { gsub(/[\"s]/, \"\", \$3); print \$3 }')
+	t=\$(sed -n 's/^TimeoutStopSec=\\([0-9]*\\)s\$/\\1/p' $unit); [ -n \"\$g\" ] && [ -n \"\$t\" ] && [ \$t -gt \$g ]"
+if command -v systemd-analyze >/dev/null; then
+	mkdir -p "$W/units" "$W/man/man8"
+	ln -s "$PWD/docs/man/kiln-inferd.8" "$W/man/man8/"
+	sed "s|^ExecStart=.*|ExecStart=$PWD/$BIN|" "$unit" >"$W/units/kiln-inferd.service"
+	if MANPATH=$W/man systemd-analyze verify "$W/units/kiln-inferd.service" >"$W/verify.txt" 2>&1; then
+		ok "systemd-analyze verify kiln-inferd.service" true
+	elif grep -qiE "Failed to (connect|initialize)|System has not been booted|Failed to setup" "$W/verify.txt"; then
+		skip "systemd-analyze cannot run here: $(head -1 "$W/verify.txt")"
+	else
+		ok "systemd-analyze verify kiln-inferd.service" false
+		sed 's/^/# /' "$W/verify.txt"
+	fi
+else
+	skip "systemd-analyze not installed"
+fi
 tap_done
