@@ -215,8 +215,9 @@ void kiln_cfg__check_inference(loader *L)
 static void check_inference_dtype(loader *L)
 {
 	const kiln_cfg_inference *in = &L->cfg->inference;
-	static const kiln_cfg_dtype same[] = { [KILN_QUANT_INT8] = KILN_DTYPE_I8,
-					       [KILN_QUANT_INT4] = KILN_DTYPE_Q4 };
+	static const kiln_cfg_dtype same[] = {
+		[KILN_QUANT_INT8] = KILN_DTYPE_I8, [KILN_QUANT_INT4] = KILN_DTYPE_Q4
+	};
 	if (in->quant == KILN_QUANT_NONE || in->dtype == KILN_DTYPE_F32 ||
 	    in->dtype == same[in->quant])
 		return;

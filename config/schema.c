@@ -17,8 +17,8 @@ static const char *const state_names[] = { "up", "down", "drain", "inactive", NU
  * of kiln_cfg_backend, kiln_cfg_dtype and kiln_cfg_chat. */
 static const char *const backend_names[] = { "cpu", "cuda", NULL };
 static const char *const dtype_names[] = { "f32", "bf16", "f16", "i8", "q4", NULL };
-static const char *const chat_names[] = { "auto",    "chatml", "llama2", "llama3", "mistral",
-					  "gemma",   "phi3",   "zephyr", NULL };
+static const char *const chat_names[] = { "auto",  "chatml", "llama2", "llama3", "mistral",
+					  "gemma", "phi3",   "zephyr", NULL };
 
 #define R(f)	    BASE_ROOT, offsetof(kiln_cfg, f)
 #define G(f)	    BASE_GROUP, offsetof(kiln_cfg_group, f)
@@ -300,7 +300,8 @@ static const kiln_cfg_key schema[] = {
 	  "Weight quantization: none, int8 or int4.", R(inference.quant), 0, 0, quant_names },
 	{ "inference.name", KILN_CFG_STRING, false, "(the model's base name)", "\"llama-3-8b\"",
 	  "The model's name in the API (kiln-inferd --name).", R(inference.name), NR },
-	{ "inference.tokenizer", KILN_CFG_PATH, false, NULL, "\"/srv/models/llama-3-8b/tokenizer.json\"",
+	{ "inference.tokenizer", KILN_CFG_PATH, false, NULL,
+	  "\"/srv/models/llama-3-8b/tokenizer.json\"",
 	  "Tokenizer: GGUF, tokenizer.json or tokenizer.bin (kiln-inferd --tokenizer); unset: the "
 	  "model's own when it is a GGUF holding one.",
 	  R(inference.tokenizer), NR },
@@ -308,8 +309,8 @@ static const kiln_cfg_key schema[] = {
 	  "kk backend: cpu or cuda (kiln-inferd --backend).", R(inference.backend), 0, 0,
 	  backend_names },
 	{ "inference.dtype", KILN_CFG_ENUM, false, "\"f32\"", "\"bf16\"",
-	  "Weight dtype: f32, bf16, f16, i8 or q4 (kiln-inferd --dtype).", R(inference.dtype), 0,
-	  0, dtype_names },
+	  "Weight dtype: f32, bf16, f16, i8 or q4 (kiln-inferd --dtype).", R(inference.dtype), 0, 0,
+	  dtype_names },
 	{ "inference.chat_template", KILN_CFG_ENUM, false, "\"auto\"", "\"llama3\"",
 	  "Chat template: auto (detected from the tokenizer, else chatml), chatml, llama2, llama3, "
 	  "mistral, gemma, phi3 or zephyr (kiln-inferd --chat-template).",

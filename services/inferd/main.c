@@ -13,10 +13,10 @@
  * STATUS, WATCHDOG pings while the engine's scheduler makes progress) and
  * the drain on SIGTERM/SIGINT: new requests get 503 + Retry-After, those
  * in flight get inference.drain_grace to finish, then the server stops
- * (streams are cancelled) and the engine cancels what is left.  The request layer is openai.c, the streaming and
- * stop-string layer stream.c (inferd.h says which does what).  Exit codes:
- * 0 ok, 1 failure, 2 usage error (a tokenizer larger than the model's
- * vocabulary included).  docs/kiln-inferd.md. */
+ * (streams are cancelled) and the engine cancels what is left.  The request layer is openai.c, the
+ * streaming and stop-string layer stream.c (inferd.h says which does what).  Exit codes: 0 ok, 1
+ * failure, 2 usage error (a tokenizer larger than the model's vocabulary included).
+ * docs/kiln-inferd.md. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -77,7 +77,8 @@ static const kiln_option options[] = {
 	{ "kv-blocks", OPT_BLOCKS, "N", "KV cache blocks of 16 tokens (default 1024)", NULL },
 	{ "max-waiting", OPT_WAITING, "N", "queued requests before 429 (default 1024)", NULL },
 	{ "drain-grace", OPT_DRAIN_GRACE, "TIME",
-	  "after SIGTERM, time in-flight requests get to\nfinish before they are cancelled (default 30s)",
+	  "after SIGTERM, time in-flight requests get to\nfinish before they are cancelled "
+	  "(default 30s)",
 	  NULL },
 	{ "eos", OPT_EOS, "ID", "end-of-sequence token, -1 for none (default 2)", NULL },
 	{ "prefix-caching", OPT_PREFIX, NULL, "share prompt-prefix KV blocks between requests",
@@ -133,7 +134,6 @@ static struct {
 	uint64_t drain_grace_usec;
 	bool given[OPT_MAX_];
 } arg = { .eos = 2, .max_step = 512, .chat = -1 };
-
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(kk_backend *, kk_backend_free)
 DEFINE_TRIVIAL_CLEANUP_FUNC(km_file *, km_file_free)
@@ -561,8 +561,8 @@ static int settings_from_cfg(kiln_cfg **ret)
 		const kiln_cfg_node *n = kiln_cfg_find_node(cfg, host);
 		serves = n && n->inference;
 		const char *why = !cfg->inference.enabled ? "inference.enabled is false"
-				  : !n ? "it is not a node of the file"
-				       : "it is not one of inference.nodes";
+				  : !n			  ? "it is not a node of the file"
+							  : "it is not one of inference.nodes";
 		if (!serves && !arg.model) {
 			log_error("%s (%s) serves no model in %s: %s; run kiln-inferd on a node of "
 				  "inference.nodes (--node NAME), or give --model FILE",
