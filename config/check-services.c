@@ -163,7 +163,11 @@ void kiln_cfg__check_health(loader *L)
 				     "must be longer than launcher.heartbeat");
 }
 
-/* Inference: where it runs (marks cfg->nodes[].inference). */
+static void check_inference_dtype(loader *L);
+static void check_inference_overlap(loader *L);
+
+/* Inference: where it runs (marks cfg->nodes[].inference), what it
+ * serves, and that Slurm does not get the same GPUs. */
 void kiln_cfg__check_inference(loader *L)
 {
 	kiln_cfg *c = L->cfg;
@@ -201,4 +205,60 @@ void kiln_cfg__check_inference(loader *L)
 	} else
 		for (size_t i = 0; i < c->n_nodes; i++)
 			c->nodes[i].inference = c->inference.enabled;
+	check_inference_dtype(L);
+	check_inference_overlap(L);
+}
+
+/* inference.dtype is kiln-inferd's word for the weights; the older
+ * inference.quant may say the same (int8 = i8, int4 = q4) or stay "none",
+ * never something else. */
+static void check_inference_dtype(loader *L)
+{
+	const kiln_cfg_inference *in = &L->cfg->inference;
+	static const kiln_cfg_dtype same[] = {
+		[KILN_QUANT_INT8] = KILN_DTYPE_I8, [KILN_QUANT_INT4] = KILN_DTYPE_Q4
+	};
+	if (in->quant == KILN_QUANT_NONE || in->dtype == KILN_DTYPE_F32 ||
+	    in->dtype == same[in->quant])
+		return;
+	kiln_cfg__root_error(L, "inference.quant",
+			     "drop quant and keep dtype (kiln-inferd's word for the weights)",
+			     "quant = \"%s\" disagrees with dtype = \"%s\"",
+			     kiln_cfg_quant_to_string(in->quant),
+			     kiln_cfg_dtype_to_string(in->dtype));
+}
+
+/* An inference node's GPUs belong to kiln-inferd: Slurm must not hand them
+ * to jobs too.  kiln refuses the overlap rather than rewriting what Slurm
+ * sees: a node with GPUs that serves inference may be in no Slurm partition
+ * but the one inference.nodes names (that one is the inference nodes' own,
+ * listed for sinfo; docs/config.md, "inference"). */
+static void check_inference_overlap(loader *L)
+{
+	const kiln_cfg *c = L->cfg;
+	if (!c->inference.enabled)
+		return;
+	for (size_t i = 0; i < c->n_nodes; i++) {
+		const kiln_cfg_node *n = &c->nodes[i];
+		if (!n->inference || !n->group || n->group->gpu_count == 0)
+			continue;
+		for (size_t j = 0; j < c->slurm.n_partitions; j++) {
+			const kiln_cfg_partition *p = &c->slurm.partitions[j];
+			if (c->inference.nodes && streq(p->name, c->inference.nodes))
+				continue;
+			for (size_t m = 0; p->members && m < p->n_members; m++) {
+				if (!streq(p->members[m], n->name))
+					continue;
+				char path[64];
+				snprintf(path, sizeof(path), "slurm.partitions[%zu]", j);
+				kiln_cfg__add_error(
+					L, kiln_cfg__setting_line(L->part_set[j]), path,
+					"take it out of the partition, or out of inference.nodes",
+					"partition \"%s\" hands %s's GPUs to Slurm jobs, but %s "
+					"serves inference (inference.nodes)",
+					p->name, n->name, n->name);
+				break;
+			}
+		}
+	}
 }

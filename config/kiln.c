@@ -264,6 +264,23 @@ static int check_json(void)
 	return r < 0 ? log_error_errno(r, "Out of memory: %m") : status;
 }
 
+/* A file the cluster file names that this host may legitimately lack: the
+ * head node often does not mount the inference nodes' model store, so
+ * `kiln check` only warns; kiln-inferd on the node refuses to start
+ * without it (exit 1, "cannot open"). */
+static int warn_missing_file(const char *cfg_path, const char *key, const char *path)
+{
+	struct stat st;
+	if (!path || stat(path, &st) == 0)
+		return 0;
+	fprintf(stderr,
+		"%s: %s: warning: %s does not exist on this host; fine on a head node that does "
+		"not mount it, but kiln-inferd on the inference nodes refuses to start without "
+		"it\n",
+		cfg_path, key, path);
+	return 1;
+}
+
 static int verb_check(int argc, char **argv)
 {
 	int r = parse_options(&check_prog, argc, argv);
@@ -278,6 +295,10 @@ static int verb_check(int argc, char **argv)
 	r = kiln_cfg_open(arg_config, KILN_CFG_OPEN_NO_HINT | KILN_CFG_OPEN_WARNINGS, &c);
 	if (r < 0)
 		return kiln_exit_for_config(r);
+	if (c->inference.enabled) {
+		r += warn_missing_file(c->path, "inference.model", c->inference.model);
+		r += warn_missing_file(c->path, "inference.tokenizer", c->inference.tokenizer);
+	}
 	if (r > 0 && arg_strict)
 		return KILN_EXIT_USAGE; /* the warnings are printed: they are the output */
 	if (!arg_quiet)

@@ -13,6 +13,12 @@
 static const char *const action_names[] = { "ignore", "app", "drain", "reset", "reboot", NULL };
 static const char *const quant_names[] = { "none", "int8", "int4", NULL };
 static const char *const state_names[] = { "up", "down", "drain", "inactive", NULL };
+/* kiln-inferd's --backend, --dtype and --chat-template words, in the order
+ * of kiln_cfg_backend, kiln_cfg_dtype and kiln_cfg_chat. */
+static const char *const backend_names[] = { "cpu", "cuda", NULL };
+static const char *const dtype_names[] = { "f32", "bf16", "f16", "i8", "q4", NULL };
+static const char *const chat_names[] = { "auto",  "chatml", "llama2", "llama3", "mistral",
+					  "gemma", "phi3",   "zephyr", NULL };
 
 #define R(f)	    BASE_ROOT, offsetof(kiln_cfg, f)
 #define G(f)	    BASE_GROUP, offsetof(kiln_cfg_group, f)
@@ -294,8 +300,9 @@ static const kiln_cfg_key schema[] = {
 	  "Run kiln-inferd on the inference nodes.", R(inference.enabled), NR },
 	{ "inference.port", KILN_CFG_INT, false, "8000", "8000", "HTTP port.", R(inference.port),
 	  PORT },
-	{ "inference.address", KILN_CFG_STRING, false, "\"0.0.0.0\"", "\"0.0.0.0\"",
-	  "HTTP bind address.", R(inference.address), NR },
+	{ "inference.address", KILN_CFG_STRING, false, "\"127.0.0.1\"", "\"0.0.0.0\"",
+	  "HTTP bind address (kiln-inferd --listen); loopback unless the file opens it.",
+	  R(inference.address), NR },
 	{ "inference.model", KILN_CFG_PATH, false, NULL, "\"/srv/models/llama-8b\"",
 	  "Model directory (safetensors); required when enabled.", R(inference.model), NR },
 	{ "inference.nodes", KILN_CFG_STRING, false, "(every node)", "\"infer\"",
@@ -309,6 +316,39 @@ static const kiln_cfg_key schema[] = {
 	  "KV-cache size; 0 = what is left after the weights.", R(inference.kv_cache_mb), NR },
 	{ "inference.quant", KILN_CFG_ENUM, false, "\"none\"", "\"int8\"",
 	  "Weight quantization: none, int8 or int4.", R(inference.quant), 0, 0, quant_names },
+	{ "inference.name", KILN_CFG_STRING, false, "(the model's base name)", "\"llama-3-8b\"",
+	  "The model's name in the API (kiln-inferd --name).", R(inference.name), NR },
+	{ "inference.tokenizer", KILN_CFG_PATH, false, NULL,
+	  "\"/srv/models/llama-3-8b/tokenizer.json\"",
+	  "Tokenizer: GGUF, tokenizer.json or tokenizer.bin (kiln-inferd --tokenizer); unset: the "
+	  "model's own when it is a GGUF holding one.",
+	  R(inference.tokenizer), NR },
+	{ "inference.backend", KILN_CFG_ENUM, false, "\"cpu\"", "\"cuda\"",
+	  "kk backend: cpu or cuda (kiln-inferd --backend).", R(inference.backend), 0, 0,
+	  backend_names },
+	{ "inference.dtype", KILN_CFG_ENUM, false, "\"f32\"", "\"bf16\"",
+	  "Weight dtype: f32, bf16, f16, i8 or q4 (kiln-inferd --dtype).", R(inference.dtype), 0, 0,
+	  dtype_names },
+	{ "inference.chat_template", KILN_CFG_ENUM, false, "\"auto\"", "\"llama3\"",
+	  "Chat template: auto (detected from the tokenizer, else chatml), chatml, llama2, llama3, "
+	  "mistral, gemma, phi3 or zephyr (kiln-inferd --chat-template).",
+	  R(inference.chat_template), 0, 0, chat_names },
+	{ "inference.context_length", KILN_CFG_INT, false, "0", "4096",
+	  "Longest sequence served; 0 = the model's own (kiln-inferd --context-length).",
+	  R(inference.context_length), RANGE(0, 1 << 24) },
+	{ "inference.kv_blocks", KILN_CFG_INT, false, "1024", "8192",
+	  "KV-cache blocks of 16 tokens (kiln-inferd --kv-blocks).", R(inference.kv_blocks),
+	  RANGE(1, 1 << 20) },
+	{ "inference.max_running", KILN_CFG_INT, false, "64", "128",
+	  "Sequences per engine step (kiln-inferd --max-running).", R(inference.max_running),
+	  RANGE(1, 4096) },
+	{ "inference.max_waiting", KILN_CFG_INT, false, "1024", "256",
+	  "Queued requests before 429 (kiln-inferd --max-waiting).", R(inference.max_waiting),
+	  RANGE(1, 65536) },
+	{ "inference.drain_grace", KILN_CFG_DURATION, false, "\"30s\"", "\"2m\"",
+	  "After SIGTERM: time in-flight requests get to finish before they are cancelled "
+	  "(kiln-inferd --drain-grace).",
+	  R(inference.drain_grace_usec), NR },
 
 	{ "image", KILN_CFG_GROUP, false, NULL, NULL,
 	  "The stateless node image and how nodes boot it.", NOF, NR },
@@ -394,6 +434,18 @@ const char *kiln_cfg_action_to_string(kiln_cfg_action a)
 const char *kiln_cfg_quant_to_string(kiln_cfg_quant q)
 {
 	return q >= 0 && q < _KILN_QUANT_MAX ? quant_names[q] : NULL;
+}
+const char *kiln_cfg_backend_to_string(kiln_cfg_backend b)
+{
+	return b >= 0 && b < _KILN_BACKEND_MAX ? backend_names[b] : NULL;
+}
+const char *kiln_cfg_dtype_to_string(kiln_cfg_dtype d)
+{
+	return d >= 0 && d < _KILN_DTYPE_MAX ? dtype_names[d] : NULL;
+}
+const char *kiln_cfg_chat_to_string(kiln_cfg_chat c)
+{
+	return c >= 0 && c < _KILN_CHAT_MAX ? chat_names[c] : NULL;
 }
 const char *kiln_cfg_part_state_to_string(kiln_cfg_part_state s)
 {

@@ -8,4 +8,4 @@ $(eval $(call kiln_lib,inferd-engine,services/inferd/engine.c))
 # layer) and stream.c (streaming and stop strings).
 INFERD_SRCS := services/inferd/openai.c services/inferd/stream.c
 INFERD_LDLIBS := $(KMF_LDLIBS) $(KK_LDLIBS) $(KTOK_LDLIBS) $(KILN_HTTP_LDLIBS)
-$(eval $(call kiln_bin,kiln-inferd,services/inferd/main.c $(INFERD_SRCS),inferd-engine kmodel ktok kmf kk common,$$(INFERD_LDLIBS) -lsystemd))
+$(eval $(call kiln_bin,kiln-inferd,services/inferd/main.c $(INFERD_SRCS),inferd-engine kmodel ktok kmf kk config common,$$(INFERD_LDLIBS) -lconfig -lsystemd))

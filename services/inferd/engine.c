@@ -87,6 +87,9 @@ struct kiln_engine {
 	int max_running, max_step, num_blocks, max_waiting, eos;
 	int watermark; /* free blocks admission leaves for running sequences */
 	bool prefix;
+	void (*on_tick)(void *userdata); /* the watchdog hook (opts) */
+	void *tick_userdata;
+	uint64_t tick_usec;
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -508,9 +511,26 @@ static void *scheduler(void *arg)
 	kiln_error err;
 	for (;;) {
 		ereq *done = NULL;
+		if (e->on_tick)
+			e->on_tick(e->tick_userdata);
 		pthread_mutex_lock(&e->lock);
-		while (!e->stopping && e->n_waiting == 0 && e->n_running == 0)
-			pthread_cond_wait(&e->cond, &e->lock);
+		while (!e->stopping && e->n_waiting == 0 && e->n_running == 0) {
+			if (!e->on_tick || !e->tick_usec) {
+				pthread_cond_wait(&e->cond, &e->lock);
+				continue;
+			}
+			/* Idle is healthy: wake up to say so (the hook). */
+			struct timespec ts;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			uint64_t ns = (uint64_t) ts.tv_nsec + e->tick_usec * 1000;
+			ts.tv_sec += (time_t) (ns / 1000000000);
+			ts.tv_nsec = (long) (ns % 1000000000);
+			if (pthread_cond_timedwait(&e->cond, &e->lock, &ts) == ETIMEDOUT) {
+				pthread_mutex_unlock(&e->lock);
+				e->on_tick(e->tick_userdata);
+				pthread_mutex_lock(&e->lock);
+			}
+		}
 		apply_cancels(e, &done);
 		if (e->stopping && e->n_waiting == 0 && e->n_running == 0) {
 			e->kv_free = km_kvcache_free_blocks(e->c);
@@ -670,8 +690,17 @@ int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source
 	e->max_waiting = o.max_waiting;
 	e->eos = o.eos_token;
 	e->prefix = o.prefix_caching;
+	e->on_tick = o.on_tick;
+	e->tick_userdata = o.tick_userdata;
+	e->tick_usec = o.tick_usec;
 	pthread_mutex_init(&e->lock, NULL);
-	pthread_cond_init(&e->cond, NULL);
+	/* CLOCK_MONOTONIC: the idle wake-ups of the watchdog hook must not
+	 * jump with the wall clock. */
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&e->cond, &ca);
+	pthread_condattr_destroy(&ca);
 	/* Buckets: vLLM's, with sub-millisecond ones for small models. */
 	static const double ttft_b[] = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04,
 					 0.06,	 0.08,	0.1,	0.25,  0.5,  0.75, 1,

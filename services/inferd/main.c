@@ -2,27 +2,35 @@
  * completions server on the inference engine (kiln/engine.h), libktok and
  * kiln/http.h.
  *
- *   kiln-inferd --model FILE [--tokenizer FILE] [--port N] [options]
+ *   kiln-inferd [-c FILE] [--node NAME] [--model FILE] [options]
  *
- * This file is the program: options, the model (any file km_file_open
+ * This file is the program: options and the cluster file's inference
+ * section (flags win over the file, the file over the schema's defaults),
+ * the model (any file km_file_open
  * reads: a llama2.c checkpoint, safetensors from kiln-train or Hugging
  * Face, a GGUF llama) on the cpu or cuda backend, the tokenizer and chat
- * template, the engine, the HTTP routes, and the stop on SIGTERM/SIGINT:
- * the server stops first (streams are cancelled), then the engine cancels
- * what is left.  The request layer is openai.c, the streaming and
- * stop-string layer stream.c (inferd.h says which does what).  Exit codes:
- * 0 ok, 1 failure, 2 usage error (a tokenizer larger than the model's
- * vocabulary included).  docs/kiln-inferd.md. */
+ * template, the engine, the HTTP routes, systemd's notify protocol (READY,
+ * STATUS, WATCHDOG pings while the engine's scheduler makes progress) and
+ * the drain on SIGTERM/SIGINT: new requests get 503 + Retry-After, those
+ * in flight get inference.drain_grace to finish, then the server stops
+ * (streams are cancelled) and the engine cancels what is left.  The request layer is openai.c, the
+ * streaming and stop-string layer stream.c (inferd.h says which does what).  Exit codes: 0 ok, 1
+ * failure, 2 usage error (a tokenizer larger than the model's vocabulary included).
+ * docs/kiln-inferd.md. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
+#include <systemd/sd-daemon.h>
 #include <systemd/sd-event.h>
 #include <time.h>
 
 #include "inferd.h"
+#include "kiln/config.h"
+#include "kiln/hostlist.h"
 #include "kiln/log.h"
 #include "kiln/metrics.h"
 #include "kiln/parse.h"
@@ -46,6 +54,9 @@ enum {
 	OPT_PER_CLIENT,
 	OPT_IDLE_TIMEOUT,
 	OPT_MAX_BODY,
+	OPT_CONTEXT,
+	OPT_DRAIN_GRACE,
+	OPT_MAX_, /* the size of arg.given[] */
 };
 
 /* What a stream cut by SIGTERM ends with (then [DONE]): OpenAI's error
@@ -64,15 +75,23 @@ static const kiln_option options[] = {
 	  "Face with config.json beside it), GGUF llama (required)",
 	  "file" },
 	{ "name", OPT_NAME, "NAME", "model name in the API (default: the file's base name)", NULL },
-	{ "listen", 'l', "ADDR", "address to listen on (default 127.0.0.1)", "host" },
-	{ "port", 'p', "N", "port (default 8000; 0: an ephemeral one, logged)", NULL },
+	{ "listen", 'l', "ADDR", "address to listen on (inference.address, default 127.0.0.1)",
+	  "host" },
+	{ "port", 'p', "N", "port (inference.port, default 8000; 0: an ephemeral one, logged)",
+	  NULL },
 	{ "backend", OPT_BACKEND, "NAME", "kk backend: cpu or cuda (default cpu)", "cpu cuda" },
 	{ "dtype", OPT_DTYPE, "NAME", "weights: f32, bf16, f16, i8 or q4 (default f32)",
 	  "f32 bf16 f16 i8 q4" },
+	{ "context-length", OPT_CONTEXT, "N",
+	  "longest sequence served, at most the model's\n(default 0: the model's own)", NULL },
 	{ "max-running", OPT_RUNNING, "N", "sequences per step (default 64)", NULL },
 	{ "max-step-tokens", OPT_STEP, "N", "tokens per step (default 512)", NULL },
 	{ "kv-blocks", OPT_BLOCKS, "N", "KV cache blocks of 16 tokens (default 1024)", NULL },
 	{ "max-waiting", OPT_WAITING, "N", "queued requests before 429 (default 1024)", NULL },
+	{ "drain-grace", OPT_DRAIN_GRACE, "TIME",
+	  "after SIGTERM, time in-flight requests get to\nfinish before they are cancelled "
+	  "(default 30s)",
+	  NULL },
 	{ "eos", OPT_EOS, "ID", "end-of-sequence token, -1 for none (default 2)", NULL },
 	{ "prefix-caching", OPT_PREFIX, NULL, "share prompt-prefix KV blocks between requests",
 	  NULL },
@@ -99,6 +118,8 @@ static const kiln_option options[] = {
 	  "request body limit; larger gets 413 before it is\n"
 	  "read (default 4194304)",
 	  NULL },
+	KILN_OPTION_CONFIG,
+	KILN_OPTION_NODE,
 	KILN_OPTIONS_COMMON,
 	{}
 };
@@ -107,32 +128,38 @@ static const kiln_prog prog = {
 	.name = "kiln-inferd",
 	.summary = "OpenAI-compatible completions and chat completions on the kiln inference "
 		   "engine",
-	.usage = "kiln-inferd --model FILE [--tokenizer FILE] [OPTIONS]",
+	.usage = "kiln-inferd [-c FILE] [--node NAME] [--model FILE] [OPTIONS]",
 	.options = options,
 	.epilog = "Serves POST /v1/completions (text or token-id prompts), POST\n"
 		  "/v1/chat/completions (\"stream\": true for SSE on both), GET /v1/models,\n"
 		  "GET /v1/models/ID, GET /metrics and GET /health.  Without a tokenizer:\n"
 		  "token ids only.\n"
+		  "The cluster file's inference section gives the defaults of every option\n"
+		  "above (same names: inference.kv_blocks is --kv-blocks, inference.address\n"
+		  "--listen) when this node is one of inference.nodes; a flag wins over the\n"
+		  "file.  Without a file the defaults are the schema's (kiln show --defaults).\n"
+		  "SIGTERM/SIGINT drain: new requests get 503, those running get\n"
+		  "--drain-grace to finish, then the rest are cancelled.  Under systemd\n"
+		  "(Type=notify): READY=1 once the model is loaded, WATCHDOG=1 while the\n"
+		  "engine makes progress.\n"
 		  "Exit status: 0 after SIGTERM/SIGINT, 1 failure, 2 usage error.\n",
 };
 
+/* The settings.  The defaults of those the cluster file has (listen, port,
+ * backend, dtype, ...) are not written here: they come from the schema
+ * (kiln_cfg_defaults()) or the file, in settings_from_cfg(), for every
+ * option the command line did not give (given[]). */
 static struct {
+	const char *config, *node;
 	const char *model, *listen, *name, *backend, *tokenizer;
-	int port, max_running, max_step, blocks, max_waiting, eos, threads;
+	int port, max_running, max_step, blocks, max_waiting, eos, threads, ctx;
 	int max_conns, per_client, idle_timeout, max_body; /* 0: kiln/http.h's defaults */
 	kk_dtype dtype;
 	int chat; /* a ktok_chat, or -1: from the tokenizer */
 	bool prefix;
-} arg = { .listen = "127.0.0.1",
-	  .port = 8000,
-	  .backend = "cpu",
-	  .dtype = KK_F32,
-	  .chat = -1,
-	  .eos = 2,
-	  .max_running = 64,
-	  .max_step = 512,
-	  .blocks = 1024,
-	  .max_waiting = 1024 };
+	uint64_t drain_grace_usec;
+	bool given[OPT_MAX_];
+} arg = { .eos = 2, .max_step = 512, .chat = -1 };
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(kk_backend *, kk_backend_free)
 DEFINE_TRIVIAL_CLEANUP_FUNC(km_file *, km_file_free)
@@ -164,7 +191,23 @@ static int parse_argv(int argc, char **argv)
 	int c;
 	while ((c = kiln_getopt(&prog, argc, argv)) >= 0) {
 		int r = 0;
+		if (c >= 0 && c < OPT_MAX_)
+			arg.given[c] = true;
 		switch (c) {
+		case 'c':
+			arg.config = optarg;
+			break;
+		case KILN_OPT_NODE:
+			arg.node = optarg;
+			break;
+		case OPT_CONTEXT:
+			r = kiln_parse_int(optarg, 0, 1 << 24, &arg.ctx);
+			break;
+		case OPT_DRAIN_GRACE:
+			r = kiln_parse_duration(optarg, KILN_USEC_PER_SEC, &arg.drain_grace_usec);
+			if (r >= 0 && arg.drain_grace_usec > 86400 * KILN_USEC_PER_SEC)
+				r = -ERANGE;
+			break;
 		case 'm':
 			arg.model = optarg;
 			break;
@@ -243,8 +286,6 @@ static int parse_argv(int argc, char **argv)
 	}
 	if (optind < argc)
 		return kiln_usage_error(&prog, "Unexpected argument '%s'.", argv[optind]);
-	if (!arg.model)
-		return kiln_usage_error(&prog, "--model FILE is required.");
 	return 1;
 }
 
@@ -328,8 +369,21 @@ static int load_tokenizer(inferd_model *m, ktok **ret)
 
 /* POST /v1/completions and /v1/chat/completions: the request layer
  * validates, the streaming layer runs it. */
+/* Set by the first SIGTERM/SIGINT: new requests get 503 + Retry-After
+ * while those in flight finish (drain_step()). */
+static atomic_bool draining;
+
+/* What a client refused during the drain is told to wait: about what a
+ * restart under systemd takes (RestartSec plus loading a model). */
+#define DRAIN_RETRY_AFTER_S 10
+
 static int on_request(kiln_http_request *r, inferd_app *a, bool chat)
 {
+	if (atomic_load(&draining))
+		return kiln_http_reply_retry(r, 503, DRAIN_RETRY_AFTER_S, "server_shutting_down",
+					     "kiln-inferd is shutting down and takes no new "
+					     "requests; retry in %d s (or on another server)",
+					     DRAIN_RETRY_AFTER_S);
 	kiln_error jerr;
 	_cleanup_json_ json_t *body = NULL;
 	if (kiln_http_request_json(r, &body, &jerr) < 0)
@@ -434,25 +488,219 @@ static void block_stop_signals(void)
 	pthread_sigmask(SIG_BLOCK, &ss, NULL);
 }
 
+/* ---- the drain and the watchdog ---------------------------------------- */
+
+/* How often the drain looks whether the engine is empty. */
+#define DRAIN_POLL_USEC (50 * KILN_USEC_PER_MSEC)
+
+typedef struct daemon_state {
+	kiln_engine *engine;
+	uint64_t drain_deadline; /* CLOCK_MONOTONIC usec; 0: not draining */
+	uint64_t watchdog_usec;	 /* systemd's WatchdogSec; 0: off */
+	bool watchdog_missed;	 /* logged once per stall */
+} daemon_state;
+
+/* Set by the engine's scheduler thread each turn of its loop (the
+ * on_tick hook); read by the watchdog timer on the main thread. */
+static _Atomic uint64_t last_tick_usec;
+
+static void on_engine_tick(void *userdata)
+{
+	atomic_store(&last_tick_usec, kiln_now_usec());
+}
+
+/* A time source fires once (SD_EVENT_ONESHOT): again in usec. */
+static int rearm(sd_event_source *s, uint64_t usec)
+{
+	int r = sd_event_source_set_time_relative(s, usec);
+	return r < 0 ? r : sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+}
+
+static int on_drain_poll(sd_event_source *s, uint64_t usec, void *u)
+{
+	daemon_state *d = u;
+	kiln_engine_stats st;
+	kiln_engine_get_stats(d->engine, &st);
+	sd_event *ev = sd_event_source_get_event(s);
+	if (st.running + st.waiting == 0) {
+		log_info("Drained: every request in flight finished");
+		return sd_event_exit(ev, 0);
+	}
+	if (kiln_now_usec() >= d->drain_deadline) {
+		log_info("Drain grace over: cancelling %d running and %d waiting requests",
+			 st.running, st.waiting);
+		return sd_event_exit(ev, 0);
+	}
+	return rearm(s, DRAIN_POLL_USEC);
+}
+
+/* The first SIGTERM/SIGINT starts the drain (no new requests, those in
+ * flight get arg.drain_grace_usec); a second one, or a grace of 0, stops at
+ * once (the rest is cancelled). */
 static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *u)
 {
-	log_info("Got %s, stopping", strsignal((int) si->ssi_signo));
-	return sd_event_exit(sd_event_source_get_event(s), 0);
+	daemon_state *d = u;
+	sd_event *ev = sd_event_source_get_event(s);
+	const char *sig = strsignal((int) si->ssi_signo);
+	if (d->drain_deadline) {
+		log_info("Got %s again, stopping now: cancelling what is left", sig);
+		return sd_event_exit(ev, 0);
+	}
+	atomic_store(&draining, true);
+	kiln_engine_stats st;
+	kiln_engine_get_stats(d->engine, &st);
+	char grace[32];
+	kiln_format_duration(grace, sizeof(grace), arg.drain_grace_usec);
+	log_info("Got %s, stopping: draining %d running and %d waiting requests (new ones get "
+		 "503), up to %s",
+		 sig, st.running, st.waiting, grace);
+	(void) sd_notifyf(0, "STOPPING=1\nSTATUS=Draining: %d requests in flight, up to %s",
+			  st.running + st.waiting, grace);
+	d->drain_deadline = kiln_now_usec() + arg.drain_grace_usec;
+	if (arg.drain_grace_usec == 0)
+		return sd_event_exit(ev, 0);
+	int r = sd_event_add_time_relative(ev, NULL, CLOCK_MONOTONIC, 0, 0, on_drain_poll, d);
+	if (r < 0) {
+		log_error_errno(r, "Failed to start the drain timer: %m; stopping now");
+		return sd_event_exit(ev, 0);
+	}
+	return 0;
+}
+
+/* WATCHDOG=1 only while the engine's scheduler turns (on_engine_tick, at
+ * least every watchdog/4 when idle): a scheduler wedged in a step, or a
+ * main loop that no longer runs this timer, gets no pings and systemd
+ * restarts the service. */
+static int on_watchdog(sd_event_source *s, uint64_t usec, void *u)
+{
+	daemon_state *d = u;
+	uint64_t since = kiln_now_usec() - atomic_load(&last_tick_usec);
+	if (since < d->watchdog_usec / 2) {
+		(void) sd_notify(0, "WATCHDOG=1");
+		if (d->watchdog_missed)
+			log_info("The engine's scheduler turns again: watchdog pings resume");
+		d->watchdog_missed = false;
+	} else if (!d->watchdog_missed) {
+		char t[32];
+		kiln_format_duration(t, sizeof(t), since);
+		log_warning("The engine's scheduler has not turned for %s: no watchdog ping "
+			    "(systemd restarts kiln-inferd at WatchdogSec)",
+			    t);
+		d->watchdog_missed = true;
+	}
+	return rearm(s, d->watchdog_usec / 4);
+}
+
+/* The cluster file (-c, $KILN_CONFIG, /etc/kiln/cluster.cfg; none is fine)
+ * and this node (--node, $SLURMD_NODENAME, the hostname).  On a node of
+ * inference.nodes the file's inference section fills every option the
+ * command line left out; elsewhere, or without a file, the schema's
+ * defaults do (so the program never writes a default twice).  *ret keeps
+ * the strings arg points to.  Returns 0 or an exit status. */
+static int settings_from_cfg(kiln_cfg **ret)
+{
+	_cleanup_(kiln_cfg_freep) kiln_cfg *cfg = NULL;
+	int r = kiln_cfg_open(arg.config, KILN_CFG_OPEN_OPTIONAL, &cfg);
+	if (r < 0)
+		return kiln_exit_for_config(r);
+	bool serves = false;
+	if (cfg) {
+		const char *source;
+		char host[KILN_HOSTNAME_MAX + 1];
+		if (kiln_node_name(arg.node, host, sizeof(host), &source) < 0) {
+			log_error("The node name from %s is longer than %zu characters.", source,
+				  sizeof(host) - 1);
+			return KILN_EXIT_USAGE;
+		}
+		const kiln_cfg_node *n = kiln_cfg_find_node(cfg, host);
+		serves = n && n->inference;
+		const char *why = !cfg->inference.enabled ? "inference.enabled is false"
+				  : !n			  ? "it is not a node of the file"
+							  : "it is not one of inference.nodes";
+		if (!serves && !arg.model) {
+			log_error("%s (%s) serves no model in %s: %s; run kiln-inferd on a node of "
+				  "inference.nodes (--node NAME), or give --model FILE",
+				  host, source, cfg->path, why);
+			return KILN_EXIT_USAGE;
+		}
+		if (!serves)
+			log_notice("%s serves no model in %s (%s): serving --model %s with the "
+				   "built-in defaults",
+				   host, cfg->path, why, arg.model);
+		else
+			log_info("%s: serving the inference section of %s", host, cfg->path);
+	}
+	if (!serves) {
+		kiln_cfg_free(TAKE_PTR(cfg));
+		if ((r = kiln_cfg_defaults(&cfg)) < 0)
+			return log_error_errno(r, "Failed to build the default settings: %m");
+	}
+	const kiln_cfg_inference *in = &cfg->inference;
+	if (!arg.given['m'])
+		arg.model = in->model;
+	if (!arg.given[OPT_NAME])
+		arg.name = in->name;
+	if (!arg.given[OPT_TOKENIZER])
+		arg.tokenizer = in->tokenizer;
+	if (!arg.given['l'])
+		arg.listen = in->address;
+	if (!arg.given['p'])
+		arg.port = in->port;
+	if (!arg.given[OPT_BACKEND])
+		arg.backend = kiln_cfg_backend_to_string(in->backend);
+	if (!arg.given[OPT_DTYPE]) {
+		/* the older inference.quant says int8/int4 where dtype stays f32
+		 * (kiln check refuses the two disagreeing) */
+		kiln_cfg_dtype dt = in->dtype;
+		if (dt == KILN_DTYPE_F32 && in->quant == KILN_QUANT_INT8)
+			dt = KILN_DTYPE_I8;
+		else if (dt == KILN_DTYPE_F32 && in->quant == KILN_QUANT_INT4)
+			dt = KILN_DTYPE_Q4;
+		if (parse_dtype(kiln_cfg_dtype_to_string(dt), &arg.dtype) < 0)
+			return log_error_errno(-EINVAL, "inference.dtype: no such kk dtype");
+	}
+	if (!arg.given[OPT_CHAT_TEMPLATE] && in->chat_template != KILN_CHAT_AUTO &&
+	    (arg.chat = ktok_chat_from_name(kiln_cfg_chat_to_string(in->chat_template))) < 0)
+		return log_error_errno(-EINVAL, "inference.chat_template: unknown to libktok");
+	if (!arg.given[OPT_CONTEXT])
+		arg.ctx = in->context_length;
+	if (!arg.given[OPT_BLOCKS])
+		arg.blocks = in->kv_blocks;
+	if (!arg.given[OPT_RUNNING])
+		arg.max_running = in->max_running;
+	if (!arg.given[OPT_WAITING])
+		arg.max_waiting = in->max_waiting;
+	if (!arg.given[OPT_DRAIN_GRACE])
+		arg.drain_grace_usec = in->drain_grace_usec;
+	if (!arg.model) {
+		log_error("No model: give --model FILE, or set inference.model in the cluster "
+			  "file (-c FILE) for this node");
+		return KILN_EXIT_USAGE;
+	}
+	*ret = TAKE_PTR(cfg);
+	return 0;
 }
 
 static int run(int argc, char **argv)
 {
 	/* Before any thread of ours starts: they inherit the mask. */
 	block_stop_signals();
+	_cleanup_(kiln_cfg_freep) kiln_cfg *cfg = NULL;
+	int r = settings_from_cfg(&cfg);
+	if (r != 0)
+		return r;
+	daemon_state d = {};
 	_cleanup_(sd_event_unrefp) sd_event *ev = NULL;
-	int r = sd_event_default(&ev);
+	r = sd_event_default(&ev);
 	if (r < 0)
 		return log_error_errno(r, "Failed to allocate the event loop: %m");
-	if ((r = sd_event_add_signal(ev, NULL, SIGTERM, on_signal, NULL)) < 0 ||
-	    (r = sd_event_add_signal(ev, NULL, SIGINT, on_signal, NULL)) < 0)
+	if ((r = sd_event_add_signal(ev, NULL, SIGTERM, on_signal, &d)) < 0 ||
+	    (r = sd_event_add_signal(ev, NULL, SIGINT, on_signal, &d)) < 0)
 		return log_error_errno(r, "Failed to watch SIGTERM/SIGINT: %m");
-	/* WATCHDOG=1 pings when a unit sets WatchdogSec=; nothing otherwise. */
-	(void) sd_event_set_watchdog(ev, true);
+	/* WatchdogSec= of the unit: pinged by on_watchdog() while the engine
+	 * turns, not by sd-event's unconditional pings. */
+	if (sd_watchdog_enabled(false, &d.watchdog_usec) <= 0)
+		d.watchdog_usec = 0;
 
 	inferd_app a = { .started = time(NULL) };
 	atomic_init(&a.next_id, 1);
@@ -481,8 +729,20 @@ static int run(int argc, char **argv)
 			       .max_waiting = arg.max_waiting,
 			       .eos_token = arg.eos,
 			       .prefix_caching = arg.prefix };
+	if (d.watchdog_usec) {
+		o.on_tick = on_engine_tick;
+		o.tick_usec = d.watchdog_usec / 4;
+	}
 	a.model.vocab = km_file_config(f)->vocab_size;
 	a.model.ctx = km_file_config(f)->max_seq_len;
+	if (arg.ctx > a.model.ctx) {
+		log_error("--context-length %d is longer than %s's own context (%d tokens); give "
+			  "at most %d, or 0 for the model's",
+			  arg.ctx, arg.model, a.model.ctx, a.model.ctx);
+		return KILN_EXIT_USAGE;
+	}
+	if (arg.ctx > 0)
+		a.model.ctx = arg.ctx;
 	/* Freed after the engine (declared before it): its last callbacks decode. */
 	_cleanup_(ktok_freep) ktok *tok = NULL;
 	if ((r = load_tokenizer(&a.model, &tok)) != 0)
@@ -495,6 +755,8 @@ static int run(int argc, char **argv)
 		return KILN_EXIT_FAILURE;
 	}
 	a.engine = engine;
+	d.engine = engine;
+	atomic_store(&last_tick_usec, kiln_now_usec());
 
 	const kiln_http_route routes[] = {
 		{ "POST", "/v1/completions", false, on_completions, &a },
@@ -520,6 +782,18 @@ static int run(int argc, char **argv)
 		return log_error_errno(r, "Failed to listen on %s:%d: %m", arg.listen, arg.port);
 	log_info("Serving %s on http://%s:%u (%s, %s, %d KV blocks)", a.model.name, arg.listen,
 		 kiln_http_server_port(srv), arg.backend, kk_dtype_name(arg.dtype), arg.blocks);
+	if (d.watchdog_usec) {
+		r = sd_event_add_time_relative(ev, NULL, CLOCK_MONOTONIC, 0, 0, on_watchdog, &d);
+		if (r < 0) {
+			kiln_http_server_free(srv);
+			return log_error_errno(r, "Failed to start the watchdog timer: %m");
+		}
+	}
+	(void) sd_notifyf(0,
+			  "READY=1\nSTATUS=Serving %s on http://%s:%u (%s, %s, context %d, %d "
+			  "KV blocks)",
+			  a.model.name, arg.listen, kiln_http_server_port(srv), arg.backend,
+			  kk_dtype_name(arg.dtype), a.model.ctx, arg.blocks);
 
 	r = sd_event_loop(ev);
 	if (r < 0)

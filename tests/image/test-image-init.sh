@@ -20,6 +20,12 @@ mkdir -p "$W/srv"
 cp config/examples/demo.cfg "$W/srv/cluster.cfg"
 mkdir -p "$W/srv/bad" "$W/srv/q"
 cp "$here/qemu.cfg" "$W/srv/q/cluster.cfg" # its MAC has hex letters: case matters
+# inference on node03, which leaves the Slurm partition (kiln check refuses
+# an inference node's GPUs in a Slurm partition)
+mkdir -p "$W/srv/inf"
+sed -e 's/partitions = \[ "gpu" \];//' -e 's/nodes = "node\[01-03\]"; default = true;/nodes = "node[01-02]"; default = true;/' \
+	config/examples/demo.cfg >"$W/srv/inf/cluster.cfg"
+printf 'inference = { enabled = true; nodes = "node03"; model = "/srv/models/m.bin"; };\n' >>"$W/srv/inf/cluster.cfg"
 # valid libconfig, invalid cluster file: line 3 has a typo'd key
 printf 'cluster = { name = "demo"; };\n# a comment\nnetwrk = { subnet = "10.77.0.0/24"; };\n' >"$W/srv/bad/cluster.cfg"
 python3 - "$W/srv" "$W/port" >"$W/http.log" 2>&1 <<'PY' &
@@ -152,6 +158,25 @@ ok "--attempts 0: usage error, exit 2" test $? = 2
 parsed=$(grep -oE '^\s+--[a-z-]+\)' "$INIT" | tr -d ' \t)' | sort | paste -sd' ')
 helped=$("$INIT" --help | grep -oE '^  --[a-z-]+' | tr -d ' ' | sort | paste -sd' ')
 ok "--help lists every option parsed ($parsed)" test "$parsed" = "$helped"
+
+# ---- kiln-inferd: started on the nodes inference.nodes names, only there ----------
+printf '#!/bin/sh\necho "$*" >>"%s"\n' "$W/systemctl.calls" >"$W/systemctl"
+chmod +x "$W/systemctl"
+ok "the inference cluster file passes kiln check" "$KILN" -q check -c "$W/srv/inf/cluster.cfg"
+rm -f "$W/systemctl.calls"
+run inf3 "kiln.node=node03 kiln.url=$URL/inf" --systemctl "$W/systemctl"
+ok "inference node03: exit 0, kiln-inferd started without blocking the boot" \
+	bash -c "[ $rc = 0 ] && [ \"\$(cat '$W/systemctl.calls')\" = '--no-block start kiln-inferd.service' ]"
+ok "  ... and says so" grep -q "kiln-inferd: started (this node is one of inference.nodes)" "$W/inf3.err"
+rm -f "$W/systemctl.calls"
+run inf1 "kiln.node=node01 kiln.url=$URL/inf" --systemctl "$W/systemctl"
+ok "node01, not in inference.nodes: exit 0, kiln-inferd not started" \
+	bash -c "[ $rc = 0 ] && [ ! -e '$W/systemctl.calls' ] && grep -q 'kiln-inferd: not started' '$W/inf1.err'"
+printf '#!/bin/sh\nexit 1\n' >"$W/systemctl-bad"
+chmod +x "$W/systemctl-bad"
+run inf3bad "kiln.node=node03 kiln.url=$URL/inf" --systemctl "$W/systemctl-bad"
+ok "systemctl failing on an inference node: exit 1, says what to look at" \
+	bash -c "[ $rc = 1 ] && grep -q 'see systemctl status kiln-inferd' '$W/inf3bad.err'"
 
 # ---- the unit ------------------------------------------------------------------
 unit=services/units/kiln-node-init.service

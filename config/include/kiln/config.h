@@ -89,6 +89,37 @@ typedef enum kiln_cfg_quant {
 } kiln_cfg_quant;
 const char *kiln_cfg_quant_to_string(kiln_cfg_quant q);
 
+/* kiln-inferd's words (inference.backend, .dtype, .chat_template): the
+ * program parses the string the same way as its --backend, --dtype and
+ * --chat-template, so the file and the flags take the same words. */
+typedef enum kiln_cfg_backend {
+	KILN_BACKEND_CPU,
+	KILN_BACKEND_CUDA,
+	_KILN_BACKEND_MAX
+} kiln_cfg_backend;
+const char *kiln_cfg_backend_to_string(kiln_cfg_backend b);
+typedef enum kiln_cfg_dtype {
+	KILN_DTYPE_F32,
+	KILN_DTYPE_BF16,
+	KILN_DTYPE_F16,
+	KILN_DTYPE_I8,
+	KILN_DTYPE_Q4,
+	_KILN_DTYPE_MAX,
+} kiln_cfg_dtype;
+const char *kiln_cfg_dtype_to_string(kiln_cfg_dtype d);
+typedef enum kiln_cfg_chat {
+	KILN_CHAT_AUTO, /* detected from the tokenizer, else chatml */
+	KILN_CHAT_CHATML,
+	KILN_CHAT_LLAMA2,
+	KILN_CHAT_LLAMA3,
+	KILN_CHAT_MISTRAL,
+	KILN_CHAT_GEMMA,
+	KILN_CHAT_PHI3,
+	KILN_CHAT_ZEPHYR,
+	_KILN_CHAT_MAX,
+} kiln_cfg_chat;
+const char *kiln_cfg_chat_to_string(kiln_cfg_chat c);
+
 typedef enum kiln_cfg_part_state {
 	KILN_PART_UP,
 	KILN_PART_DOWN,
@@ -254,15 +285,25 @@ typedef struct kiln_cfg_launcher {
 } kiln_cfg_launcher;
 
 typedef struct kiln_cfg_inference {
-	bool enabled;	      /* false */
-	int port;	      /* 8000 */
-	char *address;	      /* "0.0.0.0" */
-	char *model;	      /* model path, NULL when unset (required when enabled) */
-	char *nodes;	      /* hostlist or a partition name, NULL = every node */
-	int max_batch;	      /* 32 */
-	int kv_block_size;    /* 16 tokens */
-	uint64_t kv_cache_mb; /* 0 = auto */
-	kiln_cfg_quant quant; /* none */
+	bool enabled;		     /* false */
+	int port;		     /* 8000 */
+	char *address;		     /* "127.0.0.1" */
+	char *model;		     /* model path, NULL when unset (required when enabled) */
+	char *nodes;		     /* hostlist or a partition name, NULL = every node */
+	int max_batch;		     /* 32 */
+	int kv_block_size;	     /* 16 tokens */
+	uint64_t kv_cache_mb;	     /* 0 = auto */
+	kiln_cfg_quant quant;	     /* none */
+	char *name;		     /* the model's API name; NULL = the path's base name */
+	char *tokenizer;	     /* NULL = the model's own (GGUF) */
+	kiln_cfg_backend backend;    /* cpu */
+	kiln_cfg_dtype dtype;	     /* f32 */
+	kiln_cfg_chat chat_template; /* auto */
+	int context_length;	     /* 0 = the model's */
+	int kv_blocks;		     /* 1024 */
+	int max_running;	     /* 64 */
+	int max_waiting;	     /* 1024 */
+	uint64_t drain_grace_usec;   /* 30s */
 } kiln_cfg_inference;
 
 typedef struct kiln_cfg_image {

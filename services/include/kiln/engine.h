@@ -105,6 +105,15 @@ typedef struct kiln_engine_opts {
 	 * sequence (km_kvcache_seq_fork) instead of prefilling them; the rest
 	 * of the prompt is prefilled in chunks on top of the shared blocks. */
 	bool prefix_caching;
+	/* The watchdog hook: called by the scheduler thread at the top of
+	 * every iteration of its loop (each step, and at least every
+	 * tick_usec while it waits for work), without the engine's lock.  A
+	 * scheduler wedged in a step stops calling it, which is what
+	 * kiln-inferd's systemd watchdog keys on.  NULL: none; tick_usec 0:
+	 * no wake-ups while idle (the hook then runs only when there is work). */
+	void (*on_tick)(void *userdata);
+	void *tick_userdata;
+	uint64_t tick_usec;
 } kiln_engine_opts;
 
 /* Creates the model (weights read from src during the call only), its KV
