@@ -23,7 +23,7 @@
 #include "cuda_runtime.h"
 #include "nccl.h"
 
-thread_local uint3 kc_emu_tid;
+__thread uint3 kc_emu_tid;
 uint3 kc_emu_bid;
 dim3 kc_emu_bdim, kc_emu_gdim;
 

@@ -88,7 +88,7 @@ template <typename F> cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int
 #define __shared__	static
 #define __launch_bounds__(...)
 
-extern thread_local uint3 kc_emu_tid;
+extern __thread uint3 kc_emu_tid; /* __thread: no TLS wrapper (UBSan misreads it as null) */
 extern uint3 kc_emu_bid;
 extern dim3 kc_emu_bdim, kc_emu_gdim;
 #define threadIdx kc_emu_tid

@@ -25,7 +25,7 @@ uint32_t *kc_emu_warp_buf(void);
 void kc_emu_warp_sync(void);
 void kc_emu_warp_enter(unsigned mask, int line, int src);
 uint64_t *kc_emu_warp_slots(void);
-extern thread_local uint3 kc_emu_tid;
+extern __thread uint3 kc_emu_tid; /* __thread: no TLS wrapper (UBSan misreads it as null) */
 
 static inline float kc_emu_h2f(uint16_t h, bool bf)
 {
