@@ -26,3 +26,9 @@ BENCH_SCRIPTS += kernels/bench/cuda-bench.sh
 # The same parity test on a CPU emulation of CUDA (kernels/cuda/*.cu compiled
 # as host C++): verifies the kernels without a GPU; minutes, so test-full.
 TEST_FULL_SCRIPTS += tests/kernels/gpu/emu/run-emu.sh tests/kernels/gpu/emu/run-emu-suite.sh
+# The emulation under AddressSanitizer+UBSan and ThreadSanitizer (a subset
+# of families each), and the planted bugs it must catch (a missing barrier,
+# a partial shuffle mask, unwritten shared memory, a misaligned vector load,
+# a wrong cp.async wait count).
+TEST_FULL_SCRIPTS += tests/kernels/gpu/emu/run-emu-asan.sh tests/kernels/gpu/emu/run-emu-tsan.sh \
+	tests/kernels/gpu/emu/run-emu-plant.sh

@@ -25,7 +25,7 @@
  * emulation of tests/kernels/gpu/emu (KC_EMU, set by its kc_emu_mma.h) they
  * call warp-collective emulations that exchange every lane's registers and
  * compute each lane's fragment from the same layouts, in f32; cp.async there
- * is a plain copy.  All callers must be warp-uniform (every lane of the warp
+ * lands at the cp.async.wait_group that retires its group, as on the GPU.  All callers must be warp-uniform (every lane of the warp
  * calls with the same control flow), as the hardware requires. */
 #pragma once
 
@@ -55,16 +55,15 @@ template <bool BF> static __device__ __forceinline__ uint32_t kc_pack2(float lo,
 }
 static __device__ __forceinline__ void kc_cp_async16(void *s, const void *g, bool ok)
 {
-	if (ok)
-		memcpy(s, g, 16);
-	else
-		memset(s, 0, 16);
+	kc_emu_cp_async16(s, g, ok);
 }
 static __device__ __forceinline__ void kc_cp_commit(void)
 {
+	kc_emu_cp_commit();
 }
 template <int N> static __device__ __forceinline__ void kc_cp_wait(void)
 {
+	kc_emu_cp_wait(N);
 }
 
 #else /* the real device */

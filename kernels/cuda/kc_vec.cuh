@@ -45,7 +45,7 @@ template <bool NC> static __device__ __forceinline__ uint4 kc_ld128(const void *
 {
 #ifdef KC_EMU
 	uint4 u;
-	memcpy(&u, p, 16);
+	kc_emu_ld16(&u, p);
 	return u;
 #else
 	if (NC)
@@ -56,7 +56,7 @@ template <bool NC> static __device__ __forceinline__ uint4 kc_ld128(const void *
 static __device__ __forceinline__ void kc_st128(void *p, uint4 u)
 {
 #ifdef KC_EMU
-	memcpy(p, &u, 16);
+	kc_emu_st16(p, &u);
 #else
 	*reinterpret_cast<uint4 *>(p) = u;
 #endif
@@ -363,7 +363,7 @@ template <typename A, typename B = A> struct kc_vw_s {
 static __device__ __forceinline__ void kc_lds4(const float *p, float *f)
 {
 #ifdef KC_EMU
-	memcpy(f, p, 16);
+	kc_emu_ld16(f, p);
 #else
 	float4 v = *reinterpret_cast<const float4 *>(p);
 	f[0] = v.x;

@@ -1,15 +1,21 @@
 /* tests/kernels/gpu/emu/emu.cpp — the runtime half of the CPU emulation of
  * kernels/cuda/ (headers in include/): block execution with one OS thread
  * per CUDA thread, barriers, warp exchange buffers (shuffles, mma.sync,
- * ldmatrix), memory, a naive cuBLASLt and single-rank NCCL.  See run-emu.sh. */
+ * ldmatrix) with the checks a GPU would need to be right (every lane of a
+ * shuffle's mask at the same shuffle), deferred cp.async, shared memory
+ * poisoned per block, memory, a naive cuBLASLt and single-rank NCCL.  See
+ * run-emu.sh. */
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <deque>
 #include <mutex>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include "cublasLt.h"
@@ -17,7 +23,7 @@
 #include "cuda_runtime.h"
 #include "nccl.h"
 
-thread_local uint3 kc_emu_tid;
+__thread uint3 kc_emu_tid;
 uint3 kc_emu_bid;
 dim3 kc_emu_bdim, kc_emu_gdim;
 
@@ -27,9 +33,110 @@ static uint64_t warp_slots[32][32];
 /* Operand exchange for the warp-level matrix instructions (kc_emu_mma.h):
  * 32 lanes x 8 registers per warp. */
 static uint32_t warp_buf[32][32 * 8];
+/* Who is at a warp collective: mask, call line and how many collectives
+ * the lane has passed before (a lane at another shuffle, or at the same line
+ * one loop iteration off, differs in one of them). */
+static unsigned warp_mask[32][32];
+static int warp_line[32][32];
+static uint64_t warp_seq[32][32];
+static thread_local uint64_t lane_seq;
+static unsigned blk_threads;
 static std::vector<unsigned char> dyn_smem;
 static std::mutex atomic_mu;
 static cudaError_t last_error = cudaSuccess;
+
+void kc_emu_fail(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "emu: block (%u,%u,%u) thread %u: ", kc_emu_bid.x, kc_emu_bid.y,
+		kc_emu_bid.z, kc_emu_tid.x);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	abort();
+}
+
+/* Static __shared__ variables (cu2cpp.py registers each one through a
+ * kc_emu_shreg beside it): poisoned when first seen and before every block,
+ * as a GPU leaves whatever the previous block on that SM wrote. */
+static std::vector<std::pair<void *, size_t> > shregs;
+static std::mutex shreg_mu;
+kc_emu_shreg::kc_emu_shreg(void *p, size_t n)
+{
+	std::lock_guard<std::mutex> g(shreg_mu);
+	memset(p, 0xff, n);
+	shregs.emplace_back(p, n);
+}
+static void poison_shared(void)
+{
+	std::lock_guard<std::mutex> g(shreg_mu);
+	for (auto &r : shregs)
+		memset(r.first, 0xff, r.second);
+	memset(dyn_smem.data(), 0xff, dyn_smem.size());
+}
+
+void kc_emu_warp_enter(unsigned mask, int line, int src)
+{
+	unsigned lane = kc_emu_tid.x & 31, w = kc_emu_tid.x / 32;
+	unsigned n = blk_threads - w * 32 < 32 ? blk_threads - w * 32 : 32;
+	warp_mask[w][lane] = mask;
+	warp_line[w][lane] = line;
+	warp_seq[w][lane] = lane_seq++;
+	kc_emu_warp_sync();
+	unsigned present = n == 32 ? 0xffffffffu : (1u << n) - 1;
+	if (mask & ~present)
+		kc_emu_fail("line %d: warp collective with mask %#x, but the warp has only "
+			    "lanes %#x",
+			    line, mask, present);
+	if (!(mask >> lane & 1))
+		kc_emu_fail("line %d: lane %u is not in the mask %#x", line, lane, mask);
+	if (warp_mask[w][0] != mask || warp_line[w][0] != line || warp_seq[w][0] != warp_seq[w][lane])
+		kc_emu_fail("lane %u at line %d (collective #%llu, mask %#x) but lane 0 at line %d "
+			    "(#%llu, mask %#x): the lanes of the mask are not at the same "
+			    "collective",
+			    lane, line, (unsigned long long)warp_seq[w][lane], mask, warp_line[w][0],
+			    (unsigned long long)warp_seq[w][0], warp_mask[w][0]);
+	if (src >= 0 && !(mask >> (src & 31) & 1))
+		kc_emu_fail("line %d: lane %u reads lane %d, which is not in the mask %#x", line,
+			    lane, src & 31, mask);
+}
+
+/* cp.async: a copy lands in shared memory only when a cp.async.wait_group
+ * retires its group, as on the GPU, where until then shared memory may
+ * still hold the old bytes.  The source is read at issue. */
+struct cp_op {
+	void *dst;
+	unsigned char b[16];
+};
+static thread_local std::vector<cp_op> cp_open;
+static thread_local std::deque<std::vector<cp_op> > cp_groups;
+void kc_emu_cp_async16(void *s, const void *g, bool ok)
+{
+	kc_emu_check_align(s, 16, "cp.async (shared)");
+	cp_op op;
+	op.dst = s;
+	if (ok) {
+		kc_emu_check_align(g, 16, "cp.async (global)");
+		memcpy(op.b, g, 16);
+	} else {
+		memset(op.b, 0, 16);
+	}
+	cp_open.push_back(op);
+}
+void kc_emu_cp_commit(void)
+{
+	cp_groups.push_back(std::move(cp_open));
+	cp_open.clear();
+}
+void kc_emu_cp_wait(int n)
+{
+	while (cp_groups.size() > (size_t)n) {
+		for (auto &op : cp_groups.front())
+			memcpy(op.dst, op.b, 16);
+		cp_groups.pop_front();
+	}
+}
 
 void __syncthreads(void)
 {
@@ -69,7 +176,12 @@ static void *thread_main(void *p)
 {
 	thread_arg *a = (thread_arg *)p;
 	kc_emu_tid = uint3{ a->tid, 0, 0 };
+	lane_seq = 0;
 	a->body(a->arg);
+	/* Copies never waited for would land some time later: drop them
+	 * (nothing in this thread can read them any more). */
+	cp_open.clear();
+	cp_groups.clear();
 	return NULL;
 }
 
@@ -83,8 +195,10 @@ void kc_emu_run(kc_emu_cfg c, kc_emu_body body, void *arg)
 	}
 	kc_emu_bdim = c.b;
 	kc_emu_gdim = c.g;
-	/* Poison dynamic shared memory: kernels must not read what they did not write. */
+	/* Shared memory is poisoned before every block (poison_shared):
+	 * kernels must not read what they did not write. */
 	dyn_smem.assign(c.smem + 16, 0xff);
+	blk_threads = nt;
 	pthread_barrier_init(&blk_bar, NULL, nt);
 	for (unsigned w = 0; w < (nt + 31) / 32; w++)
 		pthread_barrier_init(&warp_bar[w], NULL, nt - w * 32 < 32 ? nt - w * 32 : 32);
@@ -97,6 +211,7 @@ void kc_emu_run(kc_emu_cfg c, kc_emu_body body, void *arg)
 		for (unsigned y = 0; y < c.g.y; y++)
 			for (unsigned x = 0; x < c.g.x; x++) {
 				kc_emu_bid = uint3{ x, y, z };
+				poison_shared();
 				for (unsigned t = 0; t < nt; t++) {
 					ta[t] = thread_arg{ t, body, arg };
 					if (pthread_create(&th[t], &attr, thread_main, &ta[t]) != 0) {

@@ -88,7 +88,7 @@ template <typename F> cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int
 #define __shared__	static
 #define __launch_bounds__(...)
 
-extern thread_local uint3 kc_emu_tid;
+extern __thread uint3 kc_emu_tid; /* __thread: no TLS wrapper (UBSan misreads it as null) */
 extern uint3 kc_emu_bid;
 extern dim3 kc_emu_bdim, kc_emu_gdim;
 #define threadIdx kc_emu_tid
@@ -103,27 +103,52 @@ void *kc_emu_dyn_smem(void);
 void kc_emu_atomic_lock(void);
 void kc_emu_atomic_unlock(void);
 
-template <typename T> static inline T kc_emu_shfl(T v, int src)
+/* Reports a bug a GPU would not forgive (prints where, then aborts). */
+[[noreturn]] void kc_emu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* p must be n-byte aligned (vector loads/stores, ldmatrix rows, cp.async). */
+static inline void kc_emu_check_align(const void *p, size_t n, const char *what)
+{
+	if ((uintptr_t) p % n)
+		kc_emu_fail("%s at %p: not %zu-byte aligned", what, p, n);
+}
+/* Registers a static __shared__ variable so it is poisoned per block
+ * (cu2cpp.py puts one beside each declaration). */
+struct kc_emu_shreg {
+	kc_emu_shreg(void *p, size_t n);
+};
+/* Enters a warp collective: the warp meets at a barrier and each lane checks
+ * that every lane of `mask` is there, at the same call (line) and the same
+ * dynamic instance, and that `src` (if >= 0) is in the mask.  The emulator
+ * runs every lane of the warp at each collective, so masks that leave lanes
+ * out are reported rather than emulated (kernels/cuda uses full masks). */
+void kc_emu_warp_enter(unsigned mask, int line, int src);
+void kc_emu_cp_async16(void *s, const void *g, bool ok);
+void kc_emu_cp_commit(void);
+void kc_emu_cp_wait(int n);
+
+template <typename T> static inline T kc_emu_shfl(unsigned mask, T v, int src, int line)
 {
 	static_assert(sizeof(T) <= 8, "shuffle of a wide type");
 	uint64_t *s = kc_emu_warp_slots();
 	uint64_t b = 0;
 	memcpy(&b, &v, sizeof(T));
 	s[kc_emu_tid.x & 31] = b;
-	kc_emu_warp_sync();
+	kc_emu_warp_enter(mask, line, src & 31);
 	b = s[src & 31];
 	kc_emu_warp_sync();
 	T r;
 	memcpy(&r, &b, sizeof(T));
 	return r;
 }
-template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int o)
+template <typename T>
+static inline T __shfl_xor_sync(unsigned m, T v, int o, int width = 32, int line = __builtin_LINE())
 {
-	return kc_emu_shfl(v, (int) (kc_emu_tid.x & 31) ^ o);
+	return kc_emu_shfl(m, v, (int) (kc_emu_tid.x & 31) ^ o, line);
 }
-template <typename T> static inline T __shfl_sync(unsigned, T v, int src)
+template <typename T>
+static inline T __shfl_sync(unsigned m, T v, int src, int width = 32, int line = __builtin_LINE())
 {
-	return kc_emu_shfl(v, src);
+	return kc_emu_shfl(m, v, src, line);
 }
 template <typename T> static inline T atomicAdd(T *p, T v)
 {

@@ -23,8 +23,9 @@
 /* This warp's exchange buffer: 32 lanes x 8 words (emu.cpp). */
 uint32_t *kc_emu_warp_buf(void);
 void kc_emu_warp_sync(void);
+void kc_emu_warp_enter(unsigned mask, int line, int src);
 uint64_t *kc_emu_warp_slots(void);
-extern thread_local uint3 kc_emu_tid;
+extern __thread uint3 kc_emu_tid; /* __thread: no TLS wrapper (UBSan misreads it as null) */
 
 static inline float kc_emu_h2f(uint16_t h, bool bf)
 {
@@ -51,7 +52,7 @@ static inline void kc_emu_mma16816(float d[4], const uint32_t a[4], const uint32
 		buf[lane * 8 + i] = a[i];
 	buf[lane * 8 + 4] = b[0];
 	buf[lane * 8 + 5] = b[1];
-	kc_emu_warp_sync();
+	kc_emu_warp_enter(0xffffffffu, __LINE__, -1);
 	/* Whole operands from every lane's registers (PTX ISA layouts). */
 	float A[16][16], B[16][8];
 	for (int l = 0; l < 32; l++) {
@@ -85,8 +86,9 @@ static inline void kc_emu_ldmatrix_x4(uint32_t r[4], const void *p, bool trans)
 {
 	uint64_t *slots = kc_emu_warp_slots();
 	unsigned lane = kc_emu_tid.x & 31;
+	kc_emu_check_align(p, 16, "ldmatrix row address");
 	slots[lane] = (uint64_t) (uintptr_t) p;
-	kc_emu_warp_sync();
+	kc_emu_warp_enter(0xffffffffu, __LINE__, -1);
 	uint32_t out[4];
 	for (int m = 0; m < 4; m++) {
 		uint16_t e[2];

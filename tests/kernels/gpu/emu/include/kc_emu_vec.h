@@ -12,6 +12,7 @@
 #pragma once
 
 #include <stdint.h>
+#include <string.h>
 
 #define KC_EMU 1
 
@@ -19,42 +20,46 @@
  * count stay cheap to emulate and every grid-stride loop strides. */
 #define KC_EMU_SMS 2
 
-struct char2 {
+struct alignas(2) char2 {
 	signed char x, y;
 };
-struct char4 {
+struct alignas(4) char4 {
 	signed char x, y, z, w;
 };
-struct uchar4 {
+struct alignas(4) uchar4 {
 	unsigned char x, y, z, w;
 };
-struct short2 {
+struct alignas(4) short2 {
 	short x, y;
 };
-struct ushort2 {
+struct alignas(4) ushort2 {
 	unsigned short x, y;
 };
-struct int2 {
+struct alignas(8) int2 {
 	int x, y;
 };
-struct int4 {
+struct alignas(16) int4 {
 	int x, y, z, w;
 };
-struct uint2 {
+struct alignas(8) uint2 {
 	unsigned x, y;
 };
-struct uint4 {
+struct alignas(16) uint4 {
 	unsigned x, y, z, w;
 };
-struct float2 {
+struct alignas(8) float2 {
 	float x, y;
 };
-struct float4 {
+struct alignas(16) float4 {
 	float x, y, z, w;
 };
-struct double2 {
+struct alignas(16) double2 {
 	double x, y;
 };
+/* Aligned as CUDA aligns them, so that UBSan (run-emu-asan.sh) reports a
+ * vector access through a misaligned pointer, as the GPU would fault. */
+static_assert(alignof(uint4) == 16 && alignof(float4) == 16 && alignof(float2) == 8,
+	      "CUDA's vector alignments");
 static_assert(sizeof(uint4) == 16 && sizeof(float4) == 16 && sizeof(int4) == 16,
 	      "vector types must be 16 bytes");
 
@@ -89,6 +94,20 @@ static inline float4 make_float4(float x, float y, float z, float w)
 static inline double2 make_double2(double x, double y)
 {
 	return double2{ x, y };
+}
+
+/* 16-byte accesses of kernels/cuda/kc_vec.cuh under KC_EMU: memcpy (g++
+ * would otherwise be free to reorder them against typed accesses of the same
+ * memory), after checking the alignment the GPU's 128-bit access needs. */
+static inline void kc_emu_ld16(void *d, const void *p)
+{
+	kc_emu_check_align(p, 16, "16-byte vector load");
+	memcpy(d, p, 16);
+}
+static inline void kc_emu_st16(void *p, const void *s)
+{
+	kc_emu_check_align(p, 16, "16-byte vector store");
+	memcpy(p, s, 16);
 }
 
 /* Read-only cache loads are ordinary loads here. */
@@ -158,6 +177,7 @@ static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s)
 static inline float4 atomicAdd(float4 *p, float4 v)
 {
 	float4 old;
+	kc_emu_check_align(p, 16, "float4 atomicAdd");
 	kc_emu_atomic_lock();
 	old = *p;
 	p->x += v.x;
