@@ -72,6 +72,9 @@ void kiln_cfg__elem_error(loader *L, config_setting_t *arr, const char *path, si
  * still loads (kiln check --strict makes it fail). */
 void kiln_cfg__add_warning(loader *L, int line, const char *path, const char *hint, const char *fmt,
 			   ...) _printf_(5, 6);
+/* Removes the warnings from index from on (a file with errors shows only
+ * its errors: warnings about a file that does not load are noise). */
+void kiln_cfg__errors_drop_warnings(kiln_cfg_errors *e, size_t from);
 /* The errors (not warnings) in e from index from on, dropped ones included. */
 size_t kiln_cfg__errors_count(const kiln_cfg_errors *e, size_t from);
 bool kiln_cfg__errors_full(loader *L);

@@ -123,6 +123,22 @@ void kiln_cfg__add_warning(loader *L, int line, const char *path, const char *hi
 		e->v[n].warning = true;
 }
 
+void kiln_cfg__errors_drop_warnings(kiln_cfg_errors *e, size_t from)
+{
+	size_t k = from;
+	for (size_t i = from; i < e->n; i++) {
+		if (!e->v[i].warning) {
+			e->v[k++] = e->v[i];
+			continue;
+		}
+		free(e->v[i].file);
+		free(e->v[i].path);
+		free(e->v[i].message);
+		free(e->v[i].hint);
+	}
+	e->n = k;
+}
+
 size_t kiln_cfg__errors_count(const kiln_cfg_errors *e, size_t from)
 {
 	size_t k = e->dropped;

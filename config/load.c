@@ -553,8 +553,10 @@ int kiln_cfg_load_string(const char *text, const char *name, kiln_cfg **ret, kil
 	free(L.xid_set);
 	if (L.oom)
 		r = -ENOMEM;
-	else if (kiln_cfg__errors_count(e, before) > dropped_before)
+	else if (kiln_cfg__errors_count(e, before) > dropped_before) {
 		r = -EINVAL; /* warnings alone do not fail a load */
+		kiln_cfg__errors_drop_warnings(e, before);
+	}
 	kiln_cfg_errors_free(&local);
 	if (r < 0)
 		return r;
