@@ -274,9 +274,9 @@ int kiln_cfg__check_partitions(loader *L)
 		return r;
 	check_group_partitions(L, pnames);
 	/* after errors (a partition without a name, a missing slurm section)
-	 * membership is unknown: the warning would only add noise */
-	if (kiln_cfg__errors_count(L->errs, 0) == 0)
-		check_unscheduled(L);
+	 * membership is unknown, but then the loader drops every warning
+	 * (kiln_cfg__errors_drop_warnings): a failing file lists errors only */
+	check_unscheduled(L);
 	check_extra(L);
 	/* Nodes in no partition still get an empty vector. */
 	for (size_t a = 0; a < c->n_nodes; a++)
