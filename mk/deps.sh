@@ -29,6 +29,8 @@ PKGS=(
 	jq                  # kiln model inspect --json checks; test-inferd.sh replies
 	shellcheck          # lint of the image scripts and kiln-node-init (tests/image)
 	python3-pip         # installs the pinned PyPI references below
+	cmake python3-venv  # make bench only: tests/peer compiles llama-cpp-python (the llama.cpp
+	                    # peer) into a venv of its own, never a kiln dependency
 )
 # PyPI packages, exact pins: the independent reference implementations the
 # tokenizer tests (tests/tokenizer/test-tokenizer-live.sh) and benchmark
