@@ -30,13 +30,15 @@ KILN_DTYPE = {"f32": "f32", "f16": "f16", "q8_0": "i8", "q4_0": "q4"}
 
 
 def gguf_bytes_per_token(path):
-    """Bytes of weights one decode step must read: every tensor but the
-    token embedding (one row of it is read)."""
+    """Bytes of weights one decode step must read: every tensor, but of the
+    token embedding only one row unless it is also the classifier (no
+    output.weight)."""
     import gguf
     r = gguf.GGUFReader(path)
+    names = {t.name for t in r.tensors}
     total = 0
     for t in r.tensors:
-        if t.name != "token_embd.weight":
+        if t.name != "token_embd.weight" or "output.weight" not in names:
             total += int(t.n_bytes)
     return total
 
@@ -165,14 +167,14 @@ def main():
             return "%.0f" % d[key] if d else "-"
 
         def roof(d):
-            return "%.0f%%" % (100.0 * d["decode_tps"] * bpt / (bw[t] * 1e9 / 2)) if d else "-"
+            return "%.0f%%" % (100.0 * d["decode_tps"] * bpt / (bw[t] * 1e9)) if d else "-"
         print("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             shape, dt, t, f(k, "prefill_tps"), f(l, "prefill_tps"),
             ratio(k["prefill_tps"], l and l["prefill_tps"]), f(k, "decode_tps"), f(l, "decode_tps"),
             ratio(k["decode_tps"], l and l["decode_tps"]), f(k, "batch_tps"), f(l, "batch_tps"),
             ratio(k["batch_tps"], l and l["batch_tps"]), f(k, "rss_mb"), f(l, "rss_mb"), roof(k), roof(l)))
     print("# tok/s; ratio = kiln / llama.cpp (>1: kiln faster).  roofline: decode tok/s x the file's"
-          " bytes per token (every weight but the embedding) / the read bandwidth (half the copy figure)")
+          " bytes per token (every weight read once) / the copy bandwidth (memory traffic per second, as STREAM counts it)")
     if any(l for *_, l, _ in rows):
         py = max(l["py_step_us"] for *_, l, _ in rows if l)
         print("# llama.cpp's decode rates include llama-cpp-python's Python per step: at most %.0f us" % py)

@@ -10,7 +10,8 @@ usage: mk-gguf.py SHAPE DTYPE OUT.gguf
          linear layer, the classifier); norms stay f32 as llama.cpp's own
          converter writes them
 
-Weights are N(0, 1/sqrt(fan_in)) so activations stay O(1) through the
+The classifier is the token embedding (no output.weight), as in the
+stories models.  Weights are N(0, 1/sqrt(fan_in)) so activations stay O(1) through the
 layers and the logits are well separated (greedy choices do not hinge on
 rounding).  The vocabulary is a SentencePiece-style list (<unk> <s> </s>,
 256 byte tokens, then "\u2581w<i>") that llama.cpp's loader accepts; the
@@ -82,6 +83,8 @@ def main():
         w.add_tensor(name, a)
 
     head_dim = dim // n_heads
+    # std 1: rows are embeddings (O(1) activations) and, shared, the
+    # classifier: logits of std sqrt(dim), far apart next to rounding.
     mat("token_embd.weight", VOCAB, dim, 1.0)
     for l in range(n_layers):
         p = "blk.%d." % l
@@ -95,7 +98,6 @@ def main():
         mat(p + "ffn_up.weight", hidden, dim, dim**-0.5)
         mat(p + "ffn_down.weight", dim, hidden, hidden**-0.5)
     norm("output_norm.weight")
-    mat("output.weight", VOCAB, dim, dim**-0.5)
 
     w.write_header_to_file()
     w.write_kv_data_to_file()
