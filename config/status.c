@@ -666,14 +666,17 @@ static int print_text(const status_ctx *c, size_t n_ok)
 		if (s->health.queried && !s->health.json) {
 			svc_error(&s->health, c->timeout, why, sizeof(why));
 			kiln_strbuf_printf(&b, "%shealthd: %s", b.len ? "  " : "", why);
-		} else if (s->health.json) {
+		} else if (s->health.json && !(s->reason && strncmp(s->reason, "kiln:", 5) == 0)) {
+			/* (a "kiln: ..." drain reason is healthd's own: said once) */
 			size_t k;
 			json_t *r, *reasons = health_reasons(s->health.json);
 			json_array_foreach(reasons, k, r) kiln_strbuf_printf(
 				&b, "%s%s", b.len ? "; " : "", json_string_value(r));
 			json_decref(reasons);
 		}
-		printf(" %s\n", strempty(b.s));
+		if (b.len)
+			printf(" %s", b.s);
+		putchar('\n');
 		kiln_strbuf_free(&b);
 	}
 	if (c->slurm_err)
