@@ -8,6 +8,7 @@
  *   kiln model inspect FILE [--json]        (config/kiln-model.c)
  *   kiln tokenize FILE [--text S | --ids L] (config/kiln-tokenize.c)
  *   kiln [-c FILE] status [--json] [--timeout SECS] [NODES] (config/status.c)
+ *   kiln [-c FILE] reboot [--wave N] [--dry-run] NODES      (config/reboot.c)
  *
  * A program on kiln/prog.h with verbs: the global options (-c -v -q) come
  * before the verb, and check, show and render take them after it too, as
@@ -677,6 +678,8 @@ static const kiln_verb verbs[] = {
 	  &kiln_tokenize_prog },
 	{ "status", "the cluster at a glance: Slurm, GPU health, jobs, models", kiln_status_main,
 	  &kiln_status_prog },
+	{ "reboot", "rolling reboot of nodes through Slurm, in waves", kiln_reboot_main,
+	  &kiln_reboot_prog },
 	{ "help", "show this help", verb_help, NULL },
 };
 
@@ -691,7 +694,8 @@ static const kiln_prog prog = {
 		 "kiln [OPTIONS] render all -o DIR           write every target into DIR\n"
 		 "kiln model inspect FILE [--json]           tensors and metadata of a model file\n"
 		 "kiln tokenize FILE [--text S | --ids L]    text <-> token ids\n"
-		 "kiln [OPTIONS] status [--json] [NODES]     the cluster at a glance",
+		 "kiln [OPTIONS] status [--json] [NODES]     the cluster at a glance\n"
+		 "kiln [OPTIONS] reboot [--wave N] NODES     rolling reboot in waves",
 	.options = global_options,
 	.epilog = "Exit status: 0 success, 1 failure, 2 usage or configuration error.\n"
 		  "See kiln(1) and docs/config.md.\n",
