@@ -670,8 +670,11 @@ static int print_text(const status_ctx *c, size_t n_ok)
 			/* (a "kiln: ..." drain reason is healthd's own: said once) */
 			size_t k;
 			json_t *r, *reasons = health_reasons(s->health.json);
-			json_array_foreach(reasons, k, r) kiln_strbuf_printf(
-				&b, "%s%s", b.len ? "; " : "", json_string_value(r));
+			json_array_foreach(reasons, k, r)
+			{
+				kiln_strbuf_printf(&b, "%s%s", b.len ? "; " : "",
+						   json_string_value(r));
+			}
 			json_decref(reasons);
 		}
 		if (b.len)
