@@ -58,8 +58,10 @@
 #define STATUS_TIMEOUT_DEFAULT_USEC (2 * KILN_USEC_PER_SEC)
 /* Upper bound of --timeout: a status that waits longer is a hang. */
 #define STATUS_TIMEOUT_MAX_USEC (300 * KILN_USEC_PER_SEC)
-/* Parallel queries: every node at once up to this many threads. */
-#define STATUS_THREADS_MAX 64
+/* Parallel queries: every node at once up to this many threads (a thread
+ * per node costs ~8 MiB of address space, little memory); beyond, the
+ * nodes wait their turn and the worst case is ceil(nodes / 128) timeouts. */
+#define STATUS_THREADS_MAX 128
 /* A /health reply is ~1 KiB per GPU; /v1/models far less. */
 #define STATUS_BODY_MAX ((size_t) 1 << 20)
 /* Job ids listed per node in --json (the count is always exact). */
@@ -327,6 +329,9 @@ static void *worker(void *p)
 		if (i >= c->n)
 			return NULL;
 		node_status *s = &c->ns[i];
+		/* from when this node's turn comes: with more nodes than threads
+		 * a late node still gets its whole --timeout */
+		s->deadline = kiln_now_usec() + c->timeout;
 		if (c->cfg->health.enabled && c->cfg->health.metrics_port > 0)
 			query_service(&s->health, s->node->address, c->cfg->health.metrics_port,
 				      "/health", s->deadline);
@@ -636,8 +641,6 @@ static int print_text(const status_ctx *c, size_t n_ok)
 			hs = "unreachable";
 			hcol = C_RED;
 		}
-		printf("%-13s ", gpus);
-		cell(colour, hcol, 11, hs);
 		/* models, then why the node is not fine */
 		kiln_strbuf b;
 		kiln_strbuf_init(&b);
@@ -677,6 +680,8 @@ static int print_text(const status_ctx *c, size_t n_ok)
 			}
 			json_decref(reasons);
 		}
+		printf("%-13s ", gpus);
+		cell(colour, hcol, b.len ? 11 : 0, hs); /* no trailing blanks */
 		if (b.len)
 			printf(" %s", b.s);
 		putchar('\n');
@@ -764,10 +769,8 @@ int kiln_status_main(int argc, char **argv)
 			ns[c.n++].node = &cfg->nodes[i];
 
 	uint64_t start = kiln_now_usec();
-	for (size_t i = 0; i < c.n; i++) {
-		ns[i].deadline = start + timeout;
+	for (size_t i = 0; i < c.n; i++)
 		ns[i].job_ids = json_array();
-	}
 	pthread_mutex_init(&c.lock, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
