@@ -173,6 +173,21 @@ st node01 node02
 [ $rc = 2 ] && grep -q "one hostlist" "$W/err"
 check "two NODES arguments: exit 2" $?
 
+# --- a degraded GPU is a warning: the node stays ok ---
+printf 'gpus = ( { }, { temperature = 87; }, { }, { } );\n' >"$W/warm.scn"
+start_healthd node03 "$W/warm.scn"
+hd3=${PIDS[-1]}
+for _ in $(seq 100); do
+	$KC_EXEC_node03 curl -sf --max-time 1 http://10.77.0.13:9400/health 2>/dev/null | grep -q '"degraded"' && break
+	sleep 0.1
+done
+st --json node03
+jq_ok '.ok and .nodes[0].ok and .nodes[0].health.state == "degraded" and .nodes[0].health.degraded == 1 and
+	.nodes[0].health.healthy == 3'
+check "node03 with a degraded GPU (87 C): ok, exit $rc" $([ $? = 0 ] && [ $rc = 0 ]; echo $?)
+[ $? = 0 ] || diag "$(echo "$out" | jq -c '.nodes[0].health')"
+kill "$hd3"; wait "$hd3" 2>/dev/null
+
 # --- node03 blackholed: accepts, never answers ---
 $KC_EXEC_node03 python3 -c '
 import socket, time
