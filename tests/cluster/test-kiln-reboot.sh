@@ -51,8 +51,8 @@ rc=$?
 [ $rc = 0 ] && echo "$out" | grep -q '^3 nodes in 2 waves of at most 2' &&
 	echo "$out" | grep -q '^wave 1/2: scontrol reboot ASAP nextstate=RESUME reason="kiln reboot: kernel 6.1.99" node\[01-02\]$' &&
 	echo "$out" | grep -q '^wave 2/2: .* node03$' && [ -z "$(reboots)" ]
-check "--dry-run prints both waves, reboots nothing" $?
-[ $? = 0 ] || diag "$out"
+r=$?; check "--dry-run prints both waves, reboots nothing" $r
+[ $r = 0 ] || diag "$out"
 kr --dry-run node09 >/dev/null 2>"$W/err"
 [ $? = 2 ] && grep -q "No node 'node09'" "$W/err"
 check "an unknown node: exit 2" $?
@@ -82,8 +82,8 @@ grep -q '^rebooted 3 nodes in 2 waves' "$W/out"
 check "it says so: rebooted 3 nodes in 2 waves" $?
 [ "$(reboots | awk '{print $2}' | xargs)" = "node01 node02 node03" ] ||
 	[ "$(reboots | awk '{print $2}' | xargs)" = "node02 node01 node03" ]
-check "RebootProgram ran once per node, node03 last" $?
-[ $? = 0 ] || diag "$(reboots)"
+r=$?; check "RebootProgram ran once per node, node03 last" $r
+[ $r = 0 ] || diag "$(reboots)"
 max=$(awk '{ if ($2 > m) m = $2 } END { print m + 0 }' "$W/mon")
 [ "$max" -le 2 ] && [ "$max" -ge 1 ]
 check "never more than 2 nodes out of service at once (max seen $max)" $?
@@ -106,8 +106,8 @@ kr --timeout 4 'node[01-02]' >"$W/out" 2>&1
 rc=$?
 ms=$((($(date +%s%N) - t0) / 1000000))
 [ $rc = 1 ] && grep -q "node01 is not back within 4s" "$W/out" && grep -q "waves 2..2 not started" "$W/out"
-check "a node that does not come back: exit 1, named, wave 2 not started" $?
-[ $? = 0 ] || diag "$(cat "$W/out")"
+r=$?; check "a node that does not come back: exit 1, named, wave 2 not started" $r
+[ $r = 0 ] || diag "$(cat "$W/out")"
 [ "$(reboots | tail -n +$((before + 1)) | awk '{print $2}' | xargs)" = node01 ]
 check "node02 was not rebooted" $?
 [ "$ms" -ge 4000 ] && [ "$ms" -lt 9000 ]
@@ -120,8 +120,8 @@ kr --wave 1 node03 >"$W/out" 2>&1
 rc=$?
 [ $rc = 1 ] && grep -q "Refusing to reboot node03: node01 already has a reboot pending" "$W/out" &&
 	grep -q "scontrol cancel_reboot node01" "$W/out"
-check "a reboot pending on node01 + a wave of 1: refused, exit 1, says how to cancel" $?
-[ $? = 0 ] || diag "$(cat "$W/out")"
+r=$?; check "a reboot pending on node01 + a wave of 1: refused, exit 1, says how to cancel" $r
+[ $r = 0 ] || diag "$(cat "$W/out")"
 [ "$(reboots | awk '$2 == "node03"' | wc -l)" = 1 ]
 check "node03 not rebooted again" $?
 # the message's advice: node01's issued reboot cleared (resume), node01 set

@@ -113,39 +113,39 @@ jq_ok() { echo "$out" | jq -e "$1" >/dev/null 2>&1; }
 st --json --timeout 2
 check "exit status 1: a node is drained, unhealthy, unreachable (rc $rc)" $([ $rc = 1 ]; echo $?)
 echo "$out" | jq -e . >/dev/null 2>&1
-check "--json is one JSON document" $?
-[ $? = 0 ] || diag "$out $(cat "$W/err")"
+r=$?; check "--json is one JSON document" $r
+[ $r = 0 ] || diag "$out $(cat "$W/err")"
 jq_ok '.cluster == "demo" and .ok == false and .slurm.reachable == true and
 	.summary == {"nodes": 3, "ok": 1, "problems": 2} and ([.nodes[].name] == ["node01","node02","node03"])'
 check "top level: cluster, ok false, slurm reachable, summary 3/1/2" $?
 jq_ok '.nodes[0] | .ok and .address == "10.77.0.11" and .slurm.state == "idle" and .slurm.jobs == 0 and
 	.health.state == "healthy" and .health.gpus == 4 and .health.healthy == 4 and .health.unhealthy == 0 and
 	.inference.reachable and .inference.models == ["tiny"]'
-check "node01: idle, 4/4 GPUs healthy, serves model tiny" $?
-[ $? = 0 ] || diag "$(echo "$out" | jq -c '.nodes[0]')"
+r=$?; check "node01: idle, 4/4 GPUs healthy, serves model tiny" $r
+[ $r = 0 ] || diag "$(echo "$out" | jq -c '.nodes[0]')"
 jq_ok '.nodes[1] | (.ok | not) and .slurm.state == "drained" and .slurm.reason == "status-test: bad DIMM" and
 	.health.state == "unhealthy" and .health.unhealthy == 1 and .health.healthy == 3 and
 	(.health.reasons | length) >= 1 and (.health.reasons[0] | startswith("gpu2: ")) and .inference == null'
-check "node02: drained with the admin's reason, 1 unhealthy GPU with its reason" $?
-[ $? = 0 ] || diag "$(echo "$out" | jq -c '.nodes[1]')"
+r=$?; check "node02: drained with the admin's reason, 1 unhealthy GPU with its reason" $r
+[ $r = 0 ] || diag "$(echo "$out" | jq -c '.nodes[1]')"
 jq_ok ".nodes[2] | (.ok | not) and (.slurm.state == \"allocated\" or .slurm.state == \"mixed\") and
 	.slurm.jobs == 1 and .slurm.job_ids == [$jid] and .health.reachable == false and
 	.health.state == \"unreachable\" and .health.error == \"Connection refused\""
-check "node03: running job $jid, healthd port closed -> unreachable (Connection refused)" $?
-[ $? = 0 ] || diag "$(echo "$out" | jq -c '.nodes[2]')"
+r=$?; check "node03: running job $jid, healthd port closed -> unreachable (Connection refused)" $r
+[ $r = 0 ] || diag "$(echo "$out" | jq -c '.nodes[2]')"
 [ "$ms" -lt 2000 ]
 check "a closed port costs nothing: answered in ${ms} ms (< 2000)" $?
 
 # --- text: no colour into a pipe, colour on a terminal unless NO_COLOR ---
 st
 echo "$out" | grep -qE '^node02 +10\.77\.0\.12 +drained +0 +3/4 ok,1 bad +unhealthy +"status-test: bad DIMM"'
-check "text: node02's row (drained, 3/4 ok,1 bad, unhealthy, the reason)" $?
-[ $? = 0 ] || diag "$out"
+r=$?; check "text: node02's row (drained, 3/4 ok,1 bad, unhealthy, the reason)" $r
+[ $r = 0 ] || diag "$out"
 echo "$out" | grep -qE '^node03 .* unreachable +healthd: Connection refused' &&
 	echo "$out" | grep -qE '^node01 .* idle .* 4/4 ok +healthy +tiny' &&
 	echo "$out" | grep -q '^3 nodes: 1 ok, 2 with problems$'
-check "text: node01 serves tiny, node03 unreachable, the summary line" $?
-[ $? = 0 ] || diag "$out"
+r=$?; check "text: node01 serves tiny, node03 unreachable, the summary line" $r
+[ $r = 0 ] || diag "$out"
 echo "$out" | grep -q $'\033'
 check "text into a pipe has no escape codes" $([ $? = 1 ]; echo $?)
 $KC_HUB env -u NO_COLOR TERM=xterm script -qec "'$KILN' -c '$CFG' status" /dev/null >"$W/tty.out" 2>&1
@@ -184,8 +184,8 @@ done
 st --json node03
 jq_ok '.ok and .nodes[0].ok and .nodes[0].health.state == "degraded" and .nodes[0].health.degraded == 1 and
 	.nodes[0].health.healthy == 3'
-check "node03 with a degraded GPU (87 C): ok, exit $rc" $([ $? = 0 ] && [ $rc = 0 ]; echo $?)
-[ $? = 0 ] || diag "$(echo "$out" | jq -c '.nodes[0].health')"
+r=$([ $? = 0 ] && [ $rc = 0 ]; echo $?); check "node03 with a degraded GPU (87 C): ok, exit $rc" $r
+[ $r = 0 ] || diag "$(echo "$out" | jq -c '.nodes[0].health')"
 kill "$hd3"; wait "$hd3" 2>/dev/null
 
 # --- node03 blackholed: accepts, never answers ---
@@ -199,8 +199,8 @@ for _ in $(seq 50); do $KC_EXEC_node03 ss -ltn 2>/dev/null | grep -q ':9400 ' &&
 st --json --timeout 1
 jq_ok '.nodes[2].health.reachable == false and .nodes[2].health.error == "no answer within 1s"' &&
 	jq_ok '.nodes[0].health.state == "healthy" and .nodes[1].health.state == "unhealthy"'
-check "node03 blackholed: 'no answer within 1s', the others still answered" $?
-[ $? = 0 ] || diag "$(echo "$out" | jq -c '.nodes[2]')"
+r=$?; check "node03 blackholed: 'no answer within 1s', the others still answered" $r
+[ $r = 0 ] || diag "$(echo "$out" | jq -c '.nodes[2]')"
 [ "$ms" -ge 900 ] && [ "$ms" -lt 2500 ]
 check "a blackholed node is bounded by --timeout 1: ${ms} ms (900..2500)" $?
 
@@ -211,8 +211,8 @@ for _ in $(seq 50); do $KC_HUB scontrol ping 2>/dev/null | grep -q UP || break; 
 st --json --timeout 1
 jq_ok '.ok == false and .slurm.reachable == false and (.slurm.error | length) > 0 and .nodes[0].slurm == null and
 	.nodes[0].health.state == "healthy"'
-check "slurmctld down: reported (slurm.reachable false), health still shown, exit $rc" $([ $? = 0 ] && [ $rc = 1 ]; echo $?)
-[ $? = 0 ] || diag "$(echo "$out" | jq -c '.slurm, .nodes[0]')"
+r=$([ $? = 0 ] && [ $rc = 1 ]; echo $?); check "slurmctld down: reported (slurm.reachable false), health still shown, exit $rc" $r
+[ $r = 0 ] || diag "$(echo "$out" | jq -c '.slurm, .nodes[0]')"
 [ "$ms" -lt 2500 ]
 check "slurmctld down is bounded too: ${ms} ms (< 2500)" $?
 st
