@@ -188,6 +188,15 @@ r=$([ $? = 0 ] && [ $rc = 0 ]; echo $?); check "node03 with a degraded GPU (87 C
 [ $r = 0 ] || diag "$(echo "$out" | jq -c '.nodes[0].health')"
 kill "$hd3"; wait "$hd3" 2>/dev/null
 
+# --- a node in the file that Slurm does not know (not rendered/applied yet) ---
+sed 's/node\[01-03\]/node[01-04]/; s/10.77.0.11-10.77.0.13/10.77.0.11-10.77.0.14/; s/"52:54:00:77:00:13" \]/"52:54:00:77:00:13", "52:54:00:77:00:14" ]/' "$CFG" >"$W/more.cfg"
+out=$($KC_HUB "$KILN" -c "$W/more.cfg" status --json --timeout 1 node04 2>"$W/err")
+rc=$?
+jq_ok '(.ok | not) and .nodes[0].name == "node04" and .nodes[0].slurm.state == "not-in-slurm" and
+	.nodes[0].health.reachable == false'
+r=$([ $? = 0 ] && [ $rc = 1 ]; echo $?); check "a node Slurm does not know: not-in-slurm, exit $rc" $r
+[ $r = 0 ] || diag "$out $(cat "$W/err")"
+
 # --- node03 blackholed: accepts, never answers ---
 $KC_EXEC_node03 python3 -c '
 import socket, time
