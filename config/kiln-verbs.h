@@ -8,6 +8,9 @@
 #pragma once
 
 #include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stddef.h>
 
 #include "kiln/prog.h"
 
@@ -20,3 +23,21 @@ int kiln_tokenize_main(int argc, char **argv);
 /* Prints o and a newline to stdout with json_dumpf() flags, and releases
  * it (NULL, a failed json_pack(), is -ENOMEM).  Returns 0 or -ENOMEM. */
 int kiln_cli_print_json(json_t *o, size_t flags);
+
+/* The global -c FILE given before the verb (`kiln -c FILE status`), or NULL. */
+const char *kiln_cli_config(void);
+
+extern const kiln_prog kiln_status_prog; /* config/status.c */
+int kiln_status_main(int argc, char **argv);
+
+extern const kiln_prog kiln_reboot_prog; /* config/reboot.c */
+int kiln_reboot_main(int argc, char **argv);
+
+/* Slurm helpers shared by status and reboot (config/status.c).  The state
+ * as one lower-case word, sinfo-like ("idle", "drained", "down*",
+ * "rebooting"); whether it is a node in service (idle/mixed/allocated, not
+ * draining, failing, rebooting or not responding); where libslurm will read
+ * slurm.conf from (-ENOENT with the reason in buf when nowhere). */
+const char *kiln_slurm_state_string(uint32_t state, char *buf, size_t len);
+bool kiln_slurm_state_ok(uint32_t state);
+int kiln_slurm_conf_source(char *buf, size_t len);

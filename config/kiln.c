@@ -7,6 +7,8 @@
  *   kiln [-c FILE] render prometheus -o DIR   (prometheus.yml + kiln-alerts.yml)
  *   kiln model inspect FILE [--json]        (config/kiln-model.c)
  *   kiln tokenize FILE [--text S | --ids L] (config/kiln-tokenize.c)
+ *   kiln [-c FILE] status [--json] [--timeout SECS] [NODES] (config/status.c)
+ *   kiln [-c FILE] reboot [--wave N] [--dry-run] NODES      (config/reboot.c)
  *
  * A program on kiln/prog.h with verbs: the global options (-c -v -q) come
  * before the verb, and check, show and render take them after it too, as
@@ -191,6 +193,11 @@ static int usage_error(const kiln_prog *p, const char *format, ...)
 	va_end(ap);
 	kiln_usage_error(p, "%s", msg);
 	return KILN_EXIT_USAGE;
+}
+
+const char *kiln_cli_config(void)
+{
+	return arg_config;
 }
 
 int kiln_cli_print_json(json_t *o, size_t flags)
@@ -669,12 +676,16 @@ static const kiln_verb verbs[] = {
 	{ "model", "inspect a model or checkpoint file", kiln_model_main, &kiln_model_prog },
 	{ "tokenize", "text <-> token ids with a model's tokenizer", kiln_tokenize_main,
 	  &kiln_tokenize_prog },
+	{ "status", "the cluster at a glance: Slurm, GPU health, jobs, models", kiln_status_main,
+	  &kiln_status_prog },
+	{ "reboot", "rolling reboot of nodes through Slurm, in waves", kiln_reboot_main,
+	  &kiln_reboot_prog },
 	{ "help", "show this help", verb_help, NULL },
 };
 
 static const kiln_prog prog = {
 	.name = "kiln",
-	.summary = "check, show and render a kiln cluster file",
+	.summary = "check, show and render a kiln cluster file; see and reboot the cluster",
 	.usage = "kiln [OPTIONS] check [--strict] [--json]   validate the cluster file\n"
 		 "kiln [OPTIONS] show nodes | node NAME      the nodes, or one (--json)\n"
 		 "kiln show --defaults                       every key with its type and default\n"
@@ -682,7 +693,9 @@ static const kiln_prog prog = {
 		 "without -o)\n"
 		 "kiln [OPTIONS] render all -o DIR           write every target into DIR\n"
 		 "kiln model inspect FILE [--json]           tensors and metadata of a model file\n"
-		 "kiln tokenize FILE [--text S | --ids L]    text <-> token ids",
+		 "kiln tokenize FILE [--text S | --ids L]    text <-> token ids\n"
+		 "kiln [OPTIONS] status [--json] [NODES]     the cluster at a glance\n"
+		 "kiln [OPTIONS] reboot [--wave N] NODES     rolling reboot in waves",
 	.options = global_options,
 	.epilog = "Exit status: 0 success, 1 failure, 2 usage or configuration error.\n"
 		  "See kiln(1) and docs/config.md.\n",

@@ -68,6 +68,11 @@ if [ -x "$B/bin/kiln-train" ] && [ -x "$B/bin/kiln-inferd" ]; then
 	"$top/tests/demo-models.sh" "$DEMO"
 fi
 
+if [ -x "$top/tests/cluster/demo-status.sh" ] && [ -x "$B/bin/kiln-healthd" ]; then
+	say "9. kiln status: the cluster at a glance from the head node"
+	"$top/tests/cluster/demo-status.sh" "$DEMO/cluster/env.sh"
+fi
+
 say "tear down"
 "$top/tests/cluster/cluster.sh" down "$DEMO/cluster"
 trap - EXIT

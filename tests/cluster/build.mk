@@ -1,2 +1,4 @@
 # The real-Slurm suites.  The harness (cluster.sh) is used by other suites too.
 TEST_SCRIPTS += tests/cluster/test-slurm-cluster.sh
+TEST_SCRIPTS += tests/cluster/test-kiln-status.sh
+TEST_SCRIPTS += tests/cluster/test-kiln-reboot.sh

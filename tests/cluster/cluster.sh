@@ -235,8 +235,10 @@ up() {
 		setup_node_ns "$ns" "$i" "$n" "$addr"
 		start_slurmd "$ns" "$n"
 	done
-	for _ in $(seq 1 300); do # up to 30 s until every node is idle
-		if [ "$(in_ns "${ns}hub" sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | wc -l)" = "${#nodes[@]}" ]; then
+	# up to 30 s until every node is idle (scontrol, not sinfo: sinfo leaves
+	# out nodes in no partition, such as inference-only nodes)
+	for _ in $(seq 1 300); do
+		if [ "$(in_ns "${ns}hub" scontrol -o show nodes 2>/dev/null | grep -cE ' State=IDLE ')" = "${#nodes[@]}" ]; then
 			echo "cluster up: ${#nodes[@]} nodes (${nodes[*]}) in $P"
 			return 0
 		fi
