@@ -21,6 +21,7 @@
  * the row's logits are sampled, so the token a recomputed or chunked request
  * samples sees exactly the context it would have seen in one piece. */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -60,6 +61,10 @@ struct ereq {
 	int32_t stop[KILN_ENGINE_STOP_MAX];
 	int n_stop;
 	bool ignore_eos;
+	bool logprobs;
+	int top_logprobs;
+	kiln_engine_processing proc; /* proc.logit_bias: our copy */
+	bool processed;		     /* penalties or logit_bias: sampled on the host */
 	kiln_engine_cb cb;
 	void *userdata;
 	bool cancel;
@@ -77,6 +82,10 @@ struct ereq {
 typedef struct tok_event {
 	ereq *r;
 	int32_t token;
+	float logprob; /* when r->logprobs */
+	int n_top;
+	int32_t top_ids[KILN_ENGINE_LOGPROBS_MAX];
+	float top_lp[KILN_ENGINE_LOGPROBS_MAX];
 } tok_event;
 
 struct kiln_engine {
@@ -108,6 +117,10 @@ struct kiln_engine {
 	km_seq_input *in;
 	ereq **step;
 	tok_event *events;
+	/* The step's logits on the host [max_running, vocab], allocated the
+	 * first time a request needs them (logprobs, logits processing). */
+	float *host_logits;
+	float *row; /* one row to process */
 
 	/* counters (under lock) */
 	uint64_t finished[4], prompt_tokens, prefill_tokens, generated, preemptions, steps;
@@ -163,6 +176,7 @@ static void req_free(ereq *r)
 	if (!r)
 		return;
 	free(r->tokens);
+	free((void *) r->proc.logit_bias);
 	free(r);
 }
 
@@ -464,6 +478,10 @@ static void deliver(kiln_engine *e, int n_events, ereq *done)
 			.index = idx,
 			.n_generated = idx + 1,
 			.n_prompt = r->n_prompt,
+			.logprob = e->events[i].logprob,
+			.n_top = e->events[i].n_top,
+			.top_ids = e->events[i].top_ids,
+			.top_logprobs = e->events[i].top_lp,
 		};
 		r->cb(r->userdata, &ev);
 	}
@@ -503,6 +521,159 @@ static bool is_stop(const kiln_engine *e, const ereq *r, int32_t tok)
 		if (r->stop[i] == tok)
 			return true;
 	return false;
+}
+
+/* ---- the host path: logprobs and logits processing ---------------------- */
+
+int kiln_engine__process_logits(float *x, int V, const kiln_engine_processing *p,
+				const int32_t *tokens, int n_prompt, int n_total,
+				const int32_t *stops, int n_stops)
+{
+	for (int i = 0; i < p->n_logit_bias; i++)
+		x[p->logit_bias[i].token] += p->logit_bias[i].bias;
+	if (n_total - n_prompt < p->min_tokens)
+		for (int i = 0; i < n_stops; i++)
+			x[stops[i]] = -INFINITY;
+	const bool rep = p->repetition_penalty > 0 && p->repetition_penalty != 1;
+	if (!rep && p->frequency_penalty == 0 && p->presence_penalty == 0)
+		return 0;
+	/* Per token: its count in the output, and whether the prompt has it. */
+	_cleanup_free_ int *count = calloc((size_t) V, sizeof(int));
+	_cleanup_free_ bool *seen = calloc((size_t) V, sizeof(bool));
+	if (!count || !seen)
+		return -ENOMEM;
+	for (int i = 0; i < n_total; i++) {
+		seen[tokens[i]] = true;
+		if (i >= n_prompt)
+			count[tokens[i]]++;
+	}
+	for (int t = 0; t < V; t++) {
+		if (!seen[t])
+			continue;
+		if (rep)
+			x[t] = x[t] > 0 ? x[t] / p->repetition_penalty : x[t] * p->repetition_penalty;
+		if (count[t])
+			x[t] -= p->frequency_penalty * (float) count[t] + p->presence_penalty;
+	}
+	return 0;
+}
+
+typedef struct cand {
+	float x;
+	int32_t id;
+} cand;
+
+static int cand_id_cmp(const void *a, const void *b)
+{
+	const cand *x = a, *y = b;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Descending logit, ties by lower id (kk_sample's order). */
+static int cand_cmp(const void *a, const void *b)
+{
+	const cand *x = a, *y = b;
+	if (x->x != y->x)
+		return x->x > y->x ? -1 : 1;
+	return cand_id_cmp(a, b);
+}
+
+int32_t kiln_engine__sample_host(const float *x, int V, const kk_sampling *p)
+{
+	int best = 0;
+	for (int i = 1; i < V; i++)
+		if (x[i] > x[best])
+			best = i;
+	if (p->temperature == 0)
+		return best;
+	_cleanup_free_ cand *cs = malloc((size_t) V * sizeof(*cs));
+	_cleanup_free_ double *pr = malloc((size_t) V * sizeof(double));
+	if (!cs || !pr)
+		return -ENOMEM;
+	for (int i = 0; i < V; i++)
+		cs[i] = (cand){ x[i], i };
+	qsort(cs, (size_t) V, sizeof(*cs), cand_cmp);
+	int keep = p->top_k > 0 ? MIN(p->top_k, V) : V;
+	double total = 0, kept = 0, cum = 0;
+	for (int i = 0; i < keep; i++)
+		total += pr[i] = exp(((double) cs[i].x - cs[0].x) / p->temperature);
+	if (p->top_p > 0 && p->top_p < 1) {
+		int n = 0;
+		for (; n < keep; n++) {
+			kept += pr[n];
+			if (kept >= p->top_p * total) {
+				n++;
+				break;
+			}
+		}
+		keep = MAX(n, 1);
+	}
+	double top = cs[0].x;
+	qsort(cs, (size_t) keep, sizeof(*cs), cand_id_cmp);
+	kept = 0;
+	for (int i = 0; i < keep; i++)
+		kept += pr[i] = exp(((double) cs[i].x - top) / p->temperature);
+	double u = kk_sample_uniform(p->seed, 0) * kept;
+	for (int i = 0; i < keep; i++) {
+		cum += pr[i];
+		if (cum > u)
+			return cs[i].id;
+	}
+	return cs[keep - 1].id;
+}
+
+float kiln_engine__logprobs(const float *x, int V, int32_t token, int n, int32_t *top_ids,
+			    float *top_lp)
+{
+	double mx = -INFINITY, sum = 0;
+	for (int i = 0; i < V; i++)
+		mx = MAX(mx, (double) x[i]);
+	for (int i = 0; i < V; i++)
+		sum += exp((double) x[i] - mx);
+	const double lse = mx + log(sum);
+	/* The n best by insertion (n <= 20): ties keep the lower id first. */
+	int k = 0;
+	for (int i = 0; i < V && n > 0; i++) {
+		if (k == n && !(x[i] > x[top_ids[k - 1]]))
+			continue;
+		int j = k < n ? k++ : n - 1;
+		while (j > 0 && x[i] > x[top_ids[j - 1]]) {
+			top_ids[j] = top_ids[j - 1];
+			j--;
+		}
+		top_ids[j] = i;
+	}
+	for (int i = 0; i < k; i++)
+		top_lp[i] = (float) ((double) x[top_ids[i]] - lse);
+	return (float) ((double) x[token] - lse);
+}
+
+/* Whether q's row is sampled on the host this step. */
+static bool host_sampled(const ereq *q)
+{
+	return q->processed || q->n_total - q->n_prompt < q->proc.min_tokens;
+}
+
+/* Samples step row i for q: on the device (km_sample), or from the host
+ * copy with q's processing applied.  The token, or a negative errno. */
+static int sample_row(kiln_engine *e, int i, ereq *q, const kk_sampling *p)
+{
+	const int V = e->cfg.vocab_size;
+	if (!host_sampled(q)) {
+		int32_t tok = -1;
+		int r = km_sample(e->m, i, 1, p, &tok);
+		return r < 0 ? r : tok;
+	}
+	int32_t stops[KILN_ENGINE_STOP_MAX + 1];
+	int n_stops = 0;
+	if (!q->ignore_eos && e->eos >= 0)
+		stops[n_stops++] = e->eos;
+	for (int k = 0; k < q->n_stop; k++)
+		stops[n_stops++] = q->stop[k];
+	memcpy(e->row, e->host_logits + (size_t) i * V, (size_t) V * sizeof(float));
+	int r = kiln_engine__process_logits(e->row, V, &q->proc, q->tokens, q->n_prompt,
+					    q->n_total, stops, n_stops);
+	return r < 0 ? r : kiln_engine__sample_host(e->row, V, p);
 }
 
 static void *scheduler(void *arg)
@@ -548,7 +719,29 @@ static void *scheduler(void *arg)
 		if (n == 0)
 			continue;
 
-		int r = km_forward(e->m, e->c, e->in, n, NULL, &err);
+		/* Logits come to the host only for a step with a row that
+		 * samples there or returns logprobs (the fast path copies
+		 * nothing). */
+		bool host = false;
+		for (int i = 0; i < n && !host; i++) {
+			const ereq *q = e->step[i];
+			host = q->n_cached + q->chunk >= q->n_total &&
+			       (q->logprobs || host_sampled(q));
+		}
+		if (host && !e->host_logits) {
+			e->host_logits = malloc((size_t) e->max_running *
+						(size_t) e->cfg.vocab_size * sizeof(float));
+			e->row = malloc((size_t) e->cfg.vocab_size * sizeof(float));
+			if (!e->host_logits || !e->row) {
+				free(e->host_logits);
+				free(e->row);
+				e->host_logits = e->row = NULL;
+			}
+		}
+		int r = host && !e->host_logits
+				? errorf(&err, -ENOMEM, "out of memory for the step's logits")
+				: km_forward(e->m, e->c, e->in, n, host ? e->host_logits : NULL,
+					     &err);
 		if (r == -ENOSPC) {
 			/* The plan counts blocks, so this is a fallback: put
 			 * this step's new prefills back in order (or else the
@@ -589,8 +782,8 @@ static void *scheduler(void *arg)
 			q->prefilling = false;
 			kk_sampling p = q->samp;
 			p.seed = token_seed(q->samp.seed, q->n_total - q->n_prompt);
-			int32_t tok = -1;
-			int rs = km_sample(e->m, i, 1, &p, &tok);
+			int rs = sample_row(e, i, q, &p);
+			int32_t tok = rs;
 			if (rs < 0) {
 				snprintf(err.msg, sizeof(err.msg), "sampling failed: %s",
 					 strerror(-rs));
@@ -608,7 +801,17 @@ static void *scheduler(void *arg)
 			else
 				kiln_histogram_observe(&e->itl, t - q->t_last);
 			q->t_last = t;
-			e->events[n_events++] = (tok_event){ q, tok };
+			tok_event *ev = &e->events[n_events++];
+			ev->r = q;
+			ev->token = tok;
+			ev->n_top = 0;
+			if (q->logprobs) {
+				ev->n_top = q->top_logprobs;
+				ev->logprob = kiln_engine__logprobs(
+					e->host_logits + (size_t) i * e->cfg.vocab_size,
+					e->cfg.vocab_size, tok, q->top_logprobs, ev->top_ids,
+					ev->top_lp);
+			}
 			if (q->n_total - q->n_prompt >= q->max_tokens ||
 			    q->n_cached >= e->cfg.max_seq_len)
 				q->outcome = OUT_LENGTH;
@@ -793,13 +996,43 @@ int kiln_engine_submit(kiln_engine *e, const kiln_engine_request *q, kiln_error 
 			      (unsigned long long) id, s->temperature, s->top_k,
 			      KK_SAMPLE_TOP_K_MAX, s->top_p);
 
+	const kiln_engine_processing *pp = &q->proc;
+	if (q->top_logprobs < 0 || q->top_logprobs > KILN_ENGINE_LOGPROBS_MAX)
+		return errorf(err, -EINVAL, "request %llu: top_logprobs %d, must be 0..%d",
+			      (unsigned long long) id, q->top_logprobs, KILN_ENGINE_LOGPROBS_MAX);
+	if (!(fabsf(pp->presence_penalty) <= 2) || !(fabsf(pp->frequency_penalty) <= 2) ||
+	    !(pp->repetition_penalty >= 0 && pp->repetition_penalty <= 100) || pp->min_tokens < 0)
+		return errorf(err, -EINVAL,
+			      "request %llu: presence_penalty %g, frequency_penalty %g (-2..2), "
+			      "repetition_penalty %g (0..100), min_tokens %d (>= 0)",
+			      (unsigned long long) id, pp->presence_penalty, pp->frequency_penalty,
+			      pp->repetition_penalty, pp->min_tokens);
+	if (pp->n_logit_bias < 0 || pp->n_logit_bias > KILN_ENGINE_BIAS_MAX ||
+	    (pp->n_logit_bias && !pp->logit_bias))
+		return errorf(err, -EINVAL, "request %llu: %d logit_bias entries, at most %d",
+			      (unsigned long long) id, pp->n_logit_bias, KILN_ENGINE_BIAS_MAX);
+	for (int i = 0; i < pp->n_logit_bias; i++)
+		if (pp->logit_bias[i].token < 0 || pp->logit_bias[i].token >= e->cfg.vocab_size ||
+		    !(fabsf(pp->logit_bias[i].bias) <= 100))
+			return errorf(err, -EINVAL,
+				      "request %llu: logit_bias token %d (0..%d), bias %g "
+				      "(-100..100)",
+				      (unsigned long long) id, pp->logit_bias[i].token,
+				      e->cfg.vocab_size - 1, pp->logit_bias[i].bias);
+
 	ereq *r = calloc(1, sizeof(*r));
 	/* Room for the prompt and every token it may generate (capped at the
 	 * context: nothing past max_seq_len + 1 is ever stored). */
 	int cap = q->n_prompt + MIN(q->max_tokens, e->cfg.max_seq_len + 1);
 	if (r)
 		r->tokens = malloc((size_t) cap * sizeof(int32_t));
-	if (!r || !r->tokens) {
+	if (r && pp->n_logit_bias) {
+		kiln_engine_bias *b = malloc((size_t) pp->n_logit_bias * sizeof(*b));
+		if (b)
+			memcpy(b, pp->logit_bias, (size_t) pp->n_logit_bias * sizeof(*b));
+		r->proc.logit_bias = b;
+	}
+	if (!r || !r->tokens || (pp->n_logit_bias && !r->proc.logit_bias)) {
 		req_free(r);
 		return errorf(err, -ENOMEM, "request %llu: out of memory", (unsigned long long) id);
 	}
@@ -813,6 +1046,16 @@ int kiln_engine_submit(kiln_engine *e, const kiln_engine_request *q, kiln_error 
 	if (q->n_stop)
 		memcpy(r->stop, q->stop, (size_t) q->n_stop * sizeof(int32_t));
 	r->ignore_eos = q->ignore_eos;
+	r->logprobs = q->logprobs;
+	r->top_logprobs = q->logprobs ? q->top_logprobs : 0;
+	{
+		const kiln_engine_bias *b = r->proc.logit_bias;
+		r->proc = *pp;
+		r->proc.logit_bias = b;
+	}
+	r->processed = pp->n_logit_bias || pp->presence_penalty != 0 ||
+		       pp->frequency_penalty != 0 ||
+		       (pp->repetition_penalty > 0 && pp->repetition_penalty != 1);
 	r->cb = q->cb;
 	r->userdata = q->userdata;
 	r->stop_token = -1;
@@ -905,6 +1148,8 @@ kiln_engine *kiln_engine_free(kiln_engine *e)
 	free(e->in);
 	free(e->step);
 	free(e->events);
+	free(e->host_logits);
+	free(e->row);
 	kiln_histogram_destroy(&e->ttft);
 	kiln_histogram_destroy(&e->itl);
 	kiln_histogram_destroy(&e->e2e);
