@@ -551,7 +551,8 @@ int kiln_engine__process_logits(float *x, int V, const kiln_engine_processing *p
 		if (!seen[t])
 			continue;
 		if (rep)
-			x[t] = x[t] > 0 ? x[t] / p->repetition_penalty : x[t] * p->repetition_penalty;
+			x[t] = x[t] > 0 ? x[t] / p->repetition_penalty
+					: x[t] * p->repetition_penalty;
 		if (count[t])
 			x[t] -= p->frequency_penalty * (float) count[t] + p->presence_penalty;
 	}
@@ -671,8 +672,8 @@ static int sample_row(kiln_engine *e, int i, ereq *q, const kk_sampling *p)
 	for (int k = 0; k < q->n_stop; k++)
 		stops[n_stops++] = q->stop[k];
 	memcpy(e->row, e->host_logits + (size_t) i * V, (size_t) V * sizeof(float));
-	int r = kiln_engine__process_logits(e->row, V, &q->proc, q->tokens, q->n_prompt,
-					    q->n_total, stops, n_stops);
+	int r = kiln_engine__process_logits(e->row, V, &q->proc, q->tokens, q->n_prompt, q->n_total,
+					    stops, n_stops);
 	return r < 0 ? r : kiln_engine__sample_host(e->row, V, p);
 }
 

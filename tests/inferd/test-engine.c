@@ -1227,8 +1227,9 @@ static double check_logprobs(const spec *s, const run *r, int top)
 		}
 		for (int t = 0; t < V && top > 0; t++)
 			if (!in[t] && ls[t] > r->top_lp[k][top - 1] + LP_TOL)
-				fail_msg("token %d: %d (%g) is more likely than alternative %d (%g)",
-					 k, t, ls[t], top - 1, r->top_lp[k][top - 1]);
+				fail_msg(
+					"token %d: %d (%g) is more likely than alternative %d (%g)",
+					k, t, ls[t], top - 1, r->top_lp[k][top - 1]);
 		ref_step(ref, r->toks[k], lg);
 	}
 	free(lg);
@@ -1291,7 +1292,7 @@ static void test_host_sampler(void **state)
 	assert_int_equal(kk_buffer_alloc(be, KK_F32, V, &lb), 0);
 	assert_int_equal(kk_buffer_alloc(be, KK_I32, 1, &ib), 0);
 	const kk_sampling cases[] = {
-		{ 0, 0, 1, 1 },		 { 0.8f, 0, 1, 7 },	{ 1.0f, 5, 1, 8 },
+		{ 0, 0, 1, 1 },		 { 0.8f, 0, 1, 7 },	 { 1.0f, 5, 1, 8 },
 		{ 1.2f, 0, 0.5f, 9 },	 { 0.7f, 40, 0.9f, 10 }, { 1.0f, 1, 1, 11 },
 		{ 0.01f, 0, 0.99f, 12 },
 	};

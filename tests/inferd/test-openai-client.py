@@ -173,6 +173,79 @@ def main():
     ok("neutral values of n, penalties, logit_bias, logprobs, store, user, metadata, response_format",
        len(r.choices) == 1, r)
 
+    # ---- logprobs, n, penalties, logit_bias (issue 11's sampling fields)
+    r = c.completions.create(model="m", prompt=P, max_tokens=12, temperature=0, logprobs=3)
+    lp = r.choices[0].logprobs
+    ok("completions logprobs=3: tokens, token_logprobs, top_logprobs (3 each), text_offset",
+       lp is not None and len(lp.tokens) == 12 and len(lp.token_logprobs) == 12
+       and all(len(t) == 3 for t in lp.top_logprobs) and len(lp.text_offset) == 12
+       and lp.text_offset == sorted(lp.text_offset)
+       and all(x <= 0 for x in lp.token_logprobs), lp)
+    ok("  ... greedy: each token's logprob is its top alternative's",
+       all(abs(lp.token_logprobs[i] - max(lp.top_logprobs[i].values())) < 1e-6 for i in range(12)), lp)
+    toks, lps = [], []
+    for ev in c.completions.create(model="m", prompt=P, max_tokens=12, temperature=0, logprobs=3,
+                                   stream=True):
+        if ev.choices and ev.choices[0].logprobs:
+            toks += ev.choices[0].logprobs.tokens
+            lps += ev.choices[0].logprobs.token_logprobs
+    ok("  ... streamed: the same tokens and logprobs (to 1e-4)",
+       toks == lp.tokens and all(abs(a - b) < 1e-4 for a, b in zip(lps, lp.token_logprobs)),
+       (toks, lp.tokens))
+    r = c.chat.completions.create(model="m", messages=msgs, max_tokens=10, temperature=0,
+                                  logprobs=True, top_logprobs=2)
+    cl = r.choices[0].logprobs
+    ok("chat logprobs=True, top_logprobs=2: one content entry per token, with bytes and 2 alternatives",
+       cl is not None and len(cl.content) == r.usage.completion_tokens
+       and all(len(x.top_logprobs) == 2 and isinstance(x.bytes, list) for x in cl.content)
+       and all(x.logprob == x.top_logprobs[0].logprob for x in cl.content), cl)
+    st = []
+    for ev in c.chat.completions.create(model="m", messages=msgs, max_tokens=10, temperature=0,
+                                        logprobs=True, top_logprobs=2, stream=True):
+        for x in ev.choices:
+            if x.logprobs and x.logprobs.content:
+                st += [y.token for y in x.logprobs.content]
+    ok("  ... streamed: the same tokens", st == [x.token for x in cl.content], st)
+    r = c.completions.create(model="m", prompt=P, max_tokens=8, temperature=1, seed=5, n=3)
+    ok("n=3: three choices indexed 0..2, usage counts the prompt once and every completion",
+       [x.index for x in r.choices] == [0, 1, 2] and r.usage.completion_tokens == 24
+       and len({x.text for x in r.choices}) > 1, r)
+    r2 = c.completions.create(model="m", prompt=P, max_tokens=8, temperature=1, seed=5, n=3)
+    ok("  ... the same seed gives the same three", [x.text for x in r.choices] == [x.text for x in r2.choices])
+    r = c.chat.completions.create(model="m", messages=msgs, max_tokens=6, temperature=0, n=2, stream=True)
+    got = {}
+    for ev in r:
+        for x in ev.choices:
+            got[x.index] = got.get(x.index, "") + (x.delta.content or "")
+    ok("chat n=2 streamed: both choices, greedy so equal", sorted(got) == [0, 1] and got[0] == got[1], got)
+    r = c.completions.create(model="m", prompt=P, max_tokens=6, temperature=0, logit_bias={"300": 100})
+    ok("logit_bias {300: 100}: every token is 300",
+       getattr(r.choices[0], "token_ids", None) == [300] * 6, r.choices[0])
+    base = c.completions.create(model="m", prompt=P, max_tokens=30, temperature=0)
+    pen = c.completions.create(model="m", prompt=P, max_tokens=30, temperature=0,
+                               presence_penalty=1.5, frequency_penalty=1.5)
+    rep = c.completions.create(model="m", prompt=P, max_tokens=30, temperature=0,
+                               extra_body={"repetition_penalty": 1.5, "min_tokens": 30})
+    def distinct(x):
+        return len(set(x.choices[0].token_ids))
+    ok("presence/frequency penalties: more distinct tokens than without (%d vs %d)"
+       % (distinct(pen), distinct(base)), distinct(pen) > distinct(base))
+    ok("repetition_penalty (extra_body): output changes, min_tokens 30 gives 30 tokens",
+       rep.choices[0].text != base.choices[0].text and rep.usage.completion_tokens == 30, rep)
+    good, e = raises(openai.BadRequestError, lambda: c.completions.create(
+        model="m", prompt=P, max_tokens=4, logit_bias={"999": 1}))
+    ok("logit_bias of a token outside the vocabulary raises BadRequestError naming it",
+       good and (e.body or {}).get("param") == "logit_bias.999", e)
+    good, e = raises(openai.BadRequestError, lambda: c.chat.completions.create(
+        model="m", messages=msgs, max_tokens=4, response_format={"type": "json_object"}))
+    ok("response_format json_object raises BadRequestError naming it",
+       good and (e.body or {}).get("param") == "response_format.type", e)
+    good, e = raises(openai.BadRequestError, lambda: c.chat.completions.create(
+        model="m", max_tokens=4, messages=[{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]))
+    ok("an image content part raises BadRequestError naming it",
+       good and "image_url" in str(e), e)
+
     # ---- errors the client raises as its own classes
     good, e = raises(openai.BadRequestError, lambda: c.completions.create(
         model="m", prompt=P, max_tokens=4, extra_body={"temperture": 0}))

@@ -134,7 +134,7 @@ typedef struct kiln_engine_request {
 	bool logprobs;
 	int top_logprobs;
 	kiln_engine_processing proc; /* copied */
-	kiln_engine_cb cb; /* NULL allowed */
+	kiln_engine_cb cb;	     /* NULL allowed */
 	void *userdata;
 } kiln_engine_request;
 
@@ -240,8 +240,8 @@ int kiln_engine__process_logits(float *logits, int vocab, const kiln_engine_proc
 int32_t kiln_engine__sample_host(const float *logits, int vocab, const kk_sampling *p);
 /* The log-softmax of logits[vocab] at token, and the n most likely tokens
  * (descending, ties by lower id) with theirs into top_ids/top_lp. */
-float kiln_engine__logprobs(const float *logits, int vocab, int32_t token, int n,
-			    int32_t *top_ids, float *top_lp);
+float kiln_engine__logprobs(const float *logits, int vocab, int32_t token, int n, int32_t *top_ids,
+			    float *top_lp);
 
 #ifdef __cplusplus
 }
