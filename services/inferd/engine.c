@@ -78,6 +78,16 @@ struct ereq {
 	ereq *prev, *next; /* waiting queue, then the finished list */
 };
 
+/* A finished request's whole KV blocks kept for reuse (prefix caching): a
+ * cache sequence of its first n tokens (a multiple of 16) and those
+ * tokens.  Evicted least recently used when blocks or entries run out. */
+typedef struct cached_prefix {
+	int seq;
+	int32_t *tokens;
+	int n;
+	uint64_t last_use;
+} cached_prefix;
+
 /* A token to hand to a callback after the step. */
 typedef struct tok_event {
 	ereq *r;
@@ -111,6 +121,14 @@ struct kiln_engine {
 	ereq **running; /* [max_running], in admission order */
 	int n_running;
 	uint64_t admit_counter;
+
+	/* Prefix cache: finished requests' blocks, up to retain_max entries
+	 * (each holds a cache sequence id beyond the running ones). */
+	cached_prefix *retained;
+	int n_retained, retain_max;
+	uint64_t use_clock;
+	uint64_t prefix_evictions;
+	int prefix_blocks; /* distinct blocks the entries hold (under lock) */
 
 	/* scheduler scratch */
 	bool hold_admission; /* the next plan admits nothing (after -ENOSPC) */
@@ -278,24 +296,124 @@ static int decode_blocks_needed(const kiln_engine *e)
 	return need;
 }
 
-/* The running sequence whose cached tokens share the most whole blocks with
- * r's tokens, keeping at least one of r's tokens to feed (its logits are
- * needed); returns the shared token count (a multiple of 16, 0: none). */
-static int find_prefix(const kiln_engine *e, const ereq *r, ereq **donor)
+/* Whole blocks of a's first n tokens that b's tokens share, keeping at
+ * least one of r's n_total tokens to feed (its logits are needed). */
+static int shared_blocks(const int32_t *a, int n, const ereq *r)
+{
+	int lim = MIN(n, r->n_total - 1), k = 0;
+	while (k < lim && a[k] == r->tokens[k])
+		k++;
+	return k - k % KK_KV_BLOCK_SIZE;
+}
+
+/* The running sequence or kept prefix whose cached tokens share the most
+ * whole blocks with r's tokens; returns the shared token count (a
+ * multiple of 16, 0: none), the donor's cache sequence in *donor and,
+ * for a kept prefix, its index in *entry (else -1). */
+static int find_prefix(const kiln_engine *e, const ereq *r, int *donor, int *entry)
 {
 	int best = 0;
+	*entry = -1;
 	for (int i = 0; i < e->n_running; i++) {
 		const ereq *q = e->running[i];
-		int lim = MIN(q->n_cached, r->n_total - 1), k = 0;
-		while (k < lim && q->tokens[k] == r->tokens[k])
-			k++;
-		k -= k % KK_KV_BLOCK_SIZE;
+		int k = shared_blocks(q->tokens, q->n_cached, r);
 		if (k > best) {
 			best = k;
-			*donor = e->running[i];
+			*donor = q->seq;
+		}
+	}
+	for (int i = 0; i < e->n_retained; i++) {
+		int k = shared_blocks(e->retained[i].tokens, e->retained[i].n, r);
+		if (k > best) {
+			best = k;
+			*donor = e->retained[i].seq;
+			*entry = i;
 		}
 	}
 	return best;
+}
+
+/* ---- the prefix cache (under lock) ---------------------------------------- */
+
+static void prefix_drop(kiln_engine *e, int i)
+{
+	km_kvcache_seq_free(e->c, e->retained[i].seq);
+	free(e->retained[i].tokens);
+	e->retained[i] = e->retained[--e->n_retained];
+}
+
+/* Evicts the least recently used entry but `keep` (-1: none); false when
+ * there is none to evict. */
+static bool prefix_evict_lru(kiln_engine *e, int keep)
+{
+	int lru = -1;
+	for (int i = 0; i < e->n_retained; i++)
+		if (i != keep && (lru < 0 || e->retained[i].last_use < e->retained[lru].last_use))
+			lru = i;
+	if (lru < 0)
+		return false;
+	prefix_drop(e, lru);
+	e->prefix_evictions++;
+	return true;
+}
+
+/* The distinct blocks the entries hold (a block shared by several counts
+ * once), for the stats. */
+static void prefix_count_blocks(kiln_engine *e)
+{
+	int n = 0;
+	if (e->n_retained) {
+		_cleanup_free_ bool *seen = calloc((size_t) e->num_blocks, sizeof(bool));
+		_cleanup_free_ int32_t *b =
+			malloc((size_t) km_kvcache_blocks_per_seq(e->c) * sizeof(int32_t));
+		for (int i = 0; seen && b && i < e->n_retained; i++) {
+			int k = km_kvcache_seq_blocks(e->c, e->retained[i].seq, b,
+						      km_kvcache_blocks_per_seq(e->c));
+			for (int j = 0; j < k; j++)
+				if (b[j] >= 0 && b[j] < e->num_blocks && !seen[b[j]]) {
+					seen[b[j]] = true;
+					n++;
+				}
+		}
+	}
+	e->prefix_blocks = n;
+}
+
+/* A finished request's sequence: its whole blocks join the prefix cache
+ * (vLLM's automatic prefix caching keeps finished requests' full blocks),
+ * else the sequence is freed. */
+static void retire_seq(kiln_engine *e, ereq *r)
+{
+	int whole = r->n_cached - r->n_cached % KK_KV_BLOCK_SIZE;
+	if (!e->retain_max || r->seq < 0 || whole == 0) {
+		release_seq(e, r);
+		return;
+	}
+	/* An entry this one extends goes (its blocks are this one's too);
+	 * one that extends this one is only touched. */
+	for (int i = e->n_retained - 1; i >= 0; i--) {
+		cached_prefix *c = &e->retained[i];
+		int n = MIN(c->n, whole);
+		if (memcmp(c->tokens, r->tokens, (size_t) n * sizeof(int32_t)) != 0)
+			continue;
+		if (c->n >= whole) {
+			c->last_use = ++e->use_clock;
+			release_seq(e, r);
+			return;
+		}
+		prefix_drop(e, i);
+	}
+	if (e->n_retained == e->retain_max)
+		prefix_evict_lru(e, -1);
+	int32_t *toks = malloc((size_t) whole * sizeof(int32_t));
+	int seq = toks ? km_kvcache_seq_fork(e->c, r->seq, whole) : -ENOMEM;
+	release_seq(e, r);
+	if (seq < 0) {
+		free(toks);
+		return;
+	}
+	memcpy(toks, r->tokens, (size_t) whole * sizeof(int32_t));
+	e->retained[e->n_retained++] = (cached_prefix){ seq, toks, whole, ++e->use_clock };
 }
 
 /* ---- one turn of the scheduler ------------------------------------------- */
@@ -317,7 +435,10 @@ static void apply_cancels(kiln_engine *e, ereq **done)
 	for (int i = e->n_running - 1; i >= 0; i--) {
 		ereq *r = e->running[i];
 		if (r->cancel || all) {
-			release_seq(e, r);
+			if (all)
+				release_seq(e, r);
+			else
+				retire_seq(e, r);
 			running_remove(e, i);
 			if (r->cancel_stop && !all)
 				finish(r, KILN_ENGINE_FINISH_STOP, -1, "stop string", done);
@@ -353,7 +474,9 @@ static int plan_step(kiln_engine *e, ereq **done)
 	/* The running sequences go first; make room for their next tokens. */
 	int need = decode_blocks_needed(e);
 	while (need > free_blocks && e->n_running > 0) {
-		if (e->n_running == 1) {
+		if (prefix_evict_lru(e, -1)) {
+			/* kept prefixes go before running sequences */
+		} else if (e->n_running == 1) {
 			/* Alone and still out of room: the cache cannot hold
 			 * this sequence's context, waiting will not help. */
 			ereq *r = e->running[0];
@@ -409,13 +532,14 @@ static int plan_step(kiln_engine *e, ereq **done)
 	e->hold_admission = false;
 	while (!hold && e->wq_head && e->n_running < e->max_running && budget > 0) {
 		ereq *r = e->wq_head;
-		ereq *donor = NULL;
+		int donor = -1, entry = -1;
 		/* A prefix-cache hit forks the donor's whole shared blocks
 		 * (refcounted, no copy) and prefills only the tail, in
 		 * chunks like any prompt: forking never costs more than
 		 * prefilling, whatever the tail's length. */
-		int share =
-			e->prefix && r->n_total > KK_KV_BLOCK_SIZE ? find_prefix(e, r, &donor) : 0;
+		int share = e->prefix && r->n_total > KK_KV_BLOCK_SIZE
+				    ? find_prefix(e, r, &donor, &entry)
+				    : 0;
 		int left = r->n_total - share;
 		/* Admission needs blocks for the whole prefill, not just the
 		 * first chunk: one admitted into the blocks left over would
@@ -426,11 +550,24 @@ static int plan_step(kiln_engine *e, ereq **done)
 		int reserve = e->n_running ? e->watermark : 0;
 		int blocks = blocks_for(share, left);
 		int chunk = MIN(left, budget);
+		/* Room comes from kept prefixes first, least recently used
+		 * first (never the donor's). */
+		while (blocks > free_blocks - reserve) {
+			int before = km_kvcache_free_blocks(e->c);
+			if (!prefix_evict_lru(e, entry))
+				break;
+			free_blocks += km_kvcache_free_blocks(e->c) - before;
+			for (int k = 0; entry >= 0 && k < e->n_retained; k++)
+				if (e->retained[k].seq == donor)
+					entry = k; /* the donor moved (swap-remove) */
+		}
 		if (blocks > free_blocks - reserve ||
 		    (chunk < left && partial >= ENGINE_PARTIAL_MAX))
 			break;
-		int seq = share ? km_kvcache_seq_fork(e->c, donor->seq, share)
+		int seq = share ? km_kvcache_seq_fork(e->c, donor, share)
 				: km_kvcache_seq_new(e->c);
+		if (seq >= 0 && entry >= 0)
+			e->retained[entry].last_use = ++e->use_clock;
 		if (seq < 0)
 			break;
 		wq_unlink(e, r);
@@ -706,6 +843,7 @@ static void *scheduler(void *arg)
 		apply_cancels(e, &done);
 		if (e->stopping && e->n_waiting == 0 && e->n_running == 0) {
 			e->kv_free = km_kvcache_free_blocks(e->c);
+		prefix_count_blocks(e);
 			count_done(e, done, now_s());
 			pthread_mutex_unlock(&e->lock);
 			deliver(e, 0, done);
@@ -713,6 +851,7 @@ static void *scheduler(void *arg)
 		}
 		int n = plan_step(e, &done);
 		e->kv_free = km_kvcache_free_blocks(e->c);
+		prefix_count_blocks(e);
 		count_done(e, done, now_s());
 		pthread_mutex_unlock(&e->lock);
 		deliver(e, 0, done);
@@ -833,16 +972,17 @@ static void *scheduler(void *arg)
 				running_remove(e, i);
 				finish(q, KILN_ENGINE_FINISH_ERROR, -1, err.msg, &done);
 			} else if (q->outcome == OUT_STOP) {
-				release_seq(e, q);
+				retire_seq(e, q);
 				running_remove(e, i);
 				finish(q, KILN_ENGINE_FINISH_STOP, q->stop_token, NULL, &done);
 			} else if (q->outcome == OUT_LENGTH) {
-				release_seq(e, q);
+				retire_seq(e, q);
 				running_remove(e, i);
 				finish(q, KILN_ENGINE_FINISH_LENGTH, -1, NULL, &done);
 			}
 		}
 		e->kv_free = km_kvcache_free_blocks(e->c);
+		prefix_count_blocks(e);
 		count_done(e, done, t);
 		pthread_mutex_unlock(&e->lock);
 		deliver(e, n_events, done);
@@ -894,6 +1034,9 @@ int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source
 	e->max_waiting = o.max_waiting;
 	e->eos = o.eos_token;
 	e->prefix = o.prefix_caching;
+	/* Kept prefixes: as many entries as running sequences, each holding a
+	 * cache sequence id of its own. */
+	e->retain_max = o.prefix_caching ? o.max_running : 0;
 	e->on_tick = o.on_tick;
 	e->tick_userdata = o.tick_userdata;
 	e->tick_usec = o.tick_usec;
@@ -926,8 +1069,8 @@ int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source
 	if (r < 0)
 		goto fail;
 	e->cfg = *km_model_config(e->m);
-	r = km_kvcache_new(be, &e->cfg, km_model_act_dtype(e->m), o.num_blocks, o.max_running,
-			   &e->c);
+	r = km_kvcache_new(be, &e->cfg, km_model_act_dtype(e->m), o.num_blocks,
+			   o.max_running + e->retain_max, &e->c);
 	if (r < 0) {
 		errorf(err, r, "engine: KV cache of %d blocks for %d sequences: %s", o.num_blocks,
 		       o.max_running, strerror(-r));
@@ -937,7 +1080,8 @@ int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source
 	e->in = calloc((size_t) o.max_running, sizeof(*e->in));
 	e->step = calloc((size_t) o.max_running, sizeof(*e->step));
 	e->events = calloc((size_t) o.max_running, sizeof(*e->events));
-	if (!e->running || !e->in || !e->step || !e->events) {
+	e->retained = calloc((size_t) MAX(e->retain_max, 1), sizeof(*e->retained));
+	if (!e->running || !e->in || !e->step || !e->events || !e->retained) {
 		r = errorf(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -1143,6 +1287,9 @@ kiln_engine *kiln_engine_free(kiln_engine *e)
 		wq_unlink(e, r);
 		req_free(r);
 	}
+	while (e->retained && e->n_retained)
+		prefix_drop(e, e->n_retained - 1);
+	free(e->retained);
 	km_kvcache_free(e->c);
 	km_model_free(e->m);
 	free(e->running);
@@ -1177,6 +1324,9 @@ void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *ret)
 	s.prefix_queries = e->prefix_queries;
 	s.prefix_hits = e->prefix_hits;
 	s.requests_rejected = e->rejected;
+	s.prefix_entries = e->n_retained;
+	s.prefix_blocks = e->prefix_blocks;
+	s.prefix_evictions = e->prefix_evictions;
 	s.kv_blocks_total = e->num_blocks;
 	s.kv_blocks_used = e->num_blocks - e->kv_free;
 	pthread_mutex_unlock(&e->lock);
@@ -1222,8 +1372,16 @@ int kiln_engine_metrics(kiln_engine *e, kiln_metrics *m)
 			    "Prompt tokens looked up in the prefix cache.");
 	kiln_metrics_sample(m, NULL, (double) s.prefix_queries);
 	kiln_metrics_family(m, "kiln_inferd_prefix_cache_hits_total", KILN_METRIC_COUNTER,
-			    "Prompt tokens shared from a running sequence instead of prefilled.");
+			    "Prompt tokens shared from a running sequence or a kept prefix instead "
+			    "of prefilled.");
 	kiln_metrics_sample(m, NULL, (double) s.prefix_hits);
+	kiln_metrics_family(m, "kiln_inferd_prefix_cache_blocks", KILN_METRIC_GAUGE,
+			    "KV cache blocks held by finished requests' kept prefixes (freed on "
+			    "demand).");
+	kiln_metrics_sample(m, NULL, s.prefix_blocks);
+	kiln_metrics_family(m, "kiln_inferd_prefix_cache_evictions_total", KILN_METRIC_COUNTER,
+			    "Kept prefixes evicted (least recently used) for room.");
+	kiln_metrics_sample(m, NULL, (double) s.prefix_evictions);
 	kiln_metrics_family(
 		m, "kiln_inferd_num_requests_rejected_total", KILN_METRIC_COUNTER,
 		"Requests refused because max_waiting requests were queued (HTTP 429).");

@@ -466,7 +466,9 @@ static void check_all_free(kiln_engine *e)
 {
 	kiln_engine_stats st;
 	kiln_engine_get_stats(e, &st);
-	assert_int_equal(st.kv_blocks_used, 0);
+	/* every block free but those the prefix cache keeps (none without
+	 * prefix_caching) */
+	assert_int_equal(st.kv_blocks_used, st.prefix_blocks);
 	assert_int_equal(st.running, 0);
 	assert_int_equal(st.waiting, 0);
 }
@@ -784,6 +786,106 @@ static void test_prefix_caching(void **state)
 	free(conc);
 	engine_free(e);
 	engine_free(ea);
+}
+
+/* Prefix caching keeps finished requests' whole blocks: the same long
+ * prompt again shares all its whole blocks (96 of 100 tokens, 4
+ * prefilled) and gives the same greedy tokens; a prompt that needs the
+ * kept blocks evicts them (LRU), runs, and afterwards every block is free
+ * but the ones its own kept prefix holds; the metrics show it. */
+static void test_prefix_kept(void **state)
+{
+	NEED_FIXTURE();
+	kiln_error err = {};
+	km_file *f = NULL;
+	assert_int_equal(km_file_open(fixture, &f, &err), 0);
+	km_weight_source src = km_file_source(f);
+	kiln_engine_opts o = { .max_running = 4,
+			       .max_step_tokens = 128,
+			       .num_blocks = 20,
+			       .max_waiting = 8,
+			       .eos_token = -1,
+			       .prefix_caching = true };
+	kiln_engine *e = NULL;
+	assert_int_equal(kiln_engine_new(be, km_file_config(f), &src, &o, &e, &err), 0);
+	track(e);
+	km_file_free(f);
+	spec *s = calloc(1, sizeof(spec));
+	run *a = calloc(1, sizeof(run)), *b = calloc(1, sizeof(run));
+	s->n_prompt = 100;
+	s->prompt[0] = 1;
+	for (int i = 1; i < 100; i++)
+		s->prompt[i] = (i * 53 + 7) % 512;
+	s->max_tokens = 20;
+	kiln_engine_stats st;
+	run_alone(e, s, a);
+	kiln_engine_get_stats(e, &st);
+	/* 119 tokens cached (the 20th is sampled, never fed): 7 whole blocks */
+	assert_int_equal(st.prefix_hits, 0);
+	assert_int_equal(st.prefix_entries, 1);
+	assert_int_equal(st.prefix_blocks, 7);
+	assert_int_equal(st.kv_blocks_used, 7);
+	run_alone(e, s, b);
+	kiln_engine_get_stats(e, &st);
+	print_message("# kept prefix: %llu of %llu prompt tokens shared, %llu prefilled\n",
+		      (unsigned long long) st.prefix_hits, (unsigned long long) st.prefix_queries,
+		      (unsigned long long) st.prefill_tokens);
+	assert_int_equal(st.prefix_hits, 96);
+	assert_int_equal(st.prefix_queries, 200);
+	assert_int_equal(st.prefill_tokens, 100 + 4);
+	assert_int_equal(b->n, 20);
+	for (int k = 0; k < 20; k++)
+		if (a->toks[k] != b->toks[k]) {
+			double m = divergence_margin(s, a->toks, k, a->toks[k], b->toks[k]);
+			if (m > TIE_TOL)
+				fail_msg("token %d: %d first, %d from the kept prefix (margin %g)", k,
+					 a->toks[k], b->toks[k], m);
+			break;
+		}
+	assert_int_equal(st.prefix_entries, 1); /* the same prefix, kept once */
+	/* 300 tokens need 19 of the 20 blocks: the kept 7 are evicted. */
+	spec *big = calloc(1, sizeof(spec));
+	big->n_prompt = 300;
+	big->prompt[0] = 1;
+	for (int i = 1; i < 300; i++)
+		big->prompt[i] = (i * 31 + 11) % 512;
+	big->max_tokens = 5;
+	run_alone(e, big, b);
+	assert_int_equal(b->n, 5);
+	assert_int_equal(b->reason, KILN_ENGINE_FINISH_LENGTH);
+	kiln_engine_get_stats(e, &st);
+	assert_int_equal(st.prefix_evictions, 1);
+	assert_int_equal(st.prefix_entries, 1);
+	assert_int_equal(st.prefix_blocks, 19); /* 304 tokens cached */
+	check_all_free(e);
+	/* The first prompt again: no hit left (evicted), and it evicts the
+	 * big one in turn; its greedy tokens are still the first run's. */
+	run_alone(e, s, b);
+	kiln_engine_get_stats(e, &st);
+	assert_int_equal(st.prefix_hits, 96);
+	assert_int_equal(st.prefix_evictions, 2);
+	assert_int_equal(st.prefix_blocks, 7);
+	assert_memory_equal(a->toks, b->toks, sizeof(int32_t) * 20);
+	check_all_free(e);
+	_cleanup_strbuf_ kiln_strbuf mb;
+	kiln_strbuf_init(&mb);
+	kiln_metrics m;
+	kiln_metrics_init(&m, &mb);
+	assert_int_equal(kiln_engine_metrics(e, &m), 0);
+	assert_int_equal(kiln_metrics_finish(&m), 0);
+	const char *want[] = { "kiln_inferd_prefix_cache_hits_total 96\n",
+			       "kiln_inferd_prefix_cache_queries_total 600\n",
+			       "kiln_inferd_prefix_cache_blocks 7\n",
+			       "kiln_inferd_prefix_cache_evictions_total 2\n",
+			       "kiln_inferd_kv_cache_blocks{state=\"used\"} 7\n" };
+	for (size_t i = 0; i < ARRAY_SIZE(want); i++)
+		if (!strstr(mb.s, want[i]))
+			fail_msg("metrics lack \"%s\":\n%s", want[i], mb.s);
+	free(s);
+	free(big);
+	free(a);
+	free(b);
+	engine_free(e);
 }
 
 static void test_stop_and_length(void **state)
@@ -1525,6 +1627,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_host_sampler),
 		cmocka_unit_test(test_process_logits),
 		cmocka_unit_test(test_penalties),
+		cmocka_unit_test(test_prefix_kept),
 	};
 	return cmocka_run_group_tests_name("engine", tests, group_setup, group_teardown);
 }

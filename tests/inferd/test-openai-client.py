@@ -68,7 +68,7 @@ def main():
     work = tempfile.mkdtemp(prefix="kiln-openai-client.")
     log_path = os.path.join(work, "log")
     args = [binary, "-m", model, "--name", "m", "-p", "0", "--tokenizer", tok,
-            "--max-running", "2", "--max-waiting", "8", "--drain-grace", "0"]
+            "--max-running", "2", "--max-waiting", "8", "--drain-grace", "0", "--prefix-caching"]
     key = None
     helptext = subprocess.run([binary, "--help"], capture_output=True, text=True).stdout
     m = re.search(r"--(api-keys?(?:-file)?) ", helptext)
@@ -245,6 +245,23 @@ def main():
             {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]))
     ok("an image content part raises BadRequestError naming it",
        good and "image_url" in str(e), e)
+
+    # ---- prefix caching: the same long prompt twice (the first finished)
+    def metric(name):
+        import urllib.request
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        m = re.search(r"^" + re.escape(name) + r" ([0-9.e+]+)$", body, re.M)
+        return float(m.group(1)) if m else None
+    long_p = " ".join([P] * 12)
+    h0 = metric("kiln_inferd_prefix_cache_hits_total")
+    r1 = c.completions.create(model="m", prompt=long_p, max_tokens=8, temperature=0)
+    h1 = metric("kiln_inferd_prefix_cache_hits_total")
+    r2 = c.completions.create(model="m", prompt=long_p, max_tokens=8, temperature=0)
+    h2 = metric("kiln_inferd_prefix_cache_hits_total")
+    ok("prefix caching: a %d-token prompt again hits the finished one's blocks (%s -> %s tokens), same greedy text"
+       % (r1.usage.prompt_tokens, h1, h2),
+       h0 is not None and h2 - h1 >= r1.usage.prompt_tokens - 16 and r1.choices[0].text == r2.choices[0].text,
+       (h0, h1, h2, r1.choices[0].text, r2.choices[0].text))
 
     # ---- errors the client raises as its own classes
     good, e = raises(openai.BadRequestError, lambda: c.completions.create(

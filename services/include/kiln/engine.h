@@ -147,8 +147,11 @@ typedef struct kiln_engine_opts {
 	int max_waiting;       /* queue limit, submit says -EAGAIN past it; 0: 1024 */
 	int eos_token;	       /* -1: none; llama2.c models use 2 */
 	/* Share whole 16-token blocks of a prompt prefix with a running
-	 * sequence (km_kvcache_seq_fork) instead of prefilling them; the rest
-	 * of the prompt is prefilled in chunks on top of the shared blocks. */
+	 * sequence or a finished request's kept blocks (km_kvcache_seq_fork)
+	 * instead of prefilling them; the rest of the prompt is prefilled in
+	 * chunks on top of the shared blocks.  Finished requests' whole
+	 * blocks are kept (up to max_running prefixes) and evicted least
+	 * recently used when blocks are needed. */
 	bool prefix_caching;
 	/* The watchdog hook: called by the scheduler thread at the top of
 	 * every iteration of its loop (each step, and at least every
@@ -214,6 +217,11 @@ typedef struct kiln_engine_stats {
 	uint64_t prefix_hits;	 /* of those, tokens shared instead of prefilled */
 	int kv_blocks_total, kv_blocks_used;
 	uint64_t requests_rejected; /* refused: the queue was full (HTTP 429) */
+	/* Prefix cache (prefix_caching): finished requests' kept prefixes,
+	 * the distinct KV blocks they hold (counted in kv_blocks_used too:
+	 * they are freed on demand), and entries evicted for room. */
+	int prefix_entries, prefix_blocks;
+	uint64_t prefix_evictions;
 } kiln_engine_stats;
 
 void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *ret);
