@@ -333,6 +333,18 @@ static int find_prefix(const kiln_engine *e, const ereq *r, int *donor, int *ent
 	return best;
 }
 
+/* Whole blocks of r's tokens that a running sequence still prefilling
+ * will hold once its prefill is done. */
+static int prefilling_prefix(const kiln_engine *e, const ereq *r)
+{
+	int best = 0;
+	for (int i = 0; i < e->n_running; i++)
+		if (e->running[i]->prefilling)
+			best = MAX(best, shared_blocks(e->running[i]->tokens,
+						       e->running[i]->n_total, r));
+	return best;
+}
+
 /* ---- the prefix cache (under lock) ---------------------------------------- */
 
 static void prefix_drop(kiln_engine *e, int i)
@@ -540,6 +552,12 @@ static int plan_step(kiln_engine *e, ereq **done)
 		int share = e->prefix && r->n_total > KK_KV_BLOCK_SIZE
 				    ? find_prefix(e, r, &donor, &entry)
 				    : 0;
+		/* A request whose prefix a running sequence is still
+		 * prefilling (the n samples of one prompt, the same prompt
+		 * sent twice at once) waits for those blocks instead of
+		 * computing them again: it forks them once they are cached. */
+		if (e->prefix && r->n_total > KK_KV_BLOCK_SIZE && prefilling_prefix(e, r) > share)
+			break;
 		int left = r->n_total - share;
 		/* Admission needs blocks for the whole prefill, not just the
 		 * first chunk: one admitted into the blocks left over would

@@ -888,6 +888,66 @@ static void test_prefix_kept(void **state)
 	engine_free(e);
 }
 
+/* n samples of one prompt (4 identical 100-token prompts at once): the
+ * first prefills, the other three wait one step and fork its 96 whole
+ * tokens (4 prefilled each) instead of prefilling all 100 again; greedy,
+ * all four give the tokens of the prompt run alone. */
+static void test_prefix_siblings(void **state)
+{
+	NEED_FIXTURE();
+	kiln_error err = {};
+	km_file *f = NULL;
+	assert_int_equal(km_file_open(fixture, &f, &err), 0);
+	km_weight_source src = km_file_source(f);
+	kiln_engine_opts o = { .max_running = 4,
+			       .max_step_tokens = 128,
+			       .num_blocks = 64,
+			       .max_waiting = 8,
+			       .eos_token = -1,
+			       .prefix_caching = true };
+	kiln_engine *e = NULL, *ea = engine(4, 128, 64, 8, -1);
+	assert_int_equal(kiln_engine_new(be, km_file_config(f), &src, &o, &e, &err), 0);
+	track(e);
+	km_file_free(f);
+	spec *s = calloc(1, sizeof(spec));
+	run *alone = calloc(1, sizeof(run)), *r = calloc(4, sizeof(run));
+	s->n_prompt = 100;
+	s->prompt[0] = 1;
+	for (int i = 1; i < 100; i++)
+		s->prompt[i] = (i * 71 + 3) % 512;
+	s->max_tokens = 12;
+	run_alone(ea, s, alone);
+	reset_counts();
+	for (int i = 0; i < 4; i++)
+		must_submit(e, s, &r[i], 100 + (uint64_t) i);
+	wait_finished(4);
+	kiln_engine_stats st;
+	kiln_engine_get_stats(e, &st);
+	print_message("# 4 siblings: %llu of %llu prompt tokens shared, %llu prefilled\n",
+		      (unsigned long long) st.prefix_hits, (unsigned long long) st.prefix_queries,
+		      (unsigned long long) st.prefill_tokens);
+	assert_int_equal(st.prefix_hits, 3 * 96);
+	assert_int_equal(st.prefill_tokens, 100 + 3 * 4);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(r[i].n, 12);
+		for (int k = 0; k < 12; k++)
+			if (r[i].toks[k] != alone->toks[k]) {
+				double m = divergence_margin(s, alone->toks, k, alone->toks[k],
+							     r[i].toks[k]);
+				if (m > TIE_TOL)
+					fail_msg("sibling %d token %d: %d, alone %d (margin %g)", i,
+						 k, r[i].toks[k], alone->toks[k], m);
+				break;
+			}
+	}
+	check_all_free(e);
+	free(s);
+	free(alone);
+	free(r);
+	engine_free(e);
+	engine_free(ea);
+}
+
 static void test_stop_and_length(void **state)
 {
 	NEED_FIXTURE();
@@ -1628,6 +1688,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_process_logits),
 		cmocka_unit_test(test_penalties),
 		cmocka_unit_test(test_prefix_kept),
+		cmocka_unit_test(test_prefix_siblings),
 	};
 	return cmocka_run_group_tests_name("engine", tests, group_setup, group_teardown);
 }
