@@ -899,7 +899,7 @@ static void test_prefix_siblings(void **state)
 	km_file *f = NULL;
 	assert_int_equal(km_file_open(fixture, &f, &err), 0);
 	km_weight_source src = km_file_source(f);
-	kiln_engine_opts o = { .max_running = 4,
+	kiln_engine_opts o = { .max_running = 8,
 			       .max_step_tokens = 128,
 			       .num_blocks = 64,
 			       .max_waiting = 8,
@@ -917,17 +917,26 @@ static void test_prefix_siblings(void **state)
 		s->prompt[i] = (i * 71 + 3) % 512;
 	s->max_tokens = 12;
 	run_alone(ea, s, alone);
+	/* All four queued behind a gate request, so they meet the scheduler
+	 * together (not the first alone before the rest arrive). */
 	reset_counts();
+	spec g = { .n_prompt = 1, .prompt = { 1 }, .max_tokens = 2 };
+	run *rg = calloc(1, sizeof(run));
+	rg->gate_wait = true;
+	must_submit(e, &g, rg, 7777);
+	wait_gate(rg);
 	for (int i = 0; i < 4; i++)
 		must_submit(e, s, &r[i], 100 + (uint64_t) i);
-	wait_finished(4);
+	open_gate();
+	wait_finished(5);
+	free(rg);
 	kiln_engine_stats st;
 	kiln_engine_get_stats(e, &st);
 	print_message("# 4 siblings: %llu of %llu prompt tokens shared, %llu prefilled\n",
 		      (unsigned long long) st.prefix_hits, (unsigned long long) st.prefix_queries,
 		      (unsigned long long) st.prefill_tokens);
 	assert_int_equal(st.prefix_hits, 3 * 96);
-	assert_int_equal(st.prefill_tokens, 100 + 3 * 4);
+	assert_int_equal(st.prefill_tokens, 1 + 100 + 3 * 4); /* the gate's 1 */
 	for (int i = 0; i < 4; i++) {
 		assert_int_equal(r[i].n, 12);
 		for (int k = 0; k < 12; k++)
