@@ -340,8 +340,8 @@ static int prefilling_prefix(const kiln_engine *e, const ereq *r)
 	int best = 0;
 	for (int i = 0; i < e->n_running; i++)
 		if (e->running[i]->prefilling)
-			best = MAX(best, shared_blocks(e->running[i]->tokens,
-						       e->running[i]->n_total, r));
+			best = MAX(best,
+				   shared_blocks(e->running[i]->tokens, e->running[i]->n_total, r));
 	return best;
 }
 
@@ -582,8 +582,8 @@ static int plan_step(kiln_engine *e, ereq **done)
 		if (blocks > free_blocks - reserve ||
 		    (chunk < left && partial >= ENGINE_PARTIAL_MAX))
 			break;
-		int seq = share ? km_kvcache_seq_fork(e->c, donor, share)
-				: km_kvcache_seq_new(e->c);
+		int seq =
+			share ? km_kvcache_seq_fork(e->c, donor, share) : km_kvcache_seq_new(e->c);
 		if (seq >= 0 && entry >= 0)
 			e->retained[entry].last_use = ++e->use_clock;
 		if (seq < 0)
@@ -781,10 +781,11 @@ int32_t kiln_engine__sample_host(const float *x, int V, const kk_sampling *p)
 float kiln_engine__logprobs(const float *x, int V, int32_t token, int n, int32_t *top_ids,
 			    float *top_lp)
 {
-	double mx = -INFINITY, sum = 0;
-	for (int i = 0; i < V; i++)
+	double mx = x[0];
+	for (int i = 1; i < V; i++)
 		mx = MAX(mx, (double) x[i]);
-	for (int i = 0; i < V; i++)
+	double sum = exp((double) x[0] - mx); /* >= 1 once mx is finite */
+	for (int i = 1; i < V; i++)
 		sum += exp((double) x[i] - mx);
 	const double lse = mx + log(sum);
 	/* The n best by insertion (n <= 20): ties keep the lower id first. */
@@ -861,7 +862,7 @@ static void *scheduler(void *arg)
 		apply_cancels(e, &done);
 		if (e->stopping && e->n_waiting == 0 && e->n_running == 0) {
 			e->kv_free = km_kvcache_free_blocks(e->c);
-		prefix_count_blocks(e);
+			prefix_count_blocks(e);
 			count_done(e, done, now_s());
 			pthread_mutex_unlock(&e->lock);
 			deliver(e, 0, done);

@@ -838,8 +838,8 @@ static void test_prefix_kept(void **state)
 		if (a->toks[k] != b->toks[k]) {
 			double m = divergence_margin(s, a->toks, k, a->toks[k], b->toks[k]);
 			if (m > TIE_TOL)
-				fail_msg("token %d: %d first, %d from the kept prefix (margin %g)", k,
-					 a->toks[k], b->toks[k], m);
+				fail_msg("token %d: %d first, %d from the kept prefix (margin %g)",
+					 k, a->toks[k], b->toks[k], m);
 			break;
 		}
 	assert_int_equal(st.prefix_entries, 1); /* the same prefix, kept once */
