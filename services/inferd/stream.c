@@ -83,6 +83,7 @@ struct job {
 	bool stream, chat, include_usage;
 	bool logprobs;
 	int n_top;
+	int min_tokens; /* stop strings count only from this many tokens on (vLLM) */
 	char **stops;	 /* NULL-terminated copies */
 	size_t stop_max; /* longest stop string */
 	int n_seqs, n_live, n_prompt_total, n_gen_total;
@@ -163,7 +164,7 @@ static void add_text(seq *q, const char *t, size_t len)
 	size_t old = q->text.len;
 	if (kiln_strbuf_append_n(&q->text, t, len) < 0)
 		return; /* the buffer keeps its error; the finish reports it */
-	if (!j->stops)
+	if (!j->stops || q->n_out < j->min_tokens)
 		return;
 	size_t cut = inferd_stop_cut(q->text.s, q->text.len, old, j->stops, j->stop_max);
 	if (cut == SIZE_MAX)
@@ -364,6 +365,7 @@ int inferd_submit(kiln_http_request *r, inferd_app *a, inferd_request *rq)
 	j->n_seqs = n_seqs;
 	j->logprobs = rq->logprobs;
 	j->n_top = rq->top_logprobs;
+	j->min_tokens = rq->proc.min_tokens;
 	pthread_mutex_init(&j->lock, NULL);
 	pthread_cond_init(&j->cond, NULL);
 	/* Choice i is sample i % n of prompt i / n (OpenAI's indexing). */

@@ -232,6 +232,15 @@ def main():
        % (distinct(pen), distinct(base)), distinct(pen) > distinct(base))
     ok("repetition_penalty (extra_body): output changes, min_tokens 30 gives 30 tokens",
        rep.choices[0].text != base.choices[0].text and rep.usage.completion_tokens == 30, rep)
+    # min_tokens holds off stop strings too (vLLM): the greedy text's first
+    # character as a stop string ends it at once, but not before 5 tokens
+    st0 = base.choices[0].text.strip()[:1]
+    a = c.completions.create(model="m", prompt=P, max_tokens=30, temperature=0, stop=[st0])
+    b = c.completions.create(model="m", prompt=P, max_tokens=30, temperature=0, stop=[st0],
+                             extra_body={"min_tokens": 5})
+    ok("min_tokens 5 holds off the stop string %r (%d tokens without, %d with)"
+       % (st0, a.usage.completion_tokens, b.usage.completion_tokens),
+       a.usage.completion_tokens < 5 <= b.usage.completion_tokens)
     good, e = raises(openai.BadRequestError, lambda: c.completions.create(
         model="m", prompt=P, max_tokens=4, logit_bias={"999": 1}))
     ok("logit_bias of a token outside the vocabulary raises BadRequestError naming it",
