@@ -129,6 +129,7 @@ struct kiln_engine {
 	uint64_t use_clock;
 	uint64_t prefix_evictions;
 	int prefix_blocks; /* distinct blocks the entries hold (under lock) */
+	int prefix_only;   /* of those, held by entries only (evictable) */
 
 	/* scheduler scratch */
 	bool hold_admission; /* the next plan admits nothing (after -ENOSPC) */
@@ -369,26 +370,28 @@ static bool prefix_evict_lru(kiln_engine *e, int keep)
 	return true;
 }
 
-/* The distinct blocks the entries hold (a block shared by several counts
- * once), for the stats. */
+/* For the stats: the distinct blocks the entries hold (a block shared by
+ * several counts once), and of those the ones no running sequence holds
+ * (held by entries only: evicting would free them, so the stats count
+ * them as free, as vLLM counts cached blocks nobody uses). */
 static void prefix_count_blocks(kiln_engine *e)
 {
-	int n = 0;
+	int n = 0, only = 0;
 	if (e->n_retained) {
-		_cleanup_free_ bool *seen = calloc((size_t) e->num_blocks, sizeof(bool));
-		_cleanup_free_ int32_t *b =
-			malloc((size_t) km_kvcache_blocks_per_seq(e->c) * sizeof(int32_t));
-		for (int i = 0; seen && b && i < e->n_retained; i++) {
-			int k = km_kvcache_seq_blocks(e->c, e->retained[i].seq, b,
-						      km_kvcache_blocks_per_seq(e->c));
+		const int bps = km_kvcache_blocks_per_seq(e->c);
+		_cleanup_free_ int *held = calloc((size_t) e->num_blocks, sizeof(int));
+		_cleanup_free_ int32_t *b = malloc((size_t) bps * sizeof(int32_t));
+		for (int i = 0; held && b && i < e->n_retained; i++) {
+			int k = km_kvcache_seq_blocks(e->c, e->retained[i].seq, b, bps);
 			for (int j = 0; j < k; j++)
-				if (b[j] >= 0 && b[j] < e->num_blocks && !seen[b[j]]) {
-					seen[b[j]] = true;
+				if (b[j] >= 0 && b[j] < e->num_blocks && held[b[j]]++ == 0)
 					n++;
-				}
 		}
+		for (int i = 0; held && i < e->num_blocks; i++)
+			only += held[i] && km_kvcache_block_refs(e->c, i) == held[i];
 	}
 	e->prefix_blocks = n;
+	e->prefix_only = only;
 }
 
 /* A finished request's sequence: its whole blocks join the prefix cache
@@ -1055,7 +1058,7 @@ int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source
 	e->prefix = o.prefix_caching;
 	/* Kept prefixes: as many entries as running sequences, each holding a
 	 * cache sequence id of its own. */
-	e->retain_max = o.prefix_caching ? o.max_running : 0;
+	e->retain_max = o.prefix_caching ? MIN(o.max_running, KM_KV_SEQS_MAX - o.max_running) : 0;
 	e->on_tick = o.on_tick;
 	e->tick_userdata = o.tick_userdata;
 	e->tick_usec = o.tick_usec;
@@ -1347,7 +1350,7 @@ void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *ret)
 	s.prefix_blocks = e->prefix_blocks;
 	s.prefix_evictions = e->prefix_evictions;
 	s.kv_blocks_total = e->num_blocks;
-	s.kv_blocks_used = e->num_blocks - e->kv_free;
+	s.kv_blocks_used = e->num_blocks - e->kv_free - e->prefix_only;
 	pthread_mutex_unlock(&e->lock);
 	*ret = s;
 }

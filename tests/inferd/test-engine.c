@@ -466,9 +466,9 @@ static void check_all_free(kiln_engine *e)
 {
 	kiln_engine_stats st;
 	kiln_engine_get_stats(e, &st);
-	/* every block free but those the prefix cache keeps (none without
-	 * prefix_caching) */
-	assert_int_equal(st.kv_blocks_used, st.prefix_blocks);
+	/* every block free (those the prefix cache keeps count as free: they
+	 * are freed on demand) */
+	assert_int_equal(st.kv_blocks_used, 0);
 	assert_int_equal(st.running, 0);
 	assert_int_equal(st.waiting, 0);
 }
@@ -824,7 +824,7 @@ static void test_prefix_kept(void **state)
 	assert_int_equal(st.prefix_hits, 0);
 	assert_int_equal(st.prefix_entries, 1);
 	assert_int_equal(st.prefix_blocks, 7);
-	assert_int_equal(st.kv_blocks_used, 7);
+	assert_int_equal(st.kv_blocks_used, 0); /* kept blocks count as free */
 	run_alone(e, s, b);
 	kiln_engine_get_stats(e, &st);
 	print_message("# kept prefix: %llu of %llu prompt tokens shared, %llu prefilled\n",
@@ -877,7 +877,8 @@ static void test_prefix_kept(void **state)
 			       "kiln_inferd_prefix_cache_queries_total 600\n",
 			       "kiln_inferd_prefix_cache_blocks 7\n",
 			       "kiln_inferd_prefix_cache_evictions_total 2\n",
-			       "kiln_inferd_kv_cache_blocks{state=\"used\"} 7\n" };
+			       "kiln_inferd_kv_cache_blocks{state=\"used\"} 0\n",
+			       "kiln_inferd_kv_cache_blocks{state=\"free\"} 20\n" };
 	for (size_t i = 0; i < ARRAY_SIZE(want); i++)
 		if (!strstr(mb.s, want[i]))
 			fail_msg("metrics lack \"%s\":\n%s", want[i], mb.s);

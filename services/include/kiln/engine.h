@@ -218,8 +218,10 @@ typedef struct kiln_engine_stats {
 	int kv_blocks_total, kv_blocks_used;
 	uint64_t requests_rejected; /* refused: the queue was full (HTTP 429) */
 	/* Prefix cache (prefix_caching): finished requests' kept prefixes,
-	 * the distinct KV blocks they hold (counted in kv_blocks_used too:
-	 * they are freed on demand), and entries evicted for room. */
+	 * the distinct KV blocks they hold, and entries evicted for room.
+	 * Blocks held by kept prefixes only are freed on demand, so
+	 * kv_blocks_used leaves them out (vLLM counts such cached blocks as
+	 * free); those a running sequence shares are in it. */
 	int prefix_entries, prefix_blocks;
 	uint64_t prefix_evictions;
 } kiln_engine_stats;
