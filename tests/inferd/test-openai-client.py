@@ -258,7 +258,9 @@ def main():
     # ---- prefix caching: the same long prompt twice (the first finished)
     def metric(name):
         import urllib.request
-        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        rq = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                    headers={"Authorization": f"Bearer {key}"} if key else {})
+        body = urllib.request.urlopen(rq, timeout=10).read().decode()
         m = re.search(r"^" + re.escape(name) + r" ([0-9.e+]+)$", body, re.M)
         return float(m.group(1)) if m else None
     long_p = " ".join([P] * 12)
