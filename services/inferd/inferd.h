@@ -140,7 +140,8 @@ typedef struct inferd_app {
 	time_t started;
 } inferd_app;
 
-/* Submits request q (its prompts, one engine request each) and replies:
+/* Submits request q (its prompts n times each, one engine request per
+ * choice) and replies:
  * an SSE stream or a deferred JSON reply when the engine took it, 429 /
  * 503 / 400 when it did not.  Takes q->stops (q->stops is NULL after).
  * Returns what the kiln_http_reply_* call returned, or a negative errno. */

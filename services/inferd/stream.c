@@ -2,7 +2,10 @@
  * request's life on the engine.
  *
  * A validated request (openai.c) becomes a job: one engine request per
- * prompt (a "seq"), all answering one HTTP reply.  Tokens arrive on the
+ * choice (a "seq": each prompt n times), all answering one HTTP reply.
+ * With logprobs, each seq keeps its tokens' log-probabilities and
+ * alternatives from the engine's events and puts them in its choice (in
+ * the event of the token that brought them, when streaming).  Tokens arrive on the
  * engine's scheduler thread; each seq decodes them as they come
  * (ktok_stream: complete UTF-8 only) so stop strings are found in the text
  * even when split across tokens, cut, and never returned.  Streamed, a seq
@@ -45,7 +48,7 @@ size_t inferd_sendable(const char *text, size_t len, size_t sent, size_t stop_ma
 
 typedef struct job job;
 
-/* One choice: one prompt, one engine request.  Its text is decoded as the
+/* One choice: one sample of one prompt, one engine request.  Its text is decoded as the
  * tokens come so stop strings can be found in it; a streamed choice sends
  * what no stop string can still claim. */
 typedef struct seq {
