@@ -19,7 +19,14 @@
  * preemption), chunked to the budget the decodes leave (km_forward attends
  * a chunk to its cached context, docs/model.md).  Once everything is cached
  * the row's logits are sampled, so the token a recomputed or chunked request
- * samples sees exactly the context it would have seen in one piece. */
+ * samples sees exactly the context it would have seen in one piece.
+ *
+ * A row that needs more than a token id (logprobs, penalties, logit_bias,
+ * min_tokens) makes the step bring its logits to the host, where that row
+ * is processed and sampled with kk_sample's own algorithm; other steps
+ * copy nothing.  With prefix caching, finished requests leave their whole
+ * blocks behind as kept prefixes (evicted least recently used) that later
+ * requests fork like a running sequence's. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>

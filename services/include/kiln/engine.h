@@ -13,6 +13,10 @@
  * When the cache runs out it preempts the most recently admitted running
  * sequence by recompute: its blocks are freed and it goes back to the front
  * of the queue with prompt + generated tokens, so its output is unchanged.
+ * A request may also ask for log-probabilities and for logits processing
+ * (OpenAI's and vLLM's penalties, logit_bias, min_tokens): those rows are
+ * sampled on the host.  With prefix caching, prompts share whole KV blocks
+ * with running sequences and with finished requests' kept blocks.
  * docs/inferd-engine.md has the policy, the limits and the measurements.
  *
  * Callbacks run on the scheduler thread, never with the engine's lock held
