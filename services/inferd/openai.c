@@ -8,6 +8,7 @@
  * tokenizer, so a request leaves this file as token ids.  Pure: no I/O, no
  * engine, no HTTP, no logging — which is what lets fuzz-openai throw
  * anything at it. */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -358,9 +359,12 @@ static int get_logit_bias(const inferd_model *m, const json_t *req, inferd_reque
 	{
 		char at[KILN_JSON_PATH_MAX], *end;
 		kiln_json_path(at, sizeof(at), "logit_bias", key, 0);
+		/* canonical decimal only: " 5", "+5" and "05" would be a
+		 * second entry for token 5 */
 		errno = 0;
 		long id = strtol(key, &end, 10);
-		if (!*key || *end || errno || id < 0 || id >= m->vocab)
+		if (!*key || *end || errno || id < 0 || id >= m->vocab ||
+		    !isdigit((unsigned char) key[0]) || (key[0] == '0' && key[1]))
 			return kiln_json_fail(e, at,
 					      "the key must be a token id of this model (0..%d), "
 					      "as a string",

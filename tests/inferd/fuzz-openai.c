@@ -106,10 +106,14 @@ static void check_accepted(const inferd_model *m, const inferd_request *q)
 	if (q->n_logit_bias < 0 || q->n_logit_bias > KILN_ENGINE_BIAS_MAX ||
 	    q->proc.n_logit_bias != q->n_logit_bias)
 		abort();
-	for (int i = 0; i < q->n_logit_bias; i++)
+	for (int i = 0; i < q->n_logit_bias; i++) {
 		if (q->logit_bias[i].token < 0 || q->logit_bias[i].token >= m->vocab ||
 		    !(fabsf(q->logit_bias[i].bias) <= 100))
 			abort();
+		for (int k = 0; k < i; k++) /* one entry per token */
+			if (q->logit_bias[k].token == q->logit_bias[i].token)
+				abort();
+	}
 	if (q->logprobs) { /* the logprobs JSON of the prompt's tokens as a reply */
 		int n = q->prompt_len[0], k = q->top_logprobs;
 		float *lp = calloc((size_t) n * (k + 1), sizeof(float));
