@@ -261,8 +261,13 @@ def main():
         rq = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
                                     headers={"Authorization": f"Bearer {key}"} if key else {})
         body = urllib.request.urlopen(rq, timeout=10).read().decode()
-        m = re.search(r"^" + re.escape(name) + r" ([0-9.e+]+)$", body, re.M)
-        return float(m.group(1)) if m else None
+        # kiln's name, or vLLM's (vllm:..., with a model_name label) if
+        # the server speaks those instead
+        for n in (name, name.replace("kiln_inferd_", "vllm:")):
+            m = re.search(r"^" + re.escape(n) + r"(\{[^}]*\})? ([0-9.e+]+)$", body, re.M)
+            if m:
+                return float(m.group(2))
+        return None
     long_p = " ".join([P] * 12)
     h0 = metric("kiln_inferd_prefix_cache_hits_total")
     r1 = c.completions.create(model="m", prompt=long_p, max_tokens=8, temperature=0)
@@ -314,6 +319,12 @@ def main():
         ok("a wrong API key raises AuthenticationError (401)", good and e.status_code == 401, e)
     else:
         skip("AuthenticationError: this kiln-inferd has no API key option (--api-key... in --help)")
+    # The refused batch's accepted part is cancelled asynchronously: wait
+    # until the queue is empty again (at most 10 s) before going on.
+    for _ in range(200):
+        if metric("kiln_inferd_num_requests_waiting") == 0 and metric("kiln_inferd_num_requests_running") == 0:
+            break
+        time.sleep(0.05)
     r = c.completions.create(model="m", prompt=P, max_tokens=4, temperature=0)
     ok("the server still answers after the errors", r.usage.completion_tokens == 4, r)
 
