@@ -651,11 +651,20 @@ json_t *inferd_chat_choice_json(bool stream, int index, bool first, const char *
 }
 
 /* A token's text for logprobs: its bytes when they are UTF-8, else
- * "bytes:\\xNN..." (vLLM's spelling); "token_id:N" without a tokenizer. */
-static json_t *token_string(const inferd_model *m, int32_t id, const char **bytes, size_t *len)
+ * "bytes:\\xNN..." (vLLM's spelling); "token_id:N" without a tokenizer.
+ * A byte-fallback token (<0xNN>) is its byte, in *byte. */
+static json_t *token_string(const inferd_model *m, int32_t id, const char **bytes, size_t *len,
+			    char *byte)
 {
 	char buf[4 * KTOK_MAX_TOKEN_LEN + 16];
+	unsigned v;
 	*bytes = m->tok ? ktok_token_text(m->tok, id, len) : NULL;
+	if (*bytes && ktok_token_type(m->tok, id) == KTOK_BYTE && *len == 6 &&
+	    sscanf(*bytes, "<0x%2x>", &v) == 1) {
+		*byte = (char) v;
+		*bytes = byte;
+		*len = 1;
+	}
 	if (!*bytes) {
 		snprintf(buf, sizeof(buf), "token_id:%d", id);
 		*bytes = "";
@@ -692,18 +701,19 @@ json_t *inferd_logprobs_json(const inferd_model *m, bool chat, const int32_t *to
 {
 	const char *b;
 	size_t len;
+	char byte;
 	if (chat) {
 		json_t *content = json_array();
 		for (int i = 0; i < n; i++) {
 			json_t *alts = json_array();
 			for (int k = 0; k < n_top; k++) {
-				json_t *t = token_string(m, top_ids[i * n_top + k], &b, &len);
+				json_t *t = token_string(m, top_ids[i * n_top + k], &b, &len, &byte);
 				json_array_append_new(
 					alts, json_pack("{s:o, s:o, s:o}", "token", t, "logprob",
 							lp_json(top_lp[i * n_top + k]), "bytes",
 							bytes_json(b, len)));
 			}
-			json_t *t = token_string(m, toks[i], &b, &len);
+			json_t *t = token_string(m, toks[i], &b, &len, &byte);
 			json_array_append_new(content,
 					      json_pack("{s:o, s:o, s:o, s:o}", "token", t,
 							"logprob", lp_json(lp[i]), "bytes",
@@ -714,7 +724,7 @@ json_t *inferd_logprobs_json(const inferd_model *m, bool chat, const int32_t *to
 	json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(),
 	       *offs = json_array();
 	for (int i = 0; i < n; i++) {
-		json_array_append_new(tokens, token_string(m, toks[i], &b, &len));
+		json_array_append_new(tokens, token_string(m, toks[i], &b, &len, &byte));
 		json_array_append_new(lps, lp_json(lp[i]));
 		json_array_append_new(offs, json_integer((json_int_t) *offset));
 		*offset += len;
@@ -722,7 +732,7 @@ json_t *inferd_logprobs_json(const inferd_model *m, bool chat, const int32_t *to
 		 * among them when it is not one). */
 		json_t *alts = json_object();
 		for (int k = 0; k < n_top; k++) {
-			json_t *t = token_string(m, top_ids[i * n_top + k], &b, &len);
+			json_t *t = token_string(m, top_ids[i * n_top + k], &b, &len, &byte);
 			json_object_set_new(alts, json_string_value(t),
 					    lp_json(top_lp[i * n_top + k]));
 			json_decref(t);

@@ -730,8 +730,13 @@ static void test_responses(void **state)
 					 (float[]){ -0.5f, -1.25f }, (int32_t[]){ 300, 447 },
 					 (float[]){ -0.5f, -INFINITY }, 1, 2, &off),
 		    "{\"text_offset\":[2,5],\"token_logprobs\":[-0.5,-1.25],\"tokens\":[\" re\","
-		    "\"<0xE2>\"],\"top_logprobs\":[{\" re\":-0.5},{\"\u00e9\":-9999.0}]}");
-	assert_int_equal(off, 11);
+		    "\"bytes:\\\\xe2\"],\"top_logprobs\":[{\" re\":-0.5},{\"\u00e9\":-9999.0}]}");
+	assert_int_equal(off, 6);
+	/* chat: a byte-fallback token (<0xE2>) is its byte */
+	assert_json(inferd_logprobs_json(&models[CHAT], true, (int32_t[]){ 229 }, (float[]){ -1 },
+					 NULL, NULL, 0, 1, &off),
+		    "{\"content\":[{\"bytes\":[226],\"logprob\":-1.0,\"token\":\"bytes:\\\\xe2\","
+		    "\"top_logprobs\":[]}]}");
 	assert_json(inferd_logprobs_json(&models[CHAT], true, (int32_t[]){ 300 },
 					 (float[]){ -0.5f }, (int32_t[]){ 447 },
 					 (float[]){ -0.75f }, 1, 1, &off),
