@@ -707,7 +707,8 @@ json_t *inferd_logprobs_json(const inferd_model *m, bool chat, const int32_t *to
 		for (int i = 0; i < n; i++) {
 			json_t *alts = json_array();
 			for (int k = 0; k < n_top; k++) {
-				json_t *t = token_string(m, top_ids[i * n_top + k], &b, &len, &byte);
+				json_t *t =
+					token_string(m, top_ids[i * n_top + k], &b, &len, &byte);
 				json_array_append_new(
 					alts, json_pack("{s:o, s:o, s:o}", "token", t, "logprob",
 							lp_json(top_lp[i * n_top + k]), "bytes",
