@@ -43,6 +43,7 @@ PKGS=(
 PIP_PKGS=(
 	tokenizers==0.23.3     # Hugging Face tokenizers: BPE byte-level/byte-fallback reference
 	sentencepiece==0.2.3   # Google sentencepiece: the SentencePiece BPE reference
+	openai==3.57.0         # the official OpenAI client: kiln-inferd conformance (test-openai-client)
 )
 missing=()
 for p in "${PKGS[@]}"; do
@@ -58,7 +59,7 @@ pip_deps() {
 	echo "deps: pip installing ${PIP_PKGS[*]}"
 	# $SUDO: set below, before the apt path calls this; empty when root.
 	${SUDO:-} /usr/bin/python3 -m pip install -q --break-system-packages "${PIP_PKGS[@]}" ||
-		echo "deps: pip install failed; the live tokenizer tests and the HF column of bench-tok will skip" >&2
+		echo "deps: pip install failed; the live tokenizer tests, the HF column of bench-tok and test-openai-client will skip" >&2
 }
 if [ ${#missing[@]} -eq 0 ]; then
 	echo "deps: all ${#PKGS[@]} packages present"

@@ -19,8 +19,16 @@
  * preemption), chunked to the budget the decodes leave (km_forward attends
  * a chunk to its cached context, docs/model.md).  Once everything is cached
  * the row's logits are sampled, so the token a recomputed or chunked request
- * samples sees exactly the context it would have seen in one piece. */
+ * samples sees exactly the context it would have seen in one piece.
+ *
+ * A row that needs more than a token id (logprobs, penalties, logit_bias,
+ * min_tokens) makes the step bring its logits to the host, where that row
+ * is processed and sampled with kk_sample's own algorithm; other steps
+ * copy nothing.  With prefix caching, finished requests leave their whole
+ * blocks behind as kept prefixes (evicted least recently used) that later
+ * requests fork like a running sequence's. */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -60,6 +68,10 @@ struct ereq {
 	int32_t stop[KILN_ENGINE_STOP_MAX];
 	int n_stop;
 	bool ignore_eos;
+	bool logprobs;
+	int top_logprobs;
+	kiln_engine_processing proc; /* proc.logit_bias: our copy */
+	bool processed;		     /* penalties or logit_bias: sampled on the host */
 	kiln_engine_cb cb;
 	void *userdata;
 	bool cancel;
@@ -73,10 +85,24 @@ struct ereq {
 	ereq *prev, *next; /* waiting queue, then the finished list */
 };
 
+/* A finished request's whole KV blocks kept for reuse (prefix caching): a
+ * cache sequence of its first n tokens (a multiple of 16) and those
+ * tokens.  Evicted least recently used when blocks or entries run out. */
+typedef struct cached_prefix {
+	int seq;
+	int32_t *tokens;
+	int n;
+	uint64_t last_use;
+} cached_prefix;
+
 /* A token to hand to a callback after the step. */
 typedef struct tok_event {
 	ereq *r;
 	int32_t token;
+	float logprob; /* when r->logprobs */
+	int n_top;
+	int32_t top_ids[KILN_ENGINE_LOGPROBS_MAX];
+	float top_lp[KILN_ENGINE_LOGPROBS_MAX];
 } tok_event;
 
 struct kiln_engine {
@@ -103,11 +129,24 @@ struct kiln_engine {
 	int n_running;
 	uint64_t admit_counter;
 
+	/* Prefix cache: finished requests' blocks, up to retain_max entries
+	 * (each holds a cache sequence id beyond the running ones). */
+	cached_prefix *retained;
+	int n_retained, retain_max;
+	uint64_t use_clock;
+	uint64_t prefix_evictions;
+	int prefix_blocks; /* distinct blocks the entries hold (under lock) */
+	int prefix_only;   /* of those, held by entries only (evictable) */
+
 	/* scheduler scratch */
 	bool hold_admission; /* the next plan admits nothing (after -ENOSPC) */
 	km_seq_input *in;
 	ereq **step;
 	tok_event *events;
+	/* The step's logits on the host [max_running, vocab], allocated the
+	 * first time a request needs them (logprobs, logits processing). */
+	float *host_logits;
+	float *row; /* one row to process */
 
 	/* counters (under lock) */
 	uint64_t finished[4], prompt_tokens, prefill_tokens, generated, preemptions, steps;
@@ -163,6 +202,7 @@ static void req_free(ereq *r)
 	if (!r)
 		return;
 	free(r->tokens);
+	free((void *) r->proc.logit_bias);
 	free(r);
 }
 
@@ -264,24 +304,138 @@ static int decode_blocks_needed(const kiln_engine *e)
 	return need;
 }
 
-/* The running sequence whose cached tokens share the most whole blocks with
- * r's tokens, keeping at least one of r's tokens to feed (its logits are
- * needed); returns the shared token count (a multiple of 16, 0: none). */
-static int find_prefix(const kiln_engine *e, const ereq *r, ereq **donor)
+/* Whole blocks of a's first n tokens that b's tokens share, keeping at
+ * least one of r's n_total tokens to feed (its logits are needed). */
+static int shared_blocks(const int32_t *a, int n, const ereq *r)
+{
+	int lim = MIN(n, r->n_total - 1), k = 0;
+	while (k < lim && a[k] == r->tokens[k])
+		k++;
+	return k - k % KK_KV_BLOCK_SIZE;
+}
+
+/* The running sequence or kept prefix whose cached tokens share the most
+ * whole blocks with r's tokens; returns the shared token count (a
+ * multiple of 16, 0: none), the donor's cache sequence in *donor and,
+ * for a kept prefix, its index in *entry (else -1). */
+static int find_prefix(const kiln_engine *e, const ereq *r, int *donor, int *entry)
 {
 	int best = 0;
+	*entry = -1;
 	for (int i = 0; i < e->n_running; i++) {
 		const ereq *q = e->running[i];
-		int lim = MIN(q->n_cached, r->n_total - 1), k = 0;
-		while (k < lim && q->tokens[k] == r->tokens[k])
-			k++;
-		k -= k % KK_KV_BLOCK_SIZE;
+		int k = shared_blocks(q->tokens, q->n_cached, r);
 		if (k > best) {
 			best = k;
-			*donor = e->running[i];
+			*donor = q->seq;
+		}
+	}
+	for (int i = 0; i < e->n_retained; i++) {
+		int k = shared_blocks(e->retained[i].tokens, e->retained[i].n, r);
+		if (k > best) {
+			best = k;
+			*donor = e->retained[i].seq;
+			*entry = i;
 		}
 	}
 	return best;
+}
+
+/* Whole blocks of r's tokens that a running sequence still prefilling
+ * will hold once its prefill is done. */
+static int prefilling_prefix(const kiln_engine *e, const ereq *r)
+{
+	int best = 0;
+	for (int i = 0; i < e->n_running; i++)
+		if (e->running[i]->prefilling)
+			best = MAX(best,
+				   shared_blocks(e->running[i]->tokens, e->running[i]->n_total, r));
+	return best;
+}
+
+/* ---- the prefix cache (under lock) ---------------------------------------- */
+
+static void prefix_drop(kiln_engine *e, int i)
+{
+	km_kvcache_seq_free(e->c, e->retained[i].seq);
+	free(e->retained[i].tokens);
+	e->retained[i] = e->retained[--e->n_retained];
+}
+
+/* Evicts the least recently used entry but `keep` (-1: none); false when
+ * there is none to evict. */
+static bool prefix_evict_lru(kiln_engine *e, int keep)
+{
+	int lru = -1;
+	for (int i = 0; i < e->n_retained; i++)
+		if (i != keep && (lru < 0 || e->retained[i].last_use < e->retained[lru].last_use))
+			lru = i;
+	if (lru < 0)
+		return false;
+	prefix_drop(e, lru);
+	e->prefix_evictions++;
+	return true;
+}
+
+/* For the stats: the distinct blocks the entries hold (a block shared by
+ * several counts once), and of those the ones no running sequence holds
+ * (held by entries only: evicting would free them, so the stats count
+ * them as free, as vLLM counts cached blocks nobody uses). */
+static void prefix_count_blocks(kiln_engine *e)
+{
+	int n = 0, only = 0;
+	if (e->n_retained) {
+		const int bps = km_kvcache_blocks_per_seq(e->c);
+		_cleanup_free_ int *held = calloc((size_t) e->num_blocks, sizeof(int));
+		_cleanup_free_ int32_t *b = malloc((size_t) bps * sizeof(int32_t));
+		for (int i = 0; held && b && i < e->n_retained; i++) {
+			int k = km_kvcache_seq_blocks(e->c, e->retained[i].seq, b, bps);
+			for (int j = 0; j < k; j++)
+				if (b[j] >= 0 && b[j] < e->num_blocks && held[b[j]]++ == 0)
+					n++;
+		}
+		for (int i = 0; held && i < e->num_blocks; i++)
+			only += held[i] && km_kvcache_block_refs(e->c, i) == held[i];
+	}
+	e->prefix_blocks = n;
+	e->prefix_only = only;
+}
+
+/* A finished request's sequence: its whole blocks join the prefix cache
+ * (vLLM's automatic prefix caching keeps finished requests' full blocks),
+ * else the sequence is freed. */
+static void retire_seq(kiln_engine *e, ereq *r)
+{
+	int whole = r->n_cached - r->n_cached % KK_KV_BLOCK_SIZE;
+	if (!e->retain_max || r->seq < 0 || whole == 0) {
+		release_seq(e, r);
+		return;
+	}
+	/* An entry this one extends goes (its blocks are this one's too);
+	 * one that extends this one is only touched. */
+	for (int i = e->n_retained - 1; i >= 0; i--) {
+		cached_prefix *c = &e->retained[i];
+		int n = MIN(c->n, whole);
+		if (memcmp(c->tokens, r->tokens, (size_t) n * sizeof(int32_t)) != 0)
+			continue;
+		if (c->n >= whole) {
+			c->last_use = ++e->use_clock;
+			release_seq(e, r);
+			return;
+		}
+		prefix_drop(e, i);
+	}
+	if (e->n_retained == e->retain_max)
+		prefix_evict_lru(e, -1);
+	int32_t *toks = malloc((size_t) whole * sizeof(int32_t));
+	int seq = toks ? km_kvcache_seq_fork(e->c, r->seq, whole) : -ENOMEM;
+	release_seq(e, r);
+	if (seq < 0) {
+		free(toks);
+		return;
+	}
+	memcpy(toks, r->tokens, (size_t) whole * sizeof(int32_t));
+	e->retained[e->n_retained++] = (cached_prefix){ seq, toks, whole, ++e->use_clock };
 }
 
 /* ---- one turn of the scheduler ------------------------------------------- */
@@ -303,7 +457,10 @@ static void apply_cancels(kiln_engine *e, ereq **done)
 	for (int i = e->n_running - 1; i >= 0; i--) {
 		ereq *r = e->running[i];
 		if (r->cancel || all) {
-			release_seq(e, r);
+			if (all)
+				release_seq(e, r);
+			else
+				retire_seq(e, r);
 			running_remove(e, i);
 			if (r->cancel_stop && !all)
 				finish(r, KILN_ENGINE_FINISH_STOP, -1, "stop string", done);
@@ -339,7 +496,9 @@ static int plan_step(kiln_engine *e, ereq **done)
 	/* The running sequences go first; make room for their next tokens. */
 	int need = decode_blocks_needed(e);
 	while (need > free_blocks && e->n_running > 0) {
-		if (e->n_running == 1) {
+		if (prefix_evict_lru(e, -1)) {
+			/* kept prefixes go before running sequences */
+		} else if (e->n_running == 1) {
 			/* Alone and still out of room: the cache cannot hold
 			 * this sequence's context, waiting will not help. */
 			ereq *r = e->running[0];
@@ -395,13 +554,20 @@ static int plan_step(kiln_engine *e, ereq **done)
 	e->hold_admission = false;
 	while (!hold && e->wq_head && e->n_running < e->max_running && budget > 0) {
 		ereq *r = e->wq_head;
-		ereq *donor = NULL;
+		int donor = -1, entry = -1;
 		/* A prefix-cache hit forks the donor's whole shared blocks
 		 * (refcounted, no copy) and prefills only the tail, in
 		 * chunks like any prompt: forking never costs more than
 		 * prefilling, whatever the tail's length. */
-		int share =
-			e->prefix && r->n_total > KK_KV_BLOCK_SIZE ? find_prefix(e, r, &donor) : 0;
+		int share = e->prefix && r->n_total > KK_KV_BLOCK_SIZE
+				    ? find_prefix(e, r, &donor, &entry)
+				    : 0;
+		/* A request whose prefix a running sequence is still
+		 * prefilling (the n samples of one prompt, the same prompt
+		 * sent twice at once) waits for those blocks instead of
+		 * computing them again: it forks them once they are cached. */
+		if (e->prefix && r->n_total > KK_KV_BLOCK_SIZE && prefilling_prefix(e, r) > share)
+			break;
 		int left = r->n_total - share;
 		/* Admission needs blocks for the whole prefill, not just the
 		 * first chunk: one admitted into the blocks left over would
@@ -412,11 +578,24 @@ static int plan_step(kiln_engine *e, ereq **done)
 		int reserve = e->n_running ? e->watermark : 0;
 		int blocks = blocks_for(share, left);
 		int chunk = MIN(left, budget);
+		/* Room comes from kept prefixes first, least recently used
+		 * first (never the donor's). */
+		while (blocks > free_blocks - reserve) {
+			int before = km_kvcache_free_blocks(e->c);
+			if (!prefix_evict_lru(e, entry))
+				break;
+			free_blocks += km_kvcache_free_blocks(e->c) - before;
+			for (int k = 0; entry >= 0 && k < e->n_retained; k++)
+				if (e->retained[k].seq == donor)
+					entry = k; /* the donor moved (swap-remove) */
+		}
 		if (blocks > free_blocks - reserve ||
 		    (chunk < left && partial >= ENGINE_PARTIAL_MAX))
 			break;
-		int seq = share ? km_kvcache_seq_fork(e->c, donor->seq, share)
-				: km_kvcache_seq_new(e->c);
+		int seq =
+			share ? km_kvcache_seq_fork(e->c, donor, share) : km_kvcache_seq_new(e->c);
+		if (seq >= 0 && entry >= 0)
+			e->retained[entry].last_use = ++e->use_clock;
 		if (seq < 0)
 			break;
 		wq_unlink(e, r);
@@ -464,6 +643,10 @@ static void deliver(kiln_engine *e, int n_events, ereq *done)
 			.index = idx,
 			.n_generated = idx + 1,
 			.n_prompt = r->n_prompt,
+			.logprob = e->events[i].logprob,
+			.n_top = e->events[i].n_top,
+			.top_ids = e->events[i].top_ids,
+			.top_logprobs = e->events[i].top_lp,
 		};
 		r->cb(r->userdata, &ev);
 	}
@@ -505,6 +688,161 @@ static bool is_stop(const kiln_engine *e, const ereq *r, int32_t tok)
 	return false;
 }
 
+/* ---- the host path: logprobs and logits processing ---------------------- */
+
+int kiln_engine__process_logits(float *x, int V, const kiln_engine_processing *p,
+				const int32_t *tokens, int n_prompt, int n_total,
+				const int32_t *stops, int n_stops)
+{
+	for (int i = 0; i < p->n_logit_bias; i++)
+		x[p->logit_bias[i].token] += p->logit_bias[i].bias;
+	if (n_total - n_prompt < p->min_tokens)
+		for (int i = 0; i < n_stops; i++)
+			x[stops[i]] = -INFINITY;
+	const bool rep = p->repetition_penalty > 0 && p->repetition_penalty != 1;
+	if (!rep && p->frequency_penalty == 0 && p->presence_penalty == 0)
+		return 0;
+	/* Per token: its count in the output, and whether the prompt has it. */
+	_cleanup_free_ int *count = calloc((size_t) V, sizeof(int));
+	_cleanup_free_ bool *seen = calloc((size_t) V, sizeof(bool));
+	if (!count || !seen)
+		return -ENOMEM;
+	for (int i = 0; i < n_total; i++) {
+		seen[tokens[i]] = true;
+		if (i >= n_prompt)
+			count[tokens[i]]++;
+	}
+	for (int t = 0; t < V; t++) {
+		if (!seen[t])
+			continue;
+		if (rep)
+			x[t] = x[t] > 0 ? x[t] / p->repetition_penalty
+					: x[t] * p->repetition_penalty;
+		if (count[t])
+			x[t] -= p->frequency_penalty * (float) count[t] + p->presence_penalty;
+	}
+	return 0;
+}
+
+typedef struct cand {
+	float x;
+	int32_t id;
+} cand;
+
+static int cand_id_cmp(const void *a, const void *b)
+{
+	const cand *x = a, *y = b;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Descending logit, ties by lower id (kk_sample's order). */
+static int cand_cmp(const void *a, const void *b)
+{
+	const cand *x = a, *y = b;
+	if (x->x != y->x)
+		return x->x > y->x ? -1 : 1;
+	return cand_id_cmp(a, b);
+}
+
+int32_t kiln_engine__sample_host(const float *x, int V, const kk_sampling *p)
+{
+	int best = 0;
+	for (int i = 1; i < V; i++)
+		if (x[i] > x[best])
+			best = i;
+	if (p->temperature == 0)
+		return best;
+	_cleanup_free_ cand *cs = malloc((size_t) V * sizeof(*cs));
+	_cleanup_free_ double *pr = malloc((size_t) V * sizeof(double));
+	if (!cs || !pr)
+		return -ENOMEM;
+	for (int i = 0; i < V; i++)
+		cs[i] = (cand){ x[i], i };
+	qsort(cs, (size_t) V, sizeof(*cs), cand_cmp);
+	int keep = p->top_k > 0 ? MIN(p->top_k, V) : V;
+	double total = 0, kept = 0, cum = 0;
+	for (int i = 0; i < keep; i++)
+		total += pr[i] = exp(((double) cs[i].x - cs[0].x) / p->temperature);
+	if (p->top_p > 0 && p->top_p < 1) {
+		int n = 0;
+		for (; n < keep; n++) {
+			kept += pr[n];
+			if (kept >= p->top_p * total) {
+				n++;
+				break;
+			}
+		}
+		keep = MAX(n, 1);
+	}
+	double top = cs[0].x;
+	qsort(cs, (size_t) keep, sizeof(*cs), cand_id_cmp);
+	kept = 0;
+	for (int i = 0; i < keep; i++)
+		kept += pr[i] = exp(((double) cs[i].x - top) / p->temperature);
+	double u = kk_sample_uniform(p->seed, 0) * kept;
+	for (int i = 0; i < keep; i++) {
+		cum += pr[i];
+		if (cum > u)
+			return cs[i].id;
+	}
+	return cs[keep - 1].id;
+}
+
+float kiln_engine__logprobs(const float *x, int V, int32_t token, int n, int32_t *top_ids,
+			    float *top_lp)
+{
+	double mx = x[0];
+	for (int i = 1; i < V; i++)
+		mx = MAX(mx, (double) x[i]);
+	double sum = exp((double) x[0] - mx); /* >= 1 once mx is finite */
+	for (int i = 1; i < V; i++)
+		sum += exp((double) x[i] - mx);
+	const double lse = mx + log(sum);
+	/* The n best by insertion (n <= 20): ties keep the lower id first. */
+	int k = 0;
+	for (int i = 0; i < V && n > 0; i++) {
+		if (k == n && !(x[i] > x[top_ids[k - 1]]))
+			continue;
+		int j = k < n ? k++ : n - 1;
+		while (j > 0 && x[i] > x[top_ids[j - 1]]) {
+			top_ids[j] = top_ids[j - 1];
+			j--;
+		}
+		top_ids[j] = i;
+	}
+	for (int i = 0; i < k; i++)
+		top_lp[i] = (float) ((double) x[top_ids[i]] - lse);
+	return (float) ((double) x[token] - lse);
+}
+
+/* Whether q's row is sampled on the host this step. */
+static bool host_sampled(const ereq *q)
+{
+	return q->processed || q->n_total - q->n_prompt < q->proc.min_tokens;
+}
+
+/* Samples step row i for q: on the device (km_sample), or from the host
+ * copy with q's processing applied.  The token, or a negative errno. */
+static int sample_row(kiln_engine *e, int i, ereq *q, const kk_sampling *p)
+{
+	const int V = e->cfg.vocab_size;
+	if (!host_sampled(q)) {
+		int32_t tok = -1;
+		int r = km_sample(e->m, i, 1, p, &tok);
+		return r < 0 ? r : tok;
+	}
+	int32_t stops[KILN_ENGINE_STOP_MAX + 1];
+	int n_stops = 0;
+	if (!q->ignore_eos && e->eos >= 0)
+		stops[n_stops++] = e->eos;
+	for (int k = 0; k < q->n_stop; k++)
+		stops[n_stops++] = q->stop[k];
+	memcpy(e->row, e->host_logits + (size_t) i * V, (size_t) V * sizeof(float));
+	int r = kiln_engine__process_logits(e->row, V, &q->proc, q->tokens, q->n_prompt, q->n_total,
+					    stops, n_stops);
+	return r < 0 ? r : kiln_engine__sample_host(e->row, V, p);
+}
+
 static void *scheduler(void *arg)
 {
 	kiln_engine *e = arg;
@@ -534,6 +872,7 @@ static void *scheduler(void *arg)
 		apply_cancels(e, &done);
 		if (e->stopping && e->n_waiting == 0 && e->n_running == 0) {
 			e->kv_free = km_kvcache_free_blocks(e->c);
+			prefix_count_blocks(e);
 			count_done(e, done, now_s());
 			pthread_mutex_unlock(&e->lock);
 			deliver(e, 0, done);
@@ -541,6 +880,7 @@ static void *scheduler(void *arg)
 		}
 		int n = plan_step(e, &done);
 		e->kv_free = km_kvcache_free_blocks(e->c);
+		prefix_count_blocks(e);
 		count_done(e, done, now_s());
 		pthread_mutex_unlock(&e->lock);
 		deliver(e, 0, done);
@@ -548,7 +888,29 @@ static void *scheduler(void *arg)
 		if (n == 0)
 			continue;
 
-		int r = km_forward(e->m, e->c, e->in, n, NULL, &err);
+		/* Logits come to the host only for a step with a row that
+		 * samples there or returns logprobs (the fast path copies
+		 * nothing). */
+		bool host = false;
+		for (int i = 0; i < n && !host; i++) {
+			const ereq *q = e->step[i];
+			host = q->n_cached + q->chunk >= q->n_total &&
+			       (q->logprobs || host_sampled(q));
+		}
+		if (host && !e->host_logits) {
+			e->host_logits = malloc((size_t) e->max_running *
+						(size_t) e->cfg.vocab_size * sizeof(float));
+			e->row = malloc((size_t) e->cfg.vocab_size * sizeof(float));
+			if (!e->host_logits || !e->row) {
+				free(e->host_logits);
+				free(e->row);
+				e->host_logits = e->row = NULL;
+			}
+		}
+		int r = host && !e->host_logits
+				? errorf(&err, -ENOMEM, "out of memory for the step's logits")
+				: km_forward(e->m, e->c, e->in, n, host ? e->host_logits : NULL,
+					     &err);
 		if (r == -ENOSPC) {
 			/* The plan counts blocks, so this is a fallback: put
 			 * this step's new prefills back in order (or else the
@@ -589,8 +951,8 @@ static void *scheduler(void *arg)
 			q->prefilling = false;
 			kk_sampling p = q->samp;
 			p.seed = token_seed(q->samp.seed, q->n_total - q->n_prompt);
-			int32_t tok = -1;
-			int rs = km_sample(e->m, i, 1, &p, &tok);
+			int rs = sample_row(e, i, q, &p);
+			int32_t tok = rs;
 			if (rs < 0) {
 				snprintf(err.msg, sizeof(err.msg), "sampling failed: %s",
 					 strerror(-rs));
@@ -608,7 +970,17 @@ static void *scheduler(void *arg)
 			else
 				kiln_histogram_observe(&e->itl, t - q->t_last);
 			q->t_last = t;
-			e->events[n_events++] = (tok_event){ q, tok };
+			tok_event *ev = &e->events[n_events++];
+			ev->r = q;
+			ev->token = tok;
+			ev->n_top = 0;
+			if (q->logprobs) {
+				ev->n_top = q->top_logprobs;
+				ev->logprob = kiln_engine__logprobs(
+					e->host_logits + (size_t) i * e->cfg.vocab_size,
+					e->cfg.vocab_size, tok, q->top_logprobs, ev->top_ids,
+					ev->top_lp);
+			}
 			if (q->n_total - q->n_prompt >= q->max_tokens ||
 			    q->n_cached >= e->cfg.max_seq_len)
 				q->outcome = OUT_LENGTH;
@@ -629,16 +1001,17 @@ static void *scheduler(void *arg)
 				running_remove(e, i);
 				finish(q, KILN_ENGINE_FINISH_ERROR, -1, err.msg, &done);
 			} else if (q->outcome == OUT_STOP) {
-				release_seq(e, q);
+				retire_seq(e, q);
 				running_remove(e, i);
 				finish(q, KILN_ENGINE_FINISH_STOP, q->stop_token, NULL, &done);
 			} else if (q->outcome == OUT_LENGTH) {
-				release_seq(e, q);
+				retire_seq(e, q);
 				running_remove(e, i);
 				finish(q, KILN_ENGINE_FINISH_LENGTH, -1, NULL, &done);
 			}
 		}
 		e->kv_free = km_kvcache_free_blocks(e->c);
+		prefix_count_blocks(e);
 		count_done(e, done, t);
 		pthread_mutex_unlock(&e->lock);
 		deliver(e, n_events, done);
@@ -690,6 +1063,9 @@ int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source
 	e->max_waiting = o.max_waiting;
 	e->eos = o.eos_token;
 	e->prefix = o.prefix_caching;
+	/* Kept prefixes: as many entries as running sequences, each holding a
+	 * cache sequence id of its own. */
+	e->retain_max = o.prefix_caching ? MIN(o.max_running, KM_KV_SEQS_MAX - o.max_running) : 0;
 	e->on_tick = o.on_tick;
 	e->tick_userdata = o.tick_userdata;
 	e->tick_usec = o.tick_usec;
@@ -722,8 +1098,8 @@ int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source
 	if (r < 0)
 		goto fail;
 	e->cfg = *km_model_config(e->m);
-	r = km_kvcache_new(be, &e->cfg, km_model_act_dtype(e->m), o.num_blocks, o.max_running,
-			   &e->c);
+	r = km_kvcache_new(be, &e->cfg, km_model_act_dtype(e->m), o.num_blocks,
+			   o.max_running + e->retain_max, &e->c);
 	if (r < 0) {
 		errorf(err, r, "engine: KV cache of %d blocks for %d sequences: %s", o.num_blocks,
 		       o.max_running, strerror(-r));
@@ -733,7 +1109,8 @@ int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source
 	e->in = calloc((size_t) o.max_running, sizeof(*e->in));
 	e->step = calloc((size_t) o.max_running, sizeof(*e->step));
 	e->events = calloc((size_t) o.max_running, sizeof(*e->events));
-	if (!e->running || !e->in || !e->step || !e->events) {
+	e->retained = calloc((size_t) MAX(e->retain_max, 1), sizeof(*e->retained));
+	if (!e->running || !e->in || !e->step || !e->events || !e->retained) {
 		r = errorf(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -793,13 +1170,43 @@ int kiln_engine_submit(kiln_engine *e, const kiln_engine_request *q, kiln_error 
 			      (unsigned long long) id, s->temperature, s->top_k,
 			      KK_SAMPLE_TOP_K_MAX, s->top_p);
 
+	const kiln_engine_processing *pp = &q->proc;
+	if (q->top_logprobs < 0 || q->top_logprobs > KILN_ENGINE_LOGPROBS_MAX)
+		return errorf(err, -EINVAL, "request %llu: top_logprobs %d, must be 0..%d",
+			      (unsigned long long) id, q->top_logprobs, KILN_ENGINE_LOGPROBS_MAX);
+	if (!(fabsf(pp->presence_penalty) <= 2) || !(fabsf(pp->frequency_penalty) <= 2) ||
+	    !(pp->repetition_penalty >= 0 && pp->repetition_penalty <= 100) || pp->min_tokens < 0)
+		return errorf(err, -EINVAL,
+			      "request %llu: presence_penalty %g, frequency_penalty %g (-2..2), "
+			      "repetition_penalty %g (0..100), min_tokens %d (>= 0)",
+			      (unsigned long long) id, pp->presence_penalty, pp->frequency_penalty,
+			      pp->repetition_penalty, pp->min_tokens);
+	if (pp->n_logit_bias < 0 || pp->n_logit_bias > KILN_ENGINE_BIAS_MAX ||
+	    (pp->n_logit_bias && !pp->logit_bias))
+		return errorf(err, -EINVAL, "request %llu: %d logit_bias entries, at most %d",
+			      (unsigned long long) id, pp->n_logit_bias, KILN_ENGINE_BIAS_MAX);
+	for (int i = 0; i < pp->n_logit_bias; i++)
+		if (pp->logit_bias[i].token < 0 || pp->logit_bias[i].token >= e->cfg.vocab_size ||
+		    !(fabsf(pp->logit_bias[i].bias) <= 100))
+			return errorf(err, -EINVAL,
+				      "request %llu: logit_bias token %d (0..%d), bias %g "
+				      "(-100..100)",
+				      (unsigned long long) id, pp->logit_bias[i].token,
+				      e->cfg.vocab_size - 1, pp->logit_bias[i].bias);
+
 	ereq *r = calloc(1, sizeof(*r));
 	/* Room for the prompt and every token it may generate (capped at the
 	 * context: nothing past max_seq_len + 1 is ever stored). */
 	int cap = q->n_prompt + MIN(q->max_tokens, e->cfg.max_seq_len + 1);
 	if (r)
 		r->tokens = malloc((size_t) cap * sizeof(int32_t));
-	if (!r || !r->tokens) {
+	if (r && pp->n_logit_bias) {
+		kiln_engine_bias *b = malloc((size_t) pp->n_logit_bias * sizeof(*b));
+		if (b)
+			memcpy(b, pp->logit_bias, (size_t) pp->n_logit_bias * sizeof(*b));
+		r->proc.logit_bias = b;
+	}
+	if (!r || !r->tokens || (pp->n_logit_bias && !r->proc.logit_bias)) {
 		req_free(r);
 		return errorf(err, -ENOMEM, "request %llu: out of memory", (unsigned long long) id);
 	}
@@ -813,6 +1220,16 @@ int kiln_engine_submit(kiln_engine *e, const kiln_engine_request *q, kiln_error 
 	if (q->n_stop)
 		memcpy(r->stop, q->stop, (size_t) q->n_stop * sizeof(int32_t));
 	r->ignore_eos = q->ignore_eos;
+	r->logprobs = q->logprobs;
+	r->top_logprobs = q->logprobs ? q->top_logprobs : 0;
+	{
+		const kiln_engine_bias *b = r->proc.logit_bias;
+		r->proc = *pp;
+		r->proc.logit_bias = b;
+	}
+	r->processed = pp->n_logit_bias || pp->presence_penalty != 0 ||
+		       pp->frequency_penalty != 0 ||
+		       (pp->repetition_penalty > 0 && pp->repetition_penalty != 1);
 	r->cb = q->cb;
 	r->userdata = q->userdata;
 	r->stop_token = -1;
@@ -899,12 +1316,17 @@ kiln_engine *kiln_engine_free(kiln_engine *e)
 		wq_unlink(e, r);
 		req_free(r);
 	}
+	while (e->retained && e->n_retained)
+		prefix_drop(e, e->n_retained - 1);
+	free(e->retained);
 	km_kvcache_free(e->c);
 	km_model_free(e->m);
 	free(e->running);
 	free(e->in);
 	free(e->step);
 	free(e->events);
+	free(e->host_logits);
+	free(e->row);
 	kiln_histogram_destroy(&e->ttft);
 	kiln_histogram_destroy(&e->itl);
 	kiln_histogram_destroy(&e->e2e);
@@ -931,8 +1353,11 @@ void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *ret)
 	s.prefix_queries = e->prefix_queries;
 	s.prefix_hits = e->prefix_hits;
 	s.requests_rejected = e->rejected;
+	s.prefix_entries = e->n_retained;
+	s.prefix_blocks = e->prefix_blocks;
+	s.prefix_evictions = e->prefix_evictions;
 	s.kv_blocks_total = e->num_blocks;
-	s.kv_blocks_used = e->num_blocks - e->kv_free;
+	s.kv_blocks_used = e->num_blocks - e->kv_free - e->prefix_only;
 	pthread_mutex_unlock(&e->lock);
 	*ret = s;
 }
@@ -976,8 +1401,16 @@ int kiln_engine_metrics(kiln_engine *e, kiln_metrics *m)
 			    "Prompt tokens looked up in the prefix cache.");
 	kiln_metrics_sample(m, NULL, (double) s.prefix_queries);
 	kiln_metrics_family(m, "kiln_inferd_prefix_cache_hits_total", KILN_METRIC_COUNTER,
-			    "Prompt tokens shared from a running sequence instead of prefilled.");
+			    "Prompt tokens shared from a running sequence or a kept prefix instead "
+			    "of prefilled.");
 	kiln_metrics_sample(m, NULL, (double) s.prefix_hits);
+	kiln_metrics_family(m, "kiln_inferd_prefix_cache_blocks", KILN_METRIC_GAUGE,
+			    "KV cache blocks held by finished requests' kept prefixes (freed on "
+			    "demand).");
+	kiln_metrics_sample(m, NULL, s.prefix_blocks);
+	kiln_metrics_family(m, "kiln_inferd_prefix_cache_evictions_total", KILN_METRIC_COUNTER,
+			    "Kept prefixes evicted (least recently used) for room.");
+	kiln_metrics_sample(m, NULL, (double) s.prefix_evictions);
 	kiln_metrics_family(
 		m, "kiln_inferd_num_requests_rejected_total", KILN_METRIC_COUNTER,
 		"Requests refused because max_waiting requests were queued (HTTP 429).");

@@ -66,7 +66,13 @@ typedef struct inferd_request {
 	int n_stop_ids;
 	char **stops;	 /* "stop": NULL-terminated copies; NULL: none */
 	size_t stop_max; /* the longest stop string (bytes) */
-	int n_prompts;	 /* 1, or a batch of up to INFERD_BATCH_MAX */
+	int n;		 /* choices per prompt; n_prompts * n <= INFERD_BATCH_MAX */
+	bool logprobs;	 /* completions: logprobs given; chat: logprobs true */
+	int top_logprobs;
+	kiln_engine_processing proc; /* proc.logit_bias unset: logit_bias below */
+	kiln_engine_bias logit_bias[KILN_ENGINE_BIAS_MAX];
+	int n_logit_bias;
+	int n_prompts; /* 1, or a batch of up to INFERD_BATCH_MAX */
 	int32_t *prompts[INFERD_BATCH_MAX];
 	int prompt_len[INFERD_BATCH_MAX];
 } inferd_request;
@@ -96,6 +102,14 @@ json_t *inferd_choice_json(int index, const char *text, size_t len, const int32_
  * in the first, content only when there is some or it is the first). */
 json_t *inferd_chat_choice_json(bool stream, int index, bool first, const char *text, size_t len,
 				const char *finish);
+/* Logprobs of n tokens in OpenAI's shape: chat {"content": [{token,
+ * logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}; completions
+ * {tokens, token_logprobs, top_logprobs: [{text: logprob}], text_offset},
+ * the offsets counting from *offset (advanced past the tokens' texts).
+ * lp[i] is toks[i]'s; top_ids/top_lp hold n_top alternatives per token. */
+json_t *inferd_logprobs_json(const inferd_model *m, bool chat, const int32_t *toks, const float *lp,
+			     const int32_t *top_ids, const float *top_lp, int n_top, int n,
+			     size_t *offset);
 /* The envelope around choices (a choice, an array of them, or NULL for
  * none; the reference is stolen): id, object, created, model, choices. */
 json_t *inferd_envelope_json(const char *id, bool chat, bool stream, const char *model,
@@ -126,7 +140,8 @@ typedef struct inferd_app {
 	time_t started;
 } inferd_app;
 
-/* Submits request q (its prompts, one engine request each) and replies:
+/* Submits request q (its prompts n times each, one engine request per
+ * choice) and replies:
  * an SSE stream or a deferred JSON reply when the engine took it, 429 /
  * 503 / 400 when it did not.  Takes q->stops (q->stops is NULL after).
  * Returns what the kiln_http_reply_* call returned, or a negative errno. */

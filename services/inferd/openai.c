@@ -8,7 +8,9 @@
  * tokenizer, so a request leaves this file as token ids.  Pure: no I/O, no
  * engine, no HTTP, no logging — which is what lets fuzz-openai throw
  * anything at it. */
+#include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -339,56 +341,97 @@ static int fail_with(inferd_error *err, unsigned status, const char *param, cons
 #define UNSUPPORTED(e, field, what, hint) \
 	kiln_json_fail(e, field, "kiln-inferd does not support " what "; " hint)
 
-/* Fields that stock clients send at their neutral values (the openai
- * package, LangChain ...): accepted and ignored at those values; any other
- * value asks for what kiln does not do, and is refused naming the field
- * rather than silently ignored. */
-static int get_neutral(const json_t *req, bool chat, kiln_error *e)
+/* "logit_bias": {"token id": bias, ...}, at most KILN_ENGINE_BIAS_MAX
+ * entries of token ids in the vocabulary, biases -100..100. */
+static int get_logit_bias(const inferd_model *m, const json_t *req, inferd_request *ret,
+			  kiln_error *e)
+{
+	json_t *o = NULL, *v;
+	const char *key;
+	if (kiln_json_get_object(req, "", "logit_bias", 0, &o, e) < 0)
+		return -EINVAL;
+	if (!o)
+		return 0;
+	if (json_object_size(o) > KILN_ENGINE_BIAS_MAX)
+		return kiln_json_fail(e, "logit_bias", "%zu entries, at most %d",
+				      json_object_size(o), KILN_ENGINE_BIAS_MAX);
+	json_object_foreach(o, key, v)
+	{
+		char at[KILN_JSON_PATH_MAX], *end;
+		kiln_json_path(at, sizeof(at), "logit_bias", key, 0);
+		/* canonical decimal only: " 5", "+5" and "05" would be a
+		 * second entry for token 5 */
+		errno = 0;
+		long id = strtol(key, &end, 10);
+		if (!*key || *end || errno || id < 0 || id >= m->vocab ||
+		    !isdigit((unsigned char) key[0]) || (key[0] == '0' && key[1]))
+			return kiln_json_fail(e, at,
+					      "the key must be a token id of this model (0..%d), "
+					      "as a string",
+					      m->vocab - 1);
+		if (!json_is_number(v) || !(fabs(json_number_value(v)) <= 100))
+			return kiln_json_fail(e, at, "the bias must be a number in -100..100");
+		ret->logit_bias[ret->n_logit_bias++] =
+			(kiln_engine_bias){ (int32_t) id, (float) json_number_value(v) };
+	}
+	ret->proc.n_logit_bias = ret->n_logit_bias;
+	return 0;
+}
+
+/* n, penalties, logit_bias, min_tokens, logprobs (OpenAI's and vLLM's
+ * sampling fields), and fields stock clients (the openai package,
+ * LangChain ...) send that kiln takes at their neutral values only:
+ * anything else asks for what kiln does not do, and is refused naming the
+ * field rather than silently ignored. */
+static int get_sampling(const inferd_model *m, const json_t *req, bool chat, inferd_request *ret,
+			kiln_error *e)
 {
 	static const char *const known_rf[] = { "type", NULL };
 	static const char *const rf_types[] = { "text", NULL };
-	int64_t n = 1, top = 0;
+	int64_t n = 1, top = 0, min_tokens = 0;
 	double pp = 0, fp = 0, rp = 1;
 	bool b = false;
 	const char *user = NULL;
 	json_t *o = NULL, *v;
 	int t;
-	if (kiln_json_get_int(req, "", "n", 0, 1, 128, &n, e) < 0)
-		return -EINVAL;
-	if (n != 1)
-		return UNSUPPORTED(e, "n", "n > 1",
-				   "send one request per completion (or leave n out)");
-	if (kiln_json_get_number(req, "", "presence_penalty", 0, -2, 2, &pp, e) < 0 ||
+	if (kiln_json_get_int(req, "", "n", 0, 1, INFERD_BATCH_MAX, &n, e) < 0 ||
+	    kiln_json_get_number(req, "", "presence_penalty", 0, -2, 2, &pp, e) < 0 ||
 	    kiln_json_get_number(req, "", "frequency_penalty", 0, -2, 2, &fp, e) < 0 ||
-	    kiln_json_get_number(req, "", "repetition_penalty", 0, 0.01, 100, &rp, e) < 0)
+	    kiln_json_get_number(req, "", "repetition_penalty", 0, 0.01, 100, &rp, e) < 0 ||
+	    kiln_json_get_int(req, "", "min_tokens", 0, 0, INFERD_MAX_TOKENS_MAX, &min_tokens, e) <
+		    0 ||
+	    get_logit_bias(m, req, ret, e) < 0)
 		return -EINVAL;
-	if (pp != 0)
-		return UNSUPPORTED(e, "presence_penalty", "penalties", "leave it out or send 0");
-	if (fp != 0)
-		return UNSUPPORTED(e, "frequency_penalty", "penalties", "leave it out or send 0");
-	if (rp != 1)
-		return UNSUPPORTED(e, "repetition_penalty", "penalties", "leave it out or send 1");
-	if (kiln_json_get_object(req, "", "logit_bias", 0, &o, e) < 0)
-		return -EINVAL;
-	if (o && json_object_size(o))
-		return UNSUPPORTED(e, "logit_bias", "logit_bias", "leave it out or send {}");
+	ret->n = (int) n;
+	ret->proc.presence_penalty = (float) pp;
+	ret->proc.frequency_penalty = (float) fp;
+	ret->proc.repetition_penalty = (float) rp;
+	ret->proc.min_tokens = (int) min_tokens;
 	/* Chat: logprobs a boolean and top_logprobs a count; completions:
-	 * logprobs a count (null or false: none). */
+	 * logprobs a count of alternatives (null or false: none). */
 	v = json_object_get(req, "logprobs");
-	if (chat || json_is_boolean(v) || !v || json_is_null(v)) {
-		if (kiln_json_get_bool(req, "", "logprobs", 0, &b, e) < 0)
+	if (chat) {
+		if (kiln_json_get_bool(req, "", "logprobs", 0, &ret->logprobs, e) < 0 ||
+		    kiln_json_get_int(req, "", "top_logprobs", 0, 0, KILN_ENGINE_LOGPROBS_MAX, &top,
+				      e) < 0)
 			return -EINVAL;
-		if (b)
-			return UNSUPPORTED(e, "logprobs", "logprobs", "leave it out or send false");
+		if (top && !ret->logprobs)
+			return kiln_json_fail(e, "top_logprobs",
+					      "top_logprobs needs \"logprobs\": true");
+	} else if (json_is_false(v) || json_is_null(v) || !v) {
+		/* none */
 	} else {
-		if (kiln_json_get_int(req, "", "logprobs", 0, 0, 20, &top, e) < 0)
+		if (json_is_true(v))
+			return kiln_json_fail(e, "logprobs",
+					      "for completions logprobs is the number of "
+					      "alternatives per token (0..%d), not a boolean",
+					      KILN_ENGINE_LOGPROBS_MAX);
+		if (kiln_json_get_int(req, "", "logprobs", 0, 0, KILN_ENGINE_LOGPROBS_MAX, &top,
+				      e) < 0)
 			return -EINVAL;
-		return UNSUPPORTED(e, "logprobs", "logprobs", "leave it out or send null");
+		ret->logprobs = true;
 	}
-	if (chat && kiln_json_get_int(req, "", "top_logprobs", 0, 0, 20, &top, e) < 0)
-		return -EINVAL;
-	if (top)
-		return UNSUPPORTED(e, "top_logprobs", "logprobs", "leave it out or send 0");
+	ret->top_logprobs = (int) top;
 	if (kiln_json_get_bool(req, "", "store", 0, &b, e) < 0 ||
 	    kiln_json_get_object(req, "", "metadata", 0, &o, e) < 0 ||
 	    kiln_json_get_string(req, "", "user", 0, 0, &user, e) < 0)
@@ -461,6 +504,7 @@ int inferd_request_parse(const inferd_model *m, const json_t *req, bool chat, in
 						  "frequency_penalty",
 						  "repetition_penalty",
 						  "logit_bias",
+						  "min_tokens",
 						  "store",
 						  "metadata",
 						  NULL };
@@ -485,6 +529,7 @@ int inferd_request_parse(const inferd_model *m, const json_t *req, bool chat, in
 						  "frequency_penalty",
 						  "repetition_penalty",
 						  "logit_bias",
+						  "min_tokens",
 						  "store",
 						  "metadata",
 						  "response_format",
@@ -516,7 +561,7 @@ int inferd_request_parse(const inferd_model *m, const json_t *req, bool chat, in
 	    kiln_json_get_number(req, "", "top_p", 0, 0, 1, &ret->top_p, e) < 0 ||
 	    kiln_json_get_int(req, "", "top_k", 0, 0, KK_SAMPLE_TOP_K_MAX, &ret->top_k, e) < 0 ||
 	    kiln_json_get_int(req, "", "seed", 0, 0, INT64_MAX, &ret->seed, e) < 0 ||
-	    get_neutral(req, chat, e) < 0 ||
+	    get_sampling(m, req, chat, ret, e) < 0 ||
 	    kiln_json_get_bool(req, "", "stream", 0, &ret->stream, e) < 0 ||
 	    kiln_json_get_bool(req, "", "echo", 0, &ret->echo, e) < 0 ||
 	    kiln_json_get_bool(req, "", "ignore_eos", 0, &ret->ignore_eos, e) < 0 ||
@@ -535,9 +580,21 @@ int inferd_request_parse(const inferd_model *m, const json_t *req, bool chat, in
 		return r;
 	if (ret->echo && !m->tok)
 		return need_tokenizer(m, "echo", e);
+	if (ret->echo && ret->logprobs)
+		return kiln_json_fail(
+			e, "logprobs",
+			"kiln-inferd does not return the prompt's logprobs (echo with "
+			"logprobs); leave out echo or logprobs");
+	if (ret->proc.min_tokens > ret->max_tokens)
+		return kiln_json_fail(e, "min_tokens", "min_tokens %d is more than max_tokens %lld",
+				      ret->proc.min_tokens, (long long) ret->max_tokens);
 	r = chat ? get_messages(m, req, ret, e) : get_prompts(m, req, ret, e);
 	if (r < 0)
 		return r;
+	if (ret->n_prompts * ret->n > INFERD_BATCH_MAX)
+		return kiln_json_fail(
+			e, "n", "%d prompts x n %d is %d choices, at most %d in one request",
+			ret->n_prompts, ret->n, ret->n_prompts * ret->n, INFERD_BATCH_MAX);
 	for (int i = 0; i < ret->n_prompts; i++)
 		if (ret->prompt_len[i] > m->ctx)
 			return fail_with(err, 400, chat ? "messages" : "prompt",
@@ -591,6 +648,100 @@ json_t *inferd_chat_choice_json(bool stream, int index, bool first, const char *
 		json_object_set_new(m, "content", json_stringn(text ? text : "", len));
 	return json_pack("{s:i, s:o, s:n, s:s?}", "index", index, stream ? "delta" : "message", m,
 			 "logprobs", "finish_reason", finish);
+}
+
+/* A token's text for logprobs: its bytes when they are UTF-8, else
+ * "bytes:\\xNN..." (vLLM's spelling); "token_id:N" without a tokenizer.
+ * A byte-fallback token (<0xNN>) is its byte, in *byte. */
+static json_t *token_string(const inferd_model *m, int32_t id, const char **bytes, size_t *len,
+			    char *byte)
+{
+	char buf[4 * KTOK_MAX_TOKEN_LEN + 16];
+	unsigned v;
+	*bytes = m->tok ? ktok_token_text(m->tok, id, len) : NULL;
+	if (*bytes && ktok_token_type(m->tok, id) == KTOK_BYTE && *len == 6 &&
+	    sscanf(*bytes, "<0x%2x>", &v) == 1) {
+		*byte = (char) v;
+		*bytes = byte;
+		*len = 1;
+	}
+	if (!*bytes) {
+		snprintf(buf, sizeof(buf), "token_id:%d", id);
+		*bytes = "";
+		*len = 0;
+		return json_string(buf);
+	}
+	json_t *t = json_stringn(*bytes, *len);
+	if (t)
+		return t;
+	size_t o = (size_t) snprintf(buf, sizeof(buf), "bytes:");
+	for (size_t i = 0; i < *len && o + 5 < sizeof(buf); i++)
+		o += (size_t) snprintf(buf + o, sizeof(buf) - o, "\\x%02x",
+				       (unsigned char) (*bytes)[i]);
+	return json_string(buf);
+}
+
+static json_t *bytes_json(const char *b, size_t len)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; i < len; i++)
+		json_array_append_new(a, json_integer((unsigned char) b[i]));
+	return a;
+}
+
+/* OpenAI reports -inf as a large negative number (JSON has no infinity). */
+static json_t *lp_json(float lp)
+{
+	return json_real(isfinite(lp) ? lp : -9999.0);
+}
+
+json_t *inferd_logprobs_json(const inferd_model *m, bool chat, const int32_t *toks, const float *lp,
+			     const int32_t *top_ids, const float *top_lp, int n_top, int n,
+			     size_t *offset)
+{
+	const char *b;
+	size_t len;
+	char byte;
+	if (chat) {
+		json_t *content = json_array();
+		for (int i = 0; i < n; i++) {
+			json_t *alts = json_array();
+			for (int k = 0; k < n_top; k++) {
+				json_t *t =
+					token_string(m, top_ids[i * n_top + k], &b, &len, &byte);
+				json_array_append_new(
+					alts, json_pack("{s:o, s:o, s:o}", "token", t, "logprob",
+							lp_json(top_lp[i * n_top + k]), "bytes",
+							bytes_json(b, len)));
+			}
+			json_t *t = token_string(m, toks[i], &b, &len, &byte);
+			json_array_append_new(content,
+					      json_pack("{s:o, s:o, s:o, s:o}", "token", t,
+							"logprob", lp_json(lp[i]), "bytes",
+							bytes_json(b, len), "top_logprobs", alts));
+		}
+		return json_pack("{s:o}", "content", content);
+	}
+	json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(),
+	       *offs = json_array();
+	for (int i = 0; i < n; i++) {
+		json_array_append_new(tokens, token_string(m, toks[i], &b, &len, &byte));
+		json_array_append_new(lps, lp_json(lp[i]));
+		json_array_append_new(offs, json_integer((json_int_t) *offset));
+		*offset += len;
+		/* vLLM's keys: the alternatives' texts (the sampled token
+		 * among them when it is not one). */
+		json_t *alts = json_object();
+		for (int k = 0; k < n_top; k++) {
+			json_t *t = token_string(m, top_ids[i * n_top + k], &b, &len, &byte);
+			json_object_set_new(alts, json_string_value(t),
+					    lp_json(top_lp[i * n_top + k]));
+			json_decref(t);
+		}
+		json_array_append_new(tops, alts);
+	}
+	return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps,
+			 "top_logprobs", tops, "text_offset", offs);
 }
 
 json_t *inferd_envelope_json(const char *id, bool chat, bool stream, const char *model,

@@ -2,7 +2,10 @@
  * request's life on the engine.
  *
  * A validated request (openai.c) becomes a job: one engine request per
- * prompt (a "seq"), all answering one HTTP reply.  Tokens arrive on the
+ * choice (a "seq": each prompt n times), all answering one HTTP reply.
+ * With logprobs, each seq keeps its tokens' log-probabilities and
+ * alternatives from the engine's events and puts them in its choice (in
+ * the event of the token that brought them, when streaming).  Tokens arrive on the
  * engine's scheduler thread; each seq decodes them as they come
  * (ktok_stream: complete UTF-8 only) so stop strings are found in the text
  * even when split across tokens, cut, and never returned.  Streamed, a seq
@@ -45,7 +48,7 @@ size_t inferd_sendable(const char *text, size_t len, size_t sent, size_t stop_ma
 
 typedef struct job job;
 
-/* One choice: one prompt, one engine request.  Its text is decoded as the
+/* One choice: one sample of one prompt, one engine request.  Its text is decoded as the
  * tokens come so stop strings can be found in it; a streamed choice sends
  * what no stop string can still claim. */
 typedef struct seq {
@@ -55,6 +58,12 @@ typedef struct seq {
 	int n_prompt;
 	int32_t *out; /* the tokens so far (token_ids) */
 	int n_out, cap;
+	/* logprobs: out's, and top alternatives per token (job's n_top) */
+	float *lp;
+	int32_t *top_ids;
+	float *top_lp;
+	int n_lp_sent;	  /* tokens whose logprobs are streamed */
+	size_t lp_offset; /* completions' text_offset so far */
 	ktok_stream *dec;
 	kiln_strbuf text; /* decoded text, cut at a stop string */
 	size_t sent;	  /* bytes of text already streamed */
@@ -75,6 +84,9 @@ struct job {
 	inferd_app *a;
 	char rid[80]; /* "cmpl-" / "chatcmpl-" + the HTTP request id */
 	bool stream, chat, include_usage;
+	bool logprobs;
+	int n_top;
+	int min_tokens; /* stop strings count only from this many tokens on (vLLM) */
 	char **stops;	 /* NULL-terminated copies */
 	size_t stop_max; /* longest stop string */
 	int n_seqs, n_live, n_prompt_total, n_gen_total;
@@ -95,6 +107,9 @@ static void job_free(job *j)
 	pthread_cond_destroy(&j->cond);
 	for (int i = 0; i < j->n_seqs; i++) {
 		free(j->seqs[i].out);
+		free(j->seqs[i].lp);
+		free(j->seqs[i].top_ids);
+		free(j->seqs[i].top_lp);
 		free(j->seqs[i].echo);
 		ktok_stream_free(j->seqs[i].dec);
 		kiln_strbuf_free(&j->seqs[i].text);
@@ -107,6 +122,27 @@ static json_t *envelope(const job *j, json_t *choices)
 {
 	return inferd_envelope_json(j->rid, j->chat, j->stream, j->a->model.name, time(NULL),
 				    choices);
+}
+
+/* The logprobs of q's tokens [from, to) (NULL when not asked). */
+static json_t *seq_logprobs(job *j, seq *q, int from, int to)
+{
+	if (!j->logprobs)
+		return NULL;
+	return inferd_logprobs_json(&j->a->model, j->chat, q->out + from, q->lp + from,
+				    q->top_ids + (size_t) from * j->n_top,
+				    q->top_lp + (size_t) from * j->n_top, j->n_top, to - from,
+				    &q->lp_offset);
+}
+
+/* Sets a choice's "logprobs" (lp stolen; NULL: left null). */
+static json_t *with_logprobs(json_t *choice, json_t *lp)
+{
+	if (choice && lp)
+		json_object_set_new(choice, "logprobs", lp);
+	else
+		json_decref(lp);
+	return choice;
 }
 
 /* Sends one streamed event; a client 64 KiB behind, or gone, loses its
@@ -131,7 +167,7 @@ static void add_text(seq *q, const char *t, size_t len)
 	size_t old = q->text.len;
 	if (kiln_strbuf_append_n(&q->text, t, len) < 0)
 		return; /* the buffer keeps its error; the finish reports it */
-	if (!j->stops)
+	if (!j->stops || q->n_out < j->min_tokens)
 		return;
 	size_t cut = inferd_stop_cut(q->text.s, q->text.len, old, j->stops, j->stop_max);
 	if (cut == SIZE_MAX)
@@ -150,14 +186,20 @@ static void stream_text(seq *q, const int32_t *tok, int n_tok, const char *finis
 		inferd_sendable(q->text.s, q->text.len, q->sent, j->stop_max, !q->done && j->stops);
 	const char *t = q->text.s ? q->text.s + q->sent : "";
 	size_t len = end - q->sent;
+	/* The tokens' logprobs go with the event of the token that brought
+	 * them, whether or not its text is held back. */
+	json_t *lp = q->n_lp_sent < q->n_out ? seq_logprobs(j, q, q->n_lp_sent, q->n_out) : NULL;
+	q->n_lp_sent = q->n_out;
 	if (j->chat) {
 		/* OpenAI's order: the role alone, then content deltas. */
 		if (q->first)
 			send_event(j, envelope(j, inferd_chat_choice_json(true, q->index, true, "",
 									  0, NULL)));
-		if (len)
-			send_event(j, envelope(j, inferd_chat_choice_json(true, q->index, false, t,
-									  len, NULL)));
+		if (len || lp)
+			send_event(j, envelope(j, with_logprobs(inferd_chat_choice_json(
+									true, q->index, false, t,
+									len, NULL),
+								lp)));
 		if (finish)
 			send_event(j, envelope(j, inferd_chat_choice_json(true, q->index, false, "",
 									  0, finish)));
@@ -167,8 +209,9 @@ static void stream_text(seq *q, const int32_t *tok, int n_tok, const char *finis
 		if (q->first && q->echo)
 			kiln_strbuf_append(&b, q->echo);
 		kiln_strbuf_append_n(&b, t, len);
-		send_event(j, envelope(j, inferd_choice_json(q->index, b.s, b.len, tok, n_tok,
-							     finish)));
+		send_event(j, envelope(j, with_logprobs(inferd_choice_json(q->index, b.s, b.len,
+									   tok, n_tok, finish),
+							lp)));
 	}
 	q->first = false;
 	q->sent = end;
@@ -216,9 +259,11 @@ static void job_finish(job *j)
 			kiln_strbuf_append(&b, q->echo);
 		kiln_strbuf_append_n(&b, q->text.s ? q->text.s : "", q->text.len);
 		json_array_append_new(
-			ch,
-			j->chat ? inferd_chat_choice_json(false, i, false, b.s, b.len, q->finish)
-				: inferd_choice_json(i, b.s, b.len, q->out, q->n_out, q->finish));
+			ch, with_logprobs(j->chat ? inferd_chat_choice_json(false, i, false, b.s,
+									    b.len, q->finish)
+						  : inferd_choice_json(i, b.s, b.len, q->out,
+								       q->n_out, q->finish),
+					  seq_logprobs(j, q, 0, q->n_out)));
 	}
 	_cleanup_json_ json_t *c = oom ? NULL : envelope(j, ch);
 	if (oom)
@@ -249,8 +294,18 @@ static void on_event(void *ud, const kiln_engine_event *ev)
 	if (!fin) {
 		if (q->stopped)
 			return; /* tokens the cancel did not catch in time */
-		if (q->n_out < q->cap)
+		if (q->n_out < q->cap) {
+			if (j->logprobs) {
+				q->lp[q->n_out] = ev->logprob;
+				for (int k = 0; k < j->n_top; k++) {
+					size_t at = (size_t) q->n_out * j->n_top + k;
+					q->top_ids[at] = k < ev->n_top ? ev->top_ids[k] : ev->token;
+					q->top_lp[at] =
+						k < ev->n_top ? ev->top_logprobs[k] : ev->logprob;
+				}
+			}
 			q->out[q->n_out++] = ev->token;
+		}
 		j->n_gen_total++;
 		if (q->dec) {
 			const char *t;
@@ -298,7 +353,8 @@ int inferd_submit(kiln_http_request *r, inferd_app *a, inferd_request *rq)
 {
 	const inferd_model *m = &a->model;
 	const bool chat = rq->chat;
-	job *j = calloc(1, sizeof(*j) + (size_t) rq->n_prompts * sizeof(seq));
+	const int n_seqs = rq->n_prompts * MAX(rq->n, 1); /* n choices per prompt */
+	job *j = calloc(1, sizeof(*j) + (size_t) n_seqs * sizeof(seq));
 	if (!j)
 		return -ENOMEM;
 	j->a = a;
@@ -309,21 +365,32 @@ int inferd_submit(kiln_http_request *r, inferd_app *a, inferd_request *rq)
 	j->include_usage = rq->include_usage;
 	j->stops = TAKE_PTR(rq->stops);
 	j->stop_max = rq->stop_max;
-	j->n_seqs = rq->n_prompts;
+	j->n_seqs = n_seqs;
+	j->logprobs = rq->logprobs;
+	j->n_top = rq->top_logprobs;
+	j->min_tokens = rq->proc.min_tokens;
 	pthread_mutex_init(&j->lock, NULL);
 	pthread_cond_init(&j->cond, NULL);
-	for (int i = 0; i < rq->n_prompts; i++) {
+	/* Choice i is sample i % n of prompt i / n (OpenAI's indexing). */
+	const int n = MAX(rq->n, 1);
+	for (int i = 0; i < n_seqs; i++) {
 		seq *s = &j->seqs[i];
+		const int p = i / n;
 		s->j = j;
 		s->index = i;
 		s->first = true;
-		s->n_prompt = rq->prompt_len[i];
+		s->n_prompt = rq->prompt_len[p];
 		kiln_strbuf_init(&s->text);
 		s->cap = (int) MIN(rq->max_tokens, (int64_t) m->ctx + 1);
-		j->n_prompt_total += rq->prompt_len[i];
+		if (i % n == 0) /* usage counts each prompt once, as OpenAI does */
+			j->n_prompt_total += rq->prompt_len[p];
+		const size_t nt = (size_t) s->cap * (size_t) j->n_top;
 		if (!(s->out = malloc((size_t) s->cap * sizeof(int32_t))) ||
+		    (j->logprobs && (!(s->lp = malloc((size_t) s->cap * sizeof(float))) ||
+				     !(s->top_ids = malloc(MAX(nt, 1) * sizeof(int32_t))) ||
+				     !(s->top_lp = malloc(MAX(nt, 1) * sizeof(float))))) ||
 		    (m->tok && ktok_stream_new(m->tok, KTOK_DEC_SKIP_SPECIAL, &s->dec) < 0) ||
-		    (rq->echo && ktok_decode(m->tok, rq->prompts[i], (size_t) rq->prompt_len[i],
+		    (rq->echo && ktok_decode(m->tok, rq->prompts[p], (size_t) rq->prompt_len[p],
 					     KTOK_DEC_SKIP_SPECIAL, &s->echo, NULL) < 0)) {
 			job_free(j);
 			return -ENOMEM;
@@ -334,25 +401,33 @@ int inferd_submit(kiln_http_request *r, inferd_app *a, inferd_request *rq)
 	int n_sub = 0, q = 0;
 	uint64_t ids[INFERD_BATCH_MAX]; /* j may be gone once its state is set */
 	kiln_error kerr;
-	for (; n_sub < rq->n_prompts; n_sub++) {
+	kiln_engine_processing proc = rq->proc;
+	proc.logit_bias = rq->logit_bias;
+	proc.n_logit_bias = rq->n_logit_bias;
+	for (; n_sub < n_seqs; n_sub++) {
 		seq *s = &j->seqs[n_sub];
 		s->id = atomic_fetch_add(&a->next_id, 1);
+		/* A given seed: each of the n samples gets its own (seed + k). */
+		const uint64_t k = (uint64_t) (n_sub % n);
 		kiln_engine_request er = {
 			.id = s->id,
-			.prompt = rq->prompts[n_sub],
-			.n_prompt = rq->prompt_len[n_sub],
+			.prompt = rq->prompts[n_sub / n],
+			.n_prompt = rq->prompt_len[n_sub / n],
 			.max_tokens = (int) rq->max_tokens,
 			.sampling = { .temperature = (float) rq->temperature,
 				      .top_k = (int) rq->top_k,
 				      .top_p = (float) rq->top_p,
 				      /* no seed: a fresh one per request */
-				      .seed = rq->seed >= 0 ? (uint64_t) rq->seed
+				      .seed = rq->seed >= 0 ? (uint64_t) rq->seed + k
 							    : (uint64_t) now.tv_nsec *
 									      0x9E3779B97F4A7C15u ^
 								      s->id },
 			.stop = rq->stop_ids,
 			.n_stop = rq->n_stop_ids,
 			.ignore_eos = rq->ignore_eos,
+			.logprobs = rq->logprobs,
+			.top_logprobs = rq->top_logprobs,
+			.proc = proc,
 			.cb = on_event,
 			.userdata = s,
 		};

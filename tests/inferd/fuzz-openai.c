@@ -15,6 +15,7 @@
  * builders.  Built with clang -fsanitize=fuzzer,address,undefined by
  * tests/inferd/build.mk; run 60 s by fuzz-openai.sh (make test-full). */
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,8 +93,41 @@ static void check_accepted(const inferd_model *m, const inferd_request *q)
 		if (n < 1 || n > INFERD_STOP_STRINGS_MAX || max != q->stop_max)
 			abort();
 	}
-	if ((q->echo && !m->tok) || (q->echo && q->chat))
+	if ((q->echo && !m->tok) || (q->echo && q->chat) || (q->echo && q->logprobs))
 		abort();
+	/* the sampling fields the engine checks again at submit */
+	if (q->n < 1 || q->n_prompts * q->n > INFERD_BATCH_MAX || q->top_logprobs < 0 ||
+	    q->top_logprobs > KILN_ENGINE_LOGPROBS_MAX || (q->top_logprobs && !q->logprobs))
+		abort();
+	if (!(fabsf(q->proc.presence_penalty) <= 2 && fabsf(q->proc.frequency_penalty) <= 2 &&
+	      q->proc.repetition_penalty > 0 && q->proc.repetition_penalty <= 100) ||
+	    q->proc.min_tokens < 0 || q->proc.min_tokens > q->max_tokens)
+		abort();
+	if (q->n_logit_bias < 0 || q->n_logit_bias > KILN_ENGINE_BIAS_MAX ||
+	    q->proc.n_logit_bias != q->n_logit_bias)
+		abort();
+	for (int i = 0; i < q->n_logit_bias; i++) {
+		if (q->logit_bias[i].token < 0 || q->logit_bias[i].token >= m->vocab ||
+		    !(fabsf(q->logit_bias[i].bias) <= 100))
+			abort();
+		for (int k = 0; k < i; k++) /* one entry per token */
+			if (q->logit_bias[k].token == q->logit_bias[i].token)
+				abort();
+	}
+	if (q->logprobs) { /* the logprobs JSON of the prompt's tokens as a reply */
+		int n = q->prompt_len[0], k = q->top_logprobs;
+		float *lp = calloc((size_t) n * (k + 1), sizeof(float));
+		int32_t *ti = calloc((size_t) n * (k + 1), sizeof(int32_t));
+		size_t off = 0;
+		for (int i = 0; i < n * k; i++)
+			ti[i] = q->prompts[0][i % n];
+		json_t *j = inferd_logprobs_json(m, q->chat, q->prompts[0], lp, ti, lp, k, n, &off);
+		if (!j)
+			abort();
+		json_decref(j);
+		free(lp);
+		free(ti);
+	}
 	/* The reply a request like this gets, with its prompts as the tokens. */
 	json_t *ch = json_array();
 	for (int i = 0; i < q->n_prompts; i++)

@@ -68,9 +68,16 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static int n_finished; /* finishes seen since reset */
 
+/* Alternatives recorded per token (the logprobs cases ask for 5). */
+#define TOP_MAX 5
+
 typedef struct run {
 	uint64_t id;
 	int32_t toks[GEN_MAX];
+	float lp[GEN_MAX]; /* logprobs, when asked */
+	int32_t top[GEN_MAX][TOP_MAX];
+	float top_lp[GEN_MAX][TOP_MAX];
+	int n_top, lp_events;
 	int n, finishes, after_finish, bad_index;
 	kiln_engine_finish reason;
 	int32_t stop_token;
@@ -95,8 +102,16 @@ static void on_event(void *ud, const kiln_engine_event *ev)
 	if (ev->type == KILN_ENGINE_EVENT_TOKEN) {
 		if (ev->index != r->n || ev->n_generated != r->n + 1)
 			r->bad_index++;
-		if (r->n < GEN_MAX)
+		if (r->n < GEN_MAX) {
+			if (ev->top_ids && ev->n_top <= TOP_MAX) {
+				r->lp[r->n] = ev->logprob;
+				r->n_top = ev->n_top;
+				memcpy(r->top[r->n], ev->top_ids, (size_t) ev->n_top * 4);
+				memcpy(r->top_lp[r->n], ev->top_logprobs, (size_t) ev->n_top * 4);
+				r->lp_events += ev->n_top > 0 || ev->logprob != 0;
+			}
 			r->toks[r->n++] = ev->token;
+		}
 		while (r->gate_wait && !gate_open)
 			pthread_cond_wait(&cv, &mu);
 	} else {
@@ -214,6 +229,9 @@ typedef struct spec {
 	const int32_t *stop;
 	int n_stop;
 	bool ignore_eos;
+	bool logprobs;
+	int top_logprobs;
+	kiln_engine_processing proc;
 } spec;
 
 /* r must be zeroed, its hooks (cancel_at, gate_wait) set, before. */
@@ -229,6 +247,9 @@ static int submit(kiln_engine *e, const spec *s, run *r, uint64_t id, kiln_error
 				  .stop = s->stop,
 				  .n_stop = s->n_stop,
 				  .ignore_eos = s->ignore_eos,
+				  .logprobs = s->logprobs,
+				  .top_logprobs = s->top_logprobs,
+				  .proc = s->proc,
 				  .cb = on_event,
 				  .userdata = r };
 	return kiln_engine_submit(e, &q, err);
@@ -445,6 +466,8 @@ static void check_all_free(kiln_engine *e)
 {
 	kiln_engine_stats st;
 	kiln_engine_get_stats(e, &st);
+	/* every block free (those the prefix cache keeps count as free: they
+	 * are freed on demand) */
 	assert_int_equal(st.kv_blocks_used, 0);
 	assert_int_equal(st.running, 0);
 	assert_int_equal(st.waiting, 0);
@@ -761,6 +784,176 @@ static void test_prefix_caching(void **state)
 	free(s);
 	free(alone);
 	free(conc);
+	engine_free(e);
+	engine_free(ea);
+}
+
+/* Prefix caching keeps finished requests' whole blocks: the same long
+ * prompt again shares all its whole blocks (96 of 100 tokens, 4
+ * prefilled) and gives the same greedy tokens; a prompt that needs the
+ * kept blocks evicts them (LRU), runs, and afterwards every block is free
+ * but the ones its own kept prefix holds; the metrics show it. */
+static void test_prefix_kept(void **state)
+{
+	NEED_FIXTURE();
+	kiln_error err = {};
+	km_file *f = NULL;
+	assert_int_equal(km_file_open(fixture, &f, &err), 0);
+	km_weight_source src = km_file_source(f);
+	kiln_engine_opts o = { .max_running = 4,
+			       .max_step_tokens = 128,
+			       .num_blocks = 20,
+			       .max_waiting = 8,
+			       .eos_token = -1,
+			       .prefix_caching = true };
+	kiln_engine *e = NULL;
+	assert_int_equal(kiln_engine_new(be, km_file_config(f), &src, &o, &e, &err), 0);
+	track(e);
+	km_file_free(f);
+	spec *s = calloc(1, sizeof(spec));
+	run *a = calloc(1, sizeof(run)), *b = calloc(1, sizeof(run));
+	s->n_prompt = 100;
+	s->prompt[0] = 1;
+	for (int i = 1; i < 100; i++)
+		s->prompt[i] = (i * 53 + 7) % 512;
+	s->max_tokens = 20;
+	kiln_engine_stats st;
+	run_alone(e, s, a);
+	kiln_engine_get_stats(e, &st);
+	/* 119 tokens cached (the 20th is sampled, never fed): 7 whole blocks */
+	assert_int_equal(st.prefix_hits, 0);
+	assert_int_equal(st.prefix_entries, 1);
+	assert_int_equal(st.prefix_blocks, 7);
+	assert_int_equal(st.kv_blocks_used, 0); /* kept blocks count as free */
+	run_alone(e, s, b);
+	kiln_engine_get_stats(e, &st);
+	print_message("# kept prefix: %llu of %llu prompt tokens shared, %llu prefilled\n",
+		      (unsigned long long) st.prefix_hits, (unsigned long long) st.prefix_queries,
+		      (unsigned long long) st.prefill_tokens);
+	assert_int_equal(st.prefix_hits, 96);
+	assert_int_equal(st.prefix_queries, 200);
+	assert_int_equal(st.prefill_tokens, 100 + 4);
+	assert_int_equal(b->n, 20);
+	for (int k = 0; k < 20; k++)
+		if (a->toks[k] != b->toks[k]) {
+			double m = divergence_margin(s, a->toks, k, a->toks[k], b->toks[k]);
+			if (m > TIE_TOL)
+				fail_msg("token %d: %d first, %d from the kept prefix (margin %g)",
+					 k, a->toks[k], b->toks[k], m);
+			break;
+		}
+	assert_int_equal(st.prefix_entries, 1); /* the same prefix, kept once */
+	/* 300 tokens need 19 of the 20 blocks: the kept 7 are evicted. */
+	spec *big = calloc(1, sizeof(spec));
+	big->n_prompt = 300;
+	big->prompt[0] = 1;
+	for (int i = 1; i < 300; i++)
+		big->prompt[i] = (i * 31 + 11) % 512;
+	big->max_tokens = 5;
+	run_alone(e, big, b);
+	assert_int_equal(b->n, 5);
+	assert_int_equal(b->reason, KILN_ENGINE_FINISH_LENGTH);
+	kiln_engine_get_stats(e, &st);
+	assert_int_equal(st.prefix_evictions, 1);
+	assert_int_equal(st.prefix_entries, 1);
+	assert_int_equal(st.prefix_blocks, 19); /* 304 tokens cached */
+	check_all_free(e);
+	/* The first prompt again: no hit left (evicted), and it evicts the
+	 * big one in turn; its greedy tokens are still the first run's. */
+	run_alone(e, s, b);
+	kiln_engine_get_stats(e, &st);
+	assert_int_equal(st.prefix_hits, 96);
+	assert_int_equal(st.prefix_evictions, 2);
+	assert_int_equal(st.prefix_blocks, 7);
+	assert_memory_equal(a->toks, b->toks, sizeof(int32_t) * 20);
+	check_all_free(e);
+	_cleanup_strbuf_ kiln_strbuf mb;
+	kiln_strbuf_init(&mb);
+	kiln_metrics m;
+	kiln_metrics_init(&m, &mb);
+	assert_int_equal(kiln_engine_metrics(e, &m), 0);
+	assert_int_equal(kiln_metrics_finish(&m), 0);
+	const char *want[] = { "kiln_inferd_prefix_cache_hits_total 96\n",
+			       "kiln_inferd_prefix_cache_queries_total 600\n",
+			       "kiln_inferd_prefix_cache_blocks 7\n",
+			       "kiln_inferd_prefix_cache_evictions_total 2\n",
+			       "kiln_inferd_kv_cache_blocks{state=\"used\"} 0\n",
+			       "kiln_inferd_kv_cache_blocks{state=\"free\"} 20\n" };
+	for (size_t i = 0; i < ARRAY_SIZE(want); i++)
+		if (!strstr(mb.s, want[i]))
+			fail_msg("metrics lack \"%s\":\n%s", want[i], mb.s);
+	free(s);
+	free(big);
+	free(a);
+	free(b);
+	engine_free(e);
+}
+
+/* n samples of one prompt (4 identical 100-token prompts at once): the
+ * first prefills, the other three wait one step and fork its 96 whole
+ * tokens (4 prefilled each) instead of prefilling all 100 again; greedy,
+ * all four give the tokens of the prompt run alone. */
+static void test_prefix_siblings(void **state)
+{
+	NEED_FIXTURE();
+	kiln_error err = {};
+	km_file *f = NULL;
+	assert_int_equal(km_file_open(fixture, &f, &err), 0);
+	km_weight_source src = km_file_source(f);
+	kiln_engine_opts o = { .max_running = 8,
+			       .max_step_tokens = 128,
+			       .num_blocks = 64,
+			       .max_waiting = 8,
+			       .eos_token = -1,
+			       .prefix_caching = true };
+	kiln_engine *e = NULL, *ea = engine(4, 128, 64, 8, -1);
+	assert_int_equal(kiln_engine_new(be, km_file_config(f), &src, &o, &e, &err), 0);
+	track(e);
+	km_file_free(f);
+	spec *s = calloc(1, sizeof(spec));
+	run *alone = calloc(1, sizeof(run)), *r = calloc(4, sizeof(run));
+	s->n_prompt = 100;
+	s->prompt[0] = 1;
+	for (int i = 1; i < 100; i++)
+		s->prompt[i] = (i * 71 + 3) % 512;
+	s->max_tokens = 12;
+	run_alone(ea, s, alone);
+	/* All four queued behind a gate request, so they meet the scheduler
+	 * together (not the first alone before the rest arrive). */
+	reset_counts();
+	spec g = { .n_prompt = 1, .prompt = { 1 }, .max_tokens = 2 };
+	run *rg = calloc(1, sizeof(run));
+	rg->gate_wait = true;
+	must_submit(e, &g, rg, 7777);
+	wait_gate(rg);
+	for (int i = 0; i < 4; i++)
+		must_submit(e, s, &r[i], 100 + (uint64_t) i);
+	open_gate();
+	wait_finished(5);
+	free(rg);
+	kiln_engine_stats st;
+	kiln_engine_get_stats(e, &st);
+	print_message("# 4 siblings: %llu of %llu prompt tokens shared, %llu prefilled\n",
+		      (unsigned long long) st.prefix_hits, (unsigned long long) st.prefix_queries,
+		      (unsigned long long) st.prefill_tokens);
+	assert_int_equal(st.prefix_hits, 3 * 96);
+	assert_int_equal(st.prefill_tokens, 1 + 100 + 3 * 4); /* the gate's 1 */
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(r[i].n, 12);
+		for (int k = 0; k < 12; k++)
+			if (r[i].toks[k] != alone->toks[k]) {
+				double m = divergence_margin(s, alone->toks, k, alone->toks[k],
+							     r[i].toks[k]);
+				if (m > TIE_TOL)
+					fail_msg("sibling %d token %d: %d, alone %d (margin %g)", i,
+						 k, r[i].toks[k], alone->toks[k], m);
+				break;
+			}
+	}
+	check_all_free(e);
+	free(s);
+	free(alone);
+	free(r);
 	engine_free(e);
 	engine_free(ea);
 }
@@ -1153,6 +1346,304 @@ static void test_metrics(void **state)
 	engine_free(e);
 }
 
+/* ---- logprobs and logits processing ------------------------------------- */
+
+/* Log-probabilities agree with the float64 reference to this (the cpu
+ * backend's float32 logits are ~4e-5 off; log-softmax adds little). */
+#define LP_TOL 1e-3
+
+/* The reference's float64 log-softmax of lg[V] into ls. */
+static void ref_log_softmax(const double *lg, int V, double *ls)
+{
+	double mx = lg[0], sum = 0;
+	for (int i = 1; i < V; i++)
+		mx = fmax(mx, lg[i]);
+	for (int i = 0; i < V; i++)
+		sum += exp(lg[i] - mx);
+	for (int i = 0; i < V; i++)
+		ls[i] = lg[i] - mx - log(sum);
+}
+
+/* r's logprobs (top alternatives each) against the reference's
+ * log-softmax of the raw logits along r's own tokens: the sampled token's,
+ * the alternatives' values and order, and no token outside them more
+ * likely than the last.  Returns the largest difference. */
+static double check_logprobs(const spec *s, const run *r, int top)
+{
+	enum { V = 512 };
+	double *lg = malloc(sizeof(double) * V), *ls = malloc(sizeof(double) * V), worst = 0;
+	assert_true(lg && ls);
+	assert_int_equal(r->n_top, top);
+	ref_reset(ref);
+	for (int i = 0; i < s->n_prompt; i++)
+		ref_step(ref, s->prompt[i], lg);
+	for (int k = 0; k < r->n; k++) {
+		ref_log_softmax(lg, V, ls);
+		double d = fabs(ls[r->toks[k]] - r->lp[k]);
+		worst = fmax(worst, d);
+		if (d > LP_TOL)
+			fail_msg("token %d (%d): logprob %g, reference %g", k, r->toks[k], r->lp[k],
+				 ls[r->toks[k]]);
+		bool in[V] = { false };
+		for (int i = 0; i < top; i++) {
+			int32_t t = r->top[k][i];
+			assert_true(t >= 0 && t < V && !in[t]);
+			in[t] = true;
+			d = fabs(ls[t] - r->top_lp[k][i]);
+			worst = fmax(worst, d);
+			if (d > LP_TOL)
+				fail_msg("token %d, alternative %d (%d): %g, reference %g", k, i, t,
+					 r->top_lp[k][i], ls[t]);
+			if (i > 0 && r->top_lp[k][i] > r->top_lp[k][i - 1])
+				fail_msg("token %d: alternatives out of order at %d", k, i);
+		}
+		for (int t = 0; t < V && top > 0; t++)
+			if (!in[t] && ls[t] > r->top_lp[k][top - 1] + LP_TOL)
+				fail_msg(
+					"token %d: %d (%g) is more likely than alternative %d (%g)",
+					k, t, ls[t], top - 1, r->top_lp[k][top - 1]);
+		ref_step(ref, r->toks[k], lg);
+	}
+	free(lg);
+	free(ls);
+	return worst;
+}
+
+/* logprobs: the log-softmax of the raw logits (before temperature), the
+ * alternatives, checked against the float64 reference; asking for them
+ * does not change the tokens (greedy and seeded sampling). */
+static void test_logprobs(void **state)
+{
+	NEED_FIXTURE();
+	kiln_engine *e = engine(4, 64, 64, 8, -1);
+	spec *s = calloc(1, sizeof(spec));
+	run *a = calloc(1, sizeof(run)), *b = calloc(1, sizeof(run));
+	s->n_prompt = 3;
+	s->prompt[0] = 1, s->prompt[1] = 403, s->prompt[2] = 90;
+	s->max_tokens = 40;
+	run_alone(e, s, a);
+	assert_int_equal(a->lp_events, 0); /* not asked: nothing */
+	s->logprobs = true;
+	s->top_logprobs = TOP_MAX;
+	run_alone(e, s, b);
+	assert_int_equal(b->n, 40);
+	assert_memory_equal(a->toks, b->toks, sizeof(int32_t) * 40);
+	for (int k = 0; k < b->n; k++) {
+		/* greedy: the token is the most likely, its logprob the top's */
+		assert_int_equal(b->top[k][0], b->toks[k]);
+		assert_true(b->top_lp[k][0] == b->lp[k]);
+	}
+	double wg = check_logprobs(s, b, TOP_MAX);
+	/* Seeded sampling at T 0.7: the same tokens as without logprobs, and
+	 * the logprobs of the raw logits, not of the tempered ones. */
+	s->samp = (kk_sampling){ .temperature = 0.7f, .top_k = 0, .top_p = 1, .seed = 77 };
+	s->logprobs = false;
+	run_alone(e, s, a);
+	s->logprobs = true;
+	s->top_logprobs = 0;
+	run_alone(e, s, b);
+	assert_memory_equal(a->toks, b->toks, sizeof(int32_t) * 40);
+	double ws = check_logprobs(s, b, 0);
+	print_message("# logprobs vs float64 reference: max |diff| %.2g greedy (top %d), %.2g "
+		      "sampled\n",
+		      wg, TOP_MAX, ws);
+	free(s);
+	free(a);
+	free(b);
+	engine_free(e);
+}
+
+/* The host sampler draws what kk_sample (cpu backend) draws: the same
+ * algorithm, so a request that takes the host path samples as it would
+ * have on the device. */
+static void test_host_sampler(void **state)
+{
+	enum { V = 512, T = 400 };
+	float *x = malloc(sizeof(float) * V);
+	kk_buffer *lb = NULL, *ib = NULL;
+	assert_int_equal(kk_buffer_alloc(be, KK_F32, V, &lb), 0);
+	assert_int_equal(kk_buffer_alloc(be, KK_I32, 1, &ib), 0);
+	const kk_sampling cases[] = {
+		{ 0, 0, 1, 1 },		 { 0.8f, 0, 1, 7 },	 { 1.0f, 5, 1, 8 },
+		{ 1.2f, 0, 0.5f, 9 },	 { 0.7f, 40, 0.9f, 10 }, { 1.0f, 1, 1, 11 },
+		{ 0.01f, 0, 0.99f, 12 },
+	};
+	int differ = 0;
+	for (int t = 0; t < T; t++) {
+		for (int i = 0; i < V; i++)
+			x[i] = (float) (rnd(20001) - 10000) / 2000.0f;
+		if (t % 3 == 0)
+			x[rnd(V)] = x[rnd(V)]; /* ties */
+		assert_int_equal(kk_buffer_upload(be, NULL, lb, 0, x, sizeof(float) * V), 0);
+		kk_sampling p = cases[t % ARRAY_SIZE(cases)];
+		p.seed += (uint64_t) t * 1000003u;
+		int32_t dev = -1;
+		assert_int_equal(kk_sample(be, NULL, ib, lb, 1, V, &p), 0);
+		assert_int_equal(kk_buffer_download(be, NULL, ib, 0, &dev, sizeof(dev)), 0);
+		differ += kiln_engine__sample_host(x, V, &p) != dev;
+	}
+	assert_int_equal(differ, 0);
+	kk_buffer_free(lb);
+	kk_buffer_free(ib);
+	free(x);
+}
+
+/* The processing order and arithmetic on a hand-computed row. */
+static void test_process_logits(void **state)
+{
+	/* prompt 1 2, output 2 3 3 */
+	const int32_t toks[] = { 1, 2, 2, 3, 3 };
+	const int32_t stops[] = { 7 };
+	const kiln_engine_bias bias[] = { { 5, 2.5f }, { 0, -100 } };
+	kiln_engine_processing p = { .presence_penalty = 0.25f,
+				     .frequency_penalty = 0.5f,
+				     .repetition_penalty = 2,
+				     .logit_bias = bias,
+				     .n_logit_bias = 2,
+				     .min_tokens = 4 };
+	float x[8] = { 1, 2, -1, 4, 0.5f, 1, 3, 9 };
+	/* bias: x0 1 - 100, x5 1 + 2.5; 3 generated < min_tokens 4: x7 -inf;
+	 * repetition over {1, 2, 3}: 2 / 2, -1 * 2, 4 / 2; frequency and
+	 * presence over the output {2: 1, 3: 2}: -2 - 0.5 - 0.25,
+	 * 2 - 1 - 0.25. */
+	const float want[8] = { -99, 1, -2.75f, 0.75f, 0.5f, 3.5f, 3, -INFINITY };
+	assert_int_equal(kiln_engine__process_logits(x, 8, &p, toks, 2, 5, stops, 1), 0);
+	for (int i = 0; i < 8; i++)
+		if (!(x[i] == want[i]))
+			fail_msg("logit %d: %g, want %g", i, x[i], want[i]);
+	kk_sampling greedy = { 0 };
+	assert_int_equal(kiln_engine__sample_host(x, 8, &greedy), 5);
+	/* min_tokens reached (4 generated): the stop is left alone. */
+	float y[8] = { 0, 0, 0, 0, 0, 0, 0, 9 };
+	const int32_t toks2[] = { 1, 2, 2, 3, 3, 4 };
+	assert_int_equal(kiln_engine__process_logits(y, 8, &p, toks2, 2, 6, stops, 1), 0);
+	assert_true(y[7] == 9);
+	/* repetition_penalty < 1 raises the repeated tokens (x / 0.5) */
+	kiln_engine_processing q = { .repetition_penalty = 0.5f };
+	float z[4] = { 1, -1, 1, 1 };
+	const int32_t toks3[] = { 0, 1 };
+	assert_int_equal(kiln_engine__process_logits(z, 4, &q, toks3, 2, 2, NULL, 0), 0);
+	assert_true(z[0] == 2 && z[1] == -0.5f && z[2] == 1);
+	/* logprobs: log-softmax of { 0, ln 3 } is { ln 1/4, ln 3/4 } */
+	float w[3] = { 0, logf(3), -INFINITY };
+	int32_t ti[3];
+	float tl[3];
+	float lp = kiln_engine__logprobs(w, 3, 0, 3, ti, tl);
+	assert_true(fabs(lp - log(0.25)) < 1e-6);
+	assert_true(ti[0] == 1 && ti[1] == 0 && ti[2] == 2);
+	assert_true(fabs(tl[0] - log(0.75)) < 1e-6 && isinf(tl[2]));
+}
+
+/* The reference's float64 logits processed as kiln_engine_processing says,
+ * written again here (no code shared with engine.c). */
+static void ref_process(double *lg, int V, const kiln_engine_processing *p, const int32_t *prompt,
+			int n_prompt, const int32_t *out, int n_out, const int32_t *stops,
+			int n_stops)
+{
+	for (int i = 0; i < p->n_logit_bias; i++)
+		lg[p->logit_bias[i].token] += p->logit_bias[i].bias;
+	if (n_out < p->min_tokens)
+		for (int i = 0; i < n_stops; i++)
+			lg[stops[i]] = -INFINITY;
+	for (int t = 0; t < V; t++) {
+		int in_prompt = 0, cnt = 0;
+		for (int i = 0; i < n_prompt; i++)
+			in_prompt |= prompt[i] == t;
+		for (int i = 0; i < n_out; i++)
+			cnt += out[i] == t;
+		if ((in_prompt || cnt) && p->repetition_penalty > 0)
+			lg[t] = lg[t] > 0 ? lg[t] / p->repetition_penalty
+					  : lg[t] * p->repetition_penalty;
+		lg[t] -= p->frequency_penalty * cnt + (cnt ? p->presence_penalty : 0);
+	}
+}
+
+/* Greedy requests with penalties, logit_bias and min_tokens through the
+ * engine give the float64 reference's processed argmax at every token (a
+ * parting only at a near-tie), and change the output; logit_bias +100 on
+ * one token makes it every token; min_tokens holds off a stop id. */
+static void test_penalties(void **state)
+{
+	NEED_FIXTURE();
+	enum { V = 512, N = 60 };
+	kiln_engine *e = engine(4, 64, 64, 8, 2);
+	spec *s = calloc(1, sizeof(spec));
+	run *a = calloc(1, sizeof(run)), *b = calloc(1, sizeof(run));
+	s->n_prompt = 1;
+	s->prompt[0] = 1;
+	s->max_tokens = N;
+	s->ignore_eos = true;
+	run_alone(e, s, a);
+	const kiln_engine_bias bias[] = { { a->toks[3], -5 }, { 300, 1.5f } };
+	s->proc = (kiln_engine_processing){ .presence_penalty = 0.6f,
+					    .frequency_penalty = 0.4f,
+					    .repetition_penalty = 1.3f,
+					    .logit_bias = bias,
+					    .n_logit_bias = 2 };
+	run_alone(e, s, b);
+	assert_int_equal(b->n, N);
+	assert_memory_not_equal(a->toks, b->toks, sizeof(int32_t) * N);
+	double *lg = malloc(sizeof(double) * V);
+	ref_reset(ref);
+	ref_step(ref, 1, lg);
+	for (int k = 0; k < N; k++) {
+		ref_process(lg, V, &s->proc, s->prompt, 1, b->toks, k, NULL, 0);
+		int want = ref_argmax(lg, V);
+		if (want != b->toks[k] && fabs(lg[want] - lg[b->toks[k]]) > TIE_TOL)
+			fail_msg("token %d: engine %d, processed reference %d (margin %g)", k,
+				 b->toks[k], want, lg[want] - lg[b->toks[k]]);
+		if (want != b->toks[k])
+			break; /* a near-tie: the contexts part here */
+		ref_step(ref, b->toks[k], lg);
+	}
+	/* logit_bias +100: that token every time */
+	const kiln_engine_bias force[] = { { 77, 100 } };
+	s->proc = (kiln_engine_processing){ .logit_bias = force, .n_logit_bias = 1 };
+	s->max_tokens = 8;
+	run_alone(e, s, b);
+	for (int k = 0; k < 8; k++)
+		assert_int_equal(b->toks[k], 77);
+	/* min_tokens: the greedy's 3rd token as a stop id ends the request at
+	 * 2 tokens; with min_tokens 6 it is held off until 6 are out. */
+	const int32_t stop[] = { a->toks[2] };
+	s->proc = (kiln_engine_processing){ 0 };
+	s->max_tokens = N;
+	s->stop = stop;
+	s->n_stop = 1;
+	run_alone(e, s, b);
+	assert_int_equal(b->reason, KILN_ENGINE_FINISH_STOP);
+	assert_int_equal(b->n, 2);
+	s->proc.min_tokens = 6;
+	run_alone(e, s, b);
+	assert_true(b->n >= 6);
+	for (int k = 0; k < 6; k++)
+		assert_int_not_equal(b->toks[k], stop[0]);
+	/* and the reference agrees on the masked argmax at token 2 */
+	ref_reset(ref);
+	ref_step(ref, 1, lg);
+	ref_step(ref, b->toks[0], lg);
+	ref_step(ref, b->toks[1], lg);
+	ref_process(lg, V, &s->proc, s->prompt, 1, b->toks, 2, stop, 1);
+	assert_int_equal(ref_argmax(lg, V), b->toks[2]);
+	/* bad values are refused at submit */
+	kiln_error err = {};
+	s->proc = (kiln_engine_processing){ .presence_penalty = 2.5f };
+	assert_int_equal(submit(e, s, b, 1, &err), -EINVAL);
+	const kiln_engine_bias outside[] = { { 512, 1 } };
+	s->proc = (kiln_engine_processing){ .logit_bias = outside, .n_logit_bias = 1 };
+	assert_int_equal(submit(e, s, b, 1, &err), -EINVAL);
+	assert_non_null(strstr(err.msg, "logit_bias token 512"));
+	s->proc = (kiln_engine_processing){ 0 };
+	s->logprobs = true;
+	s->top_logprobs = 21;
+	assert_int_equal(submit(e, s, b, 1, &err), -EINVAL);
+	free(lg);
+	free(s);
+	free(a);
+	free(b);
+	engine_free(e);
+}
+
 static int group_setup(void **state)
 {
 	/* One cpu thread: kk's cpu threads split reductions differently from
@@ -1202,6 +1693,12 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_shutdown_in_flight),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_metrics),
+		cmocka_unit_test(test_logprobs),
+		cmocka_unit_test(test_host_sampler),
+		cmocka_unit_test(test_process_logits),
+		cmocka_unit_test(test_penalties),
+		cmocka_unit_test(test_prefix_kept),
+		cmocka_unit_test(test_prefix_siblings),
 	};
 	return cmocka_run_group_tests_name("engine", tests, group_setup, group_teardown);
 }

@@ -7,6 +7,7 @@
  * 404 OpenAI error of today: status, param, code, message.  Text uses
  * tests/tokenizer/data/tok512.bin (a 512-token sentencepiece BPE, the size
  * of stories260K's vocabulary), read from the repository root. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -159,6 +160,35 @@ static void test_completion_fields(void **state)
 	assert_string_equal(q.stops[1], "xyz");
 	assert_null(q.stops[2]);
 	assert_int_equal(q.stop_max, 3);
+	inferd_request_done(&q);
+
+	/* Sampling fields: n, penalties, logit_bias, min_tokens, logprobs. */
+	assert_int_equal(
+		parse(IDS,
+		      "{\"model\":\"m\",\"prompt\":[7],\"n\":3,\"presence_penalty\":0.5,"
+		      "\"frequency_penalty\":-1,\"repetition_penalty\":1.2,\"min_tokens\":4,"
+		      "\"logit_bias\":{\"5\":100,\"0\":-2.5},\"logprobs\":3}",
+		      &q, &e),
+		0);
+	assert_int_equal(q.n, 3);
+	assert_true(q.proc.presence_penalty == 0.5f && q.proc.frequency_penalty == -1 &&
+		    q.proc.repetition_penalty == 1.2f && q.proc.min_tokens == 4);
+	assert_int_equal(q.n_logit_bias, 2);
+	assert_int_equal(q.proc.n_logit_bias, 2);
+	assert_true(q.logit_bias[0].token == 5 && q.logit_bias[0].bias == 100);
+	assert_true(q.logit_bias[1].token == 0 && q.logit_bias[1].bias == -2.5f);
+	assert_true(q.logprobs);
+	assert_int_equal(q.top_logprobs, 3);
+	inferd_request_done(&q);
+	assert_int_equal(parse(IDS, "{\"model\":\"m\",\"prompt\":[7],\"logprobs\":0}", &q, &e), 0);
+	assert_true(q.logprobs && q.top_logprobs == 0 && q.n == 1);
+	inferd_request_done(&q);
+	assert_int_equal(parse(CHAT,
+			       "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+			       "\"hi\"}],\"logprobs\":true,\"top_logprobs\":20,\"n\":2}",
+			       &q, &e),
+			 0);
+	assert_true(q.logprobs && q.top_logprobs == 20 && q.n == 2);
 	inferd_request_done(&q);
 
 	/* One stop string as a plain string; null and [] mean none. */
@@ -419,31 +449,56 @@ static const struct bad {
 	  "top_k: must be between 0 and 1024, got -1" },
 	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"seed\":-1}", 400, "seed", NULL,
 	  "seed: must be between 0 and 9223372036854775807, got -1" },
-	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"n\":2}", 400, "n", NULL,
-	  "n: kiln-inferd does not support n > 1; send one request per completion (or leave n "
-	  "out)" },
-	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"presence_penalty\":0.5}", 400, "presence_penalty",
-	  NULL,
-	  "presence_penalty: kiln-inferd does not support penalties; leave it out or send 0" },
-	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"frequency_penalty\":-1}", 400,
-	  "frequency_penalty", NULL,
-	  "frequency_penalty: kiln-inferd does not support penalties; leave it out or send 0" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"n\":65}", 400, "n", NULL,
+	  "n: must be between 1 and 64, got 65" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[[1],[2],[3]],\"n\":22}", 400, "n", NULL,
+	  "n: 3 prompts x n 22 is 66 choices, at most 64 in one request" },
 	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"presence_penalty\":3}", 400, "presence_penalty",
 	  NULL, "presence_penalty: must be between -2 and 2, got 3" },
-	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"logit_bias\":{\"5\":100}}", 400, "logit_bias",
-	  NULL, "logit_bias: kiln-inferd does not support logit_bias; leave it out or send {}" },
-	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"logprobs\":2}", 400, "logprobs", NULL,
-	  "logprobs: kiln-inferd does not support logprobs; leave it out or send null" },
-	{ CHAT,
-	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-	  "\"logprobs\":true}",
-	  400, "logprobs", NULL,
-	  "logprobs: kiln-inferd does not support logprobs; leave it out or send false" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"frequency_penalty\":-2.5}", 400,
+	  "frequency_penalty", NULL, "frequency_penalty: must be between -2 and 2, got -2.5" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"repetition_penalty\":0}", 400,
+	  "repetition_penalty", NULL, "repetition_penalty: must be between 0.01 and 100, got 0" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"logit_bias\":{\"512\":1}}", 400, "logit_bias.512",
+	  NULL, "logit_bias.512: the key must be a token id of this model (0..511), as a string" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"logit_bias\":{\"x5\":1}}", 400, "logit_bias.x5",
+	  NULL, "logit_bias.x5: the key must be a token id of this model (0..511), as a string" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"logit_bias\":{\"5\":1,\"05\":1}}", 400,
+	  "logit_bias.05", NULL,
+	  "logit_bias.05: the key must be a token id of this model (0..511), as a string" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"logit_bias\":{\"+5\":1}}", 400, "logit_bias.+5",
+	  NULL, "logit_bias.+5: the key must be a token id of this model (0..511), as a string" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"logit_bias\":{\"5\":-100.5}}", 400,
+	  "logit_bias.5", NULL, "logit_bias.5: the bias must be a number in -100..100" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"logit_bias\":{\"5\":\"1\"}}", 400, "logit_bias.5",
+	  NULL, "logit_bias.5: the bias must be a number in -100..100" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"logit_bias\":[]}", 400, "logit_bias", NULL,
+	  "logit_bias: expected an object, got an array" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"min_tokens\":17}", 400, "min_tokens", NULL,
+	  "min_tokens: min_tokens 17 is more than max_tokens 16" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"min_tokens\":-1}", 400, "min_tokens", NULL,
+	  "min_tokens: must be between 0 and 65536, got -1" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"logprobs\":21}", 400, "logprobs", NULL,
+	  "logprobs: must be between 0 and 20, got 21" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"logprobs\":true}", 400, "logprobs", NULL,
+	  "logprobs: for completions logprobs is the number of alternatives per token (0..20), "
+	  "not a boolean" },
+	{ TEXT, "{\"model\":\"m\",\"prompt\":\"hi\",\"logprobs\":1,\"echo\":true}", 400, "logprobs",
+	  NULL,
+	  "logprobs: kiln-inferd does not return the prompt's logprobs (echo with logprobs); "
+	  "leave out echo or logprobs" },
 	{ CHAT,
 	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
 	  "\"top_logprobs\":3}",
-	  400, "top_logprobs", NULL,
-	  "top_logprobs: kiln-inferd does not support logprobs; leave it out or send 0" },
+	  400, "top_logprobs", NULL, "top_logprobs: top_logprobs needs \"logprobs\": true" },
+	{ CHAT,
+	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+	  "\"logprobs\":true,\"top_logprobs\":21}",
+	  400, "top_logprobs", NULL, "top_logprobs: must be between 0 and 20, got 21" },
+	{ CHAT,
+	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+	  "\"logprobs\":2}",
+	  400, "logprobs", NULL, "logprobs: expected a boolean, got a number" },
 	{ CHAT,
 	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
 	  "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
@@ -667,6 +722,49 @@ static void assert_json(json_t *j, const char *want)
 
 static void test_responses(void **state)
 {
+	/* logprobs: completions' four lists (text_offset from 2, a byte token
+	 * spelled "bytes:\xe2"), chat's content entries with bytes, -inf as
+	 * -9999, token_id:N without a tokenizer */
+	size_t off = 2;
+	assert_json(inferd_logprobs_json(&models[TEXT], false, (int32_t[]){ 300, 229 },
+					 (float[]){ -0.5f, -1.25f }, (int32_t[]){ 300, 447 },
+					 (float[]){ -0.5f, -INFINITY }, 1, 2, &off),
+		    "{\"text_offset\":[2,5],\"token_logprobs\":[-0.5,-1.25],\"tokens\":[\" re\","
+		    "\"bytes:\\\\xe2\"],\"top_logprobs\":[{\" re\":-0.5},{\"\u00e9\":-9999.0}]}");
+	assert_int_equal(off, 6);
+	/* chat: a byte-fallback token (<0xE2>) is its byte */
+	assert_json(inferd_logprobs_json(&models[CHAT], true, (int32_t[]){ 229 }, (float[]){ -1 },
+					 NULL, NULL, 0, 1, &off),
+		    "{\"content\":[{\"bytes\":[226],\"logprob\":-1.0,\"token\":\"bytes:\\\\xe2\","
+		    "\"top_logprobs\":[]}]}");
+	assert_json(inferd_logprobs_json(&models[CHAT], true, (int32_t[]){ 300 },
+					 (float[]){ -0.5f }, (int32_t[]){ 447 },
+					 (float[]){ -0.75f }, 1, 1, &off),
+		    "{\"content\":[{\"bytes\":[32,114,101],\"logprob\":-0.5,\"token\":\" re\","
+		    "\"top_logprobs\":[{\"bytes\":[195,169],\"logprob\":-0.75,\"token\":\"\u00e9\"}"
+		    "]}]}");
+	/* A byte-level token that is not UTF-8 on its own: "bytes:\xNN" */
+	int32_t byte_tok = -1;
+	for (int32_t i = 0; i < models[CHAT_QWEN].vocab && byte_tok < 0; i++) {
+		size_t n;
+		const char *t = ktok_token_text(tok_qwen, i, &n);
+		json_t *j = t ? json_stringn(t, n) : NULL;
+		if (t && !j && n == 1)
+			byte_tok = i;
+		json_decref(j);
+	}
+	assert_true(byte_tok >= 0);
+	json_t *bj = inferd_logprobs_json(&models[CHAT_QWEN], true, &byte_tok, (float[]){ -1 },
+					  NULL, NULL, 0, 1, &off);
+	const char *bt = json_string_value(
+		json_object_get(json_array_get(json_object_get(bj, "content"), 0), "token"));
+	assert_non_null(bt);
+	assert_true(strncmp(bt, "bytes:\\x", 8) == 0 && strlen(bt) == 10);
+	json_decref(bj);
+	assert_json(inferd_logprobs_json(&models[CHAT_IDS], true, (int32_t[]){ 300 },
+					 (float[]){ -0.5f }, NULL, NULL, 0, 1, &off),
+		    "{\"content\":[{\"bytes\":[],\"logprob\":-0.5,\"token\":\"token_id:300\","
+		    "\"top_logprobs\":[]}]}");
 	assert_json(inferd_usage_json(3, 4),
 		    "{\"completion_tokens\":4,\"prompt_tokens\":3,\"total_tokens\":7}");
 	assert_json(inferd_choice_json(1, "hi", 2, (int32_t[]){ 5, 6 }, 2, "length"),

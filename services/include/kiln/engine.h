@@ -13,6 +13,10 @@
  * When the cache runs out it preempts the most recently admitted running
  * sequence by recompute: its blocks are freed and it goes back to the front
  * of the queue with prompt + generated tokens, so its output is unchanged.
+ * A request may also ask for log-probabilities and for logits processing
+ * (OpenAI's and vLLM's penalties, logit_bias, min_tokens): those rows are
+ * sampled on the host.  With prefix caching, prompts share whole KV blocks
+ * with running sequences and with finished requests' kept blocks.
  * docs/inferd-engine.md has the policy, the limits and the measurements.
  *
  * Callbacks run on the scheduler thread, never with the engine's lock held
@@ -43,6 +47,11 @@ extern "C" {
 /* Stop token ids per request (OpenAI allows a handful of stop strings;
  * a tokenizer maps each to a few ids). */
 #define KILN_ENGINE_STOP_MAX 64
+/* Alternatives per token a request may ask log-probabilities of (OpenAI's
+ * top_logprobs limit: 20). */
+#define KILN_ENGINE_LOGPROBS_MAX 20
+/* logit_bias entries per request (OpenAI's limit: 300 tokens). */
+#define KILN_ENGINE_BIAS_MAX 300
 
 typedef struct kiln_engine kiln_engine;
 
@@ -71,11 +80,45 @@ typedef struct kiln_engine_event {
 	int n_prompt;	 /* the request's prompt length */
 	kiln_engine_finish reason; /* FINISH only */
 	const char *message;	   /* FINISH/ERROR: one line; else NULL */
+	/* TOKEN, when the request asked for logprobs: the token's
+	 * log-probability (log-softmax of the model's raw logits: before
+	 * temperature, penalties and logit_bias, as vLLM returns them by
+	 * default), and the n_top most likely tokens, most likely first
+	 * (ties by lower id), with theirs.  Valid during the call only. */
+	float logprob;
+	int n_top;
+	const int32_t *top_ids;
+	const float *top_logprobs;
 } kiln_engine_event;
 
 /* Called on the scheduler thread for every token and once at the finish.
  * ev is valid during the call only. */
 typedef void (*kiln_engine_cb)(void *userdata, const kiln_engine_event *ev);
+
+/* One logit_bias entry: added to token's logit before sampling. */
+typedef struct kiln_engine_bias {
+	int32_t token;
+	float bias; /* -100..100 (OpenAI's range) */
+} kiln_engine_bias;
+
+/* What a request changes in its logits before sampling; all zero: nothing,
+ * and the row is sampled on the device as usual.  Any of them makes the
+ * engine fetch that row's logits and sample it on the host (the same
+ * algorithm as kk_sample, kk.h), in this order (vLLM's): logit_bias added;
+ * until min_tokens tokens are generated, EOS (unless ignore_eos) and the
+ * stop ids masked to -inf; repetition_penalty over the tokens of the
+ * prompt and the output (each distinct token once: a positive logit
+ * divided by it, a negative one multiplied); frequency_penalty times the
+ * token's count in the output subtracted; presence_penalty subtracted
+ * from every token the output holds. */
+typedef struct kiln_engine_processing {
+	float presence_penalty;	  /* OpenAI's, -2..2; 0: none */
+	float frequency_penalty;  /* OpenAI's, -2..2; 0: none */
+	float repetition_penalty; /* vLLM's/HF's, > 0; 0 or 1: none */
+	const kiln_engine_bias *logit_bias;
+	int n_logit_bias; /* <= KILN_ENGINE_BIAS_MAX, tokens in the vocabulary */
+	int min_tokens;	  /* >= 0; stops are not sampled before this many tokens */
+} kiln_engine_processing;
 
 typedef struct kiln_engine_request {
 	uint64_t id; /* the caller's; cancel finds the request by it */
@@ -89,7 +132,13 @@ typedef struct kiln_engine_request {
 	const int32_t *stop;
 	int n_stop; /* <= KILN_ENGINE_STOP_MAX */
 	bool ignore_eos;
-	kiln_engine_cb cb; /* NULL allowed */
+	/* Deliver each token's log-probability, and those of the
+	 * top_logprobs (0..KILN_ENGINE_LOGPROBS_MAX) most likely tokens
+	 * (kiln_engine_event); the row's logits are fetched to the host. */
+	bool logprobs;
+	int top_logprobs;
+	kiln_engine_processing proc; /* copied */
+	kiln_engine_cb cb;	     /* NULL allowed */
 	void *userdata;
 } kiln_engine_request;
 
@@ -102,8 +151,11 @@ typedef struct kiln_engine_opts {
 	int max_waiting;       /* queue limit, submit says -EAGAIN past it; 0: 1024 */
 	int eos_token;	       /* -1: none; llama2.c models use 2 */
 	/* Share whole 16-token blocks of a prompt prefix with a running
-	 * sequence (km_kvcache_seq_fork) instead of prefilling them; the rest
-	 * of the prompt is prefilled in chunks on top of the shared blocks. */
+	 * sequence or a finished request's kept blocks (km_kvcache_seq_fork)
+	 * instead of prefilling them; the rest of the prompt is prefilled in
+	 * chunks on top of the shared blocks.  Finished requests' whole
+	 * blocks are kept (up to max_running prefixes) and evicted least
+	 * recently used when blocks are needed. */
 	bool prefix_caching;
 	/* The watchdog hook: called by the scheduler thread at the top of
 	 * every iteration of its loop (each step, and at least every
@@ -123,9 +175,11 @@ typedef struct kiln_engine_opts {
 int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source *src,
 		    const kiln_engine_opts *opts, kiln_engine **ret, kiln_error *err);
 
-/* Queues a request (prompt and stop ids are copied).  Errors (err filled):
+/* Queues a request (prompt, stop ids and logit_bias are copied).  Errors
+ * (err filled):
  *   -EINVAL   empty prompt, token id outside the vocabulary, max_tokens < 1,
- *             too many stop ids, bad sampling parameters;
+ *             too many stop ids, bad sampling parameters, top_logprobs,
+ *             penalties, logit_bias or min_tokens out of range;
  *   -E2BIG    the prompt can never run: longer than the model's context
  *             (max_seq_len) or than the whole KV cache;
  *   -EAGAIN   the waiting queue is at max_waiting (inferd answers 429);
@@ -167,6 +221,13 @@ typedef struct kiln_engine_stats {
 	uint64_t prefix_hits;	 /* of those, tokens shared instead of prefilled */
 	int kv_blocks_total, kv_blocks_used;
 	uint64_t requests_rejected; /* refused: the queue was full (HTTP 429) */
+	/* Prefix cache (prefix_caching): finished requests' kept prefixes,
+	 * the distinct KV blocks they hold, and entries evicted for room.
+	 * Blocks held by kept prefixes only are freed on demand, so
+	 * kv_blocks_used leaves them out (vLLM counts such cached blocks as
+	 * free); those a running sequence shares are in it. */
+	int prefix_entries, prefix_blocks;
+	uint64_t prefix_evictions;
 } kiln_engine_stats;
 
 void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *ret);
@@ -176,6 +237,25 @@ void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *ret);
  * inter-token and end-to-end latency histograms) to m.  Returns m's error
  * state. */
 int kiln_engine_metrics(kiln_engine *e, kiln_metrics *m);
+
+/* ---- the host path's pieces, exported for tests/inferd/test-engine.c */
+
+/* Applies p to logits[vocab] in place for a request whose tokens are
+ * tokens[0..n_total) (the first n_prompt the prompt); stops[n_stops] are
+ * the ids masked while fewer than p->min_tokens are generated (the caller
+ * adds EOS).  -ENOMEM, else 0. */
+int kiln_engine__process_logits(float *logits, int vocab, const kiln_engine_processing *p,
+				const int32_t *tokens, int n_prompt, int n_total,
+				const int32_t *stops, int n_stops);
+/* Samples logits[vocab] on the host exactly as kk_sample samples one row
+ * (kk.h: greedy at temperature 0, top-k, top-p, the draw
+ * kk_sample_uniform(p->seed, 0) walked in id order).  The token, or
+ * -ENOMEM. */
+int32_t kiln_engine__sample_host(const float *logits, int vocab, const kk_sampling *p);
+/* The log-softmax of logits[vocab] at token, and the n most likely tokens
+ * (descending, ties by lower id) with theirs into top_ids/top_lp. */
+float kiln_engine__logprobs(const float *logits, int vocab, int32_t token, int n, int32_t *top_ids,
+			    float *top_lp);
 
 #ifdef __cplusplus
 }
