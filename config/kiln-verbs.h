@@ -20,3 +20,9 @@ int kiln_tokenize_main(int argc, char **argv);
 /* Prints o and a newline to stdout with json_dumpf() flags, and releases
  * it (NULL, a failed json_pack(), is -ENOMEM).  Returns 0 or -ENOMEM. */
 int kiln_cli_print_json(json_t *o, size_t flags);
+
+extern const kiln_prog kiln_apply_prog; /* config/apply.c */
+int kiln_apply_main(int argc, char **argv);
+
+/* The -c given before the verb (`kiln -c FILE apply`), or NULL. */
+const char *kiln_cli_config(void);

@@ -657,6 +657,11 @@ static int verb_render(int argc, char **argv)
 	return write_out(arg_output, text);
 }
 
+const char *kiln_cli_config(void)
+{
+	return arg_config;
+}
+
 /* ---- the command -------------------------------------------------------- */
 
 static int verb_help(int argc, char **argv);
@@ -669,6 +674,8 @@ static const kiln_verb verbs[] = {
 	{ "model", "inspect a model or checkpoint file", kiln_model_main, &kiln_model_prog },
 	{ "tokenize", "text <-> token ids with a model's tokenizer", kiln_tokenize_main,
 	  &kiln_tokenize_prog },
+	{ "apply", "bring the running cluster to the cluster file (Slurm, nodes)", kiln_apply_main,
+	  &kiln_apply_prog },
 	{ "help", "show this help", verb_help, NULL },
 };
 

@@ -104,6 +104,10 @@ static int render_slurm(const kiln_cfg *c, kiln_strbuf *b)
 	kiln_strbuf_printf(b, "KillWait=%llu\n", secs(s->kill_wait_usec));
 	kiln_strbuf_printf(b, "UnkillableStepTimeout=%llu\n", secs(s->unkillable_timeout_usec));
 	kiln_strbuf_printf(b, "RebootProgram=%s\n", s->reboot_program);
+	/* configless: slurmd and the commands on the nodes fetch slurm.conf,
+	 * gres.conf, cgroup.conf (and topology.conf) from slurmctld, and
+	 * `scontrol reconfigure` pushes new ones (kiln apply) */
+	kiln_strbuf_append(b, "SlurmctldParameters=enable_configless\n");
 	if (gres && s->def_mem_per_gpu_mb > 0)
 		/* a 1-GPU job without --mem would otherwise take the whole node */
 		kiln_strbuf_printf(b, "DefMemPerGPU=%llu\n",

@@ -462,6 +462,15 @@ int kiln_cfg_render(const kiln_cfg *cfg, const char *target, const char *node, c
 /* NULL-terminated list of targets, for --help and `render all`. */
 extern const char *const kiln_cfg_render_targets[];
 
+/* ---- comparing ------------------------------------------------------ */
+
+/* The schema paths of the scalar keys (node groups and partitions aside)
+ * whose loaded values differ between a and b, in schema order, plus
+ * "health.xid" when the XID overrides differ: `kiln apply` maps each to what
+ * must be restarted.  *ret is a NULL-terminated strv (NULL when nothing
+ * differs).  Returns 0, -EINVAL or -ENOMEM. */
+int kiln_cfg_diff_keys(const kiln_cfg *a, const kiln_cfg *b, char ***ret);
+
 /* Short Gres type from a GPU model: "NVIDIA H100 80GB HBM3" -> "h100",
  * "NVIDIA A100-SXM4-80GB" -> "a100".  Returns a malloc'd string or NULL. */
 char *kiln_cfg_gpu_type_from_model(const char *model);
