@@ -820,6 +820,56 @@ out:
 	return r;
 }
 
+/* ---- an apply that did not finish ------------------------------------------ */
+
+/* Between writing the files and the last restart, the plan is kept in
+ * SLURM_DIR/.kiln-apply-pending: the files then already match, so a second
+ * apply after a failed restart learns from it what is still owed. */
+#define PENDING_NAME ".kiln-apply-pending"
+
+static int pending_path(char **ret)
+{
+	return asprintf(ret, "%s/" PENDING_NAME, arg_slurm_dir) < 0 ? -ENOMEM : 0;
+}
+
+static void pending_load(plan *p)
+{
+	_cleanup_free_ char *path = NULL, *text = NULL;
+	int slurm = 0, refresh = 0, healthd = 0, inferd = 0;
+	if (pending_path(&path) < 0 || kiln_read_file(path, 4096, &text, NULL) < 0)
+		return;
+	if (sscanf(text, "slurm=%d refresh=%d healthd=%d inferd=%d", &slurm, &refresh, &healthd,
+		   &inferd) != 4 ||
+	    slurm < NEED_NOTHING || slurm > NEED_FULL_RESTART)
+		return;
+	printf("change: a previous kiln apply did not finish (%s) -> %s%s\n", path,
+	       need_text((slurm_need) slurm), refresh ? ", then the node commands" : "");
+	p->n_changes++;
+	p->slurm = max_need(p->slurm, (slurm_need) slurm);
+	p->refresh_nodes |= refresh;
+	p->restart_healthd |= healthd;
+	p->restart_inferd |= inferd;
+}
+
+static int pending_save(const plan *p)
+{
+	_cleanup_free_ char *path = NULL;
+	char text[128];
+	if (pending_path(&path) < 0)
+		return -ENOMEM;
+	snprintf(text, sizeof(text), "slurm=%d refresh=%d healthd=%d inferd=%d\n", (int) p->slurm,
+		 p->refresh_nodes, p->restart_healthd, p->restart_inferd);
+	int r = kiln_write_file_atomic(path, text, strlen(text), 0644);
+	return r < 0 ? log_error_errno(r, "Failed to write '%s': %m", path) : 0;
+}
+
+static void pending_done(void)
+{
+	_cleanup_free_ char *path = NULL;
+	if (pending_path(&path) >= 0)
+		(void) unlink(path);
+}
+
 /* ---- the verb ------------------------------------------------------------- */
 
 static int parse(int argc, char **argv)
@@ -946,6 +996,7 @@ int kiln_apply_main(int argc, char **argv)
 			goto out;
 		}
 	}
+	pending_load(&p);
 	if (diff_slurm(&p, rendered, live) < 0)
 		goto out;
 
@@ -991,7 +1042,7 @@ int kiln_apply_main(int argc, char **argv)
 		goto out;
 	}
 
-	if (write_live(c, rendered, live, publish, cfg_text) < 0)
+	if (pending_save(&p) < 0 || write_live(c, rendered, live, publish, cfg_text) < 0)
 		goto out;
 	if (all_nodes(c, false, &nodes) < 0 || all_nodes(c, true, &inference) < 0 ||
 	    (p.removed_nodes &&
@@ -1033,6 +1084,7 @@ int kiln_apply_main(int argc, char **argv)
 		r = on_nodes(inference, "systemctl restart kiln-inferd");
 	if (r < 0)
 		goto out;
+	pending_done();
 	printf("applied: %s\n", c->path);
 	status = KILN_EXIT_OK;
 out:

@@ -1,2 +1,3 @@
 # The real-Slurm suites.  The harness (cluster.sh) is used by other suites too.
 TEST_SCRIPTS += tests/cluster/test-slurm-cluster.sh
+TEST_SCRIPTS += tests/cluster/test-kiln-apply.sh

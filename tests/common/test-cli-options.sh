@@ -126,7 +126,7 @@ if [ -f "$comp/kiln" ]; then
 	}
 	targets=$("$B/bin/kiln" --dump-options | awk -F'\t' '$1 == "render" && $2 == "args" { print $3 }' | tr ' ' '\n' | sort | tr '\n' ' ')
 	expect "kiln re<TAB> -> render" "render" kiln re
-	expect "kiln <TAB> -> the verbs" "check help model render show tokenize" kiln ""
+	expect "kiln <TAB> -> the verbs" "apply check help model render show tokenize" kiln ""
 	expect "kiln render <TAB> -> the targets" "${targets% }" kiln render ""
 	expect "kiln render n<TAB> -> node-env" "node-env" kiln render n
 	expect "kiln -c <file>: files" "config/examples/demo.cfg config/examples/dgx-pod.cfg" kiln -c config/examples/d
