@@ -253,6 +253,7 @@ typedef struct {
 	slurm_need slurm;
 	bool slurm_files_changed;
 	char **removed_nodes;
+	char **added_nodes; /* not booted yet: no node command reaches them */
 	bool refresh_nodes; /* the published cluster.cfg changed: re-run kiln-node-init */
 	bool restart_healthd, restart_inferd;
 	char **by_hand; /* what apply does not do itself, one line each */
@@ -263,6 +264,7 @@ typedef struct {
 static void plan_free(plan *p)
 {
 	strv_free(p->removed_nodes);
+	strv_free(p->added_nodes);
 	strv_free(p->by_hand);
 	free(p->ctld_note);
 }
@@ -336,9 +338,12 @@ static int diff_slurm_conf(plan *p, const char *old_text, const char *new_text)
 		const conf_line *n = &nv[i];
 		const conf_line *o = find_line(ov, on, n->key, n->name);
 		if (strcasecmp(n->key, "NodeName") == 0) {
-			if (!o)
+			if (!o) {
 				slurm_change(p, NEED_FULL_RESTART, "slurm.conf: node %s added",
 					     n->name);
+				if (strv_extend(&p->added_nodes, n->name) < 0)
+					return -ENOMEM;
+			}
 		} else if (strcasecmp(n->key, "PartitionName") == 0) {
 			if (!o)
 				slurm_change(p, NEED_RECONFIGURE, "slurm.conf: partition %s added",
@@ -907,12 +912,13 @@ static int parse(int argc, char **argv)
 	return 1;
 }
 
-static int all_nodes(const kiln_cfg *c, bool inference_only, char **ret)
+/* The running nodes (all but those just added) as a hostlist, or NULL. */
+static int all_nodes(const kiln_cfg *c, char *const *added, bool inference_only, char **ret)
 {
 	_cleanup_strv_free_ char **v = NULL;
 	for (size_t i = 0; i < c->n_nodes; i++)
 		if ((!inference_only || c->nodes[i].inference) &&
-		    strv_extend(&v, c->nodes[i].name) < 0)
+		    !strv_contains(added, c->nodes[i].name) && strv_extend(&v, c->nodes[i].name) < 0)
 			return -ENOMEM;
 	if (!v) {
 		*ret = NULL;
@@ -983,7 +989,8 @@ int kiln_apply_main(int argc, char **argv)
 	char *rendered[N_SLURM_FILES] = {}, *live[N_SLURM_FILES] = {};
 	_cleanup_(plan_free) plan p = {};
 	_cleanup_(kiln_cfg_freep) kiln_cfg *old = NULL;
-	_cleanup_free_ char *old_text = NULL, *nodes = NULL, *inference = NULL, *removed = NULL;
+	_cleanup_free_ char *old_text = NULL, *nodes = NULL, *inference = NULL, *removed = NULL,
+			    *added = NULL;
 	int status = KILN_EXIT_FAILURE;
 	if (render_slurm(c, rendered) < 0)
 		goto out;
@@ -1044,14 +1051,27 @@ int kiln_apply_main(int argc, char **argv)
 
 	if (pending_save(&p) < 0 || write_live(c, rendered, live, publish, cfg_text) < 0)
 		goto out;
-	if (all_nodes(c, false, &nodes) < 0 || all_nodes(c, true, &inference) < 0 ||
+	if (all_nodes(c, p.added_nodes, false, &nodes) < 0 ||
+	    all_nodes(c, p.added_nodes, true, &inference) < 0 ||
 	    (p.removed_nodes &&
-	     kiln_hostlist_compress(p.removed_nodes, strv_length(p.removed_nodes), &removed) < 0)) {
+	     kiln_hostlist_compress(p.removed_nodes, strv_length(p.removed_nodes), &removed) < 0) ||
+	    (p.added_nodes &&
+	     kiln_hostlist_compress(p.added_nodes, strv_length(p.added_nodes), &added) < 0)) {
 		log_error_errno(-ENOMEM, "Out of memory: %m");
 		goto out;
 	}
 	char *reconf[] = { "scontrol", "reconfigure", NULL };
 	r = 0;
+	if (p.refresh_nodes && nodes) {
+		/* First: kiln-node-init fetches the published file and renders
+		 * the node's own copies (what slurmd reads without configless,
+		 * and node.env); the daemons read them only when they start. */
+		const char *cmd = p.restart_healthd ? "kiln-node-init && systemctl restart kiln-healthd"
+						    : "kiln-node-init";
+		r = on_nodes(nodes, cmd);
+	}
+	if (r < 0)
+		goto out;
 	switch (p.slurm) {
 	case NEED_FULL_RESTART:
 		r = step("restart slurmctld", run_shell(arg_restart_ctld, NULL, NULL));
@@ -1073,17 +1093,14 @@ int kiln_apply_main(int argc, char **argv)
 	default:
 		break;
 	}
-	if (r >= 0 && p.refresh_nodes && nodes) {
-		/* kiln-node-init fetches the published file and renders node.env;
-		 * the daemons read it only when they start */
-		const char *cmd = p.restart_healthd ? "kiln-node-init && systemctl restart kiln-healthd"
-						    : "kiln-node-init";
-		r = on_nodes(nodes, cmd);
-	}
 	if (r >= 0 && p.restart_inferd && inference)
 		r = on_nodes(inference, "systemctl restart kiln-inferd");
 	if (r < 0)
 		goto out;
+	if (added)
+		printf("to do: power on %s: %s PXE-boot%s with the new configuration and join.\n",
+		       added, strv_length(p.added_nodes) == 1 ? "it" : "they",
+		       strv_length(p.added_nodes) == 1 ? "s" : "");
 	pending_done();
 	printf("applied: %s\n", c->path);
 	status = KILN_EXIT_OK;

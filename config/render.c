@@ -107,7 +107,8 @@ static int render_slurm(const kiln_cfg *c, kiln_strbuf *b)
 	/* configless: slurmd and the commands on the nodes fetch slurm.conf,
 	 * gres.conf, cgroup.conf (and topology.conf) from slurmctld, and
 	 * `scontrol reconfigure` pushes new ones (kiln apply) */
-	kiln_strbuf_append(b, "SlurmctldParameters=enable_configless\n");
+	if (s->configless)
+		kiln_strbuf_append(b, "SlurmctldParameters=enable_configless\n");
 	if (gres && s->def_mem_per_gpu_mb > 0)
 		/* a 1-GPU job without --mem would otherwise take the whole node */
 		kiln_strbuf_printf(b, "DefMemPerGPU=%llu\n",

@@ -182,6 +182,12 @@ static const kiln_cfg_key schema[] = {
 	  R(slurm.def_cpu_per_gpu), RANGE(1, 4096) },
 	{ "slurm.reboot_program", KILN_CFG_PATH, false, "\"/usr/sbin/reboot\"", "\"/sbin/reboot\"",
 	  "RebootProgram (scontrol reboot, rolling reboots).", R(slurm.reboot_program), NR },
+	{ "slurm.configless", KILN_CFG_BOOL, false, "true", "false",
+	  "Configless Slurm: slurmctld serves slurm.conf, gres.conf, cgroup.conf and topology.conf "
+	  "(SlurmctldParameters=enable_configless), the nodes' slurmd runs with --conf-server, and "
+	  "`kiln apply` reaches them with scontrol reconfigure; false: every node renders its own "
+	  "copies at boot (kiln-node-init).",
+	  R(slurm.configless), NR },
 
 	{ "health", KILN_CFG_GROUP, false, NULL, NULL,
 	  "kiln-healthd, the GPU health daemon on every node.", NOF, NR },

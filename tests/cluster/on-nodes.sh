@@ -14,13 +14,7 @@ P=${1:?DIR} hl=${2:?HOSTLIST} cmd=${3:?COMMAND}
 for n in $(scontrol show hostnames "$hl"); do
 	echo "$n: $cmd" >>"$P/on-nodes.log"
 	case $cmd in
-	"systemctl restart slurmd")
-		# a node slurm.conf just gained has no namespace yet: make it
-		if ip netns list | grep -q "^$(cat "$P/ns")-$n\b"; then
-			"$here/cluster.sh" restart-slurmd "$P" "$n"
-		else
-			"$here/cluster.sh" add-node "$P" "$n"
-		fi ;;
+	"systemctl restart slurmd") "$here/cluster.sh" restart-slurmd "$P" "$n" ;;
 	"systemctl stop slurmd") "$here/cluster.sh" stop-slurmd "$P" "$n" ;;
 	esac
 done

@@ -86,7 +86,10 @@ ok "add node04: applied (exit 0)" test "$rc" = 0
 ok "  ... says: node node04 added -> restart slurmctld, then every slurmd" said "node node04 added -> restart slurmctld, then every slurmd"
 ok "  ... and that dnsmasq.conf is the admin's to reload" said "dnsmasq.conf (node addresses, MACs or names) -> by hand"
 ok "  ... slurmctld was restarted" test "$(ctld_pid)" != "$pid0"
-ok "  ... every slurmd was restarted, node04's started" grep -qx 'node04: systemctl restart slurmd' "$D/on-nodes.log"
+ok "  ... every running slurmd was restarted" grep -qx 'node03: systemctl restart slurmd' "$D/on-nodes.log"
+ok "  ... node04 (not booted yet) gets no command; apply says to power it on" \
+	sh -c "! grep -q node04 '$D/on-nodes.log' && grep -qF 'to do: power on node04' '$W/out'"
+"$here/cluster.sh" add-node "$D" node04 >/dev/null # its PXE boot: slurmd, configless
 up4() { [ "$($KC_HUB sinfo -h -N -o '%N %t' | grep -cE ' (idle|alloc|mix)$')" = 4 ]; }
 for _ in $(seq 100); do up4 && break; sleep 0.2; done
 ok "  ... 4 nodes up in sinfo" up4

@@ -53,7 +53,7 @@ run() {
 	rc=$?
 }
 # the files kiln-node-init writes, relative to the root
-FILES=(etc/kiln/cluster.cfg etc/kiln/node.env etc/slurm/slurm.conf etc/slurm/gres.conf etc/slurm/cgroup.conf etc/hosts etc/hostname)
+FILES=(etc/kiln/cluster.cfg etc/kiln/node.env etc/slurm/slurm.conf etc/slurm/gres.conf etc/slurm/cgroup.conf etc/hosts etc/hostname etc/default/slurmd)
 nothing_written() { # ROOT: only the munge key (and directories)
 	[ "$(find "$1" -type f | grep -vc '/etc/munge/munge.key$')" = 0 ]
 }
@@ -82,6 +82,11 @@ ok "  ... node.env: KILN_NODE=node02, KILN_ADDRESS=10.77.0.12" \
 ok "  ... files are mode 0644, no leftovers" \
 	bash -c "[ \"\$(stat -c %a '$R/etc/slurm/slurm.conf' '$R/etc/kiln/node.env' | sort -u)\" = 644 ] && ! find '$R' -name '*.kiln-new' | grep -q ."
 ok "  ... says what it did" grep -q "node node02 configured from $URL/cluster.cfg" "$W/good.err"
+# configless Slurm (demo.cfg leaves slurm.configless at its default, true)
+ok "  ... /etc/default/slurmd: slurmd fetches its config from the head (--conf-server 10.77.0.1:6817)" \
+	grep -qx 'SLURMD_OPTIONS="--conf-server 10.77.0.1:6817"' "$R/etc/default/slurmd"
+ok "  ... which Debian's slurmd.service reads" \
+	bash -c "[ ! -f /lib/systemd/system/slurmd.service ] || grep -q 'EnvironmentFile=-/etc/default/slurmd' /lib/systemd/system/slurmd.service"
 
 run full "cluster.node=node01 cluster.config=$URL/cluster.cfg"
 ok "cluster.node= + cluster.config=URL: exit 0, hostname node01" \
@@ -96,6 +101,8 @@ run mac "kiln.url=$URL/q" --sys-net "$W/net"
 ok "no kiln.node=: node found by a MAC (the second NIC, upper case)" \
 	test "$rc" = 0 -a "$(cat "$R/etc/hostname" 2>/dev/null)" = vnode01
 ok "  ... and says so" grep -q "found node vnode01 by MAC 52:54:00:4b:11:01 (enp2s0)" "$W/mac.err"
+ok "  ... qemu.cfg sets slurm.configless = false: slurmd gets no --conf-server" \
+	grep -qx 'SLURMD_OPTIONS=""' "$R/etc/default/slurmd"
 rm "$W/net/enp2s0/address"
 run nomac "kiln.url=$URL/q" --sys-net "$W/net"
 ok "unknown MACs: exit 2, names the MACs and what to do, nothing written" \

@@ -228,6 +228,7 @@ typedef struct kiln_cfg_slurm {
 	uint64_t def_mem_per_gpu_mb; /* DefMemPerGPU; derived from the GPU groups (0: no GPUs) */
 	int def_cpu_per_gpu;	     /* DefCpuPerGPU; derived likewise (0: no GPUs) */
 	char *reboot_program;	     /* RebootProgram, "/usr/sbin/reboot" */
+	bool configless;	     /* SlurmctldParameters=enable_configless, true */
 } kiln_cfg_slurm;
 
 typedef struct kiln_cfg_xid {
