@@ -25,6 +25,7 @@ enum {
 	BASE_GROUP, /* kiln_cfg_group */
 	BASE_PART,  /* kiln_cfg_partition */
 	BASE_XID,   /* kiln_cfg_xid */
+	BASE_SWITCH, /* kiln_cfg_switch */
 };
 
 /* The schema key after k (the first when k is NULL) stored relative to base,
@@ -48,6 +49,7 @@ typedef struct loader {
 	int last_line;	       /* where a missing top-level section is reported: the end */
 	size_t *name_idx;  /* node indexes sorted by name (then index): kiln_cfg__node_index() */
 	char **node_names; /* every node's name, borrowed (NULL-terminated): "did you mean" */
+	config_setting_t **switch_set; /* topology.switches[i] */
 } loader;
 
 /* ---- errors.c: the error list ----------------------------------------- */
@@ -168,6 +170,9 @@ int kiln_cfg__expand_hostlist(loader *L, int line, const char *path, const char 
 
 /* check-partitions.c */
 int kiln_cfg__check_partitions(loader *L);
+
+/* check-topology.c: topology.switches (names, members, one tree) */
+void kiln_cfg__check_topology(loader *L);
 
 /* derive.c: defaults that depend on other keys, once the file is good. */
 void kiln_cfg__derive(loader *L);

@@ -126,10 +126,11 @@ static const kiln_prog render_prog = {
 		  "  image-env      the image section as KILN_IMAGE_* shell variables\n"
 		  "  prometheus.yml Prometheus scrape configuration (kiln-healthd, kiln-inferd)\n"
 		  "  kiln-alerts.yml Prometheus alert rules with the monitoring thresholds\n"
+		  "  topology.conf  Slurm's switch tree from topology.switches\n"
 		  "  prometheus     prometheus.yml and kiln-alerts.yml into DIR (needs -o DIR)\n"
 		  "  all            every target into DIR, node-env into DIR/node-env/NAME\n",
 	.args_complete = "slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts node-env "
-			 "image-env prometheus.yml kiln-alerts.yml prometheus all",
+			 "image-env prometheus.yml kiln-alerts.yml topology.conf prometheus all",
 };
 
 /* ---- parsing ------------------------------------------------------------ */

@@ -24,6 +24,7 @@ static const char *const chat_names[] = { "auto",  "chatml", "llama2", "llama3",
 #define G(f)	    BASE_GROUP, offsetof(kiln_cfg_group, f)
 #define P(f)	    BASE_PART, offsetof(kiln_cfg_partition, f)
 #define X(f)	    BASE_XID, offsetof(kiln_cfg_xid, f)
+#define SW(f)	    BASE_SWITCH, offsetof(kiln_cfg_switch, f)
 #define NOF	    BASE_NONE, 0
 #define PORT	    1, 65535, NULL
 #define NR	    0, 0, NULL
@@ -414,6 +415,21 @@ static const kiln_cfg_key schema[] = {
 	  "KilnInferenceTTFTHigh fires when a model's p99 time to first token stays above this "
 	  "for 10 minutes.",
 	  R(monitoring.ttft_p99_usec), NR },
+
+	{ "topology", KILN_CFG_GROUP, false, NULL, NULL,
+	  "The network's switch tree, for Slurm's topology/tree (topology.conf).", NOF, NR },
+	{ "topology.switches", KILN_CFG_LIST, false, NULL, NULL,
+	  "Switches: ( { name = \"leaf1\"; nodes = \"dgx[01-08]\"; }, { name = \"spine\"; switches "
+	  "= \"leaf[1-4]\"; } ). With any, slurm.conf gets TopologyPlugin=topology/tree and "
+	  "`kiln render topology.conf` the tree; without, Slurm's flat default.",
+	  NOF, NR },
+	{ "topology.switches[].name", KILN_CFG_STRING, true, NULL, "\"leaf1\"",
+	  "SwitchName (unique; letters, digits, '-', '_', '.').", SW(name), NR },
+	{ "topology.switches[].nodes", KILN_CFG_HOSTLIST, false, NULL, "\"dgx[01-08]\"",
+	  "A leaf switch: the nodes cabled to it (each node under one leaf).", SW(nodes), NR },
+	{ "topology.switches[].switches", KILN_CFG_HOSTLIST, false, NULL, "\"leaf[1-4]\"",
+	  "A higher switch: the switches below it (each switch under at most one).",
+	  SW(switches), NR },
 };
 
 const kiln_cfg_key *kiln_cfg_schema(size_t *ret_n)

@@ -16,7 +16,7 @@
 # file gives it, on a bridge inside a hub namespace that holds slurmctld at
 # the head node's address.  The root namespace gets no addresses or routes,
 # so two clusters (even with the same addresses) never collide.  slurm.conf,
-# gres.conf and cgroup.conf come from `kiln render`; only what a test run
+# gres.conf, cgroup.conf and topology.conf come from `kiln render`; only what a test run
 # must own (paths, ports, users, plugins that need a real node) is replaced.
 #
 # Environment: KILN_BUILD (build dir holding bin/kiln, default build),
@@ -69,11 +69,12 @@ render() {
 	mkdir -p "$out"
 	[ -x "$KILN" ] || die "$KILN not built (run make)"
 	local t
-	for t in slurm.conf gres.conf cgroup.conf hosts; do
+	for t in slurm.conf gres.conf cgroup.conf topology.conf hosts; do
 		"$KILN" -c "$cfg" render "$t" -o "$out/$t.rendered" || die "kiln render $t failed"
 	done
 	cp "$out/gres.conf.rendered" "$out/gres.conf"
 	cp "$out/cgroup.conf.rendered" "$out/cgroup.conf"
+	cp "$out/topology.conf.rendered" "$out/topology.conf"
 	if [ "${KILN_CLUSTER_CONFIGLESS:-0}" = 1 ]; then
 		cp "$out/slurm.conf.rendered" "$out/slurm.conf"
 		mkdir -p "$P/pub" && cp "$cfg" "$P/pub/cluster.cfg"

@@ -135,6 +135,15 @@ ok "the next apply: exit 0" test "$rc" = 0
 ok "  ... finishes it (restart slurmctld, then every slurmd)" said "a previous kiln apply did not finish"
 ok "  ... slurmctld has the feature" sh -c "$KC_HUB scontrol show node node02 | grep -q 'AvailableFeatures=ssd'"
 ok "  ... and nothing is pending" test ! -e "$D/etc/.kiln-apply-pending"
+# ---- a switch tree (dry run) ---------------------------------------------------------
+cat >>"$CFG" <<'TOPO'
+topology = { switches = ( { name = "leaf1"; nodes = "node[01-03]"; } ); };
+TOPO
+apply --dry-run
+ok "topology.switches, --dry-run: exit 0, slurmctld accepts topology/tree" \
+	bash -c "[ $rc = 0 ] && grep -q '^validated: slurmctld accepts' '$W/out'"
+ok "  ... TopologyPlugin needs slurmctld restarted, the tree a reconfigure" \
+	bash -c "grep -qF 'slurm.conf: TopologyPlugin=topology/tree added -> restart slurmctld, then every slurmd' '$W/out' && grep -qF 'topology.conf changed -> scontrol reconfigure' '$W/out'"
 ok "the job ran through every change" job_running
 hub scancel "$jid"
 tap_done
