@@ -656,6 +656,8 @@ static const char *const validate_keys[] = {
 	"BackupAddr",	    "SlurmctldPort",   "SlurmdPort",	   "SlurmUser",
 	"StateSaveLocation", "SlurmctldPidFile", "SlurmctldLogFile", "AuthType",
 	"AuthInfo",	    "CryptoType",      "CredType",	   "SlurmSchedLogFile",
+	/* slurmdbd: the controller would wait on the real one (or its name) */
+	"AccountingStorageHost", "AccountingStoragePort", "AccountingStorageType",
 };
 
 static bool is_validate_key(const char *line)
@@ -679,8 +681,9 @@ static int write_in(const char *dir, const char *name, const char *text)
  * fresh state directory produces. */
 static size_t print_ctld_errors(const char *log)
 {
-	static const char *const noise[] = { "state file", "Trying backup", "MailProg",
-					     "mpi/pmix",   "MPI:",	    "PMIx" };
+	static const char *const noise[] = { "Could not open", "to recover", "Trying backup",
+					     "MailProg",       "mpi/pmix",   "MPI:",
+					     "PMIx" };
 	size_t shown = 0;
 	for (const char *p = log; *p && shown < 20;) {
 		const char *e = strchrnul(p, '\n');
@@ -717,14 +720,14 @@ static int validate(char *const rendered[N_SLURM_FILES])
 	(void) gethostname(host, sizeof(host) - 1);
 	host[strcspn(host, ".")] = 0;
 	struct passwd *pw = getpwuid(geteuid());
-	int cport = free_port(), dport = free_port();
+	int cport = free_port(), dport = free_port(), aport = free_port();
 	if (asprintf(&conf, "%s/slurm.conf", dir) < 0 || asprintf(&state, "%s/state", dir) < 0 ||
 	    asprintf(&logf, "%s/slurmctld.log", dir) < 0 ||
 	    asprintf(&errf, "%s/slurmctld.out", dir) < 0) {
 		r = log_error_errno(-ENOMEM, "Out of memory: %m");
 		goto out;
 	}
-	if (cport < 0 || dport < 0 || !pw) {
+	if (cport < 0 || dport < 0 || aport < 0 || !pw) {
 		r = log_error_errno(cport < 0 ? cport : -ESRCH, "Failed to find free ports: %m");
 		goto out;
 	}
@@ -741,8 +744,12 @@ static int validate(char *const rendered[N_SLURM_FILES])
 			   "\n# kiln apply: a throw-away controller to validate the files above\n"
 			   "SlurmctldHost=%s(127.0.0.1)\nSlurmctldPort=%d\nSlurmdPort=%d\n"
 			   "SlurmUser=%s\nStateSaveLocation=%s\nSlurmctldPidFile=%s/slurmctld.pid\n"
-			   "SlurmctldLogFile=%s\nAuthType=auth/none\nCredType=cred/none\n",
-			   host, cport, dport, pw->pw_name, state, dir, logf);
+			   "SlurmctldLogFile=%s\nAuthType=auth/none\nCredType=cred/none\n"
+			   /* a fresh controller with slurmdbd accounting refuses to start
+			    * until slurmdbd answers: the copy keeps no accounting */
+			   "AccountingStorageType=accounting_storage/none\n"
+			   "AccountingStorageHost=127.0.0.1\nAccountingStoragePort=%d\n",
+			   host, cport, dport, pw->pw_name, state, dir, logf, aport);
 	r = kiln_strbuf_error(&b);
 	if (r >= 0)
 		r = kiln_write_file_atomic(conf, b.s, strlen(b.s), 0644);
@@ -800,8 +807,10 @@ static int validate(char *const rendered[N_SLURM_FILES])
 	}
 	if (ok) {
 		printf("validated: slurmctld accepts the new configuration (a throw-away "
-		       "controller on 127.0.0.1:%d)\n",
-		       cport);
+		       "controller on 127.0.0.1:%d%s)\n",
+		       cport, strstr(rendered[0], "accounting_storage/slurmdbd")
+				      ? "; slurmdbd itself not contacted"
+				      : "");
 		r = 0;
 		goto out;
 	}

@@ -173,6 +173,8 @@ int kiln_cfg__check_partitions(loader *L);
 
 /* check-topology.c: topology.switches (names, members, one tree) */
 void kiln_cfg__check_topology(loader *L);
+/* check-accounting.c: the password file, dbd_host's default */
+void kiln_cfg__check_accounting(loader *L);
 
 /* derive.c: defaults that depend on other keys, once the file is good. */
 void kiln_cfg__derive(loader *L);

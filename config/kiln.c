@@ -127,10 +127,12 @@ static const kiln_prog render_prog = {
 		  "  prometheus.yml Prometheus scrape configuration (kiln-healthd, kiln-inferd)\n"
 		  "  kiln-alerts.yml Prometheus alert rules with the monitoring thresholds\n"
 		  "  topology.conf  Slurm's switch tree from topology.switches\n"
+		  "  slurmdbd.conf  slurmdbd and its database (accounting; written mode 0600)\n"
 		  "  prometheus     prometheus.yml and kiln-alerts.yml into DIR (needs -o DIR)\n"
 		  "  all            every target into DIR, node-env into DIR/node-env/NAME\n",
 	.args_complete = "slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts node-env "
-			 "image-env prometheus.yml kiln-alerts.yml topology.conf prometheus all",
+			 "image-env prometheus.yml kiln-alerts.yml topology.conf slurmdbd.conf prometheus "
+			 "all",
 };
 
 /* ---- parsing ------------------------------------------------------------ */
@@ -521,7 +523,10 @@ static bool is_target(const char *t)
 
 static int write_out(const char *path, const char *data)
 {
-	int r = kiln_write_file_atomic(path, data, strlen(data), 0644);
+	/* slurmdbd.conf holds the database password */
+	const char *base = strrchr(path, '/');
+	bool secret = streq(base ? base + 1 : path, "slurmdbd.conf") || strstr(data, "\nStoragePass=");
+	int r = kiln_write_file_atomic(path, data, strlen(data), secret ? 0600 : 0644);
 	if (r < 0)
 		return log_error_errno(r, "Failed to write '%s': %m", path);
 	return 0;
@@ -545,6 +550,27 @@ static int mkdir_p(const char *path)
 	return 0;
 }
 
+/* The one render that reads a file (slurmdbd.conf: the database password)
+ * says which file and what to do; the others only run out of memory. */
+static int render_error(const kiln_cfg *c, const char *t, const char *node, int r)
+{
+	if (streq(t, "slurmdbd.conf") && r == -EBADMSG)
+		return log_error_errno(r,
+				       "Failed to render slurmdbd.conf: the password file '%s' "
+				       "(accounting.storage_password_file) is empty, longer than "
+				       "1024 bytes or holds a control character; write the "
+				       "password alone on one line",
+				       c->accounting.storage_password_file);
+	if (streq(t, "slurmdbd.conf"))
+		return log_error_errno(r,
+				       "Failed to render slurmdbd.conf: cannot read the database "
+				       "password from '%s' (accounting.storage_password_file): %m; "
+				       "create it (mode 0600) on this head node",
+				       c->accounting.storage_password_file);
+	return log_error_errno(r, "Failed to render %s%s%s: %m", t, node ? " for " : "",
+			       strempty(node));
+}
+
 /* Renders target t (for node, with node-env) into dir/name. */
 static int render_to(const kiln_cfg *c, const char *t, const char *node, const char *dir,
 		     const char *name)
@@ -552,8 +578,7 @@ static int render_to(const kiln_cfg *c, const char *t, const char *node, const c
 	_cleanup_free_ char *text = NULL, *path = NULL;
 	int r = kiln_cfg_render(c, t, node, &text);
 	if (r < 0)
-		return log_error_errno(r, "Failed to render %s%s%s: %m", t, node ? " for " : "",
-				       strempty(node));
+		return render_error(c, t, node, r);
 	if (asprintf(&path, "%s/%s", dir, name) < 0)
 		return log_error_errno(-ENOMEM, "Out of memory: %m");
 	return write_out(path, text);
@@ -650,7 +675,7 @@ static int verb_render(int argc, char **argv)
 		return KILN_EXIT_USAGE;
 	}
 	if (r < 0)
-		return log_error_errno(r, "Failed to render %s: %m", t);
+		return render_error(c, t, NULL, r);
 	if (!arg_output || streq(arg_output, "-")) {
 		fputs(text, stdout); /* a failed write is caught by run()'s flush */
 		return KILN_EXIT_OK;

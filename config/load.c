@@ -289,6 +289,7 @@ static void cross_check(loader *L)
 	kiln_cfg__check_health(L);
 	kiln_cfg__check_inference(L);
 	kiln_cfg__check_topology(L);
+	kiln_cfg__check_accounting(L);
 	if (!L->oom)
 		kiln_cfg__derive(L);
 }

@@ -416,6 +416,31 @@ static const kiln_cfg_key schema[] = {
 	  "for 10 minutes.",
 	  R(monitoring.ttft_p99_usec), NR },
 
+	{ "accounting", KILN_CFG_GROUP, false, NULL, NULL,
+	  "Slurm job accounting through slurmdbd; off unless storage_host is set.", NOF, NR },
+	{ "accounting.storage_host", KILN_CFG_STRING, false, NULL, "\"db\"",
+	  "The MariaDB/MySQL server of the accounting database (slurmdbd.conf StorageHost); "
+	  "setting it turns accounting on: slurm.conf gets "
+	  "AccountingStorageType=accounting_storage/slurmdbd.",
+	  R(accounting.storage_host), NR },
+	{ "accounting.storage_port", KILN_CFG_INT, false, "3306", "3306", "StoragePort.",
+	  R(accounting.storage_port), PORT },
+	{ "accounting.storage_user", KILN_CFG_STRING, false, "\"slurm\"", "\"slurm\"",
+	  "StorageUser, the database user.", R(accounting.storage_user), NR },
+	{ "accounting.storage_password_file", KILN_CFG_PATH, false, NULL,
+	  "\"/etc/kiln/slurmdbd.pass\"",
+	  "A file holding the database password (required with storage_host; the password is "
+	  "never written in the cluster file). `kiln render slurmdbd.conf` reads it on the head "
+	  "node.",
+	  R(accounting.storage_password_file), NR },
+	{ "accounting.storage_loc", KILN_CFG_STRING, false, "\"slurm_acct_db\"", "\"pod1_acct\"",
+	  "StorageLoc, the database name.", R(accounting.storage_loc), NR },
+	{ "accounting.dbd_host", KILN_CFG_STRING, false, "(head.hostname)", "\"head\"",
+	  "Where slurmdbd runs (DbdHost; slurm.conf AccountingStorageHost).",
+	  R(accounting.dbd_host), NR },
+	{ "accounting.dbd_port", KILN_CFG_INT, false, "6819", "6819",
+	  "DbdPort (slurm.conf AccountingStoragePort).", R(accounting.dbd_port), PORT },
+
 	{ "topology", KILN_CFG_GROUP, false, NULL, NULL,
 	  "The network's switch tree, for Slurm's topology/tree (topology.conf).", NOF, NR },
 	{ "topology.switches", KILN_CFG_LIST, false, NULL, NULL,
