@@ -491,6 +491,10 @@ static int diff_keys(plan *p, const kiln_cfg *old, const kiln_cfg *new)
 			change(p, what,
 			       "publish cluster.cfg and re-run kiln-node-init (kiln-run reads it "
 			       "when a job starts)");
+		} else if (has_prefix(k, "logging.") || has_prefix(k, "time.")) {
+			change(p, what,
+			       "publish cluster.cfg and re-run kiln-node-init (it restarts "
+			       "systemd-journal-upload and systemd-timesyncd)");
 		} else if (has_prefix(k, "slurm.")) {
 			/* what it changes is in the Slurm files, compared above */
 			p->n_changes++;

@@ -1,4 +1,5 @@
-/* check-accounting.c — the accounting section across keys.
+/* check-accounting.c — the accounting section across keys, and the node
+ * services of logging and time (kiln_cfg__check_logging, at the end).
  *
  * Accounting is on exactly when storage_host names the database server;
  * then slurmdbd needs the database password, which the cluster file only
@@ -39,4 +40,20 @@ void kiln_cfg__check_accounting(loader *L)
 				     "is never written in the cluster file)");
 	if (!a->dbd_host && L->cfg->head.hostname && !(a->dbd_host = strdup(L->cfg->head.hostname)))
 		L->oom = 1;
+}
+
+/* logging.url: a URL systemd-journal-upload takes; time.servers: host
+ * names or addresses (one word each: timesyncd.conf splits on spaces). */
+void kiln_cfg__check_logging(loader *L)
+{
+	const char *u = L->cfg->logging.url;
+	if (u && strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0)
+		kiln_cfg__root_error(L, "logging.url",
+				     "systemd-journal-remote listens on http://HOST:19532 (or https://)",
+				     "\"%s\" is not an http:// or https:// URL", u);
+	if (u && strpbrk(u, " \t\"'"))
+		kiln_cfg__root_error(L, "logging.url", NULL, "\"%s\" holds a space or a quote", u);
+	for (size_t i = 0; L->cfg->time.servers && L->cfg->time.servers[i]; i++)
+		kiln_cfg__check_word(L, kiln_cfg__root_line(L, "time.servers"), "time.servers",
+				     L->cfg->time.servers[i], ".-:");
 }

@@ -175,6 +175,7 @@ int kiln_cfg__check_partitions(loader *L);
 void kiln_cfg__check_topology(loader *L);
 /* check-accounting.c: the password file, dbd_host's default */
 void kiln_cfg__check_accounting(loader *L);
+void kiln_cfg__check_logging(loader *L); /* logging.url, time.servers */
 
 /* derive.c: defaults that depend on other keys, once the file is good. */
 void kiln_cfg__derive(loader *L);

@@ -290,6 +290,7 @@ static void cross_check(loader *L)
 	kiln_cfg__check_inference(L);
 	kiln_cfg__check_topology(L);
 	kiln_cfg__check_accounting(L);
+	kiln_cfg__check_logging(L);
 	if (!L->oom)
 		kiln_cfg__derive(L);
 }

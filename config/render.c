@@ -498,6 +498,28 @@ static int render_node_env(const kiln_cfg *c, const char *name, kiln_strbuf *b)
 			kiln_strbuf_append(&s, " kiln-healthd");
 		if (n->inference)
 			kiln_strbuf_append(&s, " kiln-inferd");
+		/* journal forwarding and time sync (kiln-node-init): empty = off */
+		if (c->logging.forward && c->logging.url)
+			env(b, "KILN_JOURNAL_URL", c->logging.url);
+		else if (c->logging.forward) {
+			char u[64];
+			snprintf(u, sizeof(u), "http://%s:19532", kiln_format_ipv4(a, c->head.address));
+			env(b, "KILN_JOURNAL_URL", u);
+		} else
+			env(b, "KILN_JOURNAL_URL", "");
+		kiln_strbuf ntp;
+		kiln_strbuf_init(&ntp);
+		if (c->time.sync && c->time.servers && c->time.servers[0])
+			for (size_t i = 0; c->time.servers[i]; i++)
+				kiln_strbuf_printf(&ntp, "%s%s", i ? " " : "", c->time.servers[i]);
+		else if (c->time.sync)
+			kiln_strbuf_append(&ntp, kiln_format_ipv4(a, c->head.address));
+		int rn = kiln_strbuf_error(&ntp);
+		if (rn >= 0)
+			env(b, "KILN_NTP_SERVERS", ntp.s ? ntp.s : "");
+		kiln_strbuf_free(&ntp);
+		if (rn < 0)
+			return rn;
 		env_int(b, "KILN_HEALTH_PORT", c->health.metrics_port);
 		if (n->inference)
 			env_int(b, "KILN_INFERENCE_PORT", c->inference.port);

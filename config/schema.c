@@ -441,6 +441,26 @@ static const kiln_cfg_key schema[] = {
 	{ "accounting.dbd_port", KILN_CFG_INT, false, "6819", "6819",
 	  "DbdPort (slurm.conf AccountingStoragePort).", R(accounting.dbd_port), PORT },
 
+	{ "logging", KILN_CFG_GROUP, false, NULL, NULL,
+	  "Where the nodes' journal goes (a stateless node's is in RAM, lost at reboot).", NOF,
+	  NR },
+	{ "logging.forward", KILN_CFG_BOOL, false, "true", "false",
+	  "Forward every node's journal to the head node: kiln-node-init configures and starts "
+	  "systemd-journal-upload (systemd-journal-remote must listen on the head).",
+	  R(logging.forward), NR },
+	{ "logging.url", KILN_CFG_STRING, false, "(http://HEAD_ADDRESS:19532)",
+	  "\"https://head:19532\"", "systemd-journal-remote's URL (journal-upload.conf URL=).",
+	  R(logging.url), NR },
+	{ "time", KILN_CFG_GROUP, false, NULL, NULL,
+	  "The nodes' clocks (munge rejects credentials from a clock off by minutes).", NOF, NR },
+	{ "time.sync", KILN_CFG_BOOL, false, "true", "false",
+	  "Keep the nodes' clocks with systemd-timesyncd against time.servers (kiln-node-init).",
+	  R(time.sync), NR },
+	{ "time.servers", KILN_CFG_STRV, false, "(head.address)", "[ \"10.77.0.1\", \"ntp.example.org\" ]",
+	  "NTP servers of the nodes (timesyncd.conf NTP=); by default the head node, which then "
+	  "serves NTP (chrony with allow SUBNET).",
+	  R(time.servers), NR },
+
 	{ "topology", KILN_CFG_GROUP, false, NULL, NULL,
 	  "The network's switch tree, for Slurm's topology/tree (topology.conf).", NOF, NR },
 	{ "topology.switches", KILN_CFG_LIST, false, NULL, NULL,

@@ -332,6 +332,17 @@ typedef struct kiln_cfg_monitoring {
 	uint64_t ttft_p99_usec;		/* 2s: KilnInferenceTTFTHigh */
 } kiln_cfg_monitoring;
 
+/* What the nodes do with their journal and clock (kiln-node-init). */
+typedef struct kiln_cfg_logging {
+	bool forward; /* systemd-journal-upload to the head, true */
+	char *url;    /* systemd-journal-remote's URL; NULL: http://HEAD_ADDRESS:19532 */
+} kiln_cfg_logging;
+
+typedef struct kiln_cfg_time {
+	bool sync;	/* systemd-timesyncd, true */
+	char **servers; /* NTP servers (NULL-terminated); empty: the head node's address */
+} kiln_cfg_time;
+
 /* Slurm accounting through slurmdbd (slurmdbd.conf, AccountingStorage* in
  * slurm.conf); off unless storage_host names the database server. */
 typedef struct kiln_cfg_accounting {
@@ -372,6 +383,8 @@ typedef struct kiln_cfg {
 	kiln_cfg_switch *switches; /* topology.switches, file order; none: no topology.conf */
 	size_t n_switches;
 	kiln_cfg_accounting accounting;
+	kiln_cfg_logging logging;
+	kiln_cfg_time time;
 } kiln_cfg;
 
 /* ---- loading --------------------------------------------------------- */
