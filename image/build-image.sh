@@ -56,6 +56,9 @@ MUNGE_KEY=${MUNGE_KEY:-$KILN_IMAGE_MUNGE_KEY}
 # its own initramfs, initramfs-tools is not needed.
 PKGS=(systemd systemd-sysv udev dbus kmod iproute2 iputils-ping procps
 	curl ca-certificates linux-image-amd64 munge slurmd)
+# The journal forwarded to the head and the clock synced against it
+# (logging.*, time.*: kiln-node-init configures both).
+PKGS+=(systemd-journal-remote systemd-timesyncd)
 # The runtime libraries kiln's programs link, found from the build itself:
 # ldd says which files, this (Debian 12) build machine's dpkg which package.
 # CUDA's libraries are not Debian packages; they come with image.nvidia.

@@ -42,7 +42,7 @@ KILN=$B/bin/kiln
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 
 cmd=${1:-}; P=${2:-}
-[ -n "$cmd" ] && [ -n "$P" ] || die "usage: cluster.sh up|ctld|down|kill-node|start-node DIR [CFG|NODE]"
+[ -n "$cmd" ] && [ -n "$P" ] || die "usage: cluster.sh up|ctld|down|kill-node|start-node|restart-slurmd|stop-slurmd|restart-ctld|add-node DIR [CFG|NODE]"
 mkdir -p "$P"; P=$(cd "$P" && pwd)
 
 ns_prefix() {
@@ -206,6 +206,7 @@ start_slurmd() {
 		port=$(sed -nE 's/^SlurmctldPort=//Ip' "$P/etc/slurm.conf" | tail -1)
 		mkdir -p /run/munge "$P/run/$node"
 		ln -sf munge.sock "$P/munge/munge.socket.2"
+		# shellcheck disable=SC2016 # $1..$3 are the inner shell's
 		in_ns "${ns}-$node" env -u SLURM_CONF KILN_CLUSTER_DIR="$P" unshare -m --propagation private \
 			sh -c 'mount --bind "$1" /run/munge && exec slurmd --conf-server "$2" -N "$3"' \
 			sh "$P/munge" "$HEAD_ADDR:${port:-6817}" "$node"
@@ -235,6 +236,7 @@ stop_daemon() { # slurmctld|slurmd [NODE]: SIGTERM, wait for it to go (its jobs 
 add_node() {
 	local ns node=$1 addr i
 	ns=$(cat "$P/ns")
+	# shellcheck source=/dev/null # written by up
 	. "$P/env.sh"
 	addr=$(grep -iE "^NodeName=$node " "$P/etc/slurm.conf" | sed -nE 's/.* NodeAddr=([0-9.]+).*/\1/Ip')
 	[ -n "$addr" ] || die "no NodeName=$node with a NodeAddr in $P/etc/slurm.conf"
@@ -252,6 +254,7 @@ add_node() {
 restart_ctld() {
 	local ns
 	ns=$(cat "$P/ns")
+	# shellcheck source=/dev/null # written by up
 	. "$P/env.sh"
 	stop_daemon slurmctld
 	(cd "$P" && in_ns "${ns}hub" slurmctld -f "$P/etc/slurm.conf")
