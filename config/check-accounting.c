@@ -33,11 +33,12 @@ void kiln_cfg__check_accounting(loader *L)
 		return;
 	}
 	if (!a->storage_password_file)
-		kiln_cfg__root_error(L, "accounting.storage_host",
-				     "put the database password in a file (mode 0600) on the head node "
-				     "and set accounting.storage_password_file to it",
-				     "accounting needs accounting.storage_password_file (the password "
-				     "is never written in the cluster file)");
+		kiln_cfg__root_error(
+			L, "accounting.storage_host",
+			"put the database password in a file (mode 0600) on the head node "
+			"and set accounting.storage_password_file to it",
+			"accounting needs accounting.storage_password_file (the password "
+			"is never written in the cluster file)");
 	if (!a->dbd_host && L->cfg->head.hostname && !(a->dbd_host = strdup(L->cfg->head.hostname)))
 		L->oom = 1;
 }
@@ -48,9 +49,10 @@ void kiln_cfg__check_logging(loader *L)
 {
 	const char *u = L->cfg->logging.url;
 	if (u && strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0)
-		kiln_cfg__root_error(L, "logging.url",
-				     "systemd-journal-remote listens on http://HOST:19532 (or https://)",
-				     "\"%s\" is not an http:// or https:// URL", u);
+		kiln_cfg__root_error(
+			L, "logging.url",
+			"systemd-journal-remote listens on http://HOST:19532 (or https://)",
+			"\"%s\" is not an http:// or https:// URL", u);
 	if (u && strpbrk(u, " \t\"'"))
 		kiln_cfg__root_error(L, "logging.url", NULL, "\"%s\" holds a space or a quote", u);
 	for (size_t i = 0; L->cfg->time.servers && L->cfg->time.servers[i]; i++)

@@ -65,15 +65,16 @@ void kiln_cfg__check_topology(loader *L)
 					       "invalid switch name \"%s\"", sw->name);
 		ssize_t first = find_switch(c, sw->name);
 		if (first >= 0 && (size_t) first < i)
-			kiln_cfg__member_error(L, LIST, i, e, "name",
-					       "give each switch its own name",
-					       "duplicate switch \"%s\" (also " LIST "[%zd], line %d)",
-					       sw->name, first, c->switches[first].line);
-		if (!sw->nodes && !sw->switches)
 			kiln_cfg__member_error(
-				L, LIST, i, e, "name",
-				"a leaf switch lists nodes = \"...\", a higher one switches = \"...\"",
-				"switch \"%s\" has neither nodes nor switches", sw->name);
+				L, LIST, i, e, "name", "give each switch its own name",
+				"duplicate switch \"%s\" (also " LIST "[%zd], line %d)", sw->name,
+				first, c->switches[first].line);
+		if (!sw->nodes && !sw->switches)
+			kiln_cfg__member_error(L, LIST, i, e, "name",
+					       "a leaf switch lists nodes = \"...\", a higher one "
+					       "switches = \"...\"",
+					       "switch \"%s\" has neither nodes nor switches",
+					       sw->name);
 	}
 
 	for (size_t i = 0; i < n; i++) {
@@ -89,15 +90,17 @@ void kiln_cfg__check_topology(loader *L)
 			size_t nv = 0;
 			if (kiln_cfg__expand_hostlist(L, line, path, sw->nodes, &v, &nv) >= 0)
 				for (size_t j = 0; j < nv; j++) {
-					ssize_t ni = kiln_cfg__listed_node(L, v[j], line, path, "node");
+					ssize_t ni =
+						kiln_cfg__listed_node(L, v[j], line, path, "node");
 					if (ni < 0)
 						continue;
 					if (leaf_of[ni] >= 0 && (size_t) leaf_of[ni] != i)
 						kiln_cfg__add_error(
 							L, line, path,
 							"a node is cabled to one leaf switch",
-							"node %s is under switch \"%s\" and \"%s\"", v[j],
-							c->switches[leaf_of[ni]].name, sw->name);
+							"node %s is under switch \"%s\" and \"%s\"",
+							v[j], c->switches[leaf_of[ni]].name,
+							sw->name);
 					leaf_of[ni] = (ssize_t) i;
 				}
 		}
@@ -119,11 +122,11 @@ void kiln_cfg__check_topology(loader *L)
 					kiln_cfg__add_error(L, line, path, NULL,
 							    "switch \"%s\" lists itself", v[j]);
 				else if (parent[si] >= 0 && (size_t) parent[si] != i)
-					kiln_cfg__add_error(L, line, path,
-							    "a tree: each switch under one parent",
-							    "switch \"%s\" is under \"%s\" and \"%s\"",
-							    v[j], c->switches[parent[si]].name,
-							    sw->name);
+					kiln_cfg__add_error(
+						L, line, path,
+						"a tree: each switch under one parent",
+						"switch \"%s\" is under \"%s\" and \"%s\"", v[j],
+						c->switches[parent[si]].name, sw->name);
 				else
 					parent[si] = (ssize_t) i;
 			}

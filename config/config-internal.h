@@ -20,11 +20,11 @@
 
 /* Which struct a schema key's offset is relative to. */
 enum {
-	BASE_NONE,  /* containers and keys stored by hand (addresses, macs) */
-	BASE_ROOT,  /* kiln_cfg */
-	BASE_GROUP, /* kiln_cfg_group */
-	BASE_PART,  /* kiln_cfg_partition */
-	BASE_XID,   /* kiln_cfg_xid */
+	BASE_NONE,   /* containers and keys stored by hand (addresses, macs) */
+	BASE_ROOT,   /* kiln_cfg */
+	BASE_GROUP,  /* kiln_cfg_group */
+	BASE_PART,   /* kiln_cfg_partition */
+	BASE_XID,    /* kiln_cfg_xid */
 	BASE_SWITCH, /* kiln_cfg_switch */
 };
 

@@ -130,9 +130,10 @@ static const kiln_prog render_prog = {
 		  "  slurmdbd.conf  slurmdbd and its database (accounting; written mode 0600)\n"
 		  "  prometheus     prometheus.yml and kiln-alerts.yml into DIR (needs -o DIR)\n"
 		  "  all            every target into DIR, node-env into DIR/node-env/NAME\n",
-	.args_complete = "slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts node-env "
-			 "image-env prometheus.yml kiln-alerts.yml topology.conf slurmdbd.conf prometheus "
-			 "all",
+	.args_complete =
+		"slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts node-env "
+		"image-env prometheus.yml kiln-alerts.yml topology.conf slurmdbd.conf prometheus "
+		"all",
 };
 
 /* ---- parsing ------------------------------------------------------------ */
@@ -525,7 +526,8 @@ static int write_out(const char *path, const char *data)
 {
 	/* slurmdbd.conf holds the database password */
 	const char *base = strrchr(path, '/');
-	bool secret = streq(base ? base + 1 : path, "slurmdbd.conf") || strstr(data, "\nStoragePass=");
+	bool secret =
+		streq(base ? base + 1 : path, "slurmdbd.conf") || strstr(data, "\nStoragePass=");
 	int r = kiln_write_file_atomic(path, data, strlen(data), secret ? 0600 : 0644);
 	if (r < 0)
 		return log_error_errno(r, "Failed to write '%s': %m", path);

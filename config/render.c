@@ -23,8 +23,9 @@
 #include "kiln/strbuf.h"
 
 const char *const kiln_cfg_render_targets[] = {
-	"slurm.conf", "gres.conf", "cgroup.conf",    "dnsmasq.conf",	"boot.ipxe", "hosts",
-	"node-env",   "image-env", "prometheus.yml", "kiln-alerts.yml", "topology.conf", "slurmdbd.conf", NULL,
+	"slurm.conf",	 "gres.conf",	  "cgroup.conf", "dnsmasq.conf",   "boot.ipxe",
+	"hosts",	 "node-env",	  "image-env",	 "prometheus.yml", "kiln-alerts.yml",
+	"topology.conf", "slurmdbd.conf", NULL,
 };
 
 static void header(kiln_strbuf *b, const kiln_cfg *c, const char *comment, const char *what)
@@ -195,8 +196,9 @@ static int render_topology(const kiln_cfg *c, kiln_strbuf *b)
 {
 	header(b, c, "#", NULL);
 	if (c->n_switches == 0) {
-		kiln_strbuf_append(b, "# No topology.switches in the cluster file: slurm.conf names no "
-				      "TopologyPlugin\n# and Slurm treats the network as flat.\n");
+		kiln_strbuf_append(
+			b, "# No topology.switches in the cluster file: slurm.conf names no "
+			   "TopologyPlugin\n# and Slurm treats the network as flat.\n");
 		return 0;
 	}
 	kiln_strbuf_append(b, "# The switch tree (TopologyPlugin=topology/tree): Slurm places a "
@@ -226,8 +228,9 @@ static int render_slurmdbd(const kiln_cfg *c, kiln_strbuf *b)
 	const kiln_cfg_slurm *s = &c->slurm;
 	header(b, c, "#", NULL);
 	if (!a->storage_host) {
-		kiln_strbuf_append(b, "# No accounting.storage_host in the cluster file: accounting "
-				      "is off and slurmdbd\n# is not used.\n");
+		kiln_strbuf_append(b,
+				   "# No accounting.storage_host in the cluster file: accounting "
+				   "is off and slurmdbd\n# is not used.\n");
 		return 0;
 	}
 	_cleanup_free_ char *pass = NULL;
@@ -503,7 +506,8 @@ static int render_node_env(const kiln_cfg *c, const char *name, kiln_strbuf *b)
 			env(b, "KILN_JOURNAL_URL", c->logging.url);
 		else if (c->logging.forward) {
 			char u[64];
-			snprintf(u, sizeof(u), "http://%s:19532", kiln_format_ipv4(a, c->head.address));
+			snprintf(u, sizeof(u), "http://%s:19532",
+				 kiln_format_ipv4(a, c->head.address));
 			env(b, "KILN_JOURNAL_URL", u);
 		} else
 			env(b, "KILN_JOURNAL_URL", "");

@@ -456,7 +456,8 @@ static const kiln_cfg_key schema[] = {
 	{ "time.sync", KILN_CFG_BOOL, false, "true", "false",
 	  "Keep the nodes' clocks with systemd-timesyncd against time.servers (kiln-node-init).",
 	  R(time.sync), NR },
-	{ "time.servers", KILN_CFG_STRV, false, "(head.address)", "[ \"10.77.0.1\", \"ntp.example.org\" ]",
+	{ "time.servers", KILN_CFG_STRV, false, "(head.address)",
+	  "[ \"10.77.0.1\", \"ntp.example.org\" ]",
 	  "NTP servers of the nodes (timesyncd.conf NTP=); by default the head node, which then "
 	  "serves NTP (chrony with allow SUBNET).",
 	  R(time.servers), NR },
@@ -473,8 +474,8 @@ static const kiln_cfg_key schema[] = {
 	{ "topology.switches[].nodes", KILN_CFG_HOSTLIST, false, NULL, "\"dgx[01-08]\"",
 	  "A leaf switch: the nodes cabled to it (each node under one leaf).", SW(nodes), NR },
 	{ "topology.switches[].switches", KILN_CFG_HOSTLIST, false, NULL, "\"leaf[1-4]\"",
-	  "A higher switch: the switches below it (each switch under at most one).",
-	  SW(switches), NR },
+	  "A higher switch: the switches below it (each switch under at most one).", SW(switches),
+	  NR },
 };
 
 const kiln_cfg_key *kiln_cfg_schema(size_t *ret_n)
