@@ -285,6 +285,32 @@ static int warn_missing_file(const char *cfg_path, const char *key, const char *
 	return 1;
 }
 
+/* accounting.storage_password_file: only the head node (where slurmdbd.conf
+ * is rendered) has it, so a missing file is a warning; one others can read
+ * is a warning everywhere (it is the database password). */
+static int warn_password_file(const char *cfg_path, const char *path)
+{
+	struct stat st;
+	if (!path)
+		return 0;
+	if (stat(path, &st) < 0) {
+		fprintf(stderr,
+			"%s: accounting.storage_password_file: warning: %s does not exist on this "
+			"host; fine on a compute node, but `kiln render slurmdbd.conf` on the head "
+			"node needs it\n",
+			cfg_path, path);
+		return 1;
+	}
+	if (st.st_mode & 077) {
+		fprintf(stderr,
+			"%s: accounting.storage_password_file: warning: %s is readable by others "
+			"(mode %04o) and holds the database password; chmod 600 it\n",
+			cfg_path, path, (unsigned) (st.st_mode & 07777));
+		return 1;
+	}
+	return 0;
+}
+
 static int verb_check(int argc, char **argv)
 {
 	int r = parse_options(&check_prog, argc, argv);
@@ -303,6 +329,8 @@ static int verb_check(int argc, char **argv)
 		r += warn_missing_file(c->path, "inference.model", c->inference.model);
 		r += warn_missing_file(c->path, "inference.tokenizer", c->inference.tokenizer);
 	}
+	if (c->accounting.storage_host)
+		r += warn_password_file(c->path, c->accounting.storage_password_file);
 	if (r > 0 && arg_strict)
 		return KILN_EXIT_USAGE; /* the warnings are printed: they are the output */
 	if (!arg_quiet)

@@ -23,6 +23,14 @@ dbd_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0))
 } >"$W/acct.cfg"
 
 ok "kiln check: accounting with a password file is valid" "$KILN" -q -c "$W/acct.cfg" check
+ok "  ... no warning for a mode-0600 password file" bash -c "'$KILN' -c '$W/acct.cfg' check 2>&1 >/dev/null | grep -c . | grep -qx 0"
+chmod 644 "$W/pass"
+"$KILN" -c "$W/acct.cfg" check >/dev/null 2>"$W/err"
+rc=$?
+ok "a password file others can read: exit 0 with a warning naming the mode and the fix" \
+	bash -c "[ $rc = 0 ] && grep -q 'accounting.storage_password_file: warning: $W/pass is readable by others (mode 0644) and holds the database password; chmod 600 it' '$W/err'"
+ok "  ... --strict: exit 2" bash -c "'$KILN' -c '$W/acct.cfg' check --strict 2>/dev/null; [ \$? = 2 ]"
+chmod 600 "$W/pass"
 "$KILN" -c "$W/acct.cfg" render slurmdbd.conf -o "$W/slurmdbd.conf"
 ok "render slurmdbd.conf -o: exit 0" test $? = 0
 ok "  ... mode 0600 (it holds the password)" test "$(stat -c %a "$W/slurmdbd.conf")" = 600
@@ -38,6 +46,8 @@ ok "without accounting: slurmdbd.conf says accounting is off, slurm.conf has no 
 	"'$KILN' -c config/examples/demo.cfg render slurmdbd.conf | grep -q 'accounting is off' && ! '$KILN' -c config/examples/demo.cfg render slurm.conf | grep -q AccountingStorage"
 
 rm "$W/pass"
+ok "password file missing (a compute node): kiln check warns, exit 0" \
+	bash -c "'$KILN' -c '$W/acct.cfg' check 2>&1 >/dev/null | grep -q 'does not exist on this host; fine on a compute node'"
 "$KILN" -c "$W/acct.cfg" render slurmdbd.conf -o "$W/missing.conf" 2>"$W/err"
 rc=$?
 ok "password file missing: exit 1, nothing written" bash -c "[ $rc = 1 ] && [ ! -e '$W/missing.conf' ]"
