@@ -135,6 +135,17 @@ ok "the next apply: exit 0" test "$rc" = 0
 ok "  ... finishes it (restart slurmctld, then every slurmd)" said "a previous kiln apply did not finish"
 ok "  ... slurmctld has the feature" sh -c "$KC_HUB scontrol show node node02 | grep -q 'AvailableFeatures=ssd'"
 ok "  ... and nothing is pending" test ! -e "$D/etc/.kiln-apply-pending"
+# ---- without --on-nodes the node commands are printed, not run --------------------
+sed -i 's/temp_warn_c = 80;/temp_warn_c = 75;/' "$CFG"
+: >"$D/on-nodes.log"
+$KC_HUB env SLURM_CONF="$D/etc/slurm.conf" "$KILN" apply -c "$CFG" --slurm-dir "$D/etc" \
+	--publish "$D/pub/cluster.cfg" >"$W/out" 2>&1
+rc=$?
+sed 's/^/#   /' "$W/out"
+ok "no --on-nodes: exit 0, prints what to run on which nodes" \
+	bash -c "[ $rc = 0 ] && grep -qxF 'to do: on node[01-03] run: kiln-node-init && systemctl restart kiln-healthd' '$W/out'"
+ok "  ... and runs nothing there" test ! -s "$D/on-nodes.log"
+
 # ---- a switch tree (dry run) ---------------------------------------------------------
 cat >>"$CFG" <<'TOPO'
 topology = { switches = ( { name = "leaf1"; nodes = "node[01-03]"; } ); };
