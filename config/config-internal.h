@@ -6,7 +6,8 @@
  * key alone cannot make, one file per concern: check-network.c (cluster
  * identity, subnet, head), check-nodes.c (node groups, hostlists, addresses,
  * MACs, duplicates), check-partitions.c, check-services.c (slurm, health,
- * launcher, inference and image sections), with the name rules they share
+ * launcher, inference and image sections), check-topology.c (the switch
+ * tree), check-accounting.c (accounting, logging, time), with the name rules they share
  * in names.c.  derive.c then fills the defaults written "(...)" in the
  * schema, which depend on other keys.  Every pass reports through
  * kiln_cfg__add_error() into the loader's error list (errors.c). */
