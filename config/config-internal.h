@@ -6,7 +6,8 @@
  * key alone cannot make, one file per concern: check-network.c (cluster
  * identity, subnet, head), check-nodes.c (node groups, hostlists, addresses,
  * MACs, duplicates), check-partitions.c, check-services.c (slurm, health,
- * launcher, inference and image sections), with the name rules they share
+ * launcher, inference and image sections), check-topology.c (the switch
+ * tree), check-accounting.c (accounting, logging, time), with the name rules they share
  * in names.c.  derive.c then fills the defaults written "(...)" in the
  * schema, which depend on other keys.  Every pass reports through
  * kiln_cfg__add_error() into the loader's error list (errors.c). */
@@ -20,11 +21,12 @@
 
 /* Which struct a schema key's offset is relative to. */
 enum {
-	BASE_NONE,  /* containers and keys stored by hand (addresses, macs) */
-	BASE_ROOT,  /* kiln_cfg */
-	BASE_GROUP, /* kiln_cfg_group */
-	BASE_PART,  /* kiln_cfg_partition */
-	BASE_XID,   /* kiln_cfg_xid */
+	BASE_NONE,   /* containers and keys stored by hand (addresses, macs) */
+	BASE_ROOT,   /* kiln_cfg */
+	BASE_GROUP,  /* kiln_cfg_group */
+	BASE_PART,   /* kiln_cfg_partition */
+	BASE_XID,    /* kiln_cfg_xid */
+	BASE_SWITCH, /* kiln_cfg_switch */
 };
 
 /* The schema key after k (the first when k is NULL) stored relative to base,
@@ -48,6 +50,7 @@ typedef struct loader {
 	int last_line;	       /* where a missing top-level section is reported: the end */
 	size_t *name_idx;  /* node indexes sorted by name (then index): kiln_cfg__node_index() */
 	char **node_names; /* every node's name, borrowed (NULL-terminated): "did you mean" */
+	config_setting_t **switch_set; /* topology.switches[i] */
 } loader;
 
 /* ---- errors.c: the error list ----------------------------------------- */
@@ -168,6 +171,12 @@ int kiln_cfg__expand_hostlist(loader *L, int line, const char *path, const char 
 
 /* check-partitions.c */
 int kiln_cfg__check_partitions(loader *L);
+
+/* check-topology.c: topology.switches (names, members, one tree) */
+void kiln_cfg__check_topology(loader *L);
+/* check-accounting.c: the password file, dbd_host's default */
+void kiln_cfg__check_accounting(loader *L);
+void kiln_cfg__check_logging(loader *L); /* logging.url, time.servers */
 
 /* derive.c: defaults that depend on other keys, once the file is good. */
 void kiln_cfg__derive(loader *L);

@@ -41,3 +41,6 @@ int kiln_reboot_main(int argc, char **argv);
 const char *kiln_slurm_state_string(uint32_t state, char *buf, size_t len);
 bool kiln_slurm_state_ok(uint32_t state);
 int kiln_slurm_conf_source(char *buf, size_t len);
+
+extern const kiln_prog kiln_apply_prog; /* config/apply.c */
+int kiln_apply_main(int argc, char **argv);

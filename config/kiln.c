@@ -128,10 +128,14 @@ static const kiln_prog render_prog = {
 		  "  image-env      the image section as KILN_IMAGE_* shell variables\n"
 		  "  prometheus.yml Prometheus scrape configuration (kiln-healthd, kiln-inferd)\n"
 		  "  kiln-alerts.yml Prometheus alert rules with the monitoring thresholds\n"
+		  "  topology.conf  Slurm's switch tree from topology.switches\n"
+		  "  slurmdbd.conf  slurmdbd and its database (accounting; written mode 0600)\n"
 		  "  prometheus     prometheus.yml and kiln-alerts.yml into DIR (needs -o DIR)\n"
 		  "  all            every target into DIR, node-env into DIR/node-env/NAME\n",
-	.args_complete = "slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts node-env "
-			 "image-env prometheus.yml kiln-alerts.yml prometheus all",
+	.args_complete =
+		"slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts node-env "
+		"image-env prometheus.yml kiln-alerts.yml topology.conf slurmdbd.conf prometheus "
+		"all",
 };
 
 /* ---- parsing ------------------------------------------------------------ */
@@ -288,6 +292,32 @@ static int warn_missing_file(const char *cfg_path, const char *key, const char *
 	return 1;
 }
 
+/* accounting.storage_password_file: only the head node (where slurmdbd.conf
+ * is rendered) has it, so a missing file is a warning; one others can read
+ * is a warning everywhere (it is the database password). */
+static int warn_password_file(const char *cfg_path, const char *path)
+{
+	struct stat st;
+	if (!path)
+		return 0;
+	if (stat(path, &st) < 0) {
+		fprintf(stderr,
+			"%s: accounting.storage_password_file: warning: %s does not exist on this "
+			"host; fine on a compute node, but `kiln render slurmdbd.conf` on the head "
+			"node needs it\n",
+			cfg_path, path);
+		return 1;
+	}
+	if (st.st_mode & 077) {
+		fprintf(stderr,
+			"%s: accounting.storage_password_file: warning: %s is readable by others "
+			"(mode %04o) and holds the database password; chmod 600 it\n",
+			cfg_path, path, (unsigned) (st.st_mode & 07777));
+		return 1;
+	}
+	return 0;
+}
+
 static int verb_check(int argc, char **argv)
 {
 	int r = parse_options(&check_prog, argc, argv);
@@ -306,6 +336,8 @@ static int verb_check(int argc, char **argv)
 		r += warn_missing_file(c->path, "inference.model", c->inference.model);
 		r += warn_missing_file(c->path, "inference.tokenizer", c->inference.tokenizer);
 	}
+	if (c->accounting.storage_host)
+		r += warn_password_file(c->path, c->accounting.storage_password_file);
 	if (r > 0 && arg_strict)
 		return KILN_EXIT_USAGE; /* the warnings are printed: they are the output */
 	if (!arg_quiet)
@@ -527,7 +559,11 @@ static bool is_target(const char *t)
 
 static int write_out(const char *path, const char *data)
 {
-	int r = kiln_write_file_atomic(path, data, strlen(data), 0644);
+	/* slurmdbd.conf holds the database password */
+	const char *base = strrchr(path, '/');
+	bool secret =
+		streq(base ? base + 1 : path, "slurmdbd.conf") || strstr(data, "\nStoragePass=");
+	int r = kiln_write_file_atomic(path, data, strlen(data), secret ? 0600 : 0644);
 	if (r < 0)
 		return log_error_errno(r, "Failed to write '%s': %m", path);
 	return 0;
@@ -551,6 +587,27 @@ static int mkdir_p(const char *path)
 	return 0;
 }
 
+/* The one render that reads a file (slurmdbd.conf: the database password)
+ * says which file and what to do; the others only run out of memory. */
+static int render_error(const kiln_cfg *c, const char *t, const char *node, int r)
+{
+	if (streq(t, "slurmdbd.conf") && r == -EBADMSG)
+		return log_error_errno(r,
+				       "Failed to render slurmdbd.conf: the password file '%s' "
+				       "(accounting.storage_password_file) is empty, longer than "
+				       "1024 bytes or holds a control character; write the "
+				       "password alone on one line",
+				       c->accounting.storage_password_file);
+	if (streq(t, "slurmdbd.conf"))
+		return log_error_errno(r,
+				       "Failed to render slurmdbd.conf: cannot read the database "
+				       "password from '%s' (accounting.storage_password_file): %m; "
+				       "create it (mode 0600) on this head node",
+				       c->accounting.storage_password_file);
+	return log_error_errno(r, "Failed to render %s%s%s: %m", t, node ? " for " : "",
+			       strempty(node));
+}
+
 /* Renders target t (for node, with node-env) into dir/name. */
 static int render_to(const kiln_cfg *c, const char *t, const char *node, const char *dir,
 		     const char *name)
@@ -558,8 +615,7 @@ static int render_to(const kiln_cfg *c, const char *t, const char *node, const c
 	_cleanup_free_ char *text = NULL, *path = NULL;
 	int r = kiln_cfg_render(c, t, node, &text);
 	if (r < 0)
-		return log_error_errno(r, "Failed to render %s%s%s: %m", t, node ? " for " : "",
-				       strempty(node));
+		return render_error(c, t, node, r);
 	if (asprintf(&path, "%s/%s", dir, name) < 0)
 		return log_error_errno(-ENOMEM, "Out of memory: %m");
 	return write_out(path, text);
@@ -656,7 +712,7 @@ static int verb_render(int argc, char **argv)
 		return KILN_EXIT_USAGE;
 	}
 	if (r < 0)
-		return log_error_errno(r, "Failed to render %s: %m", t);
+		return render_error(c, t, NULL, r);
 	if (!arg_output || streq(arg_output, "-")) {
 		fputs(text, stdout); /* a failed write is caught by run()'s flush */
 		return KILN_EXIT_OK;
@@ -676,6 +732,8 @@ static const kiln_verb verbs[] = {
 	{ "model", "inspect a model or checkpoint file", kiln_model_main, &kiln_model_prog },
 	{ "tokenize", "text <-> token ids with a model's tokenizer", kiln_tokenize_main,
 	  &kiln_tokenize_prog },
+	{ "apply", "bring the running cluster to the cluster file (Slurm, nodes)", kiln_apply_main,
+	  &kiln_apply_prog },
 	{ "status", "the cluster at a glance: Slurm, GPU health, jobs, models", kiln_status_main,
 	  &kiln_status_prog },
 	{ "reboot", "rolling reboot of nodes through Slurm, in waves", kiln_reboot_main,

@@ -106,6 +106,9 @@ static const list_desc lists[] = {
 	{ "health.xid", BASE_XID, sizeof(kiln_cfg_xid), offsetof(kiln_cfg, health.xids),
 	  offsetof(kiln_cfg, health.n_xids), offsetof(loader, xid_set),
 	  offsetof(kiln_cfg_xid, line), false },
+	{ "topology.switches", BASE_SWITCH, sizeof(kiln_cfg_switch), offsetof(kiln_cfg, switches),
+	  offsetof(kiln_cfg, n_switches), offsetof(loader, switch_set),
+	  offsetof(kiln_cfg_switch, line), false },
 };
 
 static const list_desc *find_list(const char *pattern)
@@ -285,6 +288,9 @@ static void cross_check(loader *L)
 		return;
 	kiln_cfg__check_health(L);
 	kiln_cfg__check_inference(L);
+	kiln_cfg__check_topology(L);
+	kiln_cfg__check_accounting(L);
+	kiln_cfg__check_logging(L);
 	if (!L->oom)
 		kiln_cfg__derive(L);
 }
@@ -448,6 +454,9 @@ void kiln_cfg_free(kiln_cfg *c)
 	}
 	free(c->slurm.partitions);
 	free(c->health.xids);
+	for (size_t i = 0; i < c->n_switches; i++)
+		free_fields(BASE_SWITCH, &c->switches[i]);
+	free(c->switches);
 	free(c->network.dns);
 	free_fields(BASE_ROOT, c);
 	free(c->path);
@@ -551,6 +560,7 @@ int kiln_cfg_load_string(const char *text, const char *name, kiln_cfg **ret, kil
 	free(L.mac_set);
 	free(L.part_set);
 	free(L.xid_set);
+	free(L.switch_set);
 	if (L.oom)
 		r = -ENOMEM;
 	else if (kiln_cfg__errors_count(e, before) > dropped_before) {

@@ -24,6 +24,7 @@ static const char *const chat_names[] = { "auto",  "chatml", "llama2", "llama3",
 #define G(f)	    BASE_GROUP, offsetof(kiln_cfg_group, f)
 #define P(f)	    BASE_PART, offsetof(kiln_cfg_partition, f)
 #define X(f)	    BASE_XID, offsetof(kiln_cfg_xid, f)
+#define SW(f)	    BASE_SWITCH, offsetof(kiln_cfg_switch, f)
 #define NOF	    BASE_NONE, 0
 #define PORT	    1, 65535, NULL
 #define NR	    0, 0, NULL
@@ -182,6 +183,12 @@ static const kiln_cfg_key schema[] = {
 	  R(slurm.def_cpu_per_gpu), RANGE(1, 4096) },
 	{ "slurm.reboot_program", KILN_CFG_PATH, false, "\"/usr/sbin/reboot\"", "\"/sbin/reboot\"",
 	  "RebootProgram (scontrol reboot, rolling reboots).", R(slurm.reboot_program), NR },
+	{ "slurm.configless", KILN_CFG_BOOL, false, "true", "false",
+	  "Configless Slurm: slurmctld serves slurm.conf, gres.conf, cgroup.conf and topology.conf "
+	  "(SlurmctldParameters=enable_configless), the nodes' slurmd runs with --conf-server, and "
+	  "`kiln apply` reaches them with scontrol reconfigure; false: every node renders its own "
+	  "copies at boot (kiln-node-init).",
+	  R(slurm.configless), NR },
 
 	{ "health", KILN_CFG_GROUP, false, NULL, NULL,
 	  "kiln-healthd, the GPU health daemon on every node.", NOF, NR },
@@ -408,6 +415,67 @@ static const kiln_cfg_key schema[] = {
 	  "KilnInferenceTTFTHigh fires when a model's p99 time to first token stays above this "
 	  "for 10 minutes.",
 	  R(monitoring.ttft_p99_usec), NR },
+
+	{ "accounting", KILN_CFG_GROUP, false, NULL, NULL,
+	  "Slurm job accounting through slurmdbd; off unless storage_host is set.", NOF, NR },
+	{ "accounting.storage_host", KILN_CFG_STRING, false, NULL, "\"db\"",
+	  "The MariaDB/MySQL server of the accounting database (slurmdbd.conf StorageHost); "
+	  "setting it turns accounting on: slurm.conf gets "
+	  "AccountingStorageType=accounting_storage/slurmdbd.",
+	  R(accounting.storage_host), NR },
+	{ "accounting.storage_port", KILN_CFG_INT, false, "3306", "3306", "StoragePort.",
+	  R(accounting.storage_port), PORT },
+	{ "accounting.storage_user", KILN_CFG_STRING, false, "\"slurm\"", "\"slurm\"",
+	  "StorageUser, the database user.", R(accounting.storage_user), NR },
+	{ "accounting.storage_password_file", KILN_CFG_PATH, false, NULL,
+	  "\"/etc/kiln/slurmdbd.pass\"",
+	  "A file holding the database password (required with storage_host; the password is "
+	  "never written in the cluster file). `kiln render slurmdbd.conf` reads it on the head "
+	  "node.",
+	  R(accounting.storage_password_file), NR },
+	{ "accounting.storage_loc", KILN_CFG_STRING, false, "\"slurm_acct_db\"", "\"pod1_acct\"",
+	  "StorageLoc, the database name.", R(accounting.storage_loc), NR },
+	{ "accounting.dbd_host", KILN_CFG_STRING, false, "(head.hostname)", "\"head\"",
+	  "Where slurmdbd runs (DbdHost; slurm.conf AccountingStorageHost).",
+	  R(accounting.dbd_host), NR },
+	{ "accounting.dbd_port", KILN_CFG_INT, false, "6819", "6819",
+	  "DbdPort (slurm.conf AccountingStoragePort).", R(accounting.dbd_port), PORT },
+
+	{ "logging", KILN_CFG_GROUP, false, NULL, NULL,
+	  "Where the nodes' journal goes (a stateless node's is in RAM, lost at reboot).", NOF,
+	  NR },
+	{ "logging.forward", KILN_CFG_BOOL, false, "true", "false",
+	  "Forward every node's journal to the head node: kiln-node-init configures and starts "
+	  "systemd-journal-upload (systemd-journal-remote must listen on the head).",
+	  R(logging.forward), NR },
+	{ "logging.url", KILN_CFG_STRING, false, "(http://HEAD_ADDRESS:19532)",
+	  "\"https://head:19532\"", "systemd-journal-remote's URL (journal-upload.conf URL=).",
+	  R(logging.url), NR },
+	{ "time", KILN_CFG_GROUP, false, NULL, NULL,
+	  "The nodes' clocks (munge rejects credentials from a clock off by minutes).", NOF, NR },
+	{ "time.sync", KILN_CFG_BOOL, false, "true", "false",
+	  "Keep the nodes' clocks with systemd-timesyncd against time.servers (kiln-node-init).",
+	  R(time.sync), NR },
+	{ "time.servers", KILN_CFG_STRV, false, "(head.address)",
+	  "[ \"10.77.0.1\", \"ntp.example.org\" ]",
+	  "NTP servers of the nodes (timesyncd.conf NTP=); by default the head node, which then "
+	  "serves NTP (chrony with allow SUBNET).",
+	  R(time.servers), NR },
+
+	{ "topology", KILN_CFG_GROUP, false, NULL, NULL,
+	  "The network's switch tree, for Slurm's topology/tree (topology.conf).", NOF, NR },
+	{ "topology.switches", KILN_CFG_LIST, false, NULL, NULL,
+	  "Switches: ( { name = \"leaf1\"; nodes = \"dgx[01-08]\"; }, { name = \"spine\"; switches "
+	  "= \"leaf[1-4]\"; } ). With any, slurm.conf gets TopologyPlugin=topology/tree and "
+	  "`kiln render topology.conf` the tree; without, Slurm's flat default.",
+	  NOF, NR },
+	{ "topology.switches[].name", KILN_CFG_STRING, true, NULL, "\"leaf1\"",
+	  "SwitchName (unique; letters, digits, '-', '_', '.').", SW(name), NR },
+	{ "topology.switches[].nodes", KILN_CFG_HOSTLIST, false, NULL, "\"dgx[01-08]\"",
+	  "A leaf switch: the nodes cabled to it (each node under one leaf).", SW(nodes), NR },
+	{ "topology.switches[].switches", KILN_CFG_HOSTLIST, false, NULL, "\"leaf[1-4]\"",
+	  "A higher switch: the switches below it (each switch under at most one).", SW(switches),
+	  NR },
 };
 
 const kiln_cfg_key *kiln_cfg_schema(size_t *ret_n)

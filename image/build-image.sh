@@ -56,6 +56,9 @@ MUNGE_KEY=${MUNGE_KEY:-$KILN_IMAGE_MUNGE_KEY}
 # its own initramfs, initramfs-tools is not needed.
 PKGS=(systemd systemd-sysv udev dbus kmod iproute2 iputils-ping procps
 	curl ca-certificates linux-image-amd64 munge slurmd)
+# The journal forwarded to the head and the clock synced against it
+# (logging.*, time.*: kiln-node-init configures both).
+PKGS+=(systemd-journal-remote systemd-timesyncd)
 # The runtime libraries kiln's programs link, found from the build itself:
 # ldd says which files, this (Debian 12) build machine's dpkg which package.
 # CUDA's libraries are not Debian packages; they come with image.nvidia.
@@ -106,6 +109,9 @@ HOOKS=(
 	# slurmd and munge need their log/spool dirs on a RAM root too
 	--customize-hook='mkdir -p "$1/var/log/slurm" "$1/var/spool/slurmd" && chroot "$1" chown slurm:slurm /var/log/slurm'
 	--customize-hook='chroot "$1" systemctl enable systemd-networkd.service systemd-networkd-wait-online.service kiln-node-init.service munge.service slurmd.service kiln-healthd.service'
+	# the journal's receiving end runs on the head; the sending end only where
+	# kiln-node-init starts it (logging.forward), with the head's URL
+	--customize-hook='chroot "$1" systemctl disable systemd-journal-remote.socket systemd-journal-remote.service systemd-journal-upload.service 2>/dev/null || true'
 	# first boot asks nothing; identity comes from kiln-node-init
 	--customize-hook='chroot "$1" systemctl mask systemd-firstboot.service'
 	# mmdebstrap copies the build host's hostname; a machine-id must be per boot

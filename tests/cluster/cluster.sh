@@ -7,18 +7,28 @@
 #   cluster.sh down DIR                 stop everything by PID, delete namespaces
 #   cluster.sh kill-node DIR NODE       SIGKILL every process in NODE's namespace
 #   cluster.sh start-node DIR NODE      (re)start NODE's slurmd
+#   cluster.sh restart-slurmd DIR NODE  stop NODE's slurmd (not its jobs), start it
+#   cluster.sh stop-slurmd DIR NODE     stop NODE's slurmd (not its jobs)
+#   cluster.sh restart-ctld DIR         stop slurmctld, start it on its saved state
+#   cluster.sh add-node DIR NODE        a namespace for a node slurm.conf gained, its slurmd
 #
 # Every slurmd runs in its own network namespace with the address the cluster
 # file gives it, on a bridge inside a hub namespace that holds slurmctld at
 # the head node's address.  The root namespace gets no addresses or routes,
 # so two clusters (even with the same addresses) never collide.  slurm.conf,
-# gres.conf and cgroup.conf come from `kiln render`; only what a test run
+# gres.conf, cgroup.conf and topology.conf come from `kiln render`; only what a test run
 # must own (paths, ports, users, plugins that need a real node) is replaced.
 #
 # Environment: KILN_BUILD (build dir holding bin/kiln, default build),
 # KILN_CLUSTER_NS (namespace prefix, <= 8 chars; default from DIR),
 # KILN_CLUSTER_PORT (slurmctld port, slurmd = +1; default 6817),
 # KILN_CLUSTER_KEEP_HEALTH=1 keeps HealthCheckProgram/Prolog/Epilog lines.
+# KILN_CLUSTER_CONFIGLESS=1: the cluster file is written for this harness
+# (its slurm section points paths, user and plugins into DIR, as
+# tests/cluster/apply.cfg.in does), so slurm.conf is kiln's rendering byte
+# for byte, in DIR/etc where `kiln apply --slurm-dir DIR/etc` finds it, and
+# every slurmd runs configless (--conf-server): what `kiln apply` changes
+# reaches them the way it reaches real nodes.
 # DIR/env.sh afterwards defines SLURM_CONF, KC_HUB, KC_NODES, KC_EXEC_<node>,
 # KC_ADDR_<node>, KC_HEAD_ADDR and KC_DIR.
 set -euo pipefail
@@ -32,7 +42,7 @@ KILN=$B/bin/kiln
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 
 cmd=${1:-}; P=${2:-}
-[ -n "$cmd" ] && [ -n "$P" ] || die "usage: cluster.sh up|ctld|down|kill-node|start-node DIR [CFG|NODE]"
+[ -n "$cmd" ] && [ -n "$P" ] || die "usage: cluster.sh up|ctld|down|kill-node|start-node|restart-slurmd|stop-slurmd|restart-ctld|add-node DIR [CFG|NODE]"
 mkdir -p "$P"; P=$(cd "$P" && pwd)
 
 ns_prefix() {
@@ -59,11 +69,16 @@ render() {
 	mkdir -p "$out"
 	[ -x "$KILN" ] || die "$KILN not built (run make)"
 	local t
-	for t in slurm.conf gres.conf cgroup.conf hosts; do
+	for t in slurm.conf gres.conf cgroup.conf topology.conf hosts; do
 		"$KILN" -c "$cfg" render "$t" -o "$out/$t.rendered" || die "kiln render $t failed"
 	done
 	cp "$out/gres.conf.rendered" "$out/gres.conf"
 	cp "$out/cgroup.conf.rendered" "$out/cgroup.conf"
+	cp "$out/topology.conf.rendered" "$out/topology.conf"
+	if [ "${KILN_CLUSTER_CONFIGLESS:-0}" = 1 ]; then
+		cp "$out/slurm.conf.rendered" "$out/slurm.conf"
+		mkdir -p "$P/pub" && cp "$cfg" "$P/pub/cluster.cfg"
+	fi
 }
 
 # Keys a test run must own.  Everything else stays as kiln rendered it.
@@ -169,6 +184,7 @@ write_env() {
 		echo "KC_DIR=$P"
 		echo "KC_HUB=\"nsenter --net=/run/netns/${ns}hub --uts=$P/uts/${ns}hub\""
 		echo "KC_HEAD_ADDR=$HEAD_ADDR"
+		echo "HEAD_ADDR=$HEAD_ADDR"
 		echo "KC_NODES=\"$*\""
 		local n v
 		for n in "$@"; do
@@ -182,7 +198,67 @@ write_env() {
 start_slurmd() {
 	local ns=$1 node=$2
 	mkdir -p "$P/spool/$node"
+	if [ "${KILN_CLUSTER_CONFIGLESS:-0}" = 1 ] || [ -f "$P/configless" ]; then
+		# Configless: slurmd fetches its files from slurmctld before it has
+		# an AuthInfo, so through munge's default socket; a private mount
+		# namespace puts DIR's munged there.
+		local port
+		port=$(sed -nE 's/^SlurmctldPort=//Ip' "$P/etc/slurm.conf" | tail -1)
+		mkdir -p /run/munge "$P/run/$node"
+		ln -sf munge.sock "$P/munge/munge.socket.2"
+		# shellcheck disable=SC2016 # $1..$3 are the inner shell's
+		in_ns "${ns}-$node" env -u SLURM_CONF KILN_CLUSTER_DIR="$P" unshare -m --propagation private \
+			sh -c 'mount --bind "$1" /run/munge && exec slurmd --conf-server "$2" -N "$3"' \
+			sh "$P/munge" "$HEAD_ADDR:${port:-6817}" "$node"
+		return
+	fi
 	in_ns "${ns}-$node" env KILN_CLUSTER_DIR="$P" slurmd -f "$P/etc/slurm.conf" -N "$node"
+}
+
+# The PID of a daemon, from its pid file (kiln's rendering puts them under
+# run_dir; the patched configuration under DIR/run).
+daemon_pid() { # slurmctld|slurmd [NODE]
+	local f
+	for f in "$P/run/${2:-%n}/$1.pid" "$P/run/$1-${2:-}.pid" "$P/run/$1.pid"; do
+		[ -s "$f" ] && { cat "$f"; return; }
+	done
+}
+
+stop_daemon() { # slurmctld|slurmd [NODE]: SIGTERM, wait for it to go (its jobs stay)
+	local pid
+	pid=$(daemon_pid "$@")
+	[ -n "$pid" ] || die "no pid file for $1 ${2:-} in $P/run"
+	kill "$pid" 2>/dev/null || true
+	for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+	die "$1 ${2:-} (pid $pid) did not stop in 10 s"
+}
+
+add_node() {
+	local ns node=$1 addr i
+	ns=$(cat "$P/ns")
+	# shellcheck source=/dev/null # written by up
+	. "$P/env.sh"
+	addr=$(grep -iE "^NodeName=$node " "$P/etc/slurm.conf" | sed -nE 's/.* NodeAddr=([0-9.]+).*/\1/Ip')
+	[ -n "$addr" ] || die "no NodeName=$node with a NodeAddr in $P/etc/slurm.conf"
+	i=$(($(ip netns list | grep -c "^${ns}-") + 1))
+	setup_node_ns "$ns" "$i" "$node" "$addr"
+	v=${node//[^A-Za-z0-9_]/_}
+	{
+		echo "KC_NODES=\"\$KC_NODES $node\""
+		echo "KC_EXEC_$v=\"nsenter --net=/run/netns/${ns}-$node --uts=$P/uts/${ns}-$node\""
+		echo "KC_ADDR_$v=$addr"
+	} >>"$P/env.sh"
+	start_slurmd "$ns" "$node"
+}
+
+restart_ctld() {
+	local ns
+	ns=$(cat "$P/ns")
+	# shellcheck source=/dev/null # written by up
+	. "$P/env.sh"
+	stop_daemon slurmctld
+	(cd "$P" && in_ns "${ns}hub" slurmctld -f "$P/etc/slurm.conf")
+	wait_ctld "$ns"
 }
 
 wait_ctld() {
@@ -212,7 +288,7 @@ up() {
 	HEAD_ADDR=$(echo "$head_spec" | sed -nE 's/.*\(([0-9.]+)\).*/\1/p')
 	[ -n "$HEAD_ADDR" ] || HEAD_ADDR=$(node_addr "$head_name")
 	[ -n "$HEAD_ADDR" ] || die "cannot find the head node's address in the rendered slurm.conf/hosts"
-	patch_conf "$head_name" "$HEAD_ADDR" "$port"
+	[ "${KILN_CLUSTER_CONFIGLESS:-0}" = 1 ] || patch_conf "$head_name" "$HEAD_ADDR" "$port"
 	mapfile -t nodes < <(node_names)
 	[ ${#nodes[@]} -gt 0 ] || die "no NodeName lines in the rendered slurm.conf"
 	if [ "$mode" = full ]; then
@@ -224,6 +300,10 @@ up() {
 	setup_hub "$ns" "$HEAD_ADDR"
 	start_munge
 	write_env "$ns" "${nodes[@]}"
+	if [ "${KILN_CLUSTER_CONFIGLESS:-0}" = 1 ]; then
+		touch "$P/configless"
+		mkdir -p "$P/run/%n"
+	fi
 	(cd "$P" && in_ns "${ns}hub" slurmctld -f "$P/etc/slurm.conf")
 	wait_ctld "$ns"
 	[ "$mode" = full ] || { echo "slurmctld up in $P (${#nodes[@]} nodes configured)"; return 0; }
@@ -307,6 +387,10 @@ up) up full "${3:-}" ;;
 ctld) up ctld "${3:-}" ;;
 down) down ;;
 kill-node) kill_node "${3:?node name}" ;;
-start-node) start_slurmd "$(cat "$P/ns")" "${3:?node name}" ;;
+start-node) . "$P/env.sh"; start_slurmd "$(cat "$P/ns")" "${3:?node name}" ;;
+restart-slurmd) . "$P/env.sh"; stop_daemon slurmd "${3:?node name}"; start_slurmd "$(cat "$P/ns")" "$3" ;;
+stop-slurmd) stop_daemon slurmd "${3:?node name}" ;;
+restart-ctld) restart_ctld ;;
+add-node) add_node "${3:?node name}" ;;
 *) die "unknown command '$cmd'" ;;
 esac

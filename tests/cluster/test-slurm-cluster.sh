@@ -67,6 +67,19 @@ for ex in demo dgx-pod; do
 		done
 	done < <(grep -iE '^NodeName=' "$d/etc/slurm.conf.rendered" | grep -vi 'NodeName=DEFAULT')
 	check "$ex: every node's CPUs and GPUs match the cluster file" $bad
+	# topology.conf: the switch tree, as slurmctld built it
+	if grep -q '^TopologyPlugin=topology/tree$' "$d/etc/slurm.conf.rendered"; then
+		echo "$conf" | grep -qE '^TopologyPlugin += topology/tree$'
+		check "$ex: TopologyPlugin = topology/tree" $?
+		topo=$($KC_HUB scontrol show topology 2>&1)
+		want_sw=$(grep -c '^SwitchName=' "$d/etc/topology.conf")
+		got_sw=$(echo "$topo" | grep -c '^SwitchName=')
+		echo "$topo" | grep -qE '^SwitchName=spine Level=1 .*Switches=leaf\[1-4\]' &&
+			echo "$topo" | grep -qE '^SwitchName=leaf1 Level=0 .*Nodes=dgx\[01-08\]' &&
+			[ "$got_sw" = "$want_sw" ]
+		r=$?; [ $r = 0 ] || diag "$topo"
+		check "$ex: scontrol show topology: the $want_sw switches of topology.conf, spine above the leaves" $r
+	fi
 	parts=$($KC_HUB scontrol show partitions -o | sed -nE 's/^PartitionName=([^ ]+).*/\1/p' | sort | xargs)
 	want_parts=$(sed -nE 's/^PartitionName=([^ ]+).*/\1/Ip' "$d/etc/slurm.conf.rendered" | sort | xargs)
 	[ -n "$parts" ] && [ "$parts" = "$want_parts" ]

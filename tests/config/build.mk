@@ -2,3 +2,4 @@
 # (bad files with exact expected errors, golden renders, dnsmasq --test).
 $(eval $(call kiln_test,test-config,tests/config/test-config.c,config common,-lconfig))
 TEST_SCRIPTS += tests/config/test-kiln-cli.sh
+TEST_SCRIPTS += tests/config/test-accounting.sh

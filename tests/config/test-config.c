@@ -1061,6 +1061,41 @@ static void test_mutations(void **state)
 	}
 }
 
+/* kiln_cfg_diff_keys(): what kiln apply maps to restarts.  The same file
+ * (even reformatted, or a default written out) differs in nothing; a
+ * threshold, an NTP server list and an XID override are named by path;
+ * node groups are not keys (their changes are in the renders). */
+static void test_diff_keys(void **state)
+{
+	_cleanup_(kiln_cfg_freep) kiln_cfg *a = NULL, *b = NULL, *d = NULL;
+	_cleanup_free_ char *t2 = NULL, *t3 = NULL;
+	assert_int_equal(kiln_cfg_load_string(BASE, "a.cfg", &a, NULL), 0);
+	assert_true(asprintf(&t2, "%s\nhealth = { thresholds = { temp_warn_c = 85; }; };\n", BASE) >
+		    0);
+	assert_int_equal(kiln_cfg_load_string(t2, "b.cfg", &b, NULL), 0);
+	_cleanup_strv_free_ char **k = NULL;
+	assert_int_equal(kiln_cfg_diff_keys(a, b, &k), 0);
+	assert_null(k); /* 85 is the default: nothing changed */
+	assert_true(
+		asprintf(&t3,
+			 "%s\nhealth = { thresholds = { temp_warn_c = 80; }; xid = ( { xid = 79; "
+			 "action = \"reboot\"; } ); };\ntime = { servers = [ \"ntp1\" ]; };\n",
+			 BASE) > 0);
+	assert_int_equal(kiln_cfg_load_string(t3, "d.cfg", &d, NULL), 0);
+	assert_int_equal(kiln_cfg_diff_keys(a, d, &k), 0);
+	assert_non_null(k);
+	assert_int_equal(strv_length(k), 3);
+	assert_string_equal(k[0], "health.thresholds.temp_warn_c");
+	assert_string_equal(k[1], "time.servers");
+	assert_string_equal(k[2], "health.xid");
+	strv_free(TAKE_PTR(k));
+	assert_int_equal(kiln_cfg_diff_keys(d, a, &k), 0);
+	assert_int_equal(strv_length(k), 3); /* symmetric */
+	strv_free(TAKE_PTR(k));
+	assert_int_equal(kiln_cfg_diff_keys(a, a, &k), 0);
+	assert_null(k);
+}
+
 /* Under SAN=-fsanitize=address: libconfig 1.5 leaks scanner token strings
  * when a syntax error follows them (no bison %destructor), which the
  * mutation test hits.  Not kiln's memory; see tests/fuzz/fuzz-config.supp. */
@@ -1093,6 +1128,7 @@ int main(void)
 		cmocka_unit_test(test_gpu_type),
 		cmocka_unit_test(test_large_cluster),
 		cmocka_unit_test(test_mutations),
+		cmocka_unit_test(test_diff_keys),
 	};
 	/* clang-format on */
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -46,7 +46,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (strcmp(kiln_cfg_render_targets[t], "node-env") == 0)
 				continue;
 			char *out = NULL;
-			if (kiln_cfg_render(cfg, kiln_cfg_render_targets[t], NULL, &out) < 0)
+			int rr = kiln_cfg_render(cfg, kiln_cfg_render_targets[t], NULL, &out);
+			/* slurmdbd.conf reads the password file the input names:
+			 * failing to read it is its contract, not a bug */
+			if (rr < 0 && !(strcmp(kiln_cfg_render_targets[t], "slurmdbd.conf") == 0 &&
+					cfg->accounting.storage_host && rr != -ENOMEM))
 				abort();
 			free(out);
 		}

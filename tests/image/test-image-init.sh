@@ -26,6 +26,13 @@ mkdir -p "$W/srv/inf"
 sed -e 's/partitions = \[ "gpu" \];//' -e 's/nodes = "node\[01-03\]"; default = true;/nodes = "node[01-02]"; default = true;/' \
 	config/examples/demo.cfg >"$W/srv/inf/cluster.cfg"
 printf 'inference = { enabled = true; nodes = "node03"; model = "/srv/models/m.bin"; };\n' >>"$W/srv/inf/cluster.cfg"
+# journal forwarding and time sync: one file with its own URL and servers,
+# one with both off
+mkdir -p "$W/srv/logcustom" "$W/srv/logoff"
+{ cat config/examples/demo.cfg
+  printf 'logging = { url = "https://head.demo.kiln:19532"; };\ntime = { servers = [ "ntp1.example.org", "10.77.0.5" ]; };\n'; } >"$W/srv/logcustom/cluster.cfg"
+{ cat config/examples/demo.cfg
+  printf 'logging = { forward = false; };\ntime = { sync = false; };\n'; } >"$W/srv/logoff/cluster.cfg"
 # valid libconfig, invalid cluster file: line 3 has a typo'd key
 printf 'cluster = { name = "demo"; };\n# a comment\nnetwrk = { subnet = "10.77.0.0/24"; };\n' >"$W/srv/bad/cluster.cfg"
 python3 - "$W/srv" "$W/port" >"$W/http.log" 2>&1 <<'PY' &
@@ -53,7 +60,8 @@ run() {
 	rc=$?
 }
 # the files kiln-node-init writes, relative to the root
-FILES=(etc/kiln/cluster.cfg etc/kiln/node.env etc/slurm/slurm.conf etc/slurm/gres.conf etc/slurm/cgroup.conf etc/hosts etc/hostname)
+FILES=(etc/kiln/cluster.cfg etc/kiln/node.env etc/slurm/slurm.conf etc/slurm/gres.conf etc/slurm/cgroup.conf etc/hosts etc/hostname etc/default/slurmd
+	etc/systemd/journal-upload.conf.d/kiln.conf etc/systemd/timesyncd.conf.d/kiln.conf)
 nothing_written() { # ROOT: only the munge key (and directories)
 	[ "$(find "$1" -type f | grep -vc '/etc/munge/munge.key$')" = 0 ]
 }
@@ -82,6 +90,15 @@ ok "  ... node.env: KILN_NODE=node02, KILN_ADDRESS=10.77.0.12" \
 ok "  ... files are mode 0644, no leftovers" \
 	bash -c "[ \"\$(stat -c %a '$R/etc/slurm/slurm.conf' '$R/etc/kiln/node.env' | sort -u)\" = 644 ] && ! find '$R' -name '*.kiln-new' | grep -q ."
 ok "  ... says what it did" grep -q "node node02 configured from $URL/cluster.cfg" "$W/good.err"
+# configless Slurm (demo.cfg leaves slurm.configless at its default, true)
+ok "  ... journal-upload drop-in: [Upload] URL=http://10.77.0.1:19532 (the head by default)" \
+	bash -c "grep -qx '\[Upload\]' '$R/etc/systemd/journal-upload.conf.d/kiln.conf' && grep -qx 'URL=http://10.77.0.1:19532' '$R/etc/systemd/journal-upload.conf.d/kiln.conf'"
+ok "  ... timesyncd drop-in: [Time] NTP=10.77.0.1 (the head by default)" \
+	bash -c "grep -qx '\[Time\]' '$R/etc/systemd/timesyncd.conf.d/kiln.conf' && grep -qx 'NTP=10.77.0.1' '$R/etc/systemd/timesyncd.conf.d/kiln.conf'"
+ok "  ... /etc/default/slurmd: slurmd fetches its config from the head (--conf-server 10.77.0.1:6817)" \
+	grep -qx 'SLURMD_OPTIONS="--conf-server 10.77.0.1:6817"' "$R/etc/default/slurmd"
+ok "  ... which Debian's slurmd.service reads" \
+	bash -c "[ ! -f /lib/systemd/system/slurmd.service ] || grep -q 'EnvironmentFile=-/etc/default/slurmd' /lib/systemd/system/slurmd.service"
 
 run full "cluster.node=node01 cluster.config=$URL/cluster.cfg"
 ok "cluster.node= + cluster.config=URL: exit 0, hostname node01" \
@@ -96,6 +113,8 @@ run mac "kiln.url=$URL/q" --sys-net "$W/net"
 ok "no kiln.node=: node found by a MAC (the second NIC, upper case)" \
 	test "$rc" = 0 -a "$(cat "$R/etc/hostname" 2>/dev/null)" = vnode01
 ok "  ... and says so" grep -q "found node vnode01 by MAC 52:54:00:4b:11:01 (enp2s0)" "$W/mac.err"
+ok "  ... qemu.cfg sets slurm.configless = false: slurmd gets no --conf-server" \
+	grep -qx 'SLURMD_OPTIONS=""' "$R/etc/default/slurmd"
 rm "$W/net/enp2s0/address"
 run nomac "kiln.url=$URL/q" --sys-net "$W/net"
 ok "unknown MACs: exit 2, names the MACs and what to do, nothing written" \
@@ -159,19 +178,39 @@ parsed=$(grep -oE '^\s+--[a-z-]+\)' "$INIT" | tr -d ' \t)' | sort | paste -sd' '
 helped=$("$INIT" --help | grep -oE '^  --[a-z-]+' | tr -d ' ' | sort | paste -sd' ')
 ok "--help lists every option parsed ($parsed)" test "$parsed" = "$helped"
 
-# ---- kiln-inferd: started on the nodes inference.nodes names, only there ----------
+# ---- journal forwarding and time sync from the cluster file ------------------------
 printf '#!/bin/sh\necho "$*" >>"%s"\n' "$W/systemctl.calls" >"$W/systemctl"
 chmod +x "$W/systemctl"
+rm -f "$W/systemctl.calls"
+run logcustom "kiln.node=node02 kiln.url=$URL/logcustom" --systemctl "$W/systemctl"
+ok "logging.url, time.servers: exit 0" test "$rc" = 0
+ok "  ... URL=https://head.demo.kiln:19532" grep -qx 'URL=https://head.demo.kiln:19532' "$R/etc/systemd/journal-upload.conf.d/kiln.conf"
+ok "  ... NTP=ntp1.example.org 10.77.0.5" grep -qx 'NTP=ntp1.example.org 10.77.0.5' "$R/etc/systemd/timesyncd.conf.d/kiln.conf"
+ok "  ... restarts systemd-journal-upload and systemd-timesyncd without blocking the boot" \
+	bash -c "grep -qx -- '--no-block restart systemd-journal-upload.service' '$W/systemctl.calls' && grep -qx -- '--no-block restart systemd-timesyncd.service' '$W/systemctl.calls'"
+ok "  ... and says so" bash -c "grep -q 'journal: forwarded to https://head.demo.kiln:19532' '$W/logcustom.err' && grep -q 'time: systemd-timesyncd against ntp1.example.org 10.77.0.5' '$W/logcustom.err'"
+rm -f "$W/systemctl.calls"
+mkdir -p "$R/etc/systemd/journal-upload.conf.d" && echo stale >"$R/etc/systemd/journal-upload.conf.d/kiln.conf"
+"$INIT" --root "$R" --cmdline <(echo "kiln.node=node02 kiln.url=$URL/logoff") --kiln "$KILN" --attempts 2 --delay 0 \
+	--systemctl "$W/systemctl" >/dev/null 2>"$W/logoff.err"
+rc=$?
+ok "logging.forward = false, time.sync = false (a second run, as kiln apply does): exit 0" test "$rc" = 0
+ok "  ... both drop-ins gone" bash -c "[ ! -e '$R/etc/systemd/journal-upload.conf.d/kiln.conf' ] && [ ! -e '$R/etc/systemd/timesyncd.conf.d/kiln.conf' ]"
+ok "  ... systemd-journal-upload stopped, nothing restarted" \
+	bash -c "grep -qx -- '--no-block stop systemd-journal-upload.service' '$W/systemctl.calls' && ! grep -q restart '$W/systemctl.calls'"
+ok "  ... /etc/default/slurmd still written (configless)" grep -q -- '--conf-server' "$R/etc/default/slurmd"
+
+# ---- kiln-inferd: started on the nodes inference.nodes names, only there ----------
 ok "the inference cluster file passes kiln check" "$KILN" -q check -c "$W/srv/inf/cluster.cfg"
 rm -f "$W/systemctl.calls"
 run inf3 "kiln.node=node03 kiln.url=$URL/inf" --systemctl "$W/systemctl"
 ok "inference node03: exit 0, kiln-inferd started without blocking the boot" \
-	bash -c "[ $rc = 0 ] && [ \"\$(cat '$W/systemctl.calls')\" = '--no-block start kiln-inferd.service' ]"
+	bash -c "[ $rc = 0 ] && [ \"\$(grep -c kiln-inferd '$W/systemctl.calls')\" = 1 ] && grep -qx -- '--no-block start kiln-inferd.service' '$W/systemctl.calls'"
 ok "  ... and says so" grep -q "kiln-inferd: started (this node is one of inference.nodes)" "$W/inf3.err"
 rm -f "$W/systemctl.calls"
 run inf1 "kiln.node=node01 kiln.url=$URL/inf" --systemctl "$W/systemctl"
 ok "node01, not in inference.nodes: exit 0, kiln-inferd not started" \
-	bash -c "[ $rc = 0 ] && [ ! -e '$W/systemctl.calls' ] && grep -q 'kiln-inferd: not started' '$W/inf1.err'"
+	bash -c "[ $rc = 0 ] && ! grep -q kiln-inferd '$W/systemctl.calls' && grep -q 'kiln-inferd: not started' '$W/inf1.err'"
 printf '#!/bin/sh\nexit 1\n' >"$W/systemctl-bad"
 chmod +x "$W/systemctl-bad"
 run inf3bad "kiln.node=node03 kiln.url=$URL/inf" --systemctl "$W/systemctl-bad"
