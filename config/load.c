@@ -106,6 +106,9 @@ static const list_desc lists[] = {
 	{ "health.xid", BASE_XID, sizeof(kiln_cfg_xid), offsetof(kiln_cfg, health.xids),
 	  offsetof(kiln_cfg, health.n_xids), offsetof(loader, xid_set),
 	  offsetof(kiln_cfg_xid, line), false },
+	{ "inference.models", BASE_MODEL, sizeof(kiln_cfg_model),
+	  offsetof(kiln_cfg, inference.models), offsetof(kiln_cfg, inference.n_models),
+	  offsetof(loader, model_set), offsetof(kiln_cfg_model, line), false },
 };
 
 static const list_desc *find_list(const char *pattern)
@@ -448,6 +451,9 @@ void kiln_cfg_free(kiln_cfg *c)
 	}
 	free(c->slurm.partitions);
 	free(c->health.xids);
+	for (size_t i = 0; i < c->inference.n_models; i++)
+		free_fields(BASE_MODEL, &c->inference.models[i]);
+	free(c->inference.models);
 	free(c->network.dns);
 	free_fields(BASE_ROOT, c);
 	free(c->path);
@@ -551,6 +557,7 @@ int kiln_cfg_load_string(const char *text, const char *name, kiln_cfg **ret, kil
 	free(L.mac_set);
 	free(L.part_set);
 	free(L.xid_set);
+	free(L.model_set);
 	if (L.oom)
 		r = -ENOMEM;
 	else if (kiln_cfg__errors_count(e, before) > dropped_before) {
