@@ -29,6 +29,8 @@
 #include <time.h>
 #include <inttypes.h>
 #include <unistd.h>
+#include <strings.h>
+#include <sys/stat.h>
 
 #include "inferd.h"
 #include "kiln/config.h"
@@ -59,6 +61,8 @@ enum {
 	OPT_CONTEXT,
 	OPT_DRAIN_GRACE,
 	OPT_MEMORY_BUDGET,
+	OPT_API_KEYS,
+	OPT_METRICS_AUTH,
 	OPT_MAX_, /* the size of arg.given[] */
 };
 
@@ -83,6 +87,12 @@ static const kiln_option options[] = {
 	  "file" },
 	{ "name", OPT_NAME, "NAME",
 	  "model name in the API (default: the file's base name;\none --model only)", NULL },
+	{ "api-keys-file", OPT_API_KEYS, "FILE",
+	  "API keys, one a line ('#' comments): every request\n"
+	  "but /health needs \"Authorization: Bearer KEY\" (401\n"
+	  "otherwise); refused when others may read the file",
+	  "file" },
+	{ "metrics-auth", OPT_METRICS_AUTH, NULL, "GET /metrics needs a key too", NULL },
 	{ "memory-budget", OPT_MEMORY_BUDGET, "SIZE",
 	  "memory the models may take together (weights + KV\n"
 	  "cache, estimated per model; more is refused at\n"
@@ -179,7 +189,8 @@ typedef struct model_spec {
 
 static struct {
 	const char *config, *node;
-	const char *listen, *name, *backend, *tokenizer;
+	const char *listen, *name, *backend, *tokenizer, *api_keys;
+	bool metrics_auth;
 	model_spec models[INFERD_MODELS_MAX];
 	int n_models;
 	uint64_t memory_budget; /* bytes; 0: the default */
@@ -298,6 +309,12 @@ static int parse_argv(int argc, char **argv)
 							INFERD_MODELS_MAX);
 			if ((r = parse_model_spec(optarg, &arg.models[arg.n_models++])) < 0)
 				return r;
+			break;
+		case OPT_API_KEYS:
+			arg.api_keys = optarg;
+			break;
+		case OPT_METRICS_AUTH:
+			arg.metrics_auth = true;
 			break;
 		case OPT_MEMORY_BUDGET:
 			r = kiln_parse_size(optarg, 1024 * 1024, &arg.memory_budget);
@@ -472,6 +489,164 @@ static atomic_bool draining;
  * restart under systemd takes (RestartSec plus loading a model). */
 #define DRAIN_RETRY_AFTER_S 10
 
+/* ---- API keys ------------------------------------------------------------ */
+
+/* Longest key accepted (OpenAI's are ~170 characters), and most keys in a
+ * file: bounds the constant-time walk over them. */
+#define API_KEY_MAX  256
+#define API_KEYS_MAX 4096
+
+/* The keys of --api-keys-file, each NUL-padded to API_KEY_MAX + 1 bytes so
+ * every comparison reads the same number of bytes; n 0: no keys, every
+ * request is served. */
+static struct {
+	char (*key)[API_KEY_MAX + 1];
+	size_t *len;
+	int n;
+} keys;
+
+static void keys_free(void)
+{
+	if (keys.key)
+		explicit_bzero(keys.key, (size_t) keys.n * sizeof(*keys.key));
+	free(keys.key);
+	free(keys.len);
+	keys.key = NULL;
+	keys.len = NULL;
+	keys.n = 0;
+}
+
+/* Reads path: one key a line, blank lines and '#' comments skipped,
+ * surrounding spaces dropped.  A file other users may read or write is
+ * refused (the keys are secrets; chmod o-rwx), as is one without a key.
+ * Returns 0 or an exit status. */
+static int load_api_keys(const char *path)
+{
+	_cleanup_fclose_ FILE *f = fopen(path, "re");
+	if (!f)
+		return log_error_errno(-errno, "--api-keys-file %s: %m", path), KILN_EXIT_FAILURE;
+	struct stat st;
+	if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode)) {
+		log_error("--api-keys-file %s: not a regular file", path);
+		return KILN_EXIT_FAILURE;
+	}
+	if (st.st_mode & (S_IROTH | S_IWOTH)) {
+		log_error("--api-keys-file %s: other users may read or write it (mode %04o); the "
+			  "keys are secrets: chmod o-rwx %s",
+			  path, (unsigned) (st.st_mode & 07777), path);
+		return KILN_EXIT_FAILURE;
+	}
+	_cleanup_free_ char *line = NULL;
+	size_t cap = 0;
+	ssize_t got;
+	int lineno = 0, n_alloc = 0;
+	while ((got = getline(&line, &cap, f)) >= 0) {
+		lineno++;
+		char *k = line;
+		while (*k == ' ' || *k == '\t')
+			k++;
+		size_t len = strcspn(k, "\r\n");
+		while (len && (k[len - 1] == ' ' || k[len - 1] == '\t'))
+			len--;
+		k[len] = '\0';
+		if (!len || k[0] == '#')
+			continue;
+		if (len > API_KEY_MAX || k[strcspn(k, " \t")] || keys.n == API_KEYS_MAX) {
+			log_error("%s:%d: %s", path, lineno,
+				  keys.n == API_KEYS_MAX ? "more than 4096 keys"
+				  : len > API_KEY_MAX
+					  ? "a key longer than 256 characters"
+					  : "a key with a space in it (one key a line, nothing else)");
+			explicit_bzero(line, cap);
+			return KILN_EXIT_FAILURE;
+		}
+		if (keys.n == n_alloc) {
+			int m = n_alloc ? 2 * n_alloc : 16;
+			void *nk = realloc(keys.key, (size_t) m * sizeof(*keys.key));
+			if (nk)
+				keys.key = nk;
+			void *nl = realloc(keys.len, (size_t) m * sizeof(*keys.len));
+			if (nl)
+				keys.len = nl;
+			if (!nk || !nl)
+				return log_error_errno(-ENOMEM, "%s: %m", path), KILN_EXIT_FAILURE;
+			n_alloc = m;
+		}
+		memset(keys.key[keys.n], 0, sizeof(*keys.key));
+		memcpy(keys.key[keys.n], k, len);
+		keys.len[keys.n++] = len;
+	}
+	if (line)
+		explicit_bzero(line, cap);
+	if (keys.n == 0) {
+		log_error("--api-keys-file %s holds no key: no client could be served; add one a "
+			  "line, or drop the setting to serve without keys",
+			  path);
+		return KILN_EXIT_FAILURE;
+	}
+	log_info("API keys: %d from %s; every request but /health%s needs one", keys.n, path,
+		 arg.metrics_auth ? "" : " and /metrics");
+	return 0;
+}
+
+/* Whether the bearer token is one of the keys: every key is compared, over
+ * all API_KEY_MAX + 1 bytes, whichever matches, so the time taken says
+ * nothing about how much of a key a guess got right, or which. */
+static bool key_matches(const char *token)
+{
+	unsigned char buf[API_KEY_MAX + 1] = { 0 };
+	size_t len = strnlen(token, API_KEY_MAX + 1);
+	memcpy(buf, token, MIN(len, (size_t) API_KEY_MAX));
+	unsigned found = 0;
+	for (int i = 0; i < keys.n; i++) {
+		unsigned d = (unsigned) (len ^ keys.len[i]);
+		for (size_t j = 0; j < sizeof(buf); j++)
+			d |= (unsigned) (buf[j] ^ (unsigned char) keys.key[i][j]);
+		/* 1 when d is 0, without a branch */
+		found |= 1u & (((d | (0u - d)) >> (sizeof(d) * 8 - 1)) ^ 1u);
+	}
+	explicit_bzero(buf, sizeof(buf));
+	return found;
+}
+
+/* With keys: 0 when the request carries "Authorization: Bearer KEY" with
+ * one of them, else OpenAI's 401 (type invalid_request_error, code
+ * invalid_api_key), never echoing what was sent.  Without keys: 0.
+ * Returns 0 to go on, else what the reply returned (> 0 never). */
+static int authorize(kiln_http_request *r, bool *refused)
+{
+	*refused = false;
+	if (keys.n == 0)
+		return 0;
+	const char *h = kiln_http_request_header(r, "Authorization");
+	*refused = true;
+	if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+		return kiln_http_reply_error(
+			r, 401, "invalid_request_error", NULL, "invalid_api_key",
+			"You didn't provide an API key. Send it in an Authorization header: "
+			"\"Authorization: Bearer KEY\" (the keys are in %s on the server).",
+			arg.api_keys);
+	h += 7;
+	while (*h == ' ')
+		h++;
+	if (!key_matches(h))
+		return kiln_http_reply_error(r, 401, "invalid_request_error", NULL,
+					     "invalid_api_key",
+					     "Incorrect API key provided. Use one of the keys of %s "
+					     "on the server.",
+					     arg.api_keys);
+	*refused = false;
+	return 0;
+}
+
+#define AUTHORIZE(r)                              \
+	do {                                      \
+		bool refused_;                    \
+		int q_ = authorize(r, &refused_); \
+		if (refused_)                     \
+			return q_;                \
+	} while (0)
+
 /* The served models, routed by name; set up by run() before the HTTP
  * server starts, read-only after. */
 static struct {
@@ -498,6 +673,7 @@ static int reply_no_model(kiln_http_request *r, const char *id)
 
 static int on_request(kiln_http_request *r, void *u, bool chat)
 {
+	AUTHORIZE(r);
 	if (atomic_load(&draining))
 		return kiln_http_reply_retry(r, 503, DRAIN_RETRY_AFTER_S, "server_shutting_down",
 					     "kiln-inferd is shutting down and takes no new "
@@ -538,6 +714,7 @@ static int on_chat(kiln_http_request *r, void *u)
 /* GET /v1/models: every served model, in the order they were given. */
 static int on_models(kiln_http_request *r, void *u)
 {
+	AUTHORIZE(r);
 	_cleanup_json_ json_t *data = json_array();
 	for (int i = 0; data && i < served.n; i++) {
 		const inferd_app *a = &served.apps[i];
@@ -555,6 +732,7 @@ static int on_models(kiln_http_request *r, void *u)
 /* GET /v1/models/{id}: the model, or OpenAI's 404. */
 static int on_model(kiln_http_request *r, void *u)
 {
+	AUTHORIZE(r);
 	const char *id = kiln_http_request_path(r) + strlen("/v1/models/");
 	const inferd_app *a = find_app(id);
 	if (!a)
@@ -567,6 +745,8 @@ static int on_model(kiln_http_request *r, void *u)
 
 static int on_metrics(kiln_http_request *r, void *u)
 {
+	if (arg.metrics_auth)
+		AUTHORIZE(r);
 	_cleanup_strbuf_ kiln_strbuf b;
 	kiln_strbuf_init(&b);
 	kiln_metrics m;
@@ -891,6 +1071,10 @@ static int settings_from_cfg(kiln_cfg **ret)
 		arg.drain_grace_usec = in->drain_grace_usec;
 	if (!arg.given[OPT_MEMORY_BUDGET])
 		arg.memory_budget = in->memory_mb * 1024 * 1024;
+	if (!arg.given[OPT_API_KEYS])
+		arg.api_keys = in->api_keys_file;
+	if (!arg.given[OPT_METRICS_AUTH])
+		arg.metrics_auth = in->metrics_auth;
 	if (arg.n_models == 0) {
 		log_error("No model: give --model FILE, or set inference.models (or "
 			  "inference.model) in the cluster file (-c FILE) for this node");
@@ -1188,8 +1372,13 @@ static int run(int argc, char **argv)
 	if (sd_watchdog_enabled(false, &d.watchdog_usec) <= 0)
 		d.watchdog_usec = 0;
 
+	if (arg.api_keys && (r = load_api_keys(arg.api_keys)) != 0) {
+		keys_free();
+		return r;
+	}
 	r = load_models(&d);
 	if (r != 0) {
+		keys_free();
 		owned_free();
 		return r;
 	}
@@ -1217,6 +1406,7 @@ static int run(int argc, char **argv)
 	if (r < 0) {
 		log_error_errno(r, "Failed to listen on %s:%d: %m", arg.listen, arg.port);
 		owned_free();
+		keys_free();
 		return KILN_EXIT_FAILURE;
 	}
 	_cleanup_strbuf_ kiln_strbuf what;
@@ -1228,6 +1418,7 @@ static int run(int argc, char **argv)
 		if (r < 0) {
 			kiln_http_server_free(srv);
 			owned_free();
+			keys_free();
 			return log_error_errno(r, "Failed to start the watchdog timer: %m");
 		}
 	}
@@ -1244,6 +1435,7 @@ static int run(int argc, char **argv)
 	for (int i = 0; i < served.n; i++)
 		kiln_engine_shutdown(served.apps[i].engine, KILN_ENGINE_CANCEL);
 	owned_free();
+	keys_free();
 	return r < 0 ? r : KILN_EXIT_OK;
 }
 
