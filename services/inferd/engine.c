@@ -113,7 +113,7 @@ struct kiln_engine {
 	uint64_t finished[4], prompt_tokens, prefill_tokens, generated, preemptions, steps;
 	uint64_t prefix_queries, prefix_hits;
 	uint64_t rejected; /* submits refused with -EAGAIN: the queue was full */
-	kiln_histogram ttft, itl, e2e;
+	kiln_histogram ttft, itl, e2e, queue; /* queue: submit to first admission */
 	/* The cache's free blocks as of the scheduler's last turn under the
 	 * lock: the cache itself changes outside it (km_forward appends), so
 	 * other threads read this copy, never the cache. */
@@ -424,6 +424,8 @@ static int plan_step(kiln_engine *e, ereq **done)
 		r->n_cached = share;
 		r->chunk = chunk;
 		r->prefilling = true;
+		if (!r->admit_order) /* the first admission, not one after a preemption */
+			kiln_histogram_observe(&e->queue, now_s() - r->t_submit);
 		r->admit_order = ++e->admit_counter;
 		e->running[e->n_running++] = r;
 		e->in[n] = (km_seq_input){ seq, r->tokens + share, chunk };
@@ -713,6 +715,7 @@ int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source
 	kiln_histogram_init(&e->ttft, ttft_b, ARRAY_SIZE(ttft_b));
 	kiln_histogram_init(&e->itl, itl_b, ARRAY_SIZE(itl_b));
 	kiln_histogram_init(&e->e2e, e2e_b, ARRAY_SIZE(e2e_b));
+	kiln_histogram_init(&e->queue, e2e_b, ARRAY_SIZE(e2e_b)); /* vLLM: the same buckets */
 
 	km_model_opts mo = { .weight_dtype = o.weight_dtype,
 			     .q4_group = o.q4_group,
@@ -908,6 +911,7 @@ kiln_engine *kiln_engine_free(kiln_engine *e)
 	kiln_histogram_destroy(&e->ttft);
 	kiln_histogram_destroy(&e->itl);
 	kiln_histogram_destroy(&e->e2e);
+	kiln_histogram_destroy(&e->queue);
 	pthread_cond_destroy(&e->cond);
 	pthread_mutex_destroy(&e->lock);
 	free(e);
@@ -1041,6 +1045,9 @@ int kiln_engine_metrics(kiln_engine *const *engines, const char *const *names, i
 		  offsetof(kiln_engine, itl) },
 		{ "vllm:e2e_request_latency_seconds", "Time from submit to the finish, any reason.",
 		  offsetof(kiln_engine, e2e) },
+		{ "vllm:request_queue_time_seconds",
+		  "Time from submit to the first admission into the running batch.",
+		  offsetof(kiln_engine, queue) },
 	};
 	for (size_t h = 0; h < ARRAY_SIZE(hists); h++) {
 		kiln_metrics_family(m, hists[h].name, KILN_METRIC_HISTOGRAM, hists[h].help);

@@ -743,6 +743,17 @@ static int on_model(kiln_http_request *r, void *u)
 	return kiln_http_reply_json(r, 200, o);
 }
 
+/* Replies by HTTP status, counted by the server's access_log hook (every
+ * finished request: 200s, 400s, 401s, 404s, 429s, 503s ...). */
+#define HTTP_STATUS_MAX 600
+static _Atomic uint64_t http_status[HTTP_STATUS_MAX];
+
+static void on_access(const kiln_http_access *a, void *u)
+{
+	if (a->status < HTTP_STATUS_MAX)
+		atomic_fetch_add(&http_status[a->status], 1);
+}
+
 static int on_metrics(kiln_http_request *r, void *u)
 {
 	if (arg.metrics_auth)
@@ -758,6 +769,16 @@ static int on_metrics(kiln_http_request *r, void *u)
 		names[i] = served.apps[i].model.name;
 	}
 	kiln_engine_metrics(engines, names, served.n, &m);
+	kiln_metrics_family(&m, "kiln_inferd_http_responses_total", KILN_METRIC_COUNTER,
+			    "HTTP replies by status code (429: queue full, 401: no or a wrong "
+			    "key, 503: draining).");
+	for (unsigned c = 100; c < HTTP_STATUS_MAX; c++) {
+		uint64_t v = atomic_load(&http_status[c]);
+		char code[8];
+		snprintf(code, sizeof(code), "%u", c);
+		if (v)
+			kiln_metrics_sample(&m, (const char *[]){ "code", code, NULL }, (double) v);
+	}
 	int q = kiln_metrics_finish(&m);
 	if (q < 0)
 		return q;
@@ -1399,6 +1420,7 @@ static int run(int argc, char **argv)
 				.idle_timeout_s = (unsigned) arg.idle_timeout,
 				.max_body_bytes = (size_t) arg.max_body,
 				.sse_shutdown_event = SHUTDOWN_EVENT,
+				.access_log = on_access,
 				.routes = routes,
 				.n_routes = ARRAY_SIZE(routes) };
 	kiln_http_server *srv = NULL;

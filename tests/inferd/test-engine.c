@@ -1148,6 +1148,7 @@ static void test_metrics(void **state)
 		"vllm:time_to_first_token_seconds_count{model_name=\"a\"} 1\n",
 		"vllm:inter_token_latency_seconds_count{model_name=\"a\"} 4\n",
 		"vllm:e2e_request_latency_seconds_count{model_name=\"b\"} 1\n",
+		"vllm:request_queue_time_seconds_count{model_name=\"a\"} 1\n",
 		"# TYPE vllm:time_to_first_token_seconds histogram\n",
 	};
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)

@@ -153,6 +153,8 @@ diag "6 concurrent requests, 1 slot, 1 queue place: $n200 x 200, $n429 x 429"
 ok "a full queue answers 429 (and the rest 200)" test "$n429" -ge 1 -a $((n429 + n200)) = 6
 h=$(grep -l '^HTTP/1.1 429' "$W"/h? | head -1)
 ok "  ... with Retry-After and rate_limit_error" bash -c "grep -qi '^Retry-After: 1' '$h' && jq -e '.error.type == \"rate_limit_error\"' '${h%/h*}/b${h##*/h}' >/dev/null"
+ok "  ... counted in kiln_inferd_http_responses_total{code=\"429\"} ($n429) and 200s ($n200)" bash -c "curl -s '$URL/metrics' >'$W/m429'; grep -qx 'kiln_inferd_http_responses_total{code=\"429\"} $n429' '$W/m429' && grep -qx 'kiln_inferd_http_responses_total{code=\"200\"} $n200' '$W/m429'"
+ok "  ... and the queue time of each admitted request in vllm:request_queue_time_seconds" grep -qx "vllm:request_queue_time_seconds_count{model_name=\"m\"} $n200" "$W/m429"
 # SIGTERM with a stream in flight: the stream ends, the server exits 0.
 curl -sN "$URL/v1/completions" -d '{"model":"m","prompt":[1],"max_tokens":511,"ignore_eos":true,"stream":true}' >"$W/late" &
 cpid=$!
