@@ -201,10 +201,10 @@ static void check_inference_models(loader *L)
 		config_setting_t *e = L->model_set[i];
 		if (config_setting_get_member(e, "kv_blocks") &&
 		    config_setting_get_member(e, "kv_cache_mb"))
-			kiln_cfg__member_error(L, "inference.models", i, e, "kv_cache_mb",
-					       "give one of them",
-					       "both kv_blocks and kv_cache_mb size this model's KV "
-					       "cache");
+			kiln_cfg__member_error(
+				L, "inference.models", i, e, "kv_cache_mb", "give one of them",
+				"both kv_blocks and kv_cache_mb size this model's KV "
+				"cache");
 		const char *name = model_api_name(m);
 		if (strlen(name) > MODEL_NAME_MAX || !*name)
 			kiln_cfg__member_error(L, "inference.models", i, e, "name",
@@ -227,11 +227,11 @@ void kiln_cfg__check_inference(loader *L)
 {
 	kiln_cfg *c = L->cfg;
 	if (c->inference.enabled && !c->inference.model && c->inference.n_models == 0)
-		kiln_cfg__add_error(L, kiln_cfg__root_line(L, "inference.enabled"),
-				    "inference.model",
-				    "set model = \"/path/to/model\"; (or models = ( { name = ...; path "
-				    "= ...; } );) or enabled = false;",
-				    "missing required setting when inference is enabled");
+		kiln_cfg__add_error(
+			L, kiln_cfg__root_line(L, "inference.enabled"), "inference.model",
+			"set model = \"/path/to/model\"; (or models = ( { name = ...; path "
+			"= ...; } );) or enabled = false;",
+			"missing required setting when inference is enabled");
 	check_inference_models(L);
 	if (c->inference.nodes) {
 		const kiln_cfg_partition *p = kiln_cfg_find_partition(c, c->inference.nodes);

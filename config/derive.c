@@ -49,7 +49,8 @@ static void derive_models(loader *L)
 		kiln_cfg_model *m = &in->models[i];
 		config_setting_t *e = flat ? NULL : L->model_set[i];
 #define UNSET(key) (!e || !config_setting_get_member(e, key))
-		if (UNSET("tokenizer") && in->tokenizer && !(m->tokenizer = strdup(in->tokenizer))) {
+		if (UNSET("tokenizer") && in->tokenizer &&
+		    !(m->tokenizer = strdup(in->tokenizer))) {
 			L->oom = 1;
 			return;
 		}

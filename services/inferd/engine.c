@@ -112,7 +112,7 @@ struct kiln_engine {
 	/* counters (under lock) */
 	uint64_t finished[4], prompt_tokens, prefill_tokens, generated, preemptions, steps;
 	uint64_t prefix_queries, prefix_hits;
-	uint64_t rejected; /* submits refused with -EAGAIN: the queue was full */
+	uint64_t rejected;		      /* submits refused with -EAGAIN: the queue was full */
 	kiln_histogram ttft, itl, e2e, queue; /* queue: submit to first admission */
 	/* The cache's free blocks as of the scheduler's last turn under the
 	 * lock: the cache itself changes outside it (km_forward appends), so
@@ -952,26 +952,51 @@ static const char *finished_reason(kiln_engine_finish f)
 	return f == KILN_ENGINE_FINISH_CANCELLED ? "abort" : kiln_engine_finish_name(f);
 }
 
-enum { MX_RUNNING, MX_WAITING, MX_KV_PERC, MX_KV_USED, MX_KV_FREE, MX_PREEMPT, MX_PROMPT,
-       MX_PREFILL, MX_GEN, MX_STEPS, MX_PQ, MX_PH, MX_REJECTED };
+enum {
+	MX_RUNNING,
+	MX_WAITING,
+	MX_KV_PERC,
+	MX_KV_USED,
+	MX_KV_FREE,
+	MX_PREEMPT,
+	MX_PROMPT,
+	MX_PREFILL,
+	MX_GEN,
+	MX_STEPS,
+	MX_PQ,
+	MX_PH,
+	MX_REJECTED
+};
 
 static double stat_value(const kiln_engine_stats *s, int what)
 {
 	switch (what) {
-	case MX_RUNNING: return s->running;
-	case MX_WAITING: return s->waiting;
+	case MX_RUNNING:
+		return s->running;
+	case MX_WAITING:
+		return s->waiting;
 	case MX_KV_PERC:
 		return s->kv_blocks_total ? (double) s->kv_blocks_used / s->kv_blocks_total : 0;
-	case MX_KV_USED: return s->kv_blocks_used;
-	case MX_KV_FREE: return s->kv_blocks_total - s->kv_blocks_used;
-	case MX_PREEMPT: return (double) s->preemptions;
-	case MX_PROMPT: return (double) s->prompt_tokens;
-	case MX_PREFILL: return (double) s->prefill_tokens;
-	case MX_GEN: return (double) s->generated_tokens;
-	case MX_STEPS: return (double) s->steps;
-	case MX_PQ: return (double) s->prefix_queries;
-	case MX_PH: return (double) s->prefix_hits;
-	default: return (double) s->requests_rejected;
+	case MX_KV_USED:
+		return s->kv_blocks_used;
+	case MX_KV_FREE:
+		return s->kv_blocks_total - s->kv_blocks_used;
+	case MX_PREEMPT:
+		return (double) s->preemptions;
+	case MX_PROMPT:
+		return (double) s->prompt_tokens;
+	case MX_PREFILL:
+		return (double) s->prefill_tokens;
+	case MX_GEN:
+		return (double) s->generated_tokens;
+	case MX_STEPS:
+		return (double) s->steps;
+	case MX_PQ:
+		return (double) s->prefix_queries;
+	case MX_PH:
+		return (double) s->prefix_hits;
+	default:
+		return (double) s->requests_rejected;
 	}
 }
 
@@ -987,7 +1012,8 @@ int kiln_engine_metrics(kiln_engine *const *engines, const char *const *names, i
 		const char *label, *value; /* an extra label, or NULL */
 	} fams[] = {
 		{ "vllm:num_requests_running", KILN_METRIC_GAUGE,
-		  "Requests in the running batch (holding KV cache blocks).", MX_RUNNING, NULL, NULL },
+		  "Requests in the running batch (holding KV cache blocks).", MX_RUNNING, NULL,
+		  NULL },
 		{ "vllm:num_requests_waiting", KILN_METRIC_GAUGE,
 		  "Requests queued for admission (new or preempted).", MX_WAITING, NULL, NULL },
 		{ "vllm:kv_cache_usage_perc", KILN_METRIC_GAUGE,
@@ -997,7 +1023,8 @@ int kiln_engine_metrics(kiln_engine *const *engines, const char *const *names, i
 		{ "kiln_inferd_kv_cache_blocks", KILN_METRIC_GAUGE,
 		  "KV cache blocks of 16 tokens, by state.", MX_KV_FREE, "state", "free" },
 		{ "vllm:num_preemptions_total", KILN_METRIC_COUNTER,
-		  "Running requests preempted (recomputed later) for KV cache room.", MX_PREEMPT, NULL, NULL },
+		  "Running requests preempted (recomputed later) for KV cache room.", MX_PREEMPT,
+		  NULL, NULL },
 		{ "vllm:prompt_tokens_total", KILN_METRIC_COUNTER,
 		  "Prompt tokens of accepted requests.", MX_PROMPT, NULL, NULL },
 		{ "kiln_inferd_prefill_tokens_total", KILN_METRIC_COUNTER,
@@ -1010,7 +1037,8 @@ int kiln_engine_metrics(kiln_engine *const *engines, const char *const *names, i
 		{ "vllm:prefix_cache_queries_total", KILN_METRIC_COUNTER,
 		  "Prompt tokens looked up in the prefix cache.", MX_PQ, NULL, NULL },
 		{ "vllm:prefix_cache_hits_total", KILN_METRIC_COUNTER,
-		  "Prompt tokens shared from the prefix cache instead of prefilled.", MX_PH, NULL, NULL },
+		  "Prompt tokens shared from the prefix cache instead of prefilled.", MX_PH, NULL,
+		  NULL },
 		{ "kiln_inferd_num_requests_rejected_total", KILN_METRIC_COUNTER,
 		  "Requests refused because max_waiting requests were queued (HTTP 429).",
 		  MX_REJECTED, NULL, NULL },
@@ -1032,17 +1060,17 @@ int kiln_engine_metrics(kiln_engine *const *engines, const char *const *names, i
 		for (int f = 0; f < 4; f++)
 			kiln_metrics_sample(m,
 					    (const char *[]){ "model_name", names[i],
-							      "finished_reason",
-							      finished_reason(f), NULL },
+							      "finished_reason", finished_reason(f),
+							      NULL },
 					    (double) st[i].requests_finished[f]);
 	static const struct {
 		const char *name, *help;
 		size_t off;
 	} hists[] = {
-		{ "vllm:time_to_first_token_seconds", "Time from submit to the first generated token.",
-		  offsetof(kiln_engine, ttft) },
-		{ "vllm:inter_token_latency_seconds", "Time between consecutive tokens of one request.",
-		  offsetof(kiln_engine, itl) },
+		{ "vllm:time_to_first_token_seconds",
+		  "Time from submit to the first generated token.", offsetof(kiln_engine, ttft) },
+		{ "vllm:inter_token_latency_seconds",
+		  "Time between consecutive tokens of one request.", offsetof(kiln_engine, itl) },
 		{ "vllm:e2e_request_latency_seconds", "Time from submit to the finish, any reason.",
 		  offsetof(kiln_engine, e2e) },
 		{ "vllm:request_queue_time_seconds",

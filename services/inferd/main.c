@@ -185,7 +185,10 @@ typedef struct model_spec {
 	uint64_t kv_bytes; /* the KV cache's size instead of blocks */
 } model_spec;
 
-#define MODEL_SPEC_UNSET { .dtype = -1, .chat = -2, .ctx = -1 }
+#define MODEL_SPEC_UNSET                           \
+	{                                          \
+		.dtype = -1, .chat = -2, .ctx = -1 \
+	}
 
 static struct {
 	const char *config, *node;
@@ -272,12 +275,13 @@ static int parse_model_spec(char *s, model_spec *m)
 						"kv-cache-mb, chat-template).",
 						m->path, kv);
 		if (r < 0)
-			return kiln_usage_error(&prog, "--model %s: invalid %s '%s' (as --%s takes).",
+			return kiln_usage_error(&prog,
+						"--model %s: invalid %s '%s' (as --%s takes).",
 						m->path, kv, v, kv);
 	}
 	if (m->blocks && m->kv_bytes)
-		return kiln_usage_error(&prog, "--model %s: give kv-blocks or kv-cache-mb, not both.",
-					m->path);
+		return kiln_usage_error(
+			&prog, "--model %s: give kv-blocks or kv-cache-mb, not both.", m->path);
 	return 0;
 }
 
@@ -473,8 +477,8 @@ static int load_tokenizer(const model_spec *spec, inferd_model *m, ktok **ret)
 			   path,
 			   tmpl ? "its chat template is not one kiln knows" : "no chat template");
 	}
-	log_info("%s: tokenizer %s, %u tokens, chat template %s", m->name, path,
-		 ktok_n_vocab(tok), ktok_chat_name(m->chat));
+	log_info("%s: tokenizer %s, %u tokens, chat template %s", m->name, path, ktok_n_vocab(tok),
+		 ktok_chat_name(m->chat));
 	m->tok = *ret = TAKE_PTR(tok);
 	return 0;
 }
@@ -554,9 +558,9 @@ static int load_api_keys(const char *path)
 		if (len > API_KEY_MAX || k[strcspn(k, " \t")] || keys.n == API_KEYS_MAX) {
 			log_error("%s:%d: %s", path, lineno,
 				  keys.n == API_KEYS_MAX ? "more than 4096 keys"
-				  : len > API_KEY_MAX
-					  ? "a key longer than 256 characters"
-					  : "a key with a space in it (one key a line, nothing else)");
+				  : len > API_KEY_MAX	 ? "a key longer than 256 characters"
+						      : "a key with a space in it (one key a line, "
+							"nothing else)");
 			explicit_bzero(line, cap);
 			return KILN_EXIT_FAILURE;
 		}
@@ -630,11 +634,11 @@ static int authorize(kiln_http_request *r, bool *refused)
 	while (*h == ' ')
 		h++;
 	if (!key_matches(h))
-		return kiln_http_reply_error(r, 401, "invalid_request_error", NULL,
-					     "invalid_api_key",
-					     "Incorrect API key provided. Use one of the keys of %s "
-					     "on the server.",
-					     arg.api_keys);
+		return kiln_http_reply_error(
+			r, 401, "invalid_request_error", NULL, "invalid_api_key",
+			"Incorrect API key provided. Use one of the keys of %s "
+			"on the server.",
+			arg.api_keys);
 	*refused = false;
 	return 0;
 }
@@ -718,8 +722,8 @@ static int on_models(kiln_http_request *r, void *u)
 	_cleanup_json_ json_t *data = json_array();
 	for (int i = 0; data && i < served.n; i++) {
 		const inferd_app *a = &served.apps[i];
-		if (json_array_append_new(data, inferd_model_json(a->model.name, a->started,
-								   a->model.ctx)) < 0)
+		if (json_array_append_new(
+			    data, inferd_model_json(a->model.name, a->started, a->model.ctx)) < 0)
 			return -ENOMEM;
 	}
 	_cleanup_json_ json_t *o =
@@ -874,8 +878,8 @@ static int on_drain_poll(sd_event_source *s, uint64_t usec, void *u)
 		return sd_event_exit(ev, 0);
 	}
 	if (kiln_now_usec() >= d->drain_deadline) {
-		log_info("Drain grace over: cancelling %d running and %d waiting requests",
-			 running, waiting);
+		log_info("Drain grace over: cancelling %d running and %d waiting requests", running,
+			 waiting);
 		return sd_event_exit(ev, 0);
 	}
 	return rearm(s, DRAIN_POLL_USEC);
@@ -987,8 +991,9 @@ static int spec_fill(model_spec *m, const model_spec *fb)
 		m->kv_bytes = arg.given[OPT_BLOCKS] ? 0 : fb->kv_bytes;
 	}
 	if (m->dtype < 0 || m->chat < -1)
-		return log_error_errno(-EINVAL, "%s: a dtype or chat template kiln-inferd does not "
-						"know",
+		return log_error_errno(-EINVAL,
+				       "%s: a dtype or chat template kiln-inferd does not "
+				       "know",
 				       m->path);
 	return 0;
 }
@@ -1050,16 +1055,17 @@ static int settings_from_cfg(kiln_cfg **ret)
 		for (size_t i = 0; i < in->n_models && i < INFERD_MODELS_MAX; i++) {
 			const kiln_cfg_model *cm = &in->models[i];
 			arg.models[arg.n_models++] = (model_spec) MODEL_SPEC_UNSET;
-			flat = (model_spec) { .name = cm->name,
-					      .tokenizer = cm->tokenizer,
-					      .dtype = parse_dtype(kiln_cfg_dtype_to_string(cm->dtype),
-								   &(kk_dtype) { 0 }) < 0
-							       ? -1
-							       : 0,
-					      .chat = cfg_chat(cm->chat_template),
-					      .ctx = cm->context_length,
-					      .blocks = cm->kv_blocks,
-					      .kv_bytes = cm->kv_cache_mb * 1024 * 1024 };
+			flat = (model_spec){ .name = cm->name,
+					     .tokenizer = cm->tokenizer,
+					     .dtype = parse_dtype(
+							      kiln_cfg_dtype_to_string(cm->dtype),
+							      &(kk_dtype){ 0 }) < 0
+							      ? -1
+							      : 0,
+					     .chat = cfg_chat(cm->chat_template),
+					     .ctx = cm->context_length,
+					     .blocks = cm->kv_blocks,
+					     .kv_bytes = cm->kv_cache_mb * 1024 * 1024 };
 			if (flat.dtype == 0) {
 				kk_dtype k;
 				(void) parse_dtype(kiln_cfg_dtype_to_string(cm->dtype), &k);
@@ -1136,7 +1142,7 @@ static mem_estimate estimate(const km_config *c, kk_dtype dt, int blocks)
 		 V = (uint64_t) c->vocab_size, act = act_bytes(dt);
 	uint64_t lin = L * (2 * dim * dim + 2 * kv * dim + 3 * hid * dim);
 	uint64_t rows = L * (3 * dim + 2 * kv + 2 * hid);
-	uint64_t lin_bytes = dt == KK_F32 ? lin * 4
+	uint64_t lin_bytes = dt == KK_F32  ? lin * 4
 			     : dt == KK_I8 ? lin + rows * 4
 			     : dt == KK_Q4 ? lin / 2 + lin / 32 * 4
 					   : lin * 2;
@@ -1175,7 +1181,8 @@ static uint64_t memory_limit(const char **what)
 		FILE *m = fopen(p, "re");
 		uint64_t x;
 		if (m && fgets(v, sizeof(v), m) && !startswith(v, "max") &&
-		    kiln_parse_uint64((v[strcspn(v, "\n")] = 0, v), UINT64_MAX, &x) >= 0 && x < best) {
+		    kiln_parse_uint64((v[strcspn(v, "\n")] = 0, v), UINT64_MAX, &x) >= 0 &&
+		    x < best) {
 			best = x;
 			*what = "the cgroup's memory.max";
 		}
@@ -1358,18 +1365,18 @@ static void describe(kiln_strbuf *b, unsigned port)
 {
 	if (served.n == 1) {
 		kiln_strbuf_printf(b, "%s on http://%s:%u (%s, %s, context %d, %d KV blocks)",
-				    served.apps[0].model.name, arg.listen, port, arg.backend,
-				    kk_dtype_name((kk_dtype) arg.models[0].dtype),
-				    served.apps[0].model.ctx, arg.models[0].blocks);
+				   served.apps[0].model.name, arg.listen, port, arg.backend,
+				   kk_dtype_name((kk_dtype) arg.models[0].dtype),
+				   served.apps[0].model.ctx, arg.models[0].blocks);
 		return;
 	}
 	kiln_strbuf_printf(b, "%d models on http://%s:%u (%s):", served.n, arg.listen, port,
-			    arg.backend);
+			   arg.backend);
 	for (int i = 0; i < served.n; i++)
 		kiln_strbuf_printf(b, "%s %s (%s, context %d, %d KV blocks)", i ? "," : "",
-				    served.apps[i].model.name,
-				    kk_dtype_name((kk_dtype) arg.models[i].dtype),
-				    served.apps[i].model.ctx, arg.models[i].blocks);
+				   served.apps[i].model.name,
+				   kk_dtype_name((kk_dtype) arg.models[i].dtype),
+				   served.apps[i].model.ctx, arg.models[i].blocks);
 }
 
 static int run(int argc, char **argv)

@@ -1133,7 +1133,8 @@ static void test_metrics(void **state)
 	assert_int_equal(kiln_engine_metrics(two, (const char *[]){ "a", "b" }, 2, &m), 0);
 	assert_int_equal(kiln_metrics_finish(&m), 0);
 	const char *want[] = {
-		"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"a\"} "
+		"# TYPE vllm:num_requests_running "
+		"gauge\nvllm:num_requests_running{model_name=\"a\"} "
 		"0\nvllm:num_requests_running{model_name=\"b\"} 0\n",
 		"vllm:num_requests_waiting{model_name=\"a\"} 0\n",
 		"vllm:kv_cache_usage_perc{model_name=\"a\"} 0\n",

@@ -323,9 +323,9 @@ typedef struct kiln_cfg_inference {
 	 * (inference.model ...); empty without either */
 	kiln_cfg_model *models;
 	size_t n_models;
-	uint64_t memory_mb;   /* 0: the node's limit (cpu), none (cuda) */
-	char *api_keys_file;  /* NULL: no keys, every request is served */
-	bool metrics_auth;    /* /metrics needs a key too */
+	uint64_t memory_mb;  /* 0: the node's limit (cpu), none (cuda) */
+	char *api_keys_file; /* NULL: no keys, every request is served */
+	bool metrics_auth;   /* /metrics needs a key too */
 } kiln_cfg_inference;
 
 typedef struct kiln_cfg_image {
