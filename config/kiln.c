@@ -306,6 +306,9 @@ static int verb_check(int argc, char **argv)
 			snprintf(key, sizeof(key), "inference.models[%zu].tokenizer", i);
 			r += warn_missing_file(c->path, key, c->inference.models[i].tokenizer);
 		}
+	if (c->inference.enabled)
+		r += warn_missing_file(c->path, "inference.api_keys_file",
+				       c->inference.api_keys_file);
 	if (r > 0 && arg_strict)
 		return KILN_EXIT_USAGE; /* the warnings are printed: they are the output */
 	if (!arg_quiet)

@@ -109,6 +109,9 @@ head = { hostname = "head"; address = "10.77.0.1"; };
 node_groups = ( { name = "cpu"; hosts = "node01"; addresses = [ "10.77.0.11" ]; macs = [ "52:54:00:77:00:11" ]; } );
 inference = { enabled = true; model = "$MODEL"; name = "m"; api_keys_file = "$W/keys"; metrics_auth = true; };
 EOF
+ok "kiln check accepts the file (the keys file exists: no warning about it)" bash -c "'$B/bin/kiln' check -c '$W/c.cfg' 2>'$W/err' && ! grep -q 'api_keys_file: warning' '$W/err'"
+sed "s|api_keys_file = \"$W/keys\"|api_keys_file = \"$W/nokeys\"|" "$W/c.cfg" >"$W/nokeys.cfg"
+ok "a keys file missing on this host: a kiln check warning naming the key" bash -c "'$B/bin/kiln' check -c '$W/nokeys.cfg' 2>'$W/err' && grep -q 'inference.api_keys_file: warning: $W/nokeys does not exist' '$W/err'"
 ok "inference.api_keys_file and metrics_auth from the cluster file" start -c "$W/c.cfg" --node node01
 code=$(req /v1/completions -d "$BODY")
 ok "  ... no key: 401" test "$code" = 401
