@@ -1,7 +1,8 @@
 #!/bin/bash
 # test-inferd-models.sh — one kiln-inferd serving several models
 # (stories260K under two names, each its own engine; curl, jq):
-#   - repeatable --model FILE[,KEY=VALUE...]: /v1/models lists both,
+#   - repeatable --model FILE[,KEY=VALUE...]: READY=1 and STATUS= name both
+#     (a fake $NOTIFY_SOCKET), /v1/models lists both,
 #     GET /v1/models/{id}, requests routed by "model" (each model's metrics
 #     count only its own tokens), an unknown model 404 model_not_found naming
 #     what is served, the log naming both;
@@ -45,7 +46,34 @@ post() { curl -s -o "$W/body" -w '%{http_code}' "$URL/v1/completions" -d "$1"; }
 metric() { curl -s "$URL/metrics" | awk -v k="$1" '$1 == k { print $2 }'; }
 
 # ---- two models from the command line
+# a fake systemd notify socket: what kiln-inferd sends, until READY=1
+LPID=
+if command -v python3 >/dev/null; then
+	python3 - "$W/notify.sock" "$W/notify" <<'PYEOF' &
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+s.settimeout(60)
+with open(sys.argv[2], "w") as f:
+    while True:
+        m = s.recv(4096).decode(errors="replace")
+        f.write(m + "\n")
+        f.flush()
+        if "READY=1" in m:
+            break
+PYEOF
+	LPID=$!
+	for _ in $(seq 100); do [ -S "$W/notify.sock" ] && break; sleep 0.05; done
+fi
+export NOTIFY_SOCKET=$W/notify.sock
 ok "two --model: both load" start -m "$MODEL,name=a" -m "$MODEL,name=b,kv-blocks=64"
+unset NOTIFY_SOCKET
+if [ -n "$LPID" ]; then
+	wait "$LPID"
+	ok "  ... READY=1 once both are loaded, STATUS= naming both" bash -c "grep -qx 'READY=1' '$W/notify' && grep -q '^STATUS=Serving 2 models on http://127.0.0.1:[0-9]* (cpu): a (f32, context 512, 1024 KV blocks), b (f32, context 512, 64 KV blocks)\$' '$W/notify'"
+else
+	skip "python3 not installed: no notify socket"
+fi
 ok "  ... the log names both, with their KV caches" grep -q "Serving 2 models on http://127.0.0.1:[0-9]* (cpu): a (f32, context 512, 1024 KV blocks), b (f32, context 512, 64 KV blocks)" "$W/log"
 ok "/v1/models lists both, in order" bash -c "curl -s '$URL/v1/models' | jq -e '.object == \"list\" and ([.data[].id] == [\"a\", \"b\"]) and (.data | all(.object == \"model\"))' >/dev/null"
 ok "GET /v1/models/b: the model" bash -c "curl -s '$URL/v1/models/b' | jq -e '.id == \"b\" and .max_model_len == 512' >/dev/null"
