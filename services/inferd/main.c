@@ -89,10 +89,12 @@ static const kiln_option options[] = {
 	  "model name in the API (default: the file's base name;\none --model only)", NULL },
 	{ "api-keys-file", OPT_API_KEYS, "FILE",
 	  "API keys, one a line ('#' comments): every request\n"
-	  "but /health needs \"Authorization: Bearer KEY\" (401\n"
-	  "otherwise); refused when others may read the file",
+	  "but /health and /metrics needs \"Authorization:\n"
+	  "Bearer KEY\" (401 otherwise); refused when others may\n"
+	  "read the file",
 	  "file" },
-	{ "metrics-auth", OPT_METRICS_AUTH, NULL, "GET /metrics needs a key too", NULL },
+	{ "metrics-auth", OPT_METRICS_AUTH, NULL, "GET /metrics needs a key too (/health never)",
+	  NULL },
 	{ "memory-budget", OPT_MEMORY_BUDGET, "SIZE",
 	  "memory the models may take together (weights + KV\n"
 	  "cache, estimated per model; more is refused at\n"
