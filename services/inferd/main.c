@@ -6,10 +6,11 @@
  *
  * This file is the program: options and the cluster file's inference
  * section (flags win over the file, the file over the schema's defaults),
- * the model (any file km_file_open
- * reads: a llama2.c checkpoint, safetensors from kiln-train or Hugging
- * Face, a GGUF llama) on the cpu or cuda backend, the tokenizer and chat
- * template, the engine, the HTTP routes, systemd's notify protocol (READY,
+ * the models (--model repeated, or inference.models; each any file
+ * km_file_open reads: a llama2.c checkpoint, safetensors from kiln-train or
+ * Hugging Face, a GGUF llama), each with its own backend (cpu or cuda),
+ * tokenizer, chat template and engine after a memory budget check, the API
+ * keys, the HTTP routes (a request goes to the model its "model" names), systemd's notify protocol (READY,
  * STATUS, WATCHDOG pings while the engine's scheduler makes progress) and
  * the drain on SIGTERM/SIGINT: new requests get 503 + Retry-After, those
  * in flight get inference.drain_grace to finish, then the server stops
