@@ -168,14 +168,71 @@ static void check_inference_overlap(loader *L);
 
 /* Inference: where it runs (marks cfg->nodes[].inference), what it
  * serves, and that Slurm does not get the same GPUs. */
+/* The longest model name kiln-inferd takes (its INFERD_NAME_MAX): the
+ * name is echoed in every reply and in the metrics' model_name label. */
+#define MODEL_NAME_MAX 128
+
+/* A model's name in the API: its name, else the path's base name. */
+static const char *model_api_name(const kiln_cfg_model *m)
+{
+	const char *slash = m->path ? strrchr(m->path, '/') : NULL;
+	return m->name ? m->name : slash && slash[1] ? slash + 1 : m->path ? m->path : "";
+}
+
+/* inference.models: not beside the flat inference.model (which would the
+ * server serve?), names unique (requests are routed by them), one way to
+ * size each KV cache. */
+static void check_inference_models(loader *L)
+{
+	const kiln_cfg_inference *in = &L->cfg->inference;
+	config_setting_t *list = config_lookup(L->lc, "inference.models");
+	if (list && in->model)
+		kiln_cfg__root_error(L, "inference.models",
+				     "keep one: move model (and name, tokenizer ...) into the list "
+				     "as an element, or drop the list",
+				     "both inference.models and inference.model are set");
+	if (list && in->enabled && in->n_models == 0 &&
+	    config_setting_type(list) == CONFIG_TYPE_LIST)
+		kiln_cfg__root_error(L, "inference.models",
+				     "add ( { name = \"NAME\"; path = \"/path/to/model\"; } )",
+				     "the list is empty but inference is enabled");
+	for (size_t i = 0; i < in->n_models; i++) {
+		const kiln_cfg_model *m = &in->models[i];
+		config_setting_t *e = L->model_set[i];
+		if (config_setting_get_member(e, "kv_blocks") &&
+		    config_setting_get_member(e, "kv_cache_mb"))
+			kiln_cfg__member_error(
+				L, "inference.models", i, e, "kv_cache_mb", "give one of them",
+				"both kv_blocks and kv_cache_mb size this model's KV "
+				"cache");
+		const char *name = model_api_name(m);
+		if (strlen(name) > MODEL_NAME_MAX || !*name)
+			kiln_cfg__member_error(L, "inference.models", i, e, "name",
+					       "use 1 to 128 characters",
+					       "a model name of %zu characters", strlen(name));
+		for (size_t j = 0; j < i; j++)
+			if (streq(name, model_api_name(&in->models[j]))) {
+				kiln_cfg__member_error(
+					L, "inference.models", i, e, m->name ? "name" : "path",
+					"give each model its own name = \"...\"",
+					"two models are named \"%s\" (inference.models[%zu], line "
+					"%d): requests pick a model by its name",
+					name, j, in->models[j].line);
+				break;
+			}
+	}
+}
+
 void kiln_cfg__check_inference(loader *L)
 {
 	kiln_cfg *c = L->cfg;
-	if (c->inference.enabled && !c->inference.model)
-		kiln_cfg__add_error(L, kiln_cfg__root_line(L, "inference.enabled"),
-				    "inference.model",
-				    "set model = \"/path/to/model\"; or enabled = false;",
-				    "missing required setting when inference is enabled");
+	if (c->inference.enabled && !c->inference.model && c->inference.n_models == 0)
+		kiln_cfg__add_error(
+			L, kiln_cfg__root_line(L, "inference.enabled"), "inference.model",
+			"set model = \"/path/to/model\"; (or models = ( { name = ...; path "
+			"= ...; } );) or enabled = false;",
+			"missing required setting when inference is enabled");
+	check_inference_models(L);
 	if (c->inference.nodes) {
 		const kiln_cfg_partition *p = kiln_cfg_find_partition(c, c->inference.nodes);
 		if (p) {

@@ -27,6 +27,7 @@ enum {
 	BASE_PART,   /* kiln_cfg_partition */
 	BASE_XID,    /* kiln_cfg_xid */
 	BASE_SWITCH, /* kiln_cfg_switch */
+	BASE_MODEL,  /* kiln_cfg_model */
 };
 
 /* The schema key after k (the first when k is NULL) stored relative to base,
@@ -45,6 +46,7 @@ typedef struct loader {
 	config_setting_t **mac_set;   /* node_groups[i].macs */
 	config_setting_t **part_set;  /* slurm.partitions[i] */
 	config_setting_t **xid_set;
+	config_setting_t **model_set; /* inference.models[i] */
 	config_t *lc;
 	bool nodes_incomplete; /* some group's hosts are unknown: skip "unknown node" errors */
 	int last_line;	       /* where a missing top-level section is reported: the end */

@@ -16,6 +16,63 @@
 #include "config-internal.h"
 #include "kiln/parse.h"
 
+/* inference.models: what an element leaves out comes from the section's
+ * flat key of the same name; the flat shorthand (inference.model, name,
+ * tokenizer ...) becomes a one-element list, so kiln-inferd and kiln check
+ * read one list either way.  The older inference.quant says int8/int4
+ * where dtype stays f32 (check_inference_dtype refuses them disagreeing). */
+static void derive_models(loader *L)
+{
+	kiln_cfg_inference *in = &L->cfg->inference;
+	kiln_cfg_dtype dt = in->dtype;
+	if (dt == KILN_DTYPE_F32 && in->quant == KILN_QUANT_INT8)
+		dt = KILN_DTYPE_I8;
+	else if (dt == KILN_DTYPE_F32 && in->quant == KILN_QUANT_INT4)
+		dt = KILN_DTYPE_Q4;
+	bool flat = false;
+	if (in->n_models == 0 && in->model) {
+		free(in->models);
+		if (!(in->models = calloc(1, sizeof(*in->models)))) {
+			L->oom = 1;
+			return;
+		}
+		in->n_models = 1;
+		in->models[0].line = kiln_cfg__root_line(L, "inference.model");
+		if (!(in->models[0].path = strdup(in->model)) ||
+		    (in->name && !(in->models[0].name = strdup(in->name)))) {
+			L->oom = 1;
+			return;
+		}
+		flat = true;
+	}
+	for (size_t i = 0; i < in->n_models; i++) {
+		kiln_cfg_model *m = &in->models[i];
+		config_setting_t *e = flat ? NULL : L->model_set[i];
+#define UNSET(key) (!e || !config_setting_get_member(e, key))
+		if (UNSET("tokenizer") && in->tokenizer &&
+		    !(m->tokenizer = strdup(in->tokenizer))) {
+			L->oom = 1;
+			return;
+		}
+		if (UNSET("dtype"))
+			m->dtype = dt;
+		if (UNSET("chat_template"))
+			m->chat_template = in->chat_template;
+		if (UNSET("context_length"))
+			m->context_length = in->context_length;
+		if (UNSET("kv_blocks"))
+			m->kv_blocks = in->kv_blocks;
+#undef UNSET
+		if (!m->name) {
+			const char *slash = strrchr(m->path, '/');
+			if (!(m->name = strdup(slash && slash[1] ? slash + 1 : m->path))) {
+				L->oom = 1;
+				return;
+			}
+		}
+	}
+}
+
 void kiln_cfg__derive(loader *L)
 {
 	kiln_cfg *c = L->cfg;
@@ -112,6 +169,7 @@ void kiln_cfg__derive(loader *L)
 		c->image.http_url = NULL;
 		L->oom = 1;
 	}
+	derive_models(L);
 }
 
 char *kiln_cfg_gpu_type_from_model(const char *model)

@@ -332,10 +332,20 @@ static int verb_check(int argc, char **argv)
 	r = kiln_cfg_open(arg_config, KILN_CFG_OPEN_NO_HINT | KILN_CFG_OPEN_WARNINGS, &c);
 	if (r < 0)
 		return kiln_exit_for_config(r);
-	if (c->inference.enabled) {
+	if (c->inference.enabled && c->inference.model) {
 		r += warn_missing_file(c->path, "inference.model", c->inference.model);
 		r += warn_missing_file(c->path, "inference.tokenizer", c->inference.tokenizer);
-	}
+	} else if (c->inference.enabled)
+		for (size_t i = 0; i < c->inference.n_models; i++) {
+			char key[64];
+			snprintf(key, sizeof(key), "inference.models[%zu].path", i);
+			r += warn_missing_file(c->path, key, c->inference.models[i].path);
+			snprintf(key, sizeof(key), "inference.models[%zu].tokenizer", i);
+			r += warn_missing_file(c->path, key, c->inference.models[i].tokenizer);
+		}
+	if (c->inference.enabled)
+		r += warn_missing_file(c->path, "inference.api_keys_file",
+				       c->inference.api_keys_file);
 	if (c->accounting.storage_host)
 		r += warn_password_file(c->path, c->accounting.storage_password_file);
 	if (r > 0 && arg_strict)

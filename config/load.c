@@ -109,6 +109,9 @@ static const list_desc lists[] = {
 	{ "topology.switches", BASE_SWITCH, sizeof(kiln_cfg_switch), offsetof(kiln_cfg, switches),
 	  offsetof(kiln_cfg, n_switches), offsetof(loader, switch_set),
 	  offsetof(kiln_cfg_switch, line), false },
+	{ "inference.models", BASE_MODEL, sizeof(kiln_cfg_model),
+	  offsetof(kiln_cfg, inference.models), offsetof(kiln_cfg, inference.n_models),
+	  offsetof(loader, model_set), offsetof(kiln_cfg_model, line), false },
 };
 
 static const list_desc *find_list(const char *pattern)
@@ -457,6 +460,9 @@ void kiln_cfg_free(kiln_cfg *c)
 	for (size_t i = 0; i < c->n_switches; i++)
 		free_fields(BASE_SWITCH, &c->switches[i]);
 	free(c->switches);
+	for (size_t i = 0; i < c->inference.n_models; i++)
+		free_fields(BASE_MODEL, &c->inference.models[i]);
+	free(c->inference.models);
 	free(c->network.dns);
 	free_fields(BASE_ROOT, c);
 	free(c->path);
@@ -561,6 +567,7 @@ int kiln_cfg_load_string(const char *text, const char *name, kiln_cfg **ret, kil
 	free(L.part_set);
 	free(L.xid_set);
 	free(L.switch_set);
+	free(L.model_set);
 	if (L.oom)
 		r = -ENOMEM;
 	else if (kiln_cfg__errors_count(e, before) > dropped_before) {

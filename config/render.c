@@ -760,18 +760,18 @@ static int render_alerts(const kiln_cfg *c, kiln_strbuf *b)
 		   "was full: add inference nodes or lower the load.");
 
 	alert_head(b, "KilnInferenceQueueSaturated");
-	kiln_strbuf_printf(b, "kiln_inferd_num_requests_waiting > %d", m->queue_waiting);
+	kiln_strbuf_printf(b, "vllm:num_requests_waiting > %d", m->queue_waiting);
 	alert_tail(b, 5 * KILN_USEC_PER_MINUTE, "warning",
 		   "kiln-inferd on {{ $labels.node }} has a long queue",
 		   "{{ $value }} requests are waiting for a place in the batch: latency grows and "
 		   "429s follow when the queue is full.");
 
 	alert_head(b, "KilnInferenceTTFTHigh");
-	kiln_strbuf_append(b, "histogram_quantile(0.99, sum by (model, le) "
-			      "(rate(kiln_inferd_time_to_first_token_seconds_bucket[5m]))) > ");
+	kiln_strbuf_append(b, "histogram_quantile(0.99, sum by (model_name, le) "
+			      "(rate(vllm:time_to_first_token_seconds_bucket[5m]))) > ");
 	kiln_strbuf_printf(b, "%.15g", (double) m->ttft_p99_usec / (double) KILN_USEC_PER_SEC);
 	alert_tail(b, 10 * KILN_USEC_PER_MINUTE, "warning",
-		   "p99 time to first token of {{ $labels.model }} is {{ $value | humanize }}s",
+		   "p99 time to first token of {{ $labels.model_name }} is {{ $value | humanize }}s",
 		   "The 99th percentile of the time to the first token is above the "
 		   "monitoring.ttft_p99 threshold: the batch is full or the queue long.");
 	return 0;

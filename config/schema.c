@@ -25,6 +25,7 @@ static const char *const chat_names[] = { "auto",  "chatml", "llama2", "llama3",
 #define P(f)	    BASE_PART, offsetof(kiln_cfg_partition, f)
 #define X(f)	    BASE_XID, offsetof(kiln_cfg_xid, f)
 #define SW(f)	    BASE_SWITCH, offsetof(kiln_cfg_switch, f)
+#define M(f)	    BASE_MODEL, offsetof(kiln_cfg_model, f)
 #define NOF	    BASE_NONE, 0
 #define PORT	    1, 65535, NULL
 #define NR	    0, 0, NULL
@@ -356,6 +357,46 @@ static const kiln_cfg_key schema[] = {
 	  "After SIGTERM: time in-flight requests get to finish before they are cancelled "
 	  "(kiln-inferd --drain-grace).",
 	  R(inference.drain_grace_usec), NR },
+	{ "inference.memory_mb", KILN_CFG_SIZE_MB, false, "0", "\"60G\"",
+	  "Memory the models may take together (weights + KV cache, estimated per model); a "
+	  "set that does not fit is refused at start. 0 = the node's limit on the cpu backend "
+	  "(cgroup memory.max, else physical RAM), no check on cuda (kiln-inferd "
+	  "--memory-budget).",
+	  R(inference.memory_mb), NR },
+	{ "inference.api_keys_file", KILN_CFG_PATH, false, NULL, "\"/etc/kiln/inferd-keys\"",
+	  "File of API keys, one per line ('#' comments); requests need \"Authorization: Bearer "
+	  "KEY\". Unset: no keys. Refused when others may read it (kiln-inferd --api-keys-file).",
+	  R(inference.api_keys_file), NR },
+	{ "inference.metrics_auth", KILN_CFG_BOOL, false, "false", "true",
+	  "GET /metrics needs a key too (with api_keys_file); /health is always open "
+	  "(kiln-inferd --metrics-auth).",
+	  R(inference.metrics_auth), NR },
+	{ "inference.models", KILN_CFG_LIST, false, NULL, NULL,
+	  "Several models in one kiln-inferd: ( { name = ...; path = ...; ... }, ... ); instead "
+	  "of inference.model (both is an error). Keys left out take the section's key of the "
+	  "same name.",
+	  NOF, NR },
+	{ "inference.models[].name", KILN_CFG_STRING, false, "(the path's base name)",
+	  "\"llama-3-8b\"", "The model's name in the API (unique; the request's \"model\").",
+	  M(name), NR },
+	{ "inference.models[].path", KILN_CFG_PATH, true, NULL, "\"/srv/models/llama-3-8b\"",
+	  "Model file or directory (kiln-inferd --model).", M(path), NR },
+	{ "inference.models[].tokenizer", KILN_CFG_PATH, false, "(inference.tokenizer)",
+	  "\"/srv/models/llama-3-8b/tokenizer.json\"", "Tokenizer of this model.", M(tokenizer),
+	  NR },
+	{ "inference.models[].dtype", KILN_CFG_ENUM, false, "(inference.dtype)", "\"bf16\"",
+	  "Weight dtype: f32, bf16, f16, i8 or q4.", M(dtype), 0, 0, dtype_names },
+	{ "inference.models[].context_length", KILN_CFG_INT, false, "(inference.context_length)",
+	  "4096", "Longest sequence served; 0 = the model's own.", M(context_length),
+	  RANGE(0, 1 << 24) },
+	{ "inference.models[].kv_blocks", KILN_CFG_INT, false, "(inference.kv_blocks)", "8192",
+	  "KV-cache blocks of 16 tokens (not with kv_cache_mb).", M(kv_blocks), RANGE(1, 1 << 20) },
+	{ "inference.models[].kv_cache_mb", KILN_CFG_SIZE_MB, false, "(unset: kv_blocks)", "\"8G\"",
+	  "KV-cache size instead of kv_blocks: as many blocks as fit (0 = kv_blocks decides).",
+	  M(kv_cache_mb), NR },
+	{ "inference.models[].chat_template", KILN_CFG_ENUM, false, "(inference.chat_template)",
+	  "\"llama3\"", "Chat template (the words of inference.chat_template).", M(chat_template),
+	  0, 0, chat_names },
 
 	{ "image", KILN_CFG_GROUP, false, NULL, NULL,
 	  "The stateless node image and how nodes boot it.", NOF, NR },

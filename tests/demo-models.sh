@@ -2,8 +2,13 @@
 # demo-models.sh — the model half of `make demo` (tests/demo.sh runs it):
 # kiln-train fine-tunes the stories260K fixture data-parallel (2 ranks under
 # kiln-run, kk's cpu collectives), then kiln-inferd serves the checkpoint
-# it wrote on 127.0.0.1 and streams a completion over SSE.  Prints what it does; exits
-# 0 when the fixture is missing (nothing to show), 1 when a step fails.
+# it wrote on 127.0.0.1 and streams a completion over SSE.  Then the admin
+# path: the demo cluster file turns inference on for node03 (its own
+# partition, an inference section with two models and a keys file),
+# kiln check accepts it, and kiln-inferd starts from it as the unit would
+# (-c FILE --node node03) serving both; a chat request with a key succeeds,
+# one without gets 401.  Prints what it does; exits 0 when the fixture is
+# missing (nothing to show), 1 when a step fails.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 B=${KILN_BUILD:-build}
@@ -47,7 +52,65 @@ echo "  | ... ($(grep -c '^data: {' "$DIR/sse.txt") events, then $(grep -c '^dat
 echo "  token ids: $(grep -o '"token_ids":\[[0-9,]*\]' "$DIR/sse.txt" | grep -o '[0-9][0-9,]*' | paste -sd, -)"
 printf '$ curl http://127.0.0.1:%s/metrics | grep generation_tokens\n' "$port"
 curl -s --max-time 10 "http://127.0.0.1:$port/metrics" >"$DIR/metrics.txt"
-grep -E '^kiln_inferd_generation_tokens' "$DIR/metrics.txt" | sed 's/^/  | /' || true
+grep -E '^vllm:generation_tokens' "$DIR/metrics.txt" | sed 's/^/  | /' || true
+kill -TERM "$PID"
+wait "$PID"
+PID=
+echo "  kiln-inferd stopped cleanly (SIGTERM)"
+
+# ---- the admin path: inference from the cluster file, two models, a key
+CFG=$DIR/cluster.cfg
+KEYS=$DIR/inferd-keys
+TOK=$top/tests/tokenizer/data/tok512.bin
+printf '\n$ # the demo cluster file, inference on for node03: its own partition (its GPUs\n'
+printf '$ # are kiln-inferd'"'"'s, never Slurm jobs'"'"'), two models, API keys in a file only root reads\n'
+sed -e '/^    partitions = \[ "gpu" \];$/d' \
+	-e 's|{ name = "gpu"; nodes = "node\[01-03\]"; default = true; }|{ name = "gpu"; nodes = "node[01-02]"; default = true; },\n    { name = "infer"; nodes = "node03"; }|' \
+	"$top/config/examples/demo.cfg" >"$CFG"
+cat >>"$CFG" <<EOF
+
+inference = {
+  enabled = true;
+  nodes = "infer";
+  api_keys_file = "$KEYS";
+  tokenizer = "$TOK";
+  kv_blocks = 128;
+  models = (
+    { name = "stories"; path = "$MODEL"; },
+    { name = "tuned"; path = "$DIR/tuned.st"; context_length = 256; }
+  );
+};
+EOF
+(umask 077; printf '# kiln-inferd API keys, one a line\nsk-demo-%s\n' "$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')" >"$KEYS")
+KEY=$(grep -v '^#' "$KEYS")
+diff -u "$top/config/examples/demo.cfg" "$CFG" | tail -n +3 | grep '^[-+]' | sed 's/^/  | /' || true
+printf '$ kiln check -c cluster.cfg\n'
+"$B/bin/kiln" check -c "$CFG" | sed 's/^/  | /'
+printf '$ kiln-inferd -c cluster.cfg --node node03 -p 0 &   # what kiln-inferd.service runs on node03\n'
+"$B/bin/kiln-inferd" -c "$CFG" --node node03 -p 0 >"$DIR/inferd-cfg.log" 2>&1 &
+PID=$!
+port=
+for _ in $(seq 100); do
+	port=$(grep -o 'http://127.0.0.1:[0-9]*' "$DIR/inferd-cfg.log" | head -1 | sed 's/.*://') || true
+	[ -n "$port" ] && break
+	sleep 0.1
+done
+[ -n "$port" ] || { echo "kiln-inferd did not start:"; cat "$DIR/inferd-cfg.log"; exit 1; }
+grep -E 'API keys|Serving' "$DIR/inferd-cfg.log" | sed 's/^/  | /'
+U=http://127.0.0.1:$port
+printf '$ curl %s/v1/models -H "Authorization: Bearer $KEY"\n' "$U"
+curl -s --max-time 10 "$U/v1/models" -H "Authorization: Bearer $KEY" | jq -c '[.data[].id]' | sed 's/^/  | /'
+chat='{"model":"tuned","messages":[{"role":"user","content":"Tell me a story."}],"max_tokens":16,"temperature":0}'
+printf "\$ curl %s/v1/chat/completions -H \"Authorization: Bearer \$KEY\" -d '%s'\n" "$U" "$chat"
+code=$(curl -s --max-time 30 -o "$DIR/chat.json" -w '%{http_code}' "$U/v1/chat/completions" -H "Authorization: Bearer $KEY" -d "$chat")
+echo "  | HTTP $code: $(jq -c '{model, finish: .choices[0].finish_reason, usage}' "$DIR/chat.json")"
+[ "$code" = 200 ] || { echo "the chat request with a key failed"; exit 1; }
+printf "\$ curl %s/v1/chat/completions -d '...'   # the same, no key\n" "$U"
+code=$(curl -s --max-time 10 -o "$DIR/nokey.json" -w '%{http_code}' "$U/v1/chat/completions" -d "$chat")
+echo "  | HTTP $code: $(jq -c .error "$DIR/nokey.json")"
+[ "$code" = 401 ] || { echo "the chat request without a key was not refused"; exit 1; }
+printf '$ curl %s/metrics | grep generation_tokens   # open; inference.metrics_auth closes it\n' "$U"
+curl -s --max-time 10 "$U/metrics" | grep -E '^vllm:generation_tokens' | sed 's/^/  | /' || true
 kill -TERM "$PID"
 wait "$PID"
 PID=

@@ -64,7 +64,7 @@ if [ -x "$top/tests/launcher/demo.sh" ] && [ -x "$B/bin/kiln-run" ]; then
 fi
 
 if [ -x "$B/bin/kiln-train" ] && [ -x "$B/bin/kiln-inferd" ]; then
-	say "8. kiln-train fine-tunes a model data-parallel; kiln-inferd serves one"
+	say "8. kiln-train fine-tunes a model data-parallel; kiln-inferd serves it, then two models from the cluster file (node03), API keys"
 	"$top/tests/demo-models.sh" "$DEMO"
 fi
 

@@ -132,12 +132,19 @@ size_t inferd_stop_cut(const char *text, size_t len, size_t old_len, char *const
  * less than sent. */
 size_t inferd_sendable(const char *text, size_t len, size_t sent, size_t stop_max, bool hold);
 
-/* The server: the model as the request layer sees it, and the engine. */
+/* Models one kiln-inferd serves at most (inference.models, --model):
+ * each has its own backend, engine, KV cache and scheduler thread. */
+#define INFERD_MODELS_MAX 16
+
+/* One served model: the model as the request layer sees it, and its
+ * engine.  main.c keeps one per model and routes each request by its
+ * "model" to one of them. */
 typedef struct inferd_app {
 	inferd_model model;
 	kiln_engine *engine;
 	atomic_uint_fast64_t next_id;
 	time_t started;
+	_Atomic uint64_t last_tick; /* the engine's on_tick (CLOCK_MONOTONIC usec) */
 } inferd_app;
 
 /* Submits request q (its prompts n times each, one engine request per

@@ -871,14 +871,14 @@ static void test_prefix_kept(void **state)
 	kiln_strbuf_init(&mb);
 	kiln_metrics m;
 	kiln_metrics_init(&m, &mb);
-	assert_int_equal(kiln_engine_metrics(e, &m), 0);
+	assert_int_equal(kiln_engine_metrics(&e, (const char *[]){ "m" }, 1, &m), 0);
 	assert_int_equal(kiln_metrics_finish(&m), 0);
-	const char *want[] = { "kiln_inferd_prefix_cache_hits_total 96\n",
-			       "kiln_inferd_prefix_cache_queries_total 600\n",
-			       "kiln_inferd_prefix_cache_blocks 7\n",
-			       "kiln_inferd_prefix_cache_evictions_total 2\n",
-			       "kiln_inferd_kv_cache_blocks{state=\"used\"} 0\n",
-			       "kiln_inferd_kv_cache_blocks{state=\"free\"} 20\n" };
+	const char *want[] = { "vllm:prefix_cache_hits_total{model_name=\"m\"} 96\n",
+			       "vllm:prefix_cache_queries_total{model_name=\"m\"} 600\n",
+			       "kiln_inferd_prefix_cache_blocks{model_name=\"m\"} 7\n",
+			       "kiln_inferd_prefix_cache_evictions_total{model_name=\"m\"} 2\n",
+			       "kiln_inferd_kv_cache_blocks{model_name=\"m\",state=\"used\"} 0\n",
+			       "kiln_inferd_kv_cache_blocks{model_name=\"m\",state=\"free\"} 20\n" };
 	for (size_t i = 0; i < ARRAY_SIZE(want); i++)
 		if (!strstr(mb.s, want[i]))
 			fail_msg("metrics lack \"%s\":\n%s", want[i], mb.s);
@@ -1321,24 +1321,29 @@ static void test_metrics(void **state)
 	kiln_strbuf_init(&b);
 	kiln_metrics m;
 	kiln_metrics_init(&m, &b);
-	assert_int_equal(kiln_engine_metrics(e, &m), 0);
+	/* two engines' samples under one family each, told apart by model_name */
+	kiln_engine *two[] = { e, e };
+	assert_int_equal(kiln_engine_metrics(two, (const char *[]){ "a", "b" }, 2, &m), 0);
 	assert_int_equal(kiln_metrics_finish(&m), 0);
 	const char *want[] = {
-		"# TYPE kiln_inferd_num_requests_running gauge\nkiln_inferd_num_requests_running "
-		"0\n",
-		"kiln_inferd_num_requests_waiting 0\n",
-		"kiln_inferd_kv_cache_usage_ratio 0\n",
-		"kiln_inferd_kv_cache_blocks{state=\"free\"} 64\n",
-		"kiln_inferd_num_preemptions_total 0\n",
-		"kiln_inferd_prompt_tokens_total 3\n",
-		"kiln_inferd_prefill_tokens_total 3\n",
-		"kiln_inferd_generation_tokens_total 5\n",
-		"kiln_inferd_request_success_total{finished_reason=\"length\"} 1\n",
-		"kiln_inferd_request_success_total{finished_reason=\"stop\"} 0\n",
-		"kiln_inferd_time_to_first_token_seconds_count 1\n",
-		"kiln_inferd_inter_token_latency_seconds_count 4\n",
-		"kiln_inferd_e2e_request_latency_seconds_count 1\n",
-		"# TYPE kiln_inferd_time_to_first_token_seconds histogram\n",
+		"# TYPE vllm:num_requests_running "
+		"gauge\nvllm:num_requests_running{model_name=\"a\"} "
+		"0\nvllm:num_requests_running{model_name=\"b\"} 0\n",
+		"vllm:num_requests_waiting{model_name=\"a\"} 0\n",
+		"vllm:kv_cache_usage_perc{model_name=\"a\"} 0\n",
+		"kiln_inferd_kv_cache_blocks{model_name=\"a\",state=\"free\"} 64\n",
+		"vllm:num_preemptions_total{model_name=\"a\"} 0\n",
+		"vllm:prompt_tokens_total{model_name=\"a\"} 3\n",
+		"kiln_inferd_prefill_tokens_total{model_name=\"a\"} 3\n",
+		"vllm:generation_tokens_total{model_name=\"b\"} 5\n",
+		"vllm:request_success_total{model_name=\"a\",finished_reason=\"length\"} 1\n",
+		"vllm:request_success_total{model_name=\"a\",finished_reason=\"stop\"} 0\n",
+		"vllm:request_success_total{model_name=\"a\",finished_reason=\"abort\"} 0\n",
+		"vllm:time_to_first_token_seconds_count{model_name=\"a\"} 1\n",
+		"vllm:inter_token_latency_seconds_count{model_name=\"a\"} 4\n",
+		"vllm:e2e_request_latency_seconds_count{model_name=\"b\"} 1\n",
+		"vllm:request_queue_time_seconds_count{model_name=\"a\"} 1\n",
+		"# TYPE vllm:time_to_first_token_seconds histogram\n",
 	};
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
 		if (!strstr(b.s, want[i]))

@@ -170,7 +170,7 @@ burst 60 "$BODY"
 # SIGTERM once all 61 are in the engine (a curl still starting would
 # rightly get 503)
 for _ in $(seq 200); do
-	n=$(curl -s "$URL/metrics" | awk '/^kiln_inferd_num_requests_(running|waiting) / { s += $2 } END { print s + 0 }')
+	n=$(curl -s "$URL/metrics" | awk '/^vllm:num_requests_(running|waiting)[{]/ { s += $2 } END { print s + 0 }')
 	[ "$n" -ge 60 ] && break
 	sleep 0.02
 done

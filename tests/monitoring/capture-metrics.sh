@@ -104,6 +104,6 @@ for i in 1 2 3 4 5 6; do
 done
 wait $(jobs -p | grep -v -e "^$HPID\$" -e "^$IPID\$") 2>/dev/null
 curl -sf --max-time 5 "$URL/metrics" >"$out/inferd.prom" || exit 1
-grep -q '^kiln_inferd_num_requests_rejected_total [1-9]' "$out/inferd.prom" ||
+grep -q '^kiln_inferd_num_requests_rejected_total{model_name="stories260K"} [1-9]' "$out/inferd.prom" ||
 	echo "capture-metrics: note: no request was refused with 429 this time" >&2
 exit 0

@@ -36,7 +36,7 @@ plant() { # NAME SED-EXPRESSION EXPECTED-TEXT
 	grep -q -- "$3" "$W/$1.out" || { sed 's/^/# /' "$W/$1.out"; return 1; }
 }
 ok "a misspelt metric fails the check, named" plant metric \
-	's/kiln_inferd_generation_tokens_total/kiln_inferd_generated_tokens_total/' \
+	's/vllm:generation_tokens_total/kiln_inferd_generated_tokens_total/' \
 	"metric kiln_inferd_generated_tokens_total is exported neither"
 ok "a query that does not parse fails the check (promtool)" plant syntax \
 	's/sum by (xid) (increase(/sum by (xid) (increase((/' "could not parse expression"
@@ -50,10 +50,10 @@ missing=
 for m in kiln_gpu_health kiln_node_drain kiln_xid_total DCGM_FI_DEV_GPU_UTIL DCGM_FI_DEV_FB_USED \
 	DCGM_FI_DEV_GPU_TEMP DCGM_FI_DEV_POWER_USAGE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL \
 	DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS DCGM_FI_DEV_XID_ERRORS DCGM_FI_DEV_CLOCK_THROTTLE_REASONS \
-	kiln_gpu_slurm_job kiln_inferd_request_success_total kiln_inferd_generation_tokens_total \
-	kiln_inferd_time_to_first_token_seconds_bucket kiln_inferd_inter_token_latency_seconds_bucket \
-	kiln_inferd_num_requests_waiting kiln_inferd_num_requests_rejected_total \
-	kiln_inferd_kv_cache_usage_ratio kiln_inferd_prefix_cache_hits_total; do
+	kiln_gpu_slurm_job vllm:request_success_total vllm:generation_tokens_total \
+	vllm:time_to_first_token_seconds_bucket vllm:inter_token_latency_seconds_bucket \
+	vllm:num_requests_waiting kiln_inferd_num_requests_rejected_total \
+	vllm:kv_cache_usage_perc vllm:prefix_cache_hits_total; do
 	jq -e --arg m "$m" '[.. | .expr? // empty | select(contains($m))] | length > 0' "$DASH" >/dev/null || missing="$missing $m"
 done
 ok "a panel for each of GPU state, drains, XIDs, utilisation, memory, temperature, power, ECC, remapped rows, throttling, jobs, requests, tokens, TTFT, ITL, queue, 429s, KV cache, prefix cache${missing:+ (missing:$missing)}" test -z "$missing"
@@ -62,8 +62,8 @@ ok "TTFT and ITL as p50 and p99 through histogram_quantile" bash -c \
 jqt() { jq -e "$@" >/dev/null; }
 ok "node and model variables, and the datasource one" jqt \
 	'[.templating.list[].name] | contains(["datasource", "node", "model"])' "$DASH"
-ok "inference panels filter on \$model, GPU panels on \$node" jqt \
-	'[.. | .expr? // empty] | (map(select(test("kiln_inferd_"))) | all(test("model=~\"\\$model\""))) and (map(select(test("^(kiln_gpu|DCGM_FI|sum by \\(state\\) \\(kiln_gpu)"))) | all(test("Hostname=~\"\\$node\"")))' "$DASH"
+ok "inference panels filter on \$model (vLLM's model_name label), GPU panels on \$node" jqt \
+	'[.. | .expr? // empty] | (map(select(test("kiln_inferd_|vllm:"))) | all(test("model_name=~\"\\$model\""))) and (map(select(test("^(kiln_gpu|DCGM_FI|sum by \\(state\\) \\(kiln_gpu)"))) | all(test("Hostname=~\"\\$node\"")))' "$DASH"
 
 # provisioning files: the shape Grafana's provisioning reads
 yq() {

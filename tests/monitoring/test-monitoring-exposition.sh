@@ -41,21 +41,24 @@ for f in healthd inferd; do
 	else
 		ok "$f.prom is checked in" false
 	fi
-	# every complaint is a lint of the names dcgm-exporter chose (and kiln
-	# keeps for its dashboards): camelCase labels, "counter" in a name
+	# every complaint is a lint of the names dcgm-exporter and vLLM chose
+	# (and kiln keeps for their dashboards): camelCase labels, "counter" in
+	# a name, vLLM's "vllm:" prefix (promtool keeps colons for recording
+	# rules)
 	"$PROMTOOL" check metrics <"$here/$f.prom" >"$W/$f.lint" 2>&1
 	other=$(grep -v -e "label names should be written in 'snake_case' not 'camelCase'" \
-		-e "metric name should not include type 'counter'" "$W/$f.lint")
+		-e "metric name should not include type 'counter'" \
+		-e "^vllm:[a-z0-9_]* metric names should not contain ':'" "$W/$f.lint")
 	[ -z "$other" ] || echo "$other" | head -10 | sed 's/^/# /'
-	check "$f.prom parses as Prometheus text (promtool check metrics: only dcgm-exporter's naming lint)" "$([ -z "$other" ]; echo $?)"
+	check "$f.prom parses as Prometheus text (promtool check metrics: only dcgm-exporter's and vLLM's naming lint)" "$([ -z "$other" ]; echo $?)"
 done
 ok "healthd.prom: a drain reason, an XID by number, a thermal clock event reason" bash -c \
 	"grep -q '^kiln_node_drain{Hostname=\"node01\",reason=\"kiln: gpu1 XID 79' '$here/healthd.prom' &&
 	 grep -q '^kiln_xid_total{.*xid=\"79\"} 1' '$here/healthd.prom' &&
 	 grep -q '^DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu=\"0\".* 32$' '$here/healthd.prom'"
 ok "inferd.prom: the 429 counter, TTFT/ITL/e2e histograms" bash -c \
-	"grep -q '^kiln_inferd_num_requests_rejected_total ' '$here/inferd.prom' &&
-	 [ \$(grep -cE '^# TYPE kiln_inferd_(time_to_first_token|inter_token_latency|e2e_request_latency)_seconds histogram' '$here/inferd.prom') = 3 ]"
+	"grep -q '^kiln_inferd_num_requests_rejected_total{model_name=' '$here/inferd.prom' &&
+	 [ \$(grep -cE '^# TYPE vllm:(time_to_first_token|inter_token_latency|e2e_request_latency|request_queue_time)_seconds histogram' '$here/inferd.prom') = 4 ]"
 
 "$here/capture-metrics.sh" "$W/now" >"$W/capture.log" 2>&1
 rc=$?

@@ -285,6 +285,21 @@ typedef struct kiln_cfg_launcher {
 	bool health_check;	    /* true */
 } kiln_cfg_launcher;
 
+/* One model kiln-inferd serves (inference.models[], or the flat
+ * inference.model shorthand as a one-element list).  Keys an element leaves
+ * out take the section's flat key of the same name (derive.c). */
+typedef struct kiln_cfg_model {
+	char *name;		     /* the API name; unset: the path's base name */
+	char *path;		     /* required */
+	char *tokenizer;	     /* NULL: inference.tokenizer, else the model's own */
+	kiln_cfg_dtype dtype;	     /* inference.dtype */
+	kiln_cfg_chat chat_template; /* inference.chat_template */
+	int context_length;	     /* inference.context_length; 0 = the model's */
+	int kv_blocks;		     /* inference.kv_blocks (unless kv_cache_mb) */
+	uint64_t kv_cache_mb;	     /* 0: kv_blocks sizes the cache */
+	int line;
+} kiln_cfg_model;
+
 typedef struct kiln_cfg_inference {
 	bool enabled;		     /* false */
 	int port;		     /* 8000 */
@@ -305,6 +320,13 @@ typedef struct kiln_cfg_inference {
 	int max_running;	     /* 64 */
 	int max_waiting;	     /* 1024 */
 	uint64_t drain_grace_usec;   /* 30s */
+	/* every model served: inference.models, or one from the flat keys
+	 * (inference.model ...); empty without either */
+	kiln_cfg_model *models;
+	size_t n_models;
+	uint64_t memory_mb;  /* 0: the node's limit (cpu), none (cuda) */
+	char *api_keys_file; /* NULL: no keys, every request is served */
+	bool metrics_auth;   /* /metrics needs a key too */
 } kiln_cfg_inference;
 
 typedef struct kiln_cfg_image {

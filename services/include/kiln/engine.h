@@ -232,11 +232,15 @@ typedef struct kiln_engine_stats {
 
 void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *ret);
 
-/* Appends the engine's metrics (kiln_inferd_*: requests running/waiting,
- * KV cache usage, token and preemption counters, time-to-first-token,
- * inter-token and end-to-end latency histograms) to m.  Returns m's error
- * state. */
-int kiln_engine_metrics(kiln_engine *e, kiln_metrics *m);
+/* Appends the metrics of n engines, each sample labelled model_name =
+ * names[i], to m: vLLM's names (vllm:num_requests_running/waiting,
+ * vllm:kv_cache_usage_perc, token, preemption and prefix-cache counters,
+ * vllm:request_success_total by finished_reason, time-to-first-token,
+ * inter-token and end-to-end latency histograms) and kiln's extras
+ * (kiln_inferd_*: KV blocks, prefill tokens, steps, 429s).  Returns m's
+ * error state; -EINVAL for bad arguments. */
+int kiln_engine_metrics(kiln_engine *const *engines, const char *const *names, int n,
+			kiln_metrics *m);
 
 /* ---- the host path's pieces, exported for tests/inferd/test-engine.c */
 
