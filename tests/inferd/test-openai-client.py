@@ -221,7 +221,7 @@ def main():
     r = c.completions.create(model="m", prompt=P, max_tokens=6, temperature=0, logit_bias={"300": 100})
     ok("logit_bias {300: 100}: every token is 300",
        getattr(r.choices[0], "token_ids", None) == [300] * 6, r.choices[0])
-    base = c.completions.create(model="m", prompt=P, max_tokens=30, temperature=0)
+    plain = c.completions.create(model="m", prompt=P, max_tokens=30, temperature=0)
     pen = c.completions.create(model="m", prompt=P, max_tokens=30, temperature=0,
                                presence_penalty=1.5, frequency_penalty=1.5)
     rep = c.completions.create(model="m", prompt=P, max_tokens=30, temperature=0,
@@ -229,12 +229,12 @@ def main():
     def distinct(x):
         return len(set(x.choices[0].token_ids))
     ok("presence/frequency penalties: more distinct tokens than without (%d vs %d)"
-       % (distinct(pen), distinct(base)), distinct(pen) > distinct(base))
+       % (distinct(pen), distinct(plain)), distinct(pen) > distinct(plain))
     ok("repetition_penalty (extra_body): output changes, min_tokens 30 gives 30 tokens",
-       rep.choices[0].text != base.choices[0].text and rep.usage.completion_tokens == 30, rep)
+       rep.choices[0].text != plain.choices[0].text and rep.usage.completion_tokens == 30, rep)
     # min_tokens holds off stop strings too (vLLM): the greedy text's first
     # character as a stop string ends it at once, but not before 5 tokens
-    st0 = base.choices[0].text.strip()[:1]
+    st0 = plain.choices[0].text.strip()[:1]
     a = c.completions.create(model="m", prompt=P, max_tokens=30, temperature=0, stop=[st0])
     b = c.completions.create(model="m", prompt=P, max_tokens=30, temperature=0, stop=[st0],
                              extra_body={"min_tokens": 5})
