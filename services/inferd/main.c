@@ -79,7 +79,8 @@ static const kiln_option options[] = {
 	  "host" },
 	{ "port", 'p', "N", "port (inference.port, default 8000; 0: an ephemeral one, logged)",
 	  NULL },
-	{ "backend", OPT_BACKEND, "NAME", "kk backend: cpu or cuda (default cpu)", "cpu cuda" },
+	{ "backend", OPT_BACKEND, "NAME", "kk backend: cpu, cuda or auto (default cpu)",
+	  "cpu cuda auto" },
 	{ "dtype", OPT_DTYPE, "NAME", "weights: f32, bf16, f16, i8 or q4 (default f32)",
 	  "f32 bf16 f16 i8 q4" },
 	{ "context-length", OPT_CONTEXT, "N",
@@ -711,9 +712,15 @@ static int run(int argc, char **argv)
 			  : arg.model);
 
 	_cleanup_(kk_backend_freep) kk_backend *be = NULL;
-	r = kk_backend_open(arg.backend, &be);
-	if (r < 0)
-		return log_error_errno(r, "Failed to open the %s backend: %m", arg.backend);
+	char why[KK_WHY_MAX];
+	r = kk_backend_open_why(arg.backend, &be, why, sizeof(why));
+	if (r < 0) {
+		log_error("Failed to open the %s backend: %s", arg.backend,
+			  why[0] ? why : strerror(-r));
+		return KILN_EXIT_FAILURE;
+	}
+	if (why[0])
+		log_notice("%s", why);
 	kiln_error err = {};
 	_cleanup_(km_file_freep) km_file *f = NULL;
 	r = km_file_open(arg.model, &f, &err);
@@ -781,7 +788,7 @@ static int run(int argc, char **argv)
 	if (r < 0)
 		return log_error_errno(r, "Failed to listen on %s:%d: %m", arg.listen, arg.port);
 	log_info("Serving %s on http://%s:%u (%s, %s, %d KV blocks)", a.model.name, arg.listen,
-		 kiln_http_server_port(srv), arg.backend, kk_dtype_name(arg.dtype), arg.blocks);
+		 kiln_http_server_port(srv), kk_backend_name(be), kk_dtype_name(arg.dtype), arg.blocks);
 	if (d.watchdog_usec) {
 		r = sd_event_add_time_relative(ev, NULL, CLOCK_MONOTONIC, 0, 0, on_watchdog, &d);
 		if (r < 0) {
@@ -792,7 +799,7 @@ static int run(int argc, char **argv)
 	(void) sd_notifyf(0,
 			  "READY=1\nSTATUS=Serving %s on http://%s:%u (%s, %s, context %d, %d "
 			  "KV blocks)",
-			  a.model.name, arg.listen, kiln_http_server_port(srv), arg.backend,
+			  a.model.name, arg.listen, kiln_http_server_port(srv), kk_backend_name(be),
 			  kk_dtype_name(arg.dtype), a.model.ctx, arg.blocks);
 
 	r = sd_event_loop(ev);

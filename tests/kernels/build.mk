@@ -14,3 +14,9 @@ TEST_SCRIPTS += tests/kernels/test-ptxas-gate.sh
 # clang's CUDA frontend over every kernels/cuda/*.cu, -Wall -Wextra -Werror
 # (skips with the reason when no clang can target sm_90 with this toolkit).
 TEST_SCRIPTS += tests/kernels/test-clang-cuda.sh
+# The CUDA module's loader (kernels/kk_module.c): kk-open opens a backend
+# and prints why; test-kk-module.sh runs it and the programs with the module
+# and the CUDA libraries hidden, against fake modules (fake-kk-cuda.c: a
+# wrong ABI, an old driver, no device, a working one) and checks every
+# program's and the module's DT_NEEDED.
+$(eval $(call kiln_tool,kk-open,tests/kernels/module/kk-open.c,kk,$(KK_LDLIBS)))
