@@ -102,7 +102,7 @@ int kk__cuda_driver_check(int driver, int needed, char *why, size_t len)
 	if (driver <= 0)
 		say(why, len,
 		    "no NVIDIA driver: the CUDA runtime found no libcuda.so.1; install the NVIDIA "
-		    "driver (%s, for CUDA %d.%d)",
+		    "%s (kiln's CUDA module needs CUDA %d.%d)",
 		    need, needed / 1000, needed % 1000 / 10);
 	else
 		say(why, len,
