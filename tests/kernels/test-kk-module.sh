@@ -212,7 +212,13 @@ else
 	check "kiln-train --backend cuda, no CUDA: exit $rc, what is missing and what to do" \
 		$([ $rc != 0 ] && has "$tmp/o" "Cannot open the kk backend 'cuda': the CUDA module is not installed" "install the kiln-cuda package"; echo $?)
 	if command -v curl >/dev/null; then
-		run_bare "$tmp/bin/kiln-inferd" -m "$MODEL" --name m -p 0 --backend auto >"$tmp/log" 2>&1 &
+		# exec all the way down (unshare and bash -c exec too): $! is the server
+		(
+			if [ $can_hide = 1 ] && [ -n "$cuda_files" ]; then
+				exec unshare -rm bash -c 'for f in $HIDE; do mount --bind /dev/null "$f" || exit 97; done; export LD_LIBRARY_PATH=; exec "$@"' hide "$tmp/bin/kiln-inferd" -m "$MODEL" --name m -p 0 --backend auto
+			fi
+			LD_LIBRARY_PATH= exec "$tmp/bin/kiln-inferd" -m "$MODEL" --name m -p 0 --backend auto
+		) >"$tmp/log" 2>&1 &
 		PID=$!
 		port=
 		for _ in $(seq 100); do
