@@ -106,8 +106,8 @@ int kk__cuda_driver_check(int driver, int needed, char *why, size_t len)
 		    need, needed / 1000, needed % 1000 / 10);
 	else
 		say(why, len,
-		    "the NVIDIA driver supports CUDA %d.%d, kiln's CUDA module needs %d.%d: install "
-		    "%s",
+		    "the NVIDIA driver supports CUDA %d.%d, kiln's CUDA module needs %d.%d: "
+		    "install %s",
 		    driver / 1000, driver % 1000 / 10, needed / 1000, needed % 1000 / 10, need);
 	return -ENODEV;
 }

@@ -10,6 +10,10 @@
  * followed by a stream sync (kk.h makes them blocking).  The op slots live in
  * the kc_*.cu files (see kc.h).  Every CUDA status is mapped to -errno;
  * nothing aborts or prints.
+ * With the other .cu files it makes the CUDA module kk-cuda.so, whose one
+ * export, kk_cuda_module_v1 (end of this file), is what kernels/kk_module.c
+ * loads: the ABI it checks, CUDART_VERSION, the driver and device probes
+ * whose messages the programs print, and kk_cuda_ops().
  * UNVERIFIED on a GPU. */
 #include <errno.h>
 #include <pthread.h>
