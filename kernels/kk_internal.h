@@ -122,8 +122,10 @@ const struct kk_backend_ops *kk_cpu_ops(void);
  * KK_MODULE_ABI is in the symbol's name: bump it when struct kk_module
  * changes.  Everything else a module shares with the program is checked at
  * load through struct kk_module's fields: the kiln version, every slot's
- * name and parameter list as text (KK_MODULE_SLOTS, from kk_ops.def) and the
- * sizes of the structs the slots take (KK_MODULE_SIZES). */
+ * name and parameter list as text (KK_MODULE_SLOT_OP/_FN over kk_ops.def,
+ * below) and the sizes of the structs the slots take (KK_MODULE_SIZES).  A
+ * change to a kk.h struct that keeps its size is not caught: bump
+ * KK_MODULE_ABI then. */
 #define KK_MODULE_ABI	      1
 #define KK_MODULE_SYMBOL      kk_cuda_module_v1
 #define KK_MODULE_SYMBOL_NAME "kk_cuda_module_v1"
@@ -140,13 +142,13 @@ const struct kk_backend_ops *kk_cpu_ops(void);
 			sizeof(kk_paged_desc), sizeof(kk_sampling), sizeof(kk_adamw_params)       \
 	}
 
-/* Messages a probe writes: what is missing and what to do, one line. */
+/* Room for a probe's message: what is missing and what to do, one line. */
 #define KK_MODULE_MSG_MAX KK_WHY_MAX
 
 struct kk_module {
 	unsigned abi;		  /* KK_MODULE_ABI */
 	const char *kiln_version; /* KILN_VERSION of the build */
-	const char *slots;	  /* KK_MODULE_SLOTS text of the build */
+	const char *slots;	  /* every slot's text (see below) */
 	size_t sizes[KK_MODULE_NSIZES]; /* KK_MODULE_SIZES of the build */
 	int cuda_version; /* CUDART_VERSION built with: 1000 * major + 10 * minor */
 	/* What the driver must support, in cudaDriverGetVersion()'s units (0:
