@@ -87,6 +87,7 @@ install: all
 		$(DESTDIR)$(PREFIX)/share/kiln/examples $(DESTDIR)$(PREFIX)/libexec/kiln \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions
 	$(if $(strip $(INSTALL_BINS)),install -m 755 $(INSTALL_BINS) $(DESTDIR)$(PREFIX)/bin/)
+	$(if $(filter 1,$(CUDA)),install -m 644 $(KK_CUDA_MODULE) $(DESTDIR)$(PREFIX)/lib/kiln/)
 	$(if $(wildcard services/units/*.service),install -m 644 $(wildcard services/units/*) $(DESTDIR)$(PREFIX)/lib/systemd/system/)
 	$(if $(wildcard docs/man/*.1),install -m 644 $(wildcard docs/man/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/)
 	$(if $(wildcard docs/man/*.8),install -m 644 $(wildcard docs/man/*.8) $(DESTDIR)$(PREFIX)/share/man/man8/)

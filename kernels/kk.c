@@ -6,6 +6,7 @@
  * kk_internal.h).  A NULL slot turns into -EOPNOTSUPP. */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,20 +69,23 @@ size_t kk_dtype_size(kk_dtype dt, size_t count)
 	return r;
 }
 
-/* ---- backends ---------------------------------------------------------- */
+/* ---- backends ----------------------------------------------------------
+ * "cpu" is built in; "cuda" is the CUDA module, loaded on first use
+ * (kernels/kk_module.c). */
 
-static const struct kk_backend_ops *backend_lookup(const char *name, int *err)
+static const struct kk_backend_ops *backend_lookup(const char *name, int *err, char *why,
+						   size_t len)
 {
+	const struct kk_backend_ops *ops = NULL;
+
 	if (streq(name, "cpu"))
 		return kk_cpu_ops();
 	if (streq(name, "cuda")) {
-#if defined(KILN_HAVE_CUDA) && KILN_HAVE_CUDA
-		if (kk_cuda_ops && kk_cuda_ops())
-			return kk_cuda_ops();
-#endif
-		*err = -EOPNOTSUPP;
-		return NULL;
+		*err = kk__cuda_ops(&ops, why, len);
+		return *err < 0 ? NULL : ops;
 	}
+	if (why && len)
+		snprintf(why, len, "unknown kk backend '%s': use cpu, cuda or auto", name);
 	*err = -EINVAL;
 	return NULL;
 }
@@ -92,31 +96,24 @@ int kk_backend_available(const char *name)
 	int err = 0;
 
 	assert_return(name, -EINVAL);
-	ops = backend_lookup(name, &err);
+	ops = backend_lookup(name, &err, NULL, 0);
 	if (!ops)
 		return err == -EINVAL ? -EINVAL : 0;
 	return ops->available ? ops->available() > 0 : 1;
 }
 
-int kk_backend_open(const char *name, kk_backend **ret)
+/* Opens ops as backend `name`: its device check, then init(). */
+static int open_ops(const struct kk_backend_ops *ops, const char *name, kk_backend **ret,
+		    char *why, size_t len)
 {
-	const struct kk_backend_ops *ops;
-	const char *env = getenv("KILN_BACKEND");
 	kk_backend *be;
-	int r = 0;
+	int r;
 
-	assert_return(ret, -EINVAL);
-	if (env && *env)
-		name = env;
-	if (!name || streq(name, "auto"))
-		name = kk_backend_available("cuda") > 0 ? "cuda" : "cpu";
-
-	ops = backend_lookup(name, &r);
-	if (!ops)
-		return r;
-	if (ops->available && ops->available() <= 0)
+	if (ops->available && ops->available() <= 0) {
+		if (why && len)
+			snprintf(why, len, "the %s backend has no usable device", name);
 		return -ENODEV;
-
+	}
 	be = calloc(1, sizeof(*be));
 	if (!be)
 		return -ENOMEM;
@@ -125,11 +122,50 @@ int kk_backend_open(const char *name, kk_backend **ret)
 		r = ops->init(be);
 		if (r < 0) {
 			free(be);
+			if (why && len)
+				snprintf(why, len, "the %s backend failed to start: %s", name,
+					 strerror(-r));
 			return r;
 		}
 	}
 	*ret = be;
 	return 0;
+}
+
+int kk_backend_open_why(const char *name, kk_backend **ret, char *why, size_t len)
+{
+	const struct kk_backend_ops *ops;
+	const char *env = getenv("KILN_BACKEND");
+	char cuda_why[KK_WHY_MAX] = "";
+	int r = 0;
+
+	assert_return(ret, -EINVAL);
+	if (why && len)
+		why[0] = '\0';
+	if (env && *env)
+		name = env;
+	if (!name || streq(name, "auto")) {
+		/* cuda when the module loads and a device opens, else cpu with
+		 * the reason in why (the caller logs it once) */
+		ops = backend_lookup("cuda", &r, cuda_why, sizeof(cuda_why));
+		if (ops && open_ops(ops, "cuda", ret, cuda_why, sizeof(cuda_why)) == 0)
+			return 0;
+		ops = kk_cpu_ops();
+		r = open_ops(ops, "cpu", ret, why, len);
+		if (r == 0 && why && len)
+			snprintf(why, len, "backend auto: no cuda (%s); using the cpu backend",
+				 cuda_why);
+		return r;
+	}
+	ops = backend_lookup(name, &r, why, len);
+	if (!ops)
+		return r;
+	return open_ops(ops, name, ret, why, len);
+}
+
+int kk_backend_open(const char *name, kk_backend **ret)
+{
+	return kk_backend_open_why(name, ret, NULL, 0);
 }
 
 kk_backend *kk_backend_free(kk_backend *be)

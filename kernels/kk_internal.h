@@ -37,19 +37,21 @@
  *
  * REGISTERING A BACKEND
  *
- * The cpu backend is always built (kernels/cpu/, kk_cpu_ops()).  The cuda
- * backend lives in kernels/cuda/ (.cu files) and exports
- *     const struct kk_backend_ops *kk_cuda_ops(void);   (extern "C")
- * kernels/kk.c references it (weakly) only when compiled with
- * KILN_HAVE_CUDA=1, so CUDA=0 builds link without it and a CUDA=1 build
- * without the cuda objects reports "cuda" as -EOPNOTSUPP.  kernels/cuda/
- * build.mk adds its objects to libkk.a and its libraries to KK_LDLIBS:
- *     ifeq ($(CUDA),1)
- *     $(B)/lib/libkk.a: $(call kiln_objs,kernels/cuda/x.cu ...)
- *     KK_LDLIBS += -Wl,-u,kk_cuda_ops $(CUDA_LDLIBS) -lcublasLt -lnccl
- *     endif
- * (-u makes the linker pull the cuda object out of the archive.)  Every
- * program linking kk passes $(KK_LDLIBS) as its LDLIBS. */
+ * The cpu backend is always built into libkk.a (kernels/cpu/, kk_cpu_ops()).
+ * The cuda backend (kernels/cuda/, .cu files) is its own shared object, the
+ * CUDA module kk-cuda.so, built with CUDA=1 at $(B)/lib/kiln/kk-cuda.so and
+ * installed at $(PREFIX)/lib/kiln/kk-cuda.so; it alone links libcudart,
+ * libcublasLt and libnccl, so libkk.a and every program have no link-time
+ * CUDA dependency.  kernels/kk.c dlopen()s it for "cuda" and "auto" (see
+ * kk_backend_open_why() in kk.h for the lookup order) and finds in it one
+ * symbol, KK_MODULE_SYMBOL, a struct kk_module: the module's ABI, which the
+ * loader compares with its own before it calls anything (a module from
+ * another kiln version, or built from other kk headers, is refused), the
+ * CUDA version it was built with and its probe (driver, device).
+ *
+ * A program that links the cuda objects statically (the CPU emulation of
+ * tests/kernels/gpu/emu/) defines the same symbol; kernels/kk.c refers to
+ * it weakly and uses it instead of loading a module. */
 #pragma once
 
 #include "kk.h"
@@ -113,11 +115,75 @@ struct kk_backend_ops {
 #include "kk_ops.def"
 };
 
-/* The built-in backends. */
+/* The built-in backend. */
 const struct kk_backend_ops *kk_cpu_ops(void);
-#if defined(KILN_HAVE_CUDA) && KILN_HAVE_CUDA
-const struct kk_backend_ops *kk_cuda_ops(void) __attribute__((weak));
-#endif
+
+/* ---- the CUDA module's ABI ----------------------------------------------
+ * KK_MODULE_ABI is in the symbol's name: bump it when struct kk_module
+ * changes.  Everything else a module shares with the program is checked at
+ * load through struct kk_module's fields: the kiln version, every slot's
+ * name and parameter list as text (KK_MODULE_SLOT_OP/_FN over kk_ops.def,
+ * below) and the sizes of the structs the slots take (KK_MODULE_SIZES).  A
+ * change to a kk.h struct that keeps its size is not caught: bump
+ * KK_MODULE_ABI then. */
+#define KK_MODULE_ABI	      1
+#define KK_MODULE_SYMBOL      kk_cuda_module_v1
+#define KK_MODULE_SYMBOL_NAME "kk_cuda_module_v1"
+#define KK_MODULE_FILE	      "kk-cuda.so"
+
+#define KK_MODULE_SLOT_OP(NAME, name, family, dtypes, params) #name #params ";"
+#define KK_MODULE_SLOT_FN(ret, name, family, params)	      #ret " " #name #params ";"
+#define KK_MODULE_NSIZES				      11
+#define KK_MODULE_SIZES                                                                          \
+	{                                                                                        \
+		sizeof(struct kk_backend_ops), sizeof(struct kk_backend),                        \
+			sizeof(struct kk_buffer), sizeof(struct kk_stream), sizeof(struct kk_comm), \
+			sizeof(kk_gemm_desc), sizeof(kk_qmatrix), sizeof(kk_attn_desc),          \
+			sizeof(kk_paged_desc), sizeof(kk_sampling), sizeof(kk_adamw_params)       \
+	}
+
+/* Room for a probe's message: what is missing and what to do, one line. */
+#define KK_MODULE_MSG_MAX KK_WHY_MAX
+
+struct kk_module {
+	unsigned abi;		  /* KK_MODULE_ABI */
+	const char *kiln_version; /* KILN_VERSION of the build */
+	const char *slots;	  /* every slot's text (see below) */
+	size_t sizes[KK_MODULE_NSIZES]; /* KK_MODULE_SIZES of the build */
+	int cuda_version; /* CUDART_VERSION built with: 1000 * major + 10 * minor */
+	/* What the driver must support, in cudaDriverGetVersion()'s units (0:
+	 * no check, the emulator): the major version of cuda_version, X.0,
+	 * as CUDA's minor version compatibility lets an X.y runtime run on
+	 * any driver for X.0 (the module carries sm_90 SASS). */
+	int cuda_needed;
+	/* cudaDriverGetVersion(): 0 when no driver (libcuda.so.1) is found. */
+	int (*driver_version)(void);
+	/* 0 when a device can run the module's kernels; else -ENODEV with msg
+	 * (len bytes) saying which device is missing or unusable, why (the CUDA
+	 * error) and what to do.  Called after the driver check. */
+	int (*probe)(char *msg, size_t len);
+	const struct kk_backend_ops *(*ops)(void);
+};
+
+/* The text of every slot, in order, for struct kk_module's `slots`:
+ *     #define KK_OP KK_MODULE_SLOT_OP
+ *     #define KK_SLOT KK_MODULE_SLOT_FN
+ *     static const char slots[] = ""
+ *     #include "kk_ops.def"
+ *     ;                                                                  */
+
+/* kernels/kk_module.c, the loader.  The cuda backend's ops: the module is
+ * found, loaded and checked on the first call (once per process, then the
+ * result is kept), the device probed on every call.  0 and *ret, or
+ * -EOPNOTSUPP (no module file), -ELIBACC (dlopen failed: a library it needs
+ * is missing), -ELIBBAD (not a module of this build), -ENODEV (no driver, a
+ * driver too old, no usable device), with `why` (len bytes, may be NULL)
+ * saying what is missing and what to do. */
+int kk__cuda_ops(const struct kk_backend_ops **ret, char *why, size_t len);
+/* The driver check: 0 when `driver` (cudaDriverGetVersion) >= `needed`,
+ * else -ENODEV and the message (no driver; or too old, with the driver
+ * release to install). */
+int kk__cuda_driver_check(int driver, int needed, char *why, size_t len);
 
 /* Test hook: install a copy of a backend's ops with some slots cleared,
  * so tests can check the -EOPNOTSUPP path.  Not for production use. */

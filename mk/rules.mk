@@ -26,7 +26,7 @@ $(B)/obj/%.o: %.c
 
 $(B)/obj/%.cu.o: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_FLAGS) $(EXTRA_NVFLAGS) -MMD -MP -c $< -o $@
+	$(NVCC) $(NVCC_FLAGS) -DKILN_VERSION=\"$(VERSION)\" $(EXTRA_NVFLAGS) -MMD -MP -c $< -o $@
 
 define kiln_lib
 $(B)/lib/lib$(1).a: $(call kiln_objs,$(2))

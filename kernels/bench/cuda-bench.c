@@ -663,8 +663,9 @@ int main(int argc, char **argv)
 		}
 	}
 	unsetenv("KILN_BACKEND");
-	if (kk_backend_open("cuda", &be) < 0) {
-		printf("skipped: no CUDA device\n");
+	char why[KK_WHY_MAX];
+	if (kk_backend_open_why("cuda", &be, why, sizeof(why)) < 0) {
+		printf("skipped: no CUDA device (%s)\n", why);
 		return 0;
 	}
 

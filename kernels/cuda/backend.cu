@@ -10,9 +10,14 @@
  * followed by a stream sync (kk.h makes them blocking).  The op slots live in
  * the kc_*.cu files (see kc.h).  Every CUDA status is mapped to -errno;
  * nothing aborts or prints.
+ * With the other .cu files it makes the CUDA module kk-cuda.so, whose one
+ * export, kk_cuda_module_v1 (end of this file), is what kernels/kk_module.c
+ * loads: the ABI it checks, CUDART_VERSION, the driver and device probes
+ * whose messages the programs print, and kk_cuda_ops().
  * UNVERIFIED on a GPU. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -245,3 +250,84 @@ extern "C" const struct kk_backend_ops *kk_cuda_ops(void)
 	pthread_once(&kc_ops_once, kc_ops_fill);
 	return &kc_ops;
 }
+
+/* ---- the module (kk-cuda.so) --------------------------------------------
+ * What kernels/kk_module.c finds in kk-cuda.so: the ABI it checks, the CUDA
+ * version this was built with and the probes it calls before the ops. */
+
+static int kc_driver_version(void)
+{
+	int v = 0;
+#ifdef CUDART_VERSION
+	if (cudaDriverGetVersion(&v) != cudaSuccess) {
+		(void) cudaGetLastError();
+		return 0;
+	}
+#endif
+	return v;
+}
+
+static int kc_probe(char *msg, size_t len)
+{
+	int n = 0, dev;
+#ifdef CUDART_VERSION
+	cudaError_t e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess) {
+		(void) cudaGetLastError();
+		snprintf(msg, len,
+			 "no usable CUDA device: cudaGetDeviceCount: %s (%s); check that "
+			 "nvidia-smi lists the GPUs and that /dev/nvidia* exist",
+			 cudaGetErrorString(e), cudaGetErrorName(e));
+		return -ENODEV;
+	}
+#else
+	n = kc_device_count();
+#endif
+	if (n <= 0) {
+		snprintf(msg, len, "no CUDA device: the driver reports 0 GPUs; check nvidia-smi");
+		return -ENODEV;
+	}
+	if (!kc_usable(&dev)) {
+		dev = kc_pick_device(n);
+#ifdef CUDART_VERSION
+		int major = 0, minor = 0;
+		(void) cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+		(void) cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+		(void) cudaGetLastError();
+		snprintf(msg, len,
+			 "CUDA device %d (sm_%d%d) cannot run kiln's CUDA kernels (built for "
+			 "sm_90, Hopper, and newer); use the cpu backend on this node",
+			 dev, major, minor);
+#else
+		snprintf(msg, len, "CUDA device %d cannot run kiln's CUDA kernels", dev);
+#endif
+		return -ENODEV;
+	}
+	return 0;
+}
+
+#ifndef KILN_VERSION
+#define KILN_VERSION "unknown"
+#endif
+#define KK_OP	KK_MODULE_SLOT_OP
+#define KK_SLOT KK_MODULE_SLOT_FN
+static const char kc_slots[] = ""
+#include "kk_ops.def"
+	;
+
+extern "C" __attribute__((visibility("default"))) const struct kk_module KK_MODULE_SYMBOL = {
+	KK_MODULE_ABI,
+	KILN_VERSION,
+	kc_slots,
+	KK_MODULE_SIZES,
+#ifdef CUDART_VERSION
+	CUDART_VERSION,
+	CUDART_VERSION / 1000 * 1000,
+#else
+	0,
+	0,
+#endif
+	kc_driver_version,
+	kc_probe,
+	kk_cuda_ops,
+};

@@ -1,19 +1,27 @@
 # kernels/cuda/: the "cuda" backend of libkk (cuBLASLt GEMM, custom kernels,
 # NCCL), its GPU test (tests/kernels/gpu/) and benchmark (kernels/bench/).
-# With CUDA=1 the .cu objects join libkk.a and KK_LDLIBS gains the CUDA
-# libraries (-u pulls backend.cu's kk_cuda_ops out of the archive, which
-# kernels/kk.c references only weakly).  With CUDA=0 nothing here is built
-# and the test/bench scripts report "no CUDA device".
+# With CUDA=1 the .cu objects become the CUDA module $(B)/lib/kiln/kk-cuda.so,
+# the only thing that links libcudart, libcublasLt and libnccl: libkk.a and
+# the programs do not, and kernels/kk_module.c dlopen()s the module for
+# "cuda" and "auto" (it exports one symbol, kk-cuda.map).  With CUDA=0
+# nothing here is built and the test/bench scripts report "no CUDA device".
 KK_CUDA_SRCS := kernels/cuda/backend.cu kernels/cuda/core.cu kernels/cuda/elementwise.cu \
 	kernels/cuda/gemm.cu kernels/cuda/quant.cu kernels/cuda/attention.cu kernels/cuda/norm.cu \
 	kernels/cuda/rope.cu kernels/cuda/softmax.cu kernels/cuda/embedding.cu \
 	kernels/cuda/optim.cu kernels/cuda/sample.cu kernels/cuda/nccl.cu
+KK_CUDA_MODULE := $(B)/lib/kiln/kk-cuda.so
+# What the module may need (DT_NEEDED), checked by tests/kernels/test-kk-module.sh.
+# nvcc's stubs for template kernels use C++ static guards: -lstdc++.
+KK_CUDA_LDLIBS := $(CUDA_LDLIBS) -lcublasLt -lnccl -lstdc++ -lm -lpthread
 
 ifeq ($(CUDA),1)
-$(B)/lib/libkk.a: $(call kiln_objs,$(KK_CUDA_SRCS))
+$(KK_CUDA_MODULE): $(call kiln_objs,$(KK_CUDA_SRCS)) kernels/cuda/kk-cuda.map
+	@mkdir -p $(@D)
+	$(CC) $(KILN_LDFLAGS) -shared -o $@ $(call kiln_objs,$(KK_CUDA_SRCS)) \
+		-Wl,--version-script=kernels/cuda/kk-cuda.map -Wl,-z,defs -Wl,--as-needed \
+		$(KK_CUDA_LDLIBS)
+ALL_LIBS += $(KK_CUDA_MODULE)
 -include $(patsubst %.o,%.d,$(call kiln_objs,$(KK_CUDA_SRCS)))
-# nvcc's stubs for template kernels use C++ static guards: -lstdc++.
-KK_LDLIBS += -Wl,-u,kk_cuda_ops $(CUDA_LDLIBS) -lcublasLt -lnccl -lstdc++
 endif
 
 # The GPU parity test (every op, cuda vs cpu and f64) and the benchmark.

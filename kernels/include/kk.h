@@ -74,12 +74,31 @@ size_t kk_dtype_size(kk_dtype dt, size_t count);
 #define KK_BACKEND_NAME_MAX 16
 
 /* Opens a backend.  name: "cpu", "cuda", or NULL/"auto" for the best
- * available (cuda if a GPU is usable, else cpu).  A non-empty KILN_BACKEND
- * environment variable replaces `name`.
- * Errors: -EINVAL unknown name; -EOPNOTSUPP backend not built into this
- * binary (cuda in a CUDA=0 build); -ENODEV built but no usable device;
- * -ENOMEM; -EIO device/library initialisation failed. */
+ * available (cuda if the CUDA module loads and a GPU is usable, else cpu).
+ * A non-empty KILN_BACKEND environment variable replaces `name`.
+ *
+ * "cpu" is built in.  "cuda" is the CUDA module kk-cuda.so, loaded on first
+ * use (once per process) from, in order: $KILN_KK_CUDA (an explicit path,
+ * the only one tried when set); ../lib/kiln/kk-cuda.so next to the running
+ * binary (build/bin -> build/lib/kiln; PREFIX/bin -> PREFIX/lib/kiln); the
+ * install dir of the build, $(PREFIX)/lib/kiln.  The module must be of this
+ * kiln version and kk ABI, and the driver must support its CUDA major
+ * version.
+ *
+ * Errors: -EINVAL unknown name; -EOPNOTSUPP the CUDA module is not
+ * installed; -ELIBACC it cannot be loaded (a library it needs, libcudart,
+ * libcublasLt or libnccl, is missing); -ELIBBAD it is not a module of this
+ * build; -ENODEV no NVIDIA driver, a driver too old, or no usable device;
+ * -ENOMEM; -EIO device/library initialisation failed.  "auto" fails only
+ * when the cpu backend does. */
 int kk_backend_open(const char *name, kk_backend **ret);
+/* Room for kk_backend_open_why()'s message. */
+#define KK_WHY_MAX 1024
+/* kk_backend_open(), saying why in `why` (len bytes, KK_WHY_MAX is enough;
+ * NULL allowed): on failure, what is missing and what to do (one line, for
+ * the program to print); on success "", or when "auto" fell back to the cpu,
+ * why cuda was not used (for the program to log once). */
+int kk_backend_open_why(const char *name, kk_backend **ret, char *why, size_t len);
 /* Frees the backend; every buffer, stream and comm of it must be freed
  * first.  Accepts NULL.  Returns NULL. */
 kk_backend *kk_backend_free(kk_backend *be);

@@ -319,11 +319,11 @@ static int run(int argc, char **argv)
 	uint64_t mbytes = arg_memtest_bytes;
 	const struct expected *e = lookup(model);
 	kk_backend *be = NULL;
-	int r = kk_backend_open("cuda", &be);
+	char why[KK_WHY_MAX];
+	int r = kk_backend_open_why("cuda", &be, why, sizeof(why));
 	if (r < 0) {
-		const char *why = r == -EOPNOTSUPP ? "this build has no CUDA backend"
-				  : r == -ENODEV   ? "no usable CUDA device"
-						   : "CUDA initialisation failed";
+		if (!why[0])
+			snprintf(why, sizeof(why), "CUDA initialisation failed: %s", strerror(-r));
 		result("gemm", "skipped", 0, e ? e->tflops : 0, "%s", why);
 		result("bandwidth", "skipped", 0, e ? e->gbps : 0, "%s", why);
 		result("memtest", "skipped", 0, 0, "%s", why);

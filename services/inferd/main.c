@@ -10,14 +10,13 @@
  * km_file_open reads: a llama2.c checkpoint, safetensors from kiln-train or
  * Hugging Face, a GGUF llama), each with its own backend (cpu or cuda),
  * tokenizer, chat template and engine after a memory budget check, the API
- * keys, the HTTP routes (a request goes to the model its "model" names), systemd's notify protocol (READY,
- * STATUS, WATCHDOG pings while the engine's scheduler makes progress) and
- * the drain on SIGTERM/SIGINT: new requests get 503 + Retry-After, those
- * in flight get inference.drain_grace to finish, then the server stops
- * (streams are cancelled) and the engine cancels what is left.  The request layer is openai.c, the
- * streaming and stop-string layer stream.c (inferd.h says which does what).  Exit codes: 0 ok, 1
- * failure, 2 usage error (a tokenizer larger than the model's vocabulary included).
- * docs/kiln-inferd.md. */
+ * keys, the HTTP routes (a request goes to the model its "model" names), systemd's notify protocol
+ * (READY, STATUS, WATCHDOG pings while the engine's scheduler makes progress) and the drain on
+ * SIGTERM/SIGINT: new requests get 503 + Retry-After, those in flight get inference.drain_grace to
+ * finish, then the server stops (streams are cancelled) and the engine cancels what is left.  The
+ * request layer is openai.c, the streaming and stop-string layer stream.c (inferd.h says which does
+ * what).  Exit codes: 0 ok, 1 failure, 2 usage error (a tokenizer larger than the model's
+ * vocabulary included). docs/kiln-inferd.md. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -106,7 +105,8 @@ static const kiln_option options[] = {
 	  "host" },
 	{ "port", 'p', "N", "port (inference.port, default 8000; 0: an ephemeral one, logged)",
 	  NULL },
-	{ "backend", OPT_BACKEND, "NAME", "kk backend: cpu or cuda (default cpu)", "cpu cuda" },
+	{ "backend", OPT_BACKEND, "NAME", "kk backend: cpu, cuda or auto (default cpu)",
+	  "cpu cuda auto" },
 	{ "dtype", OPT_DTYPE, "NAME", "weights: f32, bf16, f16, i8 or q4 (default f32)",
 	  "f32 bf16 f16 i8 q4" },
 	{ "context-length", OPT_CONTEXT, "N",
@@ -1323,9 +1323,15 @@ static int load_models(daemon_state *d)
 		a->started = time(NULL);
 		atomic_init(&a->next_id, 1);
 		atomic_store(&a->last_tick, kiln_now_usec());
-		r = kk_backend_open(arg.backend, &owned.be[i]);
-		if (r < 0)
-			return log_error_errno(r, "Failed to open the %s backend: %m", arg.backend);
+		char why[KK_WHY_MAX];
+		r = kk_backend_open_why(arg.backend, &owned.be[i], why, sizeof(why));
+		if (r < 0) {
+			log_error("Failed to open the %s backend: %s", arg.backend,
+				  why[0] ? why : strerror(-r));
+			return KILN_EXIT_FAILURE;
+		}
+		if (why[0] && i == 0) /* auto's fallback: said once, not per model */
+			log_notice("%s", why);
 		if ((r = load_tokenizer(m, &a->model, &owned.tok[i])) != 0)
 			return r;
 		km_weight_source src = km_file_source(owned.file[i]);
@@ -1368,13 +1374,14 @@ static void describe(kiln_strbuf *b, unsigned port)
 {
 	if (served.n == 1) {
 		kiln_strbuf_printf(b, "%s on http://%s:%u (%s, %s, context %d, %d KV blocks)",
-				   served.apps[0].model.name, arg.listen, port, arg.backend,
+				   served.apps[0].model.name, arg.listen, port,
+				   kk_backend_name(owned.be[0]),
 				   kk_dtype_name((kk_dtype) arg.models[0].dtype),
 				   served.apps[0].model.ctx, arg.models[0].blocks);
 		return;
 	}
 	kiln_strbuf_printf(b, "%d models on http://%s:%u (%s):", served.n, arg.listen, port,
-			   arg.backend);
+			   kk_backend_name(owned.be[0]));
 	for (int i = 0; i < served.n; i++)
 		kiln_strbuf_printf(b, "%s %s (%s, context %d, %d KV blocks)", i ? "," : "",
 				   served.apps[i].model.name,

@@ -385,11 +385,14 @@ static int run(int argc, char **argv)
 	int ret = KILN_EXIT_FAILURE;
 	int32_t *tok = NULL, *tgt = NULL;
 	kmt_batch *mb = NULL;
-	if ((r = kk_backend_open(a->backend, &be)) < 0) {
-		log_error_errno(r, "Cannot open the kk backend '%s': %m",
-				a->backend ? a->backend : "auto");
+	char why[KK_WHY_MAX];
+	if ((r = kk_backend_open_why(a->backend, &be, why, sizeof(why))) < 0) {
+		log_error("Cannot open the kk backend '%s': %s", a->backend ? a->backend : "auto",
+			  why[0] ? why : strerror(-r));
 		goto out;
 	}
+	if (why[0])
+		log_notice("%s", why);
 	kmt_opts o = { .batch = a->batch, .seq_len = a->seq };
 	km_weight_source src = km_file_source(f);
 	if ((r = kmt_model_new(be, &cfg, &o, &src, &m, &err)) < 0) {

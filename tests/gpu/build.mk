@@ -12,6 +12,6 @@ GPU_KIT ?= .gpukit
 # time both without building.
 gpu-kit: all
 	@$(MAKE) --no-print-directory B=$(B)/mt1 CUDA=1 EXTRA_NVFLAGS=-DKC_TC_MT128=1 \
-		$(B)/mt1/tests/test-kk-cuda $(B)/mt1/tests/cuda-bench
+		$(B)/mt1/tests/test-kk-cuda $(B)/mt1/tests/cuda-bench $(B)/mt1/lib/kiln/kk-cuda.so
 	@tests/gpu/make-kit.sh $(B) $(GPU_KIT)
 .PHONY: gpu-kit

@@ -5,6 +5,9 @@
 # CUDA's (the GPU machine brings libcudart, libcublasLt, libnccl and the
 # driver's libnvidia-ml; it lacks libconfig, jansson, OpenBLAS ...).  The
 # binaries are built on Debian 12 (glibc 2.36) and run on any newer glibc.
+# The CUDA backend is the module build/lib/kiln/kk-cuda.so (the binaries
+# find it at ../lib/kiln); the second attention tiling's module goes in as
+# build/lib/kiln/kk-cuda-mt1.so, which run.sh names through KILN_KK_CUDA.
 set -eu
 B=${1:?usage: make-kit.sh BUILD KIT}
 KIT=${2:?usage: make-kit.sh BUILD KIT}
@@ -14,24 +17,26 @@ max_kib=$((40 * 1024))
 	echo "make-kit: $B/tests/test-kk-cuda is missing; run 'make gpu-kit' (it builds first)" >&2
 	exit 1
 }
-grep -q libcublasLt <(ldd "$B/tests/test-kk-cuda") || {
-	echo "make-kit: $B was built without CUDA (no nvcc?): a kit without the cuda backend is useless" >&2
+[ -f "$B/lib/kiln/kk-cuda.so" ] && grep -q libcublasLt <(readelf -d "$B/lib/kiln/kk-cuda.so") || {
+	echo "make-kit: $B/lib/kiln/kk-cuda.so is missing: $B was built without CUDA (no nvcc?), and a kit without the cuda backend is useless" >&2
 	exit 1
 }
 # Staged in a temporary folder, carried as one xz'd tar (OpenBLAS alone
-# is 35 MiB unpacked); run.sh unpacks it on the GPU machine.  xz -9: its
-# 64 MiB dictionary spans whole binaries, and every kit binary carries the
-# same ~10 MiB of kk with its CUDA fatbins (39 MiB at -6, 14 MiB at -9).
+# is 35 MiB unpacked); run.sh unpacks it on the GPU machine.  xz -9 (its
+# 64 MiB dictionary spans whole binaries); the CUDA fatbins are in the two
+# modules only.
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 rm -rf "$KIT"
 mkdir -p "$KIT"
 KIT_OUT=$KIT
 KIT=$stage
-mkdir -p "$KIT/build/bin" "$KIT/build/tests" "$KIT/lib"
+mkdir -p "$KIT/build/bin" "$KIT/build/tests" "$KIT/build/lib/kiln" "$KIT/lib"
 cp -p "$B"/bin/* "$KIT/build/bin/"
+cp -p "$B/lib/kiln/kk-cuda.so" "$KIT/build/lib/kiln/"
+[ -f "$B/mt1/lib/kiln/kk-cuda.so" ] && cp -p "$B/mt1/lib/kiln/kk-cuda.so" "$KIT/build/lib/kiln/kk-cuda-mt1.so"
 for t in test-kk-cuda test-kk-cuda-mem test-kernels-cuda test-kernels-cpu test-model-cuda test-train-cuda \
-	cuda-bench bench-kernels-cpu; do
+	cuda-bench bench-kernels-cpu kk-open; do
 	[ -x "$B/tests/$t" ] && cp -p "$B/tests/$t" "$KIT/build/tests/"
 done
 # The other attention tiling (tests/gpu/build.mk), when built.
@@ -47,13 +52,13 @@ mkdir -p "$KIT/fixtures"
 # machine's own is newer and must be used) and CUDA's (too big to carry,
 # and the GPU machine's match its driver).
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libresolv|libgcc_s|libstdc\+\+|libcuda|libcublas|libcudart|libnccl|libnvidia)'
-for f in "$KIT"/build/bin/* "$KIT"/build/tests/*; do
+for f in "$KIT"/build/bin/* "$KIT"/build/tests/* "$KIT"/build/lib/kiln/*; do
 	ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }'
 done | sort -u | while read -r name path; do
 	[[ $name =~ $skip ]] && continue
 	cp -L "$path" "$KIT/lib/$name"
 done
-strip --strip-debug "$KIT"/build/bin/* "$KIT"/build/tests/*
+strip --strip-debug "$KIT"/build/bin/* "$KIT"/build/tests/* "$KIT"/build/lib/kiln/*
 # The libraries libslurm loads at run time are not needed: the kit never
 # talks to a slurmctld (--check and --active only).
 XZ_OPT="-9 -T1" tar -C "$KIT" -cJf "$KIT_OUT/kit.txz" build lib fixtures

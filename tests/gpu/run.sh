@@ -62,14 +62,16 @@ step_env() {
 	command -v nvcc >/dev/null && nvcc --version | tail -2
 	echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 	local bad=0
-	for f in "$B"/bin/* "$B"/tests/*; do
+	for f in "$B"/bin/* "$B"/tests/* "$B"/lib/kiln/*; do
 		if ldd "$f" | grep -q "not found"; then
 			echo "MISSING libraries for $f:"
 			ldd "$f" | grep "not found"
 			bad=1
 		fi
 	done
-	[ $bad = 0 ] && echo "every kit binary finds its libraries"
+	[ $bad = 0 ] && echo "every kit binary and CUDA module finds its libraries"
+	# The loader's own verdict: the module, the driver, the device.
+	"$B/tests/kk-open" cuda || bad=1
 	return $bad
 }
 
@@ -96,8 +98,9 @@ step_attn() {
 			echo "not in the kit"
 			continue
 		}
-		KILN_TEST_FILTER=attn "$B/tests/test-kk-cuda$v" || rc=1
-		"$B/tests/cuda-bench$v" --only attn "${torch[@]}" || rc=1
+		# the -mt1 binaries load the -mt1 module
+		KILN_KK_CUDA=$B/lib/kiln/kk-cuda$v.so KILN_TEST_FILTER=attn "$B/tests/test-kk-cuda$v" || rc=1
+		KILN_KK_CUDA=$B/lib/kiln/kk-cuda$v.so "$B/tests/cuda-bench$v" --only attn "${torch[@]}" || rc=1
 	done
 	return $rc
 }

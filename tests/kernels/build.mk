@@ -14,3 +14,18 @@ TEST_SCRIPTS += tests/kernels/test-ptxas-gate.sh
 # clang's CUDA frontend over every kernels/cuda/*.cu, -Wall -Wextra -Werror
 # (skips with the reason when no clang can target sm_90 with this toolkit).
 TEST_SCRIPTS += tests/kernels/test-clang-cuda.sh
+# The CUDA module's loader (kernels/kk_module.c): kk-open opens a backend
+# and prints why; test-kk-module.sh runs it and the programs with the module
+# and the CUDA libraries hidden, against fake modules (fake-kk-cuda.c: a
+# wrong ABI, an old driver, no device, a working one) and checks every
+# program's and the module's DT_NEEDED.
+$(eval $(call kiln_tool,kk-open,tests/kernels/module/kk-open.c,kk,$(KK_LDLIBS)))
+$(eval $(call kiln_shlib,tests/fake-kk-cuda/kk-cuda.so,tests/kernels/module/fake-kk-cuda.c,,))
+# The same source as another kiln version's module and as one with another
+# op table (one object per variant, built here).
+$(B)/tests/fake-kk-cuda/oldver.so $(B)/tests/fake-kk-cuda/badabi.so: tests/kernels/module/fake-kk-cuda.c
+	@mkdir -p $(@D)
+	$(CC) $(KILN_CFLAGS) -shared -o $@ $< \
+		$(if $(findstring oldver,$@),-DFAKE_VERSION=\"0.0.1\",-DFAKE_SLOTS)
+ALL_LIBS += $(B)/tests/fake-kk-cuda/oldver.so $(B)/tests/fake-kk-cuda/badabi.so
+TEST_SCRIPTS += tests/kernels/test-kk-module.sh

@@ -249,11 +249,14 @@ static inline int parity_open(int n_tests)
 		return -1;
 	}
 	unsetenv("KILN_BACKEND");
-	r = kk_backend_open(self && strcmp(self, "1") == 0 ? "cpu" : "cuda", &be_side[1]);
+	char why[KK_WHY_MAX];
+	r = kk_backend_open_why(self && strcmp(self, "1") == 0 ? "cpu" : "cuda", &be_side[1], why,
+				sizeof(why));
 	if (r < 0) {
 		printf("1..%d\n", n_tests);
 		for (int i = 1; i <= n_tests; i++)
-			printf("ok %d # SKIP no CUDA device (%s)\n", i, strerror(-r));
+			printf("ok %d # SKIP no CUDA device (%s)\n", i,
+			       why[0] ? why : strerror(-r));
 		kk_backend_free(be_side[0]);
 		return 0;
 	}

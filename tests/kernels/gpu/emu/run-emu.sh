@@ -105,7 +105,7 @@ rm -f "$out/libcommon-emu.a" && ar rcs "$out/libcommon-emu.a" "${cobjs[@]}" || f
 # The C side: kk, the cpu backend, the float64 references (tests/kernels/ref)
 # and the test; an object is rebuilt when its source or a header is newer.
 hdrs=(kernels/include/* kernels/*.h kernels/cpu/*.h tests/kernels/ref/*.h)
-for f in kernels/kk.c kernels/kk_dtype.c kernels/cpu/*.c tests/kernels/ref/*.c tests/kernels/gpu/test-kk-cuda.c; do
+for f in kernels/kk.c kernels/kk_dtype.c kernels/kk_module.c kernels/cpu/*.c tests/kernels/ref/*.c tests/kernels/gpu/test-kk-cuda.c; do
 	o=$out/c_$(echo "$f" | tr / _).o
 	if [ ! -e "$o" ] || [ "$f" -nt "$o" ] || [ -n "$(find "${hdrs[@]}" -newer "$o" 2>/dev/null)" ]; then
 		fl=$CFLAGS
