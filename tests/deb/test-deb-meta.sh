@@ -17,17 +17,17 @@ W=$(mktemp -d /tmp/kiln-deb-meta.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 
 # ---- what make install puts, as the package build lays it out ---------------
-# PREFIX stays /usr/local here (a PREFIX=/usr install would rebuild schema.o
-# in this build folder under the other suites' feet); usr/local/ is read as
-# usr/, which is what PREFIX=/usr gives (debian/rules).
-if make --no-print-directory -s install B="$B" DESTDIR="$W/dest" PREFIX=/usr/local \
-	UNITDIR=/lib/systemd/system >"$W/install.log" 2>&1; then
+# PREFIX=/usr as debian/rules has it; KILN_LIBEXECDIR pinned to the default
+# PREFIX's, or schema.o of this build folder would be rebuilt for /usr under
+# the other suites' feet.
+if make --no-print-directory -s install B="$B" DESTDIR="$W/dest" PREFIX=/usr \
+	UNITDIR=/lib/systemd/system KILN_LIBEXECDIR=/usr/local/libexec/kiln >"$W/install.log" 2>&1; then
 	check "make install UNITDIR=/lib/systemd/system" 0
 else
 	check "make install UNITDIR=/lib/systemd/system (see $W/install.log)" 1
 	cat "$W/install.log"
 fi
-(cd "$W/dest" && find . -type f -o -type l) | sed -e 's|^\./||' -e 's|^usr/local/|usr/|' |
+(cd "$W/dest" && find . -type f -o -type l) | sed -e 's|^\./||' |
 	grep -v '^etc/' | sort >"$W/files"
 diag "$(wc -l <"$W/files") files installed"
 
@@ -79,9 +79,8 @@ check "every debian/*.install line matches an installed file" $bad
 bad=0
 for u in "$W"/dest/lib/systemd/system/*.service; do
 	while read -r exe; do
-		exe=${exe#/usr/local/}
-		[ -x "$W/dest/usr/local/$exe" ] ||
-			{ diag "${u##*/}: ExecStart names /usr/$exe, which the install does not put there"; bad=1; }
+		[ -x "$W/dest$exe" ] ||
+			{ diag "${u##*/}: ExecStart names $exe, which the install does not put there"; bad=1; }
 	done < <(sed -n 's/^ExecStart=[-@!+]*\([^ ]*\).*/\1/p' "$u")
 done
 check "the installed units' ExecStart programs are installed (PREFIX in the Exec lines)" $bad
@@ -142,7 +141,9 @@ check "lintian overrides: known packages, each tag with its reason" $bad
 mkv=$(sed -n 's/^VERSION *:= *//p' Makefile)
 chv=$(dpkg-parsechangelog -l "$D/changelog" -S Version 2>/dev/null)
 check "debian/changelog's version ($chv) is the Makefile's VERSION ($mkv)" "$([ "${chv%%+*}" = "$mkv" ]; echo $?)"
-cp "$D/changelog" "$W/changelog"
+# the last entry dated after HEAD's commit (a changelog edited before it is
+# committed): the snapshot must still come out newest
+sed '0,/^ -- /s/^\( -- .*>  \).*/\1Thu, 01 Jan 2099 00:00:00 +0000/' "$D/changelog" >"$W/changelog"
 mk/deb-changelog.sh "$W/changelog" "$mkv+git9999.abcdef12" abcdef12 &&
 	mk/deb-changelog.sh "$W/changelog" "$mkv+git9999.abcdef12" abcdef12
 check "deb-changelog.sh: the snapshot's version on top, once" \
