@@ -29,6 +29,8 @@ PKGS=(
 	jq                  # kiln model inspect --json checks; test-inferd.sh replies
 	shellcheck          # lint of the image scripts and kiln-node-init (tests/image)
 	python3-pip         # installs the pinned PyPI references below
+	debhelper lintian   # make deb: dpkg-buildpackage with dh, the lintian check
+	mmdebstrap          # make test-deb: the chroot the packages are installed into
 )
 # PyPI packages, exact pins: the independent reference implementations the
 # tokenizer tests (tests/tokenizer/test-tokenizer-live.sh) and benchmark
