@@ -100,6 +100,7 @@ install: programs
 		$(DESTDIR)$(PREFIX)/share/kiln/examples $(DESTDIR)$(PREFIX)/libexec/kiln \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions
 	$(if $(strip $(INSTALL_BINS)),install -m 755 $(INSTALL_BINS) $(DESTDIR)$(PREFIX)/bin/)
+	$(if $(filter $(B)/lib/kiln/%,$(ALL_LIBS)),install -m 644 $(filter $(B)/lib/kiln/%,$(ALL_LIBS)) $(DESTDIR)$(PREFIX)/lib/kiln/)
 	for u in $(wildcard services/units/*.service); do \
 		sed '/^Exec/s|/usr/local/|$(PREFIX)/|' $$u >$(DESTDIR)$(UNITDIR)/$${u##*/} && chmod 644 $(DESTDIR)$(UNITDIR)/$${u##*/} || exit 1; \
 	done
