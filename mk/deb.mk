@@ -13,7 +13,9 @@
 # ($(B)/lib/kiln/kk-cuda.so) and nvcc exists; otherwise the pkg.kiln.nocuda
 # profile builds CPU-only programs (no CUDA library linked) and no kiln-cuda.
 #
-#   make deb                 the packages (about N minutes: a full rebuild)
+#   make deb                 the packages: a rebuild of the programs only (no
+#                            tests), ~30 s on 2 idle cores, ~75 s on busy ones;
+#                            a CUDA build (kiln-cuda) adds nvcc's minutes
 #   make deb-check           the fast metadata check (tests/deb/test-deb-meta.sh)
 #   make test-deb            build, install into an mmdebstrap chroot, purge
 #                            (tests/deb/test-deb.sh; in make test-full)
