@@ -13,6 +13,7 @@
 #   make gpu-kit      pack the build for a GPU machine without Debian's libraries (docs/gpu-kit.md)
 #   make demo         bring up the example cluster and show kiln at work
 #   make install DESTDIR= PREFIX=
+#   make deb          Debian packages kiln, kiln-node, kiln-cuda in $(B)/deb (docs/install.md)
 #   make deps         install every build and test dependency (apt/pip; idempotent)
 #   make format lint clean
 
@@ -21,6 +22,9 @@ SHELL := /bin/bash
 
 B        ?= build
 PREFIX   ?= /usr/local
+# systemd's unit directory: $(PREFIX)/lib/systemd/system by default; the
+# Debian package build (debian/rules) sets /lib/systemd/system
+UNITDIR  ?= $(PREFIX)/lib/systemd/system
 DESTDIR  ?=
 VERSION  := 0.1.0
 
@@ -59,6 +63,7 @@ EXTRA_ALL  :=
 include mk/rules.mk
 -include $(sort $(wildcard */build.mk */*/build.mk tests/*/build.mk))
 include mk/completion.mk
+include mk/deb.mk
 
 all: $(ALL_LIBS) $(ALL_BINS) $(ALL_TESTS) $(EXTRA_ALL)
 
@@ -81,19 +86,39 @@ demo: all
 deps:
 	@bash mk/deps.sh
 
-install: all
+# What an install needs built: the programs, their shell completion and the
+# runtime modules under $(B)/lib/kiln/ (not the tests: `make deb` builds only
+# this).  `make programs` builds just these.
+INSTALL_DEPS = $(INSTALL_BINS) $(COMPLETION_STAMP) $(filter $(B)/lib/kiln/%,$(ALL_LIBS))
+programs: $(INSTALL_DEPS)
+
+# The units name their programs under /usr/local; installed, their Exec lines
+# name $(PREFIX) (/usr in the Debian packages).
+install: programs
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/kiln $(DESTDIR)/etc/kiln \
-		$(DESTDIR)$(PREFIX)/lib/systemd/system $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8 \
+		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8 \
 		$(DESTDIR)$(PREFIX)/share/kiln/examples $(DESTDIR)$(PREFIX)/libexec/kiln \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions
 	$(if $(strip $(INSTALL_BINS)),install -m 755 $(INSTALL_BINS) $(DESTDIR)$(PREFIX)/bin/)
-	$(if $(filter 1,$(CUDA)),install -m 644 $(KK_CUDA_MODULE) $(DESTDIR)$(PREFIX)/lib/kiln/)
-	$(if $(wildcard services/units/*.service),install -m 644 $(wildcard services/units/*) $(DESTDIR)$(PREFIX)/lib/systemd/system/)
+	$(if $(filter $(B)/lib/kiln/%,$(ALL_LIBS)),install -m 644 $(filter $(B)/lib/kiln/%,$(ALL_LIBS)) $(DESTDIR)$(PREFIX)/lib/kiln/)
+	for u in $(wildcard services/units/*.service); do \
+		sed '/^Exec/s|/usr/local/|$(PREFIX)/|' $$u >$(DESTDIR)$(UNITDIR)/$${u##*/} && chmod 644 $(DESTDIR)$(UNITDIR)/$${u##*/} || exit 1; \
+	done
 	$(if $(wildcard docs/man/*.1),install -m 644 $(wildcard docs/man/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/)
 	$(if $(wildcard docs/man/*.8),install -m 644 $(wildcard docs/man/*.8) $(DESTDIR)$(PREFIX)/share/man/man8/)
 	$(if $(wildcard slurm/scripts/*),install -m 755 $(wildcard slurm/scripts/*) $(DESTDIR)$(PREFIX)/libexec/kiln/)
 	install -m 644 config/examples/*.cfg $(DESTDIR)$(PREFIX)/share/kiln/examples/
 	$(if $(wildcard $(COMPLETION_DIR)/*),install -m 644 $(wildcard $(COMPLETION_DIR)/*) $(DESTDIR)$(PREFIX)/share/bash-completion/completions/)
+
+# The cluster file's default Slurm Prolog/Epilog/HealthCheckProgram
+# (config/schema.c) are where this install puts the scripts; a build with
+# another PREFIX rebuilds schema.o (the stamp changes only with the path).
+KILN_LIBEXECDIR := $(PREFIX)/libexec/kiln
+$(B)/obj/config/schema.o: EXTRA_CFLAGS += -DKILN_LIBEXECDIR=\"$(KILN_LIBEXECDIR)\"
+$(B)/obj/config/schema.o: $(B)/.libexecdir
+$(B)/.libexecdir: FORCE
+	@mkdir -p $(@D); [ "$$(cat $@ 2>/dev/null)" = "$(KILN_LIBEXECDIR)" ] || echo "$(KILN_LIBEXECDIR)" >$@
+FORCE:
 
 FORMAT_SRCS = $(shell git ls-files '*.c' '*.h' '*.cu' 2>/dev/null)
 format:
@@ -108,4 +133,4 @@ lint:
 clean:
 	rm -rf $(B)
 
-.PHONY: all test test-full test-gpu bench demo deps install format lint clean
+.PHONY: all test test-full test-gpu bench demo deps install programs format lint clean FORCE

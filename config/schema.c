@@ -10,6 +10,13 @@
 
 #include "config-internal.h"
 
+/* Where the install puts the Slurm scripts (slurm/scripts): the Makefile
+ * passes $(PREFIX)/libexec/kiln, so a Debian package (PREFIX=/usr) renders
+ * Prolog=/usr/libexec/kiln/prolog; builds without it keep /usr/local. */
+#ifndef KILN_LIBEXECDIR
+#define KILN_LIBEXECDIR "/usr/local/libexec/kiln"
+#endif
+
 static const char *const action_names[] = { "ignore", "app", "drain", "reset", "reboot", NULL };
 static const char *const quant_names[] = { "none", "int8", "int4", NULL };
 static const char *const state_names[] = { "up", "down", "drain", "inactive", NULL };
@@ -259,13 +266,13 @@ static const kiln_cfg_key schema[] = {
 	  "Length of the GEMM burn check per GPU.", R(health.gemm_seconds), RANGE(1, 3600) },
 	{ "health.memtest_fraction", KILN_CFG_DOUBLE, false, "0.05", "0.5",
 	  "Fraction of GPU memory the memory test covers.", R(health.memtest_fraction), NR },
-	{ "health.check_program", KILN_CFG_PATH, false, "\"/usr/local/libexec/kiln/health-check\"",
-	  "\"/usr/local/libexec/kiln/health-check\"", "Slurm HealthCheckProgram.",
+	{ "health.check_program", KILN_CFG_PATH, false, "\"" KILN_LIBEXECDIR "/health-check\"",
+	  "\"" KILN_LIBEXECDIR "/health-check\"", "Slurm HealthCheckProgram.",
 	  R(health.check_program), NR },
-	{ "health.prolog", KILN_CFG_PATH, false, "\"/usr/local/libexec/kiln/prolog\"",
-	  "\"/usr/local/libexec/kiln/prolog\"", "Slurm Prolog.", R(health.prolog), NR },
-	{ "health.epilog", KILN_CFG_PATH, false, "\"/usr/local/libexec/kiln/epilog\"",
-	  "\"/usr/local/libexec/kiln/epilog\"", "Slurm Epilog.", R(health.epilog), NR },
+	{ "health.prolog", KILN_CFG_PATH, false, "\"" KILN_LIBEXECDIR "/prolog\"",
+	  "\"" KILN_LIBEXECDIR "/prolog\"", "Slurm Prolog.", R(health.prolog), NR },
+	{ "health.epilog", KILN_CFG_PATH, false, "\"" KILN_LIBEXECDIR "/epilog\"",
+	  "\"" KILN_LIBEXECDIR "/epilog\"", "Slurm Epilog.", R(health.epilog), NR },
 	{ "health.health_check_interval", KILN_CFG_DURATION, false, "\"300s\"", "\"60s\"",
 	  "Slurm HealthCheckInterval.", R(health.health_check_interval_usec), NR },
 

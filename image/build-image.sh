@@ -5,9 +5,12 @@
 #
 # CLUSTER.cfg's image section (read through `kiln render image-env`, never
 # parsed here) decides the suite, mirror, extra packages, root login and the
-# munge key.  STAGING is a `make install DESTDIR=` tree of kiln (programs,
-# units, Slurm scripts, kiln-node-init).  OVERLAY, when given, is copied over
-# the root last (the boot test adds its probe unit this way).
+# munge key.  STAGING is either a folder of kiln's Debian packages (`make
+# deb`'s build/deb: kiln, kiln-node and, for image.nvidia, kiln-cuda are
+# installed with apt, their Depends with them; docs/install.md) or a `make
+# install DESTDIR=` tree of kiln (programs, units, Slurm scripts,
+# kiln-node-init), copied in.  OVERLAY, when given, is copied over the root
+# last (the boot test adds its probe unit this way).
 #
 # The image is Debian with systemd, munge, slurmd and kiln, made by
 # mmdebstrap into a directory, trimmed, and packed whole as the initramfs
@@ -36,7 +39,19 @@ ZSTD_LEVEL=${ZSTD_LEVEL:-9}
 for t in mmdebstrap cpio zstd; do
 	command -v "$t" >/dev/null || die "$t is not installed; run 'make image-deps'"
 done
-[ -d "$STAGING/usr/local/bin" ] || die "$STAGING holds no kiln install (make install DESTDIR=$STAGING)"
+# kiln from packages (STAGING holds kiln-node_*.deb) or from a make install tree
+DEBS=()
+for p in kiln kiln-node kiln-cuda; do
+	f=$(find -H "$STAGING" -maxdepth 1 -name "${p}_*.deb" 2>/dev/null | sort | tail -1)
+	[ -n "$f" ] && DEBS+=("$(readlink -f "$f")")
+done
+if [ ${#DEBS[@]} -gt 0 ]; then
+	{ [ ${#DEBS[@]} -ge 2 ] && [[ ${DEBS[1]##*/} == kiln-node_* ]]; } ||
+		die "$STAGING has kiln packages but not both kiln and kiln-node (make deb)"
+else
+	[ -d "$STAGING/usr/local/bin" ] ||
+		die "$STAGING holds neither kiln's packages (make deb) nor a kiln install (make install DESTDIR=$STAGING)"
+fi
 
 "$KILN" -q -c "$CFG" check || die "$CFG is not a valid cluster file (see above); kiln check must pass first"
 WORK=${KILN_IMAGE_WORK:-$OUT.work}
@@ -62,7 +77,18 @@ PKGS+=(systemd-journal-remote systemd-timesyncd)
 # The runtime libraries kiln's programs link, found from the build itself:
 # ldd says which files, this (Debian 12) build machine's dpkg which package.
 # CUDA's libraries are not Debian packages; they come with image.nvidia.
-mapfile -t libs < <(for b in "$STAGING"/usr/local/bin/*; do ldd "$b" 2>/dev/null; done |
+# From packages: their Depends bring Debian's libraries; only what no Debian
+# package owns (CUDA's) is looked for, in the packages' own files.
+BINS=("$STAGING"/usr/local/bin/*)
+if [ ${#DEBS[@]} -gt 0 ]; then
+	mkdir -p "$WORK/debs"
+	for d in "${DEBS[@]}"; do
+		[[ ${d##*/} == kiln-cuda_* ]] && [ "$KILN_IMAGE_NVIDIA" != 1 ] && continue
+		dpkg-deb -x "$d" "$WORK/debs"
+	done
+	BINS=("$WORK"/debs/usr/bin/* "$WORK"/debs/usr/lib/kiln/*.so)
+fi
+mapfile -t libs < <(for b in "${BINS[@]}"; do [ -e "$b" ] && ldd "$b" 2>/dev/null; done |
 	awk '/=> \// { print $3 }' | sort -u)
 for l in "${libs[@]}"; do
 	case $l in /usr/local/cuda*)
@@ -70,6 +96,7 @@ for l in "${libs[@]}"; do
 			log "warning: $l (linked by a CUDA build of kiln, e.g. kiln-healthd-active) is not in an image without image.nvidia; those programs will not start on it"
 		continue ;;
 	esac
+	[ ${#DEBS[@]} -gt 0 ] && continue # the packages' Depends name it
 	p=$(dpkg -S "$l" 2>/dev/null || dpkg -S "$(readlink -f "$l")" 2>/dev/null || true)
 	p=${p%%:*}
 	[ -n "$p" ] || die "no Debian package owns $l (linked by a kiln program); cannot put it in the image"
@@ -87,6 +114,23 @@ fi
 PKGS+=($KILN_IMAGE_PACKAGES)
 INCLUDE=$(printf '%s\n' "${PKGS[@]}" | sort -u | paste -sd, -)
 log "packages: $INCLUDE"
+# kiln's own packages (kiln-cuda only into an image with image.nvidia) are
+# installed by dpkg in a hook below; their Depends come in with the rest
+# (mmdebstrap's --include of a .deb path fails in a chroot: apt hands dpkg a
+# path outside it).
+KILN_DEBS=()
+for d in "${DEBS[@]}"; do
+	[[ ${d##*/} == kiln-cuda_* ]] && [ "$KILN_IMAGE_NVIDIA" != 1 ] && continue
+	KILN_DEBS+=("$d")
+	log "kiln package: ${d##*/}"
+done
+if [ ${#KILN_DEBS[@]} -gt 0 ]; then
+	# Depends: "a (>= 1), b | c" -> a b (version checks are dpkg's, below)
+	mapfile -t deb_deps < <(for d in "${KILN_DEBS[@]}"; do dpkg-deb -f "$d" Depends; done | tr ',' '\n' |
+		sed -e 's/|.*//' -e 's/(.*)//' -e 's/[[:space:]]//g' | grep -v '^kiln' | grep .)
+	INCLUDE=$(printf '%s\n' "${PKGS[@]}" "${deb_deps[@]}" | sort -u | paste -sd, -)
+	log "packages with kiln's Depends: $INCLUDE"
+fi
 
 # ---- mirror: the cluster file's, with this machine's security suite -------
 SRC=$WORK/sources.list
@@ -99,8 +143,9 @@ SRC=$WORK/sources.list
 ROOT=$WORK/rootfs
 # The customize hooks run as root on the finished tree, in order.
 HOOKS=(
-	# kiln itself (programs, units, Slurm scripts, kiln-node-init)
-	--customize-hook="sync-in $STAGING /"
+	# kiln itself (programs, units, Slurm scripts, kiln-node-init): its
+	# packages, or a make install tree
+	--customize-hook="$([ ${#DEBS[@]} -gt 0 ] && echo 'mkdir -p "$1/tmp/kiln-debs"' || echo "sync-in $STAGING /")"
 	--customize-hook="copy-in $(dirname "$0")/files/50-kiln.network /etc/systemd/network"
 	--customize-hook="mkdir -p \"\$1/etc/systemd/system/systemd-networkd-wait-online.service.d\""
 	--customize-hook="copy-in $(dirname "$0")/files/wait-online-any.conf /etc/systemd/system/systemd-networkd-wait-online.service.d"
@@ -140,6 +185,12 @@ if [ "$KILN_IMAGE_SSH_KEYS" -gt 0 ]; then
 		--customize-hook='rm -f "$1"/etc/ssh/ssh_host_*'
 		--customize-hook="mkdir -p \"\$1/etc/systemd/system/ssh.service.d\""
 		--customize-hook="copy-in $(dirname "$0")/files/ssh-hostkeys.conf /etc/systemd/system/ssh.service.d")
+fi
+if [ ${#KILN_DEBS[@]} -gt 0 ]; then
+	# before the unit enabling hook: insert after the first (mkdir) hook
+	HOOKS=("${HOOKS[0]}" "--customize-hook=copy-in ${KILN_DEBS[*]} /tmp/kiln-debs"
+		--customize-hook='chroot "$1" sh -c "dpkg -i /tmp/kiln-debs/*.deb" && rm -rf "$1/tmp/kiln-debs"'
+		"${HOOKS[@]:1}")
 fi
 if [ -n "$OVERLAY" ]; then
 	HOOKS+=(--customize-hook="sync-in $OVERLAY /")

@@ -1,6 +1,7 @@
 # image/: kiln's stateless node image (docs/image.md).
 #
-#   make image [CLUSTER=config/examples/demo.cfg]   -> $(B)/image/{vmlinuz,initrd.img,boot.ipxe,cluster.cfg}
+#   make image [CLUSTER=config/examples/demo.cfg] [IMAGE_FROM=deb|install]
+#                                                   -> $(B)/image/{vmlinuz,initrd.img,boot.ipxe,cluster.cfg}
 #   make image-deps                                 the Debian packages image building and its boot test need
 #   make test-image                                 build a test image and PXE-boot it in qemu (also in make test-full)
 #
@@ -15,10 +16,18 @@ install: install-node-init
 install-node-init:
 	install -D -m 755 image/kiln-node-init $(DESTDIR)$(PREFIX)/sbin/kiln-node-init
 
+# IMAGE_FROM=deb (the default): kiln goes in from its Debian packages
+# (make deb, docs/install.md); IMAGE_FROM=install: from a make install tree.
+IMAGE_FROM ?= deb
 image: all
+ifeq ($(IMAGE_FROM),deb)
+	$(MAKE) --no-print-directory deb B=$(B) >/dev/null
+	KILN=$(abspath $(B)/bin/kiln) image/build-image.sh $(CLUSTER) $(IMAGE_OUT) $(abspath $(B)/deb)
+else
 	rm -rf $(B)/image-staging
 	$(MAKE) --no-print-directory install B=$(B) DESTDIR=$(abspath $(B)/image-staging) PREFIX=/usr/local >/dev/null
 	KILN=$(abspath $(B)/bin/kiln) image/build-image.sh $(CLUSTER) $(IMAGE_OUT) $(abspath $(B)/image-staging)
+endif
 
 image-deps:
 	@bash image/deps.sh

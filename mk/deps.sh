@@ -31,6 +31,8 @@ PKGS=(
 	python3-pip         # installs the pinned PyPI references below
 	cmake python3-venv  # make bench only: tests/peer compiles llama-cpp-python (the llama.cpp
 	                    # peer) into a venv of its own, never a kiln dependency
+	debhelper lintian   # make deb: dpkg-buildpackage with dh, the lintian check
+	mmdebstrap          # make test-deb: the chroot the packages are installed into
 )
 # PyPI packages, exact pins: the independent reference implementations the
 # tokenizer tests (tests/tokenizer/test-tokenizer-live.sh) and benchmark

@@ -60,8 +60,16 @@ if [ "${KILN_IMAGE_TEST_REUSE:-0}" = 1 ] && [ -s "$IMG/initrd.img" ] && [ -s "$I
 	ok "reusing the image in $IMG (KILN_IMAGE_TEST_REUSE=1)" true
 else
 	rm -rf "$B/image-test-staging"
-	make --no-print-directory -s install B="$B" DESTDIR="$B/image-test-staging" PREFIX=/usr/local >"$W/install.log" 2>&1 ||
-		{ diag "make install failed: $(tail -5 "$W/install.log")"; }
+	# kiln from its Debian packages (make deb), as make image does;
+	# KILN_IMAGE_FROM=install: from a make install tree
+	if [ "${KILN_IMAGE_FROM:-deb}" = deb ]; then
+		make --no-print-directory -s deb B="$B" >"$W/install.log" 2>&1 ||
+			{ diag "make deb failed: $(tail -5 "$W/install.log")"; }
+		ln -sfn "$B/deb" "$B/image-test-staging"
+	else
+		make --no-print-directory -s install B="$B" DESTDIR="$B/image-test-staging" PREFIX=/usr/local >"$W/install.log" 2>&1 ||
+			{ diag "make install failed: $(tail -5 "$W/install.log")"; }
+	fi
 	t0=$EPOCHREALTIME
 	# zstd -3: a test image is packed once and booted once; -9 saves ~10% for minutes of CPU
 	if ZSTD_LEVEL=${ZSTD_LEVEL:-3} MUNGE_KEY=$W/cluster/munge/munge.key KILN=$KILN image/build-image.sh "$CFG" "$IMG" \
@@ -77,6 +85,11 @@ fi
 for f in vmlinuz initrd.img boot.ipxe cluster.cfg; do
 	ok "image has $f" test -s "$IMG/$f"
 done
+if [ "${KILN_IMAGE_FROM:-deb}" = deb ]; then
+	zstd -dcq "$IMG/initrd.img" | cpio -t --quiet 2>/dev/null >"$W/initrd.list"
+	ok "kiln and kiln-node installed by dpkg in the image (their .list files; /usr/bin/kiln-healthd)" \
+		bash -c "grep -qx 'var/lib/dpkg/info/kiln-node.list' '$W/initrd.list' && grep -qx 'var/lib/dpkg/info/kiln.list' '$W/initrd.list' && grep -qx 'usr/bin/kiln-healthd' '$W/initrd.list'"
+fi
 ok "boot.ipxe is kiln's rendering of the cluster file" \
 	cmp -s "$IMG/boot.ipxe" <("$KILN" -q -c "$CFG" render boot.ipxe)
 ok "initrd.img is not world-readable (it holds the munge key)" \
