@@ -349,6 +349,10 @@ static const kiln_cfg_key schema[] = {
 	  "After SIGTERM: time in-flight requests get to finish before they are cancelled "
 	  "(kiln-inferd --drain-grace).",
 	  R(inference.drain_grace_usec), NR },
+	{ "inference.cpu_threads", KILN_CFG_INT, false, "0", "16",
+	  "Compute threads of the cpu backend; 0 = the CPUs of kiln-inferd's affinity mask and "
+	  "cgroup quota (kiln-inferd --cpu-threads).",
+	  R(inference.cpu_threads), RANGE(0, 256) },
 
 	{ "image", KILN_CFG_GROUP, false, NULL, NULL,
 	  "The stateless node image and how nodes boot it.", NOF, NR },

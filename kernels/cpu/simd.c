@@ -28,6 +28,23 @@ CLONES float kk__dot(const float *a, const float *b, size_t n)
 	return s;
 }
 
+/* s[r] = dot(x + r * ldx, w) for r < 4: one pass over w feeds four rows
+ * (the GEMV of a few-token step reads each weight once per four rows).
+ * Which rows share a pass depends on m only, never on the threads. */
+CLONES void kk__dot4(float s[4], const float *x, size_t ldx, const float *w, size_t n)
+{
+	const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;
+	float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+	for (size_t i = 0; i < n; i++) {
+		s0 += x0[i] * w[i];
+		s1 += x1[i] * w[i];
+		s2 += x2[i] * w[i];
+		s3 += x3[i] * w[i];
+	}
+	s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
+}
+
 CLONES void kk__axpy(float *y, float a, const float *x, size_t n)
 {
 #pragma omp simd

@@ -56,6 +56,7 @@ enum {
 	OPT_MAX_BODY,
 	OPT_CONTEXT,
 	OPT_DRAIN_GRACE,
+	OPT_CPU_THREADS,
 	OPT_MAX_, /* the size of arg.given[] */
 };
 
@@ -96,6 +97,10 @@ static const kiln_option options[] = {
 	{ "prefix-caching", OPT_PREFIX, NULL, "share prompt-prefix KV blocks between requests",
 	  NULL },
 	{ "threads", OPT_THREADS, "N", "HTTP worker threads (default 4)", NULL },
+	{ "cpu-threads", OPT_CPU_THREADS, "N",
+	  "cpu backend compute threads, 0 = the CPUs of the affinity mask and cgroup quota "
+	  "(default 0)",
+	  NULL },
 	{ "tokenizer", OPT_TOKENIZER, "FILE",
 	  "tokenizer for text prompts and replies: GGUF,\n"
 	  "tokenizer.json or llama2.c tokenizer.bin (default:\n"
@@ -154,6 +159,7 @@ static struct {
 	const char *model, *listen, *name, *backend, *tokenizer;
 	int port, max_running, max_step, blocks, max_waiting, eos, threads, ctx;
 	int max_conns, per_client, idle_timeout, max_body; /* 0: kiln/http.h's defaults */
+	int cpu_threads;					   /* 0: kk's default */
 	kk_dtype dtype;
 	int chat; /* a ktok_chat, or -1: from the tokenizer */
 	bool prefix;
@@ -251,6 +257,9 @@ static int parse_argv(int argc, char **argv)
 			break;
 		case OPT_THREADS:
 			r = kiln_parse_int(optarg, 1, 256, &arg.threads);
+			break;
+		case OPT_CPU_THREADS:
+			r = kiln_parse_int(optarg, 0, KK_THREADS_MAX, &arg.cpu_threads);
 			break;
 		case OPT_MAX_CONNECTIONS:
 			r = kiln_parse_int(optarg, 1, 1 << 20, &arg.max_conns);
@@ -672,6 +681,8 @@ static int settings_from_cfg(kiln_cfg **ret)
 		arg.max_waiting = in->max_waiting;
 	if (!arg.given[OPT_DRAIN_GRACE])
 		arg.drain_grace_usec = in->drain_grace_usec;
+	if (!arg.given[OPT_CPU_THREADS])
+		arg.cpu_threads = in->cpu_threads;
 	if (!arg.model) {
 		log_error("No model: give --model FILE, or set inference.model in the cluster "
 			  "file (-c FILE) for this node");
@@ -714,6 +725,9 @@ static int run(int argc, char **argv)
 	r = kk_backend_open(arg.backend, &be);
 	if (r < 0)
 		return log_error_errno(r, "Failed to open the %s backend: %m", arg.backend);
+	r = kk_backend_set_threads(be, arg.cpu_threads);
+	if (r < 0)
+		return log_error_errno(r, "Failed to set %d compute threads: %m", arg.cpu_threads);
 	kiln_error err = {};
 	_cleanup_(km_file_freep) km_file *f = NULL;
 	r = km_file_open(arg.model, &f, &err);

@@ -304,6 +304,7 @@ typedef struct kiln_cfg_inference {
 	int max_running;	     /* 64 */
 	int max_waiting;	     /* 1024 */
 	uint64_t drain_grace_usec;   /* 30s */
+	int cpu_threads;	     /* 0 = the CPUs of the affinity mask / cgroup quota */
 } kiln_cfg_inference;
 
 typedef struct kiln_cfg_image {
