@@ -140,6 +140,7 @@ int kk__parallel_chunks(int64_t n, double cost_per_item)
 	int t = kk__cpu_threads();
 	if (n <= 1 || t == 1 || work < KK_CPU_PAR_MIN_WORK)
 		return 1;
+	t *= KK_CPU_CHUNKS_PER_THREAD;
 	if (work < (double) KK_CPU_PAR_MIN_WORK * t)
 		t = (int) (work / KK_CPU_PAR_MIN_WORK) + 1;
 	return (int) MIN((int64_t) t, n);
@@ -290,7 +291,7 @@ int kk__parallel_for(int64_t n, double cost_per_item, kk__range_fn fn, void *ctx
 		}
 		return r;
 	}
-	pool_grow(p, t - 1);
+	pool_grow(p, MIN(t, kk__cpu_threads()) - 1);
 	uint32_t g = p->gen + 1;
 	p->fn = fn;
 	p->ctx = ctx;

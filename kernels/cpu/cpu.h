@@ -19,6 +19,11 @@
 #define KK_CPU_PAR_MIN_WORK (1u << 13)
 /* Upper bound on threads, whatever is asked (KK_THREADS_MAX of kk.h). */
 #define KK_CPU_THREADS_MAX KK_THREADS_MAX
+/* Chunks per thread of a parallel loop: a worker the kernel schedules late
+ * (a busy machine) then finds chunks left to take, and the caller waits for
+ * at most the one chunk it is running instead of a whole share. */
+#define KK_CPU_CHUNKS_PER_THREAD 4
+#define KK_CPU_CHUNKS_MAX	 (KK_CPU_THREADS_MAX * KK_CPU_CHUNKS_PER_THREAD)
 /* How long an idle pool worker spins for the next job before it sleeps on
  * a futex: a forward pass issues its ops well within this. */
 #define KK_CPU_SPIN_NS 200000
