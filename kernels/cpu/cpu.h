@@ -14,9 +14,12 @@
 #include "../kk_internal.h"
 
 /* Work items (roughly: inner-loop element operations, ~0.5 ns each) below
- * which an op stays single-threaded: waking the pool's spinning workers
- * and joining them costs ~1-2 us. */
-#define KK_CPU_PAR_MIN_WORK (1u << 13)
+ * which an op stays single-threaded.  Handing a job to spinning workers
+ * costs ~1-2 us on an idle machine, but on an oversubscribed one a worker
+ * may wait a scheduler slice for a core: stories260K's engine on the
+ * loaded 2-core build machine served more tok/s with 1 << 16 than with
+ * 1 << 13 (docs/kernels.md). */
+#define KK_CPU_PAR_MIN_WORK (1u << 16)
 /* Upper bound on threads, whatever is asked (KK_THREADS_MAX of kk.h). */
 #define KK_CPU_THREADS_MAX KK_THREADS_MAX
 /* Chunks per thread of a parallel loop: a worker the kernel schedules late
