@@ -78,6 +78,7 @@ static inline float kk__round(kk_dtype dt, float v)
 /* Vectorized inner loops (simd.c, one clone per x86-64 level). */
 float kk__dot(const float *a, const float *b, size_t n);
 void kk__dot4(float s[4], const float *x, size_t ldx, const float *w, size_t n);
+float kk__dot_bf16(const float *x, const uint16_t *w, size_t n);
 void kk__axpy(float *y, float a, const float *x, size_t n); /* y += a x */
 void kk__scal(float *y, float a, size_t n);
 double kk__sum(const float *x, size_t n);

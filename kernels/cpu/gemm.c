@@ -89,21 +89,34 @@ static int sgemm_range(void *p, int64_t b, int64_t e, int chunk)
 	return 0;
 }
 
-/* GEMV: output columns [b, e) (rows of W) for every x row; W rows in
- * bf16/f16 are widened one at a time. */
+/* GEMV: output columns [b, e) (rows of W) for every x row.  bf16 W rows
+ * meet fewer than four x rows in kk__dot_bf16 (widened in registers);
+ * otherwise bf16/f16 rows are widened to f32 one at a time, then feed four
+ * x rows per pass. */
 static int gemv_range(void *p, int64_t b, int64_t e, int chunk)
 {
 	const struct gemm_ctx *g = p;
 	const kk_gemm_desc *d = g->d;
 	const kk_buffer *wb = d->b;
 	size_t woff = (size_t) (g->batch_i * d->stride_b);
-	_cleanup_free_ float *row = NULL;
+	_cleanup_free_ float *row = NULL; /* a widened row, allocated on first use */
 
-	if (wb->dtype != KK_F32 && !(row = malloc(d->k * sizeof(float))))
-		return -ENOMEM;
 	for (int64_t j = b; j < e; j++) {
 		const float *w;
-		if (row) {
+		if (wb->dtype == KK_BF16 && d->m < 4) {
+			/* Few rows: bf16 weights widened in registers. */
+			const uint16_t *wh = (const uint16_t *) wb->ptr + woff + j * d->ldb;
+			for (int64_t i = 0; i < d->m; i++) {
+				float *ci = g->c + i * g->ldc + j;
+				float v = d->alpha * kk__dot_bf16(g->a + i * d->lda, wh, d->k);
+				*ci = d->beta != 0 ? v + d->beta * *ci : v;
+			}
+			epilogue(g, 0, d->m, j, j + 1);
+			continue;
+		}
+		if (wb->dtype != KK_F32) {
+			if (!row && !(row = malloc(d->k * sizeof(float))))
+				return -ENOMEM;
 			kk__row_f32(row, wb->ptr, wb->dtype, woff + j * d->ldb, d->k);
 			w = row;
 		} else

@@ -136,6 +136,42 @@ CLONES float kk__dot_i8(const float *x, const int8_t *q, size_t n)
 	return s;
 }
 
+/* dot(x, w) for bf16 w widened in registers (bf16 is the top half of an
+ * f32): the GEMV of a bf16 model reads each weight once, with no f32 copy
+ * of the row. */
+typedef uint16_t v16u16 __attribute__((vector_size(32)));
+
+static inline __attribute__((always_inline)) v16f bf16x16_f(const uint16_t *w)
+{
+	v16u16 h;
+	v16i u;
+	v16f f;
+	memcpy(&h, w, 32);
+	u = __builtin_convertvector(h, v16i) << 16;
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+CLONES float kk__dot_bf16(const float *x, const uint16_t *w, size_t n)
+{
+	v16f a0 = {}, a1 = {};
+	size_t i = 0;
+	float s;
+	for (; i + 32 <= n; i += 32) {
+		a0 += bf16x16_f(w + i) * ld16f(x + i);
+		a1 += bf16x16_f(w + i + 16) * ld16f(x + i + 16);
+	}
+	a0 += a1;
+	s = hsum16(&a0);
+	for (; i < n; i++) {
+		uint32_t u = (uint32_t) w[i] << 16;
+		float f;
+		memcpy(&f, &u, 4);
+		s += x[i] * f;
+	}
+	return s;
+}
+
 /* n even; q holds n/2 bytes, element 2p in the low nibble of q[p]. */
 CLONES float kk__dot_q4(const float *x, const uint8_t *q, size_t n)
 {
