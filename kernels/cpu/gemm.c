@@ -89,55 +89,79 @@ static int sgemm_range(void *p, int64_t b, int64_t e, int chunk)
 	return 0;
 }
 
+/* Stores alpha * s (+ beta * C) for x rows [i, i + nx) of column j. */
+static void gemv_store(const struct gemm_ctx *g, int64_t i, int nx, int64_t j, const float *s,
+		       int stride)
+{
+	const kk_gemm_desc *d = g->d;
+	for (int r = 0; r < nx; r++) {
+		float *ci = g->c + (i + r) * g->ldc + j;
+		float v = d->alpha * s[r * stride];
+		*ci = d->beta != 0 ? v + d->beta * *ci : v;
+	}
+}
+
+/* W row j as f32: in place, or widened into buf. */
+static const float *gemv_wrow(const struct gemm_ctx *g, int64_t j, float *buf)
+{
+	const kk_gemm_desc *d = g->d;
+	size_t off = (size_t) (g->batch_i * d->stride_b + j * d->ldb);
+	if (d->b->dtype == KK_F32)
+		return (const float *) d->b->ptr + off;
+	kk__row_f32(buf, d->b->ptr, d->b->dtype, off, d->k);
+	return buf;
+}
+
 /* GEMV: output columns [b, e) (rows of W) for every x row.  bf16 W rows
- * meet fewer than four x rows in kk__dot_bf16 (widened in registers);
- * otherwise bf16/f16 rows are widened to f32 one at a time, then feed four
- * x rows per pass. */
+ * meet fewer than four x rows in kk__dot_bf16 (widened in registers); one
+ * x row meets f32 (or widened) rows in kk__dot.  Otherwise (bf16/f16 rows
+ * widened to f32 first) W rows go in pairs
+ * (j even, j + 1) through the register tile, four x rows at a time; a
+ * chunk edge splitting a pair runs its column alone through the same tile,
+ * which sums it the same way. */
 static int gemv_range(void *p, int64_t b, int64_t e, int chunk)
 {
 	const struct gemm_ctx *g = p;
 	const kk_gemm_desc *d = g->d;
 	const kk_buffer *wb = d->b;
-	size_t woff = (size_t) (g->batch_i * d->stride_b);
-	_cleanup_free_ float *row = NULL; /* a widened row, allocated on first use */
+	_cleanup_free_ float *rows = NULL;
 
-	for (int64_t j = b; j < e; j++) {
-		const float *w;
-		if (wb->dtype == KK_BF16 && d->m < 4) {
-			/* Few rows: bf16 weights widened in registers. */
-			const uint16_t *wh = (const uint16_t *) wb->ptr + woff + j * d->ldb;
+	if (wb->dtype == KK_BF16 && d->m < 4) {
+		for (int64_t j = b; j < e; j++) {
+			const uint16_t *wh = (const uint16_t *) wb->ptr +
+					     (size_t) (g->batch_i * d->stride_b + j * d->ldb);
 			for (int64_t i = 0; i < d->m; i++) {
-				float *ci = g->c + i * g->ldc + j;
-				float v = d->alpha * kk__dot_bf16(g->a + i * d->lda, wh, d->k);
-				*ci = d->beta != 0 ? v + d->beta * *ci : v;
+				float s = kk__dot_bf16(g->a + i * d->lda, wh, d->k);
+				gemv_store(g, i, 1, j, &s, 1);
 			}
 			epilogue(g, 0, d->m, j, j + 1);
-			continue;
 		}
-		if (wb->dtype != KK_F32) {
-			if (!row && !(row = malloc(d->k * sizeof(float))))
-				return -ENOMEM;
-			kk__row_f32(row, wb->ptr, wb->dtype, woff + j * d->ldb, d->k);
-			w = row;
-		} else
-			w = (const float *) wb->ptr + woff + j * d->ldb;
+		return 0;
+	}
+	if (wb->dtype != KK_F32 && !(rows = malloc(2 * d->k * sizeof(float))))
+		return -ENOMEM;
+	if (d->m == 1) { /* one stream: kk__dot's unrolled sum reads W fastest */
+		for (int64_t j = b; j < e; j++) {
+			float s = kk__dot(g->a, gemv_wrow(g, j, rows), d->k);
+			gemv_store(g, 0, 1, j, &s, 1);
+			epilogue(g, 0, 1, j, j + 1);
+		}
+		return 0;
+	}
+	for (int64_t j = b; j < e;) {
+		int nw = (j % 2 == 0 && j + 1 < e) ? 2 : 1;
+		const float *w0 = gemv_wrow(g, j, rows);
+		const float *w1 = nw == 2 ? gemv_wrow(g, j + 1, rows ? rows + d->k : NULL) : NULL;
 		for (int64_t i = 0; i < d->m; i += 4) {
-			float s[4];
-			int nr = (int) MIN(d->m - i, (int64_t) 4);
-			if (nr == 4)
-				kk__dot4(s, g->a + i * d->lda, d->lda, w, d->k);
-			else
-				for (int r = 0; r < nr; r++)
-					s[r] = kk__dot(g->a + (i + r) * d->lda, w, d->k);
-			for (int r = 0; r < nr; r++) {
-				float *ci = g->c + (i + r) * g->ldc + j;
-				float v = d->alpha * s[r];
-				if (d->beta != 0)
-					v += d->beta * *ci;
-				*ci = v;
-			}
+			float s[8];
+			int nx = (int) MIN(d->m - i, (int64_t) 4);
+			kk__gemv_tile(s, g->a + i * d->lda, d->lda, nx, w0, w1, d->k);
+			gemv_store(g, i, nx, j, s, 2);
+			if (w1)
+				gemv_store(g, i, nx, j + 1, s + 1, 2);
 		}
-		epilogue(g, 0, d->m, j, j + 1);
+		epilogue(g, 0, d->m, j, j + nw);
+		j += nw;
 	}
 	return 0;
 }

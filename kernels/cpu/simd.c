@@ -28,23 +28,6 @@ CLONES float kk__dot(const float *a, const float *b, size_t n)
 	return s;
 }
 
-/* s[r] = dot(x + r * ldx, w) for r < 4: one pass over w feeds four rows
- * (the GEMV of a few-token step reads each weight once per four rows).
- * Which rows share a pass depends on m only, never on the threads. */
-CLONES void kk__dot4(float s[4], const float *x, size_t ldx, const float *w, size_t n)
-{
-	const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;
-	float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
-	for (size_t i = 0; i < n; i++) {
-		s0 += x0[i] * w[i];
-		s1 += x1[i] * w[i];
-		s2 += x2[i] * w[i];
-		s3 += x3[i] * w[i];
-	}
-	s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
-}
-
 CLONES void kk__axpy(float *y, float a, const float *x, size_t n)
 {
 #pragma omp simd
@@ -106,6 +89,52 @@ static inline __attribute__((always_inline)) v16f ld16f(const float *p)
 	v16f v;
 	memcpy(&v, p, sizeof(v));
 	return v;
+}
+
+/* The GEMV's register tile: up to 4 x rows against 1 or 2 weight rows,
+ * one 16-lane accumulator per (x row, w row) pair, so a pass loads each w
+ * and x vector once for up to 8 products.  Every accumulator sees the same
+ * sequence of operations whatever the tile's shape, so s[r][c] does not
+ * depend on which rows shared a tile (nor, then, on the thread split). */
+static inline __attribute__((always_inline)) void gemv_tile(float *s, const float *x, size_t ldx,
+							    const int nx, const float *w0,
+							    const float *w1, const int nw, size_t n)
+{
+	const float *w[2] = { w0, w1 };
+	v16f a[4][2] = {};
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		v16f wv[2];
+		for (int c = 0; c < nw; c++)
+			wv[c] = ld16f(w[c] + i);
+		for (int r = 0; r < nx; r++) {
+			v16f xv = ld16f(x + r * ldx + i);
+			for (int c = 0; c < nw; c++)
+				a[r][c] += xv * wv[c];
+		}
+	}
+	for (int r = 0; r < nx; r++)
+		for (int c = 0; c < nw; c++) {
+			float t = hsum16(&a[r][c]);
+			for (size_t l = i; l < n; l++)
+				t += x[r * ldx + l] * w[c][l];
+			s[r * 2 + c] = t;
+		}
+}
+
+CLONES void kk__gemv_tile(float s[8], const float *x, size_t ldx, int nx, const float *w0,
+			  const float *w1, size_t n)
+{
+	switch (nx * 2 + (w1 ? 1 : 0)) {
+	case 2: gemv_tile(s, x, ldx, 1, w0, w1, 1, n); break;
+	case 3: gemv_tile(s, x, ldx, 1, w0, w1, 2, n); break;
+	case 4: gemv_tile(s, x, ldx, 2, w0, w1, 1, n); break;
+	case 5: gemv_tile(s, x, ldx, 2, w0, w1, 2, n); break;
+	case 6: gemv_tile(s, x, ldx, 3, w0, w1, 1, n); break;
+	case 7: gemv_tile(s, x, ldx, 3, w0, w1, 2, n); break;
+	case 8: gemv_tile(s, x, ldx, 4, w0, w1, 1, n); break;
+	default: gemv_tile(s, x, ldx, 4, w0, w1, 2, n); break;
+	}
 }
 
 /* int8 lanes widen as unsigned bytes (b ^ 0x80) - 128: gcc 12 turns a
