@@ -5,7 +5,7 @@
  * "260K" = stories260K, "15M" = stories15M, dim 288 x 6 layers, "110M" =
  * dim 768 x 12 layers, vocab 32000), or loads a model file, and times on
  * the cpu backend, for each thread count asked:
- *   - prefill of a 128-token prompt (tok/s),
+ *   - prefill of a 128-token prompt (tok/s, best of three),
  *   - single-stream greedy decode (tok/s) and the same as a percentage of
  *     the roofline: copy bandwidth / weight bytes read per token,
  *   - decode of 8 sequences in one batch (aggregate tok/s).
@@ -112,12 +112,18 @@ static int run(km_model *m, kk_backend *be, int tokens, struct result *res, kiln
 		return r;
 	for (int i = 0; i < PROMPT; i++)
 		prompt[i] = 1 + (i * 7919) % (cfg->vocab_size - 1);
-	in[0] = (km_seq_input){ km_kvcache_seq_new(c), prompt, PROMPT };
-	t0 = now();
-	if ((r = km_forward(m, c, in, 1, NULL, err)) < 0 ||
-	    (r = km_sample(m, 0, 1, &g, tok)) < 0)
-		goto out;
-	res->prefill = PROMPT / (now() - t0);
+	/* Prefill: best of three (one step each; the last one's sequence
+	 * goes on to decode). */
+	for (int rep = 0; rep < 3; rep++) {
+		if (rep > 0)
+			km_kvcache_seq_free(c, in[0].seq);
+		in[0] = (km_seq_input){ km_kvcache_seq_new(c), prompt, PROMPT };
+		t0 = now();
+		if ((r = km_forward(m, c, in, 1, NULL, err)) < 0 ||
+		    (r = km_sample(m, 0, 1, &g, tok)) < 0)
+			goto out;
+		res->prefill = MAX(res->prefill, PROMPT / (now() - t0));
+	}
 	in[0].tokens = tok;
 	in[0].n_tokens = 1;
 	t0 = now();
