@@ -29,10 +29,10 @@
 #include "kk.h"
 #include "kmodel.h"
 
-#define PROMPT	  128
-#define BATCH	  8
-#define COPY_MIB  256
-#define MAX_RUNS  8
+#define PROMPT	 128
+#define BATCH	 8
+#define COPY_MIB 256
+#define MAX_RUNS 8
 
 static clockid_t clock_id = CLOCK_MONOTONIC;
 
@@ -50,7 +50,8 @@ struct shape {
 
 static const struct shape shapes[] = {
 	{ "260K", { 64, 172, 5, 8, 4, 8, 512, 512, 1e-5f, 10000.0f, KK_ROPE_INTERLEAVED, true } },
-	{ "15M", { 288, 768, 6, 6, 6, 48, 32000, 256, 1e-5f, 10000.0f, KK_ROPE_INTERLEAVED, true } },
+	{ "15M",
+	  { 288, 768, 6, 6, 6, 48, 32000, 256, 1e-5f, 10000.0f, KK_ROPE_INTERLEAVED, true } },
 	{ "110M",
 	  { 768, 2048, 12, 12, 12, 64, 32000, 1024, 1e-5f, 10000.0f, KK_ROPE_INTERLEAVED, true } },
 };
@@ -58,8 +59,7 @@ static const struct shape shapes[] = {
 /* Random weights: norms 1, everything else uniform in +-1/sqrt(dim)
  * (xorshift; the values do not matter for speed, only that they are
  * finite and keep activations in range). */
-static int random_read(void *userdata, const char *name, float *dst, size_t count,
-		       kiln_error *err)
+static int random_read(void *userdata, const char *name, float *dst, size_t count, kiln_error *err)
 {
 	const km_config *c = userdata;
 	uint64_t s = 0x9e3779b97f4a7c15ull ^ (uint64_t) count;
@@ -206,9 +206,11 @@ int main(int argc, char **argv)
 			n_runs = 0;
 			for (const char *p = v; *p && n_runs < MAX_RUNS; p = *end ? end + 1 : end) {
 				long t = strtol(p, &end, 10);
-				if (end == p || (*end && *end != ',') || t < 1 || t > KK_THREADS_MAX) {
+				if (end == p || (*end && *end != ',') || t < 1 ||
+				    t > KK_THREADS_MAX) {
 					fprintf(stderr,
-						"--threads '%s': want counts 1..%d, comma-separated\n",
+						"--threads '%s': want counts 1..%d, "
+						"comma-separated\n",
 						v, KK_THREADS_MAX);
 					return 2;
 				}
@@ -224,7 +226,8 @@ int main(int argc, char **argv)
 	km_weight_source src = { &cfg, random_read };
 	int r = kk_backend_open("cpu", &be), rc = 0;
 	if (r < 0) {
-		fprintf(stderr, "bench-decode-cpu: cannot open the cpu backend: %s\n", strerror(-r));
+		fprintf(stderr, "bench-decode-cpu: cannot open the cpu backend: %s\n",
+			strerror(-r));
 		return 1;
 	}
 	if (path) {

@@ -101,7 +101,7 @@ int kk__cpu_default_threads(void)
 	if (c == 0) {
 		int q = kk__cpu_cgroup_cpus("/proc/self/cgroup", "/sys/fs/cgroup");
 		c = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
-								  : sysconf(_SC_NPROCESSORS_ONLN);
+								 : sysconf(_SC_NPROCESSORS_ONLN);
 		if (q > 0 && q < c)
 			c = q;
 	}

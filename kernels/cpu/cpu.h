@@ -79,8 +79,8 @@ static inline float kk__round(kk_dtype dt, float v)
 float kk__dot(const float *a, const float *b, size_t n);
 /* s[r * 2 + c] = dot(x + r * ldx, w_c) for r < nx (1..4), c < 1 or 2
  * (w1 NULL: one weight row). */
-void kk__gemv_tile(float s[8], const float *x, size_t ldx, int nx, const float *w0,
-		   const float *w1, size_t n);
+void kk__gemv_tile(float s[8], const float *x, size_t ldx, int nx, const float *w0, const float *w1,
+		   size_t n);
 float kk__dot_bf16(const float *x, const uint16_t *w, size_t n);
 void kk__axpy(float *y, float a, const float *x, size_t n); /* y += a x */
 void kk__scal(float *y, float a, size_t n);

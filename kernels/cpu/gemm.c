@@ -197,7 +197,9 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 	}
 
 	for (int64_t i = 0; i < batch; i++) {
-		struct gemm_ctx g = { .d = d, .a = a + i * d->stride_a, .bias = bias, .batch_i = i };
+		struct gemm_ctx g = {
+			.d = d, .a = a + i * d->stride_a, .bias = bias, .batch_i = i
+		};
 
 		if (direct) {
 			g.c = (float *) d->c->ptr + i * d->stride_c;

@@ -126,14 +126,30 @@ CLONES void kk__gemv_tile(float s[8], const float *x, size_t ldx, int nx, const 
 			  const float *w1, size_t n)
 {
 	switch (nx * 2 + (w1 ? 1 : 0)) {
-	case 2: gemv_tile(s, x, ldx, 1, w0, w1, 1, n); break;
-	case 3: gemv_tile(s, x, ldx, 1, w0, w1, 2, n); break;
-	case 4: gemv_tile(s, x, ldx, 2, w0, w1, 1, n); break;
-	case 5: gemv_tile(s, x, ldx, 2, w0, w1, 2, n); break;
-	case 6: gemv_tile(s, x, ldx, 3, w0, w1, 1, n); break;
-	case 7: gemv_tile(s, x, ldx, 3, w0, w1, 2, n); break;
-	case 8: gemv_tile(s, x, ldx, 4, w0, w1, 1, n); break;
-	default: gemv_tile(s, x, ldx, 4, w0, w1, 2, n); break;
+	case 2:
+		gemv_tile(s, x, ldx, 1, w0, w1, 1, n);
+		break;
+	case 3:
+		gemv_tile(s, x, ldx, 1, w0, w1, 2, n);
+		break;
+	case 4:
+		gemv_tile(s, x, ldx, 2, w0, w1, 1, n);
+		break;
+	case 5:
+		gemv_tile(s, x, ldx, 2, w0, w1, 2, n);
+		break;
+	case 6:
+		gemv_tile(s, x, ldx, 3, w0, w1, 1, n);
+		break;
+	case 7:
+		gemv_tile(s, x, ldx, 3, w0, w1, 2, n);
+		break;
+	case 8:
+		gemv_tile(s, x, ldx, 4, w0, w1, 1, n);
+		break;
+	default:
+		gemv_tile(s, x, ldx, 4, w0, w1, 2, n);
+		break;
 	}
 }
 

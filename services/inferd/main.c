@@ -159,7 +159,7 @@ static struct {
 	const char *model, *listen, *name, *backend, *tokenizer;
 	int port, max_running, max_step, blocks, max_waiting, eos, threads, ctx;
 	int max_conns, per_client, idle_timeout, max_body; /* 0: kiln/http.h's defaults */
-	int cpu_threads;					   /* 0: kk's default */
+	int cpu_threads;				   /* 0: kk's default */
 	kk_dtype dtype;
 	int chat; /* a ktok_chat, or -1: from the tokenizer */
 	bool prefix;

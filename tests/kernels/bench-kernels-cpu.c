@@ -213,14 +213,23 @@ static void bench_linear(kk_dtype dt, int64_t m, int64_t n, int64_t k)
 {
 	kk_buffer *x = rand_buf(dt, m * k, -1, 1), *w = rand_buf(dt, n * k, -1, 1);
 	kk_buffer *y = rand_buf(KK_F32, m * n, 0, 1);
-	kk_gemm_desc d = { .m = m, .n = n, .k = k, .trans_b = true, .alpha = 1, .a = x,
-			   .lda = k, .b = w, .ldb = k, .c = y, .ldc = n };
+	kk_gemm_desc d = { .m = m,
+			   .n = n,
+			   .k = k,
+			   .trans_b = true,
+			   .alpha = 1,
+			   .a = x,
+			   .lda = k,
+			   .b = w,
+			   .ldb = k,
+			   .c = y,
+			   .ldc = n };
 	char shape[64];
 	snprintf(shape, sizeof(shape), "%s m=%ld %ldx%ld", kk_dtype_name(dt), (long) m, (long) n,
 		 (long) k);
 	if (m <= 8)
-		row("linear x W^T", shape, time_it(do_gemm, &d),
-		    (double) kk_buffer_bytes(w), false);
+		row("linear x W^T", shape, time_it(do_gemm, &d), (double) kk_buffer_bytes(w),
+		    false);
 	else
 		row("linear x W^T", shape, time_it(do_gemm, &d), 2.0 * m * n * k, true);
 	kk_buffer_free(x), kk_buffer_free(w), kk_buffer_free(y);

@@ -45,8 +45,7 @@ static void test_threads_option(void **state)
 	assert_int_equal(sched_setaffinity(0, sizeof(old), &old), 0);
 	assert_int_equal(kk_backend_set_threads(be, 0), 0);
 	int q = kk__cpu_cgroup_cpus("/proc/self/cgroup", "/sys/fs/cgroup");
-	assert_int_equal(kk_backend_threads(be),
-			 MIN(CPU_COUNT(&old), q > 0 ? q : CPU_COUNT(&old)));
+	assert_int_equal(kk_backend_threads(be), MIN(CPU_COUNT(&old), q > 0 ? q : CPU_COUNT(&old)));
 	if (env)
 		setenv("KK_CPU_THREADS", env, 1);
 	free(env);
@@ -85,7 +84,7 @@ static void test_cgroup_quota(void **state)
 	assert_int_equal(kk__cpu_cgroup_cpus(pc, dir), 2); /* the parent's is tighter */
 	write_file(p, "5000 100000\n");
 	assert_int_equal(kk__cpu_cgroup_cpus(pc, dir), 1); /* never 0 */
-	write_file(pc, "4:memory:/x\n"); /* cgroup v1 only */
+	write_file(pc, "4:memory:/x\n");		   /* cgroup v1 only */
 	assert_int_equal(kk__cpu_cgroup_cpus(pc, dir), 0);
 	snprintf(p, sizeof(p), "%s/nonexistent", dir);
 	assert_int_equal(kk__cpu_cgroup_cpus(p, dir), 0);
@@ -105,8 +104,17 @@ static void linear_run(kk_dtype dt, int64_t m, int64_t n, int64_t k, kk_buffer *
 		       int threads, float *out)
 {
 	kk_buffer *y = out_buf(KK_F32, (size_t) (m * n));
-	kk_gemm_desc d = { .trans_b = true, .m = m, .n = n, .k = k, .alpha = 1, .a = x,
-			   .lda = k, .b = w, .ldb = k, .c = y, .ldc = n };
+	kk_gemm_desc d = { .trans_b = true,
+			   .m = m,
+			   .n = n,
+			   .k = k,
+			   .alpha = 1,
+			   .a = x,
+			   .lda = k,
+			   .b = w,
+			   .ldb = k,
+			   .c = y,
+			   .ldc = n };
 	assert_int_equal(kk_backend_set_threads(be, threads), 0);
 	assert_int_equal(kk_gemm(be, NULL, &d), 0);
 	assert_int_equal(kk_buffer_download(be, NULL, y, 0, out, (size_t) (m * n) * 4), 0);
@@ -122,8 +130,10 @@ static void test_threads_deterministic(void **state)
 			double *hx, *hw;
 			kk_buffer *x = up_rand(dt, (size_t) (m * k), -1, 1, &hx);
 			kk_buffer *w = up_rand(dt, (size_t) (n * k), -1, 1, &hw);
-			float *y1 = hmalloc((size_t) (m * n) * 4), *y2 = hmalloc((size_t) (m * n) * 4);
-			double *ref = hmalloc((size_t) (m * n) * 8), *got = hmalloc((size_t) (m * n) * 8);
+			float *y1 = hmalloc((size_t) (m * n) * 4),
+			      *y2 = hmalloc((size_t) (m * n) * 4);
+			double *ref = hmalloc((size_t) (m * n) * 8),
+			       *got = hmalloc((size_t) (m * n) * 8);
 			for (int64_t i = 0; i < m; i++)
 				for (int64_t j = 0; j < n; j++) {
 					double acc = 0;
@@ -136,7 +146,8 @@ static void test_threads_deterministic(void **state)
 				linear_run(dt, m, n, k, x, w, t, y2);
 				if (m <= 8 && memcmp(y1, y2, (size_t) (m * n) * 4))
 					fail_msg("%s m=%ld n=%ld k=%ld: 1 and %d threads differ",
-						 kk_dtype_name(dt), (long) m, (long) n, (long) k, t);
+						 kk_dtype_name(dt), (long) m, (long) n, (long) k,
+						 t);
 				for (int64_t i = 0; i < m * n; i++)
 					got[i] = y2[i];
 				expect_close("linear", got, ref, (size_t) (m * n), 4 * TOL(dt),
@@ -173,9 +184,17 @@ static void test_threads_concurrent(void **state)
 
 	linear_run(KK_F32, m, n, k, x, w, 2, want);
 	for (int i = 0; i < 2; i++) {
-		c[i] = (struct caller){ .d = { .trans_b = true, .m = m, .n = n, .k = k,
-					       .alpha = 1, .a = x, .lda = k, .b = w, .ldb = k,
-					       .c = out_buf(KK_F32, m * n), .ldc = n },
+		c[i] = (struct caller){ .d = { .trans_b = true,
+					       .m = m,
+					       .n = n,
+					       .k = k,
+					       .alpha = 1,
+					       .a = x,
+					       .lda = k,
+					       .b = w,
+					       .ldb = k,
+					       .c = out_buf(KK_F32, m * n),
+					       .ldc = n },
 					.rounds = 200 };
 		assert_int_equal(pthread_create(&t[i], NULL, caller_main, &c[i]), 0);
 	}
