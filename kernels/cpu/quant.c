@@ -11,9 +11,10 @@
 #include "cpu.h"
 #include "kiln/macro.h"
 
-/* Above this many activation rows the quantized product dequantizes the
- * whole weight once and uses sgemm instead of per-row dot products. */
-#define KK_CPU_QGEMM_GEMM_MIN_M 8
+/* From this many activation rows on, the quantized product dequantizes the
+ * whole weight once and uses sgemm instead of the GEMV (as the float GEMV
+ * of gemm.c: m <= 8). */
+#define KK_CPU_QGEMM_GEMM_MIN_M 9
 
 /* ---- quantization ------------------------------------------------------ */
 
@@ -133,6 +134,33 @@ static int qgemv_range(void *p, int64_t b, int64_t e, int chunk)
 
 	if (!sc)
 		return -ENOMEM;
+	if (c->m > 1) {
+		/* Several x rows: dequantize W rows in pairs (j even, j + 1, so
+		 * the pairing never depends on the chunks) once into L1 and run
+		 * them through the float GEMV's register tile, four x rows per
+		 * pass, instead of widening every weight once per x row. */
+		_cleanup_free_ float *rows = malloc(2 * q->k * sizeof(float));
+		if (!rows)
+			return -ENOMEM;
+		for (int64_t j = b; j < e;) {
+			int nw = (j % 2 == 0 && j + 1 < e) ? 2 : 1;
+			deq_row(q, j, rows);
+			if (nw == 2)
+				deq_row(q, j + 1, rows + q->k);
+			for (int64_t i = 0; i < c->m; i += 4) {
+				float s[8];
+				int nx = (int) MIN(c->m - i, (int64_t) 4);
+				kk__gemv_tile(s, c->xf + i * q->k, q->k, nx, rows,
+					      nw == 2 ? rows + q->k : NULL, q->k);
+				for (int r = 0; r < nx; r++)
+					for (int w = 0; w < nw; w++)
+						ST(c->out, (size_t) (i + r) * q->n + j + w,
+						   s[r * 2 + w] + (c->bias ? LD(c->bias, j + w) : 0.0f));
+			}
+			j += nw;
+		}
+		return 0;
+	}
 	for (int64_t j = b; j < e; j++) {
 		float bj = c->bias ? LD(c->bias, j) : 0.0f;
 		size_t base = (size_t) j * q->k;
@@ -167,7 +195,7 @@ int kk__cpu_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *
 	if (m < KK_CPU_QGEMM_GEMM_MIN_M) {
 		struct q_ctx c = { .cq = w, .out = y, .bias = bias, .m = m, .xf = xf };
 		_cleanup_free_ float *split = NULL;
-		if (w->qtype == KK_Q4) {
+		if (w->qtype == KK_Q4 && m == 1) {
 			size_t half = (size_t) w->k / 2;
 			split = malloc((size_t) m * w->k * sizeof(float));
 			if (!split)

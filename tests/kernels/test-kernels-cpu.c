@@ -158,6 +158,43 @@ static void test_threads_deterministic(void **state)
 	assert_int_equal(kk_backend_set_threads(be, 0), 0);
 }
 
+/* The quantized GEMV (m <= 8, int8 and int4 rows split over threads) is
+ * bit-identical for 1, 2 and 5 threads too. */
+static void test_threads_qgemv(void **state)
+{
+	const int64_t ms[] = { 1, 3, 8 };
+	const kk_dtype qts[] = { KK_I8, KK_Q4 };
+	for (size_t qi = 0; qi < ARRAY_SIZE(qts); qi++)
+		for (size_t mi = 0; mi < ARRAY_SIZE(ms); mi++) {
+			int64_t m = ms[mi], n = irand(300, 700), k = 32 * irand(8, 12);
+			double *hx, *hw;
+			kk_buffer *x = up_rand(KK_F32, (size_t) (m * k), -1, 1, &hx);
+			kk_buffer *w = up_rand(KK_F32, (size_t) (n * k), -1, 1, &hw);
+			kk_buffer *y = out_buf(KK_F32, (size_t) (m * n));
+			float *y1 = hmalloc((size_t) (m * n) * 4),
+			      *y2 = hmalloc((size_t) (m * n) * 4);
+			kk_qmatrix *q = NULL;
+			assert_int_equal(kk_qmatrix_alloc(be, qts[qi], n, k,
+							  qts[qi] == KK_Q4 ? 32 : 0, KK_F16, &q),
+					 0);
+			assert_int_equal(kk_quantize(be, NULL, q, w), 0);
+			for (int t = 1; t <= 5; t += t == 1 ? 1 : 3) {
+				assert_int_equal(kk_backend_set_threads(be, t), 0);
+				assert_int_equal(kk_qgemm(be, NULL, y, x, q, NULL, m), 0);
+				assert_int_equal(kk_buffer_download(be, NULL, y, 0,
+								    t == 1 ? y1 : y2,
+								    (size_t) (m * n) * 4),
+						 0);
+				if (t > 1 && memcmp(y1, y2, (size_t) (m * n) * 4))
+					fail_msg("%s m=%ld n=%ld: 1 and %d threads differ",
+						 kk_dtype_name(qts[qi]), (long) m, (long) n, t);
+			}
+			kk_qmatrix_free(q);
+			teardown(NULL);
+		}
+	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+}
+
 /* Two caller threads using the pool at once (one finds it busy and runs
  * its chunks itself): both get the same answer as alone. */
 struct caller {
@@ -214,6 +251,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_threads_option, teardown),
 		cmocka_unit_test_teardown(test_cgroup_quota, teardown),
 		cmocka_unit_test_teardown(test_threads_deterministic, teardown),
+		cmocka_unit_test_teardown(test_threads_qgemv, teardown),
 		cmocka_unit_test_teardown(test_threads_concurrent, teardown),
 	};
 	if (kk_backend_open("cpu", &be) < 0)
