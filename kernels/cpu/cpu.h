@@ -82,6 +82,8 @@ float kk__dot(const float *a, const float *b, size_t n);
 void kk__gemv_tile(float s[8], const float *x, size_t ldx, int nx, const float *w0, const float *w1,
 		   size_t n);
 float kk__dot_bf16(const float *x, const uint16_t *w, size_t n);
+void kk__deq_i8(float *out, const int8_t *q, float s, size_t n);
+void kk__deq_q4(float *out, const uint8_t *q, const float *scales, size_t n, size_t group);
 void kk__axpy(float *y, float a, const float *x, size_t n); /* y += a x */
 void kk__scal(float *y, float a, size_t n);
 double kk__sum(const float *x, size_t n);

@@ -18,12 +18,6 @@
 
 /* ---- quantization ------------------------------------------------------ */
 
-static inline int8_t q4_get(const uint8_t *p, size_t j)
-{
-	uint8_t byte = p[j / 2];
-	return (int8_t) ((j & 1 ? byte >> 4 : byte & 0x0f) - 8);
-}
-
 static inline void q4_set(uint8_t *p, size_t j, int q)
 {
 	uint8_t nib = (uint8_t) (q + 8) & 0x0f;
@@ -33,25 +27,25 @@ static inline void q4_set(uint8_t *p, size_t j, int q)
 		p[j / 2] = (uint8_t) ((p[j / 2] & 0xf0) | nib);
 }
 
-/* Dequantizes row `row` of q into f32 out[k]. */
+/* Dequantizes row `row` of q into f32 out[k] (simd.c's vector loops; Q4
+ * scales are widened to f32 256 groups at a time). */
 static void deq_row(const kk_qmatrix *q, int64_t row, float *out)
 {
 	size_t base = (size_t) row * q->k;
 	if (q->qtype == KK_I8) {
-		const int8_t *d = (const int8_t *) q->data->ptr + base;
-		float s = LD(q->scales, row);
-		for (int64_t j = 0; j < q->k; j++)
-			out[j] = d[j] * s;
+		kk__deq_i8(out, (const int8_t *) q->data->ptr + base, LD(q->scales, row),
+			   (size_t) q->k);
 		return;
 	}
-	{
-		const uint8_t *d = q->data->ptr;
-		int64_t groups = q->k / q->group;
-		for (int64_t g = 0; g < groups; g++) {
-			float s = LD(q->scales, (size_t) row * groups + g);
-			for (int64_t j = g * q->group; j < (g + 1) * q->group; j++)
-				out[j] = q4_get(d, base + j) * s;
-		}
+	int64_t groups = q->k / q->group;
+	float sc[256];
+	for (int64_t g0 = 0; g0 < groups; g0 += 256) {
+		int64_t ng = MIN(groups - g0, (int64_t) 256);
+		size_t off = base + (size_t) (g0 * q->group);
+		kk__row_f32(sc, q->scales->ptr, q->scales->dtype, (size_t) (row * groups + g0),
+			    (size_t) ng);
+		kk__deq_q4(out + g0 * q->group, (const uint8_t *) q->data->ptr + off / 2, sc,
+			   (size_t) (ng * q->group), (size_t) q->group);
 	}
 }
 

@@ -217,6 +217,40 @@ CLONES float kk__dot_bf16(const float *x, const uint16_t *w, size_t n)
 	return s;
 }
 
+/* out[0..n) = q * s: one int8 row of per-channel scale s. */
+CLONES void kk__deq_i8(float *out, const int8_t *q, float s, size_t n)
+{
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		v16f v = i8x16_f(q + i) * s;
+		memcpy(out + i, &v, sizeof(v));
+	}
+	for (; i < n; i++)
+		out[i] = q[i] * s;
+}
+
+/* out[0..n) = (nibble - 8) * scales[j / group]: one int4 row (n and group
+ * multiples of 32), 16 bytes per step, unpacked to even/odd elements. */
+CLONES void kk__deq_q4(float *out, const uint8_t *q, const float *scales, size_t n, size_t group)
+{
+	const v16i eight = { 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8 };
+	for (size_t p = 0; p < n / 2; p += 16) {
+		v16u8 b;
+		memcpy(&b, q + p, 16);
+		float s = scales[2 * p / group];
+		v16f lo = __builtin_convertvector(__builtin_convertvector(b & 15, v16i) - eight,
+						  v16f) *
+			  s;
+		v16f hi = __builtin_convertvector(__builtin_convertvector(b >> 4, v16i) - eight,
+						  v16f) *
+			  s;
+		for (int l = 0; l < 16; l++) {
+			out[2 * (p + l)] = lo[l];
+			out[2 * (p + l) + 1] = hi[l];
+		}
+	}
+}
+
 /* n even; q holds n/2 bytes, element 2p in the low nibble of q[p]. */
 CLONES float kk__dot_q4(const float *x, const uint8_t *q, size_t n)
 {
