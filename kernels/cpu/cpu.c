@@ -156,7 +156,9 @@ int kk__parallel_chunks(int64_t n, double cost_per_item)
  * has not scheduled yet never holds a job up: the caller takes its chunks.
  * A chunk always covers the same range, whoever runs it, so results do not
  * depend on timing.  One job at a time: a second thread (another stream)
- * or a nested call finds the pool busy and runs its chunks itself. */
+ * or a nested call finds the pool busy and runs its chunks itself.  A
+ * child forked after the pool started has no workers (they stay in the
+ * parent): its caller claims every chunk, correct but single-threaded. */
 
 struct pool {
 	pthread_mutex_t busy; /* held by the thread whose job is published */
