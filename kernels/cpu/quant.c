@@ -125,17 +125,15 @@ static int qgemv_range(void *p, int64_t b, int64_t e, int chunk)
 	const kk_qmatrix *q = c->cq;
 	int64_t groups = q->qtype == KK_Q4 ? q->k / q->group : 1;
 	_cleanup_free_ float *sc = malloc(groups * sizeof(float));
+	_cleanup_free_ float *rows = c->m > 1 ? malloc(2 * q->k * sizeof(float)) : NULL;
 
-	if (!sc)
+	if (!sc || (c->m > 1 && !rows))
 		return -ENOMEM;
 	if (c->m > 1) {
 		/* Several x rows: dequantize W rows in pairs (j even, j + 1, so
 		 * the pairing never depends on the chunks) once into L1 and run
 		 * them through the float GEMV's register tile, four x rows per
 		 * pass, instead of widening every weight once per x row. */
-		_cleanup_free_ float *rows = malloc(2 * q->k * sizeof(float));
-		if (!rows)
-			return -ENOMEM;
 		for (int64_t j = b; j < e;) {
 			int nw = (j % 2 == 0 && j + 1 < e) ? 2 : 1;
 			deq_row(q, j, rows);
