@@ -404,6 +404,10 @@ static const kiln_cfg_key schema[] = {
 	{ "inference.models[].chat_template", KILN_CFG_ENUM, false, "(inference.chat_template)",
 	  "\"llama3\"", "Chat template (the words of inference.chat_template).", M(chat_template),
 	  0, 0, chat_names },
+	{ "inference.cpu_threads", KILN_CFG_INT, false, "0", "16",
+	  "Compute threads of the cpu backend; 0 = the CPUs of kiln-inferd's affinity mask and "
+	  "cgroup quota (kiln-inferd --cpu-threads).",
+	  R(inference.cpu_threads), RANGE(0, 256) },
 
 	{ "image", KILN_CFG_GROUP, false, NULL, NULL,
 	  "The stateless node image and how nodes boot it.", NOF, NR },

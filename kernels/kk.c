@@ -189,6 +189,18 @@ int kk_backend_sync(kk_backend *be)
 	return be->ops->sync ? be->ops->sync(be) : 0;
 }
 
+int kk_backend_set_threads(kk_backend *be, int n)
+{
+	assert_return(be && n >= 0 && n <= KK_THREADS_MAX, -EINVAL);
+	return be->ops->set_threads ? be->ops->set_threads(be, n) : 0;
+}
+
+int kk_backend_threads(const kk_backend *be)
+{
+	assert_return(be, -EINVAL);
+	return be->ops->threads ? be->ops->threads(be) : 1;
+}
+
 /* ---- op queries -------------------------------------------------------- */
 
 const char *kk_op_name(kk_op op)

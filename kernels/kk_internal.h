@@ -94,6 +94,9 @@ struct kk_backend_ops {
 	int (*init)(kk_backend *be);
 	void (*fini)(kk_backend *be);
 	int (*sync)(kk_backend *be);
+	/* Host compute threads (NULL: the backend has none to set). */
+	int (*set_threads)(kk_backend *be, int n);
+	int (*threads)(const kk_backend *be);
 
 	/* Memory.  alloc returns a device pointer of `bytes` (> 0) bytes. */
 	int (*alloc)(kk_backend *be, size_t bytes, void **ret);

@@ -7,3 +7,7 @@ $(eval $(call kiln_tool,test-kk-cuda-mem,tests/kernels/gpu/test-kk-cuda-mem.c,kk
 TEST_GPU_SCRIPTS += tests/kernels/gpu/test-kk-cuda-mem.sh
 TEST_SCRIPTS += tests/kernels/gpu/test-kk-cuda-mem.sh
 TEST_FULL_SCRIPTS += tests/kernels/gpu/emu/run-emu-mem.sh
+# bench-decode-cpu: prefill, single-stream and batched decode of a model
+# shape (random weights) on the cpu backend per thread count, decode as a
+# % of the copy-bandwidth roofline (kernels/bench/cpu-decode.c).
+$(eval $(call kiln_tool,bench-decode-cpu,kernels/bench/cpu-decode.c,kmodel kmf kk common,$$(KMF_LDLIBS) $$(KK_LDLIBS)))

@@ -13,11 +13,23 @@
 
 #include "../kk_internal.h"
 
-/* Work items (roughly: inner-loop element operations) below which an op
- * stays single-threaded; thread start-up costs ~20 us. */
+/* Work items (roughly: inner-loop element operations, ~0.5 ns each) below
+ * which an op stays single-threaded.  Handing a job to spinning workers
+ * costs ~1-2 us on an idle machine, but on an oversubscribed one a worker
+ * may wait a scheduler slice for a core: stories260K's engine on the
+ * loaded 2-core build machine served more tok/s with 1 << 16 than with
+ * 1 << 13 (docs/kernels.md). */
 #define KK_CPU_PAR_MIN_WORK (1u << 16)
-/* Upper bound on helper threads, whatever KK_CPU_THREADS says. */
-#define KK_CPU_THREADS_MAX 64
+/* Upper bound on threads, whatever is asked (KK_THREADS_MAX of kk.h). */
+#define KK_CPU_THREADS_MAX KK_THREADS_MAX
+/* Chunks per thread of a parallel loop: a worker the kernel schedules late
+ * (a busy machine) then finds chunks left to take, and the caller waits for
+ * at most the one chunk it is running instead of a whole share. */
+#define KK_CPU_CHUNKS_PER_THREAD 4
+#define KK_CPU_CHUNKS_MAX	 (KK_CPU_THREADS_MAX * KK_CPU_CHUNKS_PER_THREAD)
+/* How long an idle pool worker spins for the next job before it sleeps on
+ * a futex: a forward pass issues its ops well within this. */
+#define KK_CPU_SPIN_NS 200000
 
 static inline float kk__ld(const void *p, kk_dtype dt, size_t i)
 {
@@ -65,6 +77,13 @@ static inline float kk__round(kk_dtype dt, float v)
 
 /* Vectorized inner loops (simd.c, one clone per x86-64 level). */
 float kk__dot(const float *a, const float *b, size_t n);
+/* s[r * 2 + c] = dot(x + r * ldx, w_c) for r < nx (1..4), c < 1 or 2
+ * (w1 NULL: one weight row). */
+void kk__gemv_tile(float s[8], const float *x, size_t ldx, int nx, const float *w0, const float *w1,
+		   size_t n);
+float kk__dot_bf16(const float *x, const uint16_t *w, size_t n);
+void kk__deq_i8(float *out, const int8_t *q, float s, size_t n);
+void kk__deq_q4(float *out, const uint8_t *q, const float *scales, size_t n, size_t group);
 void kk__axpy(float *y, float a, const float *x, size_t n); /* y += a x */
 void kk__scal(float *y, float a, size_t n);
 double kk__sum(const float *x, size_t n);
@@ -114,14 +133,23 @@ static inline void kk__row_store(void *p, kk_dtype dt, size_t off, const float *
 #endif
 
 /* Calls fn(ctx, begin, end, chunk) over [0, n) split into contiguous
- * chunks 0 .. kk__parallel_chunks(n, cost)-1, one thread each, when the work
- * (n * cost_per_item) is large enough (else one chunk on the caller's
- * thread).  Returns the first negative value fn returned, or 0 (or -ENOMEM /
- * -EAGAIN when threads could not start: then it runs on the caller). */
+ * chunks 0 .. kk__parallel_chunks(n, cost)-1 on the pool (the caller runs
+ * chunks too) when the work (n * cost_per_item) is large enough, else one
+ * chunk on the caller's thread.  Chunk i always covers the same range, so
+ * per-chunk partial results can be combined in chunk order whatever thread
+ * ran them.  Returns the first negative value fn returned, or 0 (when
+ * workers cannot start, the caller runs their chunks). */
 typedef int (*kk__range_fn)(void *ctx, int64_t begin, int64_t end, int chunk);
 int kk__parallel_chunks(int64_t n, double cost_per_item);
 int kk__parallel_for(int64_t n, double cost_per_item, kk__range_fn fn, void *ctx);
 int kk__cpu_threads(void);
+/* KK_CPU_THREADS, else the CPUs of the affinity mask / cgroup quota. */
+int kk__cpu_default_threads(void);
+/* CPUs the cgroup v2 cpu.max quotas allow ("QUOTA PERIOD", rounded up):
+ * the tightest of the group named by proc_cgroup's "0::/group" line under
+ * root and of its ancestors below root; 0 for no quota ("max"), cgroup v1,
+ * or anything unreadable. */
+int kk__cpu_cgroup_cpus(const char *proc_cgroup, const char *root);
 
 static inline float kk__gelu(float x)
 {

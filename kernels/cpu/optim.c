@@ -58,7 +58,7 @@ int kk__cpu_adamw(kk_backend *be, kk_stream *st, kk_buffer *master, kk_buffer *p
 
 struct sumsq_ctx {
 	const kk_buffer *x;
-	double part[KK_CPU_THREADS_MAX];
+	double part[KK_CPU_CHUNKS_MAX];
 };
 
 static int sumsq_range(void *p, int64_t b, int64_t e, int chunk)

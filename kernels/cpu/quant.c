@@ -11,17 +11,12 @@
 #include "cpu.h"
 #include "kiln/macro.h"
 
-/* Above this many activation rows the quantized product dequantizes the
- * whole weight once and uses sgemm instead of per-row dot products. */
-#define KK_CPU_QGEMM_GEMM_MIN_M 8
+/* From this many activation rows on, the quantized product dequantizes the
+ * whole weight once and uses sgemm instead of the GEMV (as the float GEMV
+ * of gemm.c: m <= 8). */
+#define KK_CPU_QGEMM_GEMM_MIN_M 9
 
 /* ---- quantization ------------------------------------------------------ */
-
-static inline int8_t q4_get(const uint8_t *p, size_t j)
-{
-	uint8_t byte = p[j / 2];
-	return (int8_t) ((j & 1 ? byte >> 4 : byte & 0x0f) - 8);
-}
 
 static inline void q4_set(uint8_t *p, size_t j, int q)
 {
@@ -32,25 +27,25 @@ static inline void q4_set(uint8_t *p, size_t j, int q)
 		p[j / 2] = (uint8_t) ((p[j / 2] & 0xf0) | nib);
 }
 
-/* Dequantizes row `row` of q into f32 out[k]. */
+/* Dequantizes row `row` of q into f32 out[k] (simd.c's vector loops; Q4
+ * scales are widened to f32 256 groups at a time). */
 static void deq_row(const kk_qmatrix *q, int64_t row, float *out)
 {
 	size_t base = (size_t) row * q->k;
 	if (q->qtype == KK_I8) {
-		const int8_t *d = (const int8_t *) q->data->ptr + base;
-		float s = LD(q->scales, row);
-		for (int64_t j = 0; j < q->k; j++)
-			out[j] = d[j] * s;
+		kk__deq_i8(out, (const int8_t *) q->data->ptr + base, LD(q->scales, row),
+			   (size_t) q->k);
 		return;
 	}
-	{
-		const uint8_t *d = q->data->ptr;
-		int64_t groups = q->k / q->group;
-		for (int64_t g = 0; g < groups; g++) {
-			float s = LD(q->scales, (size_t) row * groups + g);
-			for (int64_t j = g * q->group; j < (g + 1) * q->group; j++)
-				out[j] = q4_get(d, base + j) * s;
-		}
+	int64_t groups = q->k / q->group;
+	float sc[256];
+	for (int64_t g0 = 0; g0 < groups; g0 += 256) {
+		int64_t ng = MIN(groups - g0, (int64_t) 256);
+		size_t off = base + (size_t) (g0 * q->group);
+		kk__row_f32(sc, q->scales->ptr, q->scales->dtype, (size_t) (row * groups + g0),
+			    (size_t) ng);
+		kk__deq_q4(out + g0 * q->group, (const uint8_t *) q->data->ptr + off / 2, sc,
+			   (size_t) (ng * q->group), (size_t) q->group);
 	}
 }
 
@@ -130,9 +125,34 @@ static int qgemv_range(void *p, int64_t b, int64_t e, int chunk)
 	const kk_qmatrix *q = c->cq;
 	int64_t groups = q->qtype == KK_Q4 ? q->k / q->group : 1;
 	_cleanup_free_ float *sc = malloc(groups * sizeof(float));
+	_cleanup_free_ float *rows = c->m > 1 ? malloc(2 * q->k * sizeof(float)) : NULL;
 
-	if (!sc)
+	if (!sc || (c->m > 1 && !rows))
 		return -ENOMEM;
+	if (c->m > 1) {
+		/* Several x rows: dequantize W rows in pairs (j even, j + 1, so
+		 * the pairing never depends on the chunks) once into L1 and run
+		 * them through the float GEMV's register tile, four x rows per
+		 * pass, instead of widening every weight once per x row. */
+		for (int64_t j = b; j < e;) {
+			int nw = (j % 2 == 0 && j + 1 < e) ? 2 : 1;
+			deq_row(q, j, rows);
+			if (nw == 2)
+				deq_row(q, j + 1, rows + q->k);
+			for (int64_t i = 0; i < c->m; i += 4) {
+				float s[8];
+				int nx = (int) MIN(c->m - i, (int64_t) 4);
+				kk__gemv_tile(s, c->xf + i * q->k, q->k, nx, rows,
+					      nw == 2 ? rows + q->k : NULL, q->k);
+				for (int r = 0; r < nx; r++)
+					for (int w = 0; w < nw; w++)
+						ST(c->out, (size_t) (i + r) * q->n + j + w,
+						   s[r * 2 + w] + (c->bias ? LD(c->bias, j + w) : 0.0f));
+			}
+			j += nw;
+		}
+		return 0;
+	}
 	for (int64_t j = b; j < e; j++) {
 		float bj = c->bias ? LD(c->bias, j) : 0.0f;
 		size_t base = (size_t) j * q->k;
@@ -167,7 +187,7 @@ int kk__cpu_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *
 	if (m < KK_CPU_QGEMM_GEMM_MIN_M) {
 		struct q_ctx c = { .cq = w, .out = y, .bias = bias, .m = m, .xf = xf };
 		_cleanup_free_ float *split = NULL;
-		if (w->qtype == KK_Q4) {
+		if (w->qtype == KK_Q4 && m == 1) {
 			size_t half = (size_t) w->k / 2;
 			split = malloc((size_t) m * w->k * sizeof(float));
 			if (!split)

@@ -110,6 +110,20 @@ int kk_backend_available(const char *name);
  * Errors: -EINVAL, -EIO. */
 int kk_backend_sync(kk_backend *be);
 
+/* Most compute threads kk_backend_set_threads accepts. */
+#define KK_THREADS_MAX 256
+/* Sets how many threads the backend computes with on the host, the
+ * caller's included: n in 1..KK_THREADS_MAX, or 0 for the default (cpu:
+ * $KK_CPU_THREADS when set, else the CPUs of the process's affinity mask,
+ * capped by its cgroup v2 cpu.max quota).  On cpu the setting and the
+ * worker pool are process-wide (the last call wins) and OpenBLAS is held
+ * to one thread, because kk's own threads split every GEMM; backends that
+ * compute on a device accept and ignore it.
+ * Errors: -EINVAL (NULL be, n outside 0..KK_THREADS_MAX). */
+int kk_backend_set_threads(kk_backend *be, int n);
+/* The compute threads the backend uses now (1 for device backends). */
+int kk_backend_threads(const kk_backend *be);
+
 /* ------------------------------------------------------------------------ */
 /* Streams                                                                   */
 

@@ -63,6 +63,7 @@ enum {
 	OPT_MEMORY_BUDGET,
 	OPT_API_KEYS,
 	OPT_METRICS_AUTH,
+	OPT_CPU_THREADS,
 	OPT_MAX_, /* the size of arg.given[] */
 };
 
@@ -123,6 +124,10 @@ static const kiln_option options[] = {
 	{ "prefix-caching", OPT_PREFIX, NULL, "share prompt-prefix KV blocks between requests",
 	  NULL },
 	{ "threads", OPT_THREADS, "N", "HTTP worker threads (default 4)", NULL },
+	{ "cpu-threads", OPT_CPU_THREADS, "N",
+	  "cpu backend compute threads, 0 = the CPUs of the affinity mask and cgroup quota "
+	  "(default 0)",
+	  NULL },
 	{ "tokenizer", OPT_TOKENIZER, "FILE",
 	  "tokenizer for text prompts and replies: GGUF,\n"
 	  "tokenizer.json or llama2.c tokenizer.bin (default:\n"
@@ -202,6 +207,7 @@ static struct {
 	uint64_t memory_budget; /* bytes; 0: the default */
 	int port, max_running, max_step, blocks, max_waiting, eos, threads, ctx;
 	int max_conns, per_client, idle_timeout, max_body; /* 0: kiln/http.h's defaults */
+	int cpu_threads;				   /* 0: kk's default */
 	kk_dtype dtype;
 	int chat; /* a ktok_chat, or -1: from the tokenizer */
 	bool prefix;
@@ -366,6 +372,9 @@ static int parse_argv(int argc, char **argv)
 			break;
 		case OPT_THREADS:
 			r = kiln_parse_int(optarg, 1, 256, &arg.threads);
+			break;
+		case OPT_CPU_THREADS:
+			r = kiln_parse_int(optarg, 0, KK_THREADS_MAX, &arg.cpu_threads);
 			break;
 		case OPT_MAX_CONNECTIONS:
 			r = kiln_parse_int(optarg, 1, 1 << 20, &arg.max_conns);
@@ -1105,6 +1114,8 @@ static int settings_from_cfg(kiln_cfg **ret)
 		arg.api_keys = in->api_keys_file;
 	if (!arg.given[OPT_METRICS_AUTH])
 		arg.metrics_auth = in->metrics_auth;
+	if (!arg.given[OPT_CPU_THREADS])
+		arg.cpu_threads = in->cpu_threads;
 	if (arg.n_models == 0) {
 		log_error("No model: give --model FILE, or set inference.models (or "
 			  "inference.model) in the cluster file (-c FILE) for this node");
@@ -1232,8 +1243,10 @@ static int check_budget(const model_spec *specs, const km_config *const *cfgs, i
 			  specs[i].name, MIB(e[i].weights + e[i].kv + e[i].buffers),
 			  MIB(e[i].weights), kk_dtype_name((kk_dtype) specs[i].dtype), MIB(e[i].kv),
 			  specs[i].blocks, MIB(e[i].buffers));
-	log_error("Serve fewer models, give them fewer KV blocks (kv_blocks, kv_cache_mb) or a "
-		  "smaller dtype, or raise the budget (--memory-budget, inference.memory_mb)");
+	log_error("Serve fewer models, give them fewer KV blocks (kv_blocks, kv_cache_mb) "
+		  "or a "
+		  "smaller dtype, or raise the budget (--memory-budget, "
+		  "inference.memory_mb)");
 	return KILN_EXIT_USAGE;
 }
 
@@ -1278,7 +1291,8 @@ static int load_models(daemon_state *d)
 		}
 		for (int j = 0; j < i; j++)
 			if (streq(arg.models[j].name, m->name)) {
-				log_error("Two models are named '%s' (%s and %s): requests pick a "
+				log_error("Two models are named '%s' (%s and %s): requests "
+					  "pick a "
 					  "model by its name; give each its own (--model "
 					  "FILE,name=NAME, inference.models[].name)",
 					  m->name, arg.models[j].path, m->path);
@@ -1294,7 +1308,8 @@ static int load_models(daemon_state *d)
 		a->model.vocab = c->vocab_size;
 		a->model.ctx = c->max_seq_len;
 		if (m->ctx > a->model.ctx) {
-			log_error("%s: --context-length %d is longer than %s's own context (%d "
+			log_error("%s: --context-length %d is longer than %s's own context "
+				  "(%d "
 				  "tokens); give at most %d, or 0 for the model's",
 				  m->name, m->ctx, m->path, a->model.ctx, a->model.ctx);
 			return KILN_EXIT_USAGE;
@@ -1332,6 +1347,10 @@ static int load_models(daemon_state *d)
 		}
 		if (why[0] && i == 0) /* auto's fallback: said once, not per model */
 			log_notice("%s", why);
+		r = kk_backend_set_threads(owned.be[i], arg.cpu_threads);
+		if (r < 0)
+			return log_error_errno(r, "Failed to set %d compute threads: %m",
+					       arg.cpu_threads);
 		if ((r = load_tokenizer(m, &a->model, &owned.tok[i])) != 0)
 			return r;
 		km_weight_source src = km_file_source(owned.file[i]);

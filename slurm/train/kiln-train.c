@@ -45,7 +45,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(kmt_shard *, kmt_shard_free);
 typedef struct args {
 	const char *model, *data, *save, *resume, *backend;
 	int64_t steps, save_every, warmup, stop_at;
-	int batch, seq, accum;
+	int batch, seq, accum, threads;
 	double lr, lr_min, weight_decay, clip;
 	uint64_t seed;
 } args;
@@ -75,6 +75,7 @@ enum {
 	OPT_STOP_AT,
 	OPT_ACCUM,
 	OPT_BACKEND,
+	OPT_THREADS,
 };
 
 static const kiln_option options[] = {
@@ -104,6 +105,10 @@ static const kiln_option options[] = {
 	{ "resume", 'r', "FILE", "continue from a checkpoint written by --save", "file" },
 	{ "backend", OPT_BACKEND, "NAME",
 	  "kk backend: cpu, cuda, auto (default auto;\nKILN_BACKEND overrides)", "cpu cuda auto" },
+	{ "threads", OPT_THREADS, "N",
+	  "cpu backend compute threads, 0 = the CPUs of the\naffinity mask and cgroup quota "
+	  "(default 0)",
+	  NULL },
 	KILN_OPTIONS_COMMON,
 	{}
 };
@@ -211,6 +216,11 @@ static int parse_argv(int argc, char **argv)
 			break;
 		case OPT_BACKEND:
 			a->backend = optarg;
+			break;
+		case OPT_THREADS:
+			if (kiln_parse_int(optarg, 0, KK_THREADS_MAX, &a->threads) < 0)
+				return kiln_usage_error(&prog, "--threads '%s': must be 0..%d.",
+							optarg, KK_THREADS_MAX);
 			break;
 		default:
 			r = kiln_prog_option(&prog, c);
@@ -393,6 +403,10 @@ static int run(int argc, char **argv)
 	}
 	if (why[0])
 		log_notice("%s", why);
+	if ((r = kk_backend_set_threads(be, a->threads)) < 0) {
+		log_error_errno(r, "Cannot use %d compute threads: %m", a->threads);
+		goto out;
+	}
 	kmt_opts o = { .batch = a->batch, .seq_len = a->seq };
 	km_weight_source src = km_file_source(f);
 	if ((r = kmt_model_new(be, &cfg, &o, &src, &m, &err)) < 0) {

@@ -157,7 +157,11 @@ static void ceilings(int n, size_t copy_bytes)
 		g.a[i] = g.b[i] = (float) (i % 17) * 0.01f;
 	memset(cp.a, 1, copy_bytes);
 	memset(cp.b, 2, copy_bytes);
+	/* OpenBLAS with its own threads, as many as kk's: the ceiling kk's
+	 * split of sgemm over its pool is measured against. */
+	openblas_set_num_threads(kk_backend_threads(be));
 	t = time_it(raw_sgemm, &g);
+	openblas_set_num_threads(1);
 	peak_gflops = MAX(peak_gflops, 2.0 * n * n * n / t * 1e-9);
 	t = time_it(raw_copy, &cp);
 	copy_gbs = MAX(copy_gbs, 2.0 * copy_bytes / t * 1e-9); /* read + write */
@@ -201,6 +205,34 @@ static void bench_gemm(kk_dtype dt, int64_t m, int64_t n, int64_t k, int64_t bat
 			 (long) batch);
 	row("gemm", shape, time_it(do_gemm, &d), 2.0 * bt * m * n * k, true);
 	kk_buffer_free(a), kk_buffer_free(b), kk_buffer_free(c), kk_buffer_free(bias);
+}
+
+/* A linear layer y = x W^T with W [n, k] as stored in a model: m = 1..8
+ * is the decode GEMV (rate: GB/s of weights), larger m sgemm. */
+static void bench_linear(kk_dtype dt, int64_t m, int64_t n, int64_t k)
+{
+	kk_buffer *x = rand_buf(dt, m * k, -1, 1), *w = rand_buf(dt, n * k, -1, 1);
+	kk_buffer *y = rand_buf(KK_F32, m * n, 0, 1);
+	kk_gemm_desc d = { .m = m,
+			   .n = n,
+			   .k = k,
+			   .trans_b = true,
+			   .alpha = 1,
+			   .a = x,
+			   .lda = k,
+			   .b = w,
+			   .ldb = k,
+			   .c = y,
+			   .ldc = n };
+	char shape[64];
+	snprintf(shape, sizeof(shape), "%s m=%ld %ldx%ld", kk_dtype_name(dt), (long) m, (long) n,
+		 (long) k);
+	if (m <= 8)
+		row("linear x W^T", shape, time_it(do_gemm, &d), (double) kk_buffer_bytes(w),
+		    false);
+	else
+		row("linear x W^T", shape, time_it(do_gemm, &d), 2.0 * m * n * k, true);
+	kk_buffer_free(x), kk_buffer_free(w), kk_buffer_free(y);
 }
 
 struct qg_ctx {
@@ -388,15 +420,25 @@ static const char *load_avg(void)
 int main(int argc, char **argv)
 {
 	bool quick = false;
-	int r;
+	int r, threads = 0;
 
 	for (int i = 1; i < argc; i++) {
 		if (streq(argv[i], "--quick"))
 			quick = true;
 		else if (streq(argv[i], "--cpu-time"))
 			bench_clock = CLOCK_PROCESS_CPUTIME_ID;
-		else {
-			fprintf(stderr, "Unknown argument '%s'; usage: %s [--quick] [--cpu-time]\n",
+		else if (streq(argv[i], "--threads") && i + 1 < argc) {
+			char *end;
+			threads = (int) strtol(argv[++i], &end, 10);
+			if (*end || threads < 1 || threads > KK_THREADS_MAX) {
+				fprintf(stderr, "--threads '%s': want a count 1..%d\n", argv[i],
+					KK_THREADS_MAX);
+				return 2;
+			}
+		} else {
+			fprintf(stderr,
+				"Unknown argument '%s'; usage: %s [--quick] [--cpu-time] "
+				"[--threads N]\n",
 				argv[i], argv[0]);
 			return 2;
 		}
@@ -409,6 +451,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "Failed to open the cpu backend: %s\n", strerror(-r));
 		return 1;
 	}
+	kk_backend_set_threads(be, threads);
 	printf("# kk cpu backend benchmark (%s shapes, %s); load average at start: %s",
 	       quick ? "quick" : "full",
 	       bench_clock == CLOCK_MONOTONIC ? "wall time" : "process CPU time", load_avg());
@@ -417,6 +460,8 @@ int main(int argc, char **argv)
 	if (quick) {
 		bench_gemm(KK_F32, 128, 128, 128, 0, false);
 		bench_gemm(KK_BF16, 64, 96, 128, 2, true);
+		bench_linear(KK_F32, 1, 256, 256);
+		bench_linear(KK_F32, 16, 256, 256);
 		bench_qgemv(KK_I8, 0, 256, 256);
 		bench_qgemv(KK_Q4, 64, 256, 256);
 		bench_attn(64, 2, 1, 64);
@@ -431,6 +476,11 @@ int main(int argc, char **argv)
 		bench_gemm(KK_F32, 256, 256, 256, 8, false);
 		bench_gemm(KK_BF16, 1024, 1024, 1024, 0, false);
 		bench_gemm(KK_F16, 1024, 1024, 1024, 0, false);
+		bench_linear(KK_F32, 1, 4096, 4096);
+		bench_linear(KK_F32, 8, 4096, 4096);
+		bench_linear(KK_BF16, 1, 4096, 4096);
+		bench_linear(KK_F32, 16, 4096, 4096);
+		bench_linear(KK_F32, 128, 768, 768);
 		bench_qgemv(KK_I8, 0, 4096, 4096);
 		bench_qgemv(KK_Q4, 32, 4096, 4096);
 		bench_qgemv(KK_Q4, 128, 4096, 4096);
@@ -442,9 +492,9 @@ int main(int argc, char **argv)
 	}
 	ceilings(quick ? 256 : 1536, quick ? (8u << 20) : (256u << 20));
 	printf("# ceilings (best of before and after): OpenBLAS sgemm %dx%dx%d = %.1f GFLOP/s; "
-	       "memcpy %u MiB = %.2f GB/s (read+write); %d threads\n",
+	       "memcpy %u MiB = %.2f GB/s (read+write); %d kk threads\n",
 	       quick ? 256 : 1536, quick ? 256 : 1536, quick ? 256 : 1536, peak_gflops,
-	       quick ? 8u : 256u, copy_gbs, (int) sysconf(_SC_NPROCESSORS_ONLN));
+	       quick ? 8u : 256u, copy_gbs, kk_backend_threads(be));
 	print_rows();
 	kk_backend_free(be);
 	return failures ? 1 : 0;

@@ -1,9 +1,262 @@
 /* tests/kernels/test-kernels-cpu.c — the kk op suite on the cpu backend
- * (kernels-suite.h has the tests and their tolerances). */
+ * (kernels-suite.h has the tests and their tolerances), then what only the
+ * cpu backend has: its thread count (kk_backend_set_threads, the affinity
+ * mask and cgroup quota default) and its thread pool (results independent
+ * of the thread count, several callers at once). */
 #define KK_TEST_BACKEND "cpu"
 #include "kernels-suite.h"
 
+#include <pthread.h>
+#include <sched.h>
+#include <sys/stat.h>
+
+/* kernels/cpu/cpu.h (internal, in libkk.a). */
+int kk__cpu_cgroup_cpus(const char *proc_cgroup, const char *root);
+
+static void test_threads_option(void **state)
+{
+	cpu_set_t old, one;
+	char *env = getenv("KK_CPU_THREADS") ? strdup(getenv("KK_CPU_THREADS")) : NULL;
+
+	assert_int_equal(kk_backend_set_threads(be, -1), -EINVAL);
+	assert_int_equal(kk_backend_set_threads(be, KK_THREADS_MAX + 1), -EINVAL);
+	assert_int_equal(kk_backend_set_threads(NULL, 1), -EINVAL);
+	assert_int_equal(kk_backend_threads(NULL), -EINVAL);
+	assert_int_equal(kk_backend_set_threads(be, 3), 0);
+	assert_int_equal(kk_backend_threads(be), 3);
+
+	/* The default: KK_CPU_THREADS, else the affinity mask. */
+	setenv("KK_CPU_THREADS", "5", 1);
+	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+	assert_int_equal(kk_backend_threads(be), 5);
+	setenv("KK_CPU_THREADS", "lots", 1); /* not a count: ignored */
+	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+	unsetenv("KK_CPU_THREADS");
+	assert_int_equal(sched_getaffinity(0, sizeof(old), &old), 0);
+	CPU_ZERO(&one);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &old)) {
+			CPU_SET(c, &one);
+			break;
+		}
+	assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
+	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+	assert_int_equal(kk_backend_threads(be), 1);
+	assert_int_equal(sched_setaffinity(0, sizeof(old), &old), 0);
+	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+	int q = kk__cpu_cgroup_cpus("/proc/self/cgroup", "/sys/fs/cgroup");
+	assert_int_equal(kk_backend_threads(be), MIN(CPU_COUNT(&old), q > 0 ? q : CPU_COUNT(&old)));
+	if (env)
+		setenv("KK_CPU_THREADS", env, 1);
+	free(env);
+	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+}
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* cpu.max of a fake cgroup tree: the tightest quota of the group and its
+ * ancestors, rounded up; "max" and v1-only files mean no quota. */
+static void test_cgroup_quota(void **state)
+{
+	char dir[] = "/tmp/kk-cgroup-XXXXXX", p[256], pc[256];
+	assert_non_null(mkdtemp(dir));
+	snprintf(pc, sizeof(pc), "%s/proc-cgroup", dir);
+	snprintf(p, sizeof(p), "%s/a", dir);
+	assert_int_equal(mkdir(p, 0755), 0);
+	snprintf(p, sizeof(p), "%s/a/b", dir);
+	assert_int_equal(mkdir(p, 0755), 0);
+
+	write_file(pc, "1:cpu:/\n0::/a/b\n");
+	assert_int_equal(kk__cpu_cgroup_cpus(pc, dir), 0); /* no cpu.max anywhere */
+	snprintf(p, sizeof(p), "%s/a/b/cpu.max", dir);
+	write_file(p, "max 100000\n");
+	assert_int_equal(kk__cpu_cgroup_cpus(pc, dir), 0);
+	write_file(p, "250000 100000\n");
+	assert_int_equal(kk__cpu_cgroup_cpus(pc, dir), 3); /* 2.5 CPUs: 3 threads */
+	snprintf(p, sizeof(p), "%s/a/cpu.max", dir);
+	write_file(p, "150000 100000\n");
+	assert_int_equal(kk__cpu_cgroup_cpus(pc, dir), 2); /* the parent's is tighter */
+	write_file(p, "5000 100000\n");
+	assert_int_equal(kk__cpu_cgroup_cpus(pc, dir), 1); /* never 0 */
+	write_file(pc, "4:memory:/x\n");		   /* cgroup v1 only */
+	assert_int_equal(kk__cpu_cgroup_cpus(pc, dir), 0);
+	snprintf(p, sizeof(p), "%s/nonexistent", dir);
+	assert_int_equal(kk__cpu_cgroup_cpus(p, dir), 0);
+
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+/* y = x W^T for a linear layer at decode sizes (m <= 8: the GEMV, rows of
+ * W split over threads): y from 1, 2 and 5 threads must be bit-identical,
+ * since every output is one dot product whatever the split.  At prefill
+ * sizes (sgemm on column blocks) OpenBLAS's edge kernels sum a block's
+ * last columns in another order, so there the bar is the float64
+ * reference's tolerance, for every thread count. */
+static void linear_run(kk_dtype dt, int64_t m, int64_t n, int64_t k, kk_buffer *x, kk_buffer *w,
+		       int threads, float *out)
+{
+	kk_buffer *y = out_buf(KK_F32, (size_t) (m * n));
+	kk_gemm_desc d = { .trans_b = true,
+			   .m = m,
+			   .n = n,
+			   .k = k,
+			   .alpha = 1,
+			   .a = x,
+			   .lda = k,
+			   .b = w,
+			   .ldb = k,
+			   .c = y,
+			   .ldc = n };
+	assert_int_equal(kk_backend_set_threads(be, threads), 0);
+	assert_int_equal(kk_gemm(be, NULL, &d), 0);
+	assert_int_equal(kk_buffer_download(be, NULL, y, 0, out, (size_t) (m * n) * 4), 0);
+}
+
+static void test_threads_deterministic(void **state)
+{
+	const int64_t ms[] = { 1, 3, 4, 8, 64 };
+	for (size_t di = 0; di < 2; di++)
+		for (size_t mi = 0; mi < ARRAY_SIZE(ms); mi++) {
+			kk_dtype dt = di ? KK_BF16 : KK_F32;
+			int64_t m = ms[mi], n = irand(300, 700), k = irand(200, 400);
+			double *hx, *hw;
+			kk_buffer *x = up_rand(dt, (size_t) (m * k), -1, 1, &hx);
+			kk_buffer *w = up_rand(dt, (size_t) (n * k), -1, 1, &hw);
+			float *y1 = hmalloc((size_t) (m * n) * 4),
+			      *y2 = hmalloc((size_t) (m * n) * 4);
+			double *ref = hmalloc((size_t) (m * n) * 8),
+			       *got = hmalloc((size_t) (m * n) * 8);
+			for (int64_t i = 0; i < m; i++)
+				for (int64_t j = 0; j < n; j++) {
+					double acc = 0;
+					for (int64_t l = 0; l < k; l++)
+						acc += hx[i * k + l] * hw[j * k + l];
+					ref[i * n + j] = acc;
+				}
+			linear_run(dt, m, n, k, x, w, 1, y1);
+			for (int t = 2; t <= 5; t += 3) {
+				linear_run(dt, m, n, k, x, w, t, y2);
+				if (m <= 8 && memcmp(y1, y2, (size_t) (m * n) * 4))
+					fail_msg("%s m=%ld n=%ld k=%ld: 1 and %d threads differ",
+						 kk_dtype_name(dt), (long) m, (long) n, (long) k,
+						 t);
+				for (int64_t i = 0; i < m * n; i++)
+					got[i] = y2[i];
+				expect_close("linear", got, ref, (size_t) (m * n), 4 * TOL(dt),
+					     2 * TOL(dt));
+			}
+			teardown(NULL);
+		}
+	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+}
+
+/* The quantized GEMV (m <= 8, int8 and int4 rows split over threads) is
+ * bit-identical for 1, 2 and 5 threads too. */
+static void test_threads_qgemv(void **state)
+{
+	const int64_t ms[] = { 1, 3, 8 };
+	const kk_dtype qts[] = { KK_I8, KK_Q4 };
+	for (size_t qi = 0; qi < ARRAY_SIZE(qts); qi++)
+		for (size_t mi = 0; mi < ARRAY_SIZE(ms); mi++) {
+			int64_t m = ms[mi], n = irand(300, 700), k = 32 * irand(8, 12);
+			double *hx, *hw;
+			kk_buffer *x = up_rand(KK_F32, (size_t) (m * k), -1, 1, &hx);
+			kk_buffer *w = up_rand(KK_F32, (size_t) (n * k), -1, 1, &hw);
+			kk_buffer *y = out_buf(KK_F32, (size_t) (m * n));
+			float *y1 = hmalloc((size_t) (m * n) * 4),
+			      *y2 = hmalloc((size_t) (m * n) * 4);
+			kk_qmatrix *q = NULL;
+			assert_int_equal(kk_qmatrix_alloc(be, qts[qi], n, k,
+							  qts[qi] == KK_Q4 ? 32 : 0, KK_F16, &q),
+					 0);
+			assert_int_equal(kk_quantize(be, NULL, q, w), 0);
+			for (int t = 1; t <= 5; t += t == 1 ? 1 : 3) {
+				assert_int_equal(kk_backend_set_threads(be, t), 0);
+				assert_int_equal(kk_qgemm(be, NULL, y, x, q, NULL, m), 0);
+				assert_int_equal(kk_buffer_download(be, NULL, y, 0,
+								    t == 1 ? y1 : y2,
+								    (size_t) (m * n) * 4),
+						 0);
+				if (t > 1 && memcmp(y1, y2, (size_t) (m * n) * 4))
+					fail_msg("%s m=%ld n=%ld: 1 and %d threads differ",
+						 kk_dtype_name(qts[qi]), (long) m, (long) n, t);
+			}
+			kk_qmatrix_free(q);
+			teardown(NULL);
+		}
+	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+}
+
+/* Two caller threads using the pool at once (one finds it busy and runs
+ * its chunks itself): both get the same answer as alone. */
+struct caller {
+	kk_gemm_desc d;
+	int r, rounds;
+};
+
+static void *caller_main(void *p)
+{
+	struct caller *c = p;
+	for (int i = 0; i < c->rounds && c->r == 0; i++)
+		c->r = kk_gemm(be, NULL, &c->d);
+	return NULL;
+}
+
+static void test_threads_concurrent(void **state)
+{
+	const int64_t m = 4, n = 512, k = 256;
+	double *hx, *hw;
+	kk_buffer *x = up_rand(KK_F32, m * k, -1, 1, &hx), *w = up_rand(KK_F32, n * k, -1, 1, &hw);
+	float *want = hmalloc(m * n * 4), *got = hmalloc(m * n * 4);
+	struct caller c[2];
+	pthread_t t[2];
+
+	linear_run(KK_F32, m, n, k, x, w, 2, want);
+	for (int i = 0; i < 2; i++) {
+		c[i] = (struct caller){ .d = { .trans_b = true,
+					       .m = m,
+					       .n = n,
+					       .k = k,
+					       .alpha = 1,
+					       .a = x,
+					       .lda = k,
+					       .b = w,
+					       .ldb = k,
+					       .c = out_buf(KK_F32, m * n),
+					       .ldc = n },
+					.rounds = 200 };
+		assert_int_equal(pthread_create(&t[i], NULL, caller_main, &c[i]), 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(pthread_join(t[i], NULL), 0);
+		assert_int_equal(c[i].r, 0);
+		assert_int_equal(kk_buffer_download(be, NULL, c[i].d.c, 0, got, m * n * 4), 0);
+		assert_memory_equal(got, want, m * n * 4);
+	}
+	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+}
+
 int main(void)
 {
-	return run_suite();
+	int r = run_suite();
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_threads_option, teardown),
+		cmocka_unit_test_teardown(test_cgroup_quota, teardown),
+		cmocka_unit_test_teardown(test_threads_deterministic, teardown),
+		cmocka_unit_test_teardown(test_threads_qgemv, teardown),
+		cmocka_unit_test_teardown(test_threads_concurrent, teardown),
+	};
+	if (kk_backend_open("cpu", &be) < 0)
+		return 1;
+	r |= cmocka_run_group_tests_name("kernels-cpu-threads", tests, NULL, NULL);
+	kk_backend_free(be);
+	return r;
 }

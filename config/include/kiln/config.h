@@ -327,6 +327,7 @@ typedef struct kiln_cfg_inference {
 	uint64_t memory_mb;  /* 0: the node's limit (cpu), none (cuda) */
 	char *api_keys_file; /* NULL: no keys, every request is served */
 	bool metrics_auth;   /* /metrics needs a key too */
+	int cpu_threads;	     /* 0 = the CPUs of the affinity mask / cgroup quota */
 } kiln_cfg_inference;
 
 typedef struct kiln_cfg_image {
