@@ -22,7 +22,7 @@ static const char *const quant_names[] = { "none", "int8", "int4", NULL };
 static const char *const state_names[] = { "up", "down", "drain", "inactive", NULL };
 /* kiln-inferd's --backend, --dtype and --chat-template words, in the order
  * of kiln_cfg_backend, kiln_cfg_dtype and kiln_cfg_chat. */
-static const char *const backend_names[] = { "cpu", "cuda", NULL };
+static const char *const backend_names[] = { "cpu", "cuda", "auto", NULL };
 static const char *const dtype_names[] = { "f32", "bf16", "f16", "i8", "q4", NULL };
 static const char *const chat_names[] = { "auto",  "chatml", "llama2", "llama3", "mistral",
 					  "gemma", "phi3",   "zephyr", NULL };
@@ -339,7 +339,9 @@ static const kiln_cfg_key schema[] = {
 	  "model's own when it is a GGUF holding one.",
 	  R(inference.tokenizer), NR },
 	{ "inference.backend", KILN_CFG_ENUM, false, "\"cpu\"", "\"cuda\"",
-	  "kk backend: cpu or cuda (kiln-inferd --backend).", R(inference.backend), 0, 0,
+	  "kk backend: cpu, cuda, or auto (cuda when its module, driver and a device are there, "
+	  "else cpu, with one log line saying why) (kiln-inferd --backend).",
+	  R(inference.backend), 0, 0,
 	  backend_names },
 	{ "inference.dtype", KILN_CFG_ENUM, false, "\"f32\"", "\"bf16\"",
 	  "Weight dtype: f32, bf16, f16, i8 or q4 (kiln-inferd --dtype).", R(inference.dtype), 0, 0,

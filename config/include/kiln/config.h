@@ -95,6 +95,7 @@ const char *kiln_cfg_quant_to_string(kiln_cfg_quant q);
 typedef enum kiln_cfg_backend {
 	KILN_BACKEND_CPU,
 	KILN_BACKEND_CUDA,
+	KILN_BACKEND_AUTO,
 	_KILN_BACKEND_MAX
 } kiln_cfg_backend;
 const char *kiln_cfg_backend_to_string(kiln_cfg_backend b);
