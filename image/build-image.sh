@@ -106,6 +106,10 @@ HOOKS=(
 	# slurmd and munge need their log/spool dirs on a RAM root too
 	--customize-hook='mkdir -p "$1/var/log/slurm" "$1/var/spool/slurmd" && chroot "$1" chown slurm:slurm /var/log/slurm'
 	--customize-hook='chroot "$1" systemctl enable systemd-networkd.service systemd-networkd-wait-online.service kiln-node-init.service munge.service slurmd.service kiln-healthd.service'
+	# boot.ipxe's ifname=boot0:MAC ip=ADDR::GW:MASK:NODE:boot0:none names
+	# the port that booted and gives it the cluster file's address (the
+	# image has no initramfs tool to read ip=; this generator does)
+	--customize-hook='chroot "$1" systemctl enable systemd-network-generator.service'
 	# first boot asks nothing; identity comes from kiln-node-init
 	--customize-hook='chroot "$1" systemctl mask systemd-firstboot.service'
 	# mmdebstrap copies the build host's hostname; a machine-id must be per boot
