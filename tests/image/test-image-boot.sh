@@ -12,6 +12,11 @@
 # guest), so the controller and the node talk both ways and `sinfo` must
 # show the node idle.  Nothing binds outside that namespace.
 #
+# The node has two NICs and boots from the second (the first is on a dead
+# network and its MAC is not in the cluster file), as multi-port HGX servers
+# often do: boot.ipxe must find the node by the port that booted, and the
+# kernel's ifname=/ip= must give that port (boot0) the node's address.
+#
 # qemu always runs under TCG (software emulation): nested KVM can hang the
 # guest kernel.  Slow (~3-5 min on 2 cores): runs in `make test-full` and
 # `make test-image` only.  Needs root (mmdebstrap, namespaces) and
@@ -25,6 +30,10 @@ CFG=$here/qemu.cfg
 IMG=$B/image-test
 PORT=8089 # the port image.http_url in qemu.cfg names
 GUEST_HEAD=10.0.2.100 NODE_ADDR=10.0.2.15 NODE_MAC=52:54:00:4b:11:01
+# The node has two ports and boots from the second, as multi-port (HGX)
+# servers often do: the first is on a network where nothing answers (a qemu
+# hub with no other port), and its MAC is not in the cluster file.
+DEAD_MAC=52:54:00:4b:11:00
 BOOT_TIMEOUT_S=${KILN_IMAGE_BOOT_TIMEOUT:-300}
 
 skip_all() { skip "$1"; tap_done; exit 0; }
@@ -108,7 +117,8 @@ NET+=",hostfwd=tcp:$NODE_ADDR:6818-:6818"
 SERIAL=$W/serial.log
 t0=$EPOCHREALTIME
 hub qemu-system-x86_64 -accel tcg -cpu max -smp 2,sockets=1,cores=2,threads=1 -m 2048 \
-	-nographic -no-reboot -netdev "$NET" -device "virtio-net-pci,netdev=n0,mac=$NODE_MAC" \
+	-nographic -no-reboot -netdev hubport,id=dead,hubid=7 -device "virtio-net-pci,netdev=dead,mac=$DEAD_MAC" \
+	-netdev "$NET" -device "virtio-net-pci,netdev=n0,mac=$NODE_MAC" \
 	-boot n </dev/null >"$SERIAL" 2>&1 &
 qemu_pid=$!
 elapsed() { awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
@@ -125,11 +135,17 @@ done
 diag "serial log: $(wc -l <"$SERIAL") lines; probe after ${t_probe:-never} s of $BOOT_TIMEOUT_S"
 ok "iPXE fetched kernel and initrd over HTTP (kiln's boot.ipxe by MAC)" \
 	bash -c "grep -q 'GET /vmlinuz' '$W/http.log' && grep -q 'GET /initrd.img' '$W/http.log'"
+# iPXE names the ports net0 (dead) and net1; a boot.ipxe that looked at net0
+# only would have gone to :unknown
+ok "iPXE booted from the second port (net1, $NODE_MAC), not net0" \
+	bash -c "tr -d '\r' <'$SERIAL' | grep -a -q 'net1: $NODE_MAC' && ! tr -d '\r' <'$SERIAL' | grep -a -q -E 'kiln: (no )?MAC'"
 ok "the node booted and the probe reported (within ${BOOT_TIMEOUT_S} s)" test -n "$probe"
 diag "probe: $probe"
 field() { printf '%s\n' "$probe" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 ok "kiln-node-init fetched cluster.cfg over HTTP" grep -q 'GET /cluster.cfg' "$W/http.log"
 ok "kiln-node-init succeeded" test "$(field node-init)" = active
+ok "kernel ip=/ifname=: the booting port is boot0 ($NODE_MAC) with the node's address, of 2 ports" \
+	test "$(field bootif)" = boot0 -a "$(field bootmac)" = "$NODE_MAC" -a "$(field ports)" = 2 -a "$(field netgen)" = active
 ok "hostname is the node's name from the cluster file" test "$(field hostname)" = vnode01
 ok "slurm.conf rendered from the fetched file" \
 	test "$(field cluster)" = qemu -a "$(field from)" = "http://$GUEST_HEAD:$PORT/cluster.cfg"
