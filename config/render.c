@@ -473,6 +473,37 @@ static int render_image_env(const kiln_cfg *c, kiln_strbuf *b)
 	env_int(b, "KILN_IMAGE_SSH_KEYS", (long long) n);
 	env(b, "KILN_IMAGE_MUNGE_KEY", strempty(im->munge_key));
 	env_int(b, "KILN_IMAGE_NVIDIA", im->nvidia);
+	/* image.nvidia_*: the driver's source (apt, debs or debian) decided
+	 * here, once, with its default package list (schema.c describes it). */
+	const char *src = im->nvidia_apt_source ? "apt" : im->nvidia_debs ? "debs" : "debian";
+	static const char *const nvidia_apt_default[] = { "nvidia-driver-cuda",
+							  "nvidia-kernel-open-dkms",
+							  "nvidia-persistenced", NULL };
+	static const char *const nvidia_debian_default[] = {
+		"nvidia-kernel-dkms", "nvidia-smi",	     "libnvidia-ml1",
+		"libcuda1",	      "nvidia-persistenced", "firmware-nvidia-gsp",
+		NULL
+	};
+	const char *const *pk = (const char *const *) im->nvidia_packages;
+	if (!pk || !pk[0]) /* unset or [] */
+		pk = streq(src, "apt")	  ? nvidia_apt_default :
+		     streq(src, "debian") ? nvidia_debian_default :
+					    NULL;
+	env(b, "KILN_IMAGE_NVIDIA_SOURCE", src);
+	env(b, "KILN_IMAGE_NVIDIA_APT_SOURCE", strempty(im->nvidia_apt_source));
+	env(b, "KILN_IMAGE_NVIDIA_APT_KEYRING", strempty(im->nvidia_apt_keyring));
+	env(b, "KILN_IMAGE_NVIDIA_DEBS", strempty(im->nvidia_debs));
+	kiln_strbuf_init(&t);
+	for (size_t i = 0; pk && pk[i]; i++)
+		kiln_strbuf_printf(&t, "%s%s", i ? " " : "", pk[i]);
+	r = kiln_strbuf_error(&t);
+	if (r >= 0)
+		env(b, "KILN_IMAGE_NVIDIA_PACKAGES", t.s ? t.s : "");
+	kiln_strbuf_free(&t);
+	if (r < 0)
+		return r;
+	env(b, "KILN_IMAGE_NVIDIA_FABRICMANAGER", strempty(im->nvidia_fabricmanager));
+	env(b, "KILN_IMAGE_NVIDIA_CUDA_DIR", strempty(im->nvidia_cuda_dir));
 	return 0;
 }
 
