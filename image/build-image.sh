@@ -59,10 +59,12 @@ PKGS=(systemd systemd-sysv udev dbus kmod iproute2 iputils-ping procps
 # The runtime libraries kiln's programs link, found from the build itself:
 # ldd says which files, this (Debian 12) build machine's dpkg which package.
 # CUDA's libraries are not Debian packages; they come with image.nvidia.
-mapfile -t libs < <(for b in "$STAGING"/usr/local/bin/*; do ldd "$b" 2>/dev/null; done |
-	awk '/=> \// { print $3 }' | sort -u)
+# (lib/kiln/*.so: the CUDA backend module kiln's programs dlopen)
+CUDA_DIR=${KILN_IMAGE_NVIDIA_CUDA_DIR:-/usr/local/cuda}
+mapfile -t libs < <(for b in "$STAGING"/usr/local/bin/* "$STAGING"/usr/local/lib/kiln/*.so; do
+	[ -e "$b" ] && ldd "$b" 2>/dev/null; done | awk '/=> \// { print $3 }' | sort -u)
 for l in "${libs[@]}"; do
-	case $l in /usr/local/cuda*)
+	case $l in /usr/local/cuda* | "$CUDA_DIR"/*)
 		[ "$KILN_IMAGE_NVIDIA" = 1 ] ||
 			log "warning: $l (linked by a CUDA build of kiln, e.g. kiln-healthd-active) is not in an image without image.nvidia; those programs will not start on it"
 		continue ;;
@@ -75,10 +77,13 @@ done
 COMPONENTS=main
 if [ "$KILN_IMAGE_SSH_KEYS" -gt 0 ]; then PKGS+=(openssh-server); fi
 if [ "$KILN_IMAGE_NVIDIA" = 1 ]; then
-	# Debian's driver (non-free; DKMS builds the module against the image's
-	# kernel, so the headers come along) and its firmware.
+	# The driver is installed by image/nvidia-install.sh (a customize hook
+	# below); Debian's non-free components for Debian's driver, its
+	# firmware, or the dependencies of NVIDIA's packages.
 	COMPONENTS="main contrib non-free non-free-firmware"
-	PKGS+=(nvidia-driver firmware-misc-nonfree linux-headers-amd64 nvidia-persistenced)
+	# the variant has no apt; the hook installs with it (apt resolves the
+	# dependencies of NVIDIA's packages, and of local .debs)
+	PKGS+=(apt)
 fi
 # shellcheck disable=SC2206 # package names are checked by kiln check (no spaces, no commas)
 PKGS+=($KILN_IMAGE_PACKAGES)
@@ -114,7 +119,6 @@ HOOKS=(
 	--customize-hook='chroot "$1" systemctl mask systemd-firstboot.service'
 	# mmdebstrap copies the build host's hostname; a machine-id must be per boot
 	--customize-hook='rm -f "$1/etc/hostname" "$1/etc/machine-id"; touch "$1/etc/machine-id"'
-	--customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*'
 )
 # Root: a crypt(3) hash from the cluster file, or a locked password (login
 # with ssh keys only).  Never an empty password.
@@ -139,9 +143,13 @@ if [ "$KILN_IMAGE_SSH_KEYS" -gt 0 ]; then
 		--customize-hook="mkdir -p \"\$1/etc/systemd/system/ssh.service.d\""
 		--customize-hook="copy-in $(dirname "$0")/files/ssh-hostkeys.conf /etc/systemd/system/ssh.service.d")
 fi
+if [ "$KILN_IMAGE_NVIDIA" = 1 ]; then
+	HOOKS+=(--customize-hook="$(cd "$(dirname "$0")" && pwd)/nvidia-install.sh \"\$1\" $WORK/image.env")
+fi
 if [ -n "$OVERLAY" ]; then
 	HOOKS+=(--customize-hook="sync-in $OVERLAY /")
 fi
+HOOKS+=(--customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*')
 
 T0=$(date +%s)
 INITRD=No nice -n 5 mmdebstrap --variant=essential --include="$INCLUDE" \
@@ -154,14 +162,32 @@ T1=$(date +%s)
 log "mmdebstrap: $((T1 - T0)) s"
 
 if [ "$KILN_IMAGE_NVIDIA" = 1 ]; then
-	# DKMS built the module; the compilers it needed are ~300 MB of RAM on
-	# every node for nothing.  CUDA runtime libraries for kk's cuda backend
-	# come from the build machine's toolkit, at the path kiln's rpath names.
+	# CUDA runtime libraries for kk's CUDA backend, from the build machine's
+	# toolkit at the path kiln's RUNPATH names, with the toolkit's licence
+	# notices (redistributing them requires shipping those).
+	n=0
 	for l in "${libs[@]}"; do
-		case $l in /usr/local/cuda*) install -D -m 0644 "$(readlink -f "$l")" "$ROOT$l" ;; esac
+		case $l in /usr/local/cuda* | "$CUDA_DIR"/*)
+			install -D -m 0644 "$(readlink -f "$l")" "$ROOT$l"
+			n=$((n + 1)) ;;
+		esac
 	done
-	chroot "$ROOT" apt-get -y -q purge 'gcc-*' 'cpp-*' dkms linux-headers-amd64 'linux-headers-*' >/dev/null || true
-	chroot "$ROOT" apt-get -y -q autoremove --purge >/dev/null || true
+	if [ "$n" -gt 0 ]; then
+		doc=$ROOT/usr/share/doc/kiln-cuda
+		mkdir -p "$doc"
+		for f in "$CUDA_DIR"/EULA.txt "$CUDA_DIR"/LICENSE "$CUDA_DIR"/dist-info/*/licenses/*; do
+			[ -f "$f" ] || continue
+			d=${f#"$CUDA_DIR"/}
+			install -D -m 0644 "$f" "$doc/${d//\//_}"
+		done
+		[ -n "$(ls -A "$doc")" ] ||
+			die "no licence notice in $CUDA_DIR (EULA.txt, or dist-info/*/licenses of NVIDIA's wheels); NVIDIA's CUDA libraries may only be redistributed with it"
+		printf '%s\n' "CUDA runtime libraries copied by kiln's image build from $CUDA_DIR:" \
+			"${libs[@]}" >"$doc/README.kiln"
+		log "CUDA: $n libraries from $CUDA_DIR, licence notices in /usr/share/doc/kiln-cuda"
+	else
+		log "warning: no kiln program links CUDA libraries from $CUDA_DIR (a CPU-only build?): the image has the driver but no CUDA runtime"
+	fi
 fi
 
 "$(dirname "$0")/trim-modules.sh" "$ROOT"

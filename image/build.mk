@@ -2,7 +2,7 @@
 #
 #   make image [CLUSTER=config/examples/demo.cfg]   -> $(B)/image/{vmlinuz,initrd.img,boot.ipxe,cluster.cfg}
 #   make image-deps                                 the Debian packages image building and its boot test need
-#   make test-image                                 build a test image and PXE-boot it in qemu (also in make test-full)
+#   make test-image                                 build the test images (plain and GPU) and PXE-boot them in qemu (also in make test-full)
 #
 # The image build needs root (mmdebstrap) and network access to the
 # cluster file's Debian mirror; nothing here runs in the default make test.
@@ -24,6 +24,6 @@ image-deps:
 	@bash image/deps.sh
 
 test-image: all
-	@KILN_BUILD=$(B) KILN_TEST_FULL=1 tests/run-tests.sh tests/image/test-image-boot.sh
+	@KILN_BUILD=$(B) KILN_TEST_FULL=1 tests/run-tests.sh tests/image/test-image-boot.sh tests/image/test-image-gpu.sh
 
 .PHONY: image image-deps test-image install-node-init

@@ -255,6 +255,7 @@ fi
 # ---- shellcheck ------------------------------------------------------------------
 if command -v shellcheck >/dev/null; then
 	for s in image/kiln-node-init image/build-image.sh image/trim-modules.sh image/deps.sh \
+		image/nvidia-install.sh tests/image/test-image-gpu.sh \
 		tests/image/test-image-init.sh tests/image/test-image-boot.sh \
 		tests/image/probe/usr/local/sbin/kiln-probe; do
 		ok "shellcheck $s" shellcheck -x "$s"
