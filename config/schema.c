@@ -382,7 +382,8 @@ static const kiln_cfg_key schema[] = {
 	  "Munge key (on the build machine) baked into the image, mode 0400; the head node's key.",
 	  R(image.munge_key), NR },
 	{ "image.nvidia", KILN_CFG_BOOL, false, "false", "true",
-	  "Add Debian's NVIDIA driver (non-free) and the CUDA runtime libraries to the image.",
+	  "Build the GPU node's image: the NVIDIA driver (image.nvidia_apt_source, _debs or Debian's), "
+	  "nvidia-persistenced, Fabric Manager and the CUDA runtime libraries kiln links.",
 	  R(image.nvidia), NR },
 	/* Where image.nvidia's driver comes from (docs/image.md, "GPU nodes").
 	 * Flat image.nvidia_* names: image.nvidia itself is a boolean, and a
