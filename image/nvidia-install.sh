@@ -69,7 +69,8 @@ in_root apt-get -q -y --no-install-recommends install "${PKGS[@]}" ||
 for kd in "$R"/usr/lib/modules/*/; do
 	[ -d "$kd/kernel" ] || continue
 	v=$(basename "$kd")
-	ko=$(find "$kd" -name 'nvidia.ko*' | head -1)
+	# (Debian's packages name it nvidia-current.ko, "alias nvidia nvidia-current")
+	ko=$(find "$kd" -name 'nvidia.ko*' -o -name 'nvidia-current.ko*' | head -1)
 	[ -n "$ko" ] || die "DKMS built no nvidia module for the image's kernel $v (see the DKMS output above; /var/lib/dkms in the build root has make.log)"
 	log "kernel $v: ${ko#"$R"} ($(in_root modinfo -F version "${ko#"$R"}" 2>/dev/null || echo '?'))"
 done
