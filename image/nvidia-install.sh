@@ -88,6 +88,13 @@ enable_unit nvidia-persistenced.service "the driver source"
 [ -n "$KILN_IMAGE_NVIDIA_FABRICMANAGER" ] &&
 	enable_unit nvidia-fabricmanager.service "$KILN_IMAGE_NVIDIA_FABRICMANAGER"
 
+# slurmd stats gres.conf's /dev/nvidiaN at start (and gives up after ~20 s):
+# start it after the units that bring the GPUs up.
+mkdir -p "$R/etc/systemd/system/slurmd.service.d"
+printf '%s\n' "# kiln (image.nvidia): gres.conf's /dev/nvidiaN exist once the GPUs are up" \
+	'[Unit]' 'After=nvidia-persistenced.service nvidia-fabricmanager.service' \
+	>"$R/etc/systemd/system/slurmd.service.d/kiln-nvidia.conf"
+
 # Purge what only the module build needed.  --force-depends: dkms and the
 # *-dkms package stay registered (purging them would delete the module).
 installed >"$R/tmp/kiln-pkgs-after"
