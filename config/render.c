@@ -482,7 +482,7 @@ static int render_image_env(const kiln_cfg *c, kiln_strbuf *b)
 	static const char *const nvidia_debian_default[] = {
 		"nvidia-kernel-dkms", "nvidia-smi",	     "libnvidia-ml1",
 		"libcuda1",	      "nvidia-persistenced", "firmware-nvidia-gsp",
-		NULL
+		"nvidia-modprobe",    NULL
 	};
 	const char *const *pk = (const char *const *) im->nvidia_packages;
 	if (!pk || !pk[0]) /* unset or [] */

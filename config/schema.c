@@ -406,7 +406,8 @@ static const kiln_cfg_key schema[] = {
 	  "[ \"nvidia-driver-cuda\", \"nvidia-kernel-open-dkms\" ]",
 	  "Driver packages to install. Default from NVIDIA's repository: nvidia-driver-cuda, "
 	  "nvidia-kernel-open-dkms, nvidia-persistenced; from Debian: nvidia-kernel-dkms, "
-	  "nvidia-smi, libnvidia-ml1, libcuda1, nvidia-persistenced, firmware-nvidia-gsp; with "
+	  "nvidia-smi, libnvidia-ml1, libcuda1, nvidia-persistenced, firmware-nvidia-gsp, "
+	  "nvidia-modprobe; with "
 	  "nvidia_debs: none beyond the .debs.",
 	  R(image.nvidia_packages), NR },
 	{ "image.nvidia_fabricmanager", KILN_CFG_STRING, false, NULL,

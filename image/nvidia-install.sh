@@ -88,6 +88,12 @@ enable_unit nvidia-persistenced.service "the driver source"
 [ -n "$KILN_IMAGE_NVIDIA_FABRICMANAGER" ] &&
 	enable_unit nvidia-fabricmanager.service "$KILN_IMAGE_NVIDIA_FABRICMANAGER"
 
+# No modules-load.d entry (Debian's loads nvidia-drm at boot, for GLX): on
+# a compute node udev loads the module for the GPUs it finds, and
+# nvidia-modprobe the rest (nvidia-uvm) when CUDA starts; at boot on a
+# machine without a GPU it would only fail systemd-modules-load.service.
+rm -f "$R"/etc/modules-load.d/nvidia*.conf "$R"/usr/lib/modules-load.d/nvidia*.conf
+
 # slurmd stats gres.conf's /dev/nvidiaN at start (and gives up after ~20 s):
 # start it after the units that bring the GPUs up.
 mkdir -p "$R/etc/systemd/system/slurmd.service.d"

@@ -35,7 +35,7 @@ if [ "$GPU" = 1 ]; then
 	CFG=$here/qemu-gpu.cfg IMG=$B/image-test-gpu
 	# the CUDA libraries (cuBLASLt alone is 0.5 GB) make the initrd several
 	# times larger: more RAM to unpack it, more time to fetch it
-	MEM_MB=4096 BOOT_TIMEOUT_S=${KILN_IMAGE_BOOT_TIMEOUT:-600}
+	MEM_MB=6144 BOOT_TIMEOUT_S=${KILN_IMAGE_BOOT_TIMEOUT:-600}
 else
 	CFG=$here/qemu.cfg IMG=$B/image-test
 	MEM_MB=2048 BOOT_TIMEOUT_S=${KILN_IMAGE_BOOT_TIMEOUT:-300}
@@ -186,6 +186,7 @@ if [ "$GPU" = 1 ]; then
 	# /dev/nvidia0..7, waits ~20 s and exits when they never appear
 	ok "slurmd failed: no /dev/nvidia0 for gres.conf (Slurm's fatal, documented)" \
 		test "$(field slurmd)" = failed
+	grep -a 'KILN-PROBE-LOG' "$SERIAL" | tr -d '\r' | grep -i 'gres' | head -n 2 | sed 's/.*KILN-PROBE-LOG /# slurmd: /'
 else
 	ok "slurmd active" test "$(field slurmd)" = active
 fi
