@@ -165,13 +165,14 @@ if [ "$KILN_IMAGE_NVIDIA" = 1 ]; then
 	# CUDA runtime libraries for kk's CUDA backend, from the build machine's
 	# toolkit at the path kiln's RUNPATH names, with the toolkit's licence
 	# notices (redistributing them requires shipping those).
-	n=0
+	cuda=()
 	for l in "${libs[@]}"; do
 		case $l in /usr/local/cuda* | "$CUDA_DIR"/*)
 			install -D -m 0644 "$(readlink -f "$l")" "$ROOT$l"
-			n=$((n + 1)) ;;
+			cuda+=("$l") ;;
 		esac
 	done
+	n=${#cuda[@]}
 	if [ "$n" -gt 0 ]; then
 		doc=$ROOT/usr/share/doc/kiln-cuda
 		mkdir -p "$doc"
@@ -183,7 +184,7 @@ if [ "$KILN_IMAGE_NVIDIA" = 1 ]; then
 		[ -n "$(ls -A "$doc")" ] ||
 			die "no licence notice in $CUDA_DIR (EULA.txt, or dist-info/*/licenses of NVIDIA's wheels); NVIDIA's CUDA libraries may only be redistributed with it"
 		printf '%s\n' "CUDA runtime libraries copied by kiln's image build from $CUDA_DIR:" \
-			"${libs[@]}" >"$doc/README.kiln"
+			"${cuda[@]}" >"$doc/README.kiln"
 		log "CUDA: $n libraries from $CUDA_DIR, licence notices in /usr/share/doc/kiln-cuda"
 	else
 		log "warning: no kiln program links CUDA libraries from $CUDA_DIR (a CPU-only build?): the image has the driver but no CUDA runtime"
