@@ -186,7 +186,7 @@ if [ "$GPU" = 1 ]; then
 	# /dev/nvidia0..7, waits ~20 s and exits when they never appear
 	ok "slurmd failed: no /dev/nvidia0 for gres.conf (Slurm's fatal, documented)" \
 		test "$(field slurmd)" = failed
-	grep -a 'KILN-PROBE-LOG' "$SERIAL" | tr -d '\r' | grep -i 'gres' | head -n 2 | sed 's/.*KILN-PROBE-LOG /# slurmd: /'
+	grep -a 'KILN-PROBE-LOG' "$SERIAL" | tr -d '\r' | grep -E 'stat gres.conf|Waiting for gres' | head -n 2 | sed 's/.*KILN-PROBE-LOG /# slurmd: /'
 else
 	ok "slurmd active" test "$(field slurmd)" = active
 fi
