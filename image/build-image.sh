@@ -84,6 +84,14 @@ if [ "$KILN_IMAGE_NVIDIA" = 1 ]; then
 	# the variant has no apt; the hook installs with it (apt resolves the
 	# dependencies of NVIDIA's packages, and of local .debs)
 	PKGS+=(apt)
+	# the driver source's files are on this machine: say so now, not after
+	# minutes of mmdebstrap (nvidia-install.sh checks them again)
+	case $KILN_IMAGE_NVIDIA_SOURCE in
+	apt) [ -s "$KILN_IMAGE_NVIDIA_APT_KEYRING" ] ||
+		die "image.nvidia_apt_keyring '$KILN_IMAGE_NVIDIA_APT_KEYRING' does not exist on this machine; install NVIDIA's cuda-keyring package or copy its cuda-archive-keyring.gpg there" ;;
+	debs) compgen -G "$KILN_IMAGE_NVIDIA_DEBS/*.deb" >/dev/null ||
+		die "image.nvidia_debs '$KILN_IMAGE_NVIDIA_DEBS' holds no .deb files on this machine; download NVIDIA's driver .debs there" ;;
+	esac
 fi
 # shellcheck disable=SC2206 # package names are checked by kiln check (no spaces, no commas)
 PKGS+=($KILN_IMAGE_PACKAGES)
