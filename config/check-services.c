@@ -82,6 +82,82 @@ void kiln_cfg__check_service_words(loader *L)
 		kiln_cfg__check_root_word(L, words[i].path, words[i].extra);
 }
 
+/* Debian policy's package name alphabet: the names go to apt-get and
+ * mmdebstrap --include=a,b, where a comma or space would add others. */
+static bool is_debian_package_name(const char *k)
+{
+	bool ok = k[0] && (islower((unsigned char) k[0]) || isdigit((unsigned char) k[0]));
+	for (const char *q = k; ok && *q; q++)
+		ok = islower((unsigned char) *q) || isdigit((unsigned char) *q) || strchr(".+-", *q);
+	return ok;
+}
+
+/* image.nvidia_*: where the GPU image's driver comes from.  Paths name
+ * files on the build machine, so their existence is checked by
+ * image/build-image.sh, not here (nodes check the same file). */
+static void check_image_nvidia(loader *L)
+{
+	const kiln_cfg_image *im = &L->cfg->image;
+	static const char *const keys[] = { "image.nvidia_apt_source", "image.nvidia_apt_keyring",
+					    "image.nvidia_debs",       "image.nvidia_packages",
+					    "image.nvidia_fabricmanager" };
+	if (!im->nvidia) {
+		for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+			if (kiln_cfg__root_line(L, keys[i]) > 0)
+				kiln_cfg__add_warning(L, kiln_cfg__root_line(L, keys[i]), keys[i],
+						      "set image.nvidia = true to build a GPU image",
+						      "ignored: image.nvidia is false");
+		return;
+	}
+	if (im->nvidia_apt_source && im->nvidia_debs)
+		kiln_cfg__root_error(L, "image.nvidia_debs",
+				     "keep one of image.nvidia_debs and image.nvidia_apt_source",
+				     "the driver comes from one source, and "
+				     "image.nvidia_apt_source is set too");
+	if (im->nvidia_apt_source) {
+		const char *a = im->nvidia_apt_source, *sp = strchr(a, ' ');
+		if (!startswith(a, "http://") && !startswith(a, "https://"))
+			kiln_cfg__root_error(L, "image.nvidia_apt_source",
+					     "write it like \"https://developer.download.nvidia.com/"
+					     "compute/cuda/repos/debian12/x86_64/ /\"",
+					     "\"%s\" does not start with an http:// or https:// URL", a);
+		else if (!sp || !sp[1] || sp[1] == ' ' || strpbrk(a, "\t\n\r[]"))
+			kiln_cfg__root_error(L, "image.nvidia_apt_source",
+					     "write \"URL SUITE [COMPONENT...]\"; NVIDIA's flat "
+					     "repository's suite is \"/\"",
+					     "\"%s\" is not \"URL SUITE [COMPONENT...]\"", a);
+		if (!im->nvidia_apt_keyring)
+			kiln_cfg__root_error(L, "image.nvidia_apt_source",
+					     "set image.nvidia_apt_keyring to NVIDIA's keyring "
+					     "(cuda-archive-keyring.gpg from the cuda-keyring package)",
+					     "an apt source needs the keyring that signs it");
+	} else if (im->nvidia_apt_keyring)
+		kiln_cfg__root_error(L, "image.nvidia_apt_keyring",
+				     "set image.nvidia_apt_source, or remove the keyring",
+				     "a keyring without image.nvidia_apt_source");
+	if (!im->nvidia_apt_source && !im->nvidia_debs)
+		kiln_cfg__add_warning(
+			L, kiln_cfg__root_line(L, "image.nvidia"), "image.nvidia",
+			"name NVIDIA's packages (>= 580) in image.nvidia_apt_source or "
+			"image.nvidia_debs (docs/image.md, \"GPU nodes\")",
+			"the driver comes from Debian (535 in bookworm), which cannot run CUDA 13 "
+			"(it needs >= 580): kiln's CUDA backend will not load on these nodes");
+	for (size_t i = 0; im->nvidia_packages && im->nvidia_packages[i]; i++) {
+		char p[48];
+		snprintf(p, sizeof(p), "image.nvidia_packages[%zu]", i);
+		if (!is_debian_package_name(im->nvidia_packages[i]))
+			kiln_cfg__add_error(L, kiln_cfg__root_line(L, "image.nvidia_packages"), p,
+					    "Debian package names use a-z, 0-9, '.', '+' and '-'",
+					    "\"%s\" is not a Debian package name",
+					    im->nvidia_packages[i]);
+	}
+	if (im->nvidia_fabricmanager && !is_debian_package_name(im->nvidia_fabricmanager))
+		kiln_cfg__root_error(L, "image.nvidia_fabricmanager",
+				     "name the package, like \"nvidia-fabricmanager-580\"",
+				     "\"%s\" is not a Debian package name",
+				     im->nvidia_fabricmanager);
+}
+
 void kiln_cfg__check_image(loader *L)
 {
 	kiln_cfg *c = L->cfg;
@@ -134,6 +210,7 @@ void kiln_cfg__check_image(loader *L)
 				"admin@head\"",
 				"not an SSH public key line");
 	}
+	check_image_nvidia(L);
 }
 
 /* health.* and launcher.* keys that must agree with each other. */

@@ -372,13 +372,28 @@ static int render_dnsmasq(const kiln_cfg *c, kiln_strbuf *b)
 	return 0;
 }
 
+/* The interface name the kernel command line gives the boot port: the image's
+ * systemd-network-generator (enabled by image/build-image.sh) names the port
+ * with the booting MAC so (ifname=) and configures it from ip=, whatever the
+ * kernel would have called it (ens3, enp65s0f1np1 ...). */
+#define KILN_BOOT_IFNAME "boot0"
+
 static int render_ipxe(const kiln_cfg *c, kiln_strbuf *b)
 {
-	char a[16], g[16], m[16];
+	char a[16], g[16], m[16], mb[18];
 	kiln_strbuf_append(b, "#!ipxe\n");
 	header(b, c, "#", NULL);
 	kiln_strbuf_printf(b, "set base %s\n", c->image.http_url);
-	kiln_strbuf_append(b, "goto mac-${net0/mac:hexhyp} || goto unknown\n\n");
+	/* Multi-port servers (HGX) often boot from a port other than net0.
+	 * netX is the port iPXE opened last: the one whose DHCP answer chained
+	 * here.  Failing that (an iPXE that opened several), every port's MAC
+	 * is tried in turn: dnsmasq answers only the cluster file's MACs, so
+	 * the port that matches is the one that booted. */
+	kiln_strbuf_append(b, "goto mac-${netX/mac:hexhyp} || set port:int32 0\n"
+			      ":port\n"
+			      "isset ${net${port}/mac} || goto unknown\n"
+			      "goto mac-${net${port}/mac:hexhyp} || inc port\n"
+			      "goto port\n\n");
 	for (size_t i = 0; i < c->n_nodes; i++) {
 		const kiln_cfg_node *n = &c->nodes[i];
 		const uint8_t *x = n->mac;
@@ -386,22 +401,29 @@ static int render_ipxe(const kiln_cfg *c, kiln_strbuf *b)
 				   x[3], x[4], x[5]);
 		kiln_strbuf_printf(b, "set node %s\n", n->name);
 		kiln_strbuf_printf(b, "set addr %s\n", kiln_format_ipv4(a, n->address));
+		kiln_strbuf_printf(b, "set bootmac %s\n", kiln_format_mac(mb, n->mac));
 		kiln_strbuf_append(b, "goto boot\n\n");
 	}
 	kiln_strbuf_append(b, ":boot\n");
 	/* initrd.img is the whole root filesystem (docs/image.md): there is
-	 * no separate root image to name. */
-	kiln_strbuf_printf(
-		b,
-		"kernel ${base}/vmlinuz initrd=initrd.img ip=${addr}::%s:%s:${node}::off "
-		"kiln.node=${node} kiln.url=${base}",
-		kiln_format_ipv4(g, c->network.gateway), kiln_format_ipv4(m, c->network.netmask));
+	 * no separate root image to name.  ifname= + ip= (dracut's syntax, which
+	 * systemd-network-generator reads) give the port with the node's MAC a
+	 * fixed name and the cluster file's address; the other ports stay
+	 * systemd-networkd's (DHCP, not waited for). */
+	kiln_strbuf_printf(b,
+			   "kernel ${base}/vmlinuz initrd=initrd.img ifname=" KILN_BOOT_IFNAME
+			   ":${bootmac} ip=${addr}::%s:%s:${node}:" KILN_BOOT_IFNAME ":none:%d",
+			   kiln_format_ipv4(g, c->network.gateway),
+			   kiln_format_ipv4(m, c->network.netmask), c->network.mtu);
+	for (size_t i = 0; i < c->network.n_dns; i++)
+		kiln_strbuf_printf(b, " nameserver=%s", kiln_format_ipv4(a, c->network.dns[i]));
+	kiln_strbuf_append(b, " kiln.node=${node} kiln.url=${base}");
 	if (c->image.kernel_cmdline && c->image.kernel_cmdline[0])
 		kiln_strbuf_printf(b, " %s", c->image.kernel_cmdline);
 	kiln_strbuf_append(b, "\ninitrd ${base}/initrd.img\nboot\n\n");
 	kiln_strbuf_append(b, ":unknown\n"
-			      "echo kiln: MAC ${net0/mac} is not in the cluster file; add it to "
-			      "node_groups[].macs\n"
+			      "echo kiln: no MAC of this machine is in the cluster file (the booting port: "
+			      "${netX/mac}); add the boot port's MAC to node_groups[].macs\n"
 			      "sleep 30\n"
 			      "reboot\n");
 	return 0;
@@ -566,6 +588,37 @@ static int render_image_env(const kiln_cfg *c, kiln_strbuf *b)
 	env_int(b, "KILN_IMAGE_SSH_KEYS", (long long) n);
 	env(b, "KILN_IMAGE_MUNGE_KEY", strempty(im->munge_key));
 	env_int(b, "KILN_IMAGE_NVIDIA", im->nvidia);
+	/* image.nvidia_*: the driver's source (apt, debs or debian) decided
+	 * here, once, with its default package list (schema.c describes it). */
+	const char *src = im->nvidia_apt_source ? "apt" : im->nvidia_debs ? "debs" : "debian";
+	static const char *const nvidia_apt_default[] = { "nvidia-driver-cuda",
+							  "nvidia-kernel-open-dkms",
+							  "nvidia-persistenced", NULL };
+	static const char *const nvidia_debian_default[] = {
+		"nvidia-kernel-dkms", "nvidia-smi",	     "libnvidia-ml1",
+		"libcuda1",	      "nvidia-persistenced", "firmware-nvidia-gsp",
+		"nvidia-modprobe",    NULL
+	};
+	const char *const *pk = (const char *const *) im->nvidia_packages;
+	if (!pk || !pk[0]) /* unset or [] */
+		pk = streq(src, "apt")	  ? nvidia_apt_default :
+		     streq(src, "debian") ? nvidia_debian_default :
+					    NULL;
+	env(b, "KILN_IMAGE_NVIDIA_SOURCE", src);
+	env(b, "KILN_IMAGE_NVIDIA_APT_SOURCE", strempty(im->nvidia_apt_source));
+	env(b, "KILN_IMAGE_NVIDIA_APT_KEYRING", strempty(im->nvidia_apt_keyring));
+	env(b, "KILN_IMAGE_NVIDIA_DEBS", strempty(im->nvidia_debs));
+	kiln_strbuf_init(&t);
+	for (size_t i = 0; pk && pk[i]; i++)
+		kiln_strbuf_printf(&t, "%s%s", i ? " " : "", pk[i]);
+	r = kiln_strbuf_error(&t);
+	if (r >= 0)
+		env(b, "KILN_IMAGE_NVIDIA_PACKAGES", t.s ? t.s : "");
+	kiln_strbuf_free(&t);
+	if (r < 0)
+		return r;
+	env(b, "KILN_IMAGE_NVIDIA_FABRICMANAGER", strempty(im->nvidia_fabricmanager));
+	env(b, "KILN_IMAGE_NVIDIA_CUDA_DIR", strempty(im->nvidia_cuda_dir));
 	return 0;
 }
 

@@ -443,8 +443,44 @@ static const kiln_cfg_key schema[] = {
 	  "Munge key (on the build machine) baked into the image, mode 0400; the head node's key.",
 	  R(image.munge_key), NR },
 	{ "image.nvidia", KILN_CFG_BOOL, false, "false", "true",
-	  "Add Debian's NVIDIA driver (non-free) and the CUDA runtime libraries to the image.",
+	  "Build the GPU node's image: the NVIDIA driver (image.nvidia_apt_source, _debs or Debian's), "
+	  "nvidia-persistenced, Fabric Manager and the CUDA runtime libraries kiln links.",
 	  R(image.nvidia), NR },
+	/* Where image.nvidia's driver comes from (docs/image.md, "GPU nodes").
+	 * Flat image.nvidia_* names: image.nvidia itself is a boolean, and a
+	 * libconfig setting cannot also be a group. */
+	{ "image.nvidia_apt_source", KILN_CFG_STRING, false, NULL,
+	  "\"https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/ /\"",
+	  "NVIDIA's apt repository as \"URL SUITE [COMPONENT...]\" (a flat repository's suite is "
+	  "\"/\"), for a driver new enough for CUDA 13 (>= 580); needs image.nvidia_apt_keyring. "
+	  "Unset (and no nvidia_debs): Debian's driver (535 in bookworm: too old for CUDA 13).",
+	  R(image.nvidia_apt_source), NR },
+	{ "image.nvidia_apt_keyring", KILN_CFG_PATH, false, NULL,
+	  "\"/usr/share/keyrings/cuda-archive-keyring.gpg\"",
+	  "Keyring (on the build machine) that signs image.nvidia_apt_source.",
+	  R(image.nvidia_apt_keyring), NR },
+	{ "image.nvidia_debs", KILN_CFG_PATH, false, NULL, "\"/srv/kiln/nvidia-580\"",
+	  "Directory (on the build machine) of NVIDIA's driver .debs: every *.deb in it is "
+	  "installed, dependencies from image.mirror. Instead of nvidia_apt_source.",
+	  R(image.nvidia_debs), NR },
+	{ "image.nvidia_packages", KILN_CFG_STRV, false, "(per source)",
+	  "[ \"nvidia-driver-cuda\", \"nvidia-kernel-open-dkms\" ]",
+	  "Driver packages to install. Default from NVIDIA's repository: nvidia-driver-cuda, "
+	  "nvidia-kernel-open-dkms, nvidia-persistenced; from Debian: nvidia-kernel-dkms, "
+	  "nvidia-smi, libnvidia-ml1, libcuda1, nvidia-persistenced, firmware-nvidia-gsp, "
+	  "nvidia-modprobe; with "
+	  "nvidia_debs: none beyond the .debs.",
+	  R(image.nvidia_packages), NR },
+	{ "image.nvidia_fabricmanager", KILN_CFG_STRING, false, NULL,
+	  "\"nvidia-fabricmanager-580\"",
+	  "Fabric Manager package for NVSwitch systems (HGX), from the same source as the driver; "
+	  "installed with its service enabled. Its branch must be the driver's.",
+	  R(image.nvidia_fabricmanager), NR },
+	{ "image.nvidia_cuda_dir", KILN_CFG_PATH, false, "\"/usr/local/cuda\"", "\"/opt/cuda-13.0\"",
+	  "CUDA toolkit (on the build machine) whose runtime libraries kiln's CUDA backend links "
+	  "(libcudart, libcublasLt, libnccl: as ldd finds them) are copied into the image, with its "
+	  "licence notices in /usr/share/doc/kiln-cuda.",
+	  R(image.nvidia_cuda_dir), NR },
 
 	/* Thresholds of the alert rules (kiln render kiln-alerts.yml, docs/monitoring.md). */
 	{ "monitoring", KILN_CFG_GROUP, false, NULL, NULL,

@@ -79,7 +79,9 @@ PKGS+=(systemd-journal-remote systemd-timesyncd)
 # CUDA's libraries are not Debian packages; they come with image.nvidia.
 # From packages: their Depends bring Debian's libraries; only what no Debian
 # package owns (CUDA's) is looked for, in the packages' own files.
-BINS=("$STAGING"/usr/local/bin/*)
+# (lib/kiln/*.so: the CUDA backend module kiln's programs dlopen)
+CUDA_DIR=${KILN_IMAGE_NVIDIA_CUDA_DIR:-/usr/local/cuda}
+BINS=("$STAGING"/usr/local/bin/* "$STAGING"/usr/local/lib/kiln/*.so)
 if [ ${#DEBS[@]} -gt 0 ]; then
 	mkdir -p "$WORK/debs"
 	for d in "${DEBS[@]}"; do
@@ -91,7 +93,7 @@ fi
 mapfile -t libs < <(for b in "${BINS[@]}"; do [ -e "$b" ] && ldd "$b" 2>/dev/null; done |
 	awk '/=> \// { print $3 }' | sort -u)
 for l in "${libs[@]}"; do
-	case $l in /usr/local/cuda*)
+	case $l in /usr/local/cuda* | "$CUDA_DIR"/*)
 		[ "$KILN_IMAGE_NVIDIA" = 1 ] ||
 			log "warning: $l (linked by a CUDA build of kiln, e.g. kiln-healthd-active) is not in an image without image.nvidia; those programs will not start on it"
 		continue ;;
@@ -105,10 +107,21 @@ done
 COMPONENTS=main
 if [ "$KILN_IMAGE_SSH_KEYS" -gt 0 ]; then PKGS+=(openssh-server); fi
 if [ "$KILN_IMAGE_NVIDIA" = 1 ]; then
-	# Debian's driver (non-free; DKMS builds the module against the image's
-	# kernel, so the headers come along) and its firmware.
+	# The driver is installed by image/nvidia-install.sh (a customize hook
+	# below); Debian's non-free components for Debian's driver, its
+	# firmware, or the dependencies of NVIDIA's packages.
 	COMPONENTS="main contrib non-free non-free-firmware"
-	PKGS+=(nvidia-driver firmware-misc-nonfree linux-headers-amd64 nvidia-persistenced)
+	# the variant has no apt; the hook installs with it (apt resolves the
+	# dependencies of NVIDIA's packages, and of local .debs)
+	PKGS+=(apt)
+	# the driver source's files are on this machine: say so now, not after
+	# minutes of mmdebstrap (nvidia-install.sh checks them again)
+	case $KILN_IMAGE_NVIDIA_SOURCE in
+	apt) [ -s "$KILN_IMAGE_NVIDIA_APT_KEYRING" ] ||
+		die "image.nvidia_apt_keyring '$KILN_IMAGE_NVIDIA_APT_KEYRING' does not exist on this machine; install NVIDIA's cuda-keyring package or copy its cuda-archive-keyring.gpg there" ;;
+	debs) compgen -G "$KILN_IMAGE_NVIDIA_DEBS/*.deb" >/dev/null ||
+		die "image.nvidia_debs '$KILN_IMAGE_NVIDIA_DEBS' holds no .deb files on this machine; download NVIDIA's driver .debs there" ;;
+	esac
 fi
 # shellcheck disable=SC2206 # package names are checked by kiln check (no spaces, no commas)
 PKGS+=($KILN_IMAGE_PACKAGES)
@@ -157,11 +170,14 @@ HOOKS=(
 	# the journal's receiving end runs on the head; the sending end only where
 	# kiln-node-init starts it (logging.forward), with the head's URL
 	--customize-hook='chroot "$1" systemctl disable systemd-journal-remote.socket systemd-journal-remote.service systemd-journal-upload.service 2>/dev/null || true'
+	# boot.ipxe's ifname=boot0:MAC ip=ADDR::GW:MASK:NODE:boot0:none names
+	# the port that booted and gives it the cluster file's address (the
+	# image has no initramfs tool to read ip=; this generator does)
+	--customize-hook='chroot "$1" systemctl enable systemd-network-generator.service'
 	# first boot asks nothing; identity comes from kiln-node-init
 	--customize-hook='chroot "$1" systemctl mask systemd-firstboot.service'
 	# mmdebstrap copies the build host's hostname; a machine-id must be per boot
 	--customize-hook='rm -f "$1/etc/hostname" "$1/etc/machine-id"; touch "$1/etc/machine-id"'
-	--customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*'
 )
 # Root: a crypt(3) hash from the cluster file, or a locked password (login
 # with ssh keys only).  Never an empty password.
@@ -191,10 +207,13 @@ if [ ${#KILN_DEBS[@]} -gt 0 ]; then
 	HOOKS=("${HOOKS[0]}" "--customize-hook=copy-in ${KILN_DEBS[*]} /tmp/kiln-debs"
 		--customize-hook='chroot "$1" sh -c "dpkg -i /tmp/kiln-debs/*.deb" && rm -rf "$1/tmp/kiln-debs"'
 		"${HOOKS[@]:1}")
+if [ "$KILN_IMAGE_NVIDIA" = 1 ]; then
+	HOOKS+=(--customize-hook="$(cd "$(dirname "$0")" && pwd)/nvidia-install.sh \"\$1\" $WORK/image.env")
 fi
 if [ -n "$OVERLAY" ]; then
 	HOOKS+=(--customize-hook="sync-in $OVERLAY /")
 fi
+HOOKS+=(--customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*')
 
 T0=$(date +%s)
 INITRD=No nice -n 5 mmdebstrap --variant=essential --include="$INCLUDE" \
@@ -207,14 +226,33 @@ T1=$(date +%s)
 log "mmdebstrap: $((T1 - T0)) s"
 
 if [ "$KILN_IMAGE_NVIDIA" = 1 ]; then
-	# DKMS built the module; the compilers it needed are ~300 MB of RAM on
-	# every node for nothing.  CUDA runtime libraries for kk's cuda backend
-	# come from the build machine's toolkit, at the path kiln's rpath names.
+	# CUDA runtime libraries for kk's CUDA backend, from the build machine's
+	# toolkit at the path kiln's RUNPATH names, with the toolkit's licence
+	# notices (redistributing them requires shipping those).
+	cuda=()
 	for l in "${libs[@]}"; do
-		case $l in /usr/local/cuda*) install -D -m 0644 "$(readlink -f "$l")" "$ROOT$l" ;; esac
+		case $l in /usr/local/cuda* | "$CUDA_DIR"/*)
+			install -D -m 0644 "$(readlink -f "$l")" "$ROOT$l"
+			cuda+=("$l") ;;
+		esac
 	done
-	chroot "$ROOT" apt-get -y -q purge 'gcc-*' 'cpp-*' dkms linux-headers-amd64 'linux-headers-*' >/dev/null || true
-	chroot "$ROOT" apt-get -y -q autoremove --purge >/dev/null || true
+	n=${#cuda[@]}
+	if [ "$n" -gt 0 ]; then
+		doc=$ROOT/usr/share/doc/kiln-cuda
+		mkdir -p "$doc"
+		for f in "$CUDA_DIR"/EULA.txt "$CUDA_DIR"/LICENSE "$CUDA_DIR"/dist-info/*/licenses/*; do
+			[ -f "$f" ] || continue
+			d=${f#"$CUDA_DIR"/}
+			install -D -m 0644 "$f" "$doc/${d//\//_}"
+		done
+		[ -n "$(ls -A "$doc")" ] ||
+			die "no licence notice in $CUDA_DIR (EULA.txt, or dist-info/*/licenses of NVIDIA's wheels); NVIDIA's CUDA libraries may only be redistributed with it"
+		printf '%s\n' "CUDA runtime libraries copied by kiln's image build from $CUDA_DIR:" \
+			"${cuda[@]}" >"$doc/README.kiln"
+		log "CUDA: $n libraries from $CUDA_DIR, licence notices in /usr/share/doc/kiln-cuda"
+	else
+		log "warning: no kiln program links CUDA libraries from $CUDA_DIR (a CPU-only build?): the image has the driver but no CUDA runtime"
+	fi
 fi
 
 "$(dirname "$0")/trim-modules.sh" "$ROOT"

@@ -3,7 +3,7 @@
 #   make image [CLUSTER=config/examples/demo.cfg] [IMAGE_FROM=deb|install]
 #                                                   -> $(B)/image/{vmlinuz,initrd.img,boot.ipxe,cluster.cfg}
 #   make image-deps                                 the Debian packages image building and its boot test need
-#   make test-image                                 build a test image and PXE-boot it in qemu (also in make test-full)
+#   make test-image                                 build the test images (plain and GPU) and PXE-boot them in qemu (also in make test-full)
 #
 # The image build needs root (mmdebstrap) and network access to the
 # cluster file's Debian mirror; nothing here runs in the default make test.
@@ -33,6 +33,8 @@ image-deps:
 	@bash image/deps.sh
 
 test-image: all
-	@KILN_BUILD=$(B) KILN_TEST_FULL=1 tests/run-tests.sh tests/image/test-image-boot.sh
+	@# the GPU image's build alone (DKMS) takes ~13 min here: more than the 900 s default per suite
+	@KILN_BUILD=$(B) KILN_TEST_FULL=1 KILN_SUITE_TIMEOUT=$${KILN_SUITE_TIMEOUT:-2400} \
+		tests/run-tests.sh tests/image/test-image-boot.sh tests/image/test-image-gpu.sh
 
 .PHONY: image image-deps test-image install-node-init

@@ -586,6 +586,13 @@ void hd_gpu_add_sticky_xid(hd_gpu *g, int xid, kiln_cfg_action a)
 void hd_node_evaluate(const hd_settings *s, hd_node *n, uint64_t now_usec)
 {
 	n->reasons.n = 0;
+	/* The count first: the first unhealthy reason is Slurm's drain reason,
+	 * and "0 GPUs found, the cluster file says 8" is what the admin must
+	 * see of a GPU node whose driver did not load; why NVML is down
+	 * follows it. */
+	if (s->expected_gpus >= 0 && n->n_gpus < s->expected_gpus)
+		hd_reasons_add(&n->reasons, HD_UNHEALTHY, "%d GPUs found, the cluster file says %d",
+			       n->n_gpus, s->expected_gpus);
 	/* without NVML nothing can be checked: unhealthy where GPUs are expected */
 	if (n->nvml_down[0] && s->expected_gpus != 0)
 		hd_reasons_add(&n->reasons, s->expected_gpus > 0 ? HD_UNHEALTHY : HD_DEGRADED,
@@ -593,10 +600,7 @@ void hd_node_evaluate(const hd_settings *s, hd_node *n, uint64_t now_usec)
 	/* an unreadable XID state file may hide a GPU that needs a reset: stay drained */
 	if (n->xid_state_error[0])
 		hd_reasons_add(&n->reasons, HD_UNHEALTHY, "%s", n->xid_state_error);
-	if (s->expected_gpus >= 0 && n->n_gpus < s->expected_gpus)
-		hd_reasons_add(&n->reasons, HD_UNHEALTHY, "%d GPUs found, the cluster file says %d",
-			       n->n_gpus, s->expected_gpus);
-	else if (s->expected_gpus >= 0 && n->n_gpus > s->expected_gpus)
+	if (s->expected_gpus >= 0 && n->n_gpus > s->expected_gpus)
 		hd_reasons_add(&n->reasons, HD_DEGRADED, "%d GPUs found, the cluster file says %d",
 			       n->n_gpus, s->expected_gpus);
 	hd_state st = hd_reasons_state(&n->reasons);

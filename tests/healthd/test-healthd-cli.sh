@@ -73,7 +73,7 @@ sleep 0.7
 mkdir -p "$W/late" && cp "$FAKE" "$W/late/"
 wait_until 5 grep -q "node node01 healthy again" "$W/late.log" >/dev/null
 kill $lpid; wait $lpid 2>/dev/null
-check "no driver at start: unhealthy with the reason" grep -q "unhealthy: NVML unavailable (no NVIDIA driver)" "$W/late.log"
+check "no driver at start: unhealthy with the reason" grep -q "unhealthy: 0 GPUs found, the cluster file says 4; NVML unavailable (no NVIDIA driver)" "$W/late.log"
 check "the driver appears later: picked up, node healthy again" \
 	bash -c "grep -q 'NVML is available now' '$W/late.log' && grep -q 'node node01 healthy again' '$W/late.log'"
 

@@ -376,6 +376,17 @@ static void test_node_state(void **state)
 	assert_int_equal(n.state, HD_UNHEALTHY);
 	hd_node_drain_reason(&n, buf, sizeof(buf));
 	assert_string_equal(buf, "kiln: 3 GPUs found, the cluster file says 4");
+	/* NVML there but no GPU (the module did not load): the count is the
+	 * drain reason, NVML's error the second reason */
+	node_init(&n, 0);
+	snprintf(n.nvml_down, sizeof(n.nvml_down), "%s", "Driver Not Loaded");
+	hd_node_evaluate(&S, &n, 550);
+	assert_int_equal(n.state, HD_UNHEALTHY);
+	hd_node_drain_reason(&n, buf, sizeof(buf));
+	assert_string_equal(buf, "kiln: 0 GPUs found, the cluster file says 4");
+	assert_int_equal(n.reasons.n, 2);
+	assert_string_equal(n.reasons.v[1].text, "NVML unavailable (Driver Not Loaded)");
+	n.nvml_down[0] = 0;
 	node_init(&n, 4);
 	hd_node_evaluate(&S, &n, 600);
 	assert_int_equal(n.healthy_since_usec, 600);

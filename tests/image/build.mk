@@ -3,3 +3,5 @@
 # PXE-boots it in qemu (minutes, root, make image-deps): make test-full.
 TEST_SCRIPTS += tests/image/test-image-init.sh
 TEST_FULL_SCRIPTS += tests/image/test-image-boot.sh
+# the GPU-node image (image.nvidia) booted the same way; slower (driver, CUDA)
+TEST_FULL_SCRIPTS += tests/image/test-image-gpu.sh

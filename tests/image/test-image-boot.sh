@@ -12,6 +12,11 @@
 # guest), so the controller and the node talk both ways and `sinfo` must
 # show the node idle.  Nothing binds outside that namespace.
 #
+# The node has two NICs and boots from the second (the first is on a dead
+# network and its MAC is not in the cluster file), as multi-port HGX servers
+# often do: boot.ipxe must find the node by the port that booted, and the
+# kernel's ifname=/ip= must give that port (boot0) the node's address.
+#
 # qemu always runs under TCG (software emulation): nested KVM can hang the
 # guest kernel.  Slow (~3-5 min on 2 cores): runs in `make test-full` and
 # `make test-image` only.  Needs root (mmdebstrap, namespaces) and
@@ -21,11 +26,26 @@ set -uo pipefail
 . "$(dirname "$0")/../lib/suite.sh"
 # shellcheck source=tests/lib/tap.sh
 . "$top/tests/lib/tap.sh"
-CFG=$here/qemu.cfg
-IMG=$B/image-test
+# KILN_IMAGE_TEST_GPU=1 (test-image-gpu.sh): the GPU-node image instead,
+# from qemu-gpu.cfg (image.nvidia, 8 GPUs expected); qemu has no GPU, so the
+# node must come up with the driver failing cleanly and be drained by
+# kiln-healthd with "0 GPUs found, the cluster file says 8".
+GPU=${KILN_IMAGE_TEST_GPU:-0}
+if [ "$GPU" = 1 ]; then
+	CFG=$here/qemu-gpu.cfg IMG=$B/image-test-gpu
+	# the CUDA libraries (cuBLASLt alone is 0.5 GB) make the initrd several
+	# times larger: more RAM to unpack it, more time to fetch it
+	MEM_MB=6144 BOOT_TIMEOUT_S=${KILN_IMAGE_BOOT_TIMEOUT:-600}
+else
+	CFG=$here/qemu.cfg IMG=$B/image-test
+	MEM_MB=2048 BOOT_TIMEOUT_S=${KILN_IMAGE_BOOT_TIMEOUT:-300}
+fi
 PORT=8089 # the port image.http_url in qemu.cfg names
 GUEST_HEAD=10.0.2.100 NODE_ADDR=10.0.2.15 NODE_MAC=52:54:00:4b:11:01
-BOOT_TIMEOUT_S=${KILN_IMAGE_BOOT_TIMEOUT:-300}
+# The node has two ports and boots from the second, as multi-port (HGX)
+# servers often do: the first is on a network where nothing answers (a qemu
+# hub with no other port), and its MAC is not in the cluster file.
+DEAD_MAC=52:54:00:4b:11:00
 
 skip_all() { skip "$1"; tap_done; exit 0; }
 [ "${KILN_TEST_FULL:-0}" = 1 ] || skip_all "image build + qemu boot is long: make test-full or make test-image"
@@ -59,25 +79,25 @@ if [ "${KILN_IMAGE_TEST_REUSE:-0}" = 1 ] && [ -s "$IMG/initrd.img" ] && [ -s "$I
 	cp "$CFG" "$IMG/cluster.cfg"
 	ok "reusing the image in $IMG (KILN_IMAGE_TEST_REUSE=1)" true
 else
-	rm -rf "$B/image-test-staging"
+	rm -rf "$IMG-staging"
 	# kiln from its Debian packages (make deb), as make image does;
 	# KILN_IMAGE_FROM=install: from a make install tree
 	if [ "${KILN_IMAGE_FROM:-deb}" = deb ]; then
 		make --no-print-directory -s deb B="$B" >"$W/install.log" 2>&1 ||
 			{ diag "make deb failed: $(tail -5 "$W/install.log")"; }
-		ln -sfn "$B/deb" "$B/image-test-staging"
+		ln -sfn "$B/deb" "$IMG-staging"
 	else
-		make --no-print-directory -s install B="$B" DESTDIR="$B/image-test-staging" PREFIX=/usr/local >"$W/install.log" 2>&1 ||
+		make --no-print-directory -s install B="$B" DESTDIR="$IMG-staging" PREFIX=/usr/local >"$W/install.log" 2>&1 ||
 			{ diag "make install failed: $(tail -5 "$W/install.log")"; }
 	fi
 	t0=$EPOCHREALTIME
 	# zstd -3: a test image is packed once and booted once; -9 saves ~10% for minutes of CPU
 	if ZSTD_LEVEL=${ZSTD_LEVEL:-3} MUNGE_KEY=$W/cluster/munge/munge.key KILN=$KILN image/build-image.sh "$CFG" "$IMG" \
-		"$B/image-test-staging" "$here/probe" >"$W/build.log" 2>&1; then
+		"$IMG-staging" "$here/probe" >"$W/build.log" 2>&1; then
 		cp "$W/cluster/munge/munge.key" "$IMG/munge.key"
-		ok "make image: built from tests/image/qemu.cfg in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s ($(cat "$IMG/image.stats"))" true
+		ok "make image: built from tests/image/${CFG##*/} in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s ($(cat "$IMG/image.stats"))" true
 	else
-		ok "make image: built from tests/image/qemu.cfg" false
+		ok "make image: built from tests/image/${CFG##*/}" false
 		tail -n 30 "$W/build.log" | sed 's/^/# /'
 		tap_done; exit 1
 	fi
@@ -120,8 +140,9 @@ NET+=",guestfwd=tcp:$GUEST_HEAD:6817-cmd:nc $KC_HEAD_ADDR 6817"
 NET+=",hostfwd=tcp:$NODE_ADDR:6818-:6818"
 SERIAL=$W/serial.log
 t0=$EPOCHREALTIME
-hub qemu-system-x86_64 -accel tcg -cpu max -smp 2,sockets=1,cores=2,threads=1 -m 2048 \
-	-nographic -no-reboot -netdev "$NET" -device "virtio-net-pci,netdev=n0,mac=$NODE_MAC" \
+hub qemu-system-x86_64 -accel tcg -cpu max -smp 2,sockets=1,cores=2,threads=1 -m "$MEM_MB" \
+	-nographic -no-reboot -netdev hubport,id=dead,hubid=7 -device "virtio-net-pci,netdev=dead,mac=$DEAD_MAC" \
+	-netdev "$NET" -device "virtio-net-pci,netdev=n0,mac=$NODE_MAC" \
 	-boot n </dev/null >"$SERIAL" 2>&1 &
 qemu_pid=$!
 elapsed() { awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
@@ -138,12 +159,34 @@ done
 diag "serial log: $(wc -l <"$SERIAL") lines; probe after ${t_probe:-never} s of $BOOT_TIMEOUT_S"
 ok "iPXE fetched kernel and initrd over HTTP (kiln's boot.ipxe by MAC)" \
 	bash -c "grep -q 'GET /vmlinuz' '$W/http.log' && grep -q 'GET /initrd.img' '$W/http.log'"
+# iPXE names the ports net0 (dead) and net1; a boot.ipxe that looked at net0
+# only would have gone to :unknown
+ok "iPXE booted from the second port (net1, $NODE_MAC), not net0" \
+	bash -c "tr -d '\r' <'$SERIAL' | grep -a -q 'net1: $NODE_MAC' && ! tr -d '\r' <'$SERIAL' | grep -a -q -E 'kiln: (no )?MAC'"
 ok "the node booted and the probe reported (within ${BOOT_TIMEOUT_S} s)" test -n "$probe"
 diag "probe: $probe"
 field() { printf '%s\n' "$probe" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 ok "kiln-node-init fetched cluster.cfg over HTTP" grep -q 'GET /cluster.cfg' "$W/http.log"
 ok "kiln-node-init succeeded" test "$(field node-init)" = active
+ok "kernel ip=/ifname=: the booting port is boot0 ($NODE_MAC) with the node's address, of 2 ports" \
+	test "$(field bootif)" = boot0 -a "$(field bootmac)" = "$NODE_MAC" -a "$(field ports)" = 2 -a "$(field netgen)" = active
 ok "hostname is the node's name from the cluster file" test "$(field hostname)" = vnode01
+if [ "$GPU" = 1 ]; then
+	ok "GPU image: the nvidia module built by DKMS for the image's kernel ($(field nvko))" \
+		test -n "$(field nvko)" -a "$(field nvko)" != none
+	ok "GPU image: modprobe nvidia without a GPU fails, with no oops in the kernel log" \
+		test "$(field nvmod)" = failed -a "$(field oops)" = 0
+	grep -a 'KILN-PROBE-NV' "$SERIAL" | tr -d '\r' | sed 's/.*KILN-PROBE-NV /# /' | head -n 4
+	ok "GPU image: NVML (libnvidia-ml.so.1) installed for kiln-healthd" test "$(field nvml)" = yes
+	ok "GPU image: nvidia-persistenced enabled but skipped (no NVIDIA PCI device), not failed" \
+		test "$(field persistenced)" = inactive
+	ok "GPU image: CUDA runtime libraries with their licence notices" \
+		test "$(field cudart)" -ge 1 -a "$(field cudalic)" -ge 1
+	ok "GPU image: no compiler left from the DKMS build" test "$(field cc)" = 0
+	health=$(grep -a 'KILN-PROBE-HEALTH' "$SERIAL" | head -1 | tr -d '\r' | sed 's/.*KILN-PROBE-HEALTH //')
+	ok "kiln-healthd's drain reason: '$health'" \
+		test "$health" = "kiln: 0 GPUs found, the cluster file says 8"
+fi
 ok "slurm.conf rendered from the fetched file" \
 	test "$(field cluster)" = qemu -a "$(field from)" = "http://$GUEST_HEAD:$PORT/cluster.cfg"
 ok "munge active, and a credential round-trips" test "$(field munge)" = active -a "$(field munge-cred)" = ok
@@ -151,25 +194,46 @@ ok "munge key baked in mode 0400, owned by munge" test "$(field munge-key-mode)"
 ok "root password is locked (no root_password_hash in qemu.cfg)" test "$(field root)" = L
 ok "image.ssh_keys: sshd active with host keys made at boot, authorized_keys 0600 root with 1 key" \
 	test "$(field ssh)" = active -a "$(field authkeys)" = 600:root:1 -a "$(field hostkeys)" -ge 1
-ok "slurmd active" test "$(field slurmd)" = active
+if [ "$GPU" = 1 ]; then
+	# Slurm's own rule, documented in docs/image.md: slurmd stats gres.conf's
+	# /dev/nvidia0..7, waits ~20 s and exits when they never appear
+	ok "slurmd failed: no /dev/nvidia0 for gres.conf (Slurm's fatal, documented)" \
+		test "$(field slurmd)" = failed
+	grep -a 'KILN-PROBE-LOG' "$SERIAL" | tr -d '\r' | grep -E 'stat gres.conf|Waiting for gres' | head -n 2 | sed 's/.*KILN-PROBE-LOG /# slurmd: /'
+else
+	ok "slurmd active" test "$(field slurmd)" = active
+fi
 ok "kiln-healthd active and serving /metrics" test "$(field healthd)" = active -a "$(field metrics)" = ok
-ok "no failed units" test -z "$(field failed)"
+if [ "$GPU" = 1 ]; then
+	ok "no failed units but slurmd ($(field failed))" test "$(field failed)" = slurmd.service,
+else
+	ok "no failed units" test -z "$(field failed)"
+fi
 [ -n "$(field uptime)" ] && diag "boot-to-slurmd: $(field uptime) s of guest uptime (kernel start to probe), $t_probe s from qemu start (TCG)"
 
 # ---- the node registers with slurmctld ----------------------------------------
+# (the GPU image's node: drained by kiln-healthd, with kiln's reason)
+want=idle reason=''
+# (drained*: also not responding, slurmd is down)
+[ "$GPU" = 1 ] && want=drained
 state=''
-for _ in $(seq 1 60); do
+for _ in $(seq 1 90); do
 	state=$(hub sinfo -h -n vnode01 -o %T 2>/dev/null)
-	[ "$state" = idle ] && break
+	[ "${state%\*}" = "$want" ] && break
 	sleep 1
 done
-ok "slurmctld sees vnode01 idle (sinfo: ${state:-nothing})" test "$state" = idle
-if [ "$state" != idle ]; then
+ok "slurmctld sees vnode01 $want (sinfo: ${state:-nothing})" test "${state%\*}" = "$want"
+if [ "$GPU" = 1 ]; then
+	reason=$(hub sinfo -h -n vnode01 -o %E 2>/dev/null)
+	ok "  ... drained by kiln-healthd: '$reason'" \
+		test "$reason" = "kiln: 0 GPUs found, the cluster file says 8"
+fi
+if [ "${state%\*}" != "$want" ]; then
 	hub scontrol show node vnode01 2>&1 | sed 's/^/# /'
 	tail -n 15 "$W/cluster/log/slurmctld.log" | sed 's/^/# ctld: /'
 fi
 if [ "$_tap_failed" -gt 0 ]; then
 	grep -a -E 'KILN-PROBE-LOG|Failed|error' "$SERIAL" | tail -n 40 | sed 's/^/# serial: /'
-	cp "$SERIAL" "$B/test-logs/image-serial.log" 2>/dev/null && diag "serial log kept in $B/test-logs/image-serial.log"
+	cp "$SERIAL" "$B/test-logs/${IMG##*/}-serial.log" 2>/dev/null && diag "serial log kept in $B/test-logs/${IMG##*/}-serial.log"
 fi
 tap_done

@@ -243,6 +243,45 @@ else
 	skip "systemd-analyze not installed"
 fi
 
+# ---- boot.ipxe's kernel command line, read by the image's network generator -------
+# For each node of dgx-pod.cfg (many nodes, several DNS servers, MTU 9000 or
+# not): the kernel line boot.ipxe gives it, with iPXE's variables set as its
+# :mac- entry sets them, through systemd-network-generator (the image enables
+# it) must name the port with the node's MAC boot0 and give boot0 the node's
+# address, gateway, netmask, DNS and MTU from the cluster file.
+GEN=/lib/systemd/systemd-network-generator
+if [ -x "$GEN" ]; then
+	for ex in dgx-pod demo; do
+		cfg=config/examples/$ex.cfg
+		"$KILN" -q -c "$cfg" render boot.ipxe >"$W/$ex.ipxe"
+		kline=$(sed -n 's/^kernel //p' "$W/$ex.ipxe")
+		n=0 bad=''
+		while read -r node addr mac; do
+			line=$(printf '%s\n' "$kline" | sed "s|\${node}|$node|g; s|\${addr}|$addr|g; s|\${bootmac}|$mac|g; s|\${base}|http://h|g")
+			g=$W/gen-$ex-$node
+			# (word splitting is the kernel's: the line has no quotes)
+			# shellcheck disable=SC2086
+			"$GEN" --root="$g" -- $line 2>"$g.err" || { bad+=" $node(generator: $(head -1 "$g.err"))"; continue; }
+			d=$g/run/systemd/network
+			gw=$(sed -n 's/^ *gateway *= *"\([^"]*\)".*/\1/p' "$cfg")
+			grep -qx "MACAddress=$mac" "$d/90-boot0.link" && grep -qx 'Name=boot0' "$d/90-boot0.link" &&
+				grep -qx 'Name=boot0' "$d/90-boot0.network" &&
+				grep -q "^Address=$addr/" "$d/90-boot0.network" &&
+				grep -qx "Gateway=$gw" "$d/90-boot0.network" || bad+=" $node"
+			n=$((n + 1))
+		done < <(awk '/^:mac-/ { n = ""; a = ""; m = "" } /^set node / { n = $3 } /^set addr / { a = $3 }
+			/^set bootmac / { print n, a, $3 }' "$W/$ex.ipxe")
+		ok "$ex.cfg: boot.ipxe's kernel line gives each of $n nodes boot0 = its MAC with its address (systemd-network-generator)" \
+			test -z "$bad" -a "$n" -gt 0
+		[ -z "$bad" ] || diag "wrong for:$bad"
+	done
+	f=$(find "$W" -path "*/gen-dgx-pod-*/run/systemd/network/90-boot0.network" | head -1)
+	ok "  ... dgx-pod.cfg's DNS server and MTU 9000 on boot0" \
+		bash -c "grep -qx 'MTUBytes=9000' '$f' && grep -qx 'DNS=10.40.0.1' '$f'"
+else
+	skip "systemd-network-generator not installed (Debian 12's systemd has it)"
+fi
+
 # ---- make install puts kiln-node-init and its unit where the unit says --------------
 if make --no-print-directory -s install B="$B" DESTDIR="$W/dest" PREFIX=/usr/local >"$W/install.log" 2>&1; then
 	ok "make install: /usr/local/sbin/kiln-node-init (executable) and the unit" \
@@ -255,6 +294,7 @@ fi
 # ---- shellcheck ------------------------------------------------------------------
 if command -v shellcheck >/dev/null; then
 	for s in image/kiln-node-init image/build-image.sh image/trim-modules.sh image/deps.sh \
+		image/nvidia-install.sh tests/image/test-image-gpu.sh \
 		tests/image/test-image-init.sh tests/image/test-image-boot.sh \
 		tests/image/probe/usr/local/sbin/kiln-probe; do
 		ok "shellcheck $s" shellcheck -x "$s"

@@ -342,7 +342,13 @@ typedef struct kiln_cfg_image {
 	char *root_password_hash; /* crypt(3) hash; NULL = root's password locked */
 	char **ssh_keys;	  /* root's authorized_keys lines (NULL-terminated) */
 	char *munge_key;	  /* key file baked into the image, "/etc/munge/munge.key" */
-	bool nvidia;		  /* add Debian's NVIDIA driver + CUDA runtime (non-free) */
+	bool nvidia;		  /* GPU image: NVIDIA driver + CUDA runtime */
+	char *nvidia_apt_source;  /* "URL SUITE [COMPONENTS]" of NVIDIA's repository, or NULL */
+	char *nvidia_apt_keyring; /* its keyring on the build machine */
+	char *nvidia_debs;	  /* directory of driver .debs, or NULL */
+	char **nvidia_packages;	  /* NULL: the source's defaults (render image-env) */
+	char *nvidia_fabricmanager; /* Fabric Manager package (HGX), or NULL */
+	char *nvidia_cuda_dir;	    /* "/usr/local/cuda": CUDA libraries copied from there */
 } kiln_cfg_image;
 
 /* Thresholds of the Prometheus alert rules `kiln render kiln-alerts.yml`
