@@ -207,6 +207,7 @@ if [ ${#KILN_DEBS[@]} -gt 0 ]; then
 	HOOKS=("${HOOKS[0]}" "--customize-hook=copy-in ${KILN_DEBS[*]} /tmp/kiln-debs"
 		--customize-hook='chroot "$1" sh -c "dpkg -i /tmp/kiln-debs/*.deb" && rm -rf "$1/tmp/kiln-debs"'
 		"${HOOKS[@]:1}")
+fi
 if [ "$KILN_IMAGE_NVIDIA" = 1 ]; then
 	HOOKS+=(--customize-hook="$(cd "$(dirname "$0")" && pwd)/nvidia-install.sh \"\$1\" $WORK/image.env")
 fi
