@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 
 #include "kiln/error.h"
@@ -102,6 +101,22 @@ static int32_t greedy(km_model *m, int row)
 	int r = km_sample(m, row, 1, &g, &tok);
 	check(r, "km_sample", NULL);
 	return tok;
+}
+
+/* This process's peak resident memory (VmHWM), MiB.  Not getrusage's
+ * ru_maxrss: Linux carries that across exec, so a child of a big parent
+ * (the Python driver) would report the parent's peak. */
+static double peak_rss_mb(void)
+{
+	FILE *f = fopen("/proc/self/status", "re");
+	char line[256];
+	double kb = 0;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmHWM: %lf kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb / 1024.0;
 }
 
 #define BW_BYTES ((size_t) 256 << 20)
@@ -273,11 +288,10 @@ int main(int argc, char **argv)
 	}
 	double batch_tps = (double) n_seqs * n_decode / (wall() - t);
 
-	struct rusage ru;
-	getrusage(RUSAGE_SELF, &ru);
+	double rss_mb = peak_rss_mb();
 	printf("{\"engine\":\"kiln\",\"load_s\":%.3f,\"prefill_tps\":%.2f,\"decode_tps\":%.2f,"
 	       "\"batch_tps\":%.2f,\"rss_mb\":%.1f,\"weight_mb\":%.1f,\"greedy\":[",
-	       load_s, prefill_tps, decode_tps, batch_tps, ru.ru_maxrss / 1024.0,
+	       load_s, prefill_tps, decode_tps, batch_tps, rss_mb,
 	       km_model_weight_bytes(m) / 1048576.0);
 	for (int i = 0; i < n_greedy; i++)
 		printf("%s%d", i ? "," : "", ids[i]);

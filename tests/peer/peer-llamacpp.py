@@ -14,12 +14,21 @@ include and llama.cpp's C++ server would not pay."""
 import argparse
 import ctypes
 import json
-import resource
 import sys
 import time
 
 import numpy as np
 import llama_cpp as L
+
+
+def peak_rss_mb():
+    """This process's peak resident memory (VmHWM), MiB: not ru_maxrss, which
+    Linux carries across exec from the parent (the driver)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
 
 
 def fn(*names):
@@ -161,7 +170,7 @@ def main():
         "prefill_tps": round(prefill_tps, 2),
         "decode_tps": round(decode_tps, 2),
         "batch_tps": round(batch_tps, 2),
-        "rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
+        "rss_mb": round(peak_rss_mb(), 1),
         "py_step_us": round(py_step_us, 1),
         "greedy": ids[:a.greedy],
     }))
