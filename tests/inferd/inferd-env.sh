@@ -9,3 +9,25 @@ for c in tests/fixtures/stories260K.bin ../shared/fixtures/stories260K.bin; do
 done
 if [ ! -x "$BIN" ]; then echo "1..1"; echo "ok 1 # SKIP $BIN not built"; exit 0; fi
 if [ -z "$MODEL" ]; then echo "1..1"; echo "ok 1 # SKIP stories260K.bin not found (set KM_TEST_MODEL)"; exit 0; fi
+
+# inferd_start ARGS...: kiln-inferd with ARGS on an ephemeral port of
+# 127.0.0.1, its log in $W/log; sets PID, port and URL.  Fails, with the log
+# as TAP comments, when it exits or names no port within 20 s.  The old log
+# goes first: `>"$W/log"` truncates in the child, after the fork, so a
+# reader racing it could take the previous server's port for this one's.
+inferd_start() {
+	rm -f "$W/log"
+	"$BIN" -p 0 "$@" >"$W/log" 2>&1 &
+	PID=$!
+	port=
+	for _ in $(seq 400); do
+		port=$(grep -o 'http://127.0.0.1:[0-9]*' "$W/log" 2>/dev/null | head -1 | sed 's/.*://')
+		[ -n "$port" ] && break
+		kill -0 "$PID" 2>/dev/null || break
+		sleep 0.05
+	done
+	URL=http://127.0.0.1:$port
+	[ -n "$port" ] || { sed 's/^/# /' "$W/log" 2>/dev/null; return 1; }
+}
+# inferd_stop: SIGTERM, and kiln-inferd's exit status.
+inferd_stop() { kill -TERM "$PID"; wait "$PID"; local rc=$?; PID=; return $rc; }

@@ -21,20 +21,8 @@ trap cleanup EXIT
 MODEL=$(readlink -f "$MODEL")
 
 rc_is() { local want=$1; shift; "$@" >"$W/out" 2>"$W/err"; local rc=$?; [ "$rc" = "$want" ] || { echo "# rc $rc, want $want"; sed 's/^/# /' "$W/err"; return 1; }; }
-start() {
-	"$BIN" -p 0 "$@" >"$W/log" 2>&1 &
-	PID=$!
-	local port=
-	for _ in $(seq 400); do
-		port=$(grep -o 'http://127.0.0.1:[0-9]*' "$W/log" | head -1 | sed 's/.*://')
-		[ -n "$port" ] && break
-		kill -0 "$PID" 2>/dev/null || break
-		sleep 0.05
-	done
-	URL=http://127.0.0.1:$port
-	[ -n "$port" ] || { sed 's/^/# /' "$W/log"; return 1; }
-}
-stop() { kill -TERM "$PID"; wait "$PID"; local rc=$?; PID=; return $rc; }
+start() { inferd_start "$@"; }
+stop() { inferd_stop; }
 # req PATH [CURL-ARGS...]: the HTTP status; the body in $W/body
 req() { local p=$1; shift; curl -s -o "$W/body" -w '%{http_code}' "$@" "$URL$p"; }
 BODY='{"model":"m","prompt":[1],"max_tokens":3}'

@@ -28,22 +28,10 @@ KILN=$B/bin/kiln
 
 rc_is() { local want=$1; shift; "$@" >"$W/out" 2>"$W/err"; local rc=$?; [ "$rc" = "$want" ] || { echo "# rc $rc, want $want"; sed 's/^/# /' "$W/err"; return 1; }; }
 # start ARGS...: the server on an ephemeral port; sets PID, URL.
-start() {
-	"$BIN" -p 0 "$@" >"$W/log" 2>&1 &
-	PID=$!
-	local port=
-	for _ in $(seq 400); do
-		port=$(grep -o 'http://127.0.0.1:[0-9]*' "$W/log" | head -1 | sed 's/.*://')
-		[ -n "$port" ] && break
-		kill -0 "$PID" 2>/dev/null || break
-		sleep 0.05
-	done
-	URL=http://127.0.0.1:$port
-	[ -n "$port" ] || { sed 's/^/# /' "$W/log"; return 1; }
-}
+start() { inferd_start "$@"; }
 # log_has PATTERN: the server's log has it; else the log as TAP comments.
 log_has() { grep -q "$1" "$W/log" || { sed 's/^/# log: /' "$W/log"; false; }; }
-stop() { kill -TERM "$PID"; wait "$PID"; local rc=$?; PID=; return $rc; }
+stop() { inferd_stop; }
 post() { curl -s -o "$W/body" -w '%{http_code}' "$URL/v1/completions" -d "$1"; }
 metric() { curl -s "$URL/metrics" | awk -v k="$1" '$1 == k { print $2 }'; }
 

@@ -34,18 +34,8 @@ trap cleanup EXIT
 
 rc_is() { local want=$1; shift; "$@" >"$W/out" 2>"$W/err"; local rc=$?; [ "$rc" = "$want" ] || { echo "# rc $rc, want $want"; sed 's/^/# /' "$W/err"; return 1; }; }
 # start ARGS...: runs the server on an ephemeral port; sets PID and URL.
-start() {
-	rm -f "$W/log" # not a stale log's port: the new process may not have opened it yet
-	"$BIN" -m "$MODEL" --name m -p 0 "$@" >"$W/log" 2>&1 &
-	PID=$!
-	for _ in $(seq 100); do
-		port=$(grep -o 'http://127.0.0.1:[0-9]*' "$W/log" 2>/dev/null | head -1 | sed 's/.*://')
-		[ -n "$port" ] && break
-		sleep 0.1
-	done
-	URL=http://127.0.0.1:$port
-}
-stop() { kill -TERM "$PID"; wait "$PID"; local rc=$?; PID=; return $rc; }
+start() { inferd_start -m "$MODEL" --name m "$@"; }
+stop() { inferd_stop; }
 post() { curl -s -o "$W/body" -w '%{http_code}' "$URL/v1/completions" -d "$1"; }
 json_is() { jq -e "$1" "$W/body" >/dev/null || { echo "# $(head -c 400 "$W/body")"; return 1; }; }
 
