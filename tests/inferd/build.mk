@@ -5,7 +5,7 @@ $(eval $(call kiln_tool,bench-engine,tests/inferd/bench-engine.c,inferd-engine k
 BENCH_SCRIPTS += tests/inferd/bench-engine.sh
 TEST_SCRIPTS += tests/inferd/test-inferd.sh tests/inferd/test-inferd-signals.sh \
 	tests/inferd/test-inferd-service.sh tests/inferd/test-inferd-models.sh \
-	tests/inferd/test-inferd-keys.sh tests/inferd/test-openai-client.sh
+	tests/inferd/test-inferd-keys.sh tests/inferd/test-openai-client.sh tests/inferd/test-inferd-hostile.sh
 # The request layer and the pure parts of the streaming layer, without an
 # engine or a socket (test-openai.c).
 $(eval $(call kiln_test,test-openai,tests/inferd/test-openai.c $(INFERD_SRCS),inferd-engine kmodel ktok kmf kk common,$$(INFERD_LDLIBS)))

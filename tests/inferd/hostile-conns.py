@@ -8,6 +8,10 @@ server behaved, 1 when not):
                     request from 127.0.0.2 (another client) is answered.
   dribble PORT S    sends a request line, then nothing: the server must cut
                     the connection within S seconds.
+  streams PORT N    N streaming completions at once, each socket closed
+                    right after its first SSE event: every one must have
+                    got an event (the server then cancels the rest; the
+                    suite checks that in /metrics).
 """
 import socket
 import sys
@@ -71,10 +75,38 @@ def dribble(port, limit):
     return cut
 
 
+def streams(port, n):
+    body = b'{"model":"m","prompt":[1],"max_tokens":400,"ignore_eos":true,"stream":true}'
+    req = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+           b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        s.sendall(req)
+        socks.append(s)
+    got = 0
+    for s in socks:
+        buf = b""
+        try:
+            while b"data: " not in buf:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                buf += chunk
+        except OSError:
+            pass
+        got += b"data: " in buf
+        s.close()  # mid-stream: the rest of its 400 tokens has nowhere to go
+    print(f"# {got} of {n} streams got an event before their client left")
+    return got == n
+
+
 if __name__ == "__main__":
     mode, port = sys.argv[1], int(sys.argv[2])
     if mode == "idle":
         r = idle(port, int(sys.argv[3]), int(sys.argv[4]))
+    elif mode == "streams":
+        r = streams(port, int(sys.argv[3]))
     else:
         r = dribble(port, float(sys.argv[3]))
     sys.exit(0 if r else 1)
