@@ -17,7 +17,8 @@ for t in curl jq python3; do
 	command -v $t >/dev/null || { echo "1..1"; echo "ok 1 # SKIP $t not installed"; exit 0; }
 done
 W=$(mktemp -d /tmp/kiln-inferd-hostile.XXXXXX)
-PID= port= # port: set by inferd_start
+PID=''
+port='' # set by inferd_start
 cleanup() { [ -n "$PID" ] && kill -KILL "$PID" 2>/dev/null; rm -rf "$W"; }
 trap cleanup EXIT
 
