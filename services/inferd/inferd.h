@@ -52,7 +52,15 @@ typedef struct inferd_model {
 	const ktok *tok; /* NULL: token ids only */
 	ktok_chat chat;
 	char bos[KTOK_MAX_TOKEN_LEN + 1], eos[KTOK_MAX_TOKEN_LEN + 1]; /* for templates */
+	/* The longest token text of tok's vocabulary, bytes (0: unknown).  No
+	 * token decodes to more bytes than its text has, so a text of L bytes
+	 * is at least L / max_piece tokens: a text over the context by that
+	 * bound is refused before it is tokenized (inferd_max_piece()). */
+	size_t max_piece;
 } inferd_model;
+
+/* The longest token text of t's vocabulary in bytes (for max_piece). */
+size_t inferd_max_piece(const ktok *t);
 
 /* A validated /v1/completions or /v1/chat/completions request. */
 typedef struct inferd_request {

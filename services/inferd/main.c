@@ -491,6 +491,7 @@ static int load_tokenizer(const model_spec *spec, inferd_model *m, ktok **ret)
 	}
 	log_info("%s: tokenizer %s, %u tokens, chat template %s", m->name, path, ktok_n_vocab(tok),
 		 ktok_chat_name(m->chat));
+	m->max_piece = inferd_max_piece(tok);
 	m->tok = *ret = TAKE_PTR(tok);
 	return 0;
 }

@@ -86,12 +86,42 @@ static int encoded_prompt(const inferd_model *m, int r, int32_t *ids, size_t n, 
 	return 0;
 }
 
+size_t inferd_max_piece(const ktok *t)
+{
+	size_t max = 0;
+	for (uint32_t id = 0; t && id < ktok_n_vocab(t); id++) {
+		size_t len = 0;
+		if (ktok_token_text(t, (int32_t) id, &len))
+			max = MAX(max, len);
+	}
+	return max;
+}
+
+/* A text of `bytes` bytes is at least bytes / max_piece tokens: when that
+ * is over the context, -EMSGSIZE with err filled and nothing tokenized
+ * (a 4 MB body of text would otherwise become a million tokens, and their
+ * memory, before the context check); inferd_request_parse() makes it a
+ * context_length_exceeded.  0 when it may fit. */
+static int over_context(const inferd_model *m, size_t bytes, const char *where, kiln_error *err)
+{
+	if (!m->max_piece || m->ctx <= 0 || bytes / m->max_piece <= (size_t) m->ctx)
+		return 0;
+	kiln_json_fail(err, where,
+		       "The text is %zu bytes, so at least %zu tokens (no token of this model is "
+		       "longer than %zu bytes), more than the model's context of %d tokens; "
+		       "shorten it",
+		       bytes, bytes / m->max_piece, m->max_piece, m->ctx);
+	return -EMSGSIZE;
+}
+
 /* One prompt given as text: encoded with BOS as the vocabulary says. */
 static int text_prompt(const inferd_model *m, const char *text, unsigned flags, const char *where,
 		       int32_t **ret, int *ret_n, kiln_error *err)
 {
 	int r = need_tokenizer(m, where, err);
 	if (r < 0)
+		return r;
+	if ((r = over_context(m, strlen(text), where, err)) < 0)
 		return r;
 	int32_t *ids = NULL;
 	size_t n = 0;
@@ -245,6 +275,13 @@ static int get_messages(const inferd_model *m, const json_t *req, inferd_request
 			return r;
 		}
 		msgs[i] = (ktok_msg){ .role = roles[role == 3 ? 0 : role], .content = contents[i] };
+	}
+	size_t bytes = 0;
+	for (size_t i = 0; i < n; i++)
+		bytes += contents[i] ? strlen(contents[i]) : 0;
+	if ((r = over_context(m, bytes, "messages", err)) < 0) {
+		free_contents(contents, n);
+		return r;
 	}
 	/* Only the template's own markers become control tokens: a user who
 	 * types "<|im_end|><|im_start|>system" gets those characters, not a
@@ -589,6 +626,11 @@ int inferd_request_parse(const inferd_model *m, const json_t *req, bool chat, in
 		return kiln_json_fail(e, "min_tokens", "min_tokens %d is more than max_tokens %lld",
 				      ret->proc.min_tokens, (long long) ret->max_tokens);
 	r = chat ? get_messages(m, req, ret, e) : get_prompts(m, req, ret, e);
+	if (r == -EMSGSIZE) { /* over_context(): e says why */
+		err->status = 400;
+		err->code = "context_length_exceeded";
+		return -EINVAL;
+	}
 	if (r < 0)
 		return r;
 	if (ret->n_prompts * ret->n > INFERD_BATCH_MAX)

@@ -7,6 +7,8 @@
 #     running or waiting, every KV block is free again, RSS comes back to
 #     within 32 MiB of its level before the burst, and the server answers;
 #   - a 100 MB body: refused (413) without the server holding it, RSS bounded;
+#   - a 3.4 MB chat (under the body cap): refused by its bytes before it is
+#     tokenized (context_length_exceeded), RSS bounded;
 #   - JSON nested 100000 deep, invalid UTF-8 in a prompt: 400 each.
 # Prints TAP.
 set -u
@@ -38,20 +40,25 @@ rss_near() {
 }
 
 ok "the server starts (256 connections per client, 64 running)" \
-	inferd_start -m "$MODEL" --name m --max-connections-per-client 256 --max-running 64
-# warm up: the engine's buffers and the allocator's arenas are touched once
-python3 tests/inferd/hostile-conns.py streams "$port" 64 >/dev/null
+	inferd_start -m "$MODEL" --name m --tokenizer tests/tokenizer/data/tok512.bin \
+	--max-connections-per-client 256 --max-running 64
+# warm up with the same burst: the engine's buffers and the allocator's arenas
+# are touched once, so growth in the measured burst would be a leak
+python3 tests/inferd/hostile-conns.py streams "$port" 200 >/dev/null
 settle
 rss0=$(rss_kb)
 abort0=$(metric 'vllm:request_success_total{model_name="m",finished_reason="abort"}')
+length0=$(metric 'vllm:request_success_total{model_name="m",finished_reason="length"}')
 
 # ---- 200 streams that leave mid-stream
 ok "200 streams, each client gone after its first event" python3 tests/inferd/hostile-conns.py streams "$port" 200
 ok "  ... then nothing runs or waits" settle
 aborts=$(($(metric 'vllm:request_success_total{model_name="m",finished_reason="abort"}') - abort0))
-# a stream may finish its 400 tokens before its client is read and leaves;
-# most cannot, with 64 running at once
-ok "  ... counted as aborted (cancelled): $aborts of 200" test "$aborts" -ge 100
+lengths=$(($(metric 'vllm:request_success_total{model_name="m",finished_reason="length"}') - length0))
+# a stream may finish its 400 tokens before its client is read and leaves
+# (more of them on a loaded machine); the rest must be cancelled
+ok "  ... each cancelled (abort: $aborts) or already finished (length: $lengths)" \
+	test "$aborts" -ge 1 -a $((aborts + lengths)) = 200
 ok "  ... every KV block free again" \
 	test "$(metric 'kiln_inferd_kv_cache_blocks{model_name="m",state="used"}')" = 0
 ok "  ... RSS back near its level before the burst" rss_near "$rss0"
@@ -66,6 +73,15 @@ code=$(curl -s -o "$W/body" -w '%{http_code}' --max-time 60 -H 'Content-Type: ap
 ok "a 100 MB body: refused (HTTP $code)" bash -c "[ '$code' = 413 ] || [ '$code' = 000 ]"
 ok "  ... RSS stays near its level before" rss_near "$rss1"
 ok "  ... and the server answers" alive
+
+# ---- a 3.4 MB chat, under the 4 MiB body cap: its bytes alone are over
+# the context, so it is refused before tokenizing (a million tokens, ~150 MB)
+python3 -c 'import sys; sys.stdout.write("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"" + "the kiln " * 380000 + "\"}]}")' >"$W/chat"
+rss2=$(rss_kb)
+code=$(curl -s -o "$W/body" -w '%{http_code}' --data-binary @"$W/chat" "$URL/v1/chat/completions")
+ok "a 3.4 MB chat: 400 context_length_exceeded before tokenizing" bash -c \
+	"[ '$code' = 400 ] && jq -e '.error.code == \"context_length_exceeded\" and (.error.message | test(\"at least\"))' '$W/body' >/dev/null"
+ok "  ... RSS stays near its level before" rss_near "$rss2"
 
 # ---- malformed JSON
 python3 -c 'import sys; n = 100000; sys.stdout.write("{\"model\":\"m\",\"prompt\":" + "[" * n + "]" * n + "}")' >"$W/deep"

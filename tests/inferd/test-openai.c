@@ -707,6 +707,43 @@ static void test_context(void **state)
 	assert_int_equal(parse(IDS, body, &q, &e), -EINVAL);
 	inferd_request_done(&q);
 	assert_non_null(strstr(e.json.msg, "(500 in the prompt, 16 in the completion)"));
+
+	/* A text over the context by bytes alone: refused before it is
+	 * tokenized.  max_piece is the fixture vocabulary's real longest token;
+	 * a text of 513 x max_piece bytes cannot fit 512 tokens. */
+	inferd_model *tm = &models[TEXT], *cm = &models[CHAT];
+	tm->max_piece = cm->max_piece = inferd_max_piece(tok);
+	assert_true(tm->max_piece > 1 && tm->max_piece < 64);
+	size_t big = 513 * tm->max_piece;
+	char *text = malloc(big + 128);
+	assert_non_null(text);
+	int len = sprintf(text, "{\"model\":\"m\",\"prompt\":\"");
+	memset(text + len, 'a', big);
+	strcpy(text + len + big, "\"}");
+	assert_int_equal(parse(TEXT, text, &q, &e), -EINVAL);
+	inferd_request_done(&q);
+	assert_int_equal(e.status, 400);
+	assert_string_equal(e.code, "context_length_exceeded");
+	assert_string_equal(e.json.where, "prompt");
+	assert_non_null(strstr(e.json.msg, "so at least 513 tokens"));
+	/* the same in chat, counted over every message's content */
+	len = sprintf(text,
+		      "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"ab\"},"
+		      "{\"role\":\"user\",\"content\":\"");
+	memset(text + len, 'a', big);
+	strcpy(text + len + big, "\"}]}");
+	assert_int_equal(parse(CHAT, text, &q, &e), -EINVAL);
+	inferd_request_done(&q);
+	assert_string_equal(e.code, "context_length_exceeded");
+	assert_string_equal(e.json.where, "messages");
+	/* a text that might fit by the bound is tokenized and judged by tokens */
+	len = sprintf(text, "{\"model\":\"m\",\"max_tokens\":1,\"prompt\":\"");
+	memset(text + len, 'a', 200);
+	strcpy(text + len + 200, "\"}");
+	assert_int_equal(parse(TEXT, text, &q, &e), 0);
+	inferd_request_done(&q);
+	tm->max_piece = cm->max_piece = 0;
+	free(text);
 	free(body);
 }
 
