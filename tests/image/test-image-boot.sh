@@ -31,6 +31,11 @@ set -uo pipefail
 # node must come up with the driver failing cleanly and be drained by
 # kiln-healthd with "0 GPUs found, the cluster file says 8".
 GPU=${KILN_IMAGE_TEST_GPU:-0}
+# the model qemu.cfg's inference section serves (baked into the image)
+MODEL=${KM_TEST_MODEL:-}
+for c in tests/fixtures/stories260K.bin ../shared/fixtures/stories260K.bin; do
+	[ -z "$MODEL" ] && [ -r "$c" ] && MODEL=$c
+done
 if [ "$GPU" = 1 ]; then
 	CFG=$here/qemu-gpu.cfg IMG=$B/image-test-gpu
 	# the CUDA libraries (cuBLASLt alone is 0.5 GB) make the initrd several
@@ -90,10 +95,15 @@ else
 		make --no-print-directory -s install B="$B" DESTDIR="$IMG-staging" PREFIX=/usr/local >"$W/install.log" 2>&1 ||
 			{ diag "make install failed: $(tail -5 "$W/install.log")"; }
 	fi
+	# the probe, and the model qemu.cfg's inference section serves
+	mkdir -p "$W/overlay/srv/models"
+	cp -a "$here/probe/." "$W/overlay/"
+	[ -n "$MODEL" ] && cp "$MODEL" "$W/overlay/srv/models/stories260K.bin"
+	cp tests/tokenizer/data/tok512.bin "$W/overlay/srv/models/"
 	t0=$EPOCHREALTIME
 	# zstd -3: a test image is packed once and booted once; -9 saves ~10% for minutes of CPU
 	if ZSTD_LEVEL=${ZSTD_LEVEL:-3} MUNGE_KEY=$W/cluster/munge/munge.key KILN=$KILN image/build-image.sh "$CFG" "$IMG" \
-		"$IMG-staging" "$here/probe" >"$W/build.log" 2>&1; then
+		"$IMG-staging" "$W/overlay" >"$W/build.log" 2>&1; then
 		cp "$W/cluster/munge/munge.key" "$IMG/munge.key"
 		ok "make image: built from tests/image/${CFG##*/} in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s ($(cat "$IMG/image.stats"))" true
 	else
@@ -138,6 +148,7 @@ NET="user,id=n0,restrict=on,tftp=$W/srv,bootfile=boot.ipxe"
 NET+=",guestfwd=tcp:$GUEST_HEAD:$PORT-cmd:nc 127.0.0.1 $PORT"
 NET+=",guestfwd=tcp:$GUEST_HEAD:6817-cmd:nc $KC_HEAD_ADDR 6817"
 NET+=",hostfwd=tcp:$NODE_ADDR:6818-:6818"
+NET+=",hostfwd=tcp:$NODE_ADDR:8000-:8000"
 SERIAL=$W/serial.log
 t0=$EPOCHREALTIME
 hub qemu-system-x86_64 -accel tcg -cpu max -smp 2,sockets=1,cores=2,threads=1 -m "$MEM_MB" \
@@ -204,6 +215,15 @@ else
 	ok "slurmd active" test "$(field slurmd)" = active
 fi
 ok "kiln-healthd active and serving /metrics" test "$(field healthd)" = active -a "$(field metrics)" = ok
+if [ "$GPU" = 0 ]; then
+	ok "inference node: kiln-inferd active from the fetched cluster file, a completion on the node" \
+		test "$(field inferd)" = active -a "$(field complete)" = ok
+	code=$(hub curl -s -o "$W/completion" -w '%{http_code}' --max-time 60 \
+		"http://$NODE_ADDR:8000/v1/completions" \
+		-d '{"model":"stories","prompt":"Once upon a time","max_tokens":16}')
+	ok "  ... and one from the host (HTTP $code: $(head -c 160 "$W/completion"))" \
+		bash -c "[ '$code' = 200 ] && jq -e '.model == \"stories\" and .usage.completion_tokens == 16' '$W/completion' >/dev/null"
+fi
 if [ "$GPU" = 1 ]; then
 	ok "no failed units but slurmd ($(field failed))" test "$(field failed)" = slurmd.service,
 else
