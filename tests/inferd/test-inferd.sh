@@ -229,7 +229,9 @@ code=$(post "{\"model\":\"m\",\"prompt\":\"$P\",\"max_tokens\":40,\"temperature\
 ok "echo: the prompt, then the completion" json_is ".choices[0].text == \"$P\" + $(jq -c .choices[0].text "$W/text")"
 long=$(yes "the kiln" | head -400 | paste -sd' ')
 code=$(post "{\"model\":\"m\",\"prompt\":\"$long\"}")
-ok "a text prompt past the context: 400 with both counts" bash -c "[ $code = 400 ] && jq -e '.error.param == \"prompt\" and (.error.message | test(\"is [0-9]+ tokens, more than the model.s context of 512\"))' '$W/body' >/dev/null"
+# (3600 bytes: over the context by the byte bound already, "at least N
+# tokens", refused before tokenizing; shorter texts are counted exactly)
+ok "a text prompt past the context: 400 context_length_exceeded with both counts" bash -c "[ $code = 400 ] && jq -e '.error.param == \"prompt\" and .error.code == \"context_length_exceeded\" and (.error.message | test(\"[0-9]+ tokens.*more than the model.s context of 512\"))' '$W/body' >/dev/null"
 code=$(post "{\"model\":\"m\",\"prompt\":\"$P\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}")
 ok "5 stop strings: 400 naming stop" bash -c "[ $code = 400 ] && jq -e '.error.param == \"stop\"' '$W/body' >/dev/null"
 
