@@ -49,6 +49,7 @@
 #include "kiln/config.h"
 #include "kiln/hostlist.h"
 #include "kiln/log.h"
+#include "kiln/net.h"
 #include "kiln/parse.h"
 #include "kiln/prog.h"
 #include "kiln/strbuf.h"
@@ -154,24 +155,6 @@ int kiln_slurm_conf_source(char *buf, size_t len)
 
 /* ---- a bounded HTTP GET ----------------------------------------------- */
 
-static int wait_fd(int fd, short events, uint64_t deadline)
-{
-	for (;;) {
-		uint64_t now = kiln_now_usec();
-		if (now >= deadline)
-			return -ETIMEDOUT;
-		struct pollfd p = { .fd = fd, .events = events };
-		int ms = (int) ((deadline - now + 999) / 1000);
-		int r = poll(&p, 1, ms);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r > 0)
-			return 0;
-	}
-}
-
 /* GET http://addr:port/path with HTTP/1.0, everything before `deadline`
  * (kiln_now_usec() clock).  Returns 0 with the status code and the body
  * (malloc'd, NUL-terminated); -ECONNREFUSED, -ETIMEDOUT, -EHOSTUNREACH ...
@@ -186,19 +169,9 @@ static int http_get(uint32_t addr, int port, const char *path, uint64_t deadline
 	struct sockaddr_in sa = { .sin_family = AF_INET,
 				  .sin_port = htons((uint16_t) port),
 				  .sin_addr.s_addr = htonl(addr) };
-	if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
-		if (errno != EINPROGRESS)
-			return -errno;
-		int r = wait_fd(fd, POLLOUT, deadline);
-		if (r < 0)
-			return r;
-		int err = 0;
-		socklen_t l = sizeof(err);
-		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
-			return -errno;
-		if (err)
-			return -err;
-	}
+	int r = kiln_connect_deadline(fd, (struct sockaddr *) &sa, sizeof(sa), deadline);
+	if (r < 0)
+		return r;
 	char a[16], req[512];
 	int n = snprintf(req, sizeof(req),
 			 "GET %s HTTP/1.0\r\nHost: %s:%d\r\nAccept: application/json\r\n"
@@ -212,7 +185,7 @@ static int http_get(uint32_t addr, int port, const char *path, uint64_t deadline
 			off += (int) w;
 			continue;
 		}
-		int r = wait_fd(fd, POLLOUT, deadline);
+		r = kiln_wait_fd(fd, POLLOUT, deadline);
 		if (r < 0)
 			return r;
 	}
@@ -237,7 +210,7 @@ static int http_get(uint32_t addr, int port, const char *path, uint64_t deadline
 		}
 		if (errno != EAGAIN && errno != EINTR)
 			return -errno;
-		int r = wait_fd(fd, POLLIN, deadline);
+		r = kiln_wait_fd(fd, POLLIN, deadline);
 		if (r < 0)
 			return r;
 	}

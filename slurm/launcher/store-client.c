@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 
 #include "kiln/macro.h"
+#include "kiln/net.h"
 #include "kiln/parse.h"
 #include "kiln/store.h"
 #include "store-proto.h"
@@ -76,25 +77,6 @@ static void put_str(kiln_store_client *c, const char *s)
 
 /* ---- I/O with deadlines --------------------------------------------------- */
 
-static int wait_fd(int fd, short events, uint64_t deadline)
-{
-	for (;;) {
-		uint64_t now = kiln_now_usec();
-		if (now >= deadline)
-			return -ETIMEDOUT;
-		uint64_t left = deadline - now;
-		struct pollfd p = { .fd = fd, .events = events };
-		int r = poll(&p, 1, (int) MIN(DIV_ROUND_UP(left, 1000), (uint64_t) INT32_MAX));
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (r > 0)
-			return 0;
-	}
-}
-
 static int send_all(int fd, const void *p, size_t n, uint64_t deadline)
 {
 	const uint8_t *b = p;
@@ -104,7 +86,7 @@ static int send_all(int fd, const void *p, size_t n, uint64_t deadline)
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK) {
-				int r = wait_fd(fd, POLLOUT, deadline);
+				int r = kiln_wait_fd(fd, POLLOUT, deadline);
 				if (r < 0)
 					return r;
 				continue;
@@ -128,7 +110,7 @@ static int recv_all(int fd, void *p, size_t n, uint64_t deadline)
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK) {
-				int r = wait_fd(fd, POLLIN, deadline);
+				int r = kiln_wait_fd(fd, POLLIN, deadline);
 				if (r < 0)
 					return r;
 				continue;
@@ -244,19 +226,9 @@ static int connect_one(const struct addrinfo *ai, uint64_t deadline, int *ret_fd
 		ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
 	if (fd < 0)
 		return -errno;
-	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-		if (errno != EINPROGRESS)
-			return -errno;
-		int r = wait_fd(fd, POLLOUT, deadline);
-		if (r < 0)
-			return r;
-		int err = 0;
-		socklen_t l = sizeof(err);
-		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
-			return -errno;
-		if (err)
-			return -err;
-	}
+	int r = kiln_connect_deadline(fd, ai->ai_addr, ai->ai_addrlen, deadline);
+	if (r < 0)
+		return r;
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	*ret_fd = TAKE_FD(fd);

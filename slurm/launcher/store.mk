@@ -27,6 +27,6 @@ BENCH_SCRIPTS += tests/launcher/store-bench.sh
 # sockets; `make fuzz-store` builds both.
 KILN_STORE_FUZZ_CFLAGS := -Icommon/include -Islurm/launcher/include -Islurm/launcher
 $(eval $(call kiln_fuzz,fuzz-store,tests/fuzz/fuzz-store.c slurm/launcher/store-proto.c,$(KILN_STORE_FUZZ_CFLAGS),,slurm/launcher/store-proto.h))
-$(eval $(call kiln_fuzz,fuzz-store-server,tests/fuzz/fuzz-store-server.c $(KILN_STORE_SRCS) common/log.c common/parse.c,$(KILN_STORE_FUZZ_CFLAGS),-lpthread,slurm/launcher/store-proto.h slurm/launcher/store-map.h slurm/launcher/include/kiln/store.h))
+$(eval $(call kiln_fuzz,fuzz-store-server,tests/fuzz/fuzz-store-server.c $(KILN_STORE_SRCS) common/log.c common/parse.c common/net.c,$(KILN_STORE_FUZZ_CFLAGS),-lpthread,slurm/launcher/store-proto.h slurm/launcher/store-map.h slurm/launcher/include/kiln/store.h))
 fuzz-store: fuzz-store-server
 endif
