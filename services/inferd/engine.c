@@ -28,6 +28,7 @@
  * blocks behind as kept prefixes (evicted least recently used) that later
  * requests fork like a running sequence's. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -70,6 +71,10 @@ struct ereq {
 	bool ignore_eos;
 	bool logprobs;
 	int top_logprobs;
+	/* prompt_logprobs: the next prompt position whose logprob is due
+	 * (its logits are those of the token before it, so a chunk must end
+	 * there); n_prompt once all are delivered or none are asked. */
+	int plp_next;
 	kiln_engine_processing proc; /* proc.logit_bias: our copy */
 	bool processed;		     /* penalties or logit_bias: sampled on the host */
 	kiln_engine_cb cb;
@@ -98,6 +103,7 @@ typedef struct cached_prefix {
 /* A token to hand to a callback after the step. */
 typedef struct tok_event {
 	ereq *r;
+	int prompt_pos; /* a prompt token's logprob (PROMPT) at this position; -1: a new token */
 	int32_t token;
 	float logprob; /* when r->logprobs */
 	int n_top;
@@ -485,6 +491,13 @@ static int tokens_fitting(int n_cached, int want, int avail)
 	return MAX(0, MIN(want, room));
 }
 
+/* The longest chunk r may feed now: up to the token whose logits give the
+ * next prompt logprob due (prompt_logprobs), else any. */
+static int chunk_cap(const ereq *r)
+{
+	return r->plp_next < r->n_prompt ? r->plp_next - r->n_cached : INT_MAX;
+}
+
 /* Plans the step into e->in / e->step; returns the number of inputs.
  * Budget order (vLLM's chunked-prefill policy): every running sequence's
  * next token first, then the partial prefills already running, oldest
@@ -531,7 +544,7 @@ static int plan_step(kiln_engine *e, ereq **done)
 		int left = r->n_total - r->n_cached;
 		if (left > 1 && budget > 0) {
 			int have = blocks_for(r->n_cached, 1); /* counted in need */
-			int chunk = tokens_fitting(r->n_cached, MIN(left, 1 + budget),
+			int chunk = tokens_fitting(r->n_cached, MIN(MIN(left, 1 + budget), chunk_cap(r)),
 						   have + MAX(0, free_blocks - reserve_running));
 			if (chunk > 1) {
 				free_blocks -= blocks_for(r->n_cached, chunk) - have;
@@ -559,14 +572,16 @@ static int plan_step(kiln_engine *e, ereq **done)
 		 * (refcounted, no copy) and prefills only the tail, in
 		 * chunks like any prompt: forking never costs more than
 		 * prefilling, whatever the tail's length. */
-		int share = e->prefix && r->n_total > KK_KV_BLOCK_SIZE
-				    ? find_prefix(e, r, &donor, &entry)
-				    : 0;
+		/* (A request that wants its prompt's logprobs must run every
+		 * prompt token itself.) */
+		const bool may_share = e->prefix && r->n_total > KK_KV_BLOCK_SIZE &&
+				       r->plp_next >= r->n_prompt;
+		int share = may_share ? find_prefix(e, r, &donor, &entry) : 0;
 		/* A request whose prefix a running sequence is still
 		 * prefilling (the n samples of one prompt, the same prompt
 		 * sent twice at once) waits for those blocks instead of
 		 * computing them again: it forks them once they are cached. */
-		if (e->prefix && r->n_total > KK_KV_BLOCK_SIZE && prefilling_prefix(e, r) > share)
+		if (may_share && prefilling_prefix(e, r) > share)
 			break;
 		int left = r->n_total - share;
 		/* Admission needs blocks for the whole prefill, not just the
@@ -577,7 +592,7 @@ static int plan_step(kiln_engine *e, ereq **done)
 		 * their growth too.  Alone, anything that fits may run. */
 		int reserve = e->n_running ? e->watermark : 0;
 		int blocks = blocks_for(share, left);
-		int chunk = MIN(left, budget);
+		int chunk = MIN(MIN(left, budget), chunk_cap(r));
 		/* Room comes from kept prefixes first, least recently used
 		 * first (never the donor's). */
 		while (blocks > free_blocks - reserve) {
@@ -635,15 +650,16 @@ static void deliver(kiln_engine *e, int n_events, ereq *done)
 		ereq *r = e->events[i].r;
 		if (!r->cb)
 			continue;
+		const int pos = e->events[i].prompt_pos;
 		int idx = r->n_total - r->n_prompt - 1;
 		/* The token list holds every sampled token; find this one's
-		 * index (a request gets at most one token per step). */
+		 * index (a request gets at most one event per step). */
 		kiln_engine_event ev = {
-			.type = KILN_ENGINE_EVENT_TOKEN,
+			.type = pos >= 0 ? KILN_ENGINE_EVENT_PROMPT : KILN_ENGINE_EVENT_TOKEN,
 			.id = r->id,
 			.token = e->events[i].token,
-			.index = idx,
-			.n_generated = idx + 1,
+			.index = pos >= 0 ? pos : idx,
+			.n_generated = pos >= 0 ? 0 : idx + 1,
 			.n_prompt = r->n_prompt,
 			.logprob = e->events[i].logprob,
 			.n_top = e->events[i].n_top,
@@ -896,8 +912,10 @@ static void *scheduler(void *arg)
 		bool host = false;
 		for (int i = 0; i < n && !host; i++) {
 			const ereq *q = e->step[i];
-			host = q->n_cached + q->chunk >= q->n_total &&
-			       (q->logprobs || host_sampled(q));
+			host = (q->n_cached + q->chunk >= q->n_total &&
+				(q->logprobs || host_sampled(q))) ||
+			       (q->plp_next < q->n_prompt &&
+				q->n_cached + q->chunk == q->plp_next);
 		}
 		if (host && !e->host_logits) {
 			e->host_logits = malloc((size_t) e->max_running *
@@ -936,7 +954,7 @@ static void *scheduler(void *arg)
 			}
 			/* one sequence, alone, and no room: fail it below */
 		}
-		int n_events = 0;
+		int n_events = 0, n_generated = 0;
 		double t = now_s();
 		/* Sampling touches only the scheduler's own fields of the
 		 * step's requests: no lock. */
@@ -948,9 +966,27 @@ static void *scheduler(void *arg)
 				continue;
 			}
 			q->n_cached += q->chunk;
+			if (q->plp_next < q->n_prompt && q->n_cached == q->plp_next) {
+				/* the logits of prompt token plp_next - 1: the
+				 * logprob of prompt token plp_next */
+				tok_event *ev = &e->events[n_events++];
+				ev->r = q;
+				ev->prompt_pos = q->plp_next;
+				ev->token = q->tokens[q->plp_next];
+				ev->n_top = q->top_logprobs;
+				ev->logprob = kiln_engine__logprobs(
+					e->host_logits + (size_t) i * e->cfg.vocab_size,
+					e->cfg.vocab_size, ev->token, q->top_logprobs, ev->top_ids,
+					ev->top_lp);
+				q->plp_next++;
+			}
 			if (q->n_cached < q->n_total)
 				continue; /* prefill unfinished: no sample */
 			q->prefilling = false;
+			if (q->max_tokens == 0) { /* the prompt only (scored) */
+				q->outcome = OUT_LENGTH;
+				continue;
+			}
 			kk_sampling p = q->samp;
 			p.seed = token_seed(q->samp.seed, q->n_total - q->n_prompt);
 			int rs = sample_row(e, i, q, &p);
@@ -973,7 +1009,9 @@ static void *scheduler(void *arg)
 				kiln_histogram_observe(&e->itl, t - q->t_last);
 			q->t_last = t;
 			tok_event *ev = &e->events[n_events++];
+			n_generated++;
 			ev->r = q;
+			ev->prompt_pos = -1;
 			ev->token = tok;
 			ev->n_top = 0;
 			if (q->logprobs) {
@@ -989,7 +1027,7 @@ static void *scheduler(void *arg)
 		}
 		pthread_mutex_lock(&e->lock);
 		e->steps++;
-		e->generated += (uint64_t) n_events;
+		e->generated += (uint64_t) n_generated;
 		/* Retire: errors, stops and lengths leave the running list. */
 		for (int i = e->n_running - 1; i >= 0; i--) {
 			ereq *q = e->running[i];
@@ -1158,9 +1196,12 @@ int kiln_engine_submit(kiln_engine *e, const kiln_engine_request *q, kiln_error 
 				      "vocabulary (0..%d)",
 				      (unsigned long long) id, i, q->prompt[i],
 				      e->cfg.vocab_size - 1);
-	if (q->max_tokens < 1)
-		return errorf(err, -EINVAL, "request %llu: max_tokens is %d, must be >= 1",
+	if (q->max_tokens < 0)
+		return errorf(err, -EINVAL, "request %llu: max_tokens is %d, must be >= 0",
 			      (unsigned long long) id, q->max_tokens);
+	if (q->prompt_logprobs && !q->logprobs)
+		return errorf(err, -EINVAL, "request %llu: prompt_logprobs needs logprobs",
+			      (unsigned long long) id);
 	if (q->n_stop < 0 || q->n_stop > KILN_ENGINE_STOP_MAX || (q->n_stop && !q->stop))
 		return errorf(err, -EINVAL, "request %llu: %d stop tokens, at most %d",
 			      (unsigned long long) id, q->n_stop, KILN_ENGINE_STOP_MAX);
@@ -1225,6 +1266,7 @@ int kiln_engine_submit(kiln_engine *e, const kiln_engine_request *q, kiln_error 
 	r->ignore_eos = q->ignore_eos;
 	r->logprobs = q->logprobs;
 	r->top_logprobs = q->logprobs ? q->top_logprobs : 0;
+	r->plp_next = q->prompt_logprobs ? 1 : q->n_prompt;
 	{
 		const kiln_engine_bias *b = r->proc.logit_bias;
 		r->proc = *pp;

@@ -78,6 +78,11 @@ typedef struct run {
 	int32_t top[GEN_MAX][TOP_MAX];
 	float top_lp[GEN_MAX][TOP_MAX];
 	int n_top, lp_events;
+	/* prompt logprobs (prompt_logprobs): position i's at [i] (from 1) */
+	float plp[600];
+	int32_t ptok[600], ptop[600][TOP_MAX];
+	float ptop_lp[600][TOP_MAX];
+	int n_plp; /* PROMPT events */
 	int n, finishes, after_finish, bad_index;
 	kiln_engine_finish reason;
 	int32_t stop_token;
@@ -99,7 +104,20 @@ static void on_event(void *ud, const kiln_engine_event *ev)
 		r->after_finish++;
 	if (ev->id != r->id)
 		r->bad_index++;
-	if (ev->type == KILN_ENGINE_EVENT_TOKEN) {
+	if (ev->type == KILN_ENGINE_EVENT_PROMPT) {
+		/* positions 1, 2, ... in order, once each, before any token */
+		if (ev->index != r->n_plp + 1 || ev->index >= 600 || r->n || ev->n_generated ||
+		    !ev->top_ids || ev->n_top > TOP_MAX) {
+			r->bad_index++;
+		} else {
+			r->plp[ev->index] = ev->logprob;
+			r->ptok[ev->index] = ev->token;
+			r->n_top = ev->n_top;
+			memcpy(r->ptop[ev->index], ev->top_ids, (size_t) ev->n_top * 4);
+			memcpy(r->ptop_lp[ev->index], ev->top_logprobs, (size_t) ev->n_top * 4);
+			r->n_plp++;
+		}
+	} else if (ev->type == KILN_ENGINE_EVENT_TOKEN) {
 		if (ev->index != r->n || ev->n_generated != r->n + 1)
 			r->bad_index++;
 		if (r->n < GEN_MAX) {
@@ -231,6 +249,7 @@ typedef struct spec {
 	bool ignore_eos;
 	bool logprobs;
 	int top_logprobs;
+	bool prompt_logprobs;
 	kiln_engine_processing proc;
 } spec;
 
@@ -249,6 +268,7 @@ static int submit(kiln_engine *e, const spec *s, run *r, uint64_t id, kiln_error
 				  .ignore_eos = s->ignore_eos,
 				  .logprobs = s->logprobs,
 				  .top_logprobs = s->top_logprobs,
+				  .prompt_logprobs = s->prompt_logprobs,
 				  .proc = s->proc,
 				  .cb = on_event,
 				  .userdata = r };
@@ -1160,10 +1180,14 @@ static void test_rejects(void **state)
 	assert_int_equal(submit(e, s, &r, 4, &err), -EINVAL);
 	assert_string_equal(err.msg, "request 4: the prompt is empty");
 	s->n_prompt = 3;
-	s->max_tokens = 0;
+	s->max_tokens = -1;
 	assert_int_equal(submit(e, s, &r, 5, &err), -EINVAL);
-	assert_string_equal(err.msg, "request 5: max_tokens is 0, must be >= 1");
+	assert_string_equal(err.msg, "request 5: max_tokens is -1, must be >= 0");
 	s->max_tokens = 4;
+	s->prompt_logprobs = true;
+	assert_int_equal(submit(e, s, &r, 5, &err), -EINVAL);
+	assert_string_equal(err.msg, "request 5: prompt_logprobs needs logprobs");
+	s->prompt_logprobs = false;
 	s->samp.temperature = -1;
 	assert_int_equal(submit(e, s, &r, 6, &err), -EINVAL);
 	s->samp.temperature = 1;
@@ -1458,6 +1482,159 @@ static void test_logprobs(void **state)
 	engine_free(e);
 }
 
+/* r's prompt logprobs (positions 1..n_prompt-1, top alternatives each)
+ * against the reference's log-softmax of the logits after each prompt
+ * prefix, stepped one token at a time.  Returns the largest difference. */
+static double check_prompt_logprobs(const spec *s, const run *r, int top)
+{
+	enum { V = 512 };
+	double *lg = malloc(sizeof(double) * V), *ls = malloc(sizeof(double) * V), worst = 0;
+	assert_true(lg && ls);
+	assert_int_equal(r->bad_index, 0);
+	assert_int_equal(r->n_plp, s->n_prompt - 1);
+	if (s->n_prompt > 1)
+		assert_int_equal(r->n_top, top);
+	ref_reset(ref);
+	for (int p = 1; p < s->n_prompt; p++) {
+		ref_step(ref, s->prompt[p - 1], lg);
+		ref_log_softmax(lg, V, ls);
+		assert_int_equal(r->ptok[p], s->prompt[p]);
+		double d = fabs(ls[s->prompt[p]] - r->plp[p]);
+		worst = fmax(worst, d);
+		if (d > LP_TOL)
+			fail_msg("prompt token %d (%d): logprob %g, reference %g", p, s->prompt[p],
+				 r->plp[p], ls[s->prompt[p]]);
+		for (int i = 0; i < top; i++) {
+			int32_t t = r->ptop[p][i];
+			assert_true(t >= 0 && t < V);
+			d = fabs(ls[t] - r->ptop_lp[p][i]);
+			worst = fmax(worst, d);
+			if (d > LP_TOL)
+				fail_msg("prompt token %d, alternative %d (%d): %g, reference %g", p,
+					 i, t, r->ptop_lp[p][i], ls[t]);
+		}
+		/* the first alternative is the reference's most likely */
+		if (top > 0 && ls[ref_argmax(lg, V)] > r->ptop_lp[p][0] + LP_TOL)
+			fail_msg("prompt token %d: the reference's best %d is not first", p,
+				 ref_argmax(lg, V));
+	}
+	free(lg);
+	free(ls);
+	return worst;
+}
+
+/* prompt_logprobs (echo with logprobs, prompt scoring): every prompt
+ * token's logprob but the first, against the float64 reference; with
+ * max_tokens 0 nothing is generated; the tokens generated after it are
+ * those of a request without it; prefix caching does not skip them; many
+ * at once under preemption (recompute) give each position once. */
+static void test_prompt_logprobs(void **state)
+{
+	NEED_FIXTURE();
+	kiln_engine *e = engine(4, 64, 64, 8, -1);
+	spec *s = calloc(8, sizeof(spec));
+	run *a = calloc(9, sizeof(run)), *b = calloc(1, sizeof(run));
+	assert_true(s && a && b);
+	/* a 43-token prompt: the model's own continuation of "1 403 90" */
+	s->n_prompt = 3;
+	s->prompt[0] = 1, s->prompt[1] = 403, s->prompt[2] = 90;
+	s->max_tokens = 40;
+	run_alone(e, s, a);
+	assert_int_equal(a->n, 40);
+	memcpy(s->prompt + 3, a->toks, 40 * sizeof(int32_t));
+	s->n_prompt = 43;
+	/* scoring only */
+	s->max_tokens = 0;
+	run_alone(e, s, b);
+	assert_int_equal(b->reason, KILN_ENGINE_FINISH_LENGTH);
+	assert_int_equal(b->n, 0);
+	assert_int_equal(b->n_plp, 0); /* not asked */
+	s->logprobs = s->prompt_logprobs = true;
+	s->top_logprobs = TOP_MAX;
+	run_alone(e, s, b);
+	assert_int_equal(b->reason, KILN_ENGINE_FINISH_LENGTH);
+	assert_int_equal(b->n, 0);
+	double w0 = check_prompt_logprobs(s, b, TOP_MAX);
+	/* The greedy continuation scored as prompt: each token was the most
+	 * likely, its logprob the best alternative's. */
+	for (int p = 3; p < 43; p++)
+		assert_int_equal(b->ptop[p][0], s->prompt[p]);
+	check_all_free(e);
+	/* then generating: the tokens of the same request without it */
+	s->max_tokens = 20;
+	s->logprobs = s->prompt_logprobs = false;
+	run_alone(e, s, a);
+	s->logprobs = s->prompt_logprobs = true;
+	s->top_logprobs = 2;
+	run_alone(e, s, b);
+	assert_int_equal(b->n, 20);
+	assert_memory_equal(a->toks, b->toks, sizeof(int32_t) * 20);
+	double w1 = fmax(check_prompt_logprobs(s, b, 2), check_logprobs(s, b, 2));
+	engine_free(e);
+
+	/* Prefix caching on, the prompt cached already: still every token. */
+	kiln_error err = {};
+	km_file *f = NULL;
+	assert_int_equal(km_file_open(fixture, &f, &err), 0);
+	km_weight_source src = km_file_source(f);
+	kiln_engine_opts o = { .max_running = 8,
+			       .max_step_tokens = 64,
+			       .num_blocks = 8,
+			       .max_waiting = 16,
+			       .eos_token = -1,
+			       .prefix_caching = true };
+	assert_int_equal(kiln_engine_new(be, km_file_config(f), &src, &o, &e, &err), 0);
+	track(e);
+	km_file_free(f);
+	s->logprobs = s->prompt_logprobs = false;
+	run_alone(e, s, a); /* leaves the prompt's blocks in the cache */
+	s->logprobs = s->prompt_logprobs = true;
+	run_alone(e, s, b);
+	w1 = fmax(w1, check_prompt_logprobs(s, b, 2));
+	assert_memory_equal(a->toks, b->toks, sizeof(int32_t) * 20);
+	engine_free(e);
+	/* Eight at once in 8 blocks (128 tokens) of 43 + 40 each: preempted
+	 * and recomputed, each prompt position still comes once, right. */
+	e = engine(8, 64, 8, 16, -1);
+	s->max_tokens = 40;
+	for (int i = 1; i < 8; i++) {
+		s[i] = s[0];
+		s[i].prompt[42] = (int32_t) (100 + i); /* distinct last tokens */
+		s[i].prompt_logprobs = i % 2;	       /* half of them */
+		s[i].logprobs = i % 2;
+	}
+	reset_counts();
+	a[8].gate_wait = true;
+	spec g = { .n_prompt = 1, .prompt = { 1 }, .max_tokens = 2 };
+	must_submit(e, &g, &a[8], 7777);
+	wait_admitted(e);
+	for (int i = 0; i < 8; i++) {
+		memset(&a[i], 0, sizeof(run));
+		must_submit(e, &s[i], &a[i], (uint64_t) i);
+	}
+	open_gate();
+	wait_finished(9);
+	kiln_engine_stats st;
+	kiln_engine_get_stats(e, &st);
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(a[i].finishes, 1);
+		assert_int_equal(a[i].n, 40);
+		if (s[i].prompt_logprobs)
+			w1 = fmax(w1, check_prompt_logprobs(&s[i], &a[i], 2));
+		else
+			assert_int_equal(a[i].n_plp, 0);
+	}
+	assert_true(st.preemptions >= 1);
+	check_all_free(e);
+	print_message("# prompt logprobs vs float64 reference: max |diff| %.2g scoring (top %d), "
+		      "%.2g generating, cached and preempted (%llu preemptions)\n",
+		      w0, TOP_MAX, w1, (unsigned long long) st.preemptions);
+	free(s);
+	free(a);
+	free(b);
+	engine_free(e);
+}
+
 /* The host sampler draws what kk_sample (cpu backend) draws: the same
  * algorithm, so a request that takes the host path samples as it would
  * have on the device. */
@@ -1699,6 +1876,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_metrics),
 		cmocka_unit_test(test_logprobs),
+		cmocka_unit_test(test_prompt_logprobs),
 		cmocka_unit_test(test_host_sampler),
 		cmocka_unit_test(test_process_logits),
 		cmocka_unit_test(test_penalties),

@@ -69,13 +69,17 @@ const char *kiln_engine_finish_name(kiln_engine_finish f);
 typedef enum kiln_engine_event_type {
 	KILN_ENGINE_EVENT_TOKEN,
 	KILN_ENGINE_EVENT_FINISH,
+	/* A prompt token's log-probability (prompt_logprobs): token is the
+	 * prompt's token at position index (1..n_prompt-1, in order, each
+	 * once, all before the first TOKEN), logprob/top_* as for TOKEN. */
+	KILN_ENGINE_EVENT_PROMPT,
 } kiln_engine_event_type;
 
 typedef struct kiln_engine_event {
 	kiln_engine_event_type type;
 	uint64_t id;	 /* the request's id */
-	int32_t token;	 /* TOKEN: the new token; FINISH/STOP: the stop id matched, else -1 */
-	int index;	 /* TOKEN: 0-based position in the output */
+	int32_t token;	 /* TOKEN: the new token; PROMPT: the prompt's; FINISH/STOP: the stop id matched, else -1 */
+	int index;	 /* TOKEN: 0-based position in the output; PROMPT: in the prompt */
 	int n_generated; /* tokens delivered so far (FINISH: in all) */
 	int n_prompt;	 /* the request's prompt length */
 	kiln_engine_finish reason; /* FINISH only */
@@ -124,7 +128,9 @@ typedef struct kiln_engine_request {
 	uint64_t id; /* the caller's; cancel finds the request by it */
 	const int32_t *prompt;
 	int n_prompt;	/* >= 1 */
-	int max_tokens; /* >= 1 tokens to generate at most */
+	/* Tokens to generate at most, >= 0; 0: only the prompt is run (with
+	 * prompt_logprobs: scored), the finish is LENGTH. */
+	int max_tokens;
 	kk_sampling sampling;
 	/* Sampling the EOS token (the engine's eos_token option) or one of
 	 * these ends the request with FINISH_STOP; that token is not
@@ -137,6 +143,13 @@ typedef struct kiln_engine_request {
 	 * (kiln_engine_event); the row's logits are fetched to the host. */
 	bool logprobs;
 	int top_logprobs;
+	/* With logprobs: also deliver the prompt's tokens' (PROMPT events,
+	 * positions 1..n_prompt-1; the first token has none).  km_forward
+	 * gives the logits of each input's last token only, so such a prompt
+	 * is prefilled one token per step (as slowly as decoding) and never
+	 * shares a cached prefix; a recompute after preemption catches up in
+	 * one chunk and repeats no event. */
+	bool prompt_logprobs;
 	kiln_engine_processing proc; /* copied */
 	kiln_engine_cb cb;	     /* NULL allowed */
 	void *userdata;
