@@ -136,8 +136,15 @@ fi
 # shellcheck disable=SC1091
 . "$W/cluster/env.sh"
 hub() { nsenter --net="/run/netns/$HUB" --uts="$W/cluster/uts/$HUB" "$@"; }
-# the node's address is local in the hub: qemu's hostfwd listens on it
+# the node's address is local in the hub: qemu's hostfwd listens on it.
+# A connection to a local address leaves from that address, and slirp
+# hands the guest the connecting peer's address as the source (only
+# loopback becomes 10.0.2.2): the node would get a SYN from its own
+# address, which Linux drops as a martian, so slurmctld's pings and any
+# request from the host went unanswered.  The route's preferred source
+# makes the hub connect from the head's address, as on a real cluster.
 hub ip addr add "$NODE_ADDR/32" dev lo
+hub ip route replace local "$NODE_ADDR" dev lo table local proto kernel scope host src "$KC_HEAD_ADDR"
 mkdir -p "$W/srv"
 for f in vmlinuz initrd.img boot.ipxe cluster.cfg; do ln -s "$IMG/$f" "$W/srv/$f"; done
 hub python3 -m http.server --bind 127.0.0.1 --directory "$W/srv" "$PORT" >"$W/http.log" 2>&1 &
@@ -148,11 +155,14 @@ NET="user,id=n0,restrict=on,tftp=$W/srv,bootfile=boot.ipxe"
 NET+=",guestfwd=tcp:$GUEST_HEAD:$PORT-cmd:nc 127.0.0.1 $PORT"
 NET+=",guestfwd=tcp:$GUEST_HEAD:6817-cmd:nc $KC_HEAD_ADDR 6817"
 NET+=",hostfwd=tcp:$NODE_ADDR:6818-:6818"
+# kiln-inferd (qemu.cfg's inference.port) and kiln-healthd's /metrics
+NET+=",hostfwd=tcp:$NODE_ADDR:8000-:8000,hostfwd=tcp:$NODE_ADDR:9400-:9400"
 SERIAL=$W/serial.log
 t0=$EPOCHREALTIME
 hub qemu-system-x86_64 -accel tcg -cpu max -smp 2,sockets=1,cores=2,threads=1 -m "$MEM_MB" \
 	-nographic -no-reboot -netdev hubport,id=dead,hubid=7 -device "virtio-net-pci,netdev=dead,mac=$DEAD_MAC" \
 	-netdev "$NET" -device "virtio-net-pci,netdev=n0,mac=$NODE_MAC" \
+	-monitor "unix:$W/monitor,server=on,wait=off" -object "filter-dump,id=dump0,netdev=n0,file=$W/n0.pcap" \
 	-boot n </dev/null >"$SERIAL" 2>&1 &
 qemu_pid=$!
 elapsed() { awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
@@ -214,11 +224,24 @@ else
 	ok "slurmd active" test "$(field slurmd)" = active
 fi
 ok "kiln-healthd active and serving /metrics" test "$(field healthd)" = active -a "$(field metrics)" = ok
+# From the host, through qemu's hostfwd, as slurmctld reaches slurmd: the
+# hub connects from the head's address (see the route above)
+src=$(hub ip route get "$NODE_ADDR" | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -1)
+ok "the hub connects to the node from the head's address ($src)" test "$src" = "$KC_HEAD_ADDR"
+ok "slurmd's port answers from the host (slurmctld's pings)" hub nc -z -w 20 "$NODE_ADDR" 6818
 if [ "$GPU" = 0 ]; then
-	# (on the node: a request from the host through qemu's hostfwd timed
-	# out in this network, for kiln-healthd's port too; not understood yet)
+	code=$(hub curl -s -o "$W/metrics" -w '%{http_code}' --max-time 30 "http://$NODE_ADDR:9400/metrics")
+	ok "kiln-healthd's /metrics from the host (HTTP $code)" \
+		bash -c "[ '$code' = 200 ] && grep -q '^kiln_' '$W/metrics'"
 	ok "inference node: kiln-inferd active from the fetched cluster file, a completion on the node" \
 		test "$(field inferd)" = active -a "$(field complete)" = ok
+	code=$(hub curl -s -o "$W/completion" -w '%{http_code}' --max-time 60 \
+		"http://$NODE_ADDR:8000/v1/completions" \
+		-d '{"model":"stories","prompt":"Once upon a time","max_tokens":16}')
+	t_answer=$(elapsed)
+	ok "  ... and a completion from the host (HTTP $code: $(head -c 160 "$W/completion" | tr -cd '[:print:]'))" \
+		bash -c "[ '$code' = 200 ] && jq -e '.model == \"stories\" and .usage.completion_tokens == 16 and (.choices[0].text | length) > 0' '$W/completion' >/dev/null"
+	[ "$code" = 200 ] && diag "boot-to-answer: $t_answer s from qemu start to the host's completion (TCG)"
 fi
 if [ "$GPU" = 1 ]; then
 	ok "no failed units but slurmd ($(field failed))" test "$(field failed)" = slurmd.service,
@@ -249,7 +272,10 @@ if [ "${state%\*}" != "$want" ]; then
 	tail -n 15 "$W/cluster/log/slurmctld.log" | sed 's/^/# ctld: /'
 fi
 if [ "$_tap_failed" -gt 0 ]; then
-	grep -a -E 'KILN-PROBE-LOG|Failed|error' "$SERIAL" | tail -n 40 | sed 's/^/# serial: /'
+	grep -a -E 'KILN-PROBE-LOG|KILN-PROBE-LISTEN|martian|Failed|error' "$SERIAL" | tail -n 40 | sed 's/^/# serial: /'
+	# qemu's user network: the forwards and their connections' states
+	printf 'info usernet\n' | timeout 5 nc -U -q 2 "$W/monitor" 2>/dev/null | grep -a -E 'TCP|UDP' | sed 's/^/# usernet: /'
+	cp "$W/n0.pcap" "$B/test-logs/${IMG##*/}-n0.pcap" 2>/dev/null && diag "the node's packets in $B/test-logs/${IMG##*/}-n0.pcap"
 	cp "$SERIAL" "$B/test-logs/${IMG##*/}-serial.log" 2>/dev/null && diag "serial log kept in $B/test-logs/${IMG##*/}-serial.log"
 fi
 tap_done
