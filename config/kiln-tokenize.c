@@ -15,8 +15,6 @@
 #include "kiln/macro.h"
 #include "ktok.h"
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(ktok *, ktok_free);
-
 /* Most ids accepted by --ids and bytes read by --stdin (a human's input;
  * 64 MiB is far above any prompt). */
 #define CLI_MAX_IDS   (1 << 20)

@@ -124,6 +124,12 @@ int ktok_load_llama2c(const void *buf, size_t len, uint32_t vocab_size, const ch
 		      ktok **ret, kiln_error *err);
 /* Frees; accepts NULL; returns NULL. */
 ktok *ktok_free(ktok *t);
+/* For _cleanup_(ktok_freep) (kiln/macro.h): the one definition, so the
+ * programs and tests that hold a tokenizer do not each write their own. */
+static inline void ktok_freep(ktok **t)
+{
+	ktok_free(*t);
+}
 
 /* Properties. */
 uint32_t ktok_n_vocab(const ktok *t);
@@ -176,6 +182,11 @@ int ktok_decode(const ktok *t, const int32_t *ids, size_t n, unsigned flags, cha
 typedef struct ktok_stream ktok_stream;
 int ktok_stream_new(const ktok *t, unsigned flags, ktok_stream **ret);
 ktok_stream *ktok_stream_free(ktok_stream *s);
+/* For _cleanup_(ktok_stream_freep). */
+static inline void ktok_stream_freep(ktok_stream **s)
+{
+	ktok_stream_free(*s);
+}
 /* Feeds one id; *text (valid until the next call) gets the bytes now
  * complete, *len their count (often 0 while a character is split across
  * byte tokens).  Errors: -EINVAL (id out of range), -ENOMEM. */

@@ -15,7 +15,6 @@
 #include "kiln/strbuf.h"
 #include "ktok_internal.h"
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(ktok *, ktok_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(kmf_file *, kmf_close);
 
 /* ------------------------------------------------------------------------ */

@@ -217,7 +217,6 @@ static struct {
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(kk_backend *, kk_backend_free)
 DEFINE_TRIVIAL_CLEANUP_FUNC(km_file *, km_file_free)
-DEFINE_TRIVIAL_CLEANUP_FUNC(ktok *, ktok_free)
 DEFINE_TRIVIAL_CLEANUP_FUNC(kiln_engine *, kiln_engine_free)
 
 /* The weight dtypes --dtype takes (kk_dtype_name spells them). */

@@ -27,9 +27,6 @@
 
 #define DATA "tests/tokenizer/data/"
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(ktok *, ktok_free);
-DEFINE_TRIVIAL_CLEANUP_FUNC(ktok_stream *, ktok_stream_free);
-
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void)
 {

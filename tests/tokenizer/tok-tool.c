@@ -18,8 +18,6 @@
 #include "../../kernels/tokenizer/ktok_internal.h"
 #include "kiln/strbuf.h"
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(ktok *, ktok_free);
-
 #define CHUNK (64 * 1024)
 
 static json_t *ids_json(const int32_t *ids, size_t n)
