@@ -65,7 +65,7 @@ size_t inferd_max_piece(const ktok *t);
 /* A validated /v1/completions or /v1/chat/completions request. */
 typedef struct inferd_request {
 	bool chat;
-	int64_t max_tokens;
+	int64_t max_tokens; /* 0 only with echo (the prompt scored) */
 	double temperature, top_p;
 	int64_t top_k;
 	int64_t seed; /* -1: none given */
@@ -75,7 +75,8 @@ typedef struct inferd_request {
 	char **stops;	 /* "stop": NULL-terminated copies; NULL: none */
 	size_t stop_max; /* the longest stop string (bytes) */
 	int n;		 /* choices per prompt; n_prompts * n <= INFERD_BATCH_MAX */
-	bool logprobs;	 /* completions: logprobs given; chat: logprobs true */
+	bool logprobs;	 /* completions: logprobs given; chat: logprobs true;
+			  * with echo, the prompt's tokens' too */
 	int top_logprobs;
 	kiln_engine_processing proc; /* proc.logit_bias unset: logit_bias below */
 	kiln_engine_bias logit_bias[KILN_ENGINE_BIAS_MAX];
@@ -114,7 +115,9 @@ json_t *inferd_chat_choice_json(bool stream, int index, bool first, const char *
  * logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}; completions
  * {tokens, token_logprobs, top_logprobs: [{text: logprob}], text_offset},
  * the offsets counting from *offset (advanced past the tokens' texts).
- * lp[i] is toks[i]'s; top_ids/top_lp hold n_top alternatives per token. */
+ * lp[i] is toks[i]'s; top_ids/top_lp hold n_top alternatives per token.
+ * Completions: lp[i] NaN (an echoed prompt's first token, which has none)
+ * gives null in token_logprobs and top_logprobs, as OpenAI's and vLLM's. */
 json_t *inferd_logprobs_json(const inferd_model *m, bool chat, const int32_t *toks, const float *lp,
 			     const int32_t *top_ids, const float *top_lp, int n_top, int n,
 			     size_t *offset);

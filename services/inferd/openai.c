@@ -521,61 +521,51 @@ void inferd_request_done(inferd_request *q)
 int inferd_request_parse(const inferd_model *m, const json_t *req, bool chat, inferd_request *ret,
 			 inferd_error *err)
 {
-	static const char *const known_cmpl[] = { "model",
-						  "prompt",
-						  "max_tokens",
-						  "temperature",
-						  "top_p",
-						  "top_k",
-						  "seed",
-						  "stream",
-						  "n",
-						  "stop_token_ids",
-						  "ignore_eos",
-						  "user",
-						  "stop",
-						  "echo",
-						  "stream_options",
-						  "logprobs",
-						  "presence_penalty",
-						  "frequency_penalty",
-						  "repetition_penalty",
-						  "logit_bias",
-						  "min_tokens",
-						  "store",
-						  "metadata",
-						  NULL };
-	static const char *const known_chat[] = { "model",
-						  "messages",
-						  "max_tokens",
-						  "max_completion_tokens",
-						  "temperature",
-						  "top_p",
-						  "top_k",
-						  "seed",
-						  "stream",
-						  "n",
-						  "stop_token_ids",
-						  "ignore_eos",
-						  "user",
-						  "stop",
-						  "stream_options",
-						  "logprobs",
-						  "top_logprobs",
-						  "presence_penalty",
-						  "frequency_penalty",
-						  "repetition_penalty",
-						  "logit_bias",
-						  "min_tokens",
-						  "store",
-						  "metadata",
-						  "response_format",
-						  "tools",
-						  "tool_choice",
-						  "parallel_tool_calls",
-						  "functions",
-						  "function_call",
-						  NULL };
+	/* The fields each endpoint takes: one list, the endpoints in a mask. */
+	enum { CMPL = 1, CHAT = 2, BOTH = CMPL | CHAT };
+	static const struct {
+		const char *name;
+		unsigned in;
+	} fields[] = {
+		{ "model", BOTH },
+		{ "prompt", CMPL },
+		{ "messages", CHAT },
+		{ "max_tokens", BOTH },
+		{ "max_completion_tokens", CHAT },
+		{ "temperature", BOTH },
+		{ "top_p", BOTH },
+		{ "top_k", BOTH },
+		{ "seed", BOTH },
+		{ "stream", BOTH },
+		{ "n", BOTH },
+		{ "stop_token_ids", BOTH },
+		{ "ignore_eos", BOTH },
+		{ "user", BOTH },
+		{ "stop", BOTH },
+		{ "echo", CMPL },
+		{ "stream_options", BOTH },
+		{ "logprobs", BOTH },
+		{ "top_logprobs", CHAT },
+		{ "presence_penalty", BOTH },
+		{ "frequency_penalty", BOTH },
+		{ "repetition_penalty", BOTH },
+		{ "logit_bias", BOTH },
+		{ "min_tokens", BOTH },
+		{ "store", BOTH },
+		{ "metadata", BOTH },
+		{ "response_format", CHAT },
+		{ "tools", CHAT },
+		{ "tool_choice", CHAT },
+		{ "parallel_tool_calls", CHAT },
+		{ "functions", CHAT },
+		{ "function_call", CHAT },
+	};
+	const char *known[ARRAY_SIZE(fields) + 1];
+	size_t n_known = 0;
+	for (size_t i = 0; i < ARRAY_SIZE(fields); i++)
+		if (fields[i].in & (chat ? CHAT : CMPL))
+			known[n_known++] = fields[i].name;
+	known[n_known] = NULL;
 	static const char *const known_so[] = { "include_usage", NULL };
 	assert_return(m && req && ret && err, -EINVAL);
 	*err = (inferd_error){ .status = 400 };
@@ -587,11 +577,13 @@ int inferd_request_parse(const inferd_model *m, const json_t *req, bool chat, in
 	kiln_error *e = &err->json;
 	const char *model = NULL;
 	json_t *so = NULL;
-	if (kiln_json_check_keys(req, "", chat ? known_chat : known_cmpl, e) < 0 ||
+	/* max_tokens 0 (completions, with echo): the prompt scored, nothing
+	 * generated, as lm-eval-harness asks */
+	if (kiln_json_check_keys(req, "", known, e) < 0 ||
 	    kiln_json_get_string(req, "", "model", KILN_JSON_REQUIRED, INFERD_NAME_MAX, &model, e) <
 		    0 ||
-	    kiln_json_get_int(req, "", "max_tokens", 0, 1, INFERD_MAX_TOKENS_MAX, &ret->max_tokens,
-			      e) < 0 ||
+	    kiln_json_get_int(req, "", "max_tokens", 0, chat ? 1 : 0, INFERD_MAX_TOKENS_MAX,
+			      &ret->max_tokens, e) < 0 ||
 	    (chat && kiln_json_get_int(req, "", "max_completion_tokens", 0, 1,
 				       INFERD_MAX_TOKENS_MAX, &ret->max_tokens, e) < 0) ||
 	    kiln_json_get_number(req, "", "temperature", 0, 0, 2, &ret->temperature, e) < 0 ||
@@ -617,11 +609,11 @@ int inferd_request_parse(const inferd_model *m, const json_t *req, bool chat, in
 		return r;
 	if (ret->echo && !m->tok)
 		return need_tokenizer(m, "echo", e);
-	if (ret->echo && ret->logprobs)
-		return kiln_json_fail(
-			e, "logprobs",
-			"kiln-inferd does not return the prompt's logprobs (echo with "
-			"logprobs); leave out echo or logprobs");
+	if (ret->max_tokens == 0 && !ret->echo)
+		return kiln_json_fail(e, "max_tokens",
+				      "max_tokens 0 generates nothing; it is taken with \"echo\": "
+				      "true only (to score the prompt, with logprobs); ask for at "
+				      "least 1 token");
 	if (ret->proc.min_tokens > ret->max_tokens)
 		return kiln_json_fail(e, "min_tokens", "min_tokens %d is more than max_tokens %lld",
 				      ret->proc.min_tokens, (long long) ret->max_tokens);
@@ -768,9 +760,14 @@ json_t *inferd_logprobs_json(const inferd_model *m, bool chat, const int32_t *to
 	       *offs = json_array();
 	for (int i = 0; i < n; i++) {
 		json_array_append_new(tokens, token_string(m, toks[i], &b, &len, &byte));
-		json_array_append_new(lps, lp_json(lp[i]));
 		json_array_append_new(offs, json_integer((json_int_t) *offset));
 		*offset += len;
+		if (isnan(lp[i])) { /* the prompt's first token (echo) */
+			json_array_append_new(lps, json_null());
+			json_array_append_new(tops, json_null());
+			continue;
+		}
+		json_array_append_new(lps, lp_json(lp[i]));
 		/* vLLM's keys: the alternatives' texts (the sampled token
 		 * among them when it is not one). */
 		json_t *alts = json_object();

@@ -5,7 +5,9 @@
  * choice (a "seq": each prompt n times), all answering one HTTP reply.
  * With logprobs, each seq keeps its tokens' log-probabilities and
  * alternatives from the engine's events and puts them in its choice (in
- * the event of the token that brought them, when streaming).  Tokens arrive on the
+ * the event of the token that brought them, when streaming); with echo
+ * too, the prompt's (the engine's PROMPT events; the first token's null)
+ * come first, in the first event.  Tokens arrive on the
  * engine's scheduler thread; each seq decodes them as they come
  * (ktok_stream: complete UTF-8 only) so stop strings are found in the text
  * even when split across tokens, cut, and never returned.  Streamed, a seq
@@ -14,6 +16,7 @@
  * join to exactly the non-streamed text.  The last finish sends the usage
  * chunk or the whole reply and frees the job. */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +67,14 @@ typedef struct seq {
 	float *top_lp;
 	int n_lp_sent;	  /* tokens whose logprobs are streamed */
 	size_t lp_offset; /* completions' text_offset so far */
+	/* echo with logprobs: the prompt's tokens, their logprobs (NaN: none
+	 * yet, or the first) and alternatives, and where each token's text
+	 * starts in the echoed text */
+	int32_t *ptok;
+	float *plp;
+	int32_t *ptop_ids;
+	float *ptop_lp;
+	size_t *poff;
 	ktok_stream *dec;
 	kiln_strbuf text; /* decoded text, cut at a stop string */
 	size_t sent;	  /* bytes of text already streamed */
@@ -110,6 +121,11 @@ static void job_free(job *j)
 		free(j->seqs[i].lp);
 		free(j->seqs[i].top_ids);
 		free(j->seqs[i].top_lp);
+		free(j->seqs[i].ptok);
+		free(j->seqs[i].plp);
+		free(j->seqs[i].ptop_ids);
+		free(j->seqs[i].ptop_lp);
+		free(j->seqs[i].poff);
 		free(j->seqs[i].echo);
 		ktok_stream_free(j->seqs[i].dec);
 		kiln_strbuf_free(&j->seqs[i].text);
@@ -124,15 +140,44 @@ static json_t *envelope(const job *j, json_t *choices)
 				    choices);
 }
 
-/* The logprobs of q's tokens [from, to) (NULL when not asked). */
-static json_t *seq_logprobs(job *j, seq *q, int from, int to)
+/* The echoed prompt's logprobs (completions' shape), text_offset where
+ * each token starts in the echoed text; q->lp_offset goes past it. */
+static json_t *prompt_logprobs(job *j, seq *q)
+{
+	size_t off = 0;
+	json_t *lp = inferd_logprobs_json(&j->a->model, false, q->ptok, q->plp, q->ptop_ids,
+					  q->ptop_lp, j->n_top, q->n_prompt, &off);
+	json_t *offs = json_array();
+	for (int i = 0; offs && i < q->n_prompt; i++)
+		json_array_append_new(offs, json_integer((json_int_t) q->poff[i]));
+	if (lp)
+		json_object_set_new(lp, "text_offset", offs);
+	else
+		json_decref(offs);
+	q->lp_offset = strlen(q->echo);
+	return lp;
+}
+
+/* The logprobs of q's tokens [from, to), after the prompt's when
+ * with_prompt (NULL when not asked). */
+static json_t *seq_logprobs(job *j, seq *q, int from, int to, bool with_prompt)
 {
 	if (!j->logprobs)
 		return NULL;
-	return inferd_logprobs_json(&j->a->model, j->chat, q->out + from, q->lp + from,
-				    q->top_ids + (size_t) from * j->n_top,
-				    q->top_lp + (size_t) from * j->n_top, j->n_top, to - from,
-				    &q->lp_offset);
+	json_t *p = with_prompt && q->ptok ? prompt_logprobs(j, q) : NULL;
+	json_t *lp = inferd_logprobs_json(&j->a->model, j->chat, q->out + from, q->lp + from,
+					  q->top_ids + (size_t) from * j->n_top,
+					  q->top_lp + (size_t) from * j->n_top, j->n_top,
+					  to - from, &q->lp_offset);
+	if (!p || !lp) {
+		json_decref(p);
+		return lp;
+	}
+	const char *key;
+	json_t *v;
+	json_object_foreach(p, key, v) json_array_extend(v, json_object_get(lp, key));
+	json_decref(lp);
+	return p;
 }
 
 /* Sets a choice's "logprobs" (lp stolen; NULL: left null). */
@@ -188,7 +233,10 @@ static void stream_text(seq *q, const int32_t *tok, int n_tok, const char *finis
 	size_t len = end - q->sent;
 	/* The tokens' logprobs go with the event of the token that brought
 	 * them, whether or not its text is held back. */
-	json_t *lp = q->n_lp_sent < q->n_out ? seq_logprobs(j, q, q->n_lp_sent, q->n_out) : NULL;
+	const bool with_prompt = q->first && q->ptok;
+	json_t *lp = q->n_lp_sent < q->n_out || with_prompt
+			     ? seq_logprobs(j, q, q->n_lp_sent, q->n_out, with_prompt)
+			     : NULL;
 	q->n_lp_sent = q->n_out;
 	if (j->chat) {
 		/* OpenAI's order: the role alone, then content deltas. */
@@ -263,7 +311,7 @@ static void job_finish(job *j)
 									    b.len, q->finish)
 						  : inferd_choice_json(i, b.s, b.len, q->out,
 								       q->n_out, q->finish),
-					  seq_logprobs(j, q, 0, q->n_out)));
+					  seq_logprobs(j, q, 0, q->n_out, true)));
 	}
 	_cleanup_json_ json_t *c = oom ? NULL : envelope(j, ch);
 	if (oom)
@@ -289,6 +337,17 @@ static void on_event(void *ud, const kiln_engine_event *ev)
 	if (failed) {
 		if (fin && --j->n_live == 0)
 			job_free(j);
+		return;
+	}
+	if (ev->type == KILN_ENGINE_EVENT_PROMPT) {
+		if (q->ptok && ev->index > 0 && ev->index < q->n_prompt) {
+			q->plp[ev->index] = ev->logprob;
+			for (int k = 0; k < j->n_top; k++) {
+				size_t at = (size_t) ev->index * j->n_top + k;
+				q->ptop_ids[at] = k < ev->n_top ? ev->top_ids[k] : ev->token;
+				q->ptop_lp[at] = k < ev->n_top ? ev->top_logprobs[k] : ev->logprob;
+			}
+		}
 		return;
 	}
 	if (!fin) {
@@ -349,6 +408,32 @@ static void on_http_cancel(kiln_http_stream *s, void *ud)
 		kiln_engine_cancel(j->a->engine, j->seqs[i].id);
 }
 
+/* echo with logprobs: s's prompt (its n_prompt tokens), room for their
+ * logprobs (NaN until the engine's PROMPT events; the first stays NaN:
+ * null) and n_top alternatives, and where each token's text starts in the
+ * echoed text (the same decoder as the echo, token by token). */
+static int echo_logprobs_new(seq *s, const inferd_model *m, const int32_t *prompt, int n_top)
+{
+	const size_t n = (size_t) s->n_prompt, nt = MAX(n * (size_t) n_top, 1);
+	_cleanup_(ktok_stream_freep) ktok_stream *dec = NULL;
+	if (!(s->ptok = malloc(n * sizeof(int32_t))) || !(s->plp = malloc(n * sizeof(float))) ||
+	    !(s->ptop_ids = calloc(nt, sizeof(int32_t))) ||
+	    !(s->ptop_lp = calloc(nt, sizeof(float))) || !(s->poff = malloc(n * sizeof(size_t))) ||
+	    ktok_stream_new(m->tok, KTOK_DEC_SKIP_SPECIAL, &dec) < 0)
+		return -ENOMEM;
+	size_t off = 0;
+	for (size_t i = 0; i < n; i++) {
+		const char *t;
+		size_t len = 0;
+		s->ptok[i] = prompt[i];
+		s->plp[i] = NAN;
+		s->poff[i] = off;
+		if (ktok_stream_feed(dec, prompt[i], &t, &len) >= 0)
+			off += len;
+	}
+	return 0;
+}
+
 int inferd_submit(kiln_http_request *r, inferd_app *a, inferd_request *rq)
 {
 	const inferd_model *m = &a->model;
@@ -391,7 +476,9 @@ int inferd_submit(kiln_http_request *r, inferd_app *a, inferd_request *rq)
 				     !(s->top_lp = malloc(MAX(nt, 1) * sizeof(float))))) ||
 		    (m->tok && ktok_stream_new(m->tok, KTOK_DEC_SKIP_SPECIAL, &s->dec) < 0) ||
 		    (rq->echo && ktok_decode(m->tok, rq->prompts[p], (size_t) rq->prompt_len[p],
-					     KTOK_DEC_SKIP_SPECIAL, &s->echo, NULL) < 0)) {
+					     KTOK_DEC_SKIP_SPECIAL, &s->echo, NULL) < 0) ||
+		    (rq->echo && rq->logprobs &&
+		     echo_logprobs_new(s, m, rq->prompts[p], j->n_top) < 0)) {
 			job_free(j);
 			return -ENOMEM;
 		}
@@ -427,6 +514,7 @@ int inferd_submit(kiln_http_request *r, inferd_app *a, inferd_request *rq)
 			.ignore_eos = rq->ignore_eos,
 			.logprobs = rq->logprobs,
 			.top_logprobs = rq->top_logprobs,
+			.prompt_logprobs = rq->echo && rq->logprobs,
 			.proc = proc,
 			.cb = on_event,
 			.userdata = s,

@@ -227,6 +227,36 @@ code=$(post "{\"model\":\"m\",\"prompt\":[\"$P\",[1]]}")
 ok "a batch mixing text and ids: 400 naming prompt[1]" bash -c "[ $code = 400 ] && jq -e '.error.param == \"prompt[1]\"' '$W/body' >/dev/null"
 code=$(post "{\"model\":\"m\",\"prompt\":\"$P\",\"max_tokens\":40,\"temperature\":0,\"echo\":true}")
 ok "echo: the prompt, then the completion" json_is ".choices[0].text == \"$P\" + $(jq -c .choices[0].text "$W/text")"
+# Echo with logprobs: the prompt's tokens first (the first one's null), as
+# OpenAI's legacy API and vLLM return them; max_tokens 0 scores the prompt
+# (lm-eval-harness's loglikelihood requests).
+n_p=$(jq length <<<"$ids")
+code=$(post "{\"model\":\"m\",\"prompt\":\"$P\",\"max_tokens\":0,\"echo\":true,\"logprobs\":2,\"temperature\":0}")
+cp "$W/body" "$W/score"
+ok "echo, logprobs 2, max_tokens 0: the prompt's $n_p tokens scored, the first null, nothing generated" json_is \
+	".choices[0].text == \"$P\" and .choices[0].finish_reason == \"length\" and .usage.completion_tokens == 0 and .usage.prompt_tokens == $n_p and (.choices[0].logprobs | (.tokens | length) == $n_p and .token_logprobs[0] == null and .top_logprobs[0] == null and (.token_logprobs[1:] | all(. < 0)) and (.top_logprobs[1:] | all(length == 2)) and .text_offset[0] == 0 and (.text_offset | . == sort))"
+# The decode path against the prompt path: greedy tokens generated with
+# their logprobs, then prompt + those tokens scored as a prompt (token ids)
+# give the same logprobs, each the best alternative's.
+code=$(post "{\"model\":\"m\",\"prompt\":$ids,\"max_tokens\":12,\"logprobs\":1,\"temperature\":0}")
+cp "$W/body" "$W/gen"
+all=$(jq -c "$ids + .choices[0].token_ids" "$W/gen")
+code=$(post "{\"model\":\"m\",\"prompt\":$all,\"max_tokens\":0,\"echo\":true,\"logprobs\":1}")
+ok "  ... prompt + 12 greedy tokens scored: their logprobs are the generating run's (to 1e-4), each the best" \
+	bash -c "jq -e --slurpfile g '$W/gen' '(.choices[0].logprobs.token_logprobs[$n_p:]) as \$s | (\$g[0].choices[0].logprobs.token_logprobs) as \$t | (\$s | length) == 12 and ([range(12) | ((\$s[.] - \$t[.]) | fabs) < 1e-4] | all) and ([range($n_p; $n_p + 12) as \$i | .choices[0].logprobs | (.top_logprobs[\$i] | to_entries[0].value) == .token_logprobs[\$i]] | all)' '$W/body' >/dev/null"
+code=$(post "{\"model\":\"m\",\"prompt\":\"$P\",\"max_tokens\":6,\"echo\":true,\"logprobs\":2,\"temperature\":0}")
+ok "  ... with 6 tokens generated: $n_p + 6 entries, the prompt's as scored, offsets into the echoed text" json_is \
+	"(.choices[0].logprobs | (.tokens | length) == $n_p + 6 and .token_logprobs[:$n_p] == $(jq -c .choices[0].logprobs.token_logprobs "$W/score") and .text_offset[$n_p] == $(printf %s "$P" | wc -c)) and (.choices[0].text | startswith(\"$P\"))"
+cp "$W/body" "$W/echo6"
+curl -sN "$URL/v1/completions" -d "{\"model\":\"m\",\"prompt\":\"$P\",\"max_tokens\":6,\"echo\":true,\"logprobs\":2,\"temperature\":0,\"stream\":true}" >"$W/esse"
+ok "  ... streamed: the prompt's logprobs in the first event, the same tokens in all" test \
+	"$(sse_texts "$W/esse" '.choices[0].logprobs.tokens // [] | .[]' | tr -d '\n')" = "$(jq -j '.choices[0].logprobs.tokens[]' "$W/echo6" | tr -d '\n')"
+n_h=$("$KILN" tokenize "$TOK" --text Hello --json | jq .count)
+code=$(post "{\"model\":\"m\",\"prompt\":[\"$P\",\"Hello\"],\"n\":2,\"max_tokens\":0,\"echo\":true,\"logprobs\":0}")
+ok "  ... a batch of 2 prompts, n 2: 4 choices, each its own prompt's logprobs" json_is \
+	"(.choices | length) == 4 and (.choices | map(.logprobs.token_logprobs[0]) | all(. == null)) and (.choices | map(.logprobs.tokens | length)) == [$n_p, $n_p, $n_h, $n_h] and .choices[2].text == \"Hello\" and .usage.completion_tokens == 0 and ([range(1; $n_p) as \$i | (.choices[0].logprobs.token_logprobs[\$i] - .choices[1].logprobs.token_logprobs[\$i]) | fabs < 1e-4] | all)"
+code=$(post "{\"model\":\"m\",\"prompt\":\"$P\",\"max_tokens\":0}")
+ok "max_tokens 0 without echo: 400 naming max_tokens" bash -c "[ $code = 400 ] && jq -e '.error.param == \"max_tokens\" and (.error.message | test(\"echo\"))' '$W/body' >/dev/null"
 long=$(yes "the kiln" | head -400 | paste -sd' ')
 code=$(post "{\"model\":\"m\",\"prompt\":\"$long\"}")
 # (3600 bytes: over the context by the byte bound already, "at least N

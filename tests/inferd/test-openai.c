@@ -183,6 +183,15 @@ static void test_completion_fields(void **state)
 	assert_int_equal(parse(IDS, "{\"model\":\"m\",\"prompt\":[7],\"logprobs\":0}", &q, &e), 0);
 	assert_true(q.logprobs && q.top_logprobs == 0 && q.n == 1);
 	inferd_request_done(&q);
+	/* echo with logprobs (the prompt's too), and max_tokens 0 with echo:
+	 * the prompt scored, as lm-eval-harness asks */
+	assert_int_equal(parse(TEXT,
+			       "{\"model\":\"m\",\"prompt\":\"hi\",\"echo\":true,\"logprobs\":1,"
+			       "\"max_tokens\":0,\"temperature\":0}",
+			       &q, &e),
+			 0);
+	assert_true(q.echo && q.logprobs && q.top_logprobs == 1 && q.max_tokens == 0);
+	inferd_request_done(&q);
 	assert_int_equal(parse(CHAT,
 			       "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
 			       "\"hi\"}],\"logprobs\":true,\"top_logprobs\":20,\"n\":2}",
@@ -436,9 +445,16 @@ static const struct bad {
 	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"temprature\":0}", 400, "temprature", NULL,
 	  "temprature: unknown field (did you mean 'temperature'?)" },
 	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"max_tokens\":0}", 400, "max_tokens", NULL,
-	  "max_tokens: must be between 1 and 65536, got 0" },
+	  "max_tokens: max_tokens 0 generates nothing; it is taken with \"echo\": true only (to "
+	  "score the prompt, with logprobs); ask for at least 1 token" },
+	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"max_tokens\":-1}", 400, "max_tokens", NULL,
+	  "max_tokens: must be between 0 and 65536, got -1" },
 	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"max_tokens\":65537}", 400, "max_tokens", NULL,
-	  "max_tokens: must be between 1 and 65536, got 65537" },
+	  "max_tokens: must be between 0 and 65536, got 65537" },
+	{ CHAT,
+	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+	  "\"max_tokens\":0}",
+	  400, "max_tokens", NULL, "max_tokens: must be between 1 and 65536, got 0" },
 	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"max_tokens\":\"5\"}", 400, "max_tokens", NULL,
 	  "max_tokens: expected an integer, got a string" },
 	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"temperature\":3}", 400, "temperature", NULL,
@@ -483,10 +499,10 @@ static const struct bad {
 	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"logprobs\":true}", 400, "logprobs", NULL,
 	  "logprobs: for completions logprobs is the number of alternatives per token (0..20), "
 	  "not a boolean" },
-	{ TEXT, "{\"model\":\"m\",\"prompt\":\"hi\",\"logprobs\":1,\"echo\":true}", 400, "logprobs",
-	  NULL,
-	  "logprobs: kiln-inferd does not return the prompt's logprobs (echo with logprobs); "
-	  "leave out echo or logprobs" },
+	{ TEXT, "{\"model\":\"m\",\"prompt\":[1],\"top_logprobs\":1}", 400, "top_logprobs",
+	  NULL, "top_logprobs: unknown field" },
+	{ TEXT, "{\"model\":\"m\",\"prompt\":[1],\"tools\":[]}", 400, "tools", NULL,
+	  "tools: unknown field" },
 	{ CHAT,
 	  "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
 	  "\"top_logprobs\":3}",
@@ -769,6 +785,13 @@ static void test_responses(void **state)
 		    "{\"text_offset\":[2,5],\"token_logprobs\":[-0.5,-1.25],\"tokens\":[\" re\","
 		    "\"bytes:\\\\xe2\"],\"top_logprobs\":[{\" re\":-0.5},{\"\u00e9\":-9999.0}]}");
 	assert_int_equal(off, 6);
+	/* an echoed prompt's first token: null logprob and alternatives */
+	off = 0;
+	assert_json(inferd_logprobs_json(&models[TEXT], false, (int32_t[]){ 300, 300 },
+					 (float[]){ NAN, -0.5f }, (int32_t[]){ 0, 0, 300, 447 },
+					 (float[]){ 0, 0, -0.5f, -2 }, 2, 2, &off),
+		    "{\"text_offset\":[0,3],\"token_logprobs\":[null,-0.5],\"tokens\":[\" re\","
+		    "\" re\"],\"top_logprobs\":[null,{\" re\":-0.5,\"\u00e9\":-2.0}]}");
 	/* chat: a byte-fallback token (<0xE2>) is its byte */
 	assert_json(inferd_logprobs_json(&models[CHAT], true, (int32_t[]){ 229 }, (float[]){ -1 },
 					 NULL, NULL, 0, 1, &off),
