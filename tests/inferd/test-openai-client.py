@@ -192,6 +192,29 @@ def main():
     ok("  ... streamed: the same tokens and logprobs (to 1e-4)",
        toks == lp.tokens and all(abs(a - b) < 1e-4 for a, b in zip(lps, lp.token_logprobs)),
        (toks, lp.tokens))
+    # ---- prompt logprobs: echo with logprobs, max_tokens 0 (the way
+    # lm-eval-harness's loglikelihood asks: context + continuation as one
+    # prompt, the continuation's logprobs and whether each was the greedy one)
+    cont = lp.tokens[:6]
+    r = c.completions.create(model="m", prompt=P + "".join(cont), max_tokens=0, echo=True,
+                             logprobs=1, temperature=0, seed=1234)
+    el = r.choices[0].logprobs
+    n_prompt = r.usage.prompt_tokens
+    ok("echo=True, logprobs=1, max_tokens=0: the prompt's tokens, the first null, nothing generated",
+       el is not None and len(el.tokens) == n_prompt and el.token_logprobs[0] is None
+       and el.top_logprobs[0] is None and all(x < 0 for x in el.token_logprobs[1:])
+       and r.choices[0].text == P + "".join(cont) and r.usage.completion_tokens == 0
+       and r.choices[0].finish_reason == "length", r)
+    ok("  ... the continuation scored as the generating run scored it (to 1e-4), each greedy",
+       el.tokens[-6:] == cont
+       and all(abs(a - b) < 1e-4 for a, b in zip(el.token_logprobs[-6:], lp.token_logprobs[:6]))
+       and all(max(t.values()) == x for t, x in zip(el.top_logprobs[-6:], el.token_logprobs[-6:])),
+       (el.tokens[-6:], el.token_logprobs[-6:], lp.token_logprobs[:6]))
+    r = c.completions.create(model="m", prompt=P, max_tokens=4, echo=True, logprobs=2, temperature=0)
+    el = r.choices[0].logprobs
+    ok("echo=True with 4 tokens generated: the prompt's logprobs, then the completion's",
+       len(el.tokens) == r.usage.prompt_tokens + 4 and el.token_logprobs[0] is None
+       and r.choices[0].text.startswith(P) and el.text_offset[r.usage.prompt_tokens] == len(P.encode()), el)
     r = c.chat.completions.create(model="m", messages=msgs, max_tokens=10, temperature=0,
                                   logprobs=True, top_logprobs=2)
     cl = r.choices[0].logprobs
