@@ -69,7 +69,8 @@ static void check_accepted(const inferd_model *m, const inferd_request *q)
 			if (q->prompts[i][k] < 0 || q->prompts[i][k] >= m->vocab)
 				abort();
 	}
-	if (q->max_tokens < 1 || q->max_tokens > INFERD_MAX_TOKENS_MAX)
+	/* 0 only with echo (the prompt scored) */
+	if (q->max_tokens < (q->echo ? 0 : 1) || q->max_tokens > INFERD_MAX_TOKENS_MAX)
 		abort();
 	if (!(q->temperature >= 0 && q->temperature <= 2 && q->top_p >= 0 && q->top_p <= 1))
 		abort();
@@ -93,7 +94,7 @@ static void check_accepted(const inferd_model *m, const inferd_request *q)
 		if (n < 1 || n > INFERD_STOP_STRINGS_MAX || max != q->stop_max)
 			abort();
 	}
-	if ((q->echo && !m->tok) || (q->echo && q->chat) || (q->echo && q->logprobs))
+	if ((q->echo && !m->tok) || (q->echo && q->chat))
 		abort();
 	/* the sampling fields the engine checks again at submit */
 	if (q->n < 1 || q->n_prompts * q->n > INFERD_BATCH_MAX || q->top_logprobs < 0 ||
@@ -121,6 +122,8 @@ static void check_accepted(const inferd_model *m, const inferd_request *q)
 		size_t off = 0;
 		for (int i = 0; i < n * k; i++)
 			ti[i] = q->prompts[0][i % n];
+		if (q->echo) /* an echoed prompt's first token has no logprob */
+			lp[0] = NAN;
 		json_t *j = inferd_logprobs_json(m, q->chat, q->prompts[0], lp, ti, lp, k, n, &off);
 		if (!j)
 			abort();
