@@ -1,6 +1,8 @@
 # inferd-env.sh — what the kiln-inferd shell suites share (source it after
 # tests/lib/tap.sh): B, BIN, MODEL (stories260K.bin, or $KM_TEST_MODEL);
 # prints a SKIP plan and exits when the binary or the model is missing.
+# inferd_suite sets up a suite's work folder and cleanup, inferd_start /
+# inferd_stop run servers, rc_is checks a command's exit status.
 B=${KILN_BUILD:-build}
 BIN=$B/bin/kiln-inferd
 MODEL=${KM_TEST_MODEL:-}
@@ -31,3 +33,34 @@ inferd_start() {
 }
 # inferd_stop: SIGTERM, and kiln-inferd's exit status.
 inferd_stop() { kill -TERM "$PID"; wait "$PID"; local rc=$?; PID=; return $rc; }
+
+# inferd_suite NAME [TOOL...]: the start the suites share: one CPU thread
+# (kk's and OpenBLAS's: deterministic batches), a SKIP plan when a TOOL is
+# missing, the work folder $W (/tmp/kiln-inferd-NAME.XXXXXX), PID empty,
+# and an EXIT trap that runs $INFERD_CLEANUP (a suite's own, if set), kills
+# a server still running and removes $W.
+inferd_suite() {
+	local name=$1 t
+	shift
+	export KK_CPU_THREADS=1 OPENBLAS_NUM_THREADS=1
+	for t in "$@"; do
+		command -v "$t" >/dev/null || { echo "1..1"; echo "ok 1 # SKIP $t not installed"; exit 0; }
+	done
+	W=$(mktemp -d "/tmp/kiln-inferd-$name.XXXXXX")
+	PID=
+	trap inferd_cleanup EXIT
+}
+inferd_cleanup() {
+	[ -n "${INFERD_CLEANUP:-}" ] && eval "$INFERD_CLEANUP"
+	[ -n "$PID" ] && kill -KILL "$PID" 2>/dev/null
+	rm -rf "$W"
+}
+# rc_is RC CMD...: CMD exits with RC (its stdout in $W/out, stderr in
+# $W/err); else says both statuses and the stderr as TAP comments.
+rc_is() {
+	local want=$1
+	shift
+	"$@" >"$W/out" 2>"$W/err"
+	local rc=$?
+	[ "$rc" = "$want" ] || { echo "# rc $rc, want $want"; sed 's/^/# /' "$W/err"; return 1; }
+}

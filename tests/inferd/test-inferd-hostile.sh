@@ -14,15 +14,8 @@
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/inferd-env.sh"
-export KK_CPU_THREADS=1 OPENBLAS_NUM_THREADS=1
-for t in curl jq python3; do
-	command -v $t >/dev/null || { echo "1..1"; echo "ok 1 # SKIP $t not installed"; exit 0; }
-done
-W=$(mktemp -d /tmp/kiln-inferd-hostile.XXXXXX)
-PID=''
+inferd_suite hostile curl jq python3
 port='' # set by inferd_start
-cleanup() { [ -n "$PID" ] && kill -KILL "$PID" 2>/dev/null; rm -rf "$W"; }
-trap cleanup EXIT
 
 # metric PREFIX: the sum of the samples whose line starts with PREFIX
 metric() { curl -s "$URL/metrics" | awk -v k="$1" 'index($0, k) == 1 { s += $NF } END { print s + 0 }'; }

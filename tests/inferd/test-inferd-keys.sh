@@ -10,17 +10,9 @@
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/inferd-env.sh"
-export KK_CPU_THREADS=1 OPENBLAS_NUM_THREADS=1
-for t in curl jq; do
-	command -v $t >/dev/null || { echo "1..1"; echo "ok 1 # SKIP $t not installed"; exit 0; }
-done
-W=$(mktemp -d /tmp/kiln-inferd-keys.XXXXXX)
-PID=
-cleanup() { [ -n "$PID" ] && kill -KILL "$PID" 2>/dev/null; rm -rf "$W"; }
-trap cleanup EXIT
+inferd_suite keys curl jq
 MODEL=$(readlink -f "$MODEL")
 
-rc_is() { local want=$1; shift; "$@" >"$W/out" 2>"$W/err"; local rc=$?; [ "$rc" = "$want" ] || { echo "# rc $rc, want $want"; sed 's/^/# /' "$W/err"; return 1; }; }
 start() { inferd_start "$@"; }
 stop() { inferd_stop; }
 # req PATH [CURL-ARGS...]: the HTTP status; the body in $W/body

@@ -15,18 +15,10 @@
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/inferd-env.sh"
-export KK_CPU_THREADS=1 OPENBLAS_NUM_THREADS=1
-for t in curl jq; do
-	command -v $t >/dev/null || { echo "1..1"; echo "ok 1 # SKIP $t not installed"; exit 0; }
-done
-W=$(mktemp -d /tmp/kiln-inferd-models.XXXXXX)
-PID=
-cleanup() { [ -n "$PID" ] && kill -KILL "$PID" 2>/dev/null; rm -rf "$W"; }
-trap cleanup EXIT
+inferd_suite models curl jq
 MODEL=$(readlink -f "$MODEL")
 KILN=$B/bin/kiln
 
-rc_is() { local want=$1; shift; "$@" >"$W/out" 2>"$W/err"; local rc=$?; [ "$rc" = "$want" ] || { echo "# rc $rc, want $want"; sed 's/^/# /' "$W/err"; return 1; }; }
 # start ARGS...: the server on an ephemeral port; sets PID, URL.
 start() { inferd_start "$@"; }
 # log_has PATTERN: the server's log has it; else the log as TAP comments.

@@ -14,22 +14,13 @@
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/inferd-env.sh"
-export KK_CPU_THREADS=1 OPENBLAS_NUM_THREADS=1
-for t in curl jq python3; do
-	command -v $t >/dev/null || { echo "1..1"; echo "ok 1 # SKIP $t not installed"; exit 0; }
-done
-W=$(mktemp -d /tmp/kiln-inferd-service.XXXXXX)
-PID= LPID=
-cleanup() {
-	[ -n "$PID" ] && kill -KILL "$PID" 2>/dev/null
-	[ -n "$LPID" ] && kill "$LPID" 2>/dev/null
-	rm -rf "$W"
-}
-trap cleanup EXIT
+inferd_suite service curl jq python3
+LPID=
+# shellcheck disable=SC2034 # run by inferd_cleanup
+INFERD_CLEANUP='[ -n "$LPID" ] && kill "$LPID" 2>/dev/null'
 MODEL=$(readlink -f "$MODEL")
 KILN=$B/bin/kiln
 
-rc_is() { local want=$1; shift; "$@" >"$W/out" 2>"$W/err"; local rc=$?; [ "$rc" = "$want" ] || { echo "# rc $rc, want $want"; sed 's/^/# /' "$W/err"; return 1; }; }
 
 # cfg FILE INFERENCE-LINES...: node01-02 train, node03 infers.
 cfg() {

@@ -23,16 +23,8 @@
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 . "$(dirname "$0")/inferd-env.sh"
-export KK_CPU_THREADS=1 OPENBLAS_NUM_THREADS=1
-for t in curl jq; do
-	command -v $t >/dev/null || { echo "1..1"; echo "ok 1 # SKIP $t not installed"; exit 0; }
-done
-W=$(mktemp -d /tmp/kiln-inferd-test.XXXXXX)
-PID=
-cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$W"; }
-trap cleanup EXIT
+inferd_suite test curl jq
 
-rc_is() { local want=$1; shift; "$@" >"$W/out" 2>"$W/err"; local rc=$?; [ "$rc" = "$want" ] || { echo "# rc $rc, want $want"; sed 's/^/# /' "$W/err"; return 1; }; }
 # start ARGS...: runs the server on an ephemeral port; sets PID and URL.
 start() { inferd_start -m "$MODEL" --name m "$@"; }
 stop() { inferd_stop; }
