@@ -210,25 +210,44 @@ static kiln_engine *track(kiln_engine *e)
 	return e;
 }
 
-static kiln_engine *engine(int running, int step, int blocks, int waiting, int eos)
+/* An engine on the fixture with options o (tracked: see live[]). */
+static kiln_engine *engine_with(const kiln_engine_opts *o)
 {
 	kiln_error err = {};
 	km_file *f = NULL;
 	if (km_file_open(fixture, &f, &err) < 0)
 		fail_msg("%s", err.msg);
 	km_weight_source src = km_file_source(f);
+	kiln_engine *e = NULL;
+	int r = kiln_engine_new(be, km_file_config(f), &src, o, &e, &err);
+	km_file_free(f);
+	if (r < 0)
+		fail_msg("kiln_engine_new: %s", err.msg);
+	return track(e);
+}
+
+static kiln_engine *engine(int running, int step, int blocks, int waiting, int eos)
+{
 	kiln_engine_opts o = { .weight_dtype = KK_F32,
 			       .max_running = running,
 			       .max_step_tokens = step,
 			       .num_blocks = blocks,
 			       .max_waiting = waiting,
 			       .eos_token = eos };
-	kiln_engine *e = NULL;
-	int r = kiln_engine_new(be, km_file_config(f), &src, &o, &e, &err);
-	km_file_free(f);
-	if (r < 0)
-		fail_msg("kiln_engine_new: %s", err.msg);
-	return track(e);
+	return engine_with(&o);
+}
+
+/* The same with prefix caching (no EOS). */
+static kiln_engine *prefix_engine(int running, int step, int blocks, int waiting)
+{
+	kiln_engine_opts o = { .weight_dtype = KK_F32,
+			       .max_running = running,
+			       .max_step_tokens = step,
+			       .num_blocks = blocks,
+			       .max_waiting = waiting,
+			       .eos_token = -1,
+			       .prefix_caching = true };
+	return engine_with(&o);
 }
 
 /* Frees an engine from engine() (or kiln_engine_new). */
@@ -686,20 +705,7 @@ static void test_prefix_tail_chunked(void **state)
 {
 	NEED_FIXTURE();
 	kiln_engine *ea = engine(4, 128, 64, 8, -1);
-	kiln_error err = {};
-	km_file *f = NULL;
-	assert_int_equal(km_file_open(fixture, &f, &err), 0);
-	km_weight_source src = km_file_source(f);
-	kiln_engine_opts o = { .max_running = 2,
-			       .max_step_tokens = 16,
-			       .num_blocks = 64,
-			       .max_waiting = 4,
-			       .eos_token = -1,
-			       .prefix_caching = true };
-	kiln_engine *e = NULL;
-	assert_int_equal(kiln_engine_new(be, km_file_config(f), &src, &o, &e, &err), 0);
-	track(e);
-	km_file_free(f);
+	kiln_engine *e = prefix_engine(2, 16, 64, 4);
 	spec *s = calloc(2, sizeof(spec));
 	random_specs(s, 2, 1, 10, 10, false);
 	s[0].max_tokens = 40;
@@ -744,20 +750,7 @@ static void test_prefix_caching(void **state)
 {
 	NEED_FIXTURE();
 	kiln_engine *ea = engine(4, 128, 64, 8, -1);
-	kiln_error err = {};
-	km_file *f = NULL;
-	assert_int_equal(km_file_open(fixture, &f, &err), 0);
-	km_weight_source src = km_file_source(f);
-	kiln_engine_opts o = { .max_running = 8,
-			       .max_step_tokens = 128,
-			       .num_blocks = 64,
-			       .max_waiting = 16,
-			       .eos_token = -1,
-			       .prefix_caching = true };
-	kiln_engine *e = NULL;
-	assert_int_equal(kiln_engine_new(be, km_file_config(f), &src, &o, &e, &err), 0);
-	track(e);
-	km_file_free(f);
+	kiln_engine *e = prefix_engine(8, 128, 64, 16);
 	enum { N = 6 };
 	spec *s = calloc(N, sizeof(spec));
 	random_specs(s, N, 1, 20, 40, false);
@@ -816,20 +809,7 @@ static void test_prefix_caching(void **state)
 static void test_prefix_kept(void **state)
 {
 	NEED_FIXTURE();
-	kiln_error err = {};
-	km_file *f = NULL;
-	assert_int_equal(km_file_open(fixture, &f, &err), 0);
-	km_weight_source src = km_file_source(f);
-	kiln_engine_opts o = { .max_running = 4,
-			       .max_step_tokens = 128,
-			       .num_blocks = 20,
-			       .max_waiting = 8,
-			       .eos_token = -1,
-			       .prefix_caching = true };
-	kiln_engine *e = NULL;
-	assert_int_equal(kiln_engine_new(be, km_file_config(f), &src, &o, &e, &err), 0);
-	track(e);
-	km_file_free(f);
+	kiln_engine *e = prefix_engine(4, 128, 20, 8);
 	spec *s = calloc(1, sizeof(spec));
 	run *a = calloc(1, sizeof(run)), *b = calloc(1, sizeof(run));
 	s->n_prompt = 100;
@@ -916,20 +896,8 @@ static void test_prefix_kept(void **state)
 static void test_prefix_siblings(void **state)
 {
 	NEED_FIXTURE();
-	kiln_error err = {};
-	km_file *f = NULL;
-	assert_int_equal(km_file_open(fixture, &f, &err), 0);
-	km_weight_source src = km_file_source(f);
-	kiln_engine_opts o = { .max_running = 8,
-			       .max_step_tokens = 128,
-			       .num_blocks = 64,
-			       .max_waiting = 8,
-			       .eos_token = -1,
-			       .prefix_caching = true };
-	kiln_engine *e = NULL, *ea = engine(4, 128, 64, 8, -1);
-	assert_int_equal(kiln_engine_new(be, km_file_config(f), &src, &o, &e, &err), 0);
-	track(e);
-	km_file_free(f);
+	kiln_engine *e = prefix_engine(8, 128, 64, 8);
+	kiln_engine *ea = engine(4, 128, 64, 8, -1);
 	spec *s = calloc(1, sizeof(spec));
 	run *alone = calloc(1, sizeof(run)), *r = calloc(4, sizeof(run));
 	s->n_prompt = 100;
@@ -1573,19 +1541,7 @@ static void test_prompt_logprobs(void **state)
 	engine_free(e);
 
 	/* Prefix caching on, the prompt cached already: still every token. */
-	kiln_error err = {};
-	km_file *f = NULL;
-	assert_int_equal(km_file_open(fixture, &f, &err), 0);
-	km_weight_source src = km_file_source(f);
-	kiln_engine_opts o = { .max_running = 8,
-			       .max_step_tokens = 64,
-			       .num_blocks = 8,
-			       .max_waiting = 16,
-			       .eos_token = -1,
-			       .prefix_caching = true };
-	assert_int_equal(kiln_engine_new(be, km_file_config(f), &src, &o, &e, &err), 0);
-	track(e);
-	km_file_free(f);
+	e = prefix_engine(8, 64, 8, 16);
 	s->logprobs = s->prompt_logprobs = false;
 	run_alone(e, s, a); /* leaves the prompt's blocks in the cache */
 	s->logprobs = s->prompt_logprobs = true;
