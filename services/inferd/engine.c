@@ -544,7 +544,8 @@ static int plan_step(kiln_engine *e, ereq **done)
 		int left = r->n_total - r->n_cached;
 		if (left > 1 && budget > 0) {
 			int have = blocks_for(r->n_cached, 1); /* counted in need */
-			int chunk = tokens_fitting(r->n_cached, MIN(MIN(left, 1 + budget), chunk_cap(r)),
+			int chunk = tokens_fitting(r->n_cached,
+						   MIN(MIN(left, 1 + budget), chunk_cap(r)),
 						   have + MAX(0, free_blocks - reserve_running));
 			if (chunk > 1) {
 				free_blocks -= blocks_for(r->n_cached, chunk) - have;
@@ -574,8 +575,8 @@ static int plan_step(kiln_engine *e, ereq **done)
 		 * prefilling, whatever the tail's length. */
 		/* (A request that wants its prompt's logprobs must run every
 		 * prompt token itself.) */
-		const bool may_share = e->prefix && r->n_total > KK_KV_BLOCK_SIZE &&
-				       r->plp_next >= r->n_prompt;
+		const bool may_share =
+			e->prefix && r->n_total > KK_KV_BLOCK_SIZE && r->plp_next >= r->n_prompt;
 		int share = may_share ? find_prefix(e, r, &donor, &entry) : 0;
 		/* A request whose prefix a running sequence is still
 		 * prefilling (the n samples of one prompt, the same prompt
@@ -914,8 +915,7 @@ static void *scheduler(void *arg)
 			const ereq *q = e->step[i];
 			host = (q->n_cached + q->chunk >= q->n_total &&
 				(q->logprobs || host_sampled(q))) ||
-			       (q->plp_next < q->n_prompt &&
-				q->n_cached + q->chunk == q->plp_next);
+			       (q->plp_next < q->n_prompt && q->n_cached + q->chunk == q->plp_next);
 		}
 		if (host && !e->host_logits) {
 			e->host_logits = malloc((size_t) e->max_running *

@@ -97,7 +97,7 @@ struct job {
 	bool stream, chat, include_usage;
 	bool logprobs;
 	int n_top;
-	int min_tokens; /* stop strings count only from this many tokens on (vLLM) */
+	int min_tokens;	 /* stop strings count only from this many tokens on (vLLM) */
 	char **stops;	 /* NULL-terminated copies */
 	size_t stop_max; /* longest stop string */
 	int n_seqs, n_live, n_prompt_total, n_gen_total;
@@ -167,8 +167,8 @@ static json_t *seq_logprobs(job *j, seq *q, int from, int to, bool with_prompt)
 	json_t *p = with_prompt && q->ptok ? prompt_logprobs(j, q) : NULL;
 	json_t *lp = inferd_logprobs_json(&j->a->model, j->chat, q->out + from, q->lp + from,
 					  q->top_ids + (size_t) from * j->n_top,
-					  q->top_lp + (size_t) from * j->n_top, j->n_top,
-					  to - from, &q->lp_offset);
+					  q->top_lp + (size_t) from * j->n_top, j->n_top, to - from,
+					  &q->lp_offset);
 	if (!p || !lp) {
 		json_decref(p);
 		return lp;

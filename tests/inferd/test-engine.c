@@ -873,12 +873,14 @@ static void test_prefix_kept(void **state)
 	kiln_metrics_init(&m, &mb);
 	assert_int_equal(kiln_engine_metrics(&e, (const char *[]){ "m" }, 1, &m), 0);
 	assert_int_equal(kiln_metrics_finish(&m), 0);
-	const char *want[] = { "vllm:prefix_cache_hits_total{model_name=\"m\"} 96\n",
-			       "vllm:prefix_cache_queries_total{model_name=\"m\"} 600\n",
-			       "kiln_inferd_prefix_cache_blocks{model_name=\"m\"} 7\n",
-			       "kiln_inferd_prefix_cache_evictions_total{model_name=\"m\"} 2\n",
-			       "kiln_inferd_kv_cache_blocks{model_name=\"m\",state=\"used\"} 0\n",
-			       "kiln_inferd_kv_cache_blocks{model_name=\"m\",state=\"free\"} 20\n" };
+	const char *want[] = {
+		"vllm:prefix_cache_hits_total{model_name=\"m\"} 96\n",
+		"vllm:prefix_cache_queries_total{model_name=\"m\"} 600\n",
+		"kiln_inferd_prefix_cache_blocks{model_name=\"m\"} 7\n",
+		"kiln_inferd_prefix_cache_evictions_total{model_name=\"m\"} 2\n",
+		"kiln_inferd_kv_cache_blocks{model_name=\"m\",state=\"used\"} 0\n",
+		"kiln_inferd_kv_cache_blocks{model_name=\"m\",state=\"free\"} 20\n"
+	};
 	for (size_t i = 0; i < ARRAY_SIZE(want); i++)
 		if (!strstr(mb.s, want[i]))
 			fail_msg("metrics lack \"%s\":\n%s", want[i], mb.s);
@@ -1478,8 +1480,8 @@ static double check_prompt_logprobs(const spec *s, const run *r, int top)
 			d = fabs(ls[t] - r->ptop_lp[p][i]);
 			worst = fmax(worst, d);
 			if (d > LP_TOL)
-				fail_msg("prompt token %d, alternative %d (%d): %g, reference %g", p,
-					 i, t, r->ptop_lp[p][i], ls[t]);
+				fail_msg("prompt token %d, alternative %d (%d): %g, reference %g",
+					 p, i, t, r->ptop_lp[p][i], ls[t]);
 		}
 		/* the first alternative is the reference's most likely */
 		if (top > 0 && ls[ref_argmax(lg, V)] > r->ptop_lp[p][0] + LP_TOL)

@@ -499,8 +499,8 @@ static const struct bad {
 	{ IDS, "{\"model\":\"m\",\"prompt\":[1],\"logprobs\":true}", 400, "logprobs", NULL,
 	  "logprobs: for completions logprobs is the number of alternatives per token (0..20), "
 	  "not a boolean" },
-	{ TEXT, "{\"model\":\"m\",\"prompt\":[1],\"top_logprobs\":1}", 400, "top_logprobs",
-	  NULL, "top_logprobs: unknown field" },
+	{ TEXT, "{\"model\":\"m\",\"prompt\":[1],\"top_logprobs\":1}", 400, "top_logprobs", NULL,
+	  "top_logprobs: unknown field" },
 	{ TEXT, "{\"model\":\"m\",\"prompt\":[1],\"tools\":[]}", 400, "tools", NULL,
 	  "tools: unknown field" },
 	{ CHAT,

@@ -78,7 +78,7 @@ typedef enum kiln_engine_event_type {
 typedef struct kiln_engine_event {
 	kiln_engine_event_type type;
 	uint64_t id;	 /* the request's id */
-	int32_t token;	 /* TOKEN: the new token; PROMPT: the prompt's; FINISH/STOP: the stop id matched, else -1 */
+	int32_t token;	 /* TOKEN, PROMPT: the token; FINISH/STOP: the stop id matched, else -1 */
 	int index;	 /* TOKEN: 0-based position in the output; PROMPT: in the prompt */
 	int n_generated; /* tokens delivered so far (FINISH: in all) */
 	int n_prompt;	 /* the request's prompt length */
@@ -127,7 +127,7 @@ typedef struct kiln_engine_processing {
 typedef struct kiln_engine_request {
 	uint64_t id; /* the caller's; cancel finds the request by it */
 	const int32_t *prompt;
-	int n_prompt;	/* >= 1 */
+	int n_prompt; /* >= 1 */
 	/* Tokens to generate at most, >= 0; 0: only the prompt is run (with
 	 * prompt_logprobs: scored), the finish is LENGTH. */
 	int max_tokens;
