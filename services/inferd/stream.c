@@ -175,7 +175,10 @@ static json_t *seq_logprobs(job *j, seq *q, int from, int to, bool with_prompt)
 	}
 	const char *key;
 	json_t *v;
-	json_object_foreach(p, key, v) json_array_extend(v, json_object_get(lp, key));
+	json_object_foreach(p, key, v)
+	{
+		json_array_extend(v, json_object_get(lp, key));
+	}
 	json_decref(lp);
 	return p;
 }
