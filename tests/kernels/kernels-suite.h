@@ -585,6 +585,12 @@ static void test_attention_bwd(void **state)
 	}
 	attn_case(KK_F32, 4, 2, 128, true, lens2, 1, true);
 	attn_case(KK_F32, 8, 4, 8, true, lens1, 2, true);
+	/* Several query blocks and key tiles (the cpu backend's are 64 x 128),
+	 * a sequence ending inside a tile, GQA: small head dims keep the
+	 * finite differences fast. */
+	const int lens3[] = { 135, 4 }, lens4[] = { 130 };
+	attn_case(KK_F32, 2, 1, 2, true, lens3, 2, true);
+	attn_case(KK_F32, 1, 1, 2, false, lens4, 1, true);
 }
 
 /* Paged attention on NS sequences with contexts lens[] in scattered
