@@ -198,3 +198,6 @@ float kk__exp_sum(float *x, float sub, size_t n);
 void kk__swiglu_f32(float *y, const float *g, const float *u, size_t n);
 void kk__swiglu_bwd_f32(float *dg, float *du, const float *dy, const float *g, const float *u,
 			size_t n);
+/* AdamW on f32 master weights, moments and gradients: k = { grad_scale,
+ * beta1, beta2, lr, 1 - beta1^step, 1 - beta2^step, eps, weight_decay }. */
+void kk__adamw_f32(float *w, float *m, float *v, const float *g, size_t n, const float k[8]);

@@ -458,3 +458,22 @@ CLONES void kk__swiglu_bwd_f32(float *dg, float *du, const float *dy, const floa
 	if (i < n)
 		swiglu_bwd16(dg + i, du + i, dy + i, g + i, u + i, n - i);
 }
+
+/* One AdamW step on f32 arrays (kk_adamw's formula; k: grad_scale, beta1,
+ * beta2, lr, 1 - beta1^t, 1 - beta2^t, eps, weight_decay).  Vectorized
+ * because simd.o is built with -fno-math-errno: sqrtf may not set errno, so
+ * it becomes one vector instruction instead of a libm call per element. */
+CLONES void kk__adamw_f32(float *w, float *m, float *v, const float *g, size_t n, const float k[8])
+{
+	const float gs = k[0], b1 = k[1], b2 = k[2], lr = k[3], bc1 = k[4], bc2 = k[5], eps = k[6],
+		    wd = k[7];
+#pragma omp simd
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i] * gs;
+		float mi = b1 * m[i] + (1.0f - b1) * gi;
+		float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+		m[i] = mi;
+		v[i] = vi;
+		w[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * w[i]);
+	}
+}

@@ -913,14 +913,21 @@ int kmt_optimizer_step(kmt_model *m, const kmt_optim *o, kmt_stats *out, kiln_er
 				 (long long) o->warmup_steps, (long long) o->total_steps,
 				 (double) o->beta1, (double) o->beta2, (double) o->eps,
 				 (double) o->weight_decay, (double) o->clip);
-	float norm = 0;
+	/* Clipping is AdamW's grad_scale (kk_grad_clip's coefficient) rather
+	 * than a pass that rescales the gradients in place: one pass over the
+	 * flat buffers fewer.  A coefficient of 0 (an infinite norm) would
+	 * read as "no scale", so that case scales the gradients itself. */
+	float norm = 0, coef = 1;
 	kk_buffer *g[1] = { m->grads };
-	if (o->clip > 0) {
-		TRY(kk_grad_clip(m->be, NULL, g, 1, o->clip, &norm), "gradient clipping");
-	} else {
-		TRY(kk_grad_norm(m->be, NULL, m->scalar, g, 1), "gradient norm");
-		TRY(kk_buffer_download(m->be, NULL, m->scalar, 0, &norm, sizeof(norm)),
-		    "downloading");
+	TRY(kk_grad_norm(m->be, NULL, m->scalar, g, 1), "gradient norm");
+	TRY(kk_buffer_download(m->be, NULL, m->scalar, 0, &norm, sizeof(norm)), "downloading");
+	if (o->clip > 0 && norm > o->clip) {
+		coef = o->clip / (norm + 1e-6f);
+		if (!(coef > 0)) {
+			TRY(kk_scale(m->be, NULL, m->grads, coef, m->n_params),
+			    "gradient clipping");
+			coef = 1;
+		}
 	}
 	int64_t step = m->step + 1;
 	kk_adamw_params p = {
@@ -930,6 +937,7 @@ int kmt_optimizer_step(kmt_model *m, const kmt_optim *o, kmt_stats *out, kiln_er
 		.eps = o->eps,
 		.weight_decay = o->weight_decay,
 		.step = step,
+		.grad_scale = coef,
 	};
 	TRY(kk_adamw(m->be, NULL, m->split[KMT_PARAM][0], NULL, m->split[KMT_GRAD][0],
 		     m->split[KMT_ADAM_M][0], m->split[KMT_ADAM_V][0], m->n_decay, &p),
