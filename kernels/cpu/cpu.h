@@ -201,3 +201,7 @@ void kk__swiglu_bwd_f32(float *dg, float *du, const float *dy, const float *g, c
 /* AdamW on f32 master weights, moments and gradients: k = { grad_scale,
  * beta1, beta2, lr, 1 - beta1^step, 1 - beta2^step, eps, weight_decay }. */
 void kk__adamw_f32(float *w, float *m, float *v, const float *g, size_t n, const float k[8]);
+/* One f32 RMSNorm backward row: dw += dy (h rstd) (dw may be NULL), dx =
+ * rstd (dy w - h rstd^2 mean(dy w h)) (+ dres unless NULL). */
+void kk__rms_bwd_row(float *dx, float *dw, const float *dy, const float *h, const float *w,
+		     const float *dres, float rstd, size_t n);

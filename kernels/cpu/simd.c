@@ -477,3 +477,30 @@ CLONES void kk__adamw_f32(float *w, float *m, float *v, const float *g, size_t n
 		w[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * w[i]);
 	}
 }
+
+/* One RMSNorm backward row on f32 (xhat = h rstd, g = dy w):
+ * dw += dy xhat (dw may be NULL); dx = rstd (g - xhat mean(g xhat)) (+ dres
+ * when not NULL).  Elementwise, so dx may be any of the inputs. */
+CLONES void kk__rms_bwd_row(float *dx, float *dw, const float *dy, const float *h, const float *w,
+			    const float *dres, float rstd, size_t n)
+{
+	float s = 0, k;
+#pragma omp simd reduction(+ : s)
+	for (size_t i = 0; i < n; i++)
+		s += dy[i] * w[i] * h[i];
+	if (dw) {
+#pragma omp simd
+		for (size_t i = 0; i < n; i++)
+			dw[i] += dy[i] * (h[i] * rstd);
+	}
+	k = s * rstd * rstd / (float) n;
+	if (dres) {
+#pragma omp simd
+		for (size_t i = 0; i < n; i++)
+			dx[i] = rstd * (dy[i] * w[i] - h[i] * k) + dres[i];
+	} else {
+#pragma omp simd
+		for (size_t i = 0; i < n; i++)
+			dx[i] = rstd * (dy[i] * w[i] - h[i] * k);
+	}
+}
