@@ -107,10 +107,13 @@ static int fwd_range(void *p, int64_t b, int64_t e, int chunk)
 					memset(sr, 0, sizeof(float) * nk);
 					continue;
 				}
+				/* Masked keys: -inf, which the exp makes 0, so the row
+				 * is exponentiated whole (no ragged tail per row). */
+				for (int j = jn; j < nk; j++)
+					sr[j] = -INFINITY;
 				mx = fmaxf(m[r], kk__max(sr, jn));
 				corr = expf(m[r] - mx);
-				l[r] = l[r] * corr + kk__exp_sum(sr, mx, jn);
-				memset(sr + jn, 0, sizeof(float) * (nk - jn));
+				l[r] = l[r] * corr + kk__exp_sum(sr, mx, nk);
 				m[r] = mx;
 				if (corr != 1.0f)
 					kk__scal(acc + r * D, corr, D);
@@ -217,12 +220,11 @@ static int bwd_range(void *p, int64_t b, int64_t e, int chunk)
 					for (int r = 0; r < nq; r++) {
 						float *pr = P + r * ATT_BK, *dpr = dP + r * ATT_BK;
 						int jn = MAX(visible(d, i0 + r, j0, nk), 0);
-						kk__exp_sum(pr, lse[(i0 + r) * H + h], jn);
-						for (int j = 0; j < jn; j++)
-							dpr[j] =
-								pr[j] * (dpr[j] - Di[r]) * c->scale;
-						memset(pr + jn, 0, sizeof(float) * (nk - jn));
-						memset(dpr + jn, 0, sizeof(float) * (nk - jn));
+						/* masked: -inf -> P = 0 -> dS = 0 */
+						for (int j = jn; j < nk; j++)
+							pr[j] = -INFINITY;
+						kk__exp_sum(pr, lse[(i0 + r) * H + h], nk);
+						kk__attn_ds(dpr, pr, Di[r], c->scale, nk);
 					}
 					mm(true, false, nk, D, nq, 1, P, ATT_BK, dO, H * D, 1,
 					   dv + (j0 - s0) * D, D);

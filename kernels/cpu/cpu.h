@@ -205,3 +205,5 @@ void kk__adamw_f32(float *w, float *m, float *v, const float *g, size_t n, const
  * rstd (dy w - h rstd^2 mean(dy w h)) (+ dres unless NULL). */
 void kk__rms_bwd_row(float *dx, float *dw, const float *dy, const float *h, const float *w,
 		     const float *dres, float rstd, size_t n);
+/* Attention backward's dS row: dp[i] = p[i] (dp[i] - di) scale. */
+void kk__attn_ds(float *dp, const float *p, float di, float scale, size_t n);

@@ -504,3 +504,11 @@ CLONES void kk__rms_bwd_row(float *dx, float *dw, const float *dy, const float *
 			dx[i] = rstd * (dy[i] * w[i] - h[i] * k);
 	}
 }
+
+/* Attention backward's dS row: dp[i] = p[i] (dp[i] - di) scale. */
+CLONES void kk__attn_ds(float *dp, const float *p, float di, float scale, size_t n)
+{
+#pragma omp simd
+	for (size_t i = 0; i < n; i++)
+		dp[i] = p[i] * (dp[i] - di) * scale;
+}
