@@ -391,11 +391,19 @@ static inline __attribute__((always_inline)) v16f ld16f_tail(const float *p, siz
 	return v;
 }
 
+/* (GNU vectors: clang does not vectorize an `omp simd` max reduction.) */
 CLONES float kk__max(const float *x, size_t n)
 {
+	v16f mv = splat16(-INFINITY);
 	float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-	for (size_t i = 0; i < n; i++)
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		v16f v = ld16f(x + i);
+		mv = sel16(v > mv, v, mv);
+	}
+	for (int l = 0; l < 16; l++)
+		m = mv[l] > m ? mv[l] : m;
+	for (; i < n; i++)
 		m = x[i] > m ? x[i] : m;
 	return m;
 }
