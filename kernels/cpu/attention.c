@@ -79,10 +79,11 @@ static int fwd_range(void *p, int64_t b, int64_t e, int chunk)
 	const int32_t *cu = d->cu_seqlens->ptr;
 	const int D = d->head_dim, H = d->n_heads, Hkv = d->n_kv_heads, grp = H / Hkv;
 	_cleanup_free_ float *S = malloc(sizeof(float) * ATT_BQ * (ATT_BK + D));
-	float m[ATT_BQ], l[ATT_BQ], *acc = S + ATT_BQ * ATT_BK;
+	float m[ATT_BQ], l[ATT_BQ], *acc;
 
 	if (!S)
 		return -ENOMEM;
+	acc = S + ATT_BQ * ATT_BK;
 	for (int64_t it = b; it < e; it++) {
 		int64_t task = c->tasks[it / H];
 		int h = (int) (it % H), kvh = h / grp, s = (int) (task >> 32);
