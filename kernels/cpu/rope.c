@@ -10,9 +10,13 @@
  * theta^(-2i/rot) in double, then cos and sin rounded to f32), so the
  * values do not depend on the layout; only libm's pow and sincos per
  * (token, pair) are gone (issue 15: rope was 3.8 ms of the benchmark
- * model's 58 ms training step). */
+ * model's 58 ms training step).  The last position-keyed table is kept
+ * (up to ROPE_CACHE_MAX bytes) for the next call with the same theta,
+ * rotary dims and a range it covers: a training step calls rope four times
+ * per layer with the same positions. */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "cpu.h"
@@ -85,6 +89,59 @@ static int rope_range(void *p, int64_t b, int64_t e, int chunk)
 	return 0;
 }
 
+/* The kept table: refcounted, so a call still rotating with it when
+ * another replaces it keeps it alive; the cache's own reference is one. */
+#define ROPE_CACHE_MAX (1u << 20)
+
+struct rope_table {
+	int refs;
+	double theta;
+	int rot;
+	int64_t pos0, rows;
+	float cs[];
+};
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rope_table *cache;
+
+static void table_unref(struct rope_table *t)
+{
+	if (t && --t->refs == 0)
+		free(t);
+}
+
+/* A reference to the kept table when it covers rows [pos0, pos0 + rows)
+ * for theta and rot, else NULL. */
+static struct rope_table *cache_find(double theta, int rot, int64_t pos0, int64_t rows)
+{
+	struct rope_table *t = NULL;
+	pthread_mutex_lock(&cache_lock);
+	if (cache && cache->theta == theta && cache->rot == rot && cache->pos0 <= pos0 &&
+	    cache->pos0 + cache->rows >= pos0 + rows) {
+		t = cache;
+		t->refs++;
+	}
+	pthread_mutex_unlock(&cache_lock);
+	return t;
+}
+
+/* Keeps t (the caller's reference stays the caller's). */
+static void cache_keep(struct rope_table *t)
+{
+	pthread_mutex_lock(&cache_lock);
+	table_unref(cache);
+	cache = t;
+	t->refs++;
+	pthread_mutex_unlock(&cache_lock);
+}
+
+static void cache_release(struct rope_table *t)
+{
+	pthread_mutex_lock(&cache_lock);
+	table_unref(t);
+	pthread_mutex_unlock(&cache_lock);
+}
+
 int kk__cpu_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *positions,
 		 int64_t tokens, int n_heads, int head_dim, int rotary_dim, float theta,
 		 kk_rope_mode mode, bool backward)
@@ -100,13 +157,8 @@ int kk__cpu_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *p
 		lo = MIN(lo, (int64_t) pos[t]), hi = MAX(hi, (int64_t) pos[t]);
 	bool by_pos = hi - lo + 1 <= tokens;
 	rows = by_pos ? hi - lo + 1 : tokens;
-
-	_cleanup_free_ double *inv = malloc(sizeof(double) * half);
-	_cleanup_free_ float *cs = malloc(sizeof(float) * 2 * half * (size_t) rows);
-	if (!inv || !cs)
-		return -ENOMEM;
-	for (int i = 0; i < half; i++)
-		inv[i] = pow(theta, -2.0 * i / rotary_dim);
+	size_t bytes = sizeof(float) * 2 * half * (size_t) rows;
+	struct rope_table *t = by_pos ? cache_find(theta, rotary_dim, lo, rows) : NULL;
 	struct rope_ctx c = { .x = x,
 			      .pos = pos,
 			      .n_heads = n_heads,
@@ -114,11 +166,34 @@ int kk__cpu_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *p
 			      .rot = rotary_dim,
 			      .mode = mode,
 			      .backward = backward,
-			      .inv_freq = inv,
-			      .cs = cs,
 			      .pos0 = lo,
 			      .by_pos = by_pos };
-	if ((r = kk__parallel_for(rows, (double) half * 40, table_range, &c)) < 0)
+
+	if (t) { /* kept: rows from its own first position */
+		c.cs = t->cs;
+		c.pos0 = t->pos0;
+		r = kk__parallel_for(tokens, (double) n_heads * head_dim * 4, rope_range, &c);
+		cache_release(t);
 		return r;
-	return kk__parallel_for(tokens, (double) n_heads * head_dim * 4, rope_range, &c);
+	}
+	_cleanup_free_ double *inv = malloc(sizeof(double) * half);
+	t = malloc(sizeof(*t) + bytes);
+	if (!inv || !t) {
+		free(t);
+		return -ENOMEM;
+	}
+	*t = (struct rope_table){
+		.refs = 1, .theta = theta, .rot = rotary_dim, .pos0 = lo, .rows = rows
+	};
+	for (int i = 0; i < half; i++)
+		inv[i] = pow(theta, -2.0 * i / rotary_dim);
+	c.inv_freq = inv;
+	c.cs = t->cs;
+	r = kk__parallel_for(rows, (double) half * 40, table_range, &c);
+	if (r >= 0)
+		r = kk__parallel_for(tokens, (double) n_heads * head_dim * 4, rope_range, &c);
+	if (r >= 0 && by_pos && bytes <= ROPE_CACHE_MAX)
+		cache_keep(t);
+	cache_release(t);
+	return r;
 }
