@@ -582,7 +582,9 @@ static kk_attn_desc attn_desc(const kmt_model *m, int n_seqs)
  * least, and at one thread it is the op's own time), summed over the
  * process and printed to stderr when the model is freed.  The backend is
  * synced after each op so a GPU backend's host time lands on the op that
- * queued it.  Off (one getenv per op) otherwise. */
+ * queued it.  Off (one getenv per op) otherwise.  One table for the
+ * process, unlocked: a diagnostic for one model stepping on one thread
+ * (bench-train --profile, kiln-train), not for concurrent models. */
 #define PROF_MAX 64
 static struct prof {
 	int n;
