@@ -21,3 +21,5 @@ $(B)/obj/kernels/kk-module-dir.stamp: FORCE
 	@echo '$(KK_CUDA_MODULE_DIR)' | cmp -s - $@ || echo '$(KK_CUDA_MODULE_DIR)' >$@
 FORCE:
 .PHONY: FORCE
+# simd.c's loops never read errno: sqrtf (AdamW) vectorizes without it.
+$(B)/obj/kernels/cpu/simd.o: EXTRA_CFLAGS += -fno-math-errno

@@ -187,3 +187,23 @@ int kk__widen(const kk_buffer *b, size_t n, float **ret, float **owned);
 #define KK_OP(NAME, name, family, dtypes, params) int kk__cpu_##name params;
 #define KK_SLOT(ret, name, family, params)	  ret kk__cpu_##name params;
 #include "kk_ops.def"
+
+/* Training-step loops (simd.c; issue 15).  kk__max: the largest of x[0..n)
+ * (-inf for n = 0).  kk__exp_sum: x[i] = exp(x[i] - sub), returns the sum
+ * (a 16-lane exp within 2 ulp of expf; exp(-inf) = 0).  kk__swiglu_f32 /
+ * kk__swiglu_bwd_f32: SwiGLU forward and backward on f32 arrays (in place
+ * allowed). */
+float kk__max(const float *x, size_t n);
+float kk__exp_sum(float *x, float sub, size_t n);
+void kk__swiglu_f32(float *y, const float *g, const float *u, size_t n);
+void kk__swiglu_bwd_f32(float *dg, float *du, const float *dy, const float *g, const float *u,
+			size_t n);
+/* AdamW on f32 master weights, moments and gradients: k = { grad_scale,
+ * beta1, beta2, lr, 1 - beta1^step, 1 - beta2^step, eps, weight_decay }. */
+void kk__adamw_f32(float *w, float *m, float *v, const float *g, size_t n, const float k[8]);
+/* One f32 RMSNorm backward row: dw += dy (h rstd) (dw may be NULL), dx =
+ * rstd (dy w - h rstd^2 mean(dy w h)) (+ dres unless NULL). */
+void kk__rms_bwd_row(float *dx, float *dw, const float *dy, const float *h, const float *w,
+		     const float *dres, float rstd, size_t n);
+/* Attention backward's dS row: dp[i] = p[i] (dp[i] - di) scale. */
+void kk__attn_ds(float *dp, const float *p, float di, float scale, size_t n);

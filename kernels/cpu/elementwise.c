@@ -20,9 +20,35 @@ struct ew_ctx {
 
 enum { EW_CAST, EW_SCALE, EW_ACT_FWD, EW_ACT_BWD, EW_SWIGLU_FWD, EW_SWIGLU_BWD };
 
+static bool all_f32(const kk_buffer *const *b, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (b[i]->dtype != KK_F32)
+			return false;
+	return true;
+}
+
 static int ew_range(void *p, int64_t b, int64_t e, int chunk)
 {
 	struct ew_ctx *c = p;
+	/* SwiGLU on f32 (training's FFN): the 16-lane loops of simd.c, where
+	 * libm's expf per element was most of the cost (issue 15). */
+	if (c->kind == EW_SCALE && c->o0->dtype == KK_F32) {
+		kk__scal((float *) c->o0->ptr + b, c->scale, (size_t) (e - b));
+		return 0;
+	}
+	if (c->kind == EW_SWIGLU_FWD && all_f32((const kk_buffer *[]){ c->o0, c->i0, c->i1 }, 3)) {
+		kk__swiglu_f32((float *) c->o0->ptr + b, (const float *) c->i0->ptr + b,
+			       (const float *) c->i1->ptr + b, (size_t) (e - b));
+		return 0;
+	}
+	if (c->kind == EW_SWIGLU_BWD &&
+	    all_f32((const kk_buffer *[]){ c->o0, c->o1, c->i0, c->i1, c->i2 }, 5)) {
+		kk__swiglu_bwd_f32((float *) c->o0->ptr + b, (float *) c->o1->ptr + b,
+				   (const float *) c->i0->ptr + b, (const float *) c->i1->ptr + b,
+				   (const float *) c->i2->ptr + b, (size_t) (e - b));
+		return 0;
+	}
 	for (int64_t i = b; i < e; i++) {
 		switch (c->kind) {
 		case EW_CAST:

@@ -87,7 +87,19 @@ static int norm_bwd_range(void *p, int64_t b, int64_t e, int chunk)
 	h = buf, dy = buf + dim, w = buf + 2 * dim, dx = buf + 3 * dim;
 	kk__row_f32(w, c->weight->ptr, c->weight->dtype, 0, dim);
 
-	for (int64_t r = b; r < e; r++) {
+	/* RMSNorm on f32 rows (training): one vector loop of simd.c per row,
+	 * straight on the buffers (f32 sums; this loop's per-element double
+	 * sums did not vectorize). */
+	bool f32 = !c->layer && c->h->dtype == KK_F32 && c->dy->dtype == KK_F32 &&
+		   c->dx->dtype == KK_F32 && (!c->dresidual || c->dresidual->dtype == KK_F32);
+	for (int64_t r = b; r < e && f32; r++) {
+		size_t off = (size_t) r * dim;
+		kk__rms_bwd_row((float *) c->dx->ptr + off, dw, (const float *) c->dy->ptr + off,
+				(const float *) c->h->ptr + off, w,
+				c->dresidual ? (const float *) c->dresidual->ptr + off : NULL,
+				((const float *) c->rstd_in->ptr)[r], (size_t) dim);
+	}
+	for (int64_t r = b; r < e && !f32; r++) {
 		size_t off = (size_t) r * dim;
 		float rstd = ((const float *) c->rstd_in->ptr)[r];
 		float mean = c->layer ? ((const float *) c->mean_in->ptr)[r] : 0.0f;

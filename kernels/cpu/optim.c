@@ -23,6 +23,16 @@ static int adamw_range(void *ptr, int64_t b, int64_t e, int chunk)
 {
 	struct adamw_ctx *c = ptr;
 	const kk_adamw_params *p = c->p;
+	if (c->grads->dtype == KK_F32) { /* the vector loop of simd.c */
+		const float k[8] = { c->gscale, p->beta1, p->beta2, p->lr,
+				     c->bc1,	c->bc2,	  p->eps,   p->weight_decay };
+		kk__adamw_f32(c->master + b, c->m + b, c->v + b, (const float *) c->grads->ptr + b,
+			      (size_t) (e - b), k);
+		if (c->params)
+			kk__row_store(c->params->ptr, c->params->dtype, (size_t) b, c->master + b,
+				      (size_t) (e - b));
+		return 0;
+	}
 	for (int64_t i = b; i < e; i++) {
 		float g = LD(c->grads, i) * c->gscale;
 		float m = p->beta1 * c->m[i] + (1.0f - p->beta1) * g;
@@ -65,6 +75,10 @@ static int sumsq_range(void *p, int64_t b, int64_t e, int chunk)
 {
 	struct sumsq_ctx *c = p;
 	double s = 0;
+	if (c->x->dtype == KK_F32) {
+		c->part[chunk] = kk__sumsq((const float *) c->x->ptr + b, 0, (size_t) (e - b));
+		return 0;
+	}
 	for (int64_t i = b; i < e; i++) {
 		float v = LD(c->x, i);
 		s += (double) v * v;

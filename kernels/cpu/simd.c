@@ -342,3 +342,181 @@ void kk__narrow_f16(uint16_t *dst, const float *src, size_t n)
 		dst[i] = kk_f32_to_f16(src[i]);
 }
 #endif
+
+/* ---- exp and the training ops' loops (issue 15: kiln-train's step) ----
+ *
+ * exp16 is exp on 16 lanes (Cephes' expf: x = n ln2 + r with |r| <=
+ * ln2 / 2 and a degree-6 polynomial for e^r, then 2^n from the exponent
+ * bits): within 2 ulp of expf over the range where the result is a normal
+ * float, 0 below -87.5 (so exp(-inf) = 0: masked scores), 88 clamps
+ * larger arguments (e^88 = 1.7e38), NaN stays NaN.  It replaces libm's
+ * scalar expf in softmax-like loops, where the call was the cost. */
+/* Lanes of a where the mask m is set, else of b (C has no vector ?:). */
+#define sel16(m, a, b) ((v16f) (((m) & (v16i) (a)) | (~(m) & (v16i) (b))))
+
+static inline __attribute__((always_inline)) v16f splat16(float f)
+{
+	v16f v = {};
+	return v + f;
+}
+
+static inline __attribute__((always_inline)) v16f exp16(const v16f *xp)
+{
+	const float magic = 0x1.8p23f; /* adding it rounds to an integer */
+	v16f x = *xp;
+	v16i under = x < -87.5f;
+	x = sel16(x > 88.0f, splat16(88.0f), x);
+	x = sel16(x < -87.5f, splat16(-87.5f), x);
+	v16f z = x * 1.44269504088896341f + magic;
+	v16i n = (v16i) z - (v16i) splat16(magic);
+	v16f nf = z - magic;
+	v16f r = x - nf * 0.693359375f;
+	r = r - nf * -2.12194440e-4f;
+	v16f p = splat16(1.9875691500e-4f);
+	p = p * r + 1.3981999507e-3f;
+	p = p * r + 8.3334519073e-3f;
+	p = p * r + 4.1665795894e-2f;
+	p = p * r + 1.6666665459e-1f;
+	p = p * r + 5.0000001201e-1f;
+	p = p * r * r + r + 1.0f;
+	p *= (v16f) ((n + 127) << 23);
+	return sel16(under, splat16(0), p);
+}
+
+/* The n < 16 elements at p as a vector, the rest of the lanes fill. */
+static inline __attribute__((always_inline)) v16f ld16f_tail(const float *p, size_t n, float fill)
+{
+	v16f v = splat16(fill);
+	memcpy(&v, p, n * sizeof(float));
+	return v;
+}
+
+/* (GNU vectors: clang does not vectorize an `omp simd` max reduction.) */
+CLONES float kk__max(const float *x, size_t n)
+{
+	v16f mv = splat16(-INFINITY);
+	float m = -INFINITY;
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		v16f v = ld16f(x + i);
+		mv = sel16(v > mv, v, mv);
+	}
+	for (int l = 0; l < 16; l++)
+		m = mv[l] > m ? mv[l] : m;
+	for (; i < n; i++)
+		m = x[i] > m ? x[i] : m;
+	return m;
+}
+
+/* x[i] = exp(x[i] - sub) for i < n; returns their sum (lane sums added in
+ * a fixed order). */
+CLONES float kk__exp_sum(float *x, float sub, size_t n)
+{
+	v16f acc = {};
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		v16f t = ld16f(x + i) - sub, e = exp16(&t);
+		memcpy(x + i, &e, sizeof(e));
+		acc += e;
+	}
+	if (i < n) {
+		v16f t = ld16f_tail(x + i, n - i, -INFINITY) - sub, e = exp16(&t);
+		memcpy(x + i, &e, (n - i) * sizeof(float));
+		acc += e; /* the fill lanes are exp(-inf) = 0 */
+	}
+	return hsum16(&acc);
+}
+
+/* y = silu(g) * u = g u / (1 + e^-g). */
+static inline __attribute__((always_inline)) void swiglu16(float *y, const float *g, const float *u,
+							   size_t n)
+{
+	v16f gv = ld16f_tail(g, n, 0), uv = ld16f_tail(u, n, 0), ng = -gv;
+	v16f v = gv * uv / (1.0f + exp16(&ng));
+	memcpy(y, &v, n * sizeof(float));
+}
+
+CLONES void kk__swiglu_f32(float *y, const float *g, const float *u, size_t n)
+{
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16)
+		swiglu16(y + i, g + i, u + i, 16);
+	if (i < n)
+		swiglu16(y + i, g + i, u + i, n - i);
+}
+
+/* With s = sigmoid(g): dg = dy u s (1 + g (1 - s)), du = dy g s.  Every
+ * input lane is read before any output is written (in place is fine). */
+static inline __attribute__((always_inline)) void
+swiglu_bwd16(float *dg, float *du, const float *dy, const float *g, const float *u, size_t n)
+{
+	v16f gv = ld16f_tail(g, n, 0), uv = ld16f_tail(u, n, 0), dyv = ld16f_tail(dy, n, 0);
+	v16f ng = -gv, s = 1.0f / (1.0f + exp16(&ng));
+	v16f a = dyv * uv * s * (1.0f + gv * (1.0f - s)), b = dyv * gv * s;
+	memcpy(dg, &a, n * sizeof(float));
+	memcpy(du, &b, n * sizeof(float));
+}
+
+CLONES void kk__swiglu_bwd_f32(float *dg, float *du, const float *dy, const float *g,
+			       const float *u, size_t n)
+{
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16)
+		swiglu_bwd16(dg + i, du + i, dy + i, g + i, u + i, 16);
+	if (i < n)
+		swiglu_bwd16(dg + i, du + i, dy + i, g + i, u + i, n - i);
+}
+
+/* One AdamW step on f32 arrays (kk_adamw's formula; k: grad_scale, beta1,
+ * beta2, lr, 1 - beta1^t, 1 - beta2^t, eps, weight_decay).  Vectorized
+ * because simd.o is built with -fno-math-errno: sqrtf may not set errno, so
+ * it becomes one vector instruction instead of a libm call per element. */
+CLONES void kk__adamw_f32(float *w, float *m, float *v, const float *g, size_t n, const float k[8])
+{
+	const float gs = k[0], b1 = k[1], b2 = k[2], lr = k[3], bc1 = k[4], bc2 = k[5], eps = k[6],
+		    wd = k[7];
+#pragma omp simd
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i] * gs;
+		float mi = b1 * m[i] + (1.0f - b1) * gi;
+		float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+		m[i] = mi;
+		v[i] = vi;
+		w[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * w[i]);
+	}
+}
+
+/* One RMSNorm backward row on f32 (xhat = h rstd, g = dy w):
+ * dw += dy xhat (dw may be NULL); dx = rstd (g - xhat mean(g xhat)) (+ dres
+ * when not NULL).  Elementwise, so dx may be any of the inputs. */
+CLONES void kk__rms_bwd_row(float *dx, float *dw, const float *dy, const float *h, const float *w,
+			    const float *dres, float rstd, size_t n)
+{
+	float s = 0, k;
+#pragma omp simd reduction(+ : s)
+	for (size_t i = 0; i < n; i++)
+		s += dy[i] * w[i] * h[i];
+	if (dw) {
+#pragma omp simd
+		for (size_t i = 0; i < n; i++)
+			dw[i] += dy[i] * (h[i] * rstd);
+	}
+	k = s * rstd * rstd / (float) n;
+	if (dres) {
+#pragma omp simd
+		for (size_t i = 0; i < n; i++)
+			dx[i] = rstd * (dy[i] * w[i] - h[i] * k) + dres[i];
+	} else {
+#pragma omp simd
+		for (size_t i = 0; i < n; i++)
+			dx[i] = rstd * (dy[i] * w[i] - h[i] * k);
+	}
+}
+
+/* Attention backward's dS row: dp[i] = p[i] (dp[i] - di) scale. */
+CLONES void kk__attn_ds(float *dp, const float *p, float di, float scale, size_t n)
+{
+#pragma omp simd
+	for (size_t i = 0; i < n; i++)
+		dp[i] = p[i] * (dp[i] - di) * scale;
+}

@@ -34,6 +34,28 @@ static int rows_range(void *p, int64_t b, int64_t e, int chunk)
 		int32_t t = c->targets ? c->targets[r] : -1;
 
 		kk__row_f32(row, c->x->ptr, c->x->dtype, off, n);
+		if (c->x->dtype == KK_F32) {
+			/* f32 rows (training's logits): simd.c's 16-lane exp and
+			 * sum, where libm's double exp per element, twice for the
+			 * backward, was the cost (issue 15).  row keeps exp(x - mx). */
+			float x_t = t >= 0 ? row[t] : 0, fs;
+			mx = kk__max(row, (size_t) n);
+			fs = kk__exp_sum(row, mx, (size_t) n);
+			if (c->kind == 1) {
+				((float *) c->y->ptr)[r] =
+					t < 0 ? 0.0f
+					      : (float) (mx + log((double) fs) - (double) x_t);
+				continue;
+			}
+			float inv = 1.0f / fs, sc = c->kind == 2 ? c->scale : 1.0f;
+			if (c->kind == 2 && t < 0)
+				sc = 0;
+			kk__scal(row, inv * sc, (size_t) n);
+			if (c->kind == 2 && t >= 0)
+				row[t] -= sc;
+			kk__row_store(c->y->ptr, c->y->dtype, off, row, n);
+			continue;
+		}
 		for (int64_t i = 0; i < n; i++)
 			mx = fmaxf(mx, row[i]);
 		for (int64_t i = 0; i < n; i++)

@@ -20,6 +20,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kiln/macro.h"
 #include "kmtrain.h"
@@ -69,10 +70,13 @@ static void act_free(kmt_act *a)
 		kk_buffer_free(all[i]);
 }
 
+static void prof_dump(void);
+
 kmt_model *kmt_model_free(kmt_model *m)
 {
 	if (!m)
 		return NULL;
+	prof_dump();
 	for (size_t i = 0; m->pv && i < m->n_tensors; i++)
 		kk_buffer_free(m->pv[i]);
 	for (size_t i = 0; m->gv && i < m->n_tensors; i++)
@@ -573,11 +577,77 @@ static kk_attn_desc attn_desc(const kmt_model *m, int n_seqs)
 	};
 }
 
+/* KMT_PROFILE=1 in the environment: process CPU time per op name (the
+ * TRY labels; on a shared machine CPU time is what the load disturbs
+ * least, and at one thread it is the op's own time), summed over the
+ * process and printed to stderr when the model is freed.  The backend is
+ * synced after each op so a GPU backend's host time lands on the op that
+ * queued it.  Off (one getenv per op) otherwise.  One table for the
+ * process, unlocked: a diagnostic for one model stepping on one thread
+ * (bench-train --profile, kiln-train), not for concurrent models. */
+#define PROF_MAX 64
+static struct prof {
+	int n;
+	struct {
+		const char *what;
+		double s;
+		long calls;
+	} op[PROF_MAX];
+} prof;
+
+static double prof_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Read at every op (tens per step, against milliseconds of work), so a
+ * program may turn it on after its warm-up. */
+static bool prof_on(void)
+{
+	const char *e = getenv("KMT_PROFILE");
+	return e && *e && !streq(e, "0");
+}
+
+static void prof_add(kmt_model *m, const char *what, double t0)
+{
+	(void) kk_backend_sync(m->be);
+	double dt = prof_now() - t0;
+	int i = 0;
+	while (i < prof.n && !streq(prof.op[i].what, what))
+		i++;
+	if (i == PROF_MAX)
+		return;
+	if (i == prof.n)
+		prof.op[prof.n++].what = what;
+	prof.op[i].s += dt;
+	prof.op[i].calls++;
+}
+
+static void prof_dump(void)
+{
+	double total = 0;
+	for (int i = 0; i < prof.n; i++)
+		total += prof.op[i].s;
+	if (!prof.n)
+		return;
+	fprintf(stderr, "kmt profile: %-26s %10s %8s %6s\n", "op", "ms total", "calls", "%");
+	for (int i = 0; i < prof.n; i++)
+		fprintf(stderr, "kmt profile: %-26s %10.2f %8ld %6.1f\n", prof.op[i].what,
+			prof.op[i].s * 1e3, prof.op[i].calls, 100 * prof.op[i].s / total);
+	fprintf(stderr, "kmt profile: %-26s %10.2f\n", "total", total * 1e3);
+	prof.n = 0;
+}
+
 #define TRY(expr, what)                                   \
 	do {                                              \
+		double _t0 = prof_on() ? prof_now() : 0;  \
 		int _r = (expr);                          \
 		if (_r < 0)                               \
 			return kk_fail(err, _r, what, m); \
+		if (_t0 > 0)                              \
+			prof_add(m, what, _t0);           \
 	} while (0)
 
 /* Forward over the uploaded batch to the per-token losses (summed into
@@ -845,14 +915,21 @@ int kmt_optimizer_step(kmt_model *m, const kmt_optim *o, kmt_stats *out, kiln_er
 				 (long long) o->warmup_steps, (long long) o->total_steps,
 				 (double) o->beta1, (double) o->beta2, (double) o->eps,
 				 (double) o->weight_decay, (double) o->clip);
-	float norm = 0;
+	/* Clipping is AdamW's grad_scale (kk_grad_clip's coefficient) rather
+	 * than a pass that rescales the gradients in place: one pass over the
+	 * flat buffers fewer.  A coefficient of 0 (an infinite norm) would
+	 * read as "no scale", so that case scales the gradients itself. */
+	float norm = 0, coef = 1;
 	kk_buffer *g[1] = { m->grads };
-	if (o->clip > 0) {
-		TRY(kk_grad_clip(m->be, NULL, g, 1, o->clip, &norm), "gradient clipping");
-	} else {
-		TRY(kk_grad_norm(m->be, NULL, m->scalar, g, 1), "gradient norm");
-		TRY(kk_buffer_download(m->be, NULL, m->scalar, 0, &norm, sizeof(norm)),
-		    "downloading");
+	TRY(kk_grad_norm(m->be, NULL, m->scalar, g, 1), "gradient norm");
+	TRY(kk_buffer_download(m->be, NULL, m->scalar, 0, &norm, sizeof(norm)), "downloading");
+	if (o->clip > 0 && norm > o->clip) {
+		coef = o->clip / (norm + 1e-6f);
+		if (!(coef > 0)) {
+			TRY(kk_scale(m->be, NULL, m->grads, coef, m->n_params),
+			    "gradient clipping");
+			coef = 1;
+		}
 	}
 	int64_t step = m->step + 1;
 	kk_adamw_params p = {
@@ -862,6 +939,7 @@ int kmt_optimizer_step(kmt_model *m, const kmt_optim *o, kmt_stats *out, kiln_er
 		.eps = o->eps,
 		.weight_decay = o->weight_decay,
 		.step = step,
+		.grad_scale = coef,
 	};
 	TRY(kk_adamw(m->be, NULL, m->split[KMT_PARAM][0], NULL, m->split[KMT_GRAD][0],
 		     m->split[KMT_ADAM_M][0], m->split[KMT_ADAM_V][0], m->n_decay, &p),

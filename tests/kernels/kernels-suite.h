@@ -585,6 +585,12 @@ static void test_attention_bwd(void **state)
 	}
 	attn_case(KK_F32, 4, 2, 128, true, lens2, 1, true);
 	attn_case(KK_F32, 8, 4, 8, true, lens1, 2, true);
+	/* Several query blocks and key tiles (the cpu backend's are 64 x 128),
+	 * a sequence ending inside a tile, GQA: small head dims keep the
+	 * finite differences fast. */
+	const int lens3[] = { 135, 4 }, lens4[] = { 130 };
+	attn_case(KK_F32, 2, 1, 2, true, lens3, 2, true);
+	attn_case(KK_F32, 1, 1, 2, false, lens4, 1, true);
 }
 
 /* Paged attention on NS sequences with contexts lens[] in scattered
@@ -889,18 +895,21 @@ static void test_norms(void **state)
 
 static void test_rope(void **state)
 {
+	/* dense: positions that repeat within a small range (a training
+	 * batch), which the cpu backend's angle table keys by position. */
 	for (size_t di = 0; di < 3; di++)
 		for (int mode = 0; mode < 2; mode++)
-			for (int rd = 0; rd < 2; rd++) {
+			for (int rd = 0; rd < 4; rd++) {
 				kk_dtype dt = FLOATS[di];
-				int T = 6, H = 3, D = rd ? 128 : 64, rot = rd ? 32 : 0;
+				bool dense = rd >= 2;
+				int T = 6, H = 3, D = rd % 2 ? 128 : 64, rot = rd % 2 ? 32 : 0;
 				size_t N = (size_t) T * H * D;
 				int32_t pos[6];
 				double *x, *ref = hmalloc(N * 8);
 				kk_buffer *xb = up_rand(dt, N, -1, 1, &x);
 
 				for (int t = 0; t < T; t++)
-					pos[t] = irand(0, 4096);
+					pos[t] = dense ? 7 + t % 3 : irand(0, 4096);
 				kk_buffer *pb = up_i32(pos, T);
 				ref_rope(ref, x, pos, T, H, D, rot, 10000.0, (kk_rope_mode) mode);
 				assert_int_equal(kk_rope(be, NULL, xb, pb, T, H, D, rot, 10000.0f,
@@ -915,6 +924,23 @@ static void test_rope(void **state)
 					     4 * TOL(dt));
 				teardown(NULL);
 			}
+	/* Positions 0..11, then a range inside them (3..5): the cpu backend
+	 * may serve the second call from the first call's angle table. */
+	for (int i = 0; i < 2; i++) {
+		int T = 12, H = 2, D = 16;
+		size_t N = (size_t) T * H * D;
+		int32_t pos[12];
+		double *x, *ref = hmalloc(N * 8);
+		for (int t = 0; t < T; t++)
+			pos[t] = i ? 3 + t % 3 : t;
+		kk_buffer *xb = up_rand(KK_F32, N, -1, 1, &x), *pb = up_i32(pos, T);
+		ref_rope(ref, x, pos, T, H, D, 0, 500.0, KK_ROPE_HALF);
+		assert_int_equal(kk_rope(be, NULL, xb, pb, T, H, D, 0, 500.0f, KK_ROPE_HALF, false),
+				 0);
+		expect_close("rope (kept table)", down(xb, N), ref, N, 2 * TOL(KK_F32),
+			     2 * TOL(KK_F32));
+		teardown(NULL);
+	}
 }
 
 /* ======================================================================== */

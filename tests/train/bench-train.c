@@ -5,7 +5,9 @@
  * same tokens (the textbook ratio is ~3: backward ~2x forward, plus the
  * optimizer).  bench-train.sh adds PyTorch's row for the same model.
  *
- * usage: bench-train [--quick] [--cpu-time]
+ * usage: bench-train [--quick] [--cpu-time] [--profile]
+ * --profile: time the training steps only, with kmtrain's per-op profile
+ * (KMT_PROFILE=1, printed to stderr at the end).
  * Prints the config line and one row per measurement:
  *   IMPL MS_PER_STEP TOKENS_PER_S
  * exits 1 on any failure. */
@@ -39,13 +41,16 @@ static double now(void)
 int main(int argc, char **argv)
 {
 	int steps = 20;
+	bool profile = false;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--quick"))
 			steps = 4;
 		else if (!strcmp(argv[i], "--cpu-time"))
 			clock_id = CLOCK_PROCESS_CPUTIME_ID;
+		else if (!strcmp(argv[i], "--profile"))
+			profile = true;
 		else {
-			fprintf(stderr, "usage: bench-train [--quick] [--cpu-time]\n");
+			fprintf(stderr, "usage: bench-train [--quick] [--cpu-time] [--profile]\n");
 			return 2;
 		}
 	}
@@ -92,10 +97,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	double t0 = now();
-	for (int i = 0; i < steps; i++)
+	if (profile) /* from here: the steps alone */
+		setenv("KMT_PROFILE", "1", 1);
+	for (int i = 0; i < steps && !profile; i++)
 		if (kmt_forward(m, &b, &st, &err) < 0)
 			return 1;
-	double fwd = (now() - t0) / steps;
+	double fwd = profile ? 0 : (now() - t0) / steps;
 	double first = 0;
 	t0 = now();
 	for (int i = 0; i < steps; i++) {

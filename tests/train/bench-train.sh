@@ -6,11 +6,38 @@
 # PyTorch 1.13 on the CPU training the same model for the same steps
 # (/usr/bin/python3 has Debian's python3-torch; its row is skipped with a
 # reason where torch is missing).  Output is TAP with the table as comments.
-# --quick: 4 steps; --cpu-time: process CPU time (for a busy machine).
+# --quick: 4 steps; --cpu-time: process CPU time (for a busy machine; it
+# counts idle threads that spin too, so torch then runs with
+# OMP_WAIT_POLICY=PASSIVE unless the environment sets a policy: its OpenMP
+# threads otherwise spin for milliseconds between ops, where kk's pool
+# spins 200 us and sleeps); --rounds N: N interleaved kiln/torch runs per
+# thread count, each row's best kept (default 1).
 # 1 and 2 threads for both unless KK_CPU_THREADS names one count.
 set -u
 PY=${KILN_TORCH_PYTHON:-/usr/bin/python3}
 here=$(dirname "$0")
+rounds=1
+args=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	--rounds)
+		rounds=${2:-}
+		shift $(($# > 1 ? 2 : 1))
+		;;
+	*)
+		args+=("$1")
+		shift
+		;;
+	esac
+done
+omp_policy=${OMP_WAIT_POLICY:-}
+for a in "${args[@]}"; do
+	[ "$a" = --cpu-time ] && omp_policy=${OMP_WAIT_POLICY:-PASSIVE}
+done
+if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
+	echo "bench-train.sh: --rounds '$rounds': give a count of runs, 1 or more" >&2
+	exit 2
+fi
 # shellcheck source=tests/lib/bench.sh
 . "$here/../lib/bench.sh"
 bench_bin bench-train
@@ -22,17 +49,28 @@ if ! "$PY" -c 'import torch' 2>/dev/null; then
 	have_torch=0
 	echo "# torch baseline skipped: $PY has no torch (apt-get install python3-torch)"
 fi
+# The best (lowest ms) row of each implementation over the rounds.
+best() { awk '!($1 in ms) || $2 < ms[$1] { ms[$1] = $2; row[$1] = $0; if (!($1 in seen)) { seen[$1] = 1; order[n++] = $1 } }
+	END { for (i = 0; i < n; i++) print row[order[i]] }'; }
 for t in $threads; do
 	export KK_CPU_THREADS=$t OPENBLAS_NUM_THREADS=$t OMP_NUM_THREADS=$t
-	kiln=$("$bin" "$@" 2>&1) || { sed 's/^/# /' <<<"$kiln"; echo "not ok 1 - bench-train failed ($t threads)"; exit 1; }
-	torch=""
-	if [ $have_torch = 1 ]; then
-		torch=$("$PY" "$here/bench_torch.py" "$@" 2>&1) || { sed 's/^/# /' <<<"$torch"; torch=""; }
-	fi
+	kiln_rows="" torch_rows="" config=""
+	for ((r = 0; r < rounds; r++)); do
+		kiln=$("$bin" "${args[@]}" 2>&1) || { sed 's/^/# /' <<<"$kiln"; echo "not ok 1 - bench-train failed ($t threads)"; exit 1; }
+		config=$(head -1 <<<"$kiln")
+		kiln_rows+=$(tail -n +2 <<<"$kiln")$'\n'
+		if [ $have_torch = 1 ]; then
+			torch=$(OMP_WAIT_POLICY=$omp_policy "$PY" "$here/bench_torch.py" "${args[@]}" 2>&1) || { sed 's/^/# /' <<<"$torch"; torch=""; }
+			[ -n "$torch" ] && torch_rows+=$torch$'\n'
+		fi
+	done
+	kiln=$(best <<<"$kiln_rows")
+	torch=$(grep . <<<"$torch_rows" | best)
 	fwd_ms=$(awk '$1 == "kiln-forward" { print $2 }' <<<"$kiln")
-	head -1 <<<"$kiln" | sed "s/^/# $t thread(s): /"
+	sed "s/^/# $t thread(s): /" <<<"$config"
+	[ "$rounds" -gt 1 ] && echo "# best of $rounds interleaved runs each"
 	printf '# %-28s %12s %12s %14s\n' implementation ms/step tokens/s "x kiln fwd"
-	{ tail -n +2 <<<"$kiln"; [ -n "$torch" ] && cat <<<"$torch"; } |
+	{ cat <<<"$kiln"; [ -n "$torch" ] && cat <<<"$torch"; } |
 		awk -v f="$fwd_ms" '{ printf "# %-28s %12.2f %12.0f %14.2f\n", $1, $2, $3, $2 / f }'
 	if [ -n "$torch" ]; then
 		k=$(awk '$1 == "kiln-train-step" { print $2 }' <<<"$kiln")
