@@ -96,6 +96,16 @@ void kk__widen_bf16(float *dst, const uint16_t *src, size_t n);
 void kk__narrow_bf16(uint16_t *dst, const float *src, size_t n);
 void kk__widen_f16(float *dst, const uint16_t *src, size_t n);
 void kk__narrow_f16(uint16_t *dst, const float *src, size_t n);
+/* half.c: f16 row conversion and f32 x f16/bf16 dot products, written per
+ * ISA level (avx512, f16c, portable) and dispatched at run time. */
+void kk__half_widen_f16(float *dst, const uint16_t *src, size_t n);
+void kk__half_narrow_f16(uint16_t *dst, const float *src, size_t n);
+float kk__half_dot(kk_dtype dt, const float *x, const uint16_t *w, size_t n); /* f16 or bf16 w */
+/* The variant in use; kk__half_force(name) picks another ("avx512",
+ * "f16c", "portable"; NULL: the best this CPU has) for tests: -ENOENT for
+ * an unknown name, -EOPNOTSUPP when the CPU lacks it. */
+const char *kk__half_variant(void);
+int kk__half_force(const char *name);
 
 /* simd.c defines the clones above and must not see them used first
  * (clang refuses to multiversion a function after a use). */
@@ -111,7 +121,7 @@ static inline void kk__row_f32(float *dst, const void *p, kk_dtype dt, size_t of
 		kk__widen_bf16(dst, (const uint16_t *) p + off, n);
 		break;
 	default:
-		kk__widen_f16(dst, (const uint16_t *) p + off, n);
+		kk__half_widen_f16(dst, (const uint16_t *) p + off, n);
 		break;
 	}
 }
@@ -126,7 +136,7 @@ static inline void kk__row_store(void *p, kk_dtype dt, size_t off, const float *
 		kk__narrow_bf16((uint16_t *) p + off, src, n);
 		break;
 	default:
-		kk__narrow_f16((uint16_t *) p + off, src, n);
+		kk__half_narrow_f16((uint16_t *) p + off, src, n);
 		break;
 	}
 }
