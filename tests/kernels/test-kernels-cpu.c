@@ -12,11 +12,8 @@
 
 /* kernels/cpu/cpu.h (internal, in libkk.a). */
 int kk__cpu_cgroup_cpus(const char *proc_cgroup, const char *root);
-void kk__half_widen_f16(float *dst, const uint16_t *src, size_t n);
-void kk__half_narrow_f16(uint16_t *dst, const float *src, size_t n);
-float kk__half_dot(kk_dtype dt, const float *x, const uint16_t *w, size_t n);
-const char *kk__half_variant(void);
-int kk__half_force(const char *name);
+/* kk__half_* (half.c) and the inline element conversions kk__h2f ... */
+#include "../../kernels/cpu/cpu.h"
 
 static void test_threads_option(void **state)
 {
@@ -392,6 +389,37 @@ static void half_gemm_check(const char *v)
 	assert_int_equal(kk_backend_set_threads(be, 0), 0);
 }
 
+/* cpu.h's inline element conversions (kk__ld/kk__st/kk__round) against
+ * kk.h's out-of-line ones, bit for bit: every f16 and bf16 pattern, and f32
+ * values of every exponent with random mantissas, ties included. */
+static void test_half_inline(void **state)
+{
+	for (uint32_t h = 0; h < 65536; h++) {
+		if (!same_f32(kk__h2f((uint16_t) h), kk_f16_to_f32((uint16_t) h)))
+			fail_msg("kk__h2f(0x%04x) = %a, want %a", h, kk__h2f((uint16_t) h),
+				 kk_f16_to_f32((uint16_t) h));
+		if (!same_f32(kk__b2f((uint16_t) h), kk_bf16_to_f32((uint16_t) h)))
+			fail_msg("kk__b2f(0x%04x)", h);
+	}
+	for (uint32_t e = 0; e < 256; e++)
+		for (int i = 0; i < 2000; i++) {
+			uint32_t man = (uint32_t) next_u64() & 0x7fffff;
+			if (i % 4 == 1) /* an f16 tie */
+				man = (man & ~0x1fffu) | 0x1000;
+			else if (i % 4 == 2) /* a bf16 tie */
+				man = (man & ~0xffffu) | 0x8000;
+			uint32_t u = (uint32_t) (i & 8) << 28 | e << 23 | man;
+			float f;
+			memcpy(&f, &u, 4);
+			if (kk__f2h(f) != kk_f32_to_f16(f) && !isnan(f))
+				fail_msg("kk__f2h(%a) = 0x%04x, want 0x%04x", f, kk__f2h(f),
+					 kk_f32_to_f16(f));
+			if (kk__f2b(f) != kk_f32_to_bf16(f))
+				fail_msg("kk__f2b(%a) = 0x%04x, want 0x%04x", f, kk__f2b(f),
+					 kk_f32_to_bf16(f));
+		}
+}
+
 static void test_half_variants(void **state)
 {
 	int ran = 0;
@@ -426,6 +454,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_threads_qgemv, teardown),
 		cmocka_unit_test_teardown(test_threads_concurrent, teardown),
 		cmocka_unit_test_teardown(test_half_variants, teardown),
+		cmocka_unit_test_teardown(test_half_inline, teardown),
 	};
 	if (kk_backend_open("cpu", &be) < 0)
 		return 1;
