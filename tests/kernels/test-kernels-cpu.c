@@ -420,6 +420,35 @@ static void test_half_inline(void **state)
 		}
 }
 
+/* kk_buffer_wrap_host: the ops read the caller's memory in place (a
+ * product over a wrapped W equals the one over an uploaded copy); bad
+ * arguments are -EINVAL, and freeing the buffer leaves the memory alone. */
+static void test_wrap_host(void **state)
+{
+	const int64_t m = 3, n = 40, k = 64;
+	double *hx, *hw;
+	kk_buffer *x = up_rand(KK_F32, m * k, -1, 1, &hx), *w = up_rand(KK_F32, n * k, -1, 1, &hw);
+	float *wh = hmalloc(n * k * 4 + 4), *want = hmalloc(m * n * 4), *got = hmalloc(m * n * 4);
+	kk_buffer *wr = NULL;
+
+	assert_int_equal(kk_buffer_download(be, NULL, w, 0, wh, n * k * 4), 0);
+	assert_int_equal(kk_buffer_wrap_host(be, KK_F32, wh, 0, &wr), -EINVAL);
+	assert_int_equal(kk_buffer_wrap_host(be, KK_F32, (char *) wh + 2, n * k, &wr), -EINVAL);
+	assert_int_equal(kk_buffer_wrap_host(be, KK_F16, (char *) wh + 1, n * k, &wr), -EINVAL);
+	assert_int_equal(kk_buffer_wrap_host(NULL, KK_F32, wh, n * k, &wr), -EINVAL);
+	assert_int_equal(kk_buffer_wrap_host(be, KK_F16, (char *) wh + 2, n * k, &wr), 0);
+	kk_buffer_free(wr);
+	assert_int_equal(kk_buffer_wrap_host(be, KK_F32, wh, n * k, &wr), 0);
+	assert_int_equal(kk_buffer_count(wr), n * k);
+	assert_int_equal(kk_buffer_dtype(wr), KK_F32);
+	linear_run(KK_F32, m, n, k, x, w, 1, want);
+	linear_run(KK_F32, m, n, k, x, wr, 1, got);
+	assert_memory_equal(got, want, m * n * 4);
+	kk_buffer_free(wr);
+	wh[0] = 1; /* still ours */
+	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+}
+
 static void test_half_variants(void **state)
 {
 	int ran = 0;
@@ -455,6 +484,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_threads_concurrent, teardown),
 		cmocka_unit_test_teardown(test_half_variants, teardown),
 		cmocka_unit_test_teardown(test_half_inline, teardown),
+		cmocka_unit_test_teardown(test_wrap_host, teardown),
 	};
 	if (kk_backend_open("cpu", &be) < 0)
 		return 1;
