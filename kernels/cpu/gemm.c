@@ -33,11 +33,12 @@ static size_t gspan(int64_t batch, int64_t stride, int64_t rows, int64_t cols, i
 
 /* A bf16/f16 B of a multi-row product (prefill) is widened a panel of
  * columns at a time, each chunk into its own f32 panel of about this many
- * bytes (a quarter of a 1 MiB L2: the panel, sgemm's packed copy of it and
- * A's packed rows stay in cache), then multiplied by sgemm: the widened
- * matrix never exists whole (the 110M classifier would be 98 MB, allocated
- * and faulted in on every call). */
-#define GEMM_PANEL_BYTES (256 << 10)
+ * bytes, then multiplied by sgemm: the widened matrix never exists whole
+ * (the 110M classifier would be 98 MB, allocated and faulted in on every
+ * call).  About one L2 (1 MiB on the build machine's EPYC): sgemm packs A
+ * again on every call, so fewer, wider panels won over 256 KiB ones (110M
+ * bf16 prefill 507-512 -> 530-560 tok/s per CPU second). */
+#define GEMM_PANEL_BYTES (1024 << 10)
 
 struct gemm_ctx {
 	const kk_gemm_desc *d;
