@@ -103,8 +103,8 @@ int kk_backend_available(const char *name)
 }
 
 /* Opens ops as backend `name`: its device check, then init(). */
-static int open_ops(const struct kk_backend_ops *ops, const char *name, kk_backend **ret,
-		    char *why, size_t len)
+static int open_ops(const struct kk_backend_ops *ops, const char *name, kk_backend **ret, char *why,
+		    size_t len)
 {
 	kk_backend *be;
 	int r;
@@ -375,6 +375,30 @@ int kk_buffer_view(kk_buffer *parent, size_t offset, size_t count, kk_buffer **r
 	b->bytes = kk_dtype_size(parent->dtype, count);
 	b->dtype = parent->dtype;
 	b->is_view = true;
+	*ret = b;
+	return 0;
+}
+
+int kk_buffer_wrap_host(kk_backend *be, kk_dtype dt, const void *ptr, size_t count, kk_buffer **ret)
+{
+	kk_buffer *b;
+	size_t align = dt == KK_F32 || dt == KK_I32 ? 4 : dt == KK_BF16 || dt == KK_F16 ? 2 : 1;
+
+	assert_return(be && ptr && ret, -EINVAL);
+	assert_return((unsigned) dt < KK_DTYPE_MAX && count > 0, -EINVAL);
+	assert_return(kk_dtype_size(dt, count) <= KK_BUFFER_MAX_BYTES, -EINVAL);
+	assert_return((uintptr_t) ptr % align == 0, -EINVAL);
+	if (!streq(be->ops->name, "cpu")) /* only the cpu backend computes on host memory */
+		return -EOPNOTSUPP;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->be = be;
+	b->ptr = (void *) ptr;
+	b->count = count;
+	b->bytes = kk_dtype_size(dt, count);
+	b->dtype = dt;
+	b->is_view = true; /* the caller's memory: never freed here */
 	*ret = b;
 	return 0;
 }

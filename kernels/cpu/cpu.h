@@ -31,15 +31,66 @@
  * a futex: a forward pass issues its ops well within this. */
 #define KK_CPU_SPIN_NS 200000
 
+/* Inline f16/bf16 <-> f32 for the element-wise loops (rope, SwiGLU, the
+ * norms' rounding): bit-identical to kk_f16_to_f32 and friends, which
+ * they call only off the common path (f16 subnormals, overflow, NaN); the
+ * out-of-line calls were 16 % of an f16 prefill's CPU time. */
+static inline float kk__u2f(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static inline uint32_t kk__f2u(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static inline float kk__h2f(uint16_t h)
+{
+	uint32_t em = h & 0x7fffu;
+	if (em >= 0x7c00u) /* inf, NaN */
+		return kk_f16_to_f32(h);
+	/* normals and subnormals: exponent rebias by a power-of-two product */
+	float f = kk__u2f(em << 13) * 0x1p112f;
+	return kk__u2f(kk__f2u(f) | (uint32_t) (h & 0x8000u) << 16);
+}
+
+static inline uint16_t kk__f2h(float f)
+{
+	uint32_t u = kk__f2u(f), a = u & 0x7fffffffu;
+	if (a < 0x38800000u || a >= 0x477ff000u) /* below 2^-14, at or above 65520, NaN */
+		return kk_f32_to_f16(f);
+	uint32_t h = (a - 0x38000000u) >> 13, rem = a & 0x1fffu;
+	h += rem > 0x1000u || (rem == 0x1000u && (h & 1));
+	return (uint16_t) (((u >> 16) & 0x8000u) | h);
+}
+
+static inline float kk__b2f(uint16_t h)
+{
+	return kk__u2f((uint32_t) h << 16);
+}
+
+static inline uint16_t kk__f2b(float f)
+{
+	uint32_t u = kk__f2u(f);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t) ((u >> 16) | 0x40); /* quiet NaN */
+	return (uint16_t) ((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
 static inline float kk__ld(const void *p, kk_dtype dt, size_t i)
 {
 	switch (dt) {
 	case KK_F32:
 		return ((const float *) p)[i];
 	case KK_BF16:
-		return kk_bf16_to_f32(((const uint16_t *) p)[i]);
+		return kk__b2f(((const uint16_t *) p)[i]);
 	default:
-		return kk_f16_to_f32(((const uint16_t *) p)[i]);
+		return kk__h2f(((const uint16_t *) p)[i]);
 	}
 }
 
@@ -50,10 +101,10 @@ static inline void kk__st(void *p, kk_dtype dt, size_t i, float v)
 		((float *) p)[i] = v;
 		break;
 	case KK_BF16:
-		((uint16_t *) p)[i] = kk_f32_to_bf16(v);
+		((uint16_t *) p)[i] = kk__f2b(v);
 		break;
 	default:
-		((uint16_t *) p)[i] = kk_f32_to_f16(v);
+		((uint16_t *) p)[i] = kk__f2h(v);
 		break;
 	}
 }
@@ -63,9 +114,9 @@ static inline float kk__round(kk_dtype dt, float v)
 {
 	switch (dt) {
 	case KK_BF16:
-		return kk_bf16_to_f32(kk_f32_to_bf16(v));
+		return kk__b2f(kk__f2b(v));
 	case KK_F16:
-		return kk_f16_to_f32(kk_f32_to_f16(v));
+		return kk__h2f(kk__f2h(v));
 	default:
 		return v;
 	}
@@ -96,6 +147,16 @@ void kk__widen_bf16(float *dst, const uint16_t *src, size_t n);
 void kk__narrow_bf16(uint16_t *dst, const float *src, size_t n);
 void kk__widen_f16(float *dst, const uint16_t *src, size_t n);
 void kk__narrow_f16(uint16_t *dst, const float *src, size_t n);
+/* half.c: f16 row conversion and f32 x f16/bf16 dot products, written per
+ * ISA level (avx512, f16c, portable) and dispatched at run time. */
+void kk__half_widen_f16(float *dst, const uint16_t *src, size_t n);
+void kk__half_narrow_f16(uint16_t *dst, const float *src, size_t n);
+float kk__half_dot(kk_dtype dt, const float *x, const uint16_t *w, size_t n); /* f16 or bf16 w */
+/* The variant in use; kk__half_force(name) picks another ("avx512",
+ * "f16c", "portable"; NULL: the best this CPU has) for tests: -ENOENT for
+ * an unknown name, -EOPNOTSUPP when the CPU lacks it. */
+const char *kk__half_variant(void);
+int kk__half_force(const char *name);
 
 /* simd.c defines the clones above and must not see them used first
  * (clang refuses to multiversion a function after a use). */
@@ -111,7 +172,7 @@ static inline void kk__row_f32(float *dst, const void *p, kk_dtype dt, size_t of
 		kk__widen_bf16(dst, (const uint16_t *) p + off, n);
 		break;
 	default:
-		kk__widen_f16(dst, (const uint16_t *) p + off, n);
+		kk__half_widen_f16(dst, (const uint16_t *) p + off, n);
 		break;
 	}
 }
@@ -126,7 +187,7 @@ static inline void kk__row_store(void *p, kk_dtype dt, size_t off, const float *
 		kk__narrow_bf16((uint16_t *) p + off, src, n);
 		break;
 	default:
-		kk__narrow_f16((uint16_t *) p + off, src, n);
+		kk__half_narrow_f16((uint16_t *) p + off, src, n);
 		break;
 	}
 }

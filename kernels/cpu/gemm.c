@@ -31,6 +31,15 @@ static size_t gspan(int64_t batch, int64_t stride, int64_t rows, int64_t cols, i
 /* sgemm flops per unit of kk__parallel_for's cost (~0.5 ns each). */
 #define GEMM_FLOPS_PER_COST 32.0
 
+/* A bf16/f16 B of a multi-row product (prefill) is widened a panel of
+ * columns at a time, each chunk into its own f32 panel of about this many
+ * bytes, then multiplied by sgemm: the widened matrix never exists whole
+ * (the 110M classifier would be 98 MB, allocated and faulted in on every
+ * call).  About one L2 (1 MiB on the build machine's EPYC): sgemm packs A
+ * again on every call, so fewer, wider panels won over 256 KiB ones (110M
+ * bf16 prefill 507-512 -> 530-560 tok/s per CPU second). */
+#define GEMM_PANEL_BYTES (1024 << 10)
+
 struct gemm_ctx {
 	const kk_gemm_desc *d;
 	const float *a, *b; /* f32 operands (widened when needed), this batch entry */
@@ -39,6 +48,10 @@ struct gemm_ctx {
 	const float *bias;
 	bool split_n; /* chunks of columns (else of rows) */
 	int64_t batch_i;
+	/* bf16/f16 B split by columns: one f32 panel of panel_n columns of
+	 * op(B) per chunk (b is NULL then). */
+	float *panels;
+	int64_t panel_n;
 };
 
 /* Bias and activation on rows [r0, r1) x columns [c0, c1) of the result. */
@@ -60,6 +73,35 @@ static void epilogue(const struct gemm_ctx *g, int64_t r0, int64_t r1, int64_t c
 	}
 }
 
+/* Columns [c0, c1) of op(B) (bf16/f16) widened into panel, row-major
+ * with leading dimension *ld. */
+static const float *widen_panel(const struct gemm_ctx *g, float *panel, int64_t c0, int64_t c1,
+				int64_t *ld)
+{
+	const kk_gemm_desc *d = g->d;
+	size_t base = (size_t) (g->batch_i * d->stride_b);
+	if (d->trans_b) { /* B [n, k]: whole rows c0..c1 */
+		for (int64_t j = c0; j < c1; j++)
+			kk__row_f32(panel + (j - c0) * d->k, d->b->ptr, d->b->dtype,
+				    base + (size_t) (j * d->ldb), d->k);
+		*ld = d->k;
+	} else { /* B [k, n]: a slice of every row */
+		for (int64_t r = 0; r < d->k; r++)
+			kk__row_f32(panel + r * (c1 - c0), d->b->ptr, d->b->dtype,
+				    base + (size_t) (r * d->ldb + c0), (size_t) (c1 - c0));
+		*ld = c1 - c0;
+	}
+	return panel;
+}
+
+static void sgemm_call(const kk_gemm_desc *d, int64_t rows, int64_t cols, const float *a,
+		       const float *bm, int64_t ldb, float *c, int64_t ldc)
+{
+	cblas_sgemm(CblasRowMajor, d->trans_a ? CblasTrans : CblasNoTrans,
+		    d->trans_b ? CblasTrans : CblasNoTrans, (int) rows, (int) cols, (int) d->k,
+		    d->alpha, a, (int) d->lda, bm, (int) ldb, d->beta, c, (int) ldc);
+}
+
 /* One chunk of columns or rows through OpenBLAS (held to one thread: the
  * chunks are the parallelism), then its epilogue. */
 static int sgemm_range(void *p, int64_t b, int64_t e, int chunk)
@@ -72,7 +114,8 @@ static int sgemm_range(void *p, int64_t b, int64_t e, int chunk)
 
 	if (g->split_n) {
 		c0 = b, c1 = e;
-		bm += d->trans_b ? b * d->ldb : b;
+		if (bm)
+			bm += d->trans_b ? b * d->ldb : b;
 		c += b;
 	} else {
 		r0 = b, r1 = e;
@@ -82,10 +125,16 @@ static int sgemm_range(void *p, int64_t b, int64_t e, int chunk)
 	if (d->beta == 0) /* C may hold NaN: never let it leak through 0 * NaN */
 		for (int64_t row = 0; row < r1 - r0; row++)
 			memset(c + row * g->ldc, 0, (c1 - c0) * sizeof(float));
-	cblas_sgemm(CblasRowMajor, d->trans_a ? CblasTrans : CblasNoTrans,
-		    d->trans_b ? CblasTrans : CblasNoTrans, (int) (r1 - r0), (int) (c1 - c0),
-		    (int) d->k, d->alpha, a, (int) d->lda, bm, (int) d->ldb, d->beta, c,
-		    (int) g->ldc);
+	if (g->panels) {
+		float *panel = g->panels + (size_t) chunk * g->panel_n * d->k;
+		for (int64_t j = c0; j < c1; j += g->panel_n) {
+			int64_t je = MIN(c1, j + g->panel_n), ldp;
+			const float *pb = widen_panel(g, panel, j, je, &ldp);
+			sgemm_call(d, m, je - j, a, pb, ldp, c + (j - c0), g->ldc);
+		}
+	} else {
+		sgemm_call(d, r1 - r0, c1 - c0, a, bm, d->ldb, c, g->ldc);
+	}
 	epilogue(g, r0, r1, c0, c1);
 	return 0;
 }
@@ -113,10 +162,10 @@ static const float *gemv_wrow(const struct gemm_ctx *g, int64_t j, float *buf)
 	return buf;
 }
 
-/* GEMV: output columns [b, e) (rows of W) for every x row.  bf16 W rows
- * meet fewer than four x rows in kk__dot_bf16 (widened in registers); one
- * x row meets f32 (or widened) rows in kk__dot.  Otherwise (bf16/f16 rows
- * widened to f32 first) W rows go in pairs
+/* GEMV: output columns [b, e) (rows of W) for every x row.  bf16/f16 W
+ * rows meet fewer than four x rows in kk__half_dot (widened in registers,
+ * read once); one x row meets f32 rows in kk__dot.  Otherwise (bf16/f16
+ * rows widened to f32 first, into L1) W rows go in pairs
  * (j even, j + 1) through the register tile, four x rows at a time; a
  * chunk edge splitting a pair runs its column alone through the same tile,
  * which sums it the same way. */
@@ -127,12 +176,12 @@ static int gemv_range(void *p, int64_t b, int64_t e, int chunk)
 	const kk_buffer *wb = d->b;
 	_cleanup_free_ float *rows = NULL;
 
-	if (wb->dtype == KK_BF16 && d->m < 4) {
+	if (wb->dtype != KK_F32 && d->m < 4) {
 		for (int64_t j = b; j < e; j++) {
 			const uint16_t *wh = (const uint16_t *) wb->ptr +
 					     (size_t) (g->batch_i * d->stride_b + j * d->ldb);
 			for (int64_t i = 0; i < d->m; i++) {
-				float s = kk__dot_bf16(g->a + i * d->lda, wh, d->k);
+				float s = kk__half_dot(wb->dtype, g->a + i * d->lda, wh, d->k);
 				gemv_store(g, i, 1, j, &s, 1);
 			}
 			epilogue(g, 0, d->m, j, j + 1);
@@ -183,8 +232,20 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 	r = kk__widen(d->a, na, &a, &a_own);
 	if (r < 0)
 		return r;
-	if (!gemv && (r = kk__widen(d->b, nb, &b, &b_own)) < 0)
+	/* Split the longer side over the threads; a bf16/f16 B split by
+	 * columns is widened a panel at a time, else all at once. */
+	bool split_n = d->n >= d->m, panels = !gemv && split_n && d->b->dtype != KK_F32;
+	double flops = 2.0 * d->m * d->n * d->k;
+	int64_t panel_n = 0;
+	if (panels) {
+		int nchunks = kk__parallel_chunks(d->n, flops / d->n / GEMM_FLOPS_PER_COST);
+		panel_n = MAX((int64_t) 16, GEMM_PANEL_BYTES / (int64_t) sizeof(float) / d->k);
+		panel_n = MIN(panel_n, d->n);
+		if (!(b_own = malloc((size_t) nchunks * panel_n * d->k * sizeof(float))))
+			return -ENOMEM;
+	} else if (!gemv && (r = kk__widen(d->b, nb, &b, &b_own)) < 0) {
 		return r;
+	}
 	if (d->bias) {
 		bias = malloc(d->n * sizeof(float));
 		if (!bias)
@@ -216,10 +277,10 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 		if (gemv) {
 			r = kk__parallel_for(d->n, (double) d->k * (1 + d->m) / 4, gemv_range, &g);
 		} else {
-			/* Split the longer side over the threads. */
-			double flops = 2.0 * d->m * d->n * d->k;
-			g.b = b + i * d->stride_b;
-			g.split_n = d->n >= d->m;
+			g.b = panels ? NULL : b + i * d->stride_b;
+			g.panels = panels ? b_own : NULL;
+			g.panel_n = panel_n;
+			g.split_n = split_n;
 			if (g.split_n)
 				r = kk__parallel_for(d->n, flops / d->n / GEMM_FLOPS_PER_COST,
 						     sgemm_range, &g);

@@ -150,6 +150,16 @@ int kk_buffer_alloc(kk_backend *be, kk_dtype dt, size_t count, kk_buffer **ret);
  * its handle) before the parent.  For KK_Q4 offset must be even.
  * Errors: -EINVAL (out of range, odd Q4 offset), -ENOMEM. */
 int kk_buffer_view(kk_buffer *parent, size_t offset, size_t count, kk_buffer **ret);
+/* A non-owning buffer over `count` elements of dt in the caller's host
+ * memory, for backends whose buffers are host memory (cpu): the ops read
+ * it in place, nothing is copied.  The memory must stay valid (and, when
+ * it is a weight, unwritten) until the buffer is freed; kk never frees it.
+ * Used to compute on a model file's read-only mapping (an op writing to
+ * such a buffer faults instead of corrupting the file's pages).
+ * Errors: -EINVAL (count 0, bad dtype, ptr not aligned to the element
+ * size), -EOPNOTSUPP (a device backend), -ENOMEM. */
+int kk_buffer_wrap_host(kk_backend *be, kk_dtype dt, const void *ptr, size_t count,
+			kk_buffer **ret);
 /* Frees a buffer or view.  Accepts NULL.  Returns NULL. */
 kk_buffer *kk_buffer_free(kk_buffer *buf);
 

@@ -91,6 +91,18 @@ int km_config_validate(const km_config *c, kiln_error *err);
 typedef struct km_weight_source {
 	void *userdata;
 	int (*read)(void *userdata, const char *name, float *dst, size_t count, kiln_error *err);
+	/* Optional (NULL: every tensor is read): the named tensor as stored,
+	 * when it is `count` elements of f32, bf16 or f16 in the canonical
+	 * layout, aligned to its element size, in memory that is read-only
+	 * and stays valid while a hold() is kept.  Returns the data and sets
+	 * *dtype, or NULL (read() it then).  A model whose backend computes on
+	 * host memory (cpu) and wants that dtype uses it in place instead of
+	 * copying (kiln's weights on a model file's mapping). */
+	const void *(*view)(void *userdata, const char *name, size_t count, kk_dtype *dtype);
+	/* Keeps what view() returned valid until drop(the returned handle);
+	 * NULL on failure (out of memory: the model copies instead). */
+	void *(*hold)(void *userdata);
+	void (*drop)(void *handle);
 } km_weight_source;
 
 /* ------------------------------------------------------------------------ */
@@ -121,6 +133,9 @@ const km_config *km_model_config(const km_model *m);
 kk_dtype km_model_act_dtype(const km_model *m);
 /* Bytes of device memory held by weights. */
 size_t km_model_weight_bytes(const km_model *m);
+/* Of those, the bytes used in place in the weight source's memory (a model
+ * file's mapping; see km_weight_source.view), not copied. */
+size_t km_model_mapped_bytes(const km_model *m);
 
 /* ------------------------------------------------------------------------ */
 /* Paged KV cache                                                            */
@@ -234,7 +249,9 @@ km_file_kind km_file_kind_of(const km_file *f);
  * NULL for a bad value. */
 const char *km_file_kind_name(km_file_kind k);
 /* A weight source serving canonical names from the open file (converted
- * to f32); valid while f lives. */
+ * to f32); valid while f lives.  Its view() serves f32/bf16/f16 tensors
+ * from the file's read-only mapping: a model computing on them holds the
+ * mapping (km_file_free then leaves it to the model's free). */
 km_weight_source km_file_source(km_file *f);
 
 #ifdef __cplusplus

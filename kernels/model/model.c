@@ -43,6 +43,9 @@ struct km_model {
 	kk_dtype adt; /* activations, norms, embedding, KV cache */
 	int hidden;   /* FFN width as stored (padded for Q4 groups) */
 	size_t weight_bytes;
+	size_t mapped_bytes; /* of weight_bytes, computed on in the source's memory */
+	void *hold;	     /* the source's hold on that memory (NULL: none) */
+	void (*drop)(void *hold);
 
 	kk_buffer *emb, *cls, *final_norm; /* cls == emb when shared */
 	km_layer *layers;
@@ -86,6 +89,8 @@ km_model *km_model_free(km_model *m)
 	free(m->hmeta);
 	free(m->order);
 	free(m->old_len);
+	if (m->hold) /* after every buffer over the source's memory is gone */
+		m->drop(m->hold);
 	free(m);
 	return NULL;
 }
@@ -104,6 +109,11 @@ kk_dtype km_model_act_dtype(const km_model *m)
 size_t km_model_weight_bytes(const km_model *m)
 {
 	return m ? m->weight_bytes : 0;
+}
+
+size_t km_model_mapped_bytes(const km_model *m)
+{
+	return m ? m->mapped_bytes : 0;
 }
 
 static int kk_fail(kiln_error *err, int r, const char *what, const km_model *m)
@@ -161,10 +171,41 @@ static int upload_as(km_model *m, kk_dtype dt, const float *h, size_t count, kk_
 	return 0;
 }
 
+/* The tensor in the source's own memory as a buffer of dtype dt, when the
+ * source stores it so and the backend computes on host memory: nothing is
+ * copied, the weights stay in the file's page cache (shared, and dropped
+ * under memory pressure instead of swapped).  0 and *ret NULL otherwise. */
+static int map_tensor(km_model *m, const km_weight_source *src, const char *name, kk_dtype dt,
+		      size_t count, kk_buffer **ret)
+{
+	kk_dtype sdt;
+	const void *p;
+	*ret = NULL;
+	if (!src->view || !src->hold || !src->drop ||
+	    !(p = src->view(src->userdata, name, count, &sdt)) || sdt != dt)
+		return 0;
+	if (kk_buffer_wrap_host(m->be, dt, p, count, ret) < 0)
+		return 0; /* a device backend, or unaligned: copy */
+	if (!m->hold) {
+		m->hold = src->hold(src->userdata);
+		m->drop = src->drop;
+		if (!m->hold) {
+			*ret = kk_buffer_free(*ret);
+			return 0;
+		}
+	}
+	m->weight_bytes += kk_dtype_size(dt, count);
+	m->mapped_bytes += kk_dtype_size(dt, count);
+	return 0;
+}
+
 static int load_vector(km_model *m, const km_weight_source *src, const char *name, size_t count,
 		       kk_buffer **ret, kiln_error *err)
 {
 	_cleanup_free_ float *h = NULL;
+	map_tensor(m, src, name, m->adt, count, ret);
+	if (*ret)
+		return 0;
 	int r = read_tensor(src, name, count, &h, err);
 	if (r < 0)
 		return r;
@@ -177,6 +218,15 @@ static int load_linear(km_model *m, const km_weight_source *src, const char *nam
 		       int64_t k, int64_t np, int64_t kp, km_linear *out, kiln_error *err)
 {
 	_cleanup_free_ float *h = NULL;
+	kk_dtype wdt = m->opts.weight_dtype;
+	if (np == n && kp == k && wdt != KK_I8 && wdt != KK_Q4) {
+		map_tensor(m, src, name, wdt, (size_t) (n * k), &out->w);
+		if (out->w) {
+			out->n = n;
+			out->k = k;
+			return 0;
+		}
+	}
 	int r = read_tensor(src, name, (size_t) (n * k), &h, err);
 	if (r < 0)
 		return r;
@@ -191,7 +241,6 @@ static int load_linear(km_model *m, const km_weight_source *src, const char *nam
 	}
 	out->n = np;
 	out->k = kp;
-	kk_dtype wdt = m->opts.weight_dtype;
 	if (wdt != KK_I8 && wdt != KK_Q4)
 		return upload_as(m, wdt, h, (size_t) (np * kp), &out->w, err);
 

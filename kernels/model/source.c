@@ -25,7 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -38,6 +40,7 @@
 DEFINE_TRIVIAL_CLEANUP_FUNC(kmf_file *, kmf_close);
 
 struct km_file {
+	int refs; /* the opener's, plus one per model holding the mapping */
 	char *path;
 	km_file_kind kind;
 	km_config cfg;
@@ -57,7 +60,7 @@ const char *km_file_kind_name(km_file_kind k)
 
 km_file *km_file_free(km_file *f)
 {
-	if (!f)
+	if (!f || __atomic_sub_fetch(&f->refs, 1, __ATOMIC_ACQ_REL) > 0)
 		return NULL;
 	kmf_close(f->kf);
 	free(f->path);
@@ -244,9 +247,62 @@ static int file_read(void *userdata, const char *name, float *dst, size_t count,
 	return 0;
 }
 
+/* The tensor in place: a float dtype kk has, in the mapping, aligned to
+ * its element size (GGUF aligns data to 32 bytes by default; safetensors
+ * offsets need not be aligned: those tensors are copied).  The pages are
+ * asked for ahead (MADV_WILLNEED), so the first forward pass does not
+ * fault them in one by one. */
+static const void *file_view(void *userdata, const char *name, size_t count, kk_dtype *dtype)
+{
+	km_file *f = userdata;
+	char fname[KMF_MAX_NAME];
+	if (map_name(f, name, fname, sizeof(fname)) < 0 ||
+	    (streq(name, "output.weight") && f->cfg.shared_classifier))
+		return NULL;
+	const kmf_tensor *t = kmf_tensor_find(f->kf, fname);
+	if (!t || (size_t) t->nelem != count || !t->data)
+		return NULL;
+	switch (t->dtype) {
+	case KMF_F32:
+		*dtype = KK_F32;
+		break;
+	case KMF_F16:
+		*dtype = KK_F16;
+		break;
+	case KMF_BF16:
+		*dtype = KK_BF16;
+		break;
+	default:
+		return NULL;
+	}
+	size_t esize = *dtype == KK_F32 ? 4 : 2; /* not kk_dtype_size: kiln links no kk */
+	if ((uintptr_t) t->data % esize || t->nbytes != count * esize)
+		return NULL;
+	uintptr_t page = (uintptr_t) sysconf(_SC_PAGESIZE);
+	uintptr_t lo = (uintptr_t) t->data & ~(page - 1);
+	(void) madvise((void *) lo, (uintptr_t) t->data + t->nbytes - lo, MADV_WILLNEED);
+	return t->data;
+}
+
+static void *file_hold(void *userdata)
+{
+	km_file *f = userdata;
+	__atomic_add_fetch(&f->refs, 1, __ATOMIC_ACQ_REL);
+	return f;
+}
+
+static void file_drop(void *handle)
+{
+	km_file_free(handle);
+}
+
 km_weight_source km_file_source(km_file *f)
 {
-	return (km_weight_source){ .userdata = f, .read = file_read };
+	return (km_weight_source){ .userdata = f,
+				   .read = file_read,
+				   .view = file_view,
+				   .hold = file_hold,
+				   .drop = file_drop };
 }
 
 /* ---- llama2.c: the header, as kmf's metadata ------------------------------ */
@@ -555,6 +611,7 @@ int km_file_open(const char *path, km_file **ret, kiln_error *err)
 	_cleanup_(km_file_freep) km_file *f = calloc(1, sizeof(*f));
 	if (!f || !(f->path = strdup(path)))
 		return km_errorf(err, -ENOMEM, "%s: out of memory", path);
+	f->refs = 1;
 	kiln_error ke = { 0 };
 	int r = kmf_open(path, &f->kf, &ke);
 	if (r < 0) {

@@ -12,6 +12,8 @@
 
 /* kernels/cpu/cpu.h (internal, in libkk.a). */
 int kk__cpu_cgroup_cpus(const char *proc_cgroup, const char *root);
+/* kk__half_* (half.c) and the inline element conversions kk__h2f ... */
+#include "../../kernels/cpu/cpu.h"
 
 static void test_threads_option(void **state)
 {
@@ -244,6 +246,233 @@ static void test_threads_concurrent(void **state)
 	assert_int_equal(kk_backend_set_threads(be, 0), 0);
 }
 
+/* ---- f16/bf16 loops, every variant (kernels/cpu/half.c) ----------------
+ *
+ * Each variant this CPU runs (forced through kk__half_force) against the
+ * scalar kk_f16_to_f32/kk_f32_to_f16 bit for bit (every f16 pattern; f32
+ * values across the normal, subnormal and overflow ranges, ties included)
+ * and against a float64 reference: the dot product at lengths around the
+ * vector widths, and kk_gemm with f16/bf16 operands (the decode GEMV at
+ * m = 1, 3, 8, bit-identical for 1, 2 and 5 threads; the prefill's
+ * panel-widened sgemm at m = 40 and 130, B transposed or not). */
+static const char *const half_variants[] = { "avx512", "f16c", "portable" };
+
+static bool same_f32(float a, float b)
+{
+	return (isnan(a) && isnan(b)) || memcmp(&a, &b, 4) == 0;
+}
+
+static void half_convert_check(const char *v)
+{
+	size_t n = 65536 + 13; /* every pattern, then a tail past a full vector */
+	uint16_t *h = hmalloc(n * 2), *h2 = hmalloc(n * 2);
+	float *f = hmalloc(n * 4);
+	for (size_t i = 0; i < n; i++)
+		h[i] = (uint16_t) i;
+	for (size_t len = 0; len <= 40; len += len < 20 ? 1 : 20) /* tails */
+		kk__half_widen_f16(f, h + 3, len);
+	kk__half_widen_f16(f, h, n);
+	for (size_t i = 0; i < n; i++)
+		if (!same_f32(f[i], kk_f16_to_f32(h[i])))
+			fail_msg("%s: widen 0x%04x gave %a, want %a", v, h[i], f[i],
+				 kk_f16_to_f32(h[i]));
+	for (size_t i = 0; i < n; i++) { /* normals, subnormals, overflow, ties */
+		switch (i % 4) {
+		case 0:
+			f[i] = (float) urand(-70000, 70000);
+			break;
+		case 1:
+			f[i] = (float) urand(-1e-4, 1e-4);
+			break;
+		case 2: /* halfway between two f16 neighbours */
+			f[i] = (kk_f16_to_f32((uint16_t) (i & 0x7bfe)) +
+				kk_f16_to_f32((uint16_t) ((i & 0x7bfe) + 1))) /
+			       2;
+			break;
+		default:
+			f[i] = (float) urand(-2, 2);
+		}
+	}
+	f[0] = NAN, f[1] = INFINITY, f[2] = -0.0f, f[3] = 65519.0f, f[5] = 65520.0f;
+	for (size_t len = 1; len <= 40; len++) { /* tails must not write past len */
+		memset(h2, 0xab, 2 * 41);
+		kk__half_narrow_f16(h2, f + 7, len);
+		if (h2[len] != 0xabab)
+			fail_msg("%s: narrow of %zu elements wrote past the end", v, len);
+	}
+	kk__half_narrow_f16(h2, f, n);
+	for (size_t i = 0; i < n; i++) {
+		uint16_t want = kk_f32_to_f16(f[i]);
+		if (isnan(f[i]) ? !isnan(kk_f16_to_f32(h2[i])) : h2[i] != want)
+			fail_msg("%s: narrow %a gave 0x%04x, want 0x%04x", v, f[i], h2[i], want);
+	}
+}
+
+static void half_dot_check(const char *v)
+{
+	const size_t ns[] = { 1, 7, 8, 15, 16, 17, 31, 63, 64, 65, 100, 768, 2049 };
+	for (size_t di = 0; di < 2; di++) {
+		kk_dtype dt = di ? KK_BF16 : KK_F16;
+		for (size_t ni = 0; ni < ARRAY_SIZE(ns); ni++) {
+			size_t n = ns[ni];
+			float *x = hmalloc(n * 4);
+			uint16_t *w = hmalloc(n * 2);
+			double ref = 0, mag = 0;
+			for (size_t i = 0; i < n; i++) {
+				float wf = (float) urand(-1, 1);
+				x[i] = (float) urand(-1, 1);
+				w[i] = dt == KK_F16 ? kk_f32_to_f16(wf) : kk_f32_to_bf16(wf);
+				wf = dt == KK_F16 ? kk_f16_to_f32(w[i]) : kk_bf16_to_f32(w[i]);
+				ref += (double) x[i] * wf;
+				mag += fabs((double) x[i] * wf);
+			}
+			double got = kk__half_dot(dt, x, w, n);
+			/* f32 accumulation: a few ulps of the sum of magnitudes */
+			if (fabs(got - ref) > 4e-6 * mag + 1e-7)
+				fail_msg("%s: %s dot n=%zu: %.9g, want %.9g", v, kk_dtype_name(dt),
+					 n, got, ref);
+		}
+	}
+}
+
+static void half_gemm_check(const char *v)
+{
+	const int64_t ms[] = { 1, 3, 8, 40, 130 };
+	for (size_t di = 0; di < 2; di++)
+		for (size_t mi = 0; mi < ARRAY_SIZE(ms); mi++)
+			for (int tb = 1; tb >= (ms[mi] > 8 ? 0 : 1); tb--) {
+				kk_dtype dt = di ? KK_BF16 : KK_F16;
+				int64_t m = ms[mi], n = irand(300, 700), k = irand(200, 400);
+				double *hx, *hw, *ref = hmalloc((size_t) (m * n) * 8),
+						 *got = hmalloc((size_t) (m * n) * 8);
+				kk_buffer *x = up_rand(dt, (size_t) (m * k), -1, 1, &hx);
+				kk_buffer *w = up_rand(dt, (size_t) (n * k), -1, 1, &hw);
+				kk_buffer *y = out_buf(KK_F32, (size_t) (m * n));
+				float *y1 = hmalloc((size_t) (m * n) * 4),
+				      *y2 = hmalloc((size_t) (m * n) * 4);
+				kk_gemm_desc d = { .trans_b = tb,
+						   .m = m,
+						   .n = n,
+						   .k = k,
+						   .alpha = 1,
+						   .a = x,
+						   .lda = k,
+						   .b = w,
+						   .ldb = tb ? k : n,
+						   .c = y,
+						   .ldc = n };
+				for (int64_t i = 0; i < m; i++)
+					for (int64_t j = 0; j < n; j++) {
+						double acc = 0;
+						for (int64_t l = 0; l < k; l++)
+							acc += hx[i * k + l] *
+							       (tb ? hw[j * k + l] : hw[l * n + j]);
+						ref[i * n + j] = acc;
+					}
+				for (int t = 1; t <= 5; t += t == 1 ? 1 : 3) {
+					assert_int_equal(kk_backend_set_threads(be, t), 0);
+					assert_int_equal(kk_gemm(be, NULL, &d), 0);
+					assert_int_equal(kk_buffer_download(be, NULL, y, 0,
+									    t == 1 ? y1 : y2,
+									    (size_t) (m * n) * 4),
+							 0);
+					if (t > 1 && m <= 8 && memcmp(y1, y2, (size_t) (m * n) * 4))
+						fail_msg("%s: %s m=%ld: 1 and %d threads differ", v,
+							 kk_dtype_name(dt), (long) m, t);
+					for (int64_t i = 0; i < m * n; i++)
+						got[i] = (t == 1 ? y1 : y2)[i];
+					expect_close(v, got, ref, (size_t) (m * n), 4 * TOL(dt),
+						     2 * TOL(dt));
+				}
+				teardown(NULL);
+			}
+	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+}
+
+/* cpu.h's inline element conversions (kk__ld/kk__st/kk__round) against
+ * kk.h's out-of-line ones, bit for bit: every f16 and bf16 pattern, and f32
+ * values of every exponent with random mantissas, ties included. */
+static void test_half_inline(void **state)
+{
+	for (uint32_t h = 0; h < 65536; h++) {
+		if (!same_f32(kk__h2f((uint16_t) h), kk_f16_to_f32((uint16_t) h)))
+			fail_msg("kk__h2f(0x%04x) = %a, want %a", h, kk__h2f((uint16_t) h),
+				 kk_f16_to_f32((uint16_t) h));
+		if (!same_f32(kk__b2f((uint16_t) h), kk_bf16_to_f32((uint16_t) h)))
+			fail_msg("kk__b2f(0x%04x)", h);
+	}
+	for (uint32_t e = 0; e < 256; e++)
+		for (int i = 0; i < 2000; i++) {
+			uint32_t man = (uint32_t) next_u64() & 0x7fffff;
+			if (i % 4 == 1) /* an f16 tie */
+				man = (man & ~0x1fffu) | 0x1000;
+			else if (i % 4 == 2) /* a bf16 tie */
+				man = (man & ~0xffffu) | 0x8000;
+			uint32_t u = (uint32_t) (i & 8) << 28 | e << 23 | man;
+			float f;
+			memcpy(&f, &u, 4);
+			if (kk__f2h(f) != kk_f32_to_f16(f) && !isnan(f))
+				fail_msg("kk__f2h(%a) = 0x%04x, want 0x%04x", f, kk__f2h(f),
+					 kk_f32_to_f16(f));
+			if (kk__f2b(f) != kk_f32_to_bf16(f))
+				fail_msg("kk__f2b(%a) = 0x%04x, want 0x%04x", f, kk__f2b(f),
+					 kk_f32_to_bf16(f));
+		}
+}
+
+/* kk_buffer_wrap_host: the ops read the caller's memory in place (a
+ * product over a wrapped W equals the one over an uploaded copy); bad
+ * arguments are -EINVAL, and freeing the buffer leaves the memory alone. */
+static void test_wrap_host(void **state)
+{
+	const int64_t m = 3, n = 40, k = 64;
+	double *hx, *hw;
+	kk_buffer *x = up_rand(KK_F32, m * k, -1, 1, &hx), *w = up_rand(KK_F32, n * k, -1, 1, &hw);
+	float *wh = hmalloc(n * k * 4 + 4), *want = hmalloc(m * n * 4), *got = hmalloc(m * n * 4);
+	kk_buffer *wr = NULL;
+
+	assert_int_equal(kk_buffer_download(be, NULL, w, 0, wh, n * k * 4), 0);
+	assert_int_equal(kk_buffer_wrap_host(be, KK_F32, wh, 0, &wr), -EINVAL);
+	assert_int_equal(kk_buffer_wrap_host(be, KK_F32, (char *) wh + 2, n * k, &wr), -EINVAL);
+	assert_int_equal(kk_buffer_wrap_host(be, KK_F16, (char *) wh + 1, n * k, &wr), -EINVAL);
+	assert_int_equal(kk_buffer_wrap_host(NULL, KK_F32, wh, n * k, &wr), -EINVAL);
+	assert_int_equal(kk_buffer_wrap_host(be, KK_F16, (char *) wh + 2, n * k, &wr), 0);
+	kk_buffer_free(wr);
+	assert_int_equal(kk_buffer_wrap_host(be, KK_F32, wh, n * k, &wr), 0);
+	assert_int_equal(kk_buffer_count(wr), n * k);
+	assert_int_equal(kk_buffer_dtype(wr), KK_F32);
+	linear_run(KK_F32, m, n, k, x, w, 1, want);
+	linear_run(KK_F32, m, n, k, x, wr, 1, got);
+	assert_memory_equal(got, want, m * n * 4);
+	kk_buffer_free(wr);
+	wh[0] = 1; /* still ours */
+	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+}
+
+static void test_half_variants(void **state)
+{
+	int ran = 0;
+	assert_int_equal(kk__half_force("no-such-isa"), -ENOENT);
+	for (size_t i = 0; i < ARRAY_SIZE(half_variants); i++) {
+		const char *v = half_variants[i];
+		int r = kk__half_force(v);
+		if (r == -EOPNOTSUPP) {
+			print_message("# half variant %s: not on this CPU, not tested\n", v);
+			continue;
+		}
+		assert_int_equal(r, 0);
+		assert_string_equal(kk__half_variant(), v);
+		half_convert_check(v);
+		half_dot_check(v);
+		half_gemm_check(v);
+		teardown(NULL);
+		ran++;
+	}
+	assert_int_equal(kk__half_force(NULL), 0);
+	print_message("# half variants tested: %d, in use: %s\n", ran, kk__half_variant());
+	assert_true(ran >= 1);
+}
+
 int main(void)
 {
 	int r = run_suite();
@@ -253,6 +482,9 @@ int main(void)
 		cmocka_unit_test_teardown(test_threads_deterministic, teardown),
 		cmocka_unit_test_teardown(test_threads_qgemv, teardown),
 		cmocka_unit_test_teardown(test_threads_concurrent, teardown),
+		cmocka_unit_test_teardown(test_half_variants, teardown),
+		cmocka_unit_test_teardown(test_half_inline, teardown),
+		cmocka_unit_test_teardown(test_wrap_host, teardown),
 	};
 	if (kk_backend_open("cpu", &be) < 0)
 		return 1;

@@ -21,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -876,6 +878,220 @@ static void test_bad_files(void **state)
 	assert_int_equal(km_file_open(tpath("absent"), &f, &err), -ENOENT);
 }
 
+/* ---- weights computed on in the file's mapping ------------------------------ */
+
+/* A source that never offers views: the model copies every tensor. */
+static km_weight_source copying(km_file *f)
+{
+	km_weight_source s = km_file_source(f);
+	s.view = NULL;
+	return s;
+}
+
+static km_model *model_dt(const km_config *c, km_weight_source src, kk_dtype dt)
+{
+	kiln_error err = {};
+	km_model_opts o = { .weight_dtype = dt, .max_tokens = 64, .max_seqs = 1 };
+	km_model *m = NULL;
+	if (km_model_new(be, c, &o, &src, &m, &err) < 0)
+		fail_msg("km_model_new: %s", err.msg);
+	return m;
+}
+
+/* view() handing out a misaligned pointer: kk refuses to wrap it and the
+ * model reads the tensor instead. */
+static const void *odd_view(void *ud, const char *name, size_t count, kk_dtype *dt)
+{
+	km_weight_source s = km_file_source(ud);
+	const char *p = s.view(ud, name, count, dt);
+	return p ? p + 1 : NULL;
+}
+
+/* The file's f32 (and f16) tensors are used in place: the model's logits
+ * are bit for bit those of a model that copied them, after km_file_free
+ * (the model holds the mapping), and the mapping is read-only (a write
+ * faults in a child).  A misaligned tensor is copied. */
+static void test_mapped_weights(void **state)
+{
+	NEED_FIXTURE();
+	write_gguf(tpath("map32.gguf"), &(gguf_opts){ .mat_type = GGML_F32 });
+	write_gguf(tpath("map16.gguf"), &(gguf_opts){ .mat_type = GGML_F16 });
+	const char *paths[] = { tpath("map32.gguf"), tpath("map16.gguf") };
+	const kk_dtype dts[] = { KK_F32, KK_F16 };
+	float *la = malloc((size_t) N_STEPS * V * sizeof(float));
+	float *lb = malloc((size_t) N_STEPS * V * sizeof(float));
+	assert_non_null(la);
+	assert_non_null(lb);
+	for (int i = 0; i < 2; i++) {
+		kiln_error err = {};
+		km_file *f = NULL;
+		if (km_file_open(paths[i], &f, &err) < 0)
+			fail_msg("%s", err.msg);
+		km_config c = *km_file_config(f);
+		km_model *a = model_dt(&c, km_file_source(f), dts[i]);
+		km_model *b = model_dt(&c, copying(f), dts[i]);
+		assert_int_equal(km_model_mapped_bytes(b), 0);
+		assert_true(km_model_mapped_bytes(a) > 0);
+		if (dts[i] == KK_F32) /* everything; f16: the f32 norms are converted */
+			assert_int_equal(km_model_mapped_bytes(a), km_model_weight_bytes(a));
+		else
+			assert_true(km_model_mapped_bytes(a) < km_model_weight_bytes(a));
+		print_message("# %s as %s: %zu of %zu weight bytes on the mapping\n", paths[i],
+			      kk_dtype_name(dts[i]), km_model_mapped_bytes(a),
+			      km_model_weight_bytes(a));
+
+		/* read-only: a stray write faults instead of changing the file */
+		kk_dtype vdt;
+		km_weight_source s = km_file_source(f);
+		float *w = (float *) s.view(f, "layers.0.attention.wq.weight",
+					    (size_t) c.dim * c.dim, &vdt);
+		assert_non_null(w);
+		pid_t pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			signal(SIGSEGV, SIG_DFL); /* not cmocka's handler */
+			w[0] = 1.0f;
+			_exit(0);
+		}
+		int st;
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
+
+		km_weight_source odd = km_file_source(f);
+		odd.view = odd_view;
+		km_model *o = model_dt(&c, odd, dts[i]);
+		assert_int_equal(km_model_mapped_bytes(o), 0);
+
+		km_file_free(f); /* a and o hold the mapping now */
+		forced(a, la, false);
+		forced(b, lb, false);
+		assert_memory_equal(la, lb, (size_t) N_STEPS * V * sizeof(float));
+		forced(o, la, false);
+		assert_memory_equal(la, lb, (size_t) N_STEPS * V * sizeof(float));
+		km_model_free(a);
+		km_model_free(b);
+		km_model_free(o);
+	}
+	free(la);
+	free(lb);
+}
+
+/* Anonymous resident memory (/proc/self/status RssAnon), bytes. */
+static size_t rss_anon(void)
+{
+	FILE *fp = fopen("/proc/self/status", "r");
+	char line[256];
+	size_t kb = 0;
+	assert_non_null(fp);
+	while (fgets(line, sizeof(line), fp))
+		if (sscanf(line, "RssAnon: %zu kB", &kb) == 1)
+			break;
+	fclose(fp);
+	return kb * 1024;
+}
+
+/* A random f32 model of ~22 MB as a kiln safetensors file (kmf_writer
+ * aligns every tensor). */
+static void write_big(const char *path, km_config *c)
+{
+	*c = (km_config){ .dim = 256,
+			  .hidden_dim = 768,
+			  .n_layers = 4,
+			  .n_heads = 4,
+			  .n_kv_heads = 4,
+			  .head_dim = 64,
+			  .vocab_size = 8192,
+			  .max_seq_len = 64,
+			  .norm_eps = 1e-5f,
+			  .rope_theta = 10000,
+			  .shared_classifier = true };
+	kmf_writer *w = NULL;
+	assert_int_equal(kmf_writer_new(&w), 0);
+	float *buf = malloc((size_t) c->vocab_size * c->dim * sizeof(float));
+	assert_non_null(buf);
+	uint32_t x = 12345;
+	for (size_t i = 0; i < (size_t) c->vocab_size * c->dim; i++) {
+		x = x * 1664525u + 1013904223u;
+		buf[i] = ((float) (x >> 8) / 16777216.0f - 0.5f) * 0.1f;
+	}
+	const int64_t d = c->dim, h = c->hidden_dim;
+	int64_t sh[2] = { c->vocab_size, d };
+	assert_int_equal(kmf_writer_add(w, "tok_embeddings.weight", KMF_F32, 2, sh, buf,
+					(uint64_t) (sh[0] * sh[1] * 4)),
+			 0);
+	sh[0] = d;
+	assert_int_equal(kmf_writer_add(w, "norm.weight", KMF_F32, 1, sh, buf, (uint64_t) d * 4),
+			 0);
+	const int64_t rows[9] = { d, d, d, d, d, d, h, d, h };
+	const int64_t cols[9] = { 0, d, d, d, d, 0, d, h, d };
+	for (int L = 0; L < c->n_layers; L++)
+		for (int k = 0; k < 9; k++) {
+			char name[96];
+			int64_t s2[2] = { rows[k], cols[k] };
+			snprintf(name, sizeof(name), "layers.%d.%s", L, layer_canon[k]);
+			assert_int_equal(
+				kmf_writer_add(w, name, KMF_F32, cols[k] ? 2 : 1, s2,
+					       buf + L * 1000 + k,
+					       (uint64_t) (rows[k] * (cols[k] ? cols[k] : 1) * 4)),
+				0);
+		}
+	char v[64];
+	const struct {
+		const char *k;
+		long long v;
+	} ints[] = {
+		{ "kiln.config.dim", c->dim },
+		{ "kiln.config.hidden_dim", c->hidden_dim },
+		{ "kiln.config.n_layers", c->n_layers },
+		{ "kiln.config.n_heads", c->n_heads },
+		{ "kiln.config.n_kv_heads", c->n_kv_heads },
+		{ "kiln.config.vocab_size", c->vocab_size },
+		{ "kiln.config.max_seq_len", c->max_seq_len },
+		{ "kiln.config.rope_mode", 0 },
+		{ "kiln.config.shared_classifier", 1 },
+	};
+	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+		snprintf(v, sizeof(v), "%lld", ints[i].v);
+		assert_int_equal(kmf_writer_set_meta(w, ints[i].k, v), 0);
+	}
+	assert_int_equal(kmf_writer_set_meta(w, "kiln.config.norm_eps", "1e-5"), 0);
+	assert_int_equal(kmf_writer_set_meta(w, "kiln.config.rope_theta", "10000"), 0);
+	kiln_error ke = {};
+	if (kmf_writer_commit(w, path, 0644, &ke) < 0)
+		fail_msg("kmf_writer_commit: %s", ke.msg);
+	kmf_writer_free(w);
+	free(buf);
+}
+
+/* Loading an f32 model maps its weights: the process's anonymous memory
+ * grows by the activations only (under a quarter of the weights), where a
+ * copying load grows by most of the weights (measured in the same run, so
+ * the check can fail). */
+static void test_mapped_rss(void **state)
+{
+	km_config c;
+	write_big(tpath("big.safetensors"), &c);
+	for (int copy = 0; copy < 2; copy++) {
+		kiln_error err = {};
+		km_file *f = NULL;
+		if (km_file_open(tpath("big.safetensors"), &f, &err) < 0)
+			fail_msg("%s", err.msg);
+		size_t before = rss_anon();
+		km_model *m =
+			model_dt(km_file_config(f), copy ? copying(f) : km_file_source(f), KK_F32);
+		size_t after = rss_anon(), wb = km_model_weight_bytes(m);
+		size_t grew = after > before ? after - before : 0;
+		print_message("# %s load: anonymous memory +%.1f MB for %.1f MB of weights\n",
+			      copy ? "copying" : "mapped", grew / 1e6, wb / 1e6);
+		if (copy)
+			assert_true(grew >= wb / 2);
+		else
+			assert_true(grew < wb / 4);
+		km_model_free(m);
+		km_file_free(f);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -883,7 +1099,8 @@ int main(void)
 		cmocka_unit_test(test_hf_safetensors), cmocka_unit_test(test_gguf_f32),
 		cmocka_unit_test(test_gguf_unshared),  cmocka_unit_test(test_gguf_f16),
 		cmocka_unit_test(test_gguf_q8_0),      cmocka_unit_test(test_kmtrain_checkpoint),
-		cmocka_unit_test(test_bad_files),
+		cmocka_unit_test(test_bad_files),      cmocka_unit_test(test_mapped_weights),
+		cmocka_unit_test(test_mapped_rss),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
