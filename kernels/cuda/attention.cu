@@ -27,11 +27,13 @@
  * and every query tile at or after the keys, accumulating dk and dv in
  * registers, so each output element is written once.
  *
- * Decode, BF16/F16 (flash-decoding): kc_attn_decode_split_kernel splits
- * each sequence's pages over enough blocks to fill the GPU, a block reading
- * one kv head's K/V once (16-byte loads) for up to 8 query heads of its GQA
- * group; kc_attn_combine_kernel merges the splits' (m, l, acc) from a
- * workspace cached in the backend (kc_ctx.attn_ws).
+ * Decode, BF16/F16 (flash-decoding): each sequence's pages are split over
+ * blocks in whole waves of the GPU (kc_plan.h), a block reading one kv
+ * head's K/V once for the query heads of its GQA group: through mma.sync
+ * (the group's heads as the rows of an m16 tile, kc_attn_decode_mma_kernel)
+ * for groups of 4 or more, with 16-byte loads and FMA for groups of 1 and 2
+ * (kc_attn_decode_split_kernel); kc_attn_combine_kernel merges the splits'
+ * (m, l, acc) from a workspace cached in the backend (kc_ctx.attn_ws).
  *
  * Decode, F32, and paged prefill (kc_attn_decode_kernel): grid (query rows, n_heads), 4 warps;
  * warp w takes pages w, w + 4, ... of the sequence's block table; each lane
@@ -1420,7 +1422,9 @@ template <int D, bool BF>
 static int kc_decode_tc(kk_backend *be, kk_stream *st, const kk_paged_desc *d, void *o,
 			const void *q, const void *kc, const void *vc)
 {
-	static int per_sm[3]; /* the mma kernel, GM = 1, GM = 2 */
+	/* Resident blocks per SM of the mma kernel, GM = 1, GM = 2: asked of the
+	 * first device that runs them (a kiln node has one GPU model). */
+	static int per_sm[3];
 	cudaStream_t s = kc_stream(be, st);
 	int group = d->n_heads / d->n_kv_heads;
 	bool mma = group >= KC_DEC_MMA_MIN;
