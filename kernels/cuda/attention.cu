@@ -713,7 +713,6 @@ template <bool BF> using T16 = typename kc_t16<BF>::t;
 
 /* ---- paged decode, split over the context (flash-decoding) --------------- */
 
-#define KC_DEC_GMAX  2	/* query heads per block of the CUDA-core kernel (groups of 1 and 2) */
 #define KC_DEC_CHUNK 8	/* tokens a warp scores per step (half a KV block) */
 #define KC_DEC_MROWS 16 /* query heads per block of the mma kernel: one m16 tile */
 /* GQA groups of at least this many query heads go through mma (the rows of
@@ -723,6 +722,14 @@ template <bool BF> using T16 = typename kc_t16<BF>::t;
  * compare the two on a GPU. */
 #ifndef KC_DEC_MMA_MIN
 #define KC_DEC_MMA_MIN 4
+#endif
+/* Query heads per block of the CUDA-core kernel: groups of 1 and 2; in a
+ * build with KC_DEC_MMA_MIN raised, also 4 and 8 (the group rounded up,
+ * larger groups in 8-head slices), as before the mma kernel existed. */
+#if KC_DEC_MMA_MIN > 4
+#define KC_DEC_GMAX 8
+#else
+#define KC_DEC_GMAX 2
 #endif
 
 /* 2^x as one MUFU.EX2 (ex2.approx.ftz: about 2 ulp, subnormal results
@@ -1422,15 +1429,19 @@ template <int D, bool BF>
 static int kc_decode_tc(kk_backend *be, kk_stream *st, const kk_paged_desc *d, void *o,
 			const void *q, const void *kc, const void *vc)
 {
-	/* Resident blocks per SM of the mma kernel, GM = 1, GM = 2: asked of the
-	 * first device that runs them (a kiln node has one GPU model). */
-	static int per_sm[3];
+	/* Resident blocks per SM of the mma kernel, GM = 1, 2 (4, 8): asked of
+	 * the first device that runs them (a kiln node has one GPU model). */
+	static int per_sm[5];
 	cudaStream_t s = kc_stream(be, st);
 	int group = d->n_heads / d->n_kv_heads;
 	bool mma = group >= KC_DEC_MMA_MIN;
-	int gm = mma ? KC_DEC_MROWS : group <= 1 ? 1 : KC_DEC_GMAX;
+	int gm = mma				  ? KC_DEC_MROWS
+		 : group <= 1			  ? 1
+		 : group <= 2 || KC_DEC_GMAX == 2 ? 2
+		 : group <= 4			  ? 4
+						  : 8;
 	long gy = (long) d->n_kv_heads * ((group + gm - 1) / gm);
-	if (d->n_seqs > 65535 || gy > 65535)
+	if (d->n_seqs > 65535 || gy > 65535 || (!mma && gm > KC_DEC_GMAX))
 		return -EOPNOTSUPP;
 	size_t smem = mma ? (size_t) KC_AW * 4 * KK_KV_BLOCK_SIZE * D * sizeof(uint16_t) : 0;
 	int per = 1;
@@ -1443,9 +1454,16 @@ static int kc_decode_tc(kk_backend *be, kk_stream *st, const kk_paged_desc *d, v
 		per = kc_dec_per_sm(kc_attn_decode_mma_kernel<D, BF>, smem, &per_sm[0]);
 	} else if (gm == 1) {
 		per = kc_dec_per_sm(kc_attn_decode_split_kernel<D, BF, 1>, 0, &per_sm[1]);
-	} else {
-		per = kc_dec_per_sm(kc_attn_decode_split_kernel<D, BF, KC_DEC_GMAX>, 0, &per_sm[2]);
+	} else if (gm == 2) {
+		per = kc_dec_per_sm(kc_attn_decode_split_kernel<D, BF, 2>, 0, &per_sm[2]);
 	}
+#if KC_DEC_GMAX > 2
+	else if (gm == 4) {
+		per = kc_dec_per_sm(kc_attn_decode_split_kernel<D, BF, 4>, 0, &per_sm[3]);
+	} else {
+		per = kc_dec_per_sm(kc_attn_decode_split_kernel<D, BF, 8>, 0, &per_sm[4]);
+	}
+#endif
 	long pages = (d->max_context_len + KK_KV_BLOCK_SIZE - 1) / KK_KV_BLOCK_SIZE;
 	kc_dec_plan plan =
 		kc_dec_plan_make(pages, (long) d->n_seqs * gy, (long) kc_sm_count() * per);
@@ -1472,9 +1490,17 @@ static int kc_decode_tc(kk_backend *be, kk_stream *st, const kk_paged_desc *d, v
 	else if (gm == 1)
 		kc_attn_decode_split_kernel<D, BF, 1><<<grid, KC_AW * 32, 0, s>>>(
 			qq, kk, vv, bt, maxb, lens, (uint16_t *) o, ws, ml, hq, hkv, sl2, pps);
-	else
-		kc_attn_decode_split_kernel<D, BF, KC_DEC_GMAX><<<grid, KC_AW * 32, 0, s>>>(
+	else if (gm == 2)
+		kc_attn_decode_split_kernel<D, BF, 2><<<grid, KC_AW * 32, 0, s>>>(
 			qq, kk, vv, bt, maxb, lens, (uint16_t *) o, ws, ml, hq, hkv, sl2, pps);
+#if KC_DEC_GMAX > 2
+	else if (gm == 4)
+		kc_attn_decode_split_kernel<D, BF, 4><<<grid, KC_AW * 32, 0, s>>>(
+			qq, kk, vv, bt, maxb, lens, (uint16_t *) o, ws, ml, hq, hkv, sl2, pps);
+	else
+		kc_attn_decode_split_kernel<D, BF, 8><<<grid, KC_AW * 32, 0, s>>>(
+			qq, kk, vv, bt, maxb, lens, (uint16_t *) o, ws, ml, hq, hkv, sl2, pps);
+#endif
 	int r = kc_check_launch();
 	if (r >= 0 && nsplit > 1) {
 		kc_attn_combine_kernel<D, BF>
