@@ -927,25 +927,49 @@ __global__ void __launch_bounds__(KC_AW * 32)
 	}
 }
 
+#define KC_COMB_SLICES 8 /* split slices of the combine kernel: D x 8 threads at most */
+
 /* o[seq, h] = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M) over the
- * splits' partials.  Grid (n_heads, n_seqs), D threads. */
+ * splits' partials.  Grid (n_heads, n_seqs), D x SL threads (SL =
+ * blockDim.x / D split slices, 1..KC_COMB_SLICES).  The block forms M, the
+ * weights 2^(m_s - M) (in shared memory) and the denominator with the
+ * threads reading the splits in parallel; thread (slice j, column d) then
+ * adds acc_s w_s over s = j, j + SL, ... (independent loads that overlap)
+ * and the slices are summed through shared memory.  One thread walking all
+ * of a few hundred splits alone would wait an L2 latency per split. */
 template <int D, bool BF>
-__global__ void __launch_bounds__(D) kc_attn_combine_kernel(const float *ws_acc, const float *ws_ml,
-							    uint16_t *o, int hq, int nsplit)
+__global__ void __launch_bounds__((D * KC_COMB_SLICES))
+	kc_attn_combine_kernel(const float *ws_acc, const float *ws_ml, uint16_t *o, int hq,
+			       int nsplit)
 {
+	__shared__ float sw[KC_DEC_MAX_SPLITS], sred[33];
+	__shared__ float snum[KC_COMB_SLICES][D];
 	size_t hrow = (size_t) blockIdx.y * hq + blockIdx.x;
 	const float *ml = ws_ml + 2 * hrow * nsplit;
-	int d = threadIdx.x;
+	int sl = blockDim.x / D, j = threadIdx.x / D, d = threadIdx.x % D;
 	float M = -INFINITY;
-	for (int s = 0; s < nsplit; s++)
+	for (int s = threadIdx.x; s < nsplit; s += blockDim.x)
 		M = fmaxf(M, ml[2 * s]);
-	float num = 0.0f, den = 0.0f;
-	for (int s = 0; s < nsplit; s++) {
+	M = kc_block_max(M, sred);
+	float den = 0.0f;
+	for (int s = threadIdx.x; s < nsplit; s += blockDim.x) {
 		float f = ml[2 * s] == -INFINITY ? 0.0f : kc_dec_exp2(ml[2 * s] - M);
-		num += ws_acc[(hrow * nsplit + s) * D + d] * f;
+		sw[s] = f;
 		den += ml[2 * s + 1] * f;
 	}
-	kc_st((T16<BF> *) o, hrow * D + d, den > 0.0f ? num / den : 0.0f);
+	den = kc_block_sum(den, sred); /* its barriers publish sw too */
+	const float *acc = ws_acc + hrow * nsplit * D + d;
+	float num = 0.0f;
+#pragma unroll 4
+	for (int s = j; s < nsplit; s += sl)
+		num = fmaf(acc[(size_t) s * D], sw[s], num);
+	snum[j][d] = num;
+	__syncthreads();
+	if (j == 0) {
+		for (int k = 1; k < sl; k++)
+			num += snum[k][d];
+		kc_st((T16<BF> *) o, hrow * D + d, den > 0.0f ? num / den : 0.0f);
+	}
 }
 
 /* Stages one KV page of one kv head (16 token rows of D elements from
@@ -1503,8 +1527,10 @@ static int kc_decode_tc(kk_backend *be, kk_stream *st, const kk_paged_desc *d, v
 #endif
 	int r = kc_check_launch();
 	if (r >= 0 && nsplit > 1) {
+		/* Split slices: 2 splits per thread at least, 8 slices at most. */
+		int sl = (nsplit + 1) / 2 < KC_COMB_SLICES ? (nsplit + 1) / 2 : KC_COMB_SLICES;
 		kc_attn_combine_kernel<D, BF>
-			<<<dim3((unsigned) d->n_heads, (unsigned) d->n_seqs), D, 0, s>>>(
+			<<<dim3((unsigned) d->n_heads, (unsigned) d->n_seqs), D * sl, 0, s>>>(
 				ws, ws + rows * D, (uint16_t *) o, d->n_heads, nsplit);
 		r = kc_check_launch();
 	}
