@@ -27,11 +27,13 @@
  * and every query tile at or after the keys, accumulating dk and dv in
  * registers, so each output element is written once.
  *
- * Decode, BF16/F16 (flash-decoding): kc_attn_decode_split_kernel splits
- * each sequence's pages over enough blocks to fill the GPU, a block reading
- * one kv head's K/V once (16-byte loads) for up to 8 query heads of its GQA
- * group; kc_attn_combine_kernel merges the splits' (m, l, acc) from a
- * workspace cached in the backend (kc_ctx.attn_ws).
+ * Decode, BF16/F16 (flash-decoding): each sequence's pages are split over
+ * blocks in whole waves of the GPU (kc_plan.h), a block reading one kv
+ * head's K/V once for the query heads of its GQA group: through mma.sync
+ * (the group's heads as the rows of an m16 tile, kc_attn_decode_mma_kernel)
+ * for groups of 4 or more, with 16-byte loads and FMA for groups of 1 and 2
+ * (kc_attn_decode_split_kernel); kc_attn_combine_kernel merges the splits'
+ * (m, l, acc) from a workspace cached in the backend (kc_ctx.attn_ws).
  *
  * Decode, F32, and paged prefill (kc_attn_decode_kernel): grid (query rows, n_heads), 4 warps;
  * warp w takes pages w, w + 4, ... of the sequence's block table; each lane
@@ -45,6 +47,7 @@
 
 #include "kc.h"
 #include "kc_mma.cuh"
+#include "kc_plan.h"
 #include "kc_vec.cuh"
 
 #define KC_BR	32 /* query rows per block (forward, dq) and per tile (dkdv) */
@@ -710,11 +713,38 @@ template <bool BF> using T16 = typename kc_t16<BF>::t;
 
 /* ---- paged decode, split over the context (flash-decoding) --------------- */
 
-#define KC_DEC_GMAX	  8   /* query heads per block: a GQA group or an 8-head slice of one */
-#define KC_DEC_CHUNK	  8   /* tokens a warp scores per step (half a KV block) */
-#define KC_DEC_MIN_PAGES  4   /* fewest KV blocks (64 tokens) per split */
-#define KC_DEC_MAX_SPLITS 128 /* bounds the workspace: 128 partial rows per head */
-#define KC_DEC_TARGET	  528 /* blocks to aim for: 4 per SM of a 132-SM H100 */
+#define KC_DEC_CHUNK 8	/* tokens a warp scores per step (half a KV block) */
+#define KC_DEC_MROWS 16 /* query heads per block of the mma kernel: one m16 tile */
+/* GQA groups of at least this many query heads go through mma (the rows of
+ * an m16 tile: 4 of 16 rows used is still far below the tensor cores'
+ * ceiling, and it takes the per-head FMA work off the CUDA cores);
+ * -DKC_DEC_MMA_MIN=1000 keeps every group on the CUDA-core kernel, to
+ * compare the two on a GPU. */
+#ifndef KC_DEC_MMA_MIN
+#define KC_DEC_MMA_MIN 4
+#endif
+/* Query heads per block of the CUDA-core kernel: groups of 1 and 2; in a
+ * build with KC_DEC_MMA_MIN raised, also 4 and 8 (the group rounded up,
+ * larger groups in 8-head slices), as before the mma kernel existed. */
+#if KC_DEC_MMA_MIN > 4
+#define KC_DEC_GMAX 8
+#else
+#define KC_DEC_GMAX 2
+#endif
+
+/* 2^x as one MUFU.EX2 (ex2.approx.ftz: about 2 ulp, subnormal results
+ * flushed to 0; exp2f adds range fixups around it).  -inf gives +0, which
+ * the online softmax relies on. */
+static __device__ __forceinline__ float kc_dec_exp2(float x)
+{
+#if defined(__CUDA_ARCH__)
+	float y;
+	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+	return y;
+#else /* host pass and the CPU emulation */
+	return exp2f(x);
+#endif
+}
 
 /* 16 bytes, so that a plain load is one 128-bit access. */
 struct alignas(16) kc_u4 {
@@ -737,14 +767,14 @@ template <bool BF> static __device__ __forceinline__ void kc_unpack8(const kc_u4
 }
 
 /* Grid (n_splits, n_kv_heads * head slices, n_seqs), 4 warps.  The block
- * reads the K/V of one kv head once for up to GM (1, 2, 4 or 8: the GQA group
- * rounded up, at most KC_DEC_GMAX) query heads sharing it, over pages [split * pps, (split + 1) *
- * pps) of its sequence.  Warps take 8-token chunks in turn; lanes hold 8 contiguous elements of a
- * token (16-byte loads; D / 8 lanes per token, 32 / (D / 8) tokens per load), so a chunk is 4 loads
- * of K and 4 of V per lane at either head dim, all issued before use.  Scores in the log2 domain (q
- * pre-scaled in shared memory); each warp keeps (m, l, acc) per head; the 4 warps merge through
- * shared memory, then the block writes o directly (one split) or its partial (m, l, acc) to the
- * workspace for kc_attn_combine_kernel. */
+ * reads the K/V of one kv head once for the GM (1 or 2: the GQA group; larger
+ * groups take kc_attn_decode_mma_kernel) query heads sharing it, over pages [split * pps, (split +
+ * 1) * pps) of its sequence.  Warps take 8-token chunks in turn; lanes hold 8 contiguous elements
+ * of a token (16-byte loads; D / 8 lanes per token, 32 / (D / 8) tokens per load), so a chunk is 4
+ * loads of K and 4 of V per lane at either head dim, all issued before use.  Scores in the log2
+ * domain (q pre-scaled in shared memory); each warp keeps (m, l, acc) per head; the 4 warps merge
+ * through shared memory, then the block writes o directly (one split) or its partial (m, l, acc) to
+ * the workspace for kc_attn_combine_kernel. */
 template <int D, bool BF, int GM>
 __global__ void __launch_bounds__(KC_AW * 32)
 	kc_attn_decode_split_kernel(const uint16_t *q, const uint16_t *kcache,
@@ -833,7 +863,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 			for (int x = LPR; x < 32; x <<= 1)
 				mx = fmaxf(mx, __shfl_xor_sync(KC_FULL, mx, x));
 			/* finite: the chunk's first token is < len */
-			float mn = fmaxf(m[g], mx), corr = exp2f(m[g] - mn);
+			float mn = fmaxf(m[g], mx), corr = kc_dec_exp2(m[g] - mn);
 			m[g] = mn;
 			l[g] *= corr;
 #pragma unroll
@@ -841,7 +871,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 				acc[g][e] *= corr;
 #pragma unroll
 			for (int i = 0; i < NL; i++) {
-				float p = exp2f(s[i][g] - mn), vf[8];
+				float p = kc_dec_exp2(s[i][g] - mn), vf[8];
 				kc_unpack8<BF>(vr[i], vf);
 				l[g] += p;
 #pragma unroll
@@ -879,7 +909,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 			M = fmaxf(M, s_m[w][g]);
 		float num = 0.0f, den = 0.0f;
 		for (int w = 0; w < KC_AW; w++) {
-			float f = s_m[w][g] == -INFINITY ? 0.0f : exp2f(s_m[w][g] - M);
+			float f = s_m[w][g] == -INFINITY ? 0.0f : kc_dec_exp2(s_m[w][g] - M);
 			num += s_acc[w][g][d] * f;
 			den += s_l[w][g] * f;
 		}
@@ -897,25 +927,257 @@ __global__ void __launch_bounds__(KC_AW * 32)
 	}
 }
 
+#define KC_COMB_SLICES 8 /* split slices of the combine kernel: D x 8 threads at most */
+
 /* o[seq, h] = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M) over the
- * splits' partials.  Grid (n_heads, n_seqs), D threads. */
+ * splits' partials.  Grid (n_heads, n_seqs), D x SL threads (SL =
+ * blockDim.x / D split slices, 1..KC_COMB_SLICES).  The block forms M, the
+ * weights 2^(m_s - M) (in shared memory) and the denominator with the
+ * threads reading the splits in parallel; thread (slice j, column d) then
+ * adds acc_s w_s over s = j, j + SL, ... (independent loads that overlap)
+ * and the slices are summed through shared memory.  One thread walking all
+ * of a few hundred splits alone would wait an L2 latency per split. */
 template <int D, bool BF>
-__global__ void __launch_bounds__(D) kc_attn_combine_kernel(const float *ws_acc, const float *ws_ml,
-							    uint16_t *o, int hq, int nsplit)
+__global__ void __launch_bounds__((D * KC_COMB_SLICES))
+	kc_attn_combine_kernel(const float *ws_acc, const float *ws_ml, uint16_t *o, int hq,
+			       int nsplit)
 {
+	__shared__ float sw[KC_DEC_MAX_SPLITS], sred[33];
+	__shared__ float snum[KC_COMB_SLICES][D];
 	size_t hrow = (size_t) blockIdx.y * hq + blockIdx.x;
 	const float *ml = ws_ml + 2 * hrow * nsplit;
-	int d = threadIdx.x;
+	int sl = blockDim.x / D, j = threadIdx.x / D, d = threadIdx.x % D;
 	float M = -INFINITY;
-	for (int s = 0; s < nsplit; s++)
+	for (int s = threadIdx.x; s < nsplit; s += blockDim.x)
 		M = fmaxf(M, ml[2 * s]);
-	float num = 0.0f, den = 0.0f;
-	for (int s = 0; s < nsplit; s++) {
-		float f = ml[2 * s] == -INFINITY ? 0.0f : exp2f(ml[2 * s] - M);
-		num += ws_acc[(hrow * nsplit + s) * D + d] * f;
+	M = kc_block_max(M, sred);
+	float den = 0.0f;
+	for (int s = threadIdx.x; s < nsplit; s += blockDim.x) {
+		float f = ml[2 * s] == -INFINITY ? 0.0f : kc_dec_exp2(ml[2 * s] - M);
+		sw[s] = f;
 		den += ml[2 * s + 1] * f;
 	}
-	kc_st((T16<BF> *) o, hrow * D + d, den > 0.0f ? num / den : 0.0f);
+	den = kc_block_sum(den, sred); /* its barriers publish sw too */
+	const float *acc = ws_acc + hrow * nsplit * D + d;
+	float num = 0.0f;
+#pragma unroll 4
+	for (int s = j; s < nsplit; s += sl)
+		num = fmaf(acc[(size_t) s * D], sw[s], num);
+	snum[j][d] = num;
+	__syncthreads();
+	if (j == 0) {
+		for (int k = 1; k < sl; k++)
+			num += snum[k][d];
+		kc_st((T16<BF> *) o, hrow * D + d, den > 0.0f ? num / den : 0.0f);
+	}
+}
+
+/* Stages one KV page of one kv head (16 token rows of D elements from
+ * element `base`, global row stride `tstride`) into this warp's swizzled K
+ * and V tiles with cp.async; rows >= valid (past the context: stale cache,
+ * maybe NaN) are zero-filled and never read from global memory, so neither
+ * S nor P V sees them. */
+template <int D>
+static __device__ __forceinline__ void kc_dec_stage(uint16_t *sk, uint16_t *sv, const uint16_t *kc,
+						    const uint16_t *vc, size_t base, size_t tstride,
+						    int valid, int lane)
+{
+	constexpr int CPR = D / 8, RSTEP = 32 / CPR; /* chunks per row, rows per wave */
+	int r0 = lane / CPR, c = lane % CPR;
+#pragma unroll
+	for (int i = 0; i < KK_KV_BLOCK_SIZE / RSTEP; i++) {
+		int r = r0 + i * RSTEP;
+		bool ok = r < valid;
+		size_t off = base + (size_t) r * tstride + c * 8;
+		kc_cp_async16(sk + kc_sw<D>(r, c) * 8, ok ? kc + off : kc, ok);
+		kc_cp_async16(sv + kc_sw<D>(r, c) * 8, ok ? vc + off : vc, ok);
+	}
+}
+
+/* Decode for GQA groups of KC_DEC_MMA_MIN or more query heads on the tensor
+ * cores.  Grid (n_splits, n_kv_heads * ceil(group / 16), n_seqs), 4 warps.
+ * The block owns up to 16 query heads of one kv head's group (the rows of an
+ * m16n8k16 tile, zero past the group) and pages [split * pps, (split + 1) *
+ * pps) of its sequence; warp w takes pages w, w + 4, ... of them, each
+ * double-buffered in its own shared tiles by cp.async (the next page loads
+ * while this one is used; only __syncwarp between lanes, no block barrier in
+ * the loop).  Per page of 16 keys: S = Q K^T is D / 8 mma (Q fragments in
+ * registers for the whole kernel, K through ldmatrix), masking only on the
+ * context's last page, the online softmax on the S fragments in the log2
+ * domain (scores times scale * log2 e in f32, kc_dec_exp2), and P, rounded
+ * to the input type in registers, is the A operand of O += P V: one k-step,
+ * D / 8 mma (V through ldmatrix.trans).  The warps merge (m, l, acc) through
+ * shared memory (the tiles' space), then the block writes o (one split) or
+ * its partial rows for kc_attn_combine_kernel, as the CUDA-core kernel. */
+template <int D, bool BF>
+__global__ void __launch_bounds__(KC_AW * 32)
+	kc_attn_decode_mma_kernel(const uint16_t *q, const uint16_t *kcache, const uint16_t *vcache,
+				  const int32_t *bt, int maxb, const int32_t *lens, uint16_t *o,
+				  float *ws_acc, float *ws_ml, int hq, int hkv, float sl2, int pps)
+{
+	constexpr int KD = D / 16;		   /* k-steps of S = Q K^T */
+	constexpr int NO = D / 8;		   /* n-tiles of O */
+	constexpr int PAGE = KK_KV_BLOCK_SIZE * D; /* elements of a staged K or V page */
+	constexpr int R = KC_DEC_MROWS;		   /* query heads (rows) per block */
+	static_assert(KK_KV_BLOCK_SIZE == 16, "a page is one k-step of P V and two n-tiles of S");
+	extern __shared__ float smem[];
+	__shared__ float s_m[KC_AW][R], s_l[KC_AW][R];
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	int g = lane >> 2, t = lane & 3;   /* fragment row and column pair */
+	int mi = lane >> 3, mr = lane & 7; /* ldmatrix: matrix and row this lane addresses */
+	uint16_t *sk = (uint16_t *) smem + warp * 4 * PAGE; /* 2 stages of K, then 2 of V */
+	uint16_t *sv = sk + 2 * PAGE;
+	int split = blockIdx.x, seq = blockIdx.z, nsplit = gridDim.x;
+	int group = hq / hkv, slices = (group + R - 1) / R;
+	int hk = blockIdx.y / slices, h0 = hk * group + (blockIdx.y % slices) * R;
+	int G = min(R, hk * group + group - h0);
+	int len = lens[seq];
+
+	/* Q as the A operand: rows h0 + g and h0 + g + 8, zero past the group. */
+	uint32_t qf[KD][4];
+	const uint32_t *q32 = (const uint32_t *) (q + ((size_t) seq * hq + h0) * D);
+#pragma unroll
+	for (int kk = 0; kk < KD; kk++)
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			int row = g + (i & 1) * 8, col = kk * 16 + (i >> 1) * 8 + 2 * t;
+			qf[kk][i] = row < G ? q32[(row * D + col) / 2] : 0u;
+		}
+
+	float acc[NO][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
+#pragma unroll
+	for (int n = 0; n < NO; n++)
+		acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+	int p_beg = split * pps,
+	    p_end = min(p_beg + pps, (len + KK_KV_BLOCK_SIZE - 1) / KK_KV_BLOCK_SIZE);
+	int mine = warp < p_end - p_beg ? (p_end - p_beg - warp + KC_AW - 1) / KC_AW : 0;
+	size_t tstride = (size_t) hkv * D; /* between tokens of a page */
+	const int32_t *btr = bt + (size_t) seq * maxb;
+	if (mine > 0) {
+		int p = p_beg + warp;
+		kc_dec_stage<D>(sk, sv, kcache, vcache,
+				((size_t) btr[p] * KK_KV_BLOCK_SIZE * hkv + hk) * D, tstride,
+				len - p * KK_KV_BLOCK_SIZE, lane);
+	}
+	kc_cp_commit();
+	for (int i = 0; i < mine; i++) {
+		int p = p_beg + warp + i * KC_AW;
+		if (i + 1 < mine) {
+			int pn = p + KC_AW;
+			kc_dec_stage<D>(sk + ((i + 1) & 1) * PAGE, sv + ((i + 1) & 1) * PAGE,
+					kcache, vcache,
+					((size_t) btr[pn] * KK_KV_BLOCK_SIZE * hkv + hk) * D,
+					tstride, len - pn * KK_KV_BLOCK_SIZE, lane);
+		}
+		kc_cp_commit();
+		kc_cp_wait<1>(); /* everything but the newest group: page i */
+		__syncwarp();	 /* the other lanes' copies too */
+		const uint16_t *ck = sk + (i & 1) * PAGE, *cv = sv + (i & 1) * PAGE;
+
+		float s[2][4] = { { 0.0f, 0.0f, 0.0f, 0.0f }, { 0.0f, 0.0f, 0.0f, 0.0f } };
+#pragma unroll
+		for (int kk = 0; kk < KD; kk++) {
+			uint32_t b[4];
+			kc_ldsm_x4(b, ck + kc_sw<D>((mi >> 1) * 8 + mr, 2 * kk + (mi & 1)) * 8);
+			kc_mma16816<BF>(s[0], qf[kk], b);
+			kc_mma16816<BF>(s[1], qf[kk], b + 2);
+		}
+		int t0 = p * KK_KV_BLOCK_SIZE;
+		if (t0 + KK_KV_BLOCK_SIZE > len) /* the context's last page: warp-uniform */
+#pragma unroll
+			for (int n = 0; n < 2; n++)
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					if (t0 + n * 8 + 2 * t + (e & 1) >= len)
+						s[n][e] = -INFINITY;
+		uint32_t pa[4]; /* P as the A operand of P V (16 heads x 16 keys) */
+#pragma unroll
+		for (int hr = 0; hr < 2; hr++) {
+			float mx = m[hr];
+#pragma unroll
+			for (int n = 0; n < 2; n++)
+				mx = fmaxf(mx, fmaxf(s[n][2 * hr], s[n][2 * hr + 1]) * sl2);
+			mx = fmaxf(mx, __shfl_xor_sync(KC_FULL, mx, 1));
+			mx = fmaxf(mx, __shfl_xor_sync(KC_FULL, mx, 2));
+			/* finite: the page's first token is in the context */
+			float corr = kc_dec_exp2(m[hr] - mx);
+			m[hr] = mx;
+			l[hr] *= corr;
+#pragma unroll
+			for (int n = 0; n < NO; n++) {
+				acc[n][2 * hr] *= corr;
+				acc[n][2 * hr + 1] *= corr;
+			}
+#pragma unroll
+			for (int n = 0; n < 2; n++)
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					float pe = kc_dec_exp2(fmaf(s[n][2 * hr + e], sl2, -mx));
+					s[n][2 * hr + e] = pe;
+					l[hr] += pe;
+				}
+		}
+		pa[0] = kc_pack2<BF>(s[0][0], s[0][1]);
+		pa[1] = kc_pack2<BF>(s[0][2], s[0][3]);
+		pa[2] = kc_pack2<BF>(s[1][0], s[1][1]);
+		pa[3] = kc_pack2<BF>(s[1][2], s[1][3]);
+#pragma unroll
+		for (int n = 0; n < NO; n += 2) {
+			uint32_t b[4];
+			kc_ldsm_x4_t(b, cv + kc_sw<D>((mi & 1) * 8 + mr, n + (mi >> 1)) * 8);
+			kc_mma16816<BF>(acc[n], pa, b);
+			kc_mma16816<BF>(acc[n + 1], pa, b + 2);
+		}
+		__syncwarp(); /* stage i & 1 is free for page i + 2 */
+	}
+	kc_cp_wait<0>();
+
+	/* Merge the 4 warps.  The row sums are still per lane. */
+#pragma unroll
+	for (int hr = 0; hr < 2; hr++) {
+		l[hr] += __shfl_xor_sync(KC_FULL, l[hr], 1);
+		l[hr] += __shfl_xor_sync(KC_FULL, l[hr], 2);
+	}
+	__syncthreads();     /* every warp is done with its tiles: reuse them */
+	float *s_acc = smem; /* [KC_AW][R][D] */
+#pragma unroll
+	for (int hr = 0; hr < 2; hr++) {
+		int row = g + 8 * hr;
+		if (t == 0) {
+			s_m[warp][row] = m[hr];
+			s_l[warp][row] = l[hr];
+		}
+#pragma unroll
+		for (int n = 0; n < NO; n++) {
+			float *dst = s_acc + (warp * R + row) * D + n * 8 + 2 * t;
+			dst[0] = acc[n][2 * hr];
+			dst[1] = acc[n][2 * hr + 1];
+		}
+	}
+	__syncthreads();
+	for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+		int r = i / D, d = i % D;
+		float M = -INFINITY;
+		for (int w = 0; w < KC_AW; w++)
+			M = fmaxf(M, s_m[w][r]);
+		float num = 0.0f, den = 0.0f;
+		for (int w = 0; w < KC_AW; w++) {
+			float f = s_m[w][r] == -INFINITY ? 0.0f : kc_dec_exp2(s_m[w][r] - M);
+			num += s_acc[(w * R + r) * D + d] * f;
+			den += s_l[w][r] * f;
+		}
+		size_t hrow = (size_t) seq * hq + h0 + r;
+		if (nsplit == 1) {
+			kc_st((T16<BF> *) o, hrow * D + d, den > 0.0f ? num / den : 0.0f);
+		} else {
+			size_t prow = hrow * nsplit + split;
+			ws_acc[prow * D + d] = num;
+			if (d == 0) {
+				ws_ml[2 * prow] = M;
+				ws_ml[2 * prow + 1] = den;
+			}
+		}
+	}
 }
 
 /* ---- launchers ----------------------------------------------------------- */
@@ -1124,26 +1386,22 @@ static int kc_decode_t(cudaStream_t s, const kk_paged_desc *d, void *o, const vo
 	return kc_check_launch();
 }
 
-/* How a 16-bit decode is split: enough blocks to fill the GPU
- * (KC_DEC_TARGET), but at least KC_DEC_MIN_PAGES pages per split and at
- * most KC_DEC_MAX_SPLITS splits.  From max_context_len, so that the host
- * never reads the lengths. */
-static void kc_dec_plan(const kk_paged_desc *d, int *nsplit, int *pps)
+/* Resident blocks per SM of a decode kernel at 128 threads and `smem` bytes
+ * of dynamic shared memory, asked once per kernel (*cache; 0 = not yet: a
+ * benign race, every writer stores the same value), 1 if the query fails. */
+template <typename K> static int kc_dec_per_sm(K k, size_t smem, int *cache)
 {
-	long pages = (d->max_context_len + KK_KV_BLOCK_SIZE - 1) / KK_KV_BLOCK_SIZE;
-	long group = d->n_heads / d->n_kv_heads;
-	long base = (long) d->n_seqs * d->n_kv_heads * ((group + KC_DEC_GMAX - 1) / KC_DEC_GMAX);
-	long n = (KC_DEC_TARGET + base - 1) / base;
-	/* plain comparisons: host min/max overloads for long are nvcc's, not
-	 * standard CUDA (clang has none) */
-	long cap = (pages + KC_DEC_MIN_PAGES - 1) / KC_DEC_MIN_PAGES;
-	if (cap > KC_DEC_MAX_SPLITS)
-		cap = KC_DEC_MAX_SPLITS;
-	n = n < cap ? n : cap;
-	n = n < 1 ? 1 : n;
-	long p = (pages + n - 1) / n;
-	*pps = (int) p;
-	*nsplit = (int) ((pages + p - 1) / p);
+	if (*cache > 0)
+		return *cache;
+	int per = 0;
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, KC_AW * 32, smem) !=
+		    cudaSuccess ||
+	    per <= 0) {
+		(void) cudaGetLastError();
+		return 1;
+	}
+	*cache = per;
+	return per;
 }
 
 /* Workspace of the split decode.  On the backend's default stream: the
@@ -1186,19 +1444,54 @@ extern "C" void kc_attn_release(kc_ctx *ctx)
 	ctx->attn_ws_bytes = 0;
 }
 
-/* BF16/F16: the split kernel, then the combine kernel when split. */
+/* BF16/F16: the split kernel (mma for GQA groups of KC_DEC_MMA_MIN heads or
+ * more, else the CUDA-core one), then the combine kernel when split.  The
+ * split count comes from kc_plan.h: whole waves of the resident blocks the
+ * chosen kernel allows, planned for max_context_len (the host never reads
+ * the context lengths). */
 template <int D, bool BF>
 static int kc_decode_tc(kk_backend *be, kk_stream *st, const kk_paged_desc *d, void *o,
 			const void *q, const void *kc, const void *vc)
 {
+	/* Resident blocks per SM of the mma kernel, GM = 1, 2 (4, 8): asked of
+	 * the first device that runs them (a kiln node has one GPU model). */
+	static int per_sm[5];
 	cudaStream_t s = kc_stream(be, st);
 	int group = d->n_heads / d->n_kv_heads;
-	int gm = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : KC_DEC_GMAX;
+	bool mma = group >= KC_DEC_MMA_MIN;
+	int gm = mma				  ? KC_DEC_MROWS
+		 : group <= 1			  ? 1
+		 : group <= 2 || KC_DEC_GMAX == 2 ? 2
+		 : group <= 4			  ? 4
+						  : 8;
 	long gy = (long) d->n_kv_heads * ((group + gm - 1) / gm);
-	if (d->n_seqs > 65535 || gy > 65535)
+	if (d->n_seqs > 65535 || gy > 65535 || (!mma && gm > KC_DEC_GMAX))
 		return -EOPNOTSUPP;
-	int nsplit, pps;
-	kc_dec_plan(d, &nsplit, &pps);
+	size_t smem = mma ? (size_t) KC_AW * 4 * KK_KV_BLOCK_SIZE * D * sizeof(uint16_t) : 0;
+	int per = 1;
+	if (mma) {
+		int r = kc_errno_cuda(cudaFuncSetAttribute(
+			kc_attn_decode_mma_kernel<D, BF>,
+			cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem));
+		if (r < 0)
+			return r;
+		per = kc_dec_per_sm(kc_attn_decode_mma_kernel<D, BF>, smem, &per_sm[0]);
+	} else if (gm == 1) {
+		per = kc_dec_per_sm(kc_attn_decode_split_kernel<D, BF, 1>, 0, &per_sm[1]);
+	} else if (gm == 2) {
+		per = kc_dec_per_sm(kc_attn_decode_split_kernel<D, BF, 2>, 0, &per_sm[2]);
+	}
+#if KC_DEC_GMAX > 2
+	else if (gm == 4) {
+		per = kc_dec_per_sm(kc_attn_decode_split_kernel<D, BF, 4>, 0, &per_sm[3]);
+	} else {
+		per = kc_dec_per_sm(kc_attn_decode_split_kernel<D, BF, 8>, 0, &per_sm[4]);
+	}
+#endif
+	long pages = (d->max_context_len + KK_KV_BLOCK_SIZE - 1) / KK_KV_BLOCK_SIZE;
+	kc_dec_plan plan =
+		kc_dec_plan_make(pages, (long) d->n_seqs * gy, (long) kc_sm_count() * per);
+	int nsplit = plan.splits, pps = plan.pps;
 	float *ws = NULL;
 	bool owned = false;
 	size_t rows = (size_t) d->n_seqs * d->n_heads * nsplit;
@@ -1215,22 +1508,29 @@ static int kc_decode_tc(kk_backend *be, kk_stream *st, const kk_paged_desc *d, v
 		      *lens = (const int32_t *) d->context_lens->ptr;
 	float *ml = ws ? ws + rows * D : NULL;
 	int maxb = d->max_blocks_per_seq, hq = d->n_heads, hkv = d->n_kv_heads;
-	if (gm == 1)
+	if (mma)
+		kc_attn_decode_mma_kernel<D, BF><<<grid, KC_AW * 32, smem, s>>>(
+			qq, kk, vv, bt, maxb, lens, (uint16_t *) o, ws, ml, hq, hkv, sl2, pps);
+	else if (gm == 1)
 		kc_attn_decode_split_kernel<D, BF, 1><<<grid, KC_AW * 32, 0, s>>>(
 			qq, kk, vv, bt, maxb, lens, (uint16_t *) o, ws, ml, hq, hkv, sl2, pps);
 	else if (gm == 2)
 		kc_attn_decode_split_kernel<D, BF, 2><<<grid, KC_AW * 32, 0, s>>>(
 			qq, kk, vv, bt, maxb, lens, (uint16_t *) o, ws, ml, hq, hkv, sl2, pps);
+#if KC_DEC_GMAX > 2
 	else if (gm == 4)
 		kc_attn_decode_split_kernel<D, BF, 4><<<grid, KC_AW * 32, 0, s>>>(
 			qq, kk, vv, bt, maxb, lens, (uint16_t *) o, ws, ml, hq, hkv, sl2, pps);
 	else
-		kc_attn_decode_split_kernel<D, BF, KC_DEC_GMAX><<<grid, KC_AW * 32, 0, s>>>(
+		kc_attn_decode_split_kernel<D, BF, 8><<<grid, KC_AW * 32, 0, s>>>(
 			qq, kk, vv, bt, maxb, lens, (uint16_t *) o, ws, ml, hq, hkv, sl2, pps);
+#endif
 	int r = kc_check_launch();
 	if (r >= 0 && nsplit > 1) {
+		/* Split slices: 2 splits per thread at least, 8 slices at most. */
+		int sl = (nsplit + 1) / 2 < KC_COMB_SLICES ? (nsplit + 1) / 2 : KC_COMB_SLICES;
 		kc_attn_combine_kernel<D, BF>
-			<<<dim3((unsigned) d->n_heads, (unsigned) d->n_seqs), D, 0, s>>>(
+			<<<dim3((unsigned) d->n_heads, (unsigned) d->n_seqs), D * sl, 0, s>>>(
 				ws, ws + rows * D, (uint16_t *) o, d->n_heads, nsplit);
 		r = kc_check_launch();
 	}

@@ -6,6 +6,9 @@ KKREF_SRCS := $(wildcard tests/kernels/ref/*.c)
 $(eval $(call kiln_lib,kkref,$(KKREF_SRCS)))
 $(eval $(call kiln_test,test-kernels-cpu,tests/kernels/test-kernels-cpu.c,kkref kk,$(KK_LDLIBS)))
 $(eval $(call kiln_test,test-kernels-cuda,tests/kernels/test-kernels-cuda.c,kkref kk,$(KK_LDLIBS)))
+# The paged decode's split plan (kernels/cuda/kc_plan.h, host C only).
+$(eval $(call kiln_test,test-decode-plan,tests/kernels/test-decode-plan.c,,))
+$(B)/obj/tests/kernels/test-decode-plan.o: EXTRA_CFLAGS += -Ikernels/cuda
 $(eval $(call kiln_tool,bench-kernels-cpu,tests/kernels/bench-kernels-cpu.c,kk,$(KK_LDLIBS)))
 BENCH_SCRIPTS += tests/kernels/bench-kernels-cpu.sh
 # The ptxas gate: registers, spills and static shared memory of every CUDA

@@ -29,7 +29,7 @@
 #include "parity.h"
 
 /* Number of TAP lines this program prints (for the skip path). */
-#define N_TESTS 51
+#define N_TESTS 55
 
 /* Rounds host data to dt in place, so f64 references see what the device sees. */
 static void round_to(kk_dtype dt, float *v, size_t n)
@@ -578,7 +578,10 @@ static void test_paged(kk_dtype dt, int d, int hq, int hkv, const int32_t *lens,
 
 /* Paged decode of 3 sequences of the given context lengths (at most 320),
  * GQA hq/hkv; with cache_write, the kv cache write test too.  Contexts past
- * 64 tokens make the cuda backend split the keys (and combine). */
+ * 64 tokens make the cuda backend split the keys (and combine).  The cache is
+ * never cleared in service, so the slots of each last page past the context
+ * hold NaN here (K and V), and the block table's entries past each context
+ * are -1 (gaps no kernel may read). */
 static void test_decode(kk_dtype dt, int d, int hq, int hkv, const int32_t *lens, bool cache_write)
 {
 	const int ns = 3, nblocks = 64, maxb = 20;
@@ -593,7 +596,20 @@ static void test_decode(kk_dtype dt, int d, int hq, int hkv, const int32_t *lens
 	int32_t bt[3 * 20];
 	for (int i = 0; i < 3 * 20; i++)
 		bt[i] = (i * 7 + 3) % nblocks; /* scattered, distinct blocks */
-	pair kc = mk(dt, ncache, hkc), vc = mk(dt, ncache, hvc),
+	float *pkc = malloc(ncache * sizeof(float)), *pvc = malloc(ncache * sizeof(float));
+	memcpy(pkc, hkc, ncache * sizeof(float)), memcpy(pvc, hvc, ncache * sizeof(float));
+	for (int sq = 0; sq < ns; sq++) {
+		int pages = (lens[sq] + KK_KV_BLOCK_SIZE - 1) / KK_KV_BLOCK_SIZE;
+		size_t page = (size_t) bt[sq * maxb + pages - 1];
+		for (size_t e = (page * KK_KV_BLOCK_SIZE +
+				 (size_t) (lens[sq] - (pages - 1) * KK_KV_BLOCK_SIZE)) *
+				row;
+		     e < (page + 1) * KK_KV_BLOCK_SIZE * row; e++)
+			pkc[e] = pvc[e] = NAN;
+		for (int b = pages; b < maxb; b++)
+			bt[sq * maxb + b] = -1;
+	}
+	pair kc = mk(dt, ncache, pkc), vc = mk(dt, ncache, pvc),
 	     q = mk(dt, (size_t) ns * hq * d, hq_), o = mk(dt, (size_t) ns * hq * d, NULL),
 	     bts = mk(KK_I32, 60, bt), ls = mk(KK_I32, 3, lens);
 	int r = 0;
@@ -618,11 +634,15 @@ static void test_decode(kk_dtype dt, int d, int hq, int hkv, const int32_t *lens
 	tap(r >= 0 && vs_ref(&o, ref, t, "decode vs f64") && parity(&o, t, "decode"),
 	    "paged decode attention %s d=%d GQA %d/%d contexts %d, %d, %d (vs f64 and cpu)",
 	    kk_dtype_name(dt), d, hq, hkv, lens[0], lens[1], lens[2]);
-	free(hkc), free(hvc), free(hq_), free(ref);
+	free(pkc), free(pvc), free(hq_), free(ref);
+	unpair(&kc), unpair(&vc);
 	if (!cache_write) {
-		unpair(&kc), unpair(&vc), unpair(&q), unpair(&o), unpair(&bts), unpair(&ls);
+		free(hkc), free(hvc);
+		unpair(&q), unpair(&o), unpair(&bts), unpair(&ls);
 		return;
 	}
+	kc = mk(dt, ncache, hkc), vc = mk(dt, ncache, hvc); /* no NaN: compared exactly */
+	free(hkc), free(hvc);
 
 	/* kv_cache_write: 5 tokens into chosen slots, one skipped. */
 	int32_t slots[5] = { 17, -1, 3 * 16 + 5, 600, 2 };
@@ -701,7 +721,8 @@ int main(void)
 	} while (0)
 	static const int L1[] = { 1, 69, 37, 93 }, L2[] = { 15, 17, 63, 65, 130 },
 			 L3[] = { 130, 1, 65 }, L4[] = { 17, 63 };
-	static const int32_t D1[] = { 1, 77, 190 }, D2[] = { 16, 17, 300 }, D3[] = { 1, 300, 64 };
+	static const int32_t D1[] = { 1, 77, 190 }, D2[] = { 16, 17, 300 }, D3[] = { 1, 300, 64 },
+			     D4[] = { 15, 300, 17 }, D5[] = { 190, 15, 77 }, D6[] = { 300, 1, 17 };
 	static const int32_t P1[] = { 40, 100, 33 }, PQ1[] = { 1, 7, 33 }, P2[] = { 17, 300, 64 },
 			     PQ2[] = { 17, 16, 2 };
 	RUN("cast", test_cast_scale());						      /* 1 */
@@ -732,14 +753,20 @@ int main(void)
 	RUN("attn", test_attention(KK_BF16, 64, false, 4, 1, L3, 3, false));
 	RUN("attn", test_attention(KK_F16, 128, false, 2, 2, L4, 2, false));
 	RUN("attn", test_attention(KK_BF16, 128, true, 6, 3, L3, 3, false));
-	/* 38-42: paged decode (16-bit: split over the context, then combined) */
+	/* 38-46: paged decode (16-bit: split over the context, then combined;
+	 * GQA groups of 4 or more heads on the mma kernel, 1 and 2 on the
+	 * CUDA-core one) */
 	RUN("attn decode", test_decode(KK_BF16, 128, 8, 2, D1, true));
 	RUN("attn decode", test_decode(KK_F16, 64, 8, 1, D2, false));
 	RUN("attn decode", test_decode(KK_BF16, 64, 16, 1, D3, false));
 	RUN("attn decode", test_decode(KK_F32, 128, 4, 2, D2, false));
-	RUN("sample", test_sample(KK_F32)); /* 43-47 */
-	RUN("comm", test_comm());	    /* 48 */
-	/* 49-51: paged prefill (query rows continuing a cached context) */
+	RUN("attn decode", test_decode(KK_BF16, 128, 32, 8, D4, false));
+	RUN("attn decode", test_decode(KK_F16, 64, 32, 1, D5, false)); /* two 16-head slices */
+	RUN("attn decode", test_decode(KK_F16, 128, 4, 4, D5, false));
+	RUN("attn decode", test_decode(KK_BF16, 64, 8, 4, D6, false));
+	RUN("sample", test_sample(KK_F32)); /* 47-51 */
+	RUN("comm", test_comm());	    /* 52 */
+	/* 53-55: paged prefill (query rows continuing a cached context) */
 	RUN("attn paged", test_paged(KK_BF16, 128, 8, 2, P1, PQ1));
 	RUN("attn paged", test_paged(KK_F16, 64, 4, 4, P2, PQ2));
 	RUN("attn paged", test_paged(KK_F32, 64, 8, 1, P1, PQ2));

@@ -17,6 +17,10 @@
 #            multiple of the vector width: a misaligned 16-byte load.
 #   cpwait   attention.cu's forward waits for one cp.async group too few
 #            (wait_group 2): the tiles are read before they land.
+#   decfrag  attention.cu's decode mma kernel addresses K's ldmatrix rows
+#            and chunks swapped (a wrong B fragment): wrong scores.
+#   decnan   the decode mma kernel stages the slots past the context too:
+#            the NaN the test leaves there reaches P V (0 x NaN).
 # Prints TAP; logs under $KILN_BUILD/emu-plant*/NAME.log.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,7 +30,7 @@ case $B in /*) ;; *) B=$root/$B ;; esac
 mkdir -p "$B"
 export TSAN_OPTIONS=halt_on_error=1:exitcode=66
 n=0 rc=0
-echo "1..5"
+echo "1..7"
 # plant NAME SAN FILTER EXPECT(ERE) FILE SED
 plant() {
 	n=$((n + 1))
@@ -62,4 +66,6 @@ plant mask "" softmax 'is not in the mask' $sm '0,/__shfl_xor_sync(0xffffffffu, 
 plant poison "" softmax '^not ok' $sm 's/lane < nw ? sh\[lane\] : -INFINITY/lane < 32 ? sh[lane] : -INFINITY/'
 plant align "" softmax 'not 16-byte aligned' $sm 's/bool vec = cols % W == 0 \&\& /bool vec = /'
 plant cpwait "" attn '^not ok' kernels/cuda/attention.cu 's/kc_cp_wait<1>();/kc_cp_wait<2>();/'
+plant decfrag "" decode '^not ok' kernels/cuda/attention.cu 's/kc_sw<D>((mi >> 1) \* 8 + mr, 2 \* kk + (mi \& 1))/kc_sw<D>((mi \& 1) * 8 + mr, 2 * kk + (mi >> 1))/'
+plant decnan "" decode 'got nan' kernels/cuda/attention.cu 's/bool ok = r < valid;/bool ok = true;/'
 exit $rc

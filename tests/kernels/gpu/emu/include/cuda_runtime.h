@@ -150,6 +150,15 @@ static inline T __shfl_sync(unsigned m, T v, int src, int width = 32, int line =
 {
 	return kc_emu_shfl(m, v, src, line);
 }
+/* A barrier over the warp's lanes (and memory ordering between them: the
+ * lanes are OS threads meeting at a pthread barrier), checked like the
+ * other collectives; the second barrier keeps a lane from entering the next
+ * collective before every lane has checked this one. */
+static inline void __syncwarp(unsigned m = 0xffffffffu, int line = __builtin_LINE())
+{
+	kc_emu_warp_enter(m, line, -1);
+	kc_emu_warp_sync();
+}
 template <typename T> static inline T atomicAdd(T *p, T v)
 {
 	kc_emu_atomic_lock();
