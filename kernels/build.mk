@@ -6,6 +6,7 @@ KK_SRCS := kernels/kk.c kernels/kk_dtype.c kernels/kk_module.c kernels/cpu/cpu.c
 	kernels/cpu/elementwise.c kernels/cpu/gemm.c kernels/cpu/quant.c kernels/cpu/attention.c \
 	kernels/cpu/norm.c kernels/cpu/rope.c kernels/cpu/softmax.c kernels/cpu/embedding.c \
 	kernels/cpu/optim.c kernels/cpu/sample.c kernels/cpu/comm.c
+KK_SRCS += kernels/cpu/qdot.c
 KK_LDLIBS := -lopenblas
 $(eval $(call kiln_lib,kk,$(KK_SRCS)))
 # The inner loops: vector reductions (omp simd pragmas only, no runtime).

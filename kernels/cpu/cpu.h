@@ -187,3 +187,45 @@ int kk__widen(const kk_buffer *b, size_t n, float **ret, float **owned);
 #define KK_OP(NAME, name, family, dtypes, params) int kk__cpu_##name params;
 #define KK_SLOT(ret, name, family, params)	  ret kk__cpu_##name params;
 #include "kk_ops.def"
+
+/* ---- int8 dot products of the quantized product (qdot.c) ---------------- */
+
+/* Activations are quantized in blocks of this many elements (llama.cpp's
+ * Q8_0 block: one f32 scale per 32 int8 values). */
+#define KK_QBLOCK 32
+
+/* m activation rows of k elements quantized per block: row r's block b is
+ * q[r * ldq + b * 32 ..] (zero past k) with scale d[r * nb + b]. */
+typedef struct kk__qact {
+	int64_t m, k, nb, ldq;
+	int8_t *q;
+	float *d;
+} kk__qact;
+
+/* Allocates a for m x k; -ENOMEM.  kk__qact_free accepts a failed init. */
+int kk__qact_init(kk__qact *a, int64_t m, int64_t k);
+void kk__qact_free(kk__qact *a);
+/* Quantizes row r from x[k]; q4: each block's even elements first, then
+ * its odd ones (the order an int4 row's nibbles unpack in). */
+void kk__qact_quantize(kk__qact *a, int64_t r, const float *x, bool q4);
+
+/* s[r * 2 + c] = sum over blocks b of xd[r][b] * ws[c][b] * (integer dot of
+ * block b of activation row r0 + r and weight row w[c]), r < nx (1..4),
+ * c < nw (1..2); ws[c] holds one f32 scale per 32-block of its row. */
+typedef void (*kk__qtile_fn)(float s[8], const kk__qact *a, int64_t r0, int nx,
+			     const void *const *w, const float *const *ws, int nw, int64_t k);
+typedef struct kk__qdot_impl {
+	const char *name; /* "vnni", "avx2", "scalar" */
+	kk__qtile_fn i8;  /* int8 weight rows */
+	kk__qtile_fn q4;  /* int4 weight rows (kk_qmatrix layout) */
+} kk__qdot_impl;
+
+/* The variant in use: $KK_CPU_QDOT if it names one this CPU runs, else the
+ * best the CPU runs. */
+const kk__qdot_impl *kk__qdot(void);
+/* Test hook: use variant `name` from now on (NULL: back to the automatic
+ * choice).  -EINVAL: not a variant of this build; -EOPNOTSUPP: this CPU
+ * cannot run it. */
+int kk__qdot_force(const char *name);
+/* The variants of this build, best first, NULL-terminated. */
+const char *const *kk__qdot_names(void);
