@@ -195,11 +195,14 @@ int kk__widen(const kk_buffer *b, size_t n, float **ret, float **owned);
 #define KK_QBLOCK 32
 
 /* m activation rows of k elements quantized per block: row r's block b is
- * q[r * ldq + b * 32 ..] (zero past k) with scale d[r * nb + b]. */
+ * q[r * ldq + b * 32 ..] (zero past k) with scale d[r * nb + b]; for int4
+ * weights also corr[(r * nb + b) * 8 + l] = -8 * (sum of the block's q in
+ * bytes 4l..4l+3): what takes int4's offset 8 off a u8 x s8 product. */
 typedef struct kk__qact {
 	int64_t m, k, nb, ldq;
 	int8_t *q;
 	float *d;
+	int32_t *corr;
 } kk__qact;
 
 /* Allocates a for m x k; -ENOMEM.  kk__qact_free accepts a failed init. */

@@ -5,18 +5,21 @@
  *   QV_DOT32  static inline __m256i f(__m256i w_abs, __m256i x_signed):
  *             8 lanes of int32, each the sum of 4 products u8 * s8
  *             (vpdpbusd, or maddubs + madd)
+ *   QV_DOT32A the same added to an int32 accumulator (first argument)
  * The caller gives w as |w| and x as sign(x, w), so the products are those
  * of w and x (llama.cpp's trick: u8 x s8 instructions, signed operands). */
 
 /* 32 int4 weights of one block (16 bytes, element 2p in the low nibble of
- * byte p) as signed bytes: lanes 0..15 the low nibbles (even elements),
- * 16..31 the high ones (odd elements), minus 8: the order of the
- * activation blocks quantized for q4 (kk__qact_quantize's q4 layout). */
+ * byte p) as unsigned bytes q + 8: lanes 0..15 the low nibbles (even
+ * elements), 16..31 the high ones (odd elements): the order of the
+ * activation blocks quantized for q4 (kk__qact_quantize's q4 layout).  The
+ * offset 8 is taken off with the activation block's lane sums (a->corr),
+ * so nibbles go into the u8 x s8 product as they are. */
 static inline __attribute__((always_inline)) __m256i QV(q4_block)(const uint8_t *p)
 {
 	__m128i t = _mm_loadu_si128((const __m128i *) p);
 	__m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
-	return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(15)), _mm256_set1_epi8(8));
+	return _mm256_and_si256(v, _mm256_set1_epi8(15));
 }
 
 static inline __attribute__((always_inline)) float QV(hsum8)(__m256 v)
@@ -43,19 +46,23 @@ QV(tile)(float *s, const kk__qact *a, int64_t r0, const int NX, const void *cons
 	for (int64_t b = 0; b < nbf; b++) {
 		__m256i wa[2], wv[2];
 		for (int c = 0; c < NW; c++) {
-			if (Q4)
-				wv[c] = QV(q4_block)((const uint8_t *) w[c] + b * (KK_QBLOCK / 2));
-			else
+			if (Q4) {
+				wa[c] = QV(q4_block)((const uint8_t *) w[c] + b * (KK_QBLOCK / 2));
+			} else {
 				wv[c] = _mm256_loadu_si256(
 					(const __m256i *) ((const int8_t *) w[c] + b * KK_QBLOCK));
-			wa[c] = _mm256_sign_epi8(wv[c], wv[c]);
+				wa[c] = _mm256_sign_epi8(wv[c], wv[c]);
+			}
 		}
 		for (int r = 0; r < NX; r++) {
 			const int8_t *xq = a->q + (r0 + r) * a->ldq + b * KK_QBLOCK;
 			__m256i xv = _mm256_loadu_si256((const __m256i *) xq);
 			float xd = a->d[(r0 + r) * a->nb + b];
+			__m256i corr = Q4 ? _mm256_loadu_si256((const __m256i *) (a->corr + ((r0 + r) * a->nb + b) * 8))
+					  : _mm256_setzero_si256();
 			for (int c = 0; c < NW; c++) {
-				__m256i p = QV_DOT32(wa[c], _mm256_sign_epi8(xv, wv[c]));
+				__m256i p = Q4 ? QV_DOT32A(corr, wa[c], xv)
+					       : QV_DOT32(wa[c], _mm256_sign_epi8(xv, wv[c]));
 				acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
 							    _mm256_set1_ps(xd * ws[c][b]), acc[r][c]);
 			}

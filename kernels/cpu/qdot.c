@@ -34,7 +34,8 @@ int kk__qact_init(kk__qact *a, int64_t m, int64_t k)
 	/* 64-byte rows keep the 32-byte block loads within one cache line. */
 	a->q = aligned_alloc(64, (size_t) (m * a->ldq));
 	a->d = malloc((size_t) (m * a->nb) * sizeof(float));
-	if (!a->q || !a->d) {
+	a->corr = aligned_alloc(64, (size_t) (m * a->nb) * 8 * sizeof(int32_t));
+	if (!a->q || !a->d || !a->corr) {
 		kk__qact_free(a);
 		return -ENOMEM;
 	}
@@ -45,8 +46,10 @@ void kk__qact_free(kk__qact *a)
 {
 	free(a->q);
 	free(a->d);
+	free(a->corr);
 	a->q = NULL;
 	a->d = NULL;
+	a->corr = NULL;
 }
 
 /* Row r of x (k floats) into blocks of 32: d = max|x_block| / 127,
@@ -67,10 +70,13 @@ void kk__qact_quantize(kk__qact *a, int64_t r, const float *x, bool q4)
 		inv = amax > 0 ? 127.0f / amax : 0.0f;
 		int8_t *qb = q + j0;
 		if (q4 && n == KK_QBLOCK) {
+			int32_t *corr = a->corr + (r * a->nb + b) * 8;
 			for (int j = 0; j < KK_QBLOCK / 2; j++) {
 				qb[j] = (int8_t) rintf(xb[2 * j] * inv);
 				qb[KK_QBLOCK / 2 + j] = (int8_t) rintf(xb[2 * j + 1] * inv);
 			}
+			for (int l = 0; l < 8; l++)
+				corr[l] = -8 * (qb[4 * l] + qb[4 * l + 1] + qb[4 * l + 2] + qb[4 * l + 3]);
 			continue;
 		}
 		for (int64_t j = 0; j < n; j++)
@@ -152,11 +158,18 @@ static inline __attribute__((always_inline)) __m256i dot32_avx2(__m256i wa, __m2
 {
 	return _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xs), _mm256_set1_epi16(1));
 }
-#define QV(name) name##_avx2
-#define QV_DOT32 dot32_avx2
+static inline __attribute__((always_inline)) __m256i dot32a_avx2(__m256i acc, __m256i wa,
+								 __m256i xs)
+{
+	return _mm256_add_epi32(acc, dot32_avx2(wa, xs));
+}
+#define QV(name)  name##_avx2
+#define QV_DOT32  dot32_avx2
+#define QV_DOT32A dot32a_avx2
 #include "qdot-body.h"
 #undef QV
 #undef QV_DOT32
+#undef QV_DOT32A
 #ifdef __clang__
 #pragma clang attribute pop
 #else
@@ -174,11 +187,18 @@ static inline __attribute__((always_inline)) __m256i dot32_vnni(__m256i wa, __m2
 {
 	return _mm256_dpbusd_epi32(_mm256_setzero_si256(), wa, xs);
 }
-#define QV(name) name##_vnni
-#define QV_DOT32 dot32_vnni
+static inline __attribute__((always_inline)) __m256i dot32a_vnni(__m256i acc, __m256i wa,
+								 __m256i xs)
+{
+	return _mm256_dpbusd_epi32(acc, wa, xs);
+}
+#define QV(name)  name##_vnni
+#define QV_DOT32  dot32_vnni
+#define QV_DOT32A dot32a_vnni
 #include "qdot-body.h"
 #undef QV
 #undef QV_DOT32
+#undef QV_DOT32A
 #ifdef __clang__
 #pragma clang attribute pop
 #else

@@ -477,7 +477,11 @@ static km_model *load_fakeq(int qmax, int qmin, int group)
 }
 
 /* The int8/int4 paths compute what their quantized weights say: against
- * an f32 model over host-quantized weights the logits agree closely. */
+ * an f32 model over host-quantized weights the logits agree to within what
+ * kk_qgemm's int8 activations (per 32-block, max|x| / 127 steps: about
+ * bf16's relative rounding) move them; the bound is test_dtypes's for bf16
+ * weights.  That the integer dot products are exact for the activations
+ * as quantized is test-kernels-cpu's test_qdot_variants. */
 static void test_quantized_exact(void **state)
 {
 	NEED_FIXTURE();
@@ -493,8 +497,8 @@ static void test_quantized_exact(void **state)
 		print_message("# %-4s model vs f32 over host-quantized weights: max |logit "
 			      "diff| %.3g, top-1 agreement %.3f\n",
 			      kk_dtype_name(cases[i].dt), e, a);
-		assert_true(e < TOL_F32);
-		assert_true(a == 1.0);
+		assert_true(e < 4.0);
+		assert_true(a >= 0.85);
 		km_model_free(f);
 		km_model_free(m);
 	}
@@ -515,7 +519,7 @@ static void test_dtypes(void **state)
 	} cases[] = {
 		{ KK_BF16, 4.0, 0.85 },
 		{ KK_F16, 0.3, 0.95 },
-		{ KK_I8, 6.0, 0.80 },
+		{ KK_I8, 10.0, 0.80 }, /* int8 activations too: 2.98 -> 5.46 */
 		{ KK_Q4, 30.0, 0.15 },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
