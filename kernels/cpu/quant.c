@@ -26,9 +26,17 @@ static inline void q4_set(uint8_t *p, size_t j, int q)
 static void deq_row(const kk_qmatrix *q, int64_t row, float *out)
 {
 	size_t base = (size_t) row * q->k;
-	if (q->qtype == KK_I8) {
+	if (q->qtype == KK_I8 && !q->group) {
 		kk__deq_i8(out, (const int8_t *) q->data->ptr + base, LD(q->scales, row),
 			   (size_t) q->k);
+		return;
+	}
+	if (q->qtype == KK_I8) {
+		int64_t groups = q->k / q->group;
+		for (int64_t g = 0; g < groups; g++)
+			kk__deq_i8(out + g * q->group,
+				   (const int8_t *) q->data->ptr + base + (size_t) (g * q->group),
+				   LD(q->scales, (size_t) (row * groups + g)), (size_t) q->group);
 		return;
 	}
 	int64_t groups = q->k / q->group;
@@ -54,7 +62,7 @@ static int quant_range(void *p, int64_t b, int64_t e, int chunk)
 {
 	struct q_ctx *c = p;
 	kk_qmatrix *q = c->q;
-	int64_t gsz = q->qtype == KK_I8 ? q->k : q->group, groups = q->k / gsz;
+	int64_t gsz = q->group ? q->group : q->k, groups = q->k / gsz;
 	float qmax = q->qtype == KK_I8 ? 127.0f : 7.0f, qmin = q->qtype == KK_I8 ? -127.0f : -8.0f;
 	_cleanup_free_ float *row = malloc(q->k * sizeof(float));
 	if (!row)

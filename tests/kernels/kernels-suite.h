@@ -407,7 +407,7 @@ static void expect_qact(const char *what, const double *got, const double *x, co
 static void quant_case(kk_dtype qt, int group, kk_dtype sdt)
 {
 	int64_t n = irand(3, 12), k = 256;
-	int64_t gsz = qt == KK_I8 ? k : group, groups = k / gsz;
+	int64_t gsz = group ? group : k, groups = k / gsz;
 	double qmax = qt == KK_I8 ? 127 : 7;
 	double *w, *deq, *sc, *raw_d;
 	kk_qmatrix *q = NULL;
@@ -490,6 +490,16 @@ static void test_quant(void **state)
 	assert_int_equal(kk_qmatrix_alloc(be, KK_Q4, 4, 96, 64, KK_F32, &q), -EINVAL);
 	assert_int_equal(kk_qmatrix_alloc(be, KK_Q4, 4, 96, 48, KK_F32, &q), -EINVAL);
 	assert_int_equal(kk_qmatrix_alloc(be, KK_I8, 4, 96, 0, KK_BF16, &q), -EINVAL);
+	/* int8 per 32-block (GGUF Q8_0): k a multiple of 32, no other group;
+	 * the cpu backend computes it, the others refuse it. */
+	assert_int_equal(kk_qmatrix_alloc(be, KK_I8, 4, 80, 32, KK_F16, &q), -EINVAL);
+	assert_int_equal(kk_qmatrix_alloc(be, KK_I8, 4, 128, 64, KK_F16, &q), -EINVAL);
+	if (streq(KK_TEST_BACKEND, "cpu")) {
+		quant_case(KK_I8, 32, KK_F32);
+		teardown(NULL);
+		quant_case(KK_I8, 32, KK_F16);
+		teardown(NULL);
+	}
 }
 
 /* ======================================================================== */

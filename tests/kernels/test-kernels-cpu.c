@@ -203,8 +203,9 @@ static void test_threads_qgemv(void **state)
  * max|block| / 127 in f32, q = rint(x * (127 / max|block|))) and the
  * stored weights, to f32 rounding of the sum of |terms|: the integer block
  * sums must be exact.  Then against the float64 product of the unquantized
- * X within the activation bound (ref_qact_bound).  Shapes: int8 with k not
- * a multiple of 32 (a partial last block), int4 groups 32/64/128, m from 1
+ * X within the activation bound (ref_qact_bound).  Shapes: int8 per channel
+ * with k not a multiple of 32 (a partial last block), int8 per 32-block
+ * (GGUF Q8_0's layout), int4 groups 32/64/128, m from 1
  * (GEMV) to 21 (prefill tiles with a ragged edge), f32 and bf16 X. */
 static void qdot_case(kk_dtype qt, int group, kk_dtype xdt, int64_t m, int64_t n, int64_t k)
 {
@@ -289,6 +290,7 @@ static void test_qdot_variants(void **state)
 			int64_t m = ms[mi], n = irand(5, 40);
 			qdot_case(KK_I8, 0, KK_F32, m, n, 32 * irand(2, 9));
 			qdot_case(KK_I8, 0, KK_BF16, m, n, 32 * irand(1, 6) + irand(1, 31));
+			qdot_case(KK_I8, 32, KK_F32, m, n, 32 * irand(1, 9));
 			qdot_case(KK_Q4, 32, KK_F32, m, n, 32 * irand(1, 9));
 			qdot_case(KK_Q4, 64, KK_BF16, m, n, 64 * irand(1, 5));
 			qdot_case(KK_Q4, 128, KK_F32, m, n, 128 * irand(1, 3));
