@@ -223,7 +223,7 @@ int main(int argc, char **argv)
 	kk_backend *be = NULL;
 	kiln_error err = {};
 	km_config cfg = sh->cfg;
-	km_weight_source src = { &cfg, random_read };
+	km_weight_source src = { .userdata = &cfg, .read = random_read };
 	int r = kk_backend_open("cpu", &be), rc = 0;
 	if (r < 0) {
 		fprintf(stderr, "bench-decode-cpu: cannot open the cpu backend: %s\n",

@@ -178,13 +178,46 @@ static int load_vector(km_model *m, const km_weight_source *src, const char *nam
 	return upload_as(m, m->adt, h, count, ret, err);
 }
 
+/* An i8/q4 weight the source stores in kk's blocks of 32 (GGUF Q8_0 /
+ * Q4_0): uploaded as it is, f16 scales and all.  1 when it was, 0 when the
+ * source has it in another form. */
+static int load_native(km_model *m, const km_weight_source *src, const char *name, int64_t n,
+		       int64_t k, km_linear *out, kiln_error *err)
+{
+	kk_dtype wdt = m->opts.weight_dtype;
+	if (!src->read_quant || k % 32 || (wdt == KK_Q4 && m->opts.q4_group != 32))
+		return 0;
+	size_t nb = kk_dtype_size(wdt, (size_t) (n * k)), ns = (size_t) (n * k / 32);
+	_cleanup_free_ void *data = malloc(nb);
+	_cleanup_free_ uint16_t *sc = malloc(ns * sizeof(uint16_t));
+	if (!data || !sc)
+		return km_errorf(err, -ENOMEM, "weights: out of memory for '%s'", name);
+	int r = src->read_quant(src->userdata, name, wdt, n, k, data, sc, err);
+	if (r <= 0)
+		return r;
+	r = kk_qmatrix_alloc(m->be, wdt, n, k, 32, KK_F16, &out->q);
+	if (r < 0)
+		return kk_fail(err, r, "allocating a quantized matrix", m);
+	if ((r = kk_buffer_upload(m->be, NULL, out->q->data, 0, data, nb)) < 0 ||
+	    (r = kk_buffer_upload(m->be, NULL, out->q->scales, 0, sc, ns * 2)) < 0)
+		return kk_fail(err, r, "uploading weights", m);
+	out->n = n;
+	out->k = k;
+	m->weight_bytes += nb + ns * 2;
+	return 1;
+}
+
 /* Loads W [n, k] from the source into a linear layer stored [np, kp]
  * (np >= n, kp >= k; the padding is zero, which adds nothing to y). */
 static int load_linear(km_model *m, const km_weight_source *src, const char *name, int64_t n,
 		       int64_t k, int64_t np, int64_t kp, km_linear *out, kiln_error *err)
 {
 	_cleanup_free_ float *h = NULL;
-	int r = read_tensor(src, name, (size_t) (n * k), &h, err);
+	int r;
+	if ((m->opts.weight_dtype == KK_I8 || m->opts.weight_dtype == KK_Q4) && np == n &&
+	    kp == k && (r = load_native(m, src, name, n, k, out, err)) != 0)
+		return r < 0 ? r : 0;
+	r = read_tensor(src, name, (size_t) (n * k), &h, err);
 	if (r < 0)
 		return r;
 	if (np != n || kp != k) {

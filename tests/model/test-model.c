@@ -469,7 +469,7 @@ static km_model *load_fakeq(int qmax, int qmin, int group)
 	km_file *l = NULL;
 	assert_int_equal(km_file_open(fixture, &l, &err), 0);
 	fakeq f = { km_file_source(l), qmax, qmin, group, km_file_config(l)->dim };
-	km_weight_source src = { &f, fakeq_read };
+	km_weight_source src = { .userdata = &f, .read = fakeq_read };
 	km_model_opts o = { .weight_dtype = KK_F32, .max_tokens = 16, .max_seqs = 1 };
 	km_model *m = NULL;
 	int r = km_model_new(be, km_file_config(l), &o, &src, &m, &err);
@@ -792,7 +792,7 @@ static void test_unsupported_head_dim(void **state)
 	c.n_kv_heads = 1;
 	c.head_dim = 256;
 	unsigned rs = 3;
-	km_weight_source src = { &rs, random_read };
+	km_weight_source src = { .userdata = &rs, .read = random_read };
 	km_model_opts o = { .weight_dtype = KK_F32, .max_tokens = 4, .max_seqs = 1 };
 	km_model *m = NULL;
 	kiln_error err = {};
