@@ -11,6 +11,8 @@ KK_LDLIBS := -lopenblas
 $(eval $(call kiln_lib,kk,$(KK_SRCS)))
 # The inner loops: vector reductions (omp simd pragmas only, no runtime).
 $(B)/obj/kernels/cpu/simd.o: EXTRA_CFLAGS += -O3 -fopenmp-simd
+# The int8 dot tiles: their register tiles need complete unrolling (-O3).
+$(B)/obj/kernels/cpu/qdot.o: EXTRA_CFLAGS += -O3
 # Where the loader looks for an installed kk-cuda.so (after $KILN_KK_CUDA
 # and ../lib/kiln next to the binary): the install rule's module dir.  A
 # stamp holding it rebuilds kk_module.o when PREFIX changes.

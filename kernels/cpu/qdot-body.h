@@ -30,47 +30,67 @@ static inline __attribute__((always_inline)) float QV(hsum8)(__m256 v)
 	return _mm_cvtss_f32(s);
 }
 
+/* One block b of the tile into acc. */
+static inline __attribute__((always_inline)) void
+QV(step)(__m256 (*acc)[2], const kk__qact *a, int64_t r0, const int NX, const void *const *w,
+	 const float *const *ws, const int NW, int64_t b, const bool Q4)
+{
+	__m256i wa[2], wv[2];
+#pragma GCC unroll 2
+	for (int c = 0; c < NW; c++) {
+		if (Q4) {
+			wa[c] = QV(q4_block)((const uint8_t *) w[c] + b * (KK_QBLOCK / 2));
+		} else {
+			wv[c] = _mm256_loadu_si256(
+				(const __m256i *) ((const int8_t *) w[c] + b * KK_QBLOCK));
+			wa[c] = _mm256_sign_epi8(wv[c], wv[c]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++) {
+		const int8_t *xq = a->q + (r0 + r) * a->ldq + b * KK_QBLOCK;
+		__m256i xv = _mm256_loadu_si256((const __m256i *) xq);
+		float xd = a->d[(r0 + r) * a->nb + b];
+		__m256i corr = Q4 ? _mm256_loadu_si256(
+					    (const __m256i *) (a->corr + ((r0 + r) * a->nb + b) * 8))
+				  : _mm256_setzero_si256();
+#pragma GCC unroll 2
+		for (int c = 0; c < NW; c++) {
+			__m256i p = Q4 ? QV_DOT32A(corr, wa[c], xv)
+				       : QV_DOT32(wa[c], _mm256_sign_epi8(xv, wv[c]));
+			acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
+						    _mm256_set1_ps(xd * ws[c][b]), acc[r][c]);
+		}
+	}
+}
+
 /* The tile: NX activation rows (1..4) against NW weight rows (1..2), one
- * 8-lane float accumulator per pair; each sees the same operations
- * whatever the tile's shape, so s[r * 2 + c] does not depend on which rows
- * shared a tile (nor on the thread split). */
+ * 8-lane float accumulator per pair (two, for even and odd blocks, when
+ * there is one activation row: the GEMV, whose multiply-add latency would
+ * otherwise hold each row up);
+ * each sees the same operations whatever the tile's shape, so
+ * s[r * 2 + c] does not depend on which rows shared a tile (nor on the
+ * thread split). */
 static inline __attribute__((always_inline)) void
 QV(tile)(float *s, const kk__qact *a, int64_t r0, const int NX, const void *const *w,
 	 const float *const *ws, const int NW, int64_t k, const bool Q4)
 {
 	const int64_t nbf = k / KK_QBLOCK;
-	__m256 acc[4][2];
+	__m256 acc[4][2], acc1[4][2];
+	int64_t b = 0;
 	for (int r = 0; r < NX; r++)
 		for (int c = 0; c < NW; c++)
-			acc[r][c] = _mm256_setzero_ps();
-	for (int64_t b = 0; b < nbf; b++) {
-		__m256i wa[2], wv[2];
-		for (int c = 0; c < NW; c++) {
-			if (Q4) {
-				wa[c] = QV(q4_block)((const uint8_t *) w[c] + b * (KK_QBLOCK / 2));
-			} else {
-				wv[c] = _mm256_loadu_si256(
-					(const __m256i *) ((const int8_t *) w[c] + b * KK_QBLOCK));
-				wa[c] = _mm256_sign_epi8(wv[c], wv[c]);
-			}
+			acc[r][c] = acc1[r][c] = _mm256_setzero_ps();
+	if (NX == 1) /* never NW: that depends on the thread split */
+		for (; b + 2 <= nbf; b += 2) {
+			QV(step)(acc, a, r0, NX, w, ws, NW, b, Q4);
+			QV(step)(acc1, a, r0, NX, w, ws, NW, b + 1, Q4);
 		}
-		for (int r = 0; r < NX; r++) {
-			const int8_t *xq = a->q + (r0 + r) * a->ldq + b * KK_QBLOCK;
-			__m256i xv = _mm256_loadu_si256((const __m256i *) xq);
-			float xd = a->d[(r0 + r) * a->nb + b];
-			__m256i corr = Q4 ? _mm256_loadu_si256((const __m256i *) (a->corr + ((r0 + r) * a->nb + b) * 8))
-					  : _mm256_setzero_si256();
-			for (int c = 0; c < NW; c++) {
-				__m256i p = Q4 ? QV_DOT32A(corr, wa[c], xv)
-					       : QV_DOT32(wa[c], _mm256_sign_epi8(xv, wv[c]));
-				acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
-							    _mm256_set1_ps(xd * ws[c][b]), acc[r][c]);
-			}
-		}
-	}
+	for (; b < nbf; b++)
+		QV(step)(acc, a, r0, NX, w, ws, NW, b, Q4);
 	for (int r = 0; r < NX; r++)
 		for (int c = 0; c < NW; c++)
-			s[r * 2 + c] = QV(hsum8)(acc[r][c]) +
+			s[r * 2 + c] = QV(hsum8)(_mm256_add_ps(acc[r][c], acc1[r][c])) +
 				       kk__qtail(a, r0 + r, (const int8_t *) w[c], ws[c], k);
 }
 
