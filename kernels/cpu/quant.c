@@ -139,15 +139,15 @@ static int qact_range(void *p, int64_t b, int64_t e, int chunk)
 	return 0;
 }
 
-/* Weight row j's scale for each 32-block into ws[nb]. */
-static void row_scales(const kk_qmatrix *q, int64_t j, float *ws, int64_t nb)
+/* Weight row j's scale for each 32-block: f32 scales of group 32 as
+ * stored, else converted / spread into ws[nb]; per-channel int8 gets ones
+ * (the caller applies the row's scale to the sum). */
+static const float *row_scales(const kk_qmatrix *q, int64_t j, float *ws, const float *ones)
 {
-	if (q->group == 0) {
-		float s = LD(q->scales, j);
-		for (int64_t b = 0; b < nb; b++)
-			ws[b] = s;
-		return;
-	}
+	if (q->group == 0)
+		return ones;
+	if (q->group == KK_QBLOCK && q->scales->dtype == KK_F32)
+		return (const float *) q->scales->ptr + j * (q->k / KK_QBLOCK);
 	int64_t groups = q->k / q->group, per = q->group / KK_QBLOCK;
 	kk__row_f32(ws, q->scales->ptr, q->scales->dtype, (size_t) (j * groups), (size_t) groups);
 	/* Spread in place from the end: group g's blocks start at g * per >= g. */
@@ -156,6 +156,7 @@ static void row_scales(const kk_qmatrix *q, int64_t j, float *ws, int64_t nb)
 		for (int64_t i = per - 1; i >= 0; i--)
 			ws[g * per + i] = s;
 	}
+	return ws;
 }
 
 static int qgemm_range(void *p, int64_t b, int64_t e, int chunk)
@@ -165,19 +166,23 @@ static int qgemm_range(void *p, int64_t b, int64_t e, int chunk)
 	const int64_t nb = c->act.nb, k = q->k;
 	const size_t rowb = q->qtype == KK_Q4 ? (size_t) k / 2 : (size_t) k;
 	const kk__qtile_fn tile = q->qtype == KK_Q4 ? c->impl->q4 : c->impl->i8;
-	_cleanup_free_ float *ws = malloc(2 * (size_t) nb * sizeof(float));
+	_cleanup_free_ float *ws = malloc(3 * (size_t) nb * sizeof(float));
 
 	if (!ws)
 		return -ENOMEM;
+	float *ones = ws + 2 * nb;
+	for (int64_t i = 0; i < nb; i++)
+		ones[i] = 1.0f;
 	for (int64_t j = b; j < e;) {
 		int nw = (j % 2 == 0 && j + 1 < e) ? 2 : 1;
 		const void *w[2];
 		const float *wsp[2];
-		float bj[2] = { 0, 0 };
+		float bj[2] = { 0, 0 }, sj[2] = { 1, 1 };
 		for (int cc = 0; cc < nw; cc++) {
 			w[cc] = (const uint8_t *) q->data->ptr + (size_t) (j + cc) * rowb;
-			row_scales(q, j + cc, ws + cc * nb, nb);
-			wsp[cc] = ws + cc * nb;
+			wsp[cc] = row_scales(q, j + cc, ws + cc * nb, ones);
+			if (!q->group)
+				sj[cc] = LD(q->scales, j + cc);
 			if (c->bias)
 				bj[cc] = LD(c->bias, j + cc);
 		}
@@ -187,7 +192,8 @@ static int qgemm_range(void *p, int64_t b, int64_t e, int chunk)
 			tile(s, &c->act, i, nx, w, wsp, nw, k);
 			for (int r = 0; r < nx; r++)
 				for (int cc = 0; cc < nw; cc++)
-					ST(c->y, (size_t) (i + r) * q->n + j + cc, s[r * 2 + cc] + bj[cc]);
+					ST(c->y, (size_t) (i + r) * q->n + j + cc,
+					   s[r * 2 + cc] * sj[cc] + bj[cc]);
 		}
 		j += nw;
 	}
