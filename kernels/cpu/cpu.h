@@ -195,15 +195,25 @@ int kk__widen(const kk_buffer *b, size_t n, float **ret, float **owned);
 #define KK_QBLOCK 32
 
 /* m activation rows of k elements quantized per block: row r's block b is
- * q[r * ldq + b * 32 ..] (zero past k) with scale d[r * nb + b]; for int4
- * weights also corr[(r * nb + b) * 8 + l] = -8 * (sum of the block's q in
- * bytes 4l..4l+3): what takes int4's offset 8 off a u8 x s8 product. */
+ * q[r * ldq + b * 32 ..] (zero past k) with scale d[r * nb + b].  For int4
+ * weights the codes of blocks 2p, 2p+1 are laid out as the 32 bytes of the
+ * two blocks' weights unpack: their 64 bytes hold block 2p's even
+ * elements, 2p+1's even ones, 2p's odd ones, 2p+1's odd ones (a lone last
+ * block: its even, then its odd elements; kk__qact_q4_off); then
+ * corr[(r * nb + 2p) * 8 + l] = -8 * (the codes a product's lane l sums),
+ * what takes int4's offset 8 off u8 x s8 products, and dx[(r * nb + b) * 4
+ * + i] = d (four copies: lanes 0-3 of a pair's product are block 2p's,
+ * 4-7 block 2p+1's). */
 typedef struct kk__qact {
 	int64_t m, k, nb, ldq;
 	int8_t *q;
 	float *d;
 	int32_t *corr;
+	float *dx;
 } kk__qact;
+
+/* Where element e (0..31) of block b sits in an int4-ordered row. */
+int kk__qact_q4_off(int64_t nb, int64_t b, int e);
 
 /* Allocates a for m x k; -ENOMEM.  kk__qact_free accepts a failed init. */
 int kk__qact_init(kk__qact *a, int64_t m, int64_t k);

@@ -30,34 +30,89 @@ static inline __attribute__((always_inline)) float QV(hsum8)(__m256 v)
 	return _mm_cvtss_f32(s);
 }
 
-/* One block b of the tile into acc. */
+/* One int8 block b of the tile into acc. */
 static inline __attribute__((always_inline)) void
-QV(step)(__m256 (*acc)[2], const kk__qact *a, int64_t r0, const int NX, const void *const *w,
-	 const float *const *ws, const int NW, int64_t b, const bool Q4)
+QV(step_i8)(__m256 (*acc)[2], const kk__qact *a, int64_t r0, const int NX, const void *const *w,
+	    const float *const *ws, const int NW, int64_t b)
 {
 	__m256i wa[2], wv[2];
 #pragma GCC unroll 2
 	for (int c = 0; c < NW; c++) {
-		if (Q4) {
-			wa[c] = QV(q4_block)((const uint8_t *) w[c] + b * (KK_QBLOCK / 2));
-		} else {
-			wv[c] = _mm256_loadu_si256(
-				(const __m256i *) ((const int8_t *) w[c] + b * KK_QBLOCK));
-			wa[c] = _mm256_sign_epi8(wv[c], wv[c]);
-		}
+		wv[c] = _mm256_loadu_si256((const __m256i *) ((const int8_t *) w[c] + b * KK_QBLOCK));
+		wa[c] = _mm256_sign_epi8(wv[c], wv[c]);
 	}
 #pragma GCC unroll 4
 	for (int r = 0; r < NX; r++) {
 		const int8_t *xq = a->q + (r0 + r) * a->ldq + b * KK_QBLOCK;
 		__m256i xv = _mm256_loadu_si256((const __m256i *) xq);
 		float xd = a->d[(r0 + r) * a->nb + b];
-		__m256i corr = Q4 ? _mm256_loadu_si256(
-					    (const __m256i *) (a->corr + ((r0 + r) * a->nb + b) * 8))
-				  : _mm256_setzero_si256();
 #pragma GCC unroll 2
 		for (int c = 0; c < NW; c++) {
-			__m256i p = Q4 ? QV_DOT32A(corr, wa[c], xv)
-				       : QV_DOT32(wa[c], _mm256_sign_epi8(xv, wv[c]));
+			__m256i p = QV_DOT32(wa[c], _mm256_sign_epi8(xv, wv[c]));
+			acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
+						    _mm256_set1_ps(xd * ws[c][b]), acc[r][c]);
+		}
+	}
+}
+
+/* Int4 blocks b and b + 1 of the tile into acc: one 32-byte load gives
+ * both blocks' bytes; its low nibbles meet the activation pair's first 32
+ * bytes, its high nibbles the second 32 (kk__qact's int4 order), summed
+ * into one vector whose lanes 0-3 are block b's and 4-7 block b+1's, then
+ * scaled by [d_b ws_b x4, d_b+1 ws_b+1 x4]. */
+static inline __attribute__((always_inline)) void
+QV(step_q4x2)(__m256 (*acc)[2], const kk__qact *a, int64_t r0, const int NX, const void *const *w,
+	      const float *const *ws, const int NW, int64_t b)
+{
+	const __m256i m4 = _mm256_set1_epi8(15);
+	__m256i lo[2], hi[2];
+	__m256 sw[2];
+#pragma GCC unroll 2
+	for (int c = 0; c < NW; c++) {
+		__m256i v = _mm256_loadu_si256(
+			(const __m256i *) ((const uint8_t *) w[c] + b * (KK_QBLOCK / 2)));
+		lo[c] = _mm256_and_si256(v, m4);
+		hi[c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+		sw[c] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(ws[c][b])),
+					     _mm_set1_ps(ws[c][b + 1]), 1);
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++) {
+		const int8_t *xq = a->q + (r0 + r) * a->ldq + b * KK_QBLOCK;
+		__m256i x0 = _mm256_loadu_si256((const __m256i *) xq);
+		__m256i x1 = _mm256_loadu_si256((const __m256i *) (xq + KK_QBLOCK));
+		__m256i corr = _mm256_loadu_si256(
+			(const __m256i *) (a->corr + ((r0 + r) * a->nb + b) * 8));
+		__m256 dx = _mm256_loadu_ps(a->dx + ((r0 + r) * a->nb + b) * 4);
+#pragma GCC unroll 2
+		for (int c = 0; c < NW; c++) {
+			__m256i p = QV_DOT32A(QV_DOT32A(corr, lo[c], x0), hi[c], x1);
+			acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dx, sw[c]),
+						    acc[r][c]);
+		}
+	}
+}
+
+/* A lone last int4 block b (an odd count): its 16 bytes unpacked to
+ * [low nibbles | high nibbles], against its [even | odd] activations. */
+static inline __attribute__((always_inline)) void
+QV(step_q4)(__m256 (*acc)[2], const kk__qact *a, int64_t r0, const int NX, const void *const *w,
+	    const float *const *ws, const int NW, int64_t b)
+{
+	__m256i wa[2];
+#pragma GCC unroll 2
+	for (int c = 0; c < NW; c++)
+		wa[c] = QV(q4_block)((const uint8_t *) w[c] + b * (KK_QBLOCK / 2));
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++) {
+		const int8_t *xq = a->q + (r0 + r) * a->ldq + b * KK_QBLOCK;
+		__m256i xv = _mm256_loadu_si256((const __m256i *) xq);
+		float xd = a->d[(r0 + r) * a->nb + b];
+		__m256i corr = _mm256_loadu_si256(
+			(const __m256i *) (a->corr + ((r0 + r) * a->nb + b) * 8));
+#pragma GCC unroll 2
+		for (int c = 0; c < NW; c++) {
+			__m256i p = QV_DOT32A(corr, wa[c], xv);
 			acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
 						    _mm256_set1_ps(xd * ws[c][b]), acc[r][c]);
 		}
@@ -65,33 +120,44 @@ QV(step)(__m256 (*acc)[2], const kk__qact *a, int64_t r0, const int NX, const vo
 }
 
 /* The tile: NX activation rows (1..4) against NW weight rows (1..2), one
- * 8-lane float accumulator per pair (two, for even and odd blocks, when
- * there is one activation row: the GEMV, whose multiply-add latency would
- * otherwise hold each row up);
- * each sees the same operations whatever the tile's shape, so
- * s[r * 2 + c] does not depend on which rows shared a tile (nor on the
- * thread split). */
+ * 8-lane float accumulator per pair (two, alternating, when there is one
+ * activation row: the GEMV, whose multiply-add latency would otherwise
+ * hold each row up); each sees the same operations whatever the tile's
+ * shape, so s[r * 2 + c] does not depend on which rows shared a tile (nor
+ * on the thread split). */
 static inline __attribute__((always_inline)) void
 QV(tile)(float *s, const kk__qact *a, int64_t r0, const int NX, const void *const *w,
 	 const float *const *ws, const int NW, int64_t k, const bool Q4)
 {
 	const int64_t nbf = k / KK_QBLOCK;
+	const int64_t step = Q4 ? 2 : 1; /* blocks per step */
 	__m256 acc[4][2], acc1[4][2];
 	int64_t b = 0;
 	for (int r = 0; r < NX; r++)
 		for (int c = 0; c < NW; c++)
 			acc[r][c] = acc1[r][c] = _mm256_setzero_ps();
+#define QV_STEP(A, B)                                               \
+	do {                                                        \
+		if (Q4)                                             \
+			QV(step_q4x2)(A, a, r0, NX, w, ws, NW, B);  \
+		else                                                \
+			QV(step_i8)(A, a, r0, NX, w, ws, NW, B);    \
+	} while (0)
 	if (NX == 1) /* never NW: that depends on the thread split */
-		for (; b + 2 <= nbf; b += 2) {
-			QV(step)(acc, a, r0, NX, w, ws, NW, b, Q4);
-			QV(step)(acc1, a, r0, NX, w, ws, NW, b + 1, Q4);
+		for (; b + 2 * step <= nbf; b += 2 * step) {
+			QV_STEP(acc, b);
+			QV_STEP(acc1, b + step);
 		}
-	for (; b < nbf; b++)
-		QV(step)(acc, a, r0, NX, w, ws, NW, b, Q4);
+	for (; b + step <= nbf; b += step)
+		QV_STEP(acc, b);
+#undef QV_STEP
+	if (Q4 && b < nbf)
+		QV(step_q4)(acc, a, r0, NX, w, ws, NW, b);
 	for (int r = 0; r < NX; r++)
 		for (int c = 0; c < NW; c++)
 			s[r * 2 + c] = QV(hsum8)(_mm256_add_ps(acc[r][c], acc1[r][c])) +
-				       kk__qtail(a, r0 + r, (const int8_t *) w[c], ws[c], k);
+				       (Q4 ? 0.0f
+					   : kk__qtail(a, r0 + r, (const int8_t *) w[c], ws[c], k));
 }
 
 static void QV(tile_i8)(float s[8], const kk__qact *a, int64_t r0, int nx, const void *const *w,

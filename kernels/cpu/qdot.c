@@ -35,7 +35,8 @@ int kk__qact_init(kk__qact *a, int64_t m, int64_t k)
 	a->q = aligned_alloc(64, (size_t) (m * a->ldq));
 	a->d = malloc((size_t) (m * a->nb) * sizeof(float));
 	a->corr = aligned_alloc(64, (size_t) (m * a->nb) * 8 * sizeof(int32_t));
-	if (!a->q || !a->d || !a->corr) {
+	a->dx = aligned_alloc(64, (size_t) (m * a->nb) * 4 * sizeof(float));
+	if (!a->q || !a->d || !a->corr || !a->dx) {
 		kk__qact_free(a);
 		return -ENOMEM;
 	}
@@ -47,19 +48,59 @@ void kk__qact_free(kk__qact *a)
 	free(a->q);
 	free(a->d);
 	free(a->corr);
+	free(a->dx);
 	a->q = NULL;
 	a->d = NULL;
 	a->corr = NULL;
+	a->dx = NULL;
+}
+
+int kk__qact_q4_off(int64_t nb, int64_t b, int e)
+{
+	if ((b | 1) < nb) /* one of a pair */
+		return (int) ((b & ~(int64_t) 1) * KK_QBLOCK + (e & 1) * KK_QBLOCK +
+			      (b & 1) * (KK_QBLOCK / 2) + e / 2);
+	return (int) (b * KK_QBLOCK + (e & 1) * (KK_QBLOCK / 2) + e / 2);
 }
 
 /* Row r of x (k floats) into blocks of 32: d = max|x_block| / 127,
- * q = round(x / d) in -127..127 (0 past k).  q4 keeps each block's even
- * elements in lanes 0..15 and its odd ones in 16..31, the order in which
- * an int4 row's bytes unpack (low nibbles, then high ones). */
+ * q = round(x / d) in -127..127 (0 past k).  q4 lays the codes out in the
+ * order an int4 row's bytes unpack (kk__qact_q4_off) and adds the
+ * offset-8 lane sums (corr) and the pairs' spread scales (dx). */
 void kk__qact_quantize(kk__qact *a, int64_t r, const float *x, bool q4)
 {
 	int8_t *q = a->q + r * a->ldq;
 	float *d = a->d + r * a->nb;
+	if (q4) {
+		/* k is a multiple of 32 for int4 (its groups are). */
+		for (int64_t b = 0; b < a->nb; b++) {
+			const float *xb = x + b * KK_QBLOCK;
+			float amax = 0, inv;
+			for (int j = 0; j < KK_QBLOCK; j++)
+				amax = fmaxf(amax, fabsf(xb[j]));
+			d[b] = amax / 127.0f;
+			inv = amax > 0 ? 127.0f / amax : 0.0f;
+			for (int j = 0; j < KK_QBLOCK; j++)
+				q[kk__qact_q4_off(a->nb, b, j)] = (int8_t) rintf(xb[j] * inv);
+			for (int l = 0; l < 4; l++)
+				a->dx[(r * a->nb + b) * 4 + l] = d[b];
+		}
+		/* Lane l of a pair's product sums bytes 4l..4l+3 of its two
+		 * 32-byte halves (low nibbles x the first, high x the second);
+		 * a lone last block's, bytes 4l..4l+3 of its 32. */
+		for (int64_t b = 0; b < a->nb; b += 2) {
+			const int8_t *c = q + b * KK_QBLOCK;
+			int32_t *corr = a->corr + (r * a->nb + b) * 8;
+			bool pair = b + 1 < a->nb;
+			for (int l = 0; l < 8; l++) {
+				int32_t s = 0;
+				for (int i = 0; i < 4; i++)
+					s += c[4 * l + i] + (pair ? c[KK_QBLOCK + 4 * l + i] : 0);
+				corr[l] = -8 * s;
+			}
+		}
+		return;
+	}
 	for (int64_t b = 0; b < a->nb; b++) {
 		int64_t j0 = b * KK_QBLOCK, n = MIN(a->k - j0, (int64_t) KK_QBLOCK);
 		const float *xb = x + j0;
@@ -69,16 +110,6 @@ void kk__qact_quantize(kk__qact *a, int64_t r, const float *x, bool q4)
 		d[b] = amax / 127.0f;
 		inv = amax > 0 ? 127.0f / amax : 0.0f;
 		int8_t *qb = q + j0;
-		if (q4 && n == KK_QBLOCK) {
-			int32_t *corr = a->corr + (r * a->nb + b) * 8;
-			for (int j = 0; j < KK_QBLOCK / 2; j++) {
-				qb[j] = (int8_t) rintf(xb[2 * j] * inv);
-				qb[KK_QBLOCK / 2 + j] = (int8_t) rintf(xb[2 * j + 1] * inv);
-			}
-			for (int l = 0; l < 8; l++)
-				corr[l] = -8 * (qb[4 * l] + qb[4 * l + 1] + qb[4 * l + 2] + qb[4 * l + 3]);
-			continue;
-		}
 		for (int64_t j = 0; j < n; j++)
 			qb[j] = (int8_t) rintf(xb[j] * inv);
 		for (int64_t j = n; j < KK_QBLOCK; j++)
@@ -120,8 +151,10 @@ static void tile_scalar(float s[8], const kk__qact *a, int64_t r0, int nx, const
 					const uint8_t *p =
 						(const uint8_t *) w[c] + b * (KK_QBLOCK / 2);
 					for (int j = 0; j < KK_QBLOCK / 2; j++)
-						t += ((p[j] & 15) - 8) * xb[j] +
-						     ((p[j] >> 4) - 8) * xb[KK_QBLOCK / 2 + j];
+						t += ((p[j] & 15) - 8) *
+							     xq[kk__qact_q4_off(a->nb, b, 2 * j)] +
+						     ((p[j] >> 4) - 8) *
+							     xq[kk__qact_q4_off(a->nb, b, 2 * j + 1)];
 				} else {
 					const int8_t *p = (const int8_t *) w[c] + b * KK_QBLOCK;
 					for (int j = 0; j < KK_QBLOCK; j++)
