@@ -67,6 +67,17 @@ int kk__qact_q4_off(int64_t nb, int64_t b, int e)
  * q = round(x / d) in -127..127 (0 past k).  q4 lays the codes out in the
  * order an int4 row's bytes unpack (kk__qact_q4_off) and adds the
  * offset-8 lane sums (corr) and the pairs' spread scales (dx). */
+/* max |x[0..n)| (a plain comparison: fmaxf is a libm call here). */
+static inline float absmax(const float *x, int64_t n)
+{
+	float m = 0;
+	for (int64_t j = 0; j < n; j++) {
+		float v = fabsf(x[j]);
+		m = v > m ? v : m;
+	}
+	return m;
+}
+
 void kk__qact_quantize(kk__qact *a, int64_t r, const float *x, bool q4)
 {
 	int8_t *q = a->q + r * a->ldq;
@@ -75,13 +86,17 @@ void kk__qact_quantize(kk__qact *a, int64_t r, const float *x, bool q4)
 		/* k is a multiple of 32 for int4 (its groups are). */
 		for (int64_t b = 0; b < a->nb; b++) {
 			const float *xb = x + b * KK_QBLOCK;
-			float amax = 0, inv;
-			for (int j = 0; j < KK_QBLOCK; j++)
-				amax = fmaxf(amax, fabsf(xb[j]));
+			float amax = absmax(xb, KK_QBLOCK), inv;
 			d[b] = amax / 127.0f;
 			inv = amax > 0 ? 127.0f / amax : 0.0f;
-			for (int j = 0; j < KK_QBLOCK; j++)
-				q[kk__qact_q4_off(a->nb, b, j)] = (int8_t) rintf(xb[j] * inv);
+			/* Even elements, then odd ones, at this block's places
+			 * (kk__qact_q4_off: 16 apart, or 32 within a pair). */
+			int8_t *qe = q + kk__qact_q4_off(a->nb, b, 0),
+			       *qo = q + kk__qact_q4_off(a->nb, b, 1);
+			for (int j = 0; j < KK_QBLOCK / 2; j++) {
+				qe[j] = (int8_t) rintf(xb[2 * j] * inv);
+				qo[j] = (int8_t) rintf(xb[2 * j + 1] * inv);
+			}
 			for (int l = 0; l < 4; l++)
 				a->dx[(r * a->nb + b) * 4 + l] = d[b];
 		}
@@ -104,9 +119,7 @@ void kk__qact_quantize(kk__qact *a, int64_t r, const float *x, bool q4)
 	for (int64_t b = 0; b < a->nb; b++) {
 		int64_t j0 = b * KK_QBLOCK, n = MIN(a->k - j0, (int64_t) KK_QBLOCK);
 		const float *xb = x + j0;
-		float amax = 0, inv;
-		for (int64_t j = 0; j < n; j++)
-			amax = fmaxf(amax, fabsf(xb[j]));
+		float amax = absmax(xb, n), inv;
 		d[b] = amax / 127.0f;
 		inv = amax > 0 ? 127.0f / amax : 0.0f;
 		int8_t *qb = q + j0;
