@@ -38,7 +38,8 @@ QV(step_i8)(__m256 (*acc)[2], const kk__qact *a, int64_t r0, const int NX, const
 	__m256i wa[2], wv[2];
 #pragma GCC unroll 2
 	for (int c = 0; c < NW; c++) {
-		wv[c] = _mm256_loadu_si256((const __m256i *) ((const int8_t *) w[c] + b * KK_QBLOCK));
+		wv[c] = _mm256_loadu_si256(
+			(const __m256i *) ((const int8_t *) w[c] + b * KK_QBLOCK));
 		wa[c] = _mm256_sign_epi8(wv[c], wv[c]);
 	}
 #pragma GCC unroll 4
@@ -125,9 +126,10 @@ QV(step_q4)(__m256 (*acc)[2], const kk__qact *a, int64_t r0, const int NX, const
  * hold each row up); each sees the same operations whatever the tile's
  * shape, so s[r * 2 + c] does not depend on which rows shared a tile (nor
  * on the thread split). */
-static inline __attribute__((always_inline)) void
-QV(tile)(float *s, const kk__qact *a, int64_t r0, const int NX, const void *const *w,
-	 const float *const *ws, const int NW, int64_t k, const bool Q4)
+static inline __attribute__((always_inline)) void QV(tile)(float *s, const kk__qact *a, int64_t r0,
+							   const int NX, const void *const *w,
+							   const float *const *ws, const int NW,
+							   int64_t k, const bool Q4)
 {
 	const int64_t nbf = k / KK_QBLOCK;
 	const int64_t step = Q4 ? 2 : 1; /* blocks per step */
@@ -136,12 +138,12 @@ QV(tile)(float *s, const kk__qact *a, int64_t r0, const int NX, const void *cons
 	for (int r = 0; r < NX; r++)
 		for (int c = 0; c < NW; c++)
 			acc[r][c] = acc1[r][c] = _mm256_setzero_ps();
-#define QV_STEP(A, B)                                               \
-	do {                                                        \
-		if (Q4)                                             \
-			QV(step_q4x2)(A, a, r0, NX, w, ws, NW, B);  \
-		else                                                \
-			QV(step_i8)(A, a, r0, NX, w, ws, NW, B);    \
+#define QV_STEP(A, B)                                              \
+	do {                                                       \
+		if (Q4)                                            \
+			QV(step_q4x2)(A, a, r0, NX, w, ws, NW, B); \
+		else                                               \
+			QV(step_i8)(A, a, r0, NX, w, ws, NW, B);   \
 	} while (0)
 	if (NX == 1) /* never NW: that depends on the thread split */
 		for (; b + 2 * step <= nbf; b += 2 * step) {
@@ -155,9 +157,9 @@ QV(tile)(float *s, const kk__qact *a, int64_t r0, const int NX, const void *cons
 		QV(step_q4)(acc, a, r0, NX, w, ws, NW, b);
 	for (int r = 0; r < NX; r++)
 		for (int c = 0; c < NW; c++)
-			s[r * 2 + c] = QV(hsum8)(_mm256_add_ps(acc[r][c], acc1[r][c])) +
-				       (Q4 ? 0.0f
-					   : kk__qtail(a, r0 + r, (const int8_t *) w[c], ws[c], k));
+			s[r * 2 + c] =
+				QV(hsum8)(_mm256_add_ps(acc[r][c], acc1[r][c])) +
+				(Q4 ? 0.0f : kk__qtail(a, r0 + r, (const int8_t *) w[c], ws[c], k));
 }
 
 static void QV(tile_i8)(float s[8], const kk__qact *a, int64_t r0, int nx, const void *const *w,

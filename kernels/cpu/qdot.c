@@ -166,8 +166,8 @@ static void tile_scalar(float s[8], const kk__qact *a, int64_t r0, int nx, const
 					for (int j = 0; j < KK_QBLOCK / 2; j++)
 						t += ((p[j] & 15) - 8) *
 							     xq[kk__qact_q4_off(a->nb, b, 2 * j)] +
-						     ((p[j] >> 4) - 8) *
-							     xq[kk__qact_q4_off(a->nb, b, 2 * j + 1)];
+						     ((p[j] >> 4) -
+						      8) * xq[kk__qact_q4_off(a->nb, b, 2 * j + 1)];
 				} else {
 					const int8_t *p = (const int8_t *) w[c] + b * KK_QBLOCK;
 					for (int j = 0; j < KK_QBLOCK; j++)
@@ -223,8 +223,9 @@ static inline __attribute__((always_inline)) __m256i dot32a_avx2(__m256i acc, __
 #endif
 
 #ifdef __clang__
-#pragma clang attribute push(__attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512vnni"))), \
-			     apply_to = function)
+#pragma clang attribute push(                                                     \
+	__attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512vnni"))), \
+	apply_to = function)
 #else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,avx512f,avx512vl,avx512bw,avx512vnni")

@@ -275,7 +275,9 @@ static int file_read_quant(void *userdata, const char *name, kk_dtype qt, int64_
 
 km_weight_source km_file_source(km_file *f)
 {
-	return (km_weight_source){ .userdata = f, .read = file_read, .read_quant = file_read_quant };
+	return (km_weight_source){ .userdata = f,
+				   .read = file_read,
+				   .read_quant = file_read_quant };
 }
 
 /* ---- llama2.c: the header, as kmf's metadata ------------------------------ */

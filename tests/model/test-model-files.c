@@ -805,7 +805,8 @@ static void logit_diff(const float *a, const float *b, double *mx, double *agree
 	*mx = 0;
 	for (int i = 0; i < N_STEPS; i++) {
 		for (int j = 0; j < V; j++)
-			*mx = fmax(*mx, fabs((double) a[(size_t) i * V + j] - b[(size_t) i * V + j]));
+			*mx = fmax(*mx,
+				   fabs((double) a[(size_t) i * V + j] - b[(size_t) i * V + j]));
 		same += argmax_f(a + (size_t) i * V, V) == argmax_f(b + (size_t) i * V, V);
 	}
 	*agree = (double) same / N_STEPS;
@@ -1003,10 +1004,15 @@ static void test_bad_files(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_llama2c),	       cmocka_unit_test(test_kiln_safetensors),
-		cmocka_unit_test(test_hf_safetensors), cmocka_unit_test(test_gguf_f32),
-		cmocka_unit_test(test_gguf_unshared),  cmocka_unit_test(test_gguf_f16),
-		cmocka_unit_test(test_gguf_q8_0),      cmocka_unit_test(test_gguf_native),      cmocka_unit_test(test_kmtrain_checkpoint),
+		cmocka_unit_test(test_llama2c),
+		cmocka_unit_test(test_kiln_safetensors),
+		cmocka_unit_test(test_hf_safetensors),
+		cmocka_unit_test(test_gguf_f32),
+		cmocka_unit_test(test_gguf_unshared),
+		cmocka_unit_test(test_gguf_f16),
+		cmocka_unit_test(test_gguf_q8_0),
+		cmocka_unit_test(test_gguf_native),
+		cmocka_unit_test(test_kmtrain_checkpoint),
 		cmocka_unit_test(test_bad_files),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -881,8 +881,8 @@ static void test_unshared_classifier(void **state)
 			amax = fmax(amax, fabs(rl[j]));
 	}
 	/* The shared table instead would double every logit (off by amax). */
-	print_message("# unshared classifier, i8: max |logit err| %.3g, logits up to %.3g\n",
-		      worst, amax);
+	print_message("# unshared classifier, i8: max |logit err| %.3g, logits up to %.3g\n", worst,
+		      amax);
 	assert_true(worst < 0.35 * amax);
 	ref_free(r2);
 	km_kvcache_free(c);
