@@ -33,13 +33,16 @@ static inline __attribute__((always_inline)) float QV(hsum8)(__m256 v)
 /* One int8 block b of the tile into acc. */
 static inline __attribute__((always_inline)) void
 QV(step_i8)(__m256 (*acc)[2], const kk__qact *a, int64_t r0, const int NX, const void *const *w,
-	    const float *const *ws, const int NW, int64_t b)
+	    const float *const *ws, const int NW, int64_t b, int64_t k)
 {
 	__m256i wa[2], wv[2];
 #pragma GCC unroll 2
 	for (int c = 0; c < NW; c++) {
-		wv[c] = _mm256_loadu_si256(
-			(const __m256i *) ((const int8_t *) w[c] + b * KK_QBLOCK));
+		const int8_t *p = (const int8_t *) w[c] + b * KK_QBLOCK;
+		/* The same place in the next pair of rows (the next tile's):
+		 * rows are short streams the hardware prefetcher starts late. */
+		_mm_prefetch((const char *) (p + 2 * k), _MM_HINT_T0);
+		wv[c] = _mm256_loadu_si256((const __m256i *) p);
 		wa[c] = _mm256_sign_epi8(wv[c], wv[c]);
 	}
 #pragma GCC unroll 4
@@ -63,15 +66,16 @@ QV(step_i8)(__m256 (*acc)[2], const kk__qact *a, int64_t r0, const int NX, const
  * scaled by [d_b ws_b x4, d_b+1 ws_b+1 x4]. */
 static inline __attribute__((always_inline)) void
 QV(step_q4x2)(__m256 (*acc)[2], const kk__qact *a, int64_t r0, const int NX, const void *const *w,
-	      const float *const *ws, const int NW, int64_t b)
+	      const float *const *ws, const int NW, int64_t b, int64_t k)
 {
 	const __m256i m4 = _mm256_set1_epi8(15);
 	__m256i lo[2], hi[2];
 	__m256 sw[2];
 #pragma GCC unroll 2
 	for (int c = 0; c < NW; c++) {
-		__m256i v = _mm256_loadu_si256(
-			(const __m256i *) ((const uint8_t *) w[c] + b * (KK_QBLOCK / 2)));
+		const uint8_t *p = (const uint8_t *) w[c] + b * (KK_QBLOCK / 2);
+		_mm_prefetch((const char *) (p + k), _MM_HINT_T0); /* as step_i8 */
+		__m256i v = _mm256_loadu_si256((const __m256i *) p);
 		lo[c] = _mm256_and_si256(v, m4);
 		hi[c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
 		sw[c] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(ws[c][b])),
@@ -141,9 +145,9 @@ static inline __attribute__((always_inline)) void QV(tile)(float *s, const kk__q
 #define QV_STEP(A, B)                                              \
 	do {                                                       \
 		if (Q4)                                            \
-			QV(step_q4x2)(A, a, r0, NX, w, ws, NW, B); \
+			QV(step_q4x2)(A, a, r0, NX, w, ws, NW, B, k); \
 		else                                               \
-			QV(step_i8)(A, a, r0, NX, w, ws, NW, B);   \
+			QV(step_i8)(A, a, r0, NX, w, ws, NW, B, k);   \
 	} while (0)
 	if (NX == 1) /* never NW: that depends on the thread split */
 		for (; b + 2 * step <= nbf; b += 2 * step) {
