@@ -204,8 +204,9 @@ static void test_threads_qgemv(void **state)
  * stored weights, to f32 rounding of the sum of |terms|: the integer block
  * sums must be exact.  Then against the float64 product of the unquantized
  * X within the activation bound (ref_qact_bound).  Shapes: int8 per channel
- * with k not a multiple of 32 (a partial last block), int8 per 32-block
- * (GGUF Q8_0's layout), int4 groups 32/64/128, m from 1
+ * with k not a multiple of 32 (a partial last block; k < 32: nothing
+ * but), int8 per 32-block (GGUF Q8_0's layout, some codes -128), int4
+ * groups 32/64/128, m from 1
  * (GEMV) to 21 (prefill tiles with a ragged edge), f32 and bf16 X. */
 static void qdot_case(kk_dtype qt, int group, kk_dtype xdt, int64_t m, int64_t n, int64_t k)
 {
@@ -222,6 +223,15 @@ static void qdot_case(kk_dtype qt, int group, kk_dtype xdt, int64_t m, int64_t n
 
 	assert_int_equal(kk_qmatrix_alloc(be, qt, n, k, group, KK_F16, &q), 0);
 	assert_int_equal(kk_quantize(be, NULL, q, w), 0);
+	if (qt == KK_I8 && group == 32) {
+		/* GGUF Q8_0 blocks may hold -128 (kk_quantize never writes it):
+		 * |w| = 128 must still go through the u8 x s8 products. */
+		int8_t *raw = hmalloc((size_t) (n * k));
+		assert_int_equal(kk_buffer_download(be, NULL, q->data, 0, raw, (size_t) (n * k)), 0);
+		for (int64_t i = 0; i < n * k; i += 7)
+			raw[i] = -128;
+		assert_int_equal(kk_buffer_upload(be, NULL, q->data, 0, raw, (size_t) (n * k)), 0);
+	}
 	assert_int_equal(kk_dequantize(be, NULL, wdb, q), 0);
 	memcpy(wd, down(wdb, (size_t) (n * k)), (size_t) (n * k) * sizeof(double));
 	assert_int_equal(kk_qgemm(be, NULL, y, x, q, bias, m), 0);
@@ -291,6 +301,7 @@ static void test_qdot_variants(void **state)
 			qdot_case(KK_I8, 0, KK_F32, m, n, 32 * irand(2, 9));
 			qdot_case(KK_I8, 0, KK_BF16, m, n, 32 * irand(1, 6) + irand(1, 31));
 			qdot_case(KK_I8, 32, KK_F32, m, n, 32 * irand(1, 9));
+			qdot_case(KK_I8, 0, KK_F32, m, n, irand(1, 31)); /* tail only */
 			qdot_case(KK_Q4, 32, KK_F32, m, n, 32 * irand(1, 9));
 			qdot_case(KK_Q4, 64, KK_BF16, m, n, 64 * irand(1, 5));
 			qdot_case(KK_Q4, 128, KK_F32, m, n, 128 * irand(1, 3));
