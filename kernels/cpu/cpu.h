@@ -203,7 +203,8 @@ int kk__widen(const kk_buffer *b, size_t n, float **ret, float **owned);
  * corr[(r * nb + 2p) * 8 + l] = -8 * (the codes a product's lane l sums),
  * what takes int4's offset 8 off u8 x s8 products, and dx[(r * nb + b) * 4
  * + i] = d (four copies: lanes 0-3 of a pair's product are block 2p's,
- * 4-7 block 2p+1's). */
+ * 4-7 block 2p+1's).  For int8 weights dx[(r * nb + b) * 8 + i] = d (a
+ * block's product fills all 8 lanes). */
 typedef struct kk__qact {
 	int64_t m, k, nb, ldq;
 	int8_t *q;
@@ -224,7 +225,9 @@ void kk__qact_quantize(kk__qact *a, int64_t r, const float *x, bool q4);
 
 /* s[r * 2 + c] = sum over blocks b of xd[r][b] * ws[c][b] * (integer dot of
  * block b of activation row r0 + r and weight row w[c]), r < nx (1..4),
- * c < nw (1..2); ws[c] holds one f32 scale per 32-block of its row. */
+ * c < nw (1..2); ws[c] holds one f32 scale per 32-block of its row, or is
+ * NULL for all ones (int8 per channel: the caller scales the sum; then
+ * every ws[c] is NULL). */
 typedef void (*kk__qtile_fn)(float s[8], const kk__qact *a, int64_t r0, int nx,
 			     const void *const *w, const float *const *ws, int nw, int64_t k);
 typedef struct kk__qdot_impl {

@@ -35,7 +35,7 @@ int kk__qact_init(kk__qact *a, int64_t m, int64_t k)
 	a->q = aligned_alloc(64, (size_t) (m * a->ldq));
 	a->d = malloc((size_t) (m * a->nb) * sizeof(float));
 	a->corr = aligned_alloc(64, (size_t) (m * a->nb) * 8 * sizeof(int32_t));
-	a->dx = aligned_alloc(64, (size_t) (m * a->nb) * 4 * sizeof(float));
+	a->dx = aligned_alloc(64, (size_t) (m * a->nb) * 8 * sizeof(float));
 	if (!a->q || !a->d || !a->corr || !a->dx) {
 		kk__qact_free(a);
 		return -ENOMEM;
@@ -121,6 +121,8 @@ void kk__qact_quantize(kk__qact *a, int64_t r, const float *x, bool q4)
 		const float *xb = x + j0;
 		float amax = absmax(xb, n), inv;
 		d[b] = amax / 127.0f;
+		for (int l = 0; l < 8; l++)
+			a->dx[(r * a->nb + b) * 8 + l] = d[b];
 		inv = amax > 0 ? 127.0f / amax : 0.0f;
 		int8_t *qb = q + j0;
 		for (int64_t j = 0; j < n; j++)
@@ -143,7 +145,7 @@ static inline float kk__qtail(const kk__qact *a, int64_t r, const int8_t *w, con
 	int32_t s = 0;
 	for (int64_t j = 0; j < k - j0; j++)
 		s += (int32_t) w[j0 + j] * xq[j];
-	return (float) s * (a->d[r * a->nb + b] * ws[b]);
+	return (float) s * (ws ? a->d[r * a->nb + b] * ws[b] : a->d[r * a->nb + b]);
 }
 
 /* ---- the portable variant ----------------------------------------------- */
@@ -173,7 +175,7 @@ static void tile_scalar(float s[8], const kk__qact *a, int64_t r0, int nx, const
 					for (int j = 0; j < KK_QBLOCK; j++)
 						t += p[j] * xb[j];
 				}
-				acc += (float) t * (xd[b] * ws[c][b]);
+				acc += (float) t * (ws[c] ? xd[b] * ws[c][b] : xd[b]);
 			}
 			s[r * 2 + c] = acc + kk__qtail(a, r0 + r, w[c], ws[c], k);
 		}

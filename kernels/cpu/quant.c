@@ -140,12 +140,12 @@ static int qact_range(void *p, int64_t b, int64_t e, int chunk)
 }
 
 /* Weight row j's scale for each 32-block: f32 scales of group 32 as
- * stored, else converted / spread into ws[nb]; per-channel int8 gets ones
- * (the caller applies the row's scale to the sum). */
-static const float *row_scales(const kk_qmatrix *q, int64_t j, float *ws, const float *ones)
+ * stored, else converted / spread into ws[nb]; per-channel int8 gets NULL
+ * (all ones: the caller applies the row's scale to the sum). */
+static const float *row_scales(const kk_qmatrix *q, int64_t j, float *ws)
 {
 	if (q->group == 0)
-		return ones;
+		return NULL;
 	if (q->group == KK_QBLOCK && q->scales->dtype == KK_F32)
 		return (const float *) q->scales->ptr + j * (q->k / KK_QBLOCK);
 	int64_t groups = q->k / q->group, per = q->group / KK_QBLOCK;
@@ -166,13 +166,10 @@ static int qgemm_range(void *p, int64_t b, int64_t e, int chunk)
 	const int64_t nb = c->act.nb, k = q->k;
 	const size_t rowb = q->qtype == KK_Q4 ? (size_t) k / 2 : (size_t) k;
 	const kk__qtile_fn tile = q->qtype == KK_Q4 ? c->impl->q4 : c->impl->i8;
-	_cleanup_free_ float *ws = malloc(3 * (size_t) nb * sizeof(float));
+	_cleanup_free_ float *ws = malloc(2 * (size_t) nb * sizeof(float));
 
 	if (!ws)
 		return -ENOMEM;
-	float *ones = ws + 2 * nb;
-	for (int64_t i = 0; i < nb; i++)
-		ones[i] = 1.0f;
 	for (int64_t j = b; j < e;) {
 		int nw = (j % 2 == 0 && j + 1 < e) ? 2 : 1;
 		const void *w[2];
@@ -180,7 +177,7 @@ static int qgemm_range(void *p, int64_t b, int64_t e, int chunk)
 		float bj[2] = { 0, 0 }, sj[2] = { 1, 1 };
 		for (int cc = 0; cc < nw; cc++) {
 			w[cc] = (const uint8_t *) q->data->ptr + (size_t) (j + cc) * rowb;
-			wsp[cc] = row_scales(q, j + cc, ws + cc * nb, ones);
+			wsp[cc] = row_scales(q, j + cc, ws + cc * nb);
 			if (!q->group)
 				sj[cc] = LD(q->scales, j + cc);
 			if (c->bias)
