@@ -31,11 +31,13 @@ int kk__qact_init(kk__qact *a, int64_t m, int64_t k)
 	a->k = k;
 	a->nb = (k + KK_QBLOCK - 1) / KK_QBLOCK;
 	a->ldq = a->nb * KK_QBLOCK;
-	/* 64-byte rows keep the 32-byte block loads within one cache line. */
-	a->q = aligned_alloc(64, (size_t) (m * a->ldq));
-	a->d = malloc((size_t) (m * a->nb) * sizeof(float));
-	a->corr = aligned_alloc(64, (size_t) (m * a->nb) * 8 * sizeof(int32_t));
-	a->dx = aligned_alloc(64, (size_t) (m * a->nb) * 8 * sizeof(float));
+	/* 64-byte aligned: the 32-byte loads never straddle a cache line.
+	 * (aligned_alloc wants a size that is a multiple of the alignment.) */
+	size_t nq = (size_t) (m * a->ldq), nblk = (size_t) (m * a->nb);
+	a->q = aligned_alloc(64, (nq + 63) & ~(size_t) 63);
+	a->d = malloc(nblk * sizeof(float));
+	a->corr = aligned_alloc(64, (nblk * 8 * sizeof(int32_t) + 63) & ~(size_t) 63);
+	a->dx = aligned_alloc(64, (nblk * 8 * sizeof(float) + 63) & ~(size_t) 63);
 	if (!a->q || !a->d || !a->corr || !a->dx) {
 		kk__qact_free(a);
 		return -ENOMEM;
