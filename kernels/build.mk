@@ -8,10 +8,13 @@ KK_SRCS := kernels/kk.c kernels/kk_dtype.c kernels/kk_module.c kernels/cpu/cpu.c
 	kernels/cpu/optim.c kernels/cpu/sample.c kernels/cpu/comm.c
 # f16/bf16 loops, one variant per ISA level (kernels/cpu/half.c).
 KK_SRCS += kernels/cpu/half.c
+KK_SRCS += kernels/cpu/qdot.c
 KK_LDLIBS := -lopenblas
 $(eval $(call kiln_lib,kk,$(KK_SRCS)))
 # The inner loops: vector reductions (omp simd pragmas only, no runtime).
 $(B)/obj/kernels/cpu/simd.o: EXTRA_CFLAGS += -O3 -fopenmp-simd
+# The int8 dot tiles: their register tiles need complete unrolling (-O3).
+$(B)/obj/kernels/cpu/qdot.o: EXTRA_CFLAGS += -O3
 # Where the loader looks for an installed kk-cuda.so (after $KILN_KK_CUDA
 # and ../lib/kiln next to the binary): the install rule's module dir.  A
 # stamp holding it rebuilds kk_module.o when PREFIX changes.

@@ -566,6 +566,9 @@ static bool qmatrix_ok(const kk_backend *be, const kk_qmatrix *q)
 {
 	if (!q || !dim_ok(q->n) || !dim_ok(q->k))
 		return false;
+	if (q->qtype == KK_I8 && q->group == 32)
+		return q->k % 32 == 0 && bok(be, q->data, M(KK_I8), mul2(q->n, q->k)) &&
+		       bok(be, q->scales, M_F32 | M(KK_F16), mul2(q->n, q->k / 32));
 	if (q->qtype == KK_I8)
 		return q->group == 0 && bok(be, q->data, M(KK_I8), mul2(q->n, q->k)) &&
 		       bok(be, q->scales, M_F32 | M(KK_F16), (size_t) q->n);
@@ -586,8 +589,8 @@ int kk_qmatrix_alloc(kk_backend *be, kk_dtype qtype, int64_t n, int64_t k, int g
 	assert_return(be && ret && dim_ok(n) && dim_ok(k), -EINVAL);
 	assert_return(scale_dt == KK_F32 || scale_dt == KK_F16, -EINVAL);
 	if (qtype == KK_I8) {
-		assert_return(group == 0, -EINVAL);
-		nscales = (size_t) n;
+		assert_return(group == 0 || (group == 32 && k % 32 == 0), -EINVAL);
+		nscales = group ? mul2(n, k / 32) : (size_t) n;
 	} else if (qtype == KK_Q4) {
 		assert_return(group_ok(group) && k % group == 0, -EINVAL);
 		nscales = mul2(n, k / group);

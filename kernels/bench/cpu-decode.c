@@ -250,8 +250,16 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	size_t wb = km_model_weight_bytes(m);
-	if (!cfg.shared_classifier) /* one embedding row per token, not the table */
-		wb -= kk_dtype_size(km_model_act_dtype(m), (size_t) cfg.vocab_size * cfg.dim);
+	if (!cfg.shared_classifier) { /* one embedding row per token, not the table */
+		size_t vd = (size_t) cfg.vocab_size * cfg.dim;
+		/* i8/q4 models quantize the table like their layers (f32 scales). */
+		if (dt == KK_I8)
+			wb -= vd + (size_t) cfg.vocab_size * 4;
+		else if (dt == KK_Q4)
+			wb -= vd / 2 + vd / 32 * 4;
+		else
+			wb -= kk_dtype_size(km_model_act_dtype(m), vd);
+	}
 	double bw = copy_gbs();
 	printf("model %s (dim %d, %d layers, vocab %d), weights %s, %.1f MB read per decoded "
 	       "token; copy bandwidth %.2f GB/s (1 thread, read+write); %s time\n",

@@ -268,3 +268,60 @@ void kk__rms_bwd_row(float *dx, float *dw, const float *dy, const float *h, cons
 		     const float *dres, float rstd, size_t n);
 /* Attention backward's dS row: dp[i] = p[i] (dp[i] - di) scale. */
 void kk__attn_ds(float *dp, const float *p, float di, float scale, size_t n);
+/* ---- int8 dot products of the quantized product (qdot.c) ---------------- */
+
+/* Activations are quantized in blocks of this many elements (llama.cpp's
+ * Q8_0 block: one f32 scale per 32 int8 values). */
+#define KK_QBLOCK 32
+
+/* m activation rows of k elements quantized per block: row r's block b is
+ * q[r * ldq + b * 32 ..] (zero past k) with scale d[r * nb + b].  For int4
+ * weights the codes of blocks 2p, 2p+1 are laid out as the 32 bytes of the
+ * two blocks' weights unpack: their 64 bytes hold block 2p's even
+ * elements, 2p+1's even ones, 2p's odd ones, 2p+1's odd ones (a lone last
+ * block: its even, then its odd elements; kk__qact_q4_off); then
+ * corr[(r * nb + 2p) * 8 + l] = -8 * (the codes a product's lane l sums),
+ * what takes int4's offset 8 off u8 x s8 products, and dx[(r * nb + b) * 4
+ * + i] = d (four copies: lanes 0-3 of a pair's product are block 2p's,
+ * 4-7 block 2p+1's).  For int8 weights dx[(r * nb + b) * 8 + i] = d (a
+ * block's product fills all 8 lanes). */
+typedef struct kk__qact {
+	int64_t m, k, nb, ldq;
+	int8_t *q;
+	float *d;
+	int32_t *corr;
+	float *dx;
+} kk__qact;
+
+/* Where element e (0..31) of block b sits in an int4-ordered row. */
+int kk__qact_q4_off(int64_t nb, int64_t b, int e);
+
+/* Allocates a for m x k; -ENOMEM.  kk__qact_free accepts a failed init. */
+int kk__qact_init(kk__qact *a, int64_t m, int64_t k);
+void kk__qact_free(kk__qact *a);
+/* Quantizes row r from x[k]; q4: each block's even elements first, then
+ * its odd ones (the order an int4 row's nibbles unpack in). */
+void kk__qact_quantize(kk__qact *a, int64_t r, const float *x, bool q4);
+
+/* s[r * 2 + c] = sum over blocks b of xd[r][b] * ws[c][b] * (integer dot of
+ * block b of activation row r0 + r and weight row w[c]), r < nx (1..4),
+ * c < nw (1..2); ws[c] holds one f32 scale per 32-block of its row, or is
+ * NULL for all ones (int8 per channel: the caller scales the sum; then
+ * every ws[c] is NULL). */
+typedef void (*kk__qtile_fn)(float s[8], const kk__qact *a, int64_t r0, int nx,
+			     const void *const *w, const float *const *ws, int nw, int64_t k);
+typedef struct kk__qdot_impl {
+	const char *name; /* "vnni", "avx2", "scalar" */
+	kk__qtile_fn i8;  /* int8 weight rows */
+	kk__qtile_fn q4;  /* int4 weight rows (kk_qmatrix layout) */
+} kk__qdot_impl;
+
+/* The variant in use: $KK_CPU_QDOT if it names one this CPU runs, else the
+ * best the CPU runs. */
+const kk__qdot_impl *kk__qdot(void);
+/* Test hook: use variant `name` from now on (NULL: back to the automatic
+ * choice).  -EINVAL: not a variant of this build; -EOPNOTSUPP: this CPU
+ * cannot run it. */
+int kk__qdot_force(const char *name);
+/* The variants of this build, best first, NULL-terminated. */
+const char *const *kk__qdot_names(void);

@@ -1,20 +1,14 @@
 /* kernels/cpu/quant.c — the cpu backend's weight-only int8/int4
  * quantization: quantize, dequantize, and the quantized GEMV/GEMM.
  *
- * The quantized product dequantizes one weight row at a time (GEMV path,
- * small m, threads over output channels) or the whole matrix once and calls
- * sgemm (large m). */
-#include <cblas.h>
+ * The quantized product quantizes the activations to int8 per 32-block and
+ * runs integer dot products (qdot.c) for every m: decode GEMV and prefill
+ * alike. */
 #include <errno.h>
 #include <stdlib.h>
 
 #include "cpu.h"
 #include "kiln/macro.h"
-
-/* From this many activation rows on, the quantized product dequantizes the
- * whole weight once and uses sgemm instead of the GEMV (as the float GEMV
- * of gemm.c: m <= 8). */
-#define KK_CPU_QGEMM_GEMM_MIN_M 9
 
 /* ---- quantization ------------------------------------------------------ */
 
@@ -32,9 +26,17 @@ static inline void q4_set(uint8_t *p, size_t j, int q)
 static void deq_row(const kk_qmatrix *q, int64_t row, float *out)
 {
 	size_t base = (size_t) row * q->k;
-	if (q->qtype == KK_I8) {
+	if (q->qtype == KK_I8 && !q->group) {
 		kk__deq_i8(out, (const int8_t *) q->data->ptr + base, LD(q->scales, row),
 			   (size_t) q->k);
+		return;
+	}
+	if (q->qtype == KK_I8) {
+		int64_t groups = q->k / q->group;
+		for (int64_t g = 0; g < groups; g++)
+			kk__deq_i8(out + g * q->group,
+				   (const int8_t *) q->data->ptr + base + (size_t) (g * q->group),
+				   LD(q->scales, (size_t) (row * groups + g)), (size_t) q->group);
 		return;
 	}
 	int64_t groups = q->k / q->group;
@@ -54,16 +56,13 @@ struct q_ctx {
 	const kk_qmatrix *cq;
 	const kk_buffer *w, *x, *bias;
 	kk_buffer *out;
-	int64_t m;
-	const float *xf;
-	const float *xe; /* Q4 GEMV: [m][k/2] even elements of x, then [m][k/2] odd */
 };
 
 static int quant_range(void *p, int64_t b, int64_t e, int chunk)
 {
 	struct q_ctx *c = p;
 	kk_qmatrix *q = c->q;
-	int64_t gsz = q->qtype == KK_I8 ? q->k : q->group, groups = q->k / gsz;
+	int64_t gsz = q->group ? q->group : q->k, groups = q->k / gsz;
 	float qmax = q->qtype == KK_I8 ? 127.0f : 7.0f, qmin = q->qtype == KK_I8 ? -127.0f : -8.0f;
 	_cleanup_free_ float *row = malloc(q->k * sizeof(float));
 	if (!row)
@@ -117,59 +116,83 @@ int kk__cpu_dequantize(kk_backend *be, kk_stream *st, kk_buffer *w, const kk_qma
 	return kk__parallel_for(q->n, (double) q->k * 3, dequant_range, &c);
 }
 
-/* GEMV path: threads over output channels; each weight row is read once,
- * straight from its int8/int4 form, against every activation row. */
-static int qgemv_range(void *p, int64_t b, int64_t e, int chunk)
-{
-	struct q_ctx *c = p;
-	const kk_qmatrix *q = c->cq;
-	int64_t groups = q->qtype == KK_Q4 ? q->k / q->group : 1;
-	_cleanup_free_ float *sc = malloc(groups * sizeof(float));
-	_cleanup_free_ float *rows = c->m > 1 ? malloc(2 * q->k * sizeof(float)) : NULL;
+/* The product: X quantized per 32-block to int8 (qdot.c), then threads
+ * over output channels; each weight row (a pair of rows where two fall in
+ * one chunk) is read once, from its int8/int4 form, against every X row in
+ * tiles of 4 (the integer dot tiles of qdot.c).  One path for every m: W's
+ * rows stay in L1 while the quantized X (m * k bytes) streams from L2. */
+struct qg_ctx {
+	const kk_qmatrix *w;
+	const kk_buffer *bias;
+	kk_buffer *y;
+	int64_t m;
+	const float *xf;
+	kk__qact act;
+	const kk__qdot_impl *impl;
+};
 
-	if (!sc || (c->m > 1 && !rows))
-		return -ENOMEM;
-	if (c->m > 1) {
-		/* Several x rows: dequantize W rows in pairs (j even, j + 1, so
-		 * the pairing never depends on the chunks) once into L1 and run
-		 * them through the float GEMV's register tile, four x rows per
-		 * pass, instead of widening every weight once per x row. */
-		for (int64_t j = b; j < e;) {
-			int nw = (j % 2 == 0 && j + 1 < e) ? 2 : 1;
-			deq_row(q, j, rows);
-			if (nw == 2)
-				deq_row(q, j + 1, rows + q->k);
-			for (int64_t i = 0; i < c->m; i += 4) {
-				float s[8];
-				int nx = (int) MIN(c->m - i, (int64_t) 4);
-				kk__gemv_tile(s, c->xf + i * q->k, q->k, nx, rows,
-					      nw == 2 ? rows + q->k : NULL, q->k);
-				for (int r = 0; r < nx; r++)
-					for (int w = 0; w < nw; w++)
-						ST(c->out, (size_t) (i + r) * q->n + j + w,
-						   s[r * 2 + w] + (c->bias ? LD(c->bias, j + w) : 0.0f));
-			}
-			j += nw;
-		}
-		return 0;
+static int qact_range(void *p, int64_t b, int64_t e, int chunk)
+{
+	struct qg_ctx *c = p;
+	for (int64_t r = b; r < e; r++)
+		kk__qact_quantize(&c->act, r, c->xf + r * c->w->k, c->w->qtype == KK_Q4);
+	return 0;
+}
+
+/* Weight row j's scale for each 32-block: f32 scales of group 32 as
+ * stored, else converted / spread into ws[nb]; per-channel int8 gets NULL
+ * (all ones: the caller applies the row's scale to the sum). */
+static const float *row_scales(const kk_qmatrix *q, int64_t j, float *ws)
+{
+	if (q->group == 0)
+		return NULL;
+	if (q->group == KK_QBLOCK && q->scales->dtype == KK_F32)
+		return (const float *) q->scales->ptr + j * (q->k / KK_QBLOCK);
+	int64_t groups = q->k / q->group, per = q->group / KK_QBLOCK;
+	kk__row_f32(ws, q->scales->ptr, q->scales->dtype, (size_t) (j * groups), (size_t) groups);
+	/* Spread in place from the end: group g's blocks start at g * per >= g. */
+	for (int64_t g = groups - 1; g >= 0 && per > 1; g--) {
+		float s = ws[g];
+		for (int64_t i = per - 1; i >= 0; i--)
+			ws[g * per + i] = s;
 	}
-	for (int64_t j = b; j < e; j++) {
-		float bj = c->bias ? LD(c->bias, j) : 0.0f;
-		size_t base = (size_t) j * q->k;
-		kk__row_f32(sc, q->scales->ptr, q->scales->dtype, (size_t) j * groups, groups);
-		for (int64_t i = 0; i < c->m; i++) {
-			const float *x = c->xf + (size_t) i * q->k;
-			float s;
-			if (q->qtype == KK_I8)
-				s = kk__dot_i8(x, (const int8_t *) q->data->ptr + base, q->k) *
-				    sc[0];
-			else
-				s = kk__dot_q4_row(c->xe + (size_t) i * q->k / 2,
-						   c->xe + (size_t) (c->m + i) * q->k / 2,
-						   (const uint8_t *) q->data->ptr + base / 2, sc,
-						   q->k, q->group);
-			ST(c->out, (size_t) i * q->n + j, s + bj);
+	return ws;
+}
+
+static int qgemm_range(void *p, int64_t b, int64_t e, int chunk)
+{
+	struct qg_ctx *c = p;
+	const kk_qmatrix *q = c->w;
+	const int64_t nb = c->act.nb, k = q->k;
+	const size_t rowb = q->qtype == KK_Q4 ? (size_t) k / 2 : (size_t) k;
+	const kk__qtile_fn tile = q->qtype == KK_Q4 ? c->impl->q4 : c->impl->i8;
+	_cleanup_free_ float *ws = malloc(2 * (size_t) nb * sizeof(float));
+
+	if (!ws)
+		return -ENOMEM;
+	for (int64_t j = b; j < e;) {
+		int nw = (j % 2 == 0 && j + 1 < e) ? 2 : 1;
+		const void *w[2];
+		const float *wsp[2];
+		float bj[2] = { 0, 0 }, sj[2] = { 1, 1 };
+		for (int cc = 0; cc < nw; cc++) {
+			w[cc] = (const uint8_t *) q->data->ptr + (size_t) (j + cc) * rowb;
+			wsp[cc] = row_scales(q, j + cc, ws + cc * nb);
+			if (!q->group)
+				sj[cc] = LD(q->scales, j + cc);
+			if (c->bias)
+				bj[cc] = LD(c->bias, j + cc);
 		}
+		for (int64_t i = 0; i < c->m; i += 4) {
+			float s[8];
+			int nx = (int) MIN(c->m - i, (int64_t) 4);
+			tile(s, &c->act, i, nx, w, wsp, nw, k);
+			for (int r = 0; r < nx; r++)
+				for (int cc = 0; cc < nw; cc++)
+					ST(c->y, (size_t) (i + r) * q->n + j + cc,
+					   s[r * 2 + cc] * sj[cc] + bj[cc]);
+		}
+		j += nw;
 	}
 	return 0;
 }
@@ -177,42 +200,20 @@ static int qgemv_range(void *p, int64_t b, int64_t e, int chunk)
 int kk__cpu_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x,
 		  const kk_qmatrix *w, const kk_buffer *bias, int64_t m)
 {
-	_cleanup_free_ float *x_own = NULL, *wf = NULL, *yf = NULL;
+	_cleanup_free_ float *x_own = NULL;
+	struct qg_ctx c = { .w = w, .bias = bias, .y = y, .m = m, .impl = kk__qdot() };
 	float *xf;
 	int r;
 
 	r = kk__widen(x, (size_t) m * w->k, &xf, &x_own);
 	if (r < 0)
 		return r;
-	if (m < KK_CPU_QGEMM_GEMM_MIN_M) {
-		struct q_ctx c = { .cq = w, .out = y, .bias = bias, .m = m, .xf = xf };
-		_cleanup_free_ float *split = NULL;
-		if (w->qtype == KK_Q4 && m == 1) {
-			size_t half = (size_t) w->k / 2;
-			split = malloc((size_t) m * w->k * sizeof(float));
-			if (!split)
-				return -ENOMEM;
-			for (int64_t i = 0; i < m; i++)
-				for (size_t p = 0; p < half; p++) {
-					split[i * half + p] = xf[i * w->k + 2 * p];
-					split[(m + i) * half + p] = xf[i * w->k + 2 * p + 1];
-				}
-			c.xe = split;
-		}
-		return kk__parallel_for(w->n, (double) w->k * (2 + 2 * m), qgemv_range, &c);
-	}
-
-	wf = malloc((size_t) w->n * w->k * sizeof(float));
-	yf = malloc((size_t) m * w->n * sizeof(float));
-	if (!wf || !yf)
-		return -ENOMEM;
-	for (int64_t j = 0; j < w->n; j++)
-		deq_row(w, j, wf + (size_t) j * w->k);
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int) m, (int) w->n, (int) w->k, 1.0f,
-		    xf, (int) w->k, wf, (int) w->k, 0.0f, yf, (int) w->n);
-	for (int64_t i = 0; i < m; i++)
-		for (int64_t j = 0; j < w->n; j++)
-			ST(y, (size_t) i * w->n + j,
-			   yf[(size_t) i * w->n + j] + (bias ? LD(bias, j) : 0.0f));
-	return 0;
+	c.xf = xf;
+	r = kk__qact_init(&c.act, m, w->k);
+	if (r >= 0)
+		r = kk__parallel_for(m, (double) w->k * 4, qact_range, &c);
+	if (r >= 0)
+		r = kk__parallel_for(w->n, (double) w->k * (1 + m), qgemm_range, &c);
+	kk__qact_free(&c.act);
+	return r;
 }

@@ -139,7 +139,8 @@ template <typename T> static int kc_quantize_t(cudaStream_t s, kk_qmatrix *qm, c
 
 extern "C" int kc_op_quantize(kk_backend *be, kk_stream *st, kk_qmatrix *q, const kk_buffer *w)
 {
-	if (q->qtype != KK_I8 && q->qtype != KK_Q4)
+	/* int8 per 32-block (GGUF Q8_0) is a cpu-backend layout for now. */
+	if ((q->qtype != KK_I8 && q->qtype != KK_Q4) || (q->qtype == KK_I8 && q->group))
 		return -EOPNOTSUPP;
 	return KC_DISPATCH(kc_dt(w->dtype), kc_quantize_t, kc_stream(be, st), q, w->ptr);
 }
@@ -250,7 +251,7 @@ template <typename T> static int kc_dequant_t(cudaStream_t s, void *w, const kk_
 
 extern "C" int kc_op_dequantize(kk_backend *be, kk_stream *st, kk_buffer *w, const kk_qmatrix *q)
 {
-	if (q->qtype != KK_I8 && q->qtype != KK_Q4)
+	if ((q->qtype != KK_I8 && q->qtype != KK_Q4) || (q->qtype == KK_I8 && q->group))
 		return -EOPNOTSUPP;
 	return KC_DISPATCH(kc_dt(w->dtype), kc_dequant_t, kc_stream(be, st), w->ptr, q);
 }
@@ -490,7 +491,7 @@ static int kc_qgemm_t(kk_backend *be, cudaStream_t s, void *y, const void *x, co
 extern "C" int kc_op_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x,
 			   const kk_qmatrix *w, const kk_buffer *bias, int64_t m)
 {
-	if (w->qtype != KK_I8 && w->qtype != KK_Q4)
+	if ((w->qtype != KK_I8 && w->qtype != KK_Q4) || (w->qtype == KK_I8 && w->group))
 		return -EOPNOTSUPP;
 	return KC_DISPATCH(kc_dt(x->dtype), kc_qgemm_t, be, kc_stream(be, st), y->ptr, x->ptr, w,
 			   bias, m);

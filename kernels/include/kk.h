@@ -243,8 +243,11 @@ int kk_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d);
 
 /* A quantized weight matrix W [n, k] (n output channels, k inputs: the
  * nn.Linear layout), symmetric (no zero point):
- *  - KK_I8: data is I8 [n, k]; scales [n]; w = q * scale[row], q in -127..127,
- *    scale = max|w_row| / 127.
+ *  - KK_I8: data is I8 [n, k]; group 0: scales [n]; w = q * scale[row],
+ *    q in -127..127, scale = max|w_row| / 127.  group 32 (GGUF's Q8_0
+ *    blocks; k a multiple of 32): scales [n, k / 32], w = q * scale[row,
+ *    j / 32], scale = max|w_group| / 127; the cpu backend only (others
+ *    return -EOPNOTSUPP).
  *  - KK_Q4: data is Q4 [n, k] (n * k / 2 bytes, element j of a row in byte
  *    j/2, even j in the low nibble), stored as q + 8 with q in -8..7;
  *    scales [n, k / group]; w = q * scale[row, j / group];
@@ -253,7 +256,7 @@ int kk_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d);
 typedef struct kk_qmatrix {
 	kk_dtype qtype; /* KK_I8 or KK_Q4 */
 	int64_t n, k;
-	int group; /* KK_Q4: 32, 64 or 128; KK_I8: 0 (per channel) */
+	int group; /* KK_Q4: 32, 64 or 128; KK_I8: 0 (per channel) or 32 */
 	kk_buffer *data;
 	kk_buffer *scales;
 } kk_qmatrix;
@@ -271,7 +274,11 @@ int kk_quantize(kk_backend *be, kk_stream *st, kk_qmatrix *q, const kk_buffer *w
 int kk_dequantize(kk_backend *be, kk_stream *st, kk_buffer *w, const kk_qmatrix *q);
 /* Y[m, n] = X[m, k] W^T (+ bias[n]), X and Y the same dtype in
  * {F32, BF16, F16}, bias NULL or F32/X-dtype [n].  m == 1 is the GEMV case
- * (decode); backends pick a GEMV path for small m. */
+ * (decode); backends pick a GEMV path for small m.  A backend may quantize
+ * X to int8 per block of 32 along k (scale max|x_block| / 127, round to
+ * nearest; the cpu backend does, as llama.cpp's Q8_0): Y is then within
+ * sum over blocks of max|x_block| / 254 * sum |w| over the block of the
+ * product with the dequantized W, plus f32 rounding. */
 int kk_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x, const kk_qmatrix *w,
 	     const kk_buffer *bias, int64_t m);
 

@@ -236,6 +236,16 @@ int kmf_tensor_to_float(const kmf_tensor *t, kk_dtype dst_dt, void *out, size_t 
  * element.  Errors: -EINVAL (not 2-D, dtype). */
 int kmf_tensor_to_i8(const kmf_tensor *t, kk_dtype scale_dt, int8_t *q, void *scales);
 
+/* Converts a 2-D weight t [n, k] (k a multiple of 32) to kk's int8 form
+ * with one scale per 32 values (KK_I8 group 32): q[n*k] and scales[n, k/32]
+ * as scale_dt.  Q8_0 maps WITHOUT requantization (its codes and f16 block
+ * scales as they are; a code may be -128): *exact is set to true.
+ * Everything else is dequantized to f32 and quantized per 32 values with
+ * scale = max|block| / 127 as kk_quantize does (*exact false).  exact may
+ * be NULL.  Errors: -EINVAL (not 2-D, k % 32, dtype). */
+int kmf_tensor_to_i8_g32(const kmf_tensor *t, kk_dtype scale_dt, int8_t *q, void *scales,
+			 bool *exact);
+
 /* Converts a 2-D weight t [n, k] to kk's int4 grouped form: q[n*k/2]
  * bytes (element j of a row in byte j/2, even j in the low nibble, stored
  * as value + 8) and scales[n * k/group] as scale_dt (KK_F32 or KK_F16).

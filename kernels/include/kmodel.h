@@ -103,6 +103,15 @@ typedef struct km_weight_source {
 	 * NULL on failure (out of memory: the model copies instead). */
 	void *(*hold)(void *userdata);
 	void (*drop)(void *handle);
+	/* Optional (NULL: never): a weight [n, k] served in kk's quantized
+	 * form without an f32 round trip, when the file stores it that way:
+	 * qt KK_I8 from GGUF Q8_0 (group 32), KK_Q4 from Q4_0 (group 32).
+	 * Fills data (kk_dtype_size(qt, n * k) bytes) and f16 scales [n, k /
+	 * 32] and returns 1; returns 0 when the tensor is stored otherwise
+	 * (the caller then reads f32 and quantizes), or a negative errno as
+	 * read() does. */
+	int (*read_quant)(void *userdata, const char *name, kk_dtype qt, int64_t n, int64_t k,
+			  void *data, uint16_t *scales, kiln_error *err);
 } km_weight_source;
 
 /* ------------------------------------------------------------------------ */
@@ -113,8 +122,10 @@ typedef struct km_model km_model;
 typedef struct km_model_opts {
 	/* Storage of the linear layers (q, k, v, o, w1, w2, w3): KK_F32,
 	 * KK_BF16, KK_F16 (then activations, norms, embedding and KV cache
-	 * use the same dtype), or KK_I8 / KK_Q4 weight-only (activations,
-	 * embedding, classifier and KV cache stay f32).  Logits are f32. */
+	 * use the same dtype), or KK_I8 / KK_Q4 weight-only (the embedding
+	 * and classifier quantized too; activations, norms and KV cache stay
+	 * f32; GGUF Q8_0 / Q4_0 weights are taken as stored, in blocks of 32,
+	 * through the source's read_quant).  Logits are f32. */
 	kk_dtype weight_dtype;
 	int q4_group;	/* KK_Q4 group: 32 (0), 64 or 128 */
 	int max_tokens; /* tokens per step, all sequences together */

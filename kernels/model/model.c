@@ -48,6 +48,10 @@ struct km_model {
 	void (*drop)(void *hold);
 
 	kk_buffer *emb, *cls, *final_norm; /* cls == emb when shared */
+	/* i8/q4 models: the embedding and classifier quantized like the
+	 * layers (emb and cls NULL); qcls == qemb when shared.  The classifier
+	 * is most of a small quantized model's bytes per token. */
+	kk_qmatrix *qemb, *qcls;
 	km_layer *layers;
 
 	/* Activations, sized for opts.max_tokens rows (max_seqs for last_*). */
@@ -81,6 +85,9 @@ km_model *km_model_free(km_model *m)
 	free(m->layers);
 	if (m->cls != m->emb)
 		kk_buffer_free(m->cls);
+	if (m->qcls != m->qemb)
+		kk_qmatrix_free(m->qcls);
+	kk_qmatrix_free(m->qemb);
 	kk_buffer *bufs[] = { m->emb,	 m->final_norm, m->x,	   m->resid, m->xb,  m->q,
 			      m->k,	 m->v,		m->att,	   m->h1,    m->h2,  m->h3,
 			      m->last_x, m->last_r,	m->logits, m->ids,   m->meta };
@@ -212,6 +219,35 @@ static int load_vector(km_model *m, const km_weight_source *src, const char *nam
 	return upload_as(m, m->adt, h, count, ret, err);
 }
 
+/* An i8/q4 weight the source stores in kk's blocks of 32 (GGUF Q8_0 /
+ * Q4_0): uploaded as it is, f16 scales and all.  1 when it was, 0 when the
+ * source has it in another form. */
+static int load_native(km_model *m, const km_weight_source *src, const char *name, int64_t n,
+		       int64_t k, km_linear *out, kiln_error *err)
+{
+	kk_dtype wdt = m->opts.weight_dtype;
+	if (!src->read_quant || k % 32 || (wdt == KK_Q4 && m->opts.q4_group != 32))
+		return 0;
+	size_t nb = kk_dtype_size(wdt, (size_t) (n * k)), ns = (size_t) (n * k / 32);
+	_cleanup_free_ void *data = malloc(nb);
+	_cleanup_free_ uint16_t *sc = malloc(ns * sizeof(uint16_t));
+	if (!data || !sc)
+		return km_errorf(err, -ENOMEM, "weights: out of memory for '%s'", name);
+	int r = src->read_quant(src->userdata, name, wdt, n, k, data, sc, err);
+	if (r <= 0)
+		return r;
+	r = kk_qmatrix_alloc(m->be, wdt, n, k, 32, KK_F16, &out->q);
+	if (r < 0)
+		return kk_fail(err, r, "allocating a quantized matrix", m);
+	if ((r = kk_buffer_upload(m->be, NULL, out->q->data, 0, data, nb)) < 0 ||
+	    (r = kk_buffer_upload(m->be, NULL, out->q->scales, 0, sc, ns * 2)) < 0)
+		return kk_fail(err, r, "uploading weights", m);
+	out->n = n;
+	out->k = k;
+	m->weight_bytes += nb + ns * 2;
+	return 1;
+}
+
 /* Loads W [n, k] from the source into a linear layer stored [np, kp]
  * (np >= n, kp >= k; the padding is zero, which adds nothing to y). */
 static int load_linear(km_model *m, const km_weight_source *src, const char *name, int64_t n,
@@ -219,6 +255,10 @@ static int load_linear(km_model *m, const km_weight_source *src, const char *nam
 {
 	_cleanup_free_ float *h = NULL;
 	kk_dtype wdt = m->opts.weight_dtype;
+	int r;
+	if ((wdt == KK_I8 || wdt == KK_Q4) && np == n && kp == k &&
+	    (r = load_native(m, src, name, n, k, out, err)) != 0)
+		return r < 0 ? r : 0;
 	if (np == n && kp == k && wdt != KK_I8 && wdt != KK_Q4) {
 		map_tensor(m, src, name, wdt, (size_t) (n * k), &out->w);
 		if (out->w) {
@@ -227,7 +267,7 @@ static int load_linear(km_model *m, const km_weight_source *src, const char *nam
 			return 0;
 		}
 	}
-	int r = read_tensor(src, name, (size_t) (n * k), &h, err);
+	r = read_tensor(src, name, (size_t) (n * k), &h, err);
 	if (r < 0)
 		return r;
 	if (np != n || kp != k) {
@@ -316,13 +356,29 @@ int km_model_new(kk_backend *be, const km_config *cfg, const km_model_opts *opts
 
 	const int64_t d = cfg->dim, kvd = (int64_t) cfg->n_kv_heads * cfg->head_dim,
 		      hid = cfg->hidden_dim, hp = m->hidden, V = cfg->vocab_size;
-	r = load_vector(m, src, "tok_embeddings.weight", (size_t) (V * d), &m->emb, err);
-	if (r < 0)
-		return r;
-	if (cfg->shared_classifier)
-		m->cls = m->emb;
-	else if ((r = load_vector(m, src, "output.weight", (size_t) (V * d), &m->cls, err)) < 0)
-		return r;
+	if (wdt == KK_I8 || wdt == KK_Q4) {
+		km_linear e = {}, o = {};
+		r = load_linear(m, src, "tok_embeddings.weight", V, d, V, d, &e, err);
+		m->qemb = e.q;
+		if (r < 0)
+			return r;
+		m->qcls = m->qemb;
+		if (!cfg->shared_classifier) {
+			r = load_linear(m, src, "output.weight", V, d, V, d, &o, err);
+			m->qcls = o.q;
+			if (r < 0)
+				return r;
+		}
+	} else {
+		r = load_vector(m, src, "tok_embeddings.weight", (size_t) (V * d), &m->emb, err);
+		if (r < 0)
+			return r;
+		if (cfg->shared_classifier)
+			m->cls = m->emb;
+		else if ((r = load_vector(m, src, "output.weight", (size_t) (V * d), &m->cls,
+					  err)) < 0)
+			return r;
+	}
 	r = load_vector(m, src, "norm.weight", (size_t) d, &m->final_norm, err);
 	if (r < 0)
 		return r;
@@ -439,6 +495,32 @@ static int linear(km_model *m, kk_buffer *y, const kk_buffer *x, const km_linear
 	return kk_gemm(m->be, NULL, &g);
 }
 
+/* out[t] = row ids[t] of the quantized table q (ids on the host, checked
+ * against the vocabulary by check_inputs): one kk_dequantize of a one-row
+ * view per token, so only the rows used are read, on any backend. */
+static int qembedding(km_model *m, kk_buffer *out, const kk_qmatrix *q, const int32_t *ids,
+		      int64_t n)
+{
+	const int64_t k = q->k, g = q->group ? k / q->group : 1;
+	int r = 0;
+	for (int64_t t = 0; t < n && r >= 0; t++) {
+		kk_qmatrix row = { .qtype = q->qtype, .n = 1, .k = k, .group = q->group };
+		kk_buffer *o = NULL;
+		r = kk_buffer_view(q->data, (size_t) (ids[t] * k), (size_t) k, &row.data);
+		if (r >= 0)
+			r = kk_buffer_view(q->scales, (size_t) (ids[t] * g), (size_t) g,
+					   &row.scales);
+		if (r >= 0)
+			r = kk_buffer_view(out, (size_t) (t * k), (size_t) k, &o);
+		if (r >= 0)
+			r = kk_dequantize(m->be, NULL, o, &row);
+		kk_buffer_free(o);
+		kk_buffer_free(row.scales);
+		kk_buffer_free(row.data);
+	}
+	return r;
+}
+
 /* The views of one step, freed together. */
 typedef struct step_views {
 	kk_buffer *tokens, *pos, *slots, *cu, *ctx, *last, *bt, *q_d, *att_d;
@@ -466,8 +548,11 @@ static int run_layers(km_model *m, km_kvcache *c, step_views *v, int64_t T, int 
 			return kk_fail(err, r, what, m); \
 	} while (0)
 
-	TRY(kk_embedding_fwd(m->be, NULL, m->x, m->emb, v->tokens, T, cfg->vocab_size, d),
-	    "embedding");
+	if (m->qemb)
+		TRY(qembedding(m, m->x, m->qemb, m->hmeta, T), "embedding");
+	else
+		TRY(kk_embedding_fwd(m->be, NULL, m->x, m->emb, v->tokens, T, cfg->vocab_size, d),
+		    "embedding");
 	for (int l = 0; l < cfg->n_layers; l++) {
 		km_layer *L = &m->layers[l];
 		TRY(kk_rmsnorm_fwd(m->be, NULL, m->xb, m->resid, NULL, m->x, l ? m->resid : NULL,
@@ -551,7 +636,10 @@ static int run_layers(km_model *m, km_kvcache *c, step_views *v, int64_t T, int 
 		.c = m->logits,
 		.ldc = cfg->vocab_size,
 	};
-	TRY(kk_gemm(m->be, NULL, &g), "classifier");
+	if (m->qcls)
+		TRY(kk_qgemm(m->be, NULL, m->logits, m->last_x, m->qcls, NULL, n), "classifier");
+	else
+		TRY(kk_gemm(m->be, NULL, &g), "classifier");
 #undef TRY
 	return 0;
 }

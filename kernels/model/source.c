@@ -37,7 +37,6 @@
 
 #include "model-internal.h"
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(kmf_file *, kmf_close);
 
 struct km_file {
 	int refs; /* the opener's, plus one per model holding the mapping */
@@ -296,13 +295,43 @@ static void file_drop(void *handle)
 	km_file_free(handle);
 }
 
+/* GGUF Q8_0 / Q4_0 weights as KK_I8 / KK_Q4 blocks of 32 with their own
+ * f16 scales: the same values, no requantization. */
+static int file_read_quant(void *userdata, const char *name, kk_dtype qt, int64_t n, int64_t k,
+			   void *data, uint16_t *scales, kiln_error *err)
+{
+	km_file *f = userdata;
+	char fname[KMF_MAX_NAME];
+	if (map_name(f, name, fname, sizeof(fname)) < 0)
+		return km_errorf(err, -ENOENT, "%s: no tensor '%s'", f->path, name);
+	const kmf_tensor *t = kmf_tensor_find(f->kf, fname);
+	if (!t)
+		return km_errorf(err, -ENOENT, "%s: no tensor '%s'", f->path, fname);
+	if (t->ndim != 2 || t->shape[0] != n || t->shape[1] != k)
+		return km_errorf(err, -EINVAL, "%s: tensor '%s' is not [%lld, %lld]", f->path,
+				 fname, (long long) n, (long long) k);
+	bool exact = false;
+	int r;
+	if (qt == KK_I8 && t->dtype == KMF_Q8_0)
+		r = kmf_tensor_to_i8_g32(t, KK_F16, data, scales, &exact);
+	else if (qt == KK_Q4 && t->dtype == KMF_Q4_0)
+		r = kmf_tensor_to_q4(t, 32, KK_F16, data, scales, &exact);
+	else
+		return 0;
+	if (r < 0)
+		return km_errorf(err, r, "%s: converting '%s' (%s): %s", f->path, fname,
+				 kmf_dtype_name(t->dtype), strerror(-r));
+	return exact ? 1 : 0;
+}
+
 km_weight_source km_file_source(km_file *f)
 {
 	return (km_weight_source){ .userdata = f,
 				   .read = file_read,
 				   .view = file_view,
 				   .hold = file_hold,
-				   .drop = file_drop };
+				   .drop = file_drop,
+				   .read_quant = file_read_quant };
 }
 
 /* ---- llama2.c: the header, as kmf's metadata ------------------------------ */

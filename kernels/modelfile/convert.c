@@ -253,6 +253,50 @@ int kmf_tensor_to_i8(const kmf_tensor *t, kk_dtype scale_dt, int8_t *q, void *sc
 	return 0;
 }
 
+int kmf_tensor_to_i8_g32(const kmf_tensor *t, kk_dtype scale_dt, int8_t *q, void *scales,
+			 bool *exact)
+{
+	_cleanup_free_ float *row = NULL;
+	int64_t n, k, groups;
+	int r = check_2d(t, scale_dt);
+	if (r < 0)
+		return r;
+	assert_return(q && scales, -EINVAL);
+	n = t->shape[0], k = t->shape[1];
+	assert_return(k % 32 == 0, -EINVAL);
+	groups = k / 32;
+
+	if (t->dtype == KMF_Q8_0) {
+		/* ggml's block: an f16 scale, then 32 int8 codes in order. */
+		const uint8_t *b = t->data;
+		for (int64_t blk = 0; blk < n * groups; blk++, b += 34) {
+			uint16_t h = kmf__ld16(b);
+			memcpy(q + blk * 32, b + 2, 32);
+			if (scale_dt == KK_F16)
+				memcpy((uint8_t *) scales + blk * 2, &h, 2);
+			else
+				put_scale(KK_F32, scales, (size_t) blk, kmf__f16_to_f32(h));
+		}
+		if (exact)
+			*exact = true;
+		return 0;
+	}
+	row = malloc((size_t) k * sizeof(float));
+	if (!row)
+		return -ENOMEM;
+	for (int64_t i = 0; i < n; i++) {
+		r = read_f32(t, (size_t) (i * k), (size_t) k, row);
+		if (r < 0)
+			return r;
+		for (int64_t g = 0; g < groups; g++)
+			quant_group(row + g * 32, 32, -127.0f, 127.0f, scale_dt, scales,
+				    (size_t) (i * groups + g), q + i * k + g * 32);
+	}
+	if (exact)
+		*exact = false;
+	return 0;
+}
+
 static void pack_q4(const int8_t *codes, int64_t n, uint8_t *dst)
 {
 	for (int64_t j = 0; j < n; j += 2)

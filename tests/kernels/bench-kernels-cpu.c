@@ -247,23 +247,28 @@ static int do_qgemm(void *p)
 	return kk_qgemm(be, NULL, c->y, c->x, c->w, NULL, c->m);
 }
 
-static void bench_qgemv(kk_dtype qt, int group, int64_t n, int64_t k)
+/* The quantized product, m = 1 (decode GEMV: GB/s of weights) or a
+ * prefill-sized m (GFLOP/s, comparable with the linear x W^T rows). */
+static void bench_qgemv(kk_dtype qt, int group, int64_t m, int64_t n, int64_t k)
 {
-	struct qg_ctx c = { rand_buf(KK_F32, n, 0, 1), rand_buf(KK_F32, k, -1, 1), NULL, 1 };
+	struct qg_ctx c = { rand_buf(KK_F32, m * n, 0, 1), rand_buf(KK_F32, m * k, -1, 1), NULL,
+			    m };
 	kk_buffer *w = rand_buf(KK_F32, n * k, -1, 1);
-	char shape[64];
+	char shape[64], g[16] = "";
 	if (kk_qmatrix_alloc(be, qt, n, k, group, KK_F16, &c.w) < 0 ||
 	    kk_quantize(be, NULL, c.w, w) < 0) {
 		row("qgemv", "alloc/quantize", -1, 0, false);
 		return;
 	}
-	snprintf(shape, sizeof(shape), "%s%s%d m=1 %ldx%ld", kk_dtype_name(qt), group ? " g" : "",
-		 group, (long) n, (long) k);
-	if (!group)
-		snprintf(shape, sizeof(shape), "%s m=1 %ldx%ld", kk_dtype_name(qt), (long) n,
-			 (long) k);
-	row("qgemv", shape, time_it(do_qgemm, &c),
-	    (double) kk_buffer_bytes(c.w->data) + kk_buffer_bytes(c.w->scales), false);
+	if (group)
+		snprintf(g, sizeof(g), " g%d", group);
+	snprintf(shape, sizeof(shape), "%s%s m=%ld %ldx%ld", kk_dtype_name(qt), g, (long) m,
+		 (long) n, (long) k);
+	if (m == 1)
+		row("qgemv", shape, time_it(do_qgemm, &c),
+		    (double) kk_buffer_bytes(c.w->data) + kk_buffer_bytes(c.w->scales), false);
+	else
+		row("qgemm", shape, time_it(do_qgemm, &c), 2.0 * m * n * k, true);
 	kk_qmatrix_free(c.w), kk_buffer_free(w), kk_buffer_free(c.x), kk_buffer_free(c.y);
 }
 
@@ -462,8 +467,9 @@ int main(int argc, char **argv)
 		bench_gemm(KK_BF16, 64, 96, 128, 2, true);
 		bench_linear(KK_F32, 1, 256, 256);
 		bench_linear(KK_F32, 16, 256, 256);
-		bench_qgemv(KK_I8, 0, 256, 256);
-		bench_qgemv(KK_Q4, 64, 256, 256);
+		bench_qgemv(KK_I8, 0, 1, 256, 256);
+		bench_qgemv(KK_Q4, 64, 1, 256, 256);
+		bench_qgemv(KK_Q4, 32, 16, 256, 256);
 		bench_attn(64, 2, 1, 64);
 		bench_decode(2, 64, 4, 2, 128);
 		bench_rmsnorm(KK_F32, 64, 256);
@@ -481,9 +487,12 @@ int main(int argc, char **argv)
 		bench_linear(KK_BF16, 1, 4096, 4096);
 		bench_linear(KK_F32, 16, 4096, 4096);
 		bench_linear(KK_F32, 128, 768, 768);
-		bench_qgemv(KK_I8, 0, 4096, 4096);
-		bench_qgemv(KK_Q4, 32, 4096, 4096);
-		bench_qgemv(KK_Q4, 128, 4096, 4096);
+		bench_qgemv(KK_I8, 0, 1, 4096, 4096);
+		bench_qgemv(KK_Q4, 32, 1, 4096, 4096);
+		bench_qgemv(KK_Q4, 128, 1, 4096, 4096);
+		bench_linear(KK_F32, 128, 2048, 768);
+		bench_qgemv(KK_I8, 0, 128, 2048, 768);
+		bench_qgemv(KK_Q4, 32, 128, 2048, 768);
 		bench_attn(512, 8, 8, 64);
 		bench_attn(1024, 8, 2, 128);
 		bench_decode(8, 1024, 32, 8, 128);

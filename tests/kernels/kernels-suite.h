@@ -384,10 +384,30 @@ static void test_gemm(void **state)
 /* ======================================================================== */
 /* Quantization                                                              */
 
+/* The cpu backend quantizes X to int8 per 32-block (kk_qgemm's contract):
+ * got may differ from the float64 product ref by the most that can move it
+ * (ref_qact_bound) on top of the dtype's tolerance. */
+static void expect_qact(const char *what, const double *got, const double *x, const double *w,
+			const double *ref, int64_t m, int64_t n, int64_t k, double atol,
+			double rtol)
+{
+	double *bound = hmalloc((size_t) (m * n) * sizeof(double));
+	ref_qact_bound(x, w, m, n, k, bound);
+	for (int64_t i = 0; i < m * n; i++) {
+		double err = fabs(got[i] - ref[i]);
+		if (!isfinite(got[i]) || err > bound[i] + atol + rtol * fabs(ref[i])) {
+			print_message("%s: [%ld] got %.8g want %.8g, error %g over the int8 "
+				      "activation bound %g + atol %g + rtol %g\n",
+				      what, (long) i, got[i], ref[i], err, bound[i], atol, rtol);
+			fail();
+		}
+	}
+}
+
 static void quant_case(kk_dtype qt, int group, kk_dtype sdt)
 {
 	int64_t n = irand(3, 12), k = 256;
-	int64_t gsz = qt == KK_I8 ? k : group, groups = k / gsz;
+	int64_t gsz = group ? group : k, groups = k / gsz;
 	double qmax = qt == KK_I8 ? 127 : 7;
 	double *w, *deq, *sc, *raw_d;
 	kk_qmatrix *q = NULL;
@@ -444,8 +464,12 @@ static void quant_case(kk_dtype qt, int group, kk_dtype sdt)
 						  .ldb = k,
 						  .ldc = n },
 				 x, raw_d, NULL, mi ? bias : NULL, ref);
-			expect_close("qgemm", down(yb, m * n), ref, m * n, 8 * TOL(dt),
-				     2 * TOL(dt));
+			if (streq(KK_TEST_BACKEND, "cpu"))
+				expect_qact("qgemm", down(yb, m * n), x, raw_d, ref, m, n, k,
+					    8 * TOL(dt), 2 * TOL(dt));
+			else
+				expect_close("qgemm", down(yb, m * n), ref, m * n, 8 * TOL(dt),
+					     2 * TOL(dt));
 		}
 	kk_qmatrix_free(q);
 }
@@ -466,6 +490,16 @@ static void test_quant(void **state)
 	assert_int_equal(kk_qmatrix_alloc(be, KK_Q4, 4, 96, 64, KK_F32, &q), -EINVAL);
 	assert_int_equal(kk_qmatrix_alloc(be, KK_Q4, 4, 96, 48, KK_F32, &q), -EINVAL);
 	assert_int_equal(kk_qmatrix_alloc(be, KK_I8, 4, 96, 0, KK_BF16, &q), -EINVAL);
+	/* int8 per 32-block (GGUF Q8_0): k a multiple of 32, no other group;
+	 * the cpu backend computes it, the others refuse it. */
+	assert_int_equal(kk_qmatrix_alloc(be, KK_I8, 4, 80, 32, KK_F16, &q), -EINVAL);
+	assert_int_equal(kk_qmatrix_alloc(be, KK_I8, 4, 128, 64, KK_F16, &q), -EINVAL);
+	if (streq(KK_TEST_BACKEND, "cpu")) {
+		quant_case(KK_I8, 32, KK_F32);
+		teardown(NULL);
+		quant_case(KK_I8, 32, KK_F16);
+		teardown(NULL);
+	}
 }
 
 /* ======================================================================== */

@@ -10,9 +10,9 @@
 #include <sched.h>
 #include <sys/stat.h>
 
-/* kernels/cpu/cpu.h (internal, in libkk.a). */
-int kk__cpu_cgroup_cpus(const char *proc_cgroup, const char *root);
-/* kk__half_* (half.c) and the inline element conversions kk__h2f ... */
+/* The cpu backend's internals (in libkk.a): the cgroup quota reader, the
+ * int8 dot product variants, kk__half_* (half.c) and the inline element
+ * conversions kk__h2f ... */
 #include "../../kernels/cpu/cpu.h"
 
 static void test_threads_option(void **state)
@@ -160,11 +160,12 @@ static void test_threads_deterministic(void **state)
 	assert_int_equal(kk_backend_set_threads(be, 0), 0);
 }
 
-/* The quantized GEMV (m <= 8, int8 and int4 rows split over threads) is
- * bit-identical for 1, 2 and 5 threads too. */
+/* The quantized product (int8 and int4 rows split over threads; GEMV
+ * sizes and a prefill-sized m) is bit-identical for 1, 2 and 5 threads
+ * too. */
 static void test_threads_qgemv(void **state)
 {
-	const int64_t ms[] = { 1, 3, 8 };
+	const int64_t ms[] = { 1, 3, 8, 21 };
 	const kk_dtype qts[] = { KK_I8, KK_Q4 };
 	for (size_t qi = 0; qi < ARRAY_SIZE(qts); qi++)
 		for (size_t mi = 0; mi < ARRAY_SIZE(ms); mi++) {
@@ -195,6 +196,133 @@ static void test_threads_qgemv(void **state)
 			teardown(NULL);
 		}
 	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+}
+
+/* kk_qgemm's int8 activations, every dot product variant of this build
+ * (forced in turn; a variant this CPU cannot run is skipped, said so):
+ * against a float64 product of X quantized by the same rule (d =
+ * max|block| / 127 in f32, q = rint(x * (127 / max|block|))) and the
+ * stored weights, to f32 rounding of the sum of |terms|: the integer block
+ * sums must be exact.  Then against the float64 product of the unquantized
+ * X within the activation bound (ref_qact_bound).  Shapes: int8 per channel
+ * with k not a multiple of 32 (a partial last block; k < 32: nothing
+ * but), int8 per 32-block (GGUF Q8_0's layout, some codes -128), int4
+ * groups 32/64/128, m from 1
+ * (GEMV) to 21 (prefill tiles with a ragged edge), f32 and bf16 X. */
+static void qdot_case(kk_dtype qt, int group, kk_dtype xdt, int64_t m, int64_t n, int64_t k)
+{
+	double *hx, *hw, *hb, *wd = hmalloc((size_t) (n * k) * sizeof(double));
+	double *exact = hmalloc((size_t) (m * n) * sizeof(double));
+	double *mag = hmalloc((size_t) (m * n) * sizeof(double));
+	double *ref = hmalloc((size_t) (m * n) * sizeof(double));
+	kk_buffer *x = up_rand(xdt, (size_t) (m * k), -1, 1, &hx);
+	kk_buffer *w = up_rand(KK_F32, (size_t) (n * k), -1, 1, &hw);
+	kk_buffer *bias = up_rand(KK_F32, (size_t) n, -1, 1, &hb);
+	kk_buffer *y = out_buf(xdt, (size_t) (m * n)), *wdb = out_buf(KK_F32, (size_t) (n * k));
+	kk_qmatrix *q = NULL;
+	double *xq = hmalloc((size_t) k * sizeof(double));
+
+	assert_int_equal(kk_qmatrix_alloc(be, qt, n, k, group, KK_F16, &q), 0);
+	assert_int_equal(kk_quantize(be, NULL, q, w), 0);
+	if (qt == KK_I8 && group == 32) {
+		/* GGUF Q8_0 blocks may hold -128 (kk_quantize never writes it):
+		 * |w| = 128 must still go through the u8 x s8 products. */
+		int8_t *raw = hmalloc((size_t) (n * k));
+		assert_int_equal(kk_buffer_download(be, NULL, q->data, 0, raw, (size_t) (n * k)), 0);
+		for (int64_t i = 0; i < n * k; i += 7)
+			raw[i] = -128;
+		assert_int_equal(kk_buffer_upload(be, NULL, q->data, 0, raw, (size_t) (n * k)), 0);
+	}
+	assert_int_equal(kk_dequantize(be, NULL, wdb, q), 0);
+	memcpy(wd, down(wdb, (size_t) (n * k)), (size_t) (n * k) * sizeof(double));
+	assert_int_equal(kk_qgemm(be, NULL, y, x, q, bias, m), 0);
+	for (int64_t i = 0; i < m; i++) {
+		/* X row i as kk quantizes it, dequantized. */
+		for (int64_t b = 0; b < k; b += 32) {
+			float amax = 0;
+			int64_t e = MIN(k, b + 32);
+			for (int64_t l = b; l < e; l++)
+				amax = fmaxf(amax, fabsf((float) hx[i * k + l]));
+			float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+			for (int64_t l = b; l < e; l++)
+				xq[l] = (double) rintf((float) hx[i * k + l] * inv) * d;
+		}
+		for (int64_t j = 0; j < n; j++) {
+			double s = 0, a = 0;
+			for (int64_t l = 0; l < k; l++) {
+				s += xq[l] * wd[j * k + l];
+				a += fabs(xq[l] * wd[j * k + l]);
+			}
+			exact[i * n + j] = s + hb[j];
+			mag[i * n + j] = a + fabs(hb[j]);
+		}
+	}
+	double *got = down(y, (size_t) (m * n));
+	for (int64_t i = 0; i < m * n; i++) {
+		/* f32 accumulation over k terms, then the output's rounding. */
+		double tol = 2e-6 * mag[i] + TOL(xdt) * fabs(exact[i]);
+		if (!(fabs(got[i] - exact[i]) <= tol))
+			fail_msg("%s %s g%d x %s m=%ld k=%ld: [%ld] got %.9g, the exactly "
+				 "quantized product is %.9g (tolerance %g)",
+				 kk__qdot()->name, kk_dtype_name(qt), group, kk_dtype_name(xdt),
+				 (long) m, (long) k, (long) i, got[i], exact[i], tol);
+	}
+	ref_gemm(&(kk_gemm_desc){ .trans_b = true,
+				  .m = m,
+				  .n = n,
+				  .k = k,
+				  .alpha = 1,
+				  .lda = k,
+				  .ldb = k,
+				  .ldc = n },
+		 hx, wd, NULL, hb, ref);
+	expect_qact("qgemm vs unquantized x", got, hx, wd, ref, m, n, k, 4 * TOL(xdt),
+		    2 * TOL(xdt));
+	kk_qmatrix_free(q);
+}
+
+static void test_qdot_variants(void **state)
+{
+	const char *const *names = kk__qdot_names();
+	const int64_t ms[] = { 1, 2, 5, 8, 21 };
+	int ran = 0;
+
+	assert_int_equal(kk__qdot_force("no-such-variant"), -EINVAL);
+	for (int v = 0; names[v]; v++) {
+		int r = kk__qdot_force(names[v]);
+		if (r == -EOPNOTSUPP) {
+			print_message("# variant %s: this CPU cannot run it, skipped\n", names[v]);
+			continue;
+		}
+		assert_int_equal(r, 0);
+		assert_string_equal(kk__qdot()->name, names[v]);
+		ran++;
+		for (size_t mi = 0; mi < ARRAY_SIZE(ms); mi++) {
+			int64_t m = ms[mi], n = irand(5, 40);
+			qdot_case(KK_I8, 0, KK_F32, m, n, 32 * irand(2, 9));
+			qdot_case(KK_I8, 0, KK_BF16, m, n, 32 * irand(1, 6) + irand(1, 31));
+			qdot_case(KK_I8, 32, KK_F32, m, n, 32 * irand(1, 9));
+			qdot_case(KK_I8, 0, KK_F32, m, n, irand(1, 31)); /* tail only */
+			qdot_case(KK_Q4, 32, KK_F32, m, n, 32 * irand(1, 9));
+			qdot_case(KK_Q4, 64, KK_BF16, m, n, 64 * irand(1, 5));
+			qdot_case(KK_Q4, 128, KK_F32, m, n, 128 * irand(1, 3));
+			teardown(NULL);
+		}
+	}
+	assert_true(ran >= 1); /* scalar always runs */
+	/* KK_CPU_QDOT picks the variant; one this CPU cannot run (or no such
+	 * name) leaves the automatic choice. */
+	assert_int_equal(kk__qdot_force(NULL), 0);
+	const char *best = kk__qdot()->name;
+	setenv("KK_CPU_QDOT", "scalar", 1);
+	assert_int_equal(kk__qdot_force(NULL), 0);
+	assert_string_equal(kk__qdot()->name, "scalar");
+	setenv("KK_CPU_QDOT", "bogus", 1);
+	assert_int_equal(kk__qdot_force(NULL), 0);
+	assert_string_equal(kk__qdot()->name, best);
+	unsetenv("KK_CPU_QDOT");
+	assert_int_equal(kk__qdot_force(NULL), 0);
+	print_message("# int8 dot products: %s\n", best);
 }
 
 /* Two caller threads using the pool at once (one finds it busy and runs
@@ -481,6 +609,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_cgroup_quota, teardown),
 		cmocka_unit_test_teardown(test_threads_deterministic, teardown),
 		cmocka_unit_test_teardown(test_threads_qgemv, teardown),
+		cmocka_unit_test_teardown(test_qdot_variants, teardown),
 		cmocka_unit_test_teardown(test_threads_concurrent, teardown),
 		cmocka_unit_test_teardown(test_half_variants, teardown),
 		cmocka_unit_test_teardown(test_half_inline, teardown),

@@ -486,7 +486,15 @@ static void gpad(gbuf *b, size_t a)
 	gput(b, z, (a - b->n % a) % a);
 }
 
-enum { GGML_F32 = 0, GGML_F16 = 1, GGML_Q8_0 = 8, GGUF_U32 = 4, GGUF_F32 = 6, GGUF_STR = 8 };
+enum {
+	GGML_F32 = 0,
+	GGML_F16 = 1,
+	GGML_Q4_0 = 2,
+	GGML_Q8_0 = 8,
+	GGUF_U32 = 4,
+	GGUF_F32 = 6,
+	GGUF_STR = 8
+};
 
 /* The GGML type write_gguf gives a tensor of `cols` columns. */
 static int gguf_type(int mat_type, int64_t cols)
@@ -538,6 +546,23 @@ static void gencode(gbuf *b, int type, const float *x, size_t n)
 		for (size_t i = 0; i < n; i++) {
 			uint16_t h = kk_f32_to_f16(x[i]);
 			gput(b, &h, 2);
+		}
+	} else if (type == GGML_Q4_0) {
+		/* Q4_0: d = max|x| / 7 as f16, q = round(x / d) + 8; element j
+		 * in the low nibble of byte j, element j + 16 in its high one. */
+		for (size_t i = 0; i < n; i += 32) {
+			float amax = 0;
+			for (int j = 0; j < 32; j++)
+				amax = fmaxf(amax, fabsf(x[i + j]));
+			uint16_t dh = kk_f32_to_f16(amax / 7.0f);
+			float d = kk_f16_to_f32(dh), id = d ? 1.0f / d : 0;
+			uint8_t q[32], pk[16];
+			for (int j = 0; j < 32; j++)
+				q[j] = (uint8_t) (fminf(fmaxf(rintf(x[i + j] * id), -8), 7) + 8);
+			for (int j = 0; j < 16; j++)
+				pk[j] = (uint8_t) (q[j] | (q[j + 16] << 4));
+			gput(b, &dh, 2);
+			gput(b, pk, 16);
 		}
 	} else { /* Q8_0: d = max|x| / 127 as f16, q = round(x / d) */
 		for (size_t i = 0; i < n; i += 32) {
@@ -747,6 +772,106 @@ static void test_gguf_q8_0(void **state)
 	check_rounded_exact(tpath("q8.gguf"), GGML_Q8_0);
 }
 
+/* A file source with read_quant hidden: every weight through f32. */
+static km_file *detour_file;
+static int detour_read(void *ud, const char *name, float *dst, size_t count, kiln_error *err)
+{
+	km_weight_source s = km_file_source(detour_file);
+	return s.read(s.userdata, name, dst, count, err);
+}
+
+/* The file source with read_quant counted (tensors served as stored). */
+static int native_served;
+static int count_read_quant(void *ud, const char *name, kk_dtype qt, int64_t n, int64_t k,
+			    void *data, uint16_t *scales, kiln_error *err)
+{
+	km_weight_source s = km_file_source(detour_file);
+	int r = s.read_quant(s.userdata, name, qt, n, k, data, scales, err);
+	native_served += r == 1;
+	return r;
+}
+
+static km_model *model_dt(const km_config *c, km_weight_source src, kk_dtype dt)
+{
+	kiln_error err = {};
+	km_model_opts o = { .weight_dtype = dt, .max_tokens = 64, .max_seqs = 1 };
+	km_model *m = NULL;
+	if (km_model_new(be, c, &o, &src, &m, &err) < 0)
+		fail_msg("km_model_new: %s", err.msg);
+	return m;
+}
+
+static void logit_diff(const float *a, const float *b, double *mx, double *agree)
+{
+	int same = 0;
+	*mx = 0;
+	for (int i = 0; i < N_STEPS; i++) {
+		for (int j = 0; j < V; j++)
+			*mx = fmax(*mx,
+				   fabs((double) a[(size_t) i * V + j] - b[(size_t) i * V + j]));
+		same += argmax_f(a + (size_t) i * V, V) == argmax_f(b + (size_t) i * V, V);
+	}
+	*agree = (double) same / N_STEPS;
+}
+
+/* GGUF Q8_0 / Q4_0 weights served as they are (KK_I8 / KK_Q4 blocks of 32,
+ * the file's codes and f16 scales) to an i8 / q4 model: its logits stay
+ * within the int8-activation bounds (test-model's, bf16's) of the f32
+ * model of the same file (Q8_0) and of the model that reads every weight through
+ * f32 and requantizes it (the path before); every tensor whose blocks fit
+ * kk's shape is served so. */
+static void native_case(int type, kk_dtype dt, const char *name)
+{
+	kiln_error err = {};
+	km_file *f = NULL;
+	write_gguf(tpath(name), &(gguf_opts){ .mat_type = type });
+	if (km_file_open(tpath(name), &f, &err) < 0)
+		fail_msg("%s", err.msg);
+	detour_file = f;
+	km_model *mf = model_dt(km_file_config(f), km_file_source(f), KK_F32);
+	native_served = 0;
+	km_model *mn = model_dt(km_file_config(f),
+				(km_weight_source){ .userdata = NULL,
+						    .read = detour_read,
+						    .read_quant = count_read_quant },
+				dt);
+	km_model *md = model_dt(km_file_config(f),
+				(km_weight_source){ .userdata = NULL, .read = detour_read }, dt);
+	float *lf = malloc((size_t) N_STEPS * V * sizeof(float));
+	float *ln = malloc((size_t) N_STEPS * V * sizeof(float));
+	float *ld = malloc((size_t) N_STEPS * V * sizeof(float));
+	assert_true(lf && ln && ld);
+	forced(mf, lf, false);
+	forced(mn, ln, false);
+	forced(md, ld, false);
+	double mx_f, ag_f, mx_d, ag_d;
+	logit_diff(ln, lf, &mx_f, &ag_f);
+	logit_diff(ln, ld, &mx_d, &ag_d);
+	/* Served as stored: the embedding, q/k/v/o, and (int8) w1/w3: w2's
+	 * rows (FFN 172) are no multiple of 32, so the file has it in F16; q4
+	 * pads w1/w3 to 192 rows, which the file's blocks cannot give. */
+	int want = 1 + cfg.n_layers * (dt == KK_I8 ? 6 : 4);
+	print_message("# GGUF %s as %s, %d tensors served as stored: max |dlogit| %.3g vs the "
+		      "f32 model (agreement %.3f), %.3g vs the f32 detour (%.3f)\n",
+		      type == GGML_Q8_0 ? "Q8_0" : "Q4_0", kk_dtype_name(dt), native_served, mx_f,
+		      ag_f, mx_d, ag_d);
+	assert_int_equal(native_served, want);
+	/* Against the f32 model only for Q8_0: the F16 w2 becomes int4 in a q4
+	 * model (int4 on this dim-64 model: test-model's 17.5). */
+	assert_true(type != GGML_Q8_0 || (mx_f < 4.0 && ag_f >= 0.85));
+	assert_true(mx_d < 4.0 && ag_d >= 0.85);
+	free(lf), free(ln), free(ld);
+	km_model_free(mf), km_model_free(mn), km_model_free(md);
+	km_file_free(f);
+}
+
+static void test_gguf_native(void **state)
+{
+	NEED_FIXTURE();
+	native_case(GGML_Q8_0, KK_I8, "native-q8.gguf");
+	native_case(GGML_Q4_0, KK_Q4, "native-q4.gguf");
+}
+
 /* ---- a real kiln-train checkpoint ------------------------------------------ */
 
 static void test_kmtrain_checkpoint(void **state)
@@ -886,16 +1011,6 @@ static km_weight_source copying(km_file *f)
 	km_weight_source s = km_file_source(f);
 	s.view = NULL;
 	return s;
-}
-
-static km_model *model_dt(const km_config *c, km_weight_source src, kk_dtype dt)
-{
-	kiln_error err = {};
-	km_model_opts o = { .weight_dtype = dt, .max_tokens = 64, .max_seqs = 1 };
-	km_model *m = NULL;
-	if (km_model_new(be, c, &o, &src, &m, &err) < 0)
-		fail_msg("km_model_new: %s", err.msg);
-	return m;
 }
 
 /* view() handing out a misaligned pointer: kk refuses to wrap it and the
@@ -1095,11 +1210,17 @@ static void test_mapped_rss(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_llama2c),	       cmocka_unit_test(test_kiln_safetensors),
-		cmocka_unit_test(test_hf_safetensors), cmocka_unit_test(test_gguf_f32),
-		cmocka_unit_test(test_gguf_unshared),  cmocka_unit_test(test_gguf_f16),
-		cmocka_unit_test(test_gguf_q8_0),      cmocka_unit_test(test_kmtrain_checkpoint),
-		cmocka_unit_test(test_bad_files),      cmocka_unit_test(test_mapped_weights),
+		cmocka_unit_test(test_llama2c),
+		cmocka_unit_test(test_kiln_safetensors),
+		cmocka_unit_test(test_hf_safetensors),
+		cmocka_unit_test(test_gguf_f32),
+		cmocka_unit_test(test_gguf_unshared),
+		cmocka_unit_test(test_gguf_f16),
+		cmocka_unit_test(test_gguf_q8_0),
+		cmocka_unit_test(test_gguf_native),
+		cmocka_unit_test(test_kmtrain_checkpoint),
+		cmocka_unit_test(test_bad_files),
+		cmocka_unit_test(test_mapped_weights),
 		cmocka_unit_test(test_mapped_rss),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

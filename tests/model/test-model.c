@@ -423,6 +423,7 @@ static void forced_compare(km_model *m, km_model *base, double *max_abs, double 
 }
 
 /* A weight source that hands out the checkpoint's linear weights already
+ * (and the embedding / classifier, which i8/q4 models quantize too)
  * quantized and dequantized on the host (kk.h's documented scheme: per row
  * for int8, per 32-group for int4, scale = max|w| / qmax, q = rint(w /
  * scale) clamped), so an f32 model over it is the exact target of the
@@ -437,7 +438,9 @@ static int fakeq_read(void *ud, const char *name, float *dst, size_t count, kiln
 {
 	fakeq *f = ud;
 	int r = f->inner.read(f->inner.userdata, name, dst, count, err);
-	if (r < 0 || (!strstr(name, ".attention.w") && !strstr(name, ".feed_forward.w")))
+	/* The layers' matrices, and the embedding / classifier (quantized too). */
+	if (r < 0 || (!strstr(name, ".attention.w") && !strstr(name, ".feed_forward.w") &&
+		      strcmp(name, "tok_embeddings.weight") && strcmp(name, "output.weight")))
 		return r;
 	/* w2's rows are hidden_dim long, the others dim. */
 	size_t k = strstr(name, ".w2.") ? count / (size_t) f->dim : (size_t) f->dim;
@@ -477,7 +480,11 @@ static km_model *load_fakeq(int qmax, int qmin, int group)
 }
 
 /* The int8/int4 paths compute what their quantized weights say: against
- * an f32 model over host-quantized weights the logits agree closely. */
+ * an f32 model over host-quantized weights the logits agree to within what
+ * kk_qgemm's int8 activations (per 32-block, max|x| / 127 steps: about
+ * bf16's relative rounding) move them; the bound is test_dtypes's for bf16
+ * weights.  That the integer dot products are exact for the activations
+ * as quantized is test-kernels-cpu's test_qdot_variants. */
 static void test_quantized_exact(void **state)
 {
 	NEED_FIXTURE();
@@ -493,8 +500,8 @@ static void test_quantized_exact(void **state)
 		print_message("# %-4s model vs f32 over host-quantized weights: max |logit "
 			      "diff| %.3g, top-1 agreement %.3f\n",
 			      kk_dtype_name(cases[i].dt), e, a);
-		assert_true(e < TOL_F32);
-		assert_true(a == 1.0);
+		assert_true(e < 4.0);
+		assert_true(a >= 0.85);
 		km_model_free(f);
 		km_model_free(m);
 	}
@@ -515,7 +522,7 @@ static void test_dtypes(void **state)
 	} cases[] = {
 		{ KK_BF16, 4.0, 0.85 },
 		{ KK_F16, 0.3, 0.95 },
-		{ KK_I8, 6.0, 0.80 },
+		{ KK_I8, 10.0, 0.80 }, /* int8 activations too: 2.98 -> 5.46 */
 		{ KK_Q4, 30.0, 0.15 },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -847,28 +854,41 @@ static void test_unshared_classifier(void **state)
 	assert_false(km_file_config(f)->shared_classifier);
 	km_weight_source src = km_file_source(f);
 	km_model_opts o = { .weight_dtype = KK_F32, .max_tokens = 8, .max_seqs = 1 };
-	km_model *m = NULL;
+	km_model *m = NULL, *mq = NULL;
 	assert_int_equal(km_model_new(be, km_file_config(f), &o, &src, &m, &err), 0);
+	/* An int8 model quantizes its own classifier (not the embedding's). */
+	o.weight_dtype = KK_I8;
+	assert_int_equal(km_model_new(be, km_file_config(f), &o, &src, &mq, &err), 0);
 	km_file_free(f);
 	ref_model *r2 = ref_load(path);
 	assert_non_null(r2);
 	unlink(path);
-	km_kvcache *c = cache_for(m, 4, 1);
-	int s = km_kvcache_seq_new(c);
-	float lg[512];
-	double rl[512];
+	km_kvcache *c = cache_for(m, 4, 1), *cq = cache_for(mq, 4, 1);
+	int s = km_kvcache_seq_new(c), sq = km_kvcache_seq_new(cq);
+	float lg[512], lq[512];
+	double rl[512], worst = 0, amax = 0;
 	for (int i = 0; i < 40; i++) {
 		int32_t t = greedy[i];
-		km_seq_input si = { s, &t, 1 };
+		km_seq_input si = { s, &t, 1 }, sqi = { sq, &t, 1 };
 		assert_int_equal(step(m, c, &si, 1, lg), 0);
 		assert_int_equal(ref_step(r2, t, rl), 0);
 		assert_true(max_err(lg, rl, V) < TOL_F32);
 		for (int j = 0; j < V; j++)
 			assert_true(fabs(rl[j] - 0.5 * ref_logits[(size_t) i * V + j]) < 1e-9);
+		assert_int_equal(step(mq, cq, &sqi, 1, lq), 0);
+		worst = fmax(worst, max_err(lq, rl, V));
+		for (int j = 0; j < V; j++)
+			amax = fmax(amax, fabs(rl[j]));
 	}
+	/* The shared table instead would double every logit (off by amax). */
+	print_message("# unshared classifier, i8: max |logit err| %.3g, logits up to %.3g\n", worst,
+		      amax);
+	assert_true(worst < 0.35 * amax);
 	ref_free(r2);
 	km_kvcache_free(c);
+	km_kvcache_free(cq);
 	km_model_free(m);
+	km_model_free(mq);
 }
 
 /* A random model with the shapes GPUs serve: head dim 64, 2:1 GQA, an

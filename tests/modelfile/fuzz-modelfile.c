@@ -35,6 +35,7 @@ static void poke_tensor(const kmf_tensor *t)
 			if (q) {
 				kmf_tensor_to_i8(t, KK_F16, q, h);
 				kmf_tensor_to_q4(t, 32, KK_F32, (uint8_t *) q, f, NULL);
+				kmf_tensor_to_i8_g32(t, KK_F32, q, f, NULL);
 			}
 			free(q);
 		}

@@ -80,6 +80,9 @@ def main():
     ap.add_argument("--decode", type=int, default=64)
     ap.add_argument("--seqs", type=int, default=8)
     ap.add_argument("--no-llama", action="store_true", help="kiln's rows only")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time with each process's CPU clock (rates per CPU-second; the copy "
+                         "bandwidth too): a busy, shared machine disturbs it least")
     a = ap.parse_args()
     B = a.build
     kiln = os.path.join(B, "tests", "peer-kiln")
@@ -99,9 +102,12 @@ def main():
             llama_version = llama_cpp.__version__
         except Exception as e:  # an ImportError, or a broken build's OSError
             have_llama, why_no_llama = False, "llama_cpp does not import: %s" % e
+    if a.cpu_time:
+        os.environ["KILN_PEER_CLOCK"] = "cpu"
     print("# kiln vs llama.cpp%s, %d-token prompt, %d decode steps, %d sequences, best of %d"
-          " interleaved runs" % (" (llama-cpp-python %s)" % llama_version if have_llama else "",
-                                 a.prompt_len, a.decode, a.seqs, a.runs))
+          " interleaved runs, %s time" % (
+              " (llama-cpp-python %s)" % llama_version if have_llama else "", a.prompt_len,
+              a.decode, a.seqs, a.runs, "process CPU" if a.cpu_time else "wall"))
     if not have_llama:
         print("# llama.cpp column skipped: %s" % why_no_llama)
 

@@ -9,6 +9,7 @@
  *        stream decodes after it; the S sequences each take a slice)
  *   DT   kiln's weight dtype: f32, bf16, f16, i8, q4 (default f32)
  * Threads: KK_CPU_THREADS and OPENBLAS_NUM_THREADS, set by the driver.
+ * Clock: wall time, or process CPU time with KILN_PEER_CLOCK=cpu.
  *
  * Prints one JSON object on stdout:
  *   {"engine":"kiln","load_s":..,"prefill_tps":..,"decode_tps":..,
@@ -36,10 +37,18 @@
 
 #define PROMPT_MAX 4096
 
+/* Seconds on the benchmark's clock: wall time, or this process's CPU
+ * time (all its threads) when KILN_PEER_CLOCK=cpu (bench-peer --cpu-time:
+ * rates per CPU-second, what a busy shared machine disturbs least). */
 static double wall(void)
 {
+	static int cpu = -1;
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	if (cpu < 0) {
+		const char *c = getenv("KILN_PEER_CLOCK");
+		cpu = c && streq(c, "cpu");
+	}
+	clock_gettime(cpu ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
 	return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
 }
 

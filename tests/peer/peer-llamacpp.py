@@ -10,15 +10,22 @@ usage: peer-llamacpp.py --model F.gguf --prompt IDS --threads N
 Prints one JSON object like peer-kiln's ("engine": "llama.cpp"), plus
 "py_step_us": the Python bookkeeping of one decode step measured without
 llama_decode (batch filling and the argmax), which the decode rates
-include and llama.cpp's C++ server would not pay."""
+include and llama.cpp's C++ server would not pay.  KILN_PEER_CLOCK=cpu times
+with the process CPU clock instead of the wall clock."""
 import argparse
 import ctypes
 import json
+import os
 import sys
 import time
 
 import numpy as np
 import llama_cpp as L
+
+
+# The benchmark's clock: wall time, or this process's CPU time (all its
+# threads) with KILN_PEER_CLOCK=cpu, as peer-kiln.
+clock = time.process_time if os.environ.get("KILN_PEER_CLOCK") == "cpu" else time.perf_counter
 
 
 def peak_rss_mb():
@@ -57,7 +64,7 @@ def main():
     if a.seqs * a.batch_prompt > n_prompt:
         sys.exit("peer-llamacpp: --prompt shorter than --seqs x --batch-prompt")
 
-    t0 = time.perf_counter()
+    t0 = clock()
     L.llama_backend_init()
     if hasattr(L, "llama_log_set") and hasattr(L, "llama_log_callback"):
         global _quiet  # the callback must outlive the call
@@ -82,7 +89,7 @@ def main():
         sys.exit("peer-llamacpp: llama.cpp could not make a context")
     vocab = L.llama_model_get_vocab(model) if hasattr(L, "llama_model_get_vocab") else None
     n_vocab = L.llama_vocab_n_tokens(vocab) if vocab is not None else L.llama_n_vocab(model)
-    load_s = time.perf_counter() - t0
+    load_s = clock() - t0
 
     if hasattr(L, "llama_get_memory"):
         mem = L.llama_get_memory(ctx)
@@ -119,10 +126,10 @@ def main():
     for _ in range(a.reps):
         clear()
         fill([(t, i, 0, i == n_prompt - 1) for i, t in enumerate(prompt)])
-        t = time.perf_counter()
+        t = clock()
         decode()
         argmax(n_prompt - 1)
-        times.append(time.perf_counter() - t)
+        times.append(clock() - t)
     times.sort()
     prefill_tps = n_prompt / times[len(times) // 2]
 
@@ -132,20 +139,20 @@ def main():
     decode()
     tok = argmax(n_prompt - 1)
     ids = []
-    t = time.perf_counter()
+    t = clock()
     for i in range(a.decode):
         ids.append(tok)
         fill([(tok, n_prompt + i, 0, True)])
         decode()
         tok = argmax(0)
-    decode_tps = a.decode / (time.perf_counter() - t)
+    decode_tps = a.decode / (clock() - t)
 
     # The Python share of one step: the same filling and argmax, no decode.
-    t = time.perf_counter()
+    t = clock()
     for i in range(a.decode):
         fill([(tok, n_prompt + i, 0, True)])
         argmax(0)
-    py_step_us = (time.perf_counter() - t) / a.decode * 1e6
+    py_step_us = (clock() - t) / a.decode * 1e6
 
     # S sequences of batch_prompt tokens, then steps of one token each.
     clear()
@@ -155,12 +162,12 @@ def main():
         fill([(tk, i, q, i == len(sl) - 1) for i, tk in enumerate(sl)])
         decode()
         toks.append(argmax(len(sl) - 1))
-    t = time.perf_counter()
+    t = clock()
     for i in range(a.decode):
         fill([(toks[q], a.batch_prompt + i, q, True) for q in range(a.seqs)])
         decode()
         toks = [argmax(q) for q in range(a.seqs)]
-    batch_tps = a.seqs * a.decode / (time.perf_counter() - t)
+    batch_tps = a.seqs * a.decode / (clock() - t)
 
     L.llama_batch_free(batch)
     print(json.dumps({

@@ -41,6 +41,13 @@ double ref_quant_scale(const double *w, size_t n, kk_dtype qt);
 /* The stored level of weight w at scale s: round-to-nearest-even of w / s,
  * clamped to [-127, 127] (KK_I8) or [-8, 7] (KK_Q4). */
 double ref_quant_level(double w, double s, kk_dtype qt);
+/* The most activation quantization (blocks of 32 along k, scale
+ * max|x_block| / 127, round to nearest: each x off by at most half a step,
+ * max|x_block| / 254) can move Y = X W^T: bound[i * n + j] =
+ * sum over blocks b of max|x_i,b| / 254 * sum over l in b of |w_j,l|
+ * (x [m, k], w [n, k] dequantized). */
+void ref_qact_bound(const double *x, const double *w, int64_t m, int64_t n, int64_t k,
+		    double *bound);
 
 /* ---- attention.c -------------------------------------------------------- */
 

@@ -1,0 +1,249 @@
+/* kernels/cpu/qdot-body.h — one x86 variant of the int8 dot tiles, included
+ * by qdot.c once per instruction set, inside a `#pragma GCC target` region,
+ * with:
+ *   QV(name)  the variant's suffix on every function (name##_avx2 ...)
+ *   QV_DOT32  static inline __m256i f(__m256i w_abs, __m256i x_signed):
+ *             8 lanes of int32, each the sum of 4 products u8 * s8
+ *             (vpdpbusd, or maddubs + madd)
+ *   QV_DOT32A the same added to an int32 accumulator (first argument)
+ * The caller gives w as |w| and x as sign(x, w), so the products are those
+ * of w and x (llama.cpp's trick: u8 x s8 instructions, signed operands). */
+
+/* 32 int4 weights of one block (16 bytes, element 2p in the low nibble of
+ * byte p) as unsigned bytes q + 8: lanes 0..15 the low nibbles (even
+ * elements), 16..31 the high ones (odd elements): the order of the
+ * activation blocks quantized for q4 (kk__qact_quantize's q4 layout).  The
+ * offset 8 is taken off with the activation block's lane sums (a->corr),
+ * so nibbles go into the u8 x s8 product as they are. */
+static inline __attribute__((always_inline)) __m256i QV(q4_block)(const uint8_t *p)
+{
+	__m128i t = _mm_loadu_si128((const __m128i *) p);
+	__m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+	return _mm256_and_si256(v, _mm256_set1_epi8(15));
+}
+
+static inline __attribute__((always_inline)) float QV(hsum8)(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+/* One int8 block b of the tile into acc. */
+static inline __attribute__((always_inline)) void
+QV(step_i8)(__m256 (*acc)[2], const kk__qact *a, int64_t r0, const int NX, const void *const *w,
+	    const float *const *ws, const int NW, int64_t b, int64_t pf, const bool UNIT)
+{
+	__m256i wa[2], wv[2];
+#pragma GCC unroll 2
+	for (int c = 0; c < NW; c++) {
+		const int8_t *p = (const int8_t *) w[c] + b * KK_QBLOCK;
+		/* The same place some pairs of rows on (pf bytes: about 12 KiB
+		 * ahead): rows are short streams the hardware prefetcher starts
+		 * late, and a DRAM read takes that long to arrive.  A 32000 x 768
+		 * int8 GEMV: 17 GB/s without, 38 with. */
+		_mm_prefetch((const char *) (p + pf), _MM_HINT_T0);
+		wv[c] = _mm256_loadu_si256((const __m256i *) p);
+		wa[c] = _mm256_sign_epi8(wv[c], wv[c]);
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++) {
+		const int8_t *xq = a->q + (r0 + r) * a->ldq + b * KK_QBLOCK;
+		__m256i xv = _mm256_loadu_si256((const __m256i *) xq);
+		/* The block's scale in all lanes, from memory: no multiply or
+		 * broadcast per pair for unit (per-channel) weight scales. */
+		__m256 xd = _mm256_loadu_ps(a->dx + ((r0 + r) * a->nb + b) * 8);
+#pragma GCC unroll 2
+		for (int c = 0; c < NW; c++) {
+			__m256i p = QV_DOT32(wa[c], _mm256_sign_epi8(xv, wv[c]));
+			acc[r][c] = _mm256_fmadd_ps(
+				_mm256_cvtepi32_ps(p),
+				UNIT ? xd : _mm256_mul_ps(xd, _mm256_broadcast_ss(&ws[c][b])),
+				acc[r][c]);
+		}
+	}
+}
+
+/* Int4 blocks b and b + 1 of the tile into acc: one 32-byte load gives
+ * both blocks' bytes; its low nibbles meet the activation pair's first 32
+ * bytes, its high nibbles the second 32 (kk__qact's int4 order), summed
+ * into one vector whose lanes 0-3 are block b's and 4-7 block b+1's, then
+ * scaled by [d_b ws_b x4, d_b+1 ws_b+1 x4]. */
+static inline __attribute__((always_inline)) void
+QV(step_q4x2)(__m256 (*acc)[2], const kk__qact *a, int64_t r0, const int NX, const void *const *w,
+	      const float *const *ws, const int NW, int64_t b, int64_t pf)
+{
+	const __m256i m4 = _mm256_set1_epi8(15);
+	__m256i lo[2], hi[2];
+	__m256 sw[2];
+#pragma GCC unroll 2
+	for (int c = 0; c < NW; c++) {
+		const uint8_t *p = (const uint8_t *) w[c] + b * (KK_QBLOCK / 2);
+		_mm_prefetch((const char *) (p + pf), _MM_HINT_T0); /* as step_i8 */
+		__m256i v = _mm256_loadu_si256((const __m256i *) p);
+		lo[c] = _mm256_and_si256(v, m4);
+		hi[c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+		sw[c] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(ws[c][b])),
+					     _mm_set1_ps(ws[c][b + 1]), 1);
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++) {
+		const int8_t *xq = a->q + (r0 + r) * a->ldq + b * KK_QBLOCK;
+		__m256i x0 = _mm256_loadu_si256((const __m256i *) xq);
+		__m256i x1 = _mm256_loadu_si256((const __m256i *) (xq + KK_QBLOCK));
+		__m256i corr = _mm256_loadu_si256(
+			(const __m256i *) (a->corr + ((r0 + r) * a->nb + b) * 8));
+		__m256 dx = _mm256_loadu_ps(a->dx + ((r0 + r) * a->nb + b) * 4);
+#pragma GCC unroll 2
+		for (int c = 0; c < NW; c++) {
+			__m256i p = QV_DOT32A(QV_DOT32A(corr, lo[c], x0), hi[c], x1);
+			acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dx, sw[c]),
+						    acc[r][c]);
+		}
+	}
+}
+
+/* A lone last int4 block b (an odd count): its 16 bytes unpacked to
+ * [low nibbles | high nibbles], against its [even | odd] activations. */
+static inline __attribute__((always_inline)) void
+QV(step_q4)(__m256 (*acc)[2], const kk__qact *a, int64_t r0, const int NX, const void *const *w,
+	    const float *const *ws, const int NW, int64_t b)
+{
+	__m256i wa[2];
+#pragma GCC unroll 2
+	for (int c = 0; c < NW; c++)
+		wa[c] = QV(q4_block)((const uint8_t *) w[c] + b * (KK_QBLOCK / 2));
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++) {
+		const int8_t *xq = a->q + (r0 + r) * a->ldq + b * KK_QBLOCK;
+		__m256i xv = _mm256_loadu_si256((const __m256i *) xq);
+		float xd = a->d[(r0 + r) * a->nb + b];
+		__m256i corr = _mm256_loadu_si256(
+			(const __m256i *) (a->corr + ((r0 + r) * a->nb + b) * 8));
+#pragma GCC unroll 2
+		for (int c = 0; c < NW; c++) {
+			__m256i p = QV_DOT32A(corr, wa[c], xv);
+			acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
+						    _mm256_set1_ps(xd * ws[c][b]), acc[r][c]);
+		}
+	}
+}
+
+/* The tile: NX activation rows (1..4) against NW weight rows (1..2), one
+ * 8-lane float accumulator per pair (two, alternating, when there is one
+ * activation row: the GEMV, whose multiply-add latency would otherwise
+ * hold each row up); each sees the same operations whatever the tile's
+ * shape, so s[r * 2 + c] does not depend on which rows shared a tile (nor
+ * on the thread split). */
+static inline __attribute__((always_inline)) void QV(tile)(float *s, const kk__qact *a, int64_t r0,
+							   const int NX, const void *const *w,
+							   const float *const *ws, const int NW,
+							   int64_t k, const bool Q4, const bool UNIT)
+{
+	const int64_t nbf = k / KK_QBLOCK;
+	const int64_t step = Q4 ? 2 : 1; /* blocks per step */
+	const int64_t pair = 2 * (Q4 ? k / 2 : k); /* bytes of two weight rows */
+	const int64_t pf = pair * MAX((int64_t) 1, (int64_t) 12288 / pair);
+	__m256 acc[4][2], acc1[4][2];
+	int64_t b = 0;
+	for (int r = 0; r < NX; r++)
+		for (int c = 0; c < NW; c++)
+			acc[r][c] = acc1[r][c] = _mm256_setzero_ps();
+#define QV_STEP(A, B)                                              \
+	do {                                                       \
+		if (Q4)                                            \
+			QV(step_q4x2)(A, a, r0, NX, w, ws, NW, B, pf); \
+		else                                               \
+			QV(step_i8)(A, a, r0, NX, w, ws, NW, B, pf, UNIT); \
+	} while (0)
+	if (NX == 1) /* never NW: that depends on the thread split */
+		for (; b + 2 * step <= nbf; b += 2 * step) {
+			QV_STEP(acc, b);
+			QV_STEP(acc1, b + step);
+		}
+	for (; b + step <= nbf; b += step)
+		QV_STEP(acc, b);
+#undef QV_STEP
+	if (Q4 && b < nbf)
+		QV(step_q4)(acc, a, r0, NX, w, ws, NW, b);
+	for (int r = 0; r < NX; r++)
+		for (int c = 0; c < NW; c++)
+			s[r * 2 + c] =
+				QV(hsum8)(_mm256_add_ps(acc[r][c], acc1[r][c])) +
+				(Q4 ? 0.0f : kk__qtail(a, r0 + r, (const int8_t *) w[c], ws[c], k));
+}
+
+static inline __attribute__((always_inline)) void
+QV(tile_i8_u)(float s[8], const kk__qact *a, int64_t r0, int nx, const void *const *w,
+	      const float *const *ws, int nw, int64_t k, const bool UNIT)
+{
+	switch (nx * 2 + nw - 1) {
+	case 2:
+		QV(tile)(s, a, r0, 1, w, ws, 1, k, false, UNIT);
+		break;
+	case 3:
+		QV(tile)(s, a, r0, 1, w, ws, 2, k, false, UNIT);
+		break;
+	case 4:
+		QV(tile)(s, a, r0, 2, w, ws, 1, k, false, UNIT);
+		break;
+	case 5:
+		QV(tile)(s, a, r0, 2, w, ws, 2, k, false, UNIT);
+		break;
+	case 6:
+		QV(tile)(s, a, r0, 3, w, ws, 1, k, false, UNIT);
+		break;
+	case 7:
+		QV(tile)(s, a, r0, 3, w, ws, 2, k, false, UNIT);
+		break;
+	case 8:
+		QV(tile)(s, a, r0, 4, w, ws, 1, k, false, UNIT);
+		break;
+	default:
+		QV(tile)(s, a, r0, 4, w, ws, 2, k, false, UNIT);
+		break;
+	}
+}
+
+/* Per-channel int8 (unit block scales) and per-block scales, each with
+ * its own loop. */
+static void QV(tile_i8)(float s[8], const kk__qact *a, int64_t r0, int nx, const void *const *w,
+			const float *const *ws, int nw, int64_t k)
+{
+	if (ws[0])
+		QV(tile_i8_u)(s, a, r0, nx, w, ws, nw, k, false);
+	else
+		QV(tile_i8_u)(s, a, r0, nx, w, ws, nw, k, true);
+}
+
+static void QV(tile_q4)(float s[8], const kk__qact *a, int64_t r0, int nx, const void *const *w,
+			const float *const *ws, int nw, int64_t k)
+{
+	switch (nx * 2 + nw - 1) {
+	case 2:
+		QV(tile)(s, a, r0, 1, w, ws, 1, k, true, false);
+		break;
+	case 3:
+		QV(tile)(s, a, r0, 1, w, ws, 2, k, true, false);
+		break;
+	case 4:
+		QV(tile)(s, a, r0, 2, w, ws, 1, k, true, false);
+		break;
+	case 5:
+		QV(tile)(s, a, r0, 2, w, ws, 2, k, true, false);
+		break;
+	case 6:
+		QV(tile)(s, a, r0, 3, w, ws, 1, k, true, false);
+		break;
+	case 7:
+		QV(tile)(s, a, r0, 3, w, ws, 2, k, true, false);
+		break;
+	case 8:
+		QV(tile)(s, a, r0, 4, w, ws, 1, k, true, false);
+		break;
+	default:
+		QV(tile)(s, a, r0, 4, w, ws, 2, k, true, false);
+		break;
+	}
+}
