@@ -7,6 +7,7 @@
 # nothing here is built and the test/bench scripts report "no CUDA device".
 KK_CUDA_SRCS := kernels/cuda/backend.cu kernels/cuda/core.cu kernels/cuda/elementwise.cu \
 	kernels/cuda/gemm.cu kernels/cuda/quant.cu kernels/cuda/attention.cu kernels/cuda/norm.cu \
+	kernels/cuda/attention-bwd.cu \
 	kernels/cuda/rope.cu kernels/cuda/softmax.cu kernels/cuda/embedding.cu \
 	kernels/cuda/optim.cu kernels/cuda/sample.cu kernels/cuda/nccl.cu
 KK_CUDA_MODULE := $(B)/lib/kiln/kk-cuda.so
