@@ -17,6 +17,9 @@
 #            multiple of the vector width: a misaligned 16-byte load.
 #   cpwait   attention.cu's forward waits for one cp.async group too few
 #            (wait_group 2): the tiles are read before they land.
+#   bwdfrag  attention-bwd.cu's tensor-core backward builds the third A
+#            register of P and dS from the wrong n-tile (a wrong fragment
+#            index): dq, dk and dv off against f64 and cpu.
 # Prints TAP; logs under $KILN_BUILD/emu-plant*/NAME.log.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,7 +29,7 @@ case $B in /*) ;; *) B=$root/$B ;; esac
 mkdir -p "$B"
 export TSAN_OPTIONS=halt_on_error=1:exitcode=66
 n=0 rc=0
-echo "1..5"
+echo "1..6"
 # plant NAME SAN FILTER EXPECT(ERE) FILE SED
 plant() {
 	n=$((n + 1))
@@ -62,4 +65,6 @@ plant mask "" softmax 'is not in the mask' $sm '0,/__shfl_xor_sync(0xffffffffu, 
 plant poison "" softmax '^not ok' $sm 's/lane < nw ? sh\[lane\] : -INFINITY/lane < 32 ? sh[lane] : -INFINITY/'
 plant align "" softmax 'not 16-byte aligned' $sm 's/bool vec = cols % W == 0 \&\& /bool vec = /'
 plant cpwait "" attn '^not ok' kernels/cuda/attention.cu 's/kc_cp_wait<1>();/kc_cp_wait<2>();/'
+plant bwdfrag "" "attn bwd" '^not ok' kernels/cuda/attention-bwd.cu \
+	's/a\[kk\]\[2\] = kc_pack2<BF>(c\[2 \* kk + 1\]\[0\], c\[2 \* kk + 1\]\[1\])/a[kk][2] = kc_pack2<BF>(c[2 * kk][0], c[2 * kk][1])/'
 exit $rc
