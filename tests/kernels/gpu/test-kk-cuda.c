@@ -770,8 +770,8 @@ int main(void)
 	RUN("attn bwd", test_attention(KK_BF16, 64, false, 4, 1, L3, 3, true));
 	RUN("attn bwd", test_attention(KK_F16, 128, false, 2, 2, L4, 2, true));
 	RUN("attn", test_attention(KK_BF16, 128, true, 6, 3, L3, 3, false));
-	RUN("attn bwd", test_attention(KK_F16, 128, false, 8, 1, L4, 2, true));
-	RUN("attn bwd", test_attention(KK_BF16, 64, true, 8, 1, L3, 3, true));
+	RUN("attn bwd gqa8", test_attention(KK_F16, 128, false, 8, 1, L4, 2, true));
+	RUN("attn bwd gqa8", test_attention(KK_BF16, 64, true, 8, 1, L3, 3, true));
 	/* 45-49: paged decode (16-bit: split over the context, then combined) */
 	RUN("attn decode", test_decode(KK_BF16, 128, 8, 2, D1, true));
 	RUN("attn decode", test_decode(KK_F16, 64, 8, 1, D2, false));
