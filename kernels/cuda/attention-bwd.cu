@@ -2,14 +2,25 @@
  * attention (kk_attention_bwd) on the CUDA backend, over packed
  * variable-length sequences; the forward and decode are in attention.cu.
  *
- * FlashAttention-2 structure, no atomics: a pre-pass computes
- * delta_i = dO_i . O_i (one warp per row and head); kc_attn_dq_kernel
- * re-forms P from lse per query tile and accumulates dq; kc_attn_dkdv_kernel
- * owns 32 keys of one kv head and loops over every query head of its group
- * and every query tile at or after the keys, accumulating dk and dv in
- * registers, so each output element is written once.
+ * FlashAttention-2's structure without atomics, so the result is
+ * deterministic: a pre-pass computes delta_i = dO_i . O_i (one warp per row
+ * and head); a dq kernel owns a query tile and re-forms P from lse tile by
+ * tile; a dk/dv kernel owns a key tile of one kv head and loops over every
+ * query head of its GQA group and every query tile at or after the keys,
+ * accumulating dk and dv in registers, so each output element is written
+ * once (the GQA sum needs no atomics).
  *
- * Head dims 64 and 128 (template parameter D), dtypes F32/BF16/F16.
+ * BF16/F16 (kc_attn_dq_tc_kernel, kc_attn_dkdv_tc_kernel): tensor cores
+ * through mma.sync m16n8k16 with f32 accumulation (kc_mma.cuh), 4 warps of
+ * 16 rows, 64 x 64 tiles in swizzled shared memory double-buffered by
+ * cp.async, P and dS rounded to the input type as mma operands, exp2 on the
+ * SFU.  See the kernels' comments and docs/kernels-cuda.md.
+ *
+ * F32, and 16-bit views not 16-byte aligned (kc_attn_dq_kernel,
+ * kc_attn_dkdv_kernel): f32 FMA, 32 x 32 tiles widened to f32 in shared
+ * memory.
+ *
+ * Head dims 64 and 128 (template parameter D).
  * Checked on the CPU emulation (tests/kernels/gpu/emu); UNVERIFIED on a GPU. */
 #include <errno.h>
 #include <math.h>
@@ -272,7 +283,8 @@ static __device__ __forceinline__ float kc_exp2_fast(float x)
  * fragments of 16 x 64 scores: C fragments of n-tiles 2kk and 2kk + 1 are
  * exactly A's registers for k-step kk, rounded to 16 bits. */
 template <bool BF>
-static __device__ __forceinline__ void kc_c2a(uint32_t a[KC_TB / 16][4], const float c[KC_TB / 8][4])
+static __device__ __forceinline__ void kc_c2a(uint32_t a[KC_TB / 16][4],
+					      const float c[KC_TB / 8][4])
 {
 #pragma unroll
 	for (int kk = 0; kk < KC_TB / 16; kk++) {
@@ -286,7 +298,8 @@ static __device__ __forceinline__ void kc_c2a(uint32_t a[KC_TB / 16][4], const f
 /* acc[16 x D] += A[16 x 64] B[64 x D], B a swizzled [64][D] tile read
  * through ldmatrix.trans (row = the k index: keys or queries). */
 template <int D, bool BF>
-static __device__ __forceinline__ void kc_mma_av(float acc[D / 8][4], const uint32_t a[KC_TB / 16][4],
+static __device__ __forceinline__ void kc_mma_av(float acc[D / 8][4],
+						 const uint32_t a[KC_TB / 16][4],
 						 const uint16_t *tile, int mi, int mr)
 {
 #pragma unroll
@@ -294,7 +307,8 @@ static __device__ __forceinline__ void kc_mma_av(float acc[D / 8][4], const uint
 #pragma unroll
 		for (int n = 0; n < D / 8; n += 2) {
 			uint32_t b[4];
-			kc_ldsm_x4_t(b, tile + kc_sw<D>(kk * 16 + (mi & 1) * 8 + mr, n + (mi >> 1)) * 8);
+			kc_ldsm_x4_t(
+				b, tile + kc_sw<D>(kk * 16 + (mi & 1) * 8 + mr, n + (mi >> 1)) * 8);
 			kc_mma16816<BF>(acc[n], a[kk], b);
 			kc_mma16816<BF>(acc[n + 1], a[kk], b + 2);
 		}
@@ -304,10 +318,9 @@ static __device__ __forceinline__ void kc_mma_av(float acc[D / 8][4], const uint
  * rows [wrow, wrow + 16) of swizzled [*][D] tiles (ldmatrix), B1/B2 the 64
  * rows of [64][D] tiles (ldmatrix, [n][k] as the mma's column-major B). */
 template <int D, bool BF>
-static __device__ __forceinline__ void kc_mma_2qk(float s[KC_TB / 8][4], float dp[KC_TB / 8][4],
-						  const uint16_t *a1, const uint16_t *a2,
-						  const uint16_t *b1, const uint16_t *b2, int wrow,
-						  int mi, int mr)
+static __device__ __forceinline__ void
+kc_mma_2qk(float s[KC_TB / 8][4], float dp[KC_TB / 8][4], const uint16_t *a1, const uint16_t *a2,
+	   const uint16_t *b1, const uint16_t *b2, int wrow, int mi, int mr)
 {
 #pragma unroll
 	for (int n = 0; n < KC_TB / 8; n++)
@@ -432,7 +445,8 @@ __global__ void __launch_bounds__(KC_AW * 32, 2)
 			(uint32_t *) (dq + ((size_t) (start + qpos) * hq + h) * D) + (lane & 3);
 #pragma unroll
 		for (int n = 0; n < NO; n++)
-			orow[n * 4] = kc_pack2<BF>(acc[n][2 * hr] * scale, acc[n][2 * hr + 1] * scale);
+			orow[n * 4] =
+				kc_pack2<BF>(acc[n][2 * hr] * scale, acc[n][2 * hr + 1] * scale);
 	}
 }
 
@@ -455,10 +469,10 @@ __global__ void __launch_bounds__(KC_AW * 32, 2)
 {
 	constexpr int NS = KC_TB / 8, NO = D / 8, TILE = KC_TB * D;
 	extern __shared__ float smem[];
-	uint16_t *sk = (uint16_t *) smem; /* [64][D] swizzled */
-	uint16_t *sv = sk + TILE;	  /* [64][D] */
-	uint16_t *sq = sv + TILE;	  /* 2 x [64][D] */
-	uint16_t *sdo = sq + 2 * TILE;	  /* 2 x [64][D] */
+	uint16_t *sk = (uint16_t *) smem;	/* [64][D] swizzled */
+	uint16_t *sv = sk + TILE;		/* [64][D] */
+	uint16_t *sq = sv + TILE;		/* 2 x [64][D] */
+	uint16_t *sdo = sq + 2 * TILE;		/* 2 x [64][D] */
 	float *sl = (float *) (sdo + 2 * TILE); /* 2 x [64]: lse log2e of the tile's rows */
 	float *sd = sl + 2 * KC_TB;		/* 2 x [64]: delta */
 	int seq = blockIdx.z, hk = blockIdx.y;
@@ -547,7 +561,8 @@ __global__ void __launch_bounds__(KC_AW * 32, 2)
 		uint32_t *vrow = (uint32_t *) (dv + row) + (lane & 3);
 #pragma unroll
 		for (int n = 0; n < NO; n++) {
-			krow[n * 4] = kc_pack2<BF>(adk[n][2 * hr] * scale, adk[n][2 * hr + 1] * scale);
+			krow[n * 4] =
+				kc_pack2<BF>(adk[n][2 * hr] * scale, adk[n][2 * hr + 1] * scale);
 			vrow[n * 4] = kc_pack2<BF>(adv[n][2 * hr], adv[n][2 * hr + 1]);
 		}
 	}
@@ -702,7 +717,8 @@ static int kc_attn_bwd_d(cudaStream_t s, const kk_attn_desc *d, void *dq, void *
 	if (d->head_dim == 128)
 		return !tc  ? kc_attn_bwd_t<T, 128>(s, d, dq, dk, dv, dout, q, k, v, o, lse)
 		       : bf ? kc_attn_bwd_tc<T, 128, true>(s, d, dq, dk, dv, dout, q, k, v, o, lse)
-			    : kc_attn_bwd_tc<T, 128, false>(s, d, dq, dk, dv, dout, q, k, v, o, lse);
+			    : kc_attn_bwd_tc<T, 128, false>(s, d, dq, dk, dv, dout, q, k, v, o,
+							    lse);
 	return -EOPNOTSUPP;
 }
 

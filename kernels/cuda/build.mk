@@ -38,6 +38,9 @@ TEST_FULL_SCRIPTS += tests/kernels/gpu/emu/run-emu.sh tests/kernels/gpu/emu/run-
 # The emulation under AddressSanitizer+UBSan and ThreadSanitizer (a subset
 # of families each), and the planted bugs it must catch (a missing barrier,
 # a partial shuffle mask, unwritten shared memory, a misaligned vector load,
-# a wrong cp.async wait count).
+# a wrong cp.async wait count, a wrong fragment index in the backward).
 TEST_FULL_SCRIPTS += tests/kernels/gpu/emu/run-emu-asan.sh tests/kernels/gpu/emu/run-emu-tsan.sh \
 	tests/kernels/gpu/emu/run-emu-plant.sh
+# The tensor-core attention forward and backward under both sanitizers
+# (two small GQA 8/1 cases; scripts of their own for the suite timeout).
+TEST_FULL_SCRIPTS += tests/kernels/gpu/emu/run-emu-asan-attn.sh tests/kernels/gpu/emu/run-emu-tsan-attn.sh

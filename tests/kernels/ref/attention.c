@@ -97,7 +97,8 @@ void ref_attention_bwd(const double *q, const double *k, const double *v, const 
 	double scale = 1 / sqrt((double) D);
 	memset(dk, 0, (size_t) T * Hkv * D * sizeof(double));
 	memset(dv, 0, (size_t) T * Hkv * D * sizeof(double));
-	double *p = malloc((T ? T : 1) * sizeof(double)), *dp = malloc((T ? T : 1) * sizeof(double));
+	double *p = malloc((T ? T : 1) * sizeof(double)),
+	       *dp = malloc((T ? T : 1) * sizeof(double));
 	for (int sq = 0; sq < n_seqs; sq++)
 		for (int t = cu[sq]; t < cu[sq + 1]; t++)
 			for (int h = 0; h < H; h++) {
@@ -107,8 +108,10 @@ void ref_attention_bwd(const double *q, const double *k, const double *v, const 
 				int j0 = cu[sq], n = (causal ? t + 1 : cu[sq + 1]) - j0;
 				double mx = -INFINITY, sum = 0, delta = 0;
 				for (int j = 0; j < n; j++) {
-					const double *kr = k + ((size_t) (j0 + j) * Hkv + h / grp) * D;
-					const double *vr = v + ((size_t) (j0 + j) * Hkv + h / grp) * D;
+					const double *kr =
+						k + ((size_t) (j0 + j) * Hkv + h / grp) * D;
+					const double *vr =
+						v + ((size_t) (j0 + j) * Hkv + h / grp) * D;
 					double s = 0, g = 0;
 					for (int x = 0; x < D; x++) {
 						s += qr[x] * kr[x];
