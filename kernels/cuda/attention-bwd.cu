@@ -314,12 +314,36 @@ static __device__ __forceinline__ void kc_mma_av(float acc[D / 8][4],
 		}
 }
 
+/* KC_KEEP_A(D): the warp's A fragments of S and dP (its 16 rows of Q and dO
+ * in the dq kernel, of K and V in the dk/dv kernel) stay in registers for
+ * the whole block instead of being re-read by ldmatrix every tile: 32
+ * registers at D = 64, saving 8 of the 56 (dq) and 72 (dk/dv) ldmatrix per
+ * tile; at D = 128 the 64 registers they need are not there (the
+ * accumulators take them). */
+#define KC_KEEP_A(D) ((D) == 64)
+
+/* The warp's A fragments (rows [wrow, wrow + 16) of swizzled [*][D] tiles
+ * a1 and a2) for every k-step over the head dim. */
+template <int D>
+static __device__ __forceinline__ void kc_load_a2(uint32_t af[D / 16][2][4], const uint16_t *a1,
+						  const uint16_t *a2, int wrow, int mi, int mr)
+{
+#pragma unroll
+	for (int kk = 0; kk < D / 16; kk++) {
+		int ao = kc_sw<D>(wrow + (mi & 1) * 8 + mr, 2 * kk + (mi >> 1)) * 8;
+		kc_ldsm_x4(af[kk][0], a1 + ao);
+		kc_ldsm_x4(af[kk][1], a2 + ao);
+	}
+}
+
 /* s[16 x 64] = A1 B1^T and dp[16 x 64] = A2 B2^T over the head dim: A1/A2
- * rows [wrow, wrow + 16) of swizzled [*][D] tiles (ldmatrix), B1/B2 the 64
- * rows of [64][D] tiles (ldmatrix, [n][k] as the mma's column-major B). */
-template <int D, bool BF>
+ * rows [wrow, wrow + 16) of swizzled [*][D] tiles (ldmatrix; from af when
+ * KEEP, as kc_load_a2 left them), B1/B2 the 64 rows of [64][D] tiles
+ * (ldmatrix, [n][k] as the mma's column-major B). */
+template <int D, bool BF, bool KEEP>
 static __device__ __forceinline__ void
-kc_mma_2qk(float s[KC_TB / 8][4], float dp[KC_TB / 8][4], const uint16_t *a1, const uint16_t *a2,
+kc_mma_2qk(float s[KC_TB / 8][4], float dp[KC_TB / 8][4],
+	   const uint32_t af[KEEP ? D / 16 : 1][2][4], const uint16_t *a1, const uint16_t *a2,
 	   const uint16_t *b1, const uint16_t *b2, int wrow, int mi, int mr)
 {
 #pragma unroll
@@ -330,9 +354,17 @@ kc_mma_2qk(float s[KC_TB / 8][4], float dp[KC_TB / 8][4], const uint16_t *a1, co
 #pragma unroll
 	for (int kk = 0; kk < D / 16; kk++) {
 		uint32_t x[4], y[4];
-		int ao = kc_sw<D>(wrow + (mi & 1) * 8 + mr, 2 * kk + (mi >> 1)) * 8;
-		kc_ldsm_x4(x, a1 + ao);
-		kc_ldsm_x4(y, a2 + ao);
+		if (KEEP) {
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				x[i] = af[KEEP ? kk : 0][0][i];
+				y[i] = af[KEEP ? kk : 0][1][i];
+			}
+		} else {
+			int ao = kc_sw<D>(wrow + (mi & 1) * 8 + mr, 2 * kk + (mi >> 1)) * 8;
+			kc_ldsm_x4(x, a1 + ao);
+			kc_ldsm_x4(y, a2 + ao);
+		}
 #pragma unroll
 		for (int n = 0; n < KC_TB / 8; n += 2) {
 			int bo = kc_sw<D>(n * 8 + (mi >> 1) * 8 + mr, 2 * kk + (mi & 1)) * 8;
@@ -401,6 +433,8 @@ __global__ void __launch_bounds__(KC_AW * 32, 2)
 		acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 	int kend = causal ? min(L, q0 + KC_TB) : L;
 	int ntiles = (kend + KC_TB - 1) / KC_TB;
+	constexpr bool KEEP = KC_KEEP_A(D);
+	uint32_t af[KEEP ? D / 16 : 1][2][4]; /* KEEP: the warp's Q and dO fragments */
 
 	for (int j = 0; j < ntiles; j++) {
 		if (j + 1 < ntiles) {
@@ -411,9 +445,11 @@ __global__ void __launch_bounds__(KC_AW * 32, 2)
 		kc_cp_commit();
 		kc_cp_wait<1>(); /* all but the newest group: tile j (and Q, dO) */
 		__syncthreads();
+		if (KEEP && j == 0)
+			kc_load_a2<D>(af, sq, sdo, wrow, mi, mr);
 		const uint16_t *ck = sk + (j & 1) * TILE, *cv = sv + (j & 1) * TILE;
 		float s[NS][4], dp[NS][4];
-		kc_mma_2qk<D, BF>(s, dp, sq, sdo, ck, cv, wrow, mi, mr);
+		kc_mma_2qk<D, BF, KEEP>(s, dp, af, sq, sdo, ck, cv, wrow, mi, mr);
 
 		int k0 = j * KC_TB;
 		bool edge = k0 + KC_TB > L || (causal && k0 + KC_TB - 1 > q0); /* block-uniform */
@@ -514,6 +550,8 @@ __global__ void __launch_bounds__(KC_AW * 32, 2)
 		for (int i = 0; i < 4; i++)
 			adk[n][i] = adv[n][i] = 0.0f;
 	int wrow = warp * 16, key0 = k0 + wrow + (lane >> 2); /* keys key0, key0 + 8 */
+	constexpr bool KEEP = KC_KEEP_A(D);
+	uint32_t af[KEEP ? D / 16 : 1][2][4]; /* KEEP: the warp's K and V fragments */
 
 	for (int it = 0; it < nit; it++) {
 		if (it + 1 < nit)
@@ -524,8 +562,10 @@ __global__ void __launch_bounds__(KC_AW * 32, 2)
 		int b = it & 1, i0 = qfirst + (it % nq) * KC_TB;
 		const uint16_t *cq = sq + b * TILE, *cdo = sdo + b * TILE;
 		const float *cl = sl + b * KC_TB, *cd = sd + b * KC_TB;
+		if (KEEP && it == 0)
+			kc_load_a2<D>(af, sk, sv, wrow, mi, mr);
 		float st[NS][4], dpt[NS][4];
-		kc_mma_2qk<D, BF>(st, dpt, sk, sv, cq, cdo, wrow, mi, mr);
+		kc_mma_2qk<D, BF, KEEP>(st, dpt, af, sk, sv, cq, cdo, wrow, mi, mr);
 
 		/* Keys past the end are zero rows whose dK/dV are never written. */
 		bool edge = i0 + KC_TB > L || (causal && i0 < k0 + KC_TB);
