@@ -46,6 +46,8 @@ PIP_PKGS=(
 	tokenizers==0.23.3     # Hugging Face tokenizers: BPE byte-level/byte-fallback reference
 	sentencepiece==0.2.3   # Google sentencepiece: the SentencePiece BPE reference
 	openai==3.57.0         # the official OpenAI client: kiln-inferd conformance (test-openai-client)
+	nvidia-cuda-cuobjdump==13.2.78 # cuobjdump: SASS of the kernels (kernels/bench/sass-mix.sh), which the toolkit here lacks
+	nvidia-cuda-nvdisasm==13.2.78  # nvdisasm, which cuobjdump -sass runs
 )
 missing=()
 for p in "${PKGS[@]}"; do

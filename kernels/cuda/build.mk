@@ -7,6 +7,7 @@
 # nothing here is built and the test/bench scripts report "no CUDA device".
 KK_CUDA_SRCS := kernels/cuda/backend.cu kernels/cuda/core.cu kernels/cuda/elementwise.cu \
 	kernels/cuda/gemm.cu kernels/cuda/quant.cu kernels/cuda/attention.cu kernels/cuda/norm.cu \
+	kernels/cuda/attention-bwd.cu \
 	kernels/cuda/rope.cu kernels/cuda/softmax.cu kernels/cuda/embedding.cu \
 	kernels/cuda/optim.cu kernels/cuda/sample.cu kernels/cuda/nccl.cu
 KK_CUDA_MODULE := $(B)/lib/kiln/kk-cuda.so
@@ -37,6 +38,9 @@ TEST_FULL_SCRIPTS += tests/kernels/gpu/emu/run-emu.sh tests/kernels/gpu/emu/run-
 # The emulation under AddressSanitizer+UBSan and ThreadSanitizer (a subset
 # of families each), and the planted bugs it must catch (a missing barrier,
 # a partial shuffle mask, unwritten shared memory, a misaligned vector load,
-# a wrong cp.async wait count).
+# a wrong cp.async wait count, a wrong fragment index in the backward).
 TEST_FULL_SCRIPTS += tests/kernels/gpu/emu/run-emu-asan.sh tests/kernels/gpu/emu/run-emu-tsan.sh \
 	tests/kernels/gpu/emu/run-emu-plant.sh
+# The tensor-core attention forward and backward under both sanitizers
+# (two small GQA 8/1 cases; scripts of their own for the suite timeout).
+TEST_FULL_SCRIPTS += tests/kernels/gpu/emu/run-emu-asan-attn.sh tests/kernels/gpu/emu/run-emu-tsan-attn.sh

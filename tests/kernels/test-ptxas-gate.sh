@@ -37,7 +37,7 @@ cd "$(dirname "$0")/../.." || exit 1
 
 TABLE=${KILN_PTXAS_TABLE:-kernels/cuda/ptxas-budget.tsv}
 ARCH=sm_90
-FILES="attention elementwise embedding gemm norm optim quant rope sample softmax"
+FILES="attention attention-bwd elementwise embedding gemm norm optim quant rope sample softmax"
 
 NVCC=${NVCC:-}
 if [ -z "$NVCC" ]; then

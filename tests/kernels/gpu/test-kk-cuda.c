@@ -29,7 +29,7 @@
 #include "parity.h"
 
 /* Number of TAP lines this program prints (for the skip path). */
-#define N_TESTS 55
+#define N_TESTS 62
 
 /* Rounds host data to dt in place, so f64 references see what the device sees. */
 static void round_to(kk_dtype dt, float *v, size_t n)
@@ -441,6 +441,32 @@ static void attn_ref(const float *q, const float *k, const float *v, const int32
 	free(dq), free(dk), free(dv);
 }
 
+/* The f64 gradients of packed attention over float inputs (dout included). */
+static void attn_bwd_ref(const float *q, const float *k, const float *v, const float *dout,
+			 const int32_t *cu, int ns, int hq, int hkv, int d, bool causal, double *gq,
+			 double *gk, double *gv)
+{
+	size_t nq = (size_t) cu[ns] * hq * d, nk = (size_t) cu[ns] * hkv * d;
+	double *dq = ref_widen(q, nq), *dk = ref_widen(k, nk), *dv = ref_widen(v, nk),
+	       *dd = ref_widen(dout, nq);
+	ref_attention_bwd(dq, dk, dv, dd, cu, ns, hq, hkv, d, causal, gq, gk, gv);
+	free(dq), free(dk), free(dv), free(dd);
+}
+
+/* Tolerance of a gradient against its f64 value: twice the dtype's rtol,
+ * and an atol of that rtol times the tensor's largest |value| (the 16-bit
+ * kernels round P and dS to the input type before their products, as
+ * FlashAttention-2 does, so the error follows the gradient's scale). */
+static tol attn_bwd_tol(kk_dtype dt, const double *ref, size_t n)
+{
+	double mx = 0;
+	for (size_t i = 0; i < n; i++)
+		mx = fabs(ref[i]) > mx ? fabs(ref[i]) : mx;
+	tol t = tscale(tol_of(dt), 2);
+	t.atol = t.rtol * (mx > 1 ? mx : 1);
+	return t;
+}
+
 /* The f64 reference of paged attention over float inputs: n_seqs
  * sequences in the cache's blocks, with query rows cu_q (NULL: one each). */
 static void paged_ref(const float *q, size_t nq, const float *kc, const float *vc, size_t ncache,
@@ -472,7 +498,7 @@ static void test_attention(kk_dtype dt, int d, bool causal, int hq, int hkv, con
 	 * grow, which would hide mis-weighted tiles). */
 	float *hq_ = rand_vec(nq, ATTN_Q_SCALE), *hk = rand_vec(nk, 1), *hv = rand_vec(nk, 1),
 	      *hdo = rand_vec(nq, 1);
-	round_to(dt, hq_, nq), round_to(dt, hk, nk), round_to(dt, hv, nk);
+	round_to(dt, hq_, nq), round_to(dt, hk, nk), round_to(dt, hv, nk), round_to(dt, hdo, nq);
 	pair q = mk(dt, nq, hq_), k = mk(dt, nk, hk), v = mk(dt, nk, hv), o = mk(dt, nq, NULL),
 	     lse = mk(KK_F32, (size_t) T * hq, NULL), cus = mk(KK_I32, (size_t) ns + 1, cu),
 	     dout = mk(dt, nq, hdo), dq = mk(dt, nq, NULL), dk = mk(dt, nk, NULL),
@@ -516,10 +542,21 @@ static void test_attention(kk_dtype dt, int d, bool causal, int hq, int hkv, con
 			r = rr;
 	}
 	t = tscale(tol_of(dt), 5);
-	if (bwd)
-		tap(r >= 0 && parity(&dq, t, "dq") && parity(&dk, t, "dk") && parity(&dv, t, "dv"),
-		    "attention backward %s d=%d %s (dq, dk, dv vs cpu)", kk_dtype_name(dt), d,
-		    causal ? "causal" : "non-causal");
+	if (bwd) {
+		/* The f64 gradients: dq, dk, dv against them with an atol scaled
+		 * by each tensor's largest |gradient| (dk grows with |q| = 6). */
+		double *rq = malloc(nq * sizeof(double)), *rk = malloc(nk * sizeof(double)),
+		       *rv = malloc(nk * sizeof(double));
+		attn_bwd_ref(hq_, hk, hv, hdo, cu, ns, hq, hkv, d, causal, rq, rk, rv);
+		bool okr = r >= 0 && vs_ref(&dq, rq, attn_bwd_tol(dt, rq, nq), "dq vs f64") &&
+			   vs_ref(&dk, rk, attn_bwd_tol(dt, rk, nk), "dk vs f64") &&
+			   vs_ref(&dv, rv, attn_bwd_tol(dt, rv, nk), "dv vs f64");
+		tap(okr && parity(&dq, t, "dq") && parity(&dk, t, "dk") && parity(&dv, t, "dv"),
+		    "attention backward %s d=%d %s varlen (%d seqs, max %d) GQA %d/%d (dq, dk, dv "
+		    "vs f64 and cpu)",
+		    kk_dtype_name(dt), d, causal ? "causal" : "non-causal", ns, maxlen, hq, hkv);
+		free(rq), free(rk), free(rv);
+	}
 	free(hq_), free(hk), free(hv), free(hdo), free(ref);
 	unpair(&q), unpair(&k), unpair(&v), unpair(&o), unpair(&lse), unpair(&cus);
 	unpair(&dout), unpair(&dq), unpair(&dk), unpair(&dv);
@@ -746,14 +783,17 @@ int main(void)
 	RUN("quant", test_quant(KK_I8, 0, KK_BF16));   /* 27 */
 	RUN("quant", test_quant(KK_Q4, 32, KK_F16));   /* 28 */
 	RUN("quant", test_quant(KK_Q4, 128, KK_BF16)); /* 29 */
-	/* 30-37: attention (bf16/f16 on the tensor-core kernel, f32 on the FMA one) */
-	RUN("attn", test_attention(KK_BF16, 128, true, 8, 2, L1, 4, true));
-	RUN("attn", test_attention(KK_F32, 64, false, 8, 2, L1, 4, true));
-	RUN("attn", test_attention(KK_F16, 64, true, 8, 2, L2, 5, false));
-	RUN("attn", test_attention(KK_BF16, 64, false, 4, 1, L3, 3, false));
-	RUN("attn", test_attention(KK_F16, 128, false, 2, 2, L4, 2, false));
+	/* 30-44: attention forward and backward (bf16/f16 on the tensor-core
+	 * kernels, f32 on the FMA ones) */
+	RUN("attn bwd", test_attention(KK_BF16, 128, true, 8, 2, L1, 4, true));
+	RUN("attn bwd", test_attention(KK_F32, 64, false, 8, 2, L1, 4, true));
+	RUN("attn bwd", test_attention(KK_F16, 64, true, 8, 2, L2, 5, true));
+	RUN("attn bwd", test_attention(KK_BF16, 64, false, 4, 1, L3, 3, true));
+	RUN("attn bwd", test_attention(KK_F16, 128, false, 2, 2, L4, 2, true));
 	RUN("attn", test_attention(KK_BF16, 128, true, 6, 3, L3, 3, false));
-	/* 38-46: paged decode (16-bit: split over the context, then combined;
+	RUN("attn bwd gqa8", test_attention(KK_F16, 128, false, 8, 1, L4, 2, true));
+	RUN("attn bwd gqa8", test_attention(KK_BF16, 64, true, 8, 1, L3, 3, true));
+	/* 45-53: paged decode (16-bit: split over the context, then combined;
 	 * GQA groups of 4 or more heads on the mma kernel, 1 and 2 on the
 	 * CUDA-core one) */
 	RUN("attn decode", test_decode(KK_BF16, 128, 8, 2, D1, true));
@@ -764,9 +804,9 @@ int main(void)
 	RUN("attn decode", test_decode(KK_F16, 64, 32, 1, D5, false)); /* two 16-head slices */
 	RUN("attn decode", test_decode(KK_F16, 128, 4, 4, D5, false));
 	RUN("attn decode", test_decode(KK_BF16, 64, 8, 4, D6, false));
-	RUN("sample", test_sample(KK_F32)); /* 47-51 */
-	RUN("comm", test_comm());	    /* 52 */
-	/* 53-55: paged prefill (query rows continuing a cached context) */
+	RUN("sample", test_sample(KK_F32)); /* 54-58 */
+	RUN("comm", test_comm());	    /* 59 */
+	/* 60-62: paged prefill (query rows continuing a cached context) */
 	RUN("attn paged", test_paged(KK_BF16, 128, 8, 2, P1, PQ1));
 	RUN("attn paged", test_paged(KK_F16, 64, 4, 4, P2, PQ2));
 	RUN("attn paged", test_paged(KK_F32, 64, 8, 1, P1, PQ2));

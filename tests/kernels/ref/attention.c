@@ -88,3 +88,57 @@ void ref_kv_cache_write(double *k_cache, double *v_cache, const double *k, const
 			       row * sizeof(double));
 		}
 }
+
+void ref_attention_bwd(const double *q, const double *k, const double *v, const double *dout,
+		       const int32_t *cu, int n_seqs, int H, int Hkv, int D, bool causal,
+		       double *dq, double *dk, double *dv)
+{
+	int grp = H / Hkv, T = cu[n_seqs];
+	double scale = 1 / sqrt((double) D);
+	memset(dk, 0, (size_t) T * Hkv * D * sizeof(double));
+	memset(dv, 0, (size_t) T * Hkv * D * sizeof(double));
+	double *p = malloc((T ? T : 1) * sizeof(double)),
+	       *dp = malloc((T ? T : 1) * sizeof(double));
+	for (int sq = 0; sq < n_seqs; sq++)
+		for (int t = cu[sq]; t < cu[sq + 1]; t++)
+			for (int h = 0; h < H; h++) {
+				const double *qr = q + ((size_t) t * H + h) * D;
+				const double *gr = dout + ((size_t) t * H + h) * D;
+				double *dqr = dq + ((size_t) t * H + h) * D;
+				int j0 = cu[sq], n = (causal ? t + 1 : cu[sq + 1]) - j0;
+				double mx = -INFINITY, sum = 0, delta = 0;
+				for (int j = 0; j < n; j++) {
+					const double *kr =
+						k + ((size_t) (j0 + j) * Hkv + h / grp) * D;
+					const double *vr =
+						v + ((size_t) (j0 + j) * Hkv + h / grp) * D;
+					double s = 0, g = 0;
+					for (int x = 0; x < D; x++) {
+						s += qr[x] * kr[x];
+						g += gr[x] * vr[x];
+					}
+					p[j] = s * scale;
+					dp[j] = g;
+					mx = fmax(mx, p[j]);
+				}
+				for (int j = 0; j < n; j++)
+					sum += p[j] = exp(p[j] - mx);
+				for (int j = 0; j < n; j++) {
+					p[j] /= sum;
+					delta += p[j] * dp[j];
+				}
+				for (int x = 0; x < D; x++)
+					dqr[x] = 0;
+				for (int j = 0; j < n; j++) {
+					size_t kv = ((size_t) (j0 + j) * Hkv + h / grp) * D;
+					double ds = p[j] * (dp[j] - delta);
+					for (int x = 0; x < D; x++) {
+						dqr[x] += scale * ds * k[kv + x];
+						dk[kv + x] += scale * ds * qr[x];
+						dv[kv + x] += p[j] * gr[x];
+					}
+				}
+			}
+	free(p);
+	free(dp);
+}

@@ -56,6 +56,11 @@ void ref_qact_bound(const double *x, const double *w, int64_t m, int64_t n, int6
  * log-sum-exp of the scaled scores lse [T, H]. */
 void ref_attention(const double *q, const double *k, const double *v, const int32_t *cu, int n_seqs,
 		   int H, int Hkv, int D, bool causal, double *out, double *lse);
+/* The gradients of sum(out * dout) for ref_attention's out: dq [T, H, D],
+ * dk and dv [T, Hkv, D] (summed over each kv head's GQA group). */
+void ref_attention_bwd(const double *q, const double *k, const double *v, const double *dout,
+		       const int32_t *cu, int n_seqs, int H, int Hkv, int D, bool causal,
+		       double *dq, double *dk, double *dv);
 /* Attention over a paged KV cache ([blocks * KK_KV_BLOCK_SIZE, Hkv, D]):
  * sequence s has context_lens[s] tokens in the blocks of its row of
  * block_tables ([n_seqs, max_blocks]) and brings the last cu_q[s + 1] -

@@ -21,6 +21,9 @@
 #            and chunks swapped (a wrong B fragment): wrong scores.
 #   decnan   the decode mma kernel stages the slots past the context too:
 #            the NaN the test leaves there reaches P V (0 x NaN).
+#   bwdfrag  attention-bwd.cu's tensor-core backward builds the third A
+#            register of P and dS from the wrong n-tile (a wrong fragment
+#            index): dq, dk and dv off against f64 and cpu.
 # Prints TAP; logs under $KILN_BUILD/emu-plant*/NAME.log.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,7 +33,7 @@ case $B in /*) ;; *) B=$root/$B ;; esac
 mkdir -p "$B"
 export TSAN_OPTIONS=halt_on_error=1:exitcode=66
 n=0 rc=0
-echo "1..7"
+echo "1..8"
 # plant NAME SAN FILTER EXPECT(ERE) FILE SED
 plant() {
 	n=$((n + 1))
@@ -68,4 +71,6 @@ plant align "" softmax 'not 16-byte aligned' $sm 's/bool vec = cols % W == 0 \&\
 plant cpwait "" attn '^not ok' kernels/cuda/attention.cu 's/kc_cp_wait<1>();/kc_cp_wait<2>();/'
 plant decfrag "" decode '^not ok' kernels/cuda/attention.cu 's/kc_sw<D>((mi >> 1) \* 8 + mr, 2 \* kk + (mi \& 1))/kc_sw<D>((mi \& 1) * 8 + mr, 2 * kk + (mi >> 1))/'
 plant decnan "" decode 'got nan' kernels/cuda/attention.cu 's/bool ok = r < valid;/bool ok = true;/'
+plant bwdfrag "" "attn bwd" '^not ok' kernels/cuda/attention-bwd.cu \
+	's/a\[kk\]\[2\] = kc_pack2<BF>(c\[2 \* kk + 1\]\[0\], c\[2 \* kk + 1\]\[1\])/a[kk][2] = kc_pack2<BF>(c[2 * kk][0], c[2 * kk][1])/'
 exit $rc

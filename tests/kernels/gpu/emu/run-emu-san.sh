@@ -14,7 +14,8 @@
 #   tsan: norm softmax quant decode paged
 # (every family with static or dynamic shared memory, warp shuffles or
 # cp.async but the attention forward/backward, whose tensor-core tiles are
-# the slowest thing to emulate; they run in run-emu.sh without sanitizers).
+# the slowest thing to emulate: run-emu-asan-attn.sh and run-emu-tsan-attn.sh
+# run two small cases of them, KILN_EMU_SAN_FILTERS=gqa8).
 # KILN_EMU_SAN_FILTERS='w1 w2 ...' overrides the subset.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
