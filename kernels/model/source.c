@@ -37,7 +37,6 @@
 
 #include "model-internal.h"
 
-
 struct km_file {
 	int refs; /* the opener's, plus one per model holding the mapping */
 	char *path;

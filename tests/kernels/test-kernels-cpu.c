@@ -228,7 +228,8 @@ static void qdot_case(kk_dtype qt, int group, kk_dtype xdt, int64_t m, int64_t n
 		/* GGUF Q8_0 blocks may hold -128 (kk_quantize never writes it):
 		 * |w| = 128 must still go through the u8 x s8 products. */
 		int8_t *raw = hmalloc((size_t) (n * k));
-		assert_int_equal(kk_buffer_download(be, NULL, q->data, 0, raw, (size_t) (n * k)), 0);
+		assert_int_equal(kk_buffer_download(be, NULL, q->data, 0, raw, (size_t) (n * k)),
+				 0);
 		for (int64_t i = 0; i < n * k; i += 7)
 			raw[i] = -128;
 		assert_int_equal(kk_buffer_upload(be, NULL, q->data, 0, raw, (size_t) (n * k)), 0);

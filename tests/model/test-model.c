@@ -991,7 +991,8 @@ static void expect_refused(const char *path, long size)
 	assert_null(f);
 	char want[512];
 	snprintf(want, sizeof(want),
-		 "%s: byte 0: not a model file kiln reads: no GGUF magic, no safetensors header (8-byte "
+		 "%s: byte 0: not a model file kiln reads: no GGUF magic, no safetensors header "
+		 "(8-byte "
 		 "length then '{'), and the size (%ld bytes) is not the one a llama2.c header "
 		 "implies; check the path or re-export the model as safetensors or GGUF",
 		 path, size);
