@@ -228,6 +228,11 @@ static int load_native(km_model *m, const km_weight_source *src, const char *nam
 	kk_dtype wdt = m->opts.weight_dtype;
 	if (!src->read_quant || k % 32 || (wdt == KK_Q4 && m->opts.q4_group != 32))
 		return 0;
+	/* int8 in groups of 32 is the cpu backend's alone (cuda's kernels take
+	 * per-channel scales and refuse it): elsewhere the tensor is read as
+	 * f32 and quantized per channel, as before. */
+	if (wdt == KK_I8 && strcmp(kk_backend_name(m->be), "cpu") != 0)
+		return 0;
 	size_t nb = kk_dtype_size(wdt, (size_t) (n * k)), ns = (size_t) (n * k / 32);
 	_cleanup_free_ void *data = malloc(nb);
 	_cleanup_free_ uint16_t *sc = malloc(ns * sizeof(uint16_t));
