@@ -139,10 +139,6 @@ void kk__axpy(float *y, float a, const float *x, size_t n); /* y += a x */
 void kk__scal(float *y, float a, size_t n);
 double kk__sum(const float *x, size_t n);
 double kk__sumsq(const float *x, float mean, size_t n); /* sum (x - mean)^2 */
-float kk__dot_i8(const float *x, const int8_t *q, size_t n);
-float kk__dot_q4(const float *x, const uint8_t *q, size_t n);
-float kk__dot_q4_row(const float *xe, const float *xo, const uint8_t *q, const float *scales,
-		     size_t k, size_t group);
 void kk__widen_bf16(float *dst, const uint16_t *src, size_t n);
 void kk__narrow_bf16(uint16_t *dst, const float *src, size_t n);
 void kk__widen_f16(float *dst, const uint16_t *src, size_t n);

@@ -165,22 +165,6 @@ static inline __attribute__((always_inline)) v16f i8x16_f(const int8_t *q)
 	return __builtin_convertvector(__builtin_convertvector(b ^ 0x80, v16i) - off, v16f);
 }
 
-CLONES float kk__dot_i8(const float *x, const int8_t *q, size_t n)
-{
-	v16f a0 = {}, a1 = {};
-	size_t i = 0;
-	float s;
-	for (; i + 32 <= n; i += 32) {
-		a0 += i8x16_f(q + i) * ld16f(x + i);
-		a1 += i8x16_f(q + i + 16) * ld16f(x + i + 16);
-	}
-	a0 += a1;
-	s = hsum16(&a0);
-	for (; i < n; i++)
-		s += x[i] * (float) q[i];
-	return s;
-}
-
 /* dot(x, w) for bf16 w widened in registers (bf16 is the top half of an
  * f32): the GEMV of a bf16 model reads each weight once, with no f32 copy
  * of the row. */
@@ -249,45 +233,6 @@ CLONES void kk__deq_q4(float *out, const uint8_t *q, const float *scales, size_t
 			out[2 * (p + l) + 1] = hi[l];
 		}
 	}
-}
-
-/* n even; q holds n/2 bytes, element 2p in the low nibble of q[p]. */
-CLONES float kk__dot_q4(const float *x, const uint8_t *q, size_t n)
-{
-	float s = 0;
-#pragma omp simd reduction(+ : s)
-	for (size_t p = 0; p < n / 2; p++)
-		s += x[2 * p] * (float) ((int) (q[p] & 15) - 8) +
-		     x[2 * p + 1] * (float) ((int) (q[p] >> 4) - 8);
-	return s;
-}
-
-/* A whole int4 row: sum over groups of scale[g] * dot(x_g, q_g), with x
- * split beforehand into even (xe) and odd (xo) elements so both nibble
- * streams meet contiguous activations.  group is 32, 64 or 128: 16 bytes
- * (32 weights) per step, the group's scale applied to the step's vector
- * so no horizontal sum happens before the end of the row. */
-CLONES float kk__dot_q4_row(const float *xe, const float *xo, const uint8_t *q, const float *scales,
-			    size_t k, size_t group)
-{
-	const v16i eight = { 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8 };
-	v16f a0 = {}, a1 = {};
-	size_t half = k / 2, per = group / 2;
-	for (size_t p = 0; p < half; p += 16) {
-		v16u8 b;
-		memcpy(&b, q + p, 16);
-		v16i lo = __builtin_convertvector(b & 15, v16i) - eight;
-		v16i hi = __builtin_convertvector(b >> 4, v16i) - eight;
-		v16f t = __builtin_convertvector(lo, v16f) * ld16f(xe + p) +
-			 __builtin_convertvector(hi, v16f) * ld16f(xo + p);
-		float s = scales[p / per];
-		if (p & 16)
-			a1 += t * s;
-		else
-			a0 += t * s;
-	}
-	a0 += a1;
-	return hsum16(&a0);
 }
 
 CLONES void kk__widen_bf16(float *dst, const uint16_t *src, size_t n)
