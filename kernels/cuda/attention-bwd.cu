@@ -32,6 +32,7 @@
 #define KC_BR	32 /* query rows per block (dq) and per tile (dkdv) */
 #define KC_BC	32 /* keys per tile (dq) and per block (dkdv) */
 #define KC_AW	4  /* warps per block */
+#include "kc_tile.cuh" /* needs KC_AW */
 #define KC_RPW	(KC_BR / KC_AW)
 #define KC_FULL 0xffffffffu
 
@@ -242,28 +243,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 #define KC_TB	 64 /* query rows per tile and keys per tile (both kernels) */
 #define KC_LOG2E 1.4426950408889634f
 
-/* Swizzled 16-byte chunk index and cp.async tile staging: the same layout
- * as the tensor-core forward's (attention.cu, kc_sw and kc_stage), so that
- * ldmatrix rows and cp.async waves spread over the 8 bank groups. */
-template <int D> static __device__ __forceinline__ int kc_sw(int r, int c)
-{
-	return r * (D / 8) + (c ^ (r & 7));
-}
-template <int D, int ROWS>
-static __device__ __forceinline__ void kc_stage(uint16_t *s, const uint16_t *g, size_t stride,
-						int valid)
-{
-	constexpr int CPR = D / 8, RSTEP = KC_AW * 32 / CPR;
-	static_assert(ROWS % RSTEP == 0 && RSTEP % 8 == 0, "whole waves of 8-row swizzle groups");
-	int r0 = threadIdx.x / CPR, c = threadIdx.x % CPR;
-	uint16_t *sd = s + kc_sw<D>(r0, c) * 8;
-	const uint16_t *gs = g + (size_t) r0 * stride + c * 8;
-#pragma unroll
-	for (int i = 0; i < ROWS / RSTEP; i++) {
-		bool ok = r0 + i * RSTEP < valid;
-		kc_cp_async16(sd + i * RSTEP * D, ok ? gs + (size_t) i * RSTEP * stride : g, ok);
-	}
-}
+/* kc_sw and kc_stage: the swizzled tiles (kc_tile.cuh, included above). */
 
 /* 2^x on the SFU (MUFU.EX2, flush-to-zero, 2 ulp; 2^-inf = +0): the
  * probabilities are rounded to 16 bits right after, so exp2f's denormal
