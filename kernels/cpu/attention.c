@@ -303,12 +303,16 @@ static int decode_range(void *p, int64_t b, int64_t e, int chunk)
 	const kk_paged_desc *d = c->d;
 	const int32_t *bt = d->block_tables->ptr;
 	int D = d->head_dim, H = d->n_heads, Hkv = d->n_kv_heads, grp = H / Hkv;
+	/* A block's K and V rows widened (16-bit caches only: f32 rows are read
+	 * in place). */
+	enum { BS = KK_KV_BLOCK_SIZE };
+	bool f32 = c->kc->dtype == KK_F32 && c->vc->dtype == KK_F32;
 	_cleanup_free_ float *qr = malloc(sizeof(float) * grp * D),
 			     *acc = malloc(sizeof(float) * grp * D),
-			     *ml = malloc(sizeof(float) * grp * 2);
-	float kr[CPU_ATTN_HEAD_DIM_MAX], vr[CPU_ATTN_HEAD_DIM_MAX];
+			     *ml = malloc(sizeof(float) * grp * 2),
+			     *kv = f32 ? NULL : malloc(sizeof(float) * 2 * BS * D);
 
-	if (!qr || !acc || !ml)
+	if (!qr || !acc || !ml || (!f32 && !kv))
 		return -ENOMEM;
 	for (int64_t it = b; it < e; it++) {
 		int64_t row = it / Hkv;
@@ -319,26 +323,44 @@ static int decode_range(void *p, int64_t b, int64_t e, int chunk)
 		memset(acc, 0, sizeof(float) * grp * D);
 		for (int g = 0; g < grp; g++)
 			ml[2 * g] = -INFINITY, ml[2 * g + 1] = 0;
-		for (int t = 0; t < len; t++) {
-			int blk = bt[(size_t) s * d->max_blocks_per_seq + t / KK_KV_BLOCK_SIZE];
-			size_t off =
-				(((size_t) blk * KK_KV_BLOCK_SIZE + t % KK_KV_BLOCK_SIZE) * Hkv +
-				 kvh) *
-				D;
-
-			kk__row_f32(kr, c->kc->ptr, c->kc->dtype, off, D);
-			kk__row_f32(vr, c->vc->ptr, c->vc->dtype, off, D);
+		/* A cache block (16 tokens) at a time: its scores first, then one
+		 * rescale of the running sum per head when the block raises the
+		 * maximum, instead of one per token. */
+		for (int t0 = 0; t0 < len; t0 += BS) {
+			int blk = bt[(size_t) s * d->max_blocks_per_seq + t0 / BS];
+			int nt = len - t0 < BS ? len - t0 : BS;
+			const float *kr[BS], *vr[BS];
+			for (int j = 0; j < nt; j++) {
+				size_t off = (((size_t) blk * BS + j) * Hkv + kvh) * D;
+				if (f32) {
+					kr[j] = (const float *) c->kc->ptr + off;
+					vr[j] = (const float *) c->vc->ptr + off;
+				} else {
+					kk__row_f32(kv + (size_t) j * D, c->kc->ptr, c->kc->dtype, off, D);
+					kk__row_f32(kv + (size_t) (BS + j) * D, c->vc->ptr, c->vc->dtype,
+						    off, D);
+					kr[j] = kv + (size_t) j * D;
+					vr[j] = kv + (size_t) (BS + j) * D;
+				}
+			}
 			for (int g = 0; g < grp; g++) {
-				float sc = dot(qr + g * D, kr, D) * c->scale, *m = &ml[2 * g], pj;
-				if (sc > *m) {
-					float corr = expf(*m - sc);
+				float sc[BS], *m = &ml[2 * g], mx = *m;
+				for (int j = 0; j < nt; j++) {
+					sc[j] = dot(qr + g * D, kr[j], D) * c->scale;
+					if (sc[j] > mx)
+						mx = sc[j];
+				}
+				if (mx > *m) {
+					float corr = expf(*m - mx);
 					m[1] *= corr;
 					kk__scal(acc + g * D, corr, D);
-					*m = sc;
+					*m = mx;
 				}
-				pj = expf(sc - *m);
-				m[1] += pj;
-				kk__axpy(acc + g * D, pj, vr, D);
+				for (int j = 0; j < nt; j++) {
+					float pj = expf(sc[j] - *m);
+					m[1] += pj;
+					kk__axpy(acc + g * D, pj, vr[j], D);
+				}
 			}
 		}
 		for (int g = 0; g < grp; g++)
