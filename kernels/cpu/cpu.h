@@ -132,7 +132,6 @@ float kk__dot(const float *a, const float *b, size_t n);
  * (w1 NULL: one weight row). */
 void kk__gemv_tile(float s[8], const float *x, size_t ldx, int nx, const float *w0, const float *w1,
 		   size_t n);
-float kk__dot_bf16(const float *x, const uint16_t *w, size_t n);
 void kk__deq_i8(float *out, const int8_t *q, float s, size_t n);
 void kk__deq_q4(float *out, const uint8_t *q, const float *scales, size_t n, size_t group);
 void kk__axpy(float *y, float a, const float *x, size_t n); /* y += a x */
@@ -141,8 +140,6 @@ double kk__sum(const float *x, size_t n);
 double kk__sumsq(const float *x, float mean, size_t n); /* sum (x - mean)^2 */
 void kk__widen_bf16(float *dst, const uint16_t *src, size_t n);
 void kk__narrow_bf16(uint16_t *dst, const float *src, size_t n);
-void kk__widen_f16(float *dst, const uint16_t *src, size_t n);
-void kk__narrow_f16(uint16_t *dst, const float *src, size_t n);
 /* half.c: f16 row conversion and f32 x f16/bf16 dot products, written per
  * ISA level (avx512, f16c, portable) and dispatched at run time. */
 void kk__half_widen_f16(float *dst, const uint16_t *src, size_t n);

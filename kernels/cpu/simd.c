@@ -165,42 +165,6 @@ static inline __attribute__((always_inline)) v16f i8x16_f(const int8_t *q)
 	return __builtin_convertvector(__builtin_convertvector(b ^ 0x80, v16i) - off, v16f);
 }
 
-/* dot(x, w) for bf16 w widened in registers (bf16 is the top half of an
- * f32): the GEMV of a bf16 model reads each weight once, with no f32 copy
- * of the row. */
-typedef uint16_t v16u16 __attribute__((vector_size(32)));
-
-static inline __attribute__((always_inline)) v16f bf16x16_f(const uint16_t *w)
-{
-	v16u16 h;
-	v16i u;
-	v16f f;
-	memcpy(&h, w, 32);
-	u = __builtin_convertvector(h, v16i) << 16;
-	memcpy(&f, &u, sizeof(f));
-	return f;
-}
-
-CLONES float kk__dot_bf16(const float *x, const uint16_t *w, size_t n)
-{
-	v16f a0 = {}, a1 = {};
-	size_t i = 0;
-	float s;
-	for (; i + 32 <= n; i += 32) {
-		a0 += bf16x16_f(w + i) * ld16f(x + i);
-		a1 += bf16x16_f(w + i + 16) * ld16f(x + i + 16);
-	}
-	a0 += a1;
-	s = hsum16(&a0);
-	for (; i < n; i++) {
-		uint32_t u = (uint32_t) w[i] << 16;
-		float f;
-		memcpy(&f, &u, 4);
-		s += x[i] * f;
-	}
-	return s;
-}
-
 /* out[0..n) = q * s: one int8 row of per-channel scale s. */
 CLONES void kk__deq_i8(float *out, const int8_t *q, float s, size_t n)
 {
@@ -256,37 +220,6 @@ CLONES void kk__narrow_bf16(uint16_t *dst, const float *src, size_t n)
 				 : (uint16_t) ((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 	}
 }
-
-#if defined(__FLT16_MAX__) && defined(__x86_64__) && !defined(__clang__)
-/* _Float16 conversions compile to F16C instructions in the v3/v4 clones. */
-CLONES void kk__widen_f16(float *dst, const uint16_t *src, size_t n)
-{
-	const _Float16 *h = (const _Float16 *) src;
-#pragma omp simd
-	for (size_t i = 0; i < n; i++)
-		dst[i] = (float) h[i];
-}
-
-CLONES void kk__narrow_f16(uint16_t *dst, const float *src, size_t n)
-{
-	_Float16 *h = (_Float16 *) dst;
-#pragma omp simd
-	for (size_t i = 0; i < n; i++)
-		h[i] = (_Float16) src[i];
-}
-#else
-void kk__widen_f16(float *dst, const uint16_t *src, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		dst[i] = kk_f16_to_f32(src[i]);
-}
-
-void kk__narrow_f16(uint16_t *dst, const float *src, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		dst[i] = kk_f32_to_f16(src[i]);
-}
-#endif
 
 /* ---- exp and the training ops' loops (issue 15: kiln-train's step) ----
  *
