@@ -385,27 +385,25 @@ static void test_sample(kk_dtype dt)
  * against the float64 product of its own dequantized weights and X as
  * stored, plus bias: within t, plus the int8-activation bound
  * (ref_qact_bound) for a side on the cpu backend. */
-static int qgemm_check(const pair *y, const pair *x, const pair *wd, const float *bias,
-		       int64_t m, int64_t n, int64_t k, tol t, const char *what)
+static int qgemm_check(const pair *y, const pair *x, const pair *wd, const float *bias, int64_t m,
+		       int64_t n, int64_t k, tol t, const char *what)
 {
 	int ok = 1;
 	for (int s = 0; s < 2 && ok; s++) {
 		float *hy = get(y, s), *hx = get(x, s), *hw = get(wd, s);
-		double *dx = malloc((size_t) (m * k) * sizeof(double)),
-		       *dw = malloc((size_t) (n * k) * sizeof(double)),
+		double *dx = ref_widen(hx, (size_t) (m * k)), *dw = ref_widen(hw, (size_t) (n * k)),
+		       *db = ref_widen(bias, (size_t) n),
 		       *ref = malloc((size_t) (m * n) * sizeof(double)),
 		       *bound = malloc((size_t) (m * n) * sizeof(double));
-		for (int64_t i = 0; i < m * k; i++)
-			dx[i] = hx[i];
-		for (int64_t i = 0; i < n * k; i++)
-			dw[i] = hw[i];
-		for (int64_t i = 0; i < m; i++)
-			for (int64_t j = 0; j < n; j++) {
-				double a = bias[j];
-				for (int64_t l = 0; l < k; l++)
-					a += dx[i * k + l] * dw[j * k + l];
-				ref[i * n + j] = a;
-			}
+		kk_gemm_desc d = { .trans_b = true,
+				   .m = m,
+				   .n = n,
+				   .k = k,
+				   .alpha = 1,
+				   .lda = k,
+				   .ldb = k,
+				   .ldc = n };
+		ref_gemm(&d, dx, dw, NULL, db, ref);
 		bool cpu = strcmp(kk_backend_name(be_side[s]), "cpu") == 0;
 		if (cpu)
 			ref_qact_bound(dx, dw, m, n, k, bound);
@@ -417,7 +415,7 @@ static int qgemm_check(const pair *y, const pair *x, const pair *wd, const float
 				ok = 0;
 			}
 		}
-		free(hy), free(hx), free(hw), free(dx), free(dw), free(ref), free(bound);
+		free(hy), free(hx), free(hw), free(dx), free(dw), free(db), free(ref), free(bound);
 	}
 	return ok;
 }
