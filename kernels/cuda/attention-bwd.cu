@@ -32,7 +32,7 @@
 #define KC_BR	32 /* query rows per block (dq) and per tile (dkdv) */
 #define KC_BC	32 /* keys per tile (dq) and per block (dkdv) */
 #define KC_AW	4  /* warps per block */
-#include "kc_tile.cuh" /* needs KC_AW */
+#include "kc_attn.cuh" /* needs KC_AW */
 #define KC_RPW	(KC_BR / KC_AW)
 #define KC_FULL 0xffffffffu
 
@@ -241,23 +241,8 @@ __global__ void __launch_bounds__(KC_AW * 32)
 /* ---- backward on tensor cores (BF16/F16) --------------------------------- */
 
 #define KC_TB	 64 /* query rows per tile and keys per tile (both kernels) */
-#define KC_LOG2E 1.4426950408889634f
 
-/* kc_sw and kc_stage: the swizzled tiles (kc_tile.cuh, included above). */
-
-/* 2^x on the SFU (MUFU.EX2, flush-to-zero, 2 ulp; 2^-inf = +0): the
- * probabilities are rounded to 16 bits right after, so exp2f's denormal
- * handling buys nothing here. */
-static __device__ __forceinline__ float kc_exp2_fast(float x)
-{
-#if defined(__CUDA_ARCH__) && !defined(KC_EMU)
-	float y;
-	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-	return y;
-#else
-	return exp2f(x);
-#endif
-}
+/* kc_sw and kc_stage: the swizzled tiles (kc_attn.cuh, included above). */
 
 /* The A operand (16 x 16 per k-step) of a 16-row product from the C
  * fragments of 16 x 64 scores: C fragments of n-tiles 2kk and 2kk + 1 are
@@ -600,20 +585,7 @@ static size_t kc_dkdv_smem(int d)
 	return (size_t) (2 * KC_BC * d + 2 * KC_BR * (d + 1) + 2 * KC_BR) * sizeof(float);
 }
 
-/* The same grid and scale rules as attention.cu's forward. */
-static int kc_attn_grid(const kk_attn_desc *d, int rows_per_block, int heads, dim3 *g)
-{
-	if (d->n_seqs > 65535 || heads > 65535 || d->max_seqlen <= 0)
-		return d->max_seqlen <= 0 ? -EINVAL : -EOPNOTSUPP;
-	*g = dim3((unsigned) ((d->max_seqlen + rows_per_block - 1) / rows_per_block),
-		  (unsigned) heads, (unsigned) d->n_seqs);
-	return 0;
-}
-
-static float kc_scale_of(float scale, int head_dim)
-{
-	return scale != 0.0f ? scale : 1.0f / sqrtf((float) head_dim);
-}
+/* kc_attn_grid, kc_scale_of: kc_attn.cuh. */
 
 template <typename T, int D>
 static int kc_attn_bwd_t(cudaStream_t s, const kk_attn_desc *d, void *dq, void *dk, void *dv,

@@ -48,7 +48,7 @@
 #define KC_BR	32 /* query rows per block (forward, dq) and per tile (dkdv) */
 #define KC_BC	32 /* keys per tile (forward, dq) and per block (dkdv) */
 #define KC_AW	4  /* warps per block */
-#include "kc_tile.cuh" /* needs KC_AW */
+#include "kc_attn.cuh" /* needs KC_AW */
 #define KC_RPW	(KC_BR / KC_AW)
 #define KC_FULL 0xffffffffu
 
@@ -245,10 +245,9 @@ __global__ void __launch_bounds__(KC_AW * 32)
 /* ---- prefill forward on tensor cores (BF16/F16) ------------------------- */
 
 #define KC_TC_BC 64 /* keys per K/V tile */
-#define KC_LOG2E 1.4426950408889634f
 #define KC_LN2	 0.6931471805599453f
 
-/* kc_sw and kc_stage: the swizzled tiles (kc_tile.cuh, included above). */
+/* kc_sw and kc_stage: the swizzled tiles (kc_attn.cuh, included above). */
 
 /* FlashAttention-2 forward.  Grid (ceil(max_seqlen / BR), n_heads, n_seqs),
  * 4 warps; the block owns BR = 64 MT query rows of one head of one sequence,
@@ -496,20 +495,6 @@ template <bool BF> using T16 = typename kc_t16<BF>::t;
 #define KC_DEC_GMAX 2
 #endif
 
-/* 2^x as one MUFU.EX2 (ex2.approx.ftz: about 2 ulp, subnormal results
- * flushed to 0; exp2f adds range fixups around it).  -inf gives +0, which
- * the online softmax relies on. */
-static __device__ __forceinline__ float kc_dec_exp2(float x)
-{
-#if defined(__CUDA_ARCH__)
-	float y;
-	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-	return y;
-#else /* host pass and the CPU emulation */
-	return exp2f(x);
-#endif
-}
-
 /* 16 bytes, so that a plain load is one 128-bit access. */
 struct alignas(16) kc_u4 {
 	uint32_t w[4];
@@ -627,7 +612,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 			for (int x = LPR; x < 32; x <<= 1)
 				mx = fmaxf(mx, __shfl_xor_sync(KC_FULL, mx, x));
 			/* finite: the chunk's first token is < len */
-			float mn = fmaxf(m[g], mx), corr = kc_dec_exp2(m[g] - mn);
+			float mn = fmaxf(m[g], mx), corr = kc_exp2_fast(m[g] - mn);
 			m[g] = mn;
 			l[g] *= corr;
 #pragma unroll
@@ -635,7 +620,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 				acc[g][e] *= corr;
 #pragma unroll
 			for (int i = 0; i < NL; i++) {
-				float p = kc_dec_exp2(s[i][g] - mn), vf[8];
+				float p = kc_exp2_fast(s[i][g] - mn), vf[8];
 				kc_unpack8<BF>(vr[i], vf);
 				l[g] += p;
 #pragma unroll
@@ -673,7 +658,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 			M = fmaxf(M, s_m[w][g]);
 		float num = 0.0f, den = 0.0f;
 		for (int w = 0; w < KC_AW; w++) {
-			float f = s_m[w][g] == -INFINITY ? 0.0f : kc_dec_exp2(s_m[w][g] - M);
+			float f = s_m[w][g] == -INFINITY ? 0.0f : kc_exp2_fast(s_m[w][g] - M);
 			num += s_acc[w][g][d] * f;
 			den += s_l[w][g] * f;
 		}
@@ -717,7 +702,7 @@ __global__ void __launch_bounds__((D * KC_COMB_SLICES))
 	M = kc_block_max(M, sred);
 	float den = 0.0f;
 	for (int s = threadIdx.x; s < nsplit; s += blockDim.x) {
-		float f = ml[2 * s] == -INFINITY ? 0.0f : kc_dec_exp2(ml[2 * s] - M);
+		float f = ml[2 * s] == -INFINITY ? 0.0f : kc_exp2_fast(ml[2 * s] - M);
 		sw[s] = f;
 		den += ml[2 * s + 1] * f;
 	}
@@ -768,7 +753,7 @@ static __device__ __forceinline__ void kc_dec_stage(uint16_t *sk, uint16_t *sv, 
  * the loop).  Per page of 16 keys: S = Q K^T is D / 8 mma (Q fragments in
  * registers for the whole kernel, K through ldmatrix), masking only on the
  * context's last page, the online softmax on the S fragments in the log2
- * domain (scores times scale * log2 e in f32, kc_dec_exp2), and P, rounded
+ * domain (scores times scale * log2 e in f32, kc_exp2_fast), and P, rounded
  * to the input type in registers, is the A operand of O += P V: one k-step,
  * D / 8 mma (V through ldmatrix.trans).  The warps merge (m, l, acc) through
  * shared memory (the tiles' space), then the block writes o (one split) or
@@ -864,7 +849,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 			mx = fmaxf(mx, __shfl_xor_sync(KC_FULL, mx, 1));
 			mx = fmaxf(mx, __shfl_xor_sync(KC_FULL, mx, 2));
 			/* finite: the page's first token is in the context */
-			float corr = kc_dec_exp2(m[hr] - mx);
+			float corr = kc_exp2_fast(m[hr] - mx);
 			m[hr] = mx;
 			l[hr] *= corr;
 #pragma unroll
@@ -876,7 +861,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 			for (int n = 0; n < 2; n++)
 #pragma unroll
 				for (int e = 0; e < 2; e++) {
-					float pe = kc_dec_exp2(fmaf(s[n][2 * hr + e], sl2, -mx));
+					float pe = kc_exp2_fast(fmaf(s[n][2 * hr + e], sl2, -mx));
 					s[n][2 * hr + e] = pe;
 					l[hr] += pe;
 				}
@@ -926,7 +911,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 			M = fmaxf(M, s_m[w][r]);
 		float num = 0.0f, den = 0.0f;
 		for (int w = 0; w < KC_AW; w++) {
-			float f = s_m[w][r] == -INFINITY ? 0.0f : kc_dec_exp2(s_m[w][r] - M);
+			float f = s_m[w][r] == -INFINITY ? 0.0f : kc_exp2_fast(s_m[w][r] - M);
 			num += s_acc[(w * R + r) * D + d] * f;
 			den += s_l[w][r] * f;
 		}
@@ -951,19 +936,7 @@ static size_t kc_fwd_smem(int d)
 {
 	return (size_t) (KC_BR * d + KC_BC * (d + 1) + KC_BC * d) * sizeof(float);
 }
-static int kc_attn_grid(const kk_attn_desc *d, int rows_per_block, int heads, dim3 *g)
-{
-	if (d->n_seqs > 65535 || heads > 65535 || d->max_seqlen <= 0)
-		return d->max_seqlen <= 0 ? -EINVAL : -EOPNOTSUPP;
-	*g = dim3((unsigned) ((d->max_seqlen + rows_per_block - 1) / rows_per_block),
-		  (unsigned) heads, (unsigned) d->n_seqs);
-	return 0;
-}
-
-static float kc_scale_of(float scale, int head_dim)
-{
-	return scale != 0.0f ? scale : 1.0f / sqrtf((float) head_dim);
-}
+/* kc_attn_grid, kc_scale_of: kc_attn.cuh. */
 
 /* F32: the f32 FMA kernel. */
 template <typename T, int D>
