@@ -3,7 +3,7 @@
 # benchmark that times the same ops (kernels/cuda/build.mk builds
 # cuda-bench).  Like test-kk-cuda it is built with CUDA=0 too and then
 # reports "no CUDA device"; on the CPU emulation it runs in test-full.
-$(eval $(call kiln_tool,test-kk-cuda-mem,tests/kernels/gpu/test-kk-cuda-mem.c,kk common,$$(KK_LDLIBS)))
+$(eval $(call kiln_tool,test-kk-cuda-mem,tests/kernels/gpu/test-kk-cuda-mem.c,kkref kk common,$$(KK_LDLIBS)))
 TEST_GPU_SCRIPTS += tests/kernels/gpu/test-kk-cuda-mem.sh
 TEST_SCRIPTS += tests/kernels/gpu/test-kk-cuda-mem.sh
 TEST_FULL_SCRIPTS += tests/kernels/gpu/emu/run-emu-mem.sh

@@ -380,26 +380,31 @@ extern "C" int kc_gemm(kc_blas *h, cudaStream_t s, kc_dtype ab_dt, kc_dtype c_dt
 		return KC_DISPATCH(c_dt, kc_bias_act, s, c, bias, bias_dt, beta, act, m, n, ldc,
 				   stride_c, batch);
 
+	/* The bias is fused into cuBLASLt's epilogue only in D's type.  An
+	 * f32 bias on a bf16/f16 D (kk_qgemm's f32 bias on 16-bit
+	 * activations) failed there on an H100 (cuBLASLt 13.0) with -EINVAL;
+	 * it is added with the activation by kc_bias_act after a plain GEMM,
+	 * as is any epilogue cuBLASLt has no algorithm for. */
+	bool unfused = bias && bias_dt != c_dt;
 	cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
-	if (act == KC_ACT_GELU)
+	if (!unfused && act == KC_ACT_GELU)
 		epi = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
-	else if (bias)
+	else if (!unfused && bias)
 		epi = CUBLASLT_EPILOGUE_BIAS; /* SiLU: bias fused here, SiLU after */
 
 	r = kc_lt_run(h, s, abt, ct, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
-		      stride_b, beta, c, ldc, stride_c, batch, epi, bias, bt);
+		      stride_b, beta, c, ldc, stride_c, batch, epi, unfused ? NULL : bias, bt);
 	if (r == -EOPNOTSUPP && epi != CUBLASLT_EPILOGUE_DEFAULT) {
-		/* No fused algorithm for this epilogue: plain GEMM, then bias + act. */
 		r = kc_lt_run(h, s, abt, ct, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b,
 			      ldb, stride_b, beta, c, ldc, stride_c, batch,
 			      CUBLASLT_EPILOGUE_DEFAULT, NULL, bt);
-		if (r < 0)
-			return r;
-		return KC_DISPATCH(c_dt, kc_bias_act, s, c, bias, bias_dt, 1.0f, act, m, n, ldc,
-				   stride_c, batch);
+		unfused = true;
 	}
 	if (r < 0)
 		return r;
+	if (unfused)
+		return KC_DISPATCH(c_dt, kc_bias_act, s, c, bias, bias_dt, 1.0f, act, m, n, ldc,
+				   stride_c, batch);
 	if (act == KC_ACT_SILU)
 		return KC_DISPATCH(c_dt, kc_bias_act, s, c, NULL, bias_dt, 1.0f, KC_ACT_SILU, m, n,
 				   ldc, stride_c, batch);

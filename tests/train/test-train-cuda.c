@@ -35,8 +35,15 @@
 /* Each gradient tensor against the cpu one, relative to its largest
  * element. */
 #define GRAD_RTOL 2e-3
-/* Weights after five steps, relative to (|w| + 0.01). */
-#define STEP_RTOL 1e-3
+/* Weights after five AdamW steps: how far the two runs' weights drift
+ * apart, relative to how far the cpu run moved them (per tensor).  Adam
+ * divides each gradient by its own running size, so a gradient near zero
+ * whose float error is large next to it (2e-6 of the tensor's max, above)
+ * still moves its weight by up to lr: single elements may differ by a good
+ * part of their move (STEP_MAX), the tensor as a whole must not (STEP_RMS).
+ * On an H100: 0.00189 of (|w| + 0.01) at worst, the old measure. */
+#define STEP_RMS 1e-2
+#define STEP_MAX 0.25
 
 static kk_backend *be, *cpu;
 static char skip_reason[160];
@@ -149,26 +156,49 @@ static void test_steps(void **state)
 			.clip = 1.0f };
 	int32_t tok[B * T], tgt[B * T];
 	kiln_error err = { 0 };
+	size_t nt = kmt_tensor_count(r);
+	float **w0 = calloc(nt, sizeof(*w0));
+	for (size_t i = 0; i < nt; i++) {
+		size_t n = kmt_tensor_numel(r, i);
+		w0[i] = malloc(n * sizeof(float));
+		assert_int_equal(kmt_tensor_get(r, KMT_PARAM, kmt_tensor_name(r, i), w0[i], n), 0);
+	}
 	for (unsigned s = 0; s < 5; s++) {
 		batch(tok, tgt, 10 + s);
 		kmt_batch b = { .tokens = tok, .targets = tgt, .n_seqs = B };
 		assert_int_equal(kmt_step(a, &b, NULL, &o, NULL, &err), 0);
 		assert_int_equal(kmt_step(r, &b, NULL, &o, NULL, &err), 0);
 	}
-	double worst = 0;
-	for (size_t i = 0; i < kmt_tensor_count(r); i++) {
+	double worst = 0, worst_rms = 0, worst_max = 0;
+	for (size_t i = 0; i < nt; i++) {
 		const char *name = kmt_tensor_name(r, i);
 		size_t n = kmt_tensor_numel(r, i);
 		float *wa = malloc(n * sizeof(float)), *wr = malloc(n * sizeof(float));
 		assert_int_equal(kmt_tensor_get(a, KMT_PARAM, name, wa, n), 0);
 		assert_int_equal(kmt_tensor_get(r, KMT_PARAM, name, wr, n), 0);
-		for (size_t j = 0; j < n; j++)
-			worst = fmax(worst, fabs(wa[j] - wr[j]) / (fabs(wr[j]) + 0.01));
+		double dd = 0, mm = 0, dmax = 0, mmax = 0;
+		for (size_t j = 0; j < n; j++) {
+			double d = fabs((double) wa[j] - wr[j]), mv = fabs((double) wr[j] - w0[i][j]);
+			worst = fmax(worst, d / (fabs(wr[j]) + 0.01));
+			dd += d * d, mm += mv * mv;
+			dmax = fmax(dmax, d), mmax = fmax(mmax, mv);
+		}
+		if (mmax == 0) /* never moved on cpu: nor may it on the backend */
+			assert_true(dmax == 0);
+		else {
+			worst_rms = fmax(worst_rms, sqrt(dd / mm));
+			worst_max = fmax(worst_max, dmax / mmax);
+		}
 		free(wa);
 		free(wr);
+		free(w0[i]);
 	}
-	print_message("# " KMT_TEST_BACKEND " 5 AdamW steps: weights within %.3g of cpu\n", worst);
-	assert_true(worst <= STEP_RTOL);
+	free(w0);
+	print_message("# " KMT_TEST_BACKEND " 5 AdamW steps: weights apart by %.3g (rms) and %.3g "
+		      "(worst element) of the cpu run's move; %.3g of (|w| + 0.01)\n",
+		      worst_rms, worst_max, worst);
+	assert_true(worst_rms <= STEP_RMS);
+	assert_true(worst_max <= STEP_MAX);
 	kmt_model_free(a);
 	kmt_model_free(r);
 }

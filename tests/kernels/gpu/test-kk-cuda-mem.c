@@ -28,7 +28,9 @@
 
 #define PARITY_SEED 0x9E3779B97F4A7C15ull
 #define PARITY_ZERO 0.25f
+#include "../ref/ref.h"
 #include "parity.h"
+#include "qcheck.h"
 
 /* TAP lines printed (for the skip path). */
 #define N_TESTS 15
@@ -417,6 +419,7 @@ static void test_qgemv(void)
 					if (rr < 0)
 						r = rr;
 				}
+				float *hb = mi == 2 ? NULL : get(&bias, 0);
 				snprintf(what, sizeof(what), "%s g%d n=%lld k=%lld m=%lld x %s",
 					 kk_dtype_name(cs[c].qt), cs[c].group, (long long) n,
 					 (long long) k, (long long) m, kk_dtype_name(xdt));
@@ -429,7 +432,8 @@ static void test_qgemv(void)
 					    (tol){ step * 1.01 + tol_of(xdt).atol,
 						   tol_of(xdt).rtol },
 					    what) &&
-				     parity(&y, tq, what);
+				     qgemm_check(&y, &x, &wd, hb, m, n, k, tq, what);
+				free(hb);
 				for (int s = 0; s < 2; s++)
 					kk_qmatrix_free(q[s]);
 				unpair(&w), unpair(&wd), unpair(&x), unpair(&y), unpair(&bias);

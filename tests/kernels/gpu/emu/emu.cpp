@@ -464,6 +464,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
 		return s;
 	float al = *(const float *)alpha, be = *(const float *)beta;
 	cudaDataType_t bt = d->bias_t == (cudaDataType_t)-1 ? lc->t : d->bias_t;
+	/* As cuBLASLt 13.0 on an H100: a bias of another type than D (an f32
+	 * bias on a bf16/f16 D) is refused. */
+	if (d->bias && bt != lc->t)
+		return CUBLAS_STATUS_INVALID_VALUE;
 	for (int32_t bi = 0; bi < la->batch; bi++)
 		for (uint64_t i = 0; i < m; i++)
 			for (uint64_t j = 0; j < n; j++) {
