@@ -28,6 +28,13 @@ static size_t gspan(int64_t batch, int64_t stride, int64_t rows, int64_t cols, i
  * deterministic: y[i, j] is one dot product, whatever the thread count. */
 #define KK_CPU_GEMV_MAX_M 8
 
+/* A linear layer's product (x W^T) with bf16/f16 W and at least this
+ * many x rows runs kk__half_gemm (half.c): W's rows converted in
+ * registers inside a tile of 4 x rows by 4 W rows, read from memory once
+ * per call, instead of the GEMV below (m < 4: one x row at a time; 4..8:
+ * rows widened into L1) or panels widened for sgemm (m > 8). */
+#define KK_CPU_HALF_MM_MIN_M 2
+
 /* sgemm flops per unit of kk__parallel_for's cost (~0.5 ns each). */
 #define GEMM_FLOPS_PER_COST 32.0
 
@@ -162,6 +169,29 @@ static const float *gemv_wrow(const struct gemm_ctx *g, int64_t j, float *buf)
 	return buf;
 }
 
+/* x W^T with bf16/f16 W in place: W rows [b, e) against every x row. */
+static int half_range(void *p, int64_t b, int64_t e, int chunk)
+{
+	const struct gemm_ctx *g = p;
+	const kk_gemm_desc *d = g->d;
+	kk__half_mm mm = {
+		.x = g->a,
+		.ldx = (size_t) d->lda,
+		.m = d->m,
+		.w = (const uint16_t *) d->b->ptr + (size_t) (g->batch_i * d->stride_b),
+		.ldw = (size_t) d->ldb,
+		.k = (size_t) d->k,
+		.alpha = d->alpha,
+		.beta = d->beta,
+		.c = g->c,
+		.ldc = (size_t) g->ldc,
+	};
+	(void) chunk;
+	kk__half_gemm(d->b->dtype, &mm, b, e);
+	epilogue(g, 0, d->m, b, e);
+	return 0;
+}
+
 /* GEMV: output columns [b, e) (rows of W) for every x row.  bf16/f16 W
  * rows meet fewer than four x rows in kk__half_dot (widened in registers,
  * read once); one x row meets f32 rows in kk__dot.  Otherwise (bf16/f16
@@ -219,7 +249,9 @@ static int gemv_range(void *p, int64_t b, int64_t e, int chunk)
 int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 {
 	int64_t batch = d->batch ? d->batch : 1;
-	bool gemv = d->trans_b && !d->trans_a && d->m <= KK_CPU_GEMV_MAX_M;
+	bool half_mm = d->trans_b && !d->trans_a && d->m >= KK_CPU_HALF_MM_MIN_M &&
+		       (d->b->dtype == KK_F16 || d->b->dtype == KK_BF16);
+	bool gemv = !half_mm && d->trans_b && !d->trans_a && d->m <= KK_CPU_GEMV_MAX_M;
 	size_t na = gspan(batch, d->stride_a, d->trans_a ? d->k : d->m, d->trans_a ? d->m : d->k,
 			  d->lda);
 	size_t nb = gspan(batch, d->stride_b, d->trans_b ? d->n : d->k, d->trans_b ? d->k : d->n,
@@ -234,7 +266,8 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 		return r;
 	/* Split the longer side over the threads; a bf16/f16 B split by
 	 * columns is widened a panel at a time, else all at once. */
-	bool split_n = d->n >= d->m, panels = !gemv && split_n && d->b->dtype != KK_F32;
+	bool split_n = d->n >= d->m,
+	     panels = !gemv && !half_mm && split_n && d->b->dtype != KK_F32;
 	double flops = 2.0 * d->m * d->n * d->k;
 	int64_t panel_n = 0;
 	if (panels) {
@@ -243,7 +276,7 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 		panel_n = MIN(panel_n, d->n);
 		if (!(b_own = malloc((size_t) nchunks * panel_n * d->k * sizeof(float))))
 			return -ENOMEM;
-	} else if (!gemv && (r = kk__widen(d->b, nb, &b, &b_own)) < 0) {
+	} else if (!gemv && !half_mm && (r = kk__widen(d->b, nb, &b, &b_own)) < 0) {
 		return r;
 	}
 	if (d->bias) {
@@ -274,7 +307,10 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 					kk__row_f32(c_tmp + row * d->n, d->c->ptr, d->c->dtype,
 						    i * d->stride_c + row * d->ldc, d->n);
 		}
-		if (gemv) {
+		if (half_mm) {
+			r = kk__parallel_for(d->n, flops / d->n / GEMM_FLOPS_PER_COST, half_range,
+					     &g);
+		} else if (gemv) {
 			r = kk__parallel_for(d->n, (double) d->k * (1 + d->m) / 4, gemv_range, &g);
 		} else {
 			g.b = panels ? NULL : b + i * d->stride_b;

@@ -36,7 +36,53 @@ struct half_impl {
 	void (*narrow_f16)(uint16_t *dst, const float *src, size_t n);
 	float (*dot_f16)(const float *x, const uint16_t *w, size_t n);
 	float (*dot_bf16)(const float *x, const uint16_t *w, size_t n);
+	void (*gemm)(bool bf16, const kk__half_mm *p, int64_t j0, int64_t j1);
 };
+
+/* The multi-row product (kk__half_gemm) walks W in blocks of about this
+ * many bytes of 16-bit rows, and runs every X tile against one block
+ * before the next: the block stays in L2 (1 MiB a core on the build
+ * machine) while the X tile (4 rows of f32, 12 KiB at k = 768) stays in
+ * L1, so W is read from memory once whatever m is. */
+#define HALF_GEMM_WBLOCK (256 << 10)
+
+/* Tiles of rm X rows x rn W rows over W rows [j0, j1) in blocks; an edge
+ * tile repeats its last valid X row / W row and stores only valid
+ * outputs, so every output is the same sum wherever its tile lies (the
+ * thread split does not change a result). */
+typedef void (*half_tile_fn)(const kk__half_mm *p, int64_t i, int64_t j, int64_t je);
+
+static void half_blocked(half_tile_fn tile, int rm, int rn, const kk__half_mm *p, int64_t j0,
+			 int64_t j1)
+{
+	int64_t nb = (int64_t) (HALF_GEMM_WBLOCK / (2 * p->k + 1)) / rn * rn;
+	if (nb < rn)
+		nb = rn;
+	for (int64_t jb = j0; jb < j1; jb += nb) {
+		int64_t je = jb + nb < j1 ? jb + nb : j1;
+		for (int64_t i = 0; i < p->m; i += rm)
+			for (int64_t j = jb; j < je; j += rn)
+				tile(p, i, j, je);
+	}
+}
+
+/* Stores sums s[c] of X row i and W rows j + c (c < rn, j + c < je). */
+static inline void half_store(const kk__half_mm *p, int64_t i, int64_t j, int64_t je,
+			      const float *s, int rn)
+{
+	if (i >= p->m)
+		return;
+	float *c = p->c + i * p->ldc + j;
+	for (int l = 0; l < rn && j + l < je; l++) {
+		float v = p->alpha * s[l];
+		c[l] = p->beta != 0 ? v + p->beta * c[l] : v;
+	}
+}
+
+static inline int64_t half_clamp(int64_t v, int64_t end)
+{
+	return v < end ? v : end - 1;
+}
 
 /* ---- portable ---- */
 
@@ -84,6 +130,24 @@ static float dot_bf16_c(const float *x, const uint16_t *w, size_t n)
 	for (; i < n; i++)
 		s += x[i] * kk_bf16_to_f32(w[i]);
 	return s;
+}
+
+/* The portable product: one dot per output, 1 x 1 tiles. */
+static void tile_f16_c(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)
+{
+	float s = dot_f16_c(p->x + i * p->ldx, p->w + j * p->ldw, p->k);
+	half_store(p, i, j, je, &s, 1);
+}
+
+static void tile_bf16_c(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)
+{
+	float s = dot_bf16_c(p->x + i * p->ldx, p->w + j * p->ldw, p->k);
+	half_store(p, i, j, je, &s, 1);
+}
+
+static void gemm_c(bool bf16, const kk__half_mm *p, int64_t j0, int64_t j1)
+{
+	half_blocked(bf16 ? tile_bf16_c : tile_f16_c, 1, 1, p, j0, j1);
 }
 
 #ifdef KK_HALF_X86
@@ -162,6 +226,60 @@ V3 static inline float hsum8(__m256 v)
 	}
 DOT_V3(dot_f16_v3, ld8_f16, kk_f16_to_f32)
 DOT_V3(dot_bf16_v3, ld8_bf16, kk_bf16_to_f32)
+
+/* 4 X rows x 2 W rows of 8-lane accumulators (8 of the 16 ymm registers):
+ * each converted W vector meets four X rows, each X vector two W rows. */
+#define V3_RM 4
+#define V3_RN 2
+V3 static inline __attribute__((always_inline)) void tile_v3(const kk__half_mm *p, int64_t i,
+							     int64_t j, int64_t je, bool bf)
+{
+	const float *x[V3_RM];
+	const uint16_t *w[V3_RN];
+	__m256 a[V3_RM][V3_RN];
+	size_t l = 0, k = p->k;
+	_Pragma("GCC unroll 4") for (int r = 0; r < V3_RM; r++)
+		x[r] = p->x + half_clamp(i + r, p->m) * p->ldx;
+	_Pragma("GCC unroll 4") for (int c = 0; c < V3_RN; c++)
+		w[c] = p->w + half_clamp(j + c, je) * p->ldw;
+	_Pragma("GCC unroll 4") for (int r = 0; r < V3_RM; r++)
+		_Pragma("GCC unroll 4") for (int c = 0; c < V3_RN; c++)
+			a[r][c] = _mm256_setzero_ps();
+	for (; l + 8 <= k; l += 8) {
+		__m256 b[V3_RN];
+		_Pragma("GCC unroll 4") for (int c = 0; c < V3_RN; c++)
+			b[c] = bf ? ld8_bf16(w[c] + l) : ld8_f16(w[c] + l);
+		_Pragma("GCC unroll 4") for (int r = 0; r < V3_RM; r++) {
+			__m256 xv = _mm256_loadu_ps(x[r] + l);
+			_Pragma("GCC unroll 4") for (int c = 0; c < V3_RN; c++)
+				a[r][c] = _mm256_fmadd_ps(xv, b[c], a[r][c]);
+		}
+	}
+	_Pragma("GCC unroll 4") for (int r = 0; r < V3_RM; r++) {
+		float s[V3_RN];
+		_Pragma("GCC unroll 4") for (int c = 0; c < V3_RN; c++) {
+			s[c] = hsum8(a[r][c]);
+			for (size_t t = l; t < k; t++)
+				s[c] += x[r][t] * (bf ? kk_bf16_to_f32(w[c][t]) : kk_f16_to_f32(w[c][t]));
+		}
+		half_store(p, i + r, j, je, s, V3_RN);
+	}
+}
+
+V3 static void tile_f16_v3(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)
+{
+	tile_v3(p, i, j, je, false);
+}
+
+V3 static void tile_bf16_v3(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)
+{
+	tile_v3(p, i, j, je, true);
+}
+
+static void gemm_v3(bool bf16, const kk__half_mm *p, int64_t j0, int64_t j1)
+{
+	half_blocked(bf16 ? tile_bf16_v3 : tile_f16_v3, V3_RM, V3_RN, p, j0, j1);
+}
 
 /* ---- AVX-512 (x86-64-v4) ---- */
 #define V4 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
@@ -247,15 +365,94 @@ V4 static inline __m512 ldm16_bf16(__mmask16 k, const uint16_t *w)
 	}
 DOT_V4(dot_f16_v4, ld16_f16, ldm16_f16)
 DOT_V4(dot_bf16_v4, ld16_bf16, ldm16_bf16)
+
+/* Four sums of four 16-lane vectors, in a fixed order: halves, then
+ * pairwise adds of neighbouring lanes. */
+V4 static inline __m128 hsum4_v4(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
+{
+#define HALVES(v)                                                                              \
+	_mm256_add_ps(_mm512_castps512_ps256(v),                                               \
+		      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))
+	__m256 t01 = _mm256_hadd_ps(HALVES(a0), HALVES(a1));
+	__m256 t23 = _mm256_hadd_ps(HALVES(a2), HALVES(a3));
+#undef HALVES
+	__m256 t = _mm256_hadd_ps(t01, t23);
+	return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+/* 4 X rows x 4 W rows of 16-lane accumulators (16 of the 32 zmm
+ * registers): per 16 elements, 4 W loads converted in registers
+ * (vcvtph2ps) and 4 X loads feed 16 FMAs; the k tail is a masked load. */
+#define V4_RM 4
+#define V4_RN 4
+V4 static inline __attribute__((always_inline)) void tile_v4(const kk__half_mm *p, int64_t i,
+							     int64_t j, int64_t je, bool bf)
+{
+	const float *x[V4_RM];
+	const uint16_t *w[V4_RN];
+	__m512 a[V4_RM][V4_RN];
+	size_t l = 0, k = p->k;
+	_Pragma("GCC unroll 4") for (int r = 0; r < V4_RM; r++)
+		x[r] = p->x + half_clamp(i + r, p->m) * p->ldx;
+	_Pragma("GCC unroll 4") for (int c = 0; c < V4_RN; c++)
+		w[c] = p->w + half_clamp(j + c, je) * p->ldw;
+	_Pragma("GCC unroll 4") for (int r = 0; r < V4_RM; r++)
+		_Pragma("GCC unroll 4") for (int c = 0; c < V4_RN; c++)
+			a[r][c] = _mm512_setzero_ps();
+	for (; l + 16 <= k; l += 16) {
+		__m512 b[V4_RN];
+		_Pragma("GCC unroll 4") for (int c = 0; c < V4_RN; c++)
+			b[c] = bf ? ld16_bf16(w[c] + l) : ld16_f16(w[c] + l);
+		_Pragma("GCC unroll 4") for (int r = 0; r < V4_RM; r++) {
+			__m512 xv = _mm512_loadu_ps(x[r] + l);
+			_Pragma("GCC unroll 4") for (int c = 0; c < V4_RN; c++)
+				a[r][c] = _mm512_fmadd_ps(xv, b[c], a[r][c]);
+		}
+	}
+	if (l < k) {
+		__mmask16 m = (__mmask16) ((1u << (k - l)) - 1);
+		__m512 b[V4_RN];
+		_Pragma("GCC unroll 4") for (int c = 0; c < V4_RN; c++)
+			b[c] = bf ? ldm16_bf16(m, w[c] + l) : ldm16_f16(m, w[c] + l);
+		_Pragma("GCC unroll 4") for (int r = 0; r < V4_RM; r++) {
+			__m512 xv = _mm512_maskz_loadu_ps(m, x[r] + l);
+			_Pragma("GCC unroll 4") for (int c = 0; c < V4_RN; c++)
+				a[r][c] = _mm512_fmadd_ps(xv, b[c], a[r][c]);
+		}
+	}
+	_Pragma("GCC unroll 4") for (int r = 0; r < V4_RM; r++) {
+		float s[4];
+		_mm_storeu_ps(s, hsum4_v4(a[r][0], a[r][1], a[r][2], a[r][3]));
+		half_store(p, i + r, j, je, s, V4_RN);
+	}
+}
+
+V4 static void tile_f16_v4(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)
+{
+	tile_v4(p, i, j, je, false);
+}
+
+V4 static void tile_bf16_v4(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)
+{
+	tile_v4(p, i, j, je, true);
+}
+
+static void gemm_v4(bool bf16, const kk__half_mm *p, int64_t j0, int64_t j1)
+{
+	half_blocked(bf16 ? tile_bf16_v4 : tile_f16_v4, V4_RM, V4_RN, p, j0, j1);
+}
 #endif
 
 /* Best first; the last is always usable. */
 static const struct half_impl impls[] = {
 #ifdef KK_HALF_X86
-	{ "avx512", usable_v4, widen_f16_v4, narrow_f16_v4, dot_f16_v4, dot_bf16_v4 },
-	{ "f16c", usable_v3, widen_f16_v3, narrow_f16_v3, dot_f16_v3, dot_bf16_v3 },
+	{ "avx512", usable_v4, widen_f16_v4, narrow_f16_v4, dot_f16_v4, dot_bf16_v4,
+	  gemm_v4 },
+	{ "f16c", usable_v3, widen_f16_v3, narrow_f16_v3, dot_f16_v3, dot_bf16_v3,
+	  gemm_v3 },
 #endif
-	{ "portable", usable_always, widen_f16_c, narrow_f16_c, dot_f16_c, dot_bf16_c },
+	{ "portable", usable_always, widen_f16_c, narrow_f16_c, dot_f16_c, dot_bf16_c,
+	  gemm_c },
 };
 
 static _Atomic(const struct half_impl *) cur;
@@ -307,4 +504,9 @@ float kk__half_dot(kk_dtype dt, const float *x, const uint16_t *w, size_t n)
 {
 	const struct half_impl *p = impl();
 	return dt == KK_BF16 ? p->dot_bf16(x, w, n) : p->dot_f16(x, w, n);
+}
+
+void kk__half_gemm(kk_dtype dt, const kk__half_mm *p, int64_t j0, int64_t j1)
+{
+	impl()->gemm(dt == KK_BF16, p, j0, j1);
 }
