@@ -46,23 +46,26 @@ struct half_impl {
  * L1, so W is read from memory once whatever m is. */
 #define HALF_GEMM_WBLOCK (256 << 10)
 
-/* Tiles of rm X rows x rn W rows over W rows [j0, j1) in blocks; an edge
- * tile repeats its last valid X row / W row and stores only valid
- * outputs, so every output is the same sum wherever its tile lies (the
- * thread split does not change a result). */
+/* Tiles of up to rm X rows x rn W rows over W rows [j0, j1) in blocks:
+ * tiles[r - 1] takes r X rows (the last tile of X rows takes the rows
+ * left); an edge tile of W rows repeats its last valid W row and stores
+ * only valid outputs.  Every output is the same sum wherever its tile
+ * lies (the thread split does not change a result). */
 typedef void (*half_tile_fn)(const kk__half_mm *p, int64_t i, int64_t j, int64_t je);
 
-static void half_blocked(half_tile_fn tile, int rm, int rn, const kk__half_mm *p, int64_t j0,
-			 int64_t j1)
+static void half_blocked(const half_tile_fn *tiles, int rm, int rn, const kk__half_mm *p,
+			 int64_t j0, int64_t j1)
 {
 	int64_t nb = (int64_t) (HALF_GEMM_WBLOCK / (2 * p->k + 1)) / rn * rn;
 	if (nb < rn)
 		nb = rn;
 	for (int64_t jb = j0; jb < j1; jb += nb) {
 		int64_t je = jb + nb < j1 ? jb + nb : j1;
-		for (int64_t i = 0; i < p->m; i += rm)
+		for (int64_t i = 0; i < p->m; i += rm) {
+			half_tile_fn tile = tiles[(p->m - i < rm ? p->m - i : rm) - 1];
 			for (int64_t j = jb; j < je; j += rn)
 				tile(p, i, j, je);
+		}
 	}
 }
 
@@ -147,7 +150,8 @@ static void tile_bf16_c(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)
 
 static void gemm_c(bool bf16, const kk__half_mm *p, int64_t j0, int64_t j1)
 {
-	half_blocked(bf16 ? tile_bf16_c : tile_f16_c, 1, 1, p, j0, j1);
+	static const half_tile_fn f16[] = { tile_f16_c }, bf[] = { tile_bf16_c };
+	half_blocked(bf16 ? bf : f16, 1, 1, p, j0, j1);
 }
 
 #ifdef KK_HALF_X86
@@ -232,30 +236,31 @@ DOT_V3(dot_bf16_v3, ld8_bf16, kk_bf16_to_f32)
 #define V3_RM 4
 #define V3_RN 2
 V3 static inline __attribute__((always_inline)) void tile_v3(const kk__half_mm *p, int64_t i,
-							     int64_t j, int64_t je, bool bf)
+							     int64_t j, int64_t je, bool bf,
+							     const int rm)
 {
 	const float *x[V3_RM];
 	const uint16_t *w[V3_RN];
 	__m256 a[V3_RM][V3_RN];
 	size_t l = 0, k = p->k;
-	_Pragma("GCC unroll 4") for (int r = 0; r < V3_RM; r++)
+	_Pragma("GCC unroll 4") for (int r = 0; r < rm; r++)
 		x[r] = p->x + half_clamp(i + r, p->m) * p->ldx;
 	_Pragma("GCC unroll 4") for (int c = 0; c < V3_RN; c++)
 		w[c] = p->w + half_clamp(j + c, je) * p->ldw;
-	_Pragma("GCC unroll 4") for (int r = 0; r < V3_RM; r++)
+	_Pragma("GCC unroll 4") for (int r = 0; r < rm; r++)
 		_Pragma("GCC unroll 4") for (int c = 0; c < V3_RN; c++)
 			a[r][c] = _mm256_setzero_ps();
 	for (; l + 8 <= k; l += 8) {
 		__m256 b[V3_RN];
 		_Pragma("GCC unroll 4") for (int c = 0; c < V3_RN; c++)
 			b[c] = bf ? ld8_bf16(w[c] + l) : ld8_f16(w[c] + l);
-		_Pragma("GCC unroll 4") for (int r = 0; r < V3_RM; r++) {
+		_Pragma("GCC unroll 4") for (int r = 0; r < rm; r++) {
 			__m256 xv = _mm256_loadu_ps(x[r] + l);
 			_Pragma("GCC unroll 4") for (int c = 0; c < V3_RN; c++)
 				a[r][c] = _mm256_fmadd_ps(xv, b[c], a[r][c]);
 		}
 	}
-	_Pragma("GCC unroll 4") for (int r = 0; r < V3_RM; r++) {
+	_Pragma("GCC unroll 4") for (int r = 0; r < rm; r++) {
 		float s[V3_RN];
 		_Pragma("GCC unroll 4") for (int c = 0; c < V3_RN; c++) {
 			s[c] = hsum8(a[r][c]);
@@ -266,19 +271,30 @@ V3 static inline __attribute__((always_inline)) void tile_v3(const kk__half_mm *
 	}
 }
 
-V3 static void tile_f16_v3(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)
-{
-	tile_v3(p, i, j, je, false);
-}
-
-V3 static void tile_bf16_v3(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)
-{
-	tile_v3(p, i, j, je, true);
-}
+#define TILES(PRE, TILE, ATTR, BF)                                                              \
+	ATTR static void PRE##1(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)        \
+	{                                                                                      \
+		TILE(p, i, j, je, BF, 1);                                                      \
+	}                                                                                      \
+	ATTR static void PRE##2(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)        \
+	{                                                                                      \
+		TILE(p, i, j, je, BF, 2);                                                      \
+	}                                                                                      \
+	ATTR static void PRE##3(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)        \
+	{                                                                                      \
+		TILE(p, i, j, je, BF, 3);                                                      \
+	}                                                                                      \
+	ATTR static void PRE##4(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)        \
+	{                                                                                      \
+		TILE(p, i, j, je, BF, 4);                                                      \
+	}                                                                                      \
+	static const half_tile_fn PRE[] = { PRE##1, PRE##2, PRE##3, PRE##4 };
+TILES(tiles_f16_v3, tile_v3, V3, false)
+TILES(tiles_bf16_v3, tile_v3, V3, true)
 
 static void gemm_v3(bool bf16, const kk__half_mm *p, int64_t j0, int64_t j1)
 {
-	half_blocked(bf16 ? tile_bf16_v3 : tile_f16_v3, V3_RM, V3_RN, p, j0, j1);
+	half_blocked(bf16 ? tiles_bf16_v3 : tiles_f16_v3, V3_RM, V3_RN, p, j0, j1);
 }
 
 /* ---- AVX-512 (x86-64-v4) ---- */
@@ -386,24 +402,25 @@ V4 static inline __m128 hsum4_v4(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
 #define V4_RM 4
 #define V4_RN 4
 V4 static inline __attribute__((always_inline)) void tile_v4(const kk__half_mm *p, int64_t i,
-							     int64_t j, int64_t je, bool bf)
+							     int64_t j, int64_t je, bool bf,
+							     const int rm)
 {
 	const float *x[V4_RM];
 	const uint16_t *w[V4_RN];
 	__m512 a[V4_RM][V4_RN];
 	size_t l = 0, k = p->k;
-	_Pragma("GCC unroll 4") for (int r = 0; r < V4_RM; r++)
+	_Pragma("GCC unroll 4") for (int r = 0; r < rm; r++)
 		x[r] = p->x + half_clamp(i + r, p->m) * p->ldx;
 	_Pragma("GCC unroll 4") for (int c = 0; c < V4_RN; c++)
 		w[c] = p->w + half_clamp(j + c, je) * p->ldw;
-	_Pragma("GCC unroll 4") for (int r = 0; r < V4_RM; r++)
+	_Pragma("GCC unroll 4") for (int r = 0; r < rm; r++)
 		_Pragma("GCC unroll 4") for (int c = 0; c < V4_RN; c++)
 			a[r][c] = _mm512_setzero_ps();
 	for (; l + 16 <= k; l += 16) {
 		__m512 b[V4_RN];
 		_Pragma("GCC unroll 4") for (int c = 0; c < V4_RN; c++)
 			b[c] = bf ? ld16_bf16(w[c] + l) : ld16_f16(w[c] + l);
-		_Pragma("GCC unroll 4") for (int r = 0; r < V4_RM; r++) {
+		_Pragma("GCC unroll 4") for (int r = 0; r < rm; r++) {
 			__m512 xv = _mm512_loadu_ps(x[r] + l);
 			_Pragma("GCC unroll 4") for (int c = 0; c < V4_RN; c++)
 				a[r][c] = _mm512_fmadd_ps(xv, b[c], a[r][c]);
@@ -414,32 +431,25 @@ V4 static inline __attribute__((always_inline)) void tile_v4(const kk__half_mm *
 		__m512 b[V4_RN];
 		_Pragma("GCC unroll 4") for (int c = 0; c < V4_RN; c++)
 			b[c] = bf ? ldm16_bf16(m, w[c] + l) : ldm16_f16(m, w[c] + l);
-		_Pragma("GCC unroll 4") for (int r = 0; r < V4_RM; r++) {
+		_Pragma("GCC unroll 4") for (int r = 0; r < rm; r++) {
 			__m512 xv = _mm512_maskz_loadu_ps(m, x[r] + l);
 			_Pragma("GCC unroll 4") for (int c = 0; c < V4_RN; c++)
 				a[r][c] = _mm512_fmadd_ps(xv, b[c], a[r][c]);
 		}
 	}
-	_Pragma("GCC unroll 4") for (int r = 0; r < V4_RM; r++) {
+	_Pragma("GCC unroll 4") for (int r = 0; r < rm; r++) {
 		float s[4];
 		_mm_storeu_ps(s, hsum4_v4(a[r][0], a[r][1], a[r][2], a[r][3]));
 		half_store(p, i + r, j, je, s, V4_RN);
 	}
 }
 
-V4 static void tile_f16_v4(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)
-{
-	tile_v4(p, i, j, je, false);
-}
-
-V4 static void tile_bf16_v4(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)
-{
-	tile_v4(p, i, j, je, true);
-}
+TILES(tiles_f16_v4, tile_v4, V4, false)
+TILES(tiles_bf16_v4, tile_v4, V4, true)
 
 static void gemm_v4(bool bf16, const kk__half_mm *p, int64_t j0, int64_t j1)
 {
-	half_blocked(bf16 ? tile_bf16_v4 : tile_f16_v4, V4_RM, V4_RN, p, j0, j1);
+	half_blocked(bf16 ? tiles_bf16_v4 : tiles_f16_v4, V4_RM, V4_RN, p, j0, j1);
 }
 #endif
 
