@@ -401,6 +401,69 @@ V4 static inline __m512 ldm16_bf16(__mmask16 k, const uint16_t *w)
 DOT_V4(dot_f16_v4, ld16_f16, ldm16_f16)
 DOT_V4(dot_bf16_v4, ld16_bf16, ldm16_bf16)
 
+/* DOT_V4 on two W rows at once, each summed exactly as DOT_V4 sums it:
+ * two streams far apart in memory read faster than one (pure reads on
+ * the build machine's EPYC, one thread: 34 GB/s, two streams 37). */
+#define DOT2_V4(NAME, LD, LDM)                                                                    \
+	V4 static void NAME(float s[2], const float *x, const uint16_t *w, const uint16_t *v,     \
+			    size_t n)                                                             \
+	{                                                                                         \
+		__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                       \
+		__m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;                                        \
+		size_t i = 0;                                                                     \
+		for (; i + 64 <= n; i += 64) {                                                    \
+			__m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);     \
+			__m512 x2 = _mm512_loadu_ps(x + i + 32), x3 = _mm512_loadu_ps(x + i + 48); \
+			a0 = _mm512_fmadd_ps(LD(w + i), x0, a0);                                  \
+			b0 = _mm512_fmadd_ps(LD(v + i), x0, b0);                                  \
+			a1 = _mm512_fmadd_ps(LD(w + i + 16), x1, a1);                             \
+			b1 = _mm512_fmadd_ps(LD(v + i + 16), x1, b1);                             \
+			a2 = _mm512_fmadd_ps(LD(w + i + 32), x2, a2);                             \
+			b2 = _mm512_fmadd_ps(LD(v + i + 32), x2, b2);                             \
+			a3 = _mm512_fmadd_ps(LD(w + i + 48), x3, a3);                             \
+			b3 = _mm512_fmadd_ps(LD(v + i + 48), x3, b3);                             \
+		}                                                                                 \
+		for (; i + 16 <= n; i += 16) {                                                    \
+			__m512 x0 = _mm512_loadu_ps(x + i);                                       \
+			a0 = _mm512_fmadd_ps(LD(w + i), x0, a0);                                  \
+			b0 = _mm512_fmadd_ps(LD(v + i), x0, b0);                                  \
+		}                                                                                 \
+		if (i < n) {                                                                      \
+			__mmask16 k = (__mmask16) ((1u << (n - i)) - 1);                          \
+			__m512 x0 = _mm512_maskz_loadu_ps(k, x + i);                              \
+			a1 = _mm512_fmadd_ps(LDM(k, w + i), x0, a1);                              \
+			b1 = _mm512_fmadd_ps(LDM(k, v + i), x0, b1);                              \
+		}                                                                                 \
+		s[0] = _mm512_reduce_add_ps(                                                      \
+			_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));             \
+		s[1] = _mm512_reduce_add_ps(                                                      \
+			_mm512_add_ps(_mm512_add_ps(b0, b1), _mm512_add_ps(b2, b3)));             \
+	}
+DOT2_V4(dot2_f16_v4, ld16_f16, ldm16_f16)
+DOT2_V4(dot2_bf16_v4, ld16_bf16, ldm16_bf16)
+
+/* One X row on AVX-512: rows j0 + t and j0 + h + t together (h half the
+ * range: two streams), a last odd row alone; each output is DOT_V4's sum. */
+typedef void (*half_dot2_fn)(float s[2], const float *x, const uint16_t *w, const uint16_t *v,
+			     size_t n);
+
+static inline __attribute__((always_inline)) void half_rows2(half_dot_fn dot, half_dot2_fn dot2,
+							     const kk__half_mm *p, int64_t j0,
+							     int64_t j1)
+{
+	int64_t h = (j1 - j0) / 2;
+	for (int64_t t = j0; t < j0 + h; t++) {
+		float s[2];
+		dot2(s, p->x, p->w + t * p->ldw, p->w + (t + h) * p->ldw, p->k);
+		for (int c = 0; c < 2; c++) {
+			float *y = p->c + t + c * h, v = p->alpha * s[c];
+			*y = p->beta != 0 ? v + p->beta * *y : v;
+		}
+	}
+	if ((j1 - j0) % 2)
+		half_rows(dot, p, j1 - 1, j1);
+}
+
 /* Four sums of four 16-lane vectors, in a fixed order: halves, then
  * pairwise adds of neighbouring lanes. */
 V4 static inline __m128 hsum4_v4(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
@@ -469,7 +532,8 @@ TILES(tiles_bf16_v4, tile_v4, V4, true)
 V4 static void gemm_v4(bool bf16, const kk__half_mm *p, int64_t j0, int64_t j1)
 {
 	if (p->m == 1)
-		return bf16 ? half_rows(dot_bf16_v4, p, j0, j1) : half_rows(dot_f16_v4, p, j0, j1);
+		return bf16 ? half_rows2(dot_bf16_v4, dot2_bf16_v4, p, j0, j1)
+			    : half_rows2(dot_f16_v4, dot2_f16_v4, p, j0, j1);
 	half_blocked(bf16 ? tiles_bf16_v4 : tiles_f16_v4, V4_RM, V4_RN, p, j0, j1);
 }
 #endif
