@@ -231,8 +231,8 @@ static int gemv_range(void *p, int64_t b, int64_t e, int chunk)
 int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 {
 	int64_t batch = d->batch ? d->batch : 1;
-	bool half_mm = d->trans_b && !d->trans_a &&
-		       (d->b->dtype == KK_F16 || d->b->dtype == KK_BF16);
+	bool half_mm =
+		d->trans_b && !d->trans_a && (d->b->dtype == KK_F16 || d->b->dtype == KK_BF16);
 	bool gemv = !half_mm && d->trans_b && !d->trans_a && d->m <= KK_CPU_GEMV_MAX_M;
 	size_t na = gspan(batch, d->stride_a, d->trans_a ? d->k : d->m, d->trans_a ? d->m : d->k,
 			  d->lda);
@@ -248,8 +248,7 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 		return r;
 	/* Split the longer side over the threads; a bf16/f16 B split by
 	 * columns is widened a panel at a time, else all at once. */
-	bool split_n = d->n >= d->m,
-	     panels = !gemv && !half_mm && split_n && d->b->dtype != KK_F32;
+	bool split_n = d->n >= d->m, panels = !gemv && !half_mm && split_n && d->b->dtype != KK_F32;
 	double flops = 2.0 * d->m * d->n * d->k;
 	int64_t panel_n = 0;
 	if (panels) {

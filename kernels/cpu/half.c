@@ -1,7 +1,8 @@
 /* kernels/cpu/half.c — f16/bf16 inner loops of the cpu backend: row
- * conversion to and from f32, and the dot product of an f32 row with a
- * half-precision weight row (the decode GEMV), widened in registers so the
- * weights are read once.
+ * conversion to and from f32, the dot product of an f32 row with a
+ * half-precision weight row, and the linear layer's product x W^T with
+ * half-precision W (kk__half_gemm: decode, batched decode, prefill), W
+ * converted in registers so it is read in place, once per call.
  *
  * gcc 12 has no vector _Float16 arithmetic without AVX512-FP16: the
  * `omp simd` loop over _Float16 in simd.c compiled to one scalar vcvtph2ps
@@ -252,59 +253,68 @@ DOT_V3(dot_bf16_v3, ld8_bf16, kk_bf16_to_f32)
  * each converted W vector meets four X rows, each X vector two W rows. */
 #define V3_RM 4
 #define V3_RN 2
-V3 static inline __attribute__((always_inline)) void tile_v3(const kk__half_mm *p, int64_t i,
-							     int64_t j, int64_t je, bool bf,
-							     const int rm)
+V3 static inline __attribute__((always_inline)) void
+tile_v3(const kk__half_mm *p, int64_t i, int64_t j, int64_t je, bool bf, const int rm)
 {
 	const float *x[V3_RM];
 	const uint16_t *w[V3_RN];
 	__m256 a[V3_RM][V3_RN];
 	size_t l = 0, k = p->k;
-	_Pragma("GCC unroll 4") for (int r = 0; r < rm; r++)
+#pragma GCC unroll 4
+	for (int r = 0; r < rm; r++)
 		x[r] = p->x + half_clamp(i + r, p->m) * p->ldx;
-	_Pragma("GCC unroll 4") for (int c = 0; c < V3_RN; c++)
+#pragma GCC unroll 4
+	for (int c = 0; c < V3_RN; c++)
 		w[c] = p->w + half_clamp(j + c, je) * p->ldw;
-	_Pragma("GCC unroll 4") for (int r = 0; r < rm; r++)
-		_Pragma("GCC unroll 4") for (int c = 0; c < V3_RN; c++)
+#pragma GCC unroll 4
+	for (int r = 0; r < rm; r++)
+#pragma GCC unroll 4
+		for (int c = 0; c < V3_RN; c++)
 			a[r][c] = _mm256_setzero_ps();
 	for (; l + 8 <= k; l += 8) {
 		__m256 b[V3_RN];
-		_Pragma("GCC unroll 4") for (int c = 0; c < V3_RN; c++)
+#pragma GCC unroll 4
+		for (int c = 0; c < V3_RN; c++)
 			b[c] = bf ? ld8_bf16(w[c] + l) : ld8_f16(w[c] + l);
-		_Pragma("GCC unroll 4") for (int r = 0; r < rm; r++) {
+#pragma GCC unroll 4
+		for (int r = 0; r < rm; r++) {
 			__m256 xv = _mm256_loadu_ps(x[r] + l);
-			_Pragma("GCC unroll 4") for (int c = 0; c < V3_RN; c++)
+#pragma GCC unroll 4
+			for (int c = 0; c < V3_RN; c++)
 				a[r][c] = _mm256_fmadd_ps(xv, b[c], a[r][c]);
 		}
 	}
-	_Pragma("GCC unroll 4") for (int r = 0; r < rm; r++) {
+#pragma GCC unroll 4
+	for (int r = 0; r < rm; r++) {
 		float s[V3_RN];
-		_Pragma("GCC unroll 4") for (int c = 0; c < V3_RN; c++) {
+#pragma GCC unroll 4
+		for (int c = 0; c < V3_RN; c++) {
 			s[c] = hsum8(a[r][c]);
 			for (size_t t = l; t < k; t++)
-				s[c] += x[r][t] * (bf ? kk_bf16_to_f32(w[c][t]) : kk_f16_to_f32(w[c][t]));
+				s[c] += x[r][t] *
+					(bf ? kk_bf16_to_f32(w[c][t]) : kk_f16_to_f32(w[c][t]));
 		}
 		half_store(p, i + r, j, je, s, V3_RN);
 	}
 }
 
-#define TILES(PRE, TILE, ATTR, BF)                                                              \
-	ATTR static void PRE##1(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)        \
-	{                                                                                      \
-		TILE(p, i, j, je, BF, 1);                                                      \
-	}                                                                                      \
-	ATTR static void PRE##2(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)        \
-	{                                                                                      \
-		TILE(p, i, j, je, BF, 2);                                                      \
-	}                                                                                      \
-	ATTR static void PRE##3(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)        \
-	{                                                                                      \
-		TILE(p, i, j, je, BF, 3);                                                      \
-	}                                                                                      \
-	ATTR static void PRE##4(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)        \
-	{                                                                                      \
-		TILE(p, i, j, je, BF, 4);                                                      \
-	}                                                                                      \
+#define TILES(PRE, TILE, ATTR, BF)                                                      \
+	ATTR static void PRE##1(const kk__half_mm *p, int64_t i, int64_t j, int64_t je) \
+	{                                                                               \
+		TILE(p, i, j, je, BF, 1);                                               \
+	}                                                                               \
+	ATTR static void PRE##2(const kk__half_mm *p, int64_t i, int64_t j, int64_t je) \
+	{                                                                               \
+		TILE(p, i, j, je, BF, 2);                                               \
+	}                                                                               \
+	ATTR static void PRE##3(const kk__half_mm *p, int64_t i, int64_t j, int64_t je) \
+	{                                                                               \
+		TILE(p, i, j, je, BF, 3);                                               \
+	}                                                                               \
+	ATTR static void PRE##4(const kk__half_mm *p, int64_t i, int64_t j, int64_t je) \
+	{                                                                               \
+		TILE(p, i, j, je, BF, 4);                                               \
+	}                                                                               \
 	static const half_tile_fn PRE[] = { PRE##1, PRE##2, PRE##3, PRE##4 };
 TILES(tiles_f16_v3, tile_v3, V3, false)
 TILES(tiles_bf16_v3, tile_v3, V3, true)
@@ -404,40 +414,40 @@ DOT_V4(dot_bf16_v4, ld16_bf16, ldm16_bf16)
 /* DOT_V4 on two W rows at once, each summed exactly as DOT_V4 sums it:
  * two streams far apart in memory read faster than one (pure reads on
  * the build machine's EPYC, one thread: 34 GB/s, two streams 37). */
-#define DOT2_V4(NAME, LD, LDM)                                                                    \
-	V4 static void NAME(float s[2], const float *x, const uint16_t *w, const uint16_t *v,     \
-			    size_t n)                                                             \
-	{                                                                                         \
-		__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                       \
-		__m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;                                        \
-		size_t i = 0;                                                                     \
-		for (; i + 64 <= n; i += 64) {                                                    \
-			__m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);     \
+#define DOT2_V4(NAME, LD, LDM)                                                                     \
+	V4 static void NAME(float s[2], const float *x, const uint16_t *w, const uint16_t *v,      \
+			    size_t n)                                                              \
+	{                                                                                          \
+		__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                        \
+		__m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;                                         \
+		size_t i = 0;                                                                      \
+		for (; i + 64 <= n; i += 64) {                                                     \
+			__m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);      \
 			__m512 x2 = _mm512_loadu_ps(x + i + 32), x3 = _mm512_loadu_ps(x + i + 48); \
-			a0 = _mm512_fmadd_ps(LD(w + i), x0, a0);                                  \
-			b0 = _mm512_fmadd_ps(LD(v + i), x0, b0);                                  \
-			a1 = _mm512_fmadd_ps(LD(w + i + 16), x1, a1);                             \
-			b1 = _mm512_fmadd_ps(LD(v + i + 16), x1, b1);                             \
-			a2 = _mm512_fmadd_ps(LD(w + i + 32), x2, a2);                             \
-			b2 = _mm512_fmadd_ps(LD(v + i + 32), x2, b2);                             \
-			a3 = _mm512_fmadd_ps(LD(w + i + 48), x3, a3);                             \
-			b3 = _mm512_fmadd_ps(LD(v + i + 48), x3, b3);                             \
-		}                                                                                 \
-		for (; i + 16 <= n; i += 16) {                                                    \
-			__m512 x0 = _mm512_loadu_ps(x + i);                                       \
-			a0 = _mm512_fmadd_ps(LD(w + i), x0, a0);                                  \
-			b0 = _mm512_fmadd_ps(LD(v + i), x0, b0);                                  \
-		}                                                                                 \
-		if (i < n) {                                                                      \
-			__mmask16 k = (__mmask16) ((1u << (n - i)) - 1);                          \
-			__m512 x0 = _mm512_maskz_loadu_ps(k, x + i);                              \
-			a1 = _mm512_fmadd_ps(LDM(k, w + i), x0, a1);                              \
-			b1 = _mm512_fmadd_ps(LDM(k, v + i), x0, b1);                              \
-		}                                                                                 \
-		s[0] = _mm512_reduce_add_ps(                                                      \
-			_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));             \
-		s[1] = _mm512_reduce_add_ps(                                                      \
-			_mm512_add_ps(_mm512_add_ps(b0, b1), _mm512_add_ps(b2, b3)));             \
+			a0 = _mm512_fmadd_ps(LD(w + i), x0, a0);                                   \
+			b0 = _mm512_fmadd_ps(LD(v + i), x0, b0);                                   \
+			a1 = _mm512_fmadd_ps(LD(w + i + 16), x1, a1);                              \
+			b1 = _mm512_fmadd_ps(LD(v + i + 16), x1, b1);                              \
+			a2 = _mm512_fmadd_ps(LD(w + i + 32), x2, a2);                              \
+			b2 = _mm512_fmadd_ps(LD(v + i + 32), x2, b2);                              \
+			a3 = _mm512_fmadd_ps(LD(w + i + 48), x3, a3);                              \
+			b3 = _mm512_fmadd_ps(LD(v + i + 48), x3, b3);                              \
+		}                                                                                  \
+		for (; i + 16 <= n; i += 16) {                                                     \
+			__m512 x0 = _mm512_loadu_ps(x + i);                                        \
+			a0 = _mm512_fmadd_ps(LD(w + i), x0, a0);                                   \
+			b0 = _mm512_fmadd_ps(LD(v + i), x0, b0);                                   \
+		}                                                                                  \
+		if (i < n) {                                                                       \
+			__mmask16 k = (__mmask16) ((1u << (n - i)) - 1);                           \
+			__m512 x0 = _mm512_maskz_loadu_ps(k, x + i);                               \
+			a1 = _mm512_fmadd_ps(LDM(k, w + i), x0, a1);                               \
+			b1 = _mm512_fmadd_ps(LDM(k, v + i), x0, b1);                               \
+		}                                                                                  \
+		s[0] = _mm512_reduce_add_ps(                                                       \
+			_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));              \
+		s[1] = _mm512_reduce_add_ps(                                                       \
+			_mm512_add_ps(_mm512_add_ps(b0, b1), _mm512_add_ps(b2, b3)));              \
 	}
 DOT2_V4(dot2_f16_v4, ld16_f16, ldm16_f16)
 DOT2_V4(dot2_bf16_v4, ld16_bf16, ldm16_bf16)
@@ -447,9 +457,8 @@ DOT2_V4(dot2_bf16_v4, ld16_bf16, ldm16_bf16)
 typedef void (*half_dot2_fn)(float s[2], const float *x, const uint16_t *w, const uint16_t *v,
 			     size_t n);
 
-static inline __attribute__((always_inline)) void half_rows2(half_dot_fn dot, half_dot2_fn dot2,
-							     const kk__half_mm *p, int64_t j0,
-							     int64_t j1)
+static inline __attribute__((always_inline)) void
+half_rows2(half_dot_fn dot, half_dot2_fn dot2, const kk__half_mm *p, int64_t j0, int64_t j1)
 {
 	int64_t h = (j1 - j0) / 2;
 	for (int64_t t = j0; t < j0 + h; t++) {
@@ -468,8 +477,8 @@ static inline __attribute__((always_inline)) void half_rows2(half_dot_fn dot, ha
  * pairwise adds of neighbouring lanes. */
 V4 static inline __m128 hsum4_v4(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
 {
-#define HALVES(v)                                                                              \
-	_mm256_add_ps(_mm512_castps512_ps256(v),                                               \
+#define HALVES(v)                                \
+	_mm256_add_ps(_mm512_castps512_ps256(v), \
 		      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))
 	__m256 t01 = _mm256_hadd_ps(HALVES(a0), HALVES(a1));
 	__m256 t23 = _mm256_hadd_ps(HALVES(a2), HALVES(a3));
@@ -483,43 +492,53 @@ V4 static inline __m128 hsum4_v4(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
  * (vcvtph2ps) and 4 X loads feed 16 FMAs; the k tail is a masked load. */
 #define V4_RM 4
 #define V4_RN 4
-V4 static inline __attribute__((always_inline)) void tile_v4(const kk__half_mm *p, int64_t i,
-							     int64_t j, int64_t je, bool bf,
-							     const int rm)
+V4 static inline __attribute__((always_inline)) void
+tile_v4(const kk__half_mm *p, int64_t i, int64_t j, int64_t je, bool bf, const int rm)
 {
 	const float *x[V4_RM];
 	const uint16_t *w[V4_RN];
 	__m512 a[V4_RM][V4_RN];
 	size_t l = 0, k = p->k;
-	_Pragma("GCC unroll 4") for (int r = 0; r < rm; r++)
+#pragma GCC unroll 4
+	for (int r = 0; r < rm; r++)
 		x[r] = p->x + half_clamp(i + r, p->m) * p->ldx;
-	_Pragma("GCC unroll 4") for (int c = 0; c < V4_RN; c++)
+#pragma GCC unroll 4
+	for (int c = 0; c < V4_RN; c++)
 		w[c] = p->w + half_clamp(j + c, je) * p->ldw;
-	_Pragma("GCC unroll 4") for (int r = 0; r < rm; r++)
-		_Pragma("GCC unroll 4") for (int c = 0; c < V4_RN; c++)
+#pragma GCC unroll 4
+	for (int r = 0; r < rm; r++)
+#pragma GCC unroll 4
+		for (int c = 0; c < V4_RN; c++)
 			a[r][c] = _mm512_setzero_ps();
 	for (; l + 16 <= k; l += 16) {
 		__m512 b[V4_RN];
-		_Pragma("GCC unroll 4") for (int c = 0; c < V4_RN; c++)
+#pragma GCC unroll 4
+		for (int c = 0; c < V4_RN; c++)
 			b[c] = bf ? ld16_bf16(w[c] + l) : ld16_f16(w[c] + l);
-		_Pragma("GCC unroll 4") for (int r = 0; r < rm; r++) {
+#pragma GCC unroll 4
+		for (int r = 0; r < rm; r++) {
 			__m512 xv = _mm512_loadu_ps(x[r] + l);
-			_Pragma("GCC unroll 4") for (int c = 0; c < V4_RN; c++)
+#pragma GCC unroll 4
+			for (int c = 0; c < V4_RN; c++)
 				a[r][c] = _mm512_fmadd_ps(xv, b[c], a[r][c]);
 		}
 	}
 	if (l < k) {
 		__mmask16 m = (__mmask16) ((1u << (k - l)) - 1);
 		__m512 b[V4_RN];
-		_Pragma("GCC unroll 4") for (int c = 0; c < V4_RN; c++)
+#pragma GCC unroll 4
+		for (int c = 0; c < V4_RN; c++)
 			b[c] = bf ? ldm16_bf16(m, w[c] + l) : ldm16_f16(m, w[c] + l);
-		_Pragma("GCC unroll 4") for (int r = 0; r < rm; r++) {
+#pragma GCC unroll 4
+		for (int r = 0; r < rm; r++) {
 			__m512 xv = _mm512_maskz_loadu_ps(m, x[r] + l);
-			_Pragma("GCC unroll 4") for (int c = 0; c < V4_RN; c++)
+#pragma GCC unroll 4
+			for (int c = 0; c < V4_RN; c++)
 				a[r][c] = _mm512_fmadd_ps(xv, b[c], a[r][c]);
 		}
 	}
-	_Pragma("GCC unroll 4") for (int r = 0; r < rm; r++) {
+#pragma GCC unroll 4
+	for (int r = 0; r < rm; r++) {
 		float s[4];
 		_mm_storeu_ps(s, hsum4_v4(a[r][0], a[r][1], a[r][2], a[r][3]));
 		half_store(p, i + r, j, je, s, V4_RN);
@@ -541,13 +560,10 @@ V4 static void gemm_v4(bool bf16, const kk__half_mm *p, int64_t j0, int64_t j1)
 /* Best first; the last is always usable. */
 static const struct half_impl impls[] = {
 #ifdef KK_HALF_X86
-	{ "avx512", usable_v4, widen_f16_v4, narrow_f16_v4, dot_f16_v4, dot_bf16_v4,
-	  gemm_v4 },
-	{ "f16c", usable_v3, widen_f16_v3, narrow_f16_v3, dot_f16_v3, dot_bf16_v3,
-	  gemm_v3 },
+	{ "avx512", usable_v4, widen_f16_v4, narrow_f16_v4, dot_f16_v4, dot_bf16_v4, gemm_v4 },
+	{ "f16c", usable_v3, widen_f16_v3, narrow_f16_v3, dot_f16_v3, dot_bf16_v3, gemm_v3 },
 #endif
-	{ "portable", usable_always, widen_f16_c, narrow_f16_c, dot_f16_c, dot_bf16_c,
-	  gemm_c },
+	{ "portable", usable_always, widen_f16_c, narrow_f16_c, dot_f16_c, dot_bf16_c, gemm_c },
 };
 
 static _Atomic(const struct half_impl *) cur;

@@ -528,8 +528,8 @@ static void half_gemm_check(const char *v)
 				assert_int_equal(kk_backend_set_threads(be, t), 0);
 				assert_int_equal(kk_buffer_copy(be, NULL, y, 0, c0, 0, nc * 4), 0);
 				assert_int_equal(kk_gemm(be, NULL, &d), 0);
-				assert_int_equal(kk_buffer_download(be, NULL, y, 0, t == 1 ? y1 : y2,
-								    nc * 4),
+				assert_int_equal(kk_buffer_download(be, NULL, y, 0,
+								    t == 1 ? y1 : y2, nc * 4),
 						 0);
 				if (t > 1 && tb && memcmp(y1, y2, nc * 4))
 					fail_msg("%s: 1 and %d threads differ", what, t);
