@@ -47,6 +47,14 @@ struct half_impl {
  * L1, so W is read from memory once whatever m is. */
 #define HALF_GEMM_WBLOCK (256 << 10)
 
+/* The first x tile of a W block reads the block from memory, its W rows
+ * side by side: a pattern the hardware prefetcher follows badly (m = 8
+ * against DRAM-resident W: 12 GB/s with AVX-512 tiles, 7 with f16c ones).
+ * That tile prefetches each row's current offset this many rows ahead (4
+ * AVX-512 tiles; 4, 8 and 32 rows were within the noise of 16); later x
+ * tiles find the block in L2. */
+#define HALF_PF_ROWS 16
+
 /* Tiles of up to rm X rows x rn W rows over W rows [j0, j1) in blocks:
  * tiles[r - 1] takes r X rows (the last tile of X rows takes the rows
  * left); an edge tile of W rows repeats its last valid W row and stores
@@ -83,6 +91,27 @@ static inline __attribute__((always_inline)) void half_rows(half_dot_fn dot, con
 		float v = p->alpha * dot(p->x, p->w + j * p->ldw, p->k);
 		p->c[j] = p->beta != 0 ? v + p->beta * p->c[j] : v;
 	}
+}
+
+/* One X row (AVX-512, f16c): rows j0 + t and j0 + h + t together (h half the
+ * range: two streams), a last odd row alone; each output is DOT_V4's sum. */
+typedef void (*half_dot2_fn)(float s[2], const float *x, const uint16_t *w, const uint16_t *v,
+			     size_t n);
+
+static inline __attribute__((always_inline)) void
+half_rows2(half_dot_fn dot, half_dot2_fn dot2, const kk__half_mm *p, int64_t j0, int64_t j1)
+{
+	int64_t h = (j1 - j0) / 2;
+	for (int64_t t = j0; t < j0 + h; t++) {
+		float s[2];
+		dot2(s, p->x, p->w + t * p->ldw, p->w + (t + h) * p->ldw, p->k);
+		for (int c = 0; c < 2; c++) {
+			float *y = p->c + t + c * h, v = p->alpha * s[c];
+			*y = p->beta != 0 ? v + p->beta * *y : v;
+		}
+	}
+	if ((j1 - j0) % 2)
+		half_rows(dot, p, j1 - 1, j1);
 }
 
 /* Stores sums s[c] of X row i and W rows j + c (c < rn, j + c < je). */
@@ -249,6 +278,42 @@ V3 static inline float hsum8(__m256 v)
 DOT_V3(dot_f16_v3, ld8_f16, kk_f16_to_f32)
 DOT_V3(dot_bf16_v3, ld8_bf16, kk_bf16_to_f32)
 
+/* DOT_V3 on two W rows at once (two memory streams, as dot2_f16_v4),
+ * each summed exactly as DOT_V3 sums it. */
+#define DOT2_V3(NAME, LD, SCALAR)                                                                  \
+	V3 static void NAME(float s[2], const float *x, const uint16_t *w, const uint16_t *v,      \
+			    size_t n)                                                              \
+	{                                                                                          \
+		__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                        \
+		__m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;                                         \
+		size_t i = 0;                                                                      \
+		for (; i + 32 <= n; i += 32) {                                                     \
+			__m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);       \
+			__m256 x2 = _mm256_loadu_ps(x + i + 16), x3 = _mm256_loadu_ps(x + i + 24); \
+			a0 = _mm256_fmadd_ps(LD(w + i), x0, a0);                                   \
+			b0 = _mm256_fmadd_ps(LD(v + i), x0, b0);                                   \
+			a1 = _mm256_fmadd_ps(LD(w + i + 8), x1, a1);                               \
+			b1 = _mm256_fmadd_ps(LD(v + i + 8), x1, b1);                               \
+			a2 = _mm256_fmadd_ps(LD(w + i + 16), x2, a2);                              \
+			b2 = _mm256_fmadd_ps(LD(v + i + 16), x2, b2);                              \
+			a3 = _mm256_fmadd_ps(LD(w + i + 24), x3, a3);                              \
+			b3 = _mm256_fmadd_ps(LD(v + i + 24), x3, b3);                              \
+		}                                                                                  \
+		for (; i + 8 <= n; i += 8) {                                                       \
+			__m256 x0 = _mm256_loadu_ps(x + i);                                        \
+			a0 = _mm256_fmadd_ps(LD(w + i), x0, a0);                                   \
+			b0 = _mm256_fmadd_ps(LD(v + i), x0, b0);                                   \
+		}                                                                                  \
+		s[0] = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));         \
+		s[1] = hsum8(_mm256_add_ps(_mm256_add_ps(b0, b1), _mm256_add_ps(b2, b3)));         \
+		for (; i < n; i++) {                                                               \
+			s[0] += x[i] * SCALAR(w[i]);                                               \
+			s[1] += x[i] * SCALAR(v[i]);                                               \
+		}                                                                                  \
+	}
+DOT2_V3(dot2_f16_v3, ld8_f16, kk_f16_to_f32)
+DOT2_V3(dot2_bf16_v3, ld8_bf16, kk_bf16_to_f32)
+
 /* 4 X rows x 2 W rows of 8-lane accumulators (8 of the 16 ymm registers):
  * each converted W vector meets four X rows, each X vector two W rows. */
 #define V3_RM 4
@@ -260,6 +325,8 @@ tile_v3(const kk__half_mm *p, int64_t i, int64_t j, int64_t je, bool bf, const i
 	const uint16_t *w[V3_RN];
 	__m256 a[V3_RM][V3_RN];
 	size_t l = 0, k = p->k;
+	const bool pf = i == 0; /* HALF_PF_ROWS */
+	const size_t pf_ahead = HALF_PF_ROWS * p->ldw;
 #pragma GCC unroll 4
 	for (int r = 0; r < rm; r++)
 		x[r] = p->x + half_clamp(i + r, p->m) * p->ldx;
@@ -273,6 +340,10 @@ tile_v3(const kk__half_mm *p, int64_t i, int64_t j, int64_t je, bool bf, const i
 			a[r][c] = _mm256_setzero_ps();
 	for (; l + 8 <= k; l += 8) {
 		__m256 b[V3_RN];
+		if (pf && l % 32 == 0) /* one per 64-byte line */
+#pragma GCC unroll 4
+			for (int c = 0; c < V3_RN; c++)
+				_mm_prefetch((const char *) (w[c] + l + pf_ahead), _MM_HINT_T0);
 #pragma GCC unroll 4
 		for (int c = 0; c < V3_RN; c++)
 			b[c] = bf ? ld8_bf16(w[c] + l) : ld8_f16(w[c] + l);
@@ -322,7 +393,8 @@ TILES(tiles_bf16_v3, tile_v3, V3, true)
 V3 static void gemm_v3(bool bf16, const kk__half_mm *p, int64_t j0, int64_t j1)
 {
 	if (p->m == 1)
-		return half_rows(bf16 ? dot_bf16_v3 : dot_f16_v3, p, j0, j1);
+		return bf16 ? half_rows2(dot_bf16_v3, dot2_bf16_v3, p, j0, j1)
+			    : half_rows2(dot_f16_v3, dot2_f16_v3, p, j0, j1);
 	half_blocked(bf16 ? tiles_bf16_v3 : tiles_f16_v3, V3_RM, V3_RN, p, j0, j1);
 }
 
@@ -452,27 +524,6 @@ DOT_V4(dot_bf16_v4, ld16_bf16, ldm16_bf16)
 DOT2_V4(dot2_f16_v4, ld16_f16, ldm16_f16)
 DOT2_V4(dot2_bf16_v4, ld16_bf16, ldm16_bf16)
 
-/* One X row on AVX-512: rows j0 + t and j0 + h + t together (h half the
- * range: two streams), a last odd row alone; each output is DOT_V4's sum. */
-typedef void (*half_dot2_fn)(float s[2], const float *x, const uint16_t *w, const uint16_t *v,
-			     size_t n);
-
-static inline __attribute__((always_inline)) void
-half_rows2(half_dot_fn dot, half_dot2_fn dot2, const kk__half_mm *p, int64_t j0, int64_t j1)
-{
-	int64_t h = (j1 - j0) / 2;
-	for (int64_t t = j0; t < j0 + h; t++) {
-		float s[2];
-		dot2(s, p->x, p->w + t * p->ldw, p->w + (t + h) * p->ldw, p->k);
-		for (int c = 0; c < 2; c++) {
-			float *y = p->c + t + c * h, v = p->alpha * s[c];
-			*y = p->beta != 0 ? v + p->beta * *y : v;
-		}
-	}
-	if ((j1 - j0) % 2)
-		half_rows(dot, p, j1 - 1, j1);
-}
-
 /* Four sums of four 16-lane vectors, in a fixed order: halves, then
  * pairwise adds of neighbouring lanes. */
 V4 static inline __m128 hsum4_v4(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
@@ -500,13 +551,8 @@ tile_v4(const kk__half_mm *p, int64_t i, int64_t j, int64_t je, bool bf, const i
 	const uint16_t *w[V4_RN];
 	__m512 a[V4_RM][V4_RN];
 	size_t l = 0, k = p->k;
-	/* The first x tile of a W block reads the block from memory: four
-	 * rows side by side, a pattern the hardware prefetcher follows badly
-	 * (m = 8 against DRAM-resident W: 12 GB/s); each row prefetches the
-	 * same offset HALF_PF_TILES tiles ahead.  Later x tiles find the
-	 * block in L2. */
-	const bool pf = i == 0;
-	const size_t pf_ahead = HALF_PF_TILES * V4_RN * p->ldw;
+	const bool pf = i == 0; /* HALF_PF_ROWS */
+	const size_t pf_ahead = HALF_PF_ROWS * p->ldw;
 #pragma GCC unroll 4
 	for (int r = 0; r < rm; r++)
 		x[r] = p->x + half_clamp(i + r, p->m) * p->ldx;
