@@ -541,9 +541,8 @@ V4 static inline __m128 hsum4_v4(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
 /* 4 X rows x 4 W rows of 16-lane accumulators (16 of the 32 zmm
  * registers): per 16 elements, 4 W loads converted in registers
  * (vcvtph2ps) and 4 X loads feed 16 FMAs; the k tail is a masked load. */
-#define V4_RM	      4
-#define HALF_PF_TILES 4
-#define V4_RN	      4
+#define V4_RM 4
+#define V4_RN 4
 V4 static inline __attribute__((always_inline)) void
 tile_v4(const kk__half_mm *p, int64_t i, int64_t j, int64_t je, bool bf, const int rm)
 {
