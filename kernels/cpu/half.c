@@ -79,9 +79,9 @@ static void half_blocked(const half_tile_fn *tiles, int rm, int rn, const kk__ha
 }
 
 /* One X row (decode): one W row at a time, each a dot product read
- * straight through (one stream is what the hardware prefetcher follows
- * best: tiles of 4 W rows read DRAM-resident weights at 23 GB/s where
- * this does 34, and software prefetching only slowed it). */
+ * straight through (tiles of 4 adjacent W rows read DRAM-resident weights
+ * at 23 GB/s where this does 34, and software prefetching only slowed it).
+ * The portable variant's loop, and the odd row of half_rows2. */
 typedef float (*half_dot_fn)(const float *x, const uint16_t *w, size_t n);
 
 static inline __attribute__((always_inline)) void half_rows(half_dot_fn dot, const kk__half_mm *p,
@@ -93,8 +93,10 @@ static inline __attribute__((always_inline)) void half_rows(half_dot_fn dot, con
 	}
 }
 
-/* One X row (AVX-512, f16c): rows j0 + t and j0 + h + t together (h half the
- * range: two streams), a last odd row alone; each output is DOT_V4's sum. */
+/* One X row (AVX-512, f16c): rows j0 + t and j0 + h + t together (h half
+ * the range: two streams far apart, 34 -> 37-40 GB/s), a last odd row
+ * alone; dot2 sums each row exactly as dot does, so a row's output does
+ * not depend on whether (or with which row) it was paired. */
 typedef void (*half_dot2_fn)(float s[2], const float *x, const uint16_t *w, const uint16_t *v,
 			     size_t n);
 
