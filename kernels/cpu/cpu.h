@@ -145,8 +145,8 @@ void kk__narrow_bf16(uint16_t *dst, const float *src, size_t n);
 void kk__half_widen_f16(float *dst, const uint16_t *src, size_t n);
 void kk__half_narrow_f16(uint16_t *dst, const float *src, size_t n);
 float kk__half_dot(kk_dtype dt, const float *x, const uint16_t *w, size_t n); /* f16 or bf16 w */
-/* The variant in use; kk__half_force(name) picks another ("avx512",
- * "f16c", "portable"; NULL: the best this CPU has) for tests: -ENOENT for
+/* The variant in use; kk__half_force(name) picks another ("avx512bf16",
+ * "avx512", "f16c", "portable"; NULL: the best this CPU has) for tests: -ENOENT for
  * an unknown name, -EOPNOTSUPP when the CPU lacks it. */
 const char *kk__half_variant(void);
 int kk__half_force(const char *name);
@@ -159,6 +159,7 @@ int kk__half_force(const char *name);
 typedef struct kk__half_mm {
 	const float *x; /* m rows of k f32, ldx apart */
 	size_t ldx;
+	const uint16_t *xh; /* NULL, or x as bf16 (same rows): avx512bf16 uses it */
 	int64_t m;
 	const uint16_t *w; /* f16/bf16 rows of k, ldw apart */
 	size_t ldw, k;

@@ -170,6 +170,9 @@ static int half_range(void *p, int64_t b, int64_t e, int chunk)
 	kk__half_mm mm = {
 		.x = g->a,
 		.ldx = (size_t) d->lda,
+		.xh = d->a->dtype == KK_BF16
+			      ? (const uint16_t *) d->a->ptr + (size_t) (g->batch_i * d->stride_a)
+			      : NULL,
 		.m = d->m,
 		.w = (const uint16_t *) d->b->ptr + (size_t) (g->batch_i * d->stride_b),
 		.ldw = (size_t) d->ldb,

@@ -614,11 +614,98 @@ V4 static void gemm_v4(bool bf16, const kk__half_mm *p, int64_t j0, int64_t j1)
 			    : half_rows2(dot_f16_v4, dot2_f16_v4, p, j0, j1);
 	half_blocked(bf16 ? tiles_bf16_v4 : tiles_f16_v4, V4_RM, V4_RN, p, j0, j1);
 }
+
+/* ---- AVX-512 BF16 (vdpbf16ps) ---- */
+#define V4B __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+
+/* AVX512_BF16: CPUID leaf 7 subleaf 1, EAX bit 5. */
+static bool usable_v4b(void)
+{
+	unsigned a, b, c, d;
+	return usable_v4() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
+}
+
+/* bf16 W against bf16 X (kk_gemm's A has B's dtype: x as given, before
+ * widening), m >= 2: vdpbf16ps adds the two products of each pair of
+ * lanes to an f32 accumulator, 32 weights per instruction and no
+ * conversion, where the FMA tile converts 16.  The same 4 x 4 tiles,
+ * blocks and prefetch as tile_v4.  The instruction treats bf16 subnormals
+ * as zero and rounds each pair's sum once, so results differ from the FMA
+ * tile's in the last bits (within the f32 accumulation contract). */
+V4B static inline __attribute__((always_inline)) void tile_dp(const kk__half_mm *p, int64_t i,
+							      int64_t j, int64_t je, const int rm)
+{
+	const uint16_t *x[V4_RM], *w[V4_RN];
+	__m512 a[V4_RM][V4_RN];
+	size_t l = 0, k = p->k;
+	const bool pf = i == 0; /* HALF_PF_ROWS */
+	const size_t pf_ahead = HALF_PF_ROWS * p->ldw;
+#pragma GCC unroll 4
+	for (int r = 0; r < rm; r++)
+		x[r] = p->xh + half_clamp(i + r, p->m) * p->ldx;
+#pragma GCC unroll 4
+	for (int c = 0; c < V4_RN; c++)
+		w[c] = p->w + half_clamp(j + c, je) * p->ldw;
+#pragma GCC unroll 4
+	for (int r = 0; r < rm; r++)
+#pragma GCC unroll 4
+		for (int c = 0; c < V4_RN; c++)
+			a[r][c] = _mm512_setzero_ps();
+	for (; l + 32 <= k; l += 32) {
+		__m512i b[V4_RN];
+#pragma GCC unroll 4
+		for (int c = 0; c < V4_RN; c++) {
+			if (pf)
+				_mm_prefetch((const char *) (w[c] + l + pf_ahead), _MM_HINT_T0);
+			b[c] = _mm512_loadu_si512(w[c] + l);
+		}
+#pragma GCC unroll 4
+		for (int r = 0; r < rm; r++) {
+			__m512i xv = _mm512_loadu_si512(x[r] + l);
+#pragma GCC unroll 4
+			for (int c = 0; c < V4_RN; c++)
+				a[r][c] = _mm512_dpbf16_ps(a[r][c], (__m512bh) xv, (__m512bh) b[c]);
+		}
+	}
+	if (l < k) {
+		__mmask32 m = (__mmask32) ((1ull << (k - l)) - 1);
+		__m512i b[V4_RN];
+#pragma GCC unroll 4
+		for (int c = 0; c < V4_RN; c++)
+			b[c] = _mm512_maskz_loadu_epi16(m, w[c] + l);
+#pragma GCC unroll 4
+		for (int r = 0; r < rm; r++) {
+			__m512i xv = _mm512_maskz_loadu_epi16(m, x[r] + l);
+#pragma GCC unroll 4
+			for (int c = 0; c < V4_RN; c++)
+				a[r][c] = _mm512_dpbf16_ps(a[r][c], (__m512bh) xv, (__m512bh) b[c]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < rm; r++) {
+		float s[4];
+		_mm_storeu_ps(s, hsum4_v4(a[r][0], a[r][1], a[r][2], a[r][3]));
+		half_store(p, i + r, j, je, s, V4_RN);
+	}
+}
+
+#define TILE_DP(p, i, j, je, unused, rm) tile_dp(p, i, j, je, rm)
+TILES(tiles_dp_v4b, TILE_DP, V4B, 0)
+
+static void gemm_v4b(bool bf16, const kk__half_mm *p, int64_t j0, int64_t j1)
+{
+	if (bf16 && p->xh && p->m >= 2)
+		half_blocked(tiles_dp_v4b, V4_RM, V4_RN, p, j0, j1);
+	else
+		gemm_v4(bf16, p, j0, j1);
+}
 #endif
 
 /* Best first; the last is always usable. */
 static const struct half_impl impls[] = {
 #ifdef KK_HALF_X86
+	{ "avx512bf16", usable_v4b, widen_f16_v4, narrow_f16_v4, dot_f16_v4, dot_bf16_v4,
+	  gemm_v4b },
 	{ "avx512", usable_v4, widen_f16_v4, narrow_f16_v4, dot_f16_v4, dot_bf16_v4, gemm_v4 },
 	{ "f16c", usable_v3, widen_f16_v3, narrow_f16_v3, dot_f16_v3, dot_bf16_v3, gemm_v3 },
 #endif

@@ -382,7 +382,7 @@ static void test_threads_concurrent(void **state)
  * values across the normal, subnormal and overflow ranges, ties included)
  * and against a float64 reference: the dot product at lengths around the
  * vector widths, and kk_gemm with f16/bf16 operands (half_gemm_check). */
-static const char *const half_variants[] = { "avx512", "f16c", "portable" };
+static const char *const half_variants[] = { "avx512bf16", "avx512", "f16c", "portable" };
 
 static bool same_f32(float a, float b)
 {
