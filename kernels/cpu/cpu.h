@@ -145,11 +145,29 @@ void kk__narrow_bf16(uint16_t *dst, const float *src, size_t n);
 void kk__half_widen_f16(float *dst, const uint16_t *src, size_t n);
 void kk__half_narrow_f16(uint16_t *dst, const float *src, size_t n);
 float kk__half_dot(kk_dtype dt, const float *x, const uint16_t *w, size_t n); /* f16 or bf16 w */
-/* The variant in use; kk__half_force(name) picks another ("avx512",
- * "f16c", "portable"; NULL: the best this CPU has) for tests: -ENOENT for
+/* The variant in use; kk__half_force(name) picks another ("avx512bf16",
+ * "avx512", "f16c", "portable"; NULL: the best this CPU has) for tests: -ENOENT for
  * an unknown name, -EOPNOTSUPP when the CPU lacks it. */
 const char *kk__half_variant(void);
 int kk__half_force(const char *name);
+/* The multi-row product with f16/bf16 weights read in place:
+ * c[i * ldc + j] = alpha * sum_l x[i * ldx + l] w[j * ldw + l]
+ *                  (+ beta * c[i * ldc + j] when beta != 0)
+ * for i < m and W rows j in [j0, j1), W converted in registers inside a
+ * tile of X rows x W rows.  Each output is one sum in an order fixed by
+ * the variant and k alone (not by j0, j1 or the tile it falls in). */
+typedef struct kk__half_mm {
+	const float *x; /* m rows of k f32, ldx apart */
+	size_t ldx;
+	const uint16_t *xh; /* NULL, or x as bf16 (same rows): avx512bf16 uses it */
+	int64_t m;
+	const uint16_t *w; /* f16/bf16 rows of k, ldw apart */
+	size_t ldw, k;
+	float alpha, beta;
+	float *c;
+	size_t ldc;
+} kk__half_mm;
+void kk__half_gemm(kk_dtype dt, const kk__half_mm *p, int64_t j0, int64_t j1); /* f16 or bf16 w */
 
 /* simd.c defines the clones above and must not see them used first
  * (clang refuses to multiversion a function after a use). */

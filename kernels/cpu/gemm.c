@@ -1,8 +1,10 @@
 /* kernels/cpu/gemm.c — the cpu backend's GEMM: OpenBLAS sgemm split over
  * kk's threads, and a GEMV for the few-row products of decoding.
  *
- * bf16/f16 inputs are widened to f32 scratch and multiplied with sgemm, so
- * accumulation is f32 as the API promises; bias and the GELU/SiLU
+ * A linear layer's x W^T with bf16/f16 W reads W in place through
+ * half.c's kk__half_gemm; other bf16/f16 products are widened to f32
+ * scratch and multiplied with sgemm.  Accumulation is f32 as the API
+ * promises; bias and the GELU/SiLU
  * epilogues run on the f32 result before one rounding on store.  The
  * threads are kk's pool, each calling a one-thread sgemm on its share of
  * the columns (or rows): OpenBLAS's own threads would compete with the
@@ -27,6 +29,15 @@ static size_t gspan(int64_t batch, int64_t stride, int64_t rows, int64_t cols, i
  * m = 8 it matches sgemm (batch-8 decode 155 vs 154).  And it is
  * deterministic: y[i, j] is one dot product, whatever the thread count. */
 #define KK_CPU_GEMV_MAX_M 8
+
+/* A linear layer's product (x W^T) with bf16/f16 W runs kk__half_gemm
+ * (half.c) at every m: W's rows converted in registers, read from memory
+ * once per call; m = 1 one W row at a time, m >= 2 in tiles of 4 x rows
+ * by 4 W rows.  It won at every m over what it replaced: the GEMV's dots
+ * one x row at a time (m < 4) and rows widened into L1 (m 4..8): f16
+ * 2048 x 768, one thread, CPU time, m = 2 89 -> 45 us, 3 97 -> 50, 8 244
+ * -> 119; panels widened for sgemm (m > 8): 110M f16 prefill 420-460 ->
+ * 810-840 tok/s (docs/kernels.md, "f16/bf16 products in registers"). */
 
 /* sgemm flops per unit of kk__parallel_for's cost (~0.5 ns each). */
 #define GEMM_FLOPS_PER_COST 32.0
@@ -151,48 +162,52 @@ static void gemv_store(const struct gemm_ctx *g, int64_t i, int nx, int64_t j, c
 	}
 }
 
-/* W row j as f32: in place, or widened into buf. */
-static const float *gemv_wrow(const struct gemm_ctx *g, int64_t j, float *buf)
+/* x W^T with bf16/f16 W in place: W rows [b, e) against every x row. */
+static int half_range(void *p, int64_t b, int64_t e, int chunk)
 {
+	const struct gemm_ctx *g = p;
 	const kk_gemm_desc *d = g->d;
-	size_t off = (size_t) (g->batch_i * d->stride_b + j * d->ldb);
-	if (d->b->dtype == KK_F32)
-		return (const float *) d->b->ptr + off;
-	kk__row_f32(buf, d->b->ptr, d->b->dtype, off, d->k);
-	return buf;
+	kk__half_mm mm = {
+		.x = g->a,
+		.ldx = (size_t) d->lda,
+		.xh = d->a->dtype == KK_BF16
+			      ? (const uint16_t *) d->a->ptr + (size_t) (g->batch_i * d->stride_a)
+			      : NULL,
+		.m = d->m,
+		.w = (const uint16_t *) d->b->ptr + (size_t) (g->batch_i * d->stride_b),
+		.ldw = (size_t) d->ldb,
+		.k = (size_t) d->k,
+		.alpha = d->alpha,
+		.beta = d->beta,
+		.c = g->c,
+		.ldc = (size_t) g->ldc,
+	};
+	(void) chunk;
+	kk__half_gemm(d->b->dtype, &mm, b, e);
+	epilogue(g, 0, d->m, b, e);
+	return 0;
 }
 
-/* GEMV: output columns [b, e) (rows of W) for every x row.  bf16/f16 W
- * rows meet fewer than four x rows in kk__half_dot (widened in registers,
- * read once); one x row meets f32 rows in kk__dot.  Otherwise (bf16/f16
- * rows widened to f32 first, into L1) W rows go in pairs
- * (j even, j + 1) through the register tile, four x rows at a time; a
- * chunk edge splitting a pair runs its column alone through the same tile,
- * which sums it the same way. */
+/* W row j (f32, in place). */
+static const float *gemv_wrow(const struct gemm_ctx *g, int64_t j)
+{
+	const kk_gemm_desc *d = g->d;
+	return (const float *) d->b->ptr + (size_t) (g->batch_i * d->stride_b + j * d->ldb);
+}
+
+/* GEMV (f32 W; bf16/f16 W go to half_range): output columns [b, e)
+ * (rows of W) for every x row.  One x row meets W rows in kk__dot;
+ * otherwise W rows go in pairs (j even, j + 1) through the register tile,
+ * four x rows at a time; a chunk edge splitting a pair runs its column
+ * alone through the same tile, which sums it the same way. */
 static int gemv_range(void *p, int64_t b, int64_t e, int chunk)
 {
 	const struct gemm_ctx *g = p;
 	const kk_gemm_desc *d = g->d;
-	const kk_buffer *wb = d->b;
-	_cleanup_free_ float *rows = NULL;
 
-	if (wb->dtype != KK_F32 && d->m < 4) {
-		for (int64_t j = b; j < e; j++) {
-			const uint16_t *wh = (const uint16_t *) wb->ptr +
-					     (size_t) (g->batch_i * d->stride_b + j * d->ldb);
-			for (int64_t i = 0; i < d->m; i++) {
-				float s = kk__half_dot(wb->dtype, g->a + i * d->lda, wh, d->k);
-				gemv_store(g, i, 1, j, &s, 1);
-			}
-			epilogue(g, 0, d->m, j, j + 1);
-		}
-		return 0;
-	}
-	if (wb->dtype != KK_F32 && !(rows = malloc(2 * d->k * sizeof(float))))
-		return -ENOMEM;
 	if (d->m == 1) { /* one stream: kk__dot's unrolled sum reads W fastest */
 		for (int64_t j = b; j < e; j++) {
-			float s = kk__dot(g->a, gemv_wrow(g, j, rows), d->k);
+			float s = kk__dot(g->a, gemv_wrow(g, j), d->k);
 			gemv_store(g, 0, 1, j, &s, 1);
 			epilogue(g, 0, 1, j, j + 1);
 		}
@@ -200,8 +215,8 @@ static int gemv_range(void *p, int64_t b, int64_t e, int chunk)
 	}
 	for (int64_t j = b; j < e;) {
 		int nw = (j % 2 == 0 && j + 1 < e) ? 2 : 1;
-		const float *w0 = gemv_wrow(g, j, rows);
-		const float *w1 = nw == 2 ? gemv_wrow(g, j + 1, rows ? rows + d->k : NULL) : NULL;
+		const float *w0 = gemv_wrow(g, j);
+		const float *w1 = nw == 2 ? gemv_wrow(g, j + 1) : NULL;
 		for (int64_t i = 0; i < d->m; i += 4) {
 			float s[8];
 			int nx = (int) MIN(d->m - i, (int64_t) 4);
@@ -219,7 +234,9 @@ static int gemv_range(void *p, int64_t b, int64_t e, int chunk)
 int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 {
 	int64_t batch = d->batch ? d->batch : 1;
-	bool gemv = d->trans_b && !d->trans_a && d->m <= KK_CPU_GEMV_MAX_M;
+	bool half_mm =
+		d->trans_b && !d->trans_a && (d->b->dtype == KK_F16 || d->b->dtype == KK_BF16);
+	bool gemv = !half_mm && d->trans_b && !d->trans_a && d->m <= KK_CPU_GEMV_MAX_M;
 	size_t na = gspan(batch, d->stride_a, d->trans_a ? d->k : d->m, d->trans_a ? d->m : d->k,
 			  d->lda);
 	size_t nb = gspan(batch, d->stride_b, d->trans_b ? d->n : d->k, d->trans_b ? d->k : d->n,
@@ -234,7 +251,7 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 		return r;
 	/* Split the longer side over the threads; a bf16/f16 B split by
 	 * columns is widened a panel at a time, else all at once. */
-	bool split_n = d->n >= d->m, panels = !gemv && split_n && d->b->dtype != KK_F32;
+	bool split_n = d->n >= d->m, panels = !gemv && !half_mm && split_n && d->b->dtype != KK_F32;
 	double flops = 2.0 * d->m * d->n * d->k;
 	int64_t panel_n = 0;
 	if (panels) {
@@ -243,7 +260,7 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 		panel_n = MIN(panel_n, d->n);
 		if (!(b_own = malloc((size_t) nchunks * panel_n * d->k * sizeof(float))))
 			return -ENOMEM;
-	} else if (!gemv && (r = kk__widen(d->b, nb, &b, &b_own)) < 0) {
+	} else if (!gemv && !half_mm && (r = kk__widen(d->b, nb, &b, &b_own)) < 0) {
 		return r;
 	}
 	if (d->bias) {
@@ -274,7 +291,10 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 					kk__row_f32(c_tmp + row * d->n, d->c->ptr, d->c->dtype,
 						    i * d->stride_c + row * d->ldc, d->n);
 		}
-		if (gemv) {
+		if (half_mm) {
+			r = kk__parallel_for(d->n, flops / d->n / GEMM_FLOPS_PER_COST, half_range,
+					     &g);
+		} else if (gemv) {
 			r = kk__parallel_for(d->n, (double) d->k * (1 + d->m) / 4, gemv_range, &g);
 		} else {
 			g.b = panels ? NULL : b + i * d->stride_b;

@@ -381,10 +381,8 @@ static void test_threads_concurrent(void **state)
  * scalar kk_f16_to_f32/kk_f32_to_f16 bit for bit (every f16 pattern; f32
  * values across the normal, subnormal and overflow ranges, ties included)
  * and against a float64 reference: the dot product at lengths around the
- * vector widths, and kk_gemm with f16/bf16 operands (the decode GEMV at
- * m = 1, 3, 8, bit-identical for 1, 2 and 5 threads; the prefill's
- * panel-widened sgemm at m = 40 and 130, B transposed or not). */
-static const char *const half_variants[] = { "avx512", "f16c", "portable" };
+ * vector widths, and kk_gemm with f16/bf16 operands (half_gemm_check). */
+static const char *const half_variants[] = { "avx512bf16", "avx512", "f16c", "portable" };
 
 static bool same_f32(float a, float b)
 {
@@ -464,57 +462,87 @@ static void half_dot_check(const char *v)
 	}
 }
 
+/* kk_gemm with f16/bf16 operands under variant v.  x W^T (B transposed:
+ * kk__half_gemm) at every m from 1 to 9 (each X-row tile size and its
+ * edges) and beyond, n and k odd or past a vector, W wider than one
+ * L2 block (half.c's HALF_GEMM_WBLOCK: 256 KiB of rows), padded leading
+ * dimensions, alpha/beta with C read back, a bias and an epilogue; each
+ * bit-identical for 1, 2 and 5 threads.  B not transposed (panels widened
+ * for sgemm) at m = 40 and 130, held to the tolerance only. */
 static void half_gemm_check(const char *v)
 {
-	const int64_t ms[] = { 1, 3, 8, 40, 130 };
+	static const struct {
+		int64_t m, n, k, pad; /* pad: extra elements per row of A, B and C */
+		bool tb, beta, bias;
+		kk_epilogue epi;
+	} cs[] = {
+		{ 1, 301, 17, 0, 1, 0, 0, KK_EPI_NONE },
+		{ 1, 700, 333, 3, 1, 1, 1, KK_EPI_SILU },
+		{ 2, 67, 100, 0, 1, 0, 0, KK_EPI_NONE },
+		{ 3, 300, 257, 1, 1, 1, 0, KK_EPI_NONE },
+		{ 4, 33, 64, 0, 1, 0, 1, KK_EPI_GELU },
+		{ 5, 129, 200, 2, 1, 0, 0, KK_EPI_NONE },
+		{ 6, 258, 15, 0, 1, 1, 0, KK_EPI_NONE },
+		{ 7, 31, 768, 0, 1, 0, 0, KK_EPI_NONE },
+		{ 8, 515, 301, 0, 1, 0, 0, KK_EPI_NONE },
+		{ 9, 5, 33, 5, 1, 1, 1, KK_EPI_SILU },
+		{ 13, 1000, 300, 0, 1, 0, 0, KK_EPI_NONE }, /* 3 W blocks */
+		{ 130, 515, 383, 1, 1, 0, 0, KK_EPI_NONE },
+		{ 40, 300, 200, 0, 0, 0, 0, KK_EPI_NONE },
+		{ 130, 333, 97, 0, 0, 0, 0, KK_EPI_NONE },
+	};
 	for (size_t di = 0; di < 2; di++)
-		for (size_t mi = 0; mi < ARRAY_SIZE(ms); mi++)
-			for (int tb = 1; tb >= (ms[mi] > 8 ? 0 : 1); tb--) {
-				kk_dtype dt = di ? KK_BF16 : KK_F16;
-				int64_t m = ms[mi], n = irand(300, 700), k = irand(200, 400);
-				double *hx, *hw, *ref = hmalloc((size_t) (m * n) * 8),
-						 *got = hmalloc((size_t) (m * n) * 8);
-				kk_buffer *x = up_rand(dt, (size_t) (m * k), -1, 1, &hx);
-				kk_buffer *w = up_rand(dt, (size_t) (n * k), -1, 1, &hw);
-				kk_buffer *y = out_buf(KK_F32, (size_t) (m * n));
-				float *y1 = hmalloc((size_t) (m * n) * 4),
-				      *y2 = hmalloc((size_t) (m * n) * 4);
-				kk_gemm_desc d = { .trans_b = tb,
-						   .m = m,
-						   .n = n,
-						   .k = k,
-						   .alpha = 1,
-						   .a = x,
-						   .lda = k,
-						   .b = w,
-						   .ldb = tb ? k : n,
-						   .c = y,
-						   .ldc = n };
+		for (size_t ci = 0; ci < ARRAY_SIZE(cs); ci++) {
+			kk_dtype dt = di ? KK_BF16 : KK_F16;
+			int64_t m = cs[ci].m, n = cs[ci].n, k = cs[ci].k, pad = cs[ci].pad;
+			bool tb = cs[ci].tb;
+			int64_t lda = k + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+			size_t nc = (size_t) (m * ldc);
+			double *hx, *hw, *hc, *hb, *ref = hmalloc(nc * 8), *got = hmalloc(nc * 8);
+			kk_buffer *x = up_rand(dt, (size_t) (m * lda), -1, 1, &hx);
+			kk_buffer *w = up_rand(dt, (size_t) ((tb ? n : k) * ldb), -1, 1, &hw);
+			kk_buffer *c0 = up_rand(KK_F32, nc, -1, 1, &hc);
+			kk_buffer *bias = up_rand(KK_F32, (size_t) n, -1, 1, &hb);
+			kk_buffer *y = out_buf(KK_F32, nc);
+			float *y1 = hmalloc(nc * 4), *y2 = hmalloc(nc * 4);
+			kk_gemm_desc d = { .trans_b = tb,
+					   .m = m,
+					   .n = n,
+					   .k = k,
+					   .alpha = cs[ci].beta ? 0.5f : 1,
+					   .beta = cs[ci].beta ? 0.25f : 0,
+					   .a = x,
+					   .lda = lda,
+					   .b = w,
+					   .ldb = ldb,
+					   .c = y,
+					   .ldc = ldc,
+					   .bias = cs[ci].bias ? bias : NULL,
+					   .epilogue = cs[ci].epi };
+			char what[96];
+			snprintf(what, sizeof(what), "%s: %s m=%ld n=%ld k=%ld%s", v,
+				 kk_dtype_name(dt), (long) m, (long) n, (long) k,
+				 tb ? "" : " B not transposed");
+			ref_gemm(&d, hx, hw, cs[ci].beta ? hc : NULL, cs[ci].bias ? hb : NULL, ref);
+			for (int t = 1; t <= 5; t += t == 1 ? 1 : 3) {
+				assert_int_equal(kk_backend_set_threads(be, t), 0);
+				assert_int_equal(kk_buffer_copy(be, NULL, y, 0, c0, 0, nc * 4), 0);
+				assert_int_equal(kk_gemm(be, NULL, &d), 0);
+				assert_int_equal(kk_buffer_download(be, NULL, y, 0,
+								    t == 1 ? y1 : y2, nc * 4),
+						 0);
+				if (t > 1 && tb && memcmp(y1, y2, nc * 4))
+					fail_msg("%s: 1 and %d threads differ", what, t);
+				for (size_t i = 0; i < nc; i++)
+					got[i] = (t == 1 ? y1 : y2)[i];
+				/* the padding columns keep C's values */
 				for (int64_t i = 0; i < m; i++)
-					for (int64_t j = 0; j < n; j++) {
-						double acc = 0;
-						for (int64_t l = 0; l < k; l++)
-							acc += hx[i * k + l] *
-							       (tb ? hw[j * k + l] : hw[l * n + j]);
-						ref[i * n + j] = acc;
-					}
-				for (int t = 1; t <= 5; t += t == 1 ? 1 : 3) {
-					assert_int_equal(kk_backend_set_threads(be, t), 0);
-					assert_int_equal(kk_gemm(be, NULL, &d), 0);
-					assert_int_equal(kk_buffer_download(be, NULL, y, 0,
-									    t == 1 ? y1 : y2,
-									    (size_t) (m * n) * 4),
-							 0);
-					if (t > 1 && m <= 8 && memcmp(y1, y2, (size_t) (m * n) * 4))
-						fail_msg("%s: %s m=%ld: 1 and %d threads differ", v,
-							 kk_dtype_name(dt), (long) m, t);
-					for (int64_t i = 0; i < m * n; i++)
-						got[i] = (t == 1 ? y1 : y2)[i];
-					expect_close(v, got, ref, (size_t) (m * n), 4 * TOL(dt),
-						     2 * TOL(dt));
-				}
-				teardown(NULL);
+					for (int64_t j = n; j < ldc; j++)
+						ref[i * ldc + j] = hc[i * ldc + j];
+				expect_close(what, got, ref, nc, 4 * TOL(dt), 2 * TOL(dt));
 			}
+			teardown(NULL);
+		}
 	assert_int_equal(kk_backend_set_threads(be, 0), 0);
 }
 
