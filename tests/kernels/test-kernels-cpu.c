@@ -6,8 +6,12 @@
 #define KK_TEST_BACKEND "cpu"
 #include "kernels-suite.h"
 
+#include <cblas.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
+#include <time.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 /* The cpu backend's internals (in libkk.a): the cgroup quota reader, the
@@ -375,6 +379,66 @@ static void test_threads_concurrent(void **state)
 	assert_int_equal(kk_backend_set_threads(be, 0), 0);
 }
 
+/* Chunks that outlast the publisher's join spin (KK_CPU_JOIN_SPIN_NS):
+ * it sleeps on the futex and the worker finishing the last chunk must wake
+ * it.  A lost wake-up hangs the call, so an alarm turns that into a
+ * failure; every chunk must run exactly once, over its own range. */
+#define SLOW_CHUNKS KK_CPU_CHUNKS_MAX
+
+struct slow_job {
+	int runs[SLOW_CHUNKS];
+	int64_t covered;
+};
+
+static int slow_chunk(void *ctx, int64_t b, int64_t e, int chunk)
+{
+	struct slow_job *j = ctx;
+	struct timespec ts = { 0, 4 * KK_CPU_JOIN_SPIN_NS };
+	__atomic_fetch_add(&j->runs[chunk], 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&j->covered, e - b, __ATOMIC_RELAXED);
+	nanosleep(&ts, NULL);
+	return chunk == 1 ? -EBADMSG : 0;
+}
+
+static void test_pool_join_sleeps(void **state)
+{
+	assert_int_equal(kk_backend_set_threads(be, 2), 0);
+	alarm(20);
+	for (int job = 0; job < 20; job++) {
+		struct slow_job j = { 0 };
+		int chunks = kk__parallel_chunks(64, 1e9);
+		assert_true(chunks > 1 && chunks <= SLOW_CHUNKS);
+		assert_int_equal(kk__parallel_for(64, 1e9, slow_chunk, &j), -EBADMSG);
+		assert_int_equal(j.covered, 64);
+		for (int i = 0; i < chunks; i++)
+			if (j.runs[i] != 1)
+				fail_msg("job %d: chunk %d ran %d times", job, i, j.runs[i]);
+	}
+	alarm(0);
+	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+}
+
+/* Opening the backend ends the threads OpenBLAS started when it loaded
+ * (cpu.c openblas_stop_threads): blas_server_avail, OpenBLAS's "threads
+ * are running", is 0 after it.  They are started again first (asking for
+ * two: a fork, as the suite's tests do, ends them too); skipped for a BLAS
+ * without the symbol or a one-CPU machine, where none start. */
+static void test_openblas_threads_stopped(void **state)
+{
+	const int *avail = dlsym(RTLD_DEFAULT, "blas_server_avail");
+	kk_backend *b2 = NULL;
+
+	if (!avail)
+		skip();
+	openblas_set_num_threads(2);
+	if (!*avail)
+		skip();
+	assert_int_equal(kk_backend_open("cpu", &b2), 0);
+	assert_int_equal(*avail, 0);
+	assert_int_equal(openblas_get_num_threads(), 1);
+	kk_backend_free(b2);
+}
+
 /* ---- f16/bf16 loops, every variant (kernels/cpu/half.c) ----------------
  *
  * Each variant this CPU runs (forced through kk__half_force) against the
@@ -612,6 +676,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_threads_qgemv, teardown),
 		cmocka_unit_test_teardown(test_qdot_variants, teardown),
 		cmocka_unit_test_teardown(test_threads_concurrent, teardown),
+		cmocka_unit_test_teardown(test_pool_join_sleeps, teardown),
+		cmocka_unit_test_teardown(test_openblas_threads_stopped, teardown),
 		cmocka_unit_test_teardown(test_half_variants, teardown),
 		cmocka_unit_test_teardown(test_half_inline, teardown),
 		cmocka_unit_test_teardown(test_wrap_host, teardown),
