@@ -34,6 +34,14 @@ static size_t gspan(int64_t batch, int64_t stride, int64_t rows, int64_t cols, i
  * handful of rows.  16 keeps the x rows of a 768-wide tile pass in L1. */
 #define KK_CPU_GEMV_MAX_M_F32 16
 
+/* An f32 product split by columns gives each chunk whole blocks of this
+ * many columns: OpenBLAS's sgemm kernel runs 16 columns of row-major C
+ * at a time (its M unroll here) and the edge kernel left by a chunk of,
+ * say, 36 columns (the 15M shape's 288 over 8 chunks) runs slower. */
+#ifndef GEMM_COL_BLOCK
+#define GEMM_COL_BLOCK 16
+#endif
+
 /* sgemm flops per unit of kk__parallel_for's cost (~0.5 ns each). */
 #define GEMM_FLOPS_PER_COST 32.0
 
@@ -53,6 +61,7 @@ struct gemm_ctx {
 	int64_t ldc;
 	const float *bias;
 	bool split_n; /* chunks of columns (else of rows) */
+	int64_t col_block; /* f32 B split by columns: chunks of whole blocks */
 	int64_t batch_i;
 	/* bf16/f16 B split by columns: one f32 panel of panel_n columns of
 	 * op(B) per chunk (b is NULL then). */
@@ -118,6 +127,10 @@ static int sgemm_range(void *p, int64_t b, int64_t e, int chunk)
 	const float *a = g->a, *bm = g->b;
 	float *c = g->c;
 
+	if (g->col_block > 1) { /* ranges of blocks: columns, the last cut at n */
+		b = MIN(b * g->col_block, n);
+		e = MIN(e * g->col_block, n);
+	}
 	if (g->split_n) {
 		c0 = b, c1 = e;
 		if (bm)
@@ -288,8 +301,10 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 			g.panels = panels ? b_own : NULL;
 			g.panel_n = panel_n;
 			g.split_n = split_n;
+			g.col_block = split_n && !panels ? GEMM_COL_BLOCK : 1;
 			if (g.split_n)
-				r = kk__parallel_for(d->n, flops / d->n / GEMM_FLOPS_PER_COST,
+				r = kk__parallel_for(DIV_ROUND_UP(d->n, g.col_block),
+						     flops / d->n * g.col_block / GEMM_FLOPS_PER_COST,
 						     sgemm_range, &g);
 			else
 				r = kk__parallel_for(d->m, flops / d->m / GEMM_FLOPS_PER_COST,
