@@ -167,6 +167,45 @@ static void test_threads_deterministic(void **state)
 	assert_int_equal(kk_backend_set_threads(be, 0), 0);
 }
 
+/* The f32 GEMV's bias and GELU/SiLU epilogue (m = 1 applies it once per
+ * chunk of columns, the tiles per pair of them) against the float64
+ * reference, at 1 and 2 threads: test_gemm's shapes (m >= 5) never reach
+ * the one-row path. */
+static void test_gemv_epilogue(void **state)
+{
+	const int64_t ms[] = { 1, 3, 13 };
+	for (size_t mi = 0; mi < ARRAY_SIZE(ms); mi++)
+		for (int e = 1; e <= 2; e++)
+			for (int t = 1; t <= 2; t++) {
+				int64_t m = ms[mi], n = irand(300, 700), k = irand(200, 400);
+				double *hx, *hw, *hb, *ref = hmalloc((size_t) (m * n) * 8);
+				kk_buffer *x = up_rand(KK_F32, (size_t) (m * k), -1, 1, &hx);
+				kk_buffer *w = up_rand(KK_F32, (size_t) (n * k), -1, 1, &hw);
+				kk_buffer *bias = up_rand(KK_F32, (size_t) n, -1, 1, &hb);
+				kk_buffer *y = out_buf(KK_F32, (size_t) (m * n));
+				kk_gemm_desc d = { .trans_b = true,
+						   .m = m,
+						   .n = n,
+						   .k = k,
+						   .alpha = 0.75f,
+						   .a = x,
+						   .lda = k,
+						   .b = w,
+						   .ldb = k,
+						   .c = y,
+						   .ldc = n,
+						   .bias = bias,
+						   .epilogue = (kk_epilogue) e };
+				assert_int_equal(kk_backend_set_threads(be, t), 0);
+				assert_int_equal(kk_gemm(be, NULL, &d), 0);
+				ref_gemm(&d, hx, hw, NULL, hb, ref);
+				expect_close("gemv epilogue", down(y, (size_t) (m * n)), ref,
+					     (size_t) (m * n), 4 * TOL(KK_F32), 2 * TOL(KK_F32));
+				teardown(NULL);
+			}
+	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+}
+
 /* The quantized product (int8 and int4 rows split over threads; GEMV
  * sizes and a prefill-sized m) is bit-identical for 1, 2 and 5 threads
  * too. */
@@ -677,6 +716,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_cgroup_quota, teardown),
 		cmocka_unit_test_teardown(test_threads_deterministic, teardown),
 		cmocka_unit_test_teardown(test_threads_qgemv, teardown),
+		cmocka_unit_test_teardown(test_gemv_epilogue, teardown),
 		cmocka_unit_test_teardown(test_qdot_variants, teardown),
 		cmocka_unit_test_teardown(test_threads_concurrent, teardown),
 		cmocka_unit_test_teardown(test_pool_join_sleeps, teardown),
