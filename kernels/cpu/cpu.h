@@ -265,6 +265,10 @@ void kk__rms_bwd_row(float *dx, float *dw, const float *dy, const float *h, cons
 		     const float *dres, float rstd, size_t n);
 /* Attention backward's dS row: dp[i] = p[i] (dp[i] - di) scale. */
 void kk__attn_ds(float *dp, const float *p, float di, float scale, size_t n);
+/* Paged decode's block loops: s[j] = dot(q, k[j][0..n)) * scale, and
+ * y[0..n) += sum_j p[j] v[j][0..n), for j < nt. */
+void kk__dot_rows(float *s, const float *q, const float *const *k, int nt, size_t n, float scale);
+void kk__axpy_rows(float *y, const float *p, const float *const *v, int nt, size_t n);
 /* ---- int8 dot products of the quantized product (qdot.c) ---------------- */
 
 /* Activations are quantized in blocks of this many elements (llama.cpp's

@@ -314,6 +314,34 @@ CLONES float kk__exp_sum(float *x, float sub, size_t n)
 	return hsum16(&acc);
 }
 
+/* The paged decode attention's block loops (attention.c decode_range): a
+ * cache block's scores and its P V update in one call each, where a call of
+ * kk__dot / kk__axpy per cached token cost more than the work at small
+ * head dims (stories260K's 8, stories15M's 48). */
+CLONES void kk__dot_rows(float *s, const float *q, const float *const *k, int nt, size_t n,
+			 float scale)
+{
+	for (int j = 0; j < nt; j++) {
+		const float *kj = k[j];
+		float t = 0;
+#pragma omp simd reduction(+ : t)
+		for (size_t i = 0; i < n; i++)
+			t += q[i] * kj[i];
+		s[j] = t * scale;
+	}
+}
+
+CLONES void kk__axpy_rows(float *y, const float *p, const float *const *v, int nt, size_t n)
+{
+	for (int j = 0; j < nt; j++) {
+		const float *vj = v[j];
+		float pj = p[j];
+#pragma omp simd
+		for (size_t i = 0; i < n; i++)
+			y[i] += pj * vj[i];
+	}
+}
+
 /* y = silu(g) * u = g u / (1 + e^-g). */
 static inline __attribute__((always_inline)) void swiglu16(float *y, const float *g, const float *u,
 							   size_t n)
