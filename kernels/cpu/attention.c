@@ -336,9 +336,10 @@ static int decode_range(void *p, int64_t b, int64_t e, int chunk)
 					kr[j] = (const float *) c->kc->ptr + off;
 					vr[j] = (const float *) c->vc->ptr + off;
 				} else {
-					kk__row_f32(kv + (size_t) j * D, c->kc->ptr, c->kc->dtype, off, D);
-					kk__row_f32(kv + (size_t) (BS + j) * D, c->vc->ptr, c->vc->dtype,
+					kk__row_f32(kv + (size_t) j * D, c->kc->ptr, c->kc->dtype,
 						    off, D);
+					kk__row_f32(kv + (size_t) (BS + j) * D, c->vc->ptr,
+						    c->vc->dtype, off, D);
 					kr[j] = kv + (size_t) j * D;
 					vr[j] = kv + (size_t) (BS + j) * D;
 				}

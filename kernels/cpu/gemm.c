@@ -60,7 +60,7 @@ struct gemm_ctx {
 	float *c;	    /* f32 result of this batch entry */
 	int64_t ldc;
 	const float *bias;
-	bool split_n; /* chunks of columns (else of rows) */
+	bool split_n;	   /* chunks of columns (else of rows) */
 	int64_t col_block; /* f32 B split by columns: chunks of whole blocks */
 	int64_t batch_i;
 	/* bf16/f16 B split by columns: one f32 panel of panel_n columns of
@@ -305,7 +305,8 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 			g.col_block = split_n && !panels ? GEMM_COL_BLOCK : 1;
 			if (g.split_n)
 				r = kk__parallel_for(DIV_ROUND_UP(d->n, g.col_block),
-						     flops / d->n * g.col_block / GEMM_FLOPS_PER_COST,
+						     flops / d->n * g.col_block /
+							     GEMM_FLOPS_PER_COST,
 						     sgemm_range, &g);
 			else
 				r = kk__parallel_for(d->m, flops / d->m / GEMM_FLOPS_PER_COST,
