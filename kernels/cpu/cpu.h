@@ -31,9 +31,11 @@
  * a futex: a forward pass issues its ops well within this. */
 #define KK_CPU_SPIN_NS 200000
 /* How long the thread that published a job spins for the chunks workers
- * still run before it sleeps on a futex (cpu.c pool_wait): about one chunk
- * of a small model's prefill GEMM. */
-#define KK_CPU_JOIN_SPIN_NS 50000
+ * still run before it sleeps on a futex (cpu.c pool_wait).  As long as the
+ * workers' spin: every chunk of a forward pass but the 32000-row
+ * classifier's ends within it on an idle machine, so sleeping (and a
+ * wake-up's latency) is left to the busy one it is for. */
+#define KK_CPU_JOIN_SPIN_NS 200000
 
 /* Inline f16/bf16 <-> f32 for the element-wise loops (rope, SwiGLU, the
  * norms' rounding): bit-identical to kk_f16_to_f32 and friends, which
