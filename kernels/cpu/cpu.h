@@ -134,6 +134,8 @@ static inline float kk__round(kk_dtype dt, float v)
 
 /* Vectorized inner loops (simd.c, one clone per x86-64 level). */
 float kk__dot(const float *a, const float *b, size_t n);
+/* kk__dot with b (a weight row) prefetched 8 KiB ahead: the one-row GEMV. */
+float kk__dot_pf(const float *a, const float *b, size_t n);
 /* s[r * 2 + c] = dot(x + r * ldx, w_c) for r < nx (1..4), c < 1 or 2
  * (w1 NULL: one weight row). */
 void kk__gemv_tile(float s[8], const float *x, size_t ldx, int nx, const float *w0, const float *w1,

@@ -209,9 +209,9 @@ static int gemv_range(void *p, int64_t b, int64_t e, int chunk)
 	}
 	if (wb->dtype != KK_F32 && !(rows = malloc(2 * d->k * sizeof(float))))
 		return -ENOMEM;
-	if (d->m == 1) { /* one stream: kk__dot's unrolled sum reads W fastest */
+	if (d->m == 1) { /* one stream: kk__dot_pf's unrolled, prefetching sum */
 		for (int64_t j = b; j < e; j++) {
-			float s = kk__dot(g->a, gemv_wrow(g, j, rows), d->k);
+			float s = kk__dot_pf(g->a, gemv_wrow(g, j, rows), d->k);
 			gemv_store(g, 0, 1, j, &s, 1);
 		}
 		/* once for the chunk: a call per column was 0.6 % of a decode */

@@ -162,6 +162,35 @@ CLONES void kk__gemv_tile(float s[8], const float *x, size_t ldx, int nx, const 
 	}
 }
 
+/* kk__dot for the one-row GEMV of single-stream decode: b, a weight row,
+ * is prefetched GEMV_PF_FLOATS (8 KiB) ahead, into the rows after it (a
+ * linear layer's rows follow each other), and four accumulators keep the
+ * FMAs independent.  110M f32 decode, 1 thread, six interleaved pairs of
+ * runs, per CPU second: 61.5-71.7 -> 65.6-82.8 tok/s (means 66.8 -> 75.7),
+ * every pair faster. */
+CLONES float kk__dot_pf(const float *a, const float *b, size_t n)
+{
+	v16f s0 = {}, s1 = {}, s2 = {}, s3 = {};
+	size_t i = 0;
+	for (; i + 64 <= n; i += 64) {
+		__builtin_prefetch(b + i + GEMV_PF_FLOATS);
+		__builtin_prefetch(b + i + GEMV_PF_FLOATS + 16);
+		__builtin_prefetch(b + i + GEMV_PF_FLOATS + 32);
+		__builtin_prefetch(b + i + GEMV_PF_FLOATS + 48);
+		s0 += ld16f(a + i) * ld16f(b + i);
+		s1 += ld16f(a + i + 16) * ld16f(b + i + 16);
+		s2 += ld16f(a + i + 32) * ld16f(b + i + 32);
+		s3 += ld16f(a + i + 48) * ld16f(b + i + 48);
+	}
+	for (; i + 16 <= n; i += 16)
+		s0 += ld16f(a + i) * ld16f(b + i);
+	s0 += s1 + s2 + s3;
+	float s = hsum16(&s0);
+	for (; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
 /* int8 lanes widen as unsigned bytes (b ^ 0x80) - 128: gcc 12 turns a
  * signed byte vector conversion into scalar code, an unsigned one into
  * vpmovzxbd. */
