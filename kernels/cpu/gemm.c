@@ -183,7 +183,7 @@ static const float *gemv_wrow(const struct gemm_ctx *g, int64_t j, float *buf)
 
 /* GEMV: output columns [b, e) (rows of W) for every x row.  bf16/f16 W
  * rows meet fewer than four x rows in kk__half_dot (widened in registers,
- * read once); one x row meets f32 rows in kk__dot.  Otherwise (bf16/f16
+ * read once); one x row meets f32 rows in kk__dot_pf.  Otherwise (bf16/f16
  * rows widened to f32 first, into L1) W rows go in pairs
  * (j even, j + 1) through the register tile, four x rows at a time; a
  * chunk edge splitting a pair runs its column alone through the same tile,
