@@ -347,9 +347,52 @@ CLONES float kk__exp_sum(float *x, float sub, size_t n)
  * cache block's scores and its P V update in one call each, where a call of
  * kk__dot / kk__axpy per cached token cost more than the work at small
  * head dims (stories260K's 8, stories15M's 48). */
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+
+/* Sum of 16 lanes as a tree (hsum16 adds them one by one: 15 dependent
+ * adds, the cost of a score at small head dims). */
+static inline __attribute__((always_inline)) float hsum16_tree(v16f v)
+{
+	v8f a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+		__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+	v4f b = __builtin_shufflevector(a, a, 0, 1, 2, 3) +
+		__builtin_shufflevector(a, a, 4, 5, 6, 7);
+	return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+static inline __attribute__((always_inline)) v8f ld8f(const float *p)
+{
+	v8f v;
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+/* Head dims that are multiples of 16, and 8, run whole vectors: one tree
+ * sum per score, and P V's accumulator stays in a register across the
+ * block's tokens; other dims take the plain loops. */
 CLONES void kk__dot_rows(float *s, const float *q, const float *const *k, int nt, size_t n,
 			 float scale)
 {
+	if (n % 16 == 0) {
+		for (int j = 0; j < nt; j++) {
+			v16f acc = {};
+			for (size_t i = 0; i < n; i += 16)
+				acc += ld16f(q + i) * ld16f(k[j] + i);
+			s[j] = hsum16_tree(acc) * scale;
+		}
+		return;
+	}
+	if (n == 8) {
+		v8f qv = ld8f(q);
+		for (int j = 0; j < nt; j++) {
+			v8f p = qv * ld8f(k[j]);
+			v4f b = __builtin_shufflevector(p, p, 0, 1, 2, 3) +
+				__builtin_shufflevector(p, p, 4, 5, 6, 7);
+			s[j] = ((b[0] + b[2]) + (b[1] + b[3])) * scale;
+		}
+		return;
+	}
 	for (int j = 0; j < nt; j++) {
 		const float *kj = k[j];
 		float t = 0;
@@ -362,6 +405,22 @@ CLONES void kk__dot_rows(float *s, const float *q, const float *const *k, int nt
 
 CLONES void kk__axpy_rows(float *y, const float *p, const float *const *v, int nt, size_t n)
 {
+	if (n % 16 == 0) {
+		for (size_t i = 0; i < n; i += 16) {
+			v16f acc = ld16f(y + i);
+			for (int j = 0; j < nt; j++)
+				acc += p[j] * ld16f(v[j] + i);
+			memcpy(y + i, &acc, sizeof(acc));
+		}
+		return;
+	}
+	if (n == 8) {
+		v8f acc = ld8f(y);
+		for (int j = 0; j < nt; j++)
+			acc += p[j] * ld8f(v[j]);
+		memcpy(y, &acc, sizeof(acc));
+		return;
+	}
 	for (int j = 0; j < nt; j++) {
 		const float *vj = v[j];
 		float pj = p[j];

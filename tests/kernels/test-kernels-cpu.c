@@ -421,6 +421,47 @@ static void test_threads_concurrent(void **state)
 	assert_int_equal(kk_backend_set_threads(be, 0), 0);
 }
 
+/* The paged decode's block loops (simd.c) against float64 for head dims
+ * of each path: multiples of 16, 8, and the rest (the suite's paged tests
+ * use 8, 64, 96 and 128 only). */
+static void test_block_loops(void **state)
+{
+	const size_t ns[] = { 8, 12, 16, 40, 48, 64, 96 };
+	for (size_t ni = 0; ni < ARRAY_SIZE(ns); ni++) {
+		size_t n = ns[ni];
+		int nt = irand(1, 16);
+		float q[128], y[128], p[16], s[16], rows[16][128];
+		const float *r[16];
+		double want_y[128];
+		for (size_t i = 0; i < n; i++) {
+			q[i] = (float) (rand() % 2001 - 1000) / 1000.0f;
+			y[i] = (float) (rand() % 2001 - 1000) / 1000.0f;
+			want_y[i] = y[i];
+		}
+		for (int j = 0; j < nt; j++) {
+			for (size_t i = 0; i < n; i++)
+				rows[j][i] = (float) (rand() % 2001 - 1000) / 1000.0f;
+			p[j] = (float) (rand() % 1001) / 1000.0f;
+			r[j] = rows[j];
+		}
+		kk__dot_rows(s, q, r, nt, n, 0.5f);
+		kk__axpy_rows(y, p, r, nt, n);
+		for (int j = 0; j < nt; j++) {
+			double d = 0;
+			for (size_t i = 0; i < n; i++) {
+				d += (double) q[i] * rows[j][i];
+				want_y[i] += (double) p[j] * rows[j][i];
+			}
+			if (fabs(s[j] - 0.5 * d) > 1e-5 * (1 + fabs(d)))
+				fail_msg("dot_rows n=%zu row %d: %g, want %g", n, j, s[j], 0.5 * d);
+		}
+		for (size_t i = 0; i < n; i++)
+			if (fabs(y[i] - want_y[i]) > 1e-5 * (1 + fabs(want_y[i])))
+				fail_msg("axpy_rows n=%zu [%zu]: %g, want %g", n, i, y[i],
+					 want_y[i]);
+	}
+}
+
 /* Chunks that outlast the publisher's join spin (KK_CPU_JOIN_SPIN_NS):
  * it sleeps on the futex and the worker finishing the last chunk must wake
  * it.  A lost wake-up hangs the call, so an alarm turns that into a
@@ -719,6 +760,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_gemv_epilogue, teardown),
 		cmocka_unit_test_teardown(test_qdot_variants, teardown),
 		cmocka_unit_test_teardown(test_threads_concurrent, teardown),
+		cmocka_unit_test_teardown(test_block_loops, teardown),
 		cmocka_unit_test_teardown(test_pool_join_sleeps, teardown),
 		cmocka_unit_test_teardown(test_openblas_threads_stopped, teardown),
 		cmocka_unit_test_teardown(test_half_variants, teardown),
