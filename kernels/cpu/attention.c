@@ -336,31 +336,31 @@ static int decode_range(void *p, int64_t b, int64_t e, int chunk)
 					kr[j] = (const float *) c->kc->ptr + off;
 					vr[j] = (const float *) c->vc->ptr + off;
 				} else {
-					kk__row_f32(kv + (size_t) j * D, c->kc->ptr, c->kc->dtype, off, D);
-					kk__row_f32(kv + (size_t) (BS + j) * D, c->vc->ptr, c->vc->dtype,
+					kk__row_f32(kv + (size_t) j * D, c->kc->ptr, c->kc->dtype,
 						    off, D);
+					kk__row_f32(kv + (size_t) (BS + j) * D, c->vc->ptr,
+						    c->vc->dtype, off, D);
 					kr[j] = kv + (size_t) j * D;
 					vr[j] = kv + (size_t) (BS + j) * D;
 				}
 			}
+			/* One call per block for the scores, the exps (16 lanes)
+			 * and P V: per-token calls were a third of stories260K's
+			 * engine profile (docs/kernels.md). */
 			for (int g = 0; g < grp; g++) {
 				float sc[BS], *m = &ml[2 * g], mx = *m;
-				for (int j = 0; j < nt; j++) {
-					sc[j] = dot(qr + g * D, kr[j], D) * c->scale;
+				kk__dot_rows(sc, qr + g * D, kr, nt, D, c->scale);
+				for (int j = 0; j < nt; j++)
 					if (sc[j] > mx)
 						mx = sc[j];
-				}
 				if (mx > *m) {
 					float corr = expf(*m - mx);
 					m[1] *= corr;
 					kk__scal(acc + g * D, corr, D);
 					*m = mx;
 				}
-				for (int j = 0; j < nt; j++) {
-					float pj = expf(sc[j] - *m);
-					m[1] += pj;
-					kk__axpy(acc + g * D, pj, vr[j], D);
-				}
+				m[1] += kk__exp_sum(sc, *m, (size_t) nt);
+				kk__axpy_rows(acc + g * D, sc, vr, nt, D);
 			}
 		}
 		for (int g = 0; g < grp; g++)

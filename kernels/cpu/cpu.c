@@ -7,6 +7,7 @@
  * CPUs of the process's affinity mask capped by its cgroup v2 cpu.max
  * quota.  Ops split their work over a pool of persistent workers (below). */
 #include <cblas.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -175,7 +176,8 @@ struct pool {
 	 * generation, so a late worker can neither take nor waste a chunk of
 	 * the next job. */
 	uint64_t claim;
-	int finished; /* chunks done */
+	int finished; /* chunks done (futex word while `waiting`) */
+	int waiting;  /* the publisher sleeps on `finished` */
 	int r;	      /* first error */
 };
 
@@ -221,7 +223,11 @@ static void pool_work(struct pool *p, uint32_t gen)
 			__atomic_compare_exchange_n(&p->r, &zero, r, false, __ATOMIC_RELAXED,
 						    __ATOMIC_RELAXED);
 		}
-		__atomic_fetch_add(&p->finished, 1, __ATOMIC_RELEASE);
+		/* The last chunk wakes a publisher that went to sleep on it
+		 * (seq_cst pairs with its store of `waiting` and its load). */
+		if (__atomic_add_fetch(&p->finished, 1, __ATOMIC_SEQ_CST) == chunks &&
+		    __atomic_load_n(&p->waiting, __ATOMIC_SEQ_CST))
+			futex((uint32_t *) &p->finished, FUTEX_WAKE_PRIVATE, 1);
 		v = __atomic_load_n(&p->claim, __ATOMIC_ACQUIRE);
 	}
 }
@@ -275,6 +281,40 @@ static void pool_grow(struct pool *p, int want)
 	}
 }
 
+/* Waits for the chunks workers still run: spins for KK_CPU_JOIN_SPIN_NS
+ * (a chunk of a forward pass ends within that when its worker runs), then
+ * sleeps on `finished` until the last chunk's worker wakes it.  Sleeping,
+ * not sched_yield: a worker preempted mid-chunk by another process sits in
+ * that CPU's run queue, and only an idle CPU here pulls it over at once;
+ * yielding kept this CPU busy and the job waited out the other process's
+ * time slice (docs/kernels.md, "Two threads on a shared machine"). */
+static void pool_wait(struct pool *p, int chunks)
+{
+	uint64_t t0 = 0;
+
+	for (int spins = 0;; spins++) {
+		int f = __atomic_load_n(&p->finished, __ATOMIC_ACQUIRE);
+		if (f >= chunks)
+			break;
+		cpu_relax();
+		if (spins % 64 != 63)
+			continue;
+		if (!t0) {
+			t0 = now_ns();
+			continue;
+		}
+		if (now_ns() - t0 < KK_CPU_JOIN_SPIN_NS)
+			continue;
+		__atomic_store_n(&p->waiting, 1, __ATOMIC_SEQ_CST);
+		f = __atomic_load_n(&p->finished, __ATOMIC_SEQ_CST);
+		if (f < chunks)
+			futex((uint32_t *) &p->finished, FUTEX_WAIT_PRIVATE, (uint32_t) f);
+		__atomic_store_n(&p->waiting, 0, __ATOMIC_RELAXED);
+	}
+	/* pairs with the workers' release of their results */
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+}
+
 int kk__parallel_for(int64_t n, double cost_per_item, kk__range_fn fn, void *ctx)
 {
 	struct pool *p = &pool;
@@ -305,12 +345,7 @@ int kk__parallel_for(int64_t n, double cost_per_item, kk__range_fn fn, void *ctx
 	if (__atomic_load_n(&p->sleepers, __ATOMIC_SEQ_CST) > 0)
 		futex(&p->gen, FUTEX_WAKE_PRIVATE, INT32_MAX);
 	pool_work(p, g);
-	/* Chunks claimed by workers still running: wait for them. */
-	for (int spins = 0; __atomic_load_n(&p->finished, __ATOMIC_ACQUIRE) < t; spins++) {
-		cpu_relax();
-		if (spins > 4096)
-			sched_yield(); /* a preempted worker: let it run */
-	}
+	pool_wait(p, t);
 	r = p->r;
 	pthread_mutex_unlock(&p->busy);
 	return r;
@@ -361,11 +396,33 @@ static int cpu_available(void)
 	return 1;
 }
 
-/* kk's pool splits every sgemm (gemm.c), so OpenBLAS must not start threads
+/* Ends the threads OpenBLAS started when it was loaded (one fewer than
+ * $OPENBLAS_NUM_THREADS, or than the CPUs).  openblas_set_num_threads(1)
+ * only stops giving them work: each still spins on sched_yield for ~0.1 s
+ * (2^28 cycles) and then sleeps holding its buffers.  On a 2-core machine
+ * that spin took a third of the CPU from the first prefills of a process
+ * run with OPENBLAS_NUM_THREADS=2 (docs/kernels.md, "Two threads").
+ * blas_thread_shutdown_ is OpenBLAS's own fork handler, exported but not
+ * in cblas.h, so it is looked up: another BLAS, or an OpenBLAS without it,
+ * links and runs as before.  OpenBLAS starts its threads again if a caller
+ * later asks it for more than one (bench-kernels-cpu's sgemm ceiling); a
+ * call with none running returns at once. */
+static void openblas_stop_threads(void)
+{
+	int (*shutdown)(void) = (int (*)(void)) dlsym(RTLD_DEFAULT, "blas_thread_shutdown_");
+	if (shutdown)
+		(void) shutdown();
+}
+
+/* kk's pool splits every sgemm (gemm.c), so OpenBLAS must not run threads
  * of its own on the same cores. */
 static int cpu_init(kk_backend *be)
 {
-	openblas_set_num_threads(1);
+	/* Only when needed: OpenBLAS 0.3.21's setter starts the threads
+	 * stopped below again, whatever the count. */
+	if (openblas_get_num_threads() != 1)
+		openblas_set_num_threads(1);
+	openblas_stop_threads();
 	return 0;
 }
 

@@ -30,6 +30,12 @@
 /* How long an idle pool worker spins for the next job before it sleeps on
  * a futex: a forward pass issues its ops well within this. */
 #define KK_CPU_SPIN_NS 200000
+/* How long the thread that published a job spins for the chunks workers
+ * still run before it sleeps on a futex (cpu.c pool_wait).  As long as the
+ * workers' spin: every chunk of a forward pass but the 32000-row
+ * classifier's ends within it on an idle machine, so sleeping (and a
+ * wake-up's latency) is left to the busy one it is for. */
+#define KK_CPU_JOIN_SPIN_NS 200000
 
 /* Inline f16/bf16 <-> f32 for the element-wise loops (rope, SwiGLU, the
  * norms' rounding): bit-identical to kk_f16_to_f32 and friends, which
@@ -128,6 +134,8 @@ static inline float kk__round(kk_dtype dt, float v)
 
 /* Vectorized inner loops (simd.c, one clone per x86-64 level). */
 float kk__dot(const float *a, const float *b, size_t n);
+/* kk__dot with b (a weight row) prefetched 8 KiB ahead: the one-row GEMV. */
+float kk__dot_pf(const float *a, const float *b, size_t n);
 /* s[r * 2 + c] = dot(x + r * ldx, w_c) for r < nx (1..4), c < 1 or 2
  * (w1 NULL: one weight row). */
 void kk__gemv_tile(float s[8], const float *x, size_t ldx, int nx, const float *w0, const float *w1,
@@ -279,6 +287,10 @@ void kk__rms_bwd_row(float *dx, float *dw, const float *dy, const float *h, cons
 		     const float *dres, float rstd, size_t n);
 /* Attention backward's dS row: dp[i] = p[i] (dp[i] - di) scale. */
 void kk__attn_ds(float *dp, const float *p, float di, float scale, size_t n);
+/* Paged decode's block loops: s[j] = dot(q, k[j][0..n)) * scale, and
+ * y[0..n) += sum_j p[j] v[j][0..n), for j < nt. */
+void kk__dot_rows(float *s, const float *q, const float *const *k, int nt, size_t n, float scale);
+void kk__axpy_rows(float *y, const float *p, const float *const *v, int nt, size_t n);
 /* ---- int8 dot products of the quantized product (qdot.c) ---------------- */
 
 /* Activations are quantized in blocks of this many elements (llama.cpp's

@@ -29,6 +29,20 @@ static size_t gspan(int64_t batch, int64_t stride, int64_t rows, int64_t cols, i
  * m = 8 it matches sgemm (batch-8 decode 155 vs 154).  And it is
  * deterministic: y[i, j] is one dot product, whatever the thread count. */
 #define KK_CPU_GEMV_MAX_M 8
+/* f32 weights keep the GEMV up to this many rows: with its weight
+ * prefetch (simd.c) the tile beat one-thread sgemm per CPU second on every
+ * 110M layer shape at m = 12, 16, 24 and 32 (32000 x 768: 79 vs 55
+ * GFLOP/s at m = 16; 768 x 2048: 86 vs 80), where sgemm packs W for a
+ * handful of rows.  16 keeps the x rows of a 768-wide tile pass in L1. */
+#define KK_CPU_GEMV_MAX_M_F32 16
+
+/* An f32 product split by columns gives each chunk whole blocks of this
+ * many columns: OpenBLAS's sgemm kernel runs 16 columns of row-major C
+ * at a time (its M unroll here) and the edge kernel left by a chunk of,
+ * say, 36 columns (the 15M shape's 288 over 8 chunks) runs slower. */
+#ifndef GEMM_COL_BLOCK
+#define GEMM_COL_BLOCK 16
+#endif
 
 /* A linear layer's product (x W^T) with bf16/f16 W runs kk__half_gemm
  * (half.c) at every m: W's rows converted in registers, read from memory
@@ -57,7 +71,8 @@ struct gemm_ctx {
 	float *c;	    /* f32 result of this batch entry */
 	int64_t ldc;
 	const float *bias;
-	bool split_n; /* chunks of columns (else of rows) */
+	bool split_n;	   /* chunks of columns (else of rows) */
+	int64_t col_block; /* f32 B split by columns: chunks of whole blocks */
 	int64_t batch_i;
 	/* bf16/f16 B split by columns: one f32 panel of panel_n columns of
 	 * op(B) per chunk (b is NULL then). */
@@ -123,6 +138,10 @@ static int sgemm_range(void *p, int64_t b, int64_t e, int chunk)
 	const float *a = g->a, *bm = g->b;
 	float *c = g->c;
 
+	if (g->col_block > 1) { /* ranges of blocks: columns, the last cut at n */
+		b = MIN(b * g->col_block, n);
+		e = MIN(e * g->col_block, n);
+	}
 	if (g->split_n) {
 		c0 = b, c1 = e;
 		if (bm)
@@ -196,7 +215,8 @@ static const float *gemv_wrow(const struct gemm_ctx *g, int64_t j)
 }
 
 /* GEMV (f32 W; bf16/f16 W go to half_range): output columns [b, e)
- * (rows of W) for every x row.  One x row meets W rows in kk__dot;
+ * (rows of W) for every x row.  One x row meets W rows in kk__dot_pf
+ * (prefetching);
  * otherwise W rows go in pairs (j even, j + 1) through the register tile,
  * four x rows at a time; a chunk edge splitting a pair runs its column
  * alone through the same tile, which sums it the same way. */
@@ -205,12 +225,13 @@ static int gemv_range(void *p, int64_t b, int64_t e, int chunk)
 	const struct gemm_ctx *g = p;
 	const kk_gemm_desc *d = g->d;
 
-	if (d->m == 1) { /* one stream: kk__dot's unrolled sum reads W fastest */
+	if (d->m == 1) { /* one stream: kk__dot_pf's unrolled, prefetching sum */
 		for (int64_t j = b; j < e; j++) {
-			float s = kk__dot(g->a, gemv_wrow(g, j), d->k);
+			float s = kk__dot_pf(g->a, gemv_wrow(g, j), d->k);
 			gemv_store(g, 0, 1, j, &s, 1);
-			epilogue(g, 0, 1, j, j + 1);
 		}
+		/* once for the chunk: a call per column was 0.6 % of a decode */
+		epilogue(g, 0, 1, b, e);
 		return 0;
 	}
 	for (int64_t j = b; j < e;) {
@@ -236,7 +257,8 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 	int64_t batch = d->batch ? d->batch : 1;
 	bool half_mm =
 		d->trans_b && !d->trans_a && (d->b->dtype == KK_F16 || d->b->dtype == KK_BF16);
-	bool gemv = !half_mm && d->trans_b && !d->trans_a && d->m <= KK_CPU_GEMV_MAX_M;
+	bool gemv = !half_mm && d->trans_b && !d->trans_a &&
+		    d->m <= (d->b->dtype == KK_F32 ? KK_CPU_GEMV_MAX_M_F32 : KK_CPU_GEMV_MAX_M);
 	size_t na = gspan(batch, d->stride_a, d->trans_a ? d->k : d->m, d->trans_a ? d->m : d->k,
 			  d->lda);
 	size_t nb = gspan(batch, d->stride_b, d->trans_b ? d->n : d->k, d->trans_b ? d->k : d->n,
@@ -301,8 +323,11 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 			g.panels = panels ? b_own : NULL;
 			g.panel_n = panel_n;
 			g.split_n = split_n;
+			g.col_block = split_n && !panels ? GEMM_COL_BLOCK : 1;
 			if (g.split_n)
-				r = kk__parallel_for(d->n, flops / d->n / GEMM_FLOPS_PER_COST,
+				r = kk__parallel_for(DIV_ROUND_UP(d->n, g.col_block),
+						     flops / d->n * g.col_block /
+							     GEMM_FLOPS_PER_COST,
 						     sgemm_range, &g);
 			else
 				r = kk__parallel_for(d->m, flops / d->m / GEMM_FLOPS_PER_COST,

@@ -6,8 +6,12 @@
 #define KK_TEST_BACKEND "cpu"
 #include "kernels-suite.h"
 
+#include <cblas.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
+#include <time.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 /* The cpu backend's internals (in libkk.a): the cgroup quota reader, the
@@ -96,7 +100,8 @@ static void test_cgroup_quota(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
-/* y = x W^T for a linear layer at decode sizes (m <= 8: the GEMV, rows of
+/* y = x W^T for a linear layer at decode sizes (m <= 16 for f32 weights,
+ * 8 for 16-bit ones: the GEMV, rows of
  * W split over threads): y from 1, 2 and 5 threads must be bit-identical,
  * since every output is one dot product whatever the split.  At prefill
  * sizes (sgemm on column blocks) OpenBLAS's edge kernels sum a block's
@@ -124,7 +129,7 @@ static void linear_run(kk_dtype dt, int64_t m, int64_t n, int64_t k, kk_buffer *
 
 static void test_threads_deterministic(void **state)
 {
-	const int64_t ms[] = { 1, 3, 4, 8, 64 };
+	const int64_t ms[] = { 1, 3, 4, 8, 13, 16, 64 };
 	for (size_t di = 0; di < 2; di++)
 		for (size_t mi = 0; mi < ARRAY_SIZE(ms); mi++) {
 			kk_dtype dt = di ? KK_BF16 : KK_F32;
@@ -146,7 +151,9 @@ static void test_threads_deterministic(void **state)
 			linear_run(dt, m, n, k, x, w, 1, y1);
 			for (int t = 2; t <= 5; t += 3) {
 				linear_run(dt, m, n, k, x, w, t, y2);
-				if (m <= 8 && memcmp(y1, y2, (size_t) (m * n) * 4))
+				/* the GEMV's rows: 16 for f32 weights, 8 else (gemm.c) */
+				if (m <= (dt == KK_F32 ? 16 : 8) &&
+				    memcmp(y1, y2, (size_t) (m * n) * 4))
 					fail_msg("%s m=%ld n=%ld k=%ld: 1 and %d threads differ",
 						 kk_dtype_name(dt), (long) m, (long) n, (long) k,
 						 t);
@@ -157,6 +164,45 @@ static void test_threads_deterministic(void **state)
 			}
 			teardown(NULL);
 		}
+	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+}
+
+/* The f32 GEMV's bias and GELU/SiLU epilogue (m = 1 applies it once per
+ * chunk of columns, the tiles per pair of them) against the float64
+ * reference, at 1 and 2 threads: test_gemm's shapes (m >= 5) never reach
+ * the one-row path. */
+static void test_gemv_epilogue(void **state)
+{
+	const int64_t ms[] = { 1, 3, 13 };
+	for (size_t mi = 0; mi < ARRAY_SIZE(ms); mi++)
+		for (int e = 1; e <= 2; e++)
+			for (int t = 1; t <= 2; t++) {
+				int64_t m = ms[mi], n = irand(300, 700), k = irand(200, 400);
+				double *hx, *hw, *hb, *ref = hmalloc((size_t) (m * n) * 8);
+				kk_buffer *x = up_rand(KK_F32, (size_t) (m * k), -1, 1, &hx);
+				kk_buffer *w = up_rand(KK_F32, (size_t) (n * k), -1, 1, &hw);
+				kk_buffer *bias = up_rand(KK_F32, (size_t) n, -1, 1, &hb);
+				kk_buffer *y = out_buf(KK_F32, (size_t) (m * n));
+				kk_gemm_desc d = { .trans_b = true,
+						   .m = m,
+						   .n = n,
+						   .k = k,
+						   .alpha = 0.75f,
+						   .a = x,
+						   .lda = k,
+						   .b = w,
+						   .ldb = k,
+						   .c = y,
+						   .ldc = n,
+						   .bias = bias,
+						   .epilogue = (kk_epilogue) e };
+				assert_int_equal(kk_backend_set_threads(be, t), 0);
+				assert_int_equal(kk_gemm(be, NULL, &d), 0);
+				ref_gemm(&d, hx, hw, NULL, hb, ref);
+				expect_close("gemv epilogue", down(y, (size_t) (m * n)), ref,
+					     (size_t) (m * n), 4 * TOL(KK_F32), 2 * TOL(KK_F32));
+				teardown(NULL);
+			}
 	assert_int_equal(kk_backend_set_threads(be, 0), 0);
 }
 
@@ -373,6 +419,107 @@ static void test_threads_concurrent(void **state)
 		assert_memory_equal(got, want, m * n * 4);
 	}
 	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+}
+
+/* The paged decode's block loops (simd.c) against float64 for head dims
+ * of each path: multiples of 16, 8, and the rest (the suite's paged tests
+ * use 8, 64, 96 and 128 only). */
+static void test_block_loops(void **state)
+{
+	const size_t ns[] = { 8, 12, 16, 40, 48, 64, 96 };
+	for (size_t ni = 0; ni < ARRAY_SIZE(ns); ni++) {
+		size_t n = ns[ni];
+		int nt = irand(1, 16);
+		float q[128], y[128], p[16], s[16], rows[16][128];
+		const float *r[16];
+		double want_y[128];
+		for (size_t i = 0; i < n; i++) {
+			q[i] = (float) (rand() % 2001 - 1000) / 1000.0f;
+			y[i] = (float) (rand() % 2001 - 1000) / 1000.0f;
+			want_y[i] = y[i];
+		}
+		for (int j = 0; j < nt; j++) {
+			for (size_t i = 0; i < n; i++)
+				rows[j][i] = (float) (rand() % 2001 - 1000) / 1000.0f;
+			p[j] = (float) (rand() % 1001) / 1000.0f;
+			r[j] = rows[j];
+		}
+		kk__dot_rows(s, q, r, nt, n, 0.5f);
+		kk__axpy_rows(y, p, r, nt, n);
+		for (int j = 0; j < nt; j++) {
+			double d = 0;
+			for (size_t i = 0; i < n; i++) {
+				d += (double) q[i] * rows[j][i];
+				want_y[i] += (double) p[j] * rows[j][i];
+			}
+			if (fabs(s[j] - 0.5 * d) > 1e-5 * (1 + fabs(d)))
+				fail_msg("dot_rows n=%zu row %d: %g, want %g", n, j, s[j], 0.5 * d);
+		}
+		for (size_t i = 0; i < n; i++)
+			if (fabs(y[i] - want_y[i]) > 1e-5 * (1 + fabs(want_y[i])))
+				fail_msg("axpy_rows n=%zu [%zu]: %g, want %g", n, i, y[i],
+					 want_y[i]);
+	}
+}
+
+/* Chunks that outlast the publisher's join spin (KK_CPU_JOIN_SPIN_NS):
+ * it sleeps on the futex and the worker finishing the last chunk must wake
+ * it.  A lost wake-up hangs the call, so an alarm turns that into a
+ * failure; every chunk must run exactly once, over its own range. */
+#define SLOW_CHUNKS KK_CPU_CHUNKS_MAX
+
+struct slow_job {
+	int runs[SLOW_CHUNKS];
+	int64_t covered;
+};
+
+static int slow_chunk(void *ctx, int64_t b, int64_t e, int chunk)
+{
+	struct slow_job *j = ctx;
+	struct timespec ts = { 0, 4 * KK_CPU_JOIN_SPIN_NS };
+	__atomic_fetch_add(&j->runs[chunk], 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&j->covered, e - b, __ATOMIC_RELAXED);
+	nanosleep(&ts, NULL);
+	return chunk == 1 ? -EBADMSG : 0;
+}
+
+static void test_pool_join_sleeps(void **state)
+{
+	assert_int_equal(kk_backend_set_threads(be, 2), 0);
+	alarm(20);
+	for (int job = 0; job < 20; job++) {
+		struct slow_job j = { 0 };
+		int chunks = kk__parallel_chunks(64, 1e9);
+		assert_true(chunks > 1 && chunks <= SLOW_CHUNKS);
+		assert_int_equal(kk__parallel_for(64, 1e9, slow_chunk, &j), -EBADMSG);
+		assert_int_equal(j.covered, 64);
+		for (int i = 0; i < chunks; i++)
+			if (j.runs[i] != 1)
+				fail_msg("job %d: chunk %d ran %d times", job, i, j.runs[i]);
+	}
+	alarm(0);
+	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+}
+
+/* Opening the backend ends the threads OpenBLAS started when it loaded
+ * (cpu.c openblas_stop_threads): blas_server_avail, OpenBLAS's "threads
+ * are running", is 0 after it.  They are started again first (asking for
+ * two: a fork, as the suite's tests do, ends them too); skipped for a BLAS
+ * without the symbol or a one-CPU machine, where none start. */
+static void test_openblas_threads_stopped(void **state)
+{
+	const int *avail = dlsym(RTLD_DEFAULT, "blas_server_avail");
+	kk_backend *b2 = NULL;
+
+	if (!avail)
+		skip();
+	openblas_set_num_threads(2);
+	if (!*avail)
+		skip();
+	assert_int_equal(kk_backend_open("cpu", &b2), 0);
+	assert_int_equal(*avail, 0);
+	assert_int_equal(openblas_get_num_threads(), 1);
+	kk_backend_free(b2);
 }
 
 /* ---- f16/bf16 loops, every variant (kernels/cpu/half.c) ----------------
@@ -638,8 +785,12 @@ int main(void)
 		cmocka_unit_test_teardown(test_cgroup_quota, teardown),
 		cmocka_unit_test_teardown(test_threads_deterministic, teardown),
 		cmocka_unit_test_teardown(test_threads_qgemv, teardown),
+		cmocka_unit_test_teardown(test_gemv_epilogue, teardown),
 		cmocka_unit_test_teardown(test_qdot_variants, teardown),
 		cmocka_unit_test_teardown(test_threads_concurrent, teardown),
+		cmocka_unit_test_teardown(test_block_loops, teardown),
+		cmocka_unit_test_teardown(test_pool_join_sleeps, teardown),
+		cmocka_unit_test_teardown(test_openblas_threads_stopped, teardown),
 		cmocka_unit_test_teardown(test_half_variants, teardown),
 		cmocka_unit_test_teardown(test_half_inline, teardown),
 		cmocka_unit_test_teardown(test_wrap_host, teardown),

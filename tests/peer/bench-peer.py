@@ -121,6 +121,13 @@ def main():
         bw[t] = run([kiln, "--bandwidth", str(t)], dict(os.environ), 120)["copy_gbs"]
     print("# copy bandwidth (STREAM copy: read + write bytes / s): " +
           ", ".join("%d thread%s %.1f GB/s" % (t, "s" if t > 1 else "", g) for t, g in bw.items()))
+    # kiln's f32/f16 prefill is OpenBLAS's sgemm: say which kernels it ran
+    # (OPENBLAS_CORETYPE=Haswell on an AVX-512 machine halves it;
+    # docs/bench-peer.md).  llama.cpp does not use OpenBLAS.
+    core = run([kiln, "--blas-core"], dict(os.environ), 60)
+    print("# kiln's OpenBLAS kernels: %s%s" % (
+        core["blas_core"], " (forced by OPENBLAS_CORETYPE=%s in the environment)" % os.environ[
+            "OPENBLAS_CORETYPE"] if core["forced"] else " (OpenBLAS's own choice for this CPU)"))
 
     rows, failures, greedy_lines = [], [], []
     for shape in a.shapes.split(","):

@@ -22,7 +22,12 @@
  *
  * peer-kiln --bandwidth THREADS: this machine's copy bandwidth, memcpy of
  * 256 MiB split over THREADS threads, best of 5, counted as STREAM does
- * (bytes read + bytes written per second): {"copy_gbs": ...}. */
+ * (bytes read + bytes written per second): {"copy_gbs": ...}.
+ *
+ * peer-kiln --blas-core: the OpenBLAS kernels kiln's sgemm (its f32 and
+ * 16-bit prefill) runs with here, as OpenBLAS names them, and whether
+ * $OPENBLAS_CORETYPE chose them: {"blas_core": "...", "forced": true}. */
+#include <cblas.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -180,6 +185,12 @@ int main(int argc, char **argv)
 {
 	if (argc == 3 && streq(argv[1], "--bandwidth"))
 		return bandwidth(atoi(argv[2]));
+	if (argc == 2 && streq(argv[1], "--blas-core")) {
+		const char *forced = getenv("OPENBLAS_CORETYPE");
+		printf("{\"blas_core\":\"%s\",\"forced\":%s}\n", openblas_get_corename(),
+		       forced && *forced ? "true" : "false");
+		return 0;
+	}
 	const char *path = NULL, *prompt_s = NULL;
 	kk_dtype dt = KK_F32;
 	int n_decode = 64, n_seqs = 8, batch_prompt = 16, reps = 3, n_greedy = 20;
