@@ -247,3 +247,151 @@ static void QV(tile_q4)(float s[8], const kk__qact *a, int64_t r0, int nx, const
 		break;
 	}
 }
+
+/* ---- packed groups (KK_QPACK rows in the lanes) ------------------------- */
+
+/* The scales of a group's 8 rows for one scale group, as 8 floats. */
+static inline __attribute__((always_inline)) __m256 QV(pscales)(const void *ws, const int SDT,
+								 int64_t s)
+{
+	if (SDT == KK_QS_F16)
+		return _mm256_cvtph_ps(
+			_mm_loadu_si128((const __m128i *) ((const uint16_t *) ws + s * KK_QPACK)));
+	return _mm256_loadu_ps((const float *) ws + s * KK_QPACK);
+}
+
+/* NX activation rows (1..4) against one packed group of 8 rows: lane i of
+ * every vector is row i.  A block's 8 chunks (32 bytes: 4 codes of each
+ * row) meet 4 codes of the activation block each, broadcast to all lanes;
+ * the integer sum of the block lands in lane i for row i, so one
+ * conversion and one multiply-add per block and activation row cover 8
+ * outputs, and the scales come in as one vector.  The weight codes are
+ * unsigned (int8 + 128, int4 + 8): vnni's u8 x s8 vpdpbusd takes them as
+ * they are, starting from -offset * (the activation block's code sum);
+ * avx2's vpmaddubsw would saturate on int8 + 128, so it takes int8 back to
+ * signed with llama.cpp's |w| / sign(x, w) pair instead. */
+static inline __attribute__((always_inline)) void
+QV(ptile)(float s[32], const kk__qact *a, int64_t r0, const int NX, const uint8_t *w,
+	  const void *ws, const int SDT, int sshift, int64_t nb, const bool Q4)
+{
+	const __m256i m4 = _mm256_set1_epi8(15);
+	const int64_t bb = Q4 ? 128 : 256;
+	__m256 acc[4];
+	for (int r = 0; r < NX; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (int64_t b = 0; b < nb; b++) {
+		const uint8_t *p = w + b * bb;
+		__m256i wv[8];
+		/* The group is one stream; a line about 2 KiB ahead. */
+		_mm_prefetch((const char *) (p + 2048), _MM_HINT_T0);
+		_mm_prefetch((const char *) (p + 2048 + 64), _MM_HINT_T0);
+		if (Q4) {
+#pragma GCC unroll 4
+			for (int v = 0; v < 4; v++) {
+				__m256i t = _mm256_loadu_si256((const __m256i *) (p + 32 * v));
+				wv[v] = _mm256_and_si256(t, m4);
+				wv[4 + v] = _mm256_and_si256(_mm256_srli_epi16(t, 4), m4);
+			}
+		} else {
+			_mm_prefetch((const char *) (p + 2048 + 128), _MM_HINT_T0);
+			_mm_prefetch((const char *) (p + 2048 + 192), _MM_HINT_T0);
+#pragma GCC unroll 8
+			for (int v = 0; v < 8; v++) {
+				wv[v] = _mm256_loadu_si256((const __m256i *) (p + 32 * v));
+#if !QV_VNNI
+				wv[v] = _mm256_xor_si256(wv[v], _mm256_set1_epi8((char) 0x80));
+#endif
+			}
+		}
+#if !QV_VNNI
+		__m256i wa[8];
+		if (!Q4)
+#pragma GCC unroll 8
+			for (int v = 0; v < 8; v++)
+				wa[v] = _mm256_sign_epi8(wv[v], wv[v]);
+#endif
+		__m256 sw = SDT != KK_QS_NONE ? QV(pscales)(ws, SDT, b >> sshift) : _mm256_setzero_ps();
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			const int64_t xb = (r0 + r) * a->nb + b;
+			const int8_t *xq = a->q + (r0 + r) * a->ldq + b * KK_QBLOCK;
+			__m256i s0, s1;
+			int32_t x4[8];
+			memcpy(x4, xq, sizeof(x4));
+#if QV_VNNI
+			s0 = _mm256_set1_epi32(-(Q4 ? 8 : 128) * a->xs[xb]);
+			s1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+			for (int v = 0; v < 8; v += 2) {
+				s0 = QV_DOT32A(s0, wv[v], _mm256_set1_epi32(x4[v]));
+				s1 = QV_DOT32A(s1, wv[v + 1], _mm256_set1_epi32(x4[v + 1]));
+			}
+#else
+			if (Q4) {
+				s0 = _mm256_set1_epi32(-8 * a->xs[xb]);
+				s1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+				for (int v = 0; v < 8; v += 2) {
+					s0 = QV_DOT32A(s0, wv[v], _mm256_set1_epi32(x4[v]));
+					s1 = QV_DOT32A(s1, wv[v + 1], _mm256_set1_epi32(x4[v + 1]));
+				}
+			} else {
+				s0 = s1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+				for (int v = 0; v < 8; v += 2) {
+					s0 = QV_DOT32A(s0, wa[v],
+						       _mm256_sign_epi8(_mm256_set1_epi32(x4[v]), wv[v]));
+					s1 = QV_DOT32A(
+						s1, wa[v + 1],
+						_mm256_sign_epi8(_mm256_set1_epi32(x4[v + 1]), wv[v + 1]));
+				}
+			}
+#endif
+			__m256 xd = _mm256_set1_ps(a->d[xb]);
+			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)),
+						 SDT != KK_QS_NONE ? _mm256_mul_ps(sw, xd) : xd, acc[r]);
+		}
+	}
+	for (int r = 0; r < NX; r++)
+		_mm256_storeu_ps(s + r * 8, acc[r]);
+}
+
+static inline __attribute__((always_inline)) void
+QV(ptile_n)(float s[32], const kk__qact *a, int64_t r0, int nx, const uint8_t *w, const void *ws,
+	    const int SDT, int sshift, int64_t nb, const bool Q4)
+{
+	switch (nx) {
+	case 1:
+		QV(ptile)(s, a, r0, 1, w, ws, SDT, sshift, nb, Q4);
+		break;
+	case 2:
+		QV(ptile)(s, a, r0, 2, w, ws, SDT, sshift, nb, Q4);
+		break;
+	case 3:
+		QV(ptile)(s, a, r0, 3, w, ws, SDT, sshift, nb, Q4);
+		break;
+	default:
+		QV(ptile)(s, a, r0, 4, w, ws, SDT, sshift, nb, Q4);
+		break;
+	}
+}
+
+static void QV(ptile_i8)(float s[32], const kk__qact *a, int64_t r0, int nx, const uint8_t *w,
+			 const void *ws, int sdt, int sshift, int64_t nb)
+{
+	if (sdt == KK_QS_F16)
+		QV(ptile_n)(s, a, r0, nx, w, ws, KK_QS_F16, sshift, nb, false);
+	else if (sdt == KK_QS_F32)
+		QV(ptile_n)(s, a, r0, nx, w, ws, KK_QS_F32, sshift, nb, false);
+	else
+		QV(ptile_n)(s, a, r0, nx, w, ws, KK_QS_NONE, sshift, nb, false);
+}
+
+static void QV(ptile_q4)(float s[32], const kk__qact *a, int64_t r0, int nx, const uint8_t *w,
+			 const void *ws, int sdt, int sshift, int64_t nb)
+{
+	if (sdt == KK_QS_F16)
+		QV(ptile_n)(s, a, r0, nx, w, ws, KK_QS_F16, sshift, nb, true);
+	else
+		QV(ptile_n)(s, a, r0, nx, w, ws, KK_QS_F32, sshift, nb, true);
+}
