@@ -324,6 +324,8 @@ typedef struct kk__qdot_impl {
 	kk__qtile_fn q4;  /* int4 weight rows (kk_qmatrix layout) */
 	kk__qptile_fn p8; /* packed int8 groups */
 	kk__qptile_fn p4; /* packed int4 groups */
+	/* kk__qact_quantize_p, vectorized where the variant is */
+	void (*qact_p)(kk__qact *a, int64_t r, const float *x);
 } kk__qdot_impl;
 
 /* The variant in use: $KK_CPU_QDOT if it names one this CPU runs, else the

@@ -395,3 +395,42 @@ static void QV(ptile_q4)(float s[32], const kk__qact *a, int64_t r0, int nx, con
 	else
 		QV(ptile_n)(s, a, r0, nx, w, ws, KK_QS_F32, sshift, nb, true);
 }
+
+/* kk__qact_quantize_p, 32 elements a step: the same codes, scales and
+ * sums (max|x| and x * (127 / max) are exact or one f32 rounding either
+ * way; vcvtps2dq rounds to nearest even, as rintf). */
+static void QV(qact_p)(kk__qact *a, int64_t r, const float *x)
+{
+	int8_t *q = a->q + r * a->ldq;
+	float *d = a->d + r * a->nb;
+	int32_t *xs = a->xs + r * a->nb;
+	const __m256 sgn = _mm256_set1_ps(-0.0f);
+	const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+	for (int64_t b = 0; b < a->nb; b++) {
+		const float *xb = x + b * KK_QBLOCK;
+		__m256 v[4];
+		for (int i = 0; i < 4; i++)
+			v[i] = _mm256_loadu_ps(xb + 8 * i);
+		__m256 mx = _mm256_max_ps(
+			_mm256_max_ps(_mm256_andnot_ps(sgn, v[0]), _mm256_andnot_ps(sgn, v[1])),
+			_mm256_max_ps(_mm256_andnot_ps(sgn, v[2]), _mm256_andnot_ps(sgn, v[3])));
+		__m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+		m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+		m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+		float amax = _mm_cvtss_f32(m4), inv = amax > 0 ? 127.0f / amax : 0.0f;
+		d[b] = amax / 127.0f;
+		__m256 vi = _mm256_set1_ps(inv);
+		__m256i c[4];
+		for (int i = 0; i < 4; i++)
+			c[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vi));
+		__m256i s = _mm256_add_epi32(_mm256_add_epi32(c[0], c[1]), _mm256_add_epi32(c[2], c[3]));
+		__m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+		s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+		s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+		xs[b] = _mm_cvtsi128_si32(s4);
+		__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]),
+					       _mm256_packs_epi32(c[2], c[3]));
+		_mm256_storeu_si256((__m256i *) (q + b * KK_QBLOCK),
+				    _mm256_permutevar8x32_epi32(p, order));
+	}
+}

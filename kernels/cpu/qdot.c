@@ -342,10 +342,11 @@ static inline __attribute__((always_inline)) __m256i dot32a_vnni(__m256i acc, __
 
 static const kk__qdot_impl impls[] = {
 #if defined(__x86_64__)
-	{ "vnni", tile_i8_vnni, tile_q4_vnni, ptile_i8_vnni, ptile_q4_vnni },
-	{ "avx2", tile_i8_avx2, tile_q4_avx2, ptile_i8_avx2, ptile_q4_avx2 },
+	{ "vnni", tile_i8_vnni, tile_q4_vnni, ptile_i8_vnni, ptile_q4_vnni, qact_p_vnni },
+	{ "avx2", tile_i8_avx2, tile_q4_avx2, ptile_i8_avx2, ptile_q4_avx2, qact_p_avx2 },
 #endif
-	{ "scalar", tile_i8_scalar, tile_q4_scalar, ptile_i8_scalar, ptile_q4_scalar },
+	{ "scalar", tile_i8_scalar, tile_q4_scalar, ptile_i8_scalar, ptile_q4_scalar,
+	  kk__qact_quantize_p },
 };
 
 static bool impl_runs(const kk__qdot_impl *v)

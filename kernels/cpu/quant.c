@@ -315,7 +315,7 @@ static int pqact_range(void *p, int64_t b, int64_t e, int chunk)
 {
 	struct qg_ctx *c = p;
 	for (int64_t r = b; r < e; r++)
-		kk__qact_quantize_p(&c->act, r, c->xf + r * c->w->k);
+		c->impl->qact_p(&c->act, r, c->xf + r * c->w->k);
 	return 0;
 }
 
@@ -354,6 +354,14 @@ static int pqgemm_range(void *p, int64_t b, int64_t e, int chunk)
 			float s[32];
 			int nx = (int) MIN(c->m - r0, (int64_t) 4);
 			tile(s, &c->act, r0, nx, wg, ws, sdt, sshift, nb);
+			if (kk_buffer_dtype(c->y) == KK_F32) {
+				for (int r = 0; r < nx; r++) {
+					float *yr = (float *) c->y->ptr + (r0 + r) * q->n + j0;
+					for (int i = 0; i < KK_QPACK; i++)
+						yr[i] = s[r * 8 + i] * sj[i] + bj[i];
+				}
+				continue;
+			}
 			for (int r = 0; r < nx; r++)
 				for (int i = 0; i < KK_QPACK; i++)
 					ST(c->y, (size_t) ((r0 + r) * q->n + j0 + i),
