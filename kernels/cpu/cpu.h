@@ -284,7 +284,11 @@ typedef struct kk__qact {
 	float *d;
 	int32_t *corr;
 	float *dx;
-	int32_t *xs; /* packed weights: the sum of block b's codes, xs[r * nb + b] */
+	/* packed weights: -xoff * (the sum of block b's codes) at xs[r * nb +
+	 * b], xoff the weight codes' offset (128 int8, 8 int4: the u8 x s8
+	 * product's correction) */
+	int32_t *xs;
+	int32_t xoff;
 } kk__qact;
 
 /* Where element e (0..31) of block b sits in an int4-ordered row. */

@@ -267,7 +267,7 @@ static inline __attribute__((always_inline)) __m256 QV(pscales)(const void *ws, 
  * conversion and one multiply-add per block and activation row cover 8
  * outputs, and the scales come in as one vector.  The weight codes are
  * unsigned (int8 + 128, int4 + 8): vnni's u8 x s8 vpdpbusd takes them as
- * they are, starting from -offset * (the activation block's code sum);
+ * they are, starting from -offset * (the activation block's code sum, xs);
  * avx2's vpmaddubsw would saturate on int8 + 128, so it takes int8 back to
  * signed with llama.cpp's |w| / sign(x, w) pair instead. */
 static inline __attribute__((always_inline)) void
@@ -277,8 +277,15 @@ QV(ptile)(float s[32], const kk__qact *a, int64_t r0, const int NX, const uint8_
 	const __m256i m4 = _mm256_set1_epi8(15);
 	const int64_t bb = Q4 ? 128 : 256;
 	__m256 acc[4];
-	for (int r = 0; r < NX; r++)
+	const int8_t *xqr[4];
+	const float *xdr[4];
+	const int32_t *xsr[4];
+	for (int r = 0; r < NX; r++) {
 		acc[r] = _mm256_setzero_ps();
+		xqr[r] = a->q + (r0 + r) * a->ldq;
+		xdr[r] = a->d + (r0 + r) * a->nb;
+		xsr[r] = a->xs + (r0 + r) * a->nb;
+	}
 	for (int64_t b = 0; b < nb; b++) {
 		const uint8_t *p = w + b * bb;
 		__m256i wv[8];
@@ -313,41 +320,44 @@ QV(ptile)(float s[32], const kk__qact *a, int64_t r0, const int NX, const uint8_
 		__m256 sw = SDT != KK_QS_NONE ? QV(pscales)(ws, SDT, b >> sshift) : _mm256_setzero_ps();
 #pragma GCC unroll 4
 		for (int r = 0; r < NX; r++) {
-			const int64_t xb = (r0 + r) * a->nb + b;
-			const int8_t *xq = a->q + (r0 + r) * a->ldq + b * KK_QBLOCK;
+			const int8_t *xq = xqr[r] + b * KK_QBLOCK;
 			__m256i s0, s1;
-			int32_t x4[8];
-			memcpy(x4, xq, sizeof(x4));
+			/* Codes 4v .. 4v+3 in every lane: one broadcast load
+			 * each (a copy through general registers was 3-4
+			 * instructions a chunk). */
+#define X4(v) _mm256_castps_si256(_mm256_broadcast_ss((const float *) (xq + 4 * (v))))
 #if QV_VNNI
-			s0 = _mm256_set1_epi32(-(Q4 ? 8 : 128) * a->xs[xb]);
+			s0 = _mm256_castps_si256(_mm256_broadcast_ss((const float *) &xsr[r][b]));
 			s1 = _mm256_setzero_si256();
 #pragma GCC unroll 4
 			for (int v = 0; v < 8; v += 2) {
-				s0 = QV_DOT32A(s0, wv[v], _mm256_set1_epi32(x4[v]));
-				s1 = QV_DOT32A(s1, wv[v + 1], _mm256_set1_epi32(x4[v + 1]));
+				s0 = QV_DOT32A(s0, wv[v], X4(v));
+				s1 = QV_DOT32A(s1, wv[v + 1], X4(v + 1));
 			}
 #else
 			if (Q4) {
-				s0 = _mm256_set1_epi32(-8 * a->xs[xb]);
+				s0 = _mm256_castps_si256(
+					_mm256_broadcast_ss((const float *) &xsr[r][b]));
 				s1 = _mm256_setzero_si256();
 #pragma GCC unroll 4
 				for (int v = 0; v < 8; v += 2) {
-					s0 = QV_DOT32A(s0, wv[v], _mm256_set1_epi32(x4[v]));
-					s1 = QV_DOT32A(s1, wv[v + 1], _mm256_set1_epi32(x4[v + 1]));
+					s0 = QV_DOT32A(s0, wv[v], X4(v));
+					s1 = QV_DOT32A(s1, wv[v + 1], X4(v + 1));
 				}
 			} else {
 				s0 = s1 = _mm256_setzero_si256();
 #pragma GCC unroll 4
 				for (int v = 0; v < 8; v += 2) {
 					s0 = QV_DOT32A(s0, wa[v],
-						       _mm256_sign_epi8(_mm256_set1_epi32(x4[v]), wv[v]));
+						       _mm256_sign_epi8(X4(v), wv[v]));
 					s1 = QV_DOT32A(
 						s1, wa[v + 1],
-						_mm256_sign_epi8(_mm256_set1_epi32(x4[v + 1]), wv[v + 1]));
+						_mm256_sign_epi8(X4(v + 1), wv[v + 1]));
 				}
 			}
 #endif
-			__m256 xd = _mm256_set1_ps(a->d[xb]);
+#undef X4
+			__m256 xd = _mm256_set1_ps(xdr[r][b]);
 			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)),
 						 SDT != KK_QS_NONE ? _mm256_mul_ps(sw, xd) : xd, acc[r]);
 		}
@@ -427,7 +437,7 @@ static void QV(qact_p)(kk__qact *a, int64_t r, const float *x)
 		__m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
 		s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
 		s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-		xs[b] = _mm_cvtsi128_si32(s4);
+		xs[b] = -a->xoff * _mm_cvtsi128_si32(s4);
 		__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]),
 					       _mm256_packs_epi32(c[2], c[3]));
 		_mm256_storeu_si256((__m256i *) (q + b * KK_QBLOCK),

@@ -153,7 +153,7 @@ void kk__qact_quantize_p(kk__qact *a, int64_t r, const float *x)
 			qb[j] = (int8_t) rintf(xb[j] * inv);
 			sum += qb[j];
 		}
-		xs[b] = sum;
+		xs[b] = -a->xoff * sum;
 	}
 }
 

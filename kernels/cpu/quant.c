@@ -385,6 +385,7 @@ int kk__cpu_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *
 	c.xf = xf;
 	r = kk__qact_init(&c.act, m, w->k);
 	if (r >= 0 && w->pack) {
+		c.act.xoff = w->qtype == KK_Q4 ? 8 : 128;
 		r = kk__parallel_for(m, (double) w->k * 4, pqact_range, &c);
 		if (r >= 0)
 			r = kk__parallel_for((w->n + KK_QPACK - 1) / KK_QPACK,
