@@ -315,12 +315,14 @@ typedef void (*kk__qtile_fn)(float s[8], const kk__qact *a, int64_t r0, int nx,
 /* Packed weights (kk_qmatrix_pack, KK_QPACK rows interleaved; the layout
  * is quant.c's, above kk__cpu_qpack): s[r * 8 + i] = sum over blocks b of
  * xd[r][b] * ws_i[b] * (integer dot of block b of activation row r0 + r,
- * r < nx (1..4), and row i of the group at w), for the nb blocks of a row.
+ * r < nx (1..the variant's pnx), and row i of the group at w), for the nb blocks of a row.
  * ws: the group's interleaved scales (scale group s of row i at
  * ws[s * 8 + i], block b in group b >> sshift), sdt KK_QS_F32 / KK_QS_F16,
  * or KK_QS_NONE (per channel: all ones). */
 enum { KK_QS_NONE, KK_QS_F32, KK_QS_F16 };
-typedef void (*kk__qptile_fn)(float s[32], const kk__qact *a, int64_t r0, int nx,
+/* The most activation rows of a packed tile (a variant's pnx). */
+#define KK_QPTILE_MAX 8
+typedef void (*kk__qptile_fn)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx,
 			      const uint8_t *w, const void *ws, int sdt, int sshift, int64_t nb);
 typedef struct kk__qdot_impl {
 	const char *name; /* "vnni", "avx2", "scalar" */
@@ -330,6 +332,7 @@ typedef struct kk__qdot_impl {
 	kk__qptile_fn p4; /* packed int4 groups */
 	/* kk__qact_quantize_p, vectorized where the variant is */
 	void (*qact_p)(kk__qact *a, int64_t r, const float *x);
+	int pnx; /* activation rows per packed tile, <= KK_QPTILE_MAX */
 } kk__qdot_impl;
 
 /* The variant in use: $KK_CPU_QDOT if it names one this CPU runs, else the

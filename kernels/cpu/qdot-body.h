@@ -271,15 +271,15 @@ static inline __attribute__((always_inline)) __m256 QV(pscales)(const void *ws, 
  * avx2's vpmaddubsw would saturate on int8 + 128, so it takes int8 back to
  * signed with llama.cpp's |w| / sign(x, w) pair instead. */
 static inline __attribute__((always_inline)) void
-QV(ptile)(float s[32], const kk__qact *a, int64_t r0, const int NX, const uint8_t *w,
+QV(ptile)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, const int NX, const uint8_t *w,
 	  const void *ws, const int SDT, int sshift, int64_t nb, const bool Q4)
 {
 	const __m256i m4 = _mm256_set1_epi8(15);
 	const int64_t bb = Q4 ? 128 : 256;
-	__m256 acc[4];
-	const int8_t *xqr[4];
-	const float *xdr[4];
-	const int32_t *xsr[4];
+	__m256 acc[KK_QPTILE_MAX];
+	const int8_t *xqr[KK_QPTILE_MAX];
+	const float *xdr[KK_QPTILE_MAX];
+	const int32_t *xsr[KK_QPTILE_MAX];
 	for (int r = 0; r < NX; r++) {
 		acc[r] = _mm256_setzero_ps();
 		xqr[r] = a->q + (r0 + r) * a->ldq;
@@ -318,7 +318,7 @@ QV(ptile)(float s[32], const kk__qact *a, int64_t r0, const int NX, const uint8_
 				wa[v] = _mm256_sign_epi8(wv[v], wv[v]);
 #endif
 		__m256 sw = SDT != KK_QS_NONE ? QV(pscales)(ws, SDT, b >> sshift) : _mm256_setzero_ps();
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 		for (int r = 0; r < NX; r++) {
 			const int8_t *xq = xqr[r] + b * KK_QBLOCK;
 			__m256i s0, s1;
@@ -367,9 +367,11 @@ QV(ptile)(float s[32], const kk__qact *a, int64_t r0, const int NX, const uint8_
 }
 
 static inline __attribute__((always_inline)) void
-QV(ptile_n)(float s[32], const kk__qact *a, int64_t r0, int nx, const uint8_t *w, const void *ws,
+QV(ptile_n)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx, const uint8_t *w, const void *ws,
 	    const int SDT, int sshift, int64_t nb, const bool Q4)
 {
+	/* Up to QV_PNX rows: vnni's 32 vector registers hold 8 rows'
+	 * accumulators beside the 8 weight chunks, avx2's 16 hold 4. */
 	switch (nx) {
 	case 1:
 		QV(ptile)(s, a, r0, 1, w, ws, SDT, sshift, nb, Q4);
@@ -380,13 +382,31 @@ QV(ptile_n)(float s[32], const kk__qact *a, int64_t r0, int nx, const uint8_t *w
 	case 3:
 		QV(ptile)(s, a, r0, 3, w, ws, SDT, sshift, nb, Q4);
 		break;
+#if QV_PNX > 4
+	case 4:
+		QV(ptile)(s, a, r0, 4, w, ws, SDT, sshift, nb, Q4);
+		break;
+	case 5:
+		QV(ptile)(s, a, r0, 5, w, ws, SDT, sshift, nb, Q4);
+		break;
+	case 6:
+		QV(ptile)(s, a, r0, 6, w, ws, SDT, sshift, nb, Q4);
+		break;
+	case 7:
+		QV(ptile)(s, a, r0, 7, w, ws, SDT, sshift, nb, Q4);
+		break;
+	default:
+		QV(ptile)(s, a, r0, 8, w, ws, SDT, sshift, nb, Q4);
+		break;
+#else
 	default:
 		QV(ptile)(s, a, r0, 4, w, ws, SDT, sshift, nb, Q4);
 		break;
+#endif
 	}
 }
 
-static void QV(ptile_i8)(float s[32], const kk__qact *a, int64_t r0, int nx, const uint8_t *w,
+static void QV(ptile_i8)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx, const uint8_t *w,
 			 const void *ws, int sdt, int sshift, int64_t nb)
 {
 	if (sdt == KK_QS_F16)
@@ -397,7 +417,7 @@ static void QV(ptile_i8)(float s[32], const kk__qact *a, int64_t r0, int nx, con
 		QV(ptile_n)(s, a, r0, nx, w, ws, KK_QS_NONE, sshift, nb, false);
 }
 
-static void QV(ptile_q4)(float s[32], const kk__qact *a, int64_t r0, int nx, const uint8_t *w,
+static void QV(ptile_q4)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx, const uint8_t *w,
 			 const void *ws, int sdt, int sshift, int64_t nb)
 {
 	if (sdt == KK_QS_F16)

@@ -237,7 +237,7 @@ static inline float pscale(const void *ws, int sdt, int64_t idx)
 	return sdt == KK_QS_F32 ? ((const float *) ws)[idx] : 1.0f;
 }
 
-static void ptile_scalar(float s[32], const kk__qact *a, int64_t r0, int nx, const uint8_t *w,
+static void ptile_scalar(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx, const uint8_t *w,
 			 const void *ws, int sdt, int sshift, int64_t nb, bool q4)
 {
 	const int64_t bb = q4 ? 128 : 256; /* bytes of a group's block */
@@ -260,13 +260,13 @@ static void ptile_scalar(float s[32], const kk__qact *a, int64_t r0, int nx, con
 		}
 }
 
-static void ptile_i8_scalar(float s[32], const kk__qact *a, int64_t r0, int nx, const uint8_t *w,
+static void ptile_i8_scalar(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx, const uint8_t *w,
 			    const void *ws, int sdt, int sshift, int64_t nb)
 {
 	ptile_scalar(s, a, r0, nx, w, ws, sdt, sshift, nb, false);
 }
 
-static void ptile_q4_scalar(float s[32], const kk__qact *a, int64_t r0, int nx, const uint8_t *w,
+static void ptile_q4_scalar(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx, const uint8_t *w,
 			    const void *ws, int sdt, int sshift, int64_t nb)
 {
 	ptile_scalar(s, a, r0, nx, w, ws, sdt, sshift, nb, true);
@@ -294,7 +294,9 @@ static inline __attribute__((always_inline)) __m256i dot32a_avx2(__m256i acc, __
 #define QV_DOT32  dot32_avx2
 #define QV_DOT32A dot32a_avx2
 #define QV_VNNI	  0
+#define QV_PNX	  4
 #include "qdot-body.h"
+#undef QV_PNX
 #undef QV_VNNI
 #undef QV
 #undef QV_DOT32
@@ -326,7 +328,9 @@ static inline __attribute__((always_inline)) __m256i dot32a_vnni(__m256i acc, __
 #define QV_DOT32  dot32_vnni
 #define QV_DOT32A dot32a_vnni
 #define QV_VNNI	  1
+#define QV_PNX	  8
 #include "qdot-body.h"
+#undef QV_PNX
 #undef QV_VNNI
 #undef QV
 #undef QV_DOT32
@@ -342,11 +346,11 @@ static inline __attribute__((always_inline)) __m256i dot32a_vnni(__m256i acc, __
 
 static const kk__qdot_impl impls[] = {
 #if defined(__x86_64__)
-	{ "vnni", tile_i8_vnni, tile_q4_vnni, ptile_i8_vnni, ptile_q4_vnni, qact_p_vnni },
-	{ "avx2", tile_i8_avx2, tile_q4_avx2, ptile_i8_avx2, ptile_q4_avx2, qact_p_avx2 },
+	{ "vnni", tile_i8_vnni, tile_q4_vnni, ptile_i8_vnni, ptile_q4_vnni, qact_p_vnni, 8 },
+	{ "avx2", tile_i8_avx2, tile_q4_avx2, ptile_i8_avx2, ptile_q4_avx2, qact_p_avx2, 4 },
 #endif
 	{ "scalar", tile_i8_scalar, tile_q4_scalar, ptile_i8_scalar, ptile_q4_scalar,
-	  kk__qact_quantize_p },
+	  kk__qact_quantize_p, 4 },
 };
 
 static bool impl_runs(const kk__qdot_impl *v)

@@ -321,7 +321,9 @@ static int pqact_range(void *p, int64_t b, int64_t e, int chunk)
 
 /* Packed weights: groups [b, e) of KK_QPACK rows (the last one, when n is
  * not a multiple, the rows past the whole groups), each read once against
- * every X row in tiles of 4 (qdot.c's packed tiles). */
+ * every X row in tiles of up to 8 (vnni) or 4 X rows (qdot.c's packed
+ * tiles): the group (8 x k codes, 3-16 KiB) stays in L1 while X streams
+ * from L2. */
 static int pqgemm_range(void *p, int64_t b, int64_t e, int chunk)
 {
 	struct qg_ctx *c = p;
@@ -350,9 +352,9 @@ static int pqgemm_range(void *p, int64_t b, int64_t e, int chunk)
 		}
 		const uint8_t *wg = (const uint8_t *) q->data->ptr + (size_t) j0 * rowb;
 		const void *ws = (const uint8_t *) q->scales->ptr + (size_t) (j0 * ngr) * es;
-		for (int64_t r0 = 0; r0 < c->m; r0 += 4) {
-			float s[32];
-			int nx = (int) MIN(c->m - r0, (int64_t) 4);
+		for (int64_t r0 = 0; r0 < c->m; r0 += c->impl->pnx) {
+			float s[KK_QPTILE_MAX * 8];
+			int nx = (int) MIN(c->m - r0, (int64_t) c->impl->pnx);
 			tile(s, &c->act, r0, nx, wg, ws, sdt, sshift, nb);
 			if (kk_buffer_dtype(c->y) == KK_F32) {
 				for (int r = 0; r < nx; r++) {
