@@ -334,6 +334,7 @@ static int pqgemm_range(void *p, int64_t b, int64_t e, int chunk)
 	const kk__qptile_fn tile = q->qtype == KK_Q4 ? c->impl->p4 : c->impl->p8;
 	const int sdt = !ngr ? KK_QS_NONE : q->scales->dtype == KK_F16 ? KK_QS_F16 : KK_QS_F32;
 	const int sshift = ngr ? __builtin_ctz((unsigned) (q->group / KK_QBLOCK)) : 0;
+	const bool yf32 = kk_buffer_dtype(c->y) == KK_F32;
 
 	for (int64_t g = b; g < e; g++) {
 		const int64_t j0 = g * KK_QPACK, nw = MIN((int64_t) KK_QPACK, q->n - j0);
@@ -356,11 +357,16 @@ static int pqgemm_range(void *p, int64_t b, int64_t e, int chunk)
 			float s[KK_QPTILE_MAX * 8];
 			int nx = (int) MIN(c->m - r0, (int64_t) c->impl->pnx);
 			tile(s, &c->act, r0, nx, wg, ws, sdt, sshift, nb);
-			if (kk_buffer_dtype(c->y) == KK_F32) {
+			if (yf32) { /* 8 lanes at a time */
+				typedef float v8 __attribute__((vector_size(32)));
+				v8 vs, vj, vb;
+				memcpy(&vj, sj, sizeof(vj));
+				memcpy(&vb, bj, sizeof(vb));
 				for (int r = 0; r < nx; r++) {
-					float *yr = (float *) c->y->ptr + (r0 + r) * q->n + j0;
-					for (int i = 0; i < KK_QPACK; i++)
-						yr[i] = s[r * 8 + i] * sj[i] + bj[i];
+					memcpy(&vs, s + r * 8, sizeof(vs));
+					vs = vs * vj + vb;
+					memcpy((float *) c->y->ptr + (r0 + r) * q->n + j0, &vs,
+					       sizeof(vs));
 				}
 				continue;
 			}
