@@ -252,7 +252,7 @@ static void QV(tile_q4)(float s[8], const kk__qact *a, int64_t r0, int nx, const
 
 /* The scales of a group's 8 rows for one scale group, as 8 floats. */
 static inline __attribute__((always_inline)) __m256 QV(pscales)(const void *ws, const int SDT,
-								 int64_t s)
+								int64_t s)
 {
 	if (SDT == KK_QS_F16)
 		return _mm256_cvtph_ps(
@@ -317,7 +317,8 @@ QV(ptile)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, const int N
 			for (int v = 0; v < 8; v++)
 				wa[v] = _mm256_sign_epi8(wv[v], wv[v]);
 #endif
-		__m256 sw = SDT != KK_QS_NONE ? QV(pscales)(ws, SDT, b >> sshift) : _mm256_setzero_ps();
+		__m256 sw =
+			SDT != KK_QS_NONE ? QV(pscales)(ws, SDT, b >> sshift) : _mm256_setzero_ps();
 #pragma GCC unroll 8
 		for (int r = 0; r < NX; r++) {
 			const int8_t *xq = xqr[r] + b * KK_QBLOCK;
@@ -348,18 +349,17 @@ QV(ptile)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, const int N
 				s0 = s1 = _mm256_setzero_si256();
 #pragma GCC unroll 4
 				for (int v = 0; v < 8; v += 2) {
-					s0 = QV_DOT32A(s0, wa[v],
-						       _mm256_sign_epi8(X4(v), wv[v]));
-					s1 = QV_DOT32A(
-						s1, wa[v + 1],
-						_mm256_sign_epi8(X4(v + 1), wv[v + 1]));
+					s0 = QV_DOT32A(s0, wa[v], _mm256_sign_epi8(X4(v), wv[v]));
+					s1 = QV_DOT32A(s1, wa[v + 1],
+						       _mm256_sign_epi8(X4(v + 1), wv[v + 1]));
 				}
 			}
 #endif
 #undef X4
 			__m256 xd = _mm256_set1_ps(xdr[r][b]);
 			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)),
-						 SDT != KK_QS_NONE ? _mm256_mul_ps(sw, xd) : xd, acc[r]);
+						 SDT != KK_QS_NONE ? _mm256_mul_ps(sw, xd) : xd,
+						 acc[r]);
 		}
 	}
 	for (int r = 0; r < NX; r++)
@@ -367,8 +367,8 @@ QV(ptile)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, const int N
 }
 
 static inline __attribute__((always_inline)) void
-QV(ptile_n)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx, const uint8_t *w, const void *ws,
-	    const int SDT, int sshift, int64_t nb, const bool Q4)
+QV(ptile_n)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx, const uint8_t *w,
+	    const void *ws, const int SDT, int sshift, int64_t nb, const bool Q4)
 {
 	/* Up to QV_PNX rows: vnni's 32 vector registers hold 8 rows'
 	 * accumulators beside the 8 weight chunks, avx2's 16 hold 4. */
@@ -406,8 +406,8 @@ QV(ptile_n)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx, c
 	}
 }
 
-static void QV(ptile_i8)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx, const uint8_t *w,
-			 const void *ws, int sdt, int sshift, int64_t nb)
+static void QV(ptile_i8)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx,
+			 const uint8_t *w, const void *ws, int sdt, int sshift, int64_t nb)
 {
 	if (sdt == KK_QS_F16)
 		QV(ptile_n)(s, a, r0, nx, w, ws, KK_QS_F16, sshift, nb, false);
@@ -417,8 +417,8 @@ static void QV(ptile_i8)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t 
 		QV(ptile_n)(s, a, r0, nx, w, ws, KK_QS_NONE, sshift, nb, false);
 }
 
-static void QV(ptile_q4)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx, const uint8_t *w,
-			 const void *ws, int sdt, int sshift, int64_t nb)
+static void QV(ptile_q4)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx,
+			 const uint8_t *w, const void *ws, int sdt, int sshift, int64_t nb)
 {
 	if (sdt == KK_QS_F16)
 		QV(ptile_n)(s, a, r0, nx, w, ws, KK_QS_F16, sshift, nb, true);
@@ -453,8 +453,10 @@ static void QV(qact_p)(kk__qact *a, int64_t r, const float *x)
 		__m256i c[4];
 		for (int i = 0; i < 4; i++)
 			c[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vi));
-		__m256i s = _mm256_add_epi32(_mm256_add_epi32(c[0], c[1]), _mm256_add_epi32(c[2], c[3]));
-		__m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+		__m256i s = _mm256_add_epi32(_mm256_add_epi32(c[0], c[1]),
+					     _mm256_add_epi32(c[2], c[3]));
+		__m128i s4 =
+			_mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
 		s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
 		s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
 		xs[b] = -a->xoff * _mm_cvtsi128_si32(s4);

@@ -238,8 +238,8 @@ static inline float pscale(const void *ws, int sdt, int64_t idx)
 	return sdt == KK_QS_F32 ? ((const float *) ws)[idx] : 1.0f;
 }
 
-static void ptile_scalar(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx, const uint8_t *w,
-			 const void *ws, int sdt, int sshift, int64_t nb, bool q4)
+static void ptile_scalar(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx,
+			 const uint8_t *w, const void *ws, int sdt, int sshift, int64_t nb, bool q4)
 {
 	const int64_t bb = q4 ? 128 : 256; /* bytes of a group's block */
 	for (int r = 0; r < nx; r++)
@@ -261,14 +261,14 @@ static void ptile_scalar(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t 
 		}
 }
 
-static void ptile_i8_scalar(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx, const uint8_t *w,
-			    const void *ws, int sdt, int sshift, int64_t nb)
+static void ptile_i8_scalar(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx,
+			    const uint8_t *w, const void *ws, int sdt, int sshift, int64_t nb)
 {
 	ptile_scalar(s, a, r0, nx, w, ws, sdt, sshift, nb, false);
 }
 
-static void ptile_q4_scalar(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx, const uint8_t *w,
-			    const void *ws, int sdt, int sshift, int64_t nb)
+static void ptile_q4_scalar(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx,
+			    const uint8_t *w, const void *ws, int sdt, int sshift, int64_t nb)
 {
 	ptile_scalar(s, a, r0, nx, w, ws, sdt, sshift, nb, true);
 }
@@ -309,7 +309,7 @@ static inline __attribute__((always_inline)) __m256i dot32a_avx2(__m256i acc, __
 #endif
 
 #ifdef __clang__
-#pragma clang attribute push(                                                     \
+#pragma clang attribute push(                                                          \
 	__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"))), \
 	apply_to = function)
 #else

@@ -85,9 +85,11 @@ static void deq_row_packed(const kk_qmatrix *q, int64_t row, float *out)
 	const int64_t ngr = q->group ? k / q->group : 0;
 	for (int64_t b = 0; b < nb; b++) {
 		const uint8_t *blk = grp + b * (q4 ? 128 : 256);
-		float sc = q->group ? LD(q->scales, (size_t) ((g * ngr + b * KK_QBLOCK / q->group) *
-							      KK_QPACK + i))
-				    : LD(q->scales, (size_t) row);
+		float sc =
+			q->group
+				? LD(q->scales,
+				     (size_t) ((g * ngr + b * KK_QBLOCK / q->group) * KK_QPACK + i))
+				: LD(q->scales, (size_t) row);
 		for (int v = 0; v < 8; v++)
 			for (int t = 0; t < 4; t++) {
 				int c;
@@ -139,7 +141,8 @@ int kk__cpu_qpack(kk_qmatrix *q)
 		memcpy(tmp, sdst, gsb);
 		for (int i = 0; i < KK_QPACK; i++)
 			for (int64_t sg = 0; sg < ngr; sg++)
-				memcpy(sdst + (sg * KK_QPACK + i) * es, tmp + (i * ngr + sg) * es, es);
+				memcpy(sdst + (sg * KK_QPACK + i) * es, tmp + (i * ngr + sg) * es,
+				       es);
 	}
 	q->pack = KK_QPACK;
 	return 1;

@@ -283,8 +283,8 @@ static void qdot_case_p(kk_dtype qt, int group, kk_dtype sdt, kk_dtype xdt, int6
 			fail_msg("%s%s %s g%d x %s m=%ld n=%ld k=%ld: [%ld] got %.9g, the exactly "
 				 "quantized product is %.9g (tolerance %g)",
 				 pack ? "packed " : "", kk__qdot()->name, kk_dtype_name(qt), group,
-				 kk_dtype_name(xdt), (long) m, (long) n, (long) k, (long) i,
-				 got[i], exact[i], tol);
+				 kk_dtype_name(xdt), (long) m, (long) n, (long) k, (long) i, got[i],
+				 exact[i], tol);
 	}
 	ref_gemm(&(kk_gemm_desc){ .trans_b = true,
 				  .m = m,
