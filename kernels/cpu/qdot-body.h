@@ -328,13 +328,23 @@ QV(ptile)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, const int N
 			 * instructions a chunk). */
 #define X4(v) _mm256_castps_si256(_mm256_broadcast_ss((const float *) (xq + 4 * (v))))
 #if QV_VNNI
+			/* Two 16-byte halves broadcast, each dword of a half
+			 * spread by vpshufd: 2 loads instead of 8 (a tile's
+			 * loads, not its dots, were the limit). */
+			const __m256i xl =
+				_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) xq));
+			const __m256i xh = _mm256_broadcastsi128_si256(
+				_mm_loadu_si128((const __m128i *) (xq + 16)));
 			s0 = _mm256_castps_si256(_mm256_broadcast_ss((const float *) &xsr[r][b]));
 			s1 = _mm256_setzero_si256();
-#pragma GCC unroll 4
-			for (int v = 0; v < 8; v += 2) {
-				s0 = QV_DOT32A(s0, wv[v], X4(v));
-				s1 = QV_DOT32A(s1, wv[v + 1], X4(v + 1));
-			}
+			s0 = QV_DOT32A(s0, wv[0], _mm256_shuffle_epi32(xl, 0x00));
+			s1 = QV_DOT32A(s1, wv[1], _mm256_shuffle_epi32(xl, 0x55));
+			s0 = QV_DOT32A(s0, wv[2], _mm256_shuffle_epi32(xl, 0xaa));
+			s1 = QV_DOT32A(s1, wv[3], _mm256_shuffle_epi32(xl, 0xff));
+			s0 = QV_DOT32A(s0, wv[4], _mm256_shuffle_epi32(xh, 0x00));
+			s1 = QV_DOT32A(s1, wv[5], _mm256_shuffle_epi32(xh, 0x55));
+			s0 = QV_DOT32A(s0, wv[6], _mm256_shuffle_epi32(xh, 0xaa));
+			s1 = QV_DOT32A(s1, wv[7], _mm256_shuffle_epi32(xh, 0xff));
 #else
 			if (Q4) {
 				s0 = _mm256_castps_si256(
