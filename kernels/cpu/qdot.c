@@ -40,6 +40,7 @@ int kk__qact_init(kk__qact *a, int64_t m, int64_t k)
 	a->corr = aligned_alloc(64, (nblk * 8 * sizeof(int32_t) + 63) & ~(size_t) 63);
 	a->dx = aligned_alloc(64, (nblk * 8 * sizeof(float) + 63) & ~(size_t) 63);
 	a->xs = malloc(nblk * sizeof(int32_t));
+	a->xoff = 0;
 	if (!a->q || !a->d || !a->corr || !a->dx || !a->xs) {
 		kk__qact_free(a);
 		return -ENOMEM;

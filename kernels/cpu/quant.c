@@ -90,17 +90,18 @@ static void deq_row_packed(const kk_qmatrix *q, int64_t row, float *out)
 				? LD(q->scales,
 				     (size_t) ((g * ngr + b * KK_QBLOCK / q->group) * KK_QPACK + i))
 				: LD(q->scales, (size_t) row);
-		for (int v = 0; v < 8; v++)
-			for (int t = 0; t < 4; t++) {
-				int c;
-				if (q4) {
-					uint8_t byte = blk[(v & 3) * 32 + 4 * i + t];
-					c = (v < 4 ? byte & 15 : byte >> 4) - 8;
-				} else {
-					c = (int) blk[v * 32 + 4 * i + t] - 128;
+		float *o = out + b * KK_QBLOCK;
+		if (q4)
+			for (int v = 0; v < 4; v++)
+				for (int t = 0; t < 4; t++) {
+					uint8_t byte = blk[v * 32 + 4 * i + t];
+					o[4 * v + t] = (float) ((byte & 15) - 8) * sc;
+					o[16 + 4 * v + t] = (float) ((byte >> 4) - 8) * sc;
 				}
-				out[b * KK_QBLOCK + 4 * v + t] = (float) c * sc;
-			}
+		else
+			for (int v = 0; v < 8; v++)
+				for (int t = 0; t < 4; t++)
+					o[4 * v + t] = (float) ((int) blk[v * 32 + 4 * i + t] - 128) * sc;
 	}
 }
 
