@@ -320,6 +320,11 @@ typedef void (*kk__qtile_fn)(float s[8], const kk__qact *a, int64_t r0, int nx,
  * ws[s * 8 + i], block b in group b >> sshift), sdt KK_QS_F32 / KK_QS_F16,
  * or KK_QS_NONE (per channel: all ones). */
 enum { KK_QS_NONE, KK_QS_F32, KK_QS_F16 };
+/* How far ahead (bytes) a packed tile prefetches its weight stream: s110m
+ * decode per CPU second, interleaved runs, q4_0 240-260 tok/s at 2 KiB,
+ * 255-285 at 4, 285-315 at 8, 275-330 at 16 (q8_0 180-195 / 185-200 /
+ * 200-220 / 135-207). */
+#define KK_QPF 8192
 /* The most activation rows of a packed tile (a variant's pnx). */
 #define KK_QPTILE_MAX 8
 typedef void (*kk__qptile_fn)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx,

@@ -289,9 +289,9 @@ QV(ptile)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, const int N
 	for (int64_t b = 0; b < nb; b++) {
 		const uint8_t *p = w + b * bb;
 		__m256i wv[8];
-		/* The group is one stream; a line about 2 KiB ahead. */
-		_mm_prefetch((const char *) (p + 2048), _MM_HINT_T0);
-		_mm_prefetch((const char *) (p + 2048 + 64), _MM_HINT_T0);
+		/* The groups are one stream; its lines KK_QPF bytes ahead. */
+		_mm_prefetch((const char *) (p + KK_QPF), _MM_HINT_T0);
+		_mm_prefetch((const char *) (p + KK_QPF + 64), _MM_HINT_T0);
 		if (Q4) {
 #pragma GCC unroll 4
 			for (int v = 0; v < 4; v++) {
@@ -300,8 +300,8 @@ QV(ptile)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, const int N
 				wv[4 + v] = _mm256_and_si256(_mm256_srli_epi16(t, 4), m4);
 			}
 		} else {
-			_mm_prefetch((const char *) (p + 2048 + 128), _MM_HINT_T0);
-			_mm_prefetch((const char *) (p + 2048 + 192), _MM_HINT_T0);
+			_mm_prefetch((const char *) (p + KK_QPF + 128), _MM_HINT_T0);
+			_mm_prefetch((const char *) (p + KK_QPF + 192), _MM_HINT_T0);
 #pragma GCC unroll 8
 			for (int v = 0; v < 8; v++) {
 				wv[v] = _mm256_loadu_si256((const __m256i *) (p + 32 * v));
