@@ -219,7 +219,9 @@ int kk__cpu_dequantize(kk_backend *be, kk_stream *st, kk_buffer *w, const kk_qma
  * over output channels; each weight row (a pair of rows where two fall in
  * one chunk) is read once, from its int8/int4 form, against every X row in
  * tiles of 4 (the integer dot tiles of qdot.c).  One path for every m: W's
- * rows stay in L1 while the quantized X (m * k bytes) streams from L2. */
+ * rows stay in L1 while the quantized X (m * k bytes) streams from L2.
+ * A packed matrix (kk__cpu_qpack) goes through pqgemm_range instead: the
+ * same plan, a group of 8 rows at a time. */
 struct qg_ctx {
 	const kk_qmatrix *w;
 	const kk_buffer *bias;
