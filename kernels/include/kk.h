@@ -276,7 +276,8 @@ int kk_qmatrix_alloc(kk_backend *be, kk_dtype qtype, int64_t n, int64_t k, int g
 kk_qmatrix *kk_qmatrix_free(kk_qmatrix *q);
 
 /* Reorders q in place into the backend's fastest layout for kk_qgemm
- * (same bytes, no copy kept).  The cpu backend interleaves rows in groups
+ * (same bytes, no copy kept; q's buffers must be writable: not a wrapped
+ * read-only mapping).  The cpu backend interleaves rows in groups
  * of KK_QPACK per 32-block so one vector load feeds 8 rows, and the
  * scales with them (docs/kernels.md, "Packed quantized rows"); rows past
  * the last whole group stay as they were.  kk_qgemm, kk_dequantize and
