@@ -101,40 +101,55 @@ static void deq_row_packed(const kk_qmatrix *q, int64_t row, float *out)
 		else
 			for (int v = 0; v < 8; v++)
 				for (int t = 0; t < 4; t++)
-					o[4 * v + t] = (float) ((int) blk[v * 32 + 4 * i + t] - 128) * sc;
+					o[4 * v + t] =
+						(float) ((int) blk[v * 32 + 4 * i + t] - 128) * sc;
 	}
 }
 
-int kk__cpu_qpack(kk_qmatrix *q)
+struct qpack_ctx {
+	kk_qmatrix *q;
+	uint8_t *scratch; /* one group's bytes (or scales) per chunk */
+	size_t per_chunk;
+};
+
+/* Groups [b, e) of q into the packed layout. */
+static int qpack_range(void *p, int64_t b, int64_t e, int chunk)
 {
-	const char *env = getenv("KK_CPU_QPACK");
-	if (q->pack)
-		return 1;
-	if ((env && streq(env, "0")) || q->k % KK_QBLOCK || q->n < KK_QPACK)
-		return 0;
+	const struct qpack_ctx *c = p;
+	kk_qmatrix *q = c->q;
 	const bool q4 = q->qtype == KK_Q4;
-	const int64_t k = q->k, nb = k / KK_QBLOCK, ngroups = q->n / KK_QPACK;
+	const int64_t k = q->k, nb = k / KK_QBLOCK, ngr = q->group ? k / q->group : 0;
 	const size_t rowb = q4 ? (size_t) k / 2 : (size_t) k, gb = KK_QPACK * rowb;
-	const int64_t ngr = q->group ? k / q->group : 0;
 	const size_t es = kk_dtype_size(q->scales->dtype, 1), gsb = KK_QPACK * ngr * es;
-	_cleanup_free_ uint8_t *tmp = malloc(MAX(gb, gsb));
-	if (!tmp)
-		return -ENOMEM;
-	for (int64_t g = 0; g < ngroups; g++) {
+	uint8_t *tmp = c->scratch + (size_t) chunk * c->per_chunk;
+	for (int64_t g = b; g < e; g++) {
 		uint8_t *dst = (uint8_t *) q->data->ptr + (size_t) g * gb;
 		memcpy(tmp, dst, gb);
-		for (int64_t b = 0; b < nb; b++) {
-			uint8_t *blk = dst + b * (q4 ? 128 : 256);
-			for (int v = 0; v < (q4 ? 4 : 8); v++)
-				for (int i = 0; i < KK_QPACK; i++)
-					for (int t = 0; t < 4; t++) {
-						const uint8_t *row = tmp + i * rowb;
-						int64_t e = b * KK_QBLOCK + 4 * v + t;
-						blk[v * 32 + 4 * i + t] =
-							q4 ? (uint8_t) (q4_get(row, e) |
-									q4_get(row, e + 16) << 4)
-							   : (uint8_t) (row[e] ^ 0x80);
+		for (int i = 0; i < KK_QPACK; i++) {
+			const uint8_t *row = tmp + i * rowb;
+			for (int64_t bl = 0; bl < nb; bl++) {
+				uint8_t *blk = dst + bl * (q4 ? 128 : 256) + 4 * i;
+				if (q4) {
+					/* row's bytes 16 bl .. + 15: elements 2j, 2j+1 */
+					uint8_t code[KK_QBLOCK];
+					for (int j = 0; j < KK_QBLOCK / 2; j++) {
+						code[2 * j] = row[bl * 16 + j] & 15;
+						code[2 * j + 1] = row[bl * 16 + j] >> 4;
 					}
+					for (int v = 0; v < 4; v++)
+						for (int t = 0; t < 4; t++)
+							blk[v * 32 + t] =
+								(uint8_t) (code[4 * v + t] |
+									   code[16 + 4 * v + t]
+										   << 4);
+				} else {
+					for (int v = 0; v < 8; v++)
+						for (int t = 0; t < 4; t++)
+							blk[v * 32 + t] =
+								row[bl * KK_QBLOCK + 4 * v + t] ^
+								0x80;
+				}
+			}
 		}
 		if (!ngr)
 			continue;
@@ -145,6 +160,33 @@ int kk__cpu_qpack(kk_qmatrix *q)
 				memcpy(sdst + (sg * KK_QPACK + i) * es, tmp + (i * ngr + sg) * es,
 				       es);
 	}
+	return 0;
+}
+
+int kk__cpu_qpack(kk_qmatrix *q)
+{
+	const char *env = getenv("KK_CPU_QPACK");
+	if (q->pack)
+		return 1;
+	if ((env && streq(env, "0")) || q->k % KK_QBLOCK || q->n < KK_QPACK)
+		return 0;
+	/* Every chunk's scratch first: nothing is moved unless all of it
+	 * can be. */
+	const int64_t ngroups = q->n / KK_QPACK, ngr = q->group ? q->k / q->group : 0;
+	const double cost = (double) KK_QPACK * q->k;
+	const size_t rowb = q->qtype == KK_Q4 ? (size_t) q->k / 2 : (size_t) q->k;
+	struct qpack_ctx c = { .q = q,
+			       .per_chunk =
+				       MAX(KK_QPACK * rowb,
+					   KK_QPACK * ngr * kk_dtype_size(q->scales->dtype, 1)) };
+	_cleanup_free_ uint8_t *scratch =
+		malloc((size_t) kk__parallel_chunks(ngroups, cost) * c.per_chunk);
+	if (!scratch)
+		return -ENOMEM;
+	c.scratch = scratch;
+	int r = kk__parallel_for(ngroups, cost, qpack_range, &c);
+	if (r < 0)
+		return r;
 	q->pack = KK_QPACK;
 	return 1;
 }

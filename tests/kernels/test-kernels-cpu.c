@@ -376,6 +376,12 @@ static void test_qdot_packed(void **state)
 	}
 	assert_true(ran >= 1);
 	assert_int_equal(kk__qdot_force(NULL), 0);
+	/* Packing split over 4 threads (chunks of groups, each with its own
+	 * scratch), then checked the same way. */
+	assert_int_equal(kk_backend_set_threads(be, 4), 0);
+	qdot_case_p(KK_Q4, 32, KK_F16, KK_F32, 3, 331, 384, true);
+	qdot_case_p(KK_I8, 32, KK_F16, KK_F32, 2, 320, 384, true);
+	assert_int_equal(kk_backend_set_threads(be, 0), 0);
 
 	/* What is left as it is: fewer than 8 rows, k not a multiple of 32,
 	 * KK_CPU_QPACK=0; kk_quantize writes the plain layout again. */
