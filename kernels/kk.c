@@ -564,7 +564,7 @@ static bool group_ok(int g)
 
 static bool qmatrix_ok(const kk_backend *be, const kk_qmatrix *q)
 {
-	if (!q || !dim_ok(q->n) || !dim_ok(q->k))
+	if (!q || !dim_ok(q->n) || !dim_ok(q->k) || (q->pack != 0 && q->pack != KK_QPACK))
 		return false;
 	if (q->qtype == KK_I8 && q->group == 32)
 		return q->k % 32 == 0 && bok(be, q->data, M(KK_I8), mul2(q->n, q->k)) &&
@@ -623,6 +623,14 @@ kk_qmatrix *kk_qmatrix_free(kk_qmatrix *q)
 	kk_buffer_free(q->scales);
 	free(q);
 	return NULL;
+}
+
+int kk_qmatrix_pack(kk_backend *be, kk_qmatrix *q)
+{
+	assert_return(be && qmatrix_ok(be, q), -EINVAL);
+	if (strcmp(be->ops->name, "cpu") != 0)
+		return -EOPNOTSUPP;
+	return kk__cpu_qpack(q);
 }
 
 int kk_quantize(kk_backend *be, kk_stream *st, kk_qmatrix *q, const kk_buffer *w)

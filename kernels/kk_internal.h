@@ -188,6 +188,9 @@ int kk__cuda_ops(const struct kk_backend_ops **ret, char *why, size_t len);
  * release to install). */
 int kk__cuda_driver_check(int driver, int needed, char *why, size_t len);
 
+/* kk_qmatrix_pack on the cpu backend (kernels/cpu/quant.c). */
+int kk__cpu_qpack(kk_qmatrix *q);
+
 /* Test hook: install a copy of a backend's ops with some slots cleared,
  * so tests can check the -EOPNOTSUPP path.  Not for production use. */
 int kk__backend_set_ops(kk_backend *be, const struct kk_backend_ops *ops);

@@ -314,6 +314,11 @@ typedef struct kk__qact {
 	float *d;
 	int32_t *corr;
 	float *dx;
+	/* packed weights: -xoff * (the sum of block b's codes) at xs[r * nb +
+	 * b], xoff the weight codes' offset (128 int8, 8 int4: the u8 x s8
+	 * product's correction) */
+	int32_t *xs;
+	int32_t xoff;
 } kk__qact;
 
 /* Where element e (0..31) of block b sits in an int4-ordered row. */
@@ -326,6 +331,10 @@ void kk__qact_free(kk__qact *a);
  * its odd ones (the order an int4 row's nibbles unpack in). */
 void kk__qact_quantize(kk__qact *a, int64_t r, const float *x, bool q4);
 
+/* Quantizes row r from x[k] (k a multiple of 32) for packed weights:
+ * the codes in their own order, and xs. */
+void kk__qact_quantize_p(kk__qact *a, int64_t r, const float *x);
+
 /* s[r * 2 + c] = sum over blocks b of xd[r][b] * ws[c][b] * (integer dot of
  * block b of activation row r0 + r and weight row w[c]), r < nx (1..4),
  * c < nw (1..2); ws[c] holds one f32 scale per 32-block of its row, or is
@@ -333,10 +342,32 @@ void kk__qact_quantize(kk__qact *a, int64_t r, const float *x, bool q4);
  * every ws[c] is NULL). */
 typedef void (*kk__qtile_fn)(float s[8], const kk__qact *a, int64_t r0, int nx,
 			     const void *const *w, const float *const *ws, int nw, int64_t k);
+/* Packed weights (kk_qmatrix_pack, KK_QPACK rows interleaved; the layout
+ * is quant.c's, above kk__cpu_qpack): s[r * 8 + i] = sum over blocks b of
+ * xd[r][b] * ws_i[b] * (integer dot of block b of activation row r0 + r,
+ * r < nx (1..the variant's pnx), and row i of the group at w), for the nb blocks of a row.
+ * ws: the group's interleaved scales (scale group s of row i at
+ * ws[s * 8 + i], block b in group b >> sshift), sdt KK_QS_F32 / KK_QS_F16,
+ * or KK_QS_NONE (per channel: all ones). */
+enum { KK_QS_NONE, KK_QS_F32, KK_QS_F16 };
+/* How far ahead (bytes) a packed tile prefetches its weight stream: s110m
+ * decode per CPU second, interleaved runs, q4_0 240-260 tok/s at 2 KiB,
+ * 255-285 at 4, 285-315 at 8, 275-330 at 16 (q8_0 180-195 / 185-200 /
+ * 200-220 / 135-207). */
+#define KK_QPF 8192
+/* The most activation rows of a packed tile (a variant's pnx). */
+#define KK_QPTILE_MAX 8
+typedef void (*kk__qptile_fn)(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx,
+			      const uint8_t *w, const void *ws, int sdt, int sshift, int64_t nb);
 typedef struct kk__qdot_impl {
 	const char *name; /* "vnni", "avx2", "scalar" */
 	kk__qtile_fn i8;  /* int8 weight rows */
 	kk__qtile_fn q4;  /* int4 weight rows (kk_qmatrix layout) */
+	kk__qptile_fn p8; /* packed int8 groups */
+	kk__qptile_fn p4; /* packed int4 groups */
+	/* kk__qact_quantize_p, vectorized where the variant is */
+	void (*qact_p)(kk__qact *a, int64_t r, const float *x);
+	int pnx; /* activation rows per packed tile, <= KK_QPTILE_MAX */
 } kk__qdot_impl;
 
 /* The variant in use: $KK_CPU_QDOT if it names one this CPU runs, else the

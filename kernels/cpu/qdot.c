@@ -20,6 +20,7 @@
 #include "kiln/macro.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -38,7 +39,9 @@ int kk__qact_init(kk__qact *a, int64_t m, int64_t k)
 	a->d = malloc(nblk * sizeof(float));
 	a->corr = aligned_alloc(64, (nblk * 8 * sizeof(int32_t) + 63) & ~(size_t) 63);
 	a->dx = aligned_alloc(64, (nblk * 8 * sizeof(float) + 63) & ~(size_t) 63);
-	if (!a->q || !a->d || !a->corr || !a->dx) {
+	a->xs = malloc(nblk * sizeof(int32_t));
+	a->xoff = 0;
+	if (!a->q || !a->d || !a->corr || !a->dx || !a->xs) {
 		kk__qact_free(a);
 		return -ENOMEM;
 	}
@@ -51,6 +54,8 @@ void kk__qact_free(kk__qact *a)
 	free(a->d);
 	free(a->corr);
 	free(a->dx);
+	free(a->xs);
+	a->xs = NULL;
 	a->q = NULL;
 	a->d = NULL;
 	a->corr = NULL;
@@ -134,6 +139,26 @@ void kk__qact_quantize(kk__qact *a, int64_t r, const float *x, bool q4)
 	}
 }
 
+void kk__qact_quantize_p(kk__qact *a, int64_t r, const float *x)
+{
+	int8_t *q = a->q + r * a->ldq;
+	float *d = a->d + r * a->nb;
+	int32_t *xs = a->xs + r * a->nb;
+	for (int64_t b = 0; b < a->nb; b++) {
+		const float *xb = x + b * KK_QBLOCK;
+		float amax = absmax(xb, KK_QBLOCK);
+		float inv = amax > 0 ? 127.0f / amax : 0.0f;
+		int8_t *qb = q + b * KK_QBLOCK;
+		int32_t sum = 0;
+		d[b] = amax / 127.0f;
+		for (int j = 0; j < KK_QBLOCK; j++) {
+			qb[j] = (int8_t) rintf(xb[j] * inv);
+			sum += qb[j];
+		}
+		xs[b] = -a->xoff * sum;
+	}
+}
+
 /* The partial last block of an int8 row (k not a multiple of 32): exact
  * integer sum, the same in every variant.  0 for k % 32 == 0 (always so
  * for int4: its groups are 32, 64 or 128). */
@@ -195,14 +220,68 @@ static void tile_q4_scalar(float s[8], const kk__qact *a, int64_t r0, int nx, co
 	tile_scalar(s, a, r0, nx, w, ws, nw, k, true);
 }
 
+/* Packed groups (quant.c's layout): code t (0..3) of chunk v (0..7) of
+ * row i in block b, as a signed value.  int8: chunk v holds elements 4v..
+ * 4v+3 stored + 128; int4: chunk v & 3's low nibbles hold elements 4v..
+ * 4v+3 (v < 4), its high nibbles 16 + 4(v - 4).. (v >= 4), stored + 8. */
+static inline int pcode(const uint8_t *blk, bool q4, int v, int i, int t)
+{
+	if (!q4)
+		return (int) blk[v * 32 + 4 * i + t] - 128;
+	uint8_t byte = blk[(v & 3) * 32 + 4 * i + t];
+	return (int) (v < 4 ? byte & 15 : byte >> 4) - 8;
+}
+
+static inline float pscale(const void *ws, int sdt, int64_t idx)
+{
+	if (sdt == KK_QS_F16)
+		return kk__h2f(((const uint16_t *) ws)[idx]);
+	return sdt == KK_QS_F32 ? ((const float *) ws)[idx] : 1.0f;
+}
+
+static void ptile_scalar(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx,
+			 const uint8_t *w, const void *ws, int sdt, int sshift, int64_t nb, bool q4)
+{
+	const int64_t bb = q4 ? 128 : 256; /* bytes of a group's block */
+	for (int r = 0; r < nx; r++)
+		for (int i = 0; i < KK_QPACK; i++) {
+			const int8_t *xq = a->q + (r0 + r) * a->ldq;
+			const float *xd = a->d + (r0 + r) * a->nb;
+			float acc = 0;
+			for (int64_t b = 0; b < nb; b++) {
+				int32_t t = 0;
+				for (int v = 0; v < 8; v++)
+					for (int j = 0; j < 4; j++)
+						t += pcode(w + b * bb, q4, v, i, j) *
+						     xq[b * KK_QBLOCK + 4 * v + j];
+				acc = fmaf((float) t,
+					   xd[b] * pscale(ws, sdt, (b >> sshift) * KK_QPACK + i),
+					   acc);
+			}
+			s[r * 8 + i] = acc;
+		}
+}
+
+static void ptile_i8_scalar(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx,
+			    const uint8_t *w, const void *ws, int sdt, int sshift, int64_t nb)
+{
+	ptile_scalar(s, a, r0, nx, w, ws, sdt, sshift, nb, false);
+}
+
+static void ptile_q4_scalar(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64_t r0, int nx,
+			    const uint8_t *w, const void *ws, int sdt, int sshift, int64_t nb)
+{
+	ptile_scalar(s, a, r0, nx, w, ws, sdt, sshift, nb, true);
+}
+
 /* ---- the x86 variants ---------------------------------------------------- */
 
 #if defined(__x86_64__)
 #ifdef __clang__
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 #endif
 static inline __attribute__((always_inline)) __m256i dot32_avx2(__m256i wa, __m256i xs)
 {
@@ -216,7 +295,11 @@ static inline __attribute__((always_inline)) __m256i dot32a_avx2(__m256i acc, __
 #define QV(name)  name##_avx2
 #define QV_DOT32  dot32_avx2
 #define QV_DOT32A dot32a_avx2
+#define QV_VNNI	  0
+#define QV_PNX	  4
 #include "qdot-body.h"
+#undef QV_PNX
+#undef QV_VNNI
 #undef QV
 #undef QV_DOT32
 #undef QV_DOT32A
@@ -227,12 +310,12 @@ static inline __attribute__((always_inline)) __m256i dot32a_avx2(__m256i acc, __
 #endif
 
 #ifdef __clang__
-#pragma clang attribute push(                                                     \
-	__attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512vnni"))), \
+#pragma clang attribute push(                                                          \
+	__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"))), \
 	apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx2,fma,avx512f,avx512vl,avx512bw,avx512vnni")
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")
 #endif
 static inline __attribute__((always_inline)) __m256i dot32_vnni(__m256i wa, __m256i xs)
 {
@@ -246,7 +329,11 @@ static inline __attribute__((always_inline)) __m256i dot32a_vnni(__m256i acc, __
 #define QV(name)  name##_vnni
 #define QV_DOT32  dot32_vnni
 #define QV_DOT32A dot32a_vnni
+#define QV_VNNI	  1
+#define QV_PNX	  8
 #include "qdot-body.h"
+#undef QV_PNX
+#undef QV_VNNI
 #undef QV
 #undef QV_DOT32
 #undef QV_DOT32A
@@ -261,11 +348,23 @@ static inline __attribute__((always_inline)) __m256i dot32a_vnni(__m256i acc, __
 
 static const kk__qdot_impl impls[] = {
 #if defined(__x86_64__)
-	{ "vnni", tile_i8_vnni, tile_q4_vnni },
-	{ "avx2", tile_i8_avx2, tile_q4_avx2 },
+	{ "vnni", tile_i8_vnni, tile_q4_vnni, ptile_i8_vnni, ptile_q4_vnni, qact_p_vnni, 8 },
+	{ "avx2", tile_i8_avx2, tile_q4_avx2, ptile_i8_avx2, ptile_q4_avx2, qact_p_avx2, 4 },
 #endif
-	{ "scalar", tile_i8_scalar, tile_q4_scalar },
+	{ "scalar", tile_i8_scalar, tile_q4_scalar, ptile_i8_scalar, ptile_q4_scalar,
+	  kk__qact_quantize_p, 4 },
 };
+
+#if defined(__x86_64__)
+/* F16C (the packed tiles widen f16 scales with vcvtph2ps) from CPUID leaf
+ * 1, ECX bit 29: clang 14's __builtin_cpu_supports has no name for it
+ * (half.c does the same). */
+static bool has_f16c(void)
+{
+	unsigned a, b, c, d;
+	return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
 
 static bool impl_runs(const kk__qdot_impl *v)
 {
@@ -274,9 +373,10 @@ static bool impl_runs(const kk__qdot_impl *v)
 	if (streq(v->name, "vnni"))
 		return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
 		       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx2") &&
-		       __builtin_cpu_supports("fma");
+		       __builtin_cpu_supports("fma") && has_f16c();
 	if (streq(v->name, "avx2"))
-		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		       has_f16c();
 #endif
 	return true;
 }

@@ -259,7 +259,14 @@ typedef struct kk_qmatrix {
 	int group; /* KK_Q4: 32, 64 or 128; KK_I8: 0 (per channel) or 32 */
 	kk_buffer *data;
 	kk_buffer *scales;
+	/* 0: rows one after another (the layout above).  KK_QPACK: the cpu
+	 * backend's interleaved layout (kk_qmatrix_pack): only its own
+	 * kk_qgemm and kk_dequantize read it. */
+	int pack;
 } kk_qmatrix;
+
+/* Rows per interleaved group of a packed kk_qmatrix. */
+#define KK_QPACK 8
 
 /* Allocates data and scales for an n x k matrix.  Errors: -EINVAL (qtype,
  * group, scale dtype, k % group, odd k for Q4), -ENOMEM. */
@@ -268,6 +275,18 @@ int kk_qmatrix_alloc(kk_backend *be, kk_dtype qtype, int64_t n, int64_t k, int g
 /* Frees data, scales and the struct.  Accepts NULL.  Returns NULL. */
 kk_qmatrix *kk_qmatrix_free(kk_qmatrix *q);
 
+/* Reorders q in place into the backend's fastest layout for kk_qgemm
+ * (same bytes, no copy kept; q's buffers must be writable: not a wrapped
+ * read-only mapping).  The cpu backend interleaves rows in groups
+ * of KK_QPACK per 32-block so one vector load feeds 8 rows, and the
+ * scales with them (docs/kernels.md, "Packed quantized rows"); rows past
+ * the last whole group stay as they were.  kk_qgemm, kk_dequantize and
+ * kk_quantize (which writes the plain layout again) accept either layout;
+ * a one-row view of a packed matrix is not a row.  Returns 1 when q is
+ * packed, 0 when it was left as it is (k not a multiple of 32, fewer than
+ * KK_QPACK rows, $KK_CPU_QPACK=0).  Errors: -EINVAL, -ENOMEM,
+ * -EOPNOTSUPP (a backend with one layout: nothing to do). */
+int kk_qmatrix_pack(kk_backend *be, kk_qmatrix *q);
 /* q <- quantize(w), w F32/BF16/F16 [n, k] with q's shape. */
 int kk_quantize(kk_backend *be, kk_stream *st, kk_qmatrix *q, const kk_buffer *w);
 /* w <- dequantize(q), w F32/BF16/F16 [n, k]. */

@@ -253,6 +253,16 @@ static int load_native(km_model *m, const km_weight_source *src, const char *nam
 	return 1;
 }
 
+/* The cpu backend's packed rows (kk_qmatrix_pack: 8 rows interleaved,
+ * the same bytes); other backends have one layout. */
+static int pack_linear(km_model *m, km_linear *out, kiln_error *err)
+{
+	int r = kk_qmatrix_pack(m->be, out->q);
+	if (r < 0 && r != -EOPNOTSUPP)
+		return kk_fail(err, r, "packing quantized weights", m);
+	return 0;
+}
+
 /* Loads W [n, k] from the source into a linear layer stored [np, kp]
  * (np >= n, kp >= k; the padding is zero, which adds nothing to y). */
 static int load_linear(km_model *m, const km_weight_source *src, const char *name, int64_t n,
@@ -263,7 +273,7 @@ static int load_linear(km_model *m, const km_weight_source *src, const char *nam
 	int r;
 	if ((wdt == KK_I8 || wdt == KK_Q4) && np == n && kp == k &&
 	    (r = load_native(m, src, name, n, k, out, err)) != 0)
-		return r < 0 ? r : 0;
+		return r < 0 ? r : pack_linear(m, out, err);
 	if (np == n && kp == k && wdt != KK_I8 && wdt != KK_Q4) {
 		map_tensor(m, src, name, wdt, (size_t) (n * k), &out->w);
 		if (out->w) {
@@ -303,7 +313,7 @@ static int load_linear(km_model *m, const km_weight_source *src, const char *nam
 	if (r < 0)
 		return kk_fail(err, r, "quantizing weights", m);
 	m->weight_bytes += kk_buffer_bytes(out->q->data) + kk_buffer_bytes(out->q->scales);
-	return 0;
+	return pack_linear(m, out, err);
 }
 
 static int alloc_act(km_model *m, kk_dtype dt, size_t count, kk_buffer **ret, kiln_error *err)
@@ -502,23 +512,41 @@ static int linear(km_model *m, kk_buffer *y, const kk_buffer *x, const km_linear
 
 /* out[t] = row ids[t] of the quantized table q (ids on the host, checked
  * against the vocabulary by check_inputs): one kk_dequantize of a one-row
- * view per token, so only the rows used are read, on any backend. */
+ * view per token, so only the rows used are read, on any backend.  A
+ * packed table's row lies across its group of KK_QPACK rows: the group's
+ * view is dequantized into grp (KK_QPACK rows) and the row copied out. */
 static int qembedding(km_model *m, kk_buffer *out, const kk_qmatrix *q, const int32_t *ids,
 		      int64_t n)
 {
 	const int64_t k = q->k, g = q->group ? k / q->group : 1;
+	const int64_t packed = q->pack ? q->n / KK_QPACK * KK_QPACK : 0;
+	const size_t es = kk_dtype_size(kk_buffer_dtype(out), 1);
+	_cleanup_(kk_buffer_freep) kk_buffer *grp = NULL;
 	int r = 0;
+	if (packed &&
+	    (r = kk_buffer_alloc(m->be, kk_buffer_dtype(out), (size_t) (KK_QPACK * k), &grp)) < 0)
+		return r;
 	for (int64_t t = 0; t < n && r >= 0; t++) {
-		kk_qmatrix row = { .qtype = q->qtype, .n = 1, .k = k, .group = q->group };
+		bool in_group = ids[t] < packed;
+		int64_t r0 = in_group ? ids[t] / KK_QPACK * KK_QPACK : ids[t];
+		int64_t rows = in_group ? KK_QPACK : 1;
+		kk_qmatrix row = { .qtype = q->qtype,
+				   .n = rows,
+				   .k = k,
+				   .group = q->group,
+				   .pack = in_group ? q->pack : 0 };
 		kk_buffer *o = NULL;
-		r = kk_buffer_view(q->data, (size_t) (ids[t] * k), (size_t) k, &row.data);
+		r = kk_buffer_view(q->data, (size_t) (r0 * k), (size_t) (rows * k), &row.data);
 		if (r >= 0)
-			r = kk_buffer_view(q->scales, (size_t) (ids[t] * g), (size_t) g,
+			r = kk_buffer_view(q->scales, (size_t) (r0 * g), (size_t) (rows * g),
 					   &row.scales);
-		if (r >= 0)
+		if (r >= 0 && !in_group)
 			r = kk_buffer_view(out, (size_t) (t * k), (size_t) k, &o);
 		if (r >= 0)
-			r = kk_dequantize(m->be, NULL, o, &row);
+			r = kk_dequantize(m->be, NULL, in_group ? grp : o, &row);
+		if (r >= 0 && in_group)
+			r = kk_buffer_copy(m->be, NULL, out, (size_t) t * k * es, grp,
+					   (size_t) (ids[t] - r0) * k * es, (size_t) k * es);
 		kk_buffer_free(o);
 		kk_buffer_free(row.scales);
 		kk_buffer_free(row.data);

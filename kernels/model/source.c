@@ -294,8 +294,22 @@ static void file_drop(void *handle)
 	km_file_free(handle);
 }
 
+/* Gives back the resident pages wholly inside [p, p + n) of the file's
+ * read-only mapping (they stay in the page cache; a later read faults them
+ * in again): a tensor converted into kiln's own copy would otherwise count
+ * twice in the process's RSS. */
+static void drop_pages(const void *p, size_t n)
+{
+	uintptr_t page = (uintptr_t) sysconf(_SC_PAGESIZE);
+	uintptr_t lo = ((uintptr_t) p + page - 1) & ~(page - 1);
+	uintptr_t hi = ((uintptr_t) p + n) & ~(page - 1);
+	if (hi > lo)
+		(void) madvise((void *) lo, hi - lo, MADV_DONTNEED);
+}
+
 /* GGUF Q8_0 / Q4_0 weights as KK_I8 / KK_Q4 blocks of 32 with their own
- * f16 scales: the same values, no requantization. */
+ * f16 scales: the same values, no requantization.  The tensor's pages of
+ * the mapping are given back once copied (drop_pages). */
 static int file_read_quant(void *userdata, const char *name, kk_dtype qt, int64_t n, int64_t k,
 			   void *data, uint16_t *scales, kiln_error *err)
 {
@@ -320,6 +334,8 @@ static int file_read_quant(void *userdata, const char *name, kk_dtype qt, int64_
 	if (r < 0)
 		return km_errorf(err, r, "%s: converting '%s' (%s): %s", f->path, fname,
 				 kmf_dtype_name(t->dtype), strerror(-r));
+	if (exact && t->data)
+		drop_pages(t->data, t->nbytes);
 	return exact ? 1 : 0;
 }
 

@@ -5,7 +5,8 @@
  * own sgemm on a large square problem (compute) and a large memcpy (memory
  * bandwidth).  `make bench` runs it through bench-kernels-cpu.sh.
  * --quick shrinks the shapes; --cpu-time times with the process CPU clock
- * (rates per CPU-second: use it on a shared, busy machine).
+ * (rates per CPU-second: use it on a shared, busy machine); --quant runs
+ * only the quantized product's rows (plain and packed).
  * Exit 0, 1 when an op fails, 2 on a bad argument. */
 #include <cblas.h>
 #include <errno.h>
@@ -264,11 +265,18 @@ static void bench_qgemv(kk_dtype qt, int group, int64_t m, int64_t n, int64_t k)
 		snprintf(g, sizeof(g), " g%d", group);
 	snprintf(shape, sizeof(shape), "%s%s m=%ld %ldx%ld", kk_dtype_name(qt), g, (long) m,
 		 (long) n, (long) k);
-	if (m == 1)
-		row("qgemv", shape, time_it(do_qgemm, &c),
-		    (double) kk_buffer_bytes(c.w->data) + kk_buffer_bytes(c.w->scales), false);
-	else
-		row("qgemm", shape, time_it(do_qgemm, &c), 2.0 * m * n * k, true);
+	/* Rows one after another, then packed (kk_qmatrix_pack). */
+	for (int packed = 0; packed < 2; packed++) {
+		if (packed && kk_qmatrix_pack(be, c.w) != 1)
+			break;
+		if (m == 1)
+			row(packed ? "qgemv packed" : "qgemv", shape, time_it(do_qgemm, &c),
+			    (double) kk_buffer_bytes(c.w->data) + kk_buffer_bytes(c.w->scales),
+			    false);
+		else
+			row(packed ? "qgemm packed" : "qgemm", shape, time_it(do_qgemm, &c),
+			    2.0 * m * n * k, true);
+	}
 	kk_qmatrix_free(c.w), kk_buffer_free(w), kk_buffer_free(c.x), kk_buffer_free(c.y);
 }
 
@@ -424,7 +432,7 @@ static const char *load_avg(void)
 
 int main(int argc, char **argv)
 {
-	bool quick = false;
+	bool quick = false, qonly = false;
 	int r, threads = 0;
 
 	for (int i = 1; i < argc; i++) {
@@ -432,6 +440,8 @@ int main(int argc, char **argv)
 			quick = true;
 		else if (streq(argv[i], "--cpu-time"))
 			bench_clock = CLOCK_PROCESS_CPUTIME_ID;
+		else if (streq(argv[i], "--quant"))
+			qonly = true;
 		else if (streq(argv[i], "--threads") && i + 1 < argc) {
 			char *end;
 			threads = (int) strtol(argv[++i], &end, 10);
@@ -443,7 +453,7 @@ int main(int argc, char **argv)
 		} else {
 			fprintf(stderr,
 				"Unknown argument '%s'; usage: %s [--quick] [--cpu-time] "
-				"[--threads N]\n",
+				"[--threads N] [--quant]\n",
 				argv[i], argv[0]);
 			return 2;
 		}
@@ -462,7 +472,19 @@ int main(int argc, char **argv)
 	       bench_clock == CLOCK_MONOTONIC ? "wall time" : "process CPU time", load_avg());
 	ceilings(quick ? 256 : 1536, quick ? (8u << 20) : (256u << 20));
 
-	if (quick) {
+	if (qonly) { /* the quantized product alone: decode and prefill shapes */
+		bench_qgemv(KK_I8, 0, 1, 4096, 4096);
+		bench_qgemv(KK_I8, 32, 1, 4096, 4096);
+		bench_qgemv(KK_Q4, 32, 1, 4096, 4096);
+		bench_qgemv(KK_I8, 32, 1, 32000, 768);
+		bench_qgemv(KK_Q4, 32, 1, 32000, 768);
+		bench_qgemv(KK_I8, 32, 8, 2048, 768);
+		bench_qgemv(KK_Q4, 32, 8, 2048, 768);
+		bench_qgemv(KK_I8, 32, 128, 2048, 768);
+		bench_qgemv(KK_Q4, 32, 128, 2048, 768);
+		bench_qgemv(KK_I8, 32, 128, 768, 2048);
+		bench_qgemv(KK_Q4, 32, 128, 768, 2048);
+	} else if (quick) {
 		bench_gemm(KK_F32, 128, 128, 128, 0, false);
 		bench_gemm(KK_BF16, 64, 96, 128, 2, true);
 		bench_linear(KK_F32, 1, 256, 256);

@@ -227,6 +227,8 @@ static void test_threads_qgemv(void **state)
 							  qts[qi] == KK_Q4 ? 32 : 0, KK_F16, &q),
 					 0);
 			assert_int_equal(kk_quantize(be, NULL, q, w), 0);
+			if (mi != 1) /* packed rows: groups of 8 split over threads */
+				assert_int_equal(kk_qmatrix_pack(be, q), 1);
 			for (int t = 1; t <= 5; t += t == 1 ? 1 : 3) {
 				assert_int_equal(kk_backend_set_threads(be, t), 0);
 				assert_int_equal(kk_qgemm(be, NULL, y, x, q, NULL, m), 0);
@@ -255,7 +257,8 @@ static void test_threads_qgemv(void **state)
  * but), int8 per 32-block (GGUF Q8_0's layout, some codes -128), int4
  * groups 32/64/128, m from 1
  * (GEMV) to 21 (prefill tiles with a ragged edge), f32 and bf16 X. */
-static void qdot_case(kk_dtype qt, int group, kk_dtype xdt, int64_t m, int64_t n, int64_t k)
+static void qdot_case_p(kk_dtype qt, int group, kk_dtype sdt, kk_dtype xdt, int64_t m, int64_t n,
+			int64_t k, bool pack)
 {
 	double *hx, *hw, *hb, *wd = hmalloc((size_t) (n * k) * sizeof(double));
 	double *exact = hmalloc((size_t) (m * n) * sizeof(double));
@@ -268,7 +271,7 @@ static void qdot_case(kk_dtype qt, int group, kk_dtype xdt, int64_t m, int64_t n
 	kk_qmatrix *q = NULL;
 	double *xq = hmalloc((size_t) k * sizeof(double));
 
-	assert_int_equal(kk_qmatrix_alloc(be, qt, n, k, group, KK_F16, &q), 0);
+	assert_int_equal(kk_qmatrix_alloc(be, qt, n, k, group, sdt, &q), 0);
 	assert_int_equal(kk_quantize(be, NULL, q, w), 0);
 	if (qt == KK_I8 && group == 32) {
 		/* GGUF Q8_0 blocks may hold -128 (kk_quantize never writes it):
@@ -282,6 +285,20 @@ static void qdot_case(kk_dtype qt, int group, kk_dtype xdt, int64_t m, int64_t n
 	}
 	assert_int_equal(kk_dequantize(be, NULL, wdb, q), 0);
 	memcpy(wd, down(wdb, (size_t) (n * k)), (size_t) (n * k) * sizeof(double));
+	if (pack) {
+		/* Packed (n >= 8): the same matrix, so the same dequantized
+		 * values, read back from the interleaved layout. */
+		assert_int_equal(kk_qmatrix_pack(be, q), 1);
+		assert_int_equal(q->pack, KK_QPACK);
+		assert_int_equal(kk_dequantize(be, NULL, wdb, q), 0);
+		double *wp = down(wdb, (size_t) (n * k));
+		for (int64_t i = 0; i < n * k; i++)
+			if (wp[i] != wd[i])
+				fail_msg("packed %s g%d n=%ld k=%ld: dequantized [%ld] %g, "
+					 "before packing %g",
+					 kk_dtype_name(qt), group, (long) n, (long) k, (long) i,
+					 wp[i], wd[i]);
+	}
 	assert_int_equal(kk_qgemm(be, NULL, y, x, q, bias, m), 0);
 	for (int64_t i = 0; i < m; i++) {
 		/* X row i as kk quantizes it, dequantized. */
@@ -309,10 +326,11 @@ static void qdot_case(kk_dtype qt, int group, kk_dtype xdt, int64_t m, int64_t n
 		/* f32 accumulation over k terms, then the output's rounding. */
 		double tol = 2e-6 * mag[i] + TOL(xdt) * fabs(exact[i]);
 		if (!(fabs(got[i] - exact[i]) <= tol))
-			fail_msg("%s %s g%d x %s m=%ld k=%ld: [%ld] got %.9g, the exactly "
+			fail_msg("%s%s %s g%d x %s m=%ld n=%ld k=%ld: [%ld] got %.9g, the exactly "
 				 "quantized product is %.9g (tolerance %g)",
-				 kk__qdot()->name, kk_dtype_name(qt), group, kk_dtype_name(xdt),
-				 (long) m, (long) k, (long) i, got[i], exact[i], tol);
+				 pack ? "packed " : "", kk__qdot()->name, kk_dtype_name(qt), group,
+				 kk_dtype_name(xdt), (long) m, (long) n, (long) k, (long) i, got[i],
+				 exact[i], tol);
 	}
 	ref_gemm(&(kk_gemm_desc){ .trans_b = true,
 				  .m = m,
@@ -326,6 +344,11 @@ static void qdot_case(kk_dtype qt, int group, kk_dtype xdt, int64_t m, int64_t n
 	expect_qact("qgemm vs unquantized x", got, hx, wd, ref, m, n, k, 4 * TOL(xdt),
 		    2 * TOL(xdt));
 	kk_qmatrix_free(q);
+}
+
+static void qdot_case(kk_dtype qt, int group, kk_dtype xdt, int64_t m, int64_t n, int64_t k)
+{
+	qdot_case_p(qt, group, KK_F16, xdt, m, n, k, false);
 }
 
 static void test_qdot_variants(void **state)
@@ -370,6 +393,66 @@ static void test_qdot_variants(void **state)
 	unsetenv("KK_CPU_QDOT");
 	assert_int_equal(kk__qdot_force(NULL), 0);
 	print_message("# int8 dot products: %s\n", best);
+}
+
+/* Packed rows (kk_qmatrix_pack), every variant of this build: m = 1..9
+ * (every tile height and a ragged edge), n with and without rows past the
+ * last group of 8, int8 per channel (f16 and f32 scales) and per 32-block,
+ * int4 groups 32/64/128 with f16 or f32 scales; the same two checks as
+ * qdot_case, and the packed matrix dequantizes to the same values. */
+static void test_qdot_packed(void **state)
+{
+	const char *const *names = kk__qdot_names();
+	int ran = 0;
+	for (int v = 0; names[v]; v++) {
+		if (kk__qdot_force(names[v]) == -EOPNOTSUPP)
+			continue;
+		ran++;
+		for (int64_t m = 1; m <= 9; m++) {
+			int64_t n = m % 2 ? 8 * irand(1, 5) : irand(9, 45);
+			qdot_case_p(KK_I8, 0, KK_F16, KK_F32, m, n, 32 * irand(1, 9), true);
+			qdot_case_p(KK_I8, 0, KK_F32, KK_BF16, m, n, 32 * irand(1, 9), true);
+			qdot_case_p(KK_I8, 32, KK_F16, KK_F32, m, n, 32 * irand(1, 9), true);
+			qdot_case_p(KK_Q4, 32, KK_F16, KK_F32, m, n, 32 * irand(1, 9), true);
+			qdot_case_p(KK_Q4, 32, KK_F32, KK_F32, m, n, 32 * irand(1, 9), true);
+			qdot_case_p(KK_Q4, 64, KK_F32, KK_BF16, m, n, 64 * irand(1, 5), true);
+			qdot_case_p(KK_Q4, 128, KK_F16, KK_F32, m, n, 128 * irand(1, 3), true);
+			teardown(NULL);
+		}
+	}
+	assert_true(ran >= 1);
+	assert_int_equal(kk__qdot_force(NULL), 0);
+	/* Packing split over 4 threads (chunks of groups, each with its own
+	 * scratch), then checked the same way. */
+	assert_int_equal(kk_backend_set_threads(be, 4), 0);
+	qdot_case_p(KK_Q4, 32, KK_F16, KK_F32, 3, 331, 384, true);
+	qdot_case_p(KK_I8, 32, KK_F16, KK_F32, 2, 320, 384, true);
+	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+
+	/* What is left as it is: fewer than 8 rows, k not a multiple of 32,
+	 * KK_CPU_QPACK=0; kk_quantize writes the plain layout again. */
+	kk_qmatrix *q = NULL;
+	kk_buffer *w = up_rand(KK_F32, 8 * 96, -1, 1, NULL);
+	assert_int_equal(kk_qmatrix_alloc(be, KK_I8, 7, 64, 0, KK_F16, &q), 0);
+	assert_int_equal(kk_qmatrix_pack(be, q), 0);
+	assert_int_equal(q->pack, 0);
+	q = kk_qmatrix_free(q);
+	assert_int_equal(kk_qmatrix_alloc(be, KK_I8, 8, 72, 0, KK_F16, &q), 0);
+	assert_int_equal(kk_qmatrix_pack(be, q), 0);
+	q = kk_qmatrix_free(q);
+	assert_int_equal(kk_qmatrix_alloc(be, KK_Q4, 8, 96, 32, KK_F16, &q), 0);
+	setenv("KK_CPU_QPACK", "0", 1);
+	assert_int_equal(kk_qmatrix_pack(be, q), 0);
+	unsetenv("KK_CPU_QPACK");
+	assert_int_equal(kk_qmatrix_pack(be, q), 1);
+	assert_int_equal(kk_qmatrix_pack(be, q), 1);
+	assert_int_equal(kk_quantize(be, NULL, q, w), 0);
+	assert_int_equal(q->pack, 0);
+	q->pack = 3; /* not a layout */
+	assert_int_equal(kk_qmatrix_pack(be, q), -EINVAL);
+	q->pack = 0;
+	assert_int_equal(kk_qmatrix_pack(NULL, q), -EINVAL);
+	kk_qmatrix_free(q);
 }
 
 /* Two caller threads using the pool at once (one finds it busy and runs
@@ -787,6 +870,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_threads_qgemv, teardown),
 		cmocka_unit_test_teardown(test_gemv_epilogue, teardown),
 		cmocka_unit_test_teardown(test_qdot_variants, teardown),
+		cmocka_unit_test_teardown(test_qdot_packed, teardown),
 		cmocka_unit_test_teardown(test_threads_concurrent, teardown),
 		cmocka_unit_test_teardown(test_block_loops, teardown),
 		cmocka_unit_test_teardown(test_pool_join_sleeps, teardown),
