@@ -111,7 +111,9 @@ notify_listen "$W/n.sock" "$W/n.notify"
 NOTIFY_SOCKET=$W/n.sock WATCHDOG_USEC=1000000 start -c "$W/c.cfg" --node node03
 sleep 2.2
 CPIDS=
-for i in $(seq 20); do
+# 40 x 250 tokens keep the engine busy for about a second on the 2-core
+# machine (20 were over in well under one after the issue-15 speedups).
+for i in $(seq 40); do
 	curl -s -o /dev/null "$URL/v1/completions" -d '{"model":"stories","prompt":[1],"max_tokens":250,"ignore_eos":true}' &
 	CPIDS="$CPIDS $!"
 done
@@ -123,8 +125,10 @@ sleep 0.2
 kill "$LPID"; wait "$LPID" 2>/dev/null; LPID=
 ok "READY=1 once the model is loaded" grep -q " READY=1$" "$W/n.notify"
 ok "STATUS= names the model, the address and the context" grep -q " STATUS=Serving stories on http://127.0.0.1:[0-9]* (cpu, f32, context 256" "$W/n.notify"
+wd=$(awk '$2 == "WATCHDOG=1" { if (p) { g = $1 - p; if (g > m) { m = g; at = p } }; p = $1; n++ } END { printf "%d %.3f %.3f", n, m, at }' "$W/n.notify")
+echo "# watchdog pings, longest gap, gap start: $wd"
 ok "WATCHDOG=1 pings, idle and busy, never 1 s apart (WatchdogSec=1s)" \
-	awk '$2 == "WATCHDOG=1" { if (p) { g = $1 - p; if (g > m) m = g }; p = $1; n++ } END { exit !(n >= 8 && m < 0.9) }' "$W/n.notify"
+	awk -v wd="$wd" 'BEGIN { split(wd, a, " "); exit !(a[1] >= 6 && a[2] < 0.9) }' 
 ok "STOPPING=1 on SIGTERM" grep -q " STOPPING=1$" "$W/n.notify"
 
 # ---- the drain
