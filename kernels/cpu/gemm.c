@@ -10,8 +10,11 @@
  * the columns (or rows): OpenBLAS's own threads would compete with the
  * pool for the same cores (cpu.c holds OpenBLAS to one thread). */
 #include <cblas.h>
+#include <dlfcn.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu.h"
 #include "kiln/macro.h"
@@ -52,6 +55,63 @@ static size_t gspan(int64_t batch, int64_t stride, int64_t rows, int64_t cols, i
  * 2048 x 768, one thread, CPU time, m = 2 89 -> 45 us, 3 97 -> 50, 8 244
  * -> 119; panels widened for sgemm (m > 8): 110M f16 prefill 420-460 ->
  * 810-840 tok/s (docs/kernels.md, "f16/bf16 products in registers"). */
+
+/* An f32 x W^T with more rows than the GEMV takes (prefill, training's
+ * forward) runs half.c's register tiles on f32 W (kk__half_gemm_f32)
+ * where they beat one-thread sgemm per CPU second, so that prefill does
+ * not depend on which kernel OpenBLAS picks (OPENBLAS_CORETYPE).
+ * Measured on the 15M/110M layer shapes (768x768, 2048x768, 768x2048,
+ * 32000x768 and the 288-wide ones), m = 17..128, bench-kernels-cpu
+ * --f32mm --cpu-time (docs/kernels.md, "f32 prefill in register tiles"):
+ * - AVX-512 tiles (~200 GFLOP/s on k = 768) against OpenBLAS's AVX2
+ *   kernels (Haswell, Zen: 64-118): 1.3-2.6x at every shape and m;
+ * - against its AVX-512 kernels (SkylakeX, Cooperlake, SapphireRapids:
+ *   90-210, rising with m): 1.24-2.1x at m = 17 and 32; at m = 64 1.08-1.28
+ *   for k = 768, par (0.95-1.00) for k = 288 and 2048; at m = 128 par for
+ *   k = 768 (0.96-1.00), 0.82-0.90 for k = 288 and 2048 -- sgemm keeps
+ *   those;
+ * - AVX2 tiles (4 x 2, ~90 GFLOP/s) against OpenBLAS Haswell: 1.2-1.7x
+ *   at m = 17, 0.9-1.2 at 32, 0.73-0.99 beyond: tiles up to 24 rows;
+ * - the portable 1 x 1 tiles never win. */
+/* The most rows the tiles take (inclusive; between the m measured). */
+#define KK_CPU_F32MM_MAX_M_AVX2	     24
+#define KK_CPU_F32MM_MAX_M_AVX512    32
+#define KK_CPU_F32MM_MAX_M_AVX512_KM 96 /* 512 <= k <= 1024 */
+
+/* 1 when OpenBLAS runs an AVX-512 sgemm kernel, 0 when not (or another
+ * BLAS: openblas_get_corename is looked up, as cpu.c's shutdown hook). */
+static int blas_avx512(void)
+{
+	static _Atomic int known = -1;
+	int v = atomic_load_explicit(&known, memory_order_relaxed);
+	if (v >= 0)
+		return v;
+	char *(*corename)(void) = (char *(*) (void)) dlsym(RTLD_DEFAULT, "openblas_get_corename");
+	const char *c = corename ? corename() : NULL;
+	v = c && (strcasestr(c, "skylakex") || strcasestr(c, "cooperlake") ||
+		  strcasestr(c, "sapphirerapids"));
+	atomic_store_explicit(&known, v, memory_order_relaxed);
+	return v;
+}
+
+static bool f32mm_wins(int64_t m, int64_t n, int64_t k)
+{
+	const char *v = kk__half_variant();
+	(void) n;
+	if (strncmp(v, "avx512", 6) == 0)
+		return !blas_avx512() || m <= KK_CPU_F32MM_MAX_M_AVX512 ||
+		       (m <= KK_CPU_F32MM_MAX_M_AVX512_KM && k >= 512 && k <= 1024);
+	if (strcmp(v, "f16c") == 0)
+		return m <= KK_CPU_F32MM_MAX_M_AVX2;
+	return false;
+}
+
+static _Atomic int f32_route;
+
+int kk__gemm_f32_route(int route)
+{
+	return atomic_exchange(&f32_route, route);
+}
 
 /* sgemm flops per unit of kk__parallel_for's cost (~0.5 ns each). */
 #define GEMM_FLOPS_PER_COST 32.0
@@ -181,11 +241,13 @@ static void gemv_store(const struct gemm_ctx *g, int64_t i, int nx, int64_t j, c
 	}
 }
 
-/* x W^T with bf16/f16 W in place: W rows [b, e) against every x row. */
+/* x W^T with W in place (bf16/f16, or f32 past the GEMV's rows): W rows
+ * [b, e) against every x row. */
 static int half_range(void *p, int64_t b, int64_t e, int chunk)
 {
 	const struct gemm_ctx *g = p;
 	const kk_gemm_desc *d = g->d;
+	bool f32 = d->b->dtype == KK_F32;
 	kk__half_mm mm = {
 		.x = g->a,
 		.ldx = (size_t) d->lda,
@@ -193,7 +255,10 @@ static int half_range(void *p, int64_t b, int64_t e, int chunk)
 			      ? (const uint16_t *) d->a->ptr + (size_t) (g->batch_i * d->stride_a)
 			      : NULL,
 		.m = d->m,
-		.w = (const uint16_t *) d->b->ptr + (size_t) (g->batch_i * d->stride_b),
+		.w = f32 ? NULL
+			 : (const uint16_t *) d->b->ptr + (size_t) (g->batch_i * d->stride_b),
+		.wf = f32 ? (const float *) d->b->ptr + (size_t) (g->batch_i * d->stride_b)
+			  : NULL,
 		.ldw = (size_t) d->ldb,
 		.k = (size_t) d->k,
 		.alpha = d->alpha,
@@ -202,7 +267,10 @@ static int half_range(void *p, int64_t b, int64_t e, int chunk)
 		.ldc = (size_t) g->ldc,
 	};
 	(void) chunk;
-	kk__half_gemm(d->b->dtype, &mm, b, e);
+	if (f32)
+		kk__half_gemm_f32(&mm, b, e);
+	else
+		kk__half_gemm(d->b->dtype, &mm, b, e);
 	epilogue(g, 0, d->m, b, e);
 	return 0;
 }
@@ -255,10 +323,14 @@ static int gemv_range(void *p, int64_t b, int64_t e, int chunk)
 int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 {
 	int64_t batch = d->batch ? d->batch : 1;
-	bool half_mm =
-		d->trans_b && !d->trans_a && (d->b->dtype == KK_F16 || d->b->dtype == KK_BF16);
-	bool gemv = !half_mm && d->trans_b && !d->trans_a &&
+	bool xwt = d->trans_b && !d->trans_a;
+	bool half_mm = xwt && (d->b->dtype == KK_F16 || d->b->dtype == KK_BF16);
+	bool gemv = !half_mm && xwt &&
 		    d->m <= (d->b->dtype == KK_F32 ? KK_CPU_GEMV_MAX_M_F32 : KK_CPU_GEMV_MAX_M);
+	int route = atomic_load_explicit(&f32_route, memory_order_relaxed);
+	if (xwt && !gemv && d->b->dtype == KK_F32 &&
+	    (route > 0 || (route == 0 && f32mm_wins(d->m, d->n, d->k))))
+		half_mm = true; /* f32 W in the same tiles */
 	size_t na = gspan(batch, d->stride_a, d->trans_a ? d->k : d->m, d->trans_a ? d->m : d->k,
 			  d->lda);
 	size_t nb = gspan(batch, d->stride_b, d->trans_b ? d->n : d->k, d->trans_b ? d->k : d->n,
