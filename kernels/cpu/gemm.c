@@ -108,6 +108,37 @@ static bool f32mm_wins(int64_t m, int64_t n, int64_t k)
 
 static _Atomic int f32_route;
 
+/* The other f32 products (training's backward: dX = dY W, B not
+ * transposed; dW = dY^T X, A transposed) can run the same tiles on copies
+ * of the operands transposed into x W^T's layout: m x k and n x k floats
+ * copied for 2 m n k flops.  Only against OpenBLAS's AVX2 kernels and
+ * m and n at least KK_CPU_F32MM_T_MIN (the copies are then under 1/64 of
+ * the flops) and k at least KK_CPU_F32MM_T_MIN_K: bench-train's backward
+ * shapes, one thread, CPU time, against OpenBLAS Haswell: 1.06-1.59x at
+ * k >= 128 alone (bench-kernels-cpu --f32mm-train), 0.72x at k = 64 (the
+ * tile's horizontal sums then cost more than 4 vectors of FMAs); inside
+ * the training step (KMT_PROFILE) the k = 128 ones came out even or
+ * slower, k >= 352 (w1/w3 backward) 65.8 -> 57 ms per 20 steps: 256. */
+#define KK_CPU_F32MM_T_MIN   64
+#define KK_CPU_F32MM_T_MIN_K 256
+
+static bool f32mm_t_wins(int64_t m, int64_t n, int64_t k)
+{
+	return strncmp(kk__half_variant(), "avx512", 6) == 0 && !blas_avx512() &&
+	       m >= KK_CPU_F32MM_T_MIN && n >= KK_CPU_F32MM_T_MIN && k >= KK_CPU_F32MM_T_MIN_K;
+}
+
+/* dst[c * rows + r] = src[r * ld + c]: a rows x cols matrix transposed,
+ * in 32 x 32 blocks (both sides' lines reused from L1). */
+static void transpose(float *dst, const float *src, int64_t rows, int64_t cols, int64_t ld)
+{
+	for (int64_t r0 = 0; r0 < rows; r0 += 32)
+		for (int64_t c0 = 0; c0 < cols; c0 += 32)
+			for (int64_t c = c0; c < MIN(c0 + 32, cols); c++)
+				for (int64_t r = r0; r < MIN(r0 + 32, rows); r++)
+					dst[c * rows + r] = src[r * ld + c];
+}
+
 int kk__gemm_f32_route(int route)
 {
 	return atomic_exchange(&f32_route, route);
@@ -132,6 +163,9 @@ struct gemm_ctx {
 	int64_t ldc;
 	const float *bias;
 	bool split_n;	   /* chunks of columns (else of rows) */
+	/* f32 tiles on transposed operands (tmm): x rows and W rows as
+	 * kk__half_gemm_f32 reads them, k apart (NULL: A, B as given). */
+	const float *xt, *wt;
 	int64_t col_block; /* f32 B split by columns: chunks of whole blocks */
 	int64_t batch_i;
 	/* bf16/f16 B split by columns: one f32 panel of panel_n columns of
@@ -249,17 +283,18 @@ static int half_range(void *p, int64_t b, int64_t e, int chunk)
 	const kk_gemm_desc *d = g->d;
 	bool f32 = d->b->dtype == KK_F32;
 	kk__half_mm mm = {
-		.x = g->a,
-		.ldx = (size_t) d->lda,
+		.x = g->xt ? g->xt : g->a,
+		.ldx = (size_t) (g->xt ? d->k : d->lda),
 		.xh = d->a->dtype == KK_BF16
 			      ? (const uint16_t *) d->a->ptr + (size_t) (g->batch_i * d->stride_a)
 			      : NULL,
 		.m = d->m,
 		.w = f32 ? NULL
 			 : (const uint16_t *) d->b->ptr + (size_t) (g->batch_i * d->stride_b),
-		.wf = f32 ? (const float *) d->b->ptr + (size_t) (g->batch_i * d->stride_b)
-			  : NULL,
-		.ldw = (size_t) d->ldb,
+		.wf = g->wt ? g->wt
+		      : f32 ? (const float *) d->b->ptr + (size_t) (g->batch_i * d->stride_b)
+			    : NULL,
+		.ldw = (size_t) (g->wt ? d->k : d->ldb),
 		.k = (size_t) d->k,
 		.alpha = d->alpha,
 		.beta = d->beta,
@@ -331,6 +366,15 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 	if (xwt && !gemv && d->b->dtype == KK_F32 &&
 	    (route > 0 || (route == 0 && f32mm_wins(d->m, d->n, d->k))))
 		half_mm = true; /* f32 W in the same tiles */
+	bool tmm = !xwt && d->a->dtype == KK_F32 && d->b->dtype == KK_F32 &&
+		   (route > 0 || (route == 0 && f32mm_t_wins(d->m, d->n, d->k)));
+	_cleanup_free_ float *xt = NULL, *wt = NULL;
+	if (tmm) {
+		half_mm = true;
+		if ((d->trans_a && !(xt = malloc((size_t) d->m * d->k * sizeof(float)))) ||
+		    (!d->trans_b && !(wt = malloc((size_t) d->n * d->k * sizeof(float)))))
+			return -ENOMEM;
+	}
 	size_t na = gspan(batch, d->stride_a, d->trans_a ? d->k : d->m, d->trans_a ? d->m : d->k,
 			  d->lda);
 	size_t nb = gspan(batch, d->stride_b, d->trans_b ? d->n : d->k, d->trans_b ? d->k : d->n,
@@ -386,6 +430,12 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 						    i * d->stride_c + row * d->ldc, d->n);
 		}
 		if (half_mm) {
+			if (xt) /* A [k, m] */
+				transpose(xt, g.a, d->k, d->m, d->lda);
+			if (wt) /* B [k, n] */
+				transpose(wt, (const float *) d->b->ptr + i * d->stride_b, d->k,
+					  d->n, d->ldb);
+			g.xt = xt, g.wt = wt;
 			r = kk__parallel_for(d->n, flops / d->n / GEMM_FLOPS_PER_COST, half_range,
 					     &g);
 		} else if (gemv) {
