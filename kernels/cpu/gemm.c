@@ -71,7 +71,7 @@ static size_t gspan(int64_t batch, int64_t stride, int64_t rows, int64_t cols, i
  *   k = 768 (0.96-1.00), 0.82-0.90 for k = 288 and 2048 -- sgemm keeps
  *   those;
  * - AVX2 tiles (4 x 2, ~90 GFLOP/s) against OpenBLAS Haswell: 1.2-1.7x
- *   at m = 17, 0.9-1.2 at 32, 0.73-0.99 beyond: tiles up to 24 rows;
+ *   at m = 17, 0.87-1.21 at 32, 0.72-0.99 beyond: tiles up to 24 rows;
  * - the portable 1 x 1 tiles never win. */
 /* The most rows the tiles take (inclusive; between the m measured). */
 #define KK_CPU_F32MM_MAX_M_AVX2	     24
