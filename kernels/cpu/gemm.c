@@ -86,7 +86,7 @@ static int blas_avx512(void)
 	int v = atomic_load_explicit(&known, memory_order_relaxed);
 	if (v >= 0)
 		return v;
-	char *(*corename)(void) = (char *(*) (void)) dlsym(RTLD_DEFAULT, "openblas_get_corename");
+	char *(*corename)(void) = (char *(*) (void) ) dlsym(RTLD_DEFAULT, "openblas_get_corename");
 	const char *c = corename ? corename() : NULL;
 	v = c && (strcasestr(c, "skylakex") || strcasestr(c, "cooperlake") ||
 		  strcasestr(c, "sapphirerapids"));
@@ -162,7 +162,7 @@ struct gemm_ctx {
 	float *c;	    /* f32 result of this batch entry */
 	int64_t ldc;
 	const float *bias;
-	bool split_n;	   /* chunks of columns (else of rows) */
+	bool split_n; /* chunks of columns (else of rows) */
 	/* f32 tiles on transposed operands (tmm): x rows and W rows as
 	 * kk__half_gemm_f32 reads them, k apart (NULL: A, B as given). */
 	const float *xt, *wt;

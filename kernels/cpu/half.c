@@ -865,8 +865,8 @@ static void gemm_v4b(bool bf16, const kk__half_mm *p, int64_t j0, int64_t j1)
 /* Best first; the last is always usable. */
 static const struct half_impl impls[] = {
 #ifdef KK_HALF_X86
-	{ "avx512bf16", usable_v4b, widen_f16_v4, narrow_f16_v4, dot_f16_v4, dot_bf16_v4,
-	  gemm_v4b, gemm_f32_v4 },
+	{ "avx512bf16", usable_v4b, widen_f16_v4, narrow_f16_v4, dot_f16_v4, dot_bf16_v4, gemm_v4b,
+	  gemm_f32_v4 },
 	{ "avx512", usable_v4, widen_f16_v4, narrow_f16_v4, dot_f16_v4, dot_bf16_v4, gemm_v4,
 	  gemm_f32_v4 },
 	{ "f16c", usable_v3, widen_f16_v3, narrow_f16_v3, dot_f16_v3, dot_bf16_v3, gemm_v3,

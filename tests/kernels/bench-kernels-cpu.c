@@ -239,7 +239,7 @@ static void bench_linear(kk_dtype dt, int64_t m, int64_t n, int64_t k)
 	kk_buffer_free(x), kk_buffer_free(w), kk_buffer_free(y);
 }
 
-int kk__gemm_f32_route(int route); /* kernels/cpu/gemm.c, for --f32mm */
+int kk__gemm_f32_route(int route);    /* kernels/cpu/gemm.c, for --f32mm */
 int kk__half_force(const char *name); /* kernels/cpu/half.c, for --half */
 
 /* --f32mm: an f32 x W^T through sgemm and through half.c's f32 register
@@ -250,8 +250,18 @@ static void f32mm_row(int64_t m, int64_t n, int64_t k, bool ta, bool tb)
 {
 	kk_buffer *x = rand_buf(KK_F32, m * k, -1, 1), *w = rand_buf(KK_F32, n * k, -1, 1);
 	kk_buffer *y = rand_buf(KK_F32, m * n, 0, 1);
-	kk_gemm_desc d = { .m = m, .n = n, .k = k, .trans_a = ta, .trans_b = tb, .alpha = 1,
-			   .a = x, .lda = ta ? m : k, .b = w, .ldb = tb ? k : n, .c = y, .ldc = n };
+	kk_gemm_desc d = { .m = m,
+			   .n = n,
+			   .k = k,
+			   .trans_a = ta,
+			   .trans_b = tb,
+			   .alpha = 1,
+			   .a = x,
+			   .lda = ta ? m : k,
+			   .b = w,
+			   .ldb = tb ? k : n,
+			   .c = y,
+			   .ldc = n };
 	double best[2] = { 1e30, 1e30 };
 	for (int rep = 0; rep < 4; rep++) {
 		kk__gemm_f32_route(rep % 2 ? 1 : -1);
@@ -264,7 +274,9 @@ static void f32mm_row(int64_t m, int64_t n, int64_t k, bool ta, bool tb)
 	double f = 2.0 * m * n * k * 1e-9;
 	printf("%-8ld %5ldx%-6ld %12.1f %12.1f %7.2fx%s\n", (long) m, (long) n, (long) k,
 	       f / best[0], f / best[1], best[0] / best[1],
-	       ta ? "  A^T B" : tb ? "" : "  A B");
+	       ta   ? "  A^T B"
+	       : tb ? ""
+		    : "  A B");
 	fflush(stdout);
 	kk_buffer_free(x), kk_buffer_free(w), kk_buffer_free(y);
 }
@@ -272,14 +284,15 @@ static void f32mm_row(int64_t m, int64_t n, int64_t k, bool ta, bool tb)
 static void bench_f32mm(bool train)
 {
 	/* n x k of the 15M and 110M models' layers, at prefill-sized m */
-	static const int64_t shapes[][2] = { { 768, 768 },  { 2048, 768 }, { 768, 2048 },
+	static const int64_t shapes[][2] = { { 768, 768 },   { 2048, 768 }, { 768, 2048 },
 					     { 32000, 768 }, { 288, 288 },  { 768, 288 },
 					     { 288, 768 },   { 32000, 288 } };
 	static const int64_t ms[] = { 17, 24, 32, 64, 96, 128 };
 	/* bench-train's model (dim 128, FFN 352, 2 kv heads of 32, vocab
 	 * 512): its forward's x W^T at batch 4 x 128 tokens */
-	static const int64_t tshapes[][2] = { { 128, 128 }, { 64, 128 }, { 352, 128 },
-					      { 128, 352 }, { 512, 128 } };
+	static const int64_t tshapes[][2] = {
+		{ 128, 128 }, { 64, 128 }, { 352, 128 }, { 128, 352 }, { 512, 128 }
+	};
 	printf("%-8s %-12s %12s %12s %8s\n", "m", "n x k", "sgemm GF/s", "tiles GF/s", "ratio");
 	if (train) {
 		/* forward x W^T; backward dX = dY W and dW = dY^T X */
@@ -513,8 +526,7 @@ int main(int argc, char **argv)
 					argv[i]);
 				return 2;
 			}
-		}
-		else if (streq(argv[i], "--threads") && i + 1 < argc) {
+		} else if (streq(argv[i], "--threads") && i + 1 < argc) {
 			char *end;
 			threads = (int) strtol(argv[++i], &end, 10);
 			if (*end || threads < 1 || threads > KK_THREADS_MAX) {
@@ -525,7 +537,8 @@ int main(int argc, char **argv)
 		} else {
 			fprintf(stderr,
 				"Unknown argument '%s'; usage: %s [--quick] [--cpu-time] "
-				"[--threads N] [--quant] [--f32mm] [--f32mm-train] [--half VARIANT]\n",
+				"[--threads N] [--quant] [--f32mm] [--f32mm-train] [--half "
+				"VARIANT]\n",
 				argv[i], argv[0]);
 			return 2;
 		}

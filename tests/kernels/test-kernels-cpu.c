@@ -794,11 +794,16 @@ static void f32_tiles_check(const char *v)
 		kk_epilogue epi;
 		bool ta, nb; /* A transposed; B not transposed (copied transposed) */
 	} cs[] = {
-		{ 17, 301, 17, 0, 0, 0, KK_EPI_NONE, 0, 0 },	 { 18, 67, 100, 3, 1, 1, KK_EPI_SILU, 0, 0 },
-		{ 19, 300, 257, 1, 1, 0, KK_EPI_NONE, 0, 0 },	 { 20, 33, 64, 0, 0, 1, KK_EPI_GELU, 0, 0 },
-		{ 21, 129, 15, 2, 0, 0, KK_EPI_NONE, 0, 0 },	 { 33, 1000, 300, 0, 0, 0, KK_EPI_NONE, 0, 0 },
-		{ 130, 515, 383, 1, 1, 1, KK_EPI_GELU, 0, 0 }, { 64, 77, 768, 0, 0, 0, KK_EPI_NONE, 0, 0 },
-		{ 5, 70, 33, 1, 1, 1, KK_EPI_SILU, 0, 1 }, { 67, 45, 130, 0, 0, 0, KK_EPI_NONE, 1, 0 },
+		{ 17, 301, 17, 0, 0, 0, KK_EPI_NONE, 0, 0 },
+		{ 18, 67, 100, 3, 1, 1, KK_EPI_SILU, 0, 0 },
+		{ 19, 300, 257, 1, 1, 0, KK_EPI_NONE, 0, 0 },
+		{ 20, 33, 64, 0, 0, 1, KK_EPI_GELU, 0, 0 },
+		{ 21, 129, 15, 2, 0, 0, KK_EPI_NONE, 0, 0 },
+		{ 33, 1000, 300, 0, 0, 0, KK_EPI_NONE, 0, 0 },
+		{ 130, 515, 383, 1, 1, 1, KK_EPI_GELU, 0, 0 },
+		{ 64, 77, 768, 0, 0, 0, KK_EPI_NONE, 0, 0 },
+		{ 5, 70, 33, 1, 1, 1, KK_EPI_SILU, 0, 1 },
+		{ 67, 45, 130, 0, 0, 0, KK_EPI_NONE, 1, 0 },
 		{ 40, 37, 99, 2, 1, 0, KK_EPI_NONE, 1, 1 },
 	};
 	for (size_t ci = 0; ci < ARRAY_SIZE(cs); ci++) {
@@ -839,8 +844,10 @@ static void f32_tiles_check(const char *v)
 				snprintf(what, sizeof(what),
 					 "%s: f32 %s %s m=%ld n=%ld k=%ld, %d threads", v,
 					 route > 0 ? "tiles" : "sgemm",
-					 ta ? "A^T B" : tb ? "A B^T" : "A B", (long) m, (long) n,
-					 (long) k, t);
+					 ta   ? "A^T B"
+					 : tb ? "A B^T"
+					      : "A B",
+					 (long) m, (long) n, (long) k, t);
 				assert_int_equal(kk_backend_set_threads(be, t), 0);
 				assert_int_equal(kk_buffer_copy(be, NULL, y, 0, c0, 0, nc * 4), 0);
 				assert_int_equal(kk_gemm(be, NULL, &d), 0);
