@@ -66,15 +66,17 @@ static size_t gspan(int64_t batch, int64_t stride, int64_t rows, int64_t cols, i
  * - AVX-512 tiles (~200 GFLOP/s on k = 768) against OpenBLAS's AVX2
  *   kernels (Haswell, Zen: 64-118): 1.3-2.6x at every shape and m;
  * - against its AVX-512 kernels (SkylakeX, Cooperlake, SapphireRapids:
- *   90-210, rising with m): 1.24-2.1x at m = 17 and 32; at m = 64 1.08-1.28
+ *   90-210, rising with m): 1.24-2.1x at m = 17, 24 and 32; at m = 64 and
+ *   96 1.03-1.28
  *   for k = 768, par (0.95-1.00) for k = 288 and 2048; at m = 128 par for
  *   k = 768 (0.96-1.00), 0.82-0.90 for k = 288 and 2048 -- sgemm keeps
  *   those;
  * - AVX2 tiles (4 x 2, ~90 GFLOP/s) against OpenBLAS Haswell: 1.2-1.7x
- *   at m = 17, 0.87-1.21 at 32, 0.72-0.99 beyond: tiles up to 24 rows;
+ *   at m = 17, 0.92-1.34 at 24 (k = 768 wins, 288 and 2048 lose),
+ *   0.87-1.21 at 32, 0.72-0.99 beyond: tiles up to 20 rows;
  * - the portable 1 x 1 tiles never win. */
 /* The most rows the tiles take (inclusive; between the m measured). */
-#define KK_CPU_F32MM_MAX_M_AVX2	     24
+#define KK_CPU_F32MM_MAX_M_AVX2	     20
 #define KK_CPU_F32MM_MAX_M_AVX512    32
 #define KK_CPU_F32MM_MAX_M_AVX512_KM 96 /* 512 <= k <= 1024 */
 
