@@ -62,15 +62,14 @@ static size_t gspan(int64_t batch, int64_t stride, int64_t rows, int64_t cols, i
  * not depend on which kernel OpenBLAS picks (OPENBLAS_CORETYPE).
  * Measured on the 15M/110M layer shapes (768x768, 2048x768, 768x2048,
  * 32000x768 and the 288-wide ones), m = 17..128, bench-kernels-cpu
- * --f32mm --cpu-time (docs/kernels.md, "f32 prefill in register tiles"):
+ * --f32mm --cpu-time (docs/kernels.md, "f32 products in register tiles"):
  * - AVX-512 tiles (~200 GFLOP/s on k = 768) against OpenBLAS's AVX2
  *   kernels (Haswell, Zen: 64-118): 1.3-2.6x at every shape and m;
  * - against its AVX-512 kernels (SkylakeX, Cooperlake, SapphireRapids:
  *   90-210, rising with m): 1.24-2.1x at m = 17, 24 and 32; at m = 64 and
- *   96 1.03-1.28
- *   for k = 768, par (0.95-1.00) for k = 288 and 2048; at m = 128 par for
- *   k = 768 (0.96-1.00), 0.82-0.90 for k = 288 and 2048 -- sgemm keeps
- *   those;
+ *   96 1.03-1.28 for k = 768 and 2048 (k blocks of 1024 in half.c),
+ *   0.87-1.03 for k = 288; at m = 128 par for k = 768 and 2048
+ *   (0.96-1.00), 0.88-0.90 for k = 288 -- sgemm keeps those;
  * - AVX2 tiles (4 x 2, ~90 GFLOP/s) against OpenBLAS Haswell: 1.2-1.7x
  *   at m = 17, 0.92-1.34 at 24 (k = 768 wins, 288 and 2048 lose),
  *   0.87-1.21 at 32, 0.72-0.99 beyond: tiles up to 20 rows;
@@ -78,7 +77,7 @@ static size_t gspan(int64_t batch, int64_t stride, int64_t rows, int64_t cols, i
 /* The most rows the tiles take (inclusive; between the m measured). */
 #define KK_CPU_F32MM_MAX_M_AVX2	     20
 #define KK_CPU_F32MM_MAX_M_AVX512    32
-#define KK_CPU_F32MM_MAX_M_AVX512_KM 96 /* 512 <= k <= 1024 */
+#define KK_CPU_F32MM_MAX_M_AVX512_KM 96 /* 512 <= k <= 2048 */
 
 /* 1 when OpenBLAS runs an AVX-512 sgemm kernel, 0 when not (or another
  * BLAS: openblas_get_corename is looked up, as cpu.c's shutdown hook). */
@@ -102,7 +101,7 @@ static bool f32mm_wins(int64_t m, int64_t n, int64_t k)
 	(void) n;
 	if (strncmp(v, "avx512", 6) == 0)
 		return !blas_avx512() || m <= KK_CPU_F32MM_MAX_M_AVX512 ||
-		       (m <= KK_CPU_F32MM_MAX_M_AVX512_KM && k >= 512 && k <= 1024);
+		       (m <= KK_CPU_F32MM_MAX_M_AVX512_KM && k >= 512 && k <= 2048);
 	if (strcmp(v, "f16c") == 0)
 		return m <= KK_CPU_F32MM_MAX_M_AVX2;
 	return false;

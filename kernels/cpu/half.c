@@ -52,6 +52,10 @@ struct half_impl {
 /* The f32 product (kk__half_gemm_f32) keeps blocks of this many bytes of
  * f32 rows: as many bytes as the 16-bit blocks, half as many rows. */
 #define HALF_GEMM_WBLOCK_F32 (256 << 10)
+/* ... and sums k in blocks of at most this many elements: 4 x rows of
+ * 2048 floats (32 KiB) and the W rows streaming past them overflowed L1
+ * (48 KiB), and the X rows came from L2 too. */
+#define HALF_F32_KBLOCK 1024
 
 /* The first x tile of a W block reads the block from memory, its W rows
  * side by side: a pattern the hardware prefetcher follows badly (m = 8
@@ -71,6 +75,18 @@ typedef void (*half_tile_fn)(const kk__half_mm *p, int64_t i, int64_t j, int64_t
 static void half_blocked(const half_tile_fn *tiles, int rm, int rn, const kk__half_mm *p,
 			 int64_t j0, int64_t j1)
 {
+	if (p->wf && p->k > HALF_F32_KBLOCK) {
+		/* f32 rows longer than a k block: one pass per block, the
+		 * later ones adding to C (alpha s + C) */
+		kk__half_mm q = *p;
+		for (size_t k0 = 0; k0 < p->k; k0 += HALF_F32_KBLOCK) {
+			q.x = p->x + k0, q.wf = p->wf + k0;
+			q.k = p->k - k0 < HALF_F32_KBLOCK ? p->k - k0 : HALF_F32_KBLOCK;
+			q.beta = k0 ? 1.0f : p->beta;
+			half_blocked(tiles, rm, rn, &q, j0, j1);
+		}
+		return;
+	}
 	int64_t nb = (int64_t) (p->wf ? HALF_GEMM_WBLOCK_F32 / (4 * p->k + 1)
 				      : HALF_GEMM_WBLOCK / (2 * p->k + 1)) /
 		     rn * rn;

@@ -780,12 +780,11 @@ static void half_gemm_check(const char *v)
  * forced with kk__gemm_f32_route(1)) under variant v, against float64:
  * m past the GEMV's 16 rows with every last-tile size (17..20 rows: 1, 2,
  * 3 and 4 in the last tile of four), n odd (an edge tile of W rows), k odd
- * and around a vector (the masked or scalar tail), W wider than one L2
- * block, padded leading dimensions, alpha/beta with C read back, a bias,
- * GELU and SiLU; A transposed and B not (training's backward: the
- * operands copied transposed); each bit-identical for 1, 2 and 5
- * threads.  Then the same products through sgemm (route -1) must agree to
- * the tolerance. */
+ * and around a vector (the masked or scalar tail), k over two of half.c's
+ * k blocks, W wider than one L2 block, padded leading dimensions, alpha/beta with C read back, a
+ * bias, GELU and SiLU; A transposed and B not (training's backward: the operands copied
+ * transposed); each bit-identical for 1, 2 and 5 threads.  Then the same products through sgemm
+ * (route -1) must agree to the tolerance. */
 static void f32_tiles_check(const char *v)
 {
 	static const struct {
@@ -805,6 +804,7 @@ static void f32_tiles_check(const char *v)
 		{ 5, 70, 33, 1, 1, 1, KK_EPI_SILU, 0, 1 },
 		{ 67, 45, 130, 0, 0, 0, KK_EPI_NONE, 1, 0 },
 		{ 40, 37, 99, 2, 1, 0, KK_EPI_NONE, 1, 1 },
+		{ 18, 41, 2100, 1, 1, 1, KK_EPI_GELU, 0, 0 }, /* 3 k blocks (half.c) */
 	};
 	for (size_t ci = 0; ci < ARRAY_SIZE(cs); ci++) {
 		int64_t m = cs[ci].m, n = cs[ci].n, k = cs[ci].k, pad = cs[ci].pad;
