@@ -928,6 +928,19 @@ static void test_wrap_host(void **state)
 	assert_int_equal(kk_backend_set_threads(be, 0), 0);
 }
 
+/* The suite's GEMM cases (every trans combination, batches with strides,
+ * beta, bias, epilogues; random m, n, k) with every f32 product forced
+ * through the f32 tiles, then through sgemm. */
+static void test_gemm_f32_routes(void **state)
+{
+	for (int route = 1; route >= -1; route -= 2) {
+		kk__gemm_f32_route(route);
+		for (int rep = 0; rep < 4; rep++)
+			test_gemm(state);
+	}
+	kk__gemm_f32_route(0);
+}
+
 static void test_half_variants(void **state)
 {
 	int ran = 0;
@@ -968,6 +981,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_block_loops, teardown),
 		cmocka_unit_test_teardown(test_pool_join_sleeps, teardown),
 		cmocka_unit_test_teardown(test_openblas_threads_stopped, teardown),
+		cmocka_unit_test_teardown(test_gemm_f32_routes, teardown),
 		cmocka_unit_test_teardown(test_half_variants, teardown),
 		cmocka_unit_test_teardown(test_half_inline, teardown),
 		cmocka_unit_test_teardown(test_wrap_host, teardown),
