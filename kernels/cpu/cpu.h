@@ -170,12 +170,20 @@ typedef struct kk__half_mm {
 	const uint16_t *xh; /* NULL, or x as bf16 (same rows): avx512bf16 uses it */
 	int64_t m;
 	const uint16_t *w; /* f16/bf16 rows of k, ldw apart */
+	const float *wf;   /* kk__half_gemm_f32: f32 rows of k, ldw apart (w unused) */
 	size_t ldw, k;
 	float alpha, beta;
 	float *c;
 	size_t ldc;
 } kk__half_mm;
 void kk__half_gemm(kk_dtype dt, const kk__half_mm *p, int64_t j0, int64_t j1); /* f16 or bf16 w */
+/* The same product with f32 W (p->wf), in the same tiles, blocks and
+ * order of sums as the variant's f16 product, W loaded as it is. */
+void kk__half_gemm_f32(const kk__half_mm *p, int64_t j0, int64_t j1);
+/* gemm.c: which path an f32 x W^T past the GEMV's rows takes: 0 the
+ * measured choice (KK_CPU_F32MM_*), 1 kk__half_gemm_f32 always, -1 sgemm
+ * always (tests and benchmarks compare the two); returns the previous. */
+int kk__gemm_f32_route(int route);
 
 /* simd.c defines the clones above and must not see them used first
  * (clang refuses to multiversion a function after a use). */

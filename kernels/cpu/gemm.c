@@ -10,8 +10,11 @@
  * the columns (or rows): OpenBLAS's own threads would compete with the
  * pool for the same cores (cpu.c holds OpenBLAS to one thread). */
 #include <cblas.h>
+#include <dlfcn.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu.h"
 #include "kiln/macro.h"
@@ -53,6 +56,95 @@ static size_t gspan(int64_t batch, int64_t stride, int64_t rows, int64_t cols, i
  * -> 119; panels widened for sgemm (m > 8): 110M f16 prefill 420-460 ->
  * 810-840 tok/s (docs/kernels.md, "f16/bf16 products in registers"). */
 
+/* An f32 x W^T with more rows than the GEMV takes (prefill, training's
+ * forward) runs half.c's register tiles on f32 W (kk__half_gemm_f32)
+ * where they beat one-thread sgemm per CPU second, so that prefill does
+ * not depend on which kernel OpenBLAS picks (OPENBLAS_CORETYPE).
+ * Measured on the 15M/110M layer shapes (768x768, 2048x768, 768x2048,
+ * 32000x768 and the 288-wide ones), m = 17..128, bench-kernels-cpu
+ * --f32mm --cpu-time (docs/kernels.md, "f32 products in register tiles"):
+ * - AVX-512 tiles (~200 GFLOP/s on k = 768) against OpenBLAS's AVX2
+ *   kernels (Haswell, Zen: 64-118): 1.3-2.6x at every shape and m;
+ * - against its AVX-512 kernels (SkylakeX, Cooperlake, SapphireRapids:
+ *   90-210, rising with m): 1.24-2.1x at m = 17, 24 and 32; at m = 64 and
+ *   96 1.03-1.28 for k = 768 and 2048 (k blocks of 1024 in half.c),
+ *   0.87-1.03 for k = 288; at m = 128 par for k = 768 and 2048
+ *   (0.96-1.00), 0.88-0.90 for k = 288 -- sgemm keeps those;
+ * - AVX2 tiles (4 x 2, ~90 GFLOP/s) against OpenBLAS Haswell: 1.2-1.7x
+ *   at m = 17, 0.92-1.34 at 24 (k = 768 wins, 288 and 2048 lose),
+ *   0.87-1.21 at 32, 0.72-0.99 beyond: tiles up to 20 rows;
+ * - the portable 1 x 1 tiles never win. */
+/* The most rows the tiles take (inclusive; between the m measured). */
+#define KK_CPU_F32MM_MAX_M_AVX2	     20
+#define KK_CPU_F32MM_MAX_M_AVX512    32
+#define KK_CPU_F32MM_MAX_M_AVX512_KM 96 /* 512 <= k <= 2048 */
+
+/* 1 when OpenBLAS runs an AVX-512 sgemm kernel, 0 when not (or another
+ * BLAS: openblas_get_corename is looked up, as cpu.c's shutdown hook). */
+static int blas_avx512(void)
+{
+	static _Atomic int known = -1;
+	int v = atomic_load_explicit(&known, memory_order_relaxed);
+	if (v >= 0)
+		return v;
+	char *(*corename)(void) = (char *(*) (void) ) dlsym(RTLD_DEFAULT, "openblas_get_corename");
+	const char *c = corename ? corename() : NULL;
+	v = c && (strcasestr(c, "skylakex") || strcasestr(c, "cooperlake") ||
+		  strcasestr(c, "sapphirerapids"));
+	atomic_store_explicit(&known, v, memory_order_relaxed);
+	return v;
+}
+
+static bool f32mm_wins(int64_t m, int64_t n, int64_t k)
+{
+	const char *v = kk__half_variant();
+	(void) n;
+	if (strncmp(v, "avx512", 6) == 0)
+		return !blas_avx512() || m <= KK_CPU_F32MM_MAX_M_AVX512 ||
+		       (m <= KK_CPU_F32MM_MAX_M_AVX512_KM && k >= 512 && k <= 2048);
+	if (strcmp(v, "f16c") == 0)
+		return m <= KK_CPU_F32MM_MAX_M_AVX2;
+	return false;
+}
+
+static _Atomic int f32_route;
+
+/* The other f32 products (training's backward: dX = dY W, B not
+ * transposed; dW = dY^T X, A transposed) can run the same tiles on copies
+ * of the operands transposed into x W^T's layout: m x k and n x k floats
+ * copied for 2 m n k flops.  Only against OpenBLAS's AVX2 kernels and
+ * m and n at least KK_CPU_F32MM_T_MIN (the copies are then under 1/64 of
+ * the flops) and k at least KK_CPU_F32MM_T_MIN_K: bench-train's backward
+ * shapes, one thread, CPU time, against OpenBLAS Haswell: 1.06-1.59x at
+ * k >= 128 alone (bench-kernels-cpu --f32mm-train), 0.72x at k = 64 (the
+ * tile's horizontal sums then cost more than 4 vectors of FMAs); inside
+ * the training step (KMT_PROFILE) the k = 128 ones came out even or
+ * slower, k >= 352 (w1/w3 backward) 65.8 -> 57 ms per 20 steps: 256. */
+#define KK_CPU_F32MM_T_MIN   64
+#define KK_CPU_F32MM_T_MIN_K 256
+
+static bool f32mm_t_wins(int64_t m, int64_t n, int64_t k)
+{
+	return strncmp(kk__half_variant(), "avx512", 6) == 0 && !blas_avx512() &&
+	       m >= KK_CPU_F32MM_T_MIN && n >= KK_CPU_F32MM_T_MIN && k >= KK_CPU_F32MM_T_MIN_K;
+}
+
+/* dst[c * rows + r] = src[r * ld + c]: a rows x cols matrix transposed,
+ * in 32 x 32 blocks (both sides' lines reused from L1). */
+static void transpose(float *dst, const float *src, int64_t rows, int64_t cols, int64_t ld)
+{
+	for (int64_t r0 = 0; r0 < rows; r0 += 32)
+		for (int64_t c0 = 0; c0 < cols; c0 += 32)
+			for (int64_t c = c0; c < MIN(c0 + 32, cols); c++)
+				for (int64_t r = r0; r < MIN(r0 + 32, rows); r++)
+					dst[c * rows + r] = src[r * ld + c];
+}
+
+int kk__gemm_f32_route(int route)
+{
+	return atomic_exchange(&f32_route, route);
+}
+
 /* sgemm flops per unit of kk__parallel_for's cost (~0.5 ns each). */
 #define GEMM_FLOPS_PER_COST 32.0
 
@@ -71,7 +163,10 @@ struct gemm_ctx {
 	float *c;	    /* f32 result of this batch entry */
 	int64_t ldc;
 	const float *bias;
-	bool split_n;	   /* chunks of columns (else of rows) */
+	bool split_n; /* chunks of columns (else of rows) */
+	/* f32 tiles on transposed operands (tmm): x rows and W rows as
+	 * kk__half_gemm_f32 reads them, k apart (NULL: A, B as given). */
+	const float *xt, *wt;
 	int64_t col_block; /* f32 B split by columns: chunks of whole blocks */
 	int64_t batch_i;
 	/* bf16/f16 B split by columns: one f32 panel of panel_n columns of
@@ -181,20 +276,26 @@ static void gemv_store(const struct gemm_ctx *g, int64_t i, int nx, int64_t j, c
 	}
 }
 
-/* x W^T with bf16/f16 W in place: W rows [b, e) against every x row. */
+/* x W^T with W in place (bf16/f16, or f32 past the GEMV's rows): W rows
+ * [b, e) against every x row. */
 static int half_range(void *p, int64_t b, int64_t e, int chunk)
 {
 	const struct gemm_ctx *g = p;
 	const kk_gemm_desc *d = g->d;
+	bool f32 = d->b->dtype == KK_F32;
 	kk__half_mm mm = {
-		.x = g->a,
-		.ldx = (size_t) d->lda,
+		.x = g->xt ? g->xt : g->a,
+		.ldx = (size_t) (g->xt ? d->k : d->lda),
 		.xh = d->a->dtype == KK_BF16
 			      ? (const uint16_t *) d->a->ptr + (size_t) (g->batch_i * d->stride_a)
 			      : NULL,
 		.m = d->m,
-		.w = (const uint16_t *) d->b->ptr + (size_t) (g->batch_i * d->stride_b),
-		.ldw = (size_t) d->ldb,
+		.w = f32 ? NULL
+			 : (const uint16_t *) d->b->ptr + (size_t) (g->batch_i * d->stride_b),
+		.wf = g->wt ? g->wt
+		      : f32 ? (const float *) d->b->ptr + (size_t) (g->batch_i * d->stride_b)
+			    : NULL,
+		.ldw = (size_t) (g->wt ? d->k : d->ldb),
 		.k = (size_t) d->k,
 		.alpha = d->alpha,
 		.beta = d->beta,
@@ -202,7 +303,10 @@ static int half_range(void *p, int64_t b, int64_t e, int chunk)
 		.ldc = (size_t) g->ldc,
 	};
 	(void) chunk;
-	kk__half_gemm(d->b->dtype, &mm, b, e);
+	if (f32)
+		kk__half_gemm_f32(&mm, b, e);
+	else
+		kk__half_gemm(d->b->dtype, &mm, b, e);
 	epilogue(g, 0, d->m, b, e);
 	return 0;
 }
@@ -255,10 +359,23 @@ static int gemv_range(void *p, int64_t b, int64_t e, int chunk)
 int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 {
 	int64_t batch = d->batch ? d->batch : 1;
-	bool half_mm =
-		d->trans_b && !d->trans_a && (d->b->dtype == KK_F16 || d->b->dtype == KK_BF16);
-	bool gemv = !half_mm && d->trans_b && !d->trans_a &&
+	bool xwt = d->trans_b && !d->trans_a;
+	bool half_mm = xwt && (d->b->dtype == KK_F16 || d->b->dtype == KK_BF16);
+	bool gemv = !half_mm && xwt &&
 		    d->m <= (d->b->dtype == KK_F32 ? KK_CPU_GEMV_MAX_M_F32 : KK_CPU_GEMV_MAX_M);
+	int route = atomic_load_explicit(&f32_route, memory_order_relaxed);
+	if (xwt && !gemv && d->b->dtype == KK_F32 &&
+	    (route > 0 || (route == 0 && f32mm_wins(d->m, d->n, d->k))))
+		half_mm = true; /* f32 W in the same tiles */
+	bool tmm = !xwt && d->a->dtype == KK_F32 && d->b->dtype == KK_F32 &&
+		   (route > 0 || (route == 0 && f32mm_t_wins(d->m, d->n, d->k)));
+	_cleanup_free_ float *xt = NULL, *wt = NULL;
+	if (tmm) {
+		half_mm = true;
+		if ((d->trans_a && !(xt = malloc((size_t) d->m * d->k * sizeof(float)))) ||
+		    (!d->trans_b && !(wt = malloc((size_t) d->n * d->k * sizeof(float)))))
+			return -ENOMEM;
+	}
 	size_t na = gspan(batch, d->stride_a, d->trans_a ? d->k : d->m, d->trans_a ? d->m : d->k,
 			  d->lda);
 	size_t nb = gspan(batch, d->stride_b, d->trans_b ? d->n : d->k, d->trans_b ? d->k : d->n,
@@ -314,6 +431,12 @@ int kk__cpu_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d)
 						    i * d->stride_c + row * d->ldc, d->n);
 		}
 		if (half_mm) {
+			if (xt) /* A [k, m] */
+				transpose(xt, g.a, d->k, d->m, d->lda);
+			if (wt) /* B [k, n] */
+				transpose(wt, (const float *) d->b->ptr + i * d->stride_b, d->k,
+					  d->n, d->ldb);
+			g.xt = xt, g.wt = wt;
 			r = kk__parallel_for(d->n, flops / d->n / GEMM_FLOPS_PER_COST, half_range,
 					     &g);
 		} else if (gemv) {

@@ -2,7 +2,9 @@
  * conversion to and from f32, the dot product of an f32 row with a
  * half-precision weight row, and the linear layer's product x W^T with
  * half-precision W (kk__half_gemm: decode, batched decode, prefill), W
- * converted in registers so it is read in place, once per call.
+ * converted in registers so it is read in place, once per call; and the
+ * same product with f32 W (kk__half_gemm_f32: prefill with f32 weights,
+ * independent of which sgemm kernel OpenBLAS picks).
  *
  * gcc 12 has no vector _Float16 arithmetic without AVX512-FP16: the
  * `omp simd` loop over _Float16 in simd.c compiled to one scalar vcvtph2ps
@@ -38,6 +40,7 @@ struct half_impl {
 	float (*dot_f16)(const float *x, const uint16_t *w, size_t n);
 	float (*dot_bf16)(const float *x, const uint16_t *w, size_t n);
 	void (*gemm)(bool bf16, const kk__half_mm *p, int64_t j0, int64_t j1);
+	void (*gemm_f32)(const kk__half_mm *p, int64_t j0, int64_t j1); /* p->wf */
 };
 
 /* The multi-row product (kk__half_gemm) walks W in blocks of about this
@@ -46,6 +49,13 @@ struct half_impl {
  * machine) while the X tile (4 rows of f32, 12 KiB at k = 768) stays in
  * L1, so W is read from memory once whatever m is. */
 #define HALF_GEMM_WBLOCK (256 << 10)
+/* The f32 product (kk__half_gemm_f32) keeps blocks of this many bytes of
+ * f32 rows: as many bytes as the 16-bit blocks, half as many rows. */
+#define HALF_GEMM_WBLOCK_F32 (256 << 10)
+/* ... and sums k in blocks of at most this many elements: 4 x rows of
+ * 2048 floats (32 KiB) and the W rows streaming past them overflowed L1
+ * (48 KiB), and the X rows came from L2 too. */
+#define HALF_F32_KBLOCK 1024
 
 /* The first x tile of a W block reads the block from memory, its W rows
  * side by side: a pattern the hardware prefetcher follows badly (m = 8
@@ -65,7 +75,21 @@ typedef void (*half_tile_fn)(const kk__half_mm *p, int64_t i, int64_t j, int64_t
 static void half_blocked(const half_tile_fn *tiles, int rm, int rn, const kk__half_mm *p,
 			 int64_t j0, int64_t j1)
 {
-	int64_t nb = (int64_t) (HALF_GEMM_WBLOCK / (2 * p->k + 1)) / rn * rn;
+	if (p->wf && p->k > HALF_F32_KBLOCK) {
+		/* f32 rows longer than a k block: one pass per block, the
+		 * later ones adding to C (alpha s + C) */
+		kk__half_mm q = *p;
+		for (size_t k0 = 0; k0 < p->k; k0 += HALF_F32_KBLOCK) {
+			q.x = p->x + k0, q.wf = p->wf + k0;
+			q.k = p->k - k0 < HALF_F32_KBLOCK ? p->k - k0 : HALF_F32_KBLOCK;
+			q.beta = k0 ? 1.0f : p->beta;
+			half_blocked(tiles, rm, rn, &q, j0, j1);
+		}
+		return;
+	}
+	int64_t nb = (int64_t) (p->wf ? HALF_GEMM_WBLOCK_F32 / (4 * p->k + 1)
+				      : HALF_GEMM_WBLOCK / (2 * p->k + 1)) /
+		     rn * rn;
 	if (nb < rn)
 		nb = rn;
 	for (int64_t jb = j0; jb < j1; jb += nb) {
@@ -201,6 +225,33 @@ static void gemm_c(bool bf16, const kk__half_mm *p, int64_t j0, int64_t j1)
 	if (p->m == 1)
 		return half_rows(bf16 ? dot_bf16_c : dot_f16_c, p, j0, j1);
 	half_blocked(bf16 ? bf : f16, 1, 1, p, j0, j1);
+}
+
+/* f32 W: the same eight partial sums, one dot per output. */
+static float dot_f32_c(const float *x, const float *w, size_t n)
+{
+	float a[8] = { 0 }, s = 0;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int l = 0; l < 8; l++)
+			a[l] += x[i + l] * w[i + l];
+	for (int l = 0; l < 8; l++)
+		s += a[l];
+	for (; i < n; i++)
+		s += x[i] * w[i];
+	return s;
+}
+
+static void tile_f32_c(const kk__half_mm *p, int64_t i, int64_t j, int64_t je)
+{
+	float s = dot_f32_c(p->x + i * p->ldx, p->wf + j * p->ldw, p->k);
+	half_store(p, i, j, je, &s, 1);
+}
+
+static void gemm_f32_c(const kk__half_mm *p, int64_t j0, int64_t j1)
+{
+	static const half_tile_fn f32[] = { tile_f32_c };
+	half_blocked(f32, 1, 1, p, j0, j1);
 }
 
 #ifdef KK_HALF_X86
@@ -398,6 +449,64 @@ V3 static void gemm_v3(bool bf16, const kk__half_mm *p, int64_t j0, int64_t j1)
 		return bf16 ? half_rows2(dot_bf16_v3, dot2_bf16_v3, p, j0, j1)
 			    : half_rows2(dot_f16_v3, dot2_f16_v3, p, j0, j1);
 	half_blocked(bf16 ? tiles_bf16_v3 : tiles_f16_v3, V3_RM, V3_RN, p, j0, j1);
+}
+
+/* tile_v3 with f32 W: plain loads, the same 4 x 2 accumulators, sums and
+ * prefetch (a 64-byte line is 16 floats: one prefetch per two steps). */
+V3 static inline __attribute__((always_inline)) void
+tile_f32_v3(const kk__half_mm *p, int64_t i, int64_t j, int64_t je, bool unused, const int rm)
+{
+	const float *x[V3_RM], *w[V3_RN];
+	__m256 a[V3_RM][V3_RN];
+	size_t l = 0, k = p->k;
+	const bool pf = i == 0; /* HALF_PF_ROWS */
+	const size_t pf_ahead = HALF_PF_ROWS * p->ldw;
+	(void) unused;
+#pragma GCC unroll 4
+	for (int r = 0; r < rm; r++)
+		x[r] = p->x + half_clamp(i + r, p->m) * p->ldx;
+#pragma GCC unroll 4
+	for (int c = 0; c < V3_RN; c++)
+		w[c] = p->wf + half_clamp(j + c, je) * p->ldw;
+#pragma GCC unroll 4
+	for (int r = 0; r < rm; r++)
+#pragma GCC unroll 4
+		for (int c = 0; c < V3_RN; c++)
+			a[r][c] = _mm256_setzero_ps();
+	for (; l + 8 <= k; l += 8) {
+		__m256 b[V3_RN];
+		if (pf && l % 16 == 0) /* one per 64-byte line */
+#pragma GCC unroll 4
+			for (int c = 0; c < V3_RN; c++)
+				_mm_prefetch((const char *) (w[c] + l + pf_ahead), _MM_HINT_T0);
+#pragma GCC unroll 4
+		for (int c = 0; c < V3_RN; c++)
+			b[c] = _mm256_loadu_ps(w[c] + l);
+#pragma GCC unroll 4
+		for (int r = 0; r < rm; r++) {
+			__m256 xv = _mm256_loadu_ps(x[r] + l);
+#pragma GCC unroll 4
+			for (int c = 0; c < V3_RN; c++)
+				a[r][c] = _mm256_fmadd_ps(xv, b[c], a[r][c]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < rm; r++) {
+		float s[V3_RN];
+#pragma GCC unroll 4
+		for (int c = 0; c < V3_RN; c++) {
+			s[c] = hsum8(a[r][c]);
+			for (size_t t = l; t < k; t++)
+				s[c] += x[r][t] * w[c][t];
+		}
+		half_store(p, i + r, j, je, s, V3_RN);
+	}
+}
+TILES(tiles_f32_v3, tile_f32_v3, V3, false)
+
+V3 static void gemm_f32_v3(const kk__half_mm *p, int64_t j0, int64_t j1)
+{
+	half_blocked(tiles_f32_v3, V3_RM, V3_RN, p, j0, j1);
 }
 
 /* ---- AVX-512 (x86-64-v4) ---- */
@@ -615,6 +724,74 @@ V4 static void gemm_v4(bool bf16, const kk__half_mm *p, int64_t j0, int64_t j1)
 	half_blocked(bf16 ? tiles_bf16_v4 : tiles_f16_v4, V4_RM, V4_RN, p, j0, j1);
 }
 
+/* tile_v4 with f32 W: per 16 elements 4 W loads (no conversion) and 4 X
+ * loads feed 16 FMAs; same accumulators, sums, masked tail and prefetch
+ * (one 16-float load is one 64-byte line). */
+V4 static inline __attribute__((always_inline)) void
+tile_f32_v4(const kk__half_mm *p, int64_t i, int64_t j, int64_t je, bool unused, const int rm)
+{
+	const float *x[V4_RM], *w[V4_RN];
+	__m512 a[V4_RM][V4_RN];
+	size_t l = 0, k = p->k;
+	const bool pf = i == 0; /* HALF_PF_ROWS */
+	const size_t pf_ahead = HALF_PF_ROWS * p->ldw;
+	(void) unused;
+#pragma GCC unroll 4
+	for (int r = 0; r < rm; r++)
+		x[r] = p->x + half_clamp(i + r, p->m) * p->ldx;
+#pragma GCC unroll 4
+	for (int c = 0; c < V4_RN; c++)
+		w[c] = p->wf + half_clamp(j + c, je) * p->ldw;
+#pragma GCC unroll 4
+	for (int r = 0; r < rm; r++)
+#pragma GCC unroll 4
+		for (int c = 0; c < V4_RN; c++)
+			a[r][c] = _mm512_setzero_ps();
+	for (; l + 16 <= k; l += 16) {
+		__m512 b[V4_RN];
+		if (pf)
+#pragma GCC unroll 4
+			for (int c = 0; c < V4_RN; c++)
+				_mm_prefetch((const char *) (w[c] + l + pf_ahead), _MM_HINT_T0);
+#pragma GCC unroll 4
+		for (int c = 0; c < V4_RN; c++)
+			b[c] = _mm512_loadu_ps(w[c] + l);
+#pragma GCC unroll 4
+		for (int r = 0; r < rm; r++) {
+			__m512 xv = _mm512_loadu_ps(x[r] + l);
+#pragma GCC unroll 4
+			for (int c = 0; c < V4_RN; c++)
+				a[r][c] = _mm512_fmadd_ps(xv, b[c], a[r][c]);
+		}
+	}
+	if (l < k) {
+		__mmask16 m = (__mmask16) ((1u << (k - l)) - 1);
+		__m512 b[V4_RN];
+#pragma GCC unroll 4
+		for (int c = 0; c < V4_RN; c++)
+			b[c] = _mm512_maskz_loadu_ps(m, w[c] + l);
+#pragma GCC unroll 4
+		for (int r = 0; r < rm; r++) {
+			__m512 xv = _mm512_maskz_loadu_ps(m, x[r] + l);
+#pragma GCC unroll 4
+			for (int c = 0; c < V4_RN; c++)
+				a[r][c] = _mm512_fmadd_ps(xv, b[c], a[r][c]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < rm; r++) {
+		float s[4];
+		_mm_storeu_ps(s, hsum4_v4(a[r][0], a[r][1], a[r][2], a[r][3]));
+		half_store(p, i + r, j, je, s, V4_RN);
+	}
+}
+TILES(tiles_f32_v4, tile_f32_v4, V4, false)
+
+V4 static void gemm_f32_v4(const kk__half_mm *p, int64_t j0, int64_t j1)
+{
+	half_blocked(tiles_f32_v4, V4_RM, V4_RN, p, j0, j1);
+}
+
 /* ---- AVX-512 BF16 (vdpbf16ps) ---- */
 #define V4B __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
 
@@ -704,12 +881,15 @@ static void gemm_v4b(bool bf16, const kk__half_mm *p, int64_t j0, int64_t j1)
 /* Best first; the last is always usable. */
 static const struct half_impl impls[] = {
 #ifdef KK_HALF_X86
-	{ "avx512bf16", usable_v4b, widen_f16_v4, narrow_f16_v4, dot_f16_v4, dot_bf16_v4,
-	  gemm_v4b },
-	{ "avx512", usable_v4, widen_f16_v4, narrow_f16_v4, dot_f16_v4, dot_bf16_v4, gemm_v4 },
-	{ "f16c", usable_v3, widen_f16_v3, narrow_f16_v3, dot_f16_v3, dot_bf16_v3, gemm_v3 },
+	{ "avx512bf16", usable_v4b, widen_f16_v4, narrow_f16_v4, dot_f16_v4, dot_bf16_v4, gemm_v4b,
+	  gemm_f32_v4 },
+	{ "avx512", usable_v4, widen_f16_v4, narrow_f16_v4, dot_f16_v4, dot_bf16_v4, gemm_v4,
+	  gemm_f32_v4 },
+	{ "f16c", usable_v3, widen_f16_v3, narrow_f16_v3, dot_f16_v3, dot_bf16_v3, gemm_v3,
+	  gemm_f32_v3 },
 #endif
-	{ "portable", usable_always, widen_f16_c, narrow_f16_c, dot_f16_c, dot_bf16_c, gemm_c },
+	{ "portable", usable_always, widen_f16_c, narrow_f16_c, dot_f16_c, dot_bf16_c, gemm_c,
+	  gemm_f32_c },
 };
 
 static _Atomic(const struct half_impl *) cur;
@@ -766,4 +946,9 @@ float kk__half_dot(kk_dtype dt, const float *x, const uint16_t *w, size_t n)
 void kk__half_gemm(kk_dtype dt, const kk__half_mm *p, int64_t j0, int64_t j1)
 {
 	impl()->gemm(dt == KK_BF16, p, j0, j1);
+}
+
+void kk__half_gemm_f32(const kk__half_mm *p, int64_t j0, int64_t j1)
+{
+	impl()->gemm_f32(p, j0, j1);
 }

@@ -6,7 +6,10 @@
  * bandwidth).  `make bench` runs it through bench-kernels-cpu.sh.
  * --quick shrinks the shapes; --cpu-time times with the process CPU clock
  * (rates per CPU-second: use it on a shared, busy machine); --quant runs
- * only the quantized product's rows (plain and packed).
+ * only the quantized product's rows (plain and packed); --f32mm compares
+ * sgemm with half.c's f32 tiles on the models' f32 x W^T shapes
+ * (--f32mm-train: on bench-train's forward shapes); --half
+ * VARIANT forces one of half.c's variants (avx512, f16c, portable ...).
  * Exit 0, 1 when an op fails, 2 on a bad argument. */
 #include <cblas.h>
 #include <errno.h>
@@ -236,6 +239,76 @@ static void bench_linear(kk_dtype dt, int64_t m, int64_t n, int64_t k)
 	kk_buffer_free(x), kk_buffer_free(w), kk_buffer_free(y);
 }
 
+int kk__gemm_f32_route(int route);    /* kernels/cpu/gemm.c, for --f32mm */
+int kk__half_force(const char *name); /* kernels/cpu/half.c, for --half */
+
+/* --f32mm: an f32 x W^T through sgemm and through half.c's f32 register
+ * tiles, alternating (sgemm, tiles, sgemm, tiles: a busy machine disturbs
+ * both alike), best of each; the shapes of the 15M and 110M models'
+ * layers, at prefill-sized m.  Prints GFLOP/s of each and tiles/sgemm. */
+static void f32mm_row(int64_t m, int64_t n, int64_t k, bool ta, bool tb)
+{
+	kk_buffer *x = rand_buf(KK_F32, m * k, -1, 1), *w = rand_buf(KK_F32, n * k, -1, 1);
+	kk_buffer *y = rand_buf(KK_F32, m * n, 0, 1);
+	kk_gemm_desc d = { .m = m,
+			   .n = n,
+			   .k = k,
+			   .trans_a = ta,
+			   .trans_b = tb,
+			   .alpha = 1,
+			   .a = x,
+			   .lda = ta ? m : k,
+			   .b = w,
+			   .ldb = tb ? k : n,
+			   .c = y,
+			   .ldc = n };
+	double best[2] = { 1e30, 1e30 };
+	for (int rep = 0; rep < 4; rep++) {
+		kk__gemm_f32_route(rep % 2 ? 1 : -1);
+		double t = time_it(do_gemm, &d);
+		if (t < 0)
+			failures++;
+		best[rep % 2] = MIN(best[rep % 2], t);
+	}
+	kk__gemm_f32_route(0);
+	double f = 2.0 * m * n * k * 1e-9;
+	printf("%-8ld %5ldx%-6ld %12.1f %12.1f %7.2fx%s\n", (long) m, (long) n, (long) k,
+	       f / best[0], f / best[1], best[0] / best[1],
+	       ta   ? "  A^T B"
+	       : tb ? ""
+		    : "  A B");
+	fflush(stdout);
+	kk_buffer_free(x), kk_buffer_free(w), kk_buffer_free(y);
+}
+
+static void bench_f32mm(bool train)
+{
+	/* n x k of the 15M and 110M models' layers, at prefill-sized m */
+	static const int64_t shapes[][2] = { { 768, 768 },   { 2048, 768 }, { 768, 2048 },
+					     { 32000, 768 }, { 288, 288 },  { 768, 288 },
+					     { 288, 768 },   { 32000, 288 } };
+	static const int64_t ms[] = { 17, 24, 32, 64, 96, 128 };
+	/* bench-train's model (dim 128, FFN 352, 2 kv heads of 32, vocab
+	 * 512): its forward's x W^T at batch 4 x 128 tokens */
+	static const int64_t tshapes[][2] = {
+		{ 128, 128 }, { 64, 128 }, { 352, 128 }, { 128, 352 }, { 512, 128 }
+	};
+	printf("%-8s %-12s %12s %12s %8s\n", "m", "n x k", "sgemm GF/s", "tiles GF/s", "ratio");
+	if (train) {
+		/* forward x W^T; backward dX = dY W and dW = dY^T X */
+		for (size_t si = 0; si < ARRAY_SIZE(tshapes); si++)
+			f32mm_row(512, tshapes[si][0], tshapes[si][1], false, true);
+		for (size_t si = 0; si < ARRAY_SIZE(tshapes); si++)
+			f32mm_row(512, tshapes[si][1], tshapes[si][0], false, false);
+		for (size_t si = 0; si < ARRAY_SIZE(tshapes); si++)
+			f32mm_row(tshapes[si][0], tshapes[si][1], 512, true, false);
+		return;
+	}
+	for (size_t si = 0; si < ARRAY_SIZE(shapes); si++)
+		for (size_t mi = 0; mi < ARRAY_SIZE(ms); mi++)
+			f32mm_row(ms[mi], shapes[si][0], shapes[si][1], false, true);
+}
+
 struct qg_ctx {
 	kk_buffer *y, *x;
 	kk_qmatrix *w;
@@ -433,6 +506,7 @@ static const char *load_avg(void)
 int main(int argc, char **argv)
 {
 	bool quick = false, qonly = false;
+	int f32mm = 0;
 	int r, threads = 0;
 
 	for (int i = 1; i < argc; i++) {
@@ -442,7 +516,17 @@ int main(int argc, char **argv)
 			bench_clock = CLOCK_PROCESS_CPUTIME_ID;
 		else if (streq(argv[i], "--quant"))
 			qonly = true;
-		else if (streq(argv[i], "--threads") && i + 1 < argc) {
+		else if (streq(argv[i], "--f32mm"))
+			f32mm = 1;
+		else if (streq(argv[i], "--f32mm-train"))
+			f32mm = 2;
+		else if (streq(argv[i], "--half") && i + 1 < argc) {
+			if (kk__half_force(argv[++i]) < 0) {
+				fprintf(stderr, "--half '%s': not a variant this CPU runs\n",
+					argv[i]);
+				return 2;
+			}
+		} else if (streq(argv[i], "--threads") && i + 1 < argc) {
 			char *end;
 			threads = (int) strtol(argv[++i], &end, 10);
 			if (*end || threads < 1 || threads > KK_THREADS_MAX) {
@@ -453,7 +537,8 @@ int main(int argc, char **argv)
 		} else {
 			fprintf(stderr,
 				"Unknown argument '%s'; usage: %s [--quick] [--cpu-time] "
-				"[--threads N] [--quant]\n",
+				"[--threads N] [--quant] [--f32mm] [--f32mm-train] [--half "
+				"VARIANT]\n",
 				argv[i], argv[0]);
 			return 2;
 		}
@@ -467,6 +552,14 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	kk_backend_set_threads(be, threads);
+	if (f32mm) {
+		printf("# f32 x W^T, sgemm vs register tiles (%s), %d kk threads\n",
+		       bench_clock == CLOCK_MONOTONIC ? "wall time" : "process CPU time",
+		       kk_backend_threads(be));
+		bench_f32mm(f32mm == 2);
+		kk_backend_free(be);
+		return failures ? 1 : 0;
+	}
 	printf("# kk cpu backend benchmark (%s shapes, %s); load average at start: %s",
 	       quick ? "quick" : "full",
 	       bench_clock == CLOCK_MONOTONIC ? "wall time" : "process CPU time", load_avg());

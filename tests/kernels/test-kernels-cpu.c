@@ -776,6 +776,98 @@ static void half_gemm_check(const char *v)
 	assert_int_equal(kk_backend_set_threads(be, 0), 0);
 }
 
+/* kk_gemm's f32 x W^T through half.c's f32 tiles (kk__half_gemm_f32,
+ * forced with kk__gemm_f32_route(1)) under variant v, against float64:
+ * m past the GEMV's 16 rows with every last-tile size (17..20 rows: 1, 2,
+ * 3 and 4 in the last tile of four), n odd (an edge tile of W rows), k odd
+ * and around a vector (the masked or scalar tail), k over two of half.c's
+ * k blocks, W wider than one L2 block, padded leading dimensions, alpha/beta with C read back, a
+ * bias, GELU and SiLU; A transposed and B not (training's backward: the operands copied
+ * transposed); each bit-identical for 1, 2 and 5 threads.  Then the same products through sgemm
+ * (route -1) must agree to the tolerance. */
+static void f32_tiles_check(const char *v)
+{
+	static const struct {
+		int64_t m, n, k, pad;
+		bool beta, bias;
+		kk_epilogue epi;
+		bool ta, nb; /* A transposed; B not transposed (copied transposed) */
+	} cs[] = {
+		{ 17, 301, 17, 0, 0, 0, KK_EPI_NONE, 0, 0 },
+		{ 18, 67, 100, 3, 1, 1, KK_EPI_SILU, 0, 0 },
+		{ 19, 300, 257, 1, 1, 0, KK_EPI_NONE, 0, 0 },
+		{ 20, 33, 64, 0, 0, 1, KK_EPI_GELU, 0, 0 },
+		{ 21, 129, 15, 2, 0, 0, KK_EPI_NONE, 0, 0 },
+		{ 33, 1000, 300, 0, 0, 0, KK_EPI_NONE, 0, 0 },
+		{ 130, 515, 383, 1, 1, 1, KK_EPI_GELU, 0, 0 },
+		{ 64, 77, 768, 0, 0, 0, KK_EPI_NONE, 0, 0 },
+		{ 5, 70, 33, 1, 1, 1, KK_EPI_SILU, 0, 1 },
+		{ 67, 45, 130, 0, 0, 0, KK_EPI_NONE, 1, 0 },
+		{ 40, 37, 99, 2, 1, 0, KK_EPI_NONE, 1, 1 },
+		{ 18, 41, 2100, 1, 1, 1, KK_EPI_GELU, 0, 0 }, /* 3 k blocks (half.c) */
+	};
+	for (size_t ci = 0; ci < ARRAY_SIZE(cs); ci++) {
+		int64_t m = cs[ci].m, n = cs[ci].n, k = cs[ci].k, pad = cs[ci].pad;
+		bool ta = cs[ci].ta, tb = !cs[ci].nb;
+		int64_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+		size_t nc = (size_t) (m * ldc);
+		double *hx, *hw, *hc, *hb, *ref = hmalloc(nc * 8), *got = hmalloc(nc * 8);
+		kk_buffer *x = up_rand(KK_F32, (size_t) ((ta ? k : m) * lda), -1, 1, &hx);
+		kk_buffer *w = up_rand(KK_F32, (size_t) ((tb ? n : k) * ldb), -1, 1, &hw);
+		kk_buffer *c0 = up_rand(KK_F32, nc, -1, 1, &hc);
+		kk_buffer *bias = up_rand(KK_F32, (size_t) n, -1, 1, &hb);
+		kk_buffer *y = out_buf(KK_F32, nc);
+		float *y1 = hmalloc(nc * 4), *y2 = hmalloc(nc * 4);
+		kk_gemm_desc d = { .trans_a = ta,
+				   .trans_b = tb,
+				   .m = m,
+				   .n = n,
+				   .k = k,
+				   .alpha = cs[ci].beta ? 0.5f : 1,
+				   .beta = cs[ci].beta ? 0.25f : 0,
+				   .a = x,
+				   .lda = lda,
+				   .b = w,
+				   .ldb = ldb,
+				   .c = y,
+				   .ldc = ldc,
+				   .bias = cs[ci].bias ? bias : NULL,
+				   .epilogue = cs[ci].epi };
+		char what[96];
+		ref_gemm(&d, hx, hw, cs[ci].beta ? hc : NULL, cs[ci].bias ? hb : NULL, ref);
+		for (int64_t i = 0; i < m; i++) /* the padding columns keep C's values */
+			for (int64_t j = n; j < ldc; j++)
+				ref[i * ldc + j] = hc[i * ldc + j];
+		for (int route = 1; route >= -1; route -= 2) {
+			kk__gemm_f32_route(route);
+			for (int t = 1; t <= 5; t += t == 1 ? 1 : 3) {
+				snprintf(what, sizeof(what),
+					 "%s: f32 %s %s m=%ld n=%ld k=%ld, %d threads", v,
+					 route > 0 ? "tiles" : "sgemm",
+					 ta   ? "A^T B"
+					 : tb ? "A B^T"
+					      : "A B",
+					 (long) m, (long) n, (long) k, t);
+				assert_int_equal(kk_backend_set_threads(be, t), 0);
+				assert_int_equal(kk_buffer_copy(be, NULL, y, 0, c0, 0, nc * 4), 0);
+				assert_int_equal(kk_gemm(be, NULL, &d), 0);
+				assert_int_equal(kk_buffer_download(be, NULL, y, 0,
+								    t == 1 ? y1 : y2, nc * 4),
+						 0);
+				/* m < 17 with B transposed is the GEMV's (its own test) */
+				if (t > 1 && route > 0 && memcmp(y1, y2, nc * 4))
+					fail_msg("%s: 1 and %d threads differ", what, t);
+				for (size_t i = 0; i < nc; i++)
+					got[i] = (t == 1 ? y1 : y2)[i];
+				expect_close(what, got, ref, nc, 4 * TOL(KK_F32), 2 * TOL(KK_F32));
+			}
+		}
+		kk__gemm_f32_route(0);
+		teardown(NULL);
+	}
+	assert_int_equal(kk_backend_set_threads(be, 0), 0);
+}
+
 /* cpu.h's inline element conversions (kk__ld/kk__st/kk__round) against
  * kk.h's out-of-line ones, bit for bit: every f16 and bf16 pattern, and f32
  * values of every exponent with random mantissas, ties included. */
@@ -836,6 +928,19 @@ static void test_wrap_host(void **state)
 	assert_int_equal(kk_backend_set_threads(be, 0), 0);
 }
 
+/* The suite's GEMM cases (every trans combination, batches with strides,
+ * beta, bias, epilogues; random m, n, k) with every f32 product forced
+ * through the f32 tiles, then through sgemm. */
+static void test_gemm_f32_routes(void **state)
+{
+	for (int route = 1; route >= -1; route -= 2) {
+		kk__gemm_f32_route(route);
+		for (int rep = 0; rep < 4; rep++)
+			test_gemm(state);
+	}
+	kk__gemm_f32_route(0);
+}
+
 static void test_half_variants(void **state)
 {
 	int ran = 0;
@@ -852,6 +957,7 @@ static void test_half_variants(void **state)
 		half_convert_check(v);
 		half_dot_check(v);
 		half_gemm_check(v);
+		f32_tiles_check(v);
 		teardown(NULL);
 		ran++;
 	}
@@ -875,6 +981,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_block_loops, teardown),
 		cmocka_unit_test_teardown(test_pool_join_sleeps, teardown),
 		cmocka_unit_test_teardown(test_openblas_threads_stopped, teardown),
+		cmocka_unit_test_teardown(test_gemm_f32_routes, teardown),
 		cmocka_unit_test_teardown(test_half_variants, teardown),
 		cmocka_unit_test_teardown(test_half_inline, teardown),
 		cmocka_unit_test_teardown(test_wrap_host, teardown),
