@@ -295,6 +295,28 @@ struct decode_ctx {
 	const int32_t *row_seq, *row_len;
 };
 
+/* The K and V rows of kv head kvh in cache block blk (nt tokens) on
+ * their way to L1 while the block before them is scored.  A head's rows
+ * are 256 bytes (D = 64) spaced Hkv * D elements apart: short strided
+ * reads that the hardware prefetcher does not follow, and the cache
+ * comes from DRAM (a decode step streams every weight through L3 between
+ * two visits of a layer's cache).  s110m q4_0, 1 thread: the scores and
+ * P V were 38 % of a decode step at context 128-192 (docs/kernels.md,
+ * "Decode's cache reads and int4 GEMV"). */
+static inline void prefetch_block(const struct decode_ctx *c, int blk, int nt, int kvh)
+{
+	const kk_paged_desc *d = c->d;
+	const size_t es = kk_dtype_size(c->kc->dtype, 1), rowb = es * (size_t) d->head_dim;
+	for (int j = 0; j < nt; j++) {
+		size_t off = (((size_t) blk * KK_KV_BLOCK_SIZE + j) * d->n_kv_heads + kvh) *
+			     (size_t) d->head_dim * es;
+		for (size_t l = 0; l < rowb; l += 64) {
+			__builtin_prefetch((const char *) c->kc->ptr + off + l);
+			__builtin_prefetch((const char *) c->vc->ptr + off + l);
+		}
+	}
+}
+
 /* One task = one (query row, kv head): every query head of the GQA group
  * is processed together so each cached K/V row is widened and read once. */
 static int decode_range(void *p, int64_t b, int64_t e, int chunk)
@@ -330,6 +352,9 @@ static int decode_range(void *p, int64_t b, int64_t e, int chunk)
 			int blk = bt[(size_t) s * d->max_blocks_per_seq + t0 / BS];
 			int nt = len - t0 < BS ? len - t0 : BS;
 			const float *kr[BS], *vr[BS];
+			if (t0 + BS < len)
+				prefetch_block(c, bt[(size_t) s * d->max_blocks_per_seq + t0 / BS + 1],
+					       MIN(len - t0 - BS, BS), kvh);
 			for (int j = 0; j < nt; j++) {
 				size_t off = (((size_t) blk * BS + j) * Hkv + kvh) * D;
 				if (f32) {
