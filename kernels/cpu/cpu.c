@@ -315,10 +315,29 @@ static void pool_wait(struct pool *p, int chunks)
 	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 }
 
+static int par_run(int64_t n, int t, kk__range_fn fn, void *ctx);
+
 int kk__parallel_for(int64_t n, double cost_per_item, kk__range_fn fn, void *ctx)
 {
+	return par_run(n, kk__parallel_chunks(n, cost_per_item), fn, ctx);
+}
+
+int kk__parallel_for_fine(int64_t n, double cost_per_item, double chunk_work, kk__range_fn fn,
+			  void *ctx)
+{
+	int t = kk__parallel_chunks(n, cost_per_item);
+	if (t > 1) {
+		double want = (double) n * cost_per_item / chunk_work;
+		if (want > t)
+			t = (int) MIN((double) MIN(n, (int64_t) KK_CPU_FINE_CHUNKS_MAX), want);
+	}
+	return par_run(n, t, fn, ctx);
+}
+
+static int par_run(int64_t n, int t, kk__range_fn fn, void *ctx)
+{
 	struct pool *p = &pool;
-	int t = kk__parallel_chunks(n, cost_per_item), r = 0;
+	int r = 0;
 
 	if (n <= 0)
 		return 0;

@@ -211,7 +211,9 @@ static void test_gemv_epilogue(void **state)
  * too. */
 static void test_threads_qgemv(void **state)
 {
-	const int64_t ms[] = { 1, 3, 8, 21 };
+	/* 64: enough work for kk__parallel_for_fine's finer chunks at 2
+	 * threads (packed rows: one or two groups a chunk). */
+	const int64_t ms[] = { 1, 3, 8, 21, 64 };
 	const kk_dtype qts[] = { KK_I8, KK_Q4 };
 	for (size_t qi = 0; qi < ARRAY_SIZE(qts); qi++)
 		for (size_t mi = 0; mi < ARRAY_SIZE(ms); mi++) {
@@ -230,6 +232,13 @@ static void test_threads_qgemv(void **state)
 			if (mi != 1) /* packed rows: groups of 8 split over threads */
 				assert_int_equal(kk_qmatrix_pack(be, q), 1);
 			for (int t = 1; t <= 5; t += t == 1 ? 1 : 3) {
+				/* NaN first: an output a split leaves out must not
+				 * keep the previous run's value. */
+				for (int64_t i = 0; i < m * n; i++)
+					y2[i] = NAN;
+				assert_int_equal(
+					kk_buffer_upload(be, NULL, y, 0, y2, (size_t) (m * n) * 4),
+					0);
 				assert_int_equal(kk_backend_set_threads(be, t), 0);
 				assert_int_equal(kk_qgemm(be, NULL, y, x, q, NULL, m), 0);
 				assert_int_equal(kk_buffer_download(be, NULL, y, 0,
