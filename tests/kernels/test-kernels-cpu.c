@@ -819,6 +819,26 @@ static void test_half_inline(void **state)
 /* kk_buffer_wrap_host: the ops read the caller's memory in place (a
  * product over a wrapped W equals the one over an uploaded copy); bad
  * arguments are -EINVAL, and freeing the buffer leaves the memory alone. */
+/* Buffers from 2 MiB up start on a 2 MiB boundary (cpu.c asks for
+ * transparent huge pages there), smaller ones on 64 bytes; both hold
+ * what is written to them end to end. */
+static void test_alloc_align(void **state)
+{
+	const size_t sizes[] = { 100, (2u << 20) / 4 - 1, (2u << 20) / 4, (5u << 20) / 4 + 3 };
+	for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+		kk_buffer *b = NULL;
+		size_t n = sizes[i];
+		assert_int_equal(kk_buffer_alloc(be, KK_F32, n, &b), 0);
+		uintptr_t a = (uintptr_t) b->ptr;
+		if (n * 4 >= (2u << 20) && a % (2u << 20))
+			fail_msg("%zu bytes at %#lx: not on a 2 MiB boundary", n * 4, (unsigned long) a);
+		assert_true(a % 64 == 0);
+		memset(b->ptr, 0x5a, n * 4);
+		assert_int_equal(((unsigned char *) b->ptr)[n * 4 - 1], 0x5a);
+		kk_buffer_free(b);
+	}
+}
+
 static void test_wrap_host(void **state)
 {
 	const int64_t m = 3, n = 40, k = 64;
@@ -887,6 +907,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_half_variants, teardown),
 		cmocka_unit_test_teardown(test_half_inline, teardown),
 		cmocka_unit_test_teardown(test_wrap_host, teardown),
+		cmocka_unit_test_teardown(test_alloc_align, teardown),
 	};
 	if (kk_backend_open("cpu", &be) < 0)
 		return 1;
