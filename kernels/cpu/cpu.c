@@ -375,12 +375,27 @@ static int par_run(int64_t n, int t, kk__range_fn fn, void *ctx)
 
 #define KK_CPU_HUGE ((size_t) 2 << 20)
 
+/* KK_CPU_THP=0 keeps every buffer on small pages: a huge page is backed
+ * whole once touched, so buffers used in part (a KV cache pool) cost more
+ * resident memory (s15m's peer-kiln: 28 -> 45 MB). */
+static bool thp_wanted(void)
+{
+	static int on = -1;
+	int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+	if (v < 0) {
+		const char *e = getenv("KK_CPU_THP");
+		v = !(e && streq(e, "0"));
+		__atomic_store_n(&on, v, __ATOMIC_RELAXED);
+	}
+	return v;
+}
+
 static int cpu_alloc(kk_backend *be, size_t bytes, void **ret)
 {
 	size_t rounded = DIV_ROUND_UP(bytes, KK_CPU_ALIGN) * KK_CPU_ALIGN;
 	void *p;
 
-	if (rounded >= KK_CPU_HUGE) {
+	if (rounded >= KK_CPU_HUGE && thp_wanted()) {
 		/* 2 MiB pages where the kernel gives them (transparent huge
 		 * pages set to "madvise", Debian's default, gives none
 		 * unasked): a decode step streams every weight and the K/V
