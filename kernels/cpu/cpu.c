@@ -374,10 +374,14 @@ static int par_run(int64_t n, int t, kk__range_fn fn, void *ctx)
 /* ---- memory and streams ------------------------------------------------ */
 
 #define KK_CPU_HUGE ((size_t) 2 << 20)
+/* Buffers from this size up: a large classifier and a KV cache pool, not
+ * the per-step activations (from 2 MiB up, s15m's 2-thread prefill ran
+ * 2-3 % slower and its RSS grew 28 -> 45 MB; from 8 MiB up, unchanged). */
+#define KK_CPU_HUGE_MIN ((size_t) 8 << 20)
 
 /* KK_CPU_THP=0 keeps every buffer on small pages: a huge page is backed
  * whole once touched, so buffers used in part (a KV cache pool) cost more
- * resident memory (s15m's peer-kiln: 28 -> 45 MB). */
+ * resident memory (s110m's peer-kiln: 120 -> 123 MB). */
 static bool thp_wanted(void)
 {
 	static int on = -1;
@@ -395,16 +399,16 @@ static int cpu_alloc(kk_backend *be, size_t bytes, void **ret)
 	size_t rounded = DIV_ROUND_UP(bytes, KK_CPU_ALIGN) * KK_CPU_ALIGN;
 	void *p;
 
-	if (rounded >= KK_CPU_HUGE && thp_wanted()) {
+	if (rounded >= KK_CPU_HUGE_MIN && thp_wanted()) {
 		/* 2 MiB pages where the kernel gives them (transparent huge
 		 * pages set to "madvise", Debian's default, gives none
-		 * unasked): a decode step streams every weight and the K/V
-		 * cache, a 4 KiB page at a time a TLB miss and a stop for the
-		 * hardware prefetcher.  s110m q4_0 decode, 1 thread, 8
-		 * interleaved pairs per CPU second: 332-407 -> 318-442 tok/s,
-		 * 7 of 8 pairs faster (median +10 %), RSS 120 -> 123 MB
-		 * (docs/kernels.md, "Decode's cache reads ...").  An error
-		 * (no THP in this kernel) leaves small pages: ignored. */
+		 * unasked): a decode step streams the classifier and reads
+		 * the K/V cache in 256-byte rows 3 KiB apart, a TLB miss
+		 * every 4 KiB page.  s110m q4_0 decode, 1 thread, per CPU
+		 * second, 6 interleaved pairs: 388-401 -> 420-433 tok/s
+		 * (every pair faster), RSS 120 -> 123 MB (docs/kernels.md,
+		 * "Decode's cache reads ...").  An error (no THP in this
+		 * kernel) leaves small pages: ignored. */
 		rounded = DIV_ROUND_UP(bytes, KK_CPU_HUGE) * KK_CPU_HUGE;
 		p = aligned_alloc(KK_CPU_HUGE, rounded);
 		if (p)

@@ -819,12 +819,12 @@ static void test_half_inline(void **state)
 /* kk_buffer_wrap_host: the ops read the caller's memory in place (a
  * product over a wrapped W equals the one over an uploaded copy); bad
  * arguments are -EINVAL, and freeing the buffer leaves the memory alone. */
-/* Buffers from 2 MiB up start on a 2 MiB boundary (cpu.c asks for
+/* Buffers from 8 MiB up start on a 2 MiB boundary (cpu.c asks for
  * transparent huge pages there; not with KK_CPU_THP=0), smaller ones on
  * 64 bytes; both hold what is written to them end to end. */
 static void test_alloc_align(void **state)
 {
-	const size_t sizes[] = { 100, (2u << 20) / 4 - 1, (2u << 20) / 4, (5u << 20) / 4 + 3 };
+	const size_t sizes[] = { 100, (8u << 20) / 4 - 1, (8u << 20) / 4, (11u << 20) / 4 + 3 };
 	const char *thp = getenv("KK_CPU_THP");
 	const bool huge = !(thp && streq(thp, "0"));
 	for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
@@ -832,7 +832,7 @@ static void test_alloc_align(void **state)
 		size_t n = sizes[i];
 		assert_int_equal(kk_buffer_alloc(be, KK_F32, n, &b), 0);
 		uintptr_t a = (uintptr_t) b->ptr;
-		if (huge && n * 4 >= (2u << 20) && a % (2u << 20))
+		if (huge && n * 4 >= (8u << 20) && a % (2u << 20))
 			fail_msg("%zu bytes at %#lx: not on a 2 MiB boundary", n * 4, (unsigned long) a);
 		assert_true(a % 64 == 0);
 		memset(b->ptr, 0x5a, n * 4);
