@@ -295,6 +295,45 @@ struct decode_ctx {
 	const int32_t *row_seq, *row_len;
 };
 
+/* The decode tasks' cache blocks, in the order decode_range reads them
+ * (task by task, block by block), each brought toward L1 KK_KV_PF_AHEAD
+ * blocks before it is scored.  A head's K and V rows are 256 bytes (D =
+ * 64) spaced Hkv * D elements apart: short strided reads the hardware
+ * prefetcher does not follow, and the cache comes from DRAM (a decode
+ * step streams every weight through L3 between two visits of a layer's
+ * cache).  s110m q4_0, 1 thread: the scores and P V were 38 % of a decode
+ * step at context 128-192, most of it waiting on these loads
+ * (docs/kernels.md, "Decode's cache reads"). */
+#define KK_KV_PF_AHEAD 2
+struct kv_pf {
+	int64_t it, e; /* the next task to prefetch from, and the end */
+	int t0;	       /* its next block's first token */
+};
+
+static void kv_pf_next(const struct decode_ctx *c, struct kv_pf *f)
+{
+	const kk_paged_desc *d = c->d;
+	const int Hkv = d->n_kv_heads, D = d->head_dim;
+	if (f->it >= f->e)
+		return;
+	int64_t row = f->it / Hkv;
+	int kvh = (int) (f->it % Hkv), s = c->row_seq[row], len = c->row_len[row];
+	int blk = ((const int32_t *) d->block_tables->ptr)[(size_t) s * d->max_blocks_per_seq +
+							    f->t0 / KK_KV_BLOCK_SIZE];
+	int nt = MIN(len - f->t0, KK_KV_BLOCK_SIZE);
+	const size_t es = kk_dtype_size(c->kc->dtype, 1), rowb = es * (size_t) D;
+	for (int j = 0; j < nt; j++) {
+		size_t off = (((size_t) blk * KK_KV_BLOCK_SIZE + j) * Hkv + kvh) * rowb;
+		for (size_t l = 0; l < rowb; l += 64) {
+			__builtin_prefetch((const char *) c->kc->ptr + off + l);
+			__builtin_prefetch((const char *) c->vc->ptr + off + l);
+		}
+	}
+	f->t0 += KK_KV_BLOCK_SIZE;
+	if (f->t0 >= len)
+		f->it++, f->t0 = 0;
+}
+
 /* One task = one (query row, kv head): every query head of the GQA group
  * is processed together so each cached K/V row is widened and read once. */
 static int decode_range(void *p, int64_t b, int64_t e, int chunk)
@@ -314,6 +353,9 @@ static int decode_range(void *p, int64_t b, int64_t e, int chunk)
 
 	if (!qr || !acc || !ml || (!f32 && !kv))
 		return -ENOMEM;
+	struct kv_pf pf = { .it = b, .e = e, .t0 = 0 };
+	for (int i = 0; i < KK_KV_PF_AHEAD; i++)
+		kv_pf_next(c, &pf);
 	for (int64_t it = b; it < e; it++) {
 		int64_t row = it / Hkv;
 		int kvh = (int) (it % Hkv), s = c->row_seq[row], len = c->row_len[row];
@@ -330,6 +372,7 @@ static int decode_range(void *p, int64_t b, int64_t e, int chunk)
 			int blk = bt[(size_t) s * d->max_blocks_per_seq + t0 / BS];
 			int nt = len - t0 < BS ? len - t0 : BS;
 			const float *kr[BS], *vr[BS];
+			kv_pf_next(c, &pf);
 			for (int j = 0; j < nt; j++) {
 				size_t off = (((size_t) blk * BS + j) * Hkv + kvh) * D;
 				if (f32) {

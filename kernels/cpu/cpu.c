@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -315,10 +316,29 @@ static void pool_wait(struct pool *p, int chunks)
 	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 }
 
+static int par_run(int64_t n, int t, kk__range_fn fn, void *ctx);
+
 int kk__parallel_for(int64_t n, double cost_per_item, kk__range_fn fn, void *ctx)
 {
+	return par_run(n, kk__parallel_chunks(n, cost_per_item), fn, ctx);
+}
+
+int kk__parallel_for_fine(int64_t n, double cost_per_item, double chunk_work, kk__range_fn fn,
+			  void *ctx)
+{
+	int t = kk__parallel_chunks(n, cost_per_item);
+	if (t > 1) {
+		double want = (double) n * cost_per_item / chunk_work;
+		if (want > t)
+			t = (int) MIN((double) MIN(n, (int64_t) KK_CPU_FINE_CHUNKS_MAX), want);
+	}
+	return par_run(n, t, fn, ctx);
+}
+
+static int par_run(int64_t n, int t, kk__range_fn fn, void *ctx)
+{
 	struct pool *p = &pool;
-	int t = kk__parallel_chunks(n, cost_per_item), r = 0;
+	int r = 0;
 
 	if (n <= 0)
 		return 0;
@@ -353,10 +373,48 @@ int kk__parallel_for(int64_t n, double cost_per_item, kk__range_fn fn, void *ctx
 
 /* ---- memory and streams ------------------------------------------------ */
 
+#define KK_CPU_HUGE ((size_t) 2 << 20)
+/* Buffers from this size up: a large classifier and a KV cache pool, not
+ * the per-step activations (from 2 MiB up, s15m's 2-thread prefill ran
+ * 2-3 % slower and its RSS grew 28 -> 45 MB; from 8 MiB up, unchanged). */
+#define KK_CPU_HUGE_MIN ((size_t) 8 << 20)
+
+/* KK_CPU_THP=0 keeps every buffer on small pages: a huge page is backed
+ * whole once touched, so buffers used in part (a KV cache pool) cost more
+ * resident memory (s110m's peer-kiln: 120 -> 123 MB). */
+static bool thp_wanted(void)
+{
+	static int on = -1;
+	int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+	if (v < 0) {
+		const char *e = getenv("KK_CPU_THP");
+		v = !(e && streq(e, "0"));
+		__atomic_store_n(&on, v, __ATOMIC_RELAXED);
+	}
+	return v;
+}
+
 static int cpu_alloc(kk_backend *be, size_t bytes, void **ret)
 {
 	size_t rounded = DIV_ROUND_UP(bytes, KK_CPU_ALIGN) * KK_CPU_ALIGN;
-	void *p = aligned_alloc(KK_CPU_ALIGN, rounded);
+	void *p;
+
+	if (rounded >= KK_CPU_HUGE_MIN && thp_wanted()) {
+		/* 2 MiB pages where the kernel gives them (transparent huge
+		 * pages set to "madvise", Debian's default, gives none
+		 * unasked): a decode step streams the classifier and reads
+		 * the K/V cache in 256-byte rows 3 KiB apart, a TLB miss
+		 * every 4 KiB page.  s110m q4_0 decode, 1 thread, per CPU
+		 * second, 6 interleaved pairs: 388-401 -> 420-433 tok/s
+		 * (every pair faster), RSS 120 -> 123 MB (docs/kernels.md,
+		 * "Decode's cache reads ...").  An error (no THP in this
+		 * kernel) leaves small pages: ignored. */
+		rounded = DIV_ROUND_UP(bytes, KK_CPU_HUGE) * KK_CPU_HUGE;
+		p = aligned_alloc(KK_CPU_HUGE, rounded);
+		if (p)
+			(void) madvise(p, rounded, MADV_HUGEPAGE);
+	} else
+		p = aligned_alloc(KK_CPU_ALIGN, rounded);
 	if (!p)
 		return -ENOMEM;
 	*ret = p;

@@ -230,6 +230,15 @@ static inline void kk__row_store(void *p, kk_dtype dt, size_t off, const float *
 typedef int (*kk__range_fn)(void *ctx, int64_t begin, int64_t end, int chunk);
 int kk__parallel_chunks(int64_t n, double cost_per_item);
 int kk__parallel_for(int64_t n, double cost_per_item, kk__range_fn fn, void *ctx);
+/* The same, but where it runs on the pool, in chunks of about chunk_work
+ * (n * cost_per_item / chunk_work of them, never fewer than
+ * kk__parallel_for's, at most n and KK_CPU_FINE_CHUNKS_MAX): for ops made of
+ * a few dozen items of microseconds each (a prefill's products on small
+ * matrices), where 4 chunks a thread can leave one thread idle while the
+ * other runs its last chunk (an eighth of the op at 2 threads). */
+#define KK_CPU_FINE_CHUNKS_MAX 4096
+int kk__parallel_for_fine(int64_t n, double cost_per_item, double chunk_work, kk__range_fn fn,
+			  void *ctx);
 int kk__cpu_threads(void);
 /* KK_CPU_THREADS, else the CPUs of the affinity mask / cgroup quota. */
 int kk__cpu_default_threads(void);

@@ -427,6 +427,19 @@ static int pqgemm_range(void *p, int64_t b, int64_t e, int chunk)
 	return 0;
 }
 
+/* Work (KK_QPACK * k * (1 + m) a group) per chunk of a packed product on
+ * the pool: a few microseconds (s15m's 288 x 288 layers at m = 128: two
+ * groups), so that the thread that finishes first waits at most that long
+ * for the other's last chunk, where 4 chunks a thread (4-5 groups each)
+ * left it up to an eighth of the product.  s15m q4_0 prefill, 2 threads:
+ * docs/kernels.md, "Decode's cache reads and small prefill chunks". */
+#define KK_QGEMM_CHUNK_WORK (double) (1 << 19)
+/* ... for products of at least this many activation rows: fewer rows read
+ * the weights from memory, and chunks of one or two groups broke the
+ * weight stream between the threads (its prefetch runs past a chunk's end):
+ * s110m 8-sequence decode at 2 threads lost 10 %. */
+#define KK_QGEMM_FINE_M 32
+
 int kk__cpu_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x,
 		  const kk_qmatrix *w, const kk_buffer *bias, int64_t m)
 {
@@ -444,8 +457,11 @@ int kk__cpu_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *
 		c.act.xoff = w->qtype == KK_Q4 ? 8 : 128;
 		r = kk__parallel_for(m, (double) w->k * 4, pqact_range, &c);
 		if (r >= 0)
-			r = kk__parallel_for((w->n + KK_QPACK - 1) / KK_QPACK,
-					     (double) KK_QPACK * w->k * (1 + m), pqgemm_range, &c);
+			r = kk__parallel_for_fine((w->n + KK_QPACK - 1) / KK_QPACK,
+						  (double) KK_QPACK * w->k * (1 + m),
+						  m >= KK_QGEMM_FINE_M ? KK_QGEMM_CHUNK_WORK
+								       : INFINITY,
+						  pqgemm_range, &c);
 		kk__qact_free(&c.act);
 		return r;
 	}

@@ -211,7 +211,9 @@ static void test_gemv_epilogue(void **state)
  * too. */
 static void test_threads_qgemv(void **state)
 {
-	const int64_t ms[] = { 1, 3, 8, 21 };
+	/* 64: enough work for kk__parallel_for_fine's finer chunks at 2
+	 * threads (packed rows: one or two groups a chunk). */
+	const int64_t ms[] = { 1, 3, 8, 21, 64 };
 	const kk_dtype qts[] = { KK_I8, KK_Q4 };
 	for (size_t qi = 0; qi < ARRAY_SIZE(qts); qi++)
 		for (size_t mi = 0; mi < ARRAY_SIZE(ms); mi++) {
@@ -230,6 +232,13 @@ static void test_threads_qgemv(void **state)
 			if (mi != 1) /* packed rows: groups of 8 split over threads */
 				assert_int_equal(kk_qmatrix_pack(be, q), 1);
 			for (int t = 1; t <= 5; t += t == 1 ? 1 : 3) {
+				/* NaN first: an output a split leaves out must not
+				 * keep the previous run's value. */
+				for (int64_t i = 0; i < m * n; i++)
+					y2[i] = NAN;
+				assert_int_equal(
+					kk_buffer_upload(be, NULL, y, 0, y2, (size_t) (m * n) * 4),
+					0);
 				assert_int_equal(kk_backend_set_threads(be, t), 0);
 				assert_int_equal(kk_qgemm(be, NULL, y, x, q, NULL, m), 0);
 				assert_int_equal(kk_buffer_download(be, NULL, y, 0,
@@ -902,6 +911,28 @@ static void test_half_inline(void **state)
 /* kk_buffer_wrap_host: the ops read the caller's memory in place (a
  * product over a wrapped W equals the one over an uploaded copy); bad
  * arguments are -EINVAL, and freeing the buffer leaves the memory alone. */
+/* Buffers from 8 MiB up start on a 2 MiB boundary (cpu.c asks for
+ * transparent huge pages there; not with KK_CPU_THP=0), smaller ones on
+ * 64 bytes; both hold what is written to them end to end. */
+static void test_alloc_align(void **state)
+{
+	const size_t sizes[] = { 100, (8u << 20) / 4 - 1, (8u << 20) / 4, (11u << 20) / 4 + 3 };
+	const char *thp = getenv("KK_CPU_THP");
+	const bool huge = !(thp && streq(thp, "0"));
+	for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+		kk_buffer *b = NULL;
+		size_t n = sizes[i];
+		assert_int_equal(kk_buffer_alloc(be, KK_F32, n, &b), 0);
+		uintptr_t a = (uintptr_t) b->ptr;
+		if (huge && n * 4 >= (8u << 20) && a % (2u << 20))
+			fail_msg("%zu bytes at %#lx: not on a 2 MiB boundary", n * 4, (unsigned long) a);
+		assert_true(a % 64 == 0);
+		memset(b->ptr, 0x5a, n * 4);
+		assert_int_equal(((unsigned char *) b->ptr)[n * 4 - 1], 0x5a);
+		kk_buffer_free(b);
+	}
+}
+
 static void test_wrap_host(void **state)
 {
 	const int64_t m = 3, n = 40, k = 64;
@@ -985,6 +1016,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_half_variants, teardown),
 		cmocka_unit_test_teardown(test_half_inline, teardown),
 		cmocka_unit_test_teardown(test_wrap_host, teardown),
+		cmocka_unit_test_teardown(test_alloc_align, teardown),
 	};
 	if (kk_backend_open("cpu", &be) < 0)
 		return 1;
