@@ -701,6 +701,72 @@ static void half_dot_check(const char *v)
 	}
 }
 
+/* One random kk_gemm case of half_gemm_check and f32_tiles_check: X and W
+ * of dtype dt with `pad` extra elements per row of A, B and C, C read back
+ * (alpha 0.5, beta 0.25) or not, a bias or not, an epilogue; its float64
+ * reference, whose padding columns keep C's values.  Buffers live until
+ * teardown(NULL). */
+typedef struct tile_case {
+	kk_gemm_desc d;
+	kk_buffer *c0; /* C before the product */
+	size_t nc;
+	double *ref, *got;
+	float *y1, *y2; /* the 1-thread result, the latest other one */
+} tile_case;
+
+static void tile_case_make(tile_case *g, kk_dtype dt, int64_t m, int64_t n, int64_t k,
+			   int64_t pad, bool ta, bool tb, bool beta, bool with_bias,
+			   kk_epilogue epi)
+{
+	int64_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+	double *hx, *hw, *hc, *hb;
+	g->nc = (size_t) (m * ldc);
+	g->ref = hmalloc(g->nc * 8);
+	g->got = hmalloc(g->nc * 8);
+	kk_buffer *x = up_rand(dt, (size_t) ((ta ? k : m) * lda), -1, 1, &hx);
+	kk_buffer *w = up_rand(dt, (size_t) ((tb ? n : k) * ldb), -1, 1, &hw);
+	g->c0 = up_rand(KK_F32, g->nc, -1, 1, &hc);
+	kk_buffer *bias = up_rand(KK_F32, (size_t) n, -1, 1, &hb);
+	g->y1 = hmalloc(g->nc * 4);
+	g->y2 = hmalloc(g->nc * 4);
+	g->d = (kk_gemm_desc){ .trans_a = ta,
+			       .trans_b = tb,
+			       .m = m,
+			       .n = n,
+			       .k = k,
+			       .alpha = beta ? 0.5f : 1,
+			       .beta = beta ? 0.25f : 0,
+			       .a = x,
+			       .lda = lda,
+			       .b = w,
+			       .ldb = ldb,
+			       .c = out_buf(KK_F32, g->nc),
+			       .ldc = ldc,
+			       .bias = with_bias ? bias : NULL,
+			       .epilogue = epi };
+	ref_gemm(&g->d, hx, hw, beta ? hc : NULL, with_bias ? hb : NULL, g->ref);
+	for (int64_t i = 0; i < m; i++)
+		for (int64_t j = n; j < ldc; j++)
+			g->ref[i * ldc + j] = hc[i * ldc + j];
+}
+
+/* Runs the case on t threads from C's first values: within 4 tol + 2 tol
+ * relative of the reference, and when `same`, bit-identical to the
+ * 1-thread result (t = 1 must come first). */
+static void tile_case_run(tile_case *g, const char *what, int t, bool same, double tol)
+{
+	float *y = t == 1 ? g->y1 : g->y2;
+	assert_int_equal(kk_backend_set_threads(be, t), 0);
+	assert_int_equal(kk_buffer_copy(be, NULL, g->d.c, 0, g->c0, 0, g->nc * 4), 0);
+	assert_int_equal(kk_gemm(be, NULL, &g->d), 0);
+	assert_int_equal(kk_buffer_download(be, NULL, g->d.c, 0, y, g->nc * 4), 0);
+	if (t > 1 && same && memcmp(g->y1, g->y2, g->nc * 4))
+		fail_msg("%s: 1 and %d threads differ", what, t);
+	for (size_t i = 0; i < g->nc; i++)
+		g->got[i] = y[i];
+	expect_close(what, g->got, g->ref, g->nc, 4 * tol, 2 * tol);
+}
+
 /* kk_gemm with f16/bf16 operands under variant v.  x W^T (B transposed:
  * kk__half_gemm) at every m from 1 to 9 (each X-row tile size and its
  * edges) and beyond, n and k odd or past a vector, W wider than one
@@ -733,53 +799,15 @@ static void half_gemm_check(const char *v)
 	for (size_t di = 0; di < 2; di++)
 		for (size_t ci = 0; ci < ARRAY_SIZE(cs); ci++) {
 			kk_dtype dt = di ? KK_BF16 : KK_F16;
-			int64_t m = cs[ci].m, n = cs[ci].n, k = cs[ci].k, pad = cs[ci].pad;
-			bool tb = cs[ci].tb;
-			int64_t lda = k + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
-			size_t nc = (size_t) (m * ldc);
-			double *hx, *hw, *hc, *hb, *ref = hmalloc(nc * 8), *got = hmalloc(nc * 8);
-			kk_buffer *x = up_rand(dt, (size_t) (m * lda), -1, 1, &hx);
-			kk_buffer *w = up_rand(dt, (size_t) ((tb ? n : k) * ldb), -1, 1, &hw);
-			kk_buffer *c0 = up_rand(KK_F32, nc, -1, 1, &hc);
-			kk_buffer *bias = up_rand(KK_F32, (size_t) n, -1, 1, &hb);
-			kk_buffer *y = out_buf(KK_F32, nc);
-			float *y1 = hmalloc(nc * 4), *y2 = hmalloc(nc * 4);
-			kk_gemm_desc d = { .trans_b = tb,
-					   .m = m,
-					   .n = n,
-					   .k = k,
-					   .alpha = cs[ci].beta ? 0.5f : 1,
-					   .beta = cs[ci].beta ? 0.25f : 0,
-					   .a = x,
-					   .lda = lda,
-					   .b = w,
-					   .ldb = ldb,
-					   .c = y,
-					   .ldc = ldc,
-					   .bias = cs[ci].bias ? bias : NULL,
-					   .epilogue = cs[ci].epi };
+			tile_case g;
+			tile_case_make(&g, dt, cs[ci].m, cs[ci].n, cs[ci].k, cs[ci].pad, false,
+				       cs[ci].tb, cs[ci].beta, cs[ci].bias, cs[ci].epi);
 			char what[96];
 			snprintf(what, sizeof(what), "%s: %s m=%ld n=%ld k=%ld%s", v,
-				 kk_dtype_name(dt), (long) m, (long) n, (long) k,
-				 tb ? "" : " B not transposed");
-			ref_gemm(&d, hx, hw, cs[ci].beta ? hc : NULL, cs[ci].bias ? hb : NULL, ref);
-			for (int t = 1; t <= 5; t += t == 1 ? 1 : 3) {
-				assert_int_equal(kk_backend_set_threads(be, t), 0);
-				assert_int_equal(kk_buffer_copy(be, NULL, y, 0, c0, 0, nc * 4), 0);
-				assert_int_equal(kk_gemm(be, NULL, &d), 0);
-				assert_int_equal(kk_buffer_download(be, NULL, y, 0,
-								    t == 1 ? y1 : y2, nc * 4),
-						 0);
-				if (t > 1 && tb && memcmp(y1, y2, nc * 4))
-					fail_msg("%s: 1 and %d threads differ", what, t);
-				for (size_t i = 0; i < nc; i++)
-					got[i] = (t == 1 ? y1 : y2)[i];
-				/* the padding columns keep C's values */
-				for (int64_t i = 0; i < m; i++)
-					for (int64_t j = n; j < ldc; j++)
-						ref[i * ldc + j] = hc[i * ldc + j];
-				expect_close(what, got, ref, nc, 4 * TOL(dt), 2 * TOL(dt));
-			}
+				 kk_dtype_name(dt), (long) cs[ci].m, (long) cs[ci].n,
+				 (long) cs[ci].k, cs[ci].tb ? "" : " B not transposed");
+			for (int t = 1; t <= 5; t += t == 1 ? 1 : 3)
+				tile_case_run(&g, what, t, cs[ci].tb, TOL(dt));
 			teardown(NULL);
 		}
 	assert_int_equal(kk_backend_set_threads(be, 0), 0);
@@ -816,37 +844,11 @@ static void f32_tiles_check(const char *v)
 		{ 18, 41, 2100, 1, 1, 1, KK_EPI_GELU, 0, 0 }, /* 3 k blocks (half.c) */
 	};
 	for (size_t ci = 0; ci < ARRAY_SIZE(cs); ci++) {
-		int64_t m = cs[ci].m, n = cs[ci].n, k = cs[ci].k, pad = cs[ci].pad;
 		bool ta = cs[ci].ta, tb = !cs[ci].nb;
-		int64_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
-		size_t nc = (size_t) (m * ldc);
-		double *hx, *hw, *hc, *hb, *ref = hmalloc(nc * 8), *got = hmalloc(nc * 8);
-		kk_buffer *x = up_rand(KK_F32, (size_t) ((ta ? k : m) * lda), -1, 1, &hx);
-		kk_buffer *w = up_rand(KK_F32, (size_t) ((tb ? n : k) * ldb), -1, 1, &hw);
-		kk_buffer *c0 = up_rand(KK_F32, nc, -1, 1, &hc);
-		kk_buffer *bias = up_rand(KK_F32, (size_t) n, -1, 1, &hb);
-		kk_buffer *y = out_buf(KK_F32, nc);
-		float *y1 = hmalloc(nc * 4), *y2 = hmalloc(nc * 4);
-		kk_gemm_desc d = { .trans_a = ta,
-				   .trans_b = tb,
-				   .m = m,
-				   .n = n,
-				   .k = k,
-				   .alpha = cs[ci].beta ? 0.5f : 1,
-				   .beta = cs[ci].beta ? 0.25f : 0,
-				   .a = x,
-				   .lda = lda,
-				   .b = w,
-				   .ldb = ldb,
-				   .c = y,
-				   .ldc = ldc,
-				   .bias = cs[ci].bias ? bias : NULL,
-				   .epilogue = cs[ci].epi };
+		tile_case g;
+		tile_case_make(&g, KK_F32, cs[ci].m, cs[ci].n, cs[ci].k, cs[ci].pad, ta, tb,
+			       cs[ci].beta, cs[ci].bias, cs[ci].epi);
 		char what[96];
-		ref_gemm(&d, hx, hw, cs[ci].beta ? hc : NULL, cs[ci].bias ? hb : NULL, ref);
-		for (int64_t i = 0; i < m; i++) /* the padding columns keep C's values */
-			for (int64_t j = n; j < ldc; j++)
-				ref[i * ldc + j] = hc[i * ldc + j];
 		for (int route = 1; route >= -1; route -= 2) {
 			kk__gemm_f32_route(route);
 			for (int t = 1; t <= 5; t += t == 1 ? 1 : 3) {
@@ -856,19 +858,9 @@ static void f32_tiles_check(const char *v)
 					 ta   ? "A^T B"
 					 : tb ? "A B^T"
 					      : "A B",
-					 (long) m, (long) n, (long) k, t);
-				assert_int_equal(kk_backend_set_threads(be, t), 0);
-				assert_int_equal(kk_buffer_copy(be, NULL, y, 0, c0, 0, nc * 4), 0);
-				assert_int_equal(kk_gemm(be, NULL, &d), 0);
-				assert_int_equal(kk_buffer_download(be, NULL, y, 0,
-								    t == 1 ? y1 : y2, nc * 4),
-						 0);
+					 (long) cs[ci].m, (long) cs[ci].n, (long) cs[ci].k, t);
 				/* m < 17 with B transposed is the GEMV's (its own test) */
-				if (t > 1 && route > 0 && memcmp(y1, y2, nc * 4))
-					fail_msg("%s: 1 and %d threads differ", what, t);
-				for (size_t i = 0; i < nc; i++)
-					got[i] = (t == 1 ? y1 : y2)[i];
-				expect_close(what, got, ref, nc, 4 * TOL(KK_F32), 2 * TOL(KK_F32));
+				tile_case_run(&g, what, t, route > 0, TOL(KK_F32));
 			}
 		}
 		kk__gemm_f32_route(0);
