@@ -272,10 +272,8 @@ int kmf_tensor_to_i8_g32(const kmf_tensor *t, kk_dtype scale_dt, int8_t *q, void
 		for (int64_t blk = 0; blk < n * groups; blk++, b += 34) {
 			uint16_t h = kmf__ld16(b);
 			memcpy(q + blk * 32, b + 2, 32);
-			if (scale_dt == KK_F16)
-				memcpy((uint8_t *) scales + blk * 2, &h, 2);
-			else
-				put_scale(KK_F32, scales, (size_t) blk, kmf__f16_to_f32(h));
+			/* exact: an f16 value round-trips through f32 */
+			put_scale(scale_dt, scales, (size_t) blk, kmf__f16_to_f32(h));
 		}
 		if (exact)
 			*exact = true;
@@ -333,10 +331,8 @@ int kmf_tensor_to_q4(const kmf_tensor *t, int group, kk_dtype scale_dt, uint8_t 
 			}
 			for (int m = 0; m < 16; m++)
 				q[blk * 16 + m] = (uint8_t) (nib[2 * m] | (nib[2 * m + 1] << 4));
-			if (scale_dt == KK_F16)
-				memcpy((uint8_t *) scales + blk * 2, &h, 2);
-			else
-				put_scale(KK_F32, scales, (size_t) blk, kmf__f16_to_f32(h));
+			/* exact: an f16 value round-trips through f32 */
+			put_scale(scale_dt, scales, (size_t) blk, kmf__f16_to_f32(h));
 		}
 		if (exact)
 			*exact = true;
