@@ -38,11 +38,14 @@ CUDA     ?= $(if $(wildcard $(NVCC)),1,0)
 
 OPT      ?= -O2
 SAN      ?=
+# Every library's public headers (each library's include/ folder); which
+# folder may include which is in each folder's README.md and checked by
+# `make lint` (mk/check-includes.sh).
+KILN_INCLUDES := -Icommon/include -Iconfig/lib/include -Ikernels/kk/include -Ikernels/modelfile/include -Ikernels/tokenizer/include -Ikernels/model/include -Ikernels/train/include -Islurm/store/include -Iservices/engine/include -Iservices/healthd/include
 KILN_CFLAGS := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter \
 	-Wshadow -Wformat=2 -Wstrict-prototypes -fPIC -D_GNU_SOURCE \
 	-DKILN_VERSION=\"$(VERSION)\" $(SAN) \
-	-Icommon/include -Iconfig/include -Ikernels/include -Islurm/launcher/include \
-	-Iservices/include
+	$(KILN_INCLUDES)
 KILN_LDFLAGS := $(SAN)
 
 ifeq ($(CUDA),1)
@@ -61,7 +64,7 @@ INSTALL_BINS :=
 EXTRA_ALL  :=
 
 include mk/rules.mk
--include $(sort $(wildcard */build.mk */*/build.mk tests/*/build.mk))
+-include $(sort $(wildcard */build.mk */*/build.mk */*/*/build.mk))
 include mk/completion.mk
 include mk/deb.mk
 
@@ -111,11 +114,11 @@ install: programs
 	$(if $(wildcard $(COMPLETION_DIR)/*),install -m 644 $(wildcard $(COMPLETION_DIR)/*) $(DESTDIR)$(PREFIX)/share/bash-completion/completions/)
 
 # The cluster file's default Slurm Prolog/Epilog/HealthCheckProgram
-# (config/schema.c) are where this install puts the scripts; a build with
+# (config/lib/schema.c) are where this install puts the scripts; a build with
 # another PREFIX rebuilds schema.o (the stamp changes only with the path).
 KILN_LIBEXECDIR := $(PREFIX)/libexec/kiln
-$(B)/obj/config/schema.o: EXTRA_CFLAGS += -DKILN_LIBEXECDIR=\"$(KILN_LIBEXECDIR)\"
-$(B)/obj/config/schema.o: $(B)/.libexecdir
+$(B)/obj/config/lib/schema.o: EXTRA_CFLAGS += -DKILN_LIBEXECDIR=\"$(KILN_LIBEXECDIR)\"
+$(B)/obj/config/lib/schema.o: $(B)/.libexecdir
 $(B)/.libexecdir: FORCE
 	@mkdir -p $(@D); [ "$$(cat $@ 2>/dev/null)" = "$(KILN_LIBEXECDIR)" ] || echo "$(KILN_LIBEXECDIR)" >$@
 FORCE:
@@ -127,7 +130,7 @@ format:
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --inline-suppr \
 		--suppress=missingIncludeSystem --std=c11 -D_GNU_SOURCE \
-		-Icommon/include -Iconfig/include -Ikernels/include -Islurm/launcher/include -Iservices/include \
+		$(KILN_INCLUDES) \
 		$(filter %.c,$(FORMAT_SRCS))
 
 clean:

@@ -14,7 +14,7 @@
 
 NVCC_FLAGS ?= -O3 -std=c++17 -Xcompiler -fPIC -Xcompiler -Wall \
 	-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
-	-Icommon/include -Iconfig/include -Ikernels/include
+	-Icommon/include -Ikernels/kk/include
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
 
 kiln_objs = $(patsubst %.c,$(B)/obj/%.o,$(patsubst %.cu,$(B)/obj/%.cu.o,$(1)))

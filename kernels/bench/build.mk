@@ -1,6 +1,6 @@
 # kernels/bench/build.mk: the shape/alignment sweep of the cuda backend's
 # memory-bound ops (tests/kernels/gpu/test-kk-cuda-mem.c), next to the
-# benchmark that times the same ops (kernels/cuda/build.mk builds
+# benchmark that times the same ops (kernels/kk/cuda/build.mk builds
 # cuda-bench).  Like test-kk-cuda it is built with CUDA=0 too and then
 # reports "no CUDA device"; on the CPU emulation it runs in test-full.
 $(eval $(call kiln_tool,test-kk-cuda-mem,tests/kernels/gpu/test-kk-cuda-mem.c,kkref kk common,$$(KK_LDLIBS)))

@@ -1,6 +1,6 @@
 #!/bin/bash
 # kernels/bench/sass-mix.sh — the instruction mix of hand-written CUDA
-# kernels from their sm_90 SASS, without a GPU: compiles one kernels/cuda
+# kernels from their sm_90 SASS, without a GPU: compiles one kernels/kk/cuda
 # file to a cubin (the ptxas gate's flags), disassembles it with cuobjdump
 # and prints, per kernel whose name holds PATTERN, the counts of
 # HMMA.16816 (mma.sync), LDSM (ldmatrix), LDGSTS (cp.async; in brackets
@@ -9,13 +9,13 @@
 # backward branch around the first one).  docs/kernels-cuda.md's performance estimate of the tensor-core
 # attention backward is built from this table.
 #   kernels/bench/sass-mix.sh [FILE.cu [PATTERN]]
-# Defaults: kernels/cuda/attention-bwd.cu, "tc_kernel".
+# Defaults: kernels/kk/cuda/attention-bwd.cu, "tc_kernel".
 # cuobjdump and nvdisasm come from the toolkit, PATH, or PyPI's
 # nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm (mk/deps.sh; this toolkit
 # ships neither); CUOBJDUMP overrides.  Without them it says so and exits 0.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-src=${1:-kernels/cuda/attention-bwd.cu}
+src=${1:-kernels/kk/cuda/attention-bwd.cu}
 pat=${2:-tc_kernel}
 NVCC=${NVCC:-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc}
 [ -x "$NVCC" ] || { echo "sass-mix: skipped: no nvcc at $NVCC (set NVCC or CUDA_HOME)"; exit 0; }
@@ -43,8 +43,8 @@ command -v nvdisasm >/dev/null || { echo "sass-mix: skipped: cuobjdump needs nvd
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$NVCC" -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -Icommon/include -Iconfig/include \
-	-Ikernels/include -DKILN_VERSION=\"sass\" -cubin -o "$tmp/k.cubin" "$src" >"$tmp/nvcc.log" 2>&1 ||
+"$NVCC" -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -Icommon/include -Iconfig/lib/include \
+	-Ikernels/kk/include -DKILN_VERSION=\"sass\" -cubin -o "$tmp/k.cubin" "$src" >"$tmp/nvcc.log" 2>&1 ||
 	{ cat "$tmp/nvcc.log" >&2; echo "sass-mix: $src does not compile" >&2; exit 1; }
 "$CUOBJDUMP" -sass "$tmp/k.cubin" >"$tmp/k.sass" 2>"$tmp/cuobjdump.log" ||
 	{ cat "$tmp/cuobjdump.log" >&2; exit 1; }

@@ -1,4 +1,4 @@
-# kernels/model/: libkmodel.a, the Llama model on kk (kernels/include/kmodel.h):
+# kernels/model/: libkmodel.a, the Llama model on kk (kernels/model/include/kmodel.h):
 # config and llama2.c reader, paged KV cache, batched forward step.
 # Programs linking it list "kmodel kk common" and pass $(KK_LDLIBS); those
 # calling km_file_* (source.c, model files through libkmf) list

@@ -5,7 +5,7 @@
  * ggml-quants.h (block_q8_0, block_q4_0, block_q4_1, block_q4_K,
  * block_q6_K); they are written from those layouts, and the tests check
  * them against values generated independently in Python.  Quantization
- * reproduces kk_quantize's rule (kernels/cpu/quant.c) so that a weight
+ * reproduces kk_quantize's rule (kernels/kk/cpu/quant.c) so that a weight
  * loaded through kmf equals the same weight quantized by kk. */
 #include <math.h>
 

@@ -1,7 +1,7 @@
 # services/inferd: the inference engine (continuous-batching scheduler on
 # libkmodel), the core of kiln-inferd.  Link it as `inferd-engine kmodel kk
 # common` with $(KK_LDLIBS).
-$(eval $(call kiln_lib,inferd-engine,services/inferd/engine.c))
+$(eval $(call kiln_lib,inferd-engine,services/engine/engine.c))
 # kiln-inferd: an OpenAI-compatible completions and chat completions server
 # on the engine, libktok (text <-> ids, chat templates), kiln/http.h and
 # sd-event (libsystemd): main.c (the program) on openai.c (the request

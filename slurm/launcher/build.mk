@@ -1,7 +1,9 @@
 # slurm/launcher/: kiln-run, the elastic launcher (library kilnrun + the
 # kiln-run program), its tests, tools and benchmarks.  The rendezvous store
-# (library kilnstore) is declared in store.mk, included here.
-include slurm/launcher/store.mk
+# (library kilnstore) is slurm/store/.
+
+# tests/launcher reaches kiln-run's private headers (launcher.h, rdzv.h).
+$(B)/obj/tests/launcher/%.o: EXTRA_CFLAGS += -Islurm/launcher
 
 KILN_RUN_SRCS := slurm/launcher/rdzv.c slurm/launcher/agent.c slurm/launcher/workers.c \
 	slurm/launcher/slurmenv.c

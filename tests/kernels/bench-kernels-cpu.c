@@ -239,8 +239,8 @@ static void bench_linear(kk_dtype dt, int64_t m, int64_t n, int64_t k)
 	kk_buffer_free(x), kk_buffer_free(w), kk_buffer_free(y);
 }
 
-int kk__gemm_f32_route(int route);    /* kernels/cpu/gemm.c, for --f32mm */
-int kk__half_force(const char *name); /* kernels/cpu/half.c, for --half */
+int kk__gemm_f32_route(int route);    /* kernels/kk/cpu/gemm.c, for --f32mm */
+int kk__half_force(const char *name); /* kernels/kk/cpu/half.c, for --half */
 
 /* --f32mm: an f32 x W^T through sgemm and through half.c's f32 register
  * tiles, alternating (sgemm, tiles, sgemm, tiles: a busy machine disturbs

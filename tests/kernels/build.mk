@@ -6,18 +6,18 @@ KKREF_SRCS := $(wildcard tests/kernels/ref/*.c)
 $(eval $(call kiln_lib,kkref,$(KKREF_SRCS)))
 $(eval $(call kiln_test,test-kernels-cpu,tests/kernels/test-kernels-cpu.c,kkref kk,$(KK_LDLIBS)))
 $(eval $(call kiln_test,test-kernels-cuda,tests/kernels/test-kernels-cuda.c,kkref kk,$(KK_LDLIBS)))
-# The paged decode's split plan (kernels/cuda/kc_plan.h, host C only).
+# The paged decode's split plan (kernels/kk/cuda/kc_plan.h, host C only).
 $(eval $(call kiln_test,test-decode-plan,tests/kernels/test-decode-plan.c,,))
-$(B)/obj/tests/kernels/test-decode-plan.o: EXTRA_CFLAGS += -Ikernels/cuda
+$(B)/obj/tests/kernels/test-decode-plan.o: EXTRA_CFLAGS += -Ikernels/kk/cuda
 $(eval $(call kiln_tool,bench-kernels-cpu,tests/kernels/bench-kernels-cpu.c,kk,$(KK_LDLIBS)))
 BENCH_SCRIPTS += tests/kernels/bench-kernels-cpu.sh
 # The ptxas gate: registers, spills and static shared memory of every CUDA
-# kernel for sm_90 against kernels/cuda/ptxas-budget.tsv (skips without nvcc).
+# kernel for sm_90 against kernels/kk/cuda/ptxas-budget.tsv (skips without nvcc).
 TEST_SCRIPTS += tests/kernels/test-ptxas-gate.sh
-# clang's CUDA frontend over every kernels/cuda/*.cu, -Wall -Wextra -Werror
+# clang's CUDA frontend over every kernels/kk/cuda/*.cu, -Wall -Wextra -Werror
 # (skips with the reason when no clang can target sm_90 with this toolkit).
 TEST_SCRIPTS += tests/kernels/test-clang-cuda.sh
-# The CUDA module's loader (kernels/kk_module.c): kk-open opens a backend
+# The CUDA module's loader (kernels/kk/kk_module.c): kk-open opens a backend
 # and prints why; test-kk-module.sh runs it and the programs with the module
 # and the CUDA libraries hidden, against fake modules (fake-kk-cuda.c: a
 # wrong ABI, an old driver, no device, a working one) and checks every

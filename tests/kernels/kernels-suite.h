@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../kernels/kk_internal.h"
+#include "../../kernels/kk/kk_internal.h"
 #include "kiln/macro.h"
 #include "kk.h"
 #include "ref/ref.h"

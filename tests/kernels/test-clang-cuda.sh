@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # test-clang-cuda.sh — a second compiler over the CUDA backend.
 #
-# clang's CUDA frontend compiles every kernels/cuda/*.cu warning-free
+# clang's CUDA frontend compiles every kernels/kk/cuda/*.cu warning-free
 # (-Wall -Wextra -Werror): the device side to PTX for sm_90 (--cuda-device-only
 # -S: parsing, template instantiation and NVPTX codegen, libdevice included)
 # and the host side to a syntax check (--cuda-host-only -fsyntax-only).  It
 # catches code only nvcc accepts (nvcc's host min/max overloads, its laxer
 # templates) and warnings nvcc's front end does not give.
 #
-# The first clang that compiles kernels/cuda/core.cu for sm_90 against the
+# The first clang that compiles kernels/kk/cuda/core.cu for sm_90 against the
 # toolkit is used (KILN_CLANG, else clang-19 ... clang-15, clang); none: SKIP
 # with each candidate's error.  clang-14 (Debian 12's default) cannot: it has
 # no sm_90.  clang-16 (mk/deps.sh) works with CUDA 13's headers given one
@@ -28,13 +28,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 FLAGS=(-x cuda "--cuda-path=$CUDA_HOME" --cuda-gpu-arch=sm_90 -std=c++17
-	-isystem tests/kernels/clang-cuda -Icommon/include -Iconfig/include -Ikernels/include
+	-isystem tests/kernels/clang-cuda -Icommon/include -Iconfig/lib/include -Ikernels/kk/include
 	-Wall -Wextra -Werror -Wno-unknown-cuda-version)
 
 CLANG='' why=''
 for c in ${KILN_CLANG:-clang-19 clang-18 clang-17 clang-16 clang-15 clang clang-14}; do
 	command -v "$c" >/dev/null 2>&1 || continue
-	if "$c" "${FLAGS[@]}" --cuda-device-only -S kernels/cuda/core.cu -o "$tmp/probe.ptx" \
+	if "$c" "${FLAGS[@]}" --cuda-device-only -S kernels/kk/cuda/core.cu -o "$tmp/probe.ptx" \
 		>"$tmp/probe.log" 2>&1; then
 		CLANG=$c
 		break
@@ -48,7 +48,7 @@ if [ -z "$CLANG" ]; then
 fi
 diag "$("$CLANG" --version | head -1), CUDA at $CUDA_HOME"
 
-for f in kernels/cuda/*.cu; do
+for f in kernels/kk/cuda/*.cu; do
 	n=$(basename "$f")
 	"$CLANG" "${FLAGS[@]}" --cuda-device-only -S "$f" -o "$tmp/$n.ptx" >"$tmp/$n.dev" 2>&1
 	rd=$?

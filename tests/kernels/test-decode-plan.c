@@ -1,5 +1,5 @@
 /* tests/kernels/test-decode-plan.c — the paged decode's split plan
- * (kernels/cuda/kc_plan.h) as a pure host function: its invariants over a
+ * (kernels/kk/cuda/kc_plan.h) as a pure host function: its invariants over a
  * grid of shapes (never 0 splits, never more splits than pages, at least
  * KC_DEC_MIN_PAGES pages per split, no empty split) and how well it fills the
  * SMs (whole waves, no short last split) against the plan it replaced. */

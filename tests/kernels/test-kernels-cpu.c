@@ -17,7 +17,7 @@
 /* The cpu backend's internals (in libkk.a): the cgroup quota reader, the
  * int8 dot product variants, kk__half_* (half.c) and the inline element
  * conversions kk__h2f ... */
-#include "../../kernels/cpu/cpu.h"
+#include "../../kernels/kk/cpu/cpu.h"
 
 static void test_threads_option(void **state)
 {
@@ -614,7 +614,7 @@ static void test_openblas_threads_stopped(void **state)
 	kk_backend_free(b2);
 }
 
-/* ---- f16/bf16 loops, every variant (kernels/cpu/half.c) ----------------
+/* ---- f16/bf16 loops, every variant (kernels/kk/cpu/half.c) ----------------
  *
  * Each variant this CPU runs (forced through kk__half_force) against the
  * scalar kk_f16_to_f32/kk_f32_to_f16 bit for bit (every f16 pattern; f32

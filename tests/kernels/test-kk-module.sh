@@ -1,6 +1,6 @@
 #!/bin/bash
 # tests/kernels/test-kk-module.sh — the CUDA backend is loaded, not linked
-# (kernels/kk_module.c, kernels/cuda/build.mk).  Prints TAP.  Checks:
+# (kernels/kk/kk_module.c, kernels/kk/cuda/build.mk).  Prints TAP.  Checks:
 #  - no program or test binary of the build has libcudart, libcublasLt,
 #    libnccl or libcuda in its DT_NEEDED; the module's DT_NEEDED are exactly
 #    the expected set, each resolved by ldd; it exports one symbol;

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # test-ptxas-gate.sh — the ptxas resource gate of the CUDA backend.
 #
-# Compiles every kernels/cuda/*.cu that holds kernels for sm_90 (the build's
+# Compiles every kernels/kk/cuda/*.cu that holds kernels for sm_90 (the build's
 # only SASS target, NVCC_FLAGS in mk/rules.mk) with `-Xptxas -v`, reads each
 # kernel's registers, spill stores/loads and static shared memory, and
-# compares them with the checked-in budget kernels/cuda/ptxas-budget.tsv.
+# compares them with the checked-in budget kernels/kk/cuda/ptxas-budget.tsv.
 # A kernel fails when it
 #   - spills and its budget says it does not, or spills more bytes (stores or
 #     loads) than its budget;
@@ -35,7 +35,7 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/lib/tap.sh
 
-TABLE=${KILN_PTXAS_TABLE:-kernels/cuda/ptxas-budget.tsv}
+TABLE=${KILN_PTXAS_TABLE:-kernels/kk/cuda/ptxas-budget.tsv}
 ARCH=sm_90
 FILES="attention attention-bwd elementwise embedding gemm norm optim quant rope sample softmax"
 
@@ -67,8 +67,8 @@ trap 'rm -rf "$tmp"' EXIT
 # same -O3, language level and include paths as NVCC_FLAGS).
 compile() {
 	"$NVCC" -O3 -std=c++17 -gencode "arch=compute_90,code=$ARCH" -Icommon/include \
-		-Iconfig/include -Ikernels/include -Xptxas -v -cubin \
-		-o "$tmp/$1.cubin" "kernels/cuda/$1.cu" >"$tmp/$1.log" 2>&1
+		-Iconfig/lib/include -Ikernels/kk/include -Xptxas -v -cubin \
+		-o "$tmp/$1.cubin" "kernels/kk/cuda/$1.cu" >"$tmp/$1.log" 2>&1
 	echo $? >"$tmp/$1.rc"
 }
 export -f compile

@@ -1,4 +1,4 @@
-/* test-store-map.c — the store's hash map (slurm/launcher/store-map.c) on
+/* test-store-map.c — the store's hash map (slurm/store/store-map.c) on
  * its own: insert, find, delete, growth, iteration with removal, keys with
  * NUL bytes, and hostile keys (a set built to share one bucket of one map
  * spreads out in a map with another seed). */

@@ -39,10 +39,11 @@ def build_lib(tmp):
     so = os.path.join(tmp, "libkmf.so")
     srcs = [os.path.join(ROOT, "kernels/modelfile", f) for f in
             ("kmf.c", "safetensors.c", "gguf.c", "llama2c.c", "convert.c", "writer.c")]
-    srcs.append(os.path.join(ROOT, "kernels/kk_dtype.c"))
+    srcs.append(os.path.join(ROOT, "kernels/kk/kk_dtype.c"))
     subprocess.check_call(["gcc", "-std=gnu11", "-O2", "-shared", "-fPIC", "-D_GNU_SOURCE",
                            "-I" + os.path.join(ROOT, "common/include"),
-                           "-I" + os.path.join(ROOT, "kernels/include"), *srcs,
+                           "-I" + os.path.join(ROOT, "kernels/kk/include"),
+                           "-I" + os.path.join(ROOT, "kernels/modelfile/include"), *srcs,
                            "-ljansson", "-lm", "-o", so])
     lib = ctypes.CDLL(so)
     lib.kmf_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]

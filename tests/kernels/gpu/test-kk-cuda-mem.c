@@ -1,5 +1,5 @@
 /* tests/kernels/gpu/test-kk-cuda-mem.c — the memory-bound ops of the kk cuda
- * backend (kernels/cuda/elementwise.cu, rope.cu, softmax.cu, embedding.cu,
+ * backend (kernels/kk/cuda/elementwise.cu, rope.cu, softmax.cu, embedding.cu,
  * attention.cu's KV-cache write, norm.cu, optim.cu, quant.cu) at
  * the shapes and alignments that decide between their 16-byte vector paths
  * and their scalar paths, checked against the cpu backend.  Prints TAP.

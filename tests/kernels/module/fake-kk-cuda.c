@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../../../kernels/kk_internal.h"
+#include "../../../kernels/kk/kk_internal.h"
 
 #ifndef FAKE_VERSION
 #define FAKE_VERSION KILN_VERSION

@@ -1,5 +1,5 @@
 /* tests/kernels/ref/ref.h — float64 references of the kk ops, one file per
- * op family (ref/<family>.c, the families of kernels/include/kk_ops.def),
+ * op family (ref/<family>.c, the families of kernels/kk/include/kk_ops.def),
  * shared by the kernels suite (tests/kernels/kernels-suite.h), the cuda
  * parity tests (tests/kernels/gpu/test-kk-cuda*.c) and their emulator runs.
  *

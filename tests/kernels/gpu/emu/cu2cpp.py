@@ -1,4 +1,4 @@
-"""tests/kernels/gpu/emu/cu2cpp.py — rewrites a kernels/cuda/*.cu file into
+"""tests/kernels/gpu/emu/cu2cpp.py — rewrites a kernels/kk/cuda/*.cu file into
 host C++ for the CPU emulation (see include/cuda_runtime.h): kernel launches
 `k<<<g, b, smem, s>>>(args)` become `kc_emu_launch(kc_cfg(g, b, smem, s), k,
 args)`, the dynamic shared-memory declaration becomes a pointer into the

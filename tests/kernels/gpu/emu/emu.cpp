@@ -1,5 +1,5 @@
 /* tests/kernels/gpu/emu/emu.cpp — the runtime half of the CPU emulation of
- * kernels/cuda/ (headers in include/): block execution with one OS thread
+ * kernels/kk/cuda/ (headers in include/): block execution with one OS thread
  * per CUDA thread, barriers, warp exchange buffers (shuffles, mma.sync,
  * ldmatrix) with the checks a GPU would need to be right (every lane of a
  * shuffle's mask at the same shuffle), deferred cp.async, shared memory

@@ -1,5 +1,5 @@
 /* tests/kernels/gpu/emu/mma-check.cpp — checks the emulated warp-level
- * matrix instructions (kc_emu_mma.h, reached through kernels/cuda/kc_mma.cuh)
+ * matrix instructions (kc_emu_mma.h, reached through kernels/kk/cuda/kc_mma.cuh)
  * before run-emu.sh trusts them with the attention kernels.
  *
  * 1. mma.m16n8k16 (bf16 and f16): each lane builds its A, B, C registers

@@ -1,7 +1,7 @@
 #!/bin/bash
 # tests/kernels/gpu/emu/run-emu-plant.sh — checks that the CPU emulation of
 # the cuda backend (run-emu.sh) catches the bugs it claims to: each case
-# compiles one kernels/cuda/*.cu file through a sed script that plants a bug
+# compiles one kernels/kk/cuda/*.cu file through a sed script that plants a bug
 # (KILN_EMU_PLANT), runs the parity tests of that family, and passes only if
 # the run fails with the expected report.  A case whose sed no longer
 # matches the source fails too (update the pattern when the kernel moves).
@@ -63,14 +63,14 @@ plant() {
 		rc=1
 	fi
 }
-sm=kernels/cuda/softmax.cu
+sm=kernels/kk/cuda/softmax.cu
 plant barrier tsan softmax 'ThreadSanitizer: data race' $sm '0,/__syncthreads();/s/__syncthreads();//'
 plant mask "" softmax 'is not in the mask' $sm '0,/__shfl_xor_sync(0xffffffffu, m, o)/s//__shfl_xor_sync(0x7fffffffu, m, o)/'
 plant poison "" softmax '^not ok' $sm 's/lane < nw ? sh\[lane\] : -INFINITY/lane < 32 ? sh[lane] : -INFINITY/'
 plant align "" softmax 'not 16-byte aligned' $sm 's/bool vec = cols % W == 0 \&\& /bool vec = /'
-plant cpwait "" attn '^not ok' kernels/cuda/attention.cu 's/kc_cp_wait<1>();/kc_cp_wait<2>();/'
-plant decfrag "" decode '^not ok' kernels/cuda/attention.cu 's/kc_sw<D>((mi >> 1) \* 8 + mr, 2 \* kk + (mi \& 1))/kc_sw<D>((mi \& 1) * 8 + mr, 2 * kk + (mi >> 1))/'
-plant decnan "" decode 'got nan' kernels/cuda/attention.cu 's/bool ok = r < valid;/bool ok = true;/'
-plant bwdfrag "" "attn bwd" '^not ok' kernels/cuda/attention-bwd.cu \
+plant cpwait "" attn '^not ok' kernels/kk/cuda/attention.cu 's/kc_cp_wait<1>();/kc_cp_wait<2>();/'
+plant decfrag "" decode '^not ok' kernels/kk/cuda/attention.cu 's/kc_sw<D>((mi >> 1) \* 8 + mr, 2 \* kk + (mi \& 1))/kc_sw<D>((mi \& 1) * 8 + mr, 2 * kk + (mi >> 1))/'
+plant decnan "" decode 'got nan' kernels/kk/cuda/attention.cu 's/bool ok = r < valid;/bool ok = true;/'
+plant bwdfrag "" "attn bwd" '^not ok' kernels/kk/cuda/attention-bwd.cu \
 	's/a\[kk\]\[2\] = kc_pack2<BF>(c\[2 \* kk + 1\]\[0\], c\[2 \* kk + 1\]\[1\])/a[kk][2] = kc_pack2<BF>(c[2 * kk][0], c[2 * kk][1])/'
 exit $rc

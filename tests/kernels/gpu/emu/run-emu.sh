@@ -1,7 +1,7 @@
 #!/bin/bash
 # tests/kernels/gpu/emu/run-emu.sh — runs the GPU parity test
 # (tests/kernels/gpu/test-kk-cuda.c) against the cuda backend's own source
-# (kernels/cuda/*.cu) compiled as host C++ on a CPU emulation of CUDA
+# (kernels/kk/cuda/*.cu) compiled as host C++ on a CPU emulation of CUDA
 # (include/ + emu.cpp: one OS thread per CUDA thread, real barriers and warp
 # shuffles, a naive cuBLASLt, single-rank NCCL).  It checks the kernels'
 # arithmetic, indexing, masking, reductions and launch code on a machine
@@ -16,7 +16,7 @@
 # Grid-stride kernels get at most 4 blocks here (KC_GRID_CAP), which keeps
 # thread creation affordable and exercises their striding.
 # KILN_EMU_SAN=asan (AddressSanitizer + UBSan) or tsan (ThreadSanitizer)
-# builds everything but kernels/cpu/simd.c (its IFUNC resolvers run before
+# builds everything but kernels/kk/cpu/simd.c (its IFUNC resolvers run before
 # the sanitizer runtime is up) instrumented, under $KILN_BUILD/emu-SAN; with
 # one OS thread per CUDA thread, TSan reports a missing __syncthreads as a
 # data race.  KILN_EMU_PLANT='FILE.cu|SED' compiles FILE.cu through the sed
@@ -39,8 +39,8 @@ command -v g++ >/dev/null && command -v "$py" >/dev/null || {
 	echo "ok 1 # SKIP g++ or python3 missing"
 	exit 0
 }
-CFLAGS="-std=gnu11 -O2 -g -D_GNU_SOURCE -DKILN_HAVE_CUDA=1 -Icommon/include -Ikernels/include -DKILN_VERSION=\"emu\""
-CXXFLAGS="-std=c++17 -O2 -g -pthread -D__CUDACC__ -DKC_GRID_CAP=4u -I$here/include -Ikernels/include -Icommon/include -Ikernels/cuda -w"
+CFLAGS="-std=gnu11 -O2 -g -D_GNU_SOURCE -DKILN_HAVE_CUDA=1 -Icommon/include -Ikernels/kk/include -DKILN_VERSION=\"emu\""
+CXXFLAGS="-std=c++17 -O2 -g -pthread -D__CUDACC__ -DKC_GRID_CAP=4u -I$here/include -Ikernels/kk/include -Icommon/include -Ikernels/kk/cuda -w"
 SANFLAGS=
 case $san in
 '') ;;
@@ -61,7 +61,7 @@ fail() {
 }
 # An object is rebuilt when its rewritten source changed or an emulator or
 # kernels header is newer.
-deps=(kernels/cuda/*.h kernels/cuda/*.cuh kernels/include/* kernels/*.h "$here/include" "$here/cu2cpp.py")
+deps=(kernels/kk/cuda/*.h kernels/kk/cuda/*.cuh kernels/kk/include/* kernels/kk/*.h "$here/include" "$here/cu2cpp.py")
 compile_cu() { # SRC.cu OUTBASE
 	"$py" "$here/cu2cpp.py" "$1" "$2.cpp.new" || fail "rewrite $1"
 	if [ ! -e "$2.o" ] || ! cmp -s "$2.cpp.new" "$2.cpp" ||
@@ -72,13 +72,13 @@ compile_cu() { # SRC.cu OUTBASE
 	rm -f "$2.cpp.new"
 }
 pfile=${plant%%|*}
-for f in kernels/cuda/*.cu; do
+for f in kernels/kk/cuda/*.cu; do
 	base=$(basename "$f" .cu)
 	if [ -n "$plant" ] && [ "$f" = "$pfile" ]; then
 		sed -e "${plant#*|}" "$f" >"$out/plant-$base.cu" || fail "plant: sed on $f"
 		cmp -s "$f" "$out/plant-$base.cu" && fail "plant: '${plant#*|}' changes nothing in $f"
 		# #line keeps the real file name in messages; the copy sits in $out,
-		# so its includes are found through -Ikernels/cuda.
+		# so its includes are found through -Ikernels/kk/cuda.
 		compile_cu "$out/plant-$base.cu" "$out/plant-$base"
 		objs+=("$out/plant-$base.o")
 		continue
@@ -104,14 +104,14 @@ done
 rm -f "$out/libcommon-emu.a" && ar rcs "$out/libcommon-emu.a" "${cobjs[@]}" || fail "archive common"
 # The C side: kk, the cpu backend, the float64 references (tests/kernels/ref)
 # and the test; an object is rebuilt when its source or a header is newer.
-hdrs=(kernels/include/* kernels/*.h kernels/cpu/*.h tests/kernels/ref/*.h)
-for f in kernels/kk.c kernels/kk_dtype.c kernels/kk_module.c kernels/cpu/*.c tests/kernels/ref/*.c tests/kernels/gpu/test-kk-cuda.c; do
+hdrs=(kernels/kk/include/* kernels/kk/*.h kernels/kk/cpu/*.h tests/kernels/ref/*.h)
+for f in kernels/kk/kk.c kernels/kk/kk_dtype.c kernels/kk/kk_module.c kernels/kk/cpu/*.c tests/kernels/ref/*.c tests/kernels/gpu/test-kk-cuda.c; do
 	o=$out/c_$(echo "$f" | tr / _).o
 	if [ ! -e "$o" ] || [ "$f" -nt "$o" ] || [ -n "$(find "${hdrs[@]}" -newer "$o" 2>/dev/null)" ]; then
 		fl=$CFLAGS
 		# simd.c's target_clones resolvers (IFUNC) run during relocation,
 		# before any sanitizer runtime exists: never instrument them.
-		[ "$f" = kernels/cpu/simd.c ] && fl=${CFLAGS/$SANFLAGS/}
+		[ "$f" = kernels/kk/cpu/simd.c ] && fl=${CFLAGS/$SANFLAGS/}
 		gcc $fl -c "$f" -o "$o" || fail "compile $f"
 	fi
 	objs+=("$o")

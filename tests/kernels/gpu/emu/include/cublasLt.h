@@ -1,5 +1,5 @@
 /* tests/kernels/gpu/emu/include/cublasLt.h — a naive reference cuBLASLt for
- * the CPU emulation of kernels/cuda/: column-major D = act(alpha op(A) op(B)
+ * the CPU emulation of kernels/kk/cuda/: column-major D = act(alpha op(A) op(B)
  * + beta C + bias) with the layouts, transposes, strided batches and BIAS /
  * GELU epilogues gemm.cu sets.  It checks that the layouts are
  * consistent (rows/cols against the transposes) and returns

@@ -1,7 +1,7 @@
 /* tests/kernels/gpu/emu/include/cuda_bf16.h — bf16 and f16 for the CPU
- * emulation of kernels/cuda/ (see cuda_runtime.h here); conversions round
+ * emulation of kernels/kk/cuda/ (see cuda_runtime.h here); conversions round
  * to nearest even through kk.h's host converters.  Also the packed pair
- * __nv_bfloat162 and the bit-level conversions kernels/cuda/kc_vec.cuh
+ * __nv_bfloat162 and the bit-level conversions kernels/kk/cuda/kc_vec.cuh
  * uses (the f16 pair is in cuda_fp16.h). */
 #pragma once
 #include <stdint.h>

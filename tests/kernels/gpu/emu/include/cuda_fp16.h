@@ -1,5 +1,5 @@
 /* tests/kernels/gpu/emu/include/cuda_fp16.h — the packed f16 pair __half2
- * for the CPU emulation of kernels/cuda/ (the scalar __half and the bf16
+ * for the CPU emulation of kernels/kk/cuda/ (the scalar __half and the bf16
  * types are in cuda_bf16.h, which this includes). */
 #pragma once
 #include "cuda_bf16.h"

@@ -1,5 +1,5 @@
 /* tests/kernels/gpu/emu/include/cuda_runtime.h — a CPU emulation of the
- * small part of the CUDA runtime and device language that kernels/cuda/ uses,
+ * small part of the CUDA runtime and device language that kernels/kk/cuda/ uses,
  * so its kernels can run (slowly) on a machine without a GPU.
  *
  * Each CUDA thread of a block is an OS thread; blocks run one after another;
@@ -120,7 +120,7 @@ struct kc_emu_shreg {
  * that every lane of `mask` is there, at the same call (line) and the same
  * dynamic instance, and that `src` (if >= 0) is in the mask.  The emulator
  * runs every lane of the warp at each collective, so masks that leave lanes
- * out are reported rather than emulated (kernels/cuda uses full masks). */
+ * out are reported rather than emulated (kernels/kk/cuda uses full masks). */
 void kc_emu_warp_enter(unsigned mask, int line, int src);
 void kc_emu_cp_async16(void *s, const void *g, bool ok);
 void kc_emu_cp_commit(void);

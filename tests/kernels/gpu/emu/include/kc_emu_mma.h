@@ -1,6 +1,6 @@
 /* tests/kernels/gpu/emu/include/kc_emu_mma.h — warp-level matrix
  * instructions (mma.sync m16n8k16, ldmatrix .x4) for the CPU emulation of
- * kernels/cuda/ (included by cuda_runtime.h here; kernels/cuda/kc_mma.cuh
+ * kernels/kk/cuda/ (included by cuda_runtime.h here; kernels/kk/cuda/kc_mma.cuh
  * calls these when KC_EMU is defined).
  *
  * Each is a true warp collective: every lane deposits its operand

@@ -1,11 +1,11 @@
 /* tests/kernels/gpu/emu/include/kc_emu_vec.h — CUDA's vector types
  * (float2/float4, uint2/uint4 ...) and packed bf16/f16 intrinsics for the CPU
- * emulation of kernels/cuda/ (included by cuda_runtime.h here), plus the
+ * emulation of kernels/kk/cuda/ (included by cuda_runtime.h here), plus the
  * device queries the kernels size their grids with (an emulated device of
  * KC_EMU_SMS multiprocessors).  The packed bf16/f16 pairs live in
  * cuda_bf16.h / cuda_fp16.h beside this.
  *
- * KC_EMU tells kernels/cuda/kc_vec.cuh that it is compiled for the
+ * KC_EMU tells kernels/kk/cuda/kc_vec.cuh that it is compiled for the
  * emulation: its 16-byte accesses then go through memcpy (g++ would
  * otherwise be free to reorder them against typed accesses of the same
  * memory). */
@@ -96,7 +96,7 @@ static inline double2 make_double2(double x, double y)
 	return double2{ x, y };
 }
 
-/* 16-byte accesses of kernels/cuda/kc_vec.cuh under KC_EMU: memcpy (g++
+/* 16-byte accesses of kernels/kk/cuda/kc_vec.cuh under KC_EMU: memcpy (g++
  * would otherwise be free to reorder them against typed accesses of the same
  * memory), after checking the alignment the GPU's 128-bit access needs. */
 static inline void kc_emu_ld16(void *d, const void *p)

@@ -1,5 +1,5 @@
 /* tests/kernels/gpu/emu/include/nccl.h — single-rank NCCL for the CPU
- * emulation of kernels/cuda/ (every collective of one rank is a copy). */
+ * emulation of kernels/kk/cuda/ (every collective of one rank is a copy). */
 #pragma once
 #include <stddef.h>
 

@@ -1,0 +1,46 @@
+/* kiln-verbs.h — the verbs of the `kiln` CLI that live outside kiln.c.
+ *
+ * kiln.c owns the command line up to the verb; `kiln model` and `kiln
+ * tokenize` work on model files, not on the cluster file, so they are kept
+ * in their own files and only their kiln_prog (for --help and
+ * --dump-options) and their run function are shared.  A run function gets
+ * argv[0] = the verb, parses its own options and returns the exit status. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stddef.h>
+
+#include "kiln/prog.h"
+
+extern const kiln_prog kiln_model_prog; /* config/cli/kiln-model.c */
+int kiln_model_main(int argc, char **argv);
+
+extern const kiln_prog kiln_tokenize_prog; /* config/cli/kiln-tokenize.c */
+int kiln_tokenize_main(int argc, char **argv);
+
+/* Prints o and a newline to stdout with json_dumpf() flags, and releases
+ * it (NULL, a failed json_pack(), is -ENOMEM).  Returns 0 or -ENOMEM. */
+int kiln_cli_print_json(json_t *o, size_t flags);
+
+/* The global -c FILE given before the verb (`kiln -c FILE status`), or NULL. */
+const char *kiln_cli_config(void);
+
+extern const kiln_prog kiln_status_prog; /* config/cli/status.c */
+int kiln_status_main(int argc, char **argv);
+
+extern const kiln_prog kiln_reboot_prog; /* config/cli/reboot.c */
+int kiln_reboot_main(int argc, char **argv);
+
+/* Slurm helpers shared by status and reboot (config/cli/status.c).  The state
+ * as one lower-case word, sinfo-like ("idle", "drained", "down*",
+ * "rebooting"); whether it is a node in service (idle/mixed/allocated, not
+ * draining, failing, rebooting or not responding); where libslurm will read
+ * slurm.conf from (-ENOENT with the reason in buf when nowhere). */
+const char *kiln_slurm_state_string(uint32_t state, char *buf, size_t len);
+bool kiln_slurm_state_ok(uint32_t state);
+int kiln_slurm_conf_source(char *buf, size_t len);
+
+extern const kiln_prog kiln_apply_prog; /* config/cli/apply.c */
+int kiln_apply_main(int argc, char **argv);
