@@ -127,7 +127,12 @@ FORMAT_SRCS = $(shell git ls-files '*.c' '*.h' '*.cu' 2>/dev/null)
 format:
 	clang-format -i $(FORMAT_SRCS)
 
+# The layering: no #include crosses a folder's README.md "May include:" line.
+print-includes:
+	@echo $(KILN_INCLUDES)
+
 lint:
+	python3 mk/check-includes.py $(KILN_INCLUDES)
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --inline-suppr \
 		--suppress=missingIncludeSystem --std=c11 -D_GNU_SOURCE \
 		$(KILN_INCLUDES) \
@@ -136,4 +141,4 @@ lint:
 clean:
 	rm -rf $(B)
 
-.PHONY: all test test-full test-gpu bench demo deps install programs format lint clean FORCE
+.PHONY: all test test-full test-gpu bench demo deps install programs format lint print-includes clean FORCE
