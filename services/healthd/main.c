@@ -1016,12 +1016,12 @@ static int run_daemon(manager *m)
 	if (start_http(m) < 0)
 		return -EADDRINUSE;
 	if (m->s.drain) {
-		r = hd_slurm_start(m->host, &m->slurm);
+		char where[320];
+		r = hd_slurm_start(m->host, &m->slurm, NULL);
 		if (r == -ENOENT) {
 			/* keep checking and exporting metrics: a node whose Slurm
 			 * is not set up yet still wants its GPUs watched */
-			char where[256];
-			hd_slurm_config_source(where, sizeof(where));
+			kiln_slurm_conf_source(where, sizeof(where));
 			log_error("No Slurm configuration (%s): Slurm drain/resume disabled; "
 				  "install slurm.conf or set SLURM_CONF, or set health.drain = "
 				  "false",
