@@ -417,11 +417,12 @@ static int render_ipxe(const kiln_cfg *c, const char *node, kiln_strbuf *b)
 	if (c->image.kernel_cmdline && c->image.kernel_cmdline[0])
 		kiln_strbuf_printf(b, " %s", c->image.kernel_cmdline);
 	kiln_strbuf_append(b, "\ninitrd ${base}/initrd.img\nboot\n\n");
-	kiln_strbuf_append(b, ":unknown\n"
-			      "echo kiln: no MAC of this machine is in the cluster file (the booting port: "
-			      "${netX/mac}); add the boot port's MAC to node_groups[].macs\n"
-			      "sleep 30\n"
-			      "reboot\n");
+	kiln_strbuf_append(
+		b, ":unknown\n"
+		   "echo kiln: no MAC of this machine is in the cluster file (the booting port: "
+		   "${netX/mac}); add the boot port's MAC to node_groups[].macs\n"
+		   "sleep 30\n"
+		   "reboot\n");
 	return 0;
 }
 
@@ -591,15 +592,14 @@ static int render_image_env(const kiln_cfg *c, const char *node, kiln_strbuf *b)
 							  "nvidia-kernel-open-dkms",
 							  "nvidia-persistenced", NULL };
 	static const char *const nvidia_debian_default[] = {
-		"nvidia-kernel-dkms", "nvidia-smi",	     "libnvidia-ml1",
-		"libcuda1",	      "nvidia-persistenced", "firmware-nvidia-gsp",
-		"nvidia-modprobe",    NULL
+		"nvidia-kernel-dkms",  "nvidia-smi",	      "libnvidia-ml1",	 "libcuda1",
+		"nvidia-persistenced", "firmware-nvidia-gsp", "nvidia-modprobe", NULL
 	};
 	const char *const *pk = (const char *const *) im->nvidia_packages;
 	if (!pk || !pk[0]) /* unset or [] */
-		pk = streq(src, "apt")	  ? nvidia_apt_default :
-		     streq(src, "debian") ? nvidia_debian_default :
-					    NULL;
+		pk = streq(src, "apt")	    ? nvidia_apt_default
+		     : streq(src, "debian") ? nvidia_debian_default
+					    : NULL;
 	env(b, "KILN_IMAGE_NVIDIA_SOURCE", src);
 	env(b, "KILN_IMAGE_NVIDIA_APT_SOURCE", strempty(im->nvidia_apt_source));
 	env(b, "KILN_IMAGE_NVIDIA_APT_KEYRING", strempty(im->nvidia_apt_keyring));
@@ -819,10 +819,11 @@ static int render_alerts(const kiln_cfg *c, const char *node, kiln_strbuf *b)
 	kiln_strbuf_append(b, "histogram_quantile(0.99, sum by (model_name, le) "
 			      "(rate(vllm:time_to_first_token_seconds_bucket[5m]))) > ");
 	kiln_strbuf_printf(b, "%.15g", (double) m->ttft_p99_usec / (double) KILN_USEC_PER_SEC);
-	alert_tail(b, 10 * KILN_USEC_PER_MINUTE, "warning",
-		   "p99 time to first token of {{ $labels.model_name }} is {{ $value | humanize }}s",
-		   "The 99th percentile of the time to the first token is above the "
-		   "monitoring.ttft_p99 threshold: the batch is full or the queue long.");
+	alert_tail(
+		b, 10 * KILN_USEC_PER_MINUTE, "warning",
+		"p99 time to first token of {{ $labels.model_name }} is {{ $value | humanize }}s",
+		"The 99th percentile of the time to the first token is above the "
+		"monitoring.ttft_p99 threshold: the batch is full or the queue long.");
 	return 0;
 }
 

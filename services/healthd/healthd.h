@@ -315,6 +315,16 @@ int hd_nvml_start_events(hd_nvml *m, hd_xid_cb cb, void *data);
 /* Threads left behind by hung calls (for metrics). */
 int hd_nvml_abandoned(hd_nvml *m);
 
+/* ---- jobs (jobs.c) ------------------------------------------------------ */
+
+/* The Slurm job id of process pid into buf: from its cgroup path
+ * (".../job_123/step_0"), else SLURM_JOB_ID in its environment.  -ENOENT:
+ * none found (not a job's process, or gone). */
+int hd_job_of_pid(unsigned pid, char *buf, size_t len);
+/* The distinct job ids of the processes on a GPU (s->pids), comma
+ * separated, into buf ("" when none); cut to fit len. */
+void hd_job_ids(const hd_sample *s, char *buf, size_t len);
+
 /* ---- Slurm ------------------------------------------------------------- */
 
 typedef struct hd_slurm hd_slurm;

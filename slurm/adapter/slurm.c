@@ -223,7 +223,7 @@ static int update_node(const char *node, uint32_t state, const char *reason, kil
 	}
 	if (slurm_update_node(&u) != SLURM_SUCCESS)
 		return ctld_error(err, state == NODE_RESUME ? "cannot resume node"
-							     : "cannot drain node");
+							    : "cannot drain node");
 	return 0;
 }
 
@@ -309,7 +309,8 @@ int kiln_slurm_requeue(const char *job_id, kiln_error *err)
 {
 	uint64_t id;
 	if (kiln_parse_uint64(job_id ? job_id : "", UINT32_MAX, &id) < 0)
-		return kiln_error_setf(err, -EINVAL, "'%s' is not a Slurm job id", strempty(job_id));
+		return kiln_error_setf(err, -EINVAL, "'%s' is not a Slurm job id",
+				       strempty(job_id));
 	int r = kiln_slurm_init(err);
 	if (r < 0)
 		return r;

@@ -85,7 +85,8 @@ int kr_job_from_slurm(kr_job *ret, kiln_error *err)
 		const kiln_slurm_node *k = kiln_slurm_nodes_find(ni, j.nodes[i]);
 		r = resolve(k && k->addr ? k->addr : j.nodes[i], buf);
 		if (r < 0)
-			kiln_error_setf(err, r, "cannot find the address of node %s (NodeAddr or DNS)",
+			kiln_error_setf(err, r,
+					"cannot find the address of node %s (NodeAddr or DNS)",
 					j.nodes[i]);
 		else if (!(j.addrs[i] = strdup(buf)))
 			r = -ENOMEM;

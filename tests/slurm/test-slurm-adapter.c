@@ -20,26 +20,26 @@ static void test_states(void **state)
 {
 	char b[32];
 	assert_string_equal(kiln_slurm_state_string(NODE_STATE_IDLE, b, sizeof(b)), "idle");
-	assert_string_equal(kiln_slurm_state_string(NODE_STATE_IDLE | NODE_STATE_DRAIN, b,
-						    sizeof(b)),
-			    "drained");
-	assert_string_equal(kiln_slurm_state_string(NODE_STATE_MIXED | NODE_STATE_DRAIN, b,
-						    sizeof(b)),
-			    "draining");
-	assert_string_equal(kiln_slurm_state_string(NODE_STATE_DOWN | NODE_STATE_DRAIN |
-							    NODE_STATE_NO_RESPOND,
-						    b, sizeof(b)),
-			    "down*");
-	assert_string_equal(kiln_slurm_state_string(NODE_STATE_IDLE | NODE_STATE_REBOOT_ISSUED,
-						    b, sizeof(b)),
-			    "rebooting");
-	assert_string_equal(kiln_slurm_state_string(NODE_STATE_ALLOCATED |
-							    NODE_STATE_REBOOT_REQUESTED,
-						    b, sizeof(b)),
-			    "reboot-pending");
-	assert_string_equal(kiln_slurm_state_string(NODE_STATE_IDLE | NODE_STATE_COMPLETING, b,
-						    sizeof(b)),
-			    "completing");
+	assert_string_equal(
+		kiln_slurm_state_string(NODE_STATE_IDLE | NODE_STATE_DRAIN, b, sizeof(b)),
+		"drained");
+	assert_string_equal(
+		kiln_slurm_state_string(NODE_STATE_MIXED | NODE_STATE_DRAIN, b, sizeof(b)),
+		"draining");
+	assert_string_equal(
+		kiln_slurm_state_string(NODE_STATE_DOWN | NODE_STATE_DRAIN | NODE_STATE_NO_RESPOND,
+					b, sizeof(b)),
+		"down*");
+	assert_string_equal(
+		kiln_slurm_state_string(NODE_STATE_IDLE | NODE_STATE_REBOOT_ISSUED, b, sizeof(b)),
+		"rebooting");
+	assert_string_equal(
+		kiln_slurm_state_string(NODE_STATE_ALLOCATED | NODE_STATE_REBOOT_REQUESTED, b,
+					sizeof(b)),
+		"reboot-pending");
+	assert_string_equal(
+		kiln_slurm_state_string(NODE_STATE_IDLE | NODE_STATE_COMPLETING, b, sizeof(b)),
+		"completing");
 	assert_true(kiln_slurm_state_ok(NODE_STATE_IDLE));
 	assert_true(kiln_slurm_state_ok(NODE_STATE_MIXED));
 	assert_false(kiln_slurm_state_ok(NODE_STATE_IDLE | NODE_STATE_DRAIN));
@@ -138,7 +138,7 @@ static void test_nodes_find(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_states),	 cmocka_unit_test(test_hostlist),
+		cmocka_unit_test(test_states),	    cmocka_unit_test(test_hostlist),
 		cmocka_unit_test(test_conf_source), cmocka_unit_test(test_env),
 		cmocka_unit_test(test_nodes_find),
 	};

@@ -328,7 +328,7 @@ typedef struct kiln_cfg_inference {
 	uint64_t memory_mb;  /* 0: the node's limit (cpu), none (cuda) */
 	char *api_keys_file; /* NULL: no keys, every request is served */
 	bool metrics_auth;   /* /metrics needs a key too */
-	int cpu_threads;	     /* 0 = the CPUs of the affinity mask / cgroup quota */
+	int cpu_threads;     /* 0 = the CPUs of the affinity mask / cgroup quota */
 } kiln_cfg_inference;
 
 typedef struct kiln_cfg_image {
@@ -339,14 +339,14 @@ typedef struct kiln_cfg_image {
 	char *tftp_dir;	      /* "/srv/kiln/tftp": undionly.kpxe, ipxe.efi */
 	char *http_url;	      /* default "http://HEAD_ADDRESS/kiln" */
 	char *kernel_cmdline; /* extra kernel arguments, "" */
-	char *root_password_hash; /* crypt(3) hash; NULL = root's password locked */
-	char **ssh_keys;	  /* root's authorized_keys lines (NULL-terminated) */
-	char *munge_key;	  /* key file baked into the image, "/etc/munge/munge.key" */
-	bool nvidia;		  /* GPU image: NVIDIA driver + CUDA runtime */
-	char *nvidia_apt_source;  /* "URL SUITE [COMPONENTS]" of NVIDIA's repository, or NULL */
-	char *nvidia_apt_keyring; /* its keyring on the build machine */
-	char *nvidia_debs;	  /* directory of driver .debs, or NULL */
-	char **nvidia_packages;	  /* NULL: the source's defaults (render image-env) */
+	char *root_password_hash;   /* crypt(3) hash; NULL = root's password locked */
+	char **ssh_keys;	    /* root's authorized_keys lines (NULL-terminated) */
+	char *munge_key;	    /* key file baked into the image, "/etc/munge/munge.key" */
+	bool nvidia;		    /* GPU image: NVIDIA driver + CUDA runtime */
+	char *nvidia_apt_source;    /* "URL SUITE [COMPONENTS]" of NVIDIA's repository, or NULL */
+	char *nvidia_apt_keyring;   /* its keyring on the build machine */
+	char *nvidia_debs;	    /* directory of driver .debs, or NULL */
+	char **nvidia_packages;	    /* NULL: the source's defaults (render image-env) */
 	char *nvidia_fabricmanager; /* Fabric Manager package (HGX), or NULL */
 	char *nvidia_cuda_dir;	    /* "/usr/local/cuda": CUDA libraries copied from there */
 } kiln_cfg_image;
