@@ -626,6 +626,21 @@ static int render_to(const kiln_cfg *c, const kiln_cfg_render_target *t, const c
 	return write_out(t, path, text);
 }
 
+/* Renders into arg_output every target with a flag of want (0: any) and
+ * none of skip, counting the files. */
+static int render_kind(const kiln_cfg *c, unsigned want, unsigned skip, size_t *files)
+{
+	for (const kiln_cfg_render_target *t = kiln_cfg_render_targets; t->name; t++) {
+		if ((want && !(t->flags & want)) || (t->flags & skip))
+			continue;
+		int r = render_to(c, t, NULL, arg_output, t->name);
+		if (r < 0)
+			return r;
+		(*files)++;
+	}
+	return 0;
+}
+
 static int render_all(const kiln_cfg *c)
 {
 	if (!arg_output)
@@ -634,14 +649,12 @@ static int render_all(const kiln_cfg *c)
 	if (r < 0)
 		return log_error_errno(r, "Failed to create '%s': %m", arg_output);
 	size_t files = 0;
+	r = render_kind(c, 0, KILN_CFG_RENDER_PER_NODE, &files);
+	if (r < 0)
+		return r;
 	for (const kiln_cfg_render_target *t = kiln_cfg_render_targets; t->name; t++) {
-		if (!(t->flags & KILN_CFG_RENDER_PER_NODE)) {
-			r = render_to(c, t, NULL, arg_output, t->name);
-			if (r < 0)
-				return r;
-			files++;
+		if (!(t->flags & KILN_CFG_RENDER_PER_NODE))
 			continue;
-		}
 		/* DIR/TARGET/NODE for every node and the head node */
 		_cleanup_free_ char *dir = NULL;
 		if (asprintf(&dir, "%s/%s", arg_output, t->name) < 0)
@@ -674,13 +687,9 @@ static int render_prometheus_dir(const kiln_cfg *c)
 	if (r < 0)
 		return log_error_errno(r, "Failed to create '%s': %m", arg_output);
 	size_t files = 0;
-	for (const kiln_cfg_render_target *t = kiln_cfg_render_targets; t->name; t++)
-		if (t->flags & KILN_CFG_RENDER_PROMETHEUS) {
-			r = render_to(c, t, NULL, arg_output, t->name);
-			if (r < 0)
-				return r;
-			files++;
-		}
+	r = render_kind(c, KILN_CFG_RENDER_PROMETHEUS, 0, &files);
+	if (r < 0)
+		return r;
 	if (!arg_quiet)
 		printf("Wrote %zu files to %s\n", files, arg_output);
 	return KILN_EXIT_OK;
