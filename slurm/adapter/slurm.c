@@ -138,16 +138,19 @@ bool kiln_slurm_state_rebooting(uint32_t s)
 
 /* ---- nodes ------------------------------------------------------------ */
 
+static void node_clear(kiln_slurm_node *k)
+{
+	free(k->name);
+	free(k->addr);
+	free(k->reason);
+}
+
 void kiln_slurm_nodes_free(kiln_slurm_nodes *nodes)
 {
-	if (!nodes)
-		return;
-	for (size_t i = 0; i < nodes->n; i++) {
-		free(nodes->v[i].name);
-		free(nodes->v[i].addr);
-		free(nodes->v[i].reason);
-	}
-	free(nodes->v);
+	for (size_t i = 0; nodes && i < nodes->n; i++)
+		node_clear(&nodes->v[i]);
+	if (nodes)
+		free(nodes->v);
 	free(nodes);
 }
 
