@@ -41,7 +41,7 @@ SAN      ?=
 # Every library's public headers (each library's include/ folder); which
 # folder may include which is in each folder's README.md and checked by
 # `make lint` (mk/check-includes.sh).
-KILN_INCLUDES := -Icommon/include -Iconfig/lib/include -Ikernels/kk/include -Ikernels/modelfile/include -Ikernels/tokenizer/include -Ikernels/model/include -Ikernels/train/include -Islurm/store/include -Iservices/engine/include -Iservices/healthd/include
+KILN_INCLUDES := -Icommon/include -Iconfig/lib/include -Ikernels/kk/include -Ikernels/modelfile/include -Ikernels/tokenizer/include -Ikernels/model/include -Ikernels/train/include -Islurm/store/include -Islurm/adapter/include -Iservices/engine/include -Iservices/healthd/include
 KILN_CFLAGS := -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -Wno-unused-parameter \
 	-Wshadow -Wformat=2 -Wstrict-prototypes -fPIC -D_GNU_SOURCE \
 	-DKILN_VERSION=\"$(VERSION)\" $(SAN) \

@@ -1,5 +1,7 @@
 /* error.c — kiln_error, the error detail every kiln library hands back
- * (kiln/error.h): reset and the one-line format. */
+ * (kiln/error.h): reset, the one formatter of messages, and the one-line
+ * format. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,6 +14,22 @@ void kiln_error_reset(kiln_error *e, const char *file)
 	memset(e, 0, sizeof(*e));
 	e->offset = -1;
 	snprintf(e->file, sizeof(e->file), "%s", file ? file : "");
+}
+
+int kiln_error_setf(kiln_error *e, int code, const char *fmt, ...)
+{
+	if (!e)
+		return code;
+	char file[KILN_ERROR_FILE_MAX];
+	memcpy(file, e->file, sizeof(file));
+	file[sizeof(file) - 1] = 0;
+	kiln_error_reset(e, file);
+	e->code = code;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+	va_end(ap);
+	return code;
 }
 
 char *kiln_error_format(const kiln_error *e, char *buf, size_t len)

@@ -119,10 +119,19 @@ static const char *arg_config, *arg_slurm_dir = "/etc/slurm", *arg_publish,
 
 /* ---- the Slurm files ----------------------------------------------------- */
 
-/* Every file slurmctld serves in configless mode that kiln renders. */
-static const char *const slurm_files[] = { "slurm.conf", "gres.conf", "cgroup.conf",
-					   "topology.conf" };
-enum { N_SLURM_FILES = ARRAY_SIZE(slurm_files) };
+/* Every file slurmctld serves in configless mode that kiln renders: the
+ * KILN_CFG_RENDER_SLURM rows of the render table, in its order (slurm.conf
+ * first); filled before main() runs. */
+enum { N_SLURM_FILES = KILN_CFG_RENDER_TARGETS_MAX };
+static const char *slurm_files[N_SLURM_FILES];
+static size_t n_slurm_files;
+
+__attribute__((constructor)) static void slurm_files_init(void)
+{
+	for (const kiln_cfg_render_target *t = kiln_cfg_render_targets; t->name; t++)
+		if (t->flags & KILN_CFG_RENDER_SLURM)
+			slurm_files[n_slurm_files++] = t->name;
+}
 
 /* What a change needs, in increasing order: a level includes those below. */
 typedef enum {
@@ -357,17 +366,12 @@ static int diff_slurm_conf(plan *p, const char *old_text, const char *new_text)
 	return 0;
 }
 
-/* Renders the Slurm files; a target the render does not know or that has
- * nothing to say for this file (topology.conf without switches) is NULL. */
+/* Renders the Slurm files; a target that has nothing to say for this
+ * cluster (topology.conf without switches) is NULL. */
 static int render_slurm(const kiln_cfg *c, char *out[N_SLURM_FILES])
 {
-	for (size_t i = 0; i < N_SLURM_FILES; i++) {
+	for (size_t i = 0; i < n_slurm_files; i++) {
 		out[i] = NULL;
-		bool known = false;
-		for (size_t t = 0; kiln_cfg_render_targets[t]; t++)
-			known |= streq(kiln_cfg_render_targets[t], slurm_files[i]);
-		if (!known)
-			continue;
 		int r = kiln_cfg_render(c, slurm_files[i], NULL, &out[i]);
 		if (r == -ENODATA) {
 			out[i] = NULL;
@@ -417,7 +421,7 @@ static bool same_but_header(const char *a, const char *b)
 
 static int diff_slurm(plan *p, char *const rendered[N_SLURM_FILES], char *live[N_SLURM_FILES])
 {
-	for (size_t i = 0; i < N_SLURM_FILES; i++) {
+	for (size_t i = 0; i < n_slurm_files; i++) {
 		int r = read_live(slurm_files[i], &live[i]);
 		if (r < 0)
 			return r;
@@ -530,16 +534,17 @@ static int diff_keys(plan *p, const kiln_cfg *old, const kiln_cfg *new)
  * the name service (MACs and addresses live only there). */
 static int diff_boot(plan *p, const kiln_cfg *old, const kiln_cfg *new)
 {
-	static const char *const targets[] = { "dnsmasq.conf", "boot.ipxe", "hosts" };
-	for (size_t i = 0; i < ARRAY_SIZE(targets); i++) {
+	for (const kiln_cfg_render_target *t = kiln_cfg_render_targets; t->name; t++) {
+		if (!(t->flags & KILN_CFG_RENDER_BOOT))
+			continue;
 		_cleanup_free_ char *a = NULL, *b = NULL;
-		if (kiln_cfg_render(old, targets[i], NULL, &a) < 0 ||
-		    kiln_cfg_render(new, targets[i], NULL, &b) < 0)
-			return log_error_errno(-ENOMEM, "Failed to render %s: %m", targets[i]);
+		if (kiln_cfg_render(old, t->name, NULL, &a) < 0 ||
+		    kiln_cfg_render(new, t->name, NULL, &b) < 0)
+			return log_error_errno(-ENOMEM, "Failed to render %s: %m", t->name);
 		if (same_but_header(a, b))
 			continue;
 		char what[128];
-		snprintf(what, sizeof(what), "%s (node addresses, MACs or names)", targets[i]);
+		snprintf(what, sizeof(what), "%s (node addresses, MACs or names)", t->name);
 		change(p, what, "by hand: kiln render it again and reload dnsmasq");
 		p->refresh_nodes = true;
 		if (by_hand(p, "kiln render dnsmasq.conf / boot.ipxe / hosts again, systemctl "
@@ -781,7 +786,7 @@ static int validate(char *const rendered[N_SLURM_FILES])
 	r = kiln_strbuf_error(&b);
 	if (r >= 0)
 		r = kiln_write_file_atomic(conf, b.s, strlen(b.s), 0644);
-	for (size_t i = 1; r >= 0 && i < N_SLURM_FILES; i++)
+	for (size_t i = 1; r >= 0 && i < n_slurm_files; i++)
 		if (rendered[i])
 			r = write_in(dir, slurm_files[i], rendered[i]);
 	if (r >= 0 && mkdir(state, 0700) < 0)
@@ -968,7 +973,7 @@ static int all_nodes(const kiln_cfg *c, char *const *added, bool inference_only,
 
 static void free_files(char *v[N_SLURM_FILES])
 {
-	for (size_t i = 0; i < N_SLURM_FILES; i++)
+	for (size_t i = 0; i < n_slurm_files; i++)
 		free(v[i]);
 }
 
@@ -977,7 +982,7 @@ static void free_files(char *v[N_SLURM_FILES])
 static int write_live(const kiln_cfg *c, char *const rendered[N_SLURM_FILES],
 		      char *const live[N_SLURM_FILES], const char *publish, const char *cfg_text)
 {
-	for (size_t i = 0; i < N_SLURM_FILES; i++) {
+	for (size_t i = 0; i < n_slurm_files; i++) {
 		_cleanup_free_ char *p = NULL;
 		if (asprintf(&p, "%s/%s", arg_slurm_dir, slurm_files[i]) < 0)
 			return log_error_errno(-ENOMEM, "Out of memory: %m");

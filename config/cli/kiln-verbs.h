@@ -33,14 +33,5 @@ int kiln_status_main(int argc, char **argv);
 extern const kiln_prog kiln_reboot_prog; /* config/cli/reboot.c */
 int kiln_reboot_main(int argc, char **argv);
 
-/* Slurm helpers shared by status and reboot (config/cli/status.c).  The state
- * as one lower-case word, sinfo-like ("idle", "drained", "down*",
- * "rebooting"); whether it is a node in service (idle/mixed/allocated, not
- * draining, failing, rebooting or not responding); where libslurm will read
- * slurm.conf from (-ENOENT with the reason in buf when nowhere). */
-const char *kiln_slurm_state_string(uint32_t state, char *buf, size_t len);
-bool kiln_slurm_state_ok(uint32_t state);
-int kiln_slurm_conf_source(char *buf, size_t len);
-
 extern const kiln_prog kiln_apply_prog; /* config/cli/apply.c */
 int kiln_apply_main(int argc, char **argv);

@@ -110,33 +110,39 @@ static const kiln_prog show_prog = {
 	.args_complete = "nodes node|node",
 };
 
-static const kiln_prog render_prog = {
+/* --help's target list and completion's words, from the one table of
+ * targets (kiln_cfg_render_targets); filled before main() runs. */
+static char render_epilog[2048], render_complete[512];
+
+static kiln_prog render_prog = {
 	.name = "kiln render",
 	.summary = "write a file generated from the cluster file",
 	.usage = "kiln [-c FILE] render TARGET [-o PATH] [--node NAME]\n"
 		 "kiln [-c FILE] render prometheus -o DIR\n"
 		 "kiln [-c FILE] render all -o DIR",
 	.options = render_options,
-	.epilog = "Targets:\n"
-		  "  slurm.conf     nodes, partitions, plugins, Prolog/Epilog\n"
-		  "  gres.conf      the GPUs of each node group\n"
-		  "  cgroup.conf    confine cores, memory and GPUs to the job\n"
-		  "  dnsmasq.conf   DHCP by MAC, TFTP and the iPXE chain, DNS records\n"
-		  "  boot.ipxe      per-MAC boot entries\n"
-		  "  hosts          an /etc/hosts for the cluster\n"
-		  "  node-env       KEY=VALUE identity and services of one node (needs --node)\n"
-		  "  image-env      the image section as KILN_IMAGE_* shell variables\n"
-		  "  prometheus.yml Prometheus scrape configuration (kiln-healthd, kiln-inferd)\n"
-		  "  kiln-alerts.yml Prometheus alert rules with the monitoring thresholds\n"
-		  "  topology.conf  Slurm's switch tree from topology.switches\n"
-		  "  slurmdbd.conf  slurmdbd and its database (accounting; written mode 0600)\n"
-		  "  prometheus     prometheus.yml and kiln-alerts.yml into DIR (needs -o DIR)\n"
-		  "  all            every target into DIR, node-env into DIR/node-env/NAME\n",
-	.args_complete =
-		"slurm.conf gres.conf cgroup.conf dnsmasq.conf boot.ipxe hosts node-env "
-		"image-env prometheus.yml kiln-alerts.yml topology.conf slurmdbd.conf prometheus "
-		"all",
+	.epilog = render_epilog,
+	.args_complete = render_complete,
 };
+
+__attribute__((constructor)) static void render_prog_init(void)
+{
+	FILE *h = fmemopen(render_epilog, sizeof(render_epilog), "w");
+	FILE *w = fmemopen(render_complete, sizeof(render_complete), "w");
+	if (!h || !w)
+		abort(); /* before main(): a static buffer that cannot be opened */
+	fputs("Targets:\n", h);
+	for (const kiln_cfg_render_target *t = kiln_cfg_render_targets; t->name; t++) {
+		fprintf(h, "  %-14s %s\n", t->name, t->summary);
+		fprintf(w, "%s ", t->name);
+	}
+	fputs("  prometheus     prometheus.yml and kiln-alerts.yml into DIR (needs -o DIR)\n"
+	      "  all            every target into DIR, node-env into DIR/node-env/NAME\n",
+	      h);
+	fputs("prometheus all", w);
+	fclose(h);
+	fclose(w);
+}
 
 /* ---- parsing ------------------------------------------------------------ */
 
@@ -559,21 +565,10 @@ static int verb_show(int argc, char **argv)
 
 /* ---- render ------------------------------------------------------------- */
 
-static bool is_target(const char *t)
+/* Writes a rendered target t at the table's mode. */
+static int write_out(const kiln_cfg_render_target *t, const char *path, const char *data)
 {
-	for (size_t i = 0; kiln_cfg_render_targets[i]; i++)
-		if (streq(kiln_cfg_render_targets[i], t))
-			return true;
-	return false;
-}
-
-static int write_out(const char *path, const char *data)
-{
-	/* slurmdbd.conf holds the database password */
-	const char *base = strrchr(path, '/');
-	bool secret =
-		streq(base ? base + 1 : path, "slurmdbd.conf") || strstr(data, "\nStoragePass=");
-	int r = kiln_write_file_atomic(path, data, strlen(data), secret ? 0600 : 0644);
+	int r = kiln_write_file_atomic(path, data, strlen(data), t->mode);
 	if (r < 0)
 		return log_error_errno(r, "Failed to write '%s': %m", path);
 	return 0;
@@ -618,45 +613,62 @@ static int render_error(const kiln_cfg *c, const char *t, const char *node, int 
 			       strempty(node));
 }
 
-/* Renders target t (for node, with node-env) into dir/name. */
-static int render_to(const kiln_cfg *c, const char *t, const char *node, const char *dir,
-		     const char *name)
+/* Renders target t (for node, when per node) into dir/name. */
+static int render_to(const kiln_cfg *c, const kiln_cfg_render_target *t, const char *node,
+		     const char *dir, const char *name)
 {
 	_cleanup_free_ char *text = NULL, *path = NULL;
-	int r = kiln_cfg_render(c, t, node, &text);
+	int r = kiln_cfg_render(c, t->name, node, &text);
 	if (r < 0)
-		return render_error(c, t, node, r);
+		return render_error(c, t->name, node, r);
 	if (asprintf(&path, "%s/%s", dir, name) < 0)
 		return log_error_errno(-ENOMEM, "Out of memory: %m");
-	return write_out(path, text);
+	return write_out(t, path, text);
+}
+
+/* Renders into arg_output every target with a flag of want (0: any) and
+ * none of skip, counting the files. */
+static int render_kind(const kiln_cfg *c, unsigned want, unsigned skip, size_t *files)
+{
+	for (const kiln_cfg_render_target *t = kiln_cfg_render_targets; t->name; t++) {
+		if ((want && !(t->flags & want)) || (t->flags & skip))
+			continue;
+		int r = render_to(c, t, NULL, arg_output, t->name);
+		if (r < 0)
+			return r;
+		(*files)++;
+	}
+	return 0;
 }
 
 static int render_all(const kiln_cfg *c)
 {
 	if (!arg_output)
 		return usage_error(&render_prog, "render all needs -o DIR.");
-	_cleanup_free_ char *envdir = NULL;
-	if (asprintf(&envdir, "%s/node-env", arg_output) < 0)
-		return log_error_errno(-ENOMEM, "Out of memory: %m");
-	int r = mkdir_p(envdir);
+	int r = mkdir_p(arg_output);
 	if (r < 0)
-		return log_error_errno(r, "Failed to create '%s': %m", envdir);
+		return log_error_errno(r, "Failed to create '%s': %m", arg_output);
 	size_t files = 0;
-	for (size_t i = 0; kiln_cfg_render_targets[i]; i++) {
-		const char *t = kiln_cfg_render_targets[i];
-		if (streq(t, "node-env"))
+	r = render_kind(c, 0, KILN_CFG_RENDER_PER_NODE, &files);
+	if (r < 0)
+		return r;
+	for (const kiln_cfg_render_target *t = kiln_cfg_render_targets; t->name; t++) {
+		if (!(t->flags & KILN_CFG_RENDER_PER_NODE))
 			continue;
-		r = render_to(c, t, NULL, arg_output, t);
+		/* DIR/TARGET/NODE for every node and the head node */
+		_cleanup_free_ char *dir = NULL;
+		if (asprintf(&dir, "%s/%s", arg_output, t->name) < 0)
+			return log_error_errno(-ENOMEM, "Out of memory: %m");
+		r = mkdir_p(dir);
 		if (r < 0)
-			return r;
-		files++;
-	}
-	for (size_t i = 0; i <= c->n_nodes; i++) {
-		const char *name = i < c->n_nodes ? c->nodes[i].name : c->head.hostname;
-		r = render_to(c, "node-env", name, envdir, name);
-		if (r < 0)
-			return r;
-		files++;
+			return log_error_errno(r, "Failed to create '%s': %m", dir);
+		for (size_t i = 0; i <= c->n_nodes; i++) {
+			const char *name = i < c->n_nodes ? c->nodes[i].name : c->head.hostname;
+			r = render_to(c, t, name, dir, name);
+			if (r < 0)
+				return r;
+			files++;
+		}
 	}
 	if (!arg_quiet)
 		printf("Wrote %zu files to %s\n", files, arg_output);
@@ -674,14 +686,12 @@ static int render_prometheus_dir(const kiln_cfg *c)
 	int r = mkdir_p(arg_output);
 	if (r < 0)
 		return log_error_errno(r, "Failed to create '%s': %m", arg_output);
-	static const char *const files[] = { "prometheus.yml", "kiln-alerts.yml" };
-	for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
-		r = render_to(c, files[i], NULL, arg_output, files[i]);
-		if (r < 0)
-			return r;
-	}
+	size_t files = 0;
+	r = render_kind(c, KILN_CFG_RENDER_PROMETHEUS, 0, &files);
+	if (r < 0)
+		return r;
 	if (!arg_quiet)
-		printf("Wrote %zu files to %s\n", ARRAY_SIZE(files), arg_output);
+		printf("Wrote %zu files to %s\n", files, arg_output);
 	return KILN_EXIT_OK;
 }
 
@@ -693,18 +703,14 @@ static int verb_render(int argc, char **argv)
 	if (argc - optind != 1)
 		return usage_error(&render_prog, "render needs exactly one TARGET (or all).");
 	const char *t = argv[optind];
-	if (!streq(t, "all") && !streq(t, "prometheus") && !is_target(t)) {
-		_cleanup_(kiln_strbuf_freep) kiln_strbuf b;
-		kiln_strbuf_init(&b);
-		for (size_t i = 0; kiln_cfg_render_targets[i]; i++)
-			kiln_strbuf_printf(&b, "%s ", kiln_cfg_render_targets[i]);
-		return usage_error(&render_prog,
-				   "Unknown render target '%s'; one of %sprometheus all.", t,
-				   strempty(b.s));
-	}
-	if (streq(t, "node-env") && !arg_node)
-		return usage_error(&render_prog, "render node-env needs --node NAME.");
-	if (!streq(t, "node-env") && arg_node)
+	const kiln_cfg_render_target *target = kiln_cfg_render_target_find(t);
+	if (!streq(t, "all") && !streq(t, "prometheus") && !target)
+		return usage_error(&render_prog, "Unknown render target '%s'; one of %s.", t,
+				   render_complete);
+	bool per_node = target && (target->flags & KILN_CFG_RENDER_PER_NODE);
+	if (per_node && !arg_node)
+		return usage_error(&render_prog, "render %s needs --node NAME.", t);
+	if (!per_node && arg_node)
 		return usage_error(&render_prog,
 				   "--node applies to render node-env only, not to %s.", t);
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
@@ -727,7 +733,7 @@ static int verb_render(int argc, char **argv)
 		fputs(text, stdout); /* a failed write is caught by run()'s flush */
 		return KILN_EXIT_OK;
 	}
-	return write_out(arg_output, text);
+	return write_out(target, arg_output, text);
 }
 
 /* ---- the command -------------------------------------------------------- */

@@ -15,20 +15,17 @@
  * cluster (someone else's `scontrol reboot`, an interrupted `kiln reboot`)
  * count towards N: a wave that would take more than N nodes down is refused.
  *
- * Why scontrol and not libslurm for the request: slurm_reboot_nodes() is not
- * in 22.05's public header; the state is read with libslurm
- * (slurm_load_node), as kiln status does.
+ * Slurm is reached through libkiln-slurm (kiln/slurm.h): the request with
+ * kiln_slurm_reboot_asap() (scontrol: slurm_reboot_nodes() is not in 22.05's
+ * public header), the state with kiln_slurm_nodes_load(), as kiln status.
  *
  * Exit status: 0 every wave came back; 1 a wave did not come back within
  * --timeout (later waves are not started), scontrol failed, or the reboot
  * was refused; 2 usage or cluster-file error. */
 #include <errno.h>
-#include <slurm/slurm.h>
-#include <slurm/slurm_errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,6 +35,7 @@
 #include "kiln/log.h"
 #include "kiln/parse.h"
 #include "kiln/prog.h"
+#include "kiln/slurm.h"
 #include "kiln/strbuf.h"
 
 /* A wave waits for its running jobs (ASAP) and for the boot itself. */
@@ -82,36 +80,6 @@ const kiln_prog kiln_reboot_prog = {
 		  "error.\n",
 };
 
-#define NODE_REBOOTING (NODE_STATE_REBOOT_REQUESTED | NODE_STATE_REBOOT_ISSUED)
-
-/* Runs scontrol with argv; its own messages go to our stderr.  Returns its
- * exit status, or -errno when it could not be run. */
-static int run_scontrol(char *const argv[])
-{
-	pid_t pid = fork();
-	if (pid < 0)
-		return -errno;
-	if (pid == 0) {
-		execvp("scontrol", argv);
-		fprintf(stderr, "kiln: cannot run scontrol: %s (install slurm-client)\n",
-			strerror(errno));
-		_exit(127);
-	}
-	int st;
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return -errno;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static const node_info_t *find_info(const node_info_msg_t *m, const char *name)
-{
-	for (uint32_t i = 0; m && i < m->record_count; i++)
-		if (m->node_array[i].name && streq(m->node_array[i].name, name))
-			return &m->node_array[i];
-	return NULL;
-}
-
 static bool in_list(char **v, size_t n, const char *name)
 {
 	for (size_t i = 0; i < n; i++)
@@ -121,9 +89,9 @@ static bool in_list(char **v, size_t n, const char *name)
 }
 
 /* A node of the wave is back: no reboot pending and in service. */
-static bool node_back(const node_info_t *ni)
+static bool node_back(const kiln_slurm_node *ni)
 {
-	return ni && !(ni->node_state & NODE_REBOOTING) && kiln_slurm_state_ok(ni->node_state);
+	return ni && !kiln_slurm_state_rebooting(ni->state) && kiln_slurm_state_ok(ni->state);
 }
 
 static void print_plan(const kiln_cfg *cfg, char **names, size_t n, size_t wave, const char *reason,
@@ -156,21 +124,22 @@ static int wait_wave(char **wave, size_t k, uint64_t timeout, uint64_t t0)
 	uint64_t deadline = kiln_now_usec() + timeout;
 	bool warned = false;
 	for (;;) {
-		node_info_msg_t *m = NULL;
+		kiln_slurm_nodes *m = NULL;
+		kiln_error e;
+		kiln_error_reset(&e, NULL);
 		size_t back = 0;
-		if (slurm_load_node(0, &m, SHOW_ALL) != SLURM_SUCCESS) {
+		if (kiln_slurm_nodes_load(NULL, &m, &e) < 0) {
 			/* slurmctld busy or restarting: keep trying until the deadline */
 			if (!warned)
-				log_warning("slurmctld: %s; retrying",
-					    slurm_strerror(slurm_get_errno()));
+				log_warning("%s; retrying", e.msg);
 			warned = true;
 		} else {
 			warned = false;
 			for (size_t i = 0; i < k; i++) {
-				const node_info_t *ni = find_info(m, wave[i]);
+				const kiln_slurm_node *ni = kiln_slurm_nodes_find(m, wave[i]);
 				char st[48];
 				if (ni)
-					kiln_slurm_state_string(ni->node_state, st, sizeof(st));
+					kiln_slurm_state_string(ni->state, st, sizeof(st));
 				else
 					snprintf(st, sizeof(st), "gone");
 				if (!streq(st, last[i])) {
@@ -183,14 +152,14 @@ static int wait_wave(char **wave, size_t k, uint64_t timeout, uint64_t t0)
 			}
 		}
 		if (back == k) {
-			slurm_free_node_info_msg(m);
+			kiln_slurm_nodes_free(m);
 			return 0;
 		}
 		if (kiln_now_usec() >= deadline) {
 			char d[32];
 			kiln_format_duration(d, sizeof(d), timeout);
 			for (size_t i = 0; i < k; i++) {
-				const node_info_t *ni = find_info(m, wave[i]);
+				const kiln_slurm_node *ni = kiln_slurm_nodes_find(m, wave[i]);
 				if (!node_back(ni))
 					log_error("%s is not back within %s (state %s%s%s%s); see "
 						  "`scontrol show node %s` and the node's console",
@@ -199,10 +168,10 @@ static int wait_wave(char **wave, size_t k, uint64_t timeout, uint64_t t0)
 						  ni && ni->reason ? ni->reason : "",
 						  ni && ni->reason ? "\"" : "", wave[i]);
 			}
-			slurm_free_node_info_msg(m);
+			kiln_slurm_nodes_free(m);
 			return -ETIMEDOUT;
 		}
-		slurm_free_node_info_msg(m);
+		kiln_slurm_nodes_free(m);
 		usleep(REBOOT_POLL_USEC);
 	}
 }
@@ -302,12 +271,12 @@ int kiln_reboot_main(int argc, char **argv)
 		return KILN_EXIT_OK;
 	}
 
-	char where[320];
-	if (kiln_slurm_conf_source(where, sizeof(where)) < 0) {
-		log_error("Cannot reach Slurm: %s; set SLURM_CONF.", where);
+	kiln_error e;
+	kiln_error_reset(&e, NULL);
+	if (kiln_slurm_init(&e) < 0) {
+		log_error("Cannot reach Slurm: %s; set SLURM_CONF.", e.msg);
 		return KILN_EXIT_FAILURE;
 	}
-	slurm_init(NULL);
 	size_t n_waves = (n + (size_t) wave - 1) / (size_t) wave;
 	uint64_t t0 = kiln_now_usec();
 	for (size_t w = 0; w < n_waves; w++) {
@@ -318,34 +287,30 @@ int kiln_reboot_main(int argc, char **argv)
 			return log_error_errno(-ENOMEM, "Out of memory: %m");
 
 		/* Reboots pending elsewhere count towards the wave size. */
-		node_info_msg_t *m = NULL;
-		if (slurm_load_node(0, &m, SHOW_ALL) != SLURM_SUCCESS) {
-			log_error("slurmctld does not answer: %s; nothing rebooted%s.",
-				  slurm_strerror(slurm_get_errno()), w ? " in this wave" : "");
+		_cleanup_(kiln_slurm_nodes_freep) kiln_slurm_nodes *m = NULL;
+		if (kiln_slurm_nodes_load(NULL, &m, &e) < 0) {
+			log_error("%s; nothing rebooted%s.", e.msg, w ? " in this wave" : "");
 			return KILN_EXIT_FAILURE;
 		}
 		size_t pending = 0;
 		_cleanup_strbuf_ kiln_strbuf others;
 		kiln_strbuf_init(&others);
 		for (size_t i = 0; i < k; i++)
-			if (!find_info(m, wn[i])) {
+			if (!kiln_slurm_nodes_find(m, wn[i])) {
 				log_error(
 					"Slurm does not know node %s: render slurm.conf again and "
 					"restart slurmctld.",
 					wn[i]);
-				slurm_free_node_info_msg(m);
 				return KILN_EXIT_FAILURE;
 			}
-		for (uint32_t i = 0; i < m->record_count; i++) {
-			const node_info_t *ni = &m->node_array[i];
-			if (ni->name && (ni->node_state & NODE_REBOOTING) &&
-			    !in_list(wn, k, ni->name)) {
+		for (size_t i = 0; i < m->n; i++) {
+			const kiln_slurm_node *ni = &m->v[i];
+			if (kiln_slurm_state_rebooting(ni->state) && !in_list(wn, k, ni->name)) {
 				pending++;
 				kiln_strbuf_printf(&others, "%s%s", pending > 1 ? "," : "",
 						   ni->name);
 			}
 		}
-		slurm_free_node_info_msg(m);
 		if (pending + k > (size_t) wave) {
 			log_error(
 				"Refusing to reboot %s: %s already %s a reboot pending, and with "
@@ -362,18 +327,9 @@ int kiln_reboot_main(int argc, char **argv)
 
 		printf("wave %zu/%zu: %s\n", w + 1, n_waves, hl);
 		fflush(stdout);
-		char rs[sizeof(reason) + 8];
-		snprintf(rs, sizeof(rs), "reason=%s", reason);
-		char *const av[] = {
-			"scontrol", "reboot", "ASAP", "nextstate=RESUME", rs, hl, NULL
-		};
-		r = run_scontrol(av);
-		if (r != 0) {
-			if (r < 0)
-				log_error_errno(r, "Failed to run scontrol: %m");
-			else
-				log_error("scontrol reboot %s failed (exit %d); nothing more done.",
-					  hl, r);
+		r = kiln_slurm_reboot_asap(hl, reason, &e);
+		if (r < 0) {
+			log_error("%s; nothing more done.", e.msg);
 			return KILN_EXIT_FAILURE;
 		}
 		r = wait_wave(wn, k, timeout, t0);

@@ -5,8 +5,8 @@
  * For every node of the cluster file (or the NODES hostlist) it gathers, in
  * parallel:
  *  - the Slurm state, reason and running jobs, from slurmctld through
- *    libslurm (slurm_load_node + slurm_load_jobs, one call each for the
- *    whole cluster);
+ *    libkiln-slurm (kiln_slurm_nodes_load + kiln_slurm_jobs_running, one
+ *    call each for the whole cluster);
  *  - the GPUs' health, from the node's kiln-healthd `GET /health` (node
  *    address, health.metrics_port);
  *  - the models served, from kiln-inferd's `GET /v1/models` on the
@@ -35,13 +35,10 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
-#include <slurm/slurm.h>
-#include <slurm/slurm_errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -52,6 +49,7 @@
 #include "kiln/net.h"
 #include "kiln/parse.h"
 #include "kiln/prog.h"
+#include "kiln/slurm.h"
 #include "kiln/strbuf.h"
 
 /* Default deadline of each node's queries and of slurmctld's: long enough
@@ -97,61 +95,6 @@ const kiln_prog kiln_status_prog = {
 		  "down, drained, rebooting, unhealthy or unreachable, or slurmctld not\n"
 		  "answering, 2 usage or cluster-file error.\n",
 };
-
-/* ---- Slurm node states ------------------------------------------------ */
-
-const char *kiln_slurm_state_string(uint32_t s, char *buf, size_t len)
-{
-	static const char *const base[] = { "unknown", "down",	"idle",	 "allocated",
-					    "error",   "mixed", "future" };
-	uint32_t b = s & NODE_STATE_BASE;
-	const char *name = b < ARRAY_SIZE(base) ? base[b] : "unknown";
-	bool busy =
-		b == NODE_STATE_ALLOCATED || b == NODE_STATE_MIXED || (s & NODE_STATE_COMPLETING);
-	if (s & NODE_STATE_REBOOT_ISSUED)
-		name = "rebooting";
-	else if (s & NODE_STATE_REBOOT_REQUESTED)
-		name = "reboot-pending";
-	else if (s & NODE_STATE_FAIL)
-		name = busy ? "failing" : "fail";
-	else if ((s & NODE_STATE_DRAIN) && b != NODE_STATE_DOWN)
-		name = busy ? "draining" : "drained";
-	else if (b == NODE_STATE_IDLE && (s & NODE_STATE_COMPLETING))
-		name = "completing";
-	snprintf(buf, len, "%s%s", name, (s & NODE_STATE_NO_RESPOND) ? "*" : "");
-	return buf;
-}
-
-bool kiln_slurm_state_ok(uint32_t s)
-{
-	uint32_t b = s & NODE_STATE_BASE;
-	if (b != NODE_STATE_IDLE && b != NODE_STATE_ALLOCATED && b != NODE_STATE_MIXED)
-		return false;
-	return !(s &
-		 (NODE_STATE_DRAIN | NODE_STATE_FAIL | NODE_STATE_NO_RESPOND |
-		  NODE_STATE_REBOOT_ISSUED | NODE_STATE_REBOOT_REQUESTED | NODE_STATE_INVALID_REG));
-}
-
-int kiln_slurm_conf_source(char *buf, size_t len)
-{
-	struct stat st;
-	const char *env = getenv("SLURM_CONF");
-	if (env && *env) {
-		if (stat(env, &st) == 0)
-			return snprintf(buf, len, "%s", env), 0;
-		snprintf(buf, len, "$SLURM_CONF names %s, which does not exist", env);
-		return -ENOENT;
-	}
-	static const char *const paths[] = { "/etc/slurm/slurm.conf",
-					     "/run/slurm/conf/slurm.conf" };
-	for (size_t i = 0; i < ARRAY_SIZE(paths); i++)
-		if (stat(paths[i], &st) == 0)
-			return snprintf(buf, len, "%s", paths[i]), 0;
-	snprintf(buf, len,
-		 "no slurm.conf (neither $SLURM_CONF, /etc/slurm/slurm.conf nor configless "
-		 "/run/slurm/conf/slurm.conf)");
-	return -ENOENT;
-}
 
 /* ---- a bounded HTTP GET ----------------------------------------------- */
 
@@ -265,9 +208,10 @@ typedef struct status_ctx {
 	bool slurm_done;
 	bool slurm_abandoned;
 	int slurm_err; /* 0; -ENOENT no slurm.conf; -EHOSTUNREACH; -ETIMEDOUT */
-	char slurm_error[320];
-	node_info_msg_t *nodes_msg;
-	job_info_msg_t *jobs_msg;
+	char slurm_error[KILN_ERROR_MSG_MAX + 32];
+	kiln_slurm_nodes *slurm_nodes;
+	kiln_slurm_job *jobs;
+	size_t n_jobs;
 } status_ctx;
 
 static bool loopback(const char *a)
@@ -317,31 +261,30 @@ static void *worker(void *p)
 static void *slurm_thread(void *p)
 {
 	status_ctx *c = p;
-	node_info_msg_t *nm = NULL;
-	job_info_msg_t *jm = NULL;
-	int err = 0;
-	char why[256] = "";
-	slurm_init(NULL);
-	if (slurm_load_node(0, &nm, SHOW_ALL) != SLURM_SUCCESS) {
-		err = -EHOSTUNREACH;
-		snprintf(why, sizeof(why), "slurmctld: %s", slurm_strerror(slurm_get_errno()));
-	} else if (slurm_load_jobs(0, &jm, SHOW_ALL) != SLURM_SUCCESS) {
-		err = -EHOSTUNREACH;
-		snprintf(why, sizeof(why), "slurmctld (jobs): %s",
-			 slurm_strerror(slurm_get_errno()));
-	}
+	kiln_slurm_nodes *nodes = NULL;
+	kiln_slurm_job *jobs = NULL;
+	size_t n_jobs = 0;
+	kiln_error e;
+	kiln_error_reset(&e, NULL);
+	int err = kiln_slurm_nodes_load(NULL, &nodes, &e);
+	if (err >= 0)
+		err = kiln_slurm_jobs_running(&jobs, &n_jobs, &e);
 	pthread_mutex_lock(&c->lock);
 	if (c->slurm_abandoned) {
 		/* the caller gave up: nobody reads these any more */
 		pthread_mutex_unlock(&c->lock);
-		slurm_free_node_info_msg(nm);
-		slurm_free_job_info_msg(jm);
+		kiln_slurm_nodes_free(nodes);
+		kiln_slurm_jobs_free(jobs, n_jobs);
 		return NULL;
 	}
-	c->nodes_msg = nm;
-	c->jobs_msg = jm;
-	c->slurm_err = err;
-	snprintf(c->slurm_error, sizeof(c->slurm_error), "%s", why);
+	c->slurm_nodes = nodes;
+	c->jobs = jobs;
+	c->n_jobs = n_jobs;
+	c->slurm_err = MIN(err, 0);
+	if (err == -ENOENT)
+		snprintf(c->slurm_error, sizeof(c->slurm_error), "%s; set SLURM_CONF", e.msg);
+	else if (err < 0)
+		snprintf(c->slurm_error, sizeof(c->slurm_error), "%s", e.msg);
 	c->slurm_done = true;
 	pthread_cond_signal(&c->cond);
 	pthread_mutex_unlock(&c->lock);
@@ -360,26 +303,20 @@ static node_status *find_status(status_ctx *c, const char *name)
  * thread is done). */
 static void apply_slurm(status_ctx *c)
 {
-	if (c->nodes_msg)
-		for (uint32_t i = 0; i < c->nodes_msg->record_count; i++) {
-			const node_info_t *ni = &c->nodes_msg->node_array[i];
-			node_status *s = ni->name ? find_status(c, ni->name) : NULL;
-			if (!s)
-				continue;
-			s->in_slurm = true;
-			s->state = ni->node_state;
-			if (ni->reason && *ni->reason)
-				s->reason = strdup(ni->reason);
-		}
-	if (!c->jobs_msg)
-		return;
-	for (uint32_t i = 0; i < c->jobs_msg->record_count; i++) {
-		const slurm_job_info_t *j = &c->jobs_msg->job_array[i];
-		if ((j->job_state & JOB_STATE_BASE) != JOB_RUNNING || !j->nodes)
+	for (size_t i = 0; c->slurm_nodes && i < c->slurm_nodes->n; i++) {
+		const kiln_slurm_node *ni = &c->slurm_nodes->v[i];
+		node_status *s = find_status(c, ni->name);
+		if (!s)
 			continue;
+		s->in_slurm = true;
+		s->state = ni->state;
+		if (ni->reason)
+			s->reason = strdup(ni->reason);
+	}
+	for (size_t i = 0; i < c->n_jobs; i++) {
 		_cleanup_strv_free_ char **names = NULL;
 		size_t nn = 0;
-		if (kiln_hostlist_expand(j->nodes, &names, &nn, NULL) < 0)
+		if (kiln_hostlist_expand(c->jobs[i].nodes, &names, &nn, NULL) < 0)
 			continue;
 		for (size_t k = 0; k < nn; k++) {
 			node_status *s = find_status(c, names[k]);
@@ -387,7 +324,7 @@ static void apply_slurm(status_ctx *c)
 				continue;
 			s->jobs++;
 			if (json_array_size(s->job_ids) < STATUS_JOB_IDS_MAX)
-				json_array_append_new(s->job_ids, json_integer(j->job_id));
+				json_array_append_new(s->job_ids, json_integer(c->jobs[i].id));
 		}
 	}
 }
@@ -585,12 +522,9 @@ static int print_text(const status_ctx *c, size_t n_ok)
 			snprintf(st, sizeof(st), "not-in-slurm"), sc = C_RED;
 		else {
 			kiln_slurm_state_string(s->state, st, sizeof(st));
-			uint32_t b = s->state & NODE_STATE_BASE;
-			sc = kiln_slurm_state_ok(s->state) ? C_GREEN
-			     : b == NODE_STATE_DOWN ||
-					     (s->state & (NODE_STATE_FAIL | NODE_STATE_NO_RESPOND))
-				     ? C_RED
-				     : C_YELLOW;
+			sc = kiln_slurm_state_ok(s->state)     ? C_GREEN
+			     : kiln_slurm_state_down(s->state) ? C_RED
+							       : C_YELLOW;
 		}
 		cell(colour, sc, 16, st);
 		snprintf(jobs, sizeof(jobs), "%d", s->jobs);
@@ -751,10 +685,11 @@ int kiln_status_main(int argc, char **argv)
 	pthread_cond_init(&c.cond, &ca);
 
 	/* slurmctld, on a detached thread that may be abandoned */
-	char where[256];
-	if (kiln_slurm_conf_source(where, sizeof(where)) < 0) {
+	kiln_error se;
+	kiln_error_reset(&se, NULL);
+	if (kiln_slurm_init(&se) < 0) {
 		c.slurm_err = -ENOENT;
-		snprintf(c.slurm_error, sizeof(c.slurm_error), "%s; set SLURM_CONF", where);
+		snprintf(c.slurm_error, sizeof(c.slurm_error), "%s; set SLURM_CONF", se.msg);
 		c.slurm_done = true;
 	} else {
 		pthread_t t;
@@ -826,8 +761,8 @@ int kiln_status_main(int argc, char **argv)
 		free(ns[i].reason);
 	}
 	if (c.slurm_done) {
-		slurm_free_node_info_msg(c.nodes_msg);
-		slurm_free_job_info_msg(c.jobs_msg);
+		kiln_slurm_nodes_free(c.slurm_nodes);
+		kiln_slurm_jobs_free(c.jobs, c.n_jobs);
 	}
 	return !c.slurm_err && n_ok == c.n ? KILN_EXIT_OK : KILN_EXIT_FAILURE;
 }

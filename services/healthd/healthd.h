@@ -19,6 +19,7 @@
 #include "kiln/hostlist.h"
 #include "kiln/nvml-api.h"
 #include "kiln/parse.h"
+#include "kiln/slurm.h"
 #include "kiln/strbuf.h"
 
 /* dcgm-exporter and gres.conf stop at 16 GPUs per node; 64 leaves room for
@@ -33,7 +34,7 @@
 /* Processes looked at per GPU to find the Slurm job. */
 #define HD_PIDS_MAX 32
 /* Slurm's reason field is free text; keep ours readable in sinfo -R. */
-#define HD_SLURM_REASON_MAX 256
+#define HD_SLURM_REASON_MAX KILN_SLURM_REASON_MAX
 
 typedef enum hd_state {
 	HD_HEALTHY = 0,
@@ -314,19 +315,24 @@ int hd_nvml_start_events(hd_nvml *m, hd_xid_cb cb, void *data);
 /* Threads left behind by hung calls (for metrics). */
 int hd_nvml_abandoned(hd_nvml *m);
 
+/* ---- jobs (jobs.c) ------------------------------------------------------ */
+
+/* The Slurm job id of process pid into buf: from its cgroup path
+ * (".../job_123/step_0"), else SLURM_JOB_ID in its environment.  -ENOENT:
+ * none found (not a job's process, or gone). */
+int hd_job_of_pid(unsigned pid, char *buf, size_t len);
+/* The distinct job ids of the processes on a GPU (s->pids), comma
+ * separated, into buf ("" when none); cut to fit len. */
+void hd_job_ids(const hd_sample *s, char *buf, size_t len);
+
 /* ---- Slurm ------------------------------------------------------------- */
 
 typedef struct hd_slurm hd_slurm;
-/* Finds the configuration libslurm would read ($SLURM_CONF,
- * /etc/slurm/slurm.conf, /run/slurm/conf/slurm.conf, $SLURM_CONF_SERVER, DNS
- * SRV _slurmctld._tcp) and writes where it is to buf.  -ENOENT: none (buf
- * then says what was looked for). */
-int hd_slurm_config_source(char *buf, size_t len);
 /* Starts the thread that keeps the node's Slurm state in line with what
  * hd_slurm_want() asks for, retrying with backoff while slurmctld is down.
- * -ENOENT: no Slurm configuration (hd_slurm_config_source()); without this
- * check libslurm would exit the process. */
-int hd_slurm_start(const char *node, hd_slurm **ret);
+ * -ENOENT: no Slurm configuration (err->msg says what was looked for:
+ * kiln_slurm_init()); without this check libslurm would exit the process. */
+int hd_slurm_start(const char *node, hd_slurm **ret, kiln_error *err);
 void hd_slurm_stop(hd_slurm *s);
 /* drain: the node should be drained with reason (starting "kiln:").
  * !drain && resume_ok: kiln's own drain may be lifted. */

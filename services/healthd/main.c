@@ -16,7 +16,6 @@
  * or config error). */
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -29,6 +28,7 @@
 #include <time.h>
 
 #include "healthd.h"
+#include "manager.h"
 #include "kiln/http.h"
 #include "kiln/log.h"
 #include "kiln/metrics.h"
@@ -36,55 +36,12 @@
 #include "kiln/prog.h"
 #include "kiln/strbuf.h"
 
-/* XIDs arriving between two wake-ups of the main loop.  A storm beyond this
- * drops the excess (the XID thread must not block on the main loop); the
- * number dropped is logged at the next wake-up. */
-#define HD_XID_QUEUE 256
-
 static const char *arg_config;
 static const char *arg_node;
 static bool arg_check, arg_json, arg_active;
 static int arg_metrics_port = -1; /* -1: from the cluster file */
 static const char *arg_xid_state; /* NULL: $KILN_HEALTHD_XID_STATE or HD_XID_STATE_PATH */
 static const char *arg_clear_xid;
-
-typedef struct manager {
-	hd_settings s;
-	kiln_cfg *cfg;
-	char host[KILN_HOSTNAME_MAX + 1];
-	hd_nvml *nvml;
-	char nvml_error[256];
-	bool nvml_init_hung;
-	pthread_mutex_t lock; /* node, metrics */
-	hd_node node;
-	char *metrics;
-	char last_reasons[HD_GPUS_MAX + 1][512];
-	hd_state last_state[HD_GPUS_MAX + 1];
-	kiln_http_server *http;
-	hd_slurm *slurm;
-	int wake[2];
-	struct {
-		int gpu, xid;
-	} xq[HD_XID_QUEUE];
-	unsigned xh, xt;
-	unsigned xid_dropped;
-	/* the event loop: signals, the wake pipe, the poll and active timers;
-	 * it pings the watchdog itself (sd_event_set_watchdog) */
-	sd_event *event;
-	sd_event_source *poll_timer, *active_timer;
-	/* the watchdog interval (0: none), and the last ping poll_all() sent
-	 * while it kept the loop from running */
-	uint64_t watchdog_usec, last_watchdog;
-	/* active checks run in their own thread: they take gemm_seconds per GPU */
-	pthread_t active_thread;
-	atomic_bool active_running, active_done;
-	bool active_due; /* the schedule says run; starts when none runs and NVML is up */
-	char last_status[300];
-	/* XIDs that drain, mirrored in the XID state file; the main thread only */
-	hd_xid_state xs;
-	struct stat xs_seen; /* the file as last read or written (st_ino 0: none) */
-	bool xs_checked;
-} manager;
 
 enum {
 	OPT_CHECK = KILN_OPT_FIRST,
@@ -128,7 +85,7 @@ static const kiln_prog prog = {
 		  "See kiln-healthd(8).\n",
 };
 
-static const char *xid_state_path(void)
+const char *xid_state_path(void)
 {
 	return arg_xid_state
 		       ?: (!streq(strempty(getenv(HD_XID_STATE_ENV)), "") ? getenv(HD_XID_STATE_ENV)
@@ -232,58 +189,6 @@ static int load_config(manager *m)
 	return 0;
 }
 
-/* The Slurm job of a process: from its cgroup path (".../job_123/step_0"
- * with proctrack/cgroup), else from SLURM_JOB_ID in its environment. */
-static int job_of_pid(unsigned pid, char *buf, size_t len)
-{
-	char p[64];
-	snprintf(p, sizeof(p), "/proc/%u/cgroup", pid);
-	_cleanup_free_ char *text = NULL;
-	if (kiln_read_file(p, 64 * 1024, &text, NULL) >= 0) {
-		const char *j = strstr(text, "/job_");
-		if (j) {
-			j += 5;
-			size_t n = strspn(j, "0123456789");
-			if (n > 0 && n < len) {
-				memcpy(buf, j, n);
-				buf[n] = 0;
-				return 0;
-			}
-		}
-	}
-	snprintf(p, sizeof(p), "/proc/%u/environ", pid);
-	_cleanup_free_ char *env = NULL;
-	size_t envlen = 0;
-	if (kiln_read_file(p, 1024 * 1024, &env, &envlen) < 0)
-		return -ENOENT;
-	for (size_t off = 0; off < envlen; off += strlen(env + off) + 1) {
-		const char *v = startswith(env + off, "SLURM_JOB_ID=");
-		if (v && *v && strspn(v, "0123456789") == strlen(v) && strlen(v) < len) {
-			snprintf(buf, len, "%s", v);
-			return 0;
-		}
-	}
-	return -ENOENT;
-}
-
-/* Slurm job ids of the processes on a GPU, comma separated. */
-static void job_ids(const hd_sample *s, char *buf, size_t len)
-{
-	buf[0] = 0;
-	for (unsigned i = 0; i < s->n_pids; i++) {
-		char j[24];
-		if (job_of_pid(s->pids[i], j, sizeof(j)) < 0)
-			continue;
-		char pat[32];
-		snprintf(pat, sizeof(pat), ",%s,", j);
-		char have[80];
-		snprintf(have, sizeof(have), ",%s,", buf);
-		if (strstr(have, pat) || strlen(buf) + strlen(j) + 2 > len)
-			continue;
-		snprintf(buf + strlen(buf), len - strlen(buf), "%s%s", buf[0] ? "," : "", j);
-	}
-}
-
 /* The event loop pings the watchdog (sd_event_set_watchdog), but
  * poll_all() keeps it from running for up to health.nvml_timeout per GPU
  * whose NVML call hangs: between GPUs it pings itself, at a third of the
@@ -332,10 +237,10 @@ static void log_changes(manager *m)
 
 /* After any change: evaluate, log, re-render metrics, tell Slurm and
  * systemd.  Called with m->lock held. */
-static void publish(manager *m)
+void publish(manager *m)
 {
 	uint64_t now = kiln_now_usec();
-	if (!arg_check)
+	if (!m->oneshot)
 		hd_xid_state_apply(&m->xs, &m->node);
 	hd_node_evaluate(&m->s, &m->node, now);
 	log_changes(m);
@@ -381,126 +286,6 @@ static void publish(manager *m)
 	}
 }
 
-static void on_xid(int gpu, int xid, void *data);
-static int open_nvml(manager *m);
-
-static bool same_file(const struct stat *a, const struct stat *b)
-{
-	return a->st_ino == b->st_ino && a->st_dev == b->st_dev && a->st_size == b->st_size &&
-	       a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
-}
-
-/* Writes the XID state file (creating its directory when run outside
- * systemd's RuntimeDirectory=). */
-static int xid_state_write(const char *path, const hd_xid_state *st)
-{
-	int r = hd_xid_state_save(path, st);
-	if (r == -ENOENT) {
-		_cleanup_free_ char *dir = strdup(path);
-		if (!dir)
-			return -ENOMEM;
-		if (mkdir(dirname(dir), 0755) < 0 && errno != EEXIST)
-			return -errno;
-		r = hd_xid_state_save(path, st);
-	}
-	return r;
-}
-
-/* Re-reads the XID state file when it changed on disk (an admin's
- * --clear-xid, or a restart).  A missing file means nothing is drained by
- * XIDs.  A file that cannot be read keeps the node drained: it exists only
- * because some XID drained the node, and which GPU needs a reset is then
- * unknown.  Called from the main thread with m->lock held. */
-static void xid_state_sync(manager *m)
-{
-	const char *path = xid_state_path();
-	struct stat st = {};
-	if (stat(path, &st) < 0)
-		st = (struct stat){};
-	if (m->xs_checked && same_file(&st, &m->xs_seen))
-		return;
-	bool first = !m->xs_checked;
-	m->xs_checked = true;
-	m->xs_seen = st;
-	static hd_xid_state n; /* large: off the stack */
-	int line = 0, r = st.st_ino ? hd_xid_state_load(path, &n, &line) : -ENOENT;
-	if (r == -ENOENT) {
-		if (m->xs.n > 0)
-			log_notice("XID state file %s is gone: forgetting %d XID(s)", path,
-				   m->xs.n);
-		m->xs.n = 0;
-		m->node.xid_state_error[0] = 0;
-		return;
-	}
-	if (r < 0) {
-		char where[32] = "";
-		if (r == -EBADMSG && line > 0)
-			snprintf(where, sizeof(where), ":%d", line);
-		char what[96] = "corrupt";
-		if (r != -EBADMSG)
-			snprintf(what, sizeof(what), "unreadable (%s)", strerror(-r));
-		log_error("XID state file %s%s is %s: keeping the node drained (a GPU may need a "
-			  "reset); after resetting the GPUs run 'kiln-healthd --clear-xid all'",
-			  path, where, what);
-		snprintf(m->node.xid_state_error, sizeof(m->node.xid_state_error),
-			 "XID state file %s unreadable", path);
-		return;
-	}
-	m->node.xid_state_error[0] = 0;
-	if (n.n > 0)
-		log_notice("XID state file %s: %d XID(s) keep GPUs drained%s", path, n.n,
-			   first && !arg_check ? " (from before a restart)" : "");
-	else if (m->xs.n > 0)
-		log_notice("XID state file %s: cleared, no XID keeps a GPU drained now", path);
-	m->xs = n;
-}
-
-/* After the first poll: say which entries match no GPU now. */
-static void xid_state_unmatched(manager *m)
-{
-	for (int k = 0; k < m->xs.n; k++)
-		if (hd_xid_state_find_gpu(&m->xs.v[k], &m->node) < 0)
-			log_notice("XID state: gpu%d %s (XID %d) is not present now, ignoring it",
-				   m->xs.v[k].gpu, m->xs.v[k].uuid[0] ? m->xs.v[k].uuid : "-",
-				   m->xs.v[k].xid);
-}
-
-/* kiln-healthd --clear-xid GPU|all */
-static int run_clear_xid(void)
-{
-	const char *path = xid_state_path();
-	static hd_xid_state st; /* large: off the stack */
-	int line = 0, r = hd_xid_state_load(path, &st, &line);
-	if (r == -ENOENT) {
-		printf("No XID state file at %s: nothing to clear\n", path);
-		return 0;
-	}
-	if (r < 0 && !(streq(arg_clear_xid, "all") && r == -EBADMSG)) {
-		log_error("Cannot read XID state file %s%s: %s; 'kiln-healthd --clear-xid all' "
-			  "replaces a corrupt file",
-			  path, line > 0 ? " (bad line)" : "",
-			  r == -EBADMSG ? "corrupt" : strerror(-r));
-		return KILN_EXIT_FAILURE;
-	}
-	if (r < 0)
-		st.n = 0; /* corrupt, and "all": start over */
-	int removed = r < 0 ? 0 : hd_xid_state_clear(&st, arg_clear_xid);
-	if (removed < 0) {
-		log_error("Invalid --clear-xid '%s': expected a GPU index, a GPU UUID or 'all'",
-			  arg_clear_xid);
-		return KILN_EXIT_USAGE;
-	}
-	r = xid_state_write(path, &st);
-	if (r < 0) {
-		log_error_errno(r, "Failed to write %s: %m", path);
-		return KILN_EXIT_FAILURE;
-	}
-	printf("Cleared %d XID entr%s for %s in %s (%d left); kiln-healthd picks this up at its "
-	       "next poll\n",
-	       removed, removed == 1 ? "y" : "ies", arg_clear_xid, path, st.n);
-	return 0;
-}
-
 static int poll_all(manager *m)
 {
 	int n = 0;
@@ -543,7 +328,7 @@ static int poll_all(manager *m)
 		s.lost = false;
 		hd_nvml_poll(m->nvml, i, &s);
 		char jobs[64];
-		job_ids(&s, jobs, sizeof(jobs));
+		hd_job_ids(&s, jobs, sizeof(jobs));
 		pthread_mutex_lock(&m->lock);
 		hd_gpu *g = &m->node.gpus[i];
 		g->index = i;
@@ -562,73 +347,6 @@ static int poll_all(manager *m)
 	publish(m);
 	pthread_mutex_unlock(&m->lock);
 	return 0;
-}
-
-static void on_xid(int gpu, int xid, void *data)
-{
-	manager *m = data;
-	pthread_mutex_lock(&m->lock);
-	if (m->xt - m->xh < HD_XID_QUEUE) {
-		m->xq[m->xt % HD_XID_QUEUE].gpu = gpu;
-		m->xq[m->xt % HD_XID_QUEUE].xid = xid;
-		m->xt++;
-	} else
-		m->xid_dropped++;
-	pthread_mutex_unlock(&m->lock);
-	char c = 'x';
-	(void) !write(m->wake[1], &c, 1);
-}
-
-static void handle_xids(manager *m)
-{
-	char buf[64];
-	while (read(m->wake[0], buf, sizeof(buf)) > 0)
-		;
-	pthread_mutex_lock(&m->lock);
-	bool any = false;
-	if (m->xid_dropped) {
-		log_warning("%u XID events dropped: more than %d arrived between two wake-ups "
-			    "(XID storm); kiln_xid_total undercounts them",
-			    m->xid_dropped, HD_XID_QUEUE);
-		m->xid_dropped = 0;
-	}
-	while (m->xh != m->xt) {
-		int gpu = m->xq[m->xh % HD_XID_QUEUE].gpu, xid = m->xq[m->xh % HD_XID_QUEUE].xid;
-		m->xh++;
-		if (gpu < 0 || gpu >= m->node.n_gpus) {
-			log_warning("XID %d on an unknown GPU, ignoring", xid);
-			continue;
-		}
-		kiln_cfg_action a = hd_gpu_add_xid(&m->s, &m->node.gpus[gpu], xid);
-		if (a >= KILN_ACTION_DRAIN &&
-		    hd_xid_state_add(&m->xs, gpu, m->node.gpus[gpu].cur.uuid, xid, a,
-				     (int64_t) time(NULL))) {
-			const char *path = xid_state_path();
-			/* an unreadable file may hold what it cannot tell: keep it */
-			int r = m->node.xid_state_error[0] ? -EBADMSG
-							   : xid_state_write(path, &m->xs);
-			if (r == -EBADMSG)
-				log_error("XID %d of gpu%d is not saved: %s is unreadable (kept as "
-					  "it is); the XID holds in memory only",
-					  xid, gpu, path);
-			else if (r < 0)
-				log_error_errno(r,
-						"Failed to save XID %d of gpu%d to %s: %m; a "
-						"restart of kiln-healthd would forget it",
-						xid, gpu, path);
-			else if (stat(path, &m->xs_seen) < 0)
-				m->xs_seen = (struct stat){};
-		}
-		int prio = a == KILN_ACTION_IGNORE ? LOG_INFO
-			   : a == KILN_ACTION_APP  ? LOG_WARNING
-						   : LOG_ERR;
-		log_full(prio, "gpu%d: XID %d (%s): action %s", gpu, xid, hd_xid_what(xid),
-			 kiln_cfg_action_to_string(a));
-		any = true;
-	}
-	if (any)
-		publish(m);
-	pthread_mutex_unlock(&m->lock);
 }
 
 /* /metrics, /health and / on the common HTTP glue (kiln/http.h): it
@@ -701,7 +419,7 @@ static int start_http(manager *m)
 	return 0;
 }
 
-static int open_nvml(manager *m)
+int open_nvml(manager *m)
 {
 	int r = hd_nvml_open(m->s.nvml_library, m->s.nvml_timeout_usec, &m->nvml, m->nvml_error,
 			     sizeof(m->nvml_error));
@@ -748,138 +466,6 @@ static int run_check(manager *m)
 		return log_error_errno(-ENOMEM, "Out of memory");
 	fputs(b.s, stdout);
 	return m->node.state == HD_UNHEALTHY ? KILN_EXIT_FAILURE : KILN_EXIT_OK;
-}
-
-static int run_active(manager *m)
-{
-	int r = open_nvml(m), n = 0, failed = 0;
-	if (r == 0 && hd_nvml_count(m->nvml, &n) < 0)
-		n = 0;
-	printf("%-4s %-10s %-8s %12s %12s  %s\n", "GPU", "CHECK", "RESULT", "MEASURED", "EXPECTED",
-	       "DETAIL");
-	for (int i = 0; i < MAX(n, 1); i++) {
-		hd_sample s = {};
-		if (m->nvml && n > 0)
-			hd_nvml_poll(m->nvml, i, &s);
-		hd_active_result res[HD_ACTIVE_CHECKS];
-		char idx[16] = "-";
-		if (n > 0)
-			snprintf(idx, sizeof(idx), "%d", i);
-		if (s.has_pids && s.n_pids > 0) {
-			/* a GEMM burn next to a training job would hurt the job */
-			printf("%-4s %-10s %-8s %12s %12s  %s\n", idx, "all", "skipped", "-", "-",
-			       "the GPU is running a job's processes");
-			continue;
-		}
-		hd_active_run(&m->s, n > 0 ? i : -1, s.name,
-			      s.has_mem ? s.mem_total - s.mem_used : 0, res);
-		for (int k = 0; k < HD_ACTIVE_CHECKS; k++) {
-			const char *unit = streq(res[k].name, "gemm")	   ? "TFLOP/s"
-					   : streq(res[k].name, "memtest") ? "GiB"
-									   : "GB/s";
-			char meas[32] = "-", exp[32] = "-";
-			if (!streq(res[k].status, "skipped"))
-				snprintf(meas, sizeof(meas), "%.1f %s", res[k].value, unit);
-			if (res[k].expected > 0)
-				snprintf(exp, sizeof(exp), "%.0f %s", res[k].expected, unit);
-			printf("%-4s %-10s %-8s %12s %12s  %s\n", idx, res[k].name, res[k].status,
-			       meas, exp, res[k].detail);
-			failed += streq(res[k].status, "failed");
-		}
-	}
-	return failed ? KILN_EXIT_FAILURE : KILN_EXIT_OK;
-}
-
-/* Runs the active checks on every idle GPU, one after the other, and turns
- * failures into unhealthy reasons (kept until the checks pass again). */
-static void *active_main(void *p)
-{
-	manager *m = p;
-	pthread_mutex_lock(&m->lock);
-	int n = m->node.n_gpus;
-	pthread_mutex_unlock(&m->lock);
-	for (int i = 0; i < n; i++) {
-		pthread_mutex_lock(&m->lock);
-		hd_sample cs = m->node.gpus[i].cur;
-		pthread_mutex_unlock(&m->lock);
-		hd_active_result res[HD_ACTIVE_CHECKS];
-		if (cs.n_pids > 0) {
-			log_info("gpu%d: active checks skipped: the GPU is running %u process(es)",
-				 i, cs.n_pids);
-			continue;
-		}
-		if (!cs.present || cs.lost || cs.hung_call[0])
-			continue;
-		if (hd_active_run(&m->s, i, cs.name, cs.has_mem ? cs.mem_total - cs.mem_used : 0,
-				  res) < 0)
-			continue;
-		hd_reasons bad = {};
-		bool same = true;
-		for (int k = 0; k < HD_ACTIVE_CHECKS; k++)
-			same = same && streq(res[k].status, "skipped") &&
-			       streq(res[k].detail, res[0].detail);
-		if (same) {
-			log_info("gpu%d: active checks skipped: %s", i, res[0].detail);
-			continue;
-		}
-		for (int k = 0; k < HD_ACTIVE_CHECKS; k++) {
-			bool failed = streq(res[k].status, "failed");
-			log_full(failed ? LOG_ERR : LOG_INFO, "gpu%d: active check %s %s: %s", i,
-				 res[k].name, res[k].status, res[k].detail);
-			if (failed)
-				hd_reasons_add(&bad, HD_UNHEALTHY, "active check %s failed: %s",
-					       res[k].name, res[k].detail);
-		}
-		pthread_mutex_lock(&m->lock);
-		m->node.gpus[i].active = bad;
-		pthread_mutex_unlock(&m->lock);
-	}
-	m->active_done = true;
-	char c = 'a';
-	(void) !write(m->wake[1], &c, 1);
-	return NULL;
-}
-
-/* Starts a round of active checks when the schedule asked for one, none is
- * running and NVML is up (it may come up late); the next round is due
- * health.active_interval after this one starts. */
-static void active_maybe(manager *m)
-{
-	if (!m->active_due || m->active_running || !m->nvml)
-		return;
-	m->active_due = false;
-	if (m->s.active_interval_usec) {
-		sd_event_source_set_time(m->active_timer,
-					 kiln_now_usec() + m->s.active_interval_usec);
-		sd_event_source_set_enabled(m->active_timer, SD_EVENT_ONESHOT);
-	}
-	m->active_done = false;
-	if (pthread_create(&m->active_thread, NULL, active_main, m) == 0)
-		m->active_running = true;
-	else
-		log_warning("Failed to start the active checks thread, skipping this round");
-}
-
-/* Joins a finished round (its thread wrote to the wake pipe) and shows
- * its results. */
-static void active_reap(manager *m)
-{
-	if (!m->active_running || !m->active_done)
-		return;
-	pthread_join(m->active_thread, NULL);
-	m->active_running = false;
-	pthread_mutex_lock(&m->lock);
-	publish(m);
-	pthread_mutex_unlock(&m->lock);
-	active_maybe(m);
-}
-
-static int on_active_timer(sd_event_source *s, uint64_t usec, void *userdata)
-{
-	manager *m = userdata;
-	m->active_due = true;
-	active_maybe(m);
-	return 0;
 }
 
 /* Every health.interval, at a fixed rate: a poll that overran (hung NVML
@@ -1016,12 +602,12 @@ static int run_daemon(manager *m)
 	if (start_http(m) < 0)
 		return -EADDRINUSE;
 	if (m->s.drain) {
-		r = hd_slurm_start(m->host, &m->slurm);
+		char where[320];
+		r = hd_slurm_start(m->host, &m->slurm, NULL);
 		if (r == -ENOENT) {
 			/* keep checking and exporting metrics: a node whose Slurm
 			 * is not set up yet still wants its GPUs watched */
-			char where[256];
-			hd_slurm_config_source(where, sizeof(where));
+			kiln_slurm_conf_source(where, sizeof(where));
 			log_error("No Slurm configuration (%s): Slurm drain/resume disabled; "
 				  "install slurm.conf or set SLURM_CONF, or set health.drain = "
 				  "false",
@@ -1073,8 +659,9 @@ static void manager_done(manager *m)
 static int run(int argc, char **argv)
 {
 	if (arg_clear_xid)
-		return run_clear_xid();
+		return run_clear_xid(arg_clear_xid);
 	static manager m; /* large (per-GPU samples); static keeps it off the stack */
+	m.oneshot = arg_check || arg_active;
 	pthread_mutex_init(&m.lock, NULL);
 	int r = load_config(&m);
 	if (r < 0)

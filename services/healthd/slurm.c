@@ -12,32 +12,21 @@
  * While slurmctld cannot be reached it retries with exponential backoff
  * (HD_SLURM_BACKOFF_MIN .. _MAX), so a drain lands soon after the controller
  * is back.  It also re-checks every HD_SLURM_RECHECK, so an admin's
- * `scontrol update state=resume` on a sick node is undone. */
-#include <slurm/slurm.h>
-#include <slurm/slurm_errno.h>
+ * `scontrol update state=resume` on a sick node is undone.  Every call to
+ * Slurm goes through libkiln-slurm (kiln/slurm.h). */
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "healthd.h"
 #include "kiln/log.h"
 #include "kiln/parse.h"
-/* after kiln/macro.h: <sys/param.h> only defines MIN/MAX when they are not */
-#include <arpa/nameser.h>
-#include <resolv.h>
+#include "kiln/slurm.h"
 
 #define HD_SLURM_BACKOFF_MIN (500 * KILN_USEC_PER_MSEC)
 #define HD_SLURM_BACKOFF_MAX (8 * KILN_USEC_PER_SEC)
 #define HD_SLURM_RECHECK     (5 * KILN_USEC_PER_SEC)
 #define HD_KILN_PREFIX	     "kiln:"
-/* Where libslurm 22.05 looks for its configuration, in its own order after
- * $SLURM_CONF: the compiled-in default, slurmd's configless cache, then
- * $SLURM_CONF_SERVER or a DNS SRV record.  With none of them slurm_init()
- * calls fatal() and the whole daemon exits, so hd_slurm_start() looks first. */
-#define HD_SLURM_CONF_DEFAULT	 "/etc/slurm/slurm.conf"
-#define HD_SLURM_CONF_CONFIGLESS "/run/slurm/conf/slurm.conf"
-#define HD_SLURM_CONF_SRV	 "_slurmctld._tcp"
 
 struct hd_slurm {
 	char node[KILN_HOSTNAME_MAX + 1];
@@ -50,49 +39,31 @@ struct hd_slurm {
 	bool admin_noted;
 };
 
-static int update(const char *node, uint32_t state, const char *reason)
-{
-	update_node_msg_t u;
-	slurm_init_update_node_msg(&u);
-	char nodebuf[KILN_HOSTNAME_MAX + 1], reasonbuf[HD_SLURM_REASON_MAX];
-	snprintf(nodebuf, sizeof(nodebuf), "%s", node);
-	u.node_names = nodebuf;
-	u.node_state = state;
-	if (reason) {
-		snprintf(reasonbuf, sizeof(reasonbuf), "%s", reason);
-		u.reason = reasonbuf;
-		u.reason_uid = getuid();
-	}
-	if (slurm_update_node(&u) != SLURM_SUCCESS)
-		return -EIO;
-	return 0;
-}
-
 /* One round.  Returns 0, or -EHOSTUNREACH when slurmctld did not answer. */
 static int reconcile(hd_slurm *s, bool want_drain, const char *want_reason, bool resume_ok)
 {
-	node_info_msg_t *msg = NULL;
-	char node[KILN_HOSTNAME_MAX + 1];
-	snprintf(node, sizeof(node), "%s", s->node);
-	if (slurm_load_node_single(&msg, node, SHOW_ALL) != SLURM_SUCCESS) {
-		int e = slurm_get_errno();
-		log_debug("Slurm: cannot load node %s: %s", node, slurm_strerror(e));
+	kiln_slurm_nodes *nodes = NULL;
+	kiln_error e;
+	kiln_error_reset(&e, NULL);
+	const char *node = s->node;
+	if (kiln_slurm_nodes_load(node, &nodes, &e) < 0) {
+		log_debug("Slurm: %s", e.msg);
 		return -EHOSTUNREACH;
 	}
-	if (!msg || msg->record_count == 0) {
-		slurm_free_node_info_msg(msg);
+	const kiln_slurm_node *ni = kiln_slurm_nodes_find(nodes, node);
+	if (!ni) {
+		kiln_slurm_nodes_free(nodes);
 		if (!s->admin_noted)
 			log_warning("Slurm does not know node %s: not draining or resuming it",
 				    node);
 		s->admin_noted = true;
 		return 0;
 	}
-	const node_info_t *ni = &msg->node_array[0];
-	bool drained = ni->node_state & NODE_STATE_DRAIN;
+	bool drained = kiln_slurm_state_drained(ni->state);
 	char cur[HD_SLURM_REASON_MAX] = "";
 	if (ni->reason)
 		snprintf(cur, sizeof(cur), "%s", ni->reason);
-	slurm_free_node_info_msg(msg);
+	kiln_slurm_nodes_free(nodes);
 	bool ours = startswith(cur, HD_KILN_PREFIX) != NULL;
 
 	if (want_drain) {
@@ -106,9 +77,8 @@ static int reconcile(hd_slurm *s, bool want_drain, const char *want_reason, bool
 		}
 		if (drained && streq(cur, want_reason))
 			return 0;
-		if (update(node, NODE_STATE_DRAIN, want_reason) < 0) {
-			log_warning("Failed to drain %s in Slurm: %s; will retry", node,
-				    slurm_strerror(slurm_get_errno()));
+		if (kiln_slurm_node_drain(node, want_reason, &e) < 0) {
+			log_warning("Failed to drain %s in Slurm: %s; will retry", node, e.msg);
 			return -EHOSTUNREACH;
 		}
 		log_notice("Drained %s in Slurm: %s", node, want_reason);
@@ -116,9 +86,8 @@ static int reconcile(hd_slurm *s, bool want_drain, const char *want_reason, bool
 	}
 	s->admin_noted = false;
 	if (resume_ok && drained && ours) {
-		if (update(node, NODE_RESUME, NULL) < 0) {
-			log_warning("Failed to resume %s in Slurm: %s; will retry", node,
-				    slurm_strerror(slurm_get_errno()));
+		if (kiln_slurm_node_resume(node, &e) < 0) {
+			log_warning("Failed to resume %s in Slurm: %s; will retry", node, e.msg);
 			return -EHOSTUNREACH;
 		}
 		log_notice("Resumed %s in Slurm: every GPU healthy (was: %s)", node, cur);
@@ -170,39 +139,12 @@ static void *slurm_main(void *p)
 	return NULL;
 }
 
-int hd_slurm_config_source(char *buf, size_t len)
-{
-	struct stat st;
-	const char *env = getenv("SLURM_CONF");
-	if (env && *env) {
-		/* libslurm uses $SLURM_CONF alone when it is set */
-		if (stat(env, &st) == 0)
-			return snprintf(buf, len, "%s", env), 0;
-		snprintf(buf, len, "$SLURM_CONF names %s, which does not exist", env);
-		return -ENOENT;
-	}
-	if (stat(HD_SLURM_CONF_DEFAULT, &st) == 0)
-		return snprintf(buf, len, "%s", HD_SLURM_CONF_DEFAULT), 0;
-	if (stat(HD_SLURM_CONF_CONFIGLESS, &st) == 0)
-		return snprintf(buf, len, "%s", HD_SLURM_CONF_CONFIGLESS), 0;
-	env = getenv("SLURM_CONF_SERVER");
-	if (env && *env)
-		return snprintf(buf, len, "SLURM_CONF_SERVER=%s", env), 0;
-	unsigned char answer[NS_PACKETSZ];
-	if (res_search(HD_SLURM_CONF_SRV, ns_c_in, ns_t_srv, answer, sizeof(answer)) > 0)
-		return snprintf(buf, len, "DNS SRV %s", HD_SLURM_CONF_SRV), 0;
-	snprintf(buf, len,
-		 "no $SLURM_CONF, no " HD_SLURM_CONF_DEFAULT ", no " HD_SLURM_CONF_CONFIGLESS
-		 ", no $SLURM_CONF_SERVER, no DNS SRV record " HD_SLURM_CONF_SRV);
-	return -ENOENT;
-}
-
-int hd_slurm_start(const char *node, hd_slurm **ret)
+int hd_slurm_start(const char *node, hd_slurm **ret, kiln_error *err)
 {
 	assert_return(node && ret, -EINVAL);
-	char where[256];
-	if (hd_slurm_config_source(where, sizeof(where)) < 0)
-		return -ENOENT;
+	int r = kiln_slurm_init(err);
+	if (r < 0)
+		return r;
 	hd_slurm *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
@@ -214,8 +156,7 @@ int hd_slurm_start(const char *node, hd_slurm **ret)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&s->cond, &ca);
 	pthread_condattr_destroy(&ca);
-	slurm_init(NULL); /* reads $SLURM_CONF or the default slurm.conf */
-	int r = pthread_create(&s->thread, NULL, slurm_main, s);
+	r = pthread_create(&s->thread, NULL, slurm_main, s);
 	if (r != 0) {
 		free(s);
 		return -r;

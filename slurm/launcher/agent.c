@@ -50,6 +50,7 @@
 #include "kiln/macro.h"
 #include "kiln/parse.h"
 #include "kiln/prog.h"
+#include "kiln/slurm.h"
 #include "kiln/store.h"
 #include "kiln/strbuf.h"
 #include "launcher.h"
@@ -824,10 +825,12 @@ static void handle_signal(kr_agent *a, int sig)
 		}
 		kr_group_kill(&a->g, SIGUSR1);
 		if (a->o->requeue && a->L && a->job->job_id && !a->job->sim) {
-			int r = kr_slurm_requeue(a->job->job_id);
+			kiln_error e;
+			kiln_error_reset(&e, NULL);
+			int r = kiln_slurm_requeue(a->job->job_id, &e);
 			if (r < 0)
-				log_warning_errno(r, "Failed to requeue job %s: %m, ignoring",
-						  a->job->job_id);
+				log_warning("Failed to requeue job %s: %s, ignoring",
+					    a->job->job_id, e.msg);
 			else
 				log_notice("Requeued job %s", a->job->job_id);
 		}

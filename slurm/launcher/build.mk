@@ -20,7 +20,7 @@ else
 KILN_RUN_LDLIBS := -lslurm -lconfig -lsystemd
 endif
 
-$(eval $(call kiln_bin,kiln-run,slurm/launcher/kiln-run.c,kilnrun kilnstore config common,$(KILN_RUN_LDLIBS)))
+$(eval $(call kiln_bin,kiln-run,slurm/launcher/kiln-run.c,kilnrun kilnstore kiln-slurm config common,$(KILN_RUN_LDLIBS)))
 
 # Unit tests of the rendezvous state machine (no sockets).
 $(eval $(call kiln_test,test-launcher,tests/launcher/test-rdzv.c,kilnrun common,))

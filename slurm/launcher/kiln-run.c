@@ -428,18 +428,20 @@ static int run(int argc, char **argv)
 	}
 
 	_cleanup_(kr_job_done) kr_job job = { 0 };
-	char err[512] = "";
+	kiln_error e;
+	kiln_error_reset(&e, NULL);
 	const char *sim = getenv(KR_ENV_SIM_NODES);
 	if (!sim && !o.standalone && in_batch_script())
 		return launch_step(argc, argv);
 	if (sim) {
-		r = kr_job_sim(sim, getenv(KR_ENV_SIM_NODE_ID), &job, err, sizeof(err));
+		r = kr_job_sim(sim, getenv(KR_ENV_SIM_NODE_ID), &job, &e);
 		if (r < 0)
-			return log_error("%s", err), KILN_EXIT_USAGE;
+			return log_error("%s", e.msg[0] ? e.msg : "out of memory"), KILN_EXIT_USAGE;
 	} else if (!o.standalone && getenv("SLURM_JOB_ID")) {
-		r = kr_job_from_slurm(&job, err, sizeof(err));
+		r = kr_job_from_slurm(&job, &e);
 		if (r < 0)
-			return log_error_errno(r, "Cannot read the Slurm allocation: %s", err);
+			return log_error_errno(r, "Cannot read the Slurm allocation: %s",
+					       e.msg[0] ? e.msg : "out of memory");
 	} else {
 		o.standalone = true;
 		r = kr_job_standalone(&job);

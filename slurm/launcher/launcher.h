@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "kiln/error.h"
 #include "rdzv.h"
 
 /* Exit codes besides the workers' own codes and KILN_EXIT_* (kiln/prog.h:
@@ -67,12 +68,11 @@ typedef struct kr_job {
 } kr_job;
 
 /* slurmenv.c */
-int kr_job_from_slurm(kr_job *ret, char *err, size_t errlen);
+/* The job from the step's Slurm environment and slurmctld (kiln/slurm.h). */
+int kr_job_from_slurm(kr_job *ret, kiln_error *err);
 int kr_job_standalone(kr_job *ret);
-int kr_job_sim(const char *hostlist, const char *id, kr_job *ret, char *err, size_t errlen);
+int kr_job_sim(const char *hostlist, const char *id, kr_job *ret, kiln_error *err);
 void kr_job_done(kr_job *j);
-/* Asks Slurm to requeue job_id (after preemption warnings). */
-int kr_slurm_requeue(const char *job_id);
 int kr_count_gpus(void);
 /* Name of the interface holding IPv4 address addr, into buf. -ENOENT if none. */
 int kr_ifname_for_addr(const char *addr, char *buf, size_t len);

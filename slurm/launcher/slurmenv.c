@@ -1,7 +1,7 @@
 /* slurmenv.c — the job as Slurm describes it.
  *
  * The node list comes from SLURM_JOB_NODELIST, expanded with libslurm's
- * hostlist (the same code slurmctld uses), so node order is Slurm's node
+ * hostlist (the same code slurmctld uses, through libkiln-slurm), so node order is Slurm's node
  * order and no host name is guessed.  This node's id is its position in
  * that list (SLURMD_NODENAME), not the step-relative SLURM_NODEID, so that
  * agents started by different job steps (a node added later) agree.  Node
@@ -12,7 +12,6 @@
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <slurm/slurm.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +20,7 @@
 #include "kiln/hostlist.h"
 #include "kiln/macro.h"
 #include "kiln/parse.h"
+#include "kiln/slurm.h"
 #include "kiln/strbuf.h"
 #include "launcher.h"
 
@@ -49,100 +49,53 @@ static int resolve(const char *name, char buf[static 16])
 	return 0;
 }
 
-static int expand_slurm(const char *list, char ***ret, size_t *ret_n)
+int kr_job_from_slurm(kr_job *ret, kiln_error *err)
 {
-	hostlist_t hl = slurm_hostlist_create(list);
-	if (!hl)
-		return -EINVAL;
-	_cleanup_strv_free_ char **v = NULL;
-	size_t n = 0;
-	char *h;
-	int r = 0;
-	while ((h = slurm_hostlist_shift(hl))) {
-		if (n >= KILN_HOSTLIST_MAX)
-			r = -E2BIG;
-		else if (strv_extend(&v, h) < 0)
-			r = -ENOMEM;
-		else
-			n++;
-		free(h);
-		if (r < 0)
-			break;
-	}
-	slurm_hostlist_destroy(hl);
+	kiln_slurm_env env;
+	int r = kiln_slurm_env_read(&env, err);
 	if (r < 0)
 		return r;
-	if (n == 0)
-		return -EINVAL;
-	*ret = TAKE_PTR(v);
-	*ret_n = n;
-	return 0;
-}
-
-int kr_job_from_slurm(kr_job *ret, char *err, size_t errlen)
-{
-	const char *jobid = getenv("SLURM_JOB_ID");
-	const char *list = getenv("SLURM_JOB_NODELIST");
-	const char *self = getenv("SLURMD_NODENAME");
-	if (!list)
-		list = getenv("SLURM_NODELIST");
-	if (!jobid || !list || !self) {
-		snprintf(err, errlen,
-			 "SLURM_JOB_ID, SLURM_JOB_NODELIST or SLURMD_NODENAME is not set");
-		return -ENOENT;
-	}
-	slurm_init(NULL);
 	kr_job j = { 0 };
-	int r = expand_slurm(list, &j.nodes, &j.n);
-	if (r < 0) {
-		snprintf(err, errlen, "cannot expand SLURM_JOB_NODELIST '%s'", list);
-		return r;
-	}
+	r = kiln_slurm_hostlist_expand(env.nodelist, &j.nodes, &j.n);
+	if (r < 0)
+		return kiln_error_setf(err, r, "cannot expand SLURM_JOB_NODELIST '%s'",
+				       env.nodelist);
 	j.self = SIZE_MAX;
 	for (size_t i = 0; i < j.n; i++)
-		if (streq(j.nodes[i], self))
+		if (streq(j.nodes[i], env.node))
 			j.self = i;
 	if (j.self == SIZE_MAX) {
-		snprintf(err, errlen, "this node (%s) is not in SLURM_JOB_NODELIST '%s'", self,
-			 list);
 		kr_job_done(&j);
-		return -ENOENT;
+		return kiln_error_setf(err, -ENOENT,
+				       "this node (%s) is not in SLURM_JOB_NODELIST '%s'", env.node,
+				       env.nodelist);
 	}
-	j.job_id = strdup(jobid);
+	j.job_id = strdup(env.job_id);
 	j.addrs = calloc(j.n + 1, sizeof(char *));
 	if (!j.job_id || !j.addrs) {
 		kr_job_done(&j);
 		return -ENOMEM;
 	}
-	node_info_msg_t *ni = NULL;
-	if (slurm_load_node(0, &ni, SHOW_ALL) != 0)
+	/* NodeAddr when slurmctld answers; DNS for the rest */
+	kiln_slurm_nodes *ni = NULL;
+	if (kiln_slurm_nodes_load(NULL, &ni, NULL) < 0)
 		ni = NULL;
-	for (size_t i = 0; i < j.n; i++) {
+	for (size_t i = 0; i < j.n && r >= 0; i++) {
 		char buf[16] = "";
-		const char *addr = NULL;
-		for (uint32_t k = 0; ni && k < ni->record_count; k++)
-			if (ni->node_array[k].name && streq(ni->node_array[k].name, j.nodes[i]))
-				addr = ni->node_array[k].node_addr;
-		r = resolve(addr ? addr : j.nodes[i], buf);
-		if (r < 0) {
-			snprintf(err, errlen,
-				 "cannot find the address of node %s (NodeAddr or DNS)",
-				 j.nodes[i]);
-			if (ni)
-				slurm_free_node_info_msg(ni);
-			kr_job_done(&j);
-			return r;
-		}
-		j.addrs[i] = strdup(buf);
-		if (!j.addrs[i]) {
-			if (ni)
-				slurm_free_node_info_msg(ni);
-			kr_job_done(&j);
-			return -ENOMEM;
-		}
+		const kiln_slurm_node *k = kiln_slurm_nodes_find(ni, j.nodes[i]);
+		r = resolve(k && k->addr ? k->addr : j.nodes[i], buf);
+		if (r < 0)
+			kiln_error_setf(err, r,
+					"cannot find the address of node %s (NodeAddr or DNS)",
+					j.nodes[i]);
+		else if (!(j.addrs[i] = strdup(buf)))
+			r = -ENOMEM;
 	}
-	if (ni)
-		slurm_free_node_info_msg(ni);
+	kiln_slurm_nodes_free(ni);
+	if (r < 0) {
+		kr_job_done(&j);
+		return r;
+	}
 	*ret = j;
 	return 0;
 }
@@ -160,20 +113,18 @@ int kr_job_standalone(kr_job *ret)
 	return 0;
 }
 
-int kr_job_sim(const char *hostlist, const char *id, kr_job *ret, char *err, size_t errlen)
+int kr_job_sim(const char *hostlist, const char *id, kr_job *ret, kiln_error *err)
 {
 	kr_job j = { .sim = true };
 	size_t pos = 0;
 	int r = kiln_hostlist_expand(hostlist, &j.nodes, &j.n, &pos);
-	if (r < 0) {
-		snprintf(err, errlen, "bad %s '%s'", KR_ENV_SIM_NODES, hostlist);
-		return r;
-	}
+	if (r < 0)
+		return kiln_error_setf(err, r, "bad %s '%s'", KR_ENV_SIM_NODES, hostlist);
 	int v;
 	r = kiln_parse_int(id ? id : "", 0, (int) j.n - 1, &v);
 	if (r < 0) {
-		snprintf(err, errlen, "bad %s '%s' (0..%zu)", KR_ENV_SIM_NODE_ID, strempty(id),
-			 j.n - 1);
+		kiln_error_setf(err, r, "bad %s '%s' (0..%zu)", KR_ENV_SIM_NODE_ID, strempty(id),
+				j.n - 1);
 		kr_job_done(&j);
 		return r;
 	}
@@ -187,17 +138,6 @@ int kr_job_sim(const char *hostlist, const char *id, kr_job *ret, char *err, siz
 	snprintf(buf, sizeof(buf), "sim-%d", (int) getuid());
 	j.job_id = strdup(buf);
 	*ret = j;
-	return 0;
-}
-
-int kr_slurm_requeue(const char *job_id)
-{
-	uint64_t id;
-	int r = kiln_parse_uint64(job_id ? job_id : "", UINT32_MAX, &id);
-	if (r < 0)
-		return r;
-	if (slurm_requeue((uint32_t) id, 0) != 0)
-		return -errno ? -errno : -EIO;
 	return 0;
 }
 

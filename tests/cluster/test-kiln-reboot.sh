@@ -12,13 +12,11 @@
 #     started;
 #   - a reboot pending elsewhere counts towards --wave: refused.
 set -u
-here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/../.." && pwd)
+# shellcheck source=tests/lib/suite.sh
+. "$(dirname "$0")/../lib/suite.sh"
+# shellcheck source=tests/lib/tap.sh
 . "$top/tests/lib/tap.sh"
-B=${KILN_BUILD:-build}
-case "$B" in /*) ;; *) B=$top/$B ;; esac
 export KILN_BUILD=$B
-KILN=$B/bin/kiln
 W=$(mktemp -d /tmp/kiln-reboot-test.XXXXXX)
 MON=
 cleanup() {

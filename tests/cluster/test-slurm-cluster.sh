@@ -5,11 +5,10 @@
 # and the demo cluster comes up in network namespaces and runs srun and
 # sbatch jobs on all three nodes.
 set -u
-here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/../.." && pwd)
+# shellcheck source=tests/lib/suite.sh
+. "$(dirname "$0")/../lib/suite.sh"
+# shellcheck source=tests/lib/tap.sh
 . "$top/tests/lib/tap.sh"
-B=${KILN_BUILD:-build}
-case "$B" in /*) ;; *) B=$top/$B ;; esac
 export KILN_BUILD=$B
 work=$(mktemp -d /tmp/kiln-slurm-test.XXXXXX)
 cleanup() {

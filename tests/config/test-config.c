@@ -846,19 +846,48 @@ static void test_render_golden(void **state)
 		_cleanup_free_ char *file = NULL;
 		assert_true(asprintf(&file, "%s.cfg", examples[x]) > 0);
 		_cleanup_(kiln_cfg_freep) kiln_cfg *c = load_example(file);
-		for (size_t t = 0; kiln_cfg_render_targets[t]; t++) {
-			if (streq(kiln_cfg_render_targets[t], "node-env"))
+		for (const kiln_cfg_render_target *t = kiln_cfg_render_targets; t->name; t++) {
+			if (!(t->flags & KILN_CFG_RENDER_PER_NODE)) {
+				check_golden(c, examples[x], t->name, NULL);
 				continue;
-			check_golden(c, examples[x], kiln_cfg_render_targets[t], NULL);
+			}
+			for (size_t i = 0; i < c->n_nodes; i++)
+				check_golden(c, examples[x], t->name, c->nodes[i].name);
+			check_golden(c, examples[x], t->name, c->head.hostname);
 		}
-		for (size_t i = 0; i < c->n_nodes; i++)
-			check_golden(c, examples[x], "node-env", c->nodes[i].name);
-		check_golden(c, examples[x], "node-env", c->head.hostname);
 	}
 }
 
 /* DefMemPerGPU/DefCpuPerGPU: the GPU group with the least per GPU; keys
  * override; a 1-socket group gets no Cores=. */
+/* The one table of targets: every row complete, names unique, the secret
+ * written 0600, and kiln_cfg_render() refusing what the table does not
+ * allow. */
+static void test_render_targets_table(void **state)
+{
+	size_t n = 0, per_node = 0, slurm = 0;
+	for (const kiln_cfg_render_target *t = kiln_cfg_render_targets; t->name; t++, n++) {
+		assert_non_null(t->summary);
+		assert_non_null(t->render);
+		assert_true(t->mode == 0644 || t->mode == 0600);
+		assert_ptr_equal(kiln_cfg_render_target_find(t->name), t);
+		per_node += !!(t->flags & KILN_CFG_RENDER_PER_NODE);
+		slurm += !!(t->flags & KILN_CFG_RENDER_SLURM);
+	}
+	assert_true(n <= KILN_CFG_RENDER_TARGETS_MAX);
+	assert_int_equal(per_node, 1);
+	assert_int_equal(slurm, 4);
+	assert_string_equal(kiln_cfg_render_targets[0].name, "slurm.conf"); /* kiln apply's first */
+	assert_int_equal(kiln_cfg_render_target_find("slurmdbd.conf")->mode, 0600);
+	assert_null(kiln_cfg_render_target_find("nope.conf"));
+	assert_null(kiln_cfg_render_target_find(NULL));
+	_cleanup_(kiln_cfg_freep) kiln_cfg *c = load_example("demo.cfg");
+	char *out = NULL;
+	assert_int_equal(kiln_cfg_render(c, "nope.conf", NULL, &out), -EINVAL);
+	assert_int_equal(kiln_cfg_render(c, "node-env", NULL, &out), -EINVAL);
+	assert_null(out);
+}
+
 static void test_render_per_gpu_defaults(void **state)
 {
 	static const char *const two =
@@ -1043,12 +1072,11 @@ static void test_mutations(void **state)
 		if (r == 0) {
 			for (size_t k = 0; k < e.n; k++) /* a loaded file has warnings at most */
 				assert_true(e.v[k].warning);
-			for (size_t t = 0; kiln_cfg_render_targets[t]; t++) {
+			for (const kiln_cfg_render_target *t = kiln_cfg_render_targets; t->name;
+			     t++) {
 				char *out = NULL;
 				const char *node = c->n_nodes ? c->nodes[0].name : c->head.hostname;
-				assert_int_equal(
-					kiln_cfg_render(c, kiln_cfg_render_targets[t], node, &out),
-					0);
+				assert_int_equal(kiln_cfg_render(c, t->name, node, &out), 0);
 				free(out);
 			}
 			kiln_cfg_free(c);
@@ -1123,6 +1151,7 @@ int main(void)
 		cmocka_unit_test(test_error_cap),
 		cmocka_unit_test(test_bad_corpus),
 		cmocka_unit_test(test_render_golden),
+		cmocka_unit_test(test_render_targets_table),
 		cmocka_unit_test(test_render_content),
 		cmocka_unit_test(test_render_per_gpu_defaults),
 		cmocka_unit_test(test_gpu_type),

@@ -42,14 +42,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else {
 		if (errs.n != 0)
 			abort(); /* success with errors */
-		for (size_t t = 0; kiln_cfg_render_targets[t]; t++) {
-			if (strcmp(kiln_cfg_render_targets[t], "node-env") == 0)
+		for (const kiln_cfg_render_target *t = kiln_cfg_render_targets; t->name; t++) {
+			if (t->flags & KILN_CFG_RENDER_PER_NODE)
 				continue;
 			char *out = NULL;
-			int rr = kiln_cfg_render(cfg, kiln_cfg_render_targets[t], NULL, &out);
+			int rr = kiln_cfg_render(cfg, t->name, NULL, &out);
 			/* slurmdbd.conf reads the password file the input names:
 			 * failing to read it is its contract, not a bug */
-			if (rr < 0 && !(strcmp(kiln_cfg_render_targets[t], "slurmdbd.conf") == 0 &&
+			if (rr < 0 && !(strcmp(t->name, "slurmdbd.conf") == 0 &&
 					cfg->accounting.storage_host && rr != -ENOMEM))
 				abort();
 			free(out);

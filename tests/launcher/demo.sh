@@ -10,10 +10,8 @@
 # The cluster comes from tests/cluster/cluster.sh up; the killed node is
 # restarted at the end (cluster.sh start-node) so the cluster stays usable.
 set -u
-here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/../.." && pwd)
-B=${KILN_BUILD:-build}
-case "$B" in /*) ;; *) B=$top/$B ;; esac
+# shellcheck source=tests/lib/suite.sh
+. "$(dirname "$0")/../lib/suite.sh"
 export KILN_BUILD=$B
 envsh=${1:?usage: demo.sh CLUSTER_DIR/env.sh}
 . "$envsh"

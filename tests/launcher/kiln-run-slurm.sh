@@ -15,10 +15,8 @@
 #     round on the survivors resumes from the checkpoint, agents exit 0.
 # Needs root (network namespaces), slurmctld/slurmd/munged.  TAP output.
 set -u
-here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/../.." && pwd)
-B=${KILN_BUILD:-build}
-case "$B" in /*) ;; *) B=$top/$B ;; esac
+# shellcheck source=tests/lib/suite.sh
+. "$(dirname "$0")/../lib/suite.sh"
 export KILN_BUILD=$B
 KR=$B/bin/kiln-run
 W=$B/tests/kiln-run-worker

@@ -41,6 +41,14 @@ typedef struct kiln_error {
  * sets file (NULL: ""; cut to fit).  NULL e: nothing. */
 void kiln_error_reset(kiln_error *e, const char *file);
 
+/* Fills e for a refusal: keeps e->file, sets code and msg (cut to
+ * KILN_ERROR_MSG_MAX) from fmt, clears offset, line, column and where.
+ * Returns code, so that a library can `return kiln_error_setf(err, -EIO,
+ * ...)`.  NULL e: only returns code.  Every kiln library formats its
+ * error messages through this (or kiln_json_fail(), which adds the path). */
+int kiln_error_setf(kiln_error *e, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /* One line for a user: "FILE: byte N: MSG", without "FILE: " when file is
  * "" and without "byte N: " when offset is -1; "(no error)" for NULL e.
  * Cut to fit len.  Returns buf. */
