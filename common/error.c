@@ -1,5 +1,6 @@
 /* error.c — kiln_error, the error detail every kiln library hands back
- * (kiln/error.h): reset and the one-line format. */
+ * (kiln/error.h): reset, set from a format, and the one-line format. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,6 +13,25 @@ void kiln_error_reset(kiln_error *e, const char *file)
 	memset(e, 0, sizeof(*e));
 	e->offset = -1;
 	snprintf(e->file, sizeof(e->file), "%s", file ? file : "");
+}
+
+int kiln_error_vsetf(kiln_error *e, int code, const char *fmt, va_list ap)
+{
+	if (e) {
+		kiln_error_reset(e, NULL);
+		e->code = code;
+		vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+	}
+	return code;
+}
+
+int kiln_error_setf(kiln_error *e, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	kiln_error_vsetf(e, code, fmt, ap);
+	va_end(ap);
+	return code;
 }
 
 char *kiln_error_format(const kiln_error *e, char *buf, size_t len)

@@ -15,6 +15,7 @@
  * below KILN_ERROR_MSG_MAX. */
 #pragma once
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,6 +41,15 @@ typedef struct kiln_error {
 /* Empties e (code 0, offset -1, line and column 0, where and msg "") and
  * sets file (NULL: ""; cut to fit).  NULL e: nothing. */
 void kiln_error_reset(kiln_error *e, const char *file);
+
+/* Resets e (file "") and sets its code and its message from fmt (cut at
+ * KILN_ERROR_MSG_MAX); returns code, so a library can say
+ * `return kiln_error_setf(err, -EINVAL, "...", ...);`.  NULL e: only the
+ * return. */
+int kiln_error_setf(kiln_error *e, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+int kiln_error_vsetf(kiln_error *e, int code, const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
 
 /* One line for a user: "FILE: byte N: MSG", without "FILE: " when file is
  * "" and without "byte N: " when offset is -1; "(no error)" for NULL e.
