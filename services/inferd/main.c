@@ -142,7 +142,7 @@ static int on_signal(sd_event_source *s, const struct signalfd_siginfo *si, void
 	in_flight(&running, &waiting);
 	char grace[32];
 	kiln_format_duration(grace, sizeof(grace), inferd_arg.drain_grace_usec);
-	log_info("Got %s, stopping: inferd_draining %d running and %d waiting requests (new ones "
+	log_info("Got %s, stopping: draining %d running and %d waiting requests (new ones "
 		 "get "
 		 "503), up to %s",
 		 sig, running, waiting, grace);

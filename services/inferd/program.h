@@ -104,7 +104,7 @@ extern inferd_served_models inferd_served;
 extern atomic_bool inferd_draining;
 
 typedef struct daemon_state {
-	uint64_t drain_deadline; /* CLOCK_MONOTONIC usec; 0: not inferd_draining */
+	uint64_t drain_deadline; /* CLOCK_MONOTONIC usec; 0: not draining */
 	uint64_t watchdog_usec;	 /* systemd's WatchdogSec; 0: off */
 	bool watchdog_missed;	 /* logged once per stall */
 } daemon_state;

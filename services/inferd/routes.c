@@ -154,7 +154,7 @@ static int on_metrics(kiln_http_request *r, void *u)
 	kiln_engine_metrics(engines, names, inferd_served.n, &m);
 	kiln_metrics_family(&m, "kiln_inferd_http_responses_total", KILN_METRIC_COUNTER,
 			    "HTTP replies by status code (429: queue full, 401: no or a wrong "
-			    "key, 503: inferd_draining).");
+			    "key, 503: draining).");
 	for (unsigned c = 100; c < HTTP_STATUS_MAX; c++) {
 		uint64_t v = atomic_load(&http_status[c]);
 		char code[8];
