@@ -16,7 +16,7 @@ void kiln_error_reset(kiln_error *e, const char *file)
 	snprintf(e->file, sizeof(e->file), "%s", file ? file : "");
 }
 
-int kiln_error_setf(kiln_error *e, int code, const char *fmt, ...)
+int kiln_error_vsetf(kiln_error *e, int code, const char *fmt, va_list ap)
 {
 	if (!e)
 		return code;
@@ -25,9 +25,15 @@ int kiln_error_setf(kiln_error *e, int code, const char *fmt, ...)
 	file[sizeof(file) - 1] = 0;
 	kiln_error_reset(e, file);
 	e->code = code;
+	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+	return code;
+}
+
+int kiln_error_setf(kiln_error *e, int code, const char *fmt, ...)
+{
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+	kiln_error_vsetf(e, code, fmt, ap);
 	va_end(ap);
 	return code;
 }

@@ -1083,19 +1083,31 @@ int kk_grad_clip(kk_backend *be, kk_stream *st, kk_buffer *const *grads, size_t 
 
 /* ---- sampling ---------------------------------------------------------- */
 
+static bool sampling_ok(int64_t rows, int64_t vocab, const kk_sampling *p)
+{
+	return p && dim_ok(rows) && dim_ok(vocab) && vocab <= INT32_MAX &&
+	       isfinite(p->temperature) && p->temperature >= 0 && p->top_k >= 0 &&
+	       p->top_k <= KK_SAMPLE_TOP_K_MAX && isfinite(p->top_p) && p->top_p >= 0 &&
+	       p->top_p <= 1;
+}
+
 int kk_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *logits, int64_t rows,
 	      int64_t vocab, const kk_sampling *p)
 {
 	CHECK_ST(be, st);
-	assert_return(p && dim_ok(rows) && dim_ok(vocab) && vocab <= INT32_MAX, -EINVAL);
-	assert_return(isfinite(p->temperature) && p->temperature >= 0, -EINVAL);
-	assert_return(p->top_k >= 0 && p->top_k <= KK_SAMPLE_TOP_K_MAX, -EINVAL);
-	assert_return(isfinite(p->top_p) && p->top_p >= 0 && p->top_p <= 1, -EINVAL);
+	assert_return(sampling_ok(rows, vocab, p), -EINVAL);
 	assert_return(bok(be, logits, OPM_SAMPLE, mul2(rows, vocab)) &&
 			      bok(be, ids, M_I32, (size_t) rows),
 		      -EINVAL);
 	SLOT(be, sample);
 	return be->ops->sample(be, st, ids, logits, rows, vocab, p);
+}
+
+int kk_sample_host(const float *logits, int64_t rows, int64_t vocab, const kk_sampling *p,
+		   int32_t *ids)
+{
+	assert_return(logits && ids && sampling_ok(rows, vocab, p), -EINVAL);
+	return kk__cpu_sample_host(logits, rows, vocab, p, ids);
 }
 
 /* ---- collectives ------------------------------------------------------- */

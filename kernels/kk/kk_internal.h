@@ -190,6 +190,9 @@ int kk__cuda_driver_check(int driver, int needed, char *why, size_t len);
 
 /* kk_qmatrix_pack on the cpu backend (kernels/kk/cpu/quant.c). */
 int kk__cpu_qpack(kk_qmatrix *q);
+/* kk_sample_host's body: cpu/sample.c's sampler on host floats. */
+int kk__cpu_sample_host(const float *logits, int64_t rows, int64_t vocab, const kk_sampling *p,
+			int32_t *ids);
 
 /* Test hook: install a copy of a backend's ops with some slots cleared,
  * so tests can check the -EOPNOTSUPP path.  Not for production use. */

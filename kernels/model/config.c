@@ -14,14 +14,12 @@
 
 int km_errorf(kiln_error *err, int r, const char *fmt, ...)
 {
-	if (err) {
-		kiln_error_reset(err, NULL);
-		err->code = r;
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err->msg, KM_ERROR_MAX, fmt, ap);
-		va_end(ap);
-	}
+	va_list ap;
+	va_start(ap, fmt);
+	kiln_error_vsetf(err, r, fmt, ap);
+	va_end(ap);
+	if (err) /* kmodel's messages fit KM_ERROR_MAX (kmodel.h) */
+		err->msg[KM_ERROR_MAX - 1] = 0;
 	return r;
 }
 

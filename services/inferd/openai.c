@@ -415,6 +415,20 @@ static int get_logit_bias(const inferd_model *m, const json_t *req, inferd_reque
 	return 0;
 }
 
+/* tool_choice / function_call: anything but "none" or "auto" (or null)
+ * asks for calls this server never makes. */
+static int refuse_choice(const json_t *req, const char *key, const char *what, kiln_error *e)
+{
+	const json_t *v = json_object_get(req, key);
+	const char *s = json_string_value(v);
+	if (v && !json_is_null(v) && !(s && (streq(s, "none") || streq(s, "auto"))))
+		return kiln_json_fail(e, key,
+				      "kiln-inferd does not support %s; leave the field out or "
+				      "send \"none\"",
+				      what);
+	return 0;
+}
+
 /* n, penalties, logit_bias, min_tokens, logprobs (OpenAI's and vLLM's
  * sampling fields), and fields stock clients (the openai package,
  * LangChain ...) send that kiln takes at their neutral values only:
@@ -492,18 +506,9 @@ static int get_sampling(const inferd_model *m, const json_t *req, bool chat, inf
 	v = json_object_get(req, "functions");
 	if (v && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
 		return UNSUPPORTED(e, "functions", "function calls", "leave the field out");
-	v = json_object_get(req, "tool_choice");
-	if (v && !json_is_null(v) &&
-	    !(json_is_string(v) &&
-	      (streq(json_string_value(v), "none") || streq(json_string_value(v), "auto"))))
-		return UNSUPPORTED(e, "tool_choice", "tool calls",
-				   "leave the field out or send \"none\"");
-	v = json_object_get(req, "function_call");
-	if (v && !json_is_null(v) &&
-	    !(json_is_string(v) &&
-	      (streq(json_string_value(v), "none") || streq(json_string_value(v), "auto"))))
-		return UNSUPPORTED(e, "function_call", "function calls",
-				   "leave the field out or send \"none\"");
+	if (refuse_choice(req, "tool_choice", "tool calls", e) < 0 ||
+	    refuse_choice(req, "function_call", "function calls", e) < 0)
+		return -EINVAL;
 	return 0;
 }
 

@@ -154,6 +154,17 @@ static int run_sequential(km_model *m, km_kvcache *c, breq *q, int n)
 	return 0;
 }
 
+/* An engine on f's weights, or NULL after saying why. */
+static kiln_engine *engine_open(kk_backend *be, km_file *f, const kiln_engine_opts *o)
+{
+	km_weight_source src = km_file_source(f);
+	kiln_error err;
+	kiln_engine *e = NULL;
+	if (kiln_engine_new(be, km_file_config(f), &src, o, &e, &err) < 0)
+		fprintf(stderr, "engine: %s\n", err.msg);
+	return e;
+}
+
 static void row(const char *name, const breq *q, int n, double w, double c)
 {
 	long tokens = 0;
@@ -236,11 +247,9 @@ int main(int argc, char **argv)
 				       .num_blocks = 512,
 				       .max_waiting = 256,
 				       .eos_token = -1 };
-		kiln_engine *e = NULL;
-		if (kiln_engine_new(be, km_file_config(f), &src, &o, &e, &err) < 0) {
-			fprintf(stderr, "engine: %s\n", err.msg);
+		kiln_engine *e = engine_open(be, f, &o);
+		if (!e)
 			return 1;
-		}
 		w0 = wall();
 		c0 = cpu();
 		if (run_engine(e, q, N, clients[k]) < 0)
@@ -291,11 +300,9 @@ int main(int argc, char **argv)
 				       .max_waiting = 256,
 				       .eos_token = -1,
 				       .prefix_caching = pc };
-		kiln_engine *e = NULL;
-		if (kiln_engine_new(be, km_file_config(f), &src, &o, &e, &err) < 0) {
-			fprintf(stderr, "engine: %s\n", err.msg);
+		kiln_engine *e = engine_open(be, f, &o);
+		if (!e)
 			return 1;
-		}
 		w0 = wall();
 		c0 = cpu();
 		if (run_engine(e, q, N, 8) < 0)

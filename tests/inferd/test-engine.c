@@ -1593,9 +1593,9 @@ static void test_prompt_logprobs(void **state)
 	engine_free(e);
 }
 
-/* The host sampler draws what kk_sample (cpu backend) draws: the same
- * algorithm, so a request that takes the host path samples as it would
- * have on the device. */
+/* The host path samples with kk_sample_host, which draws what kk_sample
+ * draws on the engine's backend from the same logits, so a request that
+ * takes the host path samples as it would have on the device. */
 static void test_host_sampler(void **state)
 {
 	enum { V = 512, T = 400 };
@@ -1620,7 +1620,9 @@ static void test_host_sampler(void **state)
 		int32_t dev = -1;
 		assert_int_equal(kk_sample(be, NULL, ib, lb, 1, V, &p), 0);
 		assert_int_equal(kk_buffer_download(be, NULL, ib, 0, &dev, sizeof(dev)), 0);
-		differ += kiln_engine__sample_host(x, V, &p) != dev;
+		int32_t host = -1;
+		assert_int_equal(kk_sample_host(x, 1, V, &p, &host), 0);
+		differ += host != dev;
 	}
 	assert_int_equal(differ, 0);
 	kk_buffer_free(lb);
@@ -1652,7 +1654,9 @@ static void test_process_logits(void **state)
 		if (!(x[i] == want[i]))
 			fail_msg("logit %d: %g, want %g", i, x[i], want[i]);
 	kk_sampling greedy = { 0 };
-	assert_int_equal(kiln_engine__sample_host(x, 8, &greedy), 5);
+	int32_t tok = -1;
+	assert_int_equal(kk_sample_host(x, 1, 8, &greedy, &tok), 0);
+	assert_int_equal(tok, 5);
 	/* min_tokens reached (4 generated): the stop is left alone. */
 	float y[8] = { 0, 0, 0, 0, 0, 0, 0, 9 };
 	const int32_t toks2[] = { 1, 2, 2, 3, 3, 4 };

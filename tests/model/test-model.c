@@ -933,6 +933,49 @@ static void test_random_head64(void **state)
 
 /* ---- configuration and checkpoints ------------------------------------- */
 
+/* km_memory_estimate on a hand-computed config (dim 16, hidden 32, 2
+ * layers, kv dim 8, vocab 10, tied classifier): linear weights 4608,
+ * their rows 256, embedding + norms 240 elements; and, with the fixture,
+ * the weights km_model_new really holds in f32 and bf16. */
+static void test_memory_estimate(void **state)
+{
+	km_config c = small_cfg();
+	km_memory m;
+	km_model_opts o = { .weight_dtype = KK_F32, .max_tokens = 8, .max_seqs = 2 };
+	assert_int_equal(km_memory_estimate(&c, &o, 3, &m), 0);
+	assert_int_equal(m.weights, 4608 * 4 + 240 * 4);
+	assert_int_equal(m.kv, 3 * 2048); /* K and V, 2 layers, 16 tokens, 8 floats */
+	assert_int_equal(m.buffers, 8 * (4 * 16 + 2 * 8 + 3 * 32) * 4 + 2 * 10 * 4);
+	assert_int_equal(km_kv_block_bytes(&c, KK_F32), 2048);
+	o.weight_dtype = KK_BF16;
+	assert_int_equal(km_memory_estimate(&c, &o, 3, &m), 0);
+	assert_int_equal(m.weights, (4608 + 240) * 2);
+	assert_int_equal(m.kv, 3 * 1024);
+	o.weight_dtype = KK_I8; /* a f32 scale per row; activations f32 */
+	assert_int_equal(km_memory_estimate(&c, &o, 0, &m), 0);
+	assert_int_equal(m.weights, 4608 + 256 * 4 + 240 * 4);
+	assert_int_equal(m.kv, 0);
+	o.weight_dtype = KK_Q4; /* 4 bits, a f32 scale per 32 */
+	assert_int_equal(km_memory_estimate(&c, &o, 1, &m), 0);
+	assert_int_equal(m.weights, 4608 / 2 + 4608 / 32 * 4 + 240 * 4);
+	assert_int_equal(m.kv, 2048);
+	assert_int_equal(km_memory_estimate(NULL, &o, 1, &m), -EINVAL);
+	assert_int_equal(km_memory_estimate(&c, &o, -1, &m), -EINVAL);
+
+	NEED_FIXTURE();
+	const kk_dtype dts[] = { KK_F32, KK_BF16 };
+	for (size_t i = 0; i < sizeof(dts) / sizeof(dts[0]); i++) {
+		km_model *mod = load(dts[i], 16, 1);
+		o = (km_model_opts){ .weight_dtype = dts[i], .max_tokens = 16, .max_seqs = 1 };
+		assert_int_equal(km_memory_estimate(km_model_config(mod), &o, 0, &m), 0);
+		print_message("# %s: weights estimated %llu bytes, held %zu\n",
+			      kk_dtype_name(dts[i]), (unsigned long long) m.weights,
+			      km_model_weight_bytes(mod));
+		assert_int_equal(m.weights, km_model_weight_bytes(mod));
+		km_model_free(mod);
+	}
+}
+
 static void test_config_errors(void **state)
 {
 	kiln_error err;
@@ -1054,6 +1097,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_config_errors),
+		cmocka_unit_test(test_memory_estimate),
 		cmocka_unit_test(test_kvcache_basic),
 		cmocka_unit_test(test_kvcache_random),
 		cmocka_unit_test(test_bad_checkpoints),

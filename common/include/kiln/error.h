@@ -15,6 +15,7 @@
  * below KILN_ERROR_MSG_MAX. */
 #pragma once
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,6 +49,9 @@ void kiln_error_reset(kiln_error *e, const char *file);
  * error messages through this (or kiln_json_fail(), which adds the path). */
 int kiln_error_setf(kiln_error *e, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* kiln_error_setf with a va_list, for a library's own printf-like wrapper. */
+int kiln_error_vsetf(kiln_error *e, int code, const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
 
 /* One line for a user: "FILE: byte N: MSG", without "FILE: " when file is
  * "" and without "byte N: " when offset is -1; "(no error)" for NULL e.

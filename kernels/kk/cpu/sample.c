@@ -5,7 +5,9 @@
  * token: sort candidates by logit (descending, ties by lower id), keep the
  * top_k, then the shortest prefix whose share of the kept mass reaches
  * top_p, and invert the CDF of the renormalized kept set at
- * kk_sample_uniform(seed, row), walking it in id order. */
+ * kk_sample_uniform(seed, row), walking it in id order.  kk_sample_host
+ * (host floats, for a caller that processed the logits on the host) runs
+ * the same code, so there is one sampler on the cpu side. */
 #include <errno.h>
 #include <stdlib.h>
 
@@ -33,8 +35,9 @@ static int cand_cmp(const void *a, const void *b)
 }
 
 struct sample_ctx {
-	kk_buffer *ids;
-	const kk_buffer *logits;
+	int32_t *ids;
+	const kk_buffer *logits; /* NULL: host holds the rows as floats */
+	const float *host;
 	int64_t vocab;
 	const kk_sampling *p;
 };
@@ -55,13 +58,13 @@ static int sample_range(void *ptr, int64_t b, int64_t e, int chunk)
 		int32_t pick;
 
 		for (int64_t i = 0; i < V; i++) {
-			cs[i].x = LD(c->logits, (size_t) r * V + i);
+			cs[i].x = c->host ? c->host[r * V + i] : LD(c->logits, (size_t) r * V + i);
 			cs[i].id = (int32_t) i;
 			if (cs[i].x > cs[best].x)
 				best = i;
 		}
 		if (p->temperature == 0) {
-			((int32_t *) c->ids->ptr)[r] = (int32_t) best;
+			c->ids[r] = (int32_t) best;
 			continue;
 		}
 		qsort(cs, V, sizeof(*cs), cand_cmp);
@@ -99,7 +102,7 @@ static int sample_range(void *ptr, int64_t b, int64_t e, int chunk)
 				break;
 			}
 		}
-		((int32_t *) c->ids->ptr)[r] = pick;
+		c->ids[r] = pick;
 	}
 	return 0;
 }
@@ -107,6 +110,16 @@ static int sample_range(void *ptr, int64_t b, int64_t e, int chunk)
 int kk__cpu_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *logits,
 		   int64_t rows, int64_t vocab, const kk_sampling *p)
 {
-	struct sample_ctx c = { ids, logits, vocab, p };
+	struct sample_ctx c = { ids->ptr, logits, NULL, vocab, p };
 	return kk__parallel_for(rows, (double) vocab * 40, sample_range, &c);
+}
+
+/* kk_sample_host: the same rows, read from host floats, on the calling
+ * thread (a caller that processed a row on the host samples it as the
+ * device would have). */
+int kk__cpu_sample_host(const float *logits, int64_t rows, int64_t vocab, const kk_sampling *p,
+			int32_t *ids)
+{
+	struct sample_ctx c = { ids, NULL, logits, vocab, p };
+	return sample_range(&c, 0, rows, 0);
 }

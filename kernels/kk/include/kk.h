@@ -553,6 +553,15 @@ typedef struct kk_sampling {
 int kk_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *logits, int64_t rows,
 	      int64_t vocab, const kk_sampling *p);
 
+/* kk_sample on host memory, for a caller that changed the logits on the
+ * host (penalties, logit_bias): logits float [rows, vocab] in, ids
+ * [rows] out, the same algorithm and draws (u = kk_sample_uniform(seed,
+ * row)) as kk_sample, so such a row draws what the device would have
+ * drawn from the same logits.  Runs on the calling thread, no backend.
+ * -EINVAL as kk_sample; -ENOMEM. */
+int kk_sample_host(const float *logits, int64_t rows, int64_t vocab, const kk_sampling *p,
+		   int32_t *ids);
+
 /* The uniform draw in [0, 1) for one row: SplitMix64 of seed and row, top 24
  * bits.  Inline so every backend (and tests) compute the same number. */
 static inline float kk_sample_uniform(uint64_t seed, uint64_t row)

@@ -148,6 +148,25 @@ size_t km_model_weight_bytes(const km_model *m);
  * file's mapping; see km_weight_source.view), not copied. */
 size_t km_model_mapped_bytes(const km_model *m);
 
+/* What a model will hold on its backend, estimated from its config before
+ * anything is loaded (kiln-inferd's memory budget): the weights in
+ * opts->weight_dtype (i8: a f32 scale per row; q4: one per 32 weights; the
+ * embedding, norms and classifier in the activation dtype), the KV cache
+ * of num_blocks blocks (K and V, every layer, in the activation dtype) and
+ * the step's buffers (activations of opts->max_tokens tokens, the f32
+ * logits of opts->max_seqs rows).  An estimate: allocator rounding and the
+ * backend's own workspace are not in it. */
+typedef struct km_memory {
+	uint64_t weights, kv, buffers;
+} km_memory;
+
+/* -EINVAL: c, opts or ret NULL, or a negative count. */
+int km_memory_estimate(const km_config *c, const km_model_opts *opts, int num_blocks,
+		       km_memory *ret);
+/* Bytes of one KV cache block (KK_KV_BLOCK_SIZE tokens, K and V, every
+ * layer) of a model with these weights; 0 for NULL c. */
+uint64_t km_kv_block_bytes(const km_config *c, kk_dtype weight_dtype);
+
 /* ------------------------------------------------------------------------ */
 /* Paged KV cache                                                            */
 

@@ -264,11 +264,6 @@ int kiln_engine_metrics(kiln_engine *const *engines, const char *const *names, i
 int kiln_engine__process_logits(float *logits, int vocab, const kiln_engine_processing *p,
 				const int32_t *tokens, int n_prompt, int n_total,
 				const int32_t *stops, int n_stops);
-/* Samples logits[vocab] on the host exactly as kk_sample samples one row
- * (kk.h: greedy at temperature 0, top-k, top-p, the draw
- * kk_sample_uniform(p->seed, 0) walked in id order).  The token, or
- * -ENOMEM. */
-int32_t kiln_engine__sample_host(const float *logits, int vocab, const kk_sampling *p);
 /* The log-softmax of logits[vocab] at token, and the n most likely tokens
  * (descending, ties by lower id) with theirs into top_ids/top_lp. */
 float kiln_engine__logprobs(const float *logits, int vocab, int32_t token, int n, int32_t *top_ids,
