@@ -1,5 +1,5 @@
 /* tests/model/bench-model.c — decode tokens/s of km_forward on the cpu
- * backend for stories260K, single stream and a batch of 8, in each weight
+ * backend for the tiny260K fixture, single stream and a batch of 8, in each weight
  * dtype, next to the baseline: the unbatched float64 reference (ref.c)
  * decoding the same number of tokens, timed in the same run.
  *
@@ -92,8 +92,8 @@ int main(int argc, char **argv)
 	if (!path)
 		path = kiln_test_model_fixture();
 	if (!path) {
-		fprintf(stderr, "bench-model: stories260K.bin not found; pass its path or set "
-				"KM_TEST_MODEL\n");
+		fprintf(stderr, "bench-model: model fixture %s is not readable: %s\n",
+			kiln_test_model_path(), KILN_TEST_FIXTURE_HINT);
 		return 2;
 	}
 	kk_backend *be = NULL;
@@ -109,7 +109,7 @@ int main(int argc, char **argv)
 		kk_backend_free(be);
 		return 1;
 	}
-	printf("stories260K greedy decode, %d steps per sequence after a 1-token prompt, "
+	printf("tiny260K greedy decode, %d steps per sequence after a 1-token prompt, "
 	       "%s seconds\n",
 	       steps, clock_id == CLOCK_MONOTONIC ? "wall-clock" : "process CPU");
 	printf("%-28s %-5s %5s %7s %8s %10s\n", "implementation", "dtype", "batch", "tokens",

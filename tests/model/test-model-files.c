@@ -1,6 +1,6 @@
 /* tests/model/test-model-files.c — km_file: real model files into km_model.
  *
- * The stories260K fixture is rewritten here in every dialect km_file_open
+ * The model fixture (tiny260K.bin, built by tests/fixtures) is rewritten here in every dialect km_file_open
  * reads — a kiln-style canonical safetensors (kiln.config.* metadata), a
  * Hugging Face LlamaForCausalLM safetensors with config.json and q/k rows
  * permuted to HF's half-split RoPE layout (the permutation is written out
@@ -11,7 +11,7 @@
  * same f32 values, to a stated tolerance where they were rounded.  A real
  * kiln-train checkpoint (kmt_save) loads to the trained model's exact
  * logits.  Broken and mismatched files are refused with exact messages.
- * Without the fixture the tests skip with that reason. */
+ * Without the fixture the tests fail, naming it (the build makes it). */
 #include <errno.h>
 #include <math.h>
 #include <setjmp.h>
@@ -32,6 +32,8 @@
 #include "kmf.h"
 #include "kmodel.h"
 #include "kmtrain.h"
+
+#include "../lib/fixture.h"
 
 /* Teacher-forced decode steps compared with the llama2.c path. */
 #define N_STEPS 48
@@ -58,27 +60,8 @@ static int32_t toks[N_STEPS + 1]; /* BOS then the llama2.c path's greedy tokens 
 static float *ref_logits;	  /* [N_STEPS][V] */
 static char tmpdir[] = "/tmp/test-model-files-XXXXXX";
 
-static const char *find_fixture(void)
-{
-	const char *env = getenv("KM_TEST_MODEL");
-	if (env && *env)
-		return env;
-	const char *c[] = { "tests/fixtures/stories260K.bin", "../shared/fixtures/stories260K.bin",
-			    "../../shared/fixtures/stories260K.bin" };
-	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
-		if (access(c[i], R_OK) == 0)
-			return c[i];
-	return NULL;
-}
-
-#define NEED_FIXTURE()                                                         \
-	do {                                                                   \
-		if (!fixture) {                                                \
-			print_message("# SKIP stories260K.bin not found (set " \
-				      "KM_TEST_MODEL)\n");                     \
-			skip();                                                \
-		}                                                              \
-	} while (0)
+/* the fixture is the build's own: missing is a failure, not a skip */
+#define NEED_FIXTURE() KILN_NEED_FIXTURE(fixture)
 
 static char *tpath(const char *name)
 {
@@ -215,7 +198,7 @@ static int group_setup(void **state)
 {
 	assert_int_equal(kk_backend_open("cpu", &be), 0);
 	assert_non_null(mkdtemp(tmpdir));
-	fixture = find_fixture();
+	fixture = kiln_test_model_fixture();
 	if (!fixture)
 		return 0;
 	kiln_error err = {};

@@ -1,14 +1,14 @@
 /* tests/model/test-model.c — the km_ model suite on the cpu backend.
  *
  * Checked against the independent float64 reference (ref.c) on the
- * stories260K fixture: greedy decoding token for token with logits to a
+ * model fixture (tiny260K.bin, trained by the build: tests/fixtures): greedy decoding token for token with logits to a
  * stated tolerance, prompts of 1/16/17/40 tokens through prefill, continuous
  * batching (sequences joining and leaving mid-way give the tokens each gives
  * alone), bf16/f16 and int8/int4 weights against f32, the KV cache
  * allocator (also against a simple model on random operations), and bad
  * checkpoints refused with exact messages.  The fixture is found through
- * $KM_TEST_MODEL, tests/fixtures/ or ../shared/fixtures/; without it the
- * model tests skip with that reason. */
+ * $KM_TEST_MODEL or build/fixtures/ (tests/lib/fixture.h); without it the
+ * model tests fail, naming it. */
 #include <errno.h>
 #include <math.h>
 #include <setjmp.h>
@@ -32,7 +32,7 @@
 /* Greedy decode length compared with the reference (the brief: 200+). */
 #define N_GREEDY 256
 /* f32 logits against float64: sums of <= 172 products in f32 with
- * different order; measured max ~2e-5 on stories260K (|logits| < 20). */
+ * different order; measured max ~2e-5 on llama2.c's stories260K (|logits| < 20). */
 #define TOL_F32 1e-3
 /* Teacher-forced steps for the dtype comparisons. */
 #define N_FORCED 128
@@ -44,14 +44,8 @@ static int greedy[N_GREEDY + 1]; /* BOS then the reference's greedy tokens */
 static double *ref_logits;	 /* [N_GREEDY][vocab], after greedy[0..i] */
 static int V;
 
-#define NEED_FIXTURE()                                                         \
-	do {                                                                   \
-		if (!ref) {                                                    \
-			print_message("# SKIP stories260K.bin not found (set " \
-				      "KM_TEST_MODEL)\n");                     \
-			skip();                                                \
-		}                                                              \
-	} while (0)
+/* the fixture is the build's own: missing is a failure, not a skip */
+#define NEED_FIXTURE() KILN_NEED_FIXTURE(ref)
 
 static int group_setup(void **state)
 {

@@ -1,7 +1,7 @@
 #!/bin/bash
 # test-kiln-train.sh — kiln-train end to end, printing TAP: --help lists
 # every option the program parses; usage and input errors exit 2 with a
-# message; fine-tuning stories260K on a learnable shard lowers the loss;
+# message; fine-tuning the tiny260K fixture on a learnable shard lowers the loss;
 # save + resume gives a checkpoint byte-identical to training straight
 # through; --model also takes the safetensors checkpoint --save wrote; and
 # two ranks under kiln-run (standalone, kk cpu collectives)
@@ -14,10 +14,8 @@ case $B in /*) ;; *) B=$PWD/$B ;; esac
 . tests/lib/tap.sh
 KT=$B/bin/kiln-train
 KR=$B/bin/kiln-run
-MODEL=${KM_TEST_MODEL:-}
-for c in tests/fixtures/stories260K.bin ../shared/fixtures/stories260K.bin; do
-	[ -z "$MODEL" ] && [ -r "$c" ] && MODEL=$c
-done
+. tests/lib/fixture.sh
+MODEL=$(kiln_fixture_path)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export KILN_LOG_PREFIX=0 KK_CPU_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -32,13 +30,13 @@ check "--help lists every option (missing:${missing:- none})" $([ -z "$missing" 
 ok "--version" bash -c "'$KT' --version | grep -q '^kiln-train [0-9]'"
 
 out=$("$KT" --data x 2>&1); rc=$?
-check "no --model: exit 2 and says what is required" $([ $rc -eq 2 ] && grep -q -- '--model and --data are required' <<<"$out"; echo $?)
+check "no --model: exit 2 and says what is required" $([ $rc -eq 2 ] && grep -q -- 'Give either --model FILE or --init SPEC' <<<"$out"; echo $?)
 out=$("$KT" -m x -d y --steps 0 2>&1); rc=$?
 check "--steps 0: exit 2" $([ $rc -eq 2 ] && grep -q -- "--steps '0': must be 1" <<<"$out"; echo $?)
 
-if [ -z "$MODEL" ] || [ ! -r "$MODEL" ]; then
-	for i in 1 2 3 4 5 6 7 8 9 10 11; do skip "stories260K.bin not found (set KM_TEST_MODEL)"; done
-	tap_done; exit
+if [ ! -r "$MODEL" ]; then
+	check "model fixture $MODEL is not readable: $KILN_FIXTURE_HINT" 1
+	tap_done; exit 1
 fi
 python3 tests/train/mk-shard.py "$tmp/data.tok" 20000 || exit 1
 printf 'KILNTOX1garbagegarbagegarbagegarbage' >"$tmp/bad.tok"

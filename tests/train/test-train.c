@@ -5,7 +5,7 @@
  *    f32) against central finite differences of the float64 loss, on a tiny
  *    random GQA config with ignored targets, for both RoPE modes and shared
  *    and separate classifiers;
- *  - the loss on the stories260K fixture for a fixed batch;
+ *  - the loss on the model fixture (tiny260K) for a fixed batch;
  *  - AdamW (clipping, weight decay off for norms, warmup + cosine) against
  *    a float64 AdamW over several steps;
  *  - overfitting one fixed batch;
@@ -230,18 +230,15 @@ static void test_gradcheck_half_shared(void **state)
 	gradcheck(KK_ROPE_HALF, true, true);
 }
 
-/* ---- loss on stories260K ------------------------------------------------ */
+/* ---- loss on the model fixture (tiny260K) ------------------------------------------------ */
 
 /* The f32 loss against float64 on the fixture: measured ~1e-6 relative. */
 #define LOSS_RTOL 2e-5
 
-static void test_loss_stories260k(void **state)
+static void test_loss_fixture(void **state)
 {
 	const char *path = kiln_test_model_fixture();
-	if (!path) {
-		print_message("# SKIP stories260K.bin not found (set KM_TEST_MODEL)\n");
-		skip();
-	}
+	KILN_NEED_FIXTURE(path);
 	enum { B = 2, T = 40 };
 	km_file *f = NULL;
 	kiln_error err = {};
@@ -278,7 +275,7 @@ static void test_loss_stories260k(void **state)
 	assert_int_equal(kmt_forward(m, &b, &st, &err), 0);
 	int count;
 	double want = rt_loss(ref, tok, tgt, B, T, &count);
-	print_message("# stories260K loss %.9f, float64 reference %.9f (%d targets)\n", st.loss,
+	print_message("# fixture loss %.9f, float64 reference %.9f (%d targets)\n", st.loss,
 		      want, count);
 	assert_int_equal(st.n_targets, count);
 	assert_true(fabs(st.loss - want) <= LOSS_RTOL * want);
@@ -842,7 +839,7 @@ int main(void)
 		cmocka_unit_test(test_gradcheck_interleaved_shared),
 		cmocka_unit_test(test_gradcheck_half_separate),
 		cmocka_unit_test(test_gradcheck_half_shared),
-		cmocka_unit_test(test_loss_stories260k),
+		cmocka_unit_test(test_loss_fixture),
 		cmocka_unit_test(test_adamw_reference),
 		cmocka_unit_test(test_adamw_reference_noclip),
 		cmocka_unit_test(test_lr_schedule),
