@@ -158,7 +158,9 @@ ok "an unreadable tokenizer: exit 1" rc_is 1 "$BIN" -m "$MODEL" --tokenizer "$W/
 ok "an unknown --chat-template: exit 2" rc_is 2 "$BIN" -m "$MODEL" --tokenizer "$TOK" --chat-template jinja
 start --tokenizer "$TOK"
 ok "no template in the file: ChatML, with a notice" grep -q "chat completions use ChatML" "$W/log"
-P="Once upon a time, there was a kiln"
+# the fixture (stories with a few accented names and words) continues this
+# with "café": multi-byte characters for the UTF-8 checks below
+P="Once upon a time, there was a kiln named Zoë."
 ids=$("$KILN" tokenize "$TOK" --text "$P" --json | jq -c .ids)
 n_ids=$(jq length <<<"$ids")
 code=$(post "{\"model\":\"m\",\"prompt\":\"$P\",\"max_tokens\":40,\"temperature\":0}")
