@@ -27,16 +27,21 @@ static const struct spec_key {
 	const char *name;
 	bool required;
 } keys[] = {
-	[K_DIM] = { "dim", true },	     [K_HIDDEN] = { "hidden", true },
-	[K_LAYERS] = { "layers", true },     [K_HEADS] = { "heads", true },
-	[K_KV_HEADS] = { "kv_heads", false }, [K_VOCAB] = { "vocab", true },
-	[K_SEQ] = { "seq", true },	     [K_SHARED] = { "shared", false },
-	[K_EPS] = { "norm_eps", false },     [K_THETA] = { "rope_theta", false },
+	[K_DIM] = { "dim", true },
+	[K_HIDDEN] = { "hidden", true },
+	[K_LAYERS] = { "layers", true },
+	[K_HEADS] = { "heads", true },
+	[K_KV_HEADS] = { "kv_heads", false },
+	[K_VOCAB] = { "vocab", true },
+	[K_SEQ] = { "seq", true },
+	[K_SHARED] = { "shared", false },
+	[K_EPS] = { "norm_eps", false },
+	[K_THETA] = { "rope_theta", false },
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
-#define SPEC_HINT                                                                          \
-	"write KEY=VALUE pairs separated by commas, e.g. "                                 \
+#define SPEC_HINT                                          \
+	"write KEY=VALUE pairs separated by commas, e.g. " \
 	"dim=64,hidden=172,layers=5,heads=8,kv_heads=4,vocab=512,seq=512"
 
 static int find_key(const char *k, size_t len)
@@ -49,24 +54,25 @@ static int find_key(const char *k, size_t len)
 
 static int set_value(km_config *c, int key, const char *v, kiln_error *err)
 {
-	int *ints[] = { [K_DIM] = &c->dim,	   [K_HIDDEN] = &c->hidden_dim,
-			[K_LAYERS] = &c->n_layers, [K_HEADS] = &c->n_heads,
-			[K_KV_HEADS] = &c->n_kv_heads, [K_VOCAB] = &c->vocab_size,
-			[K_SEQ] = &c->max_seq_len };
+	int *ints[] = {
+		[K_DIM] = &c->dim,	  [K_HIDDEN] = &c->hidden_dim,	 [K_LAYERS] = &c->n_layers,
+		[K_HEADS] = &c->n_heads,  [K_KV_HEADS] = &c->n_kv_heads, [K_VOCAB] = &c->vocab_size,
+		[K_SEQ] = &c->max_seq_len
+	};
 	double d;
 	int i;
 	switch (key) {
 	case K_SHARED:
 		if (kiln_parse_int(v, 0, 1, &i) < 0)
-			return km_errorf(err, -EINVAL, "model spec: shared '%s': must be 0 or 1", v);
+			return km_errorf(err, -EINVAL, "model spec: shared '%s': must be 0 or 1",
+					 v);
 		c->shared_classifier = i;
 		return 0;
 	case K_EPS:
 	case K_THETA:
 		if (kiln_parse_double(v, &d) < 0 || !(d > 0) || !isfinite(d) || d > 1e30)
-			return km_errorf(err, -EINVAL,
-					 "model spec: %s '%s': must be a number > 0", keys[key].name,
-					 v);
+			return km_errorf(err, -EINVAL, "model spec: %s '%s': must be a number > 0",
+					 keys[key].name, v);
 		*(key == K_EPS ? &c->norm_eps : &c->rope_theta) = (float) d;
 		return 0;
 	default:
@@ -99,11 +105,12 @@ int kmt_config_parse(const char *spec, km_config *ret, kiln_error *err)
 					 spec, (int) (end - p), p, p - spec);
 		int k = find_key(p, (size_t) (eq - p));
 		if (k < 0)
-			return km_errorf(err, -EINVAL,
-					 "model spec '%s': unknown key '%.*s' at offset %td (keys: "
-					 "dim, hidden, layers, heads, kv_heads, vocab, seq, shared, "
-					 "norm_eps, rope_theta)",
-					 spec, (int) (eq - p), p, p - spec);
+			return km_errorf(
+				err, -EINVAL,
+				"model spec '%s': unknown key '%.*s' at offset %td (keys: "
+				"dim, hidden, layers, heads, kv_heads, vocab, seq, shared, "
+				"norm_eps, rope_theta)",
+				spec, (int) (eq - p), p, p - spec);
 		if (seen[k])
 			return km_errorf(err, -EINVAL, "model spec '%s': '%s' given twice", spec,
 					 keys[k].name);
@@ -124,8 +131,9 @@ int kmt_config_parse(const char *spec, km_config *ret, kiln_error *err)
 	}
 	for (size_t i = 0; i < N_KEYS; i++)
 		if (keys[i].required && !seen[i])
-			return km_errorf(err, -EINVAL, "model spec '%s': '%s' is missing; " SPEC_HINT,
-					 spec, keys[i].name);
+			return km_errorf(err, -EINVAL,
+					 "model spec '%s': '%s' is missing; " SPEC_HINT, spec,
+					 keys[i].name);
 	if (!seen[K_KV_HEADS])
 		c.n_kv_heads = c.n_heads;
 	if (c.dim % c.n_heads)

@@ -248,7 +248,8 @@ static int parse_argv(int argc, char **argv)
 	if (optind < argc)
 		return kiln_usage_error(&prog, "Unexpected argument '%s'.", argv[optind]);
 	if (!!a->model == !!a->init)
-		return kiln_usage_error(&prog, "Give either --model FILE or --init SPEC (not both).");
+		return kiln_usage_error(&prog,
+					"Give either --model FILE or --init SPEC (not both).");
 	if (!a->data)
 		return kiln_usage_error(&prog, "--data is required.");
 	if (a->save_every && !a->save)

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #define KILN_TEST_FIXTURE "tiny260K.bin"
-#define KILN_TEST_FIXTURE_HINT                                                   \
+#define KILN_TEST_FIXTURE_HINT                                                     \
 	"make test builds it (make fixture builds only it), or set KM_TEST_MODEL " \
 	"to a llama2.c checkpoint of that shape"
 
@@ -40,9 +40,9 @@ static inline const char *kiln_test_model_fixture(void)
 
 /* cmocka: fails the running test, naming the file and what to do, unless
  * `have` (the fixture, or what the group setup loaded from it). */
-#define KILN_NEED_FIXTURE(have)                                                      \
-	do {                                                                         \
-		if (!(have))                                                         \
+#define KILN_NEED_FIXTURE(have)                                                               \
+	do {                                                                                  \
+		if (!(have))                                                                  \
 			fail_msg("model fixture %s is not readable: " KILN_TEST_FIXTURE_HINT, \
-				 kiln_test_model_path());                            \
+				 kiln_test_model_path());                                     \
 	} while (0)

@@ -1,14 +1,12 @@
 /* tests/model/test-model-files.c — km_file: real model files into km_model.
  *
- * The model fixture (tiny260K.bin, built by tests/fixtures) is rewritten here in every dialect km_file_open
- * reads — a kiln-style canonical safetensors (kiln.config.* metadata), a
- * Hugging Face LlamaForCausalLM safetensors with config.json and q/k rows
- * permuted to HF's half-split RoPE layout (the permutation is written out
- * below, independently of the library), and GGUF llama files written by
- * the small GGUF writer below with F32, F16 and Q8_0 tensors — and each
- * must give the llama2.c path's logits (teacher-forced over its greedy
- * tokens) and its greedy tokens: bit for bit where the weights are the
- * same f32 values, to a stated tolerance where they were rounded.  A real
+ * The model fixture (tiny260K.bin, built by tests/fixtures) is rewritten here in every dialect
+ * km_file_open reads — a kiln-style canonical safetensors (kiln.config.* metadata), a Hugging Face
+ * LlamaForCausalLM safetensors with config.json and q/k rows permuted to HF's half-split RoPE
+ * layout (the permutation is written out below, independently of the library), and GGUF llama files
+ * written by the small GGUF writer below with F32, F16 and Q8_0 tensors — and each must give the
+ * llama2.c path's logits (teacher-forced over its greedy tokens) and its greedy tokens: bit for bit
+ * where the weights are the same f32 values, to a stated tolerance where they were rounded.  A real
  * kiln-train checkpoint (kmt_save) loads to the trained model's exact
  * logits.  Broken and mismatched files are refused with exact messages.
  * Without the fixture the tests fail, naming it (the build makes it). */

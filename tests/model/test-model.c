@@ -1,8 +1,8 @@
 /* tests/model/test-model.c — the km_ model suite on the cpu backend.
  *
  * Checked against the independent float64 reference (ref.c) on the
- * model fixture (tiny260K.bin, trained by the build: tests/fixtures): greedy decoding token for token with logits to a
- * stated tolerance, prompts of 1/16/17/40 tokens through prefill, continuous
+ * model fixture (tiny260K.bin, trained by the build: tests/fixtures): greedy decoding token for
+ * token with logits to a stated tolerance, prompts of 1/16/17/40 tokens through prefill, continuous
  * batching (sequences joining and leaving mid-way give the tokens each gives
  * alone), bf16/f16 and int8/int4 weights against f32, the KV cache
  * allocator (also against a simple model on random operations), and bad

@@ -230,6 +230,64 @@ static void test_gradcheck_half_shared(void **state)
 	gradcheck(KK_ROPE_HALF, true, true);
 }
 
+/* ---- kmt_config_parse: the shapes kiln-train --init takes -------------- */
+
+static void expect_spec_error(const char *spec, const char *msg)
+{
+	km_config c = { .dim = -7 };
+	kiln_error err = {};
+	assert_int_equal(kmt_config_parse(spec, &c, &err), -EINVAL);
+	if (!strstr(err.msg, msg))
+		fail_msg("'%s': got '%s', want '%s'", spec, err.msg, msg);
+	assert_int_equal(c.dim, -7); /* untouched on failure */
+}
+
+static void test_config_parse(void **state)
+{
+	km_config c;
+	kiln_error err = {};
+	assert_int_equal(kmt_config_parse("dim=64,hidden=172,layers=5,heads=8,kv_heads=4,vocab=512,"
+					  "seq=512",
+					  &c, &err),
+			 0);
+	assert_int_equal(c.dim, 64);
+	assert_int_equal(c.hidden_dim, 172);
+	assert_int_equal(c.n_layers, 5);
+	assert_int_equal(c.n_heads, 8);
+	assert_int_equal(c.n_kv_heads, 4);
+	assert_int_equal(c.head_dim, 8);
+	assert_int_equal(c.vocab_size, 512);
+	assert_int_equal(c.max_seq_len, 512);
+	assert_true(c.shared_classifier);
+	assert_int_equal(c.rope_mode, KK_ROPE_INTERLEAVED);
+	assert_true(c.norm_eps == 1e-5f && c.rope_theta == 10000.0f);
+	/* kv_heads defaults to heads; the optional keys, in any order */
+	assert_int_equal(kmt_config_parse("seq=64,vocab=100,heads=4,layers=2,hidden=48,dim=32,"
+					  "shared=0,rope_theta=500000,norm_eps=1e-6",
+					  &c, &err),
+			 0);
+	assert_int_equal(c.n_kv_heads, 4);
+	assert_false(c.shared_classifier);
+	assert_true(c.rope_theta == 500000.0f && c.norm_eps == 1e-6f);
+	expect_spec_error("", "model spec is empty");
+	expect_spec_error("dim=64,hidden=172,layers=5,heads=8,vocab=512,seq=512,dropout=0.1",
+			  "unknown key 'dropout' at offset 53");
+	expect_spec_error("dim=64,hidden=172,layers=5,heads=8,vocab=512", "'seq' is missing");
+	expect_spec_error("dim=64,dim=64,hidden=172,layers=5,heads=8,vocab=512,seq=512",
+			  "'dim' given twice");
+	expect_spec_error("dim=64,hidden=1x,layers=5,heads=8,vocab=512,seq=512",
+			  "hidden '1x': must be 1..");
+	expect_spec_error("dim=64,hidden=172,layers=5,heads=8,vocab=512,seq=512,shared=2",
+			  "shared '2': must be 0 or 1");
+	expect_spec_error("dim=64,hidden=172,layers,heads=8,vocab=512,seq=512",
+			  "'layers' at offset 18 is not KEY=VALUE");
+	expect_spec_error("dim=60,hidden=172,layers=5,heads=8,vocab=512,seq=512",
+			  "dim 60 is not a multiple of heads 8");
+	/* km_config_validate's own rules reach the caller too */
+	expect_spec_error("dim=64,hidden=172,layers=5,heads=8,kv_heads=3,vocab=512,seq=512",
+			  "n_kv_heads");
+}
+
 /* ---- loss on the model fixture (tiny260K) ------------------------------------------------ */
 
 /* The f32 loss against float64 on the fixture: measured ~1e-6 relative. */
@@ -275,8 +333,8 @@ static void test_loss_fixture(void **state)
 	assert_int_equal(kmt_forward(m, &b, &st, &err), 0);
 	int count;
 	double want = rt_loss(ref, tok, tgt, B, T, &count);
-	print_message("# fixture loss %.9f, float64 reference %.9f (%d targets)\n", st.loss,
-		      want, count);
+	print_message("# fixture loss %.9f, float64 reference %.9f (%d targets)\n", st.loss, want,
+		      count);
 	assert_int_equal(st.n_targets, count);
 	assert_true(fabs(st.loss - want) <= LOSS_RTOL * want);
 	/* The same loss after forward + backward (which must not change the
@@ -839,6 +897,7 @@ int main(void)
 		cmocka_unit_test(test_gradcheck_interleaved_shared),
 		cmocka_unit_test(test_gradcheck_half_separate),
 		cmocka_unit_test(test_gradcheck_half_shared),
+		cmocka_unit_test(test_config_parse),
 		cmocka_unit_test(test_loss_fixture),
 		cmocka_unit_test(test_adamw_reference),
 		cmocka_unit_test(test_adamw_reference_noclip),
