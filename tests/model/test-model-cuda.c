@@ -26,6 +26,7 @@
 #include "kmodel.h"
 
 #include "../lib/fixture.h"
+#include "../lib/model-test.h"
 #include "ref.h"
 
 #include "model-check.h"
@@ -40,13 +41,7 @@ static kk_backend *be;
 static char skip_reason[160];
 static char rand_path[] = "/tmp/test-model-cuda-XXXXXX";
 
-#define NEED_CUDA()                                                \
-	do {                                                       \
-		if (!be) {                                         \
-			print_message("# SKIP %s\n", skip_reason); \
-			skip();                                    \
-		}                                                  \
-	} while (0)
+#define NEED_CUDA() KILN_SKIP_UNLESS(be, skip_reason)
 
 static void test_random_f32(void **state)
 {

@@ -32,6 +32,7 @@
 #include "kmtrain.h"
 
 #include "../lib/fixture.h"
+#include "../lib/model-test.h"
 
 /* Teacher-forced decode steps compared with the llama2.c path. */
 #define N_STEPS 48
@@ -80,15 +81,6 @@ static km_model *model_from(const km_config *c, km_weight_source src)
 	return m;
 }
 
-static int argmax_f(const float *x, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return b;
-}
-
 /* Feeds toks[0..N_STEPS) one at a time; logits [N_STEPS][V].  greedy:
  * toks[i+1] is set to the argmax of step i (the reference run). */
 static void forced(km_model *m, float *logits, bool greedy)
@@ -105,7 +97,7 @@ static void forced(km_model *m, float *logits, bool greedy)
 		if (km_forward(m, c, &in, 1, logits + (size_t) i * V, &err) < 0)
 			fail_msg("km_forward: %s", err.msg);
 		if (greedy)
-			toks[i + 1] = argmax_f(logits + (size_t) i * V, V);
+			toks[i + 1] = kiln_test_argmax(logits + (size_t) i * V, V);
 	}
 	km_kvcache_free(c);
 }
@@ -141,7 +133,7 @@ static void compare_file(const char *path, km_file_kind kind, double *max_abs, d
 		for (int j = 0; j < V; j++)
 			mx = fmax(mx, fabs((double) lg[(size_t) i * V + j] -
 					   ref_logits[(size_t) i * V + j]));
-		same += argmax_f(lg + (size_t) i * V, V) == toks[i + 1];
+		same += kiln_test_argmax(lg + (size_t) i * V, V) == toks[i + 1];
 	}
 	*max_abs = mx;
 	*agree = (double) same / N_STEPS;
@@ -326,6 +318,32 @@ static float *to_hf_rows(const tens *t, int heads)
 	return o;
 }
 
+/* How a dialect names the canonical tensors: the embedding, the final
+ * norm, and layer L's tensor k (layer_canon's order) as layer, L, '.',
+ * names[k]. */
+typedef struct dialect {
+	const char *what, *embedding, *norm, *layer;
+	const char *const *names;
+} dialect;
+
+static const char *dialect_name(const dialect *d, const char *canon, char *buf, size_t len)
+{
+	if (!strcmp(canon, "tok_embeddings.weight"))
+		return d->embedding;
+	if (!strcmp(canon, "norm.weight"))
+		return d->norm;
+	int L;
+	char rest[64];
+	assert_int_equal(sscanf(canon, "layers.%d.%63s", &L, rest), 2);
+	for (int k = 0; k < 9; k++)
+		if (!strcmp(rest, layer_canon[k])) {
+			snprintf(buf, len, "%s%d.%s", d->layer, L, d->names[k]);
+			return buf;
+		}
+	fail_msg("no %s name for %s", d->what, canon);
+	return NULL;
+}
+
 static const char *hf_name(const char *canon, char *buf, size_t len)
 {
 	static const char *const hf[] = {
@@ -335,20 +353,9 @@ static const char *hf_name(const char *canon, char *buf, size_t len)
 		"mlp.gate_proj.weight",	   "mlp.down_proj.weight",
 		"mlp.up_proj.weight",
 	};
-	if (!strcmp(canon, "tok_embeddings.weight"))
-		return "model.embed_tokens.weight";
-	if (!strcmp(canon, "norm.weight"))
-		return "model.norm.weight";
-	int L;
-	char rest[64];
-	assert_int_equal(sscanf(canon, "layers.%d.%63s", &L, rest), 2);
-	for (int k = 0; k < 9; k++)
-		if (!strcmp(rest, layer_canon[k])) {
-			snprintf(buf, len, "model.layers.%d.%s", L, hf[k]);
-			return buf;
-		}
-	fail_msg("no HF name for %s", canon);
-	return NULL;
+	static const dialect d = { "HF", "model.embed_tokens.weight", "model.norm.weight",
+				   "model.layers.", hf };
+	return dialect_name(&d, canon, buf, len);
 }
 
 static void write_hf(const char *dir, const char *config_json, bool permute)
@@ -502,20 +509,8 @@ static const char *gguf_name(const char *canon, char *buf, size_t len)
 		"attn_v.weight",    "attn_output.weight", "ffn_norm.weight",
 		"ffn_gate.weight",  "ffn_down.weight",	  "ffn_up.weight",
 	};
-	if (!strcmp(canon, "tok_embeddings.weight"))
-		return "token_embd.weight";
-	if (!strcmp(canon, "norm.weight"))
-		return "output_norm.weight";
-	int L;
-	char rest[64];
-	assert_int_equal(sscanf(canon, "layers.%d.%63s", &L, rest), 2);
-	for (int k = 0; k < 9; k++)
-		if (!strcmp(rest, layer_canon[k])) {
-			snprintf(buf, len, "blk.%d.%s", L, gg[k]);
-			return buf;
-		}
-	fail_msg("no GGUF name for %s", canon);
-	return NULL;
+	static const dialect d = { "GGUF", "token_embd.weight", "output_norm.weight", "blk.", gg };
+	return dialect_name(&d, canon, buf, len);
 }
 
 /* Encodes n floats as ggml type `type` into b. */
@@ -790,7 +785,8 @@ static void logit_diff(const float *a, const float *b, double *mx, double *agree
 		for (int j = 0; j < V; j++)
 			*mx = fmax(*mx,
 				   fabs((double) a[(size_t) i * V + j] - b[(size_t) i * V + j]));
-		same += argmax_f(a + (size_t) i * V, V) == argmax_f(b + (size_t) i * V, V);
+		same += kiln_test_argmax(a + (size_t) i * V, V) ==
+			kiln_test_argmax(b + (size_t) i * V, V);
 	}
 	*agree = (double) same / N_STEPS;
 }
@@ -1090,17 +1086,7 @@ static size_t rss_anon(void)
  * aligns every tensor). */
 static void write_big(const char *path, km_config *c)
 {
-	*c = (km_config){ .dim = 256,
-			  .hidden_dim = 768,
-			  .n_layers = 4,
-			  .n_heads = 4,
-			  .n_kv_heads = 4,
-			  .head_dim = 64,
-			  .vocab_size = 8192,
-			  .max_seq_len = 64,
-			  .norm_eps = 1e-5f,
-			  .rope_theta = 10000,
-			  .shared_classifier = true };
+	*c = kiln_test_config(256, 768, 4, 4, 4, 8192, 64, KK_ROPE_INTERLEAVED, true);
 	kmf_writer *w = NULL;
 	assert_int_equal(kmf_writer_new(&w), 0);
 	float *buf = malloc((size_t) c->vocab_size * c->dim * sizeof(float));

@@ -28,6 +28,7 @@
 
 #include "model-check.h"
 #include "../lib/fixture.h"
+#include "../lib/model-test.h"
 
 /* Greedy decode length compared with the reference (the brief: 200+). */
 #define N_GREEDY 256
@@ -108,15 +109,6 @@ static int step(km_model *m, km_kvcache *c, const km_seq_input *in, int n, float
 	return r;
 }
 
-static int argmax_f(const float *x, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return b;
-}
-
 static double max_err(const float *a, const double *b, int n)
 {
 	double e = 0;
@@ -192,7 +184,7 @@ static void test_prefill_lengths(void **state)
 			worst = fmax(worst, e);
 			if (e > TOL_F32)
 				fail_msg("prompt of %d, position %d: logits off by %g", n, i, e);
-			assert_int_equal(argmax_f(lg, V), greedy[i + 1]);
+			assert_int_equal(kiln_test_argmax(lg, V), greedy[i + 1]);
 		}
 		assert_int_equal(km_kvcache_seq_free(c, s), 0);
 	}
@@ -385,7 +377,7 @@ static void test_chunked_prefill(void **state)
 		int32_t t = greedy[i];
 		km_seq_input in = { d, &t, 1 };
 		assert_int_equal(step(m, c, &in, 1, lg), 0);
-		assert_int_equal(argmax_f(lg, V), greedy[i + 1]);
+		assert_int_equal(kiln_test_argmax(lg, V), greedy[i + 1]);
 	}
 	km_kvcache_free(c);
 	km_model_free(m);
@@ -409,7 +401,7 @@ static void forced_compare(km_model *m, km_model *base, double *max_abs, double 
 		assert_int_equal(step(base, cb, &ib, 1, lb), 0);
 		for (int j = 0; j < V; j++)
 			*max_abs = fmax(*max_abs, fabs(lg[j] - lb[j]));
-		same += argmax_f(lg, V) == argmax_f(lb, V);
+		same += kiln_test_argmax(lg, V) == kiln_test_argmax(lb, V);
 	}
 	*agree = (double) same / N_FORCED;
 	km_kvcache_free(c);
@@ -540,18 +532,7 @@ static void test_dtypes(void **state)
 
 static km_config small_cfg(void)
 {
-	return (km_config){ .dim = 16,
-			    .hidden_dim = 32,
-			    .n_layers = 2,
-			    .n_heads = 2,
-			    .n_kv_heads = 1,
-			    .head_dim = 8,
-			    .vocab_size = 10,
-			    .max_seq_len = 100,
-			    .norm_eps = 1e-5f,
-			    .rope_theta = 10000,
-			    .rope_mode = KK_ROPE_INTERLEAVED,
-			    .shared_classifier = true };
+	return kiln_test_config(16, 32, 2, 2, 1, 10, 100, KK_ROPE_INTERLEAVED, true);
 }
 
 static void test_kvcache_basic(void **state)

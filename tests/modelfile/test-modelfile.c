@@ -25,6 +25,7 @@
 #include "kmf.h"
 
 #include "../lib/fixture.h"
+#include "../lib/model-test.h"
 
 #define DATA "tests/modelfile/data/"
 
@@ -53,12 +54,7 @@ static kmf_file *open_ok(const char *path)
 {
 	kmf_file *f = NULL;
 	kiln_error e;
-	int r = kmf_open(path, &f, &e);
-	if (r < 0) {
-		char buf[1024];
-		print_error("%s\n", kiln_error_format(&e, buf, sizeof(buf)));
-	}
-	assert_int_equal(r, 0);
+	KILN_ASSERT_OK(kmf_open(path, &f, &e), &e);
 	return f;
 }
 

@@ -32,6 +32,7 @@
 #include "kmtrain.h"
 #include "ref-train.h"
 #include "../lib/fixture.h"
+#include "../lib/model-test.h"
 
 static kk_backend *be;
 
@@ -52,20 +53,7 @@ static double unif(void)
  * head_dim 4 ... the brief's dim 16, head_dim 8: 2 heads, 1 kv head). */
 static km_config tiny_config(kk_rope_mode mode, bool shared)
 {
-	return (km_config){
-		.dim = 16,
-		.hidden_dim = 24,
-		.n_layers = 2,
-		.n_heads = 2,
-		.n_kv_heads = 1,
-		.head_dim = 8,
-		.vocab_size = 37,
-		.max_seq_len = 32,
-		.norm_eps = 1e-5f,
-		.rope_theta = 10000.0f,
-		.rope_mode = mode,
-		.shared_classifier = shared,
-	};
+	return kiln_test_config(16, 24, 2, 2, 1, 37, 32, mode, shared);
 }
 
 static rt_config rt_of(const km_config *c)
