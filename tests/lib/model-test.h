@@ -1,14 +1,18 @@
 /* tests/lib/model-test.h — what the model, train and modelfile suites
- * share (cmocka): the km_config of a small test model, the argmax of a row
- * of logits, a skip for a missing backend, and an assertion that a call
- * succeeded that prints the kiln_error when it did not.  One place, so
+ * share (cmocka): the km_config of a small test model, the AdamW settings
+ * of the training tests, the argmax of a row of logits, a xorshift
+ * generator, a skip for a missing backend, and an assertion that a call
+ * succeeded that prints the kiln_error when it did not.  Header-only: the
+ * kmtrain type needs no library.  One place, so
  * the suites do not each write their own. */
 #pragma once
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "kiln/error.h"
 #include "kmodel.h"
+#include "kmtrain.h"
 
 /* A model of the given shape with llama2.c's norm epsilon and RoPE theta;
  * head_dim is dim / heads. */
@@ -27,6 +31,28 @@ static inline km_config kiln_test_config(int dim, int hidden, int layers, int he
 			    .rope_theta = 10000.0f,
 			    .rope_mode = mode,
 			    .shared_classifier = shared };
+}
+
+/* AdamW as the training tests run it (torch-like betas, eps 1e-8, weight
+ * decay 0.1); a constant expression, for static initializers too. */
+#define KILN_TEST_OPTIM(lr, lr_min_, warmup, total, clip_) \
+	((kmt_optim){ .lr_max = (lr),                      \
+		      .lr_min = (lr_min_),                 \
+		      .warmup_steps = (warmup),            \
+		      .total_steps = (total),              \
+		      .beta1 = 0.9f,                       \
+		      .beta2 = 0.95f,                      \
+		      .eps = 1e-8f,                        \
+		      .weight_decay = 0.1f,                \
+		      .clip = (clip_) })
+
+/* xorshift64 (Marsaglia): the suites' reproducible test data. */
+static inline uint64_t kiln_test_xorshift(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
 }
 
 /* The first index of the largest of x[0..n). */

@@ -37,15 +37,7 @@ enum { B = 2, T = 8 };
 
 static km_config cfg; /* set in main(): kiln_test_config */
 
-static const kmt_optim optim = { .lr_max = 1e-2f,
-				 .lr_min = 1e-3f,
-				 .warmup_steps = 2,
-				 .total_steps = 8,
-				 .beta1 = 0.9f,
-				 .beta2 = 0.95f,
-				 .eps = 1e-8f,
-				 .weight_decay = 0.1f,
-				 .clip = 1.0f };
+static const kmt_optim optim = KILN_TEST_OPTIM(1e-2f, 1e-3f, 2, 8, 1.0f);
 
 static kmt_model *new_model(kk_backend *b, uint64_t seed)
 {

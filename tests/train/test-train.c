@@ -347,15 +347,7 @@ static void adamw_reference(float clip)
 	enum { B = 2, T = 8 };
 	km_config c = tiny_config(KK_ROPE_INTERLEAVED, false);
 	kmt_model *m = random_model(&c, B, T, 5);
-	const kmt_optim o = { .lr_max = 3e-2f,
-			      .lr_min = 3e-3f,
-			      .warmup_steps = 2,
-			      .total_steps = 5,
-			      .beta1 = 0.9f,
-			      .beta2 = 0.95f,
-			      .eps = 1e-8f,
-			      .weight_decay = 0.1f,
-			      .clip = clip };
+	const kmt_optim o = KILN_TEST_OPTIM(3e-2f, 3e-3f, 2, 5, clip);
 	size_t n = kmt_param_count(m), nt = kmt_tensor_count(m);
 	double *w = calloc(n, sizeof(double)), *mm = calloc(n, sizeof(double)),
 	       *vv = calloc(n, sizeof(double));
@@ -526,14 +518,7 @@ static void test_overfit(void **state)
  * gradient is off by > 1e-2. */
 #define DP_TOL 1e-4
 
-static const kmt_optim dp_optim = { .lr_max = 1e-2f,
-				    .warmup_steps = 1,
-				    .total_steps = 10,
-				    .beta1 = 0.9f,
-				    .beta2 = 0.95f,
-				    .eps = 1e-8f,
-				    .weight_decay = 0.1f,
-				    .clip = 1.0f };
+static const kmt_optim dp_optim = KILN_TEST_OPTIM(1e-2f, 0, 1, 10, 1.0f);
 
 /* The global batch of step s: world * B sequences, some targets ignored
  * (more on some ranks than others, so per-rank means would be wrong). */
