@@ -33,12 +33,12 @@ python3 "$top/tests/fixtures/make-stories.py" "$DIR/stories.txt"
 printf '$ python3 tests/fixtures/make-stories.py stories.txt   # %s KB of simple stories from a small grammar\n' \
 	"$(($(wc -c <"$DIR/stories.txt") / 1024))"
 sed -n 1p "$DIR/stories.txt" | cut -c1-150 | sed 's/^/  | /;s/$/ .../'
-printf '$ text-shard tok512.bin stories.txt stories.tok   # kiln'"'"'s tokenizer (libktok), BOS/EOS around each story\n'
+printf '$ text-shard tok512.bin stories.txt stories.tok   # kiln'"'"'s tokenizer (libktok), BOS before each story\n'
 "$B/tests/text-shard" "$TOK" "$DIR/stories.txt" "$DIR/stories.tok" | sed 's/^/  | /'
 log=$(dirname "$MODEL")/train.log
 if [ -r "$log" ]; then
 	printf '$ kiln-train --init dim=64,hidden=172,layers=5,heads=8,kv_heads=4,vocab=512,seq=512 -d stories.tok -s tiny260K.st ...\n'
-	grep -E 'training|step (1|50|100|150|200|300)/' "$log" | sed 's/^kiln-train: /  | /'
+	grep -E 'training|step (1|[0-9]*00)/' "$log" | sed 's/^kiln-train: /  | /'
 fi
 
 printf '\n$ kiln-run --standalone --nproc-per-node 2 -- kiln-train -m %s -d stories.tok --steps 30 -b 4 --seq 64 -s tuned.st\n' "$(basename "$MODEL")"
