@@ -1,41 +1,54 @@
 #!/bin/bash
 # demo-models.sh — the model half of `make demo` (tests/demo.sh runs it):
-# kiln-train fine-tunes the stories260K fixture data-parallel (2 ranks under
-# kiln-run, kk's cpu collectives), then kiln-inferd serves the checkpoint
-# it wrote on 127.0.0.1 and streams a completion over SSE.  Then the admin
-# path: the demo cluster file turns inference on for node03 (its own
+# how the model fixture was made — kiln-train --init trained it from
+# scratch at build time on stories the project writes itself
+# (tests/fixtures) — then kiln-train fine-tunes it data-parallel (2 ranks
+# under kiln-run, kk's cpu collectives), and kiln-inferd serves the
+# checkpoint it wrote on 127.0.0.1 and streams a story over SSE.  Then the
+# admin path: the demo cluster file turns inference on for node03 (its own
 # partition, an inference section with two models and a keys file),
 # kiln check accepts it, and kiln-inferd starts from it as the unit would
 # (-c FILE --node node03) serving both; a chat request with a key succeeds,
-# one without gets 401.  Prints what it does; exits 0 when the fixture is
-# missing (nothing to show), 1 when a step fails.
+# one without gets 401.  Prints what it does; exits 1 when a step fails or
+# the fixture is missing (`make demo` builds it first).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
 B=${KILN_BUILD:-build}
 case "$B" in /*) ;; *) B=$top/$B ;; esac
 DIR=${1:-/tmp/kiln-demo}/models
-MODEL=${KM_TEST_MODEL:-}
-for c in "$top/tests/fixtures/stories260K.bin" "$top/../shared/fixtures/stories260K.bin"; do
-	[ -z "$MODEL" ] && [ -r "$c" ] && MODEL=$c
-done
-if [ -z "$MODEL" ]; then
-	echo "  (stories260K.bin not found: set KM_TEST_MODEL to show training and serving)"
-	exit 0
+. "$top/tests/lib/fixture.sh"
+MODEL=$(KILN_BUILD=$B kiln_fixture_path)
+if [ ! -r "$MODEL" ]; then
+	echo "  model fixture $MODEL is not readable: $KILN_FIXTURE_HINT"
+	exit 1
 fi
+TOK=$top/tests/tokenizer/data/tok512.bin
 mkdir -p "$DIR"
 PID=
 trap '[ -n "$PID" ] && kill "$PID" 2>/dev/null; true' EXIT
 
-echo "  a token shard of 20000 tokens: $DIR/data.tok"
-python3 "$top/tests/train/mk-shard.py" "$DIR/data.tok" 20000
-printf '$ kiln-run --standalone --nproc-per-node 2 -- kiln-train -m stories260K.bin -d data.tok --steps 30 -b 4 --seq 32 -s tuned.st\n'
+echo "  the model fixture $(basename "$MODEL"): trained from scratch when the tree was built (tests/fixtures/build.mk)"
+python3 "$top/tests/fixtures/make-stories.py" "$DIR/stories.txt"
+printf '$ python3 tests/fixtures/make-stories.py stories.txt   # %s KB of simple stories from a small grammar\n' \
+	"$(($(wc -c <"$DIR/stories.txt") / 1024))"
+sed -n 1p "$DIR/stories.txt" | cut -c1-150 | sed 's/^/  | /;s/$/ .../'
+printf '$ text-shard tok512.bin stories.txt stories.tok   # kiln'"'"'s tokenizer (libktok), BOS before each story\n'
+"$B/tests/text-shard" "$TOK" "$DIR/stories.txt" "$DIR/stories.tok" | sed 's/^/  | /'
+log=$(dirname "$MODEL")/train.log
+if [ -r "$log" ]; then
+	printf '$ kiln-train --init dim=64,hidden=172,layers=5,heads=8,kv_heads=4,vocab=512,seq=512 -d stories.tok -s tiny260K.st ...\n'
+	grep -E 'training|step (1|[0-9]*00)/' "$log" | sed 's/^kiln-train: /  | /'
+fi
+
+printf '\n$ kiln-run --standalone --nproc-per-node 2 -- kiln-train -m %s -d stories.tok --steps 30 -b 4 --seq 64 -s tuned.st\n' "$(basename "$MODEL")"
 timeout 300 "$B/bin/kiln-run" --standalone --nproc-per-node 2 -- "$B/bin/kiln-train" -m "$MODEL" \
-	-d "$DIR/data.tok" --steps 30 -b 4 --seq 32 --lr 3e-3 --warmup 3 -s "$DIR/tuned.st" >"$DIR/train.log" 2>&1
+	-d "$DIR/stories.tok" --steps 30 -b 4 --seq 64 --lr 5e-4 --warmup 3 -s "$DIR/tuned.st" >"$DIR/train.log" 2>&1
 grep -E 'step (1|10|20|30)/30 ' "$DIR/train.log" | sed 's/^/  | /'
 grep -E 'checkpoint .* written' "$DIR/train.log" | tail -1 | sed 's/^/  | /'
 
-printf '\n$ kiln-inferd -m tuned.st -p 0 &   # the checkpoint just written; OpenAI-compatible, on 127.0.0.1\n'
-"$B/bin/kiln-inferd" -m "$DIR/tuned.st" --name tuned -p 0 >"$DIR/inferd.log" 2>&1 &
+printf '\n$ kiln-inferd -m tuned.st --tokenizer tok512.bin -p 0 &   # the checkpoint just written; OpenAI-compatible, on 127.0.0.1\n'
+"$B/bin/kiln-inferd" -m "$DIR/tuned.st" --name tuned --tokenizer "$TOK" -p 0 >"$DIR/inferd.log" 2>&1 &
 PID=$!
 port=
 for _ in $(seq 100); do
@@ -44,12 +57,14 @@ for _ in $(seq 100); do
 	sleep 0.1
 done
 [ -n "$port" ] || { echo "kiln-inferd did not start:"; cat "$DIR/inferd.log"; exit 1; }
-req='{"model":"tuned","prompt":[1],"max_tokens":12,"temperature":0,"stream":true}'
+req='{"model":"tuned","prompt":"Once upon a time","max_tokens":64,"temperature":0,"stream":true}'
 printf "\$ curl -N http://127.0.0.1:%s/v1/completions -d '%s'\n" "$port" "$req"
 curl -sN --max-time 30 "http://127.0.0.1:$port/v1/completions" -d "$req" >"$DIR/sse.txt"
 grep '^data: ' "$DIR/sse.txt" | head -2 | sed 's/^/  | /'
 echo "  | ... ($(grep -c '^data: {' "$DIR/sse.txt") events, then $(grep -c '^data: \[DONE\]' "$DIR/sse.txt") [DONE])"
-echo "  token ids: $(grep -o '"token_ids":\[[0-9,]*\]' "$DIR/sse.txt" | grep -o '[0-9][0-9,]*' | paste -sd, -)"
+text=$(grep '^data: {' "$DIR/sse.txt" | sed 's/^data: //' | jq -j '.choices[0].text // empty')
+[ -n "$text" ] || { echo "the completion streamed no text"; exit 1; }
+echo "  the story: Once upon a time$text" | fold -s -w 100 | sed '2,$s/^/    /'
 printf '$ curl http://127.0.0.1:%s/metrics | grep generation_tokens\n' "$port"
 curl -s --max-time 10 "http://127.0.0.1:$port/metrics" >"$DIR/metrics.txt"
 grep -E '^vllm:generation_tokens' "$DIR/metrics.txt" | sed 's/^/  | /' || true
@@ -61,7 +76,6 @@ echo "  kiln-inferd stopped cleanly (SIGTERM)"
 # ---- the admin path: inference from the cluster file, two models, a key
 CFG=$DIR/cluster.cfg
 KEYS=$DIR/inferd-keys
-TOK=$top/tests/tokenizer/data/tok512.bin
 printf '\n$ # the demo cluster file, inference on for node03: its own partition (its GPUs\n'
 printf '$ # are kiln-inferd'"'"'s, never Slurm jobs'"'"'), two models, API keys in a file only root reads\n'
 sed -e '/^    partitions = \[ "gpu" \];$/d' \

@@ -6,7 +6,7 @@
 # each node in its own network namespace), runs an srun and an sbatch job,
 # then the parts later issues add (kiln-healthd draining and resuming a node
 # on a failed GPU, kiln-run surviving a lost node, kiln-train and
-# kiln-inferd on the stories260K fixture), and tears it all down.
+# kiln-inferd on the tiny260K model fixture the build trained), and tears it all down.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 B=${KILN_BUILD:-build}

@@ -7,7 +7,9 @@
 # reporting a failure (a crash, a timeout) counts as one failure.
 # The last line is "N passed, N failed, N skipped"; exit 1 on any failure.
 #
-#   tests/run-tests.sh [--filter SUBSTR] SUITE...
+#   tests/run-tests.sh [--filter 'SUBSTR...'] SUITE...
+# --filter: only the suites whose name contains one of the (space-separated)
+# substrings (make test T='model train').
 set -u
 filter=""
 if [ "${1:-}" = --filter ]; then filter=$2; shift 2; fi
@@ -22,7 +24,11 @@ failed_suites=()
 for suite in "$@"; do
 	name=$(basename "$suite")
 	name=${name%.sh}
-	[ -n "$filter" ] && [[ "$name" != *"$filter"* ]] && continue
+	if [ -n "$filter" ]; then
+		hit=0
+		for f in $filter; do [[ "$name" == *"$f"* ]] && hit=1; done
+		[ $hit = 1 ] || continue
+	fi
 	log=$logdir/$name.log
 	start=$EPOCHREALTIME
 	timeout -k 10 "$timeout_s" "$suite" >"$log" 2>&1 </dev/null

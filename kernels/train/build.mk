@@ -5,5 +5,6 @@
 # model-internal.h (the one internal header that crosses a folder).
 # Programs linking it list "kmtrain kmodel kmf kk common" and pass
 # $(KMF_LDLIBS) $(KK_LDLIBS).
-KMTRAIN_SRCS := kernels/train/train.c kernels/train/train_data.c kernels/train/train_ckpt.c
+KMTRAIN_SRCS := kernels/train/train.c kernels/train/train_data.c kernels/train/train_ckpt.c \
+	kernels/train/train_spec.c
 $(eval $(call kiln_lib,kmtrain,$(KMTRAIN_SRCS)))

@@ -2,7 +2,8 @@
  *
  * Trains the model of any file km_file_open reads (--model: a llama2.c
  * checkpoint, kiln or Hugging Face safetensors, GGUF llama; its config and
- * initial weights) on a token shard (--data) with kmtrain: B sequences of T tokens
+ * initial weights), or a model of a given shape from seeded random weights
+ * (--init, kmt_config_parse), on a token shard (--data) with kmtrain: B sequences of T tokens
  * per rank and step, AdamW with warmup + cosine decay and gradient
  * clipping, one gradient all-reduce per step.  It is a torchrun-style
  * worker: RANK and WORLD_SIZE say who it is; with WORLD_SIZE > 1 rank 0
@@ -43,7 +44,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(km_file *, km_file_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(kmt_shard *, kmt_shard_free);
 
 typedef struct args {
-	const char *model, *data, *save, *resume, *backend;
+	const char *model, *init, *data, *save, *resume, *backend;
 	int64_t steps, save_every, warmup, stop_at;
 	int batch, seq, accum, threads;
 	double lr, lr_min, weight_decay, clip;
@@ -76,6 +77,7 @@ enum {
 	OPT_ACCUM,
 	OPT_BACKEND,
 	OPT_THREADS,
+	OPT_INIT,
 };
 
 static const kiln_option options[] = {
@@ -83,6 +85,10 @@ static const kiln_option options[] = {
 	  "config and initial weights: llama2.c, safetensors\n(kiln-train's or Hugging Face) or "
 	  "GGUF llama",
 	  "file" },
+	{ "init", OPT_INIT, "SPEC",
+	  "instead of --model: random weights (seed --seed) of\nthe shape SPEC, e.g. "
+	  "dim=64,hidden=172,layers=5,\nheads=8,kv_heads=4,vocab=512,seq=512",
+	  NULL },
 	{ "data", 'd', "SHARD", "token shard (kmtrain format, docs/train.md)", "file" },
 	{ "steps", OPT_STEPS, "N", "optimizer steps in all (default 100)", NULL },
 	{ "batch", 'b', "B", "sequences per rank and step (default 8)", NULL },
@@ -94,7 +100,8 @@ static const kiln_option options[] = {
 	{ "warmup", OPT_WARMUP, "N", "linear warmup steps (default 10)", NULL },
 	{ "weight-decay", OPT_WD, "WD", "AdamW decoupled weight decay (default 0.1)", NULL },
 	{ "clip", OPT_CLIP, "C", "global gradient-norm clip, 0 = none (default 1.0)", NULL },
-	{ "seed", OPT_SEED, "S", "data order seed (default 1)", NULL },
+	{ "seed", OPT_SEED, "S", "seed of the data order and of --init's weights\n(default 1)",
+	  NULL },
 	{ "save", 's', "FILE", "write a checkpoint (safetensors) at the end", "file" },
 	{ "save-every", OPT_SAVE_EVERY, "N", "... and every N steps (default 0: only at the end)",
 	  NULL },
@@ -116,14 +123,19 @@ static const kiln_option options[] = {
 static const kiln_prog prog = {
 	.name = "kiln-train",
 	.summary = "train a Llama model on a token shard, data-parallel",
-	.usage = "kiln-train --model FILE --data SHARD [OPTIONS]",
+	.usage = "kiln-train {--model FILE | --init SPEC} --data SHARD [OPTIONS]",
 	.options = options,
 	.epilog = "Data-parallel across the ranks a launcher starts (RANK, WORLD_SIZE,\n"
 		  "MASTER_ADDR, MASTER_PORT): kiln-run or torchrun.\n"
 		  "\n"
 		  "--model takes a llama2.c checkpoint, a kiln-train checkpoint (--save writes\n"
 		  "safetensors), Hugging Face safetensors (config.json beside it) or a GGUF\n"
-		  "llama file.  -v logs every rank's loss line.\n"
+		  "llama file.  --init SPEC trains from scratch instead: comma-separated\n"
+		  "KEY=VALUE pairs dim, hidden, layers, heads, vocab, seq (required),\n"
+		  "kv_heads (default heads), norm_eps (1e-5), rope_theta (10000), shared\n"
+		  "(1: classifier = token embedding); weights N(0, 0.02), wo and w2 scaled\n"
+		  "by 1/sqrt(2 layers), norm gains 1, drawn from --seed.\n"
+		  "-v logs every rank's loss line.\n"
 		  "\n"
 		  "SIGUSR1 writes a checkpoint after the current step; SIGTERM and SIGINT\n"
 		  "write one and stop (exit status 1).\n"
@@ -164,6 +176,9 @@ static int parse_argv(int argc, char **argv)
 		switch (c) {
 		case 'm':
 			a->model = optarg;
+			break;
+		case OPT_INIT:
+			a->init = optarg;
 			break;
 		case 'd':
 			a->data = optarg;
@@ -232,8 +247,11 @@ static int parse_argv(int argc, char **argv)
 	}
 	if (optind < argc)
 		return kiln_usage_error(&prog, "Unexpected argument '%s'.", argv[optind]);
-	if (!a->model || !a->data)
-		return kiln_usage_error(&prog, "--model and --data are required.");
+	if (!!a->model == !!a->init)
+		return kiln_usage_error(&prog,
+					"Give either --model FILE or --init SPEC (not both).");
+	if (!a->data)
+		return kiln_usage_error(&prog, "--data is required.");
 	if (a->save_every && !a->save)
 		return kiln_usage_error(&prog, "--save-every needs --save FILE.");
 	if (a->lr_min < 0)
@@ -372,11 +390,19 @@ static int run(int argc, char **argv)
 		return KILN_EXIT_USAGE;
 	kiln_error err = {};
 	_cleanup_(km_file_freep) km_file *f = NULL;
-	if ((r = km_file_open(a->model, &f, &err)) < 0) {
-		log_error("%s", err.msg);
-		return KILN_EXIT_USAGE;
+	km_config cfg;
+	if (a->init) {
+		if ((r = kmt_config_parse(a->init, &cfg, &err)) < 0) {
+			log_error("--init: %s", err.msg);
+			return KILN_EXIT_USAGE;
+		}
+	} else {
+		if ((r = km_file_open(a->model, &f, &err)) < 0) {
+			log_error("%s", err.msg);
+			return KILN_EXIT_USAGE;
+		}
+		cfg = *km_file_config(f);
 	}
-	km_config cfg = *km_file_config(f);
 	if (a->seq > cfg.max_seq_len) {
 		log_error("--seq %d is longer than the model's context (%d)", a->seq,
 			  cfg.max_seq_len);
@@ -407,9 +433,10 @@ static int run(int argc, char **argv)
 		log_error_errno(r, "Cannot use %d compute threads: %m", a->threads);
 		goto out;
 	}
-	kmt_opts o = { .batch = a->batch, .seq_len = a->seq };
-	km_weight_source src = km_file_source(f);
-	if ((r = kmt_model_new(be, &cfg, &o, &src, &m, &err)) < 0) {
+	/* --init: no source, kmt_model_new draws the weights from the seed. */
+	kmt_opts o = { .batch = a->batch, .seq_len = a->seq, .init_seed = a->seed };
+	km_weight_source src = f ? km_file_source(f) : (km_weight_source){ 0 };
+	if ((r = kmt_model_new(be, &cfg, &o, f ? &src : NULL, &m, &err)) < 0) {
 		log_error("%s", err.msg);
 		ret = r == -EINVAL ? KILN_EXIT_USAGE : KILN_EXIT_FAILURE;
 		goto out;

@@ -43,11 +43,12 @@ done
 for t in test-kk-cuda cuda-bench; do
 	[ -x "$B/mt1/tests/$t" ] && cp -p "$B/mt1/tests/$t" "$KIT/build/tests/$t-mt1"
 done
-# The model fixture (the tests find it through KM_TEST_MODEL): ../shared
-# does not travel to the GPU machine.
-fixture=${KILN_FIXTURES:-../shared/fixtures}/stories260K.bin
+# The model fixture the build trained (the tests find it through
+# KM_TEST_MODEL): make it first when it is not there yet.
+fixture=${KM_TEST_MODEL:-$B/fixtures/tiny260K.bin}
+[ -f "$fixture" ] || make -s B="$B" fixture >/dev/null || exit 1
 mkdir -p "$KIT/fixtures"
-[ -f "$fixture" ] && cp "$fixture" "$KIT/fixtures/"
+cp "$fixture" "$KIT/fixtures/tiny260K.bin"
 # Shared libraries: everything ldd resolves, minus the C runtime (the GPU
 # machine's own is newer and must be used) and CUDA's (too big to carry,
 # and the GPU machine's match its driver).

@@ -37,7 +37,7 @@ if [ ! -e "$unpacked/.from" ] || [ "$(cat "$unpacked/.from")" != "$(cksum <"$KIT
 fi
 B=$unpacked/build
 export KILN_BUILD=$B
-export KM_TEST_MODEL=$unpacked/fixtures/stories260K.bin
+export KM_TEST_MODEL=$unpacked/fixtures/tiny260K.bin
 
 # Libraries: the kit's, then CUDA's (toolkit and pip wheels), then the driver's.
 cuda_dirs=()

@@ -32,10 +32,9 @@ set -uo pipefail
 # kiln-healthd with "0 GPUs found, the cluster file says 8".
 GPU=${KILN_IMAGE_TEST_GPU:-0}
 # the model qemu.cfg's inference section serves (baked into the image)
-MODEL=${KM_TEST_MODEL:-}
-for c in tests/fixtures/stories260K.bin ../shared/fixtures/stories260K.bin; do
-	[ -z "$MODEL" ] && [ -r "$c" ] && MODEL=$c
-done
+# (tests/lib/fixture.sh: the build's own fixture; missing fails the suite)
+. "$top/tests/lib/fixture.sh"
+kiln_need_fixture
 if [ "$GPU" = 1 ]; then
 	CFG=$here/qemu-gpu.cfg IMG=$B/image-test-gpu
 	# the CUDA libraries (cuBLASLt alone is 0.5 GB) make the initrd several
@@ -98,7 +97,7 @@ else
 	# the probe, and the model qemu.cfg's inference section serves
 	mkdir -p "$W/overlay/srv/models"
 	cp -a "$here/probe/." "$W/overlay/"
-	[ -n "$MODEL" ] && cp "$MODEL" "$W/overlay/srv/models/stories260K.bin"
+	cp "$MODEL" "$W/overlay/srv/models/tiny260K.bin"
 	cp tests/tokenizer/data/tok512.bin "$W/overlay/srv/models/"
 	t0=$EPOCHREALTIME
 	# zstd -3: a test image is packed once and booted once; -9 saves ~10% for minutes of CPU

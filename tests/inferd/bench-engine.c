@@ -1,5 +1,5 @@
 /* tests/inferd/bench-engine.c — the inference engine's throughput and time
- * to first token on stories260K (cpu backend), with 1, 8 and 32 clients
+ * to first token on the tiny260K fixture (cpu backend), with 1, 8 and 32 clients
  * each keeping one request in flight (a closed loop), against the baseline
  * "sequential": the same requests one at a time straight through km_forward
  * and km_sample, no engine and no scheduler thread.
@@ -187,7 +187,8 @@ int main(int argc, char **argv)
 	if (!path)
 		path = kiln_test_model_fixture();
 	if (!path || access(path, R_OK) != 0) {
-		fprintf(stderr, "stories260K.bin not found (set KM_TEST_MODEL)\n");
+		fprintf(stderr, "model fixture %s is not readable: %s\n", kiln_test_model_path(),
+			KILN_TEST_FIXTURE_HINT);
 		return 2;
 	}
 	const int N = quick ? 32 : 128;
@@ -213,7 +214,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	km_weight_source src = km_file_source(f);
-	printf("stories260K, cpu backend, %d requests (prompt 4..%d tokens, 32..128 generated, "
+	printf("tiny260K, cpu backend, %d requests (prompt 4..%d tokens, 32..128 generated, "
 	       "greedy)\n\n",
 	       N, PROMPT_MAX);
 	printf("| %-22s | %6s | %9s | %9s | %9s | %9s |\n", "run", "tokens", "tok/s", "tok/CPU-s",

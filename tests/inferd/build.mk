@@ -1,4 +1,4 @@
-# tests/inferd: the inference engine suite (cpu backend, stories260K) and
+# tests/inferd: the inference engine suite (cpu backend, the tiny260K fixture) and
 # its benchmark.
 $(eval $(call kiln_test,test-engine,tests/inferd/test-engine.c tests/model/ref.c,inferd-engine kmodel kmf kk common,$(KMF_LDLIBS) $(KK_LDLIBS)))
 $(eval $(call kiln_tool,bench-engine,tests/inferd/bench-engine.c,inferd-engine kmodel kmf kk common,$(KMF_LDLIBS) $(KK_LDLIBS)))

@@ -1,16 +1,14 @@
 # inferd-env.sh — what the kiln-inferd shell suites share (source it after
-# tests/lib/tap.sh): B, BIN, MODEL (stories260K.bin, or $KM_TEST_MODEL);
-# prints a SKIP plan and exits when the binary or the model is missing.
+# tests/lib/tap.sh): B, BIN, MODEL (the model fixture, tests/lib/fixture.sh);
+# prints a SKIP plan and exits when the binary is missing, a failing plan
+# (exit 1) when the fixture is: the build makes it.
 # inferd_suite sets up a suite's work folder and cleanup, inferd_start /
 # inferd_stop run servers, rc_is checks a command's exit status.
 B=${KILN_BUILD:-build}
 BIN=$B/bin/kiln-inferd
-MODEL=${KM_TEST_MODEL:-}
-for c in tests/fixtures/stories260K.bin ../shared/fixtures/stories260K.bin; do
-	[ -z "$MODEL" ] && [ -r "$c" ] && MODEL=$c
-done
 if [ ! -x "$BIN" ]; then echo "1..1"; echo "ok 1 # SKIP $BIN not built"; exit 0; fi
-if [ -z "$MODEL" ]; then echo "1..1"; echo "ok 1 # SKIP stories260K.bin not found (set KM_TEST_MODEL)"; exit 0; fi
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/fixture.sh"
+kiln_need_fixture
 
 # inferd_start ARGS...: kiln-inferd with ARGS on an ephemeral port of
 # 127.0.0.1, its log in $W/log; sets PID, port and URL.  Fails, with the log

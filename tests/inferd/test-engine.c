@@ -1,5 +1,5 @@
 /* tests/inferd/test-engine.c — the inference engine (kiln/engine.h) on the
- * cpu backend with the stories260K fixture.
+ * cpu backend with the model fixture (tiny260K.bin, tests/lib/fixture.h).
  *
  * What it checks: requests run concurrently give the tokens each gives when
  * run alone (greedy and seeded sampling; where greedy output diverges the
@@ -53,14 +53,8 @@ static const char *fixture;
 static kk_backend *be;
 static ref_model *ref;
 
-#define NEED_FIXTURE()                                                         \
-	do {                                                                   \
-		if (!fixture) {                                                \
-			print_message("# SKIP stories260K.bin not found (set " \
-				      "KM_TEST_MODEL)\n");                     \
-			skip();                                                \
-		}                                                              \
-	} while (0)
+/* the fixture is the build's own: missing is a failure, not a skip */
+#define NEED_FIXTURE() KILN_NEED_FIXTURE(fixture)
 
 /* ---- what a request saw ---------------------------------------------------- */
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# test-inferd-keys.sh — kiln-inferd's API keys (stories260K, curl, jq):
+# test-inferd-keys.sh — kiln-inferd's API keys (the tiny260K fixture, curl, jq):
 #   --api-keys-file / inference.api_keys_file: no Authorization header and a
 #   wrong key get 401 in OpenAI's shape (invalid_request_error,
 #   invalid_api_key) without echoing the key; every key of the file works

@@ -1,6 +1,6 @@
 #!/bin/bash
 # test-inferd-models.sh — one kiln-inferd serving several models
-# (stories260K under two names, each its own engine; curl, jq):
+# (the tiny260K fixture under two names, each its own engine; curl, jq):
 #   - repeatable --model FILE[,KEY=VALUE...]: READY=1 and STATUS= name both
 #     (a fake $NOTIFY_SOCKET), /v1/models lists both,
 #     GET /v1/models/{id}, requests routed by "model" (each model's metrics

@@ -1,6 +1,6 @@
 #!/bin/bash
 # test-inferd-service.sh — kiln-inferd as the cluster file and systemd run
-# it (stories260K, curl, jq, python3 for a fake $NOTIFY_SOCKET):
+# it (the tiny260K fixture, curl, jq, python3 for a fake $NOTIFY_SOCKET):
 #   - the inference section of a cluster file configures it on the node
 #     inference.nodes names (name, context_length, drain_grace ...), a flag
 #     wins over the file, another node is refused with the reason, and

@@ -1,14 +1,13 @@
 #!/bin/bash
 # test-inferd.sh — kiln-inferd over real HTTP on 127.0.0.1 (curl, jq) with
-# the stories260K fixture: --help lists every option the code parses, exit
+# the tiny260K model fixture: --help lists every option the code parses, exit
 # codes (0, 1 failure, 2 usage), a greedy completion streamed and not
 # streamed giving the same token ids, a stop token, usage counts, OpenAI-
 # shaped 400/404 errors with the field named, 429 with Retry-After when the
 # queue is full, a client that hangs up mid-stream cancelling its request,
 # /v1/models, /metrics, and SIGTERM with a stream in flight.  Then text,
-# with tests/tokenizer/data/tok512.bin (a 512-token sentencepiece BPE: the
-# model's own tok512 is not shipped, so the text is nonsense but round-trips
-# mechanically): a text prompt answered as its token ids (from `kiln
+# with tests/tokenizer/data/tok512.bin (a 512-token sentencepiece BPE, the
+# tokenizer the fixture was trained with: tests/fixtures): a text prompt answered as its token ids (from `kiln
 # tokenize`), replies decoded as ktok decodes them, stop strings cut and
 # absent, streamed text (complete UTF-8 per event) joining to the
 # non-streamed text, batches, echo, chat completions with the ChatML prompt
@@ -159,7 +158,9 @@ ok "an unreadable tokenizer: exit 1" rc_is 1 "$BIN" -m "$MODEL" --tokenizer "$W/
 ok "an unknown --chat-template: exit 2" rc_is 2 "$BIN" -m "$MODEL" --tokenizer "$TOK" --chat-template jinja
 start --tokenizer "$TOK"
 ok "no template in the file: ChatML, with a notice" grep -q "chat completions use ChatML" "$W/log"
-P="Once upon a time, there was a kiln"
+# the fixture (stories with a few accented names and words) continues this
+# with "café": multi-byte characters for the UTF-8 checks below
+P="Once upon a time, there was a kiln named Zoë."
 ids=$("$KILN" tokenize "$TOK" --text "$P" --json | jq -c .ids)
 n_ids=$(jq length <<<"$ids")
 code=$(post "{\"model\":\"m\",\"prompt\":\"$P\",\"max_tokens\":40,\"temperature\":0}")

@@ -3,7 +3,7 @@
 `openai` Python package (the pinned version mk/deps.sh installs), run by
 test-openai-client.sh.
 
-One kiln-inferd on 127.0.0.1 (an ephemeral port) with the stories260K
+One kiln-inferd on 127.0.0.1 (an ephemeral port) with the tiny260K
 fixture and the 512-token tok512 tokenizer; the client drives it as any
 application would: completions and chat completions, streamed and not,
 models.list / models.retrieve, and the errors the client must raise as its

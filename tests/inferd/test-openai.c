@@ -6,7 +6,7 @@
  * forms, defaults, every field); bodies that must not get the exact 400 or
  * 404 OpenAI error of today: status, param, code, message.  Text uses
  * tests/tokenizer/data/tok512.bin (a 512-token sentencepiece BPE, the size
- * of stories260K's vocabulary), read from the repository root. */
+ * of the tiny260K fixture's vocabulary), read from the repository root. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>

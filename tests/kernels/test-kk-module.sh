@@ -10,7 +10,7 @@
 #    mounts in a private mount namespace: unshare -rm); against fake
 #    modules of another kiln version, another op table, no module symbol, an
 #    old driver, no device, and a working one;
-#  - kiln-train (3 steps), kiln-inferd (one completion on stories260K) and
+#  - kiln-train (3 steps), kiln-inferd (one completion on the model fixture) and
 #    the kernels' cpu suite with the module moved and the CUDA libraries
 #    hidden: --backend auto runs on the cpu and logs why once, --backend
 #    cuda fails naming what is missing.
@@ -23,10 +23,8 @@ case $B in /*) ;; *) B=$PWD/$B ;; esac
 MOD=$B/lib/kiln/kk-cuda.so
 OPEN=$B/tests/kk-open
 FAKE=$B/tests/fake-kk-cuda
-MODEL=${KM_TEST_MODEL:-}
-for c in tests/fixtures/stories260K.bin ../shared/fixtures/stories260K.bin; do
-	[ -z "$MODEL" ] && [ -r "$c" ] && MODEL=$c
-done
+. tests/lib/fixture.sh
+MODEL=$(kiln_fixture_path)
 if [ ! -x "$OPEN" ]; then
 	echo "1..1"
 	echo "ok 1 # SKIP $OPEN not built"
@@ -198,8 +196,10 @@ fi
 run_bare() {
 	if [ $can_hide = 1 ] && [ -n "$cuda_files" ]; then hide "$@"; else LD_LIBRARY_PATH= "$@"; fi
 }
-if [ -n "$installed" ] || [ -z "$MODEL" ]; then
-	for i in $(seq 6); do skip "${installed:+$installed exists}${MODEL:-stories260K.bin not found}: the programs without CUDA"; done
+if [ ! -r "$MODEL" ]; then
+	check "model fixture $MODEL is not readable: $KILN_FIXTURE_HINT" 1
+elif [ -n "$installed" ]; then
+	for i in $(seq 6); do skip "$installed exists: the programs without CUDA"; done
 else
 	python3 tests/train/mk-shard.py "$tmp/data.tok" 4000 >/dev/null || exit 1
 	targs=(-m "$MODEL" -d "$tmp/data.tok" -b 2 --seq 16 --steps 3)

@@ -1,5 +1,5 @@
 /* tests/model/bench-model.c — decode tokens/s of km_forward on the cpu
- * backend for stories260K, single stream and a batch of 8, in each weight
+ * backend for the tiny260K fixture, single stream and a batch of 8, in each weight
  * dtype, next to the baseline: the unbatched float64 reference (ref.c)
  * decoding the same number of tokens, timed in the same run.
  *
@@ -15,6 +15,7 @@
 #include "kk.h"
 #include "kmodel.h"
 #include "ref.h"
+#include "../lib/clock.h"
 #include "../lib/fixture.h"
 
 #define BATCH 8
@@ -25,9 +26,7 @@ static clockid_t clock_id = CLOCK_MONOTONIC;
 
 static double now(void)
 {
-	struct timespec ts;
-	clock_gettime(clock_id, &ts);
-	return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+	return kiln_test_clock(clock_id);
 }
 
 static void row(const char *impl, const char *dt, int batch, long tokens, double secs)
@@ -92,8 +91,8 @@ int main(int argc, char **argv)
 	if (!path)
 		path = kiln_test_model_fixture();
 	if (!path) {
-		fprintf(stderr, "bench-model: stories260K.bin not found; pass its path or set "
-				"KM_TEST_MODEL\n");
+		fprintf(stderr, "bench-model: model fixture %s is not readable: %s\n",
+			kiln_test_model_path(), KILN_TEST_FIXTURE_HINT);
 		return 2;
 	}
 	kk_backend *be = NULL;
@@ -109,7 +108,7 @@ int main(int argc, char **argv)
 		kk_backend_free(be);
 		return 1;
 	}
-	printf("stories260K greedy decode, %d steps per sequence after a 1-token prompt, "
+	printf("tiny260K greedy decode, %d steps per sequence after a 1-token prompt, "
 	       "%s seconds\n",
 	       steps, clock_id == CLOCK_MONOTONIC ? "wall-clock" : "process CPU");
 	printf("%-28s %-5s %5s %7s %8s %10s\n", "implementation", "dtype", "batch", "tokens",

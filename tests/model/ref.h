@@ -1,8 +1,8 @@
 /* ref.h — an independent float64 reference of the Llama architecture for
  * the km_ tests and benchmark.
  *
- * Written from the architecture description (tests/../shared/fixtures
- * README: RMSNorm, RoPE on adjacent pairs, grouped-query attention, SwiGLU)
+ * Written from the architecture description (llama2.c's, docs/modelfile.md:
+ * RMSNorm, RoPE on adjacent pairs, grouped-query attention, SwiGLU)
  * and sharing no code with kernels/model/ or kk: it reads a llama2.c
  * checkpoint itself, keeps every weight in double, and runs one token at a
  * time over a plain contiguous KV history, the way the math is written. */

@@ -5,8 +5,8 @@
  * dim 64 (2:1 GQA) decoded in f32 and bf16 against the float64 reference
  * in both RoPE conventions; continuous batching (sequences joining and
  * leaving) giving the tokens each gives alone; a prompt in chunks giving
- * the logits and tokens of the whole prompt; and stories260K (head dim
- * 8, which cuda attention lacks) refused at load with the reason.
+ * the logits and tokens of the whole prompt; and the tiny260K fixture
+ * (head dim 8, which cuda attention lacks) refused at load with the reason.
  * NOT YET RUN ON A GPU: the tolerances below are first guesses (TF32 or
  * different summation orders in cuBLASLt may need them widened). */
 #include <errno.h>
@@ -24,6 +24,9 @@
 
 #include "kk.h"
 #include "kmodel.h"
+
+#include "../lib/fixture.h"
+#include "../lib/model-test.h"
 #include "ref.h"
 
 #include "model-check.h"
@@ -38,13 +41,7 @@ static kk_backend *be;
 static char skip_reason[160];
 static char rand_path[] = "/tmp/test-model-cuda-XXXXXX";
 
-#define NEED_CUDA()                                                \
-	do {                                                       \
-		if (!be) {                                         \
-			print_message("# SKIP %s\n", skip_reason); \
-			skip();                                    \
-		}                                                  \
-	} while (0)
+#define NEED_CUDA() KILN_SKIP_UNLESS(be, skip_reason)
 
 static void test_random_f32(void **state)
 {
@@ -215,17 +212,12 @@ static void test_chunked_prefill(void **state)
 static void test_head_dim_8_refused(void **state)
 {
 	NEED_CUDA();
-	const char *p = getenv("KM_TEST_MODEL");
-	if (!p || !*p)
-		p = access("tests/fixtures/stories260K.bin", R_OK) == 0
-			    ? "tests/fixtures/stories260K.bin"
-			    : "../shared/fixtures/stories260K.bin";
+	const char *p = kiln_test_model_fixture();
+	KILN_NEED_FIXTURE(p);
 	kiln_error err = {};
 	km_file *f = NULL;
-	if (km_file_open(p, &f, &err) < 0) {
-		print_message("# SKIP %s\n", err.msg);
-		skip();
-	}
+	if (km_file_open(p, &f, &err) < 0)
+		fail_msg("%s", err.msg);
 	km_weight_source src = km_file_source(f);
 	km_model_opts o = { .weight_dtype = KK_F32, .max_tokens = 4, .max_seqs = 1 };
 	km_model *m = NULL;

@@ -1,17 +1,15 @@
 /* tests/model/test-model-files.c — km_file: real model files into km_model.
  *
- * The stories260K fixture is rewritten here in every dialect km_file_open
- * reads — a kiln-style canonical safetensors (kiln.config.* metadata), a
- * Hugging Face LlamaForCausalLM safetensors with config.json and q/k rows
- * permuted to HF's half-split RoPE layout (the permutation is written out
- * below, independently of the library), and GGUF llama files written by
- * the small GGUF writer below with F32, F16 and Q8_0 tensors — and each
- * must give the llama2.c path's logits (teacher-forced over its greedy
- * tokens) and its greedy tokens: bit for bit where the weights are the
- * same f32 values, to a stated tolerance where they were rounded.  A real
+ * The model fixture (tiny260K.bin, built by tests/fixtures) is rewritten here in every dialect
+ * km_file_open reads — a kiln-style canonical safetensors (kiln.config.* metadata), a Hugging Face
+ * LlamaForCausalLM safetensors with config.json and q/k rows permuted to HF's half-split RoPE
+ * layout (the permutation is written out below, independently of the library), and GGUF llama files
+ * written by the small GGUF writer below with F32, F16 and Q8_0 tensors — and each must give the
+ * llama2.c path's logits (teacher-forced over its greedy tokens) and its greedy tokens: bit for bit
+ * where the weights are the same f32 values, to a stated tolerance where they were rounded.  A real
  * kiln-train checkpoint (kmt_save) loads to the trained model's exact
  * logits.  Broken and mismatched files are refused with exact messages.
- * Without the fixture the tests skip with that reason. */
+ * Without the fixture the tests fail, naming it (the build makes it). */
 #include <errno.h>
 #include <math.h>
 #include <setjmp.h>
@@ -32,6 +30,9 @@
 #include "kmf.h"
 #include "kmodel.h"
 #include "kmtrain.h"
+
+#include "../lib/fixture.h"
+#include "../lib/model-test.h"
 
 /* Teacher-forced decode steps compared with the llama2.c path. */
 #define N_STEPS 48
@@ -58,27 +59,8 @@ static int32_t toks[N_STEPS + 1]; /* BOS then the llama2.c path's greedy tokens 
 static float *ref_logits;	  /* [N_STEPS][V] */
 static char tmpdir[] = "/tmp/test-model-files-XXXXXX";
 
-static const char *find_fixture(void)
-{
-	const char *env = getenv("KM_TEST_MODEL");
-	if (env && *env)
-		return env;
-	const char *c[] = { "tests/fixtures/stories260K.bin", "../shared/fixtures/stories260K.bin",
-			    "../../shared/fixtures/stories260K.bin" };
-	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
-		if (access(c[i], R_OK) == 0)
-			return c[i];
-	return NULL;
-}
-
-#define NEED_FIXTURE()                                                         \
-	do {                                                                   \
-		if (!fixture) {                                                \
-			print_message("# SKIP stories260K.bin not found (set " \
-				      "KM_TEST_MODEL)\n");                     \
-			skip();                                                \
-		}                                                              \
-	} while (0)
+/* the fixture is the build's own: missing is a failure, not a skip */
+#define NEED_FIXTURE() KILN_NEED_FIXTURE(fixture)
 
 static char *tpath(const char *name)
 {
@@ -99,15 +81,6 @@ static km_model *model_from(const km_config *c, km_weight_source src)
 	return m;
 }
 
-static int argmax_f(const float *x, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return b;
-}
-
 /* Feeds toks[0..N_STEPS) one at a time; logits [N_STEPS][V].  greedy:
  * toks[i+1] is set to the argmax of step i (the reference run). */
 static void forced(km_model *m, float *logits, bool greedy)
@@ -124,7 +97,7 @@ static void forced(km_model *m, float *logits, bool greedy)
 		if (km_forward(m, c, &in, 1, logits + (size_t) i * V, &err) < 0)
 			fail_msg("km_forward: %s", err.msg);
 		if (greedy)
-			toks[i + 1] = argmax_f(logits + (size_t) i * V, V);
+			toks[i + 1] = kiln_test_argmax(logits + (size_t) i * V, V);
 	}
 	km_kvcache_free(c);
 }
@@ -160,7 +133,7 @@ static void compare_file(const char *path, km_file_kind kind, double *max_abs, d
 		for (int j = 0; j < V; j++)
 			mx = fmax(mx, fabs((double) lg[(size_t) i * V + j] -
 					   ref_logits[(size_t) i * V + j]));
-		same += argmax_f(lg + (size_t) i * V, V) == toks[i + 1];
+		same += kiln_test_argmax(lg + (size_t) i * V, V) == toks[i + 1];
 	}
 	*max_abs = mx;
 	*agree = (double) same / N_STEPS;
@@ -215,7 +188,7 @@ static int group_setup(void **state)
 {
 	assert_int_equal(kk_backend_open("cpu", &be), 0);
 	assert_non_null(mkdtemp(tmpdir));
-	fixture = find_fixture();
+	fixture = kiln_test_model_fixture();
 	if (!fixture)
 		return 0;
 	kiln_error err = {};
@@ -345,6 +318,32 @@ static float *to_hf_rows(const tens *t, int heads)
 	return o;
 }
 
+/* How a dialect names the canonical tensors: the embedding, the final
+ * norm, and layer L's tensor k (layer_canon's order) as layer, L, '.',
+ * names[k]. */
+typedef struct dialect {
+	const char *what, *embedding, *norm, *layer;
+	const char *const *names;
+} dialect;
+
+static const char *dialect_name(const dialect *d, const char *canon, char *buf, size_t len)
+{
+	if (!strcmp(canon, "tok_embeddings.weight"))
+		return d->embedding;
+	if (!strcmp(canon, "norm.weight"))
+		return d->norm;
+	int L;
+	char rest[64];
+	assert_int_equal(sscanf(canon, "layers.%d.%63s", &L, rest), 2);
+	for (int k = 0; k < 9; k++)
+		if (!strcmp(rest, layer_canon[k])) {
+			snprintf(buf, len, "%s%d.%s", d->layer, L, d->names[k]);
+			return buf;
+		}
+	fail_msg("no %s name for %s", d->what, canon);
+	return NULL;
+}
+
 static const char *hf_name(const char *canon, char *buf, size_t len)
 {
 	static const char *const hf[] = {
@@ -354,20 +353,9 @@ static const char *hf_name(const char *canon, char *buf, size_t len)
 		"mlp.gate_proj.weight",	   "mlp.down_proj.weight",
 		"mlp.up_proj.weight",
 	};
-	if (!strcmp(canon, "tok_embeddings.weight"))
-		return "model.embed_tokens.weight";
-	if (!strcmp(canon, "norm.weight"))
-		return "model.norm.weight";
-	int L;
-	char rest[64];
-	assert_int_equal(sscanf(canon, "layers.%d.%63s", &L, rest), 2);
-	for (int k = 0; k < 9; k++)
-		if (!strcmp(rest, layer_canon[k])) {
-			snprintf(buf, len, "model.layers.%d.%s", L, hf[k]);
-			return buf;
-		}
-	fail_msg("no HF name for %s", canon);
-	return NULL;
+	static const dialect d = { "HF", "model.embed_tokens.weight", "model.norm.weight",
+				   "model.layers.", hf };
+	return dialect_name(&d, canon, buf, len);
 }
 
 static void write_hf(const char *dir, const char *config_json, bool permute)
@@ -521,20 +509,8 @@ static const char *gguf_name(const char *canon, char *buf, size_t len)
 		"attn_v.weight",    "attn_output.weight", "ffn_norm.weight",
 		"ffn_gate.weight",  "ffn_down.weight",	  "ffn_up.weight",
 	};
-	if (!strcmp(canon, "tok_embeddings.weight"))
-		return "token_embd.weight";
-	if (!strcmp(canon, "norm.weight"))
-		return "output_norm.weight";
-	int L;
-	char rest[64];
-	assert_int_equal(sscanf(canon, "layers.%d.%63s", &L, rest), 2);
-	for (int k = 0; k < 9; k++)
-		if (!strcmp(rest, layer_canon[k])) {
-			snprintf(buf, len, "blk.%d.%s", L, gg[k]);
-			return buf;
-		}
-	fail_msg("no GGUF name for %s", canon);
-	return NULL;
+	static const dialect d = { "GGUF", "token_embd.weight", "output_norm.weight", "blk.", gg };
+	return dialect_name(&d, canon, buf, len);
 }
 
 /* Encodes n floats as ggml type `type` into b. */
@@ -809,7 +785,8 @@ static void logit_diff(const float *a, const float *b, double *mx, double *agree
 		for (int j = 0; j < V; j++)
 			*mx = fmax(*mx,
 				   fabs((double) a[(size_t) i * V + j] - b[(size_t) i * V + j]));
-		same += argmax_f(a + (size_t) i * V, V) == argmax_f(b + (size_t) i * V, V);
+		same += kiln_test_argmax(a + (size_t) i * V, V) ==
+			kiln_test_argmax(b + (size_t) i * V, V);
 	}
 	*agree = (double) same / N_STEPS;
 }
@@ -1109,17 +1086,7 @@ static size_t rss_anon(void)
  * aligns every tensor). */
 static void write_big(const char *path, km_config *c)
 {
-	*c = (km_config){ .dim = 256,
-			  .hidden_dim = 768,
-			  .n_layers = 4,
-			  .n_heads = 4,
-			  .n_kv_heads = 4,
-			  .head_dim = 64,
-			  .vocab_size = 8192,
-			  .max_seq_len = 64,
-			  .norm_eps = 1e-5f,
-			  .rope_theta = 10000,
-			  .shared_classifier = true };
+	*c = kiln_test_config(256, 768, 4, 4, 4, 8192, 64, KK_ROPE_INTERLEAVED, true);
 	kmf_writer *w = NULL;
 	assert_int_equal(kmf_writer_new(&w), 0);
 	float *buf = malloc((size_t) c->vocab_size * c->dim * sizeof(float));

@@ -1,14 +1,14 @@
 /* tests/model/test-model.c — the km_ model suite on the cpu backend.
  *
  * Checked against the independent float64 reference (ref.c) on the
- * stories260K fixture: greedy decoding token for token with logits to a
- * stated tolerance, prompts of 1/16/17/40 tokens through prefill, continuous
+ * model fixture (tiny260K.bin, trained by the build: tests/fixtures): greedy decoding token for
+ * token with logits to a stated tolerance, prompts of 1/16/17/40 tokens through prefill, continuous
  * batching (sequences joining and leaving mid-way give the tokens each gives
  * alone), bf16/f16 and int8/int4 weights against f32, the KV cache
  * allocator (also against a simple model on random operations), and bad
  * checkpoints refused with exact messages.  The fixture is found through
- * $KM_TEST_MODEL, tests/fixtures/ or ../shared/fixtures/; without it the
- * model tests skip with that reason. */
+ * $KM_TEST_MODEL or build/fixtures/ (tests/lib/fixture.h); without it the
+ * model tests fail, naming it. */
 #include <errno.h>
 #include <math.h>
 #include <setjmp.h>
@@ -28,11 +28,12 @@
 
 #include "model-check.h"
 #include "../lib/fixture.h"
+#include "../lib/model-test.h"
 
 /* Greedy decode length compared with the reference (the brief: 200+). */
 #define N_GREEDY 256
 /* f32 logits against float64: sums of <= 172 products in f32 with
- * different order; measured max ~2e-5 on stories260K (|logits| < 20). */
+ * different order; measured max ~2e-5 on llama2.c's stories260K (|logits| < 20). */
 #define TOL_F32 1e-3
 /* Teacher-forced steps for the dtype comparisons. */
 #define N_FORCED 128
@@ -44,14 +45,8 @@ static int greedy[N_GREEDY + 1]; /* BOS then the reference's greedy tokens */
 static double *ref_logits;	 /* [N_GREEDY][vocab], after greedy[0..i] */
 static int V;
 
-#define NEED_FIXTURE()                                                         \
-	do {                                                                   \
-		if (!ref) {                                                    \
-			print_message("# SKIP stories260K.bin not found (set " \
-				      "KM_TEST_MODEL)\n");                     \
-			skip();                                                \
-		}                                                              \
-	} while (0)
+/* the fixture is the build's own: missing is a failure, not a skip */
+#define NEED_FIXTURE() KILN_NEED_FIXTURE(ref)
 
 static int group_setup(void **state)
 {
@@ -112,15 +107,6 @@ static int step(km_model *m, km_kvcache *c, const km_seq_input *in, int n, float
 	if (r < 0 && r != -ENOSPC && r != -EINVAL && r != -EFBIG)
 		fail_msg("km_forward: %s", err.msg);
 	return r;
-}
-
-static int argmax_f(const float *x, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return b;
 }
 
 static double max_err(const float *a, const double *b, int n)
@@ -198,7 +184,7 @@ static void test_prefill_lengths(void **state)
 			worst = fmax(worst, e);
 			if (e > TOL_F32)
 				fail_msg("prompt of %d, position %d: logits off by %g", n, i, e);
-			assert_int_equal(argmax_f(lg, V), greedy[i + 1]);
+			assert_int_equal(kiln_test_argmax(lg, V), greedy[i + 1]);
 		}
 		assert_int_equal(km_kvcache_seq_free(c, s), 0);
 	}
@@ -391,7 +377,7 @@ static void test_chunked_prefill(void **state)
 		int32_t t = greedy[i];
 		km_seq_input in = { d, &t, 1 };
 		assert_int_equal(step(m, c, &in, 1, lg), 0);
-		assert_int_equal(argmax_f(lg, V), greedy[i + 1]);
+		assert_int_equal(kiln_test_argmax(lg, V), greedy[i + 1]);
 	}
 	km_kvcache_free(c);
 	km_model_free(m);
@@ -415,7 +401,7 @@ static void forced_compare(km_model *m, km_model *base, double *max_abs, double 
 		assert_int_equal(step(base, cb, &ib, 1, lb), 0);
 		for (int j = 0; j < V; j++)
 			*max_abs = fmax(*max_abs, fabs(lg[j] - lb[j]));
-		same += argmax_f(lg, V) == argmax_f(lb, V);
+		same += kiln_test_argmax(lg, V) == kiln_test_argmax(lb, V);
 	}
 	*agree = (double) same / N_FORCED;
 	km_kvcache_free(c);
@@ -546,18 +532,7 @@ static void test_dtypes(void **state)
 
 static km_config small_cfg(void)
 {
-	return (km_config){ .dim = 16,
-			    .hidden_dim = 32,
-			    .n_layers = 2,
-			    .n_heads = 2,
-			    .n_kv_heads = 1,
-			    .head_dim = 8,
-			    .vocab_size = 10,
-			    .max_seq_len = 100,
-			    .norm_eps = 1e-5f,
-			    .rope_theta = 10000,
-			    .rope_mode = KK_ROPE_INTERLEAVED,
-			    .shared_classifier = true };
+	return kiln_test_config(16, 32, 2, 2, 1, 10, 100, KK_ROPE_INTERLEAVED, true);
 }
 
 static void test_kvcache_basic(void **state)

@@ -76,14 +76,13 @@ if grep -q "^model: not loadable: $D/types-v3.gguf: GGUF metadata 'llama.embeddi
 else
 	fail "inspect: not loadable" "$out"
 fi
-FIX=${KM_TEST_MODEL:-../shared/fixtures/stories260K.bin}
-if [ -r "$FIX" ]; then
-	out=$("$KILN" model inspect "$FIX" 2>&1)
-	if grep -q "^model: llama2.c: dim 64, hidden 172, 5 layers, 8 heads (4 kv, head_dim 8), vocab 512, context 512, norm_eps 1e-05, rope_theta 10000, rope interleaved, shared classifier" <<<"$out"; then
-		ok "inspect stories260K: the derived model config"
-	else
-		fail "inspect stories260K" "$out"
-	fi
+. tests/lib/fixture.sh
+FIX=$(kiln_fixture_path)
+out=$("$KILN" model inspect "$FIX" 2>&1)
+if grep -q "^model: llama2.c: dim 64, hidden 172, 5 layers, 8 heads (4 kv, head_dim 8), vocab 512, context 512, norm_eps 1e-05, rope_theta 10000, rope interleaved, shared classifier" <<<"$out"; then
+	ok "inspect the model fixture: the derived model config"
+elif [ ! -r "$FIX" ]; then
+	fail "model fixture $FIX is not readable: $KILN_FIXTURE_HINT" ""
 else
-	n=$((n + 1)); echo "ok $n # SKIP stories260K.bin not found (set KM_TEST_MODEL)"
+	fail "inspect the model fixture" "$out"
 fi

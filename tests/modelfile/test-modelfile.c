@@ -24,6 +24,9 @@
 #include "kk.h"
 #include "kmf.h"
 
+#include "../lib/fixture.h"
+#include "../lib/model-test.h"
+
 #define DATA "tests/modelfile/data/"
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(kmf_file *, kmf_close);
@@ -33,10 +36,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(kk_backend *, kk_backend_free);
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void)
 {
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
+	return kiln_test_xorshift(&rng_state);
 }
 static float frnd(void)
 {
@@ -51,12 +51,7 @@ static kmf_file *open_ok(const char *path)
 {
 	kmf_file *f = NULL;
 	kiln_error e;
-	int r = kmf_open(path, &f, &e);
-	if (r < 0) {
-		char buf[1024];
-		print_error("%s\n", kiln_error_format(&e, buf, sizeof(buf)));
-	}
-	assert_int_equal(r, 0);
+	KILN_ASSERT_OK(kmf_open(path, &f, &e), &e);
 	return f;
 }
 
@@ -268,18 +263,14 @@ static void test_llama2c_tiny(void **state)
 	assert_false(m->b);
 }
 
-/* The real fixture, where the lead's checkout has it. */
-static void test_llama2c_stories(void **state)
+/* The model fixture the build trains (tests/fixtures): llama2.c's
+ * stories260K shape, written by tests/fixtures/st2llama2c.py. */
+static void test_llama2c_fixture(void **state)
 {
-	const char *dir = getenv("KILN_FIXTURES");
-	char path[512];
+	const char *path = kiln_test_model_fixture();
 	const kmf_tensor *emb, *head;
 	int64_t v;
-	snprintf(path, sizeof(path), "%s/stories260K.bin", dir ? dir : "../shared/fixtures");
-	if (access(path, R_OK) < 0) {
-		print_message("%s not found (set KILN_FIXTURES), skipping\n", path);
-		skip();
-	}
+	KILN_NEED_FIXTURE(path);
 	_cleanup_(kmf_closep) kmf_file *f = open_ok(path);
 	assert_int_equal(kmf_file_format(f), KMF_FORMAT_LLAMA2C);
 	assert_int_equal(kmf_tensor_count(f), 3 + 5 * 9);
@@ -1044,7 +1035,7 @@ int main(void)
 		cmocka_unit_test(test_gguf_v3),
 		cmocka_unit_test(test_gguf_v2),
 		cmocka_unit_test(test_llama2c_tiny),
-		cmocka_unit_test(test_llama2c_stories),
+		cmocka_unit_test(test_llama2c_fixture),
 		cmocka_unit_test(test_to_float_rounding),
 		cmocka_unit_test(test_to_i8_random),
 		cmocka_unit_test(test_to_q4_random),

@@ -1,6 +1,6 @@
 #!/bin/bash
 # capture-metrics.sh DIR — runs the real kiln-healthd (on the fake NVML) and
-# kiln-inferd (on the stories260K fixture) and writes what their /metrics
+# kiln-inferd (on the tiny260K fixture) and writes what their /metrics
 # serve to DIR/healthd.prom and DIR/inferd.prom.
 #
 # The checked-in tests/monitoring/{healthd,inferd}.prom came from
@@ -25,13 +25,13 @@ cd "$top" || exit 1
 HEALTHD=$B/bin/kiln-healthd
 INFERD=$B/bin/kiln-inferd
 FAKE=$B/lib/fake-nvml/libnvidia-ml.so.1
-MODEL=${KM_TEST_MODEL:-}
-for c in tests/fixtures/stories260K.bin ../shared/fixtures/stories260K.bin; do
-	[ -z "$MODEL" ] && [ -r "$c" ] && MODEL=$c
+. tests/lib/fixture.sh
+MODEL=$(kiln_fixture_path)
+for f in "$HEALTHD" "$INFERD" "$FAKE"; do
+	[ -e "$f" ] || { echo "capture-metrics: $f missing" >&2; exit 77; }
 done
-for f in "$HEALTHD" "$INFERD" "$FAKE" "$MODEL"; do
-	[ -n "$f" ] && [ -e "$f" ] || { echo "capture-metrics: ${f:-stories260K.bin} missing" >&2; exit 77; }
-done
+# the fixture is the build's own: missing is an error, not a reason to skip
+[ -r "$MODEL" ] || { echo "capture-metrics: model fixture $MODEL is not readable: $KILN_FIXTURE_HINT" >&2; exit 1; }
 command -v curl >/dev/null || { echo "capture-metrics: curl missing" >&2; exit 77; }
 export KK_CPU_THREADS=1 OPENBLAS_NUM_THREADS=1 KILN_LOG_PREFIX=0
 unset NOTIFY_SOCKET WATCHDOG_USEC
@@ -84,7 +84,7 @@ fi
 cp "$W/h.prom" "$out/healthd.prom"
 
 # ---- kiln-inferd: a few completions, and 429s from a one-place queue
-"$INFERD" -m "$MODEL" --name stories260K -p 0 --max-running 1 --max-waiting 1 >"$W/inferd.log" 2>&1 &
+"$INFERD" -m "$MODEL" --name tiny260K -p 0 --max-running 1 --max-waiting 1 >"$W/inferd.log" 2>&1 &
 IPID=$!
 iport=
 for _ in $(seq 100); do
@@ -100,10 +100,10 @@ fi
 URL=http://127.0.0.1:$iport
 for i in 1 2 3 4 5 6; do
 	curl -s -o /dev/null --max-time 30 "$URL/v1/completions" \
-		-d '{"model": "stories260K", "prompt": [1, 2, 3], "max_tokens": 24, "temperature": 0}' &
+		-d '{"model": "tiny260K", "prompt": [1, 2, 3], "max_tokens": 24, "temperature": 0}' &
 done
 wait $(jobs -p | grep -v -e "^$HPID\$" -e "^$IPID\$") 2>/dev/null
 curl -sf --max-time 5 "$URL/metrics" >"$out/inferd.prom" || exit 1
-grep -q '^kiln_inferd_num_requests_rejected_total{model_name="stories260K"} [1-9]' "$out/inferd.prom" ||
+grep -q '^kiln_inferd_num_requests_rejected_total{model_name="tiny260K"} [1-9]' "$out/inferd.prom" ||
 	echo "capture-metrics: note: no request was refused with 429 this time" >&2
 exit 0

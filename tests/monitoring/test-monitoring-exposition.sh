@@ -2,7 +2,7 @@
 # test-monitoring-exposition.sh — the captured /metrics text the dashboard
 # check trusts (tests/monitoring/{healthd,inferd}.prom) is still what the
 # programs serve, printing TAP: capture-metrics.sh runs the real kiln-healthd
-# (fake NVML) and kiln-inferd (stories260K) again, and the metric names and
+# (fake NVML) and kiln-inferd (the tiny260K model fixture) again, and the metric names and
 # each metric's label names must equal the checked-in capture's (when they
 # differ: tests/monitoring/capture-metrics.sh tests/monitoring, and look at
 # what the dashboard and rules use).  The captures parse as Prometheus text

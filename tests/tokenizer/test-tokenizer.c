@@ -25,27 +25,21 @@
 #include "kiln/strbuf.h"
 #include "ktok.h"
 
+#include "../lib/model-test.h"
+
 #define DATA "tests/tokenizer/data/"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void)
 {
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
+	return kiln_test_xorshift(&rng_state);
 }
 
 static ktok *load_ok(const char *path)
 {
 	ktok *t = NULL;
 	kiln_error err;
-	int r = ktok_load(path, &t, &err);
-	if (r < 0) {
-		char line[800];
-		print_error("%s\n", kiln_error_format(&err, line, sizeof(line)));
-	}
-	assert_int_equal(r, 0);
+	KILN_ASSERT_OK(ktok_load(path, &t, &err), &err);
 	assert_non_null(t);
 	return t;
 }

@@ -19,6 +19,9 @@
 #include "kk.h"
 #include "kmtrain.h"
 
+#include "../lib/clock.h"
+#include "../lib/model-test.h"
+
 /* The benchmark model: ~0.8M parameters, 512 tokens a step. */
 #define DIM    128
 #define HIDDEN 352
@@ -33,9 +36,7 @@ static clockid_t clock_id = CLOCK_MONOTONIC;
 
 static double now(void)
 {
-	struct timespec ts;
-	clock_gettime(clock_id, &ts);
-	return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+	return kiln_test_clock(clock_id);
 }
 
 int main(int argc, char **argv)
@@ -67,13 +68,7 @@ int main(int argc, char **argv)
 			.rope_mode = KK_ROPE_INTERLEAVED,
 			.shared_classifier = true };
 	kmt_opts o = { .batch = BATCH, .seq_len = SEQ, .init_seed = 1 };
-	kmt_optim opt = { .lr_max = 1e-3f,
-			  .warmup_steps = 2,
-			  .beta1 = 0.9f,
-			  .beta2 = 0.95f,
-			  .eps = 1e-8f,
-			  .weight_decay = 0.1f,
-			  .clip = 1.0f };
+	kmt_optim opt = KILN_TEST_OPTIM(1e-3f, 0, 2, 0, 1.0f);
 	kk_backend *be = NULL;
 	kmt_model *m = NULL;
 	kiln_error err = { 0 };

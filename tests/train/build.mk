@@ -1,5 +1,5 @@
 # tests/train: the kmt_ suites — the training model against the float64
-# reference in ref-train.c (gradient check, stories260K loss, AdamW, data
+# reference in ref-train.c (gradient check, fixture loss, AdamW, data
 # parallel over forked ranks), token shards and the sampler, checkpoints —
 # and the training benchmark.
 KMTRAIN_LIBS := kmtrain kmodel kmf kk common

@@ -28,35 +28,16 @@
 #include "kmodel.h"
 #include "kmtrain.h"
 
+#include "../lib/model-test.h"
+
 static kk_backend *be;
 static char dir[64], ckpt[128], shard[128];
 
 enum { B = 2, T = 8 };
 
-static const km_config cfg = {
-	.dim = 16,
-	.hidden_dim = 24,
-	.n_layers = 2,
-	.n_heads = 4,
-	.n_kv_heads = 2,
-	.head_dim = 4,
-	.vocab_size = 37,
-	.max_seq_len = 16,
-	.norm_eps = 1e-5f,
-	.rope_theta = 10000.0f,
-	.rope_mode = KK_ROPE_INTERLEAVED,
-	.shared_classifier = false,
-};
+static km_config cfg; /* set in main(): kiln_test_config */
 
-static const kmt_optim optim = { .lr_max = 1e-2f,
-				 .lr_min = 1e-3f,
-				 .warmup_steps = 2,
-				 .total_steps = 8,
-				 .beta1 = 0.9f,
-				 .beta2 = 0.95f,
-				 .eps = 1e-8f,
-				 .weight_decay = 0.1f,
-				 .clip = 1.0f };
+static const kmt_optim optim = KILN_TEST_OPTIM(1e-2f, 1e-3f, 2, 8, 1.0f);
 
 static kmt_model *new_model(kk_backend *b, uint64_t seed)
 {
@@ -383,6 +364,7 @@ static void test_resume_exact(void **state)
 
 int main(void)
 {
+	cfg = kiln_test_config(16, 24, 2, 4, 2, 37, 16, KK_ROPE_INTERLEAVED, false);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_roundtrip),
 		cmocka_unit_test(test_bad_checkpoints),

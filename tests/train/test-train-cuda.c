@@ -26,6 +26,8 @@
 #include "kmodel.h"
 #include "kmtrain.h"
 
+#include "../lib/model-test.h"
+
 #ifndef KMT_TEST_BACKEND
 #define KMT_TEST_BACKEND "cuda"
 #endif
@@ -48,13 +50,7 @@
 static kk_backend *be, *cpu;
 static char skip_reason[160];
 
-#define NEED_BACKEND()                                             \
-	do {                                                       \
-		if (!be) {                                         \
-			print_message("# SKIP %s\n", skip_reason); \
-			skip();                                    \
-		}                                                  \
-	} while (0)
+#define NEED_BACKEND() KILN_SKIP_UNLESS(be, skip_reason)
 
 enum { B = 2, T = 16, V = 64 };
 
@@ -178,7 +174,8 @@ static void test_steps(void **state)
 		assert_int_equal(kmt_tensor_get(r, KMT_PARAM, name, wr, n), 0);
 		double dd = 0, mm = 0, dmax = 0, mmax = 0;
 		for (size_t j = 0; j < n; j++) {
-			double d = fabs((double) wa[j] - wr[j]), mv = fabs((double) wr[j] - w0[i][j]);
+			double d = fabs((double) wa[j] - wr[j]),
+			       mv = fabs((double) wr[j] - w0[i][j]);
 			worst = fmax(worst, d / (fabs(wr[j]) + 0.01));
 			dd += d * d, mm += mv * mv;
 			dmax = fmax(dmax, d), mmax = fmax(mmax, mv);

@@ -5,7 +5,7 @@
  *    f32) against central finite differences of the float64 loss, on a tiny
  *    random GQA config with ignored targets, for both RoPE modes and shared
  *    and separate classifiers;
- *  - the loss on the stories260K fixture for a fixed batch;
+ *  - the loss on the model fixture (tiny260K) for a fixed batch;
  *  - AdamW (clipping, weight decay off for norms, warmup + cosine) against
  *    a float64 AdamW over several steps;
  *  - overfitting one fixed batch;
@@ -32,6 +32,7 @@
 #include "kmtrain.h"
 #include "ref-train.h"
 #include "../lib/fixture.h"
+#include "../lib/model-test.h"
 
 static kk_backend *be;
 
@@ -52,20 +53,7 @@ static double unif(void)
  * head_dim 4 ... the brief's dim 16, head_dim 8: 2 heads, 1 kv head). */
 static km_config tiny_config(kk_rope_mode mode, bool shared)
 {
-	return (km_config){
-		.dim = 16,
-		.hidden_dim = 24,
-		.n_layers = 2,
-		.n_heads = 2,
-		.n_kv_heads = 1,
-		.head_dim = 8,
-		.vocab_size = 37,
-		.max_seq_len = 32,
-		.norm_eps = 1e-5f,
-		.rope_theta = 10000.0f,
-		.rope_mode = mode,
-		.shared_classifier = shared,
-	};
+	return kiln_test_config(16, 24, 2, 2, 1, 37, 32, mode, shared);
 }
 
 static rt_config rt_of(const km_config *c)
@@ -230,18 +218,73 @@ static void test_gradcheck_half_shared(void **state)
 	gradcheck(KK_ROPE_HALF, true, true);
 }
 
-/* ---- loss on stories260K ------------------------------------------------ */
+/* ---- kmt_config_parse: the shapes kiln-train --init takes -------------- */
+
+static void expect_spec_error(const char *spec, const char *msg)
+{
+	km_config c = { .dim = -7 };
+	kiln_error err = {};
+	assert_int_equal(kmt_config_parse(spec, &c, &err), -EINVAL);
+	if (!strstr(err.msg, msg))
+		fail_msg("'%s': got '%s', want '%s'", spec, err.msg, msg);
+	assert_int_equal(c.dim, -7); /* untouched on failure */
+}
+
+static void test_config_parse(void **state)
+{
+	km_config c;
+	kiln_error err = {};
+	assert_int_equal(kmt_config_parse("dim=64,hidden=172,layers=5,heads=8,kv_heads=4,vocab=512,"
+					  "seq=512",
+					  &c, &err),
+			 0);
+	assert_int_equal(c.dim, 64);
+	assert_int_equal(c.hidden_dim, 172);
+	assert_int_equal(c.n_layers, 5);
+	assert_int_equal(c.n_heads, 8);
+	assert_int_equal(c.n_kv_heads, 4);
+	assert_int_equal(c.head_dim, 8);
+	assert_int_equal(c.vocab_size, 512);
+	assert_int_equal(c.max_seq_len, 512);
+	assert_true(c.shared_classifier);
+	assert_int_equal(c.rope_mode, KK_ROPE_INTERLEAVED);
+	assert_true(c.norm_eps == 1e-5f && c.rope_theta == 10000.0f);
+	/* kv_heads defaults to heads; the optional keys, in any order */
+	assert_int_equal(kmt_config_parse("seq=64,vocab=100,heads=4,layers=2,hidden=48,dim=32,"
+					  "shared=0,rope_theta=500000,norm_eps=1e-6",
+					  &c, &err),
+			 0);
+	assert_int_equal(c.n_kv_heads, 4);
+	assert_false(c.shared_classifier);
+	assert_true(c.rope_theta == 500000.0f && c.norm_eps == 1e-6f);
+	expect_spec_error("", "model spec is empty");
+	expect_spec_error("dim=64,hidden=172,layers=5,heads=8,vocab=512,seq=512,dropout=0.1",
+			  "unknown key 'dropout' at offset 53");
+	expect_spec_error("dim=64,hidden=172,layers=5,heads=8,vocab=512", "'seq' is missing");
+	expect_spec_error("dim=64,dim=64,hidden=172,layers=5,heads=8,vocab=512,seq=512",
+			  "'dim' given twice");
+	expect_spec_error("dim=64,hidden=1x,layers=5,heads=8,vocab=512,seq=512",
+			  "hidden '1x': must be 1..");
+	expect_spec_error("dim=64,hidden=172,layers=5,heads=8,vocab=512,seq=512,shared=2",
+			  "shared '2': must be 0 or 1");
+	expect_spec_error("dim=64,hidden=172,layers,heads=8,vocab=512,seq=512",
+			  "'layers' at offset 18 is not KEY=VALUE");
+	expect_spec_error("dim=60,hidden=172,layers=5,heads=8,vocab=512,seq=512",
+			  "dim 60 is not a multiple of heads 8");
+	/* km_config_validate's own rules reach the caller too */
+	expect_spec_error("dim=64,hidden=172,layers=5,heads=8,kv_heads=3,vocab=512,seq=512",
+			  "n_kv_heads");
+}
+
+/* ---- loss on the model fixture (tiny260K) ------------------------------------------------ */
 
 /* The f32 loss against float64 on the fixture: measured ~1e-6 relative. */
 #define LOSS_RTOL 2e-5
 
-static void test_loss_stories260k(void **state)
+static void test_loss_fixture(void **state)
 {
 	const char *path = kiln_test_model_fixture();
-	if (!path) {
-		print_message("# SKIP stories260K.bin not found (set KM_TEST_MODEL)\n");
-		skip();
-	}
+	KILN_NEED_FIXTURE(path);
 	enum { B = 2, T = 40 };
 	km_file *f = NULL;
 	kiln_error err = {};
@@ -278,8 +321,8 @@ static void test_loss_stories260k(void **state)
 	assert_int_equal(kmt_forward(m, &b, &st, &err), 0);
 	int count;
 	double want = rt_loss(ref, tok, tgt, B, T, &count);
-	print_message("# stories260K loss %.9f, float64 reference %.9f (%d targets)\n", st.loss,
-		      want, count);
+	print_message("# fixture loss %.9f, float64 reference %.9f (%d targets)\n", st.loss, want,
+		      count);
 	assert_int_equal(st.n_targets, count);
 	assert_true(fabs(st.loss - want) <= LOSS_RTOL * want);
 	/* The same loss after forward + backward (which must not change the
@@ -304,15 +347,7 @@ static void adamw_reference(float clip)
 	enum { B = 2, T = 8 };
 	km_config c = tiny_config(KK_ROPE_INTERLEAVED, false);
 	kmt_model *m = random_model(&c, B, T, 5);
-	const kmt_optim o = { .lr_max = 3e-2f,
-			      .lr_min = 3e-3f,
-			      .warmup_steps = 2,
-			      .total_steps = 5,
-			      .beta1 = 0.9f,
-			      .beta2 = 0.95f,
-			      .eps = 1e-8f,
-			      .weight_decay = 0.1f,
-			      .clip = clip };
+	const kmt_optim o = KILN_TEST_OPTIM(3e-2f, 3e-3f, 2, 5, clip);
 	size_t n = kmt_param_count(m), nt = kmt_tensor_count(m);
 	double *w = calloc(n, sizeof(double)), *mm = calloc(n, sizeof(double)),
 	       *vv = calloc(n, sizeof(double));
@@ -483,14 +518,7 @@ static void test_overfit(void **state)
  * gradient is off by > 1e-2. */
 #define DP_TOL 1e-4
 
-static const kmt_optim dp_optim = { .lr_max = 1e-2f,
-				    .warmup_steps = 1,
-				    .total_steps = 10,
-				    .beta1 = 0.9f,
-				    .beta2 = 0.95f,
-				    .eps = 1e-8f,
-				    .weight_decay = 0.1f,
-				    .clip = 1.0f };
+static const kmt_optim dp_optim = KILN_TEST_OPTIM(1e-2f, 0, 1, 10, 1.0f);
 
 /* The global batch of step s: world * B sequences, some targets ignored
  * (more on some ranks than others, so per-rank means would be wrong). */
@@ -842,7 +870,8 @@ int main(void)
 		cmocka_unit_test(test_gradcheck_interleaved_shared),
 		cmocka_unit_test(test_gradcheck_half_separate),
 		cmocka_unit_test(test_gradcheck_half_shared),
-		cmocka_unit_test(test_loss_stories260k),
+		cmocka_unit_test(test_config_parse),
+		cmocka_unit_test(test_loss_fixture),
 		cmocka_unit_test(test_adamw_reference),
 		cmocka_unit_test(test_adamw_reference_noclip),
 		cmocka_unit_test(test_lr_schedule),

@@ -59,6 +59,16 @@ typedef struct kmt_model kmt_model;
 int kmt_model_new(kk_backend *be, const km_config *cfg, const kmt_opts *opts,
 		  const km_weight_source *src, kmt_model **ret, kiln_error *err);
 kmt_model *kmt_model_free(kmt_model *m);
+/* A model shape for a randomly initialized model (kiln-train --init):
+ * comma-separated KEY=VALUE pairs, e.g.
+ *   "dim=64,hidden=172,layers=5,heads=8,kv_heads=4,vocab=512,seq=512"
+ * dim, hidden, layers, heads, vocab and seq are required; kv_heads defaults
+ * to heads; the rest is llama2.c's unless given: norm_eps (1e-5),
+ * rope_theta (10000), shared (1: the classifier is the token embedding);
+ * RoPE on interleaved pairs; head_dim = dim / heads.  *ret is checked by
+ * km_config_validate.  Errors: -EINVAL (err names the key, its value and
+ * the rule; an unknown, repeated or missing key). */
+int kmt_config_parse(const char *spec, km_config *ret, kiln_error *err);
 const km_config *kmt_model_config(const kmt_model *m);
 const kmt_opts *kmt_model_opts(const kmt_model *m);
 /* Optimizer steps taken (0 for a new model; restored by kmt_load). */
