@@ -60,7 +60,7 @@ done
 req='{"model":"tuned","prompt":"Once upon a time","max_tokens":64,"temperature":0,"stream":true}'
 printf "\$ curl -N http://127.0.0.1:%s/v1/completions -d '%s'\n" "$port" "$req"
 curl -sN --max-time 30 "http://127.0.0.1:$port/v1/completions" -d "$req" >"$DIR/sse.txt"
-grep '^data: ' "$DIR/sse.txt" | head -2 | sed 's/^/  | /'
+grep -m 2 '^data: ' "$DIR/sse.txt" | sed 's/^/  | /'
 echo "  | ... ($(grep -c '^data: {' "$DIR/sse.txt") events, then $(grep -c '^data: \[DONE\]' "$DIR/sse.txt") [DONE])"
 text=$(grep '^data: {' "$DIR/sse.txt" | sed 's/^data: //' | jq -j '.choices[0].text // empty')
 [ -n "$text" ] || { echo "the completion streamed no text"; exit 1; }
