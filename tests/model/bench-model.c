@@ -16,6 +16,7 @@
 #include "kmodel.h"
 #include "ref.h"
 #include "../lib/fixture.h"
+#include "../../kernels/bench/bench-clock.h"
 
 #define BATCH 8
 
@@ -25,9 +26,7 @@ static clockid_t clock_id = CLOCK_MONOTONIC;
 
 static double now(void)
 {
-	struct timespec ts;
-	clock_gettime(clock_id, &ts);
-	return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+	return kiln_clock_seconds(clock_id);
 }
 
 static void row(const char *impl, const char *dt, int batch, long tokens, double secs)

@@ -18,6 +18,7 @@
 
 #include "kk.h"
 #include "kmtrain.h"
+#include "../../kernels/bench/bench-clock.h"
 
 /* The benchmark model: ~0.8M parameters, 512 tokens a step. */
 #define DIM    128
@@ -33,9 +34,7 @@ static clockid_t clock_id = CLOCK_MONOTONIC;
 
 static double now(void)
 {
-	struct timespec ts;
-	clock_gettime(clock_id, &ts);
-	return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+	return kiln_clock_seconds(clock_id);
 }
 
 int main(int argc, char **argv)
