@@ -112,7 +112,7 @@ done
 rm -f "$out/libcommon-emu.a" && ar rcs "$out/libcommon-emu.a" "${cobjs[@]}" || fail "archive common"
 # The C side: kk, the cpu backend, the float64 references (tests/kernels/ref)
 # and the test; an object is rebuilt when its source or a header is newer.
-hdrs=(kernels/kk/include/* kernels/kk/*.h kernels/kk/cpu/*.h tests/kernels/ref/*.h)
+hdrs=(kernels/kk/include/* kernels/kk/*.h kernels/kk/cpu/*.h tests/kernels/ref/*.h kernels/bench/*.h)
 for f in kernels/kk/kk.c kernels/kk/kk_dtype.c kernels/kk/kk_module.c kernels/kk/cpu/*.c tests/kernels/ref/*.c tests/kernels/gpu/$test.c; do
 	o=$out/c_$(echo "$f" | tr / _).o
 	if [ ! -e "$o" ] || [ "$f" -nt "$o" ] || [ -n "$(find "${hdrs[@]}" -newer "$o" 2>/dev/null)" ]; then
