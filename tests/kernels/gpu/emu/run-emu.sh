@@ -133,7 +133,7 @@ fi
 # The emulated mma.sync/ldmatrix must match the PTX ISA's fragment layouts
 # (mma-check.cpp) before the tensor-core kernels are judged on them.
 g++ $CXXFLAGS -c "$here/mma-check.cpp" -o "$out/mma-check.o" || fail "compile mma-check.cpp"
-g++ -pthread $SANFLAGS -o "$out/mma-check" "$out/mma-check.o" "$out/emu.o" "$out/c_kernels_kk_dtype.c.o" -lm ||
+g++ -pthread $SANFLAGS -o "$out/mma-check" "$out/mma-check.o" "$out/emu.o" "$out/c_kernels_kk_kk_dtype.c.o" -lm ||
 	fail "link mma-check"
 "$out/mma-check" >"$out/mma-check.log" 2>&1 || fail "mma/ldmatrix emulation disagrees with the PTX ISA layouts ($(grep -c FAILED "$out/mma-check.log") checks, see $out/mma-check.log)"
 export KILN_TEST_SMALL=1
