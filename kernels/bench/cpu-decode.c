@@ -28,6 +28,7 @@
 #include "kiln/macro.h"
 #include "kk.h"
 #include "kmodel.h"
+#include "bench-clock.h"
 
 #define PROMPT	 128
 #define BATCH	 8
@@ -38,9 +39,7 @@ static clockid_t clock_id = CLOCK_MONOTONIC;
 
 static double now(void)
 {
-	struct timespec ts;
-	clock_gettime(clock_id, &ts);
-	return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+	return kiln_clock_seconds(clock_id);
 }
 
 struct shape {

@@ -30,6 +30,8 @@
 
 #include "kiln/macro.h"
 #include "kk.h"
+#include "bench-clock.h"
+#include "kk-desc.h"
 
 #define KB_MIN_ITERS   10
 #define KB_MIN_SECONDS 0.3
@@ -49,9 +51,7 @@ static int n_torch;
 
 static double now(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
+	return kiln_clock_seconds(CLOCK_MONOTONIC);
 }
 
 static kk_buffer *buf(kk_dtype dt, size_t n, int fill)
@@ -148,21 +148,9 @@ static double bench_gemm(int64_t m, int64_t n, int64_t k, kk_epilogue epi, int b
 {
 	kk_buffer *a = buf(KK_BF16, (size_t) (m * k), 1), *b = buf(KK_BF16, (size_t) (k * n), 1),
 		  *c = buf(KK_BF16, (size_t) (m * n), 0), *bb = buf(KK_BF16, (size_t) n, 1);
-	struct gemm_arg g = { { .trans_a = false,
-				.trans_b = true,
-				.m = m,
-				.n = n,
-				.k = k,
-				.alpha = 1,
-				.beta = 0,
-				.a = a,
-				.lda = k,
-				.b = b,
-				.ldb = k,
-				.c = c,
-				.ldc = n,
-				.bias = bias ? bb : NULL,
-				.epilogue = epi } };
+	struct gemm_arg g = { kiln_test_linear(m, n, k, a, b, c) };
+	g.d.bias = bias ? bb : NULL;
+	g.d.epilogue = epi;
 	double s = timeit(run_gemm, &g);
 	if (label) {
 		char shape[64], key[64];
@@ -402,13 +390,7 @@ struct adam_arg {
 static int run_adamw(void *p)
 {
 	struct adam_arg *a = p;
-	kk_adamw_params ap = { .lr = 1e-4f,
-			       .beta1 = 0.9f,
-			       .beta2 = 0.95f,
-			       .eps = 1e-8f,
-			       .weight_decay = 0.1f,
-			       .step = 10,
-			       .grad_scale = 1 };
+	kk_adamw_params ap = kiln_test_adamw(1e-4f, 10, 1);
 	return kk_adamw(be, NULL, a->master, a->p, a->g, a->m, a->v, a->n, &ap);
 }
 static int run_gnorm(void *p)
@@ -541,14 +523,7 @@ static void bench_attention(int T, int bwd)
 	kk_buffer *cus = buf(KK_I32, 2, 0);
 	kk_buffer_upload(be, NULL, cus, 0, cu, sizeof(cu));
 	size_t nq = (size_t) T * hq * d, nk = (size_t) T * hkv * d;
-	a.d = (kk_attn_desc){ .n_heads = hq,
-			      .n_kv_heads = hkv,
-			      .head_dim = d,
-			      .causal = true,
-			      .n_seqs = 1,
-			      .total_tokens = T,
-			      .max_seqlen = T,
-			      .cu_seqlens = cus };
+	a.d = kiln_test_attn(hq, hkv, d, true, 1, T, T, cus);
 	a.q = buf_rand(nq), a.k = buf_rand(nk), a.v = buf_rand(nk);
 	a.o = buf(KK_BF16, nq, 0), a.lse = buf(KK_F32, (size_t) T * hq, 0);
 	/* Causal: half of the 4 T^2 d flops per head (QK^T and PV). */
@@ -592,15 +567,7 @@ static void bench_decode(int ns, int ctx)
 	kk_buffer_upload(be, NULL, bts, 0, bt, (size_t) ns * maxb * sizeof(int32_t));
 	kk_buffer_upload(be, NULL, ls, 0, lens, ns * sizeof(int32_t));
 	size_t ncache = (size_t) nblocks * KK_KV_BLOCK_SIZE * hkv * d;
-	a.d = (kk_paged_desc){ .n_heads = hq,
-			       .n_kv_heads = hkv,
-			       .head_dim = d,
-			       .n_seqs = ns,
-			       .num_blocks = nblocks,
-			       .max_blocks_per_seq = maxb,
-			       .max_context_len = ctx,
-			       .block_tables = bts,
-			       .context_lens = ls };
+	a.d = kiln_test_paged(hq, hkv, d, ns, nblocks, maxb, ctx, bts, ls);
 	a.q = buf_rand((size_t) ns * hq * d), a.o = buf(KK_BF16, (size_t) ns * hq * d, 0);
 	a.kc = buf_rand(ncache), a.vc = buf_rand(ncache);
 	char shape[64], key[64];

@@ -21,6 +21,8 @@
 
 #include "kiln/macro.h"
 #include "kk.h"
+#include "../../kernels/bench/bench-clock.h"
+#include "../../kernels/bench/kk-desc.h"
 
 /* Seconds each measurement runs (after one warm-up call). */
 #define BENCH_MIN_SEC	    0.25
@@ -37,9 +39,7 @@ static clockid_t bench_clock = CLOCK_MONOTONIC;
 
 static double now(void)
 {
-	struct timespec ts;
-	clock_gettime(bench_clock, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
+	return kiln_clock_seconds(bench_clock);
 }
 
 typedef int (*bench_fn)(void *ctx);
@@ -184,23 +184,9 @@ static void bench_gemm(kk_dtype dt, int64_t m, int64_t n, int64_t k, int64_t bat
 	int64_t bt = batch ? batch : 1;
 	kk_buffer *a = rand_buf(dt, bt * m * k, -1, 1), *b = rand_buf(dt, bt * k * n, -1, 1);
 	kk_buffer *c = rand_buf(KK_F32, bt * m * n, 0, 1), *bias = rand_buf(KK_F32, n, -1, 1);
-	kk_gemm_desc d = { .m = m,
-			   .n = n,
-			   .k = k,
-			   .batch = batch,
-			   .alpha = 1,
-			   .beta = 0,
-			   .a = a,
-			   .lda = k,
-			   .stride_a = m * k,
-			   .b = b,
-			   .ldb = n,
-			   .stride_b = k * n,
-			   .c = c,
-			   .ldc = n,
-			   .stride_c = m * n,
-			   .bias = epi ? bias : NULL,
-			   .epilogue = epi ? KK_EPI_GELU : KK_EPI_NONE };
+	kk_gemm_desc d = kiln_test_gemm(false, false, m, n, k, a, b, c);
+	d.batch = batch, d.stride_a = m * k, d.stride_b = k * n, d.stride_c = m * n;
+	d.bias = epi ? bias : NULL, d.epilogue = epi ? KK_EPI_GELU : KK_EPI_NONE;
 	char shape[64];
 	snprintf(shape, sizeof(shape), "%s %ldx%ldx%ld%s%s", kk_dtype_name(dt), (long) m, (long) n,
 		 (long) k, batch ? " batch" : "", epi ? " +bias+gelu" : "");
@@ -217,17 +203,7 @@ static void bench_linear(kk_dtype dt, int64_t m, int64_t n, int64_t k)
 {
 	kk_buffer *x = rand_buf(dt, m * k, -1, 1), *w = rand_buf(dt, n * k, -1, 1);
 	kk_buffer *y = rand_buf(KK_F32, m * n, 0, 1);
-	kk_gemm_desc d = { .m = m,
-			   .n = n,
-			   .k = k,
-			   .trans_b = true,
-			   .alpha = 1,
-			   .a = x,
-			   .lda = k,
-			   .b = w,
-			   .ldb = k,
-			   .c = y,
-			   .ldc = n };
+	kk_gemm_desc d = kiln_test_linear(m, n, k, x, w, y);
 	char shape[64];
 	snprintf(shape, sizeof(shape), "%s m=%ld %ldx%ld", kk_dtype_name(dt), (long) m, (long) n,
 		 (long) k);
@@ -250,18 +226,7 @@ static void f32mm_row(int64_t m, int64_t n, int64_t k, bool ta, bool tb)
 {
 	kk_buffer *x = rand_buf(KK_F32, m * k, -1, 1), *w = rand_buf(KK_F32, n * k, -1, 1);
 	kk_buffer *y = rand_buf(KK_F32, m * n, 0, 1);
-	kk_gemm_desc d = { .m = m,
-			   .n = n,
-			   .k = k,
-			   .trans_a = ta,
-			   .trans_b = tb,
-			   .alpha = 1,
-			   .a = x,
-			   .lda = ta ? m : k,
-			   .b = w,
-			   .ldb = tb ? k : n,
-			   .c = y,
-			   .ldc = n };
+	kk_gemm_desc d = kiln_test_gemm(ta, tb, m, n, k, x, w, y);
 	double best[2] = { 1e30, 1e30 };
 	for (int rep = 0; rep < 4; rep++) {
 		kk__gemm_f32_route(rep % 2 ? 1 : -1);
@@ -381,14 +346,7 @@ static void bench_attn(int T, int H, int Hkv, int D)
 
 	kk_buffer_alloc(be, KK_I32, 2, &cub);
 	kk_buffer_upload(be, NULL, cub, 0, cu, sizeof(cu));
-	c = (struct attn_ctx){ { .n_heads = H,
-				 .n_kv_heads = Hkv,
-				 .head_dim = D,
-				 .causal = true,
-				 .n_seqs = 1,
-				 .total_tokens = T,
-				 .max_seqlen = T,
-				 .cu_seqlens = cub },
+	c = (struct attn_ctx){ kiln_test_attn(H, Hkv, D, true, 1, T, T, cub),
 			       rand_buf(KK_F32, (size_t) T * H * D, 0, 1),
 			       rand_buf(KK_F32, (size_t) T * H, 0, 1),
 			       rand_buf(KK_F32, (size_t) T * H * D, -1, 1),
@@ -444,19 +402,10 @@ static void bench_decode(int S, int ctx, int H, int Hkv, int D)
 	kk_buffer_alloc(be, KK_I32, S, &clb);
 	kk_buffer_upload(be, NULL, btb, 0, bt, sizeof(int32_t) * nb);
 	kk_buffer_upload(be, NULL, clb, 0, cl, sizeof(int32_t) * S);
-	c = (struct dec_ctx){ { .n_heads = H,
-				.n_kv_heads = Hkv,
-				.head_dim = D,
-				.n_seqs = S,
-				.num_blocks = nb,
-				.max_blocks_per_seq = mbps,
-				.max_context_len = ctx,
-				.block_tables = btb,
-				.context_lens = clb },
+	c = (struct dec_ctx){ kiln_test_paged(H, Hkv, D, S, nb, mbps, ctx, btb, clb),
 			      rand_buf(KK_BF16, (size_t) S * H * D, 0, 1),
 			      rand_buf(KK_BF16, (size_t) S * H * D, -1, 1),
-			      rand_buf(KK_BF16, cache, -1, 1),
-			      rand_buf(KK_BF16, cache, -1, 1) };
+			      rand_buf(KK_BF16, cache, -1, 1), rand_buf(KK_BF16, cache, -1, 1) };
 	snprintf(shape, sizeof(shape), "bf16 seqs=%d ctx=%d H=%d/%d D=%d", S, ctx, H, Hkv, D);
 	row("attn decode", shape, time_it(do_decode, &c), 2.0 * cache * 2, false);
 	free(bt), free(cl);

@@ -33,6 +33,7 @@
 #include "kiln/macro.h"
 #include "kk.h"
 #include "ref/ref.h"
+#include "../../kernels/bench/kk-desc.h"
 
 static kk_backend *be;
 static char skip_reason[KK_WHY_MAX + 64];
@@ -335,25 +336,11 @@ static void gemm_case(kk_dtype dt, kk_dtype cdt, bool ta, bool tb, int64_t batch
 	double *got;
 
 	c = beta != 0 ? up_rand(cdt, nc, -1, 1, &C0) : out_buf(cdt, nc);
-	kk_gemm_desc d = { .trans_a = ta,
-			   .trans_b = tb,
-			   .m = m,
-			   .n = n,
-			   .k = k,
-			   .batch = batch,
-			   .alpha = 0.75f,
-			   .beta = beta,
-			   .a = a,
-			   .lda = lda,
-			   .stride_a = sa,
-			   .b = b,
-			   .ldb = ldb,
-			   .stride_b = sb,
-			   .c = c,
-			   .ldc = ldc,
-			   .stride_c = sc,
-			   .bias = bb,
-			   .epilogue = epi };
+	kk_gemm_desc d = kiln_test_gemm(ta, tb, m, n, k, a, b, c);
+	d.batch = batch, d.alpha = 0.75f, d.beta = beta;
+	d.lda = lda, d.ldb = ldb, d.ldc = ldc; /* padded */
+	d.stride_a = sa, d.stride_b = sb, d.stride_c = sc;
+	d.bias = bb, d.epilogue = epi;
 	assert_int_equal(kk_gemm(be, NULL, &d), 0);
 	got = down(c, nc);
 	ref_gemm(&d, A, B, beta != 0 ? C0 : NULL, bias ? bv : NULL, ref);
@@ -455,15 +442,8 @@ static void quant_case(kk_dtype qt, int group, kk_dtype sdt)
 				  *bb = up_rand(dt, n, -1, 1, &bias);
 			kk_buffer *yb = out_buf(dt, m * n);
 			assert_int_equal(kk_qgemm(be, NULL, yb, xb, q, mi ? bb : NULL, m), 0);
-			ref_gemm(&(kk_gemm_desc){ .trans_b = true,
-						  .m = m,
-						  .n = n,
-						  .k = k,
-						  .alpha = 1,
-						  .lda = k,
-						  .ldb = k,
-						  .ldc = n },
-				 x, raw_d, NULL, mi ? bias : NULL, ref);
+			kk_gemm_desc ld = kiln_test_linear(m, n, k, NULL, NULL, NULL);
+			ref_gemm(&ld, x, raw_d, NULL, mi ? bias : NULL, ref);
 			if (streq(KK_TEST_BACKEND, "cpu"))
 				expect_qact("qgemm", down(yb, m * n), x, raw_d, ref, m, n, k,
 					    8 * TOL(dt), 2 * TOL(dt));
@@ -546,14 +526,8 @@ static void attn_case(kk_dtype dt, int H, int Hkv, int D, bool causal, const int
 	kk_buffer *qb = up_rand(dt, nq, -1, 1, &a.q), *kb = up_rand(dt, nk, -1, 1, &a.k),
 		  *vb = up_rand(dt, nk, -1, 1, &a.v);
 	kk_buffer *ob = out_buf(dt, nq), *lb = out_buf(KK_F32, (size_t) T * H);
-	kk_attn_desc d = { .n_heads = H,
-			   .n_kv_heads = Hkv,
-			   .head_dim = D,
-			   .causal = causal,
-			   .n_seqs = n_seqs,
-			   .total_tokens = T,
-			   .max_seqlen = maxlen,
-			   .cu_seqlens = up_i32(cu, n_seqs + 1) };
+	kk_attn_desc d =
+		kiln_test_attn(H, Hkv, D, causal, n_seqs, T, maxlen, up_i32(cu, n_seqs + 1));
 
 	a.out = hmalloc(nq * sizeof(double));
 	a.lse = hmalloc((size_t) T * H * sizeof(double));
@@ -680,17 +654,9 @@ static void paged_check(const char *what, kk_dtype dt, int H, int Hkv, int D, co
 						 0);
 		}
 	}
-	kk_paged_desc d = { .n_heads = H,
-			    .n_kv_heads = Hkv,
-			    .head_dim = D,
-			    .n_seqs = PG_NS,
-			    .num_blocks = PG_NB,
-			    .max_blocks_per_seq = PG_MBPS,
-			    .max_context_len = PG_MBPS * 16,
-			    .block_tables = up_i32(bt, PG_NS * PG_MBPS),
-			    .context_lens = up_i32(lens, PG_NS),
-			    .cu_q = qlen ? up_i32(cu, PG_NS + 1) : NULL,
-			    .total_q = qlen ? nrows : 0 };
+	kk_paged_desc d = kiln_test_paged(H, Hkv, D, PG_NS, PG_NB, PG_MBPS, PG_MBPS * 16,
+					  up_i32(bt, PG_NS * PG_MBPS), up_i32(lens, PG_NS));
+	d.cu_q = qlen ? up_i32(cu, PG_NS + 1) : NULL, d.total_q = qlen ? nrows : 0;
 	ref_attention_paged(Q, K, V, bt, PG_MBPS, lens, qlen ? cu : NULL, PG_NS, H, Hkv, D, ref);
 	int r = qlen ? kk_attention_paged(be, NULL, &d, ob, qb, kc, vc)
 		     : kk_attention_decode(be, NULL, &d, ob, qb, kc, vc);
@@ -1165,12 +1131,7 @@ static void test_adamw(void **state)
 		kk_buffer *wb = up_rand(KK_F32, n, -1, 1, &w),
 			  *mb = up_rand(KK_F32, n, -.1, .1, &m);
 		kk_buffer *vb = up_rand(KK_F32, n, 0.001, 0.01, &v), *pb = out_buf(dt, n);
-		kk_adamw_params ap = { .lr = 1e-2f,
-				       .beta1 = 0.9f,
-				       .beta2 = 0.95f,
-				       .eps = 1e-8f,
-				       .weight_decay = 0.1f,
-				       .grad_scale = 0.5f };
+		kk_adamw_params ap = kiln_test_adamw(1e-2f, 0, 0.5f); /* step: below */
 		for (int step = 1; step <= 3; step++) {
 			double *g;
 			kk_buffer *gb = up_rand(dt, n, -1, 1, &g);
@@ -1300,23 +1261,9 @@ static void test_bad_args(void **state)
 		  *ii = out_buf(KK_I32, 64);
 	kk_backend *other = NULL;
 	kk_stream *st = NULL;
-	kk_gemm_desc gd = { .m = 8,
-			    .n = 8,
-			    .k = 8,
-			    .alpha = 1,
-			    .a = x,
-			    .lda = 8,
-			    .b = x,
-			    .ldb = 8,
-			    .c = y,
-			    .ldc = 8 };
+	kk_gemm_desc gd = kiln_test_gemm(false, false, 8, 8, 8, x, x, y);
 	int32_t cu[2] = { 0, 1 };
-	kk_attn_desc ad = { .n_heads = 1,
-			    .n_kv_heads = 1,
-			    .head_dim = 64,
-			    .n_seqs = 1,
-			    .total_tokens = 1,
-			    .max_seqlen = 1 };
+	kk_attn_desc ad = kiln_test_attn(1, 1, 64, false, 1, 1, 1, NULL);
 
 	assert_int_equal(kk_gemm(be, NULL, NULL), -EINVAL);
 	assert_int_equal(kk_gemm(NULL, NULL, &gd), -EINVAL);
@@ -1381,23 +1328,8 @@ static void test_not_supported(void **state)
 	double *h;
 	kk_buffer *x = up_rand(KK_F32, 4096, -1, 1, &h), *y = out_buf(KK_F32, 4096);
 	kk_buffer *ii = up_i32((int32_t[]){ 0, 1 }, 2);
-	kk_attn_desc ad = { .n_heads = 1,
-			    .n_kv_heads = 1,
-			    .head_dim = 64,
-			    .n_seqs = 1,
-			    .total_tokens = 1,
-			    .max_seqlen = 1,
-			    .cu_seqlens = ii };
-	kk_gemm_desc gd = { .m = 8,
-			    .n = 8,
-			    .k = 8,
-			    .alpha = 1,
-			    .a = x,
-			    .lda = 8,
-			    .b = x,
-			    .ldb = 8,
-			    .c = y,
-			    .ldc = 8 };
+	kk_attn_desc ad = kiln_test_attn(1, 1, 64, false, 1, 1, 1, ii);
+	kk_gemm_desc gd = kiln_test_gemm(false, false, 8, 8, 8, x, x, y);
 	kk_sampling sp = { 0, 0, 1, 1 };
 	kk_adamw_params ap = {
 		.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .step = 1

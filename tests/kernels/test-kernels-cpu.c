@@ -111,17 +111,7 @@ static void linear_run(kk_dtype dt, int64_t m, int64_t n, int64_t k, kk_buffer *
 		       int threads, float *out)
 {
 	kk_buffer *y = out_buf(KK_F32, (size_t) (m * n));
-	kk_gemm_desc d = { .trans_b = true,
-			   .m = m,
-			   .n = n,
-			   .k = k,
-			   .alpha = 1,
-			   .a = x,
-			   .lda = k,
-			   .b = w,
-			   .ldb = k,
-			   .c = y,
-			   .ldc = n };
+	kk_gemm_desc d = kiln_test_linear(m, n, k, x, w, y);
 	assert_int_equal(kk_backend_set_threads(be, threads), 0);
 	assert_int_equal(kk_gemm(be, NULL, &d), 0);
 	assert_int_equal(kk_buffer_download(be, NULL, y, 0, out, (size_t) (m * n) * 4), 0);
@@ -183,19 +173,10 @@ static void test_gemv_epilogue(void **state)
 				kk_buffer *w = up_rand(KK_F32, (size_t) (n * k), -1, 1, &hw);
 				kk_buffer *bias = up_rand(KK_F32, (size_t) n, -1, 1, &hb);
 				kk_buffer *y = out_buf(KK_F32, (size_t) (m * n));
-				kk_gemm_desc d = { .trans_b = true,
-						   .m = m,
-						   .n = n,
-						   .k = k,
-						   .alpha = 0.75f,
-						   .a = x,
-						   .lda = k,
-						   .b = w,
-						   .ldb = k,
-						   .c = y,
-						   .ldc = n,
-						   .bias = bias,
-						   .epilogue = (kk_epilogue) e };
+				kk_gemm_desc d = kiln_test_linear(m, n, k, x, w, y);
+				d.alpha = 0.75f;
+				d.bias = bias;
+				d.epilogue = (kk_epilogue) e;
 				assert_int_equal(kk_backend_set_threads(be, t), 0);
 				assert_int_equal(kk_gemm(be, NULL, &d), 0);
 				ref_gemm(&d, hx, hw, NULL, hb, ref);
@@ -341,15 +322,8 @@ static void qdot_case_p(kk_dtype qt, int group, kk_dtype sdt, kk_dtype xdt, int6
 				 kk_dtype_name(xdt), (long) m, (long) n, (long) k, (long) i, got[i],
 				 exact[i], tol);
 	}
-	ref_gemm(&(kk_gemm_desc){ .trans_b = true,
-				  .m = m,
-				  .n = n,
-				  .k = k,
-				  .alpha = 1,
-				  .lda = k,
-				  .ldb = k,
-				  .ldc = n },
-		 hx, wd, NULL, hb, ref);
+	kk_gemm_desc ld = kiln_test_linear(m, n, k, NULL, NULL, NULL);
+	ref_gemm(&ld, hx, wd, NULL, hb, ref);
 	expect_qact("qgemm vs unquantized x", got, hx, wd, ref, m, n, k, 4 * TOL(xdt),
 		    2 * TOL(xdt));
 	kk_qmatrix_free(q);
@@ -490,18 +464,9 @@ static void test_threads_concurrent(void **state)
 
 	linear_run(KK_F32, m, n, k, x, w, 2, want);
 	for (int i = 0; i < 2; i++) {
-		c[i] = (struct caller){ .d = { .trans_b = true,
-					       .m = m,
-					       .n = n,
-					       .k = k,
-					       .alpha = 1,
-					       .a = x,
-					       .lda = k,
-					       .b = w,
-					       .ldb = k,
-					       .c = out_buf(KK_F32, m * n),
-					       .ldc = n },
-					.rounds = 200 };
+		c[i] = (struct caller){
+			.d = kiln_test_linear(m, n, k, x, w, out_buf(KK_F32, m * n)), .rounds = 200
+		};
 		assert_int_equal(pthread_create(&t[i], NULL, caller_main, &c[i]), 0);
 	}
 	for (int i = 0; i < 2; i++) {
@@ -714,9 +679,8 @@ typedef struct tile_case {
 	float *y1, *y2; /* the 1-thread result, the latest other one */
 } tile_case;
 
-static void tile_case_make(tile_case *g, kk_dtype dt, int64_t m, int64_t n, int64_t k,
-			   int64_t pad, bool ta, bool tb, bool beta, bool with_bias,
-			   kk_epilogue epi)
+static void tile_case_make(tile_case *g, kk_dtype dt, int64_t m, int64_t n, int64_t k, int64_t pad,
+			   bool ta, bool tb, bool beta, bool with_bias, kk_epilogue epi)
 {
 	int64_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
 	double *hx, *hw, *hc, *hb;
@@ -729,21 +693,10 @@ static void tile_case_make(tile_case *g, kk_dtype dt, int64_t m, int64_t n, int6
 	kk_buffer *bias = up_rand(KK_F32, (size_t) n, -1, 1, &hb);
 	g->y1 = hmalloc(g->nc * 4);
 	g->y2 = hmalloc(g->nc * 4);
-	g->d = (kk_gemm_desc){ .trans_a = ta,
-			       .trans_b = tb,
-			       .m = m,
-			       .n = n,
-			       .k = k,
-			       .alpha = beta ? 0.5f : 1,
-			       .beta = beta ? 0.25f : 0,
-			       .a = x,
-			       .lda = lda,
-			       .b = w,
-			       .ldb = ldb,
-			       .c = out_buf(KK_F32, g->nc),
-			       .ldc = ldc,
-			       .bias = with_bias ? bias : NULL,
-			       .epilogue = epi };
+	g->d = kiln_test_gemm(ta, tb, m, n, k, x, w, out_buf(KK_F32, g->nc));
+	g->d.alpha = beta ? 0.5f : 1, g->d.beta = beta ? 0.25f : 0;
+	g->d.lda = lda, g->d.ldb = ldb, g->d.ldc = ldc;
+	g->d.bias = with_bias ? bias : NULL, g->d.epilogue = epi;
 	ref_gemm(&g->d, hx, hw, beta ? hc : NULL, with_bias ? hb : NULL, g->ref);
 	for (int64_t i = 0; i < m; i++)
 		for (int64_t j = n; j < ldc; j++)
@@ -917,7 +870,8 @@ static void test_alloc_align(void **state)
 		assert_int_equal(kk_buffer_alloc(be, KK_F32, n, &b), 0);
 		uintptr_t a = (uintptr_t) b->ptr;
 		if (huge && n * 4 >= (8u << 20) && a % (2u << 20))
-			fail_msg("%zu bytes at %#lx: not on a 2 MiB boundary", n * 4, (unsigned long) a);
+			fail_msg("%zu bytes at %#lx: not on a 2 MiB boundary", n * 4,
+				 (unsigned long) a);
 		assert_true(a % 64 == 0);
 		memset(b->ptr, 0x5a, n * 4);
 		assert_int_equal(((unsigned char *) b->ptr)[n * 4 - 1], 0x5a);

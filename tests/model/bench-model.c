@@ -15,8 +15,8 @@
 #include "kk.h"
 #include "kmodel.h"
 #include "ref.h"
-#include "../lib/clock.h"
 #include "../lib/fixture.h"
+#include "../../kernels/bench/bench-clock.h"
 
 #define BATCH 8
 
@@ -26,7 +26,7 @@ static clockid_t clock_id = CLOCK_MONOTONIC;
 
 static double now(void)
 {
-	return kiln_test_clock(clock_id);
+	return kiln_clock_seconds(clock_id);
 }
 
 static void row(const char *impl, const char *dt, int batch, long tokens, double secs)

@@ -18,8 +18,8 @@
 
 #include "kk.h"
 #include "kmtrain.h"
+#include "../../kernels/bench/bench-clock.h"
 
-#include "../lib/clock.h"
 #include "../lib/model-test.h"
 
 /* The benchmark model: ~0.8M parameters, 512 tokens a step. */
@@ -36,7 +36,7 @@ static clockid_t clock_id = CLOCK_MONOTONIC;
 
 static double now(void)
 {
-	return kiln_test_clock(clock_id);
+	return kiln_clock_seconds(clock_id);
 }
 
 int main(int argc, char **argv)

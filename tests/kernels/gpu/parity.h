@@ -262,3 +262,15 @@ static inline int parity_open(int n_tests)
 	}
 	return 1;
 }
+
+/* After the tests: a failed allocation as one more failure, the plan, both
+ * sides closed.  Returns the exit status (1 when a test failed). */
+static inline int parity_close(void)
+{
+	if (setup_failed)
+		tap(0, "every test buffer could be allocated");
+	printf("1..%d\n", n_test);
+	kk_backend_free(be_side[1]);
+	kk_backend_free(be_side[0]);
+	return n_fail ? 1 : 0;
+}

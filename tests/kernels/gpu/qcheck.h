@@ -4,13 +4,15 @@
 #ifndef KILN_TESTS_QCHECK_H
 #define KILN_TESTS_QCHECK_H
 
+#include "../../../kernels/bench/kk-desc.h"
+
 /* kk_qgemm's contract lets a backend quantize X to int8 per 32-block (the
  * cpu backend does; cuda keeps f32 activations).  So each side is checked
  * against the float64 product of its own dequantized weights and X as
  * stored, plus bias (NULL: none): within t, plus the int8-activation bound
  * (ref_qact_bound) for a side on the cpu backend. */
-static inline int qgemm_check(const pair *y, const pair *x, const pair *wd, const float *bias, int64_t m,
-		       int64_t n, int64_t k, tol t, const char *what)
+static inline int qgemm_check(const pair *y, const pair *x, const pair *wd, const float *bias,
+			      int64_t m, int64_t n, int64_t k, tol t, const char *what)
 {
 	int ok = 1;
 	for (int s = 0; s < 2 && ok; s++) {
@@ -19,14 +21,7 @@ static inline int qgemm_check(const pair *y, const pair *x, const pair *wd, cons
 		       *db = bias ? ref_widen(bias, (size_t) n) : NULL,
 		       *ref = malloc((size_t) (m * n) * sizeof(double)),
 		       *bound = malloc((size_t) (m * n) * sizeof(double));
-		kk_gemm_desc d = { .trans_b = true,
-				   .m = m,
-				   .n = n,
-				   .k = k,
-				   .alpha = 1,
-				   .lda = k,
-				   .ldb = k,
-				   .ldc = n };
+		kk_gemm_desc d = kiln_test_linear(m, n, k, NULL, NULL, NULL);
 		ref_gemm(&d, dx, dw, NULL, db, ref);
 		bool cpu = strcmp(kk_backend_name(be_side[s]), "cpu") == 0;
 		if (cpu)

@@ -28,6 +28,7 @@
 #define PARITY_ZERO 0.5f
 #include "parity.h"
 #include "qcheck.h"
+#include "../../../kernels/bench/kk-desc.h"
 
 /* Number of TAP lines this program prints (for the skip path). */
 #define N_TESTS 62
@@ -65,21 +66,9 @@ static void test_gemm(kk_dtype dt, kk_dtype cdt, bool ta, bool tb, int64_t batch
 	     bias = mk(bdt, (size_t) n, hbias);
 	float alpha = 0.75f, beta = 0.5f;
 	int r = 0;
-	kk_gemm_desc gd = { .trans_a = ta,
-			    .trans_b = tb,
-			    .m = m,
-			    .n = n,
-			    .k = k,
-			    .batch = batch,
-			    .alpha = alpha,
-			    .beta = beta,
-			    .lda = ta ? m : k,
-			    .stride_a = m * k,
-			    .ldb = tb ? k : n,
-			    .stride_b = k * n,
-			    .ldc = n,
-			    .stride_c = m * n,
-			    .epilogue = epi };
+	kk_gemm_desc gd = kiln_test_gemm(ta, tb, m, n, k, NULL, NULL, NULL);
+	gd.batch = batch, gd.alpha = alpha, gd.beta = beta, gd.epilogue = epi;
+	gd.stride_a = m * k, gd.stride_b = k * n, gd.stride_c = m * n;
 	BOTH(r, (gd.a = S(a), gd.b = S(b), gd.c = S(c), gd.bias = with_bias ? S(bias) : NULL,
 		 kk_gemm(be, NULL, &gd)));
 	double *ref = malloc(nc * sizeof(double)), *da = ref_widen(ha, na),
@@ -302,13 +291,7 @@ static void test_adamw(kk_dtype gdt)
 		hv[i] = fabsf(hv[i]);
 	pair master = mk(KK_F32, n, hm), g = mk(gdt, n, hg), m = mk(KK_F32, n, hmm),
 	     v = mk(KK_F32, n, hv), p = mk(KK_BF16, n, NULL);
-	kk_adamw_params ap = { .lr = 1e-2f,
-			       .beta1 = 0.9f,
-			       .beta2 = 0.95f,
-			       .eps = 1e-8f,
-			       .weight_decay = 0.1f,
-			       .step = 3,
-			       .grad_scale = 0.5f };
+	kk_adamw_params ap = kiln_test_adamw(1e-2f, 3, 0.5f);
 	int r = 0;
 	BOTH(r, kk_adamw(be, NULL, S(master), S(p), S(g), S(m), S(v), n, &ap));
 	tap(r >= 0 && parity(&master, tol_of(KK_F32), "master") &&
@@ -514,20 +497,9 @@ static void test_attention(kk_dtype dt, int d, bool causal, int hq, int hkv, con
 	     dout = mk(dt, nq, hdo), dq = mk(dt, nq, NULL), dk = mk(dt, nk, NULL),
 	     dv = mk(dt, nk, NULL);
 	int r = 0;
-	for (int side = 0; side < 2; side++) {
-		kk_attn_desc ad = { .n_heads = hq,
-				    .n_kv_heads = hkv,
-				    .head_dim = d,
-				    .scale = 0,
-				    .causal = causal,
-				    .n_seqs = ns,
-				    .total_tokens = T,
-				    .max_seqlen = maxlen,
-				    .cu_seqlens = S(cus) };
-		int rr = kk_attention_fwd(be_side[side], NULL, &ad, S(o), S(lse), S(q), S(k), S(v));
-		if (rr < 0)
-			r = rr;
-	}
+	kk_attn_desc ad = kiln_test_attn(hq, hkv, d, causal, ns, T, maxlen, NULL);
+	BOTH(r, (ad.cu_seqlens = S(cus),
+		 kk_attention_fwd(be, NULL, &ad, S(o), S(lse), S(q), S(k), S(v))));
 	double *ref = malloc(nq * sizeof(double));
 	attn_ref(hq_, hk, hv, cu, ns, hq, hkv, d, causal, ref);
 	tol t = tscale(tol_of(dt), 2);
@@ -536,21 +508,10 @@ static void test_attention(kk_dtype dt, int d, bool causal, int hq, int hkv, con
 	    "attention forward %s d=%d %s varlen (%d seqs, max %d) GQA %d/%d (vs f64 and cpu)",
 	    kk_dtype_name(dt), d, causal ? "causal" : "non-causal", ns, maxlen, hq, hkv);
 	r = 0;
-	for (int side = 0; bwd && side < 2; side++) {
-		kk_attn_desc ad = { .n_heads = hq,
-				    .n_kv_heads = hkv,
-				    .head_dim = d,
-				    .scale = 0,
-				    .causal = causal,
-				    .n_seqs = ns,
-				    .total_tokens = T,
-				    .max_seqlen = maxlen,
-				    .cu_seqlens = S(cus) };
-		int rr = kk_attention_bwd(be_side[side], NULL, &ad, S(dq), S(dk), S(dv), S(dout),
-					  S(q), S(k), S(v), S(o), S(lse));
-		if (rr < 0)
-			r = rr;
-	}
+	if (bwd)
+		BOTH(r, (ad.cu_seqlens = S(cus),
+			 kk_attention_bwd(be, NULL, &ad, S(dq), S(dk), S(dv), S(dout), S(q), S(k),
+					  S(v), S(o), S(lse))));
 	t = tscale(tol_of(dt), 5);
 	if (bwd) {
 		/* The f64 gradients: dq, dk, dv against them with an atol scaled
@@ -596,22 +557,10 @@ static void test_paged(kk_dtype dt, int d, int hq, int hkv, const int32_t *lens,
 	     o = mk(dt, nq, NULL), bts = mk(KK_I32, 60, bt), ls = mk(KK_I32, 3, lens),
 	     cus = mk(KK_I32, 4, cu);
 	int r = 0;
-	for (int side = 0; side < 2; side++) {
-		kk_paged_desc pd = { .n_heads = hq,
-				     .n_kv_heads = hkv,
-				     .head_dim = d,
-				     .n_seqs = ns,
-				     .num_blocks = nblocks,
-				     .max_blocks_per_seq = maxb,
-				     .max_context_len = maxlen,
-				     .block_tables = S(bts),
-				     .context_lens = S(ls),
-				     .cu_q = S(cus),
-				     .total_q = cu[ns] };
-		int rr = kk_attention_paged(be_side[side], NULL, &pd, S(o), S(q), S(kc), S(vc));
-		if (rr < 0)
-			r = rr;
-	}
+	kk_paged_desc pd = kiln_test_paged(hq, hkv, d, ns, nblocks, maxb, maxlen, NULL, NULL);
+	pd.total_q = cu[ns];
+	BOTH(r, (pd.block_tables = S(bts), pd.context_lens = S(ls), pd.cu_q = S(cus),
+		 kk_attention_paged(be, NULL, &pd, S(o), S(q), S(kc), S(vc))));
 	double *ref = malloc(nq * sizeof(double));
 	paged_ref(hq_, nq, hkc, hvc, ncache, bt, maxb, lens, cu, ns, hq, hkv, d, ref);
 	tol t = tscale(tol_of(dt), 2);
@@ -660,20 +609,9 @@ static void test_decode(kk_dtype dt, int d, int hq, int hkv, const int32_t *lens
 	     q = mk(dt, (size_t) ns * hq * d, hq_), o = mk(dt, (size_t) ns * hq * d, NULL),
 	     bts = mk(KK_I32, 60, bt), ls = mk(KK_I32, 3, lens);
 	int r = 0;
-	for (int side = 0; side < 2; side++) {
-		kk_paged_desc pd = { .n_heads = hq,
-				     .n_kv_heads = hkv,
-				     .head_dim = d,
-				     .n_seqs = ns,
-				     .num_blocks = nblocks,
-				     .max_blocks_per_seq = maxb,
-				     .max_context_len = maxlen,
-				     .block_tables = S(bts),
-				     .context_lens = S(ls) };
-		int rr = kk_attention_decode(be_side[side], NULL, &pd, S(o), S(q), S(kc), S(vc));
-		if (rr < 0)
-			r = rr;
-	}
+	kk_paged_desc pd = kiln_test_paged(hq, hkv, d, ns, nblocks, maxb, maxlen, NULL, NULL);
+	BOTH(r, (pd.block_tables = S(bts), pd.context_lens = S(ls),
+		 kk_attention_decode(be, NULL, &pd, S(o), S(q), S(kc), S(vc))));
 	double *ref = malloc((size_t) ns * hq * d * sizeof(double));
 	paged_ref(hq_, (size_t) ns * hq * d, hkc, hvc, ncache, bt, maxb, lens, NULL, ns, hq, hkv, d,
 		  ref);
@@ -772,18 +710,18 @@ int main(void)
 			     D4[] = { 15, 300, 17 }, D5[] = { 190, 15, 77 }, D6[] = { 300, 1, 17 };
 	static const int32_t P1[] = { 40, 100, 33 }, PQ1[] = { 1, 7, 33 }, P2[] = { 17, 300, 64 },
 			     PQ2[] = { 17, 16, 2 };
-	RUN("cast", test_cast_scale());						      /* 1 */
-	RUN("gemm", test_gemm(KK_F32, KK_F32, false, false, 0, KK_EPI_NONE, false));  /* 2 */
-	RUN("gemm", test_gemm(KK_BF16, KK_BF16, false, true, 0, KK_EPI_NONE, true));  /* 3 */
-	RUN("gemm", test_gemm(KK_F16, KK_F16, true, false, 3, KK_EPI_NONE, false));   /* 4 */
-	RUN("gemm", test_gemm(KK_BF16, KK_F32, true, true, 2, KK_EPI_GELU, true));    /* 5 */
-	RUN("gemm", test_gemm(KK_BF16, KK_BF16, false, false, 0, KK_EPI_SILU, 2));    /* 6 */
-	RUN("gemm", test_gemm(KK_F32, KK_F32, false, true, 0, KK_EPI_GELU, false));   /* 7 */
-	RUN("norm", test_norm(KK_F32, false));					      /* 8, 9 */
-	RUN("norm", test_norm(KK_BF16, false));					      /* 10, 11 */
-	RUN("norm", test_norm(KK_BF16, true));					      /* 12, 13 */
-	RUN("rope", test_rope(KK_F32, KK_ROPE_INTERLEAVED));			      /* 14 */
-	RUN("rope", test_rope(KK_BF16, KK_ROPE_HALF));				      /* 15 */
+	RUN("cast", test_cast_scale());						     /* 1 */
+	RUN("gemm", test_gemm(KK_F32, KK_F32, false, false, 0, KK_EPI_NONE, false)); /* 2 */
+	RUN("gemm", test_gemm(KK_BF16, KK_BF16, false, true, 0, KK_EPI_NONE, true)); /* 3 */
+	RUN("gemm", test_gemm(KK_F16, KK_F16, true, false, 3, KK_EPI_NONE, false));  /* 4 */
+	RUN("gemm", test_gemm(KK_BF16, KK_F32, true, true, 2, KK_EPI_GELU, true));   /* 5 */
+	RUN("gemm", test_gemm(KK_BF16, KK_BF16, false, false, 0, KK_EPI_SILU, 2));   /* 6 */
+	RUN("gemm", test_gemm(KK_F32, KK_F32, false, true, 0, KK_EPI_GELU, false));  /* 7 */
+	RUN("norm", test_norm(KK_F32, false));					     /* 8, 9 */
+	RUN("norm", test_norm(KK_BF16, false));					     /* 10, 11 */
+	RUN("norm", test_norm(KK_BF16, true));					     /* 12, 13 */
+	RUN("rope", test_rope(KK_F32, KK_ROPE_INTERLEAVED));			     /* 14 */
+	RUN("rope", test_rope(KK_BF16, KK_ROPE_HALF));				     /* 15 */
 	for (size_t i = 0; i < 2; i++)
 		RUN("act", test_act(FLOAT_DTS[i]));    /* 16-19 */
 	RUN("softmax", test_softmax_xent(KK_F32));     /* 20, 21 */
@@ -821,10 +759,5 @@ int main(void)
 	RUN("attn paged", test_paged(KK_F16, 64, 4, 4, P2, PQ2));
 	RUN("attn paged", test_paged(KK_F32, 64, 8, 1, P1, PQ2));
 #undef RUN
-	if (setup_failed)
-		tap(0, "every test buffer could be allocated");
-	printf("1..%d\n", n_test);
-	kk_backend_free(be_side[1]);
-	kk_backend_free(be_side[0]);
-	return n_fail ? 1 : 0;
+	return parity_close();
 }

@@ -9,7 +9,11 @@
 # With --suite (run-emu-suite.sh) it runs the cmocka kernels suite
 # (tests/kernels/kernels-suite.h: float64 references) on the same emulated
 # backend through suite-emu.c instead, minus its sampling test (too many
-# launches to emulate).  Each mode takes several minutes.
+# launches to emulate).  With --mem (run-emu-mem.sh) it runs the
+# shape/alignment sweep of the memory-bound ops
+# (tests/kernels/gpu/test-kk-cuda-mem.c) instead, built under
+# $KILN_BUILD/emu-mem so it can run beside the others.  Each mode takes
+# several minutes.
 # First it checks the emulated tensor-core instructions (mma-check.cpp).
 # KILN_TEST_FILTER=WORD runs only the parity tests whose name holds WORD
 # (e.g. attn).
@@ -30,7 +34,11 @@ B=${KILN_BUILD:-build}
 case $B in /*) ;; *) B=$root/$B ;; esac
 san=${KILN_EMU_SAN:-}
 plant=${KILN_EMU_PLANT:-}
+mode=${1:-}
+test=test-kk-cuda
+[ "$mode" = --mem ] && test=test-kk-cuda-mem
 out=$B/emu${plant:+-plant}${san:+-$san}
+[ "$mode" = --mem ] && out=$B/emu-mem
 mkdir -p "$out"
 cd "$root" || exit 1
 py=python3
@@ -104,8 +112,8 @@ done
 rm -f "$out/libcommon-emu.a" && ar rcs "$out/libcommon-emu.a" "${cobjs[@]}" || fail "archive common"
 # The C side: kk, the cpu backend, the float64 references (tests/kernels/ref)
 # and the test; an object is rebuilt when its source or a header is newer.
-hdrs=(kernels/kk/include/* kernels/kk/*.h kernels/kk/cpu/*.h tests/kernels/ref/*.h)
-for f in kernels/kk/kk.c kernels/kk/kk_dtype.c kernels/kk/kk_module.c kernels/kk/cpu/*.c tests/kernels/ref/*.c tests/kernels/gpu/test-kk-cuda.c; do
+hdrs=(kernels/kk/include/* kernels/kk/*.h kernels/kk/cpu/*.h tests/kernels/ref/*.h kernels/bench/*.h)
+for f in kernels/kk/kk.c kernels/kk/kk_dtype.c kernels/kk/kk_module.c kernels/kk/cpu/*.c tests/kernels/ref/*.c tests/kernels/gpu/$test.c; do
 	o=$out/c_$(echo "$f" | tr / _).o
 	if [ ! -e "$o" ] || [ "$f" -nt "$o" ] || [ -n "$(find "${hdrs[@]}" -newer "$o" 2>/dev/null)" ]; then
 		fl=$CFLAGS
@@ -116,19 +124,23 @@ for f in kernels/kk/kk.c kernels/kk/kk_dtype.c kernels/kk/kk_module.c kernels/kk
 	fi
 	objs+=("$o")
 done
-exe=$out/test-kk-cuda-emu${plant:+-plant}
+exe=$out/$test-emu${plant:+-plant}
 g++ -pthread $SANFLAGS -o "$exe" "${objs[@]}" "$out/libcommon-emu.a" -lopenblas -lm || fail "link"
+if [ "$mode" = --mem ]; then
+	export KILN_TEST_SMALL=1
+	exec "$exe"
+fi
 # The emulated mma.sync/ldmatrix must match the PTX ISA's fragment layouts
 # (mma-check.cpp) before the tensor-core kernels are judged on them.
 g++ $CXXFLAGS -c "$here/mma-check.cpp" -o "$out/mma-check.o" || fail "compile mma-check.cpp"
-g++ -pthread $SANFLAGS -o "$out/mma-check" "$out/mma-check.o" "$out/emu.o" "$out/c_kernels_kk_dtype.c.o" -lm ||
+g++ -pthread $SANFLAGS -o "$out/mma-check" "$out/mma-check.o" "$out/emu.o" "$out/c_kernels_kk_kk_dtype.c.o" -lm ||
 	fail "link mma-check"
 "$out/mma-check" >"$out/mma-check.log" 2>&1 || fail "mma/ldmatrix emulation disagrees with the PTX ISA layouts ($(grep -c FAILED "$out/mma-check.log") checks, see $out/mma-check.log)"
 export KILN_TEST_SMALL=1
 # The cpu backend's BLAS stays single-threaded: its threads are not
 # instrumented and would only add noise to TSan.
 export OPENBLAS_NUM_THREADS=1
-if [ "${1:-}" != --suite ]; then
+if [ "$mode" != --suite ]; then
 	exec "$exe"
 fi
 rc=0
