@@ -9,6 +9,13 @@
  * means a bad file fails before any device memory is touched, with one
  * message naming the file, the tensor or key, and expected vs found.
  *
+ * Nothing in a file that could change the math is ignored: every tensor is
+ * one the loader maps, and every model key (GGUF llama.*, config.json,
+ * kiln.config.*) is read, known not to change the math (checked where it
+ * repeats something read), or refused by name.  A Llama 3.1 GGUF whose
+ * rope_freqs.weight were skipped would run with the wrong positions,
+ * silently; refusing it names what kiln lacks.
+ *
  * Dialects (docs/model.md, "Model files"):
  *   llama2.c          kmf names its arrays with HF names but keeps Meta's
  *                     row order (interleaved RoPE); config from the header;
@@ -22,6 +29,7 @@
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,6 +210,373 @@ static int check_tensor(const km_file *f, const char *canon, kiln_error *err)
 	return 0;
 }
 
+/* ---- accounting: nothing that changes the math is ignored ----------------- */
+
+/* The end of every refusal of something kiln would otherwise ignore. */
+#define REFUSE_RULE \
+	"refused, not ignored: use a model without it (docs/model.md, \"What a file may hold\")"
+
+/* What a tensor the loader does not map is, as far as its name tells. */
+static const char *tensor_meaning(const char *name)
+{
+	static const struct {
+		const char *part, *what;
+	} meanings[] = {
+		{ "rope_freqs", "Llama 3.1 RoPE frequency factors, not implemented yet" },
+		{ ".bias", "a bias, not implemented (Llama has none)" },
+		{ "q_norm", "Q/K norm, not implemented" },
+		{ "k_norm", "Q/K norm, not implemented" },
+		{ "exps", "mixture-of-experts weights, not implemented" },
+		{ "gate_inp", "a mixture-of-experts router, not implemented" },
+		{ "experts", "mixture-of-experts weights, not implemented" },
+		{ "rot_embd", "a stored RoPE table, not checked" },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(meanings); i++)
+		if (strstr(name, meanings[i].part))
+			return meanings[i].what;
+	return "not a Llama tensor kiln knows";
+}
+
+/* The canonical name of a file's tensor name (the inverse of map_name for
+ * the names it makes), into buf: 0, or -ENOENT.  *layer: the layer of a
+ * per-layer name, -1 for a global one; a layer >= n_layers is returned
+ * too, for the caller to name. */
+static int canon_of(const km_file *f, const char *name, char *buf, size_t len, long *layer)
+{
+	bool gguf = f->kind == KM_FILE_GGUF, same = f->kind == KM_FILE_KILN;
+	*layer = -1;
+	for (size_t i = 0; i < ARRAY_SIZE(global_names); i++)
+		if (streq(name, same   ? global_names[i].canon
+				: gguf ? global_names[i].gguf
+				       : global_names[i].hf)) {
+			snprintf(buf, len, "%s", global_names[i].canon);
+			return 0;
+		}
+	const char *p = startswith(name, same ? "layers." : gguf ? "blk." : "model.layers.");
+	if (!p || *p < '0' || *p > '9')
+		return -ENOENT;
+	char *end;
+	errno = 0;
+	long l = strtol(p, &end, 10);
+	if (errno || *end != '.' || l > INT32_MAX)
+		return -ENOENT;
+	for (size_t i = 0; i < ARRAY_SIZE(layer_names); i++)
+		if (streq(end + 1, same	  ? layer_names[i].canon
+				   : gguf ? layer_names[i].gguf
+					  : layer_names[i].hf)) {
+			snprintf(buf, len, "layers.%ld.%s", l, layer_names[i].canon);
+			*layer = l;
+			return 0;
+		}
+	return -ENOENT;
+}
+
+static const char *n_layers_key(km_file_kind k)
+{
+	return k == KM_FILE_GGUF ? "llama.block_count"
+	       : k == KM_FILE_HF ? "num_hidden_layers"
+				 : "kiln.config.n_layers";
+}
+
+/* Older transformers saved each layer's rotary_emb.inv_freq,
+ * 1 / rope_theta^(2i / head_dim): a buffer derived from config.json that
+ * the model recomputes.  Accepted only when it is exactly that to the
+ * rounding of its dtype (other frequencies would be scaled RoPE or another
+ * theta: refused by name).  1: not such a name. */
+static int check_inv_freq(const km_file *f, const kmf_tensor *t, kiln_error *err)
+{
+	const char *p = startswith(t->name, "model.layers.");
+	if (p && *p >= '0' && *p <= '9') {
+		char *end;
+		long l = strtol(p, &end, 10);
+		if (*end != '.' || l >= f->cfg.n_layers)
+			return 1;
+		p = end + 1;
+	} else if (!(p = startswith(t->name, "model.")))
+		return 1;
+	if (!streq(p, "self_attn.rotary_emb.inv_freq") && !streq(p, "rotary_emb.inv_freq"))
+		return 1;
+	int d = f->cfg.head_dim, half = d / 2;
+	double rtol = t->dtype == KMF_F32 ? 1e-5 : t->dtype == KMF_F16 ? 1e-3 : 8e-3;
+	if (t->dtype != KMF_F32 && t->dtype != KMF_F16 && t->dtype != KMF_BF16)
+		rtol = -1;
+	if (t->ndim != 1 || t->shape[0] != half || rtol < 0)
+		return km_errorf(err, -EINVAL,
+				 "%s: tensor '%s' (RoPE inverse frequencies) is %s [%lld...], "
+				 "expected F32, F16 or BF16 [%d]",
+				 f->path, t->name, kmf_dtype_name(t->dtype),
+				 (long long) (t->ndim ? t->shape[0] : 0), half);
+	_cleanup_free_ float *v = malloc((size_t) half * sizeof(float));
+	if (!v)
+		return km_errorf(err, -ENOMEM, "%s: out of memory", f->path);
+	int r = kmf_tensor_to_float(t, KK_F32, v, (size_t) half);
+	if (r < 0)
+		return km_errorf(err, r, "%s: converting tensor '%s': %s", f->path, t->name,
+				 strerror(-r));
+	for (int i = 0; i < half; i++) {
+		double want = pow((double) f->cfg.rope_theta, -2.0 * i / d);
+		if (!(fabs(v[i] - want) <= 1e-7 + rtol * want))
+			return km_errorf(
+				err, -EOPNOTSUPP,
+				"%s: tensor '%s' [%d] = %g, not rope_theta^(-%d/%d) = %g: other "
+				"RoPE frequencies (scaled?), not implemented; " REFUSE_RULE,
+				f->path, t->name, i, (double) v[i], 2 * i, d, want);
+	}
+	return 0;
+}
+
+/* Every tensor in the file is one the model uses (or kmtrain's optimizer
+ * state for one, in a kiln file); anything else is refused by name.  The
+ * llama2.c reader names its arrays from the header: nothing else is in
+ * such a file (its stored RoPE tables are skipped, as llama2.c's run.c
+ * does: they are theta 10000's). */
+static int check_names(const km_file *f, kiln_error *err)
+{
+	if (f->kind == KM_FILE_LLAMA2C)
+		return 0;
+	for (size_t i = 0; i < kmf_tensor_count(f->kf); i++) {
+		const kmf_tensor *t = kmf_tensor_at(f->kf, i);
+		const char *name = t->name, *s;
+		if (f->kind == KM_FILE_KILN &&
+		    ((s = startswith(name, "optim.m.")) || (s = startswith(name, "optim.v."))))
+			name = s;
+		char canon[KMF_MAX_NAME], back[KMF_MAX_NAME];
+		long layer;
+		int r = canon_of(f, name, canon, sizeof(canon), &layer);
+		if (r == 0 && layer >= f->cfg.n_layers)
+			return km_errorf(err, -EOPNOTSUPP,
+					 "%s: tensor '%s': layer %ld, but %s = %d; " REFUSE_RULE,
+					 f->path, t->name, layer, n_layers_key(f->kind),
+					 f->cfg.n_layers);
+		if (r == 0 && streq(canon, "output.weight") && f->cfg.shared_classifier)
+			return km_errorf(
+				err, -EOPNOTSUPP,
+				"%s: tensor '%s': a classifier, but kiln.config.shared_classifier "
+				"= 1 (the embedding is the classifier); " REFUSE_RULE,
+				f->path, t->name);
+		/* map_name gives each canonical name one spelling: "blk.01." is
+		 * not "blk.1.". */
+		if (r == 0 && map_name(f, canon, back, sizeof(back)) == 0 && streq(back, name))
+			continue;
+		if (f->kind == KM_FILE_HF && (r = check_inv_freq(f, t, err)) <= 0) {
+			if (r < 0)
+				return r;
+			continue;
+		}
+		return km_errorf(err, -EOPNOTSUPP, "%s: tensor '%s': %s; " REFUSE_RULE, f->path,
+				 t->name, tensor_meaning(t->name));
+	}
+	return 0;
+}
+
+/* What a model key (GGUF llama.*, config.json) is to kiln.  A key that
+ * does not change the math is accepted at the value that leaves Llama as
+ * kiln runs it ("neutral"); anything else is refused with `what`. */
+typedef enum key_rule {
+	K_READ,	    /* the config reader reads it */
+	K_ANY,	    /* does not change the math, whatever its value */
+	K_VOCAB,    /* neutral when equal to the vocabulary size */
+	K_HEAD_DIM, /* neutral when equal to head_dim */
+	K_ONE,	    /* neutral when 1 (a scale) */
+	K_ZERO,	    /* neutral when 0 (off) */
+	K_TRUE,
+	K_FALSE,
+	K_STR,	  /* neutral when the string `want` */
+	K_NULL,	  /* neutral when JSON null */
+	K_REFUSE, /* changes the math at any value */
+} key_rule;
+
+typedef struct model_key {
+	const char *key;
+	key_rule rule;
+	const char *want; /* K_STR */
+	const char *what; /* what it is, for a refusal */
+} model_key;
+
+static const model_key *key_find(const model_key *keys, size_t n, const char *key)
+{
+	for (size_t i = 0; i < n; i++)
+		if (streq(keys[i].key, key))
+			return &keys[i];
+	return NULL;
+}
+
+/* The accepted value of a conditional rule, for a refusal. */
+static const char *key_want(const model_key *k, const km_config *c, char *buf, size_t len)
+{
+	switch (k->rule) {
+	case K_VOCAB:
+		snprintf(buf, len, "%d", c->vocab_size);
+		break;
+	case K_HEAD_DIM:
+		snprintf(buf, len, "%d", c->head_dim);
+		break;
+	case K_STR:
+		snprintf(buf, len, "\"%s\"", k->want);
+		break;
+	default:
+		snprintf(buf, len, "%s",
+			 k->rule == K_ONE    ? "1"
+			 : k->rule == K_ZERO ? "0"
+			 : k->rule == K_TRUE ? "true"
+			 : k->rule == K_NULL ? "null"
+					     : "false");
+	}
+	return buf;
+}
+
+/* key: quoted as the dialect's other messages quote it. */
+static int refuse_key(const char *where, const char *kind, const char *key, const char *value,
+		      const model_key *k, const km_config *c, kiln_error *err)
+{
+	char want[64] = "";
+	if (k && k->rule != K_REFUSE)
+		key_want(k, c, want, sizeof(want));
+	return km_errorf(err, -EOPNOTSUPP, "%s: %s %s = %s%s%s%s: %s; " REFUSE_RULE, where, kind,
+			 key, value, *want ? " (only " : "", want, *want ? " accepted)" : "",
+			 k ? k->what : "an unknown key, which may change the math");
+}
+
+/* GGUF llama.* keys (GGUF spec, "LLM" and "LLaMA" keys). */
+static const model_key gguf_keys[] = {
+	{ "embedding_length", K_READ, NULL, NULL },
+	{ "feed_forward_length", K_READ, NULL, NULL },
+	{ "block_count", K_READ, NULL, NULL },
+	{ "attention.head_count", K_READ, NULL, NULL },
+	{ "attention.head_count_kv", K_READ, NULL, NULL },
+	{ "context_length", K_READ, NULL, NULL },
+	{ "expert_count", K_READ, NULL, NULL },
+	{ "rope.dimension_count", K_READ, NULL, NULL },
+	{ "attention.layer_norm_rms_epsilon", K_READ, NULL, NULL },
+	{ "rope.freq_base", K_READ, NULL, NULL },
+	{ "vocab_size", K_VOCAB, NULL, "a vocabulary size other than the token list's" },
+	/* Only used with experts, which expert_count > 0 refuses. */
+	{ "expert_used_count", K_ANY, NULL, NULL },
+	{ "attention.key_length", K_HEAD_DIM, NULL,
+	  "a key head size other than dim / heads, not implemented" },
+	{ "attention.value_length", K_HEAD_DIM, NULL,
+	  "a value head size other than dim / heads, not implemented" },
+	{ "tensor_data_layout", K_STR, "Meta AI original pth",
+	  "a tensor layout other than Meta's, unknown to kiln" },
+	{ "rope.scaling.type", K_STR, "none", "RoPE scaling, not implemented yet" },
+	{ "rope.scaling.factor", K_ONE, NULL, "RoPE scaling, not implemented yet" },
+	{ "rope.scale_linear", K_ONE, NULL, "linear RoPE scaling, not implemented yet" },
+	{ "rope.scaling.finetuned", K_FALSE, NULL,
+	  "a model fine-tuned for scaled RoPE, not implemented yet" },
+	{ "rope.scaling.original_context_length", K_REFUSE, NULL,
+	  "RoPE scaling, not implemented yet" },
+	{ "rope.scaling.attn_factor", K_REFUSE, NULL, "YaRN's attention scaling, not implemented" },
+	{ "attention.causal", K_TRUE, NULL, "non-causal attention, not implemented" },
+	{ "use_parallel_residual", K_FALSE, NULL,
+	  "parallel attention and FFN residuals, not implemented" },
+	{ "attention.max_alibi_bias", K_ZERO, NULL, "ALiBi, not implemented" },
+	{ "attention.clamp_kqv", K_ZERO, NULL, "clamping of Q, K and V, not implemented" },
+	{ "attention.layer_norm_epsilon", K_REFUSE, NULL,
+	  "LayerNorm (Llama's norms are RMSNorm), not implemented" },
+	{ "attention.sliding_window", K_REFUSE, NULL, "sliding-window attention, not implemented" },
+	{ "attn_logit_softcapping", K_REFUSE, NULL,
+	  "attention logit soft-capping, not implemented" },
+	{ "final_logit_softcapping", K_REFUSE, NULL, "final logit soft-capping, not implemented" },
+};
+
+static bool meta_num(const kmf_meta *m, double *v)
+{
+	switch (m->type) {
+	case KMF_V_U8:
+	case KMF_V_U16:
+	case KMF_V_U32:
+	case KMF_V_U64:
+		*v = (double) m->u;
+		return true;
+	case KMF_V_I8:
+	case KMF_V_I16:
+	case KMF_V_I32:
+	case KMF_V_I64:
+		*v = (double) m->i;
+		return true;
+	case KMF_V_F32:
+	case KMF_V_F64:
+		*v = m->f;
+		return true;
+	default:
+		return false;
+	}
+}
+
+static const char *meta_value(const kmf_meta *m, char *buf, size_t len)
+{
+	double v;
+	if (m->type == KMF_V_STRING)
+		snprintf(buf, len, "\"%.64s%s\"", m->str.s, m->str.len > 64 ? "..." : "");
+	else if (m->type == KMF_V_BOOL)
+		snprintf(buf, len, "%s", m->b ? "true" : "false");
+	else if (m->type == KMF_V_ARRAY)
+		snprintf(buf, len, "[%llu x %s]", (unsigned long long) m->arr.n,
+			 kmf_vtype_name(m->arr.etype));
+	else if (meta_num(m, &v))
+		snprintf(buf, len, "%.9g", v);
+	else
+		snprintf(buf, len, "(%s)", kmf_vtype_name(m->type));
+	return buf;
+}
+
+static bool gguf_neutral(const model_key *k, const kmf_meta *m, const km_config *c)
+{
+	double v;
+	bool num = meta_num(m, &v);
+	switch (k->rule) {
+	case K_READ:
+	case K_ANY:
+		return true;
+	case K_VOCAB:
+		return num && v == c->vocab_size;
+	case K_HEAD_DIM:
+		return num && v == c->head_dim;
+	case K_ONE:
+		return num && v == 1;
+	case K_ZERO:
+		return num && v == 0;
+	case K_TRUE:
+	case K_FALSE:
+		return m->type == KMF_V_BOOL && m->b == (k->rule == K_TRUE);
+	case K_STR:
+		return m->type == KMF_V_STRING && streq(m->str.s, k->want);
+	default:
+		return false;
+	}
+}
+
+/* Every "<arch>." key accounted for (arch: general.architecture).
+ * general.* and tokenizer.* describe the file and the tokenizer (which
+ * reads its own); other namespaces (quantize.imatrix.* ...) describe how
+ * the file was made, except a split GGUF's split.count, refused: kiln
+ * reads one file. */
+static int check_gguf_keys(const km_file *f, const char *arch, kiln_error *err)
+{
+	char val[96];
+	for (size_t i = 0; i < kmf_meta_count(f->kf); i++) {
+		const kmf_meta *m = kmf_meta_at(f->kf, i);
+		const char *s = startswith(m->key, arch);
+		double n;
+		if (streq(m->key, "split.count") && meta_num(m, &n) && n > 1)
+			return km_errorf(
+				err, -EOPNOTSUPP,
+				"%s: GGUF metadata 'split.count' = %s: one shard of a split GGUF; "
+				"merge the shards into one file (llama.cpp's gguf-split --merge)",
+				f->path, meta_value(m, val, sizeof(val)));
+		if (!s || *s != '.')
+			continue;
+		const model_key *k = key_find(gguf_keys, ARRAY_SIZE(gguf_keys), s + 1);
+		if (!k || !gguf_neutral(k, m, &f->cfg)) {
+			char quoted[KMF_MAX_NAME + 2];
+			snprintf(quoted, sizeof(quoted), "'%s'", m->key);
+			return refuse_key(f->path, "GGUF metadata", quoted,
+					  meta_value(m, val, sizeof(val)), k, &f->cfg, err);
+		}
+	}
+	return 0;
+}
+
 static int check_all(const km_file *f, kiln_error *err)
 {
 	char canon[96];
@@ -218,7 +593,7 @@ static int check_all(const km_file *f, kiln_error *err)
 			if ((r = check_tensor(f, canon, err)) < 0)
 				return r;
 		}
-	return 0;
+	return check_names(f, err);
 }
 
 /* ---- the weight source -------------------------------------------------- */
@@ -409,6 +784,10 @@ static int kiln_float(const km_file *f, const char *key, float *ret, kiln_error 
 	return 0;
 }
 
+/* Every kiln.config.* key is one of these; an unknown one (a kmtrain newer
+ * than this reader, a hand-made file) is refused by name.  The other
+ * kiln.* keys kmt_save writes (kiln.step, kiln.data.*, kiln.rng) are
+ * training state, not the model; so is optim.* (check_names). */
 static int config_kiln(km_file *f, kiln_error *err)
 {
 	const char *fmt = NULL;
@@ -418,18 +797,46 @@ static int config_kiln(km_file *f, kiln_error *err)
 				 f->path, fmt);
 	km_config *c = &f->cfg;
 	int mode = 0, shared = 0, r;
-	if ((r = kiln_int(f, "kiln.config.dim", &c->dim, err)) < 0 ||
-	    (r = kiln_int(f, "kiln.config.hidden_dim", &c->hidden_dim, err)) < 0 ||
-	    (r = kiln_int(f, "kiln.config.n_layers", &c->n_layers, err)) < 0 ||
-	    (r = kiln_int(f, "kiln.config.n_heads", &c->n_heads, err)) < 0 ||
-	    (r = kiln_int(f, "kiln.config.n_kv_heads", &c->n_kv_heads, err)) < 0 ||
-	    (r = kiln_int(f, "kiln.config.vocab_size", &c->vocab_size, err)) < 0 ||
-	    (r = kiln_int(f, "kiln.config.max_seq_len", &c->max_seq_len, err)) < 0 ||
-	    (r = kiln_int(f, "kiln.config.rope_mode", &mode, err)) < 0 ||
-	    (r = kiln_int(f, "kiln.config.shared_classifier", &shared, err)) < 0 ||
-	    (r = kiln_float(f, "kiln.config.norm_eps", &c->norm_eps, err)) < 0 ||
-	    (r = kiln_float(f, "kiln.config.rope_theta", &c->rope_theta, err)) < 0)
-		return r;
+	const struct {
+		const char *key;
+		int *v;
+	} ints[] = {
+		{ "kiln.config.dim", &c->dim },
+		{ "kiln.config.hidden_dim", &c->hidden_dim },
+		{ "kiln.config.n_layers", &c->n_layers },
+		{ "kiln.config.n_heads", &c->n_heads },
+		{ "kiln.config.n_kv_heads", &c->n_kv_heads },
+		{ "kiln.config.vocab_size", &c->vocab_size },
+		{ "kiln.config.max_seq_len", &c->max_seq_len },
+		{ "kiln.config.rope_mode", &mode },
+		{ "kiln.config.shared_classifier", &shared },
+	};
+	const struct {
+		const char *key;
+		float *v;
+	} floats[] = {
+		{ "kiln.config.norm_eps", &c->norm_eps },
+		{ "kiln.config.rope_theta", &c->rope_theta },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(ints); i++)
+		if ((r = kiln_int(f, ints[i].key, ints[i].v, err)) < 0)
+			return r;
+	for (size_t i = 0; i < ARRAY_SIZE(floats); i++)
+		if ((r = kiln_float(f, floats[i].key, floats[i].v, err)) < 0)
+			return r;
+	for (size_t i = 0; i < kmf_meta_count(f->kf); i++) {
+		const kmf_meta *m = kmf_meta_at(f->kf, i);
+		bool known = !startswith(m->key, "kiln.config.");
+		for (size_t j = 0; j < ARRAY_SIZE(ints) && !known; j++)
+			known = streq(m->key, ints[j].key);
+		for (size_t j = 0; j < ARRAY_SIZE(floats) && !known; j++)
+			known = streq(m->key, floats[j].key);
+		if (!known)
+			return km_errorf(err, -EOPNOTSUPP,
+					 "%s: kiln metadata '%s' = \"%.64s\": an unknown model "
+					 "setting, which may change the math; " REFUSE_RULE,
+					 f->path, m->key, m->type == KMF_V_STRING ? m->str.s : "");
+	}
 	if (shared != 0 && shared != 1)
 		return km_errorf(err, -EINVAL,
 				 "%s: kiln metadata 'kiln.config.shared_classifier' = %d, expected "
@@ -475,6 +882,72 @@ static int json_float(const char *cpath, json_t *root, const char *key, double d
 	return 0;
 }
 
+/* config.json keys of a LlamaForCausalLM (transformers' LlamaConfig and
+ * PretrainedConfig).  The neutral ones: names and versions, token ids (the
+ * tokenizer's business), training-only settings (initializer_range,
+ * attention_dropout: dropout acts in training only), use_cache, and
+ * pretraining_tp (transformers splits the projections into that many
+ * slices and adds them up: the same sums). */
+static const model_key hf_keys[] = {
+	{ "model_type", K_READ, NULL, NULL },
+	{ "rope_scaling", K_READ, NULL, NULL },
+	{ "hidden_size", K_READ, NULL, NULL },
+	{ "intermediate_size", K_READ, NULL, NULL },
+	{ "num_hidden_layers", K_READ, NULL, NULL },
+	{ "num_attention_heads", K_READ, NULL, NULL },
+	{ "num_key_value_heads", K_READ, NULL, NULL },
+	{ "vocab_size", K_READ, NULL, NULL },
+	{ "max_position_embeddings", K_READ, NULL, NULL },
+	{ "head_dim", K_READ, NULL, NULL },
+	{ "rms_norm_eps", K_READ, NULL, NULL },
+	{ "rope_theta", K_READ, NULL, NULL },
+	{ "tie_word_embeddings", K_READ, NULL, NULL },
+	{ "architectures", K_ANY, NULL, NULL },
+	{ "_name_or_path", K_ANY, NULL, NULL },
+	{ "torch_dtype", K_ANY, NULL, NULL },
+	{ "dtype", K_ANY, NULL, NULL },
+	{ "transformers_version", K_ANY, NULL, NULL },
+	{ "bos_token_id", K_ANY, NULL, NULL },
+	{ "eos_token_id", K_ANY, NULL, NULL },
+	{ "pad_token_id", K_ANY, NULL, NULL },
+	{ "use_cache", K_ANY, NULL, NULL },
+	{ "initializer_range", K_ANY, NULL, NULL },
+	{ "attention_dropout", K_ANY, NULL, NULL },
+	{ "pretraining_tp", K_ANY, NULL, NULL },
+	{ "hidden_act", K_STR, "silu", "an FFN activation other than SiLU, not implemented" },
+	{ "attention_bias", K_FALSE, NULL, "biases on the attention projections, not implemented" },
+	{ "mlp_bias", K_FALSE, NULL, "biases on the FFN projections, not implemented" },
+	{ "sliding_window", K_NULL, NULL, "sliding-window attention, not implemented" },
+	{ "quantization_config", K_NULL, NULL,
+	  "a quantization method (GPTQ, AWQ ...), not implemented" },
+};
+
+/* Every key of config.json accounted for; JSON null means "not set". */
+static int check_hf_keys(const char *cpath, json_t *root, const km_config *c, kiln_error *err)
+{
+	const char *key;
+	json_t *v;
+	json_object_foreach(root, key, v)
+	{
+		const model_key *k = key_find(hf_keys, ARRAY_SIZE(hf_keys), key);
+		bool ok = k && (k->rule == K_READ || k->rule == K_ANY || json_is_null(v) ||
+				(k->rule == K_STR && json_is_string(v) &&
+				 streq(json_string_value(v), k->want)) ||
+				(k->rule == K_FALSE && json_is_false(v)));
+		if (ok)
+			continue;
+		_cleanup_free_ char *val =
+			json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(9));
+		char shown[72];
+		snprintf(shown, sizeof(shown), "%.64s%s", strna(val),
+			 val && strlen(val) > 64 ? "..." : "");
+		char quoted[KMF_MAX_NAME + 2];
+		snprintf(quoted, sizeof(quoted), "\"%s\"", key);
+		return refuse_key(cpath, "key", quoted, shown, k, c, err);
+	}
+	return 0;
+}
+
 static int config_hf(km_file *f, kiln_error *err)
 {
 	/* dirname() edits its argument: work on a copy. */
@@ -511,6 +984,8 @@ static int config_hf(km_file *f, kiln_error *err)
 				 cpath);
 	km_config *c = &f->cfg;
 	int r, head_dim = 0;
+	if ((r = check_hf_keys(cpath, root, c, err)) < 0)
+		return r;
 	if ((r = json_int(f, cpath, root, "hidden_size", true, 0, &c->dim, err)) < 0 ||
 	    (r = json_int(f, cpath, root, "intermediate_size", true, 0, &c->hidden_dim, err)) < 0 ||
 	    (r = json_int(f, cpath, root, "num_hidden_layers", true, 0, &c->n_layers, err)) < 0 ||
@@ -534,11 +1009,27 @@ static int config_hf(km_file *f, kiln_error *err)
 	/* lm_head absent = tied to the embedding (tie_word_embeddings). */
 	c->shared_classifier = kmf_tensor_find(f->kf, "lm_head.weight") == NULL;
 	json_t *tie = json_object_get(root, "tie_word_embeddings");
+	if (tie && !json_is_null(tie) && !json_is_boolean(tie))
+		return km_errorf(err, -EINVAL,
+				 "%s: key \"tie_word_embeddings\" must be true or false", cpath);
 	if (json_is_false(tie) && c->shared_classifier)
 		return km_errorf(err, -ENOENT,
 				 "%s: missing tensor 'lm_head.weight' (output.weight) while %s "
 				 "says tie_word_embeddings = false",
 				 f->path, cpath);
+	/* Tied, transformers uses the embedding as the classifier and never
+	 * reads a stored lm_head: kiln would compute with it instead. */
+	const kmf_tensor *head = kmf_tensor_find(f->kf, "lm_head.weight"),
+			 *emb = kmf_tensor_find(f->kf, "model.embed_tokens.weight");
+	if (json_is_true(tie) && head &&
+	    (head->dtype != emb->dtype || head->nbytes != emb->nbytes ||
+	     (head->data != emb->data && memcmp(head->data, emb->data, head->nbytes) != 0)))
+		return km_errorf(
+			err, -EOPNOTSUPP,
+			"%s: tensor 'lm_head.weight' differs from 'model.embed_tokens.weight' "
+			"while %s says tie_word_embeddings = true (the embedding is the "
+			"classifier); remove lm_head.weight or set tie_word_embeddings to false",
+			f->path, cpath);
 	return 0;
 }
 
@@ -643,7 +1134,7 @@ static int config_gguf(km_file *f, kiln_error *err)
 		c->vocab_size = (int) rows;
 	}
 	c->shared_classifier = kmf_tensor_find(f->kf, "output.weight") == NULL;
-	return 0;
+	return check_gguf_keys(f, arch, err);
 }
 
 /* ---- opening ------------------------------------------------------------- */

@@ -235,8 +235,10 @@ static int group_teardown(void **state)
 
 /* ---- kiln-style canonical safetensors ------------------------------------ */
 
-/* skip / bad_dtype: a tensor left out / stored as I32 (error tests). */
-static void write_kiln(const char *path, const char *skip_meta, const char *bad_dtype)
+/* skip / bad_dtype: a tensor left out / stored as I32; extra_meta: one
+ * more kiln.config.* key (error tests). */
+static void write_kiln(const char *path, const char *skip_meta, const char *bad_dtype,
+		       const char *extra_meta)
 {
 	kmf_writer *w = NULL;
 	assert_int_equal(kmf_writer_new(&w), 0);
@@ -273,6 +275,8 @@ static void write_kiln(const char *path, const char *skip_meta, const char *bad_
 	assert_int_equal(kmf_writer_set_meta(w, "kiln.config.norm_eps", v), 0);
 	snprintf(v, sizeof(v), "%a", (double) cfg.rope_theta);
 	assert_int_equal(kmf_writer_set_meta(w, "kiln.config.rope_theta", v), 0);
+	if (extra_meta)
+		assert_int_equal(kmf_writer_set_meta(w, extra_meta, "1"), 0);
 	kiln_error ke = {};
 	assert_int_equal(kmf_writer_commit(w, path, 0644, &ke), 0);
 	kmf_writer_free(w);
@@ -281,7 +285,7 @@ static void write_kiln(const char *path, const char *skip_meta, const char *bad_
 static void test_kiln_safetensors(void **state)
 {
 	NEED_FIXTURE();
-	write_kiln(tpath("kiln.safetensors"), NULL, NULL);
+	write_kiln(tpath("kiln.safetensors"), NULL, NULL, NULL);
 	double mx, agree;
 	compare_file(tpath("kiln.safetensors"), KM_FILE_KILN, &mx, &agree);
 	assert_true(mx == 0.0); /* the same f32 weights, the same kernels */
@@ -358,7 +362,15 @@ static const char *hf_name(const char *canon, char *buf, size_t len)
 	return dialect_name(&d, canon, buf, len);
 }
 
-static void write_hf(const char *dir, const char *config_json, bool permute)
+/* A tensor write_hf adds to the fixture's (1-D f32). */
+typedef struct hf_extra {
+	const char *name;
+	const float *data;
+	int64_t n;
+} hf_extra;
+
+static void write_hf_x(const char *dir, const char *config_json, bool permute,
+		       const hf_extra *extra, int n_extra)
 {
 	char path[600];
 	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
@@ -380,6 +392,10 @@ static void write_hf(const char *dir, const char *config_json, bool permute)
 						t->ndim, t->shape, data, bytes),
 				 0);
 	}
+	for (int i = 0; i < n_extra; i++)
+		assert_int_equal(kmf_writer_add(w, extra[i].name, KMF_F32, 1, &extra[i].n,
+						extra[i].data, (uint64_t) extra[i].n * 4),
+				 0);
 	kiln_error ke = {};
 	assert_int_equal(kmf_writer_commit(w, path, 0644, &ke), 0);
 	kmf_writer_free(w);
@@ -395,19 +411,36 @@ static void write_hf(const char *dir, const char *config_json, bool permute)
 	}
 }
 
+static void write_hf(const char *dir, const char *config_json, bool permute)
+{
+	write_hf_x(dir, config_json, permute, NULL, 0);
+}
+
+/* A config.json as transformers writes one for a Llama (every key of
+ * Llama 3.2's but rope_scaling's value), plus `more` (", \"k\": v" ...)
+ * when not NULL: an extra key is taken as the last one written. */
+static char *hf_config_with(int heads, const char *more)
+{
+	static char s[2048];
+	snprintf(s, sizeof(s),
+		 "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, "
+		 "\"attention_dropout\": 0.0, \"bos_token_id\": 1, \"eos_token_id\": [2, 3], "
+		 "\"head_dim\": %d, \"hidden_act\": \"silu\", \"hidden_size\": %d, "
+		 "\"initializer_range\": 0.02, \"intermediate_size\": %d, "
+		 "\"max_position_embeddings\": %d, \"mlp_bias\": false, \"model_type\": "
+		 "\"llama\", \"num_attention_heads\": %d, \"num_hidden_layers\": %d, "
+		 "\"num_key_value_heads\": %d, \"pretraining_tp\": 1, \"rms_norm_eps\": 1e-05, "
+		 "\"rope_scaling\": null, \"rope_theta\": 10000.0, \"tie_word_embeddings\": "
+		 "true, \"torch_dtype\": \"float32\", \"transformers_version\": \"4.45.0\", "
+		 "\"use_cache\": true, \"vocab_size\": %d%s}\n",
+		 cfg.dim / heads, cfg.dim, cfg.hidden_dim, cfg.max_seq_len, heads, cfg.n_layers,
+		 cfg.n_kv_heads, cfg.vocab_size, more ? more : "");
+	return s;
+}
+
 static char *hf_config(int heads)
 {
-	static char s[1024];
-	snprintf(s, sizeof(s),
-		 "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
-		 "\"hidden_size\": %d, \"intermediate_size\": %d, \"num_hidden_layers\": %d, "
-		 "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"vocab_size\": %d, "
-		 "\"max_position_embeddings\": %d, \"rms_norm_eps\": 1e-05, \"rope_theta\": "
-		 "10000.0, \"rope_scaling\": null, \"tie_word_embeddings\": true, "
-		 "\"torch_dtype\": \"float32\"}\n",
-		 cfg.dim, cfg.hidden_dim, cfg.n_layers, heads, cfg.n_kv_heads, cfg.vocab_size,
-		 cfg.max_seq_len);
-	return s;
+	return hf_config_with(heads, NULL);
 }
 
 static void test_hf_safetensors(void **state)
@@ -424,6 +457,23 @@ static void test_hf_safetensors(void **state)
 	print_message("# HF (half-split RoPE, permuted q/k): max |dlogit| %.3g\n", mx);
 	assert_true(mx <= TOL_HF);
 	assert_true(agree == 1.0);
+	/* Older transformers stored every layer's rotary_emb.inv_freq: equal
+	 * to 1 / theta^(2i / head_dim), it is accepted, the logits the same. */
+	float inv[64];
+	hf_extra ex[16];
+	char names[16][64];
+	assert_true(cfg.n_layers <= 16 && cfg.head_dim / 2 <= 64);
+	for (int i = 0; i < cfg.head_dim / 2; i++)
+		inv[i] = (float) (1.0 / pow(cfg.rope_theta, 2.0 * i / cfg.head_dim));
+	for (int L = 0; L < cfg.n_layers; L++) {
+		snprintf(names[L], sizeof(names[L]),
+			 "model.layers.%d.self_attn.rotary_emb.inv_freq", L);
+		ex[L] = (hf_extra){ names[L], inv, cfg.head_dim / 2 };
+	}
+	write_hf_x(dir, hf_config(cfg.n_heads), true, ex, cfg.n_layers);
+	double mx2;
+	compare_file(path, KM_FILE_HF, &mx2, &agree);
+	assert_true(mx2 == mx);
 	/* Without the permutation the same weights must NOT match: the test
 	 * sees the RoPE convention. */
 	write_hf(dir, hf_config(cfg.n_heads), false);
@@ -493,13 +543,17 @@ static int gguf_type(int mat_type, int64_t cols)
 }
 
 typedef struct gguf_opts {
-	int mat_type;	  /* GGML type of the 2-D weights whose rows split in 32s */
-	const char *arch; /* general.architecture */
-	const char *drop; /* a GGUF tensor name left out */
-	const char *wide; /* a GGUF tensor written with dim rows instead of its own */
-	bool with_output; /* output.weight (a copy of the embedding) */
-	bool no_tokens;	  /* no tokenizer.ggml.tokens: vocab from token_embd */
-	int tokens_delta; /* tokens in the list minus vocab */
+	int mat_type;		       /* GGML type of the 2-D weights whose rows split in 32s */
+	const char *arch;	       /* general.architecture */
+	const char *drop;	       /* a GGUF tensor name left out */
+	const char *wide;	       /* a GGUF tensor written with dim rows instead of its own */
+	bool with_output;	       /* output.weight (a copy of the embedding) */
+	bool no_tokens;		       /* no tokenizer.ggml.tokens: vocab from token_embd */
+	int tokens_delta;	       /* tokens in the list minus vocab */
+	bool neutral;		       /* keys that leave the math as it is (vocab_size ...) */
+	const char *extra_tensor;      /* one more tensor (1-D f32 [head_dim / 2] of 1s) */
+	const char *str_key, *str_val; /* one more string key */
+	const char *u32_key;	       /* one more u32 key (= 7) */
 } gguf_opts;
 
 static const char *gguf_name(const char *canon, char *buf, size_t len)
@@ -574,6 +628,24 @@ static void write_gguf(const char *path, const gguf_opts *o)
 	KV_U32("llama.rope.dimension_count", cfg.head_dim);
 	KV_F32("llama.attention.layer_norm_rms_epsilon", cfg.norm_eps);
 	KV_F32("llama.rope.freq_base", cfg.rope_theta);
+#define KV_STR(k, v) (gstr(&kv, k), gput32(&kv, GGUF_STR), gstr(&kv, v), nkv++)
+	if (o->neutral) {
+		KV_STR("general.name", "tiny260K");
+		KV_U32("general.file_type", 0);
+		KV_STR("quantize.imatrix.file", "none.dat");
+		KV_U32("llama.vocab_size", V);
+		KV_U32("llama.attention.key_length", cfg.head_dim);
+		KV_U32("llama.attention.value_length", cfg.head_dim);
+		KV_U32("llama.expert_count", 0);
+		KV_U32("llama.expert_used_count", 0);
+		KV_STR("llama.rope.scaling.type", "none");
+		KV_F32("llama.rope.scaling.factor", 1.0f);
+		KV_STR("llama.tensor_data_layout", "Meta AI original pth");
+	}
+	if (o->str_key)
+		KV_STR(o->str_key, o->str_val);
+	if (o->u32_key)
+		KV_U32(o->u32_key, 7);
 	if (!o->no_tokens) {
 		gstr(&kv, "tokenizer.ggml.tokens"), gput32(&kv, 9), gput32(&kv, GGUF_STR);
 		int n = V + o->tokens_delta;
@@ -585,16 +657,23 @@ static void write_gguf(const char *path, const gguf_opts *o)
 		}
 		nkv++;
 	}
-	for (int i = 0; i <= NT; i++) {
+	float ones[64];
+	for (int i = 0; i < 64; i++)
+		ones[i] = 1.0f;
+	assert_true(cfg.head_dim / 2 <= 64);
+	tens extra = { .ndim = 1, .shape = { cfg.head_dim / 2 }, .data = ones };
+	for (int i = 0; i <= NT + 1; i++) {
 		const tens *t = i < NT ? &T[i] : NULL;
 		char nb[128];
 		const char *name;
 		if (t)
 			name = gguf_name(t->name, nb, sizeof(nb));
-		else if (o->with_output)
+		else if (i == NT && o->with_output)
 			t = &T[0], name = "output.weight";
+		else if (i == NT + 1 && o->extra_tensor)
+			t = &extra, name = o->extra_tensor;
 		else
-			break;
+			continue;
 		if (o->drop && !strcmp(o->drop, name))
 			continue;
 		int64_t rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 0;
@@ -637,6 +716,7 @@ static void write_gguf(const char *path, const gguf_opts *o)
 	free(kv.p), free(info.p), free(data.p), free(out.p);
 #undef KV_U32
 #undef KV_F32
+#undef KV_STR
 }
 
 /* A weight source of the fixture's f32 weights rounded as write_gguf
@@ -702,6 +782,12 @@ static void test_gguf_f32(void **state)
 	write_gguf(tpath("f32-notok.gguf"),
 		   &(gguf_opts){ .mat_type = GGML_F32, .no_tokens = true });
 	compare_file(tpath("f32-notok.gguf"), KM_FILE_GGUF, &mx, &agree);
+	assert_true(mx == 0.0);
+	/* Keys that leave the math as it is (llama.vocab_size equal to the
+	 * vocabulary, rope.scaling.type "none" ...): the same logits. */
+	write_gguf(tpath("f32-neutral.gguf"),
+		   &(gguf_opts){ .mat_type = GGML_F32, .neutral = true });
+	compare_file(tpath("f32-neutral.gguf"), KM_FILE_GGUF, &mx, &agree);
 	assert_true(mx == 0.0);
 }
 
@@ -924,9 +1010,9 @@ static void test_bad_files(void **state)
 		       "515 tokens");
 
 	p = tpath("bad.safetensors");
-	write_kiln(p, "kiln.config.n_layers", NULL);
+	write_kiln(p, "kiln.config.n_layers", NULL, NULL);
 	expect_refused(p, -EINVAL, "kiln metadata 'kiln.config.n_layers' is missing");
-	write_kiln(p, NULL, "layers.2.ffn_norm.weight");
+	write_kiln(p, NULL, "layers.2.ffn_norm.weight", NULL);
 	expect_refused(p, -EOPNOTSUPP,
 		       "tensor 'layers.2.ffn_norm.weight' has dtype I32; expected a float or GGUF "
 		       "block type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)");
@@ -978,6 +1064,120 @@ static void test_bad_files(void **state)
 	assert_null(f);
 	assert_non_null(strstr(err.msg, p));
 	assert_int_equal(km_file_open(tpath("absent"), &f, &err), -ENOENT);
+}
+
+/* ---- nothing that changes the math is ignored ------------------------------- */
+
+#define RULE \
+	"refused, not ignored: use a model without it (docs/model.md, \"What a file may hold\")"
+
+/* HF files whose config.json (in dir) or tensors hold something kiln
+ * would ignore: refused, naming it. */
+static void hf_refused(const char *dir, const char *config, const hf_extra *extra, const char *file,
+		       const char *msg_after)
+{
+	char path[700], want[1600];
+	write_hf_x(dir, config, true, extra, extra ? 1 : 0);
+	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+	kiln_error err = {};
+	km_file *f = NULL;
+	int r = km_file_open(path, &f, &err);
+	if (r != -EOPNOTSUPP)
+		fail_msg("%s: got %d (%s), want -EOPNOTSUPP", path, r, err.msg);
+	assert_null(f);
+	snprintf(want, sizeof(want), "%s/%s: %s", dir, file, msg_after);
+	assert_string_equal(err.msg, want);
+}
+
+/* Every tensor is one the model uses and every key is read, known not to
+ * change the math, or refused by name: the Llama 3.1 frequency factors,
+ * RoPE scaling, unknown keys, biases, a layer past the count. */
+static void test_refused_unimplemented(void **state)
+{
+	NEED_FIXTURE();
+	const char *p = tpath("refused.gguf");
+	write_gguf(p, &(gguf_opts){ .extra_tensor = "rope_freqs.weight" });
+	expect_refused(p, -EOPNOTSUPP,
+		       "tensor 'rope_freqs.weight': Llama 3.1 RoPE frequency factors, not "
+		       "implemented yet; " RULE);
+	write_gguf(p, &(gguf_opts){ .extra_tensor = "blk.5.attn_q.weight" });
+	expect_refused(p, -EOPNOTSUPP,
+		       "tensor 'blk.5.attn_q.weight': layer 5, but llama.block_count = 5; " RULE);
+	write_gguf(p, &(gguf_opts){ .extra_tensor = "blk.0.attn_q.bias" });
+	expect_refused(
+		p, -EOPNOTSUPP,
+		"tensor 'blk.0.attn_q.bias': a bias, not implemented (Llama has none); " RULE);
+	write_gguf(p, &(gguf_opts){ .extra_tensor = "blk.01.attn_q.weight" });
+	expect_refused(p, -EOPNOTSUPP,
+		       "tensor 'blk.01.attn_q.weight': not a Llama tensor kiln knows; " RULE);
+	write_gguf(p, &(gguf_opts){ .str_key = "llama.rope.scaling.type", .str_val = "llama3" });
+	expect_refused(p, -EOPNOTSUPP,
+		       "GGUF metadata 'llama.rope.scaling.type' = \"llama3\" (only \"none\" "
+		       "accepted): RoPE scaling, not implemented yet; " RULE);
+	write_gguf(p, &(gguf_opts){ .u32_key = "llama.foo" });
+	expect_refused(
+		p, -EOPNOTSUPP,
+		"GGUF metadata 'llama.foo' = 7: an unknown key, which may change the math; " RULE);
+	write_gguf(p, &(gguf_opts){ .u32_key = "llama.attention.sliding_window" });
+	expect_refused(p, -EOPNOTSUPP,
+		       "GGUF metadata 'llama.attention.sliding_window' = 7: sliding-window "
+		       "attention, not implemented; " RULE);
+	write_gguf(p, &(gguf_opts){ .u32_key = "llama.vocab_size" });
+	expect_refused(p, -EOPNOTSUPP,
+		       "GGUF metadata 'llama.vocab_size' = 7 (only 512 accepted): a vocabulary "
+		       "size other than the token list's; " RULE);
+	/* other namespaces are not the model's */
+	write_gguf(p, &(gguf_opts){ .u32_key = "general.foo" });
+	km_file *f = NULL;
+	kiln_error err = {};
+	if (km_file_open(p, &f, &err) < 0)
+		fail_msg("%s", err.msg);
+	km_file_free(f);
+
+	p = tpath("refused.safetensors");
+	write_kiln(p, NULL, NULL, "kiln.config.qk_norm");
+	expect_refused(p, -EOPNOTSUPP,
+		       "kiln metadata 'kiln.config.qk_norm' = \"1\": an unknown model setting, "
+		       "which may change the math; " RULE);
+
+	char dir[600];
+	snprintf(dir, sizeof(dir), "%s/hfref", tmpdir);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	char cfgbuf[2048];
+	snprintf(cfgbuf, sizeof(cfgbuf), "%s", hf_config(cfg.n_heads));
+	char *at = strstr(cfgbuf, "\"rope_scaling\": null");
+	assert_non_null(at);
+	memcpy(at, "\"rope_scaling\": 1234", strlen("\"rope_scaling\": 1234"));
+	hf_refused(dir, cfgbuf, NULL, "config.json",
+		   "rope_scaling is set; scaled RoPE (Llama 3.1 style, YaRN...) is not supported");
+	snprintf(cfgbuf, sizeof(cfgbuf), "%s", hf_config(cfg.n_heads));
+	at = strstr(cfgbuf, "\"attention_bias\": false");
+	assert_non_null(at);
+	memcpy(at, "\"attention_bias\": true ", strlen("\"attention_bias\": true "));
+	hf_refused(dir, cfgbuf, NULL, "config.json",
+		   "key \"attention_bias\" = true (only false accepted): biases on the attention "
+		   "projections, not implemented; " RULE);
+	hf_refused(dir, hf_config_with(cfg.n_heads, ", \"qk_layernorm\": {\"eps\": 0.5}"), NULL,
+		   "config.json",
+		   "key \"qk_layernorm\" = {\"eps\":0.5}: an unknown key, which may change the "
+		   "math; " RULE);
+	float zeros[64] = { 0 };
+	hf_refused(dir, hf_config(cfg.n_heads),
+		   &(hf_extra){ "model.layers.0.self_attn.q_proj.bias", zeros, cfg.dim },
+		   "model.safetensors",
+		   "tensor 'model.layers.0.self_attn.q_proj.bias': a bias, not implemented (Llama "
+		   "has none); " RULE);
+	/* inv_freq of another theta: scaled or other frequencies */
+	float inv[64];
+	for (int i = 0; i < cfg.head_dim / 2; i++)
+		inv[i] = (float) (1.0 / pow(500000.0, 2.0 * i / cfg.head_dim));
+	hf_refused(dir, hf_config(cfg.n_heads),
+		   &(hf_extra){ "model.layers.1.self_attn.rotary_emb.inv_freq", inv,
+				cfg.head_dim / 2 },
+		   "model.safetensors",
+		   "tensor 'model.layers.1.self_attn.rotary_emb.inv_freq' [1] = 0.037606, not "
+		   "rope_theta^(-2/8) = 0.1: other RoPE frequencies (scaled?), not "
+		   "implemented; " RULE);
 }
 
 /* ---- weights computed on in the file's mapping ------------------------------ */
@@ -1187,6 +1387,7 @@ int main(void)
 		cmocka_unit_test(test_gguf_native),
 		cmocka_unit_test(test_kmtrain_checkpoint),
 		cmocka_unit_test(test_bad_files),
+		cmocka_unit_test(test_refused_unimplemented),
 		cmocka_unit_test(test_mapped_weights),
 		cmocka_unit_test(test_mapped_rss),
 	};
