@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine-internal.h"
+#include "kiln/list.h"
 #include "kiln/macro.h"
 
 /* Prefills a step may leave unfinished (vLLM's max_num_partial_prefills
@@ -23,15 +24,9 @@
 
 void kiln_engine__wq_unlink(kiln_engine *e, ereq *r)
 {
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		e->wq_head = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
-	else
+	if (!r->next)
 		e->wq_tail = r->prev;
-	r->prev = r->next = NULL;
+	LIST_UNLINK(e->wq_head, r);
 	e->n_waiting--;
 }
 
