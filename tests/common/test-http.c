@@ -37,22 +37,9 @@
 
 /* ---- the server under test ---- */
 
-/* What the producer thread of /stream and /later does, and saw. */
-typedef struct producer_ctl {
-	atomic_int mode; /* set by the test, read by the producer (via a socket: no HB for TSan) */
-	kiln_http_stream *stream;
-	pthread_t producer;
-	bool started;
-	sem_t go;
-	atomic_int produced;
-	atomic_int cancelled;
-	double cancel_ms;
-	int send_after_cancel, close_rc;
-} producer_ctl;
-
 enum { STREAM_BYTES, LATER_OK, LATER_WAIT_CANCEL, LATER_CLOSE };
 
-static producer_ctl ctl;
+static test_producer ctl;
 
 static int h_hello(kiln_http_request *r, void *u)
 {
@@ -99,17 +86,9 @@ static int h_fail(kiln_http_request *r, void *u)
 	return -EIO;
 }
 
-static void on_cancel(kiln_http_stream *s, void *u)
-{
-	producer_ctl *c = u;
-	c->cancel_ms = now_ms();
-	atomic_store(&c->cancelled, 1);
-	sem_post(&c->go); /* wake a producer waiting for the test */
-}
-
 static void *producer(void *arg)
 {
-	producer_ctl *c = arg;
+	test_producer *c = arg;
 	kiln_http_stream *s = c->stream;
 	switch (c->mode) {
 	case STREAM_BYTES:
@@ -142,15 +121,15 @@ static void *producer(void *arg)
 /* /stream and /later: the reply, then a producer thread answers it. */
 static int h_produced(kiln_http_request *r, void *u)
 {
-	producer_ctl *c = u;
+	test_producer *c = u;
 	int q = streq(kiln_http_request_path(r), "/stream")
-			? kiln_http_reply_stream(r, "application/octet-stream", on_cancel, c,
-						 &c->stream)
-			: kiln_http_reply_later(r, on_cancel, c, &c->stream);
+			? kiln_http_reply_stream(r, "application/octet-stream", producer_on_cancel,
+						 c, &c->stream)
+			: kiln_http_reply_later(r, producer_on_cancel, c, &c->stream);
 	if (q < 0)
 		return q;
 	c->started = true;
-	if (pthread_create(&c->producer, NULL, producer, c) != 0)
+	if (pthread_create(&c->thread, NULL, producer, c) != 0)
 		return -EAGAIN;
 	return 0;
 }
@@ -172,13 +151,8 @@ static int setup(void **state)
 {
 	memset(&ctl, 0, sizeof(ctl));
 	sem_init(&ctl.go, 0, 0);
-	port = test_server_start(
-		(kiln_http_config){
-			.max_body_bytes = TEST_BODY_MAX,
-			.routes = routes,
-			.n_routes = ARRAY_SIZE(routes),
-		},
-		&srv);
+	port = test_server_start(routes, ARRAY_SIZE(routes),
+				 (kiln_http_config){ .max_body_bytes = TEST_BODY_MAX }, &srv);
 	return 0;
 }
 
@@ -187,7 +161,7 @@ static int teardown(void **state)
 	kiln_http_server_free(srv);
 	srv = NULL;
 	if (ctl.started)
-		pthread_join(ctl.producer, NULL);
+		pthread_join(ctl.thread, NULL);
 	sem_destroy(&ctl.go);
 	return 0;
 }
@@ -530,7 +504,7 @@ static void test_stream_bytes(void **state)
 	assert_true(r.chunked);
 	assert_string_equal(r.body.s, "abcd\nefEND");
 	kiln_strbuf_free(&r.body);
-	pthread_join(ctl.producer, NULL);
+	pthread_join(ctl.thread, NULL);
 	ctl.started = false;
 	assert_int_equal(ctl.send_after_cancel, 0);
 	assert_int_equal(ctl.close_rc, 0);
@@ -548,7 +522,7 @@ static void test_later(void **state)
 	assert_string_equal(json_string_value(json_object_get(j, "id")),
 			    resp_header(&r, "X-Request-Id"));
 	kiln_strbuf_free(&r.body);
-	pthread_join(ctl.producer, NULL);
+	pthread_join(ctl.thread, NULL);
 	ctl.started = false;
 	assert_int_equal(ctl.close_rc, 0);
 	assert_string_equal(access_wait("/later"), "GET /later 201 plain");
@@ -558,7 +532,7 @@ static void test_later(void **state)
 	assert_int_equal(request(port, "GET /later HTTP/1.1\r\nHost: x\r\n\r\n", &r), 0);
 	assert_error_shape(&r, 500, "server_error", NULL, NULL);
 	kiln_strbuf_free(&r.body);
-	pthread_join(ctl.producer, NULL);
+	pthread_join(ctl.thread, NULL);
 	ctl.started = false;
 	assert_int_equal(ctl.close_rc, 0);
 	assert_false(atomic_load(&ctl.cancelled));
@@ -567,23 +541,11 @@ static void test_later(void **state)
 static void test_later_disconnect(void **state)
 {
 	ctl.mode = LATER_WAIT_CANCEL;
-	conn *c = conn_open(port, 0);
-	const char *req = "GET /later HTTP/1.1\r\nHost: x\r\n\r\n";
-	assert_int_equal(conn_send(c, req, strlen(req)), 0);
-	for (int i = 0; i < 500 && !atomic_load(&ctl.produced); i++)
-		usleep(10000);
-	assert_int_equal(atomic_load(&ctl.produced), 1);
+	conn *c = conn_get(port, 0, "/later");
+	assert_int_equal(wait_flag(&ctl.produced, 1, 5000), 1);
 	usleep(50000);
-	assert_false(atomic_load(&ctl.cancelled));
-	double t0 = now_ms();
-	conn_close(c);
-	for (int i = 0; i < 300 && !atomic_load(&ctl.cancelled); i++)
-		usleep(10000);
-	assert_true(atomic_load(&ctl.cancelled));
-	print_message("# deferred reply: cancel fired %.1f ms after the client closed\n",
-		      ctl.cancel_ms - t0);
-	assert_true(ctl.cancel_ms - t0 < 1000);
-	pthread_join(ctl.producer, NULL);
+	hang_up(c, &ctl.cancelled, &ctl.cancel_ms, "deferred reply");
+	pthread_join(ctl.thread, NULL);
 	ctl.started = false;
 	assert_int_equal(ctl.send_after_cancel, -EINVAL);
 	assert_int_equal(ctl.close_rc, -ECANCELED);
@@ -593,11 +555,8 @@ static void test_later_disconnect(void **state)
 static void test_later_shutdown(void **state)
 {
 	ctl.mode = LATER_WAIT_CANCEL;
-	conn *c = conn_open(port, 0);
-	const char *req = "GET /later HTTP/1.1\r\nHost: x\r\n\r\n";
-	assert_int_equal(conn_send(c, req, strlen(req)), 0);
-	for (int i = 0; i < 500 && !atomic_load(&ctl.produced); i++)
-		usleep(10000);
+	conn *c = conn_get(port, 0, "/later");
+	wait_flag(&ctl.produced, 1, 5000);
 	kiln_http_server_free(srv);
 	srv = NULL;
 	assert_true(atomic_load(&ctl.cancelled));
@@ -606,7 +565,7 @@ static void test_later_shutdown(void **state)
 	assert_error_shape(&r, 503, "server_error", "shutting_down", NULL);
 	kiln_strbuf_free(&r.body);
 	conn_close(c);
-	pthread_join(ctl.producer, NULL);
+	pthread_join(ctl.thread, NULL);
 	ctl.started = false;
 	assert_int_equal(ctl.close_rc, -ECANCELED);
 }

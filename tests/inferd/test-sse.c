@@ -28,22 +28,21 @@
 #include "../../services/inferd/inferd.h"
 #include "kiln/macro.h"
 
+/* data framed as one event is exactly want */
+static void assert_event(const char *data, const char *want)
+{
+	_cleanup_(kiln_strbuf_freep) kiln_strbuf b;
+	kiln_strbuf_init(&b);
+	assert_int_equal(inferd_sse_event(&b, data), 0);
+	assert_string_equal(b.s, want);
+}
+
 static void test_event_framing(void **state)
 {
-	static const struct {
-		const char *data, *want;
-	} cases[] = {
-		{ "{\"i\":0}", "data: {\"i\":0}\n\n" },
-		{ "line1\nline2", "data: line1\ndata: line2\n\n" },
-		{ "end\n", "data: end\ndata: \n\n" },
-		{ "", "data: \n\n" },
-	};
-	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
-		_cleanup_(kiln_strbuf_freep) kiln_strbuf b;
-		kiln_strbuf_init(&b);
-		assert_int_equal(inferd_sse_event(&b, cases[i].data), 0);
-		assert_string_equal(b.s, cases[i].want);
-	}
+	assert_event("{\"i\":0}", "data: {\"i\":0}\n\n");
+	assert_event("line1\nline2", "data: line1\ndata: line2\n\n");
+	assert_event("end\n", "data: end\ndata: \n\n");
+	assert_event("", "data: \n\n");
 	/* the shutdown bytes: one OpenAI error event, then [DONE] */
 	const char *done = strstr(inferd_sse_shutdown, "\n\ndata: [DONE]\n\n");
 	assert_non_null(done);
@@ -54,16 +53,10 @@ static void test_event_framing(void **state)
 
 /* ---- the server under test ---- */
 
+/* The producer (p first: the cancel callback gets &ctl.p) and what the
+ * SSE cases count. */
 typedef struct sse_ctl {
-	atomic_int mode; /* set by the test, read by the producer (via a socket: no HB for TSan) */
-	kiln_http_stream *stream;
-	pthread_t producer;
-	bool started;
-	sem_t go;
-	atomic_int produced;
-	atomic_int cancelled;
-	double cancel_ms;
-	int send_after_cancel, close_rc;
+	test_producer p;
 	int slow_events, slow_timeouts;
 	size_t slow_max_buffered;
 	sem_t slow_done;
@@ -75,14 +68,6 @@ typedef struct sse_ctl {
 enum { SSE_ORDERED, SSE_WAIT_CANCEL, SSE_SLOW, SSE_QUICK };
 
 static sse_ctl ctl;
-
-static void on_cancel(kiln_http_stream *s, void *u)
-{
-	sse_ctl *c = u;
-	c->cancel_ms = now_ms();
-	atomic_store(&c->cancelled, 1);
-	sem_post(&c->go); /* wake a producer waiting for the test */
-}
 
 /* cmocka's asserts must stay on the test thread: the producer records. */
 #define CHECK(expr)                              \
@@ -127,15 +112,15 @@ static void produce_slow(sse_ctl *c, kiln_http_stream *s)
 static void *producer(void *arg)
 {
 	sse_ctl *c = arg;
-	kiln_http_stream *s = c->stream;
+	kiln_http_stream *s = c->p.stream;
 	char ev[64];
-	switch (c->mode) {
+	switch (c->p.mode) {
 	case SSE_ORDERED:
 		for (int i = 0; i < 5; i++) {
-			sem_wait(&c->go);
+			sem_wait(&c->p.go);
 			snprintf(ev, sizeof(ev), "{\"i\":%d}", i);
 			/* counted first: the client may read it before send returns */
-			atomic_fetch_add(&c->produced, 1);
+			atomic_fetch_add(&c->p.produced, 1);
 			CHECK(inferd_sse_send(s, ev, -1));
 		}
 		break;
@@ -148,27 +133,27 @@ static void *producer(void *arg)
 		break;
 	case SSE_WAIT_CANCEL:
 		CHECK(inferd_sse_send(s, "{\"i\":0}", -1));
-		atomic_fetch_add(&c->produced, 1);
+		atomic_fetch_add(&c->p.produced, 1);
 		/* wait for cancel (or the test giving up) */
-		sem_wait(&c->go);
-		c->send_after_cancel = inferd_sse_send(s, "{\"i\":1}", 0);
+		sem_wait(&c->p.go);
+		c->p.send_after_cancel = inferd_sse_send(s, "{\"i\":1}", 0);
 		break;
 	case SSE_SLOW:
 		produce_slow(c, s);
 		break;
 	}
-	c->close_rc = inferd_sse_close(s, true);
+	c->p.close_rc = inferd_sse_close(s, true);
 	return NULL;
 }
 
 static int h_stream(kiln_http_request *r, void *u)
 {
 	sse_ctl *c = u;
-	int q = inferd_sse_reply(r, on_cancel, c, &c->stream);
+	int q = inferd_sse_reply(r, producer_on_cancel, &c->p, &c->p.stream);
 	if (q < 0)
 		return q;
-	c->started = true;
-	return pthread_create(&c->producer, NULL, producer, c) != 0 ? -EAGAIN : 0;
+	c->p.started = true;
+	return pthread_create(&c->p.thread, NULL, producer, c) != 0 ? -EAGAIN : 0;
 }
 
 /* /many: streams for the test thread to feed */
@@ -202,16 +187,12 @@ static uint16_t port;
 static int setup_with(const char *shutdown_bytes)
 {
 	memset(&ctl, 0, sizeof(ctl));
-	sem_init(&ctl.go, 0, 0);
+	sem_init(&ctl.p.go, 0, 0);
 	sem_init(&ctl.slow_done, 0, 0);
-	port = test_server_start(
-		(kiln_http_config){
-			.stream_buffer_bytes = TEST_BUFFER,
-			.stream_shutdown_bytes = shutdown_bytes,
-			.routes = routes,
-			.n_routes = ARRAY_SIZE(routes),
-		},
-		&srv);
+	port = test_server_start(routes, ARRAY_SIZE(routes),
+				 (kiln_http_config){ .stream_buffer_bytes = TEST_BUFFER,
+						     .stream_shutdown_bytes = shutdown_bytes },
+				 &srv);
 	return 0;
 }
 
@@ -230,9 +211,9 @@ static int teardown(void **state)
 {
 	kiln_http_server_free(srv);
 	srv = NULL;
-	if (ctl.started)
-		pthread_join(ctl.producer, NULL);
-	sem_destroy(&ctl.go);
+	if (ctl.p.started)
+		pthread_join(ctl.p.thread, NULL);
+	sem_destroy(&ctl.p.go);
 	sem_destroy(&ctl.slow_done);
 	return 0;
 }
@@ -240,8 +221,8 @@ static int teardown(void **state)
 /* The producer is done: it saw no unexpected error. */
 static void join_producer(void)
 {
-	pthread_join(ctl.producer, NULL);
-	ctl.started = false;
+	pthread_join(ctl.p.thread, NULL);
+	ctl.p.started = false;
 	assert_int_equal(ctl.prod_err, 0);
 }
 
@@ -268,9 +249,7 @@ static int read_event(conn *c, response *r, char *out, size_t size)
  * first is not NULL). */
 static conn *open_stream(response *r, char *first, size_t size)
 {
-	conn *c = conn_open(port, 0);
-	const char *req = "GET /stream HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n";
-	assert_int_equal(conn_send(c, req, strlen(req)), 0);
+	conn *c = conn_get(port, 0, "/stream");
 	assert_int_equal(read_head(c, r), 0);
 	if (first)
 		assert_int_equal(read_event(c, r, first, size), 0);
@@ -279,7 +258,7 @@ static conn *open_stream(response *r, char *first, size_t size)
 
 static void test_sse_order(void **state)
 {
-	ctl.mode = SSE_ORDERED;
+	ctl.p.mode = SSE_ORDERED;
 	response r;
 	conn *c = open_stream(&r, NULL, 0);
 	assert_int_equal(r.status, 200);
@@ -288,12 +267,12 @@ static void test_sse_order(void **state)
 	assert_true(r.chunked);
 	char ev[256], want[64];
 	for (int i = 0; i < 5; i++) {
-		sem_post(&ctl.go); /* let the producer make event i */
+		sem_post(&ctl.p.go); /* let the producer make event i */
 		assert_int_equal(read_event(c, &r, ev, sizeof(ev)), 0);
 		snprintf(want, sizeof(want), "data: {\"i\":%d}\n\n", i);
 		assert_string_equal(ev, want);
 		/* incremental: event i arrived before event i+1 was produced */
-		assert_int_equal(atomic_load(&ctl.produced), i + 1);
+		assert_int_equal(atomic_load(&ctl.p.produced), i + 1);
 	}
 	assert_int_equal(read_event(c, &r, ev, sizeof(ev)), 0);
 	assert_string_equal(ev, "data: [DONE]\n\n");
@@ -301,41 +280,32 @@ static void test_sse_order(void **state)
 	kiln_strbuf_free(&r.body);
 	conn_close(c);
 	join_producer();
-	assert_int_equal(ctl.close_rc, 0);
-	assert_false(atomic_load(&ctl.cancelled));
+	assert_int_equal(ctl.p.close_rc, 0);
+	assert_false(atomic_load(&ctl.p.cancelled));
 }
 
 static void test_sse_disconnect(void **state)
 {
-	ctl.mode = SSE_WAIT_CANCEL;
+	ctl.p.mode = SSE_WAIT_CANCEL;
 	response r;
 	char ev[256];
 	conn *c = open_stream(&r, ev, sizeof(ev));
 	assert_string_equal(ev, "data: {\"i\":0}\n\n");
 	kiln_strbuf_free(&r.body);
 	/* the producer is idle (its stream suspended) when the client leaves */
-	assert_false(atomic_load(&ctl.cancelled));
-	double t0 = now_ms();
-	conn_close(c);
-	for (int i = 0; i < 300 && !atomic_load(&ctl.cancelled); i++)
-		usleep(10000);
-	assert_true(atomic_load(&ctl.cancelled));
-	double dt = ctl.cancel_ms - t0;
-	print_message("# cancel fired %.1f ms after the client closed\n", dt);
-	assert_true(dt < 1000);
-	join_producer();
-	assert_int_equal(ctl.send_after_cancel, -ECANCELED);
-	assert_int_equal(ctl.close_rc, -ECANCELED);
+	hang_up(c, &ctl.p.cancelled, &ctl.p.cancel_ms, "SSE stream");
 	assert_string_equal(access_wait("/stream"), "GET /stream 200 stream aborted");
+	/* the producer's send and close after the cancel */
+	join_producer();
+	assert_int_equal(ctl.p.send_after_cancel, -ECANCELED);
+	assert_int_equal(ctl.p.close_rc, -ECANCELED);
 }
 
 static void test_sse_slow_reader(void **state)
 {
-	ctl.mode = SSE_SLOW;
+	ctl.p.mode = SSE_SLOW;
 	/* a small receive window so the kernel does not soak it all up */
-	conn *c = conn_open(port, 4096);
-	const char *req = "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n";
-	assert_int_equal(conn_send(c, req, strlen(req)), 0);
+	conn *c = conn_get(port, 4096, "/stream");
 	/* do not read until the producer has hit backpressure three times */
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -368,14 +338,14 @@ static void test_sse_slow_reader(void **state)
 	conn_close(c);
 	join_producer();
 	assert_int_equal(i, ctl.slow_events);
-	assert_int_equal(ctl.close_rc, 0);
+	assert_int_equal(ctl.p.close_rc, 0);
 }
 
 /* The server stops with a stream open: the producer is cancelled, the
  * client gets the shutdown bytes (when set) and the end. */
 static void stop_with_open_stream(const char *const *then)
 {
-	ctl.mode = SSE_WAIT_CANCEL;
+	ctl.p.mode = SSE_WAIT_CANCEL;
 	response r;
 	char ev[512];
 	conn *c = open_stream(&r, ev, sizeof(ev));
@@ -385,7 +355,7 @@ static void stop_with_open_stream(const char *const *then)
 	double dt = now_ms() - t0;
 	print_message("# server stopped with an open stream in %.1f ms\n", dt);
 	assert_true(dt < KILN_HTTP_SHUTDOWN_GRACE_MS + 1000);
-	assert_true(atomic_load(&ctl.cancelled));
+	assert_true(atomic_load(&ctl.p.cancelled));
 	for (; *then; then++) {
 		assert_int_equal(read_event(c, &r, ev, sizeof(ev)), 0);
 		assert_string_equal(ev, *then);
@@ -395,7 +365,7 @@ static void stop_with_open_stream(const char *const *then)
 	kiln_strbuf_free(&r.body);
 	conn_close(c);
 	join_producer();
-	assert_int_equal(ctl.send_after_cancel, -ECANCELED);
+	assert_int_equal(ctl.p.send_after_cancel, -ECANCELED);
 }
 
 /* Without shutdown bytes the client sees the stream end (no [DONE]). */
@@ -425,13 +395,9 @@ static void test_sse_many(void **state)
 	assert_non_null(cs);
 	double t0 = now_ms();
 	for (int i = 0; i < N_STREAMS; i++) {
-		cs[i] = conn_open(port, 0);
-		const char *req = "GET /many HTTP/1.1\r\nHost: x\r\n\r\n";
-		assert_int_equal(conn_send(cs[i], req, strlen(req)), 0);
+		cs[i] = conn_get(port, 0, "/many");
 	}
-	for (int i = 0; i < 1000 && atomic_load(&n_many) < N_STREAMS; i++)
-		usleep(10000);
-	assert_int_equal(atomic_load(&n_many), N_STREAMS);
+	assert_int_equal(wait_flag(&n_many, N_STREAMS, 10000), N_STREAMS);
 	/* one producer (this thread) feeds every stream, never blocking */
 	char ev[64];
 	for (int k = 0; k < 10; k++)
@@ -467,7 +433,7 @@ static void test_sse_curl(void **state)
 {
 	if (access("/usr/bin/curl", X_OK) != 0)
 		skip();
-	ctl.mode = SSE_QUICK;
+	ctl.p.mode = SSE_QUICK;
 	char cmd[256];
 	snprintf(cmd, sizeof(cmd), "/usr/bin/curl -sS -N --max-time 10 http://127.0.0.1:%u/stream",
 		 port);
@@ -483,7 +449,7 @@ static void test_sse_curl(void **state)
 				 "data: line1\ndata: line2\n\n"
 				 "data: [DONE]\n\n");
 	join_producer();
-	assert_int_equal(ctl.close_rc, 0);
+	assert_int_equal(ctl.p.close_rc, 0);
 }
 
 int main(void)

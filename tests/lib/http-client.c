@@ -43,6 +43,15 @@ conn *conn_open(uint16_t port, int rcvbuf)
 	return c;
 }
 
+conn *conn_get(uint16_t port, int rcvbuf, const char *path)
+{
+	conn *c = conn_open(port, rcvbuf);
+	char req[512];
+	int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
+	assert_int_equal(conn_send(c, req, (size_t) n), 0);
+	return c;
+}
+
 void conn_close(conn *c)
 {
 	if (!c)
@@ -256,6 +265,32 @@ void assert_error_shape(const response *r, unsigned status, const char *type, co
 	assert_string_equal(json_string_value(json_object_get(e, "request_id")), rid);
 }
 
+void producer_on_cancel(kiln_http_stream *s, void *userdata)
+{
+	test_producer *p = userdata;
+	p->cancel_ms = now_ms();
+	atomic_store(&p->cancelled, 1);
+	sem_post(&p->go); /* wake a producer waiting for the test */
+}
+
+int wait_flag(atomic_int *flag, int want, int ms)
+{
+	for (int i = 0; i < ms / 10 && atomic_load(flag) < want; i++)
+		usleep(10000);
+	return atomic_load(flag);
+}
+
+void hang_up(conn *c, atomic_int *cancelled, const double *cancel_ms, const char *what)
+{
+	assert_false(atomic_load(cancelled));
+	double t0 = now_ms();
+	conn_close(c);
+	assert_true(wait_flag(cancelled, 1, 3000));
+	double dt = *cancel_ms - t0;
+	print_message("# %s: cancel fired %.1f ms after the client closed\n", what, dt);
+	assert_true(dt < 1000);
+}
+
 bool raise_nofile(rlim_t need)
 {
 	struct rlimit rl;
@@ -282,8 +317,11 @@ static void access_record(const kiln_http_access *a, void *u)
 	pthread_mutex_unlock(&access_lock);
 }
 
-uint16_t test_server_start(kiln_http_config cfg, kiln_http_server **ret)
+uint16_t test_server_start(const kiln_http_route *routes, size_t n_routes, kiln_http_config cfg,
+			   kiln_http_server **ret)
 {
+	cfg.routes = routes;
+	cfg.n_routes = n_routes;
 	pthread_mutex_lock(&access_lock);
 	access_lines[0] = 0;
 	pthread_mutex_unlock(&access_lock);

@@ -9,8 +9,11 @@
 #pragma once
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <stdint.h>
 #include <sys/resource.h>
 
@@ -38,6 +41,8 @@ double now_ms(void);
 /* Connects to 127.0.0.1:port (rcvbuf > 0: that SO_RCVBUF); asserts. */
 conn *conn_open(uint16_t port, int rcvbuf);
 void conn_close(conn *c);
+/* conn_open(), then "GET path HTTP/1.1" sent (the response not read). */
+conn *conn_get(uint16_t port, int rcvbuf, const char *path);
 /* Sends all of data: 0 or -errno. */
 int conn_send(conn *c, const char *data, size_t len);
 /* Reads what the socket has: bytes read, 0 at EOF, or -errno. */
@@ -66,15 +71,45 @@ json_t *body_json(const response *r);
 void assert_error_shape(const response *r, unsigned status, const char *type, const char *code,
 			const char *message);
 
+/* The thread that answers a stream or a deferred reply in a test, and what
+ * it and the test tell each other.  A suite's handler replies with
+ * producer_on_cancel and the producer as userdata, then starts the
+ * thread. */
+typedef struct test_producer {
+	atomic_int mode; /* set by the test, read by the producer (via a socket: no HB for TSan) */
+	kiln_http_stream *stream;
+	pthread_t thread;
+	bool started;
+	sem_t go; /* posted by the test, or by the cancel */
+	atomic_int produced;
+	atomic_int cancelled;
+	double cancel_ms; /* when the cancel ran (now_ms()) */
+	int send_after_cancel, close_rc;
+} test_producer;
+
+/* The cancel callback: records when, sets cancelled, posts go. */
+void producer_on_cancel(kiln_http_stream *s, void *userdata);
+
+/* Waits up to ms milliseconds for *flag to reach at least want (another
+ * thread sets it); its value then. */
+int wait_flag(atomic_int *flag, int want, int ms);
+
+/* The client hangs up on a reply whose producer is waiting: closes c and
+ * asserts that the reply's cancel callback (which sets *cancel_ms, then
+ * *cancelled) had not run before and runs within 1 s after; prints the
+ * delay with what ("SSE stream", "deferred reply"). */
+void hang_up(conn *c, atomic_int *cancelled, const double *cancel_ms, const char *what);
+
 /* Raises RLIMIT_NOFILE to need when it is lower; false when it cannot. */
 bool raise_nofile(rlim_t need);
 
-/* Starts a test server from cfg (routes and anything the suite sets) with
+/* Starts a test server on routes from cfg (anything else the suite sets) with
  * what every suite wants where cfg leaves it 0: 127.0.0.1 on an ephemeral
  * port, 2 threads, a 20 s idle timeout, 1000 connections per client (every
  * test client is 127.0.0.1), and its access log recorded for
  * access_wait() (the record starts empty).  Asserts; returns the port. */
-uint16_t test_server_start(kiln_http_config cfg, kiln_http_server **ret);
+uint16_t test_server_start(const kiln_http_route *routes, size_t n_routes, kiln_http_config cfg,
+			   kiln_http_server **ret);
 /* Waits (5 s at most) for the access log line of path, "METHOD PATH
  * STATUS stream|plain[ aborted]"; "" when none came. */
 const char *access_wait(const char *path);
