@@ -1132,20 +1132,16 @@ int kiln_http_server_start(const kiln_http_config *cfg, kiln_http_server **ret)
 		return -ENOMEM;
 	srv->cfg = *cfg;
 	srv->cfg.address = NULL; /* not kept */
-	if (!srv->cfg.threads)
-		srv->cfg.threads = KILN_HTTP_THREADS_DEFAULT;
-	if (!srv->cfg.max_connections)
-		srv->cfg.max_connections = KILN_HTTP_CONNECTIONS_MAX_DEFAULT;
-	if (!srv->cfg.idle_timeout_s)
-		srv->cfg.idle_timeout_s = KILN_HTTP_IDLE_TIMEOUT_DEFAULT_S;
-	if (!srv->cfg.max_connections_per_client)
-		srv->cfg.max_connections_per_client = KILN_HTTP_PER_CLIENT_DEFAULT;
-	if (!srv->cfg.max_body_bytes)
-		srv->cfg.max_body_bytes = KILN_HTTP_BODY_MAX_DEFAULT;
-	if (!srv->cfg.conn_memory_bytes)
-		srv->cfg.conn_memory_bytes = KILN_HTTP_CONN_MEMORY_DEFAULT;
-	if (!srv->cfg.stream_buffer_bytes)
-		srv->cfg.stream_buffer_bytes = KILN_HTTP_STREAM_BUFFER_DEFAULT;
+	/* a limit left 0: its default */
+	kiln_http_config *c = &srv->cfg;
+	c->threads = c->threads ?: KILN_HTTP_THREADS_DEFAULT;
+	c->max_connections = c->max_connections ?: KILN_HTTP_CONNECTIONS_MAX_DEFAULT;
+	c->idle_timeout_s = c->idle_timeout_s ?: KILN_HTTP_IDLE_TIMEOUT_DEFAULT_S;
+	c->max_connections_per_client =
+		c->max_connections_per_client ?: KILN_HTTP_PER_CLIENT_DEFAULT;
+	c->max_body_bytes = c->max_body_bytes ?: KILN_HTTP_BODY_MAX_DEFAULT;
+	c->conn_memory_bytes = c->conn_memory_bytes ?: KILN_HTTP_CONN_MEMORY_DEFAULT;
+	c->stream_buffer_bytes = c->stream_buffer_bytes ?: KILN_HTTP_STREAM_BUFFER_DEFAULT;
 	pthread_mutex_init(&srv->lock, NULL);
 	pthread_cond_init(&srv->streams_done, NULL);
 	srv->wake_fd = -1;

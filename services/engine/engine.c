@@ -43,6 +43,7 @@
 
 #include "engine-internal.h"
 #include "kiln/macro.h"
+#include "kiln/thread.h"
 
 /* Defaults for zero options (docs/inferd-engine.md). */
 #define ENGINE_DEF_RUNNING 64
@@ -365,11 +366,7 @@ int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source
 	pthread_mutex_init(&e->lock, NULL);
 	/* CLOCK_MONOTONIC: the idle wake-ups of the watchdog hook must not
 	 * jump with the wall clock. */
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&e->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	kiln_cond_init_monotonic(&e->cond);
 	/* Buckets: vLLM's, with sub-millisecond ones for small models. */
 	static const double ttft_b[] = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04,
 					 0.06,	 0.08,	0.1,	0.25,  0.5,  0.75, 1,
