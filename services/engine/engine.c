@@ -125,7 +125,7 @@ static void deliver(kiln_engine *e, int n_events, ereq *done)
 static void count_done(kiln_engine *e, ereq *done, double t)
 {
 	for (ereq *r = done; r; r = r->next) {
-		e->finished[r->reason]++;
+		e->counters.requests_finished[r->reason]++;
 		kiln_histogram_observe(&e->e2e, t - r->t_submit);
 	}
 }
@@ -296,8 +296,8 @@ static void *scheduler(void *arg)
 				q->outcome = OUT_LENGTH;
 		}
 		pthread_mutex_lock(&e->lock);
-		e->steps++;
-		e->generated += (uint64_t) n_generated;
+		e->counters.steps++;
+		e->counters.generated_tokens += (uint64_t) n_generated;
 		/* Retire: errors, stops and lengths leave the running list. */
 		kiln_engine__retire_step(e, n, r < 0, err.msg, &done);
 		e->kv_free = km_kvcache_free_blocks(e->c);
@@ -548,10 +548,10 @@ int kiln_engine_submit(kiln_engine *e, const kiln_engine_request *q, kiln_error 
 			"later",
 			(unsigned long long) id, e->n_waiting);
 	if (rc == -EAGAIN)
-		e->rejected++;
+		e->counters.requests_rejected++;
 	if (rc == 0) {
 		kiln_engine__wq_push(e, r, false);
-		e->prompt_tokens += (uint64_t) q->n_prompt;
+		e->counters.prompt_tokens += (uint64_t) q->n_prompt;
 		pthread_cond_signal(&e->cond);
 	}
 	pthread_mutex_unlock(&e->lock);

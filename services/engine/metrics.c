@@ -15,22 +15,12 @@ void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *ret)
 {
 	if (!e || !ret)
 		return;
-	kiln_engine_stats s = {};
 	pthread_mutex_lock(&e->lock);
+	kiln_engine_stats s = e->counters;
 	s.waiting = e->n_waiting;
 	s.running = e->n_running;
-	memcpy(s.requests_finished, e->finished, sizeof(s.requests_finished));
-	s.prompt_tokens = e->prompt_tokens;
-	s.prefill_tokens = e->prefill_tokens;
-	s.generated_tokens = e->generated;
-	s.preemptions = e->preemptions;
-	s.steps = e->steps;
-	s.prefix_queries = e->prefix_queries;
-	s.prefix_hits = e->prefix_hits;
-	s.requests_rejected = e->rejected;
 	s.prefix_entries = e->n_retained;
 	s.prefix_blocks = e->prefix_blocks;
-	s.prefix_evictions = e->prefix_evictions;
 	s.kv_blocks_total = e->num_blocks;
 	s.kv_blocks_used = e->num_blocks - e->kv_free - e->prefix_only;
 	pthread_mutex_unlock(&e->lock);

@@ -467,26 +467,23 @@ int inferd_settings_from_cfg(kiln_cfg **ret)
 			  in->n_models, INFERD_MODELS_MAX);
 		return KILN_EXIT_USAGE;
 	}
-	if (!inferd_arg.given['l'])
-		inferd_arg.listen = in->address;
-	if (!inferd_arg.given['p'])
-		inferd_arg.port = in->port;
-	if (!inferd_arg.given[OPT_BACKEND])
-		inferd_arg.backend = kiln_cfg_backend_to_string(in->backend);
-	if (!inferd_arg.given[OPT_RUNNING])
-		inferd_arg.max_running = in->max_running;
-	if (!inferd_arg.given[OPT_WAITING])
-		inferd_arg.max_waiting = in->max_waiting;
-	if (!inferd_arg.given[OPT_DRAIN_GRACE])
-		inferd_arg.drain_grace_usec = in->drain_grace_usec;
-	if (!inferd_arg.given[OPT_MEMORY_BUDGET])
-		inferd_arg.memory_budget = in->memory_mb * 1024 * 1024;
-	if (!inferd_arg.given[OPT_API_KEYS])
-		inferd_arg.api_keys = in->api_keys_file;
-	if (!inferd_arg.given[OPT_METRICS_AUTH])
-		inferd_arg.metrics_auth = in->metrics_auth;
-	if (!inferd_arg.given[OPT_CPU_THREADS])
-		inferd_arg.cpu_threads = in->cpu_threads;
+	/* The command line wins over the cluster file. */
+#define FROM_FILE(opt, field, value)                \
+	do {                                        \
+		if (!inferd_arg.given[opt])         \
+			inferd_arg.field = (value); \
+	} while (0)
+	FROM_FILE('l', listen, in->address);
+	FROM_FILE('p', port, in->port);
+	FROM_FILE(OPT_BACKEND, backend, kiln_cfg_backend_to_string(in->backend));
+	FROM_FILE(OPT_RUNNING, max_running, in->max_running);
+	FROM_FILE(OPT_WAITING, max_waiting, in->max_waiting);
+	FROM_FILE(OPT_DRAIN_GRACE, drain_grace_usec, in->drain_grace_usec);
+	FROM_FILE(OPT_MEMORY_BUDGET, memory_budget, in->memory_mb * 1024 * 1024);
+	FROM_FILE(OPT_API_KEYS, api_keys, in->api_keys_file);
+	FROM_FILE(OPT_METRICS_AUTH, metrics_auth, in->metrics_auth);
+	FROM_FILE(OPT_CPU_THREADS, cpu_threads, in->cpu_threads);
+#undef FROM_FILE
 	if (inferd_arg.n_models == 0) {
 		log_error("No model: give --model FILE, or set inference.models (or "
 			  "inference.model) in the cluster file (-c FILE) for this node");
