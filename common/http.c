@@ -185,7 +185,7 @@ static void stream_unref(kiln_http_stream *s)
 
 /* Runs on_cancel once unless the producer closed first.  Called without
  * s->lock held (on_cancel may take the producer's locks, and the producer
- * may be inside kiln_http_stream_send). */
+ * may be inside kiln_http_stream_write). */
 static void stream_fire_cancel(kiln_http_stream *s)
 {
 	pthread_mutex_lock(&s->lock);
