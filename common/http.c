@@ -6,7 +6,7 @@
  * once at the end (the handler runs).  on_completed() logs the request and
  * releases it.
  *
- * SSE streams are shared by three parties, each holding a reference: the
+ * Streams are shared by three parties, each holding a reference: the
  * producer (until kiln_http_stream_close), the MHD response (until its free
  * callback) and the connection (until on_completed).  The stream lock
  * orders everything else: the content reader suspends the connection under
@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "kiln/http.h"
+#include "kiln/list.h"
 #include "kiln/log.h"
 #include "kiln/strbuf.h"
 
@@ -78,7 +79,7 @@ struct kiln_http_stream {
 	char *buf;
 	size_t off, len;
 	size_t cap;		     /* backpressure threshold */
-	size_t alloc;		     /* allocated: cap, or one bigger event */
+	size_t alloc;		     /* allocated: cap, or one bigger write */
 	struct MHD_Connection *conn; /* NULL once the connection ended */
 	int fd;
 	bool suspended;
@@ -93,8 +94,8 @@ struct kiln_http_stream {
 	char id[KILN_HTTP_REQUEST_ID_MAX + 1];
 	kiln_http_stream *prev, *next; /* srv->streams */
 
-	/* a deferred reply (kiln_http_reply_later): no SSE, one response
-	 * made on the MHD thread once the producer filled these */
+	/* a deferred reply (kiln_http_reply_later): no streamed body, one
+	 * response made on the MHD thread once the producer filled these */
 	bool deferred, ready;
 	unsigned status;
 	char *body, *content_type;
@@ -145,6 +146,18 @@ static const char *status_type(unsigned status)
 	return status >= 500 ? "server_error" : "invalid_request_error";
 }
 
+/* *t = CLOCK_REALTIME now plus ms (for pthread_cond_timedwait). */
+static void deadline_in(struct timespec *t, unsigned ms)
+{
+	clock_gettime(CLOCK_REALTIME, t);
+	t->tv_sec += ms / 1000;
+	t->tv_nsec += (long) (ms % 1000) * 1000000L;
+	if (t->tv_nsec >= 1000000000L) {
+		t->tv_sec++;
+		t->tv_nsec -= 1000000000L;
+	}
+}
+
 static double ms_since(const struct timespec *t0)
 {
 	struct timespec t;
@@ -172,7 +185,7 @@ static void stream_unref(kiln_http_stream *s)
 
 /* Runs on_cancel once unless the producer closed first.  Called without
  * s->lock held (on_cancel may take the producer's locks, and the producer
- * may be inside kiln_http_stream_send). */
+ * may be inside kiln_http_stream_write). */
 static void stream_fire_cancel(kiln_http_stream *s)
 {
 	pthread_mutex_lock(&s->lock);
@@ -288,7 +301,7 @@ static void *watcher_main(void *arg)
 	return NULL;
 }
 
-/* MHD content reader: hands buffered events over; suspends when empty. */
+/* MHD content reader: hands buffered bytes over; suspends when empty. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
 {
 	kiln_http_stream *s = cls;
@@ -341,13 +354,7 @@ static void stream_detach(kiln_http_stream *s, bool complete)
 		stream_fire_cancel(s);
 
 	pthread_mutex_lock(&srv->lock);
-	if (s->prev)
-		s->prev->next = s->next;
-	else
-		srv->streams = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
-	s->prev = s->next = NULL;
+	LIST_UNLINK(srv->streams, s);
 	srv->n_streams--;
 	pthread_cond_broadcast(&srv->streams_done);
 	pthread_mutex_unlock(&srv->lock);
@@ -489,7 +496,7 @@ static kiln_http_stream *stream_new(kiln_http_request *r, kiln_http_cancel_fn on
 	if (!s)
 		return NULL;
 	s->srv = r->srv;
-	s->cap = r->srv->cfg.sse_buffer_bytes;
+	s->cap = r->srv->cfg.stream_buffer_bytes;
 	s->fd = -1;
 	s->on_cancel = on_cancel;
 	s->userdata = userdata;
@@ -524,10 +531,10 @@ static int stream_register(kiln_http_stream *s, unsigned refs)
 	return 0;
 }
 
-int kiln_http_reply_sse(kiln_http_request *r, kiln_http_cancel_fn on_cancel, void *userdata,
-			kiln_http_stream **ret)
+int kiln_http_reply_stream(kiln_http_request *r, const char *content_type,
+			   kiln_http_cancel_fn on_cancel, void *userdata, kiln_http_stream **ret)
 {
-	assert_return(r && ret, -EINVAL);
+	assert_return(r && content_type && ret, -EINVAL);
 	assert_return(!r->replied && !r->stream, -EALREADY);
 	kiln_http_server *srv = r->srv;
 	kiln_http_stream *s = stream_new(r, on_cancel, userdata);
@@ -540,7 +547,7 @@ int kiln_http_reply_sse(kiln_http_request *r, kiln_http_cancel_fn on_cancel, voi
 		stream_unref(s);
 		return -ENOMEM;
 	}
-	MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+	MHD_add_response_header(resp, "Content-Type", content_type);
 	MHD_add_response_header(resp, "Cache-Control", "no-cache");
 	/* nginx and friends must not buffer the stream */
 	MHD_add_response_header(resp, "X-Accel-Buffering", "no");
@@ -681,32 +688,7 @@ static enum MHD_Result later_resumed(kiln_http_request *r)
 	return q < 0 ? MHD_NO : MHD_YES;
 }
 
-/* Appends "data: ...\n" per line and a blank line; s->lock held. */
-static void sse_format(kiln_http_stream *s, const char *data)
-{
-	const char *p = data;
-	for (;;) {
-		size_t n = strcspn(p, "\n");
-		memcpy(s->buf + s->len, "data: ", 6);
-		memcpy(s->buf + s->len + 6, p, n);
-		s->buf[s->len + 6 + n] = '\n';
-		s->len += 7 + n;
-		if (!p[n])
-			break;
-		p += n + 1;
-	}
-	s->buf[s->len++] = '\n';
-}
-
-static size_t sse_size(const char *data)
-{
-	size_t n = strlen(data) + 1, lines = 1;
-	for (const char *p = data; (p = strchr(p, '\n')); p++)
-		lines++;
-	return n + lines * 6 + lines; /* "data: " and '\n' per line, blank line */
-}
-
-/* Appends one event of need bytes (sse_size) to s's buffer, room or not. */
+/* Appends data[0..need) to s's buffer, room or not; s->lock held. */
 static int stream_append_locked(kiln_http_stream *s, const char *data, size_t need)
 {
 	if (s->off > 0) {
@@ -715,8 +697,8 @@ static int stream_append_locked(kiln_http_stream *s, const char *data, size_t ne
 		s->off = 0;
 	}
 	if (s->len + need > s->alloc) {
-		/* at most cap, or one event bigger than cap, or cap plus
-		 * the final events ([DONE], the shutdown event) */
+		/* at most cap, or one write bigger than cap, or cap plus
+		 * the final bytes (the close's, the shutdown's) */
 		size_t nalloc = MAX(s->cap, s->len + need);
 		char *nb = realloc(s->buf, nalloc);
 		if (!nb)
@@ -724,28 +706,22 @@ static int stream_append_locked(kiln_http_stream *s, const char *data, size_t ne
 		s->buf = nb;
 		s->alloc = nalloc;
 	}
-	sse_format(s, data);
+	if (need)
+		memcpy(s->buf + s->len, data, need);
+	s->len += need;
 	stream_kick_locked(s);
 	return 0;
 }
 
-static int stream_push(kiln_http_stream *s, const char *data, int timeout_ms, bool force)
+static int stream_push(kiln_http_stream *s, const char *data, size_t need, int timeout_ms,
+		       bool force)
 {
 	if (s->deferred)
 		return -EINVAL;
-	size_t need = sse_size(data);
-	if (need > KILN_HTTP_SSE_EVENT_MAX)
+	if (need > KILN_HTTP_STREAM_WRITE_MAX)
 		return -EMSGSIZE;
 	struct timespec deadline;
-	clock_gettime(CLOCK_REALTIME, &deadline);
-	if (timeout_ms > 0) {
-		deadline.tv_sec += timeout_ms / 1000;
-		deadline.tv_nsec += (long) (timeout_ms % 1000) * 1000000L;
-		if (deadline.tv_nsec >= 1000000000L) {
-			deadline.tv_sec++;
-			deadline.tv_nsec -= 1000000000L;
-		}
-	}
+	deadline_in(&deadline, timeout_ms > 0 ? (unsigned) timeout_ms : 0);
 	pthread_mutex_lock(&s->lock);
 	int r = 0;
 	for (;;) {
@@ -773,26 +749,17 @@ static int stream_push(kiln_http_stream *s, const char *data, int timeout_ms, bo
 	return r;
 }
 
-int kiln_http_stream_send(kiln_http_stream *s, const char *data, int timeout_ms)
+int kiln_http_stream_write(kiln_http_stream *s, const char *data, size_t len, int timeout_ms)
 {
-	assert_return(s && data, -EINVAL);
-	return stream_push(s, data, timeout_ms, false);
+	assert_return(s && (data || len == 0), -EINVAL);
+	return stream_push(s, data, len, timeout_ms, false);
 }
 
-int kiln_http_stream_send_json(kiln_http_stream *s, const json_t *event, int timeout_ms)
-{
-	assert_return(s && event, -EINVAL);
-	_cleanup_free_ char *txt = json_dumps(event, JSON_COMPACT | JSON_ENCODE_ANY);
-	if (!txt)
-		return -ENOMEM;
-	return stream_push(s, txt, timeout_ms, false);
-}
-
-int kiln_http_stream_close(kiln_http_stream *s, bool done)
+int kiln_http_stream_close(kiln_http_stream *s, const char *final, size_t len)
 {
 	if (!s)
 		return 0;
-	int r = done && !s->deferred ? stream_push(s, "[DONE]", 0, true) : 0;
+	int r = final && len > 0 && !s->deferred ? stream_push(s, final, len, 0, true) : 0;
 	pthread_mutex_lock(&s->lock);
 	/* wait out a cancel callback running on another thread */
 	while (s->cancel_state == 1 && !pthread_equal(s->cancel_thread, pthread_self()))
@@ -1094,8 +1061,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
 	*ctx = NULL;
 	bool ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
 	uint64_t out = r->bytes_out;
-	bool sse = r->stream && !r->stream->deferred;
-	if (sse) {
+	bool streamed = r->stream && !r->stream->deferred;
+	if (streamed) {
 		pthread_mutex_lock(&r->stream->lock);
 		out = r->stream->bytes_out;
 		pthread_mutex_unlock(&r->stream->lock);
@@ -1109,7 +1076,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
 		.bytes_in = r->body.len,
 		.bytes_out = out,
 		.duration_ms = ms_since(&r->start),
-		.stream = sse,
+		.stream = streamed,
 		.aborted = !ok,
 	};
 	log_debug("http: %s \"%s %s\" %u %llu bytes %.1f ms %s%s", a.client, a.method, a.path,
@@ -1165,20 +1132,16 @@ int kiln_http_server_start(const kiln_http_config *cfg, kiln_http_server **ret)
 		return -ENOMEM;
 	srv->cfg = *cfg;
 	srv->cfg.address = NULL; /* not kept */
-	if (!srv->cfg.threads)
-		srv->cfg.threads = KILN_HTTP_THREADS_DEFAULT;
-	if (!srv->cfg.max_connections)
-		srv->cfg.max_connections = KILN_HTTP_CONNECTIONS_MAX_DEFAULT;
-	if (!srv->cfg.idle_timeout_s)
-		srv->cfg.idle_timeout_s = KILN_HTTP_IDLE_TIMEOUT_DEFAULT_S;
-	if (!srv->cfg.max_connections_per_client)
-		srv->cfg.max_connections_per_client = KILN_HTTP_PER_CLIENT_DEFAULT;
-	if (!srv->cfg.max_body_bytes)
-		srv->cfg.max_body_bytes = KILN_HTTP_BODY_MAX_DEFAULT;
-	if (!srv->cfg.conn_memory_bytes)
-		srv->cfg.conn_memory_bytes = KILN_HTTP_CONN_MEMORY_DEFAULT;
-	if (!srv->cfg.sse_buffer_bytes)
-		srv->cfg.sse_buffer_bytes = KILN_HTTP_SSE_BUFFER_DEFAULT;
+	/* a limit left 0: its default */
+	kiln_http_config *c = &srv->cfg;
+	c->threads = c->threads ?: KILN_HTTP_THREADS_DEFAULT;
+	c->max_connections = c->max_connections ?: KILN_HTTP_CONNECTIONS_MAX_DEFAULT;
+	c->idle_timeout_s = c->idle_timeout_s ?: KILN_HTTP_IDLE_TIMEOUT_DEFAULT_S;
+	c->max_connections_per_client =
+		c->max_connections_per_client ?: KILN_HTTP_PER_CLIENT_DEFAULT;
+	c->max_body_bytes = c->max_body_bytes ?: KILN_HTTP_BODY_MAX_DEFAULT;
+	c->conn_memory_bytes = c->conn_memory_bytes ?: KILN_HTTP_CONN_MEMORY_DEFAULT;
+	c->stream_buffer_bytes = c->stream_buffer_bytes ?: KILN_HTTP_STREAM_BUFFER_DEFAULT;
 	pthread_mutex_init(&srv->lock, NULL);
 	pthread_cond_init(&srv->streams_done, NULL);
 	srv->wake_fd = -1;
@@ -1247,13 +1210,12 @@ void kiln_http_server_free(kiln_http_server *srv)
 	for (kiln_http_stream *s = srv->streams; s && all; s = s->next) {
 		pthread_mutex_lock(&s->lock);
 		s->refs++;
-		/* A stream cut short says so, then [DONE]: clients raise the
-		 * error instead of seeing a silent end. */
-		if (srv->cfg.sse_shutdown_event && !s->deferred && !s->closed && !s->gone &&
-		    s->conn &&
-		    stream_append_locked(s, srv->cfg.sse_shutdown_event,
-					 sse_size(srv->cfg.sse_shutdown_event)) == 0)
-			stream_append_locked(s, "[DONE]", sse_size("[DONE]"));
+		/* A stream cut short can say so (the program's bytes), so
+		 * that clients see an error instead of a silent end. */
+		if (srv->cfg.stream_shutdown_bytes && !s->deferred && !s->closed && !s->gone &&
+		    s->conn)
+			(void) stream_append_locked(s, srv->cfg.stream_shutdown_bytes,
+						    strlen(srv->cfg.stream_shutdown_bytes));
 		s->stopping = true;
 		stream_kick_locked(s);
 		pthread_cond_broadcast(&s->space);
@@ -1271,13 +1233,7 @@ void kiln_http_server_free(kiln_http_server *srv)
 
 	/* Give them a moment to flush and end cleanly. */
 	struct timespec deadline;
-	clock_gettime(CLOCK_REALTIME, &deadline);
-	deadline.tv_sec += KILN_HTTP_SHUTDOWN_GRACE_MS / 1000;
-	deadline.tv_nsec += (long) (KILN_HTTP_SHUTDOWN_GRACE_MS % 1000) * 1000000L;
-	if (deadline.tv_nsec >= 1000000000L) {
-		deadline.tv_sec++;
-		deadline.tv_nsec -= 1000000000L;
-	}
+	deadline_in(&deadline, KILN_HTTP_SHUTDOWN_GRACE_MS);
 	pthread_mutex_lock(&srv->lock);
 	while (srv->n_streams > 0 &&
 	       pthread_cond_timedwait(&srv->streams_done, &srv->lock, &deadline) == 0)

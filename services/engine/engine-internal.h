@@ -103,7 +103,6 @@ struct kiln_engine {
 	cached_prefix *retained;
 	int n_retained, retain_max;
 	uint64_t use_clock;
-	uint64_t prefix_evictions;
 	int prefix_blocks; /* distinct blocks the entries hold (under lock) */
 	int prefix_only;   /* of those, held by entries only (evictable) */
 
@@ -117,10 +116,9 @@ struct kiln_engine {
 	float *host_logits;
 	float *row; /* one row to process */
 
-	/* counters (under lock) */
-	uint64_t finished[4], prompt_tokens, prefill_tokens, generated, preemptions, steps;
-	uint64_t prefix_queries, prefix_hits;
-	uint64_t rejected;		      /* submits refused with -EAGAIN: the queue was full */
+	/* counters (under lock): kiln_engine_get_stats() hands them out as
+	 * they are, with the gauges filled in */
+	kiln_engine_stats counters;
 	kiln_histogram ttft, itl, e2e, queue; /* queue: submit to first admission */
 	/* The cache's free blocks as of the scheduler's last turn under the
 	 * lock: the cache itself changes outside it (km_forward appends), so

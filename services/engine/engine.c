@@ -43,6 +43,7 @@
 
 #include "engine-internal.h"
 #include "kiln/macro.h"
+#include "kiln/thread.h"
 
 /* Defaults for zero options (docs/inferd-engine.md). */
 #define ENGINE_DEF_RUNNING 64
@@ -124,7 +125,7 @@ static void deliver(kiln_engine *e, int n_events, ereq *done)
 static void count_done(kiln_engine *e, ereq *done, double t)
 {
 	for (ereq *r = done; r; r = r->next) {
-		e->finished[r->reason]++;
+		e->counters.requests_finished[r->reason]++;
 		kiln_histogram_observe(&e->e2e, t - r->t_submit);
 	}
 }
@@ -295,8 +296,8 @@ static void *scheduler(void *arg)
 				q->outcome = OUT_LENGTH;
 		}
 		pthread_mutex_lock(&e->lock);
-		e->steps++;
-		e->generated += (uint64_t) n_generated;
+		e->counters.steps++;
+		e->counters.generated_tokens += (uint64_t) n_generated;
 		/* Retire: errors, stops and lengths leave the running list. */
 		kiln_engine__retire_step(e, n, r < 0, err.msg, &done);
 		e->kv_free = km_kvcache_free_blocks(e->c);
@@ -365,11 +366,7 @@ int kiln_engine_new(kk_backend *be, const km_config *cfg, const km_weight_source
 	pthread_mutex_init(&e->lock, NULL);
 	/* CLOCK_MONOTONIC: the idle wake-ups of the watchdog hook must not
 	 * jump with the wall clock. */
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&e->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	kiln_cond_init_monotonic(&e->cond);
 	/* Buckets: vLLM's, with sub-millisecond ones for small models. */
 	static const double ttft_b[] = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04,
 					 0.06,	 0.08,	0.1,	0.25,  0.5,  0.75, 1,
@@ -551,10 +548,10 @@ int kiln_engine_submit(kiln_engine *e, const kiln_engine_request *q, kiln_error 
 			"later",
 			(unsigned long long) id, e->n_waiting);
 	if (rc == -EAGAIN)
-		e->rejected++;
+		e->counters.requests_rejected++;
 	if (rc == 0) {
 		kiln_engine__wq_push(e, r, false);
-		e->prompt_tokens += (uint64_t) q->n_prompt;
+		e->counters.prompt_tokens += (uint64_t) q->n_prompt;
 		pthread_cond_signal(&e->cond);
 	}
 	pthread_mutex_unlock(&e->lock);

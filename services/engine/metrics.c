@@ -15,22 +15,12 @@ void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *ret)
 {
 	if (!e || !ret)
 		return;
-	kiln_engine_stats s = {};
 	pthread_mutex_lock(&e->lock);
+	kiln_engine_stats s = e->counters;
 	s.waiting = e->n_waiting;
 	s.running = e->n_running;
-	memcpy(s.requests_finished, e->finished, sizeof(s.requests_finished));
-	s.prompt_tokens = e->prompt_tokens;
-	s.prefill_tokens = e->prefill_tokens;
-	s.generated_tokens = e->generated;
-	s.preemptions = e->preemptions;
-	s.steps = e->steps;
-	s.prefix_queries = e->prefix_queries;
-	s.prefix_hits = e->prefix_hits;
-	s.requests_rejected = e->rejected;
 	s.prefix_entries = e->n_retained;
 	s.prefix_blocks = e->prefix_blocks;
-	s.prefix_evictions = e->prefix_evictions;
 	s.kv_blocks_total = e->num_blocks;
 	s.kv_blocks_used = e->num_blocks - e->kv_free - e->prefix_only;
 	pthread_mutex_unlock(&e->lock);
@@ -48,57 +38,25 @@ static const char *finished_reason(kiln_engine_finish f)
 	return f == KILN_ENGINE_FINISH_CANCELLED ? "abort" : kiln_engine_finish_name(f);
 }
 
-enum {
-	MX_RUNNING,
-	MX_WAITING,
-	MX_KV_PERC,
-	MX_KV_USED,
-	MX_KV_FREE,
-	MX_PREEMPT,
-	MX_PROMPT,
-	MX_PREFILL,
-	MX_GEN,
-	MX_STEPS,
-	MX_PQ,
-	MX_PH,
-	MX_PBLOCKS,
-	MX_PEVICT,
-	MX_REJECTED
-};
+/* Where a family's value is in kiln_engine_stats: an int or a uint64_t
+ * field (by offset: one table row per family, no switch to keep in step
+ * with it), or one of the two values derived from the KV cache's. */
+typedef enum { V_INT, V_U64, V_KV_PERC, V_KV_FREE } value_kind;
+#define INT_FIELD(f) V_INT, offsetof(kiln_engine_stats, f)
+#define U64_FIELD(f) V_U64, offsetof(kiln_engine_stats, f)
 
-static double stat_value(const kiln_engine_stats *s, int what)
+static double stat_value(const kiln_engine_stats *s, value_kind kind, size_t off)
 {
-	switch (what) {
-	case MX_RUNNING:
-		return s->running;
-	case MX_WAITING:
-		return s->waiting;
-	case MX_KV_PERC:
+	const char *field = (const char *) s + off;
+	switch (kind) {
+	case V_INT:
+		return *(const int *) field;
+	case V_U64:
+		return (double) *(const uint64_t *) field;
+	case V_KV_PERC:
 		return s->kv_blocks_total ? (double) s->kv_blocks_used / s->kv_blocks_total : 0;
-	case MX_KV_USED:
-		return s->kv_blocks_used;
-	case MX_KV_FREE:
-		return s->kv_blocks_total - s->kv_blocks_used;
-	case MX_PREEMPT:
-		return (double) s->preemptions;
-	case MX_PROMPT:
-		return (double) s->prompt_tokens;
-	case MX_PREFILL:
-		return (double) s->prefill_tokens;
-	case MX_GEN:
-		return (double) s->generated_tokens;
-	case MX_STEPS:
-		return (double) s->steps;
-	case MX_PQ:
-		return (double) s->prefix_queries;
-	case MX_PH:
-		return (double) s->prefix_hits;
-	case MX_PBLOCKS:
-		return s->prefix_blocks;
-	case MX_PEVICT:
-		return (double) s->prefix_evictions;
 	default:
-		return (double) s->requests_rejected;
+		return s->kv_blocks_total - s->kv_blocks_used;
 	}
 }
 
@@ -110,46 +68,51 @@ int kiln_engine_metrics(kiln_engine *const *engines, const char *const *names, i
 		const char *name;
 		kiln_metric_type type;
 		const char *help;
-		int what;
+		value_kind kind;
+		size_t off;
 		const char *label, *value; /* an extra label, or NULL */
 	} fams[] = {
 		{ "vllm:num_requests_running", KILN_METRIC_GAUGE,
-		  "Requests in the running batch (holding KV cache blocks).", MX_RUNNING, NULL,
-		  NULL },
-		{ "vllm:num_requests_waiting", KILN_METRIC_GAUGE,
-		  "Requests queued for admission (new or preempted).", MX_WAITING, NULL, NULL },
-		{ "vllm:kv_cache_usage_perc", KILN_METRIC_GAUGE,
-		  "Fraction of KV cache blocks in use (0..1).", MX_KV_PERC, NULL, NULL },
-		{ "kiln_inferd_kv_cache_blocks", KILN_METRIC_GAUGE,
-		  "KV cache blocks of 16 tokens, by state.", MX_KV_USED, "state", "used" },
-		{ "kiln_inferd_kv_cache_blocks", KILN_METRIC_GAUGE,
-		  "KV cache blocks of 16 tokens, by state.", MX_KV_FREE, "state", "free" },
-		{ "vllm:num_preemptions_total", KILN_METRIC_COUNTER,
-		  "Running requests preempted (recomputed later) for KV cache room.", MX_PREEMPT,
+		  "Requests in the running batch (holding KV cache blocks).", INT_FIELD(running),
 		  NULL, NULL },
+		{ "vllm:num_requests_waiting", KILN_METRIC_GAUGE,
+		  "Requests queued for admission (new or preempted).", INT_FIELD(waiting), NULL,
+		  NULL },
+		{ "vllm:kv_cache_usage_perc", KILN_METRIC_GAUGE,
+		  "Fraction of KV cache blocks in use (0..1).", V_KV_PERC, 0, NULL, NULL },
+		{ "kiln_inferd_kv_cache_blocks", KILN_METRIC_GAUGE,
+		  "KV cache blocks of 16 tokens, by state.", INT_FIELD(kv_blocks_used), "state",
+		  "used" },
+		{ "kiln_inferd_kv_cache_blocks", KILN_METRIC_GAUGE,
+		  "KV cache blocks of 16 tokens, by state.", V_KV_FREE, 0, "state", "free" },
+		{ "vllm:num_preemptions_total", KILN_METRIC_COUNTER,
+		  "Running requests preempted (recomputed later) for KV cache room.",
+		  U64_FIELD(preemptions), NULL, NULL },
 		{ "vllm:prompt_tokens_total", KILN_METRIC_COUNTER,
-		  "Prompt tokens of accepted requests.", MX_PROMPT, NULL, NULL },
+		  "Prompt tokens of accepted requests.", U64_FIELD(prompt_tokens), NULL, NULL },
 		{ "kiln_inferd_prefill_tokens_total", KILN_METRIC_COUNTER,
 		  "Tokens run through prefill, recomputation after preemption included.",
-		  MX_PREFILL, NULL, NULL },
+		  U64_FIELD(prefill_tokens), NULL, NULL },
 		{ "vllm:generation_tokens_total", KILN_METRIC_COUNTER,
-		  "Tokens generated and delivered.", MX_GEN, NULL, NULL },
+		  "Tokens generated and delivered.", U64_FIELD(generated_tokens), NULL, NULL },
 		{ "kiln_inferd_engine_steps_total", KILN_METRIC_COUNTER,
-		  "Forward steps run by the scheduler.", MX_STEPS, NULL, NULL },
+		  "Forward steps run by the scheduler.", U64_FIELD(steps), NULL, NULL },
 		{ "vllm:prefix_cache_queries_total", KILN_METRIC_COUNTER,
-		  "Prompt tokens looked up in the prefix cache.", MX_PQ, NULL, NULL },
+		  "Prompt tokens looked up in the prefix cache.", U64_FIELD(prefix_queries), NULL,
+		  NULL },
 		{ "vllm:prefix_cache_hits_total", KILN_METRIC_COUNTER,
 		  "Prompt tokens shared from a running sequence or a kept prefix instead of "
 		  "prefilled.",
-		  MX_PH, NULL, NULL },
+		  U64_FIELD(prefix_hits), NULL, NULL },
 		{ "kiln_inferd_prefix_cache_blocks", KILN_METRIC_GAUGE,
 		  "KV cache blocks held by finished requests' kept prefixes (freed on demand).",
-		  MX_PBLOCKS, NULL, NULL },
+		  INT_FIELD(prefix_blocks), NULL, NULL },
 		{ "kiln_inferd_prefix_cache_evictions_total", KILN_METRIC_COUNTER,
-		  "Kept prefixes evicted (least recently used) for room.", MX_PEVICT, NULL, NULL },
+		  "Kept prefixes evicted (least recently used) for room.",
+		  U64_FIELD(prefix_evictions), NULL, NULL },
 		{ "kiln_inferd_num_requests_rejected_total", KILN_METRIC_COUNTER,
 		  "Requests refused because max_waiting requests were queued (HTTP 429).",
-		  MX_REJECTED, NULL, NULL },
+		  U64_FIELD(requests_rejected), NULL, NULL },
 	};
 	kiln_engine_stats st[n > 0 ? n : 1];
 	for (int i = 0; i < n; i++)
@@ -160,7 +123,7 @@ int kiln_engine_metrics(kiln_engine *const *engines, const char *const *names, i
 			kiln_metrics_sample(m,
 					    (const char *[]){ "model_name", names[i], fams[f].label,
 							      fams[f].value, NULL },
-					    stat_value(&st[i], fams[f].what));
+					    stat_value(&st[i], fams[f].kind, fams[f].off));
 	}
 	kiln_metrics_family(m, "vllm:request_success_total", KILN_METRIC_COUNTER,
 			    "Finished requests by finish reason (stop, length, abort, error).");

@@ -72,7 +72,7 @@ bool kiln_engine__prefix_evict(kiln_engine *e, int keep)
 	if (lru < 0)
 		return false;
 	kiln_engine__prefix_drop(e, lru);
-	e->prefix_evictions++;
+	e->counters.prefix_evictions++;
 	return true;
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine-internal.h"
+#include "kiln/list.h"
 #include "kiln/macro.h"
 
 /* Prefills a step may leave unfinished (vLLM's max_num_partial_prefills
@@ -23,15 +24,9 @@
 
 void kiln_engine__wq_unlink(kiln_engine *e, ereq *r)
 {
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		e->wq_head = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
-	else
+	if (!r->next)
 		e->wq_tail = r->prev;
-	r->prev = r->next = NULL;
+	LIST_UNLINK(e->wq_head, r);
 	e->n_waiting--;
 }
 
@@ -90,7 +85,7 @@ static void preempt(kiln_engine *e, int i)
 	kiln_engine__release_seq(e, r);
 	running_remove(e, i);
 	kiln_engine__wq_push(e, r, true);
-	e->preemptions++;
+	e->counters.preemptions++;
 }
 
 static int latest_running(const kiln_engine *e)
@@ -220,7 +215,7 @@ int kiln_engine__plan_step(kiln_engine *e, ereq **done)
 			}
 		}
 		if (r->prefilling)
-			e->prefill_tokens += (uint64_t) r->chunk;
+			e->counters.prefill_tokens += (uint64_t) r->chunk;
 		partial += r->chunk < left;
 	}
 	/* Then waiting requests, strictly in order: the first that does not
@@ -293,10 +288,10 @@ int kiln_engine__plan_step(kiln_engine *e, ereq **done)
 		budget -= chunk;
 		free_blocks -= blocks; /* later chunks' too: see above */
 		partial += chunk < left;
-		e->prefill_tokens += (uint64_t) chunk;
+		e->counters.prefill_tokens += (uint64_t) chunk;
 		if (e->prefix) {
-			e->prefix_queries += (uint64_t) r->n_total;
-			e->prefix_hits += (uint64_t) share;
+			e->counters.prefix_queries += (uint64_t) r->n_total;
+			e->counters.prefix_hits += (uint64_t) share;
 		}
 	}
 	if (n == 0 && !hold && e->wq_head && e->n_running == 0) {

@@ -8,6 +8,7 @@
  *   stream.c  one HTTP request's life on the engine: engine events ->
  *             decoded text, stop strings found across tokens and SSE
  *             events, UTF-8 hold-back, usage, the reply.
+ *   sse.c     Server-Sent Events framing on kiln/http.h's byte streams.
  *   main.c    options, model/tokenizer/engine/HTTP setup, routes, signals.
  *
  * Not installed: only services/inferd and its tests include it. */
@@ -23,6 +24,7 @@
 #include "kiln/engine.h"
 #include "kiln/http.h"
 #include "kiln/json.h"
+#include "kiln/strbuf.h"
 #include "ktok.h"
 
 /* Token ids in a prompt array; the engine refuses prompts longer than the
@@ -142,6 +144,25 @@ size_t inferd_stop_cut(const char *text, size_t len, size_t old_len, char *const
  * stop_max - 1 bytes, backed off to a UTF-8 character boundary, never
  * less than sent. */
 size_t inferd_sendable(const char *text, size_t len, size_t sent, size_t stop_max, bool hold);
+
+/* ---- Server-Sent Events (sse.c) */
+
+/* Appends one event to b: "data: <line>\n" per line of data, then a blank
+ * line.  Returns 0 or -ENOMEM (b keeps the error). */
+int inferd_sse_event(kiln_strbuf *b, const char *data);
+/* Replies 200 text/event-stream (kiln_http_reply_stream()). */
+int inferd_sse_reply(kiln_http_request *r, kiln_http_cancel_fn on_cancel, void *userdata,
+		     kiln_http_stream **ret);
+/* Queues one event (kiln_http_stream_write(): its backpressure and errors;
+ * -EMSGSIZE for an event over KILN_HTTP_STREAM_WRITE_MAX once framed). */
+int inferd_sse_send(kiln_http_stream *s, const char *data, int timeout_ms);
+/* The same with a compact JSON serialisation of event. */
+int inferd_sse_send_json(kiln_http_stream *s, const json_t *event, int timeout_ms);
+/* Ends the stream, after "data: [DONE]" when done (kiln_http_stream_close()). */
+int inferd_sse_close(kiln_http_stream *s, bool done);
+/* The bytes a stream still open at the server's stop ends with (the
+ * server's stream_shutdown_bytes): an OpenAI error event, then [DONE]. */
+extern const char inferd_sse_shutdown[];
 
 /* Models one kiln-inferd serves at most (inference.models, --model):
  * each has its own backend, engine, KV cache and scheduler thread. */

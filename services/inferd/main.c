@@ -41,14 +41,6 @@
 #include "kiln/prog.h"
 #include "kiln/strbuf.h"
 
-/* What a stream cut by SIGTERM ends with (then [DONE]): OpenAI's error
- * shape, which the openai client raises as an APIError mid-stream, rather
- * than a silent end with finish_reason null. */
-#define SHUTDOWN_EVENT                                                                        \
-	"{\"error\":{\"message\":\"kiln-inferd is shutting down; this stream was cut short. " \
-	"Retry the request.\",\"type\":\"server_error\",\"param\":null,\"code\":"             \
-	"\"server_shutdown\"}}"
-
 /* SIGTERM/SIGINT reach the event loop through sd-event's signalfd, which
  * sees a signal only while no thread would take it.  The threads kiln
  * starts inherit the mask run() sets first, but OpenBLAS starts its pool in
@@ -239,7 +231,7 @@ static int run(int argc, char **argv)
 				.max_connections_per_client = (unsigned) inferd_arg.per_client,
 				.idle_timeout_s = (unsigned) inferd_arg.idle_timeout,
 				.max_body_bytes = (size_t) inferd_arg.max_body,
-				.sse_shutdown_event = SHUTDOWN_EVENT,
+				.stream_shutdown_bytes = inferd_sse_shutdown,
 				.access_log = inferd_on_access,
 				.routes = inferd_routes,
 				.n_routes = inferd_n_routes };

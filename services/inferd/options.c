@@ -212,10 +212,40 @@ static int parse_model_spec(char *s, model_spec *m)
 	return 0;
 }
 
+/* The integer options: each one's range and where it goes. */
+static const struct int_option {
+	int opt;
+	int min, max;
+	int *dst;
+} int_options[] = {
+	{ OPT_CONTEXT, 0, 1 << 24, &inferd_arg.ctx },
+	{ 'p', 0, 65535, &inferd_arg.port },
+	{ OPT_RUNNING, 1, KM_KV_SEQS_MAX, &inferd_arg.max_running },
+	{ OPT_STEP, 1, 1 << 20, &inferd_arg.max_step },
+	{ OPT_BLOCKS, 1, KM_KV_BLOCKS_MAX, &inferd_arg.blocks },
+	{ OPT_WAITING, 1, KILN_ENGINE_WAITING_MAX, &inferd_arg.max_waiting },
+	{ OPT_EOS, -1, KM_VOCAB_MAX, &inferd_arg.eos },
+	{ OPT_THREADS, 1, 256, &inferd_arg.threads },
+	{ OPT_CPU_THREADS, 0, KK_THREADS_MAX, &inferd_arg.cpu_threads },
+	{ OPT_MAX_CONNECTIONS, 1, 1 << 20, &inferd_arg.max_conns },
+	{ OPT_PER_CLIENT, 1, 1 << 20, &inferd_arg.per_client },
+	{ OPT_IDLE_TIMEOUT, 1, 3600, &inferd_arg.idle_timeout },
+	{ OPT_MAX_BODY, 1024, 1 << 30, &inferd_arg.max_body },
+};
+
+static const struct int_option *int_option(int opt)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(int_options); i++)
+		if (int_options[i].opt == opt)
+			return &int_options[i];
+	return NULL;
+}
+
 int inferd_parse_argv(int argc, char **argv)
 {
 	int c;
 	while ((c = kiln_getopt(&inferd_prog, argc, argv)) >= 0) {
+		const struct int_option *io;
 		int r = 0;
 		if (c >= 0 && c < OPT_MAX_)
 			inferd_arg.given[c] = true;
@@ -225,9 +255,6 @@ int inferd_parse_argv(int argc, char **argv)
 			break;
 		case KILN_OPT_NODE:
 			inferd_arg.node = optarg;
-			break;
-		case OPT_CONTEXT:
-			r = kiln_parse_int(optarg, 0, 1 << 24, &inferd_arg.ctx);
 			break;
 		case OPT_DRAIN_GRACE:
 			r = kiln_parse_duration(optarg, KILN_USEC_PER_SEC,
@@ -258,9 +285,6 @@ int inferd_parse_argv(int argc, char **argv)
 		case 'l':
 			inferd_arg.listen = optarg;
 			break;
-		case 'p':
-			r = kiln_parse_int(optarg, 0, 65535, &inferd_arg.port);
-			break;
 		case OPT_BACKEND:
 			inferd_arg.backend = optarg;
 			break;
@@ -272,42 +296,8 @@ int inferd_parse_argv(int argc, char **argv)
 					"q4.",
 					optarg);
 			break;
-		case OPT_RUNNING:
-			r = kiln_parse_int(optarg, 1, KM_KV_SEQS_MAX, &inferd_arg.max_running);
-			break;
-		case OPT_STEP:
-			r = kiln_parse_int(optarg, 1, 1 << 20, &inferd_arg.max_step);
-			break;
-		case OPT_BLOCKS:
-			r = kiln_parse_int(optarg, 1, KM_KV_BLOCKS_MAX, &inferd_arg.blocks);
-			break;
-		case OPT_WAITING:
-			r = kiln_parse_int(optarg, 1, KILN_ENGINE_WAITING_MAX,
-					   &inferd_arg.max_waiting);
-			break;
-		case OPT_EOS:
-			r = kiln_parse_int(optarg, -1, KM_VOCAB_MAX, &inferd_arg.eos);
-			break;
 		case OPT_PREFIX:
 			inferd_arg.prefix = true;
-			break;
-		case OPT_THREADS:
-			r = kiln_parse_int(optarg, 1, 256, &inferd_arg.threads);
-			break;
-		case OPT_CPU_THREADS:
-			r = kiln_parse_int(optarg, 0, KK_THREADS_MAX, &inferd_arg.cpu_threads);
-			break;
-		case OPT_MAX_CONNECTIONS:
-			r = kiln_parse_int(optarg, 1, 1 << 20, &inferd_arg.max_conns);
-			break;
-		case OPT_PER_CLIENT:
-			r = kiln_parse_int(optarg, 1, 1 << 20, &inferd_arg.per_client);
-			break;
-		case OPT_IDLE_TIMEOUT:
-			r = kiln_parse_int(optarg, 1, 3600, &inferd_arg.idle_timeout);
-			break;
-		case OPT_MAX_BODY:
-			r = kiln_parse_int(optarg, 1024, 1 << 30, &inferd_arg.max_body);
 			break;
 		case OPT_TOKENIZER:
 			inferd_arg.tokenizer = optarg;
@@ -321,6 +311,10 @@ int inferd_parse_argv(int argc, char **argv)
 					optarg);
 			break;
 		default:
+			if ((io = int_option(c))) {
+				r = kiln_parse_int(optarg, io->min, io->max, io->dst);
+				break;
+			}
 			if ((r = kiln_prog_option(&inferd_prog, c)) <= 0)
 				return r;
 			r = 0;
@@ -473,26 +467,23 @@ int inferd_settings_from_cfg(kiln_cfg **ret)
 			  in->n_models, INFERD_MODELS_MAX);
 		return KILN_EXIT_USAGE;
 	}
-	if (!inferd_arg.given['l'])
-		inferd_arg.listen = in->address;
-	if (!inferd_arg.given['p'])
-		inferd_arg.port = in->port;
-	if (!inferd_arg.given[OPT_BACKEND])
-		inferd_arg.backend = kiln_cfg_backend_to_string(in->backend);
-	if (!inferd_arg.given[OPT_RUNNING])
-		inferd_arg.max_running = in->max_running;
-	if (!inferd_arg.given[OPT_WAITING])
-		inferd_arg.max_waiting = in->max_waiting;
-	if (!inferd_arg.given[OPT_DRAIN_GRACE])
-		inferd_arg.drain_grace_usec = in->drain_grace_usec;
-	if (!inferd_arg.given[OPT_MEMORY_BUDGET])
-		inferd_arg.memory_budget = in->memory_mb * 1024 * 1024;
-	if (!inferd_arg.given[OPT_API_KEYS])
-		inferd_arg.api_keys = in->api_keys_file;
-	if (!inferd_arg.given[OPT_METRICS_AUTH])
-		inferd_arg.metrics_auth = in->metrics_auth;
-	if (!inferd_arg.given[OPT_CPU_THREADS])
-		inferd_arg.cpu_threads = in->cpu_threads;
+	/* The command line wins over the cluster file. */
+#define FROM_FILE(opt, field, value)                \
+	do {                                        \
+		if (!inferd_arg.given[opt])         \
+			inferd_arg.field = (value); \
+	} while (0)
+	FROM_FILE('l', listen, in->address);
+	FROM_FILE('p', port, in->port);
+	FROM_FILE(OPT_BACKEND, backend, kiln_cfg_backend_to_string(in->backend));
+	FROM_FILE(OPT_RUNNING, max_running, in->max_running);
+	FROM_FILE(OPT_WAITING, max_waiting, in->max_waiting);
+	FROM_FILE(OPT_DRAIN_GRACE, drain_grace_usec, in->drain_grace_usec);
+	FROM_FILE(OPT_MEMORY_BUDGET, memory_budget, in->memory_mb * 1024 * 1024);
+	FROM_FILE(OPT_API_KEYS, api_keys, in->api_keys_file);
+	FROM_FILE(OPT_METRICS_AUTH, metrics_auth, in->metrics_auth);
+	FROM_FILE(OPT_CPU_THREADS, cpu_threads, in->cpu_threads);
+#undef FROM_FILE
 	if (inferd_arg.n_models == 0) {
 		log_error("No model: give --model FILE, or set inference.models (or "
 			  "inference.model) in the cluster file (-c FILE) for this node");

@@ -198,7 +198,7 @@ static json_t *with_logprobs(json_t *choice, json_t *lp)
 static void send_event(job *j, json_t *c)
 {
 	_cleanup_json_ json_t *e = c;
-	int r = e ? kiln_http_stream_send_json(j->s, e, 0) : -ENOMEM;
+	int r = e ? inferd_sse_send_json(j->s, e, 0) : -ENOMEM;
 	if (r < 0) {
 		log_debug_errno(r, "%s: stream send failed (%m), cancelling", j->rid);
 		for (int i = 0; i < j->n_seqs; i++)
@@ -272,13 +272,13 @@ static void stream_text(seq *q, const int32_t *tok, int n_tok, const char *finis
 static void job_finish(job *j)
 {
 	if (j->cancelled) {
-		kiln_http_stream_close(j->s, false);
+		inferd_sse_close(j->s, false);
 		return;
 	}
 	if (j->error[0]) {
 		log_error("%s: generation failed: %s", j->rid, j->error);
 		if (j->stream)
-			kiln_http_stream_close(j->s, false);
+			inferd_sse_close(j->s, false);
 		else
 			kiln_http_later_error(j->s, 500, NULL, NULL, NULL, "Generation failed: %s",
 					      j->error);
@@ -293,7 +293,7 @@ static void job_finish(job *j)
 					inferd_usage_json(j->n_prompt_total, j->n_gen_total));
 			send_event(j, c);
 		}
-		kiln_http_stream_close(j->s, true);
+		inferd_sse_close(j->s, true);
 		return;
 	}
 	json_t *ch = json_array();
@@ -529,7 +529,7 @@ int inferd_submit(kiln_http_request *r, inferd_app *a, inferd_request *rq)
 	}
 	bool ok = q >= 0;
 	if (q >= 0)
-		q = rq->stream ? kiln_http_reply_sse(r, on_http_cancel, j, &j->s)
+		q = rq->stream ? inferd_sse_reply(r, on_http_cancel, j, &j->s)
 			       : kiln_http_reply_later(r, on_http_cancel, j, &j->s);
 	else if (q == -EAGAIN)
 		q = kiln_http_reply_retry(r, 429, 1, "overloaded", "%s", kerr.msg);

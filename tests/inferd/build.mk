@@ -9,6 +9,9 @@ TEST_SCRIPTS += tests/inferd/test-inferd.sh tests/inferd/test-inferd-signals.sh 
 # The request layer and the pure parts of the streaming layer, without an
 # engine or a socket (test-openai.c).
 $(eval $(call kiln_test,test-openai,tests/inferd/test-openai.c $(INFERD_SRCS),inferd-engine kmodel ktok kmf kk common,$$(INFERD_LDLIBS)))
+# Server-Sent Events (sse.c) on kiln/http.h's streams, real sockets on
+# 127.0.0.1 through tests/lib/http-client.c.
+$(eval $(call kiln_test,test-sse,tests/inferd/test-sse.c tests/lib/http-client.c services/inferd/sse.c,common,$$(KILN_HTTP_LDLIBS)))
 
 # libFuzzer target for the request layer (tests/inferd/fuzz-openai.c), by
 # mk/rules.mk's kiln_fuzz; its suite runs in make test-full.

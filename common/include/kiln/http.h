@@ -2,15 +2,15 @@
  *
  * A small server on libmicrohttpd (MHD): a route table (method + exact path
  * or prefix -> handler), request accessors, reply helpers (JSON, text,
- * empty, OpenAI-shaped errors, 429/503 with Retry-After) and Server-Sent-
- * Events replies fed by a producer thread with bounded buffering and a
- * cancel callback when the client goes away, and deferred replies that
- * another thread completes.
+ * empty, OpenAI-shaped errors, 429/503 with Retry-After), streamed replies
+ * (a chunked body of bytes a producer thread writes, with bounded buffering
+ * and a cancel callback when the client goes away; what the bytes mean is
+ * the program's), and deferred replies that another thread completes.
  *
  * Thread model: MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL with a pool
- * of `threads` workers and MHD_ALLOW_SUSPEND_RESUME.  An SSE stream costs no
+ * of `threads` workers and MHD_ALLOW_SUSPEND_RESUME.  A stream costs no
  * thread: when its buffer is empty the connection is suspended, and the
- * producer's next event resumes it, so hundreds of concurrent streams cost
+ * producer's next write resumes it, so hundreds of concurrent streams cost
  * a few KiB each instead of a thread and its stack (thread-per-connection)
  * or a busy-polled callback.  Suspended connections do not notice a client
  * that hangs up, so one watcher thread polls stream sockets for
@@ -18,7 +18,7 @@
  *
  * Handlers run on the MHD worker threads, several at a time: they must be
  * thread-safe and must not block (hand long work to another thread and
- * reply with an SSE stream).  A handler replies exactly once with one of the
+ * reply with a stream).  A handler replies exactly once with one of the
  * kiln_http_reply_*() functions; returning < 0 without a reply sends a 500.
  *
  * Library code: it logs at debug only.  Programs that want an access log at
@@ -64,11 +64,11 @@
 /* X-Request-Id values longer than this, or with bytes outside
  * [A-Za-z0-9._:-], are replaced by a generated id (they end up in logs). */
 #define KILN_HTTP_REQUEST_ID_MAX 64u
-/* Bytes an SSE stream buffers before kiln_http_stream_send() pushes back. */
-#define KILN_HTTP_SSE_BUFFER_DEFAULT ((size_t) 64 << 10)
-/* One SSE event at most (an event is accepted into an empty buffer even
- * when it is bigger than the buffer, so this bounds it). */
-#define KILN_HTTP_SSE_EVENT_MAX ((size_t) 1 << 20)
+/* Bytes a stream buffers before kiln_http_stream_write() pushes back. */
+#define KILN_HTTP_STREAM_BUFFER_DEFAULT ((size_t) 64 << 10)
+/* One write at most (a write is accepted into an empty buffer even when it
+ * is bigger than the buffer, so this bounds it). */
+#define KILN_HTTP_STREAM_WRITE_MAX ((size_t) 1 << 20)
 /* Routes per server. */
 #define KILN_HTTP_ROUTES_MAX 64u
 /* kiln_http_server_free() gives open streams this long to flush. */
@@ -96,23 +96,24 @@ typedef struct kiln_http_access {
 	uint64_t bytes_in;  /* request body bytes */
 	uint64_t bytes_out; /* response body bytes handed to MHD */
 	double duration_ms; /* from the request headers to the end */
-	bool stream;	    /* an SSE reply */
+	bool stream;	    /* a streamed reply */
 	bool aborted;	    /* the connection ended before the reply did */
 } kiln_http_access;
 
 typedef struct kiln_http_config {
-	const char *address;	       /* IPv4 or IPv6 literal; NULL: "0.0.0.0" */
-	uint16_t port;		       /* 0: an ephemeral port, see kiln_http_server_port() */
-	unsigned threads;	       /* 0: KILN_HTTP_THREADS_DEFAULT */
-	unsigned max_connections;      /* 0: KILN_HTTP_CONNECTIONS_MAX_DEFAULT */
-	unsigned idle_timeout_s;       /* 0: KILN_HTTP_IDLE_TIMEOUT_DEFAULT_S */
+	const char *address;		     /* IPv4 or IPv6 literal; NULL: "0.0.0.0" */
+	uint16_t port;			     /* 0: an ephemeral port, see kiln_http_server_port() */
+	unsigned threads;		     /* 0: KILN_HTTP_THREADS_DEFAULT */
+	unsigned max_connections;	     /* 0: KILN_HTTP_CONNECTIONS_MAX_DEFAULT */
+	unsigned idle_timeout_s;	     /* 0: KILN_HTTP_IDLE_TIMEOUT_DEFAULT_S */
 	unsigned max_connections_per_client; /* 0: KILN_HTTP_PER_CLIENT_DEFAULT */
-	size_t max_body_bytes;	       /* 0: KILN_HTTP_BODY_MAX_DEFAULT */
-	size_t conn_memory_bytes;      /* 0: KILN_HTTP_CONN_MEMORY_DEFAULT */
-	size_t sse_buffer_bytes;       /* 0: KILN_HTTP_SSE_BUFFER_DEFAULT */
-	/* Sent (then "data: [DONE]") on every SSE stream still open when the
-	 * server stops; NULL: such streams just end.  Not copied. */
-	const char *sse_shutdown_event;
+	size_t max_body_bytes;		     /* 0: KILN_HTTP_BODY_MAX_DEFAULT */
+	size_t conn_memory_bytes;	     /* 0: KILN_HTTP_CONN_MEMORY_DEFAULT */
+	size_t stream_buffer_bytes;	     /* 0: KILN_HTTP_STREAM_BUFFER_DEFAULT */
+	/* Bytes (NUL-terminated) written last on every stream still open when
+	 * the server stops, after what it buffered; NULL: such streams just
+	 * end.  Not copied. */
+	const char *stream_shutdown_bytes;
 	const kiln_http_route *routes; /* copied */
 	size_t n_routes;
 	/* Called once per finished request, from a server thread. */
@@ -127,9 +128,8 @@ typedef struct kiln_http_config {
 int kiln_http_server_start(const kiln_http_config *cfg, kiln_http_server **ret);
 /* The port actually bound (the ephemeral one when config.port was 0). */
 uint16_t kiln_http_server_port(const kiln_http_server *s);
-/* Stops accepting, ends open streams (their buffered events are flushed,
- * then config.sse_shutdown_event and "[DONE]" when set, else the response
- * ends without "[DONE]"; cancel callbacks fire), waits up
+/* Stops accepting, ends open streams (what they buffered is flushed, then
+ * config.stream_shutdown_bytes when set; cancel callbacks fire), waits up
  * to KILN_HTTP_SHUTDOWN_GRACE_MS for them, closes everything and frees.
  * Producers may still hold streams: their sends return -ECANCELED until
  * they close them.  NULL is fine. */
@@ -177,7 +177,8 @@ int kiln_http_reply_json_error(kiln_http_request *r, const kiln_error *e);
 int kiln_http_reply_retry(kiln_http_request *r, unsigned status, unsigned retry_after_s,
 			  const char *code, const char *fmt, ...) _printf_(5, 6);
 
-/* Server-Sent Events.  Replies 200 text/event-stream and returns a stream
+/* Streamed replies.  Replies 200 with content_type and a chunked body
+ * (Cache-Control: no-cache, X-Accel-Buffering: no) and returns a stream
  * the handler hands to a producer thread.  on_cancel (may be NULL) runs at
  * most once, on a server thread, when the client disconnects, the
  * connection times out, or the server shuts down before the producer
@@ -185,21 +186,20 @@ int kiln_http_reply_retry(kiln_http_request *r, unsigned status, unsigned retry_
  * and must not call kiln_http_stream_close() itself.  Errors as for the
  * replies, plus -ESHUTDOWN while the server is stopping. */
 typedef void (*kiln_http_cancel_fn)(kiln_http_stream *s, void *userdata);
-int kiln_http_reply_sse(kiln_http_request *r, kiln_http_cancel_fn on_cancel, void *userdata,
-			kiln_http_stream **ret);
-/* Queues one event "data: <data>\n\n" (a data line per line of data).
+int kiln_http_reply_stream(kiln_http_request *r, const char *content_type,
+			   kiln_http_cancel_fn on_cancel, void *userdata, kiln_http_stream **ret);
+/* Queues data[0..len) whole, in order after what was written before.
  * Backpressure: when the buffer lacks room, waits up to timeout_ms (0: not
  * at all, < 0: forever) for the client to read.  Returns 0, -EAGAIN (full,
  * timeout 0), -ETIMEDOUT, -ECANCELED (client gone or server stopping),
- * -EMSGSIZE (event over KILN_HTTP_SSE_EVENT_MAX), -EINVAL, -ENOMEM. */
-int kiln_http_stream_send(kiln_http_stream *s, const char *data, int timeout_ms);
-/* The same with a compact JSON serialisation of event. */
-int kiln_http_stream_send_json(kiln_http_stream *s, const json_t *event, int timeout_ms);
-/* Ends the stream, after "data: [DONE]\n\n" when done is true (the final
- * event is queued even when the buffer is full), and drops the producer's
+ * -EMSGSIZE (len over KILN_HTTP_STREAM_WRITE_MAX), -EINVAL (s is a
+ * deferred reply), -ENOMEM. */
+int kiln_http_stream_write(kiln_http_stream *s, const char *data, size_t len, int timeout_ms);
+/* Ends the stream, after final[0..len) when len > 0 (queued even when the
+ * buffer is full; ignored for a deferred reply), and drops the producer's
  * hold on it: s is invalid afterwards.  Returns 0 or -ECANCELED when the
  * client was already gone (nothing more is sent). */
-int kiln_http_stream_close(kiln_http_stream *s, bool done);
+int kiln_http_stream_close(kiln_http_stream *s, const char *final, size_t len);
 /* The request id of the stream's request (valid until close). */
 const char *kiln_http_stream_request_id(const kiln_http_stream *s);
 /* Bytes queued but not yet handed to MHD. */
@@ -209,7 +209,7 @@ size_t kiln_http_stream_buffered(kiln_http_stream *s);
  * non-streaming completion): the handler calls kiln_http_reply_later() and
  * returns; the connection waits, suspended (no thread, no timeout), until
  * the producer answers with exactly one kiln_http_later_*() call (or
- * kiln_http_stream_close(), which answers 500).  on_cancel as for SSE:
+ * kiln_http_stream_close(), which answers 500).  on_cancel as for streams:
  * the client disconnected or the server is stopping (the request then gets
  * 503).  The kiln_http_later_*() functions drop the producer's hold on s
  * and return 0, -ECANCELED (client gone or server stopping: nothing sent),
