@@ -284,6 +284,8 @@ int kk__widen(const kk_buffer *b, size_t n, float **ret, float **owned);
 #define KK_OP(NAME, name, family, dtypes, params) int kk__cpu_##name params;
 #define KK_SLOT(ret, name, family, params)	  ret kk__cpu_##name params;
 #include "kk_ops.def"
+/* The qmatrix_pack slot (quant.c): kk_qmatrix_pack on this backend. */
+int kk__cpu_qpack(kk_backend *be, kk_qmatrix *q);
 
 /* Training-step loops (simd.c; issue 15).  kk__max: the largest of x[0..n)
  * (-inf for n = 0).  kk__exp_sum: x[i] = exp(x[i] - sub), returns the sum
