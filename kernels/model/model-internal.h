@@ -7,6 +7,11 @@
 
 /* Formats err (NULL allowed) and returns r. */
 int km_errorf(kiln_error *err, int r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A failed kk call on be as err's message, returning r: for -EOPNOTSUPP
+ * the missing kernel (head_dim, and the dtype when not NULL) and what to
+ * do (`verb` it on a backend that has it), else what failed and why. */
+int km__kk_fail(kiln_error *err, int r, const char *what, const kk_backend *be, int head_dim,
+		const char *dtype, const char *verb);
 /* Parameters a config describes (for the size limit). */
 int64_t km_param_count(const km_config *c);
 

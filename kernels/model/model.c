@@ -93,9 +93,7 @@ km_model *km_model_free(km_model *m)
 			      m->last_x, m->last_r,	m->logits, m->ids,   m->meta };
 	for (size_t i = 0; i < ARRAY_SIZE(bufs); i++)
 		kk_buffer_free(bufs[i]);
-	free(m->hmeta);
-	free(m->order);
-	free(m->old_len);
+	FREE_ALL(m->hmeta, m->order, m->old_len);
 	if (m->hold) /* after every buffer over the source's memory is gone */
 		m->drop(m->hold);
 	free(m);
@@ -123,17 +121,25 @@ size_t km_model_mapped_bytes(const km_model *m)
 	return m ? m->mapped_bytes : 0;
 }
 
+int km__kk_fail(kiln_error *err, int r, const char *what, const kk_backend *be, int head_dim,
+		const char *dtype, const char *verb)
+{
+	char dt[32] = "";
+	if (r != -EOPNOTSUPP)
+		return km_errorf(err, r, "%s on backend '%s' failed: %s", what, kk_backend_name(be),
+				 strerror(-r));
+	if (dtype)
+		snprintf(dt, sizeof(dt), ", dtype %s", dtype);
+	return km_errorf(err, r,
+			 "%s: backend '%s' has no kernel for this model (head_dim %d%s); kk "
+			 "attention takes head dims 1..128 on cpu, 64 and 128 on cuda: %s it on a "
+			 "backend that has it (KILN_BACKEND=cpu)",
+			 what, kk_backend_name(be), head_dim, dt, verb);
+}
+
 static int kk_fail(kiln_error *err, int r, const char *what, const km_model *m)
 {
-	if (r == -EOPNOTSUPP)
-		return km_errorf(err, r,
-				 "%s: backend '%s' has no kernel for this model (head_dim %d, "
-				 "dtype %s); kk attention takes head dims 1..128 on cpu, 64 and "
-				 "128 on cuda: run it on a backend that has it (KILN_BACKEND=cpu)",
-				 what, kk_backend_name(m->be), m->cfg.head_dim,
-				 kk_dtype_name(m->adt));
-	return km_errorf(err, r, "%s on backend '%s' failed: %s", what, kk_backend_name(m->be),
-			 strerror(-r));
+	return km__kk_fail(err, r, what, m->be, m->cfg.head_dim, kk_dtype_name(m->adt), "run");
 }
 
 /* Reads one tensor of `count` floats from the source into a fresh array. */
@@ -228,10 +234,10 @@ static int load_native(km_model *m, const km_weight_source *src, const char *nam
 	kk_dtype wdt = m->opts.weight_dtype;
 	if (!src->read_quant || k % 32 || (wdt == KK_Q4 && m->opts.q4_group != 32))
 		return 0;
-	/* int8 in groups of 32 is the cpu backend's alone (cuda's kernels take
-	 * per-channel scales and refuse it): elsewhere the tensor is read as
-	 * f32 and quantized per channel, as before. */
-	if (wdt == KK_I8 && strcmp(kk_backend_name(m->be), "cpu") != 0)
+	/* int8 in groups of 32 only where the backend takes it (the cpu's;
+	 * cuda's kernels take per-channel scales): elsewhere the tensor is
+	 * read as f32 and quantized per channel, as before. */
+	if (wdt == KK_I8 && !kk_backend_has(m->be, KK_CAP_I8_GROUP32))
 		return 0;
 	size_t nb = kk_dtype_size(wdt, (size_t) (n * k)), ns = (size_t) (n * k / 32);
 	_cleanup_free_ void *data = malloc(nb);

@@ -19,10 +19,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "kiln/strbuf.h"
 #include "kmf_internal.h"
-
-/* write(2) moves at most ~2 GiB per call on Linux; stay below. */
-#define WRITE_STEP (UINT64_C(1) << 30)
 
 struct wtensor {
 	char *name;
@@ -169,22 +167,6 @@ static int build_header(kmf_writer *w, size_t *order, char **ret, size_t *len)
 	return 0;
 }
 
-static int write_all(int fd, const void *p, uint64_t n)
-{
-	const uint8_t *b = p;
-	while (n > 0) {
-		ssize_t k = write(fd, b, (size_t) MIN(n, WRITE_STEP));
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		b += k;
-		n -= (uint64_t) k;
-	}
-	return 0;
-}
-
 /* A temporary name next to the target: ".NAME.kmf-PID-N". */
 static void temp_name(char *buf, size_t len, const char *dir, const char *base, unsigned n)
 {
@@ -257,9 +239,9 @@ int kmf_writer_commit(kmf_writer *w, const char *path, unsigned mode, kiln_error
 		r = -errno;
 		goto fail;
 	}
-	r = write_all(fd, hdr, hlen);
+	r = kiln_write_all(fd, hdr, hlen);
 	for (size_t i = 0; r >= 0 && i < w->n; i++)
-		r = write_all(fd, w->t[order[i]].data, w->t[order[i]].nbytes);
+		r = kiln_write_all(fd, w->t[order[i]].data, w->t[order[i]].nbytes);
 	if (r >= 0 && fsync(fd) < 0)
 		r = -errno;
 	if (r < 0)

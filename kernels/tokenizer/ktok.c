@@ -63,12 +63,7 @@ ktok *ktok_free(ktok *t)
 		return NULL;
 	for (uint32_t i = 0; i < t->n; i++)
 		free(t->tok[i].text);
-	free(t->tok);
-	free(t->vh);
-	free(t->mh);
-	free(t->special);
-	free(t->chat_template);
-	free(t);
+	FREE_ALL(t->tok, t->vh, t->mh, t->special, t->chat_template, t);
 	return NULL;
 }
 
@@ -639,15 +634,8 @@ static int encode_text(struct bpe *w, const char *s, size_t len, bool *first, ch
 	bool starts_space = s[0] == ' ' || (len >= 3 && memcmp(s, "\xE2\x96\x81", 3) == 0);
 	if (prefix && !(t->prefix_unless_space && starts_space))
 		o[m++] = ' ';
-	for (size_t i = 0; i < len; i++) {
-		if (i + 2 < len && (unsigned char) s[i] == 0xE2 &&
-		    (unsigned char) s[i + 1] == 0x96 && (unsigned char) s[i + 2] == 0x81) {
-			o[m++] = ' ';
-			i += 2;
-		} else {
-			o[m++] = s[i];
-		}
-	}
+	memcpy(o + m, s, len);
+	m += ktok__unescape_spaces(o + m, len);
 	return ktok__pretokenize(t->pre, o, m, bpe_piece, w);
 }
 

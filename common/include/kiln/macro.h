@@ -82,6 +82,15 @@ static inline void strv_freep(char ***v)
 #define _cleanup_fclose_    _cleanup_(fclosep)
 #define _cleanup_strv_free_ _cleanup_(strv_freep)
 
+/* free() on every argument in order (NULL allowed): a destructor's owned
+ * arrays in one statement, FREE_ALL(o->a, o->b, o). */
+#define FREE_ALL(...)                                           \
+	do {                                                    \
+		void *_fa[] = { __VA_ARGS__ };                  \
+		for (size_t _i = 0; _i < ARRAY_SIZE(_fa); _i++) \
+			free(_fa[_i]);                          \
+	} while (0)
+
 /* DEFINE_TRIVIAL_CLEANUP_FUNC(kiln_cfg *, kiln_cfg_free) defines
  * kiln_cfg_freep() for use with _cleanup_(). */
 #define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func) \

@@ -180,18 +180,19 @@ static __device__ __forceinline__ float kc_warp_max(float v)
 		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
 	return v;
 }
-/* Block-wide sum/max; every thread gets the result.  `sh` holds 33 floats;
- * blockDim.x is a multiple of 32.  Ends with a barrier so `sh` may be reused. */
-static __device__ __forceinline__ float kc_block_sum(float v, float *sh)
+/* Block-wide sum (MAX false) or max (MAX true); every thread gets the
+ * result.  `sh` holds 33 floats; blockDim.x is a multiple of 32.  Ends with
+ * a barrier so `sh` may be reused. */
+template <bool MAX> static __device__ __forceinline__ float kc_block_reduce(float v, float *sh)
 {
 	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	v = kc_warp_sum(v);
+	v = MAX ? kc_warp_max(v) : kc_warp_sum(v);
 	if (lane == 0)
 		sh[wid] = v;
 	__syncthreads();
 	if (wid == 0) {
-		float t = lane < nw ? sh[lane] : 0.0f;
-		t = kc_warp_sum(t);
+		float t = lane < nw ? sh[lane] : MAX ? -INFINITY : 0.0f;
+		t = MAX ? kc_warp_max(t) : kc_warp_sum(t);
 		if (lane == 0)
 			sh[32] = t;
 	}
@@ -200,23 +201,13 @@ static __device__ __forceinline__ float kc_block_sum(float v, float *sh)
 	__syncthreads();
 	return r;
 }
+static __device__ __forceinline__ float kc_block_sum(float v, float *sh)
+{
+	return kc_block_reduce<false>(v, sh);
+}
 static __device__ __forceinline__ float kc_block_max(float v, float *sh)
 {
-	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	v = kc_warp_max(v);
-	if (lane == 0)
-		sh[wid] = v;
-	__syncthreads();
-	if (wid == 0) {
-		float t = lane < nw ? sh[lane] : -INFINITY;
-		t = kc_warp_max(t);
-		if (lane == 0)
-			sh[32] = t;
-	}
-	__syncthreads();
-	float r = sh[32];
-	__syncthreads();
-	return r;
+	return kc_block_reduce<true>(v, sh);
 }
 
 /* Calls FN<T>(args...) with T the element type of `dt`; -EOPNOTSUPP for
