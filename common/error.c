@@ -14,6 +14,17 @@ void kiln_error_reset(kiln_error *e, const char *file)
 	snprintf(e->file, sizeof(e->file), "%s", file ? file : "");
 }
 
+int kiln_error_vset(kiln_error *e, const char *file, int code, size_t max, const char *fmt,
+		    va_list ap)
+{
+	if (!e)
+		return code;
+	kiln_error_reset(e, file);
+	e->code = code;
+	vsnprintf(e->msg, max < sizeof(e->msg) ? max : sizeof(e->msg), fmt, ap);
+	return code;
+}
+
 char *kiln_error_format(const kiln_error *e, char *buf, size_t len)
 {
 	char at[32] = "";

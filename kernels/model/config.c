@@ -14,14 +14,10 @@
 
 int km_errorf(kiln_error *err, int r, const char *fmt, ...)
 {
-	if (err) {
-		kiln_error_reset(err, NULL);
-		err->code = r;
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err->msg, KM_ERROR_MAX, fmt, ap);
-		va_end(ap);
-	}
+	va_list ap;
+	va_start(ap, fmt);
+	kiln_error_vset(err, NULL, r, KM_ERROR_MAX, fmt, ap);
+	va_end(ap);
 	return r;
 }
 

@@ -137,6 +137,16 @@ int km__kk_fail(kiln_error *err, int r, const char *what, const kk_backend *be, 
 			 what, kk_backend_name(be), head_dim, dt, verb);
 }
 
+int km__rope_qk(kk_backend *be, const km_config *c, kk_buffer *q, kk_buffer *k,
+		const kk_buffer *pos, int64_t T, bool backward)
+{
+	int r = kk_rope(be, NULL, q, pos, T, c->n_heads, c->head_dim, 0, c->rope_theta,
+			c->rope_mode, backward);
+	return r < 0 ? r
+		     : kk_rope(be, NULL, k, pos, T, c->n_kv_heads, c->head_dim, 0, c->rope_theta,
+			       c->rope_mode, backward);
+}
+
 static int kk_fail(kiln_error *err, int r, const char *what, const km_model *m)
 {
 	return km__kk_fail(err, r, what, m->be, m->cfg.head_dim, kk_dtype_name(m->adt), "run");
@@ -600,12 +610,7 @@ static int run_layers(km_model *m, km_kvcache *c, step_views *v, int64_t T, int 
 		TRY(linear(m, m->q, m->xb, &L->wq, T), "q projection");
 		TRY(linear(m, m->k, m->xb, &L->wk, T), "k projection");
 		TRY(linear(m, m->v, m->xb, &L->wv, T), "v projection");
-		TRY(kk_rope(m->be, NULL, m->q, v->pos, T, cfg->n_heads, cfg->head_dim, 0,
-			    cfg->rope_theta, cfg->rope_mode, false),
-		    "rope");
-		TRY(kk_rope(m->be, NULL, m->k, v->pos, T, cfg->n_kv_heads, cfg->head_dim, 0,
-			    cfg->rope_theta, cfg->rope_mode, false),
-		    "rope");
+		TRY(km__rope_qk(m->be, cfg, m->q, m->k, v->pos, T, false), "rope");
 		kk_buffer *kc = km__kvcache_k(c, l), *vc = km__kvcache_v(c, l);
 		TRY(kk_kv_cache_write(m->be, NULL, kc, vc, m->k, m->v, v->slots, T, cfg->n_kv_heads,
 				      cfg->head_dim, km_kvcache_num_blocks(c)),

@@ -37,32 +37,26 @@ struct kmf_writer {
 	json_t *meta; /* object of strings */
 };
 
-int kmf_writer_new(kmf_writer **ret)
-{
-	kmf_writer *w;
-	assert_return(ret, -EINVAL);
-	w = calloc(1, sizeof(*w));
-	if (!w)
-		return -ENOMEM;
-	w->meta = json_object();
-	if (!w->meta) {
-		free(w);
-		return -ENOMEM;
-	}
-	*ret = w;
-	return 0;
-}
-
 kmf_writer *kmf_writer_free(kmf_writer *w)
 {
 	if (!w)
 		return NULL;
 	for (size_t i = 0; i < w->n; i++)
 		free(w->t[i].name);
-	free(w->t);
 	json_decref(w->meta);
-	free(w);
+	FREE_ALL(w->t, w);
 	return NULL;
+}
+DEFINE_TRIVIAL_CLEANUP_FUNC(kmf_writer *, kmf_writer_free);
+
+int kmf_writer_new(kmf_writer **ret)
+{
+	assert_return(ret, -EINVAL);
+	_cleanup_(kmf_writer_freep) kmf_writer *w = calloc(1, sizeof(*w));
+	if (!w || !(w->meta = json_object()))
+		return -ENOMEM;
+	*ret = TAKE_PTR(w);
+	return 0;
 }
 
 int kmf_writer_add(kmf_writer *w, const char *name, kmf_dtype dtype, int ndim, const int64_t *shape,
@@ -88,14 +82,8 @@ int kmf_writer_add(kmf_writer *w, const char *name, kmf_dtype dtype, int ndim, c
 			return -EEXIST;
 	if (w->n >= KMF_MAX_TENSORS)
 		return -E2BIG;
-	if (w->n == w->cap) {
-		size_t cap = w->cap ? w->cap * 2 : 64;
-		struct wtensor *nt = realloc(w->t, cap * sizeof(*nt));
-		if (!nt)
-			return -ENOMEM;
-		w->t = nt;
-		w->cap = cap;
-	}
+	if (GROW(w->t, w->cap, w->n) < 0)
+		return -ENOMEM;
 	wt = &w->t[w->n];
 	*wt = (struct wtensor){ .dtype = dtype, .ndim = ndim, .data = data, .nbytes = nbytes };
 	memcpy(wt->shape, t.shape, sizeof(wt->shape));

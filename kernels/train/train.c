@@ -632,18 +632,6 @@ static void prof_dump(void)
 	prof.n = 0;
 }
 
-/* RoPE on q [N, n_heads] and k [N, n_kv_heads] at the step's positions;
- * backward: the inverse rotation, on their gradients. */
-static int rope_qk(kmt_model *m, kk_buffer *q, kk_buffer *k, int64_t N, bool backward)
-{
-	const km_config *c = &m->cfg;
-	int r = kk_rope(m->be, NULL, q, m->pos_v, N, c->n_heads, c->head_dim, 0, c->rope_theta,
-			c->rope_mode, backward);
-	return r < 0 ? r
-		     : kk_rope(m->be, NULL, k, m->pos_v, N, c->n_kv_heads, c->head_dim, 0,
-			       c->rope_theta, c->rope_mode, backward);
-}
-
 #define TRY(expr, what)                                   \
 	do {                                              \
 		double _t0 = prof_on() ? prof_now() : 0;  \
@@ -674,7 +662,7 @@ static int forward(kmt_model *m, int n_seqs, double *sum, kiln_error *err)
 		TRY(linear_fwd(m, a->q, a->xn1, li[W_Q], N, false), "q projection");
 		TRY(linear_fwd(m, a->k, a->xn1, li[W_K], N, false), "k projection");
 		TRY(linear_fwd(m, a->v, a->xn1, li[W_V], N, false), "v projection");
-		TRY(rope_qk(m, a->q, a->k, N, false), "rope");
+		TRY(km__rope_qk(be, c, a->q, a->k, m->pos_v, N, false), "rope");
 		TRY(kk_attention_fwd(be, NULL, &ad, a->att, a->lse, a->q, a->k, a->v), "attention");
 		TRY(kk_buffer_copy(be, NULL, a->hmid, 0, m->hin[l], 0, (size_t) (N * d) * 4),
 		    "residual");
@@ -740,7 +728,7 @@ static int backward(kmt_model *m, int n_seqs, float grad_scale, kiln_error *err)
 		TRY(kk_attention_bwd(be, NULL, &ad, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v,
 				     a->att, a->lse),
 		    "attention backward");
-		TRY(rope_qk(m, m->dq, m->dk, N, true), "rope backward");
+		TRY(km__rope_qk(be, c, m->dq, m->dk, m->pos_v, N, true), "rope backward");
 		TRY(linear_bwd(m, m->dxn, m->dq, a->xn1, li[W_Q], N, false), "q backward");
 		TRY(linear_bwd(m, m->dxn, m->dk, a->xn1, li[W_K], N, true), "k backward");
 		TRY(linear_bwd(m, m->dxn, m->dv, a->xn1, li[W_V], N, true), "v backward");

@@ -15,6 +15,7 @@
  * below KILN_ERROR_MSG_MAX. */
 #pragma once
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,6 +41,12 @@ typedef struct kiln_error {
 /* Empties e (code 0, offset -1, line and column 0, where and msg "") and
  * sets file (NULL: ""; cut to fit).  NULL e: nothing. */
 void kiln_error_reset(kiln_error *e, const char *file);
+
+/* kiln_error_reset(e, file), then code and the message from fmt, cut at
+ * max bytes (the library's own limit; at most KILN_ERROR_MSG_MAX).  NULL
+ * e: nothing.  Returns code, for `return kiln_error_vset(...)`. */
+int kiln_error_vset(kiln_error *e, const char *file, int code, size_t max, const char *fmt,
+		    va_list ap) __attribute__((format(printf, 5, 0)));
 
 /* One line for a user: "FILE: byte N: MSG", without "FILE: " when file is
  * "" and without "byte N: " when offset is -1; "(no error)" for NULL e.
