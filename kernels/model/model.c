@@ -338,6 +338,17 @@ static int alloc_act(km_model *m, kk_dtype dt, size_t count, kk_buffer **ret, ki
 	return r < 0 ? kk_fail(err, r, "allocating activations", m) : 0;
 }
 
+/* alloc_act for each buffer of the array bufs (n of them). */
+static int alloc_acts(km_model *m, kk_dtype dt, size_t count, kk_buffer **const *bufs, size_t n,
+		      kiln_error *err)
+{
+	int r = 0;
+	for (size_t i = 0; r >= 0 && i < n; i++)
+		r = alloc_act(m, dt, count, bufs[i], err);
+	return r;
+}
+#define ALLOC_ACTS(m, dt, count, bufs, err) alloc_acts(m, dt, count, bufs, ARRAY_SIZE(bufs), err)
+
 static int probe_attention(km_model *m, kiln_error *err);
 
 int km_model_new(kk_backend *be, const km_config *cfg, const km_model_opts *opts,
@@ -423,39 +434,40 @@ int km_model_new(kk_backend *be, const km_config *cfg, const km_model_opts *opts
 		if ((r = load_vector(m, src, NAME("attention_norm.weight"), (size_t) d,
 				     &L->attn_norm, err)) < 0 ||
 		    (r = load_vector(m, src, NAME("ffn_norm.weight"), (size_t) d, &L->ffn_norm,
-				     err)) < 0 ||
-		    (r = load_linear(m, src, NAME("attention.wq.weight"), d, d, d, d, &L->wq,
-				     err)) < 0 ||
-		    (r = load_linear(m, src, NAME("attention.wk.weight"), kvd, d, kvd, d, &L->wk,
-				     err)) < 0 ||
-		    (r = load_linear(m, src, NAME("attention.wv.weight"), kvd, d, kvd, d, &L->wv,
-				     err)) < 0 ||
-		    (r = load_linear(m, src, NAME("attention.wo.weight"), d, d, d, d, &L->wo,
-				     err)) < 0 ||
-		    (r = load_linear(m, src, NAME("feed_forward.w1.weight"), hid, d, hp, d, &L->w1,
-				     err)) < 0 ||
-		    (r = load_linear(m, src, NAME("feed_forward.w3.weight"), hid, d, hp, d, &L->w3,
-				     err)) < 0 ||
-		    (r = load_linear(m, src, NAME("feed_forward.w2.weight"), d, hid, d, hp, &L->w2,
 				     err)) < 0)
 			return r;
+		/* Each W [n, k], stored [np, kp]. */
+		const struct {
+			const char *name;
+			km_linear *out;
+			int64_t n, k, np, kp;
+		} lin[] = {
+			{ "attention.wq.weight", &L->wq, d, d, d, d },
+			{ "attention.wk.weight", &L->wk, kvd, d, kvd, d },
+			{ "attention.wv.weight", &L->wv, kvd, d, kvd, d },
+			{ "attention.wo.weight", &L->wo, d, d, d, d },
+			{ "feed_forward.w1.weight", &L->w1, hid, d, hp, d },
+			{ "feed_forward.w3.weight", &L->w3, hid, d, hp, d },
+			{ "feed_forward.w2.weight", &L->w2, d, hid, d, hp },
+		};
+		for (size_t i = 0; i < ARRAY_SIZE(lin); i++)
+			if ((r = load_linear(m, src, NAME(lin[i].name), lin[i].n, lin[i].k,
+					     lin[i].np, lin[i].kp, lin[i].out, err)) < 0)
+				return r;
 #undef NAME
 	}
 
 	const size_t T = (size_t) opts->max_tokens, S = (size_t) opts->max_seqs;
 	const kk_dtype a = m->adt;
-	if ((r = alloc_act(m, a, T * d, &m->x, err)) < 0 ||
-	    (r = alloc_act(m, a, T * d, &m->resid, err)) < 0 ||
-	    (r = alloc_act(m, a, T * d, &m->xb, err)) < 0 ||
-	    (r = alloc_act(m, a, T * d, &m->q, err)) < 0 ||
-	    (r = alloc_act(m, a, T * kvd, &m->k, err)) < 0 ||
-	    (r = alloc_act(m, a, T * kvd, &m->v, err)) < 0 ||
-	    (r = alloc_act(m, a, T * d, &m->att, err)) < 0 ||
-	    (r = alloc_act(m, a, T * hp, &m->h1, err)) < 0 ||
-	    (r = alloc_act(m, a, T * hp, &m->h2, err)) < 0 ||
-	    (r = alloc_act(m, a, T * hp, &m->h3, err)) < 0 ||
-	    (r = alloc_act(m, a, S * d, &m->last_x, err)) < 0 ||
-	    (r = alloc_act(m, a, S * d, &m->last_r, err)) < 0 ||
+	/* The activations, by size: [T, d], [T, kv dim], [T, padded hidden],
+	 * [S, d] in the activation dtype, then the logits and sampled ids. */
+	kk_buffer **td[] = { &m->x, &m->resid, &m->xb, &m->q, &m->att };
+	kk_buffer **tkv[] = { &m->k, &m->v }, **th[] = { &m->h1, &m->h2, &m->h3 };
+	kk_buffer **sd[] = { &m->last_x, &m->last_r };
+	if ((r = ALLOC_ACTS(m, a, T * d, td, err)) < 0 ||
+	    (r = ALLOC_ACTS(m, a, T * kvd, tkv, err)) < 0 ||
+	    (r = ALLOC_ACTS(m, a, T * hp, th, err)) < 0 ||
+	    (r = ALLOC_ACTS(m, a, S * d, sd, err)) < 0 ||
 	    (r = alloc_act(m, KK_F32, S * V, &m->logits, err)) < 0 ||
 	    (r = alloc_act(m, KK_I32, S, &m->ids, err)) < 0)
 		return r;

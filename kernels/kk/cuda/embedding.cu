@@ -11,11 +11,14 @@
 
 /* ---- embedding ---------------------------------------------------------- */
 
-/* One thread per (token, W-element chunk of the row). */
-template <typename T, int W>
+/* One thread per (token, W-element chunk of the row).  Forward: row t of
+ * out (T) is row ids[t] of the table src, a zero row for an id outside the
+ * table (kk.h).  Backward (BWD): row t of dout (src) is added to row ids[t]
+ * of dst (the f32 table gradient); an id outside adds nothing. */
+template <typename T, int W, bool BWD>
 __global__ void __launch_bounds__(KC_EW_THREADS)
-	kc_embed_fwd_kernel(T *out, const T *table, const int32_t *ids, int64_t tokens,
-			    int64_t vocab, int64_t dim)
+	kc_embed_kernel(void *dst, const T *src, const int32_t *ids, int64_t tokens, int64_t vocab,
+			int64_t dim)
 {
 	int64_t chunks = dim / W;
 	size_t n = (size_t) tokens * chunks;
@@ -23,35 +26,23 @@ __global__ void __launch_bounds__(KC_EW_THREADS)
 	{
 		size_t t = i / chunks, j = (i % chunks) * W;
 		int32_t id = ids[t];
+		bool in_table = id >= 0 && id < vocab;
 		float f[W];
-		/* An id outside the table gives a zero row (kk.h). */
-		if (id >= 0 && id < vocab) {
-			kc_ldv<W, true>(table + (size_t) id * dim + j, f);
-		} else {
+		if constexpr (!BWD) {
+			if (in_table) {
+				kc_ldv<W, true>(src + (size_t) id * dim + j, f);
+			} else {
 #pragma unroll
-			for (int e = 0; e < W; e++)
-				f[e] = 0.0f;
-		}
-		kc_stv<W>(out + t * dim + j, f);
-	}
-}
-
-template <typename T, int W>
-__global__ void __launch_bounds__(KC_EW_THREADS)
-	kc_embed_bwd_kernel(float *dtable, const T *dout, const int32_t *ids, int64_t tokens,
-			    int64_t vocab, int64_t dim)
-{
-	int64_t chunks = dim / W;
-	size_t n = (size_t) tokens * chunks;
-	GRID_STRIDE(i, n)
-	{
-		size_t t = i / chunks, j = (i % chunks) * W;
-		int32_t id = ids[t];
-		if (id < 0 || id >= vocab)
+				for (int e = 0; e < W; e++)
+					f[e] = 0.0f;
+			}
+			kc_stv<W>((T *) dst + t * dim + j, f);
 			continue;
-		float f[W];
-		kc_ldv<W>(dout + t * dim + j, f);
-		float *d = dtable + (size_t) id * dim + j;
+		}
+		if (!in_table)
+			continue;
+		kc_ldv<W>(src + t * dim + j, f);
+		float *d = (float *) dst + (size_t) id * dim + j;
 		if constexpr (W == 1) {
 			atomicAdd(d, f[0]);
 		} else {
@@ -72,37 +63,32 @@ __global__ void __launch_bounds__(KC_EW_THREADS)
 	}
 }
 
+template <typename T, int W, bool BWD>
+static void kc_embed_launch(cudaStream_t s, void *dst, const void *src, const int32_t *ids,
+			    int64_t tokens, int64_t vocab, int64_t dim)
+{
+	size_t n = (size_t) tokens * dim;
+	kc_embed_kernel<T, W, BWD><<<kc_grid_sm(n / W, KC_EW_THREADS), KC_EW_THREADS, 0, s>>>(
+		dst, (const T *) src, ids, tokens, vocab, dim);
+}
+
 template <typename T>
 static int kc_embed_t(cudaStream_t s, int bwd, void *out, const void *in, const int32_t *ids,
 		      int64_t tokens, int64_t vocab, int64_t dim)
 {
-	size_t n = (size_t) tokens * dim;
-	if (n == 0)
+	if ((size_t) tokens * dim == 0)
 		return 0;
 	const int W = KC_VN(T);
-	if (bwd) {
-		/* float4 atomics: rows of dtable and dout 16-byte aligned, W | dim. */
-		bool vec = dim % W == 0 && kc_aligned16(out) && kc_aligned16(in) &&
-			   (dim * sizeof(T)) % 16 == 0;
-		if (vec)
-			kc_embed_bwd_kernel<T, W>
-				<<<kc_grid_sm(n / W, KC_EW_THREADS), KC_EW_THREADS, 0, s>>>(
-					(float *) out, (const T *) in, ids, tokens, vocab, dim);
-		else
-			kc_embed_bwd_kernel<T, 1>
-				<<<kc_grid_sm(n, KC_EW_THREADS), KC_EW_THREADS, 0, s>>>(
-					(float *) out, (const T *) in, ids, tokens, vocab, dim);
-	} else {
-		bool vec = dim % W == 0 && kc_aligned16(out) && kc_aligned16(in);
-		if (vec)
-			kc_embed_fwd_kernel<T, W>
-				<<<kc_grid_sm(n / W, KC_EW_THREADS), KC_EW_THREADS, 0, s>>>(
-					(T *) out, (const T *) in, ids, tokens, vocab, dim);
-		else
-			kc_embed_fwd_kernel<T, 1>
-				<<<kc_grid_sm(n, KC_EW_THREADS), KC_EW_THREADS, 0, s>>>(
-					(T *) out, (const T *) in, ids, tokens, vocab, dim);
-	}
+	/* 16-byte rows, W | dim; the backward's float4 atomics also need
+	 * dout's rows 16-byte aligned. */
+	bool vec = dim % W == 0 && kc_aligned16(out) && kc_aligned16(in) &&
+		   (!bwd || (dim * sizeof(T)) % 16 == 0);
+	if (bwd)
+		(vec ? kc_embed_launch<T, W, true>
+		     : kc_embed_launch<T, 1, true>) (s, out, in, ids, tokens, vocab, dim);
+	else
+		(vec ? kc_embed_launch<T, W, false>
+		     : kc_embed_launch<T, 1, false>) (s, out, in, ids, tokens, vocab, dim);
 	return kc_check_launch();
 }
 
