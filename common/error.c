@@ -16,6 +16,17 @@ void kiln_error_reset(kiln_error *e, const char *file)
 	snprintf(e->file, sizeof(e->file), "%s", file ? file : "");
 }
 
+int kiln_error_vset(kiln_error *e, const char *file, int code, size_t max, const char *fmt,
+		    va_list ap)
+{
+	if (!e)
+		return code;
+	kiln_error_reset(e, file);
+	e->code = code;
+	vsnprintf(e->msg, max < sizeof(e->msg) ? max : sizeof(e->msg), fmt, ap);
+	return code;
+}
+
 int kiln_error_vsetf(kiln_error *e, int code, const char *fmt, va_list ap)
 {
 	if (!e)
@@ -23,10 +34,7 @@ int kiln_error_vsetf(kiln_error *e, int code, const char *fmt, va_list ap)
 	char file[KILN_ERROR_FILE_MAX];
 	memcpy(file, e->file, sizeof(file));
 	file[sizeof(file) - 1] = 0;
-	kiln_error_reset(e, file);
-	e->code = code;
-	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
-	return code;
+	return kiln_error_vset(e, file, code, sizeof(e->msg), fmt, ap);
 }
 
 int kiln_error_setf(kiln_error *e, int code, const char *fmt, ...)

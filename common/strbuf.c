@@ -140,6 +140,26 @@ int strv_contains(char *const *v, const char *s)
 	return 0;
 }
 
+/* write(2) moves at most ~2 GiB per call on Linux; ask for less. */
+#define WRITE_STEP ((size_t) 1 << 30)
+
+int kiln_write_all(int fd, const void *data, size_t len)
+{
+	const char *p = data;
+	assert_return(data || len == 0, -EINVAL);
+	while (len > 0) {
+		ssize_t n = write(fd, p, MIN(len, WRITE_STEP));
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t) n;
+	}
+	return 0;
+}
+
 int kiln_write_file_atomic(const char *path, const char *data, size_t len, unsigned mode)
 {
 	assert_return(path && (data || len == 0), -EINVAL);
@@ -149,18 +169,9 @@ int kiln_write_file_atomic(const char *path, const char *data, size_t len, unsig
 	_cleanup_close_ int fd = mkstemp(tmp);
 	if (fd < 0)
 		return -errno;
-	int r = 0;
-	size_t off = 0;
-	while (off < len) {
-		ssize_t n = write(fd, data + off, len - off);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			r = -errno;
-			goto fail;
-		}
-		off += (size_t) n;
-	}
+	int r = kiln_write_all(fd, data, len);
+	if (r < 0)
+		goto fail;
 	if (fchmod(fd, mode) < 0 || fsync(fd) < 0) {
 		r = -errno;
 		goto fail;

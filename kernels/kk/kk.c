@@ -236,6 +236,15 @@ bool kk_supports(const kk_backend *be, kk_op op, kk_dtype dt)
 	return has && (masks[op] & M(dt));
 }
 
+bool kk_backend_has(const kk_backend *be, kk_cap cap)
+{
+	if (!be || (unsigned) cap >= KK_CAP_MAX)
+		return false;
+	if (cap == KK_CAP_QPACK)
+		return be->ops->qmatrix_pack != NULL;
+	return (be->ops->caps >> cap) & 1u;
+}
+
 int kk__backend_set_ops(kk_backend *be, const struct kk_backend_ops *ops)
 {
 	assert_return(be && ops, -EINVAL);
@@ -388,7 +397,7 @@ int kk_buffer_wrap_host(kk_backend *be, kk_dtype dt, const void *ptr, size_t cou
 	assert_return((unsigned) dt < KK_DTYPE_MAX && count > 0, -EINVAL);
 	assert_return(kk_dtype_size(dt, count) <= KK_BUFFER_MAX_BYTES, -EINVAL);
 	assert_return((uintptr_t) ptr % align == 0, -EINVAL);
-	if (!streq(be->ops->name, "cpu")) /* only the cpu backend computes on host memory */
+	if (!kk_backend_has(be, KK_CAP_HOST_MEMORY))
 		return -EOPNOTSUPP;
 	b = calloc(1, sizeof(*b));
 	if (!b)
@@ -628,9 +637,8 @@ kk_qmatrix *kk_qmatrix_free(kk_qmatrix *q)
 int kk_qmatrix_pack(kk_backend *be, kk_qmatrix *q)
 {
 	assert_return(be && qmatrix_ok(be, q), -EINVAL);
-	if (strcmp(be->ops->name, "cpu") != 0)
-		return -EOPNOTSUPP;
-	return kk__cpu_qpack(q);
+	SLOT(be, qmatrix_pack);
+	return be->ops->qmatrix_pack(be, q);
 }
 
 int kk_quantize(kk_backend *be, kk_stream *st, kk_qmatrix *q, const kk_buffer *w)

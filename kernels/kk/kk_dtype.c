@@ -8,34 +8,17 @@
 #include <string.h>
 
 #include "kiln/macro.h"
+#include "kk_convert.h"
 #include "kk_internal.h"
-
-static inline uint32_t f2u(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	return u;
-}
-
-static inline float u2f(uint32_t u)
-{
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
 
 float kk_bf16_to_f32(uint16_t h)
 {
-	return u2f((uint32_t) h << 16);
+	return kk__b2f(h);
 }
 
 uint16_t kk_f32_to_bf16(float f)
 {
-	uint32_t u = f2u(f);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t) ((u >> 16) | 0x40); /* quiet NaN */
-	u += 0x7fffu + ((u >> 16) & 1);
-	return (uint16_t) (u >> 16);
+	return kk__f2b(f);
 }
 
 float kk_f16_to_f32(uint16_t h)
@@ -44,18 +27,18 @@ float kk_f16_to_f32(uint16_t h)
 	uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
 
 	if (exp == 0x1f)
-		return u2f(sign | 0x7f800000u | (man << 13));
+		return kk__u2f(sign | 0x7f800000u | (man << 13));
 	if (exp == 0) {
 		/* zero or subnormal: man * 2^-24 */
 		float v = (float) man * (1.0f / 16777216.0f);
 		return sign ? -v : v;
 	}
-	return u2f(sign | ((exp + 112) << 23) | (man << 13));
+	return kk__u2f(sign | ((exp + 112) << 23) | (man << 13));
 }
 
 uint16_t kk_f32_to_f16(float f)
 {
-	uint32_t u = f2u(f);
+	uint32_t u = kk__f2u(f);
 	uint16_t sign = (uint16_t) ((u >> 16) & 0x8000);
 	float a = fabsf(f);
 
@@ -83,30 +66,7 @@ int kk_convert_host(kk_dtype dst_dt, void *dst, kk_dtype src_dt, const void *src
 	assert_return(dst && src, -EINVAL);
 	assert_return(dst_dt == KK_F32 || dst_dt == KK_BF16 || dst_dt == KK_F16, -EINVAL);
 	assert_return(src_dt == KK_F32 || src_dt == KK_BF16 || src_dt == KK_F16, -EINVAL);
-	for (size_t i = 0; i < count; i++) {
-		float v;
-		switch (src_dt) {
-		case KK_F32:
-			v = ((const float *) src)[i];
-			break;
-		case KK_BF16:
-			v = kk_bf16_to_f32(((const uint16_t *) src)[i]);
-			break;
-		default:
-			v = kk_f16_to_f32(((const uint16_t *) src)[i]);
-			break;
-		}
-		switch (dst_dt) {
-		case KK_F32:
-			((float *) dst)[i] = v;
-			break;
-		case KK_BF16:
-			((uint16_t *) dst)[i] = kk_f32_to_bf16(v);
-			break;
-		default:
-			((uint16_t *) dst)[i] = kk_f32_to_f16(v);
-			break;
-		}
-	}
+	for (size_t i = 0; i < count; i++)
+		kk__st(dst, dst_dt, i, kk__ld(src, src_dt, i));
 	return 0;
 }

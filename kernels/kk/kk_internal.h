@@ -86,7 +86,10 @@ struct kk_comm {
 };
 
 struct kk_backend_ops {
-	const char *name;
+	const char *name; /* for messages only: nothing chooses a path by it */
+	/* What kk_backend_has() answers: bit (1u << KK_CAP_x) for each kk_cap
+	 * the backend has, except KK_CAP_QPACK (the qmatrix_pack slot). */
+	unsigned caps;
 
 	/* Lifetime.  available(): 1 if init() would succeed (cuda: a device is
 	 * present), else 0.  init() may return -ENODEV, -ENOMEM, -EIO. */
@@ -110,6 +113,9 @@ struct kk_backend_ops {
 	int (*stream_create)(kk_backend *be, kk_stream *st);
 	void (*stream_free)(kk_backend *be, kk_stream *st);
 	int (*stream_sync)(kk_backend *be, kk_stream *st);
+
+	/* kk_qmatrix_pack on a valid q (NULL: one layout, -EOPNOTSUPP). */
+	int (*qmatrix_pack)(kk_backend *be, kk_qmatrix *q);
 
 	/* Ops and the communicator: one slot per entry of kk_ops.def, with
 	 * the same arguments as the kk.h function, already validated. */
@@ -137,23 +143,24 @@ const struct kk_backend_ops *kk_cpu_ops(void);
 #define KK_MODULE_SLOT_OP(NAME, name, family, dtypes, params) #name #params ";"
 #define KK_MODULE_SLOT_FN(ret, name, family, params)	      #ret " " #name #params ";"
 #define KK_MODULE_NSIZES				      11
-#define KK_MODULE_SIZES                                                                          \
-	{                                                                                        \
-		sizeof(struct kk_backend_ops), sizeof(struct kk_backend),                        \
-			sizeof(struct kk_buffer), sizeof(struct kk_stream), sizeof(struct kk_comm), \
-			sizeof(kk_gemm_desc), sizeof(kk_qmatrix), sizeof(kk_attn_desc),          \
-			sizeof(kk_paged_desc), sizeof(kk_sampling), sizeof(kk_adamw_params)       \
+#define KK_MODULE_SIZES                                                                   \
+	{                                                                                 \
+		sizeof(struct kk_backend_ops), sizeof(struct kk_backend),                 \
+			sizeof(struct kk_buffer), sizeof(struct kk_stream),               \
+			sizeof(struct kk_comm), sizeof(kk_gemm_desc), sizeof(kk_qmatrix), \
+			sizeof(kk_attn_desc), sizeof(kk_paged_desc), sizeof(kk_sampling), \
+			sizeof(kk_adamw_params)                                           \
 	}
 
 /* Room for a probe's message: what is missing and what to do, one line. */
 #define KK_MODULE_MSG_MAX KK_WHY_MAX
 
 struct kk_module {
-	unsigned abi;		  /* KK_MODULE_ABI */
-	const char *kiln_version; /* KILN_VERSION of the build */
-	const char *slots;	  /* every slot's text (see below) */
+	unsigned abi;			/* KK_MODULE_ABI */
+	const char *kiln_version;	/* KILN_VERSION of the build */
+	const char *slots;		/* every slot's text (see below) */
 	size_t sizes[KK_MODULE_NSIZES]; /* KK_MODULE_SIZES of the build */
-	int cuda_version; /* CUDART_VERSION built with: 1000 * major + 10 * minor */
+	int cuda_version;		/* CUDART_VERSION built with: 1000 * major + 10 * minor */
 	/* What the driver must support, in cudaDriverGetVersion()'s units (0:
 	 * no check, the emulator): the major version of cuda_version, X.0,
 	 * as CUDA's minor version compatibility lets an X.y runtime run on
@@ -188,8 +195,6 @@ int kk__cuda_ops(const struct kk_backend_ops **ret, char *why, size_t len);
  * release to install). */
 int kk__cuda_driver_check(int driver, int needed, char *why, size_t len);
 
-/* kk_qmatrix_pack on the cpu backend (kernels/kk/cpu/quant.c). */
-int kk__cpu_qpack(kk_qmatrix *q);
 /* kk_sample_host's body: cpu/sample.c's sampler on host floats. */
 int kk__cpu_sample_host(const float *logits, int64_t rows, int64_t vocab, const kk_sampling *p,
 			int32_t *ids);

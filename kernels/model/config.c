@@ -16,10 +16,8 @@ int km_errorf(kiln_error *err, int r, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	kiln_error_vsetf(err, r, fmt, ap);
+	kiln_error_vset(err, NULL, r, KM_ERROR_MAX, fmt, ap);
 	va_end(ap);
-	if (err) /* kmodel's messages fit KM_ERROR_MAX (kmodel.h) */
-		err->msg[KM_ERROR_MAX - 1] = 0;
 	return r;
 }
 

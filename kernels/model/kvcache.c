@@ -42,15 +42,7 @@ km_kvcache *km_kvcache_free(km_kvcache *c)
 	}
 	for (int s = 0; c->rows && s < c->max_seqs; s++)
 		free(c->rows[s]);
-	free(c->rows);
-	free(c->k);
-	free(c->v);
-	free(c->refs);
-	free(c->free_stack);
-	free(c->live);
-	free(c->len);
-	free(c->nblk);
-	free(c);
+	FREE_ALL(c->rows, c->k, c->v, c->refs, c->free_stack, c->live, c->len, c->nblk, c);
 	return NULL;
 }
 DEFINE_TRIVIAL_CLEANUP_FUNC(km_kvcache *, km_kvcache_free);

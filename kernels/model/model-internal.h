@@ -7,6 +7,15 @@
 
 /* Formats err (NULL allowed) and returns r. */
 int km_errorf(kiln_error *err, int r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A failed kk call on be as err's message, returning r: for -EOPNOTSUPP
+ * the missing kernel (head_dim, and the dtype when not NULL) and what to
+ * do (`verb` it on a backend that has it), else what failed and why. */
+int km__kk_fail(kiln_error *err, int r, const char *what, const kk_backend *be, int head_dim,
+		const char *dtype, const char *verb);
+/* RoPE on q [T, n_heads] and k [T, n_kv_heads] at positions pos (I32
+ * [T]), as c says; backward: the inverse rotation, on their gradients. */
+int km__rope_qk(kk_backend *be, const km_config *c, kk_buffer *q, kk_buffer *k,
+		const kk_buffer *pos, int64_t T, bool backward);
 /* Parameters a config describes (for the size limit). */
 int64_t km_param_count(const km_config *c);
 

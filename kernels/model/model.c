@@ -93,9 +93,7 @@ km_model *km_model_free(km_model *m)
 			      m->last_x, m->last_r,	m->logits, m->ids,   m->meta };
 	for (size_t i = 0; i < ARRAY_SIZE(bufs); i++)
 		kk_buffer_free(bufs[i]);
-	free(m->hmeta);
-	free(m->order);
-	free(m->old_len);
+	FREE_ALL(m->hmeta, m->order, m->old_len);
 	if (m->hold) /* after every buffer over the source's memory is gone */
 		m->drop(m->hold);
 	free(m);
@@ -123,17 +121,35 @@ size_t km_model_mapped_bytes(const km_model *m)
 	return m ? m->mapped_bytes : 0;
 }
 
+int km__kk_fail(kiln_error *err, int r, const char *what, const kk_backend *be, int head_dim,
+		const char *dtype, const char *verb)
+{
+	char dt[32] = "";
+	if (r != -EOPNOTSUPP)
+		return km_errorf(err, r, "%s on backend '%s' failed: %s", what, kk_backend_name(be),
+				 strerror(-r));
+	if (dtype)
+		snprintf(dt, sizeof(dt), ", dtype %s", dtype);
+	return km_errorf(err, r,
+			 "%s: backend '%s' has no kernel for this model (head_dim %d%s); kk "
+			 "attention takes head dims 1..128 on cpu, 64 and 128 on cuda: %s it on a "
+			 "backend that has it (KILN_BACKEND=cpu)",
+			 what, kk_backend_name(be), head_dim, dt, verb);
+}
+
+int km__rope_qk(kk_backend *be, const km_config *c, kk_buffer *q, kk_buffer *k,
+		const kk_buffer *pos, int64_t T, bool backward)
+{
+	int r = kk_rope(be, NULL, q, pos, T, c->n_heads, c->head_dim, 0, c->rope_theta,
+			c->rope_mode, backward);
+	return r < 0 ? r
+		     : kk_rope(be, NULL, k, pos, T, c->n_kv_heads, c->head_dim, 0, c->rope_theta,
+			       c->rope_mode, backward);
+}
+
 static int kk_fail(kiln_error *err, int r, const char *what, const km_model *m)
 {
-	if (r == -EOPNOTSUPP)
-		return km_errorf(err, r,
-				 "%s: backend '%s' has no kernel for this model (head_dim %d, "
-				 "dtype %s); kk attention takes head dims 1..128 on cpu, 64 and "
-				 "128 on cuda: run it on a backend that has it (KILN_BACKEND=cpu)",
-				 what, kk_backend_name(m->be), m->cfg.head_dim,
-				 kk_dtype_name(m->adt));
-	return km_errorf(err, r, "%s on backend '%s' failed: %s", what, kk_backend_name(m->be),
-			 strerror(-r));
+	return km__kk_fail(err, r, what, m->be, m->cfg.head_dim, kk_dtype_name(m->adt), "run");
 }
 
 /* Reads one tensor of `count` floats from the source into a fresh array. */
@@ -228,10 +244,10 @@ static int load_native(km_model *m, const km_weight_source *src, const char *nam
 	kk_dtype wdt = m->opts.weight_dtype;
 	if (!src->read_quant || k % 32 || (wdt == KK_Q4 && m->opts.q4_group != 32))
 		return 0;
-	/* int8 in groups of 32 is the cpu backend's alone (cuda's kernels take
-	 * per-channel scales and refuse it): elsewhere the tensor is read as
-	 * f32 and quantized per channel, as before. */
-	if (wdt == KK_I8 && strcmp(kk_backend_name(m->be), "cpu") != 0)
+	/* int8 in groups of 32 only where the backend takes it (the cpu's;
+	 * cuda's kernels take per-channel scales): elsewhere the tensor is
+	 * read as f32 and quantized per channel, as before. */
+	if (wdt == KK_I8 && !kk_backend_has(m->be, KK_CAP_I8_GROUP32))
 		return 0;
 	size_t nb = kk_dtype_size(wdt, (size_t) (n * k)), ns = (size_t) (n * k / 32);
 	_cleanup_free_ void *data = malloc(nb);
@@ -322,6 +338,17 @@ static int alloc_act(km_model *m, kk_dtype dt, size_t count, kk_buffer **ret, ki
 	return r < 0 ? kk_fail(err, r, "allocating activations", m) : 0;
 }
 
+/* alloc_act for each buffer of the array bufs (n of them). */
+static int alloc_acts(km_model *m, kk_dtype dt, size_t count, kk_buffer **const *bufs, size_t n,
+		      kiln_error *err)
+{
+	int r = 0;
+	for (size_t i = 0; r >= 0 && i < n; i++)
+		r = alloc_act(m, dt, count, bufs[i], err);
+	return r;
+}
+#define ALLOC_ACTS(m, dt, count, bufs, err) alloc_acts(m, dt, count, bufs, ARRAY_SIZE(bufs), err)
+
 static int probe_attention(km_model *m, kiln_error *err);
 
 int km_model_new(kk_backend *be, const km_config *cfg, const km_model_opts *opts,
@@ -407,39 +434,40 @@ int km_model_new(kk_backend *be, const km_config *cfg, const km_model_opts *opts
 		if ((r = load_vector(m, src, NAME("attention_norm.weight"), (size_t) d,
 				     &L->attn_norm, err)) < 0 ||
 		    (r = load_vector(m, src, NAME("ffn_norm.weight"), (size_t) d, &L->ffn_norm,
-				     err)) < 0 ||
-		    (r = load_linear(m, src, NAME("attention.wq.weight"), d, d, d, d, &L->wq,
-				     err)) < 0 ||
-		    (r = load_linear(m, src, NAME("attention.wk.weight"), kvd, d, kvd, d, &L->wk,
-				     err)) < 0 ||
-		    (r = load_linear(m, src, NAME("attention.wv.weight"), kvd, d, kvd, d, &L->wv,
-				     err)) < 0 ||
-		    (r = load_linear(m, src, NAME("attention.wo.weight"), d, d, d, d, &L->wo,
-				     err)) < 0 ||
-		    (r = load_linear(m, src, NAME("feed_forward.w1.weight"), hid, d, hp, d, &L->w1,
-				     err)) < 0 ||
-		    (r = load_linear(m, src, NAME("feed_forward.w3.weight"), hid, d, hp, d, &L->w3,
-				     err)) < 0 ||
-		    (r = load_linear(m, src, NAME("feed_forward.w2.weight"), d, hid, d, hp, &L->w2,
 				     err)) < 0)
 			return r;
+		/* Each W [n, k], stored [np, kp]. */
+		const struct {
+			const char *name;
+			km_linear *out;
+			int64_t n, k, np, kp;
+		} lin[] = {
+			{ "attention.wq.weight", &L->wq, d, d, d, d },
+			{ "attention.wk.weight", &L->wk, kvd, d, kvd, d },
+			{ "attention.wv.weight", &L->wv, kvd, d, kvd, d },
+			{ "attention.wo.weight", &L->wo, d, d, d, d },
+			{ "feed_forward.w1.weight", &L->w1, hid, d, hp, d },
+			{ "feed_forward.w3.weight", &L->w3, hid, d, hp, d },
+			{ "feed_forward.w2.weight", &L->w2, d, hid, d, hp },
+		};
+		for (size_t i = 0; i < ARRAY_SIZE(lin); i++)
+			if ((r = load_linear(m, src, NAME(lin[i].name), lin[i].n, lin[i].k,
+					     lin[i].np, lin[i].kp, lin[i].out, err)) < 0)
+				return r;
 #undef NAME
 	}
 
 	const size_t T = (size_t) opts->max_tokens, S = (size_t) opts->max_seqs;
 	const kk_dtype a = m->adt;
-	if ((r = alloc_act(m, a, T * d, &m->x, err)) < 0 ||
-	    (r = alloc_act(m, a, T * d, &m->resid, err)) < 0 ||
-	    (r = alloc_act(m, a, T * d, &m->xb, err)) < 0 ||
-	    (r = alloc_act(m, a, T * d, &m->q, err)) < 0 ||
-	    (r = alloc_act(m, a, T * kvd, &m->k, err)) < 0 ||
-	    (r = alloc_act(m, a, T * kvd, &m->v, err)) < 0 ||
-	    (r = alloc_act(m, a, T * d, &m->att, err)) < 0 ||
-	    (r = alloc_act(m, a, T * hp, &m->h1, err)) < 0 ||
-	    (r = alloc_act(m, a, T * hp, &m->h2, err)) < 0 ||
-	    (r = alloc_act(m, a, T * hp, &m->h3, err)) < 0 ||
-	    (r = alloc_act(m, a, S * d, &m->last_x, err)) < 0 ||
-	    (r = alloc_act(m, a, S * d, &m->last_r, err)) < 0 ||
+	/* The activations, by size: [T, d], [T, kv dim], [T, padded hidden],
+	 * [S, d] in the activation dtype, then the logits and sampled ids. */
+	kk_buffer **td[] = { &m->x, &m->resid, &m->xb, &m->q, &m->att };
+	kk_buffer **tkv[] = { &m->k, &m->v }, **th[] = { &m->h1, &m->h2, &m->h3 };
+	kk_buffer **sd[] = { &m->last_x, &m->last_r };
+	if ((r = ALLOC_ACTS(m, a, T * d, td, err)) < 0 ||
+	    (r = ALLOC_ACTS(m, a, T * kvd, tkv, err)) < 0 ||
+	    (r = ALLOC_ACTS(m, a, T * hp, th, err)) < 0 ||
+	    (r = ALLOC_ACTS(m, a, S * d, sd, err)) < 0 ||
 	    (r = alloc_act(m, KK_F32, S * V, &m->logits, err)) < 0 ||
 	    (r = alloc_act(m, KK_I32, S, &m->ids, err)) < 0)
 		return r;
@@ -594,12 +622,7 @@ static int run_layers(km_model *m, km_kvcache *c, step_views *v, int64_t T, int 
 		TRY(linear(m, m->q, m->xb, &L->wq, T), "q projection");
 		TRY(linear(m, m->k, m->xb, &L->wk, T), "k projection");
 		TRY(linear(m, m->v, m->xb, &L->wv, T), "v projection");
-		TRY(kk_rope(m->be, NULL, m->q, v->pos, T, cfg->n_heads, cfg->head_dim, 0,
-			    cfg->rope_theta, cfg->rope_mode, false),
-		    "rope");
-		TRY(kk_rope(m->be, NULL, m->k, v->pos, T, cfg->n_kv_heads, cfg->head_dim, 0,
-			    cfg->rope_theta, cfg->rope_mode, false),
-		    "rope");
+		TRY(km__rope_qk(m->be, cfg, m->q, m->k, v->pos, T, false), "rope");
 		kk_buffer *kc = km__kvcache_k(c, l), *vc = km__kvcache_v(c, l);
 		TRY(kk_kv_cache_write(m->be, NULL, kc, vc, m->k, m->v, v->slots, T, cfg->n_kv_heads,
 				      cfg->head_dim, km_kvcache_num_blocks(c)),

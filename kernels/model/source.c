@@ -87,10 +87,13 @@ km_file_kind km_file_kind_of(const km_file *f)
 
 /* ---- names and shapes --------------------------------------------------- */
 
-/* Per-layer tensors: canonical suffix, GGUF suffix, HF suffix. */
-static const struct {
+/* A tensor's names: canonical, GGUF's, Hugging Face's. */
+typedef struct {
 	const char *canon, *gguf, *hf;
-} layer_names[] = {
+} tensor_names;
+
+/* Per-layer tensors (suffixes). */
+static const tensor_names layer_names[] = {
 	{ "attention_norm.weight", "attn_norm.weight", "input_layernorm.weight" },
 	{ "attention.wq.weight", "attn_q.weight", "self_attn.q_proj.weight" },
 	{ "attention.wk.weight", "attn_k.weight", "self_attn.k_proj.weight" },
@@ -102,9 +105,7 @@ static const struct {
 	{ "feed_forward.w3.weight", "ffn_up.weight", "mlp.up_proj.weight" },
 };
 
-static const struct {
-	const char *canon, *gguf, *hf;
-} global_names[] = {
+static const tensor_names global_names[] = {
 	{ "tok_embeddings.weight", "token_embd.weight", "model.embed_tokens.weight" },
 	{ "norm.weight", "output_norm.weight", "model.norm.weight" },
 	{ "output.weight", "output.weight", "lm_head.weight" },
@@ -754,33 +755,22 @@ static int config_l2c(km_file *f, kiln_error *err)
 
 /* ---- kiln safetensors: kiln.config.* ------------------------------------ */
 
-static int kiln_int(const km_file *f, const char *key, int *ret, kiln_error *err)
+/* kiln.config.KEY as a number: a whole int32 (integer), or any. */
+static int kiln_num(const km_file *f, const char *key, bool integer, double *ret, kiln_error *err)
 {
+	_cleanup_free_ char *full = NULL;
 	const char *s = NULL;
-	if (kmf_meta_get_str(f->kf, key, &s) < 0)
-		return km_errorf(err, -EINVAL, "%s: kiln metadata '%s' is missing", f->path, key);
 	char *end;
+	if (asprintf(&full, "kiln.config.%s", key) < 0)
+		return km_errorf(err, -ENOMEM, "%s: out of memory", f->path);
+	if (kmf_meta_get_str(f->kf, full, &s) < 0)
+		return km_errorf(err, -EINVAL, "%s: kiln metadata '%s' is missing", f->path, full);
 	errno = 0;
-	long long v = strtoll(s, &end, 10);
-	if (errno || end == s || *end || v < INT32_MIN || v > INT32_MAX)
-		return km_errorf(err, -EINVAL,
-				 "%s: kiln metadata '%s' = \"%s\", expected an integer", f->path,
-				 key, s);
-	*ret = (int) v;
-	return 0;
-}
-
-static int kiln_float(const km_file *f, const char *key, float *ret, kiln_error *err)
-{
-	const char *s = NULL;
-	if (kmf_meta_get_str(f->kf, key, &s) < 0)
-		return km_errorf(err, -EINVAL, "%s: kiln metadata '%s' is missing", f->path, key);
-	char *end;
-	double v = strtod(s, &end);
-	if (end == s || *end)
-		return km_errorf(err, -EINVAL, "%s: kiln metadata '%s' = \"%s\", expected a number",
-				 f->path, key, s);
-	*ret = (float) v;
+	double v = integer ? (double) strtoll(s, &end, 10) : strtod(s, &end);
+	if (end == s || *end || (integer && (errno || v < INT32_MIN || v > INT32_MAX)))
+		return km_errorf(err, -EINVAL, "%s: kiln metadata '%s' = \"%s\", expected %s",
+				 f->path, full, s, integer ? "an integer" : "a number");
+	*ret = v;
 	return 0;
 }
 
@@ -797,40 +787,34 @@ static int config_kiln(km_file *f, kiln_error *err)
 				 f->path, fmt);
 	km_config *c = &f->cfg;
 	int mode = 0, shared = 0, r;
-	const struct {
-		const char *key;
-		int *v;
-	} ints[] = {
-		{ "kiln.config.dim", &c->dim },
-		{ "kiln.config.hidden_dim", &c->hidden_dim },
-		{ "kiln.config.n_layers", &c->n_layers },
-		{ "kiln.config.n_heads", &c->n_heads },
-		{ "kiln.config.n_kv_heads", &c->n_kv_heads },
-		{ "kiln.config.vocab_size", &c->vocab_size },
-		{ "kiln.config.max_seq_len", &c->max_seq_len },
-		{ "kiln.config.rope_mode", &mode },
-		{ "kiln.config.shared_classifier", &shared },
-	};
-	const struct {
-		const char *key;
-		float *v;
-	} floats[] = {
-		{ "kiln.config.norm_eps", &c->norm_eps },
-		{ "kiln.config.rope_theta", &c->rope_theta },
-	};
-	for (size_t i = 0; i < ARRAY_SIZE(ints); i++)
-		if ((r = kiln_int(f, ints[i].key, ints[i].v, err)) < 0)
+	double v;
+	/* The integers, in the order of their keys, then the two floats. */
+	const char *const int_keys[] = { "dim",		"hidden_dim", "n_layers",
+					 "n_heads",	"n_kv_heads", "vocab_size",
+					 "max_seq_len", "rope_mode",  "shared_classifier" };
+	int *const ints[] = { &c->dim,	       &c->hidden_dim, &c->n_layers,
+			      &c->n_heads,     &c->n_kv_heads, &c->vocab_size,
+			      &c->max_seq_len, &mode,	       &shared };
+	for (size_t i = 0; i < ARRAY_SIZE(ints); i++) {
+		if ((r = kiln_num(f, int_keys[i], true, &v, err)) < 0)
 			return r;
-	for (size_t i = 0; i < ARRAY_SIZE(floats); i++)
-		if ((r = kiln_float(f, floats[i].key, floats[i].v, err)) < 0)
-			return r;
+		*ints[i] = (int) v;
+	}
+	if ((r = kiln_num(f, "norm_eps", false, &v, err)) < 0)
+		return r;
+	c->norm_eps = (float) v;
+	if ((r = kiln_num(f, "rope_theta", false, &v, err)) < 0)
+		return r;
+	c->rope_theta = (float) v;
+	/* Every kiln.config.* key in the file is one of those read above. */
 	for (size_t i = 0; i < kmf_meta_count(f->kf); i++) {
 		const kmf_meta *m = kmf_meta_at(f->kf, i);
-		bool known = !startswith(m->key, "kiln.config.");
-		for (size_t j = 0; j < ARRAY_SIZE(ints) && !known; j++)
-			known = streq(m->key, ints[j].key);
-		for (size_t j = 0; j < ARRAY_SIZE(floats) && !known; j++)
-			known = streq(m->key, floats[j].key);
+		const char *k = m->key;
+		bool known = !startswith(k, "kiln.config.");
+		k += known ? 0 : strlen("kiln.config.");
+		for (size_t j = 0; j < ARRAY_SIZE(int_keys) && !known; j++)
+			known = streq(k, int_keys[j]);
+		known = known || streq(k, "norm_eps") || streq(k, "rope_theta");
 		if (!known)
 			return km_errorf(err, -EOPNOTSUPP,
 					 "%s: kiln metadata '%s' = \"%.64s\": an unknown model "

@@ -232,69 +232,6 @@ static int check_2d(const kmf_tensor *t, kk_dtype scale_dt)
 	return 0;
 }
 
-int kmf_tensor_to_i8(const kmf_tensor *t, kk_dtype scale_dt, int8_t *q, void *scales)
-{
-	_cleanup_free_ float *row = NULL;
-	int64_t n, k;
-	int r = check_2d(t, scale_dt);
-	if (r < 0)
-		return r;
-	assert_return(q && scales, -EINVAL);
-	n = t->shape[0], k = t->shape[1];
-	row = malloc((size_t) k * sizeof(float));
-	if (!row)
-		return -ENOMEM;
-	for (int64_t i = 0; i < n; i++) {
-		r = read_f32(t, (size_t) (i * k), (size_t) k, row);
-		if (r < 0)
-			return r;
-		quant_group(row, k, -127.0f, 127.0f, scale_dt, scales, (size_t) i, q + i * k);
-	}
-	return 0;
-}
-
-int kmf_tensor_to_i8_g32(const kmf_tensor *t, kk_dtype scale_dt, int8_t *q, void *scales,
-			 bool *exact)
-{
-	_cleanup_free_ float *row = NULL;
-	int64_t n, k, groups;
-	int r = check_2d(t, scale_dt);
-	if (r < 0)
-		return r;
-	assert_return(q && scales, -EINVAL);
-	n = t->shape[0], k = t->shape[1];
-	assert_return(k % 32 == 0, -EINVAL);
-	groups = k / 32;
-
-	if (t->dtype == KMF_Q8_0) {
-		/* ggml's block: an f16 scale, then 32 int8 codes in order. */
-		const uint8_t *b = t->data;
-		for (int64_t blk = 0; blk < n * groups; blk++, b += 34) {
-			uint16_t h = kmf__ld16(b);
-			memcpy(q + blk * 32, b + 2, 32);
-			/* exact: an f16 value round-trips through f32 */
-			put_scale(scale_dt, scales, (size_t) blk, kmf__f16_to_f32(h));
-		}
-		if (exact)
-			*exact = true;
-		return 0;
-	}
-	row = malloc((size_t) k * sizeof(float));
-	if (!row)
-		return -ENOMEM;
-	for (int64_t i = 0; i < n; i++) {
-		r = read_f32(t, (size_t) (i * k), (size_t) k, row);
-		if (r < 0)
-			return r;
-		for (int64_t g = 0; g < groups; g++)
-			quant_group(row + g * 32, 32, -127.0f, 127.0f, scale_dt, scales,
-				    (size_t) (i * groups + g), q + i * k + g * 32);
-	}
-	if (exact)
-		*exact = false;
-	return 0;
-}
-
 static void pack_q4(const int8_t *codes, int64_t n, uint8_t *dst)
 {
 	for (int64_t j = 0; j < n; j += 2)
@@ -302,57 +239,95 @@ static void pack_q4(const int8_t *codes, int64_t n, uint8_t *dst)
 			(uint8_t) (((codes[j] + 8) & 0x0f) | (((codes[j + 1] + 8) & 0x0f) << 4));
 }
 
+/* Quantizes every row of t [n, k] by kk_quantize's rule in groups of
+ * `group` (k: per channel): int8 codes to i8, or (i8 NULL) 4-bit codes
+ * packed to q4. */
+static int quant_rows(const kmf_tensor *t, int64_t group, kk_dtype scale_dt, void *scales,
+		      int8_t *i8, uint8_t *q4)
+{
+	const int64_t n = t->shape[0], k = t->shape[1], groups = k / group;
+	const float qmin = i8 ? -127.0f : -8.0f, qmax = i8 ? 127.0f : 7.0f;
+	_cleanup_free_ float *row = malloc((size_t) k * sizeof(float));
+	_cleanup_free_ int8_t *packing = i8 ? NULL : malloc((size_t) k);
+	if (!row || (!i8 && !packing))
+		return -ENOMEM;
+	for (int64_t i = 0; i < n; i++) {
+		int8_t *codes = i8 ? i8 + i * k : packing;
+		int r = read_f32(t, (size_t) (i * k), (size_t) k, row);
+		if (r < 0)
+			return r;
+		for (int64_t g = 0; g < groups; g++)
+			quant_group(row + g * group, group, qmin, qmax, scale_dt, scales,
+				    (size_t) (i * groups + g), codes + g * group);
+		if (!i8)
+			pack_q4(codes, k, q4 + i * k / 2);
+	}
+	return 0;
+}
+
+/* A quantized conversion's end: *exact (may be NULL) says whether the
+ * codes and scales are the source's own. */
+static int converted(int r, bool *exact, bool native)
+{
+	if (r >= 0 && exact)
+		*exact = native;
+	return r;
+}
+
+int kmf_tensor_to_i8(const kmf_tensor *t, kk_dtype scale_dt, int8_t *q, void *scales)
+{
+	int r = check_2d(t, scale_dt);
+	if (r < 0)
+		return r;
+	assert_return(q && scales, -EINVAL);
+	return quant_rows(t, t->shape[1], scale_dt, scales, q, NULL);
+}
+
+int kmf_tensor_to_i8_g32(const kmf_tensor *t, kk_dtype scale_dt, int8_t *q, void *scales,
+			 bool *exact)
+{
+	int r = check_2d(t, scale_dt);
+	if (r < 0)
+		return r;
+	assert_return(q && scales, -EINVAL);
+	assert_return(t->shape[1] % 32 == 0, -EINVAL);
+	if (t->dtype != KMF_Q8_0)
+		return converted(quant_rows(t, 32, scale_dt, scales, q, NULL), exact, false);
+	/* ggml's block: an f16 scale, then 32 int8 codes in order. */
+	const uint8_t *b = t->data;
+	for (int64_t blk = 0; blk < t->nelem / 32; blk++, b += 34) {
+		memcpy(q + blk * 32, b + 2, 32);
+		/* exact: an f16 value round-trips through f32 */
+		put_scale(scale_dt, scales, (size_t) blk, kmf__f16_to_f32(kmf__ld16(b)));
+	}
+	return converted(0, exact, true);
+}
+
 int kmf_tensor_to_q4(const kmf_tensor *t, int group, kk_dtype scale_dt, uint8_t *q, void *scales,
 		     bool *exact)
 {
-	_cleanup_free_ float *row = NULL;
-	_cleanup_free_ int8_t *codes = NULL;
-	int64_t n, k, groups;
 	int r = check_2d(t, scale_dt);
 	if (r < 0)
 		return r;
 	assert_return(q && scales, -EINVAL);
 	assert_return(group == 32 || group == 64 || group == 128, -EINVAL);
-	n = t->shape[0], k = t->shape[1];
-	assert_return(k % group == 0, -EINVAL);
-	groups = k / group;
-
-	if (t->dtype == KMF_Q4_0 && group == 32) {
-		/* Same codes and scale: repack the nibbles (ggml: element i in
-		 * the low nibble of byte i, element i + 16 in its high nibble;
-		 * kk: elements 2m and 2m + 1 in byte m). */
-		const uint8_t *b = t->data;
-		for (int64_t blk = 0; blk < n * groups; blk++, b += 18) {
-			uint16_t h = kmf__ld16(b);
-			uint8_t nib[32];
-			for (int i = 0; i < 16; i++) {
-				nib[i] = b[2 + i] & 0x0f;
-				nib[i + 16] = b[2 + i] >> 4;
-			}
-			for (int m = 0; m < 16; m++)
-				q[blk * 16 + m] = (uint8_t) (nib[2 * m] | (nib[2 * m + 1] << 4));
-			/* exact: an f16 value round-trips through f32 */
-			put_scale(scale_dt, scales, (size_t) blk, kmf__f16_to_f32(h));
+	assert_return(t->shape[1] % group == 0, -EINVAL);
+	if (t->dtype != KMF_Q4_0 || group != 32)
+		return converted(quant_rows(t, group, scale_dt, scales, NULL, q), exact, false);
+	/* Same codes and scale: repack the nibbles (ggml: element i in the
+	 * low nibble of byte i, element i + 16 in its high nibble; kk:
+	 * elements 2m and 2m + 1 in byte m). */
+	const uint8_t *b = t->data;
+	for (int64_t blk = 0; blk < t->nelem / 32; blk++, b += 18) {
+		uint8_t nib[32];
+		for (int i = 0; i < 16; i++) {
+			nib[i] = b[2 + i] & 0x0f;
+			nib[i + 16] = b[2 + i] >> 4;
 		}
-		if (exact)
-			*exact = true;
-		return 0;
+		for (int m = 0; m < 16; m++)
+			q[blk * 16 + m] = (uint8_t) (nib[2 * m] | (nib[2 * m + 1] << 4));
+		/* exact: an f16 value round-trips through f32 */
+		put_scale(scale_dt, scales, (size_t) blk, kmf__f16_to_f32(kmf__ld16(b)));
 	}
-
-	row = malloc((size_t) k * sizeof(float));
-	codes = malloc((size_t) k);
-	if (!row || !codes)
-		return -ENOMEM;
-	for (int64_t i = 0; i < n; i++) {
-		r = read_f32(t, (size_t) (i * k), (size_t) k, row);
-		if (r < 0)
-			return r;
-		for (int64_t g = 0; g < groups; g++)
-			quant_group(row + g * group, group, -8.0f, 7.0f, scale_dt, scales,
-				    (size_t) (i * groups + g), codes + g * group);
-		pack_q4(codes, k, q + i * k / 2);
-	}
-	if (exact)
-		*exact = false;
-	return 0;
+	return converted(0, exact, true);
 }

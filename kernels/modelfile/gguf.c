@@ -73,24 +73,29 @@ static int need(cursor *c, uint64_t n, const char *what, const char *tensor)
 	return 0;
 }
 
-static int rd32(cursor *c, uint32_t *v, const char *what, const char *tensor)
+/* A little-endian integer of `bytes` (4 or 8) bytes. */
+static int rdle(cursor *c, unsigned bytes, uint64_t *v, const char *what, const char *tensor)
 {
-	int r = need(c, 4, what, tensor);
+	int r = need(c, bytes, what, tensor);
 	if (r < 0)
 		return r;
-	*v = kmf__ld32(c->f->base + c->pos);
-	c->pos += 4;
+	*v = bytes == 4 ? kmf__ld32(c->f->base + c->pos) : kmf__ld64(c->f->base + c->pos);
+	c->pos += bytes;
 	return 0;
 }
 
 static int rd64(cursor *c, uint64_t *v, const char *what, const char *tensor)
 {
-	int r = need(c, 8, what, tensor);
-	if (r < 0)
-		return r;
-	*v = kmf__ld64(c->f->base + c->pos);
-	c->pos += 8;
-	return 0;
+	return rdle(c, 8, v, what, tensor);
+}
+
+static int rd32(cursor *c, uint32_t *v, const char *what, const char *tensor)
+{
+	uint64_t u = 0;
+	int r = rdle(c, 4, &u, what, tensor);
+	if (r >= 0)
+		*v = (uint32_t) u;
+	return r;
 }
 
 /* A GGUF string, bounded by max; returns a pointer into the file. */
@@ -120,46 +125,37 @@ static const unsigned vsize[KMF_V_MAX] = {
 	[KMF_V_U64] = 8, [KMF_V_I64] = 8, [KMF_V_F64] = 8,
 };
 
-/* Reads one scalar of type t at p into m (widened). */
+/* Reads one scalar of type t at p into m (widened): its vsize[t]
+ * little-endian bytes, sign-extended for the signed types ((u ^ s) - s
+ * with s the sign bit). */
 static void scalar(kmf_meta *m, kmf_vtype t, const uint8_t *p)
 {
+	const unsigned n = vsize[t];
+	if (n == 0) /* not a scalar */
+		return;
+	const uint64_t u = n == 1   ? p[0]
+			   : n == 2 ? kmf__ld16(p)
+			   : n == 4 ? kmf__ld32(p)
+				    : kmf__ld64(p);
+	const uint64_t s = n < 8 ? UINT64_C(1) << (8 * n - 1) : 0;
 	switch (t) {
-	case KMF_V_U8:
-		m->u = p[0];
-		break;
-	case KMF_V_I8:
-		m->i = (int8_t) p[0];
-		break;
-	case KMF_V_U16:
-		m->u = kmf__ld16(p);
-		break;
-	case KMF_V_I16:
-		m->i = (int16_t) kmf__ld16(p);
-		break;
-	case KMF_V_U32:
-		m->u = kmf__ld32(p);
-		break;
-	case KMF_V_I32:
-		m->i = (int32_t) kmf__ld32(p);
-		break;
 	case KMF_V_F32:
 		m->f = kmf__ldf32(p);
 		break;
-	case KMF_V_BOOL:
-		m->b = p[0] != 0;
-		break;
-	case KMF_V_U64:
-		m->u = kmf__ld64(p);
-		break;
-	case KMF_V_I64:
-		m->i = (int64_t) kmf__ld64(p);
-		break;
-	case KMF_V_F64: {
-		uint64_t u = kmf__ld64(p);
+	case KMF_V_F64:
 		memcpy(&m->f, &u, 8);
 		break;
-	}
+	case KMF_V_BOOL:
+		m->b = u != 0;
+		break;
+	case KMF_V_I8:
+	case KMF_V_I16:
+	case KMF_V_I32:
+	case KMF_V_I64:
+		m->i = (int64_t) ((u ^ s) - s);
+		break;
 	default:
+		m->u = u;
 		break;
 	}
 }
@@ -262,6 +258,20 @@ static int rdarray(cursor *c, kmf_meta *m)
 	return 0;
 }
 
+/* A key or tensor name: a string of 1..KMF_MAX_NAME bytes of valid UTF-8
+ * without NUL (`what` for rdstr's messages, `desc` for this one's). */
+static int rdname(cursor *c, const char *what, const char *desc, const char **s, uint64_t *len)
+{
+	size_t at = c->pos;
+	int r = rdstr(c, KMF_MAX_NAME, what, NULL, s, len);
+	if (r < 0)
+		return r;
+	if (*len == 0 || !kmf__utf8_valid(*s, *len) || memchr(*s, 0, *len))
+		return kmf__fail(c->err, -EBADMSG, (int64_t) at, NULL,
+				 "%s is empty or not valid UTF-8; the file is corrupt", desc);
+	return 0;
+}
+
 static int rdkv(cursor *c, size_t *key_at)
 {
 	kmf_file *f = c->f;
@@ -270,12 +280,9 @@ static int rdkv(cursor *c, size_t *key_at)
 	uint64_t klen;
 	uint32_t t;
 	kmf_meta *m;
-	int r = rdstr(c, KMF_MAX_NAME, "key", NULL, &key, &klen);
+	int r = rdname(c, "key", "a metadata key", &key, &klen);
 	if (r < 0)
 		return r;
-	if (klen == 0 || !kmf__utf8_valid(key, klen) || memchr(key, 0, klen))
-		return kmf__fail(c->err, -EBADMSG, (int64_t) at, NULL,
-				 "a metadata key is empty or not valid UTF-8; the file is corrupt");
 	*key_at = at;
 	m = kmf__meta_add(f, key, klen);
 	if (!m)
@@ -324,12 +331,9 @@ static int rdtensor(cursor *c, kmf_tensor *t, uint32_t align)
 	const char *name;
 	uint64_t len, off, ne[GGUF_MAX_DIMS];
 	uint32_t nd, type;
-	int r = rdstr(c, KMF_MAX_NAME, "tensor name", NULL, &name, &len);
+	int r = rdname(c, "tensor name", "a tensor name", &name, &len);
 	if (r < 0)
 		return r;
-	if (len == 0 || !kmf__utf8_valid(name, len) || memchr(name, 0, len))
-		return kmf__fail(c->err, -EBADMSG, (int64_t) at, NULL,
-				 "a tensor name is empty or not valid UTF-8; the file is corrupt");
 	t->name = kmf__strndup(f, name, len);
 	if (!t->name)
 		return kmf__fail(c->err, -ENOMEM, -1, NULL, "out of memory");

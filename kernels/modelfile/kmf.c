@@ -244,11 +244,7 @@ kmf_file *kmf_close(kmf_file *f)
 		munmap((void *) f->base, f->size);
 	for (size_t i = 0; i < f->n_allocs; i++)
 		free(f->allocs[i]);
-	free(f->allocs);
-	free(f->tensors);
-	free(f->sorted);
-	free(f->meta);
-	free(f);
+	FREE_ALL(f->allocs, f->tensors, f->sorted, f->meta, f);
 	return NULL;
 }
 DEFINE_TRIVIAL_CLEANUP_FUNC(kmf_file *, kmf_close);

@@ -141,24 +141,24 @@ int kmf__l2c_parse(kmf_file *f, kiln_error *err)
 
 	r = add(&b, "model.embed_tokens.weight", c.vocab, c.dim, b.pos);
 	b.pos += (uint64_t) (c.vocab * c.dim) * 4;
-	if (r >= 0)
-		r = add_layers(&b, &c, "input_layernorm.weight", c.dim, 0);
-	if (r >= 0)
-		r = add_layers(&b, &c, "self_attn.q_proj.weight", c.dim, c.dim);
-	if (r >= 0)
-		r = add_layers(&b, &c, "self_attn.k_proj.weight", c.kv_dim, c.dim);
-	if (r >= 0)
-		r = add_layers(&b, &c, "self_attn.v_proj.weight", c.kv_dim, c.dim);
-	if (r >= 0)
-		r = add_layers(&b, &c, "self_attn.o_proj.weight", c.dim, c.dim);
-	if (r >= 0)
-		r = add_layers(&b, &c, "post_attention_layernorm.weight", c.dim, 0);
-	if (r >= 0)
-		r = add_layers(&b, &c, "mlp.gate_proj.weight", c.hidden, c.dim);
-	if (r >= 0)
-		r = add_layers(&b, &c, "mlp.down_proj.weight", c.dim, c.hidden);
-	if (r >= 0)
-		r = add_layers(&b, &c, "mlp.up_proj.weight", c.hidden, c.dim);
+	/* The layer-major arrays in the file's order: [rows, cols] (0: a
+	 * vector). */
+	const struct {
+		const char *suffix;
+		int64_t rows, cols;
+	} layers[] = {
+		{ "input_layernorm.weight", c.dim, 0 },
+		{ "self_attn.q_proj.weight", c.dim, c.dim },
+		{ "self_attn.k_proj.weight", c.kv_dim, c.dim },
+		{ "self_attn.v_proj.weight", c.kv_dim, c.dim },
+		{ "self_attn.o_proj.weight", c.dim, c.dim },
+		{ "post_attention_layernorm.weight", c.dim, 0 },
+		{ "mlp.gate_proj.weight", c.hidden, c.dim },
+		{ "mlp.down_proj.weight", c.dim, c.hidden },
+		{ "mlp.up_proj.weight", c.hidden, c.dim },
+	};
+	for (size_t i = 0; r >= 0 && i < ARRAY_SIZE(layers); i++)
+		r = add_layers(&b, &c, layers[i].suffix, layers[i].rows, layers[i].cols);
 	if (r >= 0)
 		r = add(&b, "model.norm.weight", c.dim, 0, b.pos);
 	b.pos += (uint64_t) c.dim * 4;

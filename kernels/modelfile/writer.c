@@ -19,10 +19,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "kiln/strbuf.h"
 #include "kmf_internal.h"
-
-/* write(2) moves at most ~2 GiB per call on Linux; stay below. */
-#define WRITE_STEP (UINT64_C(1) << 30)
 
 struct wtensor {
 	char *name;
@@ -39,32 +37,26 @@ struct kmf_writer {
 	json_t *meta; /* object of strings */
 };
 
-int kmf_writer_new(kmf_writer **ret)
-{
-	kmf_writer *w;
-	assert_return(ret, -EINVAL);
-	w = calloc(1, sizeof(*w));
-	if (!w)
-		return -ENOMEM;
-	w->meta = json_object();
-	if (!w->meta) {
-		free(w);
-		return -ENOMEM;
-	}
-	*ret = w;
-	return 0;
-}
-
 kmf_writer *kmf_writer_free(kmf_writer *w)
 {
 	if (!w)
 		return NULL;
 	for (size_t i = 0; i < w->n; i++)
 		free(w->t[i].name);
-	free(w->t);
 	json_decref(w->meta);
-	free(w);
+	FREE_ALL(w->t, w);
 	return NULL;
+}
+DEFINE_TRIVIAL_CLEANUP_FUNC(kmf_writer *, kmf_writer_free);
+
+int kmf_writer_new(kmf_writer **ret)
+{
+	assert_return(ret, -EINVAL);
+	_cleanup_(kmf_writer_freep) kmf_writer *w = calloc(1, sizeof(*w));
+	if (!w || !(w->meta = json_object()))
+		return -ENOMEM;
+	*ret = TAKE_PTR(w);
+	return 0;
 }
 
 int kmf_writer_add(kmf_writer *w, const char *name, kmf_dtype dtype, int ndim, const int64_t *shape,
@@ -90,14 +82,8 @@ int kmf_writer_add(kmf_writer *w, const char *name, kmf_dtype dtype, int ndim, c
 			return -EEXIST;
 	if (w->n >= KMF_MAX_TENSORS)
 		return -E2BIG;
-	if (w->n == w->cap) {
-		size_t cap = w->cap ? w->cap * 2 : 64;
-		struct wtensor *nt = realloc(w->t, cap * sizeof(*nt));
-		if (!nt)
-			return -ENOMEM;
-		w->t = nt;
-		w->cap = cap;
-	}
+	if (GROW(w->t, w->cap, w->n) < 0)
+		return -ENOMEM;
 	wt = &w->t[w->n];
 	*wt = (struct wtensor){ .dtype = dtype, .ndim = ndim, .data = data, .nbytes = nbytes };
 	memcpy(wt->shape, t.shape, sizeof(wt->shape));
@@ -166,22 +152,6 @@ static int build_header(kmf_writer *w, size_t *order, char **ret, size_t *len)
 	memset(buf + 8 + jl, ' ', total - 8 - jl);
 	*ret = buf;
 	*len = total;
-	return 0;
-}
-
-static int write_all(int fd, const void *p, uint64_t n)
-{
-	const uint8_t *b = p;
-	while (n > 0) {
-		ssize_t k = write(fd, b, (size_t) MIN(n, WRITE_STEP));
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		b += k;
-		n -= (uint64_t) k;
-	}
 	return 0;
 }
 
@@ -257,9 +227,9 @@ int kmf_writer_commit(kmf_writer *w, const char *path, unsigned mode, kiln_error
 		r = -errno;
 		goto fail;
 	}
-	r = write_all(fd, hdr, hlen);
+	r = kiln_write_all(fd, hdr, hlen);
 	for (size_t i = 0; r >= 0 && i < w->n; i++)
-		r = write_all(fd, w->t[order[i]].data, w->t[order[i]].nbytes);
+		r = kiln_write_all(fd, w->t[order[i]].data, w->t[order[i]].nbytes);
 	if (r >= 0 && fsync(fd) < 0)
 		r = -errno;
 	if (r < 0)

@@ -183,6 +183,82 @@ static const char *role_text(const char *r)
 	return names[role_of(r)];
 }
 
+/* The templates whose every turn is open, the role, close, the content
+ * (trimmed or not) and end (NULL: eos and a newline), after bos when they
+ * start with one; then the generation prompt gen, or eos when none is asked
+ * for and the template ends with it. */
+typedef struct turn_style {
+	bool bos, trim, eos_last;
+	const char *open, *close, *end, *gen;
+} turn_style;
+
+static const turn_style CHATML = {
+	false, false, false, "<|im_start|>", "\n", "<|im_end|>\n", "<|im_start|>assistant\n"
+};
+static const turn_style LLAMA3 = { true,
+				   true,
+				   false,
+				   "<|start_header_id|>",
+				   "<|end_header_id|>\n\n",
+				   "<|eot_id|>",
+				   "<|start_header_id|>assistant<|end_header_id|>\n\n" };
+static const turn_style PHI3 = { false, false, true, "<|", "|>\n", "<|end|>\n", "<|assistant|>\n" };
+static const turn_style ZEPHYR = { false, false, false, "<|", "|>\n", NULL, "<|assistant|>\n" };
+
+static const turn_style *const turns[KTOK_CHAT_MAX] = {
+	[KTOK_CHAT_CHATML] = &CHATML,
+	[KTOK_CHAT_LLAMA3] = &LLAMA3,
+	[KTOK_CHAT_PHI3] = &PHI3,
+	[KTOK_CHAT_ZEPHYR] = &ZEPHYR,
+};
+
+static void render_turns(const turn_style *t, const ktok_msg *msgs, size_t n,
+			 bool add_generation_prompt, const char *bos, const char *eos, chat_out *o)
+{
+	if (t->bos)
+		tpl(o, bos);
+	for (size_t i = 0; i < n; i++) {
+		tpl(o, t->open);
+		tpl(o, role_text(msgs[i].role));
+		tpl(o, t->close);
+		(t->trim ? content_trim : content)(o, msgs[i].content);
+		tpl(o, t->end ? t->end : eos);
+		if (!t->end)
+			tpl(o, "\n");
+	}
+	if (add_generation_prompt)
+		tpl(o, t->gen);
+	else if (t->eos_last)
+		tpl(o, eos);
+}
+
+/* Gemma: no system role; Gemma 3's template puts it at the top of the
+ * first user turn followed by a blank line. */
+static int render_gemma(const ktok_msg *msgs, size_t n, bool add_generation_prompt, const char *bos,
+			chat_out *o)
+{
+	size_t i = 0;
+	const char *sys = NULL;
+	if (n && role_of(msgs[0].role) == R_SYSTEM)
+		sys = msgs[0].content, i = 1;
+	tpl(o, bos);
+	for (size_t k = 0; i < n; i++, k++) {
+		int role = role_of(msgs[i].role);
+		if (role == R_SYSTEM)
+			return -EINVAL;
+		tpl(o, role == R_ASSISTANT ? "<start_of_turn>model\n" : "<start_of_turn>user\n");
+		if (k == 0 && sys && role == R_USER) {
+			content_trim(o, sys);
+			tpl(o, "\n\n");
+		}
+		content_trim(o, msgs[i].content);
+		tpl(o, "<end_of_turn>\n");
+	}
+	if (add_generation_prompt)
+		tpl(o, "<start_of_turn>model\n");
+	return 0;
+}
+
 static int render(ktok_chat c, const ktok_msg *msgs, size_t n, bool add_generation_prompt,
 		  const char *bos, const char *eos, chat_out *o)
 {
@@ -199,84 +275,12 @@ static int render(ktok_chat c, const ktok_msg *msgs, size_t n, bool add_generati
 	if (!eos)
 		eos = "</s>";
 	int r = 0;
-	switch (c) {
-	case KTOK_CHAT_CHATML:
-		for (size_t i = 0; i < n; i++) {
-			tpl(o, "<|im_start|>");
-			tpl(o, role_text(msgs[i].role));
-			tpl(o, "\n");
-			content(o, msgs[i].content);
-			tpl(o, "<|im_end|>\n");
-		}
-		if (add_generation_prompt)
-			tpl(o, "<|im_start|>assistant\n");
-		break;
-	case KTOK_CHAT_LLAMA3:
-		tpl(o, bos);
-		for (size_t i = 0; i < n; i++) {
-			tpl(o, "<|start_header_id|>");
-			tpl(o, role_text(msgs[i].role));
-			tpl(o, "<|end_header_id|>\n\n");
-			content_trim(o, msgs[i].content);
-			tpl(o, "<|eot_id|>");
-		}
-		if (add_generation_prompt)
-			tpl(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-		break;
-	case KTOK_CHAT_LLAMA2:
-	case KTOK_CHAT_MISTRAL:
+	if (turns[c])
+		render_turns(turns[c], msgs, n, add_generation_prompt, bos, eos, o);
+	else if (c == KTOK_CHAT_GEMMA)
+		r = render_gemma(msgs, n, add_generation_prompt, bos, o);
+	else /* KTOK_CHAT_LLAMA2, KTOK_CHAT_MISTRAL */
 		r = render_inst(c == KTOK_CHAT_LLAMA2, msgs, n, bos, eos, o);
-		break;
-	case KTOK_CHAT_GEMMA: {
-		/* No system role: Gemma 3's template puts it at the top of
-		 * the first user turn followed by a blank line. */
-		size_t i = 0;
-		const char *sys = NULL;
-		if (n && role_of(msgs[0].role) == R_SYSTEM)
-			sys = msgs[0].content, i = 1;
-		tpl(o, bos);
-		for (size_t k = 0; i < n; i++, k++) {
-			int role = role_of(msgs[i].role);
-			if (role == R_SYSTEM)
-				return -EINVAL;
-			tpl(o, role == R_ASSISTANT ? "<start_of_turn>model\n"
-						   : "<start_of_turn>user\n");
-			if (k == 0 && sys && role == R_USER) {
-				content_trim(o, sys);
-				tpl(o, "\n\n");
-			}
-			content_trim(o, msgs[i].content);
-			tpl(o, "<end_of_turn>\n");
-		}
-		if (add_generation_prompt)
-			tpl(o, "<start_of_turn>model\n");
-		break;
-	}
-	case KTOK_CHAT_PHI3:
-		for (size_t i = 0; i < n; i++) {
-			tpl(o, "<|");
-			tpl(o, role_text(msgs[i].role));
-			tpl(o, "|>\n");
-			content(o, msgs[i].content);
-			tpl(o, "<|end|>\n");
-		}
-		tpl(o, add_generation_prompt ? "<|assistant|>\n" : eos);
-		break;
-	case KTOK_CHAT_ZEPHYR:
-		for (size_t i = 0; i < n; i++) {
-			tpl(o, "<|");
-			tpl(o, role_text(msgs[i].role));
-			tpl(o, "|>\n");
-			content(o, msgs[i].content);
-			tpl(o, eos);
-			tpl(o, "\n");
-		}
-		if (add_generation_prompt)
-			tpl(o, "<|assistant|>\n");
-		break;
-	default:
-		return -EINVAL;
-	}
 	if (r < 0)
 		return r;
 	if (o->oom || kiln_strbuf_error(&o->b) < 0)

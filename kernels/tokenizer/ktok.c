@@ -25,14 +25,10 @@
 
 int ktok__err(kiln_error *err, const char *name, int code, const char *fmt, ...)
 {
-	if (err) {
-		kiln_error_reset(err, name && *name ? name : "(input)");
-		err->code = code;
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err->msg, KTOK_MSG_MAX, fmt, ap);
-		va_end(ap);
-	}
+	va_list ap;
+	va_start(ap, fmt);
+	kiln_error_vset(err, name && *name ? name : "(input)", code, KTOK_MSG_MAX, fmt, ap);
+	va_end(ap);
 	return code;
 }
 
@@ -40,20 +36,15 @@ int ktok__new(const char *name, uint32_t n_vocab, ktok **ret)
 {
 	if (n_vocab == 0 || n_vocab > KTOK_MAX_VOCAB)
 		return -E2BIG;
-	ktok *t = calloc(1, sizeof(*t));
-	if (!t)
+	_cleanup_(ktok_freep) ktok *t = calloc(1, sizeof(*t));
+	if (!t || !(t->tok = calloc(n_vocab, sizeof(*t->tok))))
 		return -ENOMEM;
 	snprintf(t->name, sizeof(t->name), "%s", name ? name : "");
 	t->n = n_vocab;
-	t->tok = calloc(n_vocab, sizeof(*t->tok));
-	if (!t->tok) {
-		free(t);
-		return -ENOMEM;
-	}
 	t->bos = t->eos = t->pad = t->unk = -1;
 	for (int b = 0; b < 256; b++)
 		t->byte_id[b] = -1;
-	*ret = t;
+	*ret = TAKE_PTR(t);
 	return 0;
 }
 
@@ -63,12 +54,7 @@ ktok *ktok_free(ktok *t)
 		return NULL;
 	for (uint32_t i = 0; i < t->n; i++)
 		free(t->tok[i].text);
-	free(t->tok);
-	free(t->vh);
-	free(t->mh);
-	free(t->special);
-	free(t->chat_template);
-	free(t);
+	FREE_ALL(t->tok, t->vh, t->mh, t->special, t->chat_template, t);
 	return NULL;
 }
 
@@ -394,14 +380,8 @@ struct ids {
 
 static int ids_push(struct ids *o, int32_t id)
 {
-	if (o->n == o->cap) {
-		size_t cap = o->cap ? o->cap * 2 : 64;
-		int32_t *v = realloc(o->v, cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		o->v = v;
-		o->cap = cap;
-	}
+	if (GROW(o->v, o->cap, o->n) < 0)
+		return -ENOMEM;
 	o->v[o->n++] = id;
 	return 0;
 }
@@ -436,14 +416,8 @@ static bool pair_less(const struct pair *a, const struct pair *b)
 
 static int heap_push(struct bpe *w, struct pair p)
 {
-	if (w->heap_n == w->heap_cap) {
-		size_t cap = w->heap_cap ? w->heap_cap * 2 : 64;
-		struct pair *h = realloc(w->heap, cap * sizeof(*h));
-		if (!h)
-			return -ENOMEM;
-		w->heap = h;
-		w->heap_cap = cap;
-	}
+	if (GROW(w->heap, w->heap_cap, w->heap_n) < 0)
+		return -ENOMEM;
 	size_t i = w->heap_n++;
 	while (i > 0 && pair_less(&p, &w->heap[(i - 1) / 2])) {
 		w->heap[i] = w->heap[(i - 1) / 2];
@@ -639,15 +613,8 @@ static int encode_text(struct bpe *w, const char *s, size_t len, bool *first, ch
 	bool starts_space = s[0] == ' ' || (len >= 3 && memcmp(s, "\xE2\x96\x81", 3) == 0);
 	if (prefix && !(t->prefix_unless_space && starts_space))
 		o[m++] = ' ';
-	for (size_t i = 0; i < len; i++) {
-		if (i + 2 < len && (unsigned char) s[i] == 0xE2 &&
-		    (unsigned char) s[i + 1] == 0x96 && (unsigned char) s[i + 2] == 0x81) {
-			o[m++] = ' ';
-			i += 2;
-		} else {
-			o[m++] = s[i];
-		}
-	}
+	memcpy(o + m, s, len);
+	m += ktok__unescape_spaces(o + m, len);
 	return ktok__pretokenize(t->pre, o, m, bpe_piece, w);
 }
 

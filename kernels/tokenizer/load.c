@@ -118,13 +118,41 @@ static int hf_metaspace(ktok *t, json_t *p, const char *name, kiln_error *err)
 	return 0;
 }
 
+/* The "type" of a pre_tokenizer or normalizer object (`what`): 1 and
+ * *type, 0 when there is none (absent or null: nothing to do), -EBADMSG
+ * when the object has no type. */
+static int hf_type(json_t *o, const char *what, const char *name, const char **type,
+		   kiln_error *err)
+{
+	if (!o || json_is_null(o))
+		return 0;
+	*type = jstr(o, "type");
+	if (!*type)
+		return ktok__err(err, name, -EBADMSG, "%s has no \"type\"", what);
+	return 1;
+}
+
+/* fn on each member of a Sequence's array a, up to the first error. */
+static int hf_each(ktok *t, json_t *a, const char *name, kiln_error *err,
+		   int (*fn)(ktok *t, json_t *o, const char *name, kiln_error *err))
+{
+	size_t i;
+	json_t *v;
+	json_array_foreach(a, i, v)
+	{
+		int r = fn(t, v, name, err);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
 static int hf_pre(ktok *t, json_t *p, const char *name, kiln_error *err)
 {
-	if (!p || json_is_null(p))
-		return 0;
-	const char *type = jstr(p, "type");
-	if (!type)
-		return ktok__err(err, name, -EBADMSG, "pre_tokenizer has no \"type\"");
+	const char *type = NULL;
+	int tr = hf_type(p, "pre_tokenizer", name, &type, err);
+	if (tr <= 0)
+		return tr;
 	if (streq(type, "ByteLevel")) {
 		t->byte_level = true;
 		json_t *ur = json_object_get(p, "use_regex");
@@ -153,18 +181,8 @@ static int hf_pre(ktok *t, json_t *p, const char *name, kiln_error *err)
 				re ? re : "(not a regex)");
 		return 0;
 	}
-	if (streq(type, "Sequence")) {
-		json_t *a = json_object_get(p, "pretokenizers");
-		size_t i;
-		json_t *v;
-		json_array_foreach(a, i, v)
-		{
-			int r = hf_pre(t, v, name, err);
-			if (r < 0)
-				return r;
-		}
-		return 0;
-	}
+	if (streq(type, "Sequence"))
+		return hf_each(t, json_object_get(p, "pretokenizers"), name, err, hf_pre);
 	return ktok__err(
 		err, name, -EOPNOTSUPP,
 		"pre_tokenizer \"%s\" is not supported (ByteLevel, Split with the GPT-2 or "
@@ -174,22 +192,12 @@ static int hf_pre(ktok *t, json_t *p, const char *name, kiln_error *err)
 
 static int hf_normalizer(ktok *t, json_t *n, const char *name, kiln_error *err)
 {
-	if (!n || json_is_null(n))
-		return 0;
-	const char *type = jstr(n, "type");
-	if (!type)
-		return ktok__err(err, name, -EBADMSG, "normalizer has no \"type\"");
-	if (streq(type, "Sequence")) {
-		size_t i;
-		json_t *v;
-		json_array_foreach(json_object_get(n, "normalizers"), i, v)
-		{
-			int r = hf_normalizer(t, v, name, err);
-			if (r < 0)
-				return r;
-		}
-		return 0;
-	}
+	const char *type = NULL;
+	int tr = hf_type(n, "normalizer", name, &type, err);
+	if (tr <= 0)
+		return tr;
+	if (streq(type, "Sequence"))
+		return hf_each(t, json_object_get(n, "normalizers"), name, err, hf_normalizer);
 	if (streq(type, "Prepend") && streq_ptr(jstr(n, "prepend"), "\xE2\x96\x81")) {
 		t->add_space_prefix = true;
 		return 0;

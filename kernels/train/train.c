@@ -94,15 +94,7 @@ kmt_model *kmt_model_free(kmt_model *m)
 			      m->meta, m->scalar, m->params, m->grads,	m->adam_m, m->adam_v };
 	for (size_t i = 0; i < ARRAY_SIZE(bufs); i++)
 		kk_buffer_free(bufs[i]);
-	free(m->pv);
-	free(m->gv);
-	free(m->act);
-	free(m->hin);
-	free(m->lidx);
-	free(m->tensors);
-	free(m->hloss);
-	free(m->hbuf);
-	free(m);
+	FREE_ALL(m->pv, m->gv, m->act, m->hin, m->lidx, m->tensors, m->hloss, m->hbuf, m);
 	return NULL;
 }
 DEFINE_TRIVIAL_CLEANUP_FUNC(kmt_model *, kmt_model_free);
@@ -182,14 +174,7 @@ void kmt__set_step(kmt_model *m, int64_t step)
 
 static int kk_fail(kiln_error *err, int r, const char *what, const kmt_model *m)
 {
-	if (r == -EOPNOTSUPP)
-		return km_errorf(err, r,
-				 "%s: backend '%s' has no kernel for this model (head_dim %d); "
-				 "kk attention takes head dims 1..128 on cpu, 64 and 128 on "
-				 "cuda: train it on a backend that has it (KILN_BACKEND=cpu)",
-				 what, kk_backend_name(m->be), m->cfg.head_dim);
-	return km_errorf(err, r, "%s on backend '%s' failed: %s", what, kk_backend_name(m->be),
-			 strerror(-r));
+	return km__kk_fail(err, r, what, m->be, m->cfg.head_dim, NULL, "train");
 }
 
 /* Appends a tensor to the table (sized in advance). */
@@ -430,32 +415,39 @@ int kmt_model_new(kk_backend *be, const km_config *cfg, const kmt_opts *opts,
 	return 0;
 }
 
-int kmt_tensor_get(kmt_model *m, kmt_which which, const char *name, float *dst, size_t count)
+/* The tensor `name`, which must have `count` elements: 0 and *ret, the
+ * lookup's error, or -EINVAL for another count. */
+static int tensor_sized(kmt_model *m, const char *name, size_t count, const kmt_tensor **ret)
 {
-	assert_return(m && name && dst, -EINVAL);
-	kk_buffer *flat = (unsigned) which <= KMT_ADAM_V ? kmt__flat(m, which) : NULL;
-	assert_return(flat, -EINVAL);
 	int i = kmt__tensor_find(m, name);
 	if (i < 0)
 		return i;
-	const kmt_tensor *t = &m->tensors[i];
-	if (count != t->n)
+	if (count != m->tensors[i].n)
 		return -EINVAL;
-	return kk_buffer_download(m->be, NULL, flat, t->off * sizeof(float), dst,
-				  t->n * sizeof(float));
+	*ret = &m->tensors[i];
+	return 0;
+}
+
+int kmt_tensor_get(kmt_model *m, kmt_which which, const char *name, float *dst, size_t count)
+{
+	const kmt_tensor *t;
+	assert_return(m && name && dst, -EINVAL);
+	kk_buffer *flat = (unsigned) which <= KMT_ADAM_V ? kmt__flat(m, which) : NULL;
+	assert_return(flat, -EINVAL);
+	int r = tensor_sized(m, name, count, &t);
+	return r < 0 ? r
+		     : kk_buffer_download(m->be, NULL, flat, t->off * sizeof(float), dst,
+					  t->n * sizeof(float));
 }
 
 int kmt_tensor_set(kmt_model *m, const char *name, const float *src, size_t count)
 {
+	const kmt_tensor *t;
 	assert_return(m && name && src, -EINVAL);
-	int i = kmt__tensor_find(m, name);
-	if (i < 0)
-		return i;
-	const kmt_tensor *t = &m->tensors[i];
-	if (count != t->n)
-		return -EINVAL;
-	return kk_buffer_upload(m->be, NULL, m->params, t->off * sizeof(float), src,
-				t->n * sizeof(float));
+	int r = tensor_sized(m, name, count, &t);
+	return r < 0 ? r
+		     : kk_buffer_upload(m->be, NULL, m->params, t->off * sizeof(float), src,
+					t->n * sizeof(float));
 }
 
 static int source_read(void *userdata, const char *name, float *dst, size_t count, kiln_error *err)
@@ -670,12 +662,7 @@ static int forward(kmt_model *m, int n_seqs, double *sum, kiln_error *err)
 		TRY(linear_fwd(m, a->q, a->xn1, li[W_Q], N, false), "q projection");
 		TRY(linear_fwd(m, a->k, a->xn1, li[W_K], N, false), "k projection");
 		TRY(linear_fwd(m, a->v, a->xn1, li[W_V], N, false), "v projection");
-		TRY(kk_rope(be, NULL, a->q, m->pos_v, N, c->n_heads, c->head_dim, 0, c->rope_theta,
-			    c->rope_mode, false),
-		    "rope");
-		TRY(kk_rope(be, NULL, a->k, m->pos_v, N, c->n_kv_heads, c->head_dim, 0,
-			    c->rope_theta, c->rope_mode, false),
-		    "rope");
+		TRY(km__rope_qk(be, c, a->q, a->k, m->pos_v, N, false), "rope");
 		TRY(kk_attention_fwd(be, NULL, &ad, a->att, a->lse, a->q, a->k, a->v), "attention");
 		TRY(kk_buffer_copy(be, NULL, a->hmid, 0, m->hin[l], 0, (size_t) (N * d) * 4),
 		    "residual");
@@ -741,12 +728,7 @@ static int backward(kmt_model *m, int n_seqs, float grad_scale, kiln_error *err)
 		TRY(kk_attention_bwd(be, NULL, &ad, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v,
 				     a->att, a->lse),
 		    "attention backward");
-		TRY(kk_rope(be, NULL, m->dq, m->pos_v, N, c->n_heads, c->head_dim, 0, c->rope_theta,
-			    c->rope_mode, true),
-		    "rope backward");
-		TRY(kk_rope(be, NULL, m->dk, m->pos_v, N, c->n_kv_heads, c->head_dim, 0,
-			    c->rope_theta, c->rope_mode, true),
-		    "rope backward");
+		TRY(km__rope_qk(be, c, m->dq, m->dk, m->pos_v, N, true), "rope backward");
 		TRY(linear_bwd(m, m->dxn, m->dq, a->xn1, li[W_Q], N, false), "q backward");
 		TRY(linear_bwd(m, m->dxn, m->dk, a->xn1, li[W_K], N, true), "k backward");
 		TRY(linear_bwd(m, m->dxn, m->dv, a->xn1, li[W_V], N, true), "v backward");

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "kiln/macro.h"
+#include "kiln/strbuf.h"
 #include "kmtrain.h"
 
 #include "train-internal.h"
@@ -143,22 +144,6 @@ int kmt_shard_open(const char *path, int vocab, kmt_shard **ret, kiln_error *err
 	return 0;
 }
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-	while (len) {
-		ssize_t w = write(fd, p, len);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += w;
-		len -= (size_t) w;
-	}
-	return 0;
-}
-
 int kmt_shard_write(const char *path, const uint32_t *ids, int64_t n, int vocab, int width,
 		    kiln_error *err)
 {
@@ -188,7 +173,7 @@ int kmt_shard_write(const char *path, const uint32_t *ids, int64_t n, int vocab,
 	}
 	for (int b = 0; b < 8; b++)
 		h[16 + b] = (uint8_t) (words[2] >> (8 * b));
-	int r = write_all(fd, h, sizeof(h));
+	int r = kiln_write_all(fd, h, sizeof(h));
 	/* In chunks, little-endian whatever the host. */
 	enum { CHUNK = 4096 };
 	uint8_t buf[CHUNK * 4];
@@ -197,7 +182,7 @@ int kmt_shard_write(const char *path, const uint32_t *ids, int64_t n, int vocab,
 		for (int64_t j = 0; j < k; j++)
 			for (int b = 0; b < width; b++)
 				buf[j * width + b] = (uint8_t) (ids[i + j] >> (8 * b));
-		r = write_all(fd, buf, (size_t) (k * width));
+		r = kiln_write_all(fd, buf, (size_t) (k * width));
 	}
 	if (r >= 0 && fsync(fd) < 0)
 		r = -errno;

@@ -159,11 +159,12 @@ static uint64_t memory_limit(const char **what)
 
 /* Refuses a model set that does not fit the budget, before any model is
  * loaded, with the numbers of each.  Returns 0 or an exit status. */
-static int check_budget(const model_spec *specs, const km_config *const *cfgs, int n)
+static int check_budget(const kk_backend *be, const model_spec *specs, const km_config *const *cfgs,
+			int n)
 {
 	const char *what = "--memory-budget";
 	uint64_t budget = inferd_arg.memory_budget;
-	if (!budget && !streq(inferd_arg.backend, "cpu"))
+	if (!budget && !kk_backend_has(be, KK_CAP_HOST_MEMORY))
 		return 0; /* no default on a GPU: kk allocates, and fails with its error */
 	if (!budget)
 		budget = memory_limit(&what);
@@ -280,15 +281,10 @@ int inferd_models_load(daemon_state *d)
 			m->blocks = (int) nb;
 		}
 	}
-	int r = check_budget(inferd_arg.models, cfgs, inferd_arg.n_models);
-	if (r != 0)
-		return r;
+	int r;
+	/* The backends first: whether the budget has a default depends on
+	 * where they keep their buffers, not on the name asked for. */
 	for (int i = 0; i < inferd_arg.n_models; i++) {
-		model_spec *m = &inferd_arg.models[i];
-		inferd_app *a = &inferd_served.apps[i];
-		a->started = time(NULL);
-		atomic_init(&a->next_id, 1);
-		atomic_store(&a->last_tick, kiln_now_usec());
 		char why[KK_WHY_MAX];
 		r = kk_backend_open_why(inferd_arg.backend, &owned.be[i], why, sizeof(why));
 		if (r < 0) {
@@ -302,6 +298,16 @@ int inferd_models_load(daemon_state *d)
 		if (r < 0)
 			return log_error_errno(r, "Failed to set %d compute threads: %m",
 					       inferd_arg.cpu_threads);
+	}
+	r = check_budget(owned.be[0], inferd_arg.models, cfgs, inferd_arg.n_models);
+	if (r != 0)
+		return r;
+	for (int i = 0; i < inferd_arg.n_models; i++) {
+		model_spec *m = &inferd_arg.models[i];
+		inferd_app *a = &inferd_served.apps[i];
+		a->started = time(NULL);
+		atomic_init(&a->next_id, 1);
+		atomic_store(&a->last_tick, kiln_now_usec());
 		if ((r = load_tokenizer(m, &a->model, &owned.tok[i])) != 0)
 			return r;
 		km_weight_source src = km_file_source(owned.file[i]);

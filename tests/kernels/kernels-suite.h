@@ -1402,6 +1402,73 @@ static void test_supports(void **state)
 	assert_true(kk_supports(be, KK_OP_SOFTMAX, KK_F32));
 }
 
+/* kk_backend_has: every answer agrees with what the backend does, so code
+ * that picks a path by it (the model loader's int8 blocks, kiln-inferd's
+ * memory budget, kk_buffer_wrap_host) never picks a refused one.  The cpu
+ * backend documents all three capabilities, cuda none. */
+static void test_caps(void **state)
+{
+	float host[8];
+	kk_buffer *wrapped = NULL, *x, *y0, *y1, *wb;
+	kk_qmatrix *q = NULL;
+	double *xh, *wh, *a, *b;
+	int r;
+
+	for (int c = 0; c < KK_CAP_MAX; c++)
+		assert_int_equal(kk_backend_has(be, (kk_cap) c), streq(KK_TEST_BACKEND, "cpu"));
+	assert_false(kk_backend_has(NULL, KK_CAP_HOST_MEMORY));
+	assert_false(kk_backend_has(be, KK_CAP_MAX));
+	assert_false(kk_backend_has(be, (kk_cap) -1));
+
+	/* Host memory: an op on a wrapped buffer writes the caller's array. */
+	for (int i = 0; i < 8; i++)
+		host[i] = (float) i - 3.5f;
+	r = kk_buffer_wrap_host(be, KK_F32, host, 8, &wrapped);
+	if (kk_backend_has(be, KK_CAP_HOST_MEMORY)) {
+		assert_int_equal(r, 0);
+		hold_buf(wrapped);
+		assert_int_equal(kk_scale(be, NULL, wrapped, 2.0f, 8), 0);
+		assert_int_equal(kk_backend_sync(be), 0);
+		for (int i = 0; i < 8; i++)
+			assert_true(host[i] == 2.0f * ((float) i - 3.5f));
+	} else
+		assert_int_equal(r, -EOPNOTSUPP);
+
+	/* int8 in groups of 32: computed to the reference, or refused by
+	 * every call that takes it. */
+	if (kk_backend_has(be, KK_CAP_I8_GROUP32))
+		quant_case(KK_I8, 32, KK_F16);
+	else {
+		assert_int_equal(kk_qmatrix_alloc(be, KK_I8, 4, 64, 32, KK_F16, &q), 0);
+		wb = up_rand(KK_F32, 4 * 64, -1, 1, &wh);
+		x = up_rand(KK_F32, 64, -1, 1, &xh);
+		y0 = out_buf(KK_F32, 4);
+		assert_int_equal(kk_quantize(be, NULL, q, wb), -EOPNOTSUPP);
+		assert_int_equal(kk_dequantize(be, NULL, wb, q), -EOPNOTSUPP);
+		assert_int_equal(kk_qgemm(be, NULL, y0, x, q, NULL, 1), -EOPNOTSUPP);
+		q = kk_qmatrix_free(q);
+	}
+
+	/* Packing: the same product from the packed layout, or refused. */
+	assert_int_equal(kk_qmatrix_alloc(be, KK_Q4, 16, 64, 32, KK_F32, &q), 0);
+	wb = up_rand(KK_F32, 16 * 64, -1, 1, &wh);
+	x = up_rand(KK_F32, 64, -1, 1, &xh);
+	y0 = out_buf(KK_F32, 16);
+	y1 = out_buf(KK_F32, 16);
+	assert_int_equal(kk_quantize(be, NULL, q, wb), 0);
+	assert_int_equal(kk_qgemm(be, NULL, y0, x, q, NULL, 1), 0);
+	r = kk_qmatrix_pack(be, q);
+	if (kk_backend_has(be, KK_CAP_QPACK)) {
+		assert_true(r == 1 || (r == 0 && getenv("KK_CPU_QPACK")));
+		assert_int_equal(kk_qgemm(be, NULL, y1, x, q, NULL, 1), 0);
+		a = down(y0, 16);
+		b = down(y1, 16);
+		expect_close("packed qgemm", b, a, 16, 1e-5, 1e-5);
+	} else
+		assert_int_equal(r, -EOPNOTSUPP);
+	kk_qmatrix_free(q);
+}
+
 static void test_backend_select(void **state)
 {
 	kk_backend *b = NULL;
@@ -1619,6 +1686,7 @@ static int run_suite(void)
 		T(test_bad_args),
 		T(test_not_supported),
 		T(test_supports),
+		T(test_caps),
 		T(test_backend_select),
 		T(test_collectives),
 	};

@@ -52,6 +52,11 @@ int kiln_error_setf(kiln_error *e, int code, const char *fmt, ...)
 /* kiln_error_setf with a va_list, for a library's own printf-like wrapper. */
 int kiln_error_vsetf(kiln_error *e, int code, const char *fmt, va_list ap)
 	__attribute__((format(printf, 3, 0)));
+/* kiln_error_reset(e, file), then code and the message from fmt, cut at
+ * max bytes (the library's own limit; at most KILN_ERROR_MSG_MAX).  NULL
+ * e: nothing.  Returns code, for `return kiln_error_vset(...)`. */
+int kiln_error_vset(kiln_error *e, const char *file, int code, size_t max, const char *fmt,
+		    va_list ap) __attribute__((format(printf, 5, 0)));
 
 /* One line for a user: "FILE: byte N: MSG", without "FILE: " when file is
  * "" and without "byte N: " when offset is -1; "(no error)" for NULL e.

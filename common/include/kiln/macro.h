@@ -82,6 +82,32 @@ static inline void strv_freep(char ***v)
 #define _cleanup_fclose_    _cleanup_(fclosep)
 #define _cleanup_strv_free_ _cleanup_(strv_freep)
 
+/* Room for element n of the array *p of *cap elements of `size` bytes:
+ * when n reaches *cap, the array grows to twice that (64 at first).  0, or
+ * -ENOMEM with *p and *cap unchanged.  GROW(p, cap, n) for a typed p. */
+static inline int kiln_grow(void **p, size_t *cap, size_t n, size_t size)
+{
+	size_t c = *cap ? *cap * 2 : 64, bytes;
+	void *q;
+	if (n < *cap)
+		return 0;
+	if (__builtin_mul_overflow(c, size, &bytes) || !(q = realloc(*p, bytes)))
+		return -ENOMEM;
+	*p = q;
+	*cap = c;
+	return 0;
+}
+#define GROW(p, cap, n) kiln_grow((void **) &(p), &(cap), (n), sizeof(*(p)))
+
+/* free() on every argument in order (NULL allowed): a destructor's owned
+ * arrays in one statement, FREE_ALL(o->a, o->b, o). */
+#define FREE_ALL(...)                                           \
+	do {                                                    \
+		void *_fa[] = { __VA_ARGS__ };                  \
+		for (size_t _i = 0; _i < ARRAY_SIZE(_fa); _i++) \
+			free(_fa[_i]);                          \
+	} while (0)
+
 /* DEFINE_TRIVIAL_CLEANUP_FUNC(kiln_cfg *, kiln_cfg_free) defines
  * kiln_cfg_freep() for use with _cleanup_(). */
 #define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func) \

@@ -39,6 +39,9 @@ int strv_extend(char ***v, const char *s);
 int strv_consume(char ***v, char *s);
 int strv_contains(char *const *v, const char *s);
 
+/* Writes all len bytes of data to fd, retrying short writes and EINTR.
+ * Returns 0 or -errno. */
+int kiln_write_all(int fd, const void *data, size_t len);
 /* Writes data to path atomically: a temp file in the same directory, fsync,
  * rename.  mode as for open(2).  Returns 0 or -errno; the old file survives
  * any failure. */

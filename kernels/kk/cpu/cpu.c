@@ -486,6 +486,7 @@ static int cpu_init(kk_backend *be)
 
 static const struct kk_backend_ops cpu_ops = {
 	.name = "cpu",
+	.caps = (1u << KK_CAP_HOST_MEMORY) | (1u << KK_CAP_I8_GROUP32),
 	.available = cpu_available,
 	.init = cpu_init,
 	.alloc = cpu_alloc,
@@ -498,6 +499,7 @@ static const struct kk_backend_ops cpu_ops = {
 	.stream_sync = cpu_stream_sync,
 	.set_threads = cpu_set_threads,
 	.threads = cpu_get_threads,
+	.qmatrix_pack = kk__cpu_qpack,
 #define KK_OP(NAME, name, family, dtypes, params) .name = kk__cpu_##name,
 #define KK_SLOT(ret, name, family, params)	  .name = kk__cpu_##name,
 #include "kk_ops.def"

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../kk_convert.h"
 #include "../kk_internal.h"
 
 /* Work items (roughly: inner-loop element operations, ~0.5 ns each) below
@@ -36,84 +37,6 @@
  * classifier's ends within it on an idle machine, so sleeping (and a
  * wake-up's latency) is left to the busy one it is for. */
 #define KK_CPU_JOIN_SPIN_NS 200000
-
-/* Inline f16/bf16 <-> f32 for the element-wise loops (rope, SwiGLU, the
- * norms' rounding): bit-identical to kk_f16_to_f32 and friends, which
- * they call only off the common path (f16 subnormals, overflow, NaN); the
- * out-of-line calls were 16 % of an f16 prefill's CPU time. */
-static inline float kk__u2f(uint32_t u)
-{
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-static inline uint32_t kk__f2u(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	return u;
-}
-
-static inline float kk__h2f(uint16_t h)
-{
-	uint32_t em = h & 0x7fffu;
-	if (em >= 0x7c00u) /* inf, NaN */
-		return kk_f16_to_f32(h);
-	/* normals and subnormals: exponent rebias by a power-of-two product */
-	float f = kk__u2f(em << 13) * 0x1p112f;
-	return kk__u2f(kk__f2u(f) | (uint32_t) (h & 0x8000u) << 16);
-}
-
-static inline uint16_t kk__f2h(float f)
-{
-	uint32_t u = kk__f2u(f), a = u & 0x7fffffffu;
-	if (a < 0x38800000u || a >= 0x477ff000u) /* below 2^-14, at or above 65520, NaN */
-		return kk_f32_to_f16(f);
-	uint32_t h = (a - 0x38000000u) >> 13, rem = a & 0x1fffu;
-	h += rem > 0x1000u || (rem == 0x1000u && (h & 1));
-	return (uint16_t) (((u >> 16) & 0x8000u) | h);
-}
-
-static inline float kk__b2f(uint16_t h)
-{
-	return kk__u2f((uint32_t) h << 16);
-}
-
-static inline uint16_t kk__f2b(float f)
-{
-	uint32_t u = kk__f2u(f);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t) ((u >> 16) | 0x40); /* quiet NaN */
-	return (uint16_t) ((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
-
-static inline float kk__ld(const void *p, kk_dtype dt, size_t i)
-{
-	switch (dt) {
-	case KK_F32:
-		return ((const float *) p)[i];
-	case KK_BF16:
-		return kk__b2f(((const uint16_t *) p)[i]);
-	default:
-		return kk__h2f(((const uint16_t *) p)[i]);
-	}
-}
-
-static inline void kk__st(void *p, kk_dtype dt, size_t i, float v)
-{
-	switch (dt) {
-	case KK_F32:
-		((float *) p)[i] = v;
-		break;
-	case KK_BF16:
-		((uint16_t *) p)[i] = kk__f2b(v);
-		break;
-	default:
-		((uint16_t *) p)[i] = kk__f2h(v);
-		break;
-	}
-}
 
 /* v rounded to dtype dt and widened back. */
 static inline float kk__round(kk_dtype dt, float v)
@@ -284,6 +207,8 @@ int kk__widen(const kk_buffer *b, size_t n, float **ret, float **owned);
 #define KK_OP(NAME, name, family, dtypes, params) int kk__cpu_##name params;
 #define KK_SLOT(ret, name, family, params)	  ret kk__cpu_##name params;
 #include "kk_ops.def"
+/* The qmatrix_pack slot (quant.c): kk_qmatrix_pack on this backend. */
+int kk__cpu_qpack(kk_backend *be, kk_qmatrix *q);
 
 /* Training-step loops (simd.c; issue 15).  kk__max: the largest of x[0..n)
  * (-inf for n = 0).  kk__exp_sum: x[i] = exp(x[i] - sub), returns the sum

@@ -7,7 +7,8 @@
  *             (vpdpbusd, or maddubs + madd)
  *   QV_DOT32A the same added to an int32 accumulator (first argument)
  * The caller gives w as |w| and x as sign(x, w), so the products are those
- * of w and x (llama.cpp's trick: u8 x s8 instructions, signed operands). */
+ * of w and x (llama.cpp's trick: u8 x s8 instructions, signed operands).
+ * The body undefines these (and QV_VNNI, QV_PNX) at its end. */
 
 /* 32 int4 weights of one block (16 bytes, element 2p in the low nibble of
  * byte p) as unsigned bytes q + 8: lanes 0..15 the low nibbles (even
@@ -136,13 +137,12 @@ QV(step_q4)(__m256 (*acc)[2], const kk__qact *a, int64_t r0, const int NX, const
  * hold each row up); each sees the same operations whatever the tile's
  * shape, so s[r * 2 + c] does not depend on which rows shared a tile (nor
  * on the thread split). */
-static inline __attribute__((always_inline)) void QV(tile)(float *s, const kk__qact *a, int64_t r0,
-							   const int NX, const void *const *w,
-							   const float *const *ws, const int NW,
-							   int64_t k, const bool Q4, const bool UNIT)
+static inline __attribute__((always_inline)) void
+QV(tile)(float *s, const kk__qact *a, int64_t r0, const int NX, const void *const *w,
+	 const float *const *ws, const int NW, int64_t k, const bool Q4, const bool UNIT)
 {
 	const int64_t nbf = k / KK_QBLOCK;
-	const int64_t step = Q4 ? 2 : 1; /* blocks per step */
+	const int64_t step = Q4 ? 2 : 1;	   /* blocks per step */
 	const int64_t pair = 2 * (Q4 ? k / 2 : k); /* bytes of two weight rows */
 	const int64_t pf = pair * MAX((int64_t) 1, (int64_t) 12288 / pair);
 	__m256 acc[4][2], acc1[4][2];
@@ -150,11 +150,11 @@ static inline __attribute__((always_inline)) void QV(tile)(float *s, const kk__q
 	for (int r = 0; r < NX; r++)
 		for (int c = 0; c < NW; c++)
 			acc[r][c] = acc1[r][c] = _mm256_setzero_ps();
-#define QV_STEP(A, B)                                              \
-	do {                                                       \
-		if (Q4)                                            \
-			QV(step_q4x2)(A, a, r0, NX, w, ws, NW, B, pf); \
-		else                                               \
+#define QV_STEP(A, B)                                                      \
+	do {                                                               \
+		if (Q4)                                                    \
+			QV(step_q4x2)(A, a, r0, NX, w, ws, NW, B, pf);     \
+		else                                                       \
 			QV(step_i8)(A, a, r0, NX, w, ws, NW, B, pf, UNIT); \
 	} while (0)
 	if (NX == 1) /* never NW: that depends on the thread split */
@@ -497,3 +497,9 @@ static void QV(qact_p)(kk__qact *a, int64_t r, const float *x)
 				    _mm256_permutevar8x32_epi32(p, order));
 	}
 }
+
+#undef QV_PNX
+#undef QV_VNNI
+#undef QV
+#undef QV_DOT32
+#undef QV_DOT32A

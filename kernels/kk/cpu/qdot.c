@@ -277,12 +277,19 @@ static void ptile_q4_scalar(float s[KK_QPTILE_MAX * 8], const kk__qact *a, int64
 /* ---- the x86 variants ---------------------------------------------------- */
 
 #if defined(__x86_64__)
+/* Every function from QDOT_TARGET(t) to QDOT_TARGET_END is compiled for
+ * target t (a GCC push_options/target region, clang's attribute push). */
+#define QDOT_PRAGMA(x) _Pragma(#x)
 #ifdef __clang__
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#define QDOT_TARGET(t) \
+	QDOT_PRAGMA(clang attribute push(__attribute__((target(t))), apply_to = function))
+#define QDOT_TARGET_END QDOT_PRAGMA(clang attribute pop)
 #else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
+#define QDOT_TARGET(t)	QDOT_PRAGMA(GCC push_options) QDOT_PRAGMA(GCC target(t))
+#define QDOT_TARGET_END QDOT_PRAGMA(GCC pop_options)
 #endif
+
+QDOT_TARGET("avx2,fma,f16c")
 static inline __attribute__((always_inline)) __m256i dot32_avx2(__m256i wa, __m256i xs)
 {
 	return _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xs), _mm256_set1_epi16(1));
@@ -298,25 +305,9 @@ static inline __attribute__((always_inline)) __m256i dot32a_avx2(__m256i acc, __
 #define QV_VNNI	  0
 #define QV_PNX	  4
 #include "qdot-body.h"
-#undef QV_PNX
-#undef QV_VNNI
-#undef QV
-#undef QV_DOT32
-#undef QV_DOT32A
-#ifdef __clang__
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+QDOT_TARGET_END
 
-#ifdef __clang__
-#pragma clang attribute push(                                                          \
-	__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"))), \
-	apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")
-#endif
+QDOT_TARGET("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")
 static inline __attribute__((always_inline)) __m256i dot32_vnni(__m256i wa, __m256i xs)
 {
 	return _mm256_dpbusd_epi32(_mm256_setzero_si256(), wa, xs);
@@ -332,16 +323,7 @@ static inline __attribute__((always_inline)) __m256i dot32a_vnni(__m256i acc, __
 #define QV_VNNI	  1
 #define QV_PNX	  8
 #include "qdot-body.h"
-#undef QV_PNX
-#undef QV_VNNI
-#undef QV
-#undef QV_DOT32
-#undef QV_DOT32A
-#ifdef __clang__
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+QDOT_TARGET_END
 #endif
 
 /* ---- dispatch ------------------------------------------------------------ */

@@ -163,8 +163,9 @@ static int qpack_range(void *p, int64_t b, int64_t e, int chunk)
 	return 0;
 }
 
-int kk__cpu_qpack(kk_qmatrix *q)
+int kk__cpu_qpack(kk_backend *be, kk_qmatrix *q)
 {
+	(void) be;
 	const char *env = getenv("KK_CPU_QPACK");
 	if (q->pack)
 		return 1;

@@ -134,32 +134,12 @@ static inline __attribute__((always_inline)) void gemv_tile(float *s, const floa
 CLONES void kk__gemv_tile(float s[8], const float *x, size_t ldx, int nx, const float *w0,
 			  const float *w1, size_t n)
 {
-	switch (nx * 2 + (w1 ? 1 : 0)) {
-	case 2:
-		gemv_tile(s, x, ldx, 1, w0, w1, 1, n);
-		break;
-	case 3:
-		gemv_tile(s, x, ldx, 1, w0, w1, 2, n);
-		break;
-	case 4:
-		gemv_tile(s, x, ldx, 2, w0, w1, 1, n);
-		break;
-	case 5:
-		gemv_tile(s, x, ldx, 2, w0, w1, 2, n);
-		break;
-	case 6:
-		gemv_tile(s, x, ldx, 3, w0, w1, 1, n);
-		break;
-	case 7:
-		gemv_tile(s, x, ldx, 3, w0, w1, 2, n);
-		break;
-	case 8:
-		gemv_tile(s, x, ldx, 4, w0, w1, 1, n);
-		break;
-	default:
-		gemv_tile(s, x, ldx, 4, w0, w1, 2, n);
-		break;
-	}
+	/* One inlined copy of gemv_tile per shape: nx (1..4) and the W rows
+	 * (1 or 2) are constants in each. */
+#define GEMV_SHAPE(NX) \
+	(w1 ? gemv_tile(s, x, ldx, NX, w0, w1, 2, n) : gemv_tile(s, x, ldx, NX, w0, w1, 1, n))
+	nx <= 1 ? GEMV_SHAPE(1) : nx == 2 ? GEMV_SHAPE(2) : nx == 3 ? GEMV_SHAPE(3) : GEMV_SHAPE(4);
+#undef GEMV_SHAPE
 }
 
 /* kk__dot for the one-row GEMV of single-stream decode: b, a weight row,

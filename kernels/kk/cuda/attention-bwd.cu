@@ -29,9 +29,9 @@
 #include "kc_mma.cuh"
 #include "kc_vec.cuh"
 
-#define KC_BR	32 /* query rows per block (dq) and per tile (dkdv) */
-#define KC_BC	32 /* keys per tile (dq) and per block (dkdv) */
-#define KC_AW	4  /* warps per block */
+#define KC_BR 32       /* query rows per block (dq) and per tile (dkdv) */
+#define KC_BC 32       /* keys per tile (dq) and per block (dkdv) */
+#define KC_AW 4	       /* warps per block */
 #include "kc_attn.cuh" /* needs KC_AW */
 #define KC_RPW	(KC_BR / KC_AW)
 #define KC_FULL 0xffffffffu
@@ -170,11 +170,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 		sv[i] = ok ? kc_ld(v, off) : 0.0f;
 	}
 	float adk[KC_RPW][E], adv[KC_RPW][E];
-#pragma unroll
-	for (int rr = 0; rr < KC_RPW; rr++)
-#pragma unroll
-		for (int c = 0; c < E; c++)
-			adk[rr][c] = adv[rr][c] = 0.0f;
+	kc_zero2<KC_RPW, E>(adk, adv);
 
 	for (int g = 0; g < group; g++) {
 		int h = hk * group + g;
@@ -240,7 +236,7 @@ __global__ void __launch_bounds__(KC_AW * 32)
 
 /* ---- backward on tensor cores (BF16/F16) --------------------------------- */
 
-#define KC_TB	 64 /* query rows per tile and keys per tile (both kernels) */
+#define KC_TB 64 /* query rows per tile and keys per tile (both kernels) */
 
 /* kc_sw and kc_stage: the swizzled tiles (kc_attn.cuh, included above). */
 
@@ -311,11 +307,7 @@ kc_mma_2qk(float s[KC_TB / 8][4], float dp[KC_TB / 8][4],
 	   const uint32_t af[KEEP ? D / 16 : 1][2][4], const uint16_t *a1, const uint16_t *a2,
 	   const uint16_t *b1, const uint16_t *b2, int wrow, int mi, int mr)
 {
-#pragma unroll
-	for (int n = 0; n < KC_TB / 8; n++)
-#pragma unroll
-		for (int i = 0; i < 4; i++)
-			s[n][i] = dp[n][i] = 0.0f;
+	kc_zero2<KC_TB / 8, 4>(s, dp);
 #pragma unroll
 	for (int kk = 0; kk < D / 16; kk++) {
 		uint32_t x[4], y[4];
@@ -509,11 +501,7 @@ __global__ void __launch_bounds__(KC_AW * 32, 2)
 	kc_cp_commit();
 
 	float adk[NO][4], adv[NO][4];
-#pragma unroll
-	for (int n = 0; n < NO; n++)
-#pragma unroll
-		for (int i = 0; i < 4; i++)
-			adk[n][i] = adv[n][i] = 0.0f;
+	kc_zero2<NO, 4>(adk, adv);
 	int wrow = warp * 16, key0 = k0 + wrow + (lane >> 2); /* keys key0, key0 + 8 */
 	constexpr bool KEEP = KC_KEEP_A(D);
 	uint32_t af[KEEP ? D / 16 : 1][2][4]; /* KEEP: the warp's K and V fragments */

@@ -162,22 +162,26 @@ static void kc_free(kk_backend *be, void *ptr)
 	cudaFree(ptr);
 }
 
-static int kc_upload(kk_backend *be, kk_stream *st, void *dst, const void *host, size_t bytes)
+/* A copy between host and device on st, waited for (upload and download
+ * return once the data is there). */
+static int kc_memcpy_wait(kk_backend *be, kk_stream *st, void *dst, const void *src, size_t bytes,
+			  cudaMemcpyKind kind)
 {
 	cudaStream_t s = kc_stream(be, st);
-	int r = kc_errno_cuda(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, s));
+	int r = kc_errno_cuda(cudaMemcpyAsync(dst, src, bytes, kind, s));
 	if (r < 0)
 		return r;
 	return kc_wait_stream(be, s);
 }
 
+static int kc_upload(kk_backend *be, kk_stream *st, void *dst, const void *host, size_t bytes)
+{
+	return kc_memcpy_wait(be, st, dst, host, bytes, cudaMemcpyHostToDevice);
+}
+
 static int kc_download(kk_backend *be, kk_stream *st, void *host, const void *src, size_t bytes)
 {
-	cudaStream_t s = kc_stream(be, st);
-	int r = kc_errno_cuda(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, s));
-	if (r < 0)
-		return r;
-	return kc_wait_stream(be, s);
+	return kc_memcpy_wait(be, st, host, src, bytes, cudaMemcpyDeviceToHost);
 }
 
 static int kc_memset(kk_backend *be, kk_stream *st, void *dst, int byte, size_t bytes)
@@ -227,6 +231,9 @@ static void kc_ops_fill(void)
 {
 	struct kk_backend_ops *o = &kc_ops;
 	o->name = "cuda";
+	/* No kk_cap: device memory, int8 per channel only (quant.cu), one
+	 * kk_qmatrix layout (qmatrix_pack stays NULL). */
+	o->caps = 0;
 	o->available = kc_available;
 	o->init = kc_init;
 	o->fini = kc_fini;
@@ -316,18 +323,14 @@ static const char kc_slots[] = ""
 	;
 
 extern "C" __attribute__((visibility("default"))) const struct kk_module KK_MODULE_SYMBOL = {
-	KK_MODULE_ABI,
-	KILN_VERSION,
-	kc_slots,
-	KK_MODULE_SIZES,
+	KK_MODULE_ABI,	   KILN_VERSION,
+	kc_slots,	   KK_MODULE_SIZES,
 #ifdef CUDART_VERSION
-	CUDART_VERSION,
-	CUDART_VERSION / 1000 * 1000,
+	CUDART_VERSION,	   CUDART_VERSION / 1000 * 1000,
 #else
 	0,
 	0,
 #endif
-	kc_driver_version,
-	kc_probe,
+	kc_driver_version, kc_probe,
 	kk_cuda_ops,
 };

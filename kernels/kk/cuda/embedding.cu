@@ -6,10 +6,62 @@
 #include <errno.h>
 #include <math.h>
 
+#include <type_traits>
+
 #include "kc.h"
 #include "kc_vec.cuh"
 
 /* ---- embedding ---------------------------------------------------------- */
+
+/* Forward, one chunk: out row t = table row id (zeros for an id outside
+ * the table, kk.h). */
+template <int W, typename T>
+static __device__ __forceinline__ void kc_embed_get(T *out, const T *table, int32_t id, size_t t,
+						    size_t j, int64_t vocab, int64_t dim)
+{
+	float f[W];
+	if (id >= 0 && id < vocab) {
+		kc_ldv<W, true>(table + (size_t) id * dim + j, f);
+	} else {
+#pragma unroll
+		for (int e = 0; e < W; e++)
+			f[e] = 0.0f;
+	}
+	kc_stv<W>(out + t * dim + j, f);
+}
+
+/* Backward, one chunk: dtable row id += dout row t (nothing for an id
+ * outside the table). */
+template <int W, typename T>
+static __device__ __forceinline__ void kc_embed_add(float *dtable, const T *dout, int32_t id,
+						    size_t t, size_t j, int64_t vocab, int64_t dim)
+{
+	if (id < 0 || id >= vocab)
+		return;
+	float f[W];
+	kc_ldv<W>(dout + t * dim + j, f);
+	float *d = dtable + (size_t) id * dim + j;
+	if constexpr (W == 1) {
+		atomicAdd(d, f[0]);
+	} else {
+#if defined(__clang__) && !defined(__NVCC__)
+		/* clang's CUDA wrapper (16) does not include CUDA 12's
+		 * sm_90_rt.h, so no float4 atomicAdd: scalar adds, same
+		 * result (the clang build is a compile check only). */
+#pragma unroll
+		for (int c = 0; c < W; c++)
+			atomicAdd(d + c, f[c]);
+#else
+#pragma unroll
+		for (int c = 0; c < W; c += 4)
+			atomicAdd((float4 *) (d + c),
+				  make_float4(f[c], f[c + 1], f[c + 2], f[c + 3]));
+#endif
+	}
+}
+
+/* What the kernel writes: the output rows (T), or the f32 table gradient. */
+template <typename T, bool BWD> using kc_embed_dst = typename std::conditional<BWD, float, T>::type;
 
 /* One thread per (token, W-element chunk of the row).  Forward: row t of
  * out (T) is row ids[t] of the table src, a zero row for an id outside the
@@ -17,8 +69,8 @@
  * of dst (the f32 table gradient); an id outside adds nothing. */
 template <typename T, int W, bool BWD>
 __global__ void __launch_bounds__(KC_EW_THREADS)
-	kc_embed_kernel(void *dst, const T *src, const int32_t *ids, int64_t tokens, int64_t vocab,
-			int64_t dim)
+	kc_embed_kernel(kc_embed_dst<T, BWD> *dst, const T *src, const int32_t *ids, int64_t tokens,
+			int64_t vocab, int64_t dim)
 {
 	int64_t chunks = dim / W;
 	size_t n = (size_t) tokens * chunks;
@@ -26,40 +78,10 @@ __global__ void __launch_bounds__(KC_EW_THREADS)
 	{
 		size_t t = i / chunks, j = (i % chunks) * W;
 		int32_t id = ids[t];
-		bool in_table = id >= 0 && id < vocab;
-		float f[W];
-		if constexpr (!BWD) {
-			if (in_table) {
-				kc_ldv<W, true>(src + (size_t) id * dim + j, f);
-			} else {
-#pragma unroll
-				for (int e = 0; e < W; e++)
-					f[e] = 0.0f;
-			}
-			kc_stv<W>((T *) dst + t * dim + j, f);
-			continue;
-		}
-		if (!in_table)
-			continue;
-		kc_ldv<W>(src + t * dim + j, f);
-		float *d = (float *) dst + (size_t) id * dim + j;
-		if constexpr (W == 1) {
-			atomicAdd(d, f[0]);
-		} else {
-#if defined(__clang__) && !defined(__NVCC__)
-			/* clang's CUDA wrapper (16) does not include CUDA 12's
-			 * sm_90_rt.h, so no float4 atomicAdd: scalar adds, same
-			 * result (the clang build is a compile check only). */
-#pragma unroll
-			for (int c = 0; c < W; c++)
-				atomicAdd(d + c, f[c]);
-#else
-#pragma unroll
-			for (int c = 0; c < W; c += 4)
-				atomicAdd((float4 *) (d + c),
-					  make_float4(f[c], f[c + 1], f[c + 2], f[c + 3]));
-#endif
-		}
+		if constexpr (BWD)
+			kc_embed_add<W>(dst, src, id, t, j, vocab, dim);
+		else
+			kc_embed_get<W>(dst, src, id, t, j, vocab, dim);
 	}
 }
 
@@ -69,7 +91,7 @@ static void kc_embed_launch(cudaStream_t s, void *dst, const void *src, const in
 {
 	size_t n = (size_t) tokens * dim;
 	kc_embed_kernel<T, W, BWD><<<kc_grid_sm(n / W, KC_EW_THREADS), KC_EW_THREADS, 0, s>>>(
-		dst, (const T *) src, ids, tokens, vocab, dim);
+		(kc_embed_dst<T, BWD> *) dst, (const T *) src, ids, tokens, vocab, dim);
 }
 
 template <typename T>

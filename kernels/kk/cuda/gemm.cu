@@ -334,18 +334,10 @@ out:
 
 static int kc_cuda_type(kc_dtype t, cudaDataType_t *ret)
 {
-	switch (t) {
-	case KC_F32:
-		*ret = CUDA_R_32F;
-		return 0;
-	case KC_BF16:
-		*ret = CUDA_R_16BF;
-		return 0;
-	case KC_F16:
-		*ret = CUDA_R_16F;
-		return 0;
-	}
-	return -EOPNOTSUPP;
+	if (t != KC_F32 && t != KC_BF16 && t != KC_F16)
+		return -EOPNOTSUPP;
+	*ret = t == KC_F32 ? CUDA_R_32F : t == KC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+	return 0;
 }
 
 extern "C" int kc_gemm(kc_blas *h, cudaStream_t s, kc_dtype ab_dt, kc_dtype c_dt, int trans_a,

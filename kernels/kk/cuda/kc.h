@@ -180,18 +180,19 @@ static __device__ __forceinline__ float kc_warp_max(float v)
 		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
 	return v;
 }
-/* Block-wide sum/max; every thread gets the result.  `sh` holds 33 floats;
- * blockDim.x is a multiple of 32.  Ends with a barrier so `sh` may be reused. */
-static __device__ __forceinline__ float kc_block_sum(float v, float *sh)
+/* Block-wide sum (MAX false) or max (MAX true); every thread gets the
+ * result.  `sh` holds 33 floats; blockDim.x is a multiple of 32.  Ends with
+ * a barrier so `sh` may be reused. */
+template <bool MAX> static __device__ __forceinline__ float kc_block_reduce(float v, float *sh)
 {
 	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	v = kc_warp_sum(v);
+	v = MAX ? kc_warp_max(v) : kc_warp_sum(v);
 	if (lane == 0)
 		sh[wid] = v;
 	__syncthreads();
 	if (wid == 0) {
-		float t = lane < nw ? sh[lane] : 0.0f;
-		t = kc_warp_sum(t);
+		float t = lane < nw ? sh[lane] : MAX ? -INFINITY : 0.0f;
+		t = MAX ? kc_warp_max(t) : kc_warp_sum(t);
 		if (lane == 0)
 			sh[32] = t;
 	}
@@ -200,23 +201,57 @@ static __device__ __forceinline__ float kc_block_sum(float v, float *sh)
 	__syncthreads();
 	return r;
 }
+static __device__ __forceinline__ float kc_block_sum(float v, float *sh)
+{
+	return kc_block_reduce<false>(v, sh);
+}
 static __device__ __forceinline__ float kc_block_max(float v, float *sh)
 {
+	return kc_block_reduce<true>(v, sh);
+}
+
+/* Block-wide reduction of a pair (a, b): merge(a, b, a2, b2) folds (a2,
+ * b2) into (a, b); (ia, ib) is the identity.  Every thread gets the
+ * result.  `sh` holds 66 floats; blockDim.x is a multiple of 32.  Ends
+ * with a barrier so `sh` may be reused. */
+template <typename M>
+static __device__ __forceinline__ void kc_block_reduce2(float &a, float &b, float *sh, float ia,
+							float ib, M merge)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		merge(a, b, __shfl_xor_sync(0xffffffffu, a, o), __shfl_xor_sync(0xffffffffu, b, o));
 	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	v = kc_warp_max(v);
-	if (lane == 0)
-		sh[wid] = v;
-	__syncthreads();
-	if (wid == 0) {
-		float t = lane < nw ? sh[lane] : -INFINITY;
-		t = kc_warp_max(t);
-		if (lane == 0)
-			sh[32] = t;
+	if (lane == 0) {
+		sh[wid] = a;
+		sh[32 + wid] = b;
 	}
 	__syncthreads();
-	float r = sh[32];
+	if (wid == 0) {
+		float ta = lane < nw ? sh[lane] : ia, tb = lane < nw ? sh[32 + lane] : ib;
+		for (int o = 16; o > 0; o >>= 1)
+			merge(ta, tb, __shfl_xor_sync(0xffffffffu, ta, o),
+			      __shfl_xor_sync(0xffffffffu, tb, o));
+		if (lane == 0) {
+			sh[64] = ta;
+			sh[65] = tb;
+		}
+	}
 	__syncthreads();
-	return r;
+	a = sh[64];
+	b = sh[65];
+	__syncthreads();
+}
+
+/* a[R][C] = b[R][C] = 0, unrolled (register accumulators stay in
+ * registers). */
+template <int R, int C>
+static __device__ __forceinline__ void kc_zero2(float (*a)[C], float (*b)[C])
+{
+#pragma unroll
+	for (int r = 0; r < R; r++)
+#pragma unroll
+		for (int c = 0; c < C; c++)
+			a[r][c] = b[r][c] = 0.0f;
 }
 
 /* Calls FN<T>(args...) with T the element type of `dt`; -EOPNOTSUPP for

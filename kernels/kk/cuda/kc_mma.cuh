@@ -89,29 +89,33 @@ static __device__ __forceinline__ void kc_mma16816(float d[4], const uint32_t a[
 	(void) b;
 #endif
 }
-static __device__ __forceinline__ void kc_ldsm_x4(uint32_t r[4], const void *p)
+/* ldmatrix x4 from shared memory, TRANS: with .trans. */
+template <bool TRANS>
+static __device__ __forceinline__ void kc_ldsm_x4_of(uint32_t r[4], const void *p)
 {
 #if defined(__CUDA_ARCH__)
 	unsigned s = (unsigned) __cvta_generic_to_shared(p);
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"(s));
+	if (TRANS)
+		asm volatile(
+			"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+			: "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+			: "r"(s));
+	else
+		asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+			     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+			     : "r"(s));
 #else /* host pass (no __CUDA_ARCH__): the body is device-only */
 	(void) r;
 	(void) p;
 #endif
 }
+static __device__ __forceinline__ void kc_ldsm_x4(uint32_t r[4], const void *p)
+{
+	kc_ldsm_x4_of<false>(r, p);
+}
 static __device__ __forceinline__ void kc_ldsm_x4_t(uint32_t r[4], const void *p)
 {
-#if defined(__CUDA_ARCH__)
-	unsigned s = (unsigned) __cvta_generic_to_shared(p);
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"(s));
-#else /* host pass (no __CUDA_ARCH__): the body is device-only */
-	(void) r;
-	(void) p;
-#endif
+	kc_ldsm_x4_of<true>(r, p);
 }
 template <bool BF> static __device__ __forceinline__ uint32_t kc_pack2(float lo, float hi)
 {

@@ -32,19 +32,10 @@
 
 static int kc_nccl_type(kk_dtype t, ncclDataType_t *ret)
 {
-	switch (t) {
-	case KK_F32:
-		*ret = ncclFloat32;
-		return 0;
-	case KK_BF16:
-		*ret = ncclBfloat16;
-		return 0;
-	case KK_F16:
-		*ret = ncclFloat16;
-		return 0;
-	default:
+	if (t != KK_F32 && t != KK_BF16 && t != KK_F16)
 		return -EOPNOTSUPP;
-	}
+	*ret = t == KK_F32 ? ncclFloat32 : t == KK_BF16 ? ncclBfloat16 : ncclFloat16;
+	return 0;
 }
 
 static int kc_nccl_op(kk_reduce_op op, ncclRedOp_t *ret)
@@ -269,53 +260,54 @@ static int kc_nccl_done(kk_comm *c, ncclResult_t r)
 #endif
 }
 
-/* A collective on an aborted communicator (after an error or timeout). */
-#define KC_COMM_LIVE(c)                     \
-	do {                                \
-		if (!(c)->impl)             \
-			return -ECONNRESET; \
-	} while (0)
+/* What every collective checks first: the dtype as NCCL's, the reduction
+ * (op NULL: none), then the communicator alive (-ECONNRESET once aborted
+ * after an error or timeout). */
+static int kc_coll_prep(kk_comm *c, kk_dtype dt, const kk_reduce_op *op, ncclDataType_t *t,
+			ncclRedOp_t *o)
+{
+	int r = kc_nccl_type(dt, t);
+	if (r < 0)
+		return r;
+	if (op && (r = kc_nccl_op(*op, o)) < 0)
+		return r;
+	return c->impl ? 0 : -ECONNRESET;
+}
+
+/* all_reduce, or (scatter) reduce_scatter: the same checks and arguments. */
+static int kc_reduce(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
+		     size_t count, kk_reduce_op op, bool scatter)
+{
+	ncclDataType_t t;
+	ncclRedOp_t o;
+	int r = kc_coll_prep(c, send->dtype, &op, &t, &o);
+	if (r < 0)
+		return r;
+	cudaStream_t s = kc_stream(c->be, st);
+	return kc_nccl_done(
+		c, scatter ? ncclReduceScatter(send->ptr, recv->ptr, count, t, o, kc_comm(c), s)
+			   : ncclAllReduce(send->ptr, recv->ptr, count, t, o, kc_comm(c), s));
+}
 
 extern "C" int kc_op_all_reduce(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
 				size_t count, kk_reduce_op op)
 {
-	ncclDataType_t t;
-	ncclRedOp_t o;
-	int r = kc_nccl_type(send->dtype, &t);
-	if (r < 0)
-		return r;
-	r = kc_nccl_op(op, &o);
-	if (r < 0)
-		return r;
-	KC_COMM_LIVE(c);
-	return kc_nccl_done(c, ncclAllReduce(send->ptr, recv->ptr, count, t, o, kc_comm(c),
-					     kc_stream(c->be, st)));
+	return kc_reduce(c, st, recv, send, count, op, false);
 }
 
 extern "C" int kc_op_reduce_scatter(kk_comm *c, kk_stream *st, kk_buffer *recv,
 				    const kk_buffer *send, size_t count, kk_reduce_op op)
 {
-	ncclDataType_t t;
-	ncclRedOp_t o;
-	int r = kc_nccl_type(send->dtype, &t);
-	if (r < 0)
-		return r;
-	r = kc_nccl_op(op, &o);
-	if (r < 0)
-		return r;
-	KC_COMM_LIVE(c);
-	return kc_nccl_done(c, ncclReduceScatter(send->ptr, recv->ptr, count, t, o, kc_comm(c),
-						 kc_stream(c->be, st)));
+	return kc_reduce(c, st, recv, send, count, op, true);
 }
 
 extern "C" int kc_op_all_gather(kk_comm *c, kk_stream *st, kk_buffer *recv, const kk_buffer *send,
 				size_t count)
 {
 	ncclDataType_t t;
-	int r = kc_nccl_type(send->dtype, &t);
+	int r = kc_coll_prep(c, send->dtype, NULL, &t, NULL);
 	if (r < 0)
 		return r;
-	KC_COMM_LIVE(c);
 	return kc_nccl_done(
 		c, ncclAllGather(send->ptr, recv->ptr, count, t, kc_comm(c), kc_stream(c->be, st)));
 }
@@ -323,10 +315,9 @@ extern "C" int kc_op_all_gather(kk_comm *c, kk_stream *st, kk_buffer *recv, cons
 extern "C" int kc_op_broadcast(kk_comm *c, kk_stream *st, kk_buffer *buf, size_t count, int root)
 {
 	ncclDataType_t t;
-	int r = kc_nccl_type(buf->dtype, &t);
+	int r = kc_coll_prep(c, buf->dtype, NULL, &t, NULL);
 	if (r < 0)
 		return r;
-	KC_COMM_LIVE(c);
 	return kc_nccl_done(c, ncclBroadcast(buf->ptr, buf->ptr, count, t, root, kc_comm(c),
 					     kc_stream(c->be, st)));
 }

@@ -147,34 +147,19 @@ __global__ void kc_norm_dx_big(int layer, T *dx, const T *dy, const T *dres, con
 
 /* ---- kernels: rows in registers ----------------------------------------- */
 
+/* (a, b) += (a2, b2): kc_block_reduce2's merge for two sums. */
+struct kc_add2 {
+	__device__ __forceinline__ void operator()(float &a, float &b, float a2, float b2) const
+	{
+		a += a2;
+		b += b2;
+	}
+};
+
 /* Sum of a and b over the block; sh holds 66 floats. */
 static __device__ __forceinline__ void kc_block_sum2(float &a, float &b, float *sh)
 {
-	for (int o = 16; o > 0; o >>= 1) {
-		a += __shfl_xor_sync(0xffffffffu, a, o);
-		b += __shfl_xor_sync(0xffffffffu, b, o);
-	}
-	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	if (lane == 0) {
-		sh[wid] = a;
-		sh[32 + wid] = b;
-	}
-	__syncthreads();
-	if (wid == 0) {
-		float ta = lane < nw ? sh[lane] : 0.0f, tb = lane < nw ? sh[32 + lane] : 0.0f;
-		for (int o = 16; o > 0; o >>= 1) {
-			ta += __shfl_xor_sync(0xffffffffu, ta, o);
-			tb += __shfl_xor_sync(0xffffffffu, tb, o);
-		}
-		if (lane == 0) {
-			sh[64] = ta;
-			sh[65] = tb;
-		}
-	}
-	__syncthreads();
-	a = sh[64];
-	b = sh[65];
-	__syncthreads();
+	kc_block_reduce2(a, b, sh, 0.0f, 0.0f, kc_add2());
 }
 
 template <typename T, int NS, bool VEC, bool LAYER>
@@ -264,11 +249,7 @@ __global__ void __launch_bounds__(VEC ? KC_NORM_THREADS : KC_NORM_THREADS_SCALAR
 	const int n = (int) dim; /* <= KC_NORM_REG_MAX */
 	__shared__ float sh[66];
 	float aw[NS][W], ab[NS][W];
-#pragma unroll
-	for (int k = 0; k < NS; k++)
-#pragma unroll
-		for (int j = 0; j < W; j++)
-			aw[k][j] = ab[k][j] = 0.0f;
+	kc_zero2<NS, W>(aw, ab);
 	for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
 		size_t base = (size_t) r * dim;
 		float mu = LAYER ? mean[r] : 0.0f, rs = rstd[r];
@@ -376,34 +357,40 @@ template <typename K> static unsigned kc_wave(K k, int threads, int64_t rows)
 	return g > 0 ? (unsigned) g : 1u;
 }
 
-template <typename T, int NS, bool VEC, bool LAYER>
-static int kc_norm_fwd_go(cudaStream_t s, int threads, void *y, void *res_out, float *mean,
-			  float *rstd, const void *x, const void *res, const void *w, const void *b,
-			  int64_t rows, int64_t dim, float eps)
+template <typename T, int NS, bool VEC, bool LAYER> struct kc_norm_fwd_go {
+	static int run(cudaStream_t s, int threads, void *y, void *res_out, float *mean,
+		       float *rstd, const void *x, const void *res, const void *w, const void *b,
+		       int64_t rows, int64_t dim, float eps)
+	{
+		auto k = kc_norm_fwd_reg<T, NS, VEC, LAYER>;
+		k<<<kc_wave(k, threads, rows), threads, 0, s>>>(
+			(T *) y, (T *) res_out, mean, rstd, (const T *) x, (const T *) res,
+			(const T *) w, (const T *) b, rows, dim, eps);
+		return kc_check_launch();
+	}
+};
+
+/* GO<T, NS, VEC, LAYER>::run(args...) with the values a thread holds per
+ * vector lane (ns: 1, 2, else the most, KC_NORM_EPT / KC_VN(T)), the
+ * vector layout and LayerNorm-or-RMSNorm as template constants: the one
+ * dispatch of the register-resident forward and backward kernels. */
+template <typename T, template <typename, int, bool, bool> class GO, bool VEC, bool LAYER,
+	  typename... A>
+static int kc_norm_ns(int ns, A... args)
 {
-	auto k = kc_norm_fwd_reg<T, NS, VEC, LAYER>;
-	k<<<kc_wave(k, threads, rows), threads, 0, s>>>(
-		(T *) y, (T *) res_out, mean, rstd, (const T *) x, (const T *) res, (const T *) w,
-		(const T *) b, rows, dim, eps);
-	return kc_check_launch();
+	return ns == 1	 ? GO<T, 1, VEC, LAYER>::run(args...)
+	       : ns == 2 ? GO<T, 2, VEC, LAYER>::run(args...)
+			 : GO<T, KC_NORM_EPT / KC_VN(T), VEC, LAYER>::run(args...);
 }
 
-template <typename T, bool VEC, bool LAYER>
-static int kc_norm_fwd_ns(cudaStream_t s, int ns, int threads, void *y, void *res_out, float *mean,
-			  float *rstd, const void *x, const void *res, const void *w, const void *b,
-			  int64_t rows, int64_t dim, float eps)
+template <typename T, template <typename, int, bool, bool> class GO, typename... A>
+static int kc_norm_reg(int ns, bool vec, bool layer, A... args)
 {
-	switch (ns) {
-	case 1:
-		return kc_norm_fwd_go<T, 1, VEC, LAYER>(s, threads, y, res_out, mean, rstd, x, res,
-							w, b, rows, dim, eps);
-	case 2:
-		return kc_norm_fwd_go<T, 2, VEC, LAYER>(s, threads, y, res_out, mean, rstd, x, res,
-							w, b, rows, dim, eps);
-	default:
-		return kc_norm_fwd_go<T, KC_NORM_EPT / KC_VN(T), VEC, LAYER>(
-			s, threads, y, res_out, mean, rstd, x, res, w, b, rows, dim, eps);
-	}
+	if (vec)
+		return layer ? kc_norm_ns<T, GO, true, true>(ns, args...)
+			     : kc_norm_ns<T, GO, true, false>(ns, args...);
+	return layer ? kc_norm_ns<T, GO, false, true>(ns, args...)
+		     : kc_norm_ns<T, GO, false, false>(ns, args...);
 }
 
 /* Whether the rows of every (non-NULL) tensor start on 16-byte boundaries,
@@ -430,19 +417,9 @@ static int kc_norm_fwd(cudaStream_t s, int layer, void *y, void *res_out, float 
 		return -EOPNOTSUPP;
 	bool vec = kc_norm_vec<T>(dim, y, res_out, x, res, w, b);
 	int threads = 0, ns = kc_norm_shape<T>(dim, vec, &threads);
-	if (ns) {
-		if (vec)
-			return layer ? kc_norm_fwd_ns<T, true, true>(s, ns, threads, y, res_out,
-								     mean, rstd, x, res, w, b, rows,
-								     dim, eps)
-				     : kc_norm_fwd_ns<T, true, false>(s, ns, threads, y, res_out,
-								      mean, rstd, x, res, w, b,
-								      rows, dim, eps);
-		return layer ? kc_norm_fwd_ns<T, false, true>(s, ns, threads, y, res_out, mean,
-							      rstd, x, res, w, b, rows, dim, eps)
-			     : kc_norm_fwd_ns<T, false, false>(s, ns, threads, y, res_out, mean,
-							       rstd, x, res, w, b, rows, dim, eps);
-	}
+	if (ns)
+		return kc_norm_reg<T, kc_norm_fwd_go>(ns, vec, layer, s, threads, y, res_out, mean,
+						      rstd, x, res, w, b, rows, dim, eps);
 	kc_norm_fwd_big<T>
 		<<<(unsigned) rows, kc_row_threads((int) (dim > 4096 ? 4096 : dim)), 0, s>>>(
 			layer, (T *) y, (T *) res_out, mean, rstd, (const T *) x, (const T *) res,
@@ -450,55 +427,38 @@ static int kc_norm_fwd(cudaStream_t s, int layer, void *y, void *res_out, float 
 	return kc_check_launch();
 }
 
-template <typename T, int NS, bool VEC, bool LAYER>
-static int kc_norm_bwd_go(cudaStream_t s, int threads, void *dx, float *dw, float *db,
-			  const void *dy, const void *dres, const void *h, const void *w,
-			  const float *mean, const float *rstd, int64_t rows, int64_t dim)
-{
-	auto k = kc_norm_bwd_reg<T, NS, VEC, LAYER>;
-	unsigned grid = kc_wave(k, threads, rows);
-	int nbuf = db ? 2 : 1;
-	float *part = NULL;
-	int r = kc_errno_cuda(
-		cudaMallocAsync((void **) &part, (size_t) nbuf * grid * dim * sizeof(float), s));
-	if (r < 0)
-		return r;
-	float *pb = db ? part + (size_t) grid * dim : NULL;
-	k<<<grid, threads, 0, s>>>((T *) dx, part, pb, (const T *) dy, (const T *) dres,
-				   (const T *) h, (const T *) w, mean, rstd, rows, dim);
-	r = kc_check_launch();
-	unsigned cg = (unsigned) ((dim + KC_DP_COLS - 1) / KC_DP_COLS);
-	if (r >= 0) {
-		kc_norm_dparam_reduce<<<cg, KC_DP_COLS * KC_DP_SLICES, 0, s>>>(dw, part, (int) grid,
-									       dim);
+template <typename T, int NS, bool VEC, bool LAYER> struct kc_norm_bwd_go {
+	static int run(cudaStream_t s, int threads, void *dx, float *dw, float *db, const void *dy,
+		       const void *dres, const void *h, const void *w, const float *mean,
+		       const float *rstd, int64_t rows, int64_t dim)
+	{
+		auto k = kc_norm_bwd_reg<T, NS, VEC, LAYER>;
+		unsigned grid = kc_wave(k, threads, rows);
+		int nbuf = db ? 2 : 1;
+		float *part = NULL;
+		int r = kc_errno_cuda(cudaMallocAsync(
+			(void **) &part, (size_t) nbuf * grid * dim * sizeof(float), s));
+		if (r < 0)
+			return r;
+		float *pb = db ? part + (size_t) grid * dim : NULL;
+		k<<<grid, threads, 0, s>>>((T *) dx, part, pb, (const T *) dy, (const T *) dres,
+					   (const T *) h, (const T *) w, mean, rstd, rows, dim);
 		r = kc_check_launch();
+		unsigned cg = (unsigned) ((dim + KC_DP_COLS - 1) / KC_DP_COLS);
+		if (r >= 0) {
+			kc_norm_dparam_reduce<<<cg, KC_DP_COLS * KC_DP_SLICES, 0, s>>>(
+				dw, part, (int) grid, dim);
+			r = kc_check_launch();
+		}
+		if (r >= 0 && db) {
+			kc_norm_dparam_reduce<<<cg, KC_DP_COLS * KC_DP_SLICES, 0, s>>>(
+				db, pb, (int) grid, dim);
+			r = kc_check_launch();
+		}
+		int r2 = kc_errno_cuda(cudaFreeAsync(part, s));
+		return r < 0 ? r : r2;
 	}
-	if (r >= 0 && db) {
-		kc_norm_dparam_reduce<<<cg, KC_DP_COLS * KC_DP_SLICES, 0, s>>>(db, pb, (int) grid,
-									       dim);
-		r = kc_check_launch();
-	}
-	int r2 = kc_errno_cuda(cudaFreeAsync(part, s));
-	return r < 0 ? r : r2;
-}
-
-template <typename T, bool VEC, bool LAYER>
-static int kc_norm_bwd_ns(cudaStream_t s, int ns, int threads, void *dx, float *dw, float *db,
-			  const void *dy, const void *dres, const void *h, const void *w,
-			  const float *mean, const float *rstd, int64_t rows, int64_t dim)
-{
-	switch (ns) {
-	case 1:
-		return kc_norm_bwd_go<T, 1, VEC, LAYER>(s, threads, dx, dw, db, dy, dres, h, w,
-							mean, rstd, rows, dim);
-	case 2:
-		return kc_norm_bwd_go<T, 2, VEC, LAYER>(s, threads, dx, dw, db, dy, dres, h, w,
-							mean, rstd, rows, dim);
-	default:
-		return kc_norm_bwd_go<T, KC_NORM_EPT / KC_VN(T), VEC, LAYER>(
-			s, threads, dx, dw, db, dy, dres, h, w, mean, rstd, rows, dim);
-	}
-}
+};
 
 template <typename T>
 static int kc_norm_bwd(cudaStream_t s, int layer, void *dx, float *dw, float *db, const void *dy,
@@ -511,19 +471,10 @@ static int kc_norm_bwd(cudaStream_t s, int layer, void *dx, float *dw, float *db
 	 * dim % W == 0 implies. */
 	bool vec = kc_norm_vec<T>(dim, dx, dy, dres, h, w, NULL);
 	int threads = 0, ns = kc_norm_shape<T>(dim, vec, &threads);
-	if (ns) {
-		if (vec)
-			return layer ? kc_norm_bwd_ns<T, true, true>(s, ns, threads, dx, dw, db, dy,
-								     dres, h, w, mean, rstd, rows,
-								     dim)
-				     : kc_norm_bwd_ns<T, true, false>(s, ns, threads, dx, dw, NULL,
-								      dy, dres, h, w, mean, rstd,
-								      rows, dim);
-		return layer ? kc_norm_bwd_ns<T, false, true>(s, ns, threads, dx, dw, db, dy, dres,
-							      h, w, mean, rstd, rows, dim)
-			     : kc_norm_bwd_ns<T, false, false>(s, ns, threads, dx, dw, NULL, dy,
-							       dres, h, w, mean, rstd, rows, dim);
-	}
+	if (ns) /* RMSNorm has no bias gradient */
+		return kc_norm_reg<T, kc_norm_bwd_go>(ns, vec, layer, s, threads, dx, dw,
+						      layer ? db : (float *) NULL, dy, dres, h, w,
+						      mean, rstd, rows, dim);
 	int64_t slices = rows < KC_NORM_ROW_SLICES ? rows : KC_NORM_ROW_SLICES;
 	dim3 g((unsigned) ((dim + 255) / 256), (unsigned) slices);
 	kc_norm_dparam_big<T><<<g, 256, 0, s>>>(layer, dw, db, (const T *) dy, (const T *) h, mean,

@@ -137,10 +137,17 @@ template <typename T> static int kc_quantize_t(cudaStream_t s, kk_qmatrix *qm, c
 	return kc_check_launch();
 }
 
+/* The kk_qmatrix forms these kernels take: int8 per channel and q4 in
+ * groups.  int8 per 32-block (GGUF Q8_0) is not one of them: the backend
+ * has no KK_CAP_I8_GROUP32 (backend.cu), and kk_backend_has says so. */
+static bool kc_qmatrix_ok(const kk_qmatrix *q)
+{
+	return q->qtype == KK_Q4 || (q->qtype == KK_I8 && !q->group);
+}
+
 extern "C" int kc_op_quantize(kk_backend *be, kk_stream *st, kk_qmatrix *q, const kk_buffer *w)
 {
-	/* int8 per 32-block (GGUF Q8_0) is a cpu-backend layout for now. */
-	if ((q->qtype != KK_I8 && q->qtype != KK_Q4) || (q->qtype == KK_I8 && q->group))
+	if (!kc_qmatrix_ok(q))
 		return -EOPNOTSUPP;
 	return KC_DISPATCH(kc_dt(w->dtype), kc_quantize_t, kc_stream(be, st), q, w->ptr);
 }
@@ -251,7 +258,7 @@ template <typename T> static int kc_dequant_t(cudaStream_t s, void *w, const kk_
 
 extern "C" int kc_op_dequantize(kk_backend *be, kk_stream *st, kk_buffer *w, const kk_qmatrix *q)
 {
-	if ((q->qtype != KK_I8 && q->qtype != KK_Q4) || (q->qtype == KK_I8 && q->group))
+	if (!kc_qmatrix_ok(q))
 		return -EOPNOTSUPP;
 	return KC_DISPATCH(kc_dt(w->dtype), kc_dequant_t, kc_stream(be, st), w->ptr, q);
 }
@@ -491,7 +498,7 @@ static int kc_qgemm_t(kk_backend *be, cudaStream_t s, void *y, const void *x, co
 extern "C" int kc_op_qgemm(kk_backend *be, kk_stream *st, kk_buffer *y, const kk_buffer *x,
 			   const kk_qmatrix *w, const kk_buffer *bias, int64_t m)
 {
-	if ((w->qtype != KK_I8 && w->qtype != KK_Q4) || (w->qtype == KK_I8 && w->group))
+	if (!kc_qmatrix_ok(w))
 		return -EOPNOTSUPP;
 	return KC_DISPATCH(kc_dt(x->dtype), kc_qgemm_t, be, kc_stream(be, st), y->ptr, x->ptr, w,
 			   bias, m);

@@ -29,36 +29,18 @@ static __device__ __forceinline__ void kc_ms_merge(float &m, float &s, float m2,
 	s = s * expf(m - mn) + s2 * expf(m2 - mn);
 	m = mn;
 }
+/* kc_ms_merge as kc_block_reduce2's merge. */
+struct kc_ms_merge_f {
+	__device__ __forceinline__ void operator()(float &m, float &s, float m2, float s2) const
+	{
+		kc_ms_merge(m, s, m2, s2);
+	}
+};
+
 /* Block-wide merge; every thread gets the row's (m, s).  sh holds 66 floats. */
 static __device__ __forceinline__ void kc_block_ms(float &m, float &s, float *sh)
 {
-	for (int o = 16; o > 0; o >>= 1) {
-		float m2 = __shfl_xor_sync(0xffffffffu, m, o);
-		float s2 = __shfl_xor_sync(0xffffffffu, s, o);
-		kc_ms_merge(m, s, m2, s2);
-	}
-	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	if (lane == 0) {
-		sh[wid] = m;
-		sh[32 + wid] = s;
-	}
-	__syncthreads();
-	if (wid == 0) {
-		float mm = lane < nw ? sh[lane] : -INFINITY, ss = lane < nw ? sh[32 + lane] : 0.0f;
-		for (int o = 16; o > 0; o >>= 1) {
-			float m2 = __shfl_xor_sync(0xffffffffu, mm, o);
-			float s2 = __shfl_xor_sync(0xffffffffu, ss, o);
-			kc_ms_merge(mm, ss, m2, s2);
-		}
-		if (lane == 0) {
-			sh[64] = mm;
-			sh[65] = ss;
-		}
-	}
-	__syncthreads();
-	m = sh[64];
-	s = sh[65];
-	__syncthreads();
+	kc_block_reduce2(m, s, sh, -INFINITY, 0.0f, kc_ms_merge_f());
 }
 
 /* mode 0: y = softmax(x).  mode 1: loss[r] (cross-entropy forward).

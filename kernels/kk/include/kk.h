@@ -102,7 +102,8 @@ int kk_backend_open_why(const char *name, kk_backend **ret, char *why, size_t le
 /* Frees the backend; every buffer, stream and comm of it must be freed
  * first.  Accepts NULL.  Returns NULL. */
 kk_backend *kk_backend_free(kk_backend *be);
-/* "cpu" or "cuda". */
+/* "cpu" or "cuda", for messages: code that must choose a path asks
+ * kk_supports() or kk_backend_has(), never the name. */
 const char *kk_backend_name(const kk_backend *be);
 /* Whether `name` could be opened right now: 1 yes, 0 no, -EINVAL unknown name. */
 int kk_backend_available(const char *name);
@@ -157,7 +158,8 @@ int kk_buffer_view(kk_buffer *parent, size_t offset, size_t count, kk_buffer **r
  * Used to compute on a model file's read-only mapping (an op writing to
  * such a buffer faults instead of corrupting the file's pages).
  * Errors: -EINVAL (count 0, bad dtype, ptr not aligned to the element
- * size), -EOPNOTSUPP (a device backend), -ENOMEM. */
+ * size), -EOPNOTSUPP (a backend without KK_CAP_HOST_MEMORY: a device
+ * backend), -ENOMEM. */
 int kk_buffer_wrap_host(kk_backend *be, kk_dtype dt, const void *ptr, size_t count,
 			kk_buffer **ret);
 /* Frees a buffer or view.  Accepts NULL.  Returns NULL. */
@@ -246,8 +248,8 @@ int kk_gemm(kk_backend *be, kk_stream *st, const kk_gemm_desc *d);
  *  - KK_I8: data is I8 [n, k]; group 0: scales [n]; w = q * scale[row],
  *    q in -127..127, scale = max|w_row| / 127.  group 32 (GGUF's Q8_0
  *    blocks; k a multiple of 32): scales [n, k / 32], w = q * scale[row,
- *    j / 32], scale = max|w_group| / 127; the cpu backend only (others
- *    return -EOPNOTSUPP).
+ *    j / 32], scale = max|w_group| / 127; only on a backend with
+ *    KK_CAP_I8_GROUP32 (cpu; others return -EOPNOTSUPP).
  *  - KK_Q4: data is Q4 [n, k] (n * k / 2 bytes, element j of a row in byte
  *    j/2, even j in the low nibble), stored as q + 8 with q in -8..7;
  *    scales [n, k / group]; w = q * scale[row, j / group];
@@ -285,7 +287,7 @@ kk_qmatrix *kk_qmatrix_free(kk_qmatrix *q);
  * a one-row view of a packed matrix is not a row.  Returns 1 when q is
  * packed, 0 when it was left as it is (k not a multiple of 32, fewer than
  * KK_QPACK rows, $KK_CPU_QPACK=0).  Errors: -EINVAL, -ENOMEM,
- * -EOPNOTSUPP (a backend with one layout: nothing to do). */
+ * -EOPNOTSUPP (a backend without KK_CAP_QPACK: one layout, nothing to do). */
 int kk_qmatrix_pack(kk_backend *be, kk_qmatrix *q);
 /* q <- quantize(w), w F32/BF16/F16 [n, k] with q's shape. */
 int kk_quantize(kk_backend *be, kk_stream *st, kk_qmatrix *q, const kk_buffer *w);
@@ -646,6 +648,26 @@ const char *kk_op_name(kk_op op);
  * call may still return -EOPNOTSUPP for a head dim or size the backend does
  * not handle, or -EINVAL for bad arguments. */
 bool kk_supports(const kk_backend *be, kk_op op, kk_dtype dt);
+
+/* What a backend can do beyond its ops, for code that must choose a path
+ * without asking which backend it runs on. */
+typedef enum kk_cap {
+	/* Its buffers are host memory: kk_buffer_wrap_host() computes on the
+	 * caller's memory in place (cpu). */
+	KK_CAP_HOST_MEMORY = 0,
+	/* kk_quantize, kk_dequantize and kk_qgemm take a KK_I8 kk_qmatrix in
+	 * groups of 32 (GGUF's Q8_0 blocks), not only per channel (cpu). */
+	KK_CAP_I8_GROUP32 = 1,
+	/* kk_qmatrix_pack() has a faster layout to pack into (cpu). */
+	KK_CAP_QPACK = 2,
+	KK_CAP_MAX
+} kk_cap;
+
+/* Whether backend be has capability cap: true or false, from the backend's
+ * table, without touching the device.  A backend without it refuses the
+ * call it names with -EOPNOTSUPP (never a wrong result).  False for a NULL
+ * be or a cap outside [0, KK_CAP_MAX). */
+bool kk_backend_has(const kk_backend *be, kk_cap cap);
 
 #ifdef __cplusplus
 }
