@@ -50,7 +50,7 @@
  * CUDA version it was built with and its probe (driver, device).
  *
  * A program that links the cuda objects statically (the CPU emulation of
- * tests/kernels/gpu/emu/) defines the same symbol; kernels/kk/kk.c refers to
+ * tests/gpu/emu/) defines the same symbol; kernels/kk/kk.c refers to
  * it weakly and uses it instead of loading a module. */
 #pragma once
 

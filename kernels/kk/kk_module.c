@@ -18,7 +18,7 @@
  * and what to do, in the caller's buffer: library code never logs.
  *
  * A binary that links the cuda objects itself (the CPU emulation of CUDA,
- * tests/kernels/gpu/emu/) defines KK_MODULE_SYMBOL, which this file refers
+ * tests/gpu/emu/) defines KK_MODULE_SYMBOL, which this file refers
  * to weakly: it is then used as is, nothing is loaded. */
 #include <dlfcn.h>
 #include <errno.h>

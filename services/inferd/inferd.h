@@ -4,7 +4,7 @@
  *   openai.c  the OpenAI request layer: a JSON body -> a typed request
  *             (prompts already as token ids), typed results -> response
  *             JSON.  Pure: no I/O, no engine, no HTTP (fuzzed by
- *             tests/inferd/fuzz-openai.c, tested by test-openai.c).
+ *             tests/fuzz/fuzz-openai.c, tested by test-openai.c).
  *   stream.c  one HTTP request's life on the engine: engine events ->
  *             decoded text, stop strings found across tokens and SSE
  *             events, UTF-8 hold-back, usage, the reply.

@@ -80,8 +80,8 @@ step_env() {
 
 step_test() {
 	local rc=0
-	KILN_TEST_GPU=1 tests/run-tests.sh tests/kernels/gpu/test-kk-cuda.sh \
-		tests/kernels/gpu/test-kk-cuda-mem.sh "$B/tests/test-kernels-cuda" \
+	KILN_TEST_GPU=1 tests/run-tests.sh tests/gpu/test-kk-cuda.sh \
+		tests/gpu/test-kk-cuda-mem.sh "$B/tests/test-kernels-cuda" \
 		"$B/tests/test-model-cuda" "$B/tests/test-train-cuda" || rc=1
 	return $rc
 }

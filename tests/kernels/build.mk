@@ -1,11 +1,11 @@
 # tests/kernels: the kk op suite, once per backend (the cuda binary skips
 # with a reason where no GPU is usable), and the cpu benchmark tool.
 # ref/: the float64 references per op family (libkkref.a), shared by the
-# suite, the cuda parity tests (tests/kernels/gpu/) and their emulator runs.
+# suite, the cuda parity tests (tests/gpu/) and their emulator runs.
 KKREF_SRCS := $(wildcard tests/kernels/ref/*.c)
 $(eval $(call kiln_lib,kkref,$(KKREF_SRCS)))
 $(eval $(call kiln_test,test-kernels-cpu,tests/kernels/test-kernels-cpu.c,kkref kk,$(KK_LDLIBS)))
-$(eval $(call kiln_test,test-kernels-cuda,tests/kernels/test-kernels-cuda.c,kkref kk,$(KK_LDLIBS)))
+$(eval $(call kiln_test,test-kernels-cuda,tests/gpu/test-kernels-cuda.c,kkref kk,$(KK_LDLIBS)))
 # The paged decode's split plan (kernels/kk/cuda/kc_plan.h, host C only).
 $(eval $(call kiln_test,test-decode-plan,tests/kernels/test-decode-plan.c,,))
 $(B)/obj/tests/kernels/test-decode-plan.o: EXTRA_CFLAGS += -Ikernels/kk/cuda

@@ -11,5 +11,5 @@ BENCH_SCRIPTS += tests/train/bench-train.sh
 TEST_SCRIPTS += tests/train/test-kiln-train.sh
 # The same model on the cuda backend against cpu: every test skips with the
 # reason where cuda is not built in or no GPU is usable.
-$(eval $(call kiln_test,test-train-cuda,tests/train/test-train-cuda.c,$(KMTRAIN_LIBS),$(KMF_LDLIBS) $(KK_LDLIBS)))
-$(eval $(call kiln_tool,test-train-cuda-self,tests/train/test-train-cuda-self.c,$(KMTRAIN_LIBS),$(KMF_LDLIBS) $(KK_LDLIBS) -lcmocka))
+$(eval $(call kiln_test,test-train-cuda,tests/gpu/test-train-cuda.c,$(KMTRAIN_LIBS),$(KMF_LDLIBS) $(KK_LDLIBS)))
+$(eval $(call kiln_tool,test-train-cuda-self,tests/gpu/test-train-cuda-self.c,$(KMTRAIN_LIBS),$(KMF_LDLIBS) $(KK_LDLIBS) -lcmocka))

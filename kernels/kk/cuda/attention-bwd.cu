@@ -21,7 +21,7 @@
  * memory.
  *
  * Head dims 64 and 128 (template parameter D).
- * Checked on the CPU emulation (tests/kernels/gpu/emu); UNVERIFIED on a GPU. */
+ * Checked on the CPU emulation (tests/gpu/emu); UNVERIFIED on a GPU. */
 #include <errno.h>
 #include <math.h>
 

@@ -36,7 +36,7 @@
  * are merged through shared memory at the end.
  *
  * Head dims 64 and 128 (template parameter D), dtypes F32/BF16/F16.
- * Checked on the CPU emulation (tests/kernels/gpu/emu); UNVERIFIED on a GPU. */
+ * Checked on the CPU emulation (tests/gpu/emu); UNVERIFIED on a GPU. */
 #include <errno.h>
 #include <math.h>
 

@@ -1,5 +1,5 @@
 # kernels/kk/cuda/: the "cuda" backend of libkk (cuBLASLt GEMM, custom kernels,
-# NCCL), its GPU test (tests/kernels/gpu/) and benchmark (kernels/bench/).
+# NCCL), its GPU test (tests/gpu/) and benchmark (kernels/bench/).
 # With CUDA=1 the .cu objects become the CUDA module $(B)/lib/kiln/kk-cuda.so,
 # the only thing that links libcudart, libcublasLt and libnccl: libkk.a and
 # the programs do not, and kernels/kk/kk_module.c dlopen()s the module for
@@ -27,20 +27,20 @@ endif
 
 # The GPU parity test (every op, cuda vs cpu and f64) and the benchmark.
 # Both are built with CUDA=0 too: they then report "no CUDA device".
-$(eval $(call kiln_tool,test-kk-cuda,tests/kernels/gpu/test-kk-cuda.c,kkref kk common,$$(KK_LDLIBS)))
-TEST_GPU_SCRIPTS += tests/kernels/gpu/test-kk-cuda.sh
-TEST_SCRIPTS += tests/kernels/gpu/test-kk-cuda.sh
+$(eval $(call kiln_tool,test-kk-cuda,tests/gpu/test-kk-cuda.c,kkref kk common,$$(KK_LDLIBS)))
+TEST_GPU_SCRIPTS += tests/gpu/test-kk-cuda.sh
+TEST_SCRIPTS += tests/gpu/test-kk-cuda.sh
 $(eval $(call kiln_tool,cuda-bench,kernels/bench/cuda-bench.c,kk common,$$(KK_LDLIBS)))
 BENCH_SCRIPTS += kernels/bench/cuda-bench.sh
 # The same parity test on a CPU emulation of CUDA (kernels/kk/cuda/*.cu compiled
 # as host C++): verifies the kernels without a GPU; minutes, so test-full.
-TEST_FULL_SCRIPTS += tests/kernels/gpu/emu/run-emu.sh tests/kernels/gpu/emu/run-emu-suite.sh
+TEST_FULL_SCRIPTS += tests/gpu/emu/test-emu.sh tests/gpu/emu/test-emu-suite.sh
 # The emulation under AddressSanitizer+UBSan and ThreadSanitizer (a subset
 # of families each), and the planted bugs it must catch (a missing barrier,
 # a partial shuffle mask, unwritten shared memory, a misaligned vector load,
 # a wrong cp.async wait count, a wrong fragment index in the backward).
-TEST_FULL_SCRIPTS += tests/kernels/gpu/emu/run-emu-asan.sh tests/kernels/gpu/emu/run-emu-tsan.sh \
-	tests/kernels/gpu/emu/run-emu-plant.sh
+TEST_FULL_SCRIPTS += tests/gpu/emu/test-emu-asan.sh tests/gpu/emu/test-emu-tsan.sh \
+	tests/gpu/emu/test-emu-plant.sh
 # The tensor-core attention forward and backward under both sanitizers
 # (two small GQA 8/1 cases; scripts of their own for the suite timeout).
-TEST_FULL_SCRIPTS += tests/kernels/gpu/emu/run-emu-asan-attn.sh tests/kernels/gpu/emu/run-emu-tsan-attn.sh
+TEST_FULL_SCRIPTS += tests/gpu/emu/test-emu-asan-attn.sh tests/gpu/emu/test-emu-tsan-attn.sh

@@ -279,7 +279,7 @@ template <typename T> static inline kc_dtype kc_dtype_of(void)
 }
 
 /* Most blocks a grid-stride loop launches: 32 per SM of an H100/H200 fills
- * the GPU.  (The CPU emulation in tests/kernels/gpu/emu lowers it.) */
+ * the GPU.  (The CPU emulation in tests/gpu/emu lowers it.) */
 #ifndef KC_GRID_CAP
 #define KC_GRID_CAP (132u * 32u)
 #endif

@@ -22,7 +22,7 @@
  * M_i[2 (l % 4) .. +1][l / 4].
  *
  * On the GPU these are inline PTX (sm_80+; built for sm_90).  Under the CPU
- * emulation of tests/kernels/gpu/emu (KC_EMU, set by its kc_emu_mma.h) they
+ * emulation of tests/gpu/emu (KC_EMU, set by its kc_emu_mma.h) they
  * call warp-collective emulations that exchange every lane's registers and
  * compute each lane's fragment from the same layouts, in f32; cp.async there
  * lands at the cp.async.wait_group that retires its group, as on the GPU.  All callers must be warp-uniform (every lane of the warp

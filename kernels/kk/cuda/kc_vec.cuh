@@ -20,7 +20,7 @@
  *
  * Grid sizes come from the SM count (cached per device), not from the
  * element count alone: a grid-stride loop needs one resident wave.
- * Device code is CUDA C++; tests/kernels/gpu/emu compiles it as host C++
+ * Device code is CUDA C++; tests/gpu/emu compiles it as host C++
  * (KC_EMU, defined by the emulator's headers, switches the raw 16-byte
  * access to memcpy there, which keeps g++'s aliasing rules out of it). */
 #pragma once
@@ -296,7 +296,7 @@ static inline unsigned kc_grid_sm(size_t units, int threads)
 	return b ? (unsigned) b : 1u;
 }
 
-/* A kernel launch written in a header: tests/kernels/gpu/emu rewrites the
+/* A kernel launch written in a header: tests/gpu/emu rewrites the
  * <<<>>> syntax of .cu files only, so headers launch through this. */
 #ifdef KC_EMU
 #define KC_LAUNCH(k, g, b, smem, s, ...) kc_emu_launch(kc_cfg(g, b, smem, s), k, __VA_ARGS__)

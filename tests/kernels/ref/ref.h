@@ -1,7 +1,7 @@
 /* tests/kernels/ref/ref.h — float64 references of the kk ops, one file per
  * op family (ref/<family>.c, the families of kernels/kk/include/kk_ops.def),
  * shared by the kernels suite (tests/kernels/kernels-suite.h), the cuda
- * parity tests (tests/kernels/gpu/test-kk-cuda*.c) and their emulator runs.
+ * parity tests (tests/gpu/test-kk-cuda*.c) and their emulator runs.
  *
  * Plain loops in double over host arrays, written for clarity, not speed:
  * the same layouts and conventions as kk.h (row-major, "[a, b, c]" with c
