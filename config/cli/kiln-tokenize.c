@@ -153,6 +153,20 @@ static int decode(const ktok *t, const char *list, unsigned flags, bool json)
 	return 0;
 }
 
+/* --stdin: encodes all of standard input (at most CLI_MAX_STDIN bytes). */
+static int encode_stdin(const ktok *t, unsigned eflags, bool json)
+{
+	_cleanup_free_ char *buf = malloc(CLI_MAX_STDIN);
+	if (!buf)
+		return log_error("out of memory"), -ENOMEM;
+	size_t len = fread(buf, 1, CLI_MAX_STDIN, stdin);
+	if (!ferror(stdin) && feof(stdin))
+		return encode(t, buf, len, eflags, json);
+	log_error("standard input: unreadable or over %u bytes", CLI_MAX_STDIN);
+	/* cppcheck-suppress memleak ; buf is _cleanup_free_, which cppcheck does not model */
+	return -EIO;
+}
+
 enum { ARG_NO_SPECIAL = KILN_OPT_FIRST, ARG_PARSE_SPECIAL, ARG_SKIP_SPECIAL, ARG_STDIN };
 
 static const char *arg_text, *arg_ids;
@@ -194,12 +208,10 @@ int kiln_tokenize_main(int argc, char **argv)
 	int r = kiln_parse_options(&kiln_tokenize_prog, argc, argv, NULL);
 	if (r <= 0)
 		return kiln_parse_exit(r);
-	const char *text = arg_text, *ids = arg_ids;
-	const bool json = arg_json, use_stdin = arg_stdin;
 	const unsigned eflags = (arg_no_special ? 0 : KTOK_ENC_ADD_SPECIAL) |
 				(arg_parse_special ? KTOK_ENC_PARSE_SPECIAL : 0);
 	const unsigned dflags = arg_skip_special ? KTOK_DEC_SKIP_SPECIAL : 0;
-	if (optind + 1 != argc || (!!text + !!ids + use_stdin) > 1)
+	if (optind + 1 != argc || (!!arg_text + !!arg_ids + arg_stdin) > 1)
 		return kiln_usage_exit(
 			&kiln_tokenize_prog,
 			"Usage: kiln tokenize FILE [--text S | --stdin | --ids 1,2,3] [--json].");
@@ -212,21 +224,13 @@ int kiln_tokenize_main(int argc, char **argv)
 		log_error("%s", kiln_error_format(&err, line, sizeof(line)));
 		return KILN_EXIT_FAILURE;
 	}
-	if (ids)
-		return decode(t, ids, dflags, json) < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;
-	if (text)
-		return encode(t, text, strlen(text), eflags, json) < 0 ? KILN_EXIT_FAILURE
-								       : KILN_EXIT_OK;
-	if (use_stdin) {
-		_cleanup_free_ char *buf = malloc(CLI_MAX_STDIN);
-		if (!buf)
-			return log_error("out of memory"), KILN_EXIT_FAILURE;
-		size_t len = fread(buf, 1, CLI_MAX_STDIN, stdin);
-		if (ferror(stdin) || !feof(stdin)) {
-			log_error("standard input: unreadable or over %u bytes", CLI_MAX_STDIN);
-			return KILN_EXIT_FAILURE;
-		}
-		return encode(t, buf, len, eflags, json) < 0 ? KILN_EXIT_FAILURE : KILN_EXIT_OK;
-	}
-	return describe(t, path, json) < 0 ? KILN_EXIT_FAILURE : KILN_EXIT_OK;
+	if (arg_ids)
+		return decode(t, arg_ids, dflags, arg_json) < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;
+	if (arg_text)
+		return encode(t, arg_text, strlen(arg_text), eflags, arg_json) < 0
+			       ? KILN_EXIT_FAILURE
+			       : KILN_EXIT_OK;
+	if (arg_stdin)
+		return encode_stdin(t, eflags, arg_json) < 0 ? KILN_EXIT_FAILURE : KILN_EXIT_OK;
+	return describe(t, path, arg_json) < 0 ? KILN_EXIT_FAILURE : KILN_EXIT_OK;
 }
