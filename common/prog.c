@@ -84,12 +84,11 @@ int kiln_getopt(const kiln_prog *p, int argc, char **argv)
 	}
 }
 
-int kiln_parse_options(const kiln_prog *p, int argc, char **argv,
-		       int (*own)(int key, const char *arg))
+int kiln_parse_options(const kiln_prog *p, int argc, char **argv)
 {
 	int c, r;
 	while ((c = kiln_getopt(p, argc, argv)) >= 0) {
-		r = own ? own(c, optarg) : 1;
+		r = p->option ? p->option(c, optarg) : 1;
 		if (r > 0) { /* not the program's: -v, -q, -h, --version, '?' */
 			r = kiln_prog_option(p, c);
 			if (r <= 0)
@@ -249,6 +248,11 @@ int kiln_verb_dispatch(const kiln_prog *p, int argc, char **argv)
 		for (size_t i = 0; i < p->n_verbs; i++)
 			if (streq(argv[0], p->verbs[i].name)) {
 				optind = 0; /* the verb parses from its argv[1] */
+				if (p->verbs[i].prog) {
+					int r = kiln_parse_options(p->verbs[i].prog, argc, argv);
+					if (r <= 0)
+						return kiln_parse_exit(r);
+				}
 				return p->verbs[i].run(argc, argv);
 			}
 		log_error("Unknown command '%s'. Commands:", argv[0]);

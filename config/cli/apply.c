@@ -974,15 +974,12 @@ static int write_live(const kiln_cfg *c, char *const rendered[N_SLURM_FILES],
 
 int kiln_apply_main(int argc, char **argv)
 {
-	int r = kiln_parse_options(&kiln_apply_prog, argc, argv, NULL);
-	if (r <= 0)
-		return kiln_parse_exit(r);
 	if (optind < argc)
 		return kiln_usage_exit(&kiln_apply_prog, "apply takes no arguments (use -c FILE).");
 	if (!arg_config)
 		arg_config = kiln_cli_config();
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
-	r = kiln_cfg_open(arg_config, 0, &c);
+	int r = kiln_cfg_open(arg_config, 0, &c);
 	if (r < 0)
 		return kiln_exit_for_config(r);
 	_cleanup_free_ char *publish = NULL, *cfg_text = NULL;

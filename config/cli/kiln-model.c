@@ -276,13 +276,10 @@ int kiln_model_main(int argc, char **argv)
 	kmf_file *f = NULL;
 	kiln_error e;
 	char line[1024];
-	int r = kiln_parse_options(&kiln_model_prog, argc, argv, NULL);
-	if (r <= 0)
-		return kiln_parse_exit(r);
 	if (argc - optind != 2 || !streq(argv[optind], "inspect"))
 		return kiln_usage_exit(&kiln_model_prog,
 				       "Usage: kiln model inspect FILE [--json].");
-	r = kmf_open(argv[optind + 1], &f, &e);
+	int r = kmf_open(argv[optind + 1], &f, &e);
 	if (r < 0) {
 		log_error("%s", kiln_error_format(&e, line, sizeof(line)));
 		return KILN_EXIT_FAILURE;

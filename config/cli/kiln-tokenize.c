@@ -205,9 +205,6 @@ const kiln_prog kiln_tokenize_prog = {
 
 int kiln_tokenize_main(int argc, char **argv)
 {
-	int r = kiln_parse_options(&kiln_tokenize_prog, argc, argv, NULL);
-	if (r <= 0)
-		return kiln_parse_exit(r);
 	const unsigned eflags = (arg_no_special ? 0 : KTOK_ENC_ADD_SPECIAL) |
 				(arg_parse_special ? KTOK_ENC_PARSE_SPECIAL : 0);
 	const unsigned dflags = arg_skip_special ? KTOK_DEC_SKIP_SPECIAL : 0;
@@ -218,7 +215,7 @@ int kiln_tokenize_main(int argc, char **argv)
 	const char *path = argv[optind];
 	_cleanup_(ktok_freep) ktok *t = NULL;
 	kiln_error err;
-	r = ktok_load(path, &t, &err);
+	int r = ktok_load(path, &t, &err);
 	if (r < 0) {
 		char line[800];
 		log_error("%s", kiln_error_format(&err, line, sizeof(line)));

@@ -47,6 +47,16 @@ static int arg_quiet;
 
 /* ---- option tables ------------------------------------------------------ */
 
+/* The global table and every cluster-file verb's table list only their own
+ * options and name where each lands, so only -q needs a look: it also
+ * quiets check's summary and render all's count. */
+static int parse_option(int key, const char *arg)
+{
+	if (key == 'q')
+		arg_quiet++;
+	return 1; /* the log level, and the rest of the shared options */
+}
+
 static const kiln_option global_options[] = {
 	KILN_OPTION_CONFIG_INTO(&arg_config),
 	KILN_OPTIONS_COMMON,
@@ -88,6 +98,7 @@ static const kiln_prog check_prog = {
 	.summary = "validate the cluster file",
 	.usage = "kiln [-c FILE] check [--strict] [--json]",
 	.options = check_options,
+	.option = parse_option,
 	.args_complete = "", /* no arguments */
 	.epilog = "Every error is printed to standard error as FILE:LINE: setting.path: message; "
 		  "hint\n"
@@ -105,6 +116,7 @@ static const kiln_prog show_prog = {
 		 "kiln [-c FILE] show node NAME [--json]\n"
 		 "kiln show --defaults",
 	.options = show_options,
+	.option = parse_option,
 	.epilog =
 		"show nodes: a table of every node (name, group, address, MAC, GPUs, partitions).\n"
 		"show node NAME: everything about one node, or the head node.\n",
@@ -122,6 +134,7 @@ static kiln_prog render_prog = {
 		 "kiln [-c FILE] render prometheus -o DIR\n"
 		 "kiln [-c FILE] render all -o DIR",
 	.options = render_options,
+	.option = parse_option,
 	.epilog = render_epilog,
 	.args_complete = render_complete,
 };
@@ -146,23 +159,6 @@ __attribute__((constructor)) static void render_prog_init(void)
 }
 
 /* ---- parsing ------------------------------------------------------------ */
-
-/* One parser for the global table and every cluster-file verb's table:
- * each table lists only its own options and names where each lands, so
- * only -q needs a look (it also quiets check's summary and render all's
- * count).  Returns > 0 to go on, 0 after --help, < 0 for a usage error
- * (printed). */
-static int parse_option(int key, const char *arg)
-{
-	if (key == 'q')
-		arg_quiet++;
-	return 1; /* the log level, and the rest of the shared options */
-}
-
-static int parse_options(const kiln_prog *p, int argc, char **argv)
-{
-	return kiln_parse_options(p, argc, argv, parse_option);
-}
 
 const char *kiln_cli_config(void)
 {
@@ -285,16 +281,13 @@ static int warn_password_file(const char *cfg_path, const char *path)
 
 static int verb_check(int argc, char **argv)
 {
-	int r = parse_options(&check_prog, argc, argv);
-	if (r <= 0)
-		return kiln_parse_exit(r);
 	if (optind < argc)
 		return kiln_usage_exit(&check_prog, "check takes no arguments (use -c FILE).");
 	if (arg_json)
 		return check_json();
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
 	/* no hint: the error lines are check's whole output */
-	r = kiln_cfg_open(arg_config, KILN_CFG_OPEN_NO_HINT | KILN_CFG_OPEN_WARNINGS, &c);
+	int r = kiln_cfg_open(arg_config, KILN_CFG_OPEN_NO_HINT | KILN_CFG_OPEN_WARNINGS, &c);
 	if (r < 0)
 		return kiln_exit_for_config(r);
 	if (c->inference.enabled && c->inference.model) {
@@ -479,9 +472,6 @@ static int show_node(const kiln_cfg *c, const kiln_cfg_node *n)
 
 static int verb_show(int argc, char **argv)
 {
-	int r = parse_options(&show_prog, argc, argv);
-	if (r <= 0)
-		return kiln_parse_exit(r);
 	argc -= optind;
 	argv += optind;
 	if (arg_defaults) {
@@ -505,7 +495,7 @@ static int verb_show(int argc, char **argv)
 		return kiln_usage_exit(&show_prog, all ? "show nodes takes no arguments."
 						       : "show node needs exactly one NAME.");
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
-	r = kiln_cfg_open(arg_config, 0, &c);
+	int r = kiln_cfg_open(arg_config, 0, &c);
 	if (r < 0)
 		return kiln_exit_for_config(r);
 	const kiln_cfg_node *n = all ? NULL : kiln_cfg_find_node(c, argv[1]);
@@ -656,9 +646,6 @@ static int render_prometheus_dir(const kiln_cfg *c)
 
 static int verb_render(int argc, char **argv)
 {
-	int r = parse_options(&render_prog, argc, argv);
-	if (r <= 0)
-		return kiln_parse_exit(r);
 	if (argc - optind != 1)
 		return kiln_usage_exit(&render_prog, "render needs exactly one TARGET (or all).");
 	const char *t = argv[optind];
@@ -673,7 +660,7 @@ static int verb_render(int argc, char **argv)
 		return kiln_usage_exit(&render_prog,
 				       "--node applies to render node-env only, not to %s.", t);
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
-	r = kiln_cfg_open(arg_config, 0, &c);
+	int r = kiln_cfg_open(arg_config, 0, &c);
 	if (r < 0)
 		return kiln_exit_for_config(r);
 	if (streq(t, "all"))
@@ -730,6 +717,7 @@ static const kiln_prog prog = {
 		 "kiln [OPTIONS] status [--json] [NODES]     the cluster at a glance\n"
 		 "kiln [OPTIONS] reboot [--wave N] NODES     rolling reboot in waves",
 	.options = global_options,
+	.option = parse_option,
 	.epilog = "Exit status: 0 success, 1 failure, 2 usage or configuration error.\n"
 		  "See kiln(1) and docs/config.md.\n",
 	.verbs = verbs,
@@ -744,7 +732,7 @@ static int verb_help(int argc, char **argv)
 
 static int parse_argv(int argc, char **argv)
 {
-	int r = parse_options(&prog, argc, argv);
+	int r = kiln_parse_options(&prog, argc, argv);
 	if (r <= 0)
 		return r;
 	/* a missing verb is kiln_verb_dispatch()'s error (it lists them) */

@@ -66,12 +66,15 @@ static const kiln_option reboot_options[] = {
 	{},
 };
 
+static int parse_option(int key, const char *arg);
+
 const kiln_prog kiln_reboot_prog = {
 	.name = "kiln reboot",
 	.summary = "reboot nodes in waves through Slurm, waiting for each wave to come back",
 	.usage = "kiln [-c FILE] reboot [--wave N] [--reason TEXT] [--timeout DURATION] "
 		 "[--dry-run] NODES",
 	.options = reboot_options,
+	.option = parse_option,
 	.args_complete = "node",
 	.epilog = "NODES: a hostlist of nodes of the cluster file (node[01-16]).\n"
 		  "Each wave: scontrol reboot ASAP nextstate=RESUME reason=\"kiln reboot: TEXT\" "
@@ -205,9 +208,6 @@ static int parse_option(int key, const char *arg)
 
 int kiln_reboot_main(int argc, char **argv)
 {
-	int r = kiln_parse_options(&kiln_reboot_prog, argc, argv, parse_option);
-	if (r <= 0)
-		return kiln_parse_exit(r);
 	const int wave = arg_wave;
 	const uint64_t timeout = arg_timeout;
 	if (argc - optind != 1)
@@ -226,7 +226,7 @@ int kiln_reboot_main(int argc, char **argv)
 		 arg_reason ? arg_reason : "");
 
 	_cleanup_(kiln_cfg_freep) kiln_cfg *cfg = NULL;
-	r = kiln_cfg_open(arg_config ?: kiln_cli_config(), 0, &cfg);
+	int r = kiln_cfg_open(arg_config ?: kiln_cli_config(), 0, &cfg);
 	if (r < 0)
 		return kiln_exit_for_config(r);
 	_cleanup_strv_free_ char **names = NULL;

@@ -83,11 +83,14 @@ static const kiln_option status_options[] = {
 	{},
 };
 
+static int parse_option(int key, const char *arg);
+
 const kiln_prog kiln_status_prog = {
 	.name = "kiln status",
 	.summary = "the cluster at a glance: Slurm state, GPU health, jobs, models",
 	.usage = "kiln [-c FILE] status [--json] [--timeout SECS] [NODES]",
 	.options = status_options,
+	.option = parse_option,
 	.args_complete = "node",
 	.epilog = "NODES: a hostlist of nodes of the cluster file (default: every node).\n"
 		  "Each node's Slurm state and reason and its running jobs (slurmctld, via\n"
@@ -623,9 +626,6 @@ static int parse_option(int key, const char *arg)
 
 int kiln_status_main(int argc, char **argv)
 {
-	int r = kiln_parse_options(&kiln_status_prog, argc, argv, parse_option);
-	if (r <= 0)
-		return kiln_parse_exit(r);
 	const uint64_t timeout = arg_timeout;
 	if (argc - optind > 1)
 		return kiln_usage_exit(
@@ -634,7 +634,7 @@ int kiln_status_main(int argc, char **argv)
 			argv[optind + 1]);
 	/* -c after the verb wins over the global one (`kiln -c FILE status`) */
 	_cleanup_(kiln_cfg_freep) kiln_cfg *cfg = NULL;
-	r = kiln_cfg_open(arg_config ?: kiln_cli_config(), 0, &cfg);
+	int r = kiln_cfg_open(arg_config ?: kiln_cli_config(), 0, &cfg);
 	if (r < 0)
 		return kiln_exit_for_config(r);
 

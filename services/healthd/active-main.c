@@ -274,11 +274,14 @@ static const kiln_option options[] = {
 	{},
 };
 
+static int parse_option(int key, const char *arg);
+
 static const kiln_prog prog = {
 	.name = "kiln-healthd-active",
 	.summary = "the active GPU checks of kiln-healthd (GEMM, bandwidth, memtest)",
 	.usage = "kiln-healthd-active [--model NAME] [--gemm-seconds N] [--memtest-bytes SIZE]",
 	.options = options,
+	.option = parse_option,
 	.no_args = true,
 	.epilog = "Run by kiln-healthd with CUDA_VISIBLE_DEVICES set to one GPU.  Prints one\n"
 		  "line per check: NAME STATUS VALUE EXPECTED DETAIL (tab separated).\n"
@@ -305,7 +308,7 @@ static int parse_option(int key, const char *arg)
 
 static int parse_argv(int argc, char **argv)
 {
-	return kiln_parse_options(&prog, argc, argv, parse_option);
+	return kiln_parse_options(&prog, argc, argv);
 }
 
 static int run(int argc, char **argv)

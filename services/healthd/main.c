@@ -72,6 +72,8 @@ static const kiln_option options[] = {
 	{},
 };
 
+static int parse_option(int key, const char *arg);
+
 static const kiln_prog prog = {
 	.name = "kiln-healthd",
 	.summary = "the kiln GPU health daemon",
@@ -80,6 +82,7 @@ static const kiln_prog prog = {
 		 "kiln-healthd --active                    run the active GPU checks\n"
 		 "kiln-healthd --clear-xid GPU|all         forget XIDs after a GPU reset",
 	.options = options,
+	.option = parse_option,
 	.no_args = true,
 	.epilog = "Checks every GPU through NVML, exports dcgm-exporter compatible metrics,\n"
 		  "and drains or resumes the node in Slurm.\n\n"
@@ -107,7 +110,7 @@ static int parse_option(int key, const char *arg)
 
 static int parse_argv(int argc, char **argv)
 {
-	int r = kiln_parse_options(&prog, argc, argv, parse_option);
+	int r = kiln_parse_options(&prog, argc, argv);
 	if (r <= 0)
 		return r;
 	if (arg_json && !arg_check)

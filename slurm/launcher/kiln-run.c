@@ -134,12 +134,15 @@ static const kiln_option options[] = {
 	{}
 };
 
+static int parse_option(int key, const char *arg);
+
 static const kiln_prog prog = {
 	.name = "kiln-run",
 	.summary = "elastic, Slurm-integrated launcher for distributed training",
 	.usage = "kiln-run [OPTIONS] -- PROGRAM [ARGS...]\n"
 		 "srun --ntasks-per-node=1 kiln-run [OPTIONS] -- PROGRAM [ARGS...]",
 	.options = options,
+	.option = parse_option,
 	.epilog = "Run one per node; workers get torchrun's environment (RANK, WORLD_SIZE,\n"
 		  "MASTER_ADDR, MASTER_PORT ...).\n"
 		  "\n"
@@ -232,7 +235,7 @@ static int parse_option(int key, const char *arg)
 
 static int parse_argv(int argc, char **argv)
 {
-	int r = kiln_parse_options(&prog, argc, argv, parse_option);
+	int r = kiln_parse_options(&prog, argc, argv);
 	if (r <= 0)
 		return r;
 	if (optind >= argc && !arg_make_secret)

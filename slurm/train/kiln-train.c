@@ -124,11 +124,14 @@ static const kiln_option options[] = {
 	{}
 };
 
+static int parse_option(int key, const char *arg);
+
 static const kiln_prog prog = {
 	.name = "kiln-train",
 	.summary = "train a Llama model on a token shard, data-parallel",
 	.usage = "kiln-train {--model FILE | --init SPEC} --data SHARD [OPTIONS]",
 	.options = options,
+	.option = parse_option,
 	.no_args = true,
 	.epilog = "Data-parallel across the ranks a launcher starts (RANK, WORLD_SIZE,\n"
 		  "MASTER_ADDR, MASTER_PORT): kiln-run or torchrun.\n"
@@ -216,7 +219,7 @@ static int parse_option(int key, const char *val)
 static int parse_argv(int argc, char **argv)
 {
 	args *a = &arg;
-	int r = kiln_parse_options(&prog, argc, argv, parse_option);
+	int r = kiln_parse_options(&prog, argc, argv);
 	if (r <= 0)
 		return r;
 	if (!!a->model == !!a->init)

@@ -33,10 +33,12 @@ static const kiln_option options[] = { KILN_OPTION_CONFIG_INTO(&seen_config),
 				       KILN_OPTION_JSON_INTO(&seen_json),
 				       KILN_OPTIONS_COMMON,
 				       {} };
+static int parse_option(int key, const char *arg);
 static const kiln_prog prog = { .name = "kiln-test",
 				.summary = "tests the skeleton",
 				.usage = "kiln-test [OPTIONS] ARG\nkiln-test --json",
 				.options = options,
+				.option = parse_option,
 				.epilog = "Exit status: 0 ok.\n" };
 
 /* Runs fn(argc, argv) in a child with stdout and stderr captured in out;
@@ -88,7 +90,7 @@ static int parse_option(int key, const char *arg)
 static int parse_argv(int argc, char **argv)
 {
 	optind = 0;
-	int r = kiln_parse_options(&prog, argc, argv, parse_option);
+	int r = kiln_parse_options(&prog, argc, argv);
 	if (r <= 0)
 		return r;
 	if (optind + 1 != argc)
@@ -195,18 +197,23 @@ static const kiln_prog verb_prog = { .name = "kiln-test render",
 				     .usage = "kiln-test render [-o PATH]",
 				     .options = verb_options };
 
+/* A verb with a prog: kiln_verb_dispatch() has parsed its options. */
 static int verb_run(int argc, char **argv)
 {
-	int r = kiln_parse_options(&verb_prog, argc, argv, NULL);
-	if (r <= 0)
-		return kiln_parse_exit(r);
 	printf("render to %s, %d left\n", verb_output ?: "-", argc - optind);
+	return 0;
+}
+
+/* A verb without one gets its words as they are. */
+static int check_run(int argc, char **argv)
+{
+	printf("check got %d words, optind %d\n", argc, optind);
 	return 0;
 }
 
 static const kiln_verb verbs[] = {
 	{ "render", "renders files", verb_run, &verb_prog },
-	{ "check", "checks", verb_run, NULL },
+	{ "check", "checks", check_run, NULL },
 };
 static const char *top_config;
 static const kiln_option top_options[] = { KILN_OPTION_CONFIG_INTO(&top_config),
@@ -222,7 +229,7 @@ static const kiln_prog top = { .name = "kiln-test",
 static int top_main(int argc, char **argv)
 {
 	optind = 0;
-	int r = kiln_parse_options(&top, argc, argv, NULL);
+	int r = kiln_parse_options(&top, argc, argv);
 	if (r <= 0)
 		return kiln_parse_exit(r);
 	return kiln_verb_dispatch(&top, argc - optind, argv + optind);
@@ -234,6 +241,15 @@ static void test_verbs(void **state)
 	char *r1[] = { "kiln-test", "-c", "f", "render", "-o", "x", "y", NULL };
 	assert_int_equal(run_child(top_main, 7, r1, out, sizeof(out)), 0);
 	assert_string_equal(out, "render to x, 1 left\n");
+
+	char *r1b[] = { "kiln-test", "render", "--nope", NULL };
+	assert_int_equal(run_child(top_main, 3, r1b, out, sizeof(out)), KILN_EXIT_USAGE);
+	assert_non_null(strstr(out, "Try 'kiln-test render --help'."));
+	assert_null(strstr(out, "render to")); /* not run */
+
+	char *r1c[] = { "kiln-test", "check", "--nope", "y", NULL };
+	assert_int_equal(run_child(top_main, 4, r1c, out, sizeof(out)), 0);
+	assert_string_equal(out, "check got 3 words, optind 0\n");
 
 	char *r2[] = { "kiln-test", "render", "--help", NULL };
 	assert_int_equal(run_child(top_main, 3, r2, out, sizeof(out)), 0);
@@ -275,7 +291,7 @@ static int bare_main(int argc, char **argv)
 {
 	kiln_prog_init(&bare);
 	optind = 0;
-	int r = kiln_parse_options(&bare, argc, argv, NULL);
+	int r = kiln_parse_options(&bare, argc, argv);
 	if (r <= 0)
 		return kiln_parse_exit(r);
 	if (getenv("BARE_FAIL"))

@@ -14,9 +14,10 @@
  *           KILN_OPTIONS_COMMON,
  *           {}
  *   };
+ *   static int parse_option(int key, const char *arg);
  *   static const kiln_prog prog = { .name = "kiln-x", .summary = "does x",
  *                                   .usage = "kiln-x [OPTIONS]", .options = options,
- *                                   .no_args = true };
+ *                                   .option = parse_option, .no_args = true };
  *
  *   static int parse_option(int key, const char *arg)
  *   {
@@ -32,7 +33,7 @@
  *
  *   static int parse_argv(int argc, char **argv)
  *   {
- *           return kiln_parse_options(&prog, argc, argv, parse_option);
+ *           return kiln_parse_options(&prog, argc, argv);
  *   }
  *
  *   static int run(int argc, char **argv) { ... }
@@ -129,8 +130,10 @@ typedef struct kiln_option {
 typedef struct kiln_verb {
 	const char *name;
 	const char *summary;
-	int (*run)(int argc, char **argv); /* argv[0] is the verb; returns the exit status */
-	const struct kiln_prog *prog;	   /* the verb's options, for --dump-options */
+	/* argv[0] is the verb; with a prog, its options are parsed already and
+	 * optind is at its first argument; returns the exit status. */
+	int (*run)(int argc, char **argv);
+	const struct kiln_prog *prog; /* the verb's options; NULL: run() parses argv */
 } kiln_verb;
 
 typedef struct kiln_prog {
@@ -141,7 +144,12 @@ typedef struct kiln_prog {
 	const char *epilog;	    /* after the option list (exit status, see also); NULL */
 	bool stop_at_positional;    /* stop at the first non-option (a command line follows) */
 	bool no_args;		    /* kiln_parse_options() refuses any positional argument */
-	const kiln_verb *verbs;	    /* a command with verbs: listed in --help and --dump-options */
+	/* The program's own options, those its table does not store: returns 0
+	 * when it took the key, 1 to leave it to kiln_prog_option() (-v -q -h
+	 * --version ...), or a negative errno after printing a usage error.
+	 * NULL: the table stores every option. */
+	int (*option)(int key, const char *arg);
+	const kiln_verb *verbs; /* a command with verbs: listed in --help and --dump-options */
 	size_t n_verbs;
 	/* Completion of the positional arguments for --dump-options: one
 	 * kiln_option.complete value per position, '|'-separated
@@ -160,15 +168,12 @@ void kiln_prog_init(const kiln_prog *p);
 int kiln_getopt(const kiln_prog *p, int argc, char **argv);
 
 /* The option loop of every program: kiln_getopt() over p's table, each
- * key it returns first to own(key, optarg) (may be NULL),
- * which returns 0 when it took the option, 1 to leave it to the shared
- * handling (kiln_prog_option()), or a negative errno after printing a usage
- * error.  With p->no_args, a positional argument is a usage error
+ * key it returns first to p->option(key, optarg), then, if that leaves it,
+ * to kiln_prog_option().  With p->no_args, a positional argument is a usage error
  * ("Unexpected argument 'X'.").  Returns > 0 to run, 0 to exit 0 (--help,
  * --version), < 0 for a usage error (printed); kiln_parse_exit() maps that
  * to an exit status. */
-int kiln_parse_options(const kiln_prog *p, int argc, char **argv,
-		       int (*own)(int key, const char *arg));
+int kiln_parse_options(const kiln_prog *p, int argc, char **argv);
 
 /* kiln_parse_options()'s result (<= 0) as the exit status: 0 after --help,
  * KILN_EXIT_USAGE after a usage error. */
@@ -214,8 +219,10 @@ static inline int kiln_exit_for_config(int r)
 int kiln_node_name(const char *arg, char *buf, size_t len, const char **source);
 
 /* Runs the verb of p->verbs named argv[0] (argv as left after the global
- * options: argv[0] is the verb).  Unknown or missing: an error listing every
- * verb, KILN_EXIT_USAGE. */
+ * options: argv[0] is the verb), after parsing its options with
+ * kiln_parse_options() when it has a prog (--help, a usage error: exit
+ * without running it).  Unknown or missing: an error listing every verb,
+ * KILN_EXIT_USAGE. */
 int kiln_verb_dispatch(const kiln_prog *p, int argc, char **argv);
 
 /* main() for a program; KILN_DEFINE_MAIN_AS names the function (tests). */
