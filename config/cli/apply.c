@@ -147,16 +147,13 @@ typedef enum {
 
 static const char *need_text(slurm_need n)
 {
-	switch (n) {
-	case NEED_RECONFIGURE:
-		return "scontrol reconfigure";
-	case NEED_SLURMD_RESTART:
-		return "restart every slurmd";
-	case NEED_FULL_RESTART:
-		return "restart slurmctld, then every slurmd";
-	default:
-		return "nothing";
-	}
+	static const char *const text[] = {
+		[NEED_NOTHING] = "nothing",
+		[NEED_RECONFIGURE] = "scontrol reconfigure",
+		[NEED_SLURMD_RESTART] = "restart every slurmd",
+		[NEED_FULL_RESTART] = "restart slurmctld, then every slurmd",
+	};
+	return (unsigned) n < ARRAY_SIZE(text) ? text[n] : "nothing";
 }
 
 /* slurm.conf parameters that `scontrol reconfigure` does not change
