@@ -337,3 +337,12 @@ uint64_t kiln_realtime_usec(void)
 {
 	return clock_usec(CLOCK_REALTIME);
 }
+
+void kiln_cond_init_monotonic(pthread_cond_t *cond)
+{
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(cond, &ca);
+	pthread_condattr_destroy(&ca);
+}

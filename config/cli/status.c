@@ -669,10 +669,7 @@ int kiln_status_main(int argc, char **argv)
 	for (size_t i = 0; i < c.n; i++)
 		ns[i].job_ids = json_array();
 	pthread_mutex_init(&c.lock, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&c.cond, &ca);
+	kiln_cond_init_monotonic(&c.cond);
 
 	/* slurmctld, on a detached thread that may be abandoned */
 	kiln_error se;

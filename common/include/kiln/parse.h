@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 
 int kiln_parse_int64(const char *s, int64_t min, int64_t max, int64_t *ret);
@@ -51,3 +52,7 @@ size_t kiln_levenshtein(const char *a, const char *b);
 /* Monotonic and wall clocks in microseconds. */
 uint64_t kiln_now_usec(void);
 uint64_t kiln_realtime_usec(void);
+
+/* A condition variable whose pthread_cond_timedwait() deadlines are on the
+ * monotonic clock (kiln_now_usec()), so a clock step cannot stretch them. */
+void kiln_cond_init_monotonic(pthread_cond_t *cond);
