@@ -362,26 +362,29 @@ static void wake(kiln_store_server *s, entry *e)
 	free(w);
 }
 
+/* Room for one more pointer in the array *v (of *cap, n used), doubling. */
+static int grow_ptrs(void *v, size_t n, size_t *cap)
+{
+	void **old;
+	if (n < *cap)
+		return 0;
+	memcpy(&old, v, sizeof(old));
+	size_t k = MAX((size_t) 4, *cap * 2);
+	void **p = realloc(old, k * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	memcpy(v, &p, sizeof(p));
+	*cap = k;
+	return 0;
+}
+
 static int add_waiter(kiln_store_server *s, entry *e, conn *c)
 {
 	if (s->st.store_bytes + WAITER_COST > s->o.max_total_bytes)
 		return -ENOSPC;
-	if (e->n_waiters == e->cap_waiters) {
-		size_t n = MAX((size_t) 4, e->cap_waiters * 2);
-		conn **p = realloc(e->waiters, n * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		e->waiters = p;
-		e->cap_waiters = n;
-	}
-	if (c->n_wait == c->cap_wait) {
-		size_t n = MAX((size_t) 4, c->cap_wait * 2);
-		entry **p = realloc(c->wait, n * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		c->wait = p;
-		c->cap_wait = n;
-	}
+	if (grow_ptrs(&e->waiters, e->n_waiters, &e->cap_waiters) < 0 ||
+	    grow_ptrs(&c->wait, c->n_wait, &c->cap_wait) < 0)
+		return -ENOMEM;
 	e->waiters[e->n_waiters++] = c;
 	c->wait[c->n_wait++] = e;
 	s->st.store_bytes += WAITER_COST;
