@@ -104,23 +104,20 @@ void kiln_metrics_value(kiln_strbuf *b, double v)
 	}
 }
 
-static const char *type_name(kiln_metric_type t)
-{
-	static const char *const names[] = {
-		[KILN_METRIC_COUNTER] = "counter",
-		[KILN_METRIC_GAUGE] = "gauge",
-		[KILN_METRIC_HISTOGRAM] = "histogram",
-		[KILN_METRIC_UNTYPED] = "untyped",
-	};
-	return (unsigned) t < ARRAY_SIZE(names) ? names[t] : "untyped";
-}
+/* # TYPE words, by kiln_metric_type (checked by kiln_metrics_family()). */
+static const char *const type_names[] = {
+	[KILN_METRIC_COUNTER] = "counter",
+	[KILN_METRIC_GAUGE] = "gauge",
+	[KILN_METRIC_HISTOGRAM] = "histogram",
+	[KILN_METRIC_UNTYPED] = "untyped",
+};
 
 int kiln_metrics_family(kiln_metrics *m, const char *name, kiln_metric_type type, const char *help)
 {
 	if (m->error < 0)
 		return m->error;
 	/* HELP is required: promtool's lint (and people) want it */
-	if (!name_ok(name, true) || type > KILN_METRIC_UNTYPED || !help || !*help)
+	if (!name_ok(name, true) || (unsigned) type >= ARRAY_SIZE(type_names) || !help || !*help)
 		return fail(m, -EINVAL);
 	if (streq(m->family, name)) {
 		if (type != m->type)
@@ -136,7 +133,7 @@ int kiln_metrics_family(kiln_metrics *m, const char *name, kiln_metric_type type
 	kiln_strbuf_printf(m->out, "# HELP %s ", name);
 	help_escape(m->out, help);
 	kiln_strbuf_append(m->out, "\n");
-	kiln_strbuf_printf(m->out, "# TYPE %s %s\n", name, type_name(type));
+	kiln_strbuf_printf(m->out, "# TYPE %s %s\n", name, type_names[type]);
 	return kiln_strbuf_error(m->out) < 0 ? fail(m, -ENOMEM) : 0;
 }
 
