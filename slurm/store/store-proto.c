@@ -142,17 +142,13 @@ int kiln_store_parse(const uint8_t *buf, size_t len, kiln_store_dialect *dialect
 	switch (msg->op) {
 	case KILN_STORE_OP_SET:
 	case KILN_STORE_OP_APPEND:
+	case KILN_STORE_OP_COMPARE_SET: /* key, expected value, desired value */
 		if ((r = rd_bytes(&c, lim->max_key, &msg->key)) <= 0)
 			return r;
 		if ((r = rd_bytes(&c, lim->max_value, &msg->value)) <= 0)
 			return r;
-		break;
-	case KILN_STORE_OP_COMPARE_SET:
-		if ((r = rd_bytes(&c, lim->max_key, &msg->key)) <= 0)
-			return r;
-		if ((r = rd_bytes(&c, lim->max_value, &msg->value)) <= 0)
-			return r;
-		if ((r = rd_bytes(&c, lim->max_value, &msg->value2)) <= 0)
+		if (msg->op == KILN_STORE_OP_COMPARE_SET &&
+		    (r = rd_bytes(&c, lim->max_value, &msg->value2)) <= 0)
 			return r;
 		break;
 	case KILN_STORE_OP_GET:
