@@ -362,29 +362,32 @@ static void wake(kiln_store_server *s, entry *e)
 	free(w);
 }
 
-/* Room for one more pointer in the array *v (of *cap, n used), doubling. */
-static int grow_ptrs(void *v, size_t n, size_t *cap)
+/* The array v (n of its *cap elements of size bytes used) with room for
+ * one more, doubling: v itself, the reallocated array, or NULL (v is left
+ * as it was). */
+static void *grow(void *v, size_t n, size_t *cap, size_t size)
 {
-	void **old;
 	if (n < *cap)
-		return 0;
-	memcpy(&old, v, sizeof(old));
+		return v;
 	size_t k = MAX((size_t) 4, *cap * 2);
-	void **p = realloc(old, k * sizeof(*p));
-	if (!p)
-		return -ENOMEM;
-	memcpy(v, &p, sizeof(p));
-	*cap = k;
-	return 0;
+	void *p = realloc(v, k * size);
+	if (p)
+		*cap = k;
+	return p;
 }
 
 static int add_waiter(kiln_store_server *s, entry *e, conn *c)
 {
 	if (s->st.store_bytes + WAITER_COST > s->o.max_total_bytes)
 		return -ENOSPC;
-	if (grow_ptrs(&e->waiters, e->n_waiters, &e->cap_waiters) < 0 ||
-	    grow_ptrs(&c->wait, c->n_wait, &c->cap_wait) < 0)
+	conn **w = grow(e->waiters, e->n_waiters, &e->cap_waiters, sizeof(*w));
+	if (!w)
 		return -ENOMEM;
+	e->waiters = w;
+	entry **cw = grow(c->wait, c->n_wait, &c->cap_wait, sizeof(*cw));
+	if (!cw)
+		return -ENOMEM;
+	c->wait = cw;
 	e->waiters[e->n_waiters++] = c;
 	c->wait[c->n_wait++] = e;
 	s->st.store_bytes += WAITER_COST;

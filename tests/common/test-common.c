@@ -143,6 +143,11 @@ static void test_levenshtein(void **state)
 	assert_int_equal(kiln_levenshtein("metrics_port", "metric_port"), 1);
 	assert_int_equal(kiln_levenshtein("", "abc"), 3);
 	assert_int_equal(kiln_levenshtein("same", "same"), 0);
+	/* the config's hints ignore case; JSON keys' (kiln_levenshtein_exact) do not */
+	assert_int_equal(kiln_levenshtein("Top_P", "top_p"), 0);
+	assert_int_equal(kiln_levenshtein_exact("Top_P", "top_p"), 2);
+	assert_int_equal(kiln_levenshtein_exact("temprature", "temperature"), 1);
+	assert_int_equal(kiln_levenshtein_exact("rol", "role"), 1);
 }
 
 static char *expand_join(const char *s, int *ret_r, size_t *errpos)

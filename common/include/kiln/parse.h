@@ -47,7 +47,8 @@ int kiln_parse_cidr(const char *s, uint32_t *ret_net, int *ret_prefix);
 char *kiln_format_ipv4(char *buf, uint32_t addr); /* buf >= 16 bytes */
 
 /* Edit distance (for "did you mean ...?" hints). */
-size_t kiln_levenshtein(const char *a, const char *b);
+size_t kiln_levenshtein(const char *a, const char *b);	     /* ignoring ASCII case */
+size_t kiln_levenshtein_exact(const char *a, const char *b); /* case counts */
 
 /* Monotonic and wall clocks in microseconds. */
 uint64_t kiln_now_usec(void);
