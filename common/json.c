@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kiln/json.h"
+#include "kiln/parse.h"
 
 int kiln_json_fail(kiln_error *err, const char *path, const char *fmt, ...)
 {
@@ -157,30 +158,6 @@ char *kiln_json_path(char *buf, size_t size, const char *where, const char *key,
 	return buf;
 }
 
-/* Levenshtein distance, for "did you mean"; short keys only. */
-static size_t edit_distance(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b);
-	if (la > 63 || lb > 63)
-		return SIZE_MAX;
-	size_t row[64];
-	for (size_t j = 0; j <= lb; j++)
-		row[j] = j;
-	for (size_t i = 1; i <= la; i++) {
-		size_t diag = row[0];
-		row[0] = i;
-		for (size_t j = 1; j <= lb; j++) {
-			size_t up = row[j];
-			size_t best = diag + (a[i - 1] != b[j - 1]);
-			best = MIN(best, up + 1);
-			best = MIN(best, row[j - 1] + 1);
-			row[j] = best;
-			diag = up;
-		}
-	}
-	return row[lb];
-}
-
 int kiln_json_check_keys(const json_t *obj, const char *where, const char *const *known,
 			 kiln_error *err)
 {
@@ -197,7 +174,7 @@ int kiln_json_check_keys(const json_t *obj, const char *where, const char *const
 				ok = true;
 				break;
 			}
-			size_t d = edit_distance(key, *k);
+			size_t d = kiln_levenshtein_exact(key, *k);
 			if (d < best_d) {
 				best_d = d;
 				best = *k;

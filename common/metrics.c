@@ -44,10 +44,12 @@ static int fail(kiln_metrics *m, int r)
 	return r;
 }
 
-void kiln_metrics_label_escape(kiln_strbuf *b, const char *s)
+/* Backslash-escapes each of `special` (a subset of backslash, '"' and
+ * newline) in s. */
+static void escape(kiln_strbuf *b, const char *s, const char *special)
 {
 	while (s && *s) {
-		size_t n = strcspn(s, "\\\"\n");
+		size_t n = strcspn(s, special);
 		kiln_strbuf_append_n(b, s, n);
 		s += n;
 		if (!*s)
@@ -57,18 +59,15 @@ void kiln_metrics_label_escape(kiln_strbuf *b, const char *s)
 	}
 }
 
+void kiln_metrics_label_escape(kiln_strbuf *b, const char *s)
+{
+	escape(b, s, "\\\"\n");
+}
+
 /* HELP text escapes only backslash and newline. */
 static void help_escape(kiln_strbuf *b, const char *s)
 {
-	while (s && *s) {
-		size_t n = strcspn(s, "\\\n");
-		kiln_strbuf_append_n(b, s, n);
-		s += n;
-		if (!*s)
-			break;
-		kiln_strbuf_append(b, *s == '\n' ? "\\n" : "\\\\");
-		s++;
-	}
+	escape(b, s, "\\\n");
 }
 
 void kiln_metrics_value(kiln_strbuf *b, double v)
@@ -81,7 +80,8 @@ void kiln_metrics_value(kiln_strbuf *b, double v)
 	else if (v == floor(v) && fabs(v) < 1e15) {
 		/* integers (counters, most gauges): no printf */
 		long long x = (long long) v;
-		unsigned long long u = x < 0 ? 0ull - (unsigned long long) x : (unsigned long long) x;
+		unsigned long long u =
+			x < 0 ? 0ull - (unsigned long long) x : (unsigned long long) x;
 		char *e = buf + sizeof(buf), *q = e;
 		do
 			*--q = (char) ('0' + u % 10);
@@ -104,27 +104,20 @@ void kiln_metrics_value(kiln_strbuf *b, double v)
 	}
 }
 
-static const char *type_name(kiln_metric_type t)
-{
-	switch (t) {
-	case KILN_METRIC_COUNTER:
-		return "counter";
-	case KILN_METRIC_GAUGE:
-		return "gauge";
-	case KILN_METRIC_HISTOGRAM:
-		return "histogram";
-	case KILN_METRIC_UNTYPED:
-	default:
-		return "untyped";
-	}
-}
+/* # TYPE words, by kiln_metric_type (checked by kiln_metrics_family()). */
+static const char *const type_names[] = {
+	[KILN_METRIC_COUNTER] = "counter",
+	[KILN_METRIC_GAUGE] = "gauge",
+	[KILN_METRIC_HISTOGRAM] = "histogram",
+	[KILN_METRIC_UNTYPED] = "untyped",
+};
 
 int kiln_metrics_family(kiln_metrics *m, const char *name, kiln_metric_type type, const char *help)
 {
 	if (m->error < 0)
 		return m->error;
 	/* HELP is required: promtool's lint (and people) want it */
-	if (!name_ok(name, true) || type > KILN_METRIC_UNTYPED || !help || !*help)
+	if (!name_ok(name, true) || (unsigned) type >= ARRAY_SIZE(type_names) || !help || !*help)
 		return fail(m, -EINVAL);
 	if (streq(m->family, name)) {
 		if (type != m->type)
@@ -140,7 +133,7 @@ int kiln_metrics_family(kiln_metrics *m, const char *name, kiln_metric_type type
 	kiln_strbuf_printf(m->out, "# HELP %s ", name);
 	help_escape(m->out, help);
 	kiln_strbuf_append(m->out, "\n");
-	kiln_strbuf_printf(m->out, "# TYPE %s %s\n", name, type_name(type));
+	kiln_strbuf_printf(m->out, "# TYPE %s %s\n", name, type_names[type]);
 	return kiln_strbuf_error(m->out) < 0 ? fail(m, -ENOMEM) : 0;
 }
 

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,7 +298,7 @@ char *kiln_format_ipv4(char *buf, uint32_t addr)
 	return buf;
 }
 
-size_t kiln_levenshtein(const char *a, const char *b)
+static size_t levenshtein(const char *a, const char *b, bool fold_case)
 {
 	size_t la = strlen(a), lb = strlen(b);
 	if (la > 256 || lb > 256)
@@ -310,15 +311,23 @@ size_t kiln_levenshtein(const char *a, const char *b)
 		row[0] = i;
 		for (size_t j = 1; j <= lb; j++) {
 			size_t up = row[j];
-			size_t cost = tolower((unsigned char) a[i - 1]) ==
-						      tolower((unsigned char) b[j - 1])
-					      ? 0
-					      : 1;
+			unsigned char x = (unsigned char) a[i - 1], y = (unsigned char) b[j - 1];
+			size_t cost = fold_case ? tolower(x) != tolower(y) : x != y;
 			row[j] = MIN(MIN(row[j] + 1, row[j - 1] + 1), diag + cost);
 			diag = up;
 		}
 	}
 	return row[lb];
+}
+
+size_t kiln_levenshtein(const char *a, const char *b)
+{
+	return levenshtein(a, b, true);
+}
+
+size_t kiln_levenshtein_exact(const char *a, const char *b)
+{
+	return levenshtein(a, b, false);
 }
 
 static uint64_t clock_usec(clockid_t id)
@@ -336,4 +345,13 @@ uint64_t kiln_now_usec(void)
 uint64_t kiln_realtime_usec(void)
 {
 	return clock_usec(CLOCK_REALTIME);
+}
+
+void kiln_cond_init_monotonic(pthread_cond_t *cond)
+{
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(cond, &ca);
+	pthread_condattr_destroy(&ca);
 }

@@ -66,7 +66,39 @@ int kiln_getopt(const kiln_prog *p, int argc, char **argv)
 		shortopts[k] = 0;
 		built = p;
 	}
-	return getopt_long(argc, argv, shortopts, longopts, NULL);
+	for (;;) {
+		int i = -1, c = getopt_long(argc, argv, shortopts, longopts, &i);
+		const kiln_option *o = NULL;
+		if (i >= 0) /* a long option */
+			o = &p->options[i];
+		else
+			for (const kiln_option *x = p->options; x && c > 0 && x->name && !o; x++)
+				if (x->key == c)
+					o = x;
+		if (o && o->str && o->arg)
+			*o->str = optarg;
+		else if (o && o->flag && !o->arg)
+			*o->flag = true;
+		else
+			return c;
+	}
+}
+
+int kiln_parse_options(const kiln_prog *p, int argc, char **argv)
+{
+	int c, r;
+	while ((c = kiln_getopt(p, argc, argv)) >= 0) {
+		r = p->option ? p->option(c, optarg) : 1;
+		if (r > 0) { /* not the program's: -v, -q, -h, --version, '?' */
+			r = kiln_prog_option(p, c);
+			if (r <= 0)
+				return r;
+		} else if (r < 0)
+			return r;
+	}
+	if (p->no_args && optind < argc)
+		return kiln_usage_error(p, "Unexpected argument '%s'.", argv[optind]);
+	return 1;
 }
 
 void kiln_prog_init(const kiln_prog *p)
@@ -158,15 +190,29 @@ static void dump_options(const kiln_prog *p, const char *prefix)
 	}
 }
 
-int kiln_usage_error(const kiln_prog *p, const char *format, ...)
+_printf_(2, 0) static void log_usage_error(const kiln_prog *p, const char *format, va_list ap)
 {
 	char msg[1024];
+	vsnprintf(msg, sizeof(msg), format, ap);
+	log_error("%s Try '%s --help'.", msg, p->name);
+}
+
+int kiln_usage_error(const kiln_prog *p, const char *format, ...)
+{
 	va_list ap;
 	va_start(ap, format);
-	vsnprintf(msg, sizeof(msg), format, ap);
+	log_usage_error(p, format, ap);
 	va_end(ap);
-	log_error("%s Try '%s --help'.", msg, p->name);
 	return -EINVAL;
+}
+
+int kiln_usage_exit(const kiln_prog *p, const char *format, ...)
+{
+	va_list ap;
+	va_start(ap, format);
+	log_usage_error(p, format, ap);
+	va_end(ap);
+	return KILN_EXIT_USAGE;
 }
 
 int kiln_prog_option(const kiln_prog *p, int key)
@@ -202,6 +248,11 @@ int kiln_verb_dispatch(const kiln_prog *p, int argc, char **argv)
 		for (size_t i = 0; i < p->n_verbs; i++)
 			if (streq(argv[0], p->verbs[i].name)) {
 				optind = 0; /* the verb parses from its argv[1] */
+				if (p->verbs[i].prog) {
+					int r = kiln_parse_options(p->verbs[i].prog, argc, argv);
+					if (r <= 0)
+						return kiln_parse_exit(r);
+				}
 				return p->verbs[i].run(argc, argv);
 			}
 		log_error("Unknown command '%s'. Commands:", argv[0]);

@@ -71,22 +71,30 @@ enum {
 	ARG_NO_VALIDATE,
 };
 
+static bool arg_dry_run, arg_no_validate;
+static const char *arg_config, *arg_slurm_dir = "/etc/slurm", *arg_publish,
+			       *arg_restart_ctld = "systemctl restart slurmctld", *arg_on_nodes;
+
 static const kiln_option apply_options[] = {
-	KILN_OPTION_CONFIG,
+	KILN_OPTION_CONFIG_INTO(&arg_config),
 	{ "dry-run", ARG_DRY_RUN, NULL, "validate and say what each change needs; change nothing",
-	  NULL },
+	  NULL, .flag = &arg_dry_run },
 	{ "slurm-dir", ARG_SLURM_DIR, "DIR",
-	  "the live Slurm configuration slurmctld serves (default /etc/slurm)", "dir" },
+	  "the live Slurm configuration slurmctld serves (default /etc/slurm)", "dir",
+	  .str = &arg_slurm_dir },
 	{ "publish", ARG_PUBLISH, "FILE",
-	  "where the nodes fetch cluster.cfg (default image.output_dir/cluster.cfg)", "file" },
+	  "where the nodes fetch cluster.cfg (default image.output_dir/cluster.cfg)", "file",
+	  .str = &arg_publish },
 	{ "restart-slurmctld", ARG_RESTART_CTLD, "CMD",
-	  "how to restart slurmctld (default 'systemctl restart slurmctld')", NULL },
+	  "how to restart slurmctld (default 'systemctl restart slurmctld')", NULL,
+	  .str = &arg_restart_ctld },
 	{ "on-nodes", ARG_ON_NODES, "CMD",
 	  "run node commands as CMD HOSTLIST COMMAND (e.g. 'pdsh -w');\n"
 	  "without it they are printed",
-	  NULL },
+	  NULL, .str = &arg_on_nodes },
 	{ "no-validate", ARG_NO_VALIDATE, NULL,
-	  "skip the slurmctld check (a head node without slurmctld)", NULL },
+	  "skip the slurmctld check (a head node without slurmctld)", NULL,
+	  .flag = &arg_no_validate },
 	KILN_OPTIONS_COMMON,
 	{},
 };
@@ -112,10 +120,6 @@ const kiln_prog kiln_apply_prog = {
 		"Exit status: 0 applied (or nothing to do), 1 a step failed, 2 usage, invalid\n"
 		"cluster file or slurmctld refused the new configuration.\n",
 };
-
-static bool arg_dry_run, arg_no_validate;
-static const char *arg_config, *arg_slurm_dir = "/etc/slurm", *arg_publish,
-			       *arg_restart_ctld = "systemctl restart slurmctld", *arg_on_nodes;
 
 /* ---- the Slurm files ----------------------------------------------------- */
 
@@ -143,16 +147,13 @@ typedef enum {
 
 static const char *need_text(slurm_need n)
 {
-	switch (n) {
-	case NEED_RECONFIGURE:
-		return "scontrol reconfigure";
-	case NEED_SLURMD_RESTART:
-		return "restart every slurmd";
-	case NEED_FULL_RESTART:
-		return "restart slurmctld, then every slurmd";
-	default:
-		return "nothing";
-	}
+	static const char *const text[] = {
+		[NEED_NOTHING] = "nothing",
+		[NEED_RECONFIGURE] = "scontrol reconfigure",
+		[NEED_SLURMD_RESTART] = "restart every slurmd",
+		[NEED_FULL_RESTART] = "restart slurmctld, then every slurmd",
+	};
+	return (unsigned) n < ARRAY_SIZE(text) ? text[n] : "nothing";
 }
 
 /* slurm.conf parameters that `scontrol reconfigure` does not change
@@ -920,41 +921,6 @@ static void pending_done(void)
 
 /* ---- the verb ------------------------------------------------------------- */
 
-static int parse(int argc, char **argv)
-{
-	int c, r;
-	while ((c = kiln_getopt(&kiln_apply_prog, argc, argv)) >= 0) {
-		switch (c) {
-		case 'c':
-			arg_config = optarg;
-			break;
-		case ARG_DRY_RUN:
-			arg_dry_run = true;
-			break;
-		case ARG_SLURM_DIR:
-			arg_slurm_dir = optarg;
-			break;
-		case ARG_PUBLISH:
-			arg_publish = optarg;
-			break;
-		case ARG_RESTART_CTLD:
-			arg_restart_ctld = optarg;
-			break;
-		case ARG_ON_NODES:
-			arg_on_nodes = optarg;
-			break;
-		case ARG_NO_VALIDATE:
-			arg_no_validate = true;
-			break;
-		default:
-			r = kiln_prog_option(&kiln_apply_prog, c);
-			if (r <= 0)
-				return r;
-		}
-	}
-	return 1;
-}
-
 /* The running nodes (all but those just added) as a hostlist, or NULL. */
 static int all_nodes(const kiln_cfg *c, char *const *added, bool inference_only, char **ret)
 {
@@ -1005,17 +971,12 @@ static int write_live(const kiln_cfg *c, char *const rendered[N_SLURM_FILES],
 
 int kiln_apply_main(int argc, char **argv)
 {
-	int r = parse(argc, argv);
-	if (r <= 0)
-		return r < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;
-	if (optind < argc) {
-		kiln_usage_error(&kiln_apply_prog, "apply takes no arguments (use -c FILE).");
-		return KILN_EXIT_USAGE;
-	}
+	if (optind < argc)
+		return kiln_usage_exit(&kiln_apply_prog, "apply takes no arguments (use -c FILE).");
 	if (!arg_config)
 		arg_config = kiln_cli_config();
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
-	r = kiln_cfg_open(arg_config, 0, &c);
+	int r = kiln_cfg_open(arg_config, 0, &c);
 	if (r < 0)
 		return kiln_exit_for_config(r);
 	_cleanup_free_ char *publish = NULL, *cfg_text = NULL;

@@ -251,8 +251,10 @@ static void print_text(const char *path, const kmf_file *f, FILE *out)
 	}
 }
 
+static bool arg_json;
+
 static const kiln_option options[] = {
-	KILN_OPTION_JSON,
+	KILN_OPTION_JSON_INTO(&arg_json),
 	KILN_OPTIONS_COMMON,
 	{},
 };
@@ -271,31 +273,18 @@ const kiln_prog kiln_model_prog = {
 
 int kiln_model_main(int argc, char **argv)
 {
-	bool json = false;
 	kmf_file *f = NULL;
 	kiln_error e;
 	char line[1024];
-	int c, r;
-
-	while ((c = kiln_getopt(&kiln_model_prog, argc, argv)) >= 0) {
-		if (c == KILN_OPT_JSON) {
-			json = true;
-			continue;
-		}
-		r = kiln_prog_option(&kiln_model_prog, c);
-		if (r <= 0)
-			return r < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;
-	}
-	if (argc - optind != 2 || !streq(argv[optind], "inspect")) {
-		kiln_usage_error(&kiln_model_prog, "Usage: kiln model inspect FILE [--json].");
-		return KILN_EXIT_USAGE;
-	}
-	r = kmf_open(argv[optind + 1], &f, &e);
+	if (argc - optind != 2 || !streq(argv[optind], "inspect"))
+		return kiln_usage_exit(&kiln_model_prog,
+				       "Usage: kiln model inspect FILE [--json].");
+	int r = kmf_open(argv[optind + 1], &f, &e);
 	if (r < 0) {
 		log_error("%s", kiln_error_format(&e, line, sizeof(line)));
 		return KILN_EXIT_FAILURE;
 	}
-	if (json)
+	if (arg_json)
 		r = print_json(argv[optind + 1], f, stdout);
 	else
 		print_text(argv[optind + 1], f, stdout);

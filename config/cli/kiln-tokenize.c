@@ -153,17 +153,37 @@ static int decode(const ktok *t, const char *list, unsigned flags, bool json)
 	return 0;
 }
 
+/* --stdin: encodes all of standard input (at most CLI_MAX_STDIN bytes). */
+static int encode_stdin(const ktok *t, unsigned eflags, bool json)
+{
+	_cleanup_free_ char *buf = malloc(CLI_MAX_STDIN);
+	if (!buf)
+		return log_error("out of memory"), -ENOMEM;
+	size_t len = fread(buf, 1, CLI_MAX_STDIN, stdin);
+	if (!ferror(stdin) && feof(stdin))
+		return encode(t, buf, len, eflags, json);
+	log_error("standard input: unreadable or over %u bytes", CLI_MAX_STDIN);
+	/* cppcheck-suppress memleak ; buf is _cleanup_free_, which cppcheck does not model */
+	return -EIO;
+}
+
 enum { ARG_NO_SPECIAL = KILN_OPT_FIRST, ARG_PARSE_SPECIAL, ARG_SKIP_SPECIAL, ARG_STDIN };
 
+static const char *arg_text, *arg_ids;
+static bool arg_stdin, arg_json, arg_no_special, arg_parse_special, arg_skip_special;
+
 static const kiln_option options[] = {
-	{ "text", 't', "S", "encode S to ids", NULL },
-	{ "stdin", ARG_STDIN, NULL, "encode standard input", NULL },
-	{ "ids", 'i', "1,2,3", "decode comma-separated ids to text", NULL },
-	KILN_OPTION_JSON,
-	{ "no-special", ARG_NO_SPECIAL, NULL, "do not add BOS/EOS when encoding", NULL },
+	{ "text", 't', "S", "encode S to ids", NULL, .str = &arg_text },
+	{ "stdin", ARG_STDIN, NULL, "encode standard input", NULL, .flag = &arg_stdin },
+	{ "ids", 'i', "1,2,3", "decode comma-separated ids to text", NULL, .str = &arg_ids },
+	KILN_OPTION_JSON_INTO(&arg_json),
+	{ "no-special", ARG_NO_SPECIAL, NULL, "do not add BOS/EOS when encoding", NULL,
+	  .flag = &arg_no_special },
 	{ "parse-special", ARG_PARSE_SPECIAL, NULL,
-	  "match special tokens written in the text (<|im_end|>)", NULL },
-	{ "skip-special", ARG_SKIP_SPECIAL, NULL, "leave special tokens out when decoding", NULL },
+	  "match special tokens written in the text (<|im_end|>)", NULL,
+	  .flag = &arg_parse_special },
+	{ "skip-special", ARG_SKIP_SPECIAL, NULL, "leave special tokens out when decoding", NULL,
+	  .flag = &arg_skip_special },
 	KILN_OPTIONS_COMMON,
 	{},
 };
@@ -185,69 +205,29 @@ const kiln_prog kiln_tokenize_prog = {
 
 int kiln_tokenize_main(int argc, char **argv)
 {
-	const char *text = NULL, *ids = NULL;
-	bool json = false, use_stdin = false;
-	unsigned eflags = KTOK_ENC_ADD_SPECIAL, dflags = 0;
-	int o, r;
-	while ((o = kiln_getopt(&kiln_tokenize_prog, argc, argv)) >= 0) {
-		switch (o) {
-		case 't':
-			text = optarg;
-			break;
-		case 'i':
-			ids = optarg;
-			break;
-		case ARG_STDIN:
-			use_stdin = true;
-			break;
-		case KILN_OPT_JSON:
-			json = true;
-			break;
-		case ARG_NO_SPECIAL:
-			eflags &= ~KTOK_ENC_ADD_SPECIAL;
-			break;
-		case ARG_PARSE_SPECIAL:
-			eflags |= KTOK_ENC_PARSE_SPECIAL;
-			break;
-		case ARG_SKIP_SPECIAL:
-			dflags |= KTOK_DEC_SKIP_SPECIAL;
-			break;
-		default:
-			r = kiln_prog_option(&kiln_tokenize_prog, o);
-			if (r <= 0)
-				return r < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;
-		}
-	}
-	if (optind + 1 != argc || (!!text + !!ids + use_stdin) > 1) {
-		kiln_usage_error(
+	const unsigned eflags = (arg_no_special ? 0 : KTOK_ENC_ADD_SPECIAL) |
+				(arg_parse_special ? KTOK_ENC_PARSE_SPECIAL : 0);
+	const unsigned dflags = arg_skip_special ? KTOK_DEC_SKIP_SPECIAL : 0;
+	if (optind + 1 != argc || (!!arg_text + !!arg_ids + arg_stdin) > 1)
+		return kiln_usage_exit(
 			&kiln_tokenize_prog,
 			"Usage: kiln tokenize FILE [--text S | --stdin | --ids 1,2,3] [--json].");
-		return KILN_EXIT_USAGE;
-	}
 	const char *path = argv[optind];
 	_cleanup_(ktok_freep) ktok *t = NULL;
 	kiln_error err;
-	r = ktok_load(path, &t, &err);
+	int r = ktok_load(path, &t, &err);
 	if (r < 0) {
 		char line[800];
 		log_error("%s", kiln_error_format(&err, line, sizeof(line)));
 		return KILN_EXIT_FAILURE;
 	}
-	if (ids)
-		return decode(t, ids, dflags, json) < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;
-	if (text)
-		return encode(t, text, strlen(text), eflags, json) < 0 ? KILN_EXIT_FAILURE
-								       : KILN_EXIT_OK;
-	if (use_stdin) {
-		_cleanup_free_ char *buf = malloc(CLI_MAX_STDIN);
-		if (!buf)
-			return log_error("out of memory"), KILN_EXIT_FAILURE;
-		size_t len = fread(buf, 1, CLI_MAX_STDIN, stdin);
-		if (ferror(stdin) || !feof(stdin)) {
-			log_error("standard input: unreadable or over %u bytes", CLI_MAX_STDIN);
-			return KILN_EXIT_FAILURE;
-		}
-		return encode(t, buf, len, eflags, json) < 0 ? KILN_EXIT_FAILURE : KILN_EXIT_OK;
-	}
-	return describe(t, path, json) < 0 ? KILN_EXIT_FAILURE : KILN_EXIT_OK;
+	if (arg_ids)
+		return decode(t, arg_ids, dflags, arg_json) < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;
+	if (arg_text)
+		return encode(t, arg_text, strlen(arg_text), eflags, arg_json) < 0
+			       ? KILN_EXIT_FAILURE
+			       : KILN_EXIT_OK;
+	if (arg_stdin)
+		return encode_stdin(t, eflags, arg_json) < 0 ? KILN_EXIT_FAILURE : KILN_EXIT_OK;
+	return describe(t, path, arg_json) < 0 ? KILN_EXIT_FAILURE : KILN_EXIT_OK;
 }

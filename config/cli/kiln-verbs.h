@@ -3,8 +3,10 @@
  * kiln.c owns the command line up to the verb; `kiln model` and `kiln
  * tokenize` work on model files, not on the cluster file, so they are kept
  * in their own files and only their kiln_prog (for --help and
- * --dump-options) and their run function are shared.  A run function gets
- * argv[0] = the verb, parses its own options and returns the exit status. */
+ * --dump-options, and for kiln_verb_dispatch() to parse the verb's options
+ * with) and their run function are shared.  A run function gets argv[0] =
+ * the verb, with optind at its first argument, and returns the exit
+ * status. */
 #pragma once
 
 #include <jansson.h>

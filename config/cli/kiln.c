@@ -47,37 +47,48 @@ static int arg_quiet;
 
 /* ---- option tables ------------------------------------------------------ */
 
+/* The global table and every cluster-file verb's table list only their own
+ * options and name where each lands, so only -q needs a look: it also
+ * quiets check's summary and render all's count. */
+static int parse_option(int key, const char *arg)
+{
+	if (key == 'q')
+		arg_quiet++;
+	return 1; /* the log level, and the rest of the shared options */
+}
+
 static const kiln_option global_options[] = {
-	KILN_OPTION_CONFIG,
+	KILN_OPTION_CONFIG_INTO(&arg_config),
 	KILN_OPTIONS_COMMON,
 	{},
 };
 
 static const kiln_option check_options[] = {
-	KILN_OPTION_CONFIG,
-	{ "strict", ARG_STRICT, NULL, "treat warnings as errors (exit 2)", NULL },
-	KILN_OPTION_JSON,
+	KILN_OPTION_CONFIG_INTO(&arg_config),
+	{ "strict", ARG_STRICT, NULL, "treat warnings as errors (exit 2)", NULL,
+	  .flag = &arg_strict },
+	KILN_OPTION_JSON_INTO(&arg_json),
 	KILN_OPTIONS_COMMON,
 	{},
 };
 
 static const kiln_option show_options[] = {
-	KILN_OPTION_CONFIG,
+	KILN_OPTION_CONFIG_INTO(&arg_config),
 	{ "defaults", ARG_DEFAULTS, NULL, "print every key of the schema with its type and default",
-	  NULL },
-	KILN_OPTION_JSON,
+	  NULL, .flag = &arg_defaults },
+	KILN_OPTION_JSON_INTO(&arg_json),
 	KILN_OPTIONS_COMMON,
 	{},
 };
 
 static const kiln_option render_options[] = {
-	KILN_OPTION_CONFIG,
+	KILN_OPTION_CONFIG_INTO(&arg_config),
 	{ "output", 'o', "PATH",
 	  "write PATH atomically instead of standard output\n"
 	  "(a directory for render all and prometheus; \"-\": standard output)",
-	  "file" },
+	  "file", .str = &arg_output },
 	{ "node", KILN_OPT_NODE, "NAME", "the node for render node-env (the head node works too)",
-	  "node" },
+	  "node", .str = &arg_node },
 	KILN_OPTIONS_COMMON,
 	{},
 };
@@ -87,6 +98,7 @@ static const kiln_prog check_prog = {
 	.summary = "validate the cluster file",
 	.usage = "kiln [-c FILE] check [--strict] [--json]",
 	.options = check_options,
+	.option = parse_option,
 	.args_complete = "", /* no arguments */
 	.epilog = "Every error is printed to standard error as FILE:LINE: setting.path: message; "
 		  "hint\n"
@@ -104,6 +116,7 @@ static const kiln_prog show_prog = {
 		 "kiln [-c FILE] show node NAME [--json]\n"
 		 "kiln show --defaults",
 	.options = show_options,
+	.option = parse_option,
 	.epilog =
 		"show nodes: a table of every node (name, group, address, MAC, GPUs, partitions).\n"
 		"show node NAME: everything about one node, or the head node.\n",
@@ -121,6 +134,7 @@ static kiln_prog render_prog = {
 		 "kiln [-c FILE] render prometheus -o DIR\n"
 		 "kiln [-c FILE] render all -o DIR",
 	.options = render_options,
+	.option = parse_option,
 	.epilog = render_epilog,
 	.args_complete = render_complete,
 };
@@ -145,65 +159,6 @@ __attribute__((constructor)) static void render_prog_init(void)
 }
 
 /* ---- parsing ------------------------------------------------------------ */
-
-/* One parser for the global table and every cluster-file verb's table:
- * each table lists only its own options, so getopt never returns a key the
- * verb does not take.  Returns > 0 to go on, 0 after --help, < 0 for a
- * usage error (printed). */
-static int parse_options(const kiln_prog *p, int argc, char **argv)
-{
-	int c, r;
-	while ((c = kiln_getopt(p, argc, argv)) >= 0) {
-		switch (c) {
-		case 'c':
-			arg_config = optarg;
-			break;
-		case 'o':
-			arg_output = optarg;
-			break;
-		case KILN_OPT_NODE:
-			arg_node = optarg;
-			break;
-		case KILN_OPT_JSON:
-			arg_json = true;
-			break;
-		case ARG_DEFAULTS:
-			arg_defaults = true;
-			break;
-		case ARG_STRICT:
-			arg_strict = true;
-			break;
-		case 'q':
-			/* also quiets check's summary and render all's count */
-			arg_quiet++;
-			(void) kiln_prog_option(p, c); /* the log level */
-			break;
-		default:
-			r = kiln_prog_option(p, c);
-			if (r <= 0)
-				return r;
-		}
-	}
-	return 1;
-}
-
-/* A verb's parse_options() result as its exit status. */
-static int parse_exit(int r)
-{
-	return r < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;
-}
-
-static int usage_error(const kiln_prog *p, const char *format, ...) _printf_(2, 3);
-static int usage_error(const kiln_prog *p, const char *format, ...)
-{
-	char msg[512];
-	va_list ap;
-	va_start(ap, format);
-	vsnprintf(msg, sizeof(msg), format, ap);
-	va_end(ap);
-	kiln_usage_error(p, "%s", msg);
-	return KILN_EXIT_USAGE;
-}
 
 const char *kiln_cli_config(void)
 {
@@ -326,16 +281,13 @@ static int warn_password_file(const char *cfg_path, const char *path)
 
 static int verb_check(int argc, char **argv)
 {
-	int r = parse_options(&check_prog, argc, argv);
-	if (r <= 0)
-		return parse_exit(r);
 	if (optind < argc)
-		return usage_error(&check_prog, "check takes no arguments (use -c FILE).");
+		return kiln_usage_exit(&check_prog, "check takes no arguments (use -c FILE).");
 	if (arg_json)
 		return check_json();
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
 	/* no hint: the error lines are check's whole output */
-	r = kiln_cfg_open(arg_config, KILN_CFG_OPEN_NO_HINT | KILN_CFG_OPEN_WARNINGS, &c);
+	int r = kiln_cfg_open(arg_config, KILN_CFG_OPEN_NO_HINT | KILN_CFG_OPEN_WARNINGS, &c);
 	if (r < 0)
 		return kiln_exit_for_config(r);
 	if (c->inference.enabled && c->inference.model) {
@@ -520,33 +472,30 @@ static int show_node(const kiln_cfg *c, const kiln_cfg_node *n)
 
 static int verb_show(int argc, char **argv)
 {
-	int r = parse_options(&show_prog, argc, argv);
-	if (r <= 0)
-		return parse_exit(r);
 	argc -= optind;
 	argv += optind;
 	if (arg_defaults) {
 		if (argc > 0)
-			return usage_error(&show_prog, "show --defaults takes no arguments.");
+			return kiln_usage_exit(&show_prog, "show --defaults takes no arguments.");
 		if (arg_json)
-			return usage_error(&show_prog,
-					   "--json applies to show nodes and show node.");
+			return kiln_usage_exit(&show_prog,
+					       "--json applies to show nodes and show node.");
 		print_defaults();
 		return KILN_EXIT_OK;
 	}
 	if (argc < 1)
-		return usage_error(&show_prog,
-				   "show needs what to show: nodes, node NAME, or --defaults.");
+		return kiln_usage_exit(&show_prog,
+				       "show needs what to show: nodes, node NAME, or --defaults.");
 	bool all = streq(argv[0], "nodes");
 	if (!all && !streq(argv[0], "node"))
-		return usage_error(&show_prog,
-				   "Unknown show target '%s'; use nodes, node NAME, or --defaults.",
-				   argv[0]);
+		return kiln_usage_exit(
+			&show_prog,
+			"Unknown show target '%s'; use nodes, node NAME, or --defaults.", argv[0]);
 	if ((all && argc != 1) || (!all && argc != 2))
-		return usage_error(&show_prog, all ? "show nodes takes no arguments."
-						   : "show node needs exactly one NAME.");
+		return kiln_usage_exit(&show_prog, all ? "show nodes takes no arguments."
+						       : "show node needs exactly one NAME.");
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
-	r = kiln_cfg_open(arg_config, 0, &c);
+	int r = kiln_cfg_open(arg_config, 0, &c);
 	if (r < 0)
 		return kiln_exit_for_config(r);
 	const kiln_cfg_node *n = all ? NULL : kiln_cfg_find_node(c, argv[1]);
@@ -644,7 +593,7 @@ static int render_kind(const kiln_cfg *c, unsigned want, unsigned skip, size_t *
 static int render_all(const kiln_cfg *c)
 {
 	if (!arg_output)
-		return usage_error(&render_prog, "render all needs -o DIR.");
+		return kiln_usage_exit(&render_prog, "render all needs -o DIR.");
 	int r = mkdir_p(arg_output);
 	if (r < 0)
 		return log_error_errno(r, "Failed to create '%s': %m", arg_output);
@@ -680,9 +629,9 @@ static int render_all(const kiln_cfg *c)
 static int render_prometheus_dir(const kiln_cfg *c)
 {
 	if (!arg_output || streq(arg_output, "-"))
-		return usage_error(&render_prog,
-				   "render prometheus needs -o DIR (render prometheus.yml or "
-				   "kiln-alerts.yml writes one file to standard output).");
+		return kiln_usage_exit(&render_prog,
+				       "render prometheus needs -o DIR (render prometheus.yml or "
+				       "kiln-alerts.yml writes one file to standard output).");
 	int r = mkdir_p(arg_output);
 	if (r < 0)
 		return log_error_errno(r, "Failed to create '%s': %m", arg_output);
@@ -697,24 +646,21 @@ static int render_prometheus_dir(const kiln_cfg *c)
 
 static int verb_render(int argc, char **argv)
 {
-	int r = parse_options(&render_prog, argc, argv);
-	if (r <= 0)
-		return parse_exit(r);
 	if (argc - optind != 1)
-		return usage_error(&render_prog, "render needs exactly one TARGET (or all).");
+		return kiln_usage_exit(&render_prog, "render needs exactly one TARGET (or all).");
 	const char *t = argv[optind];
 	const kiln_cfg_render_target *target = kiln_cfg_render_target_find(t);
 	if (!streq(t, "all") && !streq(t, "prometheus") && !target)
-		return usage_error(&render_prog, "Unknown render target '%s'; one of %s.", t,
-				   render_complete);
+		return kiln_usage_exit(&render_prog, "Unknown render target '%s'; one of %s.", t,
+				       render_complete);
 	bool per_node = target && (target->flags & KILN_CFG_RENDER_PER_NODE);
 	if (per_node && !arg_node)
-		return usage_error(&render_prog, "render %s needs --node NAME.", t);
+		return kiln_usage_exit(&render_prog, "render %s needs --node NAME.", t);
 	if (!per_node && arg_node)
-		return usage_error(&render_prog,
-				   "--node applies to render node-env only, not to %s.", t);
+		return kiln_usage_exit(&render_prog,
+				       "--node applies to render node-env only, not to %s.", t);
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
-	r = kiln_cfg_open(arg_config, 0, &c);
+	int r = kiln_cfg_open(arg_config, 0, &c);
 	if (r < 0)
 		return kiln_exit_for_config(r);
 	if (streq(t, "all"))
@@ -771,6 +717,7 @@ static const kiln_prog prog = {
 		 "kiln [OPTIONS] status [--json] [NODES]     the cluster at a glance\n"
 		 "kiln [OPTIONS] reboot [--wave N] NODES     rolling reboot in waves",
 	.options = global_options,
+	.option = parse_option,
 	.epilog = "Exit status: 0 success, 1 failure, 2 usage or configuration error.\n"
 		  "See kiln(1) and docs/config.md.\n",
 	.verbs = verbs,
@@ -785,7 +732,7 @@ static int verb_help(int argc, char **argv)
 
 static int parse_argv(int argc, char **argv)
 {
-	int r = parse_options(&prog, argc, argv);
+	int r = kiln_parse_options(&prog, argc, argv);
 	if (r <= 0)
 		return r;
 	/* a missing verb is kiln_verb_dispatch()'s error (it lists them) */

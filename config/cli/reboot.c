@@ -47,17 +47,26 @@
 
 enum { ARG_WAVE = KILN_OPT_FIRST, ARG_REASON, ARG_TIMEOUT, ARG_DRY_RUN };
 
+static const char *arg_config, *arg_reason;
+static int arg_wave = 1;
+static bool arg_dry_run;
+static uint64_t arg_timeout = REBOOT_TIMEOUT_DEFAULT_USEC;
+
 static const kiln_option reboot_options[] = {
-	KILN_OPTION_CONFIG,
+	KILN_OPTION_CONFIG_INTO(&arg_config),
 	{ "wave", ARG_WAVE, "N", "nodes rebooted at once (default 1)", NULL },
 	{ "reason", ARG_REASON, "TEXT",
-	  "why, shown as the nodes' Slurm reason (\"kiln reboot: TEXT\")", NULL },
+	  "why, shown as the nodes' Slurm reason (\"kiln reboot: TEXT\")", NULL,
+	  .str = &arg_reason },
 	{ "timeout", ARG_TIMEOUT, "DURATION",
 	  "how long one wave may take: its jobs to finish and the boot (default 30m)", NULL },
-	{ "dry-run", ARG_DRY_RUN, NULL, "print the waves and the commands, change nothing", NULL },
+	{ "dry-run", ARG_DRY_RUN, NULL, "print the waves and the commands, change nothing", NULL,
+	  .flag = &arg_dry_run },
 	KILN_OPTIONS_COMMON,
 	{},
 };
+
+static int parse_option(int key, const char *arg);
 
 const kiln_prog kiln_reboot_prog = {
 	.name = "kiln reboot",
@@ -65,6 +74,7 @@ const kiln_prog kiln_reboot_prog = {
 	.usage = "kiln [-c FILE] reboot [--wave N] [--reason TEXT] [--timeout DURATION] "
 		 "[--dry-run] NODES",
 	.options = reboot_options,
+	.option = parse_option,
 	.args_complete = "node",
 	.epilog = "NODES: a hostlist of nodes of the cluster file (node[01-16]).\n"
 		  "Each wave: scontrol reboot ASAP nextstate=RESUME reason=\"kiln reboot: TEXT\" "
@@ -176,62 +186,42 @@ static int wait_wave(char **wave, size_t k, uint64_t timeout, uint64_t t0)
 	}
 }
 
+static int parse_option(int key, const char *arg)
+{
+	switch (key) {
+	case ARG_WAVE:
+		if (kiln_parse_int(arg, 1, 100000, &arg_wave) < 0)
+			return kiln_usage_error(&kiln_reboot_prog,
+						"--wave '%s' is not a number of nodes >= 1.", arg);
+		return 0;
+	case ARG_TIMEOUT:
+		if (kiln_parse_duration(arg, KILN_USEC_PER_SEC, &arg_timeout) < 0 ||
+		    arg_timeout == 0)
+			return kiln_usage_error(&kiln_reboot_prog,
+						"--timeout '%s' is not a duration (30m, 1h, 600).",
+						arg);
+		return 0;
+	default:
+		return 1;
+	}
+}
+
 int kiln_reboot_main(int argc, char **argv)
 {
-	const char *arg_config = NULL, *arg_reason = NULL;
-	int wave = 1;
-	bool dry_run = false;
-	uint64_t timeout = REBOOT_TIMEOUT_DEFAULT_USEC;
-	int ch;
-	while ((ch = kiln_getopt(&kiln_reboot_prog, argc, argv)) >= 0)
-		switch (ch) {
-		case 'c':
-			arg_config = optarg;
-			break;
-		case ARG_WAVE:
-			if (kiln_parse_int(optarg, 1, 100000, &wave) < 0) {
-				kiln_usage_error(&kiln_reboot_prog,
-						 "--wave '%s' is not a number of nodes >= 1.",
-						 optarg);
-				return KILN_EXIT_USAGE;
-			}
-			break;
-		case ARG_REASON:
-			arg_reason = optarg;
-			break;
-		case ARG_TIMEOUT:
-			if (kiln_parse_duration(optarg, KILN_USEC_PER_SEC, &timeout) < 0 ||
-			    timeout == 0) {
-				kiln_usage_error(&kiln_reboot_prog,
-						 "--timeout '%s' is not a duration (30m, 1h, 600).",
-						 optarg);
-				return KILN_EXIT_USAGE;
-			}
-			break;
-		case ARG_DRY_RUN:
-			dry_run = true;
-			break;
-		default: {
-			int r = kiln_prog_option(&kiln_reboot_prog, ch);
-			if (r <= 0)
-				return r < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;
-		}
-		}
-	if (argc - optind != 1) {
-		kiln_usage_error(&kiln_reboot_prog,
-				 argc == optind
-					 ? "reboot needs NODES (a hostlist: node[01-04])."
-					 : "Unexpected argument '%s'; NODES is one hostlist.",
-				 argc == optind ? "" : argv[optind + 1]);
-		return KILN_EXIT_USAGE;
-	}
+	const int wave = arg_wave;
+	const uint64_t timeout = arg_timeout;
+	if (argc - optind != 1)
+		return kiln_usage_exit(&kiln_reboot_prog,
+				       argc == optind
+					       ? "reboot needs NODES (a hostlist: node[01-04])."
+					       : "Unexpected argument '%s'; NODES is one hostlist.",
+				       argc == optind ? "" : argv[optind + 1]);
 	char reason[REBOOT_REASON_MAX + 32];
-	if (arg_reason && (strlen(arg_reason) > REBOOT_REASON_MAX || strpbrk(arg_reason, "\n\""))) {
-		kiln_usage_error(&kiln_reboot_prog,
-				 "--reason must be one line of at most %d characters without '\"'.",
-				 REBOOT_REASON_MAX);
-		return KILN_EXIT_USAGE;
-	}
+	if (arg_reason && (strlen(arg_reason) > REBOOT_REASON_MAX || strpbrk(arg_reason, "\n\"")))
+		return kiln_usage_exit(
+			&kiln_reboot_prog,
+			"--reason must be one line of at most %d characters without '\"'.",
+			REBOOT_REASON_MAX);
 	snprintf(reason, sizeof(reason), "kiln reboot%s%s", arg_reason ? ": " : "",
 		 arg_reason ? arg_reason : "");
 
@@ -242,11 +232,10 @@ int kiln_reboot_main(int argc, char **argv)
 	_cleanup_strv_free_ char **names = NULL;
 	size_t n = 0, pos = 0;
 	r = kiln_hostlist_expand(argv[optind], &names, &n, &pos);
-	if (r < 0 || n == 0) {
-		kiln_usage_error(&kiln_reboot_prog, "NODES '%s' is not a hostlist (at byte %zu).",
-				 argv[optind], pos);
-		return KILN_EXIT_USAGE;
-	}
+	if (r < 0 || n == 0)
+		return kiln_usage_exit(&kiln_reboot_prog,
+				       "NODES '%s' is not a hostlist (at byte %zu).", argv[optind],
+				       pos);
 	for (size_t i = 0; i < n; i++) {
 		if (!kiln_cfg_find_node(cfg, names[i])) {
 			log_error("No node '%s' in %s; `kiln show nodes` lists them.", names[i],
@@ -266,7 +255,7 @@ int kiln_reboot_main(int argc, char **argv)
 			  cfg->path);
 		return KILN_EXIT_USAGE;
 	}
-	if (dry_run) {
+	if (arg_dry_run) {
 		print_plan(cfg, names, n, (size_t) wave, reason, timeout);
 		return KILN_EXIT_OK;
 	}

@@ -68,9 +68,13 @@
 
 enum { ARG_TIMEOUT = KILN_OPT_FIRST };
 
+static const char *arg_config;
+static bool arg_json;
+static uint64_t arg_timeout = STATUS_TIMEOUT_DEFAULT_USEC;
+
 static const kiln_option status_options[] = {
-	KILN_OPTION_CONFIG,
-	KILN_OPTION_JSON,
+	KILN_OPTION_CONFIG_INTO(&arg_config),
+	KILN_OPTION_JSON_INTO(&arg_json),
 	{ "timeout", ARG_TIMEOUT, "SECS",
 	  "deadline of each node's queries and of slurmctld's (default 2s;\n"
 	  "a duration: 500ms, 5s)",
@@ -79,11 +83,14 @@ static const kiln_option status_options[] = {
 	{},
 };
 
+static int parse_option(int key, const char *arg);
+
 const kiln_prog kiln_status_prog = {
 	.name = "kiln status",
 	.summary = "the cluster at a glance: Slurm state, GPU health, jobs, models",
 	.usage = "kiln [-c FILE] status [--json] [--timeout SECS] [NODES]",
 	.options = status_options,
+	.option = parse_option,
 	.args_complete = "node",
 	.epilog = "NODES: a hostlist of nodes of the cluster file (default: every node).\n"
 		  "Each node's Slurm state and reason and its running jobs (slurmctld, via\n"
@@ -603,43 +610,28 @@ static int print_text(const status_ctx *c, size_t n_ok)
 
 /* ---- the verb --------------------------------------------------------- */
 
+static int parse_option(int key, const char *arg)
+{
+	if (key != ARG_TIMEOUT)
+		return 1;
+	if (kiln_parse_duration(arg, KILN_USEC_PER_SEC, &arg_timeout) < 0 || arg_timeout == 0 ||
+	    arg_timeout > STATUS_TIMEOUT_MAX_USEC)
+		return kiln_usage_error(
+			&kiln_status_prog,
+			"--timeout '%s' is not a duration between 1ms and 300s (e.g. "
+			"2, 500ms, 5s).",
+			arg);
+	return 0;
+}
+
 int kiln_status_main(int argc, char **argv)
 {
-	const char *arg_config = NULL;
-	bool arg_json = false;
-	uint64_t timeout = STATUS_TIMEOUT_DEFAULT_USEC;
-	int ch;
-	while ((ch = kiln_getopt(&kiln_status_prog, argc, argv)) >= 0)
-		switch (ch) {
-		case 'c':
-			arg_config = optarg;
-			break;
-		case KILN_OPT_JSON:
-			arg_json = true;
-			break;
-		case ARG_TIMEOUT:
-			if (kiln_parse_duration(optarg, KILN_USEC_PER_SEC, &timeout) < 0 ||
-			    timeout == 0 || timeout > STATUS_TIMEOUT_MAX_USEC) {
-				kiln_usage_error(&kiln_status_prog,
-						 "--timeout '%s' is not a duration between 1ms and "
-						 "300s (e.g. 2, 500ms, 5s).",
-						 optarg);
-				return KILN_EXIT_USAGE;
-			}
-			break;
-		default: {
-			int r = kiln_prog_option(&kiln_status_prog, ch);
-			if (r <= 0)
-				return r < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;
-		}
-		}
-	if (argc - optind > 1) {
-		kiln_usage_error(
+	const uint64_t timeout = arg_timeout;
+	if (argc - optind > 1)
+		return kiln_usage_exit(
 			&kiln_status_prog,
 			"Unexpected argument '%s'; NODES is one hostlist (node[01-04],gpu07).",
 			argv[optind + 1]);
-		return KILN_EXIT_USAGE;
-	}
 	/* -c after the verb wins over the global one (`kiln -c FILE status`) */
 	_cleanup_(kiln_cfg_freep) kiln_cfg *cfg = NULL;
 	int r = kiln_cfg_open(arg_config ?: kiln_cli_config(), 0, &cfg);
@@ -655,12 +647,10 @@ int kiln_status_main(int argc, char **argv)
 		_cleanup_strv_free_ char **names = NULL;
 		size_t nn = 0, pos = 0;
 		r = kiln_hostlist_expand(argv[optind], &names, &nn, &pos);
-		if (r < 0) {
-			kiln_usage_error(&kiln_status_prog,
-					 "NODES '%s' is not a hostlist (at byte %zu: %s).",
-					 argv[optind], pos, strerror(-r));
-			return KILN_EXIT_USAGE;
-		}
+		if (r < 0)
+			return kiln_usage_exit(&kiln_status_prog,
+					       "NODES '%s' is not a hostlist (at byte %zu: %s).",
+					       argv[optind], pos, strerror(-r));
 		for (size_t i = 0; i < nn; i++) {
 			const kiln_cfg_node *n = kiln_cfg_find_node(cfg, names[i]);
 			if (!n) {
@@ -679,10 +669,7 @@ int kiln_status_main(int argc, char **argv)
 	for (size_t i = 0; i < c.n; i++)
 		ns[i].job_ids = json_array();
 	pthread_mutex_init(&c.lock, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&c.cond, &ca);
+	kiln_cond_init_monotonic(&c.cond);
 
 	/* slurmctld, on a detached thread that may be abandoned */
 	kiln_error se;

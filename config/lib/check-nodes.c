@@ -412,6 +412,37 @@ static int flatten_nodes(loader *L, size_t total)
 }
 
 /* Duplicates: names, MACs, addresses, against each other and the head. */
+/* MACs (by_mac) or addresses: the nodes whose group lists them, sorted by
+ * them (ties in file order), so each node equal to the first of its run is
+ * a duplicate, named in the error.  ix: room for every node. */
+static void check_unique(loader *L, size_t *ix, bool by_mac)
+{
+	const kiln_cfg *c = L->cfg;
+	size_t m = 0;
+	for (size_t a = 0; a < c->n_nodes; a++)
+		if (by_mac ? c->nodes[a].group->macs != NULL : c->nodes[a].group->addresses != NULL)
+			ix[m++] = a;
+	qsort_r(ix, m, sizeof(size_t), by_mac ? cmp_mac : cmp_addr, (void *) c->nodes);
+	for (size_t k = 1, first = 0; k < m; k++) {
+		const kiln_cfg_node *n = &c->nodes[ix[k]], *o = &c->nodes[ix[first]];
+		if (by_mac ? memcmp(n->mac, o->mac, 6) != 0 : n->address != o->address) {
+			first = k;
+			continue;
+		}
+		size_t gi = (size_t) (n->group - c->groups);
+		char p[64], b[18];
+		if (by_mac) {
+			snprintf(p, sizeof(p), "node_groups[%zu].macs", gi);
+			kiln_cfg__elem_error(L, L->mac_set[gi], p, n->index_in_group, NULL,
+					     "duplicate MAC %s (also %s)",
+					     kiln_format_mac(b, n->mac), o->name);
+		} else
+			kiln_cfg__member_error(L, "node_groups", gi, L->group_set[gi], "addresses",
+					       NULL, "duplicate address %s (%s and %s)",
+					       kiln_format_ipv4(b, n->address), o->name, n->name);
+	}
+}
+
 static int check_duplicates(loader *L)
 {
 	kiln_cfg *c = L->cfg;
@@ -493,40 +524,8 @@ static int check_duplicates(loader *L)
 				       KILN_CFG_HOST_NAME_HINT,
 				       "host name \"%s\" is not a valid DNS label%s", first, more);
 	}
-	size_t nm = 0;
-	for (size_t a = 0; a < c->n_nodes; a++)
-		if (c->nodes[a].group->macs)
-			ix[nm++] = a;
-	qsort_r(ix, nm, sizeof(size_t), cmp_mac, c->nodes);
-	for (size_t k = 1, first = 0; k < nm; k++) {
-		const kiln_cfg_node *n = &c->nodes[ix[k]], *o = &c->nodes[ix[first]];
-		if (memcmp(n->mac, o->mac, 6) != 0) {
-			first = k;
-			continue;
-		}
-		size_t gi = (size_t) (n->group - c->groups);
-		char p[64], mb[18];
-		snprintf(p, sizeof(p), "node_groups[%zu].macs", gi);
-		kiln_cfg__elem_error(L, L->mac_set[gi], p, n->index_in_group, NULL,
-				     "duplicate MAC %s (also %s)", kiln_format_mac(mb, n->mac),
-				     o->name);
-	}
-	size_t na = 0;
-	for (size_t a = 0; a < c->n_nodes; a++)
-		if (c->nodes[a].group->addresses)
-			ix[na++] = a;
-	qsort_r(ix, na, sizeof(size_t), cmp_addr, c->nodes);
-	for (size_t k = 1, first = 0; k < na; k++) {
-		const kiln_cfg_node *n = &c->nodes[ix[k]], *o = &c->nodes[ix[first]];
-		if (n->address != o->address) {
-			first = k;
-			continue;
-		}
-		size_t gi = (size_t) (n->group - c->groups);
-		kiln_cfg__member_error(L, "node_groups", gi, L->group_set[gi], "addresses", NULL,
-				       "duplicate address %s (%s and %s)",
-				       kiln_format_ipv4(b1, n->address), o->name, n->name);
-	}
+	check_unique(L, ix, true);
+	check_unique(L, ix, false);
 	return 0;
 }
 

@@ -265,7 +265,8 @@ enum {
 };
 
 static const kiln_option options[] = {
-	{ "model", 'm', "NAME", "the GPU model as NVML names it (for the expected figures)", NULL },
+	{ "model", 'm', "NAME", "the GPU model as NVML names it (for the expected figures)", NULL,
+	  .str = &arg_model },
 	{ "gemm-seconds", 'g', "N", "how long the GEMM burn runs (1..3600, default 10)", NULL },
 	{ "memtest-bytes", OPT_MEMTEST_BYTES, "SIZE",
 	  "device memory the memtest covers (default 1G)", NULL },
@@ -273,43 +274,41 @@ static const kiln_option options[] = {
 	{},
 };
 
+static int parse_option(int key, const char *arg);
+
 static const kiln_prog prog = {
 	.name = "kiln-healthd-active",
 	.summary = "the active GPU checks of kiln-healthd (GEMM, bandwidth, memtest)",
 	.usage = "kiln-healthd-active [--model NAME] [--gemm-seconds N] [--memtest-bytes SIZE]",
 	.options = options,
+	.option = parse_option,
+	.no_args = true,
 	.epilog = "Run by kiln-healthd with CUDA_VISIBLE_DEVICES set to one GPU.  Prints one\n"
 		  "line per check: NAME STATUS VALUE EXPECTED DETAIL (tab separated).\n"
 		  "Exit status: 0 nothing failed, 1 a check failed, 2 usage error.\n",
 };
 
+static int parse_option(int key, const char *arg)
+{
+	switch (key) {
+	case 'g':
+		if (kiln_parse_int(arg, 1, 3600, &arg_gemm_seconds) < 0)
+			return kiln_usage_error(&prog, "--gemm-seconds wants 1..3600, not '%s'.",
+						arg);
+		return 0;
+	case OPT_MEMTEST_BYTES:
+		if (kiln_parse_size(arg, 1, &arg_memtest_bytes) < 0)
+			return kiln_usage_error(&prog, "--memtest-bytes wants a size, not '%s'.",
+						arg);
+		return 0;
+	default:
+		return 1;
+	}
+}
+
 static int parse_argv(int argc, char **argv)
 {
-	int c;
-	while ((c = kiln_getopt(&prog, argc, argv)) >= 0)
-		switch (c) {
-		case 'm':
-			arg_model = optarg;
-			break;
-		case 'g':
-			if (kiln_parse_int(optarg, 1, 3600, &arg_gemm_seconds) < 0)
-				return kiln_usage_error(
-					&prog, "--gemm-seconds wants 1..3600, not '%s'.", optarg);
-			break;
-		case OPT_MEMTEST_BYTES:
-			if (kiln_parse_size(optarg, 1, &arg_memtest_bytes) < 0)
-				return kiln_usage_error(
-					&prog, "--memtest-bytes wants a size, not '%s'.", optarg);
-			break;
-		default: {
-			int r = kiln_prog_option(&prog, c);
-			if (r <= 0)
-				return r;
-		}
-		}
-	if (optind < argc)
-		return kiln_usage_error(&prog, "Unexpected argument '%s'.", argv[optind]);
-	return 1;
+	return kiln_parse_options(&prog, argc, argv);
 }
 
 static int run(int argc, char **argv)

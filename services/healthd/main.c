@@ -52,24 +52,27 @@ enum {
 };
 
 static const kiln_option options[] = {
-	KILN_OPTION_CONFIG,
-	KILN_OPTION_NODE,
-	{ "check", OPT_CHECK, NULL, "check once, print a table, exit 0 healthy / 1 unhealthy",
-	  NULL },
-	KILN_OPTION_JSON,
+	KILN_OPTION_CONFIG_INTO(&arg_config),
+	KILN_OPTION_NODE_INTO(&arg_node),
+	{ "check", OPT_CHECK, NULL, "check once, print a table, exit 0 healthy / 1 unhealthy", NULL,
+	  .flag = &arg_check },
+	KILN_OPTION_JSON_INTO(&arg_json),
 	{ "active", OPT_ACTIVE, NULL, "run the active checks (GEMM, bandwidth, memtest) and exit",
-	  NULL },
+	  NULL, .flag = &arg_active },
 	{ "metrics-port", OPT_METRICS_PORT, "N", "override health.metrics_port (0: no HTTP server)",
 	  NULL },
 	{ "clear-xid", OPT_CLEAR_XID, "GPU|all",
 	  "after a GPU reset: forget its drain XIDs (GPU: index or\n"
 	  "UUID); the daemon resumes the node after recover_after",
-	  NULL },
+	  NULL, .str = &arg_clear_xid },
 	{ "xid-state", OPT_XID_STATE, "FILE",
-	  "XID state file (default $" HD_XID_STATE_ENV " or\n" HD_XID_STATE_PATH ")", "file" },
+	  "XID state file (default $" HD_XID_STATE_ENV " or\n" HD_XID_STATE_PATH ")", "file",
+	  .str = &arg_xid_state },
 	KILN_OPTIONS_COMMON,
 	{},
 };
+
+static int parse_option(int key, const char *arg);
 
 static const kiln_prog prog = {
 	.name = "kiln-healthd",
@@ -79,6 +82,8 @@ static const kiln_prog prog = {
 		 "kiln-healthd --active                    run the active GPU checks\n"
 		 "kiln-healthd --clear-xid GPU|all         forget XIDs after a GPU reset",
 	.options = options,
+	.option = parse_option,
+	.no_args = true,
 	.epilog = "Checks every GPU through NVML, exports dcgm-exporter compatible metrics,\n"
 		  "and drains or resumes the node in Slurm.\n\n"
 		  "Exit status: 0 ok, 1 failure or unhealthy, 2 usage or config error.\n"
@@ -92,47 +97,22 @@ const char *xid_state_path(void)
 									  : HD_XID_STATE_PATH);
 }
 
+static int parse_option(int key, const char *arg)
+{
+	if (key != OPT_METRICS_PORT)
+		return 1;
+	if (kiln_parse_int(arg, 0, 65535, &arg_metrics_port) < 0)
+		return kiln_usage_error(
+			&prog, "Invalid --metrics-port '%s': expected a port number 0..65535.",
+			arg);
+	return 0;
+}
+
 static int parse_argv(int argc, char **argv)
 {
-	int c;
-	while ((c = kiln_getopt(&prog, argc, argv)) >= 0)
-		switch (c) {
-		case 'c':
-			arg_config = optarg;
-			break;
-		case KILN_OPT_NODE:
-			arg_node = optarg;
-			break;
-		case OPT_CHECK:
-			arg_check = true;
-			break;
-		case KILN_OPT_JSON:
-			arg_json = true;
-			break;
-		case OPT_ACTIVE:
-			arg_active = true;
-			break;
-		case OPT_CLEAR_XID:
-			arg_clear_xid = optarg;
-			break;
-		case OPT_XID_STATE:
-			arg_xid_state = optarg;
-			break;
-		case OPT_METRICS_PORT:
-			if (kiln_parse_int(optarg, 0, 65535, &arg_metrics_port) < 0)
-				return kiln_usage_error(&prog,
-							"Invalid --metrics-port '%s': expected a "
-							"port number 0..65535.",
-							optarg);
-			break;
-		default: {
-			int r = kiln_prog_option(&prog, c);
-			if (r <= 0)
-				return r;
-		}
-		}
-	if (optind < argc)
-		return kiln_usage_error(&prog, "Unexpected argument '%s'.", argv[optind]);
+	int r = kiln_parse_options(&prog, argc, argv);
+	if (r <= 0)
+		return r;
 	if (arg_json && !arg_check)
 		return kiln_usage_error(&prog, "--json only goes with --check.");
 	return 1;

@@ -477,11 +477,7 @@ int hd_nvml_open(const char *library, uint64_t timeout_usec, hd_nvml **ret, char
 		return -ENOMEM;
 	m->timeout_usec = timeout_usec ? timeout_usec : 5 * KILN_USEC_PER_SEC;
 	pthread_mutex_init(&m->lock, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&m->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	kiln_cond_init_monotonic(&m->cond);
 
 	m->dl = dlopen(library, RTLD_NOW | RTLD_LOCAL);
 	if (!m->dl) {

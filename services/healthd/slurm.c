@@ -151,11 +151,7 @@ int hd_slurm_start(const char *node, hd_slurm **ret, kiln_error *err)
 	snprintf(s->node, sizeof(s->node), "%s", node);
 	s->reachable = -1;
 	pthread_mutex_init(&s->lock, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&s->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	kiln_cond_init_monotonic(&s->cond);
 	r = pthread_create(&s->thread, NULL, slurm_main, s);
 	if (r != 0) {
 		free(s);

@@ -8,6 +8,7 @@
  * (no SLURM_JOB_ID) it runs a single-node job on this machine, like
  * `torchrun --standalone`. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,35 @@ enum {
 	OPT_SECRET,
 };
 
+/* The command line, before the cluster file's defaults are merged in. */
+static const char *arg_config;
+static unsigned arg_min_nodes, arg_max_nodes; /* 0: not given */
+static int arg_nproc = -1;		      /* -1: not given, 0: gpu */
+static int arg_max_restarts = -1;
+static int arg_port = -1;
+static const char *arg_run_id;
+/* The duration options: each, when given, overrides one uint64_t of
+ * kr_opts (the cluster file's value or the default). */
+static const struct {
+	int key;
+	const char *flag;
+	size_t offset;
+} durations[] = {
+	{ OPT_HEARTBEAT, "--heartbeat", offsetof(kr_opts, heartbeat_usec) },
+	{ OPT_DEAD_AFTER, "--dead-after", offsetof(kr_opts, rdzv.dead_after_usec) },
+	{ OPT_LAST_CALL, "--last-call", offsetof(kr_opts, rdzv.last_call_usec) },
+	{ OPT_JOIN_TIMEOUT, "--join-timeout", offsetof(kr_opts, rdzv.join_timeout_usec) },
+	{ OPT_GRACE, "--grace", offsetof(kr_opts, grace_usec) },
+	{ OPT_BACKOFF, "--backoff", offsetof(kr_opts, rdzv.backoff_base_usec) },
+};
+static uint64_t arg_duration[ARRAY_SIZE(durations)];
+static bool arg_duration_set[ARRAY_SIZE(durations)];
+static int arg_exclude_after = -1;
+static int arg_prefix_output = -1, arg_health_check = -1; /* -1: not given */
+static const char *arg_healthd;
+static bool arg_requeue, arg_standalone, arg_make_secret;
+static char **arg_argv; /* the worker command line */
+
 static const kiln_option options[] = {
 	{ "nnodes", 'n', "MIN[:MAX]",
 	  "nodes the job needs / can use (default: cluster file,\nelse all nodes of the "
@@ -72,7 +102,8 @@ static const kiln_option options[] = {
 	{ "max-restarts", OPT_MAX_RESTARTS, "K", "failed rounds allowed (default 3)", NULL },
 	{ "max_restarts", OPT_MAX_RESTARTS, "K", NULL, NULL },
 	{ "port", OPT_PORT, "P", "store port (default 29500; 0 = any, standalone)", NULL },
-	{ "run-id", OPT_RUN_ID, "ID", "TORCHELASTIC_RUN_ID (default: Slurm job id)", NULL },
+	{ "run-id", OPT_RUN_ID, "ID", "TORCHELASTIC_RUN_ID (default: Slurm job id)", NULL,
+	  .str = &arg_run_id },
 	{ "heartbeat", OPT_HEARTBEAT, "DURATION", "agent heartbeat interval (default 1s)", NULL },
 	{ "dead-after", OPT_DEAD_AFTER, "DURATION", "silent agent is dead after (default 5s)",
 	  NULL },
@@ -89,16 +120,21 @@ static const kiln_option options[] = {
 	{ "no-health-check", OPT_NO_HEALTH, NULL, "do not (default, unless the cluster file says)",
 	  NULL },
 	{ "healthd", OPT_HEALTHD, "PATH",
-	  "kiln-healthd to run (default: next to kiln-run,\nelse " KR_HEALTHD_DEFAULT ")", "file" },
-	{ "requeue", OPT_REQUEUE, NULL, "requeue the job through Slurm on SIGUSR1", NULL },
+	  "kiln-healthd to run (default: next to kiln-run,\nelse " KR_HEALTHD_DEFAULT ")", "file",
+	  .str = &arg_healthd },
+	{ "requeue", OPT_REQUEUE, NULL, "requeue the job through Slurm on SIGUSR1", NULL,
+	  .flag = &arg_requeue },
 	{ "standalone", OPT_STANDALONE, NULL, "single node on this machine, even inside Slurm",
-	  NULL },
-	KILN_OPTION_CONFIG,
+	  NULL, .flag = &arg_standalone },
+	KILN_OPTION_CONFIG_INTO(&arg_config),
 	{ "make-secret", OPT_SECRET, NULL,
-	  "print a fresh job secret for " KR_ENV_SECRET " and exit", NULL },
+	  "print a fresh job secret for " KR_ENV_SECRET " and exit", NULL,
+	  .flag = &arg_make_secret },
 	KILN_OPTIONS_COMMON,
 	{}
 };
+
+static int parse_option(int key, const char *arg);
 
 static const kiln_prog prog = {
 	.name = "kiln-run",
@@ -106,6 +142,7 @@ static const kiln_prog prog = {
 	.usage = "kiln-run [OPTIONS] -- PROGRAM [ARGS...]\n"
 		 "srun --ntasks-per-node=1 kiln-run [OPTIONS] -- PROGRAM [ARGS...]",
 	.options = options,
+	.option = parse_option,
 	.epilog = "Run one per node; workers get torchrun's environment (RANK, WORLD_SIZE,\n"
 		  "MASTER_ADDR, MASTER_PORT ...).\n"
 		  "\n"
@@ -115,23 +152,6 @@ static const kiln_prog prog = {
 		  "node got a round.  See kiln-run(1).\n",
 	.stop_at_positional = true, /* the worker command line follows */
 };
-
-/* The command line, before the cluster file's defaults are merged in. */
-static const char *arg_config;
-static unsigned arg_min_nodes, arg_max_nodes; /* 0: not given */
-static int arg_nproc = -1;		      /* -1: not given, 0: gpu */
-static int arg_max_restarts = -1;
-static int arg_port = -1;
-static const char *arg_run_id;
-static uint64_t arg_heartbeat, arg_dead_after, arg_last_call, arg_join_timeout, arg_grace,
-	arg_backoff; /* 0: not given */
-static bool arg_heartbeat_set, arg_dead_after_set, arg_last_call_set, arg_join_timeout_set,
-	arg_grace_set, arg_backoff_set;
-static int arg_exclude_after = -1;
-static int arg_prefix_output = -1, arg_health_check = -1; /* -1: not given */
-static const char *arg_healthd;
-static bool arg_requeue, arg_standalone, arg_make_secret;
-static char **arg_argv; /* the worker command line */
 
 static int parse_nnodes(const char *s, unsigned *min, unsigned *max)
 {
@@ -162,106 +182,62 @@ static int invalid(const char *opt, const char *val, const char *what)
 	return kiln_usage_error(&prog, "Invalid %s '%s': %s.", opt, val, what);
 }
 
-static int duration_arg(const char *opt, const char *val, uint64_t *ret, bool *set)
+static int parse_option(int key, const char *arg)
 {
-	if (kiln_parse_duration(val, KILN_USEC_PER_SEC, ret) < 0)
-		return invalid(opt, val, "expected a duration like 5s, 1500ms, 2m");
-	*set = true;
-	return 0;
+	int v;
+	for (size_t i = 0; i < ARRAY_SIZE(durations); i++)
+		if (key == durations[i].key) {
+			if (kiln_parse_duration(arg, KILN_USEC_PER_SEC, &arg_duration[i]) < 0)
+				return invalid(durations[i].flag, arg,
+					       "expected a duration like 5s, 1500ms, 2m");
+			arg_duration_set[i] = true;
+			return 0;
+		}
+	switch (key) {
+	case 'n':
+		if (parse_nnodes(arg, &arg_min_nodes, &arg_max_nodes) < 0)
+			return invalid("--nnodes", arg,
+				       "expected N or MIN:MAX with 1 <= MIN <= MAX");
+		return 0;
+	case OPT_NPROC:
+		if (streq(arg, "gpu"))
+			arg_nproc = 0;
+		else if (kiln_parse_int(arg, 1, RDZV_MAX_NPROC, &v) == 0)
+			arg_nproc = v;
+		else
+			return invalid("--nproc-per-node", arg, "expected 1..1024 or 'gpu'");
+		return 0;
+	case OPT_MAX_RESTARTS:
+		if (kiln_parse_int(arg, 0, 1000000, &arg_max_restarts) < 0)
+			return invalid("--max-restarts", arg, "expected a number >= 0");
+		return 0;
+	case OPT_PORT:
+		if (kiln_parse_int(arg, 0, 65535, &arg_port) < 0)
+			return invalid("--port", arg, "expected 0..65535");
+		return 0;
+	case OPT_EXCLUDE:
+		if (kiln_parse_int(arg, 0, 1000000, &arg_exclude_after) < 0)
+			return invalid("--exclude-after", arg,
+				       "expected a number >= 0 (0 = never)");
+		return 0;
+	case OPT_PREFIX:
+	case OPT_NO_PREFIX:
+		arg_prefix_output = key == OPT_PREFIX;
+		return 0;
+	case OPT_HEALTH:
+	case OPT_NO_HEALTH:
+		arg_health_check = key == OPT_HEALTH;
+		return 0;
+	default:
+		return 1;
+	}
 }
 
 static int parse_argv(int argc, char **argv)
 {
-	int c, v, r;
-	while ((c = kiln_getopt(&prog, argc, argv)) >= 0) {
-		switch (c) {
-		case 'n':
-			if (parse_nnodes(optarg, &arg_min_nodes, &arg_max_nodes) < 0)
-				return invalid("--nnodes", optarg,
-					       "expected N or MIN:MAX with 1 <= MIN <= MAX");
-			break;
-		case OPT_NPROC:
-			if (streq(optarg, "gpu"))
-				arg_nproc = 0;
-			else if (kiln_parse_int(optarg, 1, RDZV_MAX_NPROC, &v) == 0)
-				arg_nproc = v;
-			else
-				return invalid("--nproc-per-node", optarg,
-					       "expected 1..1024 or 'gpu'");
-			break;
-		case OPT_MAX_RESTARTS:
-			if (kiln_parse_int(optarg, 0, 1000000, &arg_max_restarts) < 0)
-				return invalid("--max-restarts", optarg, "expected a number >= 0");
-			break;
-		case OPT_PORT:
-			if (kiln_parse_int(optarg, 0, 65535, &arg_port) < 0)
-				return invalid("--port", optarg, "expected 0..65535");
-			break;
-		case OPT_RUN_ID:
-			arg_run_id = optarg;
-			break;
-		case OPT_HEARTBEAT:
-			if ((r = duration_arg("--heartbeat", optarg, &arg_heartbeat,
-					      &arg_heartbeat_set)) < 0)
-				return r;
-			break;
-		case OPT_DEAD_AFTER:
-			if ((r = duration_arg("--dead-after", optarg, &arg_dead_after,
-					      &arg_dead_after_set)) < 0)
-				return r;
-			break;
-		case OPT_LAST_CALL:
-			if ((r = duration_arg("--last-call", optarg, &arg_last_call,
-					      &arg_last_call_set)) < 0)
-				return r;
-			break;
-		case OPT_JOIN_TIMEOUT:
-			if ((r = duration_arg("--join-timeout", optarg, &arg_join_timeout,
-					      &arg_join_timeout_set)) < 0)
-				return r;
-			break;
-		case OPT_GRACE:
-			if ((r = duration_arg("--grace", optarg, &arg_grace, &arg_grace_set)) < 0)
-				return r;
-			break;
-		case OPT_BACKOFF:
-			if ((r = duration_arg("--backoff", optarg, &arg_backoff,
-					      &arg_backoff_set)) < 0)
-				return r;
-			break;
-		case OPT_EXCLUDE:
-			if (kiln_parse_int(optarg, 0, 1000000, &arg_exclude_after) < 0)
-				return invalid("--exclude-after", optarg,
-					       "expected a number >= 0 (0 = never)");
-			break;
-		case OPT_PREFIX:
-		case OPT_NO_PREFIX:
-			arg_prefix_output = c == OPT_PREFIX;
-			break;
-		case OPT_HEALTH:
-		case OPT_NO_HEALTH:
-			arg_health_check = c == OPT_HEALTH;
-			break;
-		case OPT_HEALTHD:
-			arg_healthd = optarg;
-			break;
-		case OPT_REQUEUE:
-			arg_requeue = true;
-			break;
-		case OPT_STANDALONE:
-			arg_standalone = true;
-			break;
-		case OPT_SECRET:
-			arg_make_secret = true;
-			break;
-		case 'c':
-			arg_config = optarg;
-			break;
-		default:
-			if ((r = kiln_prog_option(&prog, c)) <= 0)
-				return r;
-		}
-	}
+	int r = kiln_parse_options(&prog, argc, argv);
+	if (r <= 0)
+		return r;
 	if (optind >= argc && !arg_make_secret)
 		return kiln_usage_error(&prog, "No program to run: kiln-run [OPTIONS] -- PROGRAM "
 					       "[ARGS...].");
@@ -330,18 +306,9 @@ static int make_opts(kr_opts *o, bool *nnodes_set, kiln_cfg **ret_cfg)
 	if (arg_port >= 0)
 		o->port = (uint16_t) arg_port;
 	o->run_id = arg_run_id;
-	if (arg_heartbeat_set)
-		o->heartbeat_usec = arg_heartbeat;
-	if (arg_dead_after_set)
-		o->rdzv.dead_after_usec = arg_dead_after;
-	if (arg_last_call_set)
-		o->rdzv.last_call_usec = arg_last_call;
-	if (arg_join_timeout_set)
-		o->rdzv.join_timeout_usec = arg_join_timeout;
-	if (arg_grace_set)
-		o->grace_usec = arg_grace;
-	if (arg_backoff_set)
-		o->rdzv.backoff_base_usec = arg_backoff;
+	for (size_t i = 0; i < ARRAY_SIZE(durations); i++)
+		if (arg_duration_set[i])
+			*(uint64_t *) ((char *) o + durations[i].offset) = arg_duration[i];
 	if (arg_exclude_after >= 0)
 		o->rdzv.exclude_after = (unsigned) arg_exclude_after;
 	if (arg_prefix_output >= 0)

@@ -75,18 +75,31 @@ static void put_str(kiln_store_client *c, const char *s)
 	put_bytes(c, s, strlen(s));
 }
 
+/* A request of an op and n keys (WAIT, CHECK, MULTI_GET). */
+static void put_keys_op(kiln_store_client *c, uint8_t op, const char *const *keys, size_t n)
+{
+	put_u8(c, op);
+	put_u64(c, n);
+	for (size_t i = 0; i < n; i++)
+		put_str(c, keys[i]);
+}
+
 /* ---- I/O with deadlines --------------------------------------------------- */
 
-static int send_all(int fd, const void *p, size_t n, uint64_t deadline)
+/* All n bytes sent (out) or received before deadline.  A peer that closes
+ * (EOF, EPIPE) is -ECONNRESET. */
+static int transfer_all(int fd, uint8_t *b, size_t n, uint64_t deadline, bool out)
 {
-	const uint8_t *b = p;
 	while (n > 0) {
-		ssize_t k = send(fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+		ssize_t k = out ? send(fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT)
+				: recv(fd, b, n, MSG_DONTWAIT);
+		if (k == 0 && !out)
+			return -ECONNRESET;
 		if (k < 0) {
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK) {
-				int r = kiln_wait_fd(fd, POLLOUT, deadline);
+				int r = kiln_wait_fd(fd, out ? POLLOUT : POLLIN, deadline);
 				if (r < 0)
 					return r;
 				continue;
@@ -99,28 +112,14 @@ static int send_all(int fd, const void *p, size_t n, uint64_t deadline)
 	return 0;
 }
 
+static int send_all(int fd, const void *p, size_t n, uint64_t deadline)
+{
+	return transfer_all(fd, (uint8_t *) p, n, deadline, true); /* send() only reads */
+}
+
 static int recv_all(int fd, void *p, size_t n, uint64_t deadline)
 {
-	uint8_t *b = p;
-	while (n > 0) {
-		ssize_t k = recv(fd, b, n, MSG_DONTWAIT);
-		if (k == 0)
-			return -ECONNRESET;
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK) {
-				int r = kiln_wait_fd(fd, POLLIN, deadline);
-				if (r < 0)
-					return r;
-				continue;
-			}
-			return -errno;
-		}
-		b += k;
-		n -= (size_t) k;
-	}
-	return 0;
+	return transfer_all(fd, p, n, deadline, false);
 }
 
 static int fail(kiln_store_client *c, int r)
@@ -335,39 +334,35 @@ int kiln_store_client_auth(kiln_store_client *c, const char *secret)
 
 /* ---- operations ----------------------------------------------------------- */
 
-int kiln_store_client_set(kiln_store_client *c, const char *key, const void *value, size_t len)
+/* SET and APPEND: a key and a value, no reply. */
+static int key_value_op(kiln_store_client *c, uint8_t op, const char *key, const void *value,
+			size_t len)
 {
 	CHECK(check_conn(c));
 	CHECK(check_key(c, key));
 	assert_return(value || len == 0, -EINVAL);
 	if (len > KILN_STORE_VALUE_MAX)
 		return -E2BIG;
-	put_u8(c, KILN_STORE_OP_SET);
+	put_u8(c, op);
 	put_str(c, key);
 	put_bytes(c, value, len);
 	return flush_req(c, deadline_in(c->timeout_usec));
 }
 
+int kiln_store_client_set(kiln_store_client *c, const char *key, const void *value, size_t len)
+{
+	return key_value_op(c, KILN_STORE_OP_SET, key, value, len);
+}
+
 int kiln_store_client_append(kiln_store_client *c, const char *key, const void *value, size_t len)
 {
-	CHECK(check_conn(c));
-	CHECK(check_key(c, key));
-	assert_return(value || len == 0, -EINVAL);
-	if (len > KILN_STORE_VALUE_MAX)
-		return -E2BIG;
-	put_u8(c, KILN_STORE_OP_APPEND);
-	put_str(c, key);
-	put_bytes(c, value, len);
-	return flush_req(c, deadline_in(c->timeout_usec));
+	return key_value_op(c, KILN_STORE_OP_APPEND, key, value, len);
 }
 
 static int do_wait(kiln_store_client *c, const char *const *keys, size_t n, uint64_t timeout_usec)
 {
 	uint64_t deadline = deadline_in(timeout_usec);
-	put_u8(c, KILN_STORE_OP_WAIT);
-	put_u64(c, n);
-	for (size_t i = 0; i < n; i++)
-		put_str(c, keys[i]);
+	put_keys_op(c, KILN_STORE_OP_WAIT, keys, n);
 	CHECK(flush_req(c, deadline));
 	uint8_t v;
 	int r = recv_all(c->fd, &v, 1, deadline);
@@ -421,10 +416,7 @@ int kiln_store_client_check(kiln_store_client *c, const char *const *keys, size_
 	CHECK(check_conn(c));
 	CHECK(check_keys(c, keys, n));
 	uint64_t deadline = deadline_in(c->timeout_usec);
-	put_u8(c, KILN_STORE_OP_CHECK);
-	put_u64(c, n);
-	for (size_t i = 0; i < n; i++)
-		put_str(c, keys[i]);
+	put_keys_op(c, KILN_STORE_OP_CHECK, keys, n);
 	CHECK(flush_req(c, deadline));
 	uint8_t v;
 	CHECK(recv_val(c, &v, 1, deadline));
@@ -513,10 +505,7 @@ int kiln_store_client_multi_get(kiln_store_client *c, const char *const *keys, s
 	assert_return(ret, -EINVAL);
 	CHECK(do_wait(c, keys, n, c->timeout_usec));
 	uint64_t deadline = deadline_in(c->timeout_usec);
-	put_u8(c, KILN_STORE_OP_MULTI_GET);
-	put_u64(c, n);
-	for (size_t i = 0; i < n; i++)
-		put_str(c, keys[i]);
+	put_keys_op(c, KILN_STORE_OP_MULTI_GET, keys, n);
 	CHECK(flush_req(c, deadline));
 	memset(ret, 0, n * sizeof(*ret));
 	for (size_t i = 0; i < n; i++) {

@@ -26,24 +26,25 @@ static int need(cursor *c, size_t n)
 	return c->len - c->off >= n ? 1 : 0;
 }
 
-static int rd_u64(cursor *c, uint64_t *ret)
+/* n bytes as they are on the wire (host order, as torch's TCPStore). */
+static int rd_raw(cursor *c, void *ret, size_t n)
 {
-	int r = need(c, 8);
+	int r = need(c, n);
 	if (r <= 0)
 		return r;
-	memcpy(ret, c->p + c->off, 8);
-	c->off += 8;
+	memcpy(ret, c->p + c->off, n);
+	c->off += n;
 	return 1;
+}
+
+static int rd_u64(cursor *c, uint64_t *ret)
+{
+	return rd_raw(c, ret, sizeof(*ret));
 }
 
 static int rd_u32(cursor *c, uint32_t *ret)
 {
-	int r = need(c, 4);
-	if (r <= 0)
-		return r;
-	memcpy(ret, c->p + c->off, 4);
-	c->off += 4;
-	return 1;
+	return rd_raw(c, ret, sizeof(*ret));
 }
 
 /* A length-prefixed string or vector of at most max bytes. */
@@ -141,17 +142,13 @@ int kiln_store_parse(const uint8_t *buf, size_t len, kiln_store_dialect *dialect
 	switch (msg->op) {
 	case KILN_STORE_OP_SET:
 	case KILN_STORE_OP_APPEND:
+	case KILN_STORE_OP_COMPARE_SET: /* key, expected value, desired value */
 		if ((r = rd_bytes(&c, lim->max_key, &msg->key)) <= 0)
 			return r;
 		if ((r = rd_bytes(&c, lim->max_value, &msg->value)) <= 0)
 			return r;
-		break;
-	case KILN_STORE_OP_COMPARE_SET:
-		if ((r = rd_bytes(&c, lim->max_key, &msg->key)) <= 0)
-			return r;
-		if ((r = rd_bytes(&c, lim->max_value, &msg->value)) <= 0)
-			return r;
-		if ((r = rd_bytes(&c, lim->max_value, &msg->value2)) <= 0)
+		if (msg->op == KILN_STORE_OP_COMPARE_SET &&
+		    (r = rd_bytes(&c, lim->max_value, &msg->value2)) <= 0)
 			return r;
 		break;
 	case KILN_STORE_OP_GET:

@@ -362,26 +362,32 @@ static void wake(kiln_store_server *s, entry *e)
 	free(w);
 }
 
+/* The array v (n of its *cap elements of size bytes used) with room for
+ * one more, doubling: v itself, the reallocated array, or NULL (v is left
+ * as it was). */
+static void *grow(void *v, size_t n, size_t *cap, size_t size)
+{
+	if (n < *cap)
+		return v;
+	size_t k = MAX((size_t) 4, *cap * 2);
+	void *p = realloc(v, k * size);
+	if (p)
+		*cap = k;
+	return p;
+}
+
 static int add_waiter(kiln_store_server *s, entry *e, conn *c)
 {
 	if (s->st.store_bytes + WAITER_COST > s->o.max_total_bytes)
 		return -ENOSPC;
-	if (e->n_waiters == e->cap_waiters) {
-		size_t n = MAX((size_t) 4, e->cap_waiters * 2);
-		conn **p = realloc(e->waiters, n * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		e->waiters = p;
-		e->cap_waiters = n;
-	}
-	if (c->n_wait == c->cap_wait) {
-		size_t n = MAX((size_t) 4, c->cap_wait * 2);
-		entry **p = realloc(c->wait, n * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		c->wait = p;
-		c->cap_wait = n;
-	}
+	conn **w = grow(e->waiters, e->n_waiters, &e->cap_waiters, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	e->waiters = w;
+	entry **cw = grow(c->wait, c->n_wait, &c->cap_wait, sizeof(*cw));
+	if (!cw)
+		return -ENOMEM;
+	c->wait = cw;
 	e->waiters[e->n_waiters++] = c;
 	c->wait[c->n_wait++] = e;
 	s->st.store_bytes += WAITER_COST;

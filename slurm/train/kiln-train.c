@@ -84,12 +84,13 @@ static const kiln_option options[] = {
 	{ "model", 'm', "FILE",
 	  "config and initial weights: llama2.c, safetensors\n(kiln-train's or Hugging Face) or "
 	  "GGUF llama",
-	  "file" },
+	  "file", .str = &arg.model },
 	{ "init", OPT_INIT, "SPEC",
 	  "instead of --model: random weights (seed --seed) of\nthe shape SPEC, e.g. "
 	  "dim=64,hidden=172,layers=5,\nheads=8,kv_heads=4,vocab=512,seq=512",
-	  NULL },
-	{ "data", 'd', "SHARD", "token shard (kmtrain format, docs/train.md)", "file" },
+	  NULL, .str = &arg.init },
+	{ "data", 'd', "SHARD", "token shard (kmtrain format, docs/train.md)", "file",
+	  .str = &arg.data },
 	{ "steps", OPT_STEPS, "N", "optimizer steps in all (default 100)", NULL },
 	{ "batch", 'b', "B", "sequences per rank and step (default 8)", NULL },
 	{ "seq", OPT_SEQ, "T", "tokens per sequence (default 128)", NULL },
@@ -102,16 +103,19 @@ static const kiln_option options[] = {
 	{ "clip", OPT_CLIP, "C", "global gradient-norm clip, 0 = none (default 1.0)", NULL },
 	{ "seed", OPT_SEED, "S", "seed of the data order and of --init's weights\n(default 1)",
 	  NULL },
-	{ "save", 's', "FILE", "write a checkpoint (safetensors) at the end", "file" },
+	{ "save", 's', "FILE", "write a checkpoint (safetensors) at the end", "file",
+	  .str = &arg.save },
 	{ "save-every", OPT_SAVE_EVERY, "N", "... and every N steps (default 0: only at the end)",
 	  NULL },
 	{ "stop-at", OPT_STOP_AT, "N",
 	  "stop (and save) after step N, keeping the schedule\nof --steps (a run cut in parts; "
 	  "default: --steps)",
 	  NULL },
-	{ "resume", 'r', "FILE", "continue from a checkpoint written by --save", "file" },
+	{ "resume", 'r', "FILE", "continue from a checkpoint written by --save", "file",
+	  .str = &arg.resume },
 	{ "backend", OPT_BACKEND, "NAME",
-	  "kk backend: cpu, cuda, auto (default auto;\nKILN_BACKEND overrides)", "cpu cuda auto" },
+	  "kk backend: cpu, cuda, auto (default auto;\nKILN_BACKEND overrides)", "cpu cuda auto",
+	  .str = &arg.backend },
 	{ "threads", OPT_THREADS, "N",
 	  "cpu backend compute threads, 0 = the CPUs of the\naffinity mask and cgroup quota "
 	  "(default 0)",
@@ -120,11 +124,15 @@ static const kiln_option options[] = {
 	{}
 };
 
+static int parse_option(int key, const char *arg);
+
 static const kiln_prog prog = {
 	.name = "kiln-train",
 	.summary = "train a Llama model on a token shard, data-parallel",
 	.usage = "kiln-train {--model FILE | --init SPEC} --data SHARD [OPTIONS]",
 	.options = options,
+	.option = parse_option,
+	.no_args = true,
 	.epilog = "Data-parallel across the ranks a launcher starts (RANK, WORLD_SIZE,\n"
 		  "MASTER_ADDR, MASTER_PORT): kiln-run or torchrun.\n"
 		  "\n"
@@ -167,86 +175,53 @@ static int parse_count(const char *flag, const char *s, int max, int *ret)
 	return 0;
 }
 
+static int parse_option(int key, const char *val)
+{
+	args *a = &arg;
+	switch (key) {
+	case OPT_STEPS:
+		return parse_steps("--steps", val, 1, &a->steps);
+	case 'b':
+		return parse_count("--batch", val, KMT_MAX_TOKENS, &a->batch);
+	case OPT_SEQ:
+		return parse_count("--seq", val, KMT_MAX_TOKENS, &a->seq);
+	case OPT_ACCUM:
+		return parse_count("--accum", val, KMT_MAX_MICRO, &a->accum);
+	case OPT_LR:
+		return parse_pos_double("--lr", val, &a->lr);
+	case OPT_LR_MIN:
+		return parse_pos_double("--lr-min", val, &a->lr_min);
+	case OPT_WARMUP:
+		return parse_steps("--warmup", val, 0, &a->warmup);
+	case OPT_WD:
+		return parse_pos_double("--weight-decay", val, &a->weight_decay);
+	case OPT_CLIP:
+		return parse_pos_double("--clip", val, &a->clip);
+	case OPT_SEED:
+		if (kiln_parse_uint64(val, UINT64_MAX, &a->seed) < 0)
+			return kiln_usage_error(
+				&prog, "--seed '%s': must be an unsigned 64-bit integer.", val);
+		return 0;
+	case OPT_SAVE_EVERY:
+		return parse_steps("--save-every", val, 0, &a->save_every);
+	case OPT_STOP_AT:
+		return parse_steps("--stop-at", val, 1, &a->stop_at);
+	case OPT_THREADS:
+		if (kiln_parse_int(val, 0, KK_THREADS_MAX, &a->threads) < 0)
+			return kiln_usage_error(&prog, "--threads '%s': must be 0..%d.", val,
+						KK_THREADS_MAX);
+		return 0;
+	default:
+		return 1;
+	}
+}
+
 static int parse_argv(int argc, char **argv)
 {
 	args *a = &arg;
-	int c;
-	while ((c = kiln_getopt(&prog, argc, argv)) >= 0) {
-		int r = 0;
-		switch (c) {
-		case 'm':
-			a->model = optarg;
-			break;
-		case OPT_INIT:
-			a->init = optarg;
-			break;
-		case 'd':
-			a->data = optarg;
-			break;
-		case OPT_STEPS:
-			r = parse_steps("--steps", optarg, 1, &a->steps);
-			break;
-		case 'b':
-			r = parse_count("--batch", optarg, KMT_MAX_TOKENS, &a->batch);
-			break;
-		case OPT_SEQ:
-			r = parse_count("--seq", optarg, KMT_MAX_TOKENS, &a->seq);
-			break;
-		case OPT_ACCUM:
-			r = parse_count("--accum", optarg, KMT_MAX_MICRO, &a->accum);
-			break;
-		case OPT_LR:
-			r = parse_pos_double("--lr", optarg, &a->lr);
-			break;
-		case OPT_LR_MIN:
-			r = parse_pos_double("--lr-min", optarg, &a->lr_min);
-			break;
-		case OPT_WARMUP:
-			r = parse_steps("--warmup", optarg, 0, &a->warmup);
-			break;
-		case OPT_WD:
-			r = parse_pos_double("--weight-decay", optarg, &a->weight_decay);
-			break;
-		case OPT_CLIP:
-			r = parse_pos_double("--clip", optarg, &a->clip);
-			break;
-		case OPT_SEED:
-			if (kiln_parse_uint64(optarg, UINT64_MAX, &a->seed) < 0)
-				r = kiln_usage_error(&prog,
-						     "--seed '%s': must be an unsigned 64-bit "
-						     "integer.",
-						     optarg);
-			break;
-		case 's':
-			a->save = optarg;
-			break;
-		case OPT_SAVE_EVERY:
-			r = parse_steps("--save-every", optarg, 0, &a->save_every);
-			break;
-		case OPT_STOP_AT:
-			r = parse_steps("--stop-at", optarg, 1, &a->stop_at);
-			break;
-		case 'r':
-			a->resume = optarg;
-			break;
-		case OPT_BACKEND:
-			a->backend = optarg;
-			break;
-		case OPT_THREADS:
-			if (kiln_parse_int(optarg, 0, KK_THREADS_MAX, &a->threads) < 0)
-				return kiln_usage_error(&prog, "--threads '%s': must be 0..%d.",
-							optarg, KK_THREADS_MAX);
-			break;
-		default:
-			r = kiln_prog_option(&prog, c);
-			if (r == 0)
-				return 0; /* --help, --version */
-		}
-		if (r < 0)
-			return r;
-	}
-	if (optind < argc)
-		return kiln_usage_error(&prog, "Unexpected argument '%s'.", argv[optind]);
+	int r = kiln_parse_options(&prog, argc, argv);
+	if (r <= 0)
+		return r;
 	if (!!a->model == !!a->init)
 		return kiln_usage_error(&prog,
 					"Give either --model FILE or --init SPEC (not both).");

@@ -12,19 +12,10 @@ set -u
 envsh=${1:?usage: demo-status.sh CLUSTER/env.sh}
 . "$envsh"
 KILN=$B/bin/kiln
-W=$(mktemp -d /tmp/kiln-status-demo.XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$W"; }
-trap cleanup EXIT
+demo_scratch kiln-status-demo
 write_cfg "$W/cluster.cfg" 'interval = "500ms";'
-printf 'gpus = ( { }, { }, { }, { } );\n' >"$W/healthy.scn"
 printf 'gpus = ( { }, { }, { temperature = 96; }, { } );\n' >"$W/hot.scn"
-for n in $KC_NODES; do
-	scn=$W/healthy.scn; [ "$n" = node02 ] && scn=$W/hot.scn
-	v=KC_EXEC_$n
-	KILN_FAKE_NVML_SCENARIO=$scn KILN_HEALTHD_XID_STATE=$W/$n.xid.state ${!v} "$HEALTHD" -c "$W/cluster.cfg" >"$W/$n.log" 2>&1 &
-	PIDS+=($!)
-done
+demo_start_healthd "$W/hot.scn"
 jid=$($KC_HUB sbatch --parsable -w node01 -o /dev/null --wrap 'sleep 30')
 echo "kiln-healthd on $KC_NODES (node02's gpu2 at 96 C); batch job $jid on node01"
 # until healthd has drained node02 and the job runs (10 s at most)

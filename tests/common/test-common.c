@@ -4,7 +4,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +143,11 @@ static void test_levenshtein(void **state)
 	assert_int_equal(kiln_levenshtein("metrics_port", "metric_port"), 1);
 	assert_int_equal(kiln_levenshtein("", "abc"), 3);
 	assert_int_equal(kiln_levenshtein("same", "same"), 0);
+	/* the config's hints ignore case; JSON keys' (kiln_levenshtein_exact) do not */
+	assert_int_equal(kiln_levenshtein("Top_P", "top_p"), 0);
+	assert_int_equal(kiln_levenshtein_exact("Top_P", "top_p"), 2);
+	assert_int_equal(kiln_levenshtein_exact("temprature", "temperature"), 1);
+	assert_int_equal(kiln_levenshtein_exact("rol", "role"), 1);
 }
 
 static char *expand_join(const char *s, int *ret_r, size_t *errpos)
@@ -348,6 +355,30 @@ static void test_log_errno(void **state)
 	assert_int_equal(log_level_from_string("loud", &lvl), -EINVAL);
 }
 
+/* A timed wait on kiln_cond_init_monotonic()'s condition variable takes a
+ * kiln_now_usec() deadline: 20 ms from now times out after 20 ms, not at
+ * once (a CLOCK_REALTIME condvar would see a deadline decades past). */
+static void test_cond_monotonic(void **state)
+{
+	pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	pthread_cond_t cond;
+	kiln_cond_init_monotonic(&cond);
+	uint64_t start = kiln_now_usec(), deadline = start + 20 * KILN_USEC_PER_MSEC;
+	struct timespec ts = { .tv_sec = (time_t) (deadline / KILN_USEC_PER_SEC),
+			       .tv_nsec = (long) (deadline % KILN_USEC_PER_SEC) * 1000 };
+	pthread_mutex_lock(&lock);
+	int r;
+	do
+		r = pthread_cond_timedwait(&cond, &lock, &ts);
+	while (r == 0);
+	pthread_mutex_unlock(&lock);
+	assert_int_equal(r, ETIMEDOUT);
+	uint64_t waited = kiln_now_usec() - start;
+	assert_true(waited >= 20 * KILN_USEC_PER_MSEC);
+	assert_true(waited < 10 * KILN_USEC_PER_SEC);
+	pthread_cond_destroy(&cond);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -357,6 +388,7 @@ int main(void)
 		cmocka_unit_test(test_hostlist_expand),	   cmocka_unit_test(test_hostlist_compress),
 		cmocka_unit_test(test_hostlist_roundtrip), cmocka_unit_test(test_strbuf),
 		cmocka_unit_test(test_atomic_write),	   cmocka_unit_test(test_log_errno),
+		cmocka_unit_test(test_cond_monotonic),
 	};
 	return cmocka_run_group_tests_name("common", tests, NULL, NULL);
 }

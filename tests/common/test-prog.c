@@ -19,20 +19,26 @@
 
 enum { OPT_LONGONLY = KILN_OPT_FIRST };
 
-static const kiln_option options[] = {
-	KILN_OPTION_CONFIG,
-	KILN_OPTION_NODE,
-	{ "port", 'p', "PORT", "TCP port", NULL },
-	{ "long-only", OPT_LONGONLY, NULL, "a long option\nwith a second line", NULL },
-	{ "secret", 's', NULL, NULL, NULL }, /* hidden from --help */
-	KILN_OPTION_JSON,
-	KILN_OPTIONS_COMMON,
-	{}
-};
+static const char *seen_config, *seen_node, *seen_port;
+static bool seen_json, seen_long;
+static int own_calls; /* keys that reached parse_option() */
+
+static const kiln_option options[] = { KILN_OPTION_CONFIG_INTO(&seen_config),
+				       KILN_OPTION_NODE_INTO(&seen_node),
+				       { "port", 'p', "PORT", "TCP port", NULL },
+				       { "long-only", OPT_LONGONLY, NULL,
+					 "a long option\nwith a second line", NULL,
+					 .flag = &seen_long },
+				       { "secret", 's', NULL, NULL, NULL }, /* hidden from --help */
+				       KILN_OPTION_JSON_INTO(&seen_json),
+				       KILN_OPTIONS_COMMON,
+				       {} };
+static int parse_option(int key, const char *arg);
 static const kiln_prog prog = { .name = "kiln-test",
 				.summary = "tests the skeleton",
 				.usage = "kiln-test [OPTIONS] ARG\nkiln-test --json",
 				.options = options,
+				.option = parse_option,
 				.epilog = "Exit status: 0 ok.\n" };
 
 /* Runs fn(argc, argv) in a child with stdout and stderr captured in out;
@@ -63,36 +69,30 @@ static int run_child(int (*fn)(int, char **), int argc, char **argv, char *out, 
 	return WEXITSTATUS(st);
 }
 
-static const char *seen_config, *seen_port;
-static bool seen_json, seen_long;
+/* Only what the table does not store reaches the program: -p, -s, and the
+ * shared keys it hands back (1). */
+static int parse_option(int key, const char *arg)
+{
+	own_calls++;
+	switch (key) {
+	case 'p':
+		if (streq(arg, "bad"))
+			return kiln_usage_error(&prog, "Invalid --port '%s'.", arg);
+		seen_port = arg;
+		return 0;
+	case 's':
+		return 0;
+	default:
+		return 1;
+	}
+}
 
 static int parse_argv(int argc, char **argv)
 {
-	int c;
 	optind = 0;
-	while ((c = kiln_getopt(&prog, argc, argv)) >= 0)
-		switch (c) {
-		case 'c':
-			seen_config = optarg;
-			break;
-		case 'p':
-			seen_port = optarg;
-			break;
-		case KILN_OPT_JSON:
-			seen_json = true;
-			break;
-		case OPT_LONGONLY:
-			seen_long = true;
-			break;
-		case KILN_OPT_NODE:
-		case 's':
-			break;
-		default: {
-			int r = kiln_prog_option(&prog, c);
-			if (r <= 0)
-				return r;
-		}
-		}
+	int r = kiln_parse_options(&prog, argc, argv);
+	if (r <= 0)
+		return r;
 	if (optind + 1 != argc)
 		return kiln_usage_error(&prog, "Expected one argument.");
 	return 1;
@@ -106,14 +106,32 @@ static int run(int argc, char **argv)
 
 static KILN_DEFINE_MAIN_AS(test_main, prog, parse_argv, run)
 
-static void test_parse(void **state)
+	static void test_parse(void **state)
 {
-	char *argv[] = { "kiln-test", "-c", "x.cfg", "--port=81", "--json", "--long-only", "arg",
-			 NULL };
+	char *argv[] = { "kiln-test", "-c",	     "x.cfg", "--port=81",
+			 "--json",    "--long-only", "arg",   NULL };
+	own_calls = 0;
 	assert_int_equal(parse_argv(7, argv), 1);
 	assert_string_equal(seen_config, "x.cfg");
 	assert_string_equal(seen_port, "81");
 	assert_true(seen_json && seen_long);
+	assert_int_equal(own_calls, 1); /* --port only: the rest landed in the table's stores */
+
+	/* short and long spellings land in the same store; -s reaches the program */
+	char *argv2[] = { "kiln-test", "--config=y.cfg", "--node", "n7", "-s", "-v", "arg", NULL };
+	own_calls = 0;
+	assert_int_equal(parse_argv(7, argv2), 1);
+	assert_string_equal(seen_config, "y.cfg");
+	assert_string_equal(seen_node, "n7");
+	assert_int_equal(own_calls, 2); /* -s, and -v handed on to kiln_prog_option() */
+	log_adjust_level(-1);
+
+	/* the program's own usage error stops the loop: exit 2, its message */
+	char out[1024];
+	char *argv3[] = { "kiln-test", "-p", "bad", "arg", NULL };
+	assert_int_equal(run_child(test_main, 4, argv3, out, sizeof(out)), KILN_EXIT_USAGE);
+	assert_string_equal(out,
+			    "kiln-test: error: Invalid --port 'bad'. Try 'kiln-test --help'.\n");
 }
 
 static void test_exit_codes(void **state)
@@ -125,8 +143,9 @@ static void test_exit_codes(void **state)
 
 	char *help[] = { "kiln-test", "--help", NULL };
 	assert_int_equal(run_child(test_main, 2, help, out, sizeof(out)), KILN_EXIT_OK);
-	assert_non_null(strstr(out, "kiln-test — tests the skeleton\n\nUsage:\n  kiln-test [OPTIONS] "
-				    "ARG\n  kiln-test --json\n"));
+	assert_non_null(strstr(out,
+			       "kiln-test — tests the skeleton\n\nUsage:\n  kiln-test [OPTIONS] "
+			       "ARG\n  kiln-test --json\n"));
 	assert_non_null(strstr(out, "  -p, --port PORT       TCP port\n"));
 	assert_non_null(strstr(out, "      --long-only       a long option\n"
 				    "                        with a second line\n"));
@@ -150,7 +169,8 @@ static void test_exit_codes(void **state)
 
 	char *extra[] = { "kiln-test", "a", "b", NULL };
 	assert_int_equal(run_child(test_main, 3, extra, out, sizeof(out)), KILN_EXIT_USAGE);
-	assert_non_null(strstr(out, "kiln-test: error: Expected one argument. Try 'kiln-test --help'."));
+	assert_non_null(
+		strstr(out, "kiln-test: error: Expected one argument. Try 'kiln-test --help'."));
 }
 
 static void test_dump_options(void **state)
@@ -168,38 +188,37 @@ static void test_dump_options(void **state)
 
 /* ---- verbs ----------------------------------------------------------- */
 
-static const kiln_option verb_options[] = { { "output", 'o', "PATH", "where", "file" },
-					    KILN_OPTIONS_COMMON,
-					    {} };
+static const char *verb_output;
+static const kiln_option verb_options[] = {
+	{ "output", 'o', "PATH", "where", "file", .str = &verb_output }, KILN_OPTIONS_COMMON, {}
+};
 static const kiln_prog verb_prog = { .name = "kiln-test render",
 				     .summary = "renders",
 				     .usage = "kiln-test render [-o PATH]",
 				     .options = verb_options };
 
+/* A verb with a prog: kiln_verb_dispatch() has parsed its options. */
 static int verb_run(int argc, char **argv)
 {
-	int c;
-	const char *o = "-";
-	while ((c = kiln_getopt(&verb_prog, argc, argv)) >= 0)
-		switch (c) {
-		case 'o':
-			o = optarg;
-			break;
-		default: {
-			int r = kiln_prog_option(&verb_prog, c);
-			if (r <= 0)
-				return r < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;
-		}
-		}
-	printf("render to %s, %d left\n", o, argc - optind);
+	printf("render to %s, %d left\n", verb_output ?: "-", argc - optind);
+	return 0;
+}
+
+/* A verb without one gets its words as they are. */
+static int check_run(int argc, char **argv)
+{
+	printf("check got %d words, optind %d\n", argc, optind);
 	return 0;
 }
 
 static const kiln_verb verbs[] = {
 	{ "render", "renders files", verb_run, &verb_prog },
-	{ "check", "checks", verb_run, NULL },
+	{ "check", "checks", check_run, NULL },
 };
-static const kiln_option top_options[] = { KILN_OPTION_CONFIG, KILN_OPTIONS_COMMON, {} };
+static const char *top_config;
+static const kiln_option top_options[] = { KILN_OPTION_CONFIG_INTO(&top_config),
+					   KILN_OPTIONS_COMMON,
+					   {} };
 static const kiln_prog top = { .name = "kiln-test",
 			       .summary = "has verbs",
 			       .usage = "kiln-test [OPTIONS] COMMAND ...",
@@ -209,14 +228,10 @@ static const kiln_prog top = { .name = "kiln-test",
 
 static int top_main(int argc, char **argv)
 {
-	int c;
 	optind = 0;
-	while ((c = kiln_getopt(&top, argc, argv)) >= 0)
-		if (c != 'c') {
-			int r = kiln_prog_option(&top, c);
-			if (r <= 0)
-				return r < 0 ? KILN_EXIT_USAGE : KILN_EXIT_OK;
-		}
+	int r = kiln_parse_options(&top, argc, argv);
+	if (r <= 0)
+		return kiln_parse_exit(r);
 	return kiln_verb_dispatch(&top, argc - optind, argv + optind);
 }
 
@@ -226,6 +241,15 @@ static void test_verbs(void **state)
 	char *r1[] = { "kiln-test", "-c", "f", "render", "-o", "x", "y", NULL };
 	assert_int_equal(run_child(top_main, 7, r1, out, sizeof(out)), 0);
 	assert_string_equal(out, "render to x, 1 left\n");
+
+	char *r1b[] = { "kiln-test", "render", "--nope", NULL };
+	assert_int_equal(run_child(top_main, 3, r1b, out, sizeof(out)), KILN_EXIT_USAGE);
+	assert_non_null(strstr(out, "Try 'kiln-test render --help'."));
+	assert_null(strstr(out, "render to")); /* not run */
+
+	char *r1c[] = { "kiln-test", "check", "--nope", "y", NULL };
+	assert_int_equal(run_child(top_main, 4, r1c, out, sizeof(out)), 0);
+	assert_string_equal(out, "check got 3 words, optind 0\n");
 
 	char *r2[] = { "kiln-test", "render", "--help", NULL };
 	assert_int_equal(run_child(top_main, 3, r2, out, sizeof(out)), 0);
@@ -252,6 +276,46 @@ static void test_verbs(void **state)
 	assert_non_null(strstr(out, "verb\trender\trenders files\n"));
 	assert_non_null(strstr(out, "render\toption\t--output\t-o\tPATH\tfile\n"));
 	assert_non_null(strstr(out, "verb\tcheck\tchecks\n"));
+}
+
+/* ---- no positional arguments, kiln_usage_exit() ----------------------- */
+
+static const kiln_option bare_options[] = { KILN_OPTIONS_COMMON, {} };
+static const kiln_prog bare = { .name = "kiln-bare",
+				.summary = "takes no arguments",
+				.usage = "kiln-bare",
+				.options = bare_options,
+				.no_args = true };
+
+static int bare_main(int argc, char **argv)
+{
+	kiln_prog_init(&bare);
+	optind = 0;
+	int r = kiln_parse_options(&bare, argc, argv);
+	if (r <= 0)
+		return kiln_parse_exit(r);
+	if (getenv("BARE_FAIL"))
+		return kiln_usage_exit(&bare, "Told to fail (%d).", 42);
+	printf("ran\n");
+	return 0;
+}
+
+static void test_no_args(void **state)
+{
+	char out[8192];
+	char *ok[] = { "kiln-bare", "-q", NULL };
+	assert_int_equal(run_child(bare_main, 2, ok, out, sizeof(out)), 0);
+	assert_string_equal(out, "ran\n");
+
+	char *extra[] = { "kiln-bare", "x", NULL };
+	assert_int_equal(run_child(bare_main, 2, extra, out, sizeof(out)), KILN_EXIT_USAGE);
+	assert_string_equal(out,
+			    "kiln-bare: error: Unexpected argument 'x'. Try 'kiln-bare --help'.\n");
+
+	setenv("BARE_FAIL", "1", 1);
+	assert_int_equal(run_child(bare_main, 1, ok, out, sizeof(out)), KILN_EXIT_USAGE);
+	unsetenv("BARE_FAIL");
+	assert_string_equal(out, "kiln-bare: error: Told to fail (42). Try 'kiln-bare --help'.\n");
 }
 
 static void test_node_name(void **state)
@@ -319,9 +383,10 @@ static void test_journal_prefix(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_parse),	     cmocka_unit_test(test_exit_codes),
-		cmocka_unit_test(test_dump_options), cmocka_unit_test(test_verbs),
-		cmocka_unit_test(test_node_name),    cmocka_unit_test(test_journal_prefix),
+		cmocka_unit_test(test_parse),	       cmocka_unit_test(test_exit_codes),
+		cmocka_unit_test(test_dump_options),   cmocka_unit_test(test_verbs),
+		cmocka_unit_test(test_no_args),	       cmocka_unit_test(test_node_name),
+		cmocka_unit_test(test_journal_prefix),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,22 +13,11 @@ set -u
 . "$(dirname "$0")/lib.sh"
 envsh=${1:?usage: demo.sh CLUSTER/env.sh}
 . "$envsh"
-W=$(mktemp -d /tmp/kiln-healthd-demo.XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$W"; }
-trap cleanup EXIT
+demo_scratch kiln-healthd-demo
 write_cfg "$W/cluster.cfg" 'interval = "1s";' 'recover_after = "4s";'
-printf 'gpus = ( { }, { }, { }, { } );\n' >"$W/healthy.scn"
 printf 'gpus = ( { }, { }, { temperature = 96; }, { } );\n' >"$W/node02-hot.scn"
 printf 'gpus = ( { }, { }, { }, { } );\nevents = ( { at = 3.0; gpu = 2; set = { temperature = 96; }; },\n           { at = 10.0; gpu = 2; set = { temperature = 50; }; } );\n' >"$W/node02.scn"
-
-for n in $KC_NODES; do
-	scn=$W/healthy.scn; [ "$n" = node02 ] && scn=$W/node02.scn
-	v=KC_EXEC_$n
-	# each node its own XID state file: the demo nodes share one /run
-	KILN_FAKE_NVML_SCENARIO=$scn KILN_HEALTHD_XID_STATE=$W/$n.xid.state ${!v} "$HEALTHD" -c "$W/cluster.cfg" >"$W/$n.log" 2>&1 &
-	PIDS+=($!)
-done
+demo_start_healthd "$W/node02.scn"
 echo "kiln-healthd started on: $KC_NODES (fake NVML, 4 GPUs each; node02 gpu2 overheats at 3 s, cools at 10 s)"
 start=$(date +%s.%N)
 last=""

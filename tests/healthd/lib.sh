@@ -59,6 +59,35 @@ write_cfg() {
 	} >>"$f"
 }
 
+# demo_scratch NAME: the `make demo` scripts' scratch folder W (removed at
+# exit, after killing every pid they add to PIDS).
+demo_scratch() {
+	W=$(mktemp -d "/tmp/$1.XXXXXX")
+	PIDS=()
+	trap demo_cleanup EXIT
+}
+demo_cleanup() {
+	local p
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	rm -rf "$W"
+}
+
+# demo_start_healthd SCENARIO: kiln-healthd with $W/cluster.cfg on every
+# node of the demo cluster (env.sh sourced) against the fake NVML, 4 healthy
+# GPUs each, node02 with SCENARIO; each node its own XID state file (the
+# demo nodes share one /run) and log $W/NODE.log.
+demo_start_healthd() {
+	local n scn v
+	printf 'gpus = ( { }, { }, { }, { } );\n' >"$W/healthy.scn"
+	for n in $KC_NODES; do
+		scn=$W/healthy.scn; [ "$n" = node02 ] && scn=$1
+		v=KC_EXEC_$n
+		KILN_FAKE_NVML_SCENARIO=$scn KILN_HEALTHD_XID_STATE=$W/$n.xid.state ${!v} "$HEALTHD" -c "$W/cluster.cfg" >"$W/$n.log" 2>&1 &
+		PIDS+=($!)
+	done
+}
+
 # notify_listen SOCKET OUT: collects sd_notify datagrams ("<time> <message>"
 # per line) until killed.  Sets NOTIFY_PID (no $(...): the listener would
 # hold the substitution's pipe open).

@@ -17,22 +17,11 @@
 # Prints a markdown table.  Writes nothing outside a temp dir.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-B=${KILN_BUILD:-build}
-KR=$(realpath "$B/bin/kiln-run")
+# shellcheck source=tests/launcher/local-env.sh
+. "$(dirname "$0")/local-env.sh" kiln-run-bench
 BENCH=$(realpath "$B/tests/kiln-run-bench")
 PY=/usr/bin/python3
-T=$(mktemp -d /tmp/kiln-run-bench.XXXXXX)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do
-		for q in $(ps -o pid= -s "$p" 2>/dev/null); do kill -9 "$q" 2>/dev/null; done
-	done
-	rm -rf "$T"
-}
-trap cleanup EXIT
-unset SLURM_JOB_ID
-# no cluster file (empty = not set; /etc/kiln/cluster.cfg must not exist)
-export KILN_CONFIG= KILN_RUN_SECRET=bench-$$-$RANDOM
+export KILN_RUN_SECRET=bench-$$-$RANDOM
 port() { $PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 now() { date +%s.%N; }
 # torchrun through a wrapper that fixes torch 1.13's launcher under Python 3.11.

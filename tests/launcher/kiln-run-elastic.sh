@@ -8,23 +8,11 @@
 # naming who is missing; a node arriving after the job is full and done:
 # exit 76 (rendezvous closed).  The real Slurm version is kiln-run-slurm.sh.  TAP.
 set -u
-B=${KILN_BUILD:-build}
-KR=$(realpath "$B/bin/kiln-run")
+# No cluster file: built-in defaults.
+# shellcheck source=tests/launcher/local-env.sh
+. "$(dirname "$0")/local-env.sh" kiln-run-elastic
 W=$(realpath "$B/tests/kiln-run-worker")
-T=$(mktemp -d /tmp/kiln-run-elastic.XXXXXX)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do
-		for q in $(ps -o pid= -s "$p" 2>/dev/null); do kill -9 "$q" 2>/dev/null; done
-	done
-	rm -rf "$T"
-}
-trap cleanup EXIT
-unset SLURM_JOB_ID
-# No cluster file: built-in defaults.  An empty $KILN_CONFIG means "not
-# set" (the default path); a $KILN_CONFIG naming a missing file is an error
-# (kiln_cfg_open), so the default path must not exist either.
-export KILN_CONFIG= KILN_RUN_SECRET=test-$$-$RANDOM
+export KILN_RUN_SECRET=test-$$-$RANDOM
 if [ -e /etc/kiln/cluster.cfg ]; then echo "1..0 # SKIP /etc/kiln/cluster.cfg exists; these tests need no cluster file"; exit 0; fi
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }

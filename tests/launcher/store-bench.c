@@ -58,17 +58,26 @@ static int fail(bench *b, int r, const char *what)
 	return r;
 }
 
+/* Every worker connects, then waits for the others at the start line;
+ * NULL when it could not connect (counted as a failure). */
+static kiln_store_client *connect_and_start(bench *b, uint64_t timeout_usec)
+{
+	kiln_store_client *c = NULL;
+	int r = kiln_store_client_connect(b->host, b->port, NULL, timeout_usec, &c);
+	if (r < 0)
+		fail(b, r, "connect");
+	pthread_barrier_wait(&b->start);
+	return c;
+}
+
 static void *ops_thread(void *p)
 {
 	worker *w = p;
 	bench *b = w->b;
-	kiln_store_client *c = NULL;
-	int r = kiln_store_client_connect(b->host, b->port, NULL, 30 * 1000000ull, &c);
-	pthread_barrier_wait(&b->start);
-	if (r < 0) {
-		fail(b, r, "connect");
+	int r;
+	kiln_store_client *c = connect_and_start(b, 30 * 1000000ull);
+	if (!c)
 		return NULL;
-	}
 	char key[64];
 	snprintf(key, sizeof(key), "/bench/ops/%d", w->id);
 	_cleanup_free_ char *val = malloc(b->value_size + 1);
@@ -103,11 +112,8 @@ static void *rdzv_thread(void *p)
 {
 	worker *w = p;
 	bench *b = w->b;
-	kiln_store_client *c = NULL;
-	int r = kiln_store_client_connect(b->host, b->port, NULL, 60 * 1000000ull, &c);
-	if (r < 0)
-		fail(b, r, "connect");
-	pthread_barrier_wait(&b->start);
+	int r;
+	kiln_store_client *c = connect_and_start(b, 60 * 1000000ull);
 	for (int round = 0; round < b->rounds; round++) {
 		pthread_barrier_wait(&b->round_start);
 		if (c && !b->failed) {

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 
 int kiln_parse_int64(const char *s, int64_t min, int64_t max, int64_t *ret);
@@ -46,8 +47,13 @@ int kiln_parse_cidr(const char *s, uint32_t *ret_net, int *ret_prefix);
 char *kiln_format_ipv4(char *buf, uint32_t addr); /* buf >= 16 bytes */
 
 /* Edit distance (for "did you mean ...?" hints). */
-size_t kiln_levenshtein(const char *a, const char *b);
+size_t kiln_levenshtein(const char *a, const char *b);	     /* ignoring ASCII case */
+size_t kiln_levenshtein_exact(const char *a, const char *b); /* case counts */
 
 /* Monotonic and wall clocks in microseconds. */
 uint64_t kiln_now_usec(void);
 uint64_t kiln_realtime_usec(void);
+
+/* A condition variable whose pthread_cond_timedwait() deadlines are on the
+ * monotonic clock (kiln_now_usec()), so a clock step cannot stretch them. */
+void kiln_cond_init_monotonic(pthread_cond_t *cond);
