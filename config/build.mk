@@ -6,9 +6,3 @@ CONFIG_SRCS := config/lib/schema.c config/lib/errors.c config/lib/values.c confi
 	config/lib/diff.c config/lib/check-topology.c config/lib/check-accounting.c
 $(eval $(call kiln_lib,config,$(CONFIG_SRCS)))
 $(eval $(call kiln_bin,kiln,config/cli/kiln.c config/cli/kiln-model.c config/cli/kiln-tokenize.c config/cli/status.c config/cli/reboot.c config/cli/apply.c,config kiln-slurm ktok kmodel kmf kk common,-lconfig -ljansson -lslurm -lpthread))
-
-# libFuzzer target for parse + validate + render (tests/fuzz/fuzz-config.c),
-# by mk/rules.mk's kiln_fuzz; its suite runs in make test-full.
-FUZZ_CONFIG_SRCS := tests/fuzz/fuzz-config.c $(CONFIG_SRCS) common/parse.c common/strbuf.c common/hostlist.c common/log.c
-$(eval $(call kiln_fuzz,fuzz-config,$(FUZZ_CONFIG_SRCS),$(KILN_FUZZ_STRICT) -Icommon/include -Iconfig/lib/include,-lconfig,config/lib/include/kiln/config.h config/lib/config-internal.h $(wildcard common/include/kiln/*.h)))
-TEST_FULL_SCRIPTS += tests/fuzz/fuzz-config.sh

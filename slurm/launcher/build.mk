@@ -23,16 +23,16 @@ endif
 $(eval $(call kiln_bin,kiln-run,slurm/launcher/kiln-run.c,kilnrun kilnstore kiln-slurm config common,$(KILN_RUN_LDLIBS)))
 
 # Unit tests of the rendezvous state machine (no sockets).
-$(eval $(call kiln_test,test-launcher,tests/launcher/test-rdzv.c,kilnrun common,))
+$(eval $(call kiln_test,test-rdzv,tests/launcher/test-rdzv.c,kilnrun common,))
 # Rendezvous benchmark: N simulated agents on loopback.
 $(eval $(call kiln_tool,kiln-run-bench,tests/launcher/rdzv-bench.c,kilnrun kilnstore common,-lpthread))
 # The C test worker: env -> store -> kk CPU all-reduce, checkpointed steps.
 $(eval $(call kiln_tool,kiln-run-worker,tests/launcher/kr-worker.c,kk kilnstore common,$$(KK_LDLIBS)))
 
 # TAP suites: standalone mode (no Slurm), elasticity on loopback agents.
-TEST_SCRIPTS += tests/launcher/kiln-run-local.sh tests/launcher/kiln-run-elastic.sh
+TEST_SCRIPTS += tests/launcher/test-kiln-run-local.sh tests/launcher/test-kiln-run-elastic.sh
 # The real Slurm cluster (4 slurmd in network namespaces, tests/launcher/four.cfg).
-TEST_SCRIPTS += tests/launcher/kiln-run-slurm.sh
+TEST_SCRIPTS += tests/launcher/test-kiln-run-slurm.sh
 
 # Benchmarks: rendezvous (simulated agents), node loss, torchrun side by side.
 BENCH_SCRIPTS += tests/launcher/bench-kiln-run.sh

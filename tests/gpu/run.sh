@@ -203,7 +203,7 @@ EOP
 }
 
 step_bench() {
-	kernels/bench/cuda-bench.sh
+	kernels/bench/bench-cuda.sh
 }
 
 step_sanitize() {

@@ -12,10 +12,3 @@ $(eval $(call kiln_test,test-openai,tests/inferd/test-openai.c $(INFERD_SRCS),in
 # Server-Sent Events (sse.c) on kiln/http.h's streams, real sockets on
 # 127.0.0.1 through tests/lib/http-client.c.
 $(eval $(call kiln_test,test-sse,tests/inferd/test-sse.c tests/lib/http-client.c services/inferd/sse.c,common,$$(KILN_HTTP_LDLIBS)))
-
-# libFuzzer target for the request layer (tests/fuzz/fuzz-openai.c), by
-# mk/rules.mk's kiln_fuzz; its suite runs in make test-full.
-FUZZ_OPENAI_SRCS := tests/fuzz/fuzz-openai.c services/inferd/openai.c common/json.c common/parse.c \
-	common/strbuf.c common/error.c $(KTOK_SRCS) $(KMF_SRCS) kernels/kk/kk_dtype.c
-$(eval $(call kiln_fuzz,fuzz-openai,$(FUZZ_OPENAI_SRCS),$(KILN_FUZZ_STRICT) -Icommon/include -Ikernels/kk/include -Ikernels/modelfile/include -Ikernels/tokenizer/include -Ikernels/model/include -Iservices/engine/include,$(KMF_LDLIBS) -lm,services/inferd/inferd.h kernels/tokenizer/include/ktok.h $(wildcard common/include/kiln/*.h)))
-TEST_FULL_SCRIPTS += tests/fuzz/fuzz-openai.sh

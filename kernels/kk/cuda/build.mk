@@ -31,7 +31,7 @@ $(eval $(call kiln_tool,test-kk-cuda,tests/gpu/test-kk-cuda.c,kkref kk common,$$
 TEST_GPU_SCRIPTS += tests/gpu/test-kk-cuda.sh
 TEST_SCRIPTS += tests/gpu/test-kk-cuda.sh
 $(eval $(call kiln_tool,cuda-bench,kernels/bench/cuda-bench.c,kk common,$$(KK_LDLIBS)))
-BENCH_SCRIPTS += kernels/bench/cuda-bench.sh
+BENCH_SCRIPTS += kernels/bench/bench-cuda.sh
 # The same parity test on a CPU emulation of CUDA (kernels/kk/cuda/*.cu compiled
 # as host C++): verifies the kernels without a GPU; minutes, so test-full.
 TEST_FULL_SCRIPTS += tests/gpu/emu/test-emu.sh tests/gpu/emu/test-emu-suite.sh

@@ -1,5 +1,5 @@
 #!/bin/bash
-# store-bench.sh — kiln store benchmarks on loopback (make bench).
+# bench-store.sh — kiln store benchmarks on loopback (make bench).
 #
 # 1. SET/GET throughput and GET latency from 1, 16 and 64 C clients
 #    (kiln-store-bench ops; a GET is CHECK+GET, two round trips, as torch's

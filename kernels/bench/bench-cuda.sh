@@ -1,5 +1,5 @@
 #!/bin/bash
-# kernels/bench/cuda-bench.sh — `make bench` entry for the kk cuda backend:
+# kernels/bench/bench-cuda.sh — `make bench` entry for the kk cuda backend:
 # runs the PyTorch baselines (kernels/bench/cuda_torch.py) when a python with
 # torch and CUDA is found, then kernels/bench/cuda-bench with them, which
 # prints the table (or "skipped: no CUDA device").  KILN_BENCH_QUICK=1 runs

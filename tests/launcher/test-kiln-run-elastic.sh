@@ -6,7 +6,7 @@
 # within 10 s with a smaller WORLD_SIZE, resume from the checkpoint, exit 0.
 # A fourth node joining later scales the job up.  Too few nodes: exit 75
 # naming who is missing; a node arriving after the job is full and done:
-# exit 76 (rendezvous closed).  The real Slurm version is kiln-run-slurm.sh.  TAP.
+# exit 76 (rendezvous closed).  The real Slurm version is test-kiln-run-slurm.sh.  TAP.
 set -u
 # No cluster file: built-in defaults.
 # shellcheck source=tests/launcher/local-env.sh

@@ -1,5 +1,5 @@
 #!/bin/bash
-# store-hostile.sh — hostile and heavy clients against kiln-store-server.
+# test-store-hostile.sh — hostile and heavy clients against kiln-store-server.
 #
 # Random bytes, lengths of 2^63 in every length field, a request that stops
 # half-way, the wrong job secret, 1000 idle connections and 4096 concurrent

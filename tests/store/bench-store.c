@@ -1,5 +1,5 @@
 /* kiln-store-bench — load generator for the kiln store (and any TCPStore
- * 2.x-dialect server), used by tests/launcher/store-bench.sh.
+ * 2.x-dialect server), used by tests/store/bench-store.sh.
  *
  *   kiln-store-bench ops  --port P [--host H] [--clients N] [--seconds S] [--value-size B]
  *   kiln-store-bench rdzv --port P [--host H] [--clients N] [--rounds R]

@@ -1,4 +1,4 @@
-/* store-test.c — unit and loopback tests of the kiln store: the pure parser,
+/* test-store.c — unit and loopback tests of the kiln store: the pure parser,
  * every operation through the C client against a live server thread, WAIT
  * wake-ups and cancellation, the job secret, the peer allow-list, the
  * limits, the in-process accessors and the caller-driven event loop. */

@@ -1,5 +1,5 @@
 #!/bin/bash
-# store-torch.sh — unmodified PyTorch clients against the kiln store.
+# test-store-torch.sh — unmodified PyTorch clients against the kiln store.
 #
 # Starts kiln-store-server on loopback and drives it with Debian's torch 1.13
 # (/usr/bin/python3; the pyenv python on PATH has no torch): every TCPStore
