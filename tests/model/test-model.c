@@ -732,9 +732,10 @@ static void test_sampling(void **state)
 	for (int i = 0; i < 20; i++) {
 		km_seq_input in[2] = { { b, &tb, 1 }, { a, &ta, 1 } };
 		assert_int_equal(step(m, c, in, 2, NULL), 0);
-		kk_sampling pa = {
-			.temperature = 2.0f, .top_k = 40, .top_p = 0.95f, .seed = 1000 + (uint64_t) i
-		};
+		kk_sampling pa = { .temperature = 2.0f,
+				   .top_k = 40,
+				   .top_p = 0.95f,
+				   .seed = 1000 + (uint64_t) i };
 		kk_sampling pb = pa;
 		pb.seed = 99;
 		assert_int_equal(km_sample(m, 1, 1, &pa, &got), 0);
