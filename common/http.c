@@ -18,6 +18,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -42,6 +43,12 @@ struct kiln_http_server {
 	kiln_http_stream *streams; /* connected streams */
 	size_t n_streams;
 	bool stopping;
+	/* Set first when the server stops: new connections are refused by the
+	 * accept policy (on_accept).  Not MHD_quiesce_daemon(): with a thread
+	 * pool on epoll, libmicrohttpd 0.9.75 races its workers taking the
+	 * listen socket out of their epoll sets and aborts the process
+	 * ("Failed to remove listen FD from epoll set"), seen in test-sse. */
+	atomic_bool refusing;
 
 	pthread_t watcher;
 	bool watcher_started;
@@ -962,6 +969,14 @@ static void reply_500_unless_replied(kiln_http_request *r, int err)
 				     r->url, r->id);
 }
 
+/* MHD's accept policy: every connection while serving, none once the
+ * server stops (the client sees its connection closed). */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+	const kiln_http_server *srv = cls;
+	return atomic_load(&srv->refusing) ? MHD_NO : MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
 				  const char *method, const char *version, const char *upload,
 				  size_t *upload_size, void **ctx)
@@ -1170,7 +1185,7 @@ int kiln_http_server_start(const kiln_http_config *cfg, kiln_http_server **ret)
 	if (v6)
 		flags |= MHD_USE_IPv6;
 	srv->mhd = MHD_start_daemon(
-		flags, cfg->port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, &ss,
+		flags, cfg->port, on_accept, srv, on_request, srv, MHD_OPTION_SOCK_ADDR, &ss,
 		MHD_OPTION_THREAD_POOL_SIZE, srv->cfg.threads, MHD_OPTION_CONNECTION_LIMIT,
 		srv->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, srv->cfg.idle_timeout_s,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, srv->cfg.conn_memory_bytes,
@@ -1195,9 +1210,7 @@ void kiln_http_server_free(kiln_http_server *srv)
 {
 	if (!srv)
 		return;
-	MHD_socket lfd = MHD_INVALID_SOCKET;
-	if (srv->mhd)
-		lfd = MHD_quiesce_daemon(srv->mhd);
+	atomic_store(&srv->refusing, true);
 
 	/* End every open stream: flush what is buffered, then end. */
 	pthread_mutex_lock(&srv->lock);
@@ -1250,8 +1263,6 @@ void kiln_http_server_free(kiln_http_server *srv)
 
 	if (srv->mhd)
 		MHD_stop_daemon(srv->mhd);
-	if (lfd != MHD_INVALID_SOCKET)
-		close(lfd);
 	if (srv->watcher_started) {
 		pthread_mutex_lock(&srv->lock);
 		srv->stopping = true;
