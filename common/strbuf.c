@@ -5,7 +5,9 @@
  * temp file in the same directory, fsync, rename over the old one. */
 #include <fcntl.h>
 #include <limits.h>
+#include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +73,76 @@ int kiln_strbuf_vprintf(kiln_strbuf *b, const char *fmt, va_list ap)
 	vsnprintf(b->s + b->len, (size_t) n + 1, fmt, ap);
 	b->len += (size_t) n;
 	return 0;
+}
+
+/* The length of the valid UTF-8 sequence at s (1..4), or 0 when s does not
+ * start one: overlong forms, surrogates and code points past U+10FFFF are not
+ * valid (RFC 3629, section 4). */
+static size_t utf8_sequence(const unsigned char *s)
+{
+	unsigned char c = s[0];
+	size_t n;
+	unsigned char lo = 0x80, hi = 0xbf; /* the second byte's range */
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		n = 2;
+	else if (c >= 0xe0 && c <= 0xef) {
+		n = 3;
+		if (c == 0xe0)
+			lo = 0xa0; /* overlong */
+		else if (c == 0xed)
+			hi = 0x9f; /* surrogates */
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		n = 4;
+		if (c == 0xf0)
+			lo = 0x90; /* overlong */
+		else if (c == 0xf4)
+			hi = 0x8f; /* past U+10FFFF */
+	} else
+		return 0;
+	if (s[1] < lo || s[1] > hi)
+		return 0;
+	for (size_t i = 2; i < n; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0; /* also stops at the NUL */
+	return n;
+}
+
+int kiln_strbuf_append_printable(kiln_strbuf *b, const char *s)
+{
+	const unsigned char *p = (const unsigned char *) s;
+	while (*p) {
+		size_t n = utf8_sequence(p);
+		/* C0 and DEL; C1 is U+0080..U+009F, in UTF-8 0xc2 0x80..0x9f */
+		bool control =
+			n == 1 ? (*p < 0x20 || *p == 0x7f) : n == 2 && *p == 0xc2 && p[1] < 0xa0;
+		if (n == 0)
+			n = 1;
+		if (control || (n == 1 && *p >= 0x80)) {
+			for (size_t i = 0; i < n; i++)
+				kiln_strbuf_printf(b, "\\x%02x", p[i]);
+		} else
+			kiln_strbuf_append_n(b, (const char *) p, n);
+		p += n;
+	}
+	return kiln_strbuf_error(b);
+}
+
+char *kiln_str_printable(const char *s)
+{
+	if (!s) {
+		errno = 0;
+		return NULL;
+	}
+	kiln_strbuf b;
+	kiln_strbuf_init(&b);
+	if (kiln_strbuf_append_printable(&b, s) < 0) {
+		kiln_strbuf_free(&b);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return kiln_strbuf_steal(&b);
 }
 
 int kiln_strbuf_printf(kiln_strbuf *b, const char *fmt, ...)

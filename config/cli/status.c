@@ -27,7 +27,13 @@
  * or allocated, not draining) with no unhealthy GPU and every queried
  * service answering; 1 anything else (a node down, drained, unreachable or
  * unhealthy, slurmctld not answering); 2 usage or cluster-file error.
- * Degraded GPUs (a warning from kiln-healthd) do not fail the status. */
+ * Degraded GPUs (a warning from kiln-healthd) do not fail the status.
+ *
+ * Every string a node or Slurm supplies (a drain reason anyone with
+ * scontrol can set, healthd's state and reasons, model names) goes through
+ * kiln_strbuf_append_printable() before it reaches the table: a terminal
+ * must show "\x1b[2J", not obey it.  --json leaves the text as it is;
+ * jansson writes control characters as \u00XX. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -567,8 +573,10 @@ static int print_text(const status_ctx *c, size_t n_ok)
 				{
 					const char *id =
 						json_string_value(json_object_get(e, "id"));
-					if (id)
-						kiln_strbuf_printf(&b, "%s%s", nm++ ? "," : "", id);
+					if (id) {
+						kiln_strbuf_append(&b, nm++ ? "," : "");
+						kiln_strbuf_append_printable(&b, id);
+					}
 				}
 				if (!nm)
 					kiln_strbuf_append(&b, "(no model)");
@@ -578,8 +586,11 @@ static int print_text(const status_ctx *c, size_t n_ok)
 			} else
 				kiln_strbuf_append(&b, "inferd: on 127.0.0.1 only");
 		}
-		if (s->reason)
-			kiln_strbuf_printf(&b, "%s\"%s\"", b.len ? "  " : "", s->reason);
+		if (s->reason) {
+			kiln_strbuf_printf(&b, "%s\"", b.len ? "  " : "");
+			kiln_strbuf_append_printable(&b, s->reason);
+			kiln_strbuf_append(&b, "\"");
+		}
 		if (s->health.queried && !s->health.json) {
 			svc_error(&s->health, c->timeout, why, sizeof(why));
 			kiln_strbuf_printf(&b, "%shealthd: %s", b.len ? "  " : "", why);
@@ -589,20 +600,23 @@ static int print_text(const status_ctx *c, size_t n_ok)
 			json_t *r, *reasons = health_reasons(s->health.json);
 			json_array_foreach(reasons, k, r)
 			{
-				kiln_strbuf_printf(&b, "%s%s", b.len ? "; " : "",
-						   json_string_value(r));
+				kiln_strbuf_append(&b, b.len ? "; " : "");
+				kiln_strbuf_append_printable(&b, json_string_value(r));
 			}
 			json_decref(reasons);
 		}
 		printf("%-13s ", gpus);
-		cell(colour, hcol, b.len ? 11 : 0, hs); /* no trailing blanks */
+		_cleanup_free_ char *hs_p = kiln_str_printable(hs);    /* healthd's word */
+		cell(colour, hcol, b.len ? 11 : 0, hs_p ? hs_p : "?"); /* no trailing blanks */
 		if (b.len)
 			printf(" %s", b.s);
 		putchar('\n');
 		kiln_strbuf_free(&b);
 	}
-	if (c->slurm_err)
-		printf("Slurm: %s\n", c->slurm_error);
+	if (c->slurm_err) {
+		_cleanup_free_ char *e = kiln_str_printable(c->slurm_error);
+		printf("Slurm: %s\n", e ? e : "?");
+	}
 	printf("%zu node%s: %zu ok, %zu with problems\n", c->n, c->n == 1 ? "" : "s", n_ok,
 	       c->n - n_ok);
 	return 0;

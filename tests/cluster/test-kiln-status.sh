@@ -153,6 +153,21 @@ $KC_HUB env NO_COLOR=1 TERM=xterm script -qec "'$KILN' -c '$CFG' status" /dev/nu
 grep -q $'\033\[' "$W/tty.out"
 check "on a terminal with NO_COLOR set: no colour" $([ $? = 1 ]; echo $?)
 
+# --- text a node supplies is shown, not obeyed by the terminal ---
+# (a drain reason anyone with scontrol can set: clear screen, C1 CSI, UTF-8)
+$KC_HUB scontrol update nodename=node02 reason="$(printf 'x\033[2J\302\2331m caf\303\251')"
+st node02
+echo "$out" | grep -q $'\033\|\302\233'
+r=$([ $? = 1 ]; echo $?)
+echo "$out" | grep -qF '"x\x1b[2J\xc2\x9b1m caf'$'\303\251''"' || r=1
+check "text: ESC and C1 in a Slurm reason shown as \\x1b, \\xc2\\x9b; UTF-8 kept" $r
+[ $r = 0 ] || diag "$(echo "$out" | od -c | head -20)"
+st --json node02
+jq_ok '.nodes[0].slurm.reason == "x\u001b[2J\u009b1m caf\u00e9"' && ! echo "$out" | grep -q $'\033'
+r=$?; check "--json: the reason as it is, the ESC escaped by JSON" $r
+[ $r = 0 ] || diag "$out"
+$KC_HUB scontrol update nodename=node02 reason="status-test: bad DIMM"
+
 # --- NODES ---
 st --json node01
 check "status node01: exit 0 (that node is fine)" $rc

@@ -298,6 +298,48 @@ static void test_hostlist_roundtrip(void **state)
 	}
 }
 
+/* Terminal escapes from a node (a Slurm reason, healthd's JSON) are shown,
+ * not obeyed; valid UTF-8 text is kept as it is. */
+static void test_str_printable(void **state)
+{
+	(void) state;
+	static const struct {
+		const char *in, *out;
+	} cases[] = {
+		{ "bad DIMM", "bad DIMM" },
+		{ "", "" },
+		{ "\033[2Jgone", "\\x1b[2Jgone" },
+		{ "a\tb\nc\rd\x7f", "a\\x09b\\x0ac\\x0dd\\x7f" },
+		{ "C1 \xc2\x9b"
+		  "31m",
+		  "C1 \\xc2\\x9b31m" },				/* U+009B, CSI */
+		{ "\xc2\x85 \xc2\xa0", "\\xc2\\x85 \xc2\xa0" }, /* NEL escaped, NBSP kept */
+		{ "caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x94\xa5",
+		  "caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x94\xa5" },
+		{ "\xff\xfe", "\\xff\\xfe" },
+		{ "\xc0\xaf", "\\xc0\\xaf" },	       /* overlong '/' */
+		{ "\xe0\x80\xaf", "\\xe0\\x80\\xaf" }, /* overlong, 3 bytes */
+		{ "\xed\xa0\x80", "\\xed\\xa0\\x80" }, /* a surrogate */
+		{ "\xf4\x90\x80\x80", "\\xf4\\x90\\x80\\x80" },
+		{ "cut \xe2\x9c", "cut \\xe2\\x9c" }, /* truncated at the end */
+		{ "\xc3(", "\\xc3(" },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		_cleanup_free_ char *s = kiln_str_printable(cases[i].in);
+		assert_non_null(s);
+		assert_string_equal(s, cases[i].out);
+	}
+	assert_null(kiln_str_printable(NULL));
+	/* appending keeps what the buffer held */
+	kiln_strbuf b;
+	kiln_strbuf_init(&b);
+	kiln_strbuf_append(&b, "\"");
+	assert_int_equal(kiln_strbuf_append_printable(&b, "x\033y"), 0);
+	kiln_strbuf_append(&b, "\"");
+	_cleanup_free_ char *q = kiln_strbuf_steal(&b);
+	assert_string_equal(q, "\"x\\x1by\"");
+}
+
 static void test_strbuf(void **state)
 {
 	kiln_strbuf b;
@@ -387,8 +429,8 @@ int main(void)
 		cmocka_unit_test(test_parse_mac_ip),	   cmocka_unit_test(test_levenshtein),
 		cmocka_unit_test(test_hostlist_expand),	   cmocka_unit_test(test_hostlist_compress),
 		cmocka_unit_test(test_hostlist_roundtrip), cmocka_unit_test(test_strbuf),
-		cmocka_unit_test(test_atomic_write),	   cmocka_unit_test(test_log_errno),
-		cmocka_unit_test(test_cond_monotonic),
+		cmocka_unit_test(test_str_printable),	   cmocka_unit_test(test_atomic_write),
+		cmocka_unit_test(test_log_errno),	   cmocka_unit_test(test_cond_monotonic),
 	};
 	return cmocka_run_group_tests_name("common", tests, NULL, NULL);
 }

@@ -31,6 +31,16 @@ static inline void kiln_strbuf_freep(kiln_strbuf *b)
 }
 #define _cleanup_strbuf_ _cleanup_(kiln_strbuf_freep)
 
+/* Text from elsewhere (a Slurm drain reason, a node's JSON, a model name) made
+ * safe to print on a terminal: appends s with every control character (C0
+ * including ESC, DEL, and C1 U+0080..U+009F, which some terminals also obey)
+ * and every byte that is not part of valid UTF-8 written as a visible "\xHH"
+ * per byte.  Valid UTF-8 text passes unchanged.  Returns 0 or -ENOMEM. */
+int kiln_strbuf_append_printable(kiln_strbuf *b, const char *s);
+/* The same into a new string (free() it); NULL on -ENOMEM.  s may be NULL
+ * (gives NULL, errno 0): callers pass optional fields straight through. */
+char *kiln_str_printable(const char *s);
+
 /* NULL-terminated string vectors (char **). */
 size_t strv_length(char *const *v);
 /* Appends a copy of s; returns 0 or -ENOMEM. */
