@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "kiln-verbs.h"
 #include "kiln/config.h"
@@ -523,6 +524,31 @@ static int write_out(const kiln_cfg_render_target *t, const char *path, const ch
 	return 0;
 }
 
+/* A target that holds a secret (mode 0600 in the table: slurmdbd.conf and
+ * its database password) going to standard output: `> FILE` made FILE with
+ * the shell's umask, 0644 as a rule, so it is narrowed to the table's mode
+ * before a byte is written, and the render is refused when it cannot be
+ * (a file someone else owns).  On a terminal the secret is about to be on
+ * screen and in the scrollback: one line on stderr says so.  A pipe is the
+ * reader's business. */
+static int protect_stdout(const kiln_cfg_render_target *t)
+{
+	struct stat st;
+	if (t->mode & 077)
+		return 0;
+	if (fstat(STDOUT_FILENO, &st) < 0)
+		return 0; /* no stdout: nothing is written anywhere */
+	if (S_ISREG(st.st_mode) && fchmod(STDOUT_FILENO, t->mode) < 0)
+		return log_error_errno(
+			-errno,
+			"Refusing to write %s (it holds a secret) to standard output: "
+			"cannot make the file mode %04o: %m; use -o FILE",
+			t->name, t->mode);
+	if (isatty(STDOUT_FILENO))
+		log_notice("%s holds a secret; it is shown on this terminal.", t->name);
+	return 0;
+}
+
 /* mkdir -p: render all -o DIR creates DIR and its parents. */
 static int mkdir_p(const char *path)
 {
@@ -676,6 +702,8 @@ static int verb_render(int argc, char **argv)
 	if (r < 0)
 		return render_error(c, t, NULL, r);
 	if (!arg_output || streq(arg_output, "-")) {
+		if (protect_stdout(target) < 0)
+			return KILN_EXIT_FAILURE;
 		fputs(text, stdout); /* a failed write is caught by run()'s flush */
 		return KILN_EXIT_OK;
 	}

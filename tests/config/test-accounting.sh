@@ -42,6 +42,17 @@ ok "slurm.conf: AccountingStorageType=accounting_storage/slurmdbd, Host and Port
 	"grep -qx AccountingStorageType=accounting_storage/slurmdbd '$W/slurm.conf' && grep -qx AccountingStorageHost=127.0.0.1 '$W/slurm.conf' && grep -qx AccountingStoragePort=$dbd_port '$W/slurm.conf'"
 ok "render all -o: slurmdbd.conf 0600, the rest 0644" bash -c \
 	"'$KILN' -q -c '$W/acct.cfg' render all -o '$W/all' && [ \$(stat -c %a '$W/all/slurmdbd.conf') = 600 ] && [ \$(stat -c %a '$W/all/slurm.conf') = 644 ]"
+(umask 022 && "$KILN" -c "$W/acct.cfg" render slurmdbd.conf >"$W/stdout.conf" 2>"$W/err")
+rc=$?
+ok "render slurmdbd.conf > FILE: the shell's 0644 file narrowed to 0600, the password in it, no notice" bash -c \
+	"[ $rc = 0 ] && [ \$(stat -c %a '$W/stdout.conf') = 600 ] && grep -qx StoragePass=s3cret-pw '$W/stdout.conf' && [ ! -s '$W/err' ]"
+(umask 022 && "$KILN" -c "$W/acct.cfg" render slurm.conf >"$W/stdout-slurm.conf")
+ok "render slurm.conf > FILE (no secret): left at 0644" test "$(stat -c %a "$W/stdout-slurm.conf")" = 644
+script -qec "'$KILN' -c '$W/acct.cfg' render slurmdbd.conf" /dev/null >"$W/tty.out" 2>&1
+ok "render slurmdbd.conf on a terminal: one line says a secret is shown" \
+	grep -q 'slurmdbd.conf holds a secret; it is shown on this terminal' "$W/tty.out"
+script -qec "'$KILN' -c '$W/acct.cfg' render hosts" /dev/null >"$W/tty.out" 2>&1
+ok "  ... and not for a target without one" bash -c "! grep -q 'holds a secret' '$W/tty.out'"
 ok "without accounting: slurmdbd.conf says accounting is off, slurm.conf has no AccountingStorageType" bash -c \
 	"'$KILN' -c config/examples/demo.cfg render slurmdbd.conf | grep -q 'accounting is off' && ! '$KILN' -c config/examples/demo.cfg render slurm.conf | grep -q AccountingStorage"
 
