@@ -261,17 +261,13 @@ fi
 # ---- pack -----------------------------------------------------------------
 cp "$ROOT"/boot/vmlinuz-* "$OUT/vmlinuz.new"
 ln -sfn /sbin/init "$ROOT/init"
-# The whole tree, sorted and with fixed times, is the initramfs; /boot is
-# served separately (vmlinuz) and would only waste RAM.
-(cd "$ROOT" && find . -path ./boot -prune -o -print0 | LC_ALL=C sort -z |
-	cpio --null --create --format=newc --quiet --reproducible) |
-	nice -n 5 zstd -q -T0 "-$ZSTD_LEVEL" -f -o "$OUT/initrd.img.new"
 "$KILN" -q -c "$CFG" render boot.ipxe -o "$OUT/boot.ipxe"
 cp "$CFG" "$OUT/cluster.cfg.new"
-# The initrd holds the munge key: not world-readable on the build machine.
-chmod 0640 "$OUT/initrd.img.new"
+# The whole tree is the initramfs, and it holds the munge key: pack-initrd.sh
+# writes it mode 0600 and renames it into place 0640, never readable by
+# others on the build machine, not even half-written.
+ZSTD_LEVEL=$ZSTD_LEVEL "$(dirname "$0")/pack-initrd.sh" "$ROOT" "$OUT"
 mv -f "$OUT/vmlinuz.new" "$OUT/vmlinuz"
-mv -f "$OUT/initrd.img.new" "$OUT/initrd.img"
 mv -f "$OUT/cluster.cfg.new" "$OUT/cluster.cfg"
 T2=$(date +%s)
 unpacked=$(du -sm --exclude=./boot "$ROOT" | cut -f1)

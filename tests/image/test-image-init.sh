@@ -291,9 +291,36 @@ else
 	tail -5 "$W/install.log" | sed 's/^/# /'
 fi
 
+# ---- pack-initrd.sh: the initrd (it holds the munge key) never readable by others ----
+# A zstd in front of the real one records the mode of its output as soon as
+# it is written, before pack-initrd.sh renames it into place.
+mkdir -p "$W/pack/root/etc/munge" "$W/pack/root/boot" "$W/pack/out" "$W/pack/bin"
+printf 'not-a-real-key\n' >"$W/pack/root/etc/munge/munge.key"
+printf 'kernel\n' >"$W/pack/root/boot/vmlinuz-x"
+printf '0644 stale\n' >"$W/pack/out/initrd.img.new" && chmod 0644 "$W/pack/out/initrd.img.new"
+cat >"$W/pack/bin/zstd" <<ZSTD
+#!/bin/bash
+$(command -v zstd) "\$@" || exit
+while [ \$# -gt 1 ] && [ "\$1" != -o ]; do shift; done
+stat -c %a "\$2" >'$W/pack/mode-while-written'
+ZSTD
+chmod +x "$W/pack/bin/zstd"
+if command -v zstd >/dev/null && command -v cpio >/dev/null; then
+	(umask 022 && PATH=$W/pack/bin:$PATH ZSTD_LEVEL=1 image/pack-initrd.sh "$W/pack/root" "$W/pack/out") 2>"$W/pack/err"
+	ok "pack-initrd.sh: exit 0" test $? = 0
+	ok "  ... initrd.img.new is 0600 while written (umask 022 around it; a stale 0644 .new is not reused)" \
+		test "$(cat "$W/pack/mode-while-written" 2>/dev/null)" = 600
+	ok "  ... initrd.img is 0640 once in place, no .new left" \
+		bash -c "[ \$(stat -c %a '$W/pack/out/initrd.img') = 640 ] && [ ! -e '$W/pack/out/initrd.img.new' ]"
+	ok "  ... it unpacks to the root without /boot" bash -c \
+		"zstd -dc '$W/pack/out/initrd.img' | cpio -it --quiet | grep -qx etc/munge/munge.key && ! zstd -dc '$W/pack/out/initrd.img' | cpio -it --quiet | grep -q '^boot'"
+else
+	skip "zstd or cpio not installed (make image-deps)"
+fi
+
 # ---- shellcheck ------------------------------------------------------------------
 if command -v shellcheck >/dev/null; then
-	for s in image/kiln-node-init image/build-image.sh image/trim-modules.sh image/deps.sh \
+	for s in image/kiln-node-init image/build-image.sh image/pack-initrd.sh image/trim-modules.sh image/deps.sh \
 		image/nvidia-install.sh tests/image/test-image-gpu.sh \
 		tests/image/test-image-init.sh tests/image/test-image-boot.sh \
 		tests/image/probe/usr/local/sbin/kiln-probe; do
