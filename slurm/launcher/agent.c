@@ -206,6 +206,10 @@ static int leader_new(kr_agent *a, kr_leader **ret)
 	so.n_allow = L->n_allow;
 	so.allow_loopback = true;
 	so.secret = a->secret;
+	/* A standalone run has no other node: its store and live socket are
+	 * on 127.0.0.1 only (docs/kiln-run.md), not open to the network. */
+	if (o->standalone)
+		so.bind_address = "127.0.0.1";
 	r = kiln_store_server_new(&so, &L->srv);
 	if (r < 0) {
 		log_error_errno(
@@ -223,7 +227,9 @@ static int leader_new(kr_agent *a, kr_leader **ret)
 		r = -errno;
 		goto fail;
 	}
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_addr.s_addr =
+					  htonl(o->standalone ? INADDR_LOOPBACK : INADDR_ANY) };
 	socklen_t sl = sizeof(sa);
 	if (bind(L->live_fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 ||
 	    listen(L->live_fd, 4096) < 0 ||
