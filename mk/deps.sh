@@ -28,6 +28,7 @@ PKGS=(
 	iproute2 util-linux procps psmisc curl systemd
 	jq                  # kiln model inspect --json checks; test-inferd.sh replies
 	shellcheck          # lint of the image scripts and kiln-node-init (tests/image)
+	cpio zstd           # tests/image/test-image-init.sh packs a tiny initrd (image/pack-initrd.sh)
 	python3-pip         # installs the pinned PyPI references below
 	cmake python3-venv  # make bench only: tests/peer compiles llama-cpp-python (the llama.cpp
 	                    # peer) into a venv of its own, never a kiln dependency
