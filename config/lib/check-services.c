@@ -5,6 +5,7 @@
  * words that land unquoted in slurm.conf, thresholds that must agree with
  * each other, where kiln-inferd runs, and what the node image may hold (an
  * image never ships a root account without a secret). */
+#include <arpa/inet.h>
 #include <assert.h>
 #include <ctype.h>
 #include <stdio.h>
@@ -242,6 +243,7 @@ void kiln_cfg__check_health(loader *L)
 
 static void check_inference_dtype(loader *L);
 static void check_inference_overlap(loader *L);
+static void check_inference_open(loader *L);
 
 /* Inference: where it runs (marks cfg->nodes[].inference), what it
  * serves, and that Slurm does not get the same GPUs. */
@@ -341,6 +343,41 @@ void kiln_cfg__check_inference(loader *L)
 			c->nodes[i].inference = c->inference.enabled;
 	check_inference_dtype(L);
 	check_inference_overlap(L);
+	check_inference_open(L);
+}
+
+/* An address only this host can reach: 127.0.0.0/8, ::1 or an IPv4-mapped
+ * 127/8.  Unset is kiln-inferd's default, 127.0.0.1.  Anything else
+ * (0.0.0.0, ::, a node's address) takes requests from the network. */
+static bool address_is_loopback(const char *a)
+{
+	struct in_addr v4;
+	struct in6_addr v6;
+	if (!a)
+		return true;
+	if (inet_pton(AF_INET, a, &v4) == 1)
+		return (ntohl(v4.s_addr) >> 24) == 127;
+	if (inet_pton(AF_INET6, a, &v6) != 1)
+		return false;
+	if (IN6_IS_ADDR_LOOPBACK(&v6))
+		return true;
+	return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+}
+
+/* kiln-inferd serving the network without keys answers anyone who reaches
+ * the port, with the nodes' GPUs.  That may be meant (a closed cluster
+ * network), so it is a warning, an error under `kiln check --strict`. */
+static void check_inference_open(loader *L)
+{
+	const kiln_cfg_inference *in = &L->cfg->inference;
+	if (!in->enabled || in->api_keys_file || address_is_loopback(in->address))
+		return;
+	kiln_cfg__add_warning(L, kiln_cfg__root_line(L, "inference.address"), "inference.address",
+			      "set inference.api_keys_file (docs/kiln-inferd.md, \"API keys\"), or "
+			      "bind a loopback address",
+			      "kiln-inferd listens on %s without inference.api_keys_file: anyone "
+			      "on the network who reaches port %d can use the models",
+			      in->address, in->port);
 }
 
 /* inference.dtype is kiln-inferd's word for the weights; the older

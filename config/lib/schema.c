@@ -374,7 +374,9 @@ static const kiln_cfg_key schema[] = {
 	  R(inference.memory_mb), NR },
 	{ "inference.api_keys_file", KILN_CFG_PATH, false, NULL, "\"/etc/kiln/inferd-keys\"",
 	  "File of API keys, one per line ('#' comments); requests need \"Authorization: Bearer "
-	  "KEY\". Unset: no keys. Refused when others may read it (kiln-inferd --api-keys-file).",
+	  "KEY\". Unset: no keys. Refused when every user may read it, its group or every user "
+	  "may write it, or a user other than root or kiln-inferd's owns it (kiln-inferd "
+	  "--api-keys-file).",
 	  R(inference.api_keys_file), NR },
 	{ "inference.metrics_auth", KILN_CFG_BOOL, false, "false", "true",
 	  "GET /metrics needs a key too (with api_keys_file); /health is always open "

@@ -362,6 +362,17 @@ static int http_root(kiln_http_request *r, void *userdata)
 	return kiln_http_reply_text(r, 200, "text/plain; charset=utf-8", msg, sizeof(msg) - 1);
 }
 
+/* /metrics and /health answer a Prometheus scrape every few seconds from a
+ * handful of addresses, so 64 connections are plenty.  One address may hold
+ * only 8 of them: with the per-client cap at the global one, a single
+ * process holding 64 idle or dribbling sockets (a bug or an attack) took
+ * every slot and stopped every scrape until the idle timeout; now it holds
+ * at most 8 and the others are still served. */
+#define HD_HTTP_CONNECTIONS_MAX	   64u
+#define HD_HTTP_CONNECTIONS_PER_IP 8u
+_Static_assert(HD_HTTP_CONNECTIONS_PER_IP * 4 <= HD_HTTP_CONNECTIONS_MAX,
+	       "one client address must leave most slots to the others");
+
 static int start_http(manager *m)
 {
 	int port = arg_metrics_port >= 0 ? arg_metrics_port : m->s.metrics_port;
@@ -383,7 +394,8 @@ static int start_http(manager *m)
 		.address = m->s.metrics_address,
 		.port = (uint16_t) port,
 		.threads = 1, /* a scrape every few seconds */
-		.max_connections = 64,
+		.max_connections = HD_HTTP_CONNECTIONS_MAX,
+		.max_connections_per_client = HD_HTTP_CONNECTIONS_PER_IP,
 		.idle_timeout_s = 10,
 		.max_body_bytes = 4096, /* GET only */
 		.routes = routes,

@@ -1,6 +1,7 @@
 /* keys.c — kiln-inferd's API keys: the keys file (one key a line, read
- * once at start, owner-only permissions) and the bearer-token check every
- * route makes (OpenAI's 401 shape), compared in constant time.
+ * once at start, refused when others may read or change it) and the
+ * bearer-token check every route makes (OpenAI's 401 shape), compared in
+ * constant time.
  *
  * It exists apart from the routes because it holds a secret and the rules
  * around it (file checks, limits, no key ever logged), which read best in
@@ -17,6 +18,7 @@
 #include <time.h>
 #include <inttypes.h>
 #include <unistd.h>
+#include <pwd.h>
 #include <strings.h>
 #include <sys/stat.h>
 
@@ -56,10 +58,50 @@ void inferd_keys_free(void)
 	keys.n = 0;
 }
 
+/* Who may own the keys file: root, or the user kiln-inferd runs as.  Any
+ * other owner could rewrite the keys (or chmod the file open) at will. */
+static bool keys_owner_ok(uid_t uid)
+{
+	return uid == 0 || uid == geteuid();
+}
+
+/* The keys are secrets, and whoever can write the file chooses who gets in:
+ * refuses a file that every user may read, that its group or every user may
+ * write, or that a user other than root or this one owns.  Group read stays
+ * allowed, for a root:kiln-inferd 0640 file.  Returns 0 or, having logged
+ * what is wrong and the fix, KILN_EXIT_USAGE (fix the file and rerun). */
+static int keys_check_file(const char *path, const struct stat *st)
+{
+	const char *what = (st->st_mode & S_IWOTH)   ? "writable by every user"
+			   : (st->st_mode & S_IWGRP) ? "writable by its group"
+			   : (st->st_mode & S_IROTH) ? "readable by every user"
+						     : NULL;
+	if (what) {
+		log_error("--api-keys-file %s is %s (mode %04o), and the keys are secrets that "
+			  "decide who gets in: chown root: %s; chmod 600 %s",
+			  path, what, (unsigned) (st->st_mode & 07777), path, path);
+		return KILN_EXIT_USAGE;
+	}
+	if (!keys_owner_ok(st->st_uid)) {
+		/* getpwuid() returns one static buffer: copy the owner's name */
+		char owner[64];
+		const struct passwd *pw = getpwuid(st->st_uid);
+		snprintf(owner, sizeof(owner), "%s", pw ? pw->pw_name : "an unknown user");
+		const struct passwd *me = getpwuid(geteuid());
+		log_error("--api-keys-file %s is owned by %s (uid %u), not by root or %s (the user "
+			  "kiln-inferd runs as), so that user could change the keys: chown root: "
+			  "%s; chmod 600 %s",
+			  path, owner, (unsigned) st->st_uid, me ? me->pw_name : "this user", path,
+			  path);
+		return KILN_EXIT_USAGE;
+	}
+	return 0;
+}
+
 /* Reads path: one key a line, blank lines and '#' comments skipped,
- * surrounding spaces dropped.  A file other users may read or write is
- * refused (the keys are secrets; chmod o-rwx), as is one without a key.
- * Returns 0 or an exit status. */
+ * surrounding spaces dropped.  A file keys_check_file() refuses is exit 2;
+ * one that cannot be read, or without a key, exit 1.  Returns 0 or an exit
+ * status. */
 int inferd_keys_load(const char *path)
 {
 	_cleanup_fclose_ FILE *f = fopen(path, "re");
@@ -70,12 +112,9 @@ int inferd_keys_load(const char *path)
 		log_error("--api-keys-file %s: not a regular file", path);
 		return KILN_EXIT_FAILURE;
 	}
-	if (st.st_mode & (S_IROTH | S_IWOTH)) {
-		log_error("--api-keys-file %s: other users may read or write it (mode %04o); the "
-			  "keys are secrets: chmod o-rwx %s",
-			  path, (unsigned) (st.st_mode & 07777), path);
-		return KILN_EXIT_FAILURE;
-	}
+	int r = keys_check_file(path, &st);
+	if (r != 0)
+		return r;
 	_cleanup_free_ char *line = NULL;
 	size_t cap = 0;
 	ssize_t got;

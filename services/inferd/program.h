@@ -116,7 +116,9 @@ int inferd_parse_argv(int argc, char **argv);
 int inferd_settings_from_cfg(kiln_cfg **ret);
 
 /* ---- keys.c */
-/* Loads the API keys file (one key a line).  0 or an exit status. */
+/* Loads the API keys file (one key a line).  0, KILN_EXIT_USAGE for a file
+ * others may read or change (a foreign owner, group or world write, world
+ * read), else KILN_EXIT_FAILURE (unreadable, no key, a bad line). */
 int inferd_keys_load(const char *path);
 void inferd_keys_free(void);
 /* Checks r's bearer token when keys are loaded; *refused: a 401 was sent

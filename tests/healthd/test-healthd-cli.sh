@@ -187,6 +187,23 @@ xpid=$!
 check "  (control: a non-zero metrics_port does serve /metrics)" wu 5 grep -q "Serving /metrics on" "$W/xs3.log"
 kill $xpid; wait $xpid 2>/dev/null
 
+# One address holding idle connections (64: the daemon's every slot, far
+# past the per-client cap of 8) must not stop a scrape from another address
+# (127.0.0.2: Linux routes all of 127/8 to lo).
+port=$((30000 + RANDOM % 20000))
+write_cfg "$W/cap.cfg" "metrics_port = $port;" 'metrics_address = "127.0.0.1";' 'drain = false;'
+KILN_FAKE_NVML_SCENARIO=$healthy "$HEALTHD" -c "$W/cap.cfg" --node node01 >"$W/cap.log" 2>&1 &
+cpid=$!
+wu 5 grep -q "Serving /metrics on" "$W/cap.log"
+bash -c "for i in \$(seq 64); do exec {fd}<>/dev/tcp/127.0.0.1/$port || exit 1; done; sleep 6" 2>/dev/null &
+hold=$!
+sleep 0.5
+check "64 idle connections from 127.0.0.1: a scrape from 127.0.0.2 still succeeds within 1 s" \
+	curl -sf -o /dev/null --max-time 1 --interface 127.0.0.2 "http://127.0.0.1:$port/metrics"
+check "  ... while 127.0.0.1, past its cap, gets no more" \
+	bash -c "! curl -sf -o /dev/null --max-time 1 'http://127.0.0.1:$port/metrics'"
+kill $hold $cpid; wait $hold $cpid 2>/dev/null
+
 S=$top/slurm/scripts
 export KILN_HEALTHD=$HEALTHD SLURMD_NODENAME=node01
 PATH_NOSCONTROL=$W/bin; mkdir -p "$PATH_NOSCONTROL"

@@ -4,8 +4,10 @@
 #   wrong key get 401 in OpenAI's shape (invalid_request_error,
 #   invalid_api_key) without echoing the key; every key of the file works
 #   ("Bearer" in any case); /health is always open, /metrics unless
-#   --metrics-auth / inference.metrics_auth; a file others may read, one
-#   without a key and a key with a space are refused at start (exit 1).
+#   --metrics-auth / inference.metrics_auth; a file every user may read,
+#   one its group or every user may write, and one owned by another user
+#   are refused at start (exit 2, naming the fix); one without a key and a
+#   key with a space too (exit 1).
 # Prints TAP.
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
@@ -71,11 +73,26 @@ code=$(req /v1/completions -d "$BODY")
 ok "  ... a request without a header: 200" code_is 200
 stop
 
-# ---- refused at start
+# ---- refused at start (under timeout: a server that accepted the file
+# would serve until killed)
 chmod 644 "$W/keys"
-ok "a keys file others may read: exit 1" rc_is 1 "$BIN" -m "$MODEL" --api-keys-file "$W/keys"
-ok "  ... saying so and what to do" grep -q "other users may read or write it (mode 0644); the keys are secrets: chmod o-rwx $W/keys" "$W/err"
+ok "a keys file every user may read: exit 2" rc_is 2 timeout 10 "$BIN" -m "$MODEL" --api-keys-file "$W/keys"
+ok "  ... saying so and what to do" grep -q "$W/keys is readable by every user (mode 0644), and the keys are secrets that decide who gets in: chown root: $W/keys; chmod 600 $W/keys" "$W/err"
+chmod 620 "$W/keys"
+ok "a keys file its group may write: exit 2" rc_is 2 timeout 10 "$BIN" -m "$MODEL" --api-keys-file "$W/keys"
+ok "  ... saying so and what to do" grep -q "$W/keys is writable by its group (mode 0620).*chmod 600 $W/keys" "$W/err"
+chmod 602 "$W/keys"
+ok "a keys file every user may write: exit 2" rc_is 2 timeout 10 "$BIN" -m "$MODEL" --api-keys-file "$W/keys"
+ok "  ... saying so" grep -q "$W/keys is writable by every user (mode 0602)" "$W/err"
 chmod 640 "$W/keys"
+cp "$W/keys" "$W/foreign"; chmod 600 "$W/foreign"
+if [ "$(id -u)" = 0 ] && chown nobody "$W/foreign" 2>/dev/null; then
+	ok "a keys file owned by another user (nobody): exit 2" rc_is 2 timeout 10 "$BIN" -m "$MODEL" --api-keys-file "$W/foreign"
+	ok "  ... naming the owner and what to do" grep -q "$W/foreign is owned by nobody (uid $(id -u nobody)), not by root or root (the user kiln-inferd runs as), so that user could change the keys: chown root: $W/foreign; chmod 600 $W/foreign" "$W/err"
+else
+	skip "a keys file owned by another user: needs root (chown nobody)"
+	skip "  ... naming the owner"
+fi
 printf '# nothing\n\n' >"$W/empty"; chmod 600 "$W/empty"
 ok "a keys file without a key: exit 1" rc_is 1 "$BIN" -m "$MODEL" --api-keys-file "$W/empty"
 ok "  ... saying so" grep -q "holds no key" "$W/err"
