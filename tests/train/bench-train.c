@@ -55,18 +55,8 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	km_config c = { .dim = DIM,
-			.hidden_dim = HIDDEN,
-			.n_layers = LAYERS,
-			.n_heads = HEADS,
-			.n_kv_heads = KV,
-			.head_dim = DIM / HEADS,
-			.vocab_size = VOCAB,
-			.max_seq_len = SEQ,
-			.norm_eps = 1e-5f,
-			.rope_theta = 10000.0f,
-			.rope_mode = KK_ROPE_INTERLEAVED,
-			.shared_classifier = true };
+	km_config c = kiln_test_config(DIM, HIDDEN, LAYERS, HEADS, KV, VOCAB, SEQ,
+				       KK_ROPE_INTERLEAVED, true);
 	kmt_opts o = { .batch = BATCH, .seq_len = SEQ, .init_seed = 1 };
 	kmt_optim opt = KILN_TEST_OPTIM(1e-3f, 0, 2, 0, 1.0f);
 	kk_backend *be = NULL;
