@@ -787,34 +787,40 @@ static int config_kiln(km_file *f, kiln_error *err)
 				 f->path, fmt);
 	km_config *c = &f->cfg;
 	int mode = 0, shared = 0, r;
-	double v;
-	/* The integers, in the order of their keys, then the two floats. */
-	const char *const int_keys[] = { "dim",		"hidden_dim", "n_layers",
-					 "n_heads",	"n_kv_heads", "vocab_size",
-					 "max_seq_len", "rope_mode",  "shared_classifier" };
-	int *const ints[] = { &c->dim,	       &c->hidden_dim, &c->n_layers,
-			      &c->n_heads,     &c->n_kv_heads, &c->vocab_size,
-			      &c->max_seq_len, &mode,	       &shared };
-	for (size_t i = 0; i < ARRAY_SIZE(ints); i++) {
-		if ((r = kiln_num(f, int_keys[i], true, &v, err)) < 0)
+	double v = 0;
+	/* The kiln.config.* keys kiln reads: integers, then numbers. */
+	const struct {
+		const char *key;
+		int *i;	  /* an integer key */
+		float *f; /* else a number */
+	} keys[] = {
+		{ "dim", &c->dim, NULL },
+		{ "hidden_dim", &c->hidden_dim, NULL },
+		{ "n_layers", &c->n_layers, NULL },
+		{ "n_heads", &c->n_heads, NULL },
+		{ "n_kv_heads", &c->n_kv_heads, NULL },
+		{ "vocab_size", &c->vocab_size, NULL },
+		{ "max_seq_len", &c->max_seq_len, NULL },
+		{ "rope_mode", &mode, NULL },
+		{ "shared_classifier", &shared, NULL },
+		{ "norm_eps", NULL, &c->norm_eps },
+		{ "rope_theta", NULL, &c->rope_theta },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
+		if ((r = kiln_num(f, keys[i].key, keys[i].i != NULL, &v, err)) < 0)
 			return r;
-		*ints[i] = (int) v;
+		if (keys[i].i)
+			*keys[i].i = (int) v;
+		else
+			*keys[i].f = (float) v;
 	}
-	if ((r = kiln_num(f, "norm_eps", false, &v, err)) < 0)
-		return r;
-	c->norm_eps = (float) v;
-	if ((r = kiln_num(f, "rope_theta", false, &v, err)) < 0)
-		return r;
-	c->rope_theta = (float) v;
-	/* Every kiln.config.* key in the file is one of those read above. */
+	/* ...and no other kiln.config.* key. */
 	for (size_t i = 0; i < kmf_meta_count(f->kf); i++) {
 		const kmf_meta *m = kmf_meta_at(f->kf, i);
-		const char *k = m->key;
-		bool known = !startswith(k, "kiln.config.");
-		k += known ? 0 : strlen("kiln.config.");
-		for (size_t j = 0; j < ARRAY_SIZE(int_keys) && !known; j++)
-			known = streq(k, int_keys[j]);
-		known = known || streq(k, "norm_eps") || streq(k, "rope_theta");
+		const char *k = startswith(m->key, "kiln.config.");
+		bool known = !k;
+		for (size_t j = 0; j < ARRAY_SIZE(keys) && !known; j++)
+			known = streq(k, keys[j].key);
 		if (!known)
 			return km_errorf(err, -EOPNOTSUPP,
 					 "%s: kiln metadata '%s' = \"%.64s\": an unknown model "
