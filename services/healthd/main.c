@@ -407,7 +407,8 @@ static int start_http(manager *m)
 	}
 	if (fd == 0 && port == 0)
 		return 0;
-	if (fd > 0)
+	bool passed = fd > 0;
+	if (passed)
 		log_info("Serving /metrics on the socket systemd passed (kiln-healthd.socket); "
 			 "health.metrics_address and metrics_port are not used");
 	else {
@@ -451,8 +452,16 @@ static int start_http(manager *m)
 	int r = kiln_http_server_start_fd(&cfg, fd, &m->http);
 	if (r < 0)
 		return log_error_errno(r, "Failed to start the /metrics server: %m");
-	log_info("Serving /metrics on %s:%u", fd > 0 ? "the passed socket" : m->s.metrics_address,
-		 kiln_http_server_port(m->http));
+	unsigned bound = kiln_http_server_port(m->http);
+	if (passed && port && bound != (unsigned) port)
+		log_warning("kiln-healthd.socket listens on port %u but health.metrics_port is %d: "
+			    "Prometheus, following the cluster file, misses this node; render the "
+			    "socket's drop-in (kiln render kiln-healthd.socket.conf -o "
+			    "/etc/systemd/system/kiln-healthd.socket.d/kiln.conf), daemon-reload and "
+			    "restart kiln-healthd.socket",
+			    bound, port);
+	log_info("Serving /metrics on %s:%u", passed ? "the passed socket" : m->s.metrics_address,
+		 bound);
 	return 0;
 }
 

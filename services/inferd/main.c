@@ -50,11 +50,15 @@
  * orderly stop).  There this handler passes it on to the main thread, where
  * it stays pending for the signalfd. */
 static pthread_t main_thread;
+/* While the models load, the thread that takes the stop signals then
+ * (load_signal_main) instead of the main thread. */
+static pthread_t load_thread;
+static atomic_bool load_watch;
 
 static void forward_signal(int sig)
 {
 	int saved = errno;
-	(void) pthread_kill(main_thread, sig);
+	(void) pthread_kill(atomic_load(&load_watch) ? load_thread : main_thread, sig);
 	errno = saved;
 }
 
@@ -192,6 +196,32 @@ void inferd_on_engine_tick(void *userdata)
 	atomic_store(&a->last_tick, kiln_now_usec());
 }
 
+/* ---- a stop while the models load ------------------------------------------ */
+
+/* SIGTERM/SIGINT stay blocked for the event loop's signalfd, which only
+ * runs once the models are in; a load takes minutes on a big model, and
+ * `systemctl stop` must not wait for it (nor for TimeoutStopSec and a
+ * SIGKILL).  This thread takes them while the models load: nothing is in
+ * flight yet, so stopping is exiting.  Cancelled once the load is done
+ * (sigwaitinfo is a cancellation point); later signals reach the signalfd. */
+static void *load_signal_main(void *u)
+{
+	sigset_t ss;
+	sigemptyset(&ss);
+	sigaddset(&ss, SIGTERM);
+	sigaddset(&ss, SIGINT);
+	for (;;) {
+		siginfo_t si;
+		int sig = sigwaitinfo(&ss, &si);
+		if (sig < 0)
+			continue;
+		log_info("Got %s while loading the models: stopping (nothing was served yet)",
+			 strsignal(sig));
+		_exit(KILN_EXIT_OK);
+	}
+	return NULL;
+}
+
 /* ---- the port ------------------------------------------------------------ */
 
 /* The HTTP server on the socket systemd passed (kiln-inferd.socket, bound
@@ -207,7 +237,8 @@ static int listen_port(kiln_http_server **ret)
 			  "ListenStream=ADDRESS:PORT");
 		return KILN_EXIT_USAGE;
 	}
-	if (fd > 0)
+	bool fd_passed = fd > 0;
+	if (fd_passed)
 		log_info("Serving on the socket systemd passed (kiln-inferd.socket); --listen and "
 			 "--port are not used");
 	else {
@@ -245,9 +276,17 @@ static int listen_port(kiln_http_server **ret)
 				inferd_arg.port);
 		return KILN_EXIT_FAILURE;
 	}
+	unsigned bound = kiln_http_server_port(*ret);
+	if (fd_passed && inferd_arg.port && bound != (unsigned) inferd_arg.port)
+		log_warning("kiln-inferd.socket listens on port %u but inference.port is %d: "
+			    "clients following the cluster file miss this server; render the "
+			    "socket's drop-in (kiln render kiln-inferd.socket.conf -o "
+			    "/etc/systemd/system/kiln-inferd.socket.d/kiln.conf), daemon-reload and "
+			    "restart kiln-inferd.socket",
+			    bound, inferd_arg.port);
 	log_info("Listening on port %u; loading the models (requests get 503 loading until "
 		 "then)",
-		 kiln_http_server_port(*ret));
+		 bound);
 	return 0;
 }
 
@@ -288,7 +327,14 @@ static int run(int argc, char **argv)
 		return r;
 	}
 	(void) sd_notify(0, "STATUS=Loading the models (the port answers 503 loading)");
+	bool watching = pthread_create(&load_thread, NULL, load_signal_main, NULL) == 0;
+	atomic_store(&load_watch, watching);
 	r = inferd_models_load(&d);
+	if (watching) {
+		atomic_store(&load_watch, false);
+		pthread_cancel(load_thread);
+		pthread_join(load_thread, NULL);
+	}
 	if (r != 0) {
 		kiln_http_server_free(srv);
 		inferd_keys_free();
