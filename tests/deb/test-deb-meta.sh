@@ -99,8 +99,8 @@ for u in services/units/*.socket; do
 	[ -f "$W/dest/lib/systemd/system/$n.socket" ] || { diag "make install puts no $n.socket"; bad=1; }
 done
 check "each socket unit is installed and handled with its service" $bad
-ok "the kiln-inferd system user: sysusers.d/kiln.conf installed, dh --with installsysusers creates it" \
-	bash -c "grep -qx 'u kiln-inferd - .*' '$W/dest/usr/lib/sysusers.d/kiln.conf' && grep -qE '^[[:space:]]dh \\\$@ .*--with installsysusers' '$D/rules'"
+ok "the kiln-inferd system user: sysusers.d/kiln.conf installed, dh_installsysusers creates it" \
+	bash -c "grep -qx 'u kiln-inferd - .*' '$W/dest/usr/lib/sysusers.d/kiln.conf' && grep -qx '[[:space:]]dh_installsysusers' '$D/rules'"
 ok "kiln-healthd: enabled and started by the package" \
 	bash -c "rules_line() { grep -E \"^[[:space:]]*dh_installsystemd .*[[:space:]]\$1\\.service\\\$\" '$D/rules'; }
 		l=\$(rules_line kiln-healthd); [[ \$l != *--no-enable* && \$l != *--no-start* ]]"
