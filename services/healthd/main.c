@@ -345,8 +345,8 @@ static int http_metrics(kiln_http_request *r, void *userdata)
 {
 	manager *m = userdata;
 	pthread_mutex_lock(&m->lock);
+	_cleanup_free_ char *body = m->metrics ? strdup(m->metrics) : NULL;
 	bool published = m->metrics;
-	_cleanup_free_ char *body = strdup(m->metrics ?: "");
 	pthread_mutex_unlock(&m->lock);
 	if (!published)
 		return http_starting(r);
