@@ -1385,8 +1385,8 @@ int kiln_http_port_holder(uint16_t port, char *buf, size_t len)
 	assert_return(buf && len > 0, -EINVAL);
 	unsigned long inode = 0;
 	uid_t uid = 0;
-	if (listen_socket_of("/proc/net/tcp", port, &inode, &uid) < 0 &&
-	    listen_socket_of("/proc/net/tcp6", port, &inode, &uid) < 0) {
+	if (listen_socket_of("/proc/self/net/tcp", port, &inode, &uid) < 0 &&
+	    listen_socket_of("/proc/self/net/tcp6", port, &inode, &uid) < 0) {
 		snprintf(buf, len, "an unknown process");
 		return -ENOENT;
 	}
