@@ -421,6 +421,28 @@ int kiln_http_reply_text(kiln_http_request *r, unsigned status, const char *cont
 	return q;
 }
 
+int kiln_http_reply_fd(kiln_http_request *r, unsigned status, const char *content_type, int fd,
+		       uint64_t offset, uint64_t len)
+{
+	if (!r || fd < 0 || r->replied) {
+		if (fd >= 0)
+			close(fd);
+		return !r || fd < 0 ? -EINVAL : -EALREADY;
+	}
+	/* MHD owns fd from here: it closes it when the response is freed */
+	struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, offset);
+	if (!resp) {
+		close(fd);
+		return -ENOMEM;
+	}
+	if (content_type)
+		MHD_add_response_header(resp, "Content-Type", content_type);
+	int q = queue(r, status, resp);
+	if (q >= 0)
+		r->bytes_out = streq(r->method, "HEAD") ? 0 : len;
+	return q;
+}
+
 int kiln_http_reply_empty(kiln_http_request *r, unsigned status)
 {
 	return kiln_http_reply_text(r, status, NULL, "", 0);
@@ -828,6 +850,14 @@ const char *kiln_http_request_body(const kiln_http_request *r, size_t *len)
 const char *kiln_http_request_client(const kiln_http_request *r)
 {
 	return r->client;
+}
+
+const struct sockaddr *kiln_http_request_peer(const kiln_http_request *r)
+{
+	assert_return(r, NULL);
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	return ci ? ci->client_addr : NULL;
 }
 
 const char *kiln_http_request_id(const kiln_http_request *r)

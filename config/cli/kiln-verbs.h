@@ -37,3 +37,6 @@ int kiln_reboot_main(int argc, char **argv);
 
 extern const kiln_prog kiln_apply_prog; /* config/cli/apply.c */
 int kiln_apply_main(int argc, char **argv);
+
+extern const kiln_prog kiln_serve_prog; /* config/cli/serve.c */
+int kiln_serve_main(int argc, char **argv);

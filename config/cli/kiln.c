@@ -9,6 +9,7 @@
  *   kiln tokenize FILE [--text S | --ids L] (config/cli/kiln-tokenize.c)
  *   kiln [-c FILE] status [--json] [--timeout SECS] [NODES] (config/cli/status.c)
  *   kiln [-c FILE] reboot [--wave N] [--dry-run] NODES      (config/cli/reboot.c)
+ *   kiln [-c FILE] serve                                   (config/cli/serve.c)
  *
  * A program on kiln/prog.h with verbs: the global options (-c -v -q) come
  * before the verb, and check, show and render take them after it too, as
@@ -88,7 +89,8 @@ static const kiln_option render_options[] = {
 	  "write PATH atomically instead of standard output\n"
 	  "(a directory for render all and prometheus; \"-\": standard output)",
 	  "file", .str = &arg_output },
-	{ "node", KILN_OPT_NODE, "NAME", "the node for render node-env (the head node works too)",
+	{ "node", KILN_OPT_NODE, "NAME",
+	  "the node for render node-env (the head node works too) or node.ipxe",
 	  "node", .str = &arg_node },
 	KILN_OPTIONS_COMMON,
 	{},
@@ -152,7 +154,8 @@ __attribute__((constructor)) static void render_prog_init(void)
 		fprintf(w, "%s ", t->name);
 	}
 	fputs("  prometheus     prometheus.yml and kiln-alerts.yml into DIR (needs -o DIR)\n"
-	      "  all            every target into DIR, node-env into DIR/node-env/NAME\n",
+	      "  all            every target into DIR, node-env into DIR/node-env/NAME,\n"
+	      "                 node.ipxe into DIR/ipxe/MAC\n",
 	      h);
 	fputs("prometheus all", w);
 	fclose(h);
@@ -616,6 +619,29 @@ static int render_kind(const kiln_cfg *c, unsigned want, unsigned skip, size_t *
 	return 0;
 }
 
+/* DIR/ipxe/MAC (52-54-00-12-34-56) for every node: the URL path boot.ipxe
+ * chains to, so a static HTTP server of DIR answers as kiln serve does. */
+static int render_by_mac(const kiln_cfg *c, const kiln_cfg_render_target *t, size_t *files)
+{
+	_cleanup_free_ char *dir = NULL;
+	if (asprintf(&dir, "%s/ipxe", arg_output) < 0)
+		return log_error_errno(-ENOMEM, "Out of memory: %m");
+	int r = mkdir_p(dir);
+	if (r < 0)
+		return log_error_errno(r, "Failed to create '%s': %m", dir);
+	for (size_t i = 0; i < c->n_nodes; i++) {
+		const uint8_t *m = c->nodes[i].mac;
+		char name[18];
+		snprintf(name, sizeof(name), "%02x-%02x-%02x-%02x-%02x-%02x", m[0], m[1], m[2],
+			 m[3], m[4], m[5]);
+		r = render_to(c, t, c->nodes[i].name, dir, name);
+		if (r < 0)
+			return r;
+		(*files)++;
+	}
+	return 0;
+}
+
 static int render_all(const kiln_cfg *c)
 {
 	if (!arg_output)
@@ -630,6 +656,12 @@ static int render_all(const kiln_cfg *c)
 	for (const kiln_cfg_render_target *t = kiln_cfg_render_targets; t->name; t++) {
 		if (!(t->flags & KILN_CFG_RENDER_PER_NODE))
 			continue;
+		if (t->flags & KILN_CFG_RENDER_BY_MAC) {
+			r = render_by_mac(c, t, &files);
+			if (r < 0)
+				return r;
+			continue;
+		}
 		/* DIR/TARGET/NODE for every node and the head node */
 		_cleanup_free_ char *dir = NULL;
 		if (asprintf(&dir, "%s/%s", arg_output, t->name) < 0)
@@ -684,7 +716,9 @@ static int verb_render(int argc, char **argv)
 		return kiln_usage_exit(&render_prog, "render %s needs --node NAME.", t);
 	if (!per_node && arg_node)
 		return kiln_usage_exit(&render_prog,
-				       "--node applies to render node-env only, not to %s.", t);
+				       "--node applies to render node-env and node.ipxe only, not to "
+				       "%s.",
+				       t);
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
 	int r = kiln_cfg_open(arg_config, 0, &c);
 	if (r < 0)
@@ -728,6 +762,8 @@ static const kiln_verb verbs[] = {
 	  &kiln_status_prog },
 	{ "reboot", "rolling reboot of nodes through Slurm, in waves", kiln_reboot_main,
 	  &kiln_reboot_prog },
+	{ "serve", "the head's provisioning server: image, per-node iPXE, secrets",
+	  kiln_serve_main, &kiln_serve_prog },
 	{ "help", "show this help", verb_help, NULL },
 };
 
@@ -743,7 +779,8 @@ static const kiln_prog prog = {
 		 "kiln model inspect FILE [--json]           tensors and metadata of a model file\n"
 		 "kiln tokenize FILE [--text S | --ids L]    text <-> token ids\n"
 		 "kiln [OPTIONS] status [--json] [NODES]     the cluster at a glance\n"
-		 "kiln [OPTIONS] reboot [--wave N] NODES     rolling reboot in waves",
+		 "kiln [OPTIONS] reboot [--wave N] NODES     rolling reboot in waves\n"
+		 "kiln [OPTIONS] serve                       the head's provisioning server",
 	.options = global_options,
 	.option = parse_option,
 	.epilog = "Exit status: 0 success, 1 failure, 2 usage or configuration error.\n"

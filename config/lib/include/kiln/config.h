@@ -349,6 +349,10 @@ typedef struct kiln_cfg_image {
 	char **nvidia_packages;	    /* NULL: the source's defaults (render image-env) */
 	char *nvidia_fabricmanager; /* Fabric Manager package (HGX), or NULL */
 	char *nvidia_cuda_dir;	    /* "/usr/local/cuda": CUDA libraries copied from there */
+	/* kiln serve (docs/serve.md) */
+	char *serve_listen;	     /* "ADDR:PORT"; NULL: http_url's host and port */
+	bool secrets_only_when_down; /* secrets only to nodes Slurm lists down or rebooting */
+	char *root_password_file;    /* head-side file holding root's hash; NULL: none */
 } kiln_cfg_image;
 
 /* Thresholds of the Prometheus alert rules `kiln render kiln-alerts.yml`
@@ -527,12 +531,15 @@ enum {
 	KILN_CFG_RENDER_SLURM = 1 << 1,	     /* served by slurmctld, configless (kiln apply) */
 	KILN_CFG_RENDER_BOOT = 1 << 2,	     /* boot chain and names: reloaded by hand */
 	KILN_CFG_RENDER_PROMETHEUS = 1 << 3, /* one of `kiln render prometheus -o DIR` */
+	/* per node, named by MAC: render all writes DIR/ipxe/MAC (hexhyp) for
+	 * every node (not the head node), the path boot.ipxe asks for */
+	KILN_CFG_RENDER_BY_MAC = 1 << 4,
 };
 
 /* The render targets, in one table that kiln_cfg_render(), `kiln render`
  * (its targets, --help, completion, `render all`) and `kiln apply` read.
  * The target's name is its file name (a per-node target's files are
- * DIR/NAME/NODE). */
+ * DIR/NAME/NODE; a by-MAC target's DIR/ipxe/MAC). */
 typedef struct kiln_cfg_render_target {
 	const char *name;
 	const char *summary; /* one line for --help */
