@@ -999,6 +999,34 @@ static void reply_500_unless_replied(kiln_http_request *r, int err)
 				     r->url, r->id);
 }
 
+static int hexdigit(char c)
+{
+	return c >= '0' && c <= '9'   ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+				      : -1;
+}
+
+/* MHD's unescaping of the path and the query, except that "%00" stays as
+ * it is: decoded, the NUL would end the path early, so that
+ * "/kiln/vmlinuz%00/../../etc/passwd" reached a handler as "/kiln/vmlinuz"
+ * (kiln serve's hostile suite). */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+	char *w = s;
+	for (const char *p = s; *p;) {
+		int hi, lo;
+		if (p[0] == '%' && (hi = hexdigit(p[1])) >= 0 && (lo = hexdigit(p[2])) >= 0 &&
+		    (hi | lo) != 0) {
+			*w++ = (char) (hi << 4 | lo);
+			p += 3;
+		} else
+			*w++ = *p++;
+	}
+	*w = 0;
+	return (size_t) (w - s);
+}
+
 /* MHD's accept policy: every connection while serving, none once the
  * server stops (the client sees its connection closed). */
 static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
@@ -1220,7 +1248,8 @@ int kiln_http_server_start(const kiln_http_config *cfg, kiln_http_server **ret)
 		srv->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, srv->cfg.idle_timeout_s,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, srv->cfg.conn_memory_bytes,
 		MHD_OPTION_PER_IP_CONNECTION_LIMIT, srv->cfg.max_connections_per_client,
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_UNESCAPE_CALLBACK,
+		unescape, NULL, MHD_OPTION_END);
 	if (!srv->mhd) {
 		kiln_http_server_free(srv);
 		return -EADDRINUSE;

@@ -22,6 +22,7 @@ serve_site() {
 	SERVE_URL=http://127.0.0.1:$SERVE_PORT/kiln
 	head -c 4194304 /dev/urandom >"$d/img/initrd.img" && chmod 640 "$d/img/initrd.img"
 	printf 'not a kernel\n' >"$d/img/vmlinuz" && chmod 644 "$d/img/vmlinuz"
+	# shellcheck disable=SC2016 # a crypt(3) hash below, not an expansion
 	(umask 077 && head -c 1024 /dev/urandom >"$d/munge.key" &&
 		printf 'sk-test-key-one\n' >"$d/inferd-keys" &&
 		printf '%s\n' '$y$j9T$abcdefghijklmnop$0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcde' >"$d/root-hash")
