@@ -44,3 +44,9 @@ FUZZ_KTOK_SRCS := tests/fuzz/fuzz-tokenizer.c $(KTOK_SRCS) $(KMF_SRCS) kernels/k
 	common/strbuf.c common/error.c
 $(eval $(call kiln_fuzz,fuzz-tokenizer,$(FUZZ_KTOK_SRCS),$(KILN_FUZZ_STRICT) -Icommon/include -Ikernels/kk/include -Ikernels/modelfile/include -Ikernels/tokenizer/include,$(KMF_LDLIBS) -lm,kernels/tokenizer/include/ktok.h kernels/modelfile/include/kmf.h kernels/tokenizer/ktok_internal.h $(wildcard common/include/kiln/*.h)))
 TEST_FULL_SCRIPTS += tests/fuzz/fuzz-tokenizer.sh
+
+# libFuzzer target for kiln serve's request parsing (paths, Range, URLs:
+# config/cli/serve-request.c), by mk/rules.mk's kiln_fuzz; its suite runs in
+# make test-full.
+$(eval $(call kiln_fuzz,fuzz-serve,tests/fuzz/fuzz-serve.c config/cli/serve-request.c,$(KILN_FUZZ_STRICT) -Icommon/include -Iconfig/cli,,config/cli/serve.h common/include/kiln/macro.h))
+TEST_FULL_SCRIPTS += tests/fuzz/fuzz-serve.sh
