@@ -146,6 +146,12 @@ hub ip addr add "$NODE_ADDR/32" dev lo
 hub ip route replace local "$NODE_ADDR" dev lo table local proto kernel scope host src "$KC_HEAD_ADDR"
 mkdir -p "$W/srv"
 for f in vmlinuz initrd.img boot.ipxe cluster.cfg; do ln -s "$IMG/$f" "$W/srv/$f"; done
+# boot.ipxe chains to ipxe/MAC (kiln serve renders it; for this static
+# server, the files kiln render node.ipxe writes, as docs/serve.md says)
+mkdir -p "$W/srv/ipxe"
+"$KILN" -q -c "$CFG" show nodes | awk 'NR > 1 { print $1, tolower($4) }' | while read -r n m; do
+	"$KILN" -q -c "$CFG" render node.ipxe --node "$n" -o "$W/srv/ipxe/$(printf '%s' "$m" | tr ':' '-')"
+done
 hub python3 -m http.server --bind 127.0.0.1 --directory "$W/srv" "$PORT" >"$W/http.log" 2>&1 &
 http_pid=$!
 
@@ -176,8 +182,8 @@ while [ "$(elapsed | cut -d. -f1)" -lt "$BOOT_TIMEOUT_S" ] && kill -0 "$qemu_pid
 	sleep 1
 done
 diag "serial log: $(wc -l <"$SERIAL") lines; probe after ${t_probe:-never} s of $BOOT_TIMEOUT_S"
-ok "iPXE fetched kernel and initrd over HTTP (kiln's boot.ipxe by MAC)" \
-	bash -c "grep -q 'GET /vmlinuz' '$W/http.log' && grep -q 'GET /initrd.img' '$W/http.log'"
+ok "iPXE fetched kernel and initrd over HTTP (kiln's boot.ipxe, then ipxe/MAC)" \
+	bash -c "grep -q 'GET /ipxe/$(printf '%s' "$NODE_MAC" | tr 'A-F:' 'a-f-')' '$W/http.log' && grep -q 'GET /vmlinuz' '$W/http.log' && grep -q 'GET /initrd.img' '$W/http.log'"
 # iPXE names the ports net0 (dead) and net1; a boot.ipxe that looked at net0
 # only would have gone to :unknown
 ok "iPXE booted from the second port (net1, $NODE_MAC), not net0" \

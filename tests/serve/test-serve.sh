@@ -203,4 +203,29 @@ sed -i 's|root_password_file = |secrets_only_when_down = true; root_password_fil
 SLURM_CONF=$W/no-slurm.conf serve_start "$D" || diag "$(tail -3 "$LOG")"
 refused "secrets_only_when_down, no slurmctld to ask: 403 (fails closed), logged" 127.0.0.11 "--local-port 600-1023" munge.key "cannot ask Slurm"
 ok "SIGTERM: exit 0" serve_stop
+
+# ---- the unit ---------------------------------------------------------------------------
+unit=$top/services/units/kiln-serve.service
+ok "unit: Type=notify, reload by SIGHUP, a watchdog" bash -c \
+	"grep -qx 'Type=notify' $unit && grep -qx 'ExecReload=/bin/kill -HUP \$MAINPID' $unit && grep -q '^WatchdogSec=' $unit"
+if command -v systemd-analyze >/dev/null; then
+	mkdir -p "$W/units" "$W/man/man1"
+	ln -s "$top/docs/man/kiln.1" "$W/man/man1/"
+	sed "s|^ExecStart=/usr/local/bin/kiln |ExecStart=$KILN |" "$unit" >"$W/units/kiln-serve.service"
+	if MANPATH=$W/man systemd-analyze verify "$W/units/kiln-serve.service" >"$W/verify.txt" 2>&1; then
+		ok "systemd-analyze verify kiln-serve.service" true
+	elif grep -qiE "Failed to (connect|initialize)|System has not been booted|Failed to setup" "$W/verify.txt"; then
+		skip "systemd-analyze cannot run here: $(head -1 "$W/verify.txt")"
+	else
+		ok "systemd-analyze verify kiln-serve.service" false
+		sed 's/^/# /' "$W/verify.txt"
+	fi
+	score=$(systemd-analyze security --offline=yes "$W/units/kiln-serve.service" 2>/dev/null |
+		sed -n 's/.*Overall exposure level for kiln-serve.service: \([0-9.]*\).*/\1/p')
+	diag "systemd-analyze security --offline=yes kiln-serve.service: ${score:-none}"
+	ok "unit: systemd-analyze security below 4 (${score:-none})" \
+		awk -v s="${score:-99}" 'BEGIN { exit !(s < 4) }'
+else
+	skip "systemd-analyze not installed"
+fi
 tap_done
