@@ -769,7 +769,7 @@ static const kiln_verb verbs[] = {
 
 static const kiln_prog prog = {
 	.name = "kiln",
-	.summary = "check, show and render a kiln cluster file; see and reboot the cluster",
+	.summary = "check, show and render a kiln cluster file; see, reboot and provision the cluster",
 	.usage = "kiln [OPTIONS] check [--strict] [--json]   validate the cluster file\n"
 		 "kiln [OPTIONS] show nodes | node NAME      the nodes, or one (--json)\n"
 		 "kiln show --defaults                       every key with its type and default\n"
