@@ -243,21 +243,22 @@ else
 	skip "systemd-analyze not installed"
 fi
 
-# ---- boot.ipxe's kernel command line, read by the image's network generator -------
+# ---- each node's kernel command line, read by the image's network generator -------
 # For each node of dgx-pod.cfg (many nodes, several DNS servers, MTU 9000 or
-# not): the kernel line boot.ipxe gives it, with iPXE's variables set as its
-# :mac- entry sets them, through systemd-network-generator (the image enables
-# it) must name the port with the node's MAC boot0 and give boot0 the node's
-# address, gateway, netmask, DNS and MTU from the cluster file.
+# not): the kernel line of its boot script (node.ipxe, what kiln serve
+# answers at ipxe/MAC once boot.ipxe chained there), through
+# systemd-network-generator (the image enables it), must name the port with
+# the node's MAC boot0 and give boot0 the node's address, gateway, netmask,
+# DNS and MTU from the cluster file.
 GEN=/lib/systemd/systemd-network-generator
 if [ -x "$GEN" ]; then
 	for ex in dgx-pod demo; do
 		cfg=config/examples/$ex.cfg
-		"$KILN" -q -c "$cfg" render boot.ipxe >"$W/$ex.ipxe"
-		kline=$(sed -n 's/^kernel //p' "$W/$ex.ipxe")
 		n=0 bad=''
 		while read -r node addr mac; do
-			line=$(printf '%s\n' "$kline" | sed "s|\${node}|$node|g; s|\${addr}|$addr|g; s|\${bootmac}|$mac|g; s|\${base}|http://h|g")
+			"$KILN" -q -c "$cfg" render node.ipxe --node "$node" >"$W/$ex-$node.ipxe"
+			# shellcheck disable=SC2016 # iPXE's ${base}, not the shell's
+			line=$(sed -n 's/^kernel //p' "$W/$ex-$node.ipxe" | sed 's|\${base}|http://h|g')
 			g=$W/gen-$ex-$node
 			# (word splitting is the kernel's: the line has no quotes)
 			# shellcheck disable=SC2086
@@ -267,11 +268,11 @@ if [ -x "$GEN" ]; then
 			grep -qx "MACAddress=$mac" "$d/90-boot0.link" && grep -qx 'Name=boot0' "$d/90-boot0.link" &&
 				grep -qx 'Name=boot0' "$d/90-boot0.network" &&
 				grep -q "^Address=$addr/" "$d/90-boot0.network" &&
-				grep -qx "Gateway=$gw" "$d/90-boot0.network" || bad+=" $node"
+				grep -qx "Gateway=$gw" "$d/90-boot0.network" &&
+				grep -q " kiln.node=$node " "$W/$ex-$node.ipxe" || bad+=" $node"
 			n=$((n + 1))
-		done < <(awk '/^:mac-/ { n = ""; a = ""; m = "" } /^set node / { n = $3 } /^set addr / { a = $3 }
-			/^set bootmac / { print n, a, $3 }' "$W/$ex.ipxe")
-		ok "$ex.cfg: boot.ipxe's kernel line gives each of $n nodes boot0 = its MAC with its address (systemd-network-generator)" \
+		done < <("$KILN" -q -c "$cfg" show nodes | awk 'NR > 1 { print $1, $3, tolower($4) }')
+		ok "$ex.cfg: each of $n nodes' kernel line (node.ipxe) gives boot0 = its MAC with its address (systemd-network-generator)" \
 			test -z "$bad" -a "$n" -gt 0
 		[ -z "$bad" ] || diag "wrong for:$bad"
 	done
