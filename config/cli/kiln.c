@@ -90,8 +90,8 @@ static const kiln_option render_options[] = {
 	  "(a directory for render all and prometheus; \"-\": standard output)",
 	  "file", .str = &arg_output },
 	{ "node", KILN_OPT_NODE, "NAME",
-	  "the node for render node-env (the head node works too) or node.ipxe",
-	  "node", .str = &arg_node },
+	  "the node for render node-env (the head node works too) or node.ipxe", "node",
+	  .str = &arg_node },
 	KILN_OPTIONS_COMMON,
 	{},
 };
@@ -715,10 +715,11 @@ static int verb_render(int argc, char **argv)
 	if (per_node && !arg_node)
 		return kiln_usage_exit(&render_prog, "render %s needs --node NAME.", t);
 	if (!per_node && arg_node)
-		return kiln_usage_exit(&render_prog,
-				       "--node applies to render node-env and node.ipxe only, not to "
-				       "%s.",
-				       t);
+		return kiln_usage_exit(
+			&render_prog,
+			"--node applies to render node-env and node.ipxe only, not to "
+			"%s.",
+			t);
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
 	int r = kiln_cfg_open(arg_config, 0, &c);
 	if (r < 0)
@@ -762,14 +763,15 @@ static const kiln_verb verbs[] = {
 	  &kiln_status_prog },
 	{ "reboot", "rolling reboot of nodes through Slurm, in waves", kiln_reboot_main,
 	  &kiln_reboot_prog },
-	{ "serve", "the head's provisioning server: image, per-node iPXE, secrets",
-	  kiln_serve_main, &kiln_serve_prog },
+	{ "serve", "the head's provisioning server: image, per-node iPXE, secrets", kiln_serve_main,
+	  &kiln_serve_prog },
 	{ "help", "show this help", verb_help, NULL },
 };
 
 static const kiln_prog prog = {
 	.name = "kiln",
-	.summary = "check, show and render a kiln cluster file; see, reboot and provision the cluster",
+	.summary =
+		"check, show and render a kiln cluster file; see, reboot and provision the cluster",
 	.usage = "kiln [OPTIONS] check [--strict] [--json]   validate the cluster file\n"
 		 "kiln [OPTIONS] show nodes | node NAME      the nodes, or one (--json)\n"
 		 "kiln show --defaults                       every key with its type and default\n"

@@ -94,15 +94,16 @@ const kiln_prog kiln_serve_prog = {
 	.options = serve_options,
 	.option = parse_option,
 	.no_args = true,
-	.epilog = "Serves, under the path of image.http_url, on image.serve_listen (default: the\n"
-		  "URL's host and port):\n"
-		  "  BASE/NAME            files of image.output_dir (ranges, HEAD, sendfile)\n"
-		  "  BASE/boot.ipxe       the chain script; BASE/ipxe/MAC one node's script\n"
-		  "  BASE/secret/NAME     munge.key, root-password-hash, inferd-keys: only to root\n"
-		  "                       on a node (source port < 1024, the node's address)\n"
-		  "SIGHUP re-reads the cluster file.  See docs/serve.md.\n"
-		  "Exit status: 0 stopped by SIGTERM/SIGINT, 1 cannot listen, 2 bad cluster file,\n"
-		  "unsafe secret file or missing image directory.\n",
+	.epilog =
+		"Serves, under the path of image.http_url, on image.serve_listen (default: the\n"
+		"URL's host and port):\n"
+		"  BASE/NAME            files of image.output_dir (ranges, HEAD, sendfile)\n"
+		"  BASE/boot.ipxe       the chain script; BASE/ipxe/MAC one node's script\n"
+		"  BASE/secret/NAME     munge.key, root-password-hash, inferd-keys: only to root\n"
+		"                       on a node (source port < 1024, the node's address)\n"
+		"SIGHUP re-reads the cluster file.  See docs/serve.md.\n"
+		"Exit status: 0 stopped by SIGTERM/SIGINT, 1 cannot listen, 2 bad cluster file,\n"
+		"unsafe secret file or missing image directory.\n",
 };
 
 static int parse_option(int key, const char *arg)
@@ -111,7 +112,8 @@ static int parse_option(int key, const char *arg)
 	case ARG_THREADS:
 		if (kiln_parse_int(arg, 1, 256, &arg_threads) < 0)
 			return kiln_usage_error(&kiln_serve_prog,
-						"Invalid --threads '%s': a number from 1 to 256.", arg);
+						"Invalid --threads '%s': a number from 1 to 256.",
+						arg);
 		return 0;
 	case ARG_IDLE_TIMEOUT:
 		if (kiln_parse_int(arg, 1, 3600, &arg_idle_timeout) < 0)
@@ -197,12 +199,12 @@ static int site_check_secrets(const serve_site *s)
 		struct stat st;
 		char why[PATH_MAX * 2 + 256];
 		if (lstat(p, &st) < 0) {
-			log_error_errno(-errno,
-					"Cannot read %s '%s' (%s), which kiln serve hands to the "
-					"nodes: %m; create it there (mode 0600, owner root) or point "
-					"%s at it",
-					kiln_serve_secret_name(i), p, s->secret_key[i],
-					s->secret_key[i]);
+			log_error_errno(
+				-errno,
+				"Cannot read %s '%s' (%s), which kiln serve hands to the "
+				"nodes: %m; create it there (mode 0600, owner root) or point "
+				"%s at it",
+				kiln_serve_secret_name(i), p, s->secret_key[i], s->secret_key[i]);
 			r = -EPERM;
 		} else if (!secret_stat_ok(p, &st, i, why, sizeof(why))) {
 			log_error("Refusing to hand %s to the nodes (%s): %s",
@@ -358,7 +360,8 @@ static int serve_file(kiln_http_request *r, const serve_site *s, const char *nam
 	if (fd < 0) {
 		int e = errno;
 		log_info("%s: GET %s: 404 (%s in %s)", client, kiln_http_request_path(r),
-			 e == ELOOP ? "a symlink, not served" : strerror(e), s->cfg->image.output_dir);
+			 e == ELOOP ? "a symlink, not served" : strerror(e),
+			 s->cfg->image.output_dir);
 		return reply_plain(r, 404, "no-cache", "kiln serve: no such file\n");
 	}
 	struct stat st;
@@ -366,9 +369,10 @@ static int serve_file(kiln_http_request *r, const serve_site *s, const char *nam
 		bool secretish = S_ISREG(st.st_mode) && !(st.st_mode & 044);
 		close(fd);
 		if (secretish)
-			log_warning("%s: GET %s: 404: %s/%s is readable by its owner only (a secret?): "
-				    "never served",
-				    client, kiln_http_request_path(r), s->cfg->image.output_dir, name);
+			log_warning(
+				"%s: GET %s: 404: %s/%s is readable by its owner only (a secret?): "
+				"never served",
+				client, kiln_http_request_path(r), s->cfg->image.output_dir, name);
 		return reply_plain(r, 404, "no-cache", "kiln serve: no such file\n");
 	}
 	uint64_t size = (uint64_t) st.st_size, off = 0, len = size;
@@ -405,7 +409,8 @@ static int serve_ipxe(kiln_http_request *r, const serve_site *s, const uint8_t m
 	if (!n) {
 		log_warning("%s: GET %s: 404: no node of %s has MAC %s (a machine not in "
 			    "node_groups[].macs, or the wrong port of a node)",
-			    kiln_http_request_client(r), kiln_http_request_path(r), s->cfg->path, m);
+			    kiln_http_request_client(r), kiln_http_request_path(r), s->cfg->path,
+			    m);
 		_cleanup_free_ char *body = NULL;
 		if (asprintf(&body,
 			     "#!ipxe\necho kiln serve: MAC %s is in no node group of the cluster "
@@ -498,10 +503,11 @@ static int serve_secret(kiln_http_request *r, serve_state *st, const serve_site 
 			return refuse(r, node, why);
 		}
 		if (up > 0) {
-			snprintf(why, sizeof(why),
-				 "Slurm lists the node as up (%s); secrets only while it is down or "
-				 "rebooting (image.secrets_only_when_down)",
-				 state);
+			snprintf(
+				why, sizeof(why),
+				"Slurm lists the node as up (%s); secrets only while it is down or "
+				"rebooting (image.secrets_only_when_down)",
+				state);
 			return refuse(r, node, why);
 		}
 	}
@@ -517,8 +523,8 @@ static int serve_secret(kiln_http_request *r, serve_state *st, const serve_site 
 	}
 	_cleanup_close_ int cfd = fd;
 	if (!secret_stat_ok(path, &sst, which, why, sizeof(why))) {
-		log_error("%s (node %s) GET %s: 503: not handed out: %s", kiln_http_request_client(r),
-			  node, kiln_http_request_path(r), why);
+		log_error("%s (node %s) GET %s: 503: not handed out: %s",
+			  kiln_http_request_client(r), node, kiln_http_request_path(r), why);
 		return reply_plain(r, 503, "no-store",
 				   "kiln serve: the secret's file on the head is unsafe\n");
 	}

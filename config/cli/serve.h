@@ -32,9 +32,9 @@ typedef enum kiln_serve_kind {
 
 /* The secrets kiln serve knows, by the name in BASE/secret/NAME. */
 typedef enum kiln_serve_secret {
-	KILN_SERVE_SECRET_MUNGE_KEY,     /* "munge.key": image.munge_key */
+	KILN_SERVE_SECRET_MUNGE_KEY,	 /* "munge.key": image.munge_key */
 	KILN_SERVE_SECRET_ROOT_PASSWORD, /* "root-password-hash": image.root_password_file */
-	KILN_SERVE_SECRET_INFERD_KEYS,   /* "inferd-keys": inference.api_keys_file */
+	KILN_SERVE_SECRET_INFERD_KEYS,	 /* "inferd-keys": inference.api_keys_file */
 	_KILN_SERVE_SECRET_MAX,
 } kiln_serve_secret;
 

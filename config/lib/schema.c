@@ -493,7 +493,8 @@ static const kiln_cfg_key schema[] = {
 	  "rebooting (or does not know it), as Warewulf's secure overlays do; a node rebooted "
 	  "within SlurmdTimeout then waits, and kiln apply cannot re-deliver to running nodes.",
 	  R(image.secrets_only_when_down), NR },
-	{ "image.root_password_file", KILN_CFG_PATH, false, NULL, "\"/etc/kiln/root-password-hash\"",
+	{ "image.root_password_file", KILN_CFG_PATH, false, NULL,
+	  "\"/etc/kiln/root-password-hash\"",
 	  "File on the head node (root-owned, mode 0600) holding root's crypt(3) password hash "
 	  "for the nodes; kiln serve hands it to kiln-node-init at boot. Unset: not delivered.",
 	  R(image.root_password_file), NR },

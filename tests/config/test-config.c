@@ -828,7 +828,8 @@ static void check_golden(const kiln_cfg *c, const char *ex, const char *target, 
 	const kiln_cfg_node *n = node ? kiln_cfg_find_node(c, node) : NULL;
 	if (node && (t->flags & KILN_CFG_RENDER_BY_MAC)) {
 		const uint8_t *m = n->mac;
-		assert_true(asprintf(&rel, "tests/config/golden/%s/ipxe/%02x-%02x-%02x-%02x-%02x-%02x",
+		assert_true(asprintf(&rel,
+				     "tests/config/golden/%s/ipxe/%02x-%02x-%02x-%02x-%02x-%02x",
 				     ex, m[0], m[1], m[2], m[3], m[4], m[5]) > 0);
 	} else if (node)
 		assert_true(asprintf(&rel, "tests/config/golden/%s/%s/%s", ex, target, node) > 0);

@@ -34,9 +34,8 @@ static void check_route(const char *base, const char *path)
 	size_t bl = strlen(base);
 	if (strncmp(path, base, bl) != 0 || path[bl] != '/')
 		abort();
-	if (k == KILN_SERVE_FILE &&
-	    (!kiln_serve_name_ok(t.name) || strchr(t.name, '/') || t.name[0] == '.' ||
-	     strcmp(t.name, path + bl + 1) != 0))
+	if (k == KILN_SERVE_FILE && (!kiln_serve_name_ok(t.name) || strchr(t.name, '/') ||
+				     t.name[0] == '.' || strcmp(t.name, path + bl + 1) != 0))
 		abort();
 	if (k == KILN_SERVE_SECRET && !kiln_serve_secret_name(t.secret))
 		abort();

@@ -114,17 +114,20 @@ static void test_range(void **state)
 	assert_int_equal(kiln_serve_parse_range("bytes=0-0", 0, &off, &len), -ERANGE);
 	/* ignored: the whole file */
 	static const char *const ignored[] = {
-		"bytes=0-1,5-6", "bytes=5-3", "items=0-1", "bytes=", "bytes=-", "bytes=a-b",
-		"bytes=1-2x", "bytes=+1-2", "bytes=1--2", "bytes=99999999999999999999-",
-		"Bytes=0-1", "bytes=0-1 junk", "bytes 0-1",
+		"bytes=0-1,5-6", "bytes=5-3",
+		"items=0-1",	 "bytes=",
+		"bytes=-",	 "bytes=a-b",
+		"bytes=1-2x",	 "bytes=+1-2",
+		"bytes=1--2",	 "bytes=99999999999999999999-",
+		"Bytes=0-1",	 "bytes=0-1 junk",
+		"bytes 0-1",
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(ignored); i++)
 		if (kiln_serve_parse_range(ignored[i], 100, &off, &len) != 0)
 			fail_msg("'%s' not ignored", ignored[i]);
 	/* the largest numbers do not wrap */
-	assert_int_equal(kiln_serve_parse_range("bytes=0-9999999999999999999", UINT64_MAX, &off,
-						&len),
-			 1);
+	assert_int_equal(
+		kiln_serve_parse_range("bytes=0-9999999999999999999", UINT64_MAX, &off, &len), 1);
 	assert_true(off == 0 && len == 9999999999999999999ull + 1);
 }
 
@@ -151,8 +154,8 @@ static void test_url(void **state)
 	assert_int_equal(kiln_serve_split_url("ftp://10.0.0.1/kiln", host, &port, base),
 			 -EPROTONOSUPPORT);
 	static const char *const bad[] = {
-		"http://", "http:///kiln", "http://h:99999/", "http://h:/", "http://u@h/",
-		"http://h/k?x=1", "http://h?x", "http://h/a b", "http://[::1/", "http://h/%2e",
+		"http://",	  "http:///kiln", "http://h:99999/", "http://h:/",   "http://u@h/",
+		"http://h/k?x=1", "http://h?x",	  "http://h/a b",    "http://[::1/", "http://h/%2e",
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
 		if (kiln_serve_split_url(bad[i], host, &port, base) != -EINVAL)
