@@ -204,6 +204,33 @@ SLURM_CONF=$W/no-slurm.conf serve_start "$D" || diag "$(tail -3 "$LOG")"
 refused "secrets_only_when_down, no slurmctld to ask: 403 (fails closed), logged" 127.0.0.11 "--local-port 600-1023" munge.key "cannot ask Slurm"
 ok "SIGTERM: exit 0" serve_stop
 
+# ---- the unit's capabilities: enough for Debian's munge:munge 0400 key ------------------
+# kiln-serve.service keeps CAP_NET_BIND_SERVICE and CAP_DAC_READ_SEARCH only;
+# setpriv gives kiln serve that bounding set (and no_new_privs) here.
+if command -v setpriv >/dev/null && getent passwd munge >/dev/null; then
+	sed -i 's|secrets_only_when_down = true; ||' "$D/cluster.cfg"
+	chown munge:munge "$D/munge.key" && chmod 400 "$D/munge.key"
+	caps_serve() { # CAPS: kiln serve with only CAPS; the munge key's HTTP status
+		setpriv --bounding-set=-all,"$1" --inh-caps=-all --no-new-privs -- \
+			"$KILN" -c "$D/cluster.cfg" serve >"$D/caps.log" 2>&1 &
+		local pid=$!
+		for _ in $(seq 100); do curl -s -o /dev/null "$SERVE_URL/boot.ipxe" && break; sleep 0.05; done
+		curl -s -o "$W/capkey" -w '%{http_code}' --interface 127.0.0.11 --local-port 600-1023 \
+			"$SERVE_URL/secret/munge.key"
+		kill "$pid"
+		wait "$pid" 2>/dev/null
+	}
+	c=$(caps_serve +net_bind_service,+dac_read_search)
+	ok "the unit's capabilities (net_bind_service, dac_read_search): a munge:munge 0400 key is handed out" \
+		bash -c "[ '$c' = 200 ] && cmp -s '$W/capkey' '$D/munge.key'"
+	c=$(caps_serve +net_bind_service)
+	ok "  ... without dac_read_search it cannot read it: 503, logged" \
+		bash -c "[ '$c' = 503 ] && grep -q 'cannot read .*Permission denied' '$D/caps.log'"
+	chown root:root "$D/munge.key" && chmod 600 "$D/munge.key"
+else
+	skip "setpriv or the munge user missing"
+fi
+
 # ---- the unit ---------------------------------------------------------------------------
 unit=$top/services/units/kiln-serve.service
 ok "unit: Type=notify, reload by SIGHUP, a watchdog" bash -c \
