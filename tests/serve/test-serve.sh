@@ -132,6 +132,14 @@ refused "munge.key from a non-node address (127.0.0.99), privileged port: 403, l
 refused "munge.key from the head's own address (127.0.0.1), privileged port: 403" 127.0.0.1 "--local-port 600-1023" munge.key "not one the cluster file gives a node"
 refused "inferd-keys to n1 (not an inference node): 403, logged" 127.0.0.11 "--local-port 600-1023" inferd-keys "not an inference node"
 ok "  ... the refusal names the node" grep -q "secret refused: 127.0.0.11:[0-9]* (node n1) GET /kiln/secret/inferd-keys" "$LOG"
+# a user (nobody) on n1 cannot meet the rule: no privileged port to bind
+setpriv --reuid=nobody --regid=nogroup --clear-groups curl -s -o /dev/null --interface 127.0.0.11 \
+	--local-port 600-1023 "$SERVE_URL/secret/munge.key" 2>/dev/null
+rc=$?
+ok "a user (nobody) on n1 asking from a privileged port: curl cannot bind one (exit $rc)" test "$rc" = 45
+c=$(setpriv --reuid=nobody --regid=nogroup --clear-groups curl -s -o "$W/nobody" -w '%{http_code}' \
+	--interface 127.0.0.11 "$SERVE_URL/secret/munge.key")
+ok "  ... and from the port it can have: 403, no key" bash -c "[ '$c' = 403 ] && ! cmp -s '$W/nobody' '$D/munge.key'"
 ok "inferd-keys to n2 (the inference node): the keys file" bash -c "as_node() { curl -s --interface \"\$1\" --local-port 600-1023 \"\${@:2}\"; }; as_node 127.0.0.12 '$SERVE_URL/secret/inferd-keys' | cmp -s - '$D/inferd-keys'"
 ok "root-password-hash to n3: the hash" bash -c "curl -s --interface 127.0.0.13 --local-port 600-1023 '$SERVE_URL/secret/root-password-hash' | cmp -s - '$D/root-hash'"
 ok "an unknown secret (secret/shadow): 404" test "$(code "$SERVE_URL/secret/shadow" --interface 127.0.0.11 --local-port 600-1023)" = 404
