@@ -280,7 +280,8 @@ typedef enum km_file_kind {
 /* Opens path.  Errors (err names the file and the tensor or key, expected
  * vs found): the kmf_open errors (-ENOENT, -EBADMSG, -E2BIG ...),
  * -EOPNOTSUPP (an architecture, dtype or feature kiln does not run: GGUF
- * other than "llama", MoE, partial or scaled RoPE, integer tensors, a
+ * other than "llama", MoE, partial RoPE, RoPE scaling other than Llama
+ * 3.1's and linear (YaRN, LongRoPE, dynamic NTK), integer tensors, a
  * safetensors file with neither kiln nor HF names), -ENOENT (a missing
  * tensor), -EINVAL (missing or inconsistent metadata, a wrong shape,
  * no config.json for HF weights), -ENOMEM. */
