@@ -166,7 +166,7 @@ void ref_set_rope(ref_model *m, const ref_rope *r)
  * factor where wavelen > low_freq_wavelen, f where wavelen <
  * high_freq_wavelen, and in between (1 - s) * f / factor + s * f with s =
  * (L / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor). */
-static double rope_freq(const ref_rope *r, int j, int hs)
+double ref_rope_freq(const ref_rope *r, int j, int hs)
 {
 	double f = pow(r->theta, -2.0 * j / hs);
 	if (r->kind == REF_ROPE_LINEAR)
@@ -183,13 +183,13 @@ static double rope_freq(const ref_rope *r, int j, int hs)
 	return (1 - s) * f / r->factor + s * f;
 }
 
-/* Pair j of a head (j < hs/2) rotates by pos * rope_freq(j); its two
+/* Pair j of a head (j < hs/2) rotates by pos * ref_rope_freq(j); its two
  * elements are (2j, 2j+1) for llama2.c, (j, j + hs/2) for HF. */
 static void rotate(double *vec, int n_heads, int hs, int pos, int half, const ref_rope *r)
 {
 	for (int hd = 0; hd < n_heads; hd++)
 		for (int j = 0; j < hs / 2; j++) {
-			double ang = pos * rope_freq(r, j, hs);
+			double ang = pos * ref_rope_freq(r, j, hs);
 			double c = cos(ang), s = sin(ang);
 			double *e0 = vec + hd * hs + (half ? j : 2 * j);
 			double *e1 = half ? e0 + hs / 2 : e0 + 1;

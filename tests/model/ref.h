@@ -37,6 +37,8 @@ typedef struct ref_rope {
 	double factor, low_freq_factor, high_freq_factor, original_max_pos;
 } ref_rope;
 void ref_set_rope(ref_model *m, const ref_rope *r);
+/* Pair j's frequency (of a head of hs) under r. */
+double ref_rope_freq(const ref_rope *r, int j, int hs);
 /* Writes a llama2.c checkpoint of random weights (shared classifier):
  * matrices uniform in +-1/sqrt(fan_in), norm gains 1 +- 0.1, embedding
  * +-0.5.  Returns 0 or -1. */
