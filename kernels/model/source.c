@@ -931,6 +931,7 @@ static int json_float(const char *cpath, json_t *root, const char *key, double d
 static const model_key hf_keys[] = {
 	{ "model_type", K_READ, NULL, NULL },
 	{ "rope_scaling", K_READ, NULL, NULL },
+	{ "rope_parameters", K_READ, NULL, NULL },
 	{ "hidden_size", K_READ, NULL, NULL },
 	{ "intermediate_size", K_READ, NULL, NULL },
 	{ "num_hidden_layers", K_READ, NULL, NULL },
@@ -988,22 +989,21 @@ static int check_hf_keys(const char *cpath, json_t *root, const km_config *c, ki
 	return 0;
 }
 
-/* rope_scaling's number `key` into *ret: present (need), a number, > 0
- * (and > above when above > 0). */
-static int hf_rope_num(const char *cpath, json_t *rs, const char *type, const char *key,
-		       double above, double *ret, kiln_error *err)
+/* The number `key` of rope_scaling (what) into *ret: present, a number,
+ * > 0 (and > above when above > 0). */
+static int hf_rope_num(const char *cpath, const char *what, json_t *rs, const char *type,
+		       const char *key, double above, double *ret, kiln_error *err)
 {
 	json_t *v = json_object_get(rs, key);
 	if (!v || json_is_null(v))
 		return km_errorf(err, -EINVAL,
-				 "%s: rope_scaling type \"%s\" needs \"%s\" (a number), which is "
-				 "missing",
-				 cpath, type, key);
+				 "%s: %s type \"%s\" needs \"%s\" (a number), which is missing",
+				 cpath, what, type, key);
 	double d = json_is_number(v) ? json_number_value(v) : NAN;
 	if (!(d > 0 && d > above && d < 1e9))
 		return km_errorf(err, -EINVAL,
-				 "%s: rope_scaling \"%s\" must be a number above %g and below 1e9",
-				 cpath, key, above > 0 ? above : 0);
+				 "%s: %s \"%s\" must be a number above %g and below 1e9", cpath,
+				 what, key, above > 0 ? above : 0);
 	*ret = d;
 	return 0;
 }
@@ -1017,14 +1017,15 @@ static int hf_rope_num(const char *cpath, json_t *rs, const char *type, const ch
  * w - low_freq_factor) / (high_freq_factor - low_freq_factor): divisor 1
  * / ((1 - s) / factor + s).  "linear": every f / factor.  "default": none.
  * The other types are refused by name, and so is a key none of these
- * reads. */
-static int hf_rope_scaling(const char *cpath, json_t *rs, km_config *c, kiln_error *err)
+ * reads.  what: "rope_scaling", or transformers 5's "rope_parameters" (the
+ * same keys and rope_theta, which the caller reads). */
+static int hf_rope_scaling(const char *cpath, const char *what, json_t *rs, km_config *c,
+			   kiln_error *err)
 {
-	static const char *const known[] = {
-		"rope_type",	    "type",
-		"factor",	    "low_freq_factor",
-		"high_freq_factor", "original_max_position_embeddings"
-	};
+	static const char *const known[] = { "rope_type",	 "type",
+					     "factor",		 "low_freq_factor",
+					     "high_freq_factor", "original_max_position_embeddings",
+					     "rope_theta" };
 	static const struct {
 		const char *type, *what;
 	} refused[] = {
@@ -1036,55 +1037,55 @@ static int hf_rope_scaling(const char *cpath, json_t *rs, km_config *c, kiln_err
 	if (!rs || json_is_null(rs))
 		return 0;
 	if (!json_is_object(rs))
-		return km_errorf(err, -EINVAL, "%s: key \"rope_scaling\" must be an object or null",
-				 cpath);
+		return km_errorf(err, -EINVAL, "%s: key \"%s\" must be an object or null", cpath,
+				 what);
 	/* transformers reads rope_type, and type where rope_type is absent. */
 	json_t *tv = json_object_get(rs, "rope_type");
 	if (!tv || json_is_null(tv))
 		tv = json_object_get(rs, "type");
 	if (!json_is_string(tv))
-		return km_errorf(err, -EINVAL,
-				 "%s: rope_scaling has no \"rope_type\" (or \"type\") string",
-				 cpath);
+		return km_errorf(err, -EINVAL, "%s: %s has no \"rope_type\" (or \"type\") string",
+				 cpath, what);
 	const char *type = json_string_value(tv);
 	for (size_t i = 0; i < ARRAY_SIZE(refused); i++)
 		if (streq(type, refused[i].type))
 			return km_errorf(err, -EOPNOTSUPP,
-					 "%s: rope_scaling type \"%s\": %s, not implemented "
-					 "(kiln has \"llama3\" and \"linear\"); " REFUSE_RULE,
-					 cpath, type, refused[i].what);
+					 "%s: %s type \"%s\": %s, not implemented (kiln has "
+					 "\"llama3\" and \"linear\"); " REFUSE_RULE,
+					 cpath, what, type, refused[i].what);
 	if (!streq(type, "llama3") && !streq(type, "linear") && !streq(type, "default"))
 		return km_errorf(err, -EOPNOTSUPP,
-				 "%s: rope_scaling type \"%.64s\": a RoPE scaling unknown to kiln "
-				 "(it has \"llama3\" and \"linear\"); " REFUSE_RULE,
-				 cpath, type);
+				 "%s: %s type \"%.64s\": a RoPE scaling unknown to kiln (it has "
+				 "\"llama3\" and \"linear\"); " REFUSE_RULE,
+				 cpath, what, type);
 	const char *key;
 	json_t *v;
 	json_object_foreach(rs, key, v)
 	{
 		bool ok = false;
 		for (size_t i = 0; i < ARRAY_SIZE(known) && !ok; i++)
-			ok = streq(key, known[i]);
+			ok = streq(key, known[i]) &&
+			     (!streq(key, "rope_theta") || streq(what, "rope_parameters"));
 		if (!ok)
 			return km_errorf(err, -EOPNOTSUPP,
-					 "%s: rope_scaling key \"%.64s\": unknown to kiln, which "
-					 "may change the math; " REFUSE_RULE,
-					 cpath, key);
+					 "%s: %s key \"%.64s\": unknown to kiln, which may change "
+					 "the math; " REFUSE_RULE,
+					 cpath, what, key);
 	}
 	if (streq(type, "default"))
 		return 0;
 	double factor, lo = 0, hi = 0, L = 0;
-	int r = hf_rope_num(cpath, rs, type, "factor", 0, &factor, err);
+	int r = hf_rope_num(cpath, what, rs, type, "factor", 0, &factor, err);
 	if (r >= 0 && streq(type, "llama3") &&
-	    ((r = hf_rope_num(cpath, rs, type, "low_freq_factor", 0, &lo, err)) < 0 ||
-	     (r = hf_rope_num(cpath, rs, type, "high_freq_factor", lo, &hi, err)) < 0 ||
-	     (r = hf_rope_num(cpath, rs, type, "original_max_position_embeddings", 0, &L, err)) <
-		     0))
+	    ((r = hf_rope_num(cpath, what, rs, type, "low_freq_factor", 0, &lo, err)) < 0 ||
+	     (r = hf_rope_num(cpath, what, rs, type, "high_freq_factor", lo, &hi, err)) < 0 ||
+	     (r = hf_rope_num(cpath, what, rs, type, "original_max_position_embeddings", 0, &L,
+			      err)) < 0))
 		return r;
 	if (r < 0)
 		return r;
 	if (factor > KM_ROPE_DIV_MAX)
-		return km_errorf(err, -EINVAL, "%s: rope_scaling \"factor\" = %g, above %g", cpath,
+		return km_errorf(err, -EINVAL, "%s: %s \"factor\" = %g, above %g", cpath, what,
 				 factor, KM_ROPE_DIV_MAX);
 	int d = c->head_dim;
 	if (d / 2 > KM_ROPE_PAIRS_MAX)
@@ -1104,6 +1105,37 @@ static int hf_rope_scaling(const char *cpath, json_t *rs, km_config *c, kiln_err
 		c->rope_freq_div[i] = (float) div;
 	}
 	return 0;
+}
+
+/* RoPE of config.json: rope_theta and rope_scaling (transformers 4), or
+ * rope_parameters holding both (transformers 5); not both forms, and a
+ * top-level rope_theta beside rope_parameters must agree with it. */
+static int hf_rope(const char *cpath, json_t *root, km_config *c, kiln_error *err)
+{
+	json_t *rs = json_object_get(root, "rope_scaling"),
+	       *rp = json_object_get(root, "rope_parameters");
+	if (!rp || json_is_null(rp))
+		return hf_rope_scaling(cpath, "rope_scaling", rs, c, err);
+	if (rs && !json_is_null(rs))
+		return km_errorf(err, -EINVAL,
+				 "%s: both \"rope_scaling\" and \"rope_parameters\" are set; keep "
+				 "one (transformers 5 writes rope_parameters only)",
+				 cpath);
+	if (!json_is_object(rp))
+		return km_errorf(err, -EINVAL,
+				 "%s: key \"rope_parameters\" must be an object or null", cpath);
+	float theta;
+	json_t *top = json_object_get(root, "rope_theta");
+	int r = json_float(cpath, rp, "rope_theta", c->rope_theta, &theta, err);
+	if (r < 0)
+		return r;
+	if (top && !json_is_null(top) && theta != c->rope_theta)
+		return km_errorf(err, -EINVAL,
+				 "%s: rope_theta = %g but rope_parameters.rope_theta = %g; keep "
+				 "one",
+				 cpath, (double) c->rope_theta, (double) theta);
+	c->rope_theta = theta;
+	return hf_rope_scaling(cpath, "rope_parameters", rp, c, err);
 }
 
 static int config_hf(km_file *f, kiln_error *err)
@@ -1158,7 +1190,7 @@ static int config_hf(km_file *f, kiln_error *err)
 				 "only head_dim = hidden_size / heads is supported",
 				 cpath, head_dim, c->head_dim);
 	c->rope_mode = KK_ROPE_HALF;
-	if ((r = hf_rope_scaling(cpath, json_object_get(root, "rope_scaling"), c, err)) < 0)
+	if ((r = hf_rope(cpath, root, c, err)) < 0)
 		return r;
 	/* lm_head absent = tied to the embedding (tie_word_embeddings). */
 	c->shared_classifier = kmf_tensor_find(f->kf, "lm_head.weight") == NULL;

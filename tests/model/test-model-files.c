@@ -1109,6 +1109,7 @@ static void hf_refused(const char *dir, const char *config, const hf_extra *extr
 }
 
 static char *hf_config_rope(const char *scaling);
+static char *hf_config_params(const char *params);
 
 /* Every tensor is one the model uses and every key is read, known not to
  * change the math, or refused by name: the Llama 3.1 frequency factors,
@@ -1222,6 +1223,18 @@ static void test_refused_unimplemented(void **state)
 		   NULL, "config.json",
 		   "rope_scaling type \"yarn\": YaRN, not implemented (kiln has \"llama3\" and "
 		   "\"linear\"); " RULE);
+	hf_refused(dir,
+		   hf_config_params("{\"rope_theta\": 10000.0, \"rope_type\": \"yarn\", "
+				    "\"factor\": 4.0}"),
+		   NULL, "config.json",
+		   "rope_parameters type \"yarn\": YaRN, not implemented (kiln has \"llama3\" and "
+		   "\"linear\"); " RULE);
+	hf_refused(dir,
+		   hf_config_rope("{\"rope_type\": \"linear\", \"factor\": 2.0, \"rope_theta\": "
+				  "5.0}"),
+		   NULL, "config.json",
+		   "rope_scaling key \"rope_theta\": unknown to kiln, which may change the "
+		   "math; " RULE);
 	/* a llama3 rope_scaling without its numbers is broken, not refused */
 	char path[700];
 	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
@@ -1241,6 +1254,25 @@ static void test_refused_unimplemented(void **state)
 		"rope_scaling \"high_freq_factor\" must be a number above 4 and below 1e9");
 	write_hf(dir, hf_config_rope("1234"), true);
 	expect_refused_as(path, named, -EINVAL, "key \"rope_scaling\" must be an object or null");
+	char both[2600];
+	snprintf(both, sizeof(both), "%s",
+		 hf_config_rope("{\"rope_type\": \"linear\", \"factor\": 2.0}"));
+	char *end = strrchr(both, '}');
+	snprintf(end, sizeof(both) - (size_t) (end - both),
+		 ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": "
+		 "500000.0}}\n");
+	write_hf(dir, both, true);
+	expect_refused_as(path, named, -EINVAL,
+			  "both \"rope_scaling\" and \"rope_parameters\" are set; keep one "
+			  "(transformers 5 writes rope_parameters only)");
+	snprintf(both, sizeof(both), "%s", hf_config(cfg.n_heads));
+	end = strrchr(both, '}');
+	snprintf(end, sizeof(both) - (size_t) (end - both),
+		 ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": "
+		 "500000.0}}\n");
+	write_hf(dir, both, true);
+	expect_refused_as(path, named, -EINVAL,
+			  "rope_theta = 10000 but rope_parameters.rope_theta = 500000; keep one");
 	snprintf(cfgbuf, sizeof(cfgbuf), "%s", hf_config(cfg.n_heads));
 	char *at = strstr(cfgbuf, "\"attention_bias\": false");
 	assert_non_null(at);
@@ -1388,6 +1420,20 @@ static char *hf_config_rope(const char *scaling)
 	snprintf(s, sizeof(s), "%.*s\"rope_scaling\": %s, \"rope_theta\": 500000.0%s",
 		 (int) (at - base), base, scaling,
 		 at + strlen("\"rope_scaling\": null, \"rope_theta\": 10000.0"));
+	return s;
+}
+
+/* the same in transformers 5's form: rope_parameters `params` (JSON, with
+ * rope_theta), no rope_theta or rope_scaling beside it */
+static char *hf_config_params(const char *params)
+{
+	static char s[2600];
+	const char *base = hf_config(cfg.n_heads);
+	const char *old = "\"rope_scaling\": null, \"rope_theta\": 10000.0";
+	const char *at = strstr(base, old);
+	assert_non_null(at);
+	snprintf(s, sizeof(s), "%.*s\"rope_parameters\": %s%s", (int) (at - base), base, params,
+		 at + strlen(old));
 	return s;
 }
 
@@ -1544,6 +1590,19 @@ static void test_rope_scaling(void **state)
 	write_hf_x(dir, hf_config_rope(llama3_json), true,
 		   &(hf_extra){ "model.rotary_emb.inv_freq", inv, 16 }, 1);
 	expect_refused_as(hf, named, -EOPNOTSUPP, msg);
+	/* transformers 5 writes the same as rope_parameters: the same model */
+	write_hf(dir,
+		 hf_config_params("{\"factor\": 4.0, \"high_freq_factor\": 8.0, "
+				  "\"low_freq_factor\": 1.0, \"original_max_position_embeddings\": "
+				  "128, \"rope_theta\": 500000.0, \"rope_type\": \"llama3\"}"),
+		 true);
+	kiln_logprobs(hf, tk, want, &c);
+	assert_memory_equal(want, got, n * sizeof(double));
+	write_hf(dir, hf_config_params("{\"rope_theta\": 500000.0, \"rope_type\": \"default\"}"),
+		 true);
+	kiln_logprobs(hf, tk, want, &c);
+	mx = lp_diff(want, plain, tk, &pmx);
+	assert_true(!c.rope_scaled && c.rope_theta == 500000.0f && mx <= TOL_ROPE);
 
 	/* (b) GGUF: rope_freqs.weight as llama.cpp's converter writes it */
 	ref_logprobs(l2c, &rope_llama3, tk, want);
