@@ -8,7 +8,9 @@
  * llama2.c path's logits (teacher-forced over its greedy tokens) and its greedy tokens: bit for bit
  * where the weights are the same f32 values, to a stated tolerance where they were rounded.  A real
  * kiln-train checkpoint (kmt_save) loads to the trained model's exact
- * logits.  Broken and mismatched files are refused with exact messages.
+ * logits.  Broken and mismatched files are refused with exact messages.  Scaled RoPE
+ * (Llama 3.1's rope_scaling / rope_freqs.weight, linear) is checked on a random model
+ * written the same ways, against the float64 reference (ref.c) on log-probabilities.
  * Without the fixture the tests fail, naming it (the build makes it). */
 #include <errno.h>
 #include <math.h>
