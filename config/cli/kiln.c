@@ -9,6 +9,7 @@
  *   kiln tokenize FILE [--text S | --ids L] (config/cli/kiln-tokenize.c)
  *   kiln [-c FILE] status [--json] [--timeout SECS] [NODES] (config/cli/status.c)
  *   kiln [-c FILE] reboot [--wave N] [--dry-run] NODES      (config/cli/reboot.c)
+ *   kiln keygen | sign | verify             (config/cli/sign.c)
  *
  * A program on kiln/prog.h with verbs: the global options (-c -v -q) come
  * before the verb, and check, show and render take them after it too, as
@@ -728,6 +729,12 @@ static const kiln_verb verbs[] = {
 	  &kiln_status_prog },
 	{ "reboot", "rolling reboot of nodes through Slurm, in waves", kiln_reboot_main,
 	  &kiln_reboot_prog },
+	{ "keygen", "make the head node's key that signs the cluster file", kiln_keygen_main,
+	  &kiln_keygen_prog },
+	{ "sign", "sign the cluster file with the head node's key", kiln_sign_main,
+	  &kiln_sign_prog },
+	{ "verify", "check a file's signature against a public key", kiln_verify_main,
+	  &kiln_verify_prog },
 	{ "help", "show this help", verb_help, NULL },
 };
 
@@ -743,7 +750,10 @@ static const kiln_prog prog = {
 		 "kiln model inspect FILE [--json]           tensors and metadata of a model file\n"
 		 "kiln tokenize FILE [--text S | --ids L]    text <-> token ids\n"
 		 "kiln [OPTIONS] status [--json] [NODES]     the cluster at a glance\n"
-		 "kiln [OPTIONS] reboot [--wave N] NODES     rolling reboot in waves",
+		 "kiln [OPTIONS] reboot [--wave N] NODES     rolling reboot in waves\n"
+		 "kiln [OPTIONS] keygen [--key FILE]         the head's signing key pair\n"
+		 "kiln [OPTIONS] sign [FILE]                 FILE.sig with the head's key\n"
+		 "kiln verify --key PUB FILE [SIG]           check FILE's signature",
 	.options = global_options,
 	.option = parse_option,
 	.epilog = "Exit status: 0 success, 1 failure, 2 usage or configuration error.\n"

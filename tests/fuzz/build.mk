@@ -13,7 +13,7 @@ TEST_FULL_SCRIPTS += tests/fuzz/fuzz-json.sh
 # libFuzzer target for parse + validate + render (tests/fuzz/fuzz-config.c),
 # by mk/rules.mk's kiln_fuzz; its suite runs in make test-full.
 FUZZ_CONFIG_SRCS := tests/fuzz/fuzz-config.c $(CONFIG_SRCS) common/parse.c common/strbuf.c common/hostlist.c common/log.c
-$(eval $(call kiln_fuzz,fuzz-config,$(FUZZ_CONFIG_SRCS),$(KILN_FUZZ_STRICT) -Icommon/include -Iconfig/lib/include,-lconfig,config/lib/include/kiln/config.h config/lib/config-internal.h $(wildcard common/include/kiln/*.h)))
+$(eval $(call kiln_fuzz,fuzz-config,$(FUZZ_CONFIG_SRCS),$(KILN_FUZZ_STRICT) -Icommon/include -Iconfig/lib/include,-lconfig -lsodium,config/lib/include/kiln/config.h config/lib/config-internal.h $(wildcard common/include/kiln/*.h)))
 TEST_FULL_SCRIPTS += tests/fuzz/fuzz-config.sh
 
 # libFuzzer targets (mk/rules.mk's kiln_fuzz): the protocol parser alone,
