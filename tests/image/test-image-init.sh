@@ -387,6 +387,24 @@ else
 	skip "zstd or cpio not installed (make image-deps)"
 fi
 
+# ---- build-image.sh: no image without the head's signing key pair --------------------
+# (the checks before mmdebstrap: no network, no root filesystem)
+mkdir -p "$W/bi/staging/usr/local/bin" "$W/bi/keys"
+sed "s|signing_key = \"/etc/kiln/head.key\"|signing_key = \"$W/bi/keys/head.key\"|" config/examples/dgx-pod.cfg >"$W/bi/c.cfg"
+KILN=$KILN image/build-image.sh "$W/bi/c.cfg" "$W/bi/out" "$W/bi/staging" >/dev/null 2>"$W/bi/nokey.err"
+rc=$?
+ok "build-image.sh without image.signing_key's pair: exit 1, says kiln keygen" \
+	bash -c "[ $rc = 1 ] && grep -q \"no signing key pair at '$W/bi/keys/head.key'\" '$W/bi/nokey.err' && grep -q 'kiln keygen' '$W/bi/nokey.err'"
+"$KILN" -q keygen --key "$W/bi/keys/head.key" >/dev/null
+cp "$W/other.pub" "$W/bi/keys/head.pub"
+KILN=$KILN image/build-image.sh "$W/bi/c.cfg" "$W/bi/out" "$W/bi/staging" >/dev/null 2>"$W/bi/mismatch.err"
+rc=$?
+ok "build-image.sh with a .pub that is not the key's half: exit 1, says so (every node would refuse)" \
+	bash -c "[ $rc = 1 ] && grep -q 'is not the public half of $W/bi/keys/head.key' '$W/bi/mismatch.err'"
+ok "  ... and wrote no signature next to the cluster file" test ! -e "$W/bi/c.cfg.sig"
+ok "build-image.sh bakes no munge key or password hash: no upload of either" \
+	bash -c "! grep -nE 'upload .*munge|chpasswd|ROOT_PASSWORD' image/build-image.sh"
+
 # ---- shellcheck ------------------------------------------------------------------
 if command -v shellcheck >/dev/null; then
 	for s in image/kiln-node-init image/build-image.sh image/pack-initrd.sh image/trim-modules.sh image/deps.sh \
