@@ -51,3 +51,6 @@ int kiln_verify_main(int argc, char **argv);
  * key).  kiln sign and kiln apply. */
 int kiln_sign_file_with(const char *key_path, const char *what, const char *data, size_t len,
 			const char *sig_path);
+/* The same, into memory: *ret_sig (free() it) is the signature line. */
+int kiln_sign_text_with(const char *key_path, const char *what, const char *data, size_t len,
+			char **ret_sig);

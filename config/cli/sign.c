@@ -175,10 +175,8 @@ const kiln_prog kiln_sign_prog = {
 		  "Exit status: 0 signed, 1 I/O failure, 2 usage, or a missing or unusable key.\n",
 };
 
-/* Signs data with the secret key at key_path into sig_path.  Errors are
- * logged; returns an exit status.  Shared with kiln apply. */
-int kiln_sign_file_with(const char *key_path, const char *what, const char *data, size_t len,
-			const char *sig_path)
+int kiln_sign_text_with(const char *key_path, const char *what, const char *data, size_t len,
+			char **ret_sig)
 {
 	char err[256] = "";
 	kiln_sign_secret k;
@@ -191,17 +189,28 @@ int kiln_sign_file_with(const char *key_path, const char *what, const char *data
 		return r == -ENOENT || r == -EPERM || r == -EBADMSG ? KILN_EXIT_USAGE
 								    : KILN_EXIT_FAILURE;
 	}
-	_cleanup_free_ char *sig = NULL;
-	r = kiln_sign_buffer(&k, data, len, &sig);
+	r = kiln_sign_buffer(&k, data, len, ret_sig);
 	char id[sizeof(k.pub.id)];
 	memcpy(id, k.pub.id, sizeof(id));
 	kiln_sign_wipe(&k);
 	if (r < 0)
 		return log_error_errno(r, "Failed to sign %s: %m", what), KILN_EXIT_FAILURE;
+	log_debug("Signed %s with key %s", what, id);
+	return KILN_EXIT_OK;
+}
+
+int kiln_sign_file_with(const char *key_path, const char *what, const char *data, size_t len,
+			const char *sig_path)
+{
+	_cleanup_free_ char *sig = NULL;
+	int r = kiln_sign_text_with(key_path, what, data, len, &sig);
+	if (r != KILN_EXIT_OK)
+		return r;
 	r = kiln_write_file_atomic(sig_path, sig, strlen(sig), 0644);
 	if (r < 0)
 		return log_error_errno(r, "Failed to write '%s': %m", sig_path), KILN_EXIT_FAILURE;
-	log_info("Signed %s with key %s: %s", what, id, sig_path);
+	log_info("Signed %s with key %.16s: %s", what, sig + strlen("kiln-signature v1 ed25519 "),
+		 sig_path);
 	return KILN_EXIT_OK;
 }
 
