@@ -45,7 +45,8 @@ static int judge(const struct stat *st, const char *shown, bool last, char *err,
 	const char *what = S_ISDIR(st->st_mode) ? "directory" : "file";
 	if (st->st_uid != 0) {
 		char u[96];
-		seterr(err, errlen, "%s %s is owned by %s, not root: that user can change what root "
+		seterr(err, errlen,
+		       "%s %s is owned by %s, not root: that user can change what root "
 		       "runs; chown root: it (and check its contents)",
 		       what, shown, user_name(st->st_uid, u, sizeof(u)));
 		return -EPERM;
@@ -56,7 +57,8 @@ static int judge(const struct stat *st, const char *shown, bool last, char *err,
 	/* a sticky directory: others cannot replace root's entries in it */
 	if (S_ISDIR(st->st_mode) && (st->st_mode & S_ISVTX) && !last)
 		return 0;
-	seterr(err, errlen, "%s %s is writable by %s (mode %04o): any such user can change what "
+	seterr(err, errlen,
+	       "%s %s is writable by %s (mode %04o): any such user can change what "
 	       "root runs; chmod go-w it",
 	       what, shown, (w & S_IWOTH) ? "every user" : "its group",
 	       (unsigned) (st->st_mode & 07777));
@@ -142,7 +144,8 @@ int kiln_path_trusted(const char *root, const char *path, char *err, size_t errl
 				return r;
 			}
 			if (sticky_parent) {
-				seterr(err, errlen, "%s does not exist, and every user may create it in "
+				seterr(err, errlen,
+				       "%s does not exist, and every user may create it in "
 				       "its directory; use a path under a directory only root can "
 				       "write",
 				       cur);
@@ -166,7 +169,8 @@ int kiln_path_trusted(const char *root, const char *path, char *err, size_t errl
 			ssize_t n = readlink(full, link, sizeof(link) - 1);
 			if (n < 0) {
 				r = -errno;
-				seterr(err, errlen, "cannot read the link %s: %s", cur, strerror(errno));
+				seterr(err, errlen, "cannot read the link %s: %s", cur,
+				       strerror(errno));
 				return r;
 			}
 			link[n] = '\0';

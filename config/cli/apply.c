@@ -27,9 +27,10 @@
  *        image, network, monitoring            -> what to run by hand;
  *   4. unless --dry-run, writes the files, publishes the cluster file with
  *      its signature (PUBLISH.sig, by image.signing_key: kiln-node-init
- *      refuses a file without it), and runs the reconfigure and restarts.  Commands for the nodes go through
- *      --on-nodes CMD (`CMD HOSTLIST COMMAND`, e.g. 'pdsh -w'); without it
- *      apply prints them.  The plan is printed before anything runs. */
+ *      refuses a file without it), and runs the reconfigure and restarts.
+ *      Commands for the nodes go through --on-nodes CMD (`CMD HOSTLIST
+ *      COMMAND`, e.g. 'pdsh -w'); without it apply prints them.  The plan
+ *      is printed before anything runs. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -356,7 +356,7 @@ static int verb_check(int argc, char **argv)
 		struct node_paths np = { .file = c->path };
 		kiln_cfg_for_each_code_path(c, node_path_one, &np);
 		if (np.refused) {
-			log_error("%s names %d program%s or librar%s root would run on this node that "
+			log_error("%s names %d program%s or librar%s root would run here that "
 				  "others can change; make %s root's and not group- or "
 				  "world-writable (chown root:, chmod go-w), directories included",
 				  c->path, np.refused, np.refused == 1 ? "" : "s",

@@ -79,8 +79,9 @@ static const kiln_option keygen_options[] = {
 	  "the secret key to write (default: the cluster file's image.signing_key,\n"
 	  "/etc/kiln/head.key); the public key goes next to it as .pub",
 	  "file", .str = &arg_key },
-	{ "force", ARG_FORCE, NULL, "replace an existing key (nodes then refuse files signed by it)",
-	  NULL, .flag = &arg_force },
+	{ "force", ARG_FORCE, NULL,
+	  "replace an existing key (nodes then refuse files signed by it)", NULL,
+	  .flag = &arg_force },
 	KILN_OPTIONS_COMMON,
 	{},
 };
@@ -102,7 +103,8 @@ const kiln_prog kiln_keygen_prog = {
 int kiln_keygen_main(int argc, char **argv)
 {
 	if (optind < argc)
-		return kiln_usage_exit(&kiln_keygen_prog, "keygen takes no arguments (use --key FILE).");
+		return kiln_usage_exit(&kiln_keygen_prog,
+				       "keygen takes no arguments (use --key FILE).");
 	_cleanup_free_ char *sec_path = NULL;
 	int r = signing_key_path(arg_config ? arg_config : kiln_cli_config(), &sec_path);
 	if (r)
@@ -113,11 +115,12 @@ int kiln_keygen_main(int argc, char **argv)
 	if (!arg_force)
 		for (const char *p = sec_path; p; p = p == sec_path ? pub_path : NULL)
 			if (access(p, F_OK) == 0) {
-				log_error("%s already exists; kiln keygen does not replace a key "
-					  "(images carry its public half). To replace it, run kiln "
-					  "keygen --force, then rebuild the image and kiln sign the "
-					  "cluster file again.",
-					  p);
+				log_error(
+					"%s already exists; kiln keygen does not replace a key "
+					"(images carry its public half). To replace it, run kiln "
+					"keygen --force, then rebuild the image and kiln sign the "
+					"cluster file again.",
+					p);
 				return KILN_EXIT_USAGE;
 			}
 	kiln_sign_secret k;
@@ -155,9 +158,8 @@ int kiln_keygen_main(int argc, char **argv)
 
 static const kiln_option sign_options[] = {
 	KILN_OPTION_CONFIG_INTO(&arg_config),
-	{ "key", ARG_KEY, "FILE",
-	  "the secret key (default: the cluster file's image.signing_key)", "file",
-	  .str = &arg_key },
+	{ "key", ARG_KEY, "FILE", "the secret key (default: the cluster file's image.signing_key)",
+	  "file", .str = &arg_key },
 	KILN_OPTIONS_COMMON,
 	{},
 };
@@ -262,7 +264,8 @@ const kiln_prog kiln_verify_prog = {
 int kiln_verify_main(int argc, char **argv)
 {
 	if (!arg_key)
-		return kiln_usage_exit(&kiln_verify_prog, "verify needs --key PUB (the public key).");
+		return kiln_usage_exit(&kiln_verify_prog,
+				       "verify needs --key PUB (the public key).");
 	if (argc - optind < 1 || argc - optind > 2)
 		return kiln_usage_exit(&kiln_verify_prog, "verify needs FILE and at most one SIG.");
 	const char *file = argv[optind];
@@ -290,9 +293,10 @@ int kiln_verify_main(int argc, char **argv)
 		return log_error_errno(r, "Failed to read '%s': %m", file), KILN_EXIT_FAILURE;
 	r = kiln_read_file(sig_path, KILN_SIGN_TEXT_MAX + 1, &sig, &sig_len);
 	if (r == -ENOENT) {
-		log_error("%s is not signed: there is no %s. Sign it on the head node (kiln sign, or "
-			  "kiln apply publishes it signed).",
-			  file, sig_path);
+		log_error(
+			"%s is not signed: there is no %s. Sign it on the head node (kiln sign, or "
+			"kiln apply publishes it signed).",
+			file, sig_path);
 		return KILN_EXIT_USAGE;
 	}
 	if (r == -EFBIG) {

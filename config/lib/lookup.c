@@ -55,9 +55,14 @@ kiln_cfg_action kiln_cfg_xid_action(const kiln_cfg *cfg, int xid, kiln_cfg_actio
  * job's user for the Task ones): a user who can change it runs code as
  * them.  slurm.conf keys are case-insensitive. */
 static const char *const slurm_program_keys[] = {
-	"Prolog",	      "Epilog",	       "TaskProlog",
-	"TaskEpilog",	      "HealthCheckProgram", "RebootProgram",
-	"UnkillableStepProgram", NULL,
+	"Prolog",
+	"Epilog",
+	"TaskProlog",
+	"TaskEpilog",
+	"HealthCheckProgram",
+	"RebootProgram",
+	"UnkillableStepProgram",
+	NULL,
 };
 
 int kiln_cfg_for_each_code_path(const kiln_cfg *cfg,
@@ -74,9 +79,11 @@ int kiln_cfg_for_each_code_path(const kiln_cfg *cfg,
 		if (cfg->health.check_program &&
 		    (r = fn("health.check_program", cfg->health.check_program, userdata)) < 0)
 			return r;
-		if (cfg->health.prolog && (r = fn("health.prolog", cfg->health.prolog, userdata)) < 0)
+		if (cfg->health.prolog &&
+		    (r = fn("health.prolog", cfg->health.prolog, userdata)) < 0)
 			return r;
-		if (cfg->health.epilog && (r = fn("health.epilog", cfg->health.epilog, userdata)) < 0)
+		if (cfg->health.epilog &&
+		    (r = fn("health.epilog", cfg->health.epilog, userdata)) < 0)
 			return r;
 	}
 	if (cfg->slurm.reboot_program &&

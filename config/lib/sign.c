@@ -130,19 +130,22 @@ static int parse_line(const char *text, size_t len, const char *magic, const cha
 			f[nf++] = t;
 	int r = -EBADMSG;
 	if (nf != 5 || !streq(f[0], magic)) {
-		seterr(err, errlen, "not a kiln %s (expected one line \"%s v1 ed25519 KEYID BASE64\")",
-		       what, magic);
+		seterr(err, errlen,
+		       "not a kiln %s (expected one line \"%s v1 ed25519 KEYID BASE64\")", what,
+		       magic);
 		goto out;
 	}
 	if (!streq(f[1], "v1")) {
-		seterr(err, errlen, "%s version '%.16s' is not one this kiln reads (v1)", what, f[1]);
+		seterr(err, errlen, "%s version '%.16s' is not one this kiln reads (v1)", what,
+		       f[1]);
 		goto out;
 	}
 	if (!streq(f[2], "ed25519")) {
 		seterr(err, errlen, "%s algorithm '%.16s' is not ed25519", what, f[2]);
 		goto out;
 	}
-	if (strlen(f[3]) != KILN_SIGN_KEY_ID_LEN || strspn(f[3], "0123456789abcdef") != KILN_SIGN_KEY_ID_LEN) {
+	if (strlen(f[3]) != KILN_SIGN_KEY_ID_LEN ||
+	    strspn(f[3], "0123456789abcdef") != KILN_SIGN_KEY_ID_LEN) {
 		seterr(err, errlen, "%s key id '%.32s' is not %d lower case hex digits", what, f[3],
 		       KILN_SIGN_KEY_ID_LEN);
 		goto out;
@@ -176,8 +179,10 @@ int kiln_sign_parse_public(const char *text, size_t len, kiln_sign_public *ret, 
 		return r;
 	key_id(p.pk, p.id);
 	if (!streq(id, p.id)) {
-		seterr(err, errlen, "public key's id %s does not match its key (%s): the file was "
-		       "edited", id, p.id);
+		seterr(err, errlen,
+		       "public key's id %s does not match its key (%s): the file was "
+		       "edited",
+		       id, p.id);
 		return -EBADMSG;
 	}
 	*ret = p;
@@ -201,8 +206,10 @@ int kiln_sign_parse_secret(const char *text, size_t len, kiln_sign_secret *ret, 
 	sodium_memzero(seed, sizeof(seed));
 	key_id(s.pub.pk, s.pub.id);
 	if (!streq(id, s.pub.id)) {
-		seterr(err, errlen, "secret key's id %s does not match its key (%s): the file was "
-		       "edited", id, s.pub.id);
+		seterr(err, errlen,
+		       "secret key's id %s does not match its key (%s): the file was "
+		       "edited",
+		       id, s.pub.id);
 		kiln_sign_wipe(&s);
 		return -EBADMSG;
 	}
@@ -239,7 +246,8 @@ int kiln_sign_load_secret(const char *path, kiln_sign_secret *ret, char *err, si
 	}
 	/* as ssh refuses a private key others can read */
 	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-		seterr(err, errlen, "its mode is %04o: others may read or change the secret key; "
+		seterr(err, errlen,
+		       "its mode is %04o: others may read or change the secret key; "
 		       "chmod 600 it (and make a new key if others could read it)",
 		       (unsigned) (st.st_mode & 07777));
 		return -EPERM;
@@ -316,8 +324,10 @@ int kiln_sign_verify(const kiln_sign_public *pub, const void *data, size_t len, 
 	if (r < 0)
 		return r;
 	if (crypto_sign_verify_detached(s, m, ml, pub->pk) != 0) {
-		seterr(err, errlen, "the signature by key %s does not match the file's bytes (the "
-		       "file was altered, or the signature belongs to another file)", id);
+		seterr(err, errlen,
+		       "the signature by key %s does not match the file's bytes (the "
+		       "file was altered, or the signature belongs to another file)",
+		       id);
 		return -EKEYREJECTED;
 	}
 	return 0;

@@ -19,7 +19,8 @@
 #include "kiln/sign.h"
 #include "kiln/strbuf.h"
 
-static const char DATA[] = "cluster = { name = \"demo\"; };\nnetwork = { subnet = \"10.77.0.0/24\"; };\n";
+static const char DATA[] =
+	"cluster = { name = \"demo\"; };\nnetwork = { subnet = \"10.77.0.0/24\"; };\n";
 
 static kiln_sign_secret key_a, key_b;
 
@@ -103,7 +104,8 @@ static void test_flipped_byte(void **state)
 	for (size_t i = 0; i < strlen(DATA); i++) {
 		memcpy(copy, DATA, sizeof(DATA));
 		copy[i] ^= 0x01;
-		assert_int_equal(verify_a(copy, strlen(DATA), sig, err, sizeof(err)), -EKEYREJECTED);
+		assert_int_equal(verify_a(copy, strlen(DATA), sig, err, sizeof(err)),
+				 -EKEYREJECTED);
 	}
 	assert_non_null(strstr(err, "does not match the file's bytes"));
 	/* one byte more or less */
@@ -160,8 +162,8 @@ static void test_truncated_and_garbage(void **state)
 		assert_int_equal(verify_a(DATA, strlen(DATA), bad[i], err, sizeof(err)), -EBADMSG);
 	/* a NUL inside */
 	char nul[] = "kiln-signature v1\0ed25519 x y\n";
-	assert_int_equal(kiln_sign_verify(&key_a.pub, DATA, strlen(DATA), nul, sizeof(nul) - 1,
-					  err, sizeof(err)),
+	assert_int_equal(kiln_sign_verify(&key_a.pub, DATA, strlen(DATA), nul, sizeof(nul) - 1, err,
+					  sizeof(err)),
 			 -EBADMSG);
 	/* larger than any signature line */
 	char *big = malloc(KILN_SIGN_TEXT_MAX + 2);
@@ -213,12 +215,9 @@ static void test_key_files(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_keygen_ids),
-		cmocka_unit_test(test_key_text_round_trip),
-		cmocka_unit_test(test_good_signature),
-		cmocka_unit_test(test_flipped_byte),
-		cmocka_unit_test(test_wrong_key),
-		cmocka_unit_test(test_truncated_and_garbage),
+		cmocka_unit_test(test_keygen_ids),     cmocka_unit_test(test_key_text_round_trip),
+		cmocka_unit_test(test_good_signature), cmocka_unit_test(test_flipped_byte),
+		cmocka_unit_test(test_wrong_key),      cmocka_unit_test(test_truncated_and_garbage),
 		cmocka_unit_test(test_key_files),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);

@@ -343,7 +343,7 @@ typedef struct kiln_cfg_image {
 				     * NULL = root's password locked */
 	char **ssh_keys;	    /* root's authorized_keys lines (NULL-terminated) */
 	char *munge_key;	    /* head's munge key, served to nodes (never in the image) */
-	char *signing_key;	    /* head's secret key that signs cluster.cfg, "/etc/kiln/head.key" */
+	char *signing_key;	    /* signs cluster.cfg, "/etc/kiln/head.key" */
 	bool nvidia;		    /* GPU image: NVIDIA driver + CUDA runtime */
 	char *nvidia_apt_source;    /* "URL SUITE [COMPONENTS]" of NVIDIA's repository, or NULL */
 	char *nvidia_apt_keyring;   /* its keyring on the build machine */
