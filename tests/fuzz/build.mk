@@ -44,3 +44,9 @@ FUZZ_KTOK_SRCS := tests/fuzz/fuzz-tokenizer.c $(KTOK_SRCS) $(KMF_SRCS) kernels/k
 	common/strbuf.c common/error.c
 $(eval $(call kiln_fuzz,fuzz-tokenizer,$(FUZZ_KTOK_SRCS),$(KILN_FUZZ_STRICT) -Icommon/include -Ikernels/kk/include -Ikernels/modelfile/include -Ikernels/tokenizer/include,$(KMF_LDLIBS) -lm,kernels/tokenizer/include/ktok.h kernels/modelfile/include/kmf.h kernels/tokenizer/ktok_internal.h $(wildcard common/include/kiln/*.h)))
 TEST_FULL_SCRIPTS += tests/fuzz/fuzz-tokenizer.sh
+
+# libFuzzer target for the signature and key parsers and verify
+# (tests/fuzz/fuzz-sign.c): kiln-node-init verifies a signature fetched over
+# plain HTTP; its suite runs in make test-full.
+$(eval $(call kiln_fuzz,fuzz-sign,tests/fuzz/fuzz-sign.c config/lib/sign.c common/strbuf.c,$(KILN_FUZZ_STRICT) -Icommon/include -Iconfig/lib/include,-lsodium,config/lib/include/kiln/sign.h common/include/kiln/strbuf.h common/include/kiln/macro.h))
+TEST_FULL_SCRIPTS += tests/fuzz/fuzz-sign.sh
