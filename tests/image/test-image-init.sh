@@ -51,9 +51,27 @@ for d in unsigned tampered otherkey garbage; do mkdir -p "$W/srv/$d" && cp confi
 sed -i 's/10.77.0.1"/10.77.0.66"/' "$W/srv/tampered/cluster.cfg" # the head's address, as an attacker would
 "$KILN" -q sign --key "$W/other.key" "$W/srv/otherkey/cluster.cfg" >/dev/null
 head -c 200 /dev/urandom >"$W/srv/garbage/cluster.cfg.sig"
+# kiln apply caught between renaming the file and its signature: the first
+# signature fetched is the old file's; the server then puts the new one in
+# place (cluster.cfg.sig.next, below)
+mkdir -p "$W/srv/race"
+cp config/examples/demo.cfg "$W/srv/race/cluster.cfg"
+"$KILN" -q sign --key "$W/head.key" "$W/srv/race/cluster.cfg" >/dev/null
+mv "$W/srv/race/cluster.cfg.sig" "$W/race.sig.good"
+sed -i 's/^# /## /' "$W/srv/race/cluster.cfg" && "$KILN" -q sign --key "$W/head.key" "$W/srv/race/cluster.cfg" >/dev/null
+mv "$W/srv/race/cluster.cfg.sig" "$W/race.sig.stale"
+cp config/examples/demo.cfg "$W/srv/race/cluster.cfg"
 python3 - "$W/srv" "$W/port" >"$W/http.log" 2>&1 <<'PY' &
-import functools, http.server, sys
-h = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[1])
+import functools, http.server, os, sys
+class H(http.server.SimpleHTTPRequestHandler):
+    # after serving race/cluster.cfg.sig, the next one takes its place
+    def do_GET(self):
+        super().do_GET()
+        if self.path.endswith("/race/cluster.cfg.sig"):
+            nxt = os.path.join(sys.argv[1], "race", "cluster.cfg.sig.next")
+            if os.path.exists(nxt):
+                os.replace(nxt, nxt[:-len(".next")])
+h = functools.partial(H, directory=sys.argv[1])
 s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), h)
 open(sys.argv[2], "w").write(str(s.server_address[1]))
 s.serve_forever()
@@ -197,6 +215,15 @@ ok "  ... nothing written" nothing_written "$R"
 run garbage "kiln.node=node02 kiln.url=$URL/garbage"
 ok "garbage signature: exit 2" bash -c "[ $rc = 2 ] && grep -q 'bad signature' '$W/garbage.err'"
 ok "  ... nothing written" nothing_written "$R"
+# a fetch between kiln apply's two renames: fetched once more, then accepted
+cp "$W/race.sig.stale" "$W/srv/race/cluster.cfg.sig" && cp "$W/race.sig.good" "$W/srv/race/cluster.cfg.sig.next"
+run race "kiln.node=node02 kiln.url=$URL/race"
+ok "a signature of the previous file (kiln apply in progress): fetched once more, then configured (exit 0)" \
+	bash -c "[ $rc = 0 ] && grep -q 'fetching $URL/race/cluster.cfg and its signature once more' '$W/race.err'"
+cp "$W/race.sig.stale" "$W/srv/race/cluster.cfg.sig" && cp "$W/race.sig.good" "$W/srv/race/cluster.cfg.sig.next"
+run race1 "kiln.node=node02 kiln.url=$URL/race" --attempts 1
+ok "  ... with --attempts 1: refused (exit 2), nothing written" bash -c "[ $rc = 2 ] && [ \"\$(find '$R' -type f | grep -vc '/etc/kiln/head.pub$')\" = 0 ]"
+rm -f "$W/srv/race/cluster.cfg.sig.next"
 # a previous good configuration survives a refused file untouched
 run keep2 "kiln.node=node02 kiln.url=$URL"
 sum_before=$(cd "$R" && md5sum "${FILES[@]}")
