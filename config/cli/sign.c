@@ -172,7 +172,9 @@ const kiln_prog kiln_sign_prog = {
 	.args_complete = "file",
 	.epilog = "Writes FILE.sig (one line: kiln-signature v1 ed25519 KEYID BASE64) atomically,\n"
 		  "mode 0644.  FILE defaults to the cluster file (-c, $KILN_CONFIG,\n"
-		  "/etc/kiln/cluster.cfg); the key to the cluster file's image.signing_key.\n"
+		  "/etc/kiln/cluster.cfg); the key to image.signing_key of -c CFG, else of\n"
+		  "FILE when it is a cluster file, else of the default cluster file (or\n"
+		  "/etc/kiln/head.key without one).\n"
 		  "kiln apply and the image build sign the file they publish themselves.\n"
 		  "Exit status: 0 signed, 1 I/O failure, 2 usage, or a missing or unusable key.\n",
 };
@@ -223,8 +225,14 @@ int kiln_sign_main(int argc, char **argv)
 	const char *cfg = arg_config ? arg_config : kiln_cli_config();
 	const char *file = optind < argc ? argv[optind] : cfg ? cfg : kiln_cfg_default_path();
 	_cleanup_free_ char *key = NULL;
-	/* no -c: the key setting comes from FILE itself, when it is a cluster file */
-	int r = signing_key_path(cfg ? cfg : file, &key);
+	/* no -c: the key setting comes from FILE itself when it is a valid
+	 * cluster file, else from $KILN_CONFIG or the default cluster file */
+	const char *key_cfg = cfg;
+	if (!key_cfg && !arg_key) {
+		_cleanup_(kiln_cfg_freep) kiln_cfg *f = NULL;
+		key_cfg = kiln_cfg_load(file, &f, NULL) >= 0 ? file : NULL;
+	}
+	int r = signing_key_path(key_cfg, &key);
 	if (r)
 		return r;
 	_cleanup_free_ char *data = NULL, *sig_path = NULL;

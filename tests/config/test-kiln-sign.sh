@@ -60,6 +60,10 @@ ok "  ... cluster.cfg.sig is one line: kiln-signature v1 ed25519 $id BASE64 (64 
 ok "  ... no temporary file left" bash -c "! ls '$W' | grep -q kiln-tmp"
 run signfile "$KILN" sign "$W/cluster.cfg"
 ok "sign FILE (no -c: the key setting from FILE itself): exit 0" test "$rc" = 0
+printf 'not a cluster file\n' >"$W/plain.txt"
+run signplain env KILN_CONFIG="$W/cluster.cfg" "$KILN" sign "$W/plain.txt"
+ok "sign a FILE that is no cluster file: the key from \$KILN_CONFIG's image.signing_key" \
+	bash -c "[ $rc = 0 ] && '$KILN' -q verify --key '$W/head.pub' '$W/plain.txt'"
 cp "$W/cluster.cfg" "$W/copy.cfg"
 run signkey "$KILN" sign --key "$W/other.key" "$W/copy.cfg"
 ok "sign --key FILE: signs with that key" bash -c "[ $rc = 0 ] && grep -q \"\$(cut -d' ' -f4 '$W/other.pub')\" '$W/copy.cfg.sig'"
