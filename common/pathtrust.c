@@ -40,10 +40,11 @@ static const char *user_name(uid_t uid, char *buf, size_t len)
 
 /* Is the object st (at shown) one only root can change?  last: the file
  * itself (no sticky exception for it).  0 or -EPERM with err set. */
-static int judge(const struct stat *st, const char *shown, bool last, char *err, size_t errlen)
+static int judge(const struct stat *st, const char *shown, bool last, uid_t owner, char *err,
+		 size_t errlen)
 {
 	const char *what = S_ISDIR(st->st_mode) ? "directory" : "file";
-	if (st->st_uid != 0) {
+	if (st->st_uid != 0 && st->st_uid != owner) {
 		char u[96];
 		seterr(err, errlen,
 		       "%s %s is owned by %s, not root: that user can change what root "
@@ -74,7 +75,7 @@ static bool may_all_write(const char *root, size_t rl, const char *dir)
 	return lstat(full, &st) == 0 && (st.st_mode & S_IWOTH);
 }
 
-int kiln_path_trusted(const char *root, const char *path, char *err, size_t errlen)
+int kiln_path_trusted(const char *root, const char *path, uid_t owner, char *err, size_t errlen)
 {
 	if (!path || path[0] != '/') {
 		seterr(err, errlen, "'%s' is not an absolute path", path ? path : "(null)");
@@ -102,7 +103,7 @@ int kiln_path_trusted(const char *root, const char *path, char *err, size_t errl
 		seterr(err, errlen, "cannot stat %s: %s", full, strerror(errno));
 		return r;
 	}
-	int r = judge(&st, "/", false, err, errlen);
+	int r = judge(&st, "/", false, owner, err, errlen);
 	if (r < 0)
 		return r;
 	sticky_parent = (st.st_mode & S_IWOTH) != 0;
@@ -157,8 +158,8 @@ int kiln_path_trusted(const char *root, const char *path, char *err, size_t errl
 		if (S_ISLNK(st.st_mode)) {
 			/* the link sits in a directory judged above; its owner must
 			 * still be root (a sticky directory lets users make links) */
-			if (st.st_uid != 0) {
-				r = judge(&st, cur, false, err, errlen);
+			if (st.st_uid != 0 && st.st_uid != owner) {
+				r = judge(&st, cur, false, owner, err, errlen);
 				return r < 0 ? r : -EPERM;
 			}
 			if (++links > KILN_PATH_TRUST_MAX_LINKS) {
@@ -195,7 +196,7 @@ int kiln_path_trusted(const char *root, const char *path, char *err, size_t errl
 			sticky_parent = may_all_write(root, rl, cur);
 			continue;
 		}
-		r = judge(&st, cur, last, err, errlen);
+		r = judge(&st, cur, last, owner, err, errlen);
 		if (r < 0)
 			return r;
 		sticky_parent = S_ISDIR(st.st_mode) && (st.st_mode & S_IWOTH);

@@ -26,6 +26,7 @@
 #include <systemd/sd-daemon.h>
 #include <systemd/sd-event.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "healthd.h"
 #include "manager.h"
@@ -171,7 +172,8 @@ static int load_config(manager *m)
 	 * with the key's name, rather than as a poll's NVML error */
 	if (strchr(m->s.nvml_library, '/')) {
 		char why[384];
-		if (kiln_path_trusted(NULL, m->s.nvml_library, why, sizeof(why)) == -EPERM) {
+		if (kiln_path_trusted(NULL, m->s.nvml_library, geteuid(), why, sizeof(why)) ==
+		    -EPERM) {
 			log_error("%s: health.nvml_library = \"%s\": refusing to load it as root: "
 				  "%s",
 				  path, m->s.nvml_library, why);

@@ -45,7 +45,7 @@ static int check(const char *rel, char *err, size_t errlen)
 {
 	char p[PATH_MAX];
 	snprintf(p, sizeof(p), "%s/%s", top, rel);
-	return kiln_path_trusted(NULL, p, err, errlen);
+	return kiln_path_trusted(NULL, p, 0, err, errlen);
 }
 
 static int setup(void **state)
@@ -88,9 +88,10 @@ static void test_trusted(void **state)
 	assert_int_equal(symlink("libnvidia-ml.so.1", p), 0);
 	assert_int_equal(check("lib/libnvidia-ml.so", err, sizeof(err)), KILN_PATH_TRUSTED);
 	/* the system's own: /bin/sh (a link chain on merged /usr) */
-	assert_int_equal(kiln_path_trusted(NULL, "/bin/sh", err, sizeof(err)), KILN_PATH_TRUSTED);
+	assert_int_equal(kiln_path_trusted(NULL, "/bin/sh", 0, err, sizeof(err)),
+			 KILN_PATH_TRUSTED);
 	/* not absolute */
-	assert_int_equal(kiln_path_trusted(NULL, "lib/x.so", err, sizeof(err)), -EINVAL);
+	assert_int_equal(kiln_path_trusted(NULL, "lib/x.so", 0, err, sizeof(err)), -EINVAL);
 }
 
 static void test_owned_by_nobody(void **state)
@@ -119,6 +120,15 @@ static void test_owned_by_nobody(void **state)
 	assert_int_equal(lchown(p, NOBODY, 0), 0);
 	assert_int_equal(check("sticky/link.so", err, sizeof(err)), -EPERM);
 	assert_int_equal(check("sticky/real.so", err, sizeof(err)), KILN_PATH_TRUSTED);
+	/* a program loading code into itself may own it: owner = its uid */
+	char q[PATH_MAX];
+	snprintf(q, sizeof(q), "%s/nob/evil.so", top);
+	assert_int_equal(kiln_path_trusted(NULL, q, NOBODY, err, sizeof(err)), KILN_PATH_TRUSTED);
+	assert_int_equal(kiln_path_trusted(NULL, q, 1234, err, sizeof(err)), -EPERM);
+	/* ... but never group- or world-writable, whoever owns it */
+	assert_int_equal(chmod(q, 0775), 0);
+	assert_int_equal(kiln_path_trusted(NULL, q, NOBODY, err, sizeof(err)), -EPERM);
+	assert_non_null(strstr(err, "writable by its group"));
 	/* missing in a directory every user may write: anyone could create it */
 	assert_int_equal(check("sticky/later.so", err, sizeof(err)), -EPERM);
 	assert_non_null(strstr(err, "every user may create it"));
@@ -177,13 +187,13 @@ static void test_links_and_root(void **state)
 	snprintf(p, sizeof(p), "%s/node/usr/lib/x.so", top);
 	assert_int_equal(symlink("/opt/x.so", p), 0);
 	snprintf(root, sizeof(root), "%s/node", top);
-	assert_int_equal(kiln_path_trusted(root, "/usr/lib/x.so", err, sizeof(err)), -EPERM);
+	assert_int_equal(kiln_path_trusted(root, "/usr/lib/x.so", 0, err, sizeof(err)), -EPERM);
 	assert_non_null(strstr(err, "/opt"));
 	snprintf(p, sizeof(p), "%s/node/opt", top);
 	assert_int_equal(chmod(p, 0755), 0);
-	assert_int_equal(kiln_path_trusted(root, "/usr/lib/x.so", err, sizeof(err)),
+	assert_int_equal(kiln_path_trusted(root, "/usr/lib/x.so", 0, err, sizeof(err)),
 			 KILN_PATH_TRUSTED);
-	assert_int_equal(kiln_path_trusted(root, "/usr/lib/none.so", err, sizeof(err)),
+	assert_int_equal(kiln_path_trusted(root, "/usr/lib/none.so", 0, err, sizeof(err)),
 			 KILN_PATH_ABSENT);
 }
 

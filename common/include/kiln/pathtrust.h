@@ -19,6 +19,7 @@
 #pragma once
 
 #include <stddef.h>
+#include <sys/types.h>
 
 /* Symbolic links followed on one path before giving up (as the kernel's
  * MAXSYMLINKS): a loop must end. */
@@ -32,10 +33,14 @@ enum {
 /* Checks path, an absolute path as seen inside root ("/" or NULL: this
  * machine's own root; otherwise a directory holding a node's tree, as
  * kiln-node-init --root has: absolute links then resolve inside it).
+ * owner: the one user besides root who may own the file and the
+ * directories, because the code runs as that user anyway (a program
+ * loading a library into itself passes geteuid(); 0: root only, for what
+ * root runs).  Group- and world-writable is refused whoever owns it.
  * Returns KILN_PATH_TRUSTED, KILN_PATH_ABSENT, or:
  *   -EINVAL  path is not absolute (or NULL)
  *   -EPERM   someone other than root can change it; err says who and where
  *   -ELOOP   more than KILN_PATH_TRUST_MAX_LINKS links
  *   -ENAMETOOLONG, other -errno from lstat/readlink
  * err (when not NULL) gets a sentence naming the component at fault. */
-int kiln_path_trusted(const char *root, const char *path, char *err, size_t errlen);
+int kiln_path_trusted(const char *root, const char *path, uid_t owner, char *err, size_t errlen);
