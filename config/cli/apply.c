@@ -518,16 +518,17 @@ static int diff_keys(plan *p, const kiln_cfg *old, const kiln_cfg *new)
 				       "reload prometheus");
 		} else if (has_prefix(k, "image.")) {
 			change(p, what,
-			       "by hand: make image; the nodes get it when they reboot (kiln "
-			       "reboot)");
-			r = by_hand(p, "make image CLUSTER=FILE, then a rolling reboot");
+			       "by hand: make image and systemctl reload kiln-serve; the nodes get "
+			       "it when they reboot (kiln reboot)");
+			r = by_hand(p, "make image CLUSTER=FILE, systemctl reload kiln-serve, then "
+				       "a rolling reboot");
 		} else {
 			change(p, what,
-			       "by hand: render dnsmasq.conf, boot.ipxe and hosts again and reload "
-			       "dnsmasq; the nodes see it when they reboot");
+			       "by hand: render dnsmasq.conf, boot.ipxe and hosts again, reload "
+			       "dnsmasq and kiln-serve; the nodes see it when they reboot");
 			r = by_hand(p,
 				    "kiln render dnsmasq.conf / boot.ipxe / hosts again, systemctl "
-				    "reload dnsmasq, then a rolling reboot");
+				    "reload dnsmasq kiln-serve, then a rolling reboot");
 		}
 		if (r < 0)
 			return log_error_errno(r, "Out of memory: %m");
@@ -550,10 +551,10 @@ static int diff_boot(plan *p, const kiln_cfg *old, const kiln_cfg *new)
 			continue;
 		char what[128];
 		snprintf(what, sizeof(what), "%s (node addresses, MACs or names)", t->name);
-		change(p, what, "by hand: kiln render it again and reload dnsmasq");
+		change(p, what, "by hand: kiln render it again, reload dnsmasq and kiln-serve");
 		p->refresh_nodes = true;
 		if (by_hand(p, "kiln render dnsmasq.conf / boot.ipxe / hosts again, systemctl "
-			       "reload dnsmasq") < 0)
+			       "reload dnsmasq kiln-serve") < 0)
 			return log_error_errno(-ENOMEM, "Out of memory: %m");
 	}
 	return 0;

@@ -54,3 +54,5 @@ int kiln_sign_file_with(const char *key_path, const char *what, const char *data
 /* The same, into memory: *ret_sig (free() it) is the signature line. */
 int kiln_sign_text_with(const char *key_path, const char *what, const char *data, size_t len,
 			char **ret_sig);
+extern const kiln_prog kiln_serve_prog; /* config/cli/serve.c */
+int kiln_serve_main(int argc, char **argv);

@@ -9,6 +9,7 @@
  *   kiln tokenize FILE [--text S | --ids L] (config/cli/kiln-tokenize.c)
  *   kiln [-c FILE] status [--json] [--timeout SECS] [NODES] (config/cli/status.c)
  *   kiln [-c FILE] reboot [--wave N] [--dry-run] NODES      (config/cli/reboot.c)
+ *   kiln [-c FILE] serve                                   (config/cli/serve.c)
  *   kiln keygen | sign | verify             (config/cli/sign.c)
  *
  * A program on kiln/prog.h with verbs: the global options (-c -v -q) come
@@ -98,8 +99,9 @@ static const kiln_option render_options[] = {
 	  "write PATH atomically instead of standard output\n"
 	  "(a directory for render all and prometheus; \"-\": standard output)",
 	  "file", .str = &arg_output },
-	{ "node", KILN_OPT_NODE, "NAME", "the node for render node-env (the head node works too)",
-	  "node", .str = &arg_node },
+	{ "node", KILN_OPT_NODE, "NAME",
+	  "the node for render node-env (the head node works too) or node.ipxe", "node",
+	  .str = &arg_node },
 	KILN_OPTIONS_COMMON,
 	{},
 };
@@ -170,7 +172,8 @@ __attribute__((constructor)) static void render_prog_init(void)
 		fprintf(w, "%s ", t->name);
 	}
 	fputs("  prometheus     prometheus.yml and kiln-alerts.yml into DIR (needs -o DIR)\n"
-	      "  all            every target into DIR, node-env into DIR/node-env/NAME\n",
+	      "  all            every target into DIR, node-env into DIR/node-env/NAME,\n"
+	      "                 node.ipxe into DIR/ipxe/MAC\n",
 	      h);
 	fputs("prometheus all", w);
 	fclose(h);
@@ -674,6 +677,29 @@ static int render_kind(const kiln_cfg *c, unsigned want, unsigned skip, size_t *
 	return 0;
 }
 
+/* DIR/ipxe/MAC (52-54-00-12-34-56) for every node: the URL path boot.ipxe
+ * chains to, so a static HTTP server of DIR answers as kiln serve does. */
+static int render_by_mac(const kiln_cfg *c, const kiln_cfg_render_target *t, size_t *files)
+{
+	_cleanup_free_ char *dir = NULL;
+	if (asprintf(&dir, "%s/ipxe", arg_output) < 0)
+		return log_error_errno(-ENOMEM, "Out of memory: %m");
+	int r = mkdir_p(dir);
+	if (r < 0)
+		return log_error_errno(r, "Failed to create '%s': %m", dir);
+	for (size_t i = 0; i < c->n_nodes; i++) {
+		const uint8_t *m = c->nodes[i].mac;
+		char name[18];
+		snprintf(name, sizeof(name), "%02x-%02x-%02x-%02x-%02x-%02x", m[0], m[1], m[2],
+			 m[3], m[4], m[5]);
+		r = render_to(c, t, c->nodes[i].name, dir, name);
+		if (r < 0)
+			return r;
+		(*files)++;
+	}
+	return 0;
+}
+
 static int render_all(const kiln_cfg *c)
 {
 	if (!arg_output)
@@ -688,6 +714,12 @@ static int render_all(const kiln_cfg *c)
 	for (const kiln_cfg_render_target *t = kiln_cfg_render_targets; t->name; t++) {
 		if (!(t->flags & KILN_CFG_RENDER_PER_NODE))
 			continue;
+		if (t->flags & KILN_CFG_RENDER_BY_MAC) {
+			r = render_by_mac(c, t, &files);
+			if (r < 0)
+				return r;
+			continue;
+		}
 		/* DIR/TARGET/NODE for every node and the head node */
 		_cleanup_free_ char *dir = NULL;
 		if (asprintf(&dir, "%s/%s", arg_output, t->name) < 0)
@@ -741,8 +773,11 @@ static int verb_render(int argc, char **argv)
 	if (per_node && !arg_node)
 		return kiln_usage_exit(&render_prog, "render %s needs --node NAME.", t);
 	if (!per_node && arg_node)
-		return kiln_usage_exit(&render_prog,
-				       "--node applies to render node-env only, not to %s.", t);
+		return kiln_usage_exit(
+			&render_prog,
+			"--node applies to render node-env and node.ipxe only, not to "
+			"%s.",
+			t);
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
 	int r = kiln_cfg_open(arg_config, 0, &c);
 	if (r < 0)
@@ -792,12 +827,15 @@ static const kiln_verb verbs[] = {
 	  &kiln_sign_prog },
 	{ "verify", "check a file's signature against a public key", kiln_verify_main,
 	  &kiln_verify_prog },
+	{ "serve", "the head's provisioning server: image, per-node iPXE, secrets", kiln_serve_main,
+	  &kiln_serve_prog },
 	{ "help", "show this help", verb_help, NULL },
 };
 
 static const kiln_prog prog = {
 	.name = "kiln",
-	.summary = "check, show and render a kiln cluster file; see and reboot the cluster",
+	.summary =
+		"check, show and render a kiln cluster file; see, reboot and provision the cluster",
 	.usage = "kiln [OPTIONS] check [--strict] [--json]   validate the cluster file\n"
 		 "kiln [OPTIONS] show nodes | node NAME      the nodes, or one (--json)\n"
 		 "kiln show --defaults                       every key with its type and default\n"
@@ -810,7 +848,8 @@ static const kiln_prog prog = {
 		 "kiln [OPTIONS] reboot [--wave N] NODES     rolling reboot in waves\n"
 		 "kiln [OPTIONS] keygen [--key FILE]         the head's signing key pair\n"
 		 "kiln [OPTIONS] sign [FILE]                 FILE.sig with the head's key\n"
-		 "kiln verify --key PUB FILE [SIG]           check FILE's signature",
+		 "kiln verify --key PUB FILE [SIG]           check FILE's signature\n"
+		 "kiln [OPTIONS] serve                       the head's provisioning server",
 	.options = global_options,
 	.option = parse_option,
 	.epilog = "Exit status: 0 success, 1 failure, 2 usage or configuration error.\n"

@@ -159,9 +159,45 @@ static void check_image_nvidia(loader *L)
 				     im->nvidia_fabricmanager);
 }
 
+/* image.serve_listen: "IPV4:PORT" or "[IPV6]:PORT", an address (kiln serve
+ * does not resolve names) and a port 1-65535. */
+static bool listen_ok(const char *s)
+{
+	char host[64];
+	const char *port;
+	struct in6_addr a6;
+	struct in_addr a4;
+	int p;
+	if (s[0] == '[') {
+		const char *close = strchr(s, ']');
+		if (!close || close[1] != ':' || (size_t) (close - s - 1) >= sizeof(host))
+			return false;
+		snprintf(host, sizeof(host), "%.*s", (int) (close - s - 1), s + 1);
+		port = close + 2;
+		if (inet_pton(AF_INET6, host, &a6) != 1)
+			return false;
+	} else {
+		const char *colon = strrchr(s, ':');
+		if (!colon || (size_t) (colon - s) >= sizeof(host))
+			return false;
+		snprintf(host, sizeof(host), "%.*s", (int) (colon - s), s);
+		port = colon + 1;
+		if (inet_pton(AF_INET, host, &a4) != 1)
+			return false;
+	}
+	return kiln_parse_int(port, 1, 65535, &p) >= 0;
+}
+
 void kiln_cfg__check_image(loader *L)
 {
 	kiln_cfg *c = L->cfg;
+	if (c->image.serve_listen && !listen_ok(c->image.serve_listen))
+		kiln_cfg__root_error(
+			L, "image.serve_listen",
+			"write it like \"10.77.0.1:80\" or \"[fd00::1]:80\"",
+			"\"%s\" is not ADDRESS:PORT (an IP address, not a name; a port "
+			"from 1 to 65535)",
+			c->image.serve_listen);
 	if (c->image.http_url) {
 		if (!startswith(c->image.http_url, "http://") &&
 		    !startswith(c->image.http_url, "https://"))

@@ -433,12 +433,6 @@ static const kiln_cfg_key schema[] = {
 	  NR },
 	{ "image.kernel_cmdline", KILN_CFG_STRING, false, "\"\"", "\"console=ttyS0\"",
 	  "Extra kernel command line.", R(image.kernel_cmdline), NR },
-	{ "image.root_password_file", KILN_CFG_PATH, false, "(locked)", "\"/etc/kiln/root.hash\"",
-	  "A root-owned 0600 file on the head node holding the crypt(3) hash of root's console "
-	  "password (mkpasswd -m yescrypt); `kiln serve` hands it to the nodes as the secret "
-	  "root-password-hash, never in the image or the cluster file. Unset: root's password "
-	  "locked (log in with image.ssh_keys).",
-	  R(image.root_password_file), NR },
 	{ "image.ssh_keys", KILN_CFG_STRV, false, "[]", "[ \"ssh-ed25519 AAAA... admin@head\" ]",
 	  "SSH public keys written to root's authorized_keys in the image.", R(image.ssh_keys),
 	  NR },
@@ -492,6 +486,23 @@ static const kiln_cfg_key schema[] = {
 	  "(libcudart, libcublasLt, libnccl: as ldd finds them) are copied into the image, with its "
 	  "licence notices in /usr/share/doc/kiln-cuda.",
 	  R(image.nvidia_cuda_dir), NR },
+	/* kiln serve (config/cli/serve.c, docs/serve.md) */
+	{ "image.serve_listen", KILN_CFG_STRING, false, "(http_url's host:port)", "\"0.0.0.0:80\"",
+	  "ADDRESS:PORT kiln serve listens on (an IPv4 literal, or [IPv6]:PORT); unset: the host "
+	  "and port of image.http_url, which must then be an address.",
+	  R(image.serve_listen), NR },
+	{ "image.secrets_only_when_down", KILN_CFG_BOOL, false, "false", "true",
+	  "kiln serve hands a node its secrets only while Slurm lists it down, not responding or "
+	  "rebooting (or does not know it), as Warewulf's secure overlays do; a node rebooted "
+	  "within SlurmdTimeout then waits, and kiln apply cannot re-deliver to running nodes.",
+	  R(image.secrets_only_when_down), NR },
+	{ "image.root_password_file", KILN_CFG_PATH, false, NULL,
+	  "\"/etc/kiln/root-password-hash\"",
+	  "File on the head node (root-owned, mode 0600) holding root's crypt(3) password hash "
+	  "for the nodes; kiln serve hands it to kiln-node-init at boot, never in the image or "
+	  "the cluster file. Unset: not delivered (root's password stays locked). Replaces "
+	  "image.root_password_hash, which is refused.",
+	  R(image.root_password_file), NR },
 
 	/* Thresholds of the alert rules (kiln render kiln-alerts.yml, docs/monitoring.md). */
 	{ "monitoring", KILN_CFG_GROUP, false, NULL, NULL,

@@ -50,3 +50,8 @@ TEST_FULL_SCRIPTS += tests/fuzz/fuzz-tokenizer.sh
 # plain HTTP; its suite runs in make test-full.
 $(eval $(call kiln_fuzz,fuzz-sign,tests/fuzz/fuzz-sign.c config/lib/sign.c common/strbuf.c,$(KILN_FUZZ_STRICT) -Icommon/include -Iconfig/lib/include,-lsodium,config/lib/include/kiln/sign.h common/include/kiln/strbuf.h common/include/kiln/macro.h))
 TEST_FULL_SCRIPTS += tests/fuzz/fuzz-sign.sh
+# libFuzzer target for kiln serve's request parsing (paths, Range, URLs:
+# config/cli/serve-request.c), by mk/rules.mk's kiln_fuzz; its suite runs in
+# make test-full.
+$(eval $(call kiln_fuzz,fuzz-serve,tests/fuzz/fuzz-serve.c config/cli/serve-request.c,$(KILN_FUZZ_STRICT) -Icommon/include -Iconfig/cli,,config/cli/serve.h common/include/kiln/macro.h))
+TEST_FULL_SCRIPTS += tests/fuzz/fuzz-serve.sh

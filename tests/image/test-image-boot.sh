@@ -160,6 +160,20 @@ hub ip addr add "$NODE_ADDR/32" dev lo
 hub ip route replace local "$NODE_ADDR" dev lo table local proto kernel scope host src "$KC_HEAD_ADDR"
 mkdir -p "$W/srv"
 for f in vmlinuz initrd.img boot.ipxe cluster.cfg cluster.cfg.sig; do ln -s "$IMG/$f" "$W/srv/$f"; done
+# boot.ipxe chains to ipxe/MAC (kiln serve renders it; for this static
+# server, the files kiln render node.ipxe writes, as docs/serve.md says)
+mkdir -p "$W/srv/ipxe"
+"$KILN" -q -c "$CFG" show nodes | awk 'NR > 1 { print $1, tolower($4) }' | while read -r n m; do
+	"$KILN" -q -c "$CFG" render node.ipxe --node "$n" -o "$W/srv/ipxe/$(printf '%s' "$m" | tr ':' '-')"
+done
+# The image holds no munge key: kiln-node-init fetches it from
+# BASE/secret/munge.key as root (a privileged source port).  qemu's user
+# network hands the head qemu's own connection, not the guest's source port,
+# so kiln serve's port rule cannot be exercised through it (test-serve does
+# that on real addresses); this static stand-in serves the test's key where
+# kiln serve would, and the checks below see kiln-node-init install it.
+mkdir -p "$W/srv/secret"
+cp "$W/cluster/munge/munge.key" "$W/srv/secret/munge.key"
 hub python3 -m http.server --bind 127.0.0.1 --directory "$W/srv" "$PORT" >"$W/http.log" 2>&1 &
 http_pid=$!
 
@@ -190,8 +204,8 @@ while [ "$(elapsed | cut -d. -f1)" -lt "$BOOT_TIMEOUT_S" ] && kill -0 "$qemu_pid
 	sleep 1
 done
 diag "serial log: $(wc -l <"$SERIAL") lines; probe after ${t_probe:-never} s of $BOOT_TIMEOUT_S"
-ok "iPXE fetched kernel and initrd over HTTP (kiln's boot.ipxe by MAC)" \
-	bash -c "grep -q 'GET /vmlinuz' '$W/http.log' && grep -q 'GET /initrd.img' '$W/http.log'"
+ok "iPXE fetched kernel and initrd over HTTP (kiln's boot.ipxe, then ipxe/MAC)" \
+	bash -c "grep -q 'GET /ipxe/$(printf '%s' "$NODE_MAC" | tr 'A-F:' 'a-f-')' '$W/http.log' && grep -q 'GET /vmlinuz' '$W/http.log' && grep -q 'GET /initrd.img' '$W/http.log'"
 # iPXE names the ports net0 (dead) and net1; a boot.ipxe that looked at net0
 # only would have gone to :unknown
 ok "iPXE booted from the second port (net1, $NODE_MAC), not net0" \
@@ -227,6 +241,7 @@ ok "munge active, and a credential round-trips" test "$(field munge)" = active -
 # kiln serve at boot (mode 0400, owned by munge)
 ok "munge key delivered at boot in mode 0400, owned by munge" test "$(field munge-key-mode)" = 400:munge
 ok "kiln-node-init fetched cluster.cfg.sig and the file verified" grep -q 'GET /cluster.cfg.sig' "$W/http.log"
+ok "kiln-node-init fetched the munge key from BASE/secret/munge.key (not from the image)" grep -q 'GET /secret/munge.key' "$W/http.log"
 ok "root password is locked (no root_password_hash in qemu.cfg)" test "$(field root)" = L
 ok "image.ssh_keys: sshd active with host keys made at boot, authorized_keys 0600 root with 1 key" \
 	test "$(field ssh)" = active -a "$(field authkeys)" = 600:root:1 -a "$(field hostkeys)" -ge 1

@@ -82,13 +82,16 @@ P=$(cat "$W/port")
 URL=http://127.0.0.1:$P
 
 # run NAME CMDLINE [extra options]: a fresh scratch root holding the head's
-# public key (no munge key: the image holds no secret), kiln-node-init's
-# exit status in $rc, stderr in $W/NAME.err
+# public key (as the image does) and a munge key (as an earlier boot's
+# kiln serve left it: no kiln serve answers here, so kiln-node-init keeps
+# it; docs/serve.md, test-serve fetches it for real), kiln-node-init's exit
+# status in $rc, stderr in $W/NAME.err
 run() {
 	local name=$1 cmdline=$2; shift 2
 	R=$W/root-$name
-	mkdir -p "$R/etc/kiln"
+	mkdir -p "$R/etc/kiln" "$R/etc/munge"
 	cp "$W/head.pub" "$R/etc/kiln/head.pub"
+	echo "test munge key" >"$R/etc/munge/munge.key"
 	printf '%s\n' "$cmdline" >"$W/cmdline-$name"
 	"$INIT" --root "$R" --cmdline "$W/cmdline-$name" --kiln "$KILN" --attempts 2 --delay 0 "$@" \
 		>"$W/$name.out" 2>"$W/$name.err"
@@ -97,8 +100,8 @@ run() {
 # the files kiln-node-init writes, relative to the root
 FILES=(etc/kiln/cluster.cfg etc/kiln/node.env etc/slurm/slurm.conf etc/slurm/gres.conf etc/slurm/cgroup.conf etc/hosts etc/hostname etc/default/slurmd
 	etc/systemd/journal-upload.conf.d/kiln.conf etc/systemd/timesyncd.conf.d/kiln.conf)
-nothing_written() { # ROOT: only the image's public key (and directories)
-	[ "$(find "$1" -type f | grep -vc '/etc/kiln/head.pub$')" = 0 ]
+nothing_written() { # ROOT: only the image's public key, the old munge key (and directories)
+	[ "$(find "$1" -type f | grep -vc -e '/etc/kiln/head.pub$' -e '/etc/munge/munge.key$')" = 0 ]
 }
 expect_render() { # ROOT TARGET FILE [--node N]: FILE is kiln's rendering, header naming the URL
 	local root=$1 t=$2 f=$3; shift 3
@@ -222,7 +225,7 @@ ok "a signature of the previous file (kiln apply in progress): fetched once more
 	bash -c "[ $rc = 0 ] && grep -q 'fetching $URL/race/cluster.cfg and its signature once more' '$W/race.err'"
 cp "$W/race.sig.stale" "$W/srv/race/cluster.cfg.sig" && cp "$W/race.sig.good" "$W/srv/race/cluster.cfg.sig.next"
 run race1 "kiln.node=node02 kiln.url=$URL/race" --attempts 1
-ok "  ... with --attempts 1: refused (exit 2), nothing written" bash -c "[ $rc = 2 ] && [ \"\$(find '$R' -type f | grep -vc '/etc/kiln/head.pub$')\" = 0 ]"
+ok "  ... with --attempts 1: refused (exit 2), nothing written" nothing_written "$R"
 rm -f "$W/srv/race/cluster.cfg.sig.next"
 # a previous good configuration survives a refused file untouched
 run keep2 "kiln.node=node02 kiln.url=$URL"
@@ -246,13 +249,14 @@ if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
 	sed 's|^health = {|health = { nvml_library = "/opt/nv/libnvidia-ml.so.1";|' config/examples/demo.cfg >"$W/srv/evil/cluster.cfg"
 	"$KILN" -q sign --key "$W/head.key" "$W/srv/evil/cluster.cfg" >/dev/null
 	R=$W/root-evil
-	mkdir -p "$R/etc/kiln" "$R/opt/nv" && cp "$W/head.pub" "$R/etc/kiln/" && chmod 755 "$R" "$R/opt" "$R/opt/nv"
+	mkdir -p "$R/etc/kiln" "$R/etc/munge" "$R/opt/nv" && cp "$W/head.pub" "$R/etc/kiln/" && chmod 755 "$R" "$R/opt" "$R/opt/nv"
+	echo "test munge key" >"$R/etc/munge/munge.key"
 	: >"$R/opt/nv/libnvidia-ml.so.1" && chown nobody "$R/opt/nv/libnvidia-ml.so.1"
 	"$INIT" --root "$R" --cmdline <(echo "kiln.node=node02 kiln.url=$URL/evil") --kiln "$KILN" --attempts 1 >/dev/null 2>"$W/evil.err"
 	rc=$?
 	ok "signed file naming a library owned by nobody in the node's tree: exit 2, names key, file, owner" \
 		bash -c "[ $rc = 2 ] && grep -q 'health.nvml_library = \"/opt/nv/libnvidia-ml.so.1\": refused' '$W/evil.err' && grep -q 'owned by nobody' '$W/evil.err'"
-	ok "  ... nothing written" bash -c "[ \"\$(find '$R' -type f | grep -vc -e /etc/kiln/head.pub -e /opt/nv/)\" = 0 ]"
+	ok "  ... nothing written" bash -c "[ \"\$(find '$R' -type f | grep -vc -e /etc/kiln/head.pub -e /etc/munge/munge.key -e /opt/nv/)\" = 0 ]"
 	chown root "$R/opt/nv/libnvidia-ml.so.1" && chmod 0777 "$R/opt/nv"
 	"$INIT" --root "$R" --cmdline <(echo "kiln.node=node02 kiln.url=$URL/evil") --kiln "$KILN" --attempts 1 >/dev/null 2>"$W/evil.err"
 	rc=$?
@@ -337,21 +341,22 @@ else
 	skip "systemd-analyze not installed"
 fi
 
-# ---- boot.ipxe's kernel command line, read by the image's network generator -------
+# ---- each node's kernel command line, read by the image's network generator -------
 # For each node of dgx-pod.cfg (many nodes, several DNS servers, MTU 9000 or
-# not): the kernel line boot.ipxe gives it, with iPXE's variables set as its
-# :mac- entry sets them, through systemd-network-generator (the image enables
-# it) must name the port with the node's MAC boot0 and give boot0 the node's
-# address, gateway, netmask, DNS and MTU from the cluster file.
+# not): the kernel line of its boot script (node.ipxe, what kiln serve
+# answers at ipxe/MAC once boot.ipxe chained there), through
+# systemd-network-generator (the image enables it), must name the port with
+# the node's MAC boot0 and give boot0 the node's address, gateway, netmask,
+# DNS and MTU from the cluster file.
 GEN=/lib/systemd/systemd-network-generator
 if [ -x "$GEN" ]; then
 	for ex in dgx-pod demo; do
 		cfg=config/examples/$ex.cfg
-		"$KILN" -q -c "$cfg" render boot.ipxe >"$W/$ex.ipxe"
-		kline=$(sed -n 's/^kernel //p' "$W/$ex.ipxe")
 		n=0 bad=''
 		while read -r node addr mac; do
-			line=$(printf '%s\n' "$kline" | sed "s|\${node}|$node|g; s|\${addr}|$addr|g; s|\${bootmac}|$mac|g; s|\${base}|http://h|g")
+			"$KILN" -q -c "$cfg" render node.ipxe --node "$node" >"$W/$ex-$node.ipxe"
+			# shellcheck disable=SC2016 # iPXE's ${base}, not the shell's
+			line=$(sed -n 's/^kernel //p' "$W/$ex-$node.ipxe" | sed 's|\${base}|http://h|g')
 			g=$W/gen-$ex-$node
 			# (word splitting is the kernel's: the line has no quotes)
 			# shellcheck disable=SC2086
@@ -361,11 +366,11 @@ if [ -x "$GEN" ]; then
 			grep -qx "MACAddress=$mac" "$d/90-boot0.link" && grep -qx 'Name=boot0' "$d/90-boot0.link" &&
 				grep -qx 'Name=boot0' "$d/90-boot0.network" &&
 				grep -q "^Address=$addr/" "$d/90-boot0.network" &&
-				grep -qx "Gateway=$gw" "$d/90-boot0.network" || bad+=" $node"
+				grep -qx "Gateway=$gw" "$d/90-boot0.network" &&
+				grep -q " kiln.node=$node " "$W/$ex-$node.ipxe" || bad+=" $node"
 			n=$((n + 1))
-		done < <(awk '/^:mac-/ { n = ""; a = ""; m = "" } /^set node / { n = $3 } /^set addr / { a = $3 }
-			/^set bootmac / { print n, a, $3 }' "$W/$ex.ipxe")
-		ok "$ex.cfg: boot.ipxe's kernel line gives each of $n nodes boot0 = its MAC with its address (systemd-network-generator)" \
+		done < <("$KILN" -q -c "$cfg" show nodes | awk 'NR > 1 { print $1, $3, tolower($4) }')
+		ok "$ex.cfg: each of $n nodes' kernel line (node.ipxe) gives boot0 = its MAC with its address (systemd-network-generator)" \
 			test -z "$bad" -a "$n" -gt 0
 		[ -z "$bad" ] || diag "wrong for:$bad"
 	done

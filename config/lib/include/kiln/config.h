@@ -339,8 +339,6 @@ typedef struct kiln_cfg_image {
 	char *tftp_dir;	      /* "/srv/kiln/tftp": undionly.kpxe, ipxe.efi */
 	char *http_url;	      /* default "http://HEAD_ADDRESS/kiln" */
 	char *kernel_cmdline; /* extra kernel arguments, "" */
-	char *root_password_file;   /* head's file of root's crypt(3) hash, served as a secret;
-				     * NULL = root's password locked */
 	char **ssh_keys;	    /* root's authorized_keys lines (NULL-terminated) */
 	char *munge_key;	    /* head's munge key, served to nodes (never in the image) */
 	char *signing_key;	    /* signs cluster.cfg, "/etc/kiln/head.key" */
@@ -351,6 +349,10 @@ typedef struct kiln_cfg_image {
 	char **nvidia_packages;	    /* NULL: the source's defaults (render image-env) */
 	char *nvidia_fabricmanager; /* Fabric Manager package (HGX), or NULL */
 	char *nvidia_cuda_dir;	    /* "/usr/local/cuda": CUDA libraries copied from there */
+	/* kiln serve (docs/serve.md) */
+	char *serve_listen;	     /* "ADDR:PORT"; NULL: http_url's host and port */
+	bool secrets_only_when_down; /* secrets only to nodes Slurm lists down or rebooting */
+	char *root_password_file;    /* head-side file holding root's hash; NULL: none */
 } kiln_cfg_image;
 
 /* Thresholds of the Prometheus alert rules `kiln render kiln-alerts.yml`
@@ -543,12 +545,15 @@ enum {
 	KILN_CFG_RENDER_SLURM = 1 << 1,	     /* served by slurmctld, configless (kiln apply) */
 	KILN_CFG_RENDER_BOOT = 1 << 2,	     /* boot chain and names: reloaded by hand */
 	KILN_CFG_RENDER_PROMETHEUS = 1 << 3, /* one of `kiln render prometheus -o DIR` */
+	/* per node, named by MAC: render all writes DIR/ipxe/MAC (hexhyp) for
+	 * every node (not the head node), the path boot.ipxe asks for */
+	KILN_CFG_RENDER_BY_MAC = 1 << 4,
 };
 
 /* The render targets, in one table that kiln_cfg_render(), `kiln render`
  * (its targets, --help, completion, `render all`) and `kiln apply` read.
  * The target's name is its file name (a per-node target's files are
- * DIR/NAME/NODE). */
+ * DIR/NAME/NODE; a by-MAC target's DIR/ipxe/MAC). */
 typedef struct kiln_cfg_render_target {
 	const char *name;
 	const char *summary; /* one line for --help */
