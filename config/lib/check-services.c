@@ -207,18 +207,6 @@ void kiln_cfg__check_image(loader *L)
 		else if (strpbrk(c->image.http_url, " \t"))
 			kiln_cfg__root_error(L, "image.http_url", NULL, "URL contains a space");
 	}
-	/* The image must never ship a root account anyone can log into without
-	 * a secret: an empty (or non-hash) value would become exactly that. */
-	if (c->image.root_password_hash && c->image.root_password_hash[0] != '$')
-		kiln_cfg__root_error(
-			L, "image.root_password_hash",
-			"write a crypt(3) hash from `mkpasswd -m yescrypt`, or remove the key "
-			"to lock root's password",
-			"not a crypt(3) hash (must start with '$'; an empty password is never "
-			"allowed)");
-	else if (c->image.root_password_hash && strpbrk(c->image.root_password_hash, ": \t\n"))
-		kiln_cfg__root_error(L, "image.root_password_hash", NULL,
-				     "a crypt(3) hash contains no ':' or white space");
 	for (size_t i = 0; c->image.packages && c->image.packages[i]; i++) {
 		const char *k = c->image.packages[i];
 		char p[48];

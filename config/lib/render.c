@@ -593,8 +593,6 @@ static int render_image_env(const kiln_cfg *c, const char *node, kiln_strbuf *b)
 	env(b, "KILN_IMAGE_OUTPUT_DIR", im->output_dir);
 	env(b, "KILN_IMAGE_HTTP_URL", im->http_url);
 	env(b, "KILN_IMAGE_KERNEL_CMDLINE", strempty(im->kernel_cmdline));
-	/* Empty means "lock root's password", never "no password". */
-	env(b, "KILN_IMAGE_ROOT_PASSWORD_HASH", strempty(im->root_password_hash));
 	size_t n = 0;
 	for (; im->ssh_keys && im->ssh_keys[n]; n++) {
 		char k[40];
@@ -602,7 +600,7 @@ static int render_image_env(const kiln_cfg *c, const char *node, kiln_strbuf *b)
 		env(b, k, im->ssh_keys[n]);
 	}
 	env_int(b, "KILN_IMAGE_SSH_KEYS", (long long) n);
-	env(b, "KILN_IMAGE_MUNGE_KEY", strempty(im->munge_key));
+	env(b, "KILN_IMAGE_SIGNING_KEY", strempty(im->signing_key));
 	env_int(b, "KILN_IMAGE_NVIDIA", im->nvidia);
 	/* image.nvidia_*: the driver's source (apt, debs or debian) decided
 	 * here, once, with its default package list (schema.c describes it). */

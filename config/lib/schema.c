@@ -433,17 +433,20 @@ static const kiln_cfg_key schema[] = {
 	  NR },
 	{ "image.kernel_cmdline", KILN_CFG_STRING, false, "\"\"", "\"console=ttyS0\"",
 	  "Extra kernel command line.", R(image.kernel_cmdline), NR },
-	{ "image.root_password_hash", KILN_CFG_STRING, false, "(locked)", "\"$y$j9T$...\"",
-	  "crypt(3) hash of root's console password (mkpasswd); unset locks root's password "
-	  "(log in with image.ssh_keys). Never an empty password.",
-	  R(image.root_password_hash), NR },
 	{ "image.ssh_keys", KILN_CFG_STRV, false, "[]", "[ \"ssh-ed25519 AAAA... admin@head\" ]",
 	  "SSH public keys written to root's authorized_keys in the image.", R(image.ssh_keys),
 	  NR },
 	{ "image.munge_key", KILN_CFG_PATH, false, "\"/etc/munge/munge.key\"",
 	  "\"/etc/kiln/munge.key\"",
-	  "Munge key (on the build machine) baked into the image, mode 0400; the head node's key.",
+	  "The head node's munge key: `kiln serve` hands it to the nodes at boot (never in the "
+	  "image).",
 	  R(image.munge_key), NR },
+	{ "image.signing_key", KILN_CFG_PATH, false, "\"/etc/kiln/head.key\"",
+	  "\"/etc/kiln/head.key\"",
+	  "The head node's secret ed25519 key (`kiln keygen`, mode 0600) that signs cluster.cfg "
+	  "(`kiln sign`, `kiln apply`, the image build); its public half (the same name with "
+	  ".pub) goes into the image, and kiln-node-init refuses a file it did not sign.",
+	  R(image.signing_key), NR },
 	{ "image.nvidia", KILN_CFG_BOOL, false, "false", "true",
 	  "Build the GPU node's image: the NVIDIA driver (image.nvidia_apt_source, _debs or Debian's), "
 	  "nvidia-persistenced, Fabric Manager and the CUDA runtime libraries kiln links.",
@@ -496,7 +499,9 @@ static const kiln_cfg_key schema[] = {
 	{ "image.root_password_file", KILN_CFG_PATH, false, NULL,
 	  "\"/etc/kiln/root-password-hash\"",
 	  "File on the head node (root-owned, mode 0600) holding root's crypt(3) password hash "
-	  "for the nodes; kiln serve hands it to kiln-node-init at boot. Unset: not delivered.",
+	  "for the nodes; kiln serve hands it to kiln-node-init at boot, never in the image or "
+	  "the cluster file. Unset: not delivered (root's password stays locked). Replaces "
+	  "image.root_password_hash, which is refused.",
 	  R(image.root_password_file), NR },
 
 	/* Thresholds of the alert rules (kiln render kiln-alerts.yml, docs/monitoring.md). */

@@ -5,8 +5,10 @@
 #                  a cluster file DIR/cluster.cfg whose nodes have loopback
 #                  addresses (n1 127.0.0.11, n2 127.0.0.12 the inference node,
 #                  n3 127.0.0.13), an image directory DIR/img, a munge key,
-#                  API keys and a root password hash (root-owned, 0600), and
-#                  a free port in $SERVE_PORT; sets $SERVE_URL
+#                  API keys and a root password hash (root-owned, 0600), the
+#                  head's signing key pair DIR/head.key + head.pub (the
+#                  image's cluster.cfg is signed: kiln-node-init checks it),
+#                  and a free port in $SERVE_PORT; sets $SERVE_URL
 #   serve_start DIR [OPTIONS]   kiln serve in the background: $SERVE_PID,
 #                  log DIR/serve.log; waits until it answers
 #   serve_stop     SIGTERM, waits; returns its exit status
@@ -38,11 +40,13 @@ node_groups = (
 slurm = { partitions = ( { name = "p"; nodes = "n[1-3]"; default = true; } ); };
 inference = { enabled = true; nodes = "n2"; model = "$d/model.bin"; api_keys_file = "$d/inferd-keys"; };
 image = { output_dir = "$d/img"; http_url = "$SERVE_URL"; munge_key = "$d/munge.key";
-          root_password_file = "$d/root-hash"; $extra_image };
+          root_password_file = "$d/root-hash"; signing_key = "$d/head.key"; $extra_image };
 $extra
 CFG
 	touch "$d/model.bin"
 	cp "$d/cluster.cfg" "$d/img/cluster.cfg" && chmod 644 "$d/img/cluster.cfg"
+	rm -f "$d/head.key" "$d/head.pub"
+	"$KILN" -q keygen --key "$d/head.key" >/dev/null && "$KILN" -q sign --key "$d/head.key" "$d/img/cluster.cfg" >/dev/null
 }
 serve_start() {
 	local d=$1

@@ -163,7 +163,8 @@ kill -HUP "$SERVE_PID"; sleep 0.5
 
 # ---- kiln-node-init --root against the running server ---------------------------------
 R=$W/root
-mkdir -p "$R/etc"
+mkdir -p "$R/etc/kiln"
+cp "$D/head.pub" "$R/etc/kiln/" # the image's public key: the served cluster.cfg is signed
 printf 'root:x:0:0::/root:/bin/sh\nmunge:x:4242:4343::/nonexistent:/usr/sbin/nologin\n' >"$R/etc/passwd"
 printf 'root:*:19000:0:99999:7:::\nmunge:!:19000::::::\n' >"$R/etc/shadow" && chmod 640 "$R/etc/shadow"
 printf 'kiln.node=n2 kiln.url=%s\n' "$SERVE_URL" >"$W/cmdline"
@@ -180,8 +181,8 @@ ok "  ... kiln serve logged each, from a privileged port at n2's address" bash -
 	"grep -q '127.0.0.12:[0-9]\{3\} (node n2): handed munge.key' '$LOG' && grep -q '127.0.0.12:[0-9]\{3\} (node n2): handed inferd-keys' '$LOG'"
 ok "  ... no secret left readable in a staging or .kiln-new file" bash -c "! find '$R' -name '*.kiln-new' | grep -q ."
 R1=$W/root1
-mkdir -p "$R1/etc"
-cp "$R/etc/passwd" "$R/etc/shadow" "$R1/etc/"
+mkdir -p "$R1/etc/kiln"
+cp "$R/etc/passwd" "$R/etc/shadow" "$R1/etc/" && cp "$D/head.pub" "$R1/etc/kiln/"
 printf 'kiln.node=n1 kiln.url=%s\n' "$SERVE_URL" >"$W/cmdline1"
 "$INIT" --root "$R1" --cmdline "$W/cmdline1" --kiln "$KILN" --attempts 2 --delay 0 >/dev/null 2>"$W/init1.err"
 ok "kiln-node-init on n1 (not an inference node): exit 0, no keys file" bash -c \
@@ -194,8 +195,8 @@ python3 -m http.server --bind 127.0.0.1 --directory "$D/img" "$SP" >/dev/null 2>
 static_pid=$!
 for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$SP/cluster.cfg" && break; sleep 0.1; done
 R2=$W/root2
-mkdir -p "$R2/etc"
-cp "$R/etc/passwd" "$R/etc/shadow" "$R2/etc/"
+mkdir -p "$R2/etc/kiln"
+cp "$R/etc/passwd" "$R/etc/shadow" "$R2/etc/" && cp "$D/head.pub" "$R2/etc/kiln/"
 printf 'kiln.node=n1 kiln.url=http://127.0.0.1:%s\n' "$SP" >"$W/cmdline2"
 "$INIT" --root "$R2" --cmdline "$W/cmdline2" --kiln "$KILN" --attempts 1 --delay 0 >/dev/null 2>"$W/init2.err"
 rc=$?

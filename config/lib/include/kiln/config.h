@@ -339,9 +339,9 @@ typedef struct kiln_cfg_image {
 	char *tftp_dir;	      /* "/srv/kiln/tftp": undionly.kpxe, ipxe.efi */
 	char *http_url;	      /* default "http://HEAD_ADDRESS/kiln" */
 	char *kernel_cmdline; /* extra kernel arguments, "" */
-	char *root_password_hash;   /* crypt(3) hash; NULL = root's password locked */
 	char **ssh_keys;	    /* root's authorized_keys lines (NULL-terminated) */
-	char *munge_key;	    /* key file baked into the image, "/etc/munge/munge.key" */
+	char *munge_key;	    /* head's munge key, served to nodes (never in the image) */
+	char *signing_key;	    /* signs cluster.cfg, "/etc/kiln/head.key" */
 	bool nvidia;		    /* GPU image: NVIDIA driver + CUDA runtime */
 	char *nvidia_apt_source;    /* "URL SUITE [COMPONENTS]" of NVIDIA's repository, or NULL */
 	char *nvidia_apt_keyring;   /* its keyring on the build machine */
@@ -476,6 +476,20 @@ const kiln_cfg_node *kiln_cfg_find_node_by_mac(const kiln_cfg *cfg, const uint8_
 const kiln_cfg_partition *kiln_cfg_find_partition(const kiln_cfg *cfg, const char *name);
 /* The action for an XID: the health.xid override if any, else def. */
 kiln_cfg_action kiln_cfg_xid_action(const kiln_cfg *cfg, int xid, kiln_cfg_action def);
+
+/* Calls fn(key, path, userdata) for every program or library the file
+ * makes a node run as root (or as a job's user) by path: health.nvml_library
+ * (when it is a path, not a bare soname ld.so finds in the system's
+ * directories), health.check_program, .prolog and .epilog (with
+ * health.enabled), slurm.reboot_program, and the program keys of
+ * slurm.extra lines (Prolog, Epilog, TaskProlog, TaskEpilog,
+ * HealthCheckProgram, RebootProgram, UnkillableStepProgram; key is then
+ * "slurm.extra[N]").  These must be root's (kiln check --node-paths,
+ * kiln/pathtrust.h).  Stops at and returns fn's first negative value;
+ * else 0. */
+int kiln_cfg_for_each_code_path(const kiln_cfg *cfg,
+				int (*fn)(const char *key, const char *path, void *userdata),
+				void *userdata);
 /* Iterate: for (const kiln_cfg_node *n = cfg->nodes; n < cfg->nodes + cfg->n_nodes; n++) */
 
 /* ---- schema ---------------------------------------------------------- */
