@@ -11,8 +11,11 @@
  * Two key spaces.  Keys starting with KILN_STORE_CONTROL_PREFIX ("/kiln/")
  * are rendezvous control keys: a connection may read or write them only after
  * presenting the per-job secret (kiln's own clients do this at connect).  Any
- * other key is the worker key space, open to every allowed peer.  Peers whose
- * IPv4 address is not on the allow-list are closed at accept.
+ * other key is the worker key space: with require_auth only for connections
+ * that presented the secret or came through a relay (kiln_store_relay, which
+ * vouches for its local workers), else for every admitted peer.  Peers whose
+ * IPv4 address is not on the allow-list, and peers on this machine that are
+ * processes of another uid (sock_diag), are closed at accept.
  *
  * Error convention: every function returns 0 (or a documented non-negative
  * value) on success and a negative errno on failure; the errors each one can
@@ -23,6 +26,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* ---- limits ---------------------------------------------------------------
  * Every limit is a hard cap enforced on input before memory is allocated, so
@@ -96,6 +100,24 @@ typedef struct kiln_store_server_opts {
 	 * remote connection can reach control keys (in-process access still
 	 * can).  Copied. */
 	const char *secret;
+	/* Every connection must authenticate before it touches any key: the
+	 * secret through KILN_STORE_AUTH_KEY (agents, both key spaces) or a
+	 * relay's hello (the worker key space).  Unauthenticated connections
+	 * may only VALIDATE and PING.  Default false: the worker key space is
+	 * open to every admitted peer (torch clients connecting directly). */
+	bool require_auth;
+	/* Refuse a peer on this machine unless its socket belongs to peer_uid
+	 * (looked up through sock_diag at accept; a loopback peer that cannot
+	 * be looked up is refused too).  Peers on other machines are not
+	 * affected.  Default true, peer_uid = geteuid(). */
+	bool check_peer_uid;
+	uid_t peer_uid;
+	/* Called from the serving side (server locked: do not call back into
+	 * it) with one line saying which peer was refused at accept and why
+	 * ("127.0.0.1:4711: a process of uid 65534 on this node; ...").
+	 * NULL = not reported (log_debug only). */
+	void (*on_refused)(const char *msg, void *userdata);
+	void *on_refused_userdata;
 	/* Limits; kiln_store_server_opts_init() sets the KILN_STORE_* values. */
 	size_t max_key;
 	size_t max_value;
@@ -110,7 +132,8 @@ typedef struct kiln_store_server_opts {
 } kiln_store_server_opts;
 
 /* Fills *opts with the defaults above (bind 0.0.0.0, port 0, loopback
- * allowed, no other peer, no secret, KILN_STORE_* limits). */
+ * allowed, no other peer, local peers only of this process's euid, no secret,
+ * worker key space open, KILN_STORE_* limits). */
 void kiln_store_server_opts_init(kiln_store_server_opts *opts);
 
 /* Creates the server: binds, listens, creates its epoll fd, raises
@@ -181,8 +204,10 @@ typedef struct kiln_store_server_stats {
 	uint64_t connections;	   /* open now */
 	uint64_t accepted;	   /* total accepted */
 	uint64_t refused_peers;	   /* closed at accept: address not allowed, or max_conns */
+	uint64_t refused_uid;	   /* closed at accept: a local process of another uid */
 	uint64_t dropped_protocol; /* closed for garbage, oversize lengths, unknown ops */
-	uint64_t dropped_auth;	   /* closed for a wrong secret or a control key without one */
+	uint64_t dropped_auth;	   /* closed for a wrong secret, a control key without one, or
+				      (require_auth) any key before authenticating */
 	uint64_t dropped_limits;   /* closed for a store or buffer limit */
 	uint64_t keys;
 	uint64_t store_bytes;	 /* keys + values + overheads, see KILN_STORE_TOTAL_MAX */
@@ -191,6 +216,55 @@ typedef struct kiln_store_server_stats {
 } kiln_store_server_stats;
 /* Errors: -EINVAL. */
 int kiln_store_server_get_stats(kiln_store_server *s, kiln_store_server_stats *ret);
+
+/* ---- relay ----------------------------------------------------------------
+ * The worker-facing end of the store on each node (kiln-run runs one per
+ * agent; workers get its address as MASTER_ADDR/MASTER_PORT).  It listens on
+ * 127.0.0.1 (an ephemeral port), admits only local processes of peer_uid
+ * (sock_diag, see docs/store.md), and forwards each connection to the store
+ * after a WORKER_HELLO with the job secret, so that a server with
+ * require_auth serves it the worker key space.  PyTorch clients need no
+ * change: their bytes pass through unchanged.  Runs in its own thread. */
+
+/* Most relayed connections at once per node: a node's workers (up to
+ * RDZV_MAX_NPROC) each hold a few (torch's store, its PrefixStore clones,
+ * kiln's C client). */
+#define KILN_STORE_RELAY_CONN_MAX 1024u
+
+typedef struct kiln_store_relay kiln_store_relay;
+
+typedef struct kiln_store_relay_opts {
+	/* The store: an IPv4 literal and its port (changed later with
+	 * kiln_store_relay_set_upstream(), e.g. after a store failover). */
+	const char *upstream_host;
+	uint16_t upstream_port;
+	/* The job secret, presented upstream for every relayed connection.
+	 * Copied. */
+	const char *secret;
+	/* Only local processes of this uid may connect; default geteuid(). */
+	uid_t peer_uid;
+	size_t max_conns; /* default KILN_STORE_RELAY_CONN_MAX */
+	/* Called from the relay's thread with one line for each refused peer
+	 * ("relay: 127.0.0.1:4711: a process of uid 65534 ..."); NULL = not
+	 * reported. */
+	void (*on_refused)(const char *msg, void *userdata);
+	void *on_refused_userdata;
+} kiln_store_relay_opts;
+
+void kiln_store_relay_opts_init(kiln_store_relay_opts *opts);
+/* Binds 127.0.0.1:0 and starts the relay's thread.  Errors: -EINVAL (NULL,
+ * no secret or upstream, a host that is not an IPv4 literal), -errno of
+ * socket/bind/listen/epoll/eventfd/pthread_create, -ENOMEM. */
+int kiln_store_relay_new(const kiln_store_relay_opts *opts, kiln_store_relay **ret);
+/* The port workers connect to (on 127.0.0.1). */
+uint16_t kiln_store_relay_port(const kiln_store_relay *r);
+/* New connections go to host:port from now on; open ones keep theirs.
+ * Errors: -EINVAL. */
+int kiln_store_relay_set_upstream(kiln_store_relay *r, const char *host, uint16_t port);
+/* Peers refused so far (another uid, or not identifiable). */
+uint64_t kiln_store_relay_refused(kiln_store_relay *r);
+/* Stops the thread, closes every connection, frees.  NULL is a no-op. */
+void kiln_store_relay_free(kiln_store_relay *r);
 
 /* ---- client ---------------------------------------------------------------
  * Blocking, one request at a time, not thread-safe (one client per thread).
