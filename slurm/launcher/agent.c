@@ -35,6 +35,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +108,7 @@ typedef struct kr_agent {
 	size_t store_idx;
 	bool first_connect;
 	kiln_store_client *c;
+	kiln_store_relay *relay; /* the workers' way to the store (MASTER_PORT) */
 	int live_fd;
 	kr_leader *L;
 	uint64_t seen_round;
@@ -171,6 +173,21 @@ static bool store_conn_lost(int r)
 	       r == -EPIPE || r == -ECONNREFUSED;
 }
 
+/* The store and the relay refuse peers from their own threads; each
+ * refusal is logged with who it was (a user's process on a shared node
+ * probing the job is worth a line in the job's log), up to
+ * KR_REFUSED_LOG_MAX lines, then every KR_REFUSED_LOG_EVERY-th, so that a
+ * connect flood cannot flood the log. */
+#define KR_REFUSED_LOG_MAX   20
+#define KR_REFUSED_LOG_EVERY 1000
+static void log_refused(const char *msg, void *userdata)
+{
+	static atomic_uint n;
+	unsigned k = atomic_fetch_add(&n, 1) + 1;
+	if (k <= KR_REFUSED_LOG_MAX || k % KR_REFUSED_LOG_EVERY == 0)
+		log_warning("Refused a connection to this job's store: %s (%u so far)", msg, k);
+}
+
 /* ---- leader ---------------------------------------------------------- */
 
 static void leader_free(kr_leader *L)
@@ -206,6 +223,13 @@ static int leader_new(kr_agent *a, kr_leader **ret)
 	so.n_allow = L->n_allow;
 	so.allow_loopback = true;
 	so.secret = a->secret;
+	/* Every connection authenticates: agents with the secret, workers
+	 * through their node's relay (docs/store.md, "Who may connect").  A
+	 * process on this node must be the job's user. */
+	so.require_auth = true;
+	so.check_peer_uid = true;
+	so.peer_uid = geteuid();
+	so.on_refused = log_refused;
 	/* A standalone run has no other node: its store and live socket are
 	 * on 127.0.0.1 only (docs/kiln-run.md), not open to the network. */
 	if (o->standalone)
@@ -304,6 +328,20 @@ static void leader_accept(kr_agent *a)
 		if (fd < 0)
 			return;
 		if (!peer_allowed(L, &sa) || L->n_conns >= KR_LIVE_MAX) {
+			close(fd);
+			continue;
+		}
+		/* Like the store: a process of another user on this node is
+		 * closed at once (it could otherwise hold liveness slots). */
+		uid_t uid;
+		int k = kiln_store_peer_uid(fd, &uid);
+		if ((k == 1 && uid != geteuid()) || k < 0 ||
+		    (k == 0 && (ntohl(sa.sin_addr.s_addr) >> 24) == 127)) {
+			char msg[160];
+			snprintf(msg, sizeof(msg), "liveness socket: port %u: %s%u", ntohs(sa.sin_port),
+				 k == 1 ? "a process of uid " : "an unidentifiable peer, error ",
+				 k == 1 ? (unsigned) uid : (unsigned) -k);
+			log_refused(msg, NULL);
 			close(fd);
 			continue;
 		}
@@ -599,6 +637,9 @@ static int agent_connect(kr_agent *a)
 				return r;
 			uint16_t port = kiln_store_server_port(a->L->srv);
 			log_info("Hosting the store on %s:%u", j->nodes[j->self], port);
+			r = kiln_store_relay_set_upstream(a->relay, "127.0.0.1", port);
+			if (r < 0)
+				return log_error_errno(r, "Failed to point the relay at the store: %m");
 			r = kiln_store_client_connect("127.0.0.1", port, a->secret,
 						      KR_OP_TIMEOUT_USEC, &a->c);
 			if (r < 0)
@@ -625,6 +666,10 @@ static int agent_connect(kr_agent *a)
 				continue;
 			}
 			kiln_store_client_set_timeout(a->c, KR_OP_TIMEOUT_USEC);
+			r = kiln_store_relay_set_upstream(a->relay, host, a->o->port);
+			if (r < 0)
+				return log_error_errno(r, "Failed to point the relay at %s:%u: %m",
+						       host, a->o->port);
 		}
 		a->first_connect = false;
 		if (a->healthy) {
@@ -677,8 +722,9 @@ static void spawn_round(kr_agent *a)
 		.group_rank = me->group_rank,
 		.restart_count = a->cur.round - 1,
 		.max_restarts = a->o->rdzv.max_restarts,
-		.master_addr = a->job->addrs[a->store_idx],
-		.master_port = a->L ? kiln_store_server_port(a->L->srv) : a->o->port,
+		/* the relay on this node, which vouches for the workers */
+		.master_addr = "127.0.0.1",
+		.master_port = kiln_store_relay_port(a->relay),
 		.run_id = a->o->run_id,
 		.host = a->job->nodes[a->job->self],
 		.node_addr = a->job->addrs[a->job->self],
@@ -1106,20 +1152,23 @@ int kr_agent_run(const kr_opts *o, kr_job *job)
 					       KILN_STORE_SECRET_MAX);
 		snprintf(a.secret, sizeof(a.secret), "%s", sec);
 	} else if (job->n == 1) {
+		/* One agent, nobody to agree with: a fresh random secret.  The
+		 * workers never need it (they come through the relay). */
 		r = kr_make_secret(a.secret, sizeof(a.secret));
 		if (r < 0)
 			return log_error_errno(r, "Failed to generate the job secret: %m");
 	} else {
-		/* Agents on different nodes must agree; without a secret from
-		 * the batch script only the allocation allow-list protects
-		 * the control keys. */
-		log_warning("%s is not set; using a secret derived from the job id. Set it in the "
-			    "batch script (export %s=$(kiln-run --make-secret)) to protect the "
-			    "rendezvous",
-			    KR_ENV_SECRET, KR_ENV_SECRET);
-		snprintf(a.secret, sizeof(a.secret), "kiln-job-%s-uid-%u", strna(job->job_id),
-			 (unsigned) getuid());
+		/* Agents on different nodes must share a secret nobody else
+		 * knows; anything derived from the job (its id, the uid) is
+		 * public on a shared cluster.  Fail closed. */
+		log_error("%s is not set, and this job has %zu nodes: the agents need a shared "
+			  "secret so that other users on these nodes cannot read or write the "
+			  "rendezvous. Run kiln-run in the batch script without srun (it makes "
+			  "the secret), or export %s=$(kiln-run --make-secret) before srun.",
+			  KR_ENV_SECRET, job->n, KR_ENV_SECRET);
+		return KILN_EXIT_USAGE;
 	}
+
 
 	a.nproc = o->nproc;
 	if (a.nproc == 0) {
@@ -1153,6 +1202,21 @@ int kr_agent_run(const kr_opts *o, kr_job *job)
 	a.g.epoll_fd = epoll_create1(EPOLL_CLOEXEC);
 	if (a.g.epoll_fd < 0)
 		return log_error_errno(-errno, "Failed to create an epoll instance: %m");
+
+	{
+		/* The workers' way to the store: 127.0.0.1, this job's uid only. */
+		kiln_store_relay_opts ro;
+		kiln_store_relay_opts_init(&ro);
+		/* the store's address is set for real in agent_connect() */
+		ro.upstream_host = "127.0.0.1";
+		ro.upstream_port = o->port ? o->port : 1;
+		ro.secret = a.secret;
+		ro.peer_uid = geteuid();
+		ro.on_refused = log_refused;
+		r = kiln_store_relay_new(&ro, &a.relay);
+		if (r < 0)
+			return log_error_errno(r, "Failed to start the workers' store relay: %m");
+	}
 
 	for (;;) {
 		r = agent_connect(&a);
@@ -1202,6 +1266,7 @@ int kr_agent_run(const kr_opts *o, kr_job *job)
 	rdzv_round_free(&a.pending);
 	rdzv_round_free(&a.cur);
 	agent_disconnect(&a);
+	kiln_store_relay_free(a.relay);
 	closep(&a.g.epoll_fd);
 	return code;
 }

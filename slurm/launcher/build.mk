@@ -31,6 +31,8 @@ $(eval $(call kiln_tool,kiln-run-worker,tests/launcher/kr-worker.c,kk kilnstore 
 
 # TAP suites: standalone mode (no Slurm), elasticity on loopback agents.
 TEST_SCRIPTS += tests/launcher/test-kiln-run-local.sh tests/launcher/test-kiln-run-elastic.sh
+# Shared nodes: another user against a running job's store (issue 31).
+TEST_SCRIPTS += tests/launcher/test-kiln-run-shared.sh
 # The real Slurm cluster (4 slurmd in network namespaces, tests/launcher/four.cfg).
 TEST_SCRIPTS += tests/launcher/test-kiln-run-slurm.sh
 

@@ -1,5 +1,5 @@
 /* store-peer.c — the uid behind a local TCP peer, through sock_diag (see
- * store-peer.h).
+ * kiln/store.h).
  *
  * One request per lookup, not a dump: SOCK_DIAG_BY_FAMILY with the exact
  * four-tuple of the peer's socket (its local end is our remote end) makes
@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "kiln/macro.h"
-#include "store-peer.h"
+#include "kiln/store.h"
 
 /* The kernel answers at once; this only bounds a kernel that does not. */
 #define PEER_LOOKUP_TIMEOUT_USEC (500 * 1000)

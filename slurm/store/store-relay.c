@@ -37,7 +37,6 @@
 #include "kiln/log.h"
 #include "kiln/macro.h"
 #include "kiln/store.h"
-#include "store-peer.h"
 #include "store-proto.h"
 
 /* Bytes buffered per direction per connection.  Requests and replies of any

@@ -33,7 +33,6 @@
 #include "kiln/macro.h"
 #include "kiln/store.h"
 #include "store-map.h"
-#include "store-peer.h"
 #include "store-proto.h"
 
 #define EPOLL_BATCH 256
