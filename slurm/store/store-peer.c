@@ -4,15 +4,16 @@
  * One request per lookup, not a dump: SOCK_DIAG_BY_FAMILY with the exact
  * four-tuple of the peer's socket (its local end is our remote end) makes
  * the kernel look up that one socket (inet_diag_find_one_icsk) and answer
- * one inet_diag_msg, or NLMSG_ERROR -ENOENT.  A fresh netlink socket per
- * lookup keeps this thread-safe and stateless; it costs a few microseconds,
- * paid once per accepted connection. */
+ * one inet_diag_msg, or NLMSG_ERROR -ENOENT.  The server and the relay keep
+ * one netlink socket each (kiln_store_peer_uid_via(), used by one thread at
+ * a time); a lookup then costs ~10 us, paid once per accepted connection. */
 #include <errno.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
 #include <netinet/tcp.h>
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -24,7 +25,27 @@
 /* The kernel answers at once; this only bounds a kernel that does not. */
 #define PEER_LOOKUP_TIMEOUT_USEC (500 * 1000)
 
+int kiln_store_diag_open(void)
+{
+	int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	if (nl < 0)
+		return -errno;
+	struct timeval tv = { .tv_sec = 0, .tv_usec = PEER_LOOKUP_TIMEOUT_USEC };
+	setsockopt(nl, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return nl;
+}
+
 int kiln_store_peer_uid(int fd, uid_t *ret_uid)
+{
+	int nl = kiln_store_diag_open();
+	if (nl < 0)
+		return nl;
+	int r = kiln_store_peer_uid_via(nl, fd, ret_uid);
+	close(nl);
+	return r;
+}
+
+int kiln_store_peer_uid_via(int nl, int fd, uid_t *ret_uid)
 {
 	struct sockaddr_in self, peer;
 	socklen_t sl = sizeof(self), pl = sizeof(peer);
@@ -34,12 +55,10 @@ int kiln_store_peer_uid(int fd, uid_t *ret_uid)
 	if (self.sin_family != AF_INET || peer.sin_family != AF_INET)
 		return -EAFNOSUPPORT;
 
-	int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-	if (nl < 0)
-		return -errno;
-	struct timeval tv = { .tv_sec = 0, .tv_usec = PEER_LOOKUP_TIMEOUT_USEC };
-	setsockopt(nl, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-
+	/* a sequence number per lookup, so that a late answer to an earlier
+	 * lookup that timed out on this socket is never taken for this one */
+	static atomic_uint seq_next;
+	unsigned seq = atomic_fetch_add(&seq_next, 1) + 1;
 	struct {
 		struct nlmsghdr nh;
 		struct inet_diag_req_v2 r;
@@ -47,7 +66,7 @@ int kiln_store_peer_uid(int fd, uid_t *ret_uid)
 		.nh = { .nlmsg_len = sizeof(req),
 			.nlmsg_type = SOCK_DIAG_BY_FAMILY,
 			.nlmsg_flags = NLM_F_REQUEST,
-			.nlmsg_seq = 1 },
+			.nlmsg_seq = seq },
 		.r = { .sdiag_family = AF_INET,
 		       .sdiag_protocol = IPPROTO_TCP,
 		       .idiag_states = ~0u,
@@ -77,7 +96,7 @@ int kiln_store_peer_uid(int fd, uid_t *ret_uid)
 			goto out;
 		}
 		for (struct nlmsghdr *h = &buf.nh; NLMSG_OK(h, (size_t) n); h = NLMSG_NEXT(h, n)) {
-			if (h->nlmsg_seq != 1)
+			if (h->nlmsg_seq != seq)
 				continue;
 			if (h->nlmsg_type == NLMSG_ERROR) {
 				const struct nlmsgerr *e = NLMSG_DATA(h);
@@ -115,6 +134,5 @@ int kiln_store_peer_uid(int fd, uid_t *ret_uid)
 		}
 	}
 out:
-	close(nl);
 	return r;
 }

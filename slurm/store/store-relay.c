@@ -76,6 +76,7 @@ struct kiln_store_relay {
 	pthread_mutex_t lock; /* guards upstream */
 	struct sockaddr_in upstream;
 	int listen_fd, epoll_fd, event_fd;
+	int diag_fd; /* sock_diag socket of the relay's thread, -1 until needed */
 	uint16_t port;
 	pthread_t thread;
 	bool running;
@@ -241,7 +242,13 @@ static void on_accept(kiln_store_relay *r)
 		if (fd < 0)
 			return;
 		uid_t uid;
-		int k = kiln_store_peer_uid(fd, &uid);
+		int k = r->diag_fd >= 0 ? 0 : (r->diag_fd = kiln_store_diag_open());
+		if (k >= 0)
+			k = kiln_store_peer_uid_via(r->diag_fd, fd, &uid);
+		if (k == -ETIMEDOUT) {
+			close(r->diag_fd);
+			r->diag_fd = -1;
+		}
 		if (k != 1 || uid != r->o.peer_uid) {
 			if (k == 1)
 				refuse_msg(r, &sa,
@@ -361,7 +368,7 @@ int kiln_store_relay_new(const kiln_store_relay_opts *o, kiln_store_relay **ret)
 	if (!r)
 		return -ENOMEM;
 	r->o = *o;
-	r->listen_fd = r->epoll_fd = r->event_fd = -1;
+	r->listen_fd = r->epoll_fd = r->event_fd = r->diag_fd = -1;
 	pthread_mutex_init(&r->lock, NULL);
 	int e;
 	r->secret = strdup(o->secret);
@@ -444,6 +451,8 @@ void kiln_store_relay_free(kiln_store_relay *r)
 		close(r->epoll_fd);
 	if (r->event_fd >= 0)
 		close(r->event_fd);
+	if (r->diag_fd >= 0)
+		close(r->diag_fd);
 	if (r->secret) {
 		explicit_bzero(r->secret, strlen(r->secret));
 		free(r->secret);

@@ -99,6 +99,7 @@ struct kiln_store_server {
 	int epoll_fd;
 	int event_fd;
 	int reserve_fd; /* spare fd to shed a connection when out of fds */
+	int diag_fd;	/* sock_diag netlink socket for the peer uid check, -1 until needed */
 	uint16_t port;
 	pthread_t thread;
 	bool running;
@@ -483,7 +484,14 @@ static void refused(kiln_store_server *s, const struct sockaddr_in *sa, const ch
 static bool peer_uid_ok(kiln_store_server *s, int fd, const struct sockaddr_in *sa)
 {
 	uid_t uid;
-	int r = kiln_store_peer_uid(fd, &uid);
+	int r = s->diag_fd >= 0 ? 0 : (s->diag_fd = kiln_store_diag_open());
+	if (r >= 0)
+		r = kiln_store_peer_uid_via(s->diag_fd, fd, &uid);
+	if (r == -ETIMEDOUT) {
+		/* a late answer may still come: start over on a fresh socket */
+		close(s->diag_fd);
+		s->diag_fd = -1;
+	}
 	bool loopback = (ntohl(sa->sin_addr.s_addr) >> 24) == 127;
 	if (r == 1 && uid == s->o.peer_uid)
 		return true;
@@ -982,7 +990,7 @@ int kiln_store_server_new(const kiln_store_server_opts *opts, kiln_store_server 
 	kiln_store_server *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	s->listen_fd = s->epoll_fd = s->event_fd = s->reserve_fd = -1;
+	s->listen_fd = s->epoll_fd = s->event_fd = s->reserve_fd = s->diag_fd = -1;
 	s->o = *opts;
 	s->o.bind_address = NULL;
 	s->o.allow = NULL;
@@ -1075,6 +1083,8 @@ void kiln_store_server_free(kiln_store_server *s)
 		close(s->event_fd);
 	if (s->reserve_fd >= 0)
 		close(s->reserve_fd);
+	if (s->diag_fd >= 0)
+		close(s->diag_fd);
 	free(s->allow);
 	if (s->secret) {
 		explicit_bzero(s->secret, s->secret_len);

@@ -236,6 +236,10 @@ int kiln_store_server_get_stats(kiln_store_server *s, kiln_store_server_stats *r
  *            without CONFIG_INET_DIAG answers -ENOENT or -EPROTONOSUPPORT
  *            when the socket is opened). */
 int kiln_store_peer_uid(int fd, uid_t *ret_uid);
+/* The same through a netlink socket the caller keeps (one thread at a time):
+ * kiln_store_diag_open() returns it (or -errno); close it with close(2). */
+int kiln_store_diag_open(void);
+int kiln_store_peer_uid_via(int diag_fd, int fd, uid_t *ret_uid);
 
 /* ---- relay ----------------------------------------------------------------
  * The worker-facing end of the store on each node (kiln-run runs one per
