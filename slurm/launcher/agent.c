@@ -109,6 +109,8 @@ typedef struct kr_agent {
 	bool first_connect;
 	kiln_store_client *c;
 	kiln_store_relay *relay; /* the workers' way to the store (MASTER_PORT) */
+	bool munge;		 /* no KILN_RUN_SECRET: the secret comes through MUNGE */
+	kr_munge_ctx mctx;
 	int live_fd;
 	kr_leader *L;
 	uint64_t seen_round;
@@ -230,6 +232,11 @@ static int leader_new(kr_agent *a, kr_leader **ret)
 	so.check_peer_uid = true;
 	so.peer_uid = geteuid();
 	so.on_refused = log_refused;
+	if (a->munge) {
+		/* agents without the secret prove their uid with MUNGE */
+		so.token_auth = kr_munge_check;
+		so.token_auth_userdata = &a->mctx;
+	}
 	/* A standalone run has no other node: its store and live socket are
 	 * on 127.0.0.1 only (docs/kiln-run.md), not open to the network. */
 	if (o->standalone)
@@ -622,6 +629,40 @@ static int agent_join(kr_agent *a)
 	return kiln_store_client_append(a->c, "/kiln/joins", info, strlen(info));
 }
 
+/* Points the workers' relay at the store (starting it the first time, once
+ * the secret is known). */
+static int relay_to(kr_agent *a, const char *host, uint16_t port)
+{
+	if (a->relay)
+		return kiln_store_relay_set_upstream(a->relay, host, port);
+	kiln_store_relay_opts ro;
+	kiln_store_relay_opts_init(&ro);
+	ro.upstream_host = host;
+	ro.upstream_port = port;
+	ro.secret = a->secret;
+	ro.peer_uid = geteuid();
+	ro.on_refused = log_refused;
+	return kiln_store_relay_new(&ro, &a->relay);
+}
+
+/* Presents a MUNGE credential instead of the secret, and learns the
+ * secret from the answer (munge.c). */
+static int agent_munge_auth(kr_agent *a)
+{
+	_cleanup_free_ char *token = NULL, *reply = NULL;
+	int r = kr_munge_token(a->job->job_id, &token);
+	if (r < 0)
+		return r;
+	r = kiln_store_client_auth_token(a->c, token, strlen(token), (void **) &reply, NULL);
+	if (r < 0)
+		return r;
+	r = kr_munge_secret(reply, a->secret, sizeof(a->secret));
+	if (r < 0)
+		return r;
+	log_info("Got the job secret from the store host through MUNGE");
+	return 0;
+}
+
 /* Connects to the store on store_idx, hosting it when that is this node.
  * Moves on to the next node when the host does not answer. */
 static int agent_connect(kr_agent *a)
@@ -632,14 +673,18 @@ static int agent_connect(kr_agent *a)
 		const char *host = j->addrs[a->store_idx];
 		int r;
 		if (a->store_idx == j->self) {
+			/* the first store host of a MUNGE job makes the secret;
+			 * a later one (failover) has learned it */
+			if (!a->secret[0] && (r = kr_make_secret(a->secret, sizeof(a->secret))) < 0)
+				return log_error_errno(r, "Failed to generate the job secret: %m");
 			r = leader_new(a, &a->L);
 			if (r < 0)
 				return r;
 			uint16_t port = kiln_store_server_port(a->L->srv);
 			log_info("Hosting the store on %s:%u", j->nodes[j->self], port);
-			r = kiln_store_relay_set_upstream(a->relay, "127.0.0.1", port);
+			r = relay_to(a, "127.0.0.1", port);
 			if (r < 0)
-				return log_error_errno(r, "Failed to point the relay at the store: %m");
+				return log_error_errno(r, "Failed to start the workers' store relay: %m");
 			r = kiln_store_client_connect("127.0.0.1", port, a->secret,
 						      KR_OP_TIMEOUT_USEC, &a->c);
 			if (r < 0)
@@ -649,7 +694,20 @@ static int agent_connect(kr_agent *a)
 			uint64_t t = a->first_connect
 					     ? KR_FIRST_CONNECT_USEC + a->o->rdzv.dead_after_usec
 					     : a->o->rdzv.dead_after_usec;
-			r = kiln_store_client_connect(host, a->o->port, a->secret, t, &a->c);
+			r = kiln_store_client_connect(host, a->o->port, a->secret[0] ? a->secret : NULL,
+						      t, &a->c);
+			if (r == 0 && !a->secret[0]) {
+				r = agent_munge_auth(a);
+				if (r < 0) {
+					kiln_store_client_free(a->c);
+					a->c = NULL;
+				}
+				if (r == -EACCES || r == -EPROTO)
+					return log_error_errno(r,
+							       "The store on %s did not hand this agent "
+							       "the job secret through MUNGE: %m",
+							       j->nodes[a->store_idx]);
+			}
 			if (r == -EACCES)
 				return log_error_errno(
 					r,
@@ -666,10 +724,9 @@ static int agent_connect(kr_agent *a)
 				continue;
 			}
 			kiln_store_client_set_timeout(a->c, KR_OP_TIMEOUT_USEC);
-			r = kiln_store_relay_set_upstream(a->relay, host, a->o->port);
+			r = relay_to(a, host, a->o->port);
 			if (r < 0)
-				return log_error_errno(r, "Failed to point the relay at %s:%u: %m",
-						       host, a->o->port);
+				return log_error_errno(r, "Failed to start the workers' store relay: %m");
 		}
 		a->first_connect = false;
 		if (a->healthy) {
@@ -1160,14 +1217,25 @@ int kr_agent_run(const kr_opts *o, kr_job *job)
 	} else {
 		/* Agents on different nodes must share a secret nobody else
 		 * knows; anything derived from the job (its id, the uid) is
-		 * public on a shared cluster.  Fail closed. */
-		log_error("%s is not set, and this job has %zu nodes: the agents need a shared "
-			  "secret so that other users on these nodes cannot read or write the "
-			  "rendezvous. Run kiln-run in the batch script without srun (it makes "
-			  "the secret), or export %s=$(kiln-run --make-secret) before srun.",
-			  KR_ENV_SECRET, job->n, KR_ENV_SECRET);
-		return KILN_EXIT_USAGE;
+		 * public on a shared cluster.  With MUNGE the store host makes
+		 * one and hands it to agents that prove the job's uid; without
+		 * it, fail closed. */
+		char why[128];
+		if (!kr_munge_available(why, sizeof(why))) {
+			log_error("%s is not set, this job has %zu nodes, and MUNGE cannot hand out "
+				  "a secret here (%s): the agents need a shared secret so that "
+				  "other users on these nodes cannot read or write the rendezvous. "
+				  "Run kiln-run in the batch script without srun (it makes the "
+				  "secret), or export %s=$(kiln-run --make-secret) before srun.",
+				  KR_ENV_SECRET, job->n, why, KR_ENV_SECRET);
+			return KILN_EXIT_USAGE;
+		}
+		a.munge = true;
+		a.secret[0] = 0;
+		log_info("%s is not set: the agents get the job secret through MUNGE",
+			 KR_ENV_SECRET);
 	}
+	a.mctx = (kr_munge_ctx){ .job_id = job->job_id, .secret = a.secret };
 
 
 	a.nproc = o->nproc;
@@ -1202,21 +1270,6 @@ int kr_agent_run(const kr_opts *o, kr_job *job)
 	a.g.epoll_fd = epoll_create1(EPOLL_CLOEXEC);
 	if (a.g.epoll_fd < 0)
 		return log_error_errno(-errno, "Failed to create an epoll instance: %m");
-
-	{
-		/* The workers' way to the store: 127.0.0.1, this job's uid only. */
-		kiln_store_relay_opts ro;
-		kiln_store_relay_opts_init(&ro);
-		/* the store's address is set for real in agent_connect() */
-		ro.upstream_host = "127.0.0.1";
-		ro.upstream_port = o->port ? o->port : 1;
-		ro.secret = a.secret;
-		ro.peer_uid = geteuid();
-		ro.on_refused = log_refused;
-		r = kiln_store_relay_new(&ro, &a.relay);
-		if (r < 0)
-			return log_error_errno(r, "Failed to start the workers' store relay: %m");
-	}
 
 	for (;;) {
 		r = agent_connect(&a);

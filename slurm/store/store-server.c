@@ -682,11 +682,45 @@ static bool items_allowed(const conn *c, const kiln_store_msg *m)
 	return true;
 }
 
-/* COMPARE_SET of KILN_STORE_AUTH_KEY: a client presenting the secret. */
+static bool key_is(const kiln_store_msg *m, const char *key)
+{
+	return m->key.len == strlen(key) && memcmp(m->key.p, key, m->key.len) == 0;
+}
+
+/* COMPARE_SET of KILN_STORE_AUTH_KEY or KILN_STORE_TOKEN_KEY: a client
+ * presenting the secret or a token. */
 static bool is_auth_request(const kiln_store_msg *m)
 {
-	return m->op == KILN_STORE_OP_COMPARE_SET && m->key.len == strlen(KILN_STORE_AUTH_KEY) &&
-	       memcmp(m->key.p, KILN_STORE_AUTH_KEY, m->key.len) == 0;
+	return m->op == KILN_STORE_OP_COMPARE_SET &&
+	       (key_is(m, KILN_STORE_AUTH_KEY) || key_is(m, KILN_STORE_TOKEN_KEY));
+}
+
+/* A token through KILN_STORE_TOKEN_KEY, checked by the owner's hook. */
+static int token_auth(kiln_store_server *s, conn *c, const kiln_store_msg *m)
+{
+	void *reply = NULL;
+	size_t rlen = 0;
+	int r = -EACCES;
+	if (s->o.token_auth && m->value.len > 0 && m->value.len <= KILN_STORE_TOKEN_MAX)
+		r = s->o.token_auth(m->value.p, m->value.len, &reply, &rlen,
+				    s->o.token_auth_userdata);
+	if (r < 0) {
+		log_debug("store: token refused, closing");
+		s->st.dropped_auth++;
+		c->close_after_flush = true;
+		return out_vec(s, c, "denied", 6);
+	}
+	c->auth = AUTH_AGENT;
+	uint64_t l = 3 + rlen;
+	r = out_put(s, c, &l, 8);
+	if (r >= 0)
+		r = out_put(s, c, "ok:", 3);
+	if (r >= 0 && rlen)
+		r = out_put(s, c, reply, rlen);
+	if (reply)
+		explicit_bzero(reply, rlen);
+	free(reply);
+	return r;
 }
 
 /* Handles one request.  Returns 0, or < 0 after closing the connection. */
@@ -759,6 +793,8 @@ static int handle(kiln_store_server *s, conn *c, const kiln_store_msg *m)
 			   m->op == KILN_STORE_OP_APPEND);
 		break;
 	case KILN_STORE_OP_COMPARE_SET: {
+		if (key_is(m, KILN_STORE_TOKEN_KEY))
+			return token_auth(s, c, m);
 		if (is_auth_request(m)) {
 			if (secret_eq(s, m->value.p, m->value.len)) {
 				c->auth = AUTH_AGENT;

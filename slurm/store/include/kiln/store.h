@@ -71,6 +71,12 @@
 /* The reserved key a client presents the secret through (COMPARE_SET with
  * expected = secret); see kiln_store_client_auth() and docs/store.md. */
 #define KILN_STORE_AUTH_KEY "/kiln/.auth"
+/* The reserved key an agent presents a token through instead of the
+ * secret (COMPARE_SET with expected = the token), on a server with a
+ * token_auth hook: kiln-run's MUNGE bootstrap (docs/store.md).  Tokens are
+ * 1..KILN_STORE_TOKEN_MAX bytes; a MUNGE credential is a few hundred. */
+#define KILN_STORE_TOKEN_KEY "/kiln/.token"
+#define KILN_STORE_TOKEN_MAX 4096u
 /* Secrets are 1..KILN_STORE_SECRET_MAX bytes (kiln-run generates 32 random
  * bytes, hex encoded = 64 characters). */
 #define KILN_STORE_SECRET_MAX 256u
@@ -118,6 +124,15 @@ typedef struct kiln_store_server_opts {
 	 * NULL = not reported (log_debug only). */
 	void (*on_refused)(const char *msg, void *userdata);
 	void *on_refused_userdata;
+	/* A second way for agents to authenticate: a token presented through
+	 * KILN_STORE_TOKEN_KEY (kiln-run: a MUNGE credential).  Called from the
+	 * serving side, server locked; returns 0 with *reply (malloc'd, may be
+	 * NULL) to accept (the connection then reaches both key spaces and
+	 * gets "ok:" + reply), < 0 to refuse ("denied", connection closed).
+	 * NULL = tokens are refused. */
+	int (*token_auth)(const void *token, size_t len, void **reply, size_t *reply_len,
+			  void *userdata);
+	void *token_auth_userdata;
 	/* Limits; kiln_store_server_opts_init() sets the KILN_STORE_* values. */
 	size_t max_key;
 	size_t max_value;
@@ -320,6 +335,14 @@ void kiln_store_client_free(kiln_store_client *c);
  * given one).  Errors: -EINVAL, -EACCES (wrong secret; the server closes the
  * connection), -ETIMEDOUT, -ECONNRESET, -EPROTO, -ENOTCONN. */
 int kiln_store_client_auth(kiln_store_client *c, const char *secret);
+/* Presents a token (1..KILN_STORE_TOKEN_MAX bytes) through
+ * KILN_STORE_TOKEN_KEY instead of the secret; on success the connection is
+ * authenticated and *ret (malloc'd, NUL-terminated, length in *ret_len,
+ * which may be NULL) holds the server's reply.  Errors: -EINVAL, -EACCES
+ * (refused; the server closes the connection), -ETIMEDOUT, -ECONNRESET,
+ * -EPROTO, -ENOTCONN, -ENOMEM. */
+int kiln_store_client_auth_token(kiln_store_client *c, const void *token, size_t len,
+				 void **ret, size_t *ret_len);
 /* Per-call timeout; 0 is not allowed.  Errors: -EINVAL. */
 int kiln_store_client_set_timeout(kiln_store_client *c, uint64_t timeout_usec);
 /* True once the secret was accepted. */
