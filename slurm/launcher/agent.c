@@ -345,7 +345,8 @@ static void leader_accept(kr_agent *a)
 		if ((k == 1 && uid != geteuid()) || k < 0 ||
 		    (k == 0 && (ntohl(sa.sin_addr.s_addr) >> 24) == 127)) {
 			char msg[160];
-			snprintf(msg, sizeof(msg), "liveness socket: port %u: %s%u", ntohs(sa.sin_port),
+			snprintf(msg, sizeof(msg), "liveness socket: port %u: %s%u",
+				 ntohs(sa.sin_port),
 				 k == 1 ? "a process of uid " : "an unidentifiable peer, error ",
 				 k == 1 ? (unsigned) uid : (unsigned) -k);
 			log_refused(msg, NULL);
@@ -684,7 +685,8 @@ static int agent_connect(kr_agent *a)
 			log_info("Hosting the store on %s:%u", j->nodes[j->self], port);
 			r = relay_to(a, "127.0.0.1", port);
 			if (r < 0)
-				return log_error_errno(r, "Failed to start the workers' store relay: %m");
+				return log_error_errno(
+					r, "Failed to start the workers' store relay: %m");
 			r = kiln_store_client_connect("127.0.0.1", port, a->secret,
 						      KR_OP_TIMEOUT_USEC, &a->c);
 			if (r < 0)
@@ -694,8 +696,8 @@ static int agent_connect(kr_agent *a)
 			uint64_t t = a->first_connect
 					     ? KR_FIRST_CONNECT_USEC + a->o->rdzv.dead_after_usec
 					     : a->o->rdzv.dead_after_usec;
-			r = kiln_store_client_connect(host, a->o->port, a->secret[0] ? a->secret : NULL,
-						      t, &a->c);
+			r = kiln_store_client_connect(host, a->o->port,
+						      a->secret[0] ? a->secret : NULL, t, &a->c);
 			if (r == 0 && !a->secret[0]) {
 				r = agent_munge_auth(a);
 				if (r < 0) {
@@ -703,10 +705,11 @@ static int agent_connect(kr_agent *a)
 					a->c = NULL;
 				}
 				if (r == -EACCES || r == -EPROTO)
-					return log_error_errno(r,
-							       "The store on %s did not hand this agent "
-							       "the job secret through MUNGE: %m",
-							       j->nodes[a->store_idx]);
+					return log_error_errno(
+						r,
+						"The store on %s did not hand this agent "
+						"the job secret through MUNGE: %m",
+						j->nodes[a->store_idx]);
 			}
 			if (r == -EACCES)
 				return log_error_errno(
@@ -726,7 +729,8 @@ static int agent_connect(kr_agent *a)
 			kiln_store_client_set_timeout(a->c, KR_OP_TIMEOUT_USEC);
 			r = relay_to(a, host, a->o->port);
 			if (r < 0)
-				return log_error_errno(r, "Failed to start the workers' store relay: %m");
+				return log_error_errno(
+					r, "Failed to start the workers' store relay: %m");
 		}
 		a->first_connect = false;
 		if (a->healthy) {
@@ -1222,12 +1226,13 @@ int kr_agent_run(const kr_opts *o, kr_job *job)
 		 * it, fail closed. */
 		char why[128];
 		if (!kr_munge_available(why, sizeof(why))) {
-			log_error("%s is not set, this job has %zu nodes, and MUNGE cannot hand out "
-				  "a secret here (%s): the agents need a shared secret so that "
-				  "other users on these nodes cannot read or write the rendezvous. "
-				  "Run kiln-run in the batch script without srun (it makes the "
-				  "secret), or export %s=$(kiln-run --make-secret) before srun.",
-				  KR_ENV_SECRET, job->n, why, KR_ENV_SECRET);
+			log_error(
+				"%s is not set, this job has %zu nodes, and MUNGE cannot hand out "
+				"a secret here (%s): the agents need a shared secret so that "
+				"other users on these nodes cannot read or write the rendezvous. "
+				"Run kiln-run in the batch script without srun (it makes the "
+				"secret), or export %s=$(kiln-run --make-secret) before srun.",
+				KR_ENV_SECRET, job->n, why, KR_ENV_SECRET);
 			return KILN_EXIT_USAGE;
 		}
 		a.munge = true;
@@ -1236,7 +1241,6 @@ int kr_agent_run(const kr_opts *o, kr_job *job)
 			 KR_ENV_SECRET);
 	}
 	a.mctx = (kr_munge_ctx){ .job_id = job->job_id, .secret = a.secret };
-
 
 	a.nproc = o->nproc;
 	if (a.nproc == 0) {

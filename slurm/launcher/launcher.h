@@ -139,8 +139,7 @@ int kr_munge_token(const char *job_id, char **ret);
 /* The store's token hook (kiln_store_server_opts.token_auth, userdata a
  * kr_munge_ctx): accepts a credential of this uid made for this job and
  * answers the secret in a credential only this uid can decode. */
-int kr_munge_check(const void *token, size_t len, void **reply, size_t *reply_len,
-		   void *userdata);
+int kr_munge_check(const void *token, size_t len, void **reply, size_t *reply_len, void *userdata);
 /* The secret out of the store's answer, which must come from this uid.
  * -EACCES or -EPROTO (logged). */
 int kr_munge_secret(const char *reply, char *secret, size_t len);

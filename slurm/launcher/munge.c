@@ -86,8 +86,7 @@ int kr_munge_token(const char *job_id, char **ret)
 	return 0;
 }
 
-int kr_munge_check(const void *token, size_t len, void **reply, size_t *reply_len,
-		   void *userdata)
+int kr_munge_check(const void *token, size_t len, void **reply, size_t *reply_len, void *userdata)
 {
 	const kr_munge_ctx *m = userdata;
 	_cleanup_free_ char *cred = strndup(token, len);

@@ -332,8 +332,8 @@ int kiln_store_client_auth(kiln_store_client *c, const char *secret)
 	return fail(c, -EACCES);
 }
 
-int kiln_store_client_auth_token(kiln_store_client *c, const void *token, size_t len,
-				 void **ret, size_t *ret_len)
+int kiln_store_client_auth_token(kiln_store_client *c, const void *token, size_t len, void **ret,
+				 size_t *ret_len)
 {
 	CHECK(check_conn(c));
 	assert_return(token && len > 0 && len <= KILN_STORE_TOKEN_MAX && ret, -EINVAL);

@@ -64,8 +64,8 @@ typedef struct rdir {
 } rdir;
 
 struct rpair {
-	rside w, u;	/* worker, upstream */
-	rdir wu, uw;	/* worker -> upstream, upstream -> worker */
+	rside w, u;  /* worker, upstream */
+	rdir wu, uw; /* worker -> upstream, upstream -> worker */
 	bool dead;
 	rpair *prev, *next;
 };

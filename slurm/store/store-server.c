@@ -496,7 +496,8 @@ static bool peer_uid_ok(kiln_store_server *s, int fd, const struct sockaddr_in *
 	if (r == 1 && uid == s->o.peer_uid)
 		return true;
 	if (r == 1)
-		refused(s, sa, "a process of uid %u on this node; only uid %u (the job's) may connect",
+		refused(s, sa,
+			"a process of uid %u on this node; only uid %u (the job's) may connect",
 			(unsigned) uid, (unsigned) s->o.peer_uid);
 	else if (r == 0 && !loopback)
 		return true;

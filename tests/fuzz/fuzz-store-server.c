@@ -7,8 +7,9 @@
  * closes that connection (a new one opens on its next record); the record's
  * connection byte also picks the dialect opener (VALIDATE or not) of a new
  * connection, and bit 0x40 of the input's first byte turns require_auth on
- * (records may open with a relay's WORKER_HELLO, secret "s3cret").  After each record the server handles what arrived.  The
- * store's limits are set small so that the limit paths are reached. */
+ * (records may open with a relay's WORKER_HELLO, secret "s3cret").  After
+ * each record the server handles what arrived.  The store's limits are set
+ * small so that the limit paths are reached. */
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>

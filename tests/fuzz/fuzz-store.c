@@ -50,7 +50,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (m.op == KILN_STORE_OP_WORKER_HELLO) {
 			/* a relay's hello: only while the dialect is undecided,
 			 * and it leaves it undecided */
-			assert(before == KILN_STORE_DIALECT_UNKNOWN && d == KILN_STORE_DIALECT_UNKNOWN);
+			assert(before == KILN_STORE_DIALECT_UNKNOWN &&
+			       d == KILN_STORE_DIALECT_UNKNOWN);
 			in_buf(data + off, used, m.value, KILN_STORE_SECRET_MAX);
 			off += used;
 			continue;

@@ -64,7 +64,8 @@ int main(int argc, char **argv)
 						  { "dump-keys", no_argument, NULL, 'D' },
 						  { "require-auth", no_argument, NULL, 'R' },
 						  { "any-uid", no_argument, NULL, 'U' },
-						  { "relay-port-file", required_argument, NULL, 'r' },
+						  { "relay-port-file", required_argument, NULL,
+						    'r' },
 						  { "help", no_argument, NULL, 'h' },
 						  {} };
 	kiln_store_server_opts o;
@@ -217,11 +218,12 @@ int main(int argc, char **argv)
 	kiln_store_server_get_stats(s, &st);
 	fprintf(stderr,
 		"stats: connections=%" PRIu64 " accepted=%" PRIu64 " refused=%" PRIu64
-		" refused_uid=%" PRIu64 " dropped_protocol=%" PRIu64 " dropped_auth=%" PRIu64 " dropped_limits=%" PRIu64
-		" keys=%" PRIu64 " store_bytes=%" PRIu64 " buffered=%" PRIu64 " requests=%" PRIu64
-		"\n",
-		st.connections, st.accepted, st.refused_peers, st.refused_uid, st.dropped_protocol, st.dropped_auth,
-		st.dropped_limits, st.keys, st.store_bytes, st.buffered_bytes, st.requests);
+		" refused_uid=%" PRIu64 " dropped_protocol=%" PRIu64 " dropped_auth=%" PRIu64
+		" dropped_limits=%" PRIu64 " keys=%" PRIu64 " store_bytes=%" PRIu64
+		" buffered=%" PRIu64 " requests=%" PRIu64 "\n",
+		st.connections, st.accepted, st.refused_peers, st.refused_uid, st.dropped_protocol,
+		st.dropped_auth, st.dropped_limits, st.keys, st.store_bytes, st.buffered_bytes,
+		st.requests);
 	if (dump_keys)
 		kiln_store_server_foreach(s, NULL, dump_key, NULL);
 	kiln_store_server_free(s);

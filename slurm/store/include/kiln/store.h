@@ -341,8 +341,8 @@ int kiln_store_client_auth(kiln_store_client *c, const char *secret);
  * which may be NULL) holds the server's reply.  Errors: -EINVAL, -EACCES
  * (refused; the server closes the connection), -ETIMEDOUT, -ECONNRESET,
  * -EPROTO, -ENOTCONN, -ENOMEM. */
-int kiln_store_client_auth_token(kiln_store_client *c, const void *token, size_t len,
-				 void **ret, size_t *ret_len);
+int kiln_store_client_auth_token(kiln_store_client *c, const void *token, size_t len, void **ret,
+				 size_t *ret_len);
 /* Per-call timeout; 0 is not allowed.  Errors: -EINVAL. */
 int kiln_store_client_set_timeout(kiln_store_client *c, uint64_t timeout_usec);
 /* True once the secret was accepted. */
