@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -76,7 +77,8 @@ struct kiln_store_relay {
 	pthread_mutex_t lock; /* guards upstream */
 	struct sockaddr_in upstream;
 	int listen_fd, epoll_fd, event_fd;
-	int diag_fd; /* sock_diag socket of the relay's thread, -1 until needed */
+	int diag_fd;	/* sock_diag socket of the relay's thread, -1 until needed */
+	int reserve_fd; /* spare fd to shed a connection when out of fds */
 	uint16_t port;
 	pthread_t thread;
 	bool running;
@@ -239,6 +241,17 @@ static void on_accept(kiln_store_relay *r)
 		socklen_t sl = sizeof(sa);
 		int fd = accept4(r->listen_fd, (struct sockaddr *) &sa, &sl,
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0 && (errno == EMFILE || errno == ENFILE) && r->reserve_fd >= 0) {
+			/* Out of fds: take the pending connection off the queue
+			 * with the spare one and refuse it, instead of spinning
+			 * on a listen socket that stays readable. */
+			close(r->reserve_fd);
+			fd = accept(r->listen_fd, NULL, NULL);
+			if (fd >= 0)
+				close(fd);
+			r->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+			continue;
+		}
 		if (fd < 0)
 			return;
 		uid_t uid;
@@ -368,7 +381,7 @@ int kiln_store_relay_new(const kiln_store_relay_opts *o, kiln_store_relay **ret)
 	if (!r)
 		return -ENOMEM;
 	r->o = *o;
-	r->listen_fd = r->epoll_fd = r->event_fd = r->diag_fd = -1;
+	r->listen_fd = r->epoll_fd = r->event_fd = r->diag_fd = r->reserve_fd = -1;
 	pthread_mutex_init(&r->lock, NULL);
 	int e;
 	r->secret = strdup(o->secret);
@@ -380,6 +393,17 @@ int kiln_store_relay_new(const kiln_store_relay_opts *o, kiln_store_relay **ret)
 	r->o.upstream_host = NULL;
 	if ((e = kiln_store_relay_set_upstream(r, o->upstream_host, o->upstream_port)) < 0)
 		goto fail;
+
+	/* Two fds per relayed connection: make room (best effort). */
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+		rlim_t want = (rlim_t) (2 * o->max_conns + 256);
+		if (rl.rlim_cur < want) {
+			rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : MIN(want, rl.rlim_max);
+			(void) setrlimit(RLIMIT_NOFILE, &rl);
+		}
+	}
+	r->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 
 	/* Workers are on this node: loopback only, an ephemeral port. */
 	struct sockaddr_in sa = { .sin_family = AF_INET,
@@ -453,6 +477,8 @@ void kiln_store_relay_free(kiln_store_relay *r)
 		close(r->event_fd);
 	if (r->diag_fd >= 0)
 		close(r->diag_fd);
+	if (r->reserve_fd >= 0)
+		close(r->reserve_fd);
 	if (r->secret) {
 		explicit_bzero(r->secret, strlen(r->secret));
 		free(r->secret);

@@ -12,7 +12,7 @@
 # error.  Unmodified torch 1.13 clients work through the relay (every
 # TCPStore call, and a 2-process gloo all_reduce with init_method env:// and
 # TORCHELASTIC_USE_AGENT_STORE=True), and are refused talking to the store
-# directly.  Before this change the store admitted every loopback peer and
+# directly.  The relay holds at most its cap of connections.  Before this change the store admitted every loopback peer and
 # left the worker key space open (test 1 and 2 fail on it).  Prints TAP.
 set -u
 B=${KILN_BUILD:-build}
@@ -25,6 +25,7 @@ cleanup() { [ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null; wait 2>/dev/null; 
 trap cleanup EXIT
 
 if [ ! -x "$SRV" ]; then echo "1..0 # SKIP $SRV not built"; exit 0; fi
+ulimit -n 20000 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 if [ "$(id -u)" != 0 ] || ! command -v setpriv >/dev/null; then
 	echo "1..0 # SKIP needs root and setpriv (to play another user)"; exit 0
 fi
@@ -108,7 +109,7 @@ n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 nok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
 check() { local name=$1; shift; if "$@"; then ok "$name"; else nok "$name" "command: $*"; fi; }
-echo "1..8"
+echo "1..9"
 
 # The job's own worker key and a control key, set the way the job would.
 "$PY" - "$tmp" "$port" "$SECRET" <<'PYEOF'
@@ -157,6 +158,37 @@ PYEOF
 r=$?
 check "job's uid: no secret = PING only; wrong secret, wrong/second hello, control key after a hello: closed; a hello keeps torch 1.13 numbering; the relay serves worker keys only" test $r -eq 0
 [ $r -eq 0 ] || sed 's/^/# /' "$tmp/same.log"
+
+# The relay's connection cap: 1100 connections from the job's uid, each
+# PINGing the store through the relay: KILN_STORE_RELAY_CONN_MAX (1024) are
+# served, the rest closed; once they close, the relay serves a new one.
+"$PY" - "$tmp" "$relay" >"$tmp/flood.log" 2>&1 <<'PYEOF'
+import resource, sys
+sys.path.insert(0, sys.argv[1])
+from raw import *
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 20000), hard))
+relay = int(sys.argv[2])
+conns, served = [], 0
+for i in range(1100):
+    s = conn(relay)
+    conns.append(s)
+for s in conns:
+    try:
+        s.sendall(MAGIC)
+        served += ping(s)
+    except Exception:
+        pass
+for s in conns:
+    s.close()
+import time
+time.sleep(0.5)
+s = conn(relay); s.sendall(MAGIC); again = ping(s)
+print("served", served, "again", again)
+assert served == 1024 and again, (served, again)
+PYEOF
+r=$?
+check "relay: 1100 connections, 1024 (its cap) served and the rest closed; after they close a new one is served ($(tail -1 "$tmp/flood.log"))" test $r -eq 0
 
 if ! "$PY" -c 'import torch.distributed' 2>/dev/null; then
 	for t in "torch through the relay" "torch direct refused" "gloo all_reduce through the relay"; do
