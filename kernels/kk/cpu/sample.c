@@ -7,8 +7,32 @@
  * top_p, and invert the CDF of the renormalized kept set at
  * kk_sample_uniform(seed, row), walking it in id order.  kk_sample_host
  * (host floats, for a caller that processed the logits on the host) runs
- * the same code, so there is one sampler on the cpu side. */
+ * the same code, so there is one sampler on the cpu side.
+ *
+ * Sorting a whole row (what sample_sorted below does) cost 3.5-7 ms a
+ * token at 32k tokens and 15-31 ms at 128k, so each case takes a shorter
+ * way to the very same token, draw for draw (the same float64 operations
+ * in the same order on the tokens that matter):
+ *   - temperature 0: one arg-max pass;
+ *   - top_k: one pass keeps the k best in a heap, and only they are
+ *     sorted;
+ *   - neither top_k nor top_p: every token is kept, so there is nothing
+ *     to sort: one pass sums exp((x - max) / T) in id order into a prefix
+ *     array (the partial sums the walk would make) and the draw is a
+ *     binary search in it;
+ *   - top_p alone: the pass that sums the mass also buckets it by
+ *     probability (half a nat a bucket); the top buckets that hold
+ *     top_p of the mass are the only tokens sorted.  kk.h sums the total
+ *     in sorted order, this pass in id order: the two differ by rounding
+ *     (at most 2 (V - 1) 2^-53 of it), so where the cut falls within that
+ *     of top_p the row is sampled by sample_sorted instead, and the token
+ *     is still the one sample_sorted draws.
+ * Every buffer a row needs lives in one scratch block per thread, grown to
+ * the largest vocabulary it saw and freed when the thread exits: no
+ * allocation per token. */
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "cpu.h"
@@ -34,6 +58,271 @@ static int cand_cmp(const void *a, const void *b)
 	return cand_id_cmp(a, b);
 }
 
+/* kk.h's steps after the sort: cs[0..keep) sorted by cand_cmp, cs[0] the
+ * row's largest logit; pr holds keep doubles.  Returns the token. */
+static int32_t sample_kept(struct cand *cs, int64_t keep, const kk_sampling *p, uint64_t row,
+			   double *pr)
+{
+	double total = 0, kept = 0, u, cum = 0;
+	for (int64_t i = 0; i < keep; i++) {
+		pr[i] = exp(((double) cs[i].x - cs[0].x) / p->temperature);
+		total += pr[i];
+	}
+	if (p->top_p > 0 && p->top_p < 1) {
+		int64_t n = 0;
+		for (; n < keep; n++) {
+			kept += pr[n];
+			if (kept >= p->top_p * total) {
+				n++;
+				break;
+			}
+		}
+		keep = MAX(n, (int64_t) 1);
+	}
+	/* The kept set in id order (kk.h says why), each with its
+	 * probability, recomputed from its logit. */
+	double top = cs[0].x;
+	qsort(cs, keep, sizeof(*cs), cand_id_cmp);
+	kept = 0;
+	for (int64_t i = 0; i < keep; i++) {
+		pr[i] = exp(((double) cs[i].x - top) / p->temperature);
+		kept += pr[i];
+	}
+	u = kk_sample_uniform(p->seed, row) * kept;
+	for (int64_t i = 0; i < keep; i++) {
+		cum += pr[i];
+		if (cum > u)
+			return cs[i].id;
+	}
+	return cs[keep - 1].id;
+}
+
+/* The whole row sorted (temperature > 0): kk.h's algorithm as written,
+ * the others' fallback and reference.  cs and pr hold V entries. */
+static int32_t sample_sorted(const float *x, int64_t V, const kk_sampling *p, uint64_t row,
+			     struct cand *cs, double *pr)
+{
+	for (int64_t i = 0; i < V; i++)
+		cs[i] = (struct cand){ x[i], (int32_t) i };
+	qsort(cs, V, sizeof(*cs), cand_cmp);
+	return sample_kept(cs, p->top_k > 0 ? MIN((int64_t) p->top_k, V) : V, p, row, pr);
+}
+
+/* The first index of the largest value (lowest on ties). */
+static int32_t arg_max(const float *x, int64_t V)
+{
+	int64_t best = 0;
+	float m = x[0];
+	for (int64_t i = 1; i < V; i++)
+		if (x[i] > m) {
+			m = x[i];
+			best = i;
+		}
+	return (int32_t) best;
+}
+
+/* Every token kept: the partial sums of exp((x - max) / T) in id order,
+ * then the first one past u. */
+static int32_t sample_all(const float *x, int64_t V, const kk_sampling *p, uint64_t row,
+			  double *cum)
+{
+	const double top = x[arg_max(x, V)];
+	double c = 0;
+	for (int64_t i = 0; i < V; i++) {
+		c += exp(((double) x[i] - top) / p->temperature);
+		cum[i] = c;
+	}
+	const double u = kk_sample_uniform(p->seed, row) * c;
+	int64_t lo = 0, hi = V; /* the answer is in [lo, hi] */
+	while (lo < hi) {
+		int64_t mid = lo + (hi - lo) / 2;
+		if (cum[mid] > u)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return (int32_t) MIN(lo, V - 1);
+}
+
+/* "a is worse than b" in kk.h's order (the heap's root is the worst). */
+static inline bool cand_worse(const struct cand *a, const struct cand *b)
+{
+	return a->x < b->x || (a->x == b->x && a->id > b->id);
+}
+
+static void heap_down(struct cand *h, int n, int i)
+{
+	for (;;) {
+		int w = i, l = 2 * i + 1, r = l + 1;
+		if (l < n && cand_worse(&h[l], &h[w]))
+			w = l;
+		if (r < n && cand_worse(&h[r], &h[w]))
+			w = r;
+		if (w == i)
+			return;
+		struct cand t = h[i];
+		h[i] = h[w];
+		h[w] = t;
+		i = w;
+	}
+}
+
+/* top_k < V: the k best by one pass over the row (a later token with the
+ * root's logit has a higher id, so it is worse and stays out), then kk.h's
+ * steps on them alone. */
+static int32_t sample_top_k(const float *x, int64_t V, const kk_sampling *p, uint64_t row,
+			    struct cand *h, double *pr)
+{
+	const int k = p->top_k;
+	for (int i = 0; i < k; i++)
+		h[i] = (struct cand){ x[i], i };
+	for (int i = k / 2 - 1; i >= 0; i--)
+		heap_down(h, k, i);
+	for (int64_t i = k; i < V; i++)
+		if (x[i] > h[0].x) {
+			h[0] = (struct cand){ x[i], (int32_t) i };
+			heap_down(h, k, 0);
+		}
+	qsort(h, k, sizeof(*h), cand_cmp);
+	return sample_kept(h, k, p, row, pr);
+}
+
+/* Buckets of probability for top_p: half a nat each, the last one
+ * holding everything below exp(-31.5) of the top token. */
+#define SAMPLE_BUCKETS	       64
+#define SAMPLE_BUCKETS_PER_NAT 2
+
+static inline int prob_bucket(double a) /* a = (x - max) / T <= 0 */
+{
+	double b = -a * SAMPLE_BUCKETS_PER_NAT;
+	return b < SAMPLE_BUCKETS - 1 ? (int) b : SAMPLE_BUCKETS - 1; /* NaN, inf: last */
+}
+
+/* top_p alone (the file's header says how). */
+static int32_t sample_top_p(const float *x, int64_t V, const kk_sampling *p, uint64_t row,
+			    struct cand *cs, double *e)
+{
+	const double top = x[arg_max(x, V)];
+	double total = 0, mass[SAMPLE_BUCKETS] = { 0 };
+	for (int64_t i = 0; i < V; i++) {
+		double a = ((double) x[i] - top) / p->temperature;
+		e[i] = exp(a);
+		total += e[i];
+		mass[prob_bucket(a)] += e[i];
+	}
+	/* kk.h's total (sorted order) is within slack of this one, so its
+	 * threshold top_p * total lies in [lo, hi]. */
+	const double slack = 4.5e-16 * (double) V * total;
+	const double lo = p->top_p * (total - slack), hi = p->top_p * (total + slack);
+	int last = 0;
+	double acc = 0;
+	for (; last < SAMPLE_BUCKETS - 1; last++) {
+		acc += mass[last];
+		if (acc >= hi + 2 * slack)
+			break;
+	}
+	int64_t n = 0;
+	for (int64_t i = 0; i < V; i++)
+		if (prob_bucket(((double) x[i] - top) / p->temperature) <= last)
+			cs[n++] = (struct cand){ x[i], (int32_t) i };
+	qsort(cs, n, sizeof(*cs), cand_cmp);
+	/* The first prefix reaching hi; kk.h's cut is the same one when the
+	 * prefix before it is below lo. */
+	double kept = 0, before = 0;
+	int64_t keep = 0;
+	while (keep < n) {
+		before = kept;
+		kept += e[cs[keep++].id];
+		if (kept >= hi)
+			break;
+	}
+	if (!(kept >= hi) || (keep > 1 && !(before < lo)))
+		return sample_sorted(x, V, p, row, cs, e);
+	/* kk.h's tail on the kept prefix: probabilities recomputed from the
+	 * logits (the same doubles as e[]), summed and walked in id order. */
+	qsort(cs, keep, sizeof(*cs), cand_id_cmp);
+	double sum = 0, cum = 0;
+	for (int64_t i = 0; i < keep; i++)
+		sum += e[cs[i].id];
+	const double u = kk_sample_uniform(p->seed, row) * sum;
+	for (int64_t i = 0; i < keep; i++) {
+		cum += e[cs[i].id];
+		if (cum > u)
+			return cs[i].id;
+	}
+	return cs[keep - 1].id;
+}
+
+/* One thread's buffers: a row widened to f32 (bf16/f16 logits), V
+ * candidates and V doubles. */
+struct sample_scratch {
+	int64_t vocab;
+	float *row;
+	struct cand *cs;
+	double *d;
+};
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static int scratch_key_err;
+
+static void scratch_free(void *ptr)
+{
+	struct sample_scratch *s = ptr;
+	if (!s)
+		return;
+	free(s->row);
+	free(s->cs);
+	free(s->d);
+	free(s);
+}
+
+static void scratch_key_init(void)
+{
+	scratch_key_err = pthread_key_create(&scratch_key, scratch_free);
+}
+
+/* This thread's scratch for V tokens, grown if needed; NULL: no memory. */
+static struct sample_scratch *scratch_get(int64_t V)
+{
+	pthread_once(&scratch_once, scratch_key_init);
+	if (scratch_key_err)
+		return NULL;
+	struct sample_scratch *s = pthread_getspecific(scratch_key);
+	if (s && s->vocab >= V)
+		return s;
+	if (!s) {
+		s = calloc(1, sizeof(*s));
+		if (!s || pthread_setspecific(scratch_key, s) != 0) {
+			free(s);
+			return NULL;
+		}
+	}
+	free(s->row);
+	free(s->cs);
+	free(s->d);
+	s->row = malloc((size_t) V * sizeof(float));
+	s->cs = malloc((size_t) V * sizeof(struct cand));
+	s->d = malloc((size_t) V * sizeof(double));
+	s->vocab = s->row && s->cs && s->d ? V : 0;
+	return s->vocab ? s : NULL;
+}
+
+/* One row (temperature > 0 or not) with this thread's scratch. */
+static int32_t sample_one(const float *x, int64_t V, const kk_sampling *p, uint64_t row,
+			  struct sample_scratch *s)
+{
+	if (p->temperature == 0)
+		return arg_max(x, V);
+	if (p->top_k > 0 && p->top_k < V) {
+		struct cand h[KK_SAMPLE_TOP_K_MAX];
+		return sample_top_k(x, V, p, row, h, s->d);
+	}
+	if (p->top_p > 0 && p->top_p < 1)
+		return sample_top_p(x, V, p, row, s->cs, s->d);
+	return sample_all(x, V, p, row, s->d);
+}
+
 struct sample_ctx {
 	int32_t *ids;
 	const kk_buffer *logits; /* NULL: host holds the rows as floats */
@@ -45,64 +334,22 @@ struct sample_ctx {
 static int sample_range(void *ptr, int64_t b, int64_t e, int chunk)
 {
 	struct sample_ctx *c = ptr;
-	const kk_sampling *p = c->p;
-	int64_t V = c->vocab;
-	_cleanup_free_ struct cand *cs = malloc(V * sizeof(*cs));
-	_cleanup_free_ double *pr = malloc(V * sizeof(double));
-
-	if (!cs || !pr)
+	const int64_t V = c->vocab;
+	struct sample_scratch *s = scratch_get(V);
+	if (!s)
 		return -ENOMEM;
 	for (int64_t r = b; r < e; r++) {
-		int64_t keep, best = 0;
-		double total = 0, kept = 0, u, cum = 0;
-		int32_t pick;
-
-		for (int64_t i = 0; i < V; i++) {
-			cs[i].x = c->host ? c->host[r * V + i] : LD(c->logits, (size_t) r * V + i);
-			cs[i].id = (int32_t) i;
-			if (cs[i].x > cs[best].x)
-				best = i;
+		const float *x;
+		if (c->host)
+			x = c->host + r * V;
+		else if (c->logits->dtype == KK_F32)
+			x = (const float *) c->logits->ptr + r * V;
+		else {
+			kk__row_f32(s->row, c->logits->ptr, c->logits->dtype, (size_t) (r * V),
+				    (size_t) V);
+			x = s->row;
 		}
-		if (p->temperature == 0) {
-			c->ids[r] = (int32_t) best;
-			continue;
-		}
-		qsort(cs, V, sizeof(*cs), cand_cmp);
-		keep = p->top_k > 0 ? MIN((int64_t) p->top_k, V) : V;
-		for (int64_t i = 0; i < keep; i++) {
-			pr[i] = exp(((double) cs[i].x - cs[0].x) / p->temperature);
-			total += pr[i];
-		}
-		if (p->top_p > 0 && p->top_p < 1) {
-			int64_t n = 0;
-			for (; n < keep; n++) {
-				kept += pr[n];
-				if (kept >= p->top_p * total) {
-					n++;
-					break;
-				}
-			}
-			keep = MAX(n, (int64_t) 1);
-		}
-		/* The kept set in id order (kk.h says why), each with its
-		 * probability, recomputed from its logit. */
-		double top = cs[0].x;
-		qsort(cs, keep, sizeof(*cs), cand_id_cmp);
-		kept = 0;
-		for (int64_t i = 0; i < keep; i++) {
-			pr[i] = exp(((double) cs[i].x - top) / p->temperature);
-			kept += pr[i];
-		}
-		u = kk_sample_uniform(p->seed, (uint64_t) r) * kept;
-		pick = cs[keep - 1].id;
-		for (int64_t i = 0; i < keep; i++) {
-			cum += pr[i];
-			if (cum > u) {
-				pick = cs[i].id;
-				break;
-			}
-		}
-		c->ids[r] = pick;
+		c->ids[r] = sample_one(x, V, c->p, (uint64_t) r, s);
 	}
 	return 0;
 }
@@ -122,4 +369,23 @@ int kk__cpu_sample_host(const float *logits, int64_t rows, int64_t vocab, const 
 {
 	struct sample_ctx c = { ids, NULL, logits, vocab, p };
 	return sample_range(&c, 0, rows, 0);
+}
+
+/* The sampler before this file's shortcuts, as it was: every row sorted
+ * whole, its buffers allocated per call (make bench's baseline, and the
+ * tests' draw-for-draw reference). */
+int kk__cpu_sample_host_sorted(const float *logits, int64_t rows, int64_t V,
+			       const kk_sampling *p, int32_t *ids)
+{
+	assert_return(logits && ids && p && rows >= 0 && V >= 1, -EINVAL);
+	_cleanup_free_ struct cand *cs = malloc((size_t) V * sizeof(*cs));
+	_cleanup_free_ double *pr = malloc((size_t) V * sizeof(double));
+	if (!cs || !pr)
+		return -ENOMEM;
+	for (int64_t r = 0; r < rows; r++) {
+		const float *x = logits + r * V;
+		ids[r] = p->temperature == 0 ? arg_max(x, V)
+					     : sample_sorted(x, V, p, (uint64_t) r, cs, pr);
+	}
+	return 0;
 }
