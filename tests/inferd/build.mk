@@ -3,6 +3,9 @@
 $(eval $(call kiln_test,test-engine,tests/inferd/test-engine.c tests/model/ref.c,inferd-engine kmodel kmf kk common,$(KMF_LDLIBS) $(KK_LDLIBS)))
 $(eval $(call kiln_tool,bench-engine,tests/inferd/bench-engine.c,inferd-engine kmodel kmf kk common,$(KMF_LDLIBS) $(KK_LDLIBS)))
 BENCH_SCRIPTS += tests/inferd/bench-engine.sh
+# The sampler alone at 32k and 128k vocabularies against the sampler before.
+$(eval $(call kiln_tool,bench-sample,tests/inferd/bench-sample.c,inferd-engine kmodel kmf kk common,$(KMF_LDLIBS) $(KK_LDLIBS)))
+BENCH_SCRIPTS += tests/inferd/bench-sample.sh
 TEST_SCRIPTS += tests/inferd/test-inferd.sh tests/inferd/test-inferd-signals.sh \
 	tests/inferd/test-inferd-service.sh tests/inferd/test-inferd-models.sh \
 	tests/inferd/test-inferd-keys.sh tests/inferd/test-openai-client.sh tests/inferd/test-inferd-hostile.sh
