@@ -12,6 +12,9 @@ TEST_SCRIPTS += tests/inferd/test-inferd.sh tests/inferd/test-inferd-signals.sh 
 # The request layer and the pure parts of the streaming layer, without an
 # engine or a socket (test-openai.c).
 $(eval $(call kiln_test,test-openai,tests/inferd/test-openai.c $(INFERD_SRCS),inferd-engine kmodel ktok kmf kk common,$$(INFERD_LDLIBS)))
+# --dtype auto (dtype.c): each model file type's stored dtype and the
+# dtype served for it on backends that compute on it or not.
+$(eval $(call kiln_test,test-inferd-dtype,tests/inferd/test-inferd-dtype.c services/inferd/dtype.c,kmf kk common,$(KMF_LDLIBS) $(KK_LDLIBS)))
 # Server-Sent Events (sse.c) on kiln/http.h's streams, real sockets on
 # 127.0.0.1 through tests/lib/http-client.c.
 $(eval $(call kiln_test,test-sse,tests/inferd/test-sse.c tests/lib/http-client.c services/inferd/sse.c,common,$$(KILN_HTTP_LDLIBS)))
