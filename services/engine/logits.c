@@ -52,13 +52,7 @@ int kiln_engine__process_logits(float *x, int V, const kiln_engine_processing *p
 float kiln_engine__logprobs(const float *x, int V, int32_t token, int n, int32_t *top_ids,
 			    float *top_lp)
 {
-	double mx = x[0];
-	for (int i = 1; i < V; i++)
-		mx = MAX(mx, (double) x[i]);
-	double sum = exp((double) x[0] - mx); /* >= 1 once mx is finite */
-	for (int i = 1; i < V; i++)
-		sum += exp((double) x[i] - mx);
-	const double lse = mx + log(sum);
+	const double lse = kk_logsumexp_host(x, V); /* float64, vectorized */
 	/* The n best by insertion (n <= 20): ties keep the lower id first. */
 	int k = 0;
 	for (int i = 0; i < V && n > 0; i++) {

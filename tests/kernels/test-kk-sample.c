@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "kk.h"
+#include "../../kernels/kk/cpu/cpu.h"
 #include "../../kernels/kk/kk_internal.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
@@ -201,6 +202,91 @@ static void test_backend_dtypes(void **state)
 	free(y);
 }
 
+/* The vectorized float64 exp the one-pass paths sum with is within 1e-15
+ * of exp() (sample.c's margins rest on it) from e^0 to e^-700, 0 below,
+ * and kk_logsumexp_host within 1e-14 of the float64 log-sum-exp. */
+static void test_exp_accuracy(void **state)
+{
+	(void) state;
+	double worst = 0;
+	for (int i = 0; i <= 2000000; i++) {
+		const float x = (float) (-700.0 * i / 2000000);
+		const double got = kk__exp_sum_d(&x, 1, 0, 1), want = exp((double) x);
+		worst = fmax(worst, fabs(got - want) / want);
+		/* (x - shift) * scale with another shift and scale */
+		const float y = (float) (3 * gauss());
+		const double sh = 9.5, sc = 1 / 0.7;
+		const double g2 = kk__exp_sum_d(&y, 1, sh, sc), w2 = exp(((double) y - sh) * sc);
+		worst = fmax(worst, fabs(g2 - w2) / w2);
+	}
+	print_message("# exp: worst relative error %.3g\n", worst);
+	assert_true(worst <= 1e-15);
+	const float below = -701, ninf = -INFINITY;
+	assert_true(kk__exp_sum_d(&below, 1, 0, 1) == 0 && kk__exp_sum_d(&ninf, 1, 0, 1) == 0);
+	assert_true(kk__exp_sum_d((const float[]){ 0 }, 1, 0, 1) == 1);
+	enum { V = 100000 };
+	float *x = malloc(V * sizeof(float));
+	assert_non_null(x);
+	fill_row(x, V, ROW_PEAKED);
+	double mx = -INFINITY, sum = 0;
+	for (int i = 0; i < V; i++)
+		mx = fmax(mx, x[i]);
+	for (int i = 0; i < V; i++)
+		sum += exp(x[i] - mx);
+	assert_true(fabs(kk_logsumexp_host(x, V) - (mx + log(sum))) <= 1e-14 * fabs(mx + log(sum)));
+	for (int i = 0; i < V; i++)
+		x[i] = -INFINITY;
+	assert_true(isinf(kk_logsumexp_host(x, V)) && kk_logsumexp_host(x, V) < 0);
+	assert_true(isnan(kk_logsumexp_host(NULL, V)));
+	free(x);
+}
+
+/* Draws that land on a token boundary exactly, where the one-pass sum must
+ * give way to the exact walk: 65536 equal logits have boundaries at k /
+ * 65536 and the draw u = k / 2^24, so one draw in 256 sits on one; the
+ * token is floor(u * V) (the first partial sum past u).  And random rows
+ * of 65536 against the walk kk.h defines, computed here (exp() in id
+ * order, the first partial sum past u). */
+static void test_boundaries(void **state)
+{
+	(void) state;
+	enum { V = 65536 };
+	float *x = calloc(V, sizeof(float));
+	assert_non_null(x);
+	int on = 0;
+	for (uint64_t s = 0; s < 4096; s++) {
+		kk_sampling p = { 1.0f, 0, 1, s };
+		int32_t tok;
+		assert_int_equal(kk_sample_host(x, 1, V, &p, &tok), 0);
+		const double u = kk_sample_uniform(s, 0) * (double) V;
+		on += u == floor(u);
+		assert_int_equal(tok, (int32_t) floor(u));
+	}
+	assert_true(on >= 4); /* the case was met */
+	for (int r = 0; r < 64; r++) {
+		fill_row(x, V, r % 2 ? ROW_PEAKED : ROW_GAUSS);
+		kk_sampling p = { 0.8f, 0, 1, (uint64_t) r };
+		float mx = x[0];
+		for (int i = 1; i < V; i++)
+			mx = x[i] > mx ? x[i] : mx;
+		double total = 0, cum = 0;
+		for (int i = 0; i < V; i++)
+			total += exp(((double) x[i] - mx) / p.temperature);
+		const double u = kk_sample_uniform(p.seed, 0) * total;
+		int32_t want = V - 1, tok;
+		for (int i = 0; i < V; i++) {
+			cum += exp(((double) x[i] - mx) / p.temperature);
+			if (cum > u) {
+				want = i;
+				break;
+			}
+		}
+		assert_int_equal(kk_sample_host(x, 1, V, &p, &tok), 0);
+		assert_int_equal(tok, want);
+	}
+	free(x);
+}
+
 /* ---- the distribution ---------------------------------------------------- */
 
 struct rc {
@@ -357,6 +443,8 @@ int main(void)
 		cmocka_unit_test(test_same_draws_vocab),
 		cmocka_unit_test(test_same_draws_cut_edges),
 		cmocka_unit_test(test_backend_dtypes),
+		cmocka_unit_test(test_exp_accuracy),
+		cmocka_unit_test(test_boundaries),
 		cmocka_unit_test(test_distribution),
 		cmocka_unit_test(test_distribution_detects),
 	};

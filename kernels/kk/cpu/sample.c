@@ -31,6 +31,7 @@
  * the largest vocabulary it saw and freed when the thread exits: no
  * allocation per token. */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -108,16 +109,18 @@ static int32_t sample_sorted(const float *x, int64_t V, const kk_sampling *p, ui
 	return sample_kept(cs, p->top_k > 0 ? MIN((int64_t) p->top_k, V) : V, p, row, pr);
 }
 
-/* The first index of the largest value (lowest on ties). */
+/* The first index of the largest value (lowest on ties): the vector max,
+ * then the first index holding it (a row with a NaN: the scalar walk). */
 static int32_t arg_max(const float *x, int64_t V)
 {
+	const float m = kk__max(x, (size_t) V);
+	for (int64_t i = 0; i < V; i++)
+		if (x[i] == m)
+			return (int32_t) i;
 	int64_t best = 0;
-	float m = x[0];
 	for (int64_t i = 1; i < V; i++)
-		if (x[i] > m) {
-			m = x[i];
+		if (x[i] > x[best])
 			best = i;
-		}
 	return (int32_t) best;
 }
 
@@ -142,6 +145,60 @@ static int32_t sample_all(const float *x, int64_t V, const kk_sampling *p, uint6
 			lo = mid + 1;
 	}
 	return (int32_t) MIN(lo, V - 1);
+}
+
+/* How far kk__exp_sum_d's sum of V terms may lie from the sum of exp()'s
+ * added in any order (the reference's): each term within 1e-15 of exp()'s
+ * relative, plus the error of its exponent ((x - max) * (1 / T) against
+ * (x - max) / T: 3 roundings, |a| e^a <= 1/e a term), plus the two sums'
+ * rounding (V - 1 roundings each), all at most s (1e-14 + 1e-15 V) with a
+ * factor of 3 to spare (s >= 1: the top token's term is exactly 1). */
+static inline double exp_sum_slack(double s, int64_t V)
+{
+	return s * (1e-14 + 1e-15 * (double) V);
+}
+
+/* Tokens summed per block by sample_all_fast: the draw walks one block
+ * with exp() after finding it among the block sums. */
+#define SAMPLE_BLOCK 512
+
+/* sample_all's token without its V exp() calls: the block sums in
+ * vectorized float64 (kk__exp_sum_d), the block the draw falls in, then
+ * that block walked with exp().  The partial sums differ from sample_all's
+ * by at most exp_sum_slack, so a draw farther than that from both ends
+ * of its token's interval is sample_all's draw; a nearer one (about 1e-10
+ * of draws at 128k tokens) is left to sample_all.  blocks: V / SAMPLE_BLOCK
+ * + 1 doubles. */
+static int32_t sample_all_fast(const float *x, int64_t V, const kk_sampling *p, uint64_t row,
+			       double *blocks)
+{
+	const float top = kk__max(x, (size_t) V);
+	if (!isfinite(top))
+		return sample_all(x, V, p, row, blocks);
+	const double inv_t = 1.0 / p->temperature;
+	const int64_t nb = (V + SAMPLE_BLOCK - 1) / SAMPLE_BLOCK;
+	double total = 0;
+	for (int64_t b = 0; b < nb; b++) {
+		const int64_t lo = b * SAMPLE_BLOCK, n = MIN(V - lo, (int64_t) SAMPLE_BLOCK);
+		blocks[b] = kk__exp_sum_d(x + lo, (size_t) n, top, inv_t);
+		total += blocks[b];
+	}
+	const double u = kk_sample_uniform(p->seed, row) * total;
+	const double margin = 3 * exp_sum_slack(total, V);
+	double c = 0;
+	int64_t b = 0;
+	for (; b < nb && !(c + blocks[b] > u); b++)
+		c += blocks[b];
+	for (int64_t i = b * SAMPLE_BLOCK; b < nb && i < MIN(V, (b + 1) * SAMPLE_BLOCK); i++) {
+		const double before = c;
+		c += exp(((double) x[i] - top) / p->temperature);
+		if (c > u) {
+			if ((i == 0 || u - before > margin) && c - u > margin)
+				return (int32_t) i;
+			break;
+		}
+	}
+	return sample_all(x, V, p, row, blocks);
 }
 
 /* "a is worse than b" in kk.h's order (the heap's root is the worst). */
@@ -253,6 +310,59 @@ static int32_t sample_top_p(const float *x, int64_t V, const kk_sampling *p, uin
 	return cs[keep - 1].id;
 }
 
+/* top_p alone without V exp() calls: one vectorized pass sums the mass
+ * (kk__exp_sum_d_th), within exp_sum_slack of kk.h's total, and the mass
+ * above 8 thresholds; the tokens above the first threshold holding top_p
+ * of it (with the slack) are sorted, their probabilities computed with
+ * exp() as kk.h does, and the cut is kk.h's where the prefix before it is
+ * below top_p * (total - slack) and the one at it reaches top_p * (total +
+ * slack); otherwise sample_top_p decides.  A row too flat for the lowest
+ * threshold (e^-24 of the top token) goes to sample_top_p too. */
+static int32_t sample_top_p_fast(const float *x, int64_t V, const kk_sampling *p, uint64_t row,
+				 struct cand *cs, double *e)
+{
+	static const double th[KK__EXP_TH] = { -1, -2, -4, -6, -8, -12, -16, -24 };
+	const float top = kk__max(x, (size_t) V);
+	if (!isfinite(top))
+		return sample_top_p(x, V, p, row, cs, e);
+	const double inv_t = 1.0 / p->temperature;
+	double mass[KK__EXP_TH];
+	const double total = kk__exp_sum_d_th(x, (size_t) V, top, inv_t, th, mass);
+	const double slack = 3 * exp_sum_slack(total, V);
+	const double lo = p->top_p * (total - slack), hi = p->top_p * (total + slack);
+	int k = 0;
+	while (k < KK__EXP_TH && !(mass[k] >= hi + slack))
+		k++;
+	if (k == KK__EXP_TH)
+		return sample_top_p(x, V, p, row, cs, e);
+	int64_t n = 0;
+	for (int64_t i = 0; i < V; i++)
+		if (((double) x[i] - top) * inv_t >= th[k])
+			cs[n++] = (struct cand){ x[i], (int32_t) i };
+	qsort(cs, n, sizeof(*cs), cand_cmp);
+	double kept = 0, before = 0;
+	int64_t keep = 0;
+	while (keep < n) {
+		before = kept;
+		kept += exp(((double) cs[keep++].x - top) / p->temperature);
+		if (kept >= hi)
+			break;
+	}
+	if (!(kept >= hi) || (keep > 1 && !(before < lo)))
+		return sample_top_p(x, V, p, row, cs, e);
+	qsort(cs, keep, sizeof(*cs), cand_id_cmp);
+	double sum = 0, cum = 0;
+	for (int64_t i = 0; i < keep; i++)
+		sum += e[i] = exp(((double) cs[i].x - top) / p->temperature);
+	const double u = kk_sample_uniform(p->seed, row) * sum;
+	for (int64_t i = 0; i < keep; i++) {
+		cum += e[i];
+		if (cum > u)
+			return cs[i].id;
+	}
+	return cs[keep - 1].id;
+}
+
 /* One thread's buffers: a row widened to f32 (bf16/f16 logits), V
  * candidates and V doubles. */
 struct sample_scratch {
@@ -319,8 +429,8 @@ static int32_t sample_one(const float *x, int64_t V, const kk_sampling *p, uint6
 		return sample_top_k(x, V, p, row, h, s->d);
 	}
 	if (p->top_p > 0 && p->top_p < 1)
-		return sample_top_p(x, V, p, row, s->cs, s->d);
-	return sample_all(x, V, p, row, s->d);
+		return sample_top_p_fast(x, V, p, row, s->cs, s->d);
+	return sample_all_fast(x, V, p, row, s->d);
 }
 
 struct sample_ctx {
@@ -371,6 +481,17 @@ int kk__cpu_sample_host(const float *logits, int64_t rows, int64_t vocab, const 
 	return sample_range(&c, 0, rows, 0);
 }
 
+double kk__cpu_logsumexp(const float *x, int64_t n)
+{
+	const float top = kk__max(x, (size_t) n);
+	if (!isfinite(top))
+		return top;
+	double s = 0;
+	for (int64_t lo = 0; lo < n; lo += SAMPLE_BLOCK)
+		s += kk__exp_sum_d(x + lo, (size_t) MIN(n - lo, (int64_t) SAMPLE_BLOCK), top, 1.0);
+	return (double) top + log(s);
+}
+
 /* The sampler before this file's shortcuts, as it was: every row sorted
  * whole, its buffers allocated per call (make bench's baseline, and the
  * tests' draw-for-draw reference). */
@@ -384,7 +505,11 @@ int kk__cpu_sample_host_sorted(const float *logits, int64_t rows, int64_t V,
 		return -ENOMEM;
 	for (int64_t r = 0; r < rows; r++) {
 		const float *x = logits + r * V;
-		ids[r] = p->temperature == 0 ? arg_max(x, V)
+		int64_t best = 0; /* the scalar arg-max, as before */
+		for (int64_t i = 1; i < V; i++)
+			if (x[i] > x[best])
+				best = i;
+		ids[r] = p->temperature == 0 ? (int32_t) best
 					     : sample_sorted(x, V, p, (uint64_t) r, cs, pr);
 	}
 	return 0;
