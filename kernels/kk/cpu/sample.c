@@ -10,23 +10,28 @@
  * the same code, so there is one sampler on the cpu side.
  *
  * Sorting a whole row (what sample_sorted below does) cost 3.5-7 ms a
- * token at 32k tokens and 15-31 ms at 128k, so each case takes a shorter
- * way to the very same token, draw for draw (the same float64 operations
- * in the same order on the tokens that matter):
- *   - temperature 0: one arg-max pass;
+ * token at 32k tokens and 15-35 ms at 128k, so each case takes a shorter
+ * way to the very same token, draw for draw:
+ *   - temperature 0: the vector max, then the first index holding it;
  *   - top_k: one pass keeps the k best in a heap, and only they are
- *     sorted;
- *   - neither top_k nor top_p: every token is kept, so there is nothing
- *     to sort: one pass sums exp((x - max) / T) in id order into a prefix
- *     array (the partial sums the walk would make) and the draw is a
- *     binary search in it;
- *   - top_p alone: the pass that sums the mass also buckets it by
- *     probability (half a nat a bucket); the top buckets that hold
- *     top_p of the mass are the only tokens sorted.  kk.h sums the total
- *     in sorted order, this pass in id order: the two differ by rounding
- *     (at most 2 (V - 1) 2^-53 of it), so where the cut falls within that
- *     of top_p the row is sampled by sample_sorted instead, and the token
- *     is still the one sample_sorted draws.
+ *     sorted (heapsort; kk.h's steps then run on the k);
+ *   - neither top_k nor top_p: every token is kept, nothing to sort: the
+ *     mass in blocks of SAMPLE_BLOCK tokens by a vectorized float64 exp
+ *     (simd.c, within 1e-15 of exp()), the block the draw falls in, then
+ *     that block walked with exp();
+ *   - top_p alone: the same vectorized pass also gives the mass above 8
+ *     thresholds; the tokens above the first threshold holding top_p of
+ *     it are gathered, and the cut found among them by a weighted
+ *     selection (no sort); the kept tokens are read off the row in id
+ *     order and drawn from with exp().
+ * kk.h sums in id order (the draw) and in sorted order (the top_p total
+ * and prefix), one exp() a token; the shortcuts sum in other orders or
+ * with the vectorized exp, so their sums differ from kk.h's by rounding,
+ * bounded (exp_sum_slack).  A draw or a cut closer than that bound to a
+ * boundary is decided by the exact pass (sample_all, sample_top_p, or the
+ * whole sort), so the token is always the one sample_sorted draws; the
+ * bound is ~1e-10 of the mass at 128k tokens, so that happens about once
+ * in 10^10 draws (tests/kernels/test-kk-sample.c checks draw for draw).
  * Every buffer a row needs lives in one scratch block per thread, grown to
  * the largest vocabulary it saw and freed when the thread exits: no
  * allocation per token. */
@@ -59,17 +64,56 @@ static int cand_cmp(const void *a, const void *b)
 	return cand_id_cmp(a, b);
 }
 
+/* cs[0..n) by id, in place (a heapsort: no comparator calls). */
+static void sort_by_id(struct cand *cs, int64_t n)
+{
+	for (int64_t end = n; end > 1; end--) {
+		if (end == n)
+			for (int64_t i = n / 2 - 1; i >= 0; i--)
+				for (int64_t j = i;;) {
+					int64_t w = j, l = 2 * j + 1, r = l + 1;
+					if (l < n && cs[l].id > cs[w].id)
+						w = l;
+					if (r < n && cs[r].id > cs[w].id)
+						w = r;
+					if (w == j)
+						break;
+					struct cand t = cs[j];
+					cs[j] = cs[w];
+					cs[w] = t;
+					j = w;
+				}
+		struct cand t = cs[0];
+		cs[0] = cs[end - 1];
+		cs[end - 1] = t;
+		for (int64_t j = 0, m = end - 1;;) {
+			int64_t w = j, l = 2 * j + 1, r = l + 1;
+			if (l < m && cs[l].id > cs[w].id)
+				w = l;
+			if (r < m && cs[r].id > cs[w].id)
+				w = r;
+			if (w == j)
+				break;
+			struct cand u = cs[j];
+			cs[j] = cs[w];
+			cs[w] = u;
+			j = w;
+		}
+	}
+}
+
 /* kk.h's steps after the sort: cs[0..keep) sorted by cand_cmp, cs[0] the
  * row's largest logit; pr holds keep doubles.  Returns the token. */
 static int32_t sample_kept(struct cand *cs, int64_t keep, const kk_sampling *p, uint64_t row,
 			   double *pr)
 {
 	double total = 0, kept = 0, u, cum = 0;
-	for (int64_t i = 0; i < keep; i++) {
-		pr[i] = exp(((double) cs[i].x - cs[0].x) / p->temperature);
-		total += pr[i];
-	}
 	if (p->top_p > 0 && p->top_p < 1) {
+		/* (the total matters to the top_p cut only) */
+		for (int64_t i = 0; i < keep; i++) {
+			pr[i] = exp(((double) cs[i].x - cs[0].x) / p->temperature);
+			total += pr[i];
+		}
 		int64_t n = 0;
 		for (; n < keep; n++) {
 			kept += pr[n];
@@ -83,7 +127,7 @@ static int32_t sample_kept(struct cand *cs, int64_t keep, const kk_sampling *p, 
 	/* The kept set in id order (kk.h says why), each with its
 	 * probability, recomputed from its logit. */
 	double top = cs[0].x;
-	qsort(cs, keep, sizeof(*cs), cand_id_cmp);
+	sort_by_id(cs, keep);
 	kept = 0;
 	for (int64_t i = 0; i < keep; i++) {
 		pr[i] = exp(((double) cs[i].x - top) / p->temperature);
@@ -240,7 +284,13 @@ static int32_t sample_top_k(const float *x, int64_t V, const kk_sampling *p, uin
 			h[0] = (struct cand){ x[i], (int32_t) i };
 			heap_down(h, k, 0);
 		}
-	qsort(h, k, sizeof(*h), cand_cmp);
+	/* Pop the worst to the end: best first, kk.h's order. */
+	for (int end = k - 1; end > 0; end--) {
+		struct cand t = h[0];
+		h[0] = h[end];
+		h[end] = t;
+		heap_down(h, end, 0);
+	}
 	return sample_kept(h, k, p, row, pr);
 }
 
@@ -255,7 +305,12 @@ static inline int prob_bucket(double a) /* a = (x - max) / T <= 0 */
 	return b < SAMPLE_BUCKETS - 1 ? (int) b : SAMPLE_BUCKETS - 1; /* NaN, inf: last */
 }
 
-/* top_p alone (the file's header says how). */
+/* top_p alone with exp() on every token (sample_top_p_fast's fallback,
+ * for rows too flat for its thresholds or a cut within its bound): the
+ * pass that sums the mass in id order also buckets it by probability (half
+ * a nat a bucket); the top buckets that hold top_p of it are sorted, and
+ * where the cut lies within the total's reordering bound (2 (V - 1) 2^-53
+ * of it, x2) of top_p, the whole sort decides. */
 static int32_t sample_top_p(const float *x, int64_t V, const kk_sampling *p, uint64_t row,
 			    struct cand *cs, double *e)
 {
@@ -310,16 +365,80 @@ static int32_t sample_top_p(const float *x, int64_t V, const kk_sampling *p, uin
 	return cs[keep - 1].id;
 }
 
-/* top_p alone without V exp() calls: one vectorized pass sums the mass
- * (kk__exp_sum_d_th), within exp_sum_slack of kk.h's total, and the mass
- * above 8 thresholds; the tokens above the first threshold holding top_p
- * of it (with the slack) are sorted, their probabilities computed with
- * exp() as kk.h does, and the cut is kk.h's where the prefix before it is
- * below top_p * (total - slack) and the one at it reaches top_p * (total +
- * slack); otherwise sample_top_p decides.  A row too flat for the lowest
+/* A gathered token with its probability (exp() of its exponent, as kk.h
+ * computes it). */
+struct surv {
+	double e;
+	float x;
+	int32_t id;
+};
+
+/* "a comes before b" in kk.h's order (ids are distinct: a total order). */
+static inline bool surv_before(const struct surv *a, const struct surv *b)
+{
+	return a->x > b->x || (a->x == b->x && a->id < b->id);
+}
+
+/* The token of sv[0..n) (any order) at which the mass summed in kk.h's
+ * order, starting from acc, first reaches hi (weighted quickselect: no
+ * sort); *before gets the mass of the tokens ahead of it.  sv is
+ * reordered.  -1 when all of them together stay below hi. */
+static int64_t surv_cut(struct surv *sv, int64_t n, double acc, double hi, double *before)
+{
+	int64_t lo = 0, end = n;
+	while (end - lo > 0) {
+		/* the median of three as the pivot, moved to lo */
+		const int64_t mid = lo + (end - lo) / 2, last = end - 1;
+		int64_t pv = lo;
+		if (surv_before(&sv[mid], &sv[lo]) != surv_before(&sv[mid], &sv[last]))
+			pv = mid;
+		else if (surv_before(&sv[last], &sv[lo]) != surv_before(&sv[last], &sv[mid]))
+			pv = last;
+		struct surv t = sv[lo];
+		sv[lo] = sv[pv];
+		sv[pv] = t;
+		/* [lo + 1, b): ahead of the pivot; [b, end): behind it */
+		int64_t b = lo + 1;
+		double ahead = 0;
+		for (int64_t i = lo + 1; i < end; i++)
+			if (surv_before(&sv[i], &sv[lo])) {
+				ahead += sv[i].e;
+				t = sv[b];
+				sv[b] = sv[i];
+				sv[i] = t;
+				b++;
+			}
+		if (acc + ahead >= hi) { /* in the part ahead */
+			t = sv[lo];
+			sv[lo] = sv[b - 1];
+			sv[b - 1] = t;
+			end = b - 1;
+			continue;
+		}
+		if (acc + ahead + sv[lo].e >= hi) {
+			*before = acc + ahead;
+			return lo;
+		}
+		acc += ahead + sv[lo].e;
+		lo = b;
+	}
+	return -1;
+}
+
+/* top_p alone without V exp() calls and without sorting: one vectorized
+ * pass sums the mass (kk__exp_sum_d_th), within exp_sum_slack of kk.h's
+ * total, and the mass above 8 thresholds; the tokens above the first
+ * threshold holding top_p of it (with the slack) are gathered with their
+ * probabilities (exp(), as kk.h), and the token where the mass in kk.h's
+ * order first reaches top_p * (total + slack) is found by selection.  Its
+ * sums differ from kk.h's (sorted, sequential) by rounding only (within
+ * 3e-16 n of them); so where the mass ahead of it, plus that, stays below
+ * top_p * (total - slack) it is kk.h's cut, else sample_top_p decides.
+ * The kept tokens (it and those ahead of it) are then taken from the row
+ * in id order and drawn from as kk.h does.  A row too flat for the lowest
  * threshold (e^-24 of the top token) goes to sample_top_p too. */
 static int32_t sample_top_p_fast(const float *x, int64_t V, const kk_sampling *p, uint64_t row,
-				 struct cand *cs, double *e)
+				 struct cand *cs, double *e, struct surv *sv)
 {
 	static const double th[KK__EXP_TH] = { -1, -2, -4, -6, -8, -12, -16, -24 };
 	const float top = kk__max(x, (size_t) V);
@@ -329,31 +448,32 @@ static int32_t sample_top_p_fast(const float *x, int64_t V, const kk_sampling *p
 	double mass[KK__EXP_TH];
 	const double total = kk__exp_sum_d_th(x, (size_t) V, top, inv_t, th, mass);
 	const double slack = 3 * exp_sum_slack(total, V);
-	const double lo = p->top_p * (total - slack), hi = p->top_p * (total + slack);
 	int k = 0;
-	while (k < KK__EXP_TH && !(mass[k] >= hi + slack))
+	while (k < KK__EXP_TH && !(mass[k] >= p->top_p * (total + slack) + slack))
 		k++;
 	if (k == KK__EXP_TH)
 		return sample_top_p(x, V, p, row, cs, e);
 	int64_t n = 0;
 	for (int64_t i = 0; i < V; i++)
 		if (((double) x[i] - top) * inv_t >= th[k])
-			cs[n++] = (struct cand){ x[i], (int32_t) i };
-	qsort(cs, n, sizeof(*cs), cand_cmp);
-	double kept = 0, before = 0;
-	int64_t keep = 0;
-	while (keep < n) {
-		before = kept;
-		kept += exp(((double) cs[keep++].x - top) / p->temperature);
-		if (kept >= hi)
-			break;
-	}
-	if (!(kept >= hi) || (keep > 1 && !(before < lo)))
+			sv[n++] = (struct surv){ exp(((double) x[i] - top) / p->temperature), x[i],
+						 (int32_t) i };
+	/* the reorderings' rounding on top of the total's slack */
+	const double slack2 = slack + 3e-16 * (double) n * total;
+	const double lo = p->top_p * (total - slack2), hi = p->top_p * (total + slack2);
+	double before = 0;
+	const int64_t c = surv_cut(sv, n, 0, hi, &before);
+	if (c < 0 || !(before < lo))
 		return sample_top_p(x, V, p, row, cs, e);
-	qsort(cs, keep, sizeof(*cs), cand_id_cmp);
+	/* The kept set in id order: the cut token and those ahead of it. */
+	const struct surv cut = sv[c];
 	double sum = 0, cum = 0;
-	for (int64_t i = 0; i < keep; i++)
-		sum += e[i] = exp(((double) cs[i].x - top) / p->temperature);
+	int64_t keep = 0;
+	for (int64_t i = 0; i < V; i++)
+		if (x[i] > cut.x || (x[i] == cut.x && i <= cut.id)) {
+			cs[keep++] = (struct cand){ x[i], (int32_t) i };
+			sum += e[keep - 1] = exp(((double) x[i] - top) / p->temperature);
+		}
 	const double u = kk_sample_uniform(p->seed, row) * sum;
 	for (int64_t i = 0; i < keep; i++) {
 		cum += e[i];
@@ -364,12 +484,13 @@ static int32_t sample_top_p_fast(const float *x, int64_t V, const kk_sampling *p
 }
 
 /* One thread's buffers: a row widened to f32 (bf16/f16 logits), V
- * candidates and V doubles. */
+ * candidates, V doubles and V gathered tokens. */
 struct sample_scratch {
 	int64_t vocab;
 	float *row;
 	struct cand *cs;
 	double *d;
+	struct surv *sv;
 };
 
 static pthread_key_t scratch_key;
@@ -384,6 +505,7 @@ static void scratch_free(void *ptr)
 	free(s->row);
 	free(s->cs);
 	free(s->d);
+	free(s->sv);
 	free(s);
 }
 
@@ -411,10 +533,12 @@ static struct sample_scratch *scratch_get(int64_t V)
 	free(s->row);
 	free(s->cs);
 	free(s->d);
+	free(s->sv);
 	s->row = malloc((size_t) V * sizeof(float));
 	s->cs = malloc((size_t) V * sizeof(struct cand));
 	s->d = malloc((size_t) V * sizeof(double));
-	s->vocab = s->row && s->cs && s->d ? V : 0;
+	s->sv = malloc((size_t) V * sizeof(struct surv));
+	s->vocab = s->row && s->cs && s->d && s->sv ? V : 0;
 	return s->vocab ? s : NULL;
 }
 
@@ -429,7 +553,7 @@ static int32_t sample_one(const float *x, int64_t V, const kk_sampling *p, uint6
 		return sample_top_k(x, V, p, row, h, s->d);
 	}
 	if (p->top_p > 0 && p->top_p < 1)
-		return sample_top_p_fast(x, V, p, row, s->cs, s->d);
+		return sample_top_p_fast(x, V, p, row, s->cs, s->d, s->sv);
 	return sample_all_fast(x, V, p, row, s->d);
 }
 
