@@ -10,7 +10,9 @@
  * int8 weights, random) with that vocabulary, timed here on the cpu backend.
  *
  * The rows are language-model-like: N(0, 2.5^2) logits with one token in
- * 500 raised by 8-14 (a peaked head and a long tail).  n (choices) samples
+ * 500 raised by 8-14 (a peaked head and a long tail); the "flat row" cases
+ * drop the head (the worst case of top_p: its cut thousands of tokens
+ * deep).  n (choices) samples
  * each choice's row the same way, and seed only picks the draw, so neither
  * has a row of its own.
  *
@@ -87,6 +89,7 @@ typedef struct bcase {
 	kk_sampling s;
 	bool process;  /* penalties + logit_bias (the host path) */
 	int logprobs;  /* -1: none; else top_logprobs */
+	bool flat;     /* the row without its peaked head */
 } bcase;
 
 static const bcase CASES[] = {
@@ -101,6 +104,10 @@ static const bcase CASES[] = {
 	{ "T 0.8 top_p 0.9 + penalties", { 0.8f, 0, 0.9f, 0 }, true, -1 },
 	{ "T 0.8 + logprobs 5", { 0.8f, 0, 1, 0 }, false, 5 },
 	{ "greedy + logprobs 20", { 0, 0, 1, 0 }, false, 20 },
+	{ "flat row: temperature 0.8", { 0.8f, 0, 1, 0 }, false, -1, true },
+	{ "flat row: T 0.8 top_p 0.9", { 0.8f, 0, 0.9f, 0 }, false, -1, true },
+	{ "flat row: T 1.5 top_p 0.95", { 1.5f, 0, 0.95f, 0 }, false, -1, true },
+	{ "flat row: T 0.8 top_k 1024", { 0.8f, 1024, 1, 0 }, false, -1, true },
 };
 
 /* A context of 512 tokens (prompt 384) with repeats, and 16 biased tokens:
@@ -244,19 +251,22 @@ int main(int argc, char **argv)
 		printf("%-30s %12s %10s %8s %8s\n", "parameters", "baseline us", "now us",
 		       "speed-up", "share");
 		float *x = malloc((size_t) V * sizeof(float)), *w = malloc((size_t) V * sizeof(float));
+		float *flat = malloc((size_t) V * sizeof(float));
 		int *counts = calloc((size_t) V, sizeof(int));
 		int32_t ctx[CTX];
 		kiln_engine_bias bias[NBIAS];
-		if (!x || !w || !counts) {
+		if (!x || !w || !counts || !flat) {
+			free(flat);
 			free(x);
 			free(w);
 			free(counts);
 			rc = 1;
 			continue;
 		}
-		for (int i = 0; i < V; i++)
-			x[i] = (float) (2.5 * sqrt(-2 * log(1 - rnd())) * cos(6.283185 * rnd()) +
-					(rnd() < 0.002 ? 8 + 6 * rnd() : 0));
+		for (int i = 0; i < V; i++) {
+			flat[i] = (float) (2.5 * sqrt(-2 * log(1 - rnd())) * cos(6.283185 * rnd()));
+			x[i] = flat[i] + (float) (rnd() < 0.002 ? 8 + 6 * rnd() : 0);
+		}
 		for (int i = 0; i < CTX; i++)
 			ctx[i] = (int32_t) (rnd() * (i % 4 ? 2000 : V)); /* repeats */
 		for (int i = 0; i < NBIAS; i++)
@@ -268,9 +278,10 @@ int main(int argc, char **argv)
 						.n_logit_bias = NBIAS };
 		for (size_t c = 0; c < sizeof(CASES) / sizeof(CASES[0]); c++) {
 			const int reps = quick ? 4 : V > 100000 ? 12 : 30;
-			double told = time_case(&CASES[c], x, w, V, quick ? 2 : V > 100000 ? 3 : 6,
+			const float *row = CASES[c].flat ? flat : x;
+			double told = time_case(&CASES[c], row, w, V, quick ? 2 : V > 100000 ? 3 : 6,
 						true, ctx, &proc, counts);
-			double tnew = time_case(&CASES[c], x, w, V, reps, false, ctx, &proc,
+			double tnew = time_case(&CASES[c], row, w, V, reps, false, ctx, &proc,
 						counts);
 			if (told < 0 || tnew < 0) {
 				fprintf(stderr, "bench-sample: %s failed\n", CASES[c].name);
@@ -281,6 +292,7 @@ int main(int argc, char **argv)
 			       tnew * 1e6, told / tnew, 100 * tnew / step);
 		}
 		free(x);
+		free(flat);
 		free(w);
 		free(counts);
 	}

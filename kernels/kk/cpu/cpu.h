@@ -72,11 +72,14 @@ double kk__sumsq(const float *x, float mean, size_t n); /* sum (x - mean)^2 */
 void kk__widen_bf16(float *dst, const uint16_t *src, size_t n);
 /* The sampler's float64 sums (sample.c): e^((x[i] - shift) * scale) over
  * n floats (each exponent <= 0), every term within 1e-15 of exp()'s, terms
- * below e^-700 as 0; and the same with mass[k] = the part of it whose
- * exponent is >= th[k]. */
+ * below e^-700 as 0; and the same with the terms stored in out[n] and
+ * mass[k] = the part of the sum whose exponent is >= th[k]. */
 #define KK__EXP_TH 8
 double kk__exp_sum_d(const float *x, size_t n, double shift, double scale);
-double kk__exp_sum_d_th(const float *x, size_t n, double shift, double scale,
+/* kk__exp_sum_d over the x[i] > cx, and the x[i] == cx with i <= cid. */
+double kk__exp_sum_d_kept(const float *x, size_t n, double shift, double scale, float cx,
+			  int64_t cid);
+double kk__exp_sum_d_th(double *out, const float *x, size_t n, double shift, double scale,
 		      const double th[KK__EXP_TH], double mass[KK__EXP_TH]);
 void kk__narrow_bf16(uint16_t *dst, const float *src, size_t n);
 /* half.c: f16 row conversion and f32 x f16/bf16 dot products, written per

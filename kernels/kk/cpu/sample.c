@@ -365,6 +365,42 @@ static int32_t sample_top_p(const float *x, int64_t V, const kk_sampling *p, uin
 	return cs[keep - 1].id;
 }
 
+/* The draw from the kept set {x[i] > cx, or == cx with i <= cid} as kk.h
+ * makes it (exp() in id order, the first partial sum past u), the way
+ * sample_all_fast makes it: vector block sums, the block walked with
+ * exp(), a draw within the bound of a boundary left to the caller (-1).
+ * blocks: V / SAMPLE_BLOCK + 1 doubles. */
+static int32_t draw_kept_fast(const float *x, int64_t V, const kk_sampling *p, uint64_t row,
+			      float top, float cx, int32_t cid, double *blocks)
+{
+	const double inv_t = 1.0 / p->temperature;
+	const int64_t nb = (V + SAMPLE_BLOCK - 1) / SAMPLE_BLOCK;
+	double total = 0;
+	for (int64_t b = 0; b < nb; b++) {
+		const int64_t lo = b * SAMPLE_BLOCK, n = MIN(V - lo, (int64_t) SAMPLE_BLOCK);
+		blocks[b] = kk__exp_sum_d_kept(x + lo, (size_t) n, top, inv_t, cx, cid - lo);
+		total += blocks[b];
+	}
+	const double u = kk_sample_uniform(p->seed, row) * total;
+	const double margin = 3 * exp_sum_slack(total, V);
+	double c = 0;
+	int64_t b = 0;
+	for (; b < nb && !(c + blocks[b] > u); b++)
+		c += blocks[b];
+	/* only the row's first kept token has exactly nothing before it */
+	bool first = b == 0;
+	for (int64_t i = b * SAMPLE_BLOCK; b < nb && i < MIN(V, (b + 1) * SAMPLE_BLOCK); i++) {
+		if (!(x[i] > cx || (x[i] == cx && i <= cid)))
+			continue;
+		const double before = c;
+		c += exp(((double) x[i] - top) / p->temperature);
+		if (c > u)
+			return (first || u - before > margin) && c - u > margin ? (int32_t) i : -1;
+		first = false;
+	}
+	return -1;
+}
+
 /* A gathered token with its probability (exp() of its exponent, as kk.h
  * computes it). */
 struct surv {
@@ -429,10 +465,10 @@ static int64_t surv_cut(struct surv *sv, int64_t n, double acc, double hi, doubl
  * pass sums the mass (kk__exp_sum_d_th), within exp_sum_slack of kk.h's
  * total, and the mass above 8 thresholds; the tokens above the first
  * threshold holding top_p of it (with the slack) are gathered with their
- * probabilities (exp(), as kk.h), and the token where the mass in kk.h's
- * order first reaches top_p * (total + slack) is found by selection.  Its
- * sums differ from kk.h's (sorted, sequential) by rounding only (within
- * 3e-16 n of them); so where the mass ahead of it, plus that, stays below
+ * probabilities (the pass's vector exp, stored in e), and the token where
+ * the mass in kk.h's order first reaches top_p * (total + slack) is found
+ * by selection.  Its sums differ from kk.h's (sorted, sequential, exp())
+ * by rounding only (within (3e-16 n + 3e-15) of the total); so where the mass ahead of it, plus that, stays below
  * top_p * (total - slack) it is kk.h's cut, else sample_top_p decides.
  * The kept tokens (it and those ahead of it) are then taken from the row
  * in id order and drawn from as kk.h does.  A row too flat for the lowest
@@ -446,7 +482,7 @@ static int32_t sample_top_p_fast(const float *x, int64_t V, const kk_sampling *p
 		return sample_top_p(x, V, p, row, cs, e);
 	const double inv_t = 1.0 / p->temperature;
 	double mass[KK__EXP_TH];
-	const double total = kk__exp_sum_d_th(x, (size_t) V, top, inv_t, th, mass);
+	const double total = kk__exp_sum_d_th(e, x, (size_t) V, top, inv_t, th, mass);
 	const double slack = 3 * exp_sum_slack(total, V);
 	int k = 0;
 	while (k < KK__EXP_TH && !(mass[k] >= p->top_p * (total + slack) + slack))
@@ -454,12 +490,13 @@ static int32_t sample_top_p_fast(const float *x, int64_t V, const kk_sampling *p
 	if (k == KK__EXP_TH)
 		return sample_top_p(x, V, p, row, cs, e);
 	int64_t n = 0;
-	for (int64_t i = 0; i < V; i++)
-		if (((double) x[i] - top) * inv_t >= th[k])
-			sv[n++] = (struct surv){ exp(((double) x[i] - top) / p->temperature), x[i],
-						 (int32_t) i };
-	/* the reorderings' rounding on top of the total's slack */
-	const double slack2 = slack + 3e-16 * (double) n * total;
+	for (int64_t i = 0; i < V; i++) { /* no branch: a flat row gathers half */
+		sv[n] = (struct surv){ e[i], x[i], (int32_t) i };
+		n += ((double) x[i] - top) * inv_t >= th[k];
+	}
+	/* the reorderings' rounding and the vector exp's 1e-15 a term on top
+	 * of the total's slack */
+	const double slack2 = slack + (3e-16 * (double) n + 3e-15) * total;
 	const double lo = p->top_p * (total - slack2), hi = p->top_p * (total + slack2);
 	double before = 0;
 	const int64_t c = surv_cut(sv, n, 0, hi, &before);
@@ -467,6 +504,9 @@ static int32_t sample_top_p_fast(const float *x, int64_t V, const kk_sampling *p
 		return sample_top_p(x, V, p, row, cs, e);
 	/* The kept set in id order: the cut token and those ahead of it. */
 	const struct surv cut = sv[c];
+	int32_t tok = draw_kept_fast(x, V, p, row, top, cut.x, cut.id, e);
+	if (tok >= 0)
+		return tok;
 	double sum = 0, cum = 0;
 	int64_t keep = 0;
 	for (int64_t i = 0; i < V; i++)

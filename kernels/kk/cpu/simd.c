@@ -547,8 +547,8 @@ CLONES double kk__exp_sum_d(const float *x, size_t n, double shift, double scale
 	return s;
 }
 
-CLONES double kk__exp_sum_d_th(const float *x, size_t n, double shift, double scale,
-			     const double th[KK__EXP_TH], double mass[KK__EXP_TH])
+CLONES double kk__exp_sum_d_th(double *out, const float *x, size_t n, double shift, double scale,
+			       const double th[KK__EXP_TH], double mass[KK__EXP_TH])
 {
 	double s = 0, m0 = 0, m1 = 0, m2 = 0, m3 = 0, m4 = 0, m5 = 0, m6 = 0, m7 = 0;
 	const double t0 = th[0], t1 = th[1], t2 = th[2], t3 = th[3], t4 = th[4], t5 = th[5],
@@ -556,6 +556,7 @@ CLONES double kk__exp_sum_d_th(const float *x, size_t n, double shift, double sc
 #pragma omp simd reduction(+ : s, m0, m1, m2, m3, m4, m5, m6, m7)
 	for (size_t i = 0; i < n; i++) {
 		const double a = ((double) x[i] - shift) * scale, e = exp_neg(a);
+		out[i] = e;
 		s += e;
 		m0 += a >= t0 ? e : 0;
 		m1 += a >= t1 ? e : 0;
@@ -568,5 +569,18 @@ CLONES double kk__exp_sum_d_th(const float *x, size_t n, double shift, double sc
 	}
 	mass[0] = m0, mass[1] = m1, mass[2] = m2, mass[3] = m3;
 	mass[4] = m4, mass[5] = m5, mass[6] = m6, mass[7] = m7;
+	return s;
+}
+
+CLONES double kk__exp_sum_d_kept(const float *x, size_t n, double shift, double scale, float cx,
+				 int64_t cid)
+{
+	double s = 0;
+#pragma omp simd reduction(+ : s)
+	for (size_t i = 0; i < n; i++) {
+		const bool in = x[i] > cx || (x[i] == cx && (int64_t) i <= cid);
+		const double e = exp_neg(((double) x[i] - shift) * scale);
+		s += in ? e : 0;
+	}
 	return s;
 }
