@@ -76,9 +76,12 @@ void kk__widen_bf16(float *dst, const uint16_t *src, size_t n);
  * mass[k] = the part of the sum whose exponent is >= th[k]. */
 #define KK__EXP_TH 8
 double kk__exp_sum_d(const float *x, size_t n, double shift, double scale);
-/* kk__exp_sum_d over the x[i] > cx, and the x[i] == cx with i <= cid. */
-double kk__exp_sum_d_kept(const float *x, size_t n, double shift, double scale, float cx,
-			  int64_t cid);
+/* mass[k] = the sum of the e[i] whose exponent (x[i] - shift) * scale is
+ * >= th[k] (e: kk__exp_sum_d_th's terms). */
+void kk__mass_th(const double *e, const float *x, size_t n, double shift, double scale,
+		 const double th[KK__EXP_TH], double mass[KK__EXP_TH]);
+/* The sum of the e[i] with x[i] > cx, or x[i] == cx and i <= cid. */
+double kk__sum_kept(const double *e, const float *x, size_t n, float cx, int64_t cid);
 double kk__exp_sum_d_th(double *out, const float *x, size_t n, double shift, double scale,
 		      const double th[KK__EXP_TH], double mass[KK__EXP_TH]);
 void kk__narrow_bf16(uint16_t *dst, const float *src, size_t n);

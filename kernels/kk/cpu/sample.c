@@ -367,18 +367,17 @@ static int32_t sample_top_p(const float *x, int64_t V, const kk_sampling *p, uin
 
 /* The draw from the kept set {x[i] > cx, or == cx with i <= cid} as kk.h
  * makes it (exp() in id order, the first partial sum past u), the way
- * sample_all_fast makes it: vector block sums, the block walked with
- * exp(), a draw within the bound of a boundary left to the caller (-1).
- * blocks: V / SAMPLE_BLOCK + 1 doubles. */
+ * sample_all_fast makes it: block sums of the vector exp's terms e[V],
+ * the block walked with exp(), a draw within the bound of a boundary left
+ * to the caller (-1).  blocks: V / SAMPLE_BLOCK + 1 doubles. */
 static int32_t draw_kept_fast(const float *x, int64_t V, const kk_sampling *p, uint64_t row,
-			      float top, float cx, int32_t cid, double *blocks)
+			      float top, float cx, int32_t cid, const double *e, double *blocks)
 {
-	const double inv_t = 1.0 / p->temperature;
 	const int64_t nb = (V + SAMPLE_BLOCK - 1) / SAMPLE_BLOCK;
 	double total = 0;
 	for (int64_t b = 0; b < nb; b++) {
 		const int64_t lo = b * SAMPLE_BLOCK, n = MIN(V - lo, (int64_t) SAMPLE_BLOCK);
-		blocks[b] = kk__exp_sum_d_kept(x + lo, (size_t) n, top, inv_t, cx, cid - lo);
+		blocks[b] = kk__sum_kept(e + lo, x + lo, (size_t) n, cx, cid - lo);
 		total += blocks[b];
 	}
 	const double u = kk_sample_uniform(p->seed, row) * total;
@@ -489,22 +488,45 @@ static int32_t sample_top_p_fast(const float *x, int64_t V, const kk_sampling *p
 		k++;
 	if (k == KK__EXP_TH)
 		return sample_top_p(x, V, p, row, cs, e);
+	/* The band between the threshold above (not enough mass) and this
+	 * one, cut in 8 finer steps: the tokens above the step that still
+	 * falls short of top_p (with twice the slack) are all ahead of the cut
+	 * and enter as their mass (acc); only the step that reaches it is
+	 * gathered. */
+	const double up = k ? th[k - 1] : 1, down = th[k];
+	double sub[KK__EXP_TH], smass[KK__EXP_TH];
+	for (int j = 0; j < KK__EXP_TH; j++)
+		sub[j] = j == KK__EXP_TH - 1 ? down : (k ? up : 0) + (down - (k ? up : 0)) * (j + 1) / KK__EXP_TH;
+	kk__mass_th(e, x, (size_t) V, top, inv_t, sub, smass);
+	const double lo0 = p->top_p * (total - 2 * slack);
+	int j = 0;
+	while (j < KK__EXP_TH - 1 && !(smass[j] >= p->top_p * (total + slack) + slack))
+		j++;
+	double acc = 0, above = up;
+	if (j > 0 && smass[j - 1] + slack < lo0)
+		acc = smass[j - 1], above = sub[j - 1];
+	else if (j == 0 && k > 0 && mass[k - 1] + slack < lo0)
+		acc = mass[k - 1];
+	else
+		above = 1; /* everything from sub[j] up */
+	const double floor_a = sub[j], ceil_a = above > 0 ? INFINITY : above;
 	int64_t n = 0;
 	for (int64_t i = 0; i < V; i++) { /* no branch: a flat row gathers half */
+		const double a = ((double) x[i] - top) * inv_t;
 		sv[n] = (struct surv){ e[i], x[i], (int32_t) i };
-		n += ((double) x[i] - top) * inv_t >= th[k];
+		n += (a >= floor_a) & (a < ceil_a);
 	}
 	/* the reorderings' rounding and the vector exp's 1e-15 a term on top
-	 * of the total's slack */
-	const double slack2 = slack + (3e-16 * (double) n + 3e-15) * total;
+	 * of the total's slack (and acc's) */
+	const double slack2 = 2 * slack + (3e-16 * (double) n + 3e-15) * total;
 	const double lo = p->top_p * (total - slack2), hi = p->top_p * (total + slack2);
 	double before = 0;
-	const int64_t c = surv_cut(sv, n, 0, hi, &before);
+	const int64_t c = surv_cut(sv, n, acc, hi, &before);
 	if (c < 0 || !(before < lo))
 		return sample_top_p(x, V, p, row, cs, e);
 	/* The kept set in id order: the cut token and those ahead of it. */
 	const struct surv cut = sv[c];
-	int32_t tok = draw_kept_fast(x, V, p, row, top, cut.x, cut.id, e);
+	int32_t tok = draw_kept_fast(x, V, p, row, top, cut.x, cut.id, e, (double *) sv);
 	if (tok >= 0)
 		return tok;
 	double sum = 0, cum = 0;

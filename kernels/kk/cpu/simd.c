@@ -572,15 +572,35 @@ CLONES double kk__exp_sum_d_th(double *out, const float *x, size_t n, double shi
 	return s;
 }
 
-CLONES double kk__exp_sum_d_kept(const float *x, size_t n, double shift, double scale, float cx,
-				 int64_t cid)
+CLONES double kk__sum_kept(const double *e, const float *x, size_t n, float cx, int64_t cid)
 {
 	double s = 0;
 #pragma omp simd reduction(+ : s)
 	for (size_t i = 0; i < n; i++) {
 		const bool in = x[i] > cx || (x[i] == cx && (int64_t) i <= cid);
-		const double e = exp_neg(((double) x[i] - shift) * scale);
-		s += in ? e : 0;
+		s += in ? e[i] : 0;
 	}
 	return s;
+}
+
+CLONES void kk__mass_th(const double *e, const float *x, size_t n, double shift, double scale,
+			const double th[KK__EXP_TH], double mass[KK__EXP_TH])
+{
+	double m0 = 0, m1 = 0, m2 = 0, m3 = 0, m4 = 0, m5 = 0, m6 = 0, m7 = 0;
+	const double t0 = th[0], t1 = th[1], t2 = th[2], t3 = th[3], t4 = th[4], t5 = th[5],
+		     t6 = th[6], t7 = th[7];
+#pragma omp simd reduction(+ : m0, m1, m2, m3, m4, m5, m6, m7)
+	for (size_t i = 0; i < n; i++) {
+		const double a = ((double) x[i] - shift) * scale, v = e[i];
+		m0 += a >= t0 ? v : 0;
+		m1 += a >= t1 ? v : 0;
+		m2 += a >= t2 ? v : 0;
+		m3 += a >= t3 ? v : 0;
+		m4 += a >= t4 ? v : 0;
+		m5 += a >= t5 ? v : 0;
+		m6 += a >= t6 ? v : 0;
+		m7 += a >= t7 ? v : 0;
+	}
+	mass[0] = m0, mass[1] = m1, mass[2] = m2, mass[3] = m3;
+	mass[4] = m4, mass[5] = m5, mass[6] = m6, mass[7] = m7;
 }
