@@ -162,6 +162,33 @@ static void test_same_draws_cut_edges(void **state)
 	free(flat);
 }
 
+/* top_p's one-pass path across temperatures and cuts (its thresholds, the
+ * finer band, the mass ahead of it, the selection, the kept set's draw):
+ * 5000-token rows of every kind, 4 temperatures x 5 top_p x 24 rows. */
+static void test_same_draws_top_p(void **state)
+{
+	(void) state;
+	static const float T[] = { 0.3f, 0.8f, 1.5f, 3.0f };
+	static const float P[] = { 0.3f, 0.5f, 0.9f, 0.95f, 0.99f };
+	enum { V = 5000 };
+	float *x = malloc(V * sizeof(float));
+	assert_non_null(x);
+	for (int r = 0; r < 24; r++) {
+		fill_row(x, V, (enum row_kind) (r % ROW_KINDS));
+		for (size_t t = 0; t < N(T); t++)
+			for (size_t q = 0; q < N(P); q++) {
+				kk_sampling p = { T[t], 0, P[q], (uint64_t) (r * 100 + t * 10 + q) };
+				int32_t a, b;
+				assert_int_equal(kk_sample_host(x, 1, V, &p, &a), 0);
+				assert_int_equal(kk__cpu_sample_host_sorted(x, 1, V, &p, &b), 0);
+				if (a != b)
+					fail_msg("row %d (kind %d) T %g top_p %g: %d, the sorted sampler %d",
+						 r, r % ROW_KINDS, T[t], P[q], a, b);
+			}
+	}
+	free(x);
+}
+
 /* The cpu backend's kk_sample on f32, bf16 and f16 buffers: the same
  * draws as the sorting sampler on the row as the buffer holds it. */
 static void test_backend_dtypes(void **state)
@@ -442,6 +469,7 @@ int main(void)
 		cmocka_unit_test(test_same_draws_small),
 		cmocka_unit_test(test_same_draws_vocab),
 		cmocka_unit_test(test_same_draws_cut_edges),
+		cmocka_unit_test(test_same_draws_top_p),
 		cmocka_unit_test(test_backend_dtypes),
 		cmocka_unit_test(test_exp_accuracy),
 		cmocka_unit_test(test_boundaries),
