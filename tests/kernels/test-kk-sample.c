@@ -189,6 +189,32 @@ static void test_same_draws_top_p(void **state)
 	free(x);
 }
 
+/* top_k alone at 256 and above takes the sampled threshold and selection
+ * (sample.c's sample_top_k_fast): rows of 20000 tokens of every kind
+ * (ties at the k-th token included), 8 seeds each. */
+static void test_same_draws_top_k_large(void **state)
+{
+	(void) state;
+	static const int K[] = { 256, 300, 1000, 1024 };
+	enum { V = 20000 };
+	float *x = malloc(V * sizeof(float));
+	assert_non_null(x);
+	for (int kind = 0; kind < ROW_KINDS; kind++) {
+		fill_row(x, V, (enum row_kind) kind);
+		for (size_t k = 0; k < N(K); k++)
+			for (uint64_t s = 0; s < 8; s++) {
+				kk_sampling p = { 0.9f, K[k], 1, s };
+				int32_t a, b;
+				assert_int_equal(kk_sample_host(x, 1, V, &p, &a), 0);
+				assert_int_equal(kk__cpu_sample_host_sorted(x, 1, V, &p, &b), 0);
+				if (a != b)
+					fail_msg("kind %d top_k %d seed %llu: %d, the sorted sampler %d",
+						 kind, K[k], (unsigned long long) s, a, b);
+			}
+	}
+	free(x);
+}
+
 /* The cpu backend's kk_sample on f32, bf16 and f16 buffers: the same
  * draws as the sorting sampler on the row as the buffer holds it. */
 static void test_backend_dtypes(void **state)
@@ -470,6 +496,7 @@ int main(void)
 		cmocka_unit_test(test_same_draws_vocab),
 		cmocka_unit_test(test_same_draws_cut_edges),
 		cmocka_unit_test(test_same_draws_top_p),
+		cmocka_unit_test(test_same_draws_top_k_large),
 		cmocka_unit_test(test_backend_dtypes),
 		cmocka_unit_test(test_exp_accuracy),
 		cmocka_unit_test(test_boundaries),

@@ -80,6 +80,9 @@ double kk__exp_sum_d(const float *x, size_t n, double shift, double scale);
  * >= th[k] (e: kk__exp_sum_d_th's terms). */
 void kk__mass_th(const double *e, const float *x, size_t n, double shift, double scale,
 		 const double th[KK__EXP_TH], double mass[KK__EXP_TH]);
+/* kk__exp_sum_d over the x[i] > cx, or x[i] == cx and i <= cid. */
+double kk__exp_sum_d_kept(const float *x, size_t n, double shift, double scale, float cx,
+			  int64_t cid);
 /* The sum of the e[i] with x[i] > cx, or x[i] == cx and i <= cid. */
 double kk__sum_kept(const double *e, const float *x, size_t n, float cx, int64_t cid);
 double kk__exp_sum_d_th(double *out, const float *x, size_t n, double shift, double scale,

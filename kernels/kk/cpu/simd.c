@@ -604,3 +604,16 @@ CLONES void kk__mass_th(const double *e, const float *x, size_t n, double shift,
 	mass[0] = m0, mass[1] = m1, mass[2] = m2, mass[3] = m3;
 	mass[4] = m4, mass[5] = m5, mass[6] = m6, mass[7] = m7;
 }
+
+CLONES double kk__exp_sum_d_kept(const float *x, size_t n, double shift, double scale, float cx,
+				 int64_t cid)
+{
+	double s = 0;
+#pragma omp simd reduction(+ : s)
+	for (size_t i = 0; i < n; i++) {
+		const bool in = x[i] > cx || (x[i] == cx && (int64_t) i <= cid);
+		const double e = exp_neg(((double) x[i] - shift) * scale);
+		s += in ? e : 0;
+	}
+	return s;
+}
