@@ -100,12 +100,11 @@ kk_dtype inferd_dtype_auto(kmf_dtype stored, inferd_dtype_ok ok, const void *ctx
 					 name, kk_dtype_name(dt), name);
 			else
 				snprintf(why, len,
-					 "%s converted to %s: the backend computes on no %s",
-					 name, kk_dtype_name(dt), kk_dtype_name(table[i].pick[0]));
+					 "%s converted to %s: the backend computes on no %s", name,
+					 kk_dtype_name(dt), kk_dtype_name(table[i].pick[0]));
 			return dt;
 		}
 	}
-	snprintf(why, len, "%s converted to f32: the closest dtype the backend computes on",
-		 name);
+	snprintf(why, len, "%s converted to f32: the closest dtype the backend computes on", name);
 	return KK_F32;
 }

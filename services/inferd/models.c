@@ -248,7 +248,7 @@ void inferd_models_free(void)
  * Returns 0 or an exit status. */
 int inferd_models_load(daemon_state *d)
 {
-	const km_config *cfgs[INFERD_MODELS_MAX];
+	const km_config *cfgs[INFERD_MODELS_MAX] = { 0 };
 	inferd_served.n = inferd_arg.n_models;
 	for (int i = 0; i < inferd_arg.n_models; i++) {
 		model_spec *m = &inferd_arg.models[i];

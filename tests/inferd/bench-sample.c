@@ -87,9 +87,9 @@ static int old_process_logits(float *x, int V, const kiln_engine_processing *p,
 typedef struct bcase {
 	const char *name;
 	kk_sampling s;
-	bool process;  /* penalties + logit_bias (the host path) */
-	int logprobs;  /* -1: none; else top_logprobs */
-	bool flat;     /* the row without its peaked head */
+	bool process; /* penalties + logit_bias (the host path) */
+	int logprobs; /* -1: none; else top_logprobs */
+	bool flat;    /* the row without its peaked head */
 } bcase;
 
 static const bcase CASES[] = {
@@ -155,8 +155,7 @@ static double time_case(const bcase *c, const float *x, float *w, int V, int rep
 
 /* ---- the decode step -------------------------------------------------------- */
 
-static int rand_read(void *userdata, const char *name, float *dst, size_t count,
-		     kiln_error *err)
+static int rand_read(void *userdata, const char *name, float *dst, size_t count, kiln_error *err)
 {
 	const float scale = strstr(name, "norm") ? 0 : 0.02f;
 	for (size_t i = 0; i < count; i++)
@@ -250,7 +249,8 @@ int main(int argc, char **argv)
 		printf("\nvocabulary %d: decode step %.2f ms\n", V, step * 1e3);
 		printf("%-30s %12s %10s %8s %8s\n", "parameters", "baseline us", "now us",
 		       "speed-up", "share");
-		float *x = malloc((size_t) V * sizeof(float)), *w = malloc((size_t) V * sizeof(float));
+		float *x = malloc((size_t) V * sizeof(float)),
+		      *w = malloc((size_t) V * sizeof(float));
 		float *flat = malloc((size_t) V * sizeof(float));
 		int *counts = calloc((size_t) V, sizeof(int));
 		int32_t ctx[CTX];
@@ -270,7 +270,8 @@ int main(int argc, char **argv)
 		for (int i = 0; i < CTX; i++)
 			ctx[i] = (int32_t) (rnd() * (i % 4 ? 2000 : V)); /* repeats */
 		for (int i = 0; i < NBIAS; i++)
-			bias[i] = (kiln_engine_bias){ (int32_t) (rnd() * V), (float) (10 * rnd() - 5) };
+			bias[i] = (kiln_engine_bias){ (int32_t) (rnd() * V),
+						      (float) (10 * rnd() - 5) };
 		kiln_engine_processing proc = { .presence_penalty = 0.5f,
 						.frequency_penalty = 0.3f,
 						.repetition_penalty = 1.1f,
@@ -279,10 +280,13 @@ int main(int argc, char **argv)
 		for (size_t c = 0; c < sizeof(CASES) / sizeof(CASES[0]); c++) {
 			const int reps = quick ? 4 : V > 100000 ? 12 : 30;
 			const float *row = CASES[c].flat ? flat : x;
-			double told = time_case(&CASES[c], row, w, V, quick ? 2 : V > 100000 ? 3 : 6,
+			double told = time_case(&CASES[c], row, w, V,
+						quick	     ? 2
+						: V > 100000 ? 3
+							     : 6,
 						true, ctx, &proc, counts);
-			double tnew = time_case(&CASES[c], row, w, V, reps, false, ctx, &proc,
-						counts);
+			double tnew =
+				time_case(&CASES[c], row, w, V, reps, false, ctx, &proc, counts);
 			if (told < 0 || tnew < 0) {
 				fprintf(stderr, "bench-sample: %s failed\n", CASES[c].name);
 				rc = 1;

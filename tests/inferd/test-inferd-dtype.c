@@ -42,7 +42,16 @@ static void put_str(FILE *f, const char *s)
 }
 
 /* GGML type ids, and bytes per block of 32 or 256. */
-enum { G_F32 = 0, G_F16 = 1, G_Q4_0 = 2, G_Q4_1 = 3, G_Q8_0 = 8, G_Q4_K = 12, G_Q6_K = 14, G_BF16 = 30 };
+enum {
+	G_F32 = 0,
+	G_F16 = 1,
+	G_Q4_0 = 2,
+	G_Q4_1 = 3,
+	G_Q8_0 = 8,
+	G_Q4_K = 12,
+	G_Q6_K = 14,
+	G_BF16 = 30
+};
 
 static uint64_t gg_bytes(int type, uint64_t n)
 {
@@ -149,7 +158,7 @@ static void test_stored_dtype(void **state)
 		int layers, head;
 		kmf_dtype want;
 	} gg[] = {
-		{ G_F32, G_F32, KMF_F32 },   { G_F16, G_F16, KMF_F16 },
+		{ G_F32, G_F32, KMF_F32 },    { G_F16, G_F16, KMF_F16 },
 		{ G_BF16, G_BF16, KMF_BF16 }, { G_Q8_0, G_Q8_0, KMF_Q8_0 },
 		{ G_Q4_0, G_Q4_0, KMF_Q4_0 }, { G_Q4_1, G_Q4_1, KMF_Q4_1 },
 		{ G_Q4_K, G_Q4_K, KMF_Q4_K }, { G_Q6_K, G_Q6_K, KMF_Q6_K },

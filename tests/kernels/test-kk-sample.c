@@ -29,9 +29,10 @@
 /* Every parameter combination kk_sampling has: greedy, temperature alone,
  * top_k (small, at its limit, past V), top_p (small, large), both. */
 static const kk_sampling CASES[] = {
-	{ 0, 0, 1, 1 },		{ 0.8f, 0, 1, 2 },     { 1.0f, 0, 0, 3 },      { 0.8f, 1, 1, 4 },
-	{ 0.8f, 40, 1, 5 },	{ 1.3f, 1024, 1, 6 },  { 0.8f, 0, 0.9f, 7 },   { 0.5f, 0, 0.1f, 8 },
-	{ 1.0f, 0, 0.999f, 9 }, { 0.8f, 40, 0.9f, 10 }, { 0.7f, 1024, 0.95f, 11 }, { 2.0f, 5, 0.5f, 12 },
+	{ 0, 0, 1, 1 },		{ 0.8f, 0, 1, 2 },	   { 1.0f, 0, 0, 3 },
+	{ 0.8f, 1, 1, 4 },	{ 0.8f, 40, 1, 5 },	   { 1.3f, 1024, 1, 6 },
+	{ 0.8f, 0, 0.9f, 7 },	{ 0.5f, 0, 0.1f, 8 },	   { 1.0f, 0, 0.999f, 9 },
+	{ 0.8f, 40, 0.9f, 10 }, { 0.7f, 1024, 0.95f, 11 }, { 2.0f, 5, 0.5f, 12 },
 	{ 0.8f, 0, 0.9f, 13 },	{ 0.8f, 2, 0.5f, 14 },
 };
 
@@ -91,10 +92,11 @@ static void check_same_draws(const float *x, int64_t rows, int64_t V, int seeds)
 			assert_int_equal(kk__cpu_sample_host_sorted(x, rows, V, &p, b), 0);
 			for (int64_t r = 0; r < rows; r++)
 				if (a[r] != b[r]) {
-					print_message("case %zu (T %g top_k %d top_p %g) seed %d "
-						      "row %lld V %lld: %d, the sorted sampler %d\n",
-						      c, p.temperature, p.top_k, p.top_p, s,
-						      (long long) r, (long long) V, a[r], b[r]);
+					print_message(
+						"case %zu (T %g top_k %d top_p %g) seed %d "
+						"row %lld V %lld: %d, the sorted sampler %d\n",
+						c, p.temperature, p.top_k, p.top_p, s,
+						(long long) r, (long long) V, a[r], b[r]);
 					fail();
 				}
 		}
@@ -174,15 +176,17 @@ static void test_same_draws_top_p(void **state)
 	float *x = malloc(V * sizeof(float));
 	assert_non_null(x);
 	for (int r = 0; r < 24; r++) {
-		fill_row(x, V, (enum row_kind) (r % ROW_KINDS));
+		fill_row(x, V, (enum row_kind)(r % ROW_KINDS));
 		for (size_t t = 0; t < N(T); t++)
 			for (size_t q = 0; q < N(P); q++) {
-				kk_sampling p = { T[t], 0, P[q], (uint64_t) (r * 100 + t * 10 + q) };
+				kk_sampling p = { T[t], 0, P[q],
+						  (uint64_t) (r * 100 + t * 10 + q) };
 				int32_t a, b;
 				assert_int_equal(kk_sample_host(x, 1, V, &p, &a), 0);
 				assert_int_equal(kk__cpu_sample_host_sorted(x, 1, V, &p, &b), 0);
 				if (a != b)
-					fail_msg("row %d (kind %d) T %g top_p %g: %d, the sorted sampler %d",
+					fail_msg("row %d (kind %d) T %g top_p %g: %d, the sorted "
+						 "sampler %d",
 						 r, r % ROW_KINDS, T[t], P[q], a, b);
 			}
 	}
@@ -208,7 +212,8 @@ static void test_same_draws_top_k_large(void **state)
 				assert_int_equal(kk_sample_host(x, 1, V, &p, &a), 0);
 				assert_int_equal(kk__cpu_sample_host_sorted(x, 1, V, &p, &b), 0);
 				if (a != b)
-					fail_msg("kind %d top_k %d seed %llu: %d, the sorted sampler %d",
+					fail_msg("kind %d top_k %d seed %llu: %d, the sorted "
+						 "sampler %d",
 						 kind, K[k], (unsigned long long) s, a, b);
 			}
 	}
@@ -227,7 +232,7 @@ static void test_backend_dtypes(void **state)
 	float *x = malloc(R * V * sizeof(float)), *y = malloc(R * V * sizeof(float));
 	assert_true(x && y);
 	for (int r = 0; r < R; r++)
-		fill_row(x + r * V, V, (enum row_kind) (r % ROW_KINDS));
+		fill_row(x + r * V, V, (enum row_kind)(r % ROW_KINDS));
 	kk_buffer *ids = NULL;
 	assert_int_equal(kk_buffer_alloc(be, KK_I32, R, &ids), 0);
 	for (size_t d = 0; d < N(DT); d++) {

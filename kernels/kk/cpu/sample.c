@@ -14,16 +14,19 @@
  * way to the very same token, draw for draw:
  *   - temperature 0: the vector max, then the first index holding it;
  *   - top_k: one pass keeps the k best in a heap, and only they are
- *     sorted (heapsort; kk.h's steps then run on the k);
+ *     sorted (heapsort; kk.h's steps then run on the k); without top_p and
+ *     from k 256 up, only the k-th best token is found (a threshold from
+ *     every 16th token, then selection) and the kept set drawn from with
+ *     vector block sums;
  *   - neither top_k nor top_p: every token is kept, nothing to sort: the
  *     mass in blocks of SAMPLE_BLOCK tokens by a vectorized float64 exp
  *     (simd.c, within 1e-15 of exp()), the block the draw falls in, then
  *     that block walked with exp();
  *   - top_p alone: the same vectorized pass also gives the mass above 8
- *     thresholds; the tokens above the first threshold holding top_p of
- *     it are gathered, and the cut found among them by a weighted
- *     selection (no sort); the kept tokens are read off the row in id
- *     order and drawn from with exp().
+ *     thresholds, then 8 finer steps inside the band that reaches top_p;
+ *     the tokens of the step holding the cut are gathered (those above it
+ *     enter as their mass) and the cut found among them by a weighted
+ *     selection (no sort); the kept set is drawn from with block sums.
  * kk.h sums in id order (the draw) and in sorted order (the top_p total
  * and prefix), one exp() a token; the shortcuts sum in other orders or
  * with the vectorized exp, so their sums differ from kk.h's by rounding,
@@ -368,8 +371,8 @@ static int32_t sample_top_p(const float *x, int64_t V, const kk_sampling *p, uin
 /* The draw from the kept set {x[i] > cx, or == cx with i <= cid} as kk.h
  * makes it (exp() in id order, the first partial sum past u), the way
  * sample_all_fast makes it: block sums of the vector exp's terms e[V] (or,
- * e NULL, of the vector exp computed here), the block walked with exp(), a draw within the bound of a boundary left
- * to the caller (-1).  blocks: V / SAMPLE_BLOCK + 1 doubles. */
+ * e NULL, of the vector exp computed here), the block walked with exp(), a draw within the bound of
+ * a boundary left to the caller (-1).  blocks: V / SAMPLE_BLOCK + 1 doubles. */
 static int32_t draw_kept_fast(const float *x, int64_t V, const kk_sampling *p, uint64_t row,
 			      float top, float cx, int32_t cid, const double *e, double *blocks)
 {
@@ -378,8 +381,8 @@ static int32_t draw_kept_fast(const float *x, int64_t V, const kk_sampling *p, u
 	for (int64_t b = 0; b < nb; b++) {
 		const int64_t lo = b * SAMPLE_BLOCK, n = MIN(V - lo, (int64_t) SAMPLE_BLOCK);
 		blocks[b] = e ? kk__sum_kept(e + lo, x + lo, (size_t) n, cx, cid - lo)
-			      : kk__exp_sum_d_kept(x + lo, (size_t) n, top, 1.0 / p->temperature, cx,
-						   cid - lo);
+			      : kk__exp_sum_d_kept(x + lo, (size_t) n, top, 1.0 / p->temperature,
+						   cx, cid - lo);
 		total += blocks[b];
 	}
 	const double u = kk_sample_uniform(p->seed, row) * total;
@@ -390,8 +393,10 @@ static int32_t draw_kept_fast(const float *x, int64_t V, const kk_sampling *p, u
 		c += blocks[b];
 	/* only the row's first kept token has exactly nothing before it */
 	bool first = b == 0;
-	for (int64_t i = b * SAMPLE_BLOCK; b < nb && i < MIN(V, (b + 1) * SAMPLE_BLOCK); i++) {
-		if (!(x[i] > cx || (x[i] == cx && i <= cid)))
+	const int64_t end = b < nb ? MIN(V, (b + 1) * SAMPLE_BLOCK) : 0;
+	for (int64_t i = b * SAMPLE_BLOCK; i < end; i++) {
+		const float xi = x[i];
+		if (!(xi > cx || (xi == cx && cid >= i)))
 			continue;
 		const double before = c;
 		c += exp(((double) x[i] - top) / p->temperature);
@@ -469,11 +474,11 @@ static int64_t surv_cut(struct surv *sv, int64_t n, double acc, double hi, doubl
  * probabilities (the pass's vector exp, stored in e), and the token where
  * the mass in kk.h's order first reaches top_p * (total + slack) is found
  * by selection.  Its sums differ from kk.h's (sorted, sequential, exp())
- * by rounding only (within (3e-16 n + 3e-15) of the total); so where the mass ahead of it, plus that, stays below
- * top_p * (total - slack) it is kk.h's cut, else sample_top_p decides.
- * The kept tokens (it and those ahead of it) are then taken from the row
- * in id order and drawn from as kk.h does.  A row too flat for the lowest
- * threshold (e^-24 of the top token) goes to sample_top_p too. */
+ * by rounding only (within (3e-16 n + 3e-15) of the total); so where the mass ahead of it, plus
+ * that, stays below top_p * (total - slack) it is kk.h's cut, else sample_top_p decides. The kept
+ * tokens (it and those ahead of it) are then taken from the row in id order and drawn from as kk.h
+ * does.  A row too flat for the lowest threshold (e^-24 of the top token) goes to sample_top_p too.
+ */
 static int32_t sample_top_p_fast(const float *x, int64_t V, const kk_sampling *p, uint64_t row,
 				 struct cand *cs, double *e, struct surv *sv)
 {
@@ -498,7 +503,9 @@ static int32_t sample_top_p_fast(const float *x, int64_t V, const kk_sampling *p
 	const double up = k ? th[k - 1] : 1, down = th[k];
 	double sub[KK__EXP_TH], smass[KK__EXP_TH];
 	for (int j = 0; j < KK__EXP_TH; j++)
-		sub[j] = j == KK__EXP_TH - 1 ? down : (k ? up : 0) + (down - (k ? up : 0)) * (j + 1) / KK__EXP_TH;
+		sub[j] = j == KK__EXP_TH - 1
+				 ? down
+				 : (k ? up : 0) + (down - (k ? up : 0)) * (j + 1) / KK__EXP_TH;
 	kk__mass_th(e, x, (size_t) V, top, inv_t, sub, smass);
 	const double lo0 = p->top_p * (total - 2 * slack);
 	int j = 0;
@@ -534,7 +541,7 @@ static int32_t sample_top_p_fast(const float *x, int64_t V, const kk_sampling *p
 	double sum = 0, cum = 0;
 	int64_t keep = 0;
 	for (int64_t i = 0; i < V; i++)
-		if (x[i] > cut.x || (x[i] == cut.x && i <= cut.id)) {
+		if (x[i] > cut.x || (x[i] == cut.x && cut.id >= i)) {
 			cs[keep++] = (struct cand){ x[i], (int32_t) i };
 			sum += e[keep - 1] = exp(((double) x[i] - top) / p->temperature);
 		}
@@ -721,14 +728,14 @@ double kk__cpu_logsumexp(const float *x, int64_t n)
 	double s = 0;
 	for (int64_t lo = 0; lo < n; lo += SAMPLE_BLOCK)
 		s += kk__exp_sum_d(x + lo, (size_t) MIN(n - lo, (int64_t) SAMPLE_BLOCK), top, 1.0);
-	return (double) top + log(s);
+	return (double) top + log(MAX(s, 1.0)); /* s >= 1: the top's term is 1 */
 }
 
 /* The sampler before this file's shortcuts, as it was: every row sorted
  * whole, its buffers allocated per call (make bench's baseline, and the
  * tests' draw-for-draw reference). */
-int kk__cpu_sample_host_sorted(const float *logits, int64_t rows, int64_t V,
-			       const kk_sampling *p, int32_t *ids)
+int kk__cpu_sample_host_sorted(const float *logits, int64_t rows, int64_t V, const kk_sampling *p,
+			       int32_t *ids)
 {
 	assert_return(logits && ids && p && rows >= 0 && V >= 1, -EINVAL);
 	_cleanup_free_ struct cand *cs = malloc((size_t) V * sizeof(*cs));
