@@ -282,11 +282,20 @@ static int32_t sample_top_k(const float *x, int64_t V, const kk_sampling *p, uin
 		h[i] = (struct cand){ x[i], i };
 	for (int i = k / 2 - 1; i >= 0; i--)
 		heap_down(h, k, i);
-	for (int64_t i = k; i < V; i++)
-		if (x[i] > h[0].x) {
-			h[0] = (struct cand){ x[i], (int32_t) i };
-			heap_down(h, k, 0);
-		}
+	for (int64_t i = k; i < V; i += 16) {
+		/* 16 tokens at a time: most blocks hold none better than the root */
+		const int64_t n = MIN((int64_t) 16, V - i);
+		float m = x[i];
+		for (int64_t j = 1; j < n; j++)
+			m = x[i + j] > m ? x[i + j] : m;
+		if (!(m > h[0].x))
+			continue;
+		for (int64_t j = i; j < i + n; j++)
+			if (x[j] > h[0].x) {
+				h[0] = (struct cand){ x[j], (int32_t) j };
+				heap_down(h, k, 0);
+			}
+	}
 	/* Pop the worst to the end: best first, kk.h's order. */
 	for (int end = k - 1; end > 0; end--) {
 		struct cand t = h[0];
