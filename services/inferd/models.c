@@ -215,6 +215,11 @@ static int dtype_auto(model_spec *m, const kk_backend *be)
 		return KILN_EXIT_FAILURE;
 	}
 	m->dtype = (int) inferd_dtype_auto(stored, inferd_backend_computes, be, why, sizeof(why));
+	/* km takes Q8_0 blocks as stored only where the backend keeps int8 in
+	 * groups of 32; elsewhere it requantizes per row (kmodel.h). */
+	if (stored == KMF_Q8_0 && m->dtype == KK_I8 && !kk_backend_has(be, KK_CAP_I8_GROUP32))
+		snprintf(why, sizeof(why),
+			 "Q8_0 requantized to per-row i8: the backend keeps no 32-block int8");
 	log_info("%s: dtype auto: %s (%s holds %.0f%% of its weight matrices' elements as %s, "
 		 "%s backend): %s",
 		 m->name, kk_dtype_name((kk_dtype) m->dtype), m->path, 100 * share,
