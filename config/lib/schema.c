@@ -23,7 +23,7 @@ static const char *const state_names[] = { "up", "down", "drain", "inactive", NU
 /* kiln-inferd's --backend, --dtype and --chat-template words, in the order
  * of kiln_cfg_backend, kiln_cfg_dtype and kiln_cfg_chat. */
 static const char *const backend_names[] = { "cpu", "cuda", "auto", NULL };
-static const char *const dtype_names[] = { "f32", "bf16", "f16", "i8", "q4", NULL };
+static const char *const dtype_names[] = { "f32", "bf16", "f16", "i8", "q4", "auto", NULL };
 static const char *const chat_names[] = { "auto",  "chatml", "llama2", "llama3", "mistral",
 					  "gemma", "phi3",   "zephyr", NULL };
 
@@ -343,9 +343,11 @@ static const kiln_cfg_key schema[] = {
 	  "else cpu, with one log line saying why) (kiln-inferd --backend).",
 	  R(inference.backend), 0, 0,
 	  backend_names },
-	{ "inference.dtype", KILN_CFG_ENUM, false, "\"f32\"", "\"bf16\"",
-	  "Weight dtype: f32, bf16, f16, i8 or q4 (kiln-inferd --dtype).", R(inference.dtype), 0, 0,
-	  dtype_names },
+	{ "inference.dtype", KILN_CFG_ENUM, false, "\"auto\"", "\"bf16\"",
+	  "Weight dtype: auto (as the model file stores its weights: Q8_0 as i8, Q4_0 as q4, "
+	  "bf16, f16 and f32 as themselves, the closest the backend computes on otherwise, "
+	  "logged), f32, bf16, f16, i8 or q4 (kiln-inferd --dtype).",
+	  R(inference.dtype), 0, 0, dtype_names },
 	{ "inference.chat_template", KILN_CFG_ENUM, false, "\"auto\"", "\"llama3\"",
 	  "Chat template: auto (detected from the tokenizer, else chatml), chatml, llama2, llama3, "
 	  "mistral, gemma, phi3 or zephyr (kiln-inferd --chat-template).",
@@ -396,7 +398,7 @@ static const kiln_cfg_key schema[] = {
 	  "\"/srv/models/llama-3-8b/tokenizer.json\"", "Tokenizer of this model.", M(tokenizer),
 	  NR },
 	{ "inference.models[].dtype", KILN_CFG_ENUM, false, "(inference.dtype)", "\"bf16\"",
-	  "Weight dtype: f32, bf16, f16, i8 or q4.", M(dtype), 0, 0, dtype_names },
+	  "Weight dtype: auto, f32, bf16, f16, i8 or q4.", M(dtype), 0, 0, dtype_names },
 	{ "inference.models[].context_length", KILN_CFG_INT, false, "(inference.context_length)",
 	  "4096", "Longest sequence served; 0 = the model's own.", M(context_length),
 	  RANGE(0, 1 << 24) },

@@ -105,6 +105,7 @@ typedef enum kiln_cfg_dtype {
 	KILN_DTYPE_F16,
 	KILN_DTYPE_I8,
 	KILN_DTYPE_Q4,
+	KILN_DTYPE_AUTO, /* what the model file holds (kiln-inferd decides) */
 	_KILN_DTYPE_MAX,
 } kiln_cfg_dtype;
 const char *kiln_cfg_dtype_to_string(kiln_cfg_dtype d);
