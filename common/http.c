@@ -426,6 +426,28 @@ int kiln_http_reply_text(kiln_http_request *r, unsigned status, const char *cont
 	return q;
 }
 
+int kiln_http_reply_fd(kiln_http_request *r, unsigned status, const char *content_type, int fd,
+		       uint64_t offset, uint64_t len)
+{
+	if (!r || fd < 0 || r->replied) {
+		if (fd >= 0)
+			close(fd);
+		return !r || fd < 0 ? -EINVAL : -EALREADY;
+	}
+	/* MHD owns fd from here: it closes it when the response is freed */
+	struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, offset);
+	if (!resp) {
+		close(fd);
+		return -ENOMEM;
+	}
+	if (content_type)
+		MHD_add_response_header(resp, "Content-Type", content_type);
+	int q = queue(r, status, resp);
+	if (q >= 0)
+		r->bytes_out = streq(r->method, "HEAD") ? 0 : len;
+	return q;
+}
+
 int kiln_http_reply_empty(kiln_http_request *r, unsigned status)
 {
 	return kiln_http_reply_text(r, status, NULL, "", 0);
@@ -835,6 +857,14 @@ const char *kiln_http_request_client(const kiln_http_request *r)
 	return r->client;
 }
 
+const struct sockaddr *kiln_http_request_peer(const kiln_http_request *r)
+{
+	assert_return(r, NULL);
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	return ci ? ci->client_addr : NULL;
+}
+
 const char *kiln_http_request_id(const kiln_http_request *r)
 {
 	return r->id;
@@ -972,6 +1002,34 @@ static void reply_500_unless_replied(kiln_http_request *r, int err)
 	(void) kiln_http_reply_error(r, 500, "server_error", NULL, NULL,
 				     "Internal error while handling %s %s (request %s)", r->method,
 				     r->url, r->id);
+}
+
+static int hexdigit(char c)
+{
+	return c >= '0' && c <= '9'   ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+				      : -1;
+}
+
+/* MHD's unescaping of the path and the query, except that "%00" stays as
+ * it is: decoded, the NUL would end the path early, so that
+ * "/kiln/vmlinuz%00/../../etc/passwd" reached a handler as "/kiln/vmlinuz"
+ * (kiln serve's hostile suite). */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+	char *w = s;
+	for (const char *p = s; *p;) {
+		int hi, lo;
+		if (p[0] == '%' && (hi = hexdigit(p[1])) >= 0 && (lo = hexdigit(p[2])) >= 0 &&
+		    (hi | lo) != 0) {
+			*w++ = (char) (hi << 4 | lo);
+			p += 3;
+		} else
+			*w++ = *p++;
+	}
+	*w = 0;
+	return (size_t) (w - s);
 }
 
 /* MHD's accept policy: every connection while serving, none once the
@@ -1292,7 +1350,8 @@ int kiln_http_server_start_fd(const kiln_http_config *cfg, int fd, kiln_http_ser
 		srv->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, srv->cfg.idle_timeout_s,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, srv->cfg.conn_memory_bytes,
 		MHD_OPTION_PER_IP_CONNECTION_LIMIT, srv->cfg.max_connections_per_client,
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_UNESCAPE_CALLBACK,
+		unescape, NULL, MHD_OPTION_END);
 	if (!srv->mhd) {
 		kiln_http_server_free(srv);
 		return -ENOMEM;

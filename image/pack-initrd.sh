@@ -4,10 +4,12 @@
 # the kernel unpacks it into RAM and starts systemd from it).  /boot is left
 # out: vmlinuz is served on its own and would only waste RAM.
 #
-# The initrd holds the munge key, so it is never readable by others on the
-# build machine, not even while it is written: initrd.img.new is created
-# under umask 077 (zstd makes it 0600) and only gets its final mode, 0640,
-# when it is complete and renamed over initrd.img.  A stale .new from an
+# The initrd holds no secret (the munge key and root's password hash come
+# from kiln serve at boot, docs/image.md), but an image.packages addition
+# is the admin's to judge, so it is still never readable by others on the
+# build machine while it is written: initrd.img.new is created under umask
+# 077 (zstd makes it 0600) and only gets its final mode, 0640, when it is
+# complete and renamed over initrd.img.  A stale .new from an
 # interrupted build is removed first: zstd -f would keep its old mode.
 #
 # Environment: ZSTD_LEVEL (default 9).  Called by build-image.sh; the fast

@@ -18,6 +18,7 @@ PKGS=(
 	libopenblas-dev     # CPU GEMM
 	libslurm-dev        # drain/resume, hostlists, requeue
 	libmunge-dev
+	libsodium-dev       # ed25519 signatures of the cluster file (kiln sign/verify)
 	libhwloc-dev        # CPU/NUMA binding of workers
 	# real parts the tests start
 	slurmctld slurmd slurm-client munge

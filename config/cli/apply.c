@@ -25,10 +25,12 @@
  *          reads them (kiln-healthd reads its settings only when it starts:
  *          SIGHUP only polls);
  *        image, network, monitoring            -> what to run by hand;
- *   4. unless --dry-run, writes the files, publishes the cluster file, and
- *      runs the reconfigure and restarts.  Commands for the nodes go through
- *      --on-nodes CMD (`CMD HOSTLIST COMMAND`, e.g. 'pdsh -w'); without it
- *      apply prints them.  The plan is printed before anything runs. */
+ *   4. unless --dry-run, writes the files, publishes the cluster file with
+ *      its signature (PUBLISH.sig, by image.signing_key: kiln-node-init
+ *      refuses a file without it), and runs the reconfigure and restarts.
+ *      Commands for the nodes go through --on-nodes CMD (`CMD HOSTLIST
+ *      COMMAND`, e.g. 'pdsh -w'); without it apply prints them.  The plan
+ *      is printed before anything runs. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -115,8 +117,10 @@ const kiln_prog kiln_apply_prog = {
 		"  restart slurmctld + slurmds nodes added, removed or changed; restart-only "
 		"parameters\n"
 		"  kiln-node-init + restart    health.* (kiln-healthd), inference.* (kiln-inferd)\n"
-		"Then, unless --dry-run, writes the files, publishes the cluster file and runs\n"
-		"them.  Running jobs survive all of these except the removal of their node.\n"
+		"Then, unless --dry-run, writes the files, publishes the cluster file with its\n"
+		"signature (FILE.sig, by image.signing_key; kiln-node-init refuses an unsigned\n"
+		"file) and runs them.  Running jobs survive all of these except the removal of\n"
+		"their node.  Without a usable signing key nothing is changed (exit 2).\n"
 		"Exit status: 0 applied (or nothing to do), 1 a step failed, 2 usage, invalid\n"
 		"cluster file or slurmctld refused the new configuration.\n",
 };
@@ -514,16 +518,17 @@ static int diff_keys(plan *p, const kiln_cfg *old, const kiln_cfg *new)
 				       "reload prometheus");
 		} else if (has_prefix(k, "image.")) {
 			change(p, what,
-			       "by hand: make image; the nodes get it when they reboot (kiln "
-			       "reboot)");
-			r = by_hand(p, "make image CLUSTER=FILE, then a rolling reboot");
+			       "by hand: make image and systemctl reload kiln-serve; the nodes get "
+			       "it when they reboot (kiln reboot)");
+			r = by_hand(p, "make image CLUSTER=FILE, systemctl reload kiln-serve, then "
+				       "a rolling reboot");
 		} else {
 			change(p, what,
-			       "by hand: render dnsmasq.conf, boot.ipxe and hosts again and reload "
-			       "dnsmasq; the nodes see it when they reboot");
+			       "by hand: render dnsmasq.conf, boot.ipxe and hosts again, reload "
+			       "dnsmasq and kiln-serve; the nodes see it when they reboot");
 			r = by_hand(p,
 				    "kiln render dnsmasq.conf / boot.ipxe / hosts again, systemctl "
-				    "reload dnsmasq, then a rolling reboot");
+				    "reload dnsmasq kiln-serve, then a rolling reboot");
 		}
 		if (r < 0)
 			return log_error_errno(r, "Out of memory: %m");
@@ -546,10 +551,10 @@ static int diff_boot(plan *p, const kiln_cfg *old, const kiln_cfg *new)
 			continue;
 		char what[128];
 		snprintf(what, sizeof(what), "%s (node addresses, MACs or names)", t->name);
-		change(p, what, "by hand: kiln render it again and reload dnsmasq");
+		change(p, what, "by hand: kiln render it again, reload dnsmasq and kiln-serve");
 		p->refresh_nodes = true;
 		if (by_hand(p, "kiln render dnsmasq.conf / boot.ipxe / hosts again, systemctl "
-			       "reload dnsmasq") < 0)
+			       "reload dnsmasq kiln-serve") < 0)
 			return log_error_errno(-ENOMEM, "Out of memory: %m");
 	}
 	return 0;
@@ -943,10 +948,26 @@ static void free_files(char *v[N_SLURM_FILES])
 		free(v[i]);
 }
 
+/* Writes PUBLISH.sig.  The file first, then its signature: a node that
+ * fetches in between refuses the pair (exit 2, its previous files kept)
+ * rather than taking an unsigned file; apply re-runs kiln-node-init after
+ * both are in place. */
+static int write_sig(const char *publish, const char *sig)
+{
+	_cleanup_free_ char *p = NULL;
+	if (asprintf(&p, "%s.sig", publish) < 0)
+		return log_error_errno(-ENOMEM, "Out of memory: %m");
+	int r = kiln_write_file_atomic(p, sig, strlen(sig), 0644);
+	if (r < 0)
+		return log_error_errno(r, "Failed to publish the signature '%s': %m", p);
+	return 0;
+}
+
 /* Writes the rendered files into --slurm-dir (removing one no longer
- * rendered) and the cluster file to --publish. */
+ * rendered) and the cluster file to --publish, with its signature sig. */
 static int write_live(const kiln_cfg *c, char *const rendered[N_SLURM_FILES],
-		      char *const live[N_SLURM_FILES], const char *publish, const char *cfg_text)
+		      char *const live[N_SLURM_FILES], const char *publish, const char *cfg_text,
+		      const char *sig)
 {
 	for (size_t i = 0; i < n_slurm_files; i++) {
 		_cleanup_free_ char *p = NULL;
@@ -964,7 +985,10 @@ static int write_live(const kiln_cfg *c, char *const rendered[N_SLURM_FILES],
 	int r = kiln_write_file_atomic(publish, cfg_text, strlen(cfg_text), 0644);
 	if (r < 0)
 		return log_error_errno(r, "Failed to publish '%s': %m", publish);
-	printf("done: wrote %s into %s, published %s\n", "the Slurm files", arg_slurm_dir, publish);
+	if (write_sig(publish, sig) < 0)
+		return -EIO;
+	printf("done: wrote %s into %s, published %s (signed: %s.sig)\n", "the Slurm files",
+	       arg_slurm_dir, publish, publish);
 	(void) c;
 	return 0;
 }
@@ -994,7 +1018,7 @@ int kiln_apply_main(int argc, char **argv)
 	_cleanup_(plan_free) plan p = {};
 	_cleanup_(kiln_cfg_freep) kiln_cfg *old = NULL;
 	_cleanup_free_ char *old_text = NULL, *nodes = NULL, *inference = NULL, *removed = NULL,
-			    *added = NULL;
+			    *added = NULL, *sig = NULL;
 	int status = KILN_EXIT_FAILURE;
 	if (render_slurm(c, rendered) < 0)
 		goto out;
@@ -1036,6 +1060,25 @@ int kiln_apply_main(int argc, char **argv)
 		printf("Nothing to do: the live Slurm files and the published cluster file "
 		       "already say what %s says.\n",
 		       c->path);
+		/* published by an older kiln, or by hand: the nodes refuse it
+		 * unsigned, so sign it (nothing else changes) */
+		_cleanup_free_ char *sig_path = NULL;
+		if (asprintf(&sig_path, "%s.sig", publish) >= 0 && access(sig_path, F_OK) < 0 &&
+		    errno == ENOENT) {
+			if (arg_dry_run) {
+				printf("to do: %s is not signed (no %s); kiln apply signs it\n",
+				       publish, sig_path);
+				status = KILN_EXIT_OK;
+				goto out;
+			}
+			status = kiln_sign_text_with(c->image.signing_key, publish, cfg_text,
+						     strlen(cfg_text), &sig);
+			if (status == KILN_EXIT_OK && write_sig(publish, sig) < 0)
+				status = KILN_EXIT_FAILURE;
+			if (status == KILN_EXIT_OK)
+				printf("signed: %s (it had no signature)\n", sig_path);
+			goto out;
+		}
 		status = KILN_EXIT_OK;
 		goto out;
 	}
@@ -1055,7 +1098,16 @@ int kiln_apply_main(int argc, char **argv)
 		goto out;
 	}
 
-	if (pending_save(&p) < 0 || write_live(c, rendered, live, publish, cfg_text) < 0)
+	/* Signed before anything is written: a missing or unusable key
+	 * changes nothing (exit 2), and no node ever sees this file unsigned. */
+	r = kiln_sign_text_with(c->image.signing_key, c->path, cfg_text, strlen(cfg_text), &sig);
+	if (r != KILN_EXIT_OK) {
+		log_error("Nothing was changed: kiln apply publishes the cluster file signed "
+			  "(image.signing_key), as kiln-node-init accepts no other.");
+		status = r;
+		goto out;
+	}
+	if (pending_save(&p) < 0 || write_live(c, rendered, live, publish, cfg_text, sig) < 0)
 		goto out;
 	if (all_nodes(c, p.added_nodes, false, &nodes) < 0 ||
 	    all_nodes(c, p.added_nodes, true, &inference) < 0 ||

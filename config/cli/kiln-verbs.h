@@ -37,3 +37,22 @@ int kiln_reboot_main(int argc, char **argv);
 
 extern const kiln_prog kiln_apply_prog; /* config/cli/apply.c */
 int kiln_apply_main(int argc, char **argv);
+
+/* config/cli/sign.c: the head node's signing key and signatures */
+extern const kiln_prog kiln_keygen_prog;
+int kiln_keygen_main(int argc, char **argv);
+extern const kiln_prog kiln_sign_prog;
+int kiln_sign_main(int argc, char **argv);
+extern const kiln_prog kiln_verify_prog;
+int kiln_verify_main(int argc, char **argv);
+/* Signs data (what: its name in messages) with the secret key at key_path
+ * into sig_path, atomically, mode 0644; logs errors.  Returns an exit
+ * status: 0, 1 (I/O) or 2 (a missing, unreadable-by-design or malformed
+ * key).  kiln sign and kiln apply. */
+int kiln_sign_file_with(const char *key_path, const char *what, const char *data, size_t len,
+			const char *sig_path);
+/* The same, into memory: *ret_sig (free() it) is the signature line. */
+int kiln_sign_text_with(const char *key_path, const char *what, const char *data, size_t len,
+			char **ret_sig);
+extern const kiln_prog kiln_serve_prog; /* config/cli/serve.c */
+int kiln_serve_main(int argc, char **argv);

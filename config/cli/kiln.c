@@ -9,6 +9,8 @@
  *   kiln tokenize FILE [--text S | --ids L] (config/cli/kiln-tokenize.c)
  *   kiln [-c FILE] status [--json] [--timeout SECS] [NODES] (config/cli/status.c)
  *   kiln [-c FILE] reboot [--wave N] [--dry-run] NODES      (config/cli/reboot.c)
+ *   kiln [-c FILE] serve                                   (config/cli/serve.c)
+ *   kiln keygen | sign | verify             (config/cli/sign.c)
  *
  * A program on kiln/prog.h with verbs: the global options (-c -v -q) come
  * before the verb, and check, show and render take them after it too, as
@@ -33,10 +35,11 @@
 #include "kiln/config.h"
 #include "kiln/log.h"
 #include "kiln/parse.h"
+#include "kiln/pathtrust.h"
 #include "kiln/prog.h"
 #include "kiln/strbuf.h"
 
-enum { ARG_DEFAULTS = KILN_OPT_FIRST, ARG_STRICT };
+enum { ARG_DEFAULTS = KILN_OPT_FIRST, ARG_STRICT, ARG_NODE_PATHS, ARG_ROOT };
 
 static const char *arg_config;
 static const char *arg_output;
@@ -44,6 +47,8 @@ static const char *arg_node;
 static bool arg_defaults;
 static bool arg_json;
 static bool arg_strict;
+static bool arg_node_paths;
+static const char *arg_root;
 static int arg_quiet;
 
 /* ---- option tables ------------------------------------------------------ */
@@ -68,6 +73,12 @@ static const kiln_option check_options[] = {
 	KILN_OPTION_CONFIG_INTO(&arg_config),
 	{ "strict", ARG_STRICT, NULL, "treat warnings as errors (exit 2)", NULL,
 	  .flag = &arg_strict },
+	{ "node-paths", ARG_NODE_PATHS, NULL,
+	  "also refuse code the file makes root run on this node (NVML library,\n"
+	  "Prolog, Epilog ...) that a user other than root could change",
+	  NULL, .flag = &arg_node_paths },
+	{ "root", ARG_ROOT, "DIR", "with --node-paths: the node's tree is below DIR", "dir",
+	  .str = &arg_root },
 	KILN_OPTION_JSON_INTO(&arg_json),
 	KILN_OPTIONS_COMMON,
 	{},
@@ -88,8 +99,9 @@ static const kiln_option render_options[] = {
 	  "write PATH atomically instead of standard output\n"
 	  "(a directory for render all and prometheus; \"-\": standard output)",
 	  "file", .str = &arg_output },
-	{ "node", KILN_OPT_NODE, "NAME", "the node for render node-env (the head node works too)",
-	  "node", .str = &arg_node },
+	{ "node", KILN_OPT_NODE, "NAME",
+	  "the node for render node-env (the head node works too) or node.ipxe", "node",
+	  .str = &arg_node },
 	KILN_OPTIONS_COMMON,
 	{},
 };
@@ -97,7 +109,8 @@ static const kiln_option render_options[] = {
 static const kiln_prog check_prog = {
 	.name = "kiln check",
 	.summary = "validate the cluster file",
-	.usage = "kiln [-c FILE] check [--strict] [--json]",
+	.usage = "kiln [-c FILE] check [--strict] [--json]\n"
+		 "kiln [-c FILE] check --node-paths [--root DIR]",
 	.options = check_options,
 	.option = parse_option,
 	.args_complete = "", /* no arguments */
@@ -106,8 +119,15 @@ static const kiln_prog check_prog = {
 		  "(with --json: {\"ok\": false, \"errors\": [...]} on standard output).\n"
 		  "Warnings (FILE:LINE: setting.path: warning: message) leave the file valid;\n"
 		  "--strict makes them errors.\n"
+		  "--node-paths (kiln-node-init runs it): every program or library the file\n"
+		  "makes root run on the node (health.nvml_library, health.prolog, .epilog,\n"
+		  ".check_program, slurm.reboot_program, Prolog=... lines of slurm.extra) and\n"
+		  "every directory above it must be root's and writable by no group or other\n"
+		  "user, as sudo and sshd demand; a path that does not exist passes when only\n"
+		  "root could create it.\n"
 		  "Exit status: 0 valid, 1 unreadable, 2 missing or invalid (or warnings with "
-		  "--strict).\n",
+		  "--strict,\n"
+		  "or a code path others can change).\n",
 };
 
 static const kiln_prog show_prog = {
@@ -152,7 +172,8 @@ __attribute__((constructor)) static void render_prog_init(void)
 		fprintf(w, "%s ", t->name);
 	}
 	fputs("  prometheus     prometheus.yml and kiln-alerts.yml into DIR (needs -o DIR)\n"
-	      "  all            every target into DIR, node-env into DIR/node-env/NAME\n",
+	      "  all            every target into DIR, node-env into DIR/node-env/NAME,\n"
+	      "                 node.ipxe into DIR/ipxe/MAC\n",
 	      h);
 	fputs("prometheus all", w);
 	fclose(h);
@@ -280,10 +301,38 @@ static int warn_password_file(const char *cfg_path, const char *path)
 	return 0;
 }
 
+/* check --node-paths: one line per code path, refused or absent */
+struct node_paths {
+	const char *file;
+	int refused;
+};
+
+static int node_path_one(const char *key, const char *path, void *userdata)
+{
+	struct node_paths *np = userdata;
+	char err[512] = "";
+	/* what root runs: root's alone, whoever runs the check */
+	int r = kiln_path_trusted(arg_root, path, 0, err, sizeof(err));
+	if (r == KILN_PATH_TRUSTED)
+		log_debug("%s: %s = \"%s\": root's", np->file, key, path);
+	else if (r == KILN_PATH_ABSENT)
+		log_info("%s: %s = \"%s\": not on this node (%s)", np->file, key, path, err);
+	else {
+		log_error("%s: %s = \"%s\": refused, root would run code others can change: %s",
+			  np->file, key, path, err);
+		np->refused++;
+	}
+	return 0;
+}
+
 static int verb_check(int argc, char **argv)
 {
 	if (optind < argc)
 		return kiln_usage_exit(&check_prog, "check takes no arguments (use -c FILE).");
+	if (arg_root && !arg_node_paths)
+		return kiln_usage_exit(&check_prog, "--root applies to --node-paths only.");
+	if (arg_json && arg_node_paths)
+		return kiln_usage_exit(&check_prog, "--node-paths does not take --json.");
 	if (arg_json)
 		return check_json();
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
@@ -307,6 +356,18 @@ static int verb_check(int argc, char **argv)
 				       c->inference.api_keys_file);
 	if (c->accounting.storage_host)
 		r += warn_password_file(c->path, c->accounting.storage_password_file);
+	if (arg_node_paths) {
+		struct node_paths np = { .file = c->path };
+		kiln_cfg_for_each_code_path(c, node_path_one, &np);
+		if (np.refused) {
+			log_error("%s names %d program%s or librar%s root would run here that "
+				  "others can change; make %s root's and not group- or "
+				  "world-writable (chown root:, chmod go-w), directories included",
+				  c->path, np.refused, np.refused == 1 ? "" : "s",
+				  np.refused == 1 ? "y" : "ies", np.refused == 1 ? "it" : "them");
+			return KILN_EXIT_USAGE;
+		}
+	}
 	if (r > 0 && arg_strict)
 		return KILN_EXIT_USAGE; /* the warnings are printed: they are the output */
 	if (!arg_quiet)
@@ -616,6 +677,29 @@ static int render_kind(const kiln_cfg *c, unsigned want, unsigned skip, size_t *
 	return 0;
 }
 
+/* DIR/ipxe/MAC (52-54-00-12-34-56) for every node: the URL path boot.ipxe
+ * chains to, so a static HTTP server of DIR answers as kiln serve does. */
+static int render_by_mac(const kiln_cfg *c, const kiln_cfg_render_target *t, size_t *files)
+{
+	_cleanup_free_ char *dir = NULL;
+	if (asprintf(&dir, "%s/ipxe", arg_output) < 0)
+		return log_error_errno(-ENOMEM, "Out of memory: %m");
+	int r = mkdir_p(dir);
+	if (r < 0)
+		return log_error_errno(r, "Failed to create '%s': %m", dir);
+	for (size_t i = 0; i < c->n_nodes; i++) {
+		const uint8_t *m = c->nodes[i].mac;
+		char name[18];
+		snprintf(name, sizeof(name), "%02x-%02x-%02x-%02x-%02x-%02x", m[0], m[1], m[2],
+			 m[3], m[4], m[5]);
+		r = render_to(c, t, c->nodes[i].name, dir, name);
+		if (r < 0)
+			return r;
+		(*files)++;
+	}
+	return 0;
+}
+
 static int render_all(const kiln_cfg *c)
 {
 	if (!arg_output)
@@ -630,6 +714,12 @@ static int render_all(const kiln_cfg *c)
 	for (const kiln_cfg_render_target *t = kiln_cfg_render_targets; t->name; t++) {
 		if (!(t->flags & KILN_CFG_RENDER_PER_NODE))
 			continue;
+		if (t->flags & KILN_CFG_RENDER_BY_MAC) {
+			r = render_by_mac(c, t, &files);
+			if (r < 0)
+				return r;
+			continue;
+		}
 		/* DIR/TARGET/NODE for every node and the head node */
 		_cleanup_free_ char *dir = NULL;
 		if (asprintf(&dir, "%s/%s", arg_output, t->name) < 0)
@@ -683,8 +773,11 @@ static int verb_render(int argc, char **argv)
 	if (per_node && !arg_node)
 		return kiln_usage_exit(&render_prog, "render %s needs --node NAME.", t);
 	if (!per_node && arg_node)
-		return kiln_usage_exit(&render_prog,
-				       "--node applies to render node-env only, not to %s.", t);
+		return kiln_usage_exit(
+			&render_prog,
+			"--node applies to render node-env and node.ipxe only, not to "
+			"%s.",
+			t);
 	_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
 	int r = kiln_cfg_open(arg_config, 0, &c);
 	if (r < 0)
@@ -728,12 +821,21 @@ static const kiln_verb verbs[] = {
 	  &kiln_status_prog },
 	{ "reboot", "rolling reboot of nodes through Slurm, in waves", kiln_reboot_main,
 	  &kiln_reboot_prog },
+	{ "keygen", "make the head node's key that signs the cluster file", kiln_keygen_main,
+	  &kiln_keygen_prog },
+	{ "sign", "sign the cluster file with the head node's key", kiln_sign_main,
+	  &kiln_sign_prog },
+	{ "verify", "check a file's signature against a public key", kiln_verify_main,
+	  &kiln_verify_prog },
+	{ "serve", "the head's provisioning server: image, per-node iPXE, secrets", kiln_serve_main,
+	  &kiln_serve_prog },
 	{ "help", "show this help", verb_help, NULL },
 };
 
 static const kiln_prog prog = {
 	.name = "kiln",
-	.summary = "check, show and render a kiln cluster file; see and reboot the cluster",
+	.summary =
+		"check, show and render a kiln cluster file; see, reboot and provision the cluster",
 	.usage = "kiln [OPTIONS] check [--strict] [--json]   validate the cluster file\n"
 		 "kiln [OPTIONS] show nodes | node NAME      the nodes, or one (--json)\n"
 		 "kiln show --defaults                       every key with its type and default\n"
@@ -743,7 +845,11 @@ static const kiln_prog prog = {
 		 "kiln model inspect FILE [--json]           tensors and metadata of a model file\n"
 		 "kiln tokenize FILE [--text S | --ids L]    text <-> token ids\n"
 		 "kiln [OPTIONS] status [--json] [NODES]     the cluster at a glance\n"
-		 "kiln [OPTIONS] reboot [--wave N] NODES     rolling reboot in waves",
+		 "kiln [OPTIONS] reboot [--wave N] NODES     rolling reboot in waves\n"
+		 "kiln [OPTIONS] keygen [--key FILE]         the head's signing key pair\n"
+		 "kiln [OPTIONS] sign [FILE]                 FILE.sig with the head's key\n"
+		 "kiln verify --key PUB FILE [SIG]           check FILE's signature\n"
+		 "kiln [OPTIONS] serve                       the head's provisioning server",
 	.options = global_options,
 	.option = parse_option,
 	.epilog = "Exit status: 0 success, 1 failure, 2 usage or configuration error.\n"

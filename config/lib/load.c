@@ -73,6 +73,29 @@ static char *unknown_hint(const char *pattern, const char *name)
 	return NULL;
 }
 
+/* Keys kiln no longer reads, refused by name with what replaces them: a
+ * key that moved for a reason (a secret out of the served file) must not
+ * pass silently, nor look like a typo. */
+static const struct {
+	const char *path, *why, *hint;
+} removed_keys[] = {
+	{ "image.root_password_hash",
+	  "no longer accepted: the cluster file is served to every node and installed 0644 "
+	  "there, so a hash in it is readable by every user",
+	  "put the hash (mkpasswd -m yescrypt) in a root-owned 0600 file on the head node and "
+	  "name it with image.root_password_file (kiln serve hands it to the nodes)" },
+};
+
+static const char *removed_key(const char *pattern, const char **ret_hint)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(removed_keys); i++)
+		if (streq(removed_keys[i].path, pattern)) {
+			*ret_hint = removed_keys[i].hint;
+			return removed_keys[i].why;
+		}
+	return NULL;
+}
+
 static char *join_path(const char *a, const char *b)
 {
 	char *s = NULL;
@@ -179,6 +202,11 @@ static void walk(loader *L, config_setting_t *grp, const char *pattern, const ch
 		}
 		const kiln_cfg_key *k = kiln_cfg__find_key(pat);
 		int t = config_setting_type(ch);
+		const char *rhint = NULL, *why = k ? NULL : removed_key(pat, &rhint);
+		if (why) {
+			kiln_cfg__add_error(L, kiln_cfg__setting_line(ch), dsp, rhint, "%s", why);
+			continue;
+		}
 		if (!k) {
 			_cleanup_free_ char *hint = unknown_hint(pattern, name);
 			kiln_cfg__add_error(L, kiln_cfg__setting_line(ch), dsp, hint,

@@ -1,7 +1,8 @@
 /* render.c — the files kiln generates from a loaded cluster file.
  *
  * slurm.conf, gres.conf, cgroup.conf (Slurm 22.05), dnsmasq.conf (DHCP by
- * MAC, TFTP, the iPXE chain), boot.ipxe (per-MAC boot entries), hosts and
+ * MAC, TFTP, the iPXE chain), boot.ipxe (the chain to ipxe/MAC), node.ipxe
+ * (one node's kernel and command line, what ipxe/MAC answers), hosts and
  * node-env (one node's identity and services, an EnvironmentFile for the
  * node's units), image-env (the image section as shell variables, read by
  * image/build-image.sh so the build script never parses the cluster file),
@@ -374,55 +375,70 @@ static int render_dnsmasq(const kiln_cfg *c, const char *node, kiln_strbuf *b)
  * kernel would have called it (ens3, enp65s0f1np1 ...). */
 #define KILN_BOOT_IFNAME "boot0"
 
+/* boot.ipxe: the script dnsmasq chains every booting node to.  It holds no
+ * node: it asks for the per-MAC script (node.ipxe below) at
+ * ${base}/ipxe/MAC, which kiln serve renders for that one node from the
+ * cluster file it runs with (docs/serve.md), or a static server finds as the
+ * files `kiln render all` writes into DIR/ipxe/.  The whole table of nodes
+ * was 418 KB at 4,096 nodes, fetched by every booting node; this is a few
+ * hundred bytes whatever the cluster's size. */
 static int render_ipxe(const kiln_cfg *c, const char *node, kiln_strbuf *b)
 {
-	char a[16], g[16], m[16], mb[18];
 	kiln_strbuf_append(b, "#!ipxe\n");
 	header(b, c, "#", NULL);
 	kiln_strbuf_printf(b, "set base %s\n", c->image.http_url);
 	/* Multi-port servers (HGX) often boot from a port other than net0.
 	 * netX is the port iPXE opened last: the one whose DHCP answer chained
 	 * here.  Failing that (an iPXE that opened several), every port's MAC
-	 * is tried in turn: dnsmasq answers only the cluster file's MACs, so
-	 * the port that matches is the one that booted. */
-	kiln_strbuf_append(b, "goto mac-${netX/mac:hexhyp} || set port:int32 0\n"
+	 * is tried in turn: only a MAC of the cluster file has a script (an
+	 * unknown one gets 404), so the port that matches is the one that
+	 * booted.  ${mac:hexhyp} is 52-54-00-12-34-56: no colons in the URL. */
+	kiln_strbuf_append(b, "chain ${base}/ipxe/${netX/mac:hexhyp} || set port:int32 0\n"
 			      ":port\n"
 			      "isset ${net${port}/mac} || goto unknown\n"
-			      "goto mac-${net${port}/mac:hexhyp} || inc port\n"
+			      "chain ${base}/ipxe/${net${port}/mac:hexhyp} || inc port\n"
 			      "goto port\n\n");
-	for (size_t i = 0; i < c->n_nodes; i++) {
-		const kiln_cfg_node *n = &c->nodes[i];
-		const uint8_t *x = n->mac;
-		kiln_strbuf_printf(b, ":mac-%02x-%02x-%02x-%02x-%02x-%02x\n", x[0], x[1], x[2],
-				   x[3], x[4], x[5]);
-		kiln_strbuf_printf(b, "set node %s\n", n->name);
-		kiln_strbuf_printf(b, "set addr %s\n", kiln_format_ipv4(a, n->address));
-		kiln_strbuf_printf(b, "set bootmac %s\n", kiln_format_mac(mb, n->mac));
-		kiln_strbuf_append(b, "goto boot\n\n");
-	}
-	kiln_strbuf_append(b, ":boot\n");
+	kiln_strbuf_append(
+		b, ":unknown\n"
+		   "echo kiln: no MAC of this machine is in the cluster file (the booting port: "
+		   "${netX/mac}), or ${base}/ipxe/ did not answer; add the boot port's MAC to "
+		   "node_groups[].macs and check kiln serve's log on the head node\n"
+		   "sleep 30\n"
+		   "reboot\n");
+	return 0;
+}
+
+/* node.ipxe: one node's boot, what ${base}/ipxe/MAC answers (kiln serve, or
+ * `kiln render all`'s DIR/ipxe/MAC for a static server). */
+static int render_node_ipxe(const kiln_cfg *c, const char *name, kiln_strbuf *b)
+{
+	char a[16], g[16], m[16], mb[18];
+	const kiln_cfg_node *n = kiln_cfg_find_node(c, name);
+	if (!n)
+		return -ENXIO; /* the head node does not boot from the image */
+	_cleanup_free_ char *what = NULL;
+	if (asprintf(&what, "for %s (%s)", n->name, kiln_format_mac(mb, n->mac)) < 0)
+		return -ENOMEM;
+	kiln_strbuf_append(b, "#!ipxe\n");
+	header(b, c, "#", what);
+	kiln_strbuf_printf(b, "set base %s\n", c->image.http_url);
 	/* initrd.img is the whole root filesystem (docs/image.md): there is
 	 * no separate root image to name.  ifname= + ip= (dracut's syntax, which
 	 * systemd-network-generator reads) give the port with the node's MAC a
 	 * fixed name and the cluster file's address; the other ports stay
 	 * systemd-networkd's (DHCP, not waited for). */
+	kiln_format_ipv4(a, n->address);
 	kiln_strbuf_printf(b,
 			   "kernel ${base}/vmlinuz initrd=initrd.img ifname=" KILN_BOOT_IFNAME
-			   ":${bootmac} ip=${addr}::%s:%s:${node}:" KILN_BOOT_IFNAME ":none:%d",
-			   kiln_format_ipv4(g, c->network.gateway),
-			   kiln_format_ipv4(m, c->network.netmask), c->network.mtu);
+			   ":%s ip=%s::%s:%s:%s:" KILN_BOOT_IFNAME ":none:%d",
+			   mb, a, kiln_format_ipv4(g, c->network.gateway),
+			   kiln_format_ipv4(m, c->network.netmask), n->name, c->network.mtu);
 	for (size_t i = 0; i < c->network.n_dns; i++)
 		kiln_strbuf_printf(b, " nameserver=%s", kiln_format_ipv4(a, c->network.dns[i]));
-	kiln_strbuf_append(b, " kiln.node=${node} kiln.url=${base}");
+	kiln_strbuf_printf(b, " kiln.node=%s kiln.url=${base}", n->name);
 	if (c->image.kernel_cmdline && c->image.kernel_cmdline[0])
 		kiln_strbuf_printf(b, " %s", c->image.kernel_cmdline);
-	kiln_strbuf_append(b, "\ninitrd ${base}/initrd.img\nboot\n\n");
-	kiln_strbuf_append(
-		b, ":unknown\n"
-		   "echo kiln: no MAC of this machine is in the cluster file (the booting port: "
-		   "${netX/mac}); add the boot port's MAC to node_groups[].macs\n"
-		   "sleep 30\n"
-		   "reboot\n");
+	kiln_strbuf_append(b, "\ninitrd ${base}/initrd.img\nboot\n");
 	return 0;
 }
 
@@ -546,6 +562,9 @@ static int render_node_env(const kiln_cfg *c, const char *name, kiln_strbuf *b)
 		env_int(b, "KILN_HEALTH_PORT", c->health.metrics_port);
 		if (n->inference)
 			env_int(b, "KILN_INFERENCE_PORT", c->inference.port);
+		/* where kiln-node-init puts the keys kiln serve hands it */
+		if (n->inference && c->inference.api_keys_file)
+			env(b, "KILN_INFERENCE_KEYS_FILE", c->inference.api_keys_file);
 	}
 	int r = kiln_strbuf_error(&s);
 	if (r >= 0)
@@ -574,8 +593,6 @@ static int render_image_env(const kiln_cfg *c, const char *node, kiln_strbuf *b)
 	env(b, "KILN_IMAGE_OUTPUT_DIR", im->output_dir);
 	env(b, "KILN_IMAGE_HTTP_URL", im->http_url);
 	env(b, "KILN_IMAGE_KERNEL_CMDLINE", strempty(im->kernel_cmdline));
-	/* Empty means "lock root's password", never "no password". */
-	env(b, "KILN_IMAGE_ROOT_PASSWORD_HASH", strempty(im->root_password_hash));
 	size_t n = 0;
 	for (; im->ssh_keys && im->ssh_keys[n]; n++) {
 		char k[40];
@@ -583,7 +600,7 @@ static int render_image_env(const kiln_cfg *c, const char *node, kiln_strbuf *b)
 		env(b, k, im->ssh_keys[n]);
 	}
 	env_int(b, "KILN_IMAGE_SSH_KEYS", (long long) n);
-	env(b, "KILN_IMAGE_MUNGE_KEY", strempty(im->munge_key));
+	env(b, "KILN_IMAGE_SIGNING_KEY", strempty(im->signing_key));
 	env_int(b, "KILN_IMAGE_NVIDIA", im->nvidia);
 	/* image.nvidia_*: the driver's source (apt, debs or debian) decided
 	 * here, once, with its default package list (schema.c describes it). */
@@ -874,7 +891,11 @@ const kiln_cfg_render_target kiln_cfg_render_targets[] = {
 	  render_cgroup },
 	{ "dnsmasq.conf", "DHCP by MAC, TFTP and the iPXE chain, DNS records", 0644,
 	  KILN_CFG_RENDER_BOOT, render_dnsmasq },
-	{ "boot.ipxe", "per-MAC boot entries", 0644, KILN_CFG_RENDER_BOOT, render_ipxe },
+	{ "boot.ipxe", "chains each node to its own script at ipxe/MAC", 0644, KILN_CFG_RENDER_BOOT,
+	  render_ipxe },
+	/* render all: DIR/ipxe/MAC, the path boot.ipxe asks for */
+	{ "node.ipxe", "one node's kernel and command line (kiln serve's ipxe/MAC; needs --node)",
+	  0644, KILN_CFG_RENDER_PER_NODE | KILN_CFG_RENDER_BY_MAC, render_node_ipxe },
 	{ "hosts", "an /etc/hosts for the cluster", 0644, KILN_CFG_RENDER_BOOT, render_hosts },
 	{ "node-env", "KEY=VALUE identity and services of one node (needs --node)", 0644,
 	  KILN_CFG_RENDER_PER_NODE, render_node_env },

@@ -23,7 +23,7 @@ static const char *const state_names[] = { "up", "down", "drain", "inactive", NU
 /* kiln-inferd's --backend, --dtype and --chat-template words, in the order
  * of kiln_cfg_backend, kiln_cfg_dtype and kiln_cfg_chat. */
 static const char *const backend_names[] = { "cpu", "cuda", "auto", NULL };
-static const char *const dtype_names[] = { "f32", "bf16", "f16", "i8", "q4", NULL };
+static const char *const dtype_names[] = { "f32", "bf16", "f16", "i8", "q4", "auto", NULL };
 static const char *const chat_names[] = { "auto",  "chatml", "llama2", "llama3", "mistral",
 					  "gemma", "phi3",   "zephyr", NULL };
 
@@ -343,9 +343,11 @@ static const kiln_cfg_key schema[] = {
 	  "else cpu, with one log line saying why) (kiln-inferd --backend).",
 	  R(inference.backend), 0, 0,
 	  backend_names },
-	{ "inference.dtype", KILN_CFG_ENUM, false, "\"f32\"", "\"bf16\"",
-	  "Weight dtype: f32, bf16, f16, i8 or q4 (kiln-inferd --dtype).", R(inference.dtype), 0, 0,
-	  dtype_names },
+	{ "inference.dtype", KILN_CFG_ENUM, false, "\"auto\"", "\"bf16\"",
+	  "Weight dtype: auto (as the model file stores its weights: Q8_0 as i8, Q4_0 as q4, "
+	  "bf16, f16 and f32 as themselves, the closest the backend computes on otherwise, "
+	  "logged), f32, bf16, f16, i8 or q4 (kiln-inferd --dtype).",
+	  R(inference.dtype), 0, 0, dtype_names },
 	{ "inference.chat_template", KILN_CFG_ENUM, false, "\"auto\"", "\"llama3\"",
 	  "Chat template: auto (detected from the tokenizer, else chatml), chatml, llama2, llama3, "
 	  "mistral, gemma, phi3 or zephyr (kiln-inferd --chat-template).",
@@ -396,7 +398,7 @@ static const kiln_cfg_key schema[] = {
 	  "\"/srv/models/llama-3-8b/tokenizer.json\"", "Tokenizer of this model.", M(tokenizer),
 	  NR },
 	{ "inference.models[].dtype", KILN_CFG_ENUM, false, "(inference.dtype)", "\"bf16\"",
-	  "Weight dtype: f32, bf16, f16, i8 or q4.", M(dtype), 0, 0, dtype_names },
+	  "Weight dtype: auto, f32, bf16, f16, i8 or q4.", M(dtype), 0, 0, dtype_names },
 	{ "inference.models[].context_length", KILN_CFG_INT, false, "(inference.context_length)",
 	  "4096", "Longest sequence served; 0 = the model's own.", M(context_length),
 	  RANGE(0, 1 << 24) },
@@ -433,17 +435,20 @@ static const kiln_cfg_key schema[] = {
 	  NR },
 	{ "image.kernel_cmdline", KILN_CFG_STRING, false, "\"\"", "\"console=ttyS0\"",
 	  "Extra kernel command line.", R(image.kernel_cmdline), NR },
-	{ "image.root_password_hash", KILN_CFG_STRING, false, "(locked)", "\"$y$j9T$...\"",
-	  "crypt(3) hash of root's console password (mkpasswd); unset locks root's password "
-	  "(log in with image.ssh_keys). Never an empty password.",
-	  R(image.root_password_hash), NR },
 	{ "image.ssh_keys", KILN_CFG_STRV, false, "[]", "[ \"ssh-ed25519 AAAA... admin@head\" ]",
 	  "SSH public keys written to root's authorized_keys in the image.", R(image.ssh_keys),
 	  NR },
 	{ "image.munge_key", KILN_CFG_PATH, false, "\"/etc/munge/munge.key\"",
 	  "\"/etc/kiln/munge.key\"",
-	  "Munge key (on the build machine) baked into the image, mode 0400; the head node's key.",
+	  "The head node's munge key: `kiln serve` hands it to the nodes at boot (never in the "
+	  "image).",
 	  R(image.munge_key), NR },
+	{ "image.signing_key", KILN_CFG_PATH, false, "\"/etc/kiln/head.key\"",
+	  "\"/etc/kiln/head.key\"",
+	  "The head node's secret ed25519 key (`kiln keygen`, mode 0600) that signs cluster.cfg "
+	  "(`kiln sign`, `kiln apply`, the image build); its public half (the same name with "
+	  ".pub) goes into the image, and kiln-node-init refuses a file it did not sign.",
+	  R(image.signing_key), NR },
 	{ "image.nvidia", KILN_CFG_BOOL, false, "false", "true",
 	  "Build the GPU node's image: the NVIDIA driver (image.nvidia_apt_source, _debs or Debian's), "
 	  "nvidia-persistenced, Fabric Manager and the CUDA runtime libraries kiln links.",
@@ -483,6 +488,23 @@ static const kiln_cfg_key schema[] = {
 	  "(libcudart, libcublasLt, libnccl: as ldd finds them) are copied into the image, with its "
 	  "licence notices in /usr/share/doc/kiln-cuda.",
 	  R(image.nvidia_cuda_dir), NR },
+	/* kiln serve (config/cli/serve.c, docs/serve.md) */
+	{ "image.serve_listen", KILN_CFG_STRING, false, "(http_url's host:port)", "\"0.0.0.0:80\"",
+	  "ADDRESS:PORT kiln serve listens on (an IPv4 literal, or [IPv6]:PORT); unset: the host "
+	  "and port of image.http_url, which must then be an address.",
+	  R(image.serve_listen), NR },
+	{ "image.secrets_only_when_down", KILN_CFG_BOOL, false, "false", "true",
+	  "kiln serve hands a node its secrets only while Slurm lists it down, not responding or "
+	  "rebooting (or does not know it), as Warewulf's secure overlays do; a node rebooted "
+	  "within SlurmdTimeout then waits, and kiln apply cannot re-deliver to running nodes.",
+	  R(image.secrets_only_when_down), NR },
+	{ "image.root_password_file", KILN_CFG_PATH, false, NULL,
+	  "\"/etc/kiln/root-password-hash\"",
+	  "File on the head node (root-owned, mode 0600) holding root's crypt(3) password hash "
+	  "for the nodes; kiln serve hands it to kiln-node-init at boot, never in the image or "
+	  "the cluster file. Unset: not delivered (root's password stays locked). Replaces "
+	  "image.root_password_hash, which is refused.",
+	  R(image.root_password_file), NR },
 
 	/* Thresholds of the alert rules (kiln render kiln-alerts.yml, docs/monitoring.md). */
 	{ "monitoring", KILN_CFG_GROUP, false, NULL, NULL,

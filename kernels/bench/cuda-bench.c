@@ -300,13 +300,14 @@ static int run_xent(void *p)
 static int run_rope(void *p)
 {
 	struct ew_arg *a = p;
-	return kk_rope(be, NULL, a->a, a->ids, a->rows, 32, 128, 0, 10000.0f, KK_ROPE_HALF, false);
+	return kk_rope(be, NULL, a->a, a->ids, a->rows, 32, 128, 0, 10000.0f, NULL, KK_ROPE_HALF,
+		       false);
 }
 static int run_rope_il(void *p)
 {
 	struct ew_arg *a = p;
-	return kk_rope(be, NULL, a->a, a->ids, a->rows, 32, 128, 0, 10000.0f, KK_ROPE_INTERLEAVED,
-		       false);
+	return kk_rope(be, NULL, a->a, a->ids, a->rows, 32, 128, 0, 10000.0f, NULL,
+		       KK_ROPE_INTERLEAVED, false);
 }
 static int run_embed(void *p)
 {

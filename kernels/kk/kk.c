@@ -889,20 +889,22 @@ int kk_layernorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dw
 /* ---- rope, activations, softmax ---------------------------------------- */
 
 int kk_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *positions, int64_t tokens,
-	    int n_heads, int head_dim, int rotary_dim, float theta, kk_rope_mode mode,
-	    bool backward)
+	    int n_heads, int head_dim, int rotary_dim, float theta, const kk_buffer *freq_div,
+	    kk_rope_mode mode, bool backward)
 {
 	CHECK_ST(be, st);
 	assert_return(dim_ok(tokens) && n_heads > 0 && head_dim > 0 && head_dim % 2 == 0, -EINVAL);
 	assert_return(rotary_dim >= 0 && rotary_dim <= head_dim && rotary_dim % 2 == 0, -EINVAL);
 	assert_return(isfinite(theta) && theta > 0, -EINVAL);
 	assert_return(mode == KK_ROPE_INTERLEAVED || mode == KK_ROPE_HALF, -EINVAL);
+	int rot = rotary_dim ? rotary_dim : head_dim;
 	assert_return(bok(be, x, OPM_ROPE, mul3(tokens, n_heads, head_dim)) &&
-			      bok(be, positions, M_I32, (size_t) tokens),
+			      bok(be, positions, M_I32, (size_t) tokens) &&
+			      bopt(be, freq_div, M_F32, (size_t) rot / 2),
 		      -EINVAL);
 	SLOT(be, rope);
-	return be->ops->rope(be, st, x, positions, tokens, n_heads, head_dim,
-			     rotary_dim ? rotary_dim : head_dim, theta, mode, backward);
+	return be->ops->rope(be, st, x, positions, tokens, n_heads, head_dim, rot, theta, freq_div,
+			     mode, backward);
 }
 
 static bool act_ok(kk_act a)
@@ -1109,6 +1111,13 @@ int kk_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *lo
 		      -EINVAL);
 	SLOT(be, sample);
 	return be->ops->sample(be, st, ids, logits, rows, vocab, p);
+}
+
+double kk_logsumexp_host(const float *x, int64_t n)
+{
+	if (!x || n < 1)
+		return NAN;
+	return kk__cpu_logsumexp(x, n);
 }
 
 int kk_sample_host(const float *logits, int64_t rows, int64_t vocab, const kk_sampling *p,

@@ -63,6 +63,11 @@ int km_config_validate(const km_config *c, kiln_error *err)
 				 (double) c->rope_theta);
 	if (c->rope_mode != KK_ROPE_INTERLEAVED && c->rope_mode != KK_ROPE_HALF)
 		return BAD("rope_mode", c->rope_mode, "must be interleaved (0) or half (1)");
+	for (int i = 0; c->rope_scaled && i < c->head_dim / 2; i++)
+		if (!(c->rope_freq_div[i] > 0 && c->rope_freq_div[i] <= KM_ROPE_DIV_MAX))
+			return km_errorf(err, -EINVAL,
+					 "model config: rope_freq_div[%d] = %g, must be in (0, %g]",
+					 i, (double) c->rope_freq_div[i], KM_ROPE_DIV_MAX);
 	if (km_param_count(c) > KM_PARAMS_MAX)
 		return km_errorf(err, -EINVAL,
 				 "model config: %lld parameters, more than the %lld accepted",

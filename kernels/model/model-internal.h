@@ -12,10 +12,15 @@ int km_errorf(kiln_error *err, int r, const char *fmt, ...) __attribute__((forma
  * do (`verb` it on a backend that has it), else what failed and why. */
 int km__kk_fail(kiln_error *err, int r, const char *what, const kk_backend *be, int head_dim,
 		const char *dtype, const char *verb);
+/* c's RoPE frequency divisors (rope_freq_div) as the F32 [head_dim / 2]
+ * table kk_rope takes, on be, uploaded once when a model is made; *ret
+ * NULL when c's RoPE is not scaled.  0, or a negative errno (kk's). */
+int km__rope_div(kk_backend *be, const km_config *c, kk_buffer **ret);
 /* RoPE on q [T, n_heads] and k [T, n_kv_heads] at positions pos (I32
- * [T]), as c says; backward: the inverse rotation, on their gradients. */
-int km__rope_qk(kk_backend *be, const km_config *c, kk_buffer *q, kk_buffer *k,
-		const kk_buffer *pos, int64_t T, bool backward);
+ * [T]) as c says, div its divisors (km__rope_div); backward: the inverse
+ * rotation, on their gradients. */
+int km__rope_qk(kk_backend *be, const km_config *c, const kk_buffer *div, kk_buffer *q,
+		kk_buffer *k, const kk_buffer *pos, int64_t T, bool backward);
 /* Parameters a config describes (for the size limit). */
 int64_t km_param_count(const km_config *c);
 

@@ -48,6 +48,7 @@ struct km_model {
 	void (*drop)(void *hold);
 
 	kk_buffer *emb, *cls, *final_norm; /* cls == emb when shared */
+	kk_buffer *rope_div;		   /* F32 [head_dim / 2] (km__rope_div), or NULL */
 	/* i8/q4 models: the embedding and classifier quantized like the
 	 * layers (emb and cls NULL); qcls == qemb when shared.  The classifier
 	 * is most of a small quantized model's bytes per token. */
@@ -88,9 +89,9 @@ km_model *km_model_free(km_model *m)
 	if (m->qcls != m->qemb)
 		kk_qmatrix_free(m->qcls);
 	kk_qmatrix_free(m->qemb);
-	kk_buffer *bufs[] = { m->emb,	 m->final_norm, m->x,	   m->resid, m->xb,  m->q,
-			      m->k,	 m->v,		m->att,	   m->h1,    m->h2,  m->h3,
-			      m->last_x, m->last_r,	m->logits, m->ids,   m->meta };
+	kk_buffer *bufs[] = { m->emb,	 m->final_norm, m->x,	   m->resid, m->xb,   m->q,
+			      m->k,	 m->v,		m->att,	   m->h1,    m->h2,   m->h3,
+			      m->last_x, m->last_r,	m->logits, m->ids,   m->meta, m->rope_div };
 	for (size_t i = 0; i < ARRAY_SIZE(bufs); i++)
 		kk_buffer_free(bufs[i]);
 	FREE_ALL(m->hmeta, m->order, m->old_len);
@@ -137,14 +138,29 @@ int km__kk_fail(kiln_error *err, int r, const char *what, const kk_backend *be, 
 			 what, kk_backend_name(be), head_dim, dt, verb);
 }
 
-int km__rope_qk(kk_backend *be, const km_config *c, kk_buffer *q, kk_buffer *k,
-		const kk_buffer *pos, int64_t T, bool backward)
+int km__rope_div(kk_backend *be, const km_config *c, kk_buffer **ret)
 {
-	int r = kk_rope(be, NULL, q, pos, T, c->n_heads, c->head_dim, 0, c->rope_theta,
+	kk_buffer *b = NULL;
+	size_t bytes = sizeof(float) * (size_t) (c->head_dim / 2);
+	int r = 0;
+	if (c->rope_scaled && (r = kk_buffer_alloc(be, KK_F32, bytes / sizeof(float), &b)) >= 0)
+		r = kk_buffer_upload(be, NULL, b, 0, c->rope_freq_div, bytes);
+	if (r < 0) {
+		kk_buffer_free(b);
+		return r;
+	}
+	*ret = b;
+	return 0;
+}
+
+int km__rope_qk(kk_backend *be, const km_config *c, const kk_buffer *div, kk_buffer *q,
+		kk_buffer *k, const kk_buffer *pos, int64_t T, bool backward)
+{
+	int r = kk_rope(be, NULL, q, pos, T, c->n_heads, c->head_dim, 0, c->rope_theta, div,
 			c->rope_mode, backward);
 	return r < 0 ? r
 		     : kk_rope(be, NULL, k, pos, T, c->n_kv_heads, c->head_dim, 0, c->rope_theta,
-			       c->rope_mode, backward);
+			       div, c->rope_mode, backward);
 }
 
 static int kk_fail(kiln_error *err, int r, const char *what, const km_model *m)
@@ -424,6 +440,8 @@ int km_model_new(kk_backend *be, const km_config *cfg, const km_model_opts *opts
 	r = load_vector(m, src, "norm.weight", (size_t) d, &m->final_norm, err);
 	if (r < 0)
 		return r;
+	if ((r = km__rope_div(m->be, cfg, &m->rope_div)) < 0)
+		return kk_fail(err, r, "uploading the RoPE frequency divisors", m);
 	m->layers = calloc((size_t) cfg->n_layers, sizeof(*m->layers));
 	if (!m->layers)
 		return km_errorf(err, -ENOMEM, "model: out of memory");
@@ -622,7 +640,7 @@ static int run_layers(km_model *m, km_kvcache *c, step_views *v, int64_t T, int 
 		TRY(linear(m, m->q, m->xb, &L->wq, T), "q projection");
 		TRY(linear(m, m->k, m->xb, &L->wk, T), "k projection");
 		TRY(linear(m, m->v, m->xb, &L->wv, T), "v projection");
-		TRY(km__rope_qk(m->be, cfg, m->q, m->k, v->pos, T, false), "rope");
+		TRY(km__rope_qk(m->be, cfg, m->rope_div, m->q, m->k, v->pos, T, false), "rope");
 		kk_buffer *kc = km__kvcache_k(c, l), *vc = km__kvcache_v(c, l);
 		TRY(kk_kv_cache_write(m->be, NULL, kc, vc, m->k, m->v, v->slots, T, cfg->n_kv_heads,
 				      cfg->head_dim, km_kvcache_num_blocks(c)),

@@ -14,7 +14,9 @@
  * kiln.config.*) is read, known not to change the math (checked where it
  * repeats something read), or refused by name.  A Llama 3.1 GGUF whose
  * rope_freqs.weight were skipped would run with the wrong positions,
- * silently; refusing it names what kiln lacks.
+ * silently: it is read into the config's RoPE frequency divisors, as
+ * config.json's rope_scaling "llama3" and "linear" are; the scalings kiln
+ * does not implement (YaRN, LongRoPE, dynamic NTK) are refused by name.
  *
  * Dialects (docs/model.md, "Model files"):
  *   llama2.c          kmf names its arrays with HF names but keeps Meta's
@@ -44,6 +46,11 @@
 #include "kmodel.h"
 
 #include "model-internal.h"
+
+/* llama.cpp's converter stores Llama 3.1's rope_scaling as this tensor:
+ * F32 [rope.dimension_count / 2], the divisor of each pair's frequency
+ * (its ggml_rope_ext freq_factors). */
+#define GGUF_ROPE_FREQS "rope_freqs.weight"
 
 struct km_file {
 	int refs; /* the opener's, plus one per model holding the mapping */
@@ -223,7 +230,8 @@ static const char *tensor_meaning(const char *name)
 	static const struct {
 		const char *part, *what;
 	} meanings[] = {
-		{ "rope_freqs", "Llama 3.1 RoPE frequency factors, not implemented yet" },
+		{ "rope_freqs",
+		  "RoPE frequency factors, read only as the global rope_freqs.weight" },
 		{ ".bias", "a bias, not implemented (Llama has none)" },
 		{ "q_norm", "Q/K norm, not implemented" },
 		{ "k_norm", "Q/K norm, not implemented" },
@@ -280,10 +288,11 @@ static const char *n_layers_key(km_file_kind k)
 }
 
 /* Older transformers saved each layer's rotary_emb.inv_freq,
- * 1 / rope_theta^(2i / head_dim): a buffer derived from config.json that
- * the model recomputes.  Accepted only when it is exactly that to the
- * rounding of its dtype (other frequencies would be scaled RoPE or another
- * theta: refused by name).  1: not such a name. */
+ * 1 / rope_theta^(2i / head_dim) (divided by rope_scaling's divisors): a
+ * buffer derived from config.json that the model recomputes.  Accepted
+ * only when it is exactly that to the rounding of its dtype (other
+ * frequencies would be another scaling or another theta: refused by
+ * name).  1: not such a name. */
 static int check_inv_freq(const km_file *f, const kmf_tensor *t, kiln_error *err)
 {
 	const char *p = startswith(t->name, "model.layers.");
@@ -315,13 +324,17 @@ static int check_inv_freq(const km_file *f, const kmf_tensor *t, kiln_error *err
 		return km_errorf(err, r, "%s: converting tensor '%s': %s", f->path, t->name,
 				 strerror(-r));
 	for (int i = 0; i < half; i++) {
-		double want = pow((double) f->cfg.rope_theta, -2.0 * i / d);
+		double div = f->cfg.rope_scaled ? (double) f->cfg.rope_freq_div[i] : 1.0;
+		double want = pow((double) f->cfg.rope_theta, -2.0 * i / d) / div;
+		char by[48] = "";
+		if (div != 1.0)
+			snprintf(by, sizeof(by), " / %g", div);
 		if (!(fabs(v[i] - want) <= 1e-7 + rtol * want))
 			return km_errorf(
 				err, -EOPNOTSUPP,
-				"%s: tensor '%s' [%d] = %g, not rope_theta^(-%d/%d) = %g: other "
+				"%s: tensor '%s' [%d] = %g, not rope_theta^(-%d/%d)%s = %g: other "
 				"RoPE frequencies (scaled?), not implemented; " REFUSE_RULE,
-				f->path, t->name, i, (double) v[i], 2 * i, d, want);
+				f->path, t->name, i, (double) v[i], 2 * i, d, by, want);
 	}
 	return 0;
 }
@@ -358,6 +371,9 @@ static int check_names(const km_file *f, kiln_error *err)
 		/* map_name gives each canonical name one spelling: "blk.01." is
 		 * not "blk.1.". */
 		if (r == 0 && map_name(f, canon, back, sizeof(back)) == 0 && streq(back, name))
+			continue;
+		/* read into the config's RoPE divisors by config_gguf */
+		if (f->kind == KM_FILE_GGUF && streq(name, GGUF_ROPE_FREQS))
 			continue;
 		if (f->kind == KM_FILE_HF && (r = check_inv_freq(f, t, err)) <= 0) {
 			if (r < 0)
@@ -459,14 +475,16 @@ static const model_key gguf_keys[] = {
 	  "a value head size other than dim / heads, not implemented" },
 	{ "tensor_data_layout", K_STR, "Meta AI original pth",
 	  "a tensor layout other than Meta's, unknown to kiln" },
-	{ "rope.scaling.type", K_STR, "none", "RoPE scaling, not implemented yet" },
-	{ "rope.scaling.factor", K_ONE, NULL, "RoPE scaling, not implemented yet" },
-	{ "rope.scale_linear", K_ONE, NULL, "linear RoPE scaling, not implemented yet" },
-	{ "rope.scaling.finetuned", K_FALSE, NULL,
-	  "a model fine-tuned for scaled RoPE, not implemented yet" },
-	{ "rope.scaling.original_context_length", K_REFUSE, NULL,
-	  "RoPE scaling, not implemented yet" },
-	{ "rope.scaling.attn_factor", K_REFUSE, NULL, "YaRN's attention scaling, not implemented" },
+	/* Read by gguf_rope_scaling; type "yarn" and "longrope" refused there. */
+	{ "rope.scaling.type", K_READ, NULL, NULL },
+	{ "rope.scaling.factor", K_READ, NULL, NULL },
+	{ "rope.scale_linear", K_READ, NULL, NULL },
+	/* Whether the model was fine-tuned at its scaling (llama.cpp only
+	 * reports it); the context YaRN's ramp starts from (YaRN is refused). */
+	{ "rope.scaling.finetuned", K_ANY, NULL, NULL },
+	{ "rope.scaling.original_context_length", K_ANY, NULL, NULL },
+	{ "rope.scaling.attn_factor", K_ONE, NULL,
+	  "a scale on RoPE's sin and cos (YaRN's mscale), not implemented" },
 	{ "attention.causal", K_TRUE, NULL, "non-causal attention, not implemented" },
 	{ "use_parallel_residual", K_FALSE, NULL,
 	  "parallel attention and FFN residuals, not implemented" },
@@ -774,6 +792,36 @@ static int kiln_num(const km_file *f, const char *key, bool integer, double *ret
 	return 0;
 }
 
+/* kiln.config.rope_freq_div (kmt_save writes it for a scaled RoPE): the
+ * divisors of km_config, head_dim / 2 numbers separated by spaces.  Read
+ * after head_dim is known; absent: plain RoPE. */
+static int kiln_rope_div(km_file *f, kiln_error *err)
+{
+	const char *s = NULL;
+	km_config *c = &f->cfg;
+	if (kmf_meta_get_str(f->kf, "kiln.config.rope_freq_div", &s) < 0)
+		return 0;
+	int half = c->n_heads > 0 ? c->dim / c->n_heads / 2 : 0, n = 0;
+	if (half > KM_ROPE_PAIRS_MAX)
+		return 0; /* km_config_validate refuses the head size */
+	const char *p = s;
+	for (char *end;; n++, p = end) {
+		double v = strtod(p, &end);
+		if (end == p)
+			break;
+		if (n < half)
+			c->rope_freq_div[n] = (float) v;
+	}
+	p += strspn(p, " ");
+	if (n != half || *p)
+		return km_errorf(err, -EINVAL,
+				 "%s: kiln metadata 'kiln.config.rope_freq_div' = \"%.64s\", "
+				 "expected head_dim / 2 = %d numbers",
+				 f->path, s, half);
+	c->rope_scaled = true;
+	return 0;
+}
+
 /* Every kiln.config.* key is one of these; an unknown one (a kmtrain newer
  * than this reader, a hand-made file) is refused by name.  The other
  * kiln.* keys kmt_save writes (kiln.step, kiln.data.*, kiln.rng) are
@@ -814,11 +862,13 @@ static int config_kiln(km_file *f, kiln_error *err)
 		else
 			*keys[i].f = (float) v;
 	}
+	if ((r = kiln_rope_div(f, err)) < 0)
+		return r;
 	/* ...and no other kiln.config.* key. */
 	for (size_t i = 0; i < kmf_meta_count(f->kf); i++) {
 		const kmf_meta *m = kmf_meta_at(f->kf, i);
 		const char *k = startswith(m->key, "kiln.config.");
-		bool known = !k;
+		bool known = !k || streq(k, "rope_freq_div");
 		for (size_t j = 0; j < ARRAY_SIZE(keys) && !known; j++)
 			known = streq(k, keys[j].key);
 		if (!known)
@@ -881,6 +931,7 @@ static int json_float(const char *cpath, json_t *root, const char *key, double d
 static const model_key hf_keys[] = {
 	{ "model_type", K_READ, NULL, NULL },
 	{ "rope_scaling", K_READ, NULL, NULL },
+	{ "rope_parameters", K_READ, NULL, NULL },
 	{ "hidden_size", K_READ, NULL, NULL },
 	{ "intermediate_size", K_READ, NULL, NULL },
 	{ "num_hidden_layers", K_READ, NULL, NULL },
@@ -938,6 +989,155 @@ static int check_hf_keys(const char *cpath, json_t *root, const km_config *c, ki
 	return 0;
 }
 
+/* The number `key` of rope_scaling (what) into *ret: present, a number,
+ * > 0 (and > above when above > 0). */
+static int hf_rope_num(const char *cpath, const char *what, json_t *rs, const char *type,
+		       const char *key, double above, double *ret, kiln_error *err)
+{
+	json_t *v = json_object_get(rs, key);
+	if (!v || json_is_null(v))
+		return km_errorf(err, -EINVAL,
+				 "%s: %s type \"%s\" needs \"%s\" (a number), which is missing",
+				 cpath, what, type, key);
+	double d = json_is_number(v) ? json_number_value(v) : NAN;
+	if (!(d > 0 && d > above && d < 1e9))
+		return km_errorf(err, -EINVAL,
+				 "%s: %s \"%s\" must be a number above %g and below 1e9", cpath,
+				 what, key, above > 0 ? above : 0);
+	*ret = d;
+	return 0;
+}
+
+/* config.json's rope_scaling (transformers' modeling_rope_utils; null or
+ * absent: none) into c's frequency divisors.  "llama3" (Llama 3.1-3.3):
+ * with wavelength w = 2 pi / f of each pair's frequency f = theta^(-2i/d)
+ * and L = original_max_position_embeddings, a pair with w < L /
+ * high_freq_factor keeps f, one with w > L / low_freq_factor gets f /
+ * factor, and between them the blend (1 - s) f / factor + s f with s = (L /
+ * w - low_freq_factor) / (high_freq_factor - low_freq_factor): divisor 1
+ * / ((1 - s) / factor + s).  "linear": every f / factor.  "default": none.
+ * The other types are refused by name, and so is a key none of these
+ * reads.  what: "rope_scaling", or transformers 5's "rope_parameters" (the
+ * same keys and rope_theta, which the caller reads). */
+static int hf_rope_scaling(const char *cpath, const char *what, json_t *rs, km_config *c,
+			   kiln_error *err)
+{
+	static const char *const known[] = { "rope_type",	 "type",
+					     "factor",		 "low_freq_factor",
+					     "high_freq_factor", "original_max_position_embeddings",
+					     "rope_theta" };
+	static const struct {
+		const char *type, *what;
+	} refused[] = {
+		{ "dynamic", "dynamic NTK scaling" },
+		{ "yarn", "YaRN" },
+		{ "longrope", "LongRoPE" },
+		{ "su", "LongRoPE (\"su\")" },
+	};
+	if (!rs || json_is_null(rs))
+		return 0;
+	if (!json_is_object(rs))
+		return km_errorf(err, -EINVAL, "%s: key \"%s\" must be an object or null", cpath,
+				 what);
+	/* transformers reads rope_type, and type where rope_type is absent. */
+	json_t *tv = json_object_get(rs, "rope_type");
+	if (!tv || json_is_null(tv))
+		tv = json_object_get(rs, "type");
+	if (!json_is_string(tv))
+		return km_errorf(err, -EINVAL, "%s: %s has no \"rope_type\" (or \"type\") string",
+				 cpath, what);
+	const char *type = json_string_value(tv);
+	for (size_t i = 0; i < ARRAY_SIZE(refused); i++)
+		if (streq(type, refused[i].type))
+			return km_errorf(err, -EOPNOTSUPP,
+					 "%s: %s type \"%s\": %s, not implemented (kiln has "
+					 "\"llama3\" and \"linear\"); " REFUSE_RULE,
+					 cpath, what, type, refused[i].what);
+	if (!streq(type, "llama3") && !streq(type, "linear") && !streq(type, "default"))
+		return km_errorf(err, -EOPNOTSUPP,
+				 "%s: %s type \"%.64s\": a RoPE scaling unknown to kiln (it has "
+				 "\"llama3\" and \"linear\"); " REFUSE_RULE,
+				 cpath, what, type);
+	const char *key;
+	json_t *v;
+	json_object_foreach(rs, key, v)
+	{
+		bool ok = false;
+		for (size_t i = 0; i < ARRAY_SIZE(known) && !ok; i++)
+			ok = streq(key, known[i]) &&
+			     (!streq(key, "rope_theta") || streq(what, "rope_parameters"));
+		if (!ok)
+			return km_errorf(err, -EOPNOTSUPP,
+					 "%s: %s key \"%.64s\": unknown to kiln, which may change "
+					 "the math; " REFUSE_RULE,
+					 cpath, what, key);
+	}
+	if (streq(type, "default"))
+		return 0;
+	double factor, lo = 0, hi = 0, L = 0;
+	int r = hf_rope_num(cpath, what, rs, type, "factor", 0, &factor, err);
+	if (r >= 0 && streq(type, "llama3") &&
+	    ((r = hf_rope_num(cpath, what, rs, type, "low_freq_factor", 0, &lo, err)) < 0 ||
+	     (r = hf_rope_num(cpath, what, rs, type, "high_freq_factor", lo, &hi, err)) < 0 ||
+	     (r = hf_rope_num(cpath, what, rs, type, "original_max_position_embeddings", 0, &L,
+			      err)) < 0))
+		return r;
+	if (r < 0)
+		return r;
+	if (factor > KM_ROPE_DIV_MAX)
+		return km_errorf(err, -EINVAL, "%s: %s \"factor\" = %g, above %g", cpath, what,
+				 factor, KM_ROPE_DIV_MAX);
+	int d = c->head_dim;
+	if (d / 2 > KM_ROPE_PAIRS_MAX)
+		return 0; /* km_config_validate refuses the head size */
+	c->rope_scaled = true;
+	for (int i = 0; i < d / 2; i++) {
+		double div = factor;
+		if (streq(type, "llama3")) {
+			double w = 2 * M_PI / pow((double) c->rope_theta, -2.0 * i / d);
+			if (w < L / hi)
+				div = 1;
+			else if (w <= L / lo) {
+				double sm = (L / w - lo) / (hi - lo);
+				div = 1 / ((1 - sm) / factor + sm);
+			}
+		}
+		c->rope_freq_div[i] = (float) div;
+	}
+	return 0;
+}
+
+/* RoPE of config.json: rope_theta and rope_scaling (transformers 4), or
+ * rope_parameters holding both (transformers 5); not both forms, and a
+ * top-level rope_theta beside rope_parameters must agree with it. */
+static int hf_rope(const char *cpath, json_t *root, km_config *c, kiln_error *err)
+{
+	json_t *rs = json_object_get(root, "rope_scaling"),
+	       *rp = json_object_get(root, "rope_parameters");
+	if (!rp || json_is_null(rp))
+		return hf_rope_scaling(cpath, "rope_scaling", rs, c, err);
+	if (rs && !json_is_null(rs))
+		return km_errorf(err, -EINVAL,
+				 "%s: both \"rope_scaling\" and \"rope_parameters\" are set; keep "
+				 "one (transformers 5 writes rope_parameters only)",
+				 cpath);
+	if (!json_is_object(rp))
+		return km_errorf(err, -EINVAL,
+				 "%s: key \"rope_parameters\" must be an object or null", cpath);
+	float theta;
+	json_t *top = json_object_get(root, "rope_theta");
+	int r = json_float(cpath, rp, "rope_theta", c->rope_theta, &theta, err);
+	if (r < 0)
+		return r;
+	if (top && !json_is_null(top) && theta != c->rope_theta)
+		return km_errorf(err, -EINVAL,
+				 "%s: rope_theta = %g but rope_parameters.rope_theta = %g; keep "
+				 "one",
+				 cpath, (double) c->rope_theta, (double) theta);
+	c->rope_theta = theta;
+	return hf_rope_scaling(cpath, "rope_parameters", rp, c, err);
+}
+
 static int config_hf(km_file *f, kiln_error *err)
 {
 	/* dirname() edits its argument: work on a copy. */
@@ -966,12 +1166,6 @@ static int config_hf(km_file *f, kiln_error *err)
 				 json_is_string(mt) ? "\"" : "",
 				 json_is_string(mt) ? json_string_value(mt) : "not a string",
 				 json_is_string(mt) ? "\"" : "");
-	json_t *rs = json_object_get(root, "rope_scaling");
-	if (rs && !json_is_null(rs))
-		return km_errorf(err, -EOPNOTSUPP,
-				 "%s: rope_scaling is set; scaled RoPE (Llama 3.1 style, YaRN...) "
-				 "is not supported",
-				 cpath);
 	km_config *c = &f->cfg;
 	int r, head_dim = 0;
 	if ((r = check_hf_keys(cpath, root, c, err)) < 0)
@@ -996,6 +1190,8 @@ static int config_hf(km_file *f, kiln_error *err)
 				 "only head_dim = hidden_size / heads is supported",
 				 cpath, head_dim, c->head_dim);
 	c->rope_mode = KK_ROPE_HALF;
+	if ((r = hf_rope(cpath, root, c, err)) < 0)
+		return r;
 	/* lm_head absent = tied to the embedding (tie_word_embeddings). */
 	c->shared_classifier = kmf_tensor_find(f->kf, "lm_head.weight") == NULL;
 	json_t *tie = json_object_get(root, "tie_word_embeddings");
@@ -1061,6 +1257,79 @@ static int gguf_float(const km_file *f, const char *key, bool need, float dflt, 
 	return 0;
 }
 
+/* RoPE scaling as llama.cpp applies it to a llama GGUF: pair i turns by
+ * pos * freq_base^(-2i/d) / rope_freqs[i] * freq_scale (ggml_rope_ext's
+ * freq_factors and freq_scale; yarn's ext_factor 0).  freq_scale is 1 /
+ * rope.scaling.factor (or the older rope.scale_linear; absent or 0: 1),
+ * and 1 whatever the factor when rope.scaling.type is "none"; an absent
+ * type is llama.cpp's default, "linear".  "yarn" and "longrope" are
+ * refused by name.  Both scalings become c's divisors (their product). */
+static int gguf_rope_scaling(km_file *f, kiln_error *err)
+{
+	km_config *c = &f->cfg;
+	const char *type = "linear";
+	const kmf_meta *m = kmf_meta_find(f->kf, "llama.rope.scaling.type");
+	if (m && m->type != KMF_V_STRING)
+		return km_errorf(err, -EINVAL,
+				 "%s: GGUF metadata 'llama.rope.scaling.type' is %s, expected a "
+				 "string",
+				 f->path, kmf_vtype_name(m->type));
+	if (m)
+		type = m->str.s;
+	if (!streq(type, "none") && !streq(type, "linear"))
+		return km_errorf(
+			err, -EOPNOTSUPP,
+			"%s: GGUF metadata 'llama.rope.scaling.type' = \"%.64s\" (only "
+			"\"none\" and \"linear\" accepted): %s, not implemented; " REFUSE_RULE,
+			f->path, type,
+			streq(type, "yarn")	  ? "YaRN RoPE scaling"
+			: streq(type, "longrope") ? "LongRoPE scaling"
+						  : "a RoPE scaling unknown to kiln");
+	float factor = 0;
+	const char *fkey = "llama.rope.scaling.factor";
+	int r;
+	if (!kmf_meta_find(f->kf, fkey))
+		fkey = "llama.rope.scale_linear";
+	if ((r = gguf_float(f, fkey, false, 0.0f, &factor, err)) < 0)
+		return r;
+	if (!(factor >= 0 && factor <= KM_ROPE_DIV_MAX))
+		return km_errorf(err, -EINVAL, "%s: GGUF metadata '%s' = %g, must be in [0, %g]",
+				 f->path, fkey, (double) factor, KM_ROPE_DIV_MAX);
+	if (streq(type, "none") || factor == 0)
+		factor = 1;
+	int half = c->head_dim / 2;
+	if (half > KM_ROPE_PAIRS_MAX)
+		return 0; /* km_config_validate refuses the head size */
+	for (int i = 0; i < half; i++)
+		c->rope_freq_div[i] = factor;
+	c->rope_scaled = factor != 1;
+	const kmf_tensor *t = kmf_tensor_find(f->kf, GGUF_ROPE_FREQS);
+	if (!t)
+		return 0;
+	if (t->ndim != 1 || t->shape[0] != half || !kmf_dtype_is_float(t->dtype))
+		return km_errorf(err, -EINVAL,
+				 "%s: tensor '%s' (RoPE frequency factors) is %s [%lld%s], "
+				 "expected F32 [%d] (head_dim / 2)",
+				 f->path, GGUF_ROPE_FREQS, kmf_dtype_name(t->dtype),
+				 (long long) (t->ndim ? t->shape[0] : 0),
+				 t->ndim > 1 ? ", ..." : "", half);
+	float v[KM_ROPE_PAIRS_MAX];
+	if ((r = kmf_tensor_to_float(t, KK_F32, v, (size_t) half)) < 0)
+		return km_errorf(err, r, "%s: converting tensor '%s': %s", f->path, GGUF_ROPE_FREQS,
+				 strerror(-r));
+	for (int i = 0; i < half; i++) {
+		if (!(v[i] > 0 && v[i] <= KM_ROPE_DIV_MAX))
+			return km_errorf(err, -EINVAL,
+					 "%s: tensor '%s' [%d] = %g: a RoPE frequency factor must "
+					 "be in (0, %g]",
+					 f->path, GGUF_ROPE_FREQS, i, (double) v[i],
+					 KM_ROPE_DIV_MAX);
+		c->rope_freq_div[i] *= v[i];
+	}
+	c->rope_scaled = true;
+	return 0;
+}
+
 static int config_gguf(km_file *f, kiln_error *err)
 {
 	const char *arch = NULL;
@@ -1099,6 +1368,8 @@ static int config_gguf(km_file *f, kiln_error *err)
 				 "dimension %d (partial RoPE is not supported)",
 				 f->path, rot, c->head_dim);
 	c->rope_mode = KK_ROPE_INTERLEAVED;
+	if ((r = gguf_rope_scaling(f, err)) < 0)
+		return r;
 	/* The vocabulary: the tokenizer's token list, else the embedding rows. */
 	const kmf_meta *tok = kmf_meta_find(f->kf, "tokenizer.ggml.tokens");
 	const kmf_tensor *emb = kmf_tensor_find(f->kf, "token_embd.weight");

@@ -57,7 +57,8 @@ struct kmt_model {
 	kk_buffer *dcur, *dnext, *dxn, *datt, *dq, *dk, *dv, *dg, *du, *ds;
 	/* I32 index data: tokens [N], targets [N], positions [N], cu [B + 1]. */
 	kk_buffer *meta, *tok_v, *tgt_v, *pos_v, *cu_v;
-	kk_buffer *scalar; /* F32 [1]: the global target count */
+	kk_buffer *scalar;   /* F32 [1]: the global target count */
+	kk_buffer *rope_div; /* F32 [head_dim / 2]: scaled RoPE's divisors, or NULL */
 	float *hloss;
 	int32_t *hbuf; /* host staging of tokens/targets */
 };
@@ -92,6 +93,7 @@ kmt_model *kmt_model_free(kmt_model *m)
 			      m->dxn,  m->datt,	  m->dq,     m->dk,	m->dv,	   m->dg,
 			      m->du,   m->ds,	  m->tok_v,  m->tgt_v,	m->pos_v,  m->cu_v,
 			      m->meta, m->scalar, m->params, m->grads,	m->adam_m, m->adam_v };
+	kk_buffer_free(m->rope_div);
 	for (size_t i = 0; i < ARRAY_SIZE(bufs); i++)
 		kk_buffer_free(bufs[i]);
 	FREE_ALL(m->pv, m->gv, m->act, m->hin, m->lidx, m->tensors, m->hloss, m->hbuf, m);
@@ -361,7 +363,10 @@ static int alloc_all(kmt_model *m, kiln_error *err)
 		idx[N + s] = (int32_t) (s * (size_t) m->opts.seq_len);
 	r = kk_buffer_upload(m->be, NULL, m->meta, 2 * N * sizeof(int32_t), idx,
 			     (N + B + 1) * sizeof(int32_t));
-	return r < 0 ? kk_fail(err, r, "uploading positions", m) : 0;
+	if (r < 0)
+		return kk_fail(err, r, "uploading positions", m);
+	r = km__rope_div(m->be, &m->cfg, &m->rope_div);
+	return r < 0 ? kk_fail(err, r, "uploading the RoPE frequency divisors", m) : 0;
 }
 
 int kmt_model_new(kk_backend *be, const km_config *cfg, const kmt_opts *opts,
@@ -662,7 +667,7 @@ static int forward(kmt_model *m, int n_seqs, double *sum, kiln_error *err)
 		TRY(linear_fwd(m, a->q, a->xn1, li[W_Q], N, false), "q projection");
 		TRY(linear_fwd(m, a->k, a->xn1, li[W_K], N, false), "k projection");
 		TRY(linear_fwd(m, a->v, a->xn1, li[W_V], N, false), "v projection");
-		TRY(km__rope_qk(be, c, a->q, a->k, m->pos_v, N, false), "rope");
+		TRY(km__rope_qk(be, c, m->rope_div, a->q, a->k, m->pos_v, N, false), "rope");
 		TRY(kk_attention_fwd(be, NULL, &ad, a->att, a->lse, a->q, a->k, a->v), "attention");
 		TRY(kk_buffer_copy(be, NULL, a->hmid, 0, m->hin[l], 0, (size_t) (N * d) * 4),
 		    "residual");
@@ -728,7 +733,8 @@ static int backward(kmt_model *m, int n_seqs, float grad_scale, kiln_error *err)
 		TRY(kk_attention_bwd(be, NULL, &ad, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v,
 				     a->att, a->lse),
 		    "attention backward");
-		TRY(km__rope_qk(be, c, m->dq, m->dk, m->pos_v, N, true), "rope backward");
+		TRY(km__rope_qk(be, c, m->rope_div, m->dq, m->dk, m->pos_v, N, true),
+		    "rope backward");
 		TRY(linear_bwd(m, m->dxn, m->dq, a->xn1, li[W_Q], N, false), "q backward");
 		TRY(linear_bwd(m, m->dxn, m->dk, a->xn1, li[W_K], N, true), "k backward");
 		TRY(linear_bwd(m, m->dxn, m->dv, a->xn1, li[W_V], N, true), "v backward");

@@ -114,6 +114,16 @@ int kmt_save(kmt_model *m, const char *path, const kmt_ckpt_state *st, kiln_erro
 	/* %a: the exact float, so a resumed model compares equal. */
 	META("kiln.config.norm_eps", "%a", (double) c->norm_eps);
 	META("kiln.config.rope_theta", "%a", (double) c->rope_theta);
+	if (c->rope_scaled) { /* the divisors, which source.c reads back */
+		char div[KM_ROPE_PAIRS_MAX * 24] = "";
+		size_t at = 0;
+		for (int i = 0; i < c->head_dim / 2; i++)
+			at += (size_t) snprintf(div + at, sizeof(div) - at, "%s%a", i ? " " : "",
+						(double) c->rope_freq_div[i]);
+		if ((r = kmf_writer_set_meta(w, "kiln.config.rope_freq_div", div)) < 0)
+			return km_errorf(err, r, "checkpoint: metadata '%s' failed: %s",
+					 "kiln.config.rope_freq_div", strerror(-r));
+	}
 	META("kiln.step", "%" PRId64, kmt_model_step(m));
 	META("kiln.data.seed", "%" PRIu64, st->cursor.seed);
 	META("kiln.data.epoch", "%" PRId64, st->cursor.epoch);
@@ -183,6 +193,28 @@ static int meta_float(const kmf_file *f, const char *path, const char *key, floa
 	return 0;
 }
 
+/* kiln.config.rope_freq_div: present exactly when c's RoPE is scaled, with
+ * c's divisors. */
+static int meta_rope_div(const kmf_file *f, const char *path, const km_config *c, kiln_error *err)
+{
+	const char *s = NULL;
+	bool have = kmf_meta_get_str(f, "kiln.config.rope_freq_div", &s) == 0, same = have;
+	const char *p = s;
+	for (int i = 0; same && i < c->head_dim / 2; i++) {
+		char *end;
+		double v = strtod(p, &end);
+		same = end != p && (float) v == c->rope_freq_div[i];
+		p = end;
+	}
+	if (have == c->rope_scaled && (!have || (same && !p[strspn(p, " ")])))
+		return 0;
+	return km_errorf(err, -EINVAL,
+			 "%s: the checkpoint's RoPE scaling (%s) is not the model's (%s): load it "
+			 "into a model of the same config",
+			 path, have ? "kiln.config.rope_freq_div" : "none",
+			 c->rope_scaled ? "scaled" : "none");
+}
+
 int kmt_load(kmt_model *m, const char *path, kmt_ckpt_state *st, kiln_error *err)
 {
 	if (!m || !path)
@@ -220,7 +252,8 @@ int kmt_load(kmt_model *m, const char *path, kmt_ckpt_state *st, kiln_error *err
 				path, fields[i].key + 12, (long long) v, (long long) fields[i].val);
 	}
 	if ((r = meta_float(f, path, "kiln.config.norm_eps", c->norm_eps, err)) < 0 ||
-	    (r = meta_float(f, path, "kiln.config.rope_theta", c->rope_theta, err)) < 0)
+	    (r = meta_float(f, path, "kiln.config.rope_theta", c->rope_theta, err)) < 0 ||
+	    (r = meta_rope_div(f, path, c, err)) < 0)
 		return r;
 	int64_t step, epoch, batch;
 	kmt_ckpt_state s = { 0 };

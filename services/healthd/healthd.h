@@ -294,7 +294,10 @@ int hd_json_render(const hd_node *n, const char *hostname, kiln_strbuf *b);
 /* ---- NVML -------------------------------------------------------------- */
 
 typedef struct hd_nvml hd_nvml;
-/* Loads library (a path or soname) and calls nvmlInit.  Errors: -ENOENT the
+/* Loads library (a path or soname) and calls nvmlInit.  Errors: -EPERM the
+ * path is one a user other than root can change (kiln/pathtrust.h: the
+ * file or a directory above it not root's, or group/world-writable), so it
+ * is not loaded; -ENOENT the
  * library is missing (no driver), -ENOTSUP a required symbol is missing,
  * -EIO nvmlInit failed (the error string goes to err), -ETIMEDOUT nvmlInit
  * did not return within timeout_usec (its thread is abandoned). Logs warnings for

@@ -26,6 +26,7 @@
 #include <systemd/sd-daemon.h>
 #include <systemd/sd-event.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "healthd.h"
 #include "manager.h"
@@ -33,6 +34,7 @@
 #include "kiln/log.h"
 #include "kiln/metrics.h"
 #include "kiln/parse.h"
+#include "kiln/pathtrust.h"
 #include "kiln/prog.h"
 #include "kiln/strbuf.h"
 
@@ -166,6 +168,18 @@ static int load_config(manager *m)
 	hd_settings_from_cfg(&m->s, m->cfg, node);
 	if (!node)
 		m->s.drain = false;
+	/* the library is dlopened as root: refuse one others can change now,
+	 * with the key's name, rather than as a poll's NVML error */
+	if (strchr(m->s.nvml_library, '/')) {
+		char why[384];
+		if (kiln_path_trusted(NULL, m->s.nvml_library, geteuid(), why, sizeof(why)) ==
+		    -EPERM) {
+			log_error("%s: health.nvml_library = \"%s\": refusing to load it as root: "
+				  "%s",
+				  path, m->s.nvml_library, why);
+			return -EINVAL;
+		}
+	}
 	return 0;
 }
 

@@ -18,10 +18,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "healthd.h"
 #include "kiln/log.h"
 #include "kiln/parse.h"
+#include "kiln/pathtrust.h"
 
 typedef nvmlReturn_t (*fn_void)(void);
 typedef const char *(*fn_errstr)(nvmlReturn_t);
@@ -479,6 +481,20 @@ int hd_nvml_open(const char *library, uint64_t timeout_usec, hd_nvml **ret, char
 	pthread_mutex_init(&m->lock, NULL);
 	kiln_cond_init_monotonic(&m->cond);
 
+	/* dlopen runs the library's constructors as root: a path (not a
+	 * soname, which ld.so finds in the system's directories) must be one
+	 * no user but root can change (issue 31: a .so written by nobody ran
+	 * its constructor inside kiln-healthd) */
+	if (strchr(library, '/')) {
+		char why[384];
+		/* root's, or this daemon's own user's (not root in a test) */
+		int t = kiln_path_trusted(NULL, library, geteuid(), why, sizeof(why));
+		if (t < 0 && t != -ENOENT) {
+			snprintf(err, errlen, "refusing to load %s: %s", library, why);
+			free(m);
+			return t == -EPERM ? -EPERM : t;
+		}
+	}
 	m->dl = dlopen(library, RTLD_NOW | RTLD_LOCAL);
 	if (!m->dl) {
 		snprintf(err, errlen, "%s", dlerror());

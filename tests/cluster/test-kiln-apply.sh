@@ -5,8 +5,9 @@
 # nothing; a partition change is a reconfigure that reaches the slurmds; a
 # node added or removed restarts slurmctld and every slurmd; a health
 # threshold only publishes the file and restarts kiln-healthd on the nodes;
-# an apply whose restart failed is finished by the next one; and a job that
-# runs through all of it survives.  Prints TAP.
+# an apply whose restart failed is finished by the next one; the published
+# file is signed by image.signing_key (and nothing changes without the
+# key); and a job that runs through all of it survives.  Prints TAP.
 set -u
 # shellcheck source=tests/lib/suite.sh
 . "$(dirname "$0")/../lib/suite.sh"
@@ -24,6 +25,7 @@ fi
 CFG=$W/cluster.cfg
 mkdir -p "$D"
 sed "s|@DIR@|$D|g" "$here/apply.cfg.in" >"$CFG"
+"$KILN" -q keygen --key "$D/head.key" >/dev/null # image.signing_key
 
 # apply [OPTIONS]: kiln apply in the head node's namespace against the test
 # cluster; output in $W/out, exit status in $rc
@@ -49,6 +51,9 @@ check "slurm.conf enables configless; node01's slurmd fetched its conf-cache" $?
 apply
 ok "the same file again: exit 0, nothing to do" test "$rc" = 0
 ok "  ... says so" said "Nothing to do"
+ok "  ... but signs the published copy, which had no signature (cluster.sh copied it)" \
+	bash -c "said() { grep -qF -- \"\$1\" '$W/out'; }; said 'signed: $D/pub/cluster.cfg.sig (it had no signature)' &&
+		'$KILN' -q verify --key '$D/head.pub' '$D/pub/cluster.cfg'"
 
 jid=$(hub sbatch --parsable -N1 -w node01 -o /dev/null --wrap 'sleep 600')
 for _ in $(seq 50); do job_running && break; sleep 0.2; done
@@ -120,6 +125,8 @@ ok "  ... Slurm needs nothing" said "plan: Slurm: nothing"
 ok "  ... the nodes re-run kiln-node-init and restart kiln-healthd" grep -qx 'node02: kiln-node-init && systemctl restart kiln-healthd' "$D/on-nodes.log"
 ok "  ... no slurmd touched" sh -c "! grep -q slurmd '$D/on-nodes.log'"
 ok "  ... the published cluster.cfg is the new file" cmp -s "$CFG" "$D/pub/cluster.cfg"
+ok "  ... signed: cluster.cfg.sig verifies against head.pub (kiln-node-init accepts it)" \
+	"$KILN" -q verify --key "$D/head.pub" "$D/pub/cluster.cfg"
 ok "  ... slurmctld was not restarted" test "$(ctld_pid)" = "$pid2"
 
 # ---- a restart that fails is owed by the next apply -----------------------------------
@@ -145,6 +152,20 @@ sed 's/^/#   /' "$W/out"
 ok "no --on-nodes: exit 0, prints what to run on which nodes" \
 	bash -c "[ $rc = 0 ] && grep -qxF 'to do: on node[01-03] run: kiln-node-init && systemctl restart kiln-healthd' '$W/out'"
 ok "  ... and runs nothing there" test ! -s "$D/on-nodes.log"
+
+# ---- no signing key: nothing changes ---------------------------------------------------
+mv "$D/head.key" "$D/head.key.away"
+cp "$D/pub/cluster.cfg" "$W/pub-before" && cp "$D/etc/slurm.conf" "$W/live-before"
+sed -i 's/temp_warn_c = 75;/temp_warn_c = 70;/' "$CFG"
+apply
+ok "no image.signing_key: exit 2, says kiln keygen and that nothing was changed" \
+	bash -c "[ $rc = 2 ] && grep -qF 'kiln keygen' '$W/out' && grep -qF 'Nothing was changed' '$W/out'"
+ok "  ... the published file and the live slurm.conf are untouched" \
+	bash -c "cmp -s '$W/pub-before' '$D/pub/cluster.cfg' && cmp -s '$W/live-before' '$D/etc/slurm.conf'"
+mv "$D/head.key.away" "$D/head.key"
+apply
+ok "  ... with the key back: applied (exit 0), signed" \
+	bash -c "[ $rc = 0 ] && '$KILN' -q verify --key '$D/head.pub' '$D/pub/cluster.cfg'"
 
 # ---- a switch tree (dry run) ---------------------------------------------------------
 cat >>"$CFG" <<'TOPO'

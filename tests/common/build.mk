@@ -7,3 +7,5 @@ $(eval $(call kiln_test,test-metrics,tests/common/test-metrics.c,common,))
 $(eval $(call kiln_test,test-prog,tests/common/test-prog.c,common,))
 # one meaning per short letter across the programs; the generated bash completion
 TEST_SCRIPTS += tests/common/test-cli-options.sh
+# kiln/pathtrust.h on real files (chown to nobody: as root)
+$(eval $(call kiln_test,test-pathtrust,tests/common/test-pathtrust.c,common,))

@@ -126,9 +126,9 @@ if [ -f "$comp/kiln" ]; then
 	}
 	targets=$("$B/bin/kiln" --dump-options | awk -F'\t' '$1 == "render" && $2 == "args" { print $3 }' | tr ' ' '\n' | sort | tr '\n' ' ')
 	expect "kiln ren<TAB> -> render" "render" kiln ren
-	expect "kiln <TAB> -> the verbs" "apply check help model reboot render show status tokenize" kiln ""
+	expect "kiln <TAB> -> the verbs" "apply check help keygen model reboot render serve show sign status tokenize verify" kiln ""
 	expect "kiln render <TAB> -> the targets" "${targets% }" kiln render ""
-	expect "kiln render n<TAB> -> node-env" "node-env" kiln render n
+	expect "kiln render n<TAB> -> node-env node.ipxe" "node-env node.ipxe" kiln render n
 	expect "kiln -c <file>: files" "config/examples/demo.cfg config/examples/dgx-pod.cfg" kiln -c config/examples/d
 	expect "kiln --config=<file>: files" "config/examples/demo.cfg config/examples/dgx-pod.cfg" kiln --config = config/examples/d
 	expect "kiln -c FILE render node-env --node <TAB>: the file's nodes" "node01 node02 node03" \

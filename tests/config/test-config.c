@@ -824,8 +824,15 @@ static void check_golden(const kiln_cfg *c, const char *ex, const char *target, 
 {
 	_cleanup_free_ char *out = NULL, *rel = NULL, *path = NULL, *want = NULL;
 	assert_int_equal(kiln_cfg_render(c, target, node, &out), 0);
-	if (node)
-		assert_true(asprintf(&rel, "tests/config/golden/%s/node-env/%s", ex, node) > 0);
+	const kiln_cfg_render_target *t = kiln_cfg_render_target_find(target);
+	const kiln_cfg_node *n = node ? kiln_cfg_find_node(c, node) : NULL;
+	if (node && (t->flags & KILN_CFG_RENDER_BY_MAC)) {
+		const uint8_t *m = n->mac;
+		assert_true(asprintf(&rel,
+				     "tests/config/golden/%s/ipxe/%02x-%02x-%02x-%02x-%02x-%02x",
+				     ex, m[0], m[1], m[2], m[3], m[4], m[5]) > 0);
+	} else if (node)
+		assert_true(asprintf(&rel, "tests/config/golden/%s/%s/%s", ex, target, node) > 0);
 	else
 		assert_true(asprintf(&rel, "tests/config/golden/%s/%s", ex, target) > 0);
 	path = srcpath(rel);
@@ -853,7 +860,8 @@ static void test_render_golden(void **state)
 			}
 			for (size_t i = 0; i < c->n_nodes; i++)
 				check_golden(c, examples[x], t->name, c->nodes[i].name);
-			check_golden(c, examples[x], t->name, c->head.hostname);
+			if (!(t->flags & KILN_CFG_RENDER_BY_MAC)) /* the head does not PXE-boot */
+				check_golden(c, examples[x], t->name, c->head.hostname);
 		}
 	}
 }
@@ -875,7 +883,7 @@ static void test_render_targets_table(void **state)
 		slurm += !!(t->flags & KILN_CFG_RENDER_SLURM);
 	}
 	assert_true(n <= KILN_CFG_RENDER_TARGETS_MAX);
-	assert_int_equal(per_node, 1);
+	assert_int_equal(per_node, 2); /* node-env, node.ipxe */
 	assert_int_equal(slurm, 4);
 	assert_string_equal(kiln_cfg_render_targets[0].name, "slurm.conf"); /* kiln apply's first */
 	assert_int_equal(kiln_cfg_render_target_find("slurmdbd.conf")->mode, 0600);
@@ -975,9 +983,17 @@ static void test_render_content(void **state)
 	assert_non_null(strstr(dns, "\ninterface=enp65s0f0\n"));
 	assert_int_equal(kiln_cfg_render(c, "boot.ipxe", NULL, &ipxe), 0);
 	assert_true(startswith(ipxe, "#!ipxe\n"));
-	assert_non_null(
-		strstr(ipxe, "\n:mac-b8-3f-d2-4a-13-fc\nset node dgx32\nset addr 10.40.1.32\n"));
-	assert_non_null(strstr(ipxe, "console=ttyS0,115200n8"));
+	/* boot.ipxe names no node: it chains to the booting port's script */
+	assert_non_null(strstr(ipxe, "\nchain ${base}/ipxe/${netX/mac:hexhyp} || "));
+	assert_null(strstr(ipxe, "dgx32"));
+	_cleanup_free_ char *nipxe = NULL;
+	assert_int_equal(kiln_cfg_render(c, "node.ipxe", "dgx32", &nipxe), 0);
+	assert_non_null(strstr(nipxe, " ifname=boot0:b8:3f:d2:4a:13:fc ip=10.40.1.32::"));
+	assert_non_null(strstr(nipxe, " kiln.node=dgx32 kiln.url=${base}"));
+	assert_non_null(strstr(nipxe, "console=ttyS0,115200n8"));
+	char *none = NULL;
+	assert_int_equal(kiln_cfg_render(c, "node.ipxe", c->head.hostname, &none), -ENXIO);
+	assert_null(none);
 	assert_int_equal(kiln_cfg_render(c, "node-env", "dgx30", &env), 0);
 	assert_non_null(strstr(env, "\nKILN_SERVICES=\"munge slurmd kiln-healthd kiln-inferd\"\n"));
 	assert_non_null(strstr(env, "\nKILN_PARTITIONS=infer\n"));

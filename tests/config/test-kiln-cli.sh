@@ -168,7 +168,7 @@ rc=$?
 rm -f "$tmp/huge.cfg"
 "$KILN" -c config/examples/demo.cfg render slurm.conf --node node01 >/dev/null 2>"$tmp/err"
 rc=$?
-[ $rc -eq 2 ] && grep -q "node-env only" "$tmp/err" && ok "--node with another target exits 2" ||
+[ $rc -eq 2 ] && grep -q "node-env and node.ipxe only" "$tmp/err" && ok "--node with another target exits 2" ||
 	fail "--node with another target exits 2" "rc=$rc" "$(cat "$tmp/err")"
 "$KILN" frobnicate 2>/dev/null
 [ $? -eq 2 ] && ok "unknown command exits 2" || fail "unknown command exits 2"

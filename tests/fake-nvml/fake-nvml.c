@@ -18,7 +18,10 @@
  * until the process exits, as a wedged driver does.  If KILN_FAKE_NVML_LOG
  * names a file, nvmlInit and every fired event append a line with the
  * CLOCK_REALTIME time, so tests can measure latency from injection.
- * KILN_FAKE_NVML_HANG_INIT=1 makes nvmlInit itself hang.  An nvmlInit that
+ * KILN_FAKE_NVML_HANG_INIT=1 makes nvmlInit itself hang.  If
+ * KILN_FAKE_NVML_CONSTRUCTOR_MARK names a file, the library's constructor
+ * writes "uid N" there as soon as it is loaded: what a planted .so could
+ * do as root (the path-trust tests show it never runs).  An nvmlInit that
  * finds KILN_FAKE_NVML_SCENARIO naming another file than the loaded one
  * loads that one (and its clock starts again).
  *
@@ -46,6 +49,18 @@
 #include <unistd.h>
 
 #include "kiln/nvml-api.h"
+
+/* Runs at dlopen, before any NVML call: the code a hostile library gets to
+ * run in whoever loads it. */
+__attribute__((constructor)) static void fake_nvml_loaded(void)
+{
+	const char *mark = getenv("KILN_FAKE_NVML_CONSTRUCTOR_MARK");
+	FILE *f = mark && *mark ? fopen(mark, "w") : NULL;
+	if (f) {
+		fprintf(f, "uid %u\n", (unsigned) geteuid());
+		fclose(f);
+	}
+}
 
 #define EXPORT		__attribute__((visibility("default")))
 #define FAKE_MAX_GPUS	64

@@ -13,7 +13,7 @@ TEST_FULL_SCRIPTS += tests/fuzz/fuzz-json.sh
 # libFuzzer target for parse + validate + render (tests/fuzz/fuzz-config.c),
 # by mk/rules.mk's kiln_fuzz; its suite runs in make test-full.
 FUZZ_CONFIG_SRCS := tests/fuzz/fuzz-config.c $(CONFIG_SRCS) common/parse.c common/strbuf.c common/hostlist.c common/log.c
-$(eval $(call kiln_fuzz,fuzz-config,$(FUZZ_CONFIG_SRCS),$(KILN_FUZZ_STRICT) -Icommon/include -Iconfig/lib/include,-lconfig,config/lib/include/kiln/config.h config/lib/config-internal.h $(wildcard common/include/kiln/*.h)))
+$(eval $(call kiln_fuzz,fuzz-config,$(FUZZ_CONFIG_SRCS),$(KILN_FUZZ_STRICT) -Icommon/include -Iconfig/lib/include,-lconfig -lsodium,config/lib/include/kiln/config.h config/lib/config-internal.h $(wildcard common/include/kiln/*.h)))
 TEST_FULL_SCRIPTS += tests/fuzz/fuzz-config.sh
 
 # libFuzzer targets (mk/rules.mk's kiln_fuzz): the protocol parser alone,
@@ -44,3 +44,14 @@ FUZZ_KTOK_SRCS := tests/fuzz/fuzz-tokenizer.c $(KTOK_SRCS) $(KMF_SRCS) kernels/k
 	common/strbuf.c common/error.c
 $(eval $(call kiln_fuzz,fuzz-tokenizer,$(FUZZ_KTOK_SRCS),$(KILN_FUZZ_STRICT) -Icommon/include -Ikernels/kk/include -Ikernels/modelfile/include -Ikernels/tokenizer/include,$(KMF_LDLIBS) -lm,kernels/tokenizer/include/ktok.h kernels/modelfile/include/kmf.h kernels/tokenizer/ktok_internal.h $(wildcard common/include/kiln/*.h)))
 TEST_FULL_SCRIPTS += tests/fuzz/fuzz-tokenizer.sh
+
+# libFuzzer target for the signature and key parsers and verify
+# (tests/fuzz/fuzz-sign.c): kiln-node-init verifies a signature fetched over
+# plain HTTP; its suite runs in make test-full.
+$(eval $(call kiln_fuzz,fuzz-sign,tests/fuzz/fuzz-sign.c config/lib/sign.c common/strbuf.c,$(KILN_FUZZ_STRICT) -Icommon/include -Iconfig/lib/include,-lsodium,config/lib/include/kiln/sign.h common/include/kiln/strbuf.h common/include/kiln/macro.h))
+TEST_FULL_SCRIPTS += tests/fuzz/fuzz-sign.sh
+# libFuzzer target for kiln serve's request parsing (paths, Range, URLs:
+# config/cli/serve-request.c), by mk/rules.mk's kiln_fuzz; its suite runs in
+# make test-full.
+$(eval $(call kiln_fuzz,fuzz-serve,tests/fuzz/fuzz-serve.c config/cli/serve-request.c,$(KILN_FUZZ_STRICT) -Icommon/include -Iconfig/cli,,config/cli/serve.h common/include/kiln/macro.h))
+TEST_FULL_SCRIPTS += tests/fuzz/fuzz-serve.sh

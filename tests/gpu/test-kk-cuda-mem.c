@@ -246,7 +246,7 @@ static void test_rope_embed(kk_dtype dt)
 				int r = 0;
 				BOTH(r,
 				     kk_rope(be, NULL, S(x), S(p), tokens, heads, hd, rot, 10000.0f,
-					     (kk_rope_mode) mode, mode == 1 && si == 1));
+					     NULL, (kk_rope_mode) mode, mode == 1 && si == 1));
 				snprintf(what, sizeof(what),
 					 "rope mode=%d h=%d hd=%d rot=%d off=%zu", mode, heads, hd,
 					 rot, off);

@@ -177,21 +177,26 @@ static void test_rope(kk_dtype dt, kk_rope_mode mode)
 	int32_t pos[50];
 	for (int i = 0; i < 50; i++)
 		pos[i] = (i * 977) % 9000; /* large positions: angle precision matters */
-	pair x = mk(dt, n, hx), p = mk(KK_I32, 50, pos);
+	/* Llama 3.1-style divisors (1, a blend, 8) at theta 500000 */
+	float div[24];
+	for (int i = 0; i < 24; i++)
+		div[i] = i < 6 ? 1.0f : i > 15 ? 8.0f : 1.0f + 7.0f * (float) (i - 6) / 10;
+	pair x = mk(dt, n, hx), p = mk(KK_I32, 50, pos), f = mk(KK_F32, 24, div);
 	int r = 0;
-	BOTH(r, kk_rope(be, NULL, S(x), S(p), tokens, heads, hd, rot, 10000.0f, mode, false));
+	BOTH(r,
+	     kk_rope(be, NULL, S(x), S(p), tokens, heads, hd, rot, 500000.0f, S(f), mode, false));
 	int ok = r >= 0 && parity(&x, tscale(tol_of(dt), 2), "rope fwd");
-	BOTH(r, kk_rope(be, NULL, S(x), S(p), tokens, heads, hd, rot, 10000.0f, mode, true));
+	BOTH(r, kk_rope(be, NULL, S(x), S(p), tokens, heads, hd, rot, 500000.0f, S(f), mode, true));
 	/* backward(forward(x)) == x */
 	round_to(dt, hx, n);
 	double *ref = malloc(n * sizeof(double));
 	for (size_t i = 0; i < n; i++)
 		ref[i] = hx[i];
 	ok = ok && r >= 0 && vs_ref(&x, ref, tscale(tol_of(dt), 3), "rope round trip");
-	tap(ok, "rope %s %s: forward vs cpu, backward(forward(x)) == x",
+	tap(ok, "rope %s %s, scaled: forward vs cpu, backward(forward(x)) == x",
 	    mode == KK_ROPE_HALF ? "half-split" : "interleaved", kk_dtype_name(dt));
 	free(hx), free(ref);
-	unpair(&x), unpair(&p);
+	unpair(&x), unpair(&p), unpair(&f);
 }
 
 static void test_act(kk_dtype dt)

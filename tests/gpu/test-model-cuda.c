@@ -3,11 +3,10 @@
  * Every test is a skip, with the reason, where no cuda backend is usable
  * (a CUDA=0 build or no GPU).  On a GPU machine: a random model with head
  * dim 64 (2:1 GQA) decoded in f32 and bf16 against the float64 reference
- * in both RoPE conventions; continuous batching (sequences joining and
- * leaving) giving the tokens each gives alone; a prompt in chunks giving
- * the logits and tokens of the whole prompt; and the tiny260K fixture
- * (head dim 8, which cuda attention lacks) refused at load with the reason.
- * NOT YET RUN ON A GPU: the tolerances below are first guesses (TF32 or
+ * in both RoPE conventions, and with Llama 3.1 RoPE scaling; continuous batching (sequences joining
+ * and leaving) giving the tokens each gives alone; a prompt in chunks giving the logits and tokens
+ * of the whole prompt; and the tiny260K fixture (head dim 8, which cuda attention lacks) refused at
+ * load with the reason. NOT YET RUN ON A GPU: the tolerances below are first guesses (TF32 or
  * different summation orders in cuBLASLt may need them widened). */
 #include <errno.h>
 #include <math.h>
@@ -53,6 +52,30 @@ static void test_random_f32(void **state)
 		check_against_ref(be, rand_path, KK_F32, modes[i], 150, 7, 5e-3, &worst, &mism);
 		print_message("# " KM_TEST_BACKEND
 			      " f32, %s RoPE: max |logit err| %.3g, %d argmax mismatches\n",
+			      i ? "half" : "interleaved", worst, mism);
+		assert_true(mism <= 2);
+	}
+}
+
+/* Llama 3.1 RoPE scaling (the divisors on the device), as in test-model. */
+static void test_random_scaled(void **state)
+{
+	NEED_CUDA();
+	const ref_rope l3 = { .theta = 500000,
+			      .kind = REF_ROPE_LLAMA3,
+			      .factor = 8,
+			      .low_freq_factor = 1,
+			      .high_freq_factor = 4,
+			      .original_max_pos = 64 };
+	const kk_rope_mode modes[] = { KK_ROPE_INTERLEAVED, KK_ROPE_HALF };
+	for (int i = 0; i < 2; i++) {
+		double worst;
+		int mism;
+		check_against_ref_rope(be, rand_path, KK_F32, modes[i], &l3, 150, 7, 5e-3, &worst,
+				       &mism);
+		print_message("# " KM_TEST_BACKEND
+			      " f32, %s RoPE, Llama 3.1 scaling: max |logit err| %.3g, %d argmax "
+			      "mismatches\n",
 			      i ? "half" : "interleaved", worst, mism);
 		assert_true(mism <= 2);
 	}
@@ -233,9 +256,9 @@ static void test_head_dim_8_refused(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_random_f32),	   cmocka_unit_test(test_random_bf16),
-		cmocka_unit_test(test_batching),	   cmocka_unit_test(test_chunked_prefill),
-		cmocka_unit_test(test_head_dim_8_refused),
+		cmocka_unit_test(test_random_f32),	cmocka_unit_test(test_random_scaled),
+		cmocka_unit_test(test_random_bf16),	cmocka_unit_test(test_batching),
+		cmocka_unit_test(test_chunked_prefill), cmocka_unit_test(test_head_dim_8_refused),
 	};
 	unsetenv("KILN_BACKEND"); /* this binary tests the cuda backend */
 	int r = kk_backend_available(KM_TEST_BACKEND);

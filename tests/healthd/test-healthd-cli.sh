@@ -77,6 +77,53 @@ check "no driver at start: unhealthy with the reason" grep -q "unhealthy: 0 GPUs
 check "the driver appears later: picked up, node healthy again" \
 	bash -c "grep -q 'NVML is available now' '$W/late.log' && grep -q 'node node01 healthy again' '$W/late.log'"
 
+# ---- health.nvml_library is dlopened as root: only a library root alone can change --
+# Issue 31's exploit: a .so written by nobody ran its constructor as uid 0
+# inside kiln-healthd.  The fake NVML's constructor writes "uid N" to
+# KILN_FAKE_NVML_CONSTRUCTOR_MARK: it must never run from such a path.
+if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
+	mark=$W/constructor-ran
+	# trusted (the build tree is root's): loads, and the constructor runs as it should
+	rm -f "$mark"
+	check "nvml_library root's (the build tree): --check exits 0" \
+		rc_is 0 env KILN_FAKE_NVML_CONSTRUCTOR_MARK="$mark" KILN_FAKE_NVML_SCENARIO="$healthy" "$HEALTHD" --check --node node01
+	check "  ... its constructor ran (the mark proves the probe works)" grep -qx 'uid 0' "$mark"
+	# evil_case NAME WHAT SETUP MESSAGE: a copy of the fake NVML in $W/NAME/lib
+	# made untrusted by the function SETUP; refused with MESSAGE
+	evil_case() {
+		local name=$1 what=$2 setup=$3 msg=$4
+		local dir=$W/$name  # (not d: write_cfg loops over d)
+		mkdir -p "$dir/lib" && chmod 755 "$dir" "$dir/lib" && cp "$FAKE" "$dir/lib/" && chmod 755 "$dir/lib/libnvidia-ml.so.1"
+		"$setup" "$dir"
+		write_cfg "$W/$name.cfg" "nvml_library = \"$dir/lib/libnvidia-ml.so.1\";"
+		rm -f "$mark"
+		for mode in --check ''; do
+			KILN_FAKE_NVML_CONSTRUCTOR_MARK=$mark KILN_FAKE_NVML_SCENARIO=$healthy timeout 10 \
+				"$HEALTHD" -c "$W/$name.cfg" --node node01 --metrics-port 0 $mode >"$W/out" 2>"$W/err"
+			local rc=$?
+			check "$what${mode:+ ($mode)}: refused, exit 2" test "$rc" = 2
+			check "  ... never loaded: its constructor did not run as root" test ! -e "$mark"
+		done
+		check "  ... the error names the key, the file and the fix" \
+			bash -c "grep -q 'health.nvml_library = \"$dir/lib/libnvidia-ml.so.1\": refusing to load it as root' '$W/err' && grep -q '$msg' '$W/err'"
+	}
+	own_nobody() { chown nobody "$1/lib/libnvidia-ml.so.1"; }
+	evil_case nobody "a library owned by nobody" own_nobody "owned by nobody"
+	dir_nobody() { chown nobody "$1/lib"; }
+	evil_case nobodydir "a library in a directory owned by nobody" dir_nobody "directory $W/nobodydir/lib is owned by nobody"
+	world_w() { chmod 0757 "$1/lib/libnvidia-ml.so.1"; }
+	evil_case worldw "a world-writable library" world_w "writable by every user"
+	group_w() { chmod 0775 "$1/lib"; }
+	evil_case groupw "a library in a group-writable directory" group_w "writable by its group"
+	# a root-owned link in a root-only directory to a nobody-owned file
+	link_nobody() { mkdir -p "$1/real" && mv "$1/lib/libnvidia-ml.so.1" "$1/real/" && chown nobody "$1/real/libnvidia-ml.so.1" && ln -s ../real/libnvidia-ml.so.1 "$1/lib/libnvidia-ml.so.1"; }
+	evil_case link "a root's link to a library owned by nobody" link_nobody "owned by nobody"
+	# (the check at the dlopen itself, for a file changed after the start:
+	# test-healthd's test_nvml_untrusted)
+else
+	skip "nvml_library trust: needs root and the user nobody (chown)"
+fi
+
 # no Slurm configuration: libslurm would exit the process from slurm_init();
 # the daemon must keep running (metrics, logs) and say what is missing
 write_cfg "$W/noslurm.cfg"

@@ -529,6 +529,44 @@ static void test_nvml_init_hang(void **state)
 	unsetenv("KILN_FAKE_NVML_HANG_INIT");
 }
 
+/* Issue 31: hd_nvml_open() itself refuses (without dlopen: the
+ * constructor never runs) a library a user other than root can change,
+ * so a file swapped after the daemon's start-up check is caught too. */
+static void test_nvml_untrusted(void **state)
+{
+	if (access(fake_dir, R_OK) < 0 || geteuid() != 0)
+		skip();
+	char dir[] = "/tmp/test-healthd-untrusted.XXXXXX", lib[96], mark[96], cmd[1024];
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(chmod(dir, 0755), 0);
+	snprintf(lib, sizeof(lib), "%s/libnvidia-ml.so.1", dir);
+	snprintf(mark, sizeof(mark), "%s/constructor-ran", dir);
+	snprintf(cmd, sizeof(cmd), "cp '%s' '%s' && chown 65534 '%s'", fake_dir, lib, lib);
+	assert_int_equal(system(cmd), 0);
+	setenv("KILN_FAKE_NVML_CONSTRUCTOR_MARK", mark, 1);
+	char err[512] = "";
+	hd_nvml *m = NULL;
+	assert_int_equal(hd_nvml_open(lib, 300000, &m, err, sizeof(err)), -EPERM);
+	assert_null(m);
+	assert_non_null(strstr(err, "refusing to load"));
+	assert_non_null(strstr(err, "not root"));
+	assert_int_equal(access(mark, F_OK), -1); /* never loaded */
+	/* root's, but every user may write it */
+	assert_int_equal(chown(lib, 0, 0), 0);
+	assert_int_equal(chmod(lib, 0666), 0);
+	assert_int_equal(hd_nvml_open(lib, 300000, &m, err, sizeof(err)), -EPERM);
+	assert_non_null(strstr(err, "writable by every user"));
+	assert_int_equal(access(mark, F_OK), -1);
+	/* made root's alone: loads, and the constructor runs */
+	assert_int_equal(chmod(lib, 0755), 0);
+	assert_int_equal(hd_nvml_open(lib, 300000, &m, err, sizeof(err)), 0);
+	assert_int_equal(access(mark, F_OK), 0);
+	hd_nvml_close(m);
+	unsetenv("KILN_FAKE_NVML_CONSTRUCTOR_MARK");
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
 static void test_nvml_fake(void **state)
 {
 	if (access(fake_dir, R_OK) < 0)
@@ -836,6 +874,7 @@ int main(void)
 		cmocka_unit_test_setup(test_metrics, setup),
 		cmocka_unit_test_setup(test_json_table, setup),
 		cmocka_unit_test(test_nvml_init_hang),
+		cmocka_unit_test(test_nvml_untrusted),
 		cmocka_unit_test(test_nvml_fake),
 		cmocka_unit_test(test_nvml_old_driver),
 		cmocka_unit_test_setup(test_check_table, setup),

@@ -72,15 +72,19 @@ cleanup() {
 trap cleanup EXIT
 
 # ---- build the image -------------------------------------------------------
-# A throwaway munge key, shared by the image and the test's slurmctld.
+# A throwaway munge key for the test's slurmctld (never in the image: the
+# node gets it from the head's kiln serve at boot), and a throwaway head
+# signing key: the image holds its public half, cluster.cfg.sig is signed
+# with it.
 mkdir -p "$W/cluster/munge"
 mungekey -c -k "$W/cluster/munge/munge.key" 2>/dev/null ||
 	dd if=/dev/urandom of="$W/cluster/munge/munge.key" bs=1024 count=1 status=none
-if [ "${KILN_IMAGE_TEST_REUSE:-0}" = 1 ] && [ -s "$IMG/initrd.img" ] && [ -s "$IMG/munge.key" ]; then
+if [ "${KILN_IMAGE_TEST_REUSE:-0}" = 1 ] && [ -s "$IMG/initrd.img" ] && [ -s "$IMG/munge.key" ] && [ -s "$IMG/head.key" ]; then
 	cp "$IMG/munge.key" "$W/cluster/munge/munge.key"
 	# boot.ipxe and cluster.cfg are not part of the image: always the current ones
 	"$KILN" -q -c "$CFG" render boot.ipxe -o "$IMG/boot.ipxe"
 	cp "$CFG" "$IMG/cluster.cfg"
+	"$KILN" -q sign --key "$IMG/head.key" "$IMG/cluster.cfg" >/dev/null
 	ok "reusing the image in $IMG (KILN_IMAGE_TEST_REUSE=1)" true
 else
 	rm -rf "$IMG-staging"
@@ -101,9 +105,12 @@ else
 	cp tests/tokenizer/data/tok512.bin "$W/overlay/srv/models/"
 	t0=$EPOCHREALTIME
 	# zstd -3: a test image is packed once and booted once; -9 saves ~10% for minutes of CPU
-	if ZSTD_LEVEL=${ZSTD_LEVEL:-3} MUNGE_KEY=$W/cluster/munge/munge.key KILN=$KILN image/build-image.sh "$CFG" "$IMG" \
+	rm -f "$W/head.key" "$W/head.pub"
+	"$KILN" -q keygen --key "$W/head.key" >/dev/null
+	if ZSTD_LEVEL=${ZSTD_LEVEL:-3} SIGNING_KEY=$W/head.key KILN=$KILN image/build-image.sh "$CFG" "$IMG" \
 		"$IMG-staging" "$W/overlay" >"$W/build.log" 2>&1; then
 		cp "$W/cluster/munge/munge.key" "$IMG/munge.key"
+		cp "$W/head.key" "$W/head.pub" "$IMG/"
 		ok "make image: built from tests/image/${CFG##*/} in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s ($(cat "$IMG/image.stats"))" true
 	else
 		ok "make image: built from tests/image/${CFG##*/}" false
@@ -111,9 +118,16 @@ else
 		tap_done; exit 1
 	fi
 fi
-for f in vmlinuz initrd.img boot.ipxe cluster.cfg; do
+for f in vmlinuz initrd.img boot.ipxe cluster.cfg cluster.cfg.sig; do
 	ok "image has $f" test -s "$IMG/$f"
 done
+ok "cluster.cfg.sig is a good signature by the head's key" "$KILN" -q verify --key "$IMG/head.pub" "$IMG/cluster.cfg"
+# issue 31: the served initrd unpacked gives no secret
+zstd -dcq "$IMG/initrd.img" | cpio -t --quiet 2>/dev/null >"$W/initrd.all"
+ok "the unpacked initrd holds no munge key" bash -c "! grep -qx 'etc/munge/munge.key' '$W/initrd.all'"
+ok "  ... and the head's public key as /etc/kiln/head.pub, the one that signed cluster.cfg" \
+	bash -c "grep -qx 'etc/kiln/head.pub' '$W/initrd.all' && cmp -s <(cd '$W' && zstd -dcq '$IMG/initrd.img' | cpio -i --quiet --to-stdout etc/kiln/head.pub) '$IMG/head.pub'"
+ok "  ... and no secret key of the head" bash -c "! zstd -dcq '$IMG/initrd.img' | grep -qa 'kiln-secret-key v1'"
 if [ "${KILN_IMAGE_FROM:-deb}" = deb ]; then
 	zstd -dcq "$IMG/initrd.img" | cpio -t --quiet 2>/dev/null >"$W/initrd.list"
 	ok "kiln and kiln-node installed by dpkg in the image (their .list files; /usr/bin/kiln-healthd)" \
@@ -121,7 +135,7 @@ if [ "${KILN_IMAGE_FROM:-deb}" = deb ]; then
 fi
 ok "boot.ipxe is kiln's rendering of the cluster file" \
 	cmp -s "$IMG/boot.ipxe" <("$KILN" -q -c "$CFG" render boot.ipxe)
-ok "initrd.img is not world-readable (it holds the munge key)" \
+ok "initrd.img is not world-readable while the build leaves it (0640)" \
 	test "$(stat -c %a "$IMG/initrd.img")" = 640
 
 # ---- the head node: slurmctld, HTTP, in one namespace ------------------------
@@ -145,7 +159,21 @@ hub() { nsenter --net="/run/netns/$HUB" --uts="$W/cluster/uts/$HUB" "$@"; }
 hub ip addr add "$NODE_ADDR/32" dev lo
 hub ip route replace local "$NODE_ADDR" dev lo table local proto kernel scope host src "$KC_HEAD_ADDR"
 mkdir -p "$W/srv"
-for f in vmlinuz initrd.img boot.ipxe cluster.cfg; do ln -s "$IMG/$f" "$W/srv/$f"; done
+for f in vmlinuz initrd.img boot.ipxe cluster.cfg cluster.cfg.sig; do ln -s "$IMG/$f" "$W/srv/$f"; done
+# boot.ipxe chains to ipxe/MAC (kiln serve renders it; for this static
+# server, the files kiln render node.ipxe writes, as docs/serve.md says)
+mkdir -p "$W/srv/ipxe"
+"$KILN" -q -c "$CFG" show nodes | awk 'NR > 1 { print $1, tolower($4) }' | while read -r n m; do
+	"$KILN" -q -c "$CFG" render node.ipxe --node "$n" -o "$W/srv/ipxe/$(printf '%s' "$m" | tr ':' '-')"
+done
+# The image holds no munge key: kiln-node-init fetches it from
+# BASE/secret/munge.key as root (a privileged source port).  qemu's user
+# network hands the head qemu's own connection, not the guest's source port,
+# so kiln serve's port rule cannot be exercised through it (test-serve does
+# that on real addresses); this static stand-in serves the test's key where
+# kiln serve would, and the checks below see kiln-node-init install it.
+mkdir -p "$W/srv/secret"
+cp "$W/cluster/munge/munge.key" "$W/srv/secret/munge.key"
 hub python3 -m http.server --bind 127.0.0.1 --directory "$W/srv" "$PORT" >"$W/http.log" 2>&1 &
 http_pid=$!
 
@@ -176,8 +204,8 @@ while [ "$(elapsed | cut -d. -f1)" -lt "$BOOT_TIMEOUT_S" ] && kill -0 "$qemu_pid
 	sleep 1
 done
 diag "serial log: $(wc -l <"$SERIAL") lines; probe after ${t_probe:-never} s of $BOOT_TIMEOUT_S"
-ok "iPXE fetched kernel and initrd over HTTP (kiln's boot.ipxe by MAC)" \
-	bash -c "grep -q 'GET /vmlinuz' '$W/http.log' && grep -q 'GET /initrd.img' '$W/http.log'"
+ok "iPXE fetched kernel and initrd over HTTP (kiln's boot.ipxe, then ipxe/MAC)" \
+	bash -c "grep -q 'GET /ipxe/$(printf '%s' "$NODE_MAC" | tr 'A-F:' 'a-f-')' '$W/http.log' && grep -q 'GET /vmlinuz' '$W/http.log' && grep -q 'GET /initrd.img' '$W/http.log'"
 # iPXE names the ports net0 (dead) and net1; a boot.ipxe that looked at net0
 # only would have gone to :unknown
 ok "iPXE booted from the second port (net1, $NODE_MAC), not net0" \
@@ -209,7 +237,11 @@ fi
 ok "slurm.conf rendered from the fetched file" \
 	test "$(field cluster)" = qemu -a "$(field from)" = "http://$GUEST_HEAD:$PORT/cluster.cfg"
 ok "munge active, and a credential round-trips" test "$(field munge)" = active -a "$(field munge-cred)" = ok
-ok "munge key baked in mode 0400, owned by munge" test "$(field munge-key-mode)" = 400:munge
+# the key is not in the image: kiln-node-init fetched it from the head's
+# kiln serve at boot (mode 0400, owned by munge)
+ok "munge key delivered at boot in mode 0400, owned by munge" test "$(field munge-key-mode)" = 400:munge
+ok "kiln-node-init fetched cluster.cfg.sig and the file verified" grep -q 'GET /cluster.cfg.sig' "$W/http.log"
+ok "kiln-node-init fetched the munge key from BASE/secret/munge.key (not from the image)" grep -q 'GET /secret/munge.key' "$W/http.log"
 ok "root password is locked (no root_password_hash in qemu.cfg)" test "$(field root)" = L
 ok "image.ssh_keys: sshd active with host keys made at boot, authorized_keys 0600 root with 1 key" \
 	test "$(field ssh)" = active -a "$(field authkeys)" = 600:root:1 -a "$(field hostkeys)" -ge 1

@@ -1,7 +1,9 @@
 #!/bin/bash
 # test-image-init.sh — the fast checks of the node image (no qemu, no
 # network beyond 127.0.0.1): kiln-node-init against a fake /proc/cmdline, a
-# real HTTP server on 127.0.0.1 and a scratch root; its unit under
+# real HTTP server on 127.0.0.1 and a scratch root holding the head's public
+# key (every served file is signed; unsigned, tampered and other-key files
+# and code paths others can change are refused); its unit under
 # `systemd-analyze verify`; `make install` placing it; shellcheck on every
 # image script.  The image build and boot are tests/image/test-image-boot.sh
 # (make test-full).  Prints TAP.
@@ -35,9 +37,41 @@ mkdir -p "$W/srv/logcustom" "$W/srv/logoff"
   printf 'logging = { forward = false; };\ntime = { sync = false; };\n'; } >"$W/srv/logoff/cluster.cfg"
 # valid libconfig, invalid cluster file: line 3 has a typo'd key
 printf 'cluster = { name = "demo"; };\n# a comment\nnetwrk = { subnet = "10.77.0.0/24"; };\n' >"$W/srv/bad/cluster.cfg"
+# The head's signing key; every served file is signed with it (kiln sign),
+# and each scratch root gets its public half as /etc/kiln/head.pub, as the
+# image build puts it there.
+"$KILN" -q keygen --key "$W/head.key" >/dev/null
+"$KILN" -q keygen --key "$W/other.key" >/dev/null
+for f in "$W"/srv/cluster.cfg "$W"/srv/*/cluster.cfg; do
+	"$KILN" -q sign --key "$W/head.key" "$f" >/dev/null || echo "# kiln sign $f failed"
+done
+# unsigned, tampered after signing, signed by another key, a garbage signature
+for d in unsigned tampered otherkey garbage; do mkdir -p "$W/srv/$d" && cp config/examples/demo.cfg "$W/srv/$d/cluster.cfg"; done
+"$KILN" -q sign --key "$W/head.key" "$W/srv/tampered/cluster.cfg" >/dev/null
+sed -i 's/10.77.0.1"/10.77.0.66"/' "$W/srv/tampered/cluster.cfg" # the head's address, as an attacker would
+"$KILN" -q sign --key "$W/other.key" "$W/srv/otherkey/cluster.cfg" >/dev/null
+head -c 200 /dev/urandom >"$W/srv/garbage/cluster.cfg.sig"
+# kiln apply caught between renaming the file and its signature: the first
+# signature fetched is the old file's; the server then puts the new one in
+# place (cluster.cfg.sig.next, below)
+mkdir -p "$W/srv/race"
+cp config/examples/demo.cfg "$W/srv/race/cluster.cfg"
+"$KILN" -q sign --key "$W/head.key" "$W/srv/race/cluster.cfg" >/dev/null
+mv "$W/srv/race/cluster.cfg.sig" "$W/race.sig.good"
+sed -i 's/^# /## /' "$W/srv/race/cluster.cfg" && "$KILN" -q sign --key "$W/head.key" "$W/srv/race/cluster.cfg" >/dev/null
+mv "$W/srv/race/cluster.cfg.sig" "$W/race.sig.stale"
+cp config/examples/demo.cfg "$W/srv/race/cluster.cfg"
 python3 - "$W/srv" "$W/port" >"$W/http.log" 2>&1 <<'PY' &
-import functools, http.server, sys
-h = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[1])
+import functools, http.server, os, sys
+class H(http.server.SimpleHTTPRequestHandler):
+    # after serving race/cluster.cfg.sig, the next one takes its place
+    def do_GET(self):
+        super().do_GET()
+        if self.path.endswith("/race/cluster.cfg.sig"):
+            nxt = os.path.join(sys.argv[1], "race", "cluster.cfg.sig.next")
+            if os.path.exists(nxt):
+                os.replace(nxt, nxt[:-len(".next")])
+h = functools.partial(H, directory=sys.argv[1])
 s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), h)
 open(sys.argv[2], "w").write(str(s.server_address[1]))
 s.serve_forever()
@@ -47,12 +81,16 @@ for _ in $(seq 50); do [ -s "$W/port" ] && break; sleep 0.1; done
 P=$(cat "$W/port")
 URL=http://127.0.0.1:$P
 
-# run NAME CMDLINE [extra options]: a fresh scratch root with a munge key,
-# kiln-node-init's exit status in $rc, stderr in $W/NAME.err
+# run NAME CMDLINE [extra options]: a fresh scratch root holding the head's
+# public key (as the image does) and a munge key (as an earlier boot's
+# kiln serve left it: no kiln serve answers here, so kiln-node-init keeps
+# it; docs/serve.md, test-serve fetches it for real), kiln-node-init's exit
+# status in $rc, stderr in $W/NAME.err
 run() {
 	local name=$1 cmdline=$2; shift 2
 	R=$W/root-$name
-	mkdir -p "$R/etc/munge"
+	mkdir -p "$R/etc/kiln" "$R/etc/munge"
+	cp "$W/head.pub" "$R/etc/kiln/head.pub"
 	echo "test munge key" >"$R/etc/munge/munge.key"
 	printf '%s\n' "$cmdline" >"$W/cmdline-$name"
 	"$INIT" --root "$R" --cmdline "$W/cmdline-$name" --kiln "$KILN" --attempts 2 --delay 0 "$@" \
@@ -63,8 +101,8 @@ run() {
 FILES=(etc/kiln/cluster.cfg etc/kiln/node.env etc/slurm/slurm.conf etc/slurm/gres.conf etc/slurm/cgroup.conf etc/hosts etc/hostname etc/default/slurmd
 	etc/systemd/journal-upload.conf.d/kiln.conf etc/systemd/timesyncd.conf.d/kiln.conf
 	etc/systemd/system/kiln-healthd.socket.d/kiln.conf etc/systemd/system/kiln-inferd.socket.d/kiln.conf)
-nothing_written() { # ROOT: only the munge key (and directories)
-	[ "$(find "$1" -type f | grep -vc '/etc/munge/munge.key$')" = 0 ]
+nothing_written() { # ROOT: only the image's public key, the old munge key (and directories)
+	[ "$(find "$1" -type f | grep -vc -e '/etc/kiln/head.pub$' -e '/etc/munge/munge.key$')" = 0 ]
 }
 expect_render() { # ROOT TARGET FILE [--node N]: FILE is kiln's rendering, header naming the URL
 	local root=$1 t=$2 f=$3; shift 3
@@ -165,14 +203,74 @@ rc=$?
 ok "failed re-run (bad file): exit 2 and the previous files are unchanged" \
 	bash -c "[ $rc = 2 ] && [ \"\$(cd '$R' && md5sum ${FILES[*]})\" = '$sum_before' ]"
 
-# the munge key is baked into the image; without it nothing is written
-R=$W/root-nokey
-mkdir -p "$R"
-printf '%s\n' "kiln.node=node02 kiln.url=$URL" >"$W/cmdline-nokey"
-"$INIT" --root "$R" --cmdline "$W/cmdline-nokey" --kiln "$KILN" --attempts 1 >/dev/null 2>"$W/nokey.err"
+# ---- the signed cluster file (issue 31): refused unless the head's key signed it ------
+ok "  ... the good file verified against the image's head.pub, and says so" \
+	grep -q "cluster file from $URL/cluster.cfg: good signature by key $(cut -d' ' -f4 "$W/head.pub")" "$W/good.err"
+run unsigned "kiln.node=node02 kiln.url=$URL/unsigned"
+ok "unsigned file (no cluster.cfg.sig, HTTP 404): exit 2, says so and how to sign" \
+	bash -c "[ $rc = 2 ] && grep -q 'it is not signed (no $URL/unsigned/cluster.cfg.sig' '$W/unsigned.err' && grep -q 'kiln sign' '$W/unsigned.err'"
+ok "  ... nothing written" nothing_written "$R"
+run tampered "kiln.node=node02 kiln.url=$URL/tampered"
+ok "tampered file (the head's address changed after signing): exit 2, names the URL" \
+	bash -c "[ $rc = 2 ] && grep -q 'refusing the cluster file from $URL/tampered/cluster.cfg: its signature' '$W/tampered.err' && grep -q 'altered' '$W/tampered.err'"
+ok "  ... nothing written" nothing_written "$R"
+run otherkey "kiln.node=node02 kiln.url=$URL/otherkey"
+ok "file signed by another key: exit 2, names both keys" \
+	bash -c "[ $rc = 2 ] && grep -q \"signed by key \$(cut -d' ' -f4 '$W/other.pub'), not by the trusted key\" '$W/otherkey.err'"
+ok "  ... nothing written" nothing_written "$R"
+run garbage "kiln.node=node02 kiln.url=$URL/garbage"
+ok "garbage signature: exit 2" bash -c "[ $rc = 2 ] && grep -q 'bad signature' '$W/garbage.err'"
+ok "  ... nothing written" nothing_written "$R"
+# a fetch between kiln apply's two renames: fetched once more, then accepted
+cp "$W/race.sig.stale" "$W/srv/race/cluster.cfg.sig" && cp "$W/race.sig.good" "$W/srv/race/cluster.cfg.sig.next"
+run race "kiln.node=node02 kiln.url=$URL/race"
+ok "a signature of the previous file (kiln apply in progress): fetched once more, then configured (exit 0)" \
+	bash -c "[ $rc = 0 ] && grep -q 'fetching $URL/race/cluster.cfg and its signature once more' '$W/race.err'"
+cp "$W/race.sig.stale" "$W/srv/race/cluster.cfg.sig" && cp "$W/race.sig.good" "$W/srv/race/cluster.cfg.sig.next"
+run race1 "kiln.node=node02 kiln.url=$URL/race" --attempts 1
+ok "  ... with --attempts 1: refused (exit 2), nothing written" nothing_written "$R"
+rm -f "$W/srv/race/cluster.cfg.sig.next"
+# a previous good configuration survives a refused file untouched
+run keep2 "kiln.node=node02 kiln.url=$URL"
+sum_before=$(cd "$R" && md5sum "${FILES[@]}")
+"$INIT" --root "$R" --cmdline <(echo "kiln.node=node02 kiln.url=$URL/tampered") --kiln "$KILN" --attempts 1 >/dev/null 2>&1
 rc=$?
-ok "no munge key in the image: exit 1, says so, nothing written" \
-	bash -c "[ $rc = 1 ] && grep -q 'no munge key' '$W/nokey.err' && [ -z \"\$(find '$R' -type f)\" ]"
+ok "refused re-run (tampered, as after kiln apply): exit 2 and the previous files are unchanged" \
+	bash -c "[ $rc = 2 ] && [ \"\$(cd '$R' && md5sum ${FILES[*]})\" = '$sum_before' ]"
+# no public key in the image: nothing can be trusted
+R=$W/root-nopub
+mkdir -p "$R"
+"$INIT" --root "$R" --cmdline <(echo "kiln.node=node02 kiln.url=$URL") --kiln "$KILN" --attempts 1 >/dev/null 2>"$W/nopub.err"
+rc=$?
+ok "no /etc/kiln/head.pub in the image: exit 2, says rebuild the image, nothing written" \
+	bash -c "[ $rc = 2 ] && grep -q 'no head public key at $R/etc/kiln/head.pub' '$W/nopub.err' && [ -z \"\$(find '$R' -type f)\" ]"
+
+# ---- code paths the file names: root's alone, in the node's tree ----------------------
+# Issue 31: a .so written by nobody ran its constructor as uid 0 in kiln-healthd.
+if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
+	mkdir -p "$W/srv/evil"
+	sed 's|^health = {|health = { nvml_library = "/opt/nv/libnvidia-ml.so.1";|' config/examples/demo.cfg >"$W/srv/evil/cluster.cfg"
+	"$KILN" -q sign --key "$W/head.key" "$W/srv/evil/cluster.cfg" >/dev/null
+	R=$W/root-evil
+	mkdir -p "$R/etc/kiln" "$R/etc/munge" "$R/opt/nv" && cp "$W/head.pub" "$R/etc/kiln/" && chmod 755 "$R" "$R/opt" "$R/opt/nv"
+	echo "test munge key" >"$R/etc/munge/munge.key"
+	: >"$R/opt/nv/libnvidia-ml.so.1" && chown nobody "$R/opt/nv/libnvidia-ml.so.1"
+	"$INIT" --root "$R" --cmdline <(echo "kiln.node=node02 kiln.url=$URL/evil") --kiln "$KILN" --attempts 1 >/dev/null 2>"$W/evil.err"
+	rc=$?
+	ok "signed file naming a library owned by nobody in the node's tree: exit 2, names key, file, owner" \
+		bash -c "[ $rc = 2 ] && grep -q 'health.nvml_library = \"/opt/nv/libnvidia-ml.so.1\": refused' '$W/evil.err' && grep -q 'owned by nobody' '$W/evil.err'"
+	ok "  ... nothing written" bash -c "[ \"\$(find '$R' -type f | grep -vc -e /etc/kiln/head.pub -e /etc/munge/munge.key -e /opt/nv/)\" = 0 ]"
+	chown root "$R/opt/nv/libnvidia-ml.so.1" && chmod 0777 "$R/opt/nv"
+	"$INIT" --root "$R" --cmdline <(echo "kiln.node=node02 kiln.url=$URL/evil") --kiln "$KILN" --attempts 1 >/dev/null 2>"$W/evil.err"
+	rc=$?
+	ok "  ... root's library in a world-writable directory: exit 2" \
+		bash -c "[ $rc = 2 ] && grep -q 'directory /opt/nv is writable by every user' '$W/evil.err'"
+	chmod 0755 "$R/opt/nv"
+	"$INIT" --root "$R" --cmdline <(echo "kiln.node=node02 kiln.url=$URL/evil") --kiln "$KILN" --attempts 1 >/dev/null 2>"$W/evil.err"
+	ok "  ... made root's alone: exit 0" test $? = 0
+else
+	skip "code paths owned by nobody: needs root (chown) and the user nobody"
+fi
 
 "$INIT" --attempts 0 >/dev/null 2>"$W/usage.err"
 ok "--attempts 0: usage error, exit 2" test $? = 2
@@ -246,21 +344,22 @@ else
 	skip "systemd-analyze not installed"
 fi
 
-# ---- boot.ipxe's kernel command line, read by the image's network generator -------
+# ---- each node's kernel command line, read by the image's network generator -------
 # For each node of dgx-pod.cfg (many nodes, several DNS servers, MTU 9000 or
-# not): the kernel line boot.ipxe gives it, with iPXE's variables set as its
-# :mac- entry sets them, through systemd-network-generator (the image enables
-# it) must name the port with the node's MAC boot0 and give boot0 the node's
-# address, gateway, netmask, DNS and MTU from the cluster file.
+# not): the kernel line of its boot script (node.ipxe, what kiln serve
+# answers at ipxe/MAC once boot.ipxe chained there), through
+# systemd-network-generator (the image enables it), must name the port with
+# the node's MAC boot0 and give boot0 the node's address, gateway, netmask,
+# DNS and MTU from the cluster file.
 GEN=/lib/systemd/systemd-network-generator
 if [ -x "$GEN" ]; then
 	for ex in dgx-pod demo; do
 		cfg=config/examples/$ex.cfg
-		"$KILN" -q -c "$cfg" render boot.ipxe >"$W/$ex.ipxe"
-		kline=$(sed -n 's/^kernel //p' "$W/$ex.ipxe")
 		n=0 bad=''
 		while read -r node addr mac; do
-			line=$(printf '%s\n' "$kline" | sed "s|\${node}|$node|g; s|\${addr}|$addr|g; s|\${bootmac}|$mac|g; s|\${base}|http://h|g")
+			"$KILN" -q -c "$cfg" render node.ipxe --node "$node" >"$W/$ex-$node.ipxe"
+			# shellcheck disable=SC2016 # iPXE's ${base}, not the shell's
+			line=$(sed -n 's/^kernel //p' "$W/$ex-$node.ipxe" | sed 's|\${base}|http://h|g')
 			g=$W/gen-$ex-$node
 			# (word splitting is the kernel's: the line has no quotes)
 			# shellcheck disable=SC2086
@@ -270,11 +369,11 @@ if [ -x "$GEN" ]; then
 			grep -qx "MACAddress=$mac" "$d/90-boot0.link" && grep -qx 'Name=boot0' "$d/90-boot0.link" &&
 				grep -qx 'Name=boot0' "$d/90-boot0.network" &&
 				grep -q "^Address=$addr/" "$d/90-boot0.network" &&
-				grep -qx "Gateway=$gw" "$d/90-boot0.network" || bad+=" $node"
+				grep -qx "Gateway=$gw" "$d/90-boot0.network" &&
+				grep -q " kiln.node=$node " "$W/$ex-$node.ipxe" || bad+=" $node"
 			n=$((n + 1))
-		done < <(awk '/^:mac-/ { n = ""; a = ""; m = "" } /^set node / { n = $3 } /^set addr / { a = $3 }
-			/^set bootmac / { print n, a, $3 }' "$W/$ex.ipxe")
-		ok "$ex.cfg: boot.ipxe's kernel line gives each of $n nodes boot0 = its MAC with its address (systemd-network-generator)" \
+		done < <("$KILN" -q -c "$cfg" show nodes | awk 'NR > 1 { print $1, $3, tolower($4) }')
+		ok "$ex.cfg: each of $n nodes' kernel line (node.ipxe) gives boot0 = its MAC with its address (systemd-network-generator)" \
 			test -z "$bad" -a "$n" -gt 0
 		[ -z "$bad" ] || diag "wrong for:$bad"
 	done
@@ -294,11 +393,13 @@ else
 	tail -5 "$W/install.log" | sed 's/^/# /'
 fi
 
-# ---- pack-initrd.sh: the initrd (it holds the munge key) never readable by others ----
+# ---- pack-initrd.sh: the initrd never readable by others while written ----
+# (It holds no secret any more; an image built before that did, and so may
+# an image.packages addition: it stays 0600 while written, 0640 after.)
 # A zstd in front of the real one records the mode of its output as soon as
 # it is written, before pack-initrd.sh renames it into place.
-mkdir -p "$W/pack/root/etc/munge" "$W/pack/root/boot" "$W/pack/out" "$W/pack/bin"
-printf 'not-a-real-key\n' >"$W/pack/root/etc/munge/munge.key"
+mkdir -p "$W/pack/root/etc/kiln" "$W/pack/root/boot" "$W/pack/out" "$W/pack/bin"
+cp "$W/head.pub" "$W/pack/root/etc/kiln/head.pub"
 printf 'kernel\n' >"$W/pack/root/boot/vmlinuz-x"
 printf '0644 stale\n' >"$W/pack/out/initrd.img.new" && chmod 0644 "$W/pack/out/initrd.img.new"
 cat >"$W/pack/bin/zstd" <<ZSTD
@@ -316,10 +417,28 @@ if command -v zstd >/dev/null && command -v cpio >/dev/null; then
 	ok "  ... initrd.img is 0640 once in place, no .new left" \
 		bash -c "[ \$(stat -c %a '$W/pack/out/initrd.img') = 640 ] && [ ! -e '$W/pack/out/initrd.img.new' ]"
 	ok "  ... it unpacks to the root without /boot" bash -c \
-		"zstd -dc '$W/pack/out/initrd.img' | cpio -it --quiet | grep -qx etc/munge/munge.key && ! zstd -dc '$W/pack/out/initrd.img' | cpio -it --quiet | grep -q '^boot'"
+		"zstd -dc '$W/pack/out/initrd.img' | cpio -it --quiet | grep -qx etc/kiln/head.pub && ! zstd -dc '$W/pack/out/initrd.img' | cpio -it --quiet | grep -q '^boot'"
 else
 	skip "zstd or cpio not installed (make image-deps)"
 fi
+
+# ---- build-image.sh: no image without the head's signing key pair --------------------
+# (the checks before mmdebstrap: no network, no root filesystem)
+mkdir -p "$W/bi/staging/usr/local/bin" "$W/bi/keys"
+sed "s|signing_key = \"/etc/kiln/head.key\"|signing_key = \"$W/bi/keys/head.key\"|" config/examples/dgx-pod.cfg >"$W/bi/c.cfg"
+KILN=$KILN image/build-image.sh "$W/bi/c.cfg" "$W/bi/out" "$W/bi/staging" >/dev/null 2>"$W/bi/nokey.err"
+rc=$?
+ok "build-image.sh without image.signing_key's pair: exit 1, says kiln keygen" \
+	bash -c "[ $rc = 1 ] && grep -q \"no signing key pair at '$W/bi/keys/head.key'\" '$W/bi/nokey.err' && grep -q 'kiln keygen' '$W/bi/nokey.err'"
+"$KILN" -q keygen --key "$W/bi/keys/head.key" >/dev/null
+cp "$W/other.pub" "$W/bi/keys/head.pub"
+KILN=$KILN image/build-image.sh "$W/bi/c.cfg" "$W/bi/out" "$W/bi/staging" >/dev/null 2>"$W/bi/mismatch.err"
+rc=$?
+ok "build-image.sh with a .pub that is not the key's half: exit 1, says so (every node would refuse)" \
+	bash -c "[ $rc = 1 ] && grep -q 'is not the public half of $W/bi/keys/head.key' '$W/bi/mismatch.err'"
+ok "  ... and wrote no signature next to the cluster file" test ! -e "$W/bi/c.cfg.sig"
+ok "build-image.sh bakes no munge key or password hash: no upload of either" \
+	bash -c "! grep -nE 'upload .*munge|chpasswd|ROOT_PASSWORD' image/build-image.sh"
 
 # ---- shellcheck ------------------------------------------------------------------
 if command -v shellcheck >/dev/null; then

@@ -893,50 +893,75 @@ static void test_norms(void **state)
 /* ======================================================================== */
 /* RoPE                                                                      */
 
+/* The reference's angle table: theta^(-2i/rot), divided by div[i] (div
+ * NULL: none). */
+static void rope_inv(double *inv, double theta, int rot, const double *div)
+{
+	for (int i = 0; i < rot / 2; i++)
+		inv[i] = pow(theta, -2.0 * i / rot) / (div ? div[i] : 1.0);
+}
+
 static void test_rope(void **state)
 {
+	double inv[64], div[64];
 	/* dense: positions that repeat within a small range (a training
-	 * batch), which the cpu backend's angle table keys by position. */
+	 * batch), which the cpu backend's angle table keys by position.
+	 * scaled: a table of random divisors in [0.5, 32] (scaled RoPE:
+	 * Llama 3.1's run 1..8, linear scaling's are all the factor). */
 	for (size_t di = 0; di < 3; di++)
 		for (int mode = 0; mode < 2; mode++)
-			for (int rd = 0; rd < 4; rd++) {
+			for (int rd = 0; rd < 6; rd++) {
 				kk_dtype dt = FLOATS[di];
-				bool dense = rd >= 2;
+				bool dense = rd % 4 >= 2, scaled = rd >= 4;
 				int T = 6, H = 3, D = rd % 2 ? 128 : 64, rot = rd % 2 ? 32 : 0;
+				int R = rot ? rot : D;
 				size_t N = (size_t) T * H * D;
 				int32_t pos[6];
 				double *x, *ref = hmalloc(N * 8);
-				kk_buffer *xb = up_rand(dt, N, -1, 1, &x);
+				kk_buffer *xb = up_rand(dt, N, -1, 1, &x), *db = NULL;
+				if (scaled) {
+					for (int i = 0; i < R / 2; i++)
+						div[i] = urand(0.5, 32);
+					db = up(KK_F32, (size_t) R / 2, div);
+				}
+				rope_inv(inv, 10000.0, R, scaled ? div : NULL);
 
 				for (int t = 0; t < T; t++)
 					pos[t] = dense ? 7 + t % 3 : irand(0, 4096);
 				kk_buffer *pb = up_i32(pos, T);
-				ref_rope(ref, x, pos, T, H, D, rot, 10000.0, (kk_rope_mode) mode);
+				ref_rope(ref, x, pos, T, H, D, rot, inv, (kk_rope_mode) mode);
 				assert_int_equal(kk_rope(be, NULL, xb, pb, T, H, D, rot, 10000.0f,
-							 (kk_rope_mode) mode, false),
+							 db, (kk_rope_mode) mode, false),
 						 0);
 				expect_close("rope", down(xb, N), ref, N, 2 * TOL(dt), 2 * TOL(dt));
 				/* The backward (inverse rotation) restores x. */
 				assert_int_equal(kk_rope(be, NULL, xb, pb, T, H, D, rot, 10000.0f,
-							 (kk_rope_mode) mode, true),
+							 db, (kk_rope_mode) mode, true),
 						 0);
 				expect_close("rope backward", down(xb, N), x, N, 4 * TOL(dt),
 					     4 * TOL(dt));
 				teardown(NULL);
 			}
 	/* Positions 0..11, then a range inside them (3..5): the cpu backend
-	 * may serve the second call from the first call's angle table. */
-	for (int i = 0; i < 2; i++) {
+	 * may serve the second call from the first call's angle table; the
+	 * third and fourth calls' divisors differ from the table's (none,
+	 * then one value), and must not be served from it. */
+	for (int i = 0; i < 4; i++) {
 		int T = 12, H = 2, D = 16;
 		size_t N = (size_t) T * H * D;
 		int32_t pos[12];
 		double *x, *ref = hmalloc(N * 8);
 		for (int t = 0; t < T; t++)
 			pos[t] = i ? 3 + t % 3 : t;
-		kk_buffer *xb = up_rand(KK_F32, N, -1, 1, &x), *pb = up_i32(pos, T);
-		ref_rope(ref, x, pos, T, H, D, 0, 500.0, KK_ROPE_HALF);
-		assert_int_equal(kk_rope(be, NULL, xb, pb, T, H, D, 0, 500.0f, KK_ROPE_HALF, false),
-				 0);
+		kk_buffer *xb = up_rand(KK_F32, N, -1, 1, &x), *pb = up_i32(pos, T), *db = NULL;
+		for (int k = 0; k < D / 2; k++)
+			div[k] = i == 3 && k == 5 ? 8 : 1;
+		if (i >= 2)
+			db = up(KK_F32, (size_t) D / 2, div);
+		rope_inv(inv, 500.0, D, i >= 2 ? div : NULL);
+		ref_rope(ref, x, pos, T, H, D, 0, inv, KK_ROPE_HALF);
+		assert_int_equal(
+			kk_rope(be, NULL, xb, pb, T, H, D, 0, 500.0f, db, KK_ROPE_HALF, false), 0);
 		expect_close("rope (kept table)", down(xb, N), ref, N, 2 * TOL(KK_F32),
 			     2 * TOL(KK_F32));
 		teardown(NULL);
@@ -1281,7 +1306,17 @@ static void test_bad_args(void **state)
 	assert_int_equal(kk_softmax(be, NULL, y, x, 0, 8), -EINVAL);
 	assert_int_equal(kk_softmax(be, NULL, y, x, 8, 9), -EINVAL);
 	assert_int_equal(kk_act_fwd(be, NULL, (kk_act) 7, y, x, 8), -EINVAL);
-	assert_int_equal(kk_rope(be, NULL, y, ii, 1, 1, 64, 3, 1e4f, KK_ROPE_HALF, false), -EINVAL);
+	assert_int_equal(kk_rope(be, NULL, y, ii, 1, 1, 64, 3, 1e4f, NULL, KK_ROPE_HALF, false),
+			 -EINVAL);
+	/* a divisor table not F32, or too short for the rotary dims */
+	assert_int_equal(kk_rope(be, NULL, y, ii, 1, 1, 64, 0, 1e4f, ii, KK_ROPE_HALF, false),
+			 -EINVAL);
+	assert_int_equal(kk_rope(be, NULL, y, ii, 1, 1, 64, 0, 1e4f,
+				 up_rand(KK_F32, 31, 1, 2, NULL), KK_ROPE_HALF, false),
+			 -EINVAL);
+	assert_int_equal(kk_rope(be, NULL, y, ii, 1, 1, 64, 0, 1e4f,
+				 up_rand(KK_F32, 32, 1, 2, NULL), KK_ROPE_HALF, false),
+			 0);
 
 	/* Attention shapes. */
 	ad.cu_seqlens = up_i32(cu, 2);

@@ -7,15 +7,18 @@
 #include <stdlib.h>
 
 /* Loads path on be with weight dtype dt and RoPE mode `mode` (overriding
- * the llama2.c convention, for HF-style checks), feeds `steps` tokens from
+ * the llama2.c convention, for HF-style checks) and, rope not NULL, its
+ * theta and scaling (the model's divisors from the reference's
+ * frequencies), feeds `steps` tokens from
  * BOS one at a time, and compares each step's logits with the reference's
  * (max |diff| <= tol, the worst in *worst) and argmax (*mismatch counts
  * differences).  The tokens fed are the reference's greedy choices (seed
  * 0) or pseudo-random ids from seed: a random model decoding greedily
  * repeats one token, and with identical V rows attention (and RoPE) has no
  * effect.  Fails the test on any error. */
-static void check_against_ref(kk_backend *be, const char *path, kk_dtype dt, kk_rope_mode mode,
-			      int steps, unsigned seed, double tol, double *worst, int *mismatch)
+static void check_against_ref_rope(kk_backend *be, const char *path, kk_dtype dt, kk_rope_mode mode,
+				   const ref_rope *rope, int steps, unsigned seed, double tol,
+				   double *worst, int *mismatch)
 {
 	kiln_error err = {};
 	km_file *f = NULL;
@@ -23,6 +26,16 @@ static void check_against_ref(kk_backend *be, const char *path, kk_dtype dt, kk_
 		fail_msg("%s", err.msg);
 	km_config cfg = *km_file_config(f);
 	cfg.rope_mode = mode;
+	if (rope) {
+		/* the reference's scaled frequencies as the divisors of its
+		 * plain ones: the model gets them as a config would */
+		ref_rope plain = { .theta = rope->theta };
+		cfg.rope_theta = (float) rope->theta;
+		cfg.rope_scaled = rope->kind != REF_ROPE_NONE;
+		for (int i = 0; i < cfg.head_dim / 2; i++)
+			cfg.rope_freq_div[i] = (float) (ref_rope_freq(&plain, i, cfg.head_dim) /
+							ref_rope_freq(rope, i, cfg.head_dim));
+	}
 	km_weight_source src = km_file_source(f);
 	km_model_opts o = { .weight_dtype = dt, .max_tokens = 8, .max_seqs = 1 };
 	km_model *m = NULL;
@@ -32,6 +45,8 @@ static void check_against_ref(kk_backend *be, const char *path, kk_dtype dt, kk_
 	ref_model *r = ref_load(path);
 	assert_non_null(r);
 	ref_set_half_rope(r, mode == KK_ROPE_HALF);
+	if (rope)
+		ref_set_rope(r, rope);
 	int V = cfg.vocab_size;
 	km_kvcache *c = NULL;
 	assert_int_equal(km_kvcache_new(be, &cfg, km_model_act_dtype(m),
@@ -68,4 +83,10 @@ static void check_against_ref(kk_backend *be, const char *path, kk_dtype dt, kk_
 	ref_free(r);
 	km_kvcache_free(c);
 	km_model_free(m);
+}
+
+static void check_against_ref(kk_backend *be, const char *path, kk_dtype dt, kk_rope_mode mode,
+			      int steps, unsigned seed, double tol, double *worst, int *mismatch)
+{
+	check_against_ref_rope(be, path, dt, mode, NULL, steps, seed, tol, worst, mismatch);
 }

@@ -4,7 +4,8 @@
  *   for each layer:
  *     h = rmsnorm(x) * g_att;  q = Wq h, k = Wk h, v = Wv h
  *     rotate each (q[2i], q[2i+1]) and (k[2i], k[2i+1]) within a head by
- *       angle p * 10000^(-2i / head_size)
+ *       angle p * f_i, f_i = 10000^(-2i / head_size) (or ref_set_rope's
+ *       theta and scaling)
  *     store k, v at position p; for query head j use kv head
  *       j / (n_heads / n_kv_heads); softmax(q.k / sqrt(head_size)) over
  *       positions 0..p; x += Wo (sum of weights * v)
@@ -22,6 +23,7 @@ struct ref_model {
 	double *emb, *g_att, *wq, *wk, *wv, *wo, *g_ffn, *w1, *w2, *w3, *g_fin, *cls;
 	double *kc, *vc; /* [layers][seq_len][kvd] */
 	int pos, half_rope;
+	ref_rope rope;
 	double *x, *h, *q, *k, *v, *att, *o, *a, *b, *sc;
 	double *all; /* every weight array above points into it */
 };
@@ -96,6 +98,7 @@ ref_model *ref_load(const char *path)
 	m->a = calloc((size_t) H, sizeof(double));
 	m->b = calloc((size_t) H, sizeof(double));
 	m->sc = calloc((size_t) m->seq_len, sizeof(double));
+	m->rope = (ref_rope){ .theta = 10000.0 };
 	return m;
 }
 
@@ -151,13 +154,42 @@ void ref_set_half_rope(ref_model *m, int on)
 	m->half_rope = on;
 }
 
-/* Pair j of a head (j < hs/2) rotates by pos * 10000^(-2j/hs); its two
+void ref_set_rope(ref_model *m, const ref_rope *r)
+{
+	m->rope = *r;
+}
+
+/* Pair j's frequency: theta^(-2j/hs), then transformers'
+ * _compute_linear_scaling_rope_parameters (inv_freq / factor) or
+ * _compute_llama3_parameters: with wavelen = 2 pi / f, low_freq_wavelen =
+ * L / low_freq_factor and high_freq_wavelen = L / high_freq_factor, f /
+ * factor where wavelen > low_freq_wavelen, f where wavelen <
+ * high_freq_wavelen, and in between (1 - s) * f / factor + s * f with s =
+ * (L / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor). */
+double ref_rope_freq(const ref_rope *r, int j, int hs)
+{
+	double f = pow(r->theta, -2.0 * j / hs);
+	if (r->kind == REF_ROPE_LINEAR)
+		return f / r->factor;
+	if (r->kind != REF_ROPE_LLAMA3)
+		return f;
+	double L = r->original_max_pos, wavelen = 2 * M_PI / f;
+	double low_wl = L / r->low_freq_factor, high_wl = L / r->high_freq_factor;
+	if (wavelen > low_wl)
+		return f / r->factor;
+	if (wavelen < high_wl)
+		return f;
+	double s = (L / wavelen - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
+	return (1 - s) * f / r->factor + s * f;
+}
+
+/* Pair j of a head (j < hs/2) rotates by pos * ref_rope_freq(j); its two
  * elements are (2j, 2j+1) for llama2.c, (j, j + hs/2) for HF. */
-static void rotate(double *vec, int n_heads, int hs, int pos, int half)
+static void rotate(double *vec, int n_heads, int hs, int pos, int half, const ref_rope *r)
 {
 	for (int hd = 0; hd < n_heads; hd++)
 		for (int j = 0; j < hs / 2; j++) {
-			double ang = pos * pow(10000.0, -2.0 * j / hs);
+			double ang = pos * ref_rope_freq(r, j, hs);
 			double c = cos(ang), s = sin(ang);
 			double *e0 = vec + hd * hs + (half ? j : 2 * j);
 			double *e1 = half ? e0 + hs / 2 : e0 + 1;
@@ -178,8 +210,8 @@ int ref_step(ref_model *m, int token, double *logits)
 		matvec(m->q, m->wq + (long) l * D * D, m->h, D, D);
 		matvec(m->k, m->wk + (long) l * K * D, m->h, K, D);
 		matvec(m->v, m->wv + (long) l * K * D, m->h, K, D);
-		rotate(m->q, m->heads, hs, p, m->half_rope);
-		rotate(m->k, m->kv_heads, hs, p, m->half_rope);
+		rotate(m->q, m->heads, hs, p, m->half_rope, &m->rope);
+		rotate(m->k, m->kv_heads, hs, p, m->half_rope, &m->rope);
 		double *kl = m->kc + (long) l * m->seq_len * K,
 		       *vl = m->vc + (long) l * m->seq_len * K;
 		memcpy(kl + (long) p * K, m->k, sizeof(double) * (size_t) K);
@@ -254,6 +286,13 @@ static int put_random(FILE *f, long count, double center, double half_width, uns
 int ref_write_random(const char *path, int dim, int hidden, int layers, int heads, int kv_heads,
 		     int vocab, int seq_len, unsigned seed)
 {
+	return ref_write_random_qk(path, dim, hidden, layers, heads, kv_heads, vocab, seq_len, seed,
+				   1.0);
+}
+
+int ref_write_random_qk(const char *path, int dim, int hidden, int layers, int heads, int kv_heads,
+			int vocab, int seq_len, unsigned seed, double qk_gain)
+{
 	FILE *f = fopen(path, "wb");
 	if (!f)
 		return -1;
@@ -264,8 +303,8 @@ int ref_write_random(const char *path, int dim, int hidden, int layers, int head
 	int r = fwrite(hd, sizeof(hd), 1, f) == 1 ? 0 : -1;
 	r |= put_random(f, (long) vocab * D, 0, 0.5, &rs);
 	r |= put_random(f, L * D, 1, 0.1, &rs);
-	r |= put_random(f, L * D * D, 0, wd, &rs);
-	r |= put_random(f, L * K * D, 0, wd, &rs);
+	r |= put_random(f, L * D * D, 0, wd * qk_gain, &rs);
+	r |= put_random(f, L * K * D, 0, wd * qk_gain, &rs);
 	r |= put_random(f, L * K * D, 0, wd, &rs);
 	r |= put_random(f, L * D * D, 0, wd, &rs);
 	r |= put_random(f, L * D, 1, 0.1, &rs);

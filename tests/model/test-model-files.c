@@ -8,7 +8,9 @@
  * llama2.c path's logits (teacher-forced over its greedy tokens) and its greedy tokens: bit for bit
  * where the weights are the same f32 values, to a stated tolerance where they were rounded.  A real
  * kiln-train checkpoint (kmt_save) loads to the trained model's exact
- * logits.  Broken and mismatched files are refused with exact messages.
+ * logits.  Broken and mismatched files are refused with exact messages.  Scaled RoPE
+ * (Llama 3.1's rope_scaling / rope_freqs.weight, linear) is checked on a random model
+ * written the same ways, against the float64 reference (ref.c) on log-probabilities.
  * Without the fixture the tests fail, naming it (the build makes it). */
 #include <errno.h>
 #include <math.h>
@@ -33,6 +35,7 @@
 
 #include "../lib/fixture.h"
 #include "../lib/model-test.h"
+#include "ref.h"
 
 /* Teacher-forced decode steps compared with the llama2.c path. */
 #define N_STEPS 48
@@ -184,6 +187,29 @@ static const tens *find_t(const char *name)
 	return NULL;
 }
 
+/* cfg, V and T (NT tensors) from the model file l: what the writers below
+ * write. */
+static void read_all(km_file *l)
+{
+	cfg = *km_file_config(l);
+	V = cfg.vocab_size;
+	km_weight_source src = km_file_source(l);
+	int64_t d = cfg.dim, h = cfg.hidden_dim, kv = (int64_t) cfg.n_kv_heads * cfg.head_dim;
+	T = calloc(3 + 9 * (size_t) cfg.n_layers, sizeof(*T));
+	assert_non_null(T);
+	NT = 0;
+	add_tensor(&src, "tok_embeddings.weight", V, d);
+	add_tensor(&src, "norm.weight", d, 0);
+	const int64_t rows[9] = { d, d, kv, kv, d, d, h, d, h };
+	const int64_t cols[9] = { 0, d, d, d, d, 0, d, h, d };
+	for (int L = 0; L < cfg.n_layers; L++)
+		for (int k = 0; k < 9; k++) {
+			char name[96];
+			snprintf(name, sizeof(name), "layers.%d.%s", L, layer_canon[k]);
+			add_tensor(&src, name, rows[k], cols[k]);
+		}
+}
+
 static int group_setup(void **state)
 {
 	assert_int_equal(kk_backend_open("cpu", &be), 0);
@@ -195,22 +221,8 @@ static int group_setup(void **state)
 	km_file *l = NULL;
 	if (km_file_open(fixture, &l, &err) < 0)
 		fail_msg("%s", err.msg);
-	cfg = *km_file_config(l);
-	V = cfg.vocab_size;
+	read_all(l);
 	km_weight_source src = km_file_source(l);
-	int64_t d = cfg.dim, h = cfg.hidden_dim, kv = (int64_t) cfg.n_kv_heads * cfg.head_dim;
-	T = calloc(3 + 9 * (size_t) cfg.n_layers, sizeof(*T));
-	assert_non_null(T);
-	add_tensor(&src, "tok_embeddings.weight", V, d);
-	add_tensor(&src, "norm.weight", d, 0);
-	const int64_t rows[9] = { d, d, kv, kv, d, d, h, d, h };
-	const int64_t cols[9] = { 0, d, d, d, d, 0, d, h, d };
-	for (int L = 0; L < cfg.n_layers; L++)
-		for (int k = 0; k < 9; k++) {
-			char name[96];
-			snprintf(name, sizeof(name), "layers.%d.%s", L, layer_canon[k]);
-			add_tensor(&src, name, rows[k], cols[k]);
-		}
 	ref_logits = malloc((size_t) N_STEPS * V * sizeof(float));
 	assert_non_null(ref_logits);
 	km_model *m = model_from(&cfg, src);
@@ -552,8 +564,11 @@ typedef struct gguf_opts {
 	int tokens_delta;	       /* tokens in the list minus vocab */
 	bool neutral;		       /* keys that leave the math as it is (vocab_size ...) */
 	const char *extra_tensor;      /* one more tensor (1-D f32 [head_dim / 2] of 1s) */
+	const float *extra_data;       /* its values instead of 1s */
 	const char *str_key, *str_val; /* one more string key */
 	const char *u32_key;	       /* one more u32 key (= 7) */
+	const char *f32_key;	       /* one more f32 key (= f32_val) */
+	float f32_val;
 } gguf_opts;
 
 static const char *gguf_name(const char *canon, char *buf, size_t len)
@@ -646,6 +661,8 @@ static void write_gguf(const char *path, const gguf_opts *o)
 		KV_STR(o->str_key, o->str_val);
 	if (o->u32_key)
 		KV_U32(o->u32_key, 7);
+	if (o->f32_key)
+		KV_F32(o->f32_key, o->f32_val);
 	if (!o->no_tokens) {
 		gstr(&kv, "tokenizer.ggml.tokens"), gput32(&kv, 9), gput32(&kv, GGUF_STR);
 		int n = V + o->tokens_delta;
@@ -661,7 +678,9 @@ static void write_gguf(const char *path, const gguf_opts *o)
 	for (int i = 0; i < 64; i++)
 		ones[i] = 1.0f;
 	assert_true(cfg.head_dim / 2 <= 64);
-	tens extra = { .ndim = 1, .shape = { cfg.head_dim / 2 }, .data = ones };
+	tens extra = { .ndim = 1,
+		       .shape = { cfg.head_dim / 2 },
+		       .data = o->extra_data ? (float *) o->extra_data : ones };
 	for (int i = 0; i <= NT + 1; i++) {
 		const tens *t = i < NT ? &T[i] : NULL;
 		char nb[128];
@@ -1091,6 +1110,9 @@ static void hf_refused(const char *dir, const char *config, const hf_extra *extr
 	expect_refused_as(path, named, -EOPNOTSUPP, msg_after);
 }
 
+static char *hf_config_rope(const char *scaling);
+static char *hf_config_params(const char *params);
+
 /* Every tensor is one the model uses and every key is read, known not to
  * change the math, or refused by name: the Llama 3.1 frequency factors,
  * RoPE scaling, unknown keys, biases, a layer past the count. */
@@ -1098,10 +1120,33 @@ static void test_refused_unimplemented(void **state)
 {
 	NEED_FIXTURE();
 	const char *p = tpath("refused.gguf");
-	write_gguf(p, &(gguf_opts){ .extra_tensor = "rope_freqs.weight" });
+	/* RoPE scaling kiln does not implement, or factors where llama.cpp
+	 * never reads them */
+	write_gguf(p, &(gguf_opts){ .extra_tensor = "blk.0.rope_freqs.weight" });
 	expect_refused(p, -EOPNOTSUPP,
-		       "tensor 'rope_freqs.weight': Llama 3.1 RoPE frequency factors, not "
-		       "implemented yet; " RULE);
+		       "tensor 'blk.0.rope_freqs.weight': RoPE frequency factors, read only as "
+		       "the global rope_freqs.weight; " RULE);
+	write_gguf(p, &(gguf_opts){ .str_key = "llama.rope.scaling.type", .str_val = "yarn" });
+	expect_refused(p, -EOPNOTSUPP,
+		       "GGUF metadata 'llama.rope.scaling.type' = \"yarn\" (only \"none\" and "
+		       "\"linear\" accepted): YaRN RoPE scaling, not implemented; " RULE);
+	write_gguf(p, &(gguf_opts){ .str_key = "llama.rope.scaling.type", .str_val = "longrope" });
+	expect_refused(p, -EOPNOTSUPP,
+		       "GGUF metadata 'llama.rope.scaling.type' = \"longrope\" (only \"none\" and "
+		       "\"linear\" accepted): LongRoPE scaling, not implemented; " RULE);
+	write_gguf(p, &(gguf_opts){ .f32_key = "llama.rope.scaling.attn_factor", .f32_val = 1.5f });
+	expect_refused(p, -EOPNOTSUPP,
+		       "GGUF metadata 'llama.rope.scaling.attn_factor' = 1.5 (only 1 accepted): a "
+		       "scale on RoPE's sin and cos (YaRN's mscale), not implemented; " RULE);
+	/* a rope_freqs.weight that cannot be Llama 3.1's */
+	float bad[64];
+	for (int i = 0; i < 64; i++)
+		bad[i] = 1.0f;
+	bad[2] = 0;
+	write_gguf(p, &(gguf_opts){ .extra_tensor = "rope_freqs.weight", .extra_data = bad });
+	expect_refused(p, -EINVAL,
+		       "tensor 'rope_freqs.weight' [2] = 0: a RoPE frequency factor must be in (0, "
+		       "1e+06]");
 	write_gguf(p, &(gguf_opts){ .extra_tensor = "blk.5.attn_q.weight" });
 	expect_refused(p, -EOPNOTSUPP,
 		       "tensor 'blk.5.attn_q.weight': layer 5, but llama.block_count = 5; " RULE);
@@ -1113,9 +1158,10 @@ static void test_refused_unimplemented(void **state)
 	expect_refused(p, -EOPNOTSUPP,
 		       "tensor 'blk.01.attn_q.weight': not a Llama tensor kiln knows; " RULE);
 	write_gguf(p, &(gguf_opts){ .str_key = "llama.rope.scaling.type", .str_val = "llama3" });
-	expect_refused(p, -EOPNOTSUPP,
-		       "GGUF metadata 'llama.rope.scaling.type' = \"llama3\" (only \"none\" "
-		       "accepted): RoPE scaling, not implemented yet; " RULE);
+	expect_refused(
+		p, -EOPNOTSUPP,
+		"GGUF metadata 'llama.rope.scaling.type' = \"llama3\" (only \"none\" and "
+		"\"linear\" accepted): a RoPE scaling unknown to kiln, not implemented; " RULE);
 	write_gguf(p, &(gguf_opts){ .u32_key = "llama.foo" });
 	expect_refused(
 		p, -EOPNOTSUPP,
@@ -1147,13 +1193,90 @@ static void test_refused_unimplemented(void **state)
 	assert_int_equal(mkdir(dir, 0755), 0);
 	char cfgbuf[2048];
 	snprintf(cfgbuf, sizeof(cfgbuf), "%s", hf_config(cfg.n_heads));
-	char *at = strstr(cfgbuf, "\"rope_scaling\": null");
-	assert_non_null(at);
-	memcpy(at, "\"rope_scaling\": 1234", strlen("\"rope_scaling\": 1234"));
-	hf_refused(dir, cfgbuf, NULL, "config.json",
-		   "rope_scaling is set; scaled RoPE (Llama 3.1 style, YaRN...) is not supported");
+	/* rope_scaling types kiln does not implement, keys it does not read */
+	hf_refused(dir, hf_config_rope("{\"rope_type\": \"yarn\", \"factor\": 4.0}"), NULL,
+		   "config.json",
+		   "rope_scaling type \"yarn\": YaRN, not implemented (kiln has \"llama3\" and "
+		   "\"linear\"); " RULE);
+	hf_refused(dir, hf_config_rope("{\"type\": \"dynamic\", \"factor\": 2.0}"), NULL,
+		   "config.json",
+		   "rope_scaling type \"dynamic\": dynamic NTK scaling, not implemented (kiln has "
+		   "\"llama3\" and \"linear\"); " RULE);
+	hf_refused(dir,
+		   hf_config_rope("{\"rope_type\": \"longrope\", \"short_factor\": [1.0], "
+				  "\"long_factor\": [2.0]}"),
+		   NULL, "config.json",
+		   "rope_scaling type \"longrope\": LongRoPE, not implemented (kiln has "
+		   "\"llama3\" and \"linear\"); " RULE);
+	hf_refused(dir, hf_config_rope("{\"rope_type\": \"ntk\", \"factor\": 2.0}"), NULL,
+		   "config.json",
+		   "rope_scaling type \"ntk\": a RoPE scaling unknown to kiln (it has \"llama3\" "
+		   "and \"linear\"); " RULE);
+	hf_refused(
+		dir,
+		hf_config_rope("{\"rope_type\": \"linear\", \"factor\": 2.0, \"mscale\": "
+			       "1.2}"),
+		NULL, "config.json",
+		"rope_scaling key \"mscale\": unknown to kiln, which may change the math; " RULE);
+	/* rope_type wins over type, as in transformers */
+	hf_refused(dir,
+		   hf_config_rope("{\"rope_type\": \"yarn\", \"type\": \"linear\", "
+				  "\"factor\": 2.0}"),
+		   NULL, "config.json",
+		   "rope_scaling type \"yarn\": YaRN, not implemented (kiln has \"llama3\" and "
+		   "\"linear\"); " RULE);
+	hf_refused(dir,
+		   hf_config_params("{\"rope_theta\": 10000.0, \"rope_type\": \"yarn\", "
+				    "\"factor\": 4.0}"),
+		   NULL, "config.json",
+		   "rope_parameters type \"yarn\": YaRN, not implemented (kiln has \"llama3\" and "
+		   "\"linear\"); " RULE);
+	hf_refused(dir,
+		   hf_config_rope("{\"rope_type\": \"linear\", \"factor\": 2.0, \"rope_theta\": "
+				  "5.0}"),
+		   NULL, "config.json",
+		   "rope_scaling key \"rope_theta\": unknown to kiln, which may change the "
+		   "math; " RULE);
+	/* a llama3 rope_scaling without its numbers is broken, not refused */
+	char path[700];
+	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+	char named[700];
+	snprintf(named, sizeof(named), "%s/config.json", dir);
+	write_hf(dir, hf_config_rope("{\"rope_type\": \"llama3\", \"factor\": 8.0}"), true);
+	expect_refused_as(path, named, -EINVAL,
+			  "rope_scaling type \"llama3\" needs \"low_freq_factor\" (a number), "
+			  "which is missing");
+	write_hf(dir,
+		 hf_config_rope("{\"rope_type\": \"llama3\", \"factor\": 8.0, "
+				"\"low_freq_factor\": 4.0, \"high_freq_factor\": 1.0, "
+				"\"original_max_position_embeddings\": 8192}"),
+		 true);
+	expect_refused_as(
+		path, named, -EINVAL,
+		"rope_scaling \"high_freq_factor\" must be a number above 4 and below 1e9");
+	write_hf(dir, hf_config_rope("1234"), true);
+	expect_refused_as(path, named, -EINVAL, "key \"rope_scaling\" must be an object or null");
+	char both[2600];
+	snprintf(both, sizeof(both), "%s",
+		 hf_config_rope("{\"rope_type\": \"linear\", \"factor\": 2.0}"));
+	char *end = strrchr(both, '}');
+	snprintf(end, sizeof(both) - (size_t) (end - both),
+		 ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": "
+		 "500000.0}}\n");
+	write_hf(dir, both, true);
+	expect_refused_as(path, named, -EINVAL,
+			  "both \"rope_scaling\" and \"rope_parameters\" are set; keep one "
+			  "(transformers 5 writes rope_parameters only)");
+	snprintf(both, sizeof(both), "%s", hf_config(cfg.n_heads));
+	end = strrchr(both, '}');
+	snprintf(end, sizeof(both) - (size_t) (end - both),
+		 ", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": "
+		 "500000.0}}\n");
+	write_hf(dir, both, true);
+	expect_refused_as(path, named, -EINVAL,
+			  "rope_theta = 10000 but rope_parameters.rope_theta = 500000; keep one");
 	snprintf(cfgbuf, sizeof(cfgbuf), "%s", hf_config(cfg.n_heads));
-	at = strstr(cfgbuf, "\"attention_bias\": false");
+	char *at = strstr(cfgbuf, "\"attention_bias\": false");
 	assert_non_null(at);
 	memcpy(at, "\"attention_bias\": true ", strlen("\"attention_bias\": true "));
 	hf_refused(dir, cfgbuf, NULL, "config.json",
@@ -1180,6 +1303,362 @@ static void test_refused_unimplemented(void **state)
 		   "tensor 'model.layers.1.self_attn.rotary_emb.inv_freq' [1] = 0.037606, not "
 		   "rope_theta^(-2/8) = 0.1: other RoPE frequencies (scaled?), not "
 		   "implemented; " RULE);
+}
+
+/* ---- scaled RoPE: Llama 3.1 (rope_scaling "llama3", GGUF rope_freqs), linear --- */
+
+/* A random GQA model (head_dim 32: 16 RoPE pairs; Wq, Wk x3 for attention
+ * that sees positions), teacher-forced over ROPE_STEPS random tokens. */
+#define ROPE_STEPS 160
+/* kiln's f32 model against the float64 reference, max |dlogprob| over
+ * every position and vocabulary entry.  Measured on the cpu backend:
+ * 1.4e-5 (HF llama3), 1.3e-5 (GGUF rope_freqs), 1.7e-5 (HF linear), 1.6e-5
+ * (GGUF linear). */
+#define TOL_ROPE 1e-4
+/* Scaled against the same model unscaled (same theta): measured 14.1 nats
+ * (llama3, 7.1 on the prompt's own tokens) and 13.9 (linear); a loader
+ * that ignored the scaling would be that far off. */
+#define ROPE_MATTERS 1.0
+
+/* Llama 3.1's scaling with a context the test reaches: at theta 500000
+ * the 16 pairs' wavelengths 2 pi / f run 6.3, 14.3, 32.4, 73.6, 167 ...
+ * 2.9e5, so with L = 128, low_freq_factor 1 and high_freq_factor 8, pairs
+ * 0-1 keep their frequency (wavelength < L / 8), 2-3 blend and 4-15 are
+ * divided by the factor 4: every branch of the formula. */
+static const ref_rope rope_llama3 = { .theta = 500000,
+				      .kind = REF_ROPE_LLAMA3,
+				      .factor = 4,
+				      .low_freq_factor = 1,
+				      .high_freq_factor = 8,
+				      .original_max_pos = 128 };
+static const ref_rope rope_linear = { .theta = 500000, .kind = REF_ROPE_LINEAR, .factor = 4 };
+static const ref_rope rope_plain = { .theta = 500000 };
+
+/* log-softmax of lg[n] into lp */
+static void log_softmax(const double *lg, int n, double *lp)
+{
+	double mx = -INFINITY, z = 0;
+	for (int j = 0; j < n; j++)
+		mx = fmax(mx, lg[j]);
+	for (int j = 0; j < n; j++)
+		z += exp(lg[j] - mx);
+	for (int j = 0; j < n; j++)
+		lp[j] = lg[j] - mx - log(z);
+}
+
+/* The float64 reference's log-probabilities [ROPE_STEPS][V] of the
+ * llama2.c file l2c over tk, with RoPE r. */
+static void ref_logprobs(const char *l2c, const ref_rope *r, const int32_t *tk, double *lp)
+{
+	ref_model *m = ref_load(l2c);
+	assert_non_null(m);
+	ref_set_rope(m, r);
+	double *lg = malloc(sizeof(double) * (size_t) V);
+	assert_non_null(lg);
+	for (int i = 0; i < ROPE_STEPS; i++) {
+		assert_int_equal(ref_step(m, tk[i], lg), 0);
+		log_softmax(lg, V, lp + (size_t) i * V);
+	}
+	free(lg);
+	ref_free(m);
+}
+
+/* kiln's log-probabilities of the model file path over tk, on the cpu
+ * backend in f32; *c receives its config. */
+static void kiln_logprobs(const char *path, const int32_t *tk, double *lp, km_config *c)
+{
+	kiln_error err = {};
+	km_file *f = NULL;
+	if (km_file_open(path, &f, &err) < 0)
+		fail_msg("km_file_open: %s", err.msg);
+	*c = *km_file_config(f);
+	km_model *m = model_from(c, km_file_source(f));
+	km_file_free(f);
+	km_kvcache *kc = NULL;
+	assert_int_equal(km_kvcache_new(be, c, KK_F32, ROPE_STEPS / 16 + 2, 1, &kc), 0);
+	int seq = km_kvcache_seq_new(kc);
+	float *lg = malloc(sizeof(float) * (size_t) V);
+	double *lgd = malloc(sizeof(double) * (size_t) V);
+	assert_true(lg && lgd);
+	for (int i = 0; i < ROPE_STEPS; i++) {
+		km_seq_input in = { .seq = seq, .tokens = &tk[i], .n_tokens = 1 };
+		if (km_forward(m, kc, &in, 1, lg, &err) < 0)
+			fail_msg("km_forward: %s", err.msg);
+		for (int j = 0; j < V; j++)
+			lgd[j] = lg[j];
+		log_softmax(lgd, V, lp + (size_t) i * V);
+	}
+	free(lg);
+	free(lgd);
+	km_kvcache_free(kc);
+	km_model_free(m);
+}
+
+/* max |a - b| over every entry, and over the prompt's own tokens only
+ * (the echo logprobs of a completion API: log p(tk[i + 1] | tk[..i])) */
+static double lp_diff(const double *a, const double *b, const int32_t *tk, double *prompt)
+{
+	double mx = 0;
+	*prompt = 0;
+	for (int i = 0; i < ROPE_STEPS; i++) {
+		for (int j = 0; j < V; j++)
+			mx = fmax(mx, fabs(a[(size_t) i * V + j] - b[(size_t) i * V + j]));
+		if (i + 1 < ROPE_STEPS) {
+			size_t at = (size_t) i * V + (size_t) tk[i + 1];
+			*prompt = fmax(*prompt, fabs(a[at] - b[at]));
+		}
+	}
+	return mx;
+}
+
+/* config.json of the current model with rope_theta 500000 and rope_scaling
+ * `scaling` (JSON) */
+static char *hf_config_rope(const char *scaling)
+{
+	static char s[2600];
+	const char *base = hf_config(cfg.n_heads);
+	const char *at = strstr(base, "\"rope_scaling\": null, \"rope_theta\": 10000.0");
+	assert_non_null(at);
+	snprintf(s, sizeof(s), "%.*s\"rope_scaling\": %s, \"rope_theta\": 500000.0%s",
+		 (int) (at - base), base, scaling,
+		 at + strlen("\"rope_scaling\": null, \"rope_theta\": 10000.0"));
+	return s;
+}
+
+/* the same in transformers 5's form: rope_parameters `params` (JSON, with
+ * rope_theta), no rope_theta or rope_scaling beside it */
+static char *hf_config_params(const char *params)
+{
+	static char s[2600];
+	const char *base = hf_config(cfg.n_heads);
+	const char *old = "\"rope_scaling\": null, \"rope_theta\": 10000.0";
+	const char *at = strstr(base, old);
+	assert_non_null(at);
+	snprintf(s, sizeof(s), "%.*s\"rope_parameters\": %s%s", (int) (at - base), base, params,
+		 at + strlen(old));
+	return s;
+}
+
+/* Llama 3.1's rope_freqs.weight as llama.cpp's converter computes it from
+ * config.json (convert_hf_to_gguf.py, LlamaModel): per pair, 1 below the
+ * high-frequency wavelength, factor above the low one, else 1 / ((1 -
+ * smooth) / factor + smooth); written here from that description, not
+ * from kiln's code. */
+static void llama3_factors(const ref_rope *r, int d, float *out)
+{
+	for (int i = 0; i < d / 2; i++) {
+		double freq = 1.0 / pow(r->theta, 2.0 * i / d), wavelen = 2 * M_PI / freq;
+		double L = r->original_max_pos;
+		if (wavelen < L / r->high_freq_factor)
+			out[i] = 1;
+		else if (wavelen > L / r->low_freq_factor)
+			out[i] = (float) r->factor;
+		else {
+			double smooth = (L / wavelen - r->low_freq_factor) /
+					(r->high_freq_factor - r->low_freq_factor);
+			out[i] = (float) (1 / ((1 - smooth) / r->factor + smooth));
+		}
+	}
+}
+
+/* Training a scaled model (kiln-train --model FILE): kmtrain's forward
+ * loss over the first 64 tokens of tk is the served model's (lp, its
+ * log-probabilities), a kmt_save checkpoint keeps the scaling (its config
+ * and logits are the file's exactly), and loading it into an unscaled
+ * model is refused. */
+static void rope_train(const char *path, const km_config *c, const int32_t *tk, const double *lp)
+{
+	enum { S = 64 };
+	kiln_error err = {};
+	km_file *f = NULL;
+	if (km_file_open(path, &f, &err) < 0)
+		fail_msg("km_file_open: %s", err.msg);
+	kmt_model *tm = NULL;
+	kmt_opts o = { .batch = 1, .seq_len = S, .init_seed = 1 };
+	km_weight_source src = km_file_source(f);
+	if (kmt_model_new(be, c, &o, &src, &tm, &err) < 0)
+		fail_msg("kmt_model_new: %s", err.msg);
+	km_file_free(f);
+	kmt_stats st = {};
+	kmt_batch b = { .tokens = tk, .targets = tk + 1, .n_seqs = 1 };
+	if (kmt_forward(tm, &b, &st, &err) < 0)
+		fail_msg("kmt_forward: %s", err.msg);
+	double want = 0;
+	for (int i = 0; i < S; i++)
+		want -= lp[(size_t) i * V + (size_t) tk[i + 1]] / S;
+	print_message("# kmtrain forward loss %.7f, the served model's %.7f\n", st.loss, want);
+	assert_true(fabs(st.loss - want) < 1e-4);
+	const char *ck = tpath("rope-ckpt.safetensors");
+	if (kmt_save(tm, ck, NULL, &err) < 0)
+		fail_msg("kmt_save: %s", err.msg);
+	double *back = malloc(sizeof(double) * (size_t) ROPE_STEPS * V);
+	assert_non_null(back);
+	km_config cc;
+	kiln_logprobs(ck, tk, back, &cc);
+	assert_true(cc.rope_scaled);
+	assert_memory_equal(cc.rope_freq_div, c->rope_freq_div, sizeof(cc.rope_freq_div));
+	assert_memory_equal(back, lp, sizeof(double) * (size_t) ROPE_STEPS * V);
+	free(back);
+	kmt_model *plain = NULL;
+	km_config pc = *c;
+	pc.rope_scaled = false;
+	if (kmt_model_new(be, &pc, &o, NULL, &plain, &err) < 0)
+		fail_msg("kmt_model_new: %s", err.msg);
+	char want_msg[800];
+	snprintf(want_msg, sizeof(want_msg),
+		 "%s: the checkpoint's RoPE scaling (kiln.config.rope_freq_div) is not the "
+		 "model's (none): load it into a model of the same config",
+		 ck);
+	assert_int_equal(kmt_load(plain, ck, NULL, &err), -EINVAL);
+	assert_string_equal(err.msg, want_msg);
+	kmt_model_free(plain);
+	kmt_model_free(tm);
+}
+
+static void test_rope_scaling(void **state)
+{
+	/* The fixture's tensors and config step aside for a random model. */
+	km_config keep_cfg = cfg;
+	tens *keep_t = T;
+	int keep_nt = NT, keep_v = V;
+	const char *l2c = tpath("rope-rand.bin");
+	assert_int_equal(ref_write_random_qk(l2c, 128, 256, 2, 4, 2, 256, 512, 11, 3.0), 0);
+	kiln_error err = {};
+	km_file *l = NULL;
+	if (km_file_open(l2c, &l, &err) < 0)
+		fail_msg("%s", err.msg);
+	read_all(l);
+	km_file_free(l);
+	cfg.rope_theta = 500000.0f; /* what write_gguf writes as freq_base */
+	assert_int_equal(cfg.head_dim, 32);
+
+	int32_t tk[ROPE_STEPS];
+	uint64_t rs = 0x5eed;
+	for (int i = 0; i < ROPE_STEPS; i++)
+		tk[i] = (int32_t) (kiln_test_xorshift(&rs) % (uint64_t) V);
+	size_t n = (size_t) ROPE_STEPS * V;
+	double *want = malloc(n * sizeof(double)), *plain = malloc(n * sizeof(double)),
+	       *got = malloc(n * sizeof(double));
+	assert_true(want && plain && got);
+	ref_logprobs(l2c, &rope_plain, tk, plain);
+
+	char dir[600], hf[700];
+	snprintf(dir, sizeof(dir), "%s/hfrope", tmpdir);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	snprintf(hf, sizeof(hf), "%s/model.safetensors", dir);
+	const char *gg = tpath("rope.gguf");
+	double mx, pmx, off, poff;
+	km_config c;
+
+	/* (a) Hugging Face: config.json's rope_scaling "llama3" (Llama 3.1's
+	 * own config.json, with the test's numbers) */
+	ref_logprobs(l2c, &rope_llama3, tk, want);
+	write_hf(dir,
+		 hf_config_rope("{\"factor\": 4.0, \"high_freq_factor\": 8.0, \"low_freq_factor\": "
+				"1.0, \"original_max_position_embeddings\": 128, \"rope_type\": "
+				"\"llama3\"}"),
+		 true);
+	kiln_logprobs(hf, tk, got, &c);
+	assert_true(c.rope_scaled && c.rope_theta == 500000.0f);
+	mx = lp_diff(got, want, tk, &pmx);
+	off = lp_diff(got, plain, tk, &poff);
+	print_message("# HF rope_scaling llama3: max |dlogprob| %.3g (prompt tokens %.3g) vs the "
+		      "float64 reference; %.3g (%.3g) vs the unscaled model\n",
+		      mx, pmx, off, poff);
+	assert_true(mx <= TOL_ROPE);
+	assert_true(off > ROPE_MATTERS);
+	rope_train(hf, &c, tk, got);
+	/* older transformers' saved inv_freq buffers, scaled: accepted when
+	 * they are the scaled frequencies, refused when unscaled */
+	float ff[16], inv[16];
+	llama3_factors(&rope_llama3, 32, ff);
+	for (int i = 0; i < 16; i++)
+		inv[i] = (float) (pow(500000.0, -i / 16.0) / ff[i]);
+	const char *llama3_json = "{\"factor\": 4.0, \"high_freq_factor\": 8.0, "
+				  "\"low_freq_factor\": 1.0, \"original_max_position_embeddings\": "
+				  "128, \"rope_type\": \"llama3\"}";
+	write_hf_x(dir, hf_config_rope(llama3_json), true,
+		   &(hf_extra){ "model.rotary_emb.inv_freq", inv, 16 }, 1);
+	kiln_logprobs(hf, tk, want, &c);
+	assert_memory_equal(want, got, n * sizeof(double));
+	for (int i = 0; i < 16; i++)
+		inv[i] = (float) pow(500000.0, -i / 16.0);
+	char named[700], msg[400];
+	snprintf(named, sizeof(named), "%s", hf);
+	snprintf(msg, sizeof(msg),
+		 "tensor 'model.rotary_emb.inv_freq' [2] = %g, not rope_theta^(-4/32) / %g = %g: "
+		 "other RoPE frequencies (scaled?), not implemented; " RULE,
+		 (double) inv[2], (double) ff[2], pow(500000.0, -0.125) / ff[2]);
+	write_hf_x(dir, hf_config_rope(llama3_json), true,
+		   &(hf_extra){ "model.rotary_emb.inv_freq", inv, 16 }, 1);
+	expect_refused_as(hf, named, -EOPNOTSUPP, msg);
+	/* transformers 5 writes the same as rope_parameters: the same model */
+	write_hf(dir,
+		 hf_config_params("{\"factor\": 4.0, \"high_freq_factor\": 8.0, "
+				  "\"low_freq_factor\": 1.0, \"original_max_position_embeddings\": "
+				  "128, \"rope_theta\": 500000.0, \"rope_type\": \"llama3\"}"),
+		 true);
+	kiln_logprobs(hf, tk, want, &c);
+	assert_memory_equal(want, got, n * sizeof(double));
+	write_hf(dir, hf_config_params("{\"rope_theta\": 500000.0, \"rope_type\": \"default\"}"),
+		 true);
+	kiln_logprobs(hf, tk, want, &c);
+	mx = lp_diff(want, plain, tk, &pmx);
+	assert_true(!c.rope_scaled && c.rope_theta == 500000.0f && mx <= TOL_ROPE);
+
+	/* (b) GGUF: rope_freqs.weight as llama.cpp's converter writes it */
+	ref_logprobs(l2c, &rope_llama3, tk, want);
+	assert_true(ff[0] == 1 && ff[1] == 1 && ff[2] > 1 && ff[3] < 4 && ff[4] == 4);
+	write_gguf(gg, &(gguf_opts){ .extra_tensor = "rope_freqs.weight", .extra_data = ff });
+	kiln_logprobs(gg, tk, got, &c);
+	mx = lp_diff(got, want, tk, &pmx);
+	off = lp_diff(got, plain, tk, &poff);
+	print_message("# GGUF rope_freqs.weight, freq_base 500000: max |dlogprob| %.3g (prompt "
+		      "tokens %.3g) vs the reference; %.3g (%.3g) vs the unscaled model\n",
+		      mx, pmx, off, poff);
+	assert_true(mx <= TOL_ROPE);
+	assert_true(off > ROPE_MATTERS);
+	/* the same file without the tensor is the unscaled model */
+	write_gguf(gg, &(gguf_opts){ 0 });
+	kiln_logprobs(gg, tk, got, &c);
+	mx = lp_diff(got, plain, tk, &pmx);
+	print_message("# GGUF without rope_freqs: max |dlogprob| %.3g vs the unscaled reference\n",
+		      mx);
+	assert_true(!c.rope_scaled && mx <= TOL_ROPE);
+
+	/* linear: config.json rope_scaling "linear", GGUF rope.scaling.type
+	 * "linear" with its factor */
+	ref_logprobs(l2c, &rope_linear, tk, want);
+	write_hf(dir, hf_config_rope("{\"factor\": 4.0, \"type\": \"linear\"}"), true);
+	kiln_logprobs(hf, tk, got, &c);
+	mx = lp_diff(got, want, tk, &pmx);
+	off = lp_diff(got, plain, tk, &poff);
+	print_message("# HF rope_scaling linear: max |dlogprob| %.3g vs the reference; %.3g vs "
+		      "unscaled\n",
+		      mx, off);
+	assert_true(mx <= TOL_ROPE && off > ROPE_MATTERS);
+	write_gguf(gg, &(gguf_opts){ .str_key = "llama.rope.scaling.type",
+				     .str_val = "linear",
+				     .f32_key = "llama.rope.scaling.factor",
+				     .f32_val = 4.0f });
+	kiln_logprobs(gg, tk, got, &c);
+	mx = lp_diff(got, want, tk, &pmx);
+	print_message("# GGUF rope.scaling.type linear: max |dlogprob| %.3g vs the reference\n",
+		      mx);
+	assert_true(mx <= TOL_ROPE);
+	/* type "none": llama.cpp never scales, whatever the factor */
+	write_gguf(gg, &(gguf_opts){ .str_key = "llama.rope.scaling.type",
+				     .str_val = "none",
+				     .f32_key = "llama.rope.scaling.factor",
+				     .f32_val = 4.0f });
+	kiln_logprobs(gg, tk, got, &c);
+	assert_false(c.rope_scaled);
+
+	free(want), free(plain), free(got);
+	for (int i = 0; i < NT; i++)
+		free(T[i].data);
+	free(T);
+	cfg = keep_cfg, T = keep_t, NT = keep_nt, V = keep_v;
 }
 
 /* ---- weights computed on in the file's mapping ------------------------------ */
@@ -1390,6 +1869,7 @@ int main(void)
 		cmocka_unit_test(test_kmtrain_checkpoint),
 		cmocka_unit_test(test_bad_files),
 		cmocka_unit_test(test_refused_unimplemented),
+		cmocka_unit_test(test_rope_scaling),
 		cmocka_unit_test(test_mapped_weights),
 		cmocka_unit_test(test_mapped_rss),
 	};

@@ -905,6 +905,43 @@ static void test_random_head64(void **state)
 			      i ? "half" : "interleaved", worst, mism, apart);
 		assert_int_equal(mism, 0);
 	}
+	/* Llama 3.1's scaling at theta 500000 (factor 8, low/high frequency
+	 * factors 1/4, original context 64: of the 32 pairs, 0-2 keep their
+	 * frequency, 3-5 blend, 6-31 are divided), the reference computing
+	 * the scaled frequencies itself; checked to matter: the model run
+	 * unscaled at the same theta is far off. */
+	const ref_rope l3 = { .theta = 500000,
+			      .kind = REF_ROPE_LLAMA3,
+			      .factor = 8,
+			      .low_freq_factor = 1,
+			      .high_freq_factor = 4,
+			      .original_max_pos = 64 };
+	for (int i = 0; i < 2; i++) {
+		double worst, plain;
+		int mism;
+		check_against_ref_rope(be, path, KK_F32, modes[i], &l3, 150, 7, TOL_F32, &worst,
+				       &mism);
+		assert_int_equal(mism, 0);
+		ref_model *ru = ref_load(path), *rs8 = ref_load(path);
+		assert_true(ru && rs8);
+		ref_set_rope(ru, &(ref_rope){ .theta = 500000 });
+		ref_set_rope(rs8, &l3);
+		double lu[300], ls[300];
+		plain = 0;
+		for (int k = 0, t = 1; k < 150; k++) {
+			assert_int_equal(ref_step(ru, t, lu), 0);
+			assert_int_equal(ref_step(rs8, t, ls), 0);
+			for (int j = 0; j < 300; j++)
+				plain = fmax(plain, fabs(lu[j] - ls[j]));
+			t = (t * 7919 + 13) % 300;
+		}
+		ref_free(ru);
+		ref_free(rs8);
+		print_message("# the same, Llama 3.1 RoPE scaling, %s: max |logit err| %.3g, %d "
+			      "argmax mismatches (unscaled differs by %.3g)\n",
+			      i ? "half" : "interleaved", worst, mism, plain);
+		assert_true(plain > 100 * TOL_F32);
+	}
 	unlink(path);
 }
 

@@ -180,6 +180,10 @@ const char *kiln_http_request_header(const kiln_http_request *r, const char *nam
 const char *kiln_http_request_body(const kiln_http_request *r, size_t *len);
 /* "127.0.0.1:40312" or "[::1]:40312". */
 const char *kiln_http_request_client(const kiln_http_request *r);
+/* The client's socket address (AF_INET or AF_INET6, port included), for
+ * rules on who asks (kiln serve's secrets); NULL when MHD has none. */
+struct sockaddr;
+const struct sockaddr *kiln_http_request_peer(const kiln_http_request *r);
 /* X-Request-Id from the client when sane, else "req_" + 24 hex digits;
  * every reply carries it back in X-Request-Id. */
 const char *kiln_http_request_id(const kiln_http_request *r);
@@ -197,6 +201,13 @@ int kiln_http_reply_json(kiln_http_request *r, unsigned status, const json_t *bo
 int kiln_http_reply_text(kiln_http_request *r, unsigned status, const char *content_type,
 			 const char *body, size_t len);
 int kiln_http_reply_empty(kiln_http_request *r, unsigned status);
+/* len bytes of the open regular file fd from offset, sent with sendfile(2)
+ * where MHD can (no copy through user space: a 2 GB initrd costs a few
+ * KiB per connection); HEAD gets the headers only.  Takes fd over: it is
+ * closed once the reply is sent, and on error.  content_type may be NULL.
+ * The caller sets Content-Range / Accept-Ranges with kiln_http_set_header(). */
+int kiln_http_reply_fd(kiln_http_request *r, unsigned status, const char *content_type, int fd,
+		       uint64_t offset, uint64_t len);
 /* OpenAI's error shape:
  *   {"error":{"message":M,"type":T,"param":P,"code":C,"request_id":ID}}
  * type NULL picks the usual one for the status (400 invalid_request_error,

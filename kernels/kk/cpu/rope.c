@@ -7,17 +7,19 @@
  * span no more values than there are tokens (a training batch repeats
  * 0..T-1 in every sequence: T rows, not B * T), else one row per token.
  * Each entry is what the per-token loop computed before (the angle pos *
- * theta^(-2i/rot) in double, then cos and sin rounded to f32), so the
- * values do not depend on the layout; only libm's pow and sincos per
- * (token, pair) are gone (issue 15: rope was 3.8 ms of the benchmark
- * model's 58 ms training step).  The last position-keyed table is kept
- * (up to ROPE_CACHE_MAX bytes) for the next call with the same theta,
- * rotary dims and a range it covers: a training step calls rope four times
- * per layer with the same positions. */
+ * theta^(-2i/rot) / freq_div[i] in double, then cos and sin rounded to
+ * f32), so the values do not depend on the layout; only libm's pow and
+ * sincos per (token, pair) are gone (issue 15: rope was 3.8 ms of the
+ * benchmark model's 58 ms training step).  The last position-keyed table
+ * is kept (up to ROPE_CACHE_MAX bytes) for the next call with the same
+ * theta, divisors (compared by value: the caller may rewrite its buffer),
+ * rotary dims and a range it covers: a training step calls rope four
+ * times per layer with the same positions. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu.h"
 #include "kiln/macro.h"
@@ -30,7 +32,7 @@ struct rope_ctx {
 	int n_heads, head_dim, rot;
 	kk_rope_mode mode;
 	bool backward;
-	const double *inv_freq; /* [rot / 2]: theta^(-2i/rot) */
+	const double *inv_freq; /* [rot / 2]: theta^(-2i/rot) / freq_div[i] */
 	float *cs;		/* [rows][rot / 2][2]: cos, sin */
 	int64_t pos0;		/* row of token t: pos[t] - pos0, or t when !by_pos */
 	bool by_pos;
@@ -110,15 +112,19 @@ static int rope_range(void *p, int64_t b, int64_t e, int chunk)
 }
 
 /* The kept table: refcounted, so a call still rotating with it when
- * another replaces it keeps it alive; the cache's own reference is one. */
+ * another replaces it keeps it alive; the cache's own reference is one.
+ * data: the divisors it was built with ([rot / 2], when has_div), then
+ * the rows. */
 #define ROPE_CACHE_MAX (1u << 20)
 
 struct rope_table {
 	int refs;
 	double theta;
 	int rot;
+	bool has_div;
 	int64_t pos0, rows;
-	float cs[];
+	float *cs;
+	float data[];
 };
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -131,13 +137,15 @@ static void table_unref(struct rope_table *t)
 }
 
 /* A reference to the kept table when it covers rows [pos0, pos0 + rows)
- * for theta and rot, else NULL. */
-static struct rope_table *cache_find(double theta, int rot, int64_t pos0, int64_t rows)
+ * for theta, div (NULL: none) and rot, else NULL. */
+static struct rope_table *cache_find(double theta, const float *div, int rot, int64_t pos0,
+				     int64_t rows)
 {
 	struct rope_table *t = NULL;
 	pthread_mutex_lock(&cache_lock);
 	if (cache && cache->theta == theta && cache->rot == rot && cache->pos0 <= pos0 &&
-	    cache->pos0 + cache->rows >= pos0 + rows) {
+	    cache->pos0 + cache->rows >= pos0 + rows && cache->has_div == (div != NULL) &&
+	    (!div || memcmp(cache->data, div, sizeof(float) * (size_t) (rot / 2)) == 0)) {
 		t = cache;
 		t->refs++;
 	}
@@ -164,9 +172,10 @@ static void cache_release(struct rope_table *t)
 
 int kk__cpu_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *positions,
 		 int64_t tokens, int n_heads, int head_dim, int rotary_dim, float theta,
-		 kk_rope_mode mode, bool backward)
+		 const kk_buffer *freq_div, kk_rope_mode mode, bool backward)
 {
 	const int32_t *pos = positions->ptr;
+	const float *div = freq_div ? freq_div->ptr : NULL;
 	const int half = rotary_dim / 2;
 	int64_t lo = INT64_MAX, hi = INT64_MIN, rows;
 	int r;
@@ -177,8 +186,8 @@ int kk__cpu_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *p
 		lo = MIN(lo, (int64_t) pos[t]), hi = MAX(hi, (int64_t) pos[t]);
 	bool by_pos = hi - lo + 1 <= tokens;
 	rows = by_pos ? hi - lo + 1 : tokens;
-	size_t bytes = sizeof(float) * 2 * half * (size_t) rows;
-	struct rope_table *t = by_pos ? cache_find(theta, rotary_dim, lo, rows) : NULL;
+	size_t bytes = sizeof(float) * 2 * half * (size_t) rows, nd = div ? (size_t) half : 0;
+	struct rope_table *t = by_pos ? cache_find(theta, div, rotary_dim, lo, rows) : NULL;
 	struct rope_ctx c = { .x = x,
 			      .pos = pos,
 			      .n_heads = n_heads,
@@ -197,16 +206,24 @@ int kk__cpu_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *p
 		return r;
 	}
 	_cleanup_free_ double *inv = malloc(sizeof(double) * half);
-	t = malloc(sizeof(*t) + bytes);
+	t = malloc(sizeof(*t) + sizeof(float) * nd + bytes);
 	if (!inv || !t) {
 		free(t);
 		return -ENOMEM;
 	}
-	*t = (struct rope_table){
-		.refs = 1, .theta = theta, .rot = rotary_dim, .pos0 = lo, .rows = rows
-	};
+	*t = (struct rope_table){ .refs = 1,
+				  .theta = theta,
+				  .rot = rotary_dim,
+				  .has_div = div != NULL,
+				  .pos0 = lo,
+				  .rows = rows };
+	if (div)
+		memcpy(t->data, div, sizeof(float) * nd);
+	t->cs = t->data + nd;
+	/* Without divisors exactly the plain RoPE of before. */
 	for (int i = 0; i < half; i++)
-		inv[i] = pow(theta, -2.0 * i / rotary_dim);
+		inv[i] = div ? pow(theta, -2.0 * i / rotary_dim) / (double) div[i]
+			     : pow(theta, -2.0 * i / rotary_dim);
 	c.inv_freq = inv;
 	c.cs = t->cs;
 	r = kk__parallel_for(rows, (double) half * 40, table_range, &c);

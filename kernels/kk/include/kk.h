@@ -432,19 +432,24 @@ int kk_layernorm_bwd(kk_backend *be, kk_stream *st, kk_buffer *dx, kk_buffer *dw
 /* Rotary position embedding                                                 */
 
 typedef enum kk_rope_mode {
-	/* llama2.c / Meta: pairs (x[2i], x[2i+1]) rotated by pos * theta^(-2i/d). */
+	/* llama2.c / Meta: pairs (x[2i], x[2i+1]). */
 	KK_ROPE_INTERLEAVED = 0,
-	/* Hugging Face: pairs (x[i], x[i + d/2]) rotated by pos * theta^(-2i/d). */
+	/* Hugging Face: pairs (x[i], x[i + d/2]). */
 	KK_ROPE_HALF = 1,
 } kk_rope_mode;
 
 /* In place on x [tokens, n_heads, head_dim] (F32/BF16/F16), positions I32
- * [tokens].  Only the first rotary_dim (even, <= head_dim; 0 = head_dim)
- * elements of each head rotate, with d = rotary_dim above.  backward: rotate
- * by -angle, which is the gradient (the rotation is orthogonal). */
+ * [tokens]: pair i of the first rotary_dim (even, <= head_dim; 0 =
+ * head_dim) elements of each head turns by the angle positions[t] *
+ * theta^(-2i/d) / freq_div[i], d = rotary_dim, formed in f64.  freq_div:
+ * NULL (plain RoPE), or F32 [d / 2] on be, each finite and > 0: scaled
+ * RoPE's per-pair frequency divisors (Llama 3.1's, linear scaling's; the
+ * freq_factors of llama.cpp's ggml_rope_ext).  backward: rotate by -angle,
+ * which is the gradient (the rotation is orthogonal).  -EINVAL: shapes,
+ * dtypes, theta, a divisor table on another backend or too short. */
 int kk_rope(kk_backend *be, kk_stream *st, kk_buffer *x, const kk_buffer *positions, int64_t tokens,
-	    int n_heads, int head_dim, int rotary_dim, float theta, kk_rope_mode mode,
-	    bool backward);
+	    int n_heads, int head_dim, int rotary_dim, float theta, const kk_buffer *freq_div,
+	    kk_rope_mode mode, bool backward);
 
 /* ------------------------------------------------------------------------ */
 /* Elementwise activations, softmax                                          */
@@ -563,6 +568,13 @@ int kk_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *lo
  * -EINVAL as kk_sample; -ENOMEM. */
 int kk_sample_host(const float *logits, int64_t rows, int64_t vocab, const kk_sampling *p,
 		   int32_t *ids);
+
+/* log(sum_i exp(x[i])) of n >= 1 host floats in float64, shifted by their
+ * largest (a log-softmax's normalizer, for a caller's logprobs beside
+ * kk_sample_host), vectorized: within 1e-14 of the sum of exp()'s, terms
+ * below e^-700 of the largest counted as 0.  All -inf: -inf; NaN for
+ * bad arguments. */
+double kk_logsumexp_host(const float *x, int64_t n);
 
 /* The uniform draw in [0, 1) for one row: SplitMix64 of seed and row, top 24
  * bits.  Inline so every backend (and tests) compute the same number. */

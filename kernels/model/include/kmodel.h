@@ -53,6 +53,11 @@ extern "C" {
 #define KM_VOCAB_MAX   (1 << 21)	  /* vocabulary (largest in use: ~256K) */
 #define KM_SEQ_LEN_MAX (1 << 20)	  /* context length */
 #define KM_PARAMS_MAX  (INT64_C(1) << 37) /* 137 G parameters in all */
+/* RoPE pairs of a head: head_dim / 2 at kk's largest attention head. */
+#define KM_ROPE_PAIRS_MAX (KK_ATTN_HEAD_DIM_MAX / 2)
+/* Largest RoPE frequency divisor accepted (Llama 3.1's is 8, linear
+ * scaling's the context multiple): beyond it a pair hardly turns. */
+#define KM_ROPE_DIV_MAX 1e6
 
 typedef struct km_config {
 	int dim;	/* model width */
@@ -67,6 +72,14 @@ typedef struct km_config {
 	float rope_theta;	/* RoPE base (llama2.c: 10000) */
 	kk_rope_mode rope_mode; /* KK_ROPE_INTERLEAVED (llama2.c/Meta), KK_ROPE_HALF (HF) */
 	bool shared_classifier; /* logits use the token embedding table */
+	/* Scaled RoPE: pair i (< head_dim / 2) of every head turns by pos *
+	 * rope_theta^(-2i / head_dim) / rope_freq_div[i].  Llama 3.1's
+	 * rope_scaling "llama3" (and the GGUF rope_freqs tensor llama.cpp's
+	 * converter makes of it) divides the low frequencies by its factor,
+	 * the high ones by 1 and blends between; linear scaling divides all by
+	 * its factor.  false: plain RoPE, rope_freq_div unused. */
+	bool rope_scaled;
+	float rope_freq_div[KM_ROPE_PAIRS_MAX];
 } km_config;
 
 /* Checks every field and that they agree.  -EINVAL with err (NULL allowed)
@@ -267,7 +280,8 @@ typedef enum km_file_kind {
 /* Opens path.  Errors (err names the file and the tensor or key, expected
  * vs found): the kmf_open errors (-ENOENT, -EBADMSG, -E2BIG ...),
  * -EOPNOTSUPP (an architecture, dtype or feature kiln does not run: GGUF
- * other than "llama", MoE, partial or scaled RoPE, integer tensors, a
+ * other than "llama", MoE, partial RoPE, RoPE scaling other than Llama
+ * 3.1's and linear (YaRN, LongRoPE, dynamic NTK), integer tensors, a
  * safetensors file with neither kiln nor HF names), -ENOENT (a missing
  * tensor), -EINVAL (missing or inconsistent metadata, a wrong shape,
  * no config.json for HF weights), -ENOMEM. */

@@ -88,9 +88,10 @@ void ref_norm_dparams(bool layer, int64_t rows, int64_t dim, double eps, const d
 /* ---- rope.c ------------------------------------------------------------- */
 
 /* y = RoPE(x) forward for x [tokens, H, D] at positions pos: pair i of the
- * first rot dims (rot 0: D) turns by pos * theta^(-2i/rot); y may be x. */
+ * first rot dims (rot 0: D) turns by pos * inv_freq[i] (plain RoPE:
+ * theta^(-2i/rot)); y may be x. */
 void ref_rope(double *y, const double *x, const int32_t *pos, int64_t tokens, int H, int D, int rot,
-	      double theta, kk_rope_mode mode);
+	      const double *inv_freq, kk_rope_mode mode);
 
 /* ---- softmax.c ---------------------------------------------------------- */
 

@@ -6,7 +6,7 @@
 #include "ref.h"
 
 void ref_rope(double *y, const double *x, const int32_t *pos, int64_t tokens, int H, int D, int rot,
-	      double theta, kk_rope_mode mode)
+	      const double *inv_freq, kk_rope_mode mode)
 {
 	int R = rot ? rot : D;
 	if (y != x)
@@ -14,7 +14,7 @@ void ref_rope(double *y, const double *x, const int32_t *pos, int64_t tokens, in
 	for (int64_t t = 0; t < tokens; t++)
 		for (int h = 0; h < H; h++)
 			for (int i = 0; i < R / 2; i++) {
-				double ang = pos[t] * pow(theta, -2.0 * i / R);
+				double ang = pos[t] * inv_freq[i];
 				size_t base = ((size_t) t * H + h) * D;
 				size_t ia = mode == KK_ROPE_INTERLEAVED ? base + 2 * i : base + i;
 				size_t ib = mode == KK_ROPE_INTERLEAVED ? ia + 1 : ia + R / 2;

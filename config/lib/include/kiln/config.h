@@ -105,6 +105,7 @@ typedef enum kiln_cfg_dtype {
 	KILN_DTYPE_F16,
 	KILN_DTYPE_I8,
 	KILN_DTYPE_Q4,
+	KILN_DTYPE_AUTO, /* what the model file holds (kiln-inferd decides) */
 	_KILN_DTYPE_MAX,
 } kiln_cfg_dtype;
 const char *kiln_cfg_dtype_to_string(kiln_cfg_dtype d);
@@ -339,9 +340,9 @@ typedef struct kiln_cfg_image {
 	char *tftp_dir;	      /* "/srv/kiln/tftp": undionly.kpxe, ipxe.efi */
 	char *http_url;	      /* default "http://HEAD_ADDRESS/kiln" */
 	char *kernel_cmdline; /* extra kernel arguments, "" */
-	char *root_password_hash;   /* crypt(3) hash; NULL = root's password locked */
 	char **ssh_keys;	    /* root's authorized_keys lines (NULL-terminated) */
-	char *munge_key;	    /* key file baked into the image, "/etc/munge/munge.key" */
+	char *munge_key;	    /* head's munge key, served to nodes (never in the image) */
+	char *signing_key;	    /* signs cluster.cfg, "/etc/kiln/head.key" */
 	bool nvidia;		    /* GPU image: NVIDIA driver + CUDA runtime */
 	char *nvidia_apt_source;    /* "URL SUITE [COMPONENTS]" of NVIDIA's repository, or NULL */
 	char *nvidia_apt_keyring;   /* its keyring on the build machine */
@@ -349,6 +350,10 @@ typedef struct kiln_cfg_image {
 	char **nvidia_packages;	    /* NULL: the source's defaults (render image-env) */
 	char *nvidia_fabricmanager; /* Fabric Manager package (HGX), or NULL */
 	char *nvidia_cuda_dir;	    /* "/usr/local/cuda": CUDA libraries copied from there */
+	/* kiln serve (docs/serve.md) */
+	char *serve_listen;	     /* "ADDR:PORT"; NULL: http_url's host and port */
+	bool secrets_only_when_down; /* secrets only to nodes Slurm lists down or rebooting */
+	char *root_password_file;    /* head-side file holding root's hash; NULL: none */
 } kiln_cfg_image;
 
 /* Thresholds of the Prometheus alert rules `kiln render kiln-alerts.yml`
@@ -472,6 +477,20 @@ const kiln_cfg_node *kiln_cfg_find_node_by_mac(const kiln_cfg *cfg, const uint8_
 const kiln_cfg_partition *kiln_cfg_find_partition(const kiln_cfg *cfg, const char *name);
 /* The action for an XID: the health.xid override if any, else def. */
 kiln_cfg_action kiln_cfg_xid_action(const kiln_cfg *cfg, int xid, kiln_cfg_action def);
+
+/* Calls fn(key, path, userdata) for every program or library the file
+ * makes a node run as root (or as a job's user) by path: health.nvml_library
+ * (when it is a path, not a bare soname ld.so finds in the system's
+ * directories), health.check_program, .prolog and .epilog (with
+ * health.enabled), slurm.reboot_program, and the program keys of
+ * slurm.extra lines (Prolog, Epilog, TaskProlog, TaskEpilog,
+ * HealthCheckProgram, RebootProgram, UnkillableStepProgram; key is then
+ * "slurm.extra[N]").  These must be root's (kiln check --node-paths,
+ * kiln/pathtrust.h).  Stops at and returns fn's first negative value;
+ * else 0. */
+int kiln_cfg_for_each_code_path(const kiln_cfg *cfg,
+				int (*fn)(const char *key, const char *path, void *userdata),
+				void *userdata);
 /* Iterate: for (const kiln_cfg_node *n = cfg->nodes; n < cfg->nodes + cfg->n_nodes; n++) */
 
 /* ---- schema ---------------------------------------------------------- */
@@ -527,12 +546,15 @@ enum {
 	KILN_CFG_RENDER_SLURM = 1 << 1,	     /* served by slurmctld, configless (kiln apply) */
 	KILN_CFG_RENDER_BOOT = 1 << 2,	     /* boot chain and names: reloaded by hand */
 	KILN_CFG_RENDER_PROMETHEUS = 1 << 3, /* one of `kiln render prometheus -o DIR` */
+	/* per node, named by MAC: render all writes DIR/ipxe/MAC (hexhyp) for
+	 * every node (not the head node), the path boot.ipxe asks for */
+	KILN_CFG_RENDER_BY_MAC = 1 << 4,
 };
 
 /* The render targets, in one table that kiln_cfg_render(), `kiln render`
  * (its targets, --help, completion, `render all`) and `kiln apply` read.
  * The target's name is its file name (a per-node target's files are
- * DIR/NAME/NODE). */
+ * DIR/NAME/NODE; a by-MAC target's DIR/ipxe/MAC). */
 typedef struct kiln_cfg_render_target {
 	const char *name;
 	const char *summary; /* one line for --help */
