@@ -394,12 +394,23 @@ static void test_schema_defaults(void **state)
 	assert_int_equal(kiln_cfg_defaults(&d), 0);
 	kiln_cfg_errors e;
 	kiln_cfg_errors_init(&e);
-	if (kiln_cfg_load_string(MINIMAL, "minimal.cfg", &c, &e) < 0)
+	/* one element of each list of accounts and mounts, with only its
+	 * required keys */
+	_cleanup_free_ char *accounts = NULL;
+	assert_true(asprintf(&accounts,
+			     "%susers = ( { name = \"u\"; uid = 2000; } );\n"
+			     "groups = ( { name = \"g\"; gid = 3000; } );\n"
+			     "mounts = ( { what = \"head:/x\"; where = \"/x\"; } );\n",
+			     MINIMAL) > 0);
+	if (kiln_cfg_load_string(accounts, "minimal.cfg", &c, &e) < 0)
 		kiln_cfg_errors_print(&e, stderr);
 	kiln_cfg_errors_free(&e);
 	assert_non_null(c);
 	assert_int_equal(c->n_groups, 1);
 	assert_int_equal(c->slurm.n_partitions, 1);
+	assert_int_equal(c->n_users, 1);
+	assert_int_equal(c->n_unix_groups, 1);
+	assert_int_equal(c->n_mounts, 1);
 
 	size_t n, checked = 0;
 	const kiln_cfg_key *s = kiln_cfg_schema(&n);
@@ -410,6 +421,12 @@ static void test_schema_defaults(void **state)
 			assert_default(&s[i], &c->groups[0]);
 		} else if (startswith(s[i].path, "slurm.partitions[].")) {
 			assert_default(&s[i], &c->slurm.partitions[0]);
+		} else if (startswith(s[i].path, "users[].")) {
+			assert_default(&s[i], &c->users[0]);
+		} else if (startswith(s[i].path, "groups[].")) {
+			assert_default(&s[i], &c->unix_groups[0]);
+		} else if (startswith(s[i].path, "mounts[].")) {
+			assert_default(&s[i], &c->mounts[0]);
 		} else {
 			assert_false(strchr(s[i].path, '[')); /* no other list has defaults */
 			assert_default(&s[i], d);
@@ -820,9 +837,38 @@ static void test_bad_corpus(void **state)
 
 /* ---- renderers ------------------------------------------------------- */
 
+/* A KILN_CFG_RENDER_FILES target (mounts): each file of the text against
+ * golden/EX/TARGET/NAME, as `render all` writes them. */
+static void check_golden_files(const kiln_cfg *c, const char *ex, const char *target)
+{
+	_cleanup_free_ char *out = NULL;
+	assert_int_equal(kiln_cfg_render(c, target, NULL, &out), 0);
+	const size_t ml = strlen(KILN_CFG_RENDER_FILE_MARK);
+	for (const char *p = strstr(out, KILN_CFG_RENDER_FILE_MARK); p;) {
+		const char *name = p + ml, *nl = strchr(name, '\n');
+		assert_non_null(nl);
+		const char *next = strstr(nl + 1, "\n" KILN_CFG_RENDER_FILE_MARK);
+		size_t blen = next ? (size_t) (next + 1 - (nl + 1)) : strlen(nl + 1);
+		_cleanup_free_ char *rel = NULL, *path = NULL, *want = NULL;
+		assert_true(asprintf(&rel, "tests/config/golden/%s/%s/%.*s", ex, target,
+				     (int) (nl - name), name) > 0);
+		path = srcpath(rel);
+		size_t len;
+		assert_int_equal(kiln_read_file(path, 1 << 22, &want, &len), 0);
+		if (len != blen || memcmp(want, nl + 1, blen) != 0)
+			fail_msg("%s differs from the render:\n%.*s", rel, (int) blen, nl + 1);
+		p = next ? next + 1 : NULL;
+	}
+}
+
 static void check_golden(const kiln_cfg *c, const char *ex, const char *target, const char *node)
 {
 	_cleanup_free_ char *out = NULL, *rel = NULL, *path = NULL, *want = NULL;
+	const kiln_cfg_render_target *t = kiln_cfg_render_target_find(target);
+	if (t && (t->flags & KILN_CFG_RENDER_FILES)) {
+		check_golden_files(c, ex, target);
+		return;
+	}
 	assert_int_equal(kiln_cfg_render(c, target, node, &out), 0);
 	if (node)
 		assert_true(asprintf(&rel, "tests/config/golden/%s/node-env/%s", ex, node) > 0);
@@ -953,7 +999,7 @@ static void test_render_content(void **state)
 	assert_non_null(strstr(
 		slurm,
 		"\nPartitionName=infer Nodes=dgx[25-32] Default=NO MaxTime=UNLIMITED State=UP "
-		"OverSubscribe=NO\n"));
+		"AllowGroups=root,inferops OverSubscribe=NO\n"));
 	assert_non_null(
 		strstr(slurm, "\nHealthCheckProgram=/usr/local/libexec/kiln/health-check\n"));
 	assert_non_null(strstr(slurm, "\nSlurmdTimeout=300\n"));

@@ -329,6 +329,10 @@ typedef struct kiln_cfg_inference {
 	char *api_keys_file; /* NULL: no keys, every request is served */
 	bool metrics_auth;   /* /metrics needs a key too */
 	int cpu_threads;     /* 0 = the CPUs of the affinity mask / cgroup quota */
+	/* AllowGroups= of every partition that holds an inference node:
+	 * kiln-inferd uses those nodes' GPUs outside Slurm (NULL-terminated;
+	 * [ "root" ] by default, [ "ALL" ] leaves them open) */
+	char **allow_groups;
 } kiln_cfg_inference;
 
 typedef struct kiln_cfg_image {
@@ -395,6 +399,49 @@ typedef struct kiln_cfg_switch {
 	int line;
 } kiln_cfg_switch;
 
+/* ---- users, groups and shared storage (users[], groups[], mounts[]) ----
+ * The same accounts on every node and the head (kiln render sysusers: a
+ * sysusers.d file with fixed ids, no passwords) and the shared filesystems
+ * every node mounts (kiln render mounts: systemd mount units ordered before
+ * slurmd; kiln-healthd drains a node that lacks a required one). */
+
+/* Ids below this are Debian's system accounts (the image's own daemons:
+ * munge, slurm ...): a cluster user or group there needs system = true. */
+#define KILN_CFG_ID_SYSTEM_MAX 999
+/* Debian reserves 60000-64999, systemd's DynamicUser= takes 61184-65519,
+ * 65534 is nobody and 65535 the 16-bit -1: no cluster account there. */
+#define KILN_CFG_ID_RESERVED_FIRST 60000
+#define KILN_CFG_ID_RESERVED_LAST  65535
+
+typedef struct kiln_cfg_user {
+	char *name;   /* required: a POSIX login name */
+	int uid;      /* required */
+	int gid;      /* primary group: a gid of groups[], or the uid (derived: the user's own
+			 group, named after the user) */
+	char **groups; /* supplementary groups, names of groups[] (NULL-terminated) */
+	char *home;    /* derived: /home/NAME */
+	char *shell;   /* "/bin/bash" */
+	char *comment; /* GECOS, NULL when unset */
+	bool system;   /* an id below 1000 on purpose */
+	int line;
+} kiln_cfg_user;
+
+typedef struct kiln_cfg_unix_group {
+	char *name; /* required */
+	int gid;    /* required */
+	bool system;
+	int line;
+} kiln_cfg_unix_group;
+
+typedef struct kiln_cfg_mount {
+	char *what;    /* required: "head:/home", "/dev/sdb1", "tmpfs" */
+	char *where;   /* required: absolute, normalized ("/home") */
+	char *type;    /* "nfs" */
+	char *options; /* Options=, NULL when unset */
+	bool required; /* true: a node without it is drained (kiln-healthd) */
+	int line;
+} kiln_cfg_mount;
+
 typedef struct kiln_cfg {
 	char *path; /* the file it came from */
 	kiln_cfg_cluster cluster;
@@ -415,6 +462,12 @@ typedef struct kiln_cfg {
 	kiln_cfg_accounting accounting;
 	kiln_cfg_logging logging;
 	kiln_cfg_time time;
+	kiln_cfg_user *users; /* users[], file order */
+	size_t n_users;
+	kiln_cfg_unix_group *unix_groups; /* groups[], file order */
+	size_t n_unix_groups;
+	kiln_cfg_mount *mounts; /* mounts[], file order */
+	size_t n_mounts;
 } kiln_cfg;
 
 /* ---- loading --------------------------------------------------------- */
@@ -527,7 +580,13 @@ enum {
 	KILN_CFG_RENDER_SLURM = 1 << 1,	     /* served by slurmctld, configless (kiln apply) */
 	KILN_CFG_RENDER_BOOT = 1 << 2,	     /* boot chain and names: reloaded by hand */
 	KILN_CFG_RENDER_PROMETHEUS = 1 << 3, /* one of `kiln render prometheus -o DIR` */
+	/* several files (mounts: one unit per mount): -o names a directory,
+	 * each file of the text starts at a line KILN_CFG_RENDER_FILE_MARK NAME
+	 * (not written into the file); `render all` puts them in DIR/TARGET/ */
+	KILN_CFG_RENDER_FILES = 1 << 5,
 };
+#define KILN_CFG_RENDER_FILE_MARK "# kiln-render-file: "
+
 
 /* The render targets, in one table that kiln_cfg_render(), `kiln render`
  * (its targets, --help, completion, `render all`) and `kiln apply` read.
