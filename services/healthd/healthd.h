@@ -64,6 +64,11 @@ typedef struct hd_settings {
 	uint64_t active_interval_usec;
 	int gemm_seconds;
 	double memtest_fraction;
+	/* the shared mounts check (mounts.c): mounts[] of the cluster file,
+	 * owned by the kiln_cfg; none when the node is not in it */
+	const kiln_cfg_mount *mounts;
+	size_t n_mounts;
+	char mountinfo[256]; /* "": HD_MOUNTINFO_PATH */
 } hd_settings;
 
 /* The settings without a cluster file: the config schema's defaults for the
@@ -168,6 +173,7 @@ typedef struct hd_node {
 	hd_reasons reasons;  /* node-level: GPU count, NVML missing */
 	char nvml_down[256]; /* why NVML cannot be used ("no NVIDIA driver"); "" when it can */
 	char xid_state_error[256];   /* the XID state file cannot be read; "" when it can */
+	hd_reasons mounts;	     /* shared mounts missing (hd_mounts_check) */
 	hd_state state;		     /* the worst of the node's and every GPU's */
 	uint64_t healthy_since_usec; /* 0 while not healthy */
 	uint64_t polls;
@@ -237,6 +243,19 @@ void hd_node_evaluate(const hd_settings *s, hd_node *n, uint64_t now_usec);
 int hd_node_drain_reason(const hd_node *n, char *buf, size_t len);
 /* One line for systemd STATUS=: "8 GPUs: 7 healthy, 1 unhealthy (gpu2 ...)". */
 void hd_node_summary(const hd_node *n, char *buf, size_t len);
+
+/* ---- shared mounts (mounts.c) ------------------------------------------ */
+
+/* The node's mount table: the daemon's mount namespace is the node's. */
+#define HD_MOUNTINFO_PATH "/proc/self/mountinfo"
+/* A mount table of thousands of lines is a few hundred KB. */
+#define HD_MOUNTINFO_MAX (4u * 1024u * 1024u)
+/* Sets out to a reason per mount of s->mounts whose mount point is not in
+ * the mount table (s->mountinfo, else HD_MOUNTINFO_PATH): "mount /home
+ * (head:/home nfs) missing", unhealthy for a required mount, degraded
+ * otherwise; one unhealthy reason when the table cannot be read.  Returns
+ * how many are missing, or -errno (the table unreadable). */
+int hd_mounts_check(const hd_settings *s, hd_reasons *out);
 
 /* ---- XID state file (xidstate.c) --------------------------------------- */
 

@@ -266,9 +266,24 @@ void publish(manager *m)
 	}
 }
 
+/* The shared mounts (mounts.c), on every poll: published with the GPUs. */
+static void check_mounts(manager *m)
+{
+	hd_reasons mr;
+	if (hd_mounts_check(&m->s, &mr) < 0 && !m->mounts_warned) {
+		log_error("Cannot read the mount table: the shared mounts check reports the node "
+			  "unhealthy");
+		m->mounts_warned = true;
+	}
+	pthread_mutex_lock(&m->lock);
+	m->node.mounts = mr;
+	pthread_mutex_unlock(&m->lock);
+}
+
 static int poll_all(manager *m)
 {
 	int n = 0;
+	check_mounts(m);
 	if (!m->nvml && !arg_check && !m->nvml_init_hung) {
 		/* the driver may come up after us (module load, persistenced) */
 		if (open_nvml(m) < 0) {
@@ -437,6 +452,7 @@ static int run_check(manager *m)
 		log_full(m->s.expected_gpus > 0 ? LOG_ERR : LOG_NOTICE, "Cannot use NVML (%s): %s",
 			 m->s.nvml_library, m->nvml_error);
 		no_nvml_reason(m, r);
+		check_mounts(m);
 	} else
 		poll_all(m);
 	/* The XIDs the daemon persisted: one poll cannot see an XID 79 that
