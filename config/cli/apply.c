@@ -485,7 +485,22 @@ static int diff_keys(plan *p, const kiln_cfg *old, const kiln_cfg *new)
 		char what[256];
 		snprintf(what, sizeof(what), "cluster file: %s", k);
 		p->refresh_nodes = true;
-		if (has_prefix(k, "health.")) {
+		if (streq(k, "inference.allow_groups")) {
+			/* only AllowGroups= in slurm.conf, compared above */
+			p->n_changes++;
+		} else if (streq(k, "users") || streq(k, "groups")) {
+			change(p, what,
+			       "publish cluster.cfg and re-run kiln-node-init on every node "
+			       "(systemd-sysusers adds accounts; a removed one stays until the "
+			       "node reboots)");
+			r = by_hand(p, "on the head node: kiln render sysusers -o "
+				       "/etc/sysusers.d/kiln-users.conf && systemd-sysusers");
+		} else if (streq(k, "mounts")) {
+			change(p, what,
+			       "publish cluster.cfg and re-run kiln-node-init on every node (it "
+			       "installs and starts the mount units; a dropped share stays "
+			       "mounted until the node reboots)");
+		} else if (has_prefix(k, "health.")) {
 			p->restart_healthd = true;
 			change(p, what,
 			       "publish cluster.cfg, re-run kiln-node-init and restart "

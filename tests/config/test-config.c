@@ -1168,6 +1168,32 @@ static void test_diff_keys(void **state)
 	strv_free(TAKE_PTR(k));
 	assert_int_equal(kiln_cfg_diff_keys(a, a, &k), 0);
 	assert_null(k);
+	/* the lists kiln-node-init applies: users, groups, mounts */
+	_cleanup_(kiln_cfg_freep) kiln_cfg *e = NULL, *f = NULL;
+	_cleanup_free_ char *t4 = NULL, *t5 = NULL;
+	assert_true(asprintf(&t4,
+			     "%s\ngroups = ( { name = \"g\"; gid = 3000; } );\n"
+			     "users = ( { name = \"u\"; uid = 2000; groups = [ \"g\" ]; } );\n"
+			     "mounts = ( { what = \"h:/x\"; where = \"/x\"; } );\n",
+			     BASE) > 0);
+	assert_int_equal(kiln_cfg_load_string(t4, "e.cfg", &e, NULL), 0);
+	assert_int_equal(kiln_cfg_diff_keys(a, e, &k), 0);
+	assert_int_equal(strv_length(k), 3);
+	assert_string_equal(k[0], "users");
+	assert_string_equal(k[1], "groups");
+	assert_string_equal(k[2], "mounts");
+	strv_free(TAKE_PTR(k));
+	/* one option of one mount */
+	assert_true(asprintf(&t5,
+			     "%s\ngroups = ( { name = \"g\"; gid = 3000; } );\n"
+			     "users = ( { name = \"u\"; uid = 2000; groups = [ \"g\" ]; } );\n"
+			     "mounts = ( { what = \"h:/x\"; where = \"/x\"; required = false; } );\n",
+			     BASE) > 0);
+	assert_int_equal(kiln_cfg_load_string(t5, "f.cfg", &f, NULL), 0);
+	assert_int_equal(kiln_cfg_diff_keys(e, f, &k), 0);
+	assert_int_equal(strv_length(k), 1);
+	assert_string_equal(k[0], "mounts");
+	strv_free(TAKE_PTR(k));
 }
 
 /* Under SAN=-fsanitize=address: libconfig 1.5 leaks scanner token strings

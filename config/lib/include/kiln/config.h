@@ -622,7 +622,8 @@ int kiln_cfg_render(const kiln_cfg *cfg, const char *target, const char *node, c
 
 /* The schema paths of the scalar keys (node groups and partitions aside)
  * whose loaded values differ between a and b, in schema order, plus
- * "health.xid" when the XID overrides differ: `kiln apply` maps each to what
+ * "health.xid" when the XID overrides differ and "users", "groups", "mounts"
+ * when those lists do: `kiln apply` maps each to what
  * must be restarted.  *ret is a NULL-terminated strv (NULL when nothing
  * differs).  Returns 0, -EINVAL or -ENOMEM. */
 int kiln_cfg_diff_keys(const kiln_cfg *a, const kiln_cfg *b, char ***ret);
