@@ -614,8 +614,8 @@ static int write_files(const kiln_cfg_render_target *t, const char *dir, const c
 			r = mkdir_p(path);
 			*slash = '/';
 			if (r < 0)
-				return log_error_errno(r, "Failed to create the directory of '%s': %m",
-						       path);
+				return log_error_errno(
+					r, "Failed to create the directory of '%s': %m", path);
 		}
 		r = write_out(t, path, data);
 		if (r < 0)

@@ -29,25 +29,71 @@
  * the packages kiln installs): a cluster user of that name would take over
  * a daemon's identity or be refused by systemd-sysusers at boot. */
 static const char *const image_accounts[] = {
-	"root",	      "daemon",		   "bin",	  "sys",	  "sync",
-	"games",      "man",		   "lp",	  "mail",	  "news",
-	"uucp",	      "proxy",		   "www-data",	  "backup",	  "list",
-	"irc",	      "gnats",		   "nobody",	  "nogroup",	  "_apt",
-	"messagebus", "systemd-network",   "systemd-resolve", "systemd-timesync",
-	"systemd-journal", "systemd-journal-remote", "systemd-journal-upload",
-	"systemd-coredump", "sshd",	   "munge",	  "slurm",	  "kiln",
-	"kiln-inferd", "kiln-healthd",	   "nvidia-persistenced", "tty", "disk",
-	"kmem",	      "dialout",	   "video",	  "render",	  "audio",
-	"adm",	      "sudo",		   "staff",	  "users",	  "input",
-	"kvm",	      "utmp",		   "shadow",	  "operator",	  "cdrom",
-	"floppy",     "tape",		   "voice",	  "plugdev",	  "netdev",
-	"src",	      NULL,
+	"root",
+	"daemon",
+	"bin",
+	"sys",
+	"sync",
+	"games",
+	"man",
+	"lp",
+	"mail",
+	"news",
+	"uucp",
+	"proxy",
+	"www-data",
+	"backup",
+	"list",
+	"irc",
+	"gnats",
+	"nobody",
+	"nogroup",
+	"_apt",
+	"messagebus",
+	"systemd-network",
+	"systemd-resolve",
+	"systemd-timesync",
+	"systemd-journal",
+	"systemd-journal-remote",
+	"systemd-journal-upload",
+	"systemd-coredump",
+	"sshd",
+	"munge",
+	"slurm",
+	"kiln",
+	"kiln-inferd",
+	"kiln-healthd",
+	"nvidia-persistenced",
+	"tty",
+	"disk",
+	"kmem",
+	"dialout",
+	"video",
+	"render",
+	"audio",
+	"adm",
+	"sudo",
+	"staff",
+	"users",
+	"input",
+	"kvm",
+	"utmp",
+	"shadow",
+	"operator",
+	"cdrom",
+	"floppy",
+	"tape",
+	"voice",
+	"plugdev",
+	"netdev",
+	"src",
+	NULL,
 };
 
 /* Mount points a shared filesystem must not cover: the system's own. */
 static const char *const system_dirs[] = {
-	"/bin", "/boot", "/dev", "/etc",     "/lib",  "/lib64", "/proc", "/run",
-	"/sbin", "/sys", "/usr", "/var/lib", "/var/log", "/var/spool", "/tmp", NULL,
+	"/bin",	 "/boot", "/dev", "/etc",     "/lib",	  "/lib64",	"/proc", "/run",
+	"/sbin", "/sys",  "/usr", "/var/lib", "/var/log", "/var/spool", "/tmp",	 NULL,
 };
 
 bool kiln_cfg__valid_account_name(const char *s)
@@ -64,7 +110,7 @@ bool kiln_cfg__valid_account_name(const char *s)
 	return true;
 }
 
-#define NAME_HINT                                                                           \
+#define NAME_HINT                                                                            \
 	"start with a lowercase letter or '_', then lowercase letters, digits, '_' and '-' " \
 	"(at most 32)"
 
@@ -126,9 +172,9 @@ static void check_groups(loader *L)
 			kiln_cfg__member_error(L, "groups", i, e, "name", NAME_HINT,
 					       "invalid group name \"%s\"", g->name);
 		else if (g->name && is_image_account(g->name))
-			kiln_cfg__member_error(L, "groups", i, e, "name",
-					       "pick another name",
-					       "\"%s\" is a group of the node image itself", g->name);
+			kiln_cfg__member_error(L, "groups", i, e, "name", "pick another name",
+					       "\"%s\" is a group of the node image itself",
+					       g->name);
 		check_id(L, "groups", i, e, "gid", g->gid, g->system);
 		for (size_t j = 0; j < i; j++) {
 			const kiln_cfg_unix_group *o = &c->unix_groups[j];
@@ -190,7 +236,8 @@ static void check_user(loader *L, size_t i)
 				L, "users", i, e, "uid",
 				"set gid = the group's gid to make it the user's primary group, "
 				"or pick another uid",
-				"user \"%s\"'s own group would take gid %d, which is group \"%s\"'s "
+				"user \"%s\"'s own group would take gid %d, which is group "
+				"\"%s\"'s "
 				"(line %d)",
 				u->name, u->uid, strempty(c->unix_groups[h].name),
 				c->unix_groups[h].line);
@@ -215,10 +262,12 @@ static void check_user(loader *L, size_t i)
 				hint = kiln_cfg__hint_from(u->groups[k], names);
 				free(names);
 			}
-			kiln_cfg__elem_error(L, arr, p, k,
-					     hint ?: "add it to groups = ( { name = ...; gid = ...; "
-						     "} )",
-					     "unknown group \"%s\"", u->groups[k]);
+			kiln_cfg__elem_error(
+				L, arr, p, k,
+				hint
+					?: "add it to groups = ( { name = ...; gid = ...; "
+					   "} )",
+				"unknown group \"%s\"", u->groups[k]);
 		}
 		for (size_t j = 0; j < k; j++)
 			if (streq(u->groups[j], u->groups[k]))
@@ -349,16 +398,18 @@ static void check_inference_partitions(loader *L)
 			continue;
 		}
 		if (p->extra && strcasestr(p->extra, "AllowGroups="))
-			kiln_cfg__member_error(L, "slurm.partitions", pi, L->part_set[pi], "extra",
-					       "set inference.allow_groups instead",
-					       "partition \"%s\" holds inference node %s: kiln sets "
-					       "its AllowGroups= from inference.allow_groups",
-					       p->name, first);
+			kiln_cfg__member_error(
+				L, "slurm.partitions", pi, L->part_set[pi], "extra",
+				"set inference.allow_groups instead",
+				"partition \"%s\" holds inference node %s: kiln sets "
+				"its AllowGroups= from inference.allow_groups",
+				p->name, first);
 		if (other)
 			kiln_cfg__add_warning(
 				L, p->line, "slurm.partitions",
 				"put the inference nodes in a partition of their own",
-				"partition \"%s\" mixes inference nodes (%s) with others (%s): all of "
+				"partition \"%s\" mixes inference nodes (%s) with others (%s): all "
+				"of "
 				"it is closed to users outside inference.allow_groups",
 				p->name, first, other);
 	}

@@ -945,11 +945,13 @@ static int render_mounts(const kiln_cfg *c, const char *node, kiln_strbuf *b)
 	}
 	int r = kiln_strbuf_error(&units);
 	if (r >= 0) {
-		kiln_strbuf_append(b, KILN_CFG_RENDER_FILE_MARK "slurmd.service.d/kiln-mounts.conf\n");
+		kiln_strbuf_append(b,
+				   KILN_CFG_RENDER_FILE_MARK "slurmd.service.d/kiln-mounts.conf\n");
 		header(b, c, "#", NULL);
-		kiln_strbuf_append(b, "# slurmd starts after the shared mounts were tried; a missing "
-				      "required one\n# drains the node (kiln-healthd) instead of "
-				      "keeping slurmd down.\n");
+		kiln_strbuf_append(b,
+				   "# slurmd starts after the shared mounts were tried; a missing "
+				   "required one\n# drains the node (kiln-healthd) instead of "
+				   "keeping slurmd down.\n");
 		kiln_strbuf_printf(b, "[Unit]\nWants=%s\nAfter=%s\n", units.s, units.s);
 	}
 	kiln_strbuf_free(&units);

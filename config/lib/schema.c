@@ -415,8 +415,7 @@ static const kiln_cfg_key schema[] = {
 	  "Compute threads of the cpu backend; 0 = the CPUs of kiln-inferd's affinity mask and "
 	  "cgroup quota (kiln-inferd --cpu-threads).",
 	  R(inference.cpu_threads), RANGE(0, 256) },
-	{ "inference.allow_groups", KILN_CFG_STRV, false, "(root)",
-	  "[ \"root\", \"inferops\" ]",
+	{ "inference.allow_groups", KILN_CFG_STRV, false, "(root)", "[ \"root\", \"inferops\" ]",
 	  "Unix groups whose members may run Slurm jobs on the inference nodes: the AllowGroups= "
 	  "of every partition holding one (root and SlurmUser always may). kiln-inferd uses "
 	  "those nodes' GPUs outside Slurm, so by default (root: [] means it too) no user can be "
@@ -634,8 +633,7 @@ static const kiln_cfg_key schema[] = {
 	  "(/etc, /usr, /proc ...). The unit is named after it (/home: home.mount).",
 	  MT(where), NR },
 	{ "mounts[].type", KILN_CFG_STRING, false, "\"nfs\"", "\"nfs4\"",
-	  "Filesystem type (Type=): nfs, nfs4, cifs, lustre, fuse.sshfs, tmpfs ...", MT(type),
-	  NR },
+	  "Filesystem type (Type=): nfs, nfs4, cifs, lustre, fuse.sshfs, tmpfs ...", MT(type), NR },
 	{ "mounts[].options", KILN_CFG_STRING, false, NULL, "\"vers=4.2,hard,noatime\"",
 	  "Mount options (Options=), comma separated; unset: the type's defaults.", MT(options),
 	  NR },

@@ -27,7 +27,7 @@ typedef struct manager {
 	hd_nvml *nvml;
 	char nvml_error[256];
 	bool nvml_init_hung;
-	bool mounts_warned; /* the mount table could not be read: said once */
+	bool mounts_warned;   /* the mount table could not be read: said once */
 	pthread_mutex_t lock; /* node, metrics */
 	hd_node node;
 	char *metrics;

@@ -1184,11 +1184,12 @@ static void test_diff_keys(void **state)
 	assert_string_equal(k[2], "mounts");
 	strv_free(TAKE_PTR(k));
 	/* one option of one mount */
-	assert_true(asprintf(&t5,
-			     "%s\ngroups = ( { name = \"g\"; gid = 3000; } );\n"
-			     "users = ( { name = \"u\"; uid = 2000; groups = [ \"g\" ]; } );\n"
-			     "mounts = ( { what = \"h:/x\"; where = \"/x\"; required = false; } );\n",
-			     BASE) > 0);
+	assert_true(
+		asprintf(&t5,
+			 "%s\ngroups = ( { name = \"g\"; gid = 3000; } );\n"
+			 "users = ( { name = \"u\"; uid = 2000; groups = [ \"g\" ]; } );\n"
+			 "mounts = ( { what = \"h:/x\"; where = \"/x\"; required = false; } );\n",
+			 BASE) > 0);
 	assert_int_equal(kiln_cfg_load_string(t5, "f.cfg", &f, NULL), 0);
 	assert_int_equal(kiln_cfg_diff_keys(e, f, &k), 0);
 	assert_int_equal(strv_length(k), 1);

@@ -414,10 +414,10 @@ typedef struct kiln_cfg_switch {
 #define KILN_CFG_ID_RESERVED_LAST  65535
 
 typedef struct kiln_cfg_user {
-	char *name;   /* required: a POSIX login name */
-	int uid;      /* required */
-	int gid;      /* primary group: a gid of groups[], or the uid (derived: the user's own
-			 group, named after the user) */
+	char *name;    /* required: a POSIX login name */
+	int uid;       /* required */
+	int gid;       /* primary group: a gid of groups[], or the uid (derived: the user's own
+			  group, named after the user) */
 	char **groups; /* supplementary groups, names of groups[] (NULL-terminated) */
 	char *home;    /* derived: /home/NAME */
 	char *shell;   /* "/bin/bash" */
@@ -586,7 +586,6 @@ enum {
 	KILN_CFG_RENDER_FILES = 1 << 5,
 };
 #define KILN_CFG_RENDER_FILE_MARK "# kiln-render-file: "
-
 
 /* The render targets, in one table that kiln_cfg_render(), `kiln render`
  * (its targets, --help, completion, `render all`) and `kiln apply` read.
