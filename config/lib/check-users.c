@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "config-internal.h"
+#include "kiln/parse.h"
 
 /* useradd's and systemd-sysusers' limit on a name (utmp's ut_user). */
 #define ACCOUNT_NAME_MAX 32
@@ -348,6 +349,13 @@ static void check_mounts(loader *L)
 			kiln_cfg__member_error(L, "mounts", i, e, "options",
 					       "options are comma separated, without spaces",
 					       "\"%s\" cannot be a unit's Options=", m->options);
+		if (m->timeout_usec < 100 * KILN_USEC_PER_MSEC ||
+		    m->timeout_usec > 3600 * KILN_USEC_PER_SEC) {
+			char x[32];
+			kiln_cfg__member_error(L, "mounts", i, e, "timeout", "use 100ms..1h",
+					       "%s is out of range",
+					       kiln_format_duration(x, sizeof(x), m->timeout_usec));
+		}
 		for (size_t j = 0; j < i; j++)
 			if (m->where && c->mounts[j].where && streq(m->where, c->mounts[j].where))
 				kiln_cfg__member_error(L, "mounts", i, e, "where", NULL,

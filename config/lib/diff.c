@@ -114,7 +114,7 @@ static bool mounts_same(const kiln_cfg *a, const kiln_cfg *b)
 		const kiln_cfg_mount *x = &a->mounts[i], *y = &b->mounts[i];
 		if (!streq_ptr(x->what, y->what) || !streq_ptr(x->where, y->where) ||
 		    !streq_ptr(x->type, y->type) || !streq_ptr(x->options, y->options) ||
-		    x->required != y->required)
+		    x->required != y->required || x->timeout_usec != y->timeout_usec)
 			return false;
 	}
 	return true;

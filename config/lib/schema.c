@@ -641,6 +641,10 @@ static const kiln_cfg_key schema[] = {
 	  "A node without it is drained by kiln-healthd (reason \"kiln: mount WHERE (WHAT TYPE) "
 	  "missing\") and resumed when it is back; false: a warning only.",
 	  MT(required), NR },
+	{ "mounts[].timeout", KILN_CFG_DURATION, false, "\"10s\"", "\"30s\"",
+	  "kiln-healthd checks that the mount answers (statfs) on every poll: one that does not "
+	  "within this is \"not responding\" (a hung NFS server), treated as missing.",
+	  MT(timeout_usec), NR },
 };
 
 const kiln_cfg_key *kiln_cfg_schema(size_t *ret_n)

@@ -250,12 +250,24 @@ void hd_node_summary(const hd_node *n, char *buf, size_t len);
 #define HD_MOUNTINFO_PATH "/proc/self/mountinfo"
 /* A mount table of thousands of lines is a few hundred KB. */
 #define HD_MOUNTINFO_MAX (4u * 1024u * 1024u)
+/* Mounts probed with statfs() (more are only looked up in the table). */
+#define HD_MOUNTS_MAX 64
+typedef struct hd_mount_probe hd_mount_probe;
+/* The statfs() probes between polls, one per mount at most (mounts.c). */
+typedef struct hd_mounts_state {
+	hd_mount_probe *inflight[HD_MOUNTS_MAX];
+	bool wait; /* wait for each probe up to its timeout (--check: one poll) */
+} hd_mounts_state;
 /* Sets out to a reason per mount of s->mounts whose mount point is not in
  * the mount table (s->mountinfo, else HD_MOUNTINFO_PATH): "mount /home
- * (head:/home nfs) missing", unhealthy for a required mount, degraded
- * otherwise; one unhealthy reason when the table cannot be read.  Returns
- * how many are missing, or -errno (the table unreadable). */
-int hd_mounts_check(const hd_settings *s, hd_reasons *out);
+ * (head:/home nfs) missing"; with st, a mounted one whose statfs() probe
+ * has run for its timeout is "not responding", one whose probe failed "not
+ * accessible (ERROR)".  Unhealthy for a required mount, degraded otherwise;
+ * one unhealthy reason when the table cannot be read.  Returns how many
+ * are missing or dead, or -errno (the table unreadable). */
+int hd_mounts_check(const hd_settings *s, hd_mounts_state *st, uint64_t now_usec, hd_reasons *out);
+/* Lets go of the probes in flight (a hung one frees itself when it returns). */
+void hd_mounts_state_free(hd_mounts_state *st);
 
 /* ---- XID state file (xidstate.c) --------------------------------------- */
 

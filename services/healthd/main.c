@@ -270,7 +270,9 @@ void publish(manager *m)
 static void check_mounts(manager *m)
 {
 	hd_reasons mr;
-	if (hd_mounts_check(&m->s, &mr) < 0 && !m->mounts_warned) {
+	m->mounts_state.wait = arg_check; /* one poll: wait for the probes */
+	if (hd_mounts_check(&m->s, &m->mounts_state, kiln_now_usec(), &mr) < 0 &&
+	    !m->mounts_warned) {
 		log_error("Cannot read the mount table: the shared mounts check reports the node "
 			  "unhealthy");
 		m->mounts_warned = true;
@@ -657,6 +659,7 @@ static void manager_done(manager *m)
 {
 	if (m->nvml && (arg_check || arg_active))
 		hd_nvml_close(m->nvml);
+	hd_mounts_state_free(&m->mounts_state);
 	sd_event_source_unref(m->poll_timer);
 	sd_event_source_unref(m->active_timer);
 	sd_event_unref(m->event);

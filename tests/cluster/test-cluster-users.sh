@@ -9,15 +9,21 @@
 #     slurmctld; bob (in inference.allow_groups) and root get in; opened by
 #     hand (AllowGroups=ALL, what kiln rendered before) alice gets the GPUs
 #     kiln-inferd uses, so the refusal is the rendered AllowGroups's doing;
-#   - a required shared mount: every node mounts what `kiln render mounts`
-#     says (What=, Where=, Type=, Options=), and kiln-healthd (fake NVML,
-#     real drain through slurmctld) drains node02 with "kiln: mount /home
-#     (...) missing" when it goes, and resumes it when it is back.
-# The mount is a tmpfs, not NFS: this machine's kernel has no NFS client
-# (no nfs in /proc/filesystems, no modules to load), so no NFS server, in a
-# namespace or not, could be mounted here; a tmpfs is a real mount that can
-# go missing, which is all the check looks at (the mount point in the
-# node's mount table).  Prints TAP.
+#   - a required shared mount, over the network: the head node's namespace
+#     serves W/export (OpenSSH's sftp-server behind socat, a user-space file
+#     server from Debian), every node mounts what `kiln render mounts` says
+#     (What=, Where=, Type=fuse.sshfs, Options=) in its own namespace, and a
+#     file written on node01 is read by alice's job on node02; kiln-healthd
+#     (fake NVML, real drain through slurmctld) drains node02 with "kiln:
+#     mount /home (...) not responding" when its server hangs (SIGSTOP:
+#     statfs() blocks, as on a dead hard NFS mount) and "... missing" when
+#     the server dies (sshfs exits, the mount goes), and resumes it each
+#     time the share is back.
+# Not NFS: this machine's kernel has no NFS client (no nfs in
+# /proc/filesystems, no modules to load), so an NFS export (nfs-ganesha
+# would serve one from a namespace) could not be mounted here.  The check
+# and the units do not depend on the type: healthd looks at the mount
+# table and statfs().  Prints TAP.
 set -u
 # shellcheck source=tests/lib/suite.sh
 . "$(dirname "$0")/../lib/suite.sh"
@@ -29,6 +35,8 @@ FAKE=$B/lib/fake-nvml/libnvidia-ml.so.1
 W=$(mktemp -d /tmp/kiln-users-test.XXXXXX)
 PIDS=()
 cleanup() {
+	# a stopped file server would leave the nodes' statfs() hanging
+	for p in $(pgrep -x sftp-server); do kill -CONT "$p" 2>/dev/null; done
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
 	wait 2>/dev/null
 	[ -f "$W/c/ns" ] && "$here/cluster.sh" down "$W/c" >/dev/null 2>&1
@@ -37,7 +45,8 @@ cleanup() {
 trap cleanup EXIT
 
 if [ "$(id -u)" != 0 ]; then skip "needs root (network and mount namespaces)"; tap_done; exit; fi
-for t in slurmctld munged nsenter unshare setpriv systemd-sysusers; do
+SFTP=/usr/lib/openssh/sftp-server
+for t in slurmctld munged nsenter unshare setpriv systemd-sysusers sshfs socat "$SFTP"; do
 	command -v $t >/dev/null || { skip "$t not installed (make deps)"; tap_done; exit; }
 done
 [ -x "$HEALTHD" ] && [ -f "$FAKE" ] || { skip "kiln-healthd or the fake NVML not built"; tap_done; exit; }
@@ -47,6 +56,8 @@ chmod 755 "$W"
 # The demo cluster: node[01-02] in "gpu", node03 the inference node in
 # "infer"; two users, two groups, a required /home.
 CFG=$W/cluster.cfg
+SPORT=$((20000 + RANDOM % 20000)) # the file server's port on the head node
+mkdir -p "$W/export" && chmod 755 "$W/export"
 sed '/^slurm = {/,$d' "$top/config/examples/demo.cfg" | sed 's/partitions = \[ "gpu" \];/partitions = [ ];/' >"$CFG"
 cat >>"$CFG" <<EOF
 slurm = {
@@ -69,7 +80,8 @@ users = (
   { name = "alice"; uid = 2001; groups = [ "research" ]; },
   { name = "bob"; uid = 2002; groups = [ "inferops" ]; }
 );
-mounts = ( { what = "kilnhome"; where = "/home"; type = "tmpfs"; options = "size=16m,mode=0755"; } );
+mounts = ( { what = "10.77.0.1:$W/export"; where = "/home"; type = "fuse.sshfs";
+             options = "directport=$SPORT,allow_other"; timeout = "1s"; } );
 EOF
 "$KILN" -q -c "$CFG" check >"$W/check.log" 2>&1
 r=$?
@@ -142,9 +154,14 @@ out=$(as alice timeout 60 srun --immediate=20 -p infer --gres=gpu:h100:4 sh -c '
 check "with AllowGroups=ALL (the old rendering) alice gets node03's 4 GPUs: the refusal above is AllowGroups's (got '$out')" $?
 $KC_HUB scontrol update partitionname=infer allowgroups=root,inferops
 
-# --- a required shared mount ---
+# --- a required shared mount, served by the head node ---
+# the file server in the head node's namespace; one sftp-server per
+# connection (socat's fork), each knowing its node by SOCAT_PEERADDR
+$KC_HUB socat "TCP-LISTEN:$SPORT,bind=$KC_HEAD_ADDR,reuseaddr,fork" "EXEC:$SFTP" 2>"$W/socat.log" &
+PIDS+=($!)
+for _ in $(seq 50); do $KC_HUB ss -ltn 2>/dev/null | grep -q ":$SPORT " && break; sleep 0.1; done
 "$KILN" -q -c "$CFG" render mounts -o "$W/units"
-# mount NODE: what the rendered unit says, in NODE's mount namespace
+# mount_home NODE: what the rendered unit says, in NODE's namespaces
 unit_val() { sed -n "s/^$1=//p" "$W/units/home.mount"; }
 mount_home() {
 	exec_on "$1" mount -t "$(unit_val Type)" -o "$(unit_val Options)" "$(unit_val What)" "$(unit_val Where)"
@@ -152,37 +169,75 @@ mount_home() {
 ok=0
 for n in $KC_NODES; do mount_home "$n" 2>>"$W/mount.err" || ok=1; done
 [ $ok = 0 ] || diag "$(cat "$W/mount.err")"
-exec_on node02 grep -q ' /home .* - tmpfs kilnhome ' /proc/self/mountinfo && ! grep -q ' /home .* kilnhome ' /proc/self/mountinfo
-check "every node mounts home.mount's What=/Where=/Type=/Options= in its own mount namespace (not the machine's)" $((ok || $?))
+exec_on node02 grep -q ' /home .* - fuse.sshfs 10.77.0.1:' /proc/self/mountinfo && ! grep -q ' /home .* fuse.sshfs ' /proc/self/mountinfo
+check "every node mounts home.mount (Type=$(unit_val Type), What=$(unit_val What)) in its own namespace, not the machine's" $((ok || $?))
+exec_on node01 sh -c 'echo "written on node01" >/home/probe'
+out=$(as alice timeout 60 srun --immediate=20 -p gpu -w node02 cat /home/probe 2>"$W/err")
+[ "$out" = "written on node01" ]
+check "a file node01 wrote to the share is read by alice's job on node02 (got '$out')" $?
 
 node_state() { $KC_HUB scontrol show node "$1" | tr ' ' '\n' | sed -n 's/^State=//p' | head -1; }
 node_reason() { $KC_HUB scontrol show node "$1" | sed -n 's/^ *Reason=//p'; }
+# server_of NODE: the sftp-server serving NODE's mount
+server_of() {
+	local a v=KC_ADDR_$1 p
+	a=${!v}
+	for p in $(pgrep -x sftp-server); do
+		tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SOCAT_PEERADDR=$a" && { echo "$p"; return; }
+	done
+}
+# wait_state NODE drained|resumed SECONDS: sets took (seconds)
+wait_state() {
+	local t0 i
+	t0=$(date +%s.%N)
+	for ((i = 0; i < $3 * 10; i++)); do
+		case $2 in
+		drained) [[ "$(node_state "$1")" == *DRAIN* ]] && break ;;
+		resumed) [[ "$(node_state "$1")" != *DRAIN* ]] && break ;;
+		esac
+		sleep 0.1
+	done
+	took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+	[ $i -lt $(($3 * 10)) ]
+}
 printf 'gpus = ( { }, { }, { }, { } );\n' >"$W/healthy.scn"
 KILN_FAKE_NVML_SCENARIO=$W/healthy.scn KILN_HEALTHD_XID_STATE=$W/node02.xid SLURM_CONF=$SLURM_CONF \
 	exec_on node02 "$HEALTHD" -c "$CFG" >"$W/healthd.log" 2>&1 &
 PIDS+=($!)
 sleep 2
 [[ "$(node_state node02)" != *DRAIN* ]]
-check "node02 with /home mounted: kiln-healthd leaves it in service ($(node_state node02))" $?
-t0=$(date +%s.%N)
-exec_on node02 umount /home
-for _ in $(seq 100); do [[ "$(node_state node02)" == *DRAIN* ]] && break; sleep 0.1; done
-t1=$(date +%s.%N)
+check "node02 with /home mounted and answering: kiln-healthd leaves it in service ($(node_state node02))" $?
+
+# the server hangs: statfs() on node02's /home blocks
+srv=$(server_of node02)
+[ -n "$srv" ] && kill -STOP "$srv"
+wait_state node02 drained 10
+r=$?
 reason=$(node_reason node02)
-[[ "$(node_state node02)" == *DRAIN* ]] && [[ "$reason" == "kiln: mount /home (kilnhome tmpfs) missing"* ]]
-r=$?; [ $r = 0 ] || diag "state $(node_state node02) reason '$reason'; $(tail -5 "$W/healthd.log")"
-check "/home unmounted on node02: drained in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s with '$reason'" $r
+[ $r = 0 ] && [[ "$reason" == "kiln: mount /home (10.77.0.1:$W/export fuse.sshfs) not responding"* ]]
+r=$?; [ $r = 0 ] || diag "server '$srv'; state $(node_state node02) reason '$reason'; $(tail -5 "$W/healthd.log")"
+check "node02's file server stopped: drained in $took s (timeout 1 s) with '${reason%% \[*}'" $r
+[ -n "$srv" ] && kill -CONT "$srv"
+wait_state node02 resumed 15
+check "the server answers again: node02 resumed $took s later (recover_after 2 s)" $?
+
+# the server dies: sshfs on node02 exits and its mount goes
+srv=$(server_of node02)
+[ -n "$srv" ] && kill "$srv"
+wait_state node02 drained 10
+r=$?
+reason=$(node_reason node02)
+[ $r = 0 ] && [[ "$reason" == "kiln: mount /home (10.77.0.1:$W/export fuse.sshfs) missing"* ]]
+r=$?; [ $r = 0 ] || diag "server '$srv'; state $(node_state node02) reason '$reason'; $(tail -5 "$W/healthd.log")"
+check "node02's file server killed: the mount is gone, drained in $took s with '${reason%% \[*}'" $r
 out=$(as alice timeout 20 srun --immediate=5 -p gpu -w node02 true 2>&1)
 [ $? -ne 0 ]
 check "no job lands on the drained node02" $?
-mount_home node02
-t0=$(date +%s.%N)
-for _ in $(seq 150); do [[ "$(node_state node02)" != *DRAIN* ]] && break; sleep 0.1; done
-t1=$(date +%s.%N)
-[[ "$(node_state node02)" != *DRAIN* ]]
-r=$?; [ $r = 0 ] || diag "state $(node_state node02); $(tail -5 "$W/healthd.log")"
-check "/home back: node02 resumed $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s later (recover_after 2 s)" $r
-out=$(as alice timeout 60 srun --immediate=20 -p gpu -w node02 sh -c 'id -u; stat -c %m /home' 2>"$W/err" | xargs)
-[ "$out" = "2001 /home" ]
-check "alice's job on node02 sees /home mounted again (got '$out')" $?
+mount_home node02 2>>"$W/mount.err"
+wait_state node02 resumed 15
+r=$?; [ $r = 0 ] || diag "state $(node_state node02); $(cat "$W/mount.err"; tail -5 "$W/healthd.log")"
+check "/home mounted again: node02 resumed $took s later (recover_after 2 s)" $r
+out=$(as alice timeout 60 srun --immediate=20 -p gpu -w node02 sh -c 'id -u; cat /home/probe' 2>"$W/err" | xargs)
+[ "$out" = "2001 written on node01" ]
+check "alice's job on node02 reads the share again (got '$out')" $?
 tap_done

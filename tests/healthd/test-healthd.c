@@ -419,7 +419,7 @@ static void test_mounts(void **state)
 	S.n_mounts = 2;
 	snprintf(S.mountinfo, sizeof(S.mountinfo), "%s", path);
 	node_init(&n, 4);
-	assert_int_equal(hd_mounts_check(&S, &n.mounts), 0);
+	assert_int_equal(hd_mounts_check(&S, NULL, 0, &n.mounts), 0);
 	hd_node_evaluate(&S, &n, 100);
 	assert_int_equal(n.state, HD_HEALTHY);
 
@@ -427,7 +427,7 @@ static void test_mounts(void **state)
 	static const char gone[] = "22 1 0:21 / /proc rw - proc proc rw\n"
 				   "30 1 0:26 / /srv/my\\040share rw - tmpfs scratch rw\n";
 	assert_int_equal(kiln_write_file_atomic(path, gone, strlen(gone), 0600), 0);
-	assert_int_equal(hd_mounts_check(&S, &n.mounts), 1);
+	assert_int_equal(hd_mounts_check(&S, NULL, 0, &n.mounts), 1);
 	hd_node_evaluate(&S, &n, 200);
 	assert_int_equal(n.state, HD_UNHEALTHY);
 	assert_int_equal(hd_node_drain_reason(&n, buf, sizeof(buf)), 1);
@@ -436,7 +436,7 @@ static void test_mounts(void **state)
 	/* an optional mount missing: degraded, not drained */
 	static const char no_scratch[] = "31 1 0:40 / /home rw - nfs4 head:/home rw\n";
 	assert_int_equal(kiln_write_file_atomic(path, no_scratch, strlen(no_scratch), 0600), 0);
-	assert_int_equal(hd_mounts_check(&S, &n.mounts), 1);
+	assert_int_equal(hd_mounts_check(&S, NULL, 0, &n.mounts), 1);
 	hd_node_evaluate(&S, &n, 300);
 	assert_int_equal(n.state, HD_DEGRADED);
 	assert_int_equal(hd_node_drain_reason(&n, buf, sizeof(buf)), 0);
@@ -444,19 +444,47 @@ static void test_mounts(void **state)
 
 	/* back: healthy again, recovery counts from here */
 	assert_int_equal(kiln_write_file_atomic(path, table, strlen(table), 0600), 0);
-	assert_int_equal(hd_mounts_check(&S, &n.mounts), 0);
+	assert_int_equal(hd_mounts_check(&S, NULL, 0, &n.mounts), 0);
 	hd_node_evaluate(&S, &n, 400);
 	assert_int_equal(n.state, HD_HEALTHY);
 	assert_int_equal(n.healthy_since_usec, 400);
 
 	unlink(path);
-	assert_true(hd_mounts_check(&S, &n.mounts) < 0);
+	assert_true(hd_mounts_check(&S, NULL, 0, &n.mounts) < 0);
 	hd_node_evaluate(&S, &n, 500);
 	assert_int_equal(n.state, HD_UNHEALTHY);
 
+	/* the statfs() probe of a mounted share: "/" answers; a mount point
+	 * the table lists but that cannot be reached is not accessible */
+	kiln_cfg_mount probed[] = {
+		{ .what = "rootfs",
+		  .where = "/",
+		  .type = "ext4",
+		  .required = true,
+		  .timeout_usec = KILN_USEC_PER_SEC },
+		{ .what = "head:/gone",
+		  .where = "/nonexistent-kiln-mount",
+		  .type = "nfs",
+		  .required = true,
+		  .timeout_usec = KILN_USEC_PER_SEC },
+	};
+	static const char two[] = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
+				  "40 1 0:40 / /nonexistent-kiln-mount rw - nfs4 head:/gone rw\n";
+	assert_int_equal(kiln_write_file_atomic(path, two, strlen(two), 0600), 0);
+	S.mounts = probed;
+	hd_mounts_state ms = { .wait = true };
+	assert_int_equal(hd_mounts_check(&S, &ms, kiln_now_usec(), &n.mounts), 1);
+	assert_int_equal(n.mounts.n, 1);
+	assert_string_equal(n.mounts.v[0].text, "mount /nonexistent-kiln-mount (head:/gone nfs) "
+						"not accessible (No such file or directory)");
+	S.n_mounts = 1; /* "/" alone: answers, nothing reported */
+	assert_int_equal(hd_mounts_check(&S, &ms, kiln_now_usec(), &n.mounts), 0);
+	hd_mounts_state_free(&ms);
+	unlink(path);
+
 	/* no mounts in the file: nothing is read, nothing reported */
 	S.n_mounts = 0;
-	assert_int_equal(hd_mounts_check(&S, &n.mounts), 0);
+	assert_int_equal(hd_mounts_check(&S, NULL, 0, &n.mounts), 0);
 	assert_int_equal(n.mounts.n, 0);
 	S.mounts = NULL;
 	S.mountinfo[0] = 0;

@@ -440,6 +440,7 @@ typedef struct kiln_cfg_mount {
 	char *options; /* Options=, NULL when unset */
 	bool required; /* true: a node without it is drained (kiln-healthd) */
 	int line;
+	uint64_t timeout_usec; /* kiln-healthd's statfs() probe: slower is "not responding" */
 } kiln_cfg_mount;
 
 typedef struct kiln_cfg {
