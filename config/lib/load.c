@@ -189,6 +189,15 @@ static void walk(loader *L, config_setting_t *grp, const char *pattern, const ch
 		}
 		const kiln_cfg_key *k = kiln_cfg__find_key(pat);
 		int t = config_setting_type(ch);
+		if (!k && depth == 0 && (streq(name, "ldap") || streq(name, "sssd"))) {
+			/* asked for by name: say it is missing, not mistyped */
+			kiln_cfg__add_error(L, kiln_cfg__setting_line(ch), dsp,
+					    "list the accounts in users and groups (docs/config.md); "
+					    "a site with a directory keeps its own sssd.conf in the "
+					    "image (image.packages: sssd)",
+					    "LDAP/SSSD is not supported yet");
+			continue;
+		}
 		if (!k) {
 			_cleanup_free_ char *hint = unknown_hint(pattern, name);
 			kiln_cfg__add_error(L, kiln_cfg__setting_line(ch), dsp, hint,
