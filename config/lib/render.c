@@ -577,6 +577,39 @@ static int render_node_env(const kiln_cfg *c, const char *name, kiln_strbuf *b)
 	return r;
 }
 
+/* The Debian packages that mount the types of mounts[] (mount.nfs,
+ * mount.cifs ...), space separated into t, each once: make image puts them
+ * in the image.  A type not listed needs none (tmpfs) or a client Debian
+ * does not ship (lustre): the admin adds it with image.packages. */
+static int mount_packages(const kiln_cfg *c, kiln_strbuf *t)
+{
+	static const struct {
+		const char *type, *package;
+	} clients[] = {
+		{ "nfs", "nfs-common" },	{ "nfs4", "nfs-common" },
+		{ "cifs", "cifs-utils" },	{ "smb3", "cifs-utils" },
+		{ "fuse.sshfs", "sshfs" },	{ "sshfs", "sshfs" },
+		{ "ceph", "ceph-common" },	{ "glusterfs", "glusterfs-client" },
+		{ "fuse.glusterfs", "glusterfs-client" },
+	};
+	const char *added[ARRAY_SIZE(clients)];
+	size_t n = 0;
+	kiln_strbuf_init(t);
+	for (size_t i = 0; i < c->n_mounts; i++)
+		for (size_t k = 0; k < ARRAY_SIZE(clients); k++) {
+			if (!streq(c->mounts[i].type, clients[k].type))
+				continue;
+			bool seen = false;
+			for (size_t j = 0; j < n; j++)
+				seen |= streq(added[j], clients[k].package);
+			if (seen)
+				continue;
+			added[n++] = clients[k].package;
+			kiln_strbuf_printf(t, "%s%s", n > 1 ? " " : "", clients[k].package);
+		}
+	return kiln_strbuf_error(t);
+}
+
 static int render_image_env(const kiln_cfg *c, const char *node, kiln_strbuf *b)
 {
 	const kiln_cfg_image *im = &c->image;
@@ -591,6 +624,13 @@ static int render_image_env(const kiln_cfg *c, const char *node, kiln_strbuf *b)
 	int r = kiln_strbuf_error(&t);
 	if (r >= 0)
 		env(b, "KILN_IMAGE_PACKAGES", t.s ? t.s : "");
+	kiln_strbuf_free(&t);
+	if (r < 0)
+		return r;
+	/* the clients of the shared mounts' types (mounts[].type) */
+	r = mount_packages(c, &t);
+	if (r >= 0)
+		env(b, "KILN_IMAGE_MOUNT_PACKAGES", t.s ? t.s : "");
 	kiln_strbuf_free(&t);
 	if (r < 0)
 		return r;
