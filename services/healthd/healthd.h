@@ -68,7 +68,10 @@ typedef struct hd_settings {
 	 * owned by the kiln_cfg; none when the node is not in it */
 	const kiln_cfg_mount *mounts;
 	size_t n_mounts;
-	char mountinfo[256]; /* "": HD_MOUNTINFO_PATH */
+	/* the node's mount table; "": HD_MOUNTINFO_PATH, probed through
+	 * HD_MOUNT_ROOT; any other table is probed at the mount points as
+	 * they are */
+	char mountinfo[256];
 } hd_settings;
 
 /* The settings without a cluster file: the config schema's defaults for the
@@ -246,8 +249,15 @@ void hd_node_summary(const hd_node *n, char *buf, size_t len);
 
 /* ---- shared mounts (mounts.c) ------------------------------------------ */
 
-/* The node's mount table: the daemon's mount namespace is the node's. */
-#define HD_MOUNTINFO_PATH "/proc/self/mountinfo"
+/* The node's mount table and root: PID 1's, not the daemon's own (its
+ * unit's ProtectHome= covers /home with an empty mount, PrivateMounts=
+ * gives it a namespace of its own).  /proc/1/mountinfo is readable by
+ * all; /proc/1/root needs root. */
+#define HD_MOUNTINFO_PATH "/proc/1/mountinfo"
+#define HD_MOUNT_ROOT	  "/proc/1/root"
+/* Another table (a test running the daemon in a node's namespace:
+ * /proc/self/mountinfo). */
+#define HD_MOUNTINFO_ENV "KILN_HEALTHD_MOUNTINFO"
 /* A mount table of thousands of lines is a few hundred KB. */
 #define HD_MOUNTINFO_MAX (4u * 1024u * 1024u)
 /* Mounts probed with statfs() (more are only looked up in the table). */

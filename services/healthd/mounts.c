@@ -4,8 +4,9 @@
  * kiln-node-init starts a systemd mount unit per mounts[] entry, and slurmd
  * starts whether they came up or not (it Wants= them): a node without its
  * /home would otherwise run jobs that fail on a missing file, one after the
- * other.  This check reads the node's mount table (/proc/self/mountinfo:
- * the daemon's own mount namespace, which is the node's) on every poll and
+ * other.  This check reads the node's mount table (/proc/1/mountinfo:
+ * PID 1's, as the daemon's own namespace hides /home behind the unit's
+ * ProtectHome=) on every poll and
  * gives a node reason for each mount point not in it: unhealthy for a
  * required mount (the node is drained: "kiln: mount /home (head:/home nfs)
  * missing"), degraded otherwise.  Only the mount point is compared, not the
@@ -67,13 +68,14 @@ static void *probe_thread(void *arg)
 
 /* Starts a probe of where; NULL when no thread can be made (reported by
  * the caller as not accessible). */
-static hd_mount_probe *probe_start(const char *where, uint64_t now_usec)
+static hd_mount_probe *probe_start(const char *root, const char *where, uint64_t now_usec)
 {
-	size_t l = strlen(where);
-	hd_mount_probe *p = calloc(1, sizeof(*p) + l + 1);
+	size_t rl = strlen(root), l = strlen(where);
+	hd_mount_probe *p = calloc(1, sizeof(*p) + rl + l + 1);
 	if (!p)
 		return NULL;
-	memcpy(p->where, where, l + 1);
+	memcpy(p->where, root, rl);
+	memcpy(p->where + rl, where, l + 1);
 	pthread_mutex_init(&p->lock, NULL);
 	p->refs = 2;
 	p->started_usec = now_usec;
@@ -148,14 +150,14 @@ static bool mounted(const char *text, const char *where)
 }
 
 /* Mount i is mounted: is it answering?  Reports into out when not. */
-static void probe(const hd_settings *s, hd_mounts_state *st, size_t i, uint64_t now_usec,
-		  hd_reasons *out)
+static void probe(const hd_settings *s, const char *root, hd_mounts_state *st, size_t i,
+		  uint64_t now_usec, hd_reasons *out)
 {
 	const kiln_cfg_mount *m = &s->mounts[i];
 	hd_state sev = m->required ? HD_UNHEALTHY : HD_DEGRADED;
 	hd_mount_probe *p = st->inflight[i];
 	if (!p) {
-		p = st->inflight[i] = probe_start(m->where, now_usec);
+		p = st->inflight[i] = probe_start(root, m->where, now_usec);
 		if (!p) {
 			hd_reasons_add(out, sev, "mount %s (%s %s) not checked (no thread)",
 				       m->where, m->what, m->type);
@@ -200,6 +202,7 @@ int hd_mounts_check(const hd_settings *s, hd_mounts_state *st, uint64_t now_usec
 	_cleanup_free_ char *text = NULL;
 	size_t len;
 	const char *path = s->mountinfo[0] ? s->mountinfo : HD_MOUNTINFO_PATH;
+	const char *root = s->mountinfo[0] ? "" : HD_MOUNT_ROOT;
 	int r = kiln_read_file(path, HD_MOUNTINFO_MAX, &text, &len);
 	if (r < 0) {
 		hd_reasons_add(out, HD_UNHEALTHY, "mount table %s unreadable (%s)", path,
@@ -217,7 +220,7 @@ int hd_mounts_check(const hd_settings *s, hd_mounts_state *st, uint64_t now_usec
 		}
 		if (st && i < HD_MOUNTS_MAX) {
 			int before = out->n;
-			probe(s, st, i, now_usec, out);
+			probe(s, root, st, i, now_usec, out);
 			missing += out->n > before;
 		}
 	}

@@ -201,7 +201,10 @@ wait_state() {
 	[ $i -lt $(($3 * 10)) ]
 }
 printf 'gpus = ( { }, { }, { }, { } );\n' >"$W/healthy.scn"
+# the daemon runs in node02's namespaces, and PID 1 here is the machine's: it reads
+# its own mount table, not PID 1's (its default on a node)
 KILN_FAKE_NVML_SCENARIO=$W/healthy.scn KILN_HEALTHD_XID_STATE=$W/node02.xid SLURM_CONF=$SLURM_CONF \
+	KILN_HEALTHD_MOUNTINFO=/proc/self/mountinfo \
 	exec_on node02 "$HEALTHD" -c "$CFG" >"$W/healthd.log" 2>&1 &
 PIDS+=($!)
 sleep 2
