@@ -267,6 +267,9 @@ typedef struct hd_mount_probe hd_mount_probe;
 typedef struct hd_mounts_state {
 	hd_mount_probe *inflight[HD_MOUNTS_MAX];
 	bool wait; /* wait for each probe up to its timeout (--check: one poll) */
+	/* /proc/1/root was refused (a unit without ptrace rights on PID 1):
+	 * the mount points are probed as this daemon sees them */
+	bool no_root;
 } hd_mounts_state;
 /* Sets out to a reason per mount of s->mounts whose mount point is not in
  * the mount table (s->mountinfo, else HD_MOUNTINFO_PATH): "mount /home

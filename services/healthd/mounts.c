@@ -184,6 +184,12 @@ static void probe(const hd_settings *s, const char *root, hd_mounts_state *st, s
 		/* its answer; the next poll starts a fresh probe */
 		probe_unref(p);
 		st->inflight[i] = NULL;
+		if ((e == EACCES || e == EPERM) && root[0] && !st->no_root) {
+			/* PID 1's root is not ours to enter: probe our own view
+			 * from now on rather than drain every node for it */
+			st->no_root = true;
+			return;
+		}
 		if (e)
 			hd_reasons_add(out, sev, "mount %s (%s %s) not accessible (%s)", m->where,
 				       m->what, m->type, strerror(e));
@@ -220,7 +226,7 @@ int hd_mounts_check(const hd_settings *s, hd_mounts_state *st, uint64_t now_usec
 		}
 		if (st && i < HD_MOUNTS_MAX) {
 			int before = out->n;
-			probe(s, root, st, i, now_usec, out);
+			probe(s, st->no_root ? "" : root, st, i, now_usec, out);
 			missing += out->n > before;
 		}
 	}
