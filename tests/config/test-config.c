@@ -934,6 +934,56 @@ static void test_render_targets_table(void **state)
 	assert_null(out);
 }
 
+/* The inference partitions closed to users: a partition holding an
+ * inference node gets AllowGroups= (root by default, [] too, the groups of
+ * inference.allow_groups), others none, [ "ALL" ] none. */
+static void test_render_allow_groups(void **state)
+{
+	static const char *const infer =
+		"cluster = { name = \"demo\"; };\n"
+		"network = { subnet = \"10.77.0.0/24\"; };\n"
+		"head = { hostname = \"head\"; address = \"10.77.0.1\"; };\n"
+		"node_groups = ( { name = \"gpu\"; hosts = \"node[01-03]\";\n"
+		"  addresses = \"10.77.0.11-10.77.0.13\";\n"
+		"  macs = [ \"52:54:00:77:00:11\", \"52:54:00:77:00:12\", \"52:54:00:77:00:13\" "
+		"];\n"
+		"  gpus = { model = \"NVIDIA H100 80GB HBM3\"; count = 4; }; } );\n"
+		"slurm = { partitions = ( { name = \"gpu\"; nodes = \"node[01-02]\"; default = "
+		"true; },\n"
+		"  { name = \"infer\"; nodes = \"node03\"; } ); };\n"
+		"inference = { enabled = true; model = \"/dev/null\"; nodes = \"infer\"; %s };\n";
+	static const struct {
+		const char *keys, *want;
+	} cases[] = {
+		{ "", " State=UP AllowGroups=root\n" },
+		{ "allow_groups = [ ];", " State=UP AllowGroups=root\n" },
+		{ "allow_groups = [ \"root\", \"inferops\" ];",
+		  " State=UP AllowGroups=root,inferops\n" },
+		{ "allow_groups = [ \"ALL\" ];", " State=UP\n" },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		_cleanup_free_ char *text = NULL, *slurm = NULL, *want = NULL;
+		_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
+		assert_true(asprintf(&text, infer, cases[i].keys) > 0);
+		kiln_cfg_errors e;
+		kiln_cfg_errors_init(&e);
+		if (kiln_cfg_load_string(text, "infer.cfg", &c, &e) < 0)
+			kiln_cfg_errors_print(&e, stderr);
+		kiln_cfg_errors_free(&e);
+		assert_non_null(c);
+		assert_int_equal(kiln_cfg_render(c, "slurm.conf", NULL, &slurm), 0);
+		assert_true(asprintf(&want,
+				     "\nPartitionName=infer Nodes=node03 Default=NO "
+				     "MaxTime=UNLIMITED%s",
+				     cases[i].want) > 0);
+		if (!strstr(slurm, want))
+			fail_msg("case %zu (%s): no '%s' in\n%s", i, cases[i].keys, want, slurm);
+		/* the users' partition stays open */
+		assert_non_null(strstr(slurm, "\nPartitionName=gpu Nodes=node[01-02] Default=YES "
+					      "MaxTime=UNLIMITED State=UP\n"));
+	}
+}
+
 static void test_render_per_gpu_defaults(void **state)
 {
 	static const char *const two =
@@ -1226,6 +1276,7 @@ int main(void)
 		cmocka_unit_test(test_render_golden),
 		cmocka_unit_test(test_render_targets_table),
 		cmocka_unit_test(test_render_content),
+		cmocka_unit_test(test_render_allow_groups),
 		cmocka_unit_test(test_render_per_gpu_defaults),
 		cmocka_unit_test(test_gpu_type),
 		cmocka_unit_test(test_large_cluster),
