@@ -1124,7 +1124,15 @@ int kiln_apply_main(int argc, char **argv)
 	char *reconf[] = { "scontrol", "reconfigure", NULL };
 	r = 0;
 	if (p.head_accounts) {
-		/* before slurmctld reads AllowGroups= again */
+		/* before slurmctld reads AllowGroups= again; /etc/sysusers.d
+		 * need not exist yet (Debian ships none) */
+		_cleanup_free_ char *dir = strdup(arg_sysusers_conf);
+		char *slash = dir ? strrchr(dir, '/') : NULL;
+		if (slash && slash != dir) {
+			*slash = 0;
+			if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+				log_warning_errno(-errno, "Failed to create '%s': %m", dir);
+		}
 		r = kiln_write_file_atomic(arg_sysusers_conf, p.head_accounts,
 					   strlen(p.head_accounts), 0644);
 		if (r < 0) {

@@ -28,7 +28,7 @@ mkdir -p "$D"
 sed "s|@DIR@|$D|g" "$here/apply.cfg.in" >"$CFG"
 
 # the head node's accounts go to a scratch root (systemd-sysusers --root)
-mkdir -p "$W/sysroot/etc/sysusers.d"
+mkdir -p "$W/sysroot/etc" # (sysusers.d/ made by apply, as on a Debian head node)
 # apply [OPTIONS]: kiln apply in the head node's namespace against the test
 # cluster; output in $W/out, exit status in $rc
 apply() {
