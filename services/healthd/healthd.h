@@ -279,6 +279,8 @@ typedef struct hd_mounts_state {
  * one unhealthy reason when the table cannot be read.  Returns how many
  * are missing or dead, or -errno (the table unreadable). */
 int hd_mounts_check(const hd_settings *s, hd_mounts_state *st, uint64_t now_usec, hd_reasons *out);
+/* Whether hd_mounts_check() left no reason about mount m in r. */
+bool hd_mount_ok(const hd_reasons *r, const kiln_cfg_mount *m);
 /* Lets go of the probes in flight (a hung one frees itself when it returns). */
 void hd_mounts_state_free(hd_mounts_state *st);
 

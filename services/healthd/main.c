@@ -245,6 +245,19 @@ void publish(manager *m)
 	if (drain)
 		kiln_metrics_sample(
 			&km, (const char *[]){ "Hostname", m->host, "reason", reason, NULL }, 1);
+	if (m->s.n_mounts > 0) {
+		/* the shared mounts check (mounts.c), one sample per mounts[] entry */
+		kiln_metrics_family(&km, "kiln_mount_up", KILN_METRIC_GAUGE,
+				    "1 while a shared mount of the cluster file's mounts[] is "
+				    "mounted and answers, 0 while it is missing or dead.");
+		for (size_t i = 0; i < m->s.n_mounts; i++) {
+			const kiln_cfg_mount *mt = &m->s.mounts[i];
+			kiln_metrics_sample(&km,
+					    (const char *[]){ "Hostname", m->host, "mountpoint",
+							      mt->where, "type", mt->type, NULL },
+					    hd_mount_ok(&m->node.mounts, mt));
+		}
+	}
 	if (m->slurm) {
 		kiln_metrics_family(&km, "kiln_slurm_reachable", KILN_METRIC_GAUGE,
 				    "Whether slurmctld answered the last request.");

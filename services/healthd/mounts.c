@@ -232,3 +232,13 @@ int hd_mounts_check(const hd_settings *s, hd_mounts_state *st, uint64_t now_usec
 	}
 	return missing;
 }
+
+bool hd_mount_ok(const hd_reasons *r, const kiln_cfg_mount *m)
+{
+	char prefix[HD_REASON_MAX];
+	snprintf(prefix, sizeof(prefix), "mount %s (", m->where);
+	for (int i = 0; i < r->n; i++)
+		if (startswith(r->v[i].text, prefix))
+			return false;
+	return true;
+}

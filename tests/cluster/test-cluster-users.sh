@@ -70,7 +70,7 @@ health = {
   interval = "200ms";
   recover_after = "2s";
   nvml_library = "$FAKE";
-  metrics_port = 0;
+  metrics_port = 9400;
   active_on_start = false;
   watchdog = "0";
 };
@@ -210,6 +210,9 @@ PIDS+=($!)
 sleep 2
 [[ "$(node_state node02)" != *DRAIN* ]]
 check "node02 with /home mounted and answering: kiln-healthd leaves it in service ($(node_state node02))" $?
+mount_up() { exec_on node02 curl -s --max-time 2 http://127.0.0.1:9400/metrics | sed -n 's/^kiln_mount_up{.*mountpoint="\/home".*} //p'; }
+[ "$(mount_up)" = 1 ]
+check "  ... its /metrics says kiln_mount_up{mountpoint=\"/home\",type=\"fuse.sshfs\"} 1" $?
 
 # the server hangs: statfs() on node02's /home blocks
 srv=$(server_of node02)
@@ -233,6 +236,8 @@ reason=$(node_reason node02)
 [ $r = 0 ] && [[ "$reason" == "kiln: mount /home (10.77.0.1:$W/export fuse.sshfs) missing"* ]]
 r=$?; [ $r = 0 ] || diag "server '$srv'; state $(node_state node02) reason '$reason'; $(tail -5 "$W/healthd.log")"
 check "node02's file server killed: the mount is gone, drained in $took s with '${reason%% \[*}'" $r
+[ "$(mount_up)" = 0 ]
+check "  ... kiln_mount_up for /home is 0" $?
 out=$(as alice timeout 20 srun --immediate=5 -p gpu -w node02 true 2>&1)
 [ $? -ne 0 ]
 check "no job lands on the drained node02" $?

@@ -432,6 +432,8 @@ static void test_mounts(void **state)
 	assert_int_equal(n.state, HD_UNHEALTHY);
 	assert_int_equal(hd_node_drain_reason(&n, buf, sizeof(buf)), 1);
 	assert_string_equal(buf, "kiln: mount /home (head:/home nfs) missing");
+	assert_false(hd_mount_ok(&n.mounts, &mounts[0]));
+	assert_true(hd_mount_ok(&n.mounts, &mounts[1]));
 
 	/* an optional mount missing: degraded, not drained */
 	static const char no_scratch[] = "31 1 0:40 / /home rw - nfs4 head:/home rw\n";
