@@ -65,7 +65,7 @@ static void derive_models(loader *L)
 		if (UNSET("kv_blocks"))
 			m->kv_blocks = in->kv_blocks;
 #undef UNSET
-		if (!m->name) {
+		if (!m->name && m->path) { /* no path: reported missing already */
 			const char *slash = strrchr(m->path, '/');
 			if (!(m->name = strdup(slash && slash[1] ? slash + 1 : m->path))) {
 				L->oom = 1;

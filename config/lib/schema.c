@@ -33,6 +33,9 @@ static const char *const chat_names[] = { "auto",  "chatml", "llama2", "llama3",
 #define X(f)	    BASE_XID, offsetof(kiln_cfg_xid, f)
 #define SW(f)	    BASE_SWITCH, offsetof(kiln_cfg_switch, f)
 #define M(f)	    BASE_MODEL, offsetof(kiln_cfg_model, f)
+#define U(f)	    BASE_USER, offsetof(kiln_cfg_user, f)
+#define UG(f)	    BASE_UGROUP, offsetof(kiln_cfg_unix_group, f)
+#define MT(f)	    BASE_MOUNT, offsetof(kiln_cfg_mount, f)
 #define NOF	    BASE_NONE, 0
 #define PORT	    1, 65535, NULL
 #define NR	    0, 0, NULL
@@ -414,6 +417,12 @@ static const kiln_cfg_key schema[] = {
 	  "Compute threads of the cpu backend; 0 = the CPUs of kiln-inferd's affinity mask and "
 	  "cgroup quota (kiln-inferd --cpu-threads).",
 	  R(inference.cpu_threads), RANGE(0, 256) },
+	{ "inference.allow_groups", KILN_CFG_STRV, false, "(root)", "[ \"root\", \"inferops\" ]",
+	  "Unix groups whose members may run Slurm jobs on the inference nodes: the AllowGroups= "
+	  "of every partition holding one (root and SlurmUser always may). kiln-inferd uses "
+	  "those nodes' GPUs outside Slurm, so by default (root: [] means it too) no user can be "
+	  "handed them. [ \"ALL\" ] opens the partitions (a warning).",
+	  R(inference.allow_groups), NR },
 
 	{ "image", KILN_CFG_GROUP, false, NULL, NULL,
 	  "The stateless node image and how nodes boot it.", NOF, NR },
@@ -590,6 +599,74 @@ static const kiln_cfg_key schema[] = {
 	{ "topology.switches[].switches", KILN_CFG_HOSTLIST, false, NULL, "\"leaf[1-4]\"",
 	  "A higher switch: the switches below it (each switch under at most one).", SW(switches),
 	  NR },
+
+	/* ---- users, groups and shared storage (check-users.c; render.c's
+	 * sysusers and mounts; kiln-healthd's mount check) ---- */
+	{ "users", KILN_CFG_LIST, false, NULL, NULL,
+	  "Cluster users with fixed ids, the same on every node and the head node (kiln render "
+	  "sysusers): ( { name = \"alice\"; uid = 2001; groups = [ \"research\" ]; }, ... ). "
+	  "No passwords: users reach the nodes through Slurm (and ssh keys in their home).",
+	  NOF, NR },
+	{ "users[].name", KILN_CFG_STRING, true, NULL, "\"alice\"",
+	  "Login name (unique): a lowercase letter or '_', then lowercase letters, digits, '_' "
+	  "and '-'; at most 32. Not a system account of the node image (root, slurm, munge ...).",
+	  U(name), NR },
+	{ "users[].uid", KILN_CFG_INT, true, NULL, "2001",
+	  "User id (unique): 1000 to 59999 or above 65535; below 1000 only with system = true.",
+	  U(uid), RANGE(1, 2147483646) },
+	{ "users[].gid", KILN_CFG_INT, false, "(uid)", "2000",
+	  "Primary group: a gid of groups[], or the uid (the default: a group of the user's own, "
+	  "named after the user).",
+	  U(gid), RANGE(1, 2147483646) },
+	{ "users[].groups", KILN_CFG_STRV, false, "[]", "[ \"research\", \"inferops\" ]",
+	  "Supplementary groups: names of groups[].", U(groups), NR },
+	{ "users[].home", KILN_CFG_PATH, false, "(/home/NAME)", "\"/home/alice\"",
+	  "Home directory (on a shared mount, as a rule; not created by kiln).", U(home), NR },
+	{ "users[].shell", KILN_CFG_PATH, false, "\"/bin/bash\"", "\"/bin/zsh\"", "Login shell.",
+	  U(shell), NR },
+	{ "users[].comment", KILN_CFG_STRING, false, NULL, "\"Alice Liddell\"",
+	  "GECOS field (the user's full name); no ':', '\"' or control characters.", U(comment),
+	  NR },
+	{ "users[].system", KILN_CFG_BOOL, false, "false", "true",
+	  "The uid lies below 1000 on purpose (a site's existing low ids); without it one is "
+	  "refused as a clash with Debian's system accounts.",
+	  U(system), NR },
+	{ "groups", KILN_CFG_LIST, false, NULL, NULL,
+	  "Cluster groups with fixed gids: ( { name = \"research\"; gid = 3000; }, ... ).", NOF,
+	  NR },
+	{ "groups[].name", KILN_CFG_STRING, true, NULL, "\"research\"",
+	  "Group name (unique; the rules of users[].name).", UG(name), NR },
+	{ "groups[].gid", KILN_CFG_INT, true, NULL, "3000",
+	  "Group id (unique): 1000 to 59999 or above 65535; below 1000 only with system = true.",
+	  UG(gid), RANGE(1, 2147483646) },
+	{ "groups[].system", KILN_CFG_BOOL, false, "false", "true",
+	  "The gid lies below 1000 on purpose.", UG(system), NR },
+	{ "mounts", KILN_CFG_LIST, false, NULL, NULL,
+	  "Shared filesystems every node mounts (kiln render mounts: systemd mount units ordered "
+	  "before slurmd): ( { what = \"head:/home\"; where = \"/home\"; type = \"nfs\"; "
+	  "options = \"vers=4.2,hard\"; }, ... ).",
+	  NOF, NR },
+	{ "mounts[].what", KILN_CFG_STRING, true, NULL, "\"head:/home\"",
+	  "What to mount (What=): \"HOST:/PATH\" for NFS, a device, or the source a type takes; "
+	  "no spaces or control characters.",
+	  MT(what), NR },
+	{ "mounts[].where", KILN_CFG_PATH, true, NULL, "\"/home\"",
+	  "Mount point (Where=, unique): absolute, normalized, not / or a system directory "
+	  "(/etc, /usr, /proc ...). The unit is named after it (/home: home.mount).",
+	  MT(where), NR },
+	{ "mounts[].type", KILN_CFG_STRING, false, "\"nfs\"", "\"nfs4\"",
+	  "Filesystem type (Type=): nfs, nfs4, cifs, lustre, fuse.sshfs, tmpfs ...", MT(type), NR },
+	{ "mounts[].options", KILN_CFG_STRING, false, NULL, "\"vers=4.2,hard,noatime\"",
+	  "Mount options (Options=), comma separated; unset: the type's defaults.", MT(options),
+	  NR },
+	{ "mounts[].required", KILN_CFG_BOOL, false, "true", "false",
+	  "A node without it is drained by kiln-healthd (reason \"kiln: mount WHERE (WHAT TYPE) "
+	  "missing\") and resumed when it is back; false: a warning only.",
+	  MT(required), NR },
+	{ "mounts[].timeout", KILN_CFG_DURATION, false, "\"10s\"", "\"30s\"",
+	  "kiln-healthd checks that the mount answers (statfs) on every poll: one that does not "
+	  "within this is \"not responding\" (a hung NFS server), treated as missing.",
+	  MT(timeout_usec), NR },
 };
 
 const kiln_cfg_key *kiln_cfg_schema(size_t *ret_n)
