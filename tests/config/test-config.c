@@ -870,7 +870,6 @@ static void check_golden(const kiln_cfg *c, const char *ex, const char *target, 
 		return;
 	}
 	assert_int_equal(kiln_cfg_render(c, target, node, &out), 0);
-	const kiln_cfg_render_target *t = kiln_cfg_render_target_find(target);
 	const kiln_cfg_node *n = node ? kiln_cfg_find_node(c, node) : NULL;
 	if (node && (t->flags & KILN_CFG_RENDER_BY_MAC)) {
 		const uint8_t *m = n->mac;
