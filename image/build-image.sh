@@ -147,6 +147,9 @@ if [ "$KILN_IMAGE_NVIDIA" = 1 ]; then
 fi
 # shellcheck disable=SC2206 # package names are checked by kiln check (no spaces, no commas)
 PKGS+=($KILN_IMAGE_PACKAGES)
+# the clients of the shared mounts' types (mounts[]: nfs-common, cifs-utils ...)
+# shellcheck disable=SC2206 # package names from kiln's own table
+PKGS+=(${KILN_IMAGE_MOUNT_PACKAGES:-})
 INCLUDE=$(printf '%s\n' "${PKGS[@]}" | sort -u | paste -sd, -)
 log "packages: $INCLUDE"
 # kiln's own packages (kiln-cuda only into an image with image.nvidia) are

@@ -30,6 +30,9 @@ PKGS=(
 	jq                  # kiln model inspect --json checks; test-inferd.sh replies
 	shellcheck          # lint of the image scripts and kiln-node-init (tests/image)
 	cpio zstd           # tests/image/test-image-init.sh packs a tiny initrd (image/pack-initrd.sh)
+	sshfs openssh-sftp-server socat  # tests/cluster/test-cluster-users.sh: a network share served
+	                    # from the head's namespace (sftp-server behind socat), mounted by
+	                    # the nodes (this kernel has no NFS client to mount an NFS export)
 	python3-pip         # installs the pinned PyPI references below
 	cmake python3-venv  # make bench only: tests/peer compiles llama-cpp-python (the llama.cpp
 	                    # peer) into a venv of its own, never a kiln dependency

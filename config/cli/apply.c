@@ -71,11 +71,16 @@ enum {
 	ARG_RESTART_CTLD,
 	ARG_ON_NODES,
 	ARG_NO_VALIDATE,
+	ARG_SYSUSERS_CONF,
+	ARG_SYSUSERS,
 };
 
 static bool arg_dry_run, arg_no_validate;
 static const char *arg_config, *arg_slurm_dir = "/etc/slurm", *arg_publish,
 			       *arg_restart_ctld = "systemctl restart slurmctld", *arg_on_nodes;
+/* the head node's copy of the cluster's accounts (kiln render sysusers) */
+static const char *arg_sysusers_conf = "/etc/sysusers.d/kiln-users.conf",
+		  *arg_sysusers = "systemd-sysusers";
 
 static const kiln_option apply_options[] = {
 	KILN_OPTION_CONFIG_INTO(&arg_config),
@@ -97,6 +102,11 @@ static const kiln_option apply_options[] = {
 	{ "no-validate", ARG_NO_VALIDATE, NULL,
 	  "skip the slurmctld check (a head node without slurmctld)", NULL,
 	  .flag = &arg_no_validate },
+	{ "sysusers-conf", ARG_SYSUSERS_CONF, "FILE",
+	  "the head node's users and groups (default /etc/sysusers.d/kiln-users.conf)", "file",
+	  .str = &arg_sysusers_conf },
+	{ "sysusers", ARG_SYSUSERS, "CMD", "how to apply them (default 'systemd-sysusers')", NULL,
+	  .str = &arg_sysusers },
 	KILN_OPTIONS_COMMON,
 	{},
 };
@@ -105,7 +115,8 @@ const kiln_prog kiln_apply_prog = {
 	.name = "kiln apply",
 	.summary = "bring the running cluster to what the cluster file says",
 	.usage = "kiln [-c FILE] apply [--dry-run] [--slurm-dir DIR] [--publish FILE]\n"
-		 "                    [--restart-slurmctld CMD] [--on-nodes CMD]",
+		 "                    [--restart-slurmctld CMD] [--on-nodes CMD]\n"
+		 "                    [--sysusers-conf FILE] [--sysusers CMD]",
 	.options = apply_options,
 	.args_complete = "",
 	.epilog =
@@ -117,6 +128,7 @@ const kiln_prog kiln_apply_prog = {
 		"  restart slurmctld + slurmds nodes added, removed or changed; restart-only "
 		"parameters\n"
 		"  kiln-node-init + restart    health.* (kiln-healthd), inference.* (kiln-inferd)\n"
+		"  systemd-sysusers (head)     users and groups, before slurmctld reads them\n"
 		"Then, unless --dry-run, writes the files, publishes the cluster file with its\n"
 		"signature (FILE.sig, by image.signing_key; kiln-node-init refuses an unsigned\n"
 		"file) and runs them.  Running jobs survive all of these except the removal of\n"
@@ -273,11 +285,13 @@ typedef struct {
 	bool restart_healthd, restart_inferd;
 	char **by_hand; /* what apply does not do itself, one line each */
 	size_t n_changes;
-	char *ctld_note; /* why slurmctld needs a restart, for ClusterName */
+	char *ctld_note;     /* why slurmctld needs a restart, for ClusterName */
+	char *head_accounts; /* kiln render sysusers, when --sysusers-conf differs */
 } plan;
 
 static void plan_free(plan *p)
 {
+	free(p->head_accounts);
 	strv_free(p->removed_nodes);
 	strv_free(p->added_nodes);
 	strv_free(p->by_hand);
@@ -489,7 +503,20 @@ static int diff_keys(plan *p, const kiln_cfg *old, const kiln_cfg *new)
 		char what[256];
 		snprintf(what, sizeof(what), "cluster file: %s", k);
 		p->refresh_nodes = true;
-		if (has_prefix(k, "health.")) {
+		if (streq(k, "inference.allow_groups")) {
+			/* only AllowGroups= in slurm.conf, compared above */
+			p->n_changes++;
+		} else if (streq(k, "users") || streq(k, "groups")) {
+			change(p, what,
+			       "publish cluster.cfg and re-run kiln-node-init on every node "
+			       "(systemd-sysusers adds accounts; a removed one stays until the "
+			       "node reboots)");
+		} else if (streq(k, "mounts")) {
+			change(p, what,
+			       "publish cluster.cfg and re-run kiln-node-init on every node (it "
+			       "installs and starts the mount units; a dropped share stays "
+			       "mounted until the node reboots)");
+		} else if (has_prefix(k, "health.")) {
 			p->restart_healthd = true;
 			change(p, what,
 			       "publish cluster.cfg, re-run kiln-node-init and restart "
@@ -533,6 +560,34 @@ static int diff_keys(plan *p, const kiln_cfg *old, const kiln_cfg *new)
 		if (r < 0)
 			return log_error_errno(r, "Out of memory: %m");
 	}
+	return 0;
+}
+
+/* The head node's accounts: slurmctld resolves AllowGroups= (and users'
+ * groups) on this host, so the cluster's users and groups are applied here
+ * too, whenever the rendered sysusers file differs from --sysusers-conf (a
+ * file that was never written counts only when the cluster has accounts).
+ * Compared like the Slurm files, so an apply that failed after it is
+ * finished by the next one. */
+static int diff_accounts(plan *p, const kiln_cfg *c)
+{
+	_cleanup_free_ char *text = NULL, *live = NULL;
+	int r = kiln_cfg_render(c, "sysusers", NULL, &text);
+	if (r < 0)
+		return log_error_errno(r, "Failed to render sysusers: %m");
+	r = kiln_read_file(arg_sysusers_conf, SLURM_FILE_MAX, &live, NULL);
+	if (r < 0 && r != -ENOENT)
+		return log_error_errno(r, "Failed to read '%s': %m", arg_sysusers_conf);
+	if (r == -ENOENT && c->n_users == 0 && c->n_unix_groups == 0)
+		return 0;
+	if (live && same_but_header(live, text))
+		return 0;
+	char what[512];
+	snprintf(what, sizeof(what), "users and groups: %s", arg_sysusers_conf);
+	change(p, what,
+	       "write it and run systemd-sysusers on this head node (slurmctld resolves "
+	       "AllowGroups= with it)");
+	p->head_accounts = TAKE_PTR(text);
 	return 0;
 }
 
@@ -1032,7 +1087,7 @@ int kiln_apply_main(int argc, char **argv)
 		}
 	}
 	pending_load(&p);
-	if (diff_slurm(&p, rendered, live) < 0)
+	if (diff_slurm(&p, rendered, live) < 0 || diff_accounts(&p, c) < 0)
 		goto out;
 
 	r = kiln_read_file(publish, KILN_CFG_FILE_MAX, &old_text, NULL);
@@ -1120,6 +1175,29 @@ int kiln_apply_main(int argc, char **argv)
 	}
 	char *reconf[] = { "scontrol", "reconfigure", NULL };
 	r = 0;
+	if (p.head_accounts) {
+		/* before slurmctld reads AllowGroups= again; /etc/sysusers.d
+		 * need not exist yet (Debian ships none) */
+		_cleanup_free_ char *dir = strdup(arg_sysusers_conf);
+		char *slash = dir ? strrchr(dir, '/') : NULL;
+		if (slash && slash != dir) {
+			*slash = 0;
+			if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+				log_warning_errno(-errno, "Failed to create '%s': %m", dir);
+		}
+		r = kiln_write_file_atomic(arg_sysusers_conf, p.head_accounts,
+					   strlen(p.head_accounts), 0644);
+		if (r < 0) {
+			log_error_errno(r, "Failed to write '%s': %m", arg_sysusers_conf);
+			goto out;
+		}
+		r = step(arg_sysusers, run_shell(arg_sysusers, NULL, NULL));
+		if (r < 0) {
+			/* the next apply tries again */
+			unlink(arg_sysusers_conf);
+			goto out;
+		}
+	}
 	if (p.refresh_nodes && nodes) {
 		/* First: kiln-node-init fetches the published file and renders
 		 * the node's own copies (what slurmd reads without configless,

@@ -97,7 +97,7 @@ static const kiln_option render_options[] = {
 	KILN_OPTION_CONFIG_INTO(&arg_config),
 	{ "output", 'o', "PATH",
 	  "write PATH atomically instead of standard output\n"
-	  "(a directory for render all and prometheus; \"-\": standard output)",
+	  "(a directory for render all, prometheus and mounts; \"-\": standard output)",
 	  "file", .str = &arg_output },
 	{ "node", KILN_OPT_NODE, "NAME",
 	  "the node for render node-env (the head node works too) or node.ipxe", "node",
@@ -649,6 +649,44 @@ static int render_error(const kiln_cfg *c, const char *t, const char *node, int 
 			       strempty(node));
 }
 
+/* A KILN_CFG_RENDER_FILES target's text into files below dir: each starts
+ * at a KILN_CFG_RENDER_FILE_MARK NAME line (NAME may hold one '/': a
+ * drop-in directory, created).  Counts them in *files. */
+static int write_files(const kiln_cfg_render_target *t, const char *dir, const char *text,
+		       size_t *files)
+{
+	int r = mkdir_p(dir);
+	if (r < 0)
+		return log_error_errno(r, "Failed to create '%s': %m", dir);
+	const size_t ml = strlen(KILN_CFG_RENDER_FILE_MARK);
+	const char *p = strstr(text, KILN_CFG_RENDER_FILE_MARK);
+	while (p) {
+		const char *name = p + ml, *nl = strchr(name, '\n');
+		if (!nl)
+			break;
+		const char *body = nl + 1, *next = strstr(body, "\n" KILN_CFG_RENDER_FILE_MARK);
+		size_t len = next ? (size_t) (next + 1 - body) : strlen(body);
+		_cleanup_free_ char *path = NULL, *data = strndup(body, len);
+		if (!data || asprintf(&path, "%s/%.*s", dir, (int) (nl - name), name) < 0)
+			return log_error_errno(-ENOMEM, "Out of memory: %m");
+		char *slash = strrchr(path, '/');
+		if (slash > path + strlen(dir)) {
+			*slash = 0;
+			r = mkdir_p(path);
+			*slash = '/';
+			if (r < 0)
+				return log_error_errno(
+					r, "Failed to create the directory of '%s': %m", path);
+		}
+		r = write_out(t, path, data);
+		if (r < 0)
+			return r;
+		(*files)++;
+		p = next ? next + 1 : NULL;
+	}
+	return 0;
+}
+
 /* Renders target t (for node, when per node) into dir/name. */
 static int render_to(const kiln_cfg *c, const kiln_cfg_render_target *t, const char *node,
 		     const char *dir, const char *name)
@@ -669,6 +707,21 @@ static int render_kind(const kiln_cfg *c, unsigned want, unsigned skip, size_t *
 	for (const kiln_cfg_render_target *t = kiln_cfg_render_targets; t->name; t++) {
 		if ((want && !(t->flags & want)) || (t->flags & skip))
 			continue;
+		if (t->flags & KILN_CFG_RENDER_FILES) {
+			/* DIR/TARGET/ holds its files */
+			_cleanup_free_ char *text = NULL, *dir = NULL;
+			int r = kiln_cfg_render(c, t->name, NULL, &text);
+			if (r < 0)
+				return render_error(c, t->name, NULL, r);
+			if (!strstr(text, KILN_CFG_RENDER_FILE_MARK))
+				continue; /* no files (no mounts): no empty DIR/TARGET */
+			if (asprintf(&dir, "%s/%s", arg_output, t->name) < 0)
+				return log_error_errno(-ENOMEM, "Out of memory: %m");
+			r = write_files(t, dir, text, files);
+			if (r < 0)
+				return r;
+			continue;
+		}
 		int r = render_to(c, t, NULL, arg_output, t->name);
 		if (r < 0)
 			return r;
@@ -799,6 +852,11 @@ static int verb_render(int argc, char **argv)
 			return KILN_EXIT_FAILURE;
 		fputs(text, stdout); /* a failed write is caught by run()'s flush */
 		return KILN_EXIT_OK;
+	}
+	if (target->flags & KILN_CFG_RENDER_FILES) {
+		size_t files = 0;
+		r = write_files(target, arg_output, text, &files);
+		return r < 0 ? KILN_EXIT_FAILURE : KILN_EXIT_OK;
 	}
 	return write_out(target, arg_output, text);
 }

@@ -414,7 +414,7 @@ static void check_inference_dtype(loader *L)
 		[KILN_QUANT_INT8] = KILN_DTYPE_I8, [KILN_QUANT_INT4] = KILN_DTYPE_Q4
 	};
 	if (in->quant == KILN_QUANT_NONE || in->dtype == KILN_DTYPE_F32 ||
-	    in->dtype == same[in->quant])
+	    in->dtype == KILN_DTYPE_AUTO || in->dtype == same[in->quant])
 		return;
 	kiln_cfg__root_error(L, "inference.quant",
 			     "drop quant and keep dtype (kiln-inferd's word for the weights)",

@@ -28,6 +28,9 @@ enum {
 	BASE_XID,    /* kiln_cfg_xid */
 	BASE_SWITCH, /* kiln_cfg_switch */
 	BASE_MODEL,  /* kiln_cfg_model */
+	BASE_USER,   /* kiln_cfg_user */
+	BASE_UGROUP, /* kiln_cfg_unix_group */
+	BASE_MOUNT,  /* kiln_cfg_mount */
 };
 
 /* The schema key after k (the first when k is NULL) stored relative to base,
@@ -53,6 +56,9 @@ typedef struct loader {
 	size_t *name_idx;  /* node indexes sorted by name (then index): kiln_cfg__node_index() */
 	char **node_names; /* every node's name, borrowed (NULL-terminated): "did you mean" */
 	config_setting_t **switch_set; /* topology.switches[i] */
+	config_setting_t **user_set;   /* users[i] */
+	config_setting_t **ugroup_set; /* groups[i] */
+	config_setting_t **mount_set;  /* mounts[i] */
 } loader;
 
 /* ---- errors.c: the error list ----------------------------------------- */
@@ -179,6 +185,13 @@ void kiln_cfg__check_topology(loader *L);
 /* check-accounting.c: the password file, dbd_host's default */
 void kiln_cfg__check_accounting(loader *L);
 void kiln_cfg__check_logging(loader *L); /* logging.url, time.servers */
+
+/* check-users.c: users[], groups[], mounts[] and inference.allow_groups
+ * (names, ids, clashes, paths); fills each user's derived gid and home. */
+void kiln_cfg__check_users(loader *L);
+/* A POSIX login or group name as useradd takes it: [a-z_][a-z0-9_-]*, at
+ * most 32. */
+bool kiln_cfg__valid_account_name(const char *s);
 
 /* derive.c: defaults that depend on other keys, once the file is good. */
 void kiln_cfg__derive(loader *L);

@@ -20,14 +20,16 @@
  * flat key of the same name; the flat shorthand (inference.model, name,
  * tokenizer ...) becomes a one-element list, so kiln-inferd and kiln check
  * read one list either way.  The older inference.quant says int8/int4
- * where dtype stays f32 (check_inference_dtype refuses them disagreeing). */
+ * where dtype stays f32 or auto (check_inference_dtype refuses them
+ * disagreeing). */
 static void derive_models(loader *L)
 {
 	kiln_cfg_inference *in = &L->cfg->inference;
 	kiln_cfg_dtype dt = in->dtype;
-	if (dt == KILN_DTYPE_F32 && in->quant == KILN_QUANT_INT8)
+	const bool plain = dt == KILN_DTYPE_F32 || dt == KILN_DTYPE_AUTO;
+	if (plain && in->quant == KILN_QUANT_INT8)
 		dt = KILN_DTYPE_I8;
-	else if (dt == KILN_DTYPE_F32 && in->quant == KILN_QUANT_INT4)
+	else if (plain && in->quant == KILN_QUANT_INT4)
 		dt = KILN_DTYPE_Q4;
 	bool flat = false;
 	if (in->n_models == 0 && in->model) {
@@ -63,7 +65,7 @@ static void derive_models(loader *L)
 		if (UNSET("kv_blocks"))
 			m->kv_blocks = in->kv_blocks;
 #undef UNSET
-		if (!m->name) {
+		if (!m->name && m->path) { /* no path: reported missing already */
 			const char *slash = strrchr(m->path, '/');
 			if (!(m->name = strdup(slash && slash[1] ? slash + 1 : m->path))) {
 				L->oom = 1;

@@ -79,6 +79,47 @@ static bool xids_same(const kiln_cfg *a, const kiln_cfg *b)
 	return true;
 }
 
+/* users[], groups[], mounts[]: element by element (kiln-node-init applies
+ * them; kiln apply re-runs it). */
+static bool users_same(const kiln_cfg *a, const kiln_cfg *b)
+{
+	if (a->n_users != b->n_users)
+		return false;
+	for (size_t i = 0; i < a->n_users; i++) {
+		const kiln_cfg_user *x = &a->users[i], *y = &b->users[i];
+		if (!streq_ptr(x->name, y->name) || x->uid != y->uid || x->gid != y->gid ||
+		    !strv_eq(x->groups, y->groups) || !streq_ptr(x->home, y->home) ||
+		    !streq_ptr(x->shell, y->shell) || !streq_ptr(x->comment, y->comment))
+			return false;
+	}
+	return true;
+}
+
+static bool groups_same(const kiln_cfg *a, const kiln_cfg *b)
+{
+	if (a->n_unix_groups != b->n_unix_groups)
+		return false;
+	for (size_t i = 0; i < a->n_unix_groups; i++)
+		if (!streq_ptr(a->unix_groups[i].name, b->unix_groups[i].name) ||
+		    a->unix_groups[i].gid != b->unix_groups[i].gid)
+			return false;
+	return true;
+}
+
+static bool mounts_same(const kiln_cfg *a, const kiln_cfg *b)
+{
+	if (a->n_mounts != b->n_mounts)
+		return false;
+	for (size_t i = 0; i < a->n_mounts; i++) {
+		const kiln_cfg_mount *x = &a->mounts[i], *y = &b->mounts[i];
+		if (!streq_ptr(x->what, y->what) || !streq_ptr(x->where, y->where) ||
+		    !streq_ptr(x->type, y->type) || !streq_ptr(x->options, y->options) ||
+		    x->required != y->required || x->timeout_usec != y->timeout_usec)
+			return false;
+	}
+	return true;
+}
+
 int kiln_cfg_diff_keys(const kiln_cfg *a, const kiln_cfg *b, char ***ret)
 {
 	assert_return(a, -EINVAL);
@@ -89,6 +130,10 @@ int kiln_cfg_diff_keys(const kiln_cfg *a, const kiln_cfg *b, char ***ret)
 		if (!same(k, a, b) && strv_extend(&v, k->path) < 0)
 			return -ENOMEM;
 	if (!xids_same(a, b) && strv_extend(&v, "health.xid") < 0)
+		return -ENOMEM;
+	if ((!users_same(a, b) && strv_extend(&v, "users") < 0) ||
+	    (!groups_same(a, b) && strv_extend(&v, "groups") < 0) ||
+	    (!mounts_same(a, b) && strv_extend(&v, "mounts") < 0))
 		return -ENOMEM;
 	*ret = TAKE_PTR(v);
 	return 0;

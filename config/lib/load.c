@@ -135,6 +135,16 @@ static const list_desc lists[] = {
 	{ "inference.models", BASE_MODEL, sizeof(kiln_cfg_model),
 	  offsetof(kiln_cfg, inference.models), offsetof(kiln_cfg, inference.n_models),
 	  offsetof(loader, model_set), offsetof(kiln_cfg_model, line), false },
+	/* users, groups and shared storage (check-users.c) */
+	{ "users", BASE_USER, sizeof(kiln_cfg_user), offsetof(kiln_cfg, users),
+	  offsetof(kiln_cfg, n_users), offsetof(loader, user_set), offsetof(kiln_cfg_user, line),
+	  false },
+	{ "groups", BASE_UGROUP, sizeof(kiln_cfg_unix_group), offsetof(kiln_cfg, unix_groups),
+	  offsetof(kiln_cfg, n_unix_groups), offsetof(loader, ugroup_set),
+	  offsetof(kiln_cfg_unix_group, line), false },
+	{ "mounts", BASE_MOUNT, sizeof(kiln_cfg_mount), offsetof(kiln_cfg, mounts),
+	  offsetof(kiln_cfg, n_mounts), offsetof(loader, mount_set), offsetof(kiln_cfg_mount, line),
+	  false },
 };
 
 static const list_desc *find_list(const char *pattern)
@@ -205,6 +215,15 @@ static void walk(loader *L, config_setting_t *grp, const char *pattern, const ch
 		const char *rhint = NULL, *why = k ? NULL : removed_key(pat, &rhint);
 		if (why) {
 			kiln_cfg__add_error(L, kiln_cfg__setting_line(ch), dsp, rhint, "%s", why);
+			continue;
+		}
+		if (!k && depth == 0 && (streq(name, "ldap") || streq(name, "sssd"))) {
+			/* asked for by name: say it is missing, not mistyped */
+			kiln_cfg__add_error(L, kiln_cfg__setting_line(ch), dsp,
+					    "list the accounts in users and groups (docs/config.md); "
+					    "a site with a directory keeps its own sssd.conf in the "
+					    "image (image.packages: sssd)",
+					    "LDAP/SSSD is not supported yet");
 			continue;
 		}
 		if (!k) {
@@ -322,6 +341,7 @@ static void cross_check(loader *L)
 	kiln_cfg__check_topology(L);
 	kiln_cfg__check_accounting(L);
 	kiln_cfg__check_logging(L);
+	kiln_cfg__check_users(L);
 	if (!L->oom)
 		kiln_cfg__derive(L);
 }
@@ -491,6 +511,15 @@ void kiln_cfg_free(kiln_cfg *c)
 	for (size_t i = 0; i < c->inference.n_models; i++)
 		free_fields(BASE_MODEL, &c->inference.models[i]);
 	free(c->inference.models);
+	for (size_t i = 0; i < c->n_users; i++)
+		free_fields(BASE_USER, &c->users[i]);
+	free(c->users);
+	for (size_t i = 0; i < c->n_unix_groups; i++)
+		free_fields(BASE_UGROUP, &c->unix_groups[i]);
+	free(c->unix_groups);
+	for (size_t i = 0; i < c->n_mounts; i++)
+		free_fields(BASE_MOUNT, &c->mounts[i]);
+	free(c->mounts);
 	free(c->network.dns);
 	free_fields(BASE_ROOT, c);
 	free(c->path);
@@ -596,6 +625,9 @@ int kiln_cfg_load_string(const char *text, const char *name, kiln_cfg **ret, kil
 	free(L.xid_set);
 	free(L.switch_set);
 	free(L.model_set);
+	free(L.user_set);
+	free(L.ugroup_set);
+	free(L.mount_set);
 	if (L.oom)
 		r = -ENOMEM;
 	else if (kiln_cfg__errors_count(e, before) > dropped_before) {

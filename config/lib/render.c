@@ -51,6 +51,28 @@ static void slurm_time(kiln_strbuf *b, uint64_t usec)
 	kiln_strbuf_printf(b, "%llu-%02llu:%02llu:00", m / 1440, (m / 60) % 24, m % 60);
 }
 
+/* The inference partitions closed to users: kiln-inferd runs outside
+ * Slurm on the inference nodes and uses their GPUs, so a partition holding
+ * one gets AllowGroups=inference.allow_groups (root by default; slurmctld
+ * always lets root and SlurmUser in).  [ "ALL" ] leaves it open
+ * (check-users.c warns). */
+static void allow_groups(const kiln_cfg *c, const kiln_cfg_partition *p, kiln_strbuf *b)
+{
+	char **ag = c->inference.allow_groups;
+	bool infer = false;
+	for (size_t k = 0; k < p->n_members && !infer; k++) {
+		const kiln_cfg_node *n = kiln_cfg_find_node(c, p->members[k]);
+		infer = n && n->inference;
+	}
+	if (!infer || (ag && ag[0] && streq(ag[0], "ALL")))
+		return;
+	kiln_strbuf_append(b, " AllowGroups=");
+	if (!ag || !ag[0])
+		kiln_strbuf_append(b, "root");
+	for (size_t i = 0; ag && ag[i]; i++)
+		kiln_strbuf_printf(b, "%s%s", i ? "," : "", ag[i]);
+}
+
 static int render_slurm(const kiln_cfg *c, const char *node, kiln_strbuf *b)
 {
 	const kiln_cfg_slurm *s = &c->slurm;
@@ -173,6 +195,7 @@ static int render_slurm(const kiln_cfg *c, const char *node, kiln_strbuf *b)
 				   p->is_default ? "YES" : "NO");
 		slurm_time(b, p->max_time_usec);
 		kiln_strbuf_printf(b, " State=%s", kiln_cfg_part_state_to_string(p->state));
+		allow_groups(c, p, b);
 		if (p->extra)
 			kiln_strbuf_printf(b, " %s", p->extra);
 		kiln_strbuf_append(b, "\n");
@@ -573,6 +596,39 @@ static int render_node_env(const kiln_cfg *c, const char *name, kiln_strbuf *b)
 	return r;
 }
 
+/* The Debian packages that mount the types of mounts[] (mount.nfs,
+ * mount.cifs ...), space separated into t, each once: make image puts them
+ * in the image.  A type not listed needs none (tmpfs) or a client Debian
+ * does not ship (lustre): the admin adds it with image.packages. */
+static int mount_packages(const kiln_cfg *c, kiln_strbuf *t)
+{
+	static const struct {
+		const char *type, *package;
+	} clients[] = {
+		{ "nfs", "nfs-common" },	{ "nfs4", "nfs-common" },
+		{ "cifs", "cifs-utils" },	{ "smb3", "cifs-utils" },
+		{ "fuse.sshfs", "sshfs" },	{ "sshfs", "sshfs" },
+		{ "ceph", "ceph-common" },	{ "glusterfs", "glusterfs-client" },
+		{ "fuse.glusterfs", "glusterfs-client" },
+	};
+	const char *added[ARRAY_SIZE(clients)];
+	size_t n = 0;
+	kiln_strbuf_init(t);
+	for (size_t i = 0; i < c->n_mounts; i++)
+		for (size_t k = 0; k < ARRAY_SIZE(clients); k++) {
+			if (!streq(c->mounts[i].type, clients[k].type))
+				continue;
+			bool seen = false;
+			for (size_t j = 0; j < n; j++)
+				seen |= streq(added[j], clients[k].package);
+			if (seen)
+				continue;
+			added[n++] = clients[k].package;
+			kiln_strbuf_printf(t, "%s%s", n > 1 ? " " : "", clients[k].package);
+		}
+	return kiln_strbuf_error(t);
+}
+
 static int render_image_env(const kiln_cfg *c, const char *node, kiln_strbuf *b)
 {
 	const kiln_cfg_image *im = &c->image;
@@ -587,6 +643,13 @@ static int render_image_env(const kiln_cfg *c, const char *node, kiln_strbuf *b)
 	int r = kiln_strbuf_error(&t);
 	if (r >= 0)
 		env(b, "KILN_IMAGE_PACKAGES", t.s ? t.s : "");
+	kiln_strbuf_free(&t);
+	if (r < 0)
+		return r;
+	/* the clients of the shared mounts' types (mounts[].type) */
+	r = mount_packages(c, &t);
+	if (r >= 0)
+		env(b, "KILN_IMAGE_MOUNT_PACKAGES", t.s ? t.s : "");
 	kiln_strbuf_free(&t);
 	if (r < 0)
 		return r;
@@ -844,6 +907,114 @@ static int render_alerts(const kiln_cfg *c, const char *node, kiln_strbuf *b)
 	return 0;
 }
 
+/* ---- users, groups and shared storage ------------------------------------ */
+
+/* sysusers.d(5): the cluster's groups and users with fixed ids, applied by
+ * systemd-sysusers on every node (kiln-node-init) and on the head node.
+ * Users get no password (sysusers locks it): they reach the nodes through
+ * Slurm, and through ssh with the keys in their (shared) home.  Groups
+ * first, so a user's primary group exists when the user is created. */
+static int render_sysusers(const kiln_cfg *c, const char *node, kiln_strbuf *b)
+{
+	header(b, c, "#", "for systemd-sysusers (/etc/sysusers.d/kiln-users.conf)");
+	if (c->n_users == 0 && c->n_unix_groups == 0) {
+		kiln_strbuf_append(b, "# No users or groups in the cluster file.\n");
+		return 0;
+	}
+	for (size_t i = 0; i < c->n_unix_groups; i++)
+		kiln_strbuf_printf(b, "g %s %d\n", c->unix_groups[i].name, c->unix_groups[i].gid);
+	for (size_t i = 0; i < c->n_users; i++) {
+		const kiln_cfg_user *u = &c->users[i];
+		/* "UID:GROUP" names a group of groups[]; a bare UID makes the
+		 * user's own group, gid = uid */
+		const char *pg = NULL;
+		for (size_t g = 0; g < c->n_unix_groups && u->gid != u->uid; g++)
+			if (c->unix_groups[g].gid == u->gid)
+				pg = c->unix_groups[g].name;
+		kiln_strbuf_printf(b, "u %s %d%s%s \"%s\" %s %s\n", u->name, u->uid, pg ? ":" : "",
+				   strempty(pg), u->comment ? u->comment : u->name, u->home,
+				   u->shell);
+	}
+	for (size_t i = 0; i < c->n_users; i++)
+		for (size_t k = 0; c->users[i].groups && c->users[i].groups[k]; k++)
+			kiln_strbuf_printf(b, "m %s %s\n", c->users[i].name, c->users[i].groups[k]);
+	return 0;
+}
+
+/* The unit name systemd gives a mount point (systemd-escape --path
+ * --suffix=mount): "/" separators become '-', bytes other than
+ * [A-Za-z0-9:_.] (and a leading '.') become \xNN. */
+static void mount_unit_name(kiln_strbuf *b, const char *where)
+{
+	const char *p = where;
+	while (*p == '/')
+		p++;
+	if (!*p) {
+		kiln_strbuf_append(b, "-.mount");
+		return;
+	}
+	for (const char *q = p; *q; q++) {
+		unsigned char ch = (unsigned char) *q;
+		if (ch == '/')
+			kiln_strbuf_append(b, "-");
+		else if (isalnum(ch) || ch == ':' || ch == '_' || (ch == '.' && q != p))
+			kiln_strbuf_append_n(b, q, 1);
+		else
+			kiln_strbuf_printf(b, "\\x%02x", ch);
+	}
+	kiln_strbuf_append(b, ".mount");
+}
+
+/* One systemd mount unit per mounts[] entry, and a slurmd drop-in that
+ * wants them and starts after them (KILN_CFG_RENDER_FILES: the files are
+ * split at KILN_CFG_RENDER_FILE_MARK lines).  slurmd Wants=, not
+ * Requires=/RequiresMountsFor=: a node whose required share is missing
+ * still runs slurmd, and kiln-healthd drains it with the reason ("kiln:
+ * mount /home (head:/home nfs) missing"), where a slurmd held back by a
+ * failed mount would only show as "not responding". */
+static int render_mounts(const kiln_cfg *c, const char *node, kiln_strbuf *b)
+{
+	if (c->n_mounts == 0) {
+		header(b, c, "#", NULL);
+		kiln_strbuf_append(b, "# No mounts in the cluster file.\n");
+		return 0;
+	}
+	kiln_strbuf units;
+	kiln_strbuf_init(&units);
+	for (size_t i = 0; i < c->n_mounts; i++) {
+		const kiln_cfg_mount *m = &c->mounts[i];
+		kiln_strbuf_append(b, KILN_CFG_RENDER_FILE_MARK);
+		mount_unit_name(b, m->where);
+		kiln_strbuf_append(b, "\n");
+		header(b, c, "#", NULL);
+		kiln_strbuf_printf(b, "[Unit]\nDescription=kiln shared mount %s (%s)\n", m->where,
+				   m->what);
+		kiln_strbuf_append(b, "Documentation=man:kiln(1)\n");
+		/* slurmd waits for the attempt (the drop-in below) */
+		kiln_strbuf_append(b, "Before=slurmd.service\n");
+		kiln_strbuf_printf(b, "\n[Mount]\nWhat=%s\nWhere=%s\nType=%s\n", m->what, m->where,
+				   m->type);
+		if (m->options)
+			kiln_strbuf_printf(b, "Options=%s\n", m->options);
+		mount_unit_name(&units, m->where);
+		if (i + 1 < c->n_mounts)
+			kiln_strbuf_append(&units, " ");
+	}
+	int r = kiln_strbuf_error(&units);
+	if (r >= 0) {
+		kiln_strbuf_append(b,
+				   KILN_CFG_RENDER_FILE_MARK "slurmd.service.d/kiln-mounts.conf\n");
+		header(b, c, "#", NULL);
+		kiln_strbuf_append(b,
+				   "# slurmd starts after the shared mounts were tried; a missing "
+				   "required one\n# drains the node (kiln-healthd) instead of "
+				   "keeping slurmd down.\n");
+		kiln_strbuf_printf(b, "[Unit]\nWants=%s\nAfter=%s\n", units.s, units.s);
+	}
+	kiln_strbuf_free(&units);
+	return r;
+}
+
 const kiln_cfg_render_target kiln_cfg_render_targets[] = {
 	{ "slurm.conf", "nodes, partitions, plugins, Prolog/Epilog", 0644, KILN_CFG_RENDER_SLURM,
 	  render_slurm },
@@ -871,6 +1042,11 @@ const kiln_cfg_render_target kiln_cfg_render_targets[] = {
 	/* holds the database password */
 	{ "slurmdbd.conf", "slurmdbd and its database (accounting; written mode 0600)", 0600, 0,
 	  render_slurmdbd },
+	/* users, groups and shared storage */
+	{ "sysusers", "users[] and groups[] as a sysusers.d file with fixed ids", 0644, 0,
+	  render_sysusers },
+	{ "mounts", "a systemd mount unit per mounts[] entry and slurmd's drop-in (-o DIR)", 0644,
+	  KILN_CFG_RENDER_FILES, render_mounts },
 	{},
 };
 _Static_assert(ARRAY_SIZE(kiln_cfg_render_targets) <= KILN_CFG_RENDER_TARGETS_MAX + 1,

@@ -23,7 +23,7 @@ static const char *const state_names[] = { "up", "down", "drain", "inactive", NU
 /* kiln-inferd's --backend, --dtype and --chat-template words, in the order
  * of kiln_cfg_backend, kiln_cfg_dtype and kiln_cfg_chat. */
 static const char *const backend_names[] = { "cpu", "cuda", "auto", NULL };
-static const char *const dtype_names[] = { "f32", "bf16", "f16", "i8", "q4", NULL };
+static const char *const dtype_names[] = { "f32", "bf16", "f16", "i8", "q4", "auto", NULL };
 static const char *const chat_names[] = { "auto",  "chatml", "llama2", "llama3", "mistral",
 					  "gemma", "phi3",   "zephyr", NULL };
 
@@ -33,6 +33,9 @@ static const char *const chat_names[] = { "auto",  "chatml", "llama2", "llama3",
 #define X(f)	    BASE_XID, offsetof(kiln_cfg_xid, f)
 #define SW(f)	    BASE_SWITCH, offsetof(kiln_cfg_switch, f)
 #define M(f)	    BASE_MODEL, offsetof(kiln_cfg_model, f)
+#define U(f)	    BASE_USER, offsetof(kiln_cfg_user, f)
+#define UG(f)	    BASE_UGROUP, offsetof(kiln_cfg_unix_group, f)
+#define MT(f)	    BASE_MOUNT, offsetof(kiln_cfg_mount, f)
 #define NOF	    BASE_NONE, 0
 #define PORT	    1, 65535, NULL
 #define NR	    0, 0, NULL
@@ -343,9 +346,11 @@ static const kiln_cfg_key schema[] = {
 	  "else cpu, with one log line saying why) (kiln-inferd --backend).",
 	  R(inference.backend), 0, 0,
 	  backend_names },
-	{ "inference.dtype", KILN_CFG_ENUM, false, "\"f32\"", "\"bf16\"",
-	  "Weight dtype: f32, bf16, f16, i8 or q4 (kiln-inferd --dtype).", R(inference.dtype), 0, 0,
-	  dtype_names },
+	{ "inference.dtype", KILN_CFG_ENUM, false, "\"auto\"", "\"bf16\"",
+	  "Weight dtype: auto (as the model file stores its weights: Q8_0 as i8, Q4_0 as q4, "
+	  "bf16, f16 and f32 as themselves, the closest the backend computes on otherwise, "
+	  "logged), f32, bf16, f16, i8 or q4 (kiln-inferd --dtype).",
+	  R(inference.dtype), 0, 0, dtype_names },
 	{ "inference.chat_template", KILN_CFG_ENUM, false, "\"auto\"", "\"llama3\"",
 	  "Chat template: auto (detected from the tokenizer, else chatml), chatml, llama2, llama3, "
 	  "mistral, gemma, phi3 or zephyr (kiln-inferd --chat-template).",
@@ -396,7 +401,7 @@ static const kiln_cfg_key schema[] = {
 	  "\"/srv/models/llama-3-8b/tokenizer.json\"", "Tokenizer of this model.", M(tokenizer),
 	  NR },
 	{ "inference.models[].dtype", KILN_CFG_ENUM, false, "(inference.dtype)", "\"bf16\"",
-	  "Weight dtype: f32, bf16, f16, i8 or q4.", M(dtype), 0, 0, dtype_names },
+	  "Weight dtype: auto, f32, bf16, f16, i8 or q4.", M(dtype), 0, 0, dtype_names },
 	{ "inference.models[].context_length", KILN_CFG_INT, false, "(inference.context_length)",
 	  "4096", "Longest sequence served; 0 = the model's own.", M(context_length),
 	  RANGE(0, 1 << 24) },
@@ -412,6 +417,12 @@ static const kiln_cfg_key schema[] = {
 	  "Compute threads of the cpu backend; 0 = the CPUs of kiln-inferd's affinity mask and "
 	  "cgroup quota (kiln-inferd --cpu-threads).",
 	  R(inference.cpu_threads), RANGE(0, 256) },
+	{ "inference.allow_groups", KILN_CFG_STRV, false, "(root)", "[ \"root\", \"inferops\" ]",
+	  "Unix groups whose members may run Slurm jobs on the inference nodes: the AllowGroups= "
+	  "of every partition holding one (root and SlurmUser always may). kiln-inferd uses "
+	  "those nodes' GPUs outside Slurm, so by default (root: [] means it too) no user can be "
+	  "handed them. [ \"ALL\" ] opens the partitions (a warning).",
+	  R(inference.allow_groups), NR },
 
 	{ "image", KILN_CFG_GROUP, false, NULL, NULL,
 	  "The stateless node image and how nodes boot it.", NOF, NR },
@@ -588,6 +599,74 @@ static const kiln_cfg_key schema[] = {
 	{ "topology.switches[].switches", KILN_CFG_HOSTLIST, false, NULL, "\"leaf[1-4]\"",
 	  "A higher switch: the switches below it (each switch under at most one).", SW(switches),
 	  NR },
+
+	/* ---- users, groups and shared storage (check-users.c; render.c's
+	 * sysusers and mounts; kiln-healthd's mount check) ---- */
+	{ "users", KILN_CFG_LIST, false, NULL, NULL,
+	  "Cluster users with fixed ids, the same on every node and the head node (kiln render "
+	  "sysusers): ( { name = \"alice\"; uid = 2001; groups = [ \"research\" ]; }, ... ). "
+	  "No passwords: users reach the nodes through Slurm (and ssh keys in their home).",
+	  NOF, NR },
+	{ "users[].name", KILN_CFG_STRING, true, NULL, "\"alice\"",
+	  "Login name (unique): a lowercase letter or '_', then lowercase letters, digits, '_' "
+	  "and '-'; at most 32. Not a system account of the node image (root, slurm, munge ...).",
+	  U(name), NR },
+	{ "users[].uid", KILN_CFG_INT, true, NULL, "2001",
+	  "User id (unique): 1000 to 59999 or above 65535; below 1000 only with system = true.",
+	  U(uid), RANGE(1, 2147483646) },
+	{ "users[].gid", KILN_CFG_INT, false, "(uid)", "2000",
+	  "Primary group: a gid of groups[], or the uid (the default: a group of the user's own, "
+	  "named after the user).",
+	  U(gid), RANGE(1, 2147483646) },
+	{ "users[].groups", KILN_CFG_STRV, false, "[]", "[ \"research\", \"inferops\" ]",
+	  "Supplementary groups: names of groups[].", U(groups), NR },
+	{ "users[].home", KILN_CFG_PATH, false, "(/home/NAME)", "\"/home/alice\"",
+	  "Home directory (on a shared mount, as a rule; not created by kiln).", U(home), NR },
+	{ "users[].shell", KILN_CFG_PATH, false, "\"/bin/bash\"", "\"/bin/zsh\"", "Login shell.",
+	  U(shell), NR },
+	{ "users[].comment", KILN_CFG_STRING, false, NULL, "\"Alice Liddell\"",
+	  "GECOS field (the user's full name); no ':', '\"' or control characters.", U(comment),
+	  NR },
+	{ "users[].system", KILN_CFG_BOOL, false, "false", "true",
+	  "The uid lies below 1000 on purpose (a site's existing low ids); without it one is "
+	  "refused as a clash with Debian's system accounts.",
+	  U(system), NR },
+	{ "groups", KILN_CFG_LIST, false, NULL, NULL,
+	  "Cluster groups with fixed gids: ( { name = \"research\"; gid = 3000; }, ... ).", NOF,
+	  NR },
+	{ "groups[].name", KILN_CFG_STRING, true, NULL, "\"research\"",
+	  "Group name (unique; the rules of users[].name).", UG(name), NR },
+	{ "groups[].gid", KILN_CFG_INT, true, NULL, "3000",
+	  "Group id (unique): 1000 to 59999 or above 65535; below 1000 only with system = true.",
+	  UG(gid), RANGE(1, 2147483646) },
+	{ "groups[].system", KILN_CFG_BOOL, false, "false", "true",
+	  "The gid lies below 1000 on purpose.", UG(system), NR },
+	{ "mounts", KILN_CFG_LIST, false, NULL, NULL,
+	  "Shared filesystems every node mounts (kiln render mounts: systemd mount units ordered "
+	  "before slurmd): ( { what = \"head:/home\"; where = \"/home\"; type = \"nfs\"; "
+	  "options = \"vers=4.2,hard\"; }, ... ).",
+	  NOF, NR },
+	{ "mounts[].what", KILN_CFG_STRING, true, NULL, "\"head:/home\"",
+	  "What to mount (What=): \"HOST:/PATH\" for NFS, a device, or the source a type takes; "
+	  "no spaces or control characters.",
+	  MT(what), NR },
+	{ "mounts[].where", KILN_CFG_PATH, true, NULL, "\"/home\"",
+	  "Mount point (Where=, unique): absolute, normalized, not / or a system directory "
+	  "(/etc, /usr, /proc ...). The unit is named after it (/home: home.mount).",
+	  MT(where), NR },
+	{ "mounts[].type", KILN_CFG_STRING, false, "\"nfs\"", "\"nfs4\"",
+	  "Filesystem type (Type=): nfs, nfs4, cifs, lustre, fuse.sshfs, tmpfs ...", MT(type), NR },
+	{ "mounts[].options", KILN_CFG_STRING, false, NULL, "\"vers=4.2,hard,noatime\"",
+	  "Mount options (Options=), comma separated; unset: the type's defaults.", MT(options),
+	  NR },
+	{ "mounts[].required", KILN_CFG_BOOL, false, "true", "false",
+	  "A node without it is drained by kiln-healthd (reason \"kiln: mount WHERE (WHAT TYPE) "
+	  "missing\") and resumed when it is back; false: a warning only.",
+	  MT(required), NR },
+	{ "mounts[].timeout", KILN_CFG_DURATION, false, "\"10s\"", "\"30s\"",
+	  "kiln-healthd checks that the mount answers (statfs) on every poll: one that does not "
+	  "within this is \"not responding\" (a hung NFS server), treated as missing.",
+	  MT(timeout_usec), NR },
 };
 
 const kiln_cfg_key *kiln_cfg_schema(size_t *ret_n)

@@ -1113,6 +1113,13 @@ int kk_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *lo
 	return be->ops->sample(be, st, ids, logits, rows, vocab, p);
 }
 
+double kk_logsumexp_host(const float *x, int64_t n)
+{
+	if (!x || n < 1)
+		return NAN;
+	return kk__cpu_logsumexp(x, n);
+}
+
 int kk_sample_host(const float *logits, int64_t rows, int64_t vocab, const kk_sampling *p,
 		   int32_t *ids)
 {

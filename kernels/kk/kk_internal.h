@@ -198,6 +198,14 @@ int kk__cuda_driver_check(int driver, int needed, char *why, size_t len);
 /* kk_sample_host's body: cpu/sample.c's sampler on host floats. */
 int kk__cpu_sample_host(const float *logits, int64_t rows, int64_t vocab, const kk_sampling *p,
 			int32_t *ids);
+/* kk_logsumexp_host's body (cpu/sample.c). */
+double kk__cpu_logsumexp(const float *x, int64_t n);
+/* The cpu sampler as it was before its one-pass paths: every row sorted
+ * whole, buffers allocated per call; the same tokens as kk__cpu_sample_host
+ * (tests check it draw for draw; make bench's sampler table measures it as
+ * the baseline).  -EINVAL, -ENOMEM. */
+int kk__cpu_sample_host_sorted(const float *logits, int64_t rows, int64_t vocab,
+			       const kk_sampling *p, int32_t *ids);
 
 /* Test hook: install a copy of a backend's ops with some slots cleared,
  * so tests can check the -EOPNOTSUPP path.  Not for production use. */

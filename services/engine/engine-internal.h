@@ -114,7 +114,8 @@ struct kiln_engine {
 	/* The step's logits on the host [max_running, vocab], allocated the
 	 * first time a request needs them (logprobs, logits processing). */
 	float *host_logits;
-	float *row; /* one row to process */
+	float *row;  /* one row to process */
+	int *counts; /* vocab_size zeros: kiln_engine__process_logits' scratch */
 
 	/* counters (under lock): kiln_engine_get_stats() hands them out as
 	 * they are, with the gauges filled in */

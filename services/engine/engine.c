@@ -199,10 +199,13 @@ static void *scheduler(void *arg)
 			e->host_logits = malloc((size_t) e->max_running *
 						(size_t) e->cfg.vocab_size * sizeof(float));
 			e->row = malloc((size_t) e->cfg.vocab_size * sizeof(float));
-			if (!e->host_logits || !e->row) {
+			e->counts = calloc((size_t) e->cfg.vocab_size, sizeof(int));
+			if (!e->host_logits || !e->row || !e->counts) {
 				free(e->host_logits);
 				free(e->row);
+				free(e->counts);
 				e->host_logits = e->row = NULL;
+				e->counts = NULL;
 			}
 		}
 		int r = host && !e->host_logits
@@ -629,6 +632,7 @@ kiln_engine *kiln_engine_free(kiln_engine *e)
 	free(e->events);
 	free(e->host_logits);
 	free(e->row);
+	free(e->counts);
 	kiln_histogram_destroy(&e->ttft);
 	kiln_histogram_destroy(&e->itl);
 	kiln_histogram_destroy(&e->e2e);

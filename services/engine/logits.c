@@ -17,7 +17,7 @@
 
 int kiln_engine__process_logits(float *x, int V, const kiln_engine_processing *p,
 				const int32_t *tokens, int n_prompt, int n_total,
-				const int32_t *stops, int n_stops)
+				const int32_t *stops, int n_stops, int *counts)
 {
 	for (int i = 0; i < p->n_logit_bias; i++)
 		x[p->logit_bias[i].token] += p->logit_bias[i].bias;
@@ -27,41 +27,45 @@ int kiln_engine__process_logits(float *x, int V, const kiln_engine_processing *p
 	const bool rep = p->repetition_penalty > 0 && p->repetition_penalty != 1;
 	if (!rep && p->frequency_penalty == 0 && p->presence_penalty == 0)
 		return 0;
-	/* Per token: its count in the output, and whether the prompt has it. */
-	_cleanup_free_ int *count = calloc((size_t) V, sizeof(int));
-	_cleanup_free_ bool *seen = calloc((size_t) V, sizeof(bool));
-	if (!count || !seen)
-		return -ENOMEM;
+	/* Per distinct token of the context: 1 + its count in the output
+	 * (counts is all zero outside this function, so the work is the
+	 * context's length, not the vocabulary's). */
 	for (int i = 0; i < n_total; i++) {
-		seen[tokens[i]] = true;
-		if (i >= n_prompt)
-			count[tokens[i]]++;
+		int *c = &counts[tokens[i]];
+		*c += (*c == 0) + (i >= n_prompt);
 	}
-	for (int t = 0; t < V; t++) {
-		if (!seen[t])
-			continue;
+	for (int i = 0; i < n_total; i++) {
+		const int t = tokens[i], count = counts[t] - 1;
+		if (count < 0)
+			continue; /* done at its first occurrence */
+		counts[t] = 0;
 		if (rep)
 			x[t] = x[t] > 0 ? x[t] / p->repetition_penalty
 					: x[t] * p->repetition_penalty;
-		if (count[t])
-			x[t] -= p->frequency_penalty * (float) count[t] + p->presence_penalty;
+		if (count)
+			x[t] -= p->frequency_penalty * (float) count + p->presence_penalty;
 	}
+	(void) V;
 	return 0;
 }
 
 float kiln_engine__logprobs(const float *x, int V, int32_t token, int n, int32_t *top_ids,
 			    float *top_lp)
 {
-	double mx = x[0];
-	for (int i = 1; i < V; i++)
-		mx = MAX(mx, (double) x[i]);
-	double sum = exp((double) x[0] - mx); /* >= 1 once mx is finite */
-	for (int i = 1; i < V; i++)
-		sum += exp((double) x[i] - mx);
-	const double lse = mx + log(sum);
+	const double lse = kk_logsumexp_host(x, V); /* float64, vectorized */
 	/* The n best by insertion (n <= 20): ties keep the lower id first. */
 	int k = 0;
 	for (int i = 0; i < V && n > 0; i++) {
+		if (k == n && i % 16 == 0 && i + 16 <= V) {
+			/* 16 tokens at a time: most hold none better than the n-th */
+			float m = x[i];
+			for (int j = 1; j < 16; j++)
+				m = x[i + j] > m ? x[i + j] : m;
+			if (!(m > x[top_ids[k - 1]])) {
+				i += 15;
+				continue;
+			}
+		}
 		if (k == n && !(x[i] > x[top_ids[k - 1]]))
 			continue;
 		int j = k < n ? k++ : n - 1;
@@ -92,7 +96,7 @@ int kiln_engine__sample_row(kiln_engine *e, int i, ereq *q, const kk_sampling *p
 		stops[n_stops++] = q->stop[k];
 	memcpy(e->row, e->host_logits + (size_t) i * V, (size_t) V * sizeof(float));
 	int r = kiln_engine__process_logits(e->row, V, &q->proc, q->tokens, q->n_prompt, q->n_total,
-					    stops, n_stops);
+					    stops, n_stops, e->counts);
 	int32_t tok = -1;
 	if (r >= 0)
 		r = kk_sample_host(e->row, 1, V, p, &tok);

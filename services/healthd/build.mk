@@ -1,7 +1,7 @@
 # services/healthd: kiln-healthd, the GPU health daemon.
 HEALTHD_SRCS := services/healthd/check.c services/healthd/nvml.c services/healthd/output.c \
 	services/healthd/slurm.c services/healthd/active.c \
-	services/healthd/xidstate.c services/healthd/jobs.c
+	services/healthd/xidstate.c services/healthd/jobs.c services/healthd/mounts.c
 HEALTHD_LDLIBS := -lconfig -lmicrohttpd -ljansson -lsystemd -lslurm -ldl
 $(eval $(call kiln_lib,healthd,$(HEALTHD_SRCS)))
 # The program: main.c is the daemon's skeleton; daemon-xid.c and

@@ -66,6 +66,9 @@ void hd_settings_from_cfg(hd_settings *s, const kiln_cfg *cfg, const kiln_cfg_no
 	s->memtest_fraction = h->memtest_fraction;
 	if (node && node->group)
 		s->expected_gpus = node->group->gpu_count;
+	/* shared mounts: on the nodes of the file (mounts.c) */
+	s->mounts = node ? cfg->mounts : NULL;
+	s->n_mounts = node ? cfg->n_mounts : 0;
 }
 
 /* NVIDIA's XID catalog (docs.nvidia.com/deploy/xid-errors), the XIDs a
@@ -600,6 +603,9 @@ void hd_node_evaluate(const hd_settings *s, hd_node *n, uint64_t now_usec)
 	/* an unreadable XID state file may hide a GPU that needs a reset: stay drained */
 	if (n->xid_state_error[0])
 		hd_reasons_add(&n->reasons, HD_UNHEALTHY, "%s", n->xid_state_error);
+	/* a required shared mount missing (mounts.c): jobs would fail on it */
+	for (int i = 0; i < n->mounts.n; i++)
+		hd_reasons_add(&n->reasons, n->mounts.v[i].severity, "%s", n->mounts.v[i].text);
 	if (s->expected_gpus >= 0 && n->n_gpus > s->expected_gpus)
 		hd_reasons_add(&n->reasons, HD_DEGRADED, "%d GPUs found, the cluster file says %d",
 			       n->n_gpus, s->expected_gpus);

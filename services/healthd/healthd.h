@@ -64,6 +64,14 @@ typedef struct hd_settings {
 	uint64_t active_interval_usec;
 	int gemm_seconds;
 	double memtest_fraction;
+	/* the shared mounts check (mounts.c): mounts[] of the cluster file,
+	 * owned by the kiln_cfg; none when the node is not in it */
+	const kiln_cfg_mount *mounts;
+	size_t n_mounts;
+	/* the node's mount table; "": HD_MOUNTINFO_PATH, probed through
+	 * HD_MOUNT_ROOT; any other table is probed at the mount points as
+	 * they are */
+	char mountinfo[256];
 } hd_settings;
 
 /* The settings without a cluster file: the config schema's defaults for the
@@ -168,6 +176,7 @@ typedef struct hd_node {
 	hd_reasons reasons;  /* node-level: GPU count, NVML missing */
 	char nvml_down[256]; /* why NVML cannot be used ("no NVIDIA driver"); "" when it can */
 	char xid_state_error[256];   /* the XID state file cannot be read; "" when it can */
+	hd_reasons mounts;	     /* shared mounts missing (hd_mounts_check) */
 	hd_state state;		     /* the worst of the node's and every GPU's */
 	uint64_t healthy_since_usec; /* 0 while not healthy */
 	uint64_t polls;
@@ -237,6 +246,43 @@ void hd_node_evaluate(const hd_settings *s, hd_node *n, uint64_t now_usec);
 int hd_node_drain_reason(const hd_node *n, char *buf, size_t len);
 /* One line for systemd STATUS=: "8 GPUs: 7 healthy, 1 unhealthy (gpu2 ...)". */
 void hd_node_summary(const hd_node *n, char *buf, size_t len);
+
+/* ---- shared mounts (mounts.c) ------------------------------------------ */
+
+/* The node's mount table and root: PID 1's, not the daemon's own (its
+ * unit's ProtectHome= covers /home with an empty mount, PrivateMounts=
+ * gives it a namespace of its own).  /proc/1/mountinfo is readable by
+ * all; /proc/1/root needs root. */
+#define HD_MOUNTINFO_PATH "/proc/1/mountinfo"
+#define HD_MOUNT_ROOT	  "/proc/1/root"
+/* Another table (a test running the daemon in a node's namespace:
+ * /proc/self/mountinfo). */
+#define HD_MOUNTINFO_ENV "KILN_HEALTHD_MOUNTINFO"
+/* A mount table of thousands of lines is a few hundred KB. */
+#define HD_MOUNTINFO_MAX (4u * 1024u * 1024u)
+/* Mounts probed with statfs() (more are only looked up in the table). */
+#define HD_MOUNTS_MAX 64
+typedef struct hd_mount_probe hd_mount_probe;
+/* The statfs() probes between polls, one per mount at most (mounts.c). */
+typedef struct hd_mounts_state {
+	hd_mount_probe *inflight[HD_MOUNTS_MAX];
+	bool wait; /* wait for each probe up to its timeout (--check: one poll) */
+	/* /proc/1/root was refused (a unit without ptrace rights on PID 1):
+	 * the mount points are probed as this daemon sees them */
+	bool no_root;
+} hd_mounts_state;
+/* Sets out to a reason per mount of s->mounts whose mount point is not in
+ * the mount table (s->mountinfo, else HD_MOUNTINFO_PATH): "mount /home
+ * (head:/home nfs) missing"; with st, a mounted one whose statfs() probe
+ * has run for its timeout is "not responding", one whose probe failed "not
+ * accessible (ERROR)".  Unhealthy for a required mount, degraded otherwise;
+ * one unhealthy reason when the table cannot be read.  Returns how many
+ * are missing or dead, or -errno (the table unreadable). */
+int hd_mounts_check(const hd_settings *s, hd_mounts_state *st, uint64_t now_usec, hd_reasons *out);
+/* Whether hd_mounts_check() left no reason about mount m in r. */
+bool hd_mount_ok(const hd_reasons *r, const kiln_cfg_mount *m);
+/* Lets go of the probes in flight (a hung one frees itself when it returns). */
+void hd_mounts_state_free(hd_mounts_state *st);
 
 /* ---- XID state file (xidstate.c) --------------------------------------- */
 

@@ -180,6 +180,13 @@ static int load_config(manager *m)
 			return -EINVAL;
 		}
 	}
+	/* the shared mounts check reads the node's mount table, PID 1's (the
+	 * unit's ProtectHome= and PrivateMounts= give this daemon a namespace
+	 * of its own); a test that runs the daemon in a node's namespace
+	 * names its own table (KILN_HEALTHD_MOUNTINFO=/proc/self/mountinfo) */
+	const char *mi = getenv(HD_MOUNTINFO_ENV);
+	if (mi && mi[0])
+		snprintf(m->s.mountinfo, sizeof(m->s.mountinfo), "%s", mi);
 	return 0;
 }
 
@@ -252,6 +259,19 @@ void publish(manager *m)
 	if (drain)
 		kiln_metrics_sample(
 			&km, (const char *[]){ "Hostname", m->host, "reason", reason, NULL }, 1);
+	if (m->s.n_mounts > 0) {
+		/* the shared mounts check (mounts.c), one sample per mounts[] entry */
+		kiln_metrics_family(&km, "kiln_mount_up", KILN_METRIC_GAUGE,
+				    "1 while a shared mount of the cluster file's mounts[] is "
+				    "mounted and answers, 0 while it is missing or dead.");
+		for (size_t i = 0; i < m->s.n_mounts; i++) {
+			const kiln_cfg_mount *mt = &m->s.mounts[i];
+			kiln_metrics_sample(&km,
+					    (const char *[]){ "Hostname", m->host, "mountpoint",
+							      mt->where, "type", mt->type, NULL },
+					    hd_mount_ok(&m->node.mounts, mt));
+		}
+	}
 	if (m->slurm) {
 		kiln_metrics_family(&km, "kiln_slurm_reachable", KILN_METRIC_GAUGE,
 				    "Whether slurmctld answered the last request.");
@@ -280,9 +300,26 @@ void publish(manager *m)
 	}
 }
 
+/* The shared mounts (mounts.c), on every poll: published with the GPUs. */
+static void check_mounts(manager *m)
+{
+	hd_reasons mr;
+	m->mounts_state.wait = arg_check; /* one poll: wait for the probes */
+	if (hd_mounts_check(&m->s, &m->mounts_state, kiln_now_usec(), &mr) < 0 &&
+	    !m->mounts_warned) {
+		log_error("Cannot read the mount table: the shared mounts check reports the node "
+			  "unhealthy");
+		m->mounts_warned = true;
+	}
+	pthread_mutex_lock(&m->lock);
+	m->node.mounts = mr;
+	pthread_mutex_unlock(&m->lock);
+}
+
 static int poll_all(manager *m)
 {
 	int n = 0;
+	check_mounts(m);
 	if (!m->nvml && !arg_check && !m->nvml_init_hung) {
 		/* the driver may come up after us (module load, persistenced) */
 		if (open_nvml(m) < 0) {
@@ -451,6 +488,7 @@ static int run_check(manager *m)
 		log_full(m->s.expected_gpus > 0 ? LOG_ERR : LOG_NOTICE, "Cannot use NVML (%s): %s",
 			 m->s.nvml_library, m->nvml_error);
 		no_nvml_reason(m, r);
+		check_mounts(m);
 	} else
 		poll_all(m);
 	/* The XIDs the daemon persisted: one poll cannot see an XID 79 that
@@ -655,6 +693,7 @@ static void manager_done(manager *m)
 {
 	if (m->nvml && (arg_check || arg_active))
 		hd_nvml_close(m->nvml);
+	hd_mounts_state_free(&m->mounts_state);
 	sd_event_source_unref(m->poll_timer);
 	sd_event_source_unref(m->active_timer);
 	sd_event_unref(m->event);

@@ -27,6 +27,8 @@ typedef struct manager {
 	hd_nvml *nvml;
 	char nvml_error[256];
 	bool nvml_init_hung;
+	bool mounts_warned;   /* the mount table could not be read: said once */
+	hd_mounts_state mounts_state; /* statfs() probes in flight (mounts.c) */
 	pthread_mutex_t lock; /* node, metrics */
 	hd_node node;
 	char *metrics;

@@ -4,7 +4,8 @@
 # routes.c, models.c; program.h) on openai.c (the request layer),
 # stream.c (streaming and stop strings) and sse.c (Server-Sent Events on
 # kiln/http.h's byte streams).
-INFERD_SRCS := services/inferd/openai.c services/inferd/stream.c services/inferd/sse.c
+INFERD_SRCS := services/inferd/openai.c services/inferd/stream.c services/inferd/sse.c \
+	services/inferd/dtype.c
 INFERD_LDLIBS := $(KMF_LDLIBS) $(KK_LDLIBS) $(KTOK_LDLIBS) $(KILN_HTTP_LDLIBS)
 INFERD_PROG_SRCS := services/inferd/main.c services/inferd/options.c services/inferd/keys.c \
 	services/inferd/routes.c services/inferd/models.c

@@ -25,6 +25,8 @@
 #include "kiln/http.h"
 #include "kiln/json.h"
 #include "kiln/strbuf.h"
+#include "kk.h"
+#include "kmf.h"
 #include "ktok.h"
 
 /* Token ids in a prompt array; the engine refuses prompts longer than the
@@ -185,3 +187,25 @@ typedef struct inferd_app {
  * 503 / 400 when it did not.  Takes q->stops (q->stops is NULL after).
  * Returns what the kiln_http_reply_* call returned, or a negative errno. */
 int inferd_submit(kiln_http_request *r, inferd_app *a, inferd_request *q);
+
+/* ---- dtype.c: --dtype auto ---------------------------------------------- */
+
+/* A model_spec's dtype meaning "what the file holds" (--dtype auto, the
+ * default), decided per model once its backend is open. */
+#define INFERD_DTYPE_AUTO (-3)
+
+/* The dtype holding the most elements among path's tensors of two or more
+ * dimensions, and that share of them.  0, or kmf_open's errors (err
+ * filled); -EINVAL (err filled) for a file with no such tensor. */
+int inferd_file_weight_dtype(const char *path, kmf_dtype *ret, double *share, kiln_error *err);
+/* Whether a backend computes on weights of dt (ctx: the backend). */
+typedef bool (*inferd_dtype_ok)(const void *ctx, kk_dtype dt);
+/* inferd_dtype_ok for a kk backend: kk_supports for the ops a model of
+ * that dtype runs (QGEMM for i8/q4; GEMM, paged attention, RMSNorm). */
+bool inferd_backend_computes(const void *be, kk_dtype dt);
+/* The kk dtype --dtype auto serves weights stored as `stored` with: as
+ * stored where ok() says the backend computes on it, else the closest it
+ * does (dtype.c has the table); why (len bytes) receives the reason for
+ * the log ("as stored (Q8_0)", "F16 converted to f32: ..."). */
+kk_dtype inferd_dtype_auto(kmf_dtype stored, inferd_dtype_ok ok, const void *ctx, char *why,
+			   size_t len);

@@ -202,6 +202,31 @@ static int check_budget(const kk_backend *be, const model_spec *specs, const km_
 	return KILN_EXIT_USAGE;
 }
 
+/* --dtype auto for model m on backend be: what its file stores, or the
+ * closest be computes on, logged with the reason.  0 or an exit status. */
+static int dtype_auto(model_spec *m, const kk_backend *be)
+{
+	kiln_error err = {};
+	kmf_dtype stored;
+	double share;
+	char why[160];
+	if (inferd_file_weight_dtype(m->path, &stored, &share, &err) < 0) {
+		log_error("%s: %s", m->path, err.msg);
+		return KILN_EXIT_FAILURE;
+	}
+	m->dtype = (int) inferd_dtype_auto(stored, inferd_backend_computes, be, why, sizeof(why));
+	/* km takes Q8_0 blocks as stored only where the backend keeps int8 in
+	 * groups of 32; elsewhere it requantizes per row (kmodel.h). */
+	if (stored == KMF_Q8_0 && m->dtype == KK_I8 && !kk_backend_has(be, KK_CAP_I8_GROUP32))
+		snprintf(why, sizeof(why),
+			 "Q8_0 requantized to per-row i8: the backend keeps no 32-block int8");
+	log_info("%s: dtype auto: %s (%s holds %.0f%% of its weight matrices' elements as %s, "
+		 "%s backend): %s",
+		 m->name, kk_dtype_name((kk_dtype) m->dtype), m->path, 100 * share,
+		 kmf_dtype_name(stored), kk_backend_name(be), why);
+	return 0;
+}
+
 /* ---- run ------------------------------------------------------------------ */
 
 /* What each served model owns, freed in reverse order of setup: engines
@@ -228,7 +253,7 @@ void inferd_models_free(void)
  * Returns 0 or an exit status. */
 int inferd_models_load(daemon_state *d)
 {
-	const km_config *cfgs[INFERD_MODELS_MAX];
+	const km_config *cfgs[INFERD_MODELS_MAX] = { 0 };
 	inferd_served.n = inferd_arg.n_models;
 	for (int i = 0; i < inferd_arg.n_models; i++) {
 		model_spec *m = &inferd_arg.models[i];
@@ -268,22 +293,11 @@ int inferd_models_load(daemon_state *d)
 		}
 		if (m->ctx > 0)
 			a->model.ctx = m->ctx;
-		if (m->kv_bytes) {
-			uint64_t nb = m->kv_bytes / km_kv_block_bytes(c, (kk_dtype) m->dtype);
-			if (nb < 1 || nb > KM_KV_BLOCKS_MAX) {
-				log_error("%s: a KV cache of %.1f MiB holds %" PRIu64 " blocks of "
-					  "%.3f MiB; give between 1 and %d blocks' worth",
-					  m->name, MIB(m->kv_bytes), nb,
-					  MIB(km_kv_block_bytes(c, (kk_dtype) m->dtype)),
-					  KM_KV_BLOCKS_MAX);
-				return KILN_EXIT_USAGE;
-			}
-			m->blocks = (int) nb;
-		}
 	}
 	int r;
 	/* The backends first: whether the budget has a default depends on
-	 * where they keep their buffers, not on the name asked for. */
+	 * where they keep their buffers, not on the name asked for; and
+	 * --dtype auto asks them what they compute on. */
 	for (int i = 0; i < inferd_arg.n_models; i++) {
 		char why[KK_WHY_MAX];
 		r = kk_backend_open_why(inferd_arg.backend, &owned.be[i], why, sizeof(why));
@@ -298,6 +312,24 @@ int inferd_models_load(daemon_state *d)
 		if (r < 0)
 			return log_error_errno(r, "Failed to set %d compute threads: %m",
 					       inferd_arg.cpu_threads);
+	}
+	for (int i = 0; i < inferd_arg.n_models; i++) {
+		model_spec *m = &inferd_arg.models[i];
+		const km_config *c = cfgs[i];
+		if (m->dtype == INFERD_DTYPE_AUTO && (r = dtype_auto(m, owned.be[i])) != 0)
+			return r;
+		if (m->kv_bytes) {
+			uint64_t nb = m->kv_bytes / km_kv_block_bytes(c, (kk_dtype) m->dtype);
+			if (nb < 1 || nb > KM_KV_BLOCKS_MAX) {
+				log_error("%s: a KV cache of %.1f MiB holds %" PRIu64 " blocks of "
+					  "%.3f MiB; give between 1 and %d blocks' worth",
+					  m->name, MIB(m->kv_bytes), nb,
+					  MIB(km_kv_block_bytes(c, (kk_dtype) m->dtype)),
+					  KM_KV_BLOCKS_MAX);
+				return KILN_EXIT_USAGE;
+			}
+			m->blocks = (int) nb;
+		}
 	}
 	r = check_budget(owned.be[0], inferd_arg.models, cfgs, inferd_arg.n_models);
 	if (r != 0)

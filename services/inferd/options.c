@@ -64,8 +64,11 @@ static const kiln_option options[] = {
 	  NULL },
 	{ "backend", OPT_BACKEND, "NAME", "kk backend: cpu, cuda or auto (default cpu)",
 	  "cpu cuda auto" },
-	{ "dtype", OPT_DTYPE, "NAME", "weights: f32, bf16, f16, i8 or q4 (default f32)",
-	  "f32 bf16 f16 i8 q4" },
+	{ "dtype", OPT_DTYPE, "NAME",
+	  "weights: auto, f32, bf16, f16, i8 or q4 (default auto:\n"
+	  "as the file stores them, Q8_0 as i8, Q4_0 as q4;\n"
+	  "the choice and why are logged)",
+	  "auto f32 bf16 f16 i8 q4" },
 	{ "context-length", OPT_CONTEXT, "N",
 	  "longest sequence served, at most the model's\n(default 0: the model's own)", NULL },
 	{ "max-running", OPT_RUNNING, "N", "sequences per step (default 64)", NULL },
@@ -136,13 +139,18 @@ const kiln_prog inferd_prog = {
 
 inferd_settings inferd_arg = { .eos = 2, .max_step = 512, .chat = -1 };
 
-/* The weight dtypes --dtype takes (kk_dtype_name spells them). */
-static int parse_dtype(const char *s, kk_dtype *ret)
+/* The weight dtypes --dtype takes (kk_dtype_name spells them), and auto
+ * (INFERD_DTYPE_AUTO: decided per model file at load, dtype.c). */
+static int parse_dtype(const char *s, int *ret)
 {
 	static const kk_dtype dts[] = { KK_F32, KK_BF16, KK_F16, KK_I8, KK_Q4 };
-	for (size_t i = 0; i < ARRAY_SIZE(dts); i++)
+	if (s && streq(s, "auto")) {
+		*ret = INFERD_DTYPE_AUTO;
+		return 0;
+	}
+	for (size_t i = 0; s && i < ARRAY_SIZE(dts); i++)
 		if (streq(s, kk_dtype_name(dts[i]))) {
-			*ret = dts[i];
+			*ret = (int) dts[i];
 			return 0;
 		}
 	return -EINVAL;
@@ -177,13 +185,13 @@ static int parse_model_spec(char *s, model_spec *m)
 						"kv-cache-mb, chat-template).",
 						m->path, kv);
 		*v++ = '\0';
-		kk_dtype dt = KK_F32;
+		int dt = KK_F32;
 		if (streq(kv, "name"))
 			m->name = v;
 		else if (streq(kv, "tokenizer"))
 			m->tokenizer = v;
 		else if (streq(kv, "dtype"))
-			r = parse_dtype(v, &dt), m->dtype = (int) dt;
+			r = parse_dtype(v, &dt), m->dtype = dt;
 		else if (streq(kv, "context-length"))
 			r = kiln_parse_int(v, 0, 1 << 24, &m->ctx);
 		else if (streq(kv, "kv-blocks"))
@@ -292,8 +300,8 @@ int inferd_parse_argv(int argc, char **argv)
 			if (parse_dtype(optarg, &inferd_arg.dtype) < 0)
 				return kiln_usage_error(
 					&inferd_prog,
-					"--dtype %s: expected f32, bf16, f16, i8 or "
-					"q4.",
+					"--dtype %s: expected auto, f32, bf16, f16, "
+					"i8 or q4.",
 					optarg);
 			break;
 		case OPT_PREFIX:
@@ -334,17 +342,19 @@ int inferd_parse_argv(int argc, char **argv)
 
 /* ---- settings: the command line over the cluster file over the schema -- */
 
-/* inference.dtype as a kk dtype; the older inference.quant says int8/int4
- * where dtype stays f32 (kiln check refuses the two disagreeing). */
+/* inference.dtype as a kk dtype or INFERD_DTYPE_AUTO; the older
+ * inference.quant says int8/int4 where dtype stays f32 or auto (kiln check
+ * refuses the two disagreeing). */
 static int cfg_dtype(const kiln_cfg_inference *in)
 {
 	kiln_cfg_dtype dt = in->dtype;
-	if (dt == KILN_DTYPE_F32 && in->quant == KILN_QUANT_INT8)
+	const bool plain = dt == KILN_DTYPE_F32 || dt == KILN_DTYPE_AUTO;
+	if (plain && in->quant == KILN_QUANT_INT8)
 		dt = KILN_DTYPE_I8;
-	else if (dt == KILN_DTYPE_F32 && in->quant == KILN_QUANT_INT4)
+	else if (plain && in->quant == KILN_QUANT_INT4)
 		dt = KILN_DTYPE_Q4;
-	kk_dtype k;
-	return parse_dtype(kiln_cfg_dtype_to_string(dt), &k) < 0 ? -EINVAL : (int) k;
+	int k;
+	return parse_dtype(kiln_cfg_dtype_to_string(dt), &k) < 0 ? -EINVAL : k;
 }
 
 static int cfg_chat(kiln_cfg_chat c)
@@ -363,8 +373,8 @@ static int spec_fill(model_spec *m, const model_spec *fb)
 	if (!m->tokenizer)
 		m->tokenizer =
 			inferd_arg.given[OPT_TOKENIZER] ? inferd_arg.tokenizer : fb->tokenizer;
-	if (m->dtype < 0)
-		m->dtype = inferd_arg.given[OPT_DTYPE] ? (int) inferd_arg.dtype : fb->dtype;
+	if (m->dtype == -1)
+		m->dtype = inferd_arg.given[OPT_DTYPE] ? inferd_arg.dtype : fb->dtype;
 	if (m->chat == -2)
 		m->chat = inferd_arg.given[OPT_CHAT_TEMPLATE] ? inferd_arg.chat : fb->chat;
 	if (m->ctx < 0)
@@ -373,7 +383,7 @@ static int spec_fill(model_spec *m, const model_spec *fb)
 		m->blocks = inferd_arg.given[OPT_BLOCKS] ? inferd_arg.blocks : fb->blocks;
 		m->kv_bytes = inferd_arg.given[OPT_BLOCKS] ? 0 : fb->kv_bytes;
 	}
-	if (m->dtype < 0 || m->chat < -1)
+	if ((m->dtype < 0 && m->dtype != INFERD_DTYPE_AUTO) || m->chat < -1)
 		return log_error_errno(-EINVAL,
 				       "%s: a dtype or chat template kiln-inferd does not "
 				       "know",
@@ -440,20 +450,13 @@ int inferd_settings_from_cfg(kiln_cfg **ret)
 			inferd_arg.models[inferd_arg.n_models++] = (model_spec) MODEL_SPEC_UNSET;
 			flat = (model_spec){ .name = cm->name,
 					     .tokenizer = cm->tokenizer,
-					     .dtype = parse_dtype(
-							      kiln_cfg_dtype_to_string(cm->dtype),
-							      &(kk_dtype){ 0 }) < 0
-							      ? -1
-							      : 0,
+					     .dtype = -1,
 					     .chat = cfg_chat(cm->chat_template),
 					     .ctx = cm->context_length,
 					     .blocks = cm->kv_blocks,
 					     .kv_bytes = cm->kv_cache_mb * 1024 * 1024 };
-			if (flat.dtype == 0) {
-				kk_dtype k = KK_F32;
-				(void) parse_dtype(kiln_cfg_dtype_to_string(cm->dtype), &k);
-				flat.dtype = (int) k;
-			}
+			if (parse_dtype(kiln_cfg_dtype_to_string(cm->dtype), &flat.dtype) < 0)
+				flat.dtype = -1; /* spec_fill says so */
 			inferd_arg.models[i].path = cm->path;
 			if ((r = spec_fill(&inferd_arg.models[i], &flat)) < 0)
 				return KILN_EXIT_USAGE;

@@ -57,7 +57,7 @@ enum {
  * NULL, tokenizer NULL, dtype -1, chat -2, ctx -1, blocks 0, kv_bytes 0. */
 typedef struct model_spec {
 	const char *path, *name, *tokenizer;
-	int dtype; /* a kk_dtype */
+	int dtype; /* a kk_dtype, or INFERD_DTYPE_AUTO */
 	int chat;  /* a ktok_chat, -1 from the tokenizer */
 	int ctx, blocks;
 	uint64_t kv_bytes; /* the KV cache's size instead of blocks */
@@ -78,8 +78,8 @@ typedef struct inferd_settings {
 	int port, max_running, max_step, blocks, max_waiting, eos, threads, ctx;
 	int max_conns, per_client, idle_timeout, max_body; /* 0: kiln/http.h's defaults */
 	int cpu_threads;				   /* 0: kk's default */
-	kk_dtype dtype;
-	int chat; /* a ktok_chat, or -1: from the tokenizer */
+	int dtype; /* a kk_dtype, or INFERD_DTYPE_AUTO */
+	int chat;  /* a ktok_chat, or -1: from the tokenizer */
 	bool prefix;
 	uint64_t drain_grace_usec;
 	bool given[OPT_MAX_];

@@ -35,6 +35,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +108,9 @@ typedef struct kr_agent {
 	size_t store_idx;
 	bool first_connect;
 	kiln_store_client *c;
+	kiln_store_relay *relay; /* the workers' way to the store (MASTER_PORT) */
+	bool munge;		 /* no KILN_RUN_SECRET: the secret comes through MUNGE */
+	kr_munge_ctx mctx;
 	int live_fd;
 	kr_leader *L;
 	uint64_t seen_round;
@@ -171,6 +175,21 @@ static bool store_conn_lost(int r)
 	       r == -EPIPE || r == -ECONNREFUSED;
 }
 
+/* The store and the relay refuse peers from their own threads; each
+ * refusal is logged with who it was (a user's process on a shared node
+ * probing the job is worth a line in the job's log), up to
+ * KR_REFUSED_LOG_MAX lines, then every KR_REFUSED_LOG_EVERY-th, so that a
+ * connect flood cannot flood the log. */
+#define KR_REFUSED_LOG_MAX   20
+#define KR_REFUSED_LOG_EVERY 1000
+static void log_refused(const char *msg, void *userdata)
+{
+	static atomic_uint n;
+	unsigned k = atomic_fetch_add(&n, 1) + 1;
+	if (k <= KR_REFUSED_LOG_MAX || k % KR_REFUSED_LOG_EVERY == 0)
+		log_warning("Refused a connection to this job's store: %s (%u so far)", msg, k);
+}
+
 /* ---- leader ---------------------------------------------------------- */
 
 static void leader_free(kr_leader *L)
@@ -206,6 +225,18 @@ static int leader_new(kr_agent *a, kr_leader **ret)
 	so.n_allow = L->n_allow;
 	so.allow_loopback = true;
 	so.secret = a->secret;
+	/* Every connection authenticates: agents with the secret, workers
+	 * through their node's relay (docs/store.md, "Who may connect").  A
+	 * process on this node must be the job's user. */
+	so.require_auth = true;
+	so.check_peer_uid = true;
+	so.peer_uid = geteuid();
+	so.on_refused = log_refused;
+	if (a->munge) {
+		/* agents without the secret prove their uid with MUNGE */
+		so.token_auth = kr_munge_check;
+		so.token_auth_userdata = &a->mctx;
+	}
 	/* A standalone run has no other node: its store and live socket are
 	 * on 127.0.0.1 only (docs/kiln-run.md), not open to the network. */
 	if (o->standalone)
@@ -304,6 +335,21 @@ static void leader_accept(kr_agent *a)
 		if (fd < 0)
 			return;
 		if (!peer_allowed(L, &sa) || L->n_conns >= KR_LIVE_MAX) {
+			close(fd);
+			continue;
+		}
+		/* Like the store: a process of another user on this node is
+		 * closed at once (it could otherwise hold liveness slots). */
+		uid_t uid;
+		int k = kiln_store_peer_uid(fd, &uid);
+		if ((k == 1 && uid != geteuid()) || k < 0 ||
+		    (k == 0 && (ntohl(sa.sin_addr.s_addr) >> 24) == 127)) {
+			char msg[160];
+			snprintf(msg, sizeof(msg), "liveness socket: port %u: %s%u",
+				 ntohs(sa.sin_port),
+				 k == 1 ? "a process of uid " : "an unidentifiable peer, error ",
+				 k == 1 ? (unsigned) uid : (unsigned) -k);
+			log_refused(msg, NULL);
 			close(fd);
 			continue;
 		}
@@ -584,6 +630,40 @@ static int agent_join(kr_agent *a)
 	return kiln_store_client_append(a->c, "/kiln/joins", info, strlen(info));
 }
 
+/* Points the workers' relay at the store (starting it the first time, once
+ * the secret is known). */
+static int relay_to(kr_agent *a, const char *host, uint16_t port)
+{
+	if (a->relay)
+		return kiln_store_relay_set_upstream(a->relay, host, port);
+	kiln_store_relay_opts ro;
+	kiln_store_relay_opts_init(&ro);
+	ro.upstream_host = host;
+	ro.upstream_port = port;
+	ro.secret = a->secret;
+	ro.peer_uid = geteuid();
+	ro.on_refused = log_refused;
+	return kiln_store_relay_new(&ro, &a->relay);
+}
+
+/* Presents a MUNGE credential instead of the secret, and learns the
+ * secret from the answer (munge.c). */
+static int agent_munge_auth(kr_agent *a)
+{
+	_cleanup_free_ char *token = NULL, *reply = NULL;
+	int r = kr_munge_token(a->job->job_id, &token);
+	if (r < 0)
+		return r;
+	r = kiln_store_client_auth_token(a->c, token, strlen(token), (void **) &reply, NULL);
+	if (r < 0)
+		return r;
+	r = kr_munge_secret(reply, a->secret, sizeof(a->secret));
+	if (r < 0)
+		return r;
+	log_info("Got the job secret from the store host through MUNGE");
+	return 0;
+}
+
 /* Connects to the store on store_idx, hosting it when that is this node.
  * Moves on to the next node when the host does not answer. */
 static int agent_connect(kr_agent *a)
@@ -594,11 +674,19 @@ static int agent_connect(kr_agent *a)
 		const char *host = j->addrs[a->store_idx];
 		int r;
 		if (a->store_idx == j->self) {
+			/* the first store host of a MUNGE job makes the secret;
+			 * a later one (failover) has learned it */
+			if (!a->secret[0] && (r = kr_make_secret(a->secret, sizeof(a->secret))) < 0)
+				return log_error_errno(r, "Failed to generate the job secret: %m");
 			r = leader_new(a, &a->L);
 			if (r < 0)
 				return r;
 			uint16_t port = kiln_store_server_port(a->L->srv);
 			log_info("Hosting the store on %s:%u", j->nodes[j->self], port);
+			r = relay_to(a, "127.0.0.1", port);
+			if (r < 0)
+				return log_error_errno(
+					r, "Failed to start the workers' store relay: %m");
 			r = kiln_store_client_connect("127.0.0.1", port, a->secret,
 						      KR_OP_TIMEOUT_USEC, &a->c);
 			if (r < 0)
@@ -608,7 +696,21 @@ static int agent_connect(kr_agent *a)
 			uint64_t t = a->first_connect
 					     ? KR_FIRST_CONNECT_USEC + a->o->rdzv.dead_after_usec
 					     : a->o->rdzv.dead_after_usec;
-			r = kiln_store_client_connect(host, a->o->port, a->secret, t, &a->c);
+			r = kiln_store_client_connect(host, a->o->port,
+						      a->secret[0] ? a->secret : NULL, t, &a->c);
+			if (r == 0 && !a->secret[0]) {
+				r = agent_munge_auth(a);
+				if (r < 0) {
+					kiln_store_client_free(a->c);
+					a->c = NULL;
+				}
+				if (r == -EACCES || r == -EPROTO)
+					return log_error_errno(
+						r,
+						"The store on %s did not hand this agent "
+						"the job secret through MUNGE: %m",
+						j->nodes[a->store_idx]);
+			}
 			if (r == -EACCES)
 				return log_error_errno(
 					r,
@@ -625,6 +727,10 @@ static int agent_connect(kr_agent *a)
 				continue;
 			}
 			kiln_store_client_set_timeout(a->c, KR_OP_TIMEOUT_USEC);
+			r = relay_to(a, host, a->o->port);
+			if (r < 0)
+				return log_error_errno(
+					r, "Failed to start the workers' store relay: %m");
 		}
 		a->first_connect = false;
 		if (a->healthy) {
@@ -677,8 +783,9 @@ static void spawn_round(kr_agent *a)
 		.group_rank = me->group_rank,
 		.restart_count = a->cur.round - 1,
 		.max_restarts = a->o->rdzv.max_restarts,
-		.master_addr = a->job->addrs[a->store_idx],
-		.master_port = a->L ? kiln_store_server_port(a->L->srv) : a->o->port,
+		/* the relay on this node, which vouches for the workers */
+		.master_addr = "127.0.0.1",
+		.master_port = kiln_store_relay_port(a->relay),
 		.run_id = a->o->run_id,
 		.host = a->job->nodes[a->job->self],
 		.node_addr = a->job->addrs[a->job->self],
@@ -1106,20 +1213,34 @@ int kr_agent_run(const kr_opts *o, kr_job *job)
 					       KILN_STORE_SECRET_MAX);
 		snprintf(a.secret, sizeof(a.secret), "%s", sec);
 	} else if (job->n == 1) {
+		/* One agent, nobody to agree with: a fresh random secret.  The
+		 * workers never need it (they come through the relay). */
 		r = kr_make_secret(a.secret, sizeof(a.secret));
 		if (r < 0)
 			return log_error_errno(r, "Failed to generate the job secret: %m");
 	} else {
-		/* Agents on different nodes must agree; without a secret from
-		 * the batch script only the allocation allow-list protects
-		 * the control keys. */
-		log_warning("%s is not set; using a secret derived from the job id. Set it in the "
-			    "batch script (export %s=$(kiln-run --make-secret)) to protect the "
-			    "rendezvous",
-			    KR_ENV_SECRET, KR_ENV_SECRET);
-		snprintf(a.secret, sizeof(a.secret), "kiln-job-%s-uid-%u", strna(job->job_id),
-			 (unsigned) getuid());
+		/* Agents on different nodes must share a secret nobody else
+		 * knows; anything derived from the job (its id, the uid) is
+		 * public on a shared cluster.  With MUNGE the store host makes
+		 * one and hands it to agents that prove the job's uid; without
+		 * it, fail closed. */
+		char why[128];
+		if (!kr_munge_available(why, sizeof(why))) {
+			log_error(
+				"%s is not set, this job has %zu nodes, and MUNGE cannot hand out "
+				"a secret here (%s): the agents need a shared secret so that "
+				"other users on these nodes cannot read or write the rendezvous. "
+				"Run kiln-run in the batch script without srun (it makes the "
+				"secret), or export %s=$(kiln-run --make-secret) before srun.",
+				KR_ENV_SECRET, job->n, why, KR_ENV_SECRET);
+			return KILN_EXIT_USAGE;
+		}
+		a.munge = true;
+		a.secret[0] = 0;
+		log_info("%s is not set: the agents get the job secret through MUNGE",
+			 KR_ENV_SECRET);
 	}
+	a.mctx = (kr_munge_ctx){ .job_id = job->job_id, .secret = a.secret };
 
 	a.nproc = o->nproc;
 	if (a.nproc == 0) {
@@ -1202,6 +1323,7 @@ int kr_agent_run(const kr_opts *o, kr_job *job)
 	rdzv_round_free(&a.pending);
 	rdzv_round_free(&a.cur);
 	agent_disconnect(&a);
+	kiln_store_relay_free(a.relay);
 	closep(&a.g.epoll_fd);
 	return code;
 }

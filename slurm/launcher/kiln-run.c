@@ -143,13 +143,19 @@ static const kiln_prog prog = {
 		 "srun --ntasks-per-node=1 kiln-run [OPTIONS] -- PROGRAM [ARGS...]",
 	.options = options,
 	.option = parse_option,
-	.epilog = "Run one per node; workers get torchrun's environment (RANK, WORLD_SIZE,\n"
-		  "MASTER_ADDR, MASTER_PORT ...).\n"
-		  "\n"
-		  "Exit status: 0 when every worker of the final round exited 0; else the first\n"
-		  "failing worker's code; 1 launcher failure; 2 usage or config error;\n"
-		  "75 rendezvous timeout (fewer than MIN nodes); 76 rendezvous closed before this\n"
-		  "node got a round.  See kiln-run(1).\n",
+	.epilog =
+		"Run one per node; workers get torchrun's environment (RANK, WORLD_SIZE,\n"
+		"MASTER_ADDR, MASTER_PORT ...).\n"
+		"\n"
+		"Job secret: KILN_RUN_SECRET (export $(kiln-run --make-secret) before srun); in a\n"
+		"batch script without srun, or on one node, kiln-run makes it; else MUNGE hands\n"
+		"it out (munged on KILN_RUN_MUNGE_SOCKET, default libmunge's socket).\n"
+		"\n"
+		"Exit status: 0 when every worker of the final round exited 0; else the first\n"
+		"failing worker's code; 1 launcher failure; 2 usage or config error (or no\n"
+		"job secret and no MUNGE on a multi-node job);\n"
+		"75 rendezvous timeout (fewer than MIN nodes); 76 rendezvous closed before this\n"
+		"node got a round.  See kiln-run(1).\n",
 	.stop_at_positional = true, /* the worker command line follows */
 };
 

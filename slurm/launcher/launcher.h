@@ -31,6 +31,8 @@
 #define KR_ENV_AGENT	   "KILN_RUN_AGENT"	/* set by the batch-script launch: run as agent */
 #define KR_ENV_SIM_NODES   "KILN_RUN_SIM_NODES" /* tests: loopback "nodes" (hostlist) */
 #define KR_ENV_SIM_NODE_ID "KILN_RUN_SIM_NODE_ID"
+/* munged's socket when it is not libmunge's default (munge.c). */
+#define KR_ENV_MUNGE_SOCKET "KILN_RUN_MUNGE_SOCKET"
 
 /* The worker key space entry that says "checkpoint now" (value: a counter). */
 #define KR_CHECKPOINT_KEY "kiln/checkpoint_now"
@@ -124,6 +126,23 @@ void kr_group_pump(kr_group *g, bool flush_partial);
 /* Exit code of the first failing worker, 0 if all exited 0, -1 if some still run. */
 int kr_group_result(const kr_group *g);
 void kr_group_free(kr_group *g);
+
+/* munge.c: the job secret through MUNGE (no KILN_RUN_SECRET, several nodes). */
+typedef struct kr_munge_ctx {
+	const char *job_id;
+	const char *secret; /* the store host's secret, handed out */
+} kr_munge_ctx;
+/* 1 when munged answers here, else 0 with the reason in why. */
+int kr_munge_available(char *why, size_t len);
+/* A credential for the store host (*ret malloc'd).  -EACCES (logged). */
+int kr_munge_token(const char *job_id, char **ret);
+/* The store's token hook (kiln_store_server_opts.token_auth, userdata a
+ * kr_munge_ctx): accepts a credential of this uid made for this job and
+ * answers the secret in a credential only this uid can decode. */
+int kr_munge_check(const void *token, size_t len, void **reply, size_t *reply_len, void *userdata);
+/* The secret out of the store's answer, which must come from this uid.
+ * -EACCES or -EPROTO (logged). */
+int kr_munge_secret(const char *reply, char *secret, size_t len);
 
 /* agent.c */
 /* KR_SECRET_LEN random hex digits into buf (len > KR_SECRET_LEN).  Returns 0

@@ -2,7 +2,8 @@
 # library, tools, tests, fuzzer, bench.  kiln-run serves it; kiln-train and
 # the workers are its clients.
 
-KILN_STORE_SRCS := slurm/store/store-proto.c slurm/store/store-map.c slurm/store/store-server.c \
+KILN_STORE_SRCS := slurm/store/store-proto.c slurm/store/store-map.c slurm/store/store-peer.c \
+	slurm/store/store-server.c slurm/store/store-relay.c \
 	slurm/store/store-client.c
 $(eval $(call kiln_lib,kilnstore,$(KILN_STORE_SRCS)))
 
@@ -14,5 +15,5 @@ $(eval $(call kiln_test,test-store,tests/store/test-store.c,kilnstore common,))
 # keys built to collide.
 $(eval $(call kiln_test,test-store-map,tests/store/test-store-map.c,kilnstore common,))
 
-TEST_SCRIPTS += tests/store/test-store-torch.sh tests/store/test-store-hostile.sh
+TEST_SCRIPTS += tests/store/test-store-torch.sh tests/store/test-store-hostile.sh tests/store/test-store-auth.sh
 BENCH_SCRIPTS += tests/store/bench-store.sh

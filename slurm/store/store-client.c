@@ -332,6 +332,38 @@ int kiln_store_client_auth(kiln_store_client *c, const char *secret)
 	return fail(c, -EACCES);
 }
 
+int kiln_store_client_auth_token(kiln_store_client *c, const void *token, size_t len, void **ret,
+				 size_t *ret_len)
+{
+	CHECK(check_conn(c));
+	assert_return(token && len > 0 && len <= KILN_STORE_TOKEN_MAX && ret, -EINVAL);
+	uint64_t deadline = deadline_in(c->timeout_usec);
+	put_u8(c, KILN_STORE_OP_COMPARE_SET);
+	put_str(c, KILN_STORE_TOKEN_KEY);
+	put_bytes(c, token, len);
+	put_bytes(c, NULL, 0);
+	CHECK(flush_req(c, deadline));
+	_cleanup_free_ char *reply = NULL;
+	size_t n;
+	int r = recv_vec(c, (void **) &reply, &n, deadline);
+	if (r == -ECONNRESET)
+		return -EACCES;
+	if (r < 0)
+		return r;
+	if (n < 3 || memcmp(reply, "ok:", 3) != 0)
+		return fail(c, -EACCES);
+	char *p = malloc(n - 3 + 1);
+	if (!p)
+		return fail(c, -ENOMEM);
+	memcpy(p, reply + 3, n - 3);
+	p[n - 3] = 0;
+	c->auth = true;
+	*ret = p;
+	if (ret_len)
+		*ret_len = n - 3;
+	return 0;
+}
+
 /* ---- operations ----------------------------------------------------------- */
 
 /* SET and APPEND: a key and a value, no reply. */

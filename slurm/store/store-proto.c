@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kiln/macro.h"
+#include "kiln/store.h"
 #include "store-proto.h"
 
 #define MAGIC 0x3C85F7CEu
@@ -107,6 +108,22 @@ int kiln_store_parse(const uint8_t *buf, size_t len, kiln_store_dialect *dialect
 	memset(msg, 0, sizeof(*msg));
 	uint8_t type = buf[0];
 
+	if (*dialect == KILN_STORE_DIALECT_UNKNOWN && type == KILN_STORE_OP_WORKER_HELLO) {
+		/* kiln's relay hello: the dialect stays undecided for the
+		 * worker's own first request.  The caller refuses a second
+		 * hello (the connection's auth state knows). */
+		uint32_t magic;
+		c.off = 1;
+		if ((r = rd_u32(&c, &magic)) <= 0)
+			return r;
+		if (magic != KILN_STORE_HELLO_MAGIC)
+			return -EBADMSG;
+		if ((r = rd_bytes(&c, KILN_STORE_SECRET_MAX, &msg->value)) <= 0)
+			return r;
+		msg->op = KILN_STORE_OP_WORKER_HELLO;
+		*consumed = c.off;
+		return 1;
+	}
 	if (*dialect == KILN_STORE_DIALECT_UNKNOWN) {
 		if (type == KILN_STORE_OP_VALIDATE) {
 			uint32_t magic;
@@ -222,8 +239,26 @@ bool kiln_store_items_next(kiln_store_items *it, kiln_store_slice *key, kiln_sto
 	return true;
 }
 
+int kiln_store_format_worker_hello(const char *secret, uint8_t *buf, size_t len)
+{
+	size_t n = secret ? strlen(secret) : 0;
+	if (n == 0 || n > KILN_STORE_SECRET_MAX)
+		return -EINVAL;
+	if (len < 1 + 4 + 8 + n)
+		return -ENOBUFS;
+	uint32_t magic = KILN_STORE_HELLO_MAGIC;
+	uint64_t l = n;
+	buf[0] = KILN_STORE_OP_WORKER_HELLO;
+	memcpy(buf + 1, &magic, 4);
+	memcpy(buf + 5, &l, 8);
+	memcpy(buf + 13, secret, n);
+	return (int) (13 + n);
+}
+
 const char *kiln_store_op_name(kiln_store_op op)
 {
+	if (op == KILN_STORE_OP_WORKER_HELLO)
+		return "WORKER_HELLO";
 	static const char *const names[] = {
 		"VALIDATE",  "SET",	  "COMPARE_SET", "GET",	       "ADD",
 		"CHECK",     "WAIT",	  "GETNUMKEYS",	 "DELETE_KEY", "APPEND",

@@ -37,7 +37,20 @@ typedef enum kiln_store_op {
 	KILN_STORE_OP_CANCEL_WAIT = 12,
 	KILN_STORE_OP_PING = 13,
 	_KILN_STORE_OP_MAX,
+	/* kiln's own, not torch's: a relay (kiln_store_relay) opens each
+	 * upstream connection with it before the worker's first byte, so that
+	 * the worker's connection is authenticated for the worker key space
+	 * without the worker speaking any handshake.  Accepted only as a
+	 * connection's first request, and it leaves the dialect undecided:
+	 * the worker's own first request (VALIDATE or not) decides it.  Wire:
+	 * the byte 'K' (no torch query is numbered 75), the uint32
+	 * KILN_STORE_HELLO_MAGIC, then the job secret as a string. */
+	KILN_STORE_OP_WORKER_HELLO = 0x4B,
 } kiln_store_op;
+
+/* "KLNW" read as a little-endian uint32: after 'K', so that a stray 'K'
+ * byte alone is not taken for a hello. */
+#define KILN_STORE_HELLO_MAGIC 0x574E4C4Bu
 
 /* CheckResponseType and WaitResponseType, one byte each on the wire. */
 #define KILN_STORE_CHECK_READY	     0
@@ -84,12 +97,17 @@ typedef struct kiln_store_msg {
 /* Parses one request from buf[0..len).  *dialect is updated when the first
  * request decides it.  Returns 1 and fills *msg and *consumed for a complete
  * request, 0 when more bytes are needed (nothing is consumed), or:
- * -EBADMSG  unknown or unsupported query type, bad VALIDATE magic, a second
- *           VALIDATE;
+ * -EBADMSG  unknown or unsupported query type, bad VALIDATE or hello magic, a
+ *           second VALIDATE, a WORKER_HELLO that is not the first request;
  * -E2BIG    a key, value or count over the limits;
  * -EMSGSIZE the request would be larger than max_msg. */
 int kiln_store_parse(const uint8_t *buf, size_t len, kiln_store_dialect *dialect,
 		     const kiln_store_limits *lim, kiln_store_msg *msg, size_t *consumed);
+
+/* Writes a WORKER_HELLO carrying secret (1..KILN_STORE_SECRET_MAX bytes)
+ * into buf.  Returns its length, or -ENOBUFS when len is too small,
+ * -EINVAL for a bad secret. */
+int kiln_store_format_worker_hello(const char *secret, uint8_t *buf, size_t len);
 
 /* Walks the items of a parsed CHECK/WAIT/MULTI_GET (keys) or MULTI_SET (key,
  * value pairs; value may be NULL for the others).  Returns false after the

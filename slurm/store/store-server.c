@@ -22,6 +22,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -51,6 +52,15 @@
 
 typedef struct conn conn;
 
+/* What a connection has proved.  AUTH_WORKER: a relay's WORKER_HELLO with
+ * the job secret (the worker key space); AUTH_AGENT: the secret through
+ * KILN_STORE_AUTH_KEY (both key spaces). */
+typedef enum conn_auth {
+	AUTH_NONE = 0,
+	AUTH_WORKER,
+	AUTH_AGENT,
+} conn_auth;
+
 typedef struct entry {
 	kiln_store_map_node node; /* key, klen: the key bytes below */
 	char *key;		  /* NUL-terminated copy; node.klen bytes may contain NULs */
@@ -68,10 +78,11 @@ struct conn {
 	int fd;
 	uint32_t peer;
 	kiln_store_dialect dialect;
-	bool auth;
+	conn_auth auth;
 	bool dead;
 	bool close_after_flush;
 	bool want_out;
+	bool hello; /* a WORKER_HELLO was seen */
 	uint8_t *in;
 	size_t in_len, in_cap;
 	uint8_t *out;
@@ -88,6 +99,7 @@ struct kiln_store_server {
 	int epoll_fd;
 	int event_fd;
 	int reserve_fd; /* spare fd to shed a connection when out of fds */
+	int diag_fd;	/* sock_diag netlink socket for the peer uid check, -1 until needed */
 	uint16_t port;
 	pthread_t thread;
 	bool running;
@@ -446,6 +458,56 @@ static bool peer_allowed(kiln_store_server *s, uint32_t addr)
 	return false;
 }
 
+/* Tells the owner (kiln-run logs it) why a peer was refused. */
+static void refused(kiln_store_server *s, const struct sockaddr_in *sa, const char *fmt, ...)
+	_printf_(3, 4);
+static void refused(kiln_store_server *s, const struct sockaddr_in *sa, const char *fmt, ...)
+{
+	char b[INET_ADDRSTRLEN], why[200];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	char msg[300];
+	snprintf(msg, sizeof(msg), "%s:%u: %s",
+		 inet_ntop(AF_INET, &sa->sin_addr, b, sizeof(b)) ?: "?", ntohs(sa->sin_port), why);
+	log_debug("store: refusing %s", msg);
+	if (s->o.on_refused)
+		s->o.on_refused(msg, s->o.on_refused_userdata);
+}
+
+/* A peer on this machine must be a process of peer_uid (sock_diag knows
+ * whose socket the other end is); a peer that sock_diag does not find here
+ * is another machine, left to the allow-list and, with require_auth, to the
+ * secret.  A loopback peer is always on this machine: not finding it, or
+ * any failed lookup, refuses (fail closed). */
+static bool peer_uid_ok(kiln_store_server *s, int fd, const struct sockaddr_in *sa)
+{
+	uid_t uid;
+	int r = s->diag_fd >= 0 ? 0 : (s->diag_fd = kiln_store_diag_open());
+	if (r >= 0)
+		r = kiln_store_peer_uid_via(s->diag_fd, fd, &uid);
+	if (r == -ETIMEDOUT) {
+		/* a late answer may still come: start over on a fresh socket */
+		close(s->diag_fd);
+		s->diag_fd = -1;
+	}
+	bool loopback = (ntohl(sa->sin_addr.s_addr) >> 24) == 127;
+	if (r == 1 && uid == s->o.peer_uid)
+		return true;
+	if (r == 1)
+		refused(s, sa,
+			"a process of uid %u on this node; only uid %u (the job's) may connect",
+			(unsigned) uid, (unsigned) s->o.peer_uid);
+	else if (r == 0 && !loopback)
+		return true;
+	else if (r == 0)
+		refused(s, sa, "a loopback peer the kernel does not know (sock_diag)");
+	else
+		refused(s, sa, "cannot tell which user this peer is (sock_diag: %s)", strerror(-r));
+	return false;
+}
+
 static void on_accept(kiln_store_server *s)
 {
 	for (int i = 0; i < 1024; i++) {
@@ -473,13 +535,17 @@ static void on_accept(kiln_store_server *s)
 		}
 		uint32_t addr = sa.sin_family == AF_INET ? ntohl(sa.sin_addr.s_addr) : 0;
 		if (!peer_allowed(s, addr) || s->st.connections >= s->o.max_conns) {
-			char b[INET_ADDRSTRLEN];
-			log_debug("store: refusing %s (%s)",
-				  inet_ntop(AF_INET, &sa.sin_addr, b, sizeof(b)),
-				  peer_allowed(s, addr) ? "too many connections"
-							: "not in the allocation");
+			if (peer_allowed(s, addr))
+				log_debug("store: refusing a peer: too many connections");
+			else
+				refused(s, &sa, "not in the allocation");
 			close(fd);
 			s->st.refused_peers++;
+			continue;
+		}
+		if (s->o.check_peer_uid && !peer_uid_ok(s, fd, &sa)) {
+			close(fd);
+			s->st.refused_uid++;
 			continue;
 		}
 		conn *c = calloc(1, sizeof(*c));
@@ -608,13 +674,54 @@ static bool items_allowed(const conn *c, const kiln_store_msg *m)
 {
 	kiln_store_items it;
 	kiln_store_slice k, v;
-	if (c->auth)
+	if (c->auth == AUTH_AGENT)
 		return true;
 	kiln_store_items_init(&it, m);
 	while (kiln_store_items_next(&it, &k, &v))
 		if (is_control(&k))
 			return false;
 	return true;
+}
+
+static bool key_is(const kiln_store_msg *m, const char *key)
+{
+	return m->key.len == strlen(key) && memcmp(m->key.p, key, m->key.len) == 0;
+}
+
+/* COMPARE_SET of KILN_STORE_AUTH_KEY or KILN_STORE_TOKEN_KEY: a client
+ * presenting the secret or a token. */
+static bool is_auth_request(const kiln_store_msg *m)
+{
+	return m->op == KILN_STORE_OP_COMPARE_SET &&
+	       (key_is(m, KILN_STORE_AUTH_KEY) || key_is(m, KILN_STORE_TOKEN_KEY));
+}
+
+/* A token through KILN_STORE_TOKEN_KEY, checked by the owner's hook. */
+static int token_auth(kiln_store_server *s, conn *c, const kiln_store_msg *m)
+{
+	void *reply = NULL;
+	size_t rlen = 0;
+	int r = -EACCES;
+	if (s->o.token_auth && m->value.len > 0 && m->value.len <= KILN_STORE_TOKEN_MAX)
+		r = s->o.token_auth(m->value.p, m->value.len, &reply, &rlen,
+				    s->o.token_auth_userdata);
+	if (r < 0) {
+		log_debug("store: token refused, closing");
+		s->st.dropped_auth++;
+		c->close_after_flush = true;
+		return out_vec(s, c, "denied", 6);
+	}
+	c->auth = AUTH_AGENT;
+	uint64_t l = 3 + rlen;
+	r = out_put(s, c, &l, 8);
+	if (r >= 0)
+		r = out_put(s, c, "ok:", 3);
+	if (r >= 0 && rlen)
+		r = out_put(s, c, reply, rlen);
+	if (reply)
+		explicit_bzero(reply, rlen);
+	free(reply);
+	return r;
 }
 
 /* Handles one request.  Returns 0, or < 0 after closing the connection. */
@@ -624,6 +731,29 @@ static int handle(kiln_store_server *s, conn *c, const kiln_store_msg *m)
 	entry *e;
 	s->st.requests++;
 
+	if (m->op == KILN_STORE_OP_WORKER_HELLO) {
+		/* only as the first request: the parser accepts it while the
+		 * dialect is undecided, which a hello does not change */
+		if (c->auth != AUTH_NONE || c->hello) {
+			conn_close(s, c, &s->st.dropped_protocol);
+			return -EBADMSG;
+		}
+		c->hello = true;
+		if (!secret_eq(s, m->value.p, m->value.len)) {
+			log_debug("store: relay hello with a wrong job secret, closing");
+			conn_close(s, c, &s->st.dropped_auth);
+			return -EACCES;
+		}
+		c->auth = AUTH_WORKER;
+		return 0;
+	}
+	if (s->o.require_auth && c->auth == AUTH_NONE && m->op != KILN_STORE_OP_VALIDATE &&
+	    m->op != KILN_STORE_OP_PING && !is_auth_request(m)) {
+		log_debug("store: %s before authenticating, closing", kiln_store_op_name(m->op));
+		conn_close(s, c, &s->st.dropped_auth);
+		return -EACCES;
+	}
+
 	switch (m->op) {
 	case KILN_STORE_OP_SET:
 	case KILN_STORE_OP_COMPARE_SET:
@@ -631,11 +761,9 @@ static int handle(kiln_store_server *s, conn *c, const kiln_store_msg *m)
 	case KILN_STORE_OP_ADD:
 	case KILN_STORE_OP_DELETE_KEY:
 	case KILN_STORE_OP_APPEND:
-		if (m->op == KILN_STORE_OP_COMPARE_SET &&
-		    m->key.len == strlen(KILN_STORE_AUTH_KEY) &&
-		    memcmp(m->key.p, KILN_STORE_AUTH_KEY, m->key.len) == 0)
+		if (is_auth_request(m))
 			break;
-		if (!c->auth && is_control(&m->key)) {
+		if (c->auth != AUTH_AGENT && is_control(&m->key)) {
 			log_debug("store: %s of a control key without the job secret, closing",
 				  kiln_store_op_name(m->op));
 			conn_close(s, c, &s->st.dropped_auth);
@@ -666,10 +794,11 @@ static int handle(kiln_store_server *s, conn *c, const kiln_store_msg *m)
 			   m->op == KILN_STORE_OP_APPEND);
 		break;
 	case KILN_STORE_OP_COMPARE_SET: {
-		if (m->key.len == strlen(KILN_STORE_AUTH_KEY) &&
-		    memcmp(m->key.p, KILN_STORE_AUTH_KEY, m->key.len) == 0) {
+		if (key_is(m, KILN_STORE_TOKEN_KEY))
+			return token_auth(s, c, m);
+		if (is_auth_request(m)) {
 			if (secret_eq(s, m->value.p, m->value.len)) {
-				c->auth = true;
+				c->auth = AUTH_AGENT;
 				return out_vec(s, c, "ok", 2);
 			}
 			log_debug("store: wrong job secret, closing");
@@ -848,6 +977,8 @@ void kiln_store_server_opts_init(kiln_store_server_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->allow_loopback = true;
+	o->check_peer_uid = true;
+	o->peer_uid = geteuid();
 	o->max_key = KILN_STORE_KEY_MAX;
 	o->max_value = KILN_STORE_VALUE_MAX;
 	o->max_multi = KILN_STORE_MULTI_MAX;
@@ -896,7 +1027,7 @@ int kiln_store_server_new(const kiln_store_server_opts *opts, kiln_store_server 
 	kiln_store_server *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	s->listen_fd = s->epoll_fd = s->event_fd = s->reserve_fd = -1;
+	s->listen_fd = s->epoll_fd = s->event_fd = s->reserve_fd = s->diag_fd = -1;
 	s->o = *opts;
 	s->o.bind_address = NULL;
 	s->o.allow = NULL;
@@ -989,6 +1120,8 @@ void kiln_store_server_free(kiln_store_server *s)
 		close(s->event_fd);
 	if (s->reserve_fd >= 0)
 		close(s->reserve_fd);
+	if (s->diag_fd >= 0)
+		close(s->diag_fd);
 	free(s->allow);
 	if (s->secret) {
 		explicit_bzero(s->secret, s->secret_len);

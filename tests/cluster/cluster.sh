@@ -29,6 +29,13 @@
 # for byte, in DIR/etc where `kiln apply --slurm-dir DIR/etc` finds it, and
 # every slurmd runs configless (--conf-server): what `kiln apply` changes
 # reaches them the way it reaches real nodes.
+# KILN_CLUSTER_ACCOUNTS=1: every host (the hub and each node) also gets a
+# mount namespace of its own, in which /etc/passwd and /etc/group are the
+# machine's plus the cluster file's users and groups, made by the real
+# systemd-sysusers from `kiln render sysusers` (as kiln-node-init does on a
+# node): slurmctld resolves AllowGroups=, slurmd runs jobs as those uids,
+# and a test can mount and unmount a node's shares without touching the
+# machine's.  KC_HUB and KC_EXEC_<node> enter it.
 # DIR/env.sh afterwards defines SLURM_CONF, KC_HUB, KC_NODES, KC_EXEC_<node>,
 # KC_ADDR_<node>, KC_HEAD_ADDR and KC_DIR.
 set -euo pipefail
@@ -56,7 +63,48 @@ ns_prefix() {
 # whose hostname is the host's name: slurmctld insists on being the host
 # SlurmctldHost names, and kiln-healthd takes its node name from it).
 # nsenter, not `ip netns exec`: that remounts /sys, hiding /sys/fs/cgroup.
-in_ns() { local ns=$1; shift; nsenter --net="/run/netns/$ns" --uts="$P/uts/$ns" "$@"; }
+in_ns() {
+	local ns=$1; shift
+	if [ -e "$P/mnt/$ns" ]; then
+		nsenter --net="/run/netns/$ns" --uts="$P/uts/$ns" --mount="$P/mnt/$ns" "$@"
+	else
+		nsenter --net="/run/netns/$ns" --uts="$P/uts/$ns" "$@"
+	fi
+}
+# How env.sh's KC_HUB and KC_EXEC_<node> enter a host: in_ns's nsenter.
+ns_enter() { # (env.sh is written before the nodes' namespaces exist)
+	local m=""
+	[ -e "$P/accounts" ] && m=" --mount=$P/mnt/$1"
+	echo "nsenter --net=/run/netns/$1 --uts=$P/uts/$1$m"
+}
+
+# ---- KILN_CLUSTER_ACCOUNTS: the cluster file's users on every host ----------
+# DIR/root/etc holds the machine's passwd and group files plus what
+# systemd-sysusers made of `kiln render sysusers`; each host's mount
+# namespace (DIR/mnt/NS, kept by a bind mount on a private mount of
+# DIR/mnt) sees them as /etc/passwd and /etc/group.
+make_accounts() {
+	local cfg=$1 f
+	mkdir -p "$P/root/etc/sysusers.d"
+	for f in passwd group shadow gshadow; do
+		[ -f "/etc/$f" ] && cp "/etc/$f" "$P/root/etc/$f"
+	done
+	"$KILN" -c "$cfg" render sysusers -o "$P/root/etc/sysusers.d/kiln-users.conf" || die "kiln render sysusers failed"
+	systemd-sysusers --root="$P/root" >"$P/log/sysusers.log" 2>&1 || die "systemd-sysusers failed: $(cat "$P/log/sysusers.log")"
+	chmod 644 "$P/root/etc/passwd" "$P/root/etc/group"
+	touch "$P/accounts"
+	mkdir -p "$P/mnt"
+	mountpoint -q "$P/mnt" || { mount --bind "$P/mnt" "$P/mnt" && mount --make-private "$P/mnt"; } ||
+		die "cannot make $P/mnt a private mount (needs root)"
+}
+make_mnt() { # NS: a mount namespace for host NS with the accounts
+	[ "${KILN_CLUSTER_ACCOUNTS:-0}" = 1 ] || return 0
+	touch "$P/mnt/$1"
+	# shellcheck disable=SC2016 # $1, $2 are the inner shell's
+	unshare --mount="$P/mnt/$1" --propagation private sh -c \
+		'mount --bind "$1/etc/passwd" /etc/passwd && mount --bind "$1/etc/group" /etc/group' sh "$P/root" ||
+		die "cannot make a mount namespace for $1"
+}
 
 # Creates a persistent UTS namespace for ns with the given hostname.
 make_uts() {
@@ -160,6 +208,7 @@ setup_hub() {
 	local ns=$1 head_addr=$2
 	ip netns add "${ns}hub"
 	make_uts "${ns}hub" "$HEAD_NAME"
+	make_mnt "${ns}hub"
 	ip -n "${ns}hub" link set lo up
 	ip -n "${ns}hub" link add "${ns}br" type bridge
 	ip -n "${ns}hub" addr add "$head_addr/8" dev "${ns}br"
@@ -170,6 +219,7 @@ setup_node_ns() {
 	local ns=$1 i=$2 node=$3 addr=$4
 	ip netns add "${ns}-$node"
 	make_uts "${ns}-$node" "$node"
+	make_mnt "${ns}-$node"
 	ip -n "${ns}-$node" link set lo up
 	ip link add "${ns}v$i" netns "${ns}hub" type veth peer name "${ns}e$i" netns "${ns}-$node"
 	ip -n "${ns}hub" link set "${ns}v$i" master "${ns}br" up
@@ -182,14 +232,14 @@ write_env() {
 	{
 		echo "export SLURM_CONF=$P/etc/slurm.conf"
 		echo "KC_DIR=$P"
-		echo "KC_HUB=\"nsenter --net=/run/netns/${ns}hub --uts=$P/uts/${ns}hub\""
+		echo "KC_HUB=\"$(ns_enter "${ns}hub")\""
 		echo "KC_HEAD_ADDR=$HEAD_ADDR"
 		echo "HEAD_ADDR=$HEAD_ADDR"
 		echo "KC_NODES=\"$*\""
 		local n v
 		for n in "$@"; do
 			v=${n//[^A-Za-z0-9_]/_}
-			echo "KC_EXEC_$v=\"nsenter --net=/run/netns/${ns}-$n --uts=$P/uts/${ns}-$n\""
+			echo "KC_EXEC_$v=\"$(ns_enter "${ns}-$n")\""
 			echo "KC_ADDR_$v=$(node_addr "$n")"
 		done
 	} >"$P/env.sh"
@@ -245,7 +295,7 @@ add_node() {
 	v=${node//[^A-Za-z0-9_]/_}
 	{
 		echo "KC_NODES=\"\$KC_NODES $node\""
-		echo "KC_EXEC_$v=\"nsenter --net=/run/netns/${ns}-$node --uts=$P/uts/${ns}-$node\""
+		echo "KC_EXEC_$v=\"$(ns_enter "${ns}-$node")\""
 		echo "KC_ADDR_$v=$addr"
 	} >>"$P/env.sh"
 	start_slurmd "$ns" "$node"
@@ -281,6 +331,8 @@ up() {
 	mkdir -p "$P"/{etc,state,spool,log,run}
 	export SLURM_CONF=$P/etc/slurm.conf
 	render "$cfg"
+	rm -f "$P/accounts"
+	[ "${KILN_CLUSTER_ACCOUNTS:-0}" = 1 ] && make_accounts "$cfg"
 	local head_spec head_name
 	head_spec=$(grep -iE '^[[:space:]]*SlurmctldHost=' "$P/etc/slurm.conf.rendered" | head -1 | sed -E 's/^[^=]*=//')
 	head_name=${head_spec%%(*}
@@ -370,6 +422,12 @@ down() {
 		umount "$f" 2>/dev/null || true
 		rm -f "$f"
 	done
+	for f in "$P"/mnt/*; do
+		[ -e "$f" ] || continue
+		umount "$f" 2>/dev/null || true
+		rm -f "$f"
+	done
+	if mountpoint -q "$P/mnt" 2>/dev/null; then umount "$P/mnt" 2>/dev/null || true; fi
 	rm -f "$P"/run/*.pid
 	echo "cluster down ($P)"
 }

@@ -5,6 +5,8 @@
 # nothing; a partition change is a reconfigure that reaches the slurmds; a
 # node added or removed restarts slurmctld and every slurmd; a health
 # threshold only publishes the file and restarts kiln-healthd on the nodes;
+# users and groups re-run kiln-node-init and are applied on the head node
+# (systemd-sysusers into a scratch root);
 # an apply whose restart failed is finished by the next one; the published
 # file is signed by image.signing_key (and nothing changes without the
 # key); and a job that runs through all of it survives.  Prints TAP.
@@ -27,12 +29,15 @@ mkdir -p "$D"
 sed "s|@DIR@|$D|g" "$here/apply.cfg.in" >"$CFG"
 "$KILN" -q keygen --key "$D/head.key" >/dev/null # image.signing_key
 
+# the head node's accounts go to a scratch root (systemd-sysusers --root)
+mkdir -p "$W/sysroot/etc" # (sysusers.d/ made by apply, as on a Debian head node)
 # apply [OPTIONS]: kiln apply in the head node's namespace against the test
 # cluster; output in $W/out, exit status in $rc
 apply() {
 	$KC_HUB env SLURM_CONF="$D/etc/slurm.conf" "$KILN" apply -c "$CFG" --slurm-dir "$D/etc" \
 		--publish "$D/pub/cluster.cfg" --restart-slurmctld "$here/cluster.sh restart-ctld $D" \
-		--on-nodes "$here/on-nodes.sh $D" "$@" >"$W/out" 2>&1
+		--on-nodes "$here/on-nodes.sh $D" --sysusers-conf "$W/sysroot/etc/sysusers.d/kiln-users.conf" \
+		--sysusers "systemd-sysusers --root=$W/sysroot" "$@" >"$W/out" 2>&1
 	rc=$?
 	sed 's/^/#   /' "$W/out"
 }
@@ -166,6 +171,32 @@ mv "$D/head.key.away" "$D/head.key"
 apply
 ok "  ... with the key back: applied (exit 0), signed" \
 	bash -c "[ $rc = 0 ] && '$KILN' -q verify --key '$D/head.pub' '$D/pub/cluster.cfg'"
+
+# ---- users and groups: the nodes and the head node -----------------------------------
+cat >>"$CFG" <<'USERS'
+groups = ( { name = "research"; gid = 3000; } );
+users = ( { name = "alice"; uid = 2001; groups = [ "research" ]; } );
+USERS
+: >"$D/on-nodes.log"
+apply
+ok "users and groups added: applied (exit 0)" test "$rc" = 0
+ok "  ... says: the nodes re-run kiln-node-init" said "cluster file: users -> publish cluster.cfg and re-run kiln-node-init on every node"
+ok "  ... and the head node's accounts are written and applied" \
+	bash -c "grep -qF 'users and groups: $W/sysroot/etc/sysusers.d/kiln-users.conf -> write it and run systemd-sysusers' '$W/out' && grep -q '^done: systemd-sysusers' '$W/out'"
+if command -v systemd-sysusers >/dev/null; then
+	ok "  ... systemd-sysusers made alice (2001) in research (3000) on the head node" \
+		bash -c "grep -q '^alice:x:2001:2001:' '$W/sysroot/etc/passwd' && grep -qx 'research:x:3000:alice' '$W/sysroot/etc/group'"
+else
+	skip "  ... systemd-sysusers made the accounts (not installed)"
+fi
+ok "  ... Slurm needs nothing, the nodes run kiln-node-init" \
+	bash -c "grep -q 'plan: Slurm: nothing' '$W/out' && grep -qx 'node02: kiln-node-init' '$D/on-nodes.log'"
+apply --dry-run
+ok "the same file again: nothing to do (the head node's accounts are current)" said "Nothing to do"
+rm -f "$W/sysroot/etc/sysusers.d/kiln-users.conf"
+apply --dry-run
+ok "the head node's accounts file gone: apply writes it again" said "users and groups: $W/sysroot/etc/sysusers.d/kiln-users.conf"
+apply
 
 # ---- a switch tree (dry run) ---------------------------------------------------------
 cat >>"$CFG" <<'TOPO'

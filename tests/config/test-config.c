@@ -394,12 +394,23 @@ static void test_schema_defaults(void **state)
 	assert_int_equal(kiln_cfg_defaults(&d), 0);
 	kiln_cfg_errors e;
 	kiln_cfg_errors_init(&e);
-	if (kiln_cfg_load_string(MINIMAL, "minimal.cfg", &c, &e) < 0)
+	/* one element of each list of accounts and mounts, with only its
+	 * required keys */
+	_cleanup_free_ char *accounts = NULL;
+	assert_true(asprintf(&accounts,
+			     "%susers = ( { name = \"u\"; uid = 2000; } );\n"
+			     "groups = ( { name = \"g\"; gid = 3000; } );\n"
+			     "mounts = ( { what = \"head:/x\"; where = \"/x\"; } );\n",
+			     MINIMAL) > 0);
+	if (kiln_cfg_load_string(accounts, "minimal.cfg", &c, &e) < 0)
 		kiln_cfg_errors_print(&e, stderr);
 	kiln_cfg_errors_free(&e);
 	assert_non_null(c);
 	assert_int_equal(c->n_groups, 1);
 	assert_int_equal(c->slurm.n_partitions, 1);
+	assert_int_equal(c->n_users, 1);
+	assert_int_equal(c->n_unix_groups, 1);
+	assert_int_equal(c->n_mounts, 1);
 
 	size_t n, checked = 0;
 	const kiln_cfg_key *s = kiln_cfg_schema(&n);
@@ -410,6 +421,12 @@ static void test_schema_defaults(void **state)
 			assert_default(&s[i], &c->groups[0]);
 		} else if (startswith(s[i].path, "slurm.partitions[].")) {
 			assert_default(&s[i], &c->slurm.partitions[0]);
+		} else if (startswith(s[i].path, "users[].")) {
+			assert_default(&s[i], &c->users[0]);
+		} else if (startswith(s[i].path, "groups[].")) {
+			assert_default(&s[i], &c->unix_groups[0]);
+		} else if (startswith(s[i].path, "mounts[].")) {
+			assert_default(&s[i], &c->mounts[0]);
 		} else {
 			assert_false(strchr(s[i].path, '[')); /* no other list has defaults */
 			assert_default(&s[i], d);
@@ -820,11 +837,39 @@ static void test_bad_corpus(void **state)
 
 /* ---- renderers ------------------------------------------------------- */
 
+/* A KILN_CFG_RENDER_FILES target (mounts): each file of the text against
+ * golden/EX/TARGET/NAME, as `render all` writes them. */
+static void check_golden_files(const kiln_cfg *c, const char *ex, const char *target)
+{
+	_cleanup_free_ char *out = NULL;
+	assert_int_equal(kiln_cfg_render(c, target, NULL, &out), 0);
+	const size_t ml = strlen(KILN_CFG_RENDER_FILE_MARK);
+	for (const char *p = strstr(out, KILN_CFG_RENDER_FILE_MARK); p;) {
+		const char *name = p + ml, *nl = strchr(name, '\n');
+		assert_non_null(nl);
+		const char *next = strstr(nl + 1, "\n" KILN_CFG_RENDER_FILE_MARK);
+		size_t blen = next ? (size_t) (next + 1 - (nl + 1)) : strlen(nl + 1);
+		_cleanup_free_ char *rel = NULL, *path = NULL, *want = NULL;
+		assert_true(asprintf(&rel, "tests/config/golden/%s/%s/%.*s", ex, target,
+				     (int) (nl - name), name) > 0);
+		path = srcpath(rel);
+		size_t len;
+		assert_int_equal(kiln_read_file(path, 1 << 22, &want, &len), 0);
+		if (len != blen || memcmp(want, nl + 1, blen) != 0)
+			fail_msg("%s differs from the render:\n%.*s", rel, (int) blen, nl + 1);
+		p = next ? next + 1 : NULL;
+	}
+}
+
 static void check_golden(const kiln_cfg *c, const char *ex, const char *target, const char *node)
 {
 	_cleanup_free_ char *out = NULL, *rel = NULL, *path = NULL, *want = NULL;
-	assert_int_equal(kiln_cfg_render(c, target, node, &out), 0);
 	const kiln_cfg_render_target *t = kiln_cfg_render_target_find(target);
+	if (t && (t->flags & KILN_CFG_RENDER_FILES)) {
+		check_golden_files(c, ex, target);
+		return;
+	}
+	assert_int_equal(kiln_cfg_render(c, target, node, &out), 0);
 	const kiln_cfg_node *n = node ? kiln_cfg_find_node(c, node) : NULL;
 	if (node && (t->flags & KILN_CFG_RENDER_BY_MAC)) {
 		const uint8_t *m = n->mac;
@@ -896,6 +941,56 @@ static void test_render_targets_table(void **state)
 	assert_null(out);
 }
 
+/* The inference partitions closed to users: a partition holding an
+ * inference node gets AllowGroups= (root by default, [] too, the groups of
+ * inference.allow_groups), others none, [ "ALL" ] none. */
+static void test_render_allow_groups(void **state)
+{
+	static const char *const infer =
+		"cluster = { name = \"demo\"; };\n"
+		"network = { subnet = \"10.77.0.0/24\"; };\n"
+		"head = { hostname = \"head\"; address = \"10.77.0.1\"; };\n"
+		"node_groups = ( { name = \"gpu\"; hosts = \"node[01-03]\";\n"
+		"  addresses = \"10.77.0.11-10.77.0.13\";\n"
+		"  macs = [ \"52:54:00:77:00:11\", \"52:54:00:77:00:12\", \"52:54:00:77:00:13\" "
+		"];\n"
+		"  gpus = { model = \"NVIDIA H100 80GB HBM3\"; count = 4; }; } );\n"
+		"slurm = { partitions = ( { name = \"gpu\"; nodes = \"node[01-02]\"; default = "
+		"true; },\n"
+		"  { name = \"infer\"; nodes = \"node03\"; } ); };\n"
+		"inference = { enabled = true; model = \"/dev/null\"; nodes = \"infer\"; %s };\n";
+	static const struct {
+		const char *keys, *want;
+	} cases[] = {
+		{ "", " State=UP AllowGroups=root\n" },
+		{ "allow_groups = [ ];", " State=UP AllowGroups=root\n" },
+		{ "allow_groups = [ \"root\", \"inferops\" ];",
+		  " State=UP AllowGroups=root,inferops\n" },
+		{ "allow_groups = [ \"ALL\" ];", " State=UP\n" },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		_cleanup_free_ char *text = NULL, *slurm = NULL, *want = NULL;
+		_cleanup_(kiln_cfg_freep) kiln_cfg *c = NULL;
+		assert_true(asprintf(&text, infer, cases[i].keys) > 0);
+		kiln_cfg_errors e;
+		kiln_cfg_errors_init(&e);
+		if (kiln_cfg_load_string(text, "infer.cfg", &c, &e) < 0)
+			kiln_cfg_errors_print(&e, stderr);
+		kiln_cfg_errors_free(&e);
+		assert_non_null(c);
+		assert_int_equal(kiln_cfg_render(c, "slurm.conf", NULL, &slurm), 0);
+		assert_true(asprintf(&want,
+				     "\nPartitionName=infer Nodes=node03 Default=NO "
+				     "MaxTime=UNLIMITED%s",
+				     cases[i].want) > 0);
+		if (!strstr(slurm, want))
+			fail_msg("case %zu (%s): no '%s' in\n%s", i, cases[i].keys, want, slurm);
+		/* the users' partition stays open */
+		assert_non_null(strstr(slurm, "\nPartitionName=gpu Nodes=node[01-02] Default=YES "
+					      "MaxTime=UNLIMITED State=UP\n"));
+	}
+}
+
 static void test_render_per_gpu_defaults(void **state)
 {
 	static const char *const two =
@@ -961,7 +1056,7 @@ static void test_render_content(void **state)
 	assert_non_null(strstr(
 		slurm,
 		"\nPartitionName=infer Nodes=dgx[25-32] Default=NO MaxTime=UNLIMITED State=UP "
-		"OverSubscribe=NO\n"));
+		"AllowGroups=root,inferops OverSubscribe=NO\n"));
 	assert_non_null(
 		strstr(slurm, "\nHealthCheckProgram=/usr/local/libexec/kiln/health-check\n"));
 	assert_non_null(strstr(slurm, "\nSlurmdTimeout=300\n"));
@@ -1138,6 +1233,33 @@ static void test_diff_keys(void **state)
 	strv_free(TAKE_PTR(k));
 	assert_int_equal(kiln_cfg_diff_keys(a, a, &k), 0);
 	assert_null(k);
+	/* the lists kiln-node-init applies: users, groups, mounts */
+	_cleanup_(kiln_cfg_freep) kiln_cfg *e = NULL, *f = NULL;
+	_cleanup_free_ char *t4 = NULL, *t5 = NULL;
+	assert_true(asprintf(&t4,
+			     "%s\ngroups = ( { name = \"g\"; gid = 3000; } );\n"
+			     "users = ( { name = \"u\"; uid = 2000; groups = [ \"g\" ]; } );\n"
+			     "mounts = ( { what = \"h:/x\"; where = \"/x\"; } );\n",
+			     BASE) > 0);
+	assert_int_equal(kiln_cfg_load_string(t4, "e.cfg", &e, NULL), 0);
+	assert_int_equal(kiln_cfg_diff_keys(a, e, &k), 0);
+	assert_int_equal(strv_length(k), 3);
+	assert_string_equal(k[0], "users");
+	assert_string_equal(k[1], "groups");
+	assert_string_equal(k[2], "mounts");
+	strv_free(TAKE_PTR(k));
+	/* one option of one mount */
+	assert_true(
+		asprintf(&t5,
+			 "%s\ngroups = ( { name = \"g\"; gid = 3000; } );\n"
+			 "users = ( { name = \"u\"; uid = 2000; groups = [ \"g\" ]; } );\n"
+			 "mounts = ( { what = \"h:/x\"; where = \"/x\"; required = false; } );\n",
+			 BASE) > 0);
+	assert_int_equal(kiln_cfg_load_string(t5, "f.cfg", &f, NULL), 0);
+	assert_int_equal(kiln_cfg_diff_keys(e, f, &k), 0);
+	assert_int_equal(strv_length(k), 1);
+	assert_string_equal(k[0], "mounts");
+	strv_free(TAKE_PTR(k));
 }
 
 /* Under SAN=-fsanitize=address: libconfig 1.5 leaks scanner token strings
@@ -1169,6 +1291,7 @@ int main(void)
 		cmocka_unit_test(test_render_golden),
 		cmocka_unit_test(test_render_targets_table),
 		cmocka_unit_test(test_render_content),
+		cmocka_unit_test(test_render_allow_groups),
 		cmocka_unit_test(test_render_per_gpu_defaults),
 		cmocka_unit_test(test_gpu_type),
 		cmocka_unit_test(test_large_cluster),

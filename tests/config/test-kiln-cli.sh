@@ -264,6 +264,67 @@ else
 	skip "writes to a full disk (no /dev/full)"
 fi
 
+# 5b. users, groups and mounts through their consumers: systemd-sysusers
+# creates the accounts with the file's ids, and systemd-analyze verify takes
+# every mount unit (it refuses a unit whose name is not its Where=, so the
+# escaping of /srv/scratch-1 is checked) and slurmd's drop-in
+cat config/examples/demo.cfg - >"$tmp/users.cfg" <<'EOF'
+groups = ( { name = "research"; gid = 3000; }, { name = "inferops"; gid = 3001; } );
+users = (
+  { name = "alice"; uid = 2001; groups = [ "research" ]; comment = "Alice Liddell"; },
+  { name = "bob"; uid = 2002; gid = 3000; groups = [ "inferops", "research" ]; shell = "/bin/sh"; }
+);
+mounts = (
+  { what = "head:/home"; where = "/home"; options = "vers=4.2,hard"; },
+  { what = "scratch"; where = "/srv/scratch-1"; type = "tmpfs"; options = "size=1G"; required = false; }
+);
+EOF
+if command -v systemd-sysusers >/dev/null; then
+	mkdir -p "$tmp/sysroot/etc/sysusers.d"
+	if "$KILN" -c "$tmp/users.cfg" render sysusers -o "$tmp/sysroot/etc/sysusers.d/kiln-users.conf" &&
+		systemd-sysusers --root="$tmp/sysroot" >"$tmp/out" 2>&1 &&
+		grep -qx 'alice:x:2001:2001:Alice Liddell:/home/alice:/bin/bash' "$tmp/sysroot/etc/passwd" &&
+		grep -qx 'bob:x:2002:3000:bob:/home/bob:/bin/sh' "$tmp/sysroot/etc/passwd" &&
+		grep -qx 'research:x:3000:alice,bob' "$tmp/sysroot/etc/group" &&
+		grep -qx 'inferops:x:3001:bob' "$tmp/sysroot/etc/group" &&
+		grep -qx 'alice:x:2001:' "$tmp/sysroot/etc/group" &&
+		grep -q '^alice:!' "$tmp/sysroot/etc/shadow"; then
+		ok "render sysusers: systemd-sysusers creates the users and groups with their ids, passwords locked"
+	else
+		fail "render sysusers: systemd-sysusers creates the users and groups with their ids, passwords locked" \
+			"$(cat "$tmp/out" "$tmp/sysroot/etc/passwd" "$tmp/sysroot/etc/group" 2>&1)"
+	fi
+else
+	skip "render sysusers through systemd-sysusers (not installed)"
+fi
+if "$KILN" -c "$tmp/users.cfg" render mounts -o "$tmp/units" &&
+	[ "$(cd "$tmp/units" && find . -type f | sort | tr '\n' ' ')" = './home.mount ./slurmd.service.d/kiln-mounts.conf ./srv-scratch\x2d1.mount ' ]; then
+	ok "render mounts -o DIR: a unit per mount named by systemd's escaping, and slurmd's drop-in"
+else
+	fail "render mounts -o DIR: a unit per mount named by systemd's escaping, and slurmd's drop-in" "$(find "$tmp/units")"
+fi
+if command -v systemd-analyze >/dev/null; then
+	if (cd "$tmp/units" && systemd-analyze verify --man=no home.mount 'srv-scratch\x2d1.mount') >"$tmp/out" 2>&1 &&
+		grep -qxF 'Wants=home.mount srv-scratch\x2d1.mount' "$tmp/units/slurmd.service.d/kiln-mounts.conf" &&
+		grep -qx 'Before=slurmd.service' "$tmp/units/home.mount" &&
+		grep -qx 'Options=vers=4.2,hard' "$tmp/units/home.mount" &&
+		grep -qx 'Type=nfs' "$tmp/units/home.mount"; then
+		ok "the mount units pass systemd-analyze verify (name = Where=), ordered before slurmd"
+	else
+		fail "the mount units pass systemd-analyze verify (name = Where=), ordered before slurmd" "$(cat "$tmp/out")"
+	fi
+	cp "$tmp/units/home.mount" "$tmp/units/wrong.mount"
+	if ! (cd "$tmp/units" && systemd-analyze verify --man=no wrong.mount) >/dev/null 2>&1; then
+		ok "systemd-analyze verify refuses a mount unit not named after its Where= (the check can fail)"
+	else
+		fail "systemd-analyze verify refuses a mount unit not named after its Where= (the check can fail)"
+	fi
+else
+	skip "mount units through systemd-analyze verify (not installed)"
+fi
+"$KILN" -c config/examples/demo.cfg render mounts -o "$tmp/nounits" && [ -z "$(ls -A "$tmp/nounits")" ] &&
+	ok "render mounts without mounts: an empty directory" || fail "render mounts without mounts: an empty directory"
+
 # 6. every key of the schema is documented
 "$KILN" show --defaults >"$tmp/defaults"
 missing=()

@@ -6,8 +6,10 @@
  * Input: records of [connection (1 byte)][length (1 byte)][bytes].  Length 0
  * closes that connection (a new one opens on its next record); the record's
  * connection byte also picks the dialect opener (VALIDATE or not) of a new
- * connection.  After each record the server handles what arrived.  The
- * store's limits are set small so that the limit paths are reached. */
+ * connection, and bit 0x40 of the input's first byte turns require_auth on
+ * (records may open with a relay's WORKER_HELLO, secret "s3cret").  After
+ * each record the server handles what arrived.  The store's limits are set
+ * small so that the limit paths are reached. */
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
@@ -56,6 +58,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	o.max_conn_buf = 2048;
 	o.max_total_bytes = 4096;
 	o.max_total_buf = 16384;
+	/* bit 0x40 of the first byte: kiln-run's setting, where every
+	 * connection must present the secret or a relay's hello */
+	o.require_auth = size > 0 && (data[0] & 0x40);
 	kiln_store_server *s = NULL;
 	if (kiln_store_server_new(&o, &s) < 0)
 		return 0;

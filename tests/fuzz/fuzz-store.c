@@ -5,13 +5,15 @@
  * parser's promises: a complete request never claims more bytes than it was
  * given, every key and value lies inside the buffer and within the limits,
  * item walks end exactly at the declared count, and "need more" on a prefix
- * stays consistent with the full buffer.  Build: make fuzz-store (clang). */
+ * stays consistent with the full buffer; a relay's WORKER_HELLO is taken
+ * only before the dialect is decided and leaves it undecided.  Build: make fuzz-store (clang). */
 #include <assert.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "kiln/store.h"
 #include "store-proto.h"
 
 static const kiln_store_limits lim = {
@@ -45,6 +47,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;
 		}
 		assert(used > 0 && used <= size - off && used <= lim.max_msg);
+		if (m.op == KILN_STORE_OP_WORKER_HELLO) {
+			/* a relay's hello: only while the dialect is undecided,
+			 * and it leaves it undecided */
+			assert(before == KILN_STORE_DIALECT_UNKNOWN &&
+			       d == KILN_STORE_DIALECT_UNKNOWN);
+			in_buf(data + off, used, m.value, KILN_STORE_SECRET_MAX);
+			off += used;
+			continue;
+		}
 		assert(d != KILN_STORE_DIALECT_UNKNOWN);
 		assert(m.op < _KILN_STORE_OP_MAX);
 		if (m.op == KILN_STORE_OP_VALIDATE)

@@ -394,6 +394,104 @@ static void test_node_state(void **state)
 	assert_int_equal(n.healthy_since_usec, 600); /* counts from the first healthy moment */
 }
 
+/* The shared mounts check (mounts.c) against a mount table written here:
+ * a required mount missing drains with its reason, an optional one only
+ * degrades, escaped mount points (\040) match, and a table that cannot be
+ * read keeps the node unhealthy. */
+static void test_mounts(void **state)
+{
+	static hd_node n;
+	char buf[HD_SLURM_REASON_MAX], path[] = "/tmp/kiln-mountinfo.XXXXXX";
+	kiln_cfg_mount mounts[] = {
+		{ .what = "head:/home", .where = "/home", .type = "nfs", .required = true },
+		{ .what = "scratch", .where = "/srv/my share", .type = "tmpfs", .required = false },
+	};
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	static const char table[] =
+		"22 1 0:21 / /proc rw,nosuid - proc proc rw\n"
+		"30 1 0:26 / /srv/my\\040share rw - tmpfs scratch rw\n"
+		"31 1 0:40 / /home rw,relatime shared:9 - nfs4 head:/home rw,vers=4.2\n";
+	assert_int_equal(write(fd, table, strlen(table)), (ssize_t) strlen(table));
+	close(fd);
+	S.expected_gpus = 4;
+	S.mounts = mounts;
+	S.n_mounts = 2;
+	snprintf(S.mountinfo, sizeof(S.mountinfo), "%s", path);
+	node_init(&n, 4);
+	assert_int_equal(hd_mounts_check(&S, NULL, 0, &n.mounts), 0);
+	hd_node_evaluate(&S, &n, 100);
+	assert_int_equal(n.state, HD_HEALTHY);
+
+	/* /home gone (only the optional mount left): drained with the reason */
+	static const char gone[] = "22 1 0:21 / /proc rw - proc proc rw\n"
+				   "30 1 0:26 / /srv/my\\040share rw - tmpfs scratch rw\n";
+	assert_int_equal(kiln_write_file_atomic(path, gone, strlen(gone), 0600), 0);
+	assert_int_equal(hd_mounts_check(&S, NULL, 0, &n.mounts), 1);
+	hd_node_evaluate(&S, &n, 200);
+	assert_int_equal(n.state, HD_UNHEALTHY);
+	assert_int_equal(hd_node_drain_reason(&n, buf, sizeof(buf)), 1);
+	assert_string_equal(buf, "kiln: mount /home (head:/home nfs) missing");
+	assert_false(hd_mount_ok(&n.mounts, &mounts[0]));
+	assert_true(hd_mount_ok(&n.mounts, &mounts[1]));
+
+	/* an optional mount missing: degraded, not drained */
+	static const char no_scratch[] = "31 1 0:40 / /home rw - nfs4 head:/home rw\n";
+	assert_int_equal(kiln_write_file_atomic(path, no_scratch, strlen(no_scratch), 0600), 0);
+	assert_int_equal(hd_mounts_check(&S, NULL, 0, &n.mounts), 1);
+	hd_node_evaluate(&S, &n, 300);
+	assert_int_equal(n.state, HD_DEGRADED);
+	assert_int_equal(hd_node_drain_reason(&n, buf, sizeof(buf)), 0);
+	assert_string_equal(n.reasons.v[0].text, "mount /srv/my share (scratch tmpfs) missing");
+
+	/* back: healthy again, recovery counts from here */
+	assert_int_equal(kiln_write_file_atomic(path, table, strlen(table), 0600), 0);
+	assert_int_equal(hd_mounts_check(&S, NULL, 0, &n.mounts), 0);
+	hd_node_evaluate(&S, &n, 400);
+	assert_int_equal(n.state, HD_HEALTHY);
+	assert_int_equal(n.healthy_since_usec, 400);
+
+	unlink(path);
+	assert_true(hd_mounts_check(&S, NULL, 0, &n.mounts) < 0);
+	hd_node_evaluate(&S, &n, 500);
+	assert_int_equal(n.state, HD_UNHEALTHY);
+
+	/* the statfs() probe of a mounted share: "/" answers; a mount point
+	 * the table lists but that cannot be reached is not accessible */
+	kiln_cfg_mount probed[] = {
+		{ .what = "rootfs",
+		  .where = "/",
+		  .type = "ext4",
+		  .required = true,
+		  .timeout_usec = KILN_USEC_PER_SEC },
+		{ .what = "head:/gone",
+		  .where = "/nonexistent-kiln-mount",
+		  .type = "nfs",
+		  .required = true,
+		  .timeout_usec = KILN_USEC_PER_SEC },
+	};
+	static const char two[] = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
+				  "40 1 0:40 / /nonexistent-kiln-mount rw - nfs4 head:/gone rw\n";
+	assert_int_equal(kiln_write_file_atomic(path, two, strlen(two), 0600), 0);
+	S.mounts = probed;
+	hd_mounts_state ms = { .wait = true };
+	assert_int_equal(hd_mounts_check(&S, &ms, kiln_now_usec(), &n.mounts), 1);
+	assert_int_equal(n.mounts.n, 1);
+	assert_string_equal(n.mounts.v[0].text, "mount /nonexistent-kiln-mount (head:/gone nfs) "
+						"not accessible (No such file or directory)");
+	S.n_mounts = 1; /* "/" alone: answers, nothing reported */
+	assert_int_equal(hd_mounts_check(&S, &ms, kiln_now_usec(), &n.mounts), 0);
+	hd_mounts_state_free(&ms);
+	unlink(path);
+
+	/* no mounts in the file: nothing is read, nothing reported */
+	S.n_mounts = 0;
+	assert_int_equal(hd_mounts_check(&S, NULL, 0, &n.mounts), 0);
+	assert_int_equal(n.mounts.n, 0);
+	S.mounts = NULL;
+	S.mountinfo[0] = 0;
+}
+
 static void test_metrics(void **state)
 {
 	static hd_node n;
@@ -871,6 +969,7 @@ int main(void)
 		cmocka_unit_test_setup(test_xid_counting, setup),
 		cmocka_unit_test_setup(test_thresholds, setup),
 		cmocka_unit_test_setup(test_node_state, setup),
+		cmocka_unit_test_setup(test_mounts, setup),
 		cmocka_unit_test_setup(test_metrics, setup),
 		cmocka_unit_test_setup(test_json_table, setup),
 		cmocka_unit_test(test_nvml_init_hang),

@@ -349,6 +349,14 @@ if [ "$GPU" = 0 ]; then # (the GPU image's slurmd has exited: nothing listens)
 		bash -c "[ '$code' = 200 ] && jq -e '.model == \"stories\" and .usage.completion_tokens == 16 and (.choices[0].text | length) > 0' '$W/completion' >/dev/null"
 	[ "$code" = 200 ] && diag "boot-to-answer: $t_answer s from qemu start to the host's completion (TCG)"
 fi
+if [ "$GPU" = 0 ]; then
+	ok "users[]: systemd-sysusers made alice 2001:2001, research 3000 with alice" \
+		test "$(field alice)" = 2001:2001 -a "$(field research)" = 3000:alice
+	ok "mounts[]: srv-kiln\\x2dshare.mount active, /srv/kiln-share a tmpfs of kilnshare, slurmd ordered after it" \
+		test "$(field shareunit)" = active -a "$(field share)" = tmpfs:kilnshare -a "$(field slurmdafter)" = 1
+	ok "  ... and kiln-healthd sees it (kiln_mount_up 1 in /metrics from the host)" \
+		grep -q '^kiln_mount_up{.*mountpoint="/srv/kiln-share".*} 1$' "$W/metrics"
+fi
 if [ "$GPU" = 1 ]; then
 	ok "no failed units but slurmd ($(field failed))" test "$(field failed)" = slurmd.service,
 else

@@ -315,6 +315,44 @@ run inf3bad "kiln.node=node03 kiln.url=$URL/inf" --systemctl "$W/systemctl-bad"
 ok "systemctl failing on an inference node: exit 1, says what to look at" \
 	bash -c "[ $rc = 1 ] && grep -q 'see systemctl status kiln-inferd' '$W/inf3bad.err'"
 
+# ---- users, groups and shared mounts (users[], groups[], mounts[]) ---------------
+mkdir -p "$W/srv/acct" "$W/srv/acct2"
+{ cat config/examples/demo.cfg
+  printf 'groups = ( { name = "research"; gid = 3000; } );\n'
+  printf 'users = ( { name = "alice"; uid = 2001; groups = [ "research" ]; }, { name = "bob"; uid = 2002; gid = 3000; } );\n'
+  printf 'mounts = ( { what = "head:/home"; where = "/home"; options = "vers=4.2,hard"; },\n'
+  printf '  { what = "scratch"; where = "/srv/scratch-1"; type = "tmpfs"; required = false; } );\n'; } >"$W/srv/acct/cluster.cfg"
+{ cat config/examples/demo.cfg
+  printf 'mounts = ( { what = "head:/home"; where = "/home"; } );\n'; } >"$W/srv/acct2/cluster.cfg"
+for f in "$W"/srv/acct*/cluster.cfg; do "$KILN" -q sign --key "$W/head.key" "$f" >/dev/null; done
+rm -f "$W/systemctl.calls"
+run acct "kiln.node=node02 kiln.url=$URL/acct" --systemctl "$W/systemctl"
+ok "users, groups and mounts: exit 0" test "$rc" = 0
+ok "  ... /etc/sysusers.d/kiln-users.conf is kiln render sysusers, header naming the URL" \
+	bash -c "'$KILN' -q -c '$W/srv/acct/cluster.cfg' render sysusers | sed 's|$W/srv/acct/cluster.cfg|$URL/acct/cluster.cfg|' | cmp -s - '$R/etc/sysusers.d/kiln-users.conf'"
+if command -v systemd-sysusers >/dev/null; then
+	ok "  ... systemd-sysusers made alice 2001 (own group) and bob 2002 (gid 3000), in research" \
+		bash -c "grep -q '^alice:x:2001:2001:' '$R/etc/passwd' && grep -q '^bob:x:2002:3000:' '$R/etc/passwd' && grep -qx 'research:x:3000:alice' '$R/etc/group'"
+else
+	skip "  ... systemd-sysusers made the users (not installed)"
+fi
+ok "  ... home.mount, srv-scratch\\x2d1.mount and slurmd's drop-in in /etc/systemd/system" \
+	bash -c "grep -qx 'Where=/home' '$R/etc/systemd/system/home.mount' && grep -qx 'Where=/srv/scratch-1' '$R/etc/systemd/system/srv-scratch\\x2d1.mount' && grep -q '^After=home.mount' '$R/etc/systemd/system/slurmd.service.d/kiln-mounts.conf'"
+ok "  ... daemon-reload, then each mount started without blocking the boot" \
+	bash -c "grep -n . '$W/systemctl.calls' | grep -q '^[0-9]*:daemon-reload' && grep -qx -- '--no-block start home.mount' '$W/systemctl.calls' && grep -qxF -- '--no-block start srv-scratch\\x2d1.mount' '$W/systemctl.calls'"
+rm -f "$W/systemctl.calls"
+"$INIT" --root "$R" --cmdline <(echo "kiln.node=node02 kiln.url=$URL/acct2") --kiln "$KILN" --attempts 2 --delay 0 \
+	--systemctl "$W/systemctl" >/dev/null 2>"$W/acct2.err"
+rc=$?
+ok "a second run with /srv/scratch-1 gone from the file (kiln apply): exit 0" test "$rc" = 0
+ok "  ... its unit removed, home.mount kept, mounts.list updated" \
+	bash -c "[ ! -e '$R/etc/systemd/system/srv-scratch\\x2d1.mount' ] && [ -s '$R/etc/systemd/system/home.mount' ] && ! grep -q scratch '$R/etc/kiln/mounts.list'"
+printf '#!/bin/sh\nexit 3\n' >"$W/sysusers-bad"
+chmod +x "$W/sysusers-bad"
+KILN_SYSUSERS=$W/sysusers-bad run acctbad "kiln.node=node02 kiln.url=$URL/acct"
+ok "systemd-sysusers failing: exit 1, says so" \
+	bash -c "[ $rc = 1 ] && grep -q 'failed to create the cluster.s users and groups' '$W/acctbad.err'"
+
 # ---- the unit ------------------------------------------------------------------
 unit=services/units/kiln-node-init.service
 ok "unit: oneshot, RemainAfterExit, after network-online" \

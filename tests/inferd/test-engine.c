@@ -1624,6 +1624,126 @@ static void test_host_sampler(void **state)
 	free(x);
 }
 
+/* engine.h's processing in its own words, over the whole vocabulary (the
+ * engine's walks the context instead): the reference for
+ * test_process_random. */
+static void ref_process_f(float *x, int V, const kiln_engine_processing *p, const int32_t *toks,
+			int n_prompt, int n_total, const int32_t *stops, int n_stops)
+{
+	for (int i = 0; i < p->n_logit_bias; i++)
+		x[p->logit_bias[i].token] += p->logit_bias[i].bias;
+	if (n_total - n_prompt < p->min_tokens)
+		for (int i = 0; i < n_stops; i++)
+			x[stops[i]] = -INFINITY;
+	for (int t = 0; t < V; t++) {
+		int in = 0, out = 0;
+		for (int i = 0; i < n_total; i++)
+			if (toks[i] == t) {
+				in = 1;
+				out += i >= n_prompt;
+			}
+		if (!in)
+			continue;
+		if (p->repetition_penalty > 0 && p->repetition_penalty != 1)
+			x[t] = x[t] > 0 ? x[t] / p->repetition_penalty
+					: x[t] * p->repetition_penalty;
+		if (out)
+			x[t] -= p->frequency_penalty * (float) out + p->presence_penalty;
+	}
+}
+
+/* Penalties and logit_bias on random rows and contexts (repeats, long
+ * outputs): the engine's processing equals the reference to the bit and
+ * leaves its scratch zero; then the tokens the host path draws
+ * (processing + kk_sample_host, seeds fixed) follow the processed row's
+ * softmax (temperature, top_k, top_p) by a chi-square at p = 1e-6. */
+static void test_process_random(void **state)
+{
+	enum { V = 64, CTX = 300, DRAWS = 20000 };
+	static const kk_sampling SAMP[] = { { 1.0f, 0, 1, 1 }, { 0.7f, 8, 1, 2 },
+					    { 1.2f, 0, 0.8f, 3 }, { 0.9f, 20, 0.9f, 4 } };
+	uint64_t z = 12345;
+#define RND() ((z = z * 6364136223846793005ull + 1442695040888963407ull) >> 33)
+	int counts[V] = { 0 };
+	for (int trial = 0; trial < 40; trial++) {
+		int32_t toks[CTX], stops[2] = { (int32_t) (RND() % V), (int32_t) (RND() % V) };
+		const int n_total = 1 + (int) (RND() % CTX), n_prompt = 1 + (int) (RND() % n_total);
+		for (int i = 0; i < n_total; i++)
+			toks[i] = (int32_t) (RND() % (trial % 2 ? 8 : V)); /* repeats */
+		kiln_engine_bias bias[5];
+		for (int i = 0; i < 5; i++)
+			bias[i] = (kiln_engine_bias){ (int32_t) (RND() % V),
+						      (float) ((int) (RND() % 400) - 200) / 2 };
+		kiln_engine_processing p = {
+			.presence_penalty = (float) ((int) (RND() % 9) - 4) / 2,
+			.frequency_penalty = (float) ((int) (RND() % 9) - 4) / 2,
+			.repetition_penalty = trial % 3 ? 0.5f + (float) (RND() % 8) / 4 : 0,
+			.logit_bias = bias,
+			.n_logit_bias = (int) (RND() % 6),
+			.min_tokens = (int) (RND() % 4),
+		};
+		float x[V], y[V];
+		for (int i = 0; i < V; i++)
+			x[i] = y[i] = (float) ((int) (RND() % 2000) - 1000) / 250;
+		assert_int_equal(kiln_engine__process_logits(x, V, &p, toks, n_prompt, n_total,
+							     stops, 2, counts),
+				 0);
+		ref_process_f(y, V, &p, toks, n_prompt, n_total, stops, 2);
+		assert_memory_equal(x, y, sizeof(x));
+		for (int i = 0; i < V; i++)
+			assert_int_equal(counts[i], 0);
+		if (trial >= 4)
+			continue;
+		/* The draws of the whole host path against the exact
+		 * distribution of the reference's row. */
+		const kk_sampling *sp = &SAMP[trial];
+		double prob[V] = { 0 }, cnt[V] = { 0 }, order[V][2], total = 0, acc = 0, kept = 0;
+		for (int i = 0; i < V; i++)
+			order[i][0] = y[i], order[i][1] = i;
+		qsort(order, V, sizeof(order[0]), cmp_desc);
+		int keep = sp->top_k > 0 ? sp->top_k : V, n = 0;
+		for (int i = 0; i < keep; i++)
+			total += exp((order[i][0] - order[0][0]) / sp->temperature);
+		while (n < keep) {
+			acc += exp((order[n++][0] - order[0][0]) / sp->temperature);
+			if (sp->top_p < 1 && acc >= (double) sp->top_p * total)
+				break;
+		}
+		for (int i = 0; i < n; i++)
+			kept += prob[(int) order[i][1]] =
+				exp((order[i][0] - order[0][0]) / sp->temperature);
+		for (int d = 0; d < DRAWS; d++) {
+			float w[V];
+			kk_sampling q = *sp;
+			q.seed = (uint64_t) d * 0x9E3779B97F4A7C15ull + sp->seed;
+			memcpy(w, x, sizeof(w)); /* already processed: sample only */
+			int32_t tok = -1;
+			assert_int_equal(kk_sample_host(w, 1, V, &q, &tok), 0);
+			assert_true(tok >= 0 && tok < V && prob[tok] > 0);
+			cnt[tok]++;
+		}
+		double chi = 0, pe = 0, po = 0;
+		int cells = 0;
+		for (int i = 0; i < V; i++) {
+			double e = prob[i] / kept * DRAWS;
+			if (e == 0)
+				continue;
+			if (e < 5) {
+				pe += e, po += cnt[i];
+				continue;
+			}
+			chi += (cnt[i] - e) * (cnt[i] - e) / e, cells++;
+		}
+		if (pe > 0)
+			chi += (po - pe) * (po - pe) / pe, cells++;
+		/* the chi-square quantile at 1 - 1e-6 (Wilson-Hilferty) */
+		const double k = cells - 1, h = 2 / (9 * k), t = 1 - h + 4.753424 * sqrt(h);
+		if (cells > 1 && chi > k * t * t * t)
+			fail_msg("case %d: chi-square %.1f over %d cells", trial, chi, cells);
+	}
+#undef RND
+}
+
 /* The processing order and arithmetic on a hand-computed row. */
 static void test_process_logits(void **state)
 {
@@ -1638,12 +1758,13 @@ static void test_process_logits(void **state)
 				     .n_logit_bias = 2,
 				     .min_tokens = 4 };
 	float x[8] = { 1, 2, -1, 4, 0.5f, 1, 3, 9 };
+	int counts[8] = { 0 }; /* the scratch, left all zero */
 	/* bias: x0 1 - 100, x5 1 + 2.5; 3 generated < min_tokens 4: x7 -inf;
 	 * repetition over {1, 2, 3}: 2 / 2, -1 * 2, 4 / 2; frequency and
 	 * presence over the output {2: 1, 3: 2}: -2 - 0.5 - 0.25,
 	 * 2 - 1 - 0.25. */
 	const float want[8] = { -99, 1, -2.75f, 0.75f, 0.5f, 3.5f, 3, -INFINITY };
-	assert_int_equal(kiln_engine__process_logits(x, 8, &p, toks, 2, 5, stops, 1), 0);
+	assert_int_equal(kiln_engine__process_logits(x, 8, &p, toks, 2, 5, stops, 1, counts), 0);
 	for (int i = 0; i < 8; i++)
 		if (!(x[i] == want[i]))
 			fail_msg("logit %d: %g, want %g", i, x[i], want[i]);
@@ -1654,14 +1775,16 @@ static void test_process_logits(void **state)
 	/* min_tokens reached (4 generated): the stop is left alone. */
 	float y[8] = { 0, 0, 0, 0, 0, 0, 0, 9 };
 	const int32_t toks2[] = { 1, 2, 2, 3, 3, 4 };
-	assert_int_equal(kiln_engine__process_logits(y, 8, &p, toks2, 2, 6, stops, 1), 0);
+	assert_int_equal(kiln_engine__process_logits(y, 8, &p, toks2, 2, 6, stops, 1, counts), 0);
 	assert_true(y[7] == 9);
 	/* repetition_penalty < 1 raises the repeated tokens (x / 0.5) */
 	kiln_engine_processing q = { .repetition_penalty = 0.5f };
 	float z[4] = { 1, -1, 1, 1 };
 	const int32_t toks3[] = { 0, 1 };
-	assert_int_equal(kiln_engine__process_logits(z, 4, &q, toks3, 2, 2, NULL, 0), 0);
+	assert_int_equal(kiln_engine__process_logits(z, 4, &q, toks3, 2, 2, NULL, 0, counts), 0);
 	assert_true(z[0] == 2 && z[1] == -0.5f && z[2] == 1);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(counts[i], 0);
 	/* logprobs: log-softmax of { 0, ln 3 } is { ln 1/4, ln 3/4 } */
 	float w[3] = { 0, logf(3), -INFINITY };
 	int32_t ti[3];
@@ -1835,6 +1958,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_prompt_logprobs),
 		cmocka_unit_test(test_host_sampler),
 		cmocka_unit_test(test_process_logits),
+		cmocka_unit_test(test_process_random),
 		cmocka_unit_test(test_penalties),
 		cmocka_unit_test(test_prefix_kept),
 		cmocka_unit_test(test_prefix_siblings),

@@ -137,6 +137,50 @@ ok "a model file missing on this host: kiln check exits 0" rc_is 0 "$KILN" check
 ok "  ... warning about inference.models[1].path" grep -q "^$W/missing.cfg: inference.models\[1\].path: warning: $W/nope.bin does not exist on this host" "$W/err"
 ok "  ... kiln check --strict fails on it" rc_is 2 "$KILN" check --strict -c "$W/missing.cfg"
 ok "  ... on the node kiln-inferd refuses to start: exit 1" rc_is 1 "$BIN" -c "$W/missing.cfg" --node node02 -p 0
+# ---- --dtype auto (the default): what the file holds, logged with why
+ok "--dtype auto is the default: the llama2.c fixture is served as f32" start -m "$MODEL"
+ok "  ... the log says what and why" log_has "tiny260K.bin: dtype auto: f32 ($MODEL holds 100% of its weight matrices' elements as F32, cpu backend): as stored (F32)"
+stop
+if command -v python3 >/dev/null && [ -r "${MODEL%.bin}.st" ]; then
+	for dt in bf16 f16; do
+		python3 "$(dirname "$0")/st-convert.py" "${MODEL%.bin}.st" $dt "$W/m-$dt.st"
+		DT=$(echo $dt | tr a-z A-Z)
+		ok "a safetensors file in $dt: served as $dt" start -m "$W/m-$dt.st"
+		ok "  ... logged: as stored ($DT)" log_has "m-$dt.st: dtype auto: $dt ($W/m-$dt.st holds 100% of its weight matrices' elements as $DT, cpu backend): as stored ($DT)"
+		ok "  ... and it answers" bash -c "[ \$(curl -s -o /dev/null -w '%{http_code}' '$URL/v1/completions' -d '{\"model\": \"m-$dt.st\", \"prompt\": [1, 2, 3], \"max_tokens\": 4}') = 200 ]"
+		ok "  ... the model line says $dt" log_has "Serving m-$dt.st on http://127.0.0.1:[0-9]* (cpu, $dt, "
+		stop
+	done
+	ok "--dtype i8 overrides auto: no auto line, served as i8" start -m "$W/m-bf16.st" --dtype i8
+	ok "  ... served as i8" bash -c "grep -q 'Serving m-bf16.st on .*(cpu, i8, ' '$W/log' && ! grep -q 'dtype auto' '$W/log'"
+	stop
+	ok "--model FILE,dtype=auto wins over --dtype f32" start -m "$W/m-f16.st,dtype=auto" --dtype f32
+	ok "  ... served as f16" log_has "(cpu, f16, "
+	stop
+else
+	for _ in $(seq 12); do skip "python3 or ${MODEL%.bin}.st missing: no bf16/f16 files"; done
+fi
+cat >"$W/auto.cfg" <<EOF
+cluster = { name = "demo"; };
+network = { subnet = "10.77.0.0/24"; };
+head = { hostname = "head"; address = "10.77.0.1"; };
+node_groups = ( {
+  name = "cpu"; hosts = "node[01-02]"; addresses = "10.77.0.11-10.77.0.12";
+  macs = [ "52:54:00:77:00:11", "52:54:00:77:00:12" ];
+} );
+slurm = { partitions = ( { name = "batch"; nodes = "node01"; default = true; } ); };
+inference = { enabled = true; nodes = "node02"; model = "$MODEL"; dtype = "q4"; kv_blocks = 32; };
+EOF
+ok "inference.dtype = \"q4\" is served as q4" start -c "$W/auto.cfg" --node node02
+ok "  ... no auto line" bash -c "grep -q '(cpu, q4, ' '$W/log' && ! grep -q 'dtype auto' '$W/log'"
+stop
+sed -i 's/dtype = "q4"; //' "$W/auto.cfg"
+ok "inference.dtype unset: auto, the schema's default" start -c "$W/auto.cfg" --node node02
+ok "  ... logged" log_has "dtype auto: f32 "
+stop
+ok "kiln show --defaults says auto" bash -c "'$KILN' show --defaults 2>/dev/null | grep -q 'dtype.*auto'"
+ok "--help names auto as the default" bash -c "'$BIN' --help | grep -q 'default auto'"
+ok "a bad --dtype names auto among the words" bash -c "! '$BIN' -m '$MODEL' --dtype f64 2>'$W/err'; grep -q 'expected auto, f32, bf16, f16, i8 or q4' '$W/err'"
 sed -i "s|enabled = true;|enabled = true; model = \"$MODEL\";|" "$W/c.cfg"
 ok "inference.model beside inference.models: kiln-inferd refuses the file, exit 2" rc_is 2 "$BIN" -c "$W/c.cfg" --node node02 -p 0
 ok "  ... saying both are set" grep -q "both inference.models and inference.model are set" "$W/err"

@@ -5,6 +5,9 @@
 KKREF_SRCS := $(wildcard tests/kernels/ref/*.c)
 $(eval $(call kiln_lib,kkref,$(KKREF_SRCS)))
 $(eval $(call kiln_test,test-kernels-cpu,tests/kernels/test-kernels-cpu.c,kkref kk,$(KK_LDLIBS)))
+# The cpu sampler draw for draw against the one that sorts whole rows, and
+# its draws against kk.h's distribution (chi-square, fixed seeds).
+$(eval $(call kiln_test,test-kk-sample,tests/kernels/test-kk-sample.c,kk,$(KK_LDLIBS)))
 $(eval $(call kiln_test,test-kernels-cuda,tests/gpu/test-kernels-cuda.c,kkref kk,$(KK_LDLIBS)))
 # The paged decode's split plan (kernels/kk/cuda/kc_plan.h, host C only).
 $(eval $(call kiln_test,test-decode-plan,tests/kernels/test-decode-plan.c,,))

@@ -36,15 +36,15 @@ check "MASTER_ADDR/PORT, restart count 0, agent store True, run id" \
 	test "$(awk '{print $7, ($8 > 0), $9, $10, $11}' "$T/env.sorted" | sort -u)" = "127.0.0.1 1 0 True standalone"
 check "the job secret is not passed to workers" test "$(awk '{print $12}' "$T/env.sorted" | sort -u)" = nosecret
 
-# 1b. Standalone listens on 127.0.0.1 only (docs/kiln-run.md): the store on
-# MASTER_PORT and the leader's live socket, seen by the worker while the run
-# is up (the worker's parent is the agent).
+# 1b. Standalone listens on 127.0.0.1 only (docs/kiln-run.md): the store,
+# the leader's live socket and the workers' relay on MASTER_PORT, seen by the
+# worker while the run is up (the worker's parent is the agent).
 if command -v ss >/dev/null; then
 	$KR --nproc-per-node 1 --no-prefix-output -- sh -c 'ss -Hltnp | grep "pid=$PPID," | awk "{print \$4}"; echo "store $MASTER_PORT"' >"$T/listen.out" 2>"$T/listen.err"
 	port=$(awk '$1 == "store" {print $2}' "$T/listen.out")
-	check "standalone: the store listens on 127.0.0.1:MASTER_PORT" grep -qx "127.0.0.1:$port" "$T/listen.out"
-	check "standalone: kiln-run listens on no other address (two sockets, both 127.0.0.1)" \
-		test "$(grep -v '^store ' "$T/listen.out" | grep -c '^127\.0\.0\.1:')" = 2 -a "$(grep -vc '^store ' "$T/listen.out")" = 2
+	check "standalone: the relay listens on 127.0.0.1:MASTER_PORT" grep -qx "127.0.0.1:$port" "$T/listen.out"
+	check "standalone: kiln-run listens on no other address (three sockets, all 127.0.0.1)" \
+		test "$(grep -v '^store ' "$T/listen.out" | grep -c '^127\.0\.0\.1:')" = 3 -a "$(grep -vc '^store ' "$T/listen.out")" = 3
 else
 	skip "ss not installed"
 	skip "ss not installed"

@@ -10,6 +10,7 @@
 #     mid-run: survivors start a new round within 10 s with a smaller
 #     WORLD_SIZE, resume from the checkpoint, and the job exits 0;
 #   - kiln-run in the batch script without srun starts itself on every node;
+#   - your own srun without KILN_RUN_SECRET: the secret comes through MUNGE;
 #   - --requeue: Slurm's SIGUSR1 warning requeues the job through libslurm;
 #   - SIGKILL the store host (node01): the store moves to node02, a new
 #     round on the survivors resumes from the checkpoint, agents exit 0.
@@ -102,6 +103,19 @@ if wait_job batch 60; then
 	check "batch-script mode: a generated job secret (no fallback warning)" bash -c "! grep -q 'is not set' '$work/batch.out'"
 else
 	nok "batch-script mode job finished within 60 s" "$(tail -n 20 "$work/batch.out")"
+fi
+
+# 1c. Your own srun and no KILN_RUN_SECRET: the agents get the secret from
+# the store host through the nodes' munged (docs/kiln-run.md).
+# The test cluster's munged listens on DIR/munge/munge.sock (slurm.conf's
+# AuthInfo=socket=), not munge's default socket: KILN_RUN_MUNGE_SOCKET.
+submit munge -N4 --no-kill -- "unset KILN_RUN_SECRET; export KILN_RUN_MUNGE_SOCKET=$d/munge/munge.sock; $SRUN \$KR --nnodes 2:4 -- \$W --steps 5 --step-ms 20 --log \$D/w.log" >/dev/null
+if wait_job munge 60; then
+	check "no KILN_RUN_SECRET: 8 ranks finish, job exits 0; 3 agents got the secret through MUNGE" bash -c \
+		"grep -qx 'job-exit 0' '$work/munge.out' && [ \$(grep -c '^finish round 1 .* world 8 steps 5' '$work/munge/w.log') -eq 8 ] && [ \$(grep -c 'Got the job secret from the store host through MUNGE' '$work/munge.out') -eq 3 ]"
+	grep -qx 'job-exit 0' "$work/munge.out" || tail -n 20 "$work/munge.out" | sed 's/^/# /'
+else
+	nok "MUNGE job finished within 60 s" "$(tail -n 20 "$work/munge.out")"
 fi
 
 # 2. An unmodified PyTorch worker, gloo backend, init_method env://.

@@ -9,6 +9,9 @@
 # 3. The same rendezvous with unmodified torch 1.13 TCPStore clients (Python
 #    threads), against the kiln store and against torch's own TCPStore
 #    server, side by side.  Skipped when /usr/bin/python3 has no torch.
+# 4. Through the relay kiln-run puts in front of the store on each node
+#    (workers' MASTER_PORT): SET/GET from 1 and 16 C clients, and the
+#    C-client rendezvous of 1024, to show what the extra hop costs.
 # Prints a markdown table; exit 1 if a run fails.
 set -u
 B=${KILN_BUILD:-build}
@@ -21,10 +24,12 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/n
 trap cleanup EXIT
 ulimit -n 20000 2>/dev/null || true
 
-"$SRV" --bind 127.0.0.1 --port 0 --port-file "$tmp/port" >/dev/null 2>"$tmp/srv.err" &
+"$SRV" --bind 127.0.0.1 --port 0 --port-file "$tmp/port" --secret bench-secret \
+	--relay-port-file "$tmp/relay" >/dev/null 2>"$tmp/srv.err" &
 pids+=($!)
-for _ in $(seq 50); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+for _ in $(seq 50); do [ -s "$tmp/port" ] && [ -s "$tmp/relay" ] && break; sleep 0.1; done
 port=$(cat "$tmp/port") || exit 1
+relay=$(cat "$tmp/relay") || exit 1
 
 median() { sort -n | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)]; else print "n/a" }'; }
 
@@ -45,6 +50,17 @@ for n in 64 256 1024; do
 	conn=$(sed -n 's/.*connect_ms=\([0-9]*\).*/\1/p' <<<"$out")
 	echo "| rendezvous ADD+WAIT (C client), kiln | $n | ${med} ms (connect ${conn} ms); target < 2000 ms |"
 done
+for n in 1 16; do
+	out=$("$BENCH" ops --port "$relay" --clients $n --seconds 2) || exit 1
+	ops=$(sed -n 's/.*ops_per_sec=\([0-9]*\).*/\1/p' <<<"$out")
+	p50=$(sed -n 's/.*p50_us=\([0-9]*\).*/\1/p' <<<"$out")
+	p99=$(sed -n 's/.*p99_us=\([0-9]*\).*/\1/p' <<<"$out")
+	echo "| SET/GET ops/s (C client) through the relay | $n | $ops ops/s, GET p50 ${p50} us, p99 ${p99} us |"
+done
+out=$("$BENCH" rdzv --port "$relay" --clients 1024 --rounds 5) || exit 1
+med=$(grep -o 'ms=[0-9.]*' <<<"$out" | cut -d= -f2 | median)
+conn=$(sed -n 's/.*connect_ms=\([0-9]*\).*/\1/p' <<<"$out")
+echo "| rendezvous ADD+WAIT (C client) through the relay | 1024 | ${med} ms (connect ${conn} ms) |"
 
 if "$PY" -c 'import torch.distributed' 2>/dev/null; then
 	cat >"$tmp/rdzv.py" <<'PYEOF'

@@ -2,7 +2,7 @@
 # test-store-hostile.sh — hostile and heavy clients against kiln-store-server.
 #
 # Random bytes, lengths of 2^63 in every length field, a request that stops
-# half-way, the wrong job secret, 1000 idle connections and 4096 concurrent
+# half-way, the wrong job secret, bad relay hellos, 1000 idle connections and 4096 concurrent
 # clients doing a rendezvous (ADD a counter, WAIT on a key).  After each the
 # store must still answer a PING promptly, and its peak RSS (VmHWM) must stay
 # under a bound.  Prints TAP.
@@ -85,7 +85,7 @@ def alive(name):
     ok, dt = ping()
     tap(ok, "%s: store still answers (ping %.1f ms)" % (name, dt * 1e3))
 
-print("1..14", flush=True)
+print("1..16", flush=True)
 base = status("VmRSS")
 random.seed(1)
 
@@ -163,6 +163,35 @@ good = good and struct.unpack("<q", recvn(s, 8))[0] >= 1
 s.close()
 tap(denied == 100 and good, "100 wrong secrets denied and closed; the right one unlocks control keys", (denied, good))
 alive("wrong secrets")
+
+# 4b. relay hellos (WORKER_HELLO, 'K'): 100 with wrong secrets, a hello
+# whose secret length is 2^63, one with a bad magic, a second hello, a hello
+# after VALIDATE, and a right hello followed by a control key: each closed;
+# a right hello then serves the worker key space in either dialect.
+def hello(sec, magic=0x574E4C4B):
+    return b"K" + struct.pack("<I", magic) + s_(sec)
+bad = 0
+for i in range(100):
+    s = conn()
+    s.sendall(hello(b"wrong-secret-%d" % i) + MAGIC + bytes([13]) + struct.pack("<I", 1))
+    bad += closed(s)
+    s.close()
+cases = [b"K" + struct.pack("<I", 0x574E4C4B) + struct.pack("<Q", 1 << 63),
+         hello(b"right-secret", magic=0x12345678),
+         hello(b"right-secret") + hello(b"right-secret"),
+         MAGIC + hello(b"right-secret"),
+         hello(b"right-secret") + MAGIC + bytes([3]) + s_(b"/kiln/ctl")]
+for c in cases:
+    s = conn()
+    s.sendall(c)
+    bad += closed(s)
+    s.close()
+s = conn()
+s.sendall(hello(b"right-secret") + bytes([0]) + s_(b"/w/h") + s_(b"v") + bytes([2]) + s_(b"/w/h"))
+served = recvn(s, 9) == struct.pack("<Q", 1) + b"v"
+s.close()
+tap(bad == 105 and served, "100 wrong relay hellos, a 2^63 secret, a bad magic, a second or late hello, a control key after a hello: all closed; a right hello serves worker keys", (bad, served))
+alive("relay hellos")
 
 # 5. a client that pipelines GETs of a 1 MiB value and never reads the replies
 s = conn()

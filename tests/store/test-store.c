@@ -468,6 +468,67 @@ static void test_secret(void **state)
 
 /* ---- allow-list ------------------------------------------------------------ */
 
+/* A token hook like kiln-run's MUNGE one: "good-token" gets the secret. */
+static int token_hook(const void *token, size_t len, void **reply, size_t *reply_len,
+		      void *userdata)
+{
+	if (len != strlen("good-token") || memcmp(token, "good-token", len) != 0)
+		return -EACCES;
+	*reply = strdup(userdata);
+	*reply_len = strlen(userdata);
+	return 0;
+}
+
+static void test_token_and_require_auth(void **state)
+{
+	kiln_store_server_opts o;
+	kiln_store_server_opts_init(&o);
+	o.bind_address = "127.0.0.1";
+	o.secret = SECRET;
+	o.require_auth = true;
+	o.token_auth = token_hook;
+	o.token_auth_userdata = (void *) SECRET;
+	kiln_store_server *s = server_up(&o);
+	void *v;
+	size_t n;
+
+	/* require_auth: connect (VALIDATE + PING) works, any key closes */
+	kiln_store_client *u = client(s, NULL);
+	assert_int_equal(kiln_store_client_try_get(u, "/worker/x", &v, &n), -ECONNRESET);
+	kiln_store_client_free(u);
+
+	/* a good token authenticates and returns the hook's answer */
+	u = client(s, NULL);
+	assert_int_equal(kiln_store_client_auth_token(u, "good-token", 10, &v, &n), 0);
+	assert_int_equal(n, strlen(SECRET));
+	assert_string_equal(v, SECRET);
+	free(v);
+	assert_true(kiln_store_client_authenticated(u));
+	assert_int_equal(kiln_store_client_set(u, "/kiln/ctl", "1", 1), 0);
+	assert_int_equal(kiln_store_client_set(u, "/worker/x", "1", 1), 0);
+	kiln_store_client_free(u);
+
+	/* a bad one is refused and the connection closed */
+	u = client(s, NULL);
+	assert_int_equal(kiln_store_client_auth_token(u, "bad-token", 9, &v, &n), -EACCES);
+	assert_int_equal(kiln_store_client_ping(u, NULL), -ENOTCONN);
+	kiln_store_client_free(u);
+
+	/* the secret still works beside tokens */
+	u = client(s, SECRET);
+	assert_int_equal(kiln_store_client_get(u, "/kiln/ctl", &v, &n), 0);
+	free(v);
+	kiln_store_client_free(u);
+
+	/* a server without a hook refuses every token */
+	kiln_store_server *plain = default_server();
+	u = client(plain, NULL);
+	assert_int_equal(kiln_store_client_auth_token(u, "good-token", 10, &v, &n), -EACCES);
+	kiln_store_client_free(u);
+	kiln_store_server_free(plain);
+	kiln_store_server_free(s);
+}
+
 static void test_allow_list(void **state)
 {
 	kiln_store_server_opts o;
@@ -823,6 +884,7 @@ int main(void)
 		cmocka_unit_test(test_wait_wakes_on_set),
 		cmocka_unit_test(test_wait_timeout_cancels),
 		cmocka_unit_test(test_secret),
+		cmocka_unit_test(test_token_and_require_auth),
 		cmocka_unit_test(test_allow_list),
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_wait_flood_bounded),

@@ -70,6 +70,23 @@ void kk__scal(float *y, float a, size_t n);
 double kk__sum(const float *x, size_t n);
 double kk__sumsq(const float *x, float mean, size_t n); /* sum (x - mean)^2 */
 void kk__widen_bf16(float *dst, const uint16_t *src, size_t n);
+/* The sampler's float64 sums (sample.c): e^((x[i] - shift) * scale) over
+ * n floats (each exponent <= 0), every term within 1e-15 of exp()'s, terms
+ * below e^-700 as 0; and the same with the terms stored in out[n] and
+ * mass[k] = the part of the sum whose exponent is >= th[k]. */
+#define KK__EXP_TH 8
+double kk__exp_sum_d(const float *x, size_t n, double shift, double scale);
+/* mass[k] = the sum of the e[i] whose exponent (x[i] - shift) * scale is
+ * >= th[k] (e: kk__exp_sum_d_th's terms). */
+void kk__mass_th(const double *e, const float *x, size_t n, double shift, double scale,
+		 const double th[KK__EXP_TH], double mass[KK__EXP_TH]);
+/* kk__exp_sum_d over the x[i] > cx, or x[i] == cx and i <= cid. */
+double kk__exp_sum_d_kept(const float *x, size_t n, double shift, double scale, float cx,
+			  int64_t cid);
+/* The sum of the e[i] with x[i] > cx, or x[i] == cx and i <= cid. */
+double kk__sum_kept(const double *e, const float *x, size_t n, float cx, int64_t cid);
+double kk__exp_sum_d_th(double *out, const float *x, size_t n, double shift, double scale,
+		      const double th[KK__EXP_TH], double mass[KK__EXP_TH]);
 void kk__narrow_bf16(uint16_t *dst, const float *src, size_t n);
 /* half.c: f16 row conversion and f32 x f16/bf16 dot products, written per
  * ISA level (avx512, f16c, portable) and dispatched at run time. */

@@ -503,3 +503,117 @@ CLONES void kk__attn_ds(float *dp, const float *p, float di, float scale, size_t
 	for (size_t i = 0; i < n; i++)
 		dp[i] = p[i] * (dp[i] - di) * scale;
 }
+
+/* ---- the sampler's float64 exp sums (sample.c) --------------------------- */
+
+/* e^a for a <= 0, to within 1e-15 of it (Cody-Waite reduction by ln 2, a
+ * degree-13 Taylor polynomial on |r| <= ln 2 / 2, the power of two built in
+ * the exponent bits); a below -700 (e^a < 1e-304) gives 0.  No libm call,
+ * so the loops below vectorize; sample.c's error bound (exp_sum_slack)
+ * rests on the 1e-15. */
+static inline double exp_neg(double a)
+{
+	const double lo = -700.0, c = a < lo ? lo : a;
+	const double t = c * 1.4426950408889634 + 0x1.8p52, k = t - 0x1.8p52;
+	const double r = (c - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10;
+	double p = 1.0 / 6227020800.0; /* 1/13! */
+	p = p * r + 1.0 / 479001600.0;
+	p = p * r + 1.0 / 39916800.0;
+	p = p * r + 1.0 / 3628800.0;
+	p = p * r + 1.0 / 362880.0;
+	p = p * r + 1.0 / 40320.0;
+	p = p * r + 1.0 / 5040.0;
+	p = p * r + 1.0 / 720.0;
+	p = p * r + 1.0 / 120.0;
+	p = p * r + 1.0 / 24.0;
+	p = p * r + 1.0 / 6.0;
+	p = p * r + 0.5;
+	p = p * r + 1.0;
+	p = p * r + 1.0;
+	int64_t bits;
+	double s;
+	memcpy(&bits, &t, sizeof(bits));
+	bits = (bits - INT64_C(0x4338000000000000) + 1023) << 52;
+	memcpy(&s, &bits, sizeof(s));
+	return a < lo ? 0.0 : p * s;
+}
+
+CLONES double kk__exp_sum_d(const float *x, size_t n, double shift, double scale)
+{
+	double s = 0;
+#pragma omp simd reduction(+ : s)
+	for (size_t i = 0; i < n; i++)
+		s += exp_neg(((double) x[i] - shift) * scale);
+	return s;
+}
+
+CLONES double kk__exp_sum_d_th(double *out, const float *x, size_t n, double shift, double scale,
+			       const double th[KK__EXP_TH], double mass[KK__EXP_TH])
+{
+	double s = 0, m0 = 0, m1 = 0, m2 = 0, m3 = 0, m4 = 0, m5 = 0, m6 = 0, m7 = 0;
+	const double t0 = th[0], t1 = th[1], t2 = th[2], t3 = th[3], t4 = th[4], t5 = th[5],
+		     t6 = th[6], t7 = th[7];
+#pragma omp simd reduction(+ : s, m0, m1, m2, m3, m4, m5, m6, m7)
+	for (size_t i = 0; i < n; i++) {
+		const double a = ((double) x[i] - shift) * scale, e = exp_neg(a);
+		out[i] = e;
+		s += e;
+		m0 += a >= t0 ? e : 0;
+		m1 += a >= t1 ? e : 0;
+		m2 += a >= t2 ? e : 0;
+		m3 += a >= t3 ? e : 0;
+		m4 += a >= t4 ? e : 0;
+		m5 += a >= t5 ? e : 0;
+		m6 += a >= t6 ? e : 0;
+		m7 += a >= t7 ? e : 0;
+	}
+	mass[0] = m0, mass[1] = m1, mass[2] = m2, mass[3] = m3;
+	mass[4] = m4, mass[5] = m5, mass[6] = m6, mass[7] = m7;
+	return s;
+}
+
+CLONES double kk__sum_kept(const double *e, const float *x, size_t n, float cx, int64_t cid)
+{
+	double s = 0;
+#pragma omp simd reduction(+ : s)
+	for (size_t i = 0; i < n; i++) {
+		const bool in = x[i] > cx || (x[i] == cx && (int64_t) i <= cid);
+		s += in ? e[i] : 0;
+	}
+	return s;
+}
+
+CLONES void kk__mass_th(const double *e, const float *x, size_t n, double shift, double scale,
+			const double th[KK__EXP_TH], double mass[KK__EXP_TH])
+{
+	double m0 = 0, m1 = 0, m2 = 0, m3 = 0, m4 = 0, m5 = 0, m6 = 0, m7 = 0;
+	const double t0 = th[0], t1 = th[1], t2 = th[2], t3 = th[3], t4 = th[4], t5 = th[5],
+		     t6 = th[6], t7 = th[7];
+#pragma omp simd reduction(+ : m0, m1, m2, m3, m4, m5, m6, m7)
+	for (size_t i = 0; i < n; i++) {
+		const double a = ((double) x[i] - shift) * scale, v = e[i];
+		m0 += a >= t0 ? v : 0;
+		m1 += a >= t1 ? v : 0;
+		m2 += a >= t2 ? v : 0;
+		m3 += a >= t3 ? v : 0;
+		m4 += a >= t4 ? v : 0;
+		m5 += a >= t5 ? v : 0;
+		m6 += a >= t6 ? v : 0;
+		m7 += a >= t7 ? v : 0;
+	}
+	mass[0] = m0, mass[1] = m1, mass[2] = m2, mass[3] = m3;
+	mass[4] = m4, mass[5] = m5, mass[6] = m6, mass[7] = m7;
+}
+
+CLONES double kk__exp_sum_d_kept(const float *x, size_t n, double shift, double scale, float cx,
+				 int64_t cid)
+{
+	double s = 0;
+#pragma omp simd reduction(+ : s)
+	for (size_t i = 0; i < n; i++) {
+		const bool in = x[i] > cx || (x[i] == cx && (int64_t) i <= cid);
+		const double e = exp_neg(((double) x[i] - shift) * scale);
+		s += in ? e : 0;
+	}
+	return s;
+}

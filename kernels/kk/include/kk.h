@@ -569,6 +569,13 @@ int kk_sample(kk_backend *be, kk_stream *st, kk_buffer *ids, const kk_buffer *lo
 int kk_sample_host(const float *logits, int64_t rows, int64_t vocab, const kk_sampling *p,
 		   int32_t *ids);
 
+/* log(sum_i exp(x[i])) of n >= 1 host floats in float64, shifted by their
+ * largest (a log-softmax's normalizer, for a caller's logprobs beside
+ * kk_sample_host), vectorized: within 1e-14 of the sum of exp()'s, terms
+ * below e^-700 of the largest counted as 0.  All -inf: -inf; NaN for
+ * bad arguments. */
+double kk_logsumexp_host(const float *x, int64_t n);
+
 /* The uniform draw in [0, 1) for one row: SplitMix64 of seed and row, top 24
  * bits.  Inline so every backend (and tests) compute the same number. */
 static inline float kk_sample_uniform(uint64_t seed, uint64_t row)

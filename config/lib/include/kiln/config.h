@@ -105,6 +105,7 @@ typedef enum kiln_cfg_dtype {
 	KILN_DTYPE_F16,
 	KILN_DTYPE_I8,
 	KILN_DTYPE_Q4,
+	KILN_DTYPE_AUTO, /* what the model file holds (kiln-inferd decides) */
 	_KILN_DTYPE_MAX,
 } kiln_cfg_dtype;
 const char *kiln_cfg_dtype_to_string(kiln_cfg_dtype d);
@@ -329,6 +330,10 @@ typedef struct kiln_cfg_inference {
 	char *api_keys_file; /* NULL: no keys, every request is served */
 	bool metrics_auth;   /* /metrics needs a key too */
 	int cpu_threads;     /* 0 = the CPUs of the affinity mask / cgroup quota */
+	/* AllowGroups= of every partition that holds an inference node:
+	 * kiln-inferd uses those nodes' GPUs outside Slurm (NULL-terminated;
+	 * [ "root" ] by default, [ "ALL" ] leaves them open) */
+	char **allow_groups;
 } kiln_cfg_inference;
 
 typedef struct kiln_cfg_image {
@@ -399,6 +404,50 @@ typedef struct kiln_cfg_switch {
 	int line;
 } kiln_cfg_switch;
 
+/* ---- users, groups and shared storage (users[], groups[], mounts[]) ----
+ * The same accounts on every node and the head (kiln render sysusers: a
+ * sysusers.d file with fixed ids, no passwords) and the shared filesystems
+ * every node mounts (kiln render mounts: systemd mount units ordered before
+ * slurmd; kiln-healthd drains a node that lacks a required one). */
+
+/* Ids below this are Debian's system accounts (the image's own daemons:
+ * munge, slurm ...): a cluster user or group there needs system = true. */
+#define KILN_CFG_ID_SYSTEM_MAX 999
+/* Debian reserves 60000-64999, systemd's DynamicUser= takes 61184-65519,
+ * 65534 is nobody and 65535 the 16-bit -1: no cluster account there. */
+#define KILN_CFG_ID_RESERVED_FIRST 60000
+#define KILN_CFG_ID_RESERVED_LAST  65535
+
+typedef struct kiln_cfg_user {
+	char *name;    /* required: a POSIX login name */
+	int uid;       /* required */
+	int gid;       /* primary group: a gid of groups[], or the uid (derived: the user's own
+			  group, named after the user) */
+	char **groups; /* supplementary groups, names of groups[] (NULL-terminated) */
+	char *home;    /* derived: /home/NAME */
+	char *shell;   /* "/bin/bash" */
+	char *comment; /* GECOS, NULL when unset */
+	bool system;   /* an id below 1000 on purpose */
+	int line;
+} kiln_cfg_user;
+
+typedef struct kiln_cfg_unix_group {
+	char *name; /* required */
+	int gid;    /* required */
+	bool system;
+	int line;
+} kiln_cfg_unix_group;
+
+typedef struct kiln_cfg_mount {
+	char *what;    /* required: "head:/home", "/dev/sdb1", "tmpfs" */
+	char *where;   /* required: absolute, normalized ("/home") */
+	char *type;    /* "nfs" */
+	char *options; /* Options=, NULL when unset */
+	bool required; /* true: a node without it is drained (kiln-healthd) */
+	int line;
+	uint64_t timeout_usec; /* kiln-healthd's statfs() probe: slower is "not responding" */
+} kiln_cfg_mount;
+
 typedef struct kiln_cfg {
 	char *path; /* the file it came from */
 	kiln_cfg_cluster cluster;
@@ -419,6 +468,12 @@ typedef struct kiln_cfg {
 	kiln_cfg_accounting accounting;
 	kiln_cfg_logging logging;
 	kiln_cfg_time time;
+	kiln_cfg_user *users; /* users[], file order */
+	size_t n_users;
+	kiln_cfg_unix_group *unix_groups; /* groups[], file order */
+	size_t n_unix_groups;
+	kiln_cfg_mount *mounts; /* mounts[], file order */
+	size_t n_mounts;
 } kiln_cfg;
 
 /* ---- loading --------------------------------------------------------- */
@@ -548,7 +603,12 @@ enum {
 	/* per node, named by MAC: render all writes DIR/ipxe/MAC (hexhyp) for
 	 * every node (not the head node), the path boot.ipxe asks for */
 	KILN_CFG_RENDER_BY_MAC = 1 << 4,
+	/* several files (mounts: one unit per mount): -o names a directory,
+	 * each file of the text starts at a line KILN_CFG_RENDER_FILE_MARK NAME
+	 * (not written into the file); `render all` puts them in DIR/TARGET/ */
+	KILN_CFG_RENDER_FILES = 1 << 5,
 };
+#define KILN_CFG_RENDER_FILE_MARK "# kiln-render-file: "
 
 /* The render targets, in one table that kiln_cfg_render(), `kiln render`
  * (its targets, --help, completion, `render all`) and `kiln apply` read.
@@ -584,7 +644,8 @@ int kiln_cfg_render(const kiln_cfg *cfg, const char *target, const char *node, c
 
 /* The schema paths of the scalar keys (node groups and partitions aside)
  * whose loaded values differ between a and b, in schema order, plus
- * "health.xid" when the XID overrides differ: `kiln apply` maps each to what
+ * "health.xid" when the XID overrides differ and "users", "groups", "mounts"
+ * when those lists do: `kiln apply` maps each to what
  * must be restarted.  *ret is a NULL-terminated strv (NULL when nothing
  * differs).  Returns 0, -EINVAL or -ENOMEM. */
 int kiln_cfg_diff_keys(const kiln_cfg *a, const kiln_cfg *b, char ***ret);

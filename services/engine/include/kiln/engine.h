@@ -260,10 +260,11 @@ int kiln_engine_metrics(kiln_engine *const *engines, const char *const *names, i
 /* Applies p to logits[vocab] in place for a request whose tokens are
  * tokens[0..n_total) (the first n_prompt the prompt); stops[n_stops] are
  * the ids masked while fewer than p->min_tokens are generated (the caller
- * adds EOS).  -ENOMEM, else 0. */
+ * adds EOS).  counts: vocab ints, all zero, left all zero (the caller's
+ * scratch, so no token allocates).  Returns 0. */
 int kiln_engine__process_logits(float *logits, int vocab, const kiln_engine_processing *p,
 				const int32_t *tokens, int n_prompt, int n_total,
-				const int32_t *stops, int n_stops);
+				const int32_t *stops, int n_stops, int *counts);
 /* The log-softmax of logits[vocab] at token, and the n most likely tokens
  * (descending, ties by lower id) with theirs into top_ids/top_lp. */
 float kiln_engine__logprobs(const float *logits, int vocab, int32_t token, int n, int32_t *top_ids,

@@ -11,8 +11,11 @@
  * Two key spaces.  Keys starting with KILN_STORE_CONTROL_PREFIX ("/kiln/")
  * are rendezvous control keys: a connection may read or write them only after
  * presenting the per-job secret (kiln's own clients do this at connect).  Any
- * other key is the worker key space, open to every allowed peer.  Peers whose
- * IPv4 address is not on the allow-list are closed at accept.
+ * other key is the worker key space: with require_auth only for connections
+ * that presented the secret or came through a relay (kiln_store_relay, which
+ * vouches for its local workers), else for every admitted peer.  Peers whose
+ * IPv4 address is not on the allow-list, and peers on this machine that are
+ * processes of another uid (sock_diag), are closed at accept.
  *
  * Error convention: every function returns 0 (or a documented non-negative
  * value) on success and a negative errno on failure; the errors each one can
@@ -23,6 +26,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* ---- limits ---------------------------------------------------------------
  * Every limit is a hard cap enforced on input before memory is allocated, so
@@ -67,6 +71,12 @@
 /* The reserved key a client presents the secret through (COMPARE_SET with
  * expected = secret); see kiln_store_client_auth() and docs/store.md. */
 #define KILN_STORE_AUTH_KEY "/kiln/.auth"
+/* The reserved key an agent presents a token through instead of the
+ * secret (COMPARE_SET with expected = the token), on a server with a
+ * token_auth hook: kiln-run's MUNGE bootstrap (docs/store.md).  Tokens are
+ * 1..KILN_STORE_TOKEN_MAX bytes; a MUNGE credential is a few hundred. */
+#define KILN_STORE_TOKEN_KEY "/kiln/.token"
+#define KILN_STORE_TOKEN_MAX 4096u
 /* Secrets are 1..KILN_STORE_SECRET_MAX bytes (kiln-run generates 32 random
  * bytes, hex encoded = 64 characters). */
 #define KILN_STORE_SECRET_MAX 256u
@@ -96,6 +106,33 @@ typedef struct kiln_store_server_opts {
 	 * remote connection can reach control keys (in-process access still
 	 * can).  Copied. */
 	const char *secret;
+	/* Every connection must authenticate before it touches any key: the
+	 * secret through KILN_STORE_AUTH_KEY (agents, both key spaces) or a
+	 * relay's hello (the worker key space).  Unauthenticated connections
+	 * may only VALIDATE and PING.  Default false: the worker key space is
+	 * open to every admitted peer (torch clients connecting directly). */
+	bool require_auth;
+	/* Refuse a peer on this machine unless its socket belongs to peer_uid
+	 * (looked up through sock_diag at accept; a loopback peer that cannot
+	 * be looked up is refused too).  Peers on other machines are not
+	 * affected.  Default true, peer_uid = geteuid(). */
+	bool check_peer_uid;
+	uid_t peer_uid;
+	/* Called from the serving side (server locked: do not call back into
+	 * it) with one line saying which peer was refused at accept and why
+	 * ("127.0.0.1:4711: a process of uid 65534 on this node; ...").
+	 * NULL = not reported (log_debug only). */
+	void (*on_refused)(const char *msg, void *userdata);
+	void *on_refused_userdata;
+	/* A second way for agents to authenticate: a token presented through
+	 * KILN_STORE_TOKEN_KEY (kiln-run: a MUNGE credential).  Called from the
+	 * serving side, server locked; returns 0 with *reply (malloc'd, may be
+	 * NULL) to accept (the connection then reaches both key spaces and
+	 * gets "ok:" + reply), < 0 to refuse ("denied", connection closed).
+	 * NULL = tokens are refused. */
+	int (*token_auth)(const void *token, size_t len, void **reply, size_t *reply_len,
+			  void *userdata);
+	void *token_auth_userdata;
 	/* Limits; kiln_store_server_opts_init() sets the KILN_STORE_* values. */
 	size_t max_key;
 	size_t max_value;
@@ -110,7 +147,8 @@ typedef struct kiln_store_server_opts {
 } kiln_store_server_opts;
 
 /* Fills *opts with the defaults above (bind 0.0.0.0, port 0, loopback
- * allowed, no other peer, no secret, KILN_STORE_* limits). */
+ * allowed, no other peer, local peers only of this process's euid, no secret,
+ * worker key space open, KILN_STORE_* limits). */
 void kiln_store_server_opts_init(kiln_store_server_opts *opts);
 
 /* Creates the server: binds, listens, creates its epoll fd, raises
@@ -181,8 +219,10 @@ typedef struct kiln_store_server_stats {
 	uint64_t connections;	   /* open now */
 	uint64_t accepted;	   /* total accepted */
 	uint64_t refused_peers;	   /* closed at accept: address not allowed, or max_conns */
+	uint64_t refused_uid;	   /* closed at accept: a local process of another uid */
 	uint64_t dropped_protocol; /* closed for garbage, oversize lengths, unknown ops */
-	uint64_t dropped_auth;	   /* closed for a wrong secret or a control key without one */
+	uint64_t dropped_auth;	   /* closed for a wrong secret, a control key without one, or
+				      (require_auth) any key before authenticating */
 	uint64_t dropped_limits;   /* closed for a store or buffer limit */
 	uint64_t keys;
 	uint64_t store_bytes;	 /* keys + values + overheads, see KILN_STORE_TOTAL_MAX */
@@ -191,6 +231,79 @@ typedef struct kiln_store_server_stats {
 } kiln_store_server_stats;
 /* Errors: -EINVAL. */
 int kiln_store_server_get_stats(kiln_store_server *s, kiln_store_server_stats *ret);
+
+/* ---- peers ----------------------------------------------------------------
+ * TCP has no SO_PEERCRED; the kernel's sock_diag interface (NETLINK_SOCK_DIAG,
+ * the one ss(8) uses) finds the socket at the other end of an accepted
+ * connection by its four-tuple and reports the uid that created it.  The
+ * server, the relay and kiln-run's liveness listener use it to refuse a
+ * process of another user on the same node. */
+
+/* Looks up the local socket at the other end of the connected IPv4 TCP
+ * socket fd.  Returns 1 with *ret_uid set when it is a live socket of a
+ * process on this machine (this network namespace), 0 when no local socket
+ * matches (the peer is another machine), or:
+ * -EPERM     a local end that no process holds any more (closed before we
+ *            looked: its uid no longer says who sent the bytes), or that is
+ *            not an established connection;
+ * -EAFNOSUPPORT  fd is not IPv4;
+ * -errno     of socket(2)/sendto/recv on the netlink socket (a kernel
+ *            without CONFIG_INET_DIAG answers -ENOENT or -EPROTONOSUPPORT
+ *            when the socket is opened). */
+int kiln_store_peer_uid(int fd, uid_t *ret_uid);
+/* The same through a netlink socket the caller keeps (one thread at a time):
+ * kiln_store_diag_open() returns it (or -errno); close it with close(2). */
+int kiln_store_diag_open(void);
+int kiln_store_peer_uid_via(int diag_fd, int fd, uid_t *ret_uid);
+
+/* ---- relay ----------------------------------------------------------------
+ * The worker-facing end of the store on each node (kiln-run runs one per
+ * agent; workers get its address as MASTER_ADDR/MASTER_PORT).  It listens on
+ * 127.0.0.1 (an ephemeral port), admits only local processes of peer_uid
+ * (sock_diag, see docs/store.md), and forwards each connection to the store
+ * after a WORKER_HELLO with the job secret, so that a server with
+ * require_auth serves it the worker key space.  PyTorch clients need no
+ * change: their bytes pass through unchanged.  Runs in its own thread. */
+
+/* Most relayed connections at once per node: a node's workers (up to
+ * RDZV_MAX_NPROC) each hold a few (torch's store, its PrefixStore clones,
+ * kiln's C client). */
+#define KILN_STORE_RELAY_CONN_MAX 1024u
+
+typedef struct kiln_store_relay kiln_store_relay;
+
+typedef struct kiln_store_relay_opts {
+	/* The store: an IPv4 literal and its port (changed later with
+	 * kiln_store_relay_set_upstream(), e.g. after a store failover). */
+	const char *upstream_host;
+	uint16_t upstream_port;
+	/* The job secret, presented upstream for every relayed connection.
+	 * Copied. */
+	const char *secret;
+	/* Only local processes of this uid may connect; default geteuid(). */
+	uid_t peer_uid;
+	size_t max_conns; /* default KILN_STORE_RELAY_CONN_MAX */
+	/* Called from the relay's thread with one line for each refused peer
+	 * ("relay: 127.0.0.1:4711: a process of uid 65534 ..."); NULL = not
+	 * reported. */
+	void (*on_refused)(const char *msg, void *userdata);
+	void *on_refused_userdata;
+} kiln_store_relay_opts;
+
+void kiln_store_relay_opts_init(kiln_store_relay_opts *opts);
+/* Binds 127.0.0.1:0 and starts the relay's thread.  Errors: -EINVAL (NULL,
+ * no secret or upstream, a host that is not an IPv4 literal), -errno of
+ * socket/bind/listen/epoll/eventfd/pthread_create, -ENOMEM. */
+int kiln_store_relay_new(const kiln_store_relay_opts *opts, kiln_store_relay **ret);
+/* The port workers connect to (on 127.0.0.1). */
+uint16_t kiln_store_relay_port(const kiln_store_relay *r);
+/* New connections go to host:port from now on; open ones keep theirs.
+ * Errors: -EINVAL. */
+int kiln_store_relay_set_upstream(kiln_store_relay *r, const char *host, uint16_t port);
+/* Peers refused so far (another uid, or not identifiable). */
+uint64_t kiln_store_relay_refused(kiln_store_relay *r);
+/* Stops the thread, closes every connection, frees.  NULL is a no-op. */
+void kiln_store_relay_free(kiln_store_relay *r);
 
 /* ---- client ---------------------------------------------------------------
  * Blocking, one request at a time, not thread-safe (one client per thread).
@@ -222,6 +335,14 @@ void kiln_store_client_free(kiln_store_client *c);
  * given one).  Errors: -EINVAL, -EACCES (wrong secret; the server closes the
  * connection), -ETIMEDOUT, -ECONNRESET, -EPROTO, -ENOTCONN. */
 int kiln_store_client_auth(kiln_store_client *c, const char *secret);
+/* Presents a token (1..KILN_STORE_TOKEN_MAX bytes) through
+ * KILN_STORE_TOKEN_KEY instead of the secret; on success the connection is
+ * authenticated and *ret (malloc'd, NUL-terminated, length in *ret_len,
+ * which may be NULL) holds the server's reply.  Errors: -EINVAL, -EACCES
+ * (refused; the server closes the connection), -ETIMEDOUT, -ECONNRESET,
+ * -EPROTO, -ENOTCONN, -ENOMEM. */
+int kiln_store_client_auth_token(kiln_store_client *c, const void *token, size_t len, void **ret,
+				 size_t *ret_len);
 /* Per-call timeout; 0 is not allowed.  Errors: -EINVAL. */
 int kiln_store_client_set_timeout(kiln_store_client *c, uint64_t timeout_usec);
 /* True once the secret was accepted. */
