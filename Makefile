@@ -25,6 +25,9 @@ PREFIX   ?= /usr/local
 # systemd's unit directory: $(PREFIX)/lib/systemd/system by default; the
 # Debian package build (debian/rules) sets /lib/systemd/system
 UNITDIR  ?= $(PREFIX)/lib/systemd/system
+# systemd-sysusers' directory (it reads /usr/local/lib/sysusers.d too); the
+# Debian build sets /usr/lib/sysusers.d
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 DESTDIR  ?=
 VERSION  := 0.1.0
 
@@ -102,14 +105,15 @@ programs: $(INSTALL_DEPS)
 # name $(PREFIX) (/usr in the Debian packages).
 install: programs
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/kiln $(DESTDIR)/etc/kiln \
-		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8 \
+		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8 \
 		$(DESTDIR)$(PREFIX)/share/kiln/examples $(DESTDIR)$(PREFIX)/libexec/kiln \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions
 	$(if $(strip $(INSTALL_BINS)),install -m 755 $(INSTALL_BINS) $(DESTDIR)$(PREFIX)/bin/)
 	$(if $(filter $(B)/lib/kiln/%,$(ALL_LIBS)),install -m 644 $(filter $(B)/lib/kiln/%,$(ALL_LIBS)) $(DESTDIR)$(PREFIX)/lib/kiln/)
-	for u in $(wildcard services/units/*.service); do \
+	for u in $(wildcard services/units/*.service services/units/*.socket); do \
 		sed '/^Exec/s|/usr/local/|$(PREFIX)/|' $$u >$(DESTDIR)$(UNITDIR)/$${u##*/} && chmod 644 $(DESTDIR)$(UNITDIR)/$${u##*/} || exit 1; \
 	done
+	install -m 644 services/units/sysusers-kiln.conf $(DESTDIR)$(SYSUSERSDIR)/kiln.conf
 	$(if $(wildcard docs/man/*.1),install -m 644 $(wildcard docs/man/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/)
 	$(if $(wildcard docs/man/*.8),install -m 644 $(wildcard docs/man/*.8) $(DESTDIR)$(PREFIX)/share/man/man8/)
 	$(if $(wildcard slurm/scripts/*),install -m 755 $(wildcard slurm/scripts/*) $(DESTDIR)$(PREFIX)/libexec/kiln/)

@@ -13,7 +13,10 @@
  * it when the buffer is empty, and producers resume it under it, so a
  * resume can never overtake the suspend it answers. */
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <microhttpd.h>
+#include <pwd.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -25,7 +28,9 @@
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <systemd/sd-daemon.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kiln/http.h"
 #include "kiln/list.h"
@@ -1185,24 +1190,107 @@ static int parse_address(const char *address, uint16_t port, struct sockaddr_sto
 	return -EINVAL;
 }
 
+int kiln_http_listen(const char *address, uint16_t port)
+{
+	struct sockaddr_storage ss;
+	bool v6;
+	int r = parse_address(address ?: "0.0.0.0", port, &ss, &v6);
+	if (r < 0)
+		return r;
+	int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	int one = 1;
+	(void) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	/* "::" serves IPv6 only: 0.0.0.0 is its own address, as in MHD */
+	if (v6)
+		(void) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	socklen_t len = v6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+	/* a backlog as MHD's own (SOMAXCONN): bursts of clients wait in the
+	 * kernel while the workers accept */
+	if (bind(fd, (struct sockaddr *) &ss, len) < 0 || listen(fd, SOMAXCONN) < 0) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+/* A listening TCP stream socket (IPv4 or IPv6), and its port. */
+static int check_listen_fd(int fd, uint16_t *port)
+{
+	int v = 0;
+	socklen_t l = sizeof(v);
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &l) < 0)
+		return -errno;
+	if (v != SOCK_STREAM)
+		return -ENOTSOCK;
+	l = sizeof(v);
+	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &l) < 0 || !v)
+		return -ENOTSOCK;
+	struct sockaddr_storage ss;
+	l = sizeof(ss);
+	if (getsockname(fd, (struct sockaddr *) &ss, &l) < 0)
+		return -errno;
+	if (ss.ss_family == AF_INET)
+		*port = ntohs(((struct sockaddr_in *) &ss)->sin_port);
+	else if (ss.ss_family == AF_INET6)
+		*port = ntohs(((struct sockaddr_in6 *) &ss)->sin6_port);
+	else
+		return -ENOTSOCK;
+	return 0;
+}
+
+int kiln_http_activation_fd(void)
+{
+	int n = sd_listen_fds(1);
+	if (n <= 0)
+		return 0; /* not socket-activated (or the variables were not for us) */
+	if (n > 1)
+		return -EINVAL;
+	int fd = SD_LISTEN_FDS_START;
+	if (sd_is_socket_inet(fd, 0, SOCK_STREAM, 1, 0) <= 0)
+		return -EINVAL;
+	(void) fcntl(fd, F_SETFD, FD_CLOEXEC);
+	return fd;
+}
+
 int kiln_http_server_start(const kiln_http_config *cfg, kiln_http_server **ret)
 {
 	assert_return(cfg && ret, -EINVAL);
 	assert_return(cfg->routes && cfg->n_routes > 0 && cfg->n_routes <= KILN_HTTP_ROUTES_MAX,
 		      -EINVAL);
+	int fd = kiln_http_listen(cfg->address, cfg->port);
+	if (fd < 0)
+		return fd;
+	return kiln_http_server_start_fd(cfg, fd, ret);
+}
+
+int kiln_http_server_start_fd(const kiln_http_config *cfg, int fd, kiln_http_server **ret)
+{
+	if (!cfg || !ret || fd < 0 || !cfg->routes || cfg->n_routes == 0 ||
+	    cfg->n_routes > KILN_HTTP_ROUTES_MAX) {
+		if (fd >= 0)
+			close(fd);
+		return -EINVAL;
+	}
 	for (size_t i = 0; i < cfg->n_routes; i++)
-		assert_return(cfg->routes[i].method && cfg->routes[i].path &&
-				      cfg->routes[i].handler,
-			      -EINVAL);
-	struct sockaddr_storage ss;
-	bool v6;
-	int q = parse_address(cfg->address ?: "0.0.0.0", cfg->port, &ss, &v6);
-	if (q < 0)
+		if (!cfg->routes[i].method || !cfg->routes[i].path || !cfg->routes[i].handler) {
+			close(fd);
+			return -EINVAL;
+		}
+	uint16_t bound_port = 0;
+	int q = check_listen_fd(fd, &bound_port);
+	if (q < 0) {
+		close(fd);
 		return q;
+	}
 
 	kiln_http_server *srv = calloc(1, sizeof(*srv));
-	if (!srv)
+	if (!srv) {
+		close(fd);
 		return -ENOMEM;
+	}
 	srv->cfg = *cfg;
 	srv->cfg.address = NULL; /* not kept */
 	/* a limit left 0: its default */
@@ -1220,6 +1308,7 @@ int kiln_http_server_start(const kiln_http_config *cfg, kiln_http_server **ret)
 	srv->wake_fd = -1;
 	srv->routes = calloc(cfg->n_routes, sizeof(*srv->routes));
 	if (!srv->routes) {
+		close(fd);
 		kiln_http_server_free(srv);
 		return -ENOMEM;
 	}
@@ -1229,21 +1318,34 @@ int kiln_http_server_start(const kiln_http_config *cfg, kiln_http_server **ret)
 	srv->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (srv->wake_fd < 0) {
 		q = -errno;
+		close(fd);
 		kiln_http_server_free(srv);
 		return q;
 	}
 	q = -pthread_create(&srv->watcher, NULL, watcher_main, srv);
 	if (q < 0) {
+		close(fd);
 		kiln_http_server_free(srv);
 		return q;
 	}
 	srv->watcher_started = true;
 
+	/* MHD serves on the socket bound here or by systemd
+	 * (MHD_OPTION_LISTEN_SOCKET) and closes it when it stops; the port
+	 * argument is then unused.  It gets a duplicate: whether a failed
+	 * MHD_start_daemon() closed the socket it was given is not part of
+	 * its contract, so ours is closed here either way (at worst MHD's
+	 * copy stays open after a failed start). */
+	int mfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	q = mfd < 0 ? -errno : 0;
+	close(fd);
+	if (q < 0) {
+		kiln_http_server_free(srv);
+		return q;
+	}
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
-	if (v6)
-		flags |= MHD_USE_IPv6;
 	srv->mhd = MHD_start_daemon(
-		flags, cfg->port, on_accept, srv, on_request, srv, MHD_OPTION_SOCK_ADDR, &ss,
+		flags, bound_port, on_accept, srv, on_request, srv, MHD_OPTION_LISTEN_SOCKET, mfd,
 		MHD_OPTION_THREAD_POOL_SIZE, srv->cfg.threads, MHD_OPTION_CONNECTION_LIMIT,
 		srv->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, srv->cfg.idle_timeout_s,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, srv->cfg.conn_memory_bytes,
@@ -1252,11 +1354,115 @@ int kiln_http_server_start(const kiln_http_config *cfg, kiln_http_server **ret)
 		unescape, NULL, MHD_OPTION_END);
 	if (!srv->mhd) {
 		kiln_http_server_free(srv);
-		return -EADDRINUSE;
+		return -ENOMEM;
 	}
-	const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_BIND_PORT);
-	srv->port = di ? di->port : cfg->port;
+	srv->port = bound_port;
 	*ret = srv;
+	return 0;
+}
+
+/* ---- who holds a port ---- */
+
+/* The inode and owner of the socket listening on port in one of
+ * /proc/net/tcp{,6}'s tables ("sl local rem st ... uid timeout inode"). */
+static int listen_socket_of(const char *table, uint16_t port, unsigned long *inode, uid_t *uid)
+{
+	FILE *f = fopen(table, "re");
+	if (!f)
+		return -errno;
+	char line[512];
+	int r = -ENOENT;
+	(void) !fgets(line, sizeof(line), f); /* the header */
+	while (fgets(line, sizeof(line), f)) {
+		char local[64];
+		unsigned st, u;
+		unsigned long ino;
+		if (sscanf(line, " %*d: %63s %*s %x %*s %*s %*s %u %*d %lu", local, &st, &u, &ino) !=
+		    4)
+			continue;
+		const char *colon = strrchr(local, ':');
+		if (st != 0x0A /* TCP_LISTEN */ || !colon || strtoul(colon + 1, NULL, 16) != port)
+			continue;
+		*inode = ino;
+		*uid = (uid_t) u;
+		r = 0;
+		break;
+	}
+	fclose(f);
+	return r;
+}
+
+/* The process with an fd on socket:[inode], where /proc lets us look. */
+static pid_t process_of_socket(unsigned long inode, char *comm, size_t len)
+{
+	DIR *proc = opendir("/proc");
+	if (!proc)
+		return 0;
+	char want[64];
+	snprintf(want, sizeof(want), "socket:[%lu]", inode);
+	pid_t found = 0;
+	struct dirent *de;
+	while (!found && (de = readdir(proc))) {
+		char *end;
+		long pid = strtol(de->d_name, &end, 10);
+		if (*end || pid <= 0)
+			continue;
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/%ld/fd", pid);
+		DIR *fds = opendir(path);
+		if (!fds)
+			continue; /* another user's, without CAP_SYS_PTRACE */
+		struct dirent *fe;
+		while ((fe = readdir(fds))) {
+			char link[300], target[64];
+			snprintf(link, sizeof(link), "/proc/%ld/fd/%s", pid, fe->d_name);
+			ssize_t n = readlink(link, target, sizeof(target) - 1);
+			if (n > 0 && (target[n] = 0, streq(target, want))) {
+				found = (pid_t) pid;
+				break;
+			}
+		}
+		closedir(fds);
+	}
+	closedir(proc);
+	comm[0] = 0;
+	if (found) {
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/%d/comm", (int) found);
+		FILE *f = fopen(path, "re");
+		if (f) {
+			if (fgets(comm, (int) len, f))
+				comm[strcspn(comm, "\n")] = 0;
+			fclose(f);
+		}
+	}
+	return found;
+}
+
+int kiln_http_port_holder(uint16_t port, char *buf, size_t len)
+{
+	assert_return(buf && len > 0, -EINVAL);
+	unsigned long inode = 0;
+	uid_t uid = 0;
+	if (listen_socket_of("/proc/self/net/tcp", port, &inode, &uid) < 0 &&
+	    listen_socket_of("/proc/self/net/tcp6", port, &inode, &uid) < 0) {
+		snprintf(buf, len, "an unknown process");
+		return -ENOENT;
+	}
+	char name[64];
+	struct passwd pw, *pwp = NULL;
+	char pwbuf[1024];
+	if (getpwuid_r(uid, &pw, pwbuf, sizeof(pwbuf), &pwp) == 0 && pwp)
+		snprintf(name, sizeof(name), "%s", pwp->pw_name);
+	else
+		snprintf(name, sizeof(name), "an unknown user");
+	char comm[32];
+	pid_t pid = inode ? process_of_socket(inode, comm, sizeof(comm)) : 0;
+	if (pid)
+		snprintf(buf, len, "user %s (uid %u), pid %d (%s)", name, (unsigned) uid,
+			 (int) pid, comm[0] ? comm : "?");
+	else
+		snprintf(buf, len, "user %s (uid %u)", name, (unsigned) uid);
 	return 0;
 }
 

@@ -195,7 +195,7 @@ HOOKS=(
 	--customize-hook='rm -f "$1/etc/munge/munge.key"'
 	# slurmd and munge need their log/spool dirs on a RAM root too
 	--customize-hook='mkdir -p "$1/var/log/slurm" "$1/var/spool/slurmd" && chroot "$1" chown slurm:slurm /var/log/slurm'
-	--customize-hook='chroot "$1" systemctl enable systemd-networkd.service systemd-networkd-wait-online.service kiln-node-init.service munge.service slurmd.service kiln-healthd.service'
+	--customize-hook='chroot "$1" systemd-sysusers && chroot "$1" systemctl enable systemd-networkd.service systemd-networkd-wait-online.service kiln-node-init.service munge.service slurmd.service kiln-healthd.socket kiln-healthd.service'
 	# the journal's receiving end runs on the head; the sending end only where
 	# kiln-node-init starts it (logging.forward), with the head's URL
 	--customize-hook='chroot "$1" systemctl disable systemd-journal-remote.socket systemd-journal-remote.service systemd-journal-upload.service 2>/dev/null || true'

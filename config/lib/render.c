@@ -907,6 +907,45 @@ static int render_alerts(const kiln_cfg *c, const char *node, kiln_strbuf *b)
 	return 0;
 }
 
+/* ---- systemd socket drop-ins -------------------------------------------- */
+
+/* kiln-healthd.socket and kiln-inferd.socket bind their ports at boot, before
+ * any user can (services/units/); the address comes from the cluster file,
+ * so kiln-node-init installs these as /etc/systemd/system/UNIT.d/kiln.conf.
+ * ListenStream= is reset first (the unit's own default is dropped), an IPv6
+ * literal gets its brackets, and a port 0 (no HTTP server) turns the socket
+ * off by a condition no path meets, so the service starts without one. */
+static void socket_dropin(kiln_strbuf *b, const kiln_cfg *c, const char *unit, const char *keys,
+			  const char *address, int port)
+{
+	header(b, c, "#", NULL);
+	kiln_strbuf_printf(b, "# %s: %s\n", unit, keys);
+	if (port == 0) {
+		kiln_strbuf_printf(b, "[Unit]\n# port 0: no HTTP server, so no socket\n"
+				      "ConditionPathExists=/run/kiln-port-0-means-no-socket\n");
+		return;
+	}
+	bool v6 = strchr(address, ':');
+	kiln_strbuf_printf(b, "[Socket]\nListenStream=\nListenStream=%s%s%s:%d\n", v6 ? "[" : "",
+			   address, v6 ? "]" : "", port);
+	if (v6)
+		kiln_strbuf_append(b, "BindIPv6Only=ipv6-only\n");
+}
+
+static int render_healthd_socket(const kiln_cfg *c, const char *node, kiln_strbuf *b)
+{
+	socket_dropin(b, c, "kiln-healthd.socket", "health.metrics_address:health.metrics_port",
+		      c->health.metrics_address, c->health.metrics_port);
+	return 0;
+}
+
+static int render_inferd_socket(const kiln_cfg *c, const char *node, kiln_strbuf *b)
+{
+	socket_dropin(b, c, "kiln-inferd.socket", "inference.address:inference.port",
+		      c->inference.address, c->inference.port);
+	return 0;
+}
+
 /* ---- users, groups and shared storage ------------------------------------ */
 
 /* sysusers.d(5): the cluster's groups and users with fixed ids, applied by
@@ -1031,6 +1070,10 @@ const kiln_cfg_render_target kiln_cfg_render_targets[] = {
 	{ "hosts", "an /etc/hosts for the cluster", 0644, KILN_CFG_RENDER_BOOT, render_hosts },
 	{ "node-env", "KEY=VALUE identity and services of one node (needs --node)", 0644,
 	  KILN_CFG_RENDER_PER_NODE, render_node_env },
+	{ "kiln-healthd.socket.conf", "kiln-healthd.socket's drop-in: the /metrics address", 0644,
+	  0, render_healthd_socket },
+	{ "kiln-inferd.socket.conf", "kiln-inferd.socket's drop-in: the inference address", 0644, 0,
+	  render_inferd_socket },
 	{ "image-env", "the image section as KILN_IMAGE_* shell variables", 0644, 0,
 	  render_image_env },
 	{ "prometheus.yml", "Prometheus scrape configuration (kiln-healthd, kiln-inferd)", 0644,

@@ -382,12 +382,25 @@ static int poll_all(manager *m)
 
 /* /metrics, /health and / on the common HTTP glue (kiln/http.h): it
  * answers 404/405 (with Allow) in OpenAI's error shape and HEAD like GET. */
+/* The port is bound before NVML is opened (start_http() comes first, so
+ * no user can take it while nvmlInit is slow); until the first poll has
+ * published, /metrics and /health answer 503 "starting". */
+static int http_starting(kiln_http_request *r)
+{
+	static const char msg[] = "kiln-healthd is starting: no GPU poll has finished yet\n";
+	(void) kiln_http_set_header(r, "Retry-After", "5");
+	return kiln_http_reply_text(r, 503, "text/plain; charset=utf-8", msg, sizeof(msg) - 1);
+}
+
 static int http_metrics(kiln_http_request *r, void *userdata)
 {
 	manager *m = userdata;
 	pthread_mutex_lock(&m->lock);
-	_cleanup_free_ char *body = strdup(m->metrics ?: "");
+	_cleanup_free_ char *body = m->metrics ? strdup(m->metrics) : NULL;
+	bool published = m->metrics;
 	pthread_mutex_unlock(&m->lock);
+	if (!published)
+		return http_starting(r);
 	if (!body)
 		return -ENOMEM;
 	return kiln_http_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", body,
@@ -400,8 +413,12 @@ static int http_health(kiln_http_request *r, void *userdata)
 	_cleanup_strbuf_ kiln_strbuf b;
 	kiln_strbuf_init(&b);
 	pthread_mutex_lock(&m->lock);
-	hd_json_render(&m->node, m->host, &b);
+	bool published = m->metrics;
+	if (published)
+		hd_json_render(&m->node, m->host, &b);
 	pthread_mutex_unlock(&m->lock);
+	if (!published)
+		return http_starting(r);
 	if (kiln_strbuf_error(&b) < 0)
 		return -ENOMEM;
 	return kiln_http_reply_text(r, 200, "application/json", b.s ?: "", b.len);
@@ -424,17 +441,50 @@ static int http_root(kiln_http_request *r, void *userdata)
 _Static_assert(HD_HTTP_CONNECTIONS_PER_IP * 4 <= HD_HTTP_CONNECTIONS_MAX,
 	       "one client address must leave most slots to the others");
 
+/* The HTTP server on the socket systemd passed (kiln-healthd.socket, bound
+ * at boot before any user can run anything), else on
+ * health.metrics_address:port bound here.  A taken port is fatal at once,
+ * naming who holds it: a squatter's fake /metrics must not stand in for
+ * this node's GPUs. */
 static int start_http(manager *m)
 {
 	int port = arg_metrics_port >= 0 ? arg_metrics_port : m->s.metrics_port;
-	if (port == 0)
-		return 0;
-	struct in_addr a;
-	if (inet_pton(AF_INET, m->s.metrics_address, &a) != 1) {
-		log_error(
-			"health.metrics_address '%s' is not an IPv4 address; fix the cluster file.",
-			m->s.metrics_address);
+	int fd = kiln_http_activation_fd();
+	if (fd < 0) {
+		log_error("kiln-healthd was socket-activated with more than one socket, or one "
+			  "that is not a listening TCP socket: kiln-healthd.socket needs exactly "
+			  "one ListenStream=ADDRESS:PORT");
 		return -EINVAL;
+	}
+	if (fd == 0 && port == 0)
+		return 0;
+	bool passed = fd > 0;
+	if (passed)
+		log_info("Serving /metrics on the socket systemd passed (kiln-healthd.socket); "
+			 "health.metrics_address and metrics_port are not used");
+	else {
+		struct in_addr a;
+		if (inet_pton(AF_INET, m->s.metrics_address, &a) != 1) {
+			log_error("health.metrics_address '%s' is not an IPv4 address; fix the "
+				  "cluster file.",
+				  m->s.metrics_address);
+			return -EINVAL;
+		}
+		fd = kiln_http_listen(m->s.metrics_address, (uint16_t) port);
+		if (fd == -EADDRINUSE) {
+			char who[160];
+			(void) kiln_http_port_holder((uint16_t) port, who, sizeof(who));
+			log_error("Port %d (%s) for /metrics is already in use, held by %s; "
+				  "kiln-healthd does not share its port (Prometheus would scrape "
+				  "whoever holds it).  Stop that process (ss -ltnp 'sport = :%d' "
+				  "shows it), or set health.metrics_port; on a node, "
+				  "kiln-healthd.socket binds the port at boot, before any user can",
+				  port, m->s.metrics_address, who, port);
+			return fd;
+		}
+		if (fd < 0)
+			return log_error_errno(fd, "Failed to listen on %s:%d for /metrics: %m",
+					       m->s.metrics_address, port);
 	}
 	const kiln_http_route routes[] = {
 		{ "GET", "/metrics", false, http_metrics, m },
@@ -442,8 +492,6 @@ static int start_http(manager *m)
 		{ "GET", "/", false, http_root, m },
 	};
 	kiln_http_config cfg = {
-		.address = m->s.metrics_address,
-		.port = (uint16_t) port,
 		.threads = 1, /* a scrape every few seconds */
 		.max_connections = HD_HTTP_CONNECTIONS_MAX,
 		.max_connections_per_client = HD_HTTP_CONNECTIONS_PER_IP,
@@ -452,13 +500,19 @@ static int start_http(manager *m)
 		.routes = routes,
 		.n_routes = ARRAY_SIZE(routes),
 	};
-	int r = kiln_http_server_start(&cfg, &m->http);
+	int r = kiln_http_server_start_fd(&cfg, fd, &m->http);
 	if (r < 0)
-		return log_error_errno(
-			r,
-			"Failed to listen on %s:%d for /metrics (in use? set health.metrics_port)",
-			m->s.metrics_address, port);
-	log_info("Serving /metrics on %s:%d", m->s.metrics_address, port);
+		return log_error_errno(r, "Failed to start the /metrics server: %m");
+	unsigned bound = kiln_http_server_port(m->http);
+	if (passed && port && bound != (unsigned) port)
+		log_warning("kiln-healthd.socket listens on port %u but health.metrics_port is %d: "
+			    "Prometheus, following the cluster file, misses this node; render the "
+			    "socket's drop-in (kiln render kiln-healthd.socket.conf -o "
+			    "/etc/systemd/system/kiln-healthd.socket.d/kiln.conf), daemon-reload and "
+			    "restart kiln-healthd.socket",
+			    bound, port);
+	log_info("Serving /metrics on %s:%u", passed ? "the passed socket" : m->s.metrics_address,
+		 bound);
 	return 0;
 }
 
@@ -633,6 +687,10 @@ static int run_daemon(manager *m)
 	if ((r = event_setup(m)) < 0 || (r = watchdog_setup(m)) < 0)
 		return r;
 
+	/* the port before NVML: nvmlInit can take seconds (health.nvml_timeout) */
+	if ((r = start_http(m)) < 0)
+		return r;
+
 	r = open_nvml(m);
 	if (r < 0) {
 		log_full(m->s.expected_gpus > 0 ? LOG_ERR : LOG_WARNING,
@@ -643,8 +701,6 @@ static int run_daemon(manager *m)
 	} else if (hd_nvml_start_events(m->nvml, on_xid, m) < 0)
 		log_warning("NVML event API unavailable: XIDs are not watched");
 
-	if (start_http(m) < 0)
-		return -EADDRINUSE;
 	if (m->s.drain) {
 		char where[320];
 		r = hd_slurm_start(m->host, &m->slurm, NULL);

@@ -50,11 +50,15 @@
  * orderly stop).  There this handler passes it on to the main thread, where
  * it stays pending for the signalfd. */
 static pthread_t main_thread;
+/* While the models load, the thread that takes the stop signals then
+ * (load_signal_main) instead of the main thread. */
+static pthread_t load_thread;
+static atomic_bool load_watch;
 
 static void forward_signal(int sig)
 {
 	int saved = errno;
-	(void) pthread_kill(main_thread, sig);
+	(void) pthread_kill(atomic_load(&load_watch) ? load_thread : main_thread, sig);
 	errno = saved;
 }
 
@@ -192,6 +196,100 @@ void inferd_on_engine_tick(void *userdata)
 	atomic_store(&a->last_tick, kiln_now_usec());
 }
 
+/* ---- a stop while the models load ------------------------------------------ */
+
+/* SIGTERM/SIGINT stay blocked for the event loop's signalfd, which only
+ * runs once the models are in; a load takes minutes on a big model, and
+ * `systemctl stop` must not wait for it (nor for TimeoutStopSec and a
+ * SIGKILL).  This thread takes them while the models load: nothing is in
+ * flight yet, so stopping is exiting.  Cancelled once the load is done
+ * (sigwaitinfo is a cancellation point); later signals reach the signalfd. */
+static void *load_signal_main(void *u)
+{
+	sigset_t ss;
+	sigemptyset(&ss);
+	sigaddset(&ss, SIGTERM);
+	sigaddset(&ss, SIGINT);
+	for (;;) {
+		siginfo_t si;
+		int sig = sigwaitinfo(&ss, &si);
+		if (sig < 0)
+			continue;
+		log_info("Got %s while loading the models: stopping (nothing was served yet)",
+			 strsignal(sig));
+		_exit(KILN_EXIT_OK);
+	}
+	return NULL;
+}
+
+/* ---- the port ------------------------------------------------------------ */
+
+/* The HTTP server on the socket systemd passed (kiln-inferd.socket, bound
+ * at boot before any user can run anything) or, started by hand, on
+ * --listen:--port bound here.  A taken port is fatal at once, before any
+ * model is loaded, naming who holds it.  0 or an exit status. */
+static int listen_port(kiln_http_server **ret)
+{
+	int fd = kiln_http_activation_fd();
+	if (fd < 0) {
+		log_error("kiln-inferd was socket-activated with more than one socket, or one that "
+			  "is not a listening TCP socket: kiln-inferd.socket needs exactly one "
+			  "ListenStream=ADDRESS:PORT");
+		return KILN_EXIT_USAGE;
+	}
+	bool fd_passed = fd > 0;
+	if (fd_passed)
+		log_info("Serving on the socket systemd passed (kiln-inferd.socket); --listen and "
+			 "--port are not used");
+	else {
+		fd = kiln_http_listen(inferd_arg.listen, (uint16_t) inferd_arg.port);
+		if (fd == -EADDRINUSE) {
+			char who[160];
+			(void) kiln_http_port_holder((uint16_t) inferd_arg.port, who, sizeof(who));
+			log_error("Port %d (%s) is already in use, held by %s; kiln-inferd does not "
+				  "share its port (clients would send their API keys to whoever "
+				  "holds it) and stops before loading any model.  Stop that "
+				  "process (ss -ltnp 'sport = :%d' shows it), or set "
+				  "inference.port; on a node, kiln-inferd.socket binds the port at "
+				  "boot, before any user can",
+				  inferd_arg.port, inferd_arg.listen, who, inferd_arg.port);
+			return KILN_EXIT_FAILURE;
+		}
+		if (fd < 0) {
+			log_error_errno(fd, "Failed to listen on %s:%d: %m", inferd_arg.listen,
+					inferd_arg.port);
+			return KILN_EXIT_FAILURE;
+		}
+	}
+	kiln_http_config hc = { .threads = (unsigned) inferd_arg.threads,
+				.max_connections = (unsigned) inferd_arg.max_conns,
+				.max_connections_per_client = (unsigned) inferd_arg.per_client,
+				.idle_timeout_s = (unsigned) inferd_arg.idle_timeout,
+				.max_body_bytes = (size_t) inferd_arg.max_body,
+				.stream_shutdown_bytes = inferd_sse_shutdown,
+				.access_log = inferd_on_access,
+				.routes = inferd_routes,
+				.n_routes = inferd_n_routes };
+	int r = kiln_http_server_start_fd(&hc, fd, ret);
+	if (r < 0) {
+		log_error_errno(r, "Failed to start the HTTP server on %s:%d: %m", inferd_arg.listen,
+				inferd_arg.port);
+		return KILN_EXIT_FAILURE;
+	}
+	unsigned bound = kiln_http_server_port(*ret);
+	if (fd_passed && inferd_arg.port && bound != (unsigned) inferd_arg.port)
+		log_warning("kiln-inferd.socket listens on port %u but inference.port is %d: "
+			    "clients following the cluster file miss this server; render the "
+			    "socket's drop-in (kiln render kiln-inferd.socket.conf -o "
+			    "/etc/systemd/system/kiln-inferd.socket.d/kiln.conf), daemon-reload and "
+			    "restart kiln-inferd.socket",
+			    bound, inferd_arg.port);
+	log_info("Listening on port %u; loading the models (requests get 503 loading until "
+		 "then)",
+		 bound);
+	return 0;
+}
+
 static int run(int argc, char **argv)
 {
 	/* Before any thread of ours starts: they inherit the mask. */
@@ -217,33 +315,33 @@ static int run(int argc, char **argv)
 		inferd_keys_free();
 		return r;
 	}
-	r = inferd_models_load(&d);
+
+	/* The port first, the models after: loading a big model takes
+	 * minutes, and a port left free that long is one any user on the node
+	 * can bind and then collect the clients' keys on.  Until the models
+	 * are in, every route answers 503 "loading" (inferd_loaded). */
+	kiln_http_server *srv = NULL;
+	r = listen_port(&srv);
 	if (r != 0) {
+		inferd_keys_free();
+		return r;
+	}
+	(void) sd_notify(0, "STATUS=Loading the models (the port answers 503 loading)");
+	bool watching = pthread_create(&load_thread, NULL, load_signal_main, NULL) == 0;
+	atomic_store(&load_watch, watching);
+	r = inferd_models_load(&d);
+	if (watching) {
+		atomic_store(&load_watch, false);
+		pthread_cancel(load_thread);
+		pthread_join(load_thread, NULL);
+	}
+	if (r != 0) {
+		kiln_http_server_free(srv);
 		inferd_keys_free();
 		inferd_models_free();
 		return r;
 	}
-
-	kiln_http_config hc = { .address = inferd_arg.listen,
-				.port = (uint16_t) inferd_arg.port,
-				.threads = (unsigned) inferd_arg.threads,
-				.max_connections = (unsigned) inferd_arg.max_conns,
-				.max_connections_per_client = (unsigned) inferd_arg.per_client,
-				.idle_timeout_s = (unsigned) inferd_arg.idle_timeout,
-				.max_body_bytes = (size_t) inferd_arg.max_body,
-				.stream_shutdown_bytes = inferd_sse_shutdown,
-				.access_log = inferd_on_access,
-				.routes = inferd_routes,
-				.n_routes = inferd_n_routes };
-	kiln_http_server *srv = NULL;
-	r = kiln_http_server_start(&hc, &srv);
-	if (r < 0) {
-		log_error_errno(r, "Failed to listen on %s:%d: %m", inferd_arg.listen,
-				inferd_arg.port);
-		inferd_models_free();
-		inferd_keys_free();
-		return KILN_EXIT_FAILURE;
-	}
+	atomic_store(&inferd_loaded, true);
 	_cleanup_strbuf_ kiln_strbuf what;
 	kiln_strbuf_init(&what);
 	inferd_models_describe(&what, kiln_http_server_port(srv));

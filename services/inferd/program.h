@@ -103,6 +103,10 @@ extern inferd_served_models inferd_served;
  * while those in flight finish (drain_step()). */
 extern atomic_bool inferd_draining;
 
+/* Set by run() once every model is loaded; until then the server, already
+ * listening, answers 503 loading (routes.c). */
+extern atomic_bool inferd_loaded;
+
 typedef struct daemon_state {
 	uint64_t drain_deadline; /* CLOCK_MONOTONIC usec; 0: not draining */
 	uint64_t watchdog_usec;	 /* systemd's WatchdogSec; 0: off */

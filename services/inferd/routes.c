@@ -1,7 +1,8 @@
 /* routes.c — kiln-inferd's HTTP handlers: POST /v1/completions and
  * /v1/chat/completions (to the model the body names, 503 while draining),
- * GET /v1/models[/ID], /metrics (the engines', HTTP statuses) and /health,
- * and the access hook that counts statuses.
+ * GET /v1/models[/ID], /metrics (the engines', HTTP statuses) and /health
+ * (503 "loading" until the models are in; every other route then answers
+ * 503 model_loading), and the access hook that counts statuses.
  *
  * It exists apart from main.c so the endpoints a client sees are one
  * table in one file (docs/where-to-change.md: a new endpoint is a handler
@@ -31,6 +32,25 @@
 #include "kiln/strbuf.h"
 
 atomic_bool inferd_draining;
+atomic_bool inferd_loaded;
+
+/* What a client refused while the models load is told to wait. */
+#define LOADING_RETRY_AFTER_S 5
+
+/* Before the models are in, the port is already bound (main.c binds
+ * first, so no one else can take it): every route but /health answers
+ * 503 loading. */
+static int reply_loading(kiln_http_request *r)
+{
+	return kiln_http_reply_retry(r, 503, LOADING_RETRY_AFTER_S, "model_loading",
+				     "kiln-inferd is loading its models; retry in %d s",
+				     LOADING_RETRY_AFTER_S);
+}
+#define REFUSE_WHILE_LOADING(r)                   \
+	do {                                      \
+		if (!atomic_load(&inferd_loaded)) \
+			return reply_loading(r);  \
+	} while (0)
 
 /* What a client refused during the drain is told to wait: about what a
  * restart under systemd takes (RestartSec plus loading a model). */
@@ -57,6 +77,7 @@ static int reply_no_model(kiln_http_request *r, const char *id)
 static int on_request(kiln_http_request *r, void *u, bool chat)
 {
 	AUTHORIZE(r);
+	REFUSE_WHILE_LOADING(r);
 	if (atomic_load(&inferd_draining))
 		return kiln_http_reply_retry(r, 503, DRAIN_RETRY_AFTER_S, "server_shutting_down",
 					     "kiln-inferd is shutting down and takes no new "
@@ -98,6 +119,7 @@ static int on_chat(kiln_http_request *r, void *u)
 static int on_models(kiln_http_request *r, void *u)
 {
 	AUTHORIZE(r);
+	REFUSE_WHILE_LOADING(r);
 	_cleanup_json_ json_t *data = json_array();
 	for (int i = 0; data && i < inferd_served.n; i++) {
 		const inferd_app *a = &inferd_served.apps[i];
@@ -116,6 +138,7 @@ static int on_models(kiln_http_request *r, void *u)
 static int on_model(kiln_http_request *r, void *u)
 {
 	AUTHORIZE(r);
+	REFUSE_WHILE_LOADING(r);
 	const char *id = kiln_http_request_path(r) + strlen("/v1/models/");
 	const inferd_app *a = find_app(id);
 	if (!a)
@@ -141,6 +164,7 @@ static int on_metrics(kiln_http_request *r, void *u)
 {
 	if (inferd_arg.metrics_auth)
 		AUTHORIZE(r);
+	REFUSE_WHILE_LOADING(r);
 	_cleanup_strbuf_ kiln_strbuf b;
 	kiln_strbuf_init(&b);
 	kiln_metrics m;
@@ -168,8 +192,14 @@ static int on_metrics(kiln_http_request *r, void *u)
 	return kiln_http_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.s, b.len);
 }
 
+/* 200 "ok" once the models are loaded; 503 "loading" (Retry-After) before,
+ * so a load balancer or `systemctl` health probe waits for the model. */
 static int on_health(kiln_http_request *r, void *u)
 {
+	if (!atomic_load(&inferd_loaded)) {
+		(void) kiln_http_set_header(r, "Retry-After", "5");
+		return kiln_http_reply_text(r, 503, "text/plain; charset=utf-8", "loading\n", 8);
+	}
 	return kiln_http_reply_text(r, 200, "text/plain; charset=utf-8", "ok\n", 3);
 }
 

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -26,6 +27,7 @@
 #include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -588,6 +590,100 @@ static void test_curl(void **state)
 	assert_string_equal(out, "{\"name\":\"c\"}");
 }
 
+/* A socket bound before the server starts (bind-before-load) serves; while
+ * it is held nobody else binds the port, and kiln_http_port_holder() names
+ * this process as the holder. */
+static void test_listen_fd(void **state)
+{
+	int fd = kiln_http_listen("127.0.0.1", 0);
+	assert_true(fd >= 0);
+	/* bound and listening before any server: a second bind is refused */
+	struct sockaddr_in sa;
+	socklen_t l = sizeof(sa);
+	assert_int_equal(getsockname(fd, (struct sockaddr *) &sa, &l), 0);
+	uint16_t p = ntohs(sa.sin_port);
+	assert_int_equal(kiln_http_listen("127.0.0.1", p), -EADDRINUSE);
+	assert_int_equal(kiln_http_listen("0.0.0.0", p), -EADDRINUSE);
+	char who[160];
+	assert_int_equal(kiln_http_port_holder(p, who, sizeof(who)), 0);
+	char want[64];
+	snprintf(want, sizeof(want), "(uid %u), pid %d", (unsigned) getuid(), (int) getpid());
+	print_message("# port %u held by %s\n", p, who);
+	assert_non_null(strstr(who, want));
+
+	kiln_http_server *s = NULL;
+	kiln_http_config cfg = { .routes = routes, .n_routes = ARRAY_SIZE(routes) };
+	assert_int_equal(kiln_http_server_start_fd(&cfg, fd, &s), 0);
+	assert_int_equal(kiln_http_server_port(s), p);
+	response r;
+	assert_int_equal(request(p, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n", &r), 0);
+	assert_int_equal(r.status, 200);
+	kiln_strbuf_free(&r.body);
+	kiln_http_server_free(s);
+	/* freed: the port is free again, and nobody holds it */
+	assert_int_equal(kiln_http_port_holder(p, who, sizeof(who)), -ENOENT);
+	fd = kiln_http_listen("127.0.0.1", p);
+	assert_true(fd >= 0);
+	close(fd);
+}
+
+/* What start_fd refuses: a socket that does not listen, a datagram socket;
+ * the fd is closed either way. */
+static void test_listen_fd_refused(void **state)
+{
+	kiln_http_server *s = NULL;
+	kiln_http_config cfg = { .routes = routes, .n_routes = ARRAY_SIZE(routes) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(kiln_http_server_start_fd(&cfg, fd, &s), -ENOTSOCK);
+	assert_int_equal(fcntl(fd, F_GETFD), -1); /* closed */
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(kiln_http_server_start_fd(&cfg, fd, &s), -ENOTSOCK);
+	assert_null(s);
+	assert_int_equal(kiln_http_server_start_fd(&cfg, -1, &s), -EINVAL);
+	assert_int_equal(kiln_http_listen("not-an-ip", 0), -EINVAL);
+}
+
+/* systemd's socket activation in a child (it takes fd 3 over): LISTEN_FDS=1
+ * and LISTEN_PID=us with a listening socket at fd 3 -> 3 and the variables
+ * gone; not our pid -> 0; two fds, or a non-listening one -> -EINVAL. */
+static int activation_child(int how)
+{
+	int fd = how == 3 ? socket(AF_INET, SOCK_STREAM, 0) : kiln_http_listen("127.0.0.1", 0);
+	if (fd < 0 || dup2(fd, 3) < 0)
+		return 10;
+	char pid[32];
+	snprintf(pid, sizeof(pid), "%d", how == 1 ? 1 : (int) getpid());
+	setenv("LISTEN_PID", pid, 1);
+	setenv("LISTEN_FDS", how == 2 ? "2" : "1", 1);
+	if (how == 2 && dup2(fd, 4) < 0)
+		return 10;
+	int r = kiln_http_activation_fd();
+	switch (how) {
+	case 0:
+		return r == 3 && !getenv("LISTEN_FDS") && !getenv("LISTEN_PID") ? 0 : 1;
+	case 1:
+		return r == 0 ? 0 : 1;
+	default:
+		return r == -EINVAL ? 0 : 1;
+	}
+}
+
+static void test_activation(void **state)
+{
+	assert_int_equal(kiln_http_activation_fd(), 0); /* not activated */
+	for (int how = 0; how < 4; how++) {
+		pid_t pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0)
+			_exit(activation_child(how));
+		int st;
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		print_message("# activation case %d: exit %d\n", how, WEXITSTATUS(st));
+		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -600,6 +696,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
 		cmocka_unit_test(test_per_client_cap),
+		cmocka_unit_test(test_listen_fd),
+		cmocka_unit_test(test_listen_fd_refused),
+		cmocka_unit_test(test_activation),
 		cmocka_unit_test_setup_teardown(test_stream_bytes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_later, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_later_disconnect, setup, teardown),

@@ -118,6 +118,25 @@ for ex in demo dgx-pod; do
 		fail "$ex.cfg: node-env is valid shell"
 	fi
 
+	# 3b. systemd takes the socket drop-ins over the shipped socket units
+	if command -v systemd-analyze >/dev/null; then
+		rm -rf "$tmp/u"
+		for d in kiln-healthd kiln-inferd; do
+			mkdir -p "$tmp/u/$d.socket.d"
+			cp "services/units/$d.socket" "$tmp/u/"
+			sed "s|^ExecStart=.*|ExecStart=/bin/true|" "services/units/$d.service" >"$tmp/u/$d.service"
+			cp "$tmp/r/$d.socket.conf" "$tmp/u/$d.socket.d/kiln.conf"
+		done
+		if SYSTEMD_UNIT_PATH=$tmp/u: systemd-analyze verify --man=no "$tmp/u/kiln-healthd.socket" \
+			"$tmp/u/kiln-inferd.socket" >"$tmp/out" 2>&1; then
+			ok "$ex.cfg: systemd-analyze verify accepts the socket drop-ins"
+		else
+			fail "$ex.cfg: systemd-analyze verify accepts the socket drop-ins" "$(cat "$tmp/out")"
+		fi
+	else
+		skip "$ex.cfg: systemd-analyze not installed"
+	fi
+
 	# 4. dnsmasq accepts what we render (with a TFTP root that exists)
 	if [ -x /usr/sbin/dnsmasq ]; then
 		mkdir -p "$tmp/tftp"

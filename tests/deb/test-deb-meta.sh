@@ -91,6 +91,16 @@ for u in services/units/*.service; do
 	[ "$(rules_line "$n" | wc -l)" -eq 1 ] || { diag "debian/rules: no (or more than one) dh_installsystemd line names $n.service"; bad=1; }
 done
 check "debian/rules has one dh_installsystemd line per unit" $bad
+bad=0
+for u in services/units/*.socket; do
+	n=${u##*/}; n=${n%.socket}
+	rules_line "$n" | grep -q "[[:space:]]$n\.socket[[:space:]]" ||
+		{ diag "debian/rules: $n.socket is not on $n.service's dh_installsystemd line (the port and its daemon go together)"; bad=1; }
+	[ -f "$W/dest/lib/systemd/system/$n.socket" ] || { diag "make install puts no $n.socket"; bad=1; }
+done
+check "each socket unit is installed and handled with its service" $bad
+ok "the kiln-inferd system user: sysusers.d/kiln.conf installed, dh_installsysusers creates it" \
+	bash -c "grep -qx 'u kiln-inferd - .*' '$W/dest/usr/lib/sysusers.d/kiln.conf' && grep -qx '[[:space:]]dh_installsysusers' '$D/rules'"
 ok "kiln-healthd: enabled and started by the package" \
 	bash -c "rules_line() { grep -E \"^[[:space:]]*dh_installsystemd .*[[:space:]]\$1\\.service\\\$\" '$D/rules'; }
 		l=\$(rules_line kiln-healthd); [[ \$l != *--no-enable* && \$l != *--no-start* ]]"

@@ -269,9 +269,10 @@ unit=$top/services/units/kiln-healthd.service
 if command -v systemd-analyze >/dev/null; then
 	# verify checks ExecStart exists: point it at the build
 	sed "s|^ExecStart=.*|ExecStart=$HEALTHD|" "$unit" >"$W/kiln-healthd.service"
+	cp "${unit%.service}.socket" "$W/kiln-healthd.socket"
 	mkdir -p "$W/man/man8" && ln -s "$top/docs/man/kiln-healthd.8" "$W/man/man8/"
-	if MANPATH=$W/man systemd-analyze verify "$W/kiln-healthd.service" >"$W/verify.txt" 2>&1; then
-		ok "systemd-analyze verify kiln-healthd.service"
+	if MANPATH=$W/man systemd-analyze verify "$W/kiln-healthd.service" "$W/kiln-healthd.socket" >"$W/verify.txt" 2>&1; then
+		ok "systemd-analyze verify kiln-healthd.service kiln-healthd.socket"
 	elif grep -qiE "Failed to (connect|initialize)|System has not been booted|Failed to setup" "$W/verify.txt"; then
 		skip "systemd-analyze cannot run here: $(head -1 "$W/verify.txt")"
 	else

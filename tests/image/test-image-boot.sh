@@ -360,7 +360,12 @@ fi
 if [ "$GPU" = 1 ]; then
 	ok "no failed units but slurmd ($(field failed))" test "$(field failed)" = slurmd.service,
 else
-	ok "no failed units" test -z "$(field failed)"
+	if [ "$GPU" != 1 ]; then
+	ok "kiln-healthd.socket and kiln-inferd.socket active (systemd holds the ports)" test "$(field sockets)" = active,active
+	ok "kiln-inferd runs as the user kiln-inferd (sysusers.d)" test "$(field inferd-user)" = kiln-inferd
+	ok "kiln-healthd runs without capabilities (CapEff 0)" test "$(field healthd-caps)" = 0000000000000000
+fi
+ok "no failed units" test -z "$(field failed)"
 fi
 [ -n "$(field uptime)" ] && diag "boot-to-slurmd: $(field uptime) s of guest uptime (kernel start to probe), $t_probe s from qemu start (TCG)"
 

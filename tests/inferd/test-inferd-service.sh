@@ -202,8 +202,9 @@ if command -v systemd-analyze >/dev/null; then
 	mkdir -p "$W/units" "$W/man/man8"
 	ln -s "$PWD/docs/man/kiln-inferd.8" "$W/man/man8/"
 	sed "s|^ExecStart=.*|ExecStart=$PWD/$BIN|" "$unit" >"$W/units/kiln-inferd.service"
-	if MANPATH=$W/man systemd-analyze verify "$W/units/kiln-inferd.service" >"$W/verify.txt" 2>&1; then
-		ok "systemd-analyze verify kiln-inferd.service" true
+	cp "${unit%.service}.socket" "$W/units/kiln-inferd.socket"
+	if MANPATH=$W/man systemd-analyze verify "$W/units/kiln-inferd.service" "$W/units/kiln-inferd.socket" >"$W/verify.txt" 2>&1; then
+		ok "systemd-analyze verify kiln-inferd.service kiln-inferd.socket" true
 	elif grep -qiE "Failed to (connect|initialize)|System has not been booted|Failed to setup" "$W/verify.txt"; then
 		skip "systemd-analyze cannot run here: $(head -1 "$W/verify.txt")"
 	else

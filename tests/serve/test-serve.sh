@@ -167,6 +167,7 @@ mkdir -p "$R/etc/kiln"
 cp "$D/head.pub" "$R/etc/kiln/" # the image's public key: the served cluster.cfg is signed
 printf 'root:x:0:0::/root:/bin/sh\nmunge:x:4242:4343::/nonexistent:/usr/sbin/nologin\n' >"$R/etc/passwd"
 printf 'root:*:19000:0:99999:7:::\nmunge:!:19000::::::\n' >"$R/etc/shadow" && chmod 640 "$R/etc/shadow"
+printf 'root:x:0:\nkiln-inferd:x:995:\n' >"$R/etc/group" # sysusers.d/kiln.conf's group
 printf 'kiln.node=n2 kiln.url=%s\n' "$SERVE_URL" >"$W/cmdline"
 "$INIT" --root "$R" --cmdline "$W/cmdline" --kiln "$KILN" --attempts 2 --delay 0 >"$W/init.out" 2>"$W/init.err"
 rc=$?
@@ -175,8 +176,8 @@ ok "  ... the munge key from kiln serve, munge's (4242:4343), 0400" bash -c \
 	"cmp -s '$R/etc/munge/munge.key' '$D/munge.key' && [ \"\$(stat -c '%u:%g %a' '$R/etc/munge/munge.key')\" = '4242:4343 400' ]"
 ok "  ... root's hash in /etc/shadow, the file still 0640" bash -c \
 	"grep -qxF 'root:$(cat "$D/root-hash"):19000:0:99999:7:::' '$R/etc/shadow' && [ \"\$(stat -c %a '$R/etc/shadow')\" = 640 ]"
-ok "  ... the API keys at inference.api_keys_file, root 0600" bash -c \
-	"cmp -s '$R$D/inferd-keys' '$D/inferd-keys' && [ \"\$(stat -c '%u %a' '$R$D/inferd-keys')\" = '0 600' ]"
+ok "  ... the API keys at inference.api_keys_file, root:kiln-inferd 0640 (kiln-inferd's user reads them)" bash -c \
+	"cmp -s '$R$D/inferd-keys' '$D/inferd-keys' && [ \"\$(stat -c '%u:%g %a' '$R$D/inferd-keys')\" = '0:995 640' ]"
 ok "  ... kiln serve logged each, from a privileged port at n2's address" bash -c \
 	"grep -q '127.0.0.12:[0-9]\{3\} (node n2): handed munge.key' '$LOG' && grep -q '127.0.0.12:[0-9]\{3\} (node n2): handed inferd-keys' '$LOG'"
 ok "  ... no secret left readable in a staging or .kiln-new file" bash -c "! find '$R' -name '*.kiln-new' | grep -q ."

@@ -121,11 +121,45 @@ typedef struct kiln_http_config {
 	void *access_log_userdata;
 } kiln_http_config;
 
-/* Binds and starts serving.  Errors: -EINVAL (bad address, no routes, too
- * many routes, a route without method/path/handler), -EADDRINUSE (MHD could
- * not listen: port taken, address not local), -ENOMEM, or -errno from
- * thread creation. */
+/* Binds address:port (cfg->address, cfg->port) and starts serving:
+ * kiln_http_listen() then kiln_http_server_start_fd().  Errors: -EINVAL
+ * (bad address, no routes, too many routes, a route without
+ * method/path/handler), -EADDRINUSE (port taken), -EADDRNOTAVAIL (address
+ * not local), -EACCES (a port below 1024 without the capability),
+ * -ENOMEM, or -errno from socket or thread creation. */
 int kiln_http_server_start(const kiln_http_config *cfg, kiln_http_server **ret);
+
+/* Starts serving on fd, a TCP socket already bound and listening (systemd's
+ * socket activation, or kiln_http_listen() earlier); cfg->address and
+ * cfg->port are ignored.  Takes fd over on success and on failure (it is
+ * closed either way).  Errors: as kiln_http_server_start(), and -ENOTSOCK
+ * (fd is no listening TCP socket). */
+int kiln_http_server_start_fd(const kiln_http_config *cfg, int fd, kiln_http_server **ret);
+
+/* A listening TCP socket on address:port (IPv4 or IPv6 literal; port 0 an
+ * ephemeral one), close-on-exec, SO_REUSEADDR (so a restart is not refused
+ * by the last run's TIME_WAIT connections; it never lets two listeners
+ * share the port: that is SO_REUSEPORT, which is not set).  Binding comes
+ * first, so a daemon holds its port before slow work (loading a model).
+ * Returns the fd; -EINVAL (not an address literal), -EADDRINUSE,
+ * -EADDRNOTAVAIL, -EACCES, or another -errno of socket/bind/listen. */
+int kiln_http_listen(const char *address, uint16_t port);
+
+/* systemd's socket activation: the one listening TCP socket this process
+ * was given ($LISTEN_FDS, $LISTEN_PID; sd_listen_fds(3)), or 0 when none
+ * was.  The variables are unset so children do not see them.  Returns the
+ * fd (>= 3); 0: not socket-activated; -EINVAL: more than one fd was passed,
+ * or the one passed is not a listening TCP stream socket (check the unit's
+ * ListenStream=). */
+int kiln_http_activation_fd(void);
+
+/* Who holds TCP port `port` in the LISTEN state, for the message of a
+ * daemon refused with -EADDRINUSE: "user nobody (uid 65534), pid 4242
+ * (python3)", from /proc/net/tcp{,6} (the socket's owner, which every user
+ * may read) and, where this process may look, /proc/PID/fd (the process).
+ * Writes at least "an unknown process" into buf; returns 0 when an owner
+ * was found, -ENOENT when none. */
+int kiln_http_port_holder(uint16_t port, char *buf, size_t len);
 /* The port actually bound (the ephemeral one when config.port was 0). */
 uint16_t kiln_http_server_port(const kiln_http_server *s);
 /* Stops accepting, ends open streams (what they buffered is flushed, then

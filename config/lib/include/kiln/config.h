@@ -624,7 +624,7 @@ typedef struct kiln_cfg_render_target {
 } kiln_cfg_render_target;
 
 /* The longest table there may be (callers size arrays by it). */
-#define KILN_CFG_RENDER_TARGETS_MAX 16
+#define KILN_CFG_RENDER_TARGETS_MAX 24
 /* Ends with a row whose name is NULL. */
 extern const kiln_cfg_render_target kiln_cfg_render_targets[];
 /* The target called name, or NULL. */
