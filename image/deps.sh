@@ -9,8 +9,8 @@ PKGS=(
 	zstd                # compresses it (the kernel unpacks zstd initramfs)
 	qemu-system-x86     # test-image: boots the image under software emulation
 	ipxe-qemu           # test-image: the iPXE option ROM, the real PXE path
-	netcat-openbsd      # test-image: qemu guestfwd to the HTTP server on 127.0.0.1
-	python3             # test-image: the HTTP server (python3 -m http.server)
+	netcat-openbsd      # test-image: checks slurmd's port from the head's namespace
+	dnsmasq-base        # test-image: DHCP for the booting node (kiln render dnsmasq.conf)
 )
 missing=()
 for p in "${PKGS[@]}"; do
