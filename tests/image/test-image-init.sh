@@ -360,8 +360,13 @@ ok "systemd-sysusers failing: exit 1, says so" \
 unit=services/units/kiln-node-init.service
 ok "unit: oneshot, RemainAfterExit, after network-online" \
 	bash -c "grep -qx 'Type=oneshot' $unit && grep -qx 'RemainAfterExit=yes' $unit && grep -qx 'After=network-online.target' $unit"
-ok "unit: before munge/slurmd/kiln-healthd, which require it" \
-	bash -c "grep -q '^Before=munge.service slurmd.service kiln-healthd.service' $unit && grep -qx 'RequiredBy=slurmd.service kiln-healthd.service' $unit"
+ok "unit: before munge/slurmd/kiln-healthd; slurmd requires it" \
+	bash -c "grep -q '^Before=munge.service slurmd.service kiln-healthd.service' $unit && grep -qx 'RequiredBy=slurmd.service' $unit"
+# kiln-healthd is socket-activated: with Requires= on node-init, any user's
+# connection to its port on a node whose node-init failed made systemd run
+# node-init as root again; Requisite= fails the start instead
+ok "unit: kiln-healthd is Requisite= (not Requires=) on it, ordered after it" \
+	bash -c "h=services/units/kiln-healthd.service; grep -qx 'Requisite=kiln-node-init.service' \$h && grep -q '^After=.*kiln-node-init.service' \$h && ! grep -q '^Requires=.*kiln-node-init' \$h"
 if command -v systemd-analyze >/dev/null; then
 	mkdir -p "$W/units" "$W/man/man1"
 	ln -s "$top/docs/man/kiln.1" "$W/man/man1/"
