@@ -60,3 +60,13 @@ char *kiln_error_format(const kiln_error *e, char *buf, size_t len)
 	snprintf(buf, len, "%s%s%s%s", e->file, e->file[0] ? ": " : "", at, e->msg);
 	return buf;
 }
+
+void kiln_errbuf_printf(char *buf, size_t len, const char *fmt, ...)
+{
+	if (!buf || !len)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+}

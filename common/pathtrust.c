@@ -12,20 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kiln/error.h"
 #include "kiln/macro.h"
 #include "kiln/pathtrust.h"
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	if (!err || !errlen)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 static const char *user_name(uid_t uid, char *buf, size_t len)
 {
@@ -46,7 +36,7 @@ static int judge(const struct stat *st, const char *shown, bool last, uid_t owne
 	const char *what = S_ISDIR(st->st_mode) ? "directory" : "file";
 	if (st->st_uid != 0 && st->st_uid != owner) {
 		char u[96];
-		seterr(err, errlen,
+		kiln_errbuf_printf(err, errlen,
 		       "%s %s is owned by %s, not root: that user can change what root "
 		       "runs; chown root: it (and check its contents)",
 		       what, shown, user_name(st->st_uid, u, sizeof(u)));
@@ -58,7 +48,7 @@ static int judge(const struct stat *st, const char *shown, bool last, uid_t owne
 	/* a sticky directory: others cannot replace root's entries in it */
 	if (S_ISDIR(st->st_mode) && (st->st_mode & S_ISVTX) && !last)
 		return 0;
-	seterr(err, errlen,
+	kiln_errbuf_printf(err, errlen,
 	       "%s %s is writable by %s (mode %04o): any such user can change what "
 	       "root runs; chmod go-w it",
 	       what, shown, (w & S_IWOTH) ? "every user" : "its group",
@@ -78,7 +68,7 @@ static bool may_all_write(const char *root, size_t rl, const char *dir)
 int kiln_path_trusted(const char *root, const char *path, uid_t owner, char *err, size_t errlen)
 {
 	if (!path || path[0] != '/') {
-		seterr(err, errlen, "'%s' is not an absolute path", path ? path : "(null)");
+		kiln_errbuf_printf(err, errlen, "'%s' is not an absolute path", path ? path : "(null)");
 		return -EINVAL;
 	}
 	if (!root || streq(root, "/"))
@@ -100,7 +90,7 @@ int kiln_path_trusted(const char *root, const char *path, uid_t owner, char *err
 	snprintf(full, sizeof(full), "%.*s/", (int) rl, root);
 	if (lstat(full, &st) < 0) {
 		int r = -errno;
-		seterr(err, errlen, "cannot stat %s: %s", full, strerror(errno));
+		kiln_errbuf_printf(err, errlen, "cannot stat %s: %s", full, strerror(errno));
 		return r;
 	}
 	int r = judge(&st, "/", false, owner, err, errlen);
@@ -141,18 +131,18 @@ int kiln_path_trusted(const char *root, const char *path, uid_t owner, char *err
 		if (lstat(full, &st) < 0) {
 			if (errno != ENOENT && errno != ENOTDIR) {
 				r = -errno;
-				seterr(err, errlen, "cannot stat %s: %s", cur, strerror(errno));
+				kiln_errbuf_printf(err, errlen, "cannot stat %s: %s", cur, strerror(errno));
 				return r;
 			}
 			if (sticky_parent) {
-				seterr(err, errlen,
+				kiln_errbuf_printf(err, errlen,
 				       "%s does not exist, and every user may create it in "
 				       "its directory; use a path under a directory only root can "
 				       "write",
 				       cur);
 				return -EPERM;
 			}
-			seterr(err, errlen, "%s does not exist", cur);
+			kiln_errbuf_printf(err, errlen, "%s does not exist", cur);
 			return KILN_PATH_ABSENT;
 		}
 		if (S_ISLNK(st.st_mode)) {
@@ -163,14 +153,14 @@ int kiln_path_trusted(const char *root, const char *path, uid_t owner, char *err
 				return r < 0 ? r : -EPERM;
 			}
 			if (++links > KILN_PATH_TRUST_MAX_LINKS) {
-				seterr(err, errlen, "more than %d symbolic links on the way to %s",
+				kiln_errbuf_printf(err, errlen, "more than %d symbolic links on the way to %s",
 				       KILN_PATH_TRUST_MAX_LINKS, path);
 				return -ELOOP;
 			}
 			ssize_t n = readlink(full, link, sizeof(link) - 1);
 			if (n < 0) {
 				r = -errno;
-				seterr(err, errlen, "cannot read the link %s: %s", cur,
+				kiln_errbuf_printf(err, errlen, "cannot read the link %s: %s", cur,
 				       strerror(errno));
 				return r;
 			}

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "kiln/error.h"
 #include "kiln/macro.h"
 #include "kiln/sign.h"
 #include "kiln/strbuf.h"
@@ -22,17 +23,6 @@
 #define MAGIC_PUBLIC "kiln-public-key"
 #define MAGIC_SIG    "kiln-signature"
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	if (!err || !errlen)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 static int init(void)
 {
@@ -106,18 +96,18 @@ static int parse_line(const char *text, size_t len, const char *magic, const cha
 		      size_t errlen)
 {
 	if (!text || len == 0) {
-		seterr(err, errlen, "the %s is empty", what);
+		kiln_errbuf_printf(err, errlen, "the %s is empty", what);
 		return -EBADMSG;
 	}
 	if (len > KILN_SIGN_TEXT_MAX) {
-		seterr(err, errlen, "the %s is %zu bytes, not one line of a kiln %s", what, len,
+		kiln_errbuf_printf(err, errlen, "the %s is %zu bytes, not one line of a kiln %s", what, len,
 		       what);
 		return -EBADMSG;
 	}
 	if (text[len - 1] == '\n')
 		len--;
 	if (memchr(text, '\n', len) || memchr(text, '\0', len)) {
-		seterr(err, errlen, "the %s is more than one line", what);
+		kiln_errbuf_printf(err, errlen, "the %s is more than one line", what);
 		return -EBADMSG;
 	}
 	char line[KILN_SIGN_TEXT_MAX + 1];
@@ -130,23 +120,23 @@ static int parse_line(const char *text, size_t len, const char *magic, const cha
 			f[nf++] = t;
 	int r = -EBADMSG;
 	if (nf != 5 || !streq(f[0], magic)) {
-		seterr(err, errlen,
+		kiln_errbuf_printf(err, errlen,
 		       "not a kiln %s (expected one line \"%s v1 ed25519 KEYID BASE64\")", what,
 		       magic);
 		goto out;
 	}
 	if (!streq(f[1], "v1")) {
-		seterr(err, errlen, "%s version '%.16s' is not one this kiln reads (v1)", what,
+		kiln_errbuf_printf(err, errlen, "%s version '%.16s' is not one this kiln reads (v1)", what,
 		       f[1]);
 		goto out;
 	}
 	if (!streq(f[2], "ed25519")) {
-		seterr(err, errlen, "%s algorithm '%.16s' is not ed25519", what, f[2]);
+		kiln_errbuf_printf(err, errlen, "%s algorithm '%.16s' is not ed25519", what, f[2]);
 		goto out;
 	}
 	if (strlen(f[3]) != KILN_SIGN_KEY_ID_LEN ||
 	    strspn(f[3], "0123456789abcdef") != KILN_SIGN_KEY_ID_LEN) {
-		seterr(err, errlen, "%s key id '%.32s' is not %d lower case hex digits", what, f[3],
+		kiln_errbuf_printf(err, errlen, "%s key id '%.32s' is not %d lower case hex digits", what, f[3],
 		       KILN_SIGN_KEY_ID_LEN);
 		goto out;
 	}
@@ -155,7 +145,7 @@ static int parse_line(const char *text, size_t len, const char *magic, const cha
 	if (sodium_base642bin(out, n, f[4], strlen(f[4]), NULL, &got, &end,
 			      sodium_base64_VARIANT_ORIGINAL) != 0 ||
 	    got != n || (end && *end)) {
-		seterr(err, errlen, "%s value is not the base64 of %zu bytes", what, n);
+		kiln_errbuf_printf(err, errlen, "%s value is not the base64 of %zu bytes", what, n);
 		goto out;
 	}
 	memcpy(id, f[3], KILN_SIGN_KEY_ID_LEN + 1);
@@ -179,7 +169,7 @@ int kiln_sign_parse_public(const char *text, size_t len, kiln_sign_public *ret, 
 		return r;
 	key_id(p.pk, p.id);
 	if (!streq(id, p.id)) {
-		seterr(err, errlen,
+		kiln_errbuf_printf(err, errlen,
 		       "public key's id %s does not match its key (%s): the file was "
 		       "edited",
 		       id, p.id);
@@ -206,7 +196,7 @@ int kiln_sign_parse_secret(const char *text, size_t len, kiln_sign_secret *ret, 
 	sodium_memzero(seed, sizeof(seed));
 	key_id(s.pub.pk, s.pub.id);
 	if (!streq(id, s.pub.id)) {
-		seterr(err, errlen,
+		kiln_errbuf_printf(err, errlen,
 		       "secret key's id %s does not match its key (%s): the file was "
 		       "edited",
 		       id, s.pub.id);
@@ -225,11 +215,11 @@ int kiln_sign_load_public(const char *path, kiln_sign_public *ret, char *err, si
 	size_t len = 0;
 	int r = kiln_read_file(path, KILN_SIGN_TEXT_MAX + 1, &text, &len);
 	if (r == -EFBIG) {
-		seterr(err, errlen, "the public key is larger than %d bytes", KILN_SIGN_TEXT_MAX);
+		kiln_errbuf_printf(err, errlen, "the public key is larger than %d bytes", KILN_SIGN_TEXT_MAX);
 		return -EBADMSG;
 	}
 	if (r < 0) {
-		seterr(err, errlen, "cannot read it: %s", strerror(-r));
+		kiln_errbuf_printf(err, errlen, "cannot read it: %s", strerror(-r));
 		return r;
 	}
 	return kiln_sign_parse_public(text, len, ret, err, errlen);
@@ -241,12 +231,12 @@ int kiln_sign_load_secret(const char *path, kiln_sign_secret *ret, char *err, si
 	struct stat st;
 	if (stat(path, &st) < 0) {
 		int r = -errno;
-		seterr(err, errlen, "cannot read it: %s", strerror(errno));
+		kiln_errbuf_printf(err, errlen, "cannot read it: %s", strerror(errno));
 		return r;
 	}
 	/* as ssh refuses a private key others can read */
 	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-		seterr(err, errlen,
+		kiln_errbuf_printf(err, errlen,
 		       "its mode is %04o: others may read or change the secret key; "
 		       "chmod 600 it (and make a new key if others could read it)",
 		       (unsigned) (st.st_mode & 07777));
@@ -256,11 +246,11 @@ int kiln_sign_load_secret(const char *path, kiln_sign_secret *ret, char *err, si
 	size_t len = 0;
 	int r = kiln_read_file(path, KILN_SIGN_TEXT_MAX + 1, &text, &len);
 	if (r == -EFBIG) {
-		seterr(err, errlen, "the secret key is larger than %d bytes", KILN_SIGN_TEXT_MAX);
+		kiln_errbuf_printf(err, errlen, "the secret key is larger than %d bytes", KILN_SIGN_TEXT_MAX);
 		return -EBADMSG;
 	}
 	if (r < 0) {
-		seterr(err, errlen, "cannot read it: %s", strerror(-r));
+		kiln_errbuf_printf(err, errlen, "cannot read it: %s", strerror(-r));
 		return r;
 	}
 	r = kiln_sign_parse_secret(text, len, ret, err, errlen);
@@ -315,7 +305,7 @@ int kiln_sign_verify(const kiln_sign_public *pub, const void *data, size_t len, 
 	if (r < 0)
 		return r;
 	if (!streq(id, pub->id)) {
-		seterr(err, errlen, "signed by key %s, not by the trusted key %s", id, pub->id);
+		kiln_errbuf_printf(err, errlen, "signed by key %s, not by the trusted key %s", id, pub->id);
 		return -ENOKEY;
 	}
 	_cleanup_free_ unsigned char *m = NULL;
@@ -324,7 +314,7 @@ int kiln_sign_verify(const kiln_sign_public *pub, const void *data, size_t len, 
 	if (r < 0)
 		return r;
 	if (crypto_sign_verify_detached(s, m, ml, pub->pk) != 0) {
-		seterr(err, errlen,
+		kiln_errbuf_printf(err, errlen,
 		       "the signature by key %s does not match the file's bytes (the "
 		       "file was altered, or the signature belongs to another file)",
 		       id);

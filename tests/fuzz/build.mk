@@ -12,7 +12,7 @@ TEST_FULL_SCRIPTS += tests/fuzz/fuzz-json.sh
 
 # libFuzzer target for parse + validate + render (tests/fuzz/fuzz-config.c),
 # by mk/rules.mk's kiln_fuzz; its suite runs in make test-full.
-FUZZ_CONFIG_SRCS := tests/fuzz/fuzz-config.c $(CONFIG_SRCS) common/parse.c common/strbuf.c common/hostlist.c common/log.c
+FUZZ_CONFIG_SRCS := tests/fuzz/fuzz-config.c $(CONFIG_SRCS) common/parse.c common/strbuf.c common/hostlist.c common/log.c common/error.c
 $(eval $(call kiln_fuzz,fuzz-config,$(FUZZ_CONFIG_SRCS),$(KILN_FUZZ_STRICT) -Icommon/include -Iconfig/lib/include,-lconfig -lsodium,config/lib/include/kiln/config.h config/lib/config-internal.h $(wildcard common/include/kiln/*.h)))
 TEST_FULL_SCRIPTS += tests/fuzz/fuzz-config.sh
 
@@ -48,7 +48,7 @@ TEST_FULL_SCRIPTS += tests/fuzz/fuzz-tokenizer.sh
 # libFuzzer target for the signature and key parsers and verify
 # (tests/fuzz/fuzz-sign.c): kiln-node-init verifies a signature fetched over
 # plain HTTP; its suite runs in make test-full.
-$(eval $(call kiln_fuzz,fuzz-sign,tests/fuzz/fuzz-sign.c config/lib/sign.c common/strbuf.c,$(KILN_FUZZ_STRICT) -Icommon/include -Iconfig/lib/include,-lsodium,config/lib/include/kiln/sign.h common/include/kiln/strbuf.h common/include/kiln/macro.h))
+$(eval $(call kiln_fuzz,fuzz-sign,tests/fuzz/fuzz-sign.c config/lib/sign.c common/strbuf.c common/error.c,$(KILN_FUZZ_STRICT) -Icommon/include -Iconfig/lib/include,-lsodium,config/lib/include/kiln/sign.h common/include/kiln/strbuf.h common/include/kiln/macro.h common/include/kiln/error.h))
 TEST_FULL_SCRIPTS += tests/fuzz/fuzz-sign.sh
 # libFuzzer target for kiln serve's request parsing (paths, Range, URLs:
 # config/cli/serve-request.c), by mk/rules.mk's kiln_fuzz; its suite runs in

@@ -270,6 +270,8 @@ if command -v systemd-analyze >/dev/null; then
 	# verify checks ExecStart exists: point it at the build
 	sed "s|^ExecStart=.*|ExecStart=$HEALTHD|" "$unit" >"$W/kiln-healthd.service"
 	cp "${unit%.service}.socket" "$W/kiln-healthd.socket"
+	# Requisite=kiln-node-init.service: the unit must be found beside it
+	sed "s|^ExecStart=.*|ExecStart=$top/image/kiln-node-init|" "$top/services/units/kiln-node-init.service" >"$W/kiln-node-init.service"
 	mkdir -p "$W/man/man8" && ln -s "$top/docs/man/kiln-healthd.8" "$W/man/man8/"
 	if MANPATH=$W/man systemd-analyze verify "$W/kiln-healthd.service" "$W/kiln-healthd.socket" >"$W/verify.txt" 2>&1; then
 		ok "systemd-analyze verify kiln-healthd.service kiln-healthd.socket"

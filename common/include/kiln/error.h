@@ -63,6 +63,12 @@ int kiln_error_vset(kiln_error *e, const char *file, int code, size_t max, const
  * Cut to fit len.  Returns buf. */
 char *kiln_error_format(const kiln_error *e, char *buf, size_t len);
 
+/* A message into a caller's buffer (the "char *why, size_t whylen" out
+ * parameter of functions that explain a refusal): printf into buf, cut to
+ * fit; nothing when buf is NULL or len 0. */
+void kiln_errbuf_printf(char *buf, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 #ifdef __cplusplus
 }
 #endif
