@@ -398,6 +398,7 @@ fi
 if [ "$GPU" = 0 ] && [ "${KILN_IMAGE_TEST_TAMPER_BOOT:-1}" = 1 ]; then
 	kill "$qemu_pid" 2>/dev/null; wait "$qemu_pid" 2>/dev/null; qemu_pid=''
 	handed_before=$(grep -a -c "(node vnode01): handed munge.key" "$W/serve.log")
+	sigs_before=$(grep -a -c '"GET /cluster.cfg.sig"' "$W/serve.log")
 	cp "$SRV/tampered.cfg" "$SRV/cluster.cfg.new" && mv "$SRV/cluster.cfg.new" "$SRV/cluster.cfg"
 	boot_node "$W/serial-tampered.log"
 	diag "tampered boot: probe after ${t_probe:-never} s of $BOOT_TIMEOUT_S"
@@ -407,7 +408,10 @@ if [ "$GPU" = 0 ] && [ "${KILN_IMAGE_TEST_TAMPER_BOOT:-1}" = 1 ]; then
 	# with Requires= on node-init systemd re-ran node-init as root for every
 	# such connection (4 runs by the probe's report, before the fix)
 	runs=$(grep -a -c 'KILN-PROBE-LOG.*refusing the cluster file' "$W/serial-tampered.log")
-	ok "  ... and only once: a connection to kiln-healthd's socket does not re-run it ($runs runs)" test "$runs" = 1
+	# each run fetches the signature twice (once more before refusing)
+	sigs=$(($(grep -a -c '"GET /cluster.cfg.sig"' "$W/serve.log") - sigs_before))
+	ok "  ... and only once: a connection to kiln-healthd's socket does not re-run it ($runs refusals in its journal, $sigs signature fetches)" \
+		bash -c "[ '$runs' = 1 ] && [ '$sigs' = 2 ]"
 	tlog=$(grep -a 'KILN-PROBE-LOG' "$W/serial-tampered.log" | tr -d '\r' | grep -a 'refusing the cluster file.*does not verify' | head -1 | sed 's/.*KILN-PROBE-LOG //')
 	ok "  ... and its journal says why: the signature does not verify" test -n "$tlog"
 	diag "node: $tlog"
