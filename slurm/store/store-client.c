@@ -308,21 +308,29 @@ bool kiln_store_client_authenticated(const kiln_store_client *c)
 	return c && c->auth;
 }
 
+/* The auth handshakes: a COMPARE_SET of the reserved key with the
+ * credential as its "expected" value; the server's reply (or its hang-up:
+ * -EACCES) in *reply. */
+static int auth_exchange(kiln_store_client *c, const char *key, const void *cred, size_t len,
+			 char **reply, size_t *n)
+{
+	uint64_t deadline = deadline_in(c->timeout_usec);
+	put_u8(c, KILN_STORE_OP_COMPARE_SET);
+	put_str(c, key);
+	put_bytes(c, cred, len);
+	put_bytes(c, NULL, 0);
+	CHECK(flush_req(c, deadline));
+	int r = recv_vec(c, (void **) reply, n, deadline);
+	return r == -ECONNRESET ? -EACCES : r;
+}
+
 int kiln_store_client_auth(kiln_store_client *c, const char *secret)
 {
 	CHECK(check_conn(c));
 	assert_return(secret && secret[0] && strlen(secret) <= KILN_STORE_SECRET_MAX, -EINVAL);
-	uint64_t deadline = deadline_in(c->timeout_usec);
-	put_u8(c, KILN_STORE_OP_COMPARE_SET);
-	put_str(c, KILN_STORE_AUTH_KEY);
-	put_str(c, secret);
-	put_bytes(c, NULL, 0);
-	CHECK(flush_req(c, deadline));
 	_cleanup_free_ char *reply = NULL;
 	size_t n;
-	int r = recv_vec(c, (void **) &reply, &n, deadline);
-	if (r == -ECONNRESET)
-		return -EACCES;
+	int r = auth_exchange(c, KILN_STORE_AUTH_KEY, secret, strlen(secret), &reply, &n);
 	if (r < 0)
 		return r;
 	if (n == 2 && memcmp(reply, "ok", 2) == 0) {
@@ -337,17 +345,9 @@ int kiln_store_client_auth_token(kiln_store_client *c, const void *token, size_t
 {
 	CHECK(check_conn(c));
 	assert_return(token && len > 0 && len <= KILN_STORE_TOKEN_MAX && ret, -EINVAL);
-	uint64_t deadline = deadline_in(c->timeout_usec);
-	put_u8(c, KILN_STORE_OP_COMPARE_SET);
-	put_str(c, KILN_STORE_TOKEN_KEY);
-	put_bytes(c, token, len);
-	put_bytes(c, NULL, 0);
-	CHECK(flush_req(c, deadline));
 	_cleanup_free_ char *reply = NULL;
 	size_t n;
-	int r = recv_vec(c, (void **) &reply, &n, deadline);
-	if (r == -ECONNRESET)
-		return -EACCES;
+	int r = auth_exchange(c, KILN_STORE_TOKEN_KEY, token, len, &reply, &n);
 	if (r < 0)
 		return r;
 	if (n < 3 || memcmp(reply, "ok:", 3) != 0)
